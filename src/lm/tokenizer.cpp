@@ -1,0 +1,21 @@
+#include "lm/tokenizer.h"
+
+#include "base/error.h"
+
+namespace lm {
+
+std::string Tokenizer::decode(const std::vector<int32_t>& tokens) const {
+  std::string out;
+  int32_t previous = bos_id().value_or(-1);
+  for (int32_t token : tokens) {
+    out += decode_token(previous, token);
+    previous = token;
+  }
+  return out;
+}
+
+std::string Tokenizer::apply_chat_template(const std::vector<ChatMessage>&) const {
+  throw base::Unsupported("this model has no chat template");
+}
+
+}  // namespace lm
