@@ -29,6 +29,11 @@ class FullKVCache : public KVCache {
   const Tensor& value_buffer() const { return values_; }
 
  private:
+  // Reallocates to offset + ceil(S / 256) * 256 rows (mlx_lm's growth rule).
+  void grow_for(const Tensor& keys, const Tensor& values);
+  // Views of rows [0, offset) in `dtype` (a converted copy when it is not the storage dtype).
+  KeysValues fetch(DType dtype) const;
+
   DType kv_dtype_;
   Tensor keys_, values_;
   int64_t offset_ = 0;
