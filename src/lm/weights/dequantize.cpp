@@ -1,0 +1,133 @@
+#include "lm/weights/dequantize.h"
+
+#include <cstring>
+#include <string>
+
+#include "base/error.h"
+#include "base/half.h"
+#include "lm/weights/block_formats.h"
+
+namespace lm {
+
+void dequantize_row_f32(const float* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
+}
+
+void dequantize_row_f16(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = base::f16_to_f32(src[i]);
+}
+
+void dequantize_row_bf16(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = base::bf16_to_f32(src[i]);
+}
+
+void dequantize_row_q4_0(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ4_0*>(src);
+  for (int64_t b = 0; b < n / kQK4_0; ++b) {
+    const float d = base::f16_to_f32(blocks[b].d);
+    float* y = dst + b * kQK4_0;
+    for (int j = 0; j < kQK4_0 / 2; ++j) {
+      y[j] = d * static_cast<float>((blocks[b].qs[j] & 0x0f) - 8);
+      y[j + kQK4_0 / 2] = d * static_cast<float>((blocks[b].qs[j] >> 4) - 8);
+    }
+  }
+}
+
+void dequantize_row_q4_1(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ4_1*>(src);
+  for (int64_t b = 0; b < n / kQK4_1; ++b) {
+    const float d = base::f16_to_f32(blocks[b].d);
+    const float m = base::f16_to_f32(blocks[b].m);
+    float* y = dst + b * kQK4_1;
+    for (int j = 0; j < kQK4_1 / 2; ++j) {
+      y[j] = d * static_cast<float>(blocks[b].qs[j] & 0x0f) + m;
+      y[j + kQK4_1 / 2] = d * static_cast<float>(blocks[b].qs[j] >> 4) + m;
+    }
+  }
+}
+
+void dequantize_row_q8_0(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ8_0*>(src);
+  for (int64_t b = 0; b < n / kQK8_0; ++b) {
+    const float d = base::f16_to_f32(blocks[b].d);
+    for (int j = 0; j < kQK8_0; ++j) dst[b * kQK8_0 + j] = d * static_cast<float>(blocks[b].qs[j]);
+  }
+}
+
+void dequantize_row_q4_k(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ4_K*>(src);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ4_K& block = blocks[b];
+    const float d = base::f16_to_f32(block.d);
+    const float dmin = base::f16_to_f32(block.dmin);
+    float* y = dst + b * kQK_K;
+    // Four groups of 64 elements; each group's 32 qs bytes carry sub-block 2g in the low
+    // nibbles and sub-block 2g+1 in the high nibbles.
+    for (int g = 0; g < 4; ++g) {
+      const uint8_t* q = block.qs + 32 * g;
+      uint8_t sc_lo, mn_lo, sc_hi, mn_hi;
+      unpack_q4_k_scale(block.scales, 2 * g, sc_lo, mn_lo);
+      unpack_q4_k_scale(block.scales, 2 * g + 1, sc_hi, mn_hi);
+      const float d_lo = d * sc_lo, m_lo = dmin * mn_lo;
+      const float d_hi = d * sc_hi, m_hi = dmin * mn_hi;
+      for (int l = 0; l < 32; ++l) {
+        y[64 * g + l] = d_lo * static_cast<float>(q[l] & 0x0f) - m_lo;
+        y[64 * g + 32 + l] = d_hi * static_cast<float>(q[l] >> 4) - m_hi;
+      }
+    }
+  }
+}
+
+void dequantize_row_q6_k(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ6_K*>(src);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ6_K& block = blocks[b];
+    const float d = base::f16_to_f32(block.d);
+    float* y = dst + b * kQK_K;
+    // Two halves of 128 elements. Within a half, element l + 32*k (k = 0..3) takes its low
+    // four bits from ql[l + 32*(k&1)] (low nibble for k<2, high for k>=2) and its high two
+    // bits from qh[l] at bit 2k; sub-block scale index is l/16 + 2k.
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = block.ql + 64 * half;
+      const uint8_t* qh = block.qh + 32 * half;
+      const int8_t* sc = block.scales + 8 * half;
+      float* yh = y + 128 * half;
+      for (int l = 0; l < 32; ++l) {
+        const int s = l / 16;
+        const int q0 = ((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q1 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q2 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q3 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        yh[l] = d * static_cast<float>(sc[s] * q0);
+        yh[l + 32] = d * static_cast<float>(sc[s + 2] * q1);
+        yh[l + 64] = d * static_cast<float>(sc[s + 4] * q2);
+        yh[l + 96] = d * static_cast<float>(sc[s + 6] * q3);
+      }
+    }
+  }
+}
+
+void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
+  const GgmlTypeInfo info = ggml_type_info(type);
+  if (!info.supported) {
+    throw base::Unsupported("cannot dequantize tensor type " + ggml_type_name(type));
+  }
+  if (n < 0 || n % info.block_size != 0) {
+    throw base::InvalidArgument("dequantize_row: " + std::to_string(n) + " elements is not a multiple of the " +
+                                ggml_type_name(type) + " block size " + std::to_string(info.block_size));
+  }
+  switch (type) {
+    case GgmlType::F32: return dequantize_row_f32(static_cast<const float*>(src), dst, n);
+    case GgmlType::F16: return dequantize_row_f16(static_cast<const uint16_t*>(src), dst, n);
+    case GgmlType::BF16: return dequantize_row_bf16(static_cast<const uint16_t*>(src), dst, n);
+    case GgmlType::Q4_0: return dequantize_row_q4_0(src, dst, n);
+    case GgmlType::Q4_1: return dequantize_row_q4_1(src, dst, n);
+    case GgmlType::Q8_0: return dequantize_row_q8_0(src, dst, n);
+    case GgmlType::Q4_K: return dequantize_row_q4_k(src, dst, n);
+    case GgmlType::Q6_K: return dequantize_row_q6_k(src, dst, n);
+    default: break;
+  }
+  throw base::Unsupported("cannot dequantize tensor type " + ggml_type_name(type));
+}
+
+}  // namespace lm
