@@ -1,0 +1,205 @@
+#include "lm/kernels/attention.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/half.h"
+#include "base/thread_pool.h"
+#include "lm/kernels/elementwise.h"
+
+namespace lm::kernels {
+
+namespace {
+
+std::string shape_text(const Shape& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+struct Geometry {
+  int64_t batch, h_q, h_kv, n, t, d;
+};
+
+Geometry check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask) {
+  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4) {
+    throw base::InvalidArgument("attention expects 4-D queries/keys/values, got " + shape_text(q.shape()) + ", " +
+                                shape_text(k.shape()) + ", " + shape_text(v.shape()));
+  }
+  if (q.dtype() != DType::F32) throw base::InvalidArgument("attention queries must be f32, got " + std::string(dtype_name(q.dtype())));
+  for (const Tensor* kv : {&k, &v}) {
+    const DType dt = kv->dtype();
+    if (dt != DType::F32 && dt != DType::F16 && dt != DType::BF16) {
+      throw base::InvalidArgument("attention keys/values must be f32, f16 or bf16, got " + std::string(dtype_name(dt)));
+    }
+  }
+  Geometry g{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3)};
+  if (k.shape() != v.shape() || k.dim(0) != g.batch || k.dim(3) != g.d) {
+    throw base::InvalidArgument("attention shapes disagree: queries " + shape_text(q.shape()) + ", keys " +
+                                shape_text(k.shape()) + ", values " + shape_text(v.shape()));
+  }
+  if (g.h_kv <= 0 || g.h_q % g.h_kv != 0) {
+    throw base::InvalidArgument("attention: query heads " + std::to_string(g.h_q) + " not a multiple of kv heads " +
+                                std::to_string(g.h_kv));
+  }
+  if (g.n > g.t && mask.kind != AttentionMask::Kind::kExplicit) {
+    throw base::InvalidArgument("attention: " + std::to_string(g.n) + " queries but only " + std::to_string(g.t) + " keys");
+  }
+  if (mask.kind == AttentionMask::Kind::kExplicit) {
+    const Tensor& m = mask.explicit_mask;
+    if (!m.defined() || m.ndim() != 4 || m.dtype() != DType::U8 || (m.dim(0) != 1 && m.dim(0) != g.batch) ||
+        m.dim(2) != g.n || m.dim(3) != g.t) {
+      throw base::InvalidArgument("attention: explicit mask " + (m.defined() ? shape_text(m.shape()) : std::string("(undefined)")) +
+                                  " does not match [B, 1, " + std::to_string(g.n) + ", " + std::to_string(g.t) + "] u8");
+    }
+  }
+  return g;
+}
+
+template <DType kType>
+inline float load(const std::byte* base_ptr, int64_t index) {
+  if constexpr (kType == DType::F32) return reinterpret_cast<const float*>(base_ptr)[index];
+  if constexpr (kType == DType::F16) return base::f16_to_f32(reinterpret_cast<const uint16_t*>(base_ptr)[index]);
+  if constexpr (kType == DType::BF16) return base::bf16_to_f32(reinterpret_cast<const uint16_t*>(base_ptr)[index]);
+  return 0.0f;
+}
+
+// One (batch, query head, query) row: scores over visible keys, softmax, weighted values.
+template <DType kType>
+void attend_row(const float* q, const Tensor& k, const Tensor& v, int64_t b, int64_t kv_head, const Geometry& g,
+                const AttentionMask& mask, std::optional<int64_t> window, int64_t query, float scale,
+                std::vector<float>& scores, float* out) {
+  const std::byte* kbase = k.raw_data();
+  const std::byte* vbase = v.raw_data();
+  const std::size_t es = k.element_size();
+  const auto& ks = k.strides();
+  const auto& vs = v.strides();
+  const int64_t k_off = b * ks[0] + kv_head * ks[1];
+  const int64_t v_off = b * vs[0] + kv_head * vs[1];
+  const int64_t pos = g.t - g.n + query;
+  const uint8_t* mrow = nullptr;
+  if (mask.kind == AttentionMask::Kind::kExplicit) {
+    const Tensor& m = mask.explicit_mask;
+    const auto& ms = m.strides();
+    mrow = m.data<uint8_t>() + (m.dim(0) == 1 ? 0 : b * ms[0]) + query * ms[2];
+  }
+  const int64_t mstride = mrow ? mask.explicit_mask.strides()[3] : 0;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  scores.resize(static_cast<std::size_t>(g.t));
+  bool any = false;
+  for (int64_t j = 0; j < g.t; ++j) {
+    bool visible = true;
+    if (mask.kind == AttentionMask::Kind::kCausal) {
+      visible = j <= pos && (!window || pos - j < *window);
+    } else if (mrow) {
+      visible = mrow[j * mstride] != 0;
+    }
+    if (!visible) {
+      scores[j] = neg_inf;
+      continue;
+    }
+    any = true;
+    const std::byte* krow = kbase + (k_off + j * ks[2]) * static_cast<int64_t>(es);
+    float s = 0.0f;
+    for (int64_t e = 0; e < g.d; ++e) s += q[e] * load<kType>(krow, e * ks[3]);
+    scores[j] = s * scale;
+  }
+  for (int64_t e = 0; e < g.d; ++e) out[e] = 0.0f;
+  if (!any) return;
+  softmax(scores.data(), g.t);
+  for (int64_t j = 0; j < g.t; ++j) {
+    const float p = scores[j];
+    if (p == 0.0f) continue;
+    const std::byte* vrow = vbase + (v_off + j * vs[2]) * static_cast<int64_t>(es);
+    for (int64_t e = 0; e < g.d; ++e) out[e] += p * load<kType>(vrow, e * vs[3]);
+  }
+}
+
+}  // namespace
+
+void attention(const Tensor& queries, const Tensor& keys, const Tensor& values, const AttentionMask& mask,
+               std::optional<int64_t> window, float scale, Tensor& out, base::ThreadPool* pool) {
+  const Geometry g = check_shapes(queries, keys, values, mask);
+  if (keys.dtype() != values.dtype()) {
+    throw base::InvalidArgument("attention: keys are " + std::string(dtype_name(keys.dtype())) + " but values are " +
+                                std::string(dtype_name(values.dtype())));
+  }
+  const Shape out_shape{g.batch, g.h_q, g.n, g.d};
+  if (!out.defined() || out.shape() != out_shape || out.dtype() != DType::F32 || !out.is_contiguous()) {
+    out = Tensor(out_shape, DType::F32);
+  }
+  const Tensor q = queries.contiguous();
+  const float* qdata = q.data<float>();
+  float* odata = out.data<float>();
+  const int64_t group = g.h_q / g.h_kv;
+  const int64_t rows = g.batch * g.h_q * g.n;
+  const DType dt = keys.dtype();
+  const auto body = [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scores;
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = r / (g.h_q * g.n);
+      const int64_t h = (r / g.n) % g.h_q;
+      const int64_t i = r % g.n;
+      const float* qrow = qdata + r * g.d;
+      float* orow = odata + r * g.d;
+      if (dt == DType::F16) {
+        attend_row<DType::F16>(qrow, keys, values, b, h / group, g, mask, window, i, scale, scores, orow);
+      } else if (dt == DType::BF16) {
+        attend_row<DType::BF16>(qrow, keys, values, b, h / group, g, mask, window, i, scale, scores, orow);
+      } else {
+        attend_row<DType::F32>(qrow, keys, values, b, h / group, g, mask, window, i, scale, scores, orow);
+      }
+    }
+  };
+  if (pool) {
+    pool->parallel_for(rows, body, 1);
+  } else {
+    body(0, rows);
+  }
+}
+
+void attention_reference(const Tensor& queries, const Tensor& keys, const Tensor& values,
+                         const AttentionMask& mask, std::optional<int64_t> window, float scale, Tensor& out) {
+  const Geometry g = check_shapes(queries, keys, values, mask);
+  out = Tensor({g.batch, g.h_q, g.n, g.d}, DType::F32);
+  const int64_t group = g.h_q / g.h_kv;
+  std::vector<double> p(static_cast<std::size_t>(g.t));
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t h = 0; h < g.h_q; ++h) {
+      for (int64_t i = 0; i < g.n; ++i) {
+        const int64_t pos = g.t - g.n + i;
+        double max = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < g.t; ++j) {
+          bool visible = true;
+          if (mask.kind == AttentionMask::Kind::kCausal) visible = j <= pos && (!window || pos - j < *window);
+          if (mask.kind == AttentionMask::Kind::kExplicit) {
+            visible = mask.explicit_mask.get({mask.explicit_mask.dim(0) == 1 ? 0 : b, 0, i, j}) != 0.0f;
+          }
+          if (!visible) {
+            p[j] = -std::numeric_limits<double>::infinity();
+            continue;
+          }
+          double s = 0.0;
+          for (int64_t e = 0; e < g.d; ++e) s += static_cast<double>(queries.get({b, h, i, e})) * keys.get({b, h / group, j, e});
+          p[j] = s * scale;
+          max = std::max(max, p[j]);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < g.t; ++j) {
+          p[j] = std::isinf(max) ? 0.0 : std::exp(p[j] - max);
+          sum += p[j];
+        }
+        for (int64_t e = 0; e < g.d; ++e) {
+          double acc = 0.0;
+          for (int64_t j = 0; j < g.t; ++j) acc += p[j] * values.get({b, h / group, j, e});
+          out.set({b, h, i, e}, sum > 0.0 ? static_cast<float>(acc / sum) : 0.0f);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace lm::kernels

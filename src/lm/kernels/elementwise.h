@@ -1,0 +1,18 @@
+#pragma once
+// Row-wise activation kernels of the llama block: RMSNorm, softmax, SiLU and SwiGLU.
+#include <cstdint>
+
+namespace lm::kernels {
+
+// out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i] over n elements (out may alias x).
+void rmsnorm(const float* x, const float* weight, float* out, int64_t n, float eps);
+
+// In-place softmax over n elements, max-subtracted for stability. -inf entries get 0.
+void softmax(float* x, int64_t n);
+
+// x / (1 + exp(-x)).
+float silu(float x);
+// gate[i] = silu(gate[i]) * up[i] over n elements — the SwiGLU of the llama FFN.
+void swiglu(float* gate, const float* up, int64_t n);
+
+}  // namespace lm::kernels

@@ -1,0 +1,24 @@
+#pragma once
+// Dot products of one weight row, in its GGML block format, with an f32 activation vector.
+// These are the innermost loop of every matmul in the host; they live here, in one place,
+// so that a faster version (SIMD, quantized activations) replaces them without touching the
+// model code. vec_dot_reference() is the plain definition (dequantize the row, then an f32
+// dot) that the fused fast path is tested against.
+#include <cstdint>
+
+#include "lm/weights/ggml_type.h"
+
+namespace lm::kernels {
+
+// sum_i dequant(row)[i] * x[i] over n elements (n a multiple of the block size).
+float vec_dot_reference(GgmlType type, const void* row, const float* x, int64_t n);
+
+// The same value computed block by block without materialising the dequantized row: block
+// scales are factored out of each block's sum (for x = d*q + m: d*sum(q*x) + m*sum(x)).
+// Agrees with the reference to float rounding (tests bound the relative error).
+float vec_dot(GgmlType type, const void* row, const float* x, int64_t n);
+
+// Plain f32 dot, shared by attention and the reference.
+float dot_f32(const float* a, const float* b, int64_t n);
+
+}  // namespace lm::kernels
