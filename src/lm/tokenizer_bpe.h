@@ -1,0 +1,47 @@
+#pragma once
+// Byte-level BPE (GGUF tokenizer.ggml.model = "gpt2"; GPT-2, SmolLM2, Llama 3, Qwen2): every
+// byte of the text is mapped to a printable code point (GPT-2's bytes_to_unicode), the
+// pre-tokenizer cuts the text into words, and each word is merged pairwise by merge rank
+// (lowest rank first, leftmost on ties). Special tokens written in the text are matched
+// whole before any of this.
+#include <array>
+#include <string>
+
+#include "lm/tokenizer.h"
+#include "lm/tokenizer_pretokenizer.h"
+#include "lm/tokenizer_special.h"
+#include "lm/tokenizer_string_map.h"
+#include "lm/tokenizer_vocab.h"
+
+namespace lm {
+
+class ByteLevelBpeTokenizer final : public Tokenizer {
+ public:
+  // Throws base::Unsupported for an unknown vocab.pre, base::FormatError for a malformed
+  // merge line.
+  explicit ByteLevelBpeTokenizer(TokenizerVocab vocab);
+
+  std::vector<int32_t> encode(std::string_view text, bool add_bos) const override;
+  std::string decode_token(int32_t previous, int32_t token) const override;
+  int32_t vocab_size() const override { return static_cast<int32_t>(vocab_.tokens.size()); }
+  std::optional<int32_t> bos_id() const override { return vocab_.bos_id; }
+  std::optional<int32_t> eos_id() const override { return vocab_.eos_id; }
+  std::vector<int32_t> stop_ids() const override { return stop_ids_; }
+  std::string token_text(int32_t token) const override;
+  std::string apply_chat_template(const std::vector<ChatMessage>& messages) const override;
+
+ private:
+  void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  int rank(std::string_view left, std::string_view right) const;  // -1: no such merge
+  void check_token(int32_t token) const;
+
+  TokenizerVocab vocab_;
+  PreTokenizer pre_tokenizer_;
+  SpecialTokenMatcher specials_;
+  StringMap<int32_t> token_to_id_;
+  StringMap<int> merge_rank_;                // key: "left right", as GGUF stores merges
+  std::array<std::string, 256> byte_to_text_;  // byte -> its code point, UTF-8 encoded
+  std::vector<int32_t> stop_ids_;
+};
+
+}  // namespace lm
