@@ -7,6 +7,8 @@ namespace lm {
 
 class RotatingKVCache : public KVCache {
  public:
+  // Rows added per growth before the ring is full (mlx_lm's step).
+  static constexpr int64_t kGrowthStep = 256;
   RotatingKVCache(int64_t max_size, int64_t keep = 0, DType kv_dtype = DType::F16);
 
   KeysValues update_and_fetch(const Tensor& keys, const Tensor& values) override;
@@ -26,6 +28,15 @@ class RotatingKVCache : public KVCache {
   int64_t keep() const { return keep_; }
 
  private:
+  KeysValues update_in_place(const Tensor& keys, const Tensor& values);  // S == 1
+  KeysValues update_concat(const Tensor& keys, const Tensor& values);    // S > 1
+  // Rows [0, rows) of the buffers in `dtype` (views when it is the storage dtype).
+  KeysValues fetch(int64_t rows, DType dtype) const;
+  // The buffer in temporal order (kept rows, then oldest to newest), unused rows cut off.
+  Tensor temporal_order(const Tensor& v) const;
+  // Drops the trim_size oldest rows after the kept ones, appending `append` when given.
+  Tensor drop_oldest(int64_t trim_size, const Tensor& v, const Tensor* append) const;
+
   int64_t max_size_;
   int64_t keep_;
   DType kv_dtype_;

@@ -1,0 +1,185 @@
+// lm::Sampler: each mask exact on hand-made logits, the documented chain order, the
+// repetition-penalty rule, temperature scaling, and seeded reproducibility / frequencies.
+#include "lm/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "base/error.h"
+
+namespace {
+
+using lm::Sampler;
+using lm::SamplerOptions;
+
+std::vector<float> log_of(std::vector<double> probs) {
+  std::vector<float> out;
+  for (double p : probs) out.push_back(static_cast<float>(std::log(p)));
+  return out;
+}
+
+// Indices whose logit survived (is finite).
+std::vector<int> kept(const std::vector<float>& logits) {
+  std::vector<int> out;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    if (std::isfinite(logits[i])) out.push_back(static_cast<int>(i));
+  }
+  return out;
+}
+
+TEST(Sampler, TopKKeepsTheKLargestTiesByLowerIndex) {
+  const std::vector<float> base = {1, 3, 2, 3, 0};
+  auto l = base;
+  lm::apply_top_k(l, 2);
+  EXPECT_EQ(kept(l), (std::vector<int>{1, 3}));
+  l = base;
+  lm::apply_top_k(l, 3);
+  EXPECT_EQ(kept(l), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(l[2], 2.0f);  // survivors unchanged
+  l = base;
+  lm::apply_top_k(l, 0);
+  EXPECT_EQ(kept(l).size(), 5u);
+  l = {5, 5, 5};
+  lm::apply_top_k(l, 1);
+  EXPECT_EQ(kept(l), (std::vector<int>{0}));
+}
+
+TEST(Sampler, TopPKeepsSmallestPrefixReachingP) {
+  const std::vector<float> base = log_of({0.5, 0.2, 0.2, 0.1});
+  const std::vector<std::pair<float, std::vector<int>>> cases = {
+      {0.45f, {0}}, {0.55f, {0, 1}}, {0.71f, {0, 1, 2}}, {0.95f, {0, 1, 2, 3}}, {1.0f, {0, 1, 2, 3}}};
+  for (const auto& [p, want] : cases) {
+    auto l = base;
+    lm::apply_top_p(l, p);
+    EXPECT_EQ(kept(l), want) << "top_p " << p;
+  }
+  // Unsorted input: the ranking is by probability, not position.
+  std::vector<float> l = log_of({0.1, 0.2, 0.6, 0.1});
+  lm::apply_top_p(l, 0.7f);
+  EXPECT_EQ(kept(l), (std::vector<int>{1, 2}));
+}
+
+TEST(Sampler, MinPKeepsTokensAboveFractionOfTheBest) {
+  const std::vector<float> base = log_of({0.5, 0.2, 0.2, 0.1});
+  auto l = base;
+  lm::apply_min_p(l, 0.3f);  // threshold 0.15
+  EXPECT_EQ(kept(l), (std::vector<int>{0, 1, 2}));
+  l = base;
+  lm::apply_min_p(l, 0.5f);  // threshold 0.25
+  EXPECT_EQ(kept(l), (std::vector<int>{0}));
+  l = base;
+  lm::apply_min_p(l, 0.19f);  // threshold 0.095
+  EXPECT_EQ(kept(l), (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(Sampler, RepetitionPenaltyDividesPositiveMultipliesNegativeOncePerToken) {
+  std::vector<float> l = {2, -2, 1, 0.5f};
+  lm::apply_repetition_penalty(l, std::vector<int32_t>{0, 1, 1, 3}, 2.0f, 64);
+  EXPECT_EQ(l, (std::vector<float>{1, -4, 1, 0.25f}));
+  // Only the last `context` tokens count.
+  l = {2, -2, 1, 0.5f};
+  lm::apply_repetition_penalty(l, std::vector<int32_t>{0, 1, 1, 3}, 2.0f, 2);
+  EXPECT_EQ(l, (std::vector<float>{2, -4, 1, 0.25f}));
+  EXPECT_THROW(lm::apply_repetition_penalty(l, std::vector<int32_t>{9}, 2.0f, 4), base::InvalidArgument);
+}
+
+TEST(Sampler, GreedyIsArgmaxAfterPenalty) {
+  Sampler greedy(SamplerOptions{});
+  EXPECT_EQ(greedy.sample(std::vector<float>{0.1f, 3, 3, -1}, {}), 1);
+  SamplerOptions o;
+  o.repetition_penalty = 4.0f;
+  Sampler penalised(o);
+  // 3 / 4 = 0.75 < 1: the repeated favourite loses to token 2.
+  EXPECT_EQ(penalised.sample(std::vector<float>{0.1f, 3, 1, -1}, std::vector<int32_t>{1}), 2);
+}
+
+TEST(Sampler, DistributionAppliesTheChainThenTemperature) {
+  SamplerOptions o;
+  o.temperature = 2.0f;
+  o.top_k = 3;
+  o.top_p = 0.75f;
+  Sampler s(o);
+  // top_k drops 0.05; renormalised {0.5, 0.25, 0.2}/0.95 -> top_p 0.75 keeps {0, 1};
+  // temperature 2 gives weights sqrt(0.5) : sqrt(0.25).
+  const auto d = s.distribution(log_of({0.5, 0.25, 0.2, 0.05}), {});
+  const double a = std::sqrt(0.5), b = std::sqrt(0.25);
+  ASSERT_EQ(d.size(), 4u);
+  EXPECT_NEAR(d[0], a / (a + b), 1e-6);
+  EXPECT_NEAR(d[1], b / (a + b), 1e-6);
+  EXPECT_EQ(d[2], 0.0);
+  EXPECT_EQ(d[3], 0.0);
+}
+
+TEST(Sampler, SeededDrawsAreReproducibleAndFollowTheDistribution) {
+  SamplerOptions o;
+  o.temperature = 1.0f;
+  o.seed = 1234;
+  const auto logits = log_of({0.5, 0.3, 0.2});
+  Sampler a(o), b(o);
+  o.seed = 1235;
+  Sampler c(o);
+  std::vector<int32_t> sa, sb, sc;
+  for (int i = 0; i < 200; ++i) {
+    sa.push_back(a.sample(logits, {}));
+    sb.push_back(b.sample(logits, {}));
+    sc.push_back(c.sample(logits, {}));
+  }
+  EXPECT_EQ(sa, sb);
+  EXPECT_NE(sa, sc);
+  // 40000 draws: each frequency within 5 standard deviations (sd <= 0.0025).
+  int counts[3] = {0, 0, 0};
+  for (int i = 0; i < 40000; ++i) ++counts[a.sample(logits, {})];
+  EXPECT_NEAR(counts[0] / 40000.0, 0.5, 0.0125);
+  EXPECT_NEAR(counts[1] / 40000.0, 0.3, 0.0125);
+  EXPECT_NEAR(counts[2] / 40000.0, 0.2, 0.0125);
+}
+
+TEST(Sampler, CategoricalUsesTopBitsOfOneOutput) {
+  // u = (x >> 11) / 2^53 for the first output of the generator; the pick is the first token
+  // whose cumulative probability exceeds u.
+  std::mt19937_64 rng(99), copy(99);
+  const double u = static_cast<double>(copy() >> 11) / 9007199254740992.0;
+  const std::vector<double> probs = {0.25, 0.25, 0.5};
+  const int32_t want = u < 0.25 ? 0 : (u < 0.5 ? 1 : 2);
+  EXPECT_EQ(lm::sample_categorical(probs, rng), want);
+  EXPECT_EQ(rng(), copy());  // exactly one output consumed
+}
+
+TEST(Sampler, RejectsBadOptionsNamingTheValue) {
+  const auto expect_error = [](SamplerOptions o, const std::string& fragment) {
+    try {
+      Sampler s(o);
+      FAIL() << "accepted " << fragment;
+    } catch (const base::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  SamplerOptions o;
+  o.temperature = -1;
+  expect_error(o, "temperature");
+  o = {};
+  o.top_k = -3;
+  expect_error(o, "-3");
+  o = {};
+  o.top_p = 0;
+  expect_error(o, "top_p");
+  o = {};
+  o.top_p = 1.5f;
+  expect_error(o, "1.5");
+  o = {};
+  o.min_p = 2;
+  expect_error(o, "min_p");
+  o = {};
+  o.repetition_penalty = 0;
+  expect_error(o, "repetition_penalty");
+  o = {};
+  o.temperature = std::numeric_limits<float>::quiet_NaN();
+  expect_error(o, "temperature");
+  Sampler s(SamplerOptions{});
+  EXPECT_THROW(s.sample(std::vector<float>{}, {}), base::InvalidArgument);
+  EXPECT_THROW(s.sample(std::vector<float>{1, std::nanf("")}, {}), base::InvalidArgument);
+}
+
+}  // namespace
