@@ -1,0 +1,256 @@
+#include "lm/arch/llama_model.h"
+
+#include <cmath>
+#include <string>
+
+#include "base/error.h"
+#include "lm/full_kv_cache.h"
+#include "lm/kernels/attention.h"
+#include "lm/kernels/elementwise.h"
+#include "lm/kernels/matmul.h"
+#include "lm/rotating_kv_cache.h"
+
+namespace lm {
+
+namespace {
+
+void expect_matrix(const WeightMatrix& w, int64_t rows, int64_t cols, const std::string& name) {
+  if (w.rows != rows || w.cols != cols) {
+    throw base::FormatError("tensor '" + name + "' has shape [" + std::to_string(w.cols) + ", " + std::to_string(w.rows) +
+                            "] (cols, rows), expected [" + std::to_string(cols) + ", " + std::to_string(rows) + "]");
+  }
+}
+
+void expect_vector(const std::vector<float>& v, std::size_t n, const std::string& name, bool optional = false) {
+  if (optional && v.empty()) return;
+  if (v.size() != n) {
+    throw base::FormatError("tensor '" + name + "' has " + std::to_string(v.size()) + " elements, expected " +
+                            std::to_string(n));
+  }
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(ModelConfig config, LlamaHyperParams hyper, LlamaWeights weights, LlamaRuntimeOptions options)
+    : config_(std::move(config)), hyper_(std::move(hyper)), weights_(std::move(weights)), options_(options) {
+  if (options_.kv_dtype != DType::F32 && options_.kv_dtype != DType::F16 && options_.kv_dtype != DType::BF16) {
+    throw base::InvalidArgument("KV dtype must be f32, f16 or bf16, got " + std::string(dtype_name(options_.kv_dtype)));
+  }
+  validate();
+  pool_ = std::make_unique<base::ThreadPool>(options_.threads);
+  layers_.resize(static_cast<std::size_t>(config_.n_layers));
+  for (int l = 0; l < config_.n_layers; ++l) {
+    LayerInfo& info = layers_[l];
+    info.is_attention = true;
+    info.head_dim = config_.head_dim;
+    info.n_heads = config_.n_heads;
+    info.n_kv_heads = config_.n_kv_heads;
+    if (static_cast<std::size_t>(l) < hyper_.sliding_window.size()) info.sliding_window = hyper_.sliding_window[l];
+    info.kind = info.sliding_window ? "sliding_attention" : "attention";
+  }
+}
+
+void LlamaModel::validate() const {
+  const ModelConfig& c = config_;
+  if (c.n_layers <= 0 || c.dim <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 || c.hidden_dim <= 0 ||
+      c.vocab_size <= 0) {
+    throw base::FormatError("model config has a non-positive size (layers " + std::to_string(c.n_layers) + ", dim " +
+                            std::to_string(c.dim) + ", heads " + std::to_string(c.n_heads) + "/" +
+                            std::to_string(c.n_kv_heads) + ", head_dim " + std::to_string(c.head_dim) + ", hidden " +
+                            std::to_string(c.hidden_dim) + ", vocab " + std::to_string(c.vocab_size) + ")");
+  }
+  if (c.n_heads % c.n_kv_heads != 0) {
+    throw base::FormatError("attention head count " + std::to_string(c.n_heads) + " is not a multiple of kv head count " +
+                            std::to_string(c.n_kv_heads));
+  }
+  if (c.head_dim % 2 != 0) throw base::FormatError("head_dim " + std::to_string(c.head_dim) + " is odd; RoPE needs pairs");
+  if (static_cast<int>(weights_.layers.size()) != c.n_layers) {
+    throw base::FormatError("model has " + std::to_string(weights_.layers.size()) + " layers of weights, config says " +
+                            std::to_string(c.n_layers));
+  }
+  const int64_t q_dim = int64_t{c.n_heads} * c.head_dim;
+  const int64_t kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
+  expect_matrix(weights_.token_embedding, c.vocab_size, c.dim, "token_embd.weight");
+  expect_matrix(weights_.output, c.vocab_size, c.dim, "output.weight");
+  expect_vector(weights_.output_norm, c.dim, "output_norm.weight");
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LlamaLayerWeights& w = weights_.layers[l];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    expect_vector(w.attn_norm, c.dim, p + "attn_norm.weight");
+    expect_matrix(w.wq, q_dim, c.dim, p + "attn_q.weight");
+    expect_matrix(w.wk, kv_dim, c.dim, p + "attn_k.weight");
+    expect_matrix(w.wv, kv_dim, c.dim, p + "attn_v.weight");
+    expect_matrix(w.wo, c.dim, q_dim, p + "attn_output.weight");
+    expect_vector(w.bq, q_dim, p + "attn_q.bias", true);
+    expect_vector(w.bk, kv_dim, p + "attn_k.bias", true);
+    expect_vector(w.bv, kv_dim, p + "attn_v.bias", true);
+    expect_vector(w.q_norm, c.head_dim, p + "attn_q_norm.weight", true);
+    expect_vector(w.k_norm, c.head_dim, p + "attn_k_norm.weight", true);
+    expect_vector(w.ffn_norm, c.dim, p + "ffn_norm.weight");
+    expect_matrix(w.w_gate, c.hidden_dim, c.dim, p + "ffn_gate.weight");
+    expect_matrix(w.w_up, c.hidden_dim, c.dim, p + "ffn_up.weight");
+    expect_matrix(w.w_down, c.dim, c.hidden_dim, p + "ffn_down.weight");
+  }
+}
+
+CacheList LlamaModel::native_make_cache() const {
+  CacheList caches;
+  caches.reserve(layers_.size());
+  for (const LayerInfo& info : layers_) {
+    if (info.sliding_window) {
+      caches.push_back(std::make_shared<RotatingKVCache>(*info.sliding_window, 0, options_.kv_dtype));
+    } else {
+      caches.push_back(std::make_shared<FullKVCache>(options_.kv_dtype));
+    }
+  }
+  return caches;
+}
+
+void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* attn_out, KVCache& cache) const {
+  const LlamaLayerWeights& w = weights_.layers[layer];
+  const int64_t hq = config_.n_heads, hkv = config_.n_kv_heads, d = config_.head_dim;
+  base::ThreadPool* pool = pool_.get();
+
+  // 1. Position of the first new token, 2. the mask — both before the cache changes.
+  const int64_t pos0 = cache.offset();
+  const std::optional<int64_t> window = layers_[layer].sliding_window;
+  const AttentionMask mask = cache.make_mask(n, window);
+
+  std::vector<float> q(static_cast<std::size_t>(n * hq * d));
+  std::vector<float> k(static_cast<std::size_t>(n * hkv * d));
+  std::vector<float> v(static_cast<std::size_t>(n * hkv * d));
+  kernels::matmul(w.wq, xb, n, q.data(), pool);
+  kernels::matmul(w.wk, xb, n, k.data(), pool);
+  kernels::matmul(w.wv, xb, n, v.data(), pool);
+  const auto add_bias = [n](std::vector<float>& x, const std::vector<float>& bias) {
+    if (bias.empty()) return;
+    const std::size_t width = bias.size();
+    for (int64_t t = 0; t < n; ++t) {
+      for (std::size_t i = 0; i < width; ++i) x[t * width + i] += bias[i];
+    }
+  };
+  add_bias(q, w.bq);
+  add_bias(k, w.bk);
+  add_bias(v, w.bv);
+  const auto head_norm = [&](std::vector<float>& x, const std::vector<float>& weight) {
+    if (weight.empty()) return;
+    for (std::size_t off = 0; off < x.size(); off += static_cast<std::size_t>(d)) {
+      kernels::rmsnorm(x.data() + off, weight.data(), x.data() + off, d, config_.norm_eps);
+    }
+  };
+  head_norm(q, w.q_norm);
+  head_norm(k, w.k_norm);
+  kernels::rope(q.data(), n, static_cast<int>(hq), static_cast<int>(d), pos0, config_.rope_theta, hyper_.rope_style,
+                hyper_.rope_dim);
+  kernels::rope(k.data(), n, static_cast<int>(hkv), static_cast<int>(d), pos0, config_.rope_theta, hyper_.rope_style,
+                hyper_.rope_dim);
+
+  // [N, H, D] token-major -> [1, H, N, D] head-major, as the cache contract wants.
+  Tensor queries({1, hq, n, d}, DType::F32);
+  float* qt = queries.data<float>();
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t h = 0; h < hq; ++h) {
+      std::copy_n(q.data() + (t * hq + h) * d, d, qt + (h * n + t) * d);
+    }
+  }
+  const DType kv_dtype = options_.kv_dtype;
+  Tensor keys({1, hkv, n, d}, kv_dtype), values({1, hkv, n, d}, kv_dtype);
+  const std::size_t es = dtype_size(kv_dtype);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t h = 0; h < hkv; ++h) {
+      const std::size_t dst = static_cast<std::size_t>((h * n + t) * d) * es;
+      convert_elements(reinterpret_cast<const std::byte*>(k.data() + (t * hkv + h) * d), DType::F32,
+                       keys.raw_data() + dst, kv_dtype, static_cast<std::size_t>(d));
+      convert_elements(reinterpret_cast<const std::byte*>(v.data() + (t * hkv + h) * d), DType::F32,
+                       values.raw_data() + dst, kv_dtype, static_cast<std::size_t>(d));
+    }
+  }
+
+  // 3. Queries to an observing cache, then fused attention or store + attend.
+  if (cache.wants_queries()) cache.observe_queries(queries);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  Tensor out({1, hq, n, d}, DType::F32);
+  if (cache.supports_fused_attention()) {
+    FusedAttentionRequest request;
+    request.queries = &queries;
+    request.keys = &keys;
+    request.values = &values;
+    request.scale = scale;
+    request.window = window;
+    cache.fused_attention(request, out);
+  } else {
+    const KeysValues kv = cache.update_and_fetch(keys, values);
+    kernels::attention(queries, kv.keys, kv.values, mask, window, scale, out, pool);
+  }
+  // [1, H_q, N, D] -> [N, H_q * D] for the output projection.
+  const Tensor out_c = out.contiguous();
+  const float* o = out_c.data<float>();
+  std::vector<float> merged(static_cast<std::size_t>(n * hq * d));
+  for (int64_t h = 0; h < hq; ++h) {
+    for (int64_t t = 0; t < n; ++t) std::copy_n(o + (h * n + t) * d, d, merged.data() + (t * hq + h) * d);
+  }
+  kernels::matmul(w.wo, merged.data(), n, attn_out, pool);
+}
+
+void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, std::vector<float>& last_logits,
+                         std::vector<float>* all_logits) const {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) throw base::InvalidArgument("forward: no tokens given");
+  if (static_cast<int>(caches.size()) != config_.n_layers) {
+    throw base::InvalidArgument("forward: got " + std::to_string(caches.size()) + " caches for a model of " +
+                                std::to_string(config_.n_layers) + " layers");
+  }
+  for (std::size_t l = 0; l < caches.size(); ++l) {
+    if (!caches[l]) throw base::InvalidArgument("forward: cache of layer " + std::to_string(l) + " is null");
+  }
+  for (int32_t token : tokens) {
+    if (token < 0 || token >= config_.vocab_size) {
+      throw base::InvalidArgument("forward: token id " + std::to_string(token) + " is outside the vocabulary [0, " +
+                                  std::to_string(config_.vocab_size) + ")");
+    }
+  }
+  const int64_t start = caches[0]->offset();
+  if (config_.context_length > 0 && start + n > config_.context_length) {
+    throw base::InvalidArgument("forward: positions " + std::to_string(start) + ".." + std::to_string(start + n - 1) +
+                                " exceed the context length " + std::to_string(config_.context_length));
+  }
+
+  const int64_t dim = config_.dim, hidden = config_.hidden_dim;
+  base::ThreadPool* pool = pool_.get();
+  std::vector<float> x(static_cast<std::size_t>(n * dim));
+  for (int64_t t = 0; t < n; ++t) weights_.token_embedding.dequantize_row_to(tokens[t], x.data() + t * dim);
+
+  std::vector<float> xb(x.size()), delta(x.size());
+  std::vector<float> gate(static_cast<std::size_t>(n * hidden)), up(gate.size());
+  for (int l = 0; l < config_.n_layers; ++l) {
+    const LlamaLayerWeights& w = weights_.layers[l];
+    for (int64_t t = 0; t < n; ++t) {
+      kernels::rmsnorm(x.data() + t * dim, w.attn_norm.data(), xb.data() + t * dim, dim, config_.norm_eps);
+    }
+    attention_block(l, n, xb.data(), delta.data(), *caches[l]);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
+
+    for (int64_t t = 0; t < n; ++t) {
+      kernels::rmsnorm(x.data() + t * dim, w.ffn_norm.data(), xb.data() + t * dim, dim, config_.norm_eps);
+    }
+    kernels::matmul(w.w_gate, xb.data(), n, gate.data(), pool);
+    kernels::matmul(w.w_up, xb.data(), n, up.data(), pool);
+    kernels::swiglu(gate.data(), up.data(), n * hidden);
+    kernels::matmul(w.w_down, gate.data(), n, delta.data(), pool);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
+  }
+
+  const int64_t vocab = config_.vocab_size;
+  // Only the rows whose logits are wanted go through the final norm and the (large) head.
+  const int64_t first = all_logits ? 0 : n - 1;
+  const int64_t rows = n - first;
+  for (int64_t t = first; t < n; ++t) {
+    kernels::rmsnorm(x.data() + t * dim, weights_.output_norm.data(), xb.data() + t * dim, dim, config_.norm_eps);
+  }
+  std::vector<float> logits(static_cast<std::size_t>(rows * vocab));
+  kernels::matmul(weights_.output, xb.data() + first * dim, rows, logits.data(), pool);
+  last_logits.assign(logits.end() - vocab, logits.end());
+  if (all_logits) *all_logits = std::move(logits);
+}
+
+}  // namespace lm

@@ -1,0 +1,50 @@
+#pragma once
+// lm::LlamaModel — the llama decoder (RMSNorm, RoPE, grouped-query attention, SwiGLU FFN,
+// tied or separate output head), with the qwen2 (QKV bias) and qwen3 (Q/K norm) variations
+// switched on by which tensors are present.
+//
+// forward() drives each layer's cache exactly as lm/cache.h prescribes: offset(), then
+// make_mask(n, window), then observe_queries() when the cache wants them, then either
+// fused_attention() or update_and_fetch() + kernels::attention(). Keys/values are handed to
+// caches as [1, H_kv, S, D] tensors in the model's KV dtype.
+#include <memory>
+
+#include "base/thread_pool.h"
+#include "lm/arch/llama_weights.h"
+#include "lm/model.h"
+
+namespace lm {
+
+struct LlamaRuntimeOptions {
+  DType kv_dtype = DType::F16;
+  int threads = 0;  // 0 = all cores
+};
+
+class LlamaModel : public Model {
+ public:
+  // Validates every tensor shape against the config (base::FormatError naming the tensor).
+  LlamaModel(ModelConfig config, LlamaHyperParams hyper, LlamaWeights weights, LlamaRuntimeOptions options);
+
+  const ModelConfig& config() const override { return config_; }
+  const std::vector<LayerInfo>& layers() const override { return layers_; }
+  CacheList native_make_cache() const override;
+  void forward(const std::vector<int32_t>& tokens, CacheList& caches, std::vector<float>& last_logits,
+               std::vector<float>* all_logits = nullptr) const override;
+
+  DType kv_dtype() const { return options_.kv_dtype; }
+  const LlamaWeights& weights() const { return weights_; }
+  base::ThreadPool& thread_pool() const { return *pool_; }
+
+ private:
+  void validate() const;
+  void attention_block(int layer, int64_t n, const float* xb, float* attn_out, KVCache& cache) const;
+
+  ModelConfig config_;
+  LlamaHyperParams hyper_;
+  LlamaWeights weights_;
+  LlamaRuntimeOptions options_;
+  std::vector<LayerInfo> layers_;
+  std::unique_ptr<base::ThreadPool> pool_;
+};
+
+}  // namespace lm

@@ -1,0 +1,38 @@
+#pragma once
+// The tensors of a llama-family decoder, independent of the file they came from: the GGUF
+// loader and the llama2.c reader both fill this, and LlamaModel computes with it. Matrices
+// stay views into the memory-mapped file; the small 1-D vectors (norm weights, biases) are
+// copied to f32 once, since they are read every step and may be stored as f16.
+#include <optional>
+#include <vector>
+
+#include "lm/kernels/rope.h"
+#include "lm/model.h"
+#include "lm/weights/weight_matrix.h"
+
+namespace lm {
+
+struct LlamaLayerWeights {
+  std::vector<float> attn_norm;      // [dim]
+  WeightMatrix wq, wk, wv, wo;       // wq [H_q*D rows, dim cols], wk/wv [H_kv*D, dim], wo [dim, H_q*D]
+  std::vector<float> bq, bk, bv;     // qwen2: attention biases (empty for llama)
+  std::vector<float> q_norm, k_norm; // qwen3: per-head RMSNorm of q/k over D (empty for llama)
+  std::vector<float> ffn_norm;       // [dim]
+  WeightMatrix w_gate, w_up, w_down; // gate/up [hidden, dim], down [dim, hidden]
+};
+
+struct LlamaWeights {
+  WeightMatrix token_embedding;  // [vocab rows, dim cols]
+  std::vector<float> output_norm;
+  WeightMatrix output;           // [vocab, dim]; the embedding itself when tied
+  std::vector<LlamaLayerWeights> layers;
+};
+
+// Architecture details beyond lm::ModelConfig.
+struct LlamaHyperParams {
+  kernels::RopeStyle rope_style = kernels::RopeStyle::kNormal;
+  int rope_dim = 0;  // 0 = head_dim
+  std::vector<std::optional<int64_t>> sliding_window;  // per layer; empty = none anywhere
+};
+
+}  // namespace lm

@@ -1,0 +1,43 @@
+#pragma once
+// lm::load — open a model file (GGUF v2/v3 or a llama2.c checkpoint, told apart by content,
+// not by extension) and return the model with its tokenizer.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "lm/dtype.h"
+#include "lm/model.h"
+#include "lm/tokenizer.h"
+#include "lm/tokenizer_vocab.h"
+
+namespace lm {
+
+namespace gguf {
+class GgufFile;
+}
+
+struct LoadOptions {
+  // A separate tokenizer: a llama2.c tokenizer file, or a GGUF whose tokenizer.ggml.* metadata
+  // is used. Required for llama2.c checkpoints unless tokenizer.bin / tok<vocab>.bin sits next
+  // to the model.
+  std::optional<std::string> tokenizer_path;
+  DType kv_dtype = DType::F16;
+  int threads = 0;  // 0 = all cores
+  std::optional<int64_t> context_length;  // overrides the file's context length
+};
+
+struct LoadedModel {
+  std::shared_ptr<Model> model;
+  std::shared_ptr<Tokenizer> tokenizer;
+};
+
+// Throws base::FormatError (missing, truncated or corrupt file; missing tensors; wrong
+// shapes), base::Unsupported (architecture, tensor type, file version) or
+// base::InvalidArgument (bad options), each naming the file and the problem.
+LoadedModel load(const std::string& path, const LoadOptions& options = {});
+
+// The tokenizer vocabulary stored in a GGUF file's tokenizer.ggml.* metadata.
+TokenizerVocab read_gguf_vocab(const gguf::GgufFile& file);
+
+}  // namespace lm
