@@ -1,0 +1,324 @@
+// The llama forward pass on real weights (stories260K, Karpathy's tinyllamas checkpoint) and
+// the cache contract as the host drives it.
+//
+// Expected values come from outside this code: the greedy text is llama2.c's published test
+// expectation (quoted in ../shared/models/stories260K/README.md, checked there against
+// run.c and llama.cpp); the .bin and .gguf files were produced by different tools (llama2.c's
+// export and llama.cpp's converter), so equal logits from both are a cross-check of the two
+// readers, not of the code against itself.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "lm/cache.h"
+#include "lm/full_kv_cache.h"
+#include "lm/kernels/attention.h"
+#include "lm/load.h"
+#include "lm/model.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kStories = fs::path(VQ_SHARED_DIR) / "models/stories260K";
+
+std::string stories_bin() { return (kStories / "stories260K.bin").string(); }
+std::string stories_gguf() { return (kStories / "stories260K.gguf").string(); }
+
+// The fenced block under "## Reference output" in the model's README.
+std::string reference_text() {
+  std::ifstream in(kStories / "README.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string readme = ss.str();
+  const auto section = readme.find("## Reference output");
+  const auto open = readme.find("```\n", section);
+  const auto close = readme.find("\n```", open + 4);
+  if (section == std::string::npos || open == std::string::npos || close == std::string::npos) return {};
+  return readme.substr(open + 4, close - open - 4);
+}
+
+int32_t argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// run.c's generate loop with -t 0 -n 200 and an empty prompt: start at BOS, 200 positions,
+// stop early if BOS comes back, print decode(previous, next) each step.
+std::string greedy_story(const lm::LoadedModel& loaded, int steps) {
+  lm::CacheList caches = lm::make_prompt_cache(*loaded.model);
+  int32_t token = *loaded.tokenizer->bos_id();
+  std::string text;
+  std::vector<float> logits;
+  for (int pos = 0; pos < steps; ++pos) {
+    loaded.model->forward({token}, caches, logits);
+    const int32_t next = argmax(logits);
+    if (next == 1) break;
+    text += loaded.tokenizer->decode_token(token, next);
+    token = next;
+  }
+  return text;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0.0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::abs(double(a[i]) - b[i]));
+  return m;
+}
+
+TEST(ModelForward, Stories260KConfigFromBothFormats) {
+  const auto bin = lm::load(stories_bin());
+  const auto gguf = lm::load(stories_gguf());
+  for (const auto* m : {&bin, &gguf}) {
+    const lm::ModelConfig& c = m->model->config();
+    // The README's header table: 64 / 172 / 5 / 8 / 4 / 512 / 512.
+    EXPECT_EQ(c.dim, 64);
+    EXPECT_EQ(c.hidden_dim, 172);
+    EXPECT_EQ(c.n_layers, 5);
+    EXPECT_EQ(c.n_heads, 8);
+    EXPECT_EQ(c.n_kv_heads, 4);
+    EXPECT_EQ(c.head_dim, 8);
+    EXPECT_EQ(c.vocab_size, 512);
+    EXPECT_EQ(c.context_length, 512);
+    ASSERT_EQ(m->model->layers().size(), 5u);
+    EXPECT_EQ(m->model->layers()[0].n_kv_heads, 4);
+    EXPECT_EQ(m->tokenizer->vocab_size(), 512);
+  }
+}
+
+TEST(ModelForward, Llama2cGreedyFromBosMatchesPublishedOutput) {
+  const std::string expected = reference_text();
+  ASSERT_GT(expected.size(), 400u) << "reference block not found in README";
+  EXPECT_EQ(greedy_story(lm::load(stories_bin()), 200), expected);
+}
+
+TEST(ModelForward, GgufGreedyFromBosMatchesPublishedOutput) {
+  const std::string expected = reference_text();
+  ASSERT_GT(expected.size(), 400u);
+  EXPECT_EQ(greedy_story(lm::load(stories_gguf()), 200), expected);
+}
+
+TEST(ModelForward, BinAndGgufGiveTheSameLogits) {
+  const auto bin = lm::load(stories_bin());
+  const auto gguf = lm::load(stories_gguf());
+  const std::vector<int32_t> tokens = bin.tokenizer->encode("Once upon a time, there was a cat named Tom.", true);
+  ASSERT_GT(tokens.size(), 5u);
+  lm::CacheList c1 = lm::make_prompt_cache(*bin.model), c2 = lm::make_prompt_cache(*gguf.model);
+  std::vector<float> last1, last2, all1, all2;
+  bin.model->forward(tokens, c1, last1, &all1);
+  gguf.model->forward(tokens, c2, last2, &all2);
+  ASSERT_EQ(all1.size(), tokens.size() * 512);
+  // Same f32 weights, same kernels: only the byte source differs, so the results must agree
+  // exactly (the GGUF's separate output.weight holds the same values as the tied embedding).
+  EXPECT_EQ(max_abs_diff(all1, all2), 0.0);
+  EXPECT_EQ(last1, std::vector<float>(all1.end() - 512, all1.end()));
+}
+
+TEST(ModelForward, ChunkedPrefillEqualsTokenByToken) {
+  const auto m = lm::load(stories_bin());
+  const std::vector<int32_t> tokens = m.tokenizer->encode("Lily saw a big red ball in the park.", true);
+  lm::CacheList whole = lm::make_prompt_cache(*m.model);
+  std::vector<float> last, all;
+  m.model->forward(tokens, whole, last, &all);
+  EXPECT_EQ(whole[0]->offset(), static_cast<int64_t>(tokens.size()));
+
+  lm::CacheList stepwise = lm::make_prompt_cache(*m.model);
+  std::vector<float> step;
+  double worst = 0.0;
+  for (std::size_t t = 0; t < tokens.size(); ++t) {
+    m.model->forward({tokens[t]}, stepwise, step);
+    const std::vector<float> row(all.begin() + t * 512, all.begin() + (t + 1) * 512);
+    worst = std::max(worst, max_abs_diff(step, row));
+  }
+  // Different summation grouping only (f16 KV in both): logits are O(10), 1e-3 is far below
+  // any real disagreement (a wrong position or mask moves logits by O(1)).
+  EXPECT_LT(worst, 1e-3);
+}
+
+TEST(ModelForward, KvDtypesAgree) {
+  const std::vector<int32_t> tokens{1, 403, 407, 261, 378, 412};
+  std::vector<std::vector<float>> results;
+  for (lm::DType dt : {lm::DType::F32, lm::DType::F16, lm::DType::BF16}) {
+    lm::LoadOptions options;
+    options.kv_dtype = dt;
+    const auto m = lm::load(stories_bin(), options);
+    lm::CacheList caches = lm::make_prompt_cache(*m.model);
+    std::vector<float> last;
+    m.model->forward(tokens, caches, last);
+    results.push_back(last);
+  }
+  // f16 keeps 11 significant bits, bf16 8: each stored K/V element carries a relative error up
+  // to 2^-11 (2^-8); through five layers that grows by a small factor (8 allowed here) on the
+  // scale of the largest logit. A wrong layout or conversion would be O(|logit|).
+  double max_logit = 0.0;
+  for (float v : results[0]) max_logit = std::max(max_logit, std::abs(double(v)));
+  EXPECT_LT(max_abs_diff(results[0], results[1]), 8.0 * std::ldexp(1.0, -11) * max_logit);
+  EXPECT_LT(max_abs_diff(results[0], results[2]), 8.0 * std::ldexp(1.0, -8) * max_logit);
+  EXPECT_EQ(argmax(results[0]), argmax(results[1]));
+}
+
+// A cache that records what the host asks of it, delegating storage to FullKVCache; optionally
+// offers fused attention (computed by the reference kernel over its own f32 copies).
+class RecordingCache : public lm::FullKVCache {
+ public:
+  explicit RecordingCache(bool fused, bool wants_q) : lm::FullKVCache(lm::DType::F16), fused_(fused), wants_q_(wants_q) {}
+  mutable std::vector<std::string> calls;
+  std::vector<lm::Shape> key_shapes;
+  std::vector<lm::DType> key_dtypes;
+  std::vector<lm::Shape> query_shapes;
+
+  lm::KeysValues update_and_fetch(const lm::Tensor& k, const lm::Tensor& v) override {
+    calls.push_back("update_and_fetch");
+    key_shapes.push_back(k.shape());
+    key_dtypes.push_back(k.dtype());
+    return lm::FullKVCache::update_and_fetch(k, v);
+  }
+  int64_t offset() const override {
+    calls.push_back("offset");
+    return lm::FullKVCache::offset();
+  }
+  lm::AttentionMask make_mask(int64_t n, std::optional<int64_t> window) const override {
+    calls.push_back("make_mask");
+    return lm::FullKVCache::make_mask(n, window);
+  }
+  bool wants_queries() const override { return wants_q_; }
+  void observe_queries(const lm::Tensor& q) override {
+    calls.push_back("observe_queries");
+    query_shapes.push_back(q.shape());
+  }
+  bool supports_fused_attention() const override { return fused_; }
+  void fused_attention(const lm::FusedAttentionRequest& r, lm::Tensor& out) override {
+    calls.push_back("fused_attention");
+    const int64_t n = r.queries->dim(2);
+    const lm::KeysValues kv = lm::FullKVCache::update_and_fetch(*r.keys, *r.values);
+    lm::Tensor result;
+    lm::kernels::attention_reference(*r.queries, kv.keys, kv.values, lm::FullKVCache::make_mask(n, r.window), r.window,
+                                     r.scale, result);
+    out = result;
+  }
+
+ private:
+  bool fused_, wants_q_;
+};
+
+lm::CacheList recording_caches(int layers, bool fused, bool wants_q, std::vector<RecordingCache*>& raw) {
+  lm::CacheList list;
+  for (int l = 0; l < layers; ++l) {
+    auto c = std::make_shared<RecordingCache>(fused, wants_q);
+    raw.push_back(c.get());
+    list.push_back(c);
+  }
+  return list;
+}
+
+TEST(ModelForward, DrivesTheCacheContractInOrder) {
+  const auto m = lm::load(stories_bin());
+  std::vector<RecordingCache*> raw;
+  lm::CacheList caches = recording_caches(5, false, true, raw);
+  std::vector<float> last;
+  m.model->forward({1, 403, 407}, caches, last);
+  m.model->forward({261}, caches, last);
+  for (RecordingCache* c : raw) {
+    // The first call's sequence, then the decode step's: offset before mask, queries before
+    // storing, one update per forward.
+    std::vector<std::string> expected{"offset", "make_mask", "observe_queries", "update_and_fetch"};
+    // forward() also reads layer 0's offset up front, for the context-length check.
+    if (c == raw[0]) expected.insert(expected.begin(), "offset");
+    std::vector<std::string> twice = expected;
+    twice.insert(twice.end(), expected.begin(), expected.end());
+    EXPECT_EQ(c->calls, twice);
+    ASSERT_EQ(c->key_shapes.size(), 2u);
+    EXPECT_EQ(c->key_shapes[0], (lm::Shape{1, 4, 3, 8}));
+    EXPECT_EQ(c->key_shapes[1], (lm::Shape{1, 4, 1, 8}));
+    EXPECT_EQ(c->key_dtypes[0], lm::DType::F16);
+    EXPECT_EQ(c->query_shapes[0], (lm::Shape{1, 8, 3, 8}));
+    EXPECT_EQ(c->lm::FullKVCache::offset(), 4);
+  }
+}
+
+TEST(ModelForward, FusedAttentionPathGivesTheSameLogits) {
+  const auto m = lm::load(stories_bin());
+  const std::vector<int32_t> prompt{1, 403, 407, 261, 378};
+  std::vector<RecordingCache*> raw_fused, raw_plain;
+  lm::CacheList fused = recording_caches(5, true, false, raw_fused);
+  lm::CacheList plain = recording_caches(5, false, false, raw_plain);
+  std::vector<float> a, b;
+  m.model->forward(prompt, fused, a);
+  m.model->forward(prompt, plain, b);
+  m.model->forward({412}, fused, a);
+  m.model->forward({412}, plain, b);
+  EXPECT_LT(max_abs_diff(a, b), 1e-3);
+  EXPECT_NE(std::find(raw_fused[0]->calls.begin(), raw_fused[0]->calls.end(), "fused_attention"), raw_fused[0]->calls.end());
+  EXPECT_EQ(std::find(raw_fused[0]->calls.begin(), raw_fused[0]->calls.end(), "update_and_fetch"), raw_fused[0]->calls.end());
+}
+
+TEST(ModelForward, MakeCacheHookIsUsed) {
+  auto m = lm::load(stories_bin());
+  int calls = 0;
+  m.model->make_cache = [&] {
+    ++calls;
+    lm::CacheList list;
+    for (int l = 0; l < 5; ++l) list.push_back(std::make_shared<lm::FullKVCache>(lm::DType::F32));
+    return list;
+  };
+  lm::CacheList caches = lm::make_prompt_cache(*m.model);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(std::static_pointer_cast<lm::FullKVCache>(caches[0])->kv_dtype(), lm::DType::F32);
+  std::vector<float> last;
+  m.model->forward({1, 403}, caches, last);
+  EXPECT_EQ(caches[4]->offset(), 2);
+}
+
+TEST(ModelForward, RejectsBadCallsWithTypedErrors) {
+  const auto m = lm::load(stories_bin());
+  lm::CacheList caches = lm::make_prompt_cache(*m.model);
+  std::vector<float> last;
+  EXPECT_THROW(m.model->forward({}, caches, last), base::InvalidArgument);
+  EXPECT_THROW(m.model->forward({512}, caches, last), base::InvalidArgument);
+  EXPECT_THROW(m.model->forward({-1}, caches, last), base::InvalidArgument);
+  lm::CacheList too_few(caches.begin(), caches.begin() + 2);
+  EXPECT_THROW(m.model->forward({1}, too_few, last), base::InvalidArgument);
+  // Context length 512: position 512 does not exist.
+  lm::LoadOptions small;
+  small.context_length = 4;
+  const auto short_ctx = lm::load(stories_bin(), small);
+  lm::CacheList c2 = lm::make_prompt_cache(*short_ctx.model);
+  EXPECT_THROW(short_ctx.model->forward({1, 2, 3, 4, 5}, c2, last), base::InvalidArgument);
+  EXPECT_NO_THROW(short_ctx.model->forward({1, 2, 3, 4}, c2, last));
+  EXPECT_THROW(short_ctx.model->forward({5}, c2, last), base::InvalidArgument);
+}
+
+TEST(ModelForward, LoadOptionsAreValidated) {
+  lm::LoadOptions bad_threads;
+  bad_threads.threads = -2;
+  EXPECT_THROW(lm::load(stories_bin(), bad_threads), base::InvalidArgument);
+  lm::LoadOptions bad_ctx;
+  bad_ctx.context_length = 0;
+  EXPECT_THROW(lm::load(stories_bin(), bad_ctx), base::InvalidArgument);
+  lm::LoadOptions bad_dtype;
+  bad_dtype.kv_dtype = lm::DType::I32;
+  EXPECT_THROW(lm::load(stories_bin(), bad_dtype), base::InvalidArgument);
+  EXPECT_THROW(lm::load("/nonexistent/model.gguf"), base::FormatError);
+}
+
+TEST(ModelForward, ThreadCountDoesNotChangeLogits) {
+  const std::vector<int32_t> tokens{1, 403, 407, 261, 378, 412, 300};
+  std::vector<float> one, many;
+  for (int threads : {1, 3}) {
+    lm::LoadOptions o;
+    o.threads = threads;
+    const auto m = lm::load(stories_gguf(), o);
+    lm::CacheList caches = lm::make_prompt_cache(*m.model);
+    m.model->forward(tokens, caches, threads == 1 ? one : many);
+  }
+  // Each output element is computed by exactly one thread in the same order: bit-identical.
+  EXPECT_EQ(one, many);
+}
+
+}  // namespace
