@@ -21,7 +21,7 @@ const std::map<std::string, std::vector<Stage>, std::less<>>& pre_tokenizers() {
     const std::vector<Stage> digits_then_gpt2 = {Stage::kEachNumber, Stage::kGpt2};
     const std::vector<Stage> llama3 = {Stage::kLlama3};
     t["default"] = {Stage::kPunctuationRuns, Stage::kGpt2, Stage::kNumberRuns, Stage::kAsciiDigitTriples};
-    for (const char* name : {"gpt2", "mpt", "olmo", "jais"}) t[name] = gpt2;
+    for (const char* name : {"gpt-2", "gpt2", "phi-2", "mpt", "olmo", "jais"}) t[name] = gpt2;
     for (const char* name : {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"}) {
       t[name] = digits_then_gpt2;
     }

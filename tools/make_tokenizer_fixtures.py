@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Reference fixtures for the tokenizer and chat-template tests (tests/lm/tokenizer_*_test.cpp,
+tests/lm/chat_template_test.cpp), computed by independent implementations:
+
+* token ids from llama.cpp's tokenizers through llama-cpp-python
+  (`Llama(path, vocab_only=True).tokenize(...)`): SentencePiece on stories260K.gguf, byte-level
+  BPE on SmolLM2-135M-Instruct.Q4_1.gguf — with the file's own pre-tokenizer ("smollm") and,
+  through vocabulary-only copies of the file whose tokenizer.ggml.pre is rewritten, with the
+  other pre-tokenizers we implement (gpt2, default, llama-bpe, qwen2);
+* chat prompts rendered by Jinja2 (the engine the templates are written for) from the template
+  text stored in the SmolLM2 GGUF, and from a plain ChatML template.
+
+Usage: python3 tools/make_tokenizer_fixtures.py [--out tests/fixtures/tokenizer]
+Needs: pip install llama-cpp-python==0.3.36 gguf jinja2 ; scripts/fetch_models.sh for SmolLM2.
+"""
+import argparse
+import json
+import os
+import pathlib
+import tempfile
+
+import gguf
+import jinja2
+from llama_cpp import Llama
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+STORIES_GGUF = SHARED / "models/stories260K/stories260K.gguf"
+SMOLLM2_GGUF = ROOT / "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+SHAKESPEARE = SHARED / "data/tinyshakespeare.txt"
+
+STORIES_REFERENCE = (
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+    "One day, she saw a big, red ball. She wanted to play with it, but it was too high.\n"
+    "Lily's mom said, \"Lily, let's go to the park.\" Lily was sad and didn't know what to do. "
+    "She said, \"I want to play with your ball, but I can't find it.\"\n"
+    "Lily was sad and didn't know what to do. She said, \"I'm sorry, Lily. I didn't know what to do.\"\n"
+    "Lily didn't want to help her mom, so she")
+
+# Plain text for the SentencePiece model (no special tokens parsed, as llama2.c encodes).
+STORIES_TEXTS = [
+    "",
+    "Once upon a time",
+    "Hello world",
+    "Lily's mom said, \"Lily, let's go to the park.\"",
+    "  two leading spaces and trailing  ",
+    "tabs\tand\nnew\n\nlines",
+    "naïve café — 日本語 😀",
+    "1234567890 + 3.14 = ?",
+    STORIES_REFERENCE,
+]
+# Text with special tokens, parsed as specials (llama.cpp parse_special).
+STORIES_SPECIAL_TEXTS = [
+    "<s>Once upon a time</s>",
+    "The end.</s><s> Once",
+]
+
+SMOLLM2_TEXTS = [
+    "Hello world",
+    "The quick brown fox jumps over the lazy dog.",
+    "",
+    " ",
+    "   ",
+    "a  12345 b",
+    "Numbers: 3.14159, 1,000,000 and 2024-12-02; ½ ² ٣٤ Ⅻ",
+    "Punctuation!!! (nested [brackets] {braces}) <angle> a+b=c ^~| $5 @home #tag %50 & *",
+    "Whitespace runs:  two   three    four\t\ttabs\n\n\nnewlines  \r\n crlf \u00a0nbsp\u3000ideo",
+    "trailing spaces   ",
+    "\n\nleading newlines",
+    "I'm sure they'll say we've done it; SHE'S RIGHT, isn't it? 'quoted' rock'n'roll",
+    "naïve café, Grüße, Ελληνικά, русский текст, 日本語のテキスト, 한국어, עברית, العربية",
+    "emoji 😀👍🏽 family 👨‍👩‍👧 flags 🇫🇷 and ✨ sparkles",
+    "<|im_start|>user\nHello! How are you?<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|><|im_end|><|endoftext|>x<|im_start",
+    "code:\n\ndef f(x):\n    return x**2  # square\n\tif (a && b) { c->d(); }",
+    "URL https://example.com/path?q=1&r=two#frag and e-mail someone@example.org",
+    "MixedCASE camelCaseWords snake_case_words kebab-case-words ALLCAPS",
+]
+SHAKESPEARE_SLICE = (20000, 24000)  # characters of tinyshakespeare.txt
+
+PRE_VARIANTS = ["gpt-2", "default", "llama-bpe", "qwen2"]
+
+PLAIN_CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+                "{% endif %}")
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi!"}],
+    [{"role": "user", "content": "Tell me a joke."},
+     {"role": "assistant", "content": "Why did the chicken cross the road?"},
+     {"role": "user", "content": "Why?\nMulti-line\n  content."}],
+    [],
+]
+
+
+def load(path: pathlib.Path) -> Llama:
+    return Llama(model_path=str(path), vocab_only=True, verbose=False)
+
+
+def vocab_only_copy(src: pathlib.Path, dst: pathlib.Path, pre: str) -> None:
+    """Writes the metadata of `src` (no tensors) with tokenizer.ggml.pre replaced."""
+    reader = gguf.GGUFReader(str(src))
+    writer = gguf.GGUFWriter(str(dst), arch=reader.fields["general.architecture"].contents())
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        value = pre if key == "tokenizer.ggml.pre" else field.contents()
+        vtype = field.types[0]
+        sub_type = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(key, value, vtype, sub_type=sub_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def ids(model: Llama, text: str, add_bos: bool, special: bool) -> list:
+    return list(model.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(ROOT / "tests/fixtures/tokenizer"))
+    args = parser.parse_args()
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    stories = load(STORIES_GGUF)
+    cases = [{"text": t, "add_bos": True, "special": False, "ids": ids(stories, t, True, False)}
+             for t in STORIES_TEXTS]
+    cases += [{"text": t, "add_bos": False, "special": False, "ids": ids(stories, t, False, False)}
+              for t in STORIES_TEXTS[1:4]]
+    cases += [{"text": t, "add_bos": True, "special": True, "ids": ids(stories, t, True, True)}
+              for t in STORIES_SPECIAL_TEXTS]
+    (out / "stories260K_encode.json").write_text(json.dumps({
+        "source": "llama-cpp-python Llama(stories260K.gguf, vocab_only=True).tokenize(text, add_bos, special)",
+        "cases": cases}, ensure_ascii=False, indent=1) + "\n")
+
+    shakespeare = SHAKESPEARE.read_text(encoding="utf-8")[SHAKESPEARE_SLICE[0]:SHAKESPEARE_SLICE[1]]
+    texts = SMOLLM2_TEXTS + [shakespeare]
+    variants = {"smollm": load(SMOLLM2_GGUF)}
+    with tempfile.TemporaryDirectory() as tmp:
+        for pre in PRE_VARIANTS:
+            path = pathlib.Path(tmp) / f"smollm2-vocab-{pre}.gguf"
+            vocab_only_copy(SMOLLM2_GGUF, path, pre)
+            variants[pre] = load(path)
+        result = {"source": "llama-cpp-python Llama(SmolLM2-135M-Instruct.Q4_1.gguf with tokenizer.ggml.pre = "
+                            "<pre>, vocab_only=True).tokenize(text, add_bos=False, special=True)",
+                  "shakespeare_slice": list(SHAKESPEARE_SLICE),
+                  "pre_tokenizers": {}}
+        for pre, model in variants.items():
+            result["pre_tokenizers"][pre] = [{"text": t, "ids": ids(model, t, False, True)} for t in texts]
+    (out / "smollm2_encode.json").write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n")
+
+    smol_template = gguf.GGUFReader(str(SMOLLM2_GGUF)).fields["tokenizer.chat_template"].contents()
+    env = jinja2.Environment()
+    renders = []
+    for name, template in [("smollm2", smol_template), ("plain_chatml", PLAIN_CHATML)]:
+        compiled = env.from_string(template)
+        for messages in CONVERSATIONS:
+            for add_generation_prompt in (True, False):
+                renders.append({"template": name, "messages": messages,
+                                "add_generation_prompt": add_generation_prompt,
+                                "expected": compiled.render(messages=messages,
+                                                            add_generation_prompt=add_generation_prompt)})
+    (out / "chat_template.json").write_text(json.dumps({
+        "source": f"jinja2 {jinja2.__version__} rendering of the template text",
+        "templates": {"smollm2": smol_template, "plain_chatml": PLAIN_CHATML},
+        "cases": renders}, ensure_ascii=False, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("LLAMA_LOG_LEVEL", "error")
+    main()
