@@ -17,7 +17,11 @@ For each type in TYPES this writes, under tests/fixtures/reference/weights/:
                      deq.<tensor>   f32, row-major, gguf-py's gguf.quants.dequantize of the tensor
                      x.<tensor>     f32 [COLS], a random input vector
                      y.<tensor>     f64 [rows], sum_j deq[r, j] * x[j] accumulated in float64
-                     absdot.<tensor> f64 [rows], sum_j |deq[r, j] * x[j]| (scale for tolerances)
+                     absterms.<tensor> f64 [rows], sum_j (|scale_term[r, j]| + |offset_term[r, j]|) * |x[j]|
+                                   where deq = scale_term + offset_term (d*q and the block
+                                   min: m for Q4_1, -dmin*mn for Q4_K; zero for other types).
+                                   It is the magnitude of what a factored f32 dot really
+                                   sums, so it bounds its rounding error (see the test).
   manifest.json    versions, per type: file names, sha256, tensor shapes, array locations
 
 Two independent dequantizers are compared before anything is written: gguf-py's numpy code
@@ -155,6 +159,26 @@ def ggml_dequantize(lib: ctypes.CDLL, type_name: str, data: np.ndarray, numel: i
     return out
 
 
+# Offsets (bytes in a block) of the fields holding the scale and the min of types whose
+# values are scale*q + min; zeroing one field isolates the other term.
+SCALE_MIN_FIELDS = {"Q4_1": (0, 2), "Q4_K": (0, 2)}
+
+
+def split_terms(type_name: str, raw: np.ndarray, qtype: T, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """(scale_term, offset_term) with scale_term + offset_term == the dequantized values."""
+    if type_name not in SCALE_MIN_FIELDS:
+        return None, None
+    block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+    d_off, m_off = SCALE_MIN_FIELDS[type_name]
+    blocks = raw.view(np.uint8).reshape(-1, type_size)
+    no_min, no_scale = blocks.copy(), blocks.copy()
+    no_min[:, m_off:m_off + 2] = 0
+    no_scale[:, d_off:d_off + 2] = 0
+    scale_term = quants.dequantize(no_min.reshape(rows, -1), qtype).reshape(rows, cols)
+    offset_term = quants.dequantize(no_scale.reshape(rows, -1), qtype).reshape(rows, cols)
+    return scale_term.astype(np.float64), offset_term.astype(np.float64)
+
+
 def sha256(path: pathlib.Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -210,9 +234,16 @@ def make_type(lib: ctypes.CDLL, type_name: str, rng: np.random.Generator, out_di
         if not np.all(np.isfinite(deq)):
             sys.exit(f"{type_name} {t.name}: non-finite dequantized values")
         x = rng.normal(0.0, 1.0, size=cols).astype(np.float32)
-        prod = deq.astype(np.float64) * x.astype(np.float64)
+        xd = x.astype(np.float64)
+        prod = deq.astype(np.float64) * xd
+        scale_term, offset_term = split_terms(type_name, raw, qtype, rows, cols)
+        if scale_term is None:
+            absterms = np.abs(prod).sum(axis=1)
+        else:
+            assert np.array_equal((scale_term + offset_term).astype(np.float32), deq), type_name
+            absterms = ((np.abs(scale_term) + np.abs(offset_term)) * np.abs(xd)).sum(axis=1)
         arrays += [(f"deq.{t.name}", deq.reshape(-1)), (f"x.{t.name}", x),
-                   (f"y.{t.name}", prod.sum(axis=1)), (f"absdot.{t.name}", np.abs(prod).sum(axis=1))]
+                   (f"y.{t.name}", prod.sum(axis=1)), (f"absterms.{t.name}", absterms)]
         entries.append({"name": t.name, "rows": rows, "cols": cols, "n_bytes": int(t.n_bytes),
                         "checked_against_ggml_dequantize": other is not None})
 
