@@ -78,6 +78,11 @@ SMOLLM2_TEXTS = [
 ]
 SHAKESPEARE_SLICE = (20000, 24000)  # characters of tinyshakespeare.txt
 
+# Byte strings that are not valid UTF-8 (stray continuation bytes, bytes never valid, a
+# sequence cut short), stored as hex: llama.cpp turns each bad byte into U+FFFD for byte-level
+# BPE, and falls back to byte tokens for SentencePiece.
+INVALID_UTF8 = [b"ab\xff\xfecd\xe6\x97", b"\xe6\x97A then more", b"ok \xc3( \x80\x80 end\xf0\x9f"]
+
 PRE_VARIANTS = ["gpt-2", "default", "llama-bpe", "qwen2"]
 
 PLAIN_CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
@@ -115,8 +120,9 @@ def vocab_only_copy(src: pathlib.Path, dst: pathlib.Path, pre: str) -> None:
     writer.close()
 
 
-def ids(model: Llama, text: str, add_bos: bool, special: bool) -> list:
-    return list(model.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special))
+def ids(model: Llama, text, add_bos: bool, special: bool) -> list:
+    data = text if isinstance(text, bytes) else text.encode("utf-8")
+    return list(model.tokenize(data, add_bos=add_bos, special=special))
 
 
 def main() -> None:
@@ -133,9 +139,10 @@ def main() -> None:
               for t in STORIES_TEXTS[1:4]]
     cases += [{"text": t, "add_bos": True, "special": True, "ids": ids(stories, t, True, True)}
               for t in STORIES_SPECIAL_TEXTS]
+    invalid = [{"hex": b.hex(), "ids": ids(stories, b, True, False)} for b in INVALID_UTF8]
     (out / "stories260K_encode.json").write_text(json.dumps({
         "source": "llama-cpp-python Llama(stories260K.gguf, vocab_only=True).tokenize(text, add_bos, special)",
-        "cases": cases}, ensure_ascii=False, indent=1) + "\n")
+        "cases": cases, "invalid_utf8": invalid}, ensure_ascii=False, indent=1) + "\n")
 
     shakespeare = SHAKESPEARE.read_text(encoding="utf-8")[SHAKESPEARE_SLICE[0]:SHAKESPEARE_SLICE[1]]
     texts = SMOLLM2_TEXTS + [shakespeare]
@@ -151,6 +158,8 @@ def main() -> None:
                   "pre_tokenizers": {}}
         for pre, model in variants.items():
             result["pre_tokenizers"][pre] = [{"text": t, "ids": ids(model, t, False, True)} for t in texts]
+        result["invalid_utf8"] = [{"hex": b.hex(), "ids": ids(variants["smollm"], b, False, True)}
+                                  for b in INVALID_UTF8]
     (out / "smollm2_encode.json").write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n")
 
     smol_template = gguf.GGUFReader(str(SMOLLM2_GGUF)).fields["tokenizer.chat_template"].contents()

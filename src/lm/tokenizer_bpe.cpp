@@ -41,6 +41,19 @@ struct BigramOrder {  // lowest rank first, then leftmost
   }
 };
 
+std::string replace_invalid_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const auto& cp : unicode::decode_utf8(text)) {
+    if (cp.value == unicode::kInvalidByte) {
+      out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
+    } else {
+      out.append(text.substr(cp.offset, cp.length));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(TokenizerVocab vocab)
@@ -150,7 +163,10 @@ std::vector<int32_t> ByteLevelBpeTokenizer::encode(std::string_view text, bool a
       out.push_back(fragment.token);
       continue;
     }
-    for (std::string_view word : pre_tokenizer_.split(fragment.text)) encode_word(word, out);
+    // As llama.cpp: each byte that is not part of valid UTF-8 becomes U+FFFD (the vocabulary
+    // need not spell such bytes; SmolLM2's has no token for 0xFF).
+    const std::string text_utf8 = replace_invalid_utf8(fragment.text);
+    for (std::string_view word : pre_tokenizer_.split(text_utf8)) encode_word(word, out);
   }
   return out;
 }

@@ -1,11 +1,11 @@
 #include "lm/tokenizer_spm.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <queue>
 
 #include "base/error.h"
 #include "lm/chat_template.h"
-#include "lm/unicode/utf8.h"
 
 namespace lm {
 
@@ -101,15 +101,20 @@ int32_t SentencePieceTokenizer::find(std::string_view piece) const {
 }
 
 void SentencePieceTokenizer::encode_fragment(const std::string& text, std::vector<int32_t>& out) const {
-  // Start from one symbol per UTF-8 character (a stray byte is a symbol of its own).
+  // Start from one symbol per UTF-8 character. Its length is read off the lead byte alone, as
+  // llama.cpp does, so malformed input is cut the same way (a symbol that is not a piece then
+  // falls back to its bytes).
   std::vector<Symbol> symbols;
-  for (const auto& cp : unicode::decode_utf8(text)) {
+  for (size_t pos = 0; pos < text.size();) {
+    const auto lead = static_cast<unsigned char>(text[pos]);
+    const size_t length = lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
     Symbol s;
-    s.begin = cp.offset;
-    s.size = cp.length;
+    s.begin = pos;
+    s.size = std::min(length, text.size() - pos);
     s.prev = static_cast<int>(symbols.size()) - 1;
     s.next = static_cast<int>(symbols.size()) + 1;
     symbols.push_back(s);
+    pos += s.size;
   }
   if (symbols.empty()) return;
   symbols.back().next = -1;

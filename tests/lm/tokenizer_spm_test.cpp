@@ -60,6 +60,23 @@ TEST_P(Stories260KTokenizer, EncodesAsLlamaCpp) {
   }
 }
 
+std::string from_hex(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return out;
+}
+
+TEST_P(Stories260KTokenizer, InvalidUtf8FallsBackToBytesAsLlamaCpp) {
+  const auto tok = tokenizer();
+  const auto fixture = load_fixture();
+  ASSERT_EQ(fixture["invalid_utf8"].size(), 3u);
+  for (const auto& c : fixture["invalid_utf8"]) {
+    const std::string bytes = from_hex(c["hex"]);
+    EXPECT_EQ(tok->encode(bytes, true), c["ids"].get<std::vector<int32_t>>()) << c["hex"];
+    EXPECT_EQ(tok->decode(tok->encode(bytes, false)), bytes) << "byte tokens keep the bytes";
+  }
+}
+
 TEST_P(Stories260KTokenizer, KnownPromptEncoding) {
   // llama2.c run.c -i "Once upon a time" starts from BOS, the dummy-prefix "▁Once" and the
   // pieces the merges make; 1 is BOS and every id is a real piece of tok512.
@@ -91,7 +108,7 @@ TEST_P(Stories260KTokenizer, ReferenceStoryRoundTrips) {
 TEST_P(Stories260KTokenizer, RoundTripsVariedText) {
   const auto tok = tokenizer();
   for (const std::string text : {"Hello world", "  spaces  around ", "tabs\tand\nnew\n\nlines",
-                                 "naïve café — 日本語 😀", "a\xff\xfe stray bytes", "<s> literal"}) {
+                                 "naïve café — 日本語 😀", "stray bytes at the end \xff\xfe", "<s> literal"}) {
     EXPECT_EQ(tok->decode(tok->encode(text, false)), text) << text;
   }
 }
