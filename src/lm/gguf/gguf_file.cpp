@@ -40,8 +40,14 @@ class GgufParser {
     const uint64_t kv_count = read_u64("metadata count");
     // Each kv needs at least 12 bytes and each tensor info at least 24: cheap sanity bounds
     // that stop absurd counts before any allocation.
-    if (kv_count > file_.size() / 12) fail("metadata count " + std::to_string(kv_count) + " exceeds what the file can hold");
-    if (tensor_count > file_.size() / 24) fail("tensor count " + std::to_string(tensor_count) + " exceeds what the file can hold");
+    if (kv_count > file_.size() / 12) {
+      fail("truncated or corrupt: metadata count " + std::to_string(kv_count) + " needs more than the file's " +
+           std::to_string(file_.size()) + " bytes");
+    }
+    if (tensor_count > file_.size() / 24) {
+      fail("truncated or corrupt: tensor count " + std::to_string(tensor_count) + " needs more than the file's " +
+           std::to_string(file_.size()) + " bytes");
+    }
 
     for (uint64_t i = 0; i < kv_count; ++i) {
       std::string key = read_string("metadata key #" + std::to_string(i));
@@ -87,9 +93,11 @@ class GgufParser {
     throw base::Unsupported("GGUF file '" + file_.path() + "': " + what);
   }
 
-  const std::byte* take(uint64_t n, const std::string& what) {
+  // `prefix + what` names the field; it is only assembled on failure (string arrays of 50k
+  // tokens go through here, so the happy path must not build messages).
+  const std::byte* take(uint64_t n, const std::string& what, const char* prefix = "") {
     if (n > file_.size() || pos_ > file_.size() - n) {
-      fail("truncated: needs " + std::to_string(n) + " bytes at offset " + std::to_string(pos_) + " for " + what +
+      fail("truncated: needs " + std::to_string(n) + " bytes at offset " + std::to_string(pos_) + " for " + prefix + what +
            ", file has " + std::to_string(file_.size()) + " bytes");
     }
     const std::byte* p = file_.data() + pos_;
@@ -97,17 +105,17 @@ class GgufParser {
     return p;
   }
   template <class T>
-  T read_pod(const std::string& what) {
+  T read_pod(const std::string& what, const char* prefix = "") {
     T v;
-    std::memcpy(&v, take(sizeof(T), what), sizeof(T));
+    std::memcpy(&v, take(sizeof(T), what, prefix), sizeof(T));
     return v;
   }
   uint32_t read_u32(const std::string& what) { return read_pod<uint32_t>(what); }
   uint64_t read_u64(const std::string& what) { return read_pod<uint64_t>(what); }
 
   std::string read_string(const std::string& what) {
-    const uint64_t len = read_u64("length of " + what);
-    const std::byte* p = take(len, what + " (" + std::to_string(len) + " bytes)");
+    const uint64_t len = read_pod<uint64_t>(what, "length of ");
+    const std::byte* p = take(len, what);
     return std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(len));
   }
 
@@ -150,7 +158,8 @@ class GgufParser {
         const auto n = static_cast<std::size_t>(count);
         if (v.array_type == ValueType::STRING) {
           v.strings.reserve(n);
-          for (std::size_t i = 0; i < n; ++i) v.strings.push_back(read_string("element " + std::to_string(i) + " of '" + key + "'"));
+          const std::string label = "an element of metadata array '" + key + "'";
+          for (std::size_t i = 0; i < n; ++i) v.strings.push_back(read_string(label));
         } else if (v.array_type == ValueType::ARRAY) {
           v.arrays.reserve(n);
           for (std::size_t i = 0; i < n; ++i) {
