@@ -24,10 +24,11 @@ std::array<uint32_t, 256> byte_to_code_point() {
 }
 
 struct Symbol {
-  size_t begin = 0;  // byte range in the byte-mapped word
-  size_t size = 0;
-  int prev = -1;
-  int next = -1;
+  int32_t token;  // the token this symbol spells, -1 if none
+  size_t begin;   // byte range in the (unmapped) word
+  size_t size;
+  int prev;
+  int next;
 };
 
 struct Bigram {
@@ -65,7 +66,11 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(TokenizerVocab vocab)
   for (int32_t id = 0; id < static_cast<int32_t>(vocab_.tokens.size()); ++id) {
     token_to_id_.emplace(vocab_.tokens[static_cast<size_t>(id)], id);
   }
-  merge_rank_.reserve(vocab_.merges.size());
+  auto id_of = [&](std::string_view piece) -> int32_t {
+    auto it = token_to_id_.find(piece);
+    return it == token_to_id_.end() ? -1 : it->second;
+  };
+  merges_.reserve(vocab_.merges.size());
   for (size_t r = 0; r < vocab_.merges.size(); ++r) {
     const std::string& merge = vocab_.merges[r];
     const size_t space = merge.find(' ');
@@ -74,47 +79,40 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(TokenizerVocab vocab)
       throw base::FormatError("tokenizer merge " + std::to_string(r) + " is '" + merge +
                               "'; expected two pieces separated by one space");
     }
-    merge_rank_.emplace(merge, static_cast<int>(r));  // the first (best) rank wins
+    const std::string_view left = std::string_view(merge).substr(0, space);
+    const std::string_view right = std::string_view(merge).substr(space + 1);
+    const int32_t left_id = id_of(left), right_id = id_of(right);
+    // A side that is no token can never be formed (symbols start as byte tokens and only
+    // merge into tokens), so such a merge can never apply.
+    if (left_id < 0 || right_id < 0) continue;
+    merges_.emplace(pair_key(left_id, right_id), Merge{static_cast<int>(r), id_of(merge.substr(0, space) + merge.substr(space + 1))});
   }
   const auto code_points = byte_to_code_point();
-  for (size_t b = 0; b < 256; ++b) unicode::append_utf8(byte_to_text_[b], code_points[b]);
+  for (size_t b = 0; b < 256; ++b) {
+    unicode::append_utf8(byte_to_text_[b], code_points[b]);
+    byte_token_[b] = id_of(byte_to_text_[b]);
+  }
   stop_ids_ = end_of_turn_ids(vocab_);
 }
 
-int ByteLevelBpeTokenizer::rank(std::string_view left, std::string_view right) const {
-  std::string key;
-  key.reserve(left.size() + right.size() + 1);
-  key.append(left).append(" ").append(right);
-  auto it = merge_rank_.find(std::string_view(key));
-  return it == merge_rank_.end() ? -1 : it->second;
-}
-
 void ByteLevelBpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out) const {
-  // Map the word's bytes to their code points; one symbol per byte to start with.
-  std::string mapped;
-  mapped.reserve(word.size() * 2);
-  std::vector<Symbol> symbols;
-  symbols.reserve(word.size());
-  for (unsigned char byte : word) {
-    Symbol s;
-    s.begin = mapped.size();
-    s.size = byte_to_text_[byte].size();
-    s.prev = static_cast<int>(symbols.size()) - 1;
-    s.next = static_cast<int>(symbols.size()) + 1;
-    symbols.push_back(s);
-    mapped += byte_to_text_[byte];
+  // One symbol per byte to start with, each the token of its byte character.
+  std::vector<Symbol> symbols(word.size());
+  for (size_t i = 0; i < word.size(); ++i) {
+    symbols[i] = {byte_token_[static_cast<unsigned char>(word[i])], i, 1, static_cast<int>(i) - 1,
+                  static_cast<int>(i) + 1};
   }
   if (symbols.empty()) return;
   symbols.back().next = -1;
-  const std::string_view text = mapped;
 
   std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
   auto try_pair = [&](int left) {
     if (left < 0 || symbols[static_cast<size_t>(left)].next < 0) return;
     const Symbol& a = symbols[static_cast<size_t>(left)];
     const Symbol& b = symbols[static_cast<size_t>(a.next)];
-    const int r = rank(text.substr(a.begin, a.size), text.substr(b.begin, b.size));
-    if (r >= 0) queue.push({r, left, a.size + b.size});
+    if (a.token < 0 || b.token < 0) return;
+    auto it = merges_.find(pair_key(a.token, b.token));
+    if (it != merges_.end()) queue.push({it->second.rank, left, a.size + b.size});
   };
   for (int i = 0; i + 1 < static_cast<int>(symbols.size()); ++i) try_pair(i);
 
@@ -122,9 +120,11 @@ void ByteLevelBpeTokenizer::encode_word(std::string_view word, std::vector<int32
     const Bigram top = queue.top();
     queue.pop();
     Symbol& left = symbols[static_cast<size_t>(top.left)];
+    // Stale: one side was merged into something else since this pair was queued.
     if (left.size == 0 || left.next < 0) continue;
     Symbol& right = symbols[static_cast<size_t>(left.next)];
     if (left.size + right.size != top.size) continue;
+    left.token = merges_.at(pair_key(left.token, right.token)).merged;
     left.size += right.size;
     right.size = 0;
     left.next = right.next;
@@ -135,20 +135,20 @@ void ByteLevelBpeTokenizer::encode_word(std::string_view word, std::vector<int32
 
   for (int i = 0; i >= 0; i = symbols[static_cast<size_t>(i)].next) {
     const Symbol& s = symbols[static_cast<size_t>(i)];
-    const std::string_view piece = text.substr(s.begin, s.size);
-    if (auto it = token_to_id_.find(piece); it != token_to_id_.end()) {
-      out.push_back(it->second);
+    if (s.token >= 0) {
+      out.push_back(s.token);
       continue;
     }
-    // A merge result missing from the vocabulary: fall back to one token per byte.
-    for (const auto& cp : unicode::decode_utf8(piece)) {
-      const std::string_view one = piece.substr(cp.offset, cp.length);
-      if (auto it = token_to_id_.find(one); it != token_to_id_.end()) {
-        out.push_back(it->second);
+    // A piece the vocabulary cannot spell (a merge result it lacks, or a byte without a
+    // token): one token per byte, or the unknown token.
+    for (size_t b = s.begin; b < s.begin + s.size; ++b) {
+      const auto byte = static_cast<unsigned char>(word[b]);
+      if (byte_token_[byte] >= 0) {
+        out.push_back(byte_token_[byte]);
       } else if (vocab_.unk_id) {
         out.push_back(*vocab_.unk_id);
       } else {
-        throw base::FormatError("byte-level BPE vocabulary has no token for the byte piece '" + std::string(one) +
+        throw base::FormatError("byte-level BPE vocabulary has no token for the byte piece '" + byte_to_text_[byte] +
                                 "' and no unknown token");
       }
     }
@@ -157,6 +157,7 @@ void ByteLevelBpeTokenizer::encode_word(std::string_view word, std::vector<int32
 
 std::vector<int32_t> ByteLevelBpeTokenizer::encode(std::string_view text, bool add_bos) const {
   std::vector<int32_t> out;
+  StringMap<std::vector<int32_t>> word_cache;
   if (add_bos && vocab_.add_bos && vocab_.bos_id) out.push_back(*vocab_.bos_id);
   for (const TextFragment& fragment : specials_.split(text)) {
     if (fragment.is_token()) {
@@ -166,7 +167,12 @@ std::vector<int32_t> ByteLevelBpeTokenizer::encode(std::string_view text, bool a
     // As llama.cpp: each byte that is not part of valid UTF-8 becomes U+FFFD (the vocabulary
     // need not spell such bytes; SmolLM2's has no token for 0xFF).
     const std::string text_utf8 = replace_invalid_utf8(fragment.text);
-    for (std::string_view word : pre_tokenizer_.split(text_utf8)) encode_word(word, out);
+    for (std::string_view word : pre_tokenizer_.split(text_utf8)) {
+      // Words repeat a lot in running text; remember each one's tokens for this call.
+      auto [it, inserted] = word_cache.try_emplace(std::string(word));
+      if (inserted) encode_word(word, it->second);
+      out.insert(out.end(), it->second.begin(), it->second.end());
+    }
   }
   return out;
 }

@@ -6,6 +6,7 @@
 // whole before any of this.
 #include <array>
 #include <string>
+#include <unordered_map>
 
 #include "lm/tokenizer.h"
 #include "lm/tokenizer_pretokenizer.h"
@@ -32,15 +33,26 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
 
  private:
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
-  int rank(std::string_view left, std::string_view right) const;  // -1: no such merge
   void check_token(int32_t token) const;
+
+  // A merge, looked up by the ids of its two sides (both are vocabulary tokens in any
+  // well-formed vocabulary): its rank and the id of the merged token (-1 when the vocabulary
+  // lacks the merged piece; the symbol then falls back to bytes at the end).
+  struct Merge {
+    int rank;
+    int32_t merged;
+  };
+  static uint64_t pair_key(int32_t left, int32_t right) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  }
 
   TokenizerVocab vocab_;
   PreTokenizer pre_tokenizer_;
   SpecialTokenMatcher specials_;
   StringMap<int32_t> token_to_id_;
-  StringMap<int> merge_rank_;                // key: "left right", as GGUF stores merges
-  std::array<std::string, 256> byte_to_text_;  // byte -> its code point, UTF-8 encoded
+  std::unordered_map<uint64_t, Merge> merges_;  // pair_key(left id, right id) -> merge
+  std::array<std::string, 256> byte_to_text_;    // byte -> its code point, UTF-8 encoded
+  std::array<int32_t, 256> byte_token_{};        // byte -> id of its one-character token, or -1
   std::vector<int32_t> stop_ids_;
 };
 

@@ -108,6 +108,18 @@ TEST_F(SmolLM2Tokenizer, InvalidUtf8BecomesReplacementCharacters) {
   EXPECT_EQ(tok->decode(tok->encode("a\xff", false)), "a\xEF\xBF\xBD");
 }
 
+TEST_F(SmolLM2Tokenizer, WholeTinyShakespeareRoundTrips) {
+  std::ifstream in(std::string(VQ_SHARED_DIR) + "/data/tinyshakespeare.txt");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(text.size(), 1000000u);
+  const auto tok = tokenizer();
+  const auto ids = tok->encode(text, false);
+  // About 3.3 bytes per token for English with a 49k vocabulary; far off means broken merges.
+  EXPECT_GT(ids.size(), text.size() / 5);
+  EXPECT_LT(ids.size(), text.size() / 2);
+  EXPECT_EQ(tok->decode(ids), text);
+}
+
 TEST_F(SmolLM2Tokenizer, DecodesPiecesToBytes) {
   const auto tok = tokenizer();
   EXPECT_EQ(tok->decode_token(-1, 905), " world");  // stored as "Ġworld"

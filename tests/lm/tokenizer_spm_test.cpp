@@ -113,6 +113,18 @@ TEST_P(Stories260KTokenizer, RoundTripsVariedText) {
   }
 }
 
+TEST_P(Stories260KTokenizer, TinyStoriesTextRoundTrips) {
+  std::ifstream in(kShared + "/data/tinystories_valid_head794k.txt");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.resize(200000);
+  while (!text.empty() && (static_cast<unsigned char>(text.back()) & 0xC0) == 0x80) text.pop_back();  // whole chars
+  if (!text.empty() && static_cast<unsigned char>(text.back()) >= 0xC0) text.pop_back();
+  const auto tok = tokenizer();
+  const auto ids = tok->encode(text, false);
+  EXPECT_LT(ids.size(), text.size() / 2) << "512 pieces still compress English text";
+  EXPECT_EQ(tok->decode(ids), text);
+}
+
 TEST_P(Stories260KTokenizer, ByteFallbackAndDecodeRules) {
   const auto tok = tokenizer();
   // 日 (E6 97 A5) is not a piece of this 512-token vocabulary: three byte tokens <0xE6> … ,
