@@ -1,0 +1,247 @@
+// Activation kernels, RoPE, attention and the thread pool, against values that follow from
+// their definitions (hand-computed) and against the straightforward reference attention.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "lm/kernels/attention.h"
+#include "lm/kernels/elementwise.h"
+#include "lm/kernels/rope.h"
+#include "lm/tensor.h"
+
+namespace {
+
+using lm::kernels::RopeStyle;
+
+TEST(Elementwise, RmsNorm) {
+  const std::vector<float> x{1, 2, 3, 4}, w{1, 1, 2, 0.5f};
+  std::vector<float> out(4);
+  lm::kernels::rmsnorm(x.data(), w.data(), out.data(), 4, 0.0f);
+  const float rms = std::sqrt(30.0f / 4.0f);  // mean of 1+4+9+16
+  EXPECT_FLOAT_EQ(out[0], 1 / rms);
+  EXPECT_FLOAT_EQ(out[2], 2 * 3 / rms);
+  EXPECT_FLOAT_EQ(out[3], 0.5f * 4 / rms);
+  // eps matters for tiny inputs: all-zero input stays finite.
+  const std::vector<float> zeros(4, 0.0f);
+  lm::kernels::rmsnorm(zeros.data(), w.data(), out.data(), 4, 1e-5f);
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(Elementwise, SoftmaxAndSilu) {
+  std::vector<float> x{1, 2, 3};
+  lm::kernels::softmax(x.data(), 3);
+  EXPECT_NEAR(x[0], 0.09003057, 1e-7);
+  EXPECT_NEAR(x[1], 0.24472847, 1e-7);
+  EXPECT_NEAR(x[2], 0.66524096, 1e-7);
+  std::vector<float> big{1000, 1000};  // max-subtraction keeps this finite
+  lm::kernels::softmax(big.data(), 2);
+  EXPECT_FLOAT_EQ(big[0], 0.5f);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> masked{-inf, 0.0f, -inf};
+  lm::kernels::softmax(masked.data(), 3);
+  EXPECT_EQ(masked, (std::vector<float>{0, 1, 0}));
+  std::vector<float> none{-inf, -inf};
+  lm::kernels::softmax(none.data(), 2);
+  EXPECT_EQ(none, (std::vector<float>{0, 0}));
+
+  EXPECT_FLOAT_EQ(lm::kernels::silu(0.0f), 0.0f);
+  EXPECT_NEAR(lm::kernels::silu(1.0f), 0.7310585786, 1e-7);
+  EXPECT_NEAR(lm::kernels::silu(-2.0f), -0.2384058440, 1e-7);
+  std::vector<float> gate{1.0f, -2.0f}, up{2.0f, 3.0f};
+  lm::kernels::swiglu(gate.data(), up.data(), 2);
+  EXPECT_NEAR(gate[0], 2 * 0.7310585786, 1e-6);
+  EXPECT_NEAR(gate[1], 3 * -0.2384058440, 1e-6);
+}
+
+TEST(Rope, NormalPairsAdjacentElements) {
+  // head_dim 4, theta 10000: pair 0 turns by pos * 1, pair 1 by pos * 10000^-0.5 = pos/100.
+  std::vector<float> x{1, 0, 1, 0};
+  lm::kernels::rope(x.data(), 1, 1, 4, 1, 10000.0f, RopeStyle::kNormal);
+  EXPECT_NEAR(x[0], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(x[1], std::sin(1.0), 1e-6);
+  EXPECT_NEAR(x[2], std::cos(0.01), 1e-6);
+  EXPECT_NEAR(x[3], std::sin(0.01), 1e-6);
+}
+
+TEST(Rope, NeoxPairsHalves) {
+  std::vector<float> x{1, 0, 0, 1};
+  lm::kernels::rope(x.data(), 1, 1, 4, 2, 10000.0f, RopeStyle::kNeox);
+  // Pair (0, 2) turns by 2 rad, pair (1, 3) by 0.02 rad.
+  EXPECT_NEAR(x[0], std::cos(2.0), 1e-6);
+  EXPECT_NEAR(x[2], std::sin(2.0), 1e-6);
+  EXPECT_NEAR(x[1], -std::sin(0.02), 1e-6);
+  EXPECT_NEAR(x[3], std::cos(0.02), 1e-6);
+}
+
+TEST(Rope, PositionsHeadsPartialAndNorm) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  const int heads = 3, d = 8, tokens = 4;
+  std::vector<float> x(tokens * heads * d);
+  for (auto& v : x) v = normal(rng);
+  const std::vector<float> original = x;
+  lm::kernels::rope(x.data(), tokens, heads, d, 0, 10000.0f, RopeStyle::kNormal, 4);
+  // Token 0 has position 0: unchanged. Dims past rope_dim = 4 never change.
+  for (int i = 0; i < heads * d; ++i) EXPECT_EQ(x[i], original[i]);
+  for (int t = 0; t < tokens; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      const float* a = &x[(t * heads + h) * d];
+      const float* b = &original[(t * heads + h) * d];
+      for (int e = 4; e < 8; ++e) EXPECT_EQ(a[e], b[e]);
+      // A rotation keeps each pair's length.
+      for (int p = 0; p < 2; ++p) {
+        EXPECT_NEAR(std::hypot(a[2 * p], a[2 * p + 1]), std::hypot(b[2 * p], b[2 * p + 1]), 1e-5);
+      }
+    }
+  }
+  // Token t of a batch starting at pos0 = 5 equals a single token at position 5 + t.
+  std::vector<float> batch = original, single(original.begin() + 2 * heads * d, original.begin() + 3 * heads * d);
+  lm::kernels::rope(batch.data(), tokens, heads, d, 5, 10000.0f, RopeStyle::kNeox);
+  lm::kernels::rope(single.data(), 1, heads, d, 7, 10000.0f, RopeStyle::kNeox);
+  for (int i = 0; i < heads * d; ++i) EXPECT_EQ(batch[2 * heads * d + i], single[i]);
+}
+
+TEST(Attention, HandComputedTwoKeys) {
+  // q = (1, 0); keys (1, 0), (0, 1); values (1, 0), (0, 1); scale 1:
+  // weights softmax(1, 0) = (e/(e+1), 1/(e+1)) -> output (0.7310586, 0.2689414).
+  lm::Tensor q = lm::Tensor::from_f32(std::vector<float>{1, 0}, {1, 1, 1, 2}, lm::DType::F32);
+  lm::Tensor k = lm::Tensor::from_f32(std::vector<float>{1, 0, 0, 1}, {1, 1, 2, 2}, lm::DType::F16);
+  lm::Tensor v = lm::Tensor::from_f32(std::vector<float>{1, 0, 0, 1}, {1, 1, 2, 2}, lm::DType::F16);
+  lm::Tensor out;
+  lm::kernels::attention(q, k, v, lm::AttentionMask::none(), std::nullopt, 1.0f, out, nullptr);
+  EXPECT_NEAR(out.get({0, 0, 0, 0}), 0.7310586, 1e-6);
+  EXPECT_NEAR(out.get({0, 0, 0, 1}), 0.2689414, 1e-6);
+  // Causal with one query at the last position sees both keys: same answer.
+  lm::kernels::attention(q, k, v, lm::AttentionMask::causal(), std::nullopt, 1.0f, out, nullptr);
+  EXPECT_NEAR(out.get({0, 0, 0, 0}), 0.7310586, 1e-6);
+  // A window of 1 leaves only the last key: output = v1.
+  lm::kernels::attention(q, k, v, lm::AttentionMask::causal(), 1, 1.0f, out, nullptr);
+  EXPECT_NEAR(out.get({0, 0, 0, 0}), 0.0, 1e-7);
+  EXPECT_NEAR(out.get({0, 0, 0, 1}), 1.0, 1e-7);
+}
+
+lm::Tensor random_tensor(lm::Shape shape, lm::DType dtype, std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = normal(rng);
+  return lm::Tensor::from_f32(v, std::move(shape), dtype);
+}
+
+double max_diff(const lm::Tensor& a, const lm::Tensor& b) {
+  const auto x = a.to_f32(), y = b.to_f32();
+  double m = 0.0;
+  for (std::size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(double(x[i]) - y[i]));
+  return m;
+}
+
+TEST(Attention, MatchesReferenceAcrossDtypesMasksAndGqa) {
+  std::mt19937 rng(11);
+  base::ThreadPool pool(3);
+  const int64_t hq = 6, hkv = 2, n = 3, t = 9, d = 16, capacity = 20;
+  for (lm::DType dt : {lm::DType::F32, lm::DType::F16, lm::DType::BF16}) {
+    lm::Tensor q = random_tensor({2, hq, n, d}, lm::DType::F32, rng);
+    // Keys/values as a cache returns them: views of the first t rows of a larger buffer.
+    lm::Tensor kbuf = random_tensor({2, hkv, capacity, d}, dt, rng);
+    lm::Tensor vbuf = random_tensor({2, hkv, capacity, d}, dt, rng);
+    lm::Tensor k = kbuf.slice(2, 0, t), v = vbuf.slice(2, 0, t);
+    ASSERT_FALSE(k.is_contiguous());
+    lm::Tensor mask_tensor({2, 1, n, t}, lm::DType::U8);
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < t; ++j) mask_tensor.set({b, 0, i, j}, (i + j + b) % 3 != 0 ? 1.0f : 0.0f);
+    lm::AttentionMask explicit_mask{lm::AttentionMask::Kind::kExplicit, mask_tensor};
+    struct Case { lm::AttentionMask mask; std::optional<int64_t> window; };
+    for (const Case& c : {Case{lm::AttentionMask::none(), std::nullopt}, Case{lm::AttentionMask::causal(), std::nullopt},
+                          Case{lm::AttentionMask::causal(), 4}, Case{explicit_mask, std::nullopt}}) {
+      lm::Tensor fast, slow;
+      lm::kernels::attention(q, k, v, c.mask, c.window, 0.25f, fast, &pool);
+      lm::kernels::attention_reference(q, k, v, c.mask, c.window, 0.25f, slow);
+      EXPECT_LT(max_diff(fast, slow), 1e-5) << lm::dtype_name(dt) << " mask " << int(c.mask.kind);
+    }
+  }
+}
+
+TEST(Attention, GqaReadsTheMappedKvHead) {
+  // Two kv heads with distinct constant values; 4 query heads: heads 0,1 must read kv head 0
+  // (output 1.0) and heads 2,3 kv head 1 (output 2.0), whatever the scores.
+  std::mt19937 rng(5);
+  lm::Tensor q = random_tensor({1, 4, 1, 8}, lm::DType::F32, rng);
+  lm::Tensor k = random_tensor({1, 2, 5, 8}, lm::DType::F16, rng);
+  std::vector<float> vv(2 * 5 * 8);
+  for (std::size_t i = 0; i < vv.size(); ++i) vv[i] = i < 40 ? 1.0f : 2.0f;
+  lm::Tensor v = lm::Tensor::from_f32(vv, {1, 2, 5, 8}, lm::DType::F16);
+  lm::Tensor out;
+  lm::kernels::attention(q, k, v, lm::AttentionMask::none(), std::nullopt, 0.3f, out, nullptr);
+  for (int h = 0; h < 4; ++h) EXPECT_NEAR(out.get({0, h, 0, 3}), h < 2 ? 1.0 : 2.0, 1e-6) << h;
+}
+
+TEST(Attention, RejectsInconsistentShapes) {
+  std::mt19937 rng(1);
+  lm::Tensor q = random_tensor({1, 3, 1, 8}, lm::DType::F32, rng);
+  lm::Tensor k = random_tensor({1, 2, 4, 8}, lm::DType::F16, rng);
+  lm::Tensor out;
+  EXPECT_THROW(lm::kernels::attention(q, k, k, lm::AttentionMask::none(), std::nullopt, 1.0f, out, nullptr),
+               base::InvalidArgument);  // 3 query heads over 2 kv heads
+  lm::Tensor q2 = random_tensor({1, 4, 1, 4}, lm::DType::F32, rng);
+  EXPECT_THROW(lm::kernels::attention(q2, k, k, lm::AttentionMask::none(), std::nullopt, 1.0f, out, nullptr),
+               base::InvalidArgument);  // head_dim 4 vs 8
+  lm::Tensor ki = random_tensor({1, 2, 4, 8}, lm::DType::F32, rng).astype(lm::DType::I32);
+  lm::Tensor q4 = random_tensor({1, 4, 1, 8}, lm::DType::F32, rng);
+  EXPECT_THROW(lm::kernels::attention(q4, ki, ki, lm::AttentionMask::none(), std::nullopt, 1.0f, out, nullptr),
+               base::InvalidArgument);
+}
+
+TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
+  for (int threads : {1, 2, 5}) {
+    base::ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int64_t n : {0, 1, 3, 17, 1000}) {
+      std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+      for (int rep = 0; rep < 50; ++rep) {
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) hits[i]++;
+        });
+      }
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 50) << threads << " " << n << " " << i;
+    }
+  }
+}
+
+TEST(ThreadPool, UsesSeveralThreadsAndRespectsMinChunk) {
+  base::ThreadPool pool(4);
+  std::atomic<int> chunks{0};
+  pool.parallel_for(100, [&](int64_t, int64_t) { chunks++; });
+  EXPECT_EQ(chunks.load(), 4);
+  chunks = 0;
+  // min_chunk 60: ceil(100 / 60) = 2 participants, not 4.
+  pool.parallel_for(100, [&](int64_t, int64_t) { chunks++; }, 60);
+  EXPECT_EQ(chunks.load(), 2);
+}
+
+TEST(ThreadPool, PropagatesExceptionsAndNests) {
+  base::ThreadPool pool(3);
+  EXPECT_THROW(pool.parallel_for(30, [&](int64_t b, int64_t) {
+                 if (b > 0) throw std::runtime_error("boom");
+               }),
+               std::runtime_error);
+  // The pool is still usable, and a nested call runs inline instead of deadlocking.
+  std::atomic<int64_t> sum{0};
+  pool.parallel_for(6, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      pool.parallel_for(10, [&](int64_t b2, int64_t e2) { sum += (e2 - b2) * i; });
+    }
+  });
+  EXPECT_EQ(sum.load(), 10 * (0 + 1 + 2 + 3 + 4 + 5));
+  EXPECT_THROW(base::ThreadPool(-1), base::InvalidArgument);
+}
+
+}  // namespace
