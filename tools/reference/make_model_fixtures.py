@@ -150,7 +150,12 @@ def make(name: str, spec: dict, out_dir: pathlib.Path) -> None:
         "probe_logits": [[float(scores[p, i]) for i in probes] for p in range(PASSAGE_TOKENS)],
         "full_logits_file": f"{name}.logits.f32",
         "full_logits_positions": full_positions,
+        # llama.cpp's tokenization of a text (the passage's first lines, newlines and
+        # punctuation included), for comparing tokenizers on the exact same input.
+        "tokenizer_check": {"text": text[:text.index("\n", 900) + 1], "add_bos": spec["add_bos"]},
     }
+    fixture["tokenizer_check"]["ids"] = [int(t) for t in llm.tokenize(
+        fixture["tokenizer_check"]["text"].encode("utf-8"), add_bos=spec["add_bos"], special=False)]
     full = np.ascontiguousarray(scores[full_positions], dtype="<f4")
     (out_dir / fixture["full_logits_file"]).write_bytes(full.tobytes())
     fixture["full_logits_sha256"] = sha256(out_dir / fixture["full_logits_file"])
