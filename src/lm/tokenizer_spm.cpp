@@ -54,6 +54,9 @@ int parse_byte_token(std::string_view text) {
   return value;
 }
 
+// A character's byte length as its lead byte announces it (unchecked, as llama.cpp reads it).
+size_t utf8_lead_length(unsigned char lead) { return lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4; }
+
 // A piece of the text being merged: a byte range, linked to its live neighbours.
 struct Symbol {
   size_t begin = 0;
@@ -93,6 +96,15 @@ SentencePieceTokenizer::SentencePieceTokenizer(TokenizerVocab vocab)
     }
   }
   stop_ids_ = end_of_turn_ids(vocab_);
+  spaces_bound_pieces_ = true;
+  for (const std::string& piece : vocab_.tokens) {
+    size_t lead = 0;
+    while (piece.compare(lead, kSpaceMarker.size(), kSpaceMarker) == 0) lead += kSpaceMarker.size();
+    if (piece.find(kSpaceMarker, lead) != std::string::npos) {
+      spaces_bound_pieces_ = false;
+      break;
+    }
+  }
 }
 
 int32_t SentencePieceTokenizer::find(std::string_view piece) const {
@@ -101,13 +113,40 @@ int32_t SentencePieceTokenizer::find(std::string_view piece) const {
 }
 
 void SentencePieceTokenizer::encode_fragment(const std::string& text, std::vector<int32_t>& out) const {
+  if (!spaces_bound_pieces_) {
+    encode_run(text, out);
+    return;
+  }
+  StringMap<std::vector<int32_t>> word_cache;
+  const std::string_view all = text;
+  size_t begin = 0;
+  auto flush = [&](size_t end) {
+    if (end == begin) return;
+    const std::string_view word = all.substr(begin, end - begin);
+    auto [it, inserted] = word_cache.try_emplace(std::string(word));
+    if (inserted) encode_run(word, it->second);
+    out.insert(out.end(), it->second.begin(), it->second.end());
+    begin = end;
+  };
+  // Walk the characters as encode_run will cut them and cut before each "▁" that follows a
+  // character other than "▁".
+  bool previous_is_space = true;
+  for (size_t pos = 0; pos < all.size();) {
+    const bool is_space = all.compare(pos, kSpaceMarker.size(), kSpaceMarker) == 0;
+    if (is_space && !previous_is_space) flush(pos);
+    previous_is_space = is_space;
+    pos += std::min(utf8_lead_length(static_cast<unsigned char>(all[pos])), all.size() - pos);
+  }
+  flush(all.size());
+}
+
+void SentencePieceTokenizer::encode_run(std::string_view text, std::vector<int32_t>& out) const {
   // Start from one symbol per UTF-8 character. Its length is read off the lead byte alone, as
   // llama.cpp does, so malformed input is cut the same way (a symbol that is not a piece then
   // falls back to its bytes).
   std::vector<Symbol> symbols;
   for (size_t pos = 0; pos < text.size();) {
-    const auto lead = static_cast<unsigned char>(text[pos]);
-    const size_t length = lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+    const size_t length = utf8_lead_length(static_cast<unsigned char>(text[pos]));
     Symbol s;
     s.begin = pos;
     s.size = std::min(length, text.size() - pos);
@@ -124,7 +163,7 @@ void SentencePieceTokenizer::encode_fragment(const std::string& text, std::vecto
     if (left < 0 || symbols[static_cast<size_t>(left)].next < 0) return;
     const Symbol& a = symbols[static_cast<size_t>(left)];
     const Symbol& b = symbols[static_cast<size_t>(a.next)];
-    const int32_t id = find(std::string_view(text).substr(a.begin, a.size + b.size));
+    const int32_t id = find(text.substr(a.begin, a.size + b.size));
     if (id < 0) return;
     queue.push({vocab_.scores[static_cast<size_t>(id)], left, a.size + b.size});
   };
@@ -148,7 +187,7 @@ void SentencePieceTokenizer::encode_fragment(const std::string& text, std::vecto
 
   for (int i = 0; i >= 0; i = symbols[static_cast<size_t>(i)].next) {
     const Symbol& s = symbols[static_cast<size_t>(i)];
-    const std::string_view piece = std::string_view(text).substr(s.begin, s.size);
+    const std::string_view piece = text.substr(s.begin, s.size);
     const int32_t id = find(piece);
     if (id >= 0) {
       out.push_back(id);

@@ -30,6 +30,8 @@ class SentencePieceTokenizer final : public Tokenizer {
  private:
   // Appends the pieces of one stretch of raw text (already with "▁" for spaces).
   void encode_fragment(const std::string& text, std::vector<int32_t>& out) const;
+  // Best-score merging over one run of text: the algorithm itself.
+  void encode_run(std::string_view text, std::vector<int32_t>& out) const;
   int32_t find(std::string_view piece) const;  // -1 when absent
   void check_token(int32_t token) const;
 
@@ -37,6 +39,11 @@ class SentencePieceTokenizer final : public Tokenizer {
   StringMap<int32_t> piece_to_id_;
   std::array<int32_t, 256> byte_tokens_{};  // <0xNN> ids, -1 when the vocabulary lacks one
   SpecialTokenMatcher specials_;
+  // True when "▁" occurs in pieces only as a leading run (SentencePiece's split_by_whitespace,
+  // the usual case): then no merge can join a non-space character to a following "▁", the text
+  // can be cut there into words merged independently — with the same result — and repeated
+  // words are merged once.
+  bool spaces_bound_pieces_ = false;
   std::vector<int32_t> stop_ids_;
 };
 

@@ -125,6 +125,25 @@ TEST_P(Stories260KTokenizer, TinyStoriesTextRoundTrips) {
   EXPECT_EQ(tok->decode(ids), text);
 }
 
+TEST(SentencePieceWords, CuttingAtSpacesChangesNothing) {
+  // The tokenizer cuts text before each "▁" when no piece holds "▁" past a leading run. A piece
+  // that can never be formed ("\x01▁\x01": "\x01" is no piece) but holds an inner "▁" turns
+  // the cut off; the ids must not change.
+  lm::TokenizerVocab vocab = lm::read_llama2c_tokenizer(kTokBin, 512);
+  const auto cut = lm::make_tokenizer(vocab);
+  vocab.tokens.push_back("\x01\xE2\x96\x81\x01");
+  vocab.scores.push_back(-1e9f);
+  vocab.token_types.push_back(lm::TokenType::kNormal);
+  const auto whole = lm::make_tokenizer(vocab);
+  std::ifstream in(kShared + "/data/tinyshakespeare.txt");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.resize(100000);
+  for (const std::string& t : {text, std::string("  a  b\xF0 c \xE2\x96\x81 d\xF0"), std::string("   ")}) {
+    const auto expected = whole->encode(t, true);
+    EXPECT_EQ(cut->encode(t, true), expected);
+  }
+}
+
 TEST_P(Stories260KTokenizer, ByteFallbackAndDecodeRules) {
   const auto tok = tokenizer();
   // 日 (E6 97 A5) is not a piece of this 512-token vocabulary: three byte tokens <0xE6> … ,
