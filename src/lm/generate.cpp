@@ -173,6 +173,7 @@ GenerationStats stream_generate(const Model& model, const Tokenizer& tokenizer,
     }
   }
   stats.prompt_seconds = seconds_since(prefill_start);
+  if (options.on_prompt_processed) options.on_prompt_processed(state);
   if (stats.prompt_seconds > 0) stats.prompt_tokens_per_s = static_cast<double>(prompt.size()) / stats.prompt_seconds;
 
   // Decode: sample, emit, feed back.

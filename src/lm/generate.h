@@ -19,6 +19,8 @@
 
 namespace lm {
 
+struct PromptCache;
+
 struct GenerateOptions {
   int max_tokens = 256;
   float temperature = 0.0f;  // 0 = greedy
@@ -36,6 +38,9 @@ struct GenerateOptions {
   std::vector<int32_t> extra_stop_ids; // stop tokens besides EOS and the tokenizer's stop ids
   // Called after each prefill chunk with (tokens processed, tokens to process).
   std::function<void(int64_t, int64_t)> on_prefill_progress;
+  // Called once the prompt is in the caches, before the first token is sampled, with the
+  // caches and the tokens they hold (e.g. to save a prompt-cache file).
+  std::function<void(const PromptCache&)> on_prompt_processed;
 };
 
 SamplerOptions sampler_options(const GenerateOptions& options);

@@ -1,6 +1,7 @@
 #include "lm/sampler.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -15,9 +16,11 @@ namespace {
 
 constexpr float kMasked = -std::numeric_limits<float>::infinity();
 
+// Shortest round-trip-ish text for a float option value ("0.9", "-1", "nan").
 std::string num(double v) {
-  std::string s = std::to_string(v);
-  return s;
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
 }
 
 // Token indices sorted by descending logit, ties by ascending index.

@@ -298,3 +298,22 @@ TEST(GenerationStats, ParsesProcStatusAndFormatsBytes) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Generate, ReportsThePromptStateBeforeDecoding) {
+  FakeModel model;
+  GenerateOptions o;
+  o.max_tokens = 5;
+  int calls = 0;
+  o.on_prompt_processed = [&](const lm::PromptCache& state) {
+    ++calls;
+    EXPECT_EQ(state.tokens, (std::vector<int32_t>{1, 3, 4}));
+    EXPECT_EQ(state.caches.at(0)->offset(), 3);
+    EXPECT_EQ(model.forward_chunks.size(), 1u);  // nothing decoded yet
+  };
+  collect(model, {1, 3, 4}, o);
+  EXPECT_EQ(calls, 1);
+}
+
+}  // namespace

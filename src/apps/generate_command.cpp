@@ -1,0 +1,227 @@
+// `veloxquant generate`: load a model, stream generated text to stdout, print one stats line
+// to stderr. Flags are read as text and validated here, so every bad value is one clear
+// message and exit code 2 (main.cpp maps base::InvalidArgument to 2).
+//
+// Extending: add the flag in add_generate_flags(), read it in run_generate(); a cache method
+// is installed through the model's make_cache hook between load and generation (the spot is
+// marked below), and every generation still gets fresh caches from lm::make_prompt_cache.
+#include <CLI/CLI.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "apps/command_registry.h"
+#include "apps/progress_bar.h"
+#include "base/error.h"
+#include "lm/generate.h"
+#include "lm/load.h"
+#include "lm/prompt_cache_file.h"
+#include "lm/stats.h"
+
+namespace apps {
+namespace {
+
+// Every value as text; parsed and range-checked in run_generate.
+struct GenerateFlags {
+  std::string model;
+  std::string tokenizer;
+  std::optional<std::string> prompt;
+  std::string prompt_file;
+  std::string max_tokens = "256";
+  std::string temp = "0";
+  std::string top_k = "0";
+  std::string top_p = "1";
+  std::string min_p = "0";
+  std::string repeat_penalty = "1";
+  std::string repeat_context = "64";
+  std::string seed = "0";
+  bool chat = false;
+  std::string ctx;
+  std::string threads = "0";
+  std::string kv_dtype = "f16";
+  std::string prefill_step = "512";
+  std::string save_prompt_cache;
+  std::string load_prompt_cache;
+};
+
+template <class T>
+T parse_integer(const std::string& flag, const std::string& text, T min, T max) {
+  T value{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) {
+    throw base::InvalidArgument(flag + " expects an integer, got '" + text + "'");
+  }
+  if (value < min || value > max) {
+    throw base::InvalidArgument(flag + " must be in [" + std::to_string(min) + ", " + std::to_string(max) +
+                                "], got " + text);
+  }
+  return value;
+}
+
+float parse_number(const std::string& flag, const std::string& text) {
+  float value = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value)) {
+    throw base::InvalidArgument(flag + " expects a number, got '" + text + "'");
+  }
+  return value;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    throw base::FormatError("prompt file '" + path + "' does not exist or is not a file");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw base::FormatError("cannot read prompt file '" + path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void add_generate_flags(CLI::App& cmd, GenerateFlags& f) {
+  cmd.add_option("--model,-m", f.model, "Model file: GGUF or llama2.c checkpoint (required)");
+  cmd.add_option("--tokenizer", f.tokenizer, "Tokenizer file (llama2.c tokenizer or a GGUF)");
+  cmd.add_option("--prompt,-p", f.prompt, "Prompt text (empty = start from BOS)");
+  cmd.add_option("--prompt-file", f.prompt_file, "Read the prompt from a file");
+  cmd.add_option("--max-tokens,-n", f.max_tokens, "Tokens to generate")->capture_default_str();
+  cmd.add_option("--temp", f.temp, "Sampling temperature (0 = greedy)")->capture_default_str();
+  cmd.add_option("--top-k", f.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
+  cmd.add_option("--top-p", f.top_p, "Nucleus sampling mass in (0, 1] (1 = off)")->capture_default_str();
+  cmd.add_option("--min-p", f.min_p, "Drop tokens below min_p x the top probability (0 = off)")
+      ->capture_default_str();
+  cmd.add_option("--repeat-penalty", f.repeat_penalty, "Repetition penalty (1 = off)")->capture_default_str();
+  cmd.add_option("--repeat-context", f.repeat_context, "Tokens the repetition penalty looks back over")
+      ->capture_default_str();
+  cmd.add_option("--seed", f.seed, "Sampling seed (std::mt19937_64)")->capture_default_str();
+  cmd.add_flag("--chat", f.chat, "Wrap the prompt in the model's chat template as a user turn");
+  cmd.add_option("--ctx", f.ctx, "Context length (default: the model's)");
+  cmd.add_option("--threads,-t", f.threads, "Worker threads (0 = all cores)")->capture_default_str();
+  cmd.add_option("--kv-dtype", f.kv_dtype, "KV cache element type: f16, bf16 or f32")->capture_default_str();
+  cmd.add_option("--prefill-step", f.prefill_step, "Prompt tokens per prefill forward")->capture_default_str();
+  cmd.add_option("--save-prompt-cache", f.save_prompt_cache, "Save the caches after the prompt to this file");
+  cmd.add_option("--load-prompt-cache", f.load_prompt_cache,
+                 "Continue from a saved prompt cache; --prompt is appended after its tokens");
+}
+
+// What ties a prompt-cache file to the model that made it.
+std::map<std::string, std::string> model_fingerprint(const lm::Model& model, const std::string& kv_dtype) {
+  const lm::ModelConfig& c = model.config();
+  return {{"model.architecture", c.architecture},
+          {"model.name", c.name},
+          {"model.n_layers", std::to_string(c.n_layers)},
+          {"model.dim", std::to_string(c.dim)},
+          {"model.vocab_size", std::to_string(c.vocab_size)},
+          {"kv_dtype", kv_dtype}};
+}
+
+void check_fingerprint(const std::map<std::string, std::string>& saved,
+                       const std::map<std::string, std::string>& current, const std::string& path) {
+  for (const auto& [key, value] : current) {
+    if (key == "kv_dtype") continue;  // the caches carry their own dtype
+    const auto it = saved.find(key);
+    if (it == saved.end() || it->second != value) {
+      throw base::InvalidArgument("prompt cache '" + path + "' was made for a different model: " + key + " is '" +
+                                  (it == saved.end() ? std::string("(missing)") : it->second) + "', this model has '" +
+                                  value + "'");
+    }
+  }
+}
+
+void run_generate(const GenerateFlags& f) {
+  // 1. Validate every flag before touching any file.
+  if (f.model.empty()) throw base::InvalidArgument("--model is required (a GGUF or llama2.c file)");
+  if (f.prompt && !f.prompt_file.empty()) throw base::InvalidArgument("give --prompt or --prompt-file, not both");
+  lm::GenerateOptions options;
+  options.max_tokens = parse_integer<int>("--max-tokens", f.max_tokens, 0, 1 << 24);
+  options.temperature = parse_number("--temp", f.temp);
+  options.top_k = parse_integer<int>("--top-k", f.top_k, 0, 1 << 30);
+  options.top_p = parse_number("--top-p", f.top_p);
+  options.min_p = parse_number("--min-p", f.min_p);
+  options.repetition_penalty = parse_number("--repeat-penalty", f.repeat_penalty);
+  options.repetition_context = parse_integer<int>("--repeat-context", f.repeat_context, 0, 1 << 30);
+  options.seed = parse_integer<uint64_t>("--seed", f.seed, 0, UINT64_MAX);
+  options.prefill_step_size = parse_integer<int>("--prefill-step", f.prefill_step, 1, 1 << 20);
+  lm::validate(lm::sampler_options(options));  // ranges of temp / top-p / min-p / penalty
+
+  lm::LoadOptions load_options;
+  load_options.kv_dtype = lm::parse_float_dtype(f.kv_dtype);
+  load_options.threads = parse_integer<int>("--threads", f.threads, 0, 4096);
+  if (!f.ctx.empty()) {
+    load_options.context_length = parse_integer<int64_t>("--ctx", f.ctx, 1, int64_t{1} << 40);
+    options.context_length = load_options.context_length;
+  }
+  if (!f.tokenizer.empty()) load_options.tokenizer_path = f.tokenizer;
+
+  std::string prompt = f.prompt.value_or("");
+  if (!f.prompt_file.empty()) prompt = read_text_file(f.prompt_file);
+
+  // 2. Load.
+  const lm::LoadedModel loaded = lm::load(f.model, load_options);
+  lm::Model& model = *loaded.model;
+  const lm::Tokenizer& tokenizer = *loaded.tokenizer;
+  // (Cache methods install themselves here through model.make_cache.)
+
+  // 3. The prompt: chat template, then tokens (no BOS when continuing a cached prompt).
+  std::optional<lm::SavedPromptCache> saved;
+  if (!f.load_prompt_cache.empty()) {
+    saved = lm::load_prompt_cache(f.load_prompt_cache);
+    check_fingerprint(saved->metadata, model_fingerprint(model, f.kv_dtype), f.load_prompt_cache);
+    if (saved->cache.caches.size() != model.layers().size()) {
+      throw base::InvalidArgument("prompt cache '" + f.load_prompt_cache + "' has " +
+                                  std::to_string(saved->cache.caches.size()) + " caches, the model " +
+                                  std::to_string(model.layers().size()) + " layers");
+    }
+  }
+  if (f.chat) prompt = tokenizer.apply_chat_template({{"user", prompt}});
+  const bool continuing = saved && !saved->cache.tokens.empty();
+  std::vector<int32_t> tokens;
+  if (!prompt.empty()) tokens = tokenizer.encode(prompt, options.add_bos && !continuing);
+
+  // 4. Generate, streaming whole UTF-8 characters, flushed per token.
+  const bool long_prefill = static_cast<int64_t>(tokens.size()) > options.prefill_step_size;
+  ProgressBar bar(stderr, "prefill", long_prefill && is_terminal(stderr));
+  options.on_prefill_progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
+  options.on_prompt_processed = [&](const lm::PromptCache& state) {
+    bar.finish();
+    if (!f.save_prompt_cache.empty()) {
+      lm::save_prompt_cache(f.save_prompt_cache, state, model_fingerprint(model, f.kv_dtype));
+    }
+  };
+  const lm::GenerationStats stats = lm::stream_generate(
+      model, tokenizer, tokens, options,
+      [](const lm::GenerationChunk& chunk) {
+        std::fwrite(chunk.text.data(), 1, chunk.text.size(), stdout);
+        std::fflush(stdout);
+        return true;
+      },
+      saved ? &saved->cache : nullptr);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+
+  // 5. One stats line.
+  std::fprintf(stderr,
+               "prompt %lld tok %.1f tok/s | gen %lld tok %.1f tok/s | KV %s resident | peak RSS %s | stop %s\n",
+               static_cast<long long>(stats.prompt_tokens), stats.prompt_tokens_per_s,
+               static_cast<long long>(stats.generation_tokens), stats.generation_tokens_per_s,
+               lm::format_bytes(stats.kv_bytes_resident).c_str(), lm::format_bytes(stats.peak_rss_bytes).c_str(),
+               std::string(lm::stop_reason_name(stats.stop_reason)).c_str());
+}
+
+CommandRegistration registration{"generate", [](CLI::App& root) {
+  auto flags = std::make_shared<GenerateFlags>();
+  auto* cmd = root.add_subcommand("generate", "Generate text with a model (streams to stdout, stats to stderr)");
+  add_generate_flags(*cmd, *flags);
+  cmd->callback([flags] { run_generate(*flags); });
+}};
+
+}  // namespace
+}  // namespace apps
