@@ -1,0 +1,94 @@
+#include "apps/kv_method_flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "veloxquant/config/config_validation.h"
+#include "veloxquant/config/field_spec.h"
+#include "veloxquant/errors.h"
+#include "veloxquant/integration/patch_model.h"
+#include "veloxquant/registry/field_assignment.h"
+#include "veloxquant/registry/method_registry.h"
+
+namespace apps {
+
+void add_kv_method_flags(CLI::App& command, KvMethodFlags& flags) {
+  command.add_option("--method", flags.method,
+                     "KV-cache method ('none' = the host's own cache; see `veloxquant methods`)")
+      ->capture_default_str();
+  command.add_option("--bits", flags.bits,
+                     "Bits per coordinate (bit_width_inlier): one int, or a comma list with one "
+                     "entry per attention layer");
+  command.add_option("--seed", flags.seed, "Cache seed (per layer: seed + layer index)")
+      ->capture_default_str();
+  command.add_option("--set", flags.sets, "FIELD=VALUE for any config field (repeatable)");
+}
+
+std::optional<veloxquant::KVCacheConfig> kv_config_from_flags(const KvMethodFlags& flags) {
+  if (flags.method == "none") {
+    if (!flags.bits.empty() || !flags.sets.empty()) {
+      throw veloxquant::QuantizerConfigError("--bits/--set need a --method (got --method none)");
+    }
+    return std::nullopt;
+  }
+  const veloxquant::MethodDescriptor& method = veloxquant::require_method(flags.method);
+  if (!method.is_servable) {
+    throw veloxquant::QuantizerConfigError("method '" + flags.method + "' is standalone and cannot " +
+                                           "serve a model; servable methods: turboquant_rvq, kivi, ...");
+  }
+  veloxquant::KVCacheConfig config;
+  config.method = flags.method;
+  config.seed = flags.seed;
+  if (!flags.bits.empty()) {
+    const veloxquant::FieldSpec* spec = veloxquant::find_generic_field("bit_width_inlier");
+    spec->set(config, veloxquant::parse_field_value(*spec, flags.bits));
+  }
+  for (const std::string& assignment : flags.sets) {
+    if (auto warning = veloxquant::apply_field_assignment(config, assignment)) {
+      std::fprintf(stderr, "warning: %s\n", warning->c_str());
+    }
+  }
+  // Everything but the per-layer facts (head_dim, list length) can be checked now: validate a
+  // copy with a scalar bit width; for_model checks the rest when the model is there.
+  veloxquant::KVCacheConfig probe = config;
+  if (probe.bit_width_inlier.is_list()) {
+    for (int b : probe.bit_width_inlier.list()) {
+      probe.bit_width_inlier = b;
+      veloxquant::validate_for_create(probe);
+    }
+  } else {
+    veloxquant::validate_for_create(probe);
+  }
+  return config;
+}
+
+std::string apply_kv_method(lm::Model& model, const std::optional<veloxquant::KVCacheConfig>& config) {
+  if (!config) return "none";
+  veloxquant::integration::patch_model_kv_cache(model, *config);
+  return config->method;
+}
+
+std::size_t full_precision_kv_bytes(const lm::Model& model, int64_t tokens, lm::DType dtype) {
+  const lm::ModelConfig& mc = model.config();
+  std::size_t total = 0;
+  for (const lm::LayerInfo& layer : model.layers()) {
+    if (!layer.is_attention) continue;
+    const int64_t head_dim = layer.head_dim > 0 ? layer.head_dim
+                             : mc.head_dim > 0  ? mc.head_dim
+                                                : (mc.n_heads > 0 ? mc.dim / mc.n_heads : 0);
+    const int64_t kv_heads = layer.n_kv_heads > 0 ? layer.n_kv_heads : mc.n_kv_heads;
+    total += static_cast<std::size_t>(2 * kv_heads * head_dim * tokens) * lm::dtype_size(dtype);
+  }
+  return total;
+}
+
+std::string kv_memory_summary(std::size_t resident_bytes, std::size_t full_precision_bytes) {
+  char text[160];
+  const double ratio = resident_bytes ? static_cast<double>(full_precision_bytes) / resident_bytes : 0.0;
+  std::snprintf(text, sizeof text, "KV %.1f KiB resident vs %.1f KiB full precision (%.2fx)",
+                resident_bytes / 1024.0, full_precision_bytes / 1024.0, ratio);
+  return text;
+}
+
+}  // namespace apps

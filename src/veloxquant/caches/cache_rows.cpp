@@ -1,0 +1,53 @@
+#include "veloxquant/caches/cache_rows.h"
+
+#include <charconv>
+#include <cstring>
+
+#include "base/error.h"
+
+namespace veloxquant::cache_rows {
+
+lm::Tensor copy_rows(const lm::Tensor& t, int64_t rows, int64_t capacity) {
+  const int64_t cap = capacity > rows ? capacity : rows;
+  lm::Tensor out({t.dim(0), t.dim(1), cap, t.dim(3)}, t.dtype());
+  if (rows == 0) return out;
+  const std::size_t row_bytes = static_cast<std::size_t>(t.dim(3)) * t.element_size();
+  for (int64_t b = 0; b < t.dim(0); ++b) {
+    for (int64_t h = 0; h < t.dim(1); ++h) {
+      const auto& s = t.strides();
+      const std::byte* src = t.raw_data() + (b * s[0] + h * s[1]) * static_cast<int64_t>(t.element_size());
+      const auto& d = out.strides();
+      std::byte* dst = out.raw_data() + (b * d[0] + h * d[1]) * static_cast<int64_t>(out.element_size());
+      if (s[2] == t.dim(3) && s[3] == 1) {
+        std::memcpy(dst, src, row_bytes * static_cast<std::size_t>(rows));
+      } else {
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t w = 0; w < t.dim(3); ++w) {
+            std::memcpy(dst + (r * t.dim(3) + w) * static_cast<int64_t>(t.element_size()),
+                        src + (r * s[2] + w * s[3]) * static_cast<int64_t>(t.element_size()), t.element_size());
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void store_f32(const float* src, std::size_t count, std::byte* dst, lm::DType dtype) {
+  lm::convert_elements(reinterpret_cast<const std::byte*>(src), lm::DType::F32, dst, dtype, count);
+}
+
+void load_f32(const std::byte* src, lm::DType dtype, std::size_t count, float* dst) {
+  lm::convert_elements(src, dtype, reinterpret_cast<std::byte*>(dst), lm::DType::F32, count);
+}
+
+int64_t parse_meta_int(const std::string& text, const char* who, const char* what) {
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    throw base::FormatError(std::string(who) + ": meta_state " + what + " is not an integer: '" + text + "'");
+  }
+  return value;
+}
+
+}  // namespace veloxquant::cache_rows

@@ -1,0 +1,318 @@
+#include "veloxquant/caches/kivi_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.h"
+#include "lm/kv_rows.h"
+#include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/caches/group_affine_codes.h"
+#include "veloxquant/core/bit_packing.h"
+#include "veloxquant/errors.h"
+
+namespace veloxquant {
+
+using cache_rows::row_ptr;
+
+KiviCache::KiviCache(int head_dim, int bits, int group_size, int residual_length)
+    : head_dim_(head_dim), bits_(bits), group_(group_size), residual_length_(residual_length) {
+  if (bits < 1 || bits > 8) throw QuantizerConfigError("kivi: bits must lie in [1, 8], got " + std::to_string(bits));
+  if (group_size < 1) throw QuantizerConfigError("kivi_group_size must be >= 1, got " + std::to_string(group_size));
+  if (residual_length < 0) {
+    throw QuantizerConfigError("residual_length must be >= 0, got " + std::to_string(residual_length));
+  }
+}
+
+std::size_t KiviCache::nbytes() const {
+  return key_codes_.storage_bytes() + key_params_.storage_bytes() + value_codes_.storage_bytes() +
+         value_params_.storage_bytes() + residual_k_.storage_bytes() + residual_v_.storage_bytes();
+}
+
+void KiviCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
+  batch_ = keys.dim(0);
+  heads_ = keys.dim(1);
+  dk_ = keys.dim(3);
+  dv_ = values.dim(3);
+  dtype_ = keys.dtype();
+  // The tail never holds more than residual_length + group - 1 rows after a call (the frontier
+  // is a multiple of the group), so this buffer never grows.
+  const int64_t tail = residual_length_ + group_;
+  residual_k_ = lm::Tensor({batch_, heads_, tail, dk_}, dtype_);
+  residual_v_ = lm::Tensor({batch_, heads_, tail, dv_}, dtype_);
+  capacity_ = 0;
+  key_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dk_, bits_))}, lm::DType::U32);
+  key_params_ = lm::Tensor({batch_, heads_, 0, 2 * dk_}, lm::DType::F16);
+  value_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dv_, bits_))}, lm::DType::U32);
+  value_params_ = lm::Tensor({batch_, heads_, 0, 2 * static_cast<int64_t>(token_groups(dv_, group_))},
+                             lm::DType::F16);
+}
+
+void KiviCache::ensure_quantized_capacity(int64_t rows) {
+  if (rows <= capacity_) return;
+  // Grow by whole 256-token steps (as mlx_lm's caches), rounded up to whole key groups.
+  int64_t grown = capacity_ + ((rows - capacity_ + kGrowthStep - 1) / kGrowthStep) * kGrowthStep;
+  grown = ((grown + group_ - 1) / group_) * group_;
+  key_codes_ = cache_rows::copy_rows(key_codes_, frontier_, grown);
+  key_params_ = cache_rows::copy_rows(key_params_, frontier_ / group_, grown / group_);
+  value_codes_ = cache_rows::copy_rows(value_codes_, frontier_, grown);
+  value_params_ = cache_rows::copy_rows(value_params_, frontier_, grown);
+  capacity_ = grown;
+}
+
+void KiviCache::flush(const std::vector<float>& pending_k, const std::vector<float>& pending_v,
+                      int64_t pending_rows, int64_t first, int64_t count) {
+  std::vector<uint8_t> codes(static_cast<std::size_t>(group_ * dk_));
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t h = 0; h < heads_; ++h) {
+      const int64_t bh = b * heads_ + h;
+      const float* pk = pending_k.data() + (bh * pending_rows + first) * dk_;
+      const float* pv = pending_v.data() + (bh * pending_rows + first) * dv_;
+      for (int64_t g = 0; g < count / group_; ++g) {
+        // Keys: per channel over the group's tokens (KIVI: channel-aligned outliers).
+        const float* block = pk + g * group_ * dk_;
+        const int64_t dst_row = frontier_ + g * group_;
+        uint16_t* scales = row_ptr<uint16_t>(key_params_, b, h, dst_row / group_);
+        uint16_t* mins = scales + dk_;
+        for (int64_t d = 0; d < dk_; ++d) {
+          const GroupParams16 p = fit_group(block + d, static_cast<std::size_t>(group_), static_cast<std::size_t>(dk_), bits_);
+          scales[d] = p.scale;
+          mins[d] = p.min;
+          encode_group(block + d, static_cast<std::size_t>(group_), static_cast<std::size_t>(dk_), bits_, p,
+                       codes.data() + d, static_cast<std::size_t>(dk_));
+        }
+        for (int64_t t = 0; t < group_; ++t) {
+          core::pack_words(codes.data() + t * dk_, static_cast<std::size_t>(dk_), bits_,
+                           row_ptr<uint32_t>(key_codes_, b, h, dst_row + t));
+        }
+      }
+      // Values: per token over channel groups.
+      for (int64_t t = 0; t < count; ++t) {
+        encode_token_row(pv + t * dv_, static_cast<int>(dv_), group_, bits_,
+                         row_ptr<uint32_t>(value_codes_, b, h, frontier_ + t),
+                         reinterpret_cast<GroupParams16*>(row_ptr<uint16_t>(value_params_, b, h, frontier_ + t)));
+      }
+    }
+  }
+}
+
+void KiviCache::decode_keys(int64_t b, int64_t h, int64_t begin, int64_t end, float* out) const {
+  std::vector<uint8_t> codes(static_cast<std::size_t>(dk_));
+  for (int64_t r = begin; r < end; ++r) {
+    core::unpack_words(row_ptr<uint32_t>(key_codes_, b, h, r), static_cast<std::size_t>(dk_), bits_, codes.data());
+    const uint16_t* scales = row_ptr<uint16_t>(key_params_, b, h, r / group_);
+    const uint16_t* mins = scales + dk_;
+    for (int64_t d = 0; d < dk_; ++d) {
+      out[(r - begin) * dk_ + d] = decode_code(codes[d], GroupParams16{scales[d], mins[d]});
+    }
+  }
+}
+
+void KiviCache::decode_values(int64_t b, int64_t h, int64_t begin, int64_t end, float* out) const {
+  for (int64_t r = begin; r < end; ++r) {
+    decode_token_row(row_ptr<uint32_t>(value_codes_, b, h, r),
+                     reinterpret_cast<const GroupParams16*>(row_ptr<uint16_t>(value_params_, b, h, r)),
+                     static_cast<int>(dv_), group_, bits_, out + (r - begin) * dv_);
+  }
+}
+
+lm::KeysValues KiviCache::update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) {
+  lm::check_new_tokens(keys, values, "KiviCache::update_and_fetch");
+  if (!residual_k_.defined()) {
+    allocate(keys, values);
+  } else if (keys.dim(0) != batch_ || keys.dim(1) != heads_ || keys.dim(3) != dk_ || values.dim(3) != dv_) {
+    throw base::InvalidArgument("KiviCache::update_and_fetch: new keys " + lm::shape_text(keys.shape()) +
+                                " / values " + lm::shape_text(values.shape()) + " do not match the cache's B=" +
+                                std::to_string(batch_) + ", H=" + std::to_string(heads_) + ", D=" +
+                                std::to_string(dk_) + "/" + std::to_string(dv_));
+  }
+  const int64_t s = keys.dim(2);
+  const int64_t tail = offset_ - frontier_;
+  const int64_t pending_rows = tail + s;
+  // Pending = the full-precision tail followed by the new rows, in f32 (a per-call temporary).
+  std::vector<float> pk(static_cast<std::size_t>(batch_ * heads_ * pending_rows * dk_));
+  std::vector<float> pv(static_cast<std::size_t>(batch_ * heads_ * pending_rows * dv_));
+  const std::vector<float> new_k = keys.to_f32();
+  const std::vector<float> new_v = values.to_f32();
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t h = 0; h < heads_; ++h) {
+      const int64_t bh = b * heads_ + h;
+      cache_rows::load_f32(residual_k_.raw_data() + (bh * residual_k_.dim(2)) * dk_ * static_cast<int64_t>(residual_k_.element_size()),
+                           dtype_, static_cast<std::size_t>(tail * dk_), pk.data() + bh * pending_rows * dk_);
+      cache_rows::load_f32(residual_v_.raw_data() + (bh * residual_v_.dim(2)) * dv_ * static_cast<int64_t>(residual_v_.element_size()),
+                           dtype_, static_cast<std::size_t>(tail * dv_), pv.data() + bh * pending_rows * dv_);
+      std::memcpy(pk.data() + (bh * pending_rows + tail) * dk_, new_k.data() + bh * s * dk_,
+                  sizeof(float) * static_cast<std::size_t>(s * dk_));
+      std::memcpy(pv.data() + (bh * pending_rows + tail) * dv_, new_v.data() + bh * s * dv_,
+                  sizeof(float) * static_cast<std::size_t>(s * dv_));
+    }
+  }
+  const int64_t new_offset = offset_ + s;
+  const int64_t new_frontier = (std::max<int64_t>(0, new_offset - residual_length_) / group_) * group_;
+  const int64_t flushed = new_frontier - frontier_;
+  if (flushed > 0) {
+    ensure_quantized_capacity(new_frontier);
+    flush(pk, pv, pending_rows, 0, flushed);
+  }
+  const int64_t kept = pending_rows - flushed;
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t h = 0; h < heads_; ++h) {
+      const int64_t bh = b * heads_ + h;
+      cache_rows::store_f32(pk.data() + (bh * pending_rows + flushed) * dk_, static_cast<std::size_t>(kept * dk_),
+                            residual_k_.raw_data() + bh * residual_k_.dim(2) * dk_ * static_cast<int64_t>(residual_k_.element_size()),
+                            dtype_);
+      cache_rows::store_f32(pv.data() + (bh * pending_rows + flushed) * dv_, static_cast<std::size_t>(kept * dv_),
+                            residual_v_.raw_data() + bh * residual_v_.dim(2) * dv_ * static_cast<int64_t>(residual_v_.element_size()),
+                            dtype_);
+    }
+  }
+  offset_ = new_offset;
+  frontier_ = new_frontier;
+  return fetch(keys.dtype());
+}
+
+lm::KeysValues KiviCache::fetch(lm::DType dtype) const {
+  lm::Tensor k({batch_, heads_, offset_, dk_}, dtype);
+  lm::Tensor v({batch_, heads_, offset_, dv_}, dtype);
+  std::vector<float> tmp(static_cast<std::size_t>(std::max(offset_, int64_t{1}) * std::max(dk_, dv_)));
+  const int64_t tail = offset_ - frontier_;
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t h = 0; h < heads_; ++h) {
+      const int64_t bh = b * heads_ + h;
+      std::byte* kout = k.raw_data() + bh * offset_ * dk_ * static_cast<int64_t>(k.element_size());
+      std::byte* vout = v.raw_data() + bh * offset_ * dv_ * static_cast<int64_t>(v.element_size());
+      decode_keys(b, h, 0, frontier_, tmp.data());
+      cache_rows::store_f32(tmp.data(), static_cast<std::size_t>(frontier_ * dk_), kout, dtype);
+      decode_values(b, h, 0, frontier_, tmp.data());
+      cache_rows::store_f32(tmp.data(), static_cast<std::size_t>(frontier_ * dv_), vout, dtype);
+      const std::byte* rk = residual_k_.raw_data() + bh * residual_k_.dim(2) * dk_ * static_cast<int64_t>(residual_k_.element_size());
+      const std::byte* rv = residual_v_.raw_data() + bh * residual_v_.dim(2) * dv_ * static_cast<int64_t>(residual_v_.element_size());
+      lm::convert_elements(rk, dtype_, kout + frontier_ * dk_ * static_cast<int64_t>(k.element_size()), dtype,
+                           static_cast<std::size_t>(tail * dk_));
+      lm::convert_elements(rv, dtype_, vout + frontier_ * dv_ * static_cast<int64_t>(v.element_size()), dtype,
+                           static_cast<std::size_t>(tail * dv_));
+    }
+  }
+  return {std::move(k), std::move(v)};
+}
+
+int64_t KiviCache::trim(int64_t n) {
+  if (n < 0) throw base::InvalidArgument("KiviCache::trim: n must be >= 0, got " + std::to_string(n));
+  const int64_t removed = std::min(n, offset_);
+  const int64_t new_offset = offset_ - removed;
+  const int64_t new_frontier = (std::max<int64_t>(0, new_offset - residual_length_) / group_) * group_;
+  if (new_frontier < frontier_) {
+    // Groups [new_frontier, frontier_) go back to the full-precision tail, decoded; the old tail
+    // rows that survive the trim follow them.
+    const int64_t reopened = std::min(frontier_, new_offset) - new_frontier;
+    const int64_t old_tail_kept = std::max<int64_t>(0, new_offset - frontier_);
+    std::vector<float> tk(static_cast<std::size_t>((reopened + old_tail_kept) * dk_));
+    std::vector<float> tv(static_cast<std::size_t>((reopened + old_tail_kept) * dv_));
+    for (int64_t b = 0; b < batch_; ++b) {
+      for (int64_t h = 0; h < heads_; ++h) {
+        const int64_t bh = b * heads_ + h;
+        std::byte* rk = residual_k_.raw_data() + bh * residual_k_.dim(2) * dk_ * static_cast<int64_t>(residual_k_.element_size());
+        std::byte* rv = residual_v_.raw_data() + bh * residual_v_.dim(2) * dv_ * static_cast<int64_t>(residual_v_.element_size());
+        decode_keys(b, h, new_frontier, new_frontier + reopened, tk.data());
+        decode_values(b, h, new_frontier, new_frontier + reopened, tv.data());
+        cache_rows::load_f32(rk, dtype_, static_cast<std::size_t>(old_tail_kept * dk_), tk.data() + reopened * dk_);
+        cache_rows::load_f32(rv, dtype_, static_cast<std::size_t>(old_tail_kept * dv_), tv.data() + reopened * dv_);
+        cache_rows::store_f32(tk.data(), tk.size(), rk, dtype_);
+        cache_rows::store_f32(tv.data(), tv.size(), rv, dtype_);
+      }
+    }
+    frontier_ = new_frontier;
+  }
+  offset_ = new_offset;
+  return removed;
+}
+
+std::vector<lm::Tensor> KiviCache::state() const {
+  if (!residual_k_.defined()) return {};
+  const int64_t tail = offset_ - frontier_;
+  return {key_codes_.slice(2, 0, frontier_),   key_params_.slice(2, 0, frontier_ / group_),
+          value_codes_.slice(2, 0, frontier_), value_params_.slice(2, 0, frontier_),
+          residual_k_.slice(2, 0, tail),       residual_v_.slice(2, 0, tail)};
+}
+
+std::vector<std::string> KiviCache::meta_state() const {
+  return {std::to_string(head_dim_), std::to_string(bits_),     std::to_string(group_),
+          std::to_string(residual_length_), std::to_string(offset_), std::to_string(frontier_),
+          std::string(lm::dtype_name(dtype_))};
+}
+
+void KiviCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
+  const char* who = "KiviCache::from_state";
+  if (meta.size() != 7) {
+    throw base::FormatError(std::string(who) + ": expected 7 meta entries (head_dim, bits, group, " +
+                            "residual_length, offset, frontier, dtype), got " + std::to_string(meta.size()));
+  }
+  head_dim_ = static_cast<int>(cache_rows::parse_meta_int(meta[0], who, "head_dim"));
+  bits_ = static_cast<int>(cache_rows::parse_meta_int(meta[1], who, "bits"));
+  group_ = static_cast<int>(cache_rows::parse_meta_int(meta[2], who, "group"));
+  residual_length_ = static_cast<int>(cache_rows::parse_meta_int(meta[3], who, "residual_length"));
+  const int64_t offset = cache_rows::parse_meta_int(meta[4], who, "offset");
+  const int64_t frontier = cache_rows::parse_meta_int(meta[5], who, "frontier");
+  lm::DType dtype;
+  try {
+    dtype = lm::parse_float_dtype(meta[6]);
+  } catch (const base::InvalidArgument& e) {
+    throw base::FormatError(std::string(who) + ": " + e.what());
+  }
+  if (bits_ < 1 || bits_ > 8 || group_ < 1 || residual_length_ < 0 || frontier < 0 || frontier > offset ||
+      frontier % group_ != 0 || offset - frontier > residual_length_ + group_) {
+    throw base::FormatError(std::string(who) + ": inconsistent meta_state (bits " + meta[1] + ", group " +
+                            meta[2] + ", offset " + meta[4] + ", frontier " + meta[5] + ")");
+  }
+  offset_ = 0;
+  frontier_ = 0;
+  capacity_ = 0;
+  if (state.empty()) {
+    residual_k_ = residual_v_ = key_codes_ = key_params_ = value_codes_ = value_params_ = lm::Tensor();
+    if (offset != 0) throw base::FormatError(std::string(who) + ": no tensors for offset " + meta[4]);
+    return;
+  }
+  if (state.size() != 6) {
+    throw base::FormatError(std::string(who) + ": expected 6 tensors, got " + std::to_string(state.size()));
+  }
+  const lm::Tensor& rk = state[4];
+  const lm::Tensor& rv = state[5];
+  if (rk.ndim() != 4 || rv.ndim() != 4 || rk.dim(2) != offset - frontier || state[0].dim(2) != frontier ||
+      state[1].dim(2) != frontier / group_ || state[2].dim(2) != frontier || state[3].dim(2) != frontier) {
+    throw base::FormatError(std::string(who) + ": tensor row counts do not match offset " + meta[4] +
+                            " / frontier " + meta[5]);
+  }
+  allocate(rk.astype(dtype), rv.astype(dtype));
+  if (state[0].dim(3) != key_codes_.dim(3) || state[1].dim(3) != key_params_.dim(3) ||
+      state[2].dim(3) != value_codes_.dim(3) || state[3].dim(3) != value_params_.dim(3)) {
+    throw base::FormatError(std::string(who) + ": code/param widths do not match bits " + meta[1]);
+  }
+  key_codes_ = cache_rows::copy_rows(state[0], frontier, frontier);
+  key_params_ = cache_rows::copy_rows(state[1], frontier / group_, frontier / group_);
+  value_codes_ = cache_rows::copy_rows(state[2], frontier, frontier);
+  value_params_ = cache_rows::copy_rows(state[3], frontier, frontier);
+  capacity_ = frontier;
+  const lm::Tensor rk_typed = rk.astype(dtype_);
+  const lm::Tensor rv_typed = rv.astype(dtype_);
+  lm::copy_token_rows(rk_typed, residual_k_, 0);
+  lm::copy_token_rows(rv_typed, residual_v_, 0);
+  offset_ = offset;
+  frontier_ = frontier;
+}
+
+std::shared_ptr<lm::KVCache> KiviCache::clone() const {
+  auto copy = std::make_shared<KiviCache>(*this);
+  copy->key_codes_ = key_codes_.clone();
+  copy->key_params_ = key_params_.clone();
+  copy->value_codes_ = value_codes_.clone();
+  copy->value_params_ = value_params_.clone();
+  copy->residual_k_ = residual_k_.clone();
+  copy->residual_v_ = residual_v_.clone();
+  return copy;
+}
+
+std::shared_ptr<lm::KVCache> make_kivi_cache(const KVCacheConfig& config) {
+  return std::make_shared<KiviCache>(config.head_dim, config.bit_width_inlier.scalar(),
+                                     config.kivi.kivi_group_size, config.kivi.residual_length);
+}
+
+}  // namespace veloxquant

@@ -1,0 +1,77 @@
+#pragma once
+// kivi (KIVI, Liu et al., ICML 2024, arXiv 2402.02750; spec §6 #8, §11.9): asymmetric min/max
+// group quantization — keys per channel (a group = `group` consecutive tokens of one channel,
+// because key outliers are channel-aligned), values per token (a group = `group` consecutive
+// channels of one token). The newest tokens stay full precision in a residual window: the
+// quantization frontier is floor(max(0, offset - residual_length) / group) * group, so keys are
+// always flushed in whole token groups (issue #162 of the original).
+//
+// Storage (all of it counted by nbytes()):
+//   key_codes_    U32 [B, H, cap, wk]          b-bit codes of each quantized token row (word layout)
+//   key_params_   F16 [B, H, cap/group, 2, D]  (scale, min) per channel per token group
+//   value_codes_  U32 [B, H, cap, wv]
+//   value_params_ F16 [B, H, cap, gv, 2]       (scale, min) per token per channel group
+//   residual_k_/residual_v_  input dtype [B, H, residual_length + group, D]  the full-precision tail
+// The quantized region grows in 256-token steps (rounded up to whole groups).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lm/cache.h"
+#include "veloxquant/config/kv_cache_config.h"
+
+namespace veloxquant {
+
+class KiviCache : public lm::KVCache {
+ public:
+  static constexpr int64_t kGrowthStep = 256;
+  KiviCache(int head_dim, int bits, int group_size, int residual_length);
+
+  lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
+  int64_t offset() const override { return offset_; }
+  bool empty() const override { return offset_ == 0; }
+  std::size_t nbytes() const override;
+  bool is_trimmable() const override { return true; }
+  // Rolls the frontier back to where a cache fed only the kept tokens would have it; token groups
+  // that return to the full-precision window are restored from their codes (the originals are
+  // not kept — that would cost the memory KIVI saves), so those rows carry their quantization
+  // error. Quantized groups below the new frontier are bit-identical to the fresh cache's.
+  int64_t trim(int64_t n) override;
+  std::vector<lm::Tensor> state() const override;
+  std::vector<std::string> meta_state() const override;
+  void from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) override;
+  std::string type_name() const override { return "KiviCache"; }
+  std::shared_ptr<lm::KVCache> clone() const override;
+
+  int64_t frontier() const { return frontier_; }
+  int bits() const { return bits_; }
+  // The original exposes the average bits as assigned_avg_bits (never a public `bits`).
+  double assigned_avg_bits() const { return bits_; }
+
+ private:
+  void allocate(const lm::Tensor& keys, const lm::Tensor& values);
+  void ensure_quantized_capacity(int64_t rows);
+  // Quantizes `count` (a multiple of group_) rows of pending f32 data [B, H, P, D] starting at
+  // pending row `first` into the quantized region at rows [frontier_, frontier_ + count).
+  void flush(const std::vector<float>& pending_k, const std::vector<float>& pending_v, int64_t pending_rows,
+             int64_t first, int64_t count);
+  // Decodes quantized rows [begin, end) of (b, h) into f32 [end-begin, D].
+  void decode_keys(int64_t b, int64_t h, int64_t begin, int64_t end, float* out) const;
+  void decode_values(int64_t b, int64_t h, int64_t begin, int64_t end, float* out) const;
+  lm::KeysValues fetch(lm::DType dtype) const;
+
+  int head_dim_;
+  int bits_;
+  int group_;
+  int residual_length_;
+  int64_t batch_ = 0, heads_ = 0, dk_ = 0, dv_ = 0;
+  lm::DType dtype_ = lm::DType::F16;
+  int64_t offset_ = 0;
+  int64_t frontier_ = 0;
+  int64_t capacity_ = 0;  // quantized rows allocated
+  lm::Tensor key_codes_, key_params_, value_codes_, value_params_, residual_k_, residual_v_;
+};
+
+std::shared_ptr<lm::KVCache> make_kivi_cache(const KVCacheConfig& config);
+
+}  // namespace veloxquant

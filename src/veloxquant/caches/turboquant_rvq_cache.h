@@ -1,0 +1,80 @@
+#pragma once
+// turboquant_rvq — the default method (spec §2.2): each key is unit-normalised (norm floored at
+// 1e-4, kept in bf16 so norms above 65504 stay finite), rotated, and encoded in two stages of b
+// bits each (Gaussian/Beta Lloyd-Max, then Laplacian Lloyd-Max on the residual); the two index
+// streams are packed LSB-first in uint32 words (floor(32/b) per word). Key bytes per vector as
+// the original accounts them: ceil(2*d*b/8) + 2.
+//
+// Storage (all counted by nbytes(); grown in 256-token steps, mlx_lm's KVCache rule):
+//   packed1_, packed2_  U32  [B, H, cap, words]   stage-1 / stage-2 indices
+//   norms_              BF16 [B, H, cap, 1]
+//   values_             input dtype [B, H, cap, Dv]               when rvq_value_bits == 0
+//   value_codes_/value_params_  U32 [B,H,cap,wv] / F16 [B,H,cap,2*groups]   when 2..8 (group 32)
+//
+// update_and_fetch returns dequantized keys for every row in the input dtype (the contract).
+// fused_attention instead scores the packed codes directly: the query is rotated once per head
+// and step, scores come from per-coordinate centroid lookups, softmax is online — no dequantized
+// copy of the key cache is ever built.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lm/cache.h"
+#include "veloxquant/config/kv_cache_config.h"
+
+namespace veloxquant {
+
+namespace quant {
+class TurboQuantRvq;
+}
+
+class TurboQuantRvqCache : public lm::KVCache {
+ public:
+  static constexpr int64_t kGrowthStep = 256;
+  static constexpr int kValueGroup = 32;
+  TurboQuantRvqCache(int head_dim, int bits, int64_t seed, int value_bits = 0);
+  ~TurboQuantRvqCache() override;
+  TurboQuantRvqCache(const TurboQuantRvqCache& other);
+
+  lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
+  int64_t offset() const override { return offset_; }
+  bool empty() const override { return !packed1_.defined(); }
+  std::size_t nbytes() const override;
+  bool is_trimmable() const override { return true; }
+  int64_t trim(int64_t n) override;
+  std::vector<lm::Tensor> state() const override;
+  std::vector<std::string> meta_state() const override;
+  void from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) override;
+  std::string type_name() const override { return "TurboQuantRvqCache"; }
+  std::shared_ptr<lm::KVCache> clone() const override;
+  bool supports_fused_attention() const override { return true; }
+  void fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) override;
+
+  // The original's telemetry (never a public `bits`: mlx_lm would take it for its own kernel).
+  int assigned_bits() const { return bits_; }
+  int value_bits() const { return value_bits_; }
+  int64_t compressed_key_bytes() const { return compressed_key_bytes_; }  // ceil(2*d*b/8)+2 per vector
+  int64_t fp16_key_bytes() const { return fp16_key_bytes_; }              // H*B*S*D*2
+
+ private:
+  void ensure_capacity(const lm::Tensor& keys, const lm::Tensor& values, int64_t rows);
+  void store(const lm::Tensor& keys, const lm::Tensor& values);
+  void decode_key_row(int64_t b, int64_t h, int64_t row, float* out) const;
+  void decode_value_row(int64_t b, int64_t h, int64_t row, float* out) const;
+  lm::KeysValues fetch(lm::DType dtype) const;
+
+  int head_dim_;
+  int bits_;
+  int64_t seed_;
+  int value_bits_;
+  std::unique_ptr<quant::TurboQuantRvq> quantizer_;
+  int64_t batch_ = 0, heads_ = 0, dk_ = 0, dv_ = 0, words_ = 0;
+  lm::DType value_dtype_ = lm::DType::F16;
+  int64_t offset_ = 0;
+  int64_t compressed_key_bytes_ = 0, fp16_key_bytes_ = 0;
+  lm::Tensor packed1_, packed2_, norms_, values_, value_codes_, value_params_;
+};
+
+std::shared_ptr<lm::KVCache> make_turboquant_rvq_cache(const KVCacheConfig& config);
+
+}  // namespace veloxquant

@@ -1,0 +1,92 @@
+#pragma once
+// Config fields declared once (DESIGN.md "Config is declared once"): each FieldSpec carries the
+// name, type, help and bounds of one KVCacheConfig field plus typed accessors. The same
+// declaration feeds `--set FIELD=VALUE` parsing, the JSON of `veloxquant methods`, the echo in
+// reports and the bounds check of validation. Defaults are never restated: they are read from
+// a default-constructed KVCacheConfig.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "veloxquant/config/kv_cache_config.h"
+
+namespace veloxquant {
+
+enum class FieldType { kInt, kOptionalInt, kBool, kString, kBitWidth };
+
+// The value of one field: monostate = "None" (optional fields only).
+using FieldValue = std::variant<std::monostate, int64_t, bool, std::string, BitWidth>;
+
+struct FieldSpec {
+  std::string name;
+  FieldType type = FieldType::kInt;
+  std::string help;
+  std::optional<int64_t> min;  // inclusive bounds on ints (each entry of a bit-width list)
+  std::optional<int64_t> max;
+  std::function<FieldValue(const KVCacheConfig&)> get;
+  std::function<void(KVCacheConfig&, const FieldValue&)> set;
+
+  // The default, read from KVCacheConfig{} (the struct initialisers are the declaration).
+  FieldValue default_value() const { return get(KVCacheConfig{}); }
+  bool optional() const { return type == FieldType::kOptionalInt; }
+};
+
+std::string_view field_type_name(FieldType type);  // "int", "int?", "bool", "str", "int|list[int]"
+std::string field_value_to_string(const FieldValue& value);  // None, 42, true, "x", [2, 3]
+nlohmann::json field_value_to_json(const FieldValue& value);
+
+// Parses `text` as a value of `spec` (spec §8 `--set` rules): int; bool as 1/true/yes/on or
+// 0/false/no/off; an empty value = None for optional fields; comma-separated ints for a list.
+// Throws QuantizerConfigError naming the field and the text.
+FieldValue parse_field_value(const FieldSpec& spec, std::string_view text);
+
+// Throws QuantizerConfigError when an int (or any list entry) is outside [min, max].
+void check_field_bounds(const FieldSpec& spec, const FieldValue& value);
+
+// --- declaration helpers: a field that lives in an options struct of KVCacheConfig -------------
+
+template <class Options, class T>
+FieldSpec option_field(std::string name, Options KVCacheConfig::*group, T Options::*member,
+                       std::string help, std::optional<int64_t> min = std::nullopt,
+                       std::optional<int64_t> max = std::nullopt) {
+  FieldSpec spec;
+  spec.name = std::move(name);
+  spec.help = std::move(help);
+  spec.min = min;
+  spec.max = max;
+  if constexpr (std::is_same_v<T, bool>) {
+    spec.type = FieldType::kBool;
+    spec.get = [group, member](const KVCacheConfig& c) -> FieldValue { return (c.*group).*member; };
+    spec.set = [group, member](KVCacheConfig& c, const FieldValue& v) {
+      (c.*group).*member = std::get<bool>(v);
+    };
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    spec.type = FieldType::kString;
+    spec.get = [group, member](const KVCacheConfig& c) -> FieldValue { return (c.*group).*member; };
+    spec.set = [group, member](KVCacheConfig& c, const FieldValue& v) {
+      (c.*group).*member = std::get<std::string>(v);
+    };
+  } else {
+    static_assert(std::is_integral_v<T>, "option fields are int, bool or string");
+    spec.type = FieldType::kInt;
+    spec.get = [group, member](const KVCacheConfig& c) -> FieldValue {
+      return static_cast<int64_t>((c.*group).*member);
+    };
+    spec.set = [group, member](KVCacheConfig& c, const FieldValue& v) {
+      (c.*group).*member = static_cast<T>(std::get<int64_t>(v));
+    };
+  }
+  return spec;
+}
+
+// The generic fields of §3.1 that a user may set (method is chosen with --method, not --set).
+const std::vector<FieldSpec>& generic_fields();
+const FieldSpec* find_generic_field(std::string_view name);
+
+}  // namespace veloxquant

@@ -1,0 +1,178 @@
+// The registry rows: one per method this build implements. A new method adds one row here,
+// one cache file in caches/ and one card in docs/methods/ (DESIGN.md). Families reproduce the
+// original's editorial labels (spec §6 "Reg. family").
+#include <string>
+#include <vector>
+
+#include "veloxquant/caches/kivi_cache.h"
+#include "veloxquant/caches/polar_cache.h"
+#include "veloxquant/caches/qjl_cache.h"
+#include "veloxquant/caches/spectral_cache.h"
+#include "veloxquant/caches/turboquant_rvq_cache.h"
+#include "veloxquant/caches/turboquant_standalone_cache.h"
+#include "veloxquant/errors.h"
+#include "veloxquant/registry/method_registry.h"
+
+namespace veloxquant {
+namespace {
+
+// The generic fields every standalone cache reads (capacity and sliding window are the ring).
+const std::vector<std::string> kStandaloneGeneric = {"head_dim", "bit_width_inlier", "seed",
+                                                     "capacity", "sliding_window"};
+
+void require_bits_in(const KVCacheConfig& config, int lo, int hi) {
+  const int bits = config.bit_width_inlier.scalar();
+  if (bits < lo || bits > hi) {
+    throw QuantizerConfigError("bit_width_inlier for '" + config.method + "' must lie in [" +
+                               std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                               std::to_string(bits));
+  }
+}
+
+MethodDescriptor turboquant_rvq_row() {
+  MethodDescriptor m;
+  m.name = "turboquant_rvq";
+  m.family = "quantization";
+  m.is_servable = true;
+  m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
+  m.blurb = "Rotation + two-stage residual Lloyd-Max (Gaussian then Laplacian), b bits each; "
+            "keys bit-packed with bf16 norms, fused attention from the codes";
+  m.paper = "TurboQuant: Online Vector Quantization with Near-optimal Distortion Rate "
+            "(Zandieh et al., ICLR 2026, arXiv 2504.19874), residual extension of VeloxQuant-MLX";
+  m.deviations = "Norms stored bf16 (the original's newest layout). New option rvq_value_bits "
+                 "(2..8) group-quantizes values; 0 keeps them in the input dtype as the original. "
+                 "Fused attention scores keys from the packed codes instead of dequantizing.";
+  m.docs = "docs/methods/turboquant_rvq.md";
+  m.generic_fields = {"head_dim", "bit_width_inlier", "seed"};
+  m.fields = {option_field("rvq_value_bits", &KVCacheConfig::turboquant_rvq,
+                           &TurboQuantRvqOptions::rvq_value_bits,
+                           "Value bits: 0 keeps values in the input dtype; 2..8 group-affine "
+                           "quantizes them per token (group 32)", 0, 8)};
+  m.validate = [](const KVCacheConfig& c) {
+    require_bits_in(c, 1, 8);
+    if (c.turboquant_rvq.rvq_value_bits == 1) {
+      throw QuantizerConfigError("rvq_value_bits must be 0 (keep dtype) or 2..8, got 1");
+    }
+  };
+  m.make_serving = make_turboquant_rvq_cache;
+  return m;
+}
+
+MethodDescriptor kivi_row() {
+  MethodDescriptor m;
+  m.name = "kivi";
+  m.family = "quantization";
+  m.is_servable = true;
+  m.capabilities = {.trimmable = true, .fused_attention = false, .real_compression = true};
+  m.blurb = "Asymmetric min/max group quantization: keys per channel, values per token; the "
+            "newest residual_length tokens stay full precision";
+  m.paper = "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache (Liu et al., ICML "
+            "2024, arXiv 2402.02750)";
+  m.deviations = "Codes bit-packed (the original stores dequantized fp16). Flush boundary "
+                 "floor(max(0, offset - residual_length) / group) * group as the original.";
+  m.docs = "docs/methods/kivi.md";
+  m.generic_fields = {"head_dim", "bit_width_inlier"};
+  m.fields = {
+      option_field("kivi_group_size", &KVCacheConfig::kivi, &KIVIOptions::kivi_group_size,
+                   "Group size: tokens per key group (per channel), channels per value group", 1, 4096),
+      option_field("residual_length", &KVCacheConfig::kivi, &KIVIOptions::residual_length,
+                   "Newest tokens kept in full precision (the fp16 residual window)", 0),
+  };
+  m.validate = [](const KVCacheConfig& c) { require_bits_in(c, 1, 8); };
+  m.make_serving = make_kivi_cache;
+  return m;
+}
+
+MethodDescriptor turboquant_standalone_row(bool prod) {
+  MethodDescriptor m;
+  m.name = prod ? "turboquant_prod" : "turboquant_mse";
+  m.family = "quantization";
+  m.is_servable = false;
+  m.capabilities = {.real_compression = true};
+  m.blurb = prod ? "Rotation + (b-1)-bit Lloyd-Max + 1-bit QJL of the residual: unbiased inner "
+                   "products (standalone)"
+                 : "Rotation + b-bit Lloyd-Max MSE quantizer (standalone)";
+  m.paper = "TurboQuant: Online Vector Quantization with Near-optimal Distortion Rate "
+            "(Zandieh et al., ICLR 2026, arXiv 2504.19874)";
+  m.deviations = "Values int8 per token as the original's standalone caches.";
+  m.docs = "docs/methods/" + m.name + ".md";
+  m.generic_fields = kStandaloneGeneric;
+  if (prod) m.generic_fields.push_back("jl_dim");
+  m.validate = [prod](const KVCacheConfig& c) { require_bits_in(c, prod ? 2 : 1, 8); };
+  m.make_standalone = [prod](const KVCacheConfig& c) { return make_turboquant_standalone_cache(c, prod); };
+  return m;
+}
+
+MethodDescriptor qjl_row() {
+  MethodDescriptor m;
+  m.name = "qjl";
+  m.family = "quantization";
+  m.is_servable = false;
+  m.capabilities = {.real_compression = true};
+  m.blurb = "Gaussian JL sketch of the key, 1-bit signs + norm; unbiased inner products (standalone)";
+  m.paper = "QJL: 1-Bit Quantized JL Transform for KV Cache Quantization with Zero Overhead "
+            "(Zandieh et al., AAAI 2025, arXiv 2406.03482)";
+  m.deviations = "Signs bit-packed (the original counts one byte per sign).";
+  m.docs = "docs/methods/qjl.md";
+  m.generic_fields = kStandaloneGeneric;
+  m.generic_fields.push_back("jl_dim");
+  m.make_standalone = make_qjl_cache;
+  return m;
+}
+
+MethodDescriptor polar_row() {
+  MethodDescriptor m;
+  m.name = "polar";
+  m.family = "quantization";
+  m.is_servable = false;
+  m.capabilities = {.real_compression = true};
+  m.blurb = "Recursive polar transform; angles quantized with per-level codebooks (standalone)";
+  m.paper = "PolarQuant: Quantizing KV Caches with Polar Transformation (Han et al., AISTATS "
+            "2026, arXiv 2502.02617)";
+  m.deviations = "Angle codes bit-packed.";
+  m.docs = "docs/methods/polar.md";
+  m.generic_fields = kStandaloneGeneric;
+  m.make_standalone = make_polar_cache;
+  return m;
+}
+
+MethodDescriptor spectral_row() {
+  MethodDescriptor m;
+  m.name = "spectral";
+  m.family = "quantization";
+  m.is_servable = false;
+  m.capabilities = {.real_compression = true};
+  m.blurb = "PCA rotation calibrated on the first keys; signal directions kept at high precision, "
+            "noise directions coarsely quantized (+ QJL of the key noise) (standalone)";
+  m.paper = "SpectralQuant: 3% Is All You Need: Breaking TurboQuant's Compression Limit via "
+            "Spectral Structure (2026)";
+  m.deviations = "Own design from the paper's idea: second-moment PCA of the first "
+                 "spectral_calib_tokens keys; signal coordinates int8 per token, noise coordinates "
+                 "randomly rotated then b-bit Lloyd-Max with an f16 norm, plus optional QJL of the "
+                 "noise residual. Values int8 per token (spectral_val_d_eff not carried).";
+  m.docs = "docs/methods/spectral.md";
+  m.generic_fields = kStandaloneGeneric;
+  m.generic_fields.push_back("jl_dim");
+  m.fields = {
+      option_field("spectral_key_d_eff", &KVCacheConfig::spectral, &SpectralOptions::spectral_key_d_eff,
+                   "Key principal directions treated as signal", 0),
+      option_field("spectral_apply_qjl", &KVCacheConfig::spectral, &SpectralOptions::spectral_apply_qjl,
+                   "Add a 1-bit QJL sketch of the key noise residual (unbiased scores)"),
+      option_field("spectral_model_name", &KVCacheConfig::spectral, &SpectralOptions::spectral_model_name,
+                   "Label of the calibration source (echoed in reports)"),
+      option_field("spectral_calib_tokens", &KVCacheConfig::spectral,
+                   &SpectralOptions::spectral_calib_tokens,
+                   "First keys observed before the PCA rotation is fixed", 1),
+  };
+  m.validate = [](const KVCacheConfig& c) { require_bits_in(c, 1, 8); };
+  m.make_standalone = make_spectral_cache;
+  return m;
+}
+
+}  // namespace
+
+std::vector<MethodDescriptor> build_method_table() {
+  return {kivi_row(), spectral_row()};  // H6_PENDING: rows whose caches wait for quant/
+}
+
+}  // namespace veloxquant

@@ -1,0 +1,152 @@
+// The serving-cache contract (lm/cache.h, spec §2.1), run over every servable method the
+// registry lists — a new method is covered by adding its registry row. Each property is
+// checked for f16, bf16 and f32 inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "support/allocation_counter.h"
+#include "support/kv_test_data.h"
+#include "veloxquant/veloxquant.h"
+
+namespace veloxquant {
+namespace {
+
+struct ContractCase {
+  std::string method;
+  lm::DType dtype;
+};
+
+std::string case_name(const testing::TestParamInfo<ContractCase>& info) {
+  return info.param.method + "_" + std::string(lm::dtype_name(info.param.dtype));
+}
+
+std::vector<ContractCase> all_cases() {
+  std::vector<ContractCase> cases;
+  for (const std::string& method : servable_method_names()) {
+    for (lm::DType dtype : {lm::DType::F16, lm::DType::BF16, lm::DType::F32}) cases.push_back({method, dtype});
+  }
+  return cases;
+}
+
+constexpr int64_t kBatch = 1, kHeads = 2, kDim = 32;
+
+class ServingContract : public testing::TestWithParam<ContractCase> {
+ protected:
+  std::shared_ptr<lm::KVCache> make() const {
+    KVCacheConfig c;
+    c.method = GetParam().method;
+    c.head_dim = kDim;
+    c.bit_width_inlier = 4;
+    return KVCacheBuilder(c).build().serving();
+  }
+  lm::Tensor keys(int64_t s, uint64_t seed) const {
+    return test_support::random_kv(kBatch, kHeads, s, kDim, seed, GetParam().dtype);
+  }
+  // Reasonable reconstruction: at 4 bits every method stays within 25% of the data's range
+  // (values in [-4, 4)) per element — a loose sanity bound; method tests pin the exact numbers.
+  static void expect_close(const lm::Tensor& got, const std::vector<float>& want, float tol) {
+    const std::vector<float> g = got.to_f32();
+    ASSERT_EQ(g.size(), want.size());
+    double worst = 0.0;
+    for (std::size_t i = 0; i < g.size(); ++i) worst = std::max(worst, double(std::fabs(g[i] - want[i])));
+    EXPECT_LE(worst, tol);
+  }
+};
+
+TEST_P(ServingContract, ShapesDtypeOffsetAndStateAfterEveryChunk) {
+  auto cache = make();
+  EXPECT_TRUE(cache->empty());
+  EXPECT_EQ(cache->offset(), 0);
+  EXPECT_NO_THROW(cache->state());  // readable before the first update
+  std::vector<lm::Tensor> fed_k, fed_v;
+  int64_t total = 0;
+  uint64_t seed = 7;
+  for (int64_t chunk : {37, 64, 1, 1, 200, 1}) {  // chunked prefill, then decode steps; crosses 256
+    fed_k.push_back(keys(chunk, seed++));
+    fed_v.push_back(keys(chunk, seed++));
+    const lm::KeysValues got = cache->update_and_fetch(fed_k.back(), fed_v.back());
+    total += chunk;
+    EXPECT_EQ(cache->offset(), total);
+    EXPECT_FALSE(cache->empty());
+    EXPECT_EQ(got.keys.shape(), (lm::Shape{kBatch, kHeads, total, kDim}));
+    EXPECT_EQ(got.values.shape(), (lm::Shape{kBatch, kHeads, total, kDim}));
+    EXPECT_EQ(got.keys.dtype(), GetParam().dtype);
+    EXPECT_EQ(got.values.dtype(), GetParam().dtype);
+    // mlx_lm evaluates state after every prefill chunk (issue #83): it must never fail.
+    const std::vector<lm::Tensor> state = cache->state();
+    EXPECT_FALSE(state.empty());
+    expect_close(got.keys, test_support::concat_tokens_f32(fed_k), 2.0f);
+    expect_close(got.values, test_support::concat_tokens_f32(fed_v), 2.0f);
+  }
+}
+
+TEST_P(ServingContract, StateRoundTripThenMoreUpdates) {
+  auto cache = make();
+  cache->update_and_fetch(keys(150, 1), keys(150, 2));
+  cache->update_and_fetch(keys(1, 3), keys(1, 4));
+  auto restored = make();
+  restored->from_state(cache->state(), cache->meta_state());
+  EXPECT_EQ(restored->offset(), cache->offset());
+  for (uint64_t step = 0; step < 3; ++step) {
+    const lm::Tensor k = keys(step == 0 ? 20 : 1, 10 + step), v = keys(step == 0 ? 20 : 1, 20 + step);
+    const lm::KeysValues a = cache->update_and_fetch(k, v);
+    const lm::KeysValues b = restored->update_and_fetch(k, v);
+    EXPECT_EQ(a.keys.to_f32(), b.keys.to_f32());
+    EXPECT_EQ(a.values.to_f32(), b.values.to_f32());
+  }
+  EXPECT_EQ(restored->offset(), 151 + 22);
+}
+
+TEST_P(ServingContract, TrimEqualsFeedingOnlyTheKeptTokens) {
+  auto cache = make();
+  ASSERT_TRUE(cache->is_trimmable());
+  const lm::Tensor k = keys(300, 31), v = keys(300, 32);
+  cache->update_and_fetch(k, v);
+  EXPECT_EQ(cache->trim(7), 7);
+  EXPECT_EQ(cache->offset(), 293);
+  auto fresh = make();
+  fresh->update_and_fetch(test_support::token_rows(k, 0, 293), test_support::token_rows(v, 0, 293));
+  for (uint64_t step = 0; step < 3; ++step) {
+    const lm::Tensor k2 = keys(1, 40 + step), v2 = keys(1, 50 + step);
+    const lm::KeysValues a = cache->update_and_fetch(k2, v2);
+    const lm::KeysValues b = fresh->update_and_fetch(k2, v2);
+    EXPECT_EQ(a.keys.to_f32(), b.keys.to_f32()) << "step " << step;
+    EXPECT_EQ(a.values.to_f32(), b.values.to_f32()) << "step " << step;
+  }
+  EXPECT_EQ(cache->trim(10'000), 296);
+  EXPECT_EQ(cache->offset(), 0);
+}
+
+TEST_P(ServingContract, CloneIsIndependent) {
+  auto cache = make();
+  cache->update_and_fetch(keys(40, 61), keys(40, 62));
+  auto copy = cache->clone();
+  const std::vector<float> before = copy->update_and_fetch(keys(1, 63), keys(1, 64)).keys.to_f32();
+  copy->trim(1);
+  cache->update_and_fetch(keys(5, 65), keys(5, 66));  // mutate the original
+  cache->trim(3);
+  EXPECT_EQ(copy->offset(), 40);
+  const std::vector<float> after = copy->update_and_fetch(keys(1, 63), keys(1, 64)).keys.to_f32();
+  EXPECT_EQ(before, after);
+  EXPECT_EQ(cache->offset(), 42);
+}
+
+TEST_P(ServingContract, NbytesIsWhatIsAllocated) {
+  const auto before = test_support::allocation_snapshot();
+  auto cache = make();
+  for (int64_t chunk : {100, 1, 300, 1}) {
+    cache->update_and_fetch(keys(chunk, static_cast<uint64_t>(chunk)), keys(chunk, static_cast<uint64_t>(chunk) + 1));
+  }
+  const auto after = test_support::allocation_snapshot();
+  EXPECT_EQ(static_cast<std::size_t>(after.aligned_live_bytes - before.aligned_live_bytes), cache->nbytes());
+  EXPECT_GT(cache->nbytes(), 0u);
+  const auto copy = cache->clone();
+  const auto after_clone = test_support::allocation_snapshot();
+  EXPECT_EQ(static_cast<std::size_t>(after_clone.aligned_live_bytes - after.aligned_live_bytes), copy->nbytes());
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, ServingContract, testing::ValuesIn(all_cases()), case_name);
+
+}  // namespace
+}  // namespace veloxquant
