@@ -317,3 +317,38 @@ TEST(Generate, ReportsThePromptStateBeforeDecoding) {
 }
 
 }  // namespace
+
+// The contract on a real model (stories260K GGUF): the hook is called once per generate(),
+// each call gets distinct caches, and the text does not depend on earlier calls.
+#include "lm/load.h"
+
+namespace {
+
+TEST(GenerateRealModel, FreshCachesPerCallOnStories260K) {
+  const std::string dir = std::string(VQ_SHARED_DIR) + "/models/stories260K/";
+  const lm::LoadedModel loaded = lm::load(dir + "stories260K.gguf");
+  lm::Model& model = *loaded.model;
+  std::vector<lm::CacheList> made;
+  model.make_cache = [&] {
+    made.push_back(model.native_make_cache());
+    return made.back();
+  };
+  GenerateOptions o;
+  o.max_tokens = 30;
+  const std::string a = lm::generate(model, *loaded.tokenizer, "Once upon a time", o);
+  const std::string b = lm::generate(model, *loaded.tokenizer, "Once upon a time", o);
+  const std::string c = lm::generate(model, *loaded.tokenizer, "The cat", o);
+  const std::string a2 = lm::generate(model, *loaded.tokenizer, "Once upon a time", o);
+  ASSERT_EQ(made.size(), 4u);
+  for (std::size_t i = 0; i < made.size(); ++i)
+    for (std::size_t j = i + 1; j < made.size(); ++j) EXPECT_NE(made[i][0].get(), made[j][0].get());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, a2);
+  EXPECT_NE(a, c);
+  EXPECT_EQ(model.layers().size(), made[0].size());
+  // Prompt (BOS + tokens) plus 29 fed-back tokens in the first call's caches.
+  const auto prompt_tokens = loaded.tokenizer->encode("Once upon a time", true);
+  EXPECT_EQ(made[0][0]->offset(), static_cast<int64_t>(prompt_tokens.size()) + 29);
+}
+
+}  // namespace

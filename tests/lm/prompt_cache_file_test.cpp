@@ -206,3 +206,44 @@ TEST_F(PromptCacheFileTest, RegistryRebuildsRegisteredTypesAndRefusesUnknownOnes
 }
 
 }  // namespace
+
+// The same round trip on a real model (stories260K, llama2.c checkpoint): the continuation
+// from a loaded prompt cache equals the uninterrupted greedy generation token for token.
+#include "lm/load.h"
+
+namespace {
+
+TEST_F(PromptCacheFileTest, RealModelContinuationIsIdentical) {
+  const std::string dir = std::string(VQ_SHARED_DIR) + "/models/stories260K/";
+  lm::LoadOptions options;
+  options.tokenizer_path = dir + "tok512.bin";
+  const lm::LoadedModel loaded = lm::load(dir + "stories260K.bin", options);
+  const lm::Model& model = *loaded.model;
+  const lm::Tokenizer& tok = *loaded.tokenizer;
+
+  lm::GenerateOptions o;
+  o.max_tokens = 40;
+  const std::string whole = lm::generate(model, tok, "Once upon a time, there was a dog", o);
+
+  // Prefill the first part and save it; then continue from the file with the rest.
+  lm::PromptCache first{lm::make_prompt_cache(model), {}};
+  lm::GenerateOptions prefill_only = o;
+  prefill_only.max_tokens = 0;
+  const std::vector<int32_t> all_tokens = tok.encode("Once upon a time, there was a dog", true);
+  ASSERT_GT(all_tokens.size(), 6u);
+  const std::vector<int32_t> head(all_tokens.begin(), all_tokens.end() - 3);
+  const std::vector<int32_t> tail(all_tokens.end() - 3, all_tokens.end());
+  lm::stream_generate(model, tok, head, prefill_only, nullptr, &first);
+  lm::save_prompt_cache(path("story.vqpc"), first);
+  lm::SavedPromptCache saved = lm::load_prompt_cache(path("story.vqpc"));
+  EXPECT_EQ(saved.cache.tokens, head);
+  std::string continued;
+  lm::stream_generate(model, tok, tail, o, [&](const lm::GenerationChunk& c) {
+    continued += c.text;
+    return true;
+  }, &saved.cache);
+  EXPECT_EQ(continued, whole);
+  EXPECT_FALSE(whole.empty());
+}
+
+}  // namespace
