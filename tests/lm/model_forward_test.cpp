@@ -253,7 +253,10 @@ TEST(ModelForward, FusedAttentionPathGivesTheSameLogits) {
   m.model->forward(prompt, plain, b);
   m.model->forward({412}, fused, a);
   m.model->forward({412}, plain, b);
-  EXPECT_LT(max_abs_diff(a, b), 1e-3);
+  // The fused stand-in attends in double, the host's kernel in float: the attention outputs
+  // differ by float rounding (~1e-7 relative), which five layers and the head grow to ~1e-3 on
+  // logits of size ~10. Miswiring (a missing store, a wrong mask or position) is O(1).
+  EXPECT_LT(max_abs_diff(a, b), 5e-3);
   EXPECT_NE(std::find(raw_fused[0]->calls.begin(), raw_fused[0]->calls.end(), "fused_attention"), raw_fused[0]->calls.end());
   EXPECT_EQ(std::find(raw_fused[0]->calls.begin(), raw_fused[0]->calls.end(), "update_and_fetch"), raw_fused[0]->calls.end());
 }

@@ -9,6 +9,7 @@
 #include "base/half.h"
 #include "base/thread_pool.h"
 #include "lm/kernels/elementwise.h"
+#include "lm/kernels/simd_dot.h"
 
 namespace lm::kernels {
 
@@ -67,6 +68,31 @@ inline float load(const std::byte* base_ptr, int64_t index) {
   return 0.0f;
 }
 
+// q · key row, reading the stored dtype in place: SIMD when the row is contiguous (it is
+// for every cache in this project), element-wise through the stride otherwise.
+template <DType kType>
+inline float dot_row(const float* q, const std::byte* row, int64_t stride, int64_t d) {
+  if (stride == 1) {
+    if constexpr (kType == DType::F32) return simd::dot_f32(reinterpret_cast<const float*>(row), q, d);
+    if constexpr (kType == DType::F16) return simd::dot_f16(reinterpret_cast<const uint16_t*>(row), q, d);
+    if constexpr (kType == DType::BF16) return simd::dot_bf16(reinterpret_cast<const uint16_t*>(row), q, d);
+  }
+  float s = 0.0f;
+  for (int64_t e = 0; e < d; ++e) s += q[e] * load<kType>(row, e * stride);
+  return s;
+}
+
+// out += p * value row.
+template <DType kType>
+inline void axpy_row(float p, const std::byte* row, int64_t stride, float* out, int64_t d) {
+  if (stride == 1) {
+    if constexpr (kType == DType::F32) return simd::axpy_f32(p, reinterpret_cast<const float*>(row), out, d);
+    if constexpr (kType == DType::F16) return simd::axpy_f16(p, reinterpret_cast<const uint16_t*>(row), out, d);
+    if constexpr (kType == DType::BF16) return simd::axpy_bf16(p, reinterpret_cast<const uint16_t*>(row), out, d);
+  }
+  for (int64_t e = 0; e < d; ++e) out[e] += p * load<kType>(row, e * stride);
+}
+
 // One (batch, query head, query) row: scores over visible keys, softmax, weighted values.
 template <DType kType>
 void attend_row(const float* q, const Tensor& k, const Tensor& v, int64_t b, int64_t kv_head, const Geometry& g,
@@ -103,9 +129,7 @@ void attend_row(const float* q, const Tensor& k, const Tensor& v, int64_t b, int
     }
     any = true;
     const std::byte* krow = kbase + (k_off + j * ks[2]) * static_cast<int64_t>(es);
-    float s = 0.0f;
-    for (int64_t e = 0; e < g.d; ++e) s += q[e] * load<kType>(krow, e * ks[3]);
-    scores[j] = s * scale;
+    scores[j] = dot_row<kType>(q, krow, ks[3], g.d) * scale;
   }
   for (int64_t e = 0; e < g.d; ++e) out[e] = 0.0f;
   if (!any) return;
@@ -114,7 +138,7 @@ void attend_row(const float* q, const Tensor& k, const Tensor& v, int64_t b, int
     const float p = scores[j];
     if (p == 0.0f) continue;
     const std::byte* vrow = vbase + (v_off + j * vs[2]) * static_cast<int64_t>(es);
-    for (int64_t e = 0; e < g.d; ++e) out[e] += p * load<kType>(vrow, e * vs[3]);
+    axpy_row<kType>(p, vrow, vs[3], out, g.d);
   }
 }
 

@@ -15,8 +15,10 @@ namespace lm::kernels {
 void matvec(const WeightMatrix& w, const float* x, float* y, base::ThreadPool* pool);
 
 // Y[t, r] = dot(W row r, X[t, :]) for t in [0, n_tokens): X is [n_tokens, W.cols] row-major,
-// Y is [n_tokens, W.rows]. Each weight row is decoded once per call and reused for every
-// token while it is hot in L1 (prefill reads the weights once, not n_tokens times).
+// Y is [n_tokens, W.rows]. For a few tokens each dot decodes the blocks in registers
+// (vec_dot); for prefill-sized batches each weight row is dequantized once into an f32
+// buffer and reused for every token while it is hot in L1. Either way each output element is
+// computed by one thread, so results do not depend on the thread count.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, base::ThreadPool* pool);
 
 // The same product through vec_dot_reference (slow; for tests).

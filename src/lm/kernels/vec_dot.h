@@ -13,9 +13,10 @@ namespace lm::kernels {
 // sum_i dequant(row)[i] * x[i] over n elements (n a multiple of the block size).
 float vec_dot_reference(GgmlType type, const void* row, const float* x, int64_t n);
 
-// The same value computed block by block without materialising the dequantized row: block
-// scales are factored out of each block's sum (for x = d*q + m: d*sum(q*x) + m*sum(x)).
-// Agrees with the reference to float rounding (tests bound the relative error).
+// The same value computed block by block without materialising the dequantized row: codes
+// are widened to f32 in SIMD registers (lm/kernels/simd_dot.h) and block scales factored out
+// of each block's sum (for x = d*q + m: d*sum(q*x) + m*sum(x)). Agrees with the reference to
+// float rounding (tests bound the error).
 float vec_dot(GgmlType type, const void* row, const float* x, int64_t n);
 
 // Plain f32 dot, shared by attention and the reference.

@@ -1,0 +1,26 @@
+#pragma once
+// SIMD inner loops (Highway, dispatched at run time to the best target the CPU has: AVX-512,
+// AVX2, SSE4, NEON, ... or a portable fallback). Each has a plain scalar counterpart that
+// tests compare it with: vec_dot_reference for the weight formats, straightforward loops for
+// the rest. Activations stay f32; weights are widened to f32 in registers block by block, so
+// results match the reference to float rounding.
+#include <cstdint>
+
+namespace lm::kernels::simd {
+
+// Weight row (GGML block format) · f32 vector; n a multiple of the format's block size.
+float dot_f32(const float* w, const float* x, int64_t n);
+float dot_f16(const uint16_t* w, const float* x, int64_t n);
+float dot_bf16(const uint16_t* w, const float* x, int64_t n);
+float dot_q4_0(const void* row, const float* x, int64_t n);
+float dot_q4_1(const void* row, const float* x, int64_t n);
+float dot_q8_0(const void* row, const float* x, int64_t n);
+float dot_q4_k(const void* row, const float* x, int64_t n);
+float dot_q6_k(const void* row, const float* x, int64_t n);
+
+// out[i] += a * v[i] with v in f32 / f16 / bf16 (the value side of attention).
+void axpy_f32(float a, const float* v, float* out, int64_t n);
+void axpy_f16(float a, const uint16_t* v, float* out, int64_t n);
+void axpy_bf16(float a, const uint16_t* v, float* out, int64_t n);
+
+}  // namespace lm::kernels::simd
