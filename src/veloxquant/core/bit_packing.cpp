@@ -1,0 +1,109 @@
+#include "veloxquant/core/bit_packing.h"
+
+#include <cstring>
+#include <string>
+
+#include "veloxquant/errors.h"
+
+namespace veloxquant::core {
+
+void check_pack_bits(int bits) {
+  if (bits < 1 || bits > 8)
+    throw QuantizerConfigError("bit packing: bits must be in 1..8, got " + std::to_string(bits));
+}
+
+std::size_t indices_per_word(int bits) {
+  check_pack_bits(bits);
+  return 32 / static_cast<std::size_t>(bits);
+}
+
+std::size_t packed_words(std::size_t n, int bits) {
+  const std::size_t per = indices_per_word(bits);
+  return (n + per - 1) / per;
+}
+
+std::size_t dense_bytes(std::size_t n, int bits) {
+  check_pack_bits(bits);
+  return (n * static_cast<std::size_t>(bits) + 7) / 8;
+}
+
+void pack_words(const uint8_t* idx, std::size_t n, int bits, uint32_t* words) {
+  const std::size_t per = indices_per_word(bits);
+  const uint32_t mask = (1u << bits) - 1u;
+  const std::size_t nw = packed_words(n, bits);
+  for (std::size_t w = 0; w < nw; ++w) {
+    uint32_t word = 0;
+    const std::size_t begin = w * per;
+    const std::size_t end = begin + per < n ? begin + per : n;
+    for (std::size_t i = begin; i < end; ++i)
+      word |= (static_cast<uint32_t>(idx[i]) & mask) << (bits * static_cast<int>(i - begin));
+    words[w] = word;
+  }
+}
+
+void unpack_words(const uint32_t* words, std::size_t n, int bits, uint8_t* idx) {
+  const std::size_t per = indices_per_word(bits);
+  const uint32_t mask = (1u << bits) - 1u;
+  for (std::size_t i = 0; i < n; ++i)
+    idx[i] = static_cast<uint8_t>((words[i / per] >> (bits * static_cast<int>(i % per))) & mask);
+}
+
+void pack_dense(const uint8_t* idx, std::size_t n, int bits, uint8_t* out) {
+  check_pack_bits(bits);
+  const uint32_t mask = (1u << bits) - 1u;
+  if (bits == 8) {
+    std::memcpy(out, idx, n);
+    return;
+  }
+  // A bit accumulator: append b bits at the top, flush whole bytes from the bottom.
+  uint32_t acc = 0;
+  int filled = 0;
+  std::size_t o = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    acc |= (static_cast<uint32_t>(idx[i]) & mask) << filled;
+    filled += bits;
+    while (filled >= 8) {
+      out[o++] = static_cast<uint8_t>(acc);
+      acc >>= 8;
+      filled -= 8;
+    }
+  }
+  if (filled > 0) out[o] = static_cast<uint8_t>(acc);
+}
+
+void unpack_dense(const uint8_t* in, std::size_t n, int bits, uint8_t* idx) {
+  check_pack_bits(bits);
+  const uint32_t mask = (1u << bits) - 1u;
+  switch (bits) {  // the common widths never straddle a byte
+    case 8:
+      std::memcpy(idx, in, n);
+      return;
+    case 4:
+      for (std::size_t i = 0; i < n; ++i) idx[i] = static_cast<uint8_t>((in[i >> 1] >> ((i & 1) * 4)) & 0xf);
+      return;
+    case 2:
+      for (std::size_t i = 0; i < n; ++i) idx[i] = static_cast<uint8_t>((in[i >> 2] >> ((i & 3) * 2)) & 0x3);
+      return;
+    case 1:
+      for (std::size_t i = 0; i < n; ++i) idx[i] = static_cast<uint8_t>((in[i >> 3] >> (i & 7)) & 0x1);
+      return;
+    default:
+      break;
+  }
+  uint32_t acc = 0;
+  int filled = 0;
+  std::size_t pos = 0;
+  const std::size_t total = dense_bytes(n, bits);
+  for (std::size_t i = 0; i < n; ++i) {
+    while (filled < bits) {
+      acc |= static_cast<uint32_t>(pos < total ? in[pos] : 0) << filled;
+      ++pos;
+      filled += 8;
+    }
+    idx[i] = static_cast<uint8_t>(acc & mask);
+    acc >>= bits;
+    filled -= bits;
+  }
+}
+
+}  // namespace veloxquant::core
