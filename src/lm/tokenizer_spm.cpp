@@ -257,8 +257,10 @@ std::string SentencePieceTokenizer::decode_token(int32_t previous, int32_t token
   std::string text = unescape_spaces(piece);
   // The encoder put a dummy-prefix space after BOS and after each special token; take it off
   // again (llama2.c run.c strips it after BOS).
-  const bool previous_is_special =
-      previous >= 0 && previous < vocab_size() && token_type_of(vocab_, previous) == TokenType::kControl;
+  const TokenType previous_type =
+      previous >= 0 && previous < vocab_size() ? token_type_of(vocab_, previous) : TokenType::kNormal;
+  const bool previous_is_special = previous_type == TokenType::kControl || previous_type == TokenType::kUserDefined ||
+                                   previous_type == TokenType::kUnknown;
   if (vocab_.add_space_prefix && previous_is_special && !text.empty() && text[0] == ' ') text.erase(0, 1);
   return text;
 }
