@@ -318,6 +318,35 @@ TEST_F(Stories260K, GreedyFromBosEqualsLlamaCppTokenForToken) {
   EXPECT_EQ(run_->loaded.tokenizer->decode(ours), reference_text.substr(1));
 }
 
+// The same weights as a llama2.c checkpoint (stories260K.bin, tok512.bin next to it): a
+// different loader (legacy header, fp32 weight order, no GGUF metadata) must give the model
+// llama.cpp evaluated from the GGUF, within the same bounds.
+TEST(Stories260KLlama2c, CheckpointMatchesLlamaCppOnTheSamePassage) {
+  const json fx = read_json(kFixtures / "stories260K.json");
+  const auto tokens = fx.at("tokens").get<std::vector<int32_t>>();
+  const int vocab = fx.at("vocab_size").get<int>();
+  const auto full_pos = fx.at("full_logits_positions").get<std::vector<int>>();
+  const auto full = read_f32(kFixtures / fx.at("full_logits_file").get<std::string>(), full_pos.size() * vocab);
+  lm::LoadOptions options;
+  options.threads = 2;
+  const lm::LoadedModel loaded =
+      lm::load((fs::path(VQ_SHARED_DIR) / "models/stories260K/stories260K.bin").string(), options);
+  ASSERT_EQ(loaded.model->config().vocab_size, vocab);
+  lm::CacheList caches = lm::make_prompt_cache(*loaded.model);
+  std::vector<float> last, all;
+  loaded.model->forward(tokens, caches, last, &all);
+  const Agreement a = compare(all, vocab, fx, fx.at("probe_ids"), full, full_pos);
+  report("stories260K llama2.c checkpoint vs llama.cpp (GGUF)", a);
+  EXPECT_GE(a.top1_rate(), 0.99);
+  EXPECT_LE(a.sparse.max, kStoriesLlamaMax);
+  EXPECT_LE(a.full.max, kStoriesLlamaMax);
+  EXPECT_LE(a.full.mean(), kStoriesLlamaMean);
+  // The llama2.c tokenizer file encodes the passage's text as llama.cpp's GGUF vocab does.
+  const json& check = fx.at("tokenizer_check");
+  EXPECT_EQ(loaded.tokenizer->encode(check.at("text").get<std::string>(), true),
+            check.at("ids").get<std::vector<int32_t>>());
+}
+
 // ---------------------------------------------------------------- SmolLM2-135M-Instruct Q4_1
 //
 // Measured in the fixture (see the header comment for why): llama.cpp batch vs exact
