@@ -17,6 +17,7 @@
 #include <string>
 
 #include "apps/command_registry.h"
+#include "apps/kv_method_flags.h"
 #include "apps/progress_bar.h"
 #include "base/error.h"
 #include "lm/generate.h"
@@ -48,6 +49,8 @@ struct GenerateFlags {
   std::string prefill_step = "512";
   std::string save_prompt_cache;
   std::string load_prompt_cache;
+  KvMethodFlags kv;         // --method/--bits/--set (kv_method_flags.h)
+  bool seed_given = false;  // an explicit --seed also seeds the compressed cache
 };
 
 template <class T>
@@ -88,28 +91,47 @@ std::string read_text_file(const std::string& path) {
 }
 
 void add_generate_flags(CLI::App& cmd, GenerateFlags& f) {
-  cmd.add_option("--model,-m", f.model, "Model file: GGUF or llama2.c checkpoint (required)");
-  cmd.add_option("--tokenizer", f.tokenizer, "Tokenizer file (llama2.c tokenizer or a GGUF)");
-  cmd.add_option("--prompt,-p", f.prompt, "Prompt text (empty = start from BOS)");
-  cmd.add_option("--prompt-file", f.prompt_file, "Read the prompt from a file");
-  cmd.add_option("--max-tokens,-n", f.max_tokens, "Tokens to generate")->capture_default_str();
-  cmd.add_option("--temp", f.temp, "Sampling temperature (0 = greedy)")->capture_default_str();
-  cmd.add_option("--top-k", f.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
-  cmd.add_option("--top-p", f.top_p, "Nucleus sampling mass in (0, 1] (1 = off)")->capture_default_str();
+  cmd.add_option("--model,-m", f.model, "Model file: GGUF or llama2.c checkpoint (required)")
+      ->type_name("PATH");
+  cmd.add_option("--tokenizer", f.tokenizer, "Tokenizer file (llama2.c tokenizer or a GGUF)")
+      ->type_name("PATH");
+  cmd.add_option("--prompt,-p", f.prompt, "Prompt text (empty = start from BOS)")
+      ->type_name("TEXT");
+  cmd.add_option("--prompt-file", f.prompt_file, "Read the prompt from a file")
+      ->type_name("PATH");
+  cmd.add_option("--max-tokens,-n", f.max_tokens, "Tokens to generate")->capture_default_str()
+      ->type_name("N");
+  cmd.add_option("--temp", f.temp, "Sampling temperature (0 = greedy)")->capture_default_str()
+      ->type_name("T");
+  cmd.add_option("--top-k", f.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str()
+      ->type_name("K");
+  cmd.add_option("--top-p", f.top_p, "Nucleus sampling mass in (0, 1] (1 = off)")->capture_default_str()
+      ->type_name("P");
   cmd.add_option("--min-p", f.min_p, "Drop tokens below min_p x the top probability (0 = off)")
-      ->capture_default_str();
-  cmd.add_option("--repeat-penalty", f.repeat_penalty, "Repetition penalty (1 = off)")->capture_default_str();
+      ->capture_default_str()
+      ->type_name("P");
+  cmd.add_option("--repeat-penalty", f.repeat_penalty, "Repetition penalty (1 = off)")->capture_default_str()
+      ->type_name("R");
   cmd.add_option("--repeat-context", f.repeat_context, "Tokens the repetition penalty looks back over")
-      ->capture_default_str();
-  cmd.add_option("--seed", f.seed, "Sampling seed (std::mt19937_64)")->capture_default_str();
+      ->capture_default_str()
+      ->type_name("N");
+  cmd.add_option("--seed", f.seed, "Sampling seed (std::mt19937_64)")->capture_default_str()
+      ->type_name("S");
   cmd.add_flag("--chat", f.chat, "Wrap the prompt in the model's chat template as a user turn");
-  cmd.add_option("--ctx", f.ctx, "Context length (default: the model's)");
-  cmd.add_option("--threads,-t", f.threads, "Worker threads (0 = all cores)")->capture_default_str();
-  cmd.add_option("--kv-dtype", f.kv_dtype, "KV cache element type: f16, bf16 or f32")->capture_default_str();
-  cmd.add_option("--prefill-step", f.prefill_step, "Prompt tokens per prefill forward")->capture_default_str();
-  cmd.add_option("--save-prompt-cache", f.save_prompt_cache, "Save the caches after the prompt to this file");
+  cmd.add_option("--ctx", f.ctx, "Context length (default: the model's)")
+      ->type_name("N");
+  cmd.add_option("--threads,-t", f.threads, "Worker threads (0 = all cores)")->capture_default_str()
+      ->type_name("N");
+  cmd.add_option("--kv-dtype", f.kv_dtype, "KV cache element type: f16, bf16 or f32")->capture_default_str()
+      ->type_name("f16|bf16|f32");
+  cmd.add_option("--prefill-step", f.prefill_step, "Prompt tokens per prefill forward")->capture_default_str()
+      ->type_name("N");
+  cmd.add_option("--save-prompt-cache", f.save_prompt_cache, "Save the caches after the prompt to this file")
+      ->type_name("FILE");
   cmd.add_option("--load-prompt-cache", f.load_prompt_cache,
-                 "Continue from a saved prompt cache; --prompt is appended after its tokens");
+                 "Continue from a saved prompt cache; --prompt is appended after its tokens")
+      ->type_name("FILE");
+  add_kv_method_flags(cmd, f.kv);
 }
 
 // What ties a prompt-cache file to the model that made it.
@@ -161,6 +183,10 @@ void run_generate(const GenerateFlags& f) {
   }
   if (!f.tokenizer.empty()) load_options.tokenizer_path = f.tokenizer;
 
+  KvMethodFlags kv = f.kv;
+  if (f.seed_given) kv.seed = static_cast<int64_t>(options.seed);
+  const std::optional<veloxquant::KVCacheConfig> kv_config = kv_config_from_flags(kv);  // before loading
+
   std::string prompt = f.prompt.value_or("");
   if (!f.prompt_file.empty()) prompt = read_text_file(f.prompt_file);
 
@@ -168,7 +194,7 @@ void run_generate(const GenerateFlags& f) {
   const lm::LoadedModel loaded = lm::load(f.model, load_options);
   lm::Model& model = *loaded.model;
   const lm::Tokenizer& tokenizer = *loaded.tokenizer;
-  // (Cache methods install themselves here through model.make_cache.)
+  apply_kv_method(model, kv_config);  // --method: patch_model_kv_cache installs the make_cache hook
 
   // 3. The prompt: chat template, then tokens (no BOS when continuing a cached prompt).
   std::optional<lm::SavedPromptCache> saved;
@@ -207,12 +233,20 @@ void run_generate(const GenerateFlags& f) {
   std::fputc('\n', stdout);
   std::fflush(stdout);
 
-  // 5. One stats line.
+  // 5. One stats line. The full-precision reference: every token the caches hold (the last
+  // sampled token is never fed back) in the host's KV dtype, without growth slack.
+  // A continued prompt cache holds every token fed in the call, the earlier ones included.
+  const int64_t cached_tokens = saved ? static_cast<int64_t>(saved->cache.tokens.size())
+                                      : stats.prompt_tokens + (stats.generation_tokens > 0 ? stats.generation_tokens - 1 : 0);
+  const std::size_t full_precision = full_precision_kv_bytes(model, cached_tokens, load_options.kv_dtype);
   std::fprintf(stderr,
-               "prompt %lld tok %.1f tok/s | gen %lld tok %.1f tok/s | KV %s resident | peak RSS %s | stop %s\n",
+               "prompt %lld tok %.1f tok/s | gen %lld tok %.1f tok/s | KV %s resident vs %s full precision "
+               "(%.2fx, %s) | peak RSS %s | stop %s\n",
                static_cast<long long>(stats.prompt_tokens), stats.prompt_tokens_per_s,
                static_cast<long long>(stats.generation_tokens), stats.generation_tokens_per_s,
-               lm::format_bytes(stats.kv_bytes_resident).c_str(), lm::format_bytes(stats.peak_rss_bytes).c_str(),
+               lm::format_bytes(stats.kv_bytes_resident).c_str(), lm::format_bytes(full_precision).c_str(),
+               stats.kv_bytes_resident ? static_cast<double>(full_precision) / stats.kv_bytes_resident : 0.0,
+               kv.method.c_str(), lm::format_bytes(stats.peak_rss_bytes).c_str(),
                std::string(lm::stop_reason_name(stats.stop_reason)).c_str());
 }
 
@@ -220,7 +254,10 @@ CommandRegistration registration{"generate", [](CLI::App& root) {
   auto flags = std::make_shared<GenerateFlags>();
   auto* cmd = root.add_subcommand("generate", "Generate text with a model (streams to stdout, stats to stderr)");
   add_generate_flags(*cmd, *flags);
-  cmd->callback([flags] { run_generate(*flags); });
+  cmd->callback([flags, cmd] {
+    flags->seed_given = cmd->count("--seed") > 0;
+    run_generate(*flags);
+  });
 }};
 
 }  // namespace

@@ -20,8 +20,10 @@ void add_kv_method_flags(CLI::App& command, KvMethodFlags& flags) {
   command.add_option("--bits", flags.bits,
                      "Bits per coordinate (bit_width_inlier): one int, or a comma list with one "
                      "entry per attention layer");
-  command.add_option("--seed", flags.seed, "Cache seed (per layer: seed + layer index)")
-      ->capture_default_str();
+  if (command.get_option_no_throw("--seed") == nullptr) {
+    command.add_option("--seed", flags.seed, "Cache seed (per layer: seed + layer index)")
+        ->capture_default_str();
+  }
   command.add_option("--set", flags.sets, "FIELD=VALUE for any config field (repeatable)");
 }
 
@@ -53,7 +55,8 @@ std::optional<veloxquant::KVCacheConfig> kv_config_from_flags(const KvMethodFlag
   // copy with a scalar bit width; for_model checks the rest when the model is there.
   veloxquant::KVCacheConfig probe = config;
   if (probe.bit_width_inlier.is_list()) {
-    for (int b : probe.bit_width_inlier.list()) {
+    const std::vector<int> per_layer = probe.bit_width_inlier.list();  // copy: the loop reassigns it
+    for (int b : per_layer) {
       probe.bit_width_inlier = b;
       veloxquant::validate_for_create(probe);
     }

@@ -26,6 +26,9 @@ struct KvMethodFlags {
   std::vector<std::string> sets;
 };
 
+// Adds the flags. When the command already has a --seed (generate's sampling seed) no second one
+// is added: the caller then copies that seed into flags.seed when the user gave it, so one
+// --seed drives both (the cache default stays 42).
 void add_kv_method_flags(CLI::App& command, KvMethodFlags& flags);
 
 // The config the flags describe, validated as far as possible without a model (method known
