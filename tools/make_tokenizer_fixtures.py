@@ -17,6 +17,8 @@ import argparse
 import json
 import os
 import pathlib
+import re
+import struct
 import tempfile
 
 import gguf
@@ -26,6 +28,7 @@ from llama_cpp import Llama
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 STORIES_GGUF = SHARED / "models/stories260K/stories260K.gguf"
+STORIES_TOK = SHARED / "models/stories260K/tok512.bin"
 SMOLLM2_GGUF = ROOT / "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 SHAKESPEARE = SHARED / "data/tinyshakespeare.txt"
 
@@ -99,6 +102,59 @@ CONVERSATIONS = [
 ]
 
 
+def read_llama2c_vocab(path: pathlib.Path):
+    """tok512.bin: int32 max_token_length, then per token f32 score, int32 length, bytes."""
+    data = path.read_bytes()
+    pos = 4
+    pieces, scores = [], []
+    while pos < len(data):
+        score, length = struct.unpack_from("<fi", data, pos)
+        pos += 8
+        pieces.append(data[pos:pos + length])
+        scores.append(score)
+        pos += length
+    return pieces, scores
+
+
+def llama2c_encode(text: bytes, pieces, scores, bos: bool) -> list:
+    """llama2.c run.c's encode(), transcribed to Python as a second, independent reference:
+    BOS (1), the dummy-prefix " " piece, one piece per UTF-8 character (byte + 3 when the
+    character is no piece), then repeatedly merge the adjacent pair whose concatenation is the
+    best-scoring piece (first such pair on ties) until no pair merges."""
+    index = {p: i for i, p in reversed(list(enumerate(pieces)))}
+    tokens = [1] if bos else []
+    if text:
+        tokens.append(index[b" "])
+    i = 0
+    while i < len(text):
+        j = i + 1
+        while j < len(text) and j - i < 4 and (text[j] & 0xC0) == 0x80:
+            j += 1
+        char = text[i:j]
+        if char in index:
+            tokens.append(index[char])
+        else:
+            tokens.extend(b + 3 for b in char)
+        i = j
+    start = 1 if bos else 0
+    while True:
+        best, best_at, best_id = -1e10, -1, -1
+        for k in range(start, len(tokens) - 1):
+            merged = pieces[tokens[k]] + pieces[tokens[k + 1]]
+            if merged in index and scores[index[merged]] > best:
+                best, best_at, best_id = scores[index[merged]], k, index[merged]
+        if best_at < 0:
+            return tokens
+        tokens[best_at:best_at + 2] = [best_id]
+
+
+def dump(data) -> str:
+    """Indented JSON with each list of ids kept on one line."""
+    text = json.dumps(data, ensure_ascii=False, indent=1)
+    return re.sub(r"\[\s*(-?\d+(?:,\s*-?\d+)*)\s*\]",
+                  lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text) + "\n"
+
+
 def load(path: pathlib.Path) -> Llama:
     return Llama(model_path=str(path), vocab_only=True, verbose=False)
 
@@ -139,10 +195,19 @@ def main() -> None:
               for t in STORIES_TEXTS[1:4]]
     cases += [{"text": t, "add_bos": True, "special": True, "ids": ids(stories, t, True, True)}
               for t in STORIES_SPECIAL_TEXTS]
+    # llama.cpp's SPM and llama2.c's encode must agree on plain text; stop here if they do not.
+    pieces, scores = read_llama2c_vocab(STORIES_TOK)
+    for case in cases:
+        if not case["special"]:
+            reference = llama2c_encode(case["text"].encode("utf-8"), pieces, scores, case["add_bos"])
+            if reference != case["ids"]:
+                raise SystemExit(f"llama.cpp and llama2.c encode disagree on {case['text']!r}: "
+                                 f"{case['ids']} vs {reference}")
+            case["agrees_with_llama2c_encode"] = True
     invalid = [{"hex": b.hex(), "ids": ids(stories, b, True, False)} for b in INVALID_UTF8]
-    (out / "stories260K_encode.json").write_text(json.dumps({
+    (out / "stories260K_encode.json").write_text(dump({
         "source": "llama-cpp-python Llama(stories260K.gguf, vocab_only=True).tokenize(text, add_bos, special)",
-        "cases": cases, "invalid_utf8": invalid}, ensure_ascii=False, indent=1) + "\n")
+        "cases": cases, "invalid_utf8": invalid}))
 
     shakespeare = SHAKESPEARE.read_text(encoding="utf-8")[SHAKESPEARE_SLICE[0]:SHAKESPEARE_SLICE[1]]
     texts = SMOLLM2_TEXTS + [shakespeare]
@@ -160,7 +225,7 @@ def main() -> None:
             result["pre_tokenizers"][pre] = [{"text": t, "ids": ids(model, t, False, True)} for t in texts]
         result["invalid_utf8"] = [{"hex": b.hex(), "ids": ids(variants["smollm"], b, False, True)}
                                   for b in INVALID_UTF8]
-    (out / "smollm2_encode.json").write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n")
+    (out / "smollm2_encode.json").write_text(dump(result))
 
     smol_template = gguf.GGUFReader(str(SMOLLM2_GGUF)).fields["tokenizer.chat_template"].contents()
     env = jinja2.Environment()
@@ -173,10 +238,10 @@ def main() -> None:
                                 "add_generation_prompt": add_generation_prompt,
                                 "expected": compiled.render(messages=messages,
                                                             add_generation_prompt=add_generation_prompt)})
-    (out / "chat_template.json").write_text(json.dumps({
+    (out / "chat_template.json").write_text(dump({
         "source": f"jinja2 {jinja2.__version__} rendering of the template text",
         "templates": {"smollm2": smol_template, "plain_chatml": PLAIN_CHATML},
-        "cases": renders}, ensure_ascii=False, indent=1) + "\n")
+        "cases": renders}))
 
 
 if __name__ == "__main__":
