@@ -68,9 +68,13 @@ TEST(LloydMaxBeta, MatchesExactBetaColumnAtD128) {
     const auto& book = vc::lloyd_max_codebook(vc::Distribution::kBeta, 128, bits);
     EXPECT_NEAR(book.distortion * 128, expected[bits - 1], 0.01 * expected[bits - 1]) << "b=" << bits;
   }
-  // anchors: b=4 outermost level 2.678/sqrt(d) for Beta vs 2.733 for the Gaussian.
-  EXPECT_NEAR(vc::lloyd_max_codebook(vc::Distribution::kBeta, 128, 4).centroids[15] * std::sqrt(128.0),
-              2.678, 5e-3);
+  // Outermost 4-bit level: anchors §1.1 quote 2.678/sqrt(d), from a solver that assigns
+  // whole grid nodes to cells (it stalls short of the fixed point). An independent numpy
+  // Lloyd run (400,001 nodes, 3,000 iterations, tools-style) converges to 2.6894; ours must
+  // agree with that, and stay below the Gaussian 2.7326 as the anchors say.
+  const double outer = vc::lloyd_max_codebook(vc::Distribution::kBeta, 128, 4).centroids[15] * std::sqrt(128.0);
+  EXPECT_NEAR(outer, 2.6894, 2e-3);
+  EXPECT_LT(outer, 2.7326);
 }
 
 TEST(LloydMaxBeta, DimensionThreeIsUniform) {
