@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <set>
 
 #include "base/error.h"
@@ -349,6 +350,58 @@ TEST(GenerateRealModel, FreshCachesPerCallOnStories260K) {
   // Prompt (BOS + tokens) plus 29 fed-back tokens in the first call's caches.
   const auto prompt_tokens = loaded.tokenizer->encode("Once upon a time", true);
   EXPECT_EQ(made[0][0]->offset(), static_cast<int64_t>(prompt_tokens.size()) + 29);
+}
+
+}  // namespace
+
+// SmolLM2 (byte-level BPE): Japanese output spells characters across several byte tokens.
+// Every streamed chunk must be whole UTF-8 characters, and together they must equal the
+// tokenizer's decoding of the generated ids.
+namespace {
+
+bool valid_utf8(const std::string& s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (int k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+TEST(GenerateRealModel, SmolLM2StreamsWholeUtf8Characters) {
+  const std::string path = std::string(VQ_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " absent (scripts/fetch_models.sh fetches it)";
+  const lm::LoadedModel loaded = lm::load(path);
+  const lm::Tokenizer& tok = *loaded.tokenizer;
+  const std::string prompt = tok.apply_chat_template({{"user", "Say hello in Japanese."}});
+  GenerateOptions o;
+  o.max_tokens = 30;
+  std::vector<int32_t> ids;
+  std::string streamed;
+  int held_back = 0;
+  lm::stream_generate(*loaded.model, tok, prompt, o, [&](const lm::GenerationChunk& c) {
+    EXPECT_TRUE(valid_utf8(c.text)) << "chunk " << c.index << " is not whole UTF-8";
+    if (c.token >= 0) ids.push_back(c.token);
+    if (c.text.empty()) ++held_back;
+    streamed += c.text;
+    return true;
+  });
+  ASSERT_FALSE(ids.empty());
+  std::string decoded;
+  const std::vector<int32_t> prompt_ids = tok.encode(prompt, true);
+  int32_t previous = prompt_ids.back();
+  for (int32_t id : ids) {
+    decoded += tok.decode_token(previous, id);
+    previous = id;
+  }
+  EXPECT_EQ(streamed, decoded);
+  EXPECT_TRUE(valid_utf8(streamed));
+  EXPECT_GT(held_back, 0) << "no token ended inside a character: the prompt no longer exercises the holdback";
 }
 
 }  // namespace

@@ -247,3 +247,42 @@ TEST_F(PromptCacheFileTest, RealModelContinuationIsIdentical) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(PromptCacheFileTest, SmolLM2ContinuationIsIdentical) {
+  const std::string model_path = std::string(VQ_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(model_path)) GTEST_SKIP() << model_path << " absent (scripts/fetch_models.sh fetches it)";
+  const lm::LoadedModel loaded = lm::load(model_path);
+  const lm::Model& model = *loaded.model;
+  const lm::Tokenizer& tok = *loaded.tokenizer;
+  const std::vector<int32_t> ids =
+      tok.encode(tok.apply_chat_template({{"user", "Name three colours of the rainbow."}}), true);
+  lm::GenerateOptions o;
+  o.max_tokens = 20;
+  o.prefill_step_size = 7;  // several chunks, unaligned with the split below
+  std::vector<int32_t> whole;
+  lm::stream_generate(model, tok, ids, o, [&](const lm::GenerationChunk& c) {
+    if (c.token >= 0) whole.push_back(c.token);
+    return true;
+  });
+
+  const std::vector<int32_t> head(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(ids.size() / 2));
+  const std::vector<int32_t> tail(ids.begin() + static_cast<std::ptrdiff_t>(ids.size() / 2), ids.end());
+  lm::PromptCache first{lm::make_prompt_cache(model), {}};
+  lm::GenerateOptions prefill_only = o;
+  prefill_only.max_tokens = 0;
+  lm::stream_generate(model, tok, head, prefill_only, nullptr, &first);
+  lm::save_prompt_cache(path("smol.vqpc"), first, {{"model", model.config().name}});
+  lm::SavedPromptCache saved = lm::load_prompt_cache(path("smol.vqpc"));
+  ASSERT_EQ(saved.cache.caches.size(), model.layers().size());
+  std::vector<int32_t> continued;
+  lm::stream_generate(model, tok, tail, o, [&](const lm::GenerationChunk& c) {
+    if (c.token >= 0) continued.push_back(c.token);
+    return true;
+  }, &saved.cache);
+  EXPECT_EQ(continued, whole);
+  EXPECT_FALSE(whole.empty());
+}
+
+}  // namespace
