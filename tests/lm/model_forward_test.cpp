@@ -130,15 +130,18 @@ TEST(ModelForward, ChunkedPrefillEqualsTokenByToken) {
 
   lm::CacheList stepwise = lm::make_prompt_cache(*m.model);
   std::vector<float> step;
-  double worst = 0.0;
+  double worst = 0.0, max_logit = 0.0;
   for (std::size_t t = 0; t < tokens.size(); ++t) {
     m.model->forward({tokens[t]}, stepwise, step);
     const std::vector<float> row(all.begin() + t * 512, all.begin() + (t + 1) * 512);
     worst = std::max(worst, max_abs_diff(step, row));
+    for (float v : row) max_logit = std::max(max_logit, std::abs(double(v)));
+    EXPECT_EQ(argmax(step), argmax(row)) << t;
   }
-  // Different summation grouping only (f16 KV in both): logits are O(10), 1e-3 is far below
-  // any real disagreement (a wrong position or mask moves logits by O(1)).
-  EXPECT_LT(worst, 1e-3);
+  // The two paths sum in different orders (prefill uses the 4-row f32 kernel), so K/V values
+  // can land one f16 ulp apart (2^-11 relative) before they are cached; allow four such ulps
+  // on the largest logit. A wrong position, mask or cache offset moves logits by O(1).
+  EXPECT_LT(worst, 4.0 * std::ldexp(1.0, -11) * max_logit);
 }
 
 TEST(ModelForward, KvDtypesAgree) {

@@ -4,6 +4,7 @@
 
 #include "base/thread_pool.h"
 #include "lm/weights/dequantize.h"
+#include "lm/kernels/simd_dot.h"
 #include "lm/kernels/vec_dot.h"
 
 namespace lm::kernels {
@@ -22,24 +23,49 @@ void matvec(const WeightMatrix& w, const float* x, float* y, base::ThreadPool* p
 }
 
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, base::ThreadPool* pool) {
-  const bool dequantize_first = n_tokens >= kDequantizeFromTokens && w.type != GgmlType::F32;
+  const bool dequantize_first = n_tokens >= kDequantizeFromTokens;
   const auto body = [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> decoded;
-    if (dequantize_first && decoded.size() < static_cast<std::size_t>(w.cols)) decoded.resize(w.cols);
-    for (int64_t r = begin; r < end; ++r) {
-      const std::byte* row = w.row(r);
-      if (dequantize_first) {
-        dequantize_row(w.type, row, decoded.data(), w.cols);
-        for (int64_t t = 0; t < n_tokens; ++t) y[t * w.rows + r] = dot_f32(decoded.data(), x + t * w.cols, w.cols);
-      } else {
+    if (!dequantize_first) {
+      for (int64_t r = begin; r < end; ++r) {
+        const std::byte* row = w.row(r);
         for (int64_t t = 0; t < n_tokens; ++t) y[t * w.rows + r] = vec_dot(w.type, row, x + t * w.cols, w.cols);
+      }
+      return;
+    }
+    // Prefill: four rows decoded to f32 at a time, then each token against all four. Groups
+    // start at multiples of 4 in absolute row numbers (the pool splits groups, not rows), so
+    // which kernel computes a row never depends on the thread count.
+    thread_local std::vector<float> decoded;
+    const std::size_t need = static_cast<std::size_t>(4 * w.cols);
+    if (decoded.size() < need) decoded.resize(need);
+    for (int64_t group = begin; group < end; ++group) {
+      const int64_t r = 4 * group;
+      if (r + 4 > w.rows) {
+        for (int64_t rr = r; rr < w.rows; ++rr) {
+          for (int64_t t = 0; t < n_tokens; ++t) y[t * w.rows + rr] = vec_dot(w.type, w.row(rr), x + t * w.cols, w.cols);
+        }
+        continue;
+      }
+      const float* rows = nullptr;
+      if (w.type == GgmlType::F32) {
+        rows = reinterpret_cast<const float*>(w.row(r));
+      } else {
+        for (int k = 0; k < 4; ++k) dequantize_row(w.type, w.row(r + k), decoded.data() + k * w.cols, w.cols);
+        rows = decoded.data();
+      }
+      float out[4];
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        simd::dot_f32_rows4(rows, w.cols, x + t * w.cols, w.cols, out);
+        for (int k = 0; k < 4; ++k) y[t * w.rows + r + k] = out[k];
       }
     }
   };
+  const int64_t units = dequantize_first ? (w.rows + 3) / 4 : w.rows;
+  const int64_t min_units = dequantize_first ? kMinRowsPerChunk / 4 : kMinRowsPerChunk;
   if (pool) {
-    pool->parallel_for(w.rows, body, kMinRowsPerChunk);
+    pool->parallel_for(units, body, min_units);
   } else {
-    body(0, w.rows);
+    body(0, units);
   }
 }
 

@@ -5,6 +5,8 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <cstring>
+
 #include "base/half.h"
 #include "lm/kernels/simd_dot.h"
 #include "lm/weights/block_formats.h"
@@ -21,6 +23,16 @@ using DF = hn::CappedTag<float, 16>;
 template <class D>
 HWY_INLINE float reduce(D d, hn::Vec<D> v) {
   return hn::GetLane(hn::SumOfLanes(d, v));
+}
+
+// One f16 block scale to f32 through the target's conversion instruction (F16C on x86):
+// the scalar bit-twiddling version costs more than the rest of a Q4 block.
+HWY_INLINE float f16_scale(uint16_t bits) {
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
+  hwy::float16_t h[1];
+  std::memcpy(h, &bits, sizeof bits);
+  return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, h)));
 }
 
 // Loads N f32 values from N u8 codes.
@@ -92,50 +104,70 @@ float DotQ4_0(const void* row, const float* x, int64_t n) {
       t = hn::MulAdd(hn::Sub(u8_to_f32(df, hn::And(q, mask)), eight), hn::LoadU(df, x + j), t);
       t = hn::MulAdd(hn::Sub(u8_to_f32(df, hn::ShiftRight<4>(q)), eight), hn::LoadU(df, x + 16 + j), t);
     }
-    acc = hn::MulAdd(hn::Set(df, base::f16_to_f32(blocks[b].d)), t, acc);
+    acc = hn::MulAdd(hn::Set(df, f16_scale(blocks[b].d)), t, acc);
   }
   return reduce(df, acc);
+}
+
+// Q4_1 block contribution: d * sum(q*x) + m * sum(x), accumulated into acc.
+template <class D>
+HWY_INLINE hn::Vec<D> q4_1_block(D df, const BlockQ4_1& block, const float* x, hn::Vec<D> acc) {
+  const hn::Rebind<uint8_t, D> du8;
+  const size_t N = hn::Lanes(df);
+  const auto mask = hn::Set(du8, 0x0f);
+  auto tq0 = hn::Zero(df), tq1 = hn::Zero(df), tx = hn::Zero(df);
+  for (size_t j = 0; j < 16; j += N) {
+    const auto q = hn::LoadU(du8, block.qs + j);
+    const auto xl = hn::LoadU(df, x + j), xh = hn::LoadU(df, x + 16 + j);
+    tq0 = hn::MulAdd(u8_to_f32(df, hn::And(q, mask)), xl, tq0);
+    tq1 = hn::MulAdd(u8_to_f32(df, hn::ShiftRight<4>(q)), xh, tq1);
+    tx = hn::Add(tx, hn::Add(xl, xh));
+  }
+  acc = hn::MulAdd(hn::Set(df, f16_scale(block.d)), hn::Add(tq0, tq1), acc);
+  return hn::MulAdd(hn::Set(df, f16_scale(block.m)), tx, acc);
 }
 
 float DotQ4_1(const void* row, const float* x, int64_t n) {
   const DF df;
-  const hn::Rebind<uint8_t, DF> du8;
-  const size_t N = hn::Lanes(df);
   const auto* blocks = static_cast<const BlockQ4_1*>(row);
-  const auto mask = hn::Set(du8, 0x0f);
-  auto acc = hn::Zero(df);
-  for (int64_t b = 0; b < n / kQK4_1; ++b, x += kQK4_1) {
-    // x = d*q + m: d * sum(q*x) + m * sum(x), both sums kept as vectors.
-    auto tq = hn::Zero(df), tx = hn::Zero(df);
-    for (size_t j = 0; j < 16; j += N) {
-      const auto q = hn::LoadU(du8, blocks[b].qs + j);
-      const auto xl = hn::LoadU(df, x + j), xh = hn::LoadU(df, x + 16 + j);
-      tq = hn::MulAdd(u8_to_f32(df, hn::And(q, mask)), xl, tq);
-      tq = hn::MulAdd(u8_to_f32(df, hn::ShiftRight<4>(q)), xh, tq);
-      tx = hn::Add(tx, hn::Add(xl, xh));
-    }
-    acc = hn::MulAdd(hn::Set(df, base::f16_to_f32(blocks[b].d)), tq, acc);
-    acc = hn::MulAdd(hn::Set(df, base::f16_to_f32(blocks[b].m)), tx, acc);
+  const int64_t nb = n / kQK4_1;
+  // Two independent accumulators (even / odd blocks) so consecutive blocks do not wait on
+  // each other's FMA latency.
+  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    acc0 = q4_1_block(df, blocks[b], x + b * kQK4_1, acc0);
+    acc1 = q4_1_block(df, blocks[b + 1], x + (b + 1) * kQK4_1, acc1);
   }
-  return reduce(df, acc);
+  if (b < nb) acc0 = q4_1_block(df, blocks[b], x + b * kQK4_1, acc0);
+  return reduce(df, hn::Add(acc0, acc1));
+}
+
+template <class D>
+HWY_INLINE hn::Vec<D> q8_0_block(D df, const BlockQ8_0& block, const float* x, hn::Vec<D> acc) {
+  const hn::Rebind<int8_t, D> di8;
+  const hn::Rebind<int32_t, D> di32;
+  const size_t N = hn::Lanes(df);
+  auto t0 = hn::Zero(df), t1 = hn::Zero(df);
+  for (size_t j = 0; j < 32; j += 2 * N) {
+    t0 = hn::MulAdd(hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, block.qs + j))), hn::LoadU(df, x + j), t0);
+    t1 = hn::MulAdd(hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, block.qs + j + N))), hn::LoadU(df, x + j + N), t1);
+  }
+  return hn::MulAdd(hn::Set(df, f16_scale(block.d)), hn::Add(t0, t1), acc);
 }
 
 float DotQ8_0(const void* row, const float* x, int64_t n) {
   const DF df;
-  const hn::Rebind<int8_t, DF> di8;
-  const hn::Rebind<int32_t, DF> di32;
-  const size_t N = hn::Lanes(df);
   const auto* blocks = static_cast<const BlockQ8_0*>(row);
-  auto acc = hn::Zero(df);
-  for (int64_t b = 0; b < n / kQK8_0; ++b, x += kQK8_0) {
-    auto t = hn::Zero(df);
-    for (size_t j = 0; j < 32; j += N) {
-      const auto q = hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, blocks[b].qs + j)));
-      t = hn::MulAdd(q, hn::LoadU(df, x + j), t);
-    }
-    acc = hn::MulAdd(hn::Set(df, base::f16_to_f32(blocks[b].d)), t, acc);
+  const int64_t nb = n / kQK8_0;
+  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    acc0 = q8_0_block(df, blocks[b], x + b * kQK8_0, acc0);
+    acc1 = q8_0_block(df, blocks[b + 1], x + (b + 1) * kQK8_0, acc1);
   }
-  return reduce(df, acc);
+  if (b < nb) acc0 = q8_0_block(df, blocks[b], x + b * kQK8_0, acc0);
+  return reduce(df, hn::Add(acc0, acc1));
 }
 
 float DotQ4_K(const void* row, const float* x, int64_t n) {
@@ -147,7 +179,7 @@ float DotQ4_K(const void* row, const float* x, int64_t n) {
   auto acc = hn::Zero(df), mins = hn::Zero(df);
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
     const BlockQ4_K& block = blocks[b];
-    const float d = base::f16_to_f32(block.d), dmin = base::f16_to_f32(block.dmin);
+    const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
     for (int g = 0; g < 4; ++g) {
       uint8_t sc_lo, mn_lo, sc_hi, mn_hi;
       unpack_q4_k_scale(block.scales, 2 * g, sc_lo, mn_lo);
@@ -186,7 +218,7 @@ float DotQ6_K(const void* row, const float* x, int64_t n) {
   auto acc = hn::Zero(df);
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
     const BlockQ6_K& block = blocks[b];
-    const float d = base::f16_to_f32(block.d);
+    const float d = f16_scale(block.d);
     for (int half = 0; half < 2; ++half) {
       const uint8_t* ql = block.ql + 64 * half;
       const uint8_t* qh = block.qh + 32 * half;
@@ -209,6 +241,33 @@ float DotQ6_K(const void* row, const float* x, int64_t n) {
     }
   }
   return reduce(df, acc);
+}
+
+// Four f32 rows (row k at w + k * stride) against one x: x is loaded once per four FMAs,
+// which is what bounds the prefill loop (the rows sit in L1, x streams from L2).
+void DotF32Rows4(const float* w, int64_t stride, const float* x, int64_t n, float* out) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  const float *w0 = w, *w1 = w + stride, *w2 = w + 2 * stride, *w3 = w + 3 * stride;
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto xv = hn::LoadU(df, x + i);
+    a0 = hn::MulAdd(hn::LoadU(df, w0 + i), xv, a0);
+    a1 = hn::MulAdd(hn::LoadU(df, w1 + i), xv, a1);
+    a2 = hn::MulAdd(hn::LoadU(df, w2 + i), xv, a2);
+    a3 = hn::MulAdd(hn::LoadU(df, w3 + i), xv, a3);
+  }
+  out[0] = reduce(df, a0);
+  out[1] = reduce(df, a1);
+  out[2] = reduce(df, a2);
+  out[3] = reduce(df, a3);
+  for (; i < n; ++i) {
+    out[0] += w0[i] * x[i];
+    out[1] += w1[i] * x[i];
+    out[2] += w2[i] * x[i];
+    out[3] += w3[i] * x[i];
+  }
 }
 
 void AxpyF32(float a, const float* v, float* out, int64_t n) {
@@ -257,6 +316,7 @@ HWY_EXPORT(DotQ4_1);
 HWY_EXPORT(DotQ8_0);
 HWY_EXPORT(DotQ4_K);
 HWY_EXPORT(DotQ6_K);
+HWY_EXPORT(DotF32Rows4);
 HWY_EXPORT(AxpyF32);
 HWY_EXPORT(AxpyF16);
 HWY_EXPORT(AxpyBF16);
@@ -269,6 +329,9 @@ float dot_q4_1(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_
 float dot_q8_0(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotQ8_0)(row, x, n); }
 float dot_q4_k(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotQ4_K)(row, x, n); }
 float dot_q6_k(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotQ6_K)(row, x, n); }
+void dot_f32_rows4(const float* w, int64_t stride, const float* x, int64_t n, float* out) {
+  HWY_DYNAMIC_DISPATCH(DotF32Rows4)(w, stride, x, n, out);
+}
 void axpy_f32(float a, const float* v, float* out, int64_t n) { HWY_DYNAMIC_DISPATCH(AxpyF32)(a, v, out, n); }
 void axpy_f16(float a, const uint16_t* v, float* out, int64_t n) { HWY_DYNAMIC_DISPATCH(AxpyF16)(a, v, out, n); }
 void axpy_bf16(float a, const uint16_t* v, float* out, int64_t n) { HWY_DYNAMIC_DISPATCH(AxpyBF16)(a, v, out, n); }

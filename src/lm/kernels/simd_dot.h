@@ -18,6 +18,9 @@ float dot_q8_0(const void* row, const float* x, int64_t n);
 float dot_q4_k(const void* row, const float* x, int64_t n);
 float dot_q6_k(const void* row, const float* x, int64_t n);
 
+// out[k] = dot(row k, x) for four f32 rows at w + k * stride (the prefill micro-kernel).
+void dot_f32_rows4(const float* w, int64_t stride, const float* x, int64_t n, float* out);
+
 // out[i] += a * v[i] with v in f32 / f16 / bf16 (the value side of attention).
 void axpy_f32(float a, const float* v, float* out, int64_t n);
 void axpy_f16(float a, const uint16_t* v, float* out, int64_t n);
