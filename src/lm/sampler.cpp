@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -23,10 +24,13 @@ std::string num(double v) {
   return text;
 }
 
-// Token indices sorted by descending logit, ties by ascending index.
+// Indices of the unmasked tokens sorted by descending logit, ties by ascending index.
 std::vector<int32_t> ranked(std::span<const float> logits) {
-  std::vector<int32_t> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
+  std::vector<int32_t> order;
+  order.reserve(logits.size());
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] != kMasked) order.push_back(static_cast<int32_t>(i));
+  }
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
   return order;
 }
@@ -72,8 +76,23 @@ void apply_repetition_penalty(std::span<float> logits, std::span<const int32_t> 
 
 void apply_top_k(std::span<float> logits, int k) {
   if (k <= 0 || static_cast<std::size_t>(k) >= logits.size()) return;
-  const std::vector<int32_t> order = ranked(logits);
-  for (std::size_t i = static_cast<std::size_t>(k); i < order.size(); ++i) logits[order[i]] = kMasked;
+  // O(V): find the k-th largest value, keep everything above it and, among the tokens equal
+  // to it, the lowest indices until k are kept (the same result as a stable ranking).
+  std::vector<float> values(logits.begin(), logits.end());
+  std::nth_element(values.begin(), values.begin() + (k - 1), values.end(), std::greater<float>());
+  const float kth = values[static_cast<std::size_t>(k - 1)];
+  int64_t ties_left = k;
+  for (float l : logits) {
+    if (l > kth) --ties_left;
+  }
+  for (float& l : logits) {
+    if (l > kth) continue;
+    if (l == kth && ties_left > 0) {
+      --ties_left;
+      continue;
+    }
+    l = kMasked;
+  }
 }
 
 void apply_top_p(std::span<float> logits, float p) {

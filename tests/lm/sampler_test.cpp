@@ -46,6 +46,28 @@ TEST(Sampler, TopKKeepsTheKLargestTiesByLowerIndex) {
   EXPECT_EQ(kept(l), (std::vector<int>{0}));
 }
 
+TEST(Sampler, TopKMatchesABruteForceStableRanking) {
+  // Logits from a small integer set, so ties straddle the k boundary often.
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 40);
+    std::vector<float> logits(static_cast<std::size_t>(n));
+    for (float& l : logits) l = static_cast<float>(rng() % 5);
+    const int k = static_cast<int>(rng() % (n + 2));
+    std::vector<int> order(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+    std::vector<int> want;
+    for (int i = 0; i < n; ++i) {
+      if (k == 0 || i < k) want.push_back(order[i]);
+    }
+    std::sort(want.begin(), want.end());
+    auto got = logits;
+    lm::apply_top_k(got, k);
+    EXPECT_EQ(kept(got), want) << "trial " << trial << " n " << n << " k " << k;
+  }
+}
+
 TEST(Sampler, TopPKeepsSmallestPrefixReachingP) {
   const std::vector<float> base = log_of({0.5, 0.2, 0.2, 0.1});
   const std::vector<std::pair<float, std::vector<int>>> cases = {
