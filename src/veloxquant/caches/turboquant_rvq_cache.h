@@ -1,12 +1,13 @@
 #pragma once
 // turboquant_rvq — the default method (spec §2.2): each key is unit-normalised (norm floored at
 // 1e-4, kept in bf16 so norms above 65504 stay finite), rotated, and encoded in two stages of b
-// bits each (Gaussian/Beta Lloyd-Max, then Laplacian Lloyd-Max on the residual); the two index
-// streams are packed LSB-first in uint32 words (floor(32/b) per word). Key bytes per vector as
-// the original accounts them: ceil(2*d*b/8) + 2.
+// bits each (Gaussian/Beta Lloyd-Max, then Laplacian Lloyd-Max on the residual) by
+// quant::TurboQuantRvq; the two index streams are packed LSB-first (byte-identical to the
+// original's uint32 word layout for b in {1, 2, 4, 8}). Key bytes per vector as the original
+// accounts them: ceil(2*d*b/8) + 2.
 //
 // Storage (all counted by nbytes(); grown in 256-token steps, mlx_lm's KVCache rule):
-//   packed1_, packed2_  U32  [B, H, cap, words]   stage-1 / stage-2 indices
+//   packed1_, packed2_  U8   [B, H, cap, ceil(d*b/8)]   stage-1 / stage-2 index streams
 //   norms_              BF16 [B, H, cap, 1]
 //   values_             input dtype [B, H, cap, Dv]               when rvq_value_bits == 0
 //   value_codes_/value_params_  U32 [B,H,cap,wv] / F16 [B,H,cap,2*groups]   when 2..8 (group 32)
@@ -34,7 +35,6 @@ class TurboQuantRvqCache : public lm::KVCache {
   static constexpr int kValueGroup = 32;
   TurboQuantRvqCache(int head_dim, int bits, int64_t seed, int value_bits = 0);
   ~TurboQuantRvqCache() override;
-  TurboQuantRvqCache(const TurboQuantRvqCache& other);
 
   lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
   int64_t offset() const override { return offset_; }
@@ -53,12 +53,14 @@ class TurboQuantRvqCache : public lm::KVCache {
   // The original's telemetry (never a public `bits`: mlx_lm would take it for its own kernel).
   int assigned_bits() const { return bits_; }
   int value_bits() const { return value_bits_; }
-  int64_t compressed_key_bytes() const { return compressed_key_bytes_; }  // ceil(2*d*b/8)+2 per vector
-  int64_t fp16_key_bytes() const { return fp16_key_bytes_; }              // H*B*S*D*2
+  // Telemetry of the tokens held (a trim rolls them back exactly: they follow offset).
+  int64_t compressed_key_bytes() const;  // ceil(2*d*b/8)+2 per vector
+  int64_t fp16_key_bytes() const;        // H*B*T*D*2
 
  private:
-  void ensure_capacity(const lm::Tensor& keys, const lm::Tensor& values, int64_t rows);
+  void ensure_capacity(const lm::Tensor& keys, const lm::Tensor& values);
   void store(const lm::Tensor& keys, const lm::Tensor& values);
+  void allocate_rows(int64_t capacity, int64_t keep);
   void decode_key_row(int64_t b, int64_t h, int64_t row, float* out) const;
   void decode_value_row(int64_t b, int64_t h, int64_t row, float* out) const;
   lm::KeysValues fetch(lm::DType dtype) const;
@@ -67,11 +69,11 @@ class TurboQuantRvqCache : public lm::KVCache {
   int bits_;
   int64_t seed_;
   int value_bits_;
-  std::unique_ptr<quant::TurboQuantRvq> quantizer_;
-  int64_t batch_ = 0, heads_ = 0, dk_ = 0, dv_ = 0, words_ = 0;
+  std::shared_ptr<const quant::TurboQuantRvq> quantizer_;  // immutable: clones share it
+  int64_t batch_ = 0, heads_ = 0, dv_ = 0, stream_bytes_ = 0;
   lm::DType value_dtype_ = lm::DType::F16;
   int64_t offset_ = 0;
-  int64_t compressed_key_bytes_ = 0, fp16_key_bytes_ = 0;
+  int64_t capacity_ = 0;
   lm::Tensor packed1_, packed2_, norms_, values_, value_codes_, value_params_;
 };
 

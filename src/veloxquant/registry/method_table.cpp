@@ -172,7 +172,7 @@ MethodDescriptor spectral_row() {
 }  // namespace
 
 std::vector<MethodDescriptor> build_method_table() {
-  return {kivi_row(), spectral_row()};  // H6_PENDING: rows whose caches wait for quant/
+  return {turboquant_rvq_row(), kivi_row(), spectral_row()};  // H6_PENDING: standalone rows wait for quant/
 }
 
 }  // namespace veloxquant

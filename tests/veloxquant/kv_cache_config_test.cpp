@@ -1,0 +1,167 @@
+// KVCacheConfig defaults (spec §3.1/§3.2), validation order and messages (spec §3.4), and the
+// --set parsing rules (spec §8) driven by the field declarations.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "veloxquant/veloxquant.h"
+
+namespace veloxquant {
+namespace {
+
+// The message of the QuantizerConfigError `fn` throws ("" when it does not throw).
+template <class F>
+std::string config_error(F&& fn) {
+  try {
+    fn();
+  } catch (const QuantizerConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(KVCacheConfig, DefaultsAreTheOriginals) {
+  const KVCacheConfig c;
+  EXPECT_EQ(c.method, "turboquant_rvq");
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_FALSE(c.bit_width_inlier.is_list());
+  EXPECT_EQ(c.bit_width_inlier.scalar(), 2);
+  EXPECT_EQ(c.seed, 42);
+  EXPECT_FALSE(c.bit_width_outlier.has_value());
+  EXPECT_FALSE(c.jl_dim.has_value());
+  EXPECT_FALSE(c.n_outlier_channels.has_value());
+  EXPECT_FALSE(c.n_calib_tokens.has_value());
+  EXPECT_TRUE(c.enable_vectorized_attend);
+  EXPECT_FALSE(c.enable_outlier_two_stream);
+  EXPECT_EQ(c.kivi.kivi_group_size, 32);
+  EXPECT_EQ(c.kivi.residual_length, 128);
+  EXPECT_EQ(c.spectral.spectral_key_d_eff, 4);
+  EXPECT_TRUE(c.spectral.spectral_apply_qjl);
+  EXPECT_EQ(c.spectral.spectral_model_name, "model");
+  EXPECT_EQ(c.turboquant_rvq.rvq_value_bits, 0);
+  EXPECT_EQ(c.to_string(), "KVCacheConfig(method='turboquant_rvq', d=128, b=2, seed=42)");
+}
+
+TEST(KVCacheConfig, BitWidthAssignsFromIntAndList) {
+  KVCacheConfig c;
+  c.bit_width_inlier = 4;
+  EXPECT_EQ(c.bit_width_inlier.scalar(), 4);
+  c.bit_width_inlier = std::vector<int>{2, 3, 4};
+  ASSERT_TRUE(c.bit_width_inlier.is_list());
+  EXPECT_EQ(c.bit_width_inlier.for_attention_layer(2), 4);
+  EXPECT_EQ(c.bit_width_inlier.to_string(), "[2, 3, 4]");
+}
+
+TEST(KVCacheConfig, QuantizerConfigErrorIsInvalidArgument) {
+  EXPECT_THROW(KVCacheBuilder().with_method("nope").build(), std::invalid_argument);
+}
+
+TEST(KVCacheConfigValidation, BuildChecksInTheSpecOrder) {
+  // Every field is wrong at once; each fix reveals the next check (spec §3.4 order 1..5).
+  KVCacheConfig c;
+  c.head_dim = 96;
+  c.bit_width_inlier = 0;
+  c.jl_dim = 500;
+  c.n_outlier_channels = 500;
+  c.n_calib_tokens = 0;
+  EXPECT_EQ(config_error([&] { validate_for_build(c); }), "head_dim must be a power of two >= 1, got 96");
+  c.head_dim = 64;
+  EXPECT_EQ(config_error([&] { validate_for_build(c); }), "bit_width_inlier must be >= 1, got 0");
+  c.bit_width_inlier = std::vector<int>{};
+  EXPECT_EQ(config_error([&] { validate_for_build(c); }), "bit_width_inlier list must be non-empty, got []");
+  c.bit_width_inlier = std::vector<int>{2, 0};
+  EXPECT_NE(config_error([&] { validate_for_build(c); }).find("[2, 0]"), std::string::npos);
+  c.bit_width_inlier = 2;
+  EXPECT_EQ(config_error([&] { validate_for_build(c); }), "jl_dim must be <= head_dim (64), got 500");
+  c.jl_dim = 64;
+  EXPECT_EQ(config_error([&] { validate_for_build(c); }),
+            "n_outlier_channels must be < head_dim (64), got 500");
+  c.n_outlier_channels = 63;
+  EXPECT_EQ(config_error([&] { validate_for_build(c); }), "n_calib_tokens must be >= 1, got 0");
+  c.n_calib_tokens = 1;
+  EXPECT_EQ(config_error([&] { validate_for_build(c); }), "");
+}
+
+TEST(KVCacheConfigValidation, UnknownMethodListsEveryValidName) {
+  KVCacheConfig c;
+  c.method = "turboquant_rvqq";
+  const std::string message = config_error([&] { validate_for_build(c); });
+  EXPECT_NE(message.find("unknown method 'turboquant_rvqq'"), std::string::npos);
+  for (const std::string& name : all_method_names()) {
+    EXPECT_NE(message.find(name), std::string::npos) << name << " missing from: " << message;
+  }
+}
+
+TEST(KVCacheConfigValidation, FactoryRules) {
+  KVCacheConfig c;
+  c.bit_width_inlier = std::vector<int>{2, 2};
+  EXPECT_NE(config_error([&] { validate_for_create(c); }).find("list-form"), std::string::npos);
+  c = KVCacheConfig{};
+  c.sliding_window = 64;
+  EXPECT_NE(config_error([&] { validate_for_create(c); }).find("sliding_window=64"), std::string::npos);
+  c.method = "spectral";  // standalone methods may have a window
+  EXPECT_EQ(config_error([&] { validate_for_create(c); }), "");
+  // The factory does not run the power-of-two rule (spec §3.4 note): for_model may meet d = 96.
+  c = KVCacheConfig{};
+  c.head_dim = 96;
+  EXPECT_EQ(config_error([&] { validate_for_create(c); }), "");
+}
+
+TEST(KVCacheConfigValidation, MethodOptionBoundsNameFieldAndValue) {
+  KVCacheConfig c;
+  c.turboquant_rvq.rvq_value_bits = 9;
+  EXPECT_EQ(config_error([&] { validate_for_create(c); }), "rvq_value_bits must lie in [0, 8], got 9");
+  c.turboquant_rvq.rvq_value_bits = 1;
+  EXPECT_EQ(config_error([&] { validate_for_create(c); }),
+            "rvq_value_bits must be 0 (keep dtype) or 2..8, got 1");
+  c = KVCacheConfig{};
+  c.method = "kivi";
+  c.kivi.kivi_group_size = 0;
+  EXPECT_EQ(config_error([&] { validate_for_create(c); }), "kivi_group_size must lie in [1, 4096], got 0");
+  c.kivi.kivi_group_size = 32;
+  c.bit_width_inlier = 9;
+  EXPECT_EQ(config_error([&] { validate_for_create(c); }),
+            "bit_width_inlier for 'kivi' must lie in [1, 8], got 9");
+}
+
+TEST(FieldAssignment, ParsesByDeclaredType) {
+  KVCacheConfig c;
+  c.method = "kivi";
+  EXPECT_FALSE(apply_field_assignment(c, "kivi_group_size=64").has_value());
+  EXPECT_EQ(c.kivi.kivi_group_size, 64);
+  EXPECT_FALSE(apply_field_assignment(c, "bit_width_inlier=2,3,4").has_value());
+  EXPECT_EQ(c.bit_width_inlier, BitWidth(std::vector<int>{2, 3, 4}));
+  EXPECT_FALSE(apply_field_assignment(c, "bit_width_inlier=3").has_value());
+  EXPECT_EQ(c.bit_width_inlier, BitWidth(3));
+  apply_field_assignment(c, "jl_dim=16");
+  EXPECT_EQ(c.jl_dim, 16);
+  apply_field_assignment(c, "jl_dim=");  // empty = None for optional fields
+  EXPECT_FALSE(c.jl_dim.has_value());
+  for (const char* yes : {"1", "true", "YES", "on"}) {
+    c.spectral.spectral_apply_qjl = false;
+    apply_field_assignment(c, std::string("spectral_apply_qjl=") + yes);
+    EXPECT_TRUE(c.spectral.spectral_apply_qjl) << yes;
+  }
+  apply_field_assignment(c, "spectral_apply_qjl=off");
+  EXPECT_FALSE(c.spectral.spectral_apply_qjl);
+}
+
+TEST(FieldAssignment, IrrelevantFieldWarnsUnknownFieldThrows) {
+  KVCacheConfig c;  // turboquant_rvq
+  const auto warning = apply_field_assignment(c, "kivi_group_size=16");
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("kivi_group_size"), std::string::npos);
+  EXPECT_EQ(c.kivi.kivi_group_size, 16);  // stored all the same (issue #345: warning only)
+  EXPECT_EQ(config_error([&] { apply_field_assignment(c, "no_such_field=1"); }),
+            "unknown config field 'no_such_field' in --set no_such_field=1");
+  EXPECT_NE(config_error([&] { apply_field_assignment(c, "method=kivi"); }).find("--method"),
+            std::string::npos);
+  EXPECT_EQ(config_error([&] { apply_field_assignment(c, "rvq_value_bits=abc"); }),
+            "field 'rvq_value_bits' expects an integer, got 'abc'");
+  EXPECT_EQ(config_error([&] { apply_field_assignment(c, "rvq_value_bits=12"); }),
+            "rvq_value_bits must lie in [0, 8], got 12");
+  EXPECT_NE(config_error([&] { apply_field_assignment(c, "seed"); }).find("FIELD=VALUE"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace veloxquant
