@@ -272,6 +272,39 @@ TEST_P(FusedDot, MatmulThreadedEqualsReference) {
   }
 }
 
+TEST_P(FusedDot, MatmulManyEqualsSeparateProducts) {
+  const GgmlType type = GetParam();
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t cols = 256;
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<lm::WeightMatrix> mats;
+  for (int64_t rows : {5, 33, 18}) {
+    std::vector<uint8_t> data;
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto row = random_row(type, cols, rng);
+      data.insert(data.end(), row.begin(), row.end());
+    }
+    storage.push_back(std::move(data));
+    mats.push_back(lm::WeightMatrix::view(type, rows, cols, storage.back().data(), nullptr, "m"));
+  }
+  base::ThreadPool pool(3);
+  for (int64_t tokens : {1, 6}) {  // the decode path and the 4-row prefill path
+    std::vector<float> x(tokens * cols);
+    for (auto& v : x) v = normal(rng);
+    std::vector<std::vector<float>> separate, fused;
+    std::vector<lm::kernels::MatmulJob> jobs;
+    for (const auto& m : mats) {
+      separate.emplace_back(tokens * m.rows);
+      fused.emplace_back(tokens * m.rows);
+      lm::kernels::matmul(m, x.data(), tokens, separate.back().data(), nullptr);
+    }
+    for (std::size_t j = 0; j < mats.size(); ++j) jobs.push_back({&mats[j], fused[j].data()});
+    lm::kernels::matmul_many(jobs, x.data(), tokens, &pool);
+    EXPECT_EQ(fused, separate) << tokens;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllFormats, FusedDot,
                          ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
                                            GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K),

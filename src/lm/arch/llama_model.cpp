@@ -119,9 +119,8 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
   std::vector<float> q(static_cast<std::size_t>(n * hq * d));
   std::vector<float> k(static_cast<std::size_t>(n * hkv * d));
   std::vector<float> v(static_cast<std::size_t>(n * hkv * d));
-  kernels::matmul(w.wq, xb, n, q.data(), pool);
-  kernels::matmul(w.wk, xb, n, k.data(), pool);
-  kernels::matmul(w.wv, xb, n, v.data(), pool);
+  const kernels::MatmulJob qkv[] = {{&w.wq, q.data()}, {&w.wk, k.data()}, {&w.wv, v.data()}};
+  kernels::matmul_many(qkv, xb, n, pool);
   const auto add_bias = [n](std::vector<float>& x, const std::vector<float>& bias) {
     if (bias.empty()) return;
     const std::size_t width = bias.size();
@@ -233,8 +232,8 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, 
     for (int64_t t = 0; t < n; ++t) {
       kernels::rmsnorm(x.data() + t * dim, w.ffn_norm.data(), xb.data() + t * dim, dim, config_.norm_eps);
     }
-    kernels::matmul(w.w_gate, xb.data(), n, gate.data(), pool);
-    kernels::matmul(w.w_up, xb.data(), n, up.data(), pool);
+    const kernels::MatmulJob gate_up[] = {{&w.w_gate, gate.data()}, {&w.w_up, up.data()}};
+    kernels::matmul_many(gate_up, xb.data(), n, pool);
     kernels::swiglu(gate.data(), up.data(), n * hidden);
     kernels::matmul(w.w_down, gate.data(), n, delta.data(), pool);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += delta[i];

@@ -1,5 +1,6 @@
 #include "lm/kernels/matmul.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -22,50 +23,78 @@ void matvec(const WeightMatrix& w, const float* x, float* y, base::ThreadPool* p
   matmul(w, x, 1, y, pool);
 }
 
-void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, base::ThreadPool* pool) {
-  const bool dequantize_first = n_tokens >= kDequantizeFromTokens;
-  const auto body = [&](int64_t begin, int64_t end) {
-    if (!dequantize_first) {
-      for (int64_t r = begin; r < end; ++r) {
-        const std::byte* row = w.row(r);
-        for (int64_t t = 0; t < n_tokens; ++t) y[t * w.rows + r] = vec_dot(w.type, row, x + t * w.cols, w.cols);
-      }
-      return;
+namespace {
+
+// Work units of one product: single rows on the decode path, groups of four rows (starting at
+// multiples of 4) on the prefill path.
+int64_t unit_count(const WeightMatrix& w, int64_t n_tokens) {
+  return n_tokens >= kDequantizeFromTokens ? (w.rows + 3) / 4 : w.rows;
+}
+
+void compute_units(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, int64_t begin, int64_t end) {
+  if (n_tokens < kDequantizeFromTokens) {
+    for (int64_t r = begin; r < end; ++r) {
+      const std::byte* row = w.row(r);
+      for (int64_t t = 0; t < n_tokens; ++t) y[t * w.rows + r] = vec_dot(w.type, row, x + t * w.cols, w.cols);
     }
-    // Prefill: four rows decoded to f32 at a time, then each token against all four. Groups
-    // start at multiples of 4 in absolute row numbers (the pool splits groups, not rows), so
-    // which kernel computes a row never depends on the thread count.
-    thread_local std::vector<float> decoded;
-    const std::size_t need = static_cast<std::size_t>(4 * w.cols);
-    if (decoded.size() < need) decoded.resize(need);
-    for (int64_t group = begin; group < end; ++group) {
-      const int64_t r = 4 * group;
-      if (r + 4 > w.rows) {
-        for (int64_t rr = r; rr < w.rows; ++rr) {
-          for (int64_t t = 0; t < n_tokens; ++t) y[t * w.rows + rr] = vec_dot(w.type, w.row(rr), x + t * w.cols, w.cols);
-        }
-        continue;
+    return;
+  }
+  // Prefill: four rows decoded to f32 at a time, then each token against all four. Groups
+  // start at multiples of 4 in absolute row numbers (the pool splits groups, not rows), so
+  // which kernel computes a row never depends on the thread count.
+  thread_local std::vector<float> decoded;
+  const std::size_t need = static_cast<std::size_t>(4 * w.cols);
+  if (decoded.size() < need) decoded.resize(need);
+  for (int64_t group = begin; group < end; ++group) {
+    const int64_t r = 4 * group;
+    if (r + 4 > w.rows) {
+      for (int64_t rr = r; rr < w.rows; ++rr) {
+        for (int64_t t = 0; t < n_tokens; ++t) y[t * w.rows + rr] = vec_dot(w.type, w.row(rr), x + t * w.cols, w.cols);
       }
-      const float* rows = nullptr;
-      if (w.type == GgmlType::F32) {
-        rows = reinterpret_cast<const float*>(w.row(r));
-      } else {
-        for (int k = 0; k < 4; ++k) dequantize_row(w.type, w.row(r + k), decoded.data() + k * w.cols, w.cols);
-        rows = decoded.data();
-      }
-      float out[4];
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        simd::dot_f32_rows4(rows, w.cols, x + t * w.cols, w.cols, out);
-        for (int k = 0; k < 4; ++k) y[t * w.rows + r + k] = out[k];
-      }
+      continue;
+    }
+    const float* rows = nullptr;
+    if (w.type == GgmlType::F32) {
+      rows = reinterpret_cast<const float*>(w.row(r));
+    } else {
+      for (int k = 0; k < 4; ++k) dequantize_row(w.type, w.row(r + k), decoded.data() + k * w.cols, w.cols);
+      rows = decoded.data();
+    }
+    float out[4];
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      simd::dot_f32_rows4(rows, w.cols, x + t * w.cols, w.cols, out);
+      for (int k = 0; k < 4; ++k) y[t * w.rows + r + k] = out[k];
+    }
+  }
+}
+
+}  // namespace
+
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, base::ThreadPool* pool) {
+  const MatmulJob job{&w, y};
+  matmul_many(std::span<const MatmulJob>(&job, 1), x, n_tokens, pool);
+}
+
+void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, base::ThreadPool* pool) {
+  // The jobs' units laid end to end: one parallel_for (one wake-up and one join) for all.
+  int64_t offsets[kMaxMatmulJobs + 1] = {0};
+  if (jobs.size() > kMaxMatmulJobs) {
+    for (const MatmulJob& job : jobs) matmul(*job.w, x, n_tokens, job.y, pool);
+    return;
+  }
+  for (std::size_t j = 0; j < jobs.size(); ++j) offsets[j + 1] = offsets[j] + unit_count(*jobs[j].w, n_tokens);
+  const int64_t total = offsets[jobs.size()];
+  const auto body = [&](int64_t begin, int64_t end) {
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      const int64_t lo = std::max(begin, offsets[j]), hi = std::min(end, offsets[j + 1]);
+      if (lo < hi) compute_units(*jobs[j].w, x, n_tokens, jobs[j].y, lo - offsets[j], hi - offsets[j]);
     }
   };
-  const int64_t units = dequantize_first ? (w.rows + 3) / 4 : w.rows;
-  const int64_t min_units = dequantize_first ? kMinRowsPerChunk / 4 : kMinRowsPerChunk;
+  const int64_t min_units = n_tokens >= kDequantizeFromTokens ? kMinRowsPerChunk / 4 : kMinRowsPerChunk;
   if (pool) {
-    pool->parallel_for(units, body, min_units);
+    pool->parallel_for(total, body, min_units);
   } else {
-    body(0, units);
+    body(0, total);
   }
 }
 

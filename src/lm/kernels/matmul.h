@@ -1,7 +1,9 @@
 #pragma once
 // Weight × activations products straight from the GGML block formats (no whole-tensor
 // dequantization), threaded over output rows with base::ThreadPool.
+#include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "lm/weights/weight_matrix.h"
 
@@ -20,6 +22,16 @@ void matvec(const WeightMatrix& w, const float* x, float* y, base::ThreadPool* p
 // buffer and reused for every token while it is hot in L1. Either way each output element is
 // computed by one thread, so results do not depend on the thread count.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, base::ThreadPool* pool);
+
+// Several products sharing the same activations (q/k/v, gate/up) in one parallel loop: one
+// thread-pool hand-off instead of one per matrix, which matters on short decode steps.
+// Each job's output equals what matmul() would write.
+struct MatmulJob {
+  const WeightMatrix* w;
+  float* y;
+};
+inline constexpr std::size_t kMaxMatmulJobs = 8;
+void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, base::ThreadPool* pool);
 
 // The same product through vec_dot_reference (slow; for tests).
 void matmul_reference(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
