@@ -1,15 +1,45 @@
 #include "base/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 
 #include "base/error.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace base {
 
 namespace {
 thread_local bool t_inside_pool_body = false;
+
+// How long a thread spins on an atomic before sleeping on the condition variable: long
+// enough to bridge the gap between the matmuls of one decode step, short enough that an
+// idle pool (or an oversubscribed machine) does not burn a core.
+constexpr auto kSpinFor = std::chrono::microseconds(50);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+// Spins until pred() holds or the spin budget is spent; returns pred().
+template <class Pred>
+bool spin_until(Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpinFor;
+  for (int i = 1;; ++i) {
+    if (pred()) return true;
+    cpu_relax();
+    if (i % 64 == 0) {
+      if (std::chrono::steady_clock::now() > deadline) return pred();
+      std::this_thread::yield();  // let a preempted peer run on a busy machine
+    }
+  }
+}
 
 int resolve_thread_count(int threads) {
   if (threads < 0) {
@@ -32,13 +62,14 @@ ThreadPool::ThreadPool(int threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
+    stop_.store(true, std::memory_order_release);
   }
   wake_.notify_all();
   for (auto& worker : workers_) worker.join();
 }
 
 void ThreadPool::run_chunk(int participant) {
+  if (participant >= participants_) return;
   // Static partition: participant p takes the p-th of `participants_` near-equal chunks.
   const int64_t begin = n_ * participant / participants_;
   const int64_t end = n_ * (participant + 1) / participants_;
@@ -53,21 +84,29 @@ void ThreadPool::run_chunk(int participant) {
   t_inside_pool_body = false;
 }
 
+void ThreadPool::finish_one() {
+  if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    // Taking the mutex orders this notify after the caller's predicate check, so the wake-up
+    // cannot be lost.
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_.notify_one();
+  }
+}
+
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    {
+    const auto ready = [&] {
+      return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen;
+    };
+    if (!spin_until(ready)) {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      if (index >= participants_) continue;  // not needed for this call
+      wake_.wait(lock, ready);
     }
+    if (stop_.load(std::memory_order_acquire)) return;
+    seen = generation_.load(std::memory_order_acquire);
     run_chunk(index);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
-    }
+    finish_one();
   }
 }
 
@@ -81,25 +120,30 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     body(0, n);
     return;
   }
+  body_ = &body;
+  n_ = n;
+  participants_ = static_cast<int>(useful);
+  pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
   {
+    // Under the mutex so a worker between its predicate check and its wait cannot miss it.
     std::lock_guard<std::mutex> lock(mutex_);
-    body_ = &body;
-    n_ = n;
-    participants_ = static_cast<int>(useful);
-    pending_ = participants_ - 1;
     error_ = nullptr;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   run_chunk(0);
+  const auto all_done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
   std::exception_ptr error;
-  {
+  if (!spin_until(all_done)) {
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return pending_ == 0; });
-    body_ = nullptr;
+    done_.wait(lock, all_done);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
     error = error_;
     error_ = nullptr;
   }
+  body_ = nullptr;
   if (error) std::rethrow_exception(error);
 }
 

@@ -1,8 +1,11 @@
 #pragma once
-// base::ThreadPool — a persistent pool for data-parallel loops. Decode steps are short (a few
-// hundred microseconds per layer on small models), so the pool keeps its workers alive and
-// hands out one contiguous chunk per participant per call: one wake-up and one join per
-// parallel_for, no per-item queueing and no heap allocation on the hot path.
+// base::ThreadPool — a persistent pool for data-parallel loops. Decode steps are short (tens
+// of microseconds per matrix on small models), so the pool keeps its workers alive, hands
+// out one contiguous chunk per participant per call (no per-item queueing, no heap
+// allocation), and both sides spin briefly on atomics before falling back to a condition
+// variable: back-to-back calls then cost a cache-line hand-off instead of a futex wake-up,
+// while an idle pool still sleeps.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -39,6 +42,7 @@ class ThreadPool {
  private:
   void worker_loop(int index);
   void run_chunk(int participant);
+  void finish_one();
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -46,14 +50,17 @@ class ThreadPool {
   std::condition_variable done_;
   std::mutex call_mutex_;  // one parallel_for at a time; others run inline
 
-  // State of the current call, guarded by mutex_ for the hand-off.
+  // State of the current call: written by the caller before it bumps generation_ (release),
+  // read by workers after they observe the new generation (acquire). Every worker takes part
+  // in every call (those beyond `participants_` just report done), so no worker can lag a
+  // generation behind and run a chunk twice.
   const std::function<void(int64_t, int64_t)>* body_ = nullptr;
   int64_t n_ = 0;
   int participants_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
-  std::exception_ptr error_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+  std::exception_ptr error_;  // guarded by mutex_
 };
 
 }  // namespace base
