@@ -73,6 +73,16 @@ TEST_F(SmolLM2Tokenizer, EncodesAsLlamaCppForEveryPreTokenizer) {
   }
 }
 
+TEST_F(SmolLM2Tokenizer, LoadedModelCarriesTheSameTokenizer) {
+  // The path the CLI takes: lm::load builds the tokenizer from the file's metadata.
+  const auto loaded = lm::load(kSmolLM2);
+  ASSERT_TRUE(loaded.tokenizer);
+  for (const auto& c : (*fixture_)["pre_tokenizers"]["smollm"]) {
+    EXPECT_EQ(loaded.tokenizer->encode(c["text"].get<std::string>(), false), c["ids"].get<std::vector<int32_t>>());
+  }
+  EXPECT_EQ(loaded.tokenizer->apply_chat_template({{"user", "Hi"}}), tokenizer()->apply_chat_template({{"user", "Hi"}}));
+}
+
 TEST_F(SmolLM2Tokenizer, KnownIds) {
   // Values read off llama.cpp by hand: "Hello world" is two tokens; digits are split one by
   // one and the double space before them stays one token (it ends a piece).
