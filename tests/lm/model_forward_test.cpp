@@ -300,6 +300,45 @@ TEST(ModelForward, RejectsBadCallsWithTypedErrors) {
   EXPECT_THROW(short_ctx.model->forward({5}, c2, last), base::InvalidArgument);
 }
 
+// SmolLM2-135M-Instruct Q4_1 (setup fetches it; absent only on a machine that skipped setup).
+TEST(ModelForward, SmolLM2ConfigAndPrefillDecodeAgreement) {
+  const fs::path path = fs::path(VQ_SOURCE_DIR) / "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!fs::exists(path)) GTEST_SKIP() << "SmolLM2 GGUF not found at " << path << " (run scripts/fetch_models.sh)";
+  lm::LoadOptions options;
+  options.threads = 2;
+  const auto m = lm::load(path.string(), options);
+  const lm::ModelConfig& c = m.model->config();
+  // The file's metadata (llama.* keys): 30 blocks, width 576, FFN 1536, 9 query / 3 kv
+  // heads of 64, RoPE base 100000, context 8192; token_embd is [576, 49152] and no
+  // output.weight, so the head is tied.
+  EXPECT_EQ(c.architecture, "llama");
+  EXPECT_EQ(c.n_layers, 30);
+  EXPECT_EQ(c.dim, 576);
+  EXPECT_EQ(c.hidden_dim, 1536);
+  EXPECT_EQ(c.n_heads, 9);
+  EXPECT_EQ(c.n_kv_heads, 3);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.vocab_size, 49152);
+  EXPECT_EQ(c.context_length, 8192);
+  EXPECT_FLOAT_EQ(c.rope_theta, 100000.0f);
+  const std::vector<int32_t> tokens = m.tokenizer->encode("The quick brown fox jumps over the lazy dog.", false);
+  ASSERT_GE(tokens.size(), 8u);
+  lm::CacheList whole = lm::make_prompt_cache(*m.model), stepwise = lm::make_prompt_cache(*m.model);
+  std::vector<float> last, all, step;
+  m.model->forward(tokens, whole, last, &all);
+  for (float v : last) ASSERT_TRUE(std::isfinite(v));
+  int agree = 0;
+  for (std::size_t t = 0; t < tokens.size(); ++t) {
+    m.model->forward({tokens[t]}, stepwise, step);
+    const std::vector<float> row(all.begin() + t * 49152, all.begin() + (t + 1) * 49152);
+    agree += argmax(step) == argmax(row);
+  }
+  // Prefill (4-row f32 kernel over dequantized rows) and decode (fused block dots) differ
+  // only in rounding; near-ties aside, the predicted tokens must match.
+  EXPECT_GE(agree, static_cast<int>(tokens.size()) - 1);
+  EXPECT_EQ(whole[29]->offset(), static_cast<int64_t>(tokens.size()));
+}
+
 TEST(ModelForward, LoadOptionsAreValidated) {
   lm::LoadOptions bad_threads;
   bad_threads.threads = -2;
