@@ -176,3 +176,43 @@ TEST(FullKVCache, RejectsBadInputWithTypedErrors) {
 }
 
 }  // namespace
+
+// Replays traces recorded from mlx_lm's own KVCache (tools/make_kv_cache_fixtures.py): the
+// buffer size after every update (growth in 256-token steps, cut to offset on growth) and the
+// effect of trims must match.
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+namespace {
+
+TEST(FullKVCache, MatchesMlxLmGrowthAndTrimTraces) {
+  const std::string path = std::string(VQ_SOURCE_DIR) + "/tests/fixtures/kv_cache/mlx_lm_caches.json";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "missing fixture " << path;
+  const nlohmann::json traces = nlohmann::json::parse(in);
+  const int64_t heads = traces["kv_heads"], dim = traces["head_dim"];
+  ASSERT_GE(traces["full"].size(), 2u);
+  for (const auto& scenario : traces["full"]) {
+    FullKVCache cache(DType::F32);
+    int64_t fed = 0, step_index = 0;
+    for (const auto& step : scenario["steps"]) {
+      const std::string where = "step " + std::to_string(step_index++);
+      if (step["op"] == "trim") {
+        EXPECT_EQ(cache.trim(step["n"].get<int64_t>()), step["removed"].get<int64_t>()) << where;
+        fed = cache.offset();
+        continue;
+      }
+      const int64_t n = step["n"];
+      const auto kv = cache.update_and_fetch(random_kv(1, heads, n, dim, static_cast<uint64_t>(fed)),
+                                             random_kv(1, heads, n, dim, static_cast<uint64_t>(fed) + 7));
+      fed += n;
+      EXPECT_EQ(cache.offset(), step["offset"].get<int64_t>()) << where;
+      EXPECT_EQ(kv.keys.dim(2), cache.offset()) << where;
+      EXPECT_EQ(cache.key_buffer().dim(2), step["buffer_rows"].get<int64_t>()) << where;
+      EXPECT_EQ(cache.nbytes(), buffer_bytes(step["buffer_rows"].get<int64_t>(), 4, 1, heads, dim)) << where;
+    }
+  }
+}
+
+}  // namespace

@@ -230,3 +230,81 @@ TEST(RotatingKVCache, RejectsBadConfigurationAndCorruptState) {
 }
 
 }  // namespace
+
+// Replays traces recorded from mlx_lm's own RotatingKVCache (tools/make_kv_cache_fixtures.py,
+// MLX CPU build): every returned key position in buffer order, every mask, the buffer size,
+// offset, trimmability and the (keep, max_size, offset, index) meta state must match.
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+namespace {
+
+nlohmann::json load_mlx_traces() {
+  const std::string path = std::string(VQ_SOURCE_DIR) + "/tests/fixtures/kv_cache/mlx_lm_caches.json";
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("missing fixture " + path);
+  return nlohmann::json::parse(in);
+}
+
+std::vector<int64_t> expand_runs(const nlohmann::json& runs) {
+  std::vector<int64_t> out;
+  for (const auto& run : runs) {
+    for (int64_t p = run[0].get<int64_t>(); p <= run[1].get<int64_t>(); ++p) out.push_back(p);
+  }
+  return out;
+}
+
+TEST(RotatingKVCache, MatchesMlxLmTracesStepByStep) {
+  const nlohmann::json traces = load_mlx_traces();
+  ASSERT_EQ(traces["kv_heads"].get<int64_t>(), kH);
+  ASSERT_EQ(traces["head_dim"].get<int64_t>(), kD);
+  ASSERT_GE(traces["rotating"].size(), 8u);
+  for (const auto& scenario : traces["rotating"]) {
+    const int64_t max_size = scenario["max_size"], keep = scenario["keep"];
+    const std::optional<int64_t> window =
+        scenario["window"].is_null() ? std::nullopt : std::optional<int64_t>(scenario["window"].get<int64_t>());
+    RotatingKVCache cache(max_size, keep, DType::F32);
+    int64_t fed = 0, step_index = 0;
+    for (const auto& step : scenario["steps"]) {
+      const std::string where = "max_size " + std::to_string(max_size) + " keep " + std::to_string(keep) + " step " +
+                                std::to_string(step_index++);
+      if (step["op"] == "trim") {
+        EXPECT_EQ(cache.trim(step["n"].get<int64_t>()), step["removed"].get<int64_t>()) << where;
+        EXPECT_EQ(cache.offset(), step["offset"].get<int64_t>()) << where;
+        fed = cache.offset();
+        continue;
+      }
+      const int64_t n = step["n"];
+      const lm::AttentionMask mask = cache.make_mask(n, window);
+      const auto [k, v] = positions(fed, n);
+      const auto kv = cache.update_and_fetch(k, v);
+      fed += n;
+      EXPECT_EQ(returned_positions(kv), expand_runs(step["position_runs"])) << where;
+      EXPECT_EQ(cache.offset(), step["offset"].get<int64_t>()) << where;
+      EXPECT_EQ(cache.is_trimmable(), step["trimmable"].get<bool>()) << where;
+      const std::size_t row_bytes = 2 * kH * kD * sizeof(float);
+      EXPECT_EQ(cache.nbytes(), step["buffer_rows"].get<std::size_t>() * row_bytes) << where;
+      const auto meta = cache.meta_state();
+      EXPECT_EQ(std::vector<std::string>(meta.begin(), meta.begin() + 4), step["meta_state"].get<std::vector<std::string>>())
+          << where;
+      const auto& want = step["mask"];
+      if (want.is_null()) {
+        EXPECT_EQ(mask.kind, lm::AttentionMask::Kind::kNone) << where;
+      } else if (want.is_string()) {
+        EXPECT_EQ(want.get<std::string>(), "causal");
+        EXPECT_EQ(mask.kind, lm::AttentionMask::Kind::kCausal) << where;
+      } else {
+        ASSERT_EQ(mask.kind, lm::AttentionMask::Kind::kExplicit) << where;
+        const auto rows = static_cast<int64_t>(want.size());
+        const auto cols = static_cast<int64_t>(want[0].size());
+        ASSERT_EQ(mask.explicit_mask.shape(), (lm::Shape{1, 1, rows, cols})) << where;
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < cols; ++j)
+            EXPECT_EQ(mask.explicit_mask.get({0, 0, i, j}) != 0, want[i][j].get<bool>()) << where << " [" << i << "," << j << "]";
+      }
+    }
+  }
+}
+
+}  // namespace
