@@ -78,6 +78,9 @@ SMOLLM2_TEXTS = [
     "code:\n\ndef f(x):\n    return x**2  # square\n\tif (a && b) { c->d(); }",
     "URL https://example.com/path?q=1&r=two#frag and e-mail someone@example.org",
     "MixedCASE camelCaseWords snake_case_words kebab-case-words ALLCAPS",
+    # Edge code points: C0 separators, NEL, zero-width space/joiner, line separator, BOM,
+    # Mongolian vowel separator, combining marks, unassigned (U+0378), private use.
+    "edge\x1c \x1fchars\x85 next\u200b zw\u2028 ls\ufeff bom\u180e mvs e\u0301\u0302 \u0378 \ue000x",
 ]
 SHAKESPEARE_SLICE = (20000, 24000)  # characters of tinyshakespeare.txt
 
