@@ -31,12 +31,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "lm/cache.h"
+#include "lm/gguf/gguf_file.h"
 #include "lm/generate.h"
 #include "lm/load.h"
 #include "lm/model.h"
@@ -345,6 +347,67 @@ TEST(Stories260KLlama2c, CheckpointMatchesLlamaCppOnTheSamePassage) {
   const json& check = fx.at("tokenizer_check");
   EXPECT_EQ(loaded.tokenizer->encode(check.at("text").get<std::string>(), true),
             check.at("ids").get<std::vector<int32_t>>());
+}
+
+// ---------------------------------------------------------------- every tensor type, one model
+//
+// tests/fixtures/reference/models/mixed_types.gguf (tools/reference/make_mixed_model.py):
+// random weights, 2 layers, dim 256, and every type lm supports as a matmul weight (F16,
+// BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K; Q4_K token embedding, separate Q6_K output head). It
+// carries the K-quants through a whole forward, which no small real model can (their widths
+// are not multiples of 256). Measured in the fixture: llama.cpp batch vs exact max 0.221,
+// mean 0.034, top-1 98.4% (llama.cpp rounds activations to q8 / f16 / bf16 to match each
+// weight type); llama.cpp decode vs batch max 0.164, mean 0.021. Bounds: 1.5x the former.
+constexpr double kMixedLlamaMax = 0.35, kMixedLlamaMean = 0.05;
+// lm vs the exact forward, measured: max 8.1e-5, mean 8.5e-6 (full rows), 9.7e-5 (top-5 +
+// probes): f32 accumulation only. Bounds ~6x, still 400x tighter than llama.cpp's distance,
+// so a wrong scale, nibble order or min term in any one format fails here.
+constexpr double kMixedExactMax = 5e-4, kMixedExactMean = 5e-5;
+
+class MixedTypes : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    run_ = new ModelRun();
+    run_->open("mixed_types", kFixtures / "mixed_types.gguf");
+  }
+  static void TearDownTestSuite() { delete run_; }
+  static ModelRun* run_;
+};
+ModelRun* MixedTypes::run_ = nullptr;
+
+void expect_mixed_agreement(const ModelRun& run, const std::vector<float>& logits, const std::string& what) {
+  const Agreement llama = run.vs_llama(logits);
+  const Agreement exact = run.vs_exact(logits);
+  report("mixed_types " + what + " vs llama.cpp", llama);
+  report("mixed_types " + what + " vs exact f64", exact);
+  EXPECT_GE(llama.decided_rate(), 0.99);
+  EXPECT_GE(llama.near_tie_rate(), 0.99);
+  EXPECT_GE(llama.top1_rate(), 0.95);
+  EXPECT_LE(llama.sparse.max, kMixedLlamaMax);
+  EXPECT_LE(llama.full.max, kMixedLlamaMax);
+  EXPECT_LE(llama.full.mean(), kMixedLlamaMean);
+  EXPECT_GE(exact.top1_rate(), 0.99);
+  EXPECT_LE(exact.sparse.max, kMixedExactMax);
+  EXPECT_LE(exact.full.max, kMixedExactMax);
+  EXPECT_LE(exact.full.mean(), kMixedExactMean);
+}
+
+TEST_F(MixedTypes, EveryTensorTypeIsPresent) {
+  // The loader must have accepted the file; its types are checked against gguf's own listing.
+  const json fx = read_json(kFixtures / "mixed_types.json");
+  EXPECT_EQ(fx.at("model_generator").get<std::string>(), "tools/reference/make_mixed_model.py");
+  const auto file = lm::gguf::GgufFile::open((kFixtures / "mixed_types.gguf").string());
+  std::set<std::string> types;
+  for (const auto& t : file->tensors()) types.insert(lm::ggml_type_name(t.type));
+  EXPECT_EQ(types, (std::set<std::string>{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"}));
+}
+
+TEST_F(MixedTypes, OneForwardAgreesWithLlamaCppAndTheExactForward) {
+  expect_mixed_agreement(*run_, run_->one_forward(), "one forward");
+}
+
+TEST_F(MixedTypes, ChunkedPrefillAgreesWithLlamaCppAndTheExactForward) {
+  expect_mixed_agreement(*run_, run_->chunked_forward(), "chunked prefill");
 }
 
 // ---------------------------------------------------------------- SmolLM2-135M-Instruct Q4_1

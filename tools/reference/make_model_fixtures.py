@@ -66,7 +66,8 @@ MODELS = {
         "text_source": "../shared/data/tinystories_valid_head794k.txt from 'Once upon a time, in a big forest'",
         "add_bos": True,      # SPM vocab: llama.cpp adds BOS and the dummy-prefix space
         "n_ctx": 512,
-        "all_positions_full": True,  # vocab 512: every row fits in ~0.5 MB
+        "all_positions_full": False,
+        "full_positions": list(range(0, 256, 4)),  # 64 x 512 f32 = 128 KB
         "exact_full_positions": list(range(0, 256, 4)),
         "greedy": True,
     },
@@ -77,8 +78,22 @@ MODELS = {
         "add_bos": False,     # tokenizer.ggml.add_bos_token = false in the file
         "n_ctx": 512,
         "all_positions_full": False,
-        "full_positions": [0, 127, 255],  # 3 x 49152 f32 = 590 KB
+        "full_positions": [0, 255],  # 2 x 49152 f32 = 384 KB
         "exact_full_positions": [0, 255],
+        "greedy": False,
+    },
+    # Random weights, every tensor type lm supports (tools/reference/make_mixed_model.py).
+    "mixed_types": {
+        "model": lambda: repo_root() / "tests/fixtures/reference/models/mixed_types.gguf",
+        "text": lambda: text_passage(shared_dir() / "data/tinystories_valid_head794k.txt",
+                                     "Once upon a time, in a big forest", 4000),
+        "text_source": "../shared/data/tinystories_valid_head794k.txt from 'Once upon a time, in a big forest'",
+        "add_bos": True,
+        "n_ctx": 512,
+        "n_tokens": 128,
+        "all_positions_full": False,
+        "full_positions": list(range(0, 128, 4)),
+        "exact_full_positions": list(range(0, 128, 4)),
         "greedy": False,
     },
 }
@@ -111,21 +126,22 @@ def make(name: str, spec: dict, out_dir: pathlib.Path) -> None:
     llm = load(model_path, spec["n_ctx"])
     vocab = llm.n_vocab()
 
+    n_tokens = spec.get("n_tokens", PASSAGE_TOKENS)
     text = spec["text"]()
     tokens = llm.tokenize(text.encode("utf-8"), add_bos=spec["add_bos"], special=False)
-    if len(tokens) < PASSAGE_TOKENS:
+    if len(tokens) < n_tokens:
         sys.exit(f"{name}: passage has only {len(tokens)} tokens")
-    tokens = tokens[:PASSAGE_TOKENS]
+    tokens = tokens[:n_tokens]
     llm.reset()
     llm.eval(tokens)
-    scores = np.array(llm.scores[:PASSAGE_TOKENS], dtype=np.float32)  # [n, vocab]
-    assert scores.shape == (PASSAGE_TOKENS, vocab)
+    scores = np.array(llm.scores[:n_tokens], dtype=np.float32)  # [n, vocab]
+    assert scores.shape == (n_tokens, vocab)
     assert np.all(np.isfinite(scores))
 
     order = np.argsort(-scores, axis=1, kind="stable")
     top5 = order[:, :5]
     probes = probe_ids(vocab)
-    full_positions = list(range(PASSAGE_TOKENS)) if spec["all_positions_full"] else spec["full_positions"]
+    full_positions = list(range(n_tokens)) if spec["all_positions_full"] else spec["full_positions"]
 
     fixture = {
         "generator": "tools/reference/make_model_fixtures.py",
@@ -135,6 +151,7 @@ def make(name: str, spec: dict, out_dir: pathlib.Path) -> None:
         "python": platform.python_version(),
         "model_file": ("../shared/" + str(model_path.relative_to(shared_dir())) if name == "stories260K"
                        else str(model_path.relative_to(repo_root()))),
+        "model_generator": "tools/reference/make_mixed_model.py" if name == "mixed_types" else None,
         "model_sha256": sha256(model_path),
         "settings": {"n_ctx": spec["n_ctx"], "n_batch": spec["n_ctx"], "n_ubatch": spec["n_ctx"],
                      "n_threads": 2, "kv_cache_type": "f16", "logits_all": True,
@@ -145,9 +162,9 @@ def make(name: str, spec: dict, out_dir: pathlib.Path) -> None:
         "tokens": [int(t) for t in tokens],
         "top1": [int(i) for i in top5[:, 0]],
         "top5_ids": top5.astype(int).tolist(),
-        "top5_logits": [[float(scores[p, i]) for i in top5[p]] for p in range(PASSAGE_TOKENS)],
+        "top5_logits": [[float(scores[p, i]) for i in top5[p]] for p in range(n_tokens)],
         "probe_ids": probes,
-        "probe_logits": [[float(scores[p, i]) for i in probes] for p in range(PASSAGE_TOKENS)],
+        "probe_logits": [[float(scores[p, i]) for i in probes] for p in range(n_tokens)],
         "full_logits_file": f"{name}.logits.f32",
         "full_logits_positions": full_positions,
         # llama.cpp's tokenization of a text (the passage's first lines, newlines and
@@ -166,7 +183,7 @@ def make(name: str, spec: dict, out_dir: pathlib.Path) -> None:
     llm.reset()
     for t in tokens:
         llm.eval([t])
-    sequential = np.array(llm.scores[:PASSAGE_TOKENS], dtype=np.float32)
+    sequential = np.array(llm.scores[:n_tokens], dtype=np.float32)
     fixture["llama_cpp_sequential_vs_batch"] = compare(sequential, scores)
 
     # The exact function of the model (float64, weights dequantized by gguf-py, K/V rounded to
@@ -178,8 +195,8 @@ def make(name: str, spec: dict, out_dir: pathlib.Path) -> None:
         "method": "tools/reference/numpy_llama.py, float64, K/V rounded to f16",
         "top1": [int(i) for i in ex_order[:, 0]],
         "top5_ids": ex_order.astype(int).tolist(),
-        "top5_logits": [[float(exact[p, i]) for i in ex_order[p]] for p in range(PASSAGE_TOKENS)],
-        "probe_logits": [[float(exact[p, i]) for i in probes] for p in range(PASSAGE_TOKENS)],
+        "top5_logits": [[float(exact[p, i]) for i in ex_order[p]] for p in range(n_tokens)],
+        "probe_logits": [[float(exact[p, i]) for i in probes] for p in range(n_tokens)],
         "full_logits_file": f"{name}.exact.f32",
         "full_logits_positions": spec["exact_full_positions"],
     }
@@ -209,7 +226,7 @@ def make(name: str, spec: dict, out_dir: pathlib.Path) -> None:
     print(f"{name}: llama.cpp sequential vs batch {fixture['llama_cpp_sequential_vs_batch']}, "
           f"batch vs exact {fixture['llama_cpp_batch_vs_exact']}", file=sys.stderr)
     margin = np.sort(scores, axis=1)[:, -1] - np.sort(scores, axis=1)[:, -2]
-    print(f"{name}: {PASSAGE_TOKENS} tokens, vocab {vocab}, smallest top1-top2 margin {margin.min():.4g} "
+    print(f"{name}: {n_tokens} tokens, vocab {vocab}, smallest top1-top2 margin {margin.min():.4g} "
           f"(positions with margin < 0.05: {int((margin < 0.05).sum())})", file=sys.stderr)
 
 
