@@ -99,11 +99,17 @@ void apply_top_p(std::span<float> logits, float p) {
   if (p >= 1.0f || logits.empty()) return;
   const std::vector<double> probs = softmax(logits);
   const std::vector<int32_t> order = ranked(logits);
-  // Keep a token iff the mass ranked strictly above it is < p: the crossing token stays.
+  // The crossing token is the first whose mass ranked strictly above it reaches p; it stays,
+  // and the cut is by value (as mlx_lm's threshold): every token below its logit goes.
   double above = 0.0;
+  float threshold = logits[order.back()];
   for (int32_t token : order) {
-    if (above >= static_cast<double>(p)) logits[token] = kMasked;
+    if (above >= static_cast<double>(p)) break;
+    threshold = logits[token];
     above += probs[token];
+  }
+  for (float& l : logits) {
+    if (l < threshold) l = kMasked;
   }
 }
 
@@ -167,9 +173,9 @@ std::vector<float> Sampler::filtered_logits(std::span<const float> logits, std::
   }
   apply_repetition_penalty(l, history, options_.repetition_penalty, options_.repetition_context);
   if (options_.temperature == 0.0f) return l;
-  apply_top_k(l, options_.top_k);
   apply_top_p(l, options_.top_p);
   apply_min_p(l, options_.min_p);
+  apply_top_k(l, options_.top_k);
   return l;
 }
 

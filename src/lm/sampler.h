@@ -1,18 +1,19 @@
 #pragma once
 // lm::Sampler — picks the next token from a logits vector.
 //
-// The chain (llama.cpp's default order, each step a pure function below):
+// The chain is mlx_lm's (make_logits_processors + make_sampler), each step a pure function:
 //   1. repetition penalty on the raw logits over the last `repetition_context` tokens of the
 //      history (prompt + generated): a positive logit is divided by the penalty, a negative
-//      one multiplied (CTRL / llama.cpp / mlx_lm rule; each distinct token penalised once);
+//      one multiplied (CTRL rule; each distinct token penalised once);
 //   2. temperature 0 -> greedy: the arg-max (lowest index among ties);
-//   3. top-k: keep the k largest logits (ties broken by lower index);
-//   4. top-p: over the survivors' softmax, keep the smallest prefix (by descending
-//      probability) whose mass reaches p — the token that crosses p is kept;
-//   5. min-p: keep tokens whose probability is >= min_p * the largest probability;
+//   3. top-p over the full softmax: keep the smallest set of most likely tokens whose mass
+//      reaches p — the token that crosses p is kept, and so is every token tied with it;
+//   4. min-p: keep tokens whose probability is >= min_p * the largest probability;
+//   5. top-k: keep the k largest logits (ties broken by lower index);
 //   6. softmax(logits / temperature) over the survivors and one draw.
-// Masked tokens get -inf. Ranking ties are broken by lower token index, so every step is a
-// deterministic function of its input.
+// Masked tokens get -inf. (llama.cpp orders top-k before top-p, which renormalises over the
+// top-k survivors and can keep fewer tokens; we follow mlx_lm, the host this project mirrors.)
+// tools/make_sampler_fixtures.py records mlx_lm's own masks and probabilities for the tests.
 //
 // Randomness: std::mt19937_64 seeded with `seed`; one draw consumes exactly one 64-bit output
 // u = (x >> 11) * 2^-53 in [0, 1) and picks the first token whose cumulative probability (in

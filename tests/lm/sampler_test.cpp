@@ -71,7 +71,8 @@ TEST(Sampler, TopKMatchesABruteForceStableRanking) {
 TEST(Sampler, TopPKeepsSmallestPrefixReachingP) {
   const std::vector<float> base = log_of({0.5, 0.2, 0.2, 0.1});
   const std::vector<std::pair<float, std::vector<int>>> cases = {
-      {0.45f, {0}}, {0.55f, {0, 1}}, {0.71f, {0, 1, 2}}, {0.95f, {0, 1, 2, 3}}, {1.0f, {0, 1, 2, 3}}};
+      // 0.55: token 1 crosses, and token 2 (the same probability) stays with it.
+      {0.45f, {0}}, {0.55f, {0, 1, 2}}, {0.71f, {0, 1, 2}}, {0.95f, {0, 1, 2, 3}}, {1.0f, {0, 1, 2, 3}}};
   for (const auto& [p, want] : cases) {
     auto l = base;
     lm::apply_top_p(l, p);
@@ -120,11 +121,11 @@ TEST(Sampler, GreedyIsArgmaxAfterPenalty) {
 TEST(Sampler, DistributionAppliesTheChainThenTemperature) {
   SamplerOptions o;
   o.temperature = 2.0f;
-  o.top_k = 3;
-  o.top_p = 0.75f;
+  o.top_k = 2;
+  o.top_p = 0.8f;
   Sampler s(o);
-  // top_k drops 0.05; renormalised {0.5, 0.25, 0.2}/0.95 -> top_p 0.75 keeps {0, 1};
-  // temperature 2 gives weights sqrt(0.5) : sqrt(0.25).
+  // top_p 0.8 over {0.5, 0.25, 0.2, 0.05}: mass above the third is 0.75 < 0.8, so it stays and
+  // the fourth goes; top_k 2 keeps {0, 1}; temperature 2 gives weights sqrt(0.5) : sqrt(0.25).
   const auto d = s.distribution(log_of({0.5, 0.25, 0.2, 0.05}), {});
   const double a = std::sqrt(0.5), b = std::sqrt(0.25);
   ASSERT_EQ(d.size(), 4u);
@@ -132,6 +133,29 @@ TEST(Sampler, DistributionAppliesTheChainThenTemperature) {
   EXPECT_NEAR(d[1], b / (a + b), 1e-6);
   EXPECT_EQ(d[2], 0.0);
   EXPECT_EQ(d[3], 0.0);
+}
+
+TEST(Sampler, TopPRunsBeforeTopKAsInMlxLm) {
+  // {0.4, 0.3, 0.2, 0.1}, top_k 2, top_p 0.5. mlx_lm: top-p on the full distribution keeps
+  // {0, 1} (mass above token 1 is 0.4 < 0.5), then top-k keeps both. Top-k first (llama.cpp)
+  // would renormalise to {0.57, 0.43} and top-p would keep token 0 alone.
+  SamplerOptions o;
+  o.temperature = 1.0f;
+  o.top_k = 2;
+  o.top_p = 0.5f;
+  const auto d = Sampler(o).distribution(log_of({0.4, 0.3, 0.2, 0.1}), {});
+  EXPECT_NEAR(d[0], 0.4 / 0.7, 1e-6);
+  EXPECT_NEAR(d[1], 0.3 / 0.7, 1e-6);
+  EXPECT_EQ(d[2] + d[3], 0.0);
+}
+
+TEST(Sampler, TopPKeepsEveryTokenTiedWithTheCrossingOne) {
+  std::vector<float> l = log_of({0.4, 0.2, 0.2, 0.2});
+  lm::apply_top_p(l, 0.5f);  // token 1 crosses; tokens 2 and 3 have the same probability
+  EXPECT_EQ(kept(l), (std::vector<int>{0, 1, 2, 3}));
+  l = log_of({0.4, 0.25, 0.2, 0.15});
+  lm::apply_top_p(l, 0.5f);
+  EXPECT_EQ(kept(l), (std::vector<int>{0, 1}));
 }
 
 TEST(Sampler, SeededDrawsAreReproducibleAndFollowTheDistribution) {
@@ -202,6 +226,51 @@ TEST(Sampler, RejectsBadOptionsNamingTheValue) {
   Sampler s(SamplerOptions{});
   EXPECT_THROW(s.sample(std::vector<float>{}, {}), base::InvalidArgument);
   EXPECT_THROW(s.sample(std::vector<float>{1, std::nanf("")}, {}), base::InvalidArgument);
+}
+
+}  // namespace
+
+// mlx_lm's own sampling chain (tools/make_sampler_fixtures.py): repetition penalty, then
+// top-p, min-p, top-k and temperature on random logits; lm::Sampler must give the same
+// penalised logits and the same distribution (same support, probabilities to 1e-6).
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+namespace {
+
+TEST(Sampler, MatchesMlxLmChainOnRandomLogits) {
+  const std::string path = std::string(VQ_SOURCE_DIR) + "/tests/fixtures/sampler/mlx_lm_sampler.json";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "missing fixture " << path;
+  const nlohmann::json fixture = nlohmann::json::parse(in);
+  ASSERT_GE(fixture["cases"].size(), 30u);
+  int index = 0;
+  for (const auto& c : fixture["cases"]) {
+    SCOPED_TRACE("case " + std::to_string(index++));
+    const auto logits = c["logits"].get<std::vector<float>>();
+    const auto history = c["history"].get<std::vector<int32_t>>();
+    SamplerOptions o;
+    o.temperature = c["temperature"];
+    o.top_p = c["top_p"];
+    o.min_p = c["min_p"];
+    o.top_k = c["top_k"];
+    o.repetition_penalty = c["repetition_penalty"];
+    o.repetition_context = c["repetition_context"];
+
+    auto penalised = logits;
+    lm::apply_repetition_penalty(penalised, history, o.repetition_penalty, o.repetition_context);
+    const auto want_penalised = c["penalised_logits"].get<std::vector<float>>();
+    for (std::size_t i = 0; i < logits.size(); ++i) EXPECT_FLOAT_EQ(penalised[i], want_penalised[i]) << "token " << i;
+
+    const auto got = Sampler(o).distribution(logits, history);
+    const auto want = c["probabilities"].get<std::vector<double>>();
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i] > 0.0, want[i] > 0.0) << "support differs at token " << i;
+      EXPECT_NEAR(got[i], want[i], 1e-6) << "token " << i;
+    }
+  }
 }
 
 }  // namespace
