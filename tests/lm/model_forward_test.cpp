@@ -8,6 +8,8 @@
 // readers, not of the code against itself.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -17,8 +19,10 @@
 #include <vector>
 
 #include "base/error.h"
+#include "gguf_test_writer.h"
 #include "lm/cache.h"
 #include "lm/full_kv_cache.h"
+#include "lm/gguf/gguf_file.h"
 #include "lm/kernels/attention.h"
 #include "lm/load.h"
 #include "lm/model.h"
@@ -337,6 +341,81 @@ TEST(ModelForward, SmolLM2ConfigAndPrefillDecodeAgreement) {
   // only in rounding; near-ties aside, the predicted tokens must match.
   EXPECT_GE(agree, static_cast<int>(tokens.size()) - 1);
   EXPECT_EQ(whole[29]->offset(), static_cast<int64_t>(tokens.size()));
+}
+
+// qwen2 uses NEOX RoPE (pairs i, i + D/2) where GGUF llama uses adjacent pairs, because the
+// HF->GGUF converter permutes llama's q/k rows (row 2i + c of a head comes from HF row
+// c * D/2 + i) and leaves qwen2's alone. Undoing that permutation on stories260K's q/k rows
+// and relabelling the file as qwen2 must give the same logits: q.k is unchanged when both
+// sides are permuted alike, and v/o/FFN are untouched. This checks the NEOX path and the
+// qwen2 loader against the llama path on real weights.
+TEST(ModelForward, Qwen2NeoxLayoutEqualsLlamaNormalLayout) {
+  const auto stories = lm::gguf::GgufFile::open(stories_gguf());
+  const auto permuted_file = [&](const std::string& arch) {
+    gguf_test::Writer w;
+    for (const auto& [key, value] : stories->metadata()) {
+      std::string k = key;
+      if (k.rfind("llama.", 0) == 0) k = arch + "." + k.substr(6);
+      if (k == "general.architecture") {
+        w.kv_str(k, arch);
+      } else if (value.type == lm::gguf::ValueType::U32) {
+        w.kv_u32(k, static_cast<uint32_t>(value.integer));
+      } else if (value.type == lm::gguf::ValueType::F32) {
+        w.kv_f32(k, static_cast<float>(value.number));
+      } else if (value.type == lm::gguf::ValueType::STRING) {
+        w.kv_str(k, value.text);
+      } else if (value.is_array() && value.array_type == lm::gguf::ValueType::STRING) {
+        w.kv_str_array(k, value.strings);
+      } else if (value.is_array() && value.array_type == lm::gguf::ValueType::F32) {
+        w.kv_f32_array(k, std::vector<float>(value.numbers.begin(), value.numbers.end()));
+      } else if (value.is_array()) {
+        w.kv_i32_array(k, std::vector<int32_t>(value.integers.begin(), value.integers.end()));
+      }
+    }
+    const int d = 8, dim = 64;
+    for (const auto& t : stories->tensors()) {
+      const float* src = reinterpret_cast<const float*>(stories->tensor_data(t));
+      std::vector<float> values(src, src + t.numel());
+      const bool qk = t.name.find("attn_q.weight") != std::string::npos || t.name.find("attn_k.weight") != std::string::npos;
+      if (qk) {
+        const int64_t rows = t.ne[1];
+        for (int64_t head = 0; head < rows / d; ++head) {
+          for (int i = 0; i < d / 2; ++i) {
+            for (int c = 0; c < 2; ++c) {
+              const int64_t from = head * d + 2 * i + c, to = head * d + c * (d / 2) + i;
+              std::copy_n(src + from * dim, dim, values.begin() + to * dim);
+            }
+          }
+        }
+      }
+      w.tensor_f32(t.name, std::vector<uint64_t>(t.ne.begin(), t.ne.end()), values);
+    }
+    const std::string path = (fs::temp_directory_path() / ("vq_" + arch + "_" + std::to_string(::getpid()) + ".gguf")).string();
+    w.write(path);
+    auto loaded = lm::load(path);
+    fs::remove(path);
+    return loaded;
+  };
+  const auto qwen = permuted_file("qwen2");
+  const auto llama = lm::load(stories_gguf());
+  EXPECT_EQ(qwen.model->config().architecture, "qwen2");
+  const std::vector<int32_t> tokens{1, 403, 407, 261, 378, 412, 300, 280};
+  lm::CacheList c1 = lm::make_prompt_cache(*qwen.model), c2 = lm::make_prompt_cache(*llama.model);
+  std::vector<float> a, b, all_a, all_b;
+  qwen.model->forward(tokens, c1, a, &all_a);
+  llama.model->forward(tokens, c2, b, &all_b);
+  // Same values, summed in a different order inside each head's q.k, so K can land one f16
+  // ulp (2^-11 relative) apart when cached: allow four such ulps on the largest logit.
+  double max_logit = 0.0;
+  for (float v : all_b) max_logit = std::max(max_logit, std::abs(double(v)));
+  EXPECT_LT(max_abs_diff(all_a, all_b), 4.0 * std::ldexp(1.0, -11) * max_logit);
+  // Control: the same permuted weights with llama's adjacent-pair RoPE are clearly wrong, so
+  // the agreement above is the NEOX pairing's doing.
+  const auto wrong = permuted_file("llama");
+  lm::CacheList c3 = lm::make_prompt_cache(*wrong.model);
+  std::vector<float> c, all_c;
+  wrong.model->forward(tokens, c3, c, &all_c);
+  EXPECT_GT(max_abs_diff(all_c, all_b), 0.1);
 }
 
 TEST(ModelForward, LoadOptionsAreValidated) {
