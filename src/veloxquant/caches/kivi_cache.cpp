@@ -71,15 +71,9 @@ void KiviCache::flush(const std::vector<float>& pending_k, const std::vector<flo
         // Keys: per channel over the group's tokens (KIVI: channel-aligned outliers).
         const float* block = pk + g * group_ * dk_;
         const int64_t dst_row = frontier_ + g * group_;
-        uint16_t* scales = row_ptr<uint16_t>(key_params_, b, h, dst_row / group_);
-        uint16_t* mins = scales + dk_;
-        for (int64_t d = 0; d < dk_; ++d) {
-          const GroupParams16 p = fit_group(block + d, static_cast<std::size_t>(group_), static_cast<std::size_t>(dk_), bits_);
-          scales[d] = p.scale;
-          mins[d] = p.min;
-          encode_group(block + d, static_cast<std::size_t>(group_), static_cast<std::size_t>(dk_), bits_, p,
-                       codes.data() + d, static_cast<std::size_t>(dk_));
-        }
+        auto* params = reinterpret_cast<GroupParams16*>(row_ptr<uint16_t>(key_params_, b, h, dst_row / group_));
+        core::quantize_per_channel(block, static_cast<std::size_t>(group_), static_cast<std::size_t>(dk_), bits_,
+                                   static_cast<std::size_t>(group_), codes.data(), params);
         for (int64_t t = 0; t < group_; ++t) {
           core::pack_words(codes.data() + t * dk_, static_cast<std::size_t>(dk_), bits_,
                            row_ptr<uint32_t>(key_codes_, b, h, dst_row + t));
@@ -99,11 +93,8 @@ void KiviCache::decode_keys(int64_t b, int64_t h, int64_t begin, int64_t end, fl
   std::vector<uint8_t> codes(static_cast<std::size_t>(dk_));
   for (int64_t r = begin; r < end; ++r) {
     core::unpack_words(row_ptr<uint32_t>(key_codes_, b, h, r), static_cast<std::size_t>(dk_), bits_, codes.data());
-    const uint16_t* scales = row_ptr<uint16_t>(key_params_, b, h, r / group_);
-    const uint16_t* mins = scales + dk_;
-    for (int64_t d = 0; d < dk_; ++d) {
-      out[(r - begin) * dk_ + d] = decode_code(codes[d], GroupParams16{scales[d], mins[d]});
-    }
+    const auto* params = reinterpret_cast<const GroupParams16*>(row_ptr<uint16_t>(key_params_, b, h, r / group_));
+    for (int64_t d = 0; d < dk_; ++d) out[(r - begin) * dk_ + d] = decode_code(codes[d], params[d]);
   }
 }
 

@@ -8,9 +8,9 @@
 //
 // Storage (all of it counted by nbytes()):
 //   key_codes_    U32 [B, H, cap, wk]          b-bit codes of each quantized token row (word layout)
-//   key_params_   F16 [B, H, cap/group, 2, D]  (scale, min) per channel per token group
+//   key_params_   F16 [B, H, cap/group, 2*D]   (scale, min) pairs, per channel per token group
 //   value_codes_  U32 [B, H, cap, wv]
-//   value_params_ F16 [B, H, cap, gv, 2]       (scale, min) per token per channel group
+//   value_params_ F16 [B, H, cap, 2*gv]        (scale, min) pairs, per token per channel group
 //   residual_k_/residual_v_  input dtype [B, H, residual_length + group, D]  the full-precision tail
 // The quantized region grows in 256-token steps (rounded up to whole groups).
 #include <memory>

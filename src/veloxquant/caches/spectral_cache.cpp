@@ -254,6 +254,13 @@ float SpectralCache::score(const std::vector<float>& prepared, int64_t slot) con
   return static_cast<float>(acc);
 }
 
+void SpectralCache::score_keys(const float* query, const std::vector<SlotRange>& ranges, float* out) const {
+  const std::vector<float> prepared = prepare_query(query);  // once per attend
+  for (const SlotRange& range : ranges) {
+    for (int64_t i = 0; i < range.count; ++i) *out++ = score(prepared, range.first + i);
+  }
+}
+
 std::size_t SpectralCache::extra_bytes() const {
   // Calibration data this cache owns: held keys, the basis, eigenvalues and the JL matrix. The
   // Lloyd-Max codebook is shared process-wide; the noise rotation is d_n floats (Hadamard signs)

@@ -38,13 +38,14 @@ class SpectralCache : public StandaloneCacheBase {
 
  protected:
   void encode_key(const float* key, int64_t slot) override;
-  std::vector<float> prepare_query(const float* query) const override;
-  float score(const std::vector<float>& prepared, int64_t slot) const override;
+  void score_keys(const float* query, const std::vector<SlotRange>& ranges, float* out) const override;
   std::size_t extra_bytes() const override;
 
  private:
   void calibrate();
   void encode_calibrated(const float* key, int64_t slot);
+  std::vector<float> prepare_query(const float* query) const;
+  float score(const std::vector<float>& prepared, int64_t slot) const;
 
   int d_eff_, dn_, bits_, m_;
   bool qjl_;

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "base/error.h"
-#include "base/half.h"
+#include "veloxquant/core/group_quant.h"
 #include "veloxquant/errors.h"
 
 namespace veloxquant {
@@ -56,15 +56,8 @@ void StandaloneCacheBase::append_value(std::span<const float> value) {
   }
   const int64_t slot = n_values_ % capacity_;
   ensure_slots(slot);
-  float max_abs = 0.0f;
-  for (float v : value) max_abs = std::max(max_abs, std::fabs(v));
-  const uint16_t scale16 = base::f32_to_f16(std::max(max_abs / 127.0f, 1e-8f));
-  const float scale = base::f16_to_f32(scale16);
   auto* codes = reinterpret_cast<int8_t*>(values_.data() + slot * (dim_ + 2));
-  for (int d = 0; d < dim_; ++d) {
-    const float c = scale > 0.0f ? std::nearbyint(value[static_cast<std::size_t>(d)] / scale) : 0.0f;
-    codes[d] = static_cast<int8_t>(std::clamp(c, -127.0f, 127.0f));
-  }
+  const uint16_t scale16 = core::quantize_int8_row(value.data(), static_cast<std::size_t>(dim_), codes);
   std::memcpy(codes + dim_, &scale16, sizeof scale16);
   ++n_values_;
 }
@@ -73,8 +66,7 @@ void StandaloneCacheBase::decode_value(int64_t slot, float* out) const {
   const auto* codes = reinterpret_cast<const int8_t*>(values_.data() + slot * (dim_ + 2));
   uint16_t scale16;
   std::memcpy(&scale16, codes + dim_, sizeof scale16);
-  const float scale = base::f16_to_f32(scale16);
-  for (int d = 0; d < dim_; ++d) out[d] = static_cast<float>(codes[d]) * scale;
+  core::dequantize_int8_row(codes, static_cast<std::size_t>(dim_), scale16, out);
 }
 
 std::size_t StandaloneCacheBase::size() const {
@@ -87,15 +79,18 @@ std::vector<float> StandaloneCacheBase::attend(std::span<const float> query) con
   const int64_t complete = std::min(n_keys_, n_values_);
   const int64_t n = std::min(complete, capacity_);
   if (n == 0) return out;
-  const std::vector<float> prepared = prepare_query(query.data());
-  // The live tokens are [complete - n, complete); token t sits in slot t % capacity.
+  // The live tokens are [complete - n, complete); token t sits in slot t % capacity, so the
+  // oldest live slot is first_slot and the ring wraps at most once.
+  const int64_t first_slot = (complete - n) % capacity_;
+  std::vector<SlotRange> ranges = {{first_slot, std::min(n, capacity_ - first_slot)}};
+  if (ranges[0].count < n) ranges.push_back({0, n - ranges[0].count});
   std::vector<float> scores(static_cast<std::size_t>(n));
+  score_keys(query.data(), ranges, scores.data());
   const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(dim_));
   float max_score = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t slot = (complete - n + i) % capacity_;
-    scores[static_cast<std::size_t>(i)] = score(prepared, slot) * inv_sqrt_d;
-    max_score = std::max(max_score, scores[static_cast<std::size_t>(i)]);
+  for (float& s : scores) {
+    s *= inv_sqrt_d;
+    max_score = std::max(max_score, s);
   }
   double total = 0.0;
   std::vector<float> value(static_cast<std::size_t>(dim_));

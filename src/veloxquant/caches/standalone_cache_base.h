@@ -40,9 +40,14 @@ class StandaloneCacheBase : public StandaloneCache {
 
   // Stores one key into `slot` (key_slot(slot) has key_bytes_per_token bytes).
   virtual void encode_key(const float* key, int64_t slot) = 0;
-  // Per-query work done once (rotation, sketch); then one score per slot: the estimate of <q, k>.
-  virtual std::vector<float> prepare_query(const float* query) const = 0;
-  virtual float score(const std::vector<float>& prepared, int64_t slot) const = 0;
+  // Estimates of <query, k> for the keys in slots [first, first + count) of each range (at most
+  // two ranges: the ring may wrap), written to `out` in range order. A subclass prepares the
+  // query once (rotation, sketch, lookup tables) and scores every slot from its codes.
+  struct SlotRange {
+    int64_t first;
+    int64_t count;
+  };
+  virtual void score_keys(const float* query, const std::vector<SlotRange>& ranges, float* out) const = 0;
   // Bytes a subclass holds besides the key slots (codebooks are shared; calibration data).
   virtual std::size_t extra_bytes() const { return 0; }
 
