@@ -28,6 +28,12 @@ const char* chunking_name(Chunking chunking) {
   return chunking == Chunking::kLlama ? "llama" : "sliding";
 }
 
+Chunking parse_chunking(const std::string& name) {
+  if (name == "sliding") return Chunking::kSliding;
+  if (name == "llama") return Chunking::kLlama;
+  throw base::InvalidArgument("--chunking must be 'sliding' or 'llama', got '" + name + "'");
+}
+
 EvalRecord make_record(const EvalRun& run, std::size_t method_index, const EvalOptions& options,
                        const RecordLabels& labels) {
   const SideResult& m = run.methods.at(method_index);

@@ -56,5 +56,7 @@ nlohmann::json to_json(const EvalRecord& record);
 EvalRecord record_from_json(const nlohmann::json& json);
 
 const char* chunking_name(Chunking chunking);
+// "sliding" or "llama" (the --chunking flag); base::InvalidArgument naming the value otherwise.
+Chunking parse_chunking(const std::string& name);
 
 }  // namespace veloxquant::eval

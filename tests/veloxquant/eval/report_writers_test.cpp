@@ -1,14 +1,19 @@
 // The writers behind `eval --json` and bench-methods: JSON keys of issue #5, the table's
 // order and ratios, the SVG plot's geometry, llama.cpp reference sizes.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <limits>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
+#include "veloxquant/eval/bench_report.h"
 #include "veloxquant/eval/eval_record.h"
 #include "veloxquant/eval/quality_plot_svg.h"
 #include "veloxquant/eval/reference_formats.h"
@@ -129,6 +134,39 @@ TEST(ReferenceFormats, LlamaCppBlockSizes) {
   EXPECT_DOUBLE_EQ(f16, 23040.0);
   EXPECT_DOUBLE_EQ(q8, 11520.0 * 34.0 / 32.0);  // 32 int8 + one fp16 scale per block
   EXPECT_DOUBLE_EQ(q4, 11520.0 * 18.0 / 32.0);  // 16 bytes of nibbles + scale
+}
+
+TEST(BenchReport, WritesJsonTableAndPlotWithTheCommand) {
+  BenchReport report;
+  report.command = "veloxquant bench-methods --model m.gguf --text t.txt --out x";
+  report.model = "models/m.gguf";
+  report.text = "t.txt";
+  report.records = {record("wide", "8", 900.0, 1e-4), record("narrow", "2", 300.0, 0.3)};
+  report.skipped = {{"qjl", "", "standalone method"}};
+  report.references = {{"native cache (measured)", 2048.0}};
+  const auto dir = std::filesystem::temp_directory_path() / ("vq_bench_report_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  write_bench_report(report, dir.string());
+  auto slurp = [](const std::filesystem::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  const nlohmann::json j = nlohmann::json::parse(slurp(dir / "results.json"));
+  ASSERT_EQ(j["results"].size(), 2u);
+  EXPECT_EQ(j["results"][0]["method"], "narrow");  // sorted by bytes/token
+  EXPECT_EQ(j["results"][1]["method"], "wide");
+  EXPECT_EQ(j["skipped"][0]["method"], "qjl");
+  EXPECT_EQ(j["command"], report.command);
+  const std::string md = slurp(dir / "results.md");
+  EXPECT_NE(md.find(report.command), std::string::npos);
+  EXPECT_NE(md.find("qjl: standalone method"), std::string::npos);
+  EXPECT_NE(md.find("](results.svg)"), std::string::npos);
+  EXPECT_EQ(slurp(dir / "results.svg").rfind("<svg", 0), 0u);
+  std::filesystem::remove_all(dir);
+  report.records.clear();
+  EXPECT_THROW(write_bench_report(report, dir.string()), base::InvalidArgument);
 }
 
 }  // namespace

@@ -1,0 +1,243 @@
+// `veloxquant bench-methods`: evaluates every servable method of the registry (or those
+// named) at each bit setting against the native cache — one run, the same windows, one
+// shared baseline — and writes results.json, results.md (sorted by KV bytes per token) and
+// results.svg (KL vs bytes/token) into --out.
+#include <CLI/CLI.hpp>
+#include <sys/utsname.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "apps/command_registry.h"
+#include "apps/kv_method_flags.h"
+#include "apps/progress_bar.h"
+#include "base/error.h"
+#include "lm/load.h"
+#include "veloxquant/builder/kv_cache_builder.h"
+#include "veloxquant/config/config_validation.h"
+#include "veloxquant/config/field_spec.h"
+#include "veloxquant/errors.h"
+#include "veloxquant/eval/bench_report.h"
+#include "veloxquant/eval/eval_runner.h"
+#include "veloxquant/eval/reference_formats.h"
+#include "veloxquant/eval/text_source.h"
+#include "veloxquant/registry/field_assignment.h"
+#include "veloxquant/registry/method_registry.h"
+
+namespace {
+
+namespace ev = veloxquant::eval;
+
+struct BenchFlags {
+  std::string model;
+  std::string tokenizer;
+  std::string text;
+  std::string methods;  // comma list; empty = every servable method
+  std::vector<std::string> bits{"2", "4"};
+  std::vector<std::string> sets;
+  int64_t seed = 42;
+  int64_t ctx = 512;
+  int64_t stride = 0;
+  int64_t max_tokens = 0;
+  std::string chunking = "sliding";
+  int64_t chunks = 0;
+  double tail = 0.25;
+  int64_t batch = 512;
+  int threads = 0;
+  std::string kv_dtype = "f16";
+  std::string out;
+};
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    if (!part.empty()) parts.push_back(part);
+  }
+  return parts;
+}
+
+// The flags rendered back as a command line: committed next to the numbers it produced.
+std::string command_line(const BenchFlags& f) {
+  std::ostringstream cmd;
+  cmd << "veloxquant bench-methods --model " << f.model << " --text " << f.text;
+  if (!f.tokenizer.empty()) cmd << " --tokenizer " << f.tokenizer;
+  if (!f.methods.empty()) cmd << " --methods " << f.methods;
+  cmd << " --bits";
+  for (const auto& b : f.bits) cmd << ' ' << b;
+  for (const auto& s : f.sets) cmd << " --set " << s;
+  cmd << " --seed " << f.seed << " --ctx " << f.ctx;
+  if (f.stride) cmd << " --stride " << f.stride;
+  if (f.max_tokens) cmd << " --max-tokens " << f.max_tokens;
+  cmd << " --chunking " << f.chunking;
+  if (f.chunks) cmd << " --chunks " << f.chunks;
+  cmd << " --tail " << f.tail << " --batch " << f.batch << " --kv-dtype " << f.kv_dtype;
+  if (f.threads) cmd << " --threads " << f.threads;
+  cmd << " --out " << f.out;
+  return cmd.str();
+}
+
+std::string host_description() {
+  utsname name{};
+  std::string machine = uname(&name) == 0 ? name.machine : "unknown";
+  return std::to_string(std::thread::hardware_concurrency()) + " hardware threads, " + machine;
+}
+
+bool reads_bits(const veloxquant::MethodDescriptor& method) {
+  return std::find(method.generic_fields.begin(), method.generic_fields.end(), "bit_width_inlier") !=
+         method.generic_fields.end();
+}
+
+struct Setting {
+  std::string method;
+  std::string bits;
+  std::string settings;
+  veloxquant::KVCacheConfig config;
+};
+
+// Every (method, bits) to run; refusals (standalone methods, bits out of range) go to skipped.
+std::vector<Setting> plan_settings(const BenchFlags& f, std::vector<ev::SkippedSetting>& skipped) {
+  std::vector<std::string> names = f.methods.empty() ? veloxquant::servable_method_names() : split_commas(f.methods);
+  for (const auto& name : names) veloxquant::require_method(name);  // unknown -> error naming valid ones
+  for (const auto& set : f.sets) {
+    const auto eq = set.find('=');
+    if (eq == std::string::npos || !veloxquant::find_field(set.substr(0, eq))) {
+      throw veloxquant::QuantizerConfigError("--set expects FIELD=VALUE with a declared field, got '" + set + "'");
+    }
+  }
+  std::vector<Setting> settings;
+  for (const auto& name : names) {
+    const veloxquant::MethodDescriptor& method = veloxquant::require_method(name);
+    if (!method.is_servable) {
+      skipped.push_back({name, "", "standalone method: refused by for_model, it cannot serve a model"});
+      continue;
+    }
+    const std::vector<std::string> bit_settings = reads_bits(method) ? f.bits : std::vector<std::string>{""};
+    for (const auto& bits : bit_settings) {
+      Setting s{name, bits, "", {}};
+      s.config.method = name;
+      s.config.seed = f.seed;
+      try {
+        if (!bits.empty()) {
+          const veloxquant::FieldSpec* spec = veloxquant::find_generic_field("bit_width_inlier");
+          spec->set(s.config, veloxquant::parse_field_value(*spec, bits));
+        }
+        for (const auto& set : f.sets) {
+          if (!veloxquant::field_relevant_to(method, set.substr(0, set.find('=')))) continue;
+          veloxquant::apply_field_assignment(s.config, set);
+          s.settings += (s.settings.empty() ? "" : ",") + set;
+        }
+        if (!s.config.bit_width_inlier.is_list()) veloxquant::validate_for_create(s.config);
+        settings.push_back(std::move(s));
+      } catch (const std::exception& e) {
+        skipped.push_back({name, bits, e.what()});
+      }
+    }
+  }
+  return settings;
+}
+
+void run_bench(const BenchFlags& f) {
+  std::vector<ev::SkippedSetting> skipped;
+  std::vector<Setting> settings = plan_settings(f, skipped);
+  ev::EvalOptions options;
+  options.chunking = ev::parse_chunking(f.chunking);
+  options.ctx = f.ctx;
+  options.stride = f.stride;
+  options.max_chunks = f.chunks;
+  options.tail = f.tail;
+  options.batch = f.batch;
+  const std::string text = ev::read_text_file(f.text);
+
+  lm::LoadOptions load_options;
+  load_options.kv_dtype = lm::parse_float_dtype(f.kv_dtype);
+  load_options.threads = f.threads;
+  if (!f.tokenizer.empty()) load_options.tokenizer_path = f.tokenizer;
+  const lm::LoadedModel loaded = lm::load(f.model, load_options);
+  const lm::Model& model = *loaded.model;
+  ev::TokenizedText tokens = ev::tokenize_text(*loaded.tokenizer, text);
+  ev::truncate_tokens(tokens, f.max_tokens);
+
+  // A setting the model cannot take (head_dim, bit list length) is skipped, not fatal.
+  std::vector<ev::MethodUnderTest> methods;
+  std::vector<Setting> kept;
+  for (auto& s : settings) {
+    try {
+      veloxquant::KVCacheBuilder::for_model(model, s.config);
+    } catch (const std::exception& e) {
+      skipped.push_back({s.method, s.bits, e.what()});
+      continue;
+    }
+    methods.push_back({s.method + (s.bits.empty() ? "" : " b=" + s.bits),
+                       [&model, cfg = s.config] { return veloxquant::KVCacheBuilder::for_model(model, cfg); }});
+    kept.push_back(s);
+  }
+  if (methods.empty()) throw base::InvalidArgument("no method setting could be evaluated on this model");
+  std::fprintf(stderr, "bench-methods: %zu setting(s), %zu skipped\n", methods.size(), skipped.size());
+
+  apps::ProgressBar bar(stderr, "bench", apps::is_terminal(stderr));
+  options.on_window = [&bar](int64_t done, int64_t total) {
+    bar.update(done, total);
+    if (!apps::is_terminal(stderr)) std::fprintf(stderr, "bench-methods: window %lld/%lld\n",
+                                                 static_cast<long long>(done), static_cast<long long>(total));
+  };
+  const ev::EvalRun run = ev::run_evaluation(model, tokens.tokens, tokens.bos, methods, options);
+  bar.finish();
+
+  ev::BenchReport report;
+  report.command = command_line(f);
+  report.model = f.model;
+  report.text = f.text;
+  report.host = host_description();
+  report.skipped = skipped;
+  report.peak_rss_bytes = run.peak_rss_bytes;
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    report.records.push_back(ev::make_record(run, i, options, {f.model, kept[i].method, kept[i].bits, kept[i].settings}));
+  }
+  report.references.push_back({"native cache (measured)", run.baseline.kv_bytes_per_token});
+  const auto elements = static_cast<int64_t>(apps::full_precision_kv_bytes(model, 1, lm::DType::F32) / 4);
+  for (const auto& format : ev::llama_cpp_kv_formats()) {
+    if (format.name == "f16") continue;  // the native cache line is the f16 reference
+    report.references.push_back({"llama.cpp " + format.name + " (size only)",
+                                 ev::reference_bytes_per_token(format.bits_per_element, elements)});
+  }
+  ev::write_bench_report(report, f.out);
+  std::printf("%s", ev::bench_report_markdown(report, "results.svg").c_str());
+  std::fprintf(stderr, "bench-methods: wrote %s/results.json, results.md, results.svg\n", f.out.c_str());
+}
+
+apps::CommandRegistration registration{"bench-methods", [](CLI::App& root) {
+  auto flags = std::make_shared<BenchFlags>();
+  auto* cmd = root.add_subcommand("bench-methods",
+                                  "Evaluate every servable method (or --methods) at each --bits against the native "
+                                  "cache; write results.json, results.md and results.svg");
+  cmd->add_option("--model,-m", flags->model, "Model file: GGUF or llama2.c checkpoint")->required();
+  cmd->add_option("--tokenizer", flags->tokenizer, "Tokenizer file (llama2.c tokenizer or a GGUF)");
+  cmd->add_option("--text", flags->text, "Text file to evaluate on")->required();
+  cmd->add_option("--methods", flags->methods, "Comma-separated methods (default: every servable method)");
+  cmd->add_option("--bits", flags->bits, "Bit settings to run for methods that read bit_width_inlier")
+      ->capture_default_str();
+  cmd->add_option("--set", flags->sets, "FIELD=VALUE applied to every method that reads FIELD (repeatable)");
+  cmd->add_option("--seed", flags->seed, "Cache seed")->capture_default_str();
+  cmd->add_option("--ctx", flags->ctx, "Tokens per window")->capture_default_str();
+  cmd->add_option("--stride", flags->stride, "Sliding windows start every N tokens (0 = ctx)")->capture_default_str();
+  cmd->add_option("--max-tokens", flags->max_tokens, "Use only the first N tokens of the text (0 = all)")
+      ->capture_default_str();
+  cmd->add_option("--chunking", flags->chunking, "sliding or llama")->capture_default_str();
+  cmd->add_option("--chunks", flags->chunks, "llama chunking: at most N chunks (0 = all)")->capture_default_str();
+  cmd->add_option("--tail", flags->tail, "KL/top-1 over the last fraction of each window")->capture_default_str();
+  cmd->add_option("--batch", flags->batch, "Tokens per forward call")->capture_default_str();
+  cmd->add_option("--threads,-t", flags->threads, "Worker threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--kv-dtype", flags->kv_dtype, "Native cache element type: f16, bf16 or f32")
+      ->capture_default_str();
+  cmd->add_option("--out", flags->out, "Output directory")->required();
+  cmd->callback([flags] { run_bench(*flags); });
+}};
+
+}  // namespace
