@@ -465,14 +465,15 @@ void expect_smol_agreement(const ModelRun& run, const std::vector<float>& logits
   EXPECT_LE(llama.full.max, kSmolLlamaMax);
   EXPECT_LE(llama.full.mean(), kSmolLlamaMean);
   // Against the exact function lm must be close: f32 accumulation vs float64, and the odd
-  // f16 K/V rounding flip. Measured: top-1 256/256; top-5+probe max 0.0174, mean 0.0016;
-  // full rows max 0.0027, mean 0.00023. Bounds ~3x: still 20-50x tighter than llama.cpp's
-  // own distance to the exact function, so an activation-quantizing kernel would fail here.
+  // f16 K/V rounding flip. Measured (one forward / chunked): top-1 256/256; top-5+probe max
+  // 0.0091 / 0.0120, mean 0.0013 / 0.0015; full rows max 0.0027 / 0.0036, mean 0.00036 /
+  // 0.00079. Bounds ~3x: still 50x below llama.cpp's own distance to the exact function
+  // (mean 0.169), so a kernel that quantized activations would fail here.
   EXPECT_GE(exact.top1_rate(), 0.99);
-  EXPECT_LE(exact.sparse.max, 0.05);
+  EXPECT_LE(exact.sparse.max, 0.04);
   EXPECT_LE(exact.sparse.mean(), 0.005);
-  EXPECT_LE(exact.full.max, 0.01);
-  EXPECT_LE(exact.full.mean(), 0.001);
+  EXPECT_LE(exact.full.max, 0.012);
+  EXPECT_LE(exact.full.mean(), 0.003);
 }
 
 TEST_F(SmolLM2, OneForwardAgreesWithLlamaCppAndTheExactForward) {

@@ -52,6 +52,7 @@ const fs::path kDir = fs::path(VQ_SOURCE_DIR) / "tests/fixtures/reference/weight
 // sum into partial accumulators (each split adds at most one level).
 constexpr double kExtraRoundings = 8.0;
 constexpr double kUnitRoundoff = 5.9604644775390625e-08;  // 2^-24
+constexpr int kTokens = 5;
 
 // Summation error of n products accumulated in double (2^-53 per addition).
 double double_bound(double n, double magnitude) { return (n + kExtraRoundings) * 1.1102230246251565e-16 * magnitude; }
@@ -181,20 +182,23 @@ TEST_P(WeightFormat, FusedDotsAgreeWithinTheF32SummationBound) {
     ASSERT_EQ(x.size(), static_cast<std::size_t>(w.cols));
     ASSERT_EQ(y_ref.size(), static_cast<std::size_t>(w.rows));
 
-    // Three activation rows: x, -x/2 and 2x. Power-of-two scalings are exact, so their
-    // references are exactly -y/2 and 2y, and the bound scales the same way.
-    const double scales[3] = {1.0, -0.5, 2.0};
-    std::vector<float> xs(3 * x.size());
-    for (int k = 0; k < 3; ++k) {
+    // Activation rows scaled by powers of two: exact, so their references are exactly the
+    // scaled y and the bound scales the same way. Three rows take the per-token dot path,
+    // five the prefill path (rows dequantized once, then f32 dots over 4-row groups).
+    const double scales[kTokens] = {1.0, -0.5, 2.0, 0.25, -4.0};
+    std::vector<float> xs(kTokens * x.size());
+    for (int k = 0; k < kTokens; ++k) {
       for (std::size_t j = 0; j < x.size(); ++j) xs[k * x.size() + j] = static_cast<float>(scales[k] * x[j]);
     }
     std::vector<float> y_vec(static_cast<std::size_t>(w.rows)), y_pool(y_vec.size());
-    std::vector<float> y_mat(3 * y_vec.size()), y_mat_pool(y_mat.size()), y_mat_ref(y_mat.size());
+    std::vector<float> y_mat(kTokens * y_vec.size()), y_mat_pool(y_mat.size()), y_mat_ref(y_mat.size());
+    std::vector<float> y_three(3 * y_vec.size());
     lm::kernels::matvec(w, x.data(), y_vec.data(), nullptr);
     lm::kernels::matvec(w, x.data(), y_pool.data(), &pool);
-    lm::kernels::matmul(w, xs.data(), 3, y_mat.data(), nullptr);
-    lm::kernels::matmul(w, xs.data(), 3, y_mat_pool.data(), &pool);
-    lm::kernels::matmul_reference(w, xs.data(), 3, y_mat_ref.data());
+    lm::kernels::matmul(w, xs.data(), 3, y_three.data(), nullptr);
+    lm::kernels::matmul(w, xs.data(), kTokens, y_mat.data(), nullptr);
+    lm::kernels::matmul(w, xs.data(), kTokens, y_mat_pool.data(), &pool);
+    lm::kernels::matmul_reference(w, xs.data(), kTokens, y_mat_ref.data());
 
     const double n = static_cast<double>(w.cols);
     for (int64_t r = 0; r < w.rows; ++r) {
@@ -208,10 +212,13 @@ TEST_P(WeightFormat, FusedDotsAgreeWithinTheF32SummationBound) {
       EXPECT_NEAR(y_vec[r], y_ref[r], bound) << GetParam() << " " << name << " row " << r << " matvec";
       // Threading splits rows, not sums: the same bits as the serial result.
       EXPECT_EQ(bits(y_pool[r]), bits(y_vec[r])) << GetParam() << " " << name << " row " << r;
-      for (int k = 0; k < 3; ++k) {
+      for (int k = 0; k < kTokens; ++k) {
         const std::size_t i = static_cast<std::size_t>(k * w.rows + r);
         const double expect = scales[k] * y_ref[r];
         const double scaled_bound = std::abs(scales[k]) * bound;
+        if (k < 3) {
+          EXPECT_NEAR(y_three[i], expect, scaled_bound) << GetParam() << " " << name << " row " << r << " 3 tokens";
+        }
         EXPECT_NEAR(y_mat[i], expect, scaled_bound) << GetParam() << " " << name << " row " << r << " token " << k;
         EXPECT_EQ(bits(y_mat_pool[i]), bits(y_mat[i])) << GetParam() << " " << name << " row " << r;
         EXPECT_NEAR(y_mat_ref[i], expect,

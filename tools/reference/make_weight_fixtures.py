@@ -8,6 +8,8 @@ For each type in TYPES this writes, under tests/fixtures/reference/weights/:
                      "w.edge"   [4 x COLS]     rows that hit the corner cases (an all-zero row,
                                                a row of tiny values, a row with one big outlier,
                                                a constant row)
+                     "w.odd"    [5 x 256]      realistic, a row count that is not a multiple of 4
+                                               (kernels working on groups of rows have a tail)
                      "w.raw"    [4 x COLS]     random but valid raw blocks: random code bytes and
                                                random finite f16 scales (every bit pattern of the
                                                packed scales / high bits is reachable)
@@ -188,7 +190,8 @@ def make_type(lib: ctypes.CDLL, type_name: str, rng: np.random.Generator, out_di
     tensors: dict[str, np.ndarray] = {}
     matrix = realistic_weights(rng, ROWS, COLS)
     edge = edge_weights(rng, COLS)
-    for name, values in (("w.matrix", matrix), ("w.edge", edge)):
+    odd = realistic_weights(rng, 5, 256)
+    for name, values in (("w.matrix", matrix), ("w.edge", edge), ("w.odd", odd)):
         if type_name == "F32":
             tensors[name] = values
         elif type_name == "F16":
