@@ -122,13 +122,13 @@ Agreement compare(const std::vector<float>& logits, int vocab, const json& secti
       ++a.decided;
       a.decided_same += ours == ref;
     }
-    // The reference's score for our choice: known when our choice is among its top 5; else it
-    // is below its 5th logit, which is the most it can be.
-    double ref_score_of_ours = vals[4].get<double>();
-    for (int k = 0; k < 5; ++k) {
-      if (ids[k].get<int>() == ours) ref_score_of_ours = vals[k].get<double>();
+    // The reference's score for our choice is known when it is among the reference's top 5;
+    // a choice outside them is never counted as a near-tie (conservative).
+    bool near = ours == ref;
+    for (int k = 1; k < 5; ++k) {
+      if (ids[k].get<int>() == ours) near = vals[0].get<double>() - vals[k].get<double>() <= kNearTie;
     }
-    a.within_near_tie += ours == ref || vals[0].get<double>() - ref_score_of_ours <= kNearTie;
+    a.within_near_tie += near;
     for (int k = 0; k < 5; ++k) a.sparse.add(row[ids[k].get<int>()], vals[k].get<double>());
     for (std::size_t k = 0; k < probe_ids.size(); ++k) {
       a.sparse.add(row[probe_ids[k].get<int>()], section.at("probe_logits")[p][k].get<double>());
@@ -283,8 +283,12 @@ TEST_F(Stories260K, ChunkedPrefillMatchesLlamaCppAndTheOneForward) {
   AbsDiff self;
   for (std::size_t i = 0; i < single.size(); ++i) self.add(chunked[i], single[i]);
   std::cout << "[agreement] stories260K chunked vs one forward: max " << self.max << " mean " << self.mean() << std::endl;
-  // Both read the same f16 cache rows; only which tokens share a matmul call changes.
-  EXPECT_LE(self.max, 1e-3);
+  // Chunks of 1-3 tokens take the per-token dot path, larger ones the prefill path: the same
+  // f32 maths in another order, plus the odd f16 K/V rounding flip that follows from it —
+  // the same budget as lm vs the exact forward (measured here: 4e-6 to 5e-3 as the kernels
+  // changed).
+  EXPECT_LE(self.max, kStoriesExactMax);
+  EXPECT_LE(self.mean(), kStoriesExactMean);
 }
 
 TEST_F(Stories260K, GreedyFromBosEqualsLlamaCppTokenForToken) {

@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
@@ -232,7 +234,8 @@ TEST_P(WeightFormat, FusedDotsAgreeWithinTheF32SummationBound) {
 TEST_P(WeightFormat, TruncatedFileIsAFormatErrorNamingTheFile) {
   // Cut the file inside the last tensor's data: the reader must refuse it at open time.
   const fs::path src = kDir / entry_.at("gguf").get<std::string>();
-  const fs::path cut = fs::temp_directory_path() / ("vq_truncated_" + GetParam() + ".gguf");
+  const fs::path cut = fs::temp_directory_path() /
+                       ("vq_truncated_" + GetParam() + "_" + std::to_string(::getpid()) + ".gguf");
   std::vector<char> bytes = read_file(src);
   bytes.resize(bytes.size() - 17);
   {
