@@ -170,6 +170,41 @@ TEST(Attention, MatchesReferenceAcrossDtypesMasksAndGqa) {
   }
 }
 
+// The tiled prefill path (8+ queries): key tiles of 64, query blocks of 16, online softmax.
+// Shapes chosen so tiles and blocks end unevenly, with both head sizes the models use.
+TEST(Attention, TiledPathMatchesReference) {
+  std::mt19937 rng(23);
+  base::ThreadPool pool(3);
+  for (int64_t d : {8, 64}) {
+    const int64_t hq = 6, hkv = 2, n = 37, t = 150, capacity = 200;
+    for (lm::DType dt : {lm::DType::F32, lm::DType::F16, lm::DType::BF16}) {
+      lm::Tensor q = random_tensor({2, hq, n, d}, lm::DType::F32, rng);
+      lm::Tensor kbuf = random_tensor({2, hkv, capacity, d}, dt, rng);
+      lm::Tensor vbuf = random_tensor({2, hkv, capacity, d}, dt, rng);
+      lm::Tensor k = kbuf.slice(2, 0, t), v = vbuf.slice(2, 0, t);
+      lm::Tensor mask_tensor({1, 1, n, t}, lm::DType::U8);  // broadcast over the batch
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < t; ++j) mask_tensor.set({0, 0, i, j}, (i * 7 + j) % 5 != 0 ? 1.0f : 0.0f);
+      // Query 3 sees nothing: its output must be zero on both paths.
+      for (int64_t j = 0; j < t; ++j) mask_tensor.set({0, 0, 3, j}, 0.0f);
+      lm::AttentionMask explicit_mask{lm::AttentionMask::Kind::kExplicit, mask_tensor};
+      struct Case { lm::AttentionMask mask; std::optional<int64_t> window; };
+      for (const Case& c : {Case{lm::AttentionMask::none(), std::nullopt}, Case{lm::AttentionMask::causal(), std::nullopt},
+                            Case{lm::AttentionMask::causal(), 70}, Case{lm::AttentionMask::causal(), 5},
+                            Case{explicit_mask, std::nullopt}}) {
+        lm::Tensor fast, slow;
+        lm::kernels::attention(q, k, v, c.mask, c.window, 0.2f, fast, &pool);
+        lm::kernels::attention_reference(q, k, v, c.mask, c.window, 0.2f, slow);
+        EXPECT_LT(max_diff(fast, slow), 2e-5) << "d " << d << " " << lm::dtype_name(dt) << " mask " << int(c.mask.kind)
+                                              << " window " << c.window.value_or(0);
+      }
+      lm::Tensor out;
+      lm::kernels::attention(q, k, v, explicit_mask, std::nullopt, 0.2f, out, nullptr);
+      for (int64_t e = 0; e < d; ++e) EXPECT_EQ(out.get({1, 4, 3, e}), 0.0f);
+    }
+  }
+}
+
 TEST(Attention, GqaReadsTheMappedKvHead) {
   // Two kv heads with distinct constant values; 4 query heads: heads 0,1 must read kv head 0
   // (output 1.0) and heads 2,3 kv head 1 (output 2.0), whatever the scores.

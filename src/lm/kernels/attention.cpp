@@ -1,5 +1,6 @@
 #include "lm/kernels/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -142,6 +143,116 @@ void attend_row(const float* q, const Tensor& k, const Tensor& v, int64_t b, int
   }
 }
 
+// ---- Tiled path for prefill-sized query blocks -------------------------------------------
+//
+// All query heads that share a kv head (the GQA group) and a block of consecutive queries
+// walk the keys together, one tile of keys at a time: the tile's keys and values are widened
+// to f32 once and reused by every row of the block, scores come from the 4-row dot kernel,
+// and softmax is computed online (running max and sum, rescaling the accumulator when the
+// max grows), so nothing of size T is materialised per row.
+
+constexpr int64_t kTiledFromQueries = 8;
+constexpr int64_t kQueryTile = 16;
+constexpr int64_t kKeyTile = 64;
+
+// Rows [j0, j1) of head (b, h) of a [B, H, T, D] tensor, widened to f32 into dst.
+void load_rows_f32(const Tensor& t, int64_t b, int64_t h, int64_t j0, int64_t j1, int64_t d, float* dst) {
+  const auto& s = t.strides();
+  const std::size_t es = t.element_size();
+  const std::byte* base_ptr = t.raw_data();
+  for (int64_t j = j0; j < j1; ++j, dst += d) {
+    const std::byte* row = base_ptr + (b * s[0] + h * s[1] + j * s[2]) * static_cast<int64_t>(es);
+    if (s[3] == 1 && t.dtype() == DType::F16) {
+      simd::f16_to_f32(reinterpret_cast<const uint16_t*>(row), dst, d);
+    } else if (s[3] == 1 && t.dtype() == DType::BF16) {
+      simd::bf16_to_f32(reinterpret_cast<const uint16_t*>(row), dst, d);
+    } else {
+      for (int64_t e = 0; e < d; ++e) dst[e] = load_as_f32(row + e * s[3] * static_cast<int64_t>(es), t.dtype());
+    }
+  }
+}
+
+void attend_block(const float* qdata, float* odata, const Tensor& k, const Tensor& v, const Geometry& g,
+                  const AttentionMask& mask, std::optional<int64_t> window, float scale, int64_t b, int64_t kv_head,
+                  int64_t i0, int64_t i1) {
+  const int64_t group = g.h_q / g.h_kv, nq = i1 - i0, rows = group * nq, d = g.d;
+  // kt: the key tile transposed ([d][kKeyTile], zero-padded past the last key) so scores are
+  // lane-parallel; vt: the value tile as rows.
+  thread_local std::vector<float> krows, kt, vt, m, l, acc, s;
+  krows.resize(static_cast<std::size_t>(kKeyTile * d));
+  kt.resize(static_cast<std::size_t>(kKeyTile * d));
+  vt.resize(kt.size());
+  s.resize(kKeyTile);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  m.assign(static_cast<std::size_t>(rows), neg_inf);
+  l.assign(static_cast<std::size_t>(rows), 0.0f);
+  acc.assign(static_cast<std::size_t>(rows * d), 0.0f);
+
+  const bool causal = mask.kind == AttentionMask::Kind::kCausal;
+  const uint8_t* mbase = nullptr;
+  int64_t ms2 = 0, ms3 = 0;
+  if (mask.kind == AttentionMask::Kind::kExplicit) {
+    const Tensor& mt = mask.explicit_mask;
+    mbase = mt.data<uint8_t>() + (mt.dim(0) == 1 ? 0 : b * mt.strides()[0]);
+    ms2 = mt.strides()[2];
+    ms3 = mt.strides()[3];
+  }
+  // Keys no query of the block can see are never loaded.
+  int64_t j_begin = 0, j_end = g.t;
+  if (causal) {
+    j_end = std::min(g.t, g.t - g.n + i1);
+    if (window) j_begin = std::max<int64_t>(0, g.t - g.n + i0 - *window + 1);
+  }
+  for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeyTile) {
+    const int64_t j1 = std::min(j0 + kKeyTile, j_end), nk = j1 - j0;
+    load_rows_f32(k, b, kv_head, j0, j1, d, krows.data());
+    for (int64_t e = 0; e < d; ++e) {
+      float* col = kt.data() + e * kKeyTile;
+      for (int64_t jj = 0; jj < nk; ++jj) col[jj] = krows[jj * d + e];
+      for (int64_t jj = nk; jj < kKeyTile; ++jj) col[jj] = 0.0f;
+    }
+    load_rows_f32(v, b, kv_head, j0, j1, d, vt.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t h = kv_head * group + r / nq, i = i0 + r % nq, pos = g.t - g.n + i;
+      const float* q = qdata + ((b * g.h_q + h) * g.n + i) * d;
+      simd::scores_transposed(q, kt.data(), kKeyTile, d, kKeyTile, s.data());
+      float tile_max = neg_inf;
+      for (int64_t jj = 0; jj < nk; ++jj) {
+        const int64_t j = j0 + jj;
+        bool visible = true;
+        if (causal) {
+          visible = j <= pos && (!window || pos - j < *window);
+        } else if (mbase) {
+          visible = mbase[i * ms2 + j * ms3] != 0;
+        }
+        s[jj] = visible ? s[jj] * scale : neg_inf;
+        tile_max = std::max(tile_max, s[jj]);
+      }
+      if (tile_max == neg_inf) continue;
+      float* a = acc.data() + r * d;
+      const float m_new = std::max(m[r], tile_max);
+      if (m[r] != neg_inf && m_new != m[r]) {
+        const float correction = std::exp(m[r] - m_new);
+        l[r] *= correction;
+        for (int64_t e = 0; e < d; ++e) a[e] *= correction;
+      }
+      m[r] = m_new;
+      // Scores become probabilities in place (masked ones 0, skipped by the row sum).
+      for (int64_t jj = 0; jj < nk; ++jj) {
+        s[jj] = s[jj] == neg_inf ? 0.0f : std::exp(s[jj] - m_new);
+        l[r] += s[jj];
+      }
+      simd::weighted_row_sum(s.data(), vt.data(), nk, d, a);
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = kv_head * group + r / nq, i = i0 + r % nq;
+    float* o = odata + ((b * g.h_q + h) * g.n + i) * d;
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    for (int64_t e = 0; e < d; ++e) o[e] = acc[r * d + e] * inv;
+  }
+}
+
 }  // namespace
 
 void attention(const Tensor& queries, const Tensor& keys, const Tensor& values, const AttentionMask& mask,
@@ -158,6 +269,26 @@ void attention(const Tensor& queries, const Tensor& keys, const Tensor& values, 
   const Tensor q = queries.contiguous();
   const float* qdata = q.data<float>();
   float* odata = out.data<float>();
+  if (g.n >= kTiledFromQueries) {
+    // Units: (query block, batch, kv head). Causal blocks late in the sequence see more keys,
+    // so blocks are visited in zig-zag order (first, last, second, second-to-last, ...) and a
+    // contiguous share of units holds a mix of cheap and expensive ones.
+    const int64_t blocks = (g.n + kQueryTile - 1) / kQueryTile, heads = g.batch * g.h_kv;
+    const auto tiled = [&](int64_t begin, int64_t end) {
+      for (int64_t u = begin; u < end; ++u) {
+        const int64_t k = u / heads, rest = u % heads;
+        const int64_t block = k % 2 == 0 ? k / 2 : blocks - 1 - k / 2;
+        const int64_t i0 = block * kQueryTile, i1 = std::min(g.n, i0 + kQueryTile);
+        attend_block(qdata, odata, keys, values, g, mask, window, scale, rest / g.h_kv, rest % g.h_kv, i0, i1);
+      }
+    };
+    if (pool) {
+      pool->parallel_for(blocks * heads, tiled, 1);
+    } else {
+      tiled(0, blocks * heads);
+    }
+    return;
+  }
   const int64_t group = g.h_q / g.h_kv;
   const int64_t rows = g.batch * g.h_q * g.n;
   const DType dt = keys.dtype();

@@ -301,6 +301,84 @@ void AxpyBF16(float a, const uint16_t* v, float* out, int64_t n) {
   for (; i < n; ++i) out[i] += a * base::bf16_to_f32(v[i]);
 }
 
+// s[c] = sum_e q[e] * kt[e * ld + c] for c in [0, cols): keys stored transposed (one row
+// per dimension), so each score is a lane and no horizontal reductions are needed. cols and
+// ld are multiples of 4 vectors (callers pad).
+void ScoresTransposed(const float* q, const float* kt, int64_t ld, int64_t d, int64_t cols, float* s) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t c = 0; c < cols; c += 4 * N) {
+    auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+    for (int64_t e = 0; e < d; ++e) {
+      const auto qv = hn::Set(df, q[e]);
+      const float* row = kt + e * ld + c;
+      a0 = hn::MulAdd(qv, hn::LoadU(df, row), a0);
+      a1 = hn::MulAdd(qv, hn::LoadU(df, row + N), a1);
+      a2 = hn::MulAdd(qv, hn::LoadU(df, row + 2 * N), a2);
+      a3 = hn::MulAdd(qv, hn::LoadU(df, row + 3 * N), a3);
+    }
+    hn::StoreU(a0, df, s + c);
+    hn::StoreU(a1, df, s + c + N);
+    hn::StoreU(a2, df, s + c + 2 * N);
+    hn::StoreU(a3, df, s + c + 3 * N);
+  }
+}
+
+// acc[0..d) += sum_j p[j] * rows[j * d + (0..d)], skipping p[j] == 0: the accumulator stays
+// in registers across all rows (one store per 4 vectors, not one per row).
+void WeightedRowSum(const float* p, const float* rows, int64_t n_rows, int64_t d, float* acc) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t e = 0;
+  for (; e + 4 * N <= d; e += 4 * N) {
+    auto a0 = hn::LoadU(df, acc + e), a1 = hn::LoadU(df, acc + e + N);
+    auto a2 = hn::LoadU(df, acc + e + 2 * N), a3 = hn::LoadU(df, acc + e + 3 * N);
+    for (int64_t j = 0; j < n_rows; ++j) {
+      if (p[j] == 0.0f) continue;
+      const auto pv = hn::Set(df, p[j]);
+      const float* row = rows + j * d + e;
+      a0 = hn::MulAdd(pv, hn::LoadU(df, row), a0);
+      a1 = hn::MulAdd(pv, hn::LoadU(df, row + N), a1);
+      a2 = hn::MulAdd(pv, hn::LoadU(df, row + 2 * N), a2);
+      a3 = hn::MulAdd(pv, hn::LoadU(df, row + 3 * N), a3);
+    }
+    hn::StoreU(a0, df, acc + e);
+    hn::StoreU(a1, df, acc + e + N);
+    hn::StoreU(a2, df, acc + e + 2 * N);
+    hn::StoreU(a3, df, acc + e + 3 * N);
+  }
+  for (; e + N <= d; e += N) {
+    auto a = hn::LoadU(df, acc + e);
+    for (int64_t j = 0; j < n_rows; ++j) {
+      if (p[j] != 0.0f) a = hn::MulAdd(hn::Set(df, p[j]), hn::LoadU(df, rows + j * d + e), a);
+    }
+    hn::StoreU(a, df, acc + e);
+  }
+  for (; e < d; ++e) {
+    float a = acc[e];
+    for (int64_t j = 0; j < n_rows; ++j) a += p[j] * rows[j * d + e];
+    acc[e] = a;
+  }
+}
+
+void F16ToF32(const uint16_t* src, float* dst, int64_t n) {
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto* h = reinterpret_cast<const hwy::float16_t*>(src);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, h + i)), df, dst + i);
+  for (; i < n; ++i) dst[i] = base::f16_to_f32(src[i]);
+}
+
+void BF16ToF32(const uint16_t* src, float* dst, int64_t n) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(load_bf16(df, src + i), df, dst + i);
+  for (; i < n; ++i) dst[i] = base::bf16_to_f32(src[i]);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace lm::kernels::simd
 HWY_AFTER_NAMESPACE();
@@ -318,6 +396,10 @@ HWY_EXPORT(DotQ4_K);
 HWY_EXPORT(DotQ6_K);
 HWY_EXPORT(DotF32Rows4);
 HWY_EXPORT(AxpyF32);
+HWY_EXPORT(F16ToF32);
+HWY_EXPORT(ScoresTransposed);
+HWY_EXPORT(WeightedRowSum);
+HWY_EXPORT(BF16ToF32);
 HWY_EXPORT(AxpyF16);
 HWY_EXPORT(AxpyBF16);
 
@@ -332,6 +414,14 @@ float dot_q6_k(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_
 void dot_f32_rows4(const float* w, int64_t stride, const float* x, int64_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(DotF32Rows4)(w, stride, x, n, out);
 }
+void scores_transposed(const float* q, const float* kt, int64_t ld, int64_t d, int64_t cols, float* s) {
+  HWY_DYNAMIC_DISPATCH(ScoresTransposed)(q, kt, ld, d, cols, s);
+}
+void weighted_row_sum(const float* p, const float* rows, int64_t n_rows, int64_t d, float* acc) {
+  HWY_DYNAMIC_DISPATCH(WeightedRowSum)(p, rows, n_rows, d, acc);
+}
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(F16ToF32)(src, dst, n); }
+void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(BF16ToF32)(src, dst, n); }
 void axpy_f32(float a, const float* v, float* out, int64_t n) { HWY_DYNAMIC_DISPATCH(AxpyF32)(a, v, out, n); }
 void axpy_f16(float a, const uint16_t* v, float* out, int64_t n) { HWY_DYNAMIC_DISPATCH(AxpyF16)(a, v, out, n); }
 void axpy_bf16(float a, const uint16_t* v, float* out, int64_t n) { HWY_DYNAMIC_DISPATCH(AxpyBF16)(a, v, out, n); }

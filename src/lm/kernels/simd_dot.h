@@ -26,4 +26,13 @@ void axpy_f32(float a, const float* v, float* out, int64_t n);
 void axpy_f16(float a, const uint16_t* v, float* out, int64_t n);
 void axpy_bf16(float a, const uint16_t* v, float* out, int64_t n);
 
+// Attention tiles. scores_transposed: s[c] = sum_e q[e] * kt[e * ld + c], c < cols, with
+// cols and ld multiples of 64 (zero-padded). weighted_row_sum: acc += sum_j p[j] * row j.
+void scores_transposed(const float* q, const float* kt, int64_t ld, int64_t d, int64_t cols, float* s);
+void weighted_row_sum(const float* p, const float* rows, int64_t n_rows, int64_t d, float* acc);
+
+// Row conversions to f32 (attention tiles).
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n);
+void bf16_to_f32(const uint16_t* src, float* dst, int64_t n);
+
 }  // namespace lm::kernels::simd
