@@ -17,7 +17,7 @@ struct PreparedQuery {
   std::vector<float> rotated;  // the query in the quantizer's rotated / sketched space
   std::vector<float> lut;      // byte lookup tables: lut[p * 256 + byte] (layout per method)
   float scale = 1.0f;          // method constant folded into every score
-  float bias = 0.0f;           // method constant added to every score (before the norm)
+  std::size_t lut_offset = 0;  // where a second table starts in `lut` (turboquant_prod)
 };
 
 class Quantizer {
