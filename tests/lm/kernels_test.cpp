@@ -205,6 +205,32 @@ TEST(Attention, TiledPathMatchesReference) {
   }
 }
 
+// Decode-sized query counts over long caches take the split-K path (key ranges of 256 merged
+// at the end); a window or mask can leave whole ranges empty.
+TEST(Attention, SplitKeysPathMatchesReference) {
+  std::mt19937 rng(31);
+  base::ThreadPool pool(2);
+  for (int64_t n : {1, 3}) {
+    const int64_t hq = 9, hkv = 3, t = 1000, d = 64;
+    lm::Tensor q = random_tensor({1, hq, n, d}, lm::DType::F32, rng);
+    lm::Tensor k = random_tensor({1, hkv, t, d}, lm::DType::F16, rng);
+    lm::Tensor v = random_tensor({1, hkv, t, d}, lm::DType::F16, rng);
+    lm::Tensor mask_tensor({1, 1, n, t}, lm::DType::U8);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < t; ++j) mask_tensor.set({0, 0, i, j}, j % 300 < 40 ? 1.0f : 0.0f);
+    lm::AttentionMask explicit_mask{lm::AttentionMask::Kind::kExplicit, mask_tensor};
+    struct Case { lm::AttentionMask mask; std::optional<int64_t> window; };
+    for (const Case& c : {Case{lm::AttentionMask::none(), std::nullopt}, Case{lm::AttentionMask::causal(), std::nullopt},
+                          Case{lm::AttentionMask::causal(), 100}, Case{explicit_mask, std::nullopt}}) {
+      lm::Tensor fast, slow;
+      lm::kernels::attention(q, k, v, c.mask, c.window, 0.125f, fast, &pool);
+      lm::kernels::attention_reference(q, k, v, c.mask, c.window, 0.125f, slow);
+      EXPECT_LT(max_diff(fast, slow), 2e-5) << "n " << n << " mask " << int(c.mask.kind) << " window "
+                                            << c.window.value_or(0);
+    }
+  }
+}
+
 TEST(Attention, GqaReadsTheMappedKvHead) {
   // Two kv heads with distinct constant values; 4 query heads: heads 0,1 must read kv head 0
   // (output 1.0) and heads 2,3 kv head 1 (output 2.0), whatever the scores.

@@ -61,99 +61,24 @@ Geometry check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const A
   return g;
 }
 
-template <DType kType>
-inline float load(const std::byte* base_ptr, int64_t index) {
-  if constexpr (kType == DType::F32) return reinterpret_cast<const float*>(base_ptr)[index];
-  if constexpr (kType == DType::F16) return base::f16_to_f32(reinterpret_cast<const uint16_t*>(base_ptr)[index]);
-  if constexpr (kType == DType::BF16) return base::bf16_to_f32(reinterpret_cast<const uint16_t*>(base_ptr)[index]);
-  return 0.0f;
-}
-
-// q · key row, reading the stored dtype in place: SIMD when the row is contiguous (it is
-// for every cache in this project), element-wise through the stride otherwise.
-template <DType kType>
-inline float dot_row(const float* q, const std::byte* row, int64_t stride, int64_t d) {
-  if (stride == 1) {
-    if constexpr (kType == DType::F32) return simd::dot_f32(reinterpret_cast<const float*>(row), q, d);
-    if constexpr (kType == DType::F16) return simd::dot_f16(reinterpret_cast<const uint16_t*>(row), q, d);
-    if constexpr (kType == DType::BF16) return simd::dot_bf16(reinterpret_cast<const uint16_t*>(row), q, d);
-  }
-  float s = 0.0f;
-  for (int64_t e = 0; e < d; ++e) s += q[e] * load<kType>(row, e * stride);
-  return s;
-}
-
-// out += p * value row.
-template <DType kType>
-inline void axpy_row(float p, const std::byte* row, int64_t stride, float* out, int64_t d) {
-  if (stride == 1) {
-    if constexpr (kType == DType::F32) return simd::axpy_f32(p, reinterpret_cast<const float*>(row), out, d);
-    if constexpr (kType == DType::F16) return simd::axpy_f16(p, reinterpret_cast<const uint16_t*>(row), out, d);
-    if constexpr (kType == DType::BF16) return simd::axpy_bf16(p, reinterpret_cast<const uint16_t*>(row), out, d);
-  }
-  for (int64_t e = 0; e < d; ++e) out[e] += p * load<kType>(row, e * stride);
-}
-
-// One (batch, query head, query) row: scores over visible keys, softmax, weighted values.
-template <DType kType>
-void attend_row(const float* q, const Tensor& k, const Tensor& v, int64_t b, int64_t kv_head, const Geometry& g,
-                const AttentionMask& mask, std::optional<int64_t> window, int64_t query, float scale,
-                std::vector<float>& scores, float* out) {
-  const std::byte* kbase = k.raw_data();
-  const std::byte* vbase = v.raw_data();
-  const std::size_t es = k.element_size();
-  const auto& ks = k.strides();
-  const auto& vs = v.strides();
-  const int64_t k_off = b * ks[0] + kv_head * ks[1];
-  const int64_t v_off = b * vs[0] + kv_head * vs[1];
-  const int64_t pos = g.t - g.n + query;
-  const uint8_t* mrow = nullptr;
-  if (mask.kind == AttentionMask::Kind::kExplicit) {
-    const Tensor& m = mask.explicit_mask;
-    const auto& ms = m.strides();
-    mrow = m.data<uint8_t>() + (m.dim(0) == 1 ? 0 : b * ms[0]) + query * ms[2];
-  }
-  const int64_t mstride = mrow ? mask.explicit_mask.strides()[3] : 0;
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  scores.resize(static_cast<std::size_t>(g.t));
-  bool any = false;
-  for (int64_t j = 0; j < g.t; ++j) {
-    bool visible = true;
-    if (mask.kind == AttentionMask::Kind::kCausal) {
-      visible = j <= pos && (!window || pos - j < *window);
-    } else if (mrow) {
-      visible = mrow[j * mstride] != 0;
-    }
-    if (!visible) {
-      scores[j] = neg_inf;
-      continue;
-    }
-    any = true;
-    const std::byte* krow = kbase + (k_off + j * ks[2]) * static_cast<int64_t>(es);
-    scores[j] = dot_row<kType>(q, krow, ks[3], g.d) * scale;
-  }
-  for (int64_t e = 0; e < g.d; ++e) out[e] = 0.0f;
-  if (!any) return;
-  softmax(scores.data(), g.t);
-  for (int64_t j = 0; j < g.t; ++j) {
-    const float p = scores[j];
-    if (p == 0.0f) continue;
-    const std::byte* vrow = vbase + (v_off + j * vs[2]) * static_cast<int64_t>(es);
-    axpy_row<kType>(p, vrow, vs[3], out, g.d);
-  }
-}
-
-// ---- Tiled path for prefill-sized query blocks -------------------------------------------
+// ---- The fast path ---------------------------------------------------------------------
 //
-// All query heads that share a kv head (the GQA group) and a block of consecutive queries
-// walk the keys together, one tile of keys at a time: the tile's keys and values are widened
-// to f32 once and reused by every row of the block, scores come from the 4-row dot kernel,
-// and softmax is computed online (running max and sum, rescaling the accumulator when the
-// max grows), so nothing of size T is materialised per row.
+// Work unit = (batch, kv head, block of up to 16 consecutive queries, range of keys). All
+// query heads of the GQA group and all queries of the block walk the unit's keys together,
+// one 64-key tile at a time: the tile's keys and values are widened to f32 once and reused
+// by every row, and softmax is online (running max m, running sum l, accumulator rescaled
+// when m grows), so nothing of size T is materialised per row. Prefill has many query blocks
+// and gives each unit all keys; decode (a handful of queries) splits the keys into ranges
+// instead ("split-K", as flash-decoding does) so long contexts still spread over threads,
+// and the ranges' (m, l, acc) are merged at the end.
 
-constexpr int64_t kTiledFromQueries = 8;
-constexpr int64_t kQueryTile = 16;
+constexpr int64_t kQueryBlock = 16;
 constexpr int64_t kKeyTile = 64;
+constexpr int64_t kKeysPerSplit = 256;  // decode: keys per unit
+constexpr int64_t kMaxSplits = 64;
+// From this many rows per tile a transposed key tile (lane-parallel scores) pays for the
+// transpose; below it the 4-row dot kernel reads the key rows as they are.
+constexpr int64_t kTransposeFromRows = 8;
 
 // Rows [j0, j1) of head (b, h) of a [B, H, T, D] tensor, widened to f32 into dst.
 void load_rows_f32(const Tensor& t, int64_t b, int64_t h, int64_t j0, int64_t j1, int64_t d, float* dst) {
@@ -166,56 +91,71 @@ void load_rows_f32(const Tensor& t, int64_t b, int64_t h, int64_t j0, int64_t j1
       simd::f16_to_f32(reinterpret_cast<const uint16_t*>(row), dst, d);
     } else if (s[3] == 1 && t.dtype() == DType::BF16) {
       simd::bf16_to_f32(reinterpret_cast<const uint16_t*>(row), dst, d);
+    } else if (s[3] == 1) {
+      std::copy_n(reinterpret_cast<const float*>(row), d, dst);
     } else {
       for (int64_t e = 0; e < d; ++e) dst[e] = load_as_f32(row + e * s[3] * static_cast<int64_t>(es), t.dtype());
     }
   }
 }
 
-void attend_block(const float* qdata, float* odata, const Tensor& k, const Tensor& v, const Geometry& g,
-                  const AttentionMask& mask, std::optional<int64_t> window, float scale, int64_t b, int64_t kv_head,
-                  int64_t i0, int64_t i1) {
-  const int64_t group = g.h_q / g.h_kv, nq = i1 - i0, rows = group * nq, d = g.d;
-  // kt: the key tile transposed ([d][kKeyTile], zero-padded past the last key) so scores are
-  // lane-parallel; vt: the value tile as rows.
-  thread_local std::vector<float> krows, kt, vt, m, l, acc, s;
+struct Unit {
+  int64_t b, kv_head, i0, i1, j_lo, j_hi;
+};
+
+// Online-softmax state of a unit's rows (row r = group head r / nq, query i0 + r % nq):
+// m[r], l[r], acc[r * d ..]. Returned unnormalised so split ranges can be merged.
+void attend_unit(const float* qdata, const Tensor& k, const Tensor& v, const Geometry& g, const AttentionMask& mask,
+                 std::optional<int64_t> window, float scale, const Unit& u, float* m, float* l, float* acc) {
+  const int64_t group = g.h_q / g.h_kv, nq = u.i1 - u.i0, rows = group * nq, d = g.d;
+  const bool transpose = rows >= kTransposeFromRows;
+  thread_local std::vector<float> krows, kt, vt, s;
   krows.resize(static_cast<std::size_t>(kKeyTile * d));
-  kt.resize(static_cast<std::size_t>(kKeyTile * d));
-  vt.resize(kt.size());
+  kt.resize(krows.size());
+  vt.resize(krows.size());
   s.resize(kKeyTile);
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  m.assign(static_cast<std::size_t>(rows), neg_inf);
-  l.assign(static_cast<std::size_t>(rows), 0.0f);
-  acc.assign(static_cast<std::size_t>(rows * d), 0.0f);
+  std::fill(m, m + rows, neg_inf);
+  std::fill(l, l + rows, 0.0f);
+  std::fill(acc, acc + rows * d, 0.0f);
 
   const bool causal = mask.kind == AttentionMask::Kind::kCausal;
   const uint8_t* mbase = nullptr;
   int64_t ms2 = 0, ms3 = 0;
   if (mask.kind == AttentionMask::Kind::kExplicit) {
     const Tensor& mt = mask.explicit_mask;
-    mbase = mt.data<uint8_t>() + (mt.dim(0) == 1 ? 0 : b * mt.strides()[0]);
+    mbase = mt.data<uint8_t>() + (mt.dim(0) == 1 ? 0 : u.b * mt.strides()[0]);
     ms2 = mt.strides()[2];
     ms3 = mt.strides()[3];
   }
-  // Keys no query of the block can see are never loaded.
-  int64_t j_begin = 0, j_end = g.t;
+  // Keys no query of the unit can see are never loaded.
+  int64_t j_begin = u.j_lo, j_end = u.j_hi;
   if (causal) {
-    j_end = std::min(g.t, g.t - g.n + i1);
-    if (window) j_begin = std::max<int64_t>(0, g.t - g.n + i0 - *window + 1);
+    j_end = std::min(j_end, g.t - g.n + u.i1);
+    if (window) j_begin = std::max<int64_t>(j_begin, g.t - g.n + u.i0 - *window + 1);
   }
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeyTile) {
     const int64_t j1 = std::min(j0 + kKeyTile, j_end), nk = j1 - j0;
-    load_rows_f32(k, b, kv_head, j0, j1, d, krows.data());
-    for (int64_t e = 0; e < d; ++e) {
-      float* col = kt.data() + e * kKeyTile;
-      for (int64_t jj = 0; jj < nk; ++jj) col[jj] = krows[jj * d + e];
-      for (int64_t jj = nk; jj < kKeyTile; ++jj) col[jj] = 0.0f;
+    load_rows_f32(k, u.b, u.kv_head, j0, j1, d, krows.data());
+    if (transpose) {
+      // kt = key tile transposed, [d][kKeyTile], zero-padded past the last key.
+      for (int64_t e = 0; e < d; ++e) {
+        float* col = kt.data() + e * kKeyTile;
+        for (int64_t jj = 0; jj < nk; ++jj) col[jj] = krows[jj * d + e];
+        for (int64_t jj = nk; jj < kKeyTile; ++jj) col[jj] = 0.0f;
+      }
     }
-    load_rows_f32(v, b, kv_head, j0, j1, d, vt.data());
+    load_rows_f32(v, u.b, u.kv_head, j0, j1, d, vt.data());
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t h = kv_head * group + r / nq, i = i0 + r % nq, pos = g.t - g.n + i;
-      const float* q = qdata + ((b * g.h_q + h) * g.n + i) * d;
-      simd::scores_transposed(q, kt.data(), kKeyTile, d, kKeyTile, s.data());
+      const int64_t h = u.kv_head * group + r / nq, i = u.i0 + r % nq, pos = g.t - g.n + i;
+      const float* q = qdata + ((u.b * g.h_q + h) * g.n + i) * d;
+      if (transpose) {
+        simd::scores_transposed(q, kt.data(), kKeyTile, d, kKeyTile, s.data());
+      } else {
+        int64_t jj = 0;
+        for (; jj + 4 <= nk; jj += 4) simd::dot_f32_rows4(krows.data() + jj * d, d, q, d, s.data() + jj);
+        for (; jj < nk; ++jj) s[jj] = simd::dot_f32(krows.data() + jj * d, q, d);
+      }
       float tile_max = neg_inf;
       for (int64_t jj = 0; jj < nk; ++jj) {
         const int64_t j = j0 + jj;
@@ -229,7 +169,7 @@ void attend_block(const float* qdata, float* odata, const Tensor& k, const Tenso
         tile_max = std::max(tile_max, s[jj]);
       }
       if (tile_max == neg_inf) continue;
-      float* a = acc.data() + r * d;
+      float* a = acc + r * d;
       const float m_new = std::max(m[r], tile_max);
       if (m[r] != neg_inf && m_new != m[r]) {
         const float correction = std::exp(m[r] - m_new);
@@ -244,12 +184,6 @@ void attend_block(const float* qdata, float* odata, const Tensor& k, const Tenso
       }
       simd::weighted_row_sum(s.data(), vt.data(), nk, d, a);
     }
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t h = kv_head * group + r / nq, i = i0 + r % nq;
-    float* o = odata + ((b * g.h_q + h) * g.n + i) * d;
-    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-    for (int64_t e = 0; e < d; ++e) o[e] = acc[r * d + e] * inv;
   }
 }
 
@@ -269,50 +203,89 @@ void attention(const Tensor& queries, const Tensor& keys, const Tensor& values, 
   const Tensor q = queries.contiguous();
   const float* qdata = q.data<float>();
   float* odata = out.data<float>();
-  if (g.n >= kTiledFromQueries) {
-    // Units: (query block, batch, kv head). Causal blocks late in the sequence see more keys,
-    // so blocks are visited in zig-zag order (first, last, second, second-to-last, ...) and a
-    // contiguous share of units holds a mix of cheap and expensive ones.
-    const int64_t blocks = (g.n + kQueryTile - 1) / kQueryTile, heads = g.batch * g.h_kv;
-    const auto tiled = [&](int64_t begin, int64_t end) {
-      for (int64_t u = begin; u < end; ++u) {
-        const int64_t k = u / heads, rest = u % heads;
-        const int64_t block = k % 2 == 0 ? k / 2 : blocks - 1 - k / 2;
-        const int64_t i0 = block * kQueryTile, i1 = std::min(g.n, i0 + kQueryTile);
-        attend_block(qdata, odata, keys, values, g, mask, window, scale, rest / g.h_kv, rest % g.h_kv, i0, i1);
-      }
-    };
-    if (pool) {
-      pool->parallel_for(blocks * heads, tiled, 1);
-    } else {
-      tiled(0, blocks * heads);
-    }
-    return;
+  const int64_t group = g.h_q / g.h_kv, d = g.d;
+  const int64_t blocks = (g.n + kQueryBlock - 1) / kQueryBlock, heads = g.batch * g.h_kv;
+  // Split the keys only when there are too few query blocks to keep threads busy.
+  const int64_t splits = blocks > 1 ? 1 : std::clamp<int64_t>((g.t + kKeysPerSplit - 1) / kKeysPerSplit, 1, kMaxSplits);
+  const int64_t keys_per_split = (g.t + splits - 1) / splits;
+  const int64_t n_units = blocks * heads * splits;
+  const auto unit_at = [&](int64_t index) {
+    // Causal blocks late in the sequence see more keys, so blocks are visited in zig-zag
+    // order (first, last, second, ...) and a contiguous share of units mixes cheap and
+    // expensive ones.
+    const int64_t split = index % splits, rest = index / splits;
+    const int64_t head = rest % heads, k = rest / heads;
+    const int64_t block = k % 2 == 0 ? k / 2 : blocks - 1 - k / 2;
+    Unit u;
+    u.b = head / g.h_kv;
+    u.kv_head = head % g.h_kv;
+    u.i0 = block * kQueryBlock;
+    u.i1 = std::min(g.n, u.i0 + kQueryBlock);
+    u.j_lo = std::min(g.t, split * keys_per_split);
+    u.j_hi = std::min(g.t, u.j_lo + keys_per_split);
+    return u;
+  };
+  const int64_t max_rows = group * std::min(g.n, kQueryBlock);
+  // Per-unit partial states when keys are split: [unit][rows] m and l, [unit][rows][d] acc.
+  std::vector<float> part_m, part_l, part_acc;
+  if (splits > 1) {
+    part_m.resize(static_cast<std::size_t>(n_units * max_rows));
+    part_l.resize(part_m.size());
+    part_acc.resize(part_m.size() * static_cast<std::size_t>(d));
   }
-  const int64_t group = g.h_q / g.h_kv;
-  const int64_t rows = g.batch * g.h_q * g.n;
-  const DType dt = keys.dtype();
   const auto body = [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> scores;
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t b = r / (g.h_q * g.n);
-      const int64_t h = (r / g.n) % g.h_q;
-      const int64_t i = r % g.n;
-      const float* qrow = qdata + r * g.d;
-      float* orow = odata + r * g.d;
-      if (dt == DType::F16) {
-        attend_row<DType::F16>(qrow, keys, values, b, h / group, g, mask, window, i, scale, scores, orow);
-      } else if (dt == DType::BF16) {
-        attend_row<DType::BF16>(qrow, keys, values, b, h / group, g, mask, window, i, scale, scores, orow);
-      } else {
-        attend_row<DType::F32>(qrow, keys, values, b, h / group, g, mask, window, i, scale, scores, orow);
+    thread_local std::vector<float> m, l, acc;
+    for (int64_t index = begin; index < end; ++index) {
+      const Unit u = unit_at(index);
+      const int64_t nq = u.i1 - u.i0, rows = group * nq;
+      if (splits > 1) {
+        attend_unit(qdata, keys, values, g, mask, window, scale, u, part_m.data() + index * max_rows,
+                    part_l.data() + index * max_rows, part_acc.data() + index * max_rows * d);
+        continue;
+      }
+      m.resize(static_cast<std::size_t>(rows));
+      l.resize(m.size());
+      acc.resize(m.size() * static_cast<std::size_t>(d));
+      attend_unit(qdata, keys, values, g, mask, window, scale, u, m.data(), l.data(), acc.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t h = u.kv_head * group + r / nq, i = u.i0 + r % nq;
+        float* o = odata + ((u.b * g.h_q + h) * g.n + i) * d;
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // a row that saw no key stays 0
+        for (int64_t e = 0; e < d; ++e) o[e] = acc[r * d + e] * inv;
       }
     }
   };
   if (pool) {
-    pool->parallel_for(rows, body, 1);
+    pool->parallel_for(n_units, body, 1);
   } else {
-    body(0, rows);
+    body(0, n_units);
+  }
+  if (splits == 1) return;
+  // Merge the key ranges of each (batch, kv head): with M = max m_s, out = sum_s acc_s *
+  // e^(m_s - M) / sum_s l_s * e^(m_s - M).
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (int64_t head = 0; head < heads; ++head) {
+    const Unit u0 = unit_at(head * splits);
+    const int64_t nq = u0.i1 - u0.i0, rows = group * nq;
+    for (int64_t r = 0; r < rows; ++r) {
+      float big = neg_inf;
+      for (int64_t sp = 0; sp < splits; ++sp) big = std::max(big, part_m[(head * splits + sp) * max_rows + r]);
+      const int64_t h = u0.kv_head * group + r / nq, i = u0.i0 + r % nq;
+      float* o = odata + ((u0.b * g.h_q + h) * g.n + i) * d;
+      std::fill(o, o + d, 0.0f);
+      if (big == neg_inf) continue;
+      float total = 0.0f;
+      for (int64_t sp = 0; sp < splits; ++sp) {
+        const int64_t unit = head * splits + sp;
+        const float mu = part_m[unit * max_rows + r];
+        if (mu == neg_inf) continue;
+        const float w = std::exp(mu - big);
+        total += w * part_l[unit * max_rows + r];
+        simd::axpy_f32(w, part_acc.data() + (unit * max_rows + r) * d, o, d);
+      }
+      const float inv = 1.0f / total;
+      for (int64_t e = 0; e < d; ++e) o[e] *= inv;
+    }
   }
 }
 
