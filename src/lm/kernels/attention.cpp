@@ -177,11 +177,9 @@ void attend_unit(const float* qdata, const Tensor& k, const Tensor& v, const Geo
         for (int64_t e = 0; e < d; ++e) a[e] *= correction;
       }
       m[r] = m_new;
-      // Scores become probabilities in place (masked ones 0, skipped by the row sum).
-      for (int64_t jj = 0; jj < nk; ++jj) {
-        s[jj] = s[jj] == neg_inf ? 0.0f : std::exp(s[jj] - m_new);
-        l[r] += s[jj];
-      }
+      // Scores become probabilities in place (masked ones exp(-inf) = 0, skipped by the
+      // row sum).
+      l[r] += simd::exp_shifted_sum(s.data(), nk, m_new);
       simd::weighted_row_sum(s.data(), vt.data(), nk, d, a);
     }
   }

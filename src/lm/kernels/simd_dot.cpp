@@ -4,7 +4,9 @@
 #define HWY_TARGET_INCLUDE "lm/kernels/simd_dot.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "base/half.h"
@@ -361,6 +363,27 @@ void WeightedRowSum(const float* p, const float* rows, int64_t n_rows, int64_t d
   }
 }
 
+// s[i] = exp(s[i] - shift) (Highway's Exp: <= 1 ulp, 0 below its range, so -inf gives 0);
+// returns the sum. The softmax numerator of an attention tile.
+float ExpShiftedSum(float* s, int64_t n, float shift) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto vs = hn::Set(df, shift);
+  auto sum = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, s + i), vs));
+    hn::StoreU(e, df, s + i);
+    sum = hn::Add(sum, e);
+  }
+  float total = reduce(df, sum);
+  for (; i < n; ++i) {
+    s[i] = std::exp(s[i] - shift);
+    total += s[i];
+  }
+  return total;
+}
+
 void F16ToF32(const uint16_t* src, float* dst, int64_t n) {
   const DF df;
   const hn::Rebind<hwy::float16_t, DF> dh;
@@ -397,6 +420,7 @@ HWY_EXPORT(DotQ6_K);
 HWY_EXPORT(DotF32Rows4);
 HWY_EXPORT(AxpyF32);
 HWY_EXPORT(F16ToF32);
+HWY_EXPORT(ExpShiftedSum);
 HWY_EXPORT(ScoresTransposed);
 HWY_EXPORT(WeightedRowSum);
 HWY_EXPORT(BF16ToF32);
@@ -420,6 +444,7 @@ void scores_transposed(const float* q, const float* kt, int64_t ld, int64_t d, i
 void weighted_row_sum(const float* p, const float* rows, int64_t n_rows, int64_t d, float* acc) {
   HWY_DYNAMIC_DISPATCH(WeightedRowSum)(p, rows, n_rows, d, acc);
 }
+float exp_shifted_sum(float* s, int64_t n, float shift) { return HWY_DYNAMIC_DISPATCH(ExpShiftedSum)(s, n, shift); }
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(F16ToF32)(src, dst, n); }
 void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(BF16ToF32)(src, dst, n); }
 void axpy_f32(float a, const float* v, float* out, int64_t n) { HWY_DYNAMIC_DISPATCH(AxpyF32)(a, v, out, n); }

@@ -31,6 +31,9 @@ void axpy_bf16(float a, const uint16_t* v, float* out, int64_t n);
 void scores_transposed(const float* q, const float* kt, int64_t ld, int64_t d, int64_t cols, float* s);
 void weighted_row_sum(const float* p, const float* rows, int64_t n_rows, int64_t d, float* acc);
 
+// s[i] = exp(s[i] - shift) for i < n (exp(-inf) = 0); returns the sum.
+float exp_shifted_sum(float* s, int64_t n, float shift);
+
 // Row conversions to f32 (attention tiles).
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n);
 void bf16_to_f32(const uint16_t* src, float* dst, int64_t n);
