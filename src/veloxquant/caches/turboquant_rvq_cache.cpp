@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/thread_pool.h"
 #include "lm/kv_rows.h"
 #include "veloxquant/caches/cache_rows.h"
 #include "veloxquant/caches/group_affine_codes.h"
@@ -182,11 +183,14 @@ void TurboQuantRvqCache::fused_attention(const lm::FusedAttentionRequest& reques
   float* od = out.data<float>();
   const int64_t group = hq / heads_;
   // One block of scores at a time with an online softmax (running max m, running sum l, output
-  // accumulator rescaled when m grows): memory O(block), never a dequantized key cache.
+  // accumulator rescaled when m grows): memory O(block), never a dequantized key cache. Query
+  // heads are independent: they run in parallel on the global pool (quantizer calls are
+  // thread-safe; each task has its own buffers).
   constexpr int64_t kBlock = 256;
-  std::vector<float> scores(kBlock), value(static_cast<std::size_t>(dv_)), acc(static_cast<std::size_t>(dv_));
-  for (int64_t b = 0; b < batch_; ++b) {
-    for (int64_t h = 0; h < hq; ++h) {
+  base::ThreadPool::global().parallel_for(batch_ * hq, [&](int64_t task_begin, int64_t task_end) {
+    std::vector<float> scores(kBlock), value(static_cast<std::size_t>(dv_)), acc(static_cast<std::size_t>(dv_));
+    for (int64_t task = task_begin; task < task_end; ++task) {
+      const int64_t b = task / hq, h = task % hq;
       const int64_t kvh = h / group;
       for (int64_t i = 0; i < n; ++i) {
         const int64_t pos = first + i;
@@ -199,8 +203,9 @@ void TurboQuantRvqCache::fused_attention(const lm::FusedAttentionRequest& reques
         std::fill(acc.begin(), acc.end(), 0.0f);
         for (int64_t r0 = begin; r0 < end; r0 += kBlock) {
           const int64_t count = std::min(kBlock, end - r0);
-          quantizer_->score_streams(prepared, row_ptr<uint8_t>(packed1_, b, kvh, r0), row_ptr<uint8_t>(packed2_, b, kvh, r0),
-                                    row_ptr<uint16_t>(norms_, b, kvh, r0), static_cast<std::size_t>(count), scores.data());
+          quantizer_->score_streams(prepared, row_ptr<uint8_t>(packed1_, b, kvh, r0),
+                                    row_ptr<uint8_t>(packed2_, b, kvh, r0), row_ptr<uint16_t>(norms_, b, kvh, r0),
+                                    static_cast<std::size_t>(count), scores.data());
           float block_max = -INFINITY;
           for (int64_t j = 0; j < count; ++j) {
             scores[static_cast<std::size_t>(j)] *= request.scale;
@@ -223,7 +228,7 @@ void TurboQuantRvqCache::fused_attention(const lm::FusedAttentionRequest& reques
         for (int64_t d = 0; d < dv_; ++d) o[d] = static_cast<float>(acc[static_cast<std::size_t>(d)] / l);
       }
     }
-  }
+  });
 }
 
 int64_t TurboQuantRvqCache::trim(int64_t n) {
