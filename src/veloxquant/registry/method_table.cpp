@@ -172,7 +172,8 @@ MethodDescriptor spectral_row() {
 }  // namespace
 
 std::vector<MethodDescriptor> build_method_table() {
-  return {turboquant_rvq_row(), kivi_row(), spectral_row()};  // H6_PENDING: standalone rows wait for quant/
+  return {turboquant_rvq_row(), kivi_row(), turboquant_standalone_row(true),
+          turboquant_standalone_row(false), qjl_row(), polar_row(), spectral_row()};
 }
 
 }  // namespace veloxquant

@@ -1,0 +1,112 @@
+// The CLI end to end: `veloxquant methods` (the JSON contract, filters) and `veloxquant generate
+// --method/--bits/--set` (validated before the model loads, wired through patch_model_kv_cache).
+// Runs the built binary (target veloxquant_cli) the way a user does.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <nlohmann/json.hpp>
+
+#include "veloxquant/veloxquant.h"
+
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+RunResult run_cli(const std::string& args) {
+  const std::string binary = std::string(VQ_BINARY_DIR) + "/veloxquant";
+  if (!std::filesystem::exists(binary)) {
+    ADD_FAILURE() << "the CLI is not built: build target veloxquant_cli (" << binary << ")";
+    return {};
+  }
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string tag = std::to_string(::getpid()) + "_" + std::to_string(std::rand());
+  const std::string out = (dir / ("vq_cli_out_" + tag)).string(), err = (dir / ("vq_cli_err_" + tag)).string();
+  const int status = std::system((binary + " " + args + " >" + out + " 2>" + err).c_str());
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
+}
+
+const std::string kStories = std::string(VQ_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
+
+TEST(MethodsCommand, JsonListsTheRegistry) {
+  const RunResult r = run_cli("methods --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("schema_version"), 1);
+  std::vector<std::string> names;
+  for (const auto& m : j.at("methods")) names.push_back(m.at("name"));
+  std::vector<std::string> registry;
+  for (const auto& m : veloxquant::method_registry()) registry.push_back(m.name);
+  EXPECT_EQ(names, registry);  // same order: servable first, then by name
+  for (const auto& m : j.at("methods")) {
+    for (const char* key : {"family", "is_servable", "trimmable", "fused_attention", "fields", "paper"}) {
+      EXPECT_TRUE(m.contains(key)) << m.at("name") << " lacks " << key;
+    }
+  }
+}
+
+TEST(MethodsCommand, Filters) {
+  const RunResult servable = run_cli("methods --json --servable-only");
+  ASSERT_EQ(servable.exit_code, 0) << servable.err;
+  const auto j = nlohmann::json::parse(servable.out);
+  EXPECT_EQ(j.at("methods").size(), veloxquant::servable_method_names().size());
+  for (const auto& m : j.at("methods")) EXPECT_TRUE(m.at("is_servable").get<bool>());
+  const RunResult eviction = run_cli("methods --json --family eviction");
+  ASSERT_EQ(eviction.exit_code, 0);
+  EXPECT_TRUE(nlohmann::json::parse(eviction.out).at("methods").empty());
+  EXPECT_NE(run_cli("methods --family vibes").exit_code, 0);
+  const RunResult text = run_cli("methods");
+  EXPECT_NE(text.out.find("turboquant_rvq"), std::string::npos);
+}
+
+TEST(GenerateMethodFlags, BadMethodsFailBeforeLoading) {
+  // A model path that does not exist: the config must be refused before it is ever opened.
+  const RunResult standalone = run_cli("generate -m /nonexistent.gguf -p hi --method qjl");
+  EXPECT_EQ(standalone.exit_code, 2);
+  EXPECT_NE(standalone.err.find("standalone"), std::string::npos) << standalone.err;
+  const RunResult unknown = run_cli("generate -m /nonexistent.gguf -p hi --method nope");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("valid methods"), std::string::npos) << unknown.err;
+  const RunResult bad_set = run_cli("generate -m /nonexistent.gguf -p hi --method kivi --set kivi_group_size=0");
+  EXPECT_EQ(bad_set.exit_code, 2);
+  EXPECT_NE(bad_set.err.find("kivi_group_size"), std::string::npos) << bad_set.err;
+}
+
+TEST(GenerateMethodFlags, WiresTheCacheAndReportsBytes) {
+  const RunResult wrong = run_cli("generate -m " + kStories + " -p 'Once upon a time' -n 8 --method kivi --bits 2,2");
+  EXPECT_EQ(wrong.exit_code, 2);
+  EXPECT_NE(wrong.err.find("5 attention layers"), std::string::npos) << wrong.err;
+  const RunResult ok = run_cli("generate -m " + kStories +
+                               " -p 'Once upon a time' -n 16 --method turboquant_rvq --bits 4 --set rvq_value_bits=4");
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.err.find("Wired 5 layer cache(s) with 'turboquant_rvq' (fresh per call)"), std::string::npos) << ok.err;
+  EXPECT_NE(ok.err.find("full precision"), std::string::npos) << ok.err;
+  EXPECT_FALSE(ok.out.empty());
+  const RunResult irrelevant =
+      run_cli("generate -m " + kStories + " -p 'Once upon a time' -n 4 --method turboquant_rvq --set kivi_group_size=16");
+  EXPECT_EQ(irrelevant.exit_code, 0) << irrelevant.err;
+  EXPECT_NE(irrelevant.err.find("warning: field 'kivi_group_size' is not read by method 'turboquant_rvq'"),
+            std::string::npos)
+      << irrelevant.err;
+}
+
+}  // namespace
