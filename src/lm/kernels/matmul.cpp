@@ -60,8 +60,18 @@ void compute_units(const WeightMatrix& w, const float* x, int64_t n_tokens, floa
       for (int k = 0; k < 4; ++k) dequantize_row(w.type, w.row(r + k), decoded.data() + k * w.cols, w.cols);
       rows = decoded.data();
     }
-    float out[4];
-    for (int64_t t = 0; t < n_tokens; ++t) {
+    // Tokens four at a time through the 4x4 register tile, the rest one by one. Which kernel
+    // handles a token depends only on n_tokens, never on the thread split.
+    int64_t t = 0;
+    for (; t + 4 <= n_tokens; t += 4) {
+      float out[16];
+      simd::dot_f32_rows4x4(rows, w.cols, x + t * w.cols, w.cols, w.cols, out);
+      for (int tt = 0; tt < 4; ++tt) {
+        for (int k = 0; k < 4; ++k) y[(t + tt) * w.rows + r + k] = out[tt * 4 + k];
+      }
+    }
+    for (; t < n_tokens; ++t) {
+      float out[4];
       simd::dot_f32_rows4(rows, w.cols, x + t * w.cols, w.cols, out);
       for (int k = 0; k < 4; ++k) y[t * w.rows + r + k] = out[k];
     }

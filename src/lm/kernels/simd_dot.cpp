@@ -272,6 +272,40 @@ void DotF32Rows4(const float* w, int64_t stride, const float* x, int64_t n, floa
   }
 }
 
+// Four f32 rows against four x vectors (x_t at x + t * x_stride): out[t * 4 + k] =
+// dot(row k, x_t). Sixteen accumulators, eight loads per sixteen FMAs — the prefill GEMM
+// micro-kernel (rows in L1, the token block streaming from L2).
+void DotF32Rows4x4(const float* w, int64_t w_stride, const float* x, int64_t x_stride, int64_t n, float* out) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const float* wr[4] = {w, w + w_stride, w + 2 * w_stride, w + 3 * w_stride};
+  const float* xr[4] = {x, x + x_stride, x + 2 * x_stride, x + 3 * x_stride};
+  auto a00 = hn::Zero(df), a01 = hn::Zero(df), a02 = hn::Zero(df), a03 = hn::Zero(df);
+  auto a10 = hn::Zero(df), a11 = hn::Zero(df), a12 = hn::Zero(df), a13 = hn::Zero(df);
+  auto a20 = hn::Zero(df), a21 = hn::Zero(df), a22 = hn::Zero(df), a23 = hn::Zero(df);
+  auto a30 = hn::Zero(df), a31 = hn::Zero(df), a32 = hn::Zero(df), a33 = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto w0 = hn::LoadU(df, wr[0] + i), w1 = hn::LoadU(df, wr[1] + i);
+    const auto w2 = hn::LoadU(df, wr[2] + i), w3 = hn::LoadU(df, wr[3] + i);
+    auto xv = hn::LoadU(df, xr[0] + i);
+    a00 = hn::MulAdd(w0, xv, a00); a01 = hn::MulAdd(w1, xv, a01); a02 = hn::MulAdd(w2, xv, a02); a03 = hn::MulAdd(w3, xv, a03);
+    xv = hn::LoadU(df, xr[1] + i);
+    a10 = hn::MulAdd(w0, xv, a10); a11 = hn::MulAdd(w1, xv, a11); a12 = hn::MulAdd(w2, xv, a12); a13 = hn::MulAdd(w3, xv, a13);
+    xv = hn::LoadU(df, xr[2] + i);
+    a20 = hn::MulAdd(w0, xv, a20); a21 = hn::MulAdd(w1, xv, a21); a22 = hn::MulAdd(w2, xv, a22); a23 = hn::MulAdd(w3, xv, a23);
+    xv = hn::LoadU(df, xr[3] + i);
+    a30 = hn::MulAdd(w0, xv, a30); a31 = hn::MulAdd(w1, xv, a31); a32 = hn::MulAdd(w2, xv, a32); a33 = hn::MulAdd(w3, xv, a33);
+  }
+  const hn::Vec<DF> acc[16] = {a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23, a30, a31, a32, a33};
+  for (int k = 0; k < 16; ++k) out[k] = reduce(df, acc[k]);
+  for (; i < n; ++i) {
+    for (int t = 0; t < 4; ++t) {
+      for (int k = 0; k < 4; ++k) out[t * 4 + k] += wr[k][i] * xr[t][i];
+    }
+  }
+}
+
 void AxpyF32(float a, const float* v, float* out, int64_t n) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -418,6 +452,7 @@ HWY_EXPORT(DotQ8_0);
 HWY_EXPORT(DotQ4_K);
 HWY_EXPORT(DotQ6_K);
 HWY_EXPORT(DotF32Rows4);
+HWY_EXPORT(DotF32Rows4x4);
 HWY_EXPORT(AxpyF32);
 HWY_EXPORT(F16ToF32);
 HWY_EXPORT(ExpShiftedSum);
@@ -447,6 +482,9 @@ void weighted_row_sum(const float* p, const float* rows, int64_t n_rows, int64_t
 float exp_shifted_sum(float* s, int64_t n, float shift) { return HWY_DYNAMIC_DISPATCH(ExpShiftedSum)(s, n, shift); }
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(F16ToF32)(src, dst, n); }
 void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(BF16ToF32)(src, dst, n); }
+void dot_f32_rows4x4(const float* w, int64_t w_stride, const float* x, int64_t x_stride, int64_t n, float* out) {
+  HWY_DYNAMIC_DISPATCH(DotF32Rows4x4)(w, w_stride, x, x_stride, n, out);
+}
 void axpy_f32(float a, const float* v, float* out, int64_t n) { HWY_DYNAMIC_DISPATCH(AxpyF32)(a, v, out, n); }
 void axpy_f16(float a, const uint16_t* v, float* out, int64_t n) { HWY_DYNAMIC_DISPATCH(AxpyF16)(a, v, out, n); }
 void axpy_bf16(float a, const uint16_t* v, float* out, int64_t n) { HWY_DYNAMIC_DISPATCH(AxpyBF16)(a, v, out, n); }

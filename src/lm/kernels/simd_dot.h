@@ -21,6 +21,10 @@ float dot_q6_k(const void* row, const float* x, int64_t n);
 // out[k] = dot(row k, x) for four f32 rows at w + k * stride (the prefill micro-kernel).
 void dot_f32_rows4(const float* w, int64_t stride, const float* x, int64_t n, float* out);
 
+// out[t * 4 + k] = dot(row k, x_t) for four rows (w + k * w_stride) and four x vectors
+// (x + t * x_stride): the 4x4 register-tiled prefill micro-kernel.
+void dot_f32_rows4x4(const float* w, int64_t w_stride, const float* x, int64_t x_stride, int64_t n, float* out);
+
 // out[i] += a * v[i] with v in f32 / f16 / bf16 (the value side of attention).
 void axpy_f32(float a, const float* v, float* out, int64_t n);
 void axpy_f16(float a, const uint16_t* v, float* out, int64_t n);
