@@ -184,11 +184,12 @@ struct ModelRun {
     return all;
   }
 
-  // The same passage fed as a chunked prefill (uneven chunk sizes: one token, sizes that are
-  // not multiples of 8 or 32, and one larger chunk), each chunk attending to the cache.
+  // The same passage fed as a chunked prefill, each chunk attending to the cache. Uneven
+  // chunk sizes: 1-3 tokens (the decode kernels, mid-sequence too), sizes that are not
+  // multiples of 4, 8 or 32, and larger chunks (the prefill kernels).
   std::vector<float> chunked_forward() const {
     lm::CacheList caches = lm::make_prompt_cache(*loaded.model);
-    const std::vector<std::size_t> plan = {1, 37, 64, 5, 100, 13};
+    const std::vector<std::size_t> plan = {1, 37, 2, 64, 3, 5, 100, 1, 13};
     std::vector<float> out, last, all;
     std::size_t begin = 0, step = 0;
     while (begin < tokens.size()) {
@@ -478,6 +479,41 @@ void expect_smol_agreement(const ModelRun& run, const std::vector<float>& logits
   EXPECT_LE(exact.sparse.mean(), 0.005);
   EXPECT_LE(exact.full.max, 0.012);
   EXPECT_LE(exact.full.mean(), 0.003);
+}
+
+// A chat turn decoded greedily by llama.cpp until EOS. Every step's top-1/top-2 gap in
+// llama.cpp's logits is recorded; lm must reproduce the tokens of every step whose gap exceeds
+// kNearTie (steps after the first near-tie may legitimately diverge) and, when all steps are
+// decided, stop on the same EOS.
+TEST_F(SmolLM2, GreedyChatTurnEqualsLlamaCppWhileDecided) {
+  const json& g = run_->fx.at("greedy_chat");
+  const auto prompt = g.at("prompt_ids").get<std::vector<int32_t>>();
+  const auto expected = g.at("tokens").get<std::vector<int32_t>>();
+  const auto gaps = g.at("top1_gaps").get<std::vector<double>>();
+  std::size_t decided = 0;
+  while (decided < gaps.size() && gaps[decided] > kNearTie) ++decided;
+  ASSERT_GE(decided, 4u) << "fixture: too few decided steps to compare";
+
+  lm::GenerateOptions options;
+  options.max_tokens = 32;
+  options.temperature = 0.0f;
+  std::vector<int32_t> ours;
+  const lm::GenerationStats stats = lm::stream_generate(
+      *run_->loaded.model, *run_->loaded.tokenizer, prompt, options, [&](const lm::GenerationChunk& c) {
+        if (c.token >= 0) ours.push_back(c.token);
+        return true;
+      });
+  const int32_t eos = g.at("eos_id").get<int32_t>();
+  const bool ends_in_eos = !expected.empty() && expected.back() == eos;
+  const std::size_t emitted_decided = std::min(decided, expected.size() - (ends_in_eos ? 1 : 0));
+  ASSERT_GE(ours.size(), emitted_decided);
+  EXPECT_EQ(std::vector<int32_t>(ours.begin(), ours.begin() + emitted_decided),
+            std::vector<int32_t>(expected.begin(), expected.begin() + emitted_decided));
+  if (decided == expected.size() && ends_in_eos) {
+    EXPECT_EQ(ours.size(), expected.size() - 1);  // the stop token is not emitted
+    EXPECT_EQ(stats.stop_reason, lm::StopReason::kEos);
+    EXPECT_EQ(run_->loaded.tokenizer->decode(ours), g.at("text").get<std::string>());
+  }
 }
 
 TEST_F(SmolLM2, OneForwardAgreesWithLlamaCppAndTheExactForward) {

@@ -81,6 +81,9 @@ MODELS = {
         "full_positions": [0, 255],  # 2 x 49152 f32 = 384 KB
         "exact_full_positions": [0, 255],
         "greedy": False,
+        # One ChatML user turn and the generation prompt (special tokens parsed; without the
+        # default system turn the file's template would add).
+        "greedy_chat_prompt": "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
     },
     # Random weights, every tensor type lm supports (tools/reference/make_mixed_model.py).
     "mixed_types": {
@@ -219,6 +222,28 @@ def make(name: str, spec: dict, out_dir: pathlib.Path) -> None:
             "text": llm.detokenize(generated).decode("utf-8", errors="replace"),
             "note": "argmax of llama.cpp's logits, one token per decode call, starting from [BOS]",
         }
+
+    if "greedy_chat_prompt" in spec:
+        # Greedy decoding of a chat prompt until EOS (at most 32 tokens), with llama.cpp's
+        # top-1/top-2 gap at every step: a second runtime can only be held to the steps the
+        # gap decides.
+        prompt = spec["greedy_chat_prompt"]
+        prompt_ids = llm.tokenize(prompt.encode("utf-8"), add_bos=spec["add_bos"], special=True)
+        llm.reset()
+        llm.eval(prompt_ids)
+        generated, gaps = [], []
+        for _ in range(32):
+            row = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+            top2 = np.sort(row)[-2:]
+            nxt = int(np.argmax(row))
+            generated.append(nxt)
+            gaps.append(float(top2[1] - top2[0]))
+            if nxt == llm.token_eos():
+                break
+            llm.eval([nxt])
+        fixture["greedy_chat"] = {"prompt": prompt, "prompt_ids": [int(t) for t in prompt_ids],
+                                  "tokens": generated, "top1_gaps": gaps, "eos_id": int(llm.token_eos()),
+                                  "text": llm.detokenize(generated).decode("utf-8", errors="replace")}
 
     with open(out_dir / f"{name}.json", "w") as f:
         json.dump(fixture, f, indent=None, separators=(",", ":"))
