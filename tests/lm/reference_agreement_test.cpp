@@ -227,7 +227,7 @@ void expect_tokenizer_matches(const ModelRun& run) {
 constexpr double kStoriesLlamaMax = 0.1, kStoriesLlamaMean = 0.006;
 constexpr double kStoriesExactMax = 0.03, kStoriesExactMean = 0.0015;
 
-class Stories260K : public ::testing::Test {
+class ReferenceStories260K : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     run_ = new ModelRun();
@@ -236,9 +236,9 @@ class Stories260K : public ::testing::Test {
   static void TearDownTestSuite() { delete run_; }
   static ModelRun* run_;
 };
-ModelRun* Stories260K::run_ = nullptr;
+ModelRun* ReferenceStories260K::run_ = nullptr;
 
-TEST_F(Stories260K, FixtureIsForThisModel) {
+TEST_F(ReferenceStories260K, FixtureIsForThisModel) {
   ASSERT_TRUE(fs::exists(kStories));
   EXPECT_EQ(run_->tokens.size(), 256u);
   EXPECT_EQ(run_->tokens.front(), 1);  // BOS, as llama.cpp adds for an SPM vocab
@@ -251,9 +251,9 @@ TEST_F(Stories260K, FixtureIsForThisModel) {
   EXPECT_EQ(c.n_kv_heads, 4);
 }
 
-TEST_F(Stories260K, TokenizerMatchesLlamaCpp) { expect_tokenizer_matches(*run_); }
+TEST_F(ReferenceStories260K, TokenizerMatchesLlamaCpp) { expect_tokenizer_matches(*run_); }
 
-TEST_F(Stories260K, OneForwardMatchesLlamaCppAndTheExactForward) {
+TEST_F(ReferenceStories260K, OneForwardMatchesLlamaCppAndTheExactForward) {
   const auto logits = run_->one_forward();
   const Agreement llama = run_->vs_llama(logits);
   const Agreement exact = run_->vs_exact(logits);
@@ -273,7 +273,7 @@ TEST_F(Stories260K, OneForwardMatchesLlamaCppAndTheExactForward) {
   EXPECT_LE(exact.full.mean(), kStoriesExactMean);
 }
 
-TEST_F(Stories260K, ChunkedPrefillMatchesLlamaCppAndTheOneForward) {
+TEST_F(ReferenceStories260K, ChunkedPrefillMatchesLlamaCppAndTheOneForward) {
   const auto chunked = run_->chunked_forward();
   const auto single = run_->one_forward();
   const Agreement llama = run_->vs_llama(chunked);
@@ -292,7 +292,7 @@ TEST_F(Stories260K, ChunkedPrefillMatchesLlamaCppAndTheOneForward) {
   EXPECT_LE(self.mean(), kStoriesExactMean);
 }
 
-TEST_F(Stories260K, GreedyFromBosEqualsLlamaCppTokenForToken) {
+TEST_F(ReferenceStories260K, GreedyFromBosEqualsLlamaCppTokenForToken) {
   const auto expected = run_->fx.at("greedy_from_bos").at("tokens").get<std::vector<int32_t>>();
   ASSERT_EQ(expected.size(), 200u);
   // The model alone: feed BOS, then each argmax, one decode step at a time.
@@ -328,7 +328,7 @@ TEST_F(Stories260K, GreedyFromBosEqualsLlamaCppTokenForToken) {
 // The same weights as a llama2.c checkpoint (stories260K.bin, tok512.bin next to it): a
 // different loader (legacy header, fp32 weight order, no GGUF metadata) must give the model
 // llama.cpp evaluated from the GGUF, within the same bounds.
-TEST(Stories260KLlama2c, CheckpointMatchesLlamaCppOnTheSamePassage) {
+TEST(ReferenceStories260KLlama2c, CheckpointMatchesLlamaCppOnTheSamePassage) {
   const json fx = read_json(kFixtures / "stories260K.json");
   const auto tokens = fx.at("tokens").get<std::vector<int32_t>>();
   const int vocab = fx.at("vocab_size").get<int>();
@@ -369,7 +369,7 @@ constexpr double kMixedLlamaMax = 0.35, kMixedLlamaMean = 0.05;
 // so a wrong scale, nibble order or min term in any one format fails here.
 constexpr double kMixedExactMax = 5e-4, kMixedExactMean = 5e-5;
 
-class MixedTypes : public ::testing::Test {
+class ReferenceMixedTypes : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     run_ = new ModelRun();
@@ -378,7 +378,7 @@ class MixedTypes : public ::testing::Test {
   static void TearDownTestSuite() { delete run_; }
   static ModelRun* run_;
 };
-ModelRun* MixedTypes::run_ = nullptr;
+ModelRun* ReferenceMixedTypes::run_ = nullptr;
 
 void expect_mixed_agreement(const ModelRun& run, const std::vector<float>& logits, const std::string& what) {
   const Agreement llama = run.vs_llama(logits);
@@ -397,7 +397,7 @@ void expect_mixed_agreement(const ModelRun& run, const std::vector<float>& logit
   EXPECT_LE(exact.full.mean(), kMixedExactMean);
 }
 
-TEST_F(MixedTypes, EveryTensorTypeIsPresent) {
+TEST_F(ReferenceMixedTypes, EveryTensorTypeIsPresent) {
   // The loader must have accepted the file; its types are checked against gguf's own listing.
   const json fx = read_json(kFixtures / "mixed_types.json");
   EXPECT_EQ(fx.at("model_generator").get<std::string>(), "tools/reference/make_mixed_model.py");
@@ -407,11 +407,11 @@ TEST_F(MixedTypes, EveryTensorTypeIsPresent) {
   EXPECT_EQ(types, (std::set<std::string>{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"}));
 }
 
-TEST_F(MixedTypes, OneForwardAgreesWithLlamaCppAndTheExactForward) {
+TEST_F(ReferenceMixedTypes, OneForwardAgreesWithLlamaCppAndTheExactForward) {
   expect_mixed_agreement(*run_, run_->one_forward(), "one forward");
 }
 
-TEST_F(MixedTypes, ChunkedPrefillAgreesWithLlamaCppAndTheExactForward) {
+TEST_F(ReferenceMixedTypes, ChunkedPrefillAgreesWithLlamaCppAndTheExactForward) {
   expect_mixed_agreement(*run_, run_->chunked_forward(), "chunked prefill");
 }
 
@@ -424,7 +424,7 @@ constexpr double kSmolLlamaMax = 2.7, kSmolLlamaMean = 0.25;
 // Raw top-1 floor: llama.cpp agrees with its own decode path on 95.7% of this passage.
 constexpr double kSmolRawTop1Floor = 0.94;
 
-class SmolLM2 : public ::testing::Test {
+class ReferenceSmolLM2 : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!fs::exists(kSmol)) return;
@@ -442,9 +442,9 @@ class SmolLM2 : public ::testing::Test {
   }
   static ModelRun* run_;
 };
-ModelRun* SmolLM2::run_ = nullptr;
+ModelRun* ReferenceSmolLM2::run_ = nullptr;
 
-TEST_F(SmolLM2, FixtureIsForThisModel) {
+TEST_F(ReferenceSmolLM2, FixtureIsForThisModel) {
   EXPECT_EQ(run_->tokens.size(), 256u);
   EXPECT_EQ(run_->loaded.model->config().architecture, "llama");
   // As gguf-py reads the file's metadata (llama.block_count, embedding_length, head counts).
@@ -456,7 +456,7 @@ TEST_F(SmolLM2, FixtureIsForThisModel) {
   EXPECT_EQ(c.hidden_dim, 1536);
 }
 
-TEST_F(SmolLM2, TokenizerMatchesLlamaCpp) { expect_tokenizer_matches(*run_); }
+TEST_F(ReferenceSmolLM2, TokenizerMatchesLlamaCpp) { expect_tokenizer_matches(*run_); }
 
 void expect_smol_agreement(const ModelRun& run, const std::vector<float>& logits, const std::string& what) {
   const Agreement llama = run.vs_llama(logits);
@@ -485,7 +485,7 @@ void expect_smol_agreement(const ModelRun& run, const std::vector<float>& logits
 // llama.cpp's logits is recorded; lm must reproduce the tokens of every step whose gap exceeds
 // kNearTie (steps after the first near-tie may legitimately diverge) and, when all steps are
 // decided, stop on the same EOS.
-TEST_F(SmolLM2, GreedyChatTurnEqualsLlamaCppWhileDecided) {
+TEST_F(ReferenceSmolLM2, GreedyChatTurnEqualsLlamaCppWhileDecided) {
   const json& g = run_->fx.at("greedy_chat");
   const auto prompt = g.at("prompt_ids").get<std::vector<int32_t>>();
   const auto expected = g.at("tokens").get<std::vector<int32_t>>();
@@ -516,11 +516,11 @@ TEST_F(SmolLM2, GreedyChatTurnEqualsLlamaCppWhileDecided) {
   }
 }
 
-TEST_F(SmolLM2, OneForwardAgreesWithLlamaCppAndTheExactForward) {
+TEST_F(ReferenceSmolLM2, OneForwardAgreesWithLlamaCppAndTheExactForward) {
   expect_smol_agreement(*run_, run_->one_forward(), "one forward");
 }
 
-TEST_F(SmolLM2, ChunkedPrefillAgreesWithLlamaCppAndTheExactForward) {
+TEST_F(ReferenceSmolLM2, ChunkedPrefillAgreesWithLlamaCppAndTheExactForward) {
   expect_smol_agreement(*run_, run_->chunked_forward(), "chunked prefill");
 }
 

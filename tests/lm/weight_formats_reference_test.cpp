@@ -103,7 +103,7 @@ lm::GgmlType type_from_name(const std::string& name) {
   throw std::runtime_error("unknown GGML type name " + name);
 }
 
-class WeightFormat : public ::testing::TestWithParam<std::string> {
+class WeightFormatReference : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     manifest_ = load_manifest();
@@ -119,7 +119,7 @@ class WeightFormat : public ::testing::TestWithParam<std::string> {
   std::vector<char> ref_;
 };
 
-TEST_P(WeightFormat, ReaderSeesWhatGgufPyWrote) {
+TEST_P(WeightFormatReference, ReaderSeesWhatGgufPyWrote) {
   EXPECT_EQ(file_->version(), 3u);
   EXPECT_EQ(file_->alignment(), entry_.at("alignment").get<uint64_t>());
   EXPECT_EQ(file_->get_string("general.architecture").value_or(""), "vq_weights_fixture");
@@ -139,7 +139,7 @@ TEST_P(WeightFormat, ReaderSeesWhatGgufPyWrote) {
   }
 }
 
-TEST_P(WeightFormat, ScalarDequantizeIsBitExact) {
+TEST_P(WeightFormatReference, ScalarDequantizeIsBitExact) {
   const json& arrays = entry_.at("arrays");
   for (const json& t : entry_.at("tensors")) {
     const auto name = t.at("name").get<std::string>();
@@ -172,7 +172,7 @@ TEST_P(WeightFormat, ScalarDequantizeIsBitExact) {
   }
 }
 
-TEST_P(WeightFormat, FusedDotsAgreeWithinTheF32SummationBound) {
+TEST_P(WeightFormatReference, FusedDotsAgreeWithinTheF32SummationBound) {
   const json& arrays = entry_.at("arrays");
   base::ThreadPool pool(2);
   for (const json& t : entry_.at("tensors")) {
@@ -231,7 +231,7 @@ TEST_P(WeightFormat, FusedDotsAgreeWithinTheF32SummationBound) {
   }
 }
 
-TEST_P(WeightFormat, TruncatedFileIsAFormatErrorNamingTheFile) {
+TEST_P(WeightFormatReference, TruncatedFileIsAFormatErrorNamingTheFile) {
   // Cut the file inside the last tensor's data: the reader must refuse it at open time.
   const fs::path src = kDir / entry_.at("gguf").get<std::string>();
   const fs::path cut = fs::temp_directory_path() /
@@ -258,12 +258,12 @@ std::vector<std::string> fixture_types() {
   return names;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllGgmlTypes, WeightFormat, ::testing::ValuesIn(fixture_types()),
+INSTANTIATE_TEST_SUITE_P(AllGgmlTypes, WeightFormatReference, ::testing::ValuesIn(fixture_types()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // The manifest must cover every format the issue names, so a fixture regenerated with a type
 // dropped cannot silently shrink the suite.
-TEST(WeightFormatFixtures, CoverEveryRequiredType) {
+TEST(WeightFormatReferenceFixtures, CoverEveryRequiredType) {
   const json types = load_manifest().at("types");
   for (const char* required : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"}) {
     EXPECT_TRUE(types.contains(required)) << required;
