@@ -234,6 +234,8 @@ class ReferenceStories260K : public ::testing::Test {
     run_->open("stories260K", kStories);
   }
   static void TearDownTestSuite() { delete run_; }
+  // A fixture or model that failed to load fails each test instead of crashing the binary.
+  void SetUp() override { ASSERT_TRUE(run_ != nullptr && run_->loaded.model != nullptr); }
   static ModelRun* run_;
 };
 ModelRun* ReferenceStories260K::run_ = nullptr;
@@ -376,6 +378,8 @@ class ReferenceMixedTypes : public ::testing::Test {
     run_->open("mixed_types", kFixtures / "mixed_types.gguf");
   }
   static void TearDownTestSuite() { delete run_; }
+  // A fixture or model that failed to load fails each test instead of crashing the binary.
+  void SetUp() override { ASSERT_TRUE(run_ != nullptr && run_->loaded.model != nullptr); }
   static ModelRun* run_;
 };
 ModelRun* ReferenceMixedTypes::run_ = nullptr;
@@ -439,6 +443,7 @@ class ReferenceSmolLM2 : public ::testing::Test {
     if (!fs::exists(kSmol)) {
       GTEST_SKIP() << kSmol << " is absent: run scripts/fetch_models.sh (setup fetches it, so CI runs this)";
     }
+    ASSERT_TRUE(run_ != nullptr && run_->loaded.model != nullptr);
   }
   static ModelRun* run_;
 };
