@@ -1,9 +1,12 @@
 #include "veloxquant/caches/kivi_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "base/error.h"
+#include "base/half.h"
+#include "base/thread_pool.h"
 #include "lm/kv_rows.h"
 #include "veloxquant/caches/cache_rows.h"
 #include "veloxquant/caches/group_affine_codes.h"
@@ -107,6 +110,11 @@ void KiviCache::decode_values(int64_t b, int64_t h, int64_t begin, int64_t end, 
 }
 
 lm::KeysValues KiviCache::update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) {
+  store(keys, values);
+  return fetch(keys.dtype());
+}
+
+void KiviCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   lm::check_new_tokens(keys, values, "KiviCache::update_and_fetch");
   if (!residual_k_.defined()) {
     allocate(keys, values);
@@ -158,7 +166,6 @@ lm::KeysValues KiviCache::update_and_fetch(const lm::Tensor& keys, const lm::Ten
   }
   offset_ = new_offset;
   frontier_ = new_frontier;
-  return fetch(keys.dtype());
 }
 
 lm::KeysValues KiviCache::fetch(lm::DType dtype) const {
@@ -184,6 +191,94 @@ lm::KeysValues KiviCache::fetch(lm::DType dtype) const {
     }
   }
   return {std::move(k), std::move(v)};
+}
+
+// Attention straight from the storage. Quantized keys: with per-channel params (s, m) of the
+// token group g, <q, k^_t> = sum_d (q_d s_gd) c_td + sum_d q_d m_gd, so the query is folded into
+// the group's params once per group and each token costs one unpack and D multiply-adds —
+// no dequantized key rows are written. The full-precision tail is read in place.
+void KiviCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) {
+  if (!request.queries || !request.keys || !request.values) {
+    throw base::InvalidArgument("KiviCache::fused_attention: queries, keys and values are required");
+  }
+  const lm::Tensor& q = *request.queries;
+  const int64_t first = offset_;
+  store(*request.keys, *request.values);
+  const int64_t hq = q.dim(1), n = q.dim(2);
+  if (q.ndim() != 4 || q.dim(0) != batch_ || q.dim(3) != dk_ || hq % heads_ != 0 || n != request.keys->dim(2)) {
+    throw base::InvalidArgument("KiviCache::fused_attention: queries " + lm::shape_text(q.shape()) +
+                                " do not fit keys " + lm::shape_text(request.keys->shape()));
+  }
+  if (out.shape() != lm::Shape{batch_, hq, n, dv_} || out.dtype() != lm::DType::F32 || !out.is_contiguous()) {
+    throw base::InvalidArgument("KiviCache::fused_attention: out must be f32 " + lm::shape_text({batch_, hq, n, dv_}) +
+                                ", got " + lm::shape_text(out.shape()));
+  }
+  const lm::Tensor qc = q.contiguous();
+  const float* qd = qc.data<float>();
+  float* od = out.data<float>();
+  const int64_t group_heads = hq / heads_;
+  const int64_t tail_rows = residual_k_.dim(2);
+  base::ThreadPool::global().parallel_for(batch_ * hq, [&](int64_t task_begin, int64_t task_end) {
+    std::vector<uint8_t> codes(static_cast<std::size_t>(std::max(dk_, dv_)));
+    std::vector<float> folded(static_cast<std::size_t>(dk_)), row(static_cast<std::size_t>(std::max(dk_, dv_)));
+    std::vector<float> acc(static_cast<std::size_t>(dv_));
+    for (int64_t task = task_begin; task < task_end; ++task) {
+      const int64_t b = task / hq, h = task % hq, kvh = h / group_heads;
+      const std::byte* tail_k = residual_k_.raw_data() + (b * heads_ + kvh) * tail_rows * dk_ * static_cast<int64_t>(residual_k_.element_size());
+      const std::byte* tail_v = residual_v_.raw_data() + (b * heads_ + kvh) * tail_rows * dv_ * static_cast<int64_t>(residual_v_.element_size());
+      for (int64_t i = 0; i < n; ++i) {
+        const float* query = qd + ((b * hq + h) * n + i) * dk_;
+        const int64_t pos = first + i;
+        const int64_t begin = request.window ? std::max<int64_t>(0, pos - *request.window + 1) : 0;
+        // Online softmax over the visible rows [begin, pos], one row at a time.
+        float m = -INFINITY;
+        double l = 0.0;
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        int64_t folded_group = -1;
+        float bias = 0.0f;
+        for (int64_t r = begin; r <= pos; ++r) {
+          float score = 0.0f;
+          if (r < frontier_) {
+            if (r / group_ != folded_group) {
+              folded_group = r / group_;
+              const auto* params = reinterpret_cast<const GroupParams16*>(row_ptr<uint16_t>(key_params_, b, kvh, folded_group));
+              double acc_bias = 0.0;
+              for (int64_t d = 0; d < dk_; ++d) {
+                folded[static_cast<std::size_t>(d)] = query[d] * base::f16_to_f32(params[d].scale_f16);
+                acc_bias += double(query[d]) * base::f16_to_f32(params[d].min_f16);
+              }
+              bias = static_cast<float>(acc_bias);
+            }
+            core::unpack_words(row_ptr<uint32_t>(key_codes_, b, kvh, r), static_cast<std::size_t>(dk_), bits_, codes.data());
+            for (int64_t d = 0; d < dk_; ++d) score += folded[static_cast<std::size_t>(d)] * codes[static_cast<std::size_t>(d)];
+            score += bias;
+          } else {
+            cache_rows::load_f32(tail_k + (r - frontier_) * dk_ * static_cast<int64_t>(residual_k_.element_size()), dtype_,
+                                 static_cast<std::size_t>(dk_), row.data());
+            for (int64_t d = 0; d < dk_; ++d) score += query[d] * row[static_cast<std::size_t>(d)];
+          }
+          score *= request.scale;
+          if (score > m) {
+            const float rescale = std::isinf(m) ? 0.0f : std::exp(m - score);
+            for (float& a : acc) a *= rescale;
+            l *= rescale;
+            m = score;
+          }
+          const float w = std::exp(score - m);
+          l += w;
+          if (r < frontier_) {
+            decode_values(b, kvh, r, r + 1, row.data());
+          } else {
+            cache_rows::load_f32(tail_v + (r - frontier_) * dv_ * static_cast<int64_t>(residual_v_.element_size()), dtype_,
+                                 static_cast<std::size_t>(dv_), row.data());
+          }
+          for (int64_t d = 0; d < dv_; ++d) acc[static_cast<std::size_t>(d)] += w * row[static_cast<std::size_t>(d)];
+        }
+        float* o = od + ((b * hq + h) * n + i) * dv_;
+        for (int64_t d = 0; d < dv_; ++d) o[d] = static_cast<float>(acc[static_cast<std::size_t>(d)] / l);
+      }
+    }
+  });
 }
 
 int64_t KiviCache::trim(int64_t n) {

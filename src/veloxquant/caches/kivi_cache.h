@@ -42,6 +42,10 @@ class KiviCache : public lm::KVCache {
   void from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) override;
   std::string type_name() const override { return "KiviCache"; }
   std::shared_ptr<lm::KVCache> clone() const override;
+  // Attends over the packed storage: keys scored from their codes with the query folded into
+  // each token group's per-channel params, values decoded row by row, online softmax.
+  bool supports_fused_attention() const override { return true; }
+  void fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) override;
 
   int64_t frontier() const { return frontier_; }
   int bits() const { return bits_; }
@@ -50,6 +54,7 @@ class KiviCache : public lm::KVCache {
 
  private:
   void allocate(const lm::Tensor& keys, const lm::Tensor& values);
+  void store(const lm::Tensor& keys, const lm::Tensor& values);
   void ensure_quantized_capacity(int64_t rows);
   // Quantizes `count` (a multiple of group_) rows of pending f32 data [B, H, P, D] starting at
   // pending row `first` into the quantized region at rows [frontier_, frontier_ + count).

@@ -63,7 +63,7 @@ MethodDescriptor kivi_row() {
   m.name = "kivi";
   m.family = "quantization";
   m.is_servable = true;
-  m.capabilities = {.trimmable = true, .fused_attention = false, .real_compression = true};
+  m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
   m.blurb = "Asymmetric min/max group quantization: keys per channel, values per token; the "
             "newest residual_length tokens stay full precision";
   m.paper = "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache (Liu et al., ICML "
