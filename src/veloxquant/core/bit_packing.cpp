@@ -90,19 +90,14 @@ void unpack_dense(const uint8_t* in, std::size_t n, int bits, uint8_t* idx) {
     default:
       break;
   }
-  uint32_t acc = 0;
-  int filled = 0;
-  std::size_t pos = 0;
+  // b = 3, 5, 6, 7: index i sits at bit i*b and spans at most two bytes (bit offset <= 7,
+  // width <= 7), so a 16-bit window read at byte i*b/8 holds it whole.
   const std::size_t total = dense_bytes(n, bits);
   for (std::size_t i = 0; i < n; ++i) {
-    while (filled < bits) {
-      acc |= static_cast<uint32_t>(pos < total ? in[pos] : 0) << filled;
-      ++pos;
-      filled += 8;
-    }
-    idx[i] = static_cast<uint8_t>(acc & mask);
-    acc >>= bits;
-    filled -= bits;
+    const std::size_t bit = i * static_cast<std::size_t>(bits);
+    const std::size_t byte = bit / 8;
+    const uint32_t window = in[byte] | (byte + 1 < total ? static_cast<uint32_t>(in[byte + 1]) << 8 : 0u);
+    idx[i] = static_cast<uint8_t>((window >> (bit % 8)) & mask);
   }
 }
 
