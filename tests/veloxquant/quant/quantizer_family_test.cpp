@@ -57,7 +57,6 @@ TEST(QuantizerFamily, BadParametersThrowTypedErrorsNamingTheValue) {
     expect_named(method, 0, 2, "0");
   }
   expect_named("polar", 100, 2, "100");
-  expect_named("rabitq", 128, 2, "2");
   expect_named("nope", 128, 2, "nope");
   EXPECT_THROW(vq::draw_unit_pairs(128, 0, 1), veloxquant::QuantizerConfigError);
 }
