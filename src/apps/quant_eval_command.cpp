@@ -67,7 +67,7 @@ apps::CommandRegistration registration{"quant-eval", [](CLI::App& root) {
   cmd->add_option("--method", args->method,
                   "turboquant_mse, turboquant_prod, qjl, turboquant_rvq, polar, rabitq or kivi")
       ->required();
-  cmd->add_option("--bits", args->bits, "bit width (rabitq: 1; polar: 1..6)")->capture_default_str();
+  cmd->add_option("--bits", args->bits, "bit width, 1..8 (polar: 1..6)")->capture_default_str();
   cmd->add_option("--dim", args->dim, "vector dimension (head_dim)")->capture_default_str();
   cmd->add_option("--n", args->n, "number of random vectors")->capture_default_str();
   cmd->add_option("--seed", args->seed, "seed for the data and the quantizer")->capture_default_str();
