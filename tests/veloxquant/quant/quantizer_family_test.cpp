@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <thread>
 
 #include "veloxquant/errors.h"
 #include "veloxquant/quant/quant_eval.h"
@@ -71,4 +72,34 @@ TEST(QuantizerFamily, EvaluationReportsConsistentNumbers) {
   EXPECT_GT(r.ip_bias_se, 0.0);
   // d * mean(err^2) >= d * bias^2 (variance is non-negative).
   EXPECT_GE(r.ip_var_scaled, 128 * r.ip_bias * r.ip_bias);
+}
+
+TEST(QuantizerFamily, OneQuantizerSharedAcrossThreadsGivesTheSerialResults) {
+  // Caches encode and score heads in parallel through one const quantizer: its scratch space
+  // is per thread, so concurrent calls must reproduce the serial codes and scores exactly.
+  const auto pairs = vq::draw_unit_pairs(96, 64, 5);
+  for (const auto& method : vq::quantizer_methods()) {
+    auto q = vq::make_quantizer(method, 96, 2, 3);
+    const std::size_t cb = q->code_bytes();
+    std::vector<uint8_t> serial(64 * cb);
+    q->encode(pairs.x.data(), 64, serial.data());
+    const auto prepared = q->prepare_query(pairs.y.data());
+    std::vector<float> serial_scores(64);
+    q->score(prepared, serial.data(), 64, serial_scores.data());
+    std::vector<std::vector<uint8_t>> codes(4, std::vector<uint8_t>(64 * cb));
+    std::vector<std::vector<float>> scores(4, std::vector<float>(64));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] {
+        for (int rep = 0; rep < 5; ++rep) {
+          q->encode(pairs.x.data(), 64, codes[t].data());
+          q->score(prepared, codes[t].data(), 64, scores[t].data());
+        }
+      });
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < 4; ++t) {
+      EXPECT_EQ(codes[t], serial) << method;
+      EXPECT_EQ(scores[t], serial_scores) << method;
+    }
+  }
 }
