@@ -8,6 +8,7 @@
 #include "veloxquant/config/field_spec.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/integration/patch_model.h"
+#include "veloxquant/integration/prompt_cache_types.h"
 #include "veloxquant/registry/field_assignment.h"
 #include "veloxquant/registry/method_registry.h"
 
@@ -67,6 +68,8 @@ std::optional<veloxquant::KVCacheConfig> kv_config_from_flags(const KvMethodFlag
 }
 
 std::string apply_kv_method(lm::Model& model, const std::optional<veloxquant::KVCacheConfig>& config) {
+  // A saved prompt cache may hold compressed caches even when this run uses the host's own.
+  veloxquant::integration::register_prompt_cache_types();
   if (!config) return "none";
   veloxquant::integration::patch_model_kv_cache(model, *config);
   return config->method;

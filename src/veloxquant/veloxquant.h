@@ -19,6 +19,7 @@
 #include "veloxquant/config/method_options.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/integration/patch_model.h"
+#include "veloxquant/integration/prompt_cache_types.h"
 #include "veloxquant/registry/field_assignment.h"
 #include "veloxquant/registry/method_descriptor.h"
 #include "veloxquant/registry/method_registry.h"

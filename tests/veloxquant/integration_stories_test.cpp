@@ -10,6 +10,8 @@
 
 #include "lm/generate.h"
 #include "lm/load.h"
+#include "lm/prompt_cache_file.h"
+#include <unistd.h>
 #include "veloxquant/quality_smoke.h"
 #include "veloxquant/veloxquant.h"
 
@@ -108,6 +110,47 @@ TEST(IntegrationStories, QualitySmokeAgainstFullPrecision) {
   kivi.bit_width_inlier = 4;
   kivi.kivi.residual_length = 0;  // quantize everything: 64-token runs fit in the default window
   EXPECT_GE(measure(kivi).rate(), 0.93);
+}
+
+}  // namespace
+}  // namespace veloxquant
+
+namespace veloxquant {
+namespace {
+
+// A prompt processed through compressed caches, saved to a prompt-cache file and loaded back,
+// continues exactly as the uninterrupted generation (every servable method; f16 host KV).
+TEST(IntegrationStories, CompressedPromptCachesSaveAndContinue) {
+  for (const std::string& method : servable_method_names()) {
+    SCOPED_TRACE(method);
+    lm::LoadedModel m = load_stories();
+    KVCacheConfig c;
+    c.method = method;
+    c.bit_width_inlier = 4;
+    if (method == "kivi") {  // make the saved state hold quantized groups
+      c.kivi.kivi_group_size = 8;
+      c.kivi.residual_length = 4;
+    }
+    integration::patch_model_kv_cache(*m.model, c);
+    const std::string prompt = "Once upon a time, there was a little girl named Lily. She loved to play";
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("vq_h6_prompt_" + method + "_" + std::to_string(::getpid()))).string();
+    lm::GenerateOptions saving = greedy(24);
+    saving.on_prompt_processed = [&](const lm::PromptCache& state) { lm::save_prompt_cache(path, state); };
+    const std::string full = lm::generate(*m.model, *m.tokenizer, prompt, saving);
+    lm::SavedPromptCache saved = lm::load_prompt_cache(path);
+    ASSERT_FALSE(saved.cache.caches.empty());
+    EXPECT_EQ(saved.cache.caches[0]->type_name(), method == "kivi" ? "KiviCache" : "TurboQuantRvqCache");
+    std::string continued;
+    lm::stream_generate(*m.model, *m.tokenizer, std::vector<int32_t>{}, greedy(24),
+                        [&](const lm::GenerationChunk& chunk) {
+                          continued += chunk.text;
+                          return true;
+                        },
+                        &saved.cache);
+    EXPECT_EQ(continued, full);
+    std::filesystem::remove(path);
+  }
 }
 
 }  // namespace

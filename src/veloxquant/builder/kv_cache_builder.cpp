@@ -6,6 +6,7 @@
 #include "lm/full_kv_cache.h"
 #include "veloxquant/config/config_validation.h"
 #include "veloxquant/errors.h"
+#include "veloxquant/integration/prompt_cache_types.h"
 #include "veloxquant/registry/field_assignment.h"
 #include "veloxquant/registry/method_registry.h"
 
@@ -126,6 +127,7 @@ lm::CacheList KVCacheBuilder::for_model(const lm::Model& model, const KVCacheCon
                                "such as 'turboquant_rvq'");
   }
   const MethodDescriptor& method = require_method(config.method);
+  integration::register_prompt_cache_types();  // so these caches can be saved and reloaded
 
   const std::vector<lm::LayerInfo>& layers = model.layers();
   const lm::ModelConfig& model_config = model.config();

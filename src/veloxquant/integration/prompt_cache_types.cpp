@@ -1,0 +1,20 @@
+#include "veloxquant/integration/prompt_cache_types.h"
+
+#include <mutex>
+
+#include "lm/prompt_cache_file.h"
+#include "veloxquant/caches/kivi_cache.h"
+#include "veloxquant/caches/turboquant_rvq_cache.h"
+
+namespace veloxquant::integration {
+
+void register_prompt_cache_types() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Placeholder parameters: from_state() rebuilds every one of them from meta_state().
+    lm::register_cache_type("TurboQuantRvqCache", [] { return std::make_shared<TurboQuantRvqCache>(2, 1, 0); });
+    lm::register_cache_type("KiviCache", [] { return std::make_shared<KiviCache>(1, 2, 32, 0); });
+  });
+}
+
+}  // namespace veloxquant::integration
