@@ -177,6 +177,22 @@ TEST(TurboQuantRvqCache, MetaStateIsHeadDimBitsSeedOffset) {
   EXPECT_EQ(restored.meta_state()[2], "77");
 }
 
+TEST(TurboQuantRvqCache, QuantizedValuesRoundTripThroughState) {
+  TurboQuantRvqCache cache(32, 3, 5, 6), restored(8, 1, 0);
+  cache.update_and_fetch(test_support::random_kv(1, 2, 70, 32, 31), test_support::random_kv(1, 2, 70, 48, 32));
+  ASSERT_EQ(cache.state().size(), 5u);  // (packed1, packed2, norms, value codes, value params)
+  restored.from_state(cache.state(), cache.meta_state());
+  EXPECT_EQ(restored.value_bits(), 6);
+  EXPECT_EQ(restored.nbytes(), std::size_t{2} * 70 * (2 * 12 + 2 + 4 * 10 + 2 * 2 * 2));  // exact, no slack
+  const lm::Tensor k = test_support::random_kv(1, 2, 3, 32, 33), v = test_support::random_kv(1, 2, 3, 48, 34);
+  const lm::KeysValues a = cache.update_and_fetch(k, v), b = restored.update_and_fetch(k, v);
+  EXPECT_EQ(a.keys.to_f32(), b.keys.to_f32());
+  EXPECT_EQ(a.values.to_f32(), b.values.to_f32());
+  std::vector<std::string> bad = cache.meta_state();
+  bad[5] = "40";  // value_dim whose word count (8) disagrees with the stored codes (10)
+  EXPECT_THROW(restored.from_state(cache.state(), bad), base::FormatError);
+}
+
 TEST(TurboQuantRvqCache, ForModelSeedsEachLayerWithSeedPlusRawIndex) {
   class TwoKinds : public lm::Model {
    public:
