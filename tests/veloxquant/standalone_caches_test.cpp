@@ -153,6 +153,17 @@ TEST(StandaloneCaches, QjlSketchSizeFollowsJlDim) {
   EXPECT_THROW(KVCacheBuilder().with_method("qjl").with_head_dim(64).with_jl_dim(65).build(), QuantizerConfigError);
 }
 
+TEST(StandaloneCaches, BitRangesPerMethod) {
+  EXPECT_NO_THROW(build("turboquant_prod", 32, 1));  // b_mse = max(b - 1, 1) (spec §2.4)
+  try {
+    build("polar", 32, 7);
+    FAIL() << "polar accepted 7 bits";
+  } catch (const QuantizerConfigError& e) {
+    EXPECT_STREQ(e.what(), "bit_width_inlier for 'polar' must lie in [1, 6], got 7");
+  }
+  EXPECT_THROW(build("turboquant_mse", 32, 9), QuantizerConfigError);
+}
+
 TEST(SymmetricEigen, KnownMatrix) {
   std::vector<double> values, vectors;
   symmetric_eigen({2, 1, 0, 1, 2, 0, 0, 0, 5}, 3, values, vectors);

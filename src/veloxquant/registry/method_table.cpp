@@ -98,7 +98,8 @@ MethodDescriptor turboquant_standalone_row(bool prod) {
   m.docs = "docs/methods/" + m.name + ".md";
   m.generic_fields = kStandaloneGeneric;
   if (prod) m.generic_fields.push_back("jl_dim");
-  m.validate = [prod](const KVCacheConfig& c) { require_bits_in(c, prod ? 2 : 1, 8); };
+  // prod: b_mse = max(b - 1, 1) bits for the MSE stage (spec §2.4), so b = 1 is allowed too.
+  m.validate = [](const KVCacheConfig& c) { require_bits_in(c, 1, 8); };
   m.make_standalone = [prod](const KVCacheConfig& c) { return make_turboquant_standalone_cache(c, prod); };
   return m;
 }
@@ -114,8 +115,7 @@ MethodDescriptor qjl_row() {
             "(Zandieh et al., AAAI 2025, arXiv 2406.03482)";
   m.deviations = "Signs bit-packed (the original counts one byte per sign).";
   m.docs = "docs/methods/qjl.md";
-  m.generic_fields = kStandaloneGeneric;
-  m.generic_fields.push_back("jl_dim");
+  m.generic_fields = {"head_dim", "seed", "capacity", "sliding_window", "jl_dim"};  // m = jl_dim or d
   m.make_standalone = make_qjl_cache;
   return m;
 }
@@ -132,6 +132,7 @@ MethodDescriptor polar_row() {
   m.deviations = "Angle codes bit-packed.";
   m.docs = "docs/methods/polar.md";
   m.generic_fields = kStandaloneGeneric;
+  m.validate = [](const KVCacheConfig& c) { require_bits_in(c, 1, 6); };  // angle codebooks up to 6 bits
   m.make_standalone = make_polar_cache;
   return m;
 }
