@@ -233,3 +233,52 @@ TEST(SpectralCache, CalibratesAPcaBasisFromTheFirstKeys) {
 
 }  // namespace
 }  // namespace veloxquant
+
+namespace veloxquant {
+namespace {
+
+TEST(StandaloneCaches, OutlierTwoStreamIsolatesStrongChannels) {
+  const int d = 64, n = 300;
+  auto keys = gaussian_rows(n, d, 21);
+  for (auto& k : keys)
+    for (int c : {3, 17, 40, 41}) k[static_cast<std::size_t>(c)] *= 25.0f;  // four outlier channels
+  const auto values = gaussian_rows(n, d, 22);
+  const auto queries = gaussian_rows(6, d, 23, 0.05f);
+  auto make = [&](bool two_stream) {
+    return KVCacheBuilder()
+        .with_method("turboquant_mse")
+        .with_head_dim(d)
+        .with_bit_width(2)
+        .with_outlier_two_stream(two_stream)
+        .with_n_outlier_channels(4)
+        .with_n_calib_tokens(32)
+        .build()
+        .standalone();
+  };
+  auto plain = make(false), split = make(true);
+  for (int t = 0; t < n; ++t) {
+    plain->append(keys[static_cast<std::size_t>(t)], values[static_cast<std::size_t>(t)]);
+    split->append(keys[static_cast<std::size_t>(t)], values[static_cast<std::size_t>(t)]);
+  }
+  const auto& cache = dynamic_cast<const QuantizerStandaloneCache&>(*split);
+  EXPECT_EQ(cache.outlier_channels(), (std::vector<int>{3, 17, 40, 41}));
+  // A key after calibration decodes with its outlier channels at int8 precision.
+  const std::vector<float> k299 = cache.decode_key(299 % 512);
+  for (int c : {3, 17, 40, 41}) EXPECT_NEAR(k299[static_cast<std::size_t>(c)], keys[299][static_cast<std::size_t>(c)],
+                                            std::fabs(keys[299][static_cast<std::size_t>(c)]) * 0.02f + 0.5f);
+  double plain_err = 0, split_err = 0;
+  for (const auto& q : queries) {
+    const auto exact = exact_attention(keys, values, q);
+    plain_err += relative_error(plain->attend(q), exact);
+    split_err += relative_error(split->attend(q), exact);
+  }
+  std::printf("outlier keys, 2 bits: two-stream %.3f vs plain %.3f mean attention error\n", split_err / 6, plain_err / 6);
+  EXPECT_LT(split_err, plain_err);
+  // Slot bytes: the code, then 4 int8 outliers and an f16 scale; 300 tokens -> 512 slots.
+  EXPECT_EQ(split->memory_bytes() - plain->memory_bytes(), 512u * (4 + 2) + sizeof(double) * d + sizeof(int) * 4);
+  EXPECT_THROW(KVCacheBuilder().with_method("turboquant_mse").with_head_dim(d).with_outlier_two_stream(true).build(),
+               QuantizerConfigError);  // needs n_outlier_channels
+}
+
+}  // namespace
+}  // namespace veloxquant

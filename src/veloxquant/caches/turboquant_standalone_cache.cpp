@@ -16,7 +16,7 @@ std::unique_ptr<StandaloneCache> make_turboquant_standalone_cache(const KVCacheC
   } else {
     q = std::make_unique<quant::TurboQuantMse>(config.head_dim, bits, seed);
   }
-  return std::make_unique<QuantizerStandaloneCache>(config, std::move(q));
+  return std::make_unique<QuantizerStandaloneCache>(config, std::move(q), config.enable_outlier_two_stream);
 }
 
 }  // namespace veloxquant

@@ -94,9 +94,11 @@ MethodDescriptor turboquant_standalone_row(bool prod) {
                  : "Rotation + b-bit Lloyd-Max MSE quantizer (standalone)";
   m.paper = "TurboQuant: Online Vector Quantization with Near-optimal Distortion Rate "
             "(Zandieh et al., ICLR 2026, arXiv 2504.19874)";
-  m.deviations = "Values int8 per token as the original's standalone caches.";
+  m.deviations = "Values int8 per token as the original's standalone caches. Outlier two-stream: "
+                 "outlier channels int8 with a per-token f16 scale (bit_width_outlier not used).";
   m.docs = "docs/methods/" + m.name + ".md";
   m.generic_fields = kStandaloneGeneric;
+  for (const char* f : {"enable_outlier_two_stream", "n_outlier_channels", "n_calib_tokens"}) m.generic_fields.push_back(f);
   if (prod) m.generic_fields.push_back("jl_dim");
   // prod: b_mse = max(b - 1, 1) bits for the MSE stage (spec §2.4), so b = 1 is allowed too.
   m.validate = [](const KVCacheConfig& c) { require_bits_in(c, 1, 8); };
