@@ -60,6 +60,9 @@ class KVCacheBuilder {
   // model; non-attention layers keep the model's native cache (native_make_cache(), never the
   // make_cache hook); head_dim per layer from LayerInfo, else the model config; a bit-width list
   // needs exactly one entry per attention layer; per-layer seed = seed + raw layer index.
+  // Sliding-window attention layers get a compressed cache too (as the original: no special
+  // case for rotating caches); it keeps every token and the window is applied by the mask /
+  // by fused_attention's request.window, so memory is not bounded by the window.
   static lm::CacheList for_model(const lm::Model& model, const KVCacheConfig& config);
 
  private:
