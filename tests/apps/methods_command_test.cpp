@@ -3,6 +3,7 @@
 // Runs the built binary (target veloxquant_cli) the way a user does.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
