@@ -20,6 +20,7 @@
 #include "apps/kv_method_flags.h"
 #include "apps/progress_bar.h"
 #include "base/error.h"
+#include "lm/full_kv_cache.h"
 #include "lm/generate.h"
 #include "lm/load.h"
 #include "lm/prompt_cache_file.h"
@@ -238,15 +239,23 @@ void run_generate(const GenerateFlags& f) {
   // A continued prompt cache holds every token fed in the call, the earlier ones included.
   const int64_t cached_tokens = saved ? static_cast<int64_t>(saved->cache.tokens.size())
                                       : stats.prompt_tokens + (stats.generation_tokens > 0 ? stats.generation_tokens - 1 : 0);
-  const std::size_t full_precision = full_precision_kv_bytes(model, cached_tokens, load_options.kv_dtype);
+  // Two references: the bare rows in the KV dtype (no slack), and what the host's native cache
+  // would really allocate for the same tokens (FullKVCache grows in 256-token steps, as the
+  // compressed caches do), so "x smaller" compares allocation with allocation.
+  const std::size_t bare_rows = full_precision_kv_bytes(model, cached_tokens, load_options.kv_dtype);
+  const int64_t step = lm::FullKVCache::kGrowthStep;
+  const std::size_t native_resident = full_precision_kv_bytes(
+      model, (cached_tokens + step - 1) / step * step, load_options.kv_dtype);
+  const double smaller = stats.kv_bytes_resident ? static_cast<double>(native_resident) / stats.kv_bytes_resident : 0.0;
   std::fprintf(stderr,
-               "prompt %lld tok %.1f tok/s | gen %lld tok %.1f tok/s | KV %s resident vs %s full precision "
-               "(%.2fx, %s) | peak RSS %s | stop %s\n",
+               "prompt %lld tok %.1f tok/s | gen %lld tok %.1f tok/s | KV %s resident [%s] vs %s for the "
+               "native %s cache (%.2fx smaller; bare %s rows %s) | peak RSS %s | stop %s\n",
                static_cast<long long>(stats.prompt_tokens), stats.prompt_tokens_per_s,
                static_cast<long long>(stats.generation_tokens), stats.generation_tokens_per_s,
-               lm::format_bytes(stats.kv_bytes_resident).c_str(), lm::format_bytes(full_precision).c_str(),
-               stats.kv_bytes_resident ? static_cast<double>(full_precision) / stats.kv_bytes_resident : 0.0,
-               kv.method.c_str(), lm::format_bytes(stats.peak_rss_bytes).c_str(),
+               lm::format_bytes(stats.kv_bytes_resident).c_str(), kv.method.c_str(),
+               lm::format_bytes(native_resident).c_str(), std::string(lm::dtype_name(load_options.kv_dtype)).c_str(),
+               smaller, std::string(lm::dtype_name(load_options.kv_dtype)).c_str(),
+               lm::format_bytes(bare_rows).c_str(), lm::format_bytes(stats.peak_rss_bytes).c_str(),
                std::string(lm::stop_reason_name(stats.stop_reason)).c_str());
 }
 

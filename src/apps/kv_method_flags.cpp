@@ -89,12 +89,5 @@ std::size_t full_precision_kv_bytes(const lm::Model& model, int64_t tokens, lm::
   return total;
 }
 
-std::string kv_memory_summary(std::size_t resident_bytes, std::size_t full_precision_bytes) {
-  char text[160];
-  const double ratio = resident_bytes ? static_cast<double>(full_precision_bytes) / resident_bytes : 0.0;
-  std::snprintf(text, sizeof text, "KV %.1f KiB resident vs %.1f KiB full precision (%.2fx)",
-                resident_bytes / 1024.0, full_precision_bytes / 1024.0, ratio);
-  return text;
-}
 
 }  // namespace apps

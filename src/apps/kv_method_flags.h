@@ -44,7 +44,4 @@ std::string apply_kv_method(lm::Model& model, const std::optional<veloxquant::KV
 // layer, keys and values, no growth slack): the reference next to KV bytes resident.
 std::size_t full_precision_kv_bytes(const lm::Model& model, int64_t tokens, lm::DType dtype);
 
-// "KV 12.3 KiB resident vs 48.0 KiB full precision (3.90x)" for the stats line.
-std::string kv_memory_summary(std::size_t resident_bytes, std::size_t full_precision_bytes);
-
 }  // namespace apps

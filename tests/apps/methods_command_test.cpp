@@ -100,7 +100,8 @@ TEST(GenerateMethodFlags, WiresTheCacheAndReportsBytes) {
                                " -p 'Once upon a time' -n 16 --method turboquant_rvq --bits 4 --set rvq_value_bits=4");
   ASSERT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_NE(ok.err.find("Wired 5 layer cache(s) with 'turboquant_rvq' (fresh per call)"), std::string::npos) << ok.err;
-  EXPECT_NE(ok.err.find("full precision"), std::string::npos) << ok.err;
+  EXPECT_NE(ok.err.find("for the native f16 cache"), std::string::npos) << ok.err;
+  EXPECT_NE(ok.err.find("x smaller; bare f16 rows"), std::string::npos) << ok.err;
   EXPECT_FALSE(ok.out.empty());
   const RunResult irrelevant =
       run_cli("generate -m " + kStories + " -p 'Once upon a time' -n 4 --method turboquant_rvq --set kivi_group_size=16");
