@@ -185,7 +185,9 @@ TEST_P(ServingContract, FusedAttentionEqualsAttentionOverFetchedRows) {
   const int64_t hq = 2 * kHeads;
   int64_t first = 0;
   uint64_t seed = 90;
-  for (int64_t n : {170, 1, 1}) {  // a prefill (crosses KIVI's frontier), then decode steps
+  // A prefill (crosses KIVI's frontier; RVQ attends over one dequantized copy), a short
+  // multi-query chunk and decode steps (RVQ scores from the codes).
+  for (int64_t n : {170, 5, 1, 1}) {
     const lm::Tensor k = keys(n, seed++), v = keys(n, seed++);
     const lm::Tensor q = test_support::random_kv(kBatch, hq, n, kDim, seed++, lm::DType::F32);
     lm::Tensor out({kBatch, hq, n, kDim}, lm::DType::F32);

@@ -33,6 +33,9 @@ class TurboQuantRvqCache : public lm::KVCache {
  public:
   static constexpr int64_t kGrowthStep = 256;
   static constexpr int kValueGroup = 32;
+  // Fused calls with at least this many queries (prefill chunks) attend over keys/values
+  // dequantized once per call instead of scoring codes per query (see fused_attention).
+  static constexpr int64_t kPrefillDequantizeQueries = 16;
   TurboQuantRvqCache(int head_dim, int bits, int64_t seed, int value_bits = 0);
   ~TurboQuantRvqCache() override;
 
