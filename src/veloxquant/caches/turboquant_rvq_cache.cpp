@@ -18,12 +18,13 @@ namespace veloxquant {
 
 using cache_rows::row_ptr;
 
-TurboQuantRvqCache::TurboQuantRvqCache(int head_dim, int bits, int64_t seed, int value_bits)
-    : head_dim_(head_dim), bits_(bits), seed_(seed), value_bits_(value_bits) {
+TurboQuantRvqCache::TurboQuantRvqCache(int head_dim, int bits, int64_t seed, int value_bits,
+                                       quant::RvqStage2Scale stage2)
+    : head_dim_(head_dim), bits_(bits), seed_(seed), value_bits_(value_bits), stage2_(stage2) {
   if (value_bits != 0 && (value_bits < 2 || value_bits > 8)) {
     throw QuantizerConfigError("rvq_value_bits must be 0 (keep dtype) or 2..8, got " + std::to_string(value_bits));
   }
-  quantizer_ = std::make_shared<const quant::TurboQuantRvq>(head_dim, bits, static_cast<uint64_t>(seed));
+  quantizer_ = std::make_shared<const quant::TurboQuantRvq>(head_dim, bits, static_cast<uint64_t>(seed), stage2);
   stream_bytes_ = static_cast<int64_t>(quantizer_->stream_bytes());
 }
 
@@ -263,25 +264,29 @@ std::vector<lm::Tensor> TurboQuantRvqCache::state() const {
 }
 
 std::vector<std::string> TurboQuantRvqCache::meta_state() const {
-  return {std::to_string(head_dim_), std::to_string(bits_),       std::to_string(seed_),
-          std::to_string(offset_),   std::to_string(value_bits_), std::to_string(dv_)};
+  return {std::to_string(head_dim_),  std::to_string(bits_),       std::to_string(seed_),
+          std::to_string(offset_),    std::to_string(value_bits_), std::to_string(dv_),
+          quant::rvq_stage2_scale_name(stage2_)};
 }
 
 void TurboQuantRvqCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const char* who = "TurboQuantRvqCache::from_state";
   // (head_dim, bits, seed, offset) as the original, plus (value_bits, value_dim) here.
-  if (meta.size() != 4 && meta.size() != 6) {
-    throw base::FormatError(std::string(who) + ": expected 4 or 6 meta entries (head_dim, bits, seed, offset[, " +
-                            "value_bits, value_dim]), got " + std::to_string(meta.size()));
+  if (meta.size() != 4 && meta.size() != 6 && meta.size() != 7) {
+    throw base::FormatError(std::string(who) + ": expected 4, 6 or 7 meta entries (head_dim, bits, seed, offset[, " +
+                            "value_bits, value_dim[, stage2_scale]]), got " + std::to_string(meta.size()));
   }
   const int head_dim = static_cast<int>(cache_rows::parse_meta_int(meta[0], who, "head_dim"));
   const int bits = static_cast<int>(cache_rows::parse_meta_int(meta[1], who, "bits"));
   const int64_t seed = cache_rows::parse_meta_int(meta[2], who, "seed");
   const int64_t offset = cache_rows::parse_meta_int(meta[3], who, "offset");
-  const int value_bits = meta.size() == 6 ? static_cast<int>(cache_rows::parse_meta_int(meta[4], who, "value_bits")) : 0;
-  const int64_t value_dim = meta.size() == 6 ? cache_rows::parse_meta_int(meta[5], who, "value_dim") : 0;
+  const int value_bits = meta.size() >= 6 ? static_cast<int>(cache_rows::parse_meta_int(meta[4], who, "value_bits")) : 0;
+  const int64_t value_dim = meta.size() >= 6 ? cache_rows::parse_meta_int(meta[5], who, "value_dim") : 0;
+  // States without the entry were written with the original's stage-2 codebook.
+  const quant::RvqStage2Scale stage2 =
+      meta.size() == 7 ? quant::parse_rvq_stage2_scale(meta[6]) : quant::RvqStage2Scale::kOriginal;
   // Rebuild the quantizer from the meta (the original's setter does the same).
-  TurboQuantRvqCache rebuilt(head_dim, bits, seed, value_bits);
+  TurboQuantRvqCache rebuilt(head_dim, bits, seed, value_bits, stage2);
   const std::size_t expected = value_bits == 0 ? 4 : 5;
   if (state.empty()) {
     if (offset != 0) throw base::FormatError(std::string(who) + ": no tensors for offset " + meta[3]);
@@ -339,7 +344,8 @@ std::shared_ptr<lm::KVCache> TurboQuantRvqCache::clone() const {
 
 std::shared_ptr<lm::KVCache> make_turboquant_rvq_cache(const KVCacheConfig& config) {
   return std::make_shared<TurboQuantRvqCache>(config.head_dim, config.bit_width_inlier.scalar(), config.seed,
-                                              config.turboquant_rvq.rvq_value_bits);
+                                              config.turboquant_rvq.rvq_value_bits,
+                                              quant::parse_rvq_stage2_scale(config.turboquant_rvq.rvq_stage2_scale));
 }
 
 }  // namespace veloxquant

@@ -22,12 +22,9 @@
 
 #include "lm/cache.h"
 #include "veloxquant/config/kv_cache_config.h"
+#include "veloxquant/quant/turboquant_rvq.h"
 
 namespace veloxquant {
-
-namespace quant {
-class TurboQuantRvq;
-}
 
 class TurboQuantRvqCache : public lm::KVCache {
  public:
@@ -36,7 +33,8 @@ class TurboQuantRvqCache : public lm::KVCache {
   // Fused calls with at least this many queries (prefill chunks) attend over keys/values
   // dequantized once per call instead of scoring codes per query (see fused_attention).
   static constexpr int64_t kPrefillDequantizeQueries = 16;
-  TurboQuantRvqCache(int head_dim, int bits, int64_t seed, int value_bits = 0);
+  TurboQuantRvqCache(int head_dim, int bits, int64_t seed, int value_bits = 0,
+                     quant::RvqStage2Scale stage2 = quant::RvqStage2Scale::kMatched);
   ~TurboQuantRvqCache() override;
 
   lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
@@ -72,6 +70,7 @@ class TurboQuantRvqCache : public lm::KVCache {
   int bits_;
   int64_t seed_;
   int value_bits_;
+  quant::RvqStage2Scale stage2_;
   std::shared_ptr<const quant::TurboQuantRvq> quantizer_;  // immutable: clones share it
   int64_t batch_ = 0, heads_ = 0, dv_ = 0, stream_bytes_ = 0;
   lm::DType value_dtype_ = lm::DType::F16;

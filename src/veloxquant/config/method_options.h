@@ -13,8 +13,12 @@ namespace veloxquant {
 // turboquant_rvq (spec §2.2). `rvq_value_bits` is new in this port: the original always keeps
 // values in the input dtype (0 here); 2..8 stores them group-affine quantized (group 32,
 // per token, KIVI's value layout) so that values shrink too.
+// `rvq_stage2_scale` (new): "matched" sizes the stage-2 Laplacian codebook to the stage-1
+// residual's variance; "original" keeps the original's narrower formula (lloyd_max.h says why
+// it is too narrow, docs/methods/turboquant_rvq.md has the measurements).
 struct TurboQuantRvqOptions {
   int rvq_value_bits = 0;
+  std::string rvq_stage2_scale = "matched";
 };
 
 // kivi (spec §3.2 "KIVI", §11.9). `residual_length` is shared with VecInfer in the original;

@@ -44,8 +44,10 @@ Density density_for(Distribution dist, int param, int bits, double laplacian_sup
       const double start = std::min(1.0 - 1e-6, 6.0 / std::sqrt(static_cast<double>(param)));
       return {-1.0 + 1e-6, 1.0 - 1e-6, -start, start, beta_pdf, static_cast<double>(param)};
     }
-    case Distribution::kLaplacian: {
-      const double scale = rvq_laplacian_scale(param, bits);
+    case Distribution::kLaplacian:
+    case Distribution::kLaplacianMatched: {
+      const double scale = dist == Distribution::kLaplacian ? rvq_laplacian_scale(param, bits)
+                                                            : rvq_matched_laplacian_scale(param, bits);
       const double half = laplacian_support * scale;
       return {-half, half, -half, half, laplace_pdf, scale};
     }
@@ -60,7 +62,7 @@ Density density_for(Distribution dist, int param, int bits, double laplacian_sup
 void validate(Distribution dist, int param, int bits) {
   if (bits < 1 || bits > 8)
     throw QuantizerConfigError("lloyd_max: bits must be in 1..8, got " + std::to_string(bits));
-  const int min_param = dist == Distribution::kBeta ? 2 : 1;
+  const int min_param = dist == Distribution::kBeta || dist == Distribution::kLaplacianMatched ? 2 : 1;
   if (dist != Distribution::kUniformAngle && param < min_param)
     throw QuantizerConfigError(std::string("lloyd_max: ") + distribution_name(dist) +
                                " parameter (dimension) must be >= " + std::to_string(min_param) +
@@ -74,6 +76,7 @@ const char* distribution_name(Distribution d) {
     case Distribution::kGaussian: return "gaussian";
     case Distribution::kBeta: return "beta";
     case Distribution::kLaplacian: return "laplacian";
+    case Distribution::kLaplacianMatched: return "laplacian_matched";
     case Distribution::kUniformAngle: return "uniform_angle";
     case Distribution::kPolarAngle: return "polar_angle";
   }
@@ -84,6 +87,13 @@ double rvq_laplacian_scale(int dim, int bits) {
   const double sigma_q = std::sqrt(1.0 / dim) * (std::sqrt(3.0 * std::numbers::pi) / 2.0) *
                          std::pow(4.0, -bits);
   return std::max(sigma_q / std::sqrt(2.0), 1e-6);
+}
+
+double rvq_matched_laplacian_scale(int dim, int bits) {
+  // Solved directly (not through the codebook cache, whose lock the caller may hold); this
+  // runs once per (d, b) because the stage-2 codebook built from it is cached.
+  const Codebook stage1 = solve_lloyd_max(coordinate_distribution(dim), dim, bits);
+  return std::max(std::sqrt(stage1.distortion / 2.0), 1e-6);
 }
 
 Distribution coordinate_distribution(int dim) {

@@ -7,6 +7,7 @@
 #include "base/half.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/core/simd_kernels.h"
+#include "veloxquant/errors.h"
 #include "veloxquant/quant/code_io.h"
 
 namespace veloxquant::quant {
@@ -16,13 +17,25 @@ constexpr float kNormFloor = 1e-4f;  // the original's "safe norm"
 
 }  // namespace
 
-TurboQuantRvq::TurboQuantRvq(int dim, int bits, uint64_t seed)
+RvqStage2Scale parse_rvq_stage2_scale(const std::string& name) {
+  if (name == "matched") return RvqStage2Scale::kMatched;
+  if (name == "original") return RvqStage2Scale::kOriginal;
+  throw QuantizerConfigError("rvq_stage2_scale must be 'matched' or 'original', got '" + name + "'");
+}
+
+const char* rvq_stage2_scale_name(RvqStage2Scale scale) {
+  return scale == RvqStage2Scale::kMatched ? "matched" : "original";
+}
+
+TurboQuantRvq::TurboQuantRvq(int dim, int bits, uint64_t seed, RvqStage2Scale stage2)
     : dim_((check_dim("turboquant_rvq", dim), dim)),
       bits_((check_bits("turboquant_rvq", bits, 1, 8), bits)),
       stream_bytes_(core::dense_bytes(static_cast<std::size_t>(dim), bits)),
       rotation_(dim, seed),
       stage1_(&core::lloyd_max_codebook(core::coordinate_distribution(dim), dim, bits)),
-      stage2_(&core::lloyd_max_codebook(core::Distribution::kLaplacian, dim, bits)),
+      stage2_(&core::lloyd_max_codebook(stage2 == RvqStage2Scale::kMatched ? core::Distribution::kLaplacianMatched
+                                                                           : core::Distribution::kLaplacian,
+                                        dim, bits)),
       byte_lut_(bits == 1 || bits == 2 || bits == 4 || bits == 8) {}
 
 std::size_t TurboQuantRvq::accounted_bytes_per_vector() const {

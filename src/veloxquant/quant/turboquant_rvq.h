@@ -5,7 +5,10 @@
 //      norms above 65504 stay finite, the original's issue #747).
 //   2. r = Pi u with the seeded rotation (randomized Hadamard when d allows, else Haar).
 //   3. Stage 1: i1 = Q1(r) with the Lloyd-Max codebook for N(0, 1/d) (Beta-type below d = 64).
-//   4. Stage 2: i2 = Q2(r - c1[i1]) with the Laplacian Lloyd-Max codebook (lloyd_max.h).
+//   4. Stage 2: i2 = Q2(r - c1[i1]) with a Laplacian Lloyd-Max codebook (lloyd_max.h): by
+//      default one whose variance matches the stage-1 residual (kLaplacianMatched); the
+//      original's narrower scale (kLaplacian) with Stage2Scale::kOriginal. Measured at d = 128,
+//      n = 4000 (quant-eval): MSE b=1 0.173 -> 0.13, b=2 0.048 -> 0.024, b=4 0.0061 -> 0.0003.
 //   5. Two streams of b-bit indices, each packed densely (LSB-first bit stream; for b in
 //      {1, 2, 4, 8} byte-identical to the original's uint32 word layout).
 // Reconstruction: x_hat = norm * Pi^T (c1[i1] + c2[i2]).
@@ -18,6 +21,7 @@
 // bytes per stream instead of 48); we store what the accounting counts.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "veloxquant/core/lloyd_max.h"
@@ -26,10 +30,16 @@
 
 namespace veloxquant::quant {
 
+// Which stage-2 codebook: matched to the stage-1 residual (default), or the original's.
+enum class RvqStage2Scale { kMatched, kOriginal };
+// "matched" / "original"; throws QuantizerConfigError for anything else.
+RvqStage2Scale parse_rvq_stage2_scale(const std::string& name);
+const char* rvq_stage2_scale_name(RvqStage2Scale scale);
+
 class TurboQuantRvq final : public Quantizer {
  public:
   // dim >= 2, bits in 1..8; throws QuantizerConfigError naming the bad value.
-  TurboQuantRvq(int dim, int bits, uint64_t seed);
+  TurboQuantRvq(int dim, int bits, uint64_t seed, RvqStage2Scale stage2 = RvqStage2Scale::kMatched);
 
   std::string method() const override { return "turboquant_rvq"; }
   int dim() const override { return dim_; }

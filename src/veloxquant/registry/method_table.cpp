@@ -41,18 +41,25 @@ MethodDescriptor turboquant_rvq_row() {
             "(Zandieh et al., ICLR 2026, arXiv 2504.19874), residual extension of VeloxQuant-MLX";
   m.deviations = "Norms stored bf16 (the original's newest layout). New option rvq_value_bits "
                  "(2..8) group-quantizes values; 0 keeps them in the input dtype as the original. "
-                 "Fused attention scores keys from the packed codes instead of dequantizing.";
+                 "Fused attention scores keys from the packed codes instead of dequantizing. "
+                 "Stage 2 uses a codebook matched to the stage-1 residual by default "
+                 "(rvq_stage2_scale=original restores the original's narrower one).";
   m.docs = "docs/methods/turboquant_rvq.md";
   m.generic_fields = {"head_dim", "bit_width_inlier", "seed"};
   m.fields = {option_field("rvq_value_bits", &KVCacheConfig::turboquant_rvq,
                            &TurboQuantRvqOptions::rvq_value_bits,
                            "Value bits: 0 keeps values in the input dtype; 2..8 group-affine "
-                           "quantizes them per token (group 32)", 0, 8)};
+                           "quantizes them per token (group 32)", 0, 8),
+              option_field("rvq_stage2_scale", &KVCacheConfig::turboquant_rvq,
+                           &TurboQuantRvqOptions::rvq_stage2_scale,
+                           "Stage-2 codebook: 'matched' to the stage-1 residual (default) or the "
+                           "original's narrower 'original' scale")};
   m.validate = [](const KVCacheConfig& c) {
     require_bits_in(c, 1, 8);
     if (c.turboquant_rvq.rvq_value_bits == 1) {
       throw QuantizerConfigError("rvq_value_bits must be 0 (keep dtype) or 2..8, got 1");
     }
+    quant::parse_rvq_stage2_scale(c.turboquant_rvq.rvq_stage2_scale);
   };
   m.make_serving = make_turboquant_rvq_cache;
   return m;
