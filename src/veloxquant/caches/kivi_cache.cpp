@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/half.h"
 #include "base/thread_pool.h"
+#include "lm/kernels/attention.h"
 #include "lm/kv_rows.h"
 #include "veloxquant/caches/cache_rows.h"
 #include "veloxquant/caches/group_affine_codes.h"
@@ -212,6 +213,15 @@ void KiviCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
   if (out.shape() != lm::Shape{batch_, hq, n, dv_} || out.dtype() != lm::DType::F32 || !out.is_contiguous()) {
     throw base::InvalidArgument("KiviCache::fused_attention: out must be f32 " + lm::shape_text({batch_, hq, n, dv_}) +
                                 ", got " + lm::shape_text(out.shape()));
+  }
+  // Prefill chunks: one dequantization shared by all the chunk's queries beats folding each
+  // query into every group's parameters (SmolLM2, 512-token chunks, ctx 2048: 17.5 tok/s on the
+  // code path against 384 for the native cache). Decode steps keep scoring from the codes.
+  if (n >= kPrefillDequantizeQueries) {
+    const lm::KeysValues kv = fetch(lm::DType::F32);
+    lm::kernels::attention(q, kv.keys, kv.values, lm::AttentionMask::causal(), request.window, request.scale, out,
+                           &base::ThreadPool::global());
+    return;
   }
   const lm::Tensor qc = q.contiguous();
   const float* qd = qc.data<float>();

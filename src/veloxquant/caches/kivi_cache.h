@@ -25,6 +25,9 @@ namespace veloxquant {
 class KiviCache : public lm::KVCache {
  public:
   static constexpr int64_t kGrowthStep = 256;
+  // Fused calls with at least this many queries (prefill chunks) attend over keys/values
+  // dequantized once per call instead of scoring codes per query (see fused_attention).
+  static constexpr int64_t kPrefillDequantizeQueries = 16;
   KiviCache(int head_dim, int bits, int group_size, int residual_length);
 
   lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
