@@ -7,6 +7,7 @@
 #include <string>
 
 #include "apps/command_registry.h"
+#include "apps/model_loading.h"
 #include "apps/kv_method_flags.h"
 #include "apps/progress_bar.h"
 #include "base/error.h"
@@ -79,11 +80,7 @@ void run_eval(const EvalFlags& f) {
   options.batch = f.batch;
   const std::string text = ev::read_text_file(f.text);
 
-  lm::LoadOptions load_options;
-  load_options.kv_dtype = lm::parse_float_dtype(f.kv_dtype);
-  load_options.threads = f.threads;
-  if (!f.tokenizer.empty()) load_options.tokenizer_path = f.tokenizer;
-  const lm::LoadedModel loaded = lm::load(f.model, load_options);
+  const lm::LoadedModel loaded = apps::load_model_from_flags(f.model, f.tokenizer, f.kv_dtype, f.threads);
   const lm::Model& model = *loaded.model;
   ev::TokenizedText tokens = ev::tokenize_text(*loaded.tokenizer, text);
   ev::truncate_tokens(tokens, f.max_tokens);
