@@ -177,20 +177,13 @@ std::vector<int32_t> ByteLevelBpeTokenizer::encode(std::string_view text, bool a
   return out;
 }
 
-void ByteLevelBpeTokenizer::check_token(int32_t token) const {
-  if (token < 0 || token >= vocab_size()) {
-    throw base::InvalidArgument("token id " + std::to_string(token) + " is outside the vocabulary of " +
-                                std::to_string(vocab_size()) + " tokens");
-  }
-}
-
 std::string ByteLevelBpeTokenizer::token_text(int32_t token) const {
-  check_token(token);
+  check_token_id(vocab_, token);
   return vocab_.tokens[static_cast<size_t>(token)];
 }
 
 std::string ByteLevelBpeTokenizer::decode_token(int32_t, int32_t token) const {
-  check_token(token);
+  check_token_id(vocab_, token);
   const std::string& text = vocab_.tokens[static_cast<size_t>(token)];
   const TokenType type = token_type_of(vocab_, token);
   // Control and user-defined tokens are stored as their literal text, not byte-mapped.

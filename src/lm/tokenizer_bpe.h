@@ -33,7 +33,6 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
 
  private:
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
-  void check_token(int32_t token) const;
 
   // A merge, looked up by the ids of its two sides (both are vocabulary tokens in any
   // well-formed vocabulary): its rank and the id of the merged token (-1 when the vocabulary

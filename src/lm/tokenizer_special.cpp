@@ -25,6 +25,13 @@ void check_id(const TokenizerVocab& vocab, const std::optional<int32_t>& id, con
 
 }  // namespace
 
+void check_token_id(const TokenizerVocab& vocab, int32_t id) {
+  if (id < 0 || static_cast<size_t>(id) >= vocab.tokens.size()) {
+    throw base::InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                                std::to_string(vocab.tokens.size()) + " tokens");
+  }
+}
+
 TokenType token_type_of(const TokenizerVocab& vocab, int32_t id) {
   if (!vocab.token_types.empty()) return vocab.token_types[static_cast<size_t>(id)];
   return is_named_id(vocab, id) ? TokenType::kControl : TokenType::kNormal;

@@ -36,6 +36,9 @@ class SpecialTokenMatcher {
   std::vector<Special> specials_;  // longest first
 };
 
+// Throws base::InvalidArgument naming the id when it is outside the vocabulary.
+void check_token_id(const TokenizerVocab& vocab, int32_t id);
+
 // Whether a token is control-like: decoded as its literal text, never byte-mapped.
 TokenType token_type_of(const TokenizerVocab& vocab, int32_t id);
 

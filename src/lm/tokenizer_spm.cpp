@@ -231,20 +231,13 @@ std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text, bool 
   return out;
 }
 
-void SentencePieceTokenizer::check_token(int32_t token) const {
-  if (token < 0 || token >= vocab_size()) {
-    throw base::InvalidArgument("token id " + std::to_string(token) + " is outside the vocabulary of " +
-                                std::to_string(vocab_size()) + " tokens");
-  }
-}
-
 std::string SentencePieceTokenizer::token_text(int32_t token) const {
-  check_token(token);
+  check_token_id(vocab_, token);
   return vocab_.tokens[static_cast<size_t>(token)];
 }
 
 std::string SentencePieceTokenizer::decode_token(int32_t previous, int32_t token) const {
-  check_token(token);
+  check_token_id(vocab_, token);
   const std::string& piece = vocab_.tokens[static_cast<size_t>(token)];
   const TokenType type = token_type_of(vocab_, token);
   if (type == TokenType::kControl || type == TokenType::kUserDefined || type == TokenType::kUnknown) {

@@ -33,7 +33,6 @@ class SentencePieceTokenizer final : public Tokenizer {
   // Best-score merging over one run of text: the algorithm itself.
   void encode_run(std::string_view text, std::vector<int32_t>& out) const;
   int32_t find(std::string_view piece) const;  // -1 when absent
-  void check_token(int32_t token) const;
 
   TokenizerVocab vocab_;
   StringMap<int32_t> piece_to_id_;
