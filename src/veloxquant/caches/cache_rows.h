@@ -2,9 +2,11 @@
 // Small row helpers shared by the serving caches: their buffers are [B, H, capacity, W]
 // tensors, contiguous, addressed per (batch, head, row).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "lm/cache.h"
 #include "lm/tensor.h"
 
 namespace veloxquant::cache_rows {
@@ -31,5 +33,11 @@ void load_f32(const std::byte* src, lm::DType dtype, std::size_t count, float* d
 
 // Parses an int from a meta_state string; throws base::FormatError naming `who` and `what`.
 int64_t parse_meta_int(const std::string& text, const char* who, const char* what);
+
+// The prefill route of a compressed cache's fused attention: causal attention of `queries` over
+// keys/values the cache dequantized once for this call (f32 [B, H_kv, T, D]). For a chunk of many
+// queries one dequantization beats per-query work on the codes; decode steps must not use it.
+void attend_over_dequantized(const lm::Tensor& queries, const lm::KeysValues& dequantized,
+                             std::optional<int64_t> window, float scale, lm::Tensor& out);
 
 }  // namespace veloxquant::cache_rows

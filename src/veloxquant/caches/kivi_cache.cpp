@@ -7,7 +7,6 @@
 #include "base/error.h"
 #include "base/half.h"
 #include "base/thread_pool.h"
-#include "lm/kernels/attention.h"
 #include "lm/kv_rows.h"
 #include "veloxquant/caches/cache_rows.h"
 #include "veloxquant/caches/group_affine_codes.h"
@@ -218,9 +217,7 @@ void KiviCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
   // query into every group's parameters (SmolLM2, 512-token chunks, ctx 2048: 17.5 tok/s on the
   // code path against 384 for the native cache). Decode steps keep scoring from the codes.
   if (n >= kPrefillDequantizeQueries) {
-    const lm::KeysValues kv = fetch(lm::DType::F32);
-    lm::kernels::attention(q, kv.keys, kv.values, lm::AttentionMask::causal(), request.window, request.scale, out,
-                           &base::ThreadPool::global());
+    cache_rows::attend_over_dequantized(q, fetch(lm::DType::F32), request.window, request.scale, out);
     return;
   }
   const lm::Tensor qc = q.contiguous();

@@ -6,7 +6,6 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
-#include "lm/kernels/attention.h"
 #include "lm/kv_rows.h"
 #include "veloxquant/caches/cache_rows.h"
 #include "veloxquant/caches/group_affine_codes.h"
@@ -186,9 +185,7 @@ void TurboQuantRvqCache::fused_attention(const lm::FusedAttentionRequest& reques
   // 12 tok/s against 151 for the native cache. So multi-query calls attend over an f32 copy
   // made once per call (prefill only); decode steps (n = 1, the per-token path) never copy.
   if (n >= kPrefillDequantizeQueries) {
-    const lm::KeysValues kv = fetch(lm::DType::F32);
-    lm::kernels::attention(q, kv.keys, kv.values, lm::AttentionMask::causal(), request.window, request.scale, out,
-                           &base::ThreadPool::global());
+    cache_rows::attend_over_dequantized(q, fetch(lm::DType::F32), request.window, request.scale, out);
     return;
   }
   const lm::Tensor qc = q.contiguous();
