@@ -1,6 +1,8 @@
 #include "veloxquant/builder/kv_cache_builder.h"
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "base/logging.h"
 #include "lm/full_kv_cache.h"
@@ -144,27 +146,41 @@ lm::CacheList KVCacheBuilder::for_model(const lm::Model& model, const KVCacheCon
                                " entries but the model has " + std::to_string(n_attention) +
                                " attention layers (one entry per attention layer)");
   }
-  if (method.capabilities.needs_coordinator) {
+  if (method.capabilities.needs_coordinator && !method.wire_model) {
     throw QuantizerConfigError("method '" + method.name + "' needs a cross-layer coordinator, " +
                                "which this build does not provide");
   }
+  // Every attention layer's config is resolved and validated before any cache is made, so a
+  // bad option fails before the wiring (a coordinator) is built.
+  std::vector<std::optional<KVCacheConfig>> layer_configs(layers.size());
+  std::size_t attention_index = 0;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    if (head_dims[i] == 0) continue;
+    KVCacheConfig layer_config = config;
+    layer_config.head_dim = head_dims[i];
+    layer_config.bit_width_inlier = config.bit_width_inlier.for_attention_layer(attention_index++);
+    layer_config.seed = config.seed + static_cast<int64_t>(i);  // raw layer index (spec §4.2)
+    validate_for_create(layer_config);
+    layer_configs[i] = std::move(layer_config);
+  }
+  const LayerCacheFactory make_layer =
+      method.wire_model ? method.wire_model(config, n_attention)
+                        : LayerCacheFactory([&method](const KVCacheConfig& layer_config, std::size_t) {
+                            return method.make_serving(layer_config);
+                          });
 
   // Native caches are made only when some layer needs one.
   lm::CacheList native;
   if (n_attention < layers.size()) native = native_caches(model, layers.size());
 
   lm::CacheList caches(layers.size());
-  std::size_t attention_index = 0;
+  attention_index = 0;
   for (std::size_t i = 0; i < layers.size(); ++i) {
-    if (head_dims[i] == 0) {
+    if (!layer_configs[i]) {
       caches[i] = native[i];
       continue;
     }
-    KVCacheConfig layer_config = config;
-    layer_config.head_dim = head_dims[i];
-    layer_config.bit_width_inlier = config.bit_width_inlier.for_attention_layer(attention_index++);
-    layer_config.seed = config.seed + static_cast<int64_t>(i);  // raw layer index (spec §4.2)
-    caches[i] = validate_for_create(layer_config).make_serving(layer_config);
+    caches[i] = make_layer(*layer_configs[i], attention_index++);
   }
   return caches;
 }

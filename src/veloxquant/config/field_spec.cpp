@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
+#include <string>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +36,29 @@ int64_t parse_int(const FieldSpec& spec, std::string_view text) {
                                std::string(text) + "'");
   }
   return value;
+}
+
+double parse_real(const FieldSpec& spec, std::string_view text) {
+  const std::string t(trim(text));
+  std::size_t used = 0;
+  double value = 0.0;
+  try {
+    value = std::stod(t, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (t.empty() || used != t.size() || !std::isfinite(value)) {
+    throw QuantizerConfigError("field '" + spec.name + "' expects a finite number, got '" +
+                               std::string(text) + "'");
+  }
+  return value;
+}
+
+// Shortest text that reads back as the same double ("0.98", not "0.980000").
+std::string format_real(double value) {
+  char buffer[64];
+  const auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return ec == std::errc() ? std::string(buffer, end) : std::to_string(value);
 }
 
 // Accessors for the generic fields of KVCacheConfig (they are plain members, not options).
@@ -92,6 +117,7 @@ std::string_view field_type_name(FieldType type) {
     case FieldType::kBool: return "bool";
     case FieldType::kString: return "str";
     case FieldType::kBitWidth: return "int|list[int]";
+    case FieldType::kFloat: return "float";
   }
   return "?";
 }
@@ -101,6 +127,7 @@ std::string field_value_to_string(const FieldValue& value) {
   if (const auto* i = std::get_if<int64_t>(&value)) return std::to_string(*i);
   if (const auto* b = std::get_if<bool>(&value)) return *b ? "true" : "false";
   if (const auto* s = std::get_if<std::string>(&value)) return *s;
+  if (const auto* d = std::get_if<double>(&value)) return format_real(*d);
   return std::get<BitWidth>(value).to_string();
 }
 
@@ -109,6 +136,7 @@ nlohmann::json field_value_to_json(const FieldValue& value) {
   if (const auto* i = std::get_if<int64_t>(&value)) return *i;
   if (const auto* b = std::get_if<bool>(&value)) return *b;
   if (const auto* s = std::get_if<std::string>(&value)) return *s;
+  if (const auto* d = std::get_if<double>(&value)) return *d;
   const BitWidth& bits = std::get<BitWidth>(value);
   if (bits.is_list()) return bits.list();
   return bits.scalar();
@@ -131,6 +159,8 @@ FieldValue parse_field_value(const FieldSpec& spec, std::string_view text) {
     }
     case FieldType::kString:
       return std::string(t);
+    case FieldType::kFloat:
+      return parse_real(spec, t);
     case FieldType::kBitWidth: {
       // "4" is the scalar form, "2,3,4" (or "[2,3,4]") the per-attention-layer list.
       std::string_view body = t;

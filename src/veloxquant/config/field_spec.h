@@ -18,10 +18,11 @@
 
 namespace veloxquant {
 
-enum class FieldType { kInt, kOptionalInt, kBool, kString, kBitWidth };
+enum class FieldType { kInt, kOptionalInt, kBool, kString, kBitWidth, kFloat };
 
-// The value of one field: monostate = "None" (optional fields only).
-using FieldValue = std::variant<std::monostate, int64_t, bool, std::string, BitWidth>;
+// The value of one field: monostate = "None" (optional fields only). Float fields hold a
+// double; their ranges are checked by the method's validate (they are often open intervals).
+using FieldValue = std::variant<std::monostate, int64_t, bool, std::string, BitWidth, double>;
 
 struct FieldSpec {
   std::string name;
@@ -37,7 +38,7 @@ struct FieldSpec {
   bool optional() const { return type == FieldType::kOptionalInt; }
 };
 
-std::string_view field_type_name(FieldType type);  // "int", "int?", "bool", "str", "int|list[int]"
+std::string_view field_type_name(FieldType type);  // "int", "int?", "bool", "str", "int|list[int]", "float"
 std::string field_value_to_string(const FieldValue& value);  // None, 42, true, "x", [2, 3]
 nlohmann::json field_value_to_json(const FieldValue& value);
 
@@ -72,8 +73,31 @@ FieldSpec option_field(std::string name, Options KVCacheConfig::*group, T Option
     spec.set = [group, member](KVCacheConfig& c, const FieldValue& v) {
       (c.*group).*member = std::get<std::string>(v);
     };
+  } else if constexpr (std::is_floating_point_v<T>) {
+    spec.type = FieldType::kFloat;
+    spec.get = [group, member](const KVCacheConfig& c) -> FieldValue {
+      return static_cast<double>((c.*group).*member);
+    };
+    spec.set = [group, member](KVCacheConfig& c, const FieldValue& v) {
+      (c.*group).*member = static_cast<T>(std::get<double>(v));
+    };
+  } else if constexpr (std::is_same_v<T, std::optional<int>>) {
+    // Values injected by for_model (pyramid_resolved_budget); None = not resolved yet.
+    spec.type = FieldType::kOptionalInt;
+    spec.get = [group, member](const KVCacheConfig& c) -> FieldValue {
+      const std::optional<int>& value = (c.*group).*member;
+      if (!value) return std::monostate{};
+      return static_cast<int64_t>(*value);
+    };
+    spec.set = [group, member](KVCacheConfig& c, const FieldValue& v) {
+      if (std::holds_alternative<std::monostate>(v)) {
+        (c.*group).*member = std::nullopt;
+      } else {
+        (c.*group).*member = static_cast<int>(std::get<int64_t>(v));
+      }
+    };
   } else {
-    static_assert(std::is_integral_v<T>, "option fields are int, bool or string");
+    static_assert(std::is_integral_v<T>, "option fields are int, float, optional int, bool or string");
     spec.type = FieldType::kInt;
     spec.get = [group, member](const KVCacheConfig& c) -> FieldValue {
       return static_cast<int64_t>((c.*group).*member);

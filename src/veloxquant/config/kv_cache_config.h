@@ -32,6 +32,14 @@ struct KVCacheConfig {
   TurboQuantRvqOptions turboquant_rvq;
   KIVIOptions kivi;
   SpectralOptions spectral;
+  StreamingLLMOptions streaming_llm;
+  H2OOptions h2o;
+  TOVAOptions tova;
+  SnapKVOptions snapkv;
+  PyramidKVOptions pyramidkv;
+  EvictionStorageOptions eviction;
+  XQuantOptions xquant;
+  MiniCacheOptions minicache;
 
   // "KVCacheConfig(method='kivi', d=128, b=2, seed=42)" — the original's repr.
   std::string to_string() const;

@@ -6,6 +6,7 @@
 //
 // Only the methods this build implements have a struct; a new method adds its struct here, a
 // row in registry/method_table.cpp and a cache file.
+#include <optional>
 #include <string>
 
 namespace veloxquant {
@@ -42,3 +43,80 @@ struct SpectralOptions {
 };
 
 }  // namespace veloxquant
+
+// --- eviction methods (spec §2.3, §3.2). Budgets count stored rows per (batch, kv head),
+// sinks included. -------------------------------------------------------------------------------
+
+// streaming_llm: the first stream_n_sink positions + a FIFO of the last stream_window_size.
+struct StreamingLLMOptions {
+  int stream_n_sink = 4;
+  int stream_window_size = 512;
+};
+
+// h2o: accumulated attention scores with decay; the newest h2o_grace rows and the sinks are
+// never evicted. h2o_rope_base is accepted for compatibility: survivors are never re-rotated
+// (spec §2.3, issue #609 of the original), so nothing reads it.
+struct H2OOptions {
+  int h2o_budget = 512;
+  int h2o_n_sink = 4;
+  double h2o_rope_base = 10000.0;
+  int h2o_grace = 16;
+  double h2o_decay = 0.98;
+};
+
+// tova: evict the row with the lowest current-step attention weight.
+struct TOVAOptions {
+  int tova_budget = 512;
+  int tova_n_sink = 4;
+  std::string tova_backend = "auto";
+};
+
+// snapkv: at each prefill chunk the last snap_obs_window queries vote for prefix rows.
+struct SnapKVOptions {
+  std::string snap_dtype = "auto";
+  bool snap_batched_scoring = true;
+  std::string snap_backend = "auto";
+  int snap_budget = 512;
+  int snap_obs_window = 32;
+  int snap_n_sink = 4;
+};
+
+// pyramidkv: H2O scoring with a per-layer budget tapering linearly from shallow to deep layers
+// (mean = pyramid_budget); pyramid_resolved_budget is injected per layer by for_model.
+struct PyramidKVOptions {
+  int pyramid_budget = 512;
+  std::string pyramid_backend = "reference";
+  int pyramid_n_sink = 4;
+  double pyramid_beta = 2.0;
+  std::optional<int> pyramid_resolved_budget;
+};
+
+// New in this port: how an eviction cache stores the rows it keeps. "dtype" keeps the host's
+// KV dtype (the original); "turboquant_rvq" stores keys as TurboQuant-RVQ codes at
+// bit_width_inlier bits (values as rvq_value_bits says); "kivi" stores keys and values
+// group-affine quantized per row at bit_width_inlier bits (group kivi_group_size).
+struct EvictionStorageOptions {
+  std::string eviction_storage = "dtype";
+};
+
+// --- cross-layer methods (spec §4.3) ------------------------------------------------------------
+
+// xquant: contiguous groups of xquant_group_size attention layers; the first (anchor) stores
+// group-quantized codes, the others reuse them with their own scale/zero + a residual.
+struct XQuantOptions {
+  int xquant_group_size = 2;
+  int xquant_base_bits = 2;
+  int xquant_residual_bits = 4;
+  int xquant_group_quant_size = 32;
+  int xquant_max_ctx = 8192;
+};
+
+// minicache: from layer int(n_attn * minicache_start_frac) on, groups of minicache_group_size
+// adjacent layers share SLERP-merged directions; dissimilar tokens keep their own vectors.
+struct MiniCacheOptions {
+  double minicache_start_frac = 0.5;
+  int minicache_group_size = 2;
+  double minicache_retention_threshold = 0.9;
+  double minicache_slerp_t = 0.5;
+  int minicache_max_ctx = 8192;
+};

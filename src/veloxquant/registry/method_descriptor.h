@@ -22,6 +22,11 @@ struct MethodCapabilities {
   bool real_compression = false;   // nbytes shrinks for real (packed codes), not accounting
 };
 
+// Makes attention layer `attention_index`'s cache from its per-layer config (head_dim, bits and
+// seed already resolved by for_model).
+using LayerCacheFactory =
+    std::function<std::shared_ptr<lm::KVCache>(const KVCacheConfig& layer_config, std::size_t attention_index)>;
+
 struct MethodDescriptor {
   std::string name;
   std::string family;  // "quantization" | "eviction" | "hybrid" (the original's editorial labels)
@@ -42,6 +47,11 @@ struct MethodDescriptor {
   // Exactly one of the two is set, by is_servable.
   std::function<std::shared_ptr<lm::KVCache>(const KVCacheConfig&)> make_serving;
   std::function<std::unique_ptr<StandaloneCache>(const KVCacheConfig&)> make_standalone;
+  // Optional, servable methods only: whole-model wiring (spec §4.3). for_model calls it once
+  // with the number of attention layers and makes every attention layer through the returned
+  // factory, so layers can share one coordinator (xquant, minicache) or receive options
+  // resolved over the whole model (pyramidkv's budget schedule). Unset: make_serving per layer.
+  std::function<LayerCacheFactory(const KVCacheConfig& config, std::size_t n_attention_layers)> wire_model;
 };
 
 }  // namespace veloxquant

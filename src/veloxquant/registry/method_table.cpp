@@ -12,6 +12,7 @@
 #include "veloxquant/caches/turboquant_standalone_cache.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/registry/method_registry.h"
+#include "veloxquant/registry/method_rows.h"
 
 namespace veloxquant {
 namespace {
@@ -182,8 +183,14 @@ MethodDescriptor spectral_row() {
 }  // namespace
 
 std::vector<MethodDescriptor> build_method_table() {
-  return {turboquant_rvq_row(), kivi_row(), turboquant_standalone_row(true),
-          turboquant_standalone_row(false), qjl_row(), polar_row(), spectral_row()};
+  std::vector<MethodDescriptor> rows = {turboquant_rvq_row(),           kivi_row(),
+                                        turboquant_standalone_row(true), turboquant_standalone_row(false),
+                                        qjl_row(),                       polar_row(),
+                                        spectral_row()};
+  for (std::vector<MethodDescriptor> family : {eviction_method_rows(), cross_layer_method_rows()}) {
+    for (MethodDescriptor& row : family) rows.push_back(std::move(row));
+  }
+  return rows;
 }
 
 }  // namespace veloxquant
