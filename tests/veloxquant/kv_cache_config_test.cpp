@@ -165,3 +165,37 @@ TEST(FieldAssignment, IrrelevantFieldWarnsUnknownFieldThrows) {
 
 }  // namespace
 }  // namespace veloxquant
+
+namespace veloxquant {
+namespace {
+
+TEST(FieldSpecTypes, FloatFieldsParseFiniteNumbersOnly) {
+  const FieldSpec decay = option_field("h2o_decay", &KVCacheConfig::h2o, &H2OOptions::h2o_decay, "decay");
+  EXPECT_EQ(decay.type, FieldType::kFloat);
+  EXPECT_EQ(field_type_name(decay.type), "float");
+  EXPECT_EQ(std::get<double>(decay.default_value()), 0.98);
+  EXPECT_EQ(field_value_to_string(decay.default_value()), "0.98");  // shortest round-trip text
+  EXPECT_EQ(std::get<double>(parse_field_value(decay, " 0.5 ")), 0.5);
+  EXPECT_EQ(std::get<double>(parse_field_value(decay, "1e-3")), 1e-3);
+  for (const char* bad : {"", "abc", "0.5x", "nan", "inf"}) {
+    EXPECT_THROW(parse_field_value(decay, bad), QuantizerConfigError) << bad;
+  }
+  KVCacheConfig config;
+  decay.set(config, 0.25);
+  EXPECT_EQ(config.h2o.h2o_decay, 0.25);
+}
+
+TEST(FieldSpecTypes, OptionalIntOptionFieldsTakeNone) {
+  const FieldSpec resolved = option_field("pyramid_resolved_budget", &KVCacheConfig::pyramidkv,
+                                          &PyramidKVOptions::pyramid_resolved_budget, "budget", 1);
+  EXPECT_EQ(resolved.type, FieldType::kOptionalInt);
+  EXPECT_TRUE(std::holds_alternative<std::monostate>(resolved.default_value()));
+  KVCacheConfig config;
+  resolved.set(config, parse_field_value(resolved, "96"));
+  EXPECT_EQ(config.pyramidkv.pyramid_resolved_budget, 96);
+  resolved.set(config, parse_field_value(resolved, "None"));
+  EXPECT_FALSE(config.pyramidkv.pyramid_resolved_budget.has_value());
+}
+
+}  // namespace
+}  // namespace veloxquant
