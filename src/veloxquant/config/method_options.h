@@ -95,8 +95,12 @@ struct PyramidKVOptions {
 // KV dtype (the original); "turboquant_rvq" stores keys as TurboQuant-RVQ codes at
 // bit_width_inlier bits (values as rvq_value_bits says); "kivi" stores keys and values
 // group-affine quantized per row at bit_width_inlier bits (group kivi_group_size).
+// `eviction_scoring` (new): "auto" scores with the layer's real queries when the host offers
+// them (lm::KVCache::observe_queries), else with the key-as-query proxy; "proxy" always uses the
+// proxy, as the original (which never sees queries).
 struct EvictionStorageOptions {
   std::string eviction_storage = "dtype";
+  std::string eviction_scoring = "auto";
 };
 
 // --- cross-layer methods (spec §4.3) ------------------------------------------------------------
