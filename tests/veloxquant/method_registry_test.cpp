@@ -100,7 +100,8 @@ TEST(MethodsReport, Filters) {
   for (const auto& m : servable.at("methods")) EXPECT_TRUE(m.at("is_servable").get<bool>());
   EXPECT_EQ(servable.at("methods").size(), servable_method_names().size());
   std::set<std::string> eviction;
-  for (const auto& m : methods_json({.family = "eviction"}).at("methods")) eviction.insert(m.at("name").get<std::string>());
+  const nlohmann::json eviction_rows = methods_json({.family = "eviction"});
+  for (const auto& m : eviction_rows.at("methods")) eviction.insert(m.at("name").get<std::string>());
   EXPECT_EQ(eviction, (std::set<std::string>{"h2o", "pyramidkv", "snapkv", "streaming_llm", "tova"}));
   EXPECT_THROW(methods_json({.family = "vibes"}), QuantizerConfigError);
   const std::string text = methods_text({});
