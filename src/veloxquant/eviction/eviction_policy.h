@@ -13,8 +13,8 @@
 //                        new row's score is its own weight. Over budget: evict the argmin
 //                        (first minimum) outside the sinks and the newest `protect_recent` rows.
 //   kObservationWindow   snapkv: a chunk of several tokens (prefill) lets its last obs_window
-//                        tokens vote, pooled over neighbouring rows; keep the sinks, the window
-//                        and the best-voted rest. A single token (decode) scores like
+//                        tokens vote, pooled over neighbouring rows (the votes replace the
+//                        carried scores); keep the sinks, the window and the best-voted rest. A single token (decode) scores like
 //                        kAttentionScored (accumulated, the newest obs_window rows protected).
 // Sinks are the rows whose true position is below n_sink (the first positions, never evicted).
 #include <cstdint>
