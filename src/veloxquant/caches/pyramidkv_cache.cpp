@@ -15,6 +15,7 @@ void validate_pyramidkv_options(const KVCacheConfig& config) {
     throw QuantizerConfigError("pyramid_backend must be one of reference, mlx, metal, auto, got '" + o.pyramid_backend +
                                "'");
   }
+  if (o.pyramid_grace < 0) throw QuantizerConfigError("pyramid_grace must be >= 0, got " + std::to_string(o.pyramid_grace));
   eviction::require_evictable("pyramid_budget", o.pyramid_budget, "pyramid_n_sink", o.pyramid_n_sink);
   if (o.pyramid_resolved_budget) {
     eviction::require_evictable("pyramid_resolved_budget", *o.pyramid_resolved_budget, "pyramid_n_sink",
@@ -29,6 +30,7 @@ eviction::EvictionPolicy pyramidkv_policy(const KVCacheConfig& config) {
   p.kind = eviction::EvictionPolicy::Kind::kAttentionScored;
   p.budget = o.pyramid_resolved_budget.value_or(o.pyramid_budget);
   p.n_sink = o.pyramid_n_sink;
+  p.protect_recent = o.pyramid_grace;  // limited per layer by EvictionPolicy::effective_protect
   return p;
 }
 

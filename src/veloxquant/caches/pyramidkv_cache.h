@@ -1,8 +1,9 @@
 #pragma once
 // pyramidkv (PyramidKV, Cai et al., arXiv 2406.02069; spec §6 #24, §4.3): the H2O scorer (no
-// decay, no grace) with a per-layer budget that tapers linearly from shallow to deep layers, the
-// mean held at pyramid_budget (eviction/pyramid_schedule.h). for_model injects each layer's
-// budget as pyramid_resolved_budget; a cache built alone uses pyramid_budget.
+// decay; the newest pyramid_grace rows kept, new here) with a per-layer budget that tapers
+// linearly from shallow to deep layers, the mean held at pyramid_budget
+// (eviction/pyramid_schedule.h). for_model injects each layer's budget as
+// pyramid_resolved_budget; a cache built alone uses pyramid_budget.
 #include <memory>
 
 #include "veloxquant/config/kv_cache_config.h"

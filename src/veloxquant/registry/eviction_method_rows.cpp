@@ -121,12 +121,14 @@ MethodDescriptor snapkv_row() {
 
 MethodDescriptor pyramidkv_row() {
   MethodDescriptor m = eviction_row("pyramidkv");
-  m.blurb = "H2O scoring with per-layer budgets tapering linearly from shallow to deep layers, mean pyramid_budget";
+  m.blurb = "H2O scoring with per-layer budgets tapering linearly from shallow to deep layers, mean pyramid_budget; "
+            "the newest pyramid_grace rows kept";
   m.paper = "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling (Cai et al., "
             "arXiv 2406.02069)";
-  m.deviations = std::string("Within a layer the original's H2O scorer (no decay, no grace), the new token scored "
-                             "by its own weight; the paper selects by an observation window. Schedule as the "
-                             "original (Python rounding, water-filling).") +
+  m.deviations = std::string("Within a layer the original's H2O scorer (no decay), the new token scored by its "
+                             "own weight, plus pyramid_grace newest rows protected (new, default 16; the original "
+                             "has none and then evicts nearly every new token); the paper selects by an "
+                             "observation window. Schedule as the original (Python rounding, water-filling).") +
                  kCompositionNote;
   m.fields = {
       option_field("pyramid_budget", &KVCacheConfig::pyramidkv, &PyramidKVOptions::pyramid_budget,
@@ -139,6 +141,9 @@ MethodDescriptor pyramidkv_row() {
                    "Taper strength, >= 1 (1 = flat)"),
       option_field("pyramid_resolved_budget", &KVCacheConfig::pyramidkv, &PyramidKVOptions::pyramid_resolved_budget,
                    "This layer's budget, injected by for_model (None = pyramid_budget)", 1),
+      option_field("pyramid_grace", &KVCacheConfig::pyramidkv, &PyramidKVOptions::pyramid_grace,
+                   "Newest rows never evicted, limited per layer to budget - n_sink - 1 (new; 0 = the "
+                   "original)", 0),
   };
   m.validate = validate_pyramidkv_options;
   m.make_serving = make_pyramidkv_cache;

@@ -46,6 +46,9 @@ TEST(EvictionMethods, OriginalValidationErrors) {
   c.pyramidkv.pyramid_beta = 0.5;
   expect_config_error(c, {"pyramid_beta", "0.5"});
   c = small_budget("pyramidkv", 32);
+  c.pyramidkv.pyramid_grace = -1;
+  expect_config_error(c, {"pyramid_grace", "-1"});
+  c = small_budget("pyramidkv", 32);
   c.pyramidkv.pyramid_n_sink = 40;
   expect_config_error(c, {"pyramid_n_sink", "40", "nothing evictable"});
   c = small_budget("tova", 32);
@@ -156,10 +159,15 @@ TEST(EvictionMethods, TovaEqualsBruteForce) {
   expect_matches_reference(c, 12, 2, 0, 1.0, false);
 }
 
-TEST(EvictionMethods, PyramidKVAloneEqualsBruteForceH2OWithoutGrace) {
+TEST(EvictionMethods, PyramidKVAloneEqualsBruteForceH2OWithoutDecay) {
   KVCacheConfig c = small_budget("pyramidkv", 12);
   c.pyramidkv.pyramid_n_sink = 2;
+  c.pyramidkv.pyramid_grace = 0;  // the original: no grace
   expect_matches_reference(c, 12, 2, 0, 1.0, true);
+  c.pyramidkv.pyramid_grace = 3;
+  expect_matches_reference(c, 12, 2, 3, 1.0, true);
+  c.pyramidkv.pyramid_grace = 50;  // limited to budget - n_sink - 1 = 9 rows
+  expect_matches_reference(c, 12, 2, 9, 1.0, true);
 }
 
 TEST(EvictionMethods, StreamingKeepsSinksAndTheNewestWindow) {
