@@ -10,7 +10,10 @@ namespace veloxquant::eviction {
 
 void mean_softmax_weights(const float* keys, const int32_t* rows, int64_t count, int64_t dim, const float* queries,
                           int64_t n_queries, float scale, float* out) {
-  std::vector<double> logits(static_cast<std::size_t>(count)), sum(static_cast<std::size_t>(count), 0.0);
+  // Called once per token per head while scoring: reuse the scratch of this thread.
+  thread_local std::vector<double> logits, sum;
+  logits.resize(static_cast<std::size_t>(count));
+  sum.assign(static_cast<std::size_t>(count), 0.0);
   for (int64_t q = 0; q < n_queries; ++q) {
     const float* query = queries + q * dim;
     double mx = -INFINITY;
