@@ -3,13 +3,18 @@
 //   KVCacheConfig, QuantizerConfigError, STANDALONE_METHODS, KVCacheBuilder (build, for_model),
 //   integration::patch_model_kv_cache, the method registry, and the cache classes.
 #include "veloxquant/builder/kv_cache_builder.h"
+#include "veloxquant/caches/h2o_cache.h"
 #include "veloxquant/caches/kivi_cache.h"
 #include "veloxquant/caches/polar_cache.h"
+#include "veloxquant/caches/pyramidkv_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
+#include "veloxquant/caches/snapkv_cache.h"
 #include "veloxquant/caches/quantizer_standalone_cache.h"
 #include "veloxquant/caches/spectral_cache.h"
 #include "veloxquant/caches/standalone_cache.h"
 #include "veloxquant/caches/standalone_cache_base.h"
+#include "veloxquant/caches/streaming_llm_cache.h"
+#include "veloxquant/caches/tova_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
 #include "veloxquant/caches/turboquant_standalone_cache.h"
 #include "veloxquant/config/bit_width.h"

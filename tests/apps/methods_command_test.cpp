@@ -73,7 +73,9 @@ TEST(MethodsCommand, Filters) {
   for (const auto& m : j.at("methods")) EXPECT_TRUE(m.at("is_servable").get<bool>());
   const RunResult eviction = run_cli("methods --json --family eviction");
   ASSERT_EQ(eviction.exit_code, 0);
-  EXPECT_TRUE(nlohmann::json::parse(eviction.out).at("methods").empty());
+  const nlohmann::json eviction_rows = nlohmann::json::parse(eviction.out);
+  EXPECT_EQ(eviction_rows.at("methods").size(), 5u);  // snapkv, streaming_llm, h2o, tova, pyramidkv
+  for (const auto& m : eviction_rows.at("methods")) EXPECT_FALSE(m.at("trimmable").get<bool>());
   EXPECT_NE(run_cli("methods --family vibes").exit_code, 0);
   const RunResult text = run_cli("methods");
   EXPECT_NE(text.out.find("turboquant_rvq"), std::string::npos);

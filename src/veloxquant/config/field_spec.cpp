@@ -225,6 +225,14 @@ const std::vector<FieldSpec>& generic_fields() {
               "Standalone caches: token capacity (ring buffer); None = 1,000,000", 1),
       generic("sliding_window", &KVCacheConfig::sliding_window,
               "Standalone caches only: keep the newest N tokens", 1),
+      // Read by every eviction method (one declaration, so not in a method row's fields).
+      option_field("eviction_storage", &KVCacheConfig::eviction, &EvictionStorageOptions::eviction_storage,
+                   "Eviction methods: how retained rows are stored: dtype, turboquant_rvq (keys as RVQ codes "
+                   "at bit_width_inlier bits, values per rvq_value_bits) or kivi (keys and values group-affine "
+                   "per row at bit_width_inlier bits, group kivi_group_size)"),
+      option_field("eviction_scoring", &KVCacheConfig::eviction, &EvictionStorageOptions::eviction_scoring,
+                   "Eviction methods: auto (the layer's real queries when the host offers them) or proxy (the "
+                   "incoming key stands in for the query, as the original)"),
   };
   return fields;
 }

@@ -83,20 +83,28 @@ struct SnapKVOptions {
 
 // pyramidkv: H2O scoring with a per-layer budget tapering linearly from shallow to deep layers
 // (mean = pyramid_budget); pyramid_resolved_budget is injected per layer by for_model.
+// `pyramid_grace` (new): the newest rows never evicted, limited per layer to budget - n_sink - 1.
+// The original has none, and without it the accumulated scores evict nearly every new token
+// (docs/methods/pyramidkv.md: SmolLM2 KL 1.32 at budget 128); 0 restores the original.
 struct PyramidKVOptions {
   int pyramid_budget = 512;
   std::string pyramid_backend = "reference";
   int pyramid_n_sink = 4;
   double pyramid_beta = 2.0;
   std::optional<int> pyramid_resolved_budget;
+  int pyramid_grace = 16;
 };
 
 // New in this port: how an eviction cache stores the rows it keeps. "dtype" keeps the host's
 // KV dtype (the original); "turboquant_rvq" stores keys as TurboQuant-RVQ codes at
 // bit_width_inlier bits (values as rvq_value_bits says); "kivi" stores keys and values
 // group-affine quantized per row at bit_width_inlier bits (group kivi_group_size).
+// `eviction_scoring` (new): "auto" scores with the layer's real queries when the host offers
+// them (lm::KVCache::observe_queries), else with the key-as-query proxy; "proxy" always uses the
+// proxy, as the original (which never sees queries).
 struct EvictionStorageOptions {
   std::string eviction_storage = "dtype";
+  std::string eviction_scoring = "auto";
 };
 
 // --- cross-layer methods (spec §4.3) ------------------------------------------------------------

@@ -3,7 +3,12 @@
 #include <mutex>
 
 #include "lm/prompt_cache_file.h"
+#include "veloxquant/caches/h2o_cache.h"
 #include "veloxquant/caches/kivi_cache.h"
+#include "veloxquant/caches/pyramidkv_cache.h"
+#include "veloxquant/caches/snapkv_cache.h"
+#include "veloxquant/caches/streaming_llm_cache.h"
+#include "veloxquant/caches/tova_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
 
 namespace veloxquant::integration {
@@ -14,6 +19,12 @@ void register_prompt_cache_types() {
     // Placeholder parameters: from_state() rebuilds every one of them from meta_state().
     lm::register_cache_type("TurboQuantRvqCache", [] { return std::make_shared<TurboQuantRvqCache>(2, 1, 0); });
     lm::register_cache_type("KiviCache", [] { return std::make_shared<KiviCache>(1, 2, 32, 0); });
+    // Eviction caches: a default-config placeholder; from_state restores policy and storage.
+    lm::register_cache_type("StreamingLLMCache", [] { return std::make_shared<StreamingLLMCache>(KVCacheConfig{}); });
+    lm::register_cache_type("H2OCache", [] { return std::make_shared<H2OCache>(KVCacheConfig{}); });
+    lm::register_cache_type("TovaCache", [] { return std::make_shared<TovaCache>(KVCacheConfig{}); });
+    lm::register_cache_type("SnapKVCache", [] { return std::make_shared<SnapKVCache>(KVCacheConfig{}); });
+    lm::register_cache_type("PyramidKVCache", [] { return std::make_shared<PyramidKVCache>(KVCacheConfig{}); });
   });
 }
 

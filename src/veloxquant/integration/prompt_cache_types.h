@@ -4,7 +4,7 @@
 // servable cache type gets a factory that from_state() then restores from its meta_state.
 namespace veloxquant::integration {
 
-// Registers TurboQuantRvqCache and KiviCache with lm::register_cache_type. Idempotent and
+// Registers TurboQuantRvqCache, KiviCache and the eviction caches with lm::register_cache_type. Idempotent and
 // thread-safe; patch_model_kv_cache and KVCacheBuilder::for_model call it.
 void register_prompt_cache_types();
 

@@ -1,0 +1,62 @@
+#include "veloxquant/eviction/attention_scores.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+#include "lm/kv_rows.h"
+
+namespace veloxquant::eviction {
+
+void mean_softmax_weights(const float* keys, const int32_t* rows, int64_t count, int64_t dim, const float* queries,
+                          int64_t n_queries, float scale, float* out) {
+  // Called once per token per head while scoring: reuse the scratch of this thread.
+  thread_local std::vector<double> logits, sum;
+  logits.resize(static_cast<std::size_t>(count));
+  sum.assign(static_cast<std::size_t>(count), 0.0);
+  for (int64_t q = 0; q < n_queries; ++q) {
+    const float* query = queries + q * dim;
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < count; ++j) {
+      const float* k = keys + (rows ? rows[j] : j) * dim;
+      double dot = 0.0;
+      for (int64_t c = 0; c < dim; ++c) dot += double(k[c]) * query[c];
+      logits[static_cast<std::size_t>(j)] = dot * scale;
+      mx = std::max(mx, logits[static_cast<std::size_t>(j)]);
+    }
+    double total = 0.0;
+    for (double& x : logits) total += (x = std::exp(x - mx));
+    for (int64_t j = 0; j < count; ++j) sum[static_cast<std::size_t>(j)] += logits[static_cast<std::size_t>(j)] / total;
+  }
+  for (int64_t j = 0; j < count; ++j) out[j] = static_cast<float>(sum[static_cast<std::size_t>(j)] / double(n_queries));
+}
+
+void ObservedQueries::observe(const lm::Tensor& queries) {
+  if (queries.ndim() != 4) {
+    throw base::InvalidArgument("observe_queries: queries must be [B, H_q, N, D], got " +
+                                lm::shape_text(queries.shape()));
+  }
+  batch_ = queries.dim(0);
+  heads_ = queries.dim(1);
+  n_ = queries.dim(2);
+  dim_ = queries.dim(3);
+  queries_ = queries.to_f32();
+}
+
+bool ObservedQueries::matches(int64_t batch, int64_t kv_heads, int64_t n_tokens, int64_t dim) const {
+  return !queries_.empty() && batch_ == batch && n_ == n_tokens && dim_ == dim && kv_heads > 0 &&
+         heads_ % kv_heads == 0;
+}
+
+int64_t ObservedQueries::group_queries(int64_t b, int64_t kv_head, int64_t kv_heads, int64_t token,
+                                       std::vector<float>& out) const {
+  const int64_t group = heads_ / kv_heads;
+  out.resize(static_cast<std::size_t>(group * dim_));
+  for (int64_t g = 0; g < group; ++g) {
+    const int64_t h = kv_head * group + g;
+    std::copy_n(queries_.data() + ((b * heads_ + h) * n_ + token) * dim_, dim_, out.data() + g * dim_);
+  }
+  return group;
+}
+
+}  // namespace veloxquant::eviction

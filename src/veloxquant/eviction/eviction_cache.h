@@ -1,0 +1,78 @@
+#pragma once
+// The serving cache every eviction method is (spec §2.3): position-preserving storage
+// (eviction_rows.h), a policy that picks the kept rows (eviction_policy.h), attention scoring by
+// real queries or the key-as-query proxy (attention_scores.h) and the explicit mask
+// (eviction_mask.h). A method file (caches/h2o_cache.h, ...) only turns its options into a
+// policy.
+//
+// update_and_fetch implements deferred eviction (the original's issues #370/#610): the host
+// built this call's mask before the call, over every row the call will return, so the call
+// returns the un-evicted concatenation — stored rows ++ all new rows, in the input dtype — and
+// only what is stored for the next call is cut to the budget. offset() is the true count of
+// tokens fed; rows keep their true positions; not trimmable.
+//
+// Queries: when `eviction_scoring` is "auto" and the policy scores by attention, the cache asks
+// the host for the layer's queries (wants_queries) and scores with them; without them (another
+// host, a direct update_and_fetch) and with "proxy" it uses the incoming keys, as the original.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lm/cache.h"
+#include "veloxquant/eviction/attention_scores.h"
+#include "veloxquant/eviction/eviction_policy.h"
+#include "veloxquant/eviction/eviction_rows.h"
+
+namespace veloxquant::eviction {
+
+enum class Scoring { kAuto, kProxy };
+Scoring parse_scoring(const std::string& name);  // "auto" / "proxy"; QuantizerConfigError names eviction_scoring
+const char* scoring_name(Scoring scoring);
+
+class EvictionCache : public lm::KVCache {
+ public:
+  EvictionCache(std::string type_name, EvictionPolicy policy, StorageSpec storage, Scoring scoring);
+
+  lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
+  int64_t offset() const override { return offset_; }
+  bool empty() const override { return offset_ == 0; }
+  std::size_t nbytes() const override { return rows_.nbytes(); }
+  bool is_trimmable() const override { return false; }
+  lm::AttentionMask make_mask(int64_t n_queries, std::optional<int64_t> window) const override;
+  std::vector<lm::Tensor> state() const override { return rows_.state(); }
+  std::vector<std::string> meta_state() const override;
+  void from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) override;
+  std::string type_name() const override { return type_name_; }
+  bool wants_queries() const override { return scoring_ == Scoring::kAuto && policy_.uses_scores(); }
+  void observe_queries(const lm::Tensor& queries) override;
+
+  const EvictionPolicy& policy() const { return policy_; }
+  const EvictionRows& rows() const { return rows_; }
+  Scoring scoring() const { return scoring_; }
+  // How the last update scored: true when it used the host's queries.
+  bool last_update_used_queries() const { return last_used_queries_; }
+  // Telemetry of the original's eviction caches.
+  int64_t tokens_seen() const { return offset_; }
+  int64_t tokens_kept() const { return rows_.rows(); }
+
+ protected:
+  // Deep copy for a method class's clone(): the storage is cloned, the rest is values.
+  template <class Method>
+  static std::shared_ptr<lm::KVCache> clone_as(const Method& self) {
+    auto copy = std::make_shared<Method>(self);
+    copy->rows_ = self.rows_.clone();
+    return copy;
+  }
+
+ private:
+  std::string type_name_;
+  EvictionPolicy policy_;
+  Scoring scoring_;
+  EvictionRows rows_;
+  ObservedQueries observed_;
+  int64_t offset_ = 0;
+  bool last_used_queries_ = false;
+};
+
+}  // namespace veloxquant::eviction

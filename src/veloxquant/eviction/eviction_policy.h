@@ -1,0 +1,64 @@
+#pragma once
+// Which rows one (batch, kv head) keeps after a call (spec §2.3, §6 rows 20-24): the candidates
+// are the rows stored by earlier calls followed by the call's new rows, in temporal order; the
+// policy returns the kept ones. The caller returns every candidate to attention for this call
+// (deferred eviction) and stores only the kept ones, so a multi-token call evicts exactly as
+// the same tokens fed one at a time would (for the per-token policies).
+//
+//   kRecentWindow        streaming_llm: sinks + the newest budget - sinks rows.
+//   kAttentionScored     the "H2O-scorer", token by token: every live row's score becomes
+//                        score * decay + w (accumulate; h2o, pyramidkv) or w (tova), w = the
+//                        token's attention weights over the live rows *and itself* (softmax of
+//                        the query — or the key-as-query proxy — against every live key); the
+//                        new row's score is its own weight. Over budget: evict the argmin
+//                        (first minimum) outside the sinks and the newest `protect_recent` rows.
+//   kObservationWindow   snapkv: a chunk of several tokens (prefill) lets its last obs_window
+//                        tokens vote, pooled over neighbouring rows (the votes replace the
+//                        carried scores); keep the sinks, the window and the best-voted rest. A single token (decode) scores like
+//                        kAttentionScored (accumulated, the newest obs_window rows protected).
+// Sinks are the rows whose true position is below n_sink (the first positions, never evicted).
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace veloxquant::eviction {
+
+struct EvictionPolicy {
+  enum class Kind { kRecentWindow, kAttentionScored, kObservationWindow };
+  Kind kind = Kind::kAttentionScored;
+  int64_t budget = 512;
+  int64_t n_sink = 4;
+  int64_t protect_recent = 0;  // h2o_grace; snapkv: the observation window at decode
+  double decay = 1.0;          // h2o_decay
+  bool accumulate = true;      // false: tova
+  int64_t obs_window = 0;      // snapkv
+  int64_t pool_kernel = 1;     // snapkv: average pooling of the votes over neighbouring rows
+
+  bool uses_scores() const { return kind != Kind::kRecentWindow; }
+  // protect_recent limited so that at least one row stays evictable past the sinks.
+  int64_t effective_protect() const;
+};
+
+const char* policy_kind_name(EvictionPolicy::Kind kind);
+EvictionPolicy::Kind parse_policy_kind(const std::string& name);  // throws base::FormatError
+
+// One (batch, kv head) of one call.
+struct Candidates {
+  int64_t stored = 0;            // rows kept from earlier calls (the first candidates)
+  int64_t dim = 0;
+  std::vector<float> keys;       // candidates x dim, f32 (stored rows decoded)
+  std::vector<int32_t> positions;
+  std::vector<float> scores;     // stored rows: carried scores; new rows: 0 on entry
+  int64_t count() const { return static_cast<int64_t>(positions.size()); }
+};
+
+// The query vectors of new token `token` (0-based within the call) into `out` (n x dim);
+// returns n: 1 for the key-as-query proxy, the GQA group size for real queries.
+using QuerySource = std::function<int64_t(int64_t token, std::vector<float>& out)>;
+
+// Kept candidate indices, strictly increasing, at most policy.budget of them; c.scores holds
+// the scores to store for them. `scale` multiplies the logits (1/sqrt(d)).
+std::vector<int32_t> select_rows(const EvictionPolicy& policy, Candidates& c, const QuerySource& queries, float scale);
+
+}  // namespace veloxquant::eviction

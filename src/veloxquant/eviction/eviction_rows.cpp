@@ -1,0 +1,153 @@
+#include "veloxquant/eviction/eviction_rows.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "base/error.h"
+#include "lm/kv_rows.h"
+
+namespace veloxquant::eviction {
+
+EvictionRows::EvictionRows(int64_t budget, bool keep_scores, StorageSpec spec)
+    : budget_(budget), keep_scores_(keep_scores), spec_(std::move(spec)) {
+  if (budget < 1) throw base::InvalidArgument("EvictionRows: budget must be >= 1, got " + std::to_string(budget));
+}
+
+void EvictionRows::allocate(int64_t batch, int64_t heads, int64_t key_dim, int64_t value_dim, lm::DType dtype) {
+  batch_ = batch;
+  heads_ = heads;
+  key_dim_ = key_dim;
+  value_dim_ = value_dim;
+  dtype_ = dtype;
+  key_codec_ = make_key_codec(spec_, static_cast<int>(key_dim), dtype);
+  value_codec_ = make_value_codec(spec_, static_cast<int>(value_dim), dtype);
+  key_bytes_ = static_cast<int64_t>(key_codec_->row_bytes());
+  value_bytes_ = static_cast<int64_t>(value_codec_->row_bytes());
+  keys_ = lm::Tensor({batch, heads, budget_, key_bytes_}, lm::DType::U8);
+  values_ = lm::Tensor({batch, heads, budget_, value_bytes_}, lm::DType::U8);
+  positions_ = lm::Tensor({batch, heads, budget_}, lm::DType::I32);
+  if (keep_scores_) scores_ = lm::Tensor({batch, heads, budget_}, lm::DType::F32);
+  rows_ = 0;
+}
+
+std::byte* EvictionRows::key_row(int64_t b, int64_t h, int64_t r) {
+  return keys_.raw_data() + ((b * heads_ + h) * budget_ + r) * key_bytes_;
+}
+std::byte* EvictionRows::value_row(int64_t b, int64_t h, int64_t r) {
+  return values_.raw_data() + ((b * heads_ + h) * budget_ + r) * value_bytes_;
+}
+const std::byte* EvictionRows::key_row(int64_t b, int64_t h, int64_t r) const {
+  return keys_.raw_data() + ((b * heads_ + h) * budget_ + r) * key_bytes_;
+}
+const std::byte* EvictionRows::value_row(int64_t b, int64_t h, int64_t r) const {
+  return values_.raw_data() + ((b * heads_ + h) * budget_ + r) * value_bytes_;
+}
+
+const int32_t* EvictionRows::positions(int64_t b, int64_t h) const {
+  return positions_.data<int32_t>() + (b * heads_ + h) * budget_;
+}
+
+const float* EvictionRows::scores(int64_t b, int64_t h) const {
+  return keep_scores_ ? scores_.data<float>() + (b * heads_ + h) * budget_ : nullptr;
+}
+
+void EvictionRows::decode_keys(int64_t b, int64_t h, float* out) const {
+  for (int64_t r = 0; r < rows_; ++r) key_codec_->decode(key_row(b, h, r), out + r * key_dim_);
+}
+
+void EvictionRows::decode_values(int64_t b, int64_t h, float* out) const {
+  for (int64_t r = 0; r < rows_; ++r) value_codec_->decode(value_row(b, h, r), out + r * value_dim_);
+}
+
+void EvictionRows::compact(int64_t b, int64_t h, const std::vector<int32_t>& kept, const int32_t* candidate_positions,
+                           const float* candidate_scores, const float* new_keys, const float* new_values) {
+  if (static_cast<int64_t>(kept.size()) > budget_) {
+    throw std::logic_error("EvictionRows::compact: " + std::to_string(kept.size()) + " rows kept, budget " +
+                           std::to_string(budget_));
+  }
+  int32_t* pos = positions_.data<int32_t>() + (b * heads_ + h) * budget_;
+  float* sc = keep_scores_ ? scores_.data<float>() + (b * heads_ + h) * budget_ : nullptr;
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    const int64_t slot = static_cast<int64_t>(i), src = kept[i];
+    if (i > 0 && kept[i] <= kept[i - 1]) throw std::logic_error("EvictionRows::compact: kept rows not increasing");
+    if (src < rows_) {
+      if (src != slot) {  // src > slot: rows only move down, each read before it is overwritten
+        std::memmove(key_row(b, h, slot), key_row(b, h, src), static_cast<std::size_t>(key_bytes_));
+        std::memmove(value_row(b, h, slot), value_row(b, h, src), static_cast<std::size_t>(value_bytes_));
+      }
+    } else {
+      const int64_t n = src - rows_;
+      key_codec_->encode(new_keys + n * key_dim_, key_row(b, h, slot));
+      value_codec_->encode(new_values + n * value_dim_, value_row(b, h, slot));
+    }
+    pos[slot] = candidate_positions[src];
+    if (sc) sc[slot] = candidate_scores ? candidate_scores[src] : 0.0f;
+  }
+}
+
+void EvictionRows::commit_rows(int64_t rows) { rows_ = rows; }
+
+std::size_t EvictionRows::nbytes() const {
+  return keys_.storage_bytes() + values_.storage_bytes() + positions_.storage_bytes() + scores_.storage_bytes();
+}
+
+std::vector<lm::Tensor> EvictionRows::state() const {
+  if (!allocated()) return {};
+  std::vector<lm::Tensor> out = {keys_.slice(2, 0, rows_), values_.slice(2, 0, rows_),
+                                 positions_.slice(2, 0, rows_)};
+  if (keep_scores_) out.push_back(scores_.slice(2, 0, rows_));
+  return out;
+}
+
+void EvictionRows::restore(const std::vector<lm::Tensor>& state, int64_t key_dim, int64_t value_dim, lm::DType dtype,
+                           const char* who) {
+  const std::size_t expected = keep_scores_ ? 4 : 3;
+  if (state.size() != expected) {
+    throw base::FormatError(std::string(who) + ": expected " + std::to_string(expected) + " tensors, got " +
+                            std::to_string(state.size()));
+  }
+  const lm::Tensor& k = state[0];
+  if (k.ndim() != 4 || k.dtype() != lm::DType::U8) {
+    throw base::FormatError(std::string(who) + ": key rows " + lm::shape_text(k.shape()) + " are not u8 [B, H, T, bytes]");
+  }
+  const int64_t rows = k.dim(2);
+  if (rows > budget_) {
+    throw base::FormatError(std::string(who) + ": " + std::to_string(rows) + " stored rows exceed the budget " +
+                            std::to_string(budget_));
+  }
+  allocate(k.dim(0), k.dim(1), key_dim, value_dim, dtype);
+  const lm::Shape want_k{batch_, heads_, rows, key_bytes_}, want_v{batch_, heads_, rows, value_bytes_},
+      want_p{batch_, heads_, rows};
+  if (k.shape() != want_k || state[1].shape() != want_v || state[1].dtype() != lm::DType::U8 ||
+      state[2].shape() != want_p || state[2].dtype() != lm::DType::I32 ||
+      (keep_scores_ && (state[3].shape() != want_p || state[3].dtype() != lm::DType::F32))) {
+    throw base::FormatError(std::string(who) + ": stored tensors do not match the storage (" +
+                            storage_kind_name(spec_.kind) + ", key row " + std::to_string(key_bytes_) +
+                            " bytes, value row " + std::to_string(value_bytes_) + " bytes)");
+  }
+  const auto copy_in = [&](const lm::Tensor& src, lm::Tensor& dst, int64_t width) {
+    const lm::Tensor c = src.contiguous();
+    const std::size_t row = static_cast<std::size_t>(width) * c.element_size();
+    for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
+      std::memcpy(dst.raw_data() + static_cast<std::size_t>(bh * budget_) * row,
+                  c.raw_data() + static_cast<std::size_t>(bh * rows) * row, static_cast<std::size_t>(rows) * row);
+    }
+  };
+  copy_in(state[0], keys_, key_bytes_);
+  copy_in(state[1], values_, value_bytes_);
+  copy_in(state[2], positions_, 1);
+  if (keep_scores_) copy_in(state[3], scores_, 1);
+  rows_ = rows;
+}
+
+EvictionRows EvictionRows::clone() const {
+  EvictionRows copy = *this;
+  copy.keys_ = keys_.clone();
+  copy.values_ = values_.clone();
+  copy.positions_ = positions_.clone();
+  copy.scores_ = scores_.clone();
+  return copy;
+}
+
+}  // namespace veloxquant::eviction

@@ -1,0 +1,80 @@
+#pragma once
+// Position-preserving row storage of an eviction cache (spec §2.3): per (batch, kv head) the
+// retained rows in temporal order, each with its true position (survivors keep their original
+// RoPE rotation and position — never renumbered) and, for score-based methods, its score.
+//
+// Every (batch, head) holds the same number of rows (each method keeps exactly
+// min(budget, tokens) rows per head), so the returned keys of all heads share one length T
+// and the mask has one T. The allocation is made once, for `budget` rows, at the first update:
+// nbytes() is what is really held and never grows.
+//
+//   keys_       U8  [B, H, budget, key_codec.row_bytes()]
+//   values_     U8  [B, H, budget, value_codec.row_bytes()]
+//   positions_  I32 [B, H, budget]
+//   scores_     F32 [B, H, budget]   only when the method keeps scores
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "lm/tensor.h"
+#include "veloxquant/eviction/row_codec.h"
+
+namespace veloxquant::eviction {
+
+class EvictionRows {
+ public:
+  EvictionRows(int64_t budget, bool keep_scores, StorageSpec spec);
+
+  bool allocated() const { return keys_.defined(); }
+  void allocate(int64_t batch, int64_t heads, int64_t key_dim, int64_t value_dim, lm::DType dtype);
+
+  int64_t budget() const { return budget_; }
+  int64_t rows() const { return rows_; }
+  int64_t batch() const { return batch_; }
+  int64_t heads() const { return heads_; }
+  int64_t key_dim() const { return key_dim_; }
+  int64_t value_dim() const { return value_dim_; }
+  lm::DType dtype() const { return dtype_; }
+  bool keeps_scores() const { return keep_scores_; }
+  const StorageSpec& spec() const { return spec_; }
+
+  const int32_t* positions(int64_t b, int64_t h) const;
+  const float* scores(int64_t b, int64_t h) const;  // nullptr without scores
+  // The stored rows of (b, h), decoded to f32: rows() x key_dim / value_dim.
+  void decode_keys(int64_t b, int64_t h, float* out) const;
+  void decode_values(int64_t b, int64_t h, float* out) const;
+
+  // Rewrites head (b, h) to hold the candidates `kept` (strictly increasing indices into the
+  // candidates: stored rows 0..rows()-1, then the call's new rows). New rows are encoded from
+  // new_keys / new_values (f32, [S, dim]); candidate_positions / candidate_scores cover every
+  // candidate (scores may be null without scores). Stored rows only move down (kept[i] >= i),
+  // so the compaction is in place. Call commit_rows(kept.size()) once every head is rewritten.
+  void compact(int64_t b, int64_t h, const std::vector<int32_t>& kept, const int32_t* candidate_positions,
+               const float* candidate_scores, const float* new_keys, const float* new_values);
+  void commit_rows(int64_t rows);
+
+  std::size_t nbytes() const;
+  // (keys, values, positions[, scores]) sliced to rows(); empty before the first update.
+  std::vector<lm::Tensor> state() const;
+  // Restores from state(): the dtype of the stored rows comes from the owner's meta.
+  void restore(const std::vector<lm::Tensor>& state, int64_t key_dim, int64_t value_dim, lm::DType dtype,
+               const char* who);
+  EvictionRows clone() const;
+
+ private:
+  std::byte* key_row(int64_t b, int64_t h, int64_t r);
+  std::byte* value_row(int64_t b, int64_t h, int64_t r);
+  const std::byte* key_row(int64_t b, int64_t h, int64_t r) const;
+  const std::byte* value_row(int64_t b, int64_t h, int64_t r) const;
+
+  int64_t budget_;
+  bool keep_scores_;
+  StorageSpec spec_;
+  std::shared_ptr<const RowCodec> key_codec_, value_codec_;  // immutable: clones share them
+  int64_t batch_ = 0, heads_ = 0, key_dim_ = 0, value_dim_ = 0, key_bytes_ = 0, value_bytes_ = 0;
+  lm::DType dtype_ = lm::DType::F16;
+  int64_t rows_ = 0;
+  lm::Tensor keys_, values_, positions_, scores_;
+};
+
+}  // namespace veloxquant::eviction

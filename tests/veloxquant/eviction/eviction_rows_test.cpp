@@ -1,0 +1,62 @@
+// Position-preserving row storage: in-place compaction keeps temporal order and true positions,
+// the allocation is the budget's exactly, and restore refuses state that does not fit.
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "veloxquant/eviction/eviction_rows.h"
+
+namespace veloxquant::eviction {
+namespace {
+
+std::vector<float> decoded(const EvictionRows& rows) {
+  std::vector<float> out(static_cast<std::size_t>(rows.rows() * rows.key_dim()));
+  rows.decode_keys(0, 0, out.data());
+  return out;
+}
+
+TEST(EvictionRows, CompactionKeepsOrderPositionsAndScores) {
+  EvictionRows rows(4, true, StorageSpec{});
+  rows.allocate(1, 1, 2, 2, lm::DType::F32);
+  // 16 bytes of keys, 16 of values, 4 position, 4 score per row, 4 rows.
+  EXPECT_EQ(rows.nbytes(), 4u * (8 + 8 + 4 + 4));
+  const float k1[] = {0, 0, 1, 1, 2, 2};  // tokens at positions 0, 1, 2
+  const int32_t p1[] = {0, 1, 2};
+  const float s1[] = {0.5f, 0.25f, 0.125f};
+  rows.compact(0, 0, {0, 1, 2}, p1, s1, k1, k1);
+  rows.commit_rows(3);
+  EXPECT_EQ(decoded(rows), (std::vector<float>{0, 0, 1, 1, 2, 2}));
+  // Next call: candidates = 3 stored + 2 new (positions 3, 4); keep stored 0 and 2, both new.
+  const float k2[] = {3, 3, 4, 4};
+  const int32_t p2[] = {0, 1, 2, 3, 4};
+  const float s2[] = {0.5f, 0.25f, 0.125f, 1.0f, 2.0f};
+  rows.compact(0, 0, {0, 2, 3, 4}, p2, s2, k2, k2);
+  rows.commit_rows(4);
+  EXPECT_EQ(decoded(rows), (std::vector<float>{0, 0, 2, 2, 3, 3, 4, 4}));
+  EXPECT_EQ(std::vector<int32_t>(rows.positions(0, 0), rows.positions(0, 0) + 4), (std::vector<int32_t>{0, 2, 3, 4}));
+  EXPECT_EQ(std::vector<float>(rows.scores(0, 0), rows.scores(0, 0) + 4), (std::vector<float>{0.5f, 0.125f, 1.0f, 2.0f}));
+  EXPECT_EQ(rows.nbytes(), 4u * (8 + 8 + 4 + 4));  // never grows
+  EXPECT_THROW(rows.compact(0, 0, {0, 1, 2, 3, 4}, p2, s2, k2, k2), std::logic_error);  // over budget
+}
+
+TEST(EvictionRows, StateRoundTripAndMismatchedState) {
+  EvictionRows rows(3, false, StorageSpec{});
+  rows.allocate(1, 2, 4, 4, lm::DType::F16);
+  const float k[] = {1, 2, 3, 4, 5, 6, 7, 8};
+  const int32_t p[] = {7, 9};
+  for (int64_t h = 0; h < 2; ++h) rows.compact(0, h, {0, 1}, p, nullptr, k, k);
+  rows.commit_rows(2);
+  EvictionRows restored(3, false, StorageSpec{});
+  restored.restore(rows.state(), 4, 4, lm::DType::F16, "test");
+  EXPECT_EQ(decoded(restored), decoded(rows));
+  EXPECT_EQ(restored.positions(0, 1)[1], 9);
+  EXPECT_EQ(restored.nbytes(), rows.nbytes());
+  EvictionRows small(1, false, StorageSpec{});  // 2 rows do not fit a budget of 1
+  EXPECT_THROW(small.restore(rows.state(), 4, 4, lm::DType::F16, "test"), base::FormatError);
+  EvictionRows wide(3, false, StorageSpec{});  // f32 rows are twice as wide as the stored f16 ones
+  EXPECT_THROW(wide.restore(rows.state(), 4, 4, lm::DType::F32, "test"), base::FormatError);
+  EvictionRows scored(3, true, StorageSpec{});  // scores expected, none saved
+  EXPECT_THROW(scored.restore(rows.state(), 4, 4, lm::DType::F16, "test"), base::FormatError);
+}
+
+}  // namespace
+}  // namespace veloxquant::eviction
