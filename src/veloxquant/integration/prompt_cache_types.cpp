@@ -4,7 +4,9 @@
 
 #include "lm/prompt_cache_file.h"
 #include "veloxquant/caches/kivi_cache.h"
+#include "veloxquant/caches/minicache_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
+#include "veloxquant/caches/xquant_cache.h"
 
 namespace veloxquant::integration {
 
@@ -14,6 +16,10 @@ void register_prompt_cache_types() {
     // Placeholder parameters: from_state() rebuilds every one of them from meta_state().
     lm::register_cache_type("TurboQuantRvqCache", [] { return std::make_shared<TurboQuantRvqCache>(2, 1, 0); });
     lm::register_cache_type("KiviCache", [] { return std::make_shared<KiviCache>(1, 2, 32, 0); });
+    // Restored alone (no coordinator): a reuse / merge layer keeps what it saved and handles
+    // later tokens as a layer whose leader published nothing.
+    lm::register_cache_type("XQuantCache", [] { return std::make_shared<XQuantCache>(2, 0, 32); });
+    lm::register_cache_type("MiniCacheCache", [] { return std::make_shared<MiniCacheCache>(MiniCacheMergeOptions{}); });
   });
 }
 
