@@ -131,7 +131,7 @@ TEST(IntegrationStories, CompressedPromptCachesSaveAndContinue) {
       c.kivi.kivi_group_size = 8;
       c.kivi.residual_length = 4;
     }
-    integration::patch_model_kv_cache(*m.model, c);
+    const lm::CacheList wired = integration::patch_model_kv_cache(*m.model, c);
     const std::string prompt = "Once upon a time, there was a little girl named Lily. She loved to play";
     const std::string path =
         (std::filesystem::temp_directory_path() / ("vq_h6_prompt_" + method + "_" + std::to_string(::getpid()))).string();
@@ -140,7 +140,7 @@ TEST(IntegrationStories, CompressedPromptCachesSaveAndContinue) {
     const std::string full = lm::generate(*m.model, *m.tokenizer, prompt, saving);
     lm::SavedPromptCache saved = lm::load_prompt_cache(path);
     ASSERT_FALSE(saved.cache.caches.empty());
-    EXPECT_EQ(saved.cache.caches[0]->type_name(), method == "kivi" ? "KiviCache" : "TurboQuantRvqCache");
+    EXPECT_EQ(saved.cache.caches[0]->type_name(), wired[0]->type_name());
     std::string continued;
     lm::stream_generate(*m.model, *m.tokenizer, std::vector<int32_t>{}, greedy(24),
                         [&](const lm::GenerationChunk& chunk) {

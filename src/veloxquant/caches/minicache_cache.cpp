@@ -4,12 +4,13 @@
 #include "lm/kv_rows.h"
 #include "veloxquant/caches/cache_rows.h"
 #include "veloxquant/cross_layer/slerp_merge.h"
+#include "veloxquant/cross_layer/wiring_registry.h"
 
 namespace veloxquant {
 
 MiniCacheCache::MiniCacheCache(MiniCacheMergeOptions options, cross_layer::LayerRole role,
-                               std::shared_ptr<MiniCacheCoordinator> coordinator)
-    : options_(options), role_(role), coordinator_(std::move(coordinator)) {}
+                               std::shared_ptr<MiniCacheCoordinator> coordinator, uint64_t wiring_id)
+    : options_(options), role_(role), coordinator_(std::move(coordinator)), wiring_id_(wiring_id) {}
 
 std::pair<lm::Tensor, lm::Tensor> MiniCacheCache::merge_with_primary(const lm::Tensor& keys, const lm::Tensor& values) {
   const std::shared_ptr<const MiniCacheRows> primary =
@@ -56,19 +57,33 @@ int64_t MiniCacheCache::trim(int64_t n) {
 std::vector<lm::Tensor> MiniCacheCache::state() const { return rows_ ? rows_->state() : std::vector<lm::Tensor>{}; }
 
 std::vector<std::string> MiniCacheCache::meta_state() const {
-  return {role_.leader ? "primary" : "merge", rows_ ? std::string(lm::dtype_name(rows_->kv_dtype())) : "none"};
+  return {role_.leader ? "primary" : "merge", rows_ ? std::string(lm::dtype_name(rows_->kv_dtype())) : "none",
+          std::to_string(role_.group_id), std::to_string(role_.n_readers), std::to_string(wiring_id_),
+          std::to_string(coordinator_ ? coordinator_->max_ctx() : 0)};
 }
 
 void MiniCacheCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
-  if (meta.size() != 2 || (meta[0] != "primary" && meta[0] != "merge")) {
-    throw base::FormatError("MiniCacheCache::from_state: expected meta {primary|merge, dtype}, got " +
-                            std::to_string(meta.size()) + " entries");
+  const char* who = "MiniCacheCache";
+  if (meta.size() != 6 || (meta[0] != "primary" && meta[0] != "merge")) {
+    throw base::FormatError("MiniCacheCache::from_state: expected meta {primary|merge, dtype, group_id, n_readers, "
+                            "wiring_id, max_ctx}, got " + std::to_string(meta.size()) + " entries");
   }
-  if (coordinator_ && (meta[0] == "primary") != role_.leader) {
+  const bool leader = meta[0] == "primary";
+  if (coordinator_ && leader != role_.leader) {
     throw base::FormatError("MiniCacheCache::from_state: the saved layer is a " + meta[0] + " layer but this layer is wired as a " +
                             (role_.leader ? "primary" : "merge") + " layer (saved with other minicache options?)");
   }
-  if (!coordinator_) role_.leader = meta[0] == "primary";
+  if (!coordinator_) {
+    // Loaded alone: take the saved role and rejoin the list's coordinator (wiring_registry.h).
+    role_ = {leader, static_cast<int>(cache_rows::parse_meta_int(meta[2], who, "group_id")),
+             static_cast<int>(cache_rows::parse_meta_int(meta[3], who, "n_readers"))};
+    wiring_id_ = static_cast<uint64_t>(cache_rows::parse_meta_int(meta[4], who, "wiring_id"));
+    const int64_t max_ctx = cache_rows::parse_meta_int(meta[5], who, "max_ctx");
+    if (wiring_id_ != 0) {
+      coordinator_ = cross_layer::shared_wiring<MiniCacheCoordinator>(
+          "minicache", wiring_id_, [&] { return std::make_shared<MiniCacheCoordinator>(max_ctx, "minicache_max_ctx"); });
+    }
+  }
   if (state.empty()) {
     rows_.reset();
     return;
@@ -78,7 +93,7 @@ void MiniCacheCache::from_state(const std::vector<lm::Tensor>& state, const std:
 }
 
 std::shared_ptr<lm::KVCache> MiniCacheCache::clone() const {
-  auto copy = std::make_shared<MiniCacheCache>(options_, role_, coordinator_);
+  auto copy = std::make_shared<MiniCacheCache>(options_, role_, coordinator_, wiring_id_);
   if (rows_) copy->rows_ = std::static_pointer_cast<lm::FullKVCache>(rows_->clone());
   copy->merged_ = merged_;
   copy->retained_ = retained_;

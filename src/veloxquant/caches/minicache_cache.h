@@ -41,8 +41,9 @@ struct MiniCacheMergeOptions {
 
 class MiniCacheCache : public lm::KVCache {
  public:
+  // wiring_id: as XQuantCache's (a loaded list finds its coordinator again); 0 = not wired.
   MiniCacheCache(MiniCacheMergeOptions options, cross_layer::LayerRole role = {},
-                 std::shared_ptr<MiniCacheCoordinator> coordinator = nullptr);
+                 std::shared_ptr<MiniCacheCoordinator> coordinator = nullptr, uint64_t wiring_id = 0);
 
   lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
   int64_t offset() const override { return rows_ ? rows_->offset() : 0; }
@@ -71,6 +72,7 @@ class MiniCacheCache : public lm::KVCache {
   MiniCacheMergeOptions options_;
   cross_layer::LayerRole role_;
   std::shared_ptr<MiniCacheCoordinator> coordinator_;
+  uint64_t wiring_id_ = 0;
   std::shared_ptr<lm::FullKVCache> rows_;  // made on the first update, in the input dtype
   int64_t merged_ = 0, retained_ = 0;
 };

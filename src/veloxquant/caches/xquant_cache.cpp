@@ -8,6 +8,7 @@
 #include "veloxquant/caches/cache_rows.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/cross_layer/token_group_quant.h"
+#include "veloxquant/cross_layer/wiring_registry.h"
 #include "veloxquant/errors.h"
 
 namespace veloxquant {
@@ -44,9 +45,9 @@ lm::Tensor concat_rows(const std::vector<std::pair<const lm::Tensor*, int64_t>>&
 }  // namespace
 
 XQuantCache::XQuantCache(int base_bits, int residual_bits, int group, cross_layer::LayerRole role,
-                         std::shared_ptr<XQuantCoordinator> coordinator)
+                         std::shared_ptr<XQuantCoordinator> coordinator, uint64_t wiring_id)
     : base_bits_(base_bits), residual_bits_(residual_bits), group_(group), role_(role),
-      coordinator_(std::move(coordinator)) {
+      coordinator_(std::move(coordinator)), wiring_id_(wiring_id) {
   if (base_bits < 1 || base_bits > 8) {
     throw QuantizerConfigError("xquant_base_bits must lie in [1, 8], got " + std::to_string(base_bits));
   }
@@ -334,14 +335,17 @@ std::vector<lm::Tensor> XQuantCache::state() const {
 
 std::vector<std::string> XQuantCache::meta_state() const {
   return {role_.leader ? "anchor" : "reuse", std::to_string(base_bits_), std::to_string(residual_bits_),
-          std::to_string(group_), std::to_string(offset_), std::to_string(frontier_)};
+          std::to_string(group_), std::to_string(offset_), std::to_string(frontier_),
+          std::to_string(role_.group_id), std::to_string(role_.n_readers), std::to_string(wiring_id_),
+          std::to_string(coordinator_ ? coordinator_->max_ctx() : 0)};
 }
 
 void XQuantCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const char* who = "XQuantCache";
-  if (meta.size() != 6 || (meta[0] != "anchor" && meta[0] != "reuse")) {
+  if (meta.size() != 10 || (meta[0] != "anchor" && meta[0] != "reuse")) {
     throw base::FormatError("XQuantCache::from_state: expected meta {anchor|reuse, base_bits, residual_bits, "
-                            "group, offset, frontier}, got " + std::to_string(meta.size()) + " entries");
+                            "group, offset, frontier, group_id, n_readers, wiring_id, max_ctx}, got " +
+                            std::to_string(meta.size()) + " entries");
   }
   const bool leader = meta[0] == "anchor";
   if (coordinator_ && leader != role_.leader) {
@@ -349,10 +353,24 @@ void XQuantCache::from_state(const std::vector<lm::Tensor>& state, const std::ve
                             " but this layer is wired as " + (role_.leader ? "an anchor" : "a reuse layer") +
                             " (saved with another xquant_group_size?)");
   }
+  std::shared_ptr<XQuantCoordinator> coordinator = coordinator_;
+  cross_layer::LayerRole role = role_;
+  uint64_t wiring_id = wiring_id_;
+  if (!coordinator) {
+    // Loaded alone: take the saved role and rejoin the list's coordinator (wiring_registry.h).
+    role = {leader, static_cast<int>(cache_rows::parse_meta_int(meta[6], who, "group_id")),
+            static_cast<int>(cache_rows::parse_meta_int(meta[7], who, "n_readers"))};
+    wiring_id = static_cast<uint64_t>(cache_rows::parse_meta_int(meta[8], who, "wiring_id"));
+    const int64_t max_ctx = cache_rows::parse_meta_int(meta[9], who, "max_ctx");
+    if (wiring_id != 0) {
+      coordinator = cross_layer::shared_wiring<XQuantCoordinator>(
+          "xquant", wiring_id, [&] { return std::make_shared<XQuantCoordinator>(max_ctx, "xquant_max_ctx"); });
+    }
+  }
   XQuantCache restored(static_cast<int>(cache_rows::parse_meta_int(meta[1], who, "base_bits")),
                        static_cast<int>(cache_rows::parse_meta_int(meta[2], who, "residual_bits")),
-                       static_cast<int>(cache_rows::parse_meta_int(meta[3], who, "group")), role_, coordinator_);
-  restored.role_.leader = leader;
+                       static_cast<int>(cache_rows::parse_meta_int(meta[3], who, "group")), role, coordinator,
+                       wiring_id);
   const int64_t offset = cache_rows::parse_meta_int(meta[4], who, "offset");
   const int64_t frontier = cache_rows::parse_meta_int(meta[5], who, "frontier");
   if (state.empty() && offset == 0) {
@@ -402,7 +420,7 @@ void XQuantCache::from_state(const std::vector<lm::Tensor>& state, const std::ve
 }
 
 std::shared_ptr<lm::KVCache> XQuantCache::clone() const {
-  auto copy = std::make_shared<XQuantCache>(base_bits_, residual_bits_, group_, role_, coordinator_);
+  auto copy = std::make_shared<XQuantCache>(base_bits_, residual_bits_, group_, role_, coordinator_, wiring_id_);
   copy->batch_ = batch_;
   copy->heads_ = heads_;
   copy->dk_ = dk_;

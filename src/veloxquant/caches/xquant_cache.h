@@ -42,8 +42,10 @@ class XQuantCache : public lm::KVCache {
  public:
   // role.leader = anchor. coordinator null: a cache alone (anchor) or a reuse layer whose
   // anchor is not there (it then quantizes its own codes).
+  // wiring_id: the for_model call's id (cross_layer/wiring_registry.h), saved in meta_state so
+  // a loaded list finds one coordinator again; 0 = not wired.
   XQuantCache(int base_bits, int residual_bits, int group, cross_layer::LayerRole role = {},
-              std::shared_ptr<XQuantCoordinator> coordinator = nullptr);
+              std::shared_ptr<XQuantCoordinator> coordinator = nullptr, uint64_t wiring_id = 0);
 
   lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
   int64_t offset() const override { return offset_; }
@@ -92,6 +94,7 @@ class XQuantCache : public lm::KVCache {
   int base_bits_, residual_bits_, group_;
   cross_layer::LayerRole role_;
   std::shared_ptr<XQuantCoordinator> coordinator_;
+  uint64_t wiring_id_ = 0;
   int64_t batch_ = 0, heads_ = 0, dk_ = 0, dv_ = 0;
   lm::DType dtype_ = lm::DType::F16;
   int64_t offset_ = 0, frontier_ = 0;

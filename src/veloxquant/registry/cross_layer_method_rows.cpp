@@ -7,6 +7,7 @@
 #include "veloxquant/caches/minicache_cache.h"
 #include "veloxquant/caches/xquant_cache.h"
 #include "veloxquant/cross_layer/layer_roles.h"
+#include "veloxquant/cross_layer/wiring_registry.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/registry/method_rows.h"
 
@@ -53,11 +54,13 @@ MethodDescriptor xquant_row() {
     const XQuantOptions& o = config.xquant;
     auto roles = std::make_shared<std::vector<cross_layer::LayerRole>>(
         cross_layer::xquant_roles(n_attention_layers, o.xquant_group_size));
-    auto coordinator = std::make_shared<XQuantCoordinator>(o.xquant_max_ctx, "xquant_max_ctx");
-    return [roles, coordinator](const KVCacheConfig& layer, std::size_t attention_index) -> std::shared_ptr<lm::KVCache> {
+    const uint64_t wiring_id = cross_layer::new_wiring_id();
+    auto coordinator = cross_layer::shared_wiring<XQuantCoordinator>(
+        "xquant", wiring_id, [&] { return std::make_shared<XQuantCoordinator>(o.xquant_max_ctx, "xquant_max_ctx"); });
+    return [roles, coordinator, wiring_id](const KVCacheConfig& layer, std::size_t attention_index) -> std::shared_ptr<lm::KVCache> {
       const XQuantOptions& lo = layer.xquant;
       return std::make_shared<XQuantCache>(lo.xquant_base_bits, lo.xquant_residual_bits, lo.xquant_group_quant_size,
-                                           roles->at(attention_index), coordinator);
+                                           roles->at(attention_index), coordinator, wiring_id);
     };
   };
   return m;
@@ -104,12 +107,15 @@ MethodDescriptor minicache_row() {
     const MiniCacheOptions& o = config.minicache;
     auto roles = std::make_shared<std::vector<cross_layer::LayerRole>>(
         cross_layer::minicache_roles(n_attention_layers, o.minicache_start_frac, o.minicache_group_size));
-    auto coordinator = std::make_shared<MiniCacheCoordinator>(o.minicache_max_ctx, "minicache_max_ctx");
-    return [roles, coordinator](const KVCacheConfig& layer, std::size_t attention_index) -> std::shared_ptr<lm::KVCache> {
+    const uint64_t wiring_id = cross_layer::new_wiring_id();
+    auto coordinator = cross_layer::shared_wiring<MiniCacheCoordinator>(
+        "minicache", wiring_id,
+        [&] { return std::make_shared<MiniCacheCoordinator>(o.minicache_max_ctx, "minicache_max_ctx"); });
+    return [roles, coordinator, wiring_id](const KVCacheConfig& layer, std::size_t attention_index) -> std::shared_ptr<lm::KVCache> {
       const MiniCacheOptions& lo = layer.minicache;
       return std::make_shared<MiniCacheCache>(
           MiniCacheMergeOptions{static_cast<float>(lo.minicache_retention_threshold), static_cast<float>(lo.minicache_slerp_t)},
-          roles->at(attention_index), coordinator);
+          roles->at(attention_index), coordinator, wiring_id);
     };
   };
   return m;
