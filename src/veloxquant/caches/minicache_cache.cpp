@@ -58,15 +58,16 @@ std::vector<lm::Tensor> MiniCacheCache::state() const { return rows_ ? rows_->st
 
 std::vector<std::string> MiniCacheCache::meta_state() const {
   return {role_.leader ? "primary" : "merge", rows_ ? std::string(lm::dtype_name(rows_->kv_dtype())) : "none",
-          std::to_string(role_.group_id), std::to_string(role_.n_readers), std::to_string(wiring_id_),
+          std::to_string(role_.group_id), std::to_string(role_.n_readers), std::to_string(role_.member),
+          std::to_string(wiring_id_),
           std::to_string(coordinator_ ? coordinator_->max_ctx() : 0)};
 }
 
 void MiniCacheCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const char* who = "MiniCacheCache";
-  if (meta.size() != 6 || (meta[0] != "primary" && meta[0] != "merge")) {
+  if (meta.size() != 7 || (meta[0] != "primary" && meta[0] != "merge")) {
     throw base::FormatError("MiniCacheCache::from_state: expected meta {primary|merge, dtype, group_id, n_readers, "
-                            "wiring_id, max_ctx}, got " + std::to_string(meta.size()) + " entries");
+                            "member, wiring_id, max_ctx}, got " + std::to_string(meta.size()) + " entries");
   }
   const bool leader = meta[0] == "primary";
   if (coordinator_ && leader != role_.leader) {
@@ -76,12 +77,14 @@ void MiniCacheCache::from_state(const std::vector<lm::Tensor>& state, const std:
   if (!coordinator_) {
     // Loaded alone: take the saved role and rejoin the list's coordinator (wiring_registry.h).
     role_ = {leader, static_cast<int>(cache_rows::parse_meta_int(meta[2], who, "group_id")),
-             static_cast<int>(cache_rows::parse_meta_int(meta[3], who, "n_readers"))};
-    wiring_id_ = static_cast<uint64_t>(cache_rows::parse_meta_int(meta[4], who, "wiring_id"));
-    const int64_t max_ctx = cache_rows::parse_meta_int(meta[5], who, "max_ctx");
+             static_cast<int>(cache_rows::parse_meta_int(meta[3], who, "n_readers")),
+             static_cast<int>(cache_rows::parse_meta_int(meta[4], who, "member"))};
+    wiring_id_ = static_cast<uint64_t>(cache_rows::parse_meta_int(meta[5], who, "wiring_id"));
+    const int64_t max_ctx = cache_rows::parse_meta_int(meta[6], who, "max_ctx");
     if (wiring_id_ != 0) {
-      coordinator_ = cross_layer::shared_wiring<MiniCacheCoordinator>(
-          "minicache", wiring_id_, [&] { return std::make_shared<MiniCacheCoordinator>(max_ctx, "minicache_max_ctx"); });
+      coordinator_ = cross_layer::rejoin_coordinator<MiniCacheCoordinator>(
+          "minicache", wiring_id_, role_.group_id, role_.member,
+          [&] { return std::make_shared<MiniCacheCoordinator>(max_ctx, "minicache_max_ctx"); });
     }
   }
   if (state.empty()) {

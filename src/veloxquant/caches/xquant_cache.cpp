@@ -336,15 +336,16 @@ std::vector<lm::Tensor> XQuantCache::state() const {
 std::vector<std::string> XQuantCache::meta_state() const {
   return {role_.leader ? "anchor" : "reuse", std::to_string(base_bits_), std::to_string(residual_bits_),
           std::to_string(group_), std::to_string(offset_), std::to_string(frontier_),
-          std::to_string(role_.group_id), std::to_string(role_.n_readers), std::to_string(wiring_id_),
+          std::to_string(role_.group_id), std::to_string(role_.n_readers), std::to_string(role_.member),
+          std::to_string(wiring_id_),
           std::to_string(coordinator_ ? coordinator_->max_ctx() : 0)};
 }
 
 void XQuantCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const char* who = "XQuantCache";
-  if (meta.size() != 10 || (meta[0] != "anchor" && meta[0] != "reuse")) {
+  if (meta.size() != 11 || (meta[0] != "anchor" && meta[0] != "reuse")) {
     throw base::FormatError("XQuantCache::from_state: expected meta {anchor|reuse, base_bits, residual_bits, "
-                            "group, offset, frontier, group_id, n_readers, wiring_id, max_ctx}, got " +
+                            "group, offset, frontier, group_id, n_readers, member, wiring_id, max_ctx}, got " +
                             std::to_string(meta.size()) + " entries");
   }
   const bool leader = meta[0] == "anchor";
@@ -359,12 +360,14 @@ void XQuantCache::from_state(const std::vector<lm::Tensor>& state, const std::ve
   if (!coordinator) {
     // Loaded alone: take the saved role and rejoin the list's coordinator (wiring_registry.h).
     role = {leader, static_cast<int>(cache_rows::parse_meta_int(meta[6], who, "group_id")),
-            static_cast<int>(cache_rows::parse_meta_int(meta[7], who, "n_readers"))};
-    wiring_id = static_cast<uint64_t>(cache_rows::parse_meta_int(meta[8], who, "wiring_id"));
-    const int64_t max_ctx = cache_rows::parse_meta_int(meta[9], who, "max_ctx");
+            static_cast<int>(cache_rows::parse_meta_int(meta[7], who, "n_readers")),
+            static_cast<int>(cache_rows::parse_meta_int(meta[8], who, "member"))};
+    wiring_id = static_cast<uint64_t>(cache_rows::parse_meta_int(meta[9], who, "wiring_id"));
+    const int64_t max_ctx = cache_rows::parse_meta_int(meta[10], who, "max_ctx");
     if (wiring_id != 0) {
-      coordinator = cross_layer::shared_wiring<XQuantCoordinator>(
-          "xquant", wiring_id, [&] { return std::make_shared<XQuantCoordinator>(max_ctx, "xquant_max_ctx"); });
+      coordinator = cross_layer::rejoin_coordinator<XQuantCoordinator>(
+          "xquant", wiring_id, role.group_id, role.member,
+          [&] { return std::make_shared<XQuantCoordinator>(max_ctx, "xquant_max_ctx"); });
     }
   }
   XQuantCache restored(static_cast<int>(cache_rows::parse_meta_int(meta[1], who, "base_bits")),

@@ -13,6 +13,7 @@ void assign_groups(std::vector<LayerRole>& roles, std::size_t first, int size, i
     LayerRole& role = roles[k];
     role.group_id = first_group + static_cast<int>((k - first) / static_cast<std::size_t>(size));
     role.leader = member == 0;
+    role.member = static_cast<int>(member);
     role.n_readers = role.leader ? static_cast<int>(std::min<std::size_t>(size, n - k) - 1) : 0;
   }
 }
@@ -30,7 +31,7 @@ std::vector<LayerRole> minicache_roles(std::size_t n_attention_layers, double st
   const std::size_t start =
       scaled <= 0.0 ? 0 : std::min(n_attention_layers, static_cast<std::size_t>(scaled));  // int(): truncation
   std::vector<LayerRole> roles(n_attention_layers);
-  for (std::size_t k = 0; k < start; ++k) roles[k] = {true, static_cast<int>(k), 0};
+  for (std::size_t k = 0; k < start; ++k) roles[k] = {true, static_cast<int>(k), 0, 0};
   assign_groups(roles, start, group_size, static_cast<int>(start));
   return roles;
 }

@@ -3,17 +3,23 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <utility>
 
 namespace veloxquant::cross_layer {
 namespace {
 
+struct Entry {
+  std::weak_ptr<void> object;
+  std::set<std::pair<int, int>> slots;  // (group_id, member) already joined
+};
+
 std::mutex& registry_mutex() {
   static std::mutex m;
   return m;
 }
-std::map<std::pair<std::string, uint64_t>, std::weak_ptr<void>>& registry() {
-  static std::map<std::pair<std::string, uint64_t>, std::weak_ptr<void>> r;
+std::map<std::pair<std::string, uint64_t>, Entry>& registry() {
+  static std::map<std::pair<std::string, uint64_t>, Entry> r;
   return r;
 }
 
@@ -28,17 +34,16 @@ uint64_t new_wiring_id() {
   return id;
 }
 
-std::shared_ptr<void> find_or_make_wiring(const std::string& kind, uint64_t id,
-                                          const std::function<std::shared_ptr<void>()>& make) {
+std::shared_ptr<void> rejoin_wiring(const std::string& kind, uint64_t id, int group_id, int member,
+                                    const std::function<std::shared_ptr<void>()>& make) {
   std::lock_guard<std::mutex> lock(registry_mutex());
   auto& entries = registry();
-  std::erase_if(entries, [](const auto& entry) { return entry.second.expired(); });
-  const auto key = std::make_pair(kind, id);
-  if (const auto it = entries.find(key); it != entries.end()) {
-    if (std::shared_ptr<void> live = it->second.lock()) return live;
-  }
+  std::erase_if(entries, [](const auto& entry) { return entry.second.object.expired(); });
+  const auto slot = std::make_pair(group_id, member);
+  Entry& entry = entries[std::make_pair(kind, id)];
+  if (std::shared_ptr<void> live = entry.object.lock(); live && entry.slots.insert(slot).second) return live;
   std::shared_ptr<void> made = make();
-  entries[key] = made;
+  entry = Entry{made, {slot}};
   return made;
 }
 

@@ -55,8 +55,7 @@ MethodDescriptor xquant_row() {
     auto roles = std::make_shared<std::vector<cross_layer::LayerRole>>(
         cross_layer::xquant_roles(n_attention_layers, o.xquant_group_size));
     const uint64_t wiring_id = cross_layer::new_wiring_id();
-    auto coordinator = cross_layer::shared_wiring<XQuantCoordinator>(
-        "xquant", wiring_id, [&] { return std::make_shared<XQuantCoordinator>(o.xquant_max_ctx, "xquant_max_ctx"); });
+    auto coordinator = std::make_shared<XQuantCoordinator>(o.xquant_max_ctx, "xquant_max_ctx");
     return [roles, coordinator, wiring_id](const KVCacheConfig& layer, std::size_t attention_index) -> std::shared_ptr<lm::KVCache> {
       const XQuantOptions& lo = layer.xquant;
       return std::make_shared<XQuantCache>(lo.xquant_base_bits, lo.xquant_residual_bits, lo.xquant_group_quant_size,
@@ -108,9 +107,7 @@ MethodDescriptor minicache_row() {
     auto roles = std::make_shared<std::vector<cross_layer::LayerRole>>(
         cross_layer::minicache_roles(n_attention_layers, o.minicache_start_frac, o.minicache_group_size));
     const uint64_t wiring_id = cross_layer::new_wiring_id();
-    auto coordinator = cross_layer::shared_wiring<MiniCacheCoordinator>(
-        "minicache", wiring_id,
-        [&] { return std::make_shared<MiniCacheCoordinator>(o.minicache_max_ctx, "minicache_max_ctx"); });
+    auto coordinator = std::make_shared<MiniCacheCoordinator>(o.minicache_max_ctx, "minicache_max_ctx");
     return [roles, coordinator, wiring_id](const KVCacheConfig& layer, std::size_t attention_index) -> std::shared_ptr<lm::KVCache> {
       const MiniCacheOptions& lo = layer.minicache;
       return std::make_shared<MiniCacheCache>(
