@@ -380,26 +380,48 @@ void XQuantCache::from_state(const std::vector<lm::Tensor>& state, const std::ve
     *this = std::move(restored);
     return;
   }
-  if (state.size() != 10 || state[8].ndim() != 4 || state[0].ndim() != 4) {
+  if (state.size() != 10 || state[8].ndim() != 4 || state[9].ndim() != 4) {
     throw base::FormatError("XQuantCache::from_state: expected 10 state tensors, got " + std::to_string(state.size()));
   }
   const int64_t g = restored.group_;
-  if (frontier % g != 0 || frontier > offset || offset - frontier >= g || state[0].dim(2) != frontier ||
-      state[8].dim(2) != offset - frontier) {
+  if (frontier % g != 0 || frontier > offset || offset - frontier >= g) {
     throw base::FormatError("XQuantCache::from_state: offset " + std::to_string(offset) + " / frontier " +
-                            std::to_string(frontier) + " do not fit the saved tensors (group " + std::to_string(g) + ")");
+                            std::to_string(frontier) + " do not fit group " + std::to_string(g));
+  }
+  // Every tensor's shape follows from (B, H, D) of the tail, the frontier and the bit widths.
+  const int64_t b = state[8].dim(0), h = state[8].dim(1), dk = state[8].dim(3), dv = state[9].dim(3);
+  const int rbits = std::max(restored.residual_bits_, 1);
+  const int64_t rrows = restored.has_residual() ? frontier : 0;
+  const std::vector<std::pair<lm::Shape, lm::DType>> expected = {
+      {{b, h, frontier, words_for(dk, restored.base_bits_)}, lm::DType::U32},
+      {{b, h, frontier, words_for(dv, restored.base_bits_)}, lm::DType::U32},
+      {{b, h, frontier / g, 2 * dk}, lm::DType::F32},
+      {{b, h, frontier / g, 2 * dv}, lm::DType::F32},
+      {{b, h, rrows, words_for(dk, rbits)}, lm::DType::U32},
+      {{b, h, rrows, words_for(dv, rbits)}, lm::DType::U32},
+      {{b, h, rrows / g, 2 * dk}, lm::DType::F32},
+      {{b, h, rrows / g, 2 * dv}, lm::DType::F32},
+      {{b, h, offset - frontier, dk}, state[8].dtype()},
+      {{b, h, offset - frontier, dv}, state[8].dtype()}};
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    if (state[i].shape() != expected[i].first || state[i].dtype() != expected[i].second) {
+      throw base::FormatError("XQuantCache::from_state: state tensor " + std::to_string(i) + " is " +
+                              lm::shape_text(state[i].shape()) + ", expected " + lm::shape_text(expected[i].first) +
+                              " (offset " + std::to_string(offset) + ", frontier " + std::to_string(frontier) + ")");
+    }
   }
   restored.allocate(state[8], state[9]);
   restored.offset_ = offset;
   restored.frontier_ = frontier;
+  const lm::Tensor saved_k = state[8].contiguous(), saved_v = state[9].contiguous();
+  const int64_t tail = offset - frontier;
   for (int64_t bh = 0; bh < restored.batch_ * restored.heads_; ++bh) {
-    const int64_t tail = offset - frontier;
-    std::memcpy(restored.tail_row0(restored.tail_k_, bh, restored.dk_),
-                state[8].contiguous().raw_data() + bh * tail * restored.dk_ * static_cast<int64_t>(state[8].element_size()),
-                static_cast<std::size_t>(tail * restored.dk_) * state[8].element_size());
-    std::memcpy(restored.tail_row0(restored.tail_v_, bh, restored.dv_),
-                state[9].contiguous().raw_data() + bh * tail * restored.dv_ * static_cast<int64_t>(state[9].element_size()),
-                static_cast<std::size_t>(tail * restored.dv_) * state[9].element_size());
+    std::memcpy(restored.tail_row0(restored.tail_k_, bh, dk),
+                saved_k.raw_data() + bh * tail * dk * static_cast<int64_t>(saved_k.element_size()),
+                static_cast<std::size_t>(tail * dk) * saved_k.element_size());
+    std::memcpy(restored.tail_row0(restored.tail_v_, bh, dv),
+                saved_v.raw_data() + bh * tail * dv * static_cast<int64_t>(saved_v.element_size()),
+                static_cast<std::size_t>(tail * dv) * saved_v.element_size());
   }
   if (frontier > 0) {
     Block block;

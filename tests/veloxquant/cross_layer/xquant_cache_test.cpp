@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/error.h"
 #include "lm/prompt_cache_file.h"
 #include "support/fake_model.h"
 #include "support/kv_test_data.h"
@@ -123,6 +124,62 @@ TEST(XQuantCache, PureReuseWithoutResidualIsCoarser) {
   // range (16), so its 4-bit step is <= 16/15 and the rounding error <= step^2 / 12 = 0.095.
   EXPECT_GT(pure_mse, 2.0);
   EXPECT_LT(residual_mse, 0.095);
+}
+
+TEST(XQuantCache, TrimIntoQuantizedGroupsKeepsEarlierRowsAndTheSharing) {
+  constexpr int64_t H = 1, D = 8;
+  constexpr int G = 8;
+  auto coordinator = std::make_shared<XQuantCoordinator>(8192, "xquant_max_ctx");
+  XQuantCache anchor(2, 4, G, {true, 0, 1}, coordinator);
+  XQuantCache reuse(2, 4, G, {false, 0, 0}, coordinator);
+  const lm::Tensor a = test_support::random_kv(1, H, 40, D, 31, lm::DType::F32);
+  const lm::Tensor r = test_support::random_kv(1, H, 40, D, 32, lm::DType::F32);
+  const std::vector<float> before_a = anchor.update_and_fetch(a, a).keys.to_f32();
+  const std::vector<float> before_r = reuse.update_and_fetch(r, r).keys.to_f32();
+  const std::size_t bytes = anchor.nbytes();
+  // 40 -> 27 tokens: frontier 40 -> 24; rows 24..26 go back to the tail, decoded from codes.
+  EXPECT_EQ(anchor.trim(13), 13);
+  EXPECT_EQ(reuse.trim(13), 13);
+  EXPECT_EQ(anchor.offset(), 27);
+  EXPECT_EQ(anchor.frontier(), 24);
+  EXPECT_EQ(anchor.nbytes(), bytes);  // the cut block keeps its buffers until it is dropped
+  const lm::Tensor x = test_support::random_kv(1, H, 1, D, 33, lm::DType::F32);
+  const std::vector<float> after_a = anchor.update_and_fetch(x, x).keys.to_f32();
+  const std::vector<float> after_r = reuse.update_and_fetch(x, x).keys.to_f32();
+  ASSERT_EQ(after_a.size(), 28u * D);
+  EXPECT_EQ(std::vector<float>(after_a.begin(), after_a.begin() + 27 * D),
+            std::vector<float>(before_a.begin(), before_a.begin() + 27 * D));
+  EXPECT_EQ(std::vector<float>(after_r.begin(), after_r.begin() + 27 * D),
+            std::vector<float>(before_r.begin(), before_r.begin() + 27 * D));
+  EXPECT_EQ(std::vector<float>(after_a.begin() + 27 * D, after_a.end()), x.to_f32());
+  // Completing group 24..31 again: the anchor publishes it, the reuse layer reads it.
+  const lm::Tensor y = test_support::random_kv(1, H, 4, D, 34, lm::DType::F32);
+  anchor.update_and_fetch(y, y);
+  reuse.update_and_fetch(y, y);
+  EXPECT_EQ(reuse.frontier(), 32);
+  EXPECT_EQ(reuse.reused_rows(), 32);
+  EXPECT_EQ(coordinator->live_segments(), 0u);
+  EXPECT_EQ(anchor.trim(1000), 32);
+  EXPECT_EQ(anchor.offset(), 0);
+  EXPECT_EQ(anchor.frontier(), 0);
+}
+
+TEST(XQuantCache, StateThatDoesNotFitIsAFormatError) {
+  XQuantCache cache(2, 4, 8);
+  const lm::Tensor kv = test_support::random_kv(1, 2, 20, 8, 41, lm::DType::F16);
+  cache.update_and_fetch(kv, kv);
+  std::vector<lm::Tensor> state = cache.state();
+  const std::vector<std::string> meta = cache.meta_state();  // offset 20, frontier 16
+  ASSERT_EQ(state.size(), 10u);
+  XQuantCache good(2, 0, 32);
+  good.from_state(state, meta);
+  EXPECT_EQ(good.update_and_fetch(kv, kv).keys.to_f32(), cache.update_and_fetch(kv, kv).keys.to_f32());
+  XQuantCache bad(2, 0, 32);
+  std::vector<std::string> odd = meta;
+  odd[5] = "12";  // a frontier that is no multiple of the group
+  EXPECT_THROW(bad.from_state(state, odd), base::FormatError);
+  state[2] = lm::Tensor({1, 2, 3, 16}, lm::DType::F32);  // 3 key-param groups for a frontier of 16 rows
+  EXPECT_THROW(bad.from_state(state, meta), base::FormatError);
 }
 
 KVCacheConfig xquant_config() {
