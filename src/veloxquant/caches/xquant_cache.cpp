@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/thread_pool.h"
 #include "lm/kv_rows.h"
 #include "veloxquant/caches/cache_rows.h"
 #include "veloxquant/core/bit_packing.h"
@@ -233,11 +234,12 @@ lm::KeysValues XQuantCache::fetch(lm::DType dtype) const {
   lm::Tensor v({batch_, heads_, offset_, dv_}, dtype);
   int64_t widest = 1;
   for (const Block& block : blocks_) widest = std::max(widest, block.rows);
-  std::vector<float> tmp(static_cast<std::size_t>(widest * std::max(dk_, dv_)));
   const int64_t tail = offset_ - frontier_;
-  for (int64_t b = 0; b < batch_; ++b) {
-    for (int64_t h = 0; h < heads_; ++h) {
-      const int64_t bh = b * heads_ + h;
+  // Heads decode independently (each writes its own rows of k and v).
+  base::ThreadPool::global().parallel_for(batch_ * heads_, [&](int64_t begin, int64_t end) {
+    std::vector<float> tmp(static_cast<std::size_t>(widest * std::max(dk_, dv_)));
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / heads_, h = bh % heads_;
       std::byte* kout = k.raw_data() + bh * offset_ * dk_ * static_cast<int64_t>(k.element_size());
       std::byte* vout = v.raw_data() + bh * offset_ * dv_ * static_cast<int64_t>(v.element_size());
       for (const Block& block : blocks_) {
@@ -253,7 +255,7 @@ lm::KeysValues XQuantCache::fetch(lm::DType dtype) const {
       lm::convert_elements(tail_row0(tail_v_, bh, dv_), dtype_, vout + frontier_ * dv_ * static_cast<int64_t>(v.element_size()),
                            dtype, static_cast<std::size_t>(tail * dv_));
     }
-  }
+  });
   return {std::move(k), std::move(v)};
 }
 
