@@ -139,7 +139,7 @@ TEST(IntegrationStories, CompressedPromptCachesSaveAndContinue) {
     c.snapkv.snap_budget = 12;
     c.snapkv.snap_obs_window = 4;
     c.pyramidkv.pyramid_budget = 12;
-    integration::patch_model_kv_cache(*m.model, c);
+    const lm::CacheList wired = integration::patch_model_kv_cache(*m.model, c);
     const std::string prompt = "Once upon a time, there was a little girl named Lily. She loved to play";
     const std::string path =
         (std::filesystem::temp_directory_path() / ("vq_h6_prompt_" + method + "_" + std::to_string(::getpid()))).string();
@@ -148,7 +148,7 @@ TEST(IntegrationStories, CompressedPromptCachesSaveAndContinue) {
     const std::string full = lm::generate(*m.model, *m.tokenizer, prompt, saving);
     lm::SavedPromptCache saved = lm::load_prompt_cache(path);
     ASSERT_FALSE(saved.cache.caches.empty());
-    EXPECT_EQ(saved.cache.caches[0]->type_name(), KVCacheBuilder(c).build().serving()->type_name());
+    EXPECT_EQ(saved.cache.caches[0]->type_name(), wired[0]->type_name());
     if (!saved.cache.caches[0]->is_trimmable()) {
       // Continuing with no new prompt token needs the last logits again, which the host gets by
       // rolling the cache back one token: eviction caches cannot (not trimmable), so generation

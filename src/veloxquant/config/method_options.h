@@ -42,7 +42,6 @@ struct SpectralOptions {
   int spectral_calib_tokens = 64;
 };
 
-}  // namespace veloxquant
 
 // --- eviction methods (spec §2.3, §3.2). Budgets count stored rows per (batch, kv head),
 // sinks included. -------------------------------------------------------------------------------
@@ -128,3 +127,5 @@ struct MiniCacheOptions {
   double minicache_slerp_t = 0.5;
   int minicache_max_ctx = 8192;
 };
+
+}  // namespace veloxquant

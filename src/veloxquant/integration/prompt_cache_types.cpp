@@ -5,11 +5,13 @@
 #include "lm/prompt_cache_file.h"
 #include "veloxquant/caches/h2o_cache.h"
 #include "veloxquant/caches/kivi_cache.h"
+#include "veloxquant/caches/minicache_cache.h"
 #include "veloxquant/caches/pyramidkv_cache.h"
 #include "veloxquant/caches/snapkv_cache.h"
 #include "veloxquant/caches/streaming_llm_cache.h"
 #include "veloxquant/caches/tova_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
+#include "veloxquant/caches/xquant_cache.h"
 
 namespace veloxquant::integration {
 
@@ -25,6 +27,10 @@ void register_prompt_cache_types() {
     lm::register_cache_type("TovaCache", [] { return std::make_shared<TovaCache>(KVCacheConfig{}); });
     lm::register_cache_type("SnapKVCache", [] { return std::make_shared<SnapKVCache>(KVCacheConfig{}); });
     lm::register_cache_type("PyramidKVCache", [] { return std::make_shared<PyramidKVCache>(KVCacheConfig{}); });
+    // Restored alone (no coordinator): a reuse / merge layer keeps what it saved and handles
+    // later tokens as a layer whose leader published nothing.
+    lm::register_cache_type("XQuantCache", [] { return std::make_shared<XQuantCache>(2, 0, 32); });
+    lm::register_cache_type("MiniCacheCache", [] { return std::make_shared<MiniCacheCache>(MiniCacheMergeOptions{}); });
   });
 }
 
