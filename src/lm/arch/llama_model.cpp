@@ -120,7 +120,7 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
   std::vector<float> k(static_cast<std::size_t>(n * hkv * d));
   std::vector<float> v(static_cast<std::size_t>(n * hkv * d));
   const kernels::MatmulJob qkv[] = {{&w.wq, q.data()}, {&w.wk, k.data()}, {&w.wv, v.data()}};
-  kernels::matmul_many(qkv, xb, n, pool);
+  kernels::matmul_many(qkv, xb, n, pool, activations());
   const auto add_bias = [n](std::vector<float>& x, const std::vector<float>& bias) {
     if (bias.empty()) return;
     const std::size_t width = bias.size();
@@ -188,7 +188,7 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
   for (int64_t h = 0; h < hq; ++h) {
     for (int64_t t = 0; t < n; ++t) std::copy_n(o + (h * n + t) * d, d, merged.data() + (t * hq + h) * d);
   }
-  kernels::matmul(w.wo, merged.data(), n, attn_out, pool);
+  kernels::matmul(w.wo, merged.data(), n, attn_out, pool, activations());
 }
 
 void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, std::vector<float>& last_logits,
@@ -233,9 +233,9 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, 
       kernels::rmsnorm(x.data() + t * dim, w.ffn_norm.data(), xb.data() + t * dim, dim, config_.norm_eps);
     }
     const kernels::MatmulJob gate_up[] = {{&w.w_gate, gate.data()}, {&w.w_up, up.data()}};
-    kernels::matmul_many(gate_up, xb.data(), n, pool);
+    kernels::matmul_many(gate_up, xb.data(), n, pool, activations());
     kernels::swiglu(gate.data(), up.data(), n * hidden);
-    kernels::matmul(w.w_down, gate.data(), n, delta.data(), pool);
+    kernels::matmul(w.w_down, gate.data(), n, delta.data(), pool, activations());
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
   }
 
@@ -247,7 +247,7 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, 
     kernels::rmsnorm(x.data() + t * dim, weights_.output_norm.data(), xb.data() + t * dim, dim, config_.norm_eps);
   }
   std::vector<float> logits(static_cast<std::size_t>(rows * vocab));
-  kernels::matmul(weights_.output, xb.data() + first * dim, rows, logits.data(), pool);
+  kernels::matmul(weights_.output, xb.data() + first * dim, rows, logits.data(), pool, activations());
   last_logits.assign(logits.end() - vocab, logits.end());
   if (all_logits) *all_logits = std::move(logits);
 }
