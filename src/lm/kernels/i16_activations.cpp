@@ -52,6 +52,12 @@ float vec_dot_i16(GgmlType type, const void* row, const I16Block* x, int64_t n) 
   throw base::Unsupported("no i16-activation dot product for tensor type " + ggml_type_name(type));
 }
 
+void vec_dot_i16_rows(GgmlType type, const void* rows, std::size_t row_bytes, int64_t n_rows, const I16Block* x,
+                      int64_t n, float* y) {
+  if (!has_i16_dot(type)) throw base::Unsupported("no i16-activation dot product for tensor type " + ggml_type_name(type));
+  simd::dot_i16_rows(type, rows, row_bytes, n_rows, x, n, y);
+}
+
 float vec_dot_i16_reference(GgmlType type, const void* row, const I16Block* x, int64_t n) {
   if (!has_i16_dot(type)) throw base::Unsupported("no i16-activation dot product for tensor type " + ggml_type_name(type));
   std::vector<float> w(static_cast<std::size_t>(n));

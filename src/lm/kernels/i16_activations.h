@@ -17,6 +17,7 @@
 // vec_dot_i16 is the fast kernel (lm/kernels/simd_dot_i16.cpp); vec_dot_i16_reference is its
 // definition (dequantize the weight row and the blocks, sum in double) that tests compare it
 // with; the f32 kernels of vec_dot.h remain the reference for the whole approximation.
+#include <cstddef>
 #include <cstdint>
 
 #include "lm/weights/ggml_type.h"
@@ -43,6 +44,10 @@ void quantize_i16_reference(const float* x, int64_t n, I16Block* out);
 // sum_i dequant(row)[i] * (d_b * q_i) over n elements (n a multiple of the format's block
 // size). Throws base::Unsupported for a type without has_i16_dot.
 float vec_dot_i16(GgmlType type, const void* row, const I16Block* x, int64_t n);
+// vec_dot_i16 of n_rows rows row_bytes apart into y[0..n_rows): one dispatch for all (the
+// matmul decode path). Same values as row-by-row vec_dot_i16.
+void vec_dot_i16_rows(GgmlType type, const void* rows, std::size_t row_bytes, int64_t n_rows, const I16Block* x,
+                      int64_t n, float* y);
 float vec_dot_i16_reference(GgmlType type, const void* row, const I16Block* x, int64_t n);
 
 }  // namespace lm::kernels

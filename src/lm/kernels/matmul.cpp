@@ -37,9 +37,9 @@ void compute_units(const WeightMatrix& w, const float* x, const I16Block* xq, in
                    int64_t end) {
   if (n_tokens < kDequantizeFromTokens && xq && has_i16_dot(w.type)) {
     const int64_t blocks_per_token = w.cols / kI16Block;
-    for (int64_t r = begin; r < end; ++r) {
-      const std::byte* row = w.row(r);
-      for (int64_t t = 0; t < n_tokens; ++t) y[t * w.rows + r] = vec_dot_i16(w.type, row, xq + t * blocks_per_token, w.cols);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      vec_dot_i16_rows(w.type, w.row(begin), w.row_bytes, end - begin, xq + t * blocks_per_token, w.cols,
+                       y + t * w.rows + begin);
     }
     return;
   }

@@ -5,6 +5,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <cstddef>
 #include <cstring>
 
 #include "lm/kernels/simd_dot_i16.h"
@@ -43,19 +44,28 @@ HWY_INLINE VI32 madd(VI16 w, VI16 x, VI32 sum0, VI32& sum1) {
 HWY_INLINE float reduce(hn::Vec<DF> v) { return hn::GetLane(hn::SumOfLanes(DF(), v)); }
 
 // sum(w * q) of one Q4 block (32 nibbles: elements 0..15 low, 16..31 high) with its
-// activation block, as i32 lanes.
+// activation block, as i32 lanes. The 16 code bytes are widened to i16 once; the nibbles are
+// then split in 16-bit lanes (the high one needs no mask there).
 HWY_INLINE VI32 q4_block_sum(const uint8_t* qs, const int16_t* x) {
   const DI16 di16;
   const DU8 du8;
   const size_t N = hn::Lanes(di16);
-  const auto mask = hn::Set(du8, 0x0f);
+  const auto mask = hn::Set(di16, 0x0f);
   VI32 s0 = hn::Zero(DI32()), s1 = hn::Zero(DI32());
   for (size_t j = 0; j < 16; j += N) {
-    const auto q = hn::LoadU(du8, qs + j);
-    s0 = madd(hn::PromoteTo(di16, hn::And(q, mask)), hn::LoadU(di16, x + j), s0, s1);
-    s0 = madd(hn::PromoteTo(di16, hn::ShiftRight<4>(q)), hn::LoadU(di16, x + 16 + j), s0, s1);
+    const auto q = hn::PromoteTo(di16, hn::LoadU(du8, qs + j));
+    s0 = madd(hn::And(q, mask), hn::LoadU(di16, x + j), s0, s1);
+    s0 = madd(hn::ShiftRight<4>(q), hn::LoadU(di16, x + 16 + j), s0, s1);
   }
   return hn::Add(s0, s1);
+}
+
+// (d, m) of a Q4_1 block times (dx, dx * sum(qx)) of its activation block, in one 2-lane
+// conversion and multiply: lane 0 scales the block's integer sum, lane 1 is its min term.
+HWY_INLINE hn::Vec<hn::CappedTag<float, 2>> q4_1_scales(const BlockQ4_1& block, const I16Block& x) {
+  const hn::CappedTag<float, 2> d2;
+  const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
+  return hn::Mul(hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(&block.d))), hn::LoadU(d2, &x.d));
 }
 
 void QuantizeI16(const float* x, int64_t n, I16Block* out) {
@@ -96,23 +106,39 @@ float DotI16Q4_0(const void* row, const I16Block* x, int64_t n) {
 // Q4_1: w = d * q + m: d * dx * sum(q * qx) + m * (dx * sum(qx)).
 float DotI16Q4_1(const void* row, const I16Block* x, int64_t n) {
   const DF df;
+  const hn::CappedTag<float, 2> d2;
   const auto* blocks = static_cast<const BlockQ4_1*>(row);
-  // Two accumulators (even / odd blocks) so consecutive blocks do not wait on each other.
-  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
-  float mins = 0.0f;
   const int64_t nb = n / kQK4_1;
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    acc0 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc0);
-    acc1 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b + 1].qs, x[b + 1].q)),
-                      hn::Set(df, f16_scale(blocks[b + 1].d) * x[b + 1].d), acc1);
-    mins += f16_scale(blocks[b].m) * x[b].sum + f16_scale(blocks[b + 1].m) * x[b + 1].sum;
+  if constexpr (hn::MaxLanes(decltype(d2)()) < 2) {
+    // One-lane targets: the scales one at a time.
+    auto acc = hn::Zero(df);
+    float mins = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      acc = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc);
+      mins += f16_scale(blocks[b].m) * x[b].sum;
+    }
+    return reduce(acc) + mins;
+  } else {
+    // Two accumulators (even / odd blocks) so consecutive blocks do not wait on each other;
+    // lane 1 of `mins` collects the min terms (lane 0 is unused).
+    auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+    auto mins = hn::Zero(d2);
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      const auto s0 = q4_1_scales(blocks[b], x[b]), s1 = q4_1_scales(blocks[b + 1], x[b + 1]);
+      acc0 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, hn::GetLane(s0)), acc0);
+      acc1 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b + 1].qs, x[b + 1].q)), hn::Set(df, hn::GetLane(s1)), acc1);
+      mins = hn::Add(mins, hn::Add(s0, s1));
+    }
+    if (b < nb) {
+      const auto s0 = q4_1_scales(blocks[b], x[b]);
+      acc0 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, hn::GetLane(s0)), acc0);
+      mins = hn::Add(mins, s0);
+    }
+    float lanes[hn::MaxLanes(decltype(d2)())];
+    hn::StoreU(mins, d2, lanes);
+    return reduce(hn::Add(acc0, acc1)) + lanes[1];
   }
-  if (b < nb) {
-    acc0 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc0);
-    mins += f16_scale(blocks[b].m) * x[b].sum;
-  }
-  return reduce(hn::Add(acc0, acc1)) + mins;
 }
 
 float DotI16Q8_0(const void* row, const I16Block* x, int64_t n) {
@@ -211,6 +237,26 @@ float DotI16Q6_K(const void* row, const I16Block* x, int64_t n) {
   return reduce(acc);
 }
 
+// y[r] = dot(row r, x) for n_rows rows row_bytes apart: one dispatch per range of rows
+// instead of one per row (decode matvecs are hundreds of thousands of short rows per token).
+template <float (*Dot)(const void*, const I16Block*, int64_t)>
+HWY_INLINE void rows_with(const std::byte* rows, size_t row_bytes, int64_t n_rows, const I16Block* x, int64_t n, float* y) {
+  for (int64_t r = 0; r < n_rows; ++r) y[r] = Dot(rows + static_cast<size_t>(r) * row_bytes, x, n);
+}
+
+void DotI16Rows(GgmlType type, const void* rows, size_t row_bytes, int64_t n_rows, const I16Block* x, int64_t n,
+                float* y) {
+  const auto* p = static_cast<const std::byte*>(rows);
+  switch (type) {
+    case GgmlType::Q4_0: return rows_with<DotI16Q4_0>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q4_1: return rows_with<DotI16Q4_1>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q8_0: return rows_with<DotI16Q8_0>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q4_K: return rows_with<DotI16Q4_K>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q6_K: return rows_with<DotI16Q6_K>(p, row_bytes, n_rows, x, n, y);
+    default: return;
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace lm::kernels::simd
 HWY_AFTER_NAMESPACE();
@@ -224,6 +270,7 @@ HWY_EXPORT(DotI16Q4_1);
 HWY_EXPORT(DotI16Q8_0);
 HWY_EXPORT(DotI16Q4_K);
 HWY_EXPORT(DotI16Q6_K);
+HWY_EXPORT(DotI16Rows);
 
 void quantize_i16(const float* x, int64_t n, I16Block* out) { HWY_DYNAMIC_DISPATCH(QuantizeI16)(x, n, out); }
 float dot_i16_q4_0(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q4_0)(row, x, n); }
@@ -231,6 +278,10 @@ float dot_i16_q4_1(const void* row, const I16Block* x, int64_t n) { return HWY_D
 float dot_i16_q8_0(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q8_0)(row, x, n); }
 float dot_i16_q4_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q4_K)(row, x, n); }
 float dot_i16_q6_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q6_K)(row, x, n); }
+void dot_i16_rows(GgmlType type, const void* rows, size_t row_bytes, int64_t n_rows, const I16Block* x, int64_t n,
+                  float* y) {
+  HWY_DYNAMIC_DISPATCH(DotI16Rows)(type, rows, row_bytes, n_rows, x, n, y);
+}
 
 }  // namespace lm::kernels::simd
 #endif  // HWY_ONCE
