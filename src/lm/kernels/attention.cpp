@@ -85,6 +85,17 @@ void load_rows_f32(const Tensor& t, int64_t b, int64_t h, int64_t j0, int64_t j1
   const auto& s = t.strides();
   const std::size_t es = t.element_size();
   const std::byte* base_ptr = t.raw_data();
+  if (s[3] == 1 && s[2] == d && t.dtype() != DType::F32) {
+    // Rows of a head lie back to back (a cache's [B, H, T, D] buffer): one conversion call
+    // for the whole tile instead of one dispatch per row.
+    const auto* first = reinterpret_cast<const uint16_t*>(base_ptr + (b * s[0] + h * s[1] + j0 * s[2]) * static_cast<int64_t>(es));
+    if (t.dtype() == DType::F16) {
+      simd::f16_to_f32(first, dst, (j1 - j0) * d);
+    } else {
+      simd::bf16_to_f32(first, dst, (j1 - j0) * d);
+    }
+    return;
+  }
   for (int64_t j = j0; j < j1; ++j, dst += d) {
     const std::byte* row = base_ptr + (b * s[0] + h * s[1] + j * s[2]) * static_cast<int64_t>(es);
     if (s[3] == 1 && t.dtype() == DType::F16) {
