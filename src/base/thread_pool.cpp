@@ -76,7 +76,7 @@ void ThreadPool::run_chunk(int participant) {
   if (begin >= end) return;
   t_inside_pool_body = true;
   try {
-    (*body_)(begin, end);
+    body_(begin, end);
   } catch (...) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!error_) error_ = std::current_exception();
@@ -110,8 +110,7 @@ void ThreadPool::worker_loop(int index) {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& body,
-                              int64_t min_chunk) {
+void ThreadPool::run(int64_t n, RangeFn body, int64_t min_chunk) {
   if (n <= 0) return;
   min_chunk = std::max<int64_t>(1, min_chunk);
   const int64_t useful = std::min<int64_t>(size(), (n + min_chunk - 1) / min_chunk);
@@ -120,7 +119,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     body(0, n);
     return;
   }
-  body_ = &body;
+  body_ = body;
   n_ = n;
   participants_ = static_cast<int>(useful);
   pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
@@ -143,7 +142,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     error = error_;
     error_ = nullptr;
   }
-  body_ = nullptr;
+  body_ = RangeFn{nullptr, nullptr};
   if (error) std::rethrow_exception(error);
 }
 

@@ -8,9 +8,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
+#include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace base {
@@ -31,8 +33,16 @@ class ThreadPool {
   // Exceptions from the body are rethrown on the calling thread (the first one wins).
   // Calls from inside a body, or concurrent calls from other threads, run serially on the
   // caller: the pool never deadlocks on nesting.
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& body,
-                    int64_t min_chunk = 1);
+  // The body is taken by reference (no std::function, so no heap allocation per call:
+  // decode calls this a few hundred times per token); it must outlive the call, which it does
+  // since the call blocks until every chunk has run.
+  template <class Body>
+  void parallel_for(int64_t n, Body&& body, int64_t min_chunk = 1) {
+    using B = std::remove_reference_t<Body>;
+    run(n, RangeFn{const_cast<void*>(static_cast<const void*>(std::addressof(body))),
+                   [](void* object, int64_t begin, int64_t end) { (*static_cast<B*>(object))(begin, end); }},
+        min_chunk);
+  }
 
   // A process-wide pool sized by set_global_threads (default: all cores).
   static ThreadPool& global();
@@ -40,6 +50,13 @@ class ThreadPool {
   static void set_global_threads(int threads);
 
  private:
+  // A non-owning reference to the caller's body.
+  struct RangeFn {
+    void* object;
+    void (*call)(void*, int64_t, int64_t);
+    void operator()(int64_t begin, int64_t end) const { call(object, begin, end); }
+  };
+  void run(int64_t n, RangeFn body, int64_t min_chunk);
   void worker_loop(int index);
   void run_chunk(int participant);
   void finish_one();
@@ -54,7 +71,7 @@ class ThreadPool {
   // read by workers after they observe the new generation (acquire). Every worker takes part
   // in every call (those beyond `participants_` just report done), so no worker can lag a
   // generation behind and run a chunk twice.
-  const std::function<void(int64_t, int64_t)>* body_ = nullptr;
+  RangeFn body_{nullptr, nullptr};
   int64_t n_ = 0;
   int participants_ = 0;
   std::atomic<uint64_t> generation_{0};

@@ -118,7 +118,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
 
   LoadedModel out;
   try {
-    out.model = std::make_shared<LlamaModel>(c, hyper, std::move(w), LlamaRuntimeOptions{options.kv_dtype, options.threads});
+    out.model = std::make_shared<LlamaModel>(c, hyper, std::move(w), LlamaRuntimeOptions{options.kv_dtype, options.threads, options.i16_activations});
   } catch (const base::FormatError& e) {
     throw base::FormatError("GGUF file '" + path + "': " + e.what());
   }
@@ -154,7 +154,7 @@ LoadedModel load_llama2c(const std::string& path, const LoadOptions& options) {
   const std::string tokenizer_path = find_llama2c_tokenizer(path, ck.config.vocab_size, options);
   LoadedModel out;
   out.model = std::make_shared<LlamaModel>(ck.config, ck.hyper, std::move(ck.weights),
-                                           LlamaRuntimeOptions{options.kv_dtype, options.threads});
+                                           LlamaRuntimeOptions{options.kv_dtype, options.threads, options.i16_activations});
   out.tokenizer = make_tokenizer(read_llama2c_tokenizer(tokenizer_path, ck.config.vocab_size));
   return out;
 }

@@ -24,6 +24,8 @@ struct LoadOptions {
   std::optional<std::string> tokenizer_path;
   DType kv_dtype = DType::F16;
   int threads = 0;  // 0 = all cores
+  // Decode matmuls on 16-bit-rounded activations (lm::LlamaRuntimeOptions::i16_activations).
+  bool i16_activations = true;
   std::optional<int64_t> context_length;  // overrides the file's context length
 };
 

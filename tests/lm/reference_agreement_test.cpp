@@ -370,6 +370,11 @@ constexpr double kMixedLlamaMax = 0.35, kMixedLlamaMean = 0.05;
 // probes): f32 accumulation only. Bounds ~6x, still 400x tighter than llama.cpp's distance,
 // so a wrong scale, nibble order or min term in any one format fails here.
 constexpr double kMixedExactMax = 5e-4, kMixedExactMean = 5e-5;
+// The chunked prefill's chunks of 1-3 tokens take the decode path, whose quantized-weight
+// matmuls run on activations rounded to 16 bits per 32-element block (lm/kernels/
+// i16_activations.h: |error| <= block max / 65534 per element). Measured: max 5.4e-4, mean
+// 2.4e-5. The max bound doubles for it — still 200x tighter than llama.cpp's distance.
+constexpr double kMixedExactChunkedMax = 1e-3;
 
 class ReferenceMixedTypes : public ::testing::Test {
  protected:
@@ -384,7 +389,8 @@ class ReferenceMixedTypes : public ::testing::Test {
 };
 ModelRun* ReferenceMixedTypes::run_ = nullptr;
 
-void expect_mixed_agreement(const ModelRun& run, const std::vector<float>& logits, const std::string& what) {
+void expect_mixed_agreement(const ModelRun& run, const std::vector<float>& logits, const std::string& what,
+                            double exact_max = kMixedExactMax) {
   const Agreement llama = run.vs_llama(logits);
   const Agreement exact = run.vs_exact(logits);
   report("mixed_types " + what + " vs llama.cpp", llama);
@@ -396,8 +402,8 @@ void expect_mixed_agreement(const ModelRun& run, const std::vector<float>& logit
   EXPECT_LE(llama.full.max, kMixedLlamaMax);
   EXPECT_LE(llama.full.mean(), kMixedLlamaMean);
   EXPECT_GE(exact.top1_rate(), 0.99);
-  EXPECT_LE(exact.sparse.max, kMixedExactMax);
-  EXPECT_LE(exact.full.max, kMixedExactMax);
+  EXPECT_LE(exact.sparse.max, exact_max);
+  EXPECT_LE(exact.full.max, exact_max);
   EXPECT_LE(exact.full.mean(), kMixedExactMean);
 }
 
@@ -416,7 +422,7 @@ TEST_F(ReferenceMixedTypes, OneForwardAgreesWithLlamaCppAndTheExactForward) {
 }
 
 TEST_F(ReferenceMixedTypes, ChunkedPrefillAgreesWithLlamaCppAndTheExactForward) {
-  expect_mixed_agreement(*run_, run_->chunked_forward(), "chunked prefill");
+  expect_mixed_agreement(*run_, run_->chunked_forward(), "chunked prefill", kMixedExactChunkedMax);
 }
 
 // ---------------------------------------------------------------- SmolLM2-135M-Instruct Q4_1

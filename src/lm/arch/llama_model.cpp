@@ -29,6 +29,23 @@ void expect_vector(const std::vector<float>& v, std::size_t n, const std::string
   }
 }
 
+// forward()'s working buffers. They only grow, so once a shape has been seen (the first
+// decode step) no later step allocates them again. Per thread rather than per model because
+// forward() is const and may run concurrently on several threads with different caches.
+struct ForwardScratch {
+  std::vector<float> x, xb, delta, gate, up, q, k, v, merged, logits;
+};
+
+ForwardScratch& scratch() {
+  thread_local ForwardScratch s;
+  return s;
+}
+
+float* sized(std::vector<float>& buffer, int64_t n) {
+  if (buffer.size() < static_cast<std::size_t>(n)) buffer.resize(static_cast<std::size_t>(n));
+  return buffer.data();
+}
+
 }  // namespace
 
 LlamaModel::LlamaModel(ModelConfig config, LlamaHyperParams hyper, LlamaWeights weights, LlamaRuntimeOptions options)
@@ -116,12 +133,13 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
   const std::optional<int64_t> window = layers_[layer].sliding_window;
   const AttentionMask mask = cache.make_mask(n, window);
 
-  std::vector<float> q(static_cast<std::size_t>(n * hq * d));
-  std::vector<float> k(static_cast<std::size_t>(n * hkv * d));
-  std::vector<float> v(static_cast<std::size_t>(n * hkv * d));
-  const kernels::MatmulJob qkv[] = {{&w.wq, q.data()}, {&w.wk, k.data()}, {&w.wv, v.data()}};
-  kernels::matmul_many(qkv, xb, n, pool);
-  const auto add_bias = [n](std::vector<float>& x, const std::vector<float>& bias) {
+  ForwardScratch& buf = scratch();
+  float* q = sized(buf.q, n * hq * d);
+  float* k = sized(buf.k, n * hkv * d);
+  float* v = sized(buf.v, n * hkv * d);
+  const kernels::MatmulJob qkv[] = {{&w.wq, q}, {&w.wk, k}, {&w.wv, v}};
+  kernels::matmul_many(qkv, xb, n, pool, activations());
+  const auto add_bias = [n](float* x, const std::vector<float>& bias) {
     if (bias.empty()) return;
     const std::size_t width = bias.size();
     for (int64_t t = 0; t < n; ++t) {
@@ -131,17 +149,15 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
   add_bias(q, w.bq);
   add_bias(k, w.bk);
   add_bias(v, w.bv);
-  const auto head_norm = [&](std::vector<float>& x, const std::vector<float>& weight) {
+  const auto head_norm = [&](float* x, int64_t heads, const std::vector<float>& weight) {
     if (weight.empty()) return;
-    for (std::size_t off = 0; off < x.size(); off += static_cast<std::size_t>(d)) {
-      kernels::rmsnorm(x.data() + off, weight.data(), x.data() + off, d, config_.norm_eps);
-    }
+    for (int64_t off = 0; off < n * heads * d; off += d) kernels::rmsnorm(x + off, weight.data(), x + off, d, config_.norm_eps);
   };
-  head_norm(q, w.q_norm);
-  head_norm(k, w.k_norm);
-  kernels::rope(q.data(), n, static_cast<int>(hq), static_cast<int>(d), pos0, config_.rope_theta, hyper_.rope_style,
+  head_norm(q, hq, w.q_norm);
+  head_norm(k, hkv, w.k_norm);
+  kernels::rope(q, n, static_cast<int>(hq), static_cast<int>(d), pos0, config_.rope_theta, hyper_.rope_style,
                 hyper_.rope_dim);
-  kernels::rope(k.data(), n, static_cast<int>(hkv), static_cast<int>(d), pos0, config_.rope_theta, hyper_.rope_style,
+  kernels::rope(k, n, static_cast<int>(hkv), static_cast<int>(d), pos0, config_.rope_theta, hyper_.rope_style,
                 hyper_.rope_dim);
 
   // [N, H, D] token-major -> [1, H, N, D] head-major, as the cache contract wants.
@@ -149,7 +165,7 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
   float* qt = queries.data<float>();
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t h = 0; h < hq; ++h) {
-      std::copy_n(q.data() + (t * hq + h) * d, d, qt + (h * n + t) * d);
+      std::copy_n(q + (t * hq + h) * d, d, qt + (h * n + t) * d);
     }
   }
   const DType kv_dtype = options_.kv_dtype;
@@ -158,9 +174,9 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t h = 0; h < hkv; ++h) {
       const std::size_t dst = static_cast<std::size_t>((h * n + t) * d) * es;
-      convert_elements(reinterpret_cast<const std::byte*>(k.data() + (t * hkv + h) * d), DType::F32,
+      convert_elements(reinterpret_cast<const std::byte*>(k + (t * hkv + h) * d), DType::F32,
                        keys.raw_data() + dst, kv_dtype, static_cast<std::size_t>(d));
-      convert_elements(reinterpret_cast<const std::byte*>(v.data() + (t * hkv + h) * d), DType::F32,
+      convert_elements(reinterpret_cast<const std::byte*>(v + (t * hkv + h) * d), DType::F32,
                        values.raw_data() + dst, kv_dtype, static_cast<std::size_t>(d));
     }
   }
@@ -184,11 +200,11 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
   // [1, H_q, N, D] -> [N, H_q * D] for the output projection.
   const Tensor out_c = out.contiguous();
   const float* o = out_c.data<float>();
-  std::vector<float> merged(static_cast<std::size_t>(n * hq * d));
+  float* merged = sized(buf.merged, n * hq * d);
   for (int64_t h = 0; h < hq; ++h) {
-    for (int64_t t = 0; t < n; ++t) std::copy_n(o + (h * n + t) * d, d, merged.data() + (t * hq + h) * d);
+    for (int64_t t = 0; t < n; ++t) std::copy_n(o + (h * n + t) * d, d, merged + (t * hq + h) * d);
   }
-  kernels::matmul(w.wo, merged.data(), n, attn_out, pool);
+  kernels::matmul(w.wo, merged, n, attn_out, pool, activations());
 }
 
 void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, std::vector<float>& last_logits,
@@ -216,27 +232,30 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, 
 
   const int64_t dim = config_.dim, hidden = config_.hidden_dim;
   base::ThreadPool* pool = pool_.get();
-  std::vector<float> x(static_cast<std::size_t>(n * dim));
-  for (int64_t t = 0; t < n; ++t) weights_.token_embedding.dequantize_row_to(tokens[t], x.data() + t * dim);
+  ForwardScratch& buf = scratch();
+  float* x = sized(buf.x, n * dim);
+  float* xb = sized(buf.xb, n * dim);
+  float* delta = sized(buf.delta, n * dim);
+  float* gate = sized(buf.gate, n * hidden);
+  float* up = sized(buf.up, n * hidden);
+  for (int64_t t = 0; t < n; ++t) weights_.token_embedding.dequantize_row_to(tokens[t], x + t * dim);
 
-  std::vector<float> xb(x.size()), delta(x.size());
-  std::vector<float> gate(static_cast<std::size_t>(n * hidden)), up(gate.size());
   for (int l = 0; l < config_.n_layers; ++l) {
     const LlamaLayerWeights& w = weights_.layers[l];
     for (int64_t t = 0; t < n; ++t) {
-      kernels::rmsnorm(x.data() + t * dim, w.attn_norm.data(), xb.data() + t * dim, dim, config_.norm_eps);
+      kernels::rmsnorm(x + t * dim, w.attn_norm.data(), xb + t * dim, dim, config_.norm_eps);
     }
-    attention_block(l, n, xb.data(), delta.data(), *caches[l]);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
+    attention_block(l, n, xb, delta, *caches[l]);
+    for (int64_t i = 0; i < n * dim; ++i) x[i] += delta[i];
 
     for (int64_t t = 0; t < n; ++t) {
-      kernels::rmsnorm(x.data() + t * dim, w.ffn_norm.data(), xb.data() + t * dim, dim, config_.norm_eps);
+      kernels::rmsnorm(x + t * dim, w.ffn_norm.data(), xb + t * dim, dim, config_.norm_eps);
     }
-    const kernels::MatmulJob gate_up[] = {{&w.w_gate, gate.data()}, {&w.w_up, up.data()}};
-    kernels::matmul_many(gate_up, xb.data(), n, pool);
-    kernels::swiglu(gate.data(), up.data(), n * hidden);
-    kernels::matmul(w.w_down, gate.data(), n, delta.data(), pool);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
+    const kernels::MatmulJob gate_up[] = {{&w.w_gate, gate}, {&w.w_up, up}};
+    kernels::matmul_many(gate_up, xb, n, pool, activations());
+    kernels::swiglu(gate, up, n * hidden);
+    kernels::matmul(w.w_down, gate, n, delta, pool, activations());
+    for (int64_t i = 0; i < n * dim; ++i) x[i] += delta[i];
   }
 
   const int64_t vocab = config_.vocab_size;
@@ -244,12 +263,12 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, 
   const int64_t first = all_logits ? 0 : n - 1;
   const int64_t rows = n - first;
   for (int64_t t = first; t < n; ++t) {
-    kernels::rmsnorm(x.data() + t * dim, weights_.output_norm.data(), xb.data() + t * dim, dim, config_.norm_eps);
+    kernels::rmsnorm(x + t * dim, weights_.output_norm.data(), xb + t * dim, dim, config_.norm_eps);
   }
-  std::vector<float> logits(static_cast<std::size_t>(rows * vocab));
-  kernels::matmul(weights_.output, xb.data() + first * dim, rows, logits.data(), pool);
-  last_logits.assign(logits.end() - vocab, logits.end());
-  if (all_logits) *all_logits = std::move(logits);
+  float* logits = sized(buf.logits, rows * vocab);
+  kernels::matmul(weights_.output, xb + first * dim, rows, logits, pool, activations());
+  last_logits.assign(logits + (rows - 1) * vocab, logits + rows * vocab);
+  if (all_logits) all_logits->assign(logits, logits + rows * vocab);
 }
 
 }  // namespace lm

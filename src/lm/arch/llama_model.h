@@ -11,6 +11,7 @@
 
 #include "base/thread_pool.h"
 #include "lm/arch/llama_weights.h"
+#include "lm/kernels/matmul.h"
 #include "lm/model.h"
 
 namespace lm {
@@ -18,6 +19,9 @@ namespace lm {
 struct LlamaRuntimeOptions {
   DType kv_dtype = DType::F16;
   int threads = 0;  // 0 = all cores
+  // Decode matmuls of quantized weights on 16-bit-rounded activations (integer dot products,
+  // lm/kernels/i16_activations.h); false keeps f32 activations everywhere (the reference).
+  bool i16_activations = true;
 };
 
 class LlamaModel : public Model {
@@ -37,6 +41,9 @@ class LlamaModel : public Model {
 
  private:
   void validate() const;
+  kernels::Activations activations() const {
+    return options_.i16_activations ? kernels::Activations::kI16 : kernels::Activations::kF32;
+  }
   void attention_block(int layer, int64_t n, const float* xb, float* attn_out, KVCache& cache) const;
 
   ModelConfig config_;

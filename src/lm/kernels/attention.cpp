@@ -85,6 +85,17 @@ void load_rows_f32(const Tensor& t, int64_t b, int64_t h, int64_t j0, int64_t j1
   const auto& s = t.strides();
   const std::size_t es = t.element_size();
   const std::byte* base_ptr = t.raw_data();
+  if (s[3] == 1 && s[2] == d && t.dtype() != DType::F32) {
+    // Rows of a head lie back to back (a cache's [B, H, T, D] buffer): one conversion call
+    // for the whole tile instead of one dispatch per row.
+    const auto* first = reinterpret_cast<const uint16_t*>(base_ptr + (b * s[0] + h * s[1] + j0 * s[2]) * static_cast<int64_t>(es));
+    if (t.dtype() == DType::F16) {
+      simd::f16_to_f32(first, dst, (j1 - j0) * d);
+    } else {
+      simd::bf16_to_f32(first, dst, (j1 - j0) * d);
+    }
+    return;
+  }
   for (int64_t j = j0; j < j1; ++j, dst += d) {
     const std::byte* row = base_ptr + (b * s[0] + h * s[1] + j * s[2]) * static_cast<int64_t>(es);
     if (s[3] == 1 && t.dtype() == DType::F16) {
@@ -97,6 +108,11 @@ void load_rows_f32(const Tensor& t, int64_t b, int64_t h, int64_t j0, int64_t j1
       for (int64_t e = 0; e < d; ++e) dst[e] = load_as_f32(row + e * s[3] * static_cast<int64_t>(es), t.dtype());
     }
   }
+}
+
+float* sized(std::vector<float>& buffer, std::size_t n) {
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
 }
 
 struct Unit {
@@ -152,9 +168,7 @@ void attend_unit(const float* qdata, const Tensor& k, const Tensor& v, const Geo
       if (transpose) {
         simd::scores_transposed(q, kt.data(), kKeyTile, d, kKeyTile, s.data());
       } else {
-        int64_t jj = 0;
-        for (; jj + 4 <= nk; jj += 4) simd::dot_f32_rows4(krows.data() + jj * d, d, q, d, s.data() + jj);
-        for (; jj < nk; ++jj) s[jj] = simd::dot_f32(krows.data() + jj * d, q, d);
+        simd::dot_f32_rows(krows.data(), d, nk, q, d, s.data());
       }
       float tile_max = neg_inf;
       for (int64_t jj = 0; jj < nk; ++jj) {
@@ -198,8 +212,11 @@ void attention(const Tensor& queries, const Tensor& keys, const Tensor& values, 
   if (!out.defined() || out.shape() != out_shape || out.dtype() != DType::F32 || !out.is_contiguous()) {
     out = Tensor(out_shape, DType::F32);
   }
-  const Tensor q = queries.contiguous();
-  const float* qdata = q.data<float>();
+  // The host's queries are already contiguous: read them in place (a contiguous() copy of
+  // the Tensor object alone costs heap allocations every decode step).
+  Tensor q_copy;
+  if (!queries.is_contiguous()) q_copy = queries.contiguous();
+  const float* qdata = (q_copy.defined() ? q_copy : queries).data<float>();
   float* odata = out.data<float>();
   const int64_t group = g.h_q / g.h_kv, d = g.d;
   const int64_t blocks = (g.n + kQueryBlock - 1) / kQueryBlock, heads = g.batch * g.h_kv;
@@ -225,11 +242,17 @@ void attention(const Tensor& queries, const Tensor& keys, const Tensor& values, 
   };
   const int64_t max_rows = group * std::min(g.n, kQueryBlock);
   // Per-unit partial states when keys are split: [unit][rows] m and l, [unit][rows][d] acc.
-  std::vector<float> part_m, part_l, part_acc;
+  // Grow-only per-thread buffers: no allocation per decode step once the context's split
+  // count has been seen.
+  // (Pointers, not the thread_local vectors, go into the body: inside a lambda a thread_local
+  // names the running thread's own instance.)
+  thread_local std::vector<float> part_m_buffer, part_l_buffer, part_acc_buffer;
+  float *part_m = nullptr, *part_l = nullptr, *part_acc = nullptr;
   if (splits > 1) {
-    part_m.resize(static_cast<std::size_t>(n_units * max_rows));
-    part_l.resize(part_m.size());
-    part_acc.resize(part_m.size() * static_cast<std::size_t>(d));
+    const std::size_t need = static_cast<std::size_t>(n_units * max_rows);
+    part_m = sized(part_m_buffer, need);
+    part_l = sized(part_l_buffer, need);
+    part_acc = sized(part_acc_buffer, need * static_cast<std::size_t>(d));
   }
   const auto body = [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> m, l, acc;
@@ -237,8 +260,8 @@ void attention(const Tensor& queries, const Tensor& keys, const Tensor& values, 
       const Unit u = unit_at(index);
       const int64_t nq = u.i1 - u.i0, rows = group * nq;
       if (splits > 1) {
-        attend_unit(qdata, keys, values, g, mask, window, scale, u, part_m.data() + index * max_rows,
-                    part_l.data() + index * max_rows, part_acc.data() + index * max_rows * d);
+        attend_unit(qdata, keys, values, g, mask, window, scale, u, part_m + index * max_rows,
+                    part_l + index * max_rows, part_acc + index * max_rows * d);
         continue;
       }
       m.resize(static_cast<std::size_t>(rows));
@@ -279,7 +302,7 @@ void attention(const Tensor& queries, const Tensor& keys, const Tensor& values, 
         if (mu == neg_inf) continue;
         const float w = std::exp(mu - big);
         total += w * part_l[unit * max_rows + r];
-        simd::axpy_f32(w, part_acc.data() + (unit * max_rows + r) * d, o, d);
+        simd::axpy_f32(w, part_acc + (unit * max_rows + r) * d, o, d);
       }
       const float inv = 1.0f / total;
       for (int64_t e = 0; e < d; ++e) o[e] *= inv;

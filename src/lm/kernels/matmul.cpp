@@ -5,6 +5,7 @@
 
 #include "base/thread_pool.h"
 #include "lm/weights/dequantize.h"
+#include "lm/kernels/i16_activations.h"
 #include "lm/kernels/simd_dot.h"
 #include "lm/kernels/vec_dot.h"
 
@@ -19,8 +20,8 @@ constexpr int64_t kMinRowsPerChunk = 16;
 constexpr int64_t kDequantizeFromTokens = 4;
 }  // namespace
 
-void matvec(const WeightMatrix& w, const float* x, float* y, base::ThreadPool* pool) {
-  matmul(w, x, 1, y, pool);
+void matvec(const WeightMatrix& w, const float* x, float* y, base::ThreadPool* pool, Activations activations) {
+  matmul(w, x, 1, y, pool, activations);
 }
 
 namespace {
@@ -31,7 +32,17 @@ int64_t unit_count(const WeightMatrix& w, int64_t n_tokens) {
   return n_tokens >= kDequantizeFromTokens ? (w.rows + 3) / 4 : w.rows;
 }
 
-void compute_units(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, int64_t begin, int64_t end) {
+// xq: x quantized to I16 blocks (n_tokens * cols / 32 of them), or null for f32 activations.
+void compute_units(const WeightMatrix& w, const float* x, const I16Block* xq, int64_t n_tokens, float* y, int64_t begin,
+                   int64_t end) {
+  if (n_tokens < kDequantizeFromTokens && xq && has_i16_dot(w.type)) {
+    const int64_t blocks_per_token = w.cols / kI16Block;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      vec_dot_i16_rows(w.type, w.row(begin), w.row_bytes, end - begin, xq + t * blocks_per_token, w.cols,
+                       y + t * w.rows + begin);
+    }
+    return;
+  }
   if (n_tokens < kDequantizeFromTokens) {
     for (int64_t r = begin; r < end; ++r) {
       const std::byte* row = w.row(r);
@@ -80,24 +91,41 @@ void compute_units(const WeightMatrix& w, const float* x, int64_t n_tokens, floa
 
 }  // namespace
 
-void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, base::ThreadPool* pool) {
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, base::ThreadPool* pool,
+            Activations activations) {
   const MatmulJob job{&w, y};
-  matmul_many(std::span<const MatmulJob>(&job, 1), x, n_tokens, pool);
+  matmul_many(std::span<const MatmulJob>(&job, 1), x, n_tokens, pool, activations);
 }
 
-void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, base::ThreadPool* pool) {
+void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, base::ThreadPool* pool,
+                 Activations activations) {
   // The jobs' units laid end to end: one parallel_for (one wake-up and one join) for all.
   int64_t offsets[kMaxMatmulJobs + 1] = {0};
   if (jobs.size() > kMaxMatmulJobs) {
-    for (const MatmulJob& job : jobs) matmul(*job.w, x, n_tokens, job.y, pool);
+    for (const MatmulJob& job : jobs) matmul(*job.w, x, n_tokens, job.y, pool, activations);
     return;
+  }
+  // Decode with I16 activations: x is quantized once, here on the calling thread, into a
+  // buffer that only grows (no allocation per call once the largest width has been seen).
+  const I16Block* xq = nullptr;
+  if (activations == Activations::kI16 && n_tokens < kDequantizeFromTokens && !jobs.empty()) {
+    const int64_t cols = jobs[0].w->cols;
+    bool any = false;
+    for (const MatmulJob& job : jobs) any = any || (has_i16_dot(job.w->type) && job.w->cols % kI16Block == 0);
+    if (any && cols % kI16Block == 0) {
+      thread_local std::vector<I16Block> scratch;
+      const std::size_t need = static_cast<std::size_t>(n_tokens * cols / kI16Block);
+      if (scratch.size() < need) scratch.resize(need);
+      quantize_i16(x, n_tokens * cols, scratch.data());
+      xq = scratch.data();
+    }
   }
   for (std::size_t j = 0; j < jobs.size(); ++j) offsets[j + 1] = offsets[j] + unit_count(*jobs[j].w, n_tokens);
   const int64_t total = offsets[jobs.size()];
   const auto body = [&](int64_t begin, int64_t end) {
     for (std::size_t j = 0; j < jobs.size(); ++j) {
       const int64_t lo = std::max(begin, offsets[j]), hi = std::min(end, offsets[j + 1]);
-      if (lo < hi) compute_units(*jobs[j].w, x, n_tokens, jobs[j].y, lo - offsets[j], hi - offsets[j]);
+      if (lo < hi) compute_units(*jobs[j].w, x, xq, n_tokens, jobs[j].y, lo - offsets[j], hi - offsets[j]);
     }
   };
   const int64_t min_units = n_tokens >= kDequantizeFromTokens ? kMinRowsPerChunk / 4 : kMinRowsPerChunk;

@@ -272,6 +272,14 @@ void DotF32Rows4(const float* w, int64_t stride, const float* x, int64_t n, floa
   }
 }
 
+// out[j] = dot(row j, x) for n_rows f32 rows `stride` apart: the rows four at a time through
+// DotF32Rows4, then one by one — one dispatch for a whole attention tile of keys.
+void DotF32Rows(const float* w, int64_t stride, int64_t n_rows, const float* x, int64_t n, float* out) {
+  int64_t j = 0;
+  for (; j + 4 <= n_rows; j += 4) DotF32Rows4(w + j * stride, stride, x, n, out + j);
+  for (; j < n_rows; ++j) out[j] = DotF32(w + j * stride, x, n);
+}
+
 // Four f32 rows against four x vectors (x_t at x + t * x_stride): out[t * 4 + k] =
 // dot(row k, x_t). Sixteen accumulators, eight loads per sixteen FMAs — the prefill GEMM
 // micro-kernel (rows in L1, the token block streaming from L2).
@@ -452,6 +460,7 @@ HWY_EXPORT(DotQ8_0);
 HWY_EXPORT(DotQ4_K);
 HWY_EXPORT(DotQ6_K);
 HWY_EXPORT(DotF32Rows4);
+HWY_EXPORT(DotF32Rows);
 HWY_EXPORT(DotF32Rows4x4);
 HWY_EXPORT(AxpyF32);
 HWY_EXPORT(F16ToF32);
@@ -472,6 +481,9 @@ float dot_q4_k(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_
 float dot_q6_k(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotQ6_K)(row, x, n); }
 void dot_f32_rows4(const float* w, int64_t stride, const float* x, int64_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(DotF32Rows4)(w, stride, x, n, out);
+}
+void dot_f32_rows(const float* w, int64_t stride, int64_t n_rows, const float* x, int64_t n, float* out) {
+  HWY_DYNAMIC_DISPATCH(DotF32Rows)(w, stride, n_rows, x, n, out);
 }
 void scores_transposed(const float* q, const float* kt, int64_t ld, int64_t d, int64_t cols, float* s) {
   HWY_DYNAMIC_DISPATCH(ScoresTransposed)(q, kt, ld, d, cols, s);

@@ -21,6 +21,9 @@ float dot_q6_k(const void* row, const float* x, int64_t n);
 // out[k] = dot(row k, x) for four f32 rows at w + k * stride (the prefill micro-kernel).
 void dot_f32_rows4(const float* w, int64_t stride, const float* x, int64_t n, float* out);
 
+// out[j] = dot(row j, x) for n_rows f32 rows `stride` apart (one dispatch for all of them).
+void dot_f32_rows(const float* w, int64_t stride, int64_t n_rows, const float* x, int64_t n, float* out);
+
 // out[t * 4 + k] = dot(row k, x_t) for four rows (w + k * w_stride) and four x vectors
 // (x + t * x_stride): the 4x4 register-tiled prefill micro-kernel.
 void dot_f32_rows4x4(const float* w, int64_t w_stride, const float* x, int64_t x_stride, int64_t n, float* out);

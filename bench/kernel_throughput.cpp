@@ -1,0 +1,159 @@
+// Throughput of the host's kernels, each beside its scalar reference in the same run:
+//   matvec/<format>/<path>  one decode matvec (576 x 1536, SmolLM2's FFN width) with f32
+//                           activations, i16 activations, or the scalar reference
+//                           (dequantize the row, f32 dot in double); weight GB/s and GFLOP/s
+//                           (2 flops per weight), and x_reference = reference time / this time.
+//   attention/<ctx>         one decode step of grouped-query attention (9 query heads, 3 kv
+//                           heads, d = 64, f16 cache) over ctx keys, single-threaded; GB/s of
+//                           the keys and values read, against attention_reference.
+// The weights (~0.5 MB for Q4) stay in L2, so these numbers measure the kernels, not DRAM.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/half.h"
+#include "lm/kernels/attention.h"
+#include "lm/kernels/i16_activations.h"
+#include "lm/kernels/matmul.h"
+#include "lm/kernels/vec_dot.h"
+#include "lm/tensor.h"
+#include "lm/weights/ggml_type.h"
+#include "lm/weights/weight_matrix.h"
+
+namespace {
+
+using lm::GgmlType;
+
+constexpr int64_t kRows = 576, kCols = 1536;
+
+// Random blocks with sane f16 scales (random bytes would give inf / NaN scales).
+std::vector<uint8_t> random_weights(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const auto info = lm::ggml_type_info(type);
+  const std::size_t row_bytes = lm::ggml_row_bytes(type, cols);
+  std::vector<uint8_t> bytes(row_bytes * static_cast<std::size_t>(rows));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : bytes) b = static_cast<uint8_t>(byte(rng));
+  const auto put = [&](std::size_t offset, float v) {
+    const uint16_t h = base::f32_to_f16(v);
+    std::memcpy(bytes.data() + offset, &h, 2);
+  };
+  const int64_t blocks = rows * cols / info.block_size;
+  for (int64_t k = 0; k < blocks; ++k) {
+    const std::size_t at = static_cast<std::size_t>(k) * info.type_size;
+    switch (type) {
+      case GgmlType::F16: put(at, 0.01f * static_cast<float>(byte(rng) - 128)); break;
+      case GgmlType::Q4_0: case GgmlType::Q8_0: put(at, 0.01f); break;
+      case GgmlType::Q4_1: put(at, 0.01f); put(at + 2, -0.08f); break;
+      case GgmlType::Q4_K: put(at, 0.01f); put(at + 2, 0.01f); break;
+      case GgmlType::Q6_K: put(at + 208, 0.01f); break;
+      default: break;
+    }
+  }
+  return bytes;
+}
+
+enum class Path { kF32, kI16, kReference };
+
+double seconds_per_call(Path path, const lm::WeightMatrix& w, const std::vector<float>& x, std::vector<float>& y) {
+  const auto run = [&] {
+    if (path == Path::kReference) {
+      lm::kernels::matmul_reference(w, x.data(), 1, y.data());
+    } else {
+      lm::kernels::matvec(w, x.data(), y.data(), nullptr,
+                          path == Path::kI16 ? lm::kernels::Activations::kI16 : lm::kernels::Activations::kF32);
+    }
+    benchmark::DoNotOptimize(y.data());
+  };
+  run();
+  double best = 1e9;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+void register_matvec(GgmlType type, Path path, const std::string& path_name) {
+  const std::string name = "matvec/" + lm::ggml_type_name(type) + "/" + path_name;
+  benchmark::RegisterBenchmark(name.c_str(), [type, path](benchmark::State& state) {
+    std::mt19937 rng(1);
+    const auto bytes = random_weights(type, kRows, kCols, rng);
+    const lm::WeightMatrix w = lm::WeightMatrix::view(type, kRows, kCols, bytes.data(), nullptr, "bench");
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(kCols), y(kRows);
+    for (auto& v : x) v = normal(rng);
+    const double reference = seconds_per_call(Path::kReference, w, x, y);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) {
+      if (path == Path::kReference) {
+        lm::kernels::matmul_reference(w, x.data(), 1, y.data());
+      } else {
+        lm::kernels::matvec(w, x.data(), y.data(), nullptr,
+                            path == Path::kI16 ? lm::kernels::Activations::kI16 : lm::kernels::Activations::kF32);
+      }
+      benchmark::DoNotOptimize(y.data());
+    }
+    const double per_call = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                            static_cast<double>(state.iterations());
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(w.nbytes()));
+    state.counters["GFLOP/s"] = benchmark::Counter(2.0 * kRows * kCols * static_cast<double>(state.iterations()),
+                                                   benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+    state.counters["x_reference"] = reference / per_call;
+  })->Unit(benchmark::kMicrosecond);
+}
+
+void register_attention(int64_t ctx, bool reference) {
+  const std::string name = std::string("attention/") + (reference ? "reference/" : "fast/") + std::to_string(ctx);
+  benchmark::RegisterBenchmark(name.c_str(), [ctx, reference](benchmark::State& state) {
+    constexpr int64_t kHeads = 9, kKvHeads = 3, kDim = 64;
+    std::mt19937 rng(2);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> q(kHeads * kDim), k(kKvHeads * ctx * kDim), v(k.size());
+    for (auto& e : q) e = normal(rng);
+    for (auto& e : k) e = normal(rng);
+    for (auto& e : v) e = normal(rng);
+    const lm::Tensor queries = lm::Tensor::from_f32(q, {1, kHeads, 1, kDim}, lm::DType::F32);
+    const lm::Tensor keys = lm::Tensor::from_f32(k, {1, kKvHeads, ctx, kDim}, lm::DType::F16);
+    const lm::Tensor values = lm::Tensor::from_f32(v, {1, kKvHeads, ctx, kDim}, lm::DType::F16);
+    lm::AttentionMask mask;
+    mask.kind = lm::AttentionMask::Kind::kCausal;
+    lm::Tensor out;
+    const float scale = 0.125f;
+    for (auto _ : state) {
+      if (reference) {
+        lm::kernels::attention_reference(queries, keys, values, mask, std::nullopt, scale, out);
+      } else {
+        lm::kernels::attention(queries, keys, values, mask, std::nullopt, scale, out, nullptr);
+      }
+      benchmark::DoNotOptimize(out.raw_data());
+    }
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 2 * kKvHeads * ctx * kDim * 2);
+  })->Unit(benchmark::kMicrosecond);
+}
+
+void register_all() {
+  for (GgmlType type : {GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    register_matvec(type, Path::kF32, "f32");
+    if (lm::kernels::has_i16_dot(type)) register_matvec(type, Path::kI16, "i16");
+    register_matvec(type, Path::kReference, "reference");
+  }
+  for (int64_t ctx : {1024, 4096}) {
+    register_attention(ctx, false);
+    register_attention(ctx, true);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

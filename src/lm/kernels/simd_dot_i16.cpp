@@ -1,0 +1,287 @@
+// Highway's foreach_target re-includes this file once per SIMD target; HWY_EXPORT and
+// HWY_DYNAMIC_DISPATCH pick the best compiled target on first call.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "lm/kernels/simd_dot_i16.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cstddef>
+#include <cstring>
+
+#include "lm/kernels/simd_dot_i16.h"
+#include "lm/weights/block_formats.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace lm::kernels::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// 16 i16 lanes (256 bits) where the target has them: half an activation block per vector,
+// and exactly one Q6_K scale group. Narrower targets step through in more vectors; every
+// loop below covers a block in whole vectors, so no masking is needed.
+using DI16 = hn::CappedTag<int16_t, 16>;
+using DU8 = hn::Rebind<uint8_t, DI16>;
+using DI8 = hn::Rebind<int8_t, DI16>;
+using DI32 = hn::Repartition<int32_t, DI16>;
+using DF = hn::Repartition<float, DI16>;
+using VI16 = hn::Vec<DI16>;
+using VI32 = hn::Vec<DI32>;
+
+HWY_INLINE float f16_scale(uint16_t bits) {
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
+  hwy::float16_t h[1];
+  std::memcpy(h, &bits, sizeof bits);
+  return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, h)));
+}
+
+// sum0 (+ sum1) += pairwise products of w and x (pmaddwd on x86; some targets split the
+// lanes over both accumulators, so callers add them before use).
+HWY_INLINE VI32 madd(VI16 w, VI16 x, VI32 sum0, VI32& sum1) {
+  return hn::ReorderWidenMulAccumulate(DI32(), w, x, sum0, sum1);
+}
+
+HWY_INLINE float reduce(hn::Vec<DF> v) { return hn::GetLane(hn::SumOfLanes(DF(), v)); }
+
+// sum(w * q) of one Q4 block (32 nibbles: elements 0..15 low, 16..31 high) with its
+// activation block, as i32 lanes. The 16 code bytes are widened to i16 once; the nibbles are
+// then split in 16-bit lanes (the high one needs no mask there).
+HWY_INLINE VI32 q4_block_sum(const uint8_t* qs, const int16_t* x) {
+  const DI16 di16;
+  const DU8 du8;
+  const size_t N = hn::Lanes(di16);
+  const auto mask = hn::Set(di16, 0x0f);
+  VI32 s0 = hn::Zero(DI32()), s1 = hn::Zero(DI32());
+  for (size_t j = 0; j < 16; j += N) {
+    const auto q = hn::PromoteTo(di16, hn::LoadU(du8, qs + j));
+    s0 = madd(hn::And(q, mask), hn::LoadU(di16, x + j), s0, s1);
+    s0 = madd(hn::ShiftRight<4>(q), hn::LoadU(di16, x + 16 + j), s0, s1);
+  }
+  return hn::Add(s0, s1);
+}
+
+// (d, m) of a Q4_1 block times (dx, dx * sum(qx)) of its activation block, in one 2-lane
+// conversion and multiply: lane 0 scales the block's integer sum, lane 1 is its min term.
+HWY_INLINE hn::Vec<hn::CappedTag<float, 2>> q4_1_scales(const BlockQ4_1& block, const I16Block& x) {
+  const hn::CappedTag<float, 2> d2;
+  const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
+  return hn::Mul(hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(&block.d))), hn::LoadU(d2, &x.d));
+}
+
+void QuantizeI16(const float* x, int64_t n, I16Block* out) {
+  const hn::CappedTag<float, 8> df;
+  const hn::Rebind<int32_t, decltype(df)> di32;
+  const hn::Rebind<int16_t, decltype(df)> di16;
+  const size_t N = hn::Lanes(df);
+  for (int64_t b = 0; b < n / kI16Block; ++b, x += kI16Block) {
+    auto amax = hn::Zero(df);
+    for (size_t j = 0; j < kI16Block; j += N) amax = hn::Max(amax, hn::Abs(hn::LoadU(df, x + j)));
+    const float d = hn::GetLane(hn::MaxOfLanes(df, amax)) / 32767.0f;
+    const auto inv = hn::Set(df, d != 0.0f ? 1.0f / d : 0.0f);
+    auto sum = hn::Zero(di32);
+    for (size_t j = 0; j < kI16Block; j += N) {
+      const auto q = hn::NearestInt(hn::Mul(hn::LoadU(df, x + j), inv));
+      sum = hn::Add(sum, q);
+      hn::StoreU(hn::DemoteTo(di16, q), di16, out[b].q + j);
+    }
+    out[b].d = d;
+    out[b].sum = d * static_cast<float>(hn::GetLane(hn::SumOfLanes(di32, sum)));
+  }
+}
+
+// Q4_0: w = dw * (q - 8), so a block gives dw * dx * sum(q * qx) - 8 * dw * (dx * sum(qx)).
+float DotI16Q4_0(const void* row, const I16Block* x, int64_t n) {
+  const DF df;
+  const auto* blocks = static_cast<const BlockQ4_0*>(row);
+  auto acc = hn::Zero(df);
+  float offset = 0.0f;
+  for (int64_t b = 0; b < n / kQK4_0; ++b) {
+    const float dw = f16_scale(blocks[b].d);
+    acc = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, dw * x[b].d), acc);
+    offset += dw * x[b].sum;
+  }
+  return reduce(acc) - 8.0f * offset;
+}
+
+// Q4_1: w = d * q + m: d * dx * sum(q * qx) + m * (dx * sum(qx)).
+float DotI16Q4_1(const void* row, const I16Block* x, int64_t n) {
+  const DF df;
+  const hn::CappedTag<float, 2> d2;
+  const auto* blocks = static_cast<const BlockQ4_1*>(row);
+  const int64_t nb = n / kQK4_1;
+  if constexpr (hn::MaxLanes(decltype(d2)()) < 2) {
+    // One-lane targets: the scales one at a time.
+    auto acc = hn::Zero(df);
+    float mins = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      acc = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc);
+      mins += f16_scale(blocks[b].m) * x[b].sum;
+    }
+    return reduce(acc) + mins;
+  } else {
+    // Two accumulators (even / odd blocks) so consecutive blocks do not wait on each other;
+    // lane 1 of `mins` collects the min terms (lane 0 is unused).
+    auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+    auto mins = hn::Zero(d2);
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      const auto s0 = q4_1_scales(blocks[b], x[b]), s1 = q4_1_scales(blocks[b + 1], x[b + 1]);
+      acc0 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, hn::GetLane(s0)), acc0);
+      acc1 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b + 1].qs, x[b + 1].q)), hn::Set(df, hn::GetLane(s1)), acc1);
+      mins = hn::Add(mins, hn::Add(s0, s1));
+    }
+    if (b < nb) {
+      const auto s0 = q4_1_scales(blocks[b], x[b]);
+      acc0 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, hn::GetLane(s0)), acc0);
+      mins = hn::Add(mins, s0);
+    }
+    float lanes[hn::MaxLanes(decltype(d2)())];
+    hn::StoreU(mins, d2, lanes);
+    return reduce(hn::Add(acc0, acc1)) + lanes[1];
+  }
+}
+
+float DotI16Q8_0(const void* row, const I16Block* x, int64_t n) {
+  const DI16 di16;
+  const DI8 di8;
+  const DF df;
+  const size_t N = hn::Lanes(di16);
+  const auto* blocks = static_cast<const BlockQ8_0*>(row);
+  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  const auto block = [&](int64_t k, hn::Vec<DF> acc) {
+    VI32 s0 = hn::Zero(DI32()), s1 = hn::Zero(DI32());
+    for (size_t j = 0; j < 32; j += N) s0 = madd(hn::PromoteTo(di16, hn::LoadU(di8, blocks[k].qs + j)), hn::LoadU(di16, x[k].q + j), s0, s1);
+    return hn::MulAdd(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, f16_scale(blocks[k].d) * x[k].d), acc);
+  };
+  const int64_t nb = n / kQK8_0;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    acc0 = block(b, acc0);
+    acc1 = block(b + 1, acc1);
+  }
+  if (b < nb) acc0 = block(b, acc0);
+  return reduce(hn::Add(acc0, acc1));
+}
+
+// Q4_K: sub-block j of a super-block (32 elements) lines up with one activation block:
+// d * sc_j * dx * sum(q * qx) - dmin * mn_j * (dx * sum(qx)).
+float DotI16Q4_K(const void* row, const I16Block* x, int64_t n) {
+  const DI16 di16;
+  const DU8 du8;
+  const DF df;
+  const size_t N = hn::Lanes(di16);
+  const auto* blocks = static_cast<const BlockQ4_K*>(row);
+  const auto mask = hn::Set(du8, 0x0f);
+  auto acc = hn::Zero(df);
+  float mins = 0.0f;
+  for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
+    const BlockQ4_K& block = blocks[b];
+    const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
+    for (int g = 0; g < 4; ++g) {
+      uint8_t sc_lo, mn_lo, sc_hi, mn_hi;
+      unpack_q4_k_scale(block.scales, 2 * g, sc_lo, mn_lo);
+      unpack_q4_k_scale(block.scales, 2 * g + 1, sc_hi, mn_hi);
+      const I16Block& x_lo = x[2 * g];
+      const I16Block& x_hi = x[2 * g + 1];
+      VI32 lo0 = hn::Zero(DI32()), lo1 = hn::Zero(DI32()), hi0 = hn::Zero(DI32()), hi1 = hn::Zero(DI32());
+      for (size_t l = 0; l < 32; l += N) {
+        const auto v = hn::LoadU(du8, block.qs + 32 * g + l);
+        lo0 = madd(hn::PromoteTo(di16, hn::And(v, mask)), hn::LoadU(di16, x_lo.q + l), lo0, lo1);
+        hi0 = madd(hn::PromoteTo(di16, hn::ShiftRight<4>(v)), hn::LoadU(di16, x_hi.q + l), hi0, hi1);
+      }
+      acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(lo0, lo1)), hn::Set(df, d * sc_lo * x_lo.d), acc);
+      acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(hi0, hi1)), hn::Set(df, d * sc_hi * x_hi.d), acc);
+      mins += dmin * (mn_lo * x_lo.sum + mn_hi * x_hi.sum);
+    }
+  }
+  return reduce(acc) - mins;
+}
+
+// Q6_K: element 32k + l of each 128-element half takes its low bits from ql[l + 32(k&1)]
+// (nibble k >> 1), its high bits from bits 2k of qh[l], and scale sc[l/16 + 2k]; it is
+// element l of activation block 4 * half + k. Codes are recentred to [-32, 31].
+float DotI16Q6_K(const void* row, const I16Block* x, int64_t n) {
+  const DI16 di16;
+  const DU8 du8;
+  const DF df;
+  const size_t N = hn::Lanes(di16);
+  const auto* blocks = static_cast<const BlockQ6_K*>(row);
+  const auto low4 = hn::Set(du8, 0x0f), low2 = hn::Set(du8, 0x03);
+  const auto bias = hn::Set(di16, 32);
+  auto acc = hn::Zero(df);
+  for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
+    const BlockQ6_K& block = blocks[b];
+    const float d = f16_scale(block.d);
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = block.ql + 64 * half;
+      const uint8_t* qh = block.qh + 32 * half;
+      const int8_t* sc = block.scales + 8 * half;
+      const I16Block* xh = x + 4 * half;
+      for (size_t l = 0; l < 32; l += N) {
+        const auto a = hn::LoadU(du8, ql + l), c = hn::LoadU(du8, ql + 32 + l), h = hn::LoadU(du8, qh + l);
+        const hn::Vec<DU8> q[4] = {
+            hn::Or(hn::And(a, low4), hn::ShiftLeft<4>(hn::And(h, low2))),
+            hn::Or(hn::And(c, low4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(h), low2))),
+            hn::Or(hn::ShiftRight<4>(a), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(h), low2))),
+            hn::Or(hn::ShiftRight<4>(c), hn::ShiftLeft<4>(hn::ShiftRight<6>(h)))};
+        // N divides 16, so one vector never straddles two scale groups.
+        const int s = static_cast<int>(l / 16);
+        for (int k = 0; k < 4; ++k) {
+          VI32 s0 = hn::Zero(DI32()), s1 = hn::Zero(DI32());
+          s0 = madd(hn::Sub(hn::PromoteTo(di16, q[k]), bias), hn::LoadU(di16, xh[k].q + l), s0, s1);
+          acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, d * sc[s + 2 * k] * xh[k].d), acc);
+        }
+      }
+    }
+  }
+  return reduce(acc);
+}
+
+// y[r] = dot(row r, x) for n_rows rows row_bytes apart: one dispatch per range of rows
+// instead of one per row (decode matvecs are hundreds of thousands of short rows per token).
+template <float (*Dot)(const void*, const I16Block*, int64_t)>
+HWY_INLINE void rows_with(const std::byte* rows, size_t row_bytes, int64_t n_rows, const I16Block* x, int64_t n, float* y) {
+  for (int64_t r = 0; r < n_rows; ++r) y[r] = Dot(rows + static_cast<size_t>(r) * row_bytes, x, n);
+}
+
+void DotI16Rows(GgmlType type, const void* rows, size_t row_bytes, int64_t n_rows, const I16Block* x, int64_t n,
+                float* y) {
+  const auto* p = static_cast<const std::byte*>(rows);
+  switch (type) {
+    case GgmlType::Q4_0: return rows_with<DotI16Q4_0>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q4_1: return rows_with<DotI16Q4_1>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q8_0: return rows_with<DotI16Q8_0>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q4_K: return rows_with<DotI16Q4_K>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q6_K: return rows_with<DotI16Q6_K>(p, row_bytes, n_rows, x, n, y);
+    default: return;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace lm::kernels::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace lm::kernels::simd {
+
+HWY_EXPORT(QuantizeI16);
+HWY_EXPORT(DotI16Q4_0);
+HWY_EXPORT(DotI16Q4_1);
+HWY_EXPORT(DotI16Q8_0);
+HWY_EXPORT(DotI16Q4_K);
+HWY_EXPORT(DotI16Q6_K);
+HWY_EXPORT(DotI16Rows);
+
+void quantize_i16(const float* x, int64_t n, I16Block* out) { HWY_DYNAMIC_DISPATCH(QuantizeI16)(x, n, out); }
+float dot_i16_q4_0(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q4_0)(row, x, n); }
+float dot_i16_q4_1(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q4_1)(row, x, n); }
+float dot_i16_q8_0(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q8_0)(row, x, n); }
+float dot_i16_q4_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q4_K)(row, x, n); }
+float dot_i16_q6_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q6_K)(row, x, n); }
+void dot_i16_rows(GgmlType type, const void* rows, size_t row_bytes, int64_t n_rows, const I16Block* x, int64_t n,
+                  float* y) {
+  HWY_DYNAMIC_DISPATCH(DotI16Rows)(type, rows, row_bytes, n_rows, x, n, y);
+}
+
+}  // namespace lm::kernels::simd
+#endif  // HWY_ONCE
