@@ -154,6 +154,9 @@ def best(current: float | None, value: float) -> float:
 
 
 def measure(args) -> dict:
+    # libgomp reads OMP_WAIT_POLICY once, when llama.cpp's library loads: set it before the import.
+    if args.omp_wait_policy != "default":
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy
     llama_cpp = import_llama_cpp()
     plan = rows_plan(args)
     n_ctx = max(ctx for _, ctx, _, _ in plan)
@@ -161,6 +164,7 @@ def measure(args) -> dict:
     prompt = bench.prompt(args, n_ctx)
     ours_best = [[None, None] for _ in plan]
     theirs_best = [[None, None] for _ in plan]
+    rounds = {"ours": [[] for _ in plan], "llama_cpp": [[] for _ in plan]}  # (prefill, decode) s per round
     ours_record = None
     for r in range(args.repeat):
         print(f"bench: round {r + 1}/{args.repeat}: veloxquant bench-host", file=sys.stderr)
@@ -172,18 +176,25 @@ def measure(args) -> dict:
         for i, row in enumerate(record["rows"]):
             ours_best[i][0] = best(ours_best[i][0], row["prefill_seconds"])
             ours_best[i][1] = best(ours_best[i][1], row["decode_seconds"])
+            rounds["ours"][i].append((row["prefill_seconds"], row["decode_seconds"]))
         print(f"bench: round {r + 1}/{args.repeat}: llama.cpp", file=sys.stderr)
         for i, (kind, ctx, n_prompt, n_decode) in enumerate(plan):
             prefill, decode = bench.time_row(prompt[:n_prompt], n_decode)
             theirs_best[i][0] = best(theirs_best[i][0], prefill)
             theirs_best[i][1] = best(theirs_best[i][1], decode)
+            rounds["llama_cpp"][i].append((prefill, decode))
     rows = []
     for i, (kind, ctx, n_prompt, n_decode) in enumerate(plan):
         row = {"kind": kind, "ctx": ctx, "prefill_tokens": n_prompt, "decode_tokens": n_decode}
+        phase = 1 if n_decode else 0
         for side, (prefill, decode) in (("ours", ours_best[i]), ("llama_cpp", theirs_best[i])):
+            times = [run[phase] for run in rounds[side][i]]
             row[side] = {"prefill_seconds": prefill, "prefill_tokens_per_s": n_prompt / prefill,
                          "decode_seconds": decode,
-                         "decode_tokens_per_s": n_decode / decode if n_decode else None}
+                         "decode_tokens_per_s": n_decode / decode if n_decode else None,
+                         # every round's (prefill, decode) seconds, and slowest / fastest of the
+                         # row's phase: how much the machine's noise moved this row
+                         "rounds": rounds[side][i], "spread": max(times) / min(times)}
         key = "decode_tokens_per_s" if n_decode else "prefill_tokens_per_s"
         row["ratio"] = row["ours"][key] / row["llama_cpp"][key]
         row["prefill_ratio"] = row["ours"]["prefill_tokens_per_s"] / row["llama_cpp"]["prefill_tokens_per_s"]
@@ -200,7 +211,7 @@ def measure(args) -> dict:
                                                    "method", "peak_rss_bytes")},
         "llama_cpp": {"llama_cpp_python": llama_cpp.__version__,
                       "system_info": system_info.decode() if isinstance(system_info, bytes) else str(system_info),
-                      "flash_attn": args.flash_attn, "n_ctx": n_ctx,
+                      "flash_attn": args.flash_attn, "omp_wait_policy": args.omp_wait_policy, "n_ctx": n_ctx,
                       "peak_rss_bytes_python_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024},
         "rows": rows,
     }
@@ -208,6 +219,11 @@ def measure(args) -> dict:
 
 def target_of(row) -> float | None:
     return PREFILL_TARGET if row["kind"] == "prefill" else DECODE_TARGETS.get(row["ctx"])
+
+
+def spread(row, side: str) -> str:
+    value = row[side].get("spread")  # absent in records written before it existed
+    return "-" if value is None else f"{value:.2f}"
 
 
 def flash_label(setting: str) -> str:
@@ -225,13 +241,14 @@ def markdown(result: dict) -> str:
              f"cache).",
              f"- llama.cpp through llama-cpp-python {result['llama_cpp']['llama_cpp_python']} "
              f"(built with CMAKE_ARGS=-DGGML_NATIVE=ON; flash attention: {flash_label(result['llama_cpp']['flash_attn'])}; "
+             f"OMP_WAIT_POLICY {result['llama_cpp'].get('omp_wait_policy', 'default')}; "
              f"n_ctx {result['llama_cpp']['n_ctx']}, f16 KV cache). Its system info: "
              f"`{result['llama_cpp']['system_info'].strip()}`",
              f"- Model `{Path(result['model']).name}`; prompt: {Path(result['text']).name if result['text'] != 'pattern' else 'fixed token pattern'}; "
              f"{result['decode_tokens']} greedy decode steps per context; prefill calls of {result['batch']} tokens.",
              "",
-             "| row | ours tok/s | llama.cpp tok/s | ours / llama.cpp | target | met |",
-             "|---|---:|---:|---:|---:|---|"]
+             "| row | ours tok/s | llama.cpp tok/s | ours / llama.cpp | target | met | spread ours / llama.cpp |",
+             "|---|---:|---:|---:|---:|---|---:|"]
     for row in result["rows"]:
         key = "decode_tokens_per_s" if row["decode_tokens"] else "prefill_tokens_per_s"
         label = (f"decode at {row['ctx']} ({row['prefill_tokens']} prefilled + {row['decode_tokens']} decoded)"
@@ -239,8 +256,10 @@ def markdown(result: dict) -> str:
         target = target_of(row)
         met = "-" if target is None else ("yes" if row["ratio"] >= target else "**no**")
         lines.append(f"| {label} | {row['ours'][key]:.1f} | {row['llama_cpp'][key]:.1f} | {row['ratio']:.2f} | "
-                     f"{'-' if target is None else f'≥ {target:g}'} | {met} |")
-    lines += ["", "Prefill of each decode row (the prompt before the decode steps), tokens/s:", "",
+                     f"{'-' if target is None else f'≥ {target:g}'} | {met} | {spread(row, 'ours')} / {spread(row, 'llama_cpp')} |")
+    lines += ["", "Spread: slowest / fastest time of the row's phase over the rounds (1.00 = no noise); "
+                  "docs/benchmarks.json has every round's seconds.", "",
+              "Prefill of each decode row (the prompt before the decode steps), tokens/s:", "",
               "| ctx | prompt tokens | ours | llama.cpp | ours / llama.cpp |", "|---:|---:|---:|---:|---:|"]
     for row in result["rows"]:
         if row["decode_tokens"]:
@@ -280,6 +299,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="rounds (A B per round); best of each is kept")
     parser.add_argument("--flash-attn", choices=("default", "on", "off"), default="default",
                         help="llama.cpp's flash attention (default: llama-cpp-python's default)")
+    parser.add_argument("--omp-wait-policy", choices=("default", "passive", "active"), default="passive",
+                        help="OMP_WAIT_POLICY for llama.cpp's OpenMP threads. passive (the default here): on a "
+                             "busy machine libgomp's spinning made llama.cpp's runs swing 1000x (2 to 4000 tok/s "
+                             "on stories260K); on a quiet machine try default/active, which may be faster")
     parser.add_argument("--out", type=Path, help="write the whole result as JSON here")
     parser.add_argument("--markdown", type=Path, help="regenerate the measured part of this Markdown file")
     parser.add_argument("--from-json", type=Path,
