@@ -1,0 +1,187 @@
+#include "veloxquant/eval/host_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "base/error.h"
+#include "lm/stats.h"
+
+namespace veloxquant::eval {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+struct TimedRun {
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+  std::size_t kv_bytes = 0;
+};
+
+int32_t argmax(const std::vector<float>& logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// One run on fresh caches: prefill `prompt` in forward calls of `batch` tokens, then
+// `decode_tokens` greedy steps. Only forward + argmax sit inside the clocks, as in
+// llama.cpp's own prompt/eval timings (no tokenizing, no cache construction).
+TimedRun time_once(const lm::Model& model, std::span<const int32_t> prompt, int64_t decode_tokens, int64_t batch) {
+  lm::CacheList caches = lm::make_prompt_cache(model);
+  std::vector<float> logits;
+  std::vector<int32_t> chunk;
+  chunk.reserve(static_cast<std::size_t>(batch));
+  TimedRun run;
+  const auto prefill_start = Clock::now();
+  for (std::size_t begin = 0; begin < prompt.size(); begin += static_cast<std::size_t>(batch)) {
+    const std::size_t end = std::min(prompt.size(), begin + static_cast<std::size_t>(batch));
+    chunk.assign(prompt.begin() + static_cast<std::ptrdiff_t>(begin), prompt.begin() + static_cast<std::ptrdiff_t>(end));
+    model.forward(chunk, caches, logits);
+  }
+  run.prefill_seconds = seconds_since(prefill_start);
+  if (decode_tokens > 0) {
+    std::vector<int32_t> step(1);
+    const auto decode_start = Clock::now();
+    for (int64_t i = 0; i < decode_tokens; ++i) {
+      step[0] = argmax(logits);
+      model.forward(step, caches, logits);
+    }
+    run.decode_seconds = seconds_since(decode_start);
+  }
+  run.kv_bytes = lm::kv_bytes_resident(caches);
+  return run;
+}
+
+// Best of `repeat` runs: the shortest prefill and the shortest decode (each phase's best).
+HostBenchRow time_row(const lm::Model& model, std::span<const int32_t> prompt, const std::string& kind, int64_t ctx,
+                      int64_t decode_tokens, const HostBenchOptions& options) {
+  HostBenchRow row;
+  row.kind = kind;
+  row.ctx = ctx;
+  row.prefill_tokens = static_cast<int64_t>(prompt.size());
+  row.decode_tokens = decode_tokens;
+  const std::string label = kind + " " + std::to_string(ctx);
+  for (int r = 0; r < options.repeat; ++r) {
+    if (options.on_run) options.on_run(label, r);
+    const TimedRun run = time_once(model, prompt, decode_tokens, options.batch);
+    if (r == 0 || run.prefill_seconds < row.prefill_seconds) row.prefill_seconds = run.prefill_seconds;
+    if (r == 0 || run.decode_seconds < row.decode_seconds) row.decode_seconds = run.decode_seconds;
+    row.kv_bytes = run.kv_bytes;
+  }
+  if (row.prefill_seconds > 0) row.prefill_tokens_per_s = static_cast<double>(row.prefill_tokens) / row.prefill_seconds;
+  if (decode_tokens > 0 && row.decode_seconds > 0) {
+    row.decode_tokens_per_s = static_cast<double>(decode_tokens) / row.decode_seconds;
+    row.decode_ms_per_token = 1000.0 * row.decode_seconds / static_cast<double>(decode_tokens);
+  }
+  return row;
+}
+
+}  // namespace
+
+void validate_host_bench(const HostBenchOptions& options, int64_t context_length) {
+  if (options.decode_tokens < 1) {
+    throw base::InvalidArgument("--decode-tokens must be >= 1, got " + std::to_string(options.decode_tokens));
+  }
+  if (options.batch < 1) throw base::InvalidArgument("--batch must be >= 1, got " + std::to_string(options.batch));
+  if (options.repeat < 1) throw base::InvalidArgument("--repeat must be >= 1, got " + std::to_string(options.repeat));
+  if (options.prefill_tokens < 0) {
+    throw base::InvalidArgument("--prefill must be >= 0, got " + std::to_string(options.prefill_tokens));
+  }
+  if (options.contexts.empty() && options.prefill_tokens == 0) {
+    throw base::InvalidArgument("nothing to measure: --ctx is empty and --prefill is 0");
+  }
+  const auto beyond = [context_length](int64_t tokens) { return context_length > 0 && tokens > context_length; };
+  for (const int64_t ctx : options.contexts) {
+    if (ctx < 2) throw base::InvalidArgument("--ctx values must be >= 2, got " + std::to_string(ctx));
+    if (beyond(ctx)) {
+      throw base::InvalidArgument("--ctx " + std::to_string(ctx) + " is beyond the model's context length " +
+                                  std::to_string(context_length));
+    }
+    // The row ends with ctx tokens cached, so the decode steps need a prompt before them.
+    if (ctx <= options.decode_tokens) {
+      throw base::InvalidArgument("--ctx " + std::to_string(ctx) + " leaves no prompt token before " +
+                                  std::to_string(options.decode_tokens) +
+                                  " decode steps (a row ends with ctx tokens cached; lower --decode-tokens)");
+    }
+  }
+  if (beyond(options.prefill_tokens)) {
+    throw base::InvalidArgument("--prefill " + std::to_string(options.prefill_tokens) +
+                                " is beyond the model's context length " + std::to_string(context_length));
+  }
+}
+
+std::vector<int32_t> cycle_tokens(std::span<const int32_t> source, int64_t count, std::optional<int32_t> bos) {
+  if (source.empty()) throw base::InvalidArgument("no tokens to build a prompt from");
+  std::vector<int32_t> out;
+  out.reserve(static_cast<std::size_t>(std::max<int64_t>(count, 0)));
+  // Repeats the text, not its BOS: a BOS in the middle would not be what a long prompt holds.
+  std::size_t body_start = (bos && source.front() == *bos && source.size() > 1) ? 1 : 0;
+  if (body_start == 1) out.push_back(source.front());
+  for (std::size_t i = body_start; static_cast<int64_t>(out.size()) < count;) {
+    out.push_back(source[i]);
+    if (++i == source.size()) i = body_start;
+  }
+  out.resize(static_cast<std::size_t>(std::max<int64_t>(count, 0)));
+  return out;
+}
+
+std::vector<int32_t> pattern_tokens(int64_t count, int32_t vocab_size, std::optional<int32_t> bos) {
+  if (vocab_size < 1) throw base::InvalidArgument("vocab_size must be >= 1, got " + std::to_string(vocab_size));
+  std::vector<int32_t> out;
+  out.reserve(static_cast<std::size_t>(std::max<int64_t>(count, 0)));
+  for (int64_t i = 0; i < count; ++i) {
+    if (i == 0 && bos) {
+      out.push_back(*bos);
+      continue;
+    }
+    out.push_back(static_cast<int32_t>((7919 * i + 11) % vocab_size));
+  }
+  return out;
+}
+
+std::vector<HostBenchRow> run_host_bench(const lm::Model& model, std::span<const int32_t> prompt,
+                                         const HostBenchOptions& options) {
+  validate_host_bench(options, model.config().context_length);
+  int64_t needed = options.prefill_tokens;
+  for (const int64_t ctx : options.contexts) needed = std::max(needed, ctx);
+  if (static_cast<int64_t>(prompt.size()) < needed) {
+    throw base::InvalidArgument("the prompt holds " + std::to_string(prompt.size()) + " tokens, the runs need " +
+                                std::to_string(needed));
+  }
+  std::vector<HostBenchRow> rows;
+  if (options.prefill_tokens > 0) {
+    rows.push_back(time_row(model, prompt.first(static_cast<std::size_t>(options.prefill_tokens)), "prefill",
+                            options.prefill_tokens, 0, options));
+  }
+  for (const int64_t ctx : options.contexts) {
+    rows.push_back(time_row(model, prompt.first(static_cast<std::size_t>(ctx - options.decode_tokens)), "decode",
+                            ctx, options.decode_tokens, options));
+  }
+  return rows;
+}
+
+std::string cpu_description() {
+  std::string name = "unknown";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    // x86 says "model name", many ARM kernels only "CPU part"/"Hardware"; take the first.
+    if (line.rfind("model name", 0) == 0 || line.rfind("Hardware", 0) == 0) {
+      const auto colon = line.find(':');
+      const auto value = colon == std::string::npos ? colon : line.find_first_not_of(" \t", colon + 1);
+      if (value != std::string::npos) {
+        name = line.substr(value);
+        break;
+      }
+    }
+  }
+  return name + ", " + std::to_string(std::thread::hardware_concurrency()) + " hardware threads";
+}
+
+}  // namespace veloxquant::eval
