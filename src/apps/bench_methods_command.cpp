@@ -90,11 +90,6 @@ std::string host_description() {
   return std::to_string(std::thread::hardware_concurrency()) + " hardware threads, " + machine;
 }
 
-bool reads_bits(const veloxquant::MethodDescriptor& method) {
-  return std::find(method.generic_fields.begin(), method.generic_fields.end(), "bit_width_inlier") !=
-         method.generic_fields.end();
-}
-
 struct Setting {
   std::string method;
   std::string bits;
@@ -119,7 +114,21 @@ std::vector<Setting> plan_settings(const BenchFlags& f, std::vector<ev::SkippedS
       skipped.push_back({name, "", "standalone method: refused by for_model, it cannot serve a model"});
       continue;
     }
-    const std::vector<std::string> bit_settings = reads_bits(method) ? f.bits : std::vector<std::string>{""};
+    // The --set fields decide whether bits matter (an eviction method storing dtype rows
+    // ignores them): one row per --bits only then.
+    veloxquant::KVCacheConfig probe;
+    probe.method = name;
+    try {
+      for (const auto& set : f.sets) {
+        if (veloxquant::field_relevant_to(method, set.substr(0, set.find('=')))) {
+          veloxquant::apply_field_assignment(probe, set);
+        }
+      }
+    } catch (const std::exception&) {
+      // A bad value is reported per setting below, where it is applied again.
+    }
+    const std::vector<std::string> bit_settings =
+        veloxquant::method_reads_bit_width(method, probe) ? f.bits : std::vector<std::string>{""};
     for (const auto& bits : bit_settings) {
       Setting s{name, bits, "", {}};
       s.config.method = name;

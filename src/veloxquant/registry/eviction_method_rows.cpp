@@ -25,6 +25,8 @@ MethodDescriptor eviction_row(std::string name) {
   m.docs = "docs/methods/" + m.name + ".md";
   // bit_width_inlier and seed matter only with a quantized eviction_storage.
   m.generic_fields = {"head_dim", "bit_width_inlier", "seed", "eviction_storage", "eviction_scoring"};
+  m.borrowed_fields = {"rvq_value_bits", "rvq_stage2_scale", "kivi_group_size"};
+  m.reads_bit_width = [](const KVCacheConfig& c) { return c.eviction.eviction_storage != "dtype"; };
   return m;
 }
 

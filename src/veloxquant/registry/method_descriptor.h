@@ -41,6 +41,13 @@ struct MethodDescriptor {
   std::vector<std::string> generic_fields;
   // The method's own options (the typed options struct), declared once.
   std::vector<FieldSpec> fields;
+  // Options declared by another method that this one also reads (an eviction method storing
+  // its rows as turboquant_rvq or kivi codes reads their value / group options).
+  std::vector<std::string> borrowed_fields;
+  // Whether this config reads bit_width_inlier (bench-methods then runs one row per --bits).
+  // Unset: it does when generic_fields names it. Eviction methods read it only when their
+  // rows are stored quantized.
+  std::function<bool(const KVCacheConfig&)> reads_bit_width;
 
   // Cross-field checks beyond the declared bounds (run after them); may be empty.
   std::function<void(const KVCacheConfig&)> validate;

@@ -71,7 +71,15 @@ bool field_relevant_to(const MethodDescriptor& method, std::string_view field) {
   for (const FieldSpec& spec : method.fields) {
     if (spec.name == field) return true;
   }
-  return std::find(method.generic_fields.begin(), method.generic_fields.end(), field) !=
+  const auto names = [field](const std::vector<std::string>& list) {
+    return std::find(list.begin(), list.end(), field) != list.end();
+  };
+  return names(method.generic_fields) || names(method.borrowed_fields);
+}
+
+bool method_reads_bit_width(const MethodDescriptor& method, const KVCacheConfig& config) {
+  if (method.reads_bit_width) return method.reads_bit_width(config);
+  return std::find(method.generic_fields.begin(), method.generic_fields.end(), "bit_width_inlier") !=
          method.generic_fields.end();
 }
 

@@ -30,8 +30,10 @@ std::vector<std::string> servable_method_names();  // sorted
 // A field the method accepts through --set: its own option or a generic field it reads.
 // nullptr when the name is no field at all.
 const FieldSpec* find_field(std::string_view name);
-// True when `field` is one of the method's own options or generic fields (issue #345: a field
-// irrelevant to the chosen method is a warning, not an error).
+// True when `field` is one of the method's own options, generic fields or borrowed fields
+// (issue #345: a field irrelevant to the chosen method is a warning, not an error).
 bool field_relevant_to(const MethodDescriptor& method, std::string_view field);
+// Whether `config` (of this method) reads bit_width_inlier: MethodDescriptor::reads_bit_width.
+bool method_reads_bit_width(const MethodDescriptor& method, const KVCacheConfig& config);
 
 }  // namespace veloxquant

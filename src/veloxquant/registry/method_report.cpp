@@ -24,6 +24,9 @@ std::vector<const FieldSpec*> method_fields(const MethodDescriptor& m) {
     if (const FieldSpec* spec = find_generic_field(name)) out.push_back(spec);
   }
   for (const FieldSpec& spec : m.fields) out.push_back(&spec);
+  for (const std::string& name : m.borrowed_fields) {
+    if (const FieldSpec* spec = find_field(name)) out.push_back(spec);
+  }
   return out;
 }
 
