@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "lm/kernels/attention.h"
+#include "lm/kv_rows.h"
 
 namespace veloxquant::cache_rows {
 
@@ -56,6 +57,18 @@ void attend_over_dequantized(const lm::Tensor& queries, const lm::KeysValues& de
                              std::optional<int64_t> window, float scale, lm::Tensor& out) {
   lm::kernels::attention(queries, dequantized.keys, dequantized.values, lm::AttentionMask::causal(), window, scale,
                          out, &base::ThreadPool::global());
+}
+
+void check_row_layout(const lm::Tensor& keys, const lm::Tensor& values, const RowLayout& layout,
+                      const std::string& who) {
+  if (keys.dim(0) == layout.batch && keys.dim(1) == layout.heads && keys.dim(3) == layout.key_dim &&
+      values.dim(3) == layout.value_dim) {
+    return;
+  }
+  throw base::InvalidArgument(who + ": new keys " + lm::shape_text(keys.shape()) + " / values " +
+                              lm::shape_text(values.shape()) + " do not match the cache's B=" +
+                              std::to_string(layout.batch) + ", H=" + std::to_string(layout.heads) +
+                              ", D=" + std::to_string(layout.key_dim) + ", Dv=" + std::to_string(layout.value_dim));
 }
 
 }  // namespace veloxquant::cache_rows

@@ -31,6 +31,15 @@ lm::Tensor copy_rows(const lm::Tensor& t, int64_t rows, int64_t capacity);
 void store_f32(const float* src, std::size_t count, std::byte* dst, lm::DType dtype);
 void load_f32(const std::byte* src, lm::DType dtype, std::size_t count, float* dst);
 
+// The layout every later call must keep once a cache has allocated for the first one.
+struct RowLayout {
+  int64_t batch = 0, heads = 0, key_dim = 0, value_dim = 0;
+};
+// Throws base::InvalidArgument naming `who`, the new shapes and the cache's layout when new
+// keys/values [B, H, S, D] / [B, H, S, Dv] do not match it.
+void check_row_layout(const lm::Tensor& keys, const lm::Tensor& values, const RowLayout& layout,
+                      const std::string& who);
+
 // Parses an int from a meta_state string; throws base::FormatError naming `who` and `what`.
 int64_t parse_meta_int(const std::string& text, const char* who, const char* what);
 

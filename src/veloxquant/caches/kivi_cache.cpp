@@ -118,11 +118,8 @@ void KiviCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   lm::check_new_tokens(keys, values, "KiviCache::update_and_fetch");
   if (!residual_k_.defined()) {
     allocate(keys, values);
-  } else if (keys.dim(0) != batch_ || keys.dim(1) != heads_ || keys.dim(3) != dk_ || values.dim(3) != dv_) {
-    throw base::InvalidArgument("KiviCache::update_and_fetch: new keys " + lm::shape_text(keys.shape()) +
-                                " / values " + lm::shape_text(values.shape()) + " do not match the cache's B=" +
-                                std::to_string(batch_) + ", H=" + std::to_string(heads_) + ", D=" +
-                                std::to_string(dk_) + "/" + std::to_string(dv_));
+  } else {
+    cache_rows::check_row_layout(keys, values, {batch_, heads_, dk_, dv_}, "KiviCache::update_and_fetch");
   }
   const int64_t s = keys.dim(2);
   const int64_t tail = offset_ - frontier_;

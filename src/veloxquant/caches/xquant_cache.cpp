@@ -196,11 +196,8 @@ void XQuantCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   lm::check_new_tokens(keys, values, "XQuantCache::update_and_fetch");
   if (!tail_k_.defined()) {
     allocate(keys, values);
-  } else if (keys.dim(0) != batch_ || keys.dim(1) != heads_ || keys.dim(3) != dk_ || values.dim(3) != dv_) {
-    throw base::InvalidArgument("XQuantCache::update_and_fetch: new keys " + lm::shape_text(keys.shape()) +
-                                " / values " + lm::shape_text(values.shape()) + " do not match the cache's B=" +
-                                std::to_string(batch_) + ", H=" + std::to_string(heads_) + ", D=" +
-                                std::to_string(dk_) + "/" + std::to_string(dv_));
+  } else {
+    cache_rows::check_row_layout(keys, values, {batch_, heads_, dk_, dv_}, "XQuantCache::update_and_fetch");
   }
   const int64_t s = keys.dim(2);
   const int64_t tail = offset_ - frontier_;

@@ -37,11 +37,9 @@ lm::KeysValues EvictionCache::update_and_fetch(const lm::Tensor& keys, const lm:
   const int64_t batch = keys.dim(0), heads = keys.dim(1), s = keys.dim(2), dk = keys.dim(3), dv = values.dim(3);
   if (!rows_.allocated()) {
     rows_.allocate(batch, heads, dk, dv, keys.dtype());
-  } else if (batch != rows_.batch() || heads != rows_.heads() || dk != rows_.key_dim() || dv != rows_.value_dim()) {
-    throw base::InvalidArgument(who + ": new keys " + lm::shape_text(keys.shape()) + " / values " +
-                                lm::shape_text(values.shape()) + " do not match the cache's B=" +
-                                std::to_string(rows_.batch()) + ", H=" + std::to_string(rows_.heads()) +
-                                ", D=" + std::to_string(rows_.key_dim()) + ", Dv=" + std::to_string(rows_.value_dim()));
+  } else {
+    cache_rows::check_row_layout(keys, values, {rows_.batch(), rows_.heads(), rows_.key_dim(), rows_.value_dim()},
+                                 who);
   }
   if (offset_ + s > INT32_MAX) throw base::InvalidArgument(who + ": positions past 2^31 are not supported");
   const int64_t stored = rows_.rows(), total = stored + s;
