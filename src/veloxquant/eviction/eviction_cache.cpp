@@ -54,7 +54,6 @@ lm::KeysValues EvictionCache::update_and_fetch(const lm::Tensor& keys, const lm:
   // Heads are independent: each task reads its own rows and writes its own output rows.
   base::ThreadPool::global().parallel_for(batch * heads, [&](int64_t begin, int64_t end) {
     Candidates c;
-    std::vector<float> vals;
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / heads, h = bh % heads;
       const float* k_new = new_k.data() + bh * s * dk;
@@ -68,14 +67,15 @@ lm::KeysValues EvictionCache::update_and_fetch(const lm::Tensor& keys, const lm:
       for (int64_t t = 0; t < s; ++t) c.positions.push_back(static_cast<int32_t>(offset_ + t));
       c.scores.assign(static_cast<std::size_t>(total), 0.0f);
       if (const float* carried = rows_.scores(b, h)) std::copy_n(carried, stored, c.scores.data());
-      vals.resize(static_cast<std::size_t>(total * dv));
-      rows_.decode_values(b, h, vals.data());
-      std::copy_n(v_new, s * dv, vals.data() + stored * dv);
-      // The returned rows: every candidate, in the input dtype (new rows convert back exactly).
-      cache_rows::store_f32(c.keys.data(), static_cast<std::size_t>(total * dk),
-                            out_k.raw_data() + bh * total * dk * static_cast<int64_t>(out_k.element_size()), dtype);
-      cache_rows::store_f32(vals.data(), static_cast<std::size_t>(total * dv),
-                            out_v.raw_data() + bh * total * dv * static_cast<int64_t>(out_v.element_size()), dtype);
+      // The returned rows: every candidate, in the input dtype (stored rows copied as stored,
+      // new rows converted back exactly from their f32 widening).
+      const int64_t es = static_cast<int64_t>(out_k.element_size());
+      std::byte* head_k = out_k.raw_data() + bh * total * dk * es;
+      std::byte* head_v = out_v.raw_data() + bh * total * dv * es;
+      rows_.write_keys(b, h, dtype, head_k);
+      rows_.write_values(b, h, dtype, head_v);
+      cache_rows::store_f32(k_new, static_cast<std::size_t>(s * dk), head_k + stored * dk * es, dtype);
+      cache_rows::store_f32(v_new, static_cast<std::size_t>(s * dv), head_v + stored * dv * es, dtype);
       const QuerySource queries = [&](int64_t token, std::vector<float>& out) -> int64_t {
         if (real) return observed_.group_queries(b, h, heads, token, out);
         out.assign(k_new + token * dk, k_new + (token + 1) * dk);  // the key-as-query proxy

@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "lm/kv_rows.h"
+#include "veloxquant/caches/cache_rows.h"
 
 namespace veloxquant::eviction {
 
@@ -56,8 +57,30 @@ void EvictionRows::decode_keys(int64_t b, int64_t h, float* out) const {
   for (int64_t r = 0; r < rows_; ++r) key_codec_->decode(key_row(b, h, r), out + r * key_dim_);
 }
 
-void EvictionRows::decode_values(int64_t b, int64_t h, float* out) const {
-  for (int64_t r = 0; r < rows_; ++r) value_codec_->decode(value_row(b, h, r), out + r * value_dim_);
+namespace {
+
+void write_rows(const RowCodec& codec, lm::DType stored_dtype, const std::byte* first_row, int64_t row_bytes,
+                int64_t rows, int64_t dim, lm::DType dtype, std::byte* out) {
+  if (codec.exact() && stored_dtype == dtype) {  // stored as asked: the bytes are the answer
+    std::memcpy(out, first_row, static_cast<std::size_t>(rows * row_bytes));
+    return;
+  }
+  std::vector<float> row(static_cast<std::size_t>(dim));
+  const std::size_t out_row_bytes = static_cast<std::size_t>(dim) * lm::dtype_size(dtype);
+  for (int64_t r = 0; r < rows; ++r) {
+    codec.decode(first_row + r * row_bytes, row.data());
+    cache_rows::store_f32(row.data(), row.size(), out + r * out_row_bytes, dtype);
+  }
+}
+
+}  // namespace
+
+void EvictionRows::write_keys(int64_t b, int64_t h, lm::DType dtype, std::byte* out) const {
+  write_rows(*key_codec_, dtype_, key_row(b, h, 0), key_bytes_, rows_, key_dim_, dtype, out);
+}
+
+void EvictionRows::write_values(int64_t b, int64_t h, lm::DType dtype, std::byte* out) const {
+  write_rows(*value_codec_, dtype_, value_row(b, h, 0), value_bytes_, rows_, value_dim_, dtype, out);
 }
 
 void EvictionRows::compact(int64_t b, int64_t h, const std::vector<int32_t>& kept, const int32_t* candidate_positions,

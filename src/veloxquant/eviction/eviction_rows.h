@@ -40,9 +40,12 @@ class EvictionRows {
 
   const int32_t* positions(int64_t b, int64_t h) const;
   const float* scores(int64_t b, int64_t h) const;  // nullptr without scores
-  // The stored rows of (b, h), decoded to f32: rows() x key_dim / value_dim.
+  // The stored rows of (b, h), decoded to f32: rows() x key_dim.
   void decode_keys(int64_t b, int64_t h, float* out) const;
-  void decode_values(int64_t b, int64_t h, float* out) const;
+  // The stored rows of (b, h) as `dtype` elements (what update_and_fetch returns): a plain copy
+  // when the codec keeps exactly that dtype, else decoded and converted. `out` holds rows() rows.
+  void write_keys(int64_t b, int64_t h, lm::DType dtype, std::byte* out) const;
+  void write_values(int64_t b, int64_t h, lm::DType dtype, std::byte* out) const;
 
   // Rewrites head (b, h) to hold the candidates `kept` (strictly increasing indices into the
   // candidates: stored rows 0..rows()-1, then the call's new rows). New rows are encoded from
