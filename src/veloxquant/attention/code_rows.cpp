@@ -7,7 +7,7 @@
 
 namespace veloxquant::attention {
 
-CodeOrder::CodeOrder(int bits, int64_t n)
+CodeOrder::CodeOrder(int bits, int64_t n, int64_t group)
     : bits_(bits),
       n_(n),
       planar_((bits == 1 || bits == 2 || bits == 4 || bits == 8) && (n * bits) % 32 == 0),
@@ -16,6 +16,14 @@ CodeOrder::CodeOrder(int bits, int64_t n)
   const int64_t per_byte = 8 / bits, plane = n * bits / 8;
   for (int64_t e = 0; e < n; ++e) {
     natural_[static_cast<std::size_t>(e)] = static_cast<int32_t>(planar_ ? (e % plane) * per_byte + e / plane : e);
+  }
+  if (group <= 0) return;
+  const int64_t step = planar_ ? per_byte : 1;
+  for (int64_t e = 0; e < n;) {
+    int64_t end = e + 1;
+    while (end < n && natural(end) / group == natural(e) / group && natural(end) == natural(end - 1) + step) ++end;
+    runs_.push_back({e, end - e, natural(e) / group});
+    e = end;
   }
 }
 

@@ -14,7 +14,14 @@ namespace veloxquant::attention {
 
 class CodeOrder {
  public:
-  CodeOrder(int bits, int64_t n);
+  // A maximal run of code-order positions [start, start + length) whose natural indices lie in
+  // one channel group and step evenly (group-affine rows scale a run with one (scale, min)).
+  struct Run {
+    int64_t start, length, group;
+  };
+  // `group` > 0: the channel-group size of group-affine rows (runs() is then filled).
+  CodeOrder(int bits, int64_t n, int64_t group = 0);
+  const std::vector<Run>& runs() const { return runs_; }
   int bits() const { return bits_; }
   int64_t size() const { return n_; }
   bool planar() const { return planar_; }
@@ -34,6 +41,7 @@ class CodeOrder {
   bool planar_;
   int64_t words_;
   std::vector<int32_t> natural_;
+  std::vector<Run> runs_;
 };
 
 }  // namespace veloxquant::attention

@@ -134,6 +134,64 @@ void UnpackPlanesImpl(const uint8_t* bytes, int64_t plane_bytes, int bits, float
   }
 }
 
+// c[idx] for 32-bit lane indices < 2^bits: in-register table lookups while the codebook fits
+// one or two vectors (every b <= 4 on AVX2), a gather beyond.
+template <class DF, class VI>
+HWY_INLINE hn::Vec<DF> LookupCentroids(DF df, const float* c, int entries, VI idx) {
+  const hn::RebindToSigned<DF> di;
+  const int lanes = static_cast<int>(hn::Lanes(df));
+  if (entries <= lanes) {
+    HWY_ALIGN float table[hn::MaxLanes(df)] = {};
+    for (int i = 0; i < entries; ++i) table[i] = c[i];
+    return hn::TableLookupLanes(hn::Load(df, table), hn::IndicesFromVec(df, idx));
+  }
+  if (entries <= 2 * lanes) {
+    const auto lo = hn::LoadU(df, c);
+    HWY_ALIGN float upper[hn::MaxLanes(df)] = {};
+    for (int i = lanes; i < entries; ++i) upper[i - lanes] = c[i];
+    const auto hi = hn::Load(df, upper);
+    const auto low_idx = hn::And(idx, hn::Set(di, lanes - 1));
+    const auto from_hi = hn::RebindMask(df, hn::Gt(idx, hn::Set(di, lanes - 1)));
+    return hn::IfThenElse(from_hi, hn::TableLookupLanes(hi, hn::IndicesFromVec(df, low_idx)),
+                          hn::TableLookupLanes(lo, hn::IndicesFromVec(df, low_idx)));
+  }
+  return hn::GatherIndex(df, c, idx);
+}
+
+void CentroidPlanesImpl(const uint8_t* s1, const uint8_t* s2, int64_t plane_bytes, int bits, const float* c1,
+                        const float* c2, float* out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint8_t, decltype(di)> d8;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int planes = 8 / bits, entries = 1 << bits, mask_bits = entries - 1;
+  const auto mask = hn::Set(di, mask_bits);
+  int64_t p = 0;
+  for (; p + lanes <= plane_bytes; p += lanes) {
+    const auto v1 = hn::PromoteTo(di, hn::LoadU(d8, s1 + p));
+    if (s2) {
+      const auto v2 = hn::PromoteTo(di, hn::LoadU(d8, s2 + p));
+      for (int k = 0; k < planes; ++k) {
+        const auto a = LookupCentroids(df, c1, entries, hn::And(hn::ShiftRightSame(v1, k * bits), mask));
+        const auto b = LookupCentroids(df, c2, entries, hn::And(hn::ShiftRightSame(v2, k * bits), mask));
+        hn::StoreU(hn::Add(a, b), df, out + k * plane_bytes + p);
+      }
+    } else {
+      for (int k = 0; k < planes; ++k) {
+        hn::StoreU(LookupCentroids(df, c1, entries, hn::And(hn::ShiftRightSame(v1, k * bits), mask)), df,
+                   out + k * plane_bytes + p);
+      }
+    }
+  }
+  for (; p < plane_bytes; ++p) {
+    for (int k = 0; k < planes; ++k) {
+      float v = c1[(s1[p] >> (k * bits)) & mask_bits];
+      if (s2) v += c2[(s2[p] >> (k * bits)) & mask_bits];
+      out[k * plane_bytes + p] = v;
+    }
+  }
+}
+
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace veloxquant::attention::kernels::HWY_NAMESPACE
@@ -145,7 +203,13 @@ HWY_EXPORT(ScoreRowsImpl);
 HWY_EXPORT(AccumulateRowsImpl);
 HWY_EXPORT(AffineDecodeImpl);
 HWY_EXPORT(UnpackPlanesImpl);
+HWY_EXPORT(CentroidPlanesImpl);
 HWY_EXPORT(TargetNameImpl);
+
+void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t plane_bytes, int bits, const float* c1,
+                     const float* c2, float* out) {
+  HWY_DYNAMIC_DISPATCH(CentroidPlanesImpl)(s1, s2, plane_bytes, bits, c1, c2, out);
+}
 
 void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* out) {
   HWY_DYNAMIC_DISPATCH(UnpackPlanesImpl)(bytes, plane_bytes, bits, out);
@@ -195,6 +259,18 @@ void affine_decode(const uint8_t* codes, const float* scale, const float* min, i
 void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* out) {
   for (int k = 0; k < 8 / bits; ++k) {
     for (int64_t p = 0; p < plane_bytes; ++p) out[k * plane_bytes + p] = static_cast<float>((bytes[p] >> (k * bits)) & ((1 << bits) - 1));
+  }
+}
+
+void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t plane_bytes, int bits, const float* c1,
+                     const float* c2, float* out) {
+  const int mask = (1 << bits) - 1;
+  for (int k = 0; k < 8 / bits; ++k) {
+    for (int64_t p = 0; p < plane_bytes; ++p) {
+      float v = c1[(s1[p] >> (k * bits)) & mask];
+      if (s2) v += c2[(s2[p] >> (k * bits)) & mask];
+      out[k * plane_bytes + p] = v;
+    }
   }
 }
 }  // namespace scalar

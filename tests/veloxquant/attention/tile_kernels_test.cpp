@@ -76,3 +76,26 @@ TEST(TileKernels, UnpackPlanesMatchesScalar) {
 }
 }  // namespace
 }  // namespace veloxquant::attention::kernels
+
+namespace veloxquant::attention::kernels {
+namespace {
+TEST(TileKernels, CentroidPlanesMatchScalar) {
+  std::vector<uint8_t> s1(64), s2(64);
+  for (std::size_t i = 0; i < s1.size(); ++i) {
+    s1[i] = static_cast<uint8_t>(i * 131 + 7);
+    s2[i] = static_cast<uint8_t>(i * 29 + 101);
+  }
+  for (int bits : {1, 2, 4, 8}) {
+    const auto c1 = random_values(std::size_t{1} << bits, 40 + bits), c2 = random_values(c1.size(), 50 + bits);
+    for (int64_t plane : {int64_t{5}, int64_t{8}, int64_t{16}, int64_t{64}}) {
+      for (bool two : {false, true}) {
+        std::vector<float> out(static_cast<std::size_t>(plane * 8 / bits)), ref(out.size());
+        centroid_planes(s1.data(), two ? s2.data() : nullptr, plane, bits, c1.data(), c2.data(), out.data());
+        scalar::centroid_planes(s1.data(), two ? s2.data() : nullptr, plane, bits, c1.data(), c2.data(), ref.data());
+        EXPECT_EQ(out, ref) << "bits " << bits << " plane " << plane;
+      }
+    }
+  }
+}
+}  // namespace
+}  // namespace veloxquant::attention::kernels
