@@ -74,6 +74,15 @@ void AccumulateBlock(const float* w, int64_t ld, const float* rows, int64_t row_
       hn::StoreU(a1[r], df, acc + r * acc_stride + e + lanes);
     }
   }
+  for (; e + lanes <= d; e += lanes) {
+    decltype(hn::Zero(df)) a0[NQ];
+    for (int r = 0; r < NQ; ++r) a0[r] = hn::LoadU(df, acc + r * acc_stride + e);
+    for (int64_t j = 0; j < n_rows; ++j) {
+      const auto x0 = hn::LoadU(df, rows + j * row_stride + e);
+      for (int r = 0; r < NQ; ++r) a0[r] = hn::MulAdd(hn::Set(df, w[r * ld + j]), x0, a0[r]);
+    }
+    for (int r = 0; r < NQ; ++r) hn::StoreU(a0[r], df, acc + r * acc_stride + e);
+  }
   for (; e < d; ++e) {
     for (int r = 0; r < NQ; ++r) {
       float s = acc[r * acc_stride + e];
@@ -134,60 +143,69 @@ void UnpackPlanesImpl(const uint8_t* bytes, int64_t plane_bytes, int bits, float
   }
 }
 
-// c[idx] for 32-bit lane indices < 2^bits: in-register table lookups while the codebook fits
-// one or two vectors (every b <= 4 on AVX2), a gather beyond.
-template <class DF, class VI>
-HWY_INLINE hn::Vec<DF> LookupCentroids(DF df, const float* c, int entries, VI idx) {
-  const hn::RebindToSigned<DF> di;
-  const int lanes = static_cast<int>(hn::Lanes(df));
-  if (entries <= lanes) {
-    HWY_ALIGN float table[hn::MaxLanes(df)] = {};
-    for (int i = 0; i < entries; ++i) table[i] = c[i];
-    return hn::TableLookupLanes(hn::Load(df, table), hn::IndicesFromVec(df, idx));
+// A codebook of 2^bits centroids held in registers for lookups by 32-bit lane indices: one
+// vector while it fits (b <= 3 on AVX2), two with a select (b = 4), a gather beyond.
+template <class DF>
+struct CentroidTable {
+  using V = hn::Vec<DF>;
+  V lo, hi;
+  const float* c;
+  int entries, lanes;
+  CentroidTable(DF df, const float* centroids, int n) : c(centroids), entries(n), lanes(static_cast<int>(hn::Lanes(df))) {
+    HWY_ALIGN float t0[hn::MaxLanes(df)] = {};
+    HWY_ALIGN float t1[hn::MaxLanes(df)] = {};
+    for (int i = 0; i < n && i < lanes; ++i) t0[i] = centroids[i];
+    for (int i = lanes; i < n && i < 2 * lanes; ++i) t1[i - lanes] = centroids[i];
+    lo = hn::Load(df, t0);
+    hi = hn::Load(df, t1);
   }
-  if (entries <= 2 * lanes) {
-    const auto lo = hn::LoadU(df, c);
-    HWY_ALIGN float upper[hn::MaxLanes(df)] = {};
-    for (int i = lanes; i < entries; ++i) upper[i - lanes] = c[i];
-    const auto hi = hn::Load(df, upper);
-    const auto low_idx = hn::And(idx, hn::Set(di, lanes - 1));
-    const auto from_hi = hn::RebindMask(df, hn::Gt(idx, hn::Set(di, lanes - 1)));
-    return hn::IfThenElse(from_hi, hn::TableLookupLanes(hi, hn::IndicesFromVec(df, low_idx)),
-                          hn::TableLookupLanes(lo, hn::IndicesFromVec(df, low_idx)));
+  template <class VI>
+  HWY_INLINE V lookup(DF df, VI idx) const {
+    const hn::RebindToSigned<DF> di;
+    if (entries <= lanes) return hn::TableLookupLanes(lo, hn::IndicesFromVec(df, idx));
+    if (entries <= 2 * lanes) {
+      const auto low_idx = hn::IndicesFromVec(df, hn::And(idx, hn::Set(di, lanes - 1)));
+      const auto from_hi = hn::RebindMask(df, hn::Gt(idx, hn::Set(di, lanes - 1)));
+      return hn::IfThenElse(from_hi, hn::TableLookupLanes(hi, low_idx), hn::TableLookupLanes(lo, low_idx));
+    }
+    return hn::GatherIndex(df, c, idx);
   }
-  return hn::GatherIndex(df, c, idx);
-}
+};
 
-void CentroidPlanesImpl(const uint8_t* s1, const uint8_t* s2, int64_t plane_bytes, int bits, const float* c1,
-                        const float* c2, float* out) {
+void CentroidPlanesImpl(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
+                        int bits, const float* c1, const float* c2, float* out) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<uint8_t, decltype(di)> d8;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const int planes = 8 / bits, entries = 1 << bits, mask_bits = entries - 1;
   const auto mask = hn::Set(di, mask_bits);
-  int64_t p = 0;
-  for (; p + lanes <= plane_bytes; p += lanes) {
-    const auto v1 = hn::PromoteTo(di, hn::LoadU(d8, s1 + p));
-    if (s2) {
-      const auto v2 = hn::PromoteTo(di, hn::LoadU(d8, s2 + p));
-      for (int k = 0; k < planes; ++k) {
-        const auto a = LookupCentroids(df, c1, entries, hn::And(hn::ShiftRightSame(v1, k * bits), mask));
-        const auto b = LookupCentroids(df, c2, entries, hn::And(hn::ShiftRightSame(v2, k * bits), mask));
-        hn::StoreU(hn::Add(a, b), df, out + k * plane_bytes + p);
-      }
-    } else {
-      for (int k = 0; k < planes; ++k) {
-        hn::StoreU(LookupCentroids(df, c1, entries, hn::And(hn::ShiftRightSame(v1, k * bits), mask)), df,
-                   out + k * plane_bytes + p);
+  const CentroidTable<decltype(df)> t1(df, c1, entries);
+  const CentroidTable<decltype(df)> t2(df, s2 ? c2 : c1, entries);
+  const int64_t row_out = plane_bytes * planes;
+  for (int64_t j = 0; j < n_rows; ++j, s1 += row_stride, s2 = s2 ? s2 + row_stride : nullptr, out += row_out) {
+    int64_t p = 0;
+    for (; p + lanes <= plane_bytes; p += lanes) {
+      const auto v1 = hn::PromoteTo(di, hn::LoadU(d8, s1 + p));
+      if (s2) {
+        const auto v2 = hn::PromoteTo(di, hn::LoadU(d8, s2 + p));
+        for (int k = 0; k < planes; ++k) {
+          const auto a = t1.lookup(df, hn::And(hn::ShiftRightSame(v1, k * bits), mask));
+          const auto b = t2.lookup(df, hn::And(hn::ShiftRightSame(v2, k * bits), mask));
+          hn::StoreU(hn::Add(a, b), df, out + k * plane_bytes + p);
+        }
+      } else {
+        for (int k = 0; k < planes; ++k) {
+          hn::StoreU(t1.lookup(df, hn::And(hn::ShiftRightSame(v1, k * bits), mask)), df, out + k * plane_bytes + p);
+        }
       }
     }
-  }
-  for (; p < plane_bytes; ++p) {
-    for (int k = 0; k < planes; ++k) {
-      float v = c1[(s1[p] >> (k * bits)) & mask_bits];
-      if (s2) v += c2[(s2[p] >> (k * bits)) & mask_bits];
-      out[k * plane_bytes + p] = v;
+    for (; p < plane_bytes; ++p) {
+      for (int k = 0; k < planes; ++k) {
+        float v = c1[(s1[p] >> (k * bits)) & mask_bits];
+        if (s2) v += c2[(s2[p] >> (k * bits)) & mask_bits];
+        out[k * plane_bytes + p] = v;
+      }
     }
   }
 }
@@ -206,9 +224,9 @@ HWY_EXPORT(UnpackPlanesImpl);
 HWY_EXPORT(CentroidPlanesImpl);
 HWY_EXPORT(TargetNameImpl);
 
-void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t plane_bytes, int bits, const float* c1,
-                     const float* c2, float* out) {
-  HWY_DYNAMIC_DISPATCH(CentroidPlanesImpl)(s1, s2, plane_bytes, bits, c1, c2, out);
+void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
+                     int bits, const float* c1, const float* c2, float* out) {
+  HWY_DYNAMIC_DISPATCH(CentroidPlanesImpl)(s1, s2, row_stride, n_rows, plane_bytes, bits, c1, c2, out);
 }
 
 void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* out) {
@@ -262,14 +280,19 @@ void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* o
   }
 }
 
-void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t plane_bytes, int bits, const float* c1,
-                     const float* c2, float* out) {
-  const int mask = (1 << bits) - 1;
-  for (int k = 0; k < 8 / bits; ++k) {
-    for (int64_t p = 0; p < plane_bytes; ++p) {
-      float v = c1[(s1[p] >> (k * bits)) & mask];
-      if (s2) v += c2[(s2[p] >> (k * bits)) & mask];
-      out[k * plane_bytes + p] = v;
+void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
+                     int bits, const float* c1, const float* c2, float* out) {
+  const int mask = (1 << bits) - 1, planes = 8 / bits;
+  for (int64_t j = 0; j < n_rows; ++j) {
+    const uint8_t* r1 = s1 + j * row_stride;
+    const uint8_t* r2 = s2 ? s2 + j * row_stride : nullptr;
+    float* o = out + j * plane_bytes * planes;
+    for (int k = 0; k < planes; ++k) {
+      for (int64_t p = 0; p < plane_bytes; ++p) {
+        float v = c1[(r1[p] >> (k * bits)) & mask];
+        if (r2) v += c2[(r2[p] >> (k * bits)) & mask];
+        o[k * plane_bytes + p] = v;
+      }
     }
   }
 }
