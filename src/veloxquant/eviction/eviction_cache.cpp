@@ -12,6 +12,7 @@
 #include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/eviction/eviction_mask.h"
 #include "veloxquant/eviction/eviction_row_source.h"
+#include "veloxquant/quant/turboquant_rvq.h"
 
 namespace veloxquant::eviction {
 
@@ -139,7 +140,12 @@ void EvictionCache::fused_attention(const lm::FusedAttentionRequest& request, lm
   }
   const bool scored_step = s == 1 && policy_.uses_scores() && scoring_ == Scoring::kAuto;
   const bool fast = s == 1 && (!policy_.uses_scores() || scored_step);
-  const EvictionRowSource kept_rows(rows_);
+  // turboquant_rvq key rows with byte-aligned codes are scored in the rotated basis.
+  const quant::TurboQuantRvq* rvq = rows_.key_codec().rvq_quantizer();
+  if (rvq && !rvq_order_ && attention::CodeOrder::is_planar(rvq->bits(), rvq->dim())) {
+    rvq_order_ = std::make_shared<const attention::CodeOrder>(rvq->bits(), rvq->dim());
+  }
+  const EvictionRowSource kept_rows(rows_, rvq ? rvq_order_.get() : nullptr);
   const attention::DtypeRowSource new_rows(keys, values, s, offset_);
   const attention::RowSource* segments[] = {&kept_rows, &new_rows};
   lm::Tensor contiguous_queries;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "lm/cache.h"
+#include "veloxquant/attention/code_rows.h"
 #include "veloxquant/eviction/attention_scores.h"
 #include "veloxquant/eviction/eviction_policy.h"
 #include "veloxquant/eviction/eviction_rows.h"
@@ -84,6 +85,8 @@ class EvictionCache : public lm::KVCache {
   Scoring scoring_;
   EvictionRows rows_;
   ObservedQueries observed_;
+  // Code order of turboquant_rvq key rows for the driver (built on first use, shared by clones).
+  std::shared_ptr<const attention::CodeOrder> rvq_order_;
   int64_t offset_ = 0;
   bool last_used_queries_ = false;
 };

@@ -5,6 +5,7 @@
 // per tile into scratch — either way read once per tile for every query head of the group.
 #include <cstdint>
 
+#include "veloxquant/attention/code_rows.h"
 #include "veloxquant/attention/row_source.h"
 #include "veloxquant/eviction/eviction_rows.h"
 
@@ -12,7 +13,12 @@ namespace veloxquant::eviction {
 
 class EvictionRowSource final : public attention::RowSource {
  public:
-  explicit EvictionRowSource(const EvictionRows& rows) : rows_(rows) {}
+  // `rvq_order`: the code order of turboquant_rvq key rows (attention/code_rows.h) when the keys
+  // are stored as turboquant_rvq codes with b in 1, 2, 4, 8 — they are then scored in the rotated
+  // basis from their codes, as TurboQuantRvqRows does; nullptr: keys decoded by their codec.
+  explicit EvictionRowSource(const EvictionRows& rows, const attention::CodeOrder* rvq_order = nullptr)
+      : rows_(rows), rvq_order_(rvq_order) {}
+  void prepare_query(const float* query, float* prepared) const override;
 
   int64_t key_dim() const override { return rows_.key_dim(); }
   int64_t value_dim() const override { return rows_.value_dim(); }
@@ -25,6 +31,7 @@ class EvictionRowSource final : public attention::RowSource {
 
  private:
   const EvictionRows& rows_;
+  const attention::CodeOrder* rvq_order_;
 };
 
 }  // namespace veloxquant::eviction
