@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "lm/kernels/simd_dot.h"
+#include "veloxquant/attention/tile_kernels.h"
 
 namespace veloxquant::attention {
 
@@ -156,10 +157,13 @@ void attend_unit(const AttentionCall& call, const RowSource* const* segments, co
         float* sr = s + r * ld;
         const int64_t qpos = call.first_position + u.i0 + r % nq;
         float tile_max = kNegInf;
-        for (int64_t jj = 0; jj < nk; ++jj) {
-          const bool ok = all_visible || vis.visible(j0 + jj, qpos);
-          sr[jj] = ok ? sr[jj] * call.scale : kNegInf;
-          tile_max = std::max(tile_max, sr[jj]);
+        if (all_visible) {
+          tile_max = kernels::scale_and_max(sr, nk, call.scale);
+        } else {
+          for (int64_t jj = 0; jj < nk; ++jj) {
+            sr[jj] = vis.visible(j0 + jj, qpos) ? sr[jj] * call.scale : kNegInf;
+            tile_max = std::max(tile_max, sr[jj]);
+          }
         }
         if (tile_max == kNegInf) {
           std::fill(sr, sr + nk, 0.0f);  // weight 0 for a row of this tile no query of r sees

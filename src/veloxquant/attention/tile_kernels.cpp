@@ -6,6 +6,9 @@
 
 #include "veloxquant/attention/tile_kernels.h"
 
+#include <algorithm>
+#include <limits>
+
 HWY_BEFORE_NAMESPACE();
 namespace veloxquant::attention::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -210,6 +213,25 @@ void CentroidPlanesImpl(const uint8_t* s1, const uint8_t* s2, int64_t row_stride
   }
 }
 
+float ScaleAndMaxImpl(float* s, int64_t n, float scale) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const auto vs = hn::Set(df, scale);
+  auto vmax = hn::Set(df, -std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto x = hn::Mul(hn::LoadU(df, s + i), vs);
+    hn::StoreU(x, df, s + i);
+    vmax = hn::Max(vmax, x);
+  }
+  float m = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  for (; i < n; ++i) {
+    s[i] *= scale;
+    m = std::max(m, s[i]);
+  }
+  return m;
+}
+
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace veloxquant::attention::kernels::HWY_NAMESPACE
@@ -222,7 +244,10 @@ HWY_EXPORT(AccumulateRowsImpl);
 HWY_EXPORT(AffineDecodeImpl);
 HWY_EXPORT(UnpackPlanesImpl);
 HWY_EXPORT(CentroidPlanesImpl);
+HWY_EXPORT(ScaleAndMaxImpl);
 HWY_EXPORT(TargetNameImpl);
+
+float scale_and_max(float* s, int64_t n, float scale) { return HWY_DYNAMIC_DISPATCH(ScaleAndMaxImpl)(s, n, scale); }
 
 void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
                      int bits, const float* c1, const float* c2, float* out) {
@@ -295,6 +320,12 @@ void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, i
       }
     }
   }
+}
+
+float scale_and_max(float* s, int64_t n, float scale) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, s[i] *= scale);
+  return m;
 }
 }  // namespace scalar
 }  // namespace veloxquant::attention::kernels

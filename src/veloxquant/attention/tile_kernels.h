@@ -35,6 +35,10 @@ void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* o
 void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
                      int bits, const float* c1, const float* c2, float* out);
 
+// s[i] *= scale for i < n; returns the largest result (-inf for n = 0): the softmax's logits of a
+// tile every query sees whole.
+float scale_and_max(float* s, int64_t n, float scale);
+
 // Name of the instruction set the dispatcher picked (for reports).
 const char* target_name();
 
@@ -45,6 +49,7 @@ void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows,
                      int64_t n_rows, int64_t d, float* acc, int64_t acc_stride);
 void affine_decode(const uint8_t* codes, const float* scale, const float* min, int64_t group, int64_t n, float* out);
 void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* out);
+float scale_and_max(float* s, int64_t n, float scale);
 void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
                      int bits, const float* c1, const float* c2, float* out);
 }  // namespace scalar

@@ -101,3 +101,15 @@ TEST(TileKernels, CentroidPlanesMatchScalar) {
 }
 }  // namespace
 }  // namespace veloxquant::attention::kernels
+
+namespace veloxquant::attention::kernels {
+namespace {
+TEST(TileKernels, ScaleAndMaxMatchesScalar) {
+  for (int64_t n : {0, 1, 7, 8, 64, 61}) {
+    auto a = random_values(static_cast<std::size_t>(n), 9), b = a;
+    EXPECT_EQ(scale_and_max(a.data(), n, 0.125f), scalar::scale_and_max(b.data(), n, 0.125f));
+    EXPECT_EQ(a, b);
+  }
+}
+}  // namespace
+}  // namespace veloxquant::attention::kernels
