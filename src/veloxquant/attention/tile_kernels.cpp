@@ -20,7 +20,34 @@ void ScoreBlock(const float* q, int64_t q_stride, const float* rows, int64_t row
   const hn::ScalableTag<float> df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const int64_t dv = d - d % lanes;
-  for (int64_t j = 0; j < n_rows; ++j) {
+  int64_t j = 0;
+  // Two rows per pass: each query vector loaded once feeds both rows' accumulators.
+  for (; j + 2 <= n_rows; j += 2) {
+    const float* row0 = rows + j * row_stride;
+    const float* row1 = row0 + row_stride;
+    decltype(hn::Zero(df)) acc0[NQ], acc1[NQ];
+    for (int r = 0; r < NQ; ++r) acc0[r] = acc1[r] = hn::Zero(df);
+    for (int64_t e = 0; e < dv; e += lanes) {
+      const auto x0 = hn::LoadU(df, row0 + e);
+      const auto x1 = hn::LoadU(df, row1 + e);
+      for (int r = 0; r < NQ; ++r) {
+        const auto qv = hn::LoadU(df, q + r * q_stride + e);
+        acc0[r] = hn::MulAdd(qv, x0, acc0[r]);
+        acc1[r] = hn::MulAdd(qv, x1, acc1[r]);
+      }
+    }
+    for (int r = 0; r < NQ; ++r) {
+      float s0 = hn::GetLane(hn::SumOfLanes(df, acc0[r]));
+      float s1 = hn::GetLane(hn::SumOfLanes(df, acc1[r]));
+      for (int64_t e = dv; e < d; ++e) {
+        s0 += q[r * q_stride + e] * row0[e];
+        s1 += q[r * q_stride + e] * row1[e];
+      }
+      scores[r * ld + j] = s0;
+      scores[r * ld + j + 1] = s1;
+    }
+  }
+  for (; j < n_rows; ++j) {
     const float* row = rows + j * row_stride;
     decltype(hn::Zero(df)) acc[NQ];
     for (int r = 0; r < NQ; ++r) acc[r] = hn::Zero(df);
@@ -39,6 +66,7 @@ void ScoreBlock(const float* q, int64_t q_stride, const float* rows, int64_t row
 void ScoreRowsImpl(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride,
                    int64_t n_rows, int64_t d, float* scores, int64_t ld) {
   int64_t r = 0;
+  // Blocks of 4 queries (8 accumulators for the two rows of a pass: within AVX2's 16 registers).
   for (; r + 4 <= n_q; r += 4) ScoreBlock<4>(q + r * q_stride, q_stride, rows, row_stride, n_rows, d, scores + r * ld, ld);
   switch (n_q - r) {
     case 3: ScoreBlock<3>(q + r * q_stride, q_stride, rows, row_stride, n_rows, d, scores + r * ld, ld); break;
