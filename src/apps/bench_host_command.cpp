@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -264,8 +265,10 @@ void run_bench_host_methods(const BenchHostFlags& f) {
   if (!f.plot.empty()) {
     std::ofstream plot(f.plot);
     if (!plot) throw base::InvalidArgument("--plot: cannot write '" + f.plot + "'");
-    plot << ev::decode_speed_plot_svg(report.rows, "decode tokens/s by cache, " + model.config().name + ", " +
-                                                       std::to_string(report.run.threads) + " threads");
+    const std::string model_name = std::filesystem::path(f.model).filename().string();
+    plot << ev::decode_speed_plot_svg(report.rows, "decode tokens/s by KV cache: " + model_name + ", " +
+                                                       std::to_string(report.run.threads) + " thread(s), best of " +
+                                                       std::to_string(f.repeat));
     if (!plot.flush()) throw base::InvalidArgument("--plot: writing '" + f.plot + "' failed");
   }
   if (f.json) {
