@@ -60,6 +60,7 @@ struct BenchHostFlags {
   int64_t probe_mib = 512;  // the bandwidth probe's buffer (0 = no probe)
   int probe_passes = 3;
   std::string plot;        // --plot FILE (with --methods)
+  std::string json_out;    // --json-out FILE (with --methods): the record, beside the printed table
   bool json = false;
 };
 
@@ -85,6 +86,7 @@ std::string command_line(const BenchHostFlags& f) {
   if (!f.methods.empty()) {
     cmd << " --methods \"" << f.methods << "\" --probe-mib " << f.probe_mib << " --probe-passes " << f.probe_passes;
     if (!f.plot.empty()) cmd << " --plot " << f.plot;
+    if (!f.json_out.empty()) cmd << " --json-out " << f.json_out;
   }
   if (f.json) cmd << " --json";
   return cmd.str();
@@ -167,6 +169,19 @@ void run_bench_host(const BenchHostFlags& f) {
   }
 }
 
+// An output path that cannot be written fails before the minutes of measuring, not after.
+void check_writable(const char* flag, const std::string& path) {
+  if (!path.empty() && !std::ofstream(path, std::ios::app)) {
+    throw base::InvalidArgument(std::string(flag) + ": cannot write '" + path + "'");
+  }
+}
+
+void write_file(const char* flag, const std::string& path, const std::string& content) {
+  std::ofstream out(path);
+  out << content;
+  if (!out.flush()) throw base::InvalidArgument(std::string(flag) + ": writing '" + path + "' failed");
+}
+
 // One --methods entry as the single-method flags, so it is validated exactly like --method.
 apps::KvMethodFlags entry_flags(const ev::MethodEntry& entry) {
   apps::KvMethodFlags flags;
@@ -220,10 +235,8 @@ void run_bench_host_methods(const BenchHostFlags& f) {
   ev::HostBenchOptions options = bench_options(f);
   ev::validate_host_bench(options, 0);
   const std::string text = f.text.empty() ? std::string() : ev::read_text_file(f.text);
-  // An unwritable plot path fails now, not after the minutes of measuring.
-  if (!f.plot.empty() && !std::ofstream(f.plot, std::ios::app)) {
-    throw base::InvalidArgument("--plot: cannot write '" + f.plot + "'");
-  }
+  check_writable("--plot", f.plot);
+  check_writable("--json-out", f.json_out);
 
   const lm::LoadedModel loaded = apps::load_model_from_flags(f.model, f.tokenizer, f.kv_dtype, f.threads);
   lm::Model& model = *loaded.model;
@@ -263,14 +276,13 @@ void run_bench_host_methods(const BenchHostFlags& f) {
   report.run.peak_rss_bytes = ev::peak_rss_bytes();
 
   if (!f.plot.empty()) {
-    std::ofstream plot(f.plot);
-    if (!plot) throw base::InvalidArgument("--plot: cannot write '" + f.plot + "'");
     const std::string model_name = std::filesystem::path(f.model).filename().string();
-    plot << ev::decode_speed_plot_svg(report.rows, "decode tokens/s by KV cache: " + model_name + ", " +
-                                                       std::to_string(report.run.threads) + " thread(s), best of " +
-                                                       std::to_string(f.repeat));
-    if (!plot.flush()) throw base::InvalidArgument("--plot: writing '" + f.plot + "' failed");
+    write_file("--plot", f.plot,
+               ev::decode_speed_plot_svg(report.rows, "decode tokens/s by KV cache: " + model_name + ", " +
+                                                          std::to_string(report.run.threads) + " thread(s), best of " +
+                                                          std::to_string(f.repeat)));
   }
+  if (!f.json_out.empty()) write_file("--json-out", f.json_out, ev::host_bench_methods_json(report).dump(2) + "\n");
   if (f.json) {
     std::printf("%s\n", ev::host_bench_methods_json(report).dump(2).c_str());
   } else {
@@ -313,6 +325,7 @@ apps::CommandRegistration registration{"bench-host", [](CLI::App& root) {
   cmd->add_option("--probe-passes", flags->probe_passes, "With --methods: probe passes, the best is kept")
       ->capture_default_str();
   cmd->add_option("--plot", flags->plot, "With --methods: write an SVG plot of decode tok/s against context here");
+  cmd->add_option("--json-out", flags->json_out, "With --methods: also write the JSON record here (the table still prints)");
   cmd->add_flag("--json", flags->json, "Print one JSON record instead of the table");
   cmd->callback([flags, methods] {
     if (methods->count() > 0) {
@@ -320,6 +333,7 @@ apps::CommandRegistration registration{"bench-host", [](CLI::App& root) {
       return;
     }
     if (!flags->plot.empty()) throw base::InvalidArgument("--plot needs --methods (it plots one line per method)");
+    if (!flags->json_out.empty()) throw base::InvalidArgument("--json-out needs --methods (without it, use --json)");
     run_bench_host(*flags);
   });
 }};

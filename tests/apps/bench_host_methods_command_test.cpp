@@ -112,11 +112,24 @@ TEST(BenchHostMethodsCommand, OneRowPerMethodPerContextAgainstNoneOfTheSameRun) 
 
 TEST(BenchHostMethodsCommand, TableAndTheNativeCacheAddedWhenMissing) {
   if (!ready()) GTEST_SKIP() << "CLI or stories260K missing";
+  const std::string record = (std::filesystem::temp_directory_path() / "vq_bench_host_methods_test.json").string();
+  std::filesystem::remove(record);
   auto [status, out] = run("bench-host --model " + model() +
                                " --ctx 64 --decode-tokens 4 --prefill 32 --threads 1 --probe-mib 0"
-                               " --methods 'kivi --bits 2'",
+                               " --methods 'kivi --bits 2' --json-out " + record,
                            true);
   ASSERT_EQ(status, 0) << out;
+  // --json-out: the record of the very run the table shows (2 caches x (prefill row + ctx 64)).
+  std::ifstream file(record);
+  ASSERT_TRUE(file) << record;
+  const auto j = nlohmann::json::parse(file);
+  ASSERT_EQ(j["rows"].size(), 4u);
+  EXPECT_EQ(j["methods"][0]["label"], "none");
+  EXPECT_TRUE(j["bandwidth_probe"].is_null());
+  char decode_cell[64];
+  std::snprintf(decode_cell, sizeof decode_cell, "| 64 | kivi --bits 2 | %.1f |", j["rows"][3]["decode_tokens_per_s"].get<double>());
+  EXPECT_NE(out.find(decode_cell), std::string::npos) << decode_cell << "\n" << out;
+  std::filesystem::remove(record);
   EXPECT_NE(out.find("no 'none'; timing the native cache too"), std::string::npos) << out;
   EXPECT_EQ(count(out, "| 64 | none | "), 1) << out;
   EXPECT_EQ(count(out, "| 64 | kivi --bits 2 | "), 1) << out;
@@ -155,8 +168,15 @@ TEST(BenchHostMethodsCommand, BadEntriesAreNamedBeforeTheModelLoads) {
   std::tie(status, out) = run("bench-host --model " + model() + " --ctx 64 --plot x.svg", true);
   EXPECT_EQ(status, 2) << out;
   EXPECT_NE(out.find("--plot needs --methods"), std::string::npos) << out;
-  std::tie(status, out) = run("bench-host --model " + model() + " --ctx 64 --methods 'none' --plot /nonexistent/dir/p.svg"
-                              " --probe-mib 0", true);
+  std::tie(status, out) = run("bench-host --model " + model() + " --ctx 64 --json-out x.json", true);
   EXPECT_EQ(status, 2) << out;
-  EXPECT_NE(out.find("/nonexistent/dir/p.svg"), std::string::npos) << out;
+  EXPECT_NE(out.find("--json-out needs --methods"), std::string::npos) << out;
+  // Unwritable outputs fail before the model loads (the model path is bad too, and not named).
+  for (const std::string flag : {"--plot", "--json-out"}) {
+    std::tie(status, out) = run("bench-host --model /nonexistent/model.gguf --ctx 64 --methods 'none' " + flag +
+                                    " /nonexistent/dir/out --probe-mib 0", true);
+    EXPECT_EQ(status, 2) << out;
+    EXPECT_NE(out.find(flag + ": cannot write '/nonexistent/dir/out'"), std::string::npos) << out;
+    EXPECT_EQ(out.find("model.gguf"), std::string::npos) << out;
+  }
 }
