@@ -155,9 +155,10 @@ std::string host_bench_methods_table(const HostBenchMethodsReport& report) {
 
   out += "\nx none: tokens/s over the native cache's in the same rounds. prefill tok/s of a ctx row: its "
          "ctx - " + std::to_string(r.decode_tokens) + " prompt tokens.\n";
-  out += "read GB/s: (weights " + format("%.2f", static_cast<double>(report.weight_bytes_per_token) / kMiB) +
-         " MiB per token, the model file's tensor sizes, one embedding row + KV MiB of the row, the caches' "
-         "nbytes() at that ctx) / time per decode token; % of probe: that over the probe's rate.\n";
+  out += "read GB/s: bytes read per decode token / time per token, where bytes read = the weights, " +
+         format("%.2f", static_cast<double>(report.weight_bytes_per_token) / kMiB) +
+         " MiB (the model file's tensor sizes: each matrix once, one embedding row unless it is the classifier)"
+         " + the row's KV MiB (the caches' nbytes() at that ctx); % of probe: that rate over the probe's.\n";
   out += "spread: slowest / fastest time of the row's phase over the rounds (1.00 = no noise).\n";
   out += "\npeak RSS " + format("%.1f", static_cast<double>(r.peak_rss_bytes) / kMiB) + " MiB\n";
   return out;
