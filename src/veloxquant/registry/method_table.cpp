@@ -8,6 +8,7 @@
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
 #include "veloxquant/caches/spectral_cache.h"
+#include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
 #include "veloxquant/caches/turboquant_standalone_cache.h"
 #include "veloxquant/errors.h"
@@ -63,6 +64,37 @@ MethodDescriptor turboquant_rvq_row() {
     quant::parse_rvq_stage2_scale(c.turboquant_rvq.rvq_stage2_scale);
   };
   m.make_serving = make_turboquant_rvq_cache;
+  return m;
+}
+
+MethodDescriptor turboquant_block_row() {
+  MethodDescriptor m;
+  m.name = "turboquant_block";
+  m.family = "quantization";
+  m.is_servable = true;
+  m.capabilities = {.trimmable = true, .real_compression = true};
+  m.blurb = "Randomized Hadamard rotation of keys and values, then blocks of 32 coordinates with "
+            "one f16 scale (MSE-searched) and b-bit Gaussian Lloyd-Max codes: b + 0.5 bits per "
+            "element, llama.cpp's q8_0/q5_0/q4_0 sizes at b = 8/5/4";
+  m.paper = "TurboQuant (Zandieh et al., arXiv 2504.19874) rotation + Lloyd-Max levels; QuaRot "
+            "(Ashkboos et al., arXiv 2404.00456) Hadamard + per-block scales";
+  m.deviations = "Own combination: TurboQuant keeps one norm per vector and no block scale; here "
+                 "each block of 32 rotated coordinates has an f16 scale chosen by MSE search. "
+                 "Keys and values have separate bit widths (key_bits, value_bits).";
+  m.docs = "docs/methods/turboquant_block.md";
+  m.generic_fields = {"head_dim", "bit_width_inlier", "seed"};
+  m.fields = {option_field("key_bits", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::key_bits,
+                           "Key code bits per rotated coordinate (1..8); 0 = bit_width_inlier", 0, 8),
+              option_field("value_bits", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::value_bits,
+                           "Value code bits per rotated coordinate (1..8); 0 = bit_width_inlier", 0, 8)};
+  // --bits matters only while one of the two follows it.
+  m.reads_bit_width = [](const KVCacheConfig& c) {
+    return c.turboquant_block.key_bits == 0 || c.turboquant_block.value_bits == 0;
+  };
+  m.validate = [](const KVCacheConfig& c) {
+    if (c.turboquant_block.key_bits == 0 || c.turboquant_block.value_bits == 0) require_bits_in(c, 1, 8);
+  };
+  m.make_serving = make_turboquant_block_cache;
   return m;
 }
 
@@ -183,7 +215,8 @@ MethodDescriptor spectral_row() {
 }  // namespace
 
 std::vector<MethodDescriptor> build_method_table() {
-  std::vector<MethodDescriptor> rows = {turboquant_rvq_row(),           kivi_row(),
+  std::vector<MethodDescriptor> rows = {turboquant_rvq_row(),           turboquant_block_row(),
+                                        kivi_row(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
                                         spectral_row()};

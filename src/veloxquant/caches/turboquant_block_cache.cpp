@@ -1,0 +1,253 @@
+#include "veloxquant/caches/turboquant_block_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "lm/kv_rows.h"
+#include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/errors.h"
+
+namespace veloxquant {
+
+using cache_rows::row_ptr;
+
+namespace {
+
+void check_bits(const char* field, int bits) {
+  if (bits < 1 || bits > 8) {
+    throw QuantizerConfigError(std::string(field) + " for 'turboquant_block' must lie in [1, 8], got " +
+                               std::to_string(bits));
+  }
+}
+
+int check_head_dim(int head_dim) {
+  if (head_dim < 1) {
+    throw QuantizerConfigError("head_dim for 'turboquant_block' must be >= 1, got " + std::to_string(head_dim));
+  }
+  return head_dim;
+}
+
+}  // namespace
+
+TurboQuantBlockCache::TurboQuantBlockCache(int head_dim, int key_bits, int value_bits, int64_t seed)
+    : head_dim_(check_head_dim(head_dim)),
+      key_bits_((check_bits("key_bits", key_bits), key_bits)),
+      value_bits_((check_bits("value_bits", value_bits), value_bits)),
+      seed_(seed),
+      key_quant_(key_bits),
+      value_quant_(value_bits) {
+  key_rotation_ = std::make_shared<const core::Rotation>(head_dim, static_cast<uint64_t>(seed));
+  build_value_rotation(head_dim);
+}
+
+void TurboQuantBlockCache::build_value_rotation(int64_t value_dim) {
+  value_rotation_ = std::make_shared<const core::Rotation>(static_cast<int>(value_dim),
+                                                           static_cast<uint64_t>(seed_) ^ kValueSeedSalt);
+}
+
+std::size_t TurboQuantBlockCache::nbytes() const {
+  return key_codes_.storage_bytes() + key_scales_.storage_bytes() + value_codes_.storage_bytes() +
+         value_scales_.storage_bytes();
+}
+
+int64_t TurboQuantBlockCache::bytes_per_row() const {
+  const int64_t dv = dv_ > 0 ? dv_ : head_dim_;
+  return static_cast<int64_t>(key_quant_.row_bytes(head_dim_) + value_quant_.row_bytes(static_cast<int>(dv)));
+}
+
+const uint8_t* TurboQuantBlockCache::key_codes(int64_t b, int64_t h, int64_t row) const {
+  return row_ptr<uint8_t>(key_codes_, b, h, row);
+}
+const uint16_t* TurboQuantBlockCache::key_scales(int64_t b, int64_t h, int64_t row) const {
+  return row_ptr<uint16_t>(key_scales_, b, h, row);
+}
+const uint8_t* TurboQuantBlockCache::value_codes(int64_t b, int64_t h, int64_t row) const {
+  return row_ptr<uint8_t>(value_codes_, b, h, row);
+}
+const uint16_t* TurboQuantBlockCache::value_scales(int64_t b, int64_t h, int64_t row) const {
+  return row_ptr<uint16_t>(value_scales_, b, h, row);
+}
+
+void TurboQuantBlockCache::decode_rotated_key(int64_t b, int64_t h, int64_t row, float* out) const {
+  key_quant_.decode_row(key_codes(b, h, row), key_scales(b, h, row), head_dim_, out);
+}
+
+void TurboQuantBlockCache::decode_rotated_value(int64_t b, int64_t h, int64_t row, float* out) const {
+  value_quant_.decode_row(value_codes(b, h, row), value_scales(b, h, row), static_cast<int>(dv_), out);
+}
+
+// Reallocates every buffer to `capacity` rows keeping the first `keep` (mlx_lm's growth).
+void TurboQuantBlockCache::allocate_rows(int64_t capacity, int64_t keep) {
+  key_codes_ = cache_rows::copy_rows(key_codes_, keep, capacity);
+  key_scales_ = cache_rows::copy_rows(key_scales_, keep, capacity);
+  value_codes_ = cache_rows::copy_rows(value_codes_, keep, capacity);
+  value_scales_ = cache_rows::copy_rows(value_scales_, keep, capacity);
+  capacity_ = capacity;
+}
+
+void TurboQuantBlockCache::ensure_capacity(const lm::Tensor& keys, const lm::Tensor& values) {
+  if (!key_codes_.defined()) {
+    batch_ = keys.dim(0);
+    heads_ = keys.dim(1);
+    dv_ = values.dim(3);
+    if (dv_ != value_rotation_->dim()) build_value_rotation(dv_);
+    const auto kd = static_cast<int>(head_dim_), vd = static_cast<int>(dv_);
+    key_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(key_quant_.code_bytes(kd))}, lm::DType::U8);
+    key_scales_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(quant::BlockLloydQuantizer::blocks(kd))},
+                             lm::DType::F16);
+    value_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(value_quant_.code_bytes(vd))}, lm::DType::U8);
+    value_scales_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(quant::BlockLloydQuantizer::blocks(vd))},
+                               lm::DType::F16);
+    capacity_ = 0;
+  } else {
+    cache_rows::check_row_layout(keys, values, {batch_, heads_, head_dim_, dv_}, "TurboQuantBlockCache::update_and_fetch");
+  }
+  const int64_t s = keys.dim(2);
+  if (offset_ + s > capacity_) {
+    // mlx_lm's rule, as the other caches: keep offset rows, append ceil(s / 256) steps.
+    const int64_t steps = (s + kGrowthStep - 1) / kGrowthStep;
+    allocate_rows(offset_ + steps * kGrowthStep, offset_);
+  }
+}
+
+void TurboQuantBlockCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
+  lm::check_new_tokens(keys, values, "TurboQuantBlockCache::update_and_fetch");
+  if (keys.dim(3) != head_dim_) {
+    throw base::InvalidArgument("TurboQuantBlockCache: keys have head_dim " + std::to_string(keys.dim(3)) +
+                                ", the cache was built for " + std::to_string(head_dim_));
+  }
+  ensure_capacity(keys, values);
+  const int64_t s = keys.dim(2);
+  const std::vector<float> k = keys.to_f32();
+  const std::vector<float> v = values.to_f32();
+  // Rows are independent: encode them in parallel (each task rotates into its own buffer).
+  base::ThreadPool::global().parallel_for(batch_ * heads_ * s, [&](int64_t begin, int64_t end) {
+    std::vector<float> rotated(static_cast<std::size_t>(std::max<int64_t>(head_dim_, dv_)));
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bh = task / s, t = task % s;
+      const int64_t b = bh / heads_, h = bh % heads_, row = offset_ + t;
+      key_rotation_->forward(k.data() + task * head_dim_, rotated.data());
+      key_quant_.encode_row(rotated.data(), head_dim_, row_ptr<uint8_t>(key_codes_, b, h, row),
+                            row_ptr<uint16_t>(key_scales_, b, h, row));
+      value_rotation_->forward(v.data() + task * dv_, rotated.data());
+      value_quant_.encode_row(rotated.data(), static_cast<int>(dv_), row_ptr<uint8_t>(value_codes_, b, h, row),
+                              row_ptr<uint16_t>(value_scales_, b, h, row));
+    }
+  });
+  offset_ += s;
+}
+
+lm::KeysValues TurboQuantBlockCache::update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) {
+  store(keys, values);
+  return fetch(keys.dtype());
+}
+
+lm::KeysValues TurboQuantBlockCache::fetch(lm::DType dtype) const {
+  lm::Tensor k({batch_, heads_, offset_, head_dim_}, dtype);
+  lm::Tensor v({batch_, heads_, offset_, dv_}, dtype);
+  const auto k_elem = static_cast<int64_t>(k.element_size()), v_elem = static_cast<int64_t>(v.element_size());
+  base::ThreadPool::global().parallel_for(batch_ * heads_ * offset_, [&](int64_t begin, int64_t end) {
+    std::vector<float> rotated(static_cast<std::size_t>(std::max<int64_t>(head_dim_, dv_)));
+    std::vector<float> row(rotated.size());
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bh = task / offset_, r = task % offset_;
+      const int64_t b = bh / heads_, h = bh % heads_;
+      decode_rotated_key(b, h, r, rotated.data());
+      key_rotation_->inverse(rotated.data(), row.data());
+      cache_rows::store_f32(row.data(), static_cast<std::size_t>(head_dim_), k.raw_data() + task * head_dim_ * k_elem,
+                            dtype);
+      decode_rotated_value(b, h, r, rotated.data());
+      value_rotation_->inverse(rotated.data(), row.data());
+      cache_rows::store_f32(row.data(), static_cast<std::size_t>(dv_), v.raw_data() + task * dv_ * v_elem, dtype);
+    }
+  });
+  return {std::move(k), std::move(v)};
+}
+
+int64_t TurboQuantBlockCache::trim(int64_t n) {
+  if (n < 0) throw base::InvalidArgument("TurboQuantBlockCache::trim: n must be >= 0, got " + std::to_string(n));
+  const int64_t removed = std::min(n, offset_);
+  offset_ -= removed;  // rows are encoded independently: the kept ones are exactly a fresh cache's
+  return removed;
+}
+
+std::vector<lm::Tensor> TurboQuantBlockCache::state() const {
+  if (!key_codes_.defined() || offset_ == 0) return {};
+  return {key_codes_.slice(2, 0, offset_), key_scales_.slice(2, 0, offset_), value_codes_.slice(2, 0, offset_),
+          value_scales_.slice(2, 0, offset_)};
+}
+
+std::vector<std::string> TurboQuantBlockCache::meta_state() const {
+  return {std::to_string(head_dim_), std::to_string(key_bits_), std::to_string(value_bits_),
+          std::to_string(seed_),     std::to_string(offset_),   std::to_string(dv_)};
+}
+
+void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
+  const char* who = "TurboQuantBlockCache::from_state";
+  if (meta.size() != 6) {
+    throw base::FormatError(std::string(who) + ": expected 6 meta entries (head_dim, key_bits, value_bits, seed, " +
+                            "offset, value_dim), got " + std::to_string(meta.size()));
+  }
+  const int head_dim = static_cast<int>(cache_rows::parse_meta_int(meta[0], who, "head_dim"));
+  const int key_bits = static_cast<int>(cache_rows::parse_meta_int(meta[1], who, "key_bits"));
+  const int value_bits = static_cast<int>(cache_rows::parse_meta_int(meta[2], who, "value_bits"));
+  const int64_t seed = cache_rows::parse_meta_int(meta[3], who, "seed");
+  const int64_t offset = cache_rows::parse_meta_int(meta[4], who, "offset");
+  const int64_t value_dim = cache_rows::parse_meta_int(meta[5], who, "value_dim");
+  TurboQuantBlockCache rebuilt(head_dim, key_bits, value_bits, seed);
+  if (state.empty()) {
+    if (offset != 0) throw base::FormatError(std::string(who) + ": no tensors for offset " + meta[4]);
+    *this = std::move(rebuilt);
+    return;
+  }
+  if (state.size() != 4) {
+    throw base::FormatError(std::string(who) + ": expected 4 tensors, got " + std::to_string(state.size()));
+  }
+  if (value_dim < 1) throw base::FormatError(std::string(who) + ": value_dim must be >= 1, got " + meta[5]);
+  const auto vd = static_cast<int>(value_dim);
+  const int64_t widths[4] = {static_cast<int64_t>(rebuilt.key_quant_.code_bytes(head_dim)),
+                             static_cast<int64_t>(quant::BlockLloydQuantizer::blocks(head_dim)),
+                             static_cast<int64_t>(rebuilt.value_quant_.code_bytes(vd)),
+                             static_cast<int64_t>(quant::BlockLloydQuantizer::blocks(vd))};
+  const lm::DType dtypes[4] = {lm::DType::U8, lm::DType::F16, lm::DType::U8, lm::DType::F16};
+  for (std::size_t i = 0; i < 4; ++i) {
+    const lm::Tensor& t = state[i];
+    if (t.ndim() != 4 || t.dim(2) != offset || t.dim(3) != widths[i] || t.dtype() != dtypes[i] ||
+        t.dim(0) != state[0].dim(0) || t.dim(1) != state[0].dim(1)) {
+      throw base::FormatError(std::string(who) + ": tensor " + std::to_string(i) + " " + lm::shape_text(t.shape()) +
+                              " does not hold " + meta[4] + " rows of head_dim " + meta[0] + " / value_dim " +
+                              meta[5] + " at key_bits " + meta[1] + ", value_bits " + meta[2]);
+    }
+  }
+  rebuilt.batch_ = state[0].dim(0);
+  rebuilt.heads_ = state[0].dim(1);
+  rebuilt.dv_ = value_dim;
+  if (value_dim != rebuilt.value_rotation_->dim()) rebuilt.build_value_rotation(value_dim);
+  rebuilt.key_codes_ = cache_rows::copy_rows(state[0], offset, offset);
+  rebuilt.key_scales_ = cache_rows::copy_rows(state[1], offset, offset);
+  rebuilt.value_codes_ = cache_rows::copy_rows(state[2], offset, offset);
+  rebuilt.value_scales_ = cache_rows::copy_rows(state[3], offset, offset);
+  rebuilt.capacity_ = offset;
+  rebuilt.offset_ = offset;
+  *this = std::move(rebuilt);
+}
+
+std::shared_ptr<lm::KVCache> TurboQuantBlockCache::clone() const {
+  auto copy = std::make_shared<TurboQuantBlockCache>(*this);
+  copy->key_codes_ = key_codes_.clone();
+  copy->key_scales_ = key_scales_.clone();
+  copy->value_codes_ = value_codes_.clone();
+  copy->value_scales_ = value_scales_.clone();
+  return copy;
+}
+
+std::shared_ptr<lm::KVCache> make_turboquant_block_cache(const KVCacheConfig& config) {
+  const int bits = config.bit_width_inlier.scalar();
+  const TurboQuantBlockOptions& o = config.turboquant_block;
+  return std::make_shared<TurboQuantBlockCache>(config.head_dim, o.key_bits != 0 ? o.key_bits : bits,
+                                                o.value_bits != 0 ? o.value_bits : bits, config.seed);
+}
+
+}  // namespace veloxquant
