@@ -63,6 +63,7 @@ std::string command_line(const BenchHostFlags& f) {
       << " --kv-dtype " << f.kv_dtype;
   if (f.kv.method != "none") cmd << " --method " << f.kv.method;
   if (!f.kv.bits.empty()) cmd << " --bits " << f.kv.bits;
+  if (!f.kv.preset.empty()) cmd << " --preset " << f.kv.preset;
   for (const auto& s : f.kv.sets) cmd << " --set " << s;
   if (f.json) cmd << " --json";
   return cmd.str();
@@ -115,7 +116,7 @@ void run_bench_host(const BenchHostFlags& f) {
   report.simd_target = veloxquant::core::simd::target_name();
   report.method = method;
   report.bits = f.kv.bits;
-  report.settings = join(f.kv.sets);
+  report.settings = apps::kv_settings_text(f.kv);
   report.kv_dtype = f.kv_dtype;
   report.prompt = f.text.empty() ? "pattern" : f.text;
   report.decode_tokens = f.decode_tokens;
