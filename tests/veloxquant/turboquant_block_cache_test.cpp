@@ -125,6 +125,85 @@ TEST(TurboQuantBlockCache, StateRoundTripAndFurtherUpdates) {
   EXPECT_THROW(restored.from_state(cache.state(), meta), base::FormatError);
 }
 
+lm::Tensor offset_kv(int64_t heads, int64_t tokens, int64_t dim, uint64_t seed) {
+  // Rows = a large per-channel offset shared by every token + small token-specific noise: what
+  // real keys look like in their slowly rotating RoPE channels.
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> offset(static_cast<std::size_t>(dim));
+  for (float& o : offset) o = 6.0f * normal(rng);
+  std::vector<float> x(static_cast<std::size_t>(heads * tokens * dim));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = offset[i % static_cast<std::size_t>(dim)] + 0.5f * normal(rng);
+  return lm::Tensor::from_f32(x, {1, heads, tokens, dim}, lm::DType::F32);
+}
+
+TEST(TurboQuantBlockCache, MeanSmoothingRemovesACommonOffset) {
+  // The error relative to the token-specific part (what attention scores depend on) shrinks by
+  // a large factor once the shared offset is subtracted before quantization.
+  TurboQuantBlockCache::Settings plain{64, 3, 3, 9};
+  TurboQuantBlockCache::Settings smoothed = plain;
+  smoothed.mean_rows = 64;
+  const lm::Tensor k = offset_kv(2, 200, 64, 61), v = offset_kv(2, 200, 64, 62);
+  TurboQuantBlockCache a(plain), b(smoothed);
+  const double err_plain = relative_error(a.update_and_fetch(k, v).keys, k);
+  const double err_smoothed = relative_error(b.update_and_fetch(k, v).keys, k);
+  EXPECT_LT(err_smoothed * 20, err_plain) << err_plain << " vs " << err_smoothed;
+  // Two f16 mean rows per head more than the plain cache.
+  EXPECT_EQ(b.nbytes(), a.nbytes() + 2 * 2 * 64 * 2);
+  // A first call of one row cannot calibrate: no means, no bytes.
+  TurboQuantBlockCache single(smoothed);
+  single.update_and_fetch(k.slice(2, 0, 1).contiguous(), v.slice(2, 0, 1).contiguous());
+  EXPECT_EQ(single.meta_state().back(), "uncalibrated");
+}
+
+TEST(TurboQuantBlockCache, SinkRowsAreExactAndCounted) {
+  TurboQuantBlockCache::Settings settings{64, 2, 2, 5};
+  settings.sink_rows = 3;
+  TurboQuantBlockCache cache(settings);
+  const lm::Tensor k = gaussian_kv(2, 2, 64, 71, lm::DType::F16), v = gaussian_kv(2, 2, 64, 72, lm::DType::F16);
+  cache.update_and_fetch(k, v);  // rows 0, 1 are sinks
+  const lm::Tensor k2 = gaussian_kv(2, 5, 64, 73, lm::DType::F16), v2 = gaussian_kv(2, 5, 64, 74, lm::DType::F16);
+  const lm::KeysValues got = cache.update_and_fetch(k2, v2);  // row 2 (k2's first) is a sink too
+  const std::vector<float> gk = got.keys.to_f32(), gv = got.values.to_f32();
+  const std::vector<float> k1 = k.to_f32(), v1 = v.to_f32(), k2f = k2.to_f32(), v2f = v2.to_f32();
+  for (int64_t h = 0; h < 2; ++h) {
+    for (int64_t e = 0; e < 64; ++e) {
+      for (int64_t r = 0; r < 2; ++r) {
+        EXPECT_EQ(gk[static_cast<std::size_t>((h * 7 + r) * 64 + e)], k1[static_cast<std::size_t>((h * 2 + r) * 64 + e)]);
+        EXPECT_EQ(gv[static_cast<std::size_t>((h * 7 + r) * 64 + e)], v1[static_cast<std::size_t>((h * 2 + r) * 64 + e)]);
+      }
+      EXPECT_EQ(gk[static_cast<std::size_t>((h * 7 + 2) * 64 + e)], k2f[static_cast<std::size_t>((h * 5) * 64 + e)]);
+      EXPECT_EQ(gv[static_cast<std::size_t>((h * 7 + 2) * 64 + e)], v2f[static_cast<std::size_t>((h * 5) * 64 + e)]);
+    }
+  }
+  EXPECT_NE(gk[static_cast<std::size_t>(3 * 64)], k2f[static_cast<std::size_t>(1 * 64)]);  // row 3 is coded (2 bits)
+  // 256 coded rows of (16 + 4) * 2 bytes + 3 sink rows of 2 * 64 * 2 bytes, per head.
+  EXPECT_EQ(cache.nbytes(), std::size_t(2 * (256 * 40 + 3 * 256)));
+}
+
+TEST(TurboQuantBlockCache, StateRoundTripWithMeansSinksAndBlocks) {
+  TurboQuantBlockCache::Settings settings{64, 4, 3, 8};
+  settings.mean_rows = 16;
+  settings.sink_rows = 2;
+  settings.value_block = 64;
+  TurboQuantBlockCache cache(settings);
+  cache.update_and_fetch(offset_kv(3, 40, 64, 81), offset_kv(3, 40, 64, 82));
+  EXPECT_EQ(cache.bytes_per_row(), (32 + 4) + (24 + 2));  // value_block 64: one scale per value row
+  ASSERT_EQ(cache.state().size(), 8u);
+  TurboQuantBlockCache restored(8, 1, 1, 0);
+  restored.from_state(cache.state(), cache.meta_state());
+  EXPECT_EQ(restored.meta_state(), cache.meta_state());
+  EXPECT_EQ(restored.nbytes() <= cache.nbytes(), true);
+  const lm::Tensor k2 = offset_kv(3, 3, 64, 83), v2 = offset_kv(3, 3, 64, 84);
+  const lm::KeysValues a = cache.update_and_fetch(k2, v2), b = restored.update_and_fetch(k2, v2);
+  EXPECT_EQ(a.keys.to_f32(), b.keys.to_f32());
+  EXPECT_EQ(a.values.to_f32(), b.values.to_f32());
+  // A clone is independent.
+  auto copy = cache.clone();
+  cache.trim(5);
+  EXPECT_EQ(copy->offset(), 43);
+}
+
 TEST(TurboQuantBlockCache, TrimEqualsAFreshCacheFedTheKeptTokens) {
   TurboQuantBlockCache cache(64, 4, 4, 5), fresh(64, 4, 4, 5);
   const lm::Tensor k = gaussian_kv(3, 30, 64, 41), v = gaussian_kv(3, 30, 64, 42);
@@ -162,6 +241,10 @@ TEST(TurboQuantBlockCache, BitWidthsAreValidatedWithTheirNames) {
   c.bit_width_inlier = 12;
   expect_error(c, "12");
   EXPECT_THROW(TurboQuantBlockCache(64, 0, 4, 1), QuantizerConfigError);
+  c.turboquant_block.value_block = 48;
+  c.turboquant_block.value_bits = 3;
+  expect_error(c, "48");
+  c.turboquant_block.value_block = 32;
   // key_bits / value_bits set: --bits is not read.
   c.turboquant_block.value_bits = 3;
   c.bit_width_inlier = 2;

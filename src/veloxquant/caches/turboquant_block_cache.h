@@ -3,11 +3,11 @@
 // randomized Hadamard transform (per head vector; core/rotation.h, QuaRot arXiv 2404.00456 /
 // TurboQuant arXiv 2504.19874), then cut into blocks of 32 rotated coordinates, each block one
 // f16 scale and b-bit codes on the Gaussian Lloyd-Max levels (quant/block_lloyd_quant.h).
-// Keys and values have their own bit widths (key_bits / value_bits, 0 = bit_width_inlier), so a
-// byte budget can be split unevenly between them.
+// Keys and values have their own bit widths (key_bits / value_bits, 0 = bit_width_inlier) and
+// block sizes (key_block / value_block, 32 by default), so a byte budget can be split unevenly.
 //
-// Bytes per token and kv head: ceil(D*kb/8) + 2*ceil(D/32) + ceil(Dv*vb/8) + 2*ceil(Dv/32),
-// i.e. (b + 0.5) bits per element for head dims that are multiples of 32 — llama.cpp's
+// Bytes per token and kv head: ceil(D*kb/8) + 2*ceil(D/key_block) + ceil(Dv*vb/8) +
+// 2*ceil(Dv/value_block), i.e. (b + 0.5) bits per element with blocks of 32 — llama.cpp's
 // q8_0 / q5_0 / q4_0 size at b = 8 / 5 / 4.
 //
 // Storage (all counted by nbytes(); grown in 256-token steps, mlx_lm's KVCache rule):
@@ -15,7 +15,27 @@
 //   key_scales_  F16 [B, H, cap, ceil(D/32)]
 //   value_codes_ U8  [B, H, cap, ceil(Dv*vb/8)]
 //   value_scales_ F16 [B, H, cap, ceil(Dv/32)]
-// Every row is encoded on its own, so trim(n) is exact (the kept rows are a fresh cache's).
+//   key_mean_ / value_mean_  F16 [B, H, 1, D] / [B, H, 1, Dv]   only with mean_rows > 0
+//   sink_keys_ / sink_values_ F16 [B, H, sink_rows, D / Dv]     only with sink_rows > 0
+//
+// Sink rows (sink_rows > 0). The first positions (BOS above all) draw a large share of every
+// query's attention in small models ("attention sinks", StreamingLLM arXiv 2309.17453), so their
+// keys and values are kept exactly, in f16; their code rows are still written (simpler
+// addressing, a few rows) and ignored on decode.
+//
+// Mean smoothing (mean_rows > 0). Keys carry a large per-channel offset that is the same for
+// every token (after RoPE it survives in the slowly rotating channels); a block scale must
+// cover it, so the informative part gets a coarse step. Subtracting a per-channel mean mu
+// before the rotation removes it: for keys q.(k - mu) differs from q.k by the same q.mu for every
+// key of a query, and softmax does not see a shift; for values sum_j w_j (v_j - mu) + mu is the
+// output since the weights sum to 1. The cache still returns k and v (decoded + mu). mu is
+// calibrated once, on rows [1, 1 + mean_rows) of the first call (row 0, the BOS / attention
+// sink, is atypical), and stored in f16 (what encoding and decoding both use). A first call of
+// a single row leaves mu = 0.
+//
+// Every row is encoded on its own, so trim(n) is exact (the kept rows are a fresh cache's) as
+// long as the kept rows include the calibration rows; trimming into them keeps mu.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,9 +53,19 @@ class TurboQuantBlockCache : public lm::KVCache {
   // The values' rotation is drawn from seed ^ kValueSeedSalt: independent of the keys' one.
   static constexpr uint64_t kValueSeedSalt = 0x9e3779b97f4a7c15ULL;
 
-  // key_bits / value_bits in 1..8 (QuantizerConfigError otherwise). value_dim 0 = head_dim;
-  // the values' rotation is built for the first values' width when it differs.
-  TurboQuantBlockCache(int head_dim, int key_bits, int value_bits, int64_t seed);
+  struct Settings {
+    int head_dim = 128;
+    int key_bits = 4, value_bits = 4;  // 1..8
+    int64_t seed = 42;
+    int mean_rows = 0;                 // 0 = no mean smoothing
+    int key_block = 32, value_block = 32;  // 32, 64, 128 or 256
+    int sink_rows = 0;                 // first positions kept in f16
+  };
+  // Throws QuantizerConfigError naming a bad value. The values' rotation is built for the first
+  // values' width when it differs from head_dim.
+  explicit TurboQuantBlockCache(const Settings& settings);
+  TurboQuantBlockCache(int head_dim, int key_bits, int value_bits, int64_t seed)
+      : TurboQuantBlockCache(Settings{head_dim, key_bits, value_bits, seed}) {}
 
   lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
   int64_t offset() const override { return offset_; }
@@ -51,6 +81,7 @@ class TurboQuantBlockCache : public lm::KVCache {
 
   int key_bits() const { return key_bits_; }
   int value_bits() const { return value_bits_; }
+  const Settings& settings() const { return settings_; }
   // Resident bytes of one token of one kv head (codes + scales, keys and values).
   int64_t bytes_per_row() const;
 
@@ -71,14 +102,24 @@ class TurboQuantBlockCache : public lm::KVCache {
   // Decoded rows in the rotated domain (keys: D floats, values: Dv floats).
   void decode_rotated_key(int64_t b, int64_t h, int64_t row, float* out) const;
   void decode_rotated_value(int64_t b, int64_t h, int64_t row, float* out) const;
+  // Decoded rows in the model's basis (means added back, sink rows exact).
+  void decode_key(int64_t b, int64_t h, int64_t row, float* out, float* scratch) const;
+  void decode_value(int64_t b, int64_t h, int64_t row, float* out, float* scratch) const;
+  int64_t sink_rows_held() const { return std::min<int64_t>(offset_, settings_.sink_rows); }
 
  private:
   void ensure_capacity(const lm::Tensor& keys, const lm::Tensor& values);
   void allocate_rows(int64_t capacity, int64_t keep);
   void build_value_rotation(int64_t value_dim);
   void store(const lm::Tensor& keys, const lm::Tensor& values);
+  // mu from rows [1, 1 + mean_rows_) of the first call's f32 rows [B, H, S, D].
+  void calibrate_means(const std::vector<float>& k, const std::vector<float>& v, int64_t s);
+  // The f16 means of head (b, h); nullptr when not smoothing (or not calibrated).
+  const uint16_t* key_mean(int64_t b, int64_t h) const;
+  const uint16_t* value_mean(int64_t b, int64_t h) const;
   lm::KeysValues fetch(lm::DType dtype) const;
 
+  Settings settings_;
   int head_dim_;
   int key_bits_;
   int value_bits_;
@@ -92,6 +133,8 @@ class TurboQuantBlockCache : public lm::KVCache {
   int64_t offset_ = 0;
   int64_t capacity_ = 0;
   lm::Tensor key_codes_, key_scales_, value_codes_, value_scales_;
+  lm::Tensor key_mean_, value_mean_;  // F16 [B, H, 1, D]; undefined until calibrated
+  lm::Tensor sink_keys_, sink_values_;  // F16 [B, H, sink_rows, D]; undefined without sinks
 };
 
 std::shared_ptr<lm::KVCache> make_turboquant_block_cache(const KVCacheConfig& config);

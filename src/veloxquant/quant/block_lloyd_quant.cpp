@@ -23,9 +23,9 @@ struct LevelTable {
   std::vector<float> levels, boundaries;
 };
 
-// Lloyd-Max levels of the coordinates of a block of kBlockSize standard normal values divided
+// Lloyd-Max levels of the coordinates of a block of `block` standard normal values divided
 // by the block's largest magnitude (the density the codes actually see once a block is scaled
-// by its absmax; see the header). Solved on a fixed, seeded sample: 2^15 blocks (1M values),
+// by its absmax; see the header). Solved on a fixed, seeded sample: 2^20 values,
 // symmetric levels fitted to |y| with prefix sums over the sorted sample, so one iteration costs
 // O(levels * log n). The point mass at |y| = 1 (each block's own maximum) is part of the sample.
 //
@@ -35,14 +35,14 @@ struct LevelTable {
 // (0.00150 vs 0.00164) and 10x better at b = 8 (0.000027 vs 0.00027), where the Gaussian levels
 // waste most of their range; llama.cpp's uniform q*_0 grid gives 0.0303 / 0.00735 / 0.00182 /
 // 0.000030 at b = 3 / 4 / 5 / 8.
-LevelTable solve_block_levels(int bits) {
-  constexpr int kBlocks = 1 << 15;
+LevelTable solve_block_levels(int bits, int block_size) {
+  const int blocks = (1 << 20) / block_size;
   constexpr uint64_t kSeed = 0x5eedb10cULL;
   core::Rng rng(kSeed);
   std::vector<double> y;
-  y.reserve(static_cast<std::size_t>(kBlocks) * BlockLloydQuantizer::kBlockSize);
-  std::array<double, BlockLloydQuantizer::kBlockSize> block{};
-  for (int b = 0; b < kBlocks; ++b) {
+  y.reserve(static_cast<std::size_t>(blocks) * static_cast<std::size_t>(block_size));
+  std::vector<double> block(static_cast<std::size_t>(block_size));
+  for (int b = 0; b < blocks; ++b) {
     double absmax = 0.0;
     for (double& v : block) {
       v = std::fabs(rng.normal());
@@ -80,18 +80,31 @@ LevelTable solve_block_levels(int bits) {
   return t;
 }
 
-const LevelTable& level_table(int bits) {
+int block_index(int block_size) {
+  switch (block_size) {
+    case 32: return 0;
+    case 64: return 1;
+    case 128: return 2;
+    case 256: return 3;
+    default:
+      throw QuantizerConfigError("turboquant_block: block size must be 32, 64, 128 or 256, got " +
+                                 std::to_string(block_size));
+  }
+}
+
+const LevelTable& level_table(int bits, int block_size) {
   check_bits(bits);
-  static std::array<LevelTable, 9> tables;
-  static std::array<std::once_flag, 9> once;
-  std::call_once(once[static_cast<std::size_t>(bits)], [bits] {
-    LevelTable& t = tables[static_cast<std::size_t>(bits)];
-    t = solve_block_levels(bits);
+  const std::size_t slot = static_cast<std::size_t>(bits) * 4 + static_cast<std::size_t>(block_index(block_size));
+  static std::array<LevelTable, 9 * 4> tables;
+  static std::array<std::once_flag, 9 * 4> once;
+  std::call_once(once[slot], [bits, block_size, slot] {
+    LevelTable& t = tables[slot];
+    t = solve_block_levels(bits, block_size);
     t.boundaries.resize(t.levels.size() - 1);
     // Nearest-level boundaries: the midpoints (Lloyd's condition).
     for (std::size_t k = 0; k + 1 < t.levels.size(); ++k) t.boundaries[k] = 0.5f * (t.levels[k] + t.levels[k + 1]);
   });
-  return tables[static_cast<std::size_t>(bits)];
+  return tables[slot];
 }
 
 // The grid of clip factors g tried for scale = absmax / level_max * g (see the header).
@@ -103,10 +116,10 @@ constexpr float kMaxScale = 65504.0f;
 
 }  // namespace
 
-const std::vector<float>& block_levels(int bits) { return level_table(bits).levels; }
+const std::vector<float>& block_levels(int bits, int block_size) { return level_table(bits, block_size).levels; }
 
-BlockLloydQuantizer::BlockLloydQuantizer(int bits) : bits_(bits) {
-  const LevelTable& t = level_table(bits);
+BlockLloydQuantizer::BlockLloydQuantizer(int bits, int block_size) : bits_(bits), block_(block_size) {
+  const LevelTable& t = level_table(bits, block_size);
   levels_ = &t.levels;
   boundaries_ = &t.boundaries;
 }
@@ -144,7 +157,7 @@ uint16_t BlockLloydQuantizer::encode_block(const float* x, int n, uint8_t* codes
     return base::f32_to_f16(0.0f);
   }
   const float level_max = levels_->back();
-  std::array<uint8_t, kBlockSize> trial{};
+  std::array<uint8_t, kMaxBlockSize> trial{};
   double best_err = INFINITY;
   uint16_t best_scale = 0;
   auto try_scale = [&](float s) {
@@ -191,8 +204,8 @@ void BlockLloydQuantizer::encode_row(const float* x, int dim, uint8_t* packed, u
     heap_codes.resize(static_cast<std::size_t>(dim));
     codes = heap_codes.data();
   }
-  for (int j0 = 0, blk = 0; j0 < dim; j0 += kBlockSize, ++blk) {
-    const int n = std::min(kBlockSize, dim - j0);
+  for (int j0 = 0, blk = 0; j0 < dim; j0 += block_, ++blk) {
+    const int n = std::min(block_, dim - j0);
     scales[blk] = encode_block(x + j0, n, codes + j0);
   }
   core::pack_dense(codes, static_cast<std::size_t>(dim), bits_, packed);
@@ -207,8 +220,8 @@ void BlockLloydQuantizer::decode_row(const uint8_t* packed, const uint16_t* scal
     codes = heap_codes.data();
   }
   core::unpack_dense(packed, static_cast<std::size_t>(dim), bits_, codes);
-  for (int j0 = 0, blk = 0; j0 < dim; j0 += kBlockSize, ++blk) {
-    decode_block(codes + j0, std::min(kBlockSize, dim - j0), scales[blk], out + j0);
+  for (int j0 = 0, blk = 0; j0 < dim; j0 += block_, ++blk) {
+    decode_block(codes + j0, std::min(block_, dim - j0), scales[blk], out + j0);
   }
 }
 

@@ -1,8 +1,8 @@
 #pragma once
 // Block Lloyd-Max quantization of already-rotated coordinates (the storage of turboquant_block,
-// docs/methods/turboquant_block.md): a row is cut into blocks of kBlockSize = 32 coordinates;
-// each block keeps one f16 scale s and b-bit codes on MSE-optimal levels:
-// x_hat[i] = s * level[code[i]].
+// docs/methods/turboquant_block.md): a row is cut into blocks of block_size coordinates (32 by
+// default; 64, 128 or 256 halve the scale overhead each time); each block keeps one f16 scale s
+// and b-bit codes on MSE-optimal levels: x_hat[i] = s * level[code[i]].
 //
 // Why this shape. After a random Hadamard rotation (QuaRot, arXiv 2404.00456; TurboQuant,
 // arXiv 2504.19874) the coordinates of a key or value are close to Gaussian; the per-block scale
@@ -31,22 +31,24 @@ namespace veloxquant::quant {
 
 class BlockLloydQuantizer {
  public:
-  static constexpr int kBlockSize = 32;
+  static constexpr int kBlockSize = 32;   // the default block (llama.cpp's block size)
+  static constexpr int kMaxBlockSize = 256;
 
-  // bits in 1..8; throws QuantizerConfigError naming the value otherwise.
-  explicit BlockLloydQuantizer(int bits);
+  // bits in 1..8, block_size in {32, 64, 128, 256}; throws QuantizerConfigError naming the value.
+  explicit BlockLloydQuantizer(int bits, int block_size = kBlockSize);
 
   int bits() const { return bits_; }
+  int block_size() const { return block_; }
   // The 2^bits levels (ascending, symmetric) and the 2^bits - 1 midpoints between them.
   const std::vector<float>& levels() const { return *levels_; }
   const std::vector<float>& boundaries() const { return *boundaries_; }
 
-  static std::size_t blocks(int dim) { return static_cast<std::size_t>((dim + kBlockSize - 1) / kBlockSize); }
+  std::size_t blocks(int dim) const { return static_cast<std::size_t>((dim + block_ - 1) / block_); }
   std::size_t code_bytes(int dim) const;  // ceil(dim * bits / 8)
   // Bytes of one encoded row: codes + f16 scales.
   std::size_t row_bytes(int dim) const { return code_bytes(dim) + 2 * blocks(dim); }
 
-  // One block of n <= kBlockSize values: writes n codes (one per byte), returns the f16 scale.
+  // One block of n <= block_size() values: writes n codes (one per byte), returns the f16 scale.
   uint16_t encode_block(const float* x, int n, uint8_t* codes) const;
   void decode_block(const uint8_t* codes, int n, uint16_t scale_f16, float* out) const;
 
@@ -62,11 +64,13 @@ class BlockLloydQuantizer {
   double quantize_with_scale(const float* x, int n, float s, uint8_t* codes) const;
 
   int bits_;
+  int block_;
   const std::vector<float>* levels_;
   const std::vector<float>* boundaries_;
 };
 
-// The levels for `bits` (solved once per process on a fixed seeded sample, then cached).
-const std::vector<float>& block_levels(int bits);
+// The levels for `bits` and `block_size` (solved once per process on a fixed seeded sample,
+// then cached).
+const std::vector<float>& block_levels(int bits, int block_size = BlockLloydQuantizer::kBlockSize);
 
 }  // namespace veloxquant::quant

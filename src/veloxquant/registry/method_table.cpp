@@ -86,13 +86,31 @@ MethodDescriptor turboquant_block_row() {
   m.fields = {option_field("key_bits", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::key_bits,
                            "Key code bits per rotated coordinate (1..8); 0 = bit_width_inlier", 0, 8),
               option_field("value_bits", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::value_bits,
-                           "Value code bits per rotated coordinate (1..8); 0 = bit_width_inlier", 0, 8)};
+                           "Value code bits per rotated coordinate (1..8); 0 = bit_width_inlier", 0, 8),
+              option_field("mean_rows", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::mean_rows,
+                           "Subtract per-channel key/value means calibrated on the first call's rows "
+                           "1..N before rotating (0 = off); exact for attention, adds 2 f16 rows per head",
+                           0, 1 << 20),
+              option_field("key_block", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::key_block,
+                           "Rotated key coordinates per f16 scale: 32, 64, 128 or 256", 32, 256),
+              option_field("value_block", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::value_block,
+                           "Rotated value coordinates per f16 scale: 32, 64, 128 or 256", 32, 256),
+              option_field("sink_rows", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::sink_rows,
+                           "First positions kept exactly in f16 (attention sinks); costs 2 f16 rows each",
+                           0, 1 << 16)};
   // --bits matters only while one of the two follows it.
   m.reads_bit_width = [](const KVCacheConfig& c) {
     return c.turboquant_block.key_bits == 0 || c.turboquant_block.value_bits == 0;
   };
   m.validate = [](const KVCacheConfig& c) {
     if (c.turboquant_block.key_bits == 0 || c.turboquant_block.value_bits == 0) require_bits_in(c, 1, 8);
+    for (const auto& [name, block] : {std::pair{"key_block", c.turboquant_block.key_block},
+                                      std::pair{"value_block", c.turboquant_block.value_block}}) {
+      if (block != 32 && block != 64 && block != 128 && block != 256) {
+        throw QuantizerConfigError(std::string(name) + " for 'turboquant_block' must be 32, 64, 128 or 256, got " +
+                                   std::to_string(block));
+      }
+    }
   };
   m.make_serving = make_turboquant_block_cache;
   return m;

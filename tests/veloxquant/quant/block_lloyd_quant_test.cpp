@@ -180,7 +180,7 @@ TEST(BlockLloydQuant, RowRoundTripBeatsLloydMaxAndQ0) {
     const int dim = 128, rows = 1000;
     const std::vector<float> x = gaussian(static_cast<std::size_t>(dim * rows), 7 + bits, 3.0);
     std::vector<uint8_t> packed(q.code_bytes(dim));
-    std::vector<uint16_t> scales(BlockLloydQuantizer::blocks(dim));
+    std::vector<uint16_t> scales(q.blocks(dim));
     std::vector<float> out(dim);
     double err = 0.0, energy = 0.0;
     for (int r = 0; r < rows; ++r) {
