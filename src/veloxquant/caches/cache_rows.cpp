@@ -1,5 +1,7 @@
 #include "veloxquant/caches/cache_rows.h"
 
+#include "lm/kernels/simd_dot.h"
+
 #include <charconv>
 #include <cstring>
 
@@ -41,7 +43,24 @@ void store_f32(const float* src, std::size_t count, std::byte* dst, lm::DType dt
 }
 
 void load_f32(const std::byte* src, lm::DType dtype, std::size_t count, float* dst) {
-  lm::convert_elements(src, dtype, reinterpret_cast<std::byte*>(dst), lm::DType::F32, count);
+  // f16/bf16 rows are widened by the host's SIMD converters (the scalar element loop cost 15%
+  // of a KIVI decode step).
+  if (dtype == lm::DType::F16) {
+    lm::kernels::simd::f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, static_cast<int64_t>(count));
+  } else if (dtype == lm::DType::BF16) {
+    lm::kernels::simd::bf16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, static_cast<int64_t>(count));
+  } else {
+    lm::convert_elements(src, dtype, reinterpret_cast<std::byte*>(dst), lm::DType::F32, count);
+  }
+}
+
+void widen_to_f32(const lm::Tensor& t, std::vector<float>& out) {
+  out.resize(static_cast<std::size_t>(t.numel()));
+  if (t.is_contiguous()) {
+    load_f32(t.raw_data(), t.dtype(), out.size(), out.data());
+  } else {
+    out = t.to_f32();
+  }
 }
 
 int64_t parse_meta_int(const std::string& text, const char* who, const char* what) {

@@ -30,6 +30,8 @@ lm::Tensor copy_rows(const lm::Tensor& t, int64_t rows, int64_t capacity);
 // Converts `count` f32 values into `dtype` at `dst` / from `dtype` at `src`.
 void store_f32(const float* src, std::size_t count, std::byte* dst, lm::DType dtype);
 void load_f32(const std::byte* src, lm::DType dtype, std::size_t count, float* dst);
+// All of `t` in row-major order as f32 into `out` (resized; a reused buffer allocates nothing).
+void widen_to_f32(const lm::Tensor& t, std::vector<float>& out);
 
 // The layout every later call must keep once a cache has allocated for the first one.
 struct RowLayout {

@@ -9,7 +9,10 @@
 #include "base/thread_pool.h"
 #include "lm/kv_rows.h"
 #include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/attention/attention_driver.h"
+#include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/caches/group_affine_codes.h"
+#include "veloxquant/caches/kivi_row_source.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/errors.h"
 
@@ -124,11 +127,23 @@ void KiviCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   const int64_t s = keys.dim(2);
   const int64_t tail = offset_ - frontier_;
   const int64_t pending_rows = tail + s;
-  // Pending = the full-precision tail followed by the new rows, in f32 (a per-call temporary).
-  std::vector<float> pk(static_cast<std::size_t>(batch_ * heads_ * pending_rows * dk_));
-  std::vector<float> pv(static_cast<std::size_t>(batch_ * heads_ * pending_rows * dv_));
-  const std::vector<float> new_k = keys.to_f32();
-  const std::vector<float> new_v = values.to_f32();
+  const int64_t new_offset = offset_ + s;
+  const int64_t new_frontier = (std::max<int64_t>(0, new_offset - residual_length_) / group_) * group_;
+  if (new_frontier == frontier_) {
+    // Nothing reaches the frontier (31 of 32 decode steps at the defaults): the new rows go
+    // straight into the tail, as they are — no widening of the tail, no temporary.
+    lm::copy_token_rows(keys, residual_k_, tail);
+    lm::copy_token_rows(values, residual_v_, tail);
+    offset_ = new_offset;
+    return;
+  }
+  // Pending = the full-precision tail followed by the new rows, in f32 (grow-only per-thread
+  // buffers: a flushing decode step allocates nothing once the shape has been seen).
+  thread_local std::vector<float> pk, pv, new_k, new_v;
+  pk.resize(static_cast<std::size_t>(batch_ * heads_ * pending_rows * dk_));
+  pv.resize(static_cast<std::size_t>(batch_ * heads_ * pending_rows * dv_));
+  cache_rows::widen_to_f32(keys, new_k);
+  cache_rows::widen_to_f32(values, new_v);
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
       const int64_t bh = b * heads_ + h;
@@ -142,8 +157,6 @@ void KiviCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
                   sizeof(float) * static_cast<std::size_t>(s * dv_));
     }
   }
-  const int64_t new_offset = offset_ + s;
-  const int64_t new_frontier = (std::max<int64_t>(0, new_offset - residual_length_) / group_) * group_;
   const int64_t flushed = new_frontier - frontier_;
   if (flushed > 0) {
     ensure_quantized_capacity(new_frontier);
@@ -190,10 +203,9 @@ lm::KeysValues KiviCache::fetch(lm::DType dtype) const {
   return {std::move(k), std::move(v)};
 }
 
-// Attention straight from the storage. Quantized keys: with per-channel params (s, m) of the
-// token group g, <q, k^_t> = sum_d (q_d s_gd) c_td + sum_d q_d m_gd, so the query is folded into
-// the group's params once per group and each token costs one unpack and D multiply-adds —
-// no dequantized key rows are written. The full-precision tail is read in place.
+// Attention straight from the storage, through the shared driver: the quantized rows scored and
+// accumulated from their codes (kivi_row_source.h), the full-precision tail read in place — one
+// sequence, one online softmax, GQA groups and split-K handled by the driver.
 void KiviCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) {
   if (!request.queries || !request.keys || !request.values) {
     throw base::InvalidArgument("KiviCache::fused_attention: queries, keys and values are required");
@@ -210,79 +222,27 @@ void KiviCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
     throw base::InvalidArgument("KiviCache::fused_attention: out must be f32 " + lm::shape_text({batch_, hq, n, dv_}) +
                                 ", got " + lm::shape_text(out.shape()));
   }
-  // Prefill chunks: one dequantization shared by all the chunk's queries beats folding each
-  // query into every group's parameters (SmolLM2, 512-token chunks, ctx 2048: 17.5 tok/s on the
-  // code path against 384 for the native cache). Decode steps keep scoring from the codes.
-  if (n >= kPrefillDequantizeQueries) {
-    cache_rows::attend_over_dequantized(q, fetch(lm::DType::F32), request.window, request.scale, out);
-    return;
+  if (!key_order_ || key_order_->size() != dk_ || key_order_->bits() != bits_) {
+    key_order_ = std::make_shared<const attention::CodeOrder>(bits_, dk_);
+    value_order_ = std::make_shared<const attention::CodeOrder>(bits_, dv_, group_);
   }
-  const lm::Tensor qc = q.contiguous();
-  const float* qd = qc.data<float>();
-  float* od = out.data<float>();
-  const int64_t group_heads = hq / heads_;
-  const int64_t tail_rows = residual_k_.dim(2);
-  base::ThreadPool::global().parallel_for(batch_ * hq, [&](int64_t task_begin, int64_t task_end) {
-    std::vector<uint8_t> codes(static_cast<std::size_t>(std::max(dk_, dv_)));
-    std::vector<float> folded(static_cast<std::size_t>(dk_)), row(static_cast<std::size_t>(std::max(dk_, dv_)));
-    std::vector<float> acc(static_cast<std::size_t>(dv_));
-    for (int64_t task = task_begin; task < task_end; ++task) {
-      const int64_t b = task / hq, h = task % hq, kvh = h / group_heads;
-      const std::byte* tail_k = residual_k_.raw_data() + (b * heads_ + kvh) * tail_rows * dk_ * static_cast<int64_t>(residual_k_.element_size());
-      const std::byte* tail_v = residual_v_.raw_data() + (b * heads_ + kvh) * tail_rows * dv_ * static_cast<int64_t>(residual_v_.element_size());
-      for (int64_t i = 0; i < n; ++i) {
-        const float* query = qd + ((b * hq + h) * n + i) * dk_;
-        const int64_t pos = first + i;
-        const int64_t begin = request.window ? std::max<int64_t>(0, pos - *request.window + 1) : 0;
-        // Online softmax over the visible rows [begin, pos], one row at a time.
-        float m = -INFINITY;
-        double l = 0.0;
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        int64_t folded_group = -1;
-        float bias = 0.0f;
-        for (int64_t r = begin; r <= pos; ++r) {
-          float score = 0.0f;
-          if (r < frontier_) {
-            if (r / group_ != folded_group) {
-              folded_group = r / group_;
-              const auto* params = reinterpret_cast<const GroupParams16*>(row_ptr<uint16_t>(key_params_, b, kvh, folded_group));
-              double acc_bias = 0.0;
-              for (int64_t d = 0; d < dk_; ++d) {
-                folded[static_cast<std::size_t>(d)] = query[d] * base::f16_to_f32(params[d].scale_f16);
-                acc_bias += double(query[d]) * base::f16_to_f32(params[d].min_f16);
-              }
-              bias = static_cast<float>(acc_bias);
-            }
-            core::unpack_words(row_ptr<uint32_t>(key_codes_, b, kvh, r), static_cast<std::size_t>(dk_), bits_, codes.data());
-            for (int64_t d = 0; d < dk_; ++d) score += folded[static_cast<std::size_t>(d)] * codes[static_cast<std::size_t>(d)];
-            score += bias;
-          } else {
-            cache_rows::load_f32(tail_k + (r - frontier_) * dk_ * static_cast<int64_t>(residual_k_.element_size()), dtype_,
-                                 static_cast<std::size_t>(dk_), row.data());
-            for (int64_t d = 0; d < dk_; ++d) score += query[d] * row[static_cast<std::size_t>(d)];
-          }
-          score *= request.scale;
-          if (score > m) {
-            const float rescale = std::isinf(m) ? 0.0f : std::exp(m - score);
-            for (float& a : acc) a *= rescale;
-            l *= rescale;
-            m = score;
-          }
-          const float w = std::exp(score - m);
-          l += w;
-          if (r < frontier_) {
-            decode_values(b, kvh, r, r + 1, row.data());
-          } else {
-            cache_rows::load_f32(tail_v + (r - frontier_) * dv_ * static_cast<int64_t>(residual_v_.element_size()), dtype_,
-                                 static_cast<std::size_t>(dv_), row.data());
-          }
-          for (int64_t d = 0; d < dv_; ++d) acc[static_cast<std::size_t>(d)] += w * row[static_cast<std::size_t>(d)];
-        }
-        float* o = od + ((b * hq + h) * n + i) * dv_;
-        for (int64_t d = 0; d < dv_; ++d) o[d] = static_cast<float>(acc[static_cast<std::size_t>(d)] / l);
-      }
-    }
-  });
+  const KiviQuantizedRows quantized(key_codes_, key_params_, value_codes_, value_params_, frontier_, bits_, group_,
+                                    *key_order_, *value_order_);
+  const attention::DtypeRowSource tail(residual_k_, residual_v_, offset_ - frontier_, frontier_);
+  const attention::RowSource* segments[] = {&quantized, &tail};
+  lm::Tensor contiguous_queries;
+  if (!q.is_contiguous()) contiguous_queries = q.contiguous();
+  attention::AttentionCall call;
+  call.queries = (contiguous_queries.defined() ? contiguous_queries : q).data<float>();
+  call.batch = batch_;
+  call.q_heads = hq;
+  call.kv_heads = heads_;
+  call.n_queries = n;
+  call.first_position = first;
+  call.window = request.window;
+  call.scale = request.scale;
+  call.out = out.data<float>();
+  attention::attend(call, segments, 2, &base::ThreadPool::global());
 }
 
 int64_t KiviCache::trim(int64_t n) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "lm/cache.h"
+#include "veloxquant/attention/code_rows.h"
 #include "veloxquant/config/kv_cache_config.h"
 
 namespace veloxquant {
@@ -25,9 +26,6 @@ namespace veloxquant {
 class KiviCache : public lm::KVCache {
  public:
   static constexpr int64_t kGrowthStep = 256;
-  // Fused calls with at least this many queries (prefill chunks) attend over keys/values
-  // dequantized once per call instead of scoring codes per query (see fused_attention).
-  static constexpr int64_t kPrefillDequantizeQueries = 16;
   KiviCache(int head_dim, int bits, int group_size, int residual_length);
 
   lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
@@ -45,8 +43,9 @@ class KiviCache : public lm::KVCache {
   void from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) override;
   std::string type_name() const override { return "KiviCache"; }
   std::shared_ptr<lm::KVCache> clone() const override;
-  // Attends over the packed storage: keys scored from their codes with the query folded into
-  // each token group's per-channel params, values decoded row by row, online softmax.
+  // Attends over the packed storage through the shared driver (kivi_row_source.h): keys scored
+  // from their codes with the query folded into each token group's per-channel params, values
+  // accumulated from their codes with group-scaled weights.
   bool supports_fused_attention() const override { return true; }
   void fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) override;
 
@@ -78,6 +77,8 @@ class KiviCache : public lm::KVCache {
   int64_t frontier_ = 0;
   int64_t capacity_ = 0;  // quantized rows allocated
   lm::Tensor key_codes_, key_params_, value_codes_, value_params_, residual_k_, residual_v_;
+  // How fused attention reads packed rows (built on first use; immutable, shared by clones).
+  std::shared_ptr<const attention::CodeOrder> key_order_, value_order_;
 };
 
 std::shared_ptr<lm::KVCache> make_kivi_cache(const KVCacheConfig& config);

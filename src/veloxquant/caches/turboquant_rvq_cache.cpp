@@ -8,7 +8,9 @@
 #include "base/thread_pool.h"
 #include "lm/kv_rows.h"
 #include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/attention/attention_driver.h"
 #include "veloxquant/caches/group_affine_codes.h"
+#include "veloxquant/caches/turboquant_rvq_row_source.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/quant/turboquant_rvq.h"
@@ -93,9 +95,10 @@ void TurboQuantRvqCache::store(const lm::Tensor& keys, const lm::Tensor& values)
   }
   ensure_capacity(keys, values);
   const int64_t s = keys.dim(2);
-  const std::vector<float> k = keys.to_f32();
-  std::vector<float> v;
-  if (value_bits_ != 0) v = values.to_f32();
+  // Grow-only per-thread f32 copies: a decode step allocates nothing.
+  thread_local std::vector<float> k, v;
+  cache_rows::widen_to_f32(keys, k);
+  if (value_bits_ != 0) cache_rows::widen_to_f32(values, v);
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
       const int64_t bh = b * heads_ + h;
@@ -179,66 +182,28 @@ void TurboQuantRvqCache::fused_attention(const lm::FusedAttentionRequest& reques
     throw base::InvalidArgument("TurboQuantRvqCache::fused_attention: out must be f32 " +
                                 lm::shape_text({batch_, hq, n, dv_}) + ", got " + lm::shape_text(out.shape()));
   }
-  // A prefill chunk of many queries amortises one dequantization of the stored rows across all
-  // of them, while scoring from codes pays a rotation and lookup-table build per query and per
-  // head: measured on SmolLM2 (512-token chunks, 2048 context) the code path ran prefill at
-  // 12 tok/s against 151 for the native cache. So multi-query calls attend over an f32 copy
-  // made once per call (prefill only); decode steps (n = 1, the per-token path) never copy.
-  if (n >= kPrefillDequantizeQueries) {
-    cache_rows::attend_over_dequantized(q, fetch(lm::DType::F32), request.window, request.scale, out);
-    return;
+  // One driver for decode and prefill (attention/attention_driver.h): keys scored from their
+  // codes in the rotated basis, values from their storage, GQA groups sharing every tile.
+  if (!key_order_ || key_order_->size() != head_dim_ || key_order_->bits() != bits_) {
+    key_order_ = std::make_shared<const attention::CodeOrder>(bits_, head_dim_);
+    if (value_bits_ != 0) value_order_ = std::make_shared<const attention::CodeOrder>(value_bits_, dv_, kValueGroup);
   }
-  const lm::Tensor qc = q.contiguous();
-  const float* qd = qc.data<float>();
-  float* od = out.data<float>();
-  const int64_t group = hq / heads_;
-  // One block of scores at a time with an online softmax (running max m, running sum l, output
-  // accumulator rescaled when m grows): memory O(block), never a dequantized key cache. Query
-  // heads are independent: they run in parallel on the global pool (quantizer calls are
-  // thread-safe; each task has its own buffers).
-  constexpr int64_t kBlock = 256;
-  base::ThreadPool::global().parallel_for(batch_ * hq, [&](int64_t task_begin, int64_t task_end) {
-    std::vector<float> scores(kBlock), value(static_cast<std::size_t>(dv_)), acc(static_cast<std::size_t>(dv_));
-    for (int64_t task = task_begin; task < task_end; ++task) {
-      const int64_t b = task / hq, h = task % hq;
-      const int64_t kvh = h / group;
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t pos = first + i;
-        const int64_t end = pos + 1;  // causal: rows [0, pos]
-        const int64_t begin = request.window ? std::max<int64_t>(0, pos - *request.window + 1) : 0;
-        // The query is rotated (and its lookup tables built) once for all rows it scores.
-        const quant::PreparedQuery prepared = quantizer_->prepare_query(qd + ((b * hq + h) * n + i) * head_dim_);
-        float m = -INFINITY;
-        double l = 0.0;
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int64_t r0 = begin; r0 < end; r0 += kBlock) {
-          const int64_t count = std::min(kBlock, end - r0);
-          quantizer_->score_streams(prepared, row_ptr<uint8_t>(packed1_, b, kvh, r0),
-                                    row_ptr<uint8_t>(packed2_, b, kvh, r0), row_ptr<uint16_t>(norms_, b, kvh, r0),
-                                    static_cast<std::size_t>(count), scores.data());
-          float block_max = -INFINITY;
-          for (int64_t j = 0; j < count; ++j) {
-            scores[static_cast<std::size_t>(j)] *= request.scale;
-            block_max = std::max(block_max, scores[static_cast<std::size_t>(j)]);
-          }
-          if (block_max > m) {
-            const float rescale = std::isinf(m) ? 0.0f : std::exp(m - block_max);
-            for (float& a : acc) a *= rescale;
-            l *= rescale;
-            m = block_max;
-          }
-          for (int64_t j = 0; j < count; ++j) {
-            const float w = std::exp(scores[static_cast<std::size_t>(j)] - m);
-            l += w;
-            decode_value_row(b, kvh, r0 + j, value.data());
-            for (int64_t d = 0; d < dv_; ++d) acc[static_cast<std::size_t>(d)] += w * value[static_cast<std::size_t>(d)];
-          }
-        }
-        float* o = od + ((b * hq + h) * n + i) * dv_;
-        for (int64_t d = 0; d < dv_; ++d) o[d] = static_cast<float>(acc[static_cast<std::size_t>(d)] / l);
-      }
-    }
-  });
+  const TurboQuantRvqRows rows(*quantizer_, *key_order_, packed1_, packed2_, norms_, values_, value_codes_,
+                               value_params_, value_bits_ != 0 ? value_order_.get() : nullptr, kValueGroup, dv_,
+                               offset_);
+  lm::Tensor contiguous_queries;
+  if (!q.is_contiguous()) contiguous_queries = q.contiguous();
+  attention::AttentionCall call;
+  call.queries = (contiguous_queries.defined() ? contiguous_queries : q).data<float>();
+  call.batch = batch_;
+  call.q_heads = hq;
+  call.kv_heads = heads_;
+  call.n_queries = n;
+  call.first_position = first;
+  call.window = request.window;
+  call.scale = request.scale;
+  call.out = out.data<float>();
+  attention::attend(call, rows, &base::ThreadPool::global());
 }
 
 int64_t TurboQuantRvqCache::trim(int64_t n) {

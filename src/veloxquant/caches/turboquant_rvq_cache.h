@@ -13,14 +13,15 @@
 //   value_codes_/value_params_  U32 [B,H,cap,wv] / F16 [B,H,cap,2*groups]   when 2..8 (group 32)
 //
 // update_and_fetch returns dequantized keys for every row in the input dtype (the contract).
-// fused_attention instead scores the packed codes directly: the query is rotated once per head
-// and step, scores come from per-coordinate centroid lookups, softmax is online — no dequantized
-// copy of the key cache is ever built.
+// fused_attention instead attends through the shared driver (turboquant_rvq_row_source.h): the
+// query is rotated once per head and call, each tile's codes become centroid sums in registers
+// scored by every query head of the GQA group — no dequantized copy of the key cache is built.
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "lm/cache.h"
+#include "veloxquant/attention/code_rows.h"
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/quant/turboquant_rvq.h"
 
@@ -30,9 +31,6 @@ class TurboQuantRvqCache : public lm::KVCache {
  public:
   static constexpr int64_t kGrowthStep = 256;
   static constexpr int kValueGroup = 32;
-  // Fused calls with at least this many queries (prefill chunks) attend over keys/values
-  // dequantized once per call instead of scoring codes per query (see fused_attention).
-  static constexpr int64_t kPrefillDequantizeQueries = 16;
   TurboQuantRvqCache(int head_dim, int bits, int64_t seed, int value_bits = 0,
                      quant::RvqStage2Scale stage2 = quant::RvqStage2Scale::kMatched);
   ~TurboQuantRvqCache() override;
@@ -77,6 +75,8 @@ class TurboQuantRvqCache : public lm::KVCache {
   int64_t offset_ = 0;
   int64_t capacity_ = 0;
   lm::Tensor packed1_, packed2_, norms_, values_, value_codes_, value_params_;
+  // How fused attention reads packed rows (built on first use; immutable, shared by clones).
+  std::shared_ptr<const attention::CodeOrder> key_order_, value_order_;
 };
 
 std::shared_ptr<lm::KVCache> make_turboquant_rvq_cache(const KVCacheConfig& config);

@@ -1,0 +1,155 @@
+// One decode step of attention over a compressed or evicting cache, beside the host's native
+// f16 attention over the same context in the same iteration (SmolLM2's geometry: 9 query heads,
+// 3 kv heads, head_dim 64; both on the global pool: all cores, or VQ_BENCH_THREADS):
+//   attention/<method>/<ctx>   time of the method's fused attention for one new token (the
+//                              token is trimmed back afterwards where the cache allows, so the
+//                              context stays at ctx); counters:
+//     x_native     native time / method time (>1: the compressed cache is faster),
+//     kv_GBps      the cache's resident bytes read per second,
+//     native_GBps  the same for the native cache's f16 rows.
+// Rows are random (keys N(0,1), values N(0,1)), which is what the speed depends on.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "lm/cache.h"
+#include "lm/full_kv_cache.h"
+#include "lm/kernels/attention.h"
+#include "lm/tensor.h"
+#include "veloxquant/config/config_validation.h"
+#include "veloxquant/config/kv_cache_config.h"
+#include "veloxquant/registry/field_assignment.h"
+#include "veloxquant/registry/method_registry.h"
+
+namespace {
+
+constexpr int64_t kKvHeads = 3, kQueryHeads = 9, kDim = 64;
+
+lm::Tensor random_tensor(lm::Shape shape, lm::DType dtype, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return lm::Tensor::from_f32(v, std::move(shape), dtype);
+}
+
+struct Setup {
+  std::string method;
+  int bits;
+  std::vector<std::string> set;
+};
+
+std::shared_ptr<lm::KVCache> make_cache(const Setup& s) {
+  veloxquant::KVCacheConfig config;
+  config.method = s.method;
+  config.head_dim = kDim;
+  config.bit_width_inlier = veloxquant::BitWidth(s.bits);
+  for (const std::string& a : s.set) veloxquant::apply_field_assignment(config, a);
+  return veloxquant::validate_for_create(config).make_serving(config);
+}
+
+// Feeds ctx tokens in chunks of 512 through the fused path (as the host's prefill does).
+void fill(lm::KVCache& cache, int64_t ctx, std::mt19937& rng) {
+  for (int64_t done = 0; done < ctx;) {
+    const int64_t s = std::min<int64_t>(512, ctx - done);
+    const lm::Tensor k = random_tensor({1, kKvHeads, s, kDim}, lm::DType::F16, rng);
+    const lm::Tensor v = random_tensor({1, kKvHeads, s, kDim}, lm::DType::F16, rng);
+    if (cache.supports_fused_attention()) {
+      const lm::Tensor q = random_tensor({1, kQueryHeads, s, kDim}, lm::DType::F32, rng);
+      lm::Tensor out({1, kQueryHeads, s, kDim}, lm::DType::F32);
+      lm::FusedAttentionRequest request{&q, &k, &v, 1.0f / 8.0f, std::nullopt};
+      cache.fused_attention(request, out);
+    } else {
+      if (cache.wants_queries()) cache.observe_queries(random_tensor({1, kQueryHeads, s, kDim}, lm::DType::F32, rng));
+      cache.update_and_fetch(k, v);
+    }
+    done += s;
+  }
+}
+
+// One decode step the way the host runs it for this cache.
+void step(lm::KVCache& cache, const lm::Tensor& q, const lm::Tensor& k, const lm::Tensor& v, lm::Tensor& out) {
+  if (cache.wants_queries()) cache.observe_queries(q);
+  if (cache.supports_fused_attention()) {
+    lm::FusedAttentionRequest request{&q, &k, &v, 1.0f / 8.0f, std::nullopt};
+    cache.fused_attention(request, out);
+  } else {
+    const lm::AttentionMask mask = cache.make_mask(1, std::nullopt);
+    const lm::KeysValues kv = cache.update_and_fetch(k, v);
+    lm::kernels::attention(q, kv.keys, kv.values, mask, std::nullopt, 1.0f / 8.0f, out, &base::ThreadPool::global());
+  }
+}
+
+void BM_Attention(benchmark::State& state, Setup setup) {
+  const int64_t ctx = state.range(0);
+  std::mt19937 rng(7);
+  lm::FullKVCache native(lm::DType::F16);
+  fill(native, ctx, rng);
+  std::shared_ptr<lm::KVCache> cache = make_cache(setup);
+  fill(*cache, ctx, rng);
+  const lm::Tensor q = random_tensor({1, kQueryHeads, 1, kDim}, lm::DType::F32, rng);
+  const lm::Tensor k = random_tensor({1, kKvHeads, 1, kDim}, lm::DType::F16, rng);
+  const lm::Tensor v = random_tensor({1, kKvHeads, 1, kDim}, lm::DType::F16, rng);
+  lm::Tensor out({1, kQueryHeads, 1, kDim}, lm::DType::F32), native_out = out;
+  double native_seconds = 0.0, method_seconds = 0.0;
+  using clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    const auto t0 = clock::now();
+    step(native, q, k, v, native_out);
+    native.trim(1);
+    const auto t1 = clock::now();
+    step(*cache, q, k, v, out);
+    if (cache->is_trimmable()) cache->trim(1);
+    const auto t2 = clock::now();
+    native_seconds += std::chrono::duration<double>(t1 - t0).count();
+    const double m = std::chrono::duration<double>(t2 - t1).count();
+    method_seconds += m;
+    state.SetIterationTime(m);
+    benchmark::DoNotOptimize(out.data<float>());
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["x_native"] = native_seconds / method_seconds;
+  state.counters["kv_GBps"] = static_cast<double>(cache->nbytes()) * n / method_seconds / 1e9;
+  state.counters["native_GBps"] = static_cast<double>(ctx * kKvHeads * kDim * 2 * 2) * n / native_seconds / 1e9;
+  state.counters["kv_MiB"] = static_cast<double>(cache->nbytes()) / (1 << 20);
+}
+
+const Setup kSetups[] = {
+    {"kivi", 4, {}},
+    {"kivi", 2, {}},
+    {"turboquant_rvq", 2, {"rvq_value_bits=4"}},
+    {"turboquant_rvq", 4, {"rvq_value_bits=4"}},
+    {"turboquant_rvq", 2, {}},
+    {"h2o", 2, {"h2o_budget=512"}},
+    {"streaming_llm", 2, {"stream_window_size=508"}},
+};
+
+int register_all() {
+  // VQ_BENCH_THREADS=N sizes the global pool (default: all cores); 1 measures the kernels alone,
+  // free of scheduling noise on a shared machine.
+  if (const char* t = std::getenv("VQ_BENCH_THREADS")) base::ThreadPool::set_global_threads(std::atoi(t));
+  for (const Setup& s : kSetups) {
+    std::string name = "attention/" + s.method + "_b" + std::to_string(s.bits);
+    for (const std::string& a : s.set) name += "_" + a;
+    benchmark::RegisterBenchmark(name.c_str(), BM_Attention, s)
+        ->Arg(1024)
+        ->Arg(4096)
+        ->Arg(8192)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+  return 0;
+}
+const int registered = register_all();
+
+}  // namespace
+
+BENCHMARK_MAIN();

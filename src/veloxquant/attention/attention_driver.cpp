@@ -1,0 +1,454 @@
+#include "veloxquant/attention/attention_driver.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "lm/kernels/simd_dot.h"
+
+namespace veloxquant::attention {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Decode: rows per split-K range (a range of fewer rows costs more in merging than it saves)
+// and the most ranges per (batch, kv head).
+constexpr int64_t kRowsPerSplit = 256;
+constexpr int64_t kMaxSplits = 64;
+
+template <class T>
+T* grown(std::vector<T>& buffer, std::size_t n) {
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
+struct Geometry {
+  int64_t group = 0, key_dim = 0, value_dim = 0, prepared_dim = 0;
+  int n_segments = 0;
+};
+
+Geometry check_call(const AttentionCall& call, const RowSource* const* segments, int n_segments) {
+  if (n_segments < 1 || n_segments > kMaxSegments) {
+    throw base::InvalidArgument("attention driver: 1.." + std::to_string(kMaxSegments) + " segments, got " +
+                                std::to_string(n_segments));
+  }
+  if (!call.queries || !call.out) throw base::InvalidArgument("attention driver: queries and out are required");
+  if (call.batch < 1 || call.kv_heads < 1 || call.q_heads < 1 || call.n_queries < 1 || call.q_heads % call.kv_heads != 0) {
+    throw base::InvalidArgument("attention driver: batch " + std::to_string(call.batch) + ", query heads " +
+                                std::to_string(call.q_heads) + ", kv heads " + std::to_string(call.kv_heads) +
+                                ", queries " + std::to_string(call.n_queries) +
+                                " (query heads must be a positive multiple of kv heads)");
+  }
+  if (call.window && *call.window < 1) {
+    throw base::InvalidArgument("attention driver: window must be >= 1, got " + std::to_string(*call.window));
+  }
+  Geometry g;
+  g.group = call.q_heads / call.kv_heads;
+  g.n_segments = n_segments;
+  for (int s = 0; s < n_segments; ++s) {
+    const RowSource* src = segments[s];
+    if (!src) throw base::InvalidArgument("attention driver: segment " + std::to_string(s) + " is null");
+    if (s == 0) {
+      g.key_dim = src->key_dim();
+      g.value_dim = src->value_dim();
+      g.prepared_dim = src->prepared_dim();
+    } else if (src->key_dim() != g.key_dim || src->value_dim() != g.value_dim ||
+               src->prepared_dim() != g.prepared_dim) {
+      throw base::InvalidArgument("attention driver: segment " + std::to_string(s) + " has key/value dims " +
+                                  std::to_string(src->key_dim()) + "/" + std::to_string(src->value_dim()) +
+                                  ", segment 0 has " + std::to_string(g.key_dim) + "/" + std::to_string(g.value_dim));
+    }
+  }
+  return g;
+}
+
+// The visible rows of one tile for one query position, as a row-index interval when the
+// segment's positions are contiguous.
+struct Visibility {
+  const int32_t* positions;  // nullptr: row j at base + j
+  int64_t base;
+  std::optional<int64_t> window;
+  bool visible(int64_t j, int64_t query_position) const {
+    const int64_t p = positions ? positions[j] : base + j;
+    return p <= query_position && (!window || query_position - p < *window);
+  }
+};
+
+// Rows [lo, hi) of (segment, b, h) that some query with position in [q_first, q_last] can
+// see: the causal and window limits cut whole tiles before anything is read.
+void visible_range(const Visibility& vis, int64_t rows, int64_t q_first, int64_t q_last, int64_t& lo, int64_t& hi) {
+  lo = 0;
+  hi = rows;
+  if (vis.positions) {
+    // Ascending positions: binary search the first row past q_last and the first row inside
+    // the window of q_first.
+    hi = std::upper_bound(vis.positions, vis.positions + rows, q_last) - vis.positions;
+    if (vis.window) lo = std::upper_bound(vis.positions, vis.positions + rows, q_first - *vis.window) - vis.positions;
+  } else {
+    hi = std::clamp<int64_t>(q_last - vis.base + 1, 0, rows);
+    if (vis.window) lo = std::clamp<int64_t>(q_first - *vis.window + 1 - vis.base, 0, rows);
+  }
+  lo = std::min(lo, hi);
+}
+
+// One unit of work: (b, kv head h, queries [i0, i1)), rows [row_lo, row_hi) of the
+// concatenated segments.
+struct Unit {
+  int64_t b, h, i0, i1, row_lo, row_hi;
+};
+
+struct UnitState {
+  float* m;    // [rows]
+  float* l;    // [rows]
+  float* acc;  // [rows * value_dim]
+};
+
+struct Scratch {
+  TileScratch tile;
+  std::vector<float> queries, scores, m, l, acc;
+};
+
+// Attends the unit's prepared queries over its rows; leaves the unnormalised (m, l, acc).
+void attend_unit(const AttentionCall& call, const RowSource* const* segments, const Geometry& g, const float* prepared,
+                 const Unit& u, UnitState st, Scratch& scratch) {
+  const int64_t nq = u.i1 - u.i0, rows = g.group * nq;
+  std::fill(st.m, st.m + rows, kNegInf);
+  std::fill(st.l, st.l + rows, 0.0f);
+  std::fill(st.acc, st.acc + rows * g.value_dim, 0.0f);
+  // The unit's queries side by side (row r = group head r / nq, query i0 + r % nq).
+  float* q = grown(scratch.queries, static_cast<std::size_t>(rows * g.prepared_dim));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t head = u.h * g.group + r / nq, i = u.i0 + r % nq;
+    std::copy_n(prepared + ((u.b * call.q_heads + head) * call.n_queries + i) * g.prepared_dim, g.prepared_dim,
+                q + r * g.prepared_dim);
+  }
+  const int64_t ld = kTileRows;
+  float* s = grown(scratch.scores, static_cast<std::size_t>(rows * ld));
+  const int64_t q_first = call.first_position + u.i0, q_last = call.first_position + u.i1 - 1;
+  int64_t seg_start = 0;  // index of the segment's first row in the concatenation
+  for (int si = 0; si < g.n_segments; ++si) {
+    const RowSource& src = *segments[si];
+    const int64_t seg_rows = src.rows(u.b, u.h);
+    const int64_t from = std::max<int64_t>(u.row_lo - seg_start, 0), to = std::min(u.row_hi - seg_start, seg_rows);
+    seg_start += seg_rows;
+    if (from >= to) continue;
+    const Visibility vis{src.positions(u.b, u.h), src.position_base(), call.window};
+    int64_t lo = 0, hi = 0;
+    visible_range(vis, seg_rows, q_first, q_last, lo, hi);
+    lo = std::max(lo, from);
+    hi = std::min(hi, to);
+    // Rows every query of the unit sees (the window's limit from the last query, the causal
+    // limit from the first): a tile inside them needs no per-row test.
+    int64_t lo_all = 0, hi_all = 0;
+    visible_range(vis, seg_rows, q_last, q_first, lo_all, hi_all);
+    for (int64_t j0 = lo; j0 < hi; j0 += kTileRows) {
+      const int64_t j1 = std::min(j0 + kTileRows, hi), nk = j1 - j0;
+      src.score_tile(u.b, u.h, j0, j1, q, rows, s, ld, scratch.tile);
+      const bool all_visible = lo_all <= j0 && j1 <= hi_all;
+      bool any = false;
+      for (int64_t r = 0; r < rows; ++r) {
+        float* sr = s + r * ld;
+        const int64_t qpos = call.first_position + u.i0 + r % nq;
+        float tile_max = kNegInf;
+        for (int64_t jj = 0; jj < nk; ++jj) {
+          const bool ok = all_visible || vis.visible(j0 + jj, qpos);
+          sr[jj] = ok ? sr[jj] * call.scale : kNegInf;
+          tile_max = std::max(tile_max, sr[jj]);
+        }
+        if (tile_max == kNegInf) {
+          std::fill(sr, sr + nk, 0.0f);  // weight 0 for a row of this tile no query of r sees
+          continue;
+        }
+        any = true;
+        const float m_new = std::max(st.m[r], tile_max);
+        if (st.m[r] != kNegInf && m_new != st.m[r]) {
+          const float correction = std::exp(st.m[r] - m_new);
+          st.l[r] *= correction;
+          float* a = st.acc + r * g.value_dim;
+          for (int64_t e = 0; e < g.value_dim; ++e) a[e] *= correction;
+        }
+        st.m[r] = m_new;
+        st.l[r] += lm::kernels::simd::exp_shifted_sum(sr, nk, m_new);
+      }
+      if (any) src.accumulate_tile(u.b, u.h, j0, j1, s, rows, ld, st.acc, scratch.tile);
+    }
+  }
+}
+
+// Total rows of (b, h) over all segments.
+int64_t total_rows(const RowSource* const* segments, int n_segments, int64_t b, int64_t h) {
+  int64_t n = 0;
+  for (int s = 0; s < n_segments; ++s) n += segments[s]->rows(b, h);
+  return n;
+}
+
+// Per-call buffers of the calling thread: grow-only, so a decode step allocates nothing once
+// the context's shape has been seen.
+struct CallBuffers {
+  std::vector<float> prepared, part_m, part_l, part_acc, final_m, final_l;
+};
+
+// Row weights: for each segment row, the softmax weight it got, averaged over the group's
+// query heads and summed over queries; recomputed from score_tile with the final (m, l).
+void write_row_weights(const AttentionCall& call, const RowSource* const* segments, const Geometry& g,
+                       const float* prepared, const float* final_m, const float* final_l, base::ThreadPool* pool) {
+  const int64_t heads = call.batch * call.kv_heads, nq = call.n_queries, rows = g.group * nq;
+  const auto body = [&](int64_t begin, int64_t end) {
+    thread_local Scratch scratch;
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / call.kv_heads, h = bh % call.kv_heads;
+      float* q = grown(scratch.queries, static_cast<std::size_t>(rows * g.prepared_dim));
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t head = h * g.group + r / nq, i = r % nq;
+        std::copy_n(prepared + ((b * call.q_heads + head) * nq + i) * g.prepared_dim, g.prepared_dim,
+                    q + r * g.prepared_dim);
+      }
+      float* s = grown(scratch.scores, static_cast<std::size_t>(rows * kTileRows));
+      for (int si = 0; si < g.n_segments; ++si) {
+        float* out = call.row_weights[static_cast<std::size_t>(si)];
+        if (!out) continue;
+        const RowSource& src = *segments[si];
+        const int64_t n = src.rows(b, h);
+        out += bh * call.row_weight_stride[static_cast<std::size_t>(si)];
+        std::fill(out, out + n, 0.0f);
+        const Visibility vis{src.positions(b, h), src.position_base(), call.window};
+        for (int64_t j0 = 0; j0 < n; j0 += kTileRows) {
+          const int64_t j1 = std::min(j0 + kTileRows, n);
+          src.score_tile(b, h, j0, j1, q, rows, s, kTileRows, scratch.tile);
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t head = h * g.group + r / nq, i = r % nq;
+            const int64_t at = (b * call.q_heads + head) * nq + i;
+            if (final_l[at] <= 0.0f) continue;
+            const float inv = 1.0f / (final_l[at] * static_cast<float>(g.group));
+            for (int64_t j = j0; j < j1; ++j) {
+              if (!vis.visible(j, call.first_position + i)) continue;
+              out[j] += std::exp(s[r * kTileRows + (j - j0)] * call.scale - final_m[at]) * inv;
+            }
+          }
+        }
+      }
+    }
+  };
+  if (pool) {
+    pool->parallel_for(heads, body, 1);
+  } else {
+    body(0, heads);
+  }
+}
+
+}  // namespace
+
+void attend(const AttentionCall& call, const RowSource* const* segments, int n_segments, base::ThreadPool* pool) {
+  const Geometry g = check_call(call, segments, n_segments);
+  const int64_t nq_total = call.n_queries, heads = call.batch * call.kv_heads;
+  thread_local CallBuffers buffers;
+  // Every query prepared once per call (a rotation, a lookup table), shared by every unit.
+  const int64_t n_query_rows = call.batch * call.q_heads * nq_total;
+  float* prepared = grown(buffers.prepared, static_cast<std::size_t>(n_query_rows * g.prepared_dim));
+  const RowSource& first = *segments[0];
+  const auto prepare = [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      first.prepare_query(call.queries + row * g.key_dim, prepared + row * g.prepared_dim);
+    }
+  };
+  if (pool && n_query_rows >= 16) {
+    pool->parallel_for(n_query_rows, prepare, 8);
+  } else {
+    prepare(0, n_query_rows);
+  }
+
+  int64_t max_rows = 0;
+  for (int64_t bh = 0; bh < heads; ++bh) {
+    max_rows = std::max(max_rows, total_rows(segments, n_segments, bh / call.kv_heads, bh % call.kv_heads));
+  }
+  const int64_t blocks = (nq_total + kQueryBlock - 1) / kQueryBlock;
+  // Split the rows only when there are too few query blocks to keep threads busy.
+  const int64_t splits = blocks > 1 ? 1 : std::clamp<int64_t>((max_rows + kRowsPerSplit - 1) / kRowsPerSplit, 1, kMaxSplits);
+  const int64_t rows_per_split = std::max<int64_t>(1, (max_rows + splits - 1) / splits);
+  const int64_t n_units = blocks * heads * splits;
+  const int64_t unit_rows = g.group * std::min(nq_total, kQueryBlock);
+  const auto unit_at = [&](int64_t index) {
+    // Causal blocks late in the sequence see more rows: zig-zag order (first, last, second,
+    // ...) so a contiguous share of units mixes cheap and expensive ones.
+    const int64_t split = index % splits, rest = index / splits;
+    const int64_t head = rest % heads, k = rest / heads;
+    const int64_t block = k % 2 == 0 ? k / 2 : blocks - 1 - k / 2;
+    Unit u;
+    u.b = head / call.kv_heads;
+    u.h = head % call.kv_heads;
+    u.i0 = block * kQueryBlock;
+    u.i1 = std::min(nq_total, u.i0 + kQueryBlock);
+    u.row_lo = std::min(max_rows, split * rows_per_split);
+    u.row_hi = std::min(max_rows, u.row_lo + rows_per_split);
+    if (splits == 1) u.row_hi = std::numeric_limits<int64_t>::max();
+    return u;
+  };
+  float* part_m = nullptr;
+  float* part_l = nullptr;
+  float* part_acc = nullptr;
+  if (splits > 1) {
+    const std::size_t need = static_cast<std::size_t>(n_units * unit_rows);
+    part_m = grown(buffers.part_m, need);
+    part_l = grown(buffers.part_l, need);
+    part_acc = grown(buffers.part_acc, need * static_cast<std::size_t>(g.value_dim));
+  }
+  const bool want_weights = std::any_of(call.row_weights.begin(), call.row_weights.end(), [](float* p) { return p; });
+  float* final_m = nullptr;
+  float* final_l = nullptr;
+  if (want_weights) {
+    final_m = grown(buffers.final_m, static_cast<std::size_t>(n_query_rows));
+    final_l = grown(buffers.final_l, static_cast<std::size_t>(n_query_rows));
+  }
+  const auto finish = [&](const Unit& u, int64_t r, const float* acc, float m, float l) {
+    const int64_t nq = u.i1 - u.i0;
+    const int64_t head = u.h * g.group + r / nq, i = u.i0 + r % nq;
+    const int64_t at = (u.b * call.q_heads + head) * nq_total + i;
+    float* o = call.out + at * g.value_dim;
+    if (final_m) {
+      final_m[at] = m;
+      final_l[at] = l;
+    }
+    if (l <= 0.0f) {  // a query that saw no row
+      std::fill(o, o + g.value_dim, 0.0f);
+      return;
+    }
+    const float inv = 1.0f / l;
+    for (int64_t e = 0; e < g.value_dim; ++e) o[e] = acc[e] * inv;
+    first.finish_row(o);
+  };
+  const auto body = [&](int64_t begin, int64_t end) {
+    thread_local Scratch scratch;
+    for (int64_t index = begin; index < end; ++index) {
+      const Unit u = unit_at(index);
+      const int64_t rows = g.group * (u.i1 - u.i0);
+      if (splits > 1) {
+        attend_unit(call, segments, g, prepared, u,
+                    {part_m + index * unit_rows, part_l + index * unit_rows, part_acc + index * unit_rows * g.value_dim},
+                    scratch);
+        continue;
+      }
+      UnitState st{grown(scratch.m, static_cast<std::size_t>(rows)), grown(scratch.l, static_cast<std::size_t>(rows)),
+                   grown(scratch.acc, static_cast<std::size_t>(rows * g.value_dim))};
+      attend_unit(call, segments, g, prepared, u, st, scratch);
+      for (int64_t r = 0; r < rows; ++r) finish(u, r, st.acc + r * g.value_dim, st.m[r], st.l[r]);
+    }
+  };
+  if (pool) {
+    pool->parallel_for(n_units, body, 1);
+  } else {
+    body(0, n_units);
+  }
+  if (splits > 1) {
+    // Merge the row ranges of each (b, h): with M = max m_s, acc = sum_s acc_s e^(m_s - M),
+    // l = sum_s l_s e^(m_s - M). Written into the first range's state, then finished.
+    const auto merge = [&](int64_t begin, int64_t end) {
+      for (int64_t head = begin; head < end; ++head) {
+        const Unit u0 = unit_at(head * splits);
+        const int64_t rows = g.group * (u0.i1 - u0.i0);
+        for (int64_t r = 0; r < rows; ++r) {
+          float big = kNegInf;
+          for (int64_t sp = 0; sp < splits; ++sp) big = std::max(big, part_m[(head * splits + sp) * unit_rows + r]);
+          float* acc0 = part_acc + (head * splits * unit_rows + r) * g.value_dim;
+          if (big == kNegInf) {
+            finish(u0, r, acc0, big, 0.0f);
+            continue;
+          }
+          float total = 0.0f;
+          for (int64_t sp = 0; sp < splits; ++sp) {
+            const int64_t unit = head * splits + sp;
+            const float mu = part_m[unit * unit_rows + r];
+            const float w = mu == kNegInf ? 0.0f : std::exp(mu - big);
+            total += w * part_l[unit * unit_rows + r];
+            const float* a = part_acc + (unit * unit_rows + r) * g.value_dim;
+            if (sp == 0) {
+              for (int64_t e = 0; e < g.value_dim; ++e) acc0[e] = a[e] * w;
+            } else if (w != 0.0f) {
+              lm::kernels::simd::axpy_f32(w, a, acc0, g.value_dim);
+            }
+          }
+          finish(u0, r, acc0, big, total);
+        }
+      }
+    };
+    if (pool && heads > 1) {
+      pool->parallel_for(heads, merge, 1);
+    } else {
+      merge(0, heads);
+    }
+  }
+  if (want_weights) write_row_weights(call, segments, g, prepared, final_m, final_l, pool);
+}
+
+void attend_reference(const AttentionCall& call, const RowSource* const* segments, int n_segments) {
+  const Geometry g = check_call(call, segments, n_segments);
+  TileScratch tile;
+  std::vector<float> prepared(static_cast<std::size_t>(g.prepared_dim)), score(1);
+  std::vector<double> acc(static_cast<std::size_t>(g.value_dim));
+  std::vector<float> weight(1), value_acc(static_cast<std::size_t>(g.value_dim));
+  std::vector<float> row_out(static_cast<std::size_t>(g.value_dim));
+  for (int s = 0; s < n_segments; ++s) {
+    float* rw = call.row_weights[static_cast<std::size_t>(s)];
+    if (!rw) continue;
+    for (int64_t bh = 0; bh < call.batch * call.kv_heads; ++bh) {
+      std::fill(rw + bh * call.row_weight_stride[static_cast<std::size_t>(s)],
+                rw + bh * call.row_weight_stride[static_cast<std::size_t>(s)] +
+                    segments[s]->rows(bh / call.kv_heads, bh % call.kv_heads),
+                0.0f);
+    }
+  }
+  for (int64_t b = 0; b < call.batch; ++b) {
+    for (int64_t head = 0; head < call.q_heads; ++head) {
+      const int64_t h = head / g.group;
+      for (int64_t i = 0; i < call.n_queries; ++i) {
+        const int64_t at = (b * call.q_heads + head) * call.n_queries + i;
+        const int64_t qpos = call.first_position + i;
+        segments[0]->prepare_query(call.queries + at * g.key_dim, prepared.data());
+        // Scores of every visible row, segment by segment, in double.
+        std::vector<double> scores;
+        std::vector<std::pair<int, int64_t>> where;
+        for (int s = 0; s < n_segments; ++s) {
+          const RowSource& src = *segments[s];
+          const Visibility vis{src.positions(b, h), src.position_base(), call.window};
+          for (int64_t j = 0; j < src.rows(b, h); ++j) {
+            if (!vis.visible(j, qpos)) continue;
+            src.score_tile(b, h, j, j + 1, prepared.data(), 1, score.data(), 1, tile);
+            scores.push_back(static_cast<double>(score[0]) * call.scale);
+            where.emplace_back(s, j);
+          }
+        }
+        float* o = call.out + at * g.value_dim;
+        if (scores.empty()) {
+          std::fill(o, o + g.value_dim, 0.0f);
+          continue;
+        }
+        const double big = *std::max_element(scores.begin(), scores.end());
+        double total = 0.0;
+        for (double& x : scores) total += (x = std::exp(x - big));
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (std::size_t k = 0; k < scores.size(); ++k) {
+          const auto [s, j] = where[k];
+          weight[0] = static_cast<float>(scores[k] / total);
+          std::fill(value_acc.begin(), value_acc.end(), 0.0f);
+          segments[s]->accumulate_tile(b, h, j, j + 1, weight.data(), 1, 1, value_acc.data(), tile);
+          for (int64_t e = 0; e < g.value_dim; ++e) acc[static_cast<std::size_t>(e)] += value_acc[static_cast<std::size_t>(e)];
+          if (float* rw = call.row_weights[static_cast<std::size_t>(s)]) {
+            rw[(b * call.kv_heads + h) * call.row_weight_stride[static_cast<std::size_t>(s)] + j] +=
+                weight[0] / static_cast<float>(g.group);
+          }
+        }
+        for (int64_t e = 0; e < g.value_dim; ++e) o[e] = static_cast<float>(acc[static_cast<std::size_t>(e)]);
+        segments[0]->finish_row(o);
+      }
+    }
+  }
+}
+
+void RowSource::prepare_query(const float* query, float* prepared) const {
+  std::copy_n(query, key_dim(), prepared);
+}
+
+}  // namespace veloxquant::attention

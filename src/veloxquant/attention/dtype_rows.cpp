@@ -1,0 +1,89 @@
+#include "veloxquant/attention/dtype_rows.h"
+
+#include <algorithm>
+#include <string>
+
+#include "base/error.h"
+#include "lm/kernels/simd_dot.h"
+#include "lm/kv_rows.h"
+#include "veloxquant/attention/tile_kernels.h"
+
+namespace veloxquant::attention {
+
+void widen_rows(const std::byte* head_base, lm::DType dtype, int64_t row_bytes, int64_t j0, int64_t j1, int64_t dim,
+                float* out) {
+  const int64_t es = static_cast<int64_t>(lm::dtype_size(dtype));
+  const std::byte* first = head_base + j0 * row_bytes;
+  if (row_bytes == dim * es) {
+    // Back-to-back rows: one conversion call for the whole tile.
+    const int64_t n = (j1 - j0) * dim;
+    if (dtype == lm::DType::F16) {
+      lm::kernels::simd::f16_to_f32(reinterpret_cast<const uint16_t*>(first), out, n);
+    } else if (dtype == lm::DType::BF16) {
+      lm::kernels::simd::bf16_to_f32(reinterpret_cast<const uint16_t*>(first), out, n);
+    } else {
+      std::copy_n(reinterpret_cast<const float*>(first), n, out);
+    }
+    return;
+  }
+  for (int64_t j = j0; j < j1; ++j, out += dim) widen_rows(head_base + j * row_bytes, dtype, dim * es, 0, 1, dim, out);
+}
+
+PlainRows PlainRows::of(const lm::Tensor& t) {
+  if (t.ndim() != 4 || t.strides()[3] != 1 || (t.dtype() != lm::DType::F16 && t.dtype() != lm::DType::BF16 &&
+                                               t.dtype() != lm::DType::F32)) {
+    throw base::InvalidArgument("attention: plain rows must be a [B, H, T, D] f16/bf16/f32 tensor with contiguous rows, got " +
+                                lm::shape_text(t.shape()) + " " + std::string(lm::dtype_name(t.dtype())));
+  }
+  const int64_t es = static_cast<int64_t>(t.element_size());
+  PlainRows p;
+  p.data = t.raw_data();
+  p.dtype = t.dtype();
+  p.batch_stride_bytes = t.strides()[0] * es;
+  p.head_stride_bytes = t.strides()[1] * es;
+  p.row_bytes = t.strides()[2] * es;
+  p.dim = t.dim(3);
+  return p;
+}
+
+void score_plain_tile(const PlainRows& keys, int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
+                      int64_t n_queries, float* scores, int64_t ld, TileScratch& scratch) {
+  const int64_t n = j1 - j0;
+  if (keys.dtype == lm::DType::F32 && keys.row_bytes % 4 == 0) {
+    const auto* rows = reinterpret_cast<const float*>(keys.head(b, h) + j0 * keys.row_bytes);
+    kernels::score_rows(prepared, keys.dim, n_queries, rows, keys.row_bytes / 4, n, keys.dim, scores, ld);
+    return;
+  }
+  float* tile = scratch.f32(static_cast<std::size_t>(n * keys.dim));
+  keys.widen(b, h, j0, j1, tile);
+  kernels::score_rows(prepared, keys.dim, n_queries, tile, keys.dim, n, keys.dim, scores, ld);
+}
+
+void accumulate_plain_tile(const PlainRows& values, int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
+                           int64_t n_queries, int64_t ld, float* acc, TileScratch& scratch) {
+  const int64_t n = j1 - j0;
+  if (values.dtype == lm::DType::F32 && values.row_bytes % 4 == 0) {
+    const auto* rows = reinterpret_cast<const float*>(values.head(b, h) + j0 * values.row_bytes);
+    kernels::accumulate_rows(weights, ld, n_queries, rows, values.row_bytes / 4, n, values.dim, acc, values.dim);
+    return;
+  }
+  float* tile = scratch.f32(static_cast<std::size_t>(n * values.dim));
+  values.widen(b, h, j0, j1, tile);
+  kernels::accumulate_rows(weights, ld, n_queries, tile, values.dim, n, values.dim, acc, values.dim);
+}
+
+DtypeRowSource::DtypeRowSource(const lm::Tensor& keys, const lm::Tensor& values, int64_t rows, int64_t position_base)
+    : keys_(PlainRows::of(keys)), values_(PlainRows::of(values)), rows_(rows), position_base_(position_base) {
+  if (keys.dim(0) != values.dim(0) || keys.dim(1) != values.dim(1) || rows > keys.dim(2) || rows > values.dim(2)) {
+    throw base::InvalidArgument("DtypeRowSource: keys " + lm::shape_text(keys.shape()) + " and values " +
+                                lm::shape_text(values.shape()) + " cannot hold " + std::to_string(rows) + " rows");
+  }
+}
+
+void DtypeRowSource::set_positions(const int32_t* positions, int64_t head_stride, int64_t batch_stride) {
+  positions_ = positions;
+  pos_head_stride_ = head_stride;
+  pos_batch_stride_ = batch_stride;
+}
+
+}  // namespace veloxquant::attention

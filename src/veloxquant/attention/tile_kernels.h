@@ -1,0 +1,51 @@
+#pragma once
+// SIMD inner loops of the attention driver and of the row sources (Highway, dispatched at run
+// time), each with a plain scalar reference the tests hold it to (sums differ only by float
+// reassociation).
+//
+// Both loops serve a block of queries at once: every f32 row is loaded once and used by all
+// n_q queries of the block (the GQA group heads x the queries of a prefill tile), which is the
+// point of scoring a tile for the whole group instead of per query head.
+#include <cstdint>
+
+namespace veloxquant::attention::kernels {
+
+// scores[r * ld + j] = sum_e q[r * q_stride + e] * rows[j * row_stride + e], r < n_q, j < n_rows.
+void score_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride,
+                int64_t n_rows, int64_t d, float* scores, int64_t ld);
+
+// acc[r * acc_stride + e] += sum_j w[r * ld + j] * rows[j * row_stride + e], r < n_q, e < d.
+void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride,
+                     int64_t n_rows, int64_t d, float* acc, int64_t acc_stride);
+
+// Group-affine codes to f32: out[e] = codes[e] * scale[e / group] + min[e / group] for e < n, codes
+// one byte each (already unpacked). Used by sources whose rows are (scale, min) groups.
+void affine_decode(const uint8_t* codes, const float* scale, const float* min, int64_t group, int64_t n, float* out);
+
+// Packed b-bit codes (b in 1, 2, 4, 8) of one row, `plane_bytes` bytes, read by planes:
+// out[k * plane_bytes + p] = (bytes[p] >> (k * b)) & (2^b - 1) for k < 8 / b. Plane order is a
+// fixed permutation of the row's natural order (code_rows.h) that unpacks with whole-vector
+// shifts, no shuffles.
+void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* out);
+
+// Two-stage codebook rows read by planes (same order as unpack_planes): out[k * P + p] =
+// c1[i1] + c2[i2] with i1 = (s1[p] >> (k * b)) & (2^b - 1), i2 likewise from s2 (s2 == nullptr:
+// c1 alone). b in 1, 2, 4, 8; c1 and c2 hold 2^b centroids.
+void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t plane_bytes, int bits, const float* c1,
+                     const float* c2, float* out);
+
+// Name of the instruction set the dispatcher picked (for reports).
+const char* target_name();
+
+namespace scalar {
+void score_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride,
+                int64_t n_rows, int64_t d, float* scores, int64_t ld);
+void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride,
+                     int64_t n_rows, int64_t d, float* acc, int64_t acc_stride);
+void affine_decode(const uint8_t* codes, const float* scale, const float* min, int64_t group, int64_t n, float* out);
+void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* out);
+void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t plane_bytes, int bits, const float* c1,
+                     const float* c2, float* out);
+}  // namespace scalar
+
+}  // namespace veloxquant::attention::kernels

@@ -1,0 +1,64 @@
+#include "veloxquant/caches/group_affine_rows.h"
+
+#include <algorithm>
+
+#include "lm/kernels/simd_dot.h"
+#include "veloxquant/attention/tile_kernels.h"
+#include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/core/group_quant.h"
+
+namespace veloxquant {
+
+using cache_rows::row_ptr;
+
+void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Tensor& value_params,
+                                    const attention::CodeOrder& value_order, int64_t group, int64_t b, int64_t h,
+                                    int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
+                                    float* acc, attention::TileScratch& scratch) {
+  const int64_t d = value_order.size(), n = j1 - j0;
+  const int64_t groups = (d + group - 1) / group;
+  // Scratch: codes [n, d], accumulator in code order [n_queries, d], group-scaled weights
+  // [groups][n_queries, n], per-group biases [groups][n_queries].
+  float* codes = scratch.f32(static_cast<std::size_t>(n * d + n_queries * d + groups * n_queries * (n + 1)));
+  float* acc_code = codes + n * d;
+  float* scaled = acc_code + n_queries * d;
+  float* bias = scaled + groups * n_queries * n;
+  value_order.unpack_rows(row_ptr<uint32_t>(value_codes, b, h, j0), value_codes.strides()[2], n, codes);
+  std::fill(acc_code, acc_code + n_queries * d, 0.0f);
+  // Every row's (scale, min) pairs of the tile in one SIMD widening (rows of params are back to
+  // back), then per channel group g: weights scaled by each row's s_jg, biases sum_j w_j m_jg.
+  const int64_t param_stride = value_params.strides()[2];
+  float* params = scratch.f32_second(static_cast<std::size_t>(n * param_stride));
+  lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(value_params, b, h, j0), params, n * param_stride);
+  for (int64_t g = 0; g < groups; ++g) {
+    float* sg = scaled + g * n_queries * n;
+    float* bg = bias + g * n_queries;
+    for (int64_t r = 0; r < n_queries; ++r) {
+      const float* w = weights + r * ld;
+      float* out = sg + r * n;
+      float sum = 0.0f;
+      for (int64_t j = 0; j < n; ++j) {
+        const float* p = params + j * param_stride + 2 * g;
+        out[j] = w[j] * p[0];
+        sum += w[j] * p[1];
+      }
+      bg[r] = sum;
+    }
+  }
+  // Each run of code-order positions shares one group: its codes accumulated with that group's
+  // weights, then the group's bias added.
+  for (const attention::CodeOrder::Run& run : value_order.runs()) {
+    attention::kernels::accumulate_rows(scaled + run.group * n_queries * n, n, n_queries, codes + run.start, d, n,
+                                        run.length, acc_code + run.start, d);
+    for (int64_t r = 0; r < n_queries; ++r) {
+      const float bg = bias[run.group * n_queries + r];
+      float* a = acc_code + r * d + run.start;
+      for (int64_t e = 0; e < run.length; ++e) a[e] += bg;
+    }
+  }
+  for (int64_t r = 0; r < n_queries; ++r) {
+    for (int64_t c = 0; c < d; ++c) acc[r * d + value_order.natural(c)] += acc_code[r * d + c];
+  }
+}
+
+}  // namespace veloxquant

@@ -1,0 +1,79 @@
+#include "veloxquant/caches/kivi_row_source.h"
+
+#include <algorithm>
+
+#include "base/half.h"
+#include "lm/kernels/simd_dot.h"
+#include "veloxquant/attention/tile_kernels.h"
+#include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/caches/group_affine_rows.h"
+#include "veloxquant/core/group_quant.h"
+
+namespace veloxquant {
+
+using cache_rows::row_ptr;
+
+KiviQuantizedRows::KiviQuantizedRows(const lm::Tensor& key_codes, const lm::Tensor& key_params,
+                                     const lm::Tensor& value_codes, const lm::Tensor& value_params, int64_t rows, int bits,
+                                     int group, const attention::CodeOrder& key_order,
+                                     const attention::CodeOrder& value_order)
+    : key_codes_(key_codes),
+      key_params_(key_params),
+      value_codes_(value_codes),
+      value_params_(value_params),
+      rows_(rows),
+      bits_(bits),
+      group_(group),
+      key_order_(key_order),
+      value_order_(value_order) {}
+
+void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
+                                   int64_t n_queries, float* scores, int64_t ld, attention::TileScratch& scratch) const {
+  const int64_t d = key_dim(), n = j1 - j0;
+  // Scratch: the tile's codes [n, d], folded queries [n_queries, d], the group's (scale, min)
+  // pairs widened [2 d] and in code order [2 d], the queries' biases [n_queries].
+  float* codes = scratch.f32(static_cast<std::size_t>(n * d + n_queries * d + 4 * d + n_queries));
+  float* folded = codes + n * d;
+  float* pairs = folded + n_queries * d;
+  float* scale = pairs + 2 * d;
+  float* min = scale + d;
+  float* bias = min + d;
+  key_order_.unpack_rows(row_ptr<uint32_t>(key_codes_, b, h, j0), key_codes_.strides()[2], n, codes);
+  for (int64_t a = j0; a < j1;) {
+    const int64_t g = a / group_, end = std::min(j1, (g + 1) * group_);
+    // The group's per-channel (scale, min) f16 pairs in one SIMD widening, then into code order.
+    lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(key_params_, b, h, g), pairs, 2 * d);
+    for (int64_t c = 0; c < d; ++c) {
+      const int64_t at = key_order_.natural(c);
+      scale[c] = pairs[2 * at];
+      min[c] = pairs[2 * at + 1];
+    }
+    // The scales folded into every query of the block (which stays in natural order: the
+    // full-precision tail reads the same prepared queries), then one pass over the rows for all
+    // of them; the mins add a per-query constant.
+    for (int64_t r = 0; r < n_queries; ++r) {
+      const float* q = prepared + r * d;
+      float* fq = folded + r * d;
+      float sum = 0.0f;
+      for (int64_t c = 0; c < d; ++c) {
+        const float qc = q[key_order_.natural(c)];
+        fq[c] = qc * scale[c];
+        sum += qc * min[c];
+      }
+      bias[r] = sum;
+    }
+    attention::kernels::score_rows(folded, d, n_queries, codes + (a - j0) * d, d, end - a, d, scores + (a - j0), ld);
+    for (int64_t r = 0; r < n_queries; ++r) {
+      for (int64_t j = a; j < end; ++j) scores[r * ld + (j - j0)] += bias[r];
+    }
+    a = end;
+  }
+}
+
+void KiviQuantizedRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
+                                        int64_t n_queries, int64_t ld, float* acc, attention::TileScratch& scratch) const {
+  accumulate_group_affine_values(value_codes_, value_params_, value_order_, group_, b, h, j0, j1, weights, n_queries, ld,
+                                 acc, scratch);
+}
+
+}  // namespace veloxquant

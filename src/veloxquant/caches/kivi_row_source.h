@@ -1,0 +1,52 @@
+#pragma once
+// KIVI's quantized rows as a RowSource for the attention driver (attention/attention_driver.h):
+// scored and accumulated straight from the packed codes, never dequantized into a copy.
+//
+// Keys are per-channel groups of G tokens with (scale s_gc, min m_gc) per channel c, so for a
+// query q and token t of group g:  <q, k_t> = sum_c (q_c s_gc) code_tc + sum_c q_c m_gc.
+// The query is folded into each group's scales once per group (G rows), then every row costs
+// one unpack and D multiply-adds shared by all queries of the block.
+// Values are per-token groups over channels, so with weights w_j:
+//   sum_j w_j v_jc = sum_j (w_j s_j,g(c)) code_jc + sum_j w_j m_j,g(c)
+// — the weights are scaled per channel group, the codes accumulated as they are.
+// Codes are read in code order (attention/code_rows.h); queries are permuted into it and the
+// accumulated values put back in natural order once per tile.
+#include <cstdint>
+#include <vector>
+
+#include "lm/tensor.h"
+#include "veloxquant/attention/code_rows.h"
+#include "veloxquant/attention/row_source.h"
+
+namespace veloxquant {
+
+class KiviQuantizedRows final : public attention::RowSource {
+ public:
+  // The cache's storage (caches/kivi_cache.h): key_codes [B,H,cap,wk] u32, key_params
+  // [B,H,cap/G,2*D] f16, value_codes [B,H,cap,wv] u32, value_params [B,H,cap,2*gv] f16; the first
+  // `rows` rows of each head are quantized.
+  KiviQuantizedRows(const lm::Tensor& key_codes, const lm::Tensor& key_params, const lm::Tensor& value_codes,
+                    const lm::Tensor& value_params, int64_t rows, int bits, int group, const attention::CodeOrder& key_order,
+                    const attention::CodeOrder& value_order);
+
+  int64_t key_dim() const override { return key_order_.size(); }
+  int64_t value_dim() const override { return value_order_.size(); }
+  int64_t rows(int64_t, int64_t) const override { return rows_; }
+  void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
+                  int64_t ld, attention::TileScratch& scratch) const override;
+  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
+                       float* acc, attention::TileScratch& scratch) const override;
+
+ private:
+  const lm::Tensor& key_codes_;
+  const lm::Tensor& key_params_;
+  const lm::Tensor& value_codes_;
+  const lm::Tensor& value_params_;
+  int64_t rows_;
+  int bits_;
+  int group_;
+  const attention::CodeOrder& key_order_;
+  const attention::CodeOrder& value_order_;
+};
+
+}  // namespace veloxquant
