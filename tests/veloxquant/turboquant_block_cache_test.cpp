@@ -4,6 +4,7 @@
 // trim, clone, and the config's bit-width errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -202,6 +203,61 @@ TEST(TurboQuantBlockCache, StateRoundTripWithMeansSinksAndBlocks) {
   auto copy = cache.clone();
   cache.trim(5);
   EXPECT_EQ(copy->offset(), 43);
+}
+
+// Brute-force causal attention over fetched rows (double softmax): the reference for the fused
+// path. keys/values [1, H, T, D] f32; queries [1, Hq, n, D] at positions first..first+n-1.
+std::vector<float> brute_attention(const lm::KeysValues& kv, const std::vector<float>& q, int64_t hq, int64_t n,
+                                   int64_t first, float scale) {
+  const int64_t h = kv.keys.dim(1), t = kv.keys.dim(2), d = kv.keys.dim(3);
+  const std::vector<float> k = kv.keys.to_f32(), v = kv.values.to_f32();
+  std::vector<float> out(static_cast<std::size_t>(hq * n * d), 0.0f);
+  for (int64_t qh = 0; qh < hq; ++qh) {
+    const int64_t kh = qh / (hq / h);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t visible = std::min(t, first + i + 1);
+      std::vector<double> w(static_cast<std::size_t>(visible));
+      double top = -INFINITY, sum = 0.0;
+      for (int64_t j = 0; j < visible; ++j) {
+        double dot = 0.0;
+        for (int64_t e = 0; e < d; ++e)
+          dot += double(q[static_cast<std::size_t>((qh * n + i) * d + e)]) * k[static_cast<std::size_t>((kh * t + j) * d + e)];
+        w[static_cast<std::size_t>(j)] = dot * scale;
+        top = std::max(top, w[static_cast<std::size_t>(j)]);
+      }
+      for (double& x : w) sum += (x = std::exp(x - top));
+      for (int64_t j = 0; j < visible; ++j)
+        for (int64_t e = 0; e < d; ++e)
+          out[static_cast<std::size_t>((qh * n + i) * d + e)] +=
+              static_cast<float>(w[static_cast<std::size_t>(j)] / sum * v[static_cast<std::size_t>((kh * t + j) * d + e)]);
+    }
+  }
+  return out;
+}
+
+TEST(TurboQuantBlockCache, FusedAttentionWithMeansAndSinksEqualsAttentionOverFetchedRows) {
+  // The driver path (turboquant_block_rows.h) reads rows in the rotated basis with the rotated
+  // means added and the sinks rotated from f16: the same rows update_and_fetch returns, so the
+  // outputs agree to f32 rounding. GQA: 4 query heads over 2 kv heads; prefill then decode.
+  TurboQuantBlockCache::Settings settings{64, 3, 4, 12};
+  settings.mean_rows = 32;
+  settings.sink_rows = 2;
+  TurboQuantBlockCache fused(settings), plain(settings);
+  int64_t first = 0;
+  uint64_t seed = 500;
+  for (int64_t n : {90, 3, 1}) {
+    const lm::Tensor k = offset_kv(2, n, 64, seed++), v = offset_kv(2, n, 64, seed++);
+    const lm::Tensor q = gaussian_kv(4, n, 64, seed++).contiguous();
+    lm::Tensor out({1, 4, n, 64}, lm::DType::F32);
+    const float scale = 0.125f;
+    fused.fused_attention({&q, &k, &v, scale, std::nullopt}, out);
+    const std::vector<float> want = brute_attention(plain.update_and_fetch(k, v), q.to_f32(), 4, n, first, scale);
+    const std::vector<float> got = out.to_f32();
+    double worst = 0.0;
+    for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
+    EXPECT_LE(worst, 2e-3) << "chunk of " << n;
+    first += n;
+  }
 }
 
 TEST(TurboQuantBlockCache, TrimEqualsAFreshCacheFedTheKeptTokens) {

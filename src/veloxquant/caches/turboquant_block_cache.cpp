@@ -7,7 +7,9 @@
 #include "base/half.h"
 #include "base/thread_pool.h"
 #include "lm/kv_rows.h"
+#include "veloxquant/attention/attention_driver.h"
 #include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/caches/turboquant_block_rows.h"
 #include "veloxquant/errors.h"
 
 namespace veloxquant {
@@ -249,6 +251,38 @@ lm::KeysValues TurboQuantBlockCache::fetch(lm::DType dtype) const {
     }
   });
   return {std::move(k), std::move(v)};
+}
+
+void TurboQuantBlockCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) {
+  if (!request.queries || !request.keys || !request.values) {
+    throw base::InvalidArgument("TurboQuantBlockCache::fused_attention: queries, keys and values are required");
+  }
+  const lm::Tensor& q = *request.queries;
+  const int64_t first = offset_;  // position of the first new token
+  store(*request.keys, *request.values);
+  const int64_t hq = q.dim(1), n = q.dim(2);
+  if (q.ndim() != 4 || q.dim(0) != batch_ || q.dim(3) != head_dim_ || hq % heads_ != 0 || n != request.keys->dim(2)) {
+    throw base::InvalidArgument("TurboQuantBlockCache::fused_attention: queries " + lm::shape_text(q.shape()) +
+                                " do not fit keys " + lm::shape_text(request.keys->shape()));
+  }
+  if (out.shape() != lm::Shape{batch_, hq, n, dv_} || out.dtype() != lm::DType::F32 || !out.is_contiguous()) {
+    throw base::InvalidArgument("TurboQuantBlockCache::fused_attention: out must be f32 " +
+                                lm::shape_text({batch_, hq, n, dv_}) + ", got " + lm::shape_text(out.shape()));
+  }
+  const TurboQuantBlockRows rows(*this, offset_);
+  lm::Tensor contiguous_queries;
+  if (!q.is_contiguous()) contiguous_queries = q.contiguous();
+  attention::AttentionCall call;
+  call.queries = (contiguous_queries.defined() ? contiguous_queries : q).data<float>();
+  call.batch = batch_;
+  call.q_heads = hq;
+  call.kv_heads = heads_;
+  call.n_queries = n;
+  call.first_position = first;
+  call.window = request.window;
+  call.scale = request.scale;
+  call.out = out.data<float>();
+  attention::attend(call, rows, &base::ThreadPool::global());
 }
 
 int64_t TurboQuantBlockCache::trim(int64_t n) {

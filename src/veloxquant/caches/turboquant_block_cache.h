@@ -78,6 +78,11 @@ class TurboQuantBlockCache : public lm::KVCache {
   void from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) override;
   std::string type_name() const override { return "TurboQuantBlockCache"; }
   std::shared_ptr<lm::KVCache> clone() const override;
+  // Attends over the codes through the shared driver (turboquant_block_rows.h): query rotated
+  // once, tiles decoded in the rotated basis once for a whole GQA group, values rotated back
+  // once per output row.
+  bool supports_fused_attention() const override { return true; }
+  void fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) override;
 
   int key_bits() const { return key_bits_; }
   int value_bits() const { return value_bits_; }
@@ -105,6 +110,9 @@ class TurboQuantBlockCache : public lm::KVCache {
   // Decoded rows in the model's basis (means added back, sink rows exact).
   void decode_key(int64_t b, int64_t h, int64_t row, float* out, float* scratch) const;
   void decode_value(int64_t b, int64_t h, int64_t row, float* out, float* scratch) const;
+  // The f16 means of head (b, h); nullptr when not smoothing (or not calibrated).
+  const uint16_t* key_mean(int64_t b, int64_t h) const;
+  const uint16_t* value_mean(int64_t b, int64_t h) const;
   int64_t sink_rows_held() const { return std::min<int64_t>(offset_, settings_.sink_rows); }
 
  private:
@@ -114,9 +122,7 @@ class TurboQuantBlockCache : public lm::KVCache {
   void store(const lm::Tensor& keys, const lm::Tensor& values);
   // mu from rows [1, 1 + mean_rows_) of the first call's f32 rows [B, H, S, D].
   void calibrate_means(const std::vector<float>& k, const std::vector<float>& v, int64_t s);
-  // The f16 means of head (b, h); nullptr when not smoothing (or not calibrated).
-  const uint16_t* key_mean(int64_t b, int64_t h) const;
-  const uint16_t* value_mean(int64_t b, int64_t h) const;
+
   lm::KeysValues fetch(lm::DType dtype) const;
 
   Settings settings_;

@@ -72,7 +72,7 @@ MethodDescriptor turboquant_block_row() {
   m.name = "turboquant_block";
   m.family = "quantization";
   m.is_servable = true;
-  m.capabilities = {.trimmable = true, .real_compression = true};
+  m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
   m.blurb = "Randomized Hadamard rotation of keys and values, then blocks of 32 coordinates with "
             "one f16 scale (MSE-searched) and b-bit Gaussian Lloyd-Max codes: b + 0.5 bits per "
             "element, llama.cpp's q8_0/q5_0/q4_0 sizes at b = 8/5/4";
