@@ -82,6 +82,7 @@ std::string command_line(const BenchHostFlags& f) {
       << " --kv-dtype " << f.kv_dtype;
   if (f.kv.method != "none") cmd << " --method " << f.kv.method;
   if (!f.kv.bits.empty()) cmd << " --bits " << f.kv.bits;
+  if (!f.kv.preset.empty()) cmd << " --preset " << f.kv.preset;
   for (const auto& s : f.kv.sets) cmd << " --set " << s;
   if (!f.methods.empty()) {
     cmd << " --methods \"" << f.methods << "\" --probe-mib " << f.probe_mib << " --probe-passes " << f.probe_passes;
@@ -159,7 +160,7 @@ void run_bench_host(const BenchHostFlags& f) {
   ev::HostBenchReport report = run_facts(f, model);
   report.method = method;
   report.bits = f.kv.bits;
-  report.settings = join(f.kv.sets);
+  report.settings = apps::kv_settings_text(f.kv);
   report.peak_rss_bytes = ev::peak_rss_bytes();
   report.rows = rows;
   if (f.json) {

@@ -28,6 +28,7 @@
 #include "veloxquant/eval/reference_formats.h"
 #include "veloxquant/eval/text_source.h"
 #include "veloxquant/registry/field_assignment.h"
+#include "veloxquant/presets/kv_presets.h"
 #include "veloxquant/registry/method_registry.h"
 
 namespace {
@@ -38,7 +39,8 @@ struct BenchFlags {
   std::string model;
   std::string tokenizer;
   std::string text;
-  std::string methods;  // comma list; empty = every servable method
+  std::string methods;  // comma list; empty = every servable method (unless --presets is given)
+  std::string presets;  // comma list of presets/kv_presets.h names
   std::vector<std::string> bits{"2", "4"};
   std::vector<std::string> sets;
   int64_t seed = 42;
@@ -70,6 +72,7 @@ std::string command_line(const BenchFlags& f) {
   cmd << "veloxquant bench-methods --model " << f.model << " --text " << f.text;
   if (!f.tokenizer.empty()) cmd << " --tokenizer " << f.tokenizer;
   if (!f.methods.empty()) cmd << " --methods " << f.methods;
+  if (!f.presets.empty()) cmd << " --presets " << f.presets;
   cmd << " --bits";
   for (const auto& b : f.bits) cmd << ' ' << b;
   for (const auto& s : f.sets) cmd << " --set " << s;
@@ -99,6 +102,22 @@ struct Setting {
 
 // Every (method, bits) to run; refusals (standalone methods, bits out of range) go to skipped.
 std::vector<Setting> plan_settings(const BenchFlags& f, std::vector<ev::SkippedSetting>& skipped) {
+  // Presets first (unknown name -> error listing the known ones); with --presets alone, only they run.
+  std::vector<Setting> preset_settings;
+  for (const auto& name : split_commas(f.presets)) {
+    const veloxquant::KvPreset& preset = veloxquant::require_kv_preset(name);
+    Setting s{preset.method, "", "preset=" + preset.name, veloxquant::kv_preset_config(preset, f.seed)};
+    for (const auto& set : preset.sets) s.settings += "," + set;
+    const veloxquant::MethodDescriptor& method = veloxquant::require_method(preset.method);
+    for (const auto& set : f.sets) {
+      if (!veloxquant::field_relevant_to(method, set.substr(0, set.find('=')))) continue;
+      veloxquant::apply_field_assignment(s.config, set);
+      s.settings += "," + set;
+    }
+    veloxquant::validate_for_create(s.config);
+    preset_settings.push_back(std::move(s));
+  }
+  if (!preset_settings.empty() && f.methods.empty()) return preset_settings;
   std::vector<std::string> names = f.methods.empty() ? veloxquant::servable_method_names() : split_commas(f.methods);
   for (const auto& name : names) veloxquant::require_method(name);  // unknown -> error naming valid ones
   for (const auto& set : f.sets) {
@@ -107,7 +126,7 @@ std::vector<Setting> plan_settings(const BenchFlags& f, std::vector<ev::SkippedS
       throw veloxquant::QuantizerConfigError("--set expects FIELD=VALUE with a declared field, got '" + set + "'");
     }
   }
-  std::vector<Setting> settings;
+  std::vector<Setting> settings = std::move(preset_settings);
   for (const auto& name : names) {
     const veloxquant::MethodDescriptor& method = veloxquant::require_method(name);
     if (!method.is_servable) {
@@ -180,7 +199,9 @@ void run_bench(const BenchFlags& f) {
       skipped.push_back({s.method, s.bits, e.what()});
       continue;
     }
-    methods.push_back({s.method + (s.bits.empty() ? "" : " b=" + s.bits),
+    const bool preset = s.settings.rfind("preset=", 0) == 0;
+    const std::string label = preset ? s.settings.substr(7, s.settings.find(',') - 7) + " " + s.method : s.method;
+    methods.push_back({label + (s.bits.empty() ? "" : " b=" + s.bits),
                        [&model, cfg = s.config] { return veloxquant::KVCacheBuilder::for_model(model, cfg); }});
     kept.push_back(s);
   }
@@ -227,6 +248,8 @@ apps::CommandRegistration registration{"bench-methods", [](CLI::App& root) {
   cmd->add_option("--tokenizer", flags->tokenizer, "Tokenizer file (llama2.c tokenizer or a GGUF)");
   cmd->add_option("--text", flags->text, "Text file to evaluate on")->required();
   cmd->add_option("--methods", flags->methods, "Comma-separated methods (default: every servable method)");
+  cmd->add_option("--presets", flags->presets,
+                  "Comma-separated presets (q8,q5,q4,q3; see `veloxquant methods`); alone, only they run");
   cmd->add_option("--bits", flags->bits, "Bit settings to run for methods that read bit_width_inlier")
       ->capture_default_str();
   cmd->add_option("--set", flags->sets, "FIELD=VALUE applied to every method that reads FIELD (repeatable)");

@@ -38,11 +38,6 @@ struct EvalFlags {
   bool json = false;
 };
 
-std::string join(const std::vector<std::string>& parts) {
-  std::string out;
-  for (const auto& p : parts) out += (out.empty() ? "" : ",") + p;
-  return out;
-}
 
 void print_human(const ev::EvalRecord& r) {
   std::printf("model      %s\n", r.model.c_str());
@@ -99,7 +94,7 @@ void run_eval(const EvalFlags& f) {
   const ev::EvalRun run = ev::run_evaluation(model, tokens.tokens, tokens.bos, {method}, options);
   bar.finish();
   const ev::EvalRecord record =
-      ev::make_record(run, 0, options, {f.model, method.name, f.kv.bits, join(f.kv.sets)});
+      ev::make_record(run, 0, options, {f.model, method.name, f.kv.bits, apps::kv_settings_text(f.kv)});
   if (f.json) {
     std::printf("%s\n", ev::to_json(record).dump(2).c_str());
   } else {

@@ -9,6 +9,7 @@
 #include "veloxquant/errors.h"
 #include "veloxquant/integration/patch_model.h"
 #include "veloxquant/integration/prompt_cache_types.h"
+#include "veloxquant/presets/kv_presets.h"
 #include "veloxquant/registry/field_assignment.h"
 #include "veloxquant/registry/method_registry.h"
 
@@ -26,9 +27,28 @@ void add_kv_method_flags(CLI::App& command, KvMethodFlags& flags) {
         ->capture_default_str();
   }
   command.add_option("--set", flags.sets, "FIELD=VALUE for any config field (repeatable)");
+  command.add_option("--preset", flags.preset,
+                     "Named configuration at a llama.cpp KV size: q8, q5, q4, q3 (see `veloxquant methods`); "
+                     "replaces --method/--bits");
 }
 
 std::optional<veloxquant::KVCacheConfig> kv_config_from_flags(const KvMethodFlags& flags) {
+  if (!flags.preset.empty()) {
+    const veloxquant::KvPreset& preset = veloxquant::require_kv_preset(flags.preset);
+    if (flags.method != "none" || !flags.bits.empty()) {
+      throw veloxquant::QuantizerConfigError("--preset " + flags.preset + " resolves to '" +
+                                             veloxquant::kv_preset_settings(preset) +
+                                             "'; drop --method/--bits (or use them without --preset)");
+    }
+    veloxquant::KVCacheConfig config = veloxquant::kv_preset_config(preset, flags.seed);
+    for (const std::string& assignment : flags.sets) {
+      if (auto warning = veloxquant::apply_field_assignment(config, assignment)) {
+        std::fprintf(stderr, "warning: %s\n", warning->c_str());
+      }
+    }
+    veloxquant::validate_for_create(config);
+    return config;
+  }
   if (flags.method == "none") {
     if (!flags.bits.empty() || !flags.sets.empty()) {
       throw veloxquant::QuantizerConfigError("--bits/--set need a --method (got --method none)");
@@ -65,6 +85,18 @@ std::optional<veloxquant::KVCacheConfig> kv_config_from_flags(const KvMethodFlag
     veloxquant::validate_for_create(probe);
   }
   return config;
+}
+
+std::string kv_settings_text(const KvMethodFlags& flags) {
+  std::vector<std::string> parts;
+  if (!flags.preset.empty()) {
+    parts.push_back("preset=" + flags.preset);
+    for (const std::string& set : veloxquant::require_kv_preset(flags.preset).sets) parts.push_back(set);
+  }
+  parts.insert(parts.end(), flags.sets.begin(), flags.sets.end());
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : ",") + p;
+  return out;
 }
 
 std::string apply_kv_method(lm::Model& model, const std::optional<veloxquant::KVCacheConfig>& config) {

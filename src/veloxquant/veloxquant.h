@@ -15,6 +15,7 @@
 #include "veloxquant/caches/standalone_cache_base.h"
 #include "veloxquant/caches/streaming_llm_cache.h"
 #include "veloxquant/caches/tova_cache.h"
+#include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
 #include "veloxquant/caches/turboquant_standalone_cache.h"
 #include "veloxquant/config/bit_width.h"

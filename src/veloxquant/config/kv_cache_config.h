@@ -30,6 +30,7 @@ struct KVCacheConfig {
 
   // Per-method options (spec §3.3).
   TurboQuantRvqOptions turboquant_rvq;
+  TurboQuantBlockOptions turboquant_block;
   KIVIOptions kivi;
   SpectralOptions spectral;
   StreamingLLMOptions streaming_llm;

@@ -22,6 +22,21 @@ struct TurboQuantRvqOptions {
   std::string rvq_stage2_scale = "matched";
 };
 
+// turboquant_block (new in this port, docs/methods/turboquant_block.md): Hadamard-rotated keys
+// and values, blocks of 32 coordinates with one f16 scale and b-bit Gaussian Lloyd-Max codes.
+// key_bits / value_bits split a byte budget between keys and values; 0 = bit_width_inlier.
+// mean_rows > 0 subtracts per-channel means calibrated on the first call's rows 1..mean_rows;
+// key_block / value_block set the coordinates per f16 scale; sink_rows keeps the first
+// positions in f16.
+struct TurboQuantBlockOptions {
+  int key_bits = 0;
+  int value_bits = 0;
+  int mean_rows = 0;
+  int key_block = 32;
+  int value_block = 32;
+  int sink_rows = 0;
+};
+
 // kivi (spec §3.2 "KIVI", §11.9). `residual_length` is shared with VecInfer in the original;
 // here it belongs to KIVI, the only method of this build that reads it.
 struct KIVIOptions {

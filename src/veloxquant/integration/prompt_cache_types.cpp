@@ -10,6 +10,7 @@
 #include "veloxquant/caches/snapkv_cache.h"
 #include "veloxquant/caches/streaming_llm_cache.h"
 #include "veloxquant/caches/tova_cache.h"
+#include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
 #include "veloxquant/caches/xquant_cache.h"
 
@@ -20,6 +21,7 @@ void register_prompt_cache_types() {
   std::call_once(once, [] {
     // Placeholder parameters: from_state() rebuilds every one of them from meta_state().
     lm::register_cache_type("TurboQuantRvqCache", [] { return std::make_shared<TurboQuantRvqCache>(2, 1, 0); });
+    lm::register_cache_type("TurboQuantBlockCache", [] { return std::make_shared<TurboQuantBlockCache>(32, 4, 4, 0); });
     lm::register_cache_type("KiviCache", [] { return std::make_shared<KiviCache>(1, 2, 32, 0); });
     // Eviction caches: a default-config placeholder; from_state restores policy and storage.
     lm::register_cache_type("StreamingLLMCache", [] { return std::make_shared<StreamingLLMCache>(KVCacheConfig{}); });

@@ -6,6 +6,7 @@
 
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/errors.h"
+#include "veloxquant/presets/kv_presets.h"
 #include "veloxquant/registry/method_registry.h"
 
 namespace veloxquant {
@@ -71,9 +72,19 @@ nlohmann::json methods_json(const MethodFilter& filter) {
                        {"config_fields", std::move(names)},
                        {"fields", std::move(fields)}});
   }
+  nlohmann::json presets = nlohmann::json::array();
+  for (const KvPreset& p : kv_presets()) {
+    presets.push_back({{"name", p.name},
+                       {"size_of", p.size_of},
+                       {"bits_per_element", p.bits_per_element},
+                       {"method", p.method},
+                       {"sets", p.sets},
+                       {"why", p.why}});
+  }
   return {{"schema_version", 1},
           {"default_serve_method", KVCacheConfig{}.method},
-          {"methods", std::move(methods)}};
+          {"methods", std::move(methods)},
+          {"presets", std::move(presets)}};
 }
 
 std::string methods_text(const MethodFilter& filter) {
@@ -93,6 +104,12 @@ std::string methods_text(const MethodFilter& filter) {
     }
   }
   out << "✗ = standalone research cache (append/attend), refused by for_model and serving.\n";
+  // Presets (--preset NAME on generate, eval, bench-host; --presets on bench-methods).
+  out << "\npresets (--preset NAME): at most the size of a llama.cpp KV cache type\n";
+  for (const KvPreset& p : kv_presets()) {
+    out << "  " << p.name << "  = " << kv_preset_settings(p) << "  (" << p.bits_per_element
+        << " bits/element, " << p.size_of << "): " << p.why << "\n";
+  }
   return out.str();
 }
 

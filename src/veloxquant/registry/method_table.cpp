@@ -8,6 +8,7 @@
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
 #include "veloxquant/caches/spectral_cache.h"
+#include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
 #include "veloxquant/caches/turboquant_standalone_cache.h"
 #include "veloxquant/errors.h"
@@ -63,6 +64,55 @@ MethodDescriptor turboquant_rvq_row() {
     quant::parse_rvq_stage2_scale(c.turboquant_rvq.rvq_stage2_scale);
   };
   m.make_serving = make_turboquant_rvq_cache;
+  return m;
+}
+
+MethodDescriptor turboquant_block_row() {
+  MethodDescriptor m;
+  m.name = "turboquant_block";
+  m.family = "quantization";
+  m.is_servable = true;
+  m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
+  m.blurb = "Randomized Hadamard rotation of keys and values, then blocks of 32 coordinates with "
+            "one f16 scale (MSE-searched) and b-bit Gaussian Lloyd-Max codes: b + 0.5 bits per "
+            "element, llama.cpp's q8_0/q5_0/q4_0 sizes at b = 8/5/4";
+  m.paper = "TurboQuant (Zandieh et al., arXiv 2504.19874) rotation + Lloyd-Max levels; QuaRot "
+            "(Ashkboos et al., arXiv 2404.00456) Hadamard + per-block scales";
+  m.deviations = "Own combination: TurboQuant keeps one norm per vector and no block scale; here "
+                 "each block of 32 rotated coordinates has an f16 scale chosen by MSE search. "
+                 "Keys and values have separate bit widths (key_bits, value_bits).";
+  m.docs = "docs/methods/turboquant_block.md";
+  m.generic_fields = {"head_dim", "bit_width_inlier", "seed"};
+  m.fields = {option_field("key_bits", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::key_bits,
+                           "Key code bits per rotated coordinate (1..8); 0 = bit_width_inlier", 0, 8),
+              option_field("value_bits", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::value_bits,
+                           "Value code bits per rotated coordinate (1..8); 0 = bit_width_inlier", 0, 8),
+              option_field("mean_rows", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::mean_rows,
+                           "Subtract per-channel key/value means calibrated on the first call's rows "
+                           "1..N before rotating (0 = off); exact for attention, adds 2 f16 rows per head",
+                           0, 1 << 20),
+              option_field("key_block", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::key_block,
+                           "Rotated key coordinates per f16 scale: 32, 64, 128 or 256", 32, 256),
+              option_field("value_block", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::value_block,
+                           "Rotated value coordinates per f16 scale: 32, 64, 128 or 256", 32, 256),
+              option_field("sink_rows", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::sink_rows,
+                           "First positions kept exactly in f16 (attention sinks); costs 2 f16 rows each",
+                           0, 1 << 16)};
+  // --bits matters only while one of the two follows it.
+  m.reads_bit_width = [](const KVCacheConfig& c) {
+    return c.turboquant_block.key_bits == 0 || c.turboquant_block.value_bits == 0;
+  };
+  m.validate = [](const KVCacheConfig& c) {
+    if (c.turboquant_block.key_bits == 0 || c.turboquant_block.value_bits == 0) require_bits_in(c, 1, 8);
+    for (const auto& [name, block] : {std::pair{"key_block", c.turboquant_block.key_block},
+                                      std::pair{"value_block", c.turboquant_block.value_block}}) {
+      if (block != 32 && block != 64 && block != 128 && block != 256) {
+        throw QuantizerConfigError(std::string(name) + " for 'turboquant_block' must be 32, 64, 128 or 256, got " +
+                                   std::to_string(block));
+      }
+    }
+  };
+  m.make_serving = make_turboquant_block_cache;
   return m;
 }
 
@@ -183,7 +233,8 @@ MethodDescriptor spectral_row() {
 }  // namespace
 
 std::vector<MethodDescriptor> build_method_table() {
-  std::vector<MethodDescriptor> rows = {turboquant_rvq_row(),           kivi_row(),
+  std::vector<MethodDescriptor> rows = {turboquant_rvq_row(),           turboquant_block_row(),
+                                        kivi_row(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
                                         spectral_row()};

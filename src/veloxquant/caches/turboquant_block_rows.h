@@ -1,0 +1,45 @@
+#pragma once
+// A turboquant_block cache's rows as a RowSource for the shared attention driver
+// (attention/row_source.h): keys and values are read in the rotated basis where their codes
+// live. The query is rotated once per call (prepare_query: Pi_k q, and <Pi_k q, Pi_k k> = <q, k>);
+// a tile of rows is decoded from its block codes into scratch once and read by every query of
+// the block (tile_kernels.h); values are summed rotated and turned back once per output row
+// (finish_row: Pi_v^T acc), not once per row read.
+//
+// Mean smoothing and sink rows stay exact: each tile adds the rotated mean Pi mu (computed once
+// per tile, a 64-point transform) to its decoded rows, and sink rows are rotated from their f16
+// copies, so every row is Pi times the row update_and_fetch would return.
+#include <cstdint>
+
+#include "veloxquant/attention/row_source.h"
+
+namespace veloxquant {
+
+class TurboQuantBlockCache;
+
+class TurboQuantBlockRows final : public attention::RowSource {
+ public:
+  // Rows [0, rows) of every (b, h) of `cache`, at positions 0..rows-1.
+  TurboQuantBlockRows(const TurboQuantBlockCache& cache, int64_t rows);
+
+  int64_t key_dim() const override;
+  int64_t value_dim() const override;
+  int64_t rows(int64_t, int64_t) const override { return rows_; }
+  void prepare_query(const float* query, float* prepared) const override;
+  void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
+                  float* scores, int64_t ld, attention::TileScratch& scratch) const override;
+  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
+                       int64_t ld, float* acc, attention::TileScratch& scratch) const override;
+  void finish_row(float* row) const override;
+
+  // Rows [j0, j1) of (b, h) in the rotated basis, f32 [j1 - j0, D] (keys) or [.., Dv] (values);
+  // `work` holds 2 * max(D, Dv) floats. What score_tile / accumulate_tile read (tests use it).
+  void rotated_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, float* out, float* work) const;
+  void rotated_values(int64_t b, int64_t h, int64_t j0, int64_t j1, float* out, float* work) const;
+
+ private:
+  const TurboQuantBlockCache& cache_;
+  int64_t rows_;
+};
+
+}  // namespace veloxquant

@@ -1,0 +1,54 @@
+#include "veloxquant/presets/kv_presets.h"
+
+#include "veloxquant/config/config_validation.h"
+#include "veloxquant/errors.h"
+#include "veloxquant/registry/field_assignment.h"
+
+namespace veloxquant {
+
+const std::vector<KvPreset>& kv_presets() {
+  // bits_per_element: llama.cpp's block formats (32 elements + one f16 scale: b + 0.5 bits).
+  // What each resolves to was measured on SmolLM2-135M (docs/frontier.md): keys dominate the
+  // KL (3-bit keys + 3-bit values 0.138, 5-bit keys + 3-bit values 0.023, 4 + 2: 0.16 on one
+  // window), so budgets go to the keys first, as long as values keep at least 3 bits.
+  static const std::vector<KvPreset> presets = {
+      {"q8", "llama.cpp q8_0 K+V", 8.5, "turboquant_block", {"key_bits=8", "value_bits=8"},
+       "8-bit keys and values, blocks of 32: exactly q8_0's 8.5 bits per element"},
+      {"q5", "llama.cpp q5_0 K+V", 5.5, "turboquant_block", {"key_bits=6", "value_bits=4"},
+       "6-bit keys, 4-bit values, blocks of 32: (6.5 + 4.5) / 2 = q5_0's 5.5 bits per element"},
+      {"q4", "llama.cpp q4_0 K+V", 4.5, "turboquant_block", {"key_bits=5", "value_bits=3"},
+       "5-bit keys, 3-bit values, blocks of 32: (5.5 + 3.5) / 2 = q4_0's 4.5 bits per element"},
+      {"q3", "3.5 bits per element (no llama.cpp type)", 3.5, "turboquant_block",
+       {"key_bits=3", "value_bits=3", "value_block=64", "mean_rows=256", "sink_rows=1"},
+       "3-bit keys (blocks of 32), 3-bit values (blocks of 64), per-channel means and the first "
+       "position in f16 paid by the values' larger blocks: (3.5 + 3.25) / 2 bits + 2 f16 mean rows "
+       "+ 1 f16 sink row per head, within 3.5 bits per allocated row from 256 rows on"},
+  };
+  return presets;
+}
+
+const KvPreset& require_kv_preset(std::string_view name) {
+  std::string known;
+  for (const KvPreset& p : kv_presets()) {
+    if (p.name == name) return p;
+    known += (known.empty() ? "" : ", ") + p.name;
+  }
+  throw QuantizerConfigError("unknown preset '" + std::string(name) + "'; presets: " + known);
+}
+
+KVCacheConfig kv_preset_config(const KvPreset& preset, int64_t seed) {
+  KVCacheConfig config;
+  config.method = preset.method;
+  config.seed = seed;
+  for (const std::string& set : preset.sets) apply_field_assignment(config, set);
+  validate_for_create(config);
+  return config;
+}
+
+std::string kv_preset_settings(const KvPreset& preset) {
+  std::string out = preset.method;
+  for (const std::string& set : preset.sets) out += " " + set;
+  return out;
+}
+
+}  // namespace veloxquant

@@ -1,0 +1,95 @@
+// `--preset` end to end (presets/kv_presets.h): every command that runs a model takes it; an
+// unknown name or a clash with --method/--bits fails before the model is opened, naming the
+// value; `methods` lists what each preset resolves to; generate reports the preset it wired.
+// Runs the built binary (target veloxquant_cli) the way a user does.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <nlohmann/json.hpp>
+
+#include "veloxquant/presets/kv_presets.h"
+
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+RunResult run_cli(const std::string& args) {
+  const std::string binary = std::string(VQ_BINARY_DIR) + "/veloxquant";
+  if (!std::filesystem::exists(binary)) {
+    ADD_FAILURE() << "the CLI is not built: build target veloxquant_cli (" << binary << ")";
+    return {};
+  }
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string tag = "preset_" + std::to_string(::getpid()) + "_" + std::to_string(std::rand());
+  const std::string out = (dir / ("vq_out_" + tag)).string(), err = (dir / ("vq_err_" + tag)).string();
+  const int status = std::system((binary + " " + args + " >" + out + " 2>" + err).c_str());
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_all(out);
+  r.err = read_all(err);
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
+  return r;
+}
+
+const std::string kStories = std::string(VQ_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
+
+TEST(PresetFlags, UnknownPresetFailsBeforeLoadingInEveryCommand) {
+  for (const std::string command : {"generate -p hi", "eval --text /nonexistent.txt", "bench-host"}) {
+    const RunResult r = run_cli(command + " -m /nonexistent.gguf --preset q6");
+    EXPECT_EQ(r.exit_code, 2) << command << ": " << r.err;
+    EXPECT_NE(r.err.find("unknown preset 'q6'; presets: q8, q5, q4, q3"), std::string::npos) << command << ": " << r.err;
+  }
+  const RunResult bench = run_cli("bench-methods -m /nonexistent.gguf --text /nonexistent.txt --out /nonexistent_dir --presets q4,q7");
+  EXPECT_EQ(bench.exit_code, 2) << bench.err;
+  EXPECT_NE(bench.err.find("unknown preset 'q7'"), std::string::npos) << bench.err;
+}
+
+TEST(PresetFlags, PresetAndMethodClash) {
+  const RunResult r = run_cli("generate -m /nonexistent.gguf -p hi --preset q4 --method kivi");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--preset q4 resolves to"), std::string::npos) << r.err;
+  const RunResult bits = run_cli("eval -m /nonexistent.gguf --text /nonexistent.txt --preset q4 --bits 2");
+  EXPECT_EQ(bits.exit_code, 2);
+  EXPECT_NE(bits.err.find("drop --method/--bits"), std::string::npos) << bits.err;
+}
+
+TEST(PresetFlags, MethodsListsEveryPreset) {
+  const RunResult text = run_cli("methods");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  const RunResult json = run_cli("methods --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  ASSERT_EQ(j.at("presets").size(), veloxquant::kv_presets().size());
+  for (std::size_t i = 0; i < veloxquant::kv_presets().size(); ++i) {
+    const veloxquant::KvPreset& p = veloxquant::kv_presets()[i];
+    EXPECT_EQ(j.at("presets")[i].at("name"), p.name);
+    EXPECT_EQ(j.at("presets")[i].at("method"), p.method);
+    EXPECT_NE(text.out.find("  " + p.name + "  = " + veloxquant::kv_preset_settings(p)), std::string::npos) << text.out;
+  }
+}
+
+TEST(PresetFlags, GenerateWiresThePreset) {
+  const RunResult r = run_cli("generate -m " + kStories + " -p 'Once upon a time' -n 8 --preset q4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("with '" + veloxquant::require_kv_preset("q4").method + "'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[preset q4: "), std::string::npos) << r.err;
+  EXPECT_FALSE(r.out.empty());
+}
+
+}  // namespace

@@ -1,0 +1,314 @@
+// turboquant_block serving cache: exact resident bytes (SmolLM2 geometry and growth), the
+// reconstruction error of rotated block Lloyd-Max against the Gaussian Lloyd-Max distortion,
+// rows decoded by an independent path (Rotation + quantizer called directly), state round trip,
+// trim, clone, and the config's bit-width errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "base/error.h"
+#include "support/allocation_counter.h"
+#include "support/kv_test_data.h"
+#include "veloxquant/veloxquant.h"
+
+namespace veloxquant {
+namespace {
+
+lm::Tensor gaussian_kv(int64_t heads, int64_t tokens, int64_t dim, uint64_t seed, lm::DType dtype = lm::DType::F32) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> x(static_cast<std::size_t>(heads * tokens * dim));
+  for (float& v : x) v = normal(rng);
+  // A few large channels, as real keys have: the rotation must spread them.
+  for (int64_t r = 0; r < heads * tokens; ++r) x[static_cast<std::size_t>(r * dim + 3)] *= 8.0f;
+  return lm::Tensor::from_f32(x, {1, heads, tokens, dim}, dtype);
+}
+
+TEST(TurboQuantBlockCache, BytesPerTokenOnSmolLM2AreLlamaCppSizes) {
+  // SmolLM2-135M: 30 layers x 3 kv heads x head_dim 64, keys + values. llama.cpp's q8_0 /
+  // q5_0 / q4_0 K+V caches take 12240 / 7920 / 6480 bytes per token there (issue 12).
+  const std::vector<std::tuple<int, int, int64_t>> cases = {
+      {8, 8, 12240}, {5, 5, 7920}, {4, 4, 6480}, {3, 3, 5040}, {5, 3, 6480}, {4, 2, 5040}, {6, 4, 7920}};
+  for (const auto& [kb, vb, want] : cases) {
+    TurboQuantBlockCache cache(64, kb, vb, 42);
+    EXPECT_EQ(30 * 3 * cache.bytes_per_row(), want) << "key_bits " << kb << ", value_bits " << vb;
+    // And what is really allocated: 2048 tokens = 8 growth steps, no slack.
+    cache.update_and_fetch(gaussian_kv(3, 2048, 64, 1, lm::DType::F16), gaussian_kv(3, 2048, 64, 2, lm::DType::F16));
+    EXPECT_EQ(static_cast<int64_t>(cache.nbytes()) * 30 / 2048, want);
+  }
+}
+
+TEST(TurboQuantBlockCache, NbytesIsTheLayoutAfterGrowth) {
+  const int64_t h = 2, d = 64;
+  const auto before = test_support::allocation_snapshot();
+  auto cache = std::make_unique<TurboQuantBlockCache>(d, 3, 5, 7);
+  cache->update_and_fetch(gaussian_kv(h, 200, d, 3), gaussian_kv(h, 200, d, 4));
+  EXPECT_EQ(cache->nbytes(), std::size_t(h * 256 * (24 + 4 + 40 + 4)));
+  cache->update_and_fetch(gaussian_kv(h, 110, d, 5), gaussian_kv(h, 110, d, 6));
+  EXPECT_EQ(cache->offset(), 310);
+  const auto after = test_support::allocation_snapshot();
+  // Growth keeps offset rows (200) then appends ceil(110/256) steps of 256.
+  EXPECT_EQ(cache->nbytes(), std::size_t(h * (200 + 256) * (24 + 4 + 40 + 4)));
+  EXPECT_EQ(static_cast<std::size_t>(after.aligned_live_bytes - before.aligned_live_bytes), cache->nbytes());
+}
+
+double relative_error(const lm::Tensor& got, const lm::Tensor& want) {
+  const std::vector<float> g = got.to_f32(), w = want.to_f32();
+  double err = 0.0, energy = 0.0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    err += double(g[i] - w[i]) * (g[i] - w[i]);
+    energy += double(w[i]) * w[i];
+  }
+  return err / energy;
+}
+
+TEST(TurboQuantBlockCache, ReconstructionErrorIsBelowTheLloydMaxDistortion) {
+  // The rotation is orthonormal, so the error in the model's basis is the error of the block
+  // codes on rotated coordinates: below the Gaussian Lloyd-Max distortion with one global scale
+  // (anchors §1.1: 0.0346 at b = 3, 0.0095 at 4; per-block scales do better), above Shannon's
+  // 4^-b. Without the rotation the x8 channel would dominate every block it sits in.
+  TurboQuantBlockCache cache(64, 3, 4, 42);
+  const lm::Tensor k = gaussian_kv(3, 500, 64, 11), v = gaussian_kv(3, 500, 64, 12);
+  const lm::KeysValues got = cache.update_and_fetch(k, v);
+  EXPECT_LT(relative_error(got.keys, k), 0.0346);
+  EXPECT_GT(relative_error(got.keys, k), 1.0 / 64);
+  EXPECT_LT(relative_error(got.values, v), 0.0095);
+  EXPECT_GT(relative_error(got.values, v), 1.0 / 256);
+}
+
+TEST(TurboQuantBlockCache, RowsAreTheRotatedBlockCodes) {
+  // Independent decode: rotate with core::Rotation, block-quantize with the quantizer, rotate
+  // back — the cache must return exactly that (f32 output).
+  const int d = 64;
+  const int64_t seed = 99;
+  TurboQuantBlockCache cache(d, 4, 2, seed);
+  const lm::Tensor k = gaussian_kv(2, 9, d, 21), v = gaussian_kv(2, 9, d, 22);
+  const lm::KeysValues got = cache.update_and_fetch(k, v);
+  const core::Rotation key_rot(d, static_cast<uint64_t>(seed));
+  const core::Rotation value_rot(d, static_cast<uint64_t>(seed) ^ TurboQuantBlockCache::kValueSeedSalt);
+  const quant::BlockLloydQuantizer kq(4), vq(2);
+  const std::vector<float> kf = k.to_f32(), vf = v.to_f32(), gk = got.keys.to_f32(), gv = got.values.to_f32();
+  std::vector<float> rotated(d), decoded(d), back(d);
+  std::vector<uint8_t> packed(64);
+  std::vector<uint16_t> scales(2);
+  for (int64_t r = 0; r < 18; ++r) {
+    for (int which = 0; which < 2; ++which) {
+      const core::Rotation& rot = which == 0 ? key_rot : value_rot;
+      const quant::BlockLloydQuantizer& q = which == 0 ? kq : vq;
+      const float* x = (which == 0 ? kf : vf).data() + r * d;
+      rot.forward(x, rotated.data());
+      q.encode_row(rotated.data(), d, packed.data(), scales.data());
+      q.decode_row(packed.data(), scales.data(), d, decoded.data());
+      rot.inverse(decoded.data(), back.data());
+      const float* g = (which == 0 ? gk : gv).data() + r * d;
+      for (int i = 0; i < d; ++i) ASSERT_NEAR(g[i], back[i], 1e-5f) << "row " << r << (which ? " value" : " key");
+    }
+  }
+}
+
+TEST(TurboQuantBlockCache, StateRoundTripAndFurtherUpdates) {
+  TurboQuantBlockCache cache(64, 5, 3, 3);
+  cache.update_and_fetch(gaussian_kv(3, 40, 64, 31), gaussian_kv(3, 40, 64, 32));
+  TurboQuantBlockCache restored(8, 1, 1, 0);  // everything comes from the meta
+  restored.from_state(cache.state(), cache.meta_state());
+  EXPECT_EQ(restored.offset(), 40);
+  EXPECT_EQ(restored.key_bits(), 5);
+  EXPECT_EQ(restored.value_bits(), 3);
+  const lm::Tensor k2 = gaussian_kv(3, 7, 64, 33), v2 = gaussian_kv(3, 7, 64, 34);
+  const lm::KeysValues a = cache.update_and_fetch(k2, v2), b = restored.update_and_fetch(k2, v2);
+  EXPECT_EQ(a.keys.to_f32(), b.keys.to_f32());
+  EXPECT_EQ(a.values.to_f32(), b.values.to_f32());
+  // A meta that does not describe the tensors is refused, naming what is wrong.
+  std::vector<std::string> meta = cache.meta_state();
+  meta[1] = "4";
+  EXPECT_THROW(restored.from_state(cache.state(), meta), base::FormatError);
+}
+
+lm::Tensor offset_kv(int64_t heads, int64_t tokens, int64_t dim, uint64_t seed) {
+  // Rows = a large per-channel offset shared by every token + small token-specific noise: what
+  // real keys look like in their slowly rotating RoPE channels.
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> offset(static_cast<std::size_t>(dim));
+  for (float& o : offset) o = 6.0f * normal(rng);
+  std::vector<float> x(static_cast<std::size_t>(heads * tokens * dim));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = offset[i % static_cast<std::size_t>(dim)] + 0.5f * normal(rng);
+  return lm::Tensor::from_f32(x, {1, heads, tokens, dim}, lm::DType::F32);
+}
+
+TEST(TurboQuantBlockCache, MeanSmoothingRemovesACommonOffset) {
+  // The error relative to the token-specific part (what attention scores depend on) shrinks by
+  // a large factor once the shared offset is subtracted before quantization.
+  TurboQuantBlockCache::Settings plain{64, 3, 3, 9};
+  TurboQuantBlockCache::Settings smoothed = plain;
+  smoothed.mean_rows = 64;
+  const lm::Tensor k = offset_kv(2, 200, 64, 61), v = offset_kv(2, 200, 64, 62);
+  TurboQuantBlockCache a(plain), b(smoothed);
+  const double err_plain = relative_error(a.update_and_fetch(k, v).keys, k);
+  const double err_smoothed = relative_error(b.update_and_fetch(k, v).keys, k);
+  EXPECT_LT(err_smoothed * 20, err_plain) << err_plain << " vs " << err_smoothed;
+  // Two f16 mean rows per head more than the plain cache.
+  EXPECT_EQ(b.nbytes(), a.nbytes() + 2 * 2 * 64 * 2);
+  // A first call of one row cannot calibrate: no means, no bytes.
+  TurboQuantBlockCache single(smoothed);
+  single.update_and_fetch(k.slice(2, 0, 1).contiguous(), v.slice(2, 0, 1).contiguous());
+  EXPECT_EQ(single.meta_state().back(), "uncalibrated");
+}
+
+TEST(TurboQuantBlockCache, SinkRowsAreExactAndCounted) {
+  TurboQuantBlockCache::Settings settings{64, 2, 2, 5};
+  settings.sink_rows = 3;
+  TurboQuantBlockCache cache(settings);
+  const lm::Tensor k = gaussian_kv(2, 2, 64, 71, lm::DType::F16), v = gaussian_kv(2, 2, 64, 72, lm::DType::F16);
+  cache.update_and_fetch(k, v);  // rows 0, 1 are sinks
+  const lm::Tensor k2 = gaussian_kv(2, 5, 64, 73, lm::DType::F16), v2 = gaussian_kv(2, 5, 64, 74, lm::DType::F16);
+  const lm::KeysValues got = cache.update_and_fetch(k2, v2);  // row 2 (k2's first) is a sink too
+  const std::vector<float> gk = got.keys.to_f32(), gv = got.values.to_f32();
+  const std::vector<float> k1 = k.to_f32(), v1 = v.to_f32(), k2f = k2.to_f32(), v2f = v2.to_f32();
+  for (int64_t h = 0; h < 2; ++h) {
+    for (int64_t e = 0; e < 64; ++e) {
+      for (int64_t r = 0; r < 2; ++r) {
+        EXPECT_EQ(gk[static_cast<std::size_t>((h * 7 + r) * 64 + e)], k1[static_cast<std::size_t>((h * 2 + r) * 64 + e)]);
+        EXPECT_EQ(gv[static_cast<std::size_t>((h * 7 + r) * 64 + e)], v1[static_cast<std::size_t>((h * 2 + r) * 64 + e)]);
+      }
+      EXPECT_EQ(gk[static_cast<std::size_t>((h * 7 + 2) * 64 + e)], k2f[static_cast<std::size_t>((h * 5) * 64 + e)]);
+      EXPECT_EQ(gv[static_cast<std::size_t>((h * 7 + 2) * 64 + e)], v2f[static_cast<std::size_t>((h * 5) * 64 + e)]);
+    }
+  }
+  EXPECT_NE(gk[static_cast<std::size_t>(3 * 64)], k2f[static_cast<std::size_t>(1 * 64)]);  // row 3 is coded (2 bits)
+  // 256 coded rows of (16 + 4) * 2 bytes + 3 sink rows of 2 * 64 * 2 bytes, per head.
+  EXPECT_EQ(cache.nbytes(), std::size_t(2 * (256 * 40 + 3 * 256)));
+}
+
+TEST(TurboQuantBlockCache, StateRoundTripWithMeansSinksAndBlocks) {
+  TurboQuantBlockCache::Settings settings{64, 4, 3, 8};
+  settings.mean_rows = 16;
+  settings.sink_rows = 2;
+  settings.value_block = 64;
+  TurboQuantBlockCache cache(settings);
+  cache.update_and_fetch(offset_kv(3, 40, 64, 81), offset_kv(3, 40, 64, 82));
+  EXPECT_EQ(cache.bytes_per_row(), (32 + 4) + (24 + 2));  // value_block 64: one scale per value row
+  ASSERT_EQ(cache.state().size(), 8u);
+  TurboQuantBlockCache restored(8, 1, 1, 0);
+  restored.from_state(cache.state(), cache.meta_state());
+  EXPECT_EQ(restored.meta_state(), cache.meta_state());
+  EXPECT_EQ(restored.nbytes() <= cache.nbytes(), true);
+  const lm::Tensor k2 = offset_kv(3, 3, 64, 83), v2 = offset_kv(3, 3, 64, 84);
+  const lm::KeysValues a = cache.update_and_fetch(k2, v2), b = restored.update_and_fetch(k2, v2);
+  EXPECT_EQ(a.keys.to_f32(), b.keys.to_f32());
+  EXPECT_EQ(a.values.to_f32(), b.values.to_f32());
+  // A clone is independent.
+  auto copy = cache.clone();
+  cache.trim(5);
+  EXPECT_EQ(copy->offset(), 43);
+}
+
+// Brute-force causal attention over fetched rows (double softmax): the reference for the fused
+// path. keys/values [1, H, T, D] f32; queries [1, Hq, n, D] at positions first..first+n-1.
+std::vector<float> brute_attention(const lm::KeysValues& kv, const std::vector<float>& q, int64_t hq, int64_t n,
+                                   int64_t first, float scale) {
+  const int64_t h = kv.keys.dim(1), t = kv.keys.dim(2), d = kv.keys.dim(3);
+  const std::vector<float> k = kv.keys.to_f32(), v = kv.values.to_f32();
+  std::vector<float> out(static_cast<std::size_t>(hq * n * d), 0.0f);
+  for (int64_t qh = 0; qh < hq; ++qh) {
+    const int64_t kh = qh / (hq / h);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t visible = std::min(t, first + i + 1);
+      std::vector<double> w(static_cast<std::size_t>(visible));
+      double top = -INFINITY, sum = 0.0;
+      for (int64_t j = 0; j < visible; ++j) {
+        double dot = 0.0;
+        for (int64_t e = 0; e < d; ++e)
+          dot += double(q[static_cast<std::size_t>((qh * n + i) * d + e)]) * k[static_cast<std::size_t>((kh * t + j) * d + e)];
+        w[static_cast<std::size_t>(j)] = dot * scale;
+        top = std::max(top, w[static_cast<std::size_t>(j)]);
+      }
+      for (double& x : w) sum += (x = std::exp(x - top));
+      for (int64_t j = 0; j < visible; ++j)
+        for (int64_t e = 0; e < d; ++e)
+          out[static_cast<std::size_t>((qh * n + i) * d + e)] +=
+              static_cast<float>(w[static_cast<std::size_t>(j)] / sum * v[static_cast<std::size_t>((kh * t + j) * d + e)]);
+    }
+  }
+  return out;
+}
+
+TEST(TurboQuantBlockCache, FusedAttentionWithMeansAndSinksEqualsAttentionOverFetchedRows) {
+  // The driver path (turboquant_block_rows.h) reads rows in the rotated basis with the rotated
+  // means added and the sinks rotated from f16: the same rows update_and_fetch returns, so the
+  // outputs agree to f32 rounding. GQA: 4 query heads over 2 kv heads; prefill then decode.
+  TurboQuantBlockCache::Settings settings{64, 3, 4, 12};
+  settings.mean_rows = 32;
+  settings.sink_rows = 2;
+  TurboQuantBlockCache fused(settings), plain(settings);
+  int64_t first = 0;
+  uint64_t seed = 500;
+  for (int64_t n : {90, 3, 1}) {
+    const lm::Tensor k = offset_kv(2, n, 64, seed++), v = offset_kv(2, n, 64, seed++);
+    const lm::Tensor q = gaussian_kv(4, n, 64, seed++).contiguous();
+    lm::Tensor out({1, 4, n, 64}, lm::DType::F32);
+    const float scale = 0.125f;
+    fused.fused_attention({&q, &k, &v, scale, std::nullopt}, out);
+    const std::vector<float> want = brute_attention(plain.update_and_fetch(k, v), q.to_f32(), 4, n, first, scale);
+    const std::vector<float> got = out.to_f32();
+    double worst = 0.0;
+    for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
+    EXPECT_LE(worst, 2e-3) << "chunk of " << n;
+    first += n;
+  }
+}
+
+TEST(TurboQuantBlockCache, TrimEqualsAFreshCacheFedTheKeptTokens) {
+  TurboQuantBlockCache cache(64, 4, 4, 5), fresh(64, 4, 4, 5);
+  const lm::Tensor k = gaussian_kv(3, 30, 64, 41), v = gaussian_kv(3, 30, 64, 42);
+  cache.update_and_fetch(k, v);
+  EXPECT_EQ(cache.trim(12), 12);
+  EXPECT_EQ(cache.offset(), 18);
+  fresh.update_and_fetch(k.slice(2, 0, 18).contiguous(), v.slice(2, 0, 18).contiguous());
+  const lm::Tensor k2 = gaussian_kv(3, 4, 64, 43), v2 = gaussian_kv(3, 4, 64, 44);
+  const lm::KeysValues a = cache.update_and_fetch(k2, v2), b = fresh.update_and_fetch(k2, v2);
+  EXPECT_EQ(a.keys.to_f32(), b.keys.to_f32());
+  EXPECT_EQ(a.values.to_f32(), b.values.to_f32());
+  EXPECT_EQ(cache.trim(1000), 22);
+  EXPECT_TRUE(cache.empty());
+  EXPECT_THROW(cache.trim(-1), base::InvalidArgument);
+}
+
+TEST(TurboQuantBlockCache, BitWidthsAreValidatedWithTheirNames) {
+  auto expect_error = [](KVCacheConfig c, const std::string& needle) {
+    try {
+      KVCacheBuilder(c).build();
+      FAIL() << "accepted " << needle;
+    } catch (const QuantizerConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  KVCacheConfig c;
+  c.method = "turboquant_block";
+  c.head_dim = 64;
+  c.turboquant_block.key_bits = 9;
+  expect_error(c, "9");
+  c.turboquant_block.key_bits = 4;
+  c.turboquant_block.value_bits = -2;
+  expect_error(c, "-2");
+  c.turboquant_block.value_bits = 0;  // follows bit_width_inlier
+  c.bit_width_inlier = 12;
+  expect_error(c, "12");
+  EXPECT_THROW(TurboQuantBlockCache(64, 0, 4, 1), QuantizerConfigError);
+  c.turboquant_block.value_block = 48;
+  c.turboquant_block.value_bits = 3;
+  expect_error(c, "48");
+  c.turboquant_block.value_block = 32;
+  // key_bits / value_bits set: --bits is not read.
+  c.turboquant_block.value_bits = 3;
+  c.bit_width_inlier = 2;
+  auto cache = std::dynamic_pointer_cast<TurboQuantBlockCache>(KVCacheBuilder(c).build().serving());
+  ASSERT_TRUE(cache);
+  EXPECT_EQ(cache->key_bits(), 4);
+  EXPECT_EQ(cache->value_bits(), 3);
+}
+
+}  // namespace
+}  // namespace veloxquant
