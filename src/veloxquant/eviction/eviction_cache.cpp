@@ -9,6 +9,7 @@
 #include "veloxquant/caches/cache_rows.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/attention/attention_driver.h"
+#include "veloxquant/attention/fused_call.h"
 #include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/eviction/eviction_mask.h"
 #include "veloxquant/eviction/eviction_row_source.h"
@@ -149,17 +150,7 @@ void EvictionCache::fused_attention(const lm::FusedAttentionRequest& request, lm
   const attention::DtypeRowSource new_rows(keys, values, s, offset_);
   const attention::RowSource* segments[] = {&kept_rows, &new_rows};
   lm::Tensor contiguous_queries;
-  if (!q.is_contiguous()) contiguous_queries = q.contiguous();
-  attention::AttentionCall call;
-  call.queries = (contiguous_queries.defined() ? contiguous_queries : q).data<float>();
-  call.batch = batch;
-  call.q_heads = q.dim(1);
-  call.kv_heads = heads;
-  call.n_queries = s;
-  call.first_position = offset_;
-  call.window = request.window;
-  call.scale = request.scale;
-  call.out = out.data<float>();
+  attention::AttentionCall call = attention::call_from_request(request, heads, offset_, out, contiguous_queries);
   thread_local std::vector<float> stored_weights, new_weights;
   if (scored_step) {
     stored_weights.resize(static_cast<std::size_t>(batch * heads * std::max<int64_t>(rows_.rows(), 1)));
