@@ -186,7 +186,8 @@ void write_file(const char* flag, const std::string& path, const std::string& co
 // One --methods entry as the single-method flags, so it is validated exactly like --method.
 apps::KvMethodFlags entry_flags(const ev::MethodEntry& entry) {
   apps::KvMethodFlags flags;
-  flags.method = entry.method;
+  flags.method = entry.preset.empty() ? entry.method : "none";
+  flags.preset = entry.preset;
   flags.bits = entry.bits;
   if (entry.seed) flags.seed = *entry.seed;
   flags.sets = entry.sets;

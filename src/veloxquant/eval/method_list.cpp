@@ -8,7 +8,7 @@ namespace veloxquant::eval {
 
 namespace {
 
-constexpr const char* kSyntax = "an entry is METHOD [--bits B] [--set FIELD=VALUE]... [--seed S]";
+constexpr const char* kSyntax = "an entry is METHOD or --preset P, then [--bits B] [--set FIELD=VALUE]... [--seed S]";
 
 std::string trim(const std::string& s) {
   const auto first = s.find_first_not_of(" \t\r\n");
@@ -26,9 +26,16 @@ MethodEntry parse_entry(std::size_t index, const std::string& text) {
   std::vector<std::string> tokens;
   for (std::string w; words >> w;) tokens.push_back(w);
   MethodEntry entry;
-  entry.method = tokens.front();
-  if (entry.method.rfind("--", 0) == 0) bad_entry(index, text, "starts with the flag '" + entry.method + "', not a method name");
-  for (std::size_t i = 1; i < tokens.size(); ++i) {
+  std::size_t first_flag = 1;
+  if (tokens.front() == "--preset") {
+    if (tokens.size() < 2 || tokens[1].rfind("--", 0) == 0) bad_entry(index, text, "--preset needs a value");
+    entry.preset = tokens[1];
+    first_flag = 2;
+  } else {
+    entry.method = tokens.front();
+    if (entry.method.rfind("--", 0) == 0) bad_entry(index, text, "starts with the flag '" + entry.method + "', not a method name");
+  }
+  for (std::size_t i = first_flag; i < tokens.size(); ++i) {
     const std::string& flag = tokens[i];
     if (flag != "--bits" && flag != "--set" && flag != "--seed") {
       bad_entry(index, text, "unknown flag '" + flag + "'");
@@ -61,7 +68,7 @@ MethodEntry parse_entry(std::size_t index, const std::string& text) {
 }  // namespace
 
 std::string method_entry_label(const MethodEntry& entry) {
-  std::string label = entry.method;
+  std::string label = entry.preset.empty() ? entry.method : "--preset " + entry.preset;
   if (!entry.bits.empty()) label += " --bits " + entry.bits;
   for (const auto& s : entry.sets) label += " --set " + s;
   if (entry.seed) label += " --seed " + std::to_string(*entry.seed);

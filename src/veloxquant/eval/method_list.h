@@ -3,8 +3,9 @@
 //
 //   --methods "none; turboquant_rvq --bits 2 --set rvq_value_bits=4; kivi --bits 4; h2o --set h2o_budget=512"
 //
-// Entries are separated by ';'. Each entry is a method name followed by the same per-method
-// flags a single-method command takes: --bits B, --set FIELD=VALUE (repeatable), --seed S.
+// Entries are separated by ';'. Each entry is a method name — or `--preset P` — followed by the
+// same per-method flags a single-method command takes: --bits B, --set FIELD=VALUE
+// (repeatable), --seed S.
 // Whitespace is free. This file only splits and checks the syntax; whether the method exists
 // and its values are valid is checked by the caller (kv_config_from_flags), which names the
 // entry too.
@@ -16,7 +17,8 @@
 namespace veloxquant::eval {
 
 struct MethodEntry {
-  std::string method;                // "none" = the host's native cache
+  std::string method;                // "none" = the host's native cache; "" with a preset
+  std::string preset;                // "--preset q4" entries: a named configuration (presets/kv_presets.h)
   std::string bits;                  // "" = the method's default
   std::optional<int64_t> seed;       // nullopt = the config default
   std::vector<std::string> sets;     // FIELD=VALUE, in the order given

@@ -61,8 +61,22 @@ TEST(MethodList, ErrorsNameTheEntry) {
   expect_error("--bits 4", "starts with the flag '--bits'");
   expect_error("kivi --bits 4; kivi  --bits 4", "--methods entry 2 ('kivi  --bits 4'): repeats entry 1");
   // The syntax reminder travels with every entry error.
-  expect_error("kivi extra", "an entry is METHOD [--bits B]");
+  expect_error("kivi extra", "an entry is METHOD or --preset P, then [--bits B]");
 }
 
+}  // namespace
+}  // namespace veloxquant::eval
+
+namespace veloxquant::eval {
+namespace {
+TEST(MethodList, PresetEntries) {
+  const std::vector<MethodEntry> entries = parse_method_list("none; --preset q4; --preset q3 --set sink_rows=1");
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[1].preset, "q4");
+  EXPECT_EQ(entries[1].method, "");
+  EXPECT_EQ(entries[1].label, "--preset q4");
+  EXPECT_EQ(entries[2].label, "--preset q3 --set sink_rows=1");
+  EXPECT_THROW(parse_method_list("none; --preset"), std::invalid_argument);
+}
 }  // namespace
 }  // namespace veloxquant::eval
