@@ -21,6 +21,11 @@ pattern both rebuild; either way the token counts are identical.
         --markdown docs/benchmarks.md
 
 regenerates the measured part of docs/benchmarks.md (between its bench:begin / bench:end marks).
+
+--kv-types f16,q8_0,q4_0 also times llama.cpp with quantized KV caches (type_k = type_v, ggml
+type ids; flash attention on for those, which llama.cpp needs for a quantized V cache) at the
+same rows, in the same alternating rounds, and reports each against llama.cpp's f16 cache: the
+numbers to set beside `veloxquant bench-host --methods`' ratios to our native cache.
 llama-cpp-python is installed from tools/requirements-bench.txt when `import llama_cpp` fails;
 pip then compiles llama.cpp for this CPU (CMAKE_ARGS=-DGGML_NATIVE=ON), which takes minutes.
 """
@@ -41,6 +46,10 @@ REPO = Path(__file__).resolve().parent.parent
 REQUIREMENTS = REPO / "tools" / "requirements-bench.txt"
 BEGIN_MARK = "<!-- bench:begin (tools/bench_llama_cpp.py --markdown writes this part) -->"
 END_MARK = "<!-- bench:end -->"
+
+# ggml type ids llama-cpp-python's type_k / type_v take (ggml.h's enum ggml_type); checked
+# against the module's own GGML_TYPE_* constants when it has them.
+KV_TYPE_IDS = {"f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8}
 
 # The issue's targets (issue 7): ours / llama.cpp at least this much.
 DECODE_TARGETS = {128: 0.8, 1024: 0.8, 4096: 1.0}
@@ -84,13 +93,29 @@ def pattern_tokens(count: int, vocab_size: int, bos: int | None) -> list[int]:
 class LlamaCppBench:
     """One llama.cpp context for every run (loaded once, reset between runs)."""
 
-    def __init__(self, llama_cpp, args, n_ctx: int):
+    def __init__(self, llama_cpp, args, n_ctx: int, kv_type: str = "f16"):
         self.llama_cpp = llama_cpp
+        self.kv_type = kv_type
         kwargs = dict(model_path=str(args.model), n_ctx=n_ctx, n_batch=args.batch, n_ubatch=args.batch,
                       n_threads=args.threads, n_threads_batch=args.threads, logits_all=False, verbose=False)
         if args.flash_attn != "default":
             kwargs["flash_attn"] = args.flash_attn == "on"
-        self.llm = llama_cpp.Llama(**kwargs)
+        if kv_type != "f16":
+            type_id = kv_type_id(llama_cpp, kv_type)
+            kwargs["type_k"] = type_id
+            kwargs["type_v"] = type_id
+            kwargs["flash_attn"] = True  # llama.cpp refuses a quantized V cache without it
+        self.flash_attn = kwargs.get("flash_attn")
+        try:
+            self.llm = llama_cpp.Llama(**kwargs)
+        except ValueError as error:  # llama-cpp-python's "Failed to create llama_context"
+            if kv_type == "f16":
+                raise
+            # The usual cause: llama.cpp quantizes each head's row in blocks of 32 values, so the
+            # head size must be a multiple of 32 (stories260K's is 8).
+            raise SystemExit(f"bench: llama.cpp could not create a context with a {kv_type} KV cache for "
+                             f"{args.model} ({error}); a quantized K/V cache needs the head size to be a "
+                             f"multiple of 32 values") from error
         self.n_vocab = self.llm.n_vocab()
 
     def prompt(self, args, count: int) -> list[int]:
@@ -127,6 +152,23 @@ class LlamaCppBench:
         return prefill, decode
 
 
+def kv_type_id(llama_cpp, kv_type: str) -> int:
+    """The ggml type id of `kv_type`; the module's constant wins where it disagrees."""
+    expected = KV_TYPE_IDS[kv_type]
+    return int(getattr(llama_cpp, f"GGML_TYPE_{kv_type.upper()}", expected))
+
+
+def parse_kv_types(text: str) -> list[str]:
+    """'f16,q8_0,q4_0' -> the list, f16 first (the baseline of every ratio) and added when missing."""
+    types = [t.strip() for t in text.split(",") if t.strip()]
+    for t in types:
+        if t not in KV_TYPE_IDS:
+            raise SystemExit(f"bench: --kv-types: unknown KV type '{t}' (known: {', '.join(KV_TYPE_IDS)})")
+    if len(set(types)) != len(types):
+        raise SystemExit(f"bench: --kv-types: a type is repeated in '{text}'")
+    return ["f16"] + [t for t in types if t != "f16"]
+
+
 def rows_plan(args) -> list[tuple[str, int, int, int]]:
     """(kind, ctx, prompt tokens, decode tokens) in bench-host's row order."""
     plan = []
@@ -161,10 +203,13 @@ def measure(args) -> dict:
     plan = rows_plan(args)
     n_ctx = max(ctx for _, ctx, _, _ in plan)
     bench = LlamaCppBench(llama_cpp, args, n_ctx)
+    # One context per extra KV type, loaded once like the f16 one (the weights are mapped, shared).
+    extra = [LlamaCppBench(llama_cpp, args, n_ctx, kv_type) for kv_type in args.kv_types[1:]]
     prompt = bench.prompt(args, n_ctx)
     ours_best = [[None, None] for _ in plan]
     theirs_best = [[None, None] for _ in plan]
     rounds = {"ours": [[] for _ in plan], "llama_cpp": [[] for _ in plan]}  # (prefill, decode) s per round
+    extra_rounds = [[[] for _ in plan] for _ in extra]
     ours_record = None
     for r in range(args.repeat):
         print(f"bench: round {r + 1}/{args.repeat}: veloxquant bench-host", file=sys.stderr)
@@ -183,6 +228,10 @@ def measure(args) -> dict:
             theirs_best[i][0] = best(theirs_best[i][0], prefill)
             theirs_best[i][1] = best(theirs_best[i][1], decode)
             rounds["llama_cpp"][i].append((prefill, decode))
+        for e, other in enumerate(extra):
+            print(f"bench: round {r + 1}/{args.repeat}: llama.cpp, {other.kv_type} KV cache", file=sys.stderr)
+            for i, (kind, ctx, n_prompt, n_decode) in enumerate(plan):
+                extra_rounds[e][i].append(other.time_row(prompt[:n_prompt], n_decode))
     rows = []
     for i, (kind, ctx, n_prompt, n_decode) in enumerate(plan):
         row = {"kind": kind, "ctx": ctx, "prefill_tokens": n_prompt, "decode_tokens": n_decode}
@@ -199,6 +248,7 @@ def measure(args) -> dict:
         row["ratio"] = row["ours"][key] / row["llama_cpp"][key]
         row["prefill_ratio"] = row["ours"]["prefill_tokens_per_s"] / row["llama_cpp"]["prefill_tokens_per_s"]
         rows.append(row)
+    kv_types = [kv_type_rows(other, plan, extra_rounds[e], rows) for e, other in enumerate(extra)]
     system_info = llama_cpp.llama_print_system_info()
     return {
         "command": " ".join(["python3", Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
@@ -214,7 +264,29 @@ def measure(args) -> dict:
                       "flash_attn": args.flash_attn, "omp_wait_policy": args.omp_wait_policy, "n_ctx": n_ctx,
                       "peak_rss_bytes_python_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024},
         "rows": rows,
+        # llama.cpp with quantized KV caches, each row against llama.cpp's f16 row (rows[i]["llama_cpp"])
+        "llama_cpp_kv_types": kv_types,
     }
+
+
+def kv_type_rows(bench: "LlamaCppBench", plan, type_rounds, rows) -> dict:
+    """One quantized KV type's rows: best of its rounds and the ratio to the f16 cache's best."""
+    out = []
+    for i, (kind, ctx, n_prompt, n_decode) in enumerate(plan):
+        prefill = min(p for p, _ in type_rounds[i])
+        decode = min(d for _, d in type_rounds[i])
+        phase = 1 if n_decode else 0
+        times = [run[phase] for run in type_rounds[i]]
+        f16 = rows[i]["llama_cpp"]
+        row = {"kind": kind, "ctx": ctx, "prefill_tokens": n_prompt, "decode_tokens": n_decode,
+               "prefill_seconds": prefill, "prefill_tokens_per_s": n_prompt / prefill,
+               "decode_seconds": decode, "decode_tokens_per_s": n_decode / decode if n_decode else None,
+               "rounds": type_rounds[i], "spread": max(times) / min(times)}
+        row["prefill_ratio_to_f16"] = row["prefill_tokens_per_s"] / f16["prefill_tokens_per_s"]
+        row["decode_ratio_to_f16"] = (row["decode_tokens_per_s"] / f16["decode_tokens_per_s"]) if n_decode else None
+        out.append(row)
+    return {"kv_type": bench.kv_type, "type_id": kv_type_id(bench.llama_cpp, bench.kv_type),
+            "flash_attn": bench.flash_attn, "rows": out}
 
 
 def target_of(row) -> float | None:
@@ -265,12 +337,39 @@ def markdown(result: dict) -> str:
         if row["decode_tokens"]:
             lines.append(f"| {row['ctx']} | {row['prefill_tokens']} | {row['ours']['prefill_tokens_per_s']:.1f} | "
                          f"{row['llama_cpp']['prefill_tokens_per_s']:.1f} | {row['prefill_ratio']:.2f} |")
+    lines += kv_types_markdown(result)
     mib = 1024.0 * 1024.0
     lines += ["", f"Peak RSS: veloxquant bench-host {result['veloxquant']['peak_rss_bytes'] / mib:.1f} MiB "
                   f"(whole process, largest context included); the llama.cpp side runs inside the Python "
                   f"process, whose peak is {result['llama_cpp']['peak_rss_bytes_python_process'] / mib:.1f} MiB "
                   f"(Python and NumPy included, so only an upper bound for llama.cpp).", ""]
     return "\n".join(lines)
+
+
+def kv_types_markdown(result: dict) -> list[str]:
+    """llama.cpp's quantized KV caches beside its f16 cache; nothing for a record without them."""
+    types = result.get("llama_cpp_kv_types") or []
+    if not types:
+        return []
+    flash = flash_label(result["llama_cpp"]["flash_attn"])
+    lines = ["", f"llama.cpp with quantized KV caches (type_k = type_v; flash attention on, which llama.cpp needs "
+                 f"for a quantized V cache; its f16 row: flash attention {flash}), tokens/s and the ratio to "
+                 f"llama.cpp's f16 cache in the same rounds:", "",
+             "| ctx | KV type | decode tok/s | x f16 | prefill tok/s | x f16 | spread |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for i, base in enumerate(result["rows"]):
+        label = str(base["ctx"]) if base["decode_tokens"] else f"prefill {base['ctx']}"
+        f16 = base["llama_cpp"]
+        f16_decode = f"{f16['decode_tokens_per_s']:.1f}" if base["decode_tokens"] else "-"
+        lines.append(f"| {label} | f16 | {f16_decode} | {'1.00' if base['decode_tokens'] else '-'} | "
+                     f"{f16['prefill_tokens_per_s']:.1f} | 1.00 | {spread(base, 'llama_cpp')} |")
+        for kv in types:
+            row = kv["rows"][i]
+            decode = f"{row['decode_tokens_per_s']:.1f}" if row["decode_tokens"] else "-"
+            ratio = f"{row['decode_ratio_to_f16']:.2f}" if row["decode_tokens"] else "-"
+            lines.append(f"| {label} | {kv['kv_type']} | {decode} | {ratio} | {row['prefill_tokens_per_s']:.1f} | "
+                         f"{row['prefill_ratio_to_f16']:.2f} | {row['spread']:.2f} |")
+    return lines
 
 
 def write_markdown(path: Path, table: str) -> None:
@@ -303,6 +402,10 @@ def main() -> None:
                         help="OMP_WAIT_POLICY for llama.cpp's OpenMP threads. passive (the default here): on a "
                              "busy machine libgomp's spinning made llama.cpp's runs swing 1000x (2 to 4000 tok/s "
                              "on stories260K); on a quiet machine try default/active, which may be faster")
+    parser.add_argument("--kv-types", default="f16",
+                        help="llama.cpp KV cache types to time, comma-separated, from "
+                             f"{', '.join(KV_TYPE_IDS)} (default f16 only; f16 is always timed, the baseline of "
+                             "the others' ratios; the quantized ones run with flash attention on)")
     parser.add_argument("--out", type=Path, help="write the whole result as JSON here")
     parser.add_argument("--markdown", type=Path, help="regenerate the measured part of this Markdown file")
     parser.add_argument("--from-json", type=Path,
@@ -315,6 +418,7 @@ def main() -> None:
             write_markdown(args.markdown, table)
         return
     args.ctx = [int(c) for c in args.ctx.split(",") if c]
+    args.kv_types = parse_kv_types(args.kv_types)
     if args.text is None:
         default_text = REPO.parent / "shared" / "data" / "tinystories_valid_head794k.txt"
         args.text = default_text if default_text.exists() else None

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "lm/kernels/simd_dot.h"
+#include "veloxquant/attention/tile_kernels.h"
 
 namespace veloxquant::attention {
 
@@ -119,13 +120,8 @@ void attend_unit(const AttentionCall& call, const RowSource* const* segments, co
   std::fill(st.m, st.m + rows, kNegInf);
   std::fill(st.l, st.l + rows, 0.0f);
   std::fill(st.acc, st.acc + rows * g.value_dim, 0.0f);
-  // The unit's queries side by side (row r = group head r / nq, query i0 + r % nq).
   float* q = grown(scratch.queries, static_cast<std::size_t>(rows * g.prepared_dim));
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t head = u.h * g.group + r / nq, i = u.i0 + r % nq;
-    std::copy_n(prepared + ((u.b * call.q_heads + head) * call.n_queries + i) * g.prepared_dim, g.prepared_dim,
-                q + r * g.prepared_dim);
-  }
+  const int64_t segment_stride = call.batch * call.q_heads * call.n_queries * g.prepared_dim;
   const int64_t ld = kTileRows;
   float* s = grown(scratch.scores, static_cast<std::size_t>(rows * ld));
   const int64_t q_first = call.first_position + u.i0, q_last = call.first_position + u.i1 - 1;
@@ -136,6 +132,13 @@ void attend_unit(const AttentionCall& call, const RowSource* const* segments, co
     const int64_t from = std::max<int64_t>(u.row_lo - seg_start, 0), to = std::min(u.row_hi - seg_start, seg_rows);
     seg_start += seg_rows;
     if (from >= to) continue;
+    // The unit's queries in this segment's form, side by side (row r = group head r / nq,
+    // query i0 + r % nq).
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t head = u.h * g.group + r / nq, i = u.i0 + r % nq;
+      std::copy_n(prepared + si * segment_stride + ((u.b * call.q_heads + head) * call.n_queries + i) * g.prepared_dim,
+                  g.prepared_dim, q + r * g.prepared_dim);
+    }
     const Visibility vis{src.positions(u.b, u.h), src.position_base(), call.window};
     int64_t lo = 0, hi = 0;
     visible_range(vis, seg_rows, q_first, q_last, lo, hi);
@@ -154,10 +157,13 @@ void attend_unit(const AttentionCall& call, const RowSource* const* segments, co
         float* sr = s + r * ld;
         const int64_t qpos = call.first_position + u.i0 + r % nq;
         float tile_max = kNegInf;
-        for (int64_t jj = 0; jj < nk; ++jj) {
-          const bool ok = all_visible || vis.visible(j0 + jj, qpos);
-          sr[jj] = ok ? sr[jj] * call.scale : kNegInf;
-          tile_max = std::max(tile_max, sr[jj]);
+        if (all_visible) {
+          tile_max = kernels::scale_and_max(sr, nk, call.scale);
+        } else {
+          for (int64_t jj = 0; jj < nk; ++jj) {
+            sr[jj] = vis.visible(j0 + jj, qpos) ? sr[jj] * call.scale : kNegInf;
+            tile_max = std::max(tile_max, sr[jj]);
+          }
         }
         if (tile_max == kNegInf) {
           std::fill(sr, sr + nk, 0.0f);  // weight 0 for a row of this tile no query of r sees
@@ -202,15 +208,16 @@ void write_row_weights(const AttentionCall& call, const RowSource* const* segmen
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / call.kv_heads, h = bh % call.kv_heads;
       float* q = grown(scratch.queries, static_cast<std::size_t>(rows * g.prepared_dim));
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t head = h * g.group + r / nq, i = r % nq;
-        std::copy_n(prepared + ((b * call.q_heads + head) * nq + i) * g.prepared_dim, g.prepared_dim,
-                    q + r * g.prepared_dim);
-      }
       float* s = grown(scratch.scores, static_cast<std::size_t>(rows * kTileRows));
+      const int64_t segment_stride = call.batch * call.q_heads * nq * g.prepared_dim;
       for (int si = 0; si < g.n_segments; ++si) {
         float* out = call.row_weights[static_cast<std::size_t>(si)];
         if (!out) continue;
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t head = h * g.group + r / nq, i = r % nq;
+          std::copy_n(prepared + si * segment_stride + ((b * call.q_heads + head) * nq + i) * g.prepared_dim,
+                      g.prepared_dim, q + r * g.prepared_dim);
+        }
         const RowSource& src = *segments[si];
         const int64_t n = src.rows(b, h);
         out += bh * call.row_weight_stride[static_cast<std::size_t>(si)];
@@ -246,19 +253,21 @@ void attend(const AttentionCall& call, const RowSource* const* segments, int n_s
   const Geometry g = check_call(call, segments, n_segments);
   const int64_t nq_total = call.n_queries, heads = call.batch * call.kv_heads;
   thread_local CallBuffers buffers;
-  // Every query prepared once per call (a rotation, a lookup table), shared by every unit.
+  // Every query prepared once per call and segment (a rotation into the segment's basis, a
+  // permutation into its code order), shared by every unit: [segment][query row][prepared].
   const int64_t n_query_rows = call.batch * call.q_heads * nq_total;
-  float* prepared = grown(buffers.prepared, static_cast<std::size_t>(n_query_rows * g.prepared_dim));
+  float* prepared = grown(buffers.prepared, static_cast<std::size_t>(n_segments * n_query_rows * g.prepared_dim));
   const RowSource& first = *segments[0];
   const auto prepare = [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      first.prepare_query(call.queries + row * g.key_dim, prepared + row * g.prepared_dim);
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t seg = k / n_query_rows, row = k % n_query_rows;
+      segments[seg]->prepare_query(call.queries + row * g.key_dim, prepared + k * g.prepared_dim);
     }
   };
-  if (pool && n_query_rows >= 16) {
-    pool->parallel_for(n_query_rows, prepare, 8);
+  if (pool && n_query_rows * n_segments >= 16) {
+    pool->parallel_for(n_query_rows * n_segments, prepare, 8);
   } else {
-    prepare(0, n_query_rows);
+    prepare(0, n_query_rows * n_segments);
   }
 
   int64_t max_rows = 0;
@@ -406,13 +415,13 @@ void attend_reference(const AttentionCall& call, const RowSource* const* segment
       for (int64_t i = 0; i < call.n_queries; ++i) {
         const int64_t at = (b * call.q_heads + head) * call.n_queries + i;
         const int64_t qpos = call.first_position + i;
-        segments[0]->prepare_query(call.queries + at * g.key_dim, prepared.data());
         // Scores of every visible row, segment by segment, in double.
         std::vector<double> scores;
         std::vector<std::pair<int, int64_t>> where;
         for (int s = 0; s < n_segments; ++s) {
           const RowSource& src = *segments[s];
           const Visibility vis{src.positions(b, h), src.position_base(), call.window};
+          src.prepare_query(call.queries + at * g.key_dim, prepared.data());
           for (int64_t j = 0; j < src.rows(b, h); ++j) {
             if (!vis.visible(j, qpos)) continue;
             src.score_tile(b, h, j, j + 1, prepared.data(), 1, score.data(), 1, tile);

@@ -6,7 +6,7 @@
 // full-precision tail, an eviction cache's kept rows and the rows of this very call — so a call
 // names up to kMaxSegments sources, attended as one sequence (softmax across all of them). All
 // segments share key_dim, value_dim and the value basis (finish_row of the first segment is
-// applied to the result).
+// applied to the result); each prepares the queries in its own form (prepare_query).
 //
 // Visibility of row j (position p_j) to query i (position q_i = first_position + i):
 //   p_j <= q_i (causal), and q_i - p_j < window when the layer has a sliding window.

@@ -10,7 +10,7 @@ namespace veloxquant::attention {
 CodeOrder::CodeOrder(int bits, int64_t n, int64_t group)
     : bits_(bits),
       n_(n),
-      planar_((bits == 1 || bits == 2 || bits == 4 || bits == 8) && (n * bits) % 32 == 0),
+      planar_(is_planar(bits, n)),
       words_(static_cast<int64_t>(core::packed_words(static_cast<std::size_t>(n), bits))) {
   natural_.resize(static_cast<std::size_t>(n));
   const int64_t per_byte = 8 / bits, plane = n * bits / 8;

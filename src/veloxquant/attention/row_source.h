@@ -63,9 +63,8 @@ class RowSource {
 
   // Floats of a prepared query (default key_dim()); prepare_query writes that many.
   virtual int64_t prepared_dim() const { return key_dim(); }
-  // A raw query (f32, RoPE applied) into the form score_tile reads. Default: a copy. The driver
-  // prepares with the first segment's prepare_query and hands the result to every segment, so
-  // segments of one call must agree on it.
+  // A raw query (f32, RoPE applied) into the form score_tile reads. Default: a copy. Each
+  // segment of a call prepares its own copy (a rotated basis, a code order), once per call.
   virtual void prepare_query(const float* query, float* prepared) const;
 
   // Scores of rows [j0, j1) of (b, h) (j1 - j0 <= kTileRows) against n_queries prepared

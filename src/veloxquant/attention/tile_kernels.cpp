@@ -6,6 +6,9 @@
 
 #include "veloxquant/attention/tile_kernels.h"
 
+#include <algorithm>
+#include <limits>
+
 HWY_BEFORE_NAMESPACE();
 namespace veloxquant::attention::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -17,7 +20,34 @@ void ScoreBlock(const float* q, int64_t q_stride, const float* rows, int64_t row
   const hn::ScalableTag<float> df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const int64_t dv = d - d % lanes;
-  for (int64_t j = 0; j < n_rows; ++j) {
+  int64_t j = 0;
+  // Two rows per pass: each query vector loaded once feeds both rows' accumulators.
+  for (; j + 2 <= n_rows; j += 2) {
+    const float* row0 = rows + j * row_stride;
+    const float* row1 = row0 + row_stride;
+    decltype(hn::Zero(df)) acc0[NQ], acc1[NQ];
+    for (int r = 0; r < NQ; ++r) acc0[r] = acc1[r] = hn::Zero(df);
+    for (int64_t e = 0; e < dv; e += lanes) {
+      const auto x0 = hn::LoadU(df, row0 + e);
+      const auto x1 = hn::LoadU(df, row1 + e);
+      for (int r = 0; r < NQ; ++r) {
+        const auto qv = hn::LoadU(df, q + r * q_stride + e);
+        acc0[r] = hn::MulAdd(qv, x0, acc0[r]);
+        acc1[r] = hn::MulAdd(qv, x1, acc1[r]);
+      }
+    }
+    for (int r = 0; r < NQ; ++r) {
+      float s0 = hn::GetLane(hn::SumOfLanes(df, acc0[r]));
+      float s1 = hn::GetLane(hn::SumOfLanes(df, acc1[r]));
+      for (int64_t e = dv; e < d; ++e) {
+        s0 += q[r * q_stride + e] * row0[e];
+        s1 += q[r * q_stride + e] * row1[e];
+      }
+      scores[r * ld + j] = s0;
+      scores[r * ld + j + 1] = s1;
+    }
+  }
+  for (; j < n_rows; ++j) {
     const float* row = rows + j * row_stride;
     decltype(hn::Zero(df)) acc[NQ];
     for (int r = 0; r < NQ; ++r) acc[r] = hn::Zero(df);
@@ -36,6 +66,7 @@ void ScoreBlock(const float* q, int64_t q_stride, const float* rows, int64_t row
 void ScoreRowsImpl(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride,
                    int64_t n_rows, int64_t d, float* scores, int64_t ld) {
   int64_t r = 0;
+  // Blocks of 4 queries (8 accumulators for the two rows of a pass: within AVX2's 16 registers).
   for (; r + 4 <= n_q; r += 4) ScoreBlock<4>(q + r * q_stride, q_stride, rows, row_stride, n_rows, d, scores + r * ld, ld);
   switch (n_q - r) {
     case 3: ScoreBlock<3>(q + r * q_stride, q_stride, rows, row_stride, n_rows, d, scores + r * ld, ld); break;
@@ -73,6 +104,15 @@ void AccumulateBlock(const float* w, int64_t ld, const float* rows, int64_t row_
       hn::StoreU(a0[r], df, acc + r * acc_stride + e);
       hn::StoreU(a1[r], df, acc + r * acc_stride + e + lanes);
     }
+  }
+  for (; e + lanes <= d; e += lanes) {
+    decltype(hn::Zero(df)) a0[NQ];
+    for (int r = 0; r < NQ; ++r) a0[r] = hn::LoadU(df, acc + r * acc_stride + e);
+    for (int64_t j = 0; j < n_rows; ++j) {
+      const auto x0 = hn::LoadU(df, rows + j * row_stride + e);
+      for (int r = 0; r < NQ; ++r) a0[r] = hn::MulAdd(hn::Set(df, w[r * ld + j]), x0, a0[r]);
+    }
+    for (int r = 0; r < NQ; ++r) hn::StoreU(a0[r], df, acc + r * acc_stride + e);
   }
   for (; e < d; ++e) {
     for (int r = 0; r < NQ; ++r) {
@@ -134,62 +174,90 @@ void UnpackPlanesImpl(const uint8_t* bytes, int64_t plane_bytes, int bits, float
   }
 }
 
-// c[idx] for 32-bit lane indices < 2^bits: in-register table lookups while the codebook fits
-// one or two vectors (every b <= 4 on AVX2), a gather beyond.
-template <class DF, class VI>
-HWY_INLINE hn::Vec<DF> LookupCentroids(DF df, const float* c, int entries, VI idx) {
-  const hn::RebindToSigned<DF> di;
-  const int lanes = static_cast<int>(hn::Lanes(df));
-  if (entries <= lanes) {
-    HWY_ALIGN float table[hn::MaxLanes(df)] = {};
-    for (int i = 0; i < entries; ++i) table[i] = c[i];
-    return hn::TableLookupLanes(hn::Load(df, table), hn::IndicesFromVec(df, idx));
+// A codebook of 2^bits centroids held in registers for lookups by 32-bit lane indices: one
+// vector while it fits (b <= 3 on AVX2), two with a select (b = 4), a gather beyond.
+template <class DF>
+struct CentroidTable {
+  using V = hn::Vec<DF>;
+  V lo, hi;
+  const float* c;
+  int entries, lanes;
+  CentroidTable(DF df, const float* centroids, int n) : c(centroids), entries(n), lanes(static_cast<int>(hn::Lanes(df))) {
+    HWY_ALIGN float t0[hn::MaxLanes(df)] = {};
+    HWY_ALIGN float t1[hn::MaxLanes(df)] = {};
+    for (int i = 0; i < n && i < lanes; ++i) t0[i] = centroids[i];
+    for (int i = lanes; i < n && i < 2 * lanes; ++i) t1[i - lanes] = centroids[i];
+    lo = hn::Load(df, t0);
+    hi = hn::Load(df, t1);
   }
-  if (entries <= 2 * lanes) {
-    const auto lo = hn::LoadU(df, c);
-    HWY_ALIGN float upper[hn::MaxLanes(df)] = {};
-    for (int i = lanes; i < entries; ++i) upper[i - lanes] = c[i];
-    const auto hi = hn::Load(df, upper);
-    const auto low_idx = hn::And(idx, hn::Set(di, lanes - 1));
-    const auto from_hi = hn::RebindMask(df, hn::Gt(idx, hn::Set(di, lanes - 1)));
-    return hn::IfThenElse(from_hi, hn::TableLookupLanes(hi, hn::IndicesFromVec(df, low_idx)),
-                          hn::TableLookupLanes(lo, hn::IndicesFromVec(df, low_idx)));
+  template <class VI>
+  HWY_INLINE V lookup(DF df, VI idx) const {
+    const hn::RebindToSigned<DF> di;
+    if (entries <= lanes) return hn::TableLookupLanes(lo, hn::IndicesFromVec(df, idx));
+    if (entries <= 2 * lanes) {
+      const auto low_idx = hn::IndicesFromVec(df, hn::And(idx, hn::Set(di, lanes - 1)));
+      const auto from_hi = hn::RebindMask(df, hn::Gt(idx, hn::Set(di, lanes - 1)));
+      return hn::IfThenElse(from_hi, hn::TableLookupLanes(hi, low_idx), hn::TableLookupLanes(lo, low_idx));
+    }
+    return hn::GatherIndex(df, c, idx);
   }
-  return hn::GatherIndex(df, c, idx);
-}
+};
 
-void CentroidPlanesImpl(const uint8_t* s1, const uint8_t* s2, int64_t plane_bytes, int bits, const float* c1,
-                        const float* c2, float* out) {
+void CentroidPlanesImpl(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
+                        int bits, const float* c1, const float* c2, float* out) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<uint8_t, decltype(di)> d8;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const int planes = 8 / bits, entries = 1 << bits, mask_bits = entries - 1;
   const auto mask = hn::Set(di, mask_bits);
-  int64_t p = 0;
-  for (; p + lanes <= plane_bytes; p += lanes) {
-    const auto v1 = hn::PromoteTo(di, hn::LoadU(d8, s1 + p));
-    if (s2) {
-      const auto v2 = hn::PromoteTo(di, hn::LoadU(d8, s2 + p));
-      for (int k = 0; k < planes; ++k) {
-        const auto a = LookupCentroids(df, c1, entries, hn::And(hn::ShiftRightSame(v1, k * bits), mask));
-        const auto b = LookupCentroids(df, c2, entries, hn::And(hn::ShiftRightSame(v2, k * bits), mask));
-        hn::StoreU(hn::Add(a, b), df, out + k * plane_bytes + p);
+  const CentroidTable<decltype(df)> t1(df, c1, entries);
+  const CentroidTable<decltype(df)> t2(df, s2 ? c2 : c1, entries);
+  const int64_t row_out = plane_bytes * planes;
+  for (int64_t j = 0; j < n_rows; ++j, s1 += row_stride, s2 = s2 ? s2 + row_stride : nullptr, out += row_out) {
+    int64_t p = 0;
+    for (; p + lanes <= plane_bytes; p += lanes) {
+      const auto v1 = hn::PromoteTo(di, hn::LoadU(d8, s1 + p));
+      if (s2) {
+        const auto v2 = hn::PromoteTo(di, hn::LoadU(d8, s2 + p));
+        for (int k = 0; k < planes; ++k) {
+          const auto a = t1.lookup(df, hn::And(hn::ShiftRightSame(v1, k * bits), mask));
+          const auto b = t2.lookup(df, hn::And(hn::ShiftRightSame(v2, k * bits), mask));
+          hn::StoreU(hn::Add(a, b), df, out + k * plane_bytes + p);
+        }
+      } else {
+        for (int k = 0; k < planes; ++k) {
+          hn::StoreU(t1.lookup(df, hn::And(hn::ShiftRightSame(v1, k * bits), mask)), df, out + k * plane_bytes + p);
+        }
       }
-    } else {
+    }
+    for (; p < plane_bytes; ++p) {
       for (int k = 0; k < planes; ++k) {
-        hn::StoreU(LookupCentroids(df, c1, entries, hn::And(hn::ShiftRightSame(v1, k * bits), mask)), df,
-                   out + k * plane_bytes + p);
+        float v = c1[(s1[p] >> (k * bits)) & mask_bits];
+        if (s2) v += c2[(s2[p] >> (k * bits)) & mask_bits];
+        out[k * plane_bytes + p] = v;
       }
     }
   }
-  for (; p < plane_bytes; ++p) {
-    for (int k = 0; k < planes; ++k) {
-      float v = c1[(s1[p] >> (k * bits)) & mask_bits];
-      if (s2) v += c2[(s2[p] >> (k * bits)) & mask_bits];
-      out[k * plane_bytes + p] = v;
-    }
+}
+
+float ScaleAndMaxImpl(float* s, int64_t n, float scale) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const auto vs = hn::Set(df, scale);
+  auto vmax = hn::Set(df, -std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto x = hn::Mul(hn::LoadU(df, s + i), vs);
+    hn::StoreU(x, df, s + i);
+    vmax = hn::Max(vmax, x);
   }
+  float m = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  for (; i < n; ++i) {
+    s[i] *= scale;
+    m = std::max(m, s[i]);
+  }
+  return m;
 }
 
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
@@ -204,11 +272,14 @@ HWY_EXPORT(AccumulateRowsImpl);
 HWY_EXPORT(AffineDecodeImpl);
 HWY_EXPORT(UnpackPlanesImpl);
 HWY_EXPORT(CentroidPlanesImpl);
+HWY_EXPORT(ScaleAndMaxImpl);
 HWY_EXPORT(TargetNameImpl);
 
-void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t plane_bytes, int bits, const float* c1,
-                     const float* c2, float* out) {
-  HWY_DYNAMIC_DISPATCH(CentroidPlanesImpl)(s1, s2, plane_bytes, bits, c1, c2, out);
+float scale_and_max(float* s, int64_t n, float scale) { return HWY_DYNAMIC_DISPATCH(ScaleAndMaxImpl)(s, n, scale); }
+
+void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
+                     int bits, const float* c1, const float* c2, float* out) {
+  HWY_DYNAMIC_DISPATCH(CentroidPlanesImpl)(s1, s2, row_stride, n_rows, plane_bytes, bits, c1, c2, out);
 }
 
 void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* out) {
@@ -262,16 +333,27 @@ void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* o
   }
 }
 
-void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t plane_bytes, int bits, const float* c1,
-                     const float* c2, float* out) {
-  const int mask = (1 << bits) - 1;
-  for (int k = 0; k < 8 / bits; ++k) {
-    for (int64_t p = 0; p < plane_bytes; ++p) {
-      float v = c1[(s1[p] >> (k * bits)) & mask];
-      if (s2) v += c2[(s2[p] >> (k * bits)) & mask];
-      out[k * plane_bytes + p] = v;
+void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
+                     int bits, const float* c1, const float* c2, float* out) {
+  const int mask = (1 << bits) - 1, planes = 8 / bits;
+  for (int64_t j = 0; j < n_rows; ++j) {
+    const uint8_t* r1 = s1 + j * row_stride;
+    const uint8_t* r2 = s2 ? s2 + j * row_stride : nullptr;
+    float* o = out + j * plane_bytes * planes;
+    for (int k = 0; k < planes; ++k) {
+      for (int64_t p = 0; p < plane_bytes; ++p) {
+        float v = c1[(r1[p] >> (k * bits)) & mask];
+        if (r2) v += c2[(r2[p] >> (k * bits)) & mask];
+        o[k * plane_bytes + p] = v;
+      }
     }
   }
+}
+
+float scale_and_max(float* s, int64_t n, float scale) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, s[i] *= scale);
+  return m;
 }
 }  // namespace scalar
 }  // namespace veloxquant::attention::kernels

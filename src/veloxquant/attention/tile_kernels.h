@@ -28,11 +28,16 @@ void affine_decode(const uint8_t* codes, const float* scale, const float* min, i
 // shifts, no shuffles.
 void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* out);
 
-// Two-stage codebook rows read by planes (same order as unpack_planes): out[k * P + p] =
-// c1[i1] + c2[i2] with i1 = (s1[p] >> (k * b)) & (2^b - 1), i2 likewise from s2 (s2 == nullptr:
-// c1 alone). b in 1, 2, 4, 8; c1 and c2 hold 2^b centroids.
-void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t plane_bytes, int bits, const float* c1,
-                     const float* c2, float* out);
+// Rows of two-stage codebook codes read by planes (same order as unpack_planes): for row j
+// (streams s1 + j * row_stride, s2 + j * row_stride), out[j * 8/b * P + k * P + p] = c1[i1] + c2[i2]
+// with i1 = (s1[p] >> (k * b)) & (2^b - 1), i2 likewise from s2 (s2 == nullptr: c1 alone).
+// b in 1, 2, 4, 8; c1 and c2 hold 2^b centroids.
+void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
+                     int bits, const float* c1, const float* c2, float* out);
+
+// s[i] *= scale for i < n; returns the largest result (-inf for n = 0): the softmax's logits of a
+// tile every query sees whole.
+float scale_and_max(float* s, int64_t n, float scale);
 
 // Name of the instruction set the dispatcher picked (for reports).
 const char* target_name();
@@ -44,8 +49,9 @@ void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows,
                      int64_t n_rows, int64_t d, float* acc, int64_t acc_stride);
 void affine_decode(const uint8_t* codes, const float* scale, const float* min, int64_t group, int64_t n, float* out);
 void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* out);
-void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t plane_bytes, int bits, const float* c1,
-                     const float* c2, float* out);
+float scale_and_max(float* s, int64_t n, float scale);
+void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
+                     int bits, const float* c1, const float* c2, float* out);
 }  // namespace scalar
 
 }  // namespace veloxquant::attention::kernels

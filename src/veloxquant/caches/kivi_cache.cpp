@@ -10,6 +10,7 @@
 #include "lm/kv_rows.h"
 #include "veloxquant/caches/cache_rows.h"
 #include "veloxquant/attention/attention_driver.h"
+#include "veloxquant/attention/fused_call.h"
 #include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/caches/group_affine_codes.h"
 #include "veloxquant/caches/kivi_row_source.h"
@@ -231,17 +232,7 @@ void KiviCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
   const attention::DtypeRowSource tail(residual_k_, residual_v_, offset_ - frontier_, frontier_);
   const attention::RowSource* segments[] = {&quantized, &tail};
   lm::Tensor contiguous_queries;
-  if (!q.is_contiguous()) contiguous_queries = q.contiguous();
-  attention::AttentionCall call;
-  call.queries = (contiguous_queries.defined() ? contiguous_queries : q).data<float>();
-  call.batch = batch_;
-  call.q_heads = hq;
-  call.kv_heads = heads_;
-  call.n_queries = n;
-  call.first_position = first;
-  call.window = request.window;
-  call.scale = request.scale;
-  call.out = out.data<float>();
+  const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
   attention::attend(call, segments, 2, &base::ThreadPool::global());
 }
 

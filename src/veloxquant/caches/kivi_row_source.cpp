@@ -27,6 +27,10 @@ KiviQuantizedRows::KiviQuantizedRows(const lm::Tensor& key_codes, const lm::Tens
       key_order_(key_order),
       value_order_(value_order) {}
 
+void KiviQuantizedRows::prepare_query(const float* query, float* prepared) const {
+  key_order_.permute(query, prepared);  // the order the key codes unpack in
+}
+
 void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
                                    int64_t n_queries, float* scores, int64_t ld, attention::TileScratch& scratch) const {
   const int64_t d = key_dim(), n = j1 - j0;
@@ -48,17 +52,15 @@ void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
       scale[c] = pairs[2 * at];
       min[c] = pairs[2 * at + 1];
     }
-    // The scales folded into every query of the block (which stays in natural order: the
-    // full-precision tail reads the same prepared queries), then one pass over the rows for all
-    // of them; the mins add a per-query constant.
+    // The scales folded into every query of the block (prepared in code order), then one pass
+    // over the rows for all of them; the mins add a per-query constant.
     for (int64_t r = 0; r < n_queries; ++r) {
       const float* q = prepared + r * d;
       float* fq = folded + r * d;
       float sum = 0.0f;
       for (int64_t c = 0; c < d; ++c) {
-        const float qc = q[key_order_.natural(c)];
-        fq[c] = qc * scale[c];
-        sum += qc * min[c];
+        fq[c] = q[c] * scale[c];
+        sum += q[c] * min[c];
       }
       bias[r] = sum;
     }

@@ -32,6 +32,7 @@ class KiviQuantizedRows final : public attention::RowSource {
   int64_t key_dim() const override { return key_order_.size(); }
   int64_t value_dim() const override { return value_order_.size(); }
   int64_t rows(int64_t, int64_t) const override { return rows_; }
+  void prepare_query(const float* query, float* prepared) const override;
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
                   int64_t ld, attention::TileScratch& scratch) const override;
   void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,

@@ -8,6 +8,7 @@
 #include "base/thread_pool.h"
 #include "lm/kv_rows.h"
 #include "veloxquant/attention/attention_driver.h"
+#include "veloxquant/attention/fused_call.h"
 #include "veloxquant/caches/cache_rows.h"
 #include "veloxquant/caches/turboquant_block_rows.h"
 #include "veloxquant/errors.h"
@@ -271,17 +272,7 @@ void TurboQuantBlockCache::fused_attention(const lm::FusedAttentionRequest& requ
   }
   const TurboQuantBlockRows rows(*this, offset_);
   lm::Tensor contiguous_queries;
-  if (!q.is_contiguous()) contiguous_queries = q.contiguous();
-  attention::AttentionCall call;
-  call.queries = (contiguous_queries.defined() ? contiguous_queries : q).data<float>();
-  call.batch = batch_;
-  call.q_heads = hq;
-  call.kv_heads = heads_;
-  call.n_queries = n;
-  call.first_position = first;
-  call.window = request.window;
-  call.scale = request.scale;
-  call.out = out.data<float>();
+  const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
   attention::attend(call, rows, &base::ThreadPool::global());
 }
 

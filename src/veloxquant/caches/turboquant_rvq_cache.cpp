@@ -9,6 +9,7 @@
 #include "lm/kv_rows.h"
 #include "veloxquant/caches/cache_rows.h"
 #include "veloxquant/attention/attention_driver.h"
+#include "veloxquant/attention/fused_call.h"
 #include "veloxquant/caches/group_affine_codes.h"
 #include "veloxquant/caches/turboquant_rvq_row_source.h"
 #include "veloxquant/core/bit_packing.h"
@@ -192,17 +193,7 @@ void TurboQuantRvqCache::fused_attention(const lm::FusedAttentionRequest& reques
                                value_params_, value_bits_ != 0 ? value_order_.get() : nullptr, kValueGroup, dv_,
                                offset_);
   lm::Tensor contiguous_queries;
-  if (!q.is_contiguous()) contiguous_queries = q.contiguous();
-  attention::AttentionCall call;
-  call.queries = (contiguous_queries.defined() ? contiguous_queries : q).data<float>();
-  call.batch = batch_;
-  call.q_heads = hq;
-  call.kv_heads = heads_;
-  call.n_queries = n;
-  call.first_position = first;
-  call.window = request.window;
-  call.scale = request.scale;
-  call.out = out.data<float>();
+  const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
   attention::attend(call, rows, &base::ThreadPool::global());
 }
 

@@ -48,10 +48,7 @@ void TurboQuantRvqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
   const uint8_t* s2 = row_ptr<uint8_t>(packed2_, b, h, j0);
   const int64_t row_stride = packed1_.strides()[2];
   if (key_order_.planar()) {
-    for (int64_t j = 0; j < n; ++j) {
-      attention::kernels::centroid_planes(s1 + j * row_stride, s2 + j * row_stride, stream, quantizer_.bits(), c1, c2,
-                                          tile + j * d);
-    }
+    attention::kernels::centroid_planes(s1, s2, row_stride, n, stream, quantizer_.bits(), c1, c2, tile);
   } else {
     // b = 3, 5, 6, 7: codes straddle bytes; unpacked per row, looked up in natural order.
     thread_local std::vector<uint8_t> i1, i2;

@@ -19,25 +19,20 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-struct TimedRun {
-  double prefill_seconds = 0.0;
-  double decode_seconds = 0.0;
-  std::size_t kv_bytes = 0;
-};
-
 int32_t argmax(const std::vector<float>& logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-// One run on fresh caches: prefill `prompt` in forward calls of `batch` tokens, then
-// `decode_tokens` greedy steps. Only forward + argmax sit inside the clocks, as in
-// llama.cpp's own prompt/eval timings (no tokenizing, no cache construction).
-TimedRun time_once(const lm::Model& model, std::span<const int32_t> prompt, int64_t decode_tokens, int64_t batch) {
-  lm::CacheList caches = lm::make_prompt_cache(model);
+}  // namespace
+
+HostBenchRun time_host_run(const lm::Model& model, const std::function<lm::CacheList()>& make_caches,
+                           std::span<const int32_t> prompt, int64_t decode_tokens, int64_t batch) {
+  // Built outside the clocks, as llama.cpp's timings exclude context creation.
+  lm::CacheList caches = make_caches();
   std::vector<float> logits;
   std::vector<int32_t> chunk;
   chunk.reserve(static_cast<std::size_t>(batch));
-  TimedRun run;
+  HostBenchRun run;
   const auto prefill_start = Clock::now();
   for (std::size_t begin = 0; begin < prompt.size(); begin += static_cast<std::size_t>(batch)) {
     const std::size_t end = std::min(prompt.size(), begin + static_cast<std::size_t>(batch));
@@ -58,27 +53,52 @@ TimedRun time_once(const lm::Model& model, std::span<const int32_t> prompt, int6
   return run;
 }
 
+std::vector<HostBenchRow> host_bench_plan(const HostBenchOptions& options) {
+  std::vector<HostBenchRow> plan;
+  if (options.prefill_tokens > 0) {
+    HostBenchRow row;
+    row.kind = "prefill";
+    row.ctx = options.prefill_tokens;
+    row.prefill_tokens = options.prefill_tokens;
+    plan.push_back(row);
+  }
+  for (const int64_t ctx : options.contexts) {
+    HostBenchRow row;
+    row.kind = "decode";
+    row.ctx = ctx;
+    row.prefill_tokens = ctx - options.decode_tokens;
+    row.decode_tokens = options.decode_tokens;
+    plan.push_back(row);
+  }
+  return plan;
+}
+
+void fill_rates(HostBenchRow& row) {
+  row.prefill_tokens_per_s = row.prefill_seconds > 0 ? static_cast<double>(row.prefill_tokens) / row.prefill_seconds : 0.0;
+  row.decode_tokens_per_s = 0.0;
+  row.decode_ms_per_token = 0.0;
+  if (row.decode_tokens > 0 && row.decode_seconds > 0) {
+    row.decode_tokens_per_s = static_cast<double>(row.decode_tokens) / row.decode_seconds;
+    row.decode_ms_per_token = 1000.0 * row.decode_seconds / static_cast<double>(row.decode_tokens);
+  }
+}
+
+namespace {
+
 // Best of `repeat` runs: the shortest prefill and the shortest decode (each phase's best).
-HostBenchRow time_row(const lm::Model& model, std::span<const int32_t> prompt, const std::string& kind, int64_t ctx,
-                      int64_t decode_tokens, const HostBenchOptions& options) {
-  HostBenchRow row;
-  row.kind = kind;
-  row.ctx = ctx;
-  row.prefill_tokens = static_cast<int64_t>(prompt.size());
-  row.decode_tokens = decode_tokens;
-  const std::string label = kind + " " + std::to_string(ctx);
+HostBenchRow time_row(const lm::Model& model, std::span<const int32_t> prompt_tokens, HostBenchRow row,
+                      const HostBenchOptions& options) {
+  const auto prompt = prompt_tokens.first(static_cast<std::size_t>(row.prefill_tokens));
+  const auto make_caches = [&model] { return lm::make_prompt_cache(model); };
+  const std::string label = row.kind + " " + std::to_string(row.ctx);
   for (int r = 0; r < options.repeat; ++r) {
     if (options.on_run) options.on_run(label, r);
-    const TimedRun run = time_once(model, prompt, decode_tokens, options.batch);
+    const HostBenchRun run = time_host_run(model, make_caches, prompt, row.decode_tokens, options.batch);
     if (r == 0 || run.prefill_seconds < row.prefill_seconds) row.prefill_seconds = run.prefill_seconds;
     if (r == 0 || run.decode_seconds < row.decode_seconds) row.decode_seconds = run.decode_seconds;
     row.kv_bytes = run.kv_bytes;
   }
-  if (row.prefill_seconds > 0) row.prefill_tokens_per_s = static_cast<double>(row.prefill_tokens) / row.prefill_seconds;
-  if (decode_tokens > 0 && row.decode_seconds > 0) {
-    row.decode_tokens_per_s = static_cast<double>(decode_tokens) / row.decode_seconds;
-    row.decode_ms_per_token = 1000.0 * row.decode_seconds / static_cast<double>(decode_tokens);
-  }
+  fill_rates(row);
   return row;
 }
 
@@ -155,14 +175,7 @@ std::vector<HostBenchRow> run_host_bench(const lm::Model& model, std::span<const
                                 std::to_string(needed));
   }
   std::vector<HostBenchRow> rows;
-  if (options.prefill_tokens > 0) {
-    rows.push_back(time_row(model, prompt.first(static_cast<std::size_t>(options.prefill_tokens)), "prefill",
-                            options.prefill_tokens, 0, options));
-  }
-  for (const int64_t ctx : options.contexts) {
-    rows.push_back(time_row(model, prompt.first(static_cast<std::size_t>(ctx - options.decode_tokens)), "decode",
-                            ctx, options.decode_tokens, options));
-  }
+  for (const HostBenchRow& planned : host_bench_plan(options)) rows.push_back(time_row(model, prompt, planned, options));
   return rows;
 }
 

@@ -43,6 +43,25 @@ struct HostBenchRow {
   std::size_t kv_bytes = 0;  // sum of the caches' nbytes() when the row ends
 };
 
+// One timed run: fresh caches from `make_caches`, `prompt` fed in forward calls of `batch`
+// tokens, then `decode_tokens` greedy steps (argmax of the last logits fed back). Only the
+// forward calls and the argmax are inside the clocks.
+struct HostBenchRun {
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+  std::size_t kv_bytes = 0;  // sum of the caches' nbytes() at the end of the run
+};
+HostBenchRun time_host_run(const lm::Model& model, const std::function<lm::CacheList()>& make_caches,
+                           std::span<const int32_t> prompt, int64_t decode_tokens, int64_t batch);
+
+// A row to time, in run_host_bench's order: the prefill row (when prefill_tokens > 0), then one
+// decode row per context. Only the counts; the times are filled in by whoever runs them.
+std::vector<HostBenchRow> host_bench_plan(const HostBenchOptions& options);
+
+// Sets the row's tokens/s and ms/token from its seconds and token counts (0 where a phase did
+// not run or took no measurable time).
+void fill_rates(HostBenchRow& row);
+
 // Throws base::InvalidArgument naming the value when a context is < 2 or beyond
 // context_length (0 = unlimited), a context leaves no prompt token before decode_tokens
 // steps, decode_tokens < 1, prefill_tokens < 0 or beyond context_length, batch < 1 or

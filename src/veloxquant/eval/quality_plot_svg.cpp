@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "veloxquant/eval/svg_style.h"
 
 namespace veloxquant::eval {
 
@@ -20,27 +21,11 @@ constexpr double kPlotW = kWidth - kLeft - kRight, kPlotH = kHeight - kTop - kBo
 constexpr double kZeroStrip = 24;
 constexpr double kLogH = kPlotH - kZeroStrip;
 
-const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
-                          "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
-
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", v);
-  return buf;
-}
-
-// A 1-2-5 step giving about `target` ticks over [0, span].
-double nice_step(double span, int target) {
-  const double raw = span / target;
-  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double m : {1.0, 2.0, 5.0, 10.0}) {
-    if (m * magnitude >= raw) return m * magnitude;
-  }
-  return 10.0 * magnitude;
-}
+using svg::nice_step;
+using svg::num;
 
 const char* colour_for(const std::string& method) {
-  return kPalette[std::hash<std::string>{}(method) % (sizeof kPalette / sizeof kPalette[0])];
+  return svg::kPalette[std::hash<std::string>{}(method) % svg::kPaletteSize];
 }
 
 }  // namespace

@@ -4,31 +4,32 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "lm/kernels/simd_dot.h"
 #include "lm/kv_rows.h"
 
 namespace veloxquant::eviction {
 
 void mean_softmax_weights(const float* keys, const int32_t* rows, int64_t count, int64_t dim, const float* queries,
                           int64_t n_queries, float scale, float* out) {
-  // Called once per token per head while scoring: reuse the scratch of this thread.
-  thread_local std::vector<double> logits, sum;
+  // Called once per token per head while scoring (a prefill chunk of an attention-scored policy
+  // calls it for every token over every live row): SIMD dot products and exponentials in f32,
+  // scratch reused by this thread.
+  thread_local std::vector<float> logits;
   logits.resize(static_cast<std::size_t>(count));
-  sum.assign(static_cast<std::size_t>(count), 0.0);
+  std::fill(out, out + count, 0.0f);
+  if (count == 0 || n_queries == 0) return;
   for (int64_t q = 0; q < n_queries; ++q) {
     const float* query = queries + q * dim;
-    double mx = -INFINITY;
+    float mx = -INFINITY;
     for (int64_t j = 0; j < count; ++j) {
       const float* k = keys + (rows ? rows[j] : j) * dim;
-      double dot = 0.0;
-      for (int64_t c = 0; c < dim; ++c) dot += double(k[c]) * query[c];
-      logits[static_cast<std::size_t>(j)] = dot * scale;
-      mx = std::max(mx, logits[static_cast<std::size_t>(j)]);
+      const float x = lm::kernels::simd::dot_f32(k, query, dim) * scale;
+      logits[static_cast<std::size_t>(j)] = x;
+      mx = std::max(mx, x);
     }
-    double total = 0.0;
-    for (double& x : logits) total += (x = std::exp(x - mx));
-    for (int64_t j = 0; j < count; ++j) sum[static_cast<std::size_t>(j)] += logits[static_cast<std::size_t>(j)] / total;
+    const float total = lm::kernels::simd::exp_shifted_sum(logits.data(), count, mx);
+    lm::kernels::simd::axpy_f32(1.0f / (total * static_cast<float>(n_queries)), logits.data(), out, count);
   }
-  for (int64_t j = 0; j < count; ++j) out[j] = static_cast<float>(sum[static_cast<std::size_t>(j)] / double(n_queries));
 }
 
 void ObservedQueries::observe(const lm::Tensor& queries) {

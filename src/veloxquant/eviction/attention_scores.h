@@ -17,7 +17,8 @@
 namespace veloxquant::eviction {
 
 // out[j] = mean over the n_queries queries q of softmax_j(scale * <keys[rows[j]], q>), j over
-// `count` rows (rows == nullptr: rows 0..count-1). Computed in double, then stored as float.
+// `count` rows (rows == nullptr: rows 0..count-1). Computed in f32 with SIMD dot products and
+// exponentials.
 void mean_softmax_weights(const float* keys, const int32_t* rows, int64_t count, int64_t dim, const float* queries,
                           int64_t n_queries, float scale, float* out);
 

@@ -8,7 +8,12 @@
 #include "lm/kv_rows.h"
 #include "veloxquant/caches/cache_rows.h"
 #include "veloxquant/errors.h"
+#include "veloxquant/attention/attention_driver.h"
+#include "veloxquant/attention/fused_call.h"
+#include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/eviction/eviction_mask.h"
+#include "veloxquant/eviction/eviction_row_source.h"
+#include "veloxquant/quant/turboquant_rvq.h"
 
 namespace veloxquant::eviction {
 
@@ -31,21 +36,32 @@ void EvictionCache::observe_queries(const lm::Tensor& queries) {
   if (wants_queries()) observed_.observe(queries);
 }
 
-lm::KeysValues EvictionCache::update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) {
-  const std::string who = type_name_ + "::update_and_fetch";
+void EvictionCache::prepare_rows(const lm::Tensor& keys, const lm::Tensor& values, const std::string& who) {
   lm::check_new_tokens(keys, values, who.c_str());
-  const int64_t batch = keys.dim(0), heads = keys.dim(1), s = keys.dim(2), dk = keys.dim(3), dv = values.dim(3);
   if (!rows_.allocated()) {
-    rows_.allocate(batch, heads, dk, dv, keys.dtype());
+    rows_.allocate(keys.dim(0), keys.dim(1), keys.dim(3), values.dim(3), keys.dtype());
   } else {
     cache_rows::check_row_layout(keys, values, {rows_.batch(), rows_.heads(), rows_.key_dim(), rows_.value_dim()},
                                  who);
   }
-  if (offset_ + s > INT32_MAX) throw base::InvalidArgument(who + ": positions past 2^31 are not supported");
+  if (offset_ + keys.dim(2) > INT32_MAX) throw base::InvalidArgument(who + ": positions past 2^31 are not supported");
+}
+
+lm::KeysValues EvictionCache::update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) {
+  const std::string who = type_name_ + "::update_and_fetch";
+  prepare_rows(keys, values, who);
+  const int64_t batch = keys.dim(0), heads = keys.dim(1), total = rows_.rows() + keys.dim(2);
+  lm::Tensor out_k({batch, heads, total, keys.dim(3)}, keys.dtype()), out_v({batch, heads, total, values.dim(3)}, keys.dtype());
+  select_and_store(keys, values, &out_k, &out_v, who);
+  return {std::move(out_k), std::move(out_v)};
+}
+
+void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& values, lm::Tensor* out_k,
+                                     lm::Tensor* out_v, const std::string& who) {
+  const int64_t batch = keys.dim(0), heads = keys.dim(1), s = keys.dim(2), dk = keys.dim(3), dv = values.dim(3);
   const int64_t stored = rows_.rows(), total = stored + s;
   const std::vector<float> new_k = keys.to_f32(), new_v = values.to_f32();
   const lm::DType dtype = keys.dtype();
-  lm::Tensor out_k({batch, heads, total, dk}, dtype), out_v({batch, heads, total, dv}, dtype);
   const bool real = wants_queries() && observed_.matches(batch, heads, s, dk);
   last_used_queries_ = real;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
@@ -67,15 +83,17 @@ lm::KeysValues EvictionCache::update_and_fetch(const lm::Tensor& keys, const lm:
       for (int64_t t = 0; t < s; ++t) c.positions.push_back(static_cast<int32_t>(offset_ + t));
       c.scores.assign(static_cast<std::size_t>(total), 0.0f);
       if (const float* carried = rows_.scores(b, h)) std::copy_n(carried, stored, c.scores.data());
-      // The returned rows: every candidate, in the input dtype (stored rows copied as stored,
-      // new rows converted back exactly from their f32 widening).
-      const int64_t es = static_cast<int64_t>(out_k.element_size());
-      std::byte* head_k = out_k.raw_data() + bh * total * dk * es;
-      std::byte* head_v = out_v.raw_data() + bh * total * dv * es;
-      rows_.write_keys(b, h, dtype, head_k);
-      rows_.write_values(b, h, dtype, head_v);
-      cache_rows::store_f32(k_new, static_cast<std::size_t>(s * dk), head_k + stored * dk * es, dtype);
-      cache_rows::store_f32(v_new, static_cast<std::size_t>(s * dv), head_v + stored * dv * es, dtype);
+      if (out_k) {
+        // The returned rows: every candidate, in the input dtype (stored rows copied as stored,
+        // new rows converted back exactly from their f32 widening).
+        const int64_t es = static_cast<int64_t>(out_k->element_size());
+        std::byte* head_k = out_k->raw_data() + bh * total * dk * es;
+        std::byte* head_v = out_v->raw_data() + bh * total * dv * es;
+        rows_.write_keys(b, h, dtype, head_k);
+        rows_.write_values(b, h, dtype, head_v);
+        cache_rows::store_f32(k_new, static_cast<std::size_t>(s * dk), head_k + stored * dk * es, dtype);
+        cache_rows::store_f32(v_new, static_cast<std::size_t>(s * dv), head_v + stored * dv * es, dtype);
+      }
       const QuerySource queries = [&](int64_t token, std::vector<float>& out) -> int64_t {
         if (real) return observed_.group_queries(b, h, heads, token, out);
         out.assign(k_new + token * dk, k_new + (token + 1) * dk);  // the key-as-query proxy
@@ -94,7 +112,120 @@ lm::KeysValues EvictionCache::update_and_fetch(const lm::Tensor& keys, const lm:
   rows_.commit_rows(static_cast<int64_t>(kept[0].size()));
   offset_ += s;
   observed_.clear();
-  return {std::move(out_k), std::move(out_v)};
+}
+
+// Attention over the kept rows and this call's new rows as one sequence, through the shared
+// driver (the rows' true positions give the causal limits and the window), then the policy
+// stores what it keeps. A decode step of a policy that scores by attention reads the weights
+// the driver computed for the output — the real queries' weights, with no second pass over the
+// keys — and evicts at most one row; multi-token calls and the proxy scoring take the general
+// selection (select_and_store).
+void EvictionCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) {
+  const std::string who = type_name_ + "::fused_attention";
+  if (!request.queries || !request.keys || !request.values) {
+    throw base::InvalidArgument(who + ": queries, keys and values are required");
+  }
+  const lm::Tensor& q = *request.queries;
+  const lm::Tensor& keys = *request.keys;
+  const lm::Tensor& values = *request.values;
+  prepare_rows(keys, values, who);
+  const int64_t batch = keys.dim(0), heads = keys.dim(1), s = keys.dim(2);
+  if (q.ndim() != 4 || q.dim(0) != batch || q.dim(3) != keys.dim(3) || q.dim(1) % heads != 0 || q.dim(2) != s) {
+    throw base::InvalidArgument(who + ": queries " + lm::shape_text(q.shape()) + " do not fit keys " +
+                                lm::shape_text(keys.shape()));
+  }
+  if (out.shape() != lm::Shape{batch, q.dim(1), s, values.dim(3)} || out.dtype() != lm::DType::F32 ||
+      !out.is_contiguous()) {
+    throw base::InvalidArgument(who + ": out must be f32 " + lm::shape_text({batch, q.dim(1), s, values.dim(3)}) +
+                                ", got " + lm::shape_text(out.shape()));
+  }
+  const bool scored_step = s == 1 && policy_.uses_scores() && scoring_ == Scoring::kAuto;
+  const bool fast = s == 1 && (!policy_.uses_scores() || scored_step);
+  // turboquant_rvq key rows with byte-aligned codes are scored in the rotated basis.
+  const quant::TurboQuantRvq* rvq = rows_.key_codec().rvq_quantizer();
+  if (rvq && !rvq_order_ && attention::CodeOrder::is_planar(rvq->bits(), rvq->dim())) {
+    rvq_order_ = std::make_shared<const attention::CodeOrder>(rvq->bits(), rvq->dim());
+  }
+  const EvictionRowSource kept_rows(rows_, rvq ? rvq_order_.get() : nullptr);
+  const attention::DtypeRowSource new_rows(keys, values, s, offset_);
+  const attention::RowSource* segments[] = {&kept_rows, &new_rows};
+  lm::Tensor contiguous_queries;
+  attention::AttentionCall call = attention::call_from_request(request, heads, offset_, out, contiguous_queries);
+  thread_local std::vector<float> stored_weights, new_weights;
+  if (scored_step) {
+    stored_weights.resize(static_cast<std::size_t>(batch * heads * std::max<int64_t>(rows_.rows(), 1)));
+    new_weights.resize(static_cast<std::size_t>(batch * heads));
+    call.row_weights[0] = stored_weights.data();
+    call.row_weight_stride[0] = rows_.rows();
+    call.row_weights[1] = new_weights.data();
+    call.row_weight_stride[1] = 1;
+  }
+  attention::attend(call, segments, 2, &base::ThreadPool::global());
+  if (fast) {
+    store_decode_step(keys, values, scored_step ? stored_weights.data() : nullptr,
+                      scored_step ? new_weights.data() : nullptr);
+  } else {
+    select_and_store(keys, values, nullptr, nullptr, who);
+  }
+}
+
+// One new row per head: the policy's rule for a single token (eviction_policy.h) applied
+// directly — scores updated from the driver's weights, at most one victim, the storage
+// compacted past it — with nothing decoded and no per-step allocation.
+void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& values, const float* stored_weights,
+                                      const float* new_weights) {
+  const int64_t batch = keys.dim(0), heads = keys.dim(1), stored = rows_.rows(), total = stored + 1;
+  thread_local std::vector<float> new_k, new_v;
+  cache_rows::widen_to_f32(keys, new_k);
+  cache_rows::widen_to_f32(values, new_v);
+  const int64_t dk = keys.dim(3), dv = values.dim(3);
+  const bool over = total > policy_.budget;
+  const int64_t protect = policy_.effective_protect();
+  thread_local std::vector<int32_t> kept, positions;
+  thread_local std::vector<float> scores;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t bh = b * heads + h;
+      const int32_t* pos = rows_.positions(b, h);
+      positions.assign(pos, pos + stored);
+      positions.push_back(static_cast<int32_t>(offset_));
+      scores.assign(static_cast<std::size_t>(total), 0.0f);
+      if (stored_weights) {
+        const float* carried = rows_.scores(b, h);
+        const float* w = stored_weights + bh * stored;
+        for (int64_t j = 0; j < stored; ++j) {
+          scores[static_cast<std::size_t>(j)] =
+              policy_.accumulate ? static_cast<float>(carried[j] * policy_.decay + w[j]) : w[j];
+        }
+        scores[static_cast<std::size_t>(stored)] = new_weights[bh];
+      }
+      int64_t victim = -1;
+      if (over) {
+        if (!policy_.uses_scores()) {
+          // streaming_llm: the oldest row that is not a sink.
+          for (int64_t j = 0; j < total && victim < 0; ++j) {
+            if (positions[static_cast<std::size_t>(j)] >= policy_.n_sink) victim = j;
+          }
+        } else {
+          // The first minimum outside the sinks and the newest `protect` rows.
+          for (int64_t j = 0; j < total - protect; ++j) {
+            if (positions[static_cast<std::size_t>(j)] < policy_.n_sink) continue;
+            if (victim < 0 || scores[static_cast<std::size_t>(j)] < scores[static_cast<std::size_t>(victim)]) victim = j;
+          }
+        }
+        if (victim < 0) throw std::logic_error(type_name_ + ": no evictable row (sinks and protected rows fill the budget)");
+      }
+      kept.clear();
+      for (int32_t j = 0; j < total; ++j) {
+        if (j != victim) kept.push_back(j);
+      }
+      rows_.compact(b, h, kept, positions.data(), scores.data(), new_k.data() + bh * dk, new_v.data() + bh * dv);
+    }
+  }
+  rows_.commit_rows(over ? stored : total);
+  last_used_queries_ = stored_weights != nullptr;
+  offset_ += 1;
+  observed_.clear();
 }
 
 lm::AttentionMask EvictionCache::make_mask(int64_t n_queries, std::optional<int64_t> window) const {

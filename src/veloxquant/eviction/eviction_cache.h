@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "lm/cache.h"
+#include "veloxquant/attention/code_rows.h"
 #include "veloxquant/eviction/attention_scores.h"
 #include "veloxquant/eviction/eviction_policy.h"
 #include "veloxquant/eviction/eviction_rows.h"
@@ -45,6 +46,10 @@ class EvictionCache : public lm::KVCache {
   void from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) override;
   std::string type_name() const override { return type_name_; }
   bool wants_queries() const override { return scoring_ == Scoring::kAuto && policy_.uses_scores(); }
+  // Attention over the kept rows and the call's new rows through the shared driver, then
+  // deferred eviction (see fused_attention in eviction_cache.cpp).
+  bool supports_fused_attention() const override { return true; }
+  void fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) override;
   void observe_queries(const lm::Tensor& queries) override;
 
   const EvictionPolicy& policy() const { return policy_; }
@@ -66,11 +71,22 @@ class EvictionCache : public lm::KVCache {
   }
 
  private:
+  void prepare_rows(const lm::Tensor& keys, const lm::Tensor& values, const std::string& who);
+  // The policy's general selection over stored + new rows; writes every candidate into
+  // out_k/out_v (input dtype) when they are given.
+  void select_and_store(const lm::Tensor& keys, const lm::Tensor& values, lm::Tensor* out_k, lm::Tensor* out_v,
+                        const std::string& who);
+  // A single-token call: weights from the attention step (null: none needed), one victim at most.
+  void store_decode_step(const lm::Tensor& keys, const lm::Tensor& values, const float* stored_weights,
+                         const float* new_weights);
+
   std::string type_name_;
   EvictionPolicy policy_;
   Scoring scoring_;
   EvictionRows rows_;
   ObservedQueries observed_;
+  // Code order of turboquant_rvq key rows for the driver (built on first use, shared by clones).
+  std::shared_ptr<const attention::CodeOrder> rvq_order_;
   int64_t offset_ = 0;
   bool last_used_queries_ = false;
 };

@@ -39,6 +39,14 @@ class EvictionRows {
   const StorageSpec& spec() const { return spec_; }
 
   const int32_t* positions(int64_t b, int64_t h) const;
+  // The stored rows of (b, h) as their codecs wrote them (row r at + r * row bytes), for the
+  // attention driver's reader (eviction_row_source.h).
+  const std::byte* key_rows(int64_t b, int64_t h) const { return key_row(b, h, 0); }
+  const std::byte* value_rows(int64_t b, int64_t h) const { return value_row(b, h, 0); }
+  int64_t key_row_bytes() const { return key_bytes_; }
+  int64_t value_row_bytes() const { return value_bytes_; }
+  const RowCodec& key_codec() const { return *key_codec_; }
+  const RowCodec& value_codec() const { return *value_codec_; }
   const float* scores(int64_t b, int64_t h) const;  // nullptr without scores
   // The stored rows of (b, h), decoded to f32: rows() x key_dim.
   void decode_keys(int64_t b, int64_t h, float* out) const;

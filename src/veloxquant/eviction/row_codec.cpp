@@ -41,6 +41,7 @@ class RvqCodec final : public RowCodec {
     quantizer_.decode(reinterpret_cast<const uint8_t*>(row), 1, x);
   }
   bool exact() const override { return false; }
+  const quant::TurboQuantRvq* rvq_quantizer() const override { return &quantizer_; }
 
  private:
   quant::TurboQuantRvq quantizer_;

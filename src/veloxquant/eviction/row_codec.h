@@ -17,6 +17,10 @@
 #include "lm/dtype.h"
 #include "veloxquant/config/kv_cache_config.h"
 
+namespace veloxquant::quant {
+class TurboQuantRvq;
+}
+
 namespace veloxquant::eviction {
 
 class RowCodec {
@@ -28,6 +32,9 @@ class RowCodec {
   virtual void decode(const std::byte* row, float* x) const = 0;
   // True when decode(encode(x)) == x for every x the host can feed in the codec's dtype.
   virtual bool exact() const = 0;
+  // The turboquant_rvq quantizer whose code [stage1 | stage2 | bf16 norm] the rows hold, for
+  // readers that score the codes in the rotated basis; nullptr for the other codecs.
+  virtual const quant::TurboQuantRvq* rvq_quantizer() const { return nullptr; }
 };
 
 std::shared_ptr<const RowCodec> make_dtype_codec(int dim, lm::DType dtype);

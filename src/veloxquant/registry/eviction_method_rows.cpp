@@ -21,7 +21,7 @@ MethodDescriptor eviction_row(std::string name) {
   m.name = std::move(name);
   m.family = "eviction";
   m.is_servable = true;
-  m.capabilities = {.trimmable = false, .real_compression = true};
+  m.capabilities = {.trimmable = false, .fused_attention = true, .real_compression = true};
   m.docs = "docs/methods/" + m.name + ".md";
   // bit_width_inlier and seed matter only with a quantized eviction_storage.
   m.generic_fields = {"head_dim", "bit_width_inlier", "seed", "eviction_storage", "eviction_scoring"};

@@ -89,12 +89,26 @@ TEST(TileKernels, CentroidPlanesMatchScalar) {
     const auto c1 = random_values(std::size_t{1} << bits, 40 + bits), c2 = random_values(c1.size(), 50 + bits);
     for (int64_t plane : {int64_t{5}, int64_t{8}, int64_t{16}, int64_t{64}}) {
       for (bool two : {false, true}) {
-        std::vector<float> out(static_cast<std::size_t>(plane * 8 / bits)), ref(out.size());
-        centroid_planes(s1.data(), two ? s2.data() : nullptr, plane, bits, c1.data(), c2.data(), out.data());
-        scalar::centroid_planes(s1.data(), two ? s2.data() : nullptr, plane, bits, c1.data(), c2.data(), ref.data());
+        const int64_t rows = 64 / plane;  // rows `plane` bytes apart
+        std::vector<float> out(static_cast<std::size_t>(rows * plane * 8 / bits)), ref(out.size());
+        centroid_planes(s1.data(), two ? s2.data() : nullptr, plane, rows, plane, bits, c1.data(), c2.data(), out.data());
+        scalar::centroid_planes(s1.data(), two ? s2.data() : nullptr, plane, rows, plane, bits, c1.data(), c2.data(),
+                                ref.data());
         EXPECT_EQ(out, ref) << "bits " << bits << " plane " << plane;
       }
     }
+  }
+}
+}  // namespace
+}  // namespace veloxquant::attention::kernels
+
+namespace veloxquant::attention::kernels {
+namespace {
+TEST(TileKernels, ScaleAndMaxMatchesScalar) {
+  for (int64_t n : {0, 1, 7, 8, 64, 61}) {
+    auto a = random_values(static_cast<std::size_t>(n), 9), b = a;
+    EXPECT_EQ(scale_and_max(a.data(), n, 0.125f), scalar::scale_and_max(b.data(), n, 0.125f));
+    EXPECT_EQ(a, b);
   }
 }
 }  // namespace

@@ -1,0 +1,72 @@
+#include "veloxquant/eviction/eviction_row_source.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "base/half.h"
+#include "veloxquant/attention/dtype_rows.h"
+#include "veloxquant/attention/tile_kernels.h"
+#include "veloxquant/quant/turboquant_rvq.h"
+
+namespace veloxquant::eviction {
+
+namespace {
+
+// Rows [j0, j1) decoded to f32 [j1 - j0, dim]: a plain widening when the codec keeps the
+// dtype, else the codec's own decode row by row.
+void decode_tile(const RowCodec& codec, lm::DType dtype, const std::byte* first_row, int64_t row_bytes, int64_t j0,
+                 int64_t j1, int64_t dim, float* out) {
+  if (codec.exact()) {
+    attention::widen_rows(first_row, dtype, row_bytes, j0, j1, dim, out);
+    return;
+  }
+  for (int64_t j = j0; j < j1; ++j, out += dim) codec.decode(first_row + j * row_bytes, out);
+}
+
+}  // namespace
+
+void EvictionRowSource::prepare_query(const float* query, float* prepared) const {
+  if (!rvq_order_) {
+    std::copy_n(query, key_dim(), prepared);
+    return;
+  }
+  thread_local std::vector<float> rotated;
+  rotated.resize(static_cast<std::size_t>(key_dim()));
+  rows_.key_codec().rvq_quantizer()->rotation().forward(query, rotated.data());
+  rvq_order_->permute(rotated.data(), prepared);
+}
+
+void EvictionRowSource::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
+                                   int64_t n_queries, float* scores, int64_t ld, attention::TileScratch& scratch) const {
+  const int64_t d = key_dim(), n = j1 - j0;
+  float* tile = scratch.f32(static_cast<std::size_t>(n * d));
+  if (rvq_order_) {
+    // [stage1 | stage2 | bf16 norm] rows: centroid sums in the rotated basis, scaled by the norm.
+    const quant::TurboQuantRvq& q = *rows_.key_codec().rvq_quantizer();
+    const int64_t stream = static_cast<int64_t>(q.stream_bytes()), row_bytes = rows_.key_row_bytes();
+    const auto* first = reinterpret_cast<const uint8_t*>(rows_.key_rows(b, h)) + j0 * row_bytes;
+    attention::kernels::centroid_planes(first, first + stream, row_bytes, n, stream, q.bits(),
+                                        q.stage1_codebook().centroids.data(), q.stage2_codebook().centroids.data(), tile);
+    attention::kernels::score_rows(prepared, d, n_queries, tile, d, n, d, scores, ld);
+    for (int64_t j = 0; j < n; ++j) {
+      uint16_t norm_bits;
+      std::memcpy(&norm_bits, first + j * row_bytes + 2 * stream, sizeof norm_bits);
+      const float norm = base::bf16_to_f32(norm_bits);
+      for (int64_t r = 0; r < n_queries; ++r) scores[r * ld + j] *= norm;
+    }
+    return;
+  }
+  decode_tile(rows_.key_codec(), rows_.dtype(), rows_.key_rows(b, h), rows_.key_row_bytes(), j0, j1, d, tile);
+  attention::kernels::score_rows(prepared, d, n_queries, tile, d, n, d, scores, ld);
+}
+
+void EvictionRowSource::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
+                                        int64_t n_queries, int64_t ld, float* acc, attention::TileScratch& scratch) const {
+  const int64_t d = value_dim(), n = j1 - j0;
+  float* tile = scratch.f32(static_cast<std::size_t>(n * d));
+  decode_tile(rows_.value_codec(), rows_.dtype(), rows_.value_rows(b, h), rows_.value_row_bytes(), j0, j1, d, tile);
+  attention::kernels::accumulate_rows(weights, ld, n_queries, tile, d, n, d, acc, d);
+}
+
+}  // namespace veloxquant::eviction
