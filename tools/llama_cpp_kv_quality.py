@@ -3,9 +3,9 @@
 the product): the llama.cpp side of docs/frontier.md, measured the way `veloxquant eval
 --chunking llama` measures ours.
 
-Chunks as llama-perplexity: the text tokenized once (BOS first), cut into --chunks chunks of
---ctx tokens, each chunk's first token replaced by BOS, evaluated in one pass from an empty
-cache; the logits at positions ctx/2 .. ctx-2 predict the next token (ctx/2 - 1 targets per
+Chunks as llama-perplexity: the text tokenized once (with BOS when the vocabulary adds one;
+SmolLM2's does not), cut into --chunks chunks of --ctx tokens, each chunk's first token replaced
+by BOS when the vocabulary adds one, evaluated in one pass from an empty cache; the logits at positions ctx/2 .. ctx-2 predict the next token (ctx/2 - 1 targets per
 chunk). For every cache type the same chunks are evaluated and compared position by position
 with the f16 cache: KL(f16 || type) in nats, top-1 agreement, and each type's perplexity.
 Flash attention is on for every type (llama.cpp requires it for a quantized V cache).
@@ -62,6 +62,7 @@ def main() -> int:
     base = engines["f16"]
     tokens = base.tokenize(Path(args.text).read_bytes(), add_bos=True, special=False)
     bos = base.token_bos()
+    adds_bos = bool(tokens) and tokens[0] == bos  # the vocabulary's add_bos, as llama-perplexity reads it
     n_chunks = min(args.chunks, len(tokens) // args.ctx)
     if n_chunks < 1:
         sys.exit(f"the text has {len(tokens)} tokens, fewer than one chunk of {args.ctx}")
@@ -70,7 +71,8 @@ def main() -> int:
     base_nll = []
     for c in range(n_chunks):
         chunk = list(tokens[c * args.ctx:(c + 1) * args.ctx])
-        chunk[0] = bos
+        if adds_bos:
+            chunk[0] = bos
         targets = np.array(chunk[first + 1:])
 
         def scored_log_probs(llm):
