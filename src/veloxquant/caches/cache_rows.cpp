@@ -6,8 +6,6 @@
 #include <cstring>
 
 #include "base/error.h"
-#include "base/thread_pool.h"
-#include "lm/kernels/attention.h"
 #include "lm/kv_rows.h"
 
 namespace veloxquant::cache_rows {
@@ -70,12 +68,6 @@ int64_t parse_meta_int(const std::string& text, const char* who, const char* wha
     throw base::FormatError(std::string(who) + ": meta_state " + what + " is not an integer: '" + text + "'");
   }
   return value;
-}
-
-void attend_over_dequantized(const lm::Tensor& queries, const lm::KeysValues& dequantized,
-                             std::optional<int64_t> window, float scale, lm::Tensor& out) {
-  lm::kernels::attention(queries, dequantized.keys, dequantized.values, lm::AttentionMask::causal(), window, scale,
-                         out, &base::ThreadPool::global());
 }
 
 void check_row_layout(const lm::Tensor& keys, const lm::Tensor& values, const RowLayout& layout,

@@ -45,10 +45,4 @@ void check_row_layout(const lm::Tensor& keys, const lm::Tensor& values, const Ro
 // Parses an int from a meta_state string; throws base::FormatError naming `who` and `what`.
 int64_t parse_meta_int(const std::string& text, const char* who, const char* what);
 
-// The prefill route of a compressed cache's fused attention: causal attention of `queries` over
-// keys/values the cache dequantized once for this call (f32 [B, H_kv, T, D]). For a chunk of many
-// queries one dequantization beats per-query work on the codes; decode steps must not use it.
-void attend_over_dequantized(const lm::Tensor& queries, const lm::KeysValues& dequantized,
-                             std::optional<int64_t> window, float scale, lm::Tensor& out);
-
 }  // namespace veloxquant::cache_rows
