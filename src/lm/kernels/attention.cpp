@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/half.h"
 #include "base/thread_pool.h"
+#include "lm/kernels/attention_tiles.h"
 #include "lm/kernels/elementwise.h"
 #include "lm/kernels/simd_dot.h"
 
@@ -129,7 +130,7 @@ void attend_unit(const float* qdata, const Tensor& k, const Tensor& v, const Geo
   krows.resize(static_cast<std::size_t>(kKeyTile * d));
   kt.resize(krows.size());
   vt.resize(krows.size());
-  s.resize(kKeyTile);
+  s.resize(static_cast<std::size_t>(group * kQueryBlock * kKeyTile));
   const float neg_inf = -std::numeric_limits<float>::infinity();
   std::fill(m, m + rows, neg_inf);
   std::fill(l, l + rows, 0.0f);
@@ -150,6 +151,12 @@ void attend_unit(const float* qdata, const Tensor& k, const Tensor& v, const Geo
     j_end = std::min(j_end, g.t - g.n + u.i1);
     if (window) j_begin = std::max<int64_t>(j_begin, g.t - g.n + u.i0 - *window + 1);
   }
+  // Query row r of the unit is group head r / nq, query i0 + r % nq: the nq queries of one
+  // head are contiguous in `qdata`, so each head's block goes to the tile kernels whole.
+  const float* q_head0 = qdata + ((u.b * g.h_q + u.kv_head * group) * g.n + u.i0) * d;
+  const int64_t q_head_stride = g.n * d;
+  // Positions of the first and last query: a tile every query sees whole needs no per-key test.
+  const int64_t pos_first = g.t - g.n + u.i0, pos_last = g.t - g.n + u.i1 - 1;
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeyTile) {
     const int64_t j1 = std::min(j0 + kKeyTile, j_end), nk = j1 - j0;
     load_rows_f32(k, u.b, u.kv_head, j0, j1, d, krows.data());
@@ -160,29 +167,41 @@ void attend_unit(const float* qdata, const Tensor& k, const Tensor& v, const Geo
         for (int64_t jj = 0; jj < nk; ++jj) col[jj] = krows[jj * d + e];
         for (int64_t jj = nk; jj < kKeyTile; ++jj) col[jj] = 0.0f;
       }
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* q = q_head0 + (r / nq) * q_head_stride + (r % nq) * d;
+        simd::scores_transposed(q, kt.data(), kKeyTile, d, kKeyTile, s.data() + r * kKeyTile);
+      }
+    } else {
+      for (int64_t head = 0; head < group; ++head) {
+        tiles::score_rows(q_head0 + head * q_head_stride, d, nq, krows.data(), d, nk, d,
+                          s.data() + head * nq * kKeyTile, kKeyTile);
+      }
     }
-    load_rows_f32(v, u.b, u.kv_head, j0, j1, d, vt.data());
+    const bool whole_tile = mbase == nullptr && (!causal || (j1 - 1 <= pos_first && (!window || pos_last - j0 < *window)));
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t h = u.kv_head * group + r / nq, i = u.i0 + r % nq, pos = g.t - g.n + i;
-      const float* q = qdata + ((u.b * g.h_q + h) * g.n + i) * d;
-      if (transpose) {
-        simd::scores_transposed(q, kt.data(), kKeyTile, d, kKeyTile, s.data());
-      } else {
-        simd::dot_f32_rows(krows.data(), d, nk, q, d, s.data());
-      }
+      float* sr = s.data() + r * kKeyTile;
       float tile_max = neg_inf;
-      for (int64_t jj = 0; jj < nk; ++jj) {
-        const int64_t j = j0 + jj;
-        bool visible = true;
-        if (causal) {
-          visible = j <= pos && (!window || pos - j < *window);
-        } else if (mbase) {
-          visible = mbase[i * ms2 + j * ms3] != 0;
+      if (whole_tile) {
+        tile_max = tiles::scale_and_max(sr, nk, scale);
+      } else {
+        const int64_t i = u.i0 + r % nq, pos = g.t - g.n + i;
+        for (int64_t jj = 0; jj < nk; ++jj) {
+          const int64_t j = j0 + jj;
+          bool visible = true;
+          if (causal) {
+            visible = j <= pos && (!window || pos - j < *window);
+          } else if (mbase) {
+            visible = mbase[i * ms2 + j * ms3] != 0;
+          }
+          sr[jj] = visible ? sr[jj] * scale : neg_inf;
+          tile_max = std::max(tile_max, sr[jj]);
         }
-        s[jj] = visible ? s[jj] * scale : neg_inf;
-        tile_max = std::max(tile_max, s[jj]);
       }
-      if (tile_max == neg_inf) continue;
+      if (tile_max == neg_inf) {
+        // Nothing visible in this tile: zero weights leave the accumulator as it is.
+        std::fill(sr, sr + nk, 0.0f);
+        continue;
+      }
       float* a = acc + r * d;
       const float m_new = std::max(m[r], tile_max);
       if (m[r] != neg_inf && m_new != m[r]) {
@@ -193,8 +212,18 @@ void attend_unit(const float* qdata, const Tensor& k, const Tensor& v, const Geo
       m[r] = m_new;
       // Scores become probabilities in place (masked ones exp(-inf) = 0, skipped by the
       // row sum).
-      l[r] += simd::exp_shifted_sum(s.data(), nk, m_new);
-      simd::weighted_row_sum(s.data(), vt.data(), nk, d, a);
+      l[r] += simd::exp_shifted_sum(sr, nk, m_new);
+    }
+    // Every row's weights for the tile at once: each value row is loaded once per block of
+    // three query rows; f16 rows in place are widened in registers, anything else first into
+    // an f32 tile.
+    const auto& vs = v.strides();
+    if (v.dtype() == DType::F16 && vs[3] == 1) {
+      const auto* first = reinterpret_cast<const uint16_t*>(v.raw_data()) + u.b * vs[0] + u.kv_head * vs[1] + j0 * vs[2];
+      tiles::accumulate_rows_f16(s.data(), kKeyTile, rows, first, vs[2], nk, d, acc, d);
+    } else {
+      load_rows_f32(v, u.b, u.kv_head, j0, j1, d, vt.data());
+      tiles::accumulate_rows(s.data(), kKeyTile, rows, vt.data(), d, nk, d, acc, d);
     }
   }
 }

@@ -432,6 +432,8 @@ void F16ToF32(const uint16_t* src, float* dst, int64_t n) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const auto* h = reinterpret_cast<const hwy::float16_t*>(src);
   int64_t i = 0;
+  // Unrolled: a cached row of 64 f16 is 8 conversions, and loop control doubled their cost.
+#pragma GCC unroll 4
   for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, h + i)), df, dst + i);
   for (; i < n; ++i) dst[i] = base::f16_to_f32(src[i]);
 }

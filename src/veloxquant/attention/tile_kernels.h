@@ -8,15 +8,15 @@
 // point of scoring a tile for the whole group instead of per query head.
 #include <cstdint>
 
+#include "lm/kernels/attention_tiles.h"
+
 namespace veloxquant::attention::kernels {
 
-// scores[r * ld + j] = sum_e q[r * q_stride + e] * rows[j * row_stride + e], r < n_q, j < n_rows.
-void score_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride,
-                int64_t n_rows, int64_t d, float* scores, int64_t ld);
-
-// acc[r * acc_stride + e] += sum_j w[r * ld + j] * rows[j * row_stride + e], r < n_q, e < d.
-void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride,
-                     int64_t n_rows, int64_t d, float* acc, int64_t acc_stride);
+// The multi-query f32 loops live with the host's attention, which runs the same tiles:
+// score_rows, accumulate_rows and scale_and_max (lm/kernels/attention_tiles.h).
+using lm::kernels::tiles::accumulate_rows;
+using lm::kernels::tiles::scale_and_max;
+using lm::kernels::tiles::score_rows;
 
 // Group-affine codes to f32: out[e] = codes[e] * scale[e / group] + min[e / group] for e < n, codes
 // one byte each (already unpacked). Used by sources whose rows are (scale, min) groups.
@@ -35,21 +35,15 @@ void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* o
 void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
                      int bits, const float* c1, const float* c2, float* out);
 
-// s[i] *= scale for i < n; returns the largest result (-inf for n = 0): the softmax's logits of a
-// tile every query sees whole.
-float scale_and_max(float* s, int64_t n, float scale);
-
 // Name of the instruction set the dispatcher picked (for reports).
 const char* target_name();
 
 namespace scalar {
-void score_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride,
-                int64_t n_rows, int64_t d, float* scores, int64_t ld);
-void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride,
-                     int64_t n_rows, int64_t d, float* acc, int64_t acc_stride);
+using lm::kernels::tiles::scalar::accumulate_rows;
+using lm::kernels::tiles::scalar::scale_and_max;
+using lm::kernels::tiles::scalar::score_rows;
 void affine_decode(const uint8_t* codes, const float* scale, const float* min, int64_t group, int64_t n, float* out);
 void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* out);
-float scale_and_max(float* s, int64_t n, float scale);
 void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
                      int bits, const float* c1, const float* c2, float* out);
 }  // namespace scalar
