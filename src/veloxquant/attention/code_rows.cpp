@@ -30,9 +30,7 @@ CodeOrder::CodeOrder(int bits, int64_t n, int64_t group)
 void CodeOrder::unpack_rows(const uint32_t* first_row, int64_t row_stride_words, int64_t n_rows, float* out) const {
   if (planar_) {
     const int64_t plane = n_ * bits_ / 8;
-    for (int64_t j = 0; j < n_rows; ++j) {
-      kernels::unpack_planes(reinterpret_cast<const uint8_t*>(first_row + j * row_stride_words), plane, bits_, out + j * n_);
-    }
+    kernels::unpack_planes(reinterpret_cast<const uint8_t*>(first_row), row_stride_words * 4, n_rows, plane, bits_, out);
     return;
   }
   thread_local std::vector<uint8_t> codes;
@@ -45,6 +43,16 @@ void CodeOrder::unpack_rows(const uint32_t* first_row, int64_t row_stride_words,
 
 void CodeOrder::permute(const float* natural_order, float* code_order) const {
   for (int64_t e = 0; e < n_; ++e) code_order[e] = natural_order[natural_[static_cast<std::size_t>(e)]];
+}
+
+void CodeOrder::add_to_natural(const float* code_order, float* natural_order) const {
+  if (planar_ && bits_ == 1) {
+    // Eight planes: no interleaving kernel; scalar scatter.
+    for (int64_t e = 0; e < n_; ++e) natural_order[natural_[static_cast<std::size_t>(e)]] += code_order[e];
+    return;
+  }
+  const int per_byte = planar_ ? 8 / bits_ : 1;
+  kernels::add_planes_interleaved(code_order, n_ / per_byte, per_byte, natural_order);
 }
 
 }  // namespace veloxquant::attention

@@ -36,6 +36,9 @@ class CodeOrder {
   void unpack_rows(const uint32_t* first_row, int64_t row_stride_words, int64_t n_rows, float* out) const;
   // x (natural order, n floats) into code order.
   void permute(const float* natural_order, float* code_order) const;
+  // natural_order[natural(e')] += code_order[e'] for every position (SIMD interleave of the
+  // planes when planar).
+  void add_to_natural(const float* code_order, float* natural_order) const;
 
  private:
   int bits_;

@@ -31,22 +31,43 @@ void AffineDecodeImpl(const uint8_t* codes, const float* scale, const float* min
   for (; e < n; ++e) out[e] = static_cast<float>(codes[e]) * scale[e / group] + min[e / group];
 }
 
-void UnpackPlanesImpl(const uint8_t* bytes, int64_t plane_bytes, int bits, float* out) {
-  const hn::ScalableTag<float> df;
+// One row's planes with the code width known at compile time: each 8-byte load feeds all 8/B
+// planes (shift, mask, convert, store), so a 4-bit row of 64 codes is 4 loads and 28 other
+// instructions.
+template <int B>
+HWY_INLINE void unpack_row_planes(const uint8_t* bytes, int64_t plane_bytes, float* out) {
+  const hn::CappedTag<float, 8> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<uint8_t, decltype(di)> d8;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  const int planes = 8 / bits;
-  const auto mask = hn::Set(di, (1 << bits) - 1);
+  constexpr int64_t lanes = static_cast<int64_t>(hn::MaxLanes(decltype(df)()));
+  constexpr int kPlanes = 8 / B;
+  const auto mask = hn::Set(di, (1 << B) - 1);
   int64_t p = 0;
   for (; p + lanes <= plane_bytes; p += lanes) {
     const auto v = hn::PromoteTo(di, hn::LoadU(d8, bytes + p));
-    for (int k = 0; k < planes; ++k) {
-      hn::StoreU(hn::ConvertTo(df, hn::And(hn::ShiftRightSame(v, k * bits), mask)), df, out + k * plane_bytes + p);
+    for (int k = 0; k < kPlanes; ++k) {
+      const auto codes = B == 8 ? v : hn::And(hn::ShiftRightSame(v, k * B), mask);
+      hn::StoreU(hn::ConvertTo(df, codes), df, out + k * plane_bytes + p);
     }
   }
   for (; p < plane_bytes; ++p) {
-    for (int k = 0; k < planes; ++k) out[k * plane_bytes + p] = static_cast<float>((bytes[p] >> (k * bits)) & ((1 << bits) - 1));
+    for (int k = 0; k < kPlanes; ++k) out[k * plane_bytes + p] = static_cast<float>((bytes[p] >> (k * B)) & ((1 << B) - 1));
+  }
+}
+
+template <int B>
+void unpack_rows_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, float* out) {
+  const int64_t row_floats = plane_bytes * (8 / B);
+  for (int64_t j = 0; j < n_rows; ++j) unpack_row_planes<B>(bytes + j * row_stride, plane_bytes, out + j * row_floats);
+}
+
+void UnpackPlanesImpl(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
+                      float* out) {
+  switch (bits) {
+    case 1: unpack_rows_planes<1>(bytes, row_stride, n_rows, plane_bytes, out); break;
+    case 2: unpack_rows_planes<2>(bytes, row_stride, n_rows, plane_bytes, out); break;
+    case 4: unpack_rows_planes<4>(bytes, row_stride, n_rows, plane_bytes, out); break;
+    default: unpack_rows_planes<8>(bytes, row_stride, n_rows, plane_bytes, out); break;
   }
 }
 
@@ -117,6 +138,78 @@ void CentroidPlanesImpl(const uint8_t* s1, const uint8_t* s2, int64_t row_stride
   }
 }
 
+void FoldScalesImpl(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, float* folded,
+                    float* bias) {
+  const hn::CappedTag<float, 8> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t r = 0; r < n_q; ++r) {
+    const float* qr = q + r * d;
+    float* fr = folded + r * d;
+    auto sum = hn::Zero(df);
+    int64_t c = 0;
+    for (; c + lanes <= d; c += lanes) {
+      const auto qv = hn::LoadU(df, qr + c);
+      hn::StoreU(hn::Mul(qv, hn::LoadU(df, scale + c)), df, fr + c);
+      sum = hn::MulAdd(qv, hn::LoadU(df, min + c), sum);
+    }
+    float b = hn::GetLane(hn::SumOfLanes(df, sum));
+    for (; c < d; ++c) {
+      fr[c] = qr[c] * scale[c];
+      b += qr[c] * min[c];
+    }
+    bias[r] = b;
+  }
+}
+
+float ScaleColumnImpl(const float* w, int64_t n, const float* params, int64_t stride, float* out) {
+  const hn::CappedTag<float, 8> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  // Lane i reads row i of the pass: params[(j + i) * stride] (scale) and the next float (min).
+  const auto index = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(stride)));
+  auto sum = hn::Zero(df);
+  int64_t j = 0;
+  for (; j + lanes <= n; j += lanes) {
+    const float* base = params + j * stride;
+    const auto wv = hn::LoadU(df, w + j);
+    hn::StoreU(hn::Mul(wv, hn::GatherIndex(df, base, index)), df, out + j);
+    sum = hn::MulAdd(wv, hn::GatherIndex(df, base + 1, index), sum);
+  }
+  float b = hn::GetLane(hn::SumOfLanes(df, sum));
+  for (; j < n; ++j) {
+    out[j] = w[j] * params[j * stride];
+    b += w[j] * params[j * stride + 1];
+  }
+  return b;
+}
+
+void AddPlanesInterleavedImpl(const float* planes, int64_t plane_len, int per_byte, float* out) {
+  const hn::CappedTag<float, 8> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  int64_t p = 0;
+  if (per_byte == 1) {
+    for (; p + lanes <= plane_len; p += lanes) hn::StoreU(hn::Add(hn::LoadU(df, out + p), hn::LoadU(df, planes + p)), df, out + p);
+  } else if (per_byte == 2) {
+    for (; p + lanes <= plane_len; p += lanes) {
+      hn::Vec<decltype(df)> o0, o1;
+      hn::LoadInterleaved2(df, out + 2 * p, o0, o1);
+      hn::StoreInterleaved2(hn::Add(o0, hn::LoadU(df, planes + p)), hn::Add(o1, hn::LoadU(df, planes + plane_len + p)), df,
+                            out + 2 * p);
+    }
+  } else if (per_byte == 4) {
+    for (; p + lanes <= plane_len; p += lanes) {
+      hn::Vec<decltype(df)> o0, o1, o2, o3;
+      hn::LoadInterleaved4(df, out + 4 * p, o0, o1, o2, o3);
+      hn::StoreInterleaved4(hn::Add(o0, hn::LoadU(df, planes + p)), hn::Add(o1, hn::LoadU(df, planes + plane_len + p)),
+                            hn::Add(o2, hn::LoadU(df, planes + 2 * plane_len + p)),
+                            hn::Add(o3, hn::LoadU(df, planes + 3 * plane_len + p)), df, out + 4 * p);
+    }
+  }
+  for (; p < plane_len; ++p) {
+    for (int k = 0; k < per_byte; ++k) out[p * per_byte + k] += planes[k * plane_len + p];
+  }
+}
+
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace veloxquant::attention::kernels::HWY_NAMESPACE
@@ -128,14 +221,30 @@ HWY_EXPORT(AffineDecodeImpl);
 HWY_EXPORT(UnpackPlanesImpl);
 HWY_EXPORT(CentroidPlanesImpl);
 HWY_EXPORT(TargetNameImpl);
+HWY_EXPORT(FoldScalesImpl);
+HWY_EXPORT(ScaleColumnImpl);
+HWY_EXPORT(AddPlanesInterleavedImpl);
+
+void fold_scales(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, float* folded,
+                 float* bias) {
+  HWY_DYNAMIC_DISPATCH(FoldScalesImpl)(q, n_q, d, scale, min, folded, bias);
+}
+
+float scale_column(const float* w, int64_t n, const float* params, int64_t stride, float* out) {
+  return HWY_DYNAMIC_DISPATCH(ScaleColumnImpl)(w, n, params, stride, out);
+}
+
+void add_planes_interleaved(const float* planes, int64_t plane_len, int per_byte, float* out) {
+  HWY_DYNAMIC_DISPATCH(AddPlanesInterleavedImpl)(planes, plane_len, per_byte, out);
+}
 
 void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
                      int bits, const float* c1, const float* c2, float* out) {
   HWY_DYNAMIC_DISPATCH(CentroidPlanesImpl)(s1, s2, row_stride, n_rows, plane_bytes, bits, c1, c2, out);
 }
 
-void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* out) {
-  HWY_DYNAMIC_DISPATCH(UnpackPlanesImpl)(bytes, plane_bytes, bits, out);
+void unpack_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits, float* out) {
+  HWY_DYNAMIC_DISPATCH(UnpackPlanesImpl)(bytes, row_stride, n_rows, plane_bytes, bits, out);
 }
 
 void affine_decode(const uint8_t* codes, const float* scale, const float* min, int64_t group, int64_t n, float* out) {
@@ -145,13 +254,45 @@ void affine_decode(const uint8_t* codes, const float* scale, const float* min, i
 const char* target_name() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 
 namespace scalar {
+void fold_scales(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, float* folded,
+                 float* bias) {
+  for (int64_t r = 0; r < n_q; ++r) {
+    float b = 0.0f;
+    for (int64_t c = 0; c < d; ++c) {
+      folded[r * d + c] = q[r * d + c] * scale[c];
+      b += q[r * d + c] * min[c];
+    }
+    bias[r] = b;
+  }
+}
+
+float scale_column(const float* w, int64_t n, const float* params, int64_t stride, float* out) {
+  float b = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    out[j] = w[j] * params[j * stride];
+    b += w[j] * params[j * stride + 1];
+  }
+  return b;
+}
+
+void add_planes_interleaved(const float* planes, int64_t plane_len, int per_byte, float* out) {
+  for (int64_t p = 0; p < plane_len; ++p) {
+    for (int k = 0; k < per_byte; ++k) out[p * per_byte + k] += planes[k * plane_len + p];
+  }
+}
+
 void affine_decode(const uint8_t* codes, const float* scale, const float* min, int64_t group, int64_t n, float* out) {
   for (int64_t e = 0; e < n; ++e) out[e] = static_cast<float>(codes[e]) * scale[e / group] + min[e / group];
 }
 
-void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* out) {
-  for (int k = 0; k < 8 / bits; ++k) {
-    for (int64_t p = 0; p < plane_bytes; ++p) out[k * plane_bytes + p] = static_cast<float>((bytes[p] >> (k * bits)) & ((1 << bits) - 1));
+void unpack_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits, float* out) {
+  const int planes = 8 / bits;
+  for (int64_t j = 0; j < n_rows; ++j) {
+    const uint8_t* row = bytes + j * row_stride;
+    float* o = out + j * plane_bytes * planes;
+    for (int k = 0; k < planes; ++k) {
+      for (int64_t p = 0; p < plane_bytes; ++p) o[k * plane_bytes + p] = static_cast<float>((row[p] >> (k * bits)) & ((1 << bits) - 1));
+    }
   }
 }
 

@@ -22,11 +22,11 @@ using lm::kernels::tiles::score_rows;
 // one byte each (already unpacked). Used by sources whose rows are (scale, min) groups.
 void affine_decode(const uint8_t* codes, const float* scale, const float* min, int64_t group, int64_t n, float* out);
 
-// Packed b-bit codes (b in 1, 2, 4, 8) of one row, `plane_bytes` bytes, read by planes:
-// out[k * plane_bytes + p] = (bytes[p] >> (k * b)) & (2^b - 1) for k < 8 / b. Plane order is a
-// fixed permutation of the row's natural order (code_rows.h) that unpacks with whole-vector
-// shifts, no shuffles.
-void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* out);
+// Rows of packed b-bit codes (b in 1, 2, 4, 8), `plane_bytes` bytes each, `row_stride` bytes
+// apart, read by planes: out[j * 8/b * P + k * P + p] = (row_j[p] >> (k * b)) & (2^b - 1) for
+// k < 8 / b (P = plane_bytes). Plane order is a fixed permutation of a row's natural order
+// (code_rows.h) that unpacks with whole-vector shifts, no shuffles. One dispatch per tile.
+void unpack_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits, float* out);
 
 // Rows of two-stage codebook codes read by planes (same order as unpack_planes): for row j
 // (streams s1 + j * row_stride, s2 + j * row_stride), out[j * 8/b * P + k * P + p] = c1[i1] + c2[i2]
@@ -35,15 +35,33 @@ void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* o
 void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
                      int bits, const float* c1, const float* c2, float* out);
 
+// Group-affine keys: folded[r * d + c] = q[r * d + c] * scale[c] and bias[r] = sum_c q[r * d + c]
+// * min[c] for r < n_q, so a key row's score is folded . codes + bias.
+void fold_scales(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, float* folded,
+                 float* bias);
+
+// Group-affine values: out[j] = w[j] * params[j * stride] for j < n; returns sum_j w[j] *
+// params[j * stride + 1] (rows' (scale, min) pairs `stride` floats apart: the weights scaled by
+// each row's group scale, and the group's bias).
+float scale_column(const float* w, int64_t n, const float* params, int64_t stride, float* out);
+
+// Back from plane order to natural order: out[p * per_byte + k] += planes[k * plane_len + p]
+// (per_byte = 8 / b codes per byte; 1 is a plain add).
+void add_planes_interleaved(const float* planes, int64_t plane_len, int per_byte, float* out);
+
 // Name of the instruction set the dispatcher picked (for reports).
 const char* target_name();
 
 namespace scalar {
+void fold_scales(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, float* folded,
+                 float* bias);
+float scale_column(const float* w, int64_t n, const float* params, int64_t stride, float* out);
+void add_planes_interleaved(const float* planes, int64_t plane_len, int per_byte, float* out);
 using lm::kernels::tiles::scalar::accumulate_rows;
 using lm::kernels::tiles::scalar::scale_and_max;
 using lm::kernels::tiles::scalar::score_rows;
 void affine_decode(const uint8_t* codes, const float* scale, const float* min, int64_t group, int64_t n, float* out);
-void unpack_planes(const uint8_t* bytes, int64_t plane_bytes, int bits, float* out);
+void unpack_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits, float* out);
 void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
                      int bits, const float* c1, const float* c2, float* out);
 }  // namespace scalar

@@ -34,15 +34,7 @@ void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Ten
     float* sg = scaled + g * n_queries * n;
     float* bg = bias + g * n_queries;
     for (int64_t r = 0; r < n_queries; ++r) {
-      const float* w = weights + r * ld;
-      float* out = sg + r * n;
-      float sum = 0.0f;
-      for (int64_t j = 0; j < n; ++j) {
-        const float* p = params + j * param_stride + 2 * g;
-        out[j] = w[j] * p[0];
-        sum += w[j] * p[1];
-      }
-      bg[r] = sum;
+      bg[r] = attention::kernels::scale_column(weights + r * ld, n, params + 2 * g, param_stride, sg + r * n);
     }
   }
   // Each run of code-order positions shares one group: its codes accumulated with that group's
@@ -56,9 +48,7 @@ void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Ten
       for (int64_t e = 0; e < run.length; ++e) a[e] += bg;
     }
   }
-  for (int64_t r = 0; r < n_queries; ++r) {
-    for (int64_t c = 0; c < d; ++c) acc[r * d + value_order.natural(c)] += acc_code[r * d + c];
-  }
+  for (int64_t r = 0; r < n_queries; ++r) value_order.add_to_natural(acc_code + r * d, acc + r * d);
 }
 
 }  // namespace veloxquant

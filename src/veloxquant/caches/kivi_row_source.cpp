@@ -54,16 +54,7 @@ void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
     }
     // The scales folded into every query of the block (prepared in code order), then one pass
     // over the rows for all of them; the mins add a per-query constant.
-    for (int64_t r = 0; r < n_queries; ++r) {
-      const float* q = prepared + r * d;
-      float* fq = folded + r * d;
-      float sum = 0.0f;
-      for (int64_t c = 0; c < d; ++c) {
-        fq[c] = q[c] * scale[c];
-        sum += q[c] * min[c];
-      }
-      bias[r] = sum;
-    }
+    attention::kernels::fold_scales(prepared, n_queries, d, scale, min, folded, bias);
     attention::kernels::score_rows(folded, d, n_queries, codes + (a - j0) * d, d, end - a, d, scores + (a - j0), ld);
     for (int64_t r = 0; r < n_queries; ++r) {
       for (int64_t j = a; j < end; ++j) scores[r * ld + (j - j0)] += bias[r];

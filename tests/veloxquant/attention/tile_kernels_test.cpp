@@ -39,17 +39,22 @@ TEST(TileKernels, AffineDecodeMatchesScalar) {
 namespace veloxquant::attention::kernels {
 namespace {
 TEST(TileKernels, UnpackPlanesMatchesScalar) {
-  std::vector<uint8_t> bytes(40);
+  std::vector<uint8_t> bytes(3 * 45);
   for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 97 + 13);
   for (int bits : {1, 2, 4, 8}) {
     for (int64_t plane : {int64_t{3}, int64_t{8}, int64_t{16}, int64_t{40}}) {
-      std::vector<float> out(static_cast<std::size_t>(plane * 8 / bits)), ref(out.size());
-      unpack_planes(bytes.data(), plane, bits, out.data());
-      scalar::unpack_planes(bytes.data(), plane, bits, ref.data());
+      // Three rows `plane + 5` bytes apart: the tile form the sources call.
+      const int64_t rows = 3, stride = plane + 5;
+      ASSERT_LE(static_cast<std::size_t>(rows * stride), bytes.size());
+      std::vector<float> out(static_cast<std::size_t>(rows * plane * 8 / bits)), ref(out.size());
+      unpack_planes(bytes.data(), stride, rows, plane, bits, out.data());
+      scalar::unpack_planes(bytes.data(), stride, rows, plane, bits, ref.data());
       EXPECT_EQ(out, ref) << "bits " << bits << " plane " << plane;
       // Plane k, byte p holds the code of natural index p * (8 / bits) + k.
       if (bits < 8) {
         EXPECT_EQ(ref[static_cast<std::size_t>(plane)], static_cast<float>((bytes[0] >> bits) & ((1 << bits) - 1)));
+        // Row 1 starts `stride` bytes in.
+        EXPECT_EQ(ref[static_cast<std::size_t>(plane * 8 / bits)], static_cast<float>(bytes[static_cast<std::size_t>(stride)] & ((1 << bits) - 1)));
       }
     }
   }
@@ -82,3 +87,49 @@ TEST(TileKernels, CentroidPlanesMatchScalar) {
 }  // namespace
 }  // namespace veloxquant::attention::kernels
 
+
+namespace veloxquant::attention::kernels {
+namespace {
+TEST(TileKernels, FoldScalesMatchesScalar) {
+  for (int64_t d : {1, 7, 8, 64, 100}) {
+    for (int64_t nq : {1, 3, 4}) {
+      const auto q = random_values(static_cast<std::size_t>(nq * d), 11);
+      const auto scale = random_values(static_cast<std::size_t>(d), 12), min = random_values(scale.size(), 13);
+      std::vector<float> folded(q.size()), folded_ref(q.size()), bias(static_cast<std::size_t>(nq)), bias_ref(bias.size());
+      fold_scales(q.data(), nq, d, scale.data(), min.data(), folded.data(), bias.data());
+      scalar::fold_scales(q.data(), nq, d, scale.data(), min.data(), folded_ref.data(), bias_ref.data());
+      EXPECT_EQ(folded, folded_ref);
+      for (std::size_t r = 0; r < bias.size(); ++r) EXPECT_NEAR(bias[r], bias_ref[r], 1e-4f * std::sqrt(float(d)));
+    }
+  }
+}
+
+TEST(TileKernels, ScaleColumnMatchesScalar) {
+  for (int64_t n : {1, 7, 8, 37, 64}) {
+    for (int64_t stride : {2, 4, 6}) {
+      const auto w = random_values(static_cast<std::size_t>(n), 14);
+      const auto params = random_values(static_cast<std::size_t>(n * stride), 15);
+      std::vector<float> out(w.size()), ref(w.size());
+      const float b = scale_column(w.data(), n, params.data(), stride, out.data());
+      const float b_ref = scalar::scale_column(w.data(), n, params.data(), stride, ref.data());
+      EXPECT_EQ(out, ref) << "n " << n << " stride " << stride;
+      EXPECT_NEAR(b, b_ref, 1e-4f * std::sqrt(float(n)));
+      // Row 0's scale is params[0], its min params[1].
+      EXPECT_EQ(ref[0], w[0] * params[0]);
+    }
+  }
+}
+
+TEST(TileKernels, AddPlanesInterleavedMatchesScalar) {
+  for (int per_byte : {1, 2, 4}) {
+    for (int64_t plane : {3, 8, 16, 32}) {
+      const auto planes = random_values(static_cast<std::size_t>(plane * per_byte), 16);
+      std::vector<float> out = random_values(planes.size(), 17), ref = out;
+      add_planes_interleaved(planes.data(), plane, per_byte, out.data());
+      scalar::add_planes_interleaved(planes.data(), plane, per_byte, ref.data());
+      EXPECT_EQ(out, ref) << "per_byte " << per_byte << " plane " << plane;
+    }
+  }
+}
+}  // namespace
+}  // namespace veloxquant::attention::kernels
