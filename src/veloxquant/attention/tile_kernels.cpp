@@ -210,6 +210,66 @@ void AddPlanesInterleavedImpl(const float* planes, int64_t plane_len, int per_by
   }
 }
 
+// Group-affine values read by planes and accumulated straight from their bytes: for each
+// chunk of `lanes` bytes (all its planes' codes in one channel group), NQ x planes accumulators
+// stay in registers across the rows; each row's bytes are widened once and every plane's codes
+// feed NQ FMAs with the row's group-scaled weight. No f32 tile of the codes.
+template <int B, int NQ>
+void accumulate_planes_block(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
+                             int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride) {
+  const hn::CappedTag<float, 8> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint8_t, decltype(di)> d8;
+  constexpr int kPlanes = 8 / B;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const auto mask = hn::Set(di, (1 << B) - 1);
+  for (int64_t p0 = 0; p0 + lanes <= plane_bytes; p0 += lanes) {
+    const int64_t g = p0 * kPlanes / group;
+    hn::Vec<decltype(df)> a[NQ][kPlanes];
+    for (int r = 0; r < NQ; ++r) {
+      for (int k = 0; k < kPlanes; ++k) a[r][k] = hn::LoadU(df, acc + r * acc_stride + k * plane_bytes + p0);
+    }
+    const float* wg = ws + g * n_q * n_rows;
+    for (int64_t j = 0; j < n_rows; ++j) {
+      const auto v = hn::PromoteTo(di, hn::LoadU(d8, bytes + j * row_stride + p0));
+      hn::Vec<decltype(df)> w[NQ];
+      for (int r = 0; r < NQ; ++r) w[r] = hn::Set(df, wg[r * n_rows + j]);
+      for (int k = 0; k < kPlanes; ++k) {
+        const auto codes = hn::ConvertTo(df, B == 8 ? v : hn::And(hn::ShiftRightSame(v, k * B), mask));
+        for (int r = 0; r < NQ; ++r) a[r][k] = hn::MulAdd(w[r], codes, a[r][k]);
+      }
+    }
+    for (int r = 0; r < NQ; ++r) {
+      for (int k = 0; k < kPlanes; ++k) hn::StoreU(a[r][k], df, acc + r * acc_stride + k * plane_bytes + p0);
+    }
+  }
+}
+
+template <int B>
+void accumulate_planes_bits(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
+                            int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride) {
+  // Query blocks sized so NQ x planes accumulators + NQ weights fit 16 registers.
+  constexpr int kBlock = B == 2 ? 2 : 3;
+  int64_t r = 0;
+  for (; r + kBlock <= n_q; r += kBlock) {
+    accumulate_planes_block<B, kBlock>(bytes, row_stride, n_rows, plane_bytes, group, ws + r * n_rows, n_q,
+                                       acc + r * acc_stride, acc_stride);
+  }
+  for (; r < n_q; ++r) {
+    accumulate_planes_block<B, 1>(bytes, row_stride, n_rows, plane_bytes, group, ws + r * n_rows, n_q,
+                                  acc + r * acc_stride, acc_stride);
+  }
+}
+
+void AccumulatePlanesImpl(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
+                          int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride) {
+  switch (bits) {
+    case 2: accumulate_planes_bits<2>(bytes, row_stride, n_rows, plane_bytes, group, ws, n_q, acc, acc_stride); break;
+    case 4: accumulate_planes_bits<4>(bytes, row_stride, n_rows, plane_bytes, group, ws, n_q, acc, acc_stride); break;
+    default: accumulate_planes_bits<8>(bytes, row_stride, n_rows, plane_bytes, group, ws, n_q, acc, acc_stride); break;
+  }
+}
+
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace veloxquant::attention::kernels::HWY_NAMESPACE
@@ -224,6 +284,17 @@ HWY_EXPORT(TargetNameImpl);
 HWY_EXPORT(FoldScalesImpl);
 HWY_EXPORT(ScaleColumnImpl);
 HWY_EXPORT(AddPlanesInterleavedImpl);
+HWY_EXPORT(AccumulatePlanesImpl);
+
+bool can_accumulate_planes(int bits, int64_t plane_bytes, int64_t group) {
+  // Whole 8-byte chunks (the widest SIMD pass), each inside one channel group.
+  return (bits == 2 || bits == 4 || bits == 8) && plane_bytes % 8 == 0 && group % (8 * (8 / bits)) == 0;
+}
+
+void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
+                       int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride) {
+  HWY_DYNAMIC_DISPATCH(AccumulatePlanesImpl)(bytes, row_stride, n_rows, plane_bytes, bits, group, ws, n_q, acc, acc_stride);
+}
 
 void fold_scales(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, float* folded,
                  float* bias) {
@@ -254,6 +325,23 @@ void affine_decode(const uint8_t* codes, const float* scale, const float* min, i
 const char* target_name() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 
 namespace scalar {
+void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
+                       int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride) {
+  const int planes = 8 / bits;
+  for (int64_t r = 0; r < n_q; ++r) {
+    for (int64_t j = 0; j < n_rows; ++j) {
+      const uint8_t* row = bytes + j * row_stride;
+      for (int k = 0; k < planes; ++k) {
+        for (int64_t p = 0; p < plane_bytes; ++p) {
+          const int64_t g = (p * planes + k) / group;
+          const float code = static_cast<float>((row[p] >> (k * bits)) & ((1 << bits) - 1));
+          acc[r * acc_stride + k * plane_bytes + p] += ws[(g * n_q + r) * n_rows + j] * code;
+        }
+      }
+    }
+  }
+}
+
 void fold_scales(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, float* folded,
                  float* bias) {
   for (int64_t r = 0; r < n_q; ++r) {

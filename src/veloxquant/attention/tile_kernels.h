@@ -49,10 +49,21 @@ float scale_column(const float* w, int64_t n, const float* params, int64_t strid
 // (per_byte = 8 / b codes per byte; 1 is a plain add).
 void add_planes_interleaved(const float* planes, int64_t plane_len, int per_byte, float* out);
 
+// Group-affine values accumulated from their packed planes without an f32 tile: for rows j <
+// n_rows (`row_stride` bytes apart) and plane position e' = k * P + p (P = plane_bytes, natural
+// channel c = p * 8/b + k, channel group g = c / group):
+//   acc[r * acc_stride + e'] += ws[(g * n_q + r) * n_rows + j] * code_j(e').
+// Needs can_accumulate_planes(bits, P, group) (every 8-byte chunk inside one channel group).
+bool can_accumulate_planes(int bits, int64_t plane_bytes, int64_t group);
+void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
+                       int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride);
+
 // Name of the instruction set the dispatcher picked (for reports).
 const char* target_name();
 
 namespace scalar {
+void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
+                       int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride);
 void fold_scales(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, float* folded,
                  float* bias);
 float scale_column(const float* w, int64_t n, const float* params, int64_t stride, float* out);

@@ -23,7 +23,6 @@ void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Ten
   float* acc_code = codes + n * d;
   float* scaled = acc_code + n_queries * d;
   float* bias = scaled + groups * n_queries * n;
-  value_order.unpack_rows(row_ptr<uint32_t>(value_codes, b, h, j0), value_codes.strides()[2], n, codes);
   std::fill(acc_code, acc_code + n_queries * d, 0.0f);
   // Every row's (scale, min) pairs of the tile in one SIMD widening (rows of params are back to
   // back), then per channel group g: weights scaled by each row's s_jg, biases sum_j w_j m_jg.
@@ -37,11 +36,23 @@ void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Ten
       bg[r] = attention::kernels::scale_column(weights + r * ld, n, params + 2 * g, param_stride, sg + r * n);
     }
   }
-  // Each run of code-order positions shares one group: its codes accumulated with that group's
-  // weights, then the group's bias added.
+  // Planar rows whose 8-byte chunks each lie in one channel group are accumulated straight from
+  // their bytes; otherwise each run of code-order positions (one group) from the unpacked tile.
+  const int64_t plane_bytes = d * value_order.bits() / 8;
+  const bool from_bytes = value_order.planar() && attention::kernels::can_accumulate_planes(value_order.bits(), plane_bytes, group);
+  if (from_bytes) {
+    attention::kernels::accumulate_planes(reinterpret_cast<const uint8_t*>(row_ptr<uint32_t>(value_codes, b, h, j0)),
+                                          value_codes.strides()[2] * 4, n, plane_bytes, value_order.bits(), group, scaled,
+                                          n_queries, acc_code, d);
+  } else {
+    value_order.unpack_rows(row_ptr<uint32_t>(value_codes, b, h, j0), value_codes.strides()[2], n, codes);
+  }
+  // Then each run of code-order positions (one group) gets its group's bias.
   for (const attention::CodeOrder::Run& run : value_order.runs()) {
-    attention::kernels::accumulate_rows(scaled + run.group * n_queries * n, n, n_queries, codes + run.start, d, n,
-                                        run.length, acc_code + run.start, d);
+    if (!from_bytes) {
+      attention::kernels::accumulate_rows(scaled + run.group * n_queries * n, n, n_queries, codes + run.start, d, n,
+                                          run.length, acc_code + run.start, d);
+    }
     for (int64_t r = 0; r < n_queries; ++r) {
       const float bg = bias[run.group * n_queries + r];
       float* a = acc_code + r * d + run.start;

@@ -133,3 +133,33 @@ TEST(TileKernels, AddPlanesInterleavedMatchesScalar) {
 }
 }  // namespace
 }  // namespace veloxquant::attention::kernels
+
+namespace veloxquant::attention::kernels {
+namespace {
+TEST(TileKernels, AccumulatePlanesMatchesScalar) {
+  std::vector<uint8_t> bytes(37 * 80);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 73 + 5);
+  for (int bits : {2, 4, 8}) {
+    for (int64_t d : {64, 128}) {
+      for (int64_t group : {32, 64}) {
+        const int64_t plane = d * bits / 8, groups = d / group;
+        if (!can_accumulate_planes(bits, plane, group)) continue;
+        for (int64_t nq : {1, 2, 3, 4, 7}) {
+          const int64_t rows = 37, stride = 80;
+          const auto ws = random_values(static_cast<std::size_t>(groups * nq * rows), 18);
+          std::vector<float> acc = random_values(static_cast<std::size_t>(nq * (d + 2)), 19), ref = acc;
+          accumulate_planes(bytes.data(), stride, rows, plane, bits, group, ws.data(), nq, acc.data(), d + 2);
+          scalar::accumulate_planes(bytes.data(), stride, rows, plane, bits, group, ws.data(), nq, ref.data(), d + 2);
+          for (std::size_t i = 0; i < acc.size(); ++i) {
+            ASSERT_NEAR(acc[i], ref[i], 1e-3f * (1 << bits)) << "bits " << bits << " d " << d << " group " << group << " nq " << nq;
+          }
+        }
+      }
+    }
+  }
+  // 2-bit codes need groups of at least 32 channels per 8-byte chunk; 16 does not qualify.
+  EXPECT_FALSE(can_accumulate_planes(2, 16, 16));
+  EXPECT_TRUE(can_accumulate_planes(4, 32, 32));
+}
+}  // namespace
+}  // namespace veloxquant::attention::kernels
