@@ -6,6 +6,8 @@
 
 #include "veloxquant/attention/tile_kernels.h"
 
+#include "base/half.h"
+
 #include <algorithm>
 #include <limits>
 
@@ -270,6 +272,39 @@ void AccumulatePlanesImpl(const uint8_t* bytes, int64_t row_stride, int64_t n_ro
   }
 }
 
+// Dense LSB-first b-bit codes decoded to s_block * levels[code]. Eight codes span exactly b
+// bytes, so every group of 8 reads 32-bit windows at the same byte offsets and shifts from its
+// first byte: one gather of windows, a variable shift and a mask give 8 codes, and a second
+// gather (or an in-register lookup for b <= 3) their levels. The last group of a row is done
+// one code at a time, so no window reads past the row.
+void DecodeDenseLevelsImpl(const uint8_t* packed, int64_t n, int bits, const float* levels, const uint16_t* scales,
+                           int64_t block, float* out) {
+  const hn::CappedTag<float, 8> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t total_bytes = (n * bits + 7) / 8;
+  const auto mask = hn::Set(di, (1 << bits) - 1);
+  const auto lane_bits = hn::Mul(hn::Iota(di, 0), hn::Set(di, bits));
+  const auto offsets = hn::ShiftRight<3>(lane_bits);
+  const auto shifts = hn::And(lane_bits, hn::Set(di, 7));
+  const auto code_at = [&](int64_t i) {
+    const int64_t bit = i * bits, byte = bit / 8;
+    const uint32_t window = packed[byte] | (byte + 1 < total_bytes ? static_cast<uint32_t>(packed[byte + 1]) << 8 : 0u);
+    return static_cast<int>((window >> (bit % 8)) & ((1u << bits) - 1u));
+  };
+  int64_t i = 0;
+  if (block % lanes == 0) {
+    for (; i + lanes <= n && (i + lanes - 1) * bits / 8 + 4 <= total_bytes; i += lanes) {
+      const uint8_t* base = packed + i * bits / 8;  // i is a multiple of 8: a whole byte
+      const auto windows = hn::GatherOffset(di, reinterpret_cast<const int32_t*>(base), offsets);
+      const auto codes = hn::And(hn::Shr(windows, shifts), mask);
+      const float s = base::f16_to_f32(scales[i / block]);
+      hn::StoreU(hn::Mul(hn::GatherIndex(df, levels, codes), hn::Set(df, s)), df, out + i);
+    }
+  }
+  for (; i < n; ++i) out[i] = base::f16_to_f32(scales[i / block]) * levels[code_at(i)];
+}
+
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace veloxquant::attention::kernels::HWY_NAMESPACE
@@ -285,6 +320,12 @@ HWY_EXPORT(FoldScalesImpl);
 HWY_EXPORT(ScaleColumnImpl);
 HWY_EXPORT(AddPlanesInterleavedImpl);
 HWY_EXPORT(AccumulatePlanesImpl);
+HWY_EXPORT(DecodeDenseLevelsImpl);
+
+void decode_dense_levels(const uint8_t* packed, int64_t n, int bits, const float* levels, const uint16_t* scales,
+                         int64_t block, float* out) {
+  HWY_DYNAMIC_DISPATCH(DecodeDenseLevelsImpl)(packed, n, bits, levels, scales, block, out);
+}
 
 bool can_accumulate_planes(int bits, int64_t plane_bytes, int64_t group) {
   // Whole 8-byte chunks (the widest SIMD pass), each inside one channel group.
@@ -325,6 +366,18 @@ void affine_decode(const uint8_t* codes, const float* scale, const float* min, i
 const char* target_name() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 
 namespace scalar {
+void decode_dense_levels(const uint8_t* packed, int64_t n, int bits, const float* levels, const uint16_t* scales,
+                         int64_t block, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    int code = 0;
+    for (int k = 0; k < bits; ++k) {
+      const int64_t bit = i * bits + k;
+      code |= ((packed[bit / 8] >> (bit % 8)) & 1) << k;
+    }
+    out[i] = base::f16_to_f32(scales[i / block]) * levels[code];
+  }
+}
+
 void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
                        int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride) {
   const int planes = 8 / bits;

@@ -1,5 +1,7 @@
 #include "veloxquant/quant/block_lloyd_quant.h"
 
+#include "veloxquant/attention/tile_kernels.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -212,17 +214,8 @@ void BlockLloydQuantizer::encode_row(const float* x, int dim, uint8_t* packed, u
 }
 
 void BlockLloydQuantizer::decode_row(const uint8_t* packed, const uint16_t* scales, int dim, float* out) const {
-  std::array<uint8_t, 1024> stack_codes{};
-  std::vector<uint8_t> heap_codes;
-  uint8_t* codes = stack_codes.data();
-  if (dim > static_cast<int>(stack_codes.size())) {
-    heap_codes.resize(static_cast<std::size_t>(dim));
-    codes = heap_codes.data();
-  }
-  core::unpack_dense(packed, static_cast<std::size_t>(dim), bits_, codes);
-  for (int j0 = 0, blk = 0; j0 < dim; j0 += block_, ++blk) {
-    decode_block(codes + j0, std::min(block_, dim - j0), scales[blk], out + j0);
-  }
+  // SIMD: 8 codes per gather of byte windows, levels by a second gather (attention's hot path).
+  attention::kernels::decode_dense_levels(packed, dim, bits_, levels_->data(), scales, block_, out);
 }
 
 }  // namespace veloxquant::quant
