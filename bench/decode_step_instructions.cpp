@@ -1,0 +1,129 @@
+// Decode steps of one cache, for counting instructions with callgrind: a measure of attention's
+// cost per kv row that does not move with the machine's load (wall-clock ratios on a shared
+// 2-core machine do). SmolLM2's attention geometry (9 query heads, 3 kv heads, head_dim 64),
+// one layer, one thread; the cache is filled with `ctx` random rows the way the host's prefill
+// does (512-row chunks), then `steps` decode steps run with collection on:
+//
+//   valgrind --tool=callgrind --instr-atstart=no build/bench/decode_step_instructions kivi 4 1024 8
+//   (then optional FIELD=VALUE settings, e.g. rvq_value_bits=4)
+//   callgrind_annotate callgrind.out.<pid>      # per function; divide by steps x 3 x ctx
+//
+// METHOD `none` is the host's native f16 cache. Outside valgrind it prints the wall time per
+// step (noisy; compare instruction counts instead).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#else
+#define CALLGRIND_START_INSTRUMENTATION
+#define CALLGRIND_STOP_INSTRUMENTATION
+#endif
+
+#include "base/thread_pool.h"
+#include "lm/cache.h"
+#include "lm/full_kv_cache.h"
+#include "lm/kernels/attention.h"
+#include "lm/tensor.h"
+#include "veloxquant/config/config_validation.h"
+#include "veloxquant/config/kv_cache_config.h"
+#include "veloxquant/registry/field_assignment.h"
+#include "veloxquant/registry/method_registry.h"
+
+namespace {
+
+constexpr int64_t kKvHeads = 3, kQueryHeads = 9, kDim = 64;
+constexpr float kScale = 0.125f;
+
+lm::Tensor random_tensor(lm::Shape shape, lm::DType dtype, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return lm::Tensor::from_f32(v, std::move(shape), dtype);
+}
+
+void step(lm::KVCache& cache, const lm::Tensor& q, const lm::Tensor& k, const lm::Tensor& v, lm::Tensor& out) {
+  if (cache.wants_queries()) cache.observe_queries(q);
+  if (cache.supports_fused_attention()) {
+    lm::FusedAttentionRequest request{&q, &k, &v, kScale, std::nullopt};
+    cache.fused_attention(request, out);
+    return;
+  }
+  const lm::AttentionMask mask = cache.make_mask(1, std::nullopt);
+  const lm::KeysValues kv = cache.update_and_fetch(k, v);
+  lm::kernels::attention(q, kv.keys, kv.values, mask, std::nullopt, kScale, out, &base::ThreadPool::global());
+}
+
+void fill(lm::KVCache& cache, int64_t ctx, std::mt19937& rng) {
+  for (int64_t done = 0; done < ctx;) {
+    const int64_t s = std::min<int64_t>(512, ctx - done);
+    const lm::Tensor q = random_tensor({1, kQueryHeads, s, kDim}, lm::DType::F32, rng);
+    const lm::Tensor k = random_tensor({1, kKvHeads, s, kDim}, lm::DType::F16, rng);
+    const lm::Tensor v = random_tensor({1, kKvHeads, s, kDim}, lm::DType::F16, rng);
+    lm::Tensor out({1, kQueryHeads, s, kDim}, lm::DType::F32);
+    step(cache, q, k, v, out);
+    done += s;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: %s METHOD BITS CTX STEPS [FIELD=VALUE...]   (METHOD none: native f16 cache)\n", argv[0]);
+    return 2;
+  }
+  try {
+    const std::string method = argv[1];
+    const int bits = std::atoi(argv[2]);
+    const int64_t ctx = std::atoll(argv[3]);
+    const int steps = std::atoi(argv[4]);
+    if (ctx < 1 || steps < 1) {
+      std::fprintf(stderr, "CTX and STEPS must be positive, got %s and %s\n", argv[3], argv[4]);
+      return 2;
+    }
+    base::ThreadPool::set_global_threads(1);
+    std::shared_ptr<lm::KVCache> cache;
+    if (method == "none") {
+      cache = std::make_shared<lm::FullKVCache>(lm::DType::F16);
+    } else {
+      veloxquant::KVCacheConfig config;
+      config.method = method;
+      config.head_dim = kDim;
+      config.bit_width_inlier = veloxquant::BitWidth(bits);
+      for (int i = 5; i < argc; ++i) veloxquant::apply_field_assignment(config, argv[i]);
+      cache = veloxquant::validate_for_create(config).make_serving(config);
+    }
+    std::mt19937 rng(7);
+    fill(*cache, ctx, rng);
+    const lm::Tensor q = random_tensor({1, kQueryHeads, 1, kDim}, lm::DType::F32, rng);
+    const lm::Tensor k = random_tensor({1, kKvHeads, 1, kDim}, lm::DType::F16, rng);
+    const lm::Tensor v = random_tensor({1, kKvHeads, 1, kDim}, lm::DType::F16, rng);
+    lm::Tensor out({1, kQueryHeads, 1, kDim}, lm::DType::F32);
+    // One step outside the count: first-call dispatch and scratch growth are not per-step costs.
+    step(*cache, q, k, v, out);
+    if (cache->is_trimmable()) cache->trim(1);
+    const auto t0 = std::chrono::steady_clock::now();
+    CALLGRIND_START_INSTRUMENTATION;
+    for (int i = 0; i < steps; ++i) {
+      step(*cache, q, k, v, out);
+      if (cache->is_trimmable()) cache->trim(1);  // the context stays at ctx
+    }
+    CALLGRIND_STOP_INSTRUMENTATION;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%s bits %d ctx %lld: %.1f us per step (%lld kv rows)\n", method.c_str(), bits,
+                static_cast<long long>(ctx), seconds / steps * 1e6, static_cast<long long>(ctx * kKvHeads));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
