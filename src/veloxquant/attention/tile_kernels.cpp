@@ -305,6 +305,22 @@ void DecodeDenseLevelsImpl(const uint8_t* packed, int64_t n, int bits, const flo
   for (; i < n; ++i) out[i] = base::f16_to_f32(scales[i / block]) * levels[code_at(i)];
 }
 
+void GatherPairsImpl(const float* pairs, const int32_t* natural, int64_t n, float* first, float* second) {
+  const hn::CappedTag<float, 8> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  int64_t c = 0;
+  for (; c + lanes <= n; c += lanes) {
+    const auto at = hn::ShiftLeft<1>(hn::LoadU(di, natural + c));  // pair index -> float index
+    hn::StoreU(hn::GatherIndex(df, pairs, at), df, first + c);
+    hn::StoreU(hn::GatherIndex(df, pairs + 1, at), df, second + c);
+  }
+  for (; c < n; ++c) {
+    first[c] = pairs[2 * natural[c]];
+    second[c] = pairs[2 * natural[c] + 1];
+  }
+}
+
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace veloxquant::attention::kernels::HWY_NAMESPACE
@@ -321,6 +337,11 @@ HWY_EXPORT(ScaleColumnImpl);
 HWY_EXPORT(AddPlanesInterleavedImpl);
 HWY_EXPORT(AccumulatePlanesImpl);
 HWY_EXPORT(DecodeDenseLevelsImpl);
+HWY_EXPORT(GatherPairsImpl);
+
+void gather_pairs(const float* pairs, const int32_t* natural, int64_t n, float* first, float* second) {
+  HWY_DYNAMIC_DISPATCH(GatherPairsImpl)(pairs, natural, n, first, second);
+}
 
 void decode_dense_levels(const uint8_t* packed, int64_t n, int bits, const float* levels, const uint16_t* scales,
                          int64_t block, float* out) {
@@ -366,6 +387,13 @@ void affine_decode(const uint8_t* codes, const float* scale, const float* min, i
 const char* target_name() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 
 namespace scalar {
+void gather_pairs(const float* pairs, const int32_t* natural, int64_t n, float* first, float* second) {
+  for (int64_t c = 0; c < n; ++c) {
+    first[c] = pairs[2 * natural[c]];
+    second[c] = pairs[2 * natural[c] + 1];
+  }
+}
+
 void decode_dense_levels(const uint8_t* packed, int64_t n, int bits, const float* levels, const uint16_t* scales,
                          int64_t block, float* out) {
   for (int64_t i = 0; i < n; ++i) {

@@ -35,6 +35,11 @@ void unpack_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int
 void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
                      int bits, const float* c1, const float* c2, float* out);
 
+// Interleaved (first, second) pairs read in a permuted order: first[c] = pairs[2 * natural[c]],
+// second[c] = pairs[2 * natural[c] + 1] for c < n (a key group's per-channel (scale, min)
+// into code order).
+void gather_pairs(const float* pairs, const int32_t* natural, int64_t n, float* first, float* second);
+
 // Group-affine keys: folded[r * d + c] = q[r * d + c] * scale[c] and bias[r] = sum_c q[r * d + c]
 // * min[c] for r < n_q, so a key row's score is folded . codes + bias.
 void fold_scales(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, float* folded,
@@ -68,6 +73,7 @@ void decode_dense_levels(const uint8_t* packed, int64_t n, int bits, const float
 const char* target_name();
 
 namespace scalar {
+void gather_pairs(const float* pairs, const int32_t* natural, int64_t n, float* first, float* second);
 void decode_dense_levels(const uint8_t* packed, int64_t n, int bits, const float* levels, const uint16_t* scales,
                          int64_t block, float* out);
 void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,

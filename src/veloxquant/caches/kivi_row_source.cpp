@@ -47,11 +47,7 @@ void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
     const int64_t g = a / group_, end = std::min(j1, (g + 1) * group_);
     // The group's per-channel (scale, min) f16 pairs in one SIMD widening, then into code order.
     lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(key_params_, b, h, g), pairs, 2 * d);
-    for (int64_t c = 0; c < d; ++c) {
-      const int64_t at = key_order_.natural(c);
-      scale[c] = pairs[2 * at];
-      min[c] = pairs[2 * at + 1];
-    }
+    attention::kernels::gather_pairs(pairs, key_order_.natural_indices().data(), d, scale, min);
     // The scales folded into every query of the block (prepared in code order), then one pass
     // over the rows for all of them; the mins add a per-query constant.
     attention::kernels::fold_scales(prepared, n_queries, d, scale, min, folded, bias);

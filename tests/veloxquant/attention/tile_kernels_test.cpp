@@ -188,3 +188,20 @@ TEST(TileKernels, DecodeDenseLevelsMatchesScalar) {
 }
 }  // namespace
 }  // namespace veloxquant::attention::kernels
+
+namespace veloxquant::attention::kernels {
+namespace {
+TEST(TileKernels, GatherPairsMatchesScalar) {
+  for (int64_t n : {1, 7, 8, 64, 100}) {
+    const auto pairs = random_values(static_cast<std::size_t>(2 * n), 40);
+    std::vector<int32_t> natural(static_cast<std::size_t>(n));
+    for (int64_t c = 0; c < n; ++c) natural[static_cast<std::size_t>(c)] = static_cast<int32_t>((c * 37 + 11) % n);
+    std::vector<float> a(natural.size()), b(natural.size()), a_ref(natural.size()), b_ref(natural.size());
+    gather_pairs(pairs.data(), natural.data(), n, a.data(), b.data());
+    scalar::gather_pairs(pairs.data(), natural.data(), n, a_ref.data(), b_ref.data());
+    EXPECT_EQ(a, a_ref);
+    EXPECT_EQ(b, b_ref);
+  }
+}
+}  // namespace
+}  // namespace veloxquant::attention::kernels
