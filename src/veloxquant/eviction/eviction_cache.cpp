@@ -6,7 +6,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "lm/kv_rows.h"
-#include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/attention/attention_driver.h"
 #include "veloxquant/attention/fused_call.h"

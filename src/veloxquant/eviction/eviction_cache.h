@@ -2,7 +2,7 @@
 // The serving cache every eviction method is (spec §2.3): position-preserving storage
 // (eviction_rows.h), a policy that picks the kept rows (eviction_policy.h), attention scoring by
 // real queries or the key-as-query proxy (attention_scores.h) and the explicit mask
-// (eviction_mask.h). A method file (caches/h2o_cache.h, ...) only turns its options into a
+// (eviction_mask.h). A method file (eviction/methods/h2o_cache.h, ...) only turns its options into a
 // policy.
 //
 // update_and_fetch implements deferred eviction (the original's issues #370/#610): the host

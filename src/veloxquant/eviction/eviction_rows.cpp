@@ -6,7 +6,7 @@
 
 #include "base/error.h"
 #include "lm/kv_rows.h"
-#include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant::eviction {
 

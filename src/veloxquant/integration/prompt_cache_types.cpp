@@ -3,16 +3,16 @@
 #include <mutex>
 
 #include "lm/prompt_cache_file.h"
-#include "veloxquant/caches/h2o_cache.h"
+#include "veloxquant/eviction/methods/h2o_cache.h"
 #include "veloxquant/caches/kivi_cache.h"
-#include "veloxquant/caches/minicache_cache.h"
-#include "veloxquant/caches/pyramidkv_cache.h"
-#include "veloxquant/caches/snapkv_cache.h"
-#include "veloxquant/caches/streaming_llm_cache.h"
-#include "veloxquant/caches/tova_cache.h"
+#include "veloxquant/cross_layer/minicache_cache.h"
+#include "veloxquant/eviction/methods/pyramidkv_cache.h"
+#include "veloxquant/eviction/methods/snapkv_cache.h"
+#include "veloxquant/eviction/methods/streaming_llm_cache.h"
+#include "veloxquant/eviction/methods/tova_cache.h"
 #include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
-#include "veloxquant/caches/xquant_cache.h"
+#include "veloxquant/cross_layer/xquant_cache.h"
 
 namespace veloxquant::integration {
 

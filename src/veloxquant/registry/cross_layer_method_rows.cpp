@@ -4,8 +4,8 @@
 #include <memory>
 #include <string>
 
-#include "veloxquant/caches/minicache_cache.h"
-#include "veloxquant/caches/xquant_cache.h"
+#include "veloxquant/cross_layer/minicache_cache.h"
+#include "veloxquant/cross_layer/xquant_cache.h"
 #include "veloxquant/cross_layer/layer_roles.h"
 #include "veloxquant/cross_layer/wiring_registry.h"
 #include "veloxquant/errors.h"

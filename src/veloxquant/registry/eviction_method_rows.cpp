@@ -5,11 +5,11 @@
 #include <string>
 #include <vector>
 
-#include "veloxquant/caches/h2o_cache.h"
-#include "veloxquant/caches/pyramidkv_cache.h"
-#include "veloxquant/caches/snapkv_cache.h"
-#include "veloxquant/caches/streaming_llm_cache.h"
-#include "veloxquant/caches/tova_cache.h"
+#include "veloxquant/eviction/methods/h2o_cache.h"
+#include "veloxquant/eviction/methods/pyramidkv_cache.h"
+#include "veloxquant/eviction/methods/snapkv_cache.h"
+#include "veloxquant/eviction/methods/streaming_llm_cache.h"
+#include "veloxquant/eviction/methods/tova_cache.h"
 #include "veloxquant/eviction/pyramid_schedule.h"
 #include "veloxquant/registry/method_rows.h"
 

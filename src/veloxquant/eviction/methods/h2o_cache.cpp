@@ -1,4 +1,4 @@
-#include "veloxquant/caches/h2o_cache.h"
+#include "veloxquant/eviction/methods/h2o_cache.h"
 
 #include "veloxquant/errors.h"
 #include "veloxquant/eviction/eviction_config.h"

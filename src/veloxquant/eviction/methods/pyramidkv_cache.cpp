@@ -1,4 +1,4 @@
-#include "veloxquant/caches/pyramidkv_cache.h"
+#include "veloxquant/eviction/methods/pyramidkv_cache.h"
 
 #include "veloxquant/errors.h"
 #include "veloxquant/eviction/eviction_config.h"

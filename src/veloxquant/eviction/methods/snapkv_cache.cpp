@@ -1,4 +1,4 @@
-#include "veloxquant/caches/snapkv_cache.h"
+#include "veloxquant/eviction/methods/snapkv_cache.h"
 
 #include "veloxquant/errors.h"
 #include "veloxquant/eviction/eviction_config.h"

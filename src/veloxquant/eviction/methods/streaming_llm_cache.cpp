@@ -1,4 +1,4 @@
-#include "veloxquant/caches/streaming_llm_cache.h"
+#include "veloxquant/eviction/methods/streaming_llm_cache.h"
 
 #include "veloxquant/errors.h"
 #include "veloxquant/eviction/eviction_config.h"

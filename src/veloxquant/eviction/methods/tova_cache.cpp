@@ -1,4 +1,4 @@
-#include "veloxquant/caches/tova_cache.h"
+#include "veloxquant/eviction/methods/tova_cache.h"
 
 #include "veloxquant/eviction/eviction_config.h"
 
