@@ -190,14 +190,15 @@ void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& 
       positions.assign(pos, pos + stored);
       positions.push_back(static_cast<int32_t>(offset_));
       scores.assign(static_cast<std::size_t>(total), 0.0f);
-      if (stored_weights) {
+      if (policy_.uses_attention() && stored_weights) {
         const float* carried = rows_.scores(b, h);
         const float* w = stored_weights + bh * stored;
-        for (int64_t j = 0; j < stored; ++j) {
-          scores[static_cast<std::size_t>(j)] =
-              policy_.accumulate ? static_cast<float>(carried[j] * policy_.decay + w[j]) : w[j];
-        }
+        for (int64_t j = 0; j < stored; ++j) scores[static_cast<std::size_t>(j)] = policy_.updated_score(carried[j], w[j]);
         scores[static_cast<std::size_t>(stored)] = new_weights[bh];
+      } else if (policy_.uses_scores()) {
+        // Scores fixed on arrival (knorm): carried as they are; the driver's weights are not read.
+        std::copy_n(rows_.scores(b, h), stored, scores.data());
+        scores[static_cast<std::size_t>(stored)] = policy_.arrival_score(new_k.data() + bh * dk, dk, 0.0f);
       }
       int64_t victim = -1;
       if (over) {
@@ -207,10 +208,17 @@ void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& 
             if (positions[static_cast<std::size_t>(j)] >= policy_.n_sink) victim = j;
           }
         } else {
-          // The first minimum outside the sinks and the newest `protect` rows.
+          // The first minimum (of the rank: score plus keyformer's noise) outside the sinks and
+          // the newest `protect` rows.
+          float victim_rank = 0.0f;
           for (int64_t j = 0; j < total - protect; ++j) {
-            if (positions[static_cast<std::size_t>(j)] < policy_.n_sink) continue;
-            if (victim < 0 || scores[static_cast<std::size_t>(j)] < scores[static_cast<std::size_t>(victim)]) victim = j;
+            const int32_t position = positions[static_cast<std::size_t>(j)];
+            if (position < policy_.n_sink) continue;
+            const float r = policy_.rank(scores[static_cast<std::size_t>(j)], position, offset_);
+            if (victim < 0 || r < victim_rank) {
+              victim = j;
+              victim_rank = r;
+            }
           }
         }
         if (victim < 0) throw std::logic_error(type_name_ + ": no evictable row (sinks and protected rows fill the budget)");
@@ -223,7 +231,7 @@ void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& 
     }
   }
   rows_.commit_rows(over ? stored : total);
-  last_used_queries_ = stored_weights != nullptr;
+  last_used_queries_ = stored_weights != nullptr && policy_.uses_attention();
   offset_ += 1;
   observed_.clear();
 }
@@ -242,9 +250,36 @@ lm::AttentionMask EvictionCache::make_mask(int64_t n_queries, std::optional<int6
   return positional_mask(positions, offset_, n_queries, window);
 }
 
+namespace {
+
+std::string real_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
+double parse_real(const std::string& text, const std::string& who, const char* what) {
+  try {
+    std::size_t used = 0;
+    const double value = std::stod(text, &used);
+    if (used == text.size()) return value;
+  } catch (const std::exception&) {
+  }
+  throw base::FormatError(who + ": " + what + " '" + text + "' is not a number");
+}
+
+constexpr std::size_t kMetaEntriesBefore13 = 19, kMetaEntries = 25;
+
+}  // namespace
+
+std::shared_ptr<lm::KVCache> EvictionCache::clone() const {
+  auto copy = std::make_shared<EvictionCache>(*this);
+  copy->rows_ = rows_.clone();
+  return copy;
+}
+
 std::vector<std::string> EvictionCache::meta_state() const {
-  char decay[32];
-  std::snprintf(decay, sizeof decay, "%.17g", policy_.decay);
+  const std::string decay = real_text(policy_.decay);
   const StorageSpec& st = rows_.spec();
   return {policy_kind_name(policy_.kind),
           std::to_string(policy_.budget),
@@ -264,13 +299,22 @@ std::vector<std::string> EvictionCache::meta_state() const {
           std::string(lm::dtype_name(rows_.dtype())),
           std::to_string(rows_.key_dim()),
           std::to_string(rows_.value_dim()),
-          std::to_string(offset_)};
+          std::to_string(offset_),
+          // Appended for the policies added with issue 13 (files of 19 entries read as before).
+          policy_.max_combine ? "1" : "0",
+          std::to_string(policy_.key_norm_sign),
+          real_text(policy_.noise_tau_init),
+          real_text(policy_.noise_tau_end),
+          std::to_string(policy_.noise_anneal_steps),
+          std::to_string(policy_.noise_seed)};
 }
 
 void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const std::string who = type_name_ + "::from_state";
-  if (meta.size() != 19) {
-    throw base::FormatError(who + ": expected 19 meta entries, got " + std::to_string(meta.size()));
+  if (meta.size() != kMetaEntries && meta.size() != kMetaEntriesBefore13) {
+    throw base::FormatError(who + ": expected " + std::to_string(kMetaEntries) + " (or " +
+                            std::to_string(kMetaEntriesBefore13) + ") meta entries, got " +
+                            std::to_string(meta.size()));
   }
   const auto num = [&](std::size_t i, const char* what) { return cache_rows::parse_meta_int(meta[i], who.c_str(), what); };
   EvictionPolicy policy;
@@ -278,11 +322,7 @@ void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::
   policy.budget = num(1, "budget");
   policy.n_sink = num(2, "n_sink");
   policy.protect_recent = num(3, "protect_recent");
-  try {
-    policy.decay = std::stod(meta[4]);
-  } catch (const std::exception&) {
-    throw base::FormatError(who + ": decay '" + meta[4] + "' is not a number");
-  }
+  policy.decay = parse_real(meta[4], who, "decay");
   policy.accumulate = num(5, "accumulate") != 0;
   policy.obs_window = num(6, "obs_window");
   policy.pool_kernel = num(7, "pool_kernel");
@@ -306,6 +346,14 @@ void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::
     throw base::FormatError(who + ": " + e.what());
   }
   const int64_t key_dim = num(16, "key_dim"), value_dim = num(17, "value_dim"), offset = num(18, "offset");
+  if (meta.size() == kMetaEntries) {
+    policy.max_combine = num(19, "max_combine") != 0;
+    policy.key_norm_sign = num(20, "key_norm_sign") < 0 ? -1 : 1;
+    policy.noise_tau_init = parse_real(meta[21], who, "noise_tau_init");
+    policy.noise_tau_end = parse_real(meta[22], who, "noise_tau_end");
+    policy.noise_anneal_steps = num(23, "noise_anneal_steps");
+    policy.noise_seed = static_cast<uint64_t>(num(24, "noise_seed"));
+  }
   EvictionRows rows(policy.budget, policy.uses_scores(), spec);
   if (state.empty()) {
     if (offset != 0) throw base::FormatError(who + ": no tensors for offset " + meta[18]);

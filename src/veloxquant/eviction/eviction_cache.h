@@ -45,7 +45,10 @@ class EvictionCache : public lm::KVCache {
   std::vector<std::string> meta_state() const override;
   void from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) override;
   std::string type_name() const override { return type_name_; }
-  bool wants_queries() const override { return scoring_ == Scoring::kAuto && policy_.uses_scores(); }
+  bool wants_queries() const override { return scoring_ == Scoring::kAuto && policy_.uses_attention(); }
+  // A deep copy of the same type name and policy (method classes of the first five methods
+  // override it to keep their C++ type; later methods are plain EvictionCaches).
+  std::shared_ptr<lm::KVCache> clone() const override;
   // Attention over the kept rows and the call's new rows through the shared driver, then
   // deferred eviction (see fused_attention in eviction_cache.cpp).
   bool supports_fused_attention() const override { return true; }

@@ -1,6 +1,7 @@
 #include "veloxquant/eviction/eviction_policy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <stdexcept>
 
@@ -34,7 +35,7 @@ std::vector<int32_t> keep_recent(const EvictionPolicy& p, const Candidates& c) {
 }
 
 // The H2O-scorer, one new token at a time (spec §6), with the new token scored by its own
-// weight (see eviction_policy.h).
+// weight (see eviction_policy.h); kKeyNorm runs the same loop with fixed arrival scores.
 std::vector<int32_t> keep_scored_per_token(const EvictionPolicy& p, Candidates& c, const QuerySource& queries,
                                            float scale) {
   std::vector<int32_t> live(static_cast<std::size_t>(c.stored));
@@ -44,23 +45,32 @@ std::vector<int32_t> keep_scored_per_token(const EvictionPolicy& p, Candidates& 
   for (int64_t t = 0; t < c.count() - c.stored; ++t) {
     const int32_t idx = static_cast<int32_t>(c.stored + t);
     live.push_back(idx);
-    const int64_t nq = queries(t, query);
-    weights.resize(live.size());
-    mean_softmax_weights(c.keys.data(), live.data(), static_cast<int64_t>(live.size()), c.dim, query.data(), nq, scale,
-                         weights.data());
-    for (std::size_t j = 0; j + 1 < live.size(); ++j) {
-      float& s = c.scores[static_cast<std::size_t>(live[j])];
-      s = p.accumulate ? static_cast<float>(s * p.decay + weights[j]) : weights[j];
+    const float* key = c.keys.data() + static_cast<std::size_t>(idx) * static_cast<std::size_t>(c.dim);
+    if (p.uses_attention()) {
+      const int64_t nq = queries(t, query);
+      weights.resize(live.size());
+      mean_softmax_weights(c.keys.data(), live.data(), static_cast<int64_t>(live.size()), c.dim, query.data(), nq,
+                           scale, weights.data());
+      for (std::size_t j = 0; j + 1 < live.size(); ++j) {
+        float& s = c.scores[static_cast<std::size_t>(live[j])];
+        s = p.updated_score(s, weights[j]);
+      }
+      c.scores[static_cast<std::size_t>(idx)] = p.arrival_score(key, c.dim, weights.back());
+    } else {
+      c.scores[static_cast<std::size_t>(idx)] = p.arrival_score(key, c.dim, 0.0f);
     }
-    c.scores[static_cast<std::size_t>(idx)] = weights.back();
     if (static_cast<int64_t>(live.size()) <= p.budget) continue;
     const std::size_t evictable_end = live.size() - static_cast<std::size_t>(protect);
+    const int64_t step = c.positions[static_cast<std::size_t>(idx)];
     std::size_t victim = live.size();
+    float victim_rank = 0.0f;
     for (std::size_t j = 0; j < evictable_end; ++j) {
       if (is_sink(p, c, live[j])) continue;
-      if (victim == live.size() ||
-          c.scores[static_cast<std::size_t>(live[j])] < c.scores[static_cast<std::size_t>(live[victim])]) {
+      const std::size_t row = static_cast<std::size_t>(live[j]);
+      const float r = p.rank(c.scores[row], c.positions[row], step);
+      if (victim == live.size() || r < victim_rank) {
         victim = j;
+        victim_rank = r;
       }
     }
     if (victim == live.size()) throw std::logic_error("eviction: no evictable row (sinks and protected rows fill the budget)");
@@ -130,11 +140,43 @@ int64_t EvictionPolicy::effective_protect() const {
   return std::max<int64_t>(0, std::min(protect_recent, budget - n_sink - 1));
 }
 
+float EvictionPolicy::updated_score(float carried, float weight) const {
+  if (!accumulate) return weight;
+  if (max_combine) return std::max(carried, weight);
+  return static_cast<float>(carried * decay + weight);
+}
+
+float EvictionPolicy::arrival_score(const float* key, int64_t dim, float own_weight) const {
+  if (kind != Kind::kKeyNorm) return own_weight;
+  double squares = 0.0;
+  for (int64_t i = 0; i < dim; ++i) squares += double(key[i]) * key[i];
+  return static_cast<float>(key_norm_sign * std::sqrt(squares));
+}
+
+float EvictionPolicy::rank(float score, int32_t position, int64_t step) const {
+  if (!has_noise()) return score;
+  const double progress =
+      noise_anneal_steps > 0 ? std::min(1.0, double(step) / double(noise_anneal_steps)) : 1.0;
+  const double tau = noise_tau_init + (noise_tau_end - noise_tau_init) * progress;
+  return static_cast<float>(score + tau * gumbel_noise(noise_seed, position));
+}
+
+float gumbel_noise(uint64_t seed, int32_t position) {
+  // splitmix64 of (seed, position): frozen per position, independent of call sizes and order.
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(static_cast<uint32_t>(position)) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  const double u = (double(z >> 11) + 0.5) * 0x1.0p-53;  // in (0, 1)
+  return static_cast<float>(-std::log(-std::log(u)));
+}
+
 const char* policy_kind_name(EvictionPolicy::Kind kind) {
   switch (kind) {
     case Kind::kRecentWindow: return "recent_window";
     case Kind::kAttentionScored: return "attention_scored";
     case Kind::kObservationWindow: return "observation_window";
+    case Kind::kKeyNorm: return "key_norm";
   }
   return "attention_scored";
 }
@@ -143,13 +185,15 @@ EvictionPolicy::Kind parse_policy_kind(const std::string& name) {
   if (name == "recent_window") return Kind::kRecentWindow;
   if (name == "attention_scored") return Kind::kAttentionScored;
   if (name == "observation_window") return Kind::kObservationWindow;
+  if (name == "key_norm") return Kind::kKeyNorm;
   throw base::FormatError("eviction policy '" + name + "' is unknown");
 }
 
 std::vector<int32_t> select_rows(const EvictionPolicy& policy, Candidates& c, const QuerySource& queries, float scale) {
   switch (policy.kind) {
     case Kind::kRecentWindow: return keep_recent(policy, c);
-    case Kind::kAttentionScored: return keep_scored_per_token(policy, c, queries, scale);
+    case Kind::kAttentionScored:
+    case Kind::kKeyNorm: return keep_scored_per_token(policy, c, queries, scale);
     case Kind::kObservationWindow:
       if (c.count() - c.stored == 1) return keep_scored_per_token(policy, c, queries, scale);
       return keep_observation_window(policy, c, queries, scale);

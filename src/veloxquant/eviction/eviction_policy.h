@@ -12,6 +12,12 @@
 //                        the query — or the key-as-query proxy — against every live key); the
 //                        new row's score is its own weight. Over budget: evict the argmin
 //                        (first minimum) outside the sinks and the newest `protect_recent` rows.
+//                        Variants: max_combine keeps max(score, w) (kvzip: the most attention a
+//                        row ever received from a probe); noise adds tau(t) * Gumbel(seed, position)
+//                        to the score when ranking victims (keyformer).
+//   kKeyNorm             knorm: a row's score is fixed when it arrives, -||k|| (keep low norms:
+//                        low-norm keys draw attention) or +||k|| (keep high); over budget evict
+//                        the argmin outside the sinks and the newest `protect_recent` rows.
 //   kObservationWindow   snapkv: a chunk of several tokens (prefill) lets its last obs_window
 //                        tokens vote, pooled over neighbouring rows (the votes replace the
 //                        carried scores); keep the sinks, the window and the best-voted rest. A single token (decode) scores like
@@ -25,7 +31,7 @@
 namespace veloxquant::eviction {
 
 struct EvictionPolicy {
-  enum class Kind { kRecentWindow, kAttentionScored, kObservationWindow };
+  enum class Kind { kRecentWindow, kAttentionScored, kObservationWindow, kKeyNorm };
   Kind kind = Kind::kAttentionScored;
   int64_t budget = 512;
   int64_t n_sink = 4;
@@ -34,14 +40,34 @@ struct EvictionPolicy {
   bool accumulate = true;      // false: tova
   int64_t obs_window = 0;      // snapkv
   int64_t pool_kernel = 1;     // snapkv: average pooling of the votes over neighbouring rows
+  bool max_combine = false;    // kvzip: score = max(score, w) instead of score * decay + w
+  int key_norm_sign = -1;      // knorm: -1 keeps low key norms, +1 high
+  // keyformer's ranking noise: tau(t) = tau_init + (tau_end - tau_init) * min(1, t / anneal_steps)
+  // at the step feeding position t (anneal_steps 0: tau_end); tau 0 everywhere = no noise.
+  double noise_tau_init = 0.0;
+  double noise_tau_end = 0.0;
+  int64_t noise_anneal_steps = 0;
+  uint64_t noise_seed = 0;
 
   bool uses_scores() const { return kind != Kind::kRecentWindow; }
+  // Whether scores come from attention weights (so real queries help).
+  bool uses_attention() const { return kind == Kind::kAttentionScored || kind == Kind::kObservationWindow; }
+  // A live row's new score after a step that gave it attention weight w.
+  float updated_score(float carried, float weight) const;
+  // The score a new row starts with: its own weight, or its key's signed norm (kKeyNorm).
+  float arrival_score(const float* key, int64_t dim, float own_weight) const;
+  // What victims are ranked by at the step feeding position `step`: the score, plus the noise.
+  float rank(float score, int32_t position, int64_t step) const;
+  bool has_noise() const { return noise_tau_init != 0.0 || noise_tau_end != 0.0; }
   // protect_recent limited so that at least one row stays evictable past the sinks.
   int64_t effective_protect() const;
 };
 
 const char* policy_kind_name(EvictionPolicy::Kind kind);
 EvictionPolicy::Kind parse_policy_kind(const std::string& name);  // throws base::FormatError
+
+// keyformer's frozen noise: a standard Gumbel sample that depends only on (seed, position).
+float gumbel_noise(uint64_t seed, int32_t position);
 
 // One (batch, kv head) of one call.
 struct Candidates {
