@@ -4,6 +4,9 @@
 #include <vector>
 
 #include "veloxquant/eviction/methods/h2o_cache.h"
+#include "veloxquant/eviction/methods/keyformer_cache.h"
+#include "veloxquant/eviction/methods/knorm_cache.h"
+#include "veloxquant/eviction/methods/kvzip_cache.h"
 #include "veloxquant/eviction/methods/pyramidkv_cache.h"
 #include "veloxquant/eviction/methods/snapkv_cache.h"
 #include "veloxquant/eviction/methods/streaming_llm_cache.h"
@@ -13,7 +16,8 @@
 namespace veloxquant {
 
 std::vector<MethodDescriptor> eviction_method_rows() {
-  return {snapkv_method(), streaming_llm_method(), h2o_method(), tova_method(), pyramidkv_method()};
+  return {snapkv_method(), streaming_llm_method(), h2o_method(),      tova_method(),
+          pyramidkv_method(), knorm_method(),        keyformer_method(), kvzip_method()};
 }
 
 }  // namespace veloxquant
