@@ -142,7 +142,8 @@ TEST(MethodsReport, Filters) {
   std::set<std::string> eviction;
   const nlohmann::json eviction_rows = methods_json({.family = "eviction"});
   for (const auto& m : eviction_rows.at("methods")) eviction.insert(m.at("name").get<std::string>());
-  EXPECT_EQ(eviction, (std::set<std::string>{"h2o", "pyramidkv", "snapkv", "streaming_llm", "tova"}));
+  EXPECT_EQ(eviction, (std::set<std::string>{"h2o", "keyformer", "knorm", "kvzip", "pyramidkv", "snapkv",
+                                             "streaming_llm", "tova"}));
   EXPECT_THROW(methods_json({.family = "vibes"}), QuantizerConfigError);
   const std::string text = methods_text({});
   EXPECT_NE(text.find("✗ qjl"), std::string::npos);

@@ -48,8 +48,10 @@ void generate_past_budget(const std::string& model_path, int budget, int max_tok
       EXPECT_GT(cache->offset(), budget) << "generation did not run past the budget";
       EXPECT_EQ(cache->rows().rows(), std::min<int64_t>(cache->offset(), layer_budget));
       EXPECT_EQ(cache->nbytes(), budget_bytes(*cache, layer_budget));
-      // The host offered queries on every step, so the score-based methods used them.
-      EXPECT_EQ(cache->last_update_used_queries(), method != "streaming_llm");
+      // The host offered queries on every step, so the methods that score by attention used them
+      // (streaming_llm and knorm never need them).
+      EXPECT_EQ(cache->last_update_used_queries(), cache->policy().uses_attention());
+      EXPECT_EQ(cache->policy().uses_attention(), method != "streaming_llm" && method != "knorm");
     }
   }
 }

@@ -86,7 +86,7 @@ MethodDescriptor snapkv_method() {
   m.set_budget = [](KVCacheConfig& c, int budget) {
     c.snapkv.snap_budget = budget;
     c.snapkv.snap_n_sink = std::min(c.snapkv.snap_n_sink, budget / 4);
-    c.snapkv.snap_obs_window = std::max(1, std::min(c.snapkv.snap_obs_window, budget / 4));
+    c.snapkv.snap_obs_window = std::max(1, std::min(c.snapkv.snap_obs_window, budget / 2));
   };
   return m;
 }

@@ -1,0 +1,261 @@
+// The eviction methods added with issue 13, each against a brute-force implementation of its
+// rule (spec §6 rows 30, 33, 35), its validation errors (spec §3.4: QuantizerConfigError naming
+// the field and the value) and the options that do nothing here being refused:
+//   knorm      keep the lowest (or highest) key L2 norms; closed form: sinks + the newest
+//              `recent` + the best norms of the rest, whatever the call split
+//   keyformer  H2O's accumulation ranked with tau(t) * Gumbel(seed, position); tau 0 = H2O
+//   kvzip      reliance = the most attention a row ever received; latest = TOVA
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "support/kv_test_data.h"
+#include "veloxquant/eviction/eviction_test_config.h"
+#include "veloxquant/eviction/scored_eviction_reference.h"
+
+namespace veloxquant {
+namespace {
+
+using eviction_test::expect_matches_reference;
+using eviction_test::make_eviction_cache;
+using eviction_test::RefRow;
+using eviction_test::RefRule;
+using eviction_test::small_budget;
+
+void expect_config_error(const KVCacheConfig& c, const std::vector<std::string>& words) {
+  try {
+    validate_for_create(c);
+    require_method(c.method).make_serving(c);
+    FAIL() << "no error for " << c.to_string();
+  } catch (const QuantizerConfigError& e) {
+    for (const std::string& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+  }
+}
+
+// --- knorm ---------------------------------------------------------------------------------------
+
+// The closed form of knorm's rule after `tokens` tokens: a row's score never changes, so the
+// kept rows are the sinks, the newest `recent` rows and, of the rest, the budget's remainder
+// with the lowest (keep low) or highest norms — in temporal order.
+std::vector<int32_t> knorm_reference(const std::vector<float>& keys, int64_t tokens, int64_t dim, int64_t budget,
+                                     int64_t n_sink, int64_t recent, bool keep_low) {
+  std::vector<int32_t> all(static_cast<std::size_t>(tokens));
+  std::iota(all.begin(), all.end(), 0);
+  if (tokens <= budget) return all;
+  std::vector<double> norm(static_cast<std::size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) {
+    double s = 0;
+    for (int64_t d = 0; d < dim; ++d) s += double(keys[t * dim + d]) * keys[t * dim + d];
+    norm[static_cast<std::size_t>(t)] = std::sqrt(s);
+  }
+  std::vector<int32_t> kept, rest;
+  for (int32_t t = 0; t < tokens; ++t) {
+    if (t < n_sink || t >= tokens - recent) {
+      kept.push_back(t);
+    } else {
+      rest.push_back(t);
+    }
+  }
+  std::sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) {
+    return keep_low ? norm[a] < norm[b] : norm[a] > norm[b];
+  });
+  rest.resize(static_cast<std::size_t>(budget) - kept.size());
+  kept.insert(kept.end(), rest.begin(), rest.end());
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+TEST(EvictionRules, KnormEqualsClosedFormForEveryCallSplit) {
+  constexpr int64_t kDim = 16, kTokens = 150, kBudget = 12, kSinks = 2, kRecent = 3;
+  for (const std::string keep : {"low", "high"}) {
+    for (int64_t chunk : {1, 7, 150}) {
+      SCOPED_TRACE(keep + " chunk " + std::to_string(chunk));
+      KVCacheConfig c = small_budget("knorm", kBudget, kDim);
+      KnormOptions& o = c.options<KnormOptions>();
+      o.knorm_n_sink = kSinks;
+      o.knorm_recent = kRecent;
+      o.knorm_keep = keep;
+      auto cache = make_eviction_cache(c);
+      EXPECT_FALSE(cache->wants_queries());  // scores never use attention
+      const lm::Tensor all = test_support::random_kv(1, 1, kTokens, kDim, 5, lm::DType::F32);
+      const std::vector<float> keys = all.to_f32();
+      for (int64_t t0 = 0; t0 < kTokens; t0 += chunk) {
+        const int64_t n = std::min(chunk, kTokens - t0);
+        const lm::Tensor k = lm::Tensor::from_f32(std::vector<float>(keys.begin() + t0 * kDim, keys.begin() + (t0 + n) * kDim),
+                                                  {1, 1, n, kDim}, lm::DType::F32);
+        cache->update_and_fetch(k, k);
+        const int32_t* got = cache->rows().positions(0, 0);
+        ASSERT_EQ(std::vector<int32_t>(got, got + cache->rows().rows()),
+                  knorm_reference(keys, t0 + n, kDim, kBudget, kSinks, kRecent, keep == "low"))
+            << "after " << t0 + n << " tokens";
+      }
+    }
+  }
+}
+
+TEST(EvictionRules, KnormValidation) {
+  KVCacheConfig c = small_budget("knorm", 32);
+  c.options<KnormOptions>().knorm_keep = "middle";
+  expect_config_error(c, {"knorm_keep", "middle"});
+  c = small_budget("knorm", 32);
+  c.options<KnormOptions>().knorm_n_sink = 32;
+  expect_config_error(c, {"knorm_n_sink", "32", "knorm_budget", "nothing evictable"});
+  c = small_budget("knorm", 32);
+  c.options<KnormOptions>().knorm_recent = 30;
+  expect_config_error(c, {"knorm_recent", "30", "nothing evictable"});
+  c = small_budget("knorm", 32);
+  c.options<KnormOptions>().knorm_budget = 0;
+  expect_config_error(c, {"knorm_budget", "0"});
+}
+
+// --- keyformer -----------------------------------------------------------------------------------
+
+TEST(EvictionRules, KeyformerEqualsBruteForceWithAnnealedNoise) {
+  KVCacheConfig c = small_budget("keyformer", 12);
+  KeyformerOptions& o = c.options<KeyformerOptions>();
+  o.keyformer_n_sink = 2;
+  o.keyformer_recent = 2;
+  o.keyformer_tau_init = 0.0;
+  o.keyformer_tau_end = 0.5;
+  o.keyformer_anneal_steps = 60;
+  o.keyformer_seed = 9;
+  RefRule rule = eviction_test::h2o_rule(12, 2, 2, 1.0, true);
+  rule.rank = [](const RefRow& row, int64_t step) {
+    const double tau = 0.5 * std::min(1.0, double(step) / 60.0);
+    return static_cast<float>(row.score + tau * eviction::gumbel_noise(9, static_cast<int32_t>(row.pos)));
+  };
+  expect_matches_reference(c, rule);
+  o.keyformer_tau = 0.25;  // a constant temperature overrides the annealing
+  rule.rank = [](const RefRow& row, int64_t) {
+    return static_cast<float>(row.score + 0.25 * eviction::gumbel_noise(9, static_cast<int32_t>(row.pos)));
+  };
+  expect_matches_reference(c, rule);
+}
+
+// tau = 0: no noise, so keyformer keeps exactly what H2O without decay keeps (spec §6 #33).
+TEST(EvictionRules, KeyformerWithoutNoiseIsH2O) {
+  KVCacheConfig c = small_budget("keyformer", 12);
+  c.options<KeyformerOptions>().keyformer_tau = 0.0;
+  c.options<KeyformerOptions>().keyformer_n_sink = 2;
+  expect_matches_reference(c, eviction_test::h2o_rule(12, 2, 0, 1.0, true));
+}
+
+// The frozen noise is a standard Gumbel: mean = Euler-Mascheroni, variance = pi^2 / 6; it depends
+// on (seed, position) only.
+TEST(EvictionRules, GumbelNoiseIsStandardAndFrozen) {
+  constexpr int kN = 200000;
+  double sum = 0, squares = 0;
+  for (int32_t p = 0; p < kN; ++p) {
+    const double g = eviction::gumbel_noise(3, p);
+    sum += g;
+    squares += g * g;
+  }
+  const double mean = sum / kN, variance = squares / kN - mean * mean;
+  EXPECT_NEAR(mean, 0.5772157, 0.01);
+  EXPECT_NEAR(variance, M_PI * M_PI / 6.0, 0.03);
+  EXPECT_EQ(eviction::gumbel_noise(3, 17), eviction::gumbel_noise(3, 17));
+  EXPECT_NE(eviction::gumbel_noise(3, 17), eviction::gumbel_noise(4, 17));
+}
+
+TEST(EvictionRules, KeyformerValidationAndRefusedRopeBase) {
+  KVCacheConfig c = small_budget("keyformer", 32);
+  c.options<KeyformerOptions>().keyformer_tau = -1.0;
+  expect_config_error(c, {"keyformer_tau", "-1"});
+  c = small_budget("keyformer", 32);
+  c.options<KeyformerOptions>().keyformer_tau_end = std::nan("");
+  expect_config_error(c, {"keyformer_tau_end"});
+  c = small_budget("keyformer", 32);
+  c.options<KeyformerOptions>().keyformer_anneal_steps = -3;
+  expect_config_error(c, {"keyformer_anneal_steps", "-3"});
+  c = small_budget("keyformer", 32);
+  c.options<KeyformerOptions>().keyformer_rope_base = 500000.0;
+  expect_config_error(c, {"keyformer_rope_base", "500000", "no effect"});
+  c = small_budget("keyformer", 32);
+  c.options<KeyformerOptions>().keyformer_n_sink = 16;
+  c.options<KeyformerOptions>().keyformer_recent = 16;
+  expect_config_error(c, {"keyformer_n_sink", "keyformer_recent", "nothing evictable"});
+}
+
+// --- kvzip ---------------------------------------------------------------------------------------
+
+TEST(EvictionRules, KVzipContextProbeKeepsTheMostRelied) {
+  KVCacheConfig c = small_budget("kvzip", 12);
+  c.options<KVzipOptions>().kvzip_n_sink = 2;
+  RefRule rule{12, 2, 0, [](float carried, float w) { return std::max(carried, w); }};
+  expect_matches_reference(c, rule, 0.125f);
+}
+
+TEST(EvictionRules, KVzipLatestProbeIsTova) {
+  KVCacheConfig c = small_budget("kvzip", 12);
+  c.options<KVzipOptions>().kvzip_n_sink = 2;
+  c.options<KVzipOptions>().kvzip_probe = "latest";
+  expect_matches_reference(c, eviction_test::h2o_rule(12, 2, 0, 1.0, false));
+}
+
+TEST(EvictionRules, KVzipValidation) {
+  KVCacheConfig c = small_budget("kvzip", 32);
+  c.options<KVzipOptions>().kvzip_probe = "questions";
+  expect_config_error(c, {"kvzip_probe", "questions"});
+  c = small_budget("kvzip", 32);
+  c.options<KVzipOptions>().kvzip_n_sink = 40;
+  expect_config_error(c, {"kvzip_n_sink", "40", "nothing evictable"});
+}
+
+// --- options of the first methods that did nothing are refused, not silently accepted ----------
+
+TEST(EvictionRules, OptionsWithoutEffectAreRefused) {
+  KVCacheConfig c = small_budget("h2o", 32);
+  c.h2o.h2o_rope_base = 1e6;
+  expect_config_error(c, {"h2o_rope_base", "no effect"});
+  c = small_budget("tova", 32);
+  c.tova.tova_backend = "metal";
+  expect_config_error(c, {"tova_backend", "metal", "no effect"});
+  c = small_budget("snapkv", 32);
+  c.snapkv.snap_backend = "mlx";
+  expect_config_error(c, {"snap_backend", "mlx", "no effect"});
+  c = small_budget("snapkv", 32);
+  c.snapkv.snap_batched_scoring = false;
+  expect_config_error(c, {"snap_batched_scoring", "no effect"});
+  c = small_budget("pyramidkv", 32);
+  c.pyramidkv.pyramid_backend = "metal";
+  expect_config_error(c, {"pyramid_backend", "metal", "no effect"});
+  c = small_budget("h2o", 32);
+  c.enable_fused_query_dot = true;
+  expect_config_error(c, {"enable_fused_query_dot", "no effect"});
+  c = small_budget("h2o", 32);
+  c.enable_vectorized_attend = false;
+  expect_config_error(c, {"enable_vectorized_attend", "no effect"});
+  c = small_budget("h2o", 32);
+  c.bit_width_outlier = 4;
+  expect_config_error(c, {"bit_width_outlier", "no effect"});
+  // The accepted values still pass.
+  c = small_budget("snapkv", 32);
+  c.snapkv.snap_backend = "reference";
+  EXPECT_NO_THROW(validate_for_create(c));
+  c.snapkv.snap_backend = "auto";
+  EXPECT_NO_THROW(validate_for_create(c));
+}
+
+// Options structs kept in the config's OptionsBag are values: a copied config is independent.
+TEST(EvictionRules, BagOptionsCopyWithTheConfig) {
+  KVCacheConfig a = small_budget("knorm", 32);
+  KVCacheConfig b = a;
+  b.options<KnormOptions>().knorm_budget = 64;
+  EXPECT_EQ(a.options<KnormOptions>().knorm_budget, 32);
+  EXPECT_EQ(b.options<KnormOptions>().knorm_budget, 64);
+  const FieldSpec* budget = find_field("knorm_budget");
+  ASSERT_NE(budget, nullptr);
+  EXPECT_EQ(std::get<int64_t>(budget->default_value()), 512);
+  budget->set(a, int64_t{48});
+  EXPECT_EQ(a.options<KnormOptions>().knorm_budget, 48);
+  const FieldSpec* tau = find_field("keyformer_tau");
+  ASSERT_NE(tau, nullptr);
+  EXPECT_EQ(tau->type, FieldType::kOptionalFloat);
+  EXPECT_TRUE(std::holds_alternative<std::monostate>(parse_field_value(*tau, "None")));
+  EXPECT_EQ(std::get<double>(parse_field_value(*tau, "0.5")), 0.5);
+}
+
+}  // namespace
+}  // namespace veloxquant
