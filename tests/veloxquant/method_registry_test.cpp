@@ -142,8 +142,12 @@ TEST(MethodsReport, Filters) {
   std::set<std::string> eviction;
   const nlohmann::json eviction_rows = methods_json({.family = "eviction"});
   for (const auto& m : eviction_rows.at("methods")) eviction.insert(m.at("name").get<std::string>());
-  EXPECT_EQ(eviction, (std::set<std::string>{"h2o", "keyformer", "knorm", "kvzip", "pyramidkv", "snapkv",
-                                             "streaming_llm", "tova"}));
+  std::set<std::string> registered;
+  for (const MethodDescriptor& m : method_registry()) {
+    if (m.family == "eviction") registered.insert(m.name);
+  }
+  EXPECT_EQ(eviction, registered);
+  for (const char* name : {"h2o", "pyramidkv", "snapkv", "streaming_llm", "tova"}) EXPECT_EQ(eviction.count(name), 1u);
   EXPECT_THROW(methods_json({.family = "vibes"}), QuantizerConfigError);
   const std::string text = methods_text({});
   EXPECT_NE(text.find("✗ qjl"), std::string::npos);

@@ -83,6 +83,13 @@ void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& v
       for (int64_t t = 0; t < s; ++t) c.positions.push_back(static_cast<int32_t>(offset_ + t));
       c.scores.assign(static_cast<std::size_t>(total), 0.0f);
       if (const float* carried = rows_.scores(b, h)) std::copy_n(carried, stored, c.scores.data());
+      if (policy_.merges()) {  // cam blends evicted values into survivors: every value in f32
+        c.value_dim = dv;
+        c.values.resize(static_cast<std::size_t>(total * dv));
+        rows_.decode_values(b, h, c.values.data());
+        std::copy_n(v_new, s * dv, c.values.data() + stored * dv);
+        c.modified.assign(static_cast<std::size_t>(total), 0);
+      }
       if (out_k) {
         // The returned rows: every candidate, in the input dtype (stored rows copied as stored,
         // new rows converted back exactly from their f32 widening).
@@ -99,8 +106,21 @@ void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& v
         out.assign(k_new + token * dk, k_new + (token + 1) * dk);  // the key-as-query proxy
         return 1;
       };
-      kept[static_cast<std::size_t>(bh)] = select_rows(policy_, c, queries, scale);
-      rows_.compact(b, h, kept[static_cast<std::size_t>(bh)], c.positions.data(), c.scores.data(), k_new, v_new);
+      const std::vector<int32_t>& keep = kept[static_cast<std::size_t>(bh)] = select_rows(policy_, c, queries, scale);
+      if (!policy_.merges()) {
+        rows_.compact(b, h, keep, c.positions.data(), c.scores.data(), k_new, v_new);
+        continue;
+      }
+      // New rows are encoded from the (possibly blended) candidates; kept stored rows that a
+      // merge changed are re-encoded where compaction put them.
+      rows_.compact(b, h, keep, c.positions.data(), c.scores.data(), c.keys.data() + stored * dk,
+                    c.values.data() + stored * dv);
+      for (std::size_t i = 0; i < keep.size(); ++i) {
+        const std::size_t src = static_cast<std::size_t>(keep[i]);
+        if (keep[i] >= stored || !c.modified[src]) continue;
+        rows_.rewrite_row(b, h, static_cast<int64_t>(i), policy_.merge_keys ? c.keys.data() + src * dk : nullptr,
+                          c.values.data() + src * dv);
+      }
     }
   });
   for (const std::vector<int32_t>& k : kept) {
@@ -174,6 +194,12 @@ void EvictionCache::fused_attention(const lm::FusedAttentionRequest& request, lm
 // compacted past it — with nothing decoded and no per-step allocation.
 void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& values, const float* stored_weights,
                                       const float* new_weights) {
+  if (policy_.merges()) {
+    // cam needs every survivor's key for the similarity and rewrites a survivor's value: the
+    // general selection, which decodes the rows, does both.
+    select_and_store(keys, values, nullptr, nullptr, type_name_ + "::fused_attention");
+    return;
+  }
   const int64_t batch = keys.dim(0), heads = keys.dim(1), stored = rows_.rows(), total = stored + 1;
   thread_local std::vector<float> new_k, new_v;
   cache_rows::widen_to_f32(keys, new_k);
@@ -268,7 +294,7 @@ double parse_real(const std::string& text, const std::string& who, const char* w
   throw base::FormatError(who + ": " + what + " '" + text + "' is not a number");
 }
 
-constexpr std::size_t kMetaEntriesBefore13 = 19, kMetaEntries = 25;
+constexpr std::size_t kMetaEntriesBefore13 = 19, kMetaEntries = 29;
 
 }  // namespace
 
@@ -306,7 +332,11 @@ std::vector<std::string> EvictionCache::meta_state() const {
           real_text(policy_.noise_tau_init),
           real_text(policy_.noise_tau_end),
           std::to_string(policy_.noise_anneal_steps),
-          std::to_string(policy_.noise_seed)};
+          std::to_string(policy_.noise_seed),
+          merge_name(policy_.merge),
+          policy_.merge_keys ? "1" : "0",
+          policy_.merge_gate ? "1" : "0",
+          std::to_string(policy_.merge_seed)};
 }
 
 void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
@@ -353,6 +383,14 @@ void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::
     policy.noise_tau_end = parse_real(meta[22], who, "noise_tau_end");
     policy.noise_anneal_steps = num(23, "noise_anneal_steps");
     policy.noise_seed = static_cast<uint64_t>(num(24, "noise_seed"));
+    try {
+      policy.merge = parse_merge(meta[25]);
+    } catch (const base::FormatError& e) {
+      throw base::FormatError(who + ": " + e.what());
+    }
+    policy.merge_keys = num(26, "merge_keys") != 0;
+    policy.merge_gate = num(27, "merge_gate") != 0;
+    policy.merge_seed = static_cast<uint64_t>(num(28, "merge_seed"));
   }
   EvictionRows rows(policy.budget, policy.uses_scores(), spec);
   if (state.empty()) {

@@ -34,6 +34,52 @@ std::vector<int32_t> keep_recent(const EvictionPolicy& p, const Candidates& c) {
   return kept;
 }
 
+double cosine(const float* a, const float* b, int64_t dim) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < dim; ++i) {
+    ab += double(a[i]) * b[i];
+    aa += double(a[i]) * a[i];
+    bb += double(b[i]) * b[i];
+  }
+  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 0.0;
+}
+
+// CaM: before live[victim] is dropped, blend its value (and key) into the live row whose key is
+// most cosine-similar (the first such row), v_t <- (1 - a) v_t + a v_e with a = 1/2 (mean) or
+// s / (1 + s), s = max(0, cosine) (sim_weighted) — a survivor that looks like the evicted token
+// absorbs its contribution. The gate passes with probability min(1, victim score / target score)
+// (the paper's attention ratio), drawn from (merge_seed, victim position).
+void merge_into_survivor(const EvictionPolicy& p, Candidates& c, const std::vector<int32_t>& live,
+                         std::size_t victim) {
+  const std::size_t e = static_cast<std::size_t>(live[victim]);
+  const float* victim_key = c.keys.data() + e * static_cast<std::size_t>(c.dim);
+  std::size_t target = 0;
+  double best = -2.0;
+  for (std::size_t j = 0; j < live.size(); ++j) {
+    if (j == victim) continue;
+    const double s = cosine(victim_key, c.keys.data() + static_cast<std::size_t>(live[j]) * c.dim, c.dim);
+    if (s > best) {
+      best = s;
+      target = static_cast<std::size_t>(live[j]);
+    }
+  }
+  if (best < -1.5) return;  // no survivor
+  if (p.merge_gate) {
+    const double ts = c.scores[target], es = c.scores[e];
+    const double probability = ts > 0 ? std::min(1.0, es / ts) : 1.0;
+    if (uniform_noise(p.merge_seed, c.positions[e]) >= probability) return;
+  }
+  const double s = std::max(0.0, best);
+  const float a = static_cast<float>(p.merge == EvictionPolicy::Merge::kMean ? 0.5 : s / (1.0 + s));
+  if (a == 0.0f) return;
+  const auto blend = [a](float* into, const float* from, int64_t dim) {
+    for (int64_t i = 0; i < dim; ++i) into[i] = (1.0f - a) * into[i] + a * from[i];
+  };
+  blend(c.values.data() + target * c.value_dim, c.values.data() + e * c.value_dim, c.value_dim);
+  if (p.merge_keys) blend(c.keys.data() + target * c.dim, victim_key, c.dim);
+  c.modified[target] = 1;
+}
+
 // The H2O-scorer, one new token at a time (spec §6), with the new token scored by its own
 // weight (see eviction_policy.h); kKeyNorm runs the same loop with fixed arrival scores.
 std::vector<int32_t> keep_scored_per_token(const EvictionPolicy& p, Candidates& c, const QuerySource& queries,
@@ -74,6 +120,7 @@ std::vector<int32_t> keep_scored_per_token(const EvictionPolicy& p, Candidates& 
       }
     }
     if (victim == live.size()) throw std::logic_error("eviction: no evictable row (sinks and protected rows fill the budget)");
+    if (p.merges()) merge_into_survivor(p, c, live, victim);
     live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim));
   }
   return live;
@@ -161,14 +208,33 @@ float EvictionPolicy::rank(float score, int32_t position, int64_t step) const {
   return static_cast<float>(score + tau * gumbel_noise(noise_seed, position));
 }
 
-float gumbel_noise(uint64_t seed, int32_t position) {
+double uniform_noise(uint64_t seed, int32_t position) {
   // splitmix64 of (seed, position): frozen per position, independent of call sizes and order.
   uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(static_cast<uint32_t>(position)) + 1);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
-  const double u = (double(z >> 11) + 0.5) * 0x1.0p-53;  // in (0, 1)
-  return static_cast<float>(-std::log(-std::log(u)));
+  return (double(z >> 11) + 0.5) * 0x1.0p-53;
+}
+
+float gumbel_noise(uint64_t seed, int32_t position) {
+  return static_cast<float>(-std::log(-std::log(uniform_noise(seed, position))));
+}
+
+const char* merge_name(EvictionPolicy::Merge merge) {
+  switch (merge) {
+    case EvictionPolicy::Merge::kNone: return "drop";
+    case EvictionPolicy::Merge::kSimWeighted: return "sim_weighted";
+    case EvictionPolicy::Merge::kMean: return "mean";
+  }
+  return "drop";
+}
+
+EvictionPolicy::Merge parse_merge(const std::string& name) {
+  if (name == "drop") return EvictionPolicy::Merge::kNone;
+  if (name == "sim_weighted") return EvictionPolicy::Merge::kSimWeighted;
+  if (name == "mean") return EvictionPolicy::Merge::kMean;
+  throw base::FormatError("eviction merge '" + name + "' is unknown");
 }
 
 const char* policy_kind_name(EvictionPolicy::Kind kind) {

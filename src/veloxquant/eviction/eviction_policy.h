@@ -15,6 +15,9 @@
 //                        Variants: max_combine keeps max(score, w) (kvzip: the most attention a
 //                        row ever received from a probe); noise adds tau(t) * Gumbel(seed, position)
 //                        to the score when ranking victims (keyformer).
+//                        merge (cam): the victim's value (and key, merge_keys) is blended into the
+//                        live row whose key is most cosine-similar to the victim's, after a
+//                        Bernoulli gate min(1, victim score / target score) seeded per position.
 //   kKeyNorm             knorm: a row's score is fixed when it arrives, -||k|| (keep low norms:
 //                        low-norm keys draw attention) or +||k|| (keep high); over budget evict
 //                        the argmin outside the sinks and the newest `protect_recent` rows.
@@ -48,6 +51,12 @@ struct EvictionPolicy {
   double noise_tau_end = 0.0;
   int64_t noise_anneal_steps = 0;
   uint64_t noise_seed = 0;
+  // cam: how an evicted row is merged into its most similar survivor (kNone: dropped).
+  enum class Merge { kNone, kSimWeighted, kMean };
+  Merge merge = Merge::kNone;
+  bool merge_keys = false;
+  bool merge_gate = true;
+  uint64_t merge_seed = 0;
 
   bool uses_scores() const { return kind != Kind::kRecentWindow; }
   // Whether scores come from attention weights (so real queries help).
@@ -59,6 +68,7 @@ struct EvictionPolicy {
   // What victims are ranked by at the step feeding position `step`: the score, plus the noise.
   float rank(float score, int32_t position, int64_t step) const;
   bool has_noise() const { return noise_tau_init != 0.0 || noise_tau_end != 0.0; }
+  bool merges() const { return merge != Merge::kNone; }
   // protect_recent limited so that at least one row stays evictable past the sinks.
   int64_t effective_protect() const;
 };
@@ -66,8 +76,12 @@ struct EvictionPolicy {
 const char* policy_kind_name(EvictionPolicy::Kind kind);
 EvictionPolicy::Kind parse_policy_kind(const std::string& name);  // throws base::FormatError
 
+// A uniform sample in (0, 1) that depends only on (seed, position) (keyformer's noise, cam's gate).
+double uniform_noise(uint64_t seed, int32_t position);
 // keyformer's frozen noise: a standard Gumbel sample that depends only on (seed, position).
 float gumbel_noise(uint64_t seed, int32_t position);
+const char* merge_name(EvictionPolicy::Merge merge);
+EvictionPolicy::Merge parse_merge(const std::string& name);  // throws base::FormatError
 
 // One (batch, kv head) of one call.
 struct Candidates {
@@ -76,6 +90,11 @@ struct Candidates {
   std::vector<float> keys;       // candidates x dim, f32 (stored rows decoded)
   std::vector<int32_t> positions;
   std::vector<float> scores;     // stored rows: carried scores; new rows: 0 on entry
+  // Merging policies only (cam): every candidate's value (candidates x value_dim, f32), and
+  // which stored candidates the policy changed (their rows must be re-encoded).
+  int64_t value_dim = 0;
+  std::vector<float> values;
+  std::vector<char> modified;
   int64_t count() const { return static_cast<int64_t>(positions.size()); }
 };
 

@@ -3,6 +3,7 @@
 // beside its cache in eviction/methods/<name>_cache.cpp.
 #include <vector>
 
+#include "veloxquant/eviction/methods/cam_cache.h"
 #include "veloxquant/eviction/methods/h2o_cache.h"
 #include "veloxquant/eviction/methods/keyformer_cache.h"
 #include "veloxquant/eviction/methods/knorm_cache.h"
@@ -17,7 +18,8 @@ namespace veloxquant {
 
 std::vector<MethodDescriptor> eviction_method_rows() {
   return {snapkv_method(), streaming_llm_method(), h2o_method(),      tova_method(),
-          pyramidkv_method(), knorm_method(),        keyformer_method(), kvzip_method()};
+          pyramidkv_method(), knorm_method(),        keyformer_method(), kvzip_method(),
+          cam_method()};
 }
 
 }  // namespace veloxquant

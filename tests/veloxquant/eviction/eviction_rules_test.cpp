@@ -5,6 +5,7 @@
 //              `recent` + the best norms of the rest, whatever the call split
 //   keyformer  H2O's accumulation ranked with tau(t) * Gumbel(seed, position); tau 0 = H2O
 //   kvzip      reliance = the most attention a row ever received; latest = TOVA
+//   cam        H2O's victim blended into its most key-similar survivor (gated); drop = H2O
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -201,6 +202,106 @@ TEST(EvictionRules, KVzipValidation) {
   c = small_budget("kvzip", 32);
   c.options<KVzipOptions>().kvzip_n_sink = 40;
   expect_config_error(c, {"kvzip_n_sink", "40", "nothing evictable"});
+}
+
+// --- cam -------------------------------------------------------------------------------------------
+
+// CaM's merge, brute force in doubles: the survivor with the most cosine-similar key (first
+// maximum) absorbs the victim's value (and key) with weight 1/2 (mean) or s / (1 + s) (sim
+// weighted, s = max(0, cosine)), if the gate draw from (seed, victim position) is below
+// min(1, victim score / survivor score).
+RefRule cam_rule(int64_t budget, int64_t n_sink, bool mean, bool merge_keys, bool gate, uint64_t seed) {
+  RefRule rule = eviction_test::h2o_rule(budget, n_sink, 0, 1.0, true);
+  rule.before_evict = [=](std::vector<RefRow>& rows, std::size_t victim) {
+    const RefRow& e = rows[victim];
+    std::size_t target = rows.size();
+    double best = -2;
+    for (std::size_t j = 0; j < rows.size(); ++j) {
+      if (j == victim) continue;
+      double ab = 0, aa = 0, bb = 0;
+      for (std::size_t d = 0; d < e.key.size(); ++d) {
+        ab += double(e.key[d]) * rows[j].key[d];
+        aa += double(e.key[d]) * e.key[d];
+        bb += double(rows[j].key[d]) * rows[j].key[d];
+      }
+      const double cosine = ab / std::sqrt(aa * bb);
+      if (cosine > best) {
+        best = cosine;
+        target = j;
+      }
+    }
+    RefRow& t = rows[target];
+    if (gate) {
+      const double p = t.score > 0 ? std::min(1.0, double(e.score) / t.score) : 1.0;
+      if (eviction::uniform_noise(seed, static_cast<int32_t>(e.pos)) >= p) return;
+    }
+    const double a = mean ? 0.5 : std::max(0.0, best) / (1.0 + std::max(0.0, best));
+    for (std::size_t d = 0; d < t.value.size(); ++d) t.value[d] = float((1 - a) * t.value[d] + a * e.value[d]);
+    if (merge_keys) {
+      for (std::size_t d = 0; d < t.key.size(); ++d) t.key[d] = float((1 - a) * t.key[d] + a * e.key[d]);
+    }
+  };
+  return rule;
+}
+
+TEST(EvictionRules, CaMEqualsBruteForce) {
+  for (const std::string merge : {"sim_weighted", "mean"}) {
+    for (bool merge_keys : {false, true}) {
+      for (bool gate : {true, false}) {
+        SCOPED_TRACE(merge + (merge_keys ? " keys" : "") + (gate ? " gated" : ""));
+        KVCacheConfig c = small_budget("cam", 12);
+        c.seed = 77;
+        CaMOptions& o = c.options<CaMOptions>();
+        o.cam_n_sink = 2;
+        o.cam_merge = merge;
+        o.cam_merge_keys = merge_keys;
+        o.cam_merge_gate = gate;
+        expect_matches_reference(c, cam_rule(12, 2, merge == "mean", merge_keys, gate, 77), 0.25f);
+      }
+    }
+  }
+}
+
+TEST(EvictionRules, CaMDropIsH2OWithoutDecay) {
+  KVCacheConfig c = small_budget("cam", 12);
+  c.options<CaMOptions>().cam_n_sink = 2;
+  c.options<CaMOptions>().cam_merge = "drop";
+  expect_matches_reference(c, eviction_test::h2o_rule(12, 2, 0, 1.0, true));
+}
+
+// The merged values survive a save / restore and a clone, and the stepped and chunked paths merge
+// alike (the decode step takes the general selection).
+TEST(EvictionRules, CaMMergedRowsRoundTrip) {
+  KVCacheConfig c = small_budget("cam", 16);
+  c.options<CaMOptions>().cam_merge_gate = false;
+  auto cache = make_eviction_cache(c);
+  const lm::Tensor k = test_support::random_kv(1, 2, 60, 32, 3), v = test_support::random_kv(1, 2, 60, 32, 4);
+  cache->update_and_fetch(k, v);
+  const std::vector<float> fed = v.to_f32();
+  std::vector<float> stored(static_cast<std::size_t>(16 * 32));
+  cache->rows().decode_values(0, 0, stored.data());
+  int merged = 0;
+  for (int64_t r = 0; r < 16; ++r) {
+    const int32_t p = cache->rows().positions(0, 0)[r];
+    merged += !std::equal(stored.begin() + r * 32, stored.begin() + (r + 1) * 32, fed.begin() + p * 32);
+  }
+  EXPECT_GT(merged, 0) << "no survivor absorbed an evicted value";
+  auto restored = require_method("cam").make_restorable();
+  restored->from_state(cache->state(), cache->meta_state());
+  auto copy = cache->clone();
+  const lm::Tensor k2 = test_support::random_kv(1, 2, 1, 32, 5), v2 = test_support::random_kv(1, 2, 1, 32, 6);
+  const std::vector<float> want = cache->update_and_fetch(k2, v2).values.to_f32();
+  EXPECT_EQ(restored->update_and_fetch(k2, v2).values.to_f32(), want);
+  EXPECT_EQ(copy->update_and_fetch(k2, v2).values.to_f32(), want);
+}
+
+TEST(EvictionRules, CaMValidation) {
+  KVCacheConfig c = small_budget("cam", 32);
+  c.options<CaMOptions>().cam_merge = "average";
+  expect_config_error(c, {"cam_merge", "average"});
+  c = small_budget("cam", 32);
+  c.options<CaMOptions>().cam_n_sink = 32;
+  expect_config_error(c, {"cam_n_sink", "32", "nothing evictable"});
 }
 
 // --- options of the first methods that did nothing are refused, not silently accepted ----------

@@ -4,8 +4,8 @@
 // proxy) against every live row and itself; each live row's score combines with its weight by
 // the method's rule, the new row starts at its own weight; over budget the row with the lowest
 // rank (the score, or the score plus keyformer's noise) outside the sinks and the newest
-// `protect` rows is evicted (the first such minimum). h2o, tova, pyramidkv, keyformer and kvzip
-// are this loop with different combine / rank rules.
+// `protect` rows is evicted (the first such minimum), after `before_evict` (cam's merge) saw it.
+// h2o, tova, pyramidkv, keyformer, kvzip and cam are this loop with different rules.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +22,7 @@ struct RefRow {
   int64_t pos;
   std::vector<float> key;
   float score;
+  std::vector<float> value;  // what the cache must hold as the row's value (the key, unless merged)
 };
 
 struct RefRule {
@@ -29,6 +30,7 @@ struct RefRule {
   std::function<float(float carried, float weight)> combine;
   // What victims are ranked by at the step feeding position `step`.
   std::function<float(const RefRow& row, int64_t step)> rank = [](const RefRow& row, int64_t) { return row.score; };
+  std::function<void(std::vector<RefRow>& rows, std::size_t victim)> before_evict;
 };
 
 inline RefRule h2o_rule(int64_t budget, int64_t n_sink, int64_t protect, double decay, bool accumulate) {
@@ -63,11 +65,12 @@ inline void ref_step(std::vector<RefRow>& rows, RefRow incoming, const RefRule& 
     if (rows[j].pos < rule.n_sink) continue;
     if (victim == rows.size() || rule.rank(rows[j], step) < rule.rank(rows[victim], step)) victim = j;
   }
+  if (rule.before_evict) rule.before_evict(rows, victim);
   rows.erase(rows.begin() + static_cast<std::ptrdiff_t>(victim));
 }
 
 // Feeds 120 single tokens (proxy scoring) to the method of `c` and to the reference, comparing
-// kept positions and scores after every token, per head. Keys are uniform in [-4, 4) times
+// kept positions, scores and values after every token, per head. Keys are uniform in [-4, 4) times
 // `key_scale`: at full scale a token's weight on itself is ~1, which is fine for sums but leaves a
 // max-combined score (kvzip) a near-tie among many rows, decided by f32 rounding.
 inline void expect_matches_reference(KVCacheConfig c, const RefRule& rule, float key_scale = 1.0f) {
@@ -82,7 +85,8 @@ inline void expect_matches_reference(KVCacheConfig c, const RefRule& rule, float
     const lm::Tensor k = lm::Tensor::from_f32(kf, {1, kHeads, 1, kDim}, lm::DType::F32);
     cache->update_and_fetch(k, k);
     for (int64_t h = 0; h < kHeads; ++h) {
-      ref_step(ref[h], {t, std::vector<float>(kf.begin() + h * kDim, kf.begin() + (h + 1) * kDim), 0.0f}, rule);
+      const std::vector<float> key(kf.begin() + h * kDim, kf.begin() + (h + 1) * kDim);
+      ref_step(ref[h], {t, key, 0.0f, key}, rule);
       std::vector<int32_t> want;
       for (const RefRow& r : ref[h]) want.push_back(static_cast<int32_t>(r.pos));
       const int32_t* got = cache->rows().positions(0, h);
@@ -90,6 +94,13 @@ inline void expect_matches_reference(KVCacheConfig c, const RefRule& rule, float
       // Scores are computed in f32 (SIMD dot products and exponentials), the reference in double.
       for (std::size_t j = 0; j < ref[h].size(); ++j) {
         EXPECT_NEAR(cache->rows().scores(0, h)[j], ref[h][j].score, 2e-6f * (1.0f + std::fabs(ref[h][j].score)));
+      }
+      std::vector<float> values(static_cast<std::size_t>(cache->rows().rows() * kDim));
+      cache->rows().decode_values(0, h, values.data());
+      for (std::size_t j = 0; j < ref[h].size(); ++j) {
+        for (int64_t d = 0; d < kDim; ++d) {
+          ASSERT_NEAR(values[j * kDim + d], ref[h][j].value[d], 1e-5f) << "token " << t << " row " << j;
+        }
       }
     }
   }
