@@ -194,9 +194,9 @@ void EvictionCache::fused_attention(const lm::FusedAttentionRequest& request, lm
 // compacted past it — with nothing decoded and no per-step allocation.
 void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& values, const float* stored_weights,
                                       const float* new_weights) {
-  if (policy_.merges()) {
-    // cam needs every survivor's key for the similarity and rewrites a survivor's value: the
-    // general selection, which decodes the rows, does both.
+  if (policy_.needs_general_selection()) {
+    // cam needs every survivor's key for the similarity and rewrites a survivor's value;
+    // morphkv re-scores every row from its voters' keys: the general selection decodes the rows.
     select_and_store(keys, values, nullptr, nullptr, type_name_ + "::fused_attention");
     return;
   }

@@ -80,34 +80,68 @@ void merge_into_survivor(const EvictionPolicy& p, Candidates& c, const std::vect
   c.modified[target] = 1;
 }
 
-// The H2O-scorer, one new token at a time (spec §6), with the new token scored by its own
-// weight (see eviction_policy.h); kKeyNorm runs the same loop with fixed arrival scores.
-std::vector<int32_t> keep_scored_per_token(const EvictionPolicy& p, Candidates& c, const QuerySource& queries,
-                                           float scale) {
+// The H2O-scorer's step (spec §6) for new token t, the last of `live`: every live row's score
+// combines with its weight, the new row starts at its own weight (see eviction_policy.h);
+// kKeyNorm only gives the new row its fixed score.
+void score_new_token(const EvictionPolicy& p, Candidates& c, const std::vector<int32_t>& live, int64_t t,
+                     const QuerySource& queries, float scale, std::vector<float>& query, std::vector<float>& weights) {
+  const int32_t idx = live.back();
+  const float* key = c.keys.data() + static_cast<std::size_t>(idx) * static_cast<std::size_t>(c.dim);
+  if (!p.uses_attention()) {
+    c.scores[static_cast<std::size_t>(idx)] = p.arrival_score(key, c.dim, 0.0f);
+    return;
+  }
+  const int64_t nq = queries(t, query);
+  weights.resize(live.size());
+  mean_softmax_weights(c.keys.data(), live.data(), static_cast<int64_t>(live.size()), c.dim, query.data(), nq, scale,
+                       weights.data());
+  for (std::size_t j = 0; j + 1 < live.size(); ++j) {
+    float& s = c.scores[static_cast<std::size_t>(live[j])];
+    s = p.updated_score(s, weights[j]);
+  }
+  c.scores[static_cast<std::size_t>(idx)] = p.arrival_score(key, c.dim, weights.back());
+}
+
+// MorphKV's step (eviction_policy.h kRecentVotes): the newest obs_window live rows vote afresh.
+void score_by_recent_votes(const EvictionPolicy& p, Candidates& c, const std::vector<int32_t>& live,
+                           const QuerySource& queries, float scale, std::vector<float>& query,
+                           std::vector<float>& weights) {
+  for (int32_t row : live) c.scores[static_cast<std::size_t>(row)] = 0.0f;
+  const std::size_t voters = std::min<std::size_t>(live.size(), static_cast<std::size_t>(p.obs_window));
+  for (std::size_t v = live.size() - voters; v < live.size(); ++v) {
+    const int32_t voter = live[v];
+    int64_t nq = 1;
+    if (voter >= c.stored) {
+      nq = queries(voter - c.stored, query);
+    } else {
+      const float* key = c.keys.data() + static_cast<std::size_t>(voter) * static_cast<std::size_t>(c.dim);
+      query.assign(key, key + c.dim);
+    }
+    // Causal: a voter sees the live rows up to itself (live is in temporal order).
+    weights.resize(v + 1);
+    mean_softmax_weights(c.keys.data(), live.data(), static_cast<int64_t>(v + 1), c.dim, query.data(), nq, scale,
+                         weights.data());
+    for (std::size_t j = 0; j <= v; ++j) c.scores[static_cast<std::size_t>(live[j])] += weights[j];
+  }
+}
+
+// The per-token policies, one new token at a time: score, then past the budget evict the first
+// minimum of the rank outside the sinks and the newest `protect` rows (cam merges it first).
+std::vector<int32_t> keep_per_token(const EvictionPolicy& p, Candidates& c, const QuerySource& queries, float scale) {
   std::vector<int32_t> live(static_cast<std::size_t>(c.stored));
   std::iota(live.begin(), live.end(), 0);
   const int64_t protect = p.effective_protect();
   std::vector<float> query, weights;
   for (int64_t t = 0; t < c.count() - c.stored; ++t) {
-    const int32_t idx = static_cast<int32_t>(c.stored + t);
-    live.push_back(idx);
-    const float* key = c.keys.data() + static_cast<std::size_t>(idx) * static_cast<std::size_t>(c.dim);
-    if (p.uses_attention()) {
-      const int64_t nq = queries(t, query);
-      weights.resize(live.size());
-      mean_softmax_weights(c.keys.data(), live.data(), static_cast<int64_t>(live.size()), c.dim, query.data(), nq,
-                           scale, weights.data());
-      for (std::size_t j = 0; j + 1 < live.size(); ++j) {
-        float& s = c.scores[static_cast<std::size_t>(live[j])];
-        s = p.updated_score(s, weights[j]);
-      }
-      c.scores[static_cast<std::size_t>(idx)] = p.arrival_score(key, c.dim, weights.back());
+    live.push_back(static_cast<int32_t>(c.stored + t));
+    if (p.kind == EvictionPolicy::Kind::kRecentVotes) {
+      score_by_recent_votes(p, c, live, queries, scale, query, weights);
     } else {
-      c.scores[static_cast<std::size_t>(idx)] = p.arrival_score(key, c.dim, 0.0f);
+      score_new_token(p, c, live, t, queries, scale, query, weights);
     }
     if (static_cast<int64_t>(live.size()) <= p.budget) continue;
     const std::size_t evictable_end = live.size() - static_cast<std::size_t>(protect);
-    const int64_t step = c.positions[static_cast<std::size_t>(idx)];
+    const int64_t step = c.positions[static_cast<std::size_t>(live.back())];
     std::size_t victim = live.size();
     float victim_rank = 0.0f;
     for (std::size_t j = 0; j < evictable_end; ++j) {
@@ -243,6 +277,7 @@ const char* policy_kind_name(EvictionPolicy::Kind kind) {
     case Kind::kAttentionScored: return "attention_scored";
     case Kind::kObservationWindow: return "observation_window";
     case Kind::kKeyNorm: return "key_norm";
+    case Kind::kRecentVotes: return "recent_votes";
   }
   return "attention_scored";
 }
@@ -252,6 +287,7 @@ EvictionPolicy::Kind parse_policy_kind(const std::string& name) {
   if (name == "attention_scored") return Kind::kAttentionScored;
   if (name == "observation_window") return Kind::kObservationWindow;
   if (name == "key_norm") return Kind::kKeyNorm;
+  if (name == "recent_votes") return Kind::kRecentVotes;
   throw base::FormatError("eviction policy '" + name + "' is unknown");
 }
 
@@ -259,9 +295,10 @@ std::vector<int32_t> select_rows(const EvictionPolicy& policy, Candidates& c, co
   switch (policy.kind) {
     case Kind::kRecentWindow: return keep_recent(policy, c);
     case Kind::kAttentionScored:
-    case Kind::kKeyNorm: return keep_scored_per_token(policy, c, queries, scale);
+    case Kind::kKeyNorm:
+    case Kind::kRecentVotes: return keep_per_token(policy, c, queries, scale);
     case Kind::kObservationWindow:
-      if (c.count() - c.stored == 1) return keep_scored_per_token(policy, c, queries, scale);
+      if (c.count() - c.stored == 1) return keep_per_token(policy, c, queries, scale);
       return keep_observation_window(policy, c, queries, scale);
   }
   return keep_recent(policy, c);

@@ -21,6 +21,13 @@
 //   kKeyNorm             knorm: a row's score is fixed when it arrives, -||k|| (keep low norms:
 //                        low-norm keys draw attention) or +||k|| (keep high); over budget evict
 //                        the argmin outside the sinks and the newest `protect_recent` rows.
+//   kRecentVotes         morphkv: at every token the newest obs_window live rows vote: each one's
+//                        query (a new token of the call: its real queries or the proxy; an
+//                        earlier, stored row: its key, the original's key-as-query) attends
+//                        causally over the live rows, and a row's score is the sum of the votes
+//                        it gets — recomputed every token, nothing carried. Over budget evict the
+//                        argmin outside the sinks and the newest obs_window - 1 rows (the voters
+//                        of the next token); obs_window 1 is TOVA.
 //   kObservationWindow   snapkv: a chunk of several tokens (prefill) lets its last obs_window
 //                        tokens vote, pooled over neighbouring rows (the votes replace the
 //                        carried scores); keep the sinks, the window and the best-voted rest. A single token (decode) scores like
@@ -34,14 +41,14 @@
 namespace veloxquant::eviction {
 
 struct EvictionPolicy {
-  enum class Kind { kRecentWindow, kAttentionScored, kObservationWindow, kKeyNorm };
+  enum class Kind { kRecentWindow, kAttentionScored, kObservationWindow, kKeyNorm, kRecentVotes };
   Kind kind = Kind::kAttentionScored;
   int64_t budget = 512;
   int64_t n_sink = 4;
   int64_t protect_recent = 0;  // h2o_grace; snapkv: the observation window at decode
   double decay = 1.0;          // h2o_decay
   bool accumulate = true;      // false: tova
-  int64_t obs_window = 0;      // snapkv
+  int64_t obs_window = 0;      // snapkv; morphkv: the voting window
   int64_t pool_kernel = 1;     // snapkv: average pooling of the votes over neighbouring rows
   bool max_combine = false;    // kvzip: score = max(score, w) instead of score * decay + w
   int key_norm_sign = -1;      // knorm: -1 keeps low key norms, +1 high
@@ -60,7 +67,12 @@ struct EvictionPolicy {
 
   bool uses_scores() const { return kind != Kind::kRecentWindow; }
   // Whether scores come from attention weights (so real queries help).
-  bool uses_attention() const { return kind == Kind::kAttentionScored || kind == Kind::kObservationWindow; }
+  bool uses_attention() const {
+    return kind == Kind::kAttentionScored || kind == Kind::kObservationWindow || kind == Kind::kRecentVotes;
+  }
+  // Policies the fused decode step's single-row shortcut cannot run (it neither decodes the
+  // survivors' keys nor re-scores them): the cache takes the general selection for them.
+  bool needs_general_selection() const { return merges() || kind == Kind::kRecentVotes; }
   // A live row's new score after a step that gave it attention weight w.
   float updated_score(float carried, float weight) const;
   // The score a new row starts with: its own weight, or its key's signed norm (kKeyNorm).

@@ -8,6 +8,7 @@
 #include "veloxquant/eviction/methods/keyformer_cache.h"
 #include "veloxquant/eviction/methods/knorm_cache.h"
 #include "veloxquant/eviction/methods/kvzip_cache.h"
+#include "veloxquant/eviction/methods/morphkv_cache.h"
 #include "veloxquant/eviction/methods/pyramidkv_cache.h"
 #include "veloxquant/eviction/methods/snapkv_cache.h"
 #include "veloxquant/eviction/methods/streaming_llm_cache.h"
@@ -19,7 +20,7 @@ namespace veloxquant {
 std::vector<MethodDescriptor> eviction_method_rows() {
   return {snapkv_method(), streaming_llm_method(), h2o_method(),      tova_method(),
           pyramidkv_method(), knorm_method(),        keyformer_method(), kvzip_method(),
-          cam_method()};
+          cam_method(),       morphkv_method()};
 }
 
 }  // namespace veloxquant

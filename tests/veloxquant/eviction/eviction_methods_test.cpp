@@ -19,17 +19,8 @@ namespace {
 
 using eviction_test::make_eviction_cache;
 using eviction_test::small_budget;
+using eviction_test::expect_config_error;
 using eviction_test::expect_matches_reference;
-
-void expect_config_error(KVCacheConfig c, const std::vector<std::string>& words) {
-  try {
-    validate_for_create(c);
-    require_method(c.method).make_serving(c);
-    FAIL() << "no error for " << c.to_string();
-  } catch (const QuantizerConfigError& e) {
-    for (const std::string& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
-  }
-}
 
 TEST(EvictionMethods, OriginalValidationErrors) {
   KVCacheConfig c = small_budget("h2o", 32);

@@ -6,10 +6,12 @@
 //   keyformer  H2O's accumulation ranked with tau(t) * Gumbel(seed, position); tau 0 = H2O
 //   kvzip      reliance = the most attention a row ever received; latest = TOVA
 //   cam        H2O's victim blended into its most key-similar survivor (gated); drop = H2O
+//   morphkv    the newest `window` rows vote (attention summed, recomputed each token); 1 = TOVA
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "support/kv_test_data.h"
@@ -19,19 +21,23 @@
 namespace veloxquant {
 namespace {
 
+using eviction_test::expect_config_error;
 using eviction_test::expect_matches_reference;
 using eviction_test::make_eviction_cache;
 using eviction_test::RefRow;
 using eviction_test::RefRule;
 using eviction_test::small_budget;
 
-void expect_config_error(const KVCacheConfig& c, const std::vector<std::string>& words) {
-  try {
-    validate_for_create(c);
-    require_method(c.method).make_serving(c);
-    FAIL() << "no error for " << c.to_string();
-  } catch (const QuantizerConfigError& e) {
-    for (const std::string& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+// Feeds one head's `keys` (tokens x dim, f32; values = keys) to `cache` in calls of `chunk`
+// tokens, calling `check(tokens fed so far)` after each call.
+void feed_in_chunks(lm::KVCache& cache, const std::vector<float>& keys, int64_t tokens, int64_t dim, int64_t chunk,
+                    const std::function<void(int64_t)>& check) {
+  for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
+    const int64_t n = std::min(chunk, tokens - t0);
+    const lm::Tensor k = lm::Tensor::from_f32(std::vector<float>(keys.begin() + t0 * dim, keys.begin() + (t0 + n) * dim),
+                                              {1, 1, n, dim}, lm::DType::F32);
+    cache.update_and_fetch(k, k);
+    check(t0 + n);
   }
 }
 
@@ -82,16 +88,12 @@ TEST(EvictionRules, KnormEqualsClosedFormForEveryCallSplit) {
       EXPECT_FALSE(cache->wants_queries());  // scores never use attention
       const lm::Tensor all = test_support::random_kv(1, 1, kTokens, kDim, 5, lm::DType::F32);
       const std::vector<float> keys = all.to_f32();
-      for (int64_t t0 = 0; t0 < kTokens; t0 += chunk) {
-        const int64_t n = std::min(chunk, kTokens - t0);
-        const lm::Tensor k = lm::Tensor::from_f32(std::vector<float>(keys.begin() + t0 * kDim, keys.begin() + (t0 + n) * kDim),
-                                                  {1, 1, n, kDim}, lm::DType::F32);
-        cache->update_and_fetch(k, k);
+      feed_in_chunks(*cache, keys, kTokens, kDim, chunk, [&](int64_t fed) {
         const int32_t* got = cache->rows().positions(0, 0);
         ASSERT_EQ(std::vector<int32_t>(got, got + cache->rows().rows()),
-                  knorm_reference(keys, t0 + n, kDim, kBudget, kSinks, kRecent, keep == "low"))
-            << "after " << t0 + n << " tokens";
-      }
+                  knorm_reference(keys, fed, kDim, kBudget, kSinks, kRecent, keep == "low"))
+            << "after " << fed << " tokens";
+      });
     }
   }
 }
@@ -302,6 +304,81 @@ TEST(EvictionRules, CaMValidation) {
   c = small_budget("cam", 32);
   c.options<CaMOptions>().cam_n_sink = 32;
   expect_config_error(c, {"cam_n_sink", "32", "nothing evictable"});
+}
+
+// --- morphkv -------------------------------------------------------------------------------------
+
+// MorphKV, brute force in doubles with the key-as-query proxy: after each token the newest
+// `window` live rows vote — each one's key attends (softmax) over the live rows up to itself — a
+// row's score is the sum of its votes; over budget the lowest outside the sinks and the newest
+// window - 1 rows goes (the first minimum).
+std::vector<int64_t> morphkv_reference(const std::vector<float>& keys, int64_t tokens, int64_t dim, int64_t budget,
+                                       int64_t n_sink, int64_t window) {
+  std::vector<int64_t> live;
+  const double scale = 1.0 / std::sqrt(double(dim));
+  for (int64_t t = 0; t < tokens; ++t) {
+    live.push_back(t);
+    std::vector<double> score(live.size(), 0.0);
+    const std::size_t voters = std::min<std::size_t>(live.size(), static_cast<std::size_t>(window));
+    for (std::size_t v = live.size() - voters; v < live.size(); ++v) {
+      std::vector<double> e(v + 1);
+      double mx = -INFINITY, total = 0;
+      for (std::size_t j = 0; j <= v; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < dim; ++d) dot += double(keys[live[j] * dim + d]) * keys[live[v] * dim + d];
+        mx = std::max(mx, e[j] = dot * scale);
+      }
+      for (double& x : e) total += (x = std::exp(x - mx));
+      for (std::size_t j = 0; j <= v; ++j) score[j] += e[j] / total;
+    }
+    if (static_cast<int64_t>(live.size()) <= budget) continue;
+    std::size_t victim = live.size();
+    for (std::size_t j = 0; j + static_cast<std::size_t>(window - 1) < live.size(); ++j) {
+      if (live[j] < n_sink) continue;
+      if (victim == live.size() || score[j] < score[victim]) victim = j;
+    }
+    live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim));
+  }
+  return live;
+}
+
+TEST(EvictionRules, MorphKVEqualsBruteForce) {
+  constexpr int64_t kDim = 16, kTokens = 100, kBudget = 16;
+  for (int64_t window : {2, 5}) {
+    for (int64_t chunk : {1, 9}) {
+      SCOPED_TRACE("window " + std::to_string(window) + " chunk " + std::to_string(chunk));
+      KVCacheConfig c = small_budget("morphkv", kBudget, kDim);
+      c.options<MorphKVOptions>().morphkv_n_sink = 2;
+      c.options<MorphKVOptions>().morphkv_window = static_cast<int>(window);
+      c.eviction.eviction_scoring = "proxy";
+      auto cache = make_eviction_cache(c);
+      std::vector<float> keys = test_support::random_kv(1, 1, kTokens, kDim, 21, lm::DType::F32).to_f32();
+      for (float& x : keys) x *= 0.25f;  // smooth weights: no near-ties decided by rounding
+      feed_in_chunks(*cache, keys, kTokens, kDim, chunk, [&](int64_t fed) {
+        const int32_t* got = cache->rows().positions(0, 0);
+        ASSERT_EQ(std::vector<int64_t>(got, got + cache->rows().rows()),
+                  morphkv_reference(keys, fed, kDim, kBudget, 2, window))
+            << "after " << fed << " tokens";
+      });
+    }
+  }
+}
+
+TEST(EvictionRules, MorphKVWindowOneIsTova) {
+  KVCacheConfig c = small_budget("morphkv", 12);
+  c.options<MorphKVOptions>().morphkv_n_sink = 2;
+  c.options<MorphKVOptions>().morphkv_window = 1;
+  expect_matches_reference(c, eviction_test::h2o_rule(12, 2, 0, 1.0, false));
+}
+
+TEST(EvictionRules, MorphKVValidation) {
+  KVCacheConfig c = small_budget("morphkv", 32);
+  c.options<MorphKVOptions>().morphkv_window = 0;
+  expect_config_error(c, {"morphkv_window", "0"});
+  c = small_budget("morphkv", 32);
+  c.options<MorphKVOptions>().morphkv_n_sink = 4;
+  c.options<MorphKVOptions>().morphkv_window = 29;
+  expect_config_error(c, {"morphkv_window", "29", "morphkv_budget", "nothing evictable"});
 }
 
 // --- options of the first methods that did nothing are refused, not silently accepted ----------

@@ -1,5 +1,7 @@
 #pragma once
 // Configs of every eviction method with one small budget, for the eviction tests.
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +34,17 @@ inline KVCacheConfig small_budget(const std::string& method, int budget, int hea
   c.snapkv.snap_obs_window = 8;
   require_method(method).set_budget(c, budget);
   return c;
+}
+
+// Expects `c` to be refused with a QuantizerConfigError whose message holds every word.
+inline void expect_config_error(const KVCacheConfig& c, const std::vector<std::string>& words) {
+  try {
+    validate_for_create(c);
+    require_method(c.method).make_serving(c);
+    FAIL() << "no error for " << c.to_string();
+  } catch (const QuantizerConfigError& e) {
+    for (const std::string& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+  }
 }
 
 inline std::shared_ptr<eviction::EvictionCache> make_eviction_cache(const KVCacheConfig& c) {
