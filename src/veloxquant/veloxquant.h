@@ -24,6 +24,7 @@
 #include "veloxquant/errors.h"
 #include "veloxquant/eviction/eviction_cache.h"
 #include "veloxquant/eviction/methods/cam_cache.h"
+#include "veloxquant/eviction/methods/chunkkv_cache.h"
 #include "veloxquant/eviction/methods/h2o_cache.h"
 #include "veloxquant/eviction/methods/keyformer_cache.h"
 #include "veloxquant/eviction/methods/knorm_cache.h"

@@ -294,7 +294,7 @@ double parse_real(const std::string& text, const std::string& who, const char* w
   throw base::FormatError(who + ": " + what + " '" + text + "' is not a number");
 }
 
-constexpr std::size_t kMetaEntriesBefore13 = 19, kMetaEntries = 29;
+constexpr std::size_t kMetaEntriesBefore13 = 19, kMetaEntries = 30;
 
 }  // namespace
 
@@ -336,7 +336,8 @@ std::vector<std::string> EvictionCache::meta_state() const {
           merge_name(policy_.merge),
           policy_.merge_keys ? "1" : "0",
           policy_.merge_gate ? "1" : "0",
-          std::to_string(policy_.merge_seed)};
+          std::to_string(policy_.merge_seed),
+          std::to_string(policy_.chunk_size)};
 }
 
 void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
@@ -391,6 +392,7 @@ void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::
     policy.merge_keys = num(26, "merge_keys") != 0;
     policy.merge_gate = num(27, "merge_gate") != 0;
     policy.merge_seed = static_cast<uint64_t>(num(28, "merge_seed"));
+    policy.chunk_size = std::max<int64_t>(1, num(29, "chunk_size"));
   }
   EvictionRows rows(policy.budget, policy.uses_scores(), spec);
   if (state.empty()) {

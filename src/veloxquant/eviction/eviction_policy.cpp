@@ -125,6 +125,31 @@ void score_by_recent_votes(const EvictionPolicy& p, Candidates& c, const std::ve
   }
 }
 
+// ChunkKV's victim: the complete chunk (positions [c*i, c*(i+1)), all c members live, none a sink
+// or among the first protected index `evictable_end`) with the lowest mean score; returns the
+// index in `live` of its first member, or live.size() when no chunk qualifies. Whole chunks are
+// the only thing ever evicted, so every chunk but the newest is complete.
+std::size_t pick_chunk(const EvictionPolicy& p, const Candidates& c, const std::vector<int32_t>& live,
+                       std::size_t evictable_end) {
+  const int64_t size = p.chunk_size;
+  std::size_t best = live.size();
+  double best_mean = 0.0;
+  for (std::size_t j = 0; j + static_cast<std::size_t>(size) <= evictable_end; ++j) {
+    const int32_t first = c.positions[static_cast<std::size_t>(live[j])];
+    if (first % size != 0 || first < p.n_sink) continue;
+    const int32_t last = c.positions[static_cast<std::size_t>(live[j + static_cast<std::size_t>(size) - 1])];
+    if (last != first + size - 1) continue;  // not all members live (the chunk is not complete)
+    double sum = 0.0;
+    for (int64_t m = 0; m < size; ++m) sum += c.scores[static_cast<std::size_t>(live[j + static_cast<std::size_t>(m)])];
+    const double mean = sum / double(size);
+    if (best == live.size() || mean < best_mean) {
+      best = j;
+      best_mean = mean;
+    }
+  }
+  return best;
+}
+
 // The per-token policies, one new token at a time: score, then past the budget evict the first
 // minimum of the rank outside the sinks and the newest `protect` rows (cam merges it first).
 std::vector<int32_t> keep_per_token(const EvictionPolicy& p, Candidates& c, const QuerySource& queries, float scale) {
@@ -141,6 +166,13 @@ std::vector<int32_t> keep_per_token(const EvictionPolicy& p, Candidates& c, cons
     }
     if (static_cast<int64_t>(live.size()) <= p.budget) continue;
     const std::size_t evictable_end = live.size() - static_cast<std::size_t>(protect);
+    if (p.chunk_size > 1) {
+      const std::size_t first = pick_chunk(p, c, live, evictable_end);
+      if (first == live.size()) throw std::logic_error("eviction: no complete chunk outside the sinks to evict");
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(first),
+                 live.begin() + static_cast<std::ptrdiff_t>(first + static_cast<std::size_t>(p.chunk_size)));
+      continue;
+    }
     const int64_t step = c.positions[static_cast<std::size_t>(live.back())];
     std::size_t victim = live.size();
     float victim_rank = 0.0f;

@@ -18,6 +18,10 @@
 //                        merge (cam): the victim's value (and key, merge_keys) is blended into the
 //                        live row whose key is most cosine-similar to the victim's, after a
 //                        Bernoulli gate min(1, victim score / target score) seeded per position.
+//                        chunk_size > 1 (chunkkv): past the budget a whole chunk goes — positions
+//                        [c*i, c*(i+1)), every member live and outside the sinks and the
+//                        protected rows — the one with the lowest mean score (the first such);
+//                        the cache then holds budget + 1 - c rows until it fills again.
 //   kKeyNorm             knorm: a row's score is fixed when it arrives, -||k|| (keep low norms:
 //                        low-norm keys draw attention) or +||k|| (keep high); over budget evict
 //                        the argmin outside the sinks and the newest `protect_recent` rows.
@@ -64,6 +68,7 @@ struct EvictionPolicy {
   bool merge_keys = false;
   bool merge_gate = true;
   uint64_t merge_seed = 0;
+  int64_t chunk_size = 1;      // chunkkv: rows evicted together (1: one row, the others)
 
   bool uses_scores() const { return kind != Kind::kRecentWindow; }
   // Whether scores come from attention weights (so real queries help).
@@ -72,7 +77,9 @@ struct EvictionPolicy {
   }
   // Policies the fused decode step's single-row shortcut cannot run (it neither decodes the
   // survivors' keys nor re-scores them): the cache takes the general selection for them.
-  bool needs_general_selection() const { return merges() || kind == Kind::kRecentVotes; }
+  bool needs_general_selection() const { return merges() || kind == Kind::kRecentVotes || chunk_size > 1; }
+  // How many rows one eviction removes: a full cache holds between budget + 1 - this and budget.
+  int64_t rows_evicted_at_once() const { return chunk_size; }
   // A live row's new score after a step that gave it attention weight w.
   float updated_score(float carried, float weight) const;
   // The score a new row starts with: its own weight, or its key's signed norm (kKeyNorm).

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "veloxquant/eviction/methods/cam_cache.h"
+#include "veloxquant/eviction/methods/chunkkv_cache.h"
 #include "veloxquant/eviction/methods/h2o_cache.h"
 #include "veloxquant/eviction/methods/keyformer_cache.h"
 #include "veloxquant/eviction/methods/knorm_cache.h"
@@ -20,7 +21,7 @@ namespace veloxquant {
 std::vector<MethodDescriptor> eviction_method_rows() {
   return {snapkv_method(), streaming_llm_method(), h2o_method(),      tova_method(),
           pyramidkv_method(), knorm_method(),        keyformer_method(), kvzip_method(),
-          cam_method(),       morphkv_method()};
+          cam_method(),       morphkv_method(),      chunkkv_method()};
 }
 
 }  // namespace veloxquant

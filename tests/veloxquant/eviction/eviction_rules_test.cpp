@@ -7,6 +7,7 @@
 //   kvzip      reliance = the most attention a row ever received; latest = TOVA
 //   cam        H2O's victim blended into its most key-similar survivor (gated); drop = H2O
 //   morphkv    the newest `window` rows vote (attention summed, recomputed each token); 1 = TOVA
+//   chunkkv    whole position-aligned chunks evicted by mean score; chunk size 1 = the H2O scorer
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -379,6 +380,75 @@ TEST(EvictionRules, MorphKVValidation) {
   c.options<MorphKVOptions>().morphkv_n_sink = 4;
   c.options<MorphKVOptions>().morphkv_window = 29;
   expect_config_error(c, {"morphkv_window", "29", "morphkv_budget", "nothing evictable"});
+}
+
+// --- chunkkv -------------------------------------------------------------------------------------
+
+TEST(EvictionRules, ChunkKVAttentionMassEqualsBruteForce) {
+  for (int chunk : {2, 4}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    KVCacheConfig c = small_budget("chunkkv", 16);
+    c.options<ChunkKVOptions>().chunkkv_n_sink = 2;
+    c.options<ChunkKVOptions>().chunkkv_chunk_size = chunk;
+    RefRule rule = eviction_test::h2o_rule(16, 2, 0, 1.0, true);
+    rule.chunk = chunk;
+    expect_matches_reference(c, rule);
+  }
+}
+
+TEST(EvictionRules, ChunkKVChunkOneIsTheH2OScorer) {
+  KVCacheConfig c = small_budget("chunkkv", 12);
+  c.options<ChunkKVOptions>().chunkkv_n_sink = 2;
+  c.options<ChunkKVOptions>().chunkkv_chunk_size = 1;
+  expect_matches_reference(c, eviction_test::h2o_rule(12, 2, 0, 1.0, true));
+}
+
+// key_norm: fixed scores -||k||, so the brute force is a plain loop over norms.
+TEST(EvictionRules, ChunkKVKeyNormEqualsBruteForce) {
+  constexpr int64_t kDim = 16, kTokens = 120, kBudget = 20, kChunk = 4, kSinks = 2;
+  KVCacheConfig c = small_budget("chunkkv", kBudget, kDim);
+  ChunkKVOptions& o = c.options<ChunkKVOptions>();
+  o.chunkkv_n_sink = kSinks;
+  o.chunkkv_chunk_size = kChunk;
+  o.chunkkv_score = "key_norm";
+  auto cache = make_eviction_cache(c);
+  const std::vector<float> keys = test_support::random_kv(1, 1, kTokens, kDim, 8, lm::DType::F32).to_f32();
+  std::vector<RefRow> ref;
+  RefRule rule{kBudget, kSinks, 0, nullptr};
+  rule.chunk = kChunk;
+  int64_t next = 0;
+  feed_in_chunks(*cache, keys, kTokens, kDim, 5, [&](int64_t fed) {
+    for (; next < fed; ++next) {
+      const int64_t t = next;
+      double squares = 0;
+      for (int64_t d = 0; d < kDim; ++d) squares += double(keys[t * kDim + d]) * keys[t * kDim + d];
+      ref.push_back({t, {}, static_cast<float>(-std::sqrt(squares)), {}});
+      if (static_cast<int64_t>(ref.size()) > kBudget) {
+        const std::size_t first = eviction_test::ref_chunk_victim(ref, rule);
+        ASSERT_LT(first, ref.size());
+        ref.erase(ref.begin() + static_cast<std::ptrdiff_t>(first), ref.begin() + static_cast<std::ptrdiff_t>(first + kChunk));
+      }
+    }
+    std::vector<int32_t> want;
+    for (const RefRow& r : ref) want.push_back(static_cast<int32_t>(r.pos));
+    const int32_t* got = cache->rows().positions(0, 0);
+    ASSERT_EQ(std::vector<int32_t>(got, got + cache->rows().rows()), want) << "after " << fed << " tokens";
+  });
+}
+
+TEST(EvictionRules, ChunkKVValidation) {
+  KVCacheConfig c = small_budget("chunkkv", 32);
+  c.options<ChunkKVOptions>().chunkkv_chunk_size = 0;
+  expect_config_error(c, {"chunkkv_chunk_size", "0"});
+  c = small_budget("chunkkv", 32);
+  c.options<ChunkKVOptions>().chunkkv_chunk_size = 12;  // sinks' chunk 12 + 2 x 12 = 36 > 32
+  expect_config_error(c, {"chunkkv_budget=32", "36", "chunkkv_chunk_size=12"});
+  c = small_budget("chunkkv", 32);
+  c.options<ChunkKVOptions>().chunkkv_score = "entropy";
+  expect_config_error(c, {"chunkkv_score", "entropy"});
+  c = small_budget("chunkkv", 32);
+  c.options<ChunkKVOptions>().chunkkv_reuse_layers = 2;
+  expect_config_error(c, {"chunkkv_reuse_layers=2", "not implemented"});
 }
 
 // --- options of the first methods that did nothing are refused, not silently accepted ----------

@@ -36,6 +36,13 @@ inline KVCacheConfig small_budget(const std::string& method, int budget, int hea
   return c;
 }
 
+// Whether a cache of `policy` may hold `rows` after `fed` tokens: all of them up to the budget;
+// past it the budget, or as few as budget + 1 - c when evictions remove c rows at once (chunkkv).
+inline bool holds_expected_rows(const eviction::EvictionPolicy& policy, int64_t rows, int64_t fed) {
+  if (fed <= policy.budget) return rows == fed;
+  return rows <= policy.budget && rows >= policy.budget + 1 - policy.rows_evicted_at_once();
+}
+
 // Expects `c` to be refused with a QuantizerConfigError whose message holds every word.
 inline void expect_config_error(const KVCacheConfig& c, const std::vector<std::string>& words) {
   try {

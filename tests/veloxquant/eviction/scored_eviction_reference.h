@@ -31,7 +31,31 @@ struct RefRule {
   // What victims are ranked by at the step feeding position `step`.
   std::function<float(const RefRow& row, int64_t step)> rank = [](const RefRow& row, int64_t) { return row.score; };
   std::function<void(std::vector<RefRow>& rows, std::size_t victim)> before_evict;
+  // chunkkv: evict the whole chunk of positions [c*i, c*(i+1)) — all present, none a sink, none
+  // among the newest `protect` — with the lowest mean score instead of one row.
+  int64_t chunk = 1;
 };
+
+// The chunk ChunkKV evicts from `rows`: the index of its first member (rows.size(): none).
+inline std::size_t ref_chunk_victim(const std::vector<RefRow>& rows, const RefRule& rule) {
+  std::size_t best = rows.size();
+  double best_mean = 0;
+  const std::size_t end = rows.size() - static_cast<std::size_t>(rule.protect);
+  for (std::size_t j = 0; j + static_cast<std::size_t>(rule.chunk) <= end; ++j) {
+    if (rows[j].pos % rule.chunk != 0 || rows[j].pos < rule.n_sink) continue;
+    bool complete = true;
+    double sum = 0;
+    for (int64_t m = 0; m < rule.chunk; ++m) {
+      complete = complete && rows[j + static_cast<std::size_t>(m)].pos == rows[j].pos + m;
+      sum += rows[j + static_cast<std::size_t>(m)].score;
+    }
+    if (complete && (best == rows.size() || sum / double(rule.chunk) < best_mean)) {
+      best = j;
+      best_mean = sum / double(rule.chunk);
+    }
+  }
+  return best;
+}
 
 inline RefRule h2o_rule(int64_t budget, int64_t n_sink, int64_t protect, double decay, bool accumulate) {
   RefRule rule{budget, n_sink, protect, nullptr};
@@ -59,6 +83,13 @@ inline void ref_step(std::vector<RefRow>& rows, RefRow incoming, const RefRule& 
     rows[j].score = j + 1 == rows.size() ? w : rule.combine(rows[j].score, w);
   }
   if (static_cast<int64_t>(rows.size()) <= rule.budget) return;
+  if (rule.chunk > 1) {
+    const std::size_t first = ref_chunk_victim(rows, rule);
+    ASSERT_LT(first, rows.size()) << "no complete chunk to evict";
+    rows.erase(rows.begin() + static_cast<std::ptrdiff_t>(first),
+               rows.begin() + static_cast<std::ptrdiff_t>(first + static_cast<std::size_t>(rule.chunk)));
+    return;
+  }
   const int64_t step = rows.back().pos;
   std::size_t victim = rows.size();
   for (std::size_t j = 0; j + static_cast<std::size_t>(rule.protect) < rows.size(); ++j) {
