@@ -31,6 +31,7 @@
 #include "veloxquant/eviction/methods/kvzip_cache.h"
 #include "veloxquant/eviction/methods/morphkv_cache.h"
 #include "veloxquant/eviction/methods/pyramidkv_cache.h"
+#include "veloxquant/eviction/methods/qfilters_cache.h"
 #include "veloxquant/eviction/methods/snapkv_cache.h"
 #include "veloxquant/eviction/methods/streaming_llm_cache.h"
 #include "veloxquant/eviction/methods/tova_cache.h"

@@ -1,9 +1,11 @@
 #include "veloxquant/eviction/eviction_cache.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 
 #include "base/error.h"
+#include "base/logging.h"
 #include "base/thread_pool.h"
 #include "lm/kv_rows.h"
 #include "veloxquant/rows/cache_rows.h"
@@ -45,6 +47,10 @@ void EvictionCache::prepare_rows(const lm::Tensor& keys, const lm::Tensor& value
                                  who);
   }
   if (offset_ + keys.dim(2) > INT32_MAX) throw base::InvalidArgument(who + ": positions past 2^31 are not supported");
+  const int64_t state_floats = policy_.state_floats(rows_.key_dim());
+  if (state_floats > 0 && policy_state_.empty()) {
+    policy_state_.assign(static_cast<std::size_t>(rows_.batch() * rows_.heads() * state_floats), 0.0f);
+  }
 }
 
 lm::KeysValues EvictionCache::update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) {
@@ -83,6 +89,8 @@ void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& v
       for (int64_t t = 0; t < s; ++t) c.positions.push_back(static_cast<int32_t>(offset_ + t));
       c.scores.assign(static_cast<std::size_t>(total), 0.0f);
       if (const float* carried = rows_.scores(b, h)) std::copy_n(carried, stored, c.scores.data());
+      const int64_t state_floats = policy_.state_floats(dk);
+      c.head_state = state_floats > 0 ? policy_state_.data() + bh * state_floats : nullptr;
       if (policy_.merges()) {  // cam blends evicted values into survivors: every value in f32
         c.value_dim = dv;
         c.values.resize(static_cast<std::size_t>(total * dv));
@@ -132,6 +140,32 @@ void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& v
   rows_.commit_rows(static_cast<int64_t>(kept[0].size()));
   offset_ += s;
   observed_.clear();
+  check_retention();
+}
+
+void EvictionCache::check_retention() {
+  if (policy_.min_retention <= 0.0 || retention_reported_ || offset_ == 0) return;
+  const double retention = double(policy_.budget) / double(offset_);
+  if (retention >= policy_.min_retention) return;
+  retention_reported_ = true;
+  const std::string message = type_name_ + ": the budget keeps " + std::to_string(policy_.budget) + " of " +
+                              std::to_string(offset_) + " tokens (retention " + std::to_string(retention) +
+                              "), below the minimum retention " + std::to_string(policy_.min_retention);
+  if (policy_.on_low_retention == EvictionPolicy::LowRetention::kRaise) throw QuantizerConfigError(message);
+  if (policy_.on_low_retention == EvictionPolicy::LowRetention::kWarn) {
+    // Once per process, as Python's warnings module shows a warning once per location.
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) base::log_warning(message);
+  }
+}
+
+std::vector<lm::Tensor> EvictionCache::state() const {
+  std::vector<lm::Tensor> out = rows_.state();
+  if (!out.empty() && !policy_state_.empty()) {
+    const int64_t per_head = policy_.state_floats(rows_.key_dim());
+    out.push_back(lm::Tensor::from_f32(policy_state_, {rows_.batch(), rows_.heads(), per_head}, lm::DType::F32));
+  }
+  return out;
 }
 
 // Attention over the kept rows and this call's new rows as one sequence, through the shared
@@ -294,7 +328,7 @@ double parse_real(const std::string& text, const std::string& who, const char* w
   throw base::FormatError(who + ": " + what + " '" + text + "' is not a number");
 }
 
-constexpr std::size_t kMetaEntriesBefore13 = 19, kMetaEntries = 30;
+constexpr std::size_t kMetaEntriesBefore13 = 19, kMetaEntries = 34;
 
 }  // namespace
 
@@ -337,7 +371,11 @@ std::vector<std::string> EvictionCache::meta_state() const {
           policy_.merge_keys ? "1" : "0",
           policy_.merge_gate ? "1" : "0",
           std::to_string(policy_.merge_seed),
-          std::to_string(policy_.chunk_size)};
+          std::to_string(policy_.chunk_size),
+          std::to_string(policy_.calib_tokens),
+          std::to_string(policy_.direction_sign),
+          real_text(policy_.min_retention),
+          std::to_string(static_cast<int>(policy_.on_low_retention))};
 }
 
 void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
@@ -393,12 +431,34 @@ void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::
     policy.merge_gate = num(27, "merge_gate") != 0;
     policy.merge_seed = static_cast<uint64_t>(num(28, "merge_seed"));
     policy.chunk_size = std::max<int64_t>(1, num(29, "chunk_size"));
+    policy.calib_tokens = num(30, "calib_tokens");
+    policy.direction_sign = num(31, "direction_sign") < 0 ? -1 : 1;
+    policy.min_retention = parse_real(meta[32], who, "min_retention");
+    const int64_t action = num(33, "on_low_retention");
+    if (action < 0 || action > 2) throw base::FormatError(who + ": on_low_retention " + meta[33] + " is unknown");
+    policy.on_low_retention = static_cast<EvictionPolicy::LowRetention>(action);
   }
   EvictionRows rows(policy.budget, policy.uses_scores(), spec);
+  std::vector<float> policy_state;
   if (state.empty()) {
     if (offset != 0) throw base::FormatError(who + ": no tensors for offset " + meta[18]);
   } else {
-    rows.restore(state, key_dim, value_dim, dtype, who.c_str());
+    std::vector<lm::Tensor> row_tensors = state;
+    if (const int64_t per_head = policy.state_floats(key_dim); per_head > 0) {
+      const lm::Tensor& extra = row_tensors.back();
+      if (row_tensors.size() < 2 || extra.ndim() != 3 || extra.dim(2) != per_head || extra.dtype() != lm::DType::F32) {
+        throw base::FormatError(who + ": the last tensor is not the policy state f32 [B, H, " +
+                                std::to_string(per_head) + "]");
+      }
+      policy_state = extra.to_f32();
+      row_tensors.pop_back();
+    }
+    rows.restore(row_tensors, key_dim, value_dim, dtype, who.c_str());
+    if (!policy_state.empty() && static_cast<int64_t>(policy_state.size()) !=
+                                     rows.batch() * rows.heads() * policy.state_floats(key_dim)) {
+      throw base::FormatError(who + ": policy state does not match " + std::to_string(rows.batch()) + " x " +
+                              std::to_string(rows.heads()) + " heads");
+    }
     if (rows.rows() > offset) {
       throw base::FormatError(who + ": " + std::to_string(rows.rows()) + " rows stored but offset " + meta[18]);
     }
@@ -406,6 +466,9 @@ void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::
   policy_ = policy;
   scoring_ = scoring;
   rows_ = std::move(rows);
+  policy_state_ = std::move(policy_state);
+  // A cache saved past its retention floor already reported it.
+  retention_reported_ = policy.min_retention > 0 && offset > 0 && double(policy.budget) / double(offset) < policy.min_retention;
   offset_ = offset;
   observed_.clear();
 }

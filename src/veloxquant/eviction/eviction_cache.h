@@ -41,7 +41,8 @@ class EvictionCache : public lm::KVCache {
   std::size_t nbytes() const override { return rows_.nbytes(); }
   bool is_trimmable() const override { return false; }
   lm::AttentionMask make_mask(int64_t n_queries, std::optional<int64_t> window) const override;
-  std::vector<lm::Tensor> state() const override { return rows_.state(); }
+  // The rows' tensors, then the policy's per-head state when it keeps one (qfilters).
+  std::vector<lm::Tensor> state() const override;
   std::vector<std::string> meta_state() const override;
   void from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) override;
   std::string type_name() const override { return type_name_; }
@@ -92,6 +93,11 @@ class EvictionCache : public lm::KVCache {
   std::shared_ptr<const attention::CodeOrder> rvq_order_;
   int64_t offset_ = 0;
   bool last_used_queries_ = false;
+  // Per (batch, head) policy state, EvictionPolicy::state_floats(key dim) floats each.
+  std::vector<float> policy_state_;
+  bool retention_reported_ = false;
+  // qfilters' retention floor, checked after each update.
+  void check_retention();
 };
 
 }  // namespace veloxquant::eviction

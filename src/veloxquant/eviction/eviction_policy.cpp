@@ -87,6 +87,7 @@ void score_new_token(const EvictionPolicy& p, Candidates& c, const std::vector<i
                      const QuerySource& queries, float scale, std::vector<float>& query, std::vector<float>& weights) {
   const int32_t idx = live.back();
   const float* key = c.keys.data() + static_cast<std::size_t>(idx) * static_cast<std::size_t>(c.dim);
+  if (p.kind == EvictionPolicy::Kind::kDirection) return;  // scored by score_along_direction
   if (!p.uses_attention()) {
     c.scores[static_cast<std::size_t>(idx)] = p.arrival_score(key, c.dim, 0.0f);
     return;
@@ -122,6 +123,58 @@ void score_by_recent_votes(const EvictionPolicy& p, Candidates& c, const std::ve
     mean_softmax_weights(c.keys.data(), live.data(), static_cast<int64_t>(v + 1), c.dim, query.data(), nq, scale,
                          weights.data());
     for (std::size_t j = 0; j <= v; ++j) c.scores[static_cast<std::size_t>(live[j])] += weights[j];
+  }
+}
+
+// The top right singular vector of the rows x dim matrix `keys` (the top eigenvector of K^T K)
+// by power iteration from a fixed start, oriented so that the rows' mean projection is >= 0.
+std::vector<float> principal_direction(const float* keys, int64_t rows, int64_t dim) {
+  std::vector<double> gram(static_cast<std::size_t>(dim * dim), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* k = keys + r * dim;
+    for (int64_t i = 0; i < dim; ++i) {
+      for (int64_t j = 0; j < dim; ++j) gram[static_cast<std::size_t>(i * dim + j)] += double(k[i]) * k[j];
+    }
+  }
+  std::vector<double> v(static_cast<std::size_t>(dim), 1.0 / std::sqrt(double(dim))), next(v.size());
+  for (int iteration = 0; iteration < 200; ++iteration) {
+    double norm = 0.0;
+    for (int64_t i = 0; i < dim; ++i) {
+      double sum = 0.0;
+      for (int64_t j = 0; j < dim; ++j) sum += gram[static_cast<std::size_t>(i * dim + j)] * v[static_cast<std::size_t>(j)];
+      next[static_cast<std::size_t>(i)] = sum;
+      norm += sum * sum;
+    }
+    if (norm == 0.0) break;  // all-zero keys: keep the start
+    norm = std::sqrt(norm);
+    for (int64_t i = 0; i < dim; ++i) v[static_cast<std::size_t>(i)] = next[static_cast<std::size_t>(i)] / norm;
+  }
+  double mean_projection = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < dim; ++i) mean_projection += double(keys[r * dim + i]) * v[static_cast<std::size_t>(i)];
+  }
+  std::vector<float> u(static_cast<std::size_t>(dim));
+  for (int64_t i = 0; i < dim; ++i) u[static_cast<std::size_t>(i)] = static_cast<float>(mean_projection < 0 ? -v[static_cast<std::size_t>(i)] : v[static_cast<std::size_t>(i)]);
+  return u;
+}
+
+// Q-Filters' scores: calibrates the head's direction once the calibration window is in (the
+// first tokens are candidates 0.. since nothing is evicted before), then scores every candidate
+// by direction_sign * <k, u>. Before calibration nothing can be evicted (window <= budget + 1).
+void score_along_direction(const EvictionPolicy& p, Candidates& c) {
+  float* u = c.head_state;
+  float& calibrated = c.head_state[c.dim];
+  if (calibrated == 0.0f) {
+    if (c.count() < p.calibration_window()) return;
+    const std::vector<float> direction = principal_direction(c.keys.data(), p.calibration_window(), c.dim);
+    std::copy(direction.begin(), direction.end(), u);
+    calibrated = 1.0f;
+  }
+  for (int64_t j = 0; j < c.count(); ++j) {
+    const float* k = c.keys.data() + j * c.dim;
+    double dot = 0.0;
+    for (int64_t i = 0; i < c.dim; ++i) dot += double(k[i]) * u[i];
+    c.scores[static_cast<std::size_t>(j)] = static_cast<float>(p.direction_sign * dot);
   }
 }
 
@@ -310,6 +363,7 @@ const char* policy_kind_name(EvictionPolicy::Kind kind) {
     case Kind::kObservationWindow: return "observation_window";
     case Kind::kKeyNorm: return "key_norm";
     case Kind::kRecentVotes: return "recent_votes";
+    case Kind::kDirection: return "direction";
   }
   return "attention_scored";
 }
@@ -320,6 +374,7 @@ EvictionPolicy::Kind parse_policy_kind(const std::string& name) {
   if (name == "observation_window") return Kind::kObservationWindow;
   if (name == "key_norm") return Kind::kKeyNorm;
   if (name == "recent_votes") return Kind::kRecentVotes;
+  if (name == "direction") return Kind::kDirection;
   throw base::FormatError("eviction policy '" + name + "' is unknown");
 }
 
@@ -329,6 +384,9 @@ std::vector<int32_t> select_rows(const EvictionPolicy& policy, Candidates& c, co
     case Kind::kAttentionScored:
     case Kind::kKeyNorm:
     case Kind::kRecentVotes: return keep_per_token(policy, c, queries, scale);
+    case Kind::kDirection:
+      score_along_direction(policy, c);
+      return keep_per_token(policy, c, queries, scale);
     case Kind::kObservationWindow:
       if (c.count() - c.stored == 1) return keep_per_token(policy, c, queries, scale);
       return keep_observation_window(policy, c, queries, scale);

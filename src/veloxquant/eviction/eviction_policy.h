@@ -32,11 +32,18 @@
 //                        it gets — recomputed every token, nothing carried. Over budget evict the
 //                        argmin outside the sinks and the newest obs_window - 1 rows (the voters
 //                        of the next token); obs_window 1 is TOVA.
+//   kDirection           qfilters: once the first min(calib_tokens, budget + 1) tokens are in, each
+//                        head fixes a direction u, the top right singular vector of their keys
+//                        (oriented so that their mean projection is >= 0); every row's score is
+//                        then direction_sign * <k, u>, fixed, and the per-token loop evicts the
+//                        argmin outside the sinks and the newest `protect_recent` rows. The
+//                        direction is per-head state (EvictionCache::policy_state).
 //   kObservationWindow   snapkv: a chunk of several tokens (prefill) lets its last obs_window
 //                        tokens vote, pooled over neighbouring rows (the votes replace the
 //                        carried scores); keep the sinks, the window and the best-voted rest. A single token (decode) scores like
 //                        kAttentionScored (accumulated, the newest obs_window rows protected).
 // Sinks are the rows whose true position is below n_sink (the first positions, never evicted).
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -45,7 +52,7 @@
 namespace veloxquant::eviction {
 
 struct EvictionPolicy {
-  enum class Kind { kRecentWindow, kAttentionScored, kObservationWindow, kKeyNorm, kRecentVotes };
+  enum class Kind { kRecentWindow, kAttentionScored, kObservationWindow, kKeyNorm, kRecentVotes, kDirection };
   Kind kind = Kind::kAttentionScored;
   int64_t budget = 512;
   int64_t n_sink = 4;
@@ -69,6 +76,13 @@ struct EvictionPolicy {
   bool merge_gate = true;
   uint64_t merge_seed = 0;
   int64_t chunk_size = 1;      // chunkkv: rows evicted together (1: one row, the others)
+  int64_t calib_tokens = 0;    // qfilters: tokens whose keys fix the direction
+  int direction_sign = 1;      // qfilters: +1 keeps keys along u, -1 against it
+  // qfilters: when budget / tokens fed first drops below min_retention (0: never checked), warn
+  // once per process, raise (QuantizerConfigError from the update) or ignore.
+  enum class LowRetention { kWarn, kRaise, kIgnore };
+  double min_retention = 0.0;
+  LowRetention on_low_retention = LowRetention::kWarn;
 
   bool uses_scores() const { return kind != Kind::kRecentWindow; }
   // Whether scores come from attention weights (so real queries help).
@@ -77,7 +91,14 @@ struct EvictionPolicy {
   }
   // Policies the fused decode step's single-row shortcut cannot run (it neither decodes the
   // survivors' keys nor re-scores them): the cache takes the general selection for them.
-  bool needs_general_selection() const { return merges() || kind == Kind::kRecentVotes || chunk_size > 1; }
+  bool needs_general_selection() const {
+    return merges() || kind == Kind::kRecentVotes || kind == Kind::kDirection || chunk_size > 1;
+  }
+  // Floats of per-(batch, head) state the policy keeps besides the rows (qfilters: the direction
+  // and a calibrated flag), for keys of dimension `dim`.
+  int64_t state_floats(int64_t dim) const { return kind == Kind::kDirection ? dim + 1 : 0; }
+  // The number of first tokens whose keys calibrate kDirection's direction.
+  int64_t calibration_window() const { return std::min(calib_tokens, budget + 1); }
   // How many rows one eviction removes: a full cache holds between budget + 1 - this and budget.
   int64_t rows_evicted_at_once() const { return chunk_size; }
   // A live row's new score after a step that gave it attention weight w.
@@ -114,6 +135,8 @@ struct Candidates {
   int64_t value_dim = 0;
   std::vector<float> values;
   std::vector<char> modified;
+  // Policies with per-head state (state_floats > 0): this head's state, read and updated.
+  float* head_state = nullptr;
   int64_t count() const { return static_cast<int64_t>(positions.size()); }
 };
 

@@ -11,6 +11,7 @@
 #include "veloxquant/eviction/methods/kvzip_cache.h"
 #include "veloxquant/eviction/methods/morphkv_cache.h"
 #include "veloxquant/eviction/methods/pyramidkv_cache.h"
+#include "veloxquant/eviction/methods/qfilters_cache.h"
 #include "veloxquant/eviction/methods/snapkv_cache.h"
 #include "veloxquant/eviction/methods/streaming_llm_cache.h"
 #include "veloxquant/eviction/methods/tova_cache.h"
@@ -21,7 +22,7 @@ namespace veloxquant {
 std::vector<MethodDescriptor> eviction_method_rows() {
   return {snapkv_method(), streaming_llm_method(), h2o_method(),      tova_method(),
           pyramidkv_method(), knorm_method(),        keyformer_method(), kvzip_method(),
-          cam_method(),       morphkv_method(),      chunkkv_method()};
+          cam_method(),       morphkv_method(),      chunkkv_method(),   qfilters_method()};
 }
 
 }  // namespace veloxquant

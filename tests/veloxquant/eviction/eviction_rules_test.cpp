@@ -8,6 +8,7 @@
 //   cam        H2O's victim blended into its most key-similar survivor (gated); drop = H2O
 //   morphkv    the newest `window` rows vote (attention summed, recomputed each token); 1 = TOVA
 //   chunkkv    whole position-aligned chunks evicted by mean score; chunk size 1 = the H2O scorer
+//   qfilters   fixed scores sign * <k, u>, u the first keys' principal direction; retention floor
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -449,6 +450,150 @@ TEST(EvictionRules, ChunkKVValidation) {
   c = small_budget("chunkkv", 32);
   c.options<ChunkKVOptions>().chunkkv_reuse_layers = 2;
   expect_config_error(c, {"chunkkv_reuse_layers=2", "not implemented"});
+}
+
+// --- qfilters ------------------------------------------------------------------------------------
+
+// Keys with one dominant direction (Q-Filters' premise, and a clear eigengap for the SVD):
+// uniform noise plus a per-token multiple of a fixed direction.
+std::vector<float> keys_with_a_direction(int64_t tokens, int64_t dim, uint64_t seed) {
+  std::vector<float> keys = test_support::random_kv(1, 1, tokens, dim, seed, lm::DType::F32).to_f32();
+  const std::vector<float> coeff = test_support::random_kv(1, 1, tokens, 1, seed + 1, lm::DType::F32).to_f32();
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t d = 0; d < dim; ++d) keys[t * dim + d] += 2.0f * coeff[t] * float(d % 3 == 0 ? 1 : -1);
+  }
+  return keys;
+}
+
+// The principal direction by brute force: power iteration in doubles from a random start,
+// oriented so the keys' mean projection is >= 0.
+std::vector<double> reference_direction(const std::vector<float>& keys, int64_t rows, int64_t dim) {
+  std::vector<double> v(static_cast<std::size_t>(dim));
+  for (int64_t d = 0; d < dim; ++d) v[d] = std::sin(1.0 + 7.0 * d);
+  for (int it = 0; it < 2000; ++it) {
+    std::vector<double> kv(static_cast<std::size_t>(rows), 0.0), next(v.size(), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t d = 0; d < dim; ++d) kv[r] += keys[r * dim + d] * v[d];
+    double norm = 0;
+    for (int64_t d = 0; d < dim; ++d) {
+      for (int64_t r = 0; r < rows; ++r) next[d] += keys[r * dim + d] * kv[r];
+      norm += next[d] * next[d];
+    }
+    for (int64_t d = 0; d < dim; ++d) v[d] = next[d] / std::sqrt(norm);
+  }
+  double mean = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < dim; ++d) mean += keys[r * dim + d] * v[d];
+  if (mean < 0) for (double& x : v) x = -x;
+  return v;
+}
+
+TEST(EvictionRules, QFiltersEqualsClosedForm) {
+  constexpr int64_t kDim = 16, kTokens = 120, kBudget = 16, kSinks = 2, kRecent = 2, kCalib = 24;
+  const std::vector<float> keys = keys_with_a_direction(kTokens, kDim, 31);
+  // The calibration window is min(calib_tokens, budget + 1) = 17 tokens.
+  const std::vector<double> u = reference_direction(keys, kBudget + 1, kDim);
+  for (int sign : {1, -1}) {
+    for (int64_t chunk : {1, 7, 120}) {
+      SCOPED_TRACE("sign " + std::to_string(sign) + " chunk " + std::to_string(chunk));
+      KVCacheConfig c = small_budget("qfilters", kBudget, kDim);
+      QFiltersOptions& o = c.options<QFiltersOptions>();
+      o.qfilters_n_sink = kSinks;
+      o.qfilters_recent = kRecent;
+      o.qfilters_calib_tokens = kCalib;
+      o.qfilters_sign = sign;
+      o.qfilters_min_retention.reset();
+      auto cache = make_eviction_cache(c);
+      EXPECT_FALSE(cache->wants_queries());
+      feed_in_chunks(*cache, keys, kTokens, kDim, chunk, [&](int64_t fed) {
+        std::vector<int32_t> all(static_cast<std::size_t>(fed));
+        std::iota(all.begin(), all.end(), 0);
+        std::vector<int32_t> want, rest;
+        for (int32_t t : all) (t < kSinks || t >= fed - kRecent ? want : rest).push_back(t);
+        if (fed <= kBudget) {
+          want = all;
+        } else {
+          std::vector<double> score(static_cast<std::size_t>(fed));
+          for (int64_t t = 0; t < fed; ++t) {
+            for (int64_t d = 0; d < kDim; ++d) score[t] += sign * keys[t * kDim + d] * u[d];
+          }
+          std::sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) { return score[a] > score[b]; });
+          rest.resize(kBudget - want.size());
+          want.insert(want.end(), rest.begin(), rest.end());
+          std::sort(want.begin(), want.end());
+        }
+        const int32_t* got = cache->rows().positions(0, 0);
+        ASSERT_EQ(std::vector<int32_t>(got, got + cache->rows().rows()), want) << "after " << fed << " tokens";
+      });
+      // The saved direction is the reference's.
+      const std::vector<float> state = cache->state().back().to_f32();
+      ASSERT_EQ(state.size(), static_cast<std::size_t>(kDim + 1));
+      EXPECT_EQ(state[kDim], 1.0f);  // calibrated
+      for (int64_t d = 0; d < kDim; ++d) EXPECT_NEAR(state[d], u[d], 1e-4);
+    }
+  }
+}
+
+// The direction travels with save / restore and clone: the copies evict as the original does.
+TEST(EvictionRules, QFiltersDirectionSurvivesRestoreAndClone) {
+  constexpr int64_t kDim = 16;
+  KVCacheConfig c = small_budget("qfilters", 16, kDim);
+  c.options<QFiltersOptions>().qfilters_min_retention.reset();
+  auto cache = make_eviction_cache(c);
+  const std::vector<float> keys = keys_with_a_direction(90, kDim, 41);
+  feed_in_chunks(*cache, std::vector<float>(keys.begin(), keys.begin() + 40 * kDim), 40, kDim, 40, [](int64_t) {});
+  auto restored = require_method("qfilters").make_restorable();
+  restored->from_state(cache->state(), cache->meta_state());
+  auto copy = cache->clone();
+  for (auto* other : {restored.get(), copy.get()}) {
+    auto original = cache->clone();
+    const std::vector<float> rest(keys.begin() + 40 * kDim, keys.end());
+    feed_in_chunks(*original, rest, 50, kDim, 1, [](int64_t) {});
+    feed_in_chunks(*other, rest, 50, kDim, 1, [](int64_t) {});
+    const auto* a = dynamic_cast<const eviction::EvictionCache*>(original.get());
+    const auto* b = dynamic_cast<const eviction::EvictionCache*>(other);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(std::vector<int32_t>(a->rows().positions(0, 0), a->rows().positions(0, 0) + 16),
+              std::vector<int32_t>(b->rows().positions(0, 0), b->rows().positions(0, 0) + 16));
+  }
+}
+
+TEST(EvictionRules, QFiltersRetentionFloor) {
+  KVCacheConfig c = small_budget("qfilters", 18);
+  c.options<QFiltersOptions>().qfilters_min_retention = 0.9;  // 18 / 20 = 0.9 holds, 18 / 21 does not
+  c.options<QFiltersOptions>().qfilters_on_low_retention = "raise";
+  auto cache = make_eviction_cache(c);
+  const lm::Tensor k20 = test_support::random_kv(1, 1, 20, 32, 1);
+  EXPECT_NO_THROW(cache->update_and_fetch(k20, k20));
+  const lm::Tensor k1 = test_support::random_kv(1, 1, 1, 32, 2);
+  try {
+    cache->update_and_fetch(k1, k1);
+    FAIL() << "no error below the retention floor";
+  } catch (const QuantizerConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("minimum retention"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(cache->update_and_fetch(k1, k1));  // reported once
+  for (const std::string action : {"warn", "ignore"}) {
+    c.options<QFiltersOptions>().qfilters_on_low_retention = action;
+    auto quiet = make_eviction_cache(c);
+    const lm::Tensor k = test_support::random_kv(1, 1, 40, 32, 3);
+    EXPECT_NO_THROW(quiet->update_and_fetch(k, k)) << action;
+  }
+}
+
+TEST(EvictionRules, QFiltersValidation) {
+  KVCacheConfig c = small_budget("qfilters", 32);
+  c.options<QFiltersOptions>().qfilters_sign = 0;
+  expect_config_error(c, {"qfilters_sign", "0"});
+  c = small_budget("qfilters", 32);
+  c.options<QFiltersOptions>().qfilters_calib_tokens = 0;
+  expect_config_error(c, {"qfilters_calib_tokens", "0"});
+  c = small_budget("qfilters", 32);
+  c.options<QFiltersOptions>().qfilters_min_retention = 1.5;
+  expect_config_error(c, {"qfilters_min_retention", "1.5"});
+  c = small_budget("qfilters", 32);
+  c.options<QFiltersOptions>().qfilters_on_low_retention = "shout";
+  expect_config_error(c, {"qfilters_on_low_retention", "shout"});
 }
 
 // --- options of the first methods that did nothing are refused, not silently accepted ----------
