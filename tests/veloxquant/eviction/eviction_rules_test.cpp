@@ -139,14 +139,6 @@ TEST(EvictionRules, KeyformerEqualsBruteForceWithAnnealedNoise) {
   expect_matches_reference(c, rule);
 }
 
-// tau = 0: no noise, so keyformer keeps exactly what H2O without decay keeps (spec §6 #33).
-TEST(EvictionRules, KeyformerWithoutNoiseIsH2O) {
-  KVCacheConfig c = small_budget("keyformer", 12);
-  c.options<KeyformerOptions>().keyformer_tau = 0.0;
-  c.options<KeyformerOptions>().keyformer_n_sink = 2;
-  expect_matches_reference(c, eviction_test::h2o_rule(12, 2, 0, 1.0, true));
-}
-
 // The frozen noise is a standard Gumbel: mean = Euler-Mascheroni, variance = pi^2 / 6; it depends
 // on (seed, position) only.
 TEST(EvictionRules, GumbelNoiseIsStandardAndFrozen) {
@@ -190,13 +182,6 @@ TEST(EvictionRules, KVzipContextProbeKeepsTheMostRelied) {
   c.options<KVzipOptions>().kvzip_n_sink = 2;
   RefRule rule{12, 2, 0, [](float carried, float w) { return std::max(carried, w); }};
   expect_matches_reference(c, rule, 0.125f);
-}
-
-TEST(EvictionRules, KVzipLatestProbeIsTova) {
-  KVCacheConfig c = small_budget("kvzip", 12);
-  c.options<KVzipOptions>().kvzip_n_sink = 2;
-  c.options<KVzipOptions>().kvzip_probe = "latest";
-  expect_matches_reference(c, eviction_test::h2o_rule(12, 2, 0, 1.0, false));
 }
 
 TEST(EvictionRules, KVzipValidation) {
@@ -264,13 +249,6 @@ TEST(EvictionRules, CaMEqualsBruteForce) {
       }
     }
   }
-}
-
-TEST(EvictionRules, CaMDropIsH2OWithoutDecay) {
-  KVCacheConfig c = small_budget("cam", 12);
-  c.options<CaMOptions>().cam_n_sink = 2;
-  c.options<CaMOptions>().cam_merge = "drop";
-  expect_matches_reference(c, eviction_test::h2o_rule(12, 2, 0, 1.0, true));
 }
 
 // The merged values survive a save / restore and a clone, and the stepped and chunked paths merge
@@ -366,13 +344,6 @@ TEST(EvictionRules, MorphKVEqualsBruteForce) {
   }
 }
 
-TEST(EvictionRules, MorphKVWindowOneIsTova) {
-  KVCacheConfig c = small_budget("morphkv", 12);
-  c.options<MorphKVOptions>().morphkv_n_sink = 2;
-  c.options<MorphKVOptions>().morphkv_window = 1;
-  expect_matches_reference(c, eviction_test::h2o_rule(12, 2, 0, 1.0, false));
-}
-
 TEST(EvictionRules, MorphKVValidation) {
   KVCacheConfig c = small_budget("morphkv", 32);
   c.options<MorphKVOptions>().morphkv_window = 0;
@@ -395,13 +366,6 @@ TEST(EvictionRules, ChunkKVAttentionMassEqualsBruteForce) {
     rule.chunk = chunk;
     expect_matches_reference(c, rule);
   }
-}
-
-TEST(EvictionRules, ChunkKVChunkOneIsTheH2OScorer) {
-  KVCacheConfig c = small_budget("chunkkv", 12);
-  c.options<ChunkKVOptions>().chunkkv_n_sink = 2;
-  c.options<ChunkKVOptions>().chunkkv_chunk_size = 1;
-  expect_matches_reference(c, eviction_test::h2o_rule(12, 2, 0, 1.0, true));
 }
 
 // key_norm: fixed scores -||k||, so the brute force is a plain loop over norms.
@@ -594,6 +558,35 @@ TEST(EvictionRules, QFiltersValidation) {
   c = small_budget("qfilters", 32);
   c.options<QFiltersOptions>().qfilters_on_low_retention = "shout";
   expect_config_error(c, {"qfilters_on_low_retention", "shout"});
+}
+
+// --- reductions: settings under which a method is exactly an older rule ---------------------------
+
+// keyformer at tau 0, cam dropping, chunkkv with chunks of 1: the H2O scorer without decay or
+// grace; kvzip probing the latest step and morphkv with a window of 1: TOVA.
+TEST(EvictionRules, ReductionsToH2OAndTova) {
+  struct Reduction {
+    std::string method;
+    std::function<void(KVCacheConfig&)> set;
+    bool accumulate;  // true: the H2O scorer, false: TOVA
+  };
+  const std::vector<Reduction> reductions = {
+      {"keyformer", [](KVCacheConfig& c) { c.options<KeyformerOptions>().keyformer_tau = 0.0; }, true},
+      {"cam", [](KVCacheConfig& c) { c.options<CaMOptions>().cam_merge = "drop"; }, true},
+      {"chunkkv", [](KVCacheConfig& c) { c.options<ChunkKVOptions>().chunkkv_chunk_size = 1; }, true},
+      {"kvzip", [](KVCacheConfig& c) { c.options<KVzipOptions>().kvzip_probe = "latest"; }, false},
+      {"morphkv", [](KVCacheConfig& c) { c.options<MorphKVOptions>().morphkv_window = 1; }, false},
+  };
+  for (const Reduction& r : reductions) {
+    SCOPED_TRACE(r.method);
+    KVCacheConfig c = small_budget(r.method, 12);
+    r.set(c);
+    // Two sinks, through the method's own field.
+    for (const FieldSpec& f : require_method(r.method).fields) {
+      if (f.name == r.method + "_n_sink") f.set(c, int64_t{2});
+    }
+    expect_matches_reference(c, eviction_test::h2o_rule(12, 2, 0, 1.0, r.accumulate));
+  }
 }
 
 // --- options of the first methods that did nothing are refused, not silently accepted ----------
