@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 #include <nlohmann/json.hpp>
 
@@ -34,7 +35,8 @@ TEST(MethodRegistry, EveryDescriptorIsComplete) {
     SCOPED_TRACE(m.name);
     EXPECT_FALSE(m.paper.empty());
     EXPECT_FALSE(m.blurb.empty());
-    EXPECT_EQ(m.docs, "docs/methods/" + m.name + ".md");
+    EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::path(VQ_SOURCE_DIR) / m.docs))
+        << "the method card " << m.docs << " does not exist";
     EXPECT_TRUE(m.family == "quantization" || m.family == "eviction" || m.family == "hybrid");
     EXPECT_EQ(static_cast<bool>(m.make_serving), m.is_servable);
     EXPECT_EQ(static_cast<bool>(m.make_standalone), !m.is_servable);
@@ -42,6 +44,44 @@ TEST(MethodRegistry, EveryDescriptorIsComplete) {
     for (const FieldSpec& f : m.fields) {
       EXPECT_EQ(find_field(f.name), &f) << "field names are unique across methods: " << f.name;
       EXPECT_TRUE(field_relevant_to(m, f.name));
+    }
+  }
+}
+
+// The one registration carries the prompt-cache restore: every servable method names the type its
+// caches report, and the placeholder it makes reports that type (integration/prompt_cache_types).
+TEST(MethodRegistry, EveryServableMethodRegistersItsRestoreFactory) {
+  for (const MethodDescriptor& m : method_registry()) {
+    SCOPED_TRACE(m.name);
+    if (!m.is_servable) {
+      EXPECT_FALSE(m.make_restorable);
+      continue;
+    }
+    ASSERT_TRUE(m.make_restorable);
+    EXPECT_EQ(m.make_restorable()->type_name(), m.cache_type_name);
+    KVCacheConfig c;
+    c.method = m.name;
+    c.head_dim = 32;
+    c.bit_width_inlier = 4;
+    EXPECT_EQ(m.make_serving(c)->type_name(), m.cache_type_name);
+  }
+}
+
+// Eviction methods set their budget through the registration; the result validates and keeps
+// that many rows.
+TEST(MethodRegistry, EveryEvictionMethodSetsItsBudget) {
+  for (const MethodDescriptor& m : method_registry()) {
+    SCOPED_TRACE(m.name);
+    EXPECT_EQ(static_cast<bool>(m.set_budget), m.family == "eviction");
+    if (!m.set_budget) continue;
+    for (int budget : {8, 32, 256}) {
+      KVCacheConfig c;
+      c.method = m.name;
+      m.set_budget(c, budget);
+      EXPECT_NO_THROW(m.validate(c));
+      auto cache = std::dynamic_pointer_cast<eviction::EvictionCache>(m.make_serving(c));
+      ASSERT_NE(cache, nullptr);
+      EXPECT_EQ(cache->policy().budget, budget);
     }
   }
 }
@@ -102,7 +142,12 @@ TEST(MethodsReport, Filters) {
   std::set<std::string> eviction;
   const nlohmann::json eviction_rows = methods_json({.family = "eviction"});
   for (const auto& m : eviction_rows.at("methods")) eviction.insert(m.at("name").get<std::string>());
-  EXPECT_EQ(eviction, (std::set<std::string>{"h2o", "pyramidkv", "snapkv", "streaming_llm", "tova"}));
+  std::set<std::string> registered;
+  for (const MethodDescriptor& m : method_registry()) {
+    if (m.family == "eviction") registered.insert(m.name);
+  }
+  EXPECT_EQ(eviction, registered);
+  for (const char* name : {"h2o", "pyramidkv", "snapkv", "streaming_llm", "tova"}) EXPECT_EQ(eviction.count(name), 1u);
   EXPECT_THROW(methods_json({.family = "vibes"}), QuantizerConfigError);
   const std::string text = methods_text({});
   EXPECT_NE(text.find("✗ qjl"), std::string::npos);

@@ -4,7 +4,7 @@
 
 #include "lm/kernels/simd_dot.h"
 #include "veloxquant/attention/tile_kernels.h"
-#include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/core/group_quant.h"
 
 namespace veloxquant {

@@ -5,7 +5,7 @@
 #include "base/half.h"
 #include "lm/kernels/simd_dot.h"
 #include "veloxquant/attention/tile_kernels.h"
-#include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/caches/group_affine_rows.h"
 #include "veloxquant/core/group_quant.h"
 

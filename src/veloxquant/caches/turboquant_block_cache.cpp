@@ -9,7 +9,7 @@
 #include "lm/kv_rows.h"
 #include "veloxquant/attention/attention_driver.h"
 #include "veloxquant/attention/fused_call.h"
-#include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/caches/turboquant_block_rows.h"
 #include "veloxquant/errors.h"
 

@@ -4,7 +4,7 @@
 
 #include "base/half.h"
 #include "veloxquant/attention/tile_kernels.h"
-#include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/caches/group_affine_rows.h"
 #include "veloxquant/core/bit_packing.h"
 

@@ -26,6 +26,24 @@ void check_bit_width(const BitWidth& bits) {
   }
 }
 
+// Generic switches of the original that change nothing in this port: refused when set away from
+// their defaults rather than silently accepted (a user who sets one expects an effect).
+void refuse_generic_switches_without_effect(const KVCacheConfig& config) {
+  if (!config.enable_vectorized_attend) {
+    throw QuantizerConfigError("enable_vectorized_attend=false has no effect here: the standalone caches always score "
+                               "every key in one pass; leave it at true");
+  }
+  if (config.enable_fused_query_dot) {
+    throw QuantizerConfigError("enable_fused_query_dot=true has no effect here: the standalone caches have one "
+                               "scoring path; leave it at false");
+  }
+  if (config.bit_width_outlier) {
+    throw QuantizerConfigError("bit_width_outlier=" + std::to_string(*config.bit_width_outlier) +
+                               " has no effect here: outlier channels are stored int8 with a per-token f16 scale; "
+                               "leave it unset");
+  }
+}
+
 }  // namespace
 
 void validate_for_build(const KVCacheConfig& config) {
@@ -68,6 +86,7 @@ const MethodDescriptor& validate_for_create(const KVCacheConfig& config) {
     throw QuantizerConfigError("head_dim must be >= 1, got " + std::to_string(config.head_dim));
   }
   for (const FieldSpec& spec : generic_fields()) check_field_bounds(spec, spec.get(config));
+  refuse_generic_switches_without_effect(config);
   for (const FieldSpec& spec : method.fields) check_field_bounds(spec, spec.get(config));
   if (method.validate) method.validate(config);
   return method;

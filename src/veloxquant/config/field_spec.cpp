@@ -118,6 +118,7 @@ std::string_view field_type_name(FieldType type) {
     case FieldType::kString: return "str";
     case FieldType::kBitWidth: return "int|list[int]";
     case FieldType::kFloat: return "float";
+    case FieldType::kOptionalFloat: return "float?";
   }
   return "?";
 }
@@ -160,6 +161,9 @@ FieldValue parse_field_value(const FieldSpec& spec, std::string_view text) {
     case FieldType::kString:
       return std::string(t);
     case FieldType::kFloat:
+      return parse_real(spec, t);
+    case FieldType::kOptionalFloat:
+      if (t.empty() || lower(t) == "none") return std::monostate{};
       return parse_real(spec, t);
     case FieldType::kBitWidth: {
       // "4" is the scalar form, "2,3,4" (or "[2,3,4]") the per-attention-layer list.

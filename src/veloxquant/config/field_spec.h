@@ -18,7 +18,7 @@
 
 namespace veloxquant {
 
-enum class FieldType { kInt, kOptionalInt, kBool, kString, kBitWidth, kFloat };
+enum class FieldType { kInt, kOptionalInt, kBool, kString, kBitWidth, kFloat, kOptionalFloat };
 
 // The value of one field: monostate = "None" (optional fields only). Float fields hold a
 // double; their ranges are checked by the method's validate (they are often open intervals).
@@ -35,7 +35,7 @@ struct FieldSpec {
 
   // The default, read from KVCacheConfig{} (the struct initialisers are the declaration).
   FieldValue default_value() const { return get(KVCacheConfig{}); }
-  bool optional() const { return type == FieldType::kOptionalInt; }
+  bool optional() const { return type == FieldType::kOptionalInt || type == FieldType::kOptionalFloat; }
 };
 
 std::string_view field_type_name(FieldType type);  // "int", "int?", "bool", "str", "int|list[int]", "float"
@@ -52,61 +52,91 @@ void check_field_bounds(const FieldSpec& spec, const FieldValue& value);
 
 // --- declaration helpers: a field that lives in an options struct of KVCacheConfig -------------
 
-template <class Options, class T>
-FieldSpec option_field(std::string name, Options KVCacheConfig::*group, T Options::*member,
-                       std::string help, std::optional<int64_t> min = std::nullopt,
-                       std::optional<int64_t> max = std::nullopt) {
+// Typed accessors of one option, given how to reach its struct in a config (`Access` returns
+// Options& for a mutable config and const Options& for a const one).
+template <class Options, class T, class Access>
+FieldSpec option_field_via(std::string name, Access access, T Options::*member, std::string help,
+                           std::optional<int64_t> min, std::optional<int64_t> max) {
   FieldSpec spec;
   spec.name = std::move(name);
   spec.help = std::move(help);
   spec.min = min;
   spec.max = max;
+  const auto read = [access, member](const KVCacheConfig& c) -> const T& { return access(c).*member; };
+  const auto write = [access, member](KVCacheConfig& c) -> T& { return access(c).*member; };
   if constexpr (std::is_same_v<T, bool>) {
     spec.type = FieldType::kBool;
-    spec.get = [group, member](const KVCacheConfig& c) -> FieldValue { return (c.*group).*member; };
-    spec.set = [group, member](KVCacheConfig& c, const FieldValue& v) {
-      (c.*group).*member = std::get<bool>(v);
-    };
+    spec.get = [read](const KVCacheConfig& c) -> FieldValue { return read(c); };
+    spec.set = [write](KVCacheConfig& c, const FieldValue& v) { write(c) = std::get<bool>(v); };
   } else if constexpr (std::is_same_v<T, std::string>) {
     spec.type = FieldType::kString;
-    spec.get = [group, member](const KVCacheConfig& c) -> FieldValue { return (c.*group).*member; };
-    spec.set = [group, member](KVCacheConfig& c, const FieldValue& v) {
-      (c.*group).*member = std::get<std::string>(v);
-    };
+    spec.get = [read](const KVCacheConfig& c) -> FieldValue { return read(c); };
+    spec.set = [write](KVCacheConfig& c, const FieldValue& v) { write(c) = std::get<std::string>(v); };
   } else if constexpr (std::is_floating_point_v<T>) {
     spec.type = FieldType::kFloat;
-    spec.get = [group, member](const KVCacheConfig& c) -> FieldValue {
-      return static_cast<double>((c.*group).*member);
-    };
-    spec.set = [group, member](KVCacheConfig& c, const FieldValue& v) {
-      (c.*group).*member = static_cast<T>(std::get<double>(v));
-    };
+    spec.get = [read](const KVCacheConfig& c) -> FieldValue { return static_cast<double>(read(c)); };
+    spec.set = [write](KVCacheConfig& c, const FieldValue& v) { write(c) = static_cast<T>(std::get<double>(v)); };
   } else if constexpr (std::is_same_v<T, std::optional<int>>) {
     // Values injected by for_model (pyramid_resolved_budget); None = not resolved yet.
     spec.type = FieldType::kOptionalInt;
-    spec.get = [group, member](const KVCacheConfig& c) -> FieldValue {
-      const std::optional<int>& value = (c.*group).*member;
+    spec.get = [read](const KVCacheConfig& c) -> FieldValue {
+      const std::optional<int>& value = read(c);
       if (!value) return std::monostate{};
       return static_cast<int64_t>(*value);
     };
-    spec.set = [group, member](KVCacheConfig& c, const FieldValue& v) {
+    spec.set = [write](KVCacheConfig& c, const FieldValue& v) {
       if (std::holds_alternative<std::monostate>(v)) {
-        (c.*group).*member = std::nullopt;
+        write(c) = std::nullopt;
       } else {
-        (c.*group).*member = static_cast<int>(std::get<int64_t>(v));
+        write(c) = static_cast<int>(std::get<int64_t>(v));
+      }
+    };
+  } else if constexpr (std::is_same_v<T, std::optional<double>>) {
+    // An optional float (keyformer_tau: None = anneal). Typed kOptionalFloat for the schema.
+    spec.type = FieldType::kOptionalFloat;
+    spec.get = [read](const KVCacheConfig& c) -> FieldValue {
+      const std::optional<double>& value = read(c);
+      if (!value) return std::monostate{};
+      return *value;
+    };
+    spec.set = [write](KVCacheConfig& c, const FieldValue& v) {
+      if (std::holds_alternative<std::monostate>(v)) {
+        write(c) = std::nullopt;
+      } else {
+        write(c) = std::get<double>(v);
       }
     };
   } else {
-    static_assert(std::is_integral_v<T>, "option fields are int, float, optional int, bool or string");
+    static_assert(std::is_integral_v<T>, "option fields are int, float, optional int/float, bool or string");
     spec.type = FieldType::kInt;
-    spec.get = [group, member](const KVCacheConfig& c) -> FieldValue {
-      return static_cast<int64_t>((c.*group).*member);
-    };
-    spec.set = [group, member](KVCacheConfig& c, const FieldValue& v) {
-      (c.*group).*member = static_cast<T>(std::get<int64_t>(v));
-    };
+    spec.get = [read](const KVCacheConfig& c) -> FieldValue { return static_cast<int64_t>(read(c)); };
+    spec.set = [write](KVCacheConfig& c, const FieldValue& v) { write(c) = static_cast<T>(std::get<int64_t>(v)); };
   }
   return spec;
+}
+
+// A field of an options struct that is a member of KVCacheConfig (the first methods).
+template <class Options, class T>
+FieldSpec option_field(std::string name, Options KVCacheConfig::*group, T Options::*member, std::string help,
+                       std::optional<int64_t> min = std::nullopt, std::optional<int64_t> max = std::nullopt) {
+  struct Access {
+    Options KVCacheConfig::*group;
+    Options& operator()(KVCacheConfig& c) const { return c.*group; }
+    const Options& operator()(const KVCacheConfig& c) const { return c.*group; }
+  };
+  return option_field_via(std::move(name), Access{group}, member, std::move(help), min, max);
+}
+
+// A field of an options struct kept in KVCacheConfig::method_options (declared in its method's
+// own header: options_bag.h).
+template <class Options, class T>
+FieldSpec option_field(std::string name, T Options::*member, std::string help,
+                       std::optional<int64_t> min = std::nullopt, std::optional<int64_t> max = std::nullopt) {
+  struct Access {
+    Options& operator()(KVCacheConfig& c) const { return c.options<Options>(); }
+    const Options& operator()(const KVCacheConfig& c) const { return c.options<Options>(); }
+  };
+  return option_field_via(std::move(name), Access{}, member, std::move(help), min, max);
 }
 
 // The generic fields of §3.1 that a user may set (method is chosen with --method, not --set).

@@ -9,6 +9,7 @@
 
 #include "veloxquant/config/bit_width.h"
 #include "veloxquant/config/method_options.h"
+#include "veloxquant/config/options_bag.h"
 
 namespace veloxquant {
 
@@ -41,6 +42,14 @@ struct KVCacheConfig {
   EvictionStorageOptions eviction;
   XQuantOptions xquant;
   MiniCacheOptions minicache;
+  // Options structs declared in their method's own header (options_bag.h): methods added since
+  // the registry became one registration per method keep their options there, not above.
+  OptionsBag method_options;
+
+  template <class Options>
+  const Options& options() const { return method_options.get<Options>(); }
+  template <class Options>
+  Options& options() { return method_options.get_mut<Options>(); }
 
   // "KVCacheConfig(method='kivi', d=128, b=2, seed=42)" — the original's repr.
   std::string to_string() const;

@@ -1,12 +1,14 @@
 #include "veloxquant/eviction/eviction_cache.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 
 #include "base/error.h"
+#include "base/logging.h"
 #include "base/thread_pool.h"
 #include "lm/kv_rows.h"
-#include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/attention/attention_driver.h"
 #include "veloxquant/attention/fused_call.h"
@@ -45,6 +47,10 @@ void EvictionCache::prepare_rows(const lm::Tensor& keys, const lm::Tensor& value
                                  who);
   }
   if (offset_ + keys.dim(2) > INT32_MAX) throw base::InvalidArgument(who + ": positions past 2^31 are not supported");
+  const int64_t state_floats = policy_.state_floats(rows_.key_dim());
+  if (state_floats > 0 && policy_state_.empty()) {
+    policy_state_.assign(static_cast<std::size_t>(rows_.batch() * rows_.heads() * state_floats), 0.0f);
+  }
 }
 
 lm::KeysValues EvictionCache::update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) {
@@ -83,6 +89,15 @@ void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& v
       for (int64_t t = 0; t < s; ++t) c.positions.push_back(static_cast<int32_t>(offset_ + t));
       c.scores.assign(static_cast<std::size_t>(total), 0.0f);
       if (const float* carried = rows_.scores(b, h)) std::copy_n(carried, stored, c.scores.data());
+      const int64_t state_floats = policy_.state_floats(dk);
+      c.head_state = state_floats > 0 ? policy_state_.data() + bh * state_floats : nullptr;
+      if (policy_.merges()) {  // cam blends evicted values into survivors: every value in f32
+        c.value_dim = dv;
+        c.values.resize(static_cast<std::size_t>(total * dv));
+        rows_.decode_values(b, h, c.values.data());
+        std::copy_n(v_new, s * dv, c.values.data() + stored * dv);
+        c.modified.assign(static_cast<std::size_t>(total), 0);
+      }
       if (out_k) {
         // The returned rows: every candidate, in the input dtype (stored rows copied as stored,
         // new rows converted back exactly from their f32 widening).
@@ -99,8 +114,21 @@ void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& v
         out.assign(k_new + token * dk, k_new + (token + 1) * dk);  // the key-as-query proxy
         return 1;
       };
-      kept[static_cast<std::size_t>(bh)] = select_rows(policy_, c, queries, scale);
-      rows_.compact(b, h, kept[static_cast<std::size_t>(bh)], c.positions.data(), c.scores.data(), k_new, v_new);
+      const std::vector<int32_t>& keep = kept[static_cast<std::size_t>(bh)] = select_rows(policy_, c, queries, scale);
+      if (!policy_.merges()) {
+        rows_.compact(b, h, keep, c.positions.data(), c.scores.data(), k_new, v_new);
+        continue;
+      }
+      // New rows are encoded from the (possibly blended) candidates; kept stored rows that a
+      // merge changed are re-encoded where compaction put them.
+      rows_.compact(b, h, keep, c.positions.data(), c.scores.data(), c.keys.data() + stored * dk,
+                    c.values.data() + stored * dv);
+      for (std::size_t i = 0; i < keep.size(); ++i) {
+        const std::size_t src = static_cast<std::size_t>(keep[i]);
+        if (keep[i] >= stored || !c.modified[src]) continue;
+        rows_.rewrite_row(b, h, static_cast<int64_t>(i), policy_.merge_keys ? c.keys.data() + src * dk : nullptr,
+                          c.values.data() + src * dv);
+      }
     }
   });
   for (const std::vector<int32_t>& k : kept) {
@@ -112,6 +140,32 @@ void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& v
   rows_.commit_rows(static_cast<int64_t>(kept[0].size()));
   offset_ += s;
   observed_.clear();
+  check_retention();
+}
+
+void EvictionCache::check_retention() {
+  if (policy_.min_retention <= 0.0 || retention_reported_ || offset_ == 0) return;
+  const double retention = double(policy_.budget) / double(offset_);
+  if (retention >= policy_.min_retention) return;
+  retention_reported_ = true;
+  const std::string message = type_name_ + ": the budget keeps " + std::to_string(policy_.budget) + " of " +
+                              std::to_string(offset_) + " tokens (retention " + std::to_string(retention) +
+                              "), below the minimum retention " + std::to_string(policy_.min_retention);
+  if (policy_.on_low_retention == EvictionPolicy::LowRetention::kRaise) throw QuantizerConfigError(message);
+  if (policy_.on_low_retention == EvictionPolicy::LowRetention::kWarn) {
+    // Once per process, as Python's warnings module shows a warning once per location.
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) base::log_warning(message);
+  }
+}
+
+std::vector<lm::Tensor> EvictionCache::state() const {
+  std::vector<lm::Tensor> out = rows_.state();
+  if (!out.empty() && !policy_state_.empty()) {
+    const int64_t per_head = policy_.state_floats(rows_.key_dim());
+    out.push_back(lm::Tensor::from_f32(policy_state_, {rows_.batch(), rows_.heads(), per_head}, lm::DType::F32));
+  }
+  return out;
 }
 
 // Attention over the kept rows and this call's new rows as one sequence, through the shared
@@ -174,6 +228,12 @@ void EvictionCache::fused_attention(const lm::FusedAttentionRequest& request, lm
 // compacted past it — with nothing decoded and no per-step allocation.
 void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& values, const float* stored_weights,
                                       const float* new_weights) {
+  if (policy_.needs_general_selection()) {
+    // cam needs every survivor's key for the similarity and rewrites a survivor's value;
+    // morphkv re-scores every row from its voters' keys: the general selection decodes the rows.
+    select_and_store(keys, values, nullptr, nullptr, type_name_ + "::fused_attention");
+    return;
+  }
   const int64_t batch = keys.dim(0), heads = keys.dim(1), stored = rows_.rows(), total = stored + 1;
   thread_local std::vector<float> new_k, new_v;
   cache_rows::widen_to_f32(keys, new_k);
@@ -190,14 +250,15 @@ void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& 
       positions.assign(pos, pos + stored);
       positions.push_back(static_cast<int32_t>(offset_));
       scores.assign(static_cast<std::size_t>(total), 0.0f);
-      if (stored_weights) {
+      if (policy_.uses_attention() && stored_weights) {
         const float* carried = rows_.scores(b, h);
         const float* w = stored_weights + bh * stored;
-        for (int64_t j = 0; j < stored; ++j) {
-          scores[static_cast<std::size_t>(j)] =
-              policy_.accumulate ? static_cast<float>(carried[j] * policy_.decay + w[j]) : w[j];
-        }
+        for (int64_t j = 0; j < stored; ++j) scores[static_cast<std::size_t>(j)] = policy_.updated_score(carried[j], w[j]);
         scores[static_cast<std::size_t>(stored)] = new_weights[bh];
+      } else if (policy_.uses_scores()) {
+        // Scores fixed on arrival (knorm): carried as they are; the driver's weights are not read.
+        std::copy_n(rows_.scores(b, h), stored, scores.data());
+        scores[static_cast<std::size_t>(stored)] = policy_.arrival_score(new_k.data() + bh * dk, dk, 0.0f);
       }
       int64_t victim = -1;
       if (over) {
@@ -207,10 +268,17 @@ void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& 
             if (positions[static_cast<std::size_t>(j)] >= policy_.n_sink) victim = j;
           }
         } else {
-          // The first minimum outside the sinks and the newest `protect` rows.
+          // The first minimum (of the rank: score plus keyformer's noise) outside the sinks and
+          // the newest `protect` rows.
+          float victim_rank = 0.0f;
           for (int64_t j = 0; j < total - protect; ++j) {
-            if (positions[static_cast<std::size_t>(j)] < policy_.n_sink) continue;
-            if (victim < 0 || scores[static_cast<std::size_t>(j)] < scores[static_cast<std::size_t>(victim)]) victim = j;
+            const int32_t position = positions[static_cast<std::size_t>(j)];
+            if (position < policy_.n_sink) continue;
+            const float r = policy_.rank(scores[static_cast<std::size_t>(j)], position, offset_);
+            if (victim < 0 || r < victim_rank) {
+              victim = j;
+              victim_rank = r;
+            }
           }
         }
         if (victim < 0) throw std::logic_error(type_name_ + ": no evictable row (sinks and protected rows fill the budget)");
@@ -223,7 +291,7 @@ void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& 
     }
   }
   rows_.commit_rows(over ? stored : total);
-  last_used_queries_ = stored_weights != nullptr;
+  last_used_queries_ = stored_weights != nullptr && policy_.uses_attention();
   offset_ += 1;
   observed_.clear();
 }
@@ -242,9 +310,36 @@ lm::AttentionMask EvictionCache::make_mask(int64_t n_queries, std::optional<int6
   return positional_mask(positions, offset_, n_queries, window);
 }
 
+namespace {
+
+std::string real_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
+double parse_real(const std::string& text, const std::string& who, const char* what) {
+  try {
+    std::size_t used = 0;
+    const double value = std::stod(text, &used);
+    if (used == text.size()) return value;
+  } catch (const std::exception&) {
+  }
+  throw base::FormatError(who + ": " + what + " '" + text + "' is not a number");
+}
+
+constexpr std::size_t kMetaEntriesBefore13 = 19, kMetaEntries = 34;
+
+}  // namespace
+
+std::shared_ptr<lm::KVCache> EvictionCache::clone() const {
+  auto copy = std::make_shared<EvictionCache>(*this);
+  copy->rows_ = rows_.clone();
+  return copy;
+}
+
 std::vector<std::string> EvictionCache::meta_state() const {
-  char decay[32];
-  std::snprintf(decay, sizeof decay, "%.17g", policy_.decay);
+  const std::string decay = real_text(policy_.decay);
   const StorageSpec& st = rows_.spec();
   return {policy_kind_name(policy_.kind),
           std::to_string(policy_.budget),
@@ -264,13 +359,31 @@ std::vector<std::string> EvictionCache::meta_state() const {
           std::string(lm::dtype_name(rows_.dtype())),
           std::to_string(rows_.key_dim()),
           std::to_string(rows_.value_dim()),
-          std::to_string(offset_)};
+          std::to_string(offset_),
+          // Appended for the policies added with issue 13 (files of 19 entries read as before).
+          policy_.max_combine ? "1" : "0",
+          std::to_string(policy_.key_norm_sign),
+          real_text(policy_.noise_tau_init),
+          real_text(policy_.noise_tau_end),
+          std::to_string(policy_.noise_anneal_steps),
+          std::to_string(policy_.noise_seed),
+          merge_name(policy_.merge),
+          policy_.merge_keys ? "1" : "0",
+          policy_.merge_gate ? "1" : "0",
+          std::to_string(policy_.merge_seed),
+          std::to_string(policy_.chunk_size),
+          std::to_string(policy_.calib_tokens),
+          std::to_string(policy_.direction_sign),
+          real_text(policy_.min_retention),
+          std::to_string(static_cast<int>(policy_.on_low_retention))};
 }
 
 void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const std::string who = type_name_ + "::from_state";
-  if (meta.size() != 19) {
-    throw base::FormatError(who + ": expected 19 meta entries, got " + std::to_string(meta.size()));
+  if (meta.size() != kMetaEntries && meta.size() != kMetaEntriesBefore13) {
+    throw base::FormatError(who + ": expected " + std::to_string(kMetaEntries) + " (or " +
+                            std::to_string(kMetaEntriesBefore13) + ") meta entries, got " +
+                            std::to_string(meta.size()));
   }
   const auto num = [&](std::size_t i, const char* what) { return cache_rows::parse_meta_int(meta[i], who.c_str(), what); };
   EvictionPolicy policy;
@@ -278,11 +391,7 @@ void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::
   policy.budget = num(1, "budget");
   policy.n_sink = num(2, "n_sink");
   policy.protect_recent = num(3, "protect_recent");
-  try {
-    policy.decay = std::stod(meta[4]);
-  } catch (const std::exception&) {
-    throw base::FormatError(who + ": decay '" + meta[4] + "' is not a number");
-  }
+  policy.decay = parse_real(meta[4], who, "decay");
   policy.accumulate = num(5, "accumulate") != 0;
   policy.obs_window = num(6, "obs_window");
   policy.pool_kernel = num(7, "pool_kernel");
@@ -306,11 +415,50 @@ void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::
     throw base::FormatError(who + ": " + e.what());
   }
   const int64_t key_dim = num(16, "key_dim"), value_dim = num(17, "value_dim"), offset = num(18, "offset");
+  if (meta.size() == kMetaEntries) {
+    policy.max_combine = num(19, "max_combine") != 0;
+    policy.key_norm_sign = num(20, "key_norm_sign") < 0 ? -1 : 1;
+    policy.noise_tau_init = parse_real(meta[21], who, "noise_tau_init");
+    policy.noise_tau_end = parse_real(meta[22], who, "noise_tau_end");
+    policy.noise_anneal_steps = num(23, "noise_anneal_steps");
+    policy.noise_seed = static_cast<uint64_t>(num(24, "noise_seed"));
+    try {
+      policy.merge = parse_merge(meta[25]);
+    } catch (const base::FormatError& e) {
+      throw base::FormatError(who + ": " + e.what());
+    }
+    policy.merge_keys = num(26, "merge_keys") != 0;
+    policy.merge_gate = num(27, "merge_gate") != 0;
+    policy.merge_seed = static_cast<uint64_t>(num(28, "merge_seed"));
+    policy.chunk_size = std::max<int64_t>(1, num(29, "chunk_size"));
+    policy.calib_tokens = num(30, "calib_tokens");
+    policy.direction_sign = num(31, "direction_sign") < 0 ? -1 : 1;
+    policy.min_retention = parse_real(meta[32], who, "min_retention");
+    const int64_t action = num(33, "on_low_retention");
+    if (action < 0 || action > 2) throw base::FormatError(who + ": on_low_retention " + meta[33] + " is unknown");
+    policy.on_low_retention = static_cast<EvictionPolicy::LowRetention>(action);
+  }
   EvictionRows rows(policy.budget, policy.uses_scores(), spec);
+  std::vector<float> policy_state;
   if (state.empty()) {
     if (offset != 0) throw base::FormatError(who + ": no tensors for offset " + meta[18]);
   } else {
-    rows.restore(state, key_dim, value_dim, dtype, who.c_str());
+    std::vector<lm::Tensor> row_tensors = state;
+    if (const int64_t per_head = policy.state_floats(key_dim); per_head > 0) {
+      const lm::Tensor& extra = row_tensors.back();
+      if (row_tensors.size() < 2 || extra.ndim() != 3 || extra.dim(2) != per_head || extra.dtype() != lm::DType::F32) {
+        throw base::FormatError(who + ": the last tensor is not the policy state f32 [B, H, " +
+                                std::to_string(per_head) + "]");
+      }
+      policy_state = extra.to_f32();
+      row_tensors.pop_back();
+    }
+    rows.restore(row_tensors, key_dim, value_dim, dtype, who.c_str());
+    if (!policy_state.empty() && static_cast<int64_t>(policy_state.size()) !=
+                                     rows.batch() * rows.heads() * policy.state_floats(key_dim)) {
+      throw base::FormatError(who + ": policy state does not match " + std::to_string(rows.batch()) + " x " +
+                              std::to_string(rows.heads()) + " heads");
+    }
     if (rows.rows() > offset) {
       throw base::FormatError(who + ": " + std::to_string(rows.rows()) + " rows stored but offset " + meta[18]);
     }
@@ -318,6 +466,9 @@ void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::
   policy_ = policy;
   scoring_ = scoring;
   rows_ = std::move(rows);
+  policy_state_ = std::move(policy_state);
+  // A cache saved past its retention floor already reported it.
+  retention_reported_ = policy.min_retention > 0 && offset > 0 && double(policy.budget) / double(offset) < policy.min_retention;
   offset_ = offset;
   observed_.clear();
 }

@@ -2,7 +2,7 @@
 // The serving cache every eviction method is (spec §2.3): position-preserving storage
 // (eviction_rows.h), a policy that picks the kept rows (eviction_policy.h), attention scoring by
 // real queries or the key-as-query proxy (attention_scores.h) and the explicit mask
-// (eviction_mask.h). A method file (caches/h2o_cache.h, ...) only turns its options into a
+// (eviction_mask.h). A method file (eviction/methods/h2o_cache.h, ...) only turns its options into a
 // policy.
 //
 // update_and_fetch implements deferred eviction (the original's issues #370/#610): the host
@@ -41,11 +41,15 @@ class EvictionCache : public lm::KVCache {
   std::size_t nbytes() const override { return rows_.nbytes(); }
   bool is_trimmable() const override { return false; }
   lm::AttentionMask make_mask(int64_t n_queries, std::optional<int64_t> window) const override;
-  std::vector<lm::Tensor> state() const override { return rows_.state(); }
+  // The rows' tensors, then the policy's per-head state when it keeps one (qfilters).
+  std::vector<lm::Tensor> state() const override;
   std::vector<std::string> meta_state() const override;
   void from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) override;
   std::string type_name() const override { return type_name_; }
-  bool wants_queries() const override { return scoring_ == Scoring::kAuto && policy_.uses_scores(); }
+  bool wants_queries() const override { return scoring_ == Scoring::kAuto && policy_.uses_attention(); }
+  // A deep copy of the same type name and policy (method classes of the first five methods
+  // override it to keep their C++ type; later methods are plain EvictionCaches).
+  std::shared_ptr<lm::KVCache> clone() const override;
   // Attention over the kept rows and the call's new rows through the shared driver, then
   // deferred eviction (see fused_attention in eviction_cache.cpp).
   bool supports_fused_attention() const override { return true; }
@@ -89,6 +93,11 @@ class EvictionCache : public lm::KVCache {
   std::shared_ptr<const attention::CodeOrder> rvq_order_;
   int64_t offset_ = 0;
   bool last_used_queries_ = false;
+  // Per (batch, head) policy state, EvictionPolicy::state_floats(key dim) floats each.
+  std::vector<float> policy_state_;
+  bool retention_reported_ = false;
+  // qfilters' retention floor, checked after each update.
+  void check_retention();
 };
 
 }  // namespace veloxquant::eviction

@@ -1,6 +1,7 @@
 #include "veloxquant/eviction/eviction_policy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <stdexcept>
 
@@ -33,37 +34,212 @@ std::vector<int32_t> keep_recent(const EvictionPolicy& p, const Candidates& c) {
   return kept;
 }
 
-// The H2O-scorer, one new token at a time (spec §6), with the new token scored by its own
-// weight (see eviction_policy.h).
-std::vector<int32_t> keep_scored_per_token(const EvictionPolicy& p, Candidates& c, const QuerySource& queries,
-                                           float scale) {
+double cosine(const float* a, const float* b, int64_t dim) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < dim; ++i) {
+    ab += double(a[i]) * b[i];
+    aa += double(a[i]) * a[i];
+    bb += double(b[i]) * b[i];
+  }
+  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 0.0;
+}
+
+// CaM: before live[victim] is dropped, blend its value (and key) into the live row whose key is
+// most cosine-similar (the first such row), v_t <- (1 - a) v_t + a v_e with a = 1/2 (mean) or
+// s / (1 + s), s = max(0, cosine) (sim_weighted) — a survivor that looks like the evicted token
+// absorbs its contribution. The gate passes with probability min(1, victim score / target score)
+// (the paper's attention ratio), drawn from (merge_seed, victim position).
+void merge_into_survivor(const EvictionPolicy& p, Candidates& c, const std::vector<int32_t>& live,
+                         std::size_t victim) {
+  const std::size_t e = static_cast<std::size_t>(live[victim]);
+  const float* victim_key = c.keys.data() + e * static_cast<std::size_t>(c.dim);
+  std::size_t target = 0;
+  double best = -2.0;
+  for (std::size_t j = 0; j < live.size(); ++j) {
+    if (j == victim) continue;
+    const double s = cosine(victim_key, c.keys.data() + static_cast<std::size_t>(live[j]) * c.dim, c.dim);
+    if (s > best) {
+      best = s;
+      target = static_cast<std::size_t>(live[j]);
+    }
+  }
+  if (best < -1.5) return;  // no survivor
+  if (p.merge_gate) {
+    const double ts = c.scores[target], es = c.scores[e];
+    const double probability = ts > 0 ? std::min(1.0, es / ts) : 1.0;
+    if (uniform_noise(p.merge_seed, c.positions[e]) >= probability) return;
+  }
+  const double s = std::max(0.0, best);
+  const float a = static_cast<float>(p.merge == EvictionPolicy::Merge::kMean ? 0.5 : s / (1.0 + s));
+  if (a == 0.0f) return;
+  const auto blend = [a](float* into, const float* from, int64_t dim) {
+    for (int64_t i = 0; i < dim; ++i) into[i] = (1.0f - a) * into[i] + a * from[i];
+  };
+  blend(c.values.data() + target * c.value_dim, c.values.data() + e * c.value_dim, c.value_dim);
+  if (p.merge_keys) blend(c.keys.data() + target * c.dim, victim_key, c.dim);
+  c.modified[target] = 1;
+}
+
+// The H2O-scorer's step (spec §6) for new token t, the last of `live`: every live row's score
+// combines with its weight, the new row starts at its own weight (see eviction_policy.h);
+// kKeyNorm only gives the new row its fixed score.
+void score_new_token(const EvictionPolicy& p, Candidates& c, const std::vector<int32_t>& live, int64_t t,
+                     const QuerySource& queries, float scale, std::vector<float>& query, std::vector<float>& weights) {
+  const int32_t idx = live.back();
+  const float* key = c.keys.data() + static_cast<std::size_t>(idx) * static_cast<std::size_t>(c.dim);
+  if (p.kind == EvictionPolicy::Kind::kDirection) return;  // scored by score_along_direction
+  if (!p.uses_attention()) {
+    c.scores[static_cast<std::size_t>(idx)] = p.arrival_score(key, c.dim, 0.0f);
+    return;
+  }
+  const int64_t nq = queries(t, query);
+  weights.resize(live.size());
+  mean_softmax_weights(c.keys.data(), live.data(), static_cast<int64_t>(live.size()), c.dim, query.data(), nq, scale,
+                       weights.data());
+  for (std::size_t j = 0; j + 1 < live.size(); ++j) {
+    float& s = c.scores[static_cast<std::size_t>(live[j])];
+    s = p.updated_score(s, weights[j]);
+  }
+  c.scores[static_cast<std::size_t>(idx)] = p.arrival_score(key, c.dim, weights.back());
+}
+
+// MorphKV's step (eviction_policy.h kRecentVotes): the newest obs_window live rows vote afresh.
+void score_by_recent_votes(const EvictionPolicy& p, Candidates& c, const std::vector<int32_t>& live,
+                           const QuerySource& queries, float scale, std::vector<float>& query,
+                           std::vector<float>& weights) {
+  for (int32_t row : live) c.scores[static_cast<std::size_t>(row)] = 0.0f;
+  const std::size_t voters = std::min<std::size_t>(live.size(), static_cast<std::size_t>(p.obs_window));
+  for (std::size_t v = live.size() - voters; v < live.size(); ++v) {
+    const int32_t voter = live[v];
+    int64_t nq = 1;
+    if (voter >= c.stored) {
+      nq = queries(voter - c.stored, query);
+    } else {
+      const float* key = c.keys.data() + static_cast<std::size_t>(voter) * static_cast<std::size_t>(c.dim);
+      query.assign(key, key + c.dim);
+    }
+    // Causal: a voter sees the live rows up to itself (live is in temporal order).
+    weights.resize(v + 1);
+    mean_softmax_weights(c.keys.data(), live.data(), static_cast<int64_t>(v + 1), c.dim, query.data(), nq, scale,
+                         weights.data());
+    for (std::size_t j = 0; j <= v; ++j) c.scores[static_cast<std::size_t>(live[j])] += weights[j];
+  }
+}
+
+// The top right singular vector of the rows x dim matrix `keys` (the top eigenvector of K^T K)
+// by power iteration from a fixed start, oriented so that the rows' mean projection is >= 0.
+std::vector<float> principal_direction(const float* keys, int64_t rows, int64_t dim) {
+  std::vector<double> gram(static_cast<std::size_t>(dim * dim), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* k = keys + r * dim;
+    for (int64_t i = 0; i < dim; ++i) {
+      for (int64_t j = 0; j < dim; ++j) gram[static_cast<std::size_t>(i * dim + j)] += double(k[i]) * k[j];
+    }
+  }
+  std::vector<double> v(static_cast<std::size_t>(dim), 1.0 / std::sqrt(double(dim))), next(v.size());
+  for (int iteration = 0; iteration < 200; ++iteration) {
+    double norm = 0.0;
+    for (int64_t i = 0; i < dim; ++i) {
+      double sum = 0.0;
+      for (int64_t j = 0; j < dim; ++j) sum += gram[static_cast<std::size_t>(i * dim + j)] * v[static_cast<std::size_t>(j)];
+      next[static_cast<std::size_t>(i)] = sum;
+      norm += sum * sum;
+    }
+    if (norm == 0.0) break;  // all-zero keys: keep the start
+    norm = std::sqrt(norm);
+    for (int64_t i = 0; i < dim; ++i) v[static_cast<std::size_t>(i)] = next[static_cast<std::size_t>(i)] / norm;
+  }
+  double mean_projection = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < dim; ++i) mean_projection += double(keys[r * dim + i]) * v[static_cast<std::size_t>(i)];
+  }
+  std::vector<float> u(static_cast<std::size_t>(dim));
+  for (int64_t i = 0; i < dim; ++i) u[static_cast<std::size_t>(i)] = static_cast<float>(mean_projection < 0 ? -v[static_cast<std::size_t>(i)] : v[static_cast<std::size_t>(i)]);
+  return u;
+}
+
+// Q-Filters' scores: calibrates the head's direction once the calibration window is in (the
+// first tokens are candidates 0.. since nothing is evicted before), then scores every candidate
+// by direction_sign * <k, u>. Before calibration nothing can be evicted (window <= budget + 1).
+void score_along_direction(const EvictionPolicy& p, Candidates& c) {
+  float* u = c.head_state;
+  float& calibrated = c.head_state[c.dim];
+  if (calibrated == 0.0f) {
+    if (c.count() < p.calibration_window()) return;
+    const std::vector<float> direction = principal_direction(c.keys.data(), p.calibration_window(), c.dim);
+    std::copy(direction.begin(), direction.end(), u);
+    calibrated = 1.0f;
+  }
+  for (int64_t j = 0; j < c.count(); ++j) {
+    const float* k = c.keys.data() + j * c.dim;
+    double dot = 0.0;
+    for (int64_t i = 0; i < c.dim; ++i) dot += double(k[i]) * u[i];
+    c.scores[static_cast<std::size_t>(j)] = static_cast<float>(p.direction_sign * dot);
+  }
+}
+
+// ChunkKV's victim: the complete chunk (positions [c*i, c*(i+1)), all c members live, none a sink
+// or among the first protected index `evictable_end`) with the lowest mean score; returns the
+// index in `live` of its first member, or live.size() when no chunk qualifies. Whole chunks are
+// the only thing ever evicted, so every chunk but the newest is complete.
+std::size_t pick_chunk(const EvictionPolicy& p, const Candidates& c, const std::vector<int32_t>& live,
+                       std::size_t evictable_end) {
+  const int64_t size = p.chunk_size;
+  std::size_t best = live.size();
+  double best_mean = 0.0;
+  for (std::size_t j = 0; j + static_cast<std::size_t>(size) <= evictable_end; ++j) {
+    const int32_t first = c.positions[static_cast<std::size_t>(live[j])];
+    if (first % size != 0 || first < p.n_sink) continue;
+    const int32_t last = c.positions[static_cast<std::size_t>(live[j + static_cast<std::size_t>(size) - 1])];
+    if (last != first + size - 1) continue;  // not all members live (the chunk is not complete)
+    double sum = 0.0;
+    for (int64_t m = 0; m < size; ++m) sum += c.scores[static_cast<std::size_t>(live[j + static_cast<std::size_t>(m)])];
+    const double mean = sum / double(size);
+    if (best == live.size() || mean < best_mean) {
+      best = j;
+      best_mean = mean;
+    }
+  }
+  return best;
+}
+
+// The per-token policies, one new token at a time: score, then past the budget evict the first
+// minimum of the rank outside the sinks and the newest `protect` rows (cam merges it first).
+std::vector<int32_t> keep_per_token(const EvictionPolicy& p, Candidates& c, const QuerySource& queries, float scale) {
   std::vector<int32_t> live(static_cast<std::size_t>(c.stored));
   std::iota(live.begin(), live.end(), 0);
   const int64_t protect = p.effective_protect();
   std::vector<float> query, weights;
   for (int64_t t = 0; t < c.count() - c.stored; ++t) {
-    const int32_t idx = static_cast<int32_t>(c.stored + t);
-    live.push_back(idx);
-    const int64_t nq = queries(t, query);
-    weights.resize(live.size());
-    mean_softmax_weights(c.keys.data(), live.data(), static_cast<int64_t>(live.size()), c.dim, query.data(), nq, scale,
-                         weights.data());
-    for (std::size_t j = 0; j + 1 < live.size(); ++j) {
-      float& s = c.scores[static_cast<std::size_t>(live[j])];
-      s = p.accumulate ? static_cast<float>(s * p.decay + weights[j]) : weights[j];
+    live.push_back(static_cast<int32_t>(c.stored + t));
+    if (p.kind == EvictionPolicy::Kind::kRecentVotes) {
+      score_by_recent_votes(p, c, live, queries, scale, query, weights);
+    } else {
+      score_new_token(p, c, live, t, queries, scale, query, weights);
     }
-    c.scores[static_cast<std::size_t>(idx)] = weights.back();
     if (static_cast<int64_t>(live.size()) <= p.budget) continue;
     const std::size_t evictable_end = live.size() - static_cast<std::size_t>(protect);
+    if (p.chunk_size > 1) {
+      const std::size_t first = pick_chunk(p, c, live, evictable_end);
+      if (first == live.size()) throw std::logic_error("eviction: no complete chunk outside the sinks to evict");
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(first),
+                 live.begin() + static_cast<std::ptrdiff_t>(first + static_cast<std::size_t>(p.chunk_size)));
+      continue;
+    }
+    const int64_t step = c.positions[static_cast<std::size_t>(live.back())];
     std::size_t victim = live.size();
+    float victim_rank = 0.0f;
     for (std::size_t j = 0; j < evictable_end; ++j) {
       if (is_sink(p, c, live[j])) continue;
-      if (victim == live.size() ||
-          c.scores[static_cast<std::size_t>(live[j])] < c.scores[static_cast<std::size_t>(live[victim])]) {
+      const std::size_t row = static_cast<std::size_t>(live[j]);
+      const float r = p.rank(c.scores[row], c.positions[row], step);
+      if (victim == live.size() || r < victim_rank) {
         victim = j;
+        victim_rank = r;
       }
     }
     if (victim == live.size()) throw std::logic_error("eviction: no evictable row (sinks and protected rows fill the budget)");
+    if (p.merges()) merge_into_survivor(p, c, live, victim);
     live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim));
   }
   return live;
@@ -130,11 +306,64 @@ int64_t EvictionPolicy::effective_protect() const {
   return std::max<int64_t>(0, std::min(protect_recent, budget - n_sink - 1));
 }
 
+float EvictionPolicy::updated_score(float carried, float weight) const {
+  if (!accumulate) return weight;
+  if (max_combine) return std::max(carried, weight);
+  return static_cast<float>(carried * decay + weight);
+}
+
+float EvictionPolicy::arrival_score(const float* key, int64_t dim, float own_weight) const {
+  if (kind != Kind::kKeyNorm) return own_weight;
+  double squares = 0.0;
+  for (int64_t i = 0; i < dim; ++i) squares += double(key[i]) * key[i];
+  return static_cast<float>(key_norm_sign * std::sqrt(squares));
+}
+
+float EvictionPolicy::rank(float score, int32_t position, int64_t step) const {
+  if (!has_noise()) return score;
+  const double progress =
+      noise_anneal_steps > 0 ? std::min(1.0, double(step) / double(noise_anneal_steps)) : 1.0;
+  const double tau = noise_tau_init + (noise_tau_end - noise_tau_init) * progress;
+  return static_cast<float>(score + tau * gumbel_noise(noise_seed, position));
+}
+
+double uniform_noise(uint64_t seed, int32_t position) {
+  // splitmix64 of (seed, position): frozen per position, independent of call sizes and order.
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(static_cast<uint32_t>(position)) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (double(z >> 11) + 0.5) * 0x1.0p-53;
+}
+
+float gumbel_noise(uint64_t seed, int32_t position) {
+  return static_cast<float>(-std::log(-std::log(uniform_noise(seed, position))));
+}
+
+const char* merge_name(EvictionPolicy::Merge merge) {
+  switch (merge) {
+    case EvictionPolicy::Merge::kNone: return "drop";
+    case EvictionPolicy::Merge::kSimWeighted: return "sim_weighted";
+    case EvictionPolicy::Merge::kMean: return "mean";
+  }
+  return "drop";
+}
+
+EvictionPolicy::Merge parse_merge(const std::string& name) {
+  if (name == "drop") return EvictionPolicy::Merge::kNone;
+  if (name == "sim_weighted") return EvictionPolicy::Merge::kSimWeighted;
+  if (name == "mean") return EvictionPolicy::Merge::kMean;
+  throw base::FormatError("eviction merge '" + name + "' is unknown");
+}
+
 const char* policy_kind_name(EvictionPolicy::Kind kind) {
   switch (kind) {
     case Kind::kRecentWindow: return "recent_window";
     case Kind::kAttentionScored: return "attention_scored";
     case Kind::kObservationWindow: return "observation_window";
+    case Kind::kKeyNorm: return "key_norm";
+    case Kind::kRecentVotes: return "recent_votes";
+    case Kind::kDirection: return "direction";
   }
   return "attention_scored";
 }
@@ -143,15 +372,23 @@ EvictionPolicy::Kind parse_policy_kind(const std::string& name) {
   if (name == "recent_window") return Kind::kRecentWindow;
   if (name == "attention_scored") return Kind::kAttentionScored;
   if (name == "observation_window") return Kind::kObservationWindow;
+  if (name == "key_norm") return Kind::kKeyNorm;
+  if (name == "recent_votes") return Kind::kRecentVotes;
+  if (name == "direction") return Kind::kDirection;
   throw base::FormatError("eviction policy '" + name + "' is unknown");
 }
 
 std::vector<int32_t> select_rows(const EvictionPolicy& policy, Candidates& c, const QuerySource& queries, float scale) {
   switch (policy.kind) {
     case Kind::kRecentWindow: return keep_recent(policy, c);
-    case Kind::kAttentionScored: return keep_scored_per_token(policy, c, queries, scale);
+    case Kind::kAttentionScored:
+    case Kind::kKeyNorm:
+    case Kind::kRecentVotes: return keep_per_token(policy, c, queries, scale);
+    case Kind::kDirection:
+      score_along_direction(policy, c);
+      return keep_per_token(policy, c, queries, scale);
     case Kind::kObservationWindow:
-      if (c.count() - c.stored == 1) return keep_scored_per_token(policy, c, queries, scale);
+      if (c.count() - c.stored == 1) return keep_per_token(policy, c, queries, scale);
       return keep_observation_window(policy, c, queries, scale);
   }
   return keep_recent(policy, c);

@@ -6,7 +6,7 @@
 
 #include "base/error.h"
 #include "lm/kv_rows.h"
-#include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant::eviction {
 
@@ -55,6 +55,16 @@ const float* EvictionRows::scores(int64_t b, int64_t h) const {
 
 void EvictionRows::decode_keys(int64_t b, int64_t h, float* out) const {
   for (int64_t r = 0; r < rows_; ++r) key_codec_->decode(key_row(b, h, r), out + r * key_dim_);
+}
+
+void EvictionRows::decode_values(int64_t b, int64_t h, float* out) const {
+  for (int64_t r = 0; r < rows_; ++r) value_codec_->decode(value_row(b, h, r), out + r * value_dim_);
+}
+
+void EvictionRows::rewrite_row(int64_t b, int64_t h, int64_t r, const float* key, const float* value) {
+  if (r < 0 || r >= budget_) throw std::logic_error("EvictionRows::rewrite_row: row " + std::to_string(r) + " outside the budget");
+  if (key) key_codec_->encode(key, key_row(b, h, r));
+  value_codec_->encode(value, value_row(b, h, r));
 }
 
 namespace {

@@ -50,6 +50,10 @@ class EvictionRows {
   const float* scores(int64_t b, int64_t h) const;  // nullptr without scores
   // The stored rows of (b, h), decoded to f32: rows() x key_dim.
   void decode_keys(int64_t b, int64_t h, float* out) const;
+  void decode_values(int64_t b, int64_t h, float* out) const;
+  // Re-encodes stored row r of (b, h) from f32 — a survivor a merging policy (cam) blended an
+  // evicted row into; key == nullptr leaves the key as stored.
+  void rewrite_row(int64_t b, int64_t h, int64_t r, const float* key, const float* value);
   // The stored rows of (b, h) as `dtype` elements (what update_and_fetch returns): a plain copy
   // when the codec keeps exactly that dtype, else decoded and converted. `out` holds rows() rows.
   void write_keys(int64_t b, int64_t h, lm::DType dtype, std::byte* out) const;

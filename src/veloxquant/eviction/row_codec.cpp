@@ -3,8 +3,8 @@
 #include <cstring>
 #include <vector>
 
-#include "veloxquant/caches/cache_rows.h"
-#include "veloxquant/caches/group_affine_codes.h"
+#include "veloxquant/rows/cache_rows.h"
+#include "veloxquant/rows/group_affine_codes.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/quant/turboquant_rvq.h"

@@ -6,7 +6,7 @@
 //   dtype           the host's KV dtype, exact (the original's only storage);
 //   turboquant_rvq  quant::TurboQuantRvq's code [stage1 | stage2 | bf16 norm] (keys);
 //   group_affine    b-bit codes packed in words + per-group f16 (scale, min) (KIVI's per-token
-//                   value layout, caches/group_affine_codes.h).
+//                   value layout, rows/group_affine_codes.h).
 // Composition (new in this port, the original cannot do it) picks the key and value codecs from
 // the `eviction_storage` option; see make_key_codec / make_value_codec.
 #include <cstddef>

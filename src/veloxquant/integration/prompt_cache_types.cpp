@@ -3,36 +3,18 @@
 #include <mutex>
 
 #include "lm/prompt_cache_file.h"
-#include "veloxquant/caches/h2o_cache.h"
-#include "veloxquant/caches/kivi_cache.h"
-#include "veloxquant/caches/minicache_cache.h"
-#include "veloxquant/caches/pyramidkv_cache.h"
-#include "veloxquant/caches/snapkv_cache.h"
-#include "veloxquant/caches/streaming_llm_cache.h"
-#include "veloxquant/caches/tova_cache.h"
-#include "veloxquant/caches/turboquant_block_cache.h"
-#include "veloxquant/caches/turboquant_rvq_cache.h"
-#include "veloxquant/caches/xquant_cache.h"
+#include "veloxquant/registry/method_registry.h"
 
 namespace veloxquant::integration {
 
 void register_prompt_cache_types() {
   static std::once_flag once;
   std::call_once(once, [] {
-    // Placeholder parameters: from_state() rebuilds every one of them from meta_state().
-    lm::register_cache_type("TurboQuantRvqCache", [] { return std::make_shared<TurboQuantRvqCache>(2, 1, 0); });
-    lm::register_cache_type("TurboQuantBlockCache", [] { return std::make_shared<TurboQuantBlockCache>(32, 4, 4, 0); });
-    lm::register_cache_type("KiviCache", [] { return std::make_shared<KiviCache>(1, 2, 32, 0); });
-    // Eviction caches: a default-config placeholder; from_state restores policy and storage.
-    lm::register_cache_type("StreamingLLMCache", [] { return std::make_shared<StreamingLLMCache>(KVCacheConfig{}); });
-    lm::register_cache_type("H2OCache", [] { return std::make_shared<H2OCache>(KVCacheConfig{}); });
-    lm::register_cache_type("TovaCache", [] { return std::make_shared<TovaCache>(KVCacheConfig{}); });
-    lm::register_cache_type("SnapKVCache", [] { return std::make_shared<SnapKVCache>(KVCacheConfig{}); });
-    lm::register_cache_type("PyramidKVCache", [] { return std::make_shared<PyramidKVCache>(KVCacheConfig{}); });
-    // Restored alone (no coordinator): a reuse / merge layer keeps what it saved and handles
-    // later tokens as a layer whose leader published nothing.
-    lm::register_cache_type("XQuantCache", [] { return std::make_shared<XQuantCache>(2, 0, 32); });
-    lm::register_cache_type("MiniCacheCache", [] { return std::make_shared<MiniCacheCache>(MiniCacheMergeOptions{}); });
+    // Every servable method's registration says which type name its caches report and how to
+    // make a placeholder that from_state() fills; several methods may share one type name.
+    for (const MethodDescriptor& method : method_registry()) {
+      if (method.make_restorable) lm::register_cache_type(method.cache_type_name, method.make_restorable);
+    }
   });
 }
 

@@ -4,8 +4,9 @@
 // servable cache type gets a factory that from_state() then restores from its meta_state.
 namespace veloxquant::integration {
 
-// Registers TurboQuantRvqCache, KiviCache and the eviction caches with lm::register_cache_type. Idempotent and
-// thread-safe; patch_model_kv_cache and KVCacheBuilder::for_model call it.
+// Registers every servable method's cache type (MethodDescriptor::cache_type_name /
+// make_restorable) with lm::register_cache_type. Idempotent and thread-safe;
+// patch_model_kv_cache and KVCacheBuilder::for_model call it.
 void register_prompt_cache_types();
 
 }  // namespace veloxquant::integration

@@ -4,8 +4,8 @@
 #include <memory>
 #include <string>
 
-#include "veloxquant/caches/minicache_cache.h"
-#include "veloxquant/caches/xquant_cache.h"
+#include "veloxquant/cross_layer/minicache_cache.h"
+#include "veloxquant/cross_layer/xquant_cache.h"
 #include "veloxquant/cross_layer/layer_roles.h"
 #include "veloxquant/cross_layer/wiring_registry.h"
 #include "veloxquant/errors.h"
@@ -50,6 +50,10 @@ MethodDescriptor xquant_row() {
                    "Most live (published, not yet read) tokens per layer group", 1),
   };
   m.make_serving = make_xquant_cache;
+  // Restored alone (no coordinator): a reuse layer keeps what it saved and handles later tokens
+  // as a layer whose leader published nothing.
+  m.cache_type_name = "XQuantCache";
+  m.make_restorable = [] { return std::make_shared<XQuantCache>(2, 0, 32); };
   m.wire_model = [](const KVCacheConfig& config, std::size_t n_attention_layers) -> LayerCacheFactory {
     const XQuantOptions& o = config.xquant;
     auto roles = std::make_shared<std::vector<cross_layer::LayerRole>>(
@@ -102,6 +106,8 @@ MethodDescriptor minicache_row() {
     }
   };
   m.make_serving = make_minicache_cache;
+  m.cache_type_name = "MiniCacheCache";
+  m.make_restorable = [] { return std::make_shared<MiniCacheCache>(MiniCacheMergeOptions{}); };
   m.wire_model = [](const KVCacheConfig& config, std::size_t n_attention_layers) -> LayerCacheFactory {
     const MiniCacheOptions& o = config.minicache;
     auto roles = std::make_shared<std::vector<cross_layer::LayerRole>>(

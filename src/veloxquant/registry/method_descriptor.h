@@ -1,7 +1,7 @@
 #pragma once
-// One descriptor per method (DESIGN.md "Adding a method touches one new file, one registry
-// row, one method card"): what `veloxquant methods` prints, what --set accepts, what the
-// contract suite and the benchmarks enumerate, and how the cache is made.
+// One descriptor per method — its one registration (docs/architecture.md "Adding a method"): what
+// `veloxquant methods` prints, what --set accepts, what the contract suite, the eviction
+// invariants and the benchmarks enumerate, how the cache is made and how a saved one is restored.
 #include <functional>
 #include <memory>
 #include <string>
@@ -35,7 +35,7 @@ struct MethodDescriptor {
   std::string blurb;       // one line for `veloxquant methods`
   std::string paper;       // the paper the method follows
   std::string deviations;  // how this port departs from the paper / the original
-  std::string docs;        // docs/methods/<name>.md
+  std::string docs;        // the method card, relative to the source root (a test checks it exists)
 
   // Generic KVCacheConfig fields the method reads (names of generic_fields()).
   std::vector<std::string> generic_fields;
@@ -59,6 +59,17 @@ struct MethodDescriptor {
   // factory, so layers can share one coordinator (xquant, minicache) or receive options
   // resolved over the whole model (pyramidkv's budget schedule). Unset: make_serving per layer.
   std::function<LayerCacheFactory(const KVCacheConfig& config, std::size_t n_attention_layers)> wire_model;
+
+  // Servable methods: prompt-cache restore (lm/prompt_cache_file.h). Caches of this method report
+  // `cache_type_name`; make_restorable returns a placeholder that from_state() then rebuilds
+  // entirely from the saved meta_state (integration/prompt_cache_types.cpp registers every row).
+  std::string cache_type_name;
+  std::function<std::shared_ptr<lm::KVCache>()> make_restorable;
+
+  // Eviction methods: makes `config` keep `budget` rows per (layer, kv head), sinks included,
+  // with the method's other options left valid at that budget. The eviction tests and reports
+  // set budgets through it, so a new eviction method is covered without a hand-written list.
+  std::function<void(KVCacheConfig& config, int budget)> set_budget;
 };
 
 }  // namespace veloxquant

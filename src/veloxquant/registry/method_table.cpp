@@ -1,5 +1,4 @@
-// The registry rows: one per method this build implements. A new method adds one row here,
-// one cache file in caches/ and one card in docs/methods/ (DESIGN.md). Families reproduce the
+// The registry rows of the quantizers, one per method (docs/architecture.md "Adding a method"). Families reproduce the
 // original's editorial labels (spec §6 "Reg. family").
 #include <string>
 #include <vector>
@@ -64,6 +63,9 @@ MethodDescriptor turboquant_rvq_row() {
     quant::parse_rvq_stage2_scale(c.turboquant_rvq.rvq_stage2_scale);
   };
   m.make_serving = make_turboquant_rvq_cache;
+  // Placeholder parameters: from_state() rebuilds every one of them from meta_state().
+  m.cache_type_name = "TurboQuantRvqCache";
+  m.make_restorable = [] { return std::make_shared<TurboQuantRvqCache>(2, 1, 0); };
   return m;
 }
 
@@ -113,6 +115,8 @@ MethodDescriptor turboquant_block_row() {
     }
   };
   m.make_serving = make_turboquant_block_cache;
+  m.cache_type_name = "TurboQuantBlockCache";
+  m.make_restorable = [] { return std::make_shared<TurboQuantBlockCache>(32, 4, 4, 0); };
   return m;
 }
 
@@ -138,6 +142,8 @@ MethodDescriptor kivi_row() {
   };
   m.validate = [](const KVCacheConfig& c) { require_bits_in(c, 1, 8); };
   m.make_serving = make_kivi_cache;
+  m.cache_type_name = "KiviCache";
+  m.make_restorable = [] { return std::make_shared<KiviCache>(1, 2, 32, 0); };
   return m;
 }
 
@@ -154,7 +160,7 @@ MethodDescriptor turboquant_standalone_row(bool prod) {
             "(Zandieh et al., ICLR 2026, arXiv 2504.19874)";
   m.deviations = "Values int8 per token as the original's standalone caches. Outlier two-stream: "
                  "outlier channels int8 with a per-token f16 scale (bit_width_outlier not used).";
-  m.docs = "docs/methods/" + m.name + ".md";
+  m.docs = "docs/methods/quant_" + m.name + ".md";
   m.generic_fields = kStandaloneGeneric;
   for (const char* f : {"enable_outlier_two_stream", "n_outlier_channels", "n_calib_tokens"}) m.generic_fields.push_back(f);
   if (prod) m.generic_fields.push_back("jl_dim");
@@ -174,7 +180,7 @@ MethodDescriptor qjl_row() {
   m.paper = "QJL: 1-Bit Quantized JL Transform for KV Cache Quantization with Zero Overhead "
             "(Zandieh et al., AAAI 2025, arXiv 2406.03482)";
   m.deviations = "Signs bit-packed (the original counts one byte per sign).";
-  m.docs = "docs/methods/qjl.md";
+  m.docs = "docs/methods/quant_qjl.md";
   m.generic_fields = {"head_dim", "seed", "capacity", "sliding_window", "jl_dim"};  // m = jl_dim or d
   m.make_standalone = make_qjl_cache;
   return m;
@@ -190,7 +196,7 @@ MethodDescriptor polar_row() {
   m.paper = "PolarQuant: Quantizing KV Caches with Polar Transformation (Han et al., AISTATS "
             "2026, arXiv 2502.02617)";
   m.deviations = "Angle codes bit-packed.";
-  m.docs = "docs/methods/polar.md";
+  m.docs = "docs/methods/quant_polar.md";
   m.generic_fields = kStandaloneGeneric;
   m.validate = [](const KVCacheConfig& c) { require_bits_in(c, 1, 6); };  // angle codebooks up to 6 bits
   m.make_standalone = make_polar_cache;

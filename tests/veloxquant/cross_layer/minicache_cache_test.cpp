@@ -7,7 +7,7 @@
 
 #include "support/fake_model.h"
 #include "support/kv_test_data.h"
-#include "veloxquant/caches/minicache_cache.h"
+#include "veloxquant/cross_layer/minicache_cache.h"
 #include "veloxquant/cross_layer/slerp_merge.h"
 #include "veloxquant/veloxquant.h"
 

@@ -11,7 +11,7 @@
 #include "lm/prompt_cache_file.h"
 #include "support/fake_model.h"
 #include "support/kv_test_data.h"
-#include "veloxquant/caches/xquant_cache.h"
+#include "veloxquant/cross_layer/xquant_cache.h"
 #include "veloxquant/cross_layer/token_group_quant.h"
 #include "veloxquant/veloxquant.h"
 

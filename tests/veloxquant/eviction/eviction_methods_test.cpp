@@ -12,22 +12,15 @@
 #include "support/allocation_counter.h"
 #include "support/kv_test_data.h"
 #include "veloxquant/eviction/eviction_test_config.h"
+#include "veloxquant/eviction/scored_eviction_reference.h"
 
 namespace veloxquant {
 namespace {
 
 using eviction_test::make_eviction_cache;
 using eviction_test::small_budget;
-
-void expect_config_error(KVCacheConfig c, const std::vector<std::string>& words) {
-  try {
-    validate_for_create(c);
-    require_method(c.method).make_serving(c);
-    FAIL() << "no error for " << c.to_string();
-  } catch (const QuantizerConfigError& e) {
-    for (const std::string& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
-  }
-}
+using eviction_test::expect_config_error;
+using eviction_test::expect_matches_reference;
 
 TEST(EvictionMethods, OriginalValidationErrors) {
   KVCacheConfig c = small_budget("h2o", 32);
@@ -81,96 +74,31 @@ TEST(EvictionMethods, OriginalValidationErrors) {
   EXPECT_NO_THROW(require_method("pyramidkv").make_serving(c));
 }
 
-// --- brute force of the H2O scorer (spec §6), independent of the library's code ---------------
-
-struct RefRow {
-  int64_t pos;
-  std::vector<float> key;
-  float score;
-};
-
-// One token at a time: scores <- scores * decay + w (accumulate) or w; the new row's score is its
-// own weight; over budget evict the first minimum outside sinks and the newest `protect` rows.
-void ref_step(std::vector<RefRow>& rows, RefRow incoming, int64_t budget, int64_t n_sink, int64_t protect, double decay,
-              bool accumulate) {
-  rows.push_back(std::move(incoming));
-  const std::vector<float>& q = rows.back().key;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(q.size()));
-  std::vector<double> e(rows.size());
-  double mx = -INFINITY, total = 0;
-  for (std::size_t j = 0; j < rows.size(); ++j) {
-    double dot = 0;
-    for (std::size_t c = 0; c < q.size(); ++c) dot += double(rows[j].key[c]) * q[c];
-    e[j] = dot * scale;
-    mx = std::max(mx, e[j]);
-  }
-  for (double& x : e) total += (x = std::exp(x - mx));
-  for (std::size_t j = 0; j < rows.size(); ++j) {
-    const float w = static_cast<float>(e[j] / total);
-    if (j + 1 == rows.size()) {
-      rows[j].score = w;
-    } else {
-      rows[j].score = accumulate ? static_cast<float>(rows[j].score * decay + w) : w;
-    }
-  }
-  if (static_cast<int64_t>(rows.size()) <= budget) return;
-  std::size_t victim = rows.size();
-  for (std::size_t j = 0; j + static_cast<std::size_t>(protect) < rows.size(); ++j) {
-    if (rows[j].pos < n_sink) continue;
-    if (victim == rows.size() || rows[j].score < rows[victim].score) victim = j;
-  }
-  rows.erase(rows.begin() + static_cast<std::ptrdiff_t>(victim));
-}
-
-void expect_matches_reference(KVCacheConfig c, int64_t budget, int64_t n_sink, int64_t protect, double decay,
-                              bool accumulate) {
-  constexpr int64_t kHeads = 2, kDim = 16;
-  c.head_dim = kDim;
-  c.eviction.eviction_scoring = "proxy";
-  auto cache = make_eviction_cache(c);
-  std::vector<std::vector<RefRow>> ref(kHeads);
-  for (int64_t t = 0; t < 120; ++t) {
-    const lm::Tensor k = test_support::random_kv(1, kHeads, 1, kDim, 1000 + t, lm::DType::F32);
-    cache->update_and_fetch(k, k);
-    const std::vector<float> kf = k.to_f32();
-    for (int64_t h = 0; h < kHeads; ++h) {
-      ref_step(ref[h], {t, std::vector<float>(kf.begin() + h * kDim, kf.begin() + (h + 1) * kDim), 0.0f}, budget,
-               n_sink, protect, decay, accumulate);
-      std::vector<int32_t> want;
-      for (const RefRow& r : ref[h]) want.push_back(static_cast<int32_t>(r.pos));
-      const int32_t* got = cache->rows().positions(0, h);
-      ASSERT_EQ(std::vector<int32_t>(got, got + cache->rows().rows()), want) << "token " << t << " head " << h;
-      // Scores are computed in f32 (SIMD dot products and exponentials), the reference in double.
-      for (std::size_t j = 0; j < ref[h].size(); ++j) {
-        EXPECT_NEAR(cache->rows().scores(0, h)[j], ref[h][j].score, 2e-6f * (1.0f + std::fabs(ref[h][j].score)));
-      }
-    }
-  }
-}
+// --- the H2O scorer against its brute force (scored_eviction_reference.h) ---------------------
 
 TEST(EvictionMethods, H2OEqualsBruteForce) {
   KVCacheConfig c = small_budget("h2o", 12);
   c.h2o.h2o_n_sink = 2;
   c.h2o.h2o_grace = 3;
   c.h2o.h2o_decay = 0.9;
-  expect_matches_reference(c, 12, 2, 3, 0.9, true);
+  expect_matches_reference(c, eviction_test::h2o_rule(12, 2, 3, 0.9, true));
 }
 
 TEST(EvictionMethods, TovaEqualsBruteForce) {
   KVCacheConfig c = small_budget("tova", 12);
   c.tova.tova_n_sink = 2;
-  expect_matches_reference(c, 12, 2, 0, 1.0, false);
+  expect_matches_reference(c, eviction_test::h2o_rule(12, 2, 0, 1.0, false));
 }
 
 TEST(EvictionMethods, PyramidKVAloneEqualsBruteForceH2OWithoutDecay) {
   KVCacheConfig c = small_budget("pyramidkv", 12);
   c.pyramidkv.pyramid_n_sink = 2;
   c.pyramidkv.pyramid_grace = 0;  // the original: no grace
-  expect_matches_reference(c, 12, 2, 0, 1.0, true);
+  expect_matches_reference(c, eviction_test::h2o_rule(12, 2, 0, 1.0, true));
   c.pyramidkv.pyramid_grace = 3;
-  expect_matches_reference(c, 12, 2, 3, 1.0, true);
+  expect_matches_reference(c, eviction_test::h2o_rule(12, 2, 3, 1.0, true));
   c.pyramidkv.pyramid_grace = 50;  // limited to budget - n_sink - 1 = 9 rows
-  expect_matches_reference(c, 12, 2, 9, 1.0, true);
+  expect_matches_reference(c, eviction_test::h2o_rule(12, 2, 9, 1.0, true));
 }
 
 TEST(EvictionMethods, StreamingKeepsSinksAndTheNewestWindow) {

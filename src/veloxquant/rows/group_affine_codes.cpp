@@ -1,4 +1,4 @@
-#include "veloxquant/caches/group_affine_codes.h"
+#include "veloxquant/rows/group_affine_codes.h"
 
 #include <vector>
 

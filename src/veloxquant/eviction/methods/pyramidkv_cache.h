@@ -8,6 +8,7 @@
 
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/eviction/eviction_cache.h"
+#include "veloxquant/registry/method_descriptor.h"
 
 namespace veloxquant {
 
@@ -22,5 +23,8 @@ class PyramidKVCache final : public eviction::EvictionCache {
 void validate_pyramidkv_options(const KVCacheConfig& config);
 eviction::EvictionPolicy pyramidkv_policy(const KVCacheConfig& config);
 std::shared_ptr<lm::KVCache> make_pyramidkv_cache(const KVCacheConfig& config);
+
+// The registration (registry/eviction_method_rows.cpp lists it).
+MethodDescriptor pyramidkv_method();
 
 }  // namespace veloxquant

@@ -1,4 +1,4 @@
-#include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/rows/cache_rows.h"
 
 #include "lm/kernels/simd_dot.h"
 

@@ -1,8 +1,8 @@
-#include "veloxquant/caches/minicache_cache.h"
+#include "veloxquant/cross_layer/minicache_cache.h"
 
 #include "base/error.h"
 #include "lm/kv_rows.h"
-#include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/cross_layer/slerp_merge.h"
 #include "veloxquant/cross_layer/wiring_registry.h"
 

@@ -6,6 +6,7 @@
 
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/eviction/eviction_cache.h"
+#include "veloxquant/registry/method_descriptor.h"
 
 namespace veloxquant {
 
@@ -20,5 +21,8 @@ class TovaCache final : public eviction::EvictionCache {
 void validate_tova_options(const KVCacheConfig& config);
 eviction::EvictionPolicy tova_policy(const KVCacheConfig& config);
 std::shared_ptr<lm::KVCache> make_tova_cache(const KVCacheConfig& config);
+
+// The registration (registry/eviction_method_rows.cpp lists it).
+MethodDescriptor tova_method();
 
 }  // namespace veloxquant

@@ -6,6 +6,7 @@
 
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/eviction/eviction_cache.h"
+#include "veloxquant/registry/method_descriptor.h"
 
 namespace veloxquant {
 
@@ -20,5 +21,8 @@ class StreamingLLMCache final : public eviction::EvictionCache {
 void validate_streaming_llm_options(const KVCacheConfig& config);
 eviction::EvictionPolicy streaming_llm_policy(const KVCacheConfig& config);
 std::shared_ptr<lm::KVCache> make_streaming_llm_cache(const KVCacheConfig& config);
+
+// The registration (registry/eviction_method_rows.cpp lists it).
+MethodDescriptor streaming_llm_method();
 
 }  // namespace veloxquant

@@ -7,6 +7,7 @@
 
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/eviction/eviction_cache.h"
+#include "veloxquant/registry/method_descriptor.h"
 
 namespace veloxquant {
 
@@ -21,5 +22,8 @@ class H2OCache final : public eviction::EvictionCache {
 void validate_h2o_options(const KVCacheConfig& config);
 eviction::EvictionPolicy h2o_policy(const KVCacheConfig& config);
 std::shared_ptr<lm::KVCache> make_h2o_cache(const KVCacheConfig& config);
+
+// The registration (registry/eviction_method_rows.cpp lists it).
+MethodDescriptor h2o_method();
 
 }  // namespace veloxquant

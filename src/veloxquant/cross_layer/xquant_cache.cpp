@@ -1,4 +1,4 @@
-#include "veloxquant/caches/xquant_cache.h"
+#include "veloxquant/cross_layer/xquant_cache.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "lm/kv_rows.h"
-#include "veloxquant/caches/cache_rows.h"
+#include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/cross_layer/token_group_quant.h"
 #include "veloxquant/cross_layer/wiring_registry.h"
