@@ -275,8 +275,7 @@ void AccumulatePlanesImpl(const uint8_t* bytes, int64_t row_stride, int64_t n_ro
 // Dense LSB-first b-bit codes decoded to s_block * levels[code]. Eight codes span exactly b
 // bytes, so every group of 8 reads 32-bit windows at the same byte offsets and shifts from its
 // first byte: one gather of windows, a variable shift and a mask give 8 codes, and a second
-// gather (or an in-register lookup for b <= 3) their levels. The last group of a row is done
-// one code at a time, so no window reads past the row.
+// gather their levels.
 void DecodeDenseLevelsImpl(const uint8_t* packed, int64_t n, int bits, const float* levels, const uint16_t* scales,
                            int64_t block, float* out) {
   const hn::CappedTag<float, 8> df;
@@ -287,22 +286,40 @@ void DecodeDenseLevelsImpl(const uint8_t* packed, int64_t n, int bits, const flo
   const auto lane_bits = hn::Mul(hn::Iota(di, 0), hn::Set(di, bits));
   const auto offsets = hn::ShiftRight<3>(lane_bits);
   const auto shifts = hn::And(lane_bits, hn::Set(di, 7));
-  const auto code_at = [&](int64_t i) {
-    const int64_t bit = i * bits, byte = bit / 8;
-    const uint32_t window = packed[byte] | (byte + 1 < total_bytes ? static_cast<uint32_t>(packed[byte + 1]) << 8 : 0u);
-    return static_cast<int>((window >> (bit % 8)) & ((1u << bits) - 1u));
+  // A group of `lanes` codes spans lanes * bits / 8 bytes; its windows read up to 3 bytes
+  // further. The row's last groups read from a zero-padded copy of its tail instead, so no
+  // window leaves the row.
+  HWY_ALIGN uint8_t tail[16 + 8] = {};
+  const int64_t group_bytes = lanes * bits / 8;
+  const auto decode_group = [&](const uint8_t* base, float scale, float* dst) {
+    const auto windows = hn::GatherOffset(di, reinterpret_cast<const int32_t*>(base), offsets);
+    const auto codes = hn::And(hn::Shr(windows, shifts), mask);
+    hn::StoreU(hn::Mul(hn::GatherIndex(df, levels, codes), hn::Set(df, scale)), df, dst);
   };
   int64_t i = 0;
-  if (block % lanes == 0) {
-    for (; i + lanes <= n && (i + lanes - 1) * bits / 8 + 4 <= total_bytes; i += lanes) {
-      const uint8_t* base = packed + i * bits / 8;  // i is a multiple of 8: a whole byte
-      const auto windows = hn::GatherOffset(di, reinterpret_cast<const int32_t*>(base), offsets);
-      const auto codes = hn::And(hn::Shr(windows, shifts), mask);
-      const float s = base::f16_to_f32(scales[i / block]);
-      hn::StoreU(hn::Mul(hn::GatherIndex(df, levels, codes), hn::Set(df, s)), df, out + i);
+  if (block % lanes == 0 && (lanes * bits) % 8 == 0) {
+    float scale = 0.0f;
+    for (int64_t blk_end = 0; i + lanes <= n; i += lanes) {
+      if (i >= blk_end) {  // a new block: its f16 scale once (no division per group)
+        scale = base::f16_to_f32(scales[i / block]);
+        blk_end = (i / block + 1) * block;
+      }
+      const int64_t first = i * bits / 8;
+      if (first + group_bytes + 3 <= total_bytes) {
+        decode_group(packed + first, scale, out + i);
+      } else {
+        const int64_t have = std::min<int64_t>(total_bytes - first, group_bytes);
+        std::copy(packed + first, packed + first + have, tail);
+        std::fill(tail + have, tail + sizeof tail, uint8_t{0});
+        decode_group(tail, scale, out + i);
+      }
     }
   }
-  for (; i < n; ++i) out[i] = base::f16_to_f32(scales[i / block]) * levels[code_at(i)];
+  for (; i < n; ++i) {
+    const int64_t bit = i * bits, byte = bit / 8;
+    const uint32_t window = packed[byte] | (byte + 1 < total_bytes ? static_cast<uint32_t>(packed[byte + 1]) << 8 : 0u);
+    out[i] = base::f16_to_f32(scales[i / block]) * levels[(window >> (bit % 8)) & ((1u << bits) - 1u)];
+  }
 }
 
 void GatherPairsImpl(const float* pairs, const int32_t* natural, int64_t n, float* first, float* second) {
