@@ -308,9 +308,8 @@ void DecodeDenseLevelsImpl(const uint8_t* packed, int64_t n, int bits, const flo
       if (first + group_bytes + 3 <= total_bytes) {
         decode_group(packed + first, scale, out + i);
       } else {
-        const int64_t have = std::min<int64_t>(total_bytes - first, group_bytes);
-        std::copy(packed + first, packed + first + have, tail);
-        std::fill(tail + have, tail + sizeof tail, uint8_t{0});
+        // At most 8 bytes; the rest of `tail` stays zero (it is never written past them).
+        for (int64_t k = 0; k < group_bytes; ++k) tail[k] = packed[first + k];
         decode_group(tail, scale, out + i);
       }
     }
