@@ -9,19 +9,15 @@
 #include <random>
 #include <vector>
 
+#include "support/random_values.h"
+
 #include "base/half.h"
 #include "lm/kernels/attention_tiles.h"
 
 namespace lm::kernels::tiles {
 namespace {
 
-std::vector<float> random_values(std::size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+std::vector<float> random_values(std::size_t n, uint32_t seed) { return test_support::normal_values(n, seed); }
 
 TEST(AttentionTiles, ScoreRowsMatchesScalar) {
   for (int64_t d : {1, 3, 7, 8, 64, 65, 100, 128}) {

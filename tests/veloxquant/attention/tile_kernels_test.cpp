@@ -6,19 +6,15 @@
 #include <random>
 #include <vector>
 
+#include "support/random_values.h"
+
 #include "base/half.h"
 #include "veloxquant/attention/tile_kernels.h"
 
 namespace veloxquant::attention::kernels {
 namespace {
 
-std::vector<float> random_values(std::size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+std::vector<float> random_values(std::size_t n, uint32_t seed) { return test_support::normal_values(n, seed); }
 
 TEST(TileKernels, AffineDecodeMatchesScalar) {
   for (int64_t group : {8, 16, 32, 5}) {
