@@ -18,28 +18,14 @@
 #include <string>
 #include <vector>
 
+#include "attention_steps.h"
 #include "base/thread_pool.h"
 #include "lm/cache.h"
-#include "lm/full_kv_cache.h"
-#include "lm/kernels/attention.h"
 #include "lm/tensor.h"
-#include "veloxquant/config/config_validation.h"
-#include "veloxquant/config/kv_cache_config.h"
-#include "veloxquant/registry/field_assignment.h"
-#include "veloxquant/registry/method_registry.h"
 
 namespace {
 
-constexpr int64_t kKvHeads = 3, kQueryHeads = 9, kDim = 64;
-
-lm::Tensor random_tensor(lm::Shape shape, lm::DType dtype, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  int64_t n = 1;
-  for (int64_t e : shape) n *= e;
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return lm::Tensor::from_f32(v, std::move(shape), dtype);
-}
+using namespace bench_attention;
 
 struct Setup {
   std::string method;
@@ -47,53 +33,12 @@ struct Setup {
   std::vector<std::string> set;
 };
 
-std::shared_ptr<lm::KVCache> make_cache(const Setup& s) {
-  veloxquant::KVCacheConfig config;
-  config.method = s.method;
-  config.head_dim = kDim;
-  config.bit_width_inlier = veloxquant::BitWidth(s.bits);
-  for (const std::string& a : s.set) veloxquant::apply_field_assignment(config, a);
-  return veloxquant::validate_for_create(config).make_serving(config);
-}
-
-// Feeds ctx tokens in chunks of 512 through the fused path (as the host's prefill does).
-void fill(lm::KVCache& cache, int64_t ctx, std::mt19937& rng) {
-  for (int64_t done = 0; done < ctx;) {
-    const int64_t s = std::min<int64_t>(512, ctx - done);
-    const lm::Tensor k = random_tensor({1, kKvHeads, s, kDim}, lm::DType::F16, rng);
-    const lm::Tensor v = random_tensor({1, kKvHeads, s, kDim}, lm::DType::F16, rng);
-    if (cache.supports_fused_attention()) {
-      const lm::Tensor q = random_tensor({1, kQueryHeads, s, kDim}, lm::DType::F32, rng);
-      lm::Tensor out({1, kQueryHeads, s, kDim}, lm::DType::F32);
-      lm::FusedAttentionRequest request{&q, &k, &v, 1.0f / 8.0f, std::nullopt};
-      cache.fused_attention(request, out);
-    } else {
-      if (cache.wants_queries()) cache.observe_queries(random_tensor({1, kQueryHeads, s, kDim}, lm::DType::F32, rng));
-      cache.update_and_fetch(k, v);
-    }
-    done += s;
-  }
-}
-
-// One decode step the way the host runs it for this cache.
-void step(lm::KVCache& cache, const lm::Tensor& q, const lm::Tensor& k, const lm::Tensor& v, lm::Tensor& out) {
-  if (cache.wants_queries()) cache.observe_queries(q);
-  if (cache.supports_fused_attention()) {
-    lm::FusedAttentionRequest request{&q, &k, &v, 1.0f / 8.0f, std::nullopt};
-    cache.fused_attention(request, out);
-  } else {
-    const lm::AttentionMask mask = cache.make_mask(1, std::nullopt);
-    const lm::KeysValues kv = cache.update_and_fetch(k, v);
-    lm::kernels::attention(q, kv.keys, kv.values, mask, std::nullopt, 1.0f / 8.0f, out, &base::ThreadPool::global());
-  }
-}
-
 void BM_Attention(benchmark::State& state, Setup setup) {
   const int64_t ctx = state.range(0);
   std::mt19937 rng(7);
   lm::FullKVCache native(lm::DType::F16);
   fill(native, ctx, rng);
-  std::shared_ptr<lm::KVCache> cache = make_cache(setup);
+  std::shared_ptr<lm::KVCache> cache = make_cache(setup.method, setup.bits, setup.set);
   fill(*cache, ctx, rng);
   const lm::Tensor q = random_tensor({1, kQueryHeads, 1, kDim}, lm::DType::F32, rng);
   const lm::Tensor k = random_tensor({1, kKvHeads, 1, kDim}, lm::DType::F16, rng);

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+
 #if __has_include(<valgrind/callgrind.h>)
 #include <valgrind/callgrind.h>
 #else
@@ -26,55 +27,9 @@
 #define CALLGRIND_STOP_INSTRUMENTATION
 #endif
 
-#include "base/thread_pool.h"
-#include "lm/cache.h"
-#include "lm/full_kv_cache.h"
-#include "lm/kernels/attention.h"
-#include "lm/tensor.h"
-#include "veloxquant/config/config_validation.h"
-#include "veloxquant/config/kv_cache_config.h"
-#include "veloxquant/registry/field_assignment.h"
-#include "veloxquant/registry/method_registry.h"
+#include "attention_steps.h"
 
-namespace {
-
-constexpr int64_t kKvHeads = 3, kQueryHeads = 9, kDim = 64;
-constexpr float kScale = 0.125f;
-
-lm::Tensor random_tensor(lm::Shape shape, lm::DType dtype, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  int64_t n = 1;
-  for (int64_t e : shape) n *= e;
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return lm::Tensor::from_f32(v, std::move(shape), dtype);
-}
-
-void step(lm::KVCache& cache, const lm::Tensor& q, const lm::Tensor& k, const lm::Tensor& v, lm::Tensor& out) {
-  if (cache.wants_queries()) cache.observe_queries(q);
-  if (cache.supports_fused_attention()) {
-    lm::FusedAttentionRequest request{&q, &k, &v, kScale, std::nullopt};
-    cache.fused_attention(request, out);
-    return;
-  }
-  const lm::AttentionMask mask = cache.make_mask(1, std::nullopt);
-  const lm::KeysValues kv = cache.update_and_fetch(k, v);
-  lm::kernels::attention(q, kv.keys, kv.values, mask, std::nullopt, kScale, out, &base::ThreadPool::global());
-}
-
-void fill(lm::KVCache& cache, int64_t ctx, std::mt19937& rng) {
-  for (int64_t done = 0; done < ctx;) {
-    const int64_t s = std::min<int64_t>(512, ctx - done);
-    const lm::Tensor q = random_tensor({1, kQueryHeads, s, kDim}, lm::DType::F32, rng);
-    const lm::Tensor k = random_tensor({1, kKvHeads, s, kDim}, lm::DType::F16, rng);
-    const lm::Tensor v = random_tensor({1, kKvHeads, s, kDim}, lm::DType::F16, rng);
-    lm::Tensor out({1, kQueryHeads, s, kDim}, lm::DType::F32);
-    step(cache, q, k, v, out);
-    done += s;
-  }
-}
-
-}  // namespace
+using namespace bench_attention;
 
 int main(int argc, char** argv) {
   if (argc < 5) {
@@ -91,17 +46,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     base::ThreadPool::set_global_threads(1);
-    std::shared_ptr<lm::KVCache> cache;
-    if (method == "none") {
-      cache = std::make_shared<lm::FullKVCache>(lm::DType::F16);
-    } else {
-      veloxquant::KVCacheConfig config;
-      config.method = method;
-      config.head_dim = kDim;
-      config.bit_width_inlier = veloxquant::BitWidth(bits);
-      for (int i = 5; i < argc; ++i) veloxquant::apply_field_assignment(config, argv[i]);
-      cache = veloxquant::validate_for_create(config).make_serving(config);
-    }
+    const std::shared_ptr<lm::KVCache> cache = make_cache(method, bits, std::vector<std::string>(argv + 5, argv + argc));
     std::mt19937 rng(7);
     fill(*cache, ctx, rng);
     const lm::Tensor q = random_tensor({1, kQueryHeads, 1, kDim}, lm::DType::F32, rng);
