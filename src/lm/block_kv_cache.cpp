@@ -1,0 +1,185 @@
+#include "lm/block_kv_cache.h"
+
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "lm/kernels/attention.h"
+#include "lm/kv_rows.h"
+
+namespace lm {
+
+BlockKVCache::BlockKVCache(KVCacheType type, base::ThreadPool* pool) : type_(type), pool_(pool) {
+  if (!is_block_kv_type(type)) {
+    throw base::InvalidArgument("BlockKVCache: KV type must be q8_0, q5_0 or q4_0, got " +
+                                std::string(kv_cache_type_name(type)));
+  }
+}
+
+void BlockKVCache::grow_for(int64_t new_tokens) {
+  const int64_t steps = (new_tokens + kGrowthStep - 1) / kGrowthStep;
+  const int64_t kept = keys_.defined() ? offset_ : 0;
+  const int64_t capacity = kept + steps * kGrowthStep;
+  const auto row_bytes = [&](int64_t dim) { return static_cast<int64_t>(kv_row_bytes(type_, dim)); };
+  Tensor next_keys({batch_, heads_, capacity, row_bytes(key_dim_)}, DType::U8);
+  Tensor next_values({batch_, heads_, capacity, row_bytes(value_dim_)}, DType::U8);
+  if (kept > 0) {
+    copy_token_rows(keys_.slice(2, 0, kept), next_keys, 0);
+    copy_token_rows(values_.slice(2, 0, kept), next_values, 0);
+  }
+  keys_ = std::move(next_keys);
+  values_ = std::move(next_values);
+}
+
+void BlockKVCache::store(const Tensor& keys, const Tensor& values) {
+  check_new_tokens(keys, values, "BlockKVCache");
+  if (!keys_.defined()) {
+    // The first call fixes the geometry; a head dim that is not a multiple of 32 is refused
+    // here, before anything is stored.
+    kv_row_bytes(type_, keys.dim(3));
+    kv_row_bytes(type_, values.dim(3));
+    batch_ = keys.dim(0);
+    heads_ = keys.dim(1);
+    key_dim_ = keys.dim(3);
+    value_dim_ = values.dim(3);
+  } else if (keys.dim(0) != batch_ || keys.dim(1) != heads_ || keys.dim(3) != key_dim_ || values.dim(3) != value_dim_) {
+    throw base::InvalidArgument("BlockKVCache: new keys " + shape_text(keys.shape()) + " / values " +
+                                shape_text(values.shape()) + " do not match the cache's [B, H_kv, *, D] = [" +
+                                std::to_string(batch_) + ", " + std::to_string(heads_) + ", *, " +
+                                std::to_string(key_dim_) + "] / value dim " + std::to_string(value_dim_));
+  }
+  const int64_t new_tokens = keys.dim(2);
+  if (!keys_.defined() || offset_ + new_tokens > keys_.dim(2)) grow_for(new_tokens);
+  // Rows are quantized from f32, as llama.cpp quantizes its cache from the f32 K and V.
+  const auto quantize_rows = [&](const Tensor& src, Tensor& dst, int64_t dim) {
+    const Tensor rows = src.astype(DType::F32).contiguous();
+    const float* from = rows.data<float>();
+    const auto& s = dst.strides();
+    for (int64_t b = 0; b < batch_; ++b) {
+      for (int64_t h = 0; h < heads_; ++h) {
+        for (int64_t t = 0; t < new_tokens; ++t) {
+          quantize_kv_row(type_, from + ((b * heads_ + h) * new_tokens + t) * dim,
+                          dst.raw_data() + b * s[0] + h * s[1] + (offset_ + t) * s[2], dim);
+        }
+      }
+    }
+  };
+  quantize_rows(keys, keys_, key_dim_);
+  quantize_rows(values, values_, value_dim_);
+  offset_ += new_tokens;
+}
+
+Tensor BlockKVCache::dequantized(const Tensor& blocks, int64_t dim, DType dtype) const {
+  Tensor rows({batch_, heads_, offset_, dim}, DType::F32);
+  const auto& s = blocks.strides();
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t h = 0; h < heads_; ++h) {
+      for (int64_t t = 0; t < offset_; ++t) {
+        dequantize_kv_row(type_, blocks.raw_data() + b * s[0] + h * s[1] + t * s[2],
+                          rows.data<float>() + ((b * heads_ + h) * offset_ + t) * dim, dim);
+      }
+    }
+  }
+  return dtype == DType::F32 ? rows : rows.astype(dtype);
+}
+
+KeysValues BlockKVCache::update_and_fetch(const Tensor& keys, const Tensor& values) {
+  store(keys, values);
+  return {dequantized(keys_, key_dim_, keys.dtype()), dequantized(values_, value_dim_, values.dtype())};
+}
+
+void BlockKVCache::fused_attention(const FusedAttentionRequest& request, Tensor& out) {
+  if (request.queries == nullptr || request.keys == nullptr || request.values == nullptr) {
+    throw base::InvalidArgument("BlockKVCache::fused_attention: queries, keys and values are required");
+  }
+  if (key_dim_ != 0 && value_dim_ != key_dim_) {
+    throw base::InvalidArgument("BlockKVCache::fused_attention: value head dim " + std::to_string(value_dim_) +
+                                " differs from the key head dim " + std::to_string(key_dim_));
+  }
+  store(*request.keys, *request.values);
+  const int64_t n = request.queries->dim(2);
+  const kernels::BlockRows keys{&keys_, type_, offset_, key_dim_};
+  const kernels::BlockRows values{&values_, type_, offset_, value_dim_};
+  kernels::attention_blocks(*request.queries, keys, values, default_attention_mask(n, request.window), request.window,
+                            request.scale, out, pool_ ? pool_ : &base::ThreadPool::global());
+}
+
+int64_t BlockKVCache::trim(int64_t n) {
+  if (n < 0) throw base::InvalidArgument("BlockKVCache::trim: n must be >= 0, got " + std::to_string(n));
+  const int64_t removed = n < offset_ ? n : offset_;
+  offset_ -= removed;
+  return removed;
+}
+
+std::vector<Tensor> BlockKVCache::state() const {
+  if (!keys_.defined()) return {};
+  return {keys_.slice(2, 0, offset_), values_.slice(2, 0, offset_)};
+}
+
+std::vector<std::string> BlockKVCache::meta_state() const {
+  return {std::string(kv_cache_type_name(type_)), std::to_string(key_dim_), std::to_string(value_dim_)};
+}
+
+void BlockKVCache::from_state(const std::vector<Tensor>& state, const std::vector<std::string>& meta) {
+  if (meta.size() != 3) {
+    throw base::FormatError("BlockKVCache::from_state: expected 3 meta entries (type, key dim, value dim), got " +
+                            std::to_string(meta.size()));
+  }
+  KVCacheType type;
+  int64_t key_dim = 0, value_dim = 0;
+  try {
+    type = parse_kv_cache_type(meta[0]);
+    key_dim = std::stoll(meta[1]);
+    value_dim = std::stoll(meta[2]);
+  } catch (const std::exception& e) {
+    throw base::FormatError(std::string("BlockKVCache::from_state: bad meta: ") + e.what());
+  }
+  if (!is_block_kv_type(type)) {
+    throw base::FormatError("BlockKVCache::from_state: " + meta[0] + " is not a block type");
+  }
+  if (state.empty()) {
+    type_ = type;
+    keys_ = {};
+    values_ = {};
+    batch_ = heads_ = key_dim_ = value_dim_ = offset_ = 0;
+    return;
+  }
+  if (state.size() != 2) {
+    throw base::FormatError("BlockKVCache::from_state: expected 2 tensors (key and value blocks), got " +
+                            std::to_string(state.size()));
+  }
+  const Tensor& k = state[0];
+  const Tensor& v = state[1];
+  const auto fits = [&](const Tensor& t, int64_t dim) {
+    return t.ndim() == 4 && t.dtype() == DType::U8 && dim > 0 && dim % kKVBlockElements == 0 &&
+           t.dim(3) == static_cast<int64_t>(kv_row_bytes(type, dim));
+  };
+  if (!fits(k, key_dim) || !fits(v, value_dim) || k.dim(0) != v.dim(0) || k.dim(1) != v.dim(1) ||
+      k.dim(2) != v.dim(2)) {
+    throw base::FormatError("BlockKVCache::from_state: blocks " + shape_text(k.shape()) + " / " +
+                            shape_text(v.shape()) + " do not fit " + meta[0] + " rows of " + meta[1] + " / " + meta[2]);
+  }
+  type_ = type;
+  batch_ = k.dim(0);
+  heads_ = k.dim(1);
+  key_dim_ = key_dim;
+  value_dim_ = value_dim;
+  keys_ = k.clone();
+  values_ = v.clone();
+  offset_ = k.dim(2);
+}
+
+std::shared_ptr<KVCache> BlockKVCache::clone() const {
+  auto copy = std::make_shared<BlockKVCache>(type_, pool_);
+  copy->keys_ = keys_.clone();
+  copy->values_ = values_.clone();
+  copy->batch_ = batch_;
+  copy->heads_ = heads_;
+  copy->key_dim_ = key_dim_;
+  copy->value_dim_ = value_dim_;
+  copy->offset_ = offset_;
+  return copy;
+}
+
+}  // namespace lm
