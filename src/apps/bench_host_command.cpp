@@ -219,11 +219,7 @@ void run_bench_host_methods(const BenchHostFlags& f) {
   if (f.probe_passes < 1) {
     throw base::InvalidArgument("--probe-passes must be >= 1, got " + std::to_string(f.probe_passes));
   }
-  if (lm::is_block_kv_type(lm::parse_kv_cache_type(f.kv_dtype))) {
-    throw base::InvalidArgument("bench-host --methods: --kv-dtype " + f.kv_dtype +
-                                " would make the 'none' baseline quantized; time llama.cpp's types beside the f16 "
-                                "cache with --kv-dtypes " + f.kv_dtype);
-  }
+  apps::require_float_baseline(f.kv_dtype, "bench-host --methods");
   const std::vector<lm::KVCacheType> kv_types = apps::parse_kv_type_list(f.kv_dtypes);
   std::vector<ev::MethodEntry> entries = ev::parse_method_list(f.methods);
   // The ratios need the native cache measured in the same rounds: it is added, first, when

@@ -176,11 +176,7 @@ std::vector<Setting> plan_settings(const BenchFlags& f, std::vector<ev::SkippedS
 }
 
 void run_bench(const BenchFlags& f) {
-  if (lm::is_block_kv_type(lm::parse_kv_cache_type(f.kv_dtype))) {
-    throw base::InvalidArgument("bench-methods: --kv-dtype " + f.kv_dtype +
-                                " would make the baseline quantized; measure llama.cpp's types beside the f16 cache "
-                                "with --kv-dtypes " + f.kv_dtype);
-  }
+  apps::require_float_baseline(f.kv_dtype, "bench-methods");
   const std::vector<lm::KVCacheType> kv_types = apps::parse_kv_type_list(f.kv_dtypes);
   std::vector<ev::SkippedSetting> skipped;
   std::vector<Setting> settings = plan_settings(f, skipped);

@@ -63,6 +63,7 @@ void print_human(const ev::EvalRecord& r) {
 void run_eval(const EvalFlags& f) {
   // Everything that can be checked without the model fails before the (slow) load.
   const auto config = apps::kv_config_from_flags(f.kv);
+  const std::optional<lm::KVCacheType> block_type = apps::block_kv_type_under_test(f.kv_dtype, config.has_value());
   ev::EvalOptions options;
   options.chunking = ev::parse_chunking(f.chunking);
   if (options.chunking == ev::Chunking::kLlama && f.stride != 0) {
@@ -76,7 +77,6 @@ void run_eval(const EvalFlags& f) {
   options.batch = f.batch;
   const std::string text = ev::read_text_file(f.text);
 
-  const std::optional<lm::KVCacheType> block_type = apps::block_kv_type_under_test(f.kv_dtype, config.has_value());
   const lm::LoadedModel loaded =
       apps::load_model_from_flags(f.model, f.tokenizer, block_type ? "f16" : f.kv_dtype, f.threads);
   const lm::Model& model = *loaded.model;

@@ -113,11 +113,7 @@ void run_needle_command(const NeedleFlags& f) {
     configs.push_back(veloxquant::kv_preset_config(preset, f.seed));
     labels.push_back("preset " + preset.name);
   }
-  if (lm::is_block_kv_type(lm::parse_kv_cache_type(f.kv_dtype))) {
-    throw base::InvalidArgument("eval-needle: --kv-dtype " + f.kv_dtype +
-                                " would make the reference cache quantized; test llama.cpp's types beside the f16 "
-                                "cache with --kv-dtypes " + f.kv_dtype);
-  }
+  apps::require_float_baseline(f.kv_dtype, "eval-needle");
   const std::vector<lm::KVCacheType> kv_types = apps::parse_kv_type_list(f.kv_dtypes);
   ev::NeedleOptions options;
   options.prompt_tokens = f.ctx;

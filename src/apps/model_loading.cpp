@@ -26,6 +26,14 @@ std::optional<lm::KVCacheType> block_kv_type_under_test(const std::string& kv_dt
   return type;
 }
 
+void require_float_baseline(const std::string& kv_dtype, const std::string& command) {
+  if (lm::is_block_kv_type(lm::parse_kv_cache_type(kv_dtype))) {
+    throw base::InvalidArgument(command + ": --kv-dtype " + kv_dtype +
+                                " would quantize the native baseline; measure llama.cpp's types beside the f16 "
+                                "cache with --kv-dtypes " + kv_dtype);
+  }
+}
+
 std::vector<lm::KVCacheType> parse_kv_type_list(const std::string& list) {
   std::vector<lm::KVCacheType> types;
   std::size_t begin = 0;

@@ -22,6 +22,11 @@ lm::LoadedModel load_model_from_flags(const std::string& model_path, const std::
 // the run would have two caches under test.
 std::optional<lm::KVCacheType> block_kv_type_under_test(const std::string& kv_dtype, bool method_given);
 
+// The commands with a native baseline beside several caches (bench-methods, eval-needle,
+// bench-host --methods) refuse a block --kv-dtype, which would quantize the baseline, pointing
+// to --kv-dtypes (base::InvalidArgument naming `command` and the type).
+void require_float_baseline(const std::string& kv_dtype, const std::string& command);
+
 // --kv-dtypes "q8_0,q5_0,q4_0" (bench-methods, eval-needle, bench-host --methods): the host's
 // native cache in each of these types, measured beside the native cache of the run. Throws
 // base::InvalidArgument naming a bad or repeated entry.

@@ -1,16 +1,19 @@
 #include "lm/block_kv_cache.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "lm/hadamard_rotation.h"
 #include "lm/kernels/attention.h"
 #include "lm/kv_rows.h"
 
 namespace lm {
 
-BlockKVCache::BlockKVCache(KVCacheType type, base::ThreadPool* pool) : type_(type), pool_(pool) {
+BlockKVCache::BlockKVCache(KVCacheType type, base::ThreadPool* pool, bool rotate)
+    : type_(type), pool_(pool), rotate_(rotate) {
   if (!is_block_kv_type(type)) {
     throw base::InvalidArgument("BlockKVCache: KV type must be q8_0, q5_0 or q4_0, got " +
                                 std::string(kv_cache_type_name(type)));
@@ -43,6 +46,7 @@ void BlockKVCache::store(const Tensor& keys, const Tensor& values) {
     heads_ = keys.dim(1);
     key_dim_ = keys.dim(3);
     value_dim_ = values.dim(3);
+    rotated_ = rotate_ && hadamard_rotates(key_dim_) && hadamard_rotates(value_dim_);
   } else if (keys.dim(0) != batch_ || keys.dim(1) != heads_ || keys.dim(3) != key_dim_ || values.dim(3) != value_dim_) {
     throw base::InvalidArgument("BlockKVCache: new keys " + shape_text(keys.shape()) + " / values " +
                                 shape_text(values.shape()) + " do not match the cache's [B, H_kv, *, D] = [" +
@@ -52,15 +56,18 @@ void BlockKVCache::store(const Tensor& keys, const Tensor& values) {
   const int64_t new_tokens = keys.dim(2);
   if (!keys_.defined() || offset_ + new_tokens > keys_.dim(2)) grow_for(new_tokens);
   // Rows are quantized from f32, as llama.cpp quantizes its cache from the f32 K and V.
+  std::vector<float> row;
   const auto quantize_rows = [&](const Tensor& src, Tensor& dst, int64_t dim) {
     const Tensor rows = src.astype(DType::F32).contiguous();
     const float* from = rows.data<float>();
     const auto& s = dst.strides();
+    row.resize(static_cast<std::size_t>(dim));
     for (int64_t b = 0; b < batch_; ++b) {
       for (int64_t h = 0; h < heads_; ++h) {
         for (int64_t t = 0; t < new_tokens; ++t) {
-          quantize_kv_row(type_, from + ((b * heads_ + h) * new_tokens + t) * dim,
-                          dst.raw_data() + b * s[0] + h * s[1] + (offset_ + t) * s[2], dim);
+          std::copy_n(from + ((b * heads_ + h) * new_tokens + t) * dim, dim, row.data());
+          if (rotated_) hadamard_rotate(row.data(), dim);
+          quantize_kv_row(type_, row.data(), dst.raw_data() + b * s[0] + h * s[1] + (offset_ + t) * s[2], dim);
         }
       }
     }
@@ -76,8 +83,9 @@ Tensor BlockKVCache::dequantized(const Tensor& blocks, int64_t dim, DType dtype)
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
       for (int64_t t = 0; t < offset_; ++t) {
-        dequantize_kv_row(type_, blocks.raw_data() + b * s[0] + h * s[1] + t * s[2],
-                          rows.data<float>() + ((b * heads_ + h) * offset_ + t) * dim, dim);
+        float* row = rows.data<float>() + ((b * heads_ + h) * offset_ + t) * dim;
+        dequantize_kv_row(type_, blocks.raw_data() + b * s[0] + h * s[1] + t * s[2], row, dim);
+        if (rotated_) hadamard_rotate(row, dim);  // H is its own inverse
       }
     }
   }
@@ -101,8 +109,21 @@ void BlockKVCache::fused_attention(const FusedAttentionRequest& request, Tensor&
   const int64_t n = request.queries->dim(2);
   const kernels::BlockRows keys{&keys_, type_, offset_, key_dim_};
   const kernels::BlockRows values{&values_, type_, offset_, value_dim_};
-  kernels::attention_blocks(*request.queries, keys, values, default_attention_mask(n, request.window), request.window,
-                            request.scale, out, pool_ ? pool_ : &base::ThreadPool::global());
+  // Rotated rows: attend with H q (scores unchanged), and the output, a sum of rotated value
+  // rows, is turned back with H.
+  Tensor rotated_queries;
+  if (rotated_) {
+    rotated_queries = request.queries->clone();
+    float* q = rotated_queries.data<float>();
+    for (int64_t r = 0; r < rotated_queries.numel() / key_dim_; ++r) hadamard_rotate(q + r * key_dim_, key_dim_);
+  }
+  kernels::attention_blocks(rotated_ ? rotated_queries : *request.queries, keys, values,
+                            default_attention_mask(n, request.window), request.window, request.scale, out,
+                            pool_ ? pool_ : &base::ThreadPool::global());
+  if (rotated_) {
+    float* o = out.data<float>();
+    for (int64_t r = 0; r < out.numel() / value_dim_; ++r) hadamard_rotate(o + r * value_dim_, value_dim_);
+  }
 }
 
 int64_t BlockKVCache::trim(int64_t n) {
@@ -118,14 +139,16 @@ std::vector<Tensor> BlockKVCache::state() const {
 }
 
 std::vector<std::string> BlockKVCache::meta_state() const {
-  return {std::string(kv_cache_type_name(type_)), std::to_string(key_dim_), std::to_string(value_dim_)};
+  return {std::string(kv_cache_type_name(type_)), std::to_string(key_dim_), std::to_string(value_dim_),
+          rotated_ ? "rotated" : "plain"};
 }
 
 void BlockKVCache::from_state(const std::vector<Tensor>& state, const std::vector<std::string>& meta) {
-  if (meta.size() != 3) {
-    throw base::FormatError("BlockKVCache::from_state: expected 3 meta entries (type, key dim, value dim), got " +
-                            std::to_string(meta.size()));
+  if (meta.size() != 4 || (meta[3] != "rotated" && meta[3] != "plain")) {
+    throw base::FormatError("BlockKVCache::from_state: expected 4 meta entries (type, key dim, value dim, "
+                            "rotated|plain), got " + std::to_string(meta.size()));
   }
+  const bool rotated = meta[3] == "rotated";
   KVCacheType type;
   int64_t key_dim = 0, value_dim = 0;
   try {
@@ -143,6 +166,8 @@ void BlockKVCache::from_state(const std::vector<Tensor>& state, const std::vecto
     keys_ = {};
     values_ = {};
     batch_ = heads_ = key_dim_ = value_dim_ = offset_ = 0;
+    rotate_ = rotated;
+    rotated_ = false;
     return;
   }
   if (state.size() != 2) {
@@ -160,7 +185,12 @@ void BlockKVCache::from_state(const std::vector<Tensor>& state, const std::vecto
     throw base::FormatError("BlockKVCache::from_state: blocks " + shape_text(k.shape()) + " / " +
                             shape_text(v.shape()) + " do not fit " + meta[0] + " rows of " + meta[1] + " / " + meta[2]);
   }
+  if (rotated && (!hadamard_rotates(key_dim) || !hadamard_rotates(value_dim))) {
+    throw base::FormatError("BlockKVCache::from_state: rows of " + meta[1] + " / " + meta[2] +
+                            " cannot have been Hadamard-rotated");
+  }
   type_ = type;
+  rotate_ = rotated_ = rotated;
   batch_ = k.dim(0);
   heads_ = k.dim(1);
   key_dim_ = key_dim;
@@ -171,7 +201,8 @@ void BlockKVCache::from_state(const std::vector<Tensor>& state, const std::vecto
 }
 
 std::shared_ptr<KVCache> BlockKVCache::clone() const {
-  auto copy = std::make_shared<BlockKVCache>(type_, pool_);
+  auto copy = std::make_shared<BlockKVCache>(type_, pool_, rotate_);
+  copy->rotated_ = rotated_;
   copy->keys_ = keys_.clone();
   copy->values_ = values_.clone();
   copy->batch_ = batch_;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <string>
 
@@ -44,11 +45,13 @@ TEST(BlockKVCache, BytesPerTokenAreLlamaCppsOnSmolLM2Geometry) {
 }
 
 // Fused attention (prefill chunk, then decode steps, GQA 6 query heads on 2 kv heads) against
-// the reference attention over what update_and_fetch returns: the dequantized blocks.
+// the reference attention over what update_and_fetch returns: the dequantized blocks (turned
+// back from the rotated basis when the rows are rotated).
 TEST(BlockKVCache, FusedAttentionEqualsAttentionOverDequantizedRows) {
   constexpr int64_t kHq = 6, kHkv = 2, kD = 64;
+  for (const bool rotate : {true, false})
   for (KVCacheType type : kBlockTypes) {
-    BlockKVCache fused(type), plain(type);
+    BlockKVCache fused(type, nullptr, rotate), plain(type, nullptr, rotate);
     uint64_t seed = 100;
     for (int64_t n : {37, 1, 1, 5, 1}) {
       const Tensor q = random_kv(1, kHq, n, kD, seed++, DType::F32);
@@ -68,16 +71,46 @@ TEST(BlockKVCache, FusedAttentionEqualsAttentionOverDequantizedRows) {
       ASSERT_EQ(got.shape(), want.shape());
       const std::vector<float> a = got.to_f32(), b = want.to_f32();
       for (std::size_t i = 0; i < a.size(); ++i) {
-        ASSERT_NEAR(a[i], b[i], 2e-5f * (1.0f + std::fabs(b[i]))) << lm::kv_cache_type_name(type) << " n " << n;
+        ASSERT_NEAR(a[i], b[i], 2e-5f * (1.0f + std::fabs(b[i])))
+            << lm::kv_cache_type_name(type) << " n " << n << " rotate " << rotate;
       }
     }
+    EXPECT_EQ(fused.rotated(), rotate);
   }
+}
+
+// Rotated rows are llama.cpp's: the blocks hold quantize(H x), H the 64-point Sylvester
+// Hadamard matrix / 8 written out here from its definition H[i][j] = (-1)^popcount(i & j).
+TEST(BlockKVCache, RotatedRowsAreBlocksOfTheHadamardTransform) {
+  const Tensor k = random_kv(1, 1, 1, 128, 21, DType::F32), v = random_kv(1, 1, 1, 128, 22, DType::F32);
+  BlockKVCache cache(KVCacheType::Q8_0);
+  cache.update_and_fetch(k, v);
+  ASSERT_TRUE(cache.rotated());
+  const std::vector<float> x = k.to_f32();
+  std::vector<float> hx(128, 0.0f);
+  for (int block = 0; block < 2; ++block) {
+    for (int i = 0; i < 64; ++i) {
+      double sum = 0.0;
+      for (int j = 0; j < 64; ++j) sum += (std::popcount(static_cast<unsigned>(i & j)) % 2 ? -1.0 : 1.0) * x[block * 64 + j];
+      hx[block * 64 + i] = static_cast<float>(sum / 8.0);
+    }
+  }
+  std::vector<float> stored(128), expected(128);
+  lm::dequantize_kv_row(KVCacheType::Q8_0, cache.key_blocks().data<uint8_t>(), stored.data(), 128);
+  std::vector<uint8_t> blocks(lm::kv_row_bytes(KVCacheType::Q8_0, 128));
+  lm::quantize_kv_row(KVCacheType::Q8_0, hx.data(), blocks.data(), 128);
+  lm::dequantize_kv_row(KVCacheType::Q8_0, blocks.data(), expected.data(), 128);
+  for (int i = 0; i < 128; ++i) EXPECT_NEAR(stored[i], expected[i], 1e-6f * 8.0f) << i;
+  // A head dim that is not a multiple of 64 stores plain rows, as llama.cpp does.
+  BlockKVCache narrow(KVCacheType::Q8_0);
+  narrow.update_and_fetch(random_kv(1, 1, 1, 32, 1, DType::F32), random_kv(1, 1, 1, 32, 2, DType::F32));
+  EXPECT_FALSE(narrow.rotated());
 }
 
 // The same driver reads block rows and float rows: over the dequantized rows as f32 it gives
 // the same numbers (the tile loader widens to exactly those values).
 TEST(BlockKVCache, AttentionBlocksMatchesHostAttentionOnDequantizedF32) {
-  BlockKVCache cache(KVCacheType::Q4_0);
+  BlockKVCache cache(KVCacheType::Q4_0, nullptr, /*rotate=*/false);
   const lm::KeysValues kv = cache.update_and_fetch(random_kv(1, 2, 700, 64, 1, DType::F32),
                                                    random_kv(1, 2, 700, 64, 2, DType::F32));
   const Tensor q = random_kv(1, 4, 1, 64, 3, DType::F32);
@@ -91,9 +124,9 @@ TEST(BlockKVCache, AttentionBlocksMatchesHostAttentionOnDequantizedF32) {
 
 TEST(BlockKVCache, TrimStateAndCloneBehaveAsIfFedOnlyTheKeptRows) {
   BlockKVCache cache(KVCacheType::Q5_0), fresh(KVCacheType::Q5_0);
-  const Tensor k1 = random_kv(1, 2, 10, 32, 1, DType::F32), v1 = random_kv(1, 2, 10, 32, 2, DType::F32);
-  const Tensor k2 = random_kv(1, 2, 4, 32, 3, DType::F32), v2 = random_kv(1, 2, 4, 32, 4, DType::F32);
-  const Tensor k3 = random_kv(1, 2, 3, 32, 5, DType::F32), v3 = random_kv(1, 2, 3, 32, 6, DType::F32);
+  const Tensor k1 = random_kv(1, 2, 10, 64, 1, DType::F32), v1 = random_kv(1, 2, 10, 64, 2, DType::F32);
+  const Tensor k2 = random_kv(1, 2, 4, 64, 3, DType::F32), v2 = random_kv(1, 2, 4, 64, 4, DType::F32);
+  const Tensor k3 = random_kv(1, 2, 3, 64, 5, DType::F32), v3 = random_kv(1, 2, 3, 64, 6, DType::F32);
   cache.update_and_fetch(k1, v1);
   cache.update_and_fetch(k2, v2);
   EXPECT_EQ(cache.trim(4), 4);
@@ -104,18 +137,19 @@ TEST(BlockKVCache, TrimStateAndCloneBehaveAsIfFedOnlyTheKeptRows) {
   EXPECT_EQ(got.keys.to_f32(), want.keys.to_f32());
   EXPECT_EQ(got.values.to_f32(), want.values.to_f32());
 
-  BlockKVCache restored(KVCacheType::Q8_0);  // the type comes from the meta
+  BlockKVCache restored(KVCacheType::Q8_0, nullptr, false);  // type and rotation come from the meta
   restored.from_state(cache.state(), cache.meta_state());
   EXPECT_EQ(restored.kv_type(), KVCacheType::Q5_0);
+  EXPECT_TRUE(restored.rotated());
   EXPECT_EQ(restored.offset(), 13);
   const auto copy = cache.clone();
-  const Tensor k4 = random_kv(1, 2, 1, 32, 7, DType::F32), v4 = random_kv(1, 2, 1, 32, 8, DType::F32);
+  const Tensor k4 = random_kv(1, 2, 1, 64, 7, DType::F32), v4 = random_kv(1, 2, 1, 64, 8, DType::F32);
   const auto a = restored.update_and_fetch(k4, v4);
   const auto b = copy->update_and_fetch(k4, v4);
   EXPECT_EQ(a.keys.to_f32(), b.keys.to_f32());
   EXPECT_EQ(cache.offset(), 13);  // the clone is independent
   EXPECT_EQ(a.keys.dtype(), DType::F32);
-  EXPECT_EQ(cache.update_and_fetch(random_kv(1, 2, 1, 32, 9), random_kv(1, 2, 1, 32, 10)).keys.dtype(), DType::F16);
+  EXPECT_EQ(cache.update_and_fetch(random_kv(1, 2, 1, 64, 9), random_kv(1, 2, 1, 64, 10)).keys.dtype(), DType::F16);
 }
 
 TEST(BlockKVCache, RefusesFloatTypesBadHeadDimsAndShapeChangesClearly) {
@@ -132,8 +166,10 @@ TEST(BlockKVCache, RefusesFloatTypesBadHeadDimsAndShapeChangesClearly) {
   EXPECT_THROW(cache.update_and_fetch(random_kv(1, 3, 1, 64, 1), random_kv(1, 3, 1, 64, 2)), base::InvalidArgument);
   EXPECT_THROW(cache.trim(-1), base::InvalidArgument);
   BlockKVCache other(KVCacheType::Q4_0);
-  EXPECT_THROW(other.from_state(cache.state(), {"q4_0", "32", "64"}), base::FormatError);
-  EXPECT_THROW(other.from_state(cache.state(), {"f16", "64", "64"}), base::FormatError);
+  EXPECT_THROW(other.from_state(cache.state(), {"q4_0", "32", "64", "plain"}), base::FormatError);
+  EXPECT_THROW(other.from_state(cache.state(), {"f16", "64", "64", "plain"}), base::FormatError);
+  EXPECT_THROW(other.from_state(cache.state(), {"q4_0", "64", "64", "twisted"}), base::FormatError);
+  EXPECT_THROW(other.from_state(cache.state(), {"q4_0", "64", "64"}), base::FormatError);
 }
 
 TEST(KVTypeCaches, BuildsBlockCachesForFullLayersAndF16RotatingOnesForSlidingLayers) {
