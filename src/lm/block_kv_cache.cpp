@@ -21,18 +21,10 @@ BlockKVCache::BlockKVCache(KVCacheType type, base::ThreadPool* pool, bool rotate
 }
 
 void BlockKVCache::grow_for(int64_t new_tokens) {
-  const int64_t steps = (new_tokens + kGrowthStep - 1) / kGrowthStep;
   const int64_t kept = keys_.defined() ? offset_ : 0;
-  const int64_t capacity = kept + steps * kGrowthStep;
   const auto row_bytes = [&](int64_t dim) { return static_cast<int64_t>(kv_row_bytes(type_, dim)); };
-  Tensor next_keys({batch_, heads_, capacity, row_bytes(key_dim_)}, DType::U8);
-  Tensor next_values({batch_, heads_, capacity, row_bytes(value_dim_)}, DType::U8);
-  if (kept > 0) {
-    copy_token_rows(keys_.slice(2, 0, kept), next_keys, 0);
-    copy_token_rows(values_.slice(2, 0, kept), next_values, 0);
-  }
-  keys_ = std::move(next_keys);
-  values_ = std::move(next_values);
+  keys_ = grow_token_rows(keys_, kept, new_tokens, batch_, heads_, row_bytes(key_dim_), DType::U8, kGrowthStep);
+  values_ = grow_token_rows(values_, kept, new_tokens, batch_, heads_, row_bytes(value_dim_), DType::U8, kGrowthStep);
 }
 
 void BlockKVCache::store(const Tensor& keys, const Tensor& values) {

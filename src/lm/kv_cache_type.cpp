@@ -52,32 +52,22 @@ uint8_t code_of(float x, float id) {
   return static_cast<uint8_t>(std::min(2 * kOffset - 1, q));
 }
 
-void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n) {
-  constexpr int half = kQK4_0 / 2;
-  for (int64_t b = 0; b < n / kQK4_0; ++b, x += kQK4_0) {
-    const float d = signed_absmax(x, kQK4_0) / -8.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    y[b].d = base::f32_to_f16(d);
-    for (int j = 0; j < half; ++j) {
-      y[b].qs[j] = static_cast<uint8_t>(code_of<8>(x[j], id) | (code_of<8>(x[j + half], id) << 4));
-    }
-  }
-}
-
-void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n) {
-  constexpr int half = kQK5_0 / 2;
-  for (int64_t b = 0; b < n / kQK5_0; ++b, x += kQK5_0) {
-    const float d = signed_absmax(x, kQK5_0) / -16.0f;
+// One template for both nibble formats: q4_0 (offset 8, codes 0..15) and q5_0 (offset 16, codes
+// 0..31, whose fifth bits go to qh; q4_0's codes never have one).
+template <class Block, int kOffset>
+void quantize_row_nibbles(const float* x, Block* y, int64_t n) {
+  constexpr int half = kKVBlockElements / 2;
+  for (int64_t b = 0; b < n / kKVBlockElements; ++b, x += kKVBlockElements) {
+    const float d = signed_absmax(x, kKVBlockElements) / -static_cast<float>(kOffset);
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[b].d = base::f32_to_f16(d);
     uint32_t qh = 0;
     for (int j = 0; j < half; ++j) {
-      const uint8_t lo = code_of<16>(x[j], id), hi = code_of<16>(x[j + half], id);
+      const uint8_t lo = code_of<kOffset>(x[j], id), hi = code_of<kOffset>(x[j + half], id);
       y[b].qs[j] = static_cast<uint8_t>((lo & 0x0f) | ((hi & 0x0f) << 4));
-      qh |= static_cast<uint32_t>(lo >> 4) << j;
-      qh |= static_cast<uint32_t>(hi >> 4) << (j + half);
+      qh |= static_cast<uint32_t>(lo >> 4) << j | static_cast<uint32_t>(hi >> 4) << (j + half);
     }
-    std::memcpy(y[b].qh, &qh, sizeof qh);  // little-endian, as ggml stores it
+    if constexpr (kOffset == 16) std::memcpy(y[b].qh, &qh, sizeof qh);  // little-endian, as ggml stores it
   }
 }
 
@@ -152,8 +142,8 @@ void quantize_kv_row(KVCacheType type, const float* src, void* dst, int64_t d) {
   kv_row_bytes(type, d);  // validates d
   switch (type) {
     case KVCacheType::Q8_0: return quantize_row_q8_0(src, static_cast<BlockQ8_0*>(dst), d);
-    case KVCacheType::Q5_0: return quantize_row_q5_0(src, static_cast<BlockQ5_0*>(dst), d);
-    case KVCacheType::Q4_0: return quantize_row_q4_0(src, static_cast<BlockQ4_0*>(dst), d);
+    case KVCacheType::Q5_0: return quantize_row_nibbles<BlockQ5_0, 16>(src, static_cast<BlockQ5_0*>(dst), d);
+    case KVCacheType::Q4_0: return quantize_row_nibbles<BlockQ4_0, 8>(src, static_cast<BlockQ4_0*>(dst), d);
     default: break;
   }
   require_block_type(type, "quantize_kv_row");

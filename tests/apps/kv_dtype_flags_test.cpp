@@ -4,47 +4,16 @@
 // baseline; generate on SmolLM2 reports the q4_0 cache's real size beside the f16 cache's.
 // Runs the built binary (target veloxquant_cli) the way a user does.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
+
+#include "support/cli_run.h"
 
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-RunResult run_cli(const std::string& args) {
-  const std::string binary = std::string(VQ_BINARY_DIR) + "/veloxquant";
-  if (!std::filesystem::exists(binary)) {
-    ADD_FAILURE() << "the CLI is not built: build target veloxquant_cli (" << binary << ")";
-    return {};
-  }
-  const auto dir = std::filesystem::temp_directory_path();
-  const std::string tag = "kvdtype_" + std::to_string(::getpid()) + "_" + std::to_string(std::rand());
-  const std::string out = (dir / ("vq_out_" + tag)).string(), err = (dir / ("vq_err_" + tag)).string();
-  const int status = std::system((binary + " " + args + " >" + out + " 2>" + err).c_str());
-  RunResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_all(out);
-  r.err = read_all(err);
-  std::filesystem::remove(out);
-  std::filesystem::remove(err);
-  return r;
-}
+using test_support::run_cli;
+using RunResult = test_support::CliResult;
 
 const std::string kStories = std::string(VQ_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
 const std::string kSmolLM2 = std::string(VQ_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
