@@ -22,6 +22,7 @@
 #include "base/error.h"
 #include "base/read_bandwidth.h"
 #include "base/thread_pool.h"
+#include "lm/kv_type_caches.h"
 #include "lm/load.h"
 #include "veloxquant/core/simd_kernels.h"
 #include "veloxquant/errors.h"
@@ -57,6 +58,7 @@ struct BenchHostFlags {
   std::string kv_dtype = "f16";
   apps::KvMethodFlags kv;
   std::string methods;     // --methods: "" = the single-method run of --method
+  std::string kv_dtypes;   // --kv-dtypes (with --methods): host cache types timed beside the native one
   int64_t probe_mib = 512;  // the bandwidth probe's buffer (0 = no probe)
   int probe_passes = 3;
   std::string plot;        // --plot FILE (with --methods)
@@ -85,6 +87,7 @@ std::string command_line(const BenchHostFlags& f) {
   if (!f.kv.preset.empty()) cmd << " --preset " << f.kv.preset;
   for (const auto& s : f.kv.sets) cmd << " --set " << s;
   if (!f.methods.empty()) {
+    if (!f.kv_dtypes.empty()) cmd << " --kv-dtypes " << f.kv_dtypes;
     cmd << " --methods \"" << f.methods << "\" --probe-mib " << f.probe_mib << " --probe-passes " << f.probe_passes;
     if (!f.plot.empty()) cmd << " --plot " << f.plot;
     if (!f.json_out.empty()) cmd << " --json-out " << f.json_out;
@@ -216,6 +219,8 @@ void run_bench_host_methods(const BenchHostFlags& f) {
   if (f.probe_passes < 1) {
     throw base::InvalidArgument("--probe-passes must be >= 1, got " + std::to_string(f.probe_passes));
   }
+  apps::require_float_baseline(f.kv_dtype, "bench-host --methods");
+  const std::vector<lm::KVCacheType> kv_types = apps::parse_kv_type_list(f.kv_dtypes);
   std::vector<ev::MethodEntry> entries = ev::parse_method_list(f.methods);
   // The ratios need the native cache measured in the same rounds: it is added, first, when
   // the list does not name it.
@@ -254,6 +259,14 @@ void run_bench_host_methods(const BenchHostFlags& f) {
     for_entry(i, entries[i], [&] { return apps::apply_kv_method(model, configs[i]); });
     caches.push_back({entries[i].label, model.make_cache});
     model.make_cache = nullptr;
+  }
+  for (const lm::KVCacheType type : kv_types) {
+    ev::MethodEntry entry;
+    entry.method = "kv-dtype";
+    entry.label = "kv-dtype " + std::string(lm::kv_cache_type_name(type));
+    lm::make_kv_type_caches(model, type);  // a head dim the type cannot take fails before timing
+    caches.push_back({entry.label, [&model, type] { return lm::make_kv_type_caches(model, type); }});
+    entries.push_back(entry);
   }
   const std::vector<int32_t> prompt = bench_prompt(loaded, text, options);
   const std::size_t weight_bytes = ev::decode_weight_bytes_of_file(f.model, model.config());
@@ -313,13 +326,16 @@ apps::CommandRegistration registration{"bench-host", [](CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--repeat", flags->repeat, "Runs per row; the best (fastest) is reported")->capture_default_str();
   cmd->add_option("--threads,-t", flags->threads, "Worker threads (0 = all cores)")->capture_default_str();
-  cmd->add_option("--kv-dtype", flags->kv_dtype, "Native cache element type: f16, bf16 or f32")
+  cmd->add_option("--kv-dtype", flags->kv_dtype, "Native cache element type: f16, bf16, f32, or llama.cpp's block types q8_0, q5_0, q4_0")
       ->capture_default_str();
   apps::add_kv_method_flags(*cmd, flags->kv);
   CLI::Option* methods = cmd->add_option("--methods", flags->methods,
                   "Several caches in one run, ';'-separated, each 'METHOD [--bits B] [--set FIELD=VALUE]... "
                   "[--seed S]', e.g. \"none;kivi --bits 4;h2o --set h2o_budget=512\"; timed in alternating "
                   "rounds, each beside the native cache ('none', added when missing)");
+  cmd->add_option("--kv-dtypes", flags->kv_dtypes,
+                  "With --methods: host cache types timed beside the native cache too, e.g. q8_0,q5_0,q4_0 "
+                  "(llama.cpp's block formats)");
   cmd->add_option("--probe-mib", flags->probe_mib,
                   "With --methods: MiB the streaming-read bandwidth probe reads (0 = no probe; keep it far "
                   "above the L3 cache)")
@@ -336,6 +352,9 @@ apps::CommandRegistration registration{"bench-host", [](CLI::App& root) {
     }
     if (!flags->plot.empty()) throw base::InvalidArgument("--plot needs --methods (it plots one line per method)");
     if (!flags->json_out.empty()) throw base::InvalidArgument("--json-out needs --methods (without it, use --json)");
+    if (!flags->kv_dtypes.empty()) {
+      throw base::InvalidArgument("--kv-dtypes needs --methods (without it, time one type with --kv-dtype)");
+    }
     run_bench_host(*flags);
   });
 }};

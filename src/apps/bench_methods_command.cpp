@@ -18,6 +18,7 @@
 #include "apps/kv_method_flags.h"
 #include "apps/progress_bar.h"
 #include "base/error.h"
+#include "lm/kv_type_caches.h"
 #include "lm/load.h"
 #include "veloxquant/builder/kv_cache_builder.h"
 #include "veloxquant/config/config_validation.h"
@@ -53,6 +54,7 @@ struct BenchFlags {
   int64_t batch = 512;
   int threads = 0;
   std::string kv_dtype = "f16";
+  std::string kv_dtypes;  // comma list of the host's cache types to measure beside the native one
   std::string out;
 };
 
@@ -82,6 +84,7 @@ std::string command_line(const BenchFlags& f) {
   cmd << " --chunking " << f.chunking;
   if (f.chunks) cmd << " --chunks " << f.chunks;
   cmd << " --tail " << f.tail << " --batch " << f.batch << " --kv-dtype " << f.kv_dtype;
+  if (!f.kv_dtypes.empty()) cmd << " --kv-dtypes " << f.kv_dtypes;
   if (f.threads) cmd << " --threads " << f.threads;
   cmd << " --out " << f.out;
   return cmd.str();
@@ -117,7 +120,7 @@ std::vector<Setting> plan_settings(const BenchFlags& f, std::vector<ev::SkippedS
     veloxquant::validate_for_create(s.config);
     preset_settings.push_back(std::move(s));
   }
-  if (!preset_settings.empty() && f.methods.empty()) return preset_settings;
+  if ((!preset_settings.empty() || !f.kv_dtypes.empty()) && f.methods.empty()) return preset_settings;
   std::vector<std::string> names = f.methods.empty() ? veloxquant::servable_method_names() : split_commas(f.methods);
   for (const auto& name : names) veloxquant::require_method(name);  // unknown -> error naming valid ones
   for (const auto& set : f.sets) {
@@ -173,6 +176,8 @@ std::vector<Setting> plan_settings(const BenchFlags& f, std::vector<ev::SkippedS
 }
 
 void run_bench(const BenchFlags& f) {
+  apps::require_float_baseline(f.kv_dtype, "bench-methods");
+  const std::vector<lm::KVCacheType> kv_types = apps::parse_kv_type_list(f.kv_dtypes);
   std::vector<ev::SkippedSetting> skipped;
   std::vector<Setting> settings = plan_settings(f, skipped);
   ev::EvalOptions options;
@@ -204,6 +209,13 @@ void run_bench(const BenchFlags& f) {
     methods.push_back({label + (s.bits.empty() ? "" : " b=" + s.bits),
                        [&model, cfg = s.config] { return veloxquant::KVCacheBuilder::for_model(model, cfg); }});
     kept.push_back(s);
+  }
+  // The host's own cache in llama.cpp's types, beside the presets in the same windows.
+  for (const lm::KVCacheType type : kv_types) {
+    const std::string name(lm::kv_cache_type_name(type));
+    lm::make_kv_type_caches(model, type);  // a head dim the type cannot take fails here
+    methods.push_back({"kv-dtype " + name, [&model, type] { return lm::make_kv_type_caches(model, type); }});
+    kept.push_back({"kv-dtype " + name, "", "kv_dtype=" + name, {}});
   }
   if (methods.empty()) throw base::InvalidArgument("no method setting could be evaluated on this model");
   std::fprintf(stderr, "bench-methods: %zu setting(s), %zu skipped\n", methods.size(), skipped.size());
@@ -263,8 +275,11 @@ apps::CommandRegistration registration{"bench-methods", [](CLI::App& root) {
   cmd->add_option("--tail", flags->tail, "KL/top-1 over the last fraction of each window")->capture_default_str();
   cmd->add_option("--batch", flags->batch, "Tokens per forward call")->capture_default_str();
   cmd->add_option("--threads,-t", flags->threads, "Worker threads (0 = all cores)")->capture_default_str();
-  cmd->add_option("--kv-dtype", flags->kv_dtype, "Native cache element type: f16, bf16 or f32")
+  cmd->add_option("--kv-dtype", flags->kv_dtype, "Native cache element type: f16, bf16, f32, or llama.cpp's block types q8_0, q5_0, q4_0")
       ->capture_default_str();
+  cmd->add_option("--kv-dtypes", flags->kv_dtypes,
+                  "Comma-separated host cache types measured beside the native cache, e.g. q8_0,q5_0,q4_0 "
+                  "(llama.cpp's block formats); with --presets and no --methods, only these and the presets run");
   cmd->add_option("--out", flags->out, "Output directory")->required();
   cmd->callback([flags] { run_bench(*flags); });
 }};

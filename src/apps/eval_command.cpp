@@ -11,6 +11,7 @@
 #include "apps/kv_method_flags.h"
 #include "apps/progress_bar.h"
 #include "base/error.h"
+#include "lm/kv_type_caches.h"
 #include "lm/load.h"
 #include "veloxquant/builder/kv_cache_builder.h"
 #include "veloxquant/eval/eval_record.h"
@@ -62,6 +63,7 @@ void print_human(const ev::EvalRecord& r) {
 void run_eval(const EvalFlags& f) {
   // Everything that can be checked without the model fails before the (slow) load.
   const auto config = apps::kv_config_from_flags(f.kv);
+  const std::optional<lm::KVCacheType> block_type = apps::block_kv_type_under_test(f.kv_dtype, config.has_value());
   ev::EvalOptions options;
   options.chunking = ev::parse_chunking(f.chunking);
   if (options.chunking == ev::Chunking::kLlama && f.stride != 0) {
@@ -75,7 +77,8 @@ void run_eval(const EvalFlags& f) {
   options.batch = f.batch;
   const std::string text = ev::read_text_file(f.text);
 
-  const lm::LoadedModel loaded = apps::load_model_from_flags(f.model, f.tokenizer, f.kv_dtype, f.threads);
+  const lm::LoadedModel loaded =
+      apps::load_model_from_flags(f.model, f.tokenizer, block_type ? "f16" : f.kv_dtype, f.threads);
   const lm::Model& model = *loaded.model;
   ev::TokenizedText tokens = ev::tokenize_text(*loaded.tokenizer, text);
   ev::truncate_tokens(tokens, f.max_tokens);
@@ -86,6 +89,9 @@ void run_eval(const EvalFlags& f) {
     // before the first window.
     veloxquant::KVCacheBuilder::for_model(model, *config);
     method = {config->method, [&model, cfg = *config] { return veloxquant::KVCacheBuilder::for_model(model, cfg); }};
+  } else if (block_type) {
+    lm::make_kv_type_caches(model, *block_type);  // a head dim the type cannot take fails here
+    method = {"kv-dtype " + f.kv_dtype, [&model, type = *block_type] { return lm::make_kv_type_caches(model, type); }};
   } else {
     method = {"none", [&model] { return model.native_make_cache(); }};
   }
@@ -126,7 +132,7 @@ apps::CommandRegistration registration{"eval", [](CLI::App& root) {
   cmd->add_option("--batch", flags->batch, "Tokens per forward call (prefill chunk; 1 = decode-like)")
       ->capture_default_str();
   cmd->add_option("--threads,-t", flags->threads, "Worker threads (0 = all cores)")->capture_default_str();
-  cmd->add_option("--kv-dtype", flags->kv_dtype, "Native cache element type: f16, bf16 or f32")
+  cmd->add_option("--kv-dtype", flags->kv_dtype, "Native cache element type: f16, bf16, f32, or llama.cpp's block types q8_0, q5_0, q4_0")
       ->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print one JSON object instead of text");
   cmd->callback([flags] { run_eval(*flags); });

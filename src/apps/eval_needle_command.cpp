@@ -13,6 +13,7 @@
 #include "apps/model_loading.h"
 #include "apps/progress_bar.h"
 #include "base/error.h"
+#include "lm/kv_type_caches.h"
 #include "lm/load.h"
 #include "veloxquant/builder/kv_cache_builder.h"
 #include "veloxquant/config/config_validation.h"
@@ -22,6 +23,7 @@
 #include "veloxquant/eval/needle_report.h"
 #include "veloxquant/eval/text_source.h"
 #include "veloxquant/registry/field_assignment.h"
+#include "veloxquant/presets/kv_presets.h"
 #include "veloxquant/registry/method_registry.h"
 
 namespace {
@@ -43,6 +45,8 @@ struct NeedleFlags {
   int64_t batch = 512;
   int threads = 0;
   std::string kv_dtype = "f16";
+  std::string presets;    // comma list of presets/kv_presets.h names
+  std::string kv_dtypes;  // comma list of the host's cache types (q8_0, ...)
   bool json = false;
 };
 
@@ -98,7 +102,19 @@ veloxquant::KVCacheConfig method_config(const NeedleFlags& f, const std::string&
 
 void run_needle_command(const NeedleFlags& f) {
   std::vector<veloxquant::KVCacheConfig> configs;
-  for (const auto& name : split_commas(f.methods)) configs.push_back(method_config(f, name));
+  std::vector<std::string> labels;
+  for (const auto& name : split_commas(f.methods)) {
+    configs.push_back(method_config(f, name));
+    labels.push_back(name + (f.bits.empty() ? "" : " b=" + f.bits));
+  }
+  // Presets take the cache seed, not --bits / --set: they are named, fixed configurations.
+  for (const auto& name : split_commas(f.presets)) {
+    const veloxquant::KvPreset& preset = veloxquant::require_kv_preset(name);
+    configs.push_back(veloxquant::kv_preset_config(preset, f.seed));
+    labels.push_back("preset " + preset.name);
+  }
+  apps::require_float_baseline(f.kv_dtype, "eval-needle");
+  const std::vector<lm::KVCacheType> kv_types = apps::parse_kv_type_list(f.kv_dtypes);
   ev::NeedleOptions options;
   options.prompt_tokens = f.ctx;
   options.depths = parse_depths(f.depths);
@@ -112,10 +128,14 @@ void run_needle_command(const NeedleFlags& f) {
   const lm::Model& model = *loaded.model;
 
   std::vector<ev::NeedleMethod> methods{{"native cache", [&model] { return model.native_make_cache(); }}};
-  for (const auto& config : configs) {
-    veloxquant::KVCacheBuilder::for_model(model, config);  // fail before the first prompt
-    const std::string label = config.method + (f.bits.empty() ? "" : " b=" + f.bits);
-    methods.push_back({label, [&model, config] { return veloxquant::KVCacheBuilder::for_model(model, config); }});
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    veloxquant::KVCacheBuilder::for_model(model, configs[i]);  // fail before the first prompt
+    methods.push_back({labels[i], [&model, config = configs[i]] { return veloxquant::KVCacheBuilder::for_model(model, config); }});
+  }
+  for (const lm::KVCacheType type : kv_types) {
+    lm::make_kv_type_caches(model, type);
+    methods.push_back({"kv-dtype " + std::string(lm::kv_cache_type_name(type)),
+                       [&model, type] { return lm::make_kv_type_caches(model, type); }});
   }
   apps::ProgressBar bar(stderr, "needle", apps::is_terminal(stderr));
   options.on_prompt = [&bar](int64_t done, int64_t total) { bar.update(done, total); };
@@ -146,6 +166,9 @@ apps::CommandRegistration registration{"eval-needle", [](CLI::App& root) {
   cmd->add_option("--tokenizer", flags->tokenizer, "Tokenizer file (llama2.c tokenizer or a GGUF)");
   cmd->add_option("--text", flags->text, "Filler text (the haystack)")->required();
   cmd->add_option("--methods", flags->methods, "Comma-separated servable methods to test besides the native cache");
+  cmd->add_option("--presets", flags->presets, "Comma-separated presets (q8,q5,q4,q3) to test besides the native cache");
+  cmd->add_option("--kv-dtypes", flags->kv_dtypes,
+                  "Comma-separated host cache types (llama.cpp's q8_0,q5_0,q4_0) to test besides the native cache");
   cmd->add_option("--bits", flags->bits, "bit_width_inlier for every method (default: the method's)");
   cmd->add_option("--set", flags->sets, "FIELD=VALUE for every method (repeatable)");
   cmd->add_option("--seed", flags->seed, "Seed of the caches and of the secret numbers")->capture_default_str();
@@ -156,7 +179,7 @@ apps::CommandRegistration registration{"eval-needle", [](CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--batch", flags->batch, "Prompt tokens per forward call")->capture_default_str();
   cmd->add_option("--threads,-t", flags->threads, "Worker threads (0 = all cores)")->capture_default_str();
-  cmd->add_option("--kv-dtype", flags->kv_dtype, "Native cache element type: f16, bf16 or f32")
+  cmd->add_option("--kv-dtype", flags->kv_dtype, "Native cache element type: f16, bf16, f32, or llama.cpp's block types q8_0, q5_0, q4_0")
       ->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print JSON instead of a table");
   cmd->callback([flags] { run_needle_command(*flags); });

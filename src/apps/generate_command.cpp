@@ -123,7 +123,7 @@ void add_generate_flags(CLI::App& cmd, GenerateFlags& f) {
       ->type_name("N");
   cmd.add_option("--threads,-t", f.threads, "Worker threads (0 = all cores)")->capture_default_str()
       ->type_name("N");
-  cmd.add_option("--kv-dtype", f.kv_dtype, "KV cache element type: f16, bf16 or f32")->capture_default_str()
+  cmd.add_option("--kv-dtype", f.kv_dtype, "KV cache element type: f16, bf16, f32, or llama.cpp's block types q8_0, q5_0, q4_0")->capture_default_str()
       ->type_name("f16|bf16|f32");
   cmd.add_option("--prefill-step", f.prefill_step, "Prompt tokens per prefill forward")->capture_default_str()
       ->type_name("N");
@@ -176,7 +176,7 @@ void run_generate(const GenerateFlags& f) {
   lm::validate(lm::sampler_options(options));  // ranges of temp / top-p / min-p / penalty
 
   lm::LoadOptions load_options;
-  load_options.kv_dtype = lm::parse_float_dtype(f.kv_dtype);
+  load_options.kv_type = lm::parse_kv_cache_type(f.kv_dtype);
   load_options.threads = parse_integer<int>("--threads", f.threads, 0, 4096);
   if (!f.ctx.empty()) {
     load_options.context_length = parse_integer<int64_t>("--ctx", f.ctx, 1, int64_t{1} << 40);
@@ -242,10 +242,13 @@ void run_generate(const GenerateFlags& f) {
   // Two references: the bare rows in the KV dtype (no slack), and what the host's native cache
   // would really allocate for the same tokens (FullKVCache grows in 256-token steps, as the
   // compressed caches do), so "x smaller" compares allocation with allocation.
-  const std::size_t bare_rows = full_precision_kv_bytes(model, cached_tokens, load_options.kv_dtype);
+  // With a block type (q8_0 ...) the reference is the f16 cache those types are measured against.
+  const lm::DType reference_dtype =
+      lm::is_block_kv_type(load_options.kv_type) ? lm::DType::F16 : lm::kv_feed_dtype(load_options.kv_type);
+  const std::size_t bare_rows = full_precision_kv_bytes(model, cached_tokens, reference_dtype);
   const int64_t step = lm::FullKVCache::kGrowthStep;
   const std::size_t native_resident = full_precision_kv_bytes(
-      model, (cached_tokens + step - 1) / step * step, load_options.kv_dtype);
+      model, (cached_tokens + step - 1) / step * step, reference_dtype);
   const double smaller = stats.kv_bytes_resident ? static_cast<double>(native_resident) / stats.kv_bytes_resident : 0.0;
   std::fprintf(stderr,
                "prompt %lld tok %.1f tok/s | gen %lld tok %.1f tok/s | KV %s resident [%s] vs %s for the "
@@ -254,8 +257,8 @@ void run_generate(const GenerateFlags& f) {
                static_cast<long long>(stats.generation_tokens), stats.generation_tokens_per_s,
                lm::format_bytes(stats.kv_bytes_resident).c_str(),
                (kv.preset.empty() ? kv.method : "preset " + kv.preset + ": " + kv_config->method).c_str(),
-               lm::format_bytes(native_resident).c_str(), std::string(lm::dtype_name(load_options.kv_dtype)).c_str(),
-               smaller, std::string(lm::dtype_name(load_options.kv_dtype)).c_str(),
+               lm::format_bytes(native_resident).c_str(), std::string(lm::dtype_name(reference_dtype)).c_str(),
+               smaller, std::string(lm::dtype_name(reference_dtype)).c_str(),
                lm::format_bytes(bare_rows).c_str(), lm::format_bytes(stats.peak_rss_bytes).c_str(),
                std::string(lm::stop_reason_name(stats.stop_reason)).c_str());
 }

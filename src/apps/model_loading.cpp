@@ -1,16 +1,53 @@
 #include "apps/model_loading.h"
 
-#include "lm/dtype.h"
+#include <algorithm>
+
+#include "base/error.h"
 
 namespace apps {
 
 lm::LoadedModel load_model_from_flags(const std::string& model_path, const std::string& tokenizer_path,
                                       const std::string& kv_dtype, int threads) {
   lm::LoadOptions load_options;
-  load_options.kv_dtype = lm::parse_float_dtype(kv_dtype);
+  load_options.kv_type = lm::parse_kv_cache_type(kv_dtype);
   load_options.threads = threads;
   if (!tokenizer_path.empty()) load_options.tokenizer_path = tokenizer_path;
   return lm::load(model_path, load_options);
+}
+
+std::optional<lm::KVCacheType> block_kv_type_under_test(const std::string& kv_dtype, bool method_given) {
+  const lm::KVCacheType type = lm::parse_kv_cache_type(kv_dtype);
+  if (!lm::is_block_kv_type(type)) return std::nullopt;
+  if (method_given) {
+    throw base::InvalidArgument("--kv-dtype " + kv_dtype +
+                                " is itself the cache under test (against the f16 native cache); it cannot be "
+                                "combined with --method/--preset (give those with --kv-dtype f16)");
+  }
+  return type;
+}
+
+void require_float_baseline(const std::string& kv_dtype, const std::string& command) {
+  if (lm::is_block_kv_type(lm::parse_kv_cache_type(kv_dtype))) {
+    throw base::InvalidArgument(command + ": --kv-dtype " + kv_dtype +
+                                " would quantize the native baseline; measure llama.cpp's types beside the f16 "
+                                "cache with --kv-dtypes " + kv_dtype);
+  }
+}
+
+std::vector<lm::KVCacheType> parse_kv_type_list(const std::string& list) {
+  std::vector<lm::KVCacheType> types;
+  std::size_t begin = 0;
+  while (begin <= list.size() && !list.empty()) {
+    const std::size_t end = std::min(list.find(',', begin), list.size());
+    const std::string name = list.substr(begin, end - begin);
+    const lm::KVCacheType type = lm::parse_kv_cache_type(name);  // names the bad entry
+    if (std::find(types.begin(), types.end(), type) != types.end()) {
+      throw base::InvalidArgument("--kv-dtypes names '" + name + "' twice");
+    }
+    types.push_back(type);
+    begin = end + 1;
+  }
+  return types;
 }
 
 }  // namespace apps

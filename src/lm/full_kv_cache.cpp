@@ -20,18 +20,10 @@ FullKVCache::FullKVCache(DType kv_dtype) : kv_dtype_(kv_dtype) {
 // trim left behind and unused slack) and the fresh rows appended. The new capacity is thus
 // offset + ceil(S / 256) * 256, and nbytes() is that capacity times the row bytes.
 void FullKVCache::grow_for(const Tensor& keys, const Tensor& values) {
-  const int64_t new_tokens = keys.dim(2);
-  const int64_t steps = (new_tokens + kGrowthStep - 1) / kGrowthStep;
-  const int64_t kept = keys_.defined() ? offset_ : 0;
-  const int64_t capacity = kept + steps * kGrowthStep;
-  Tensor next_keys({keys.dim(0), keys.dim(1), capacity, keys.dim(3)}, kv_dtype_);
-  Tensor next_values({values.dim(0), values.dim(1), capacity, values.dim(3)}, kv_dtype_);
-  if (kept > 0) {
-    copy_token_rows(keys_.slice(2, 0, kept), next_keys, 0);
-    copy_token_rows(values_.slice(2, 0, kept), next_values, 0);
-  }
-  keys_ = std::move(next_keys);
-  values_ = std::move(next_values);
+  const int64_t kept = keys_.defined() ? offset_ : 0, new_tokens = keys.dim(2);
+  keys_ = grow_token_rows(keys_, kept, new_tokens, keys.dim(0), keys.dim(1), keys.dim(3), kv_dtype_, kGrowthStep);
+  values_ = grow_token_rows(values_, kept, new_tokens, values.dim(0), values.dim(1), values.dim(3), kv_dtype_,
+                            kGrowthStep);
 }
 
 KeysValues FullKVCache::update_and_fetch(const Tensor& keys, const Tensor& values) {

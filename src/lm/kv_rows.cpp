@@ -36,6 +36,14 @@ void check_new_tokens(const Tensor& keys, const Tensor& values, const char* who)
   }
 }
 
+Tensor grow_token_rows(const Tensor& buffer, int64_t kept, int64_t new_tokens, int64_t batch, int64_t heads,
+                       int64_t width, DType dtype, int64_t step) {
+  const int64_t capacity = kept + (new_tokens + step - 1) / step * step;
+  Tensor next({batch, heads, capacity, width}, dtype);
+  if (kept > 0) copy_token_rows(buffer.slice(2, 0, kept), next, 0);
+  return next;
+}
+
 void copy_token_rows(const Tensor& src, Tensor& dst, int64_t dst_row) {
   const Tensor s = src.contiguous();
   const int64_t batch = s.dim(0), heads = s.dim(1), rows = s.dim(2), width = s.dim(3);

@@ -15,6 +15,13 @@ bool is_float_dtype(DType dtype);
 // must have a contiguous innermost row; B, H and D must match), converting to dst's dtype.
 void copy_token_rows(const Tensor& src, Tensor& dst, int64_t dst_row);
 
+// mlx_lm's growth rule, shared by the host's caches: a [B, H, capacity, W] buffer that must take
+// `new_tokens` more rows after its first `kept` is replaced by a fresh one of
+// kept + ceil(new_tokens / step) * step rows (zeroed) with those kept rows copied in (rows a
+// trim left behind and unused slack are dropped). `buffer` may be undefined when kept is 0.
+Tensor grow_token_rows(const Tensor& buffer, int64_t kept, int64_t new_tokens, int64_t batch, int64_t heads,
+                       int64_t width, DType dtype, int64_t step);
+
 // "[2, 4, 8, 16]" for error messages.
 std::string shape_text(const Shape& shape);
 

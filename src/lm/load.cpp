@@ -118,7 +118,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
 
   LoadedModel out;
   try {
-    out.model = std::make_shared<LlamaModel>(c, hyper, std::move(w), LlamaRuntimeOptions{options.kv_dtype, options.threads, options.i16_activations});
+    out.model = std::make_shared<LlamaModel>(c, hyper, std::move(w), LlamaRuntimeOptions{options.kv_type, options.threads, options.i16_activations});
   } catch (const base::FormatError& e) {
     throw base::FormatError("GGUF file '" + path + "': " + e.what());
   }
@@ -154,7 +154,7 @@ LoadedModel load_llama2c(const std::string& path, const LoadOptions& options) {
   const std::string tokenizer_path = find_llama2c_tokenizer(path, ck.config.vocab_size, options);
   LoadedModel out;
   out.model = std::make_shared<LlamaModel>(ck.config, ck.hyper, std::move(ck.weights),
-                                           LlamaRuntimeOptions{options.kv_dtype, options.threads, options.i16_activations});
+                                           LlamaRuntimeOptions{options.kv_type, options.threads, options.i16_activations});
   out.tokenizer = make_tokenizer(read_llama2c_tokenizer(tokenizer_path, ck.config.vocab_size));
   return out;
 }
@@ -218,9 +218,6 @@ LoadedModel load(const std::string& path, const LoadOptions& options) {
   }
   if (options.context_length && *options.context_length <= 0) {
     throw base::InvalidArgument("context length must be positive, got " + std::to_string(*options.context_length));
-  }
-  if (options.kv_dtype != DType::F32 && options.kv_dtype != DType::F16 && options.kv_dtype != DType::BF16) {
-    throw base::InvalidArgument("KV dtype must be f32, f16 or bf16, got " + std::string(dtype_name(options.kv_dtype)));
   }
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw base::FormatError("model file '" + path + "' does not exist");

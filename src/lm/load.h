@@ -7,6 +7,7 @@
 #include <string>
 
 #include "lm/dtype.h"
+#include "lm/kv_cache_type.h"
 #include "lm/model.h"
 #include "lm/tokenizer.h"
 #include "lm/tokenizer_vocab.h"
@@ -22,7 +23,9 @@ struct LoadOptions {
   // is used. Required for llama2.c checkpoints unless tokenizer.bin / tok<vocab>.bin sits next
   // to the model.
   std::optional<std::string> tokenizer_path;
-  DType kv_dtype = DType::F16;
+  // Element type of the native KV cache: f16 / bf16 / f32 rows, or llama.cpp's q8_0 / q5_0 /
+  // q4_0 blocks (lm::BlockKVCache).
+  KVCacheType kv_type = KVCacheType::F16;
   int threads = 0;  // 0 = all cores
   // Decode matmuls on 16-bit-rounded activations (lm::LlamaRuntimeOptions::i16_activations).
   bool i16_activations = true;

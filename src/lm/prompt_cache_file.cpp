@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "base/error.h"
+#include "lm/block_kv_cache.h"
 #include "lm/full_kv_cache.h"
 #include "lm/rotating_kv_cache.h"
 
@@ -34,6 +35,8 @@ struct Registry {
   std::map<std::string, CacheFactory> factories;
   Registry() {
     factories["FullKVCache"] = [] { return std::make_shared<FullKVCache>(); };
+    // The block type comes from meta_state() in from_state().
+    factories["BlockKVCache"] = [] { return std::make_shared<BlockKVCache>(KVCacheType::Q8_0); };
     // Size, keep and dtype come from meta_state() in from_state().
     factories["RotatingKVCache"] = [] { return std::make_shared<RotatingKVCache>(1); };
   }

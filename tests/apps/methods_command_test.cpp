@@ -13,38 +13,12 @@
 
 #include "veloxquant/veloxquant.h"
 
+#include "support/cli_run.h"
+
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-RunResult run_cli(const std::string& args) {
-  const std::string binary = std::string(VQ_BINARY_DIR) + "/veloxquant";
-  if (!std::filesystem::exists(binary)) {
-    ADD_FAILURE() << "the CLI is not built: build target veloxquant_cli (" << binary << ")";
-    return {};
-  }
-  const auto dir = std::filesystem::temp_directory_path();
-  const std::string tag = std::to_string(::getpid()) + "_" + std::to_string(std::rand());
-  const std::string out = (dir / ("vq_cli_out_" + tag)).string(), err = (dir / ("vq_cli_err_" + tag)).string();
-  const int status = std::system((binary + " " + args + " >" + out + " 2>" + err).c_str());
-  RunResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  std::filesystem::remove(out);
-  std::filesystem::remove(err);
-  return r;
-}
+using test_support::run_cli;
+using RunResult = test_support::CliResult;
 
 const std::string kStories = std::string(VQ_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
 

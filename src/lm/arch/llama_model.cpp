@@ -4,11 +4,11 @@
 #include <string>
 
 #include "base/error.h"
-#include "lm/full_kv_cache.h"
+#include "lm/block_kv_cache.h"
 #include "lm/kernels/attention.h"
 #include "lm/kernels/elementwise.h"
 #include "lm/kernels/matmul.h"
-#include "lm/rotating_kv_cache.h"
+#include "lm/kv_type_caches.h"
 
 namespace lm {
 
@@ -50,9 +50,7 @@ float* sized(std::vector<float>& buffer, int64_t n) {
 
 LlamaModel::LlamaModel(ModelConfig config, LlamaHyperParams hyper, LlamaWeights weights, LlamaRuntimeOptions options)
     : config_(std::move(config)), hyper_(std::move(hyper)), weights_(std::move(weights)), options_(options) {
-  if (options_.kv_dtype != DType::F32 && options_.kv_dtype != DType::F16 && options_.kv_dtype != DType::BF16) {
-    throw base::InvalidArgument("KV dtype must be f32, f16 or bf16, got " + std::string(dtype_name(options_.kv_dtype)));
-  }
+  if (is_block_kv_type(options_.kv_type)) kv_row_bytes(options_.kv_type, config_.head_dim);  // 32 | head_dim
   validate();
   pool_ = std::make_unique<base::ThreadPool>(options_.threads);
   layers_.resize(static_cast<std::size_t>(config_.n_layers));
@@ -110,18 +108,7 @@ void LlamaModel::validate() const {
   }
 }
 
-CacheList LlamaModel::native_make_cache() const {
-  CacheList caches;
-  caches.reserve(layers_.size());
-  for (const LayerInfo& info : layers_) {
-    if (info.sliding_window) {
-      caches.push_back(std::make_shared<RotatingKVCache>(*info.sliding_window, 0, options_.kv_dtype));
-    } else {
-      caches.push_back(std::make_shared<FullKVCache>(options_.kv_dtype));
-    }
-  }
-  return caches;
-}
+CacheList LlamaModel::native_make_cache() const { return make_kv_type_caches(*this, options_.kv_type, pool_.get()); }
 
 void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* attn_out, KVCache& cache) const {
   const LlamaLayerWeights& w = weights_.layers[layer];
@@ -168,7 +155,9 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
       std::copy_n(q + (t * hq + h) * d, d, qt + (h * n + t) * d);
     }
   }
-  const DType kv_dtype = options_.kv_dtype;
+  // A block cache quantizes from f32, as llama.cpp quantizes its cache from the f32 K and V;
+  // every other cache gets the model's float KV dtype.
+  const DType kv_dtype = dynamic_cast<const BlockKVCache*>(&cache) ? DType::F32 : this->kv_dtype();
   Tensor keys({1, hkv, n, d}, kv_dtype), values({1, hkv, n, d}, kv_dtype);
   const std::size_t es = dtype_size(kv_dtype);
   for (int64_t t = 0; t < n; ++t) {

@@ -12,12 +12,13 @@
 #include "base/thread_pool.h"
 #include "lm/arch/llama_weights.h"
 #include "lm/kernels/matmul.h"
+#include "lm/kv_cache_type.h"
 #include "lm/model.h"
 
 namespace lm {
 
 struct LlamaRuntimeOptions {
-  DType kv_dtype = DType::F16;
+  KVCacheType kv_type = KVCacheType::F16;  // block types make lm::BlockKVCache native caches
   int threads = 0;  // 0 = all cores
   // Decode matmuls of quantized weights on 16-bit-rounded activations (integer dot products,
   // lm/kernels/i16_activations.h); false keeps f32 activations everywhere (the reference).
@@ -35,7 +36,10 @@ class LlamaModel : public Model {
   void forward(const std::vector<int32_t>& tokens, CacheList& caches, std::vector<float>& last_logits,
                std::vector<float>* all_logits = nullptr) const override;
 
-  DType kv_dtype() const { return options_.kv_dtype; }
+  // The dtype keys/values are handed to caches in: the float KV type, f16 when the native type
+  // is a block type (block caches themselves are fed f32, which they quantize).
+  DType kv_dtype() const { return is_block_kv_type(options_.kv_type) ? DType::F16 : kv_feed_dtype(options_.kv_type); }
+  KVCacheType kv_type() const { return options_.kv_type; }
   const LlamaWeights& weights() const { return weights_; }
   base::ThreadPool& thread_pool() const { return *pool_; }
 

@@ -11,6 +11,7 @@
 #include "base/thread_pool.h"
 #include "lm/kernels/attention_tiles.h"
 #include "lm/kernels/elementwise.h"
+#include "lm/kernels/kv_block_simd.h"
 #include "lm/kernels/simd_dot.h"
 
 namespace lm::kernels {
@@ -26,6 +27,17 @@ std::string shape_text(const Shape& s) {
 struct Geometry {
   int64_t batch, h_q, h_kv, n, t, d;
 };
+
+// Where attention reads keys or values: a float tensor [B, H, T, D] (any strides), or a
+// block-type buffer [B, H, capacity, row bytes] (BlockRows).
+struct RowSource {
+  const Tensor& t;
+  bool blocks = false;
+  KVCacheType type = KVCacheType::F32;
+};
+
+struct Geometry;
+void check_mask(const AttentionMask& mask, const Geometry& g);
 
 Geometry check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask) {
   if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4) {
@@ -48,6 +60,12 @@ Geometry check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const A
     throw base::InvalidArgument("attention: query heads " + std::to_string(g.h_q) + " not a multiple of kv heads " +
                                 std::to_string(g.h_kv));
   }
+  check_mask(mask, g);
+  return g;
+}
+
+// The query count against the key count, and an explicit mask's shape.
+void check_mask(const AttentionMask& mask, const Geometry& g) {
   if (g.n > g.t && mask.kind != AttentionMask::Kind::kExplicit) {
     throw base::InvalidArgument("attention: " + std::to_string(g.n) + " queries but only " + std::to_string(g.t) + " keys");
   }
@@ -59,7 +77,6 @@ Geometry check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const A
                                   " does not match [B, 1, " + std::to_string(g.n) + ", " + std::to_string(g.t) + "] u8");
     }
   }
-  return g;
 }
 
 // ---- The fast path ---------------------------------------------------------------------
@@ -82,8 +99,13 @@ constexpr int64_t kMaxSplits = 64;
 constexpr int64_t kTransposeFromRows = 8;
 
 // Rows [j0, j1) of head (b, h) of a [B, H, T, D] tensor, widened to f32 into dst.
-void load_rows_f32(const Tensor& t, int64_t b, int64_t h, int64_t j0, int64_t j1, int64_t d, float* dst) {
+void load_rows_f32(const RowSource& src, int64_t b, int64_t h, int64_t j0, int64_t j1, int64_t d, float* dst) {
+  const Tensor& t = src.t;
   const auto& s = t.strides();
+  if (src.blocks) {
+    simd::dequantize_kv_rows(src.type, t.raw_data() + b * s[0] + h * s[1] + j0 * s[2], s[2], j1 - j0, d, dst);
+    return;
+  }
   const std::size_t es = t.element_size();
   const std::byte* base_ptr = t.raw_data();
   if (s[3] == 1 && s[2] == d && t.dtype() != DType::F32) {
@@ -122,7 +144,7 @@ struct Unit {
 
 // Online-softmax state of a unit's rows (row r = group head r / nq, query i0 + r % nq):
 // m[r], l[r], acc[r * d ..]. Returned unnormalised so split ranges can be merged.
-void attend_unit(const float* qdata, const Tensor& k, const Tensor& v, const Geometry& g, const AttentionMask& mask,
+void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, const Geometry& g, const AttentionMask& mask,
                  std::optional<int64_t> window, float scale, const Unit& u, float* m, float* l, float* acc) {
   const int64_t group = g.h_q / g.h_kv, nq = u.i1 - u.i0, rows = group * nq, d = g.d;
   const bool transpose = rows >= kTransposeFromRows;
@@ -228,15 +250,10 @@ void attend_unit(const float* qdata, const Tensor& k, const Tensor& v, const Geo
   }
 }
 
-}  // namespace
 
-void attention(const Tensor& queries, const Tensor& keys, const Tensor& values, const AttentionMask& mask,
-               std::optional<int64_t> window, float scale, Tensor& out, base::ThreadPool* pool) {
-  const Geometry g = check_shapes(queries, keys, values, mask);
-  if (keys.dtype() != values.dtype()) {
-    throw base::InvalidArgument("attention: keys are " + std::string(dtype_name(keys.dtype())) + " but values are " +
-                                std::string(dtype_name(values.dtype())));
-  }
+// The driver behind attention() and attention_blocks(), on validated shapes.
+void attend(const Tensor& queries, const RowSource& keys, const RowSource& values, const Geometry& g,
+            const AttentionMask& mask, std::optional<int64_t> window, float scale, Tensor& out, base::ThreadPool* pool) {
   const Shape out_shape{g.batch, g.h_q, g.n, g.d};
   if (!out.defined() || out.shape() != out_shape || out.dtype() != DType::F32 || !out.is_contiguous()) {
     out = Tensor(out_shape, DType::F32);
@@ -337,6 +354,49 @@ void attention(const Tensor& queries, const Tensor& keys, const Tensor& values, 
       for (int64_t e = 0; e < d; ++e) o[e] *= inv;
     }
   }
+}
+
+}  // namespace
+
+void attention(const Tensor& queries, const Tensor& keys, const Tensor& values, const AttentionMask& mask,
+               std::optional<int64_t> window, float scale, Tensor& out, base::ThreadPool* pool) {
+  const Geometry g = check_shapes(queries, keys, values, mask);
+  if (keys.dtype() != values.dtype()) {
+    throw base::InvalidArgument("attention: keys are " + std::string(dtype_name(keys.dtype())) + " but values are " +
+                                std::string(dtype_name(values.dtype())));
+  }
+  attend(queries, RowSource{keys}, RowSource{values}, g, mask, window, scale, out, pool);
+}
+
+void attention_blocks(const Tensor& queries, const BlockRows& keys, const BlockRows& values, const AttentionMask& mask,
+                      std::optional<int64_t> window, float scale, Tensor& out, base::ThreadPool* pool) {
+  if (queries.ndim() != 4 || queries.dtype() != DType::F32) {
+    throw base::InvalidArgument("attention_blocks: queries must be 4-D f32, got " + shape_text(queries.shape()) + " " +
+                                std::string(dtype_name(queries.dtype())));
+  }
+  for (const BlockRows* rows : {&keys, &values}) {
+    const Tensor* t = rows->blocks;
+    if (t == nullptr || !t->defined() || t->ndim() != 4 || t->dtype() != DType::U8 || !is_block_kv_type(rows->type) ||
+        t->strides()[3] != 1 || t->dim(0) != queries.dim(0) || rows->dim != queries.dim(3) || rows->rows < 0 ||
+        rows->rows > t->dim(2) || static_cast<std::size_t>(t->dim(3)) != kv_row_bytes(rows->type, rows->dim)) {
+      throw base::InvalidArgument(
+          "attention_blocks: block rows " + (t && t->defined() ? shape_text(t->shape()) : std::string("(undefined)")) +
+          " of type " + std::string(kv_cache_type_name(rows->type)) + " (" + std::to_string(rows->rows) +
+          " rows of " + std::to_string(rows->dim) + ") do not fit queries " + shape_text(queries.shape()));
+    }
+  }
+  if (keys.rows != values.rows || keys.blocks->dim(1) != values.blocks->dim(1)) {
+    throw base::InvalidArgument("attention_blocks: keys " + shape_text(keys.blocks->shape()) + " and values " +
+                                shape_text(values.blocks->shape()) + " disagree");
+  }
+  const Geometry g{queries.dim(0), queries.dim(1), keys.blocks->dim(1), queries.dim(2), keys.rows, queries.dim(3)};
+  if (g.h_kv <= 0 || g.h_q % g.h_kv != 0) {
+    throw base::InvalidArgument("attention_blocks: query heads " + std::to_string(g.h_q) +
+                                " not a multiple of kv heads " + std::to_string(g.h_kv));
+  }
+  check_mask(mask, g);
+  attend(queries, RowSource{*keys.blocks, true, keys.type}, RowSource{*values.blocks, true, values.type}, g, mask,
+         window, scale, out, pool);
 }
 
 void attention_reference(const Tensor& queries, const Tensor& keys, const Tensor& values,

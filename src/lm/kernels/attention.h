@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "lm/cache.h"
+#include "lm/kv_cache_type.h"
 #include "lm/tensor.h"
 
 namespace base {
@@ -28,6 +29,22 @@ namespace lm::kernels {
 // Throws base::InvalidArgument naming the mismatch for inconsistent shapes or dtypes.
 void attention(const Tensor& queries, const Tensor& keys, const Tensor& values, const AttentionMask& mask,
                std::optional<int64_t> window, float scale, Tensor& out, base::ThreadPool* pool);
+
+// Keys or values stored in one of llama.cpp's block types (lm/kv_cache_type.h): `blocks` is U8
+// [B, H_kv, capacity, row bytes] (rows contiguous inside), rows [0, rows) are valid and hold
+// `dim` elements each.
+struct BlockRows {
+  const Tensor* blocks = nullptr;
+  KVCacheType type = KVCacheType::Q8_0;
+  int64_t rows = 0;
+  int64_t dim = 0;
+};
+
+// attention() over block rows, with the same driver: each tile of rows is widened to f32 as it
+// is read (kernels/kv_block_simd.h), never the whole cache, so the result equals attention()
+// over the dequantized rows. Throws base::InvalidArgument for shapes that do not fit.
+void attention_blocks(const Tensor& queries, const BlockRows& keys, const BlockRows& values, const AttentionMask& mask,
+                      std::optional<int64_t> window, float scale, Tensor& out, base::ThreadPool* pool);
 
 // Unthreaded, straightforward version (f32 copies of everything) for tests.
 void attention_reference(const Tensor& queries, const Tensor& keys, const Tensor& values,

@@ -10,6 +10,7 @@ namespace lm {
 inline constexpr int kQK4_0 = 32;
 inline constexpr int kQK4_1 = 32;
 inline constexpr int kQK8_0 = 32;
+inline constexpr int kQK5_0 = 32;
 inline constexpr int kQK_K = 256;          // super-block size of the k-quants
 inline constexpr int kKScaleBytes = 12;    // Q4_K: 8 six-bit scales + 8 six-bit mins
 
@@ -27,6 +28,15 @@ struct BlockQ4_1 {
   uint8_t qs[kQK4_1 / 2];
 };
 static_assert(sizeof(BlockQ4_1) == 20);
+
+// Q5_0: x = d * (q - 16) with 5-bit q: the low four bits in qs (nibble order of Q4_0), the
+// fifth bit of element j in bit j of qh read as one little-endian u32.
+struct BlockQ5_0 {
+  uint16_t d;  // f16
+  uint8_t qh[4];
+  uint8_t qs[kQK5_0 / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 22);
 
 // Q8_0: x = d * q.
 struct BlockQ8_0 {

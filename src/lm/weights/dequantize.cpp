@@ -46,6 +46,22 @@ void dequantize_row_q4_1(const void* src, float* dst, int64_t n) {
   }
 }
 
+void dequantize_row_q5_0(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ5_0*>(src);
+  for (int64_t b = 0; b < n / kQK5_0; ++b) {
+    const float d = base::f16_to_f32(blocks[b].d);
+    uint32_t qh;
+    std::memcpy(&qh, blocks[b].qh, sizeof qh);
+    float* y = dst + b * kQK5_0;
+    for (int j = 0; j < kQK5_0 / 2; ++j) {
+      const int high0 = static_cast<int>((qh >> j) & 1u) << 4;
+      const int high1 = static_cast<int>((qh >> (j + kQK5_0 / 2)) & 1u) << 4;
+      y[j] = d * static_cast<float>(((blocks[b].qs[j] & 0x0f) | high0) - 16);
+      y[j + kQK5_0 / 2] = d * static_cast<float>(((blocks[b].qs[j] >> 4) | high1) - 16);
+    }
+  }
+}
+
 void dequantize_row_q8_0(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ8_0*>(src);
   for (int64_t b = 0; b < n / kQK8_0; ++b) {

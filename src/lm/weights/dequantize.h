@@ -18,6 +18,7 @@ void dequantize_row_f16(const uint16_t* src, float* dst, int64_t n);
 void dequantize_row_bf16(const uint16_t* src, float* dst, int64_t n);
 void dequantize_row_q4_0(const void* src, float* dst, int64_t n);
 void dequantize_row_q4_1(const void* src, float* dst, int64_t n);
+void dequantize_row_q5_0(const void* src, float* dst, int64_t n);
 void dequantize_row_q8_0(const void* src, float* dst, int64_t n);
 void dequantize_row_q4_k(const void* src, float* dst, int64_t n);
 void dequantize_row_q6_k(const void* src, float* dst, int64_t n);
