@@ -239,9 +239,9 @@ void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, con
     // Every row's weights for the tile at once: each value row is loaded once per block of
     // three query rows; f16 rows in place are widened in registers, anything else first into
     // an f32 tile.
-    const auto& vs = v.strides();
-    if (v.dtype() == DType::F16 && vs[3] == 1) {
-      const auto* first = reinterpret_cast<const uint16_t*>(v.raw_data()) + u.b * vs[0] + u.kv_head * vs[1] + j0 * vs[2];
+    const auto& vs = v.t.strides();
+    if (!v.blocks && v.t.dtype() == DType::F16 && vs[3] == 1) {
+      const auto* first = reinterpret_cast<const uint16_t*>(v.t.raw_data()) + u.b * vs[0] + u.kv_head * vs[1] + j0 * vs[2];
       tiles::accumulate_rows_f16(s.data(), kKeyTile, rows, first, vs[2], nk, d, acc, d);
     } else {
       load_rows_f32(v, u.b, u.kv_head, j0, j1, d, vt.data());
