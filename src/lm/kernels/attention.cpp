@@ -94,8 +94,8 @@ constexpr int64_t kQueryBlock = 16;
 constexpr int64_t kKeyTile = 64;
 constexpr int64_t kKeysPerSplit = 256;  // decode: keys per unit
 constexpr int64_t kMaxSplits = 64;
-// From this many rows per tile a transposed key tile (lane-parallel scores) pays for the
-// transpose; below it the 4-row dot kernel reads the key rows as they are.
+// From this many rows per tile (a prefill block) a transposed key tile (lane-parallel scores)
+// pays for the transpose; below it (decode) tiles::score_rows reads the key rows as they are.
 constexpr int64_t kTransposeFromRows = 8;
 
 // Rows [j0, j1) of head (b, h) of a [B, H, T, D] tensor, widened to f32 into dst.

@@ -272,14 +272,6 @@ void DotF32Rows4(const float* w, int64_t stride, const float* x, int64_t n, floa
   }
 }
 
-// out[j] = dot(row j, x) for n_rows f32 rows `stride` apart: the rows four at a time through
-// DotF32Rows4, then one by one — one dispatch for a whole attention tile of keys.
-void DotF32Rows(const float* w, int64_t stride, int64_t n_rows, const float* x, int64_t n, float* out) {
-  int64_t j = 0;
-  for (; j + 4 <= n_rows; j += 4) DotF32Rows4(w + j * stride, stride, x, n, out + j);
-  for (; j < n_rows; ++j) out[j] = DotF32(w + j * stride, x, n);
-}
-
 // Four f32 rows against four x vectors (x_t at x + t * x_stride): out[t * 4 + k] =
 // dot(row k, x_t). Sixteen accumulators, eight loads per sixteen FMAs — the prefill GEMM
 // micro-kernel (rows in L1, the token block streaming from L2).
@@ -368,43 +360,6 @@ void ScoresTransposed(const float* q, const float* kt, int64_t ld, int64_t d, in
   }
 }
 
-// acc[0..d) += sum_j p[j] * rows[j * d + (0..d)], skipping p[j] == 0: the accumulator stays
-// in registers across all rows (one store per 4 vectors, not one per row).
-void WeightedRowSum(const float* p, const float* rows, int64_t n_rows, int64_t d, float* acc) {
-  const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  int64_t e = 0;
-  for (; e + 4 * N <= d; e += 4 * N) {
-    auto a0 = hn::LoadU(df, acc + e), a1 = hn::LoadU(df, acc + e + N);
-    auto a2 = hn::LoadU(df, acc + e + 2 * N), a3 = hn::LoadU(df, acc + e + 3 * N);
-    for (int64_t j = 0; j < n_rows; ++j) {
-      if (p[j] == 0.0f) continue;
-      const auto pv = hn::Set(df, p[j]);
-      const float* row = rows + j * d + e;
-      a0 = hn::MulAdd(pv, hn::LoadU(df, row), a0);
-      a1 = hn::MulAdd(pv, hn::LoadU(df, row + N), a1);
-      a2 = hn::MulAdd(pv, hn::LoadU(df, row + 2 * N), a2);
-      a3 = hn::MulAdd(pv, hn::LoadU(df, row + 3 * N), a3);
-    }
-    hn::StoreU(a0, df, acc + e);
-    hn::StoreU(a1, df, acc + e + N);
-    hn::StoreU(a2, df, acc + e + 2 * N);
-    hn::StoreU(a3, df, acc + e + 3 * N);
-  }
-  for (; e + N <= d; e += N) {
-    auto a = hn::LoadU(df, acc + e);
-    for (int64_t j = 0; j < n_rows; ++j) {
-      if (p[j] != 0.0f) a = hn::MulAdd(hn::Set(df, p[j]), hn::LoadU(df, rows + j * d + e), a);
-    }
-    hn::StoreU(a, df, acc + e);
-  }
-  for (; e < d; ++e) {
-    float a = acc[e];
-    for (int64_t j = 0; j < n_rows; ++j) a += p[j] * rows[j * d + e];
-    acc[e] = a;
-  }
-}
-
 // s[i] = exp(s[i] - shift) (Highway's Exp: <= 1 ulp, 0 below its range, so -inf gives 0);
 // returns the sum. The softmax numerator of an attention tile.
 float ExpShiftedSum(float* s, int64_t n, float shift) {
@@ -462,13 +417,11 @@ HWY_EXPORT(DotQ8_0);
 HWY_EXPORT(DotQ4_K);
 HWY_EXPORT(DotQ6_K);
 HWY_EXPORT(DotF32Rows4);
-HWY_EXPORT(DotF32Rows);
 HWY_EXPORT(DotF32Rows4x4);
 HWY_EXPORT(AxpyF32);
 HWY_EXPORT(F16ToF32);
 HWY_EXPORT(ExpShiftedSum);
 HWY_EXPORT(ScoresTransposed);
-HWY_EXPORT(WeightedRowSum);
 HWY_EXPORT(BF16ToF32);
 HWY_EXPORT(AxpyF16);
 HWY_EXPORT(AxpyBF16);
@@ -484,14 +437,8 @@ float dot_q6_k(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_
 void dot_f32_rows4(const float* w, int64_t stride, const float* x, int64_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(DotF32Rows4)(w, stride, x, n, out);
 }
-void dot_f32_rows(const float* w, int64_t stride, int64_t n_rows, const float* x, int64_t n, float* out) {
-  HWY_DYNAMIC_DISPATCH(DotF32Rows)(w, stride, n_rows, x, n, out);
-}
 void scores_transposed(const float* q, const float* kt, int64_t ld, int64_t d, int64_t cols, float* s) {
   HWY_DYNAMIC_DISPATCH(ScoresTransposed)(q, kt, ld, d, cols, s);
-}
-void weighted_row_sum(const float* p, const float* rows, int64_t n_rows, int64_t d, float* acc) {
-  HWY_DYNAMIC_DISPATCH(WeightedRowSum)(p, rows, n_rows, d, acc);
 }
 float exp_shifted_sum(float* s, int64_t n, float shift) { return HWY_DYNAMIC_DISPATCH(ExpShiftedSum)(s, n, shift); }
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n) { HWY_DYNAMIC_DISPATCH(F16ToF32)(src, dst, n); }

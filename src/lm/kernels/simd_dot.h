@@ -21,9 +21,6 @@ float dot_q6_k(const void* row, const float* x, int64_t n);
 // out[k] = dot(row k, x) for four f32 rows at w + k * stride (the prefill micro-kernel).
 void dot_f32_rows4(const float* w, int64_t stride, const float* x, int64_t n, float* out);
 
-// out[j] = dot(row j, x) for n_rows f32 rows `stride` apart (one dispatch for all of them).
-void dot_f32_rows(const float* w, int64_t stride, int64_t n_rows, const float* x, int64_t n, float* out);
-
 // out[t * 4 + k] = dot(row k, x_t) for four rows (w + k * w_stride) and four x vectors
 // (x + t * x_stride): the 4x4 register-tiled prefill micro-kernel.
 void dot_f32_rows4x4(const float* w, int64_t w_stride, const float* x, int64_t x_stride, int64_t n, float* out);
@@ -33,10 +30,9 @@ void axpy_f32(float a, const float* v, float* out, int64_t n);
 void axpy_f16(float a, const uint16_t* v, float* out, int64_t n);
 void axpy_bf16(float a, const uint16_t* v, float* out, int64_t n);
 
-// Attention tiles. scores_transposed: s[c] = sum_e q[e] * kt[e * ld + c], c < cols, with
-// cols and ld multiples of 64 (zero-padded). weighted_row_sum: acc += sum_j p[j] * row j.
+// Prefill attention tiles: s[c] = sum_e q[e] * kt[e * ld + c], c < cols, with cols and ld
+// multiples of 64 (zero-padded). The multi-query tile kernels are in attention_tiles.h.
 void scores_transposed(const float* q, const float* kt, int64_t ld, int64_t d, int64_t cols, float* s);
-void weighted_row_sum(const float* p, const float* rows, int64_t n_rows, int64_t d, float* acc);
 
 // s[i] = exp(s[i] - shift) for i < n (exp(-inf) = 0); returns the sum.
 float exp_shifted_sum(float* s, int64_t n, float shift);

@@ -8,9 +8,6 @@
 
 #include "base/half.h"
 
-#include <algorithm>
-#include <limits>
-
 HWY_BEFORE_NAMESPACE();
 namespace veloxquant::attention::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;

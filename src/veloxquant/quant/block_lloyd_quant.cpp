@@ -1,13 +1,12 @@
 #include "veloxquant/quant/block_lloyd_quant.h"
 
-#include "veloxquant/attention/tile_kernels.h"
-
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <mutex>
 
 #include "base/half.h"
+#include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/core/rng.h"
 #include "veloxquant/errors.h"
@@ -190,12 +189,6 @@ uint16_t BlockLloydQuantizer::encode_block(const float* x, int n, uint8_t* codes
     return base::f32_to_f16(0.0f);
   }
   return best_scale;
-}
-
-void BlockLloydQuantizer::decode_block(const uint8_t* codes, int n, uint16_t scale_f16, float* out) const {
-  const float s = base::f16_to_f32(scale_f16);
-  const std::vector<float>& lv = *levels_;
-  for (int i = 0; i < n; ++i) out[i] = s * lv[codes[i]];
 }
 
 void BlockLloydQuantizer::encode_row(const float* x, int dim, uint8_t* packed, uint16_t* scales) const {

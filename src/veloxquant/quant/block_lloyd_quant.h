@@ -50,7 +50,6 @@ class BlockLloydQuantizer {
 
   // One block of n <= block_size() values: writes n codes (one per byte), returns the f16 scale.
   uint16_t encode_block(const float* x, int n, uint8_t* codes) const;
-  void decode_block(const uint8_t* codes, int n, uint16_t scale_f16, float* out) const;
 
   // A row of `dim` values: dense-packed codes (code_bytes(dim)) and blocks(dim) f16 scales.
   void encode_row(const float* x, int dim, uint8_t* packed, uint16_t* scales) const;
