@@ -67,6 +67,12 @@ void accumulate_plain_tile(const PlainRows& values, int64_t b, int64_t h, int64_
     kernels::accumulate_rows(weights, ld, n_queries, rows, values.row_bytes / 4, n, values.dim, acc, values.dim);
     return;
   }
+  if (values.dtype == lm::DType::F16 && values.row_bytes % 2 == 0) {
+    // f16 rows widened in registers, as the host's own attention reads them: no f32 tile.
+    const auto* rows = reinterpret_cast<const uint16_t*>(values.head(b, h) + j0 * values.row_bytes);
+    kernels::accumulate_rows_f16(weights, ld, n_queries, rows, values.row_bytes / 2, n, values.dim, acc, values.dim);
+    return;
+  }
   float* tile = scratch.f32(static_cast<std::size_t>(n * values.dim));
   values.widen(b, h, j0, j1, tile);
   kernels::accumulate_rows(weights, ld, n_queries, tile, values.dim, n, values.dim, acc, values.dim);

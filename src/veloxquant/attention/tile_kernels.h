@@ -15,6 +15,7 @@ namespace veloxquant::attention::kernels {
 // The multi-query f32 loops live with the host's attention, which runs the same tiles:
 // score_rows, accumulate_rows and scale_and_max (lm/kernels/attention_tiles.h).
 using lm::kernels::tiles::accumulate_rows;
+using lm::kernels::tiles::accumulate_rows_f16;
 using lm::kernels::tiles::scale_and_max;
 using lm::kernels::tiles::score_rows;
 
