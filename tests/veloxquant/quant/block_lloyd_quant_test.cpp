@@ -46,7 +46,9 @@ TEST(BlockLloydQuant, LevelsSatisfyLloydsConditionsOnBlockNormalizedGaussians) {
     ASSERT_EQ(lv.size(), std::size_t{1} << bits);
     for (std::size_t i = 0; i < lv.size(); ++i) {
       EXPECT_FLOAT_EQ(lv[i], -lv[lv.size() - 1 - i]);
-      if (i > 0) EXPECT_LT(lv[i - 1], lv[i]);
+      if (i > 0) {
+        EXPECT_LT(lv[i - 1], lv[i]);
+      }
     }
     EXPECT_LE(lv.back(), 1.0f);
     std::vector<double> sum(lv.size(), 0.0), count(lv.size(), 0.0);
@@ -97,6 +99,14 @@ std::vector<float> gaussian(std::size_t n, uint64_t seed, double sd = 1.0) {
   return x;
 }
 
+// One block through the row decoder (the kernel attention uses): its codes packed densely
+// and its scale as the row's only scale.
+void decode_one_block(const BlockLloydQuantizer& q, const uint8_t* codes, int n, uint16_t scale, float* out) {
+  std::vector<uint8_t> packed(q.code_bytes(n));
+  core::pack_dense(codes, static_cast<std::size_t>(n), q.bits(), packed.data());
+  q.decode_row(packed.data(), &scale, n, out);
+}
+
 TEST(BlockLloydQuant, CodesAreTheNearestLevelsForTheStoredScale) {
   for (int bits : {2, 3, 4, 5, 8}) {
     const BlockLloydQuantizer q(bits);
@@ -106,7 +116,7 @@ TEST(BlockLloydQuant, CodesAreTheNearestLevelsForTheStoredScale) {
     const float s = base::f16_to_f32(s16);
     ASSERT_GT(s, 0.0f);
     std::vector<float> decoded(32);
-    q.decode_block(codes.data(), 32, s16, decoded.data());
+    decode_one_block(q, codes.data(), 32, s16, decoded.data());
     for (int i = 0; i < 32; ++i) {
       // Brute force over every level.
       float best = INFINITY;
@@ -140,7 +150,7 @@ TEST(BlockLloydQuant, ScaleSearchBeatsAbsmax) {
       std::vector<uint8_t> codes(32);
       std::vector<float> decoded(32);
       const uint16_t s16 = q.encode_block(x.data(), 32, codes.data());
-      q.decode_block(codes.data(), 32, s16, decoded.data());
+      decode_one_block(q, codes.data(), 32, s16, decoded.data());
       double err = 0.0;
       for (int i = 0; i < 32; ++i) err += double(x[i] - decoded[i]) * (x[i] - decoded[i]);
       float absmax = 0.0f;
@@ -220,11 +230,11 @@ TEST(BlockLloydQuant, ZeroAndTinyBlocksDecodeToZero) {
   const BlockLloydQuantizer q(4);
   std::vector<float> x(32, 0.0f), out(32, 1.0f);
   std::vector<uint8_t> codes(32);
-  q.decode_block(codes.data(), 32, q.encode_block(x.data(), 32, codes.data()), out.data());
+  decode_one_block(q, codes.data(), 32, q.encode_block(x.data(), 32, codes.data()), out.data());
   for (float v : out) EXPECT_EQ(v, 0.0f);
   // Large values stay finite (the scale is clamped to f16's range).
   std::vector<float> big(32, 1e9f);
-  q.decode_block(codes.data(), 32, q.encode_block(big.data(), 32, codes.data()), out.data());
+  decode_one_block(q, codes.data(), 32, q.encode_block(big.data(), 32, codes.data()), out.data());
   for (float v : out) EXPECT_TRUE(std::isfinite(v));
 }
 
