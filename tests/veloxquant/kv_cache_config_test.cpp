@@ -124,6 +124,15 @@ TEST(KVCacheConfigValidation, MethodOptionBoundsNameFieldAndValue) {
             "bit_width_inlier for 'kivi' must lie in [1, 8], got 9");
 }
 
+TEST(KVCacheConfigValidation, SinksPlusGraceNearIntMaxIsRefusedNotWrapped) {
+  // 4 + 2147483647 overflowed int and wrapped negative: the check passed and the cache ran.
+  KVCacheConfig c;
+  c.method = "h2o";
+  ASSERT_FALSE(apply_field_assignment(c, "h2o_grace=2147483647").has_value());
+  EXPECT_NE(config_error([&] { validate_for_create(c); }).find("sinks and grace would leave nothing evictable"),
+            std::string::npos);
+}
+
 TEST(FieldAssignment, ParsesByDeclaredType) {
   KVCacheConfig c;
   c.method = "kivi";
