@@ -39,6 +39,20 @@ TEST(MethodsCommand, JsonListsTheRegistry) {
   }
 }
 
+TEST(MethodsCommand, AnUnwritableStdoutFailsTheCommand) {
+  // /dev/full: every write fails with ENOSPC, as on a full disk. The listing must not exit 0.
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  const std::string binary = std::string(VQ_BINARY_DIR) + "/veloxquant";
+  const std::string err = (std::filesystem::temp_directory_path() / ("vq_full_err_" + std::to_string(::getpid()))).string();
+  for (const std::string command : {"methods", "methods --json", "version"}) {
+    const int status = std::system((binary + " " + command + " >/dev/full 2>" + err).c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << command;
+    EXPECT_EQ(WEXITSTATUS(status), 1) << command;
+    EXPECT_NE(test_support::read_file_text(err).find("writing standard output failed"), std::string::npos) << command;
+  }
+  std::filesystem::remove(err);
+}
+
 TEST(MethodsCommand, Filters) {
   const RunResult servable = run_cli("methods --json --servable-only");
   ASSERT_EQ(servable.exit_code, 0) << servable.err;
