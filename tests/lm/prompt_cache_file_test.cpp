@@ -180,6 +180,27 @@ class TaggedCache : public lm::FullKVCache {
   std::string tag_;
 };
 
+TEST_F(PromptCacheFileTest, SavingFollowsSymlinksAndRefusesWhatIsNotAFile) {
+  FakeModel model(64);
+  lm::PromptCache pc{model.native_make_cache(), {}};
+  run(model, {1, 3, 4}, 1, &pc);
+  // A symlink is written through: the link stays a link, its target gets the cache.
+  lm::save_prompt_cache(path("real.vqpc"), pc);
+  std::filesystem::create_symlink(path("real.vqpc"), path("link.vqpc"));
+  lm::save_prompt_cache(path("link.vqpc"), pc);
+  EXPECT_TRUE(std::filesystem::is_symlink(path("link.vqpc")));
+  EXPECT_EQ(lm::load_prompt_cache(path("link.vqpc")).cache.tokens, pc.tokens);
+  // A directory (as a FIFO or a device node would be) is not replaced.
+  std::filesystem::create_directory(path("dir.vqpc"));
+  try {
+    lm::save_prompt_cache(path("dir.vqpc"), pc);
+    FAIL() << "saved over a directory";
+  } catch (const base::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::filesystem::is_directory(path("dir.vqpc")));
+}
+
 TEST_F(PromptCacheFileTest, RegistryRebuildsRegisteredTypesAndRefusesUnknownOnes) {
   lm::register_cache_type("TaggedCache", [] { return std::make_shared<TaggedCache>(); });
   const auto names = lm::registered_cache_types();
