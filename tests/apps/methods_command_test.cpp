@@ -85,6 +85,28 @@ TEST(GenerateMethodFlags, BadMethodsFailBeforeLoading) {
   EXPECT_NE(bad_set.err.find("kivi_group_size"), std::string::npos) << bad_set.err;
 }
 
+TEST(GenerateMethodFlags, APromptCacheLoadsOnlyUnderTheFlagsItWasSavedWith) {
+  // Loaded under other cache flags it would run as saved while the stats line names the flags
+  // given: a wrong measurement, so it is refused, naming both.
+  const std::string file =
+      (std::filesystem::temp_directory_path() / ("vq_flags_" + std::to_string(::getpid()) + ".vqpc")).string();
+  const RunResult save = run_cli("generate -m " + kStories + " -p 'Once upon' -n 4 --method kivi --bits 4 --save-prompt-cache " + file);
+  ASSERT_EQ(save.exit_code, 0) << save.err;
+  const RunResult same = run_cli("generate -m " + kStories + " -p ' a time' -n 4 --method kivi --bits 4 --load-prompt-cache " + file);
+  EXPECT_EQ(same.exit_code, 0) << same.err;
+  const RunResult none = run_cli("generate -m " + kStories + " -p ' a time' -n 4 --load-prompt-cache " + file);
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("was saved with --method kivi --bits 4; this run asks for --method none"), std::string::npos)
+      << none.err;
+  const RunResult bits = run_cli("generate -m " + kStories + " -p ' a time' -n 4 --method kivi --bits 2 --load-prompt-cache " + file);
+  EXPECT_EQ(bits.exit_code, 2) << bits.err;
+  const RunResult dtype = run_cli("generate -m " + kStories +
+                                  " -p ' a time' -n 4 --method kivi --bits 4 --kv-dtype f32 --load-prompt-cache " + file);
+  EXPECT_EQ(dtype.exit_code, 2);
+  EXPECT_NE(dtype.err.find("--kv-dtype f16; this run asks for --kv-dtype f32"), std::string::npos) << dtype.err;
+  std::filesystem::remove(file);
+}
+
 TEST(GenerateMethodFlags, WiresTheCacheAndReportsBytes) {
   const RunResult wrong = run_cli("generate -m " + kStories + " -p 'Once upon a time' -n 8 --method kivi --bits 2,2");
   EXPECT_EQ(wrong.exit_code, 2);

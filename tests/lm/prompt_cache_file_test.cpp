@@ -129,6 +129,24 @@ TEST_F(PromptCacheFileTest, WritesTheDocumentedLayout) {
   uint64_t stored = 0;
   std::memcpy(&stored, bytes.data() + bytes.size() - 8, 8);
   EXPECT_EQ(stored, h);
+
+  // A negative token id under a valid checksum (a crafted file) is refused by name.
+  std::string crafted = bytes;
+  const int32_t negative = -5;
+  std::memcpy(crafted.data() + header + meta + 8, &negative, 4);
+  uint64_t h2 = 14695981039346656037ull;
+  for (std::size_t i = 0; i + 8 < crafted.size(); ++i) {
+    h2 ^= static_cast<unsigned char>(crafted[i]);
+    h2 *= 1099511628211ull;
+  }
+  std::memcpy(crafted.data() + crafted.size() - 8, &h2, 8);
+  std::ofstream(path("neg.vqpc"), std::ios::binary) << crafted;
+  try {
+    lm::load_prompt_cache(path("neg.vqpc"));
+    FAIL() << "a negative token id loaded";
+  } catch (const base::FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("token 0 has a negative id -5"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(PromptCacheFileTest, EveryCorruptionIsATypedError) {
