@@ -216,6 +216,21 @@ TEST_F(CorruptFiles, ContextLongerThanTheModelsIsRefused) {
   EXPECT_EQ(lm::load(path, shorter).model->config().context_length, trained / 2);
 }
 
+TEST_F(CorruptFiles, TensorsWithOverlappingDataAreRefused) {
+  gguf_test::Writer w;
+  w.kv_str("general.architecture", "llama");
+  w.tensor_f32("a", {16}, std::vector<float>(16, 1.0f));  // data bytes [0, 64)
+  w.tensor_f32("b", {16}, std::vector<float>(16, 2.0f));  // [64, 128)
+  w.tensor_at("c", {16}, 0, 32);                          // [32, 96): inside a and b
+  const std::string path = write("overlap.gguf", w.bytes());
+  expect_error<base::FormatError>([&] { lm::gguf::GgufFile::open(path); }, {path, "'a'", "'c'", "overlap"});
+  gguf_test::Writer ok;
+  ok.kv_str("general.architecture", "llama");
+  ok.tensor_f32("a", {16}, std::vector<float>(16, 1.0f));
+  ok.tensor_f32("b", {16}, std::vector<float>(16, 2.0f));
+  EXPECT_NO_THROW(lm::gguf::GgufFile::open(write("apart.gguf", ok.bytes())));
+}
+
 TEST_F(CorruptFiles, UnsupportedArchitecture) {
   gguf_test::Writer w;
   w.kv_str("general.architecture", "mamba");

@@ -60,6 +60,11 @@ class Writer {
     data_ += data;
     tensors_.push_back(std::move(t));
   }
+  // A tensor declared at data offset `offset` with no bytes of its own: files whose tensors
+  // share (overlap) data ranges.
+  void tensor_at(const std::string& name, std::vector<uint64_t> ne, uint32_t type, uint64_t offset) {
+    tensors_.push_back(Tensor{name, std::move(ne), type, offset, {}});
+  }
   void tensor_f32(const std::string& name, std::vector<uint64_t> ne, const std::vector<float>& values) {
     std::string bytes(values.size() * 4, '\0');
     std::memcpy(bytes.data(), values.data(), bytes.size());

@@ -1,5 +1,6 @@
 #include "lm/gguf/gguf_file.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -82,6 +83,21 @@ class GgufParser {
              ") extends past the end of the file (" + std::to_string(data_bytes) + " data bytes): truncated or corrupt");
       }
       if (!out_.tensor_index_.emplace(t.name, i).second) fail("duplicate tensor name '" + t.name + "'");
+    }
+    // No two tensors share bytes: a tensor whose range overlaps another's reads someone else's
+    // weights (a file writer never produces that; a crafted or corrupted file does).
+    std::vector<std::size_t> by_offset(out_.tensors_.size());
+    for (std::size_t i = 0; i < by_offset.size(); ++i) by_offset[i] = i;
+    std::sort(by_offset.begin(), by_offset.end(),
+              [&](std::size_t x, std::size_t y) { return out_.tensors_[x].offset < out_.tensors_[y].offset; });
+    for (std::size_t k = 1; k < by_offset.size(); ++k) {
+      const TensorInfo& prev = out_.tensors_[by_offset[k - 1]];
+      const TensorInfo& next = out_.tensors_[by_offset[k]];
+      if (prev.nbytes > 0 && next.nbytes > 0 && prev.offset + prev.nbytes > next.offset) {
+        fail("tensors '" + prev.name + "' (data offset " + std::to_string(prev.offset) + ", " +
+             std::to_string(prev.nbytes) + " bytes) and '" + next.name + "' (data offset " + std::to_string(next.offset) +
+             ") overlap");
+      }
     }
   }
 
