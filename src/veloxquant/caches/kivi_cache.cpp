@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/memory_limit.h"
 #include "base/error.h"
 #include "base/half.h"
 #include "base/thread_pool.h"
@@ -44,6 +45,10 @@ void KiviCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
   // The tail never holds more than residual_length + group - 1 rows after a call (the frontier
   // is a multiple of the group), so this buffer never grows.
   const int64_t tail = int64_t{residual_length_} + group_;  // 64-bit: residual_length may be INT_MAX
+  base::require_allocatable(static_cast<double>(batch_) * static_cast<double>(heads_) * static_cast<double>(tail) *
+                                static_cast<double>(dk_ + dv_) * static_cast<double>(lm::dtype_size(dtype_)),
+                            "kivi's full-precision tail of residual_length=" + std::to_string(residual_length_) +
+                                " rows (" + std::to_string(batch_ * heads_) + " kv heads, one layer)");
   residual_k_ = lm::Tensor({batch_, heads_, tail, dk_}, dtype_);
   residual_v_ = lm::Tensor({batch_, heads_, tail, dv_}, dtype_);
   capacity_ = 0;

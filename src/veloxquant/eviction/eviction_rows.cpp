@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/memory_limit.h"
 #include "base/error.h"
 #include "lm/kv_rows.h"
 #include "veloxquant/rows/cache_rows.h"
@@ -25,6 +26,13 @@ void EvictionRows::allocate(int64_t batch, int64_t heads, int64_t key_dim, int64
   value_codec_ = make_value_codec(spec_, static_cast<int>(value_dim), dtype);
   key_bytes_ = static_cast<int64_t>(key_codec_->row_bytes());
   value_bytes_ = static_cast<int64_t>(value_codec_->row_bytes());
+  // The whole budget is allocated up front (no allocation per step); a budget no machine could
+  // hold is refused here, by name, before the multiplication below can overflow.
+  const double row_bytes = static_cast<double>(key_bytes_ + value_bytes_ + 4 + (keep_scores_ ? 4 : 0));
+  base::require_allocatable(static_cast<double>(batch) * static_cast<double>(heads) * static_cast<double>(budget_) * row_bytes,
+                            "an eviction budget of " + std::to_string(budget_) + " rows per kv head (" +
+                                std::to_string(batch * heads) + " heads of " + std::to_string(static_cast<int64_t>(row_bytes)) +
+                                " bytes per row, in one layer)");
   keys_ = lm::Tensor({batch, heads, budget_, key_bytes_}, lm::DType::U8);
   values_ = lm::Tensor({batch, heads, budget_, value_bytes_}, lm::DType::U8);
   positions_ = lm::Tensor({batch, heads, budget_}, lm::DType::I32);

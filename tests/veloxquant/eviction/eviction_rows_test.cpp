@@ -14,6 +14,18 @@ std::vector<float> decoded(const EvictionRows& rows) {
   return out;
 }
 
+TEST(EvictionRows, ABudgetNoMachineHoldsIsRefusedBeforeAllocating) {
+  // h2o_budget=2147483647 asked for 128 GiB and failed with a bare std::bad_alloc.
+  EvictionRows rows(2147483647, true, StorageSpec{});
+  try {
+    rows.allocate(1, 3, 64, 64, lm::DType::F16);
+    FAIL() << "allocated";
+  } catch (const base::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("an eviction budget of 2147483647 rows per kv head"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("GiB, more than this machine's"), std::string::npos) << e.what();
+  }
+}
+
 TEST(EvictionRows, CompactionKeepsOrderPositionsAndScores) {
   EvictionRows rows(4, true, StorageSpec{});
   rows.allocate(1, 1, 2, 2, lm::DType::F32);
