@@ -1,6 +1,7 @@
 #include "lm/generate.h"
 
 #include <algorithm>
+#include <span>
 #include <chrono>
 #include <string>
 #include <unordered_set>
@@ -102,6 +103,13 @@ GenerationStats stream_generate(const Model& model, const Tokenizer& tokenizer,
   validate_generate_options(options);
   Sampler sampler(sampler_options(options));
   const int32_t vocab = model.config().vocab_size;
+  // A tokenizer may know fewer tokens than the model has logit rows (padded embeddings, or a
+  // mismatched tokenizer file): only ids the tokenizer can decode are ever sampled, instead of
+  // failing mid-generation after partial output.
+  const int32_t sampled_vocab = std::min(vocab, tokenizer.vocab_size());
+  if (sampled_vocab < 1) {
+    throw base::InvalidArgument("the tokenizer has no tokens (vocab_size " + std::to_string(tokenizer.vocab_size()) + ")");
+  }
 
   // The caches: the caller's (continuing a prompt cache) or a fresh list for this call only.
   PromptCache local;
@@ -193,7 +201,7 @@ GenerationStats stream_generate(const Model& model, const Tokenizer& tokenizer,
       throw base::InvalidArgument("model returned " + std::to_string(logits.size()) + " logits for a vocabulary of " +
                                   std::to_string(vocab));
     }
-    const int32_t token = sampler.sample(logits, history);
+    const int32_t token = sampler.sample(std::span<const float>(logits).first(static_cast<std::size_t>(sampled_vocab)), history);
     ++stats.generation_tokens;
     ++sequence;
     if (stops.count(token)) {

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <filesystem>
 #include <set>
 
@@ -59,6 +61,30 @@ TEST(Generate, GreedyMatchesIndependentReference) {
   const std::string text = lm::generate(model, tok, "abc", o);
   EXPECT_EQ(text, fake_text(expected_greedy({1, 3, 4, 5}, 20)));
   EXPECT_EQ(text.size(), 20u);
+}
+
+// A tokenizer that knows only the first 8 of the model's 16 ids (as a tokenizer file smaller
+// than the model's vocabulary would).
+class ShortTokenizer : public FakeTokenizer {
+ public:
+  int32_t vocab_size() const override { return 8; }
+};
+
+TEST(Generate, SamplesOnlyIdsTheTokenizerKnows) {
+  FakeModel model;
+  // Unrestricted greedy decoding of this prompt reaches ids >= 8 (else the test proves nothing).
+  const std::vector<int32_t> free_run = expected_greedy({1, 3, 4, 5}, 30);
+  ASSERT_TRUE(std::any_of(free_run.begin(), free_run.end(), [](int32_t t) { return t >= 8; }));
+  ShortTokenizer tok;
+  GenerateOptions o;
+  o.max_tokens = 30;
+  std::vector<int32_t> out;
+  lm::stream_generate(model, tok, std::vector<int32_t>{1, 3, 4, 5}, o, [&](const lm::GenerationChunk& c) {
+    if (c.token >= 0) out.push_back(c.token);
+    return true;
+  });
+  ASSERT_FALSE(out.empty());
+  for (int32_t t : out) EXPECT_LT(t, 8);
 }
 
 TEST(Generate, EveryCallGetsFreshCachesFromTheHook) {
