@@ -25,5 +25,11 @@ void value_leverage_scores(const float* values, const int32_t* rows, int64_t cou
 // tridiagonal form, then implicit QR steps with Wilkinson shifts (Golub & Van Loan §8.3).
 void symmetric_eigen_descending(std::vector<double> a, int n, std::vector<double>& eigenvalues,
                                 std::vector<double>& eigenvectors);
+// The k largest eigenvalues (descending) and their unit eigenvectors (k x n, as rows): eigenvalues
+// of the tridiagonal form by QR without vectors, the k vectors by inverse iteration with
+// reorthogonalisation, carried back through the reflectors (what the leverage scores use: k of
+// n vectors for a fraction of the full decomposition's cost).
+void top_symmetric_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<double>& eigenvalues,
+                                std::vector<double>& eigenvectors);
 
 }  // namespace veloxquant::eviction
