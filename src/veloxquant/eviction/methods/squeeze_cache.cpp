@@ -63,6 +63,7 @@ std::shared_ptr<lm::KVCache> make_squeeze_cache(const KVCacheConfig& config) {
 
 MethodDescriptor squeeze_method() {
   MethodDescriptor m = eviction::eviction_method("squeeze", kTypeName);
+  m.capabilities.needs_coordinator = true;  // the layers share one SqueezeSchedule (wire_model)
   m.blurb = "H2O scoring with per-layer budgets reallocated once from each layer's key concentration (broad "
             "layers get more rows), mean squeeze_budget; the newest squeeze_grace rows kept";
   m.paper = "SqueezeAttention: 2D Management of KV-Cache in LLM Inference via Layer-wise Optimal Budget (Wang et "
