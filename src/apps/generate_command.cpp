@@ -136,26 +136,41 @@ void add_generate_flags(CLI::App& cmd, GenerateFlags& f) {
 }
 
 // What ties a prompt-cache file to the model that made it.
-std::map<std::string, std::string> model_fingerprint(const lm::Model& model, const std::string& kv_dtype) {
+// What a prompt cache was made for: the model, and the cache flags (a kivi cache loaded under
+// --method none would run kivi while the report says none; an f16 cache loaded under
+// --kv-dtype f32 would be measured as f32).
+std::map<std::string, std::string> model_fingerprint(const lm::Model& model, const std::string& kv_dtype,
+                                                     const KvMethodFlags& kv) {
   const lm::ModelConfig& c = model.config();
+  std::string cache = kv.preset.empty() ? "--method " + kv.method : "--preset " + kv.preset;
+  if (!kv.bits.empty()) cache += " --bits " + kv.bits;
+  for (const std::string& set : kv.sets) cache += " --set " + set;
   return {{"model.architecture", c.architecture},
           {"model.name", c.name},
           {"model.n_layers", std::to_string(c.n_layers)},
           {"model.dim", std::to_string(c.dim)},
           {"model.vocab_size", std::to_string(c.vocab_size)},
-          {"kv_dtype", kv_dtype}};
+          {"kv_dtype", kv_dtype},
+          {"kv_cache", cache}};
 }
 
 void check_fingerprint(const std::map<std::string, std::string>& saved,
                        const std::map<std::string, std::string>& current, const std::string& path) {
   for (const auto& [key, value] : current) {
-    if (key == "kv_dtype") continue;  // the caches carry their own dtype
     const auto it = saved.find(key);
-    if (it == saved.end() || it->second != value) {
-      throw base::InvalidArgument("prompt cache '" + path + "' was made for a different model: " + key + " is '" +
-                                  (it == saved.end() ? std::string("(missing)") : it->second) + "', this model has '" +
-                                  value + "'");
+    const bool cache_flag = key == "kv_dtype" || key == "kv_cache";
+    // Files from before the cache flags were recorded carry no such key: nothing to compare.
+    if (cache_flag && it == saved.end()) continue;
+    if (it != saved.end() && it->second == value) continue;
+    if (cache_flag) {
+      throw base::InvalidArgument("prompt cache '" + path + "' was saved with " +
+                                  (key == "kv_dtype" ? "--kv-dtype " + it->second : it->second) + "; this run asks for " +
+                                  (key == "kv_dtype" ? "--kv-dtype " + value : value) +
+                                  ": give the flags it was saved with (the cache would run as saved and be reported as asked)");
     }
+    throw base::InvalidArgument("prompt cache '" + path + "' was made for a different model: " + key + " is '" +
+                                (it == saved.end() ? std::string("(missing)") : it->second) + "', this model has '" +
+                                value + "'");
   }
 }
 
@@ -201,7 +216,14 @@ void run_generate(const GenerateFlags& f) {
   std::optional<lm::SavedPromptCache> saved;
   if (!f.load_prompt_cache.empty()) {
     saved = lm::load_prompt_cache(f.load_prompt_cache);
-    check_fingerprint(saved->metadata, model_fingerprint(model, f.kv_dtype), f.load_prompt_cache);
+    check_fingerprint(saved->metadata, model_fingerprint(model, f.kv_dtype, kv), f.load_prompt_cache);
+    for (std::size_t i = 0; i < saved->cache.tokens.size(); ++i) {
+      if (saved->cache.tokens[i] >= model.config().vocab_size) {
+        throw base::InvalidArgument("prompt cache '" + f.load_prompt_cache + "': token " + std::to_string(i) + " has id " +
+                                    std::to_string(saved->cache.tokens[i]) + ", past the vocabulary of " +
+                                    std::to_string(model.config().vocab_size));
+      }
+    }
     if (saved->cache.caches.size() != model.layers().size()) {
       throw base::InvalidArgument("prompt cache '" + f.load_prompt_cache + "' has " +
                                   std::to_string(saved->cache.caches.size()) + " caches, the model " +
@@ -220,7 +242,7 @@ void run_generate(const GenerateFlags& f) {
   options.on_prompt_processed = [&](const lm::PromptCache& state) {
     bar.finish();
     if (!f.save_prompt_cache.empty()) {
-      lm::save_prompt_cache(f.save_prompt_cache, state, model_fingerprint(model, f.kv_dtype));
+      lm::save_prompt_cache(f.save_prompt_cache, state, model_fingerprint(model, f.kv_dtype, kv));
     }
   };
   const lm::GenerationStats stats = lm::stream_generate(

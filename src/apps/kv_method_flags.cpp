@@ -15,13 +15,28 @@
 
 namespace apps {
 
+namespace {
+
+// An option given with an empty value ("--bits ''") is a mistake, not a request for the default.
+CLI::Validator non_empty(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& value) -> std::string {
+        return value.empty() ? what + " needs a value (got an empty one)" : std::string();
+      },
+      "", "non-empty");
+}
+
+}  // namespace
+
 void add_kv_method_flags(CLI::App& command, KvMethodFlags& flags) {
   command.add_option("--method", flags.method,
                      "KV-cache method ('none' = the host's own cache; see `veloxquant methods`)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(non_empty("--method"));
   command.add_option("--bits", flags.bits,
                      "Bits per coordinate (bit_width_inlier): one int, or a comma list with one "
-                     "entry per attention layer");
+                     "entry per attention layer")
+      ->check(non_empty("--bits"));
   if (command.get_option_no_throw("--seed") == nullptr) {
     command.add_option("--seed", flags.seed, "Cache seed (per layer: seed + layer index)")
         ->capture_default_str();
@@ -29,7 +44,8 @@ void add_kv_method_flags(CLI::App& command, KvMethodFlags& flags) {
   command.add_option("--set", flags.sets, "FIELD=VALUE for any config field (repeatable)");
   command.add_option("--preset", flags.preset,
                      "Named configuration at a llama.cpp KV size: q8, q5, q4, q3 (see `veloxquant methods`); "
-                     "replaces --method/--bits");
+                     "replaces --method/--bits")
+      ->check(non_empty("--preset"));
 }
 
 std::optional<veloxquant::KVCacheConfig> kv_config_from_flags(const KvMethodFlags& flags) {

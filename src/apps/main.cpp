@@ -3,7 +3,9 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 
 #include "apps/command_registry.h"
@@ -35,6 +37,14 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  // Results go to stdout: a full disk or a closed pipe must not pass for success.
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  if (!flushed || std::ferror(stdout)) {
+    std::fprintf(stderr, "error: writing standard output failed%s%s\n", !flushed && errno ? ": " : "",
+                 !flushed && errno ? std::strerror(errno) : " (a full disk or a closed pipe?)");
     return 1;
   }
   return 0;

@@ -44,6 +44,17 @@ int32_t metadata_int(const gguf::GgufFile& file, const std::string& key) {
   return static_cast<int32_t>(v);
 }
 
+// --ctx overrides the file's context length, downwards only: positions past what the model was
+// trained for are not meaningful (the eval commands refuse them too).
+void apply_context_length(const LoadOptions& options, int64_t& context_length) {
+  if (!options.context_length) return;
+  if (context_length > 0 && *options.context_length > context_length) {
+    throw base::InvalidArgument("ctx " + std::to_string(*options.context_length) + " exceeds the model's context length " +
+                                std::to_string(context_length));
+  }
+  context_length = *options.context_length;
+}
+
 LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   const auto file = gguf::GgufFile::open(path);
   const std::string arch = file->get_string("general.architecture").value_or("");
@@ -84,6 +95,11 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   LlamaHyperParams hyper;
   hyper.rope_style = arch == "llama" ? kernels::RopeStyle::kNormal : kernels::RopeStyle::kNeox;
   hyper.rope_dim = file->find(p + "rope.dimension_count") ? metadata_int(*file, p + "rope.dimension_count") : 0;
+  if (hyper.rope_dim < 0 || hyper.rope_dim > c.head_dim || hyper.rope_dim % 2 != 0) {
+    // Rotated in pairs, within one head: anything else was clamped silently before.
+    throw base::FormatError("GGUF file '" + path + "': " + p + "rope.dimension_count " + std::to_string(hyper.rope_dim) +
+                            " must be even and at most the head size " + std::to_string(c.head_dim));
+  }
 
   LlamaWeights w;
   w.token_embedding = file->weight("token_embd.weight");
@@ -114,7 +130,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     lw.w_up = file->weight(b + "ffn_up.weight");
     lw.w_down = file->weight(b + "ffn_down.weight");
   }
-  if (options.context_length) c.context_length = *options.context_length;
+  apply_context_length(options, c.context_length);
 
   LoadedModel out;
   try {
@@ -150,7 +166,7 @@ std::string find_llama2c_tokenizer(const std::string& model_path, int vocab_size
 
 LoadedModel load_llama2c(const std::string& path, const LoadOptions& options) {
   Llama2cCheckpoint ck = read_llama2c_checkpoint(path);
-  if (options.context_length) ck.config.context_length = *options.context_length;
+  apply_context_length(options, ck.config.context_length);
   const std::string tokenizer_path = find_llama2c_tokenizer(path, ck.config.vocab_size, options);
   LoadedModel out;
   out.model = std::make_shared<LlamaModel>(ck.config, ck.hyper, std::move(ck.weights),

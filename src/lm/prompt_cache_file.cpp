@@ -221,7 +221,21 @@ void save_prompt_cache(const std::string& path, const PromptCache& cache,
     throw base::InvalidArgument("save_prompt_cache: caches hold " + std::to_string(offset) + " tokens but " +
                                 std::to_string(cache.tokens.size()) + " token ids were given");
   }
-  const std::string temporary = path + ".tmp";
+  // The file is written beside its target and renamed over it, which would replace whatever the
+  // name is: a symlink is followed (its target is written), and a name that is neither absent nor
+  // a regular file (a FIFO, a device, a directory) is refused.
+  std::string target = path;
+  std::error_code status_error;
+  if (std::filesystem::is_symlink(std::filesystem::symlink_status(path, status_error))) {
+    target = std::filesystem::weakly_canonical(path, status_error).string();
+    if (status_error) throw base::FormatError("cannot resolve the symlink '" + path + "' to save the prompt cache");
+  }
+  const auto target_status = std::filesystem::status(target, status_error);
+  if (std::filesystem::exists(target_status) && !std::filesystem::is_regular_file(target_status)) {
+    throw base::InvalidArgument("refusing to save the prompt cache over '" + target +
+                                "': it exists and is not a regular file");
+  }
+  const std::string temporary = target + ".tmp";
   {
     Writer w(temporary);
     w.bytes(kPromptCacheMagic, sizeof kPromptCacheMagic);
@@ -247,10 +261,10 @@ void save_prompt_cache(const std::string& path, const PromptCache& cache,
     w.finish();
   }
   std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
+  std::filesystem::rename(temporary, target, ec);
   if (ec) {
     std::filesystem::remove(temporary, ec);
-    throw base::FormatError("cannot move the prompt cache into place at '" + path + "'");
+    throw base::FormatError("cannot move the prompt cache into place at '" + target + "'");
   }
 }
 
@@ -279,9 +293,15 @@ SavedPromptCache load_prompt_cache(const std::string& path) {
     saved.metadata[key] = r.str("metadata value");
   }
   const auto n_tokens = r.pod<uint64_t>("token count");
-  if (n_tokens * sizeof(int32_t) > r.remaining()) r.fail("token count " + std::to_string(n_tokens) + " exceeds the file");
+  // Divided, not multiplied: n_tokens * 4 wraps for counts near 2^64 and would pass.
+  if (n_tokens > r.remaining() / sizeof(int32_t)) r.fail("token count " + std::to_string(n_tokens) + " exceeds the file");
   saved.cache.tokens.resize(n_tokens);
   if (n_tokens) r.bytes(saved.cache.tokens.data(), n_tokens * sizeof(int32_t), "tokens");
+  for (uint64_t i = 0; i < n_tokens; ++i) {
+    // Token ids index the vocabulary; a negative one can only be corruption (the vocabulary
+    // size is checked where the model is known, apps/generate).
+    if (saved.cache.tokens[i] < 0) r.fail("token " + std::to_string(i) + " has a negative id " + std::to_string(saved.cache.tokens[i]));
+  }
 
   const uint32_t n_caches = read_count(r, "cache count", 12);
   if (n_caches == 0) r.fail("no caches");

@@ -39,6 +39,20 @@ TEST(MethodsCommand, JsonListsTheRegistry) {
   }
 }
 
+TEST(MethodsCommand, AnUnwritableStdoutFailsTheCommand) {
+  // /dev/full: every write fails with ENOSPC, as on a full disk. The listing must not exit 0.
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  const std::string binary = std::string(VQ_BINARY_DIR) + "/veloxquant";
+  const std::string err = (std::filesystem::temp_directory_path() / ("vq_full_err_" + std::to_string(::getpid()))).string();
+  for (const std::string command : {"methods", "methods --json", "version"}) {
+    const int status = std::system((binary + " " + command + " >/dev/full 2>" + err).c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << command;
+    EXPECT_EQ(WEXITSTATUS(status), 1) << command;
+    EXPECT_NE(test_support::read_file_text(err).find("writing standard output failed"), std::string::npos) << command;
+  }
+  std::filesystem::remove(err);
+}
+
 TEST(MethodsCommand, Filters) {
   const RunResult servable = run_cli("methods --json --servable-only");
   ASSERT_EQ(servable.exit_code, 0) << servable.err;
@@ -69,6 +83,28 @@ TEST(GenerateMethodFlags, BadMethodsFailBeforeLoading) {
   const RunResult bad_set = run_cli("generate -m /nonexistent.gguf -p hi --method kivi --set kivi_group_size=0");
   EXPECT_EQ(bad_set.exit_code, 2);
   EXPECT_NE(bad_set.err.find("kivi_group_size"), std::string::npos) << bad_set.err;
+}
+
+TEST(GenerateMethodFlags, APromptCacheLoadsOnlyUnderTheFlagsItWasSavedWith) {
+  // Loaded under other cache flags it would run as saved while the stats line names the flags
+  // given: a wrong measurement, so it is refused, naming both.
+  const std::string file =
+      (std::filesystem::temp_directory_path() / ("vq_flags_" + std::to_string(::getpid()) + ".vqpc")).string();
+  const RunResult save = run_cli("generate -m " + kStories + " -p 'Once upon' -n 4 --method kivi --bits 4 --save-prompt-cache " + file);
+  ASSERT_EQ(save.exit_code, 0) << save.err;
+  const RunResult same = run_cli("generate -m " + kStories + " -p ' a time' -n 4 --method kivi --bits 4 --load-prompt-cache " + file);
+  EXPECT_EQ(same.exit_code, 0) << same.err;
+  const RunResult none = run_cli("generate -m " + kStories + " -p ' a time' -n 4 --load-prompt-cache " + file);
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("was saved with --method kivi --bits 4; this run asks for --method none"), std::string::npos)
+      << none.err;
+  const RunResult bits = run_cli("generate -m " + kStories + " -p ' a time' -n 4 --method kivi --bits 2 --load-prompt-cache " + file);
+  EXPECT_EQ(bits.exit_code, 2) << bits.err;
+  const RunResult dtype = run_cli("generate -m " + kStories +
+                                  " -p ' a time' -n 4 --method kivi --bits 4 --kv-dtype f32 --load-prompt-cache " + file);
+  EXPECT_EQ(dtype.exit_code, 2);
+  EXPECT_NE(dtype.err.find("--kv-dtype f16; this run asks for --kv-dtype f32"), std::string::npos) << dtype.err;
+  std::filesystem::remove(file);
 }
 
 TEST(GenerateMethodFlags, WiresTheCacheAndReportsBytes) {

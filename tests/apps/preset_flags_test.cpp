@@ -34,6 +34,14 @@ TEST(PresetFlags, UnknownPresetFailsBeforeLoadingInEveryCommand) {
   EXPECT_NE(bench.err.find("unknown preset 'q7'"), std::string::npos) << bench.err;
 }
 
+TEST(PresetFlags, EmptyMethodBitsOrPresetIsAnErrorNotTheDefault) {
+  for (const std::string flag : {"--bits ''", "--preset ''", "--method ''"}) {
+    const RunResult r = run_cli("generate -m /nonexistent.gguf -p hi " + flag);
+    EXPECT_NE(r.exit_code, 0) << flag;
+    EXPECT_NE(r.err.find("needs a value (got an empty one)"), std::string::npos) << flag << ": " << r.err;
+  }
+}
+
 TEST(PresetFlags, PresetAndMethodClash) {
   const RunResult r = run_cli("generate -m /nonexistent.gguf -p hi --preset q4 --method kivi");
   EXPECT_EQ(r.exit_code, 2);

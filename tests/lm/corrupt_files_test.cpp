@@ -156,12 +156,15 @@ TEST_F(CorruptFiles, BadShapesAndCounts) {
 }
 
 // A model whose metadata and tensors disagree: the loader names the tensor and both shapes.
-TEST_F(CorruptFiles, WrongDimsForTheArchitecture) {
+// stories260K.gguf rewritten with one u32 metadata value replaced (or added).
+std::string stories_with_u32(const std::string& override_key, uint32_t override_value) {
   const auto stories = lm::gguf::GgufFile::open(kStoriesDir + "stories260K.gguf");
   gguf_test::Writer w;
+  bool overridden = false;
   for (const auto& [key, value] : stories->metadata()) {
-    if (key == "llama.feed_forward_length") {
-      w.kv_u32(key, 173);  // the tensors say 172
+    if (key == override_key) {
+      w.kv_u32(key, override_value);
+      overridden = true;
     } else if (value.type == lm::gguf::ValueType::U32) {
       w.kv_u32(key, static_cast<uint32_t>(value.integer));
     } else if (value.type == lm::gguf::ValueType::F32) {
@@ -176,13 +179,41 @@ TEST_F(CorruptFiles, WrongDimsForTheArchitecture) {
       w.kv_i32_array(key, std::vector<int32_t>(value.integers.begin(), value.integers.end()));
     }
   }
+  if (!overridden) w.kv_u32(override_key, override_value);
   for (const auto& t : stories->tensors()) {
     std::vector<uint64_t> ne(t.ne.begin(), t.ne.end());
     w.tensor(t.name, ne, static_cast<uint32_t>(t.type),
              std::string(reinterpret_cast<const char*>(stories->tensor_data(t)), t.nbytes));
   }
-  const std::string path = write("dims.gguf", w.bytes());
+  return w.bytes();
+}
+
+TEST_F(CorruptFiles, WrongDimsForTheArchitecture) {
+  const std::string path = write("dims.gguf", stories_with_u32("llama.feed_forward_length", 173));  // the tensors say 172
   expect_error<base::FormatError>([&] { lm::load(path); }, {path, "blk.0.ffn_gate.weight", "172", "173"});
+}
+
+TEST_F(CorruptFiles, RopeDimensionPastTheHeadOrOddIsRefused) {
+  // stories260K: dim 64, 8 heads -> head size 8. Before, 10 was clamped to 8 without a word.
+  for (uint32_t rope_dim : {10u, 3u}) {
+    const std::string path = write("rope.gguf", stories_with_u32("llama.rope.dimension_count", rope_dim));
+    expect_error<base::FormatError>([&] { lm::load(path); },
+                                    {path, "rope.dimension_count " + std::to_string(rope_dim), "head size 8"});
+  }
+  EXPECT_NO_THROW(lm::load(write("rope.gguf", stories_with_u32("llama.rope.dimension_count", 8))));
+}
+
+TEST_F(CorruptFiles, ContextLongerThanTheModelsIsRefused) {
+  const std::string path = kStoriesDir + "stories260K.gguf";
+  const int64_t trained = lm::load(path).model->config().context_length;
+  ASSERT_GT(trained, 0);
+  lm::LoadOptions longer;
+  longer.context_length = trained + 1;
+  expect_error<base::InvalidArgument>([&] { lm::load(path, longer); },
+                                      {"ctx " + std::to_string(trained + 1), "context length " + std::to_string(trained)});
+  lm::LoadOptions shorter;
+  shorter.context_length = trained / 2;
+  EXPECT_EQ(lm::load(path, shorter).model->config().context_length, trained / 2);
 }
 
 TEST_F(CorruptFiles, UnsupportedArchitecture) {

@@ -129,6 +129,24 @@ TEST_F(PromptCacheFileTest, WritesTheDocumentedLayout) {
   uint64_t stored = 0;
   std::memcpy(&stored, bytes.data() + bytes.size() - 8, 8);
   EXPECT_EQ(stored, h);
+
+  // A negative token id under a valid checksum (a crafted file) is refused by name.
+  std::string crafted = bytes;
+  const int32_t negative = -5;
+  std::memcpy(crafted.data() + header + meta + 8, &negative, 4);
+  uint64_t h2 = 14695981039346656037ull;
+  for (std::size_t i = 0; i + 8 < crafted.size(); ++i) {
+    h2 ^= static_cast<unsigned char>(crafted[i]);
+    h2 *= 1099511628211ull;
+  }
+  std::memcpy(crafted.data() + crafted.size() - 8, &h2, 8);
+  std::ofstream(path("neg.vqpc"), std::ios::binary) << crafted;
+  try {
+    lm::load_prompt_cache(path("neg.vqpc"));
+    FAIL() << "a negative token id loaded";
+  } catch (const base::FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("token 0 has a negative id -5"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(PromptCacheFileTest, EveryCorruptionIsATypedError) {
@@ -179,6 +197,27 @@ class TaggedCache : public lm::FullKVCache {
  private:
   std::string tag_;
 };
+
+TEST_F(PromptCacheFileTest, SavingFollowsSymlinksAndRefusesWhatIsNotAFile) {
+  FakeModel model(64);
+  lm::PromptCache pc{model.native_make_cache(), {}};
+  run(model, {1, 3, 4}, 1, &pc);
+  // A symlink is written through: the link stays a link, its target gets the cache.
+  lm::save_prompt_cache(path("real.vqpc"), pc);
+  std::filesystem::create_symlink(path("real.vqpc"), path("link.vqpc"));
+  lm::save_prompt_cache(path("link.vqpc"), pc);
+  EXPECT_TRUE(std::filesystem::is_symlink(path("link.vqpc")));
+  EXPECT_EQ(lm::load_prompt_cache(path("link.vqpc")).cache.tokens, pc.tokens);
+  // A directory (as a FIFO or a device node would be) is not replaced.
+  std::filesystem::create_directory(path("dir.vqpc"));
+  try {
+    lm::save_prompt_cache(path("dir.vqpc"), pc);
+    FAIL() << "saved over a directory";
+  } catch (const base::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::filesystem::is_directory(path("dir.vqpc")));
+}
 
 TEST_F(PromptCacheFileTest, RegistryRebuildsRegisteredTypesAndRefusesUnknownOnes) {
   lm::register_cache_type("TaggedCache", [] { return std::make_shared<TaggedCache>(); });

@@ -124,6 +124,15 @@ TEST(KVCacheConfigValidation, MethodOptionBoundsNameFieldAndValue) {
             "bit_width_inlier for 'kivi' must lie in [1, 8], got 9");
 }
 
+TEST(KVCacheConfigValidation, SinksPlusGraceNearIntMaxIsRefusedNotWrapped) {
+  // 4 + 2147483647 overflowed int and wrapped negative: the check passed and the cache ran.
+  KVCacheConfig c;
+  c.method = "h2o";
+  ASSERT_FALSE(apply_field_assignment(c, "h2o_grace=2147483647").has_value());
+  EXPECT_NE(config_error([&] { validate_for_create(c); }).find("sinks and grace would leave nothing evictable"),
+            std::string::npos);
+}
+
 TEST(FieldAssignment, ParsesByDeclaredType) {
   KVCacheConfig c;
   c.method = "kivi";
@@ -161,6 +170,26 @@ TEST(FieldAssignment, IrrelevantFieldWarnsUnknownFieldThrows) {
   EXPECT_EQ(config_error([&] { apply_field_assignment(c, "rvq_value_bits=12"); }),
             "rvq_value_bits must lie in [0, 8], got 12");
   EXPECT_NE(config_error([&] { apply_field_assignment(c, "seed"); }).find("FIELD=VALUE"), std::string::npos);
+}
+
+TEST(FieldAssignment, IntsOutsideTheMembersTypeAreRefusedNotNarrowed) {
+  // 4294967298 = 2^32 + 2 would become 2 in an int; 4294967360 would become 64.
+  KVCacheConfig c;
+  EXPECT_EQ(config_error([&] { apply_field_assignment(c, "bit_width_inlier=4294967298"); }),
+            "field 'bit_width_inlier' value 4294967298 is out of range (it holds -2147483648..2147483647)");
+  EXPECT_NE(config_error([&] { apply_field_assignment(c, "bit_width_inlier=2,4294967300"); }).find("4294967300 is out of range"),
+            std::string::npos);
+  EXPECT_NE(config_error([&] { apply_field_assignment(c, "h2o_budget=4294967360"); }).find("h2o_budget' value 4294967360"),
+            std::string::npos);
+  EXPECT_NE(config_error([&] { apply_field_assignment(c, "residual_length=-4294967296"); }).find("out of range"),
+            std::string::npos);
+  // Past int64 itself: still "out of range", not "expects an integer".
+  EXPECT_NE(config_error([&] { apply_field_assignment(c, "residual_length=99999999999999999999"); }).find("out of range"),
+            std::string::npos);
+  EXPECT_EQ(c.bit_width_inlier.scalar(), KVCacheConfig{}.bit_width_inlier.scalar());  // nothing was written
+  // The edge of int still parses (the bounds check names it afterwards, untruncated).
+  EXPECT_EQ(config_error([&] { apply_field_assignment(c, "rvq_value_bits=2147483647"); }),
+            "rvq_value_bits must lie in [0, 8], got 2147483647");
 }
 
 }  // namespace

@@ -108,6 +108,17 @@ struct UnitState {
   float* acc;  // [rows * value_dim]
 };
 
+// The scaled scores of the main pass, kept when the call wants row weights so that the weights
+// are the same scores' softmax, without a second scoring pass. Segment s's entry for (b, kv
+// head h), group head k, query i and row j is at
+//   base[s] + ((b * kv_heads + h) * group * n_queries + k * n_queries + i) * row_stride[s] + j;
+// rows no query could see keep -inf (weight 0).
+struct ScoreLog {
+  std::array<float*, kMaxSegments> base{};
+  std::array<int64_t, kMaxSegments> row_stride{};
+  bool enabled = false;
+};
+
 struct Scratch {
   TileScratch tile;
   std::vector<float> queries, scores, m, l, acc;
@@ -115,7 +126,7 @@ struct Scratch {
 
 // Attends the unit's prepared queries over its rows; leaves the unnormalised (m, l, acc).
 void attend_unit(const AttentionCall& call, const RowSource* const* segments, const Geometry& g, const float* prepared,
-                 const Unit& u, UnitState st, Scratch& scratch) {
+                 const Unit& u, UnitState st, const ScoreLog& log, Scratch& scratch) {
   const int64_t nq = u.i1 - u.i0, rows = g.group * nq;
   std::fill(st.m, st.m + rows, kNegInf);
   std::fill(st.l, st.l + rows, 0.0f);
@@ -165,6 +176,11 @@ void attend_unit(const AttentionCall& call, const RowSource* const* segments, co
             tile_max = std::max(tile_max, sr[jj]);
           }
         }
+        if (log.base[si] != nullptr) {
+          const int64_t k = r / nq, i = u.i0 + r % nq;
+          std::copy_n(sr, nk,
+                      log.base[si] + (((u.b * call.kv_heads + u.h) * g.group + k) * call.n_queries + i) * log.row_stride[si] + j0);
+        }
         if (tile_max == kNegInf) {
           std::fill(sr, sr + nk, 0.0f);  // weight 0 for a row of this tile no query of r sees
           continue;
@@ -195,8 +211,41 @@ int64_t total_rows(const RowSource* const* segments, int n_segments, int64_t b, 
 // Per-call buffers of the calling thread: grow-only, so a decode step allocates nothing once
 // the context's shape has been seen.
 struct CallBuffers {
-  std::vector<float> prepared, part_m, part_l, part_acc, final_m, final_l;
+  std::vector<float> prepared, part_m, part_l, part_acc, final_m, final_l, logits;
 };
+
+// Row weights from the logged scores: each row's softmax weight with the query's final (m, l),
+// averaged over the group heads and summed over queries (exp in place, then one axpy per row).
+void write_logged_row_weights(const AttentionCall& call, const RowSource* const* segments, const Geometry& g,
+                              const ScoreLog& log, const float* final_m, const float* final_l, base::ThreadPool* pool) {
+  const int64_t heads = call.batch * call.kv_heads, nq = call.n_queries;
+  const auto body = [&](int64_t begin, int64_t end) {
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / call.kv_heads, h = bh % call.kv_heads;
+      for (int si = 0; si < g.n_segments; ++si) {
+        float* out = call.row_weights[static_cast<std::size_t>(si)];
+        if (!out) continue;
+        const int64_t n = segments[si]->rows(b, h);
+        out += bh * call.row_weight_stride[static_cast<std::size_t>(si)];
+        std::fill(out, out + n, 0.0f);
+        for (int64_t k = 0; k < g.group; ++k) {
+          for (int64_t i = 0; i < nq; ++i) {
+            const int64_t at = (b * call.q_heads + h * g.group + k) * nq + i;
+            if (final_l[at] <= 0.0f) continue;
+            float* scores = log.base[si] + ((bh * g.group + k) * nq + i) * log.row_stride[si];
+            lm::kernels::simd::exp_shifted_sum(scores, n, final_m[at]);
+            lm::kernels::simd::axpy_f32(1.0f / (final_l[at] * static_cast<float>(g.group)), scores, out, n);
+          }
+        }
+      }
+    }
+  };
+  if (pool) {
+    pool->parallel_for(heads, body, 1);
+  } else {
+    body(0, heads);
+  }
+}
 
 // Row weights: for each segment row, the softmax weight it got, averaged over the group's
 // query heads and summed over queries; recomputed from score_tile with the final (m, l).
@@ -308,9 +357,31 @@ void attend(const AttentionCall& call, const RowSource* const* segments, int n_s
   const bool want_weights = std::any_of(call.row_weights.begin(), call.row_weights.end(), [](float* p) { return p; });
   float* final_m = nullptr;
   float* final_l = nullptr;
+  ScoreLog log;
   if (want_weights) {
     final_m = grown(buffers.final_m, static_cast<std::size_t>(n_query_rows));
     final_l = grown(buffers.final_l, static_cast<std::size_t>(n_query_rows));
+    std::array<int64_t, kMaxSegments> seg_rows{};
+    int64_t total = 0;
+    for (int si = 0; si < n_segments; ++si) {
+      if (!call.row_weights[static_cast<std::size_t>(si)]) continue;
+      for (int64_t bh = 0; bh < heads; ++bh) {
+        seg_rows[static_cast<std::size_t>(si)] =
+            std::max(seg_rows[static_cast<std::size_t>(si)], segments[si]->rows(bh / call.kv_heads, bh % call.kv_heads));
+      }
+      total += n_query_rows * seg_rows[static_cast<std::size_t>(si)];
+    }
+    if (total <= call.max_logged_scores) {
+      float* at = grown(buffers.logits, static_cast<std::size_t>(std::max<int64_t>(total, 1)));
+      std::fill(at, at + total, kNegInf);
+      for (int si = 0; si < n_segments; ++si) {
+        if (!call.row_weights[static_cast<std::size_t>(si)]) continue;
+        log.base[static_cast<std::size_t>(si)] = at;
+        log.row_stride[static_cast<std::size_t>(si)] = seg_rows[static_cast<std::size_t>(si)];
+        at += n_query_rows * seg_rows[static_cast<std::size_t>(si)];
+      }
+      log.enabled = true;
+    }
   }
   const auto finish = [&](const Unit& u, int64_t r, const float* acc, float m, float l) {
     const int64_t nq = u.i1 - u.i0;
@@ -337,12 +408,12 @@ void attend(const AttentionCall& call, const RowSource* const* segments, int n_s
       if (splits > 1) {
         attend_unit(call, segments, g, prepared, u,
                     {part_m + index * unit_rows, part_l + index * unit_rows, part_acc + index * unit_rows * g.value_dim},
-                    scratch);
+                    log, scratch);
         continue;
       }
       UnitState st{grown(scratch.m, static_cast<std::size_t>(rows)), grown(scratch.l, static_cast<std::size_t>(rows)),
                    grown(scratch.acc, static_cast<std::size_t>(rows * g.value_dim))};
-      attend_unit(call, segments, g, prepared, u, st, scratch);
+      attend_unit(call, segments, g, prepared, u, st, log, scratch);
       for (int64_t r = 0; r < rows; ++r) finish(u, r, st.acc + r * g.value_dim, st.m[r], st.l[r]);
     }
   };
@@ -389,7 +460,13 @@ void attend(const AttentionCall& call, const RowSource* const* segments, int n_s
       merge(0, heads);
     }
   }
-  if (want_weights) write_row_weights(call, segments, g, prepared, final_m, final_l, pool);
+  if (want_weights) {
+    if (log.enabled) {
+      write_logged_row_weights(call, segments, g, log, final_m, final_l, pool);
+    } else {
+      write_row_weights(call, segments, g, prepared, final_m, final_l, pool);
+    }
+  }
 }
 
 void attend_reference(const AttentionCall& call, const RowSource* const* segments, int n_segments) {

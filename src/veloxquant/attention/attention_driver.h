@@ -22,7 +22,8 @@
 // segment s, (b, kv head h) and row j, the attention weight the row received: the normalised
 // softmax weight averaged over the group's query heads, summed over the call's queries —
 // exactly what an attention-score eviction policy accumulates, computed from the same scores
-// the output used (no second scoring pass for one query; prefill re-scores once).
+// the output used: the main pass keeps its scaled scores and the weights are their softmax under
+// the final (m, l) — no second scoring pass (a call whose scores would pass 64 MiB re-scores once).
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -51,6 +52,9 @@ struct AttentionCall {
   // of head (b, h), laid out at (b * kv_heads + h) * row_stride[s]); overwritten.
   std::array<float*, kMaxSegments> row_weights{};
   std::array<int64_t, kMaxSegments> row_weight_stride{};
+  // Row weights come from the main pass's scores while they fit in this many floats (64 MiB);
+  // a larger call (a long prefill over many rows) scores its rows a second time instead.
+  int64_t max_logged_scores = int64_t{16} << 20;
 };
 
 // Runs the call over `segments` (1..kMaxSegments non-null sources, in this order). Throws

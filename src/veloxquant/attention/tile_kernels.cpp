@@ -269,55 +269,6 @@ void AccumulatePlanesImpl(const uint8_t* bytes, int64_t row_stride, int64_t n_ro
   }
 }
 
-// Dense LSB-first b-bit codes decoded to s_block * levels[code]. Eight codes span exactly b
-// bytes, so every group of 8 reads 32-bit windows at the same byte offsets and shifts from its
-// first byte: one gather of windows, a variable shift and a mask give 8 codes, and a second
-// gather their levels.
-void DecodeDenseLevelsImpl(const uint8_t* packed, int64_t n, int bits, const float* levels, const uint16_t* scales,
-                           int64_t block, float* out) {
-  const hn::CappedTag<float, 8> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  const int64_t total_bytes = (n * bits + 7) / 8;
-  const auto mask = hn::Set(di, (1 << bits) - 1);
-  const auto lane_bits = hn::Mul(hn::Iota(di, 0), hn::Set(di, bits));
-  const auto offsets = hn::ShiftRight<3>(lane_bits);
-  const auto shifts = hn::And(lane_bits, hn::Set(di, 7));
-  // A group of `lanes` codes spans lanes * bits / 8 bytes; its windows read up to 3 bytes
-  // further. The row's last groups read from a zero-padded copy of its tail instead, so no
-  // window leaves the row.
-  HWY_ALIGN uint8_t tail[16 + 8] = {};
-  const int64_t group_bytes = lanes * bits / 8;
-  const auto decode_group = [&](const uint8_t* base, float scale, float* dst) {
-    const auto windows = hn::GatherOffset(di, reinterpret_cast<const int32_t*>(base), offsets);
-    const auto codes = hn::And(hn::Shr(windows, shifts), mask);
-    hn::StoreU(hn::Mul(hn::GatherIndex(df, levels, codes), hn::Set(df, scale)), df, dst);
-  };
-  int64_t i = 0;
-  if (block % lanes == 0 && (lanes * bits) % 8 == 0) {
-    float scale = 0.0f;
-    for (int64_t blk_end = 0; i + lanes <= n; i += lanes) {
-      if (i >= blk_end) {  // a new block: its f16 scale once (no division per group)
-        scale = base::f16_to_f32(scales[i / block]);
-        blk_end = (i / block + 1) * block;
-      }
-      const int64_t first = i * bits / 8;
-      if (first + group_bytes + 3 <= total_bytes) {
-        decode_group(packed + first, scale, out + i);
-      } else {
-        // At most 8 bytes; the rest of `tail` stays zero (it is never written past them).
-        for (int64_t k = 0; k < group_bytes; ++k) tail[k] = packed[first + k];
-        decode_group(tail, scale, out + i);
-      }
-    }
-  }
-  for (; i < n; ++i) {
-    const int64_t bit = i * bits, byte = bit / 8;
-    const uint32_t window = packed[byte] | (byte + 1 < total_bytes ? static_cast<uint32_t>(packed[byte + 1]) << 8 : 0u);
-    out[i] = base::f16_to_f32(scales[i / block]) * levels[(window >> (bit % 8)) & ((1u << bits) - 1u)];
-  }
-}
-
 void GatherPairsImpl(const float* pairs, const int32_t* natural, int64_t n, float* first, float* second) {
   const hn::CappedTag<float, 8> df;
   const hn::RebindToSigned<decltype(df)> di;
@@ -349,16 +300,10 @@ HWY_EXPORT(FoldScalesImpl);
 HWY_EXPORT(ScaleColumnImpl);
 HWY_EXPORT(AddPlanesInterleavedImpl);
 HWY_EXPORT(AccumulatePlanesImpl);
-HWY_EXPORT(DecodeDenseLevelsImpl);
 HWY_EXPORT(GatherPairsImpl);
 
 void gather_pairs(const float* pairs, const int32_t* natural, int64_t n, float* first, float* second) {
   HWY_DYNAMIC_DISPATCH(GatherPairsImpl)(pairs, natural, n, first, second);
-}
-
-void decode_dense_levels(const uint8_t* packed, int64_t n, int bits, const float* levels, const uint16_t* scales,
-                         int64_t block, float* out) {
-  HWY_DYNAMIC_DISPATCH(DecodeDenseLevelsImpl)(packed, n, bits, levels, scales, block, out);
 }
 
 bool can_accumulate_planes(int bits, int64_t plane_bytes, int64_t group) {
@@ -404,18 +349,6 @@ void gather_pairs(const float* pairs, const int32_t* natural, int64_t n, float* 
   for (int64_t c = 0; c < n; ++c) {
     first[c] = pairs[2 * natural[c]];
     second[c] = pairs[2 * natural[c] + 1];
-  }
-}
-
-void decode_dense_levels(const uint8_t* packed, int64_t n, int bits, const float* levels, const uint16_t* scales,
-                         int64_t block, float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    int code = 0;
-    for (int k = 0; k < bits; ++k) {
-      const int64_t bit = i * bits + k;
-      code |= ((packed[bit / 8] >> (bit % 8)) & 1) << k;
-    }
-    out[i] = base::f16_to_f32(scales[i / block]) * levels[code];
   }
 }
 

@@ -64,19 +64,11 @@ bool can_accumulate_planes(int bits, int64_t plane_bytes, int64_t group);
 void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
                        int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride);
 
-// Dense LSB-first b-bit codes (b in 1..8, code i at bit i*b) of one row decoded to levels:
-// out[i] = f16(scales[i / block]) * levels[code_i], i < n. The block-scaled Lloyd-Max rows of
-// turboquant_block, decoded 8 codes per gather.
-void decode_dense_levels(const uint8_t* packed, int64_t n, int bits, const float* levels, const uint16_t* scales,
-                         int64_t block, float* out);
-
 // Name of the instruction set the dispatcher picked (for reports).
 const char* target_name();
 
 namespace scalar {
 void gather_pairs(const float* pairs, const int32_t* natural, int64_t n, float* first, float* second);
-void decode_dense_levels(const uint8_t* packed, int64_t n, int bits, const float* levels, const uint16_t* scales,
-                         int64_t block, float* out);
 void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
                        int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride);
 void fold_scales(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, float* folded,

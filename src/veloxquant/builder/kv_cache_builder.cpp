@@ -159,7 +159,8 @@ lm::CacheList KVCacheBuilder::for_model(const lm::Model& model, const KVCacheCon
     KVCacheConfig layer_config = config;
     layer_config.head_dim = head_dims[i];
     layer_config.bit_width_inlier = config.bit_width_inlier.for_attention_layer(attention_index++);
-    layer_config.seed = config.seed + static_cast<int64_t>(i);  // raw layer index (spec §4.2)
+    // seed + raw layer index (spec §4.2), wrapping past INT64_MAX instead of overflowing.
+    layer_config.seed = static_cast<int64_t>(static_cast<uint64_t>(config.seed) + i);
     validate_for_create(layer_config);
     layer_configs[i] = std::move(layer_config);
   }

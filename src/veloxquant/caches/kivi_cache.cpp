@@ -43,7 +43,7 @@ void KiviCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
   dtype_ = keys.dtype();
   // The tail never holds more than residual_length + group - 1 rows after a call (the frontier
   // is a multiple of the group), so this buffer never grows.
-  const int64_t tail = residual_length_ + group_;
+  const int64_t tail = int64_t{residual_length_} + group_;  // 64-bit: residual_length may be INT_MAX
   residual_k_ = lm::Tensor({batch_, heads_, tail, dk_}, dtype_);
   residual_v_ = lm::Tensor({batch_, heads_, tail, dv_}, dtype_);
   capacity_ = 0;

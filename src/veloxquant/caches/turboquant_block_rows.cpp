@@ -28,42 +28,41 @@ void TurboQuantBlockRows::prepare_query(const float* query, float* prepared) con
   cache_.key_rotation().forward(query, prepared);
 }
 
-void TurboQuantBlockRows::rotated_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, float* out, float* work) const {
-  const int64_t d = cache_.head_dim(), sinks = cache_.sink_rows_held();
-  float* mu = work;          // Pi mu
-  float* plain = work + d;   // a sink row before rotation
-  const bool has_mean = rotated_mean(cache_.key_mean(b, h), d, cache_.key_rotation(), mu);
-  for (int64_t j = j0; j < j1; ++j) {
-    float* row = out + (j - j0) * d;
-    if (j < sinks) {
-      cache_.decode_key(b, h, j, plain, row);  // exact f16 row in the model's basis
-      cache_.key_rotation().forward(plain, row);
-      continue;
+void TurboQuantBlockRows::rotated_rows(bool keys, int64_t b, int64_t h, int64_t j0, int64_t j1, float* out,
+                                       float* work) const {
+  const int64_t dim = keys ? cache_.head_dim() : cache_.value_dim();
+  const core::Rotation& rotation = keys ? cache_.key_rotation() : cache_.value_rotation();
+  float* mu = work;           // Pi mu
+  float* plain = work + dim;  // a sink row before rotation
+  const bool has_mean = rotated_mean(keys ? cache_.key_mean(b, h) : cache_.value_mean(b, h), dim, rotation, mu);
+  // Sink rows: exact f16 rows in the model's basis, rotated here.
+  const int64_t sinks_end = std::min(j1, std::max(j0, cache_.sink_rows_held()));
+  for (int64_t j = j0; j < sinks_end; ++j) {
+    float* row = out + (j - j0) * dim;
+    if (keys) {
+      cache_.decode_key(b, h, j, plain, row);
+    } else {
+      cache_.decode_value(b, h, j, plain, row);
     }
-    cache_.decode_rotated_key(b, h, j, row);
-    if (has_mean) {
-      for (int64_t e = 0; e < d; ++e) row[e] += mu[e];
-    }
+    rotation.forward(plain, row);
   }
+  if (sinks_end == j1) return;
+  // The coded rows lie contiguously: one tile decode, the rotated mean added in the same pass.
+  const quant::BlockLloydQuantizer& quant = keys ? cache_.key_quantizer() : cache_.value_quantizer();
+  const int d = static_cast<int>(dim);
+  quant.decode_rows(keys ? cache_.key_codes(b, h, sinks_end) : cache_.value_codes(b, h, sinks_end),
+                    static_cast<int64_t>(quant.code_bytes(d)),
+                    keys ? cache_.key_scales(b, h, sinks_end) : cache_.value_scales(b, h, sinks_end),
+                    static_cast<int64_t>(quant.blocks(d)), j1 - sinks_end, d, has_mean ? mu : nullptr,
+                    out + (sinks_end - j0) * dim);
+}
+
+void TurboQuantBlockRows::rotated_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, float* out, float* work) const {
+  rotated_rows(true, b, h, j0, j1, out, work);
 }
 
 void TurboQuantBlockRows::rotated_values(int64_t b, int64_t h, int64_t j0, int64_t j1, float* out, float* work) const {
-  const int64_t dv = cache_.value_dim(), sinks = cache_.sink_rows_held();
-  float* mu = work;
-  float* plain = work + dv;
-  const bool has_mean = rotated_mean(cache_.value_mean(b, h), dv, cache_.value_rotation(), mu);
-  for (int64_t j = j0; j < j1; ++j) {
-    float* row = out + (j - j0) * dv;
-    if (j < sinks) {
-      cache_.decode_value(b, h, j, plain, row);
-      cache_.value_rotation().forward(plain, row);
-      continue;
-    }
-    cache_.decode_rotated_value(b, h, j, row);
-    if (has_mean) {
-      for (int64_t e = 0; e < dv; ++e) row[e] += mu[e];
-    }
-  }
+  rotated_rows(false, b, h, j0, j1, out, work);
 }
 
 void TurboQuantBlockRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,

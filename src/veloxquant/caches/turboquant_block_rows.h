@@ -38,6 +38,8 @@ class TurboQuantBlockRows final : public attention::RowSource {
   void rotated_values(int64_t b, int64_t h, int64_t j0, int64_t j1, float* out, float* work) const;
 
  private:
+  void rotated_rows(bool keys, int64_t b, int64_t h, int64_t j0, int64_t j1, float* out, float* work) const;
+
   const TurboQuantBlockCache& cache_;
   int64_t rows_;
 };

@@ -31,9 +31,17 @@ int64_t parse_int(const FieldSpec& spec, std::string_view text) {
   const std::string_view t = trim(text);
   int64_t value = 0;
   const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
+  if (!t.empty() && ec == std::errc::result_out_of_range && end == t.data() + t.size()) {
+    throw QuantizerConfigError("field '" + spec.name + "' value " + std::string(t) + " is out of range (it holds " +
+                               std::to_string(spec.holds_min) + ".." + std::to_string(spec.holds_max) + ")");
+  }
   if (t.empty() || ec != std::errc() || end != t.data() + t.size()) {
     throw QuantizerConfigError("field '" + spec.name + "' expects an integer, got '" +
                                std::string(text) + "'");
+  }
+  if (value < spec.holds_min || value > spec.holds_max) {
+    throw QuantizerConfigError("field '" + spec.name + "' value " + std::string(t) + " is out of range (it holds " +
+                               std::to_string(spec.holds_min) + ".." + std::to_string(spec.holds_max) + ")");
   }
   return value;
 }
@@ -86,6 +94,8 @@ FieldSpec generic(std::string name, T KVCacheConfig::*member, std::string help,
     };
   } else if constexpr (std::is_integral_v<T>) {
     spec.type = FieldType::kInt;
+    spec.holds_min = static_cast<int64_t>(std::numeric_limits<T>::min());
+    spec.holds_max = static_cast<int64_t>(std::min<uint64_t>(std::numeric_limits<T>::max(), std::numeric_limits<int64_t>::max()));
     spec.get = [member](const KVCacheConfig& c) -> FieldValue { return static_cast<int64_t>(c.*member); };
     spec.set = [member](KVCacheConfig& c, const FieldValue& v) {
       c.*member = static_cast<T>(std::get<int64_t>(v));
@@ -93,6 +103,8 @@ FieldSpec generic(std::string name, T KVCacheConfig::*member, std::string help,
   } else {  // std::optional<integral>
     using Inner = typename T::value_type;
     spec.type = FieldType::kOptionalInt;
+    spec.holds_min = static_cast<int64_t>(std::numeric_limits<Inner>::min());
+    spec.holds_max = static_cast<int64_t>(std::min<uint64_t>(std::numeric_limits<Inner>::max(), std::numeric_limits<int64_t>::max()));
     spec.get = [member](const KVCacheConfig& c) -> FieldValue {
       if (!(c.*member)) return std::monostate{};
       return static_cast<int64_t>(*(c.*member));

@@ -6,6 +6,7 @@
 // a default-constructed KVCacheConfig.
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,6 +31,10 @@ struct FieldSpec {
   std::string help;
   std::optional<int64_t> min;  // inclusive bounds on ints (each entry of a bit-width list)
   std::optional<int64_t> max;
+  // What the member's C++ type holds (ints, optional ints, bit-width entries): a value outside
+  // is refused when parsed, before anything narrows it (4294967298 must not become 2).
+  int64_t holds_min = std::numeric_limits<int32_t>::min();
+  int64_t holds_max = std::numeric_limits<int32_t>::max();
   std::function<FieldValue(const KVCacheConfig&)> get;
   std::function<void(KVCacheConfig&, const FieldValue&)> set;
 
@@ -79,6 +84,8 @@ FieldSpec option_field_via(std::string name, Access access, T Options::*member, 
   } else if constexpr (std::is_same_v<T, std::optional<int>>) {
     // Values injected by for_model (pyramid_resolved_budget); None = not resolved yet.
     spec.type = FieldType::kOptionalInt;
+    spec.holds_min = std::numeric_limits<int>::min();
+    spec.holds_max = std::numeric_limits<int>::max();
     spec.get = [read](const KVCacheConfig& c) -> FieldValue {
       const std::optional<int>& value = read(c);
       if (!value) return std::monostate{};
@@ -109,6 +116,8 @@ FieldSpec option_field_via(std::string name, Access access, T Options::*member, 
   } else {
     static_assert(std::is_integral_v<T>, "option fields are int, float, optional int/float, bool or string");
     spec.type = FieldType::kInt;
+    spec.holds_min = static_cast<int64_t>(std::numeric_limits<T>::min());
+    spec.holds_max = static_cast<int64_t>(std::min<uint64_t>(std::numeric_limits<T>::max(), std::numeric_limits<int64_t>::max()));
     spec.get = [read](const KVCacheConfig& c) -> FieldValue { return static_cast<int64_t>(read(c)); };
     spec.set = [write](KVCacheConfig& c, const FieldValue& v) { write(c) = static_cast<T>(std::get<int64_t>(v)); };
   }

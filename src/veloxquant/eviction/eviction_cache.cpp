@@ -287,7 +287,7 @@ void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& 
       if (policy_.uses_attention() && stored_weights) {
         const float* carried = rows_.scores(b, h);
         const float* w = stored_weights + bh * stored;
-        for (int64_t j = 0; j < stored; ++j) scores[static_cast<std::size_t>(j)] = policy_.updated_score(carried[j], w[j]);
+        policy_.update_scores(carried, w, stored, scores.data());
         scores[static_cast<std::size_t>(stored)] = new_weights[bh];
       } else if (policy_.uses_scores()) {
         // Scores fixed on arrival (knorm): carried as they are; the driver's weights are not read.
@@ -305,7 +305,18 @@ void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& 
           // The first minimum (of the rank: score plus keyformer's noise) outside the sinks and
           // the newest `protect` rows.
           float victim_rank = 0.0f;
-          for (int64_t j = 0; j < total - protect; ++j) {
+          if (!policy_.has_noise()) {
+            // Without noise the rank is the score: a plain first-minimum scan.
+            const float* sc = scores.data();
+            const int32_t* ps = positions.data();
+            for (int64_t j = 0; j < total - protect; ++j) {
+              if (ps[j] >= policy_.n_sink && (victim < 0 || sc[j] < victim_rank)) {
+                victim = j;
+                victim_rank = sc[j];
+              }
+            }
+          }
+          for (int64_t j = 0; j < total - protect && policy_.has_noise(); ++j) {
             const int32_t position = positions[static_cast<std::size_t>(j)];
             if (position < policy_.n_sink) continue;
             const float r = policy_.rank(scores[static_cast<std::size_t>(j)], position, offset_);

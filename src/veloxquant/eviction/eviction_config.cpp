@@ -35,7 +35,7 @@ void require_evictable(const std::string& budget_field, int budget, const std::s
   }
   if (!grace_field.empty()) {
     if (grace < 0) throw QuantizerConfigError(grace_field + " must be >= 0, got " + std::to_string(grace));
-    if ((n_sink != 0 || grace != 0) && n_sink + grace >= budget) {
+    if ((n_sink != 0 || grace != 0) && int64_t{n_sink} + grace >= budget) {  // 64-bit: no overflow near INT_MAX
       throw QuantizerConfigError(sink_field + " + " + grace_field + " = " + std::to_string(n_sink) + " + " +
                                  std::to_string(grace) + " must be below " + budget_field + "=" +
                                  std::to_string(budget) + ": sinks and grace would leave nothing evictable");

@@ -386,6 +386,19 @@ float EvictionPolicy::updated_score(float carried, float weight) const {
   return static_cast<float>(carried * decay + weight);
 }
 
+void EvictionPolicy::update_scores(const float* carried, const float* weights, int64_t n, float* out) const {
+  // The same expressions as updated_score, so the decode step's scores equal the general
+  // selection's bit for bit.
+  if (!accumulate) {
+    std::copy_n(weights, n, out);
+  } else if (max_combine) {
+    for (int64_t j = 0; j < n; ++j) out[j] = std::max(carried[j], weights[j]);
+  } else {
+    const double d = decay;
+    for (int64_t j = 0; j < n; ++j) out[j] = static_cast<float>(carried[j] * d + weights[j]);
+  }
+}
+
 float EvictionPolicy::arrival_score(const float* key, int64_t dim, float own_weight) const {
   if (kind != Kind::kKeyNorm) return own_weight;
   double squares = 0.0;

@@ -139,6 +139,8 @@ struct EvictionPolicy {
   int64_t rows_evicted_at_once() const { return chunk_size; }
   // A live row's new score after a step that gave it attention weight w.
   float updated_score(float carried, float weight) const;
+  // updated_score for n rows at once (out may be carried): one loop per rule, no call per row.
+  void update_scores(const float* carried, const float* weights, int64_t n, float* out) const;
   // The score a new row starts with: its own weight, or its key's signed norm (kKeyNorm).
   float arrival_score(const float* key, int64_t dim, float own_weight) const;
   // What victims are ranked by at the step feeding position `step`: the score, plus the noise;

@@ -24,6 +24,16 @@ void decode_tile(const RowCodec& codec, lm::DType dtype, const std::byte* first_
   for (int64_t j = j0; j < j1; ++j, out += dim) codec.decode(first_row + j * row_bytes, out);
 }
 
+// A head's rows of an exact (dtype) codec as the plain rows the dtype kernels read in place.
+attention::PlainRows plain_head(const std::byte* head_base, lm::DType dtype, int64_t row_bytes, int64_t dim) {
+  attention::PlainRows p;
+  p.data = head_base;
+  p.dtype = dtype;
+  p.row_bytes = row_bytes;
+  p.dim = dim;
+  return p;
+}
+
 }  // namespace
 
 void EvictionRowSource::prepare_query(const float* query, float* prepared) const {
@@ -57,6 +67,11 @@ void EvictionRowSource::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
     }
     return;
   }
+  if (rows_.key_codec().exact()) {
+    attention::score_plain_tile(plain_head(rows_.key_rows(b, h), rows_.dtype(), rows_.key_row_bytes(), d), 0, 0, j0, j1,
+                                prepared, n_queries, scores, ld, scratch);
+    return;
+  }
   decode_tile(rows_.key_codec(), rows_.dtype(), rows_.key_rows(b, h), rows_.key_row_bytes(), j0, j1, d, tile);
   attention::kernels::score_rows(prepared, d, n_queries, tile, d, n, d, scores, ld);
 }
@@ -64,6 +79,12 @@ void EvictionRowSource::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
 void EvictionRowSource::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
                                         int64_t n_queries, int64_t ld, float* acc, attention::TileScratch& scratch) const {
   const int64_t d = value_dim(), n = j1 - j0;
+  if (rows_.value_codec().exact()) {
+    // f16 values accumulate from the stored rows in registers (no f32 tile), as the host does.
+    attention::accumulate_plain_tile(plain_head(rows_.value_rows(b, h), rows_.dtype(), rows_.value_row_bytes(), d), 0, 0,
+                                     j0, j1, weights, n_queries, ld, acc, scratch);
+    return;
+  }
   float* tile = scratch.f32(static_cast<std::size_t>(n * d));
   decode_tile(rows_.value_codec(), rows_.dtype(), rows_.value_rows(b, h), rows_.value_row_bytes(), j0, j1, d, tile);
   attention::kernels::accumulate_rows(weights, ld, n_queries, tile, d, n, d, acc, d);

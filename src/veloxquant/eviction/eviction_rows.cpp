@@ -101,19 +101,36 @@ void EvictionRows::compact(int64_t b, int64_t h, const std::vector<int32_t>& kep
   }
   int32_t* pos = positions_.data<int32_t>() + (b * heads_ + h) * budget_;
   float* sc = keep_scores_ ? scores_.data<float>() + (b * heads_ + h) * budget_ : nullptr;
-  for (std::size_t i = 0; i < kept.size(); ++i) {
-    const int64_t slot = static_cast<int64_t>(i), src = kept[i];
-    if (i > 0 && kept[i] <= kept[i - 1]) throw std::logic_error("EvictionRows::compact: kept rows not increasing");
-    if (src < rows_) {
-      if (src != slot) {  // src > slot: rows only move down, each read before it is overwritten
-        std::memmove(key_row(b, h, slot), key_row(b, h, src), static_cast<std::size_t>(key_bytes_));
-        std::memmove(value_row(b, h, slot), value_row(b, h, src), static_cast<std::size_t>(value_bytes_));
-      }
-    } else {
+  for (std::size_t i = 1; i < kept.size(); ++i) {
+    if (kept[i] <= kept[i - 1]) throw std::logic_error("EvictionRows::compact: kept rows not increasing");
+  }
+  const int64_t n_kept = static_cast<int64_t>(kept.size());
+  for (int64_t i = 0; i < n_kept;) {
+    const int64_t src = kept[static_cast<std::size_t>(i)];
+    if (src >= rows_) {  // a new row: encoded into its slot
       const int64_t n = src - rows_;
-      key_codec_->encode(new_keys + n * key_dim_, key_row(b, h, slot));
-      value_codec_->encode(new_values + n * value_dim_, value_row(b, h, slot));
+      key_codec_->encode(new_keys + n * key_dim_, key_row(b, h, i));
+      value_codec_->encode(new_values + n * value_dim_, value_row(b, h, i));
+      ++i;
+      continue;
     }
+    // A run of consecutive stored rows moves down by the same distance: one move per run (rows
+    // of a head lie back to back), not one per row. src >= slot, so a move never overwrites a
+    // row before it is read.
+    int64_t end = i + 1;
+    while (end < n_kept && kept[static_cast<std::size_t>(end)] == src + (end - i) &&
+           kept[static_cast<std::size_t>(end)] < rows_) {
+      ++end;
+    }
+    if (src != i) {
+      const auto run = static_cast<std::size_t>(end - i);
+      std::memmove(key_row(b, h, i), key_row(b, h, src), run * static_cast<std::size_t>(key_bytes_));
+      std::memmove(value_row(b, h, i), value_row(b, h, src), run * static_cast<std::size_t>(value_bytes_));
+    }
+    i = end;
+  }
+  for (int64_t slot = 0; slot < n_kept; ++slot) {
+    const int64_t src = kept[static_cast<std::size_t>(slot)];
     pos[slot] = candidate_positions[src];
     if (sc) sc[slot] = candidate_scores ? candidate_scores[src] : 0.0f;
   }

@@ -6,7 +6,7 @@
 #include <mutex>
 
 #include "base/half.h"
-#include "veloxquant/attention/tile_kernels.h"
+#include "veloxquant/attention/dense_level_rows.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/core/rng.h"
 #include "veloxquant/errors.h"
@@ -207,8 +207,25 @@ void BlockLloydQuantizer::encode_row(const float* x, int dim, uint8_t* packed, u
 }
 
 void BlockLloydQuantizer::decode_row(const uint8_t* packed, const uint16_t* scales, int dim, float* out) const {
-  // SIMD: 8 codes per gather of byte windows, levels by a second gather (attention's hot path).
-  attention::kernels::decode_dense_levels(packed, dim, bits_, levels_->data(), scales, block_, out);
+  decode_rows(packed, static_cast<int64_t>(code_bytes(dim)), scales, static_cast<int64_t>(blocks(dim)), 1, dim, nullptr,
+              out);
+}
+
+void BlockLloydQuantizer::decode_rows(const uint8_t* packed, int64_t code_stride, const uint16_t* scales,
+                                      int64_t scale_stride, int64_t n_rows, int dim, const float* offset,
+                                      float* out) const {
+  attention::kernels::DenseLevelRows rows;
+  rows.codes = packed;
+  rows.code_stride = code_stride;
+  rows.scales = scales;
+  rows.scale_stride = scale_stride;
+  rows.n_rows = n_rows;
+  rows.dim = dim;
+  rows.bits = bits_;
+  rows.block = block_;
+  rows.levels = levels_->data();
+  rows.offset = offset;
+  attention::kernels::decode_dense_level_rows(rows, out);
 }
 
 }  // namespace veloxquant::quant

@@ -54,6 +54,11 @@ class BlockLloydQuantizer {
   // A row of `dim` values: dense-packed codes (code_bytes(dim)) and blocks(dim) f16 scales.
   void encode_row(const float* x, int dim, uint8_t* packed, uint16_t* scales) const;
   void decode_row(const uint8_t* packed, const uint16_t* scales, int dim, float* out) const;
+  // n_rows rows whose codes lie code_stride bytes and scales scale_stride scales apart, into
+  // out[n_rows * dim], each plus offset[0..dim) when offset is not null (attention decodes a
+  // tile per call: attention/dense_level_rows.h).
+  void decode_rows(const uint8_t* packed, int64_t code_stride, const uint16_t* scales, int64_t scale_stride,
+                   int64_t n_rows, int dim, const float* offset, float* out) const;
 
   // Index of the level nearest to v (ties go down, as core::Codebook::quantize).
   uint8_t nearest(float v) const;

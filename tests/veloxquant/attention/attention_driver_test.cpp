@@ -121,7 +121,8 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
 
 std::vector<float> run_driver(const Problem& p, const std::vector<float>& q, const std::vector<const RowSource*>& srcs,
                               float scale, base::ThreadPool* pool, std::vector<std::vector<float>>* weights = nullptr,
-                              const std::vector<int64_t>& seg_rows = {}) {
+                              const std::vector<int64_t>& seg_rows = {}, int64_t max_logged_scores = -1,
+                              int64_t weights_from_segment = 0) {
   std::vector<float> out(static_cast<std::size_t>(p.batch * p.q_heads * p.n * p.dv), -7.0f);
   AttentionCall call;
   call.queries = q.data();
@@ -133,10 +134,12 @@ std::vector<float> run_driver(const Problem& p, const std::vector<float>& q, con
   call.window = p.window;
   call.scale = scale;
   call.out = out.data();
+  if (max_logged_scores >= 0) call.max_logged_scores = max_logged_scores;
   if (weights) {
     weights->clear();
     for (std::size_t s = 0; s < srcs.size(); ++s) {
       weights->emplace_back(static_cast<std::size_t>(p.batch * p.kv_heads * seg_rows[s]), -1.0f);
+      if (static_cast<int64_t>(s) < weights_from_segment) continue;
       call.row_weights[s] = (*weights)[s].data();
       call.row_weight_stride[s] = seg_rows[s];
     }
@@ -225,12 +228,20 @@ TEST(AttentionDriver, ExplicitPositionsAndRowWeights) {
     std::vector<std::vector<float>> want_w, got_w;
     const std::vector<float> want = brute_force(p, q, {&a, &b}, 0.125f, &want_w);
     base::ThreadPool pool(2);
-    expect_close(run_driver(p, q, {&sa, &sb}, 0.125f, &pool, &got_w, {kept, n}), want, 2e-5f);
-    for (std::size_t s = 0; s < 2; ++s) expect_close(got_w[s], want_w[s], 1e-5f);
-    // Weights of each query sum to 1 over the rows it saw, averaged over the group: n per head.
-    double total = 0.0;
-    for (const auto& w : got_w) for (float x : w) total += x;
-    EXPECT_NEAR(total, static_cast<double>(n * p.kv_heads), 1e-3);
+    // Weights from the main pass's logged scores (default), and from a second scoring pass
+    // (a limit of 0 logged scores).
+    for (int64_t limit : {int64_t{-1}, int64_t{0}}) {
+      expect_close(run_driver(p, q, {&sa, &sb}, 0.125f, &pool, &got_w, {kept, n}, limit), want, 2e-5f);
+      for (std::size_t s = 0; s < 2; ++s) expect_close(got_w[s], want_w[s], 1e-5f);
+      // Weights of each query sum to 1 over the rows it saw, averaged over the group: n per head.
+      double total = 0.0;
+      for (const auto& w : got_w) for (float x : w) total += x;
+      EXPECT_NEAR(total, static_cast<double>(n * p.kv_heads), 1e-3);
+      // Weights asked of the second segment only: the first's buffer stays untouched.
+      run_driver(p, q, {&sa, &sb}, 0.125f, &pool, &got_w, {kept, n}, limit, 1);
+      for (float x : got_w[0]) EXPECT_EQ(x, -1.0f);
+      expect_close(got_w[1], want_w[1], 1e-5f);
+    }
   }
 }
 

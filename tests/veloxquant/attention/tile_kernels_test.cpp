@@ -163,30 +163,6 @@ TEST(TileKernels, AccumulatePlanesMatchesScalar) {
 
 namespace veloxquant::attention::kernels {
 namespace {
-TEST(TileKernels, DecodeDenseLevelsMatchesScalar) {
-  std::vector<uint8_t> packed(160);
-  for (std::size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<uint8_t>(i * 151 + 29);
-  for (int bits = 1; bits <= 8; ++bits) {
-    const auto levels = random_values(std::size_t{1} << bits, 30 + bits);
-    for (int64_t n : {7, 8, 64, 100, 128}) {
-      for (int64_t block : {8, 32, 5}) {
-        std::vector<uint16_t> scales(static_cast<std::size_t>((n + block - 1) / block));
-        for (std::size_t b = 0; b < scales.size(); ++b) scales[b] = base::f32_to_f16(0.5f + 0.25f * static_cast<float>(b));
-        // The row is exactly its packed bytes: a copy the kernel must not read past.
-        std::vector<uint8_t> row(packed.begin(), packed.begin() + (n * bits + 7) / 8);
-        std::vector<float> out(static_cast<std::size_t>(n)), ref(out.size());
-        decode_dense_levels(row.data(), n, bits, levels.data(), scales.data(), block, out.data());
-        scalar::decode_dense_levels(row.data(), n, bits, levels.data(), scales.data(), block, ref.data());
-        EXPECT_EQ(out, ref) << "bits " << bits << " n " << n << " block " << block;
-      }
-    }
-  }
-}
-}  // namespace
-}  // namespace veloxquant::attention::kernels
-
-namespace veloxquant::attention::kernels {
-namespace {
 TEST(TileKernels, GatherPairsMatchesScalar) {
   for (int64_t n : {1, 7, 8, 64, 100}) {
     const auto pairs = random_values(static_cast<std::size_t>(2 * n), 40);

@@ -1,0 +1,37 @@
+#pragma once
+// Decoding a tile of block-scaled Lloyd-Max rows (turboquant_block's storage,
+// quant/block_lloyd_quant.h) to f32 for the attention driver: every row of the tile in one call,
+// so the per-row work is the decode itself and nothing else.
+//
+// Codes are dense and LSB-first (code i of a row at bits [i*b, (i+1)*b)), so 8 codes always span
+// exactly b bytes. The SIMD path (8 f32 lanes) loads those b bytes once, spreads them into eight
+// 16-bit windows with one byte shuffle, shifts each lane by its own bit offset and masks: 8 codes
+// in 5 instructions. Levels for b <= 5 come from the 2^b-entry table held in registers (one
+// in-register lookup per 8 levels, plus a select per extra code bit) instead of a memory gather;
+// 6..8-bit codes gather.
+#include <cstdint>
+
+namespace veloxquant::attention::kernels {
+
+struct DenseLevelRows {
+  const uint8_t* codes = nullptr;     // row j's codes at codes + j * code_stride
+  int64_t code_stride = 0;            // bytes; >= ceil(dim * bits / 8)
+  const uint16_t* scales = nullptr;   // row j's f16 block scales at scales + j * scale_stride
+  int64_t scale_stride = 0;           // in scales; >= ceil(dim / block)
+  int64_t n_rows = 0;
+  int64_t dim = 0;
+  int bits = 0;                       // 1..8
+  int64_t block = 32;                 // coordinates per scale
+  const float* levels = nullptr;      // 2^bits levels
+  const float* offset = nullptr;      // optional: added to every row (a per-channel mean), dim floats
+};
+
+// out[j * dim + i] = f16(scale_j[i / block]) * levels[code_j(i)] (+ offset[i]) for j < n_rows,
+// i < dim. Reads no byte past row n_rows - 1's ceil(dim * bits / 8) code bytes.
+void decode_dense_level_rows(const DenseLevelRows& rows, float* out);
+
+namespace scalar {
+void decode_dense_level_rows(const DenseLevelRows& rows, float* out);
+}  // namespace scalar
+
+}  // namespace veloxquant::attention::kernels

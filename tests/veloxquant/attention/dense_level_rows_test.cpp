@@ -1,0 +1,112 @@
+// The tile decoder of block-scaled Lloyd-Max rows against its scalar reference, and the
+// reference itself against codes packed by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "support/random_values.h"
+
+#include "base/half.h"
+#include "veloxquant/attention/dense_level_rows.h"
+#include "veloxquant/core/bit_packing.h"
+
+namespace veloxquant::attention::kernels {
+namespace {
+
+struct Tile {
+  std::vector<uint8_t> codes;
+  std::vector<uint16_t> scales;
+  std::vector<uint8_t> raw;  // the unpacked codes, row-major [rows, dim]
+};
+
+// `rows` rows of `dim` codes, each row's packed codes `code_stride` bytes apart. The buffer ends
+// exactly at the last row's last code byte, so a kernel reading past it reads past the vector.
+Tile make_tile(int64_t rows, int64_t dim, int bits, int64_t block, int64_t code_stride, int64_t scale_stride) {
+  Tile t;
+  const int64_t row_bytes = (dim * bits + 7) / 8;
+  t.codes.assign(static_cast<std::size_t>((rows - 1) * code_stride + row_bytes), 0xA5);
+  t.scales.assign(static_cast<std::size_t>(rows * scale_stride), 0);
+  t.raw.resize(static_cast<std::size_t>(rows * dim));
+  for (int64_t j = 0; j < rows; ++j) {
+    for (int64_t i = 0; i < dim; ++i) {
+      t.raw[static_cast<std::size_t>(j * dim + i)] = static_cast<uint8_t>((i * 37 + j * 11 + 5) % (1 << bits));
+    }
+    core::pack_dense(t.raw.data() + j * dim, static_cast<std::size_t>(dim), bits, t.codes.data() + j * code_stride);
+    for (int64_t b = 0; b < (dim + block - 1) / block; ++b) {
+      t.scales[static_cast<std::size_t>(j * scale_stride + b)] = base::f32_to_f16(0.5f + 0.25f * static_cast<float>(b + j));
+    }
+  }
+  return t;
+}
+
+TEST(DenseLevelRows, ScalarReferenceDecodesHandPackedCodes) {
+  const int bits = 3, dim = 16, block = 8;
+  const auto levels = test_support::normal_values(8, 1);
+  const Tile t = make_tile(2, dim, bits, block, 7, 3);
+  const std::vector<float> offset = test_support::normal_values(dim, 2);
+  DenseLevelRows r;
+  r.codes = t.codes.data();
+  r.code_stride = 7;
+  r.scales = t.scales.data();
+  r.scale_stride = 3;
+  r.n_rows = 2;
+  r.dim = dim;
+  r.bits = bits;
+  r.block = block;
+  r.levels = levels.data();
+  r.offset = offset.data();
+  std::vector<float> out(2 * dim);
+  scalar::decode_dense_level_rows(r, out.data());
+  for (int j = 0; j < 2; ++j) {
+    for (int i = 0; i < dim; ++i) {
+      const float s = base::f16_to_f32(t.scales[static_cast<std::size_t>(j * 3 + i / block)]);
+      EXPECT_FLOAT_EQ(out[static_cast<std::size_t>(j * dim + i)],
+                      s * levels[t.raw[static_cast<std::size_t>(j * dim + i)]] + offset[static_cast<std::size_t>(i)]);
+    }
+  }
+}
+
+TEST(DenseLevelRows, SimdMatchesScalarForEveryWidthStrideAndTail) {
+  for (int bits = 1; bits <= 8; ++bits) {
+    const auto levels = test_support::normal_values(std::size_t{1} << bits, 30 + bits);
+    for (int64_t dim : {7, 8, 64, 100, 128}) {
+      for (int64_t block : {8, 32, 5}) {
+        for (int64_t rows : {1, 3, 17}) {
+          for (bool with_offset : {false, true}) {
+            const int64_t row_bytes = (dim * bits + 7) / 8;
+            const int64_t blocks = (dim + block - 1) / block;
+            // Contiguous rows (the caches' layout) and rows with a gap between them.
+            for (int64_t gap : {0, 3}) {
+              const Tile t = make_tile(rows, dim, bits, block, row_bytes + gap, blocks + gap);
+              const auto offset = test_support::normal_values(static_cast<std::size_t>(dim), 9);
+              DenseLevelRows r;
+              r.codes = t.codes.data();
+              r.code_stride = row_bytes + gap;
+              r.scales = t.scales.data();
+              r.scale_stride = blocks + gap;
+              r.n_rows = rows;
+              r.dim = dim;
+              r.bits = bits;
+              r.block = block;
+              r.levels = levels.data();
+              r.offset = with_offset ? offset.data() : nullptr;
+              std::vector<float> out(static_cast<std::size_t>(rows * dim)), ref(out.size());
+              decode_dense_level_rows(r, out.data());
+              scalar::decode_dense_level_rows(r, ref.data());
+              for (std::size_t i = 0; i < out.size(); ++i) {
+                // One fused multiply-add against a multiply then an add: one rounding apart.
+                ASSERT_NEAR(out[i], ref[i], 1e-6f * (1.0f + std::fabs(ref[i])))
+                    << "bits " << bits << " dim " << dim << " block " << block << " rows " << rows << " gap " << gap
+                    << " i " << i;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace veloxquant::attention::kernels
