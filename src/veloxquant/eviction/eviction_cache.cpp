@@ -55,6 +55,8 @@ void EvictionCache::prepare_rows(const lm::Tensor& keys, const lm::Tensor& value
 
 lm::KeysValues EvictionCache::update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) {
   const std::string who = type_name_ + "::update_and_fetch";
+  lm::check_new_tokens(keys, values, who.c_str());
+  before_update(keys);
   prepare_rows(keys, values, who);
   const int64_t batch = keys.dim(0), heads = keys.dim(1), total = rows_.rows() + keys.dim(2);
   lm::Tensor out_k({batch, heads, total, keys.dim(3)}, keys.dtype()), out_v({batch, heads, total, values.dim(3)}, keys.dtype());
@@ -91,12 +93,12 @@ void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& v
       if (const float* carried = rows_.scores(b, h)) std::copy_n(carried, stored, c.scores.data());
       const int64_t state_floats = policy_.state_floats(dk);
       c.head_state = state_floats > 0 ? policy_state_.data() + bh * state_floats : nullptr;
-      if (policy_.merges()) {  // cam blends evicted values into survivors: every value in f32
+      if (policy_.needs_values()) {  // cam blends evicted values into survivors, curdkv scores them
         c.value_dim = dv;
         c.values.resize(static_cast<std::size_t>(total * dv));
         rows_.decode_values(b, h, c.values.data());
         std::copy_n(v_new, s * dv, c.values.data() + stored * dv);
-        c.modified.assign(static_cast<std::size_t>(total), 0);
+        if (policy_.merges()) c.modified.assign(static_cast<std::size_t>(total), 0);
       }
       if (out_k) {
         // The returned rows: every candidate, in the input dtype (stored rows copied as stored,
@@ -159,6 +161,36 @@ void EvictionCache::check_retention() {
   }
 }
 
+void EvictionCache::change_budget(int64_t budget) {
+  if (budget == policy_.budget) return;
+  const std::string who = type_name_ + "::change_budget";
+  EvictionPolicy policy = policy_;
+  policy.budget = budget;
+  EvictionRows rows(budget, policy.uses_scores(), rows_.spec());
+  if (rows_.allocated()) {
+    if (rows_.rows() > budget) {
+      const int64_t stored = rows_.rows();
+      std::vector<int32_t> keep;
+      for (int64_t b = 0; b < rows_.batch(); ++b) {
+        for (int64_t h = 0; h < rows_.heads(); ++h) {
+          Candidates c;
+          c.stored = stored;
+          c.dim = rows_.key_dim();
+          c.positions.assign(rows_.positions(b, h), rows_.positions(b, h) + stored);
+          c.scores.assign(static_cast<std::size_t>(stored), 0.0f);
+          if (const float* carried = rows_.scores(b, h)) std::copy_n(carried, stored, c.scores.data());
+          keep = shrink_rows(policy, c);
+          rows_.compact(b, h, keep, c.positions.data(), c.scores.data(), nullptr, nullptr);
+        }
+      }
+      rows_.commit_rows(static_cast<int64_t>(keep.size()));
+    }
+    rows.restore(rows_.state(), rows_.key_dim(), rows_.value_dim(), rows_.dtype(), who.c_str());
+  }
+  rows_ = std::move(rows);
+  policy_ = policy;
+}
+
 std::vector<lm::Tensor> EvictionCache::state() const {
   std::vector<lm::Tensor> out = rows_.state();
   if (!out.empty() && !policy_state_.empty()) {
@@ -182,6 +214,8 @@ void EvictionCache::fused_attention(const lm::FusedAttentionRequest& request, lm
   const lm::Tensor& q = *request.queries;
   const lm::Tensor& keys = *request.keys;
   const lm::Tensor& values = *request.values;
+  lm::check_new_tokens(keys, values, who.c_str());
+  before_update(keys);
   prepare_rows(keys, values, who);
   const int64_t batch = keys.dim(0), heads = keys.dim(1), s = keys.dim(2);
   if (q.ndim() != 4 || q.dim(0) != batch || q.dim(3) != keys.dim(3) || q.dim(1) % heads != 0 || q.dim(2) != s) {
@@ -339,7 +373,7 @@ double parse_real(const std::string& text, const std::string& who, const char* w
   throw base::FormatError(who + ": " + what + " '" + text + "' is not a number");
 }
 
-constexpr std::size_t kMetaEntriesBefore13 = 19, kMetaEntries = 34;
+constexpr std::size_t kMetaEntriesBefore13 = 19, kMetaEntriesIssue13First = 34, kMetaEntries = 39;
 
 }  // namespace
 
@@ -386,15 +420,21 @@ std::vector<std::string> EvictionCache::meta_state() const {
           std::to_string(policy_.calib_tokens),
           std::to_string(policy_.direction_sign),
           real_text(policy_.min_retention),
-          std::to_string(static_cast<int>(policy_.on_low_retention))};
+          std::to_string(static_cast<int>(policy_.on_low_retention)),
+          // Appended for curdkv and nestedkv (files of 34 entries read as before).
+          std::to_string(policy_.rank_cap),
+          std::to_string(policy_.anchor_window),
+          real_text(policy_.anchor_beta),
+          real_text(policy_.anchor_tau),
+          real_text(policy_.anchor_kappa)};
 }
 
 void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const std::string who = type_name_ + "::from_state";
-  if (meta.size() != kMetaEntries && meta.size() != kMetaEntriesBefore13) {
+  if (meta.size() != kMetaEntries && meta.size() != kMetaEntriesIssue13First && meta.size() != kMetaEntriesBefore13) {
     throw base::FormatError(who + ": expected " + std::to_string(kMetaEntries) + " (or " +
-                            std::to_string(kMetaEntriesBefore13) + ") meta entries, got " +
-                            std::to_string(meta.size()));
+                            std::to_string(kMetaEntriesIssue13First) + " or " + std::to_string(kMetaEntriesBefore13) +
+                            ") meta entries, got " + std::to_string(meta.size()));
   }
   const auto num = [&](std::size_t i, const char* what) { return cache_rows::parse_meta_int(meta[i], who.c_str(), what); };
   EvictionPolicy policy;
@@ -426,7 +466,7 @@ void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::
     throw base::FormatError(who + ": " + e.what());
   }
   const int64_t key_dim = num(16, "key_dim"), value_dim = num(17, "value_dim"), offset = num(18, "offset");
-  if (meta.size() == kMetaEntries) {
+  if (meta.size() >= kMetaEntriesIssue13First) {
     policy.max_combine = num(19, "max_combine") != 0;
     policy.key_norm_sign = num(20, "key_norm_sign") < 0 ? -1 : 1;
     policy.noise_tau_init = parse_real(meta[21], who, "noise_tau_init");
@@ -448,6 +488,13 @@ void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::
     const int64_t action = num(33, "on_low_retention");
     if (action < 0 || action > 2) throw base::FormatError(who + ": on_low_retention " + meta[33] + " is unknown");
     policy.on_low_retention = static_cast<EvictionPolicy::LowRetention>(action);
+  }
+  if (meta.size() >= kMetaEntries) {
+    policy.rank_cap = num(34, "rank_cap");
+    policy.anchor_window = num(35, "anchor_window");
+    policy.anchor_beta = parse_real(meta[36], who, "anchor_beta");
+    policy.anchor_tau = parse_real(meta[37], who, "anchor_tau");
+    policy.anchor_kappa = parse_real(meta[38], who, "anchor_kappa");
   }
   EvictionRows rows(policy.budget, policy.uses_scores(), spec);
   std::vector<float> policy_state;

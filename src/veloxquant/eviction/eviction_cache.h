@@ -66,6 +66,13 @@ class EvictionCache : public lm::KVCache {
   int64_t tokens_kept() const { return rows_.rows(); }
 
  protected:
+  // Called first by update_and_fetch and fused_attention with the call's new keys (squeeze
+  // reports its layer's keys and picks up its resolved budget here).
+  virtual void before_update(const lm::Tensor& keys) { (void)keys; }
+  // A new budget for the stored rows (squeeze's schedule): rows past it are evicted by the
+  // policy's rank (shrink_rows), and the storage is reallocated for exactly the new budget.
+  void change_budget(int64_t budget);
+
   // Deep copy for a method class's clone(): the storage is cloned, the rest is values.
   template <class Method>
   static std::shared_ptr<lm::KVCache> clone_as(const Method& self) {

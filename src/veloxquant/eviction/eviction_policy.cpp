@@ -6,7 +6,9 @@
 #include <stdexcept>
 
 #include "base/error.h"
+#include "veloxquant/eviction/anchor_scores.h"
 #include "veloxquant/eviction/attention_scores.h"
+#include "veloxquant/eviction/leverage_scores.h"
 
 namespace veloxquant::eviction {
 namespace {
@@ -126,6 +128,33 @@ void score_by_recent_votes(const EvictionPolicy& p, Candidates& c, const std::ve
   }
 }
 
+// CurDKV's step (eviction_policy.h kLeverage) for new token t, the last of `live`: the token's
+// weights over the rows stored before it give their value leverage, added to their scores; the
+// new row starts at its own leverage among them and itself (the very first token: 1).
+void score_by_leverage(const EvictionPolicy& p, Candidates& c, const std::vector<int32_t>& live, int64_t t,
+                       const QuerySource& queries, float scale, std::vector<float>& query, std::vector<float>& weights,
+                       std::vector<float>& leverage) {
+  const std::size_t idx = static_cast<std::size_t>(live.back());
+  if (live.size() == 1) {
+    c.scores[idx] = 1.0f;
+    return;
+  }
+  const int64_t nq = queries(t, query);
+  for (const std::size_t count : {live.size() - 1, live.size()}) {
+    weights.resize(count);
+    leverage.resize(count);
+    mean_softmax_weights(c.keys.data(), live.data(), static_cast<int64_t>(count), c.dim, query.data(), nq, scale,
+                         weights.data());
+    value_leverage_scores(c.values.data(), live.data(), static_cast<int64_t>(count), c.value_dim, weights.data(),
+                          p.rank_cap, leverage.data());
+    if (count < live.size()) {
+      for (std::size_t j = 0; j < count; ++j) c.scores[static_cast<std::size_t>(live[j])] += leverage[j];
+    } else {
+      c.scores[idx] = leverage.back();
+    }
+  }
+}
+
 // The top right singular vector of the rows x dim matrix `keys` (the top eigenvector of K^T K)
 // by power iteration from a fixed start, oriented so that the rows' mean projection is >= 0.
 std::vector<float> principal_direction(const float* keys, int64_t rows, int64_t dim) {
@@ -209,11 +238,13 @@ std::vector<int32_t> keep_per_token(const EvictionPolicy& p, Candidates& c, cons
   std::vector<int32_t> live(static_cast<std::size_t>(c.stored));
   std::iota(live.begin(), live.end(), 0);
   const int64_t protect = p.effective_protect();
-  std::vector<float> query, weights;
+  std::vector<float> query, weights, leverage;
   for (int64_t t = 0; t < c.count() - c.stored; ++t) {
     live.push_back(static_cast<int32_t>(c.stored + t));
     if (p.kind == EvictionPolicy::Kind::kRecentVotes) {
       score_by_recent_votes(p, c, live, queries, scale, query, weights);
+    } else if (p.kind == EvictionPolicy::Kind::kLeverage) {
+      score_by_leverage(p, c, live, t, queries, scale, query, weights, leverage);
     } else {
       score_new_token(p, c, live, t, queries, scale, query, weights);
     }
@@ -300,7 +331,50 @@ std::vector<int32_t> keep_observation_window(const EvictionPolicy& p, Candidates
   return kept;
 }
 
+// NestedKV's selection (eviction_policy.h kAnchors): every candidate scored afresh by its key's
+// anchors; the sinks and the best scores (the earlier of equals) fill the budget.
+std::vector<int32_t> keep_by_anchors(const EvictionPolicy& p, Candidates& c) {
+  const int64_t n = c.count();
+  const AnchorParams params{p.anchor_window, p.anchor_beta, p.anchor_tau, p.anchor_kappa};
+  nested_anchor_scores(c.keys.data(), nullptr, n, c.dim, params, c.scores.data());
+  std::vector<int32_t> kept, rest;
+  for (int32_t j = 0; j < n; ++j) (n <= p.budget || is_sink(p, c, j) ? kept : rest).push_back(j);
+  if (n <= p.budget) return kept;
+  std::stable_sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) {
+    return c.scores[static_cast<std::size_t>(a)] > c.scores[static_cast<std::size_t>(b)];
+  });
+  rest.resize(static_cast<std::size_t>(p.budget) - kept.size());
+  kept.insert(kept.end(), rest.begin(), rest.end());
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
 }  // namespace
+
+std::vector<int32_t> shrink_rows(const EvictionPolicy& p, const Candidates& c) {
+  const int64_t n = c.count();
+  std::vector<int32_t> kept(static_cast<std::size_t>(n));
+  std::iota(kept.begin(), kept.end(), 0);
+  if (n <= p.budget) return kept;
+  const int64_t step = c.positions.back();
+  std::vector<int32_t> evictable;
+  for (int32_t j = 0; j < n - p.effective_protect(); ++j) {
+    if (!is_sink(p, c, j)) evictable.push_back(j);
+  }
+  const std::size_t excess = static_cast<std::size_t>(n - p.budget);
+  if (excess > evictable.size()) throw std::logic_error("eviction: sinks and protected rows exceed the new budget");
+  const auto rank_of = [&](int32_t j) {
+    return p.rank(c.scores[static_cast<std::size_t>(j)], c.positions[static_cast<std::size_t>(j)], step);
+  };
+  std::stable_sort(evictable.begin(), evictable.end(), [&](int32_t a, int32_t b) { return rank_of(a) < rank_of(b); });
+  std::vector<char> dropped(static_cast<std::size_t>(n), 0);
+  for (std::size_t i = 0; i < excess; ++i) dropped[static_cast<std::size_t>(evictable[i])] = 1;
+  kept.clear();
+  for (int32_t j = 0; j < n; ++j) {
+    if (!dropped[static_cast<std::size_t>(j)]) kept.push_back(j);
+  }
+  return kept;
+}
 
 int64_t EvictionPolicy::effective_protect() const {
   return std::max<int64_t>(0, std::min(protect_recent, budget - n_sink - 1));
@@ -333,6 +407,7 @@ float EvictionPolicy::arrival_score(const float* key, int64_t dim, float own_wei
 }
 
 float EvictionPolicy::rank(float score, int32_t position, int64_t step) const {
+  if (kind == Kind::kLeverage) return static_cast<float>(double(score) / double(1 + step - position));
   if (!has_noise()) return score;
   const double progress =
       noise_anneal_steps > 0 ? std::min(1.0, double(step) / double(noise_anneal_steps)) : 1.0;
@@ -377,6 +452,8 @@ const char* policy_kind_name(EvictionPolicy::Kind kind) {
     case Kind::kKeyNorm: return "key_norm";
     case Kind::kRecentVotes: return "recent_votes";
     case Kind::kDirection: return "direction";
+    case Kind::kLeverage: return "leverage";
+    case Kind::kAnchors: return "anchors";
   }
   return "attention_scored";
 }
@@ -388,6 +465,8 @@ EvictionPolicy::Kind parse_policy_kind(const std::string& name) {
   if (name == "key_norm") return Kind::kKeyNorm;
   if (name == "recent_votes") return Kind::kRecentVotes;
   if (name == "direction") return Kind::kDirection;
+  if (name == "leverage") return Kind::kLeverage;
+  if (name == "anchors") return Kind::kAnchors;
   throw base::FormatError("eviction policy '" + name + "' is unknown");
 }
 
@@ -396,7 +475,9 @@ std::vector<int32_t> select_rows(const EvictionPolicy& policy, Candidates& c, co
     case Kind::kRecentWindow: return keep_recent(policy, c);
     case Kind::kAttentionScored:
     case Kind::kKeyNorm:
-    case Kind::kRecentVotes: return keep_per_token(policy, c, queries, scale);
+    case Kind::kRecentVotes:
+    case Kind::kLeverage: return keep_per_token(policy, c, queries, scale);
+    case Kind::kAnchors: return keep_by_anchors(policy, c);
     case Kind::kDirection:
       score_along_direction(policy, c);
       return keep_per_token(policy, c, queries, scale);

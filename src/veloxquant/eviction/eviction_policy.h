@@ -38,6 +38,18 @@
 //                        then direction_sign * <k, u>, fixed, and the per-token loop evicts the
 //                        argmin outside the sinks and the newest `protect_recent` rows. The
 //                        direction is per-head state (EvictionCache::policy_state).
+//   kLeverage            curdkv: per token, the rows' value-aware leverage — row j of the block
+//                        M = diag(w) V (w the token's attention weights over the rows stored
+//                        before it, V their values) projected on M's top rank_cap right singular
+//                        directions, energy-weighted, normalised to sum 1
+//                        (leverage_scores.h) — adds to each stored row's score; the new row
+//                        starts at its own leverage within stored + itself (the very first
+//                        token: 1). Victims are ranked by the mean per step, score / (1 + step -
+//                        position), the first minimum outside the sinks.
+//   kAnchors             nestedkv: every call scores all candidates afresh by their keys' anomaly
+//                        against three anchors — the mean of all keys, of the key's block, of
+//                        the window before it (anchor_scores.h) — and keeps the sinks and the
+//                        best-scored rest up to the budget. Nothing is carried between calls.
 //   kObservationWindow   snapkv: a chunk of several tokens (prefill) lets its last obs_window
 //                        tokens vote, pooled over neighbouring rows (the votes replace the
 //                        carried scores); keep the sinks, the window and the best-voted rest. A single token (decode) scores like
@@ -52,7 +64,16 @@
 namespace veloxquant::eviction {
 
 struct EvictionPolicy {
-  enum class Kind { kRecentWindow, kAttentionScored, kObservationWindow, kKeyNorm, kRecentVotes, kDirection };
+  enum class Kind {
+    kRecentWindow,
+    kAttentionScored,
+    kObservationWindow,
+    kKeyNorm,
+    kRecentVotes,
+    kDirection,
+    kLeverage,
+    kAnchors
+  };
   Kind kind = Kind::kAttentionScored;
   int64_t budget = 512;
   int64_t n_sink = 4;
@@ -83,16 +104,31 @@ struct EvictionPolicy {
   enum class LowRetention { kWarn, kRaise, kIgnore };
   double min_retention = 0.0;
   LowRetention on_low_retention = LowRetention::kWarn;
+  int64_t rank_cap = 16;  // curdkv: singular directions of the leverage estimate
+  // nestedkv: the recent anchor's window, the head blend's sharpness beta, the surprise gate's
+  // threshold tau and steepness kappa.
+  int64_t anchor_window = 64;
+  double anchor_beta = 3.0;
+  double anchor_tau = 0.6;
+  double anchor_kappa = 10.0;
 
-  bool uses_scores() const { return kind != Kind::kRecentWindow; }
+  // Whether rows carry a score between calls (nestedkv scores every call afresh).
+  bool uses_scores() const { return kind != Kind::kRecentWindow && kind != Kind::kAnchors; }
   // Whether scores come from attention weights (so real queries help).
   bool uses_attention() const {
-    return kind == Kind::kAttentionScored || kind == Kind::kObservationWindow || kind == Kind::kRecentVotes;
+    return kind == Kind::kAttentionScored || kind == Kind::kObservationWindow || kind == Kind::kRecentVotes ||
+           kind == Kind::kLeverage;
   }
+  // Whether a chunk of tokens leaves what the same tokens fed one at a time leave (snapkv and
+  // nestedkv score a whole call at once).
+  bool per_token() const { return kind != Kind::kObservationWindow && kind != Kind::kAnchors; }
+  // Whether the selection reads every candidate's value (cam merges values, curdkv scores them).
+  bool needs_values() const { return merges() || kind == Kind::kLeverage; }
   // Policies the fused decode step's single-row shortcut cannot run (it neither decodes the
   // survivors' keys nor re-scores them): the cache takes the general selection for them.
   bool needs_general_selection() const {
-    return merges() || kind == Kind::kRecentVotes || kind == Kind::kDirection || chunk_size > 1;
+    return merges() || kind == Kind::kRecentVotes || kind == Kind::kDirection || kind == Kind::kLeverage ||
+           kind == Kind::kAnchors || chunk_size > 1;
   }
   // Floats of per-(batch, head) state the policy keeps besides the rows (qfilters: the direction
   // and a calibrated flag), for keys of dimension `dim`.
@@ -107,7 +143,8 @@ struct EvictionPolicy {
   void update_scores(const float* carried, const float* weights, int64_t n, float* out) const;
   // The score a new row starts with: its own weight, or its key's signed norm (kKeyNorm).
   float arrival_score(const float* key, int64_t dim, float own_weight) const;
-  // What victims are ranked by at the step feeding position `step`: the score, plus the noise.
+  // What victims are ranked by at the step feeding position `step`: the score, plus the noise;
+  // kLeverage: the score per step the row has been scored, score / (1 + step - position).
   float rank(float score, int32_t position, int64_t step) const;
   bool has_noise() const { return noise_tau_init != 0.0 || noise_tau_end != 0.0; }
   bool merges() const { return merge != Merge::kNone; }
@@ -132,8 +169,9 @@ struct Candidates {
   std::vector<float> keys;       // candidates x dim, f32 (stored rows decoded)
   std::vector<int32_t> positions;
   std::vector<float> scores;     // stored rows: carried scores; new rows: 0 on entry
-  // Merging policies only (cam): every candidate's value (candidates x value_dim, f32), and
-  // which stored candidates the policy changed (their rows must be re-encoded).
+  // Policies that read values (needs_values: cam, curdkv): every candidate's value (candidates x
+  // value_dim, f32); merging policies (cam) also mark which stored candidates they changed
+  // (their rows must be re-encoded).
   int64_t value_dim = 0;
   std::vector<float> values;
   std::vector<char> modified;
@@ -145,6 +183,12 @@ struct Candidates {
 // The query vectors of new token `token` (0-based within the call) into `out` (n x dim);
 // returns n: 1 for the key-as-query proxy, the GQA group size for real queries.
 using QuerySource = std::function<int64_t(int64_t token, std::vector<float>& out)>;
+
+// A lower budget for rows already stored (squeeze's schedule, applied after the prefill): the
+// candidates (all stored, c.stored == c.count()) kept under policy.budget — the sinks, the newest
+// effective_protect() rows and the best-ranked rest, the rows the per-token rule would evict
+// first (lowest rank, the earlier of equals) going first — strictly increasing.
+std::vector<int32_t> shrink_rows(const EvictionPolicy& policy, const Candidates& c);
 
 // Kept candidate indices, strictly increasing, at most policy.budget of them; c.scores holds
 // the scores to store for them. `scale` multiplies the logits (1/sqrt(d)).

@@ -3,7 +3,9 @@
 // every layer's cache holds exactly its budget of rows with nbytes = the budget's bytes.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include "lm/generate.h"
 #include "lm/load.h"
@@ -39,11 +41,17 @@ void generate_past_budget(const std::string& model_path, int budget, int max_tok
     EXPECT_FALSE(text.empty());
     ASSERT_FALSE(used.empty());
     const std::vector<int> pyramid = eviction::pyramid_budgets(budget, 4, 2.0, used.size());
+    int64_t budget_sum = 0;
+    std::set<int64_t> budgets;
     for (std::size_t layer = 0; layer < used.size(); ++layer) {
       const auto* cache = dynamic_cast<const eviction::EvictionCache*>(used[layer].get());
       ASSERT_NE(cache, nullptr) << "layer " << layer;
-      const int64_t layer_budget = method == "pyramidkv" ? pyramid[layer] : budget;
+      // squeeze's budgets follow each layer's keys: checked as a whole below.
+      const int64_t layer_budget =
+          method == "pyramidkv" ? pyramid[layer] : method == "squeeze" ? cache->policy().budget : budget;
       EXPECT_EQ(cache->policy().budget, layer_budget);
+      budget_sum += layer_budget;
+      budgets.insert(layer_budget);
       // pyramidkv's shallow layers may hold more than the run fed; every other layer is full.
       EXPECT_GT(cache->offset(), budget) << "generation did not run past the budget";
       EXPECT_TRUE(eviction_test::holds_expected_rows(cache->policy(), cache->rows().rows(), cache->offset()))
@@ -52,6 +60,12 @@ void generate_past_budget(const std::string& model_path, int budget, int max_tok
       // The host offered queries on every step, so the methods that score by attention used them
       // (streaming_llm, knorm and qfilters never need them).
       EXPECT_EQ(cache->last_update_used_queries(), cache->policy().uses_attention());
+    }
+    if (method == "squeeze") {
+      // Reallocated, not uniform; the mean stays the average budget up to rounding of each layer.
+      EXPECT_GT(budgets.size(), 1u);
+      EXPECT_LE(std::abs(budget_sum - static_cast<int64_t>(budget) * static_cast<int64_t>(used.size())),
+                static_cast<int64_t>(used.size()));
     }
   }
 }

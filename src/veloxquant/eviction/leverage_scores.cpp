@@ -1,0 +1,329 @@
+#include "veloxquant/eviction/leverage_scores.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <functional>
+#include <numeric>
+
+namespace veloxquant::eviction {
+
+namespace {
+
+// A symmetric matrix reduced to tridiagonal form T = Q^T A Q by Householder reflectors
+// H_k = I - 2 v_k v_k^T (v_k a unit vector on indices k+1..n-1, row k of `reflectors`),
+// Q = H_0 H_1 ... H_{n-3}.
+struct Tridiagonal {
+  int n = 0;
+  std::vector<double> d, e;     // diagonal; e[i] couples i and i + 1
+  std::vector<double> reflectors;
+  std::vector<char> has_reflector;
+};
+
+// The reflector that zeroes column k below the subdiagonal turns the trailing block B into
+// H B H = B - v w^T - w v^T with p = B v, w = 2 p - 2 (v.p) v.
+void tridiagonalize(std::vector<double> a, int n, Tridiagonal& t) {
+  const std::size_t nn = static_cast<std::size_t>(n);
+  auto at = [&](int r, int c) -> double& { return a[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(c)]; };
+  t.n = n;
+  t.reflectors.assign(nn * nn, 0.0);
+  t.has_reflector.assign(nn, 0);
+  std::vector<double> p(nn), w(nn);
+  for (int k = 0; k + 2 < n; ++k) {
+    double norm2 = 0.0;
+    for (int i = k + 1; i < n; ++i) norm2 += at(i, k) * at(i, k);
+    if (norm2 == 0.0) continue;
+    const double norm = std::sqrt(norm2);
+    const double alpha = at(k + 1, k) > 0 ? -norm : norm;  // no cancellation in v[k + 1]
+    double* v = t.reflectors.data() + static_cast<std::size_t>(k) * nn;
+    double v2 = 0.0;
+    for (int i = k + 1; i < n; ++i) v[i] = at(i, k);
+    v[k + 1] -= alpha;
+    for (int i = k + 1; i < n; ++i) v2 += v[i] * v[i];
+    const double inv = 1.0 / std::sqrt(v2);
+    for (int i = k + 1; i < n; ++i) v[i] *= inv;
+    t.has_reflector[static_cast<std::size_t>(k)] = 1;
+    at(k + 1, k) = at(k, k + 1) = alpha;
+    for (int i = k + 2; i < n; ++i) at(i, k) = at(k, i) = 0.0;
+    double vp = 0.0;
+    for (int i = k + 1; i < n; ++i) {
+      double sum = 0.0;
+      for (int j = k + 1; j < n; ++j) sum += at(i, j) * v[j];
+      p[static_cast<std::size_t>(i)] = sum;
+      vp += v[i] * sum;
+    }
+    for (int i = k + 1; i < n; ++i) w[static_cast<std::size_t>(i)] = 2.0 * p[static_cast<std::size_t>(i)] - 2.0 * vp * v[i];
+    for (int i = k + 1; i < n; ++i) {
+      for (int j = k + 1; j < n; ++j) at(i, j) -= v[i] * w[static_cast<std::size_t>(j)] + w[static_cast<std::size_t>(i)] * v[j];
+    }
+  }
+  t.d.resize(nn);
+  t.e.assign(nn, 0.0);
+  for (int i = 0; i < n; ++i) t.d[static_cast<std::size_t>(i)] = at(i, i);
+  for (int i = 0; i + 1 < n; ++i) t.e[static_cast<std::size_t>(i)] = at(i + 1, i);
+}
+
+// x <- Q x (a vector of T's basis into A's), Q = H_0 ... H_{n-3}: the last reflector first.
+void to_original_basis(const Tridiagonal& t, double* x) {
+  const std::size_t nn = static_cast<std::size_t>(t.n);
+  for (int k = t.n - 3; k >= 0; --k) {
+    if (!t.has_reflector[static_cast<std::size_t>(k)]) continue;
+    const double* v = t.reflectors.data() + static_cast<std::size_t>(k) * nn;
+    double dot = 0.0;
+    for (int i = k + 1; i < t.n; ++i) dot += v[i] * x[i];
+    for (int i = k + 1; i < t.n; ++i) x[i] -= 2.0 * dot * v[i];
+  }
+}
+
+// One implicit symmetric QR step with Wilkinson shift on the unreduced tridiagonal block [l, m],
+// the rotations accumulated into the columns of q (n x n, row-major) when q is given:
+// T <- G T G^T, q <- q G^T (Golub & Van Loan, Alg. 8.3.2).
+void qr_step(std::vector<double>& d, std::vector<double>& e, double* q, int n, int l, int m) {
+  const double delta = (d[static_cast<std::size_t>(m - 1)] - d[static_cast<std::size_t>(m)]) / 2.0;
+  const double b = e[static_cast<std::size_t>(m - 1)];
+  const double root = std::hypot(delta, b);
+  const double mu = d[static_cast<std::size_t>(m)] - b * b / (delta + (delta >= 0 ? root : -root));
+  double x = d[static_cast<std::size_t>(l)] - mu, z = e[static_cast<std::size_t>(l)];
+  for (int k = l; k < m; ++k) {
+    const double r = std::hypot(x, z);
+    const double c = r == 0 ? 1.0 : x / r, s = r == 0 ? 0.0 : z / r;
+    if (k > l) e[static_cast<std::size_t>(k - 1)] = r;  // the rotation folds the bulge into it
+    const std::size_t k0 = static_cast<std::size_t>(k), k1 = k0 + 1;
+    const double a = d[k0], off = e[k0], dd = d[k1];
+    d[k0] = c * c * a + 2.0 * c * s * off + s * s * dd;
+    d[k1] = s * s * a - 2.0 * c * s * off + c * c * dd;
+    e[k0] = c * s * (dd - a) + (c * c - s * s) * off;
+    if (k + 1 < m) {  // the bulge below the subdiagonal, chased by the next rotation
+      z = s * e[k1];
+      e[k1] *= c;
+      x = e[k0];
+    }
+    if (!q) continue;
+    for (int i = 0; i < n; ++i) {
+      double& qa = q[static_cast<std::size_t>(i) * static_cast<std::size_t>(n) + k0];
+      double& qb = q[static_cast<std::size_t>(i) * static_cast<std::size_t>(n) + k1];
+      const double u = qa, v = qb;
+      qa = c * u + s * v;
+      qb = -s * u + c * v;
+    }
+  }
+}
+
+// QR steps on the bottom unreduced block until every off-diagonal is negligible: d becomes the
+// eigenvalues (unsorted), q (optional) collects T's eigenvectors as columns.
+void tridiagonal_qr(std::vector<double> d_in, std::vector<double> e, double* q, int n, std::vector<double>& d) {
+  d = std::move(d_in);
+  const double eps = std::numeric_limits<double>::epsilon();
+  int m = n - 1, steps = 0;
+  while (m > 0 && steps < 60 * n) {
+    const auto negligible = [&](int i) {
+      return std::fabs(e[static_cast<std::size_t>(i)]) <=
+             eps * (std::fabs(d[static_cast<std::size_t>(i)]) + std::fabs(d[static_cast<std::size_t>(i + 1)]));
+    };
+    if (negligible(m - 1)) {
+      e[static_cast<std::size_t>(m - 1)] = 0.0;
+      --m;
+      continue;
+    }
+    int l = m - 1;
+    while (l > 0 && !negligible(l - 1)) --l;
+    qr_step(d, e, q, n, l, m);
+    ++steps;
+  }
+}
+
+// An eigenvector of the tridiagonal T for the eigenvalue `lambda` by inverse iteration: solves
+// (T - lambda I) x = b by Gaussian elimination with partial pivoting (zero pivots replaced by
+// a tiny one), three times, orthogonalised against `previous` (unit vectors) each time.
+void inverse_iteration(const Tridiagonal& t, double lambda, const std::vector<std::vector<double>>& previous,
+                       std::vector<double>& x) {
+  const int n = t.n;
+  const std::size_t nn = static_cast<std::size_t>(n);
+  double scale = 0.0;
+  for (int i = 0; i < n; ++i) scale = std::max(scale, std::fabs(t.d[static_cast<std::size_t>(i)]) + 2.0 * std::fabs(t.e[static_cast<std::size_t>(i)]));
+  const double tiny = std::max(scale, 1e-300) * std::numeric_limits<double>::epsilon();
+  // Factor once: diag, sub (multipliers), super, second super, pivots.
+  std::vector<double> dd(nn), dl(nn, 0.0), du(nn, 0.0), du2(nn, 0.0);
+  std::vector<char> swapped(nn, 0);
+  for (int i = 0; i < n; ++i) dd[static_cast<std::size_t>(i)] = t.d[static_cast<std::size_t>(i)] - lambda;
+  for (int i = 0; i + 1 < n; ++i) dl[static_cast<std::size_t>(i)] = du[static_cast<std::size_t>(i)] = t.e[static_cast<std::size_t>(i)];
+  for (int i = 0; i + 1 < n; ++i) {
+    const std::size_t a = static_cast<std::size_t>(i), b = a + 1;
+    if (std::fabs(dd[a]) >= std::fabs(dl[a])) {
+      if (dd[a] == 0.0) dd[a] = tiny;
+      const double f = dl[a] / dd[a];
+      dl[a] = f;
+      dd[b] -= f * du[a];
+    } else {  // swap rows i and i + 1
+      const double f = dd[a] / dl[a];
+      dd[a] = dl[a];
+      dl[a] = f;
+      const double upper = du[a];
+      du[a] = dd[b];
+      dd[b] = upper - f * dd[b];
+      if (i + 2 < n) {
+        du2[a] = du[b];
+        du[b] = -f * du[b];
+      }
+      swapped[a] = 1;
+    }
+  }
+  if (dd[nn - 1] == 0.0) dd[nn - 1] = tiny;
+  x.assign(nn, 0.0);
+  for (int i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = 1.0 + 0.5 * std::sin(1.0 + 3.7 * i);  // fixed start
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    for (int i = 0; i + 1 < n; ++i) {
+      const std::size_t a = static_cast<std::size_t>(i), b = a + 1;
+      if (swapped[a]) {
+        const double upper = x[a];
+        x[a] = x[b];
+        x[b] = upper - dl[a] * x[a];
+      } else {
+        x[b] -= dl[a] * x[a];
+      }
+    }
+    for (int i = n - 1; i >= 0; --i) {
+      const std::size_t a = static_cast<std::size_t>(i);
+      double v = x[a];
+      if (i + 1 < n) v -= du[a] * x[a + 1];
+      if (i + 2 < n) v -= du2[a] * x[a + 2];
+      x[a] = v / dd[a];
+    }
+    for (const std::vector<double>& p : previous) {
+      double dot = 0.0;
+      for (std::size_t i = 0; i < nn; ++i) dot += p[i] * x[i];
+      for (std::size_t i = 0; i < nn; ++i) x[i] -= dot * p[i];
+    }
+    double norm = 0.0;
+    for (double v : x) norm += v * v;
+    norm = std::sqrt(norm);
+    if (norm == 0.0) {  // the start lay in the span of `previous`: any unit vector orthogonal to it
+      x.assign(nn, 0.0);
+      x[static_cast<std::size_t>(previous.size() % nn)] = 1.0;
+      continue;
+    }
+    for (double& v : x) v /= norm;
+  }
+}
+
+// The top k eigenvectors (rows of `vectors`, k x n) and their eigenvalues of the symmetric n x n
+// matrix `a`: eigenvalues of the tridiagonal form by QR without vectors, the k eigenvectors by
+// inverse iteration, carried back through the reflectors.
+void top_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<double>& values,
+                      std::vector<double>& vectors) {
+  Tridiagonal t;
+  tridiagonalize(a, n, t);
+  std::vector<double> all;
+  tridiagonal_qr(t.d, t.e, nullptr, n, all);
+  std::sort(all.begin(), all.end(), std::greater<double>());
+  values.assign(all.begin(), all.begin() + k);
+  std::vector<std::vector<double>> found;
+  std::vector<double> x;
+  for (int r = 0; r < k; ++r) {
+    inverse_iteration(t, all[static_cast<std::size_t>(r)], found, x);
+    found.push_back(x);
+  }
+  vectors.resize(static_cast<std::size_t>(k) * static_cast<std::size_t>(n));
+  for (int r = 0; r < k; ++r) {
+    to_original_basis(t, found[static_cast<std::size_t>(r)].data());
+    std::copy(found[static_cast<std::size_t>(r)].begin(), found[static_cast<std::size_t>(r)].end(),
+              vectors.begin() + static_cast<std::ptrdiff_t>(r) * n);
+  }
+}
+
+}  // namespace
+
+void symmetric_eigen_descending(std::vector<double> a, int n, std::vector<double>& eigenvalues,
+                                std::vector<double>& eigenvectors) {
+  const std::size_t nn = static_cast<std::size_t>(n);
+  Tridiagonal t;
+  tridiagonalize(std::move(a), n, t);
+  // q = Q, then the QR rotations: its columns become A's eigenvectors.
+  std::vector<double> q(nn * nn, 0.0), column(nn);
+  for (int c = 0; c < n; ++c) {
+    std::fill(column.begin(), column.end(), 0.0);
+    column[static_cast<std::size_t>(c)] = 1.0;
+    to_original_basis(t, column.data());
+    for (int r = 0; r < n; ++r) q[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(c)] = column[static_cast<std::size_t>(r)];
+  }
+  std::vector<double> d;
+  tridiagonal_qr(t.d, t.e, q.data(), n, d);
+  std::vector<int> order(nn);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int i, int j) { return d[static_cast<std::size_t>(i)] > d[static_cast<std::size_t>(j)]; });
+  eigenvalues.resize(nn);
+  eigenvectors.resize(nn * nn);
+  for (int r = 0; r < n; ++r) {
+    const int col = order[static_cast<std::size_t>(r)];
+    eigenvalues[static_cast<std::size_t>(r)] = d[static_cast<std::size_t>(col)];
+    for (int i = 0; i < n; ++i) {
+      eigenvectors[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(i)] = q[static_cast<std::size_t>(i) * nn + static_cast<std::size_t>(col)];
+    }
+  }
+}
+
+void top_symmetric_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<double>& eigenvalues,
+                                std::vector<double>& eigenvectors) {
+  top_eigenvectors(a, n, std::max(0, std::min(k, n)), eigenvalues, eigenvectors);
+}
+
+void value_leverage_scores(const float* values, const int32_t* rows, int64_t count, int64_t dim, const float* weights,
+                           int64_t rank_cap, float* out) {
+  if (count <= 0) return;
+  thread_local std::vector<double> block, gram, eigenvalues, eigenvectors;
+  block.resize(static_cast<std::size_t>(count * dim));
+  double total = 0.0;
+  for (int64_t j = 0; j < count; ++j) {
+    const float* v = values + (rows ? rows[j] : j) * dim;
+    double* m = block.data() + j * dim;
+    for (int64_t i = 0; i < dim; ++i) {
+      m[i] = double(weights[j]) * v[i];
+      total += m[i] * m[i];
+    }
+  }
+  if (total == 0.0) {
+    std::fill_n(out, count, 0.0f);
+    return;
+  }
+  const int64_t k = std::max<int64_t>(1, std::min({rank_cap, count, dim}));
+  std::vector<double> score(static_cast<std::size_t>(count), 0.0);
+  if (k >= count || k >= dim) {
+    // The top k directions span every row: the whole row counts.
+    for (int64_t j = 0; j < count; ++j) {
+      const double* m = block.data() + j * dim;
+      for (int64_t i = 0; i < dim; ++i) score[static_cast<std::size_t>(j)] += m[i] * m[i];
+    }
+  } else {
+    gram.assign(static_cast<std::size_t>(dim * dim), 0.0);
+    for (int64_t j = 0; j < count; ++j) {
+      const double* m = block.data() + j * dim;
+      for (int64_t r = 0; r < dim; ++r) {
+        const double mr = m[r];
+        double* g = gram.data() + r * dim;
+        for (int64_t c = r; c < dim; ++c) g[c] += mr * m[c];
+      }
+    }
+    for (int64_t r = 0; r < dim; ++r) {
+      for (int64_t c = 0; c < r; ++c) gram[static_cast<std::size_t>(r * dim + c)] = gram[static_cast<std::size_t>(c * dim + r)];
+    }
+    top_eigenvectors(gram, static_cast<int>(dim), static_cast<int>(k), eigenvalues, eigenvectors);
+    for (int64_t j = 0; j < count; ++j) {
+      const double* m = block.data() + j * dim;
+      double sum = 0.0;
+      for (int64_t t = 0; t < k; ++t) {
+        const double* u = eigenvectors.data() + t * dim;
+        double dot = 0.0;
+        for (int64_t i = 0; i < dim; ++i) dot += m[i] * u[i];
+        sum += dot * dot;
+      }
+      score[static_cast<std::size_t>(j)] = sum;
+    }
+  }
+  // sum_j <m_j, u_t>^2 = s_t^2: dividing by the total is the original's energy weighting and its
+  // final normalisation in one.
+  double sum = 0.0;
+  for (double s : score) sum += s;
+  for (int64_t j = 0; j < count; ++j) out[j] = sum > 0 ? static_cast<float>(score[static_cast<std::size_t>(j)] / sum) : 0.0f;
+}
+
+}  // namespace veloxquant::eviction
