@@ -282,6 +282,15 @@ TEST(ServeHttp, ApiKeyGuardsTheApi) {
   EXPECT_EQ(http_request(server.port(), "GET", "/health").status, 200);
 }
 
+TEST(ServeHttp, WarnsWhenReachableFromOutsideWithoutAKey) {
+  ServerProcess open({"-m", kStories, "--host", "0.0.0.0"});
+  ASSERT_TRUE(open.ready()) << open.stderr_text();
+  EXPECT_NE(open.stderr_text().find("serving on 0.0.0.0 without --api-key"), std::string::npos) << open.stderr_text();
+  ServerProcess local({"-m", kStories});
+  ASSERT_TRUE(local.ready()) << local.stderr_text();
+  EXPECT_EQ(local.stderr_text().find("without --api-key"), std::string::npos) << local.stderr_text();
+}
+
 TEST(ServeHttp, BadFlagsFailBeforeLoading) {
   const test_support::CliResult method = test_support::run_cli("serve -m /nonexistent.gguf --method nope");
   EXPECT_EQ(method.exit_code, 2);

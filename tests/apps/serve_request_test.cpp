@@ -86,6 +86,15 @@ TEST(ServeRequest, NamesEveryBadField) {
             std::string::npos);
 }
 
+TEST(ServeRequest, BytesThatAreNotUtf8NeverThrowOnTheWire) {
+  EXPECT_NE(error_of("{\"prompt\": \"\xff\"}").find("not valid JSON"), std::string::npos);
+  // A model may emit a lone byte token: the answer's JSON carries U+FFFD instead of throwing.
+  EXPECT_EQ(apps::serve::dump_json(json("a\xff")), "\"a\xEF\xBF\xBD\"");
+  // A long value cut in the middle of a character inside an error message.
+  const std::string message = error_of("{\"prompt\": \"a\", \"max_tokens\": \"" + std::string(40, 'x') + "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\"}");
+  EXPECT_NO_THROW(apps::serve::error_body(ApiError(400, message)));
+}
+
 TEST(ServeRequest, CacheFieldBecomesTheCliFlags) {
   const apps::KvMethodFlags f = apps::serve::parse_cache_choice(
       json::parse(R"({"method": "turboquant_rvq", "bits": [2, 3], "seed": 5, "set": {"rvq_value_bits": 4, "flag": true}})"));

@@ -21,7 +21,7 @@ std::string type_name_of(const json& value) {
 }
 
 std::string shown(const json& value) {
-  std::string text = value.dump();
+  std::string text = dump_json(value);
   if (text.size() > 60) text = text.substr(0, 57) + "...";
   return text;
 }
@@ -189,8 +189,10 @@ std::string error_body(const ApiError& error) {
                  {"type", error.type()},
                  {"param", error.param().empty() ? json(nullptr) : json(error.param())},
                  {"code", error.status()}}}};
-  return body.dump();
+  return dump_json(body);
 }
+
+std::string dump_json(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 KvMethodFlags parse_cache_choice(const json& field) {
   if (!field.is_object()) wrong_type("veloxquant", "an object {\"method\", \"bits\", \"preset\", \"set\"}", field);

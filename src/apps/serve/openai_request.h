@@ -32,6 +32,10 @@ class ApiError : public std::runtime_error {
   std::string type_;
 };
 
+// JSON text for the wire. Generated text may hold bytes that are not UTF-8 (a model can emit
+// a lone byte token); they become U+FFFD instead of an exception.
+std::string dump_json(const nlohmann::json& value);
+
 // {"error": {"message", "type", "param", "code"}} as OpenAI's API answers.
 std::string error_body(const ApiError& error);
 

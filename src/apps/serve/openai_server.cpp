@@ -70,7 +70,7 @@ json stream_chunk(bool chat, const std::string& id, int64_t created, const std::
           {"choices", json::array({choice})}};
 }
 
-std::string sse(const json& payload) { return "data: " + payload.dump() + "\n\n"; }
+std::string sse(const json& payload) { return "data: " + dump_json(payload) + "\n\n"; }
 
 }  // namespace
 
@@ -140,7 +140,7 @@ std::string OpenAiServer::ready_line() const {
                       {"slots", engine_.options().parallel},
                       {"context_length", engine_.context_length()},
                       {"endpoints", endpoints()}};
-  return "VELOXQUANT_READY " + ready.dump();
+  return "VELOXQUANT_READY " + dump_json(ready);
 }
 
 void OpenAiServer::install_routes() {
@@ -198,7 +198,7 @@ void OpenAiServer::install_routes() {
                                                 {"n_layers", c.n_layers},
                                                 {"context_length", engine_.context_length()},
                                                 {"kv_method", engine_.default_cache().label}}}}})}};
-    res.set_content(body.dump(), "application/json");
+    res.set_content(dump_json(body), "application/json");
   });
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(render_metrics(engine_.snapshot(), counters_.snapshot()), "text/plain; version=0.0.4");
@@ -291,7 +291,7 @@ void OpenAiServer::handle_completion(const std::string& body, bool chat, void* r
                         {"choices", json::array({choice})},
                         {"usage", usage_json(e.result)},
                         {"veloxquant", cache_report(job->cache, e.result)}};
-      res.set_content(out.dump(), "application/json");
+      res.set_content(dump_json(out), "application/json");
       return;
     }
   }
