@@ -8,6 +8,8 @@
 #include <signal.h>
 
 #include <charconv>
+#include <chrono>
+#include <mutex>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -106,11 +108,26 @@ void run_serve(const ServeFlags& f) {
   serve::Engine engine(lm::load(f.model, load_options), options, f.kv);
   serve::OpenAiServer server(engine, http);
   const int port = server.bind();
-  std::thread waiter([&server, stop_signals] {
+  // httplib's stop() does nothing before listen() has started its loop, so a signal that comes
+  // right after the ready line is repeated until listen() returns. The state outlives this
+  // function (the waiter is detached); `server` is touched only under the lock while listening.
+  struct StopState {
+    std::mutex mutex;
+    bool listening = true;
+  };
+  auto state = std::make_shared<StopState>();
+  std::thread waiter([state, &server, stop_signals] {
     int received = 0;
     sigwait(&stop_signals, &received);
     std::fprintf(stderr, "[veloxquant info] signal %d: stopping\n", received);
-    server.stop();
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(state->mutex);
+        if (!state->listening) return;
+        server.stop();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   });
   waiter.detach();
 
@@ -121,6 +138,8 @@ void run_serve(const ServeFlags& f) {
   std::printf("%s\n", server.ready_line().c_str());
   std::fflush(stdout);
   server.listen();
+  std::lock_guard<std::mutex> lock(state->mutex);
+  state->listening = false;
 }
 
 CommandRegistration registration{"serve", [](CLI::App& root) {

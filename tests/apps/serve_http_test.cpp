@@ -291,6 +291,16 @@ TEST(ServeHttp, WarnsWhenReachableFromOutsideWithoutAKey) {
   EXPECT_EQ(local.stderr_text().find("without --api-key"), std::string::npos) << local.stderr_text();
 }
 
+// SIGTERM right after the ready line (before the accept loop may have started) still stops it,
+// with exit code 0.
+TEST(ServeHttp, StopsOnSigtermRightAfterReady) {
+  for (int i = 0; i < 3; ++i) {
+    ServerProcess server({"-m", kStories});
+    ASSERT_TRUE(server.ready()) << server.stderr_text();
+    EXPECT_EQ(server.stop(), 0) << "wait status (-2: it ignored SIGTERM and was killed)";
+  }
+}
+
 TEST(ServeHttp, BadFlagsFailBeforeLoading) {
   const test_support::CliResult method = test_support::run_cli("serve -m /nonexistent.gguf --method nope");
   EXPECT_EQ(method.exit_code, 2);
