@@ -207,15 +207,14 @@ void OpenAiServer::install_routes() {
     res.set_content(web_page_html(), "text/html; charset=utf-8");
   });
   svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_completion(req.body, false, &res);
+    handle_completion(req.body, false, res);
   });
   svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_completion(req.body, true, &res);
+    handle_completion(req.body, true, res);
   });
 }
 
-void OpenAiServer::handle_completion(const std::string& body, bool chat, void* response) {
-  httplib::Response& res = *static_cast<httplib::Response*>(response);
+void OpenAiServer::handle_completion(const std::string& body, bool chat, httplib::Response& res) {
   std::shared_ptr<Job> job;
   CompletionRequest request;
   try {

@@ -13,6 +13,7 @@
 
 namespace httplib {
 class Server;
+struct Response;
 }
 
 namespace apps::serve {
@@ -45,7 +46,7 @@ class OpenAiServer {
 
  private:
   void install_routes();
-  void handle_completion(const std::string& body, bool chat, void* response);
+  void handle_completion(const std::string& body, bool chat, httplib::Response& res);
 
   Engine& engine_;
   HttpOptions options_;
