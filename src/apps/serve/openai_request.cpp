@@ -207,7 +207,8 @@ KvMethodFlags parse_cache_choice(const json& field) {
       if (value.is_array()) {
         if (value.empty()) bad(param, "'" + param + "' must not be an empty list");
         for (std::size_t i = 0; i < value.size(); ++i) {
-          flags.bits += (i ? "," : "") + std::to_string(integer_field(value[i], param + "[" + std::to_string(i) + "]", 1, 16));
+          if (i > 0) flags.bits += ',';
+          flags.bits += std::to_string(integer_field(value[i], param + "[" + std::to_string(i) + "]", 1, 16));
         }
       } else {
         flags.bits = std::to_string(integer_field(value, param, 1, 16));
@@ -225,7 +226,8 @@ KvMethodFlags parse_cache_choice(const json& field) {
         } else if (v.is_array()) {
           for (std::size_t i = 0; i < v.size(); ++i) {
             if (!v[i].is_number()) wrong_type(param + "." + name + "[" + std::to_string(i) + "]", "a number", v[i]);
-            text += (i ? "," : "") + v[i].dump();
+            if (i > 0) text += ',';
+            text += v[i].dump();
           }
         } else {
           wrong_type(param + "." + name, "a string, number, boolean or list of numbers", v);
