@@ -185,7 +185,7 @@ TEST_F(PrefixPool, StaysWithinEntriesAndBytes) {
   lm::PromptCache probe = run(prompt, 4);
   const std::size_t one = lm::kv_bytes_resident(probe.caches);
   apps::serve::PrefixCachePool by_entries(2, std::size_t{1} << 30);
-  for (int i = 0; i < 5; ++i) by_entries.put("k" + std::to_string(i), run(prompt, 4));
+  for (const char* key : {"k0", "k1", "k2", "k3", "k4"}) by_entries.put(key, run(prompt, 4));
   EXPECT_EQ(by_entries.counters().entries, 2u);
   EXPECT_TRUE(by_entries.take("k4", prompt));   // the newest stay
   EXPECT_FALSE(by_entries.take("k0", prompt));  // the oldest left first
