@@ -7,9 +7,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-APT_PACKAGES=(build-essential cmake pkg-config git python3 python3-pip unzip
+APT_PACKAGES=(build-essential cmake pkg-config git python3 python3-pip python3-venv unzip
   libhwy-dev googletest libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
-  libcli11-dev libfmt-dev)
+  libcli11-dev libfmt-dev libcpp-httplib-dev chromium chromium-driver)
 
 if [[ "${SKIP_APT:-0}" != "1" ]]; then
   missing=()
@@ -25,6 +25,13 @@ if [[ "${SKIP_APT:-0}" != "1" ]]; then
 fi
 
 bash "$ROOT/scripts/fetch_models.sh"
+
+# The real clients the server is tested with (the official openai package and Selenium for
+# the page in Debian's headless chromium, pinned), in a virtual environment of their own:
+# .venv-test/.
+VENV="$ROOT/.venv-test"
+[[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$ROOT/tests/python/requirements.txt"
 
 JOBS="${JOBS:-$(nproc)}"
 cmake -S "$ROOT" -B "$ROOT/build" -DCMAKE_BUILD_TYPE=Release > /dev/null
