@@ -357,16 +357,16 @@ TEST(ServeHttp, ClientDisconnectFreesTheSlot) {
   }
   ASSERT_EQ(metric_value(http_request(port, "GET", "/metrics").body, "veloxquant_slot_busy{slot=\"0\"}"), 1);
   ::close(fd);
-  const auto start = std::chrono::steady_clock::now();
+  // The slot frees at the next token the server fails to write. No wall-clock bound: on a loaded
+  // machine a token can take long (60 s only stops a hang); the "cancelled" count below tells a
+  // cancelled request from one that simply finished.
   std::string metrics;
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < 600; ++i) {
     metrics = http_request(port, "GET", "/metrics").body;
     if (metric_value(metrics, "veloxquant_slot_busy{slot=\"0\"}") == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(metric_value(metrics, "veloxquant_slot_busy{slot=\"0\"}"), 0);
-  EXPECT_LT(seconds, 3.0);
   EXPECT_EQ(metric_value(metrics, "veloxquant_generations_total{outcome=\"cancelled\"}"), 1);
   int status = 0;
   post_json(port, "/v1/chat/completions", chat_body("Hi", 4), &status);
