@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/command_registry.h"
+#include "apps/int_flag.h"
 #include "apps/kv_memory_planning.h"
 #include "base/error.h"
 
@@ -31,11 +32,11 @@ double parse_gb(const std::string& flag, const std::string& text) {
 
 void run_auto_config(const AutoConfigFlags& f) {
   AutoConfigInput in;
-  in.head_dim = static_cast<int>(parse_planning_int("--head-dim", f.head_dim, 1, 4096));
-  in.seq_len = parse_planning_int("--seq-len", f.seq_len, 1, int64_t{1} << 24);
-  in.n_layers = static_cast<int>(parse_planning_int("--n-layers", f.n_layers, 1, 4096));
-  in.n_kv_heads = static_cast<int>(parse_planning_int("--kv-heads", f.kv_heads, 1, 4096));
-  in.batch = parse_planning_int("--batch-size", f.batch, 1, 1 << 16);
+  in.head_dim = static_cast<int>(parse_int_flag("--head-dim", f.head_dim, 1, 4096));
+  in.seq_len = parse_int_flag("--seq-len", f.seq_len, 1, int64_t{1} << 24);
+  in.n_layers = static_cast<int>(parse_int_flag("--n-layers", f.n_layers, 1, 4096));
+  in.n_kv_heads = static_cast<int>(parse_int_flag("--kv-heads", f.kv_heads, 1, 4096));
+  in.batch = parse_int_flag("--batch-size", f.batch, 1, 1 << 16);
   const auto [total, used] = machine_memory_bytes();
   in.memory_total_bytes = f.memory_gb.empty() ? total : parse_gb("--memory-gb", f.memory_gb);
   in.memory_used_bytes = f.used_gb.empty() ? (f.memory_gb.empty() ? used : 0.0) : parse_gb("--used-gb", f.used_gb);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/command_registry.h"
+#include "apps/int_flag.h"
 #include "apps/kv_memory_planning.h"
 #include "apps/kv_method_flags.h"
 #include "base/error.h"
@@ -65,10 +66,10 @@ std::vector<Candidate> candidates(const EstimateFlags& f) {
 }
 
 void run_estimate(const EstimateFlags& f) {
-  const int64_t context = parse_planning_int("--context", f.context, 1, int64_t{1} << 24);
-  const int64_t batch = parse_planning_int("--batch", f.batch, 1, 1 << 16);
-  const int64_t measure = parse_planning_int("--measure-tokens", f.measure_tokens, 2, 1 << 20);
-  const auto top = static_cast<std::size_t>(parse_planning_int("--top", f.top, 0, 1 << 20));
+  const int64_t context = parse_int_flag("--context", f.context, 1, int64_t{1} << 24);
+  const int64_t batch = parse_int_flag("--batch", f.batch, 1, 1 << 16);
+  const int64_t measure = parse_int_flag("--measure-tokens", f.measure_tokens, 2, 1 << 20);
+  const auto top = static_cast<std::size_t>(parse_int_flag("--top", f.top, 0, 1 << 20));
   const std::vector<Candidate> configs = candidates(f);  // bad --method/--set fail before loading
   std::vector<MeasuredRecord> records;
   for (const std::string& path : f.results) {

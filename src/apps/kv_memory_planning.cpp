@@ -1,4 +1,5 @@
 #include "apps/kv_memory_planning.h"
+#include "apps/int_flag.h"
 
 #include <CLI/CLI.hpp>
 
@@ -210,20 +211,6 @@ std::pair<double, double> machine_memory_bytes() {
 
 namespace apps {
 
-int64_t parse_planning_int(const std::string& flag, const std::string& text, int64_t min, int64_t max) {
-  int64_t value = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end) {
-    throw base::InvalidArgument(flag + " expects an integer, got '" + text + "'");
-  }
-  if (value < min || value > max) {
-    throw base::InvalidArgument(flag + " must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
-                                text);
-  }
-  return value;
-}
-
 void add_geometry_flags(CLI::App& cmd, GeometryFlags& f) {
   cmd.add_option("--model,-m", f.model, "Model file (GGUF or llama2.c): its layer geometry is used, nothing is run")
       ->type_name("PATH");
@@ -238,10 +225,10 @@ GeometryModel geometry_from_flags(const GeometryFlags& f) {
     const lm::LoadedModel loaded = lm::load(f.model);
     return GeometryModel::of(*loaded.model, std::filesystem::path(f.model).stem().string());
   }
-  const auto layers = static_cast<int>(parse_planning_int("--layers", f.layers, 1, 4096));
-  const auto heads = static_cast<int>(parse_planning_int("--heads", f.heads, 1, 4096));
-  const auto kv_heads = static_cast<int>(parse_planning_int("--kv-heads", f.kv_heads, 1, 4096));
-  const auto head_dim = static_cast<int>(parse_planning_int("--head-dim", f.head_dim, 1, 4096));
+  const auto layers = static_cast<int>(parse_int_flag("--layers", f.layers, 1, 4096));
+  const auto heads = static_cast<int>(parse_int_flag("--heads", f.heads, 1, 4096));
+  const auto kv_heads = static_cast<int>(parse_int_flag("--kv-heads", f.kv_heads, 1, 4096));
+  const auto head_dim = static_cast<int>(parse_int_flag("--head-dim", f.head_dim, 1, 4096));
   return GeometryModel("L" + std::to_string(layers) + "-H" + std::to_string(heads) + "-KV" + std::to_string(kv_heads) +
                            "-D" + std::to_string(head_dim),
                        layers, heads, kv_heads, head_dim);

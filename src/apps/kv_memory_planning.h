@@ -104,7 +104,5 @@ struct GeometryFlags {
 void add_geometry_flags(CLI::App& command, GeometryFlags& flags);
 GeometryModel geometry_from_flags(const GeometryFlags& flags);
 
-// Parses an integer flag value in [min, max] (base::InvalidArgument naming flag and text).
-int64_t parse_planning_int(const std::string& flag, const std::string& text, int64_t min, int64_t max);
 
 }  // namespace apps

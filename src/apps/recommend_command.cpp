@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "apps/command_registry.h"
+#include "apps/int_flag.h"
 #include "apps/kv_memory_planning.h"
 #include "base/error.h"
 
@@ -46,7 +47,7 @@ void run_recommend(const RecommendFlags& f) {
   if (std::find(objectives.begin(), objectives.end(), f.objective) == objectives.end()) {
     throw base::InvalidArgument("--objective must be memory, latency, quality or balanced, got '" + f.objective + "'");
   }
-  const double min_top1 = static_cast<double>(parse_planning_int("--min-top1", f.min_top1, 0, 100));
+  const double min_top1 = static_cast<double>(parse_int_flag("--min-top1", f.min_top1, 0, 100));
   std::vector<std::string> paths = f.results;
   if (paths.empty()) {
     for (const char* p : {"docs/results.json", "docs/eviction/results.json"}) {
@@ -63,7 +64,7 @@ void run_recommend(const RecommendFlags& f) {
   nlohmann::json out = {{"schema_version", 1}, {"objective", f.objective}};
   if (records.empty()) {
     AutoConfigInput in;
-    in.seq_len = parse_planning_int("--seq-len", f.seq_len, 1, int64_t{1} << 24);
+    in.seq_len = parse_int_flag("--seq-len", f.seq_len, 1, int64_t{1} << 24);
     const auto [total, used] = machine_memory_bytes();
     in.memory_total_bytes = total;
     in.memory_used_bytes = used;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "apps/command_registry.h"
+#include "apps/int_flag.h"
 #include "apps/kv_method_flags.h"
 #include "apps/serve/generation_engine.h"
 #include "apps/serve/openai_server.h"
@@ -44,20 +45,6 @@ struct ServeFlags {
   KvMethodFlags kv;
 };
 
-int64_t parse_int(const std::string& flag, const std::string& text, int64_t min, int64_t max) {
-  int64_t value = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end) {
-    throw base::InvalidArgument(flag + " expects an integer, got '" + text + "'");
-  }
-  if (value < min || value > max) {
-    throw base::InvalidArgument(flag + " must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
-                                text);
-  }
-  return value;
-}
-
 bool is_loopback(const std::string& host) {
   return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
@@ -66,24 +53,24 @@ void run_serve(const ServeFlags& f) {
   // 1. Every flag before the model is read.
   if (f.model.empty()) throw base::InvalidArgument("--model is required (a GGUF or llama2.c file)");
   serve::ServeOptions options;
-  options.parallel = static_cast<int>(parse_int("--parallel", f.parallel, 1, 256));
-  options.max_queue = static_cast<std::size_t>(parse_int("--max-queue", f.max_queue, 0, 1 << 20));
-  options.prompt_cache_entries = static_cast<std::size_t>(parse_int("--prompt-cache-entries", f.prompt_cache_entries, 0, 1 << 20));
-  options.prompt_cache_bytes = static_cast<std::size_t>(parse_int("--prompt-cache-mib", f.prompt_cache_mib, 0, 1 << 20)) << 20;
-  options.prefill_step = static_cast<int>(parse_int("--prefill-step", f.prefill_step, 1, 1 << 20));
+  options.parallel = static_cast<int>(parse_int_flag("--parallel", f.parallel, 1, 256));
+  options.max_queue = static_cast<std::size_t>(parse_int_flag("--max-queue", f.max_queue, 0, 1 << 20));
+  options.prompt_cache_entries = static_cast<std::size_t>(parse_int_flag("--prompt-cache-entries", f.prompt_cache_entries, 0, 1 << 20));
+  options.prompt_cache_bytes = static_cast<std::size_t>(parse_int_flag("--prompt-cache-mib", f.prompt_cache_mib, 0, 1 << 20)) << 20;
+  options.prefill_step = static_cast<int>(parse_int_flag("--prefill-step", f.prefill_step, 1, 1 << 20));
   serve::HttpOptions http;
   http.host = f.host;
-  http.port = static_cast<int>(parse_int("--port", f.port, 0, 65535));
+  http.port = static_cast<int>(parse_int_flag("--port", f.port, 0, 65535));
   http.api_key = f.api_key;
-  http.max_body_bytes = static_cast<std::size_t>(parse_int("--max-body-mib", f.max_body_mib, 1, 1024)) << 20;
-  http.read_timeout_s = static_cast<int>(parse_int("--read-timeout", f.read_timeout, 1, 3600));
+  http.max_body_bytes = static_cast<std::size_t>(parse_int_flag("--max-body-mib", f.max_body_mib, 1, 1024)) << 20;
+  http.read_timeout_s = static_cast<int>(parse_int_flag("--read-timeout", f.read_timeout, 1, 3600));
   http.model_id = f.alias.empty() ? std::filesystem::path(f.model).stem().string() : f.alias;
 
   lm::LoadOptions load_options;
   load_options.kv_type = lm::parse_kv_cache_type(f.kv_dtype);
-  load_options.threads = static_cast<int>(parse_int("--threads", f.threads, 0, 4096));
+  load_options.threads = static_cast<int>(parse_int_flag("--threads", f.threads, 0, 4096));
   if (!f.ctx.empty()) {
-    options.context_length = parse_int("--ctx", f.ctx, 1, int64_t{1} << 40);
+    options.context_length = parse_int_flag("--ctx", f.ctx, 1, int64_t{1} << 40);
     load_options.context_length = options.context_length;
   }
   if (!f.tokenizer.empty()) load_options.tokenizer_path = f.tokenizer;
