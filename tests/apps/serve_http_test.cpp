@@ -355,7 +355,14 @@ TEST(ServeHttp, ClientDisconnectFreesTheSlot) {
     ASSERT_GT(n, 0);
     got.append(buffer, static_cast<std::size_t>(n));
   }
-  ASSERT_EQ(metric_value(http_request(port, "GET", "/metrics").body, "veloxquant_slot_busy{slot=\"0\"}"), 1);
+  // The slot shows busy while its answer streams (polled: on a loaded machine the gauge can be
+  // read before the worker has published it).
+  double busy = 0;
+  for (int i = 0; i < 100 && busy != 1; ++i) {
+    busy = metric_value(http_request(port, "GET", "/metrics").body, "veloxquant_slot_busy{slot=\"0\"}");
+    if (busy != 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(busy, 1);
   ::close(fd);
   // The slot frees at the next token the server fails to write. No wall-clock bound: on a loaded
   // machine a token can take long (60 s only stops a hang); the "cancelled" count below tells a
