@@ -13,14 +13,10 @@ namespace veloxquant::eviction {
 
 namespace {
 
-// Rows [j0, j1) decoded to f32 [j1 - j0, dim]: a plain widening when the codec keeps the
-// dtype, else the codec's own decode row by row.
-void decode_tile(const RowCodec& codec, lm::DType dtype, const std::byte* first_row, int64_t row_bytes, int64_t j0,
-                 int64_t j1, int64_t dim, float* out) {
-  if (codec.exact()) {
-    attention::widen_rows(first_row, dtype, row_bytes, j0, j1, dim, out);
-    return;
-  }
+// Rows [j0, j1) of a coded (not exact) codec decoded to f32 [j1 - j0, dim], row by row. Exact
+// (dtype) rows never come here: the dtype kernels read them in place (plain_head below).
+void decode_tile(const RowCodec& codec, const std::byte* first_row, int64_t row_bytes, int64_t j0, int64_t j1,
+                 int64_t dim, float* out) {
   for (int64_t j = j0; j < j1; ++j, out += dim) codec.decode(first_row + j * row_bytes, out);
 }
 
@@ -50,8 +46,8 @@ void EvictionRowSource::prepare_query(const float* query, float* prepared) const
 void EvictionRowSource::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
                                    int64_t n_queries, float* scores, int64_t ld, attention::TileScratch& scratch) const {
   const int64_t d = key_dim(), n = j1 - j0;
-  float* tile = scratch.f32(static_cast<std::size_t>(n * d));
   if (rvq_order_) {
+    float* tile = scratch.f32(static_cast<std::size_t>(n * d));
     // [stage1 | stage2 | bf16 norm] rows: centroid sums in the rotated basis, scaled by the norm.
     const quant::TurboQuantRvq& q = *rows_.key_codec().rvq_quantizer();
     const int64_t stream = static_cast<int64_t>(q.stream_bytes()), row_bytes = rows_.key_row_bytes();
@@ -72,7 +68,8 @@ void EvictionRowSource::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
                                 prepared, n_queries, scores, ld, scratch);
     return;
   }
-  decode_tile(rows_.key_codec(), rows_.dtype(), rows_.key_rows(b, h), rows_.key_row_bytes(), j0, j1, d, tile);
+  float* tile = scratch.f32(static_cast<std::size_t>(n * d));
+  decode_tile(rows_.key_codec(), rows_.key_rows(b, h), rows_.key_row_bytes(), j0, j1, d, tile);
   attention::kernels::score_rows(prepared, d, n_queries, tile, d, n, d, scores, ld);
 }
 
@@ -86,7 +83,7 @@ void EvictionRowSource::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_
     return;
   }
   float* tile = scratch.f32(static_cast<std::size_t>(n * d));
-  decode_tile(rows_.value_codec(), rows_.dtype(), rows_.value_rows(b, h), rows_.value_row_bytes(), j0, j1, d, tile);
+  decode_tile(rows_.value_codec(), rows_.value_rows(b, h), rows_.value_row_bytes(), j0, j1, d, tile);
   attention::kernels::accumulate_rows(weights, ld, n_queries, tile, d, n, d, acc, d);
 }
 
