@@ -23,6 +23,9 @@ struct DenseLevelRows {
   int bits = 0;                       // 1..8
   int64_t block = 32;                 // coordinates per scale
   const float* levels = nullptr;      // 2^bits levels
+  // Optional: the same levels as f16 bits, when every level is an exact f16 value (the decoder
+  // then keeps them in byte-shuffle tables without checking each call).
+  const uint16_t* levels_f16 = nullptr;
   const float* offset = nullptr;      // optional: added to every row (a per-channel mean), dim floats
 };
 

@@ -12,7 +12,22 @@
 #include "veloxquant/errors.h"
 
 namespace veloxquant::quant {
+
+struct BlockLevelTable {
+  std::vector<float> levels, boundaries;
+  std::vector<uint16_t> levels_f16;  // the same levels as f16 bits (they are exact halves)
+  // A uniform grid over the boundaries for nearest(): bucket i starts at
+  // lo + i / inv_width, and start[i] counts the boundaries below bucket i - 1's start, so a
+  // search from it never starts past the answer even when the bucket index rounds one up.
+  float lo = 0.0f, inv_width = 0.0f;
+  std::vector<uint8_t> start;
+};
+
 namespace {
+
+// Buckets per level: enough that a search from the bucket's start crosses a boundary or two.
+constexpr int kBucketsPerLevel = 4;
+
 
 void check_bits(int bits) {
   if (bits < 1 || bits > 8) {
@@ -20,9 +35,18 @@ void check_bits(int bits) {
   }
 }
 
-struct LevelTable {
-  std::vector<float> levels, boundaries;
-};
+void build_buckets(BlockLevelTable& t) {
+  const std::vector<float>& b = t.boundaries;
+  const std::size_t n_buckets = kBucketsPerLevel * t.levels.size();
+  t.lo = b.front();
+  const float width = (b.back() - b.front()) / static_cast<float>(n_buckets);
+  t.inv_width = width > 0.0f ? 1.0f / width : 0.0f;
+  t.start.assign(n_buckets, 0);
+  for (std::size_t i = 0; i < n_buckets; ++i) {
+    const float edge = t.lo + static_cast<float>(i == 0 ? 0 : i - 1) * width;
+    t.start[i] = static_cast<uint8_t>(std::lower_bound(b.begin(), b.end(), edge) - b.begin());
+  }
+}
 
 // Lloyd-Max levels of the coordinates of a block of `block` standard normal values divided
 // by the block's largest magnitude (the density the codes actually see once a block is scaled
@@ -36,7 +60,7 @@ struct LevelTable {
 // (0.00150 vs 0.00164) and 10x better at b = 8 (0.000027 vs 0.00027), where the Gaussian levels
 // waste most of their range; llama.cpp's uniform q*_0 grid gives 0.0303 / 0.00735 / 0.00182 /
 // 0.000030 at b = 3 / 4 / 5 / 8.
-LevelTable solve_block_levels(int bits, int block_size) {
+BlockLevelTable solve_block_levels(int bits, int block_size) {
   const int blocks = (1 << 20) / block_size;
   constexpr uint64_t kSeed = 0x5eedb10cULL;
   core::Rng rng(kSeed);
@@ -75,7 +99,7 @@ LevelTable solve_block_levels(int bits, int block_size) {
     }
     if (largest_move < 1e-9) break;
   }
-  LevelTable t;
+  BlockLevelTable t;
   for (int k = half - 1; k >= 0; --k) t.levels.push_back(static_cast<float>(-c[static_cast<std::size_t>(k)]));
   for (int k = 0; k < half; ++k) t.levels.push_back(static_cast<float>(c[static_cast<std::size_t>(k)]));
   return t;
@@ -93,17 +117,32 @@ int block_index(int block_size) {
   }
 }
 
-const LevelTable& level_table(int bits, int block_size) {
+const BlockLevelTable& level_table(int bits, int block_size) {
   check_bits(bits);
   const std::size_t slot = static_cast<std::size_t>(bits) * 4 + static_cast<std::size_t>(block_index(block_size));
-  static std::array<LevelTable, 9 * 4> tables;
+  static std::array<BlockLevelTable, 9 * 4> tables;
   static std::array<std::once_flag, 9 * 4> once;
   std::call_once(once[slot], [bits, block_size, slot] {
-    LevelTable& t = tables[slot];
+    BlockLevelTable& t = tables[slot];
     t = solve_block_levels(bits, block_size);
+    // Levels are kept as f16 values (a change of at most 2^-12 relative, far below the code's
+    // own error), so the tile decoder can hold them in byte-shuffle tables of halves and decode
+    // exactly what the scalar reference decodes (attention/dense_level_rows.cpp). Rounding is
+    // symmetric, so the levels stay symmetric; they stay strictly ascending (checked).
+    for (float& level : t.levels) {
+      t.levels_f16.push_back(base::f32_to_f16(level));
+      level = base::f16_to_f32(t.levels_f16.back());
+    }
+    for (std::size_t k = 0; k + 1 < t.levels.size(); ++k) {
+      if (!(t.levels[k] < t.levels[k + 1])) {
+        throw QuantizerConfigError("turboquant_block: levels for " + std::to_string(bits) +
+                                   " bits collide once rounded to f16");
+      }
+    }
     t.boundaries.resize(t.levels.size() - 1);
     // Nearest-level boundaries: the midpoints (Lloyd's condition).
     for (std::size_t k = 0; k + 1 < t.levels.size(); ++k) t.boundaries[k] = 0.5f * (t.levels[k] + t.levels[k + 1]);
+    build_buckets(t);
   });
   return tables[slot];
 }
@@ -120,9 +159,10 @@ constexpr float kMaxScale = 65504.0f;
 const std::vector<float>& block_levels(int bits, int block_size) { return level_table(bits, block_size).levels; }
 
 BlockLloydQuantizer::BlockLloydQuantizer(int bits, int block_size) : bits_(bits), block_(block_size) {
-  const LevelTable& t = level_table(bits, block_size);
+  const BlockLevelTable& t = level_table(bits, block_size);
   levels_ = &t.levels;
   boundaries_ = &t.boundaries;
+  table_ = &t;
 }
 
 std::size_t BlockLloydQuantizer::code_bytes(int dim) const {
@@ -130,9 +170,19 @@ std::size_t BlockLloydQuantizer::code_bytes(int dim) const {
 }
 
 uint8_t BlockLloydQuantizer::nearest(float v) const {
-  // Number of boundaries strictly below v.
-  const auto it = std::lower_bound(boundaries_->begin(), boundaries_->end(), v);
-  return static_cast<uint8_t>(it - boundaries_->begin());
+  // Number of boundaries strictly below v. The encoder asks this 15 times per coordinate (the
+  // clip grid), so it starts from a bucket of a uniform grid instead of a binary search; the
+  // answer is the same (nearest_by_search in the tests).
+  const std::vector<float>& b = *boundaries_;
+  const std::size_t n = b.size();
+  if (!(v > b[0])) return 0;  // also NaN, which no boundary is below
+  if (v > b[n - 1]) return static_cast<uint8_t>(n);
+  const BlockLevelTable& t = *table_;
+  const float at = (v - t.lo) * t.inv_width;
+  const std::size_t bucket = std::min(static_cast<std::size_t>(at), t.start.size() - 1);
+  std::size_t k = t.start[bucket];
+  while (b[k] < v) ++k;  // stops at the last boundary at the latest: v <= b[n - 1]
+  return static_cast<uint8_t>(k);
 }
 
 double BlockLloydQuantizer::quantize_with_scale(const float* x, int n, float s, uint8_t* codes) const {
@@ -224,6 +274,7 @@ void BlockLloydQuantizer::decode_rows(const uint8_t* packed, int64_t code_stride
   rows.bits = bits_;
   rows.block = block_;
   rows.levels = levels_->data();
+  rows.levels_f16 = table_->levels_f16.data();
   rows.offset = offset;
   attention::kernels::decode_dense_level_rows(rows, out);
 }

@@ -29,6 +29,8 @@
 
 namespace veloxquant::quant {
 
+struct BlockLevelTable;  // block_lloyd_quant.cpp: the solved levels of one (bits, block)
+
 class BlockLloydQuantizer {
  public:
   static constexpr int kBlockSize = 32;   // the default block (llama.cpp's block size)
@@ -71,6 +73,7 @@ class BlockLloydQuantizer {
   int block_;
   const std::vector<float>* levels_;
   const std::vector<float>* boundaries_;
+  const BlockLevelTable* table_;  // levels, boundaries and nearest()'s bucket grid
 };
 
 // The levels for `bits` and `block_size` (solved once per process on a fixed seeded sample,

@@ -108,5 +108,49 @@ TEST(DenseLevelRows, SimdMatchesScalarForEveryWidthStrideAndTail) {
   }
 }
 
+TEST(DenseLevelRows, F16TablePathMatchesScalarForEveryWidthBlockAndTail) {
+  // Levels that are exact f16 values (as turboquant_block's are) take the byte-shuffle path for
+  // 1..6 bits when dim and block are whole passes of 16 codes; the rest falls back. Every case
+  // must equal the scalar reference within one FMA rounding, including the last row of a tile
+  // whose 16-byte pass load would cross the tile's end (the padded copy).
+  for (int bits = 1; bits <= 8; ++bits) {
+    auto levels = test_support::normal_values(std::size_t{1} << bits, 50 + bits);
+    for (float& l : levels) l = base::f16_to_f32(base::f32_to_f16(l));
+    for (int64_t dim : {16, 48, 64, 128, 40}) {
+      for (int64_t block : {16, 32, 64, 24}) {
+        for (int64_t rows : {1, 2, 5, 64}) {
+          for (bool with_offset : {false, true}) {
+            const int64_t row_bytes = (dim * bits + 7) / 8;
+            const int64_t blocks = (dim + block - 1) / block;
+            for (int64_t gap : {0, 5}) {
+              const Tile t = make_tile(rows, dim, bits, block, row_bytes + gap, blocks + gap);
+              const auto offset = test_support::normal_values(static_cast<std::size_t>(dim), 19);
+              DenseLevelRows r;
+              r.codes = t.codes.data();
+              r.code_stride = row_bytes + gap;
+              r.scales = t.scales.data();
+              r.scale_stride = blocks + gap;
+              r.n_rows = rows;
+              r.dim = dim;
+              r.bits = bits;
+              r.block = block;
+              r.levels = levels.data();
+              r.offset = with_offset ? offset.data() : nullptr;
+              std::vector<float> out(static_cast<std::size_t>(rows * dim)), ref(out.size());
+              decode_dense_level_rows(r, out.data());
+              scalar::decode_dense_level_rows(r, ref.data());
+              for (std::size_t i = 0; i < out.size(); ++i) {
+                ASSERT_NEAR(out[i], ref[i], 1e-6f * (1.0f + std::fabs(ref[i])))
+                    << "bits " << bits << " dim " << dim << " block " << block << " rows " << rows << " gap " << gap
+                    << " i " << i;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace veloxquant::attention::kernels

@@ -68,6 +68,48 @@ TEST(BlockLloydQuant, LevelsSatisfyLloydsConditionsOnBlockNormalizedGaussians) {
   EXPECT_NEAR(BlockLloydQuantizer(1).levels()[1], mean_abs / static_cast<double>(y.size()), 3e-3);
 }
 
+TEST(BlockLloydQuant, LevelsAreExactHalvesStrictlyAscendingAndSymmetric) {
+  // The tile decoder keeps the levels in tables of f16 (attention/dense_level_rows.cpp); it
+  // decodes exactly what the scalar path does only if every level is an f16 value.
+  for (int block : {32, 64, 128, 256}) {
+    for (int bits = 1; bits <= 8; ++bits) {
+      const BlockLloydQuantizer q(bits, block);
+      const std::vector<float>& lv = q.levels();
+      for (std::size_t i = 0; i < lv.size(); ++i) {
+        EXPECT_EQ(base::f16_to_f32(base::f32_to_f16(lv[i])), lv[i]) << "bits " << bits << " block " << block;
+        EXPECT_EQ(lv[i], -lv[lv.size() - 1 - i]);
+        if (i > 0) {
+          EXPECT_LT(lv[i - 1], lv[i]);
+        }
+      }
+    }
+  }
+}
+
+TEST(BlockLloydQuant, NearestEqualsABinarySearchOverTheBoundaries) {
+  // nearest() starts from a bucket of a uniform grid; the answer must be the number of
+  // boundaries strictly below v, exactly as std::lower_bound gives it, everywhere: on the
+  // boundaries themselves, one ulp either side of them, far outside, and for NaN (code 0).
+  for (int block : {32, 256}) {
+    for (int bits = 1; bits <= 8; ++bits) {
+      const BlockLloydQuantizer q(bits, block);
+      const std::vector<float>& b = q.boundaries();
+      auto by_search = [&](float v) {
+        return static_cast<int>(std::lower_bound(b.begin(), b.end(), v) - b.begin());
+      };
+      std::vector<float> probes = {0.0f, -0.0f, 1.0f, -1.0f, 3.5f, -3.5f, 1e30f, -1e30f, INFINITY, -INFINITY};
+      for (float x : b) {
+        probes.push_back(x);
+        probes.push_back(std::nextafter(x, INFINITY));
+        probes.push_back(std::nextafter(x, -INFINITY));
+      }
+      for (int i = -30000; i <= 30000; ++i) probes.push_back(static_cast<float>(i) * 4e-5f);
+      for (float v : probes) ASSERT_EQ(q.nearest(v), by_search(v)) << "bits " << bits << " v " << v;
+      EXPECT_EQ(q.nearest(NAN), 0);
+    }
+  }
+}
+
 TEST(BlockLloydQuant, ExactByteCounts) {
   // b bits per element + one f16 per 32: (b + 0.5) bits per element.
   EXPECT_EQ(BlockLloydQuantizer(8).row_bytes(64), 64u + 4u);  // llama.cpp q8_0: 2 x 34 bytes
