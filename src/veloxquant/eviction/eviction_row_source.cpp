@@ -13,11 +13,11 @@ namespace veloxquant::eviction {
 
 namespace {
 
-// Rows [j0, j1) of a coded (not exact) codec decoded to f32 [j1 - j0, dim], row by row. Exact
+// Rows [j0, j1) of a coded (not exact) codec decoded to f32 [j1 - j0, dim] in one call. Exact
 // (dtype) rows never come here: the dtype kernels read them in place (plain_head below).
 void decode_tile(const RowCodec& codec, const std::byte* first_row, int64_t row_bytes, int64_t j0, int64_t j1,
                  int64_t dim, float* out) {
-  for (int64_t j = j0; j < j1; ++j, out += dim) codec.decode(first_row + j * row_bytes, out);
+  codec.decode_rows(first_row + j0 * row_bytes, row_bytes, j1 - j0, static_cast<int>(dim), out);
 }
 
 // A head's rows of an exact (dtype) codec as the plain rows the dtype kernels read in place.

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "veloxquant/attention/affine_word_rows.h"
 #include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/rows/group_affine_codes.h"
 #include "veloxquant/core/bit_packing.h"
@@ -73,6 +74,17 @@ class GroupAffineCodec final : public RowCodec {
     std::memcpy(params.data(), row + words_ * sizeof(uint32_t), groups_ * sizeof(GroupParams16));
     decode_token_row(words.data(), params.data(), dim_, group_, bits_, x);
   }
+  void decode_rows(const std::byte* first_row, int64_t row_bytes, int64_t n_rows, int dim, float* out) const override {
+    attention::kernels::AffineWordRows rows;
+    rows.first_row = first_row;
+    rows.row_bytes = row_bytes;
+    rows.params_offset = static_cast<int64_t>(words_ * sizeof(uint32_t));
+    rows.n_rows = n_rows;
+    rows.dim = dim;
+    rows.bits = bits_;
+    rows.group = group_;
+    attention::kernels::decode_affine_word_rows(rows, out);
+  }
   bool exact() const override { return false; }
 
  private:
@@ -81,6 +93,10 @@ class GroupAffineCodec final : public RowCodec {
 };
 
 }  // namespace
+
+void RowCodec::decode_rows(const std::byte* first_row, int64_t row_bytes, int64_t n_rows, int dim, float* out) const {
+  for (int64_t j = 0; j < n_rows; ++j) decode(first_row + j * row_bytes, out + j * dim);
+}
 
 std::shared_ptr<const RowCodec> make_dtype_codec(int dim, lm::DType dtype) {
   return std::make_shared<DtypeCodec>(dim, dtype);

@@ -30,6 +30,9 @@ class RowCodec {
   // x: `dim` floats -> row_bytes() bytes at `row` (no alignment assumed).
   virtual void encode(const float* x, std::byte* row) const = 0;
   virtual void decode(const std::byte* row, float* x) const = 0;
+  // n_rows rows `row_bytes` apart (row_bytes() or more) into out[n_rows * dim]: the attention
+  // driver's tile. Default: decode() row by row; codecs with a tile kernel override it.
+  virtual void decode_rows(const std::byte* first_row, int64_t row_bytes, int64_t n_rows, int dim, float* out) const;
   // True when decode(encode(x)) == x for every x the host can feed in the codec's dtype.
   virtual bool exact() const = 0;
   // The turboquant_rvq quantizer whose code [stage1 | stage2 | bf16 norm] the rows hold, for

@@ -1,0 +1,122 @@
+// Highway kernels for affine_word_rows.h, compiled once per target and dispatched at run time.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "veloxquant/attention/affine_word_rows.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <cstring>
+
+#include "base/half.h"
+#include "veloxquant/attention/affine_word_rows.h"
+
+#if HWY_ONCE
+namespace veloxquant::attention::kernels {
+namespace {
+
+uint16_t read_u16(const std::byte* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+uint32_t read_u32(const std::byte* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+namespace scalar {
+
+void decode_affine_word_rows(const AffineWordRows& r, float* out) {
+  const uint32_t mask = (1u << r.bits) - 1u;
+  const int64_t per_word = 32 / r.bits;  // codes never straddle words; the top bits stay unused
+  for (int64_t j = 0; j < r.n_rows; ++j) {
+    const std::byte* row = r.first_row + j * r.row_bytes;
+    for (int64_t e = 0; e < r.dim; ++e) {
+      const uint32_t word = read_u32(row + (e / per_word) * 4);
+      const uint32_t code = (word >> (r.bits * (e % per_word))) & mask;
+      const std::byte* params = row + r.params_offset + (e / r.group) * 4;
+      const float scale = base::f16_to_f32(read_u16(params));
+      const float min = base::f16_to_f32(read_u16(params + 2));
+      out[j * r.dim + e] = static_cast<float>(code) * scale + min;
+    }
+  }
+}
+
+}  // namespace scalar
+}  // namespace veloxquant::attention::kernels
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace veloxquant::attention::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// B-bit codes (B in {2, 4}), 8 lanes: 32 / B codes per word, 8 per vector.
+template <int B, class DF>
+void decode_words(DF df, const AffineWordRows& r, float* out) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  constexpr int kPerWord = 32 / B;
+  HWY_ALIGN uint32_t shift_bits[kPerWord];
+  for (int k = 0; k < kPerWord; ++k) shift_bits[k] = static_cast<uint32_t>(k * B);
+  const auto shifts_lo = hn::Load(du, shift_bits);
+  const auto shifts_hi = hn::Load(du, shift_bits + (kPerWord > 8 ? 8 : 0));
+  const auto mask = hn::Set(du, (1u << B) - 1u);
+  const int64_t dim = r.dim, group = r.group;
+  // One (scale, min) f16 pair to f32 with the hardware conversion (two lanes of a half vector).
+  const hn::CappedTag<float, 2> d2;
+  const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
+  HWY_ALIGN float pair[hn::MaxLanes(d2)];
+  for (int64_t j = 0; j < r.n_rows; ++j) {
+    const std::byte* row = r.first_row + j * r.row_bytes;
+    const std::byte* params = row + r.params_offset;
+    float* dst = out + j * dim;
+    for (int64_t g0 = 0; g0 < dim; g0 += group) {
+      hn::Store(hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(params + (g0 / group) * 4))),
+                d2, pair);
+      const auto scale = hn::Set(df, pair[0]);
+      const auto min = hn::Set(df, pair[1]);
+      // The group's codes: (group / 8) vectors of 8, from words that start at code g0.
+      const std::byte* word_ptr = row + (g0 / kPerWord) * 4;
+      float* out_ptr = dst + g0;
+      const int64_t vectors = (g0 + group < dim ? group : dim - g0) / 8;
+      for (int64_t v = 0; v < vectors; ++v, out_ptr += 8) {
+        uint32_t word;
+        std::memcpy(&word, word_ptr, sizeof word);
+        // 2-bit codes: the word's first 8 codes, then (next vector) its last 8.
+        const bool upper = kPerWord > 8 && (v & 1) != 0;
+        const auto codes = hn::And(hn::Shr(hn::Set(du, word), upper ? shifts_hi : shifts_lo), mask);
+        hn::StoreU(hn::MulAdd(hn::ConvertTo(df, hn::BitCast(di, codes)), scale, min), df, out_ptr);
+        if (kPerWord == 8 || upper) word_ptr += 4;
+      }
+    }
+  }
+}
+
+void DecodeAffineWordRowsImpl(const AffineWordRows& r, float* out) {
+  const hn::CappedTag<float, 8> df;
+  if constexpr (hn::MaxLanes(decltype(df)()) == 8) {
+    if (hn::Lanes(df) == 8 && r.dim % 8 == 0 && r.group % 8 == 0 && r.n_rows > 0) {
+      if (r.bits == 4) return decode_words<4>(df, r, out);
+      // 2-bit groups must start on a word (16 codes) for the lower/upper alternation.
+      if (r.bits == 2 && r.group % 16 == 0) return decode_words<2>(df, r, out);
+    }
+  }
+  scalar::decode_affine_word_rows(r, out);
+}
+
+}  // namespace veloxquant::attention::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace veloxquant::attention::kernels {
+HWY_EXPORT(DecodeAffineWordRowsImpl);
+
+void decode_affine_word_rows(const AffineWordRows& rows, float* out) {
+  HWY_DYNAMIC_DISPATCH(DecodeAffineWordRowsImpl)(rows, out);
+}
+
+}  // namespace veloxquant::attention::kernels
+#endif
