@@ -169,15 +169,16 @@ std::size_t BlockLloydQuantizer::code_bytes(int dim) const {
   return core::dense_bytes(static_cast<std::size_t>(dim), bits_);
 }
 
-uint8_t BlockLloydQuantizer::nearest(float v) const {
-  // Number of boundaries strictly below v. The encoder asks this 15 times per coordinate (the
-  // clip grid), so it starts from a bucket of a uniform grid instead of a binary search; the
-  // answer is the same (nearest_by_search in the tests).
-  const std::vector<float>& b = *boundaries_;
-  const std::size_t n = b.size();
+namespace {
+
+// Number of boundaries strictly below v. The encoder asks this 15 times per coordinate (the clip
+// grid), so it starts from a bucket of a uniform grid instead of a binary search; the answer is
+// the same (the tests compare it with std::lower_bound). Inlined into the encode loop.
+inline uint8_t nearest_level(const BlockLevelTable& t, float v) {
+  const float* b = t.boundaries.data();
+  const std::size_t n = t.boundaries.size();
   if (!(v > b[0])) return 0;  // also NaN, which no boundary is below
   if (v > b[n - 1]) return static_cast<uint8_t>(n);
-  const BlockLevelTable& t = *table_;
   const float at = (v - t.lo) * t.inv_width;
   const std::size_t bucket = std::min(static_cast<std::size_t>(at), t.start.size() - 1);
   std::size_t k = t.start[bucket];
@@ -185,12 +186,16 @@ uint8_t BlockLloydQuantizer::nearest(float v) const {
   return static_cast<uint8_t>(k);
 }
 
+}  // namespace
+
+uint8_t BlockLloydQuantizer::nearest(float v) const { return nearest_level(*table_, v); }
+
 double BlockLloydQuantizer::quantize_with_scale(const float* x, int n, float s, uint8_t* codes) const {
   const std::vector<float>& lv = *levels_;
   const float inv = 1.0f / s;
   double err = 0.0;
   for (int i = 0; i < n; ++i) {
-    const uint8_t c = nearest(x[i] * inv);
+    const uint8_t c = nearest_level(*table_, x[i] * inv);
     codes[i] = c;
     const double e = static_cast<double>(x[i]) - static_cast<double>(s) * lv[c];
     err += e * e;
