@@ -23,6 +23,7 @@
 #include "veloxquant/builder/kv_cache_builder.h"
 #include "veloxquant/config/config_validation.h"
 #include "veloxquant/config/field_spec.h"
+#include "veloxquant/config/per_layer_lists.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/eval/bench_report.h"
 #include "veloxquant/eval/eval_runner.h"
@@ -117,7 +118,7 @@ std::vector<Setting> plan_settings(const BenchFlags& f, std::vector<ev::SkippedS
       veloxquant::apply_field_assignment(s.config, set);
       s.settings += "," + set;
     }
-    veloxquant::validate_for_create(s.config);
+    veloxquant::validate_per_layer_config(s.config);
     preset_settings.push_back(std::move(s));
   }
   if ((!preset_settings.empty() || !f.kv_dtypes.empty()) && f.methods.empty()) return preset_settings;
@@ -165,7 +166,7 @@ std::vector<Setting> plan_settings(const BenchFlags& f, std::vector<ev::SkippedS
           veloxquant::apply_field_assignment(s.config, set);
           s.settings += (s.settings.empty() ? "" : ",") + set;
         }
-        if (!s.config.bit_width_inlier.is_list()) veloxquant::validate_for_create(s.config);
+        veloxquant::validate_per_layer_config(s.config);
         settings.push_back(std::move(s));
       } catch (const std::exception& e) {
         skipped.push_back({name, bits, e.what()});

@@ -18,6 +18,7 @@
 #include "veloxquant/builder/kv_cache_builder.h"
 #include "veloxquant/config/config_validation.h"
 #include "veloxquant/config/field_spec.h"
+#include "veloxquant/config/per_layer_lists.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/eval/needle.h"
 #include "veloxquant/eval/needle_report.h"
@@ -96,7 +97,7 @@ veloxquant::KVCacheConfig method_config(const NeedleFlags& f, const std::string&
       std::fprintf(stderr, "warning: %s\n", warning->c_str());
     }
   }
-  if (!config.bit_width_inlier.is_list()) veloxquant::validate_for_create(config);
+  veloxquant::validate_per_layer_config(config);  // list lengths are checked by for_model
   return config;
 }
 

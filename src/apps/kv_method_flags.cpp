@@ -6,6 +6,7 @@
 
 #include "veloxquant/config/config_validation.h"
 #include "veloxquant/config/field_spec.h"
+#include "veloxquant/config/per_layer_lists.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/integration/patch_model.h"
 #include "veloxquant/integration/prompt_cache_types.h"
@@ -62,7 +63,7 @@ std::optional<veloxquant::KVCacheConfig> kv_config_from_flags(const KvMethodFlag
         std::fprintf(stderr, "warning: %s\n", warning->c_str());
       }
     }
-    veloxquant::validate_for_create(config);
+    veloxquant::validate_per_layer_config(config);
     return config;
   }
   if (flags.method == "none") {
@@ -88,18 +89,9 @@ std::optional<veloxquant::KVCacheConfig> kv_config_from_flags(const KvMethodFlag
       std::fprintf(stderr, "warning: %s\n", warning->c_str());
     }
   }
-  // Everything but the per-layer facts (head_dim, list length) can be checked now: validate a
-  // copy with a scalar bit width; for_model checks the rest when the model is there.
-  veloxquant::KVCacheConfig probe = config;
-  if (probe.bit_width_inlier.is_list()) {
-    const std::vector<int> per_layer = probe.bit_width_inlier.list();  // copy: the loop reassigns it
-    for (int b : per_layer) {
-      probe.bit_width_inlier = b;
-      veloxquant::validate_for_create(probe);
-    }
-  } else {
-    veloxquant::validate_for_create(probe);
-  }
+  // Everything but the per-layer facts (head_dim, list length against the model) can be checked
+  // now: every layer of the per-layer lists; for_model checks the rest when the model is there.
+  veloxquant::validate_per_layer_config(config);
   return config;
 }
 

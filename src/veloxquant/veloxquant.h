@@ -19,6 +19,7 @@
 #include "veloxquant/config/field_spec.h"
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/config/method_options.h"
+#include "veloxquant/config/per_layer_lists.h"
 #include "veloxquant/cross_layer/minicache_cache.h"
 #include "veloxquant/cross_layer/xquant_cache.h"
 #include "veloxquant/errors.h"

@@ -4,6 +4,7 @@
 // seed + raw layer index, and the hook builds a fresh list per call.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <set>
 
@@ -208,6 +209,106 @@ TEST(Builder, FluentSettersAndBuild) {
   const BuiltCache spectral = KVCacheBuilder().with_method("spectral").with_head_dim(16).build();
   EXPECT_TRUE(spectral.is_standalone());
   EXPECT_EQ(spectral.standalone()->method(), "spectral");
+}
+
+}  // namespace
+}  // namespace veloxquant
+
+namespace veloxquant {
+namespace {
+
+// turboquant_block's key_bits / value_bits as per-attention-layer lists (per_layer_lists.h):
+// parsed from --set, resolved by for_model per attention layer, and refused with the option's
+// name when a list has the wrong length, an entry out of range, or is given to a single cache.
+KVCacheConfig block_config() {
+  KVCacheConfig c;
+  c.method = "turboquant_block";
+  c.bit_width_inlier = 3;
+  return c;
+}
+
+std::string config_error(const std::function<void()>& run) {
+  try {
+    run();
+  } catch (const QuantizerConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(PerLayerLists, KeyAndValueBitsResolvePerAttentionLayer) {
+  SpyModel model({attention(), recurrent(), attention(), attention()});
+  KVCacheConfig c = block_config();
+  apply_field_assignment(c, "key_bits=5,3,4");
+  apply_field_assignment(c, "value_bits=[2, 0, 3]");  // 0 follows bit_width_inlier (3)
+  ASSERT_TRUE(c.turboquant_block.key_bits.is_list());
+  const lm::CacheList caches = KVCacheBuilder::for_model(model, c);
+  const std::vector<std::pair<int, int>> want = {{5, 2}, {3, 3}, {4, 3}};
+  std::size_t attention_index = 0;
+  for (std::size_t i = 0; i < caches.size(); ++i) {
+    if (i == 1) {
+      EXPECT_EQ(caches[i]->type_name(), "FullKVCache");
+      continue;
+    }
+    auto block = std::dynamic_pointer_cast<TurboQuantBlockCache>(caches[i]);
+    ASSERT_TRUE(block) << i;
+    EXPECT_EQ(block->key_bits(), want[attention_index].first) << i;
+    EXPECT_EQ(block->value_bits(), want[attention_index].second) << i;
+    ++attention_index;
+  }
+  validate_per_layer_config(c);  // every layer valid without a model
+}
+
+TEST(PerLayerLists, WrongLengthNamesTheOption) {
+  SpyModel model({attention(), attention()});
+  KVCacheConfig c = block_config();
+  c.turboquant_block.key_bits = std::vector<int>{3, 4, 5};
+  const std::string e = config_error([&] { KVCacheBuilder::for_model(model, c); });
+  EXPECT_NE(e.find("key_bits list [3, 4, 5] has 3 entries but the model has 2 attention layers"), std::string::npos)
+      << e;
+  c.turboquant_block.key_bits = std::vector<int>{3, 4};
+  c.turboquant_block.value_bits = std::vector<int>{3};
+  const std::string v = config_error([&] { KVCacheBuilder::for_model(model, c); });
+  EXPECT_NE(v.find("value_bits list [3] has 1 entries but the model has 2"), std::string::npos) << v;
+  // Without a model: lists of different lengths are named together.
+  const std::string both = config_error([&] { validate_per_layer_config(c); });
+  EXPECT_NE(both.find("key_bits has 2 per-layer entries but value_bits has 1"), std::string::npos) << both;
+}
+
+TEST(PerLayerLists, EntriesOutOfRangeNameTheOption) {
+  KVCacheConfig c = block_config();
+  const std::string high = config_error([&] { apply_field_assignment(c, "key_bits=3,9,3"); });
+  EXPECT_NE(high.find("key_bits must lie in [0, 8], got 9"), std::string::npos) << high;
+  const std::string low = config_error([&] { apply_field_assignment(c, "value_bits=3,-1"); });
+  EXPECT_NE(low.find("value_bits must lie in [0, 8], got -1"), std::string::npos) << low;
+  const std::string text = config_error([&] { apply_field_assignment(c, "key_bits=3,x"); });
+  EXPECT_NE(text.find("field 'key_bits' expects an integer, got 'x'"), std::string::npos) << text;
+  // Set directly (bypassing --set parsing): validation still names option and layer.
+  c.turboquant_block.key_bits = std::vector<int>{3, 12};
+  const std::string direct = config_error([&] { validate_per_layer_config(c); });
+  EXPECT_NE(direct.find("key_bits must lie in [0, 8], got 12"), std::string::npos) << direct;
+  EXPECT_NE(direct.find("(attention layer 1)"), std::string::npos) << direct;
+  SpyModel model({attention(), attention()});
+  EXPECT_NE(config_error([&] { KVCacheBuilder::for_model(model, c); }).find("key_bits must lie in [0, 8], got 12"),
+            std::string::npos);
+}
+
+TEST(PerLayerLists, ASingleCacheTakesOneInt) {
+  KVCacheConfig c = block_config();
+  c.head_dim = 64;
+  c.turboquant_block.value_bits = std::vector<int>{3, 4};
+  const std::string e = config_error([&] { KVCacheBuilder(c).build(); });
+  EXPECT_NE(e.find("value_bits [3, 4] is list-form"), std::string::npos) << e;
+}
+
+TEST(PerLayerLists, ListsWithZeroEntriesReadTheBitWidth) {
+  const MethodDescriptor& method = require_method("turboquant_block");
+  KVCacheConfig c = block_config();
+  c.turboquant_block.key_bits = std::vector<int>{3, 4};
+  c.turboquant_block.value_bits = std::vector<int>{3, 3};
+  EXPECT_FALSE(method.reads_bit_width(c));
+  c.turboquant_block.value_bits = std::vector<int>{3, 0};
+  EXPECT_TRUE(method.reads_bit_width(c));
 }
 
 }  // namespace

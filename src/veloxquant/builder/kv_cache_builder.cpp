@@ -7,6 +7,7 @@
 #include "base/logging.h"
 #include "lm/full_kv_cache.h"
 #include "veloxquant/config/config_validation.h"
+#include "veloxquant/config/per_layer_lists.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/integration/prompt_cache_types.h"
 #include "veloxquant/registry/field_assignment.h"
@@ -140,12 +141,7 @@ lm::CacheList KVCacheBuilder::for_model(const lm::Model& model, const KVCacheCon
     head_dims[i] = resolve_head_dim(layers[i], model_config);
     if (head_dims[i] > 0) ++n_attention;
   }
-  if (config.bit_width_inlier.is_list() && config.bit_width_inlier.list().size() != n_attention) {
-    throw QuantizerConfigError("bit_width_inlier list " + config.bit_width_inlier.to_string() + " has " +
-                               std::to_string(config.bit_width_inlier.list().size()) +
-                               " entries but the model has " + std::to_string(n_attention) +
-                               " attention layers (one entry per attention layer)");
-  }
+  check_per_layer_lengths(config, n_attention);
   if (method.capabilities.needs_coordinator && !method.wire_model) {
     throw QuantizerConfigError("method '" + method.name + "' needs a cross-layer coordinator, " +
                                "which this build does not provide");
@@ -156,9 +152,9 @@ lm::CacheList KVCacheBuilder::for_model(const lm::Model& model, const KVCacheCon
   std::size_t attention_index = 0;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     if (head_dims[i] == 0) continue;
-    KVCacheConfig layer_config = config;
+    // Every per-layer list (bit_width_inlier, a method's key_bits ...) takes its entry here.
+    KVCacheConfig layer_config = config_for_attention_layer(config, attention_index++);
     layer_config.head_dim = head_dims[i];
-    layer_config.bit_width_inlier = config.bit_width_inlier.for_attention_layer(attention_index++);
     // seed + raw layer index (spec §4.2), wrapping past INT64_MAX instead of overflowing.
     layer_config.seed = static_cast<int64_t>(static_cast<uint64_t>(config.seed) + i);
     validate_for_create(layer_config);

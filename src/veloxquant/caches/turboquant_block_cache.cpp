@@ -425,8 +425,9 @@ std::shared_ptr<lm::KVCache> make_turboquant_block_cache(const KVCacheConfig& co
   const TurboQuantBlockOptions& o = config.turboquant_block;
   TurboQuantBlockCache::Settings settings;
   settings.head_dim = config.head_dim;
-  settings.key_bits = o.key_bits != 0 ? o.key_bits : bits;
-  settings.value_bits = o.value_bits != 0 ? o.value_bits : bits;
+  // Per-layer lists were resolved by for_model; a single cache takes ints (validate_for_create).
+  settings.key_bits = o.key_bits.scalar() != 0 ? o.key_bits.scalar() : bits;
+  settings.value_bits = o.value_bits.scalar() != 0 ? o.value_bits.scalar() : bits;
   settings.seed = config.seed;
   settings.mean_rows = o.mean_rows;
   settings.key_block = o.key_block;

@@ -87,7 +87,17 @@ const MethodDescriptor& validate_for_create(const KVCacheConfig& config) {
   }
   for (const FieldSpec& spec : generic_fields()) check_field_bounds(spec, spec.get(config));
   refuse_generic_switches_without_effect(config);
-  for (const FieldSpec& spec : method.fields) check_field_bounds(spec, spec.get(config));
+  for (const FieldSpec& spec : method.fields) {
+    const FieldValue value = spec.get(config);
+    check_field_bounds(spec, value);
+    // A method's bit-width option in list form is for for_model (per_layer_lists.h), which
+    // resolves it to one int per attention layer before a cache is made.
+    if (const auto* bits = std::get_if<BitWidth>(&value); bits && bits->is_list()) {
+      throw QuantizerConfigError(spec.name + " " + bits->to_string() + " is list-form; a single '" + config.method +
+                                 "' cache takes one int (lists are for KVCacheBuilder::for_model, one entry per "
+                                 "attention layer)");
+    }
+  }
   if (method.validate) method.validate(config);
   return method;
 }

@@ -81,6 +81,17 @@ FieldSpec option_field_via(std::string name, Access access, T Options::*member, 
     spec.type = FieldType::kFloat;
     spec.get = [read](const KVCacheConfig& c) -> FieldValue { return static_cast<double>(read(c)); };
     spec.set = [write](KVCacheConfig& c, const FieldValue& v) { write(c) = static_cast<T>(std::get<double>(v)); };
+  } else if constexpr (std::is_same_v<T, BitWidth>) {
+    // An int, or one int per attention layer (resolved by for_model: per_layer_lists.h).
+    spec.type = FieldType::kBitWidth;
+    spec.get = [read](const KVCacheConfig& c) -> FieldValue { return read(c); };
+    spec.set = [write](KVCacheConfig& c, const FieldValue& v) {
+      if (const auto* bits = std::get_if<BitWidth>(&v)) {
+        write(c) = *bits;
+      } else {
+        write(c) = static_cast<int>(std::get<int64_t>(v));
+      }
+    };
   } else if constexpr (std::is_same_v<T, std::optional<int>>) {
     // Values injected by for_model (pyramid_resolved_budget); None = not resolved yet.
     spec.type = FieldType::kOptionalInt;
@@ -114,7 +125,7 @@ FieldSpec option_field_via(std::string name, Access access, T Options::*member, 
       }
     };
   } else {
-    static_assert(std::is_integral_v<T>, "option fields are int, float, optional int/float, bool or string");
+    static_assert(std::is_integral_v<T>, "option fields are int, bit width, float, optional int/float, bool or string");
     spec.type = FieldType::kInt;
     spec.holds_min = static_cast<int64_t>(std::numeric_limits<T>::min());
     spec.holds_max = static_cast<int64_t>(std::min<uint64_t>(std::numeric_limits<T>::max(), std::numeric_limits<int64_t>::max()));

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "veloxquant/config/bit_width.h"
+
 namespace veloxquant {
 
 // turboquant_rvq (spec §2.2). `rvq_value_bits` is new in this port: the original always keeps
@@ -25,12 +27,14 @@ struct TurboQuantRvqOptions {
 // turboquant_block (new in this port, docs/methods/turboquant_block.md): Hadamard-rotated keys
 // and values, blocks of 32 coordinates with one f16 scale and b-bit Gaussian Lloyd-Max codes.
 // key_bits / value_bits split a byte budget between keys and values; 0 = bit_width_inlier.
+// Either may be a list with one entry per attention layer (as bit_width_inlier's list form,
+// resolved by for_model): `veloxquant allocate-bits` writes such lists from measured sensitivity.
 // mean_rows > 0 subtracts per-channel means calibrated on the first call's rows 1..mean_rows;
 // key_block / value_block set the coordinates per f16 scale; sink_rows keeps the first
 // positions in f16.
 struct TurboQuantBlockOptions {
-  int key_bits = 0;
-  int value_bits = 0;
+  BitWidth key_bits = 0;
+  BitWidth value_bits = 0;
   int mean_rows = 0;
   int key_block = 32;
   int value_block = 32;

@@ -1,6 +1,7 @@
 #include "veloxquant/presets/kv_presets.h"
 
 #include "veloxquant/config/config_validation.h"
+#include "veloxquant/config/per_layer_lists.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/registry/field_assignment.h"
 
@@ -41,7 +42,7 @@ KVCacheConfig kv_preset_config(const KvPreset& preset, int64_t seed) {
   config.method = preset.method;
   config.seed = seed;
   for (const std::string& set : preset.sets) apply_field_assignment(config, set);
-  validate_for_create(config);
+  validate_per_layer_config(config);
   return config;
 }
 

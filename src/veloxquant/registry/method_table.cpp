@@ -1,5 +1,6 @@
 // The registry rows of the quantizers, one per method (docs/architecture.md "Adding a method"). Families reproduce the
 // original's editorial labels (spec §6 "Reg. family").
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -86,9 +87,11 @@ MethodDescriptor turboquant_block_row() {
   m.docs = "docs/methods/turboquant_block.md";
   m.generic_fields = {"head_dim", "bit_width_inlier", "seed"};
   m.fields = {option_field("key_bits", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::key_bits,
-                           "Key code bits per rotated coordinate (1..8); 0 = bit_width_inlier", 0, 8),
+                           "Key code bits per rotated coordinate (1..8); 0 = bit_width_inlier; a comma list gives "
+                           "one entry per attention layer", 0, 8),
               option_field("value_bits", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::value_bits,
-                           "Value code bits per rotated coordinate (1..8); 0 = bit_width_inlier", 0, 8),
+                           "Value code bits per rotated coordinate (1..8); 0 = bit_width_inlier; a comma list gives "
+                           "one entry per attention layer", 0, 8),
               option_field("mean_rows", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::mean_rows,
                            "Subtract per-channel key/value means calibrated on the first call's rows "
                            "1..N before rotating (0 = off); exact for attention, adds 2 f16 rows per head",
@@ -100,12 +103,19 @@ MethodDescriptor turboquant_block_row() {
               option_field("sink_rows", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::sink_rows,
                            "First positions kept exactly in f16 (attention sinks); costs 2 f16 rows each",
                            0, 1 << 16)};
-  // --bits matters only while one of the two follows it.
+  // --bits matters only while one of the two follows it (on some layer, for per-layer lists).
   m.reads_bit_width = [](const KVCacheConfig& c) {
-    return c.turboquant_block.key_bits == 0 || c.turboquant_block.value_bits == 0;
+    const auto follows = [](const BitWidth& bits) {
+      if (!bits.is_list()) return bits.scalar() == 0;
+      return std::find(bits.list().begin(), bits.list().end(), 0) != bits.list().end();
+    };
+    return follows(c.turboquant_block.key_bits) || follows(c.turboquant_block.value_bits);
   };
   m.validate = [](const KVCacheConfig& c) {
-    if (c.turboquant_block.key_bits == 0 || c.turboquant_block.value_bits == 0) require_bits_in(c, 1, 8);
+    // Called on one layer's config: lists are resolved to ints by then (validate_for_create).
+    if (c.turboquant_block.key_bits.scalar() == 0 || c.turboquant_block.value_bits.scalar() == 0) {
+      require_bits_in(c, 1, 8);
+    }
     for (const auto& [name, block] : {std::pair{"key_block", c.turboquant_block.key_block},
                                       std::pair{"value_block", c.turboquant_block.value_block}}) {
       if (block != 32 && block != 64 && block != 128 && block != 256) {
