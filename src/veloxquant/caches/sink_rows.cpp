@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "base/error.h"
+#include "base/memory_limit.h"
 #include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant {
@@ -42,6 +43,11 @@ SinkRule parse_sink_rule(const std::string& name, const char* who) {
 
 void SinkRows::allocate(int64_t batch, int64_t heads, int64_t key_dim, int64_t value_dim, lm::DType dtype) {
   if (!enabled()) return;
+  // All slots up front: a clear error instead of std::bad_alloc when they cannot fit.
+  base::require_allocatable(static_cast<double>(batch) * static_cast<double>(heads) * static_cast<double>(slots_) *
+                                static_cast<double>(key_dim + value_dim) * static_cast<double>(lm::dtype_size(dtype)),
+                            std::to_string(slots_) + " exact sink rows (" + std::to_string(batch * heads) +
+                                " kv heads, one layer)");
   positions_ = lm::Tensor({batch, slots_}, lm::DType::I32);
   std::fill(positions_.data<int32_t>(), positions_.data<int32_t>() + batch * slots_, -1);
   keys_ = lm::Tensor({batch, heads, slots_, key_dim}, dtype);
