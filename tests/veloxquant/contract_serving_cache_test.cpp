@@ -8,6 +8,7 @@
 
 #include "support/allocation_counter.h"
 #include "support/kv_test_data.h"
+#include "support/reference_attention.h"
 #include "veloxquant/veloxquant.h"
 
 namespace veloxquant {
@@ -172,35 +173,6 @@ TEST_P(ServingContract, NbytesIsWhatIsAllocated) {
   EXPECT_EQ(static_cast<std::size_t>(after_clone.aligned_live_bytes - after.aligned_live_bytes), copy->nbytes());
 }
 
-// softmax(q k^T * scale) v over what update_and_fetch returned, causal from `first`, in double.
-std::vector<float> reference_attention(const lm::KeysValues& kv, const std::vector<float>& q, int64_t hq, int64_t n,
-                                       int64_t first, float scale) {
-  const int64_t hkv = kv.keys.dim(1), t_total = kv.keys.dim(2), d = kv.keys.dim(3);
-  const std::vector<float> k = kv.keys.to_f32(), v = kv.values.to_f32();
-  std::vector<float> out(static_cast<std::size_t>(hq * n * d));
-  for (int64_t h = 0; h < hq; ++h) {
-    const int64_t g = h / (hq / hkv);
-    for (int64_t i = 0; i < n; ++i) {
-      std::vector<double> w;
-      double mx = -1e300;
-      for (int64_t r = 0; r <= first + i; ++r) {
-        double s = 0;
-        for (int64_t c = 0; c < d; ++c) s += double(q[(h * n + i) * d + c]) * k[(g * t_total + r) * d + c];
-        w.push_back(s * scale);
-        mx = std::max(mx, w.back());
-      }
-      double total = 0;
-      for (double& x : w) total += (x = std::exp(x - mx));
-      for (int64_t c = 0; c < d; ++c) {
-        double acc = 0;
-        for (std::size_t j = 0; j < w.size(); ++j) acc += w[j] * v[(g * t_total + static_cast<int64_t>(j)) * d + c];
-        out[static_cast<std::size_t>((h * n + i) * d + c)] = static_cast<float>(acc / total);
-      }
-    }
-  }
-  return out;
-}
-
 TEST_P(ServingContract, FusedAttentionEqualsAttentionOverFetchedRows) {
   const MethodDescriptor& method = require_method(GetParam().method);
   auto fused = make();
@@ -218,7 +190,7 @@ TEST_P(ServingContract, FusedAttentionEqualsAttentionOverFetchedRows) {
     lm::Tensor out({kBatch, hq, n, kDim}, lm::DType::F32);
     const float scale = 1.0f / std::sqrt(float(kDim));
     fused->fused_attention({&q, &k, &v, scale, std::nullopt}, out);
-    const std::vector<float> want = reference_attention(plain->update_and_fetch(k, v), q.to_f32(), hq, n, first, scale);
+    const std::vector<float> want = test_support::reference_attention(plain->update_and_fetch(k, v), q.to_f32(), hq, n, first, scale);
     EXPECT_EQ(fused->offset(), plain->offset());
     // f32 inputs: the same numbers up to summation order. f16/bf16: the reference reads keys
     // rounded to the input dtype (relative 2^-11 / 2^-8), the fused path scores in f32; with

@@ -9,28 +9,14 @@
 #include "support/allocation_counter.h"
 #include "base/error.h"
 #include "base/half.h"
+#include "support/group_code_reference.h"
 #include "support/kv_test_data.h"
 #include "veloxquant/veloxquant.h"
 
 namespace veloxquant {
 namespace {
 
-float f16_round(float x) { return base::f16_to_f32(base::f32_to_f16(x)); }
-
-// Reference quantize-dequantize of n values (stride apart) at b bits, written from the spec.
-std::vector<float> reference_group(const std::vector<float>& x, int bits) {
-  const float lo = *std::min_element(x.begin(), x.end());
-  const float hi = *std::max_element(x.begin(), x.end());
-  const float levels = static_cast<float>((1 << bits) - 1);
-  const float mn = f16_round(lo);
-  const float scale = f16_round(std::max((hi - mn) / levels, 1e-8f));
-  std::vector<float> out;
-  for (float v : x) {
-    const float code = std::clamp(std::nearbyint((v - mn) / scale), 0.0f, levels);
-    out.push_back(code * scale + mn);
-  }
-  return out;
-}
+using test_support::reference_group;
 
 int64_t frontier_for(int64_t offset, int64_t residual, int64_t group) {
   return (std::max<int64_t>(0, offset - residual) / group) * group;

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "support/allocation_counter.h"
 #include "support/kv_test_data.h"
+#include "support/reference_attention.h"
 #include "veloxquant/quant/turboquant_rvq.h"
 #include "lm/full_kv_cache.h"
 #include "veloxquant/veloxquant.h"
@@ -85,37 +86,6 @@ TEST(TurboQuantRvqCache, NormsAbove65504StayFinite) {
   }
 }
 
-// Reference attention over what update_and_fetch returns, in double.
-std::vector<float> reference_attention(const lm::KeysValues& kv, const std::vector<float>& q, int64_t hq, int64_t n,
-                                       int64_t first, float scale, std::optional<int64_t> window) {
-  const int64_t hkv = kv.keys.dim(1), t_total = kv.keys.dim(2), d = kv.keys.dim(3);
-  const std::vector<float> k = kv.keys.to_f32(), v = kv.values.to_f32();
-  std::vector<float> out(static_cast<std::size_t>(hq * n * d));
-  for (int64_t h = 0; h < hq; ++h) {
-    const int64_t g = h / (hq / hkv);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t pos = first + i;
-      const int64_t begin = window ? std::max<int64_t>(0, pos - *window + 1) : 0;
-      std::vector<double> w;
-      double mx = -1e300;
-      for (int64_t r = begin; r <= pos && r < t_total; ++r) {
-        double s = 0;
-        for (int64_t c = 0; c < d; ++c) s += double(q[((h * n) + i) * d + c]) * k[(g * t_total + r) * d + c];
-        w.push_back(s * scale);
-        mx = std::max(mx, w.back());
-      }
-      double total = 0;
-      for (double& x : w) total += (x = std::exp(x - mx));
-      for (int64_t c = 0; c < d; ++c) {
-        double acc = 0;
-        for (std::size_t j = 0; j < w.size(); ++j) acc += w[j] * v[(g * t_total + begin + static_cast<int64_t>(j)) * d + c];
-        out[static_cast<std::size_t>((h * n + i) * d + c)] = static_cast<float>(acc / total);
-      }
-    }
-  }
-  return out;
-}
-
 void check_fused(int64_t prefill, int64_t n, std::optional<int64_t> window, int value_bits) {
   const int64_t hkv = 2, hq = 6, d = 32;
   TurboQuantRvqCache fused(d, 4, 9, value_bits), plain(d, 4, 9, value_bits);
@@ -133,7 +103,7 @@ void check_fused(int64_t prefill, int64_t n, std::optional<int64_t> window, int 
   fused.fused_attention(request, out);
   EXPECT_EQ(fused.offset(), prefill + n);
   const lm::KeysValues kv = plain.update_and_fetch(k, v);
-  const std::vector<float> want = reference_attention(kv, q.to_f32(), hq, n, prefill, request.scale, window);
+  const std::vector<float> want = test_support::reference_attention(kv, q.to_f32(), hq, n, prefill, request.scale, window);
   const std::vector<float> got = out.to_f32();
   for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4f) << i;
 }

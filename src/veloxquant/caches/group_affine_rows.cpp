@@ -14,7 +14,7 @@ using cache_rows::row_ptr;
 void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Tensor& value_params,
                                     const attention::CodeOrder& value_order, int64_t group, int64_t b, int64_t h,
                                     int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
-                                    float* acc, attention::TileScratch& scratch) {
+                                    float* acc, attention::TileScratch& scratch, const float* levels) {
   const int64_t d = value_order.size(), n = j1 - j0;
   const int64_t groups = (d + group - 1) / group;
   // Scratch: codes [n, d], accumulator in code order [n_queries, d], group-scaled weights
@@ -39,13 +39,17 @@ void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Ten
   // Planar rows whose 8-byte chunks each lie in one channel group are accumulated straight from
   // their bytes; otherwise each run of code-order positions (one group) from the unpacked tile.
   const int64_t plane_bytes = d * value_order.bits() / 8;
-  const bool from_bytes = value_order.planar() && attention::kernels::can_accumulate_planes(value_order.bits(), plane_bytes, group);
+  const bool from_bytes = levels == nullptr && value_order.planar() &&
+                          attention::kernels::can_accumulate_planes(value_order.bits(), plane_bytes, group);
   if (from_bytes) {
     attention::kernels::accumulate_planes(reinterpret_cast<const uint8_t*>(row_ptr<uint32_t>(value_codes, b, h, j0)),
                                           value_codes.strides()[2] * 4, n, plane_bytes, value_order.bits(), group, scaled,
                                           n_queries, acc_code, d);
   } else {
     value_order.unpack_rows(row_ptr<uint32_t>(value_codes, b, h, j0), value_codes.strides()[2], n, codes);
+    if (levels != nullptr) {
+      for (int64_t i = 0; i < n * d; ++i) codes[i] = levels[static_cast<int>(codes[i])];
+    }
   }
   // Then each run of code-order positions (one group) gets its group's bias.
   for (const attention::CodeOrder::Run& run : value_order.runs()) {

@@ -15,10 +15,11 @@
 namespace veloxquant {
 
 // acc[r * D + c] += sum over rows j in [j0, j1) of (b, h) of weights[r * ld + j - j0] * v_jc, with
-// value_codes [B, H, cap, words] u32 and value_params [B, H, cap, 2 * groups] f16.
+// value_codes [B, H, cap, words] u32 and value_params [B, H, cap, 2 * groups] f16. levels: nullptr,
+// or the 2^bits levels a code stands for (caches/fitted_levels.h; the codes are read through it).
 void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Tensor& value_params,
                                     const attention::CodeOrder& value_order, int64_t group, int64_t b, int64_t h,
                                     int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
-                                    float* acc, attention::TileScratch& scratch);
+                                    float* acc, attention::TileScratch& scratch, const float* levels = nullptr);
 
 }  // namespace veloxquant

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "base/memory_limit.h"
@@ -14,6 +16,8 @@
 #include "veloxquant/attention/fused_call.h"
 #include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/rows/group_affine_codes.h"
+#include "veloxquant/caches/dense_and_sparse_rows.h"
+#include "veloxquant/caches/fitted_levels.h"
 #include "veloxquant/caches/kivi_row_source.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/errors.h"
@@ -22,18 +26,45 @@ namespace veloxquant {
 
 using cache_rows::row_ptr;
 
-KiviCache::KiviCache(int head_dim, int bits, int group_size, int residual_length)
-    : head_dim_(head_dim), bits_(bits), group_(group_size), residual_length_(residual_length) {
+namespace {
+constexpr const char* kPlainType = "KiviCache";
+}  // namespace
+
+KiviCache::KiviCache(int head_dim, int bits, int group_size, int residual_length, KiviVariant variant)
+    : head_dim_(head_dim),
+      bits_(bits),
+      group_(group_size),
+      residual_length_(residual_length),
+      variant_(std::move(variant)),
+      sinks_(variant_.sinks, variant_.sink_slots),
+      outliers_(variant_.outlier_fraction) {
   if (bits < 1 || bits > 8) throw QuantizerConfigError("kivi: bits must lie in [1, 8], got " + std::to_string(bits));
   if (group_size < 1) throw QuantizerConfigError("kivi_group_size must be >= 1, got " + std::to_string(group_size));
   if (residual_length < 0) {
     throw QuantizerConfigError("residual_length must be >= 0, got " + std::to_string(residual_length));
   }
+  if (variant_.sink_slots < 0) {
+    throw QuantizerConfigError(variant_.type_name + ": sink rows must be >= 0, got " + std::to_string(variant_.sink_slots));
+  }
+  if (!(variant_.outlier_fraction >= 0.0 && variant_.outlier_fraction <= 0.5)) {
+    throw QuantizerConfigError(variant_.type_name + ": outlier fraction must lie in [0, 0.5], got " +
+                               std::to_string(variant_.outlier_fraction));
+  }
+  if (variant_.lloyd_iters < 0) {
+    throw QuantizerConfigError(variant_.type_name + ": Lloyd iterations must be >= 0, got " +
+                               std::to_string(variant_.lloyd_iters));
+  }
+}
+
+const float* KiviCache::levels(int64_t b, int64_t h, int which) const {
+  if (variant_.lloyd_iters == 0 || !levels_fitted_) return nullptr;
+  return row_ptr<float>(levels_, b, h, which);
 }
 
 std::size_t KiviCache::nbytes() const {
   return key_codes_.storage_bytes() + key_params_.storage_bytes() + value_codes_.storage_bytes() +
-         value_params_.storage_bytes() + residual_k_.storage_bytes() + residual_v_.storage_bytes();
+         value_params_.storage_bytes() + residual_k_.storage_bytes() + residual_v_.storage_bytes() + sinks_.nbytes() +
+         outliers_.nbytes() + levels_.storage_bytes();
 }
 
 void KiviCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
@@ -57,6 +88,10 @@ void KiviCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
   value_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dv_, bits_))}, lm::DType::U32);
   value_params_ = lm::Tensor({batch_, heads_, 0, 2 * static_cast<int64_t>(token_groups(dv_, group_))},
                              lm::DType::F16);
+  sinks_.allocate(batch_, heads_, dk_, dv_, dtype_);
+  outliers_.allocate(batch_, heads_, group_, dk_, dv_);
+  if (variant_.lloyd_iters > 0) levels_ = lm::Tensor({batch_, heads_, 2, int64_t{1} << bits_}, lm::DType::F32);
+  levels_fitted_ = false;
 }
 
 void KiviCache::ensure_quantized_capacity(int64_t rows) {
@@ -68,54 +103,172 @@ void KiviCache::ensure_quantized_capacity(int64_t rows) {
   key_params_ = cache_rows::copy_rows(key_params_, frontier_ / group_, grown / group_);
   value_codes_ = cache_rows::copy_rows(value_codes_, frontier_, grown);
   value_params_ = cache_rows::copy_rows(value_params_, frontier_, grown);
+  outliers_.reserve(frontier_ / group_, grown / group_);
   capacity_ = grown;
 }
 
-void KiviCache::flush(const std::vector<float>& pending_k, const std::vector<float>& pending_v,
-                      int64_t pending_rows, int64_t first, int64_t count) {
-  std::vector<uint8_t> codes(static_cast<std::size_t>(group_ * dk_));
+void KiviCache::flush(std::vector<float>& pending_k, std::vector<float>& pending_v, int64_t pending_rows,
+                      int64_t first, int64_t count) {
+  sinks_.take(pending_k, pending_v, pending_rows, first, count, frontier_, group_);
+  const int64_t blocks = count / group_, gv = static_cast<int64_t>(token_groups(static_cast<int>(dv_), group_));
+  const int n_levels = 1 << bits_;
+  const int64_t k_keys = outliers_.enabled() ? outliers_.per_block(true) : 0;
+  const int64_t k_values = outliers_.enabled() ? outliers_.per_block(false) : 0;
+  // Grow-only per-thread buffers: the block to encode (sinks neutralized, outliers isolated),
+  // its codes and params, the isolated outliers and a decoded block for their deltas.
+  thread_local std::vector<float> kblock, vblock, kexact, vexact, decoded;
+  thread_local std::vector<uint8_t> kcodes, vcodes, excluded;
+  thread_local std::vector<uint32_t> kidx, vidx;
+  thread_local std::vector<core::GroupParams> kparams, vparams;
+  kblock.resize(static_cast<std::size_t>(count * dk_));
+  vblock.resize(static_cast<std::size_t>(count * dv_));
+  kcodes.resize(kblock.size());
+  vcodes.resize(vblock.size());
+  kparams.resize(static_cast<std::size_t>(blocks * dk_));
+  vparams.resize(static_cast<std::size_t>(count * gv));
+  kidx.resize(static_cast<std::size_t>(blocks * k_keys));
+  kexact.resize(kidx.size());
+  vidx.resize(static_cast<std::size_t>(blocks * k_values));
+  vexact.resize(vidx.size());
+  excluded.resize(static_cast<std::size_t>(group_));
+  // Levels are fitted once, on the first flushed block of every head (kvquant_refit_interval = 0).
+  const bool fit = variant_.lloyd_iters > 0 && !levels_fitted_;
+  decoded.resize(static_cast<std::size_t>(group_ * std::max(dk_, dv_)));
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
       const int64_t bh = b * heads_ + h;
-      const float* pk = pending_k.data() + (bh * pending_rows + first) * dk_;
-      const float* pv = pending_v.data() + (bh * pending_rows + first) * dv_;
-      for (int64_t g = 0; g < count / group_; ++g) {
-        // Keys: per channel over the group's tokens (KIVI: channel-aligned outliers).
-        const float* block = pk + g * group_ * dk_;
-        const int64_t dst_row = frontier_ + g * group_;
-        auto* params = reinterpret_cast<GroupParams16*>(row_ptr<uint16_t>(key_params_, b, h, dst_row / group_));
-        core::quantize_per_channel(block, static_cast<std::size_t>(group_), static_cast<std::size_t>(dk_), bits_,
-                                   static_cast<std::size_t>(group_), codes.data(), params);
-        for (int64_t t = 0; t < group_; ++t) {
-          core::pack_words(codes.data() + t * dk_, static_cast<std::size_t>(dk_), bits_,
-                           row_ptr<uint32_t>(key_codes_, b, h, dst_row + t));
+      std::memcpy(kblock.data(), pending_k.data() + (bh * pending_rows + first) * dk_, sizeof(float) * kblock.size());
+      std::memcpy(vblock.data(), pending_v.data() + (bh * pending_rows + first) * dv_, sizeof(float) * vblock.size());
+      for (int64_t g = 0; g < blocks && outliers_.enabled(); ++g) {
+        for (int64_t t = 0; t < group_; ++t) excluded[static_cast<std::size_t>(t)] = sinks_.is_sink(b, frontier_ + g * group_ + t);
+        isolate_outliers(kblock.data() + g * group_ * dk_, group_, dk_, true, group_, excluded.data(), k_keys,
+                         kidx.data() + g * k_keys, kexact.data() + g * k_keys);
+        isolate_outliers(vblock.data() + g * group_ * dv_, group_, dv_, false, group_, excluded.data(), k_values,
+                         vidx.data() + g * k_values, vexact.data() + g * k_values);
+      }
+      // Keys: per channel over each group's tokens (KIVI: channel-aligned outliers); values: per
+      // token over channel groups.
+      for (int64_t g = 0; g < blocks; ++g) {
+        core::quantize_per_channel(kblock.data() + g * group_ * dk_, static_cast<std::size_t>(group_),
+                                   static_cast<std::size_t>(dk_), bits_, static_cast<std::size_t>(group_),
+                                   kcodes.data() + g * group_ * dk_, kparams.data() + g * dk_);
+      }
+      core::quantize_per_token(vblock.data(), static_cast<std::size_t>(count), static_cast<std::size_t>(dv_), bits_,
+                               static_cast<std::size_t>(group_), vcodes.data(), vparams.data());
+      if (variant_.lloyd_iters > 0) {
+        if (fit) fit_levels_for(b, h, kblock.data(), kparams.data(), vblock.data(), vparams.data(), count);
+        const float* kl = row_ptr<float>(levels_, b, h, 0);
+        const float* vl = row_ptr<float>(levels_, b, h, 1);
+        for (int64_t g = 0; g < blocks; ++g) {
+          for (int64_t c = 0; c < dk_; ++c) {
+            const int64_t at = g * group_ * dk_ + c;
+            encode_group_levels(kblock.data() + at, static_cast<std::size_t>(group_), static_cast<std::size_t>(dk_),
+                                kparams[static_cast<std::size_t>(g * dk_ + c)], kl, n_levels, kcodes.data() + at);
+          }
+        }
+        for (int64_t t = 0; t < count; ++t) {
+          for (int64_t g = 0; g < gv; ++g) {
+            const int64_t begin = g * group_, n = std::min<int64_t>(group_, dv_ - begin);
+            encode_group_levels(vblock.data() + t * dv_ + begin, static_cast<std::size_t>(n), 1,
+                                vparams[static_cast<std::size_t>(t * gv + g)], vl, n_levels,
+                                vcodes.data() + t * dv_ + begin);
+          }
         }
       }
-      // Values: per token over channel groups.
+      for (int64_t g = 0; g < blocks; ++g) {
+        std::memcpy(row_ptr<uint16_t>(key_params_, b, h, frontier_ / group_ + g), kparams.data() + g * dk_,
+                    sizeof(core::GroupParams) * static_cast<std::size_t>(dk_));
+      }
       for (int64_t t = 0; t < count; ++t) {
-        encode_token_row(pv + t * dv_, static_cast<int>(dv_), group_, bits_,
-                         row_ptr<uint32_t>(value_codes_, b, h, frontier_ + t),
-                         reinterpret_cast<GroupParams16*>(row_ptr<uint16_t>(value_params_, b, h, frontier_ + t)));
+        core::pack_words(kcodes.data() + t * dk_, static_cast<std::size_t>(dk_), bits_,
+                         row_ptr<uint32_t>(key_codes_, b, h, frontier_ + t));
+        core::pack_words(vcodes.data() + t * dv_, static_cast<std::size_t>(dv_), bits_,
+                         row_ptr<uint32_t>(value_codes_, b, h, frontier_ + t));
+        std::memcpy(row_ptr<uint16_t>(value_params_, b, h, frontier_ + t), vparams.data() + t * gv,
+                    sizeof(core::GroupParams) * static_cast<std::size_t>(gv));
+      }
+      if (fit) levels_fitted_ = true;  // read by the decode below (every head is fitted in this call)
+      // The outliers' corrections against what the codes now give back.
+      for (int64_t g = 0; g < blocks && outliers_.enabled(); ++g) {
+        const int64_t row0 = frontier_ + g * group_;
+        decode_keys_dense(b, h, row0, row0 + group_, decoded.data());
+        outliers_.record(true, b, h, row0 / group_, kidx.data() + g * k_keys, kexact.data() + g * k_keys, decoded.data());
+        decode_values_dense(b, h, row0, row0 + group_, decoded.data());
+        outliers_.record(false, b, h, row0 / group_, vidx.data() + g * k_values, vexact.data() + g * k_values,
+                         decoded.data());
       }
     }
   }
 }
 
-void KiviCache::decode_keys(int64_t b, int64_t h, int64_t begin, int64_t end, float* out) const {
+void KiviCache::fit_levels_for(int64_t b, int64_t h, const float* keys, const core::GroupParams* key_params,
+                               const float* values, const core::GroupParams* value_params, int64_t rows) {
+  const int n_levels = 1 << bits_;
+  const int64_t gv = static_cast<int64_t>(token_groups(static_cast<int>(dv_), group_));
+  std::vector<float> u(static_cast<std::size_t>(rows * std::max(dk_, dv_)));
+  std::size_t n = 0;
+  for (int64_t g = 0; g < rows / group_; ++g) {
+    for (int64_t c = 0; c < dk_; ++c) {
+      append_normalized(keys + g * group_ * dk_ + c, static_cast<std::size_t>(group_), static_cast<std::size_t>(dk_),
+                        key_params[g * dk_ + c], n_levels, u.data() + n);
+      n += static_cast<std::size_t>(group_);
+    }
+  }
+  fit_levels(u.data(), n, n_levels, variant_.lloyd_iters, row_ptr<float>(levels_, b, h, 0));
+  n = 0;
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t g = 0; g < gv; ++g) {
+      const int64_t begin = g * group_, count = std::min<int64_t>(group_, dv_ - begin);
+      append_normalized(values + t * dv_ + begin, static_cast<std::size_t>(count), 1, value_params[t * gv + g], n_levels,
+                        u.data() + n);
+      n += static_cast<std::size_t>(count);
+    }
+  }
+  fit_levels(u.data(), n, n_levels, variant_.lloyd_iters, row_ptr<float>(levels_, b, h, 1));
+}
+
+void KiviCache::decode_keys_dense(int64_t b, int64_t h, int64_t begin, int64_t end, float* out) const {
   std::vector<uint8_t> codes(static_cast<std::size_t>(dk_));
+  const float* level = levels(b, h, 0);
   for (int64_t r = begin; r < end; ++r) {
     core::unpack_words(row_ptr<uint32_t>(key_codes_, b, h, r), static_cast<std::size_t>(dk_), bits_, codes.data());
     const auto* params = reinterpret_cast<const GroupParams16*>(row_ptr<uint16_t>(key_params_, b, h, r / group_));
-    for (int64_t d = 0; d < dk_; ++d) out[(r - begin) * dk_ + d] = decode_code(codes[d], params[d]);
+    for (int64_t d = 0; d < dk_; ++d) {
+      out[(r - begin) * dk_ + d] =
+          level == nullptr ? decode_code(codes[d], params[d])
+                           : level[codes[d]] * base::f16_to_f32(params[d].scale_f16) + base::f16_to_f32(params[d].min_f16);
+    }
   }
 }
 
-void KiviCache::decode_values(int64_t b, int64_t h, int64_t begin, int64_t end, float* out) const {
+void KiviCache::decode_values_dense(int64_t b, int64_t h, int64_t begin, int64_t end, float* out) const {
+  const float* level = levels(b, h, 1);
+  std::vector<uint8_t> codes(static_cast<std::size_t>(dv_));
   for (int64_t r = begin; r < end; ++r) {
-    decode_token_row(row_ptr<uint32_t>(value_codes_, b, h, r),
-                     reinterpret_cast<const GroupParams16*>(row_ptr<uint16_t>(value_params_, b, h, r)),
-                     static_cast<int>(dv_), group_, bits_, out + (r - begin) * dv_);
+    const auto* params = reinterpret_cast<const GroupParams16*>(row_ptr<uint16_t>(value_params_, b, h, r));
+    if (level == nullptr) {
+      decode_token_row(row_ptr<uint32_t>(value_codes_, b, h, r), params, static_cast<int>(dv_), group_, bits_,
+                       out + (r - begin) * dv_);
+      continue;
+    }
+    core::unpack_words(row_ptr<uint32_t>(value_codes_, b, h, r), static_cast<std::size_t>(dv_), bits_, codes.data());
+    for (int64_t d = 0; d < dv_; ++d) {
+      const GroupParams16 p = params[d / group_];
+      out[(r - begin) * dv_ + d] = level[codes[d]] * base::f16_to_f32(p.scale_f16) + base::f16_to_f32(p.min_f16);
+    }
   }
+}
+
+void KiviCache::decode_keys(int64_t b, int64_t h, int64_t begin, int64_t end, float* out) const {
+  decode_keys_dense(b, h, begin, end, out);
+  outliers_.apply(true, b, h, begin, end, out);
+  sinks_.overlay_keys(b, h, begin, end, out);
+}
+
+void KiviCache::decode_values(int64_t b, int64_t h, int64_t begin, int64_t end, float* out) const {
+  decode_values_dense(b, h, begin, end, out);
+  outliers_.apply(false, b, h, begin, end, out);
+  sinks_.overlay_values(b, h, begin, end, out);
 }
 
 lm::KeysValues KiviCache::update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) {
@@ -231,11 +384,19 @@ void KiviCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
   if (!key_order_ || key_order_->size() != dk_ || key_order_->bits() != bits_) {
     key_order_ = std::make_shared<const attention::CodeOrder>(bits_, dk_);
     value_order_ = std::make_shared<const attention::CodeOrder>(bits_, dv_, group_);
+    auto position = std::make_shared<std::vector<int32_t>>(static_cast<std::size_t>(dk_));
+    for (int64_t e = 0; e < dk_; ++e) (*position)[static_cast<std::size_t>(key_order_->natural(e))] = static_cast<int32_t>(e);
+    key_position_ = std::move(position);
   }
+  const bool fitted = variant_.lloyd_iters > 0 && levels_fitted_;
   const KiviQuantizedRows quantized(key_codes_, key_params_, value_codes_, value_params_, frontier_, bits_, group_,
-                                    *key_order_, *value_order_);
+                                    *key_order_, *value_order_, fitted ? &levels_ : nullptr);
+  // Sinks and outliers (kivi_sink, kvquant) patch the dense rows' scores and sums.
+  const DenseAndSparseRows patched(quantized, *key_order_, *key_position_, sinks_, outliers_);
+  const bool sparse = sinks_.enabled() || outliers_.enabled();
   const attention::DtypeRowSource tail(residual_k_, residual_v_, offset_ - frontier_, frontier_);
-  const attention::RowSource* segments[] = {&quantized, &tail};
+  const attention::RowSource* segments[] = {sparse ? static_cast<const attention::RowSource*>(&patched) : &quantized,
+                                            &tail};
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
   attention::attend(call, segments, 2, &base::ThreadPool::global());
@@ -267,6 +428,10 @@ int64_t KiviCache::trim(int64_t n) {
       }
     }
     frontier_ = new_frontier;
+    // Sinks above the new frontier went back to the tail with the rows above (exactly, from
+    // their copies); a cache emptied of codes fits its levels again on its next flush.
+    sinks_.drop_from(new_frontier);
+    if (new_frontier == 0) levels_fitted_ = false;
   }
   offset_ = new_offset;
   return removed;
@@ -275,23 +440,63 @@ int64_t KiviCache::trim(int64_t n) {
 std::vector<lm::Tensor> KiviCache::state() const {
   if (!residual_k_.defined()) return {};
   const int64_t tail = offset_ - frontier_;
-  return {key_codes_.slice(2, 0, frontier_),   key_params_.slice(2, 0, frontier_ / group_),
-          value_codes_.slice(2, 0, frontier_), value_params_.slice(2, 0, frontier_),
-          residual_k_.slice(2, 0, tail),       residual_v_.slice(2, 0, tail)};
+  std::vector<lm::Tensor> out = {key_codes_.slice(2, 0, frontier_),   key_params_.slice(2, 0, frontier_ / group_),
+                                 value_codes_.slice(2, 0, frontier_), value_params_.slice(2, 0, frontier_),
+                                 residual_k_.slice(2, 0, tail),       residual_v_.slice(2, 0, tail)};
+  // A variant appends its extras: sinks (3 tensors), outliers (4), levels (1), each when used.
+  if (sinks_.enabled()) {
+    for (lm::Tensor& t : sinks_.state()) out.push_back(std::move(t));
+  }
+  if (outliers_.enabled()) {
+    for (lm::Tensor& t : outliers_.state(frontier_ / group_)) out.push_back(std::move(t));
+  }
+  if (variant_.lloyd_iters > 0) out.push_back(levels_);
+  return out;
 }
 
 std::vector<std::string> KiviCache::meta_state() const {
-  return {std::to_string(head_dim_), std::to_string(bits_),     std::to_string(group_),
-          std::to_string(residual_length_), std::to_string(offset_), std::to_string(frontier_),
-          std::string(lm::dtype_name(dtype_))};
+  std::vector<std::string> meta = {std::to_string(head_dim_),        std::to_string(bits_),
+                                   std::to_string(group_),           std::to_string(residual_length_),
+                                   std::to_string(offset_),          std::to_string(frontier_),
+                                   std::string(lm::dtype_name(dtype_))};
+  if (variant_.type_name == kPlainType) return meta;  // KIVI's own format, unchanged
+  char fraction[32];
+  std::snprintf(fraction, sizeof(fraction), "%.17g", variant_.outlier_fraction);
+  for (std::string entry : {variant_.type_name, std::string(sink_rule_name(variant_.sinks)),
+                            std::to_string(variant_.sink_slots), std::string(fraction),
+                            std::to_string(variant_.lloyd_iters), std::string(levels_fitted_ ? "1" : "0")}) {
+    meta.push_back(std::move(entry));
+  }
+  return meta;
 }
 
 void KiviCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const char* who = "KiviCache::from_state";
-  if (meta.size() != 7) {
+  if (meta.size() != 7 && meta.size() != 13) {
     throw base::FormatError(std::string(who) + ": expected 7 meta entries (head_dim, bits, group, " +
-                            "residual_length, offset, frontier, dtype), got " + std::to_string(meta.size()));
+                            "residual_length, offset, frontier, dtype) or 13 (+ type, sink rule, sink rows, " +
+                            "outlier fraction, Lloyd iterations, levels fitted), got " + std::to_string(meta.size()));
   }
+  KiviVariant variant;
+  bool fitted = false;
+  if (meta.size() == 13) {
+    variant.type_name = meta[7];
+    variant.sinks = parse_sink_rule(meta[8], who);
+    variant.sink_slots = static_cast<int>(cache_rows::parse_meta_int(meta[9], who, "sink rows"));
+    char* end = nullptr;
+    variant.outlier_fraction = std::strtod(meta[10].c_str(), &end);
+    if (end == meta[10].c_str() || *end != '\0' || !(variant.outlier_fraction >= 0.0 && variant.outlier_fraction <= 0.5) ||
+        variant.sink_slots < 0) {
+      throw base::FormatError(std::string(who) + ": bad outlier fraction '" + meta[10] + "' or sink rows " + meta[9]);
+    }
+    variant.lloyd_iters = static_cast<int>(cache_rows::parse_meta_int(meta[11], who, "Lloyd iterations"));
+    fitted = meta[12] == "1";
+  }
+  variant_ = variant;
+  sinks_ = SinkRows(variant_.sinks, variant_.sink_slots);
+  outliers_ = SparseOutliers(variant_.outlier_fraction);
+  levels_ = lm::Tensor();
+  levels_fitted_ = false;
   head_dim_ = static_cast<int>(cache_rows::parse_meta_int(meta[0], who, "head_dim"));
   bits_ = static_cast<int>(cache_rows::parse_meta_int(meta[1], who, "bits"));
   group_ = static_cast<int>(cache_rows::parse_meta_int(meta[2], who, "group"));
@@ -317,8 +522,11 @@ void KiviCache::from_state(const std::vector<lm::Tensor>& state, const std::vect
     if (offset != 0) throw base::FormatError(std::string(who) + ": no tensors for offset " + meta[4]);
     return;
   }
-  if (state.size() != 6) {
-    throw base::FormatError(std::string(who) + ": expected 6 tensors, got " + std::to_string(state.size()));
+  const std::size_t expected = 6 + (sinks_.enabled() ? 3 : 0) + (outliers_.enabled() ? 4 : 0) +
+                               (variant_.lloyd_iters > 0 ? 1 : 0);
+  if (state.size() != expected) {
+    throw base::FormatError(std::string(who) + ": expected " + std::to_string(expected) + " tensors, got " +
+                            std::to_string(state.size()));
   }
   const lm::Tensor& rk = state[4];
   const lm::Tensor& rv = state[5];
@@ -341,6 +549,24 @@ void KiviCache::from_state(const std::vector<lm::Tensor>& state, const std::vect
   const lm::Tensor rv_typed = rv.astype(dtype_);
   lm::copy_token_rows(rk_typed, residual_k_, 0);
   lm::copy_token_rows(rv_typed, residual_v_, 0);
+  std::size_t next = 6;
+  if (sinks_.enabled()) {
+    sinks_.from_state(state[next], state[next + 1], state[next + 2], who);
+    next += 3;
+  }
+  if (outliers_.enabled()) {
+    outliers_.from_state(state, next, frontier / group_, who);
+    next += 4;
+  }
+  if (variant_.lloyd_iters > 0) {
+    const lm::Tensor& lv = state[next];
+    if (lv.shape() != levels_.shape() || lv.dtype() != lm::DType::F32) {
+      throw base::FormatError(std::string(who) + ": levels tensor " + lm::shape_text(lv.shape()) + " does not match " +
+                              lm::shape_text(levels_.shape()));
+    }
+    levels_ = lv.clone();
+    levels_fitted_ = fitted;
+  }
   offset_ = offset;
   frontier_ = frontier;
 }
@@ -353,6 +579,9 @@ std::shared_ptr<lm::KVCache> KiviCache::clone() const {
   copy->value_params_ = value_params_.clone();
   copy->residual_k_ = residual_k_.clone();
   copy->residual_v_ = residual_v_.clone();
+  copy->sinks_ = sinks_.deep_copy();
+  copy->outliers_ = outliers_.deep_copy();
+  copy->levels_ = levels_.clone();
   return copy;
 }
 

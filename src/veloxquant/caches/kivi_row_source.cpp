@@ -16,7 +16,7 @@ using cache_rows::row_ptr;
 KiviQuantizedRows::KiviQuantizedRows(const lm::Tensor& key_codes, const lm::Tensor& key_params,
                                      const lm::Tensor& value_codes, const lm::Tensor& value_params, int64_t rows, int bits,
                                      int group, const attention::CodeOrder& key_order,
-                                     const attention::CodeOrder& value_order)
+                                     const attention::CodeOrder& value_order, const lm::Tensor* levels)
     : key_codes_(key_codes),
       key_params_(key_params),
       value_codes_(value_codes),
@@ -25,7 +25,8 @@ KiviQuantizedRows::KiviQuantizedRows(const lm::Tensor& key_codes, const lm::Tens
       bits_(bits),
       group_(group),
       key_order_(key_order),
-      value_order_(value_order) {}
+      value_order_(value_order),
+      levels_(levels) {}
 
 void KiviQuantizedRows::prepare_query(const float* query, float* prepared) const {
   key_order_.permute(query, prepared);  // the order the key codes unpack in
@@ -43,6 +44,10 @@ void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
   float* min = scale + d;
   float* bias = min + d;
   key_order_.unpack_rows(row_ptr<uint32_t>(key_codes_, b, h, j0), key_codes_.strides()[2], n, codes);
+  if (levels_ != nullptr) {
+    const float* level = row_ptr<float>(*levels_, b, h, 0);
+    for (int64_t i = 0; i < n * d; ++i) codes[i] = level[static_cast<int>(codes[i])];
+  }
   for (int64_t a = j0; a < j1;) {
     const int64_t g = a / group_, end = std::min(j1, (g + 1) * group_);
     // The group's per-channel (scale, min) f16 pairs in one SIMD widening, then into code order.
@@ -62,7 +67,7 @@ void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
 void KiviQuantizedRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
                                         int64_t n_queries, int64_t ld, float* acc, attention::TileScratch& scratch) const {
   accumulate_group_affine_values(value_codes_, value_params_, value_order_, group_, b, h, j0, j1, weights, n_queries, ld,
-                                 acc, scratch);
+                                 acc, scratch, levels_ != nullptr ? row_ptr<float>(*levels_, b, h, 1) : nullptr);
 }
 
 }  // namespace veloxquant

@@ -11,6 +11,8 @@
 // — the weights are scaled per channel group, the codes accumulated as they are.
 // Codes are read in code order (attention/code_rows.h); queries are permuted into it and the
 // accumulated values put back in natural order once per tile.
+// With fitted levels (kvquant, caches/fitted_levels.h) a code c stands for level l_c instead of c:
+// the unpacked tile goes through the 2^b-entry table first and the same algebra follows.
 #include <cstdint>
 #include <vector>
 
@@ -24,10 +26,11 @@ class KiviQuantizedRows final : public attention::RowSource {
  public:
   // The cache's storage (caches/kivi_cache.h): key_codes [B,H,cap,wk] u32, key_params
   // [B,H,cap/G,2*D] f16, value_codes [B,H,cap,wv] u32, value_params [B,H,cap,2*gv] f16; the first
-  // `rows` rows of each head are quantized.
+  // `rows` rows of each head are quantized. levels: nullptr (codes are the levels) or f32
+  // [B, H, 2, 2^bits] (row 0 the keys' levels, row 1 the values').
   KiviQuantizedRows(const lm::Tensor& key_codes, const lm::Tensor& key_params, const lm::Tensor& value_codes,
                     const lm::Tensor& value_params, int64_t rows, int bits, int group, const attention::CodeOrder& key_order,
-                    const attention::CodeOrder& value_order);
+                    const attention::CodeOrder& value_order, const lm::Tensor* levels = nullptr);
 
   int64_t key_dim() const override { return key_order_.size(); }
   int64_t value_dim() const override { return value_order_.size(); }
@@ -48,6 +51,7 @@ class KiviQuantizedRows final : public attention::RowSource {
   int group_;
   const attention::CodeOrder& key_order_;
   const attention::CodeOrder& value_order_;
+  const lm::Tensor* levels_;
 };
 
 }  // namespace veloxquant

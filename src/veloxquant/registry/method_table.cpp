@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "veloxquant/caches/kivi_cache.h"
+#include "veloxquant/caches/kivi_sink_cache.h"
+#include "veloxquant/caches/kvquant_cache.h"
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
 #include "veloxquant/caches/spectral_cache.h"
@@ -250,7 +252,8 @@ MethodDescriptor spectral_row() {
 
 std::vector<MethodDescriptor> build_method_table() {
   std::vector<MethodDescriptor> rows = {turboquant_rvq_row(),           turboquant_block_row(),
-                                        kivi_row(),
+                                        kivi_row(),                      kivi_sink_method(),
+                                        kvquant_method(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
                                         spectral_row()};
