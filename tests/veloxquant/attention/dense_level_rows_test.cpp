@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <vector>
 
 #include "support/random_values.h"
@@ -67,39 +68,39 @@ TEST(DenseLevelRows, ScalarReferenceDecodesHandPackedCodes) {
   }
 }
 
-TEST(DenseLevelRows, SimdMatchesScalarForEveryWidthStrideAndTail) {
-  for (int bits = 1; bits <= 8; ++bits) {
-    const auto levels = test_support::normal_values(std::size_t{1} << bits, 30 + bits);
-    for (int64_t dim : {7, 8, 64, 100, 128}) {
-      for (int64_t block : {8, 32, 5}) {
-        for (int64_t rows : {1, 3, 17}) {
-          for (bool with_offset : {false, true}) {
-            const int64_t row_bytes = (dim * bits + 7) / 8;
-            const int64_t blocks = (dim + block - 1) / block;
-            // Contiguous rows (the caches' layout) and rows with a gap between them.
-            for (int64_t gap : {0, 3}) {
-              const Tile t = make_tile(rows, dim, bits, block, row_bytes + gap, blocks + gap);
-              const auto offset = test_support::normal_values(static_cast<std::size_t>(dim), 9);
-              DenseLevelRows r;
-              r.codes = t.codes.data();
-              r.code_stride = row_bytes + gap;
-              r.scales = t.scales.data();
-              r.scale_stride = blocks + gap;
-              r.n_rows = rows;
-              r.dim = dim;
-              r.bits = bits;
-              r.block = block;
-              r.levels = levels.data();
-              r.offset = with_offset ? offset.data() : nullptr;
-              std::vector<float> out(static_cast<std::size_t>(rows * dim)), ref(out.size());
-              decode_dense_level_rows(r, out.data());
-              scalar::decode_dense_level_rows(r, ref.data());
-              for (std::size_t i = 0; i < out.size(); ++i) {
-                // One fused multiply-add against a multiply then an add: one rounding apart.
-                ASSERT_NEAR(out[i], ref[i], 1e-6f * (1.0f + std::fabs(ref[i])))
-                    << "bits " << bits << " dim " << dim << " block " << block << " rows " << rows << " gap " << gap
-                    << " i " << i;
-              }
+// The dispatched decoder against the scalar reference for every combination of the lists, with
+// contiguous rows (the caches' layout) and rows `gap` bytes/scales apart; one FMA rounding apart
+// at most (a fused multiply-add against a multiply then an add).
+void expect_simd_matches_scalar(int bits, const std::vector<float>& levels, std::initializer_list<int64_t> dims,
+                                std::initializer_list<int64_t> blocks_list, std::initializer_list<int64_t> rows_list,
+                                std::initializer_list<int64_t> gaps) {
+  for (int64_t dim : dims) {
+    for (int64_t block : blocks_list) {
+      for (int64_t rows : rows_list) {
+        for (bool with_offset : {false, true}) {
+          const int64_t row_bytes = (dim * bits + 7) / 8;
+          const int64_t blocks = (dim + block - 1) / block;
+          for (int64_t gap : gaps) {
+            const Tile t = make_tile(rows, dim, bits, block, row_bytes + gap, blocks + gap);
+            const auto offset = test_support::normal_values(static_cast<std::size_t>(dim), 9);
+            DenseLevelRows r;
+            r.codes = t.codes.data();
+            r.code_stride = row_bytes + gap;
+            r.scales = t.scales.data();
+            r.scale_stride = blocks + gap;
+            r.n_rows = rows;
+            r.dim = dim;
+            r.bits = bits;
+            r.block = block;
+            r.levels = levels.data();
+            r.offset = with_offset ? offset.data() : nullptr;
+            std::vector<float> out(static_cast<std::size_t>(rows * dim)), ref(out.size());
+            decode_dense_level_rows(r, out.data());
+            scalar::decode_dense_level_rows(r, ref.data());
+            for (std::size_t i = 0; i < out.size(); ++i) {
+              ASSERT_NEAR(out[i], ref[i], 1e-6f * (1.0f + std::fabs(ref[i])))
+                  << "bits " << bits << " dim " << dim << " block " << block << " rows " << rows << " gap " << gap
+                  << " i " << i;
             }
           }
         }
@@ -108,47 +109,22 @@ TEST(DenseLevelRows, SimdMatchesScalarForEveryWidthStrideAndTail) {
   }
 }
 
+TEST(DenseLevelRows, SimdMatchesScalarForEveryWidthStrideAndTail) {
+  // Levels that are not f16 values: the f32-table path (or the scalar loop for odd shapes).
+  for (int bits = 1; bits <= 8; ++bits) {
+    expect_simd_matches_scalar(bits, test_support::normal_values(std::size_t{1} << bits, 30 + bits), {7, 8, 64, 100, 128},
+                               {8, 32, 5}, {1, 3, 17}, {0, 3});
+  }
+}
+
 TEST(DenseLevelRows, F16TablePathMatchesScalarForEveryWidthBlockAndTail) {
   // Levels that are exact f16 values (as turboquant_block's are) take the byte-shuffle path for
-  // 1..6 bits when dim and block are whole passes of 16 codes; the rest falls back. Every case
-  // must equal the scalar reference within one FMA rounding, including the last row of a tile
-  // whose 16-byte pass load would cross the tile's end (the padded copy).
+  // 1..6 bits when dim and block are whole passes of 16 codes; the rest falls back. 64-row tiles
+  // include last rows whose 16-byte pass loads would cross the tile's end (the padded copy).
   for (int bits = 1; bits <= 8; ++bits) {
     auto levels = test_support::normal_values(std::size_t{1} << bits, 50 + bits);
     for (float& l : levels) l = base::f16_to_f32(base::f32_to_f16(l));
-    for (int64_t dim : {16, 48, 64, 128, 40}) {
-      for (int64_t block : {16, 32, 64, 24}) {
-        for (int64_t rows : {1, 2, 5, 64}) {
-          for (bool with_offset : {false, true}) {
-            const int64_t row_bytes = (dim * bits + 7) / 8;
-            const int64_t blocks = (dim + block - 1) / block;
-            for (int64_t gap : {0, 5}) {
-              const Tile t = make_tile(rows, dim, bits, block, row_bytes + gap, blocks + gap);
-              const auto offset = test_support::normal_values(static_cast<std::size_t>(dim), 19);
-              DenseLevelRows r;
-              r.codes = t.codes.data();
-              r.code_stride = row_bytes + gap;
-              r.scales = t.scales.data();
-              r.scale_stride = blocks + gap;
-              r.n_rows = rows;
-              r.dim = dim;
-              r.bits = bits;
-              r.block = block;
-              r.levels = levels.data();
-              r.offset = with_offset ? offset.data() : nullptr;
-              std::vector<float> out(static_cast<std::size_t>(rows * dim)), ref(out.size());
-              decode_dense_level_rows(r, out.data());
-              scalar::decode_dense_level_rows(r, ref.data());
-              for (std::size_t i = 0; i < out.size(); ++i) {
-                ASSERT_NEAR(out[i], ref[i], 1e-6f * (1.0f + std::fabs(ref[i])))
-                    << "bits " << bits << " dim " << dim << " block " << block << " rows " << rows << " gap " << gap
-                    << " i " << i;
-              }
-            }
-          }
-        }
-      }
-    }
+    expect_simd_matches_scalar(bits, levels, {16, 48, 64, 128, 40}, {16, 32, 64, 24}, {1, 2, 5, 64}, {0, 5});
   }
 }
 
