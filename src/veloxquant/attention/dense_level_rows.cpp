@@ -58,16 +58,6 @@ void decode_rows_bits(DF df, const DenseLevelRows& r, float* out) {
   const auto windows_index = hn::Load(du8, window_bytes);
   const auto shifts = hn::Load(du32, shift_bits);
   const auto mask = hn::Set(du32, (1u << B) - 1u);
-  const auto low3 = hn::Set(du32, 7u);
-
-  // The level table in registers: up to four vectors of 8 levels (B <= 5).
-  constexpr int kTables = B <= 3 ? 1 : (B == 4 ? 2 : 4);
-  HWY_ALIGN float table[32] = {};
-  if constexpr (B <= 5) std::memcpy(table, r.levels, sizeof(float) * (std::size_t{1} << B));
-  const auto t0 = hn::Load(df, table);
-  const auto t1 = hn::Load(df, table + 8 * (kTables > 1));
-  const auto t2 = hn::Load(df, table + 16 * (kTables > 2));
-  const auto t3 = hn::Load(df, table + 24 * (kTables > 2));
 
   // Fields in locals: `out` is a float* the compiler must otherwise assume aliases them.
   const uint8_t* const codes_base = r.codes;
@@ -107,23 +97,7 @@ void decode_rows_bits(DF df, const DenseLevelRows& r, float* out) {
           const auto win16 = hn::BitCast(du16, hn::TableLookupBytes(bytes, windows_index));
           const auto codes = hn::And(hn::Shr(hn::PromoteTo(du32, win16), shifts), mask);
 
-          hn::Vec<DF> lev;
-          if constexpr (B <= 5) {
-            const auto idx = hn::IndicesFromVec(df, hn::BitCast(di, hn::And(codes, low3)));
-            lev = hn::TableLookupLanes(t0, idx);
-            if constexpr (B >= 4) {
-              const auto bit3 = hn::RebindMask(df, hn::TestBit(codes, hn::Set(du32, 8u)));
-              lev = hn::IfThenElse(bit3, hn::TableLookupLanes(t1, idx), lev);
-              if constexpr (B == 5) {
-                auto high = hn::TableLookupLanes(t2, idx);
-                high = hn::IfThenElse(bit3, hn::TableLookupLanes(t3, idx), high);
-                const auto bit4 = hn::RebindMask(df, hn::TestBit(codes, hn::Set(du32, 16u)));
-                lev = hn::IfThenElse(bit4, high, lev);
-              }
-            }
-          } else {
-            lev = hn::GatherIndex(df, levels, hn::BitCast(di, codes));
-          }
+          const auto lev = hn::GatherIndex(df, levels, hn::BitCast(di, codes));
           if constexpr (decltype(with_offset)::value) {
             hn::StoreU(hn::MulAdd(lev, scale, hn::LoadU(df, offsets + i)), df, dst + i);
           } else {
@@ -282,9 +256,9 @@ void decode_rows_f16_table(DF df, const DenseLevelRows& r, const uint16_t* level
 #endif  // HWY_TARGET != HWY_SCALAR
 
 void DecodeDenseLevelRowsImpl(const DenseLevelRows& r, float* out) {
-  const hn::CappedTag<float, 8> df;
-  // The byte shuffle spreads one 8-code group over 8 lanes; narrower targets, dims that are not
-  // whole groups and blocks that split a group take the scalar loop.
+  [[maybe_unused]] const hn::CappedTag<float, 8> df;  // unused on the scalar target
+  // Narrower targets, dims that are not whole groups and blocks that split a group take the
+  // scalar loop.
 #if HWY_TARGET != HWY_SCALAR
   if constexpr (hn::MaxLanes(decltype(df)()) == 8) {
     // Passes of 16 codes inside one scale block, levels held as f16 without rounding.
@@ -303,9 +277,7 @@ void DecodeDenseLevelRowsImpl(const DenseLevelRows& r, float* out) {
         default: break;
       }
     }
-  }
-#endif
-  if constexpr (hn::MaxLanes(decltype(df)()) == 8) {
+    // Other levels and 7-8 bits: 8 codes per group, f32 levels gathered.
     if (hn::Lanes(df) == 8 && r.dim % 8 == 0 && r.block % 8 == 0 && r.n_rows > 0) {
       switch (r.bits) {
         case 1: return decode_rows_bits<1>(df, r, out);
@@ -320,6 +292,7 @@ void DecodeDenseLevelRowsImpl(const DenseLevelRows& r, float* out) {
       }
     }
   }
+#endif
   scalar::decode_dense_level_rows(r, out);
 }
 

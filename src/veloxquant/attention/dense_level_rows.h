@@ -4,11 +4,13 @@
 // so the per-row work is the decode itself and nothing else.
 //
 // Codes are dense and LSB-first (code i of a row at bits [i*b, (i+1)*b)), so 8 codes always span
-// exactly b bytes. The SIMD path (8 f32 lanes) loads those b bytes once, spreads them into eight
-// 16-bit windows with one byte shuffle, shifts each lane by its own bit offset and masks: 8 codes
-// in 5 instructions. Levels for b <= 5 come from the 2^b-entry table held in registers (one
-// in-register lookup per 8 levels, plus a select per extra code bit) instead of a memory gather;
-// 6..8-bit codes gather.
+// exactly b bytes. Two SIMD paths (8 f32 lanes):
+//   - levels that are exact f16 values (turboquant_block's) and b <= 6: 16 codes per pass in u16
+//     lanes, levels looked up as f16 by byte shuffles from tables held in registers, widened by
+//     the hardware conversion (dense_level_rows.cpp explains the steps);
+//   - any other levels, and 7-8 bits: 8 codes per group spread by one byte shuffle and a
+//     per-lane shift, their f32 levels gathered.
+// Both equal the scalar reference below (one FMA rounding apart when an offset is added).
 #include <cstdint>
 
 namespace veloxquant::attention::kernels {
