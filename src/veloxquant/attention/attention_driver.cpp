@@ -326,7 +326,10 @@ void attend(const AttentionCall& call, const RowSource* const* segments, int n_s
   const int64_t blocks = (nq_total + kQueryBlock - 1) / kQueryBlock;
   // Split the rows only when there are too few query blocks to keep threads busy.
   const int64_t splits = blocks > 1 ? 1 : std::clamp<int64_t>((max_rows + kRowsPerSplit - 1) / kRowsPerSplit, 1, kMaxSplits);
-  const int64_t rows_per_split = std::max<int64_t>(1, (max_rows + splits - 1) / splits);
+  // Whole tiles per split: every tile then starts on a multiple of kTileRows, so a source's
+  // row groups (KIVI's key groups of 32 rows, a fold of the query each) are never cut in two.
+  const int64_t rows_per_split =
+      std::max<int64_t>(1, ((max_rows + splits - 1) / splits + kTileRows - 1) / kTileRows * kTileRows);
   const int64_t n_units = blocks * heads * splits;
   const int64_t unit_rows = g.group * std::min(nq_total, kQueryBlock);
   const auto unit_at = [&](int64_t index) {

@@ -46,10 +46,13 @@ void gather_pairs(const float* pairs, const int32_t* natural, int64_t n, float* 
 void fold_scales(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, float* folded,
                  float* bias);
 
-// Group-affine values: out[j] = w[j] * params[j * stride] for j < n; returns sum_j w[j] *
-// params[j * stride + 1] (rows' (scale, min) pairs `stride` floats apart: the weights scaled by
-// each row's group scale, and the group's bias).
-float scale_column(const float* w, int64_t n, const float* params, int64_t stride, float* out);
+// Group-affine values: out[j] = w[j] * scale[j] for j < n; returns sum_j w[j] * min[j] (the
+// weights scaled by each row's group scale, and the group's bias).
+float scale_column(const float* w, int64_t n, const float* scale, const float* min, float* out);
+
+// Rows of `stride` f16 fields into f32 columns: columns[c * n + j] = rows[j * stride + c] (a
+// tile's per-row (scale, min) pairs into one column per field).
+void f16_columns(const uint16_t* rows, int64_t n, int64_t stride, float* columns);
 
 // Back from plane order to natural order: out[p * per_byte + k] += planes[k * plane_len + p]
 // (per_byte = 8 / b codes per byte; 1 is a plain add).
@@ -73,7 +76,8 @@ void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows,
                        int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride);
 void fold_scales(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, float* folded,
                  float* bias);
-float scale_column(const float* w, int64_t n, const float* params, int64_t stride, float* out);
+float scale_column(const float* w, int64_t n, const float* scale, const float* min, float* out);
+void f16_columns(const uint16_t* rows, int64_t n, int64_t stride, float* columns);
 void add_planes_interleaved(const float* planes, int64_t plane_len, int per_byte, float* out);
 using lm::kernels::tiles::scalar::accumulate_rows;
 using lm::kernels::tiles::scalar::scale_and_max;

@@ -24,16 +24,17 @@ void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Ten
   float* scaled = acc_code + n_queries * d;
   float* bias = scaled + groups * n_queries * n;
   std::fill(acc_code, acc_code + n_queries * d, 0.0f);
-  // Every row's (scale, min) pairs of the tile in one SIMD widening (rows of params are back to
-  // back), then per channel group g: weights scaled by each row's s_jg, biases sum_j w_j m_jg.
+  // The tile's (scale, min) pairs (rows of params are back to back) widened into one column per
+  // field, then per channel group g: weights scaled by each row's s_jg, biases sum_j w_j m_jg.
   const int64_t param_stride = value_params.strides()[2];
-  float* params = scratch.f32_second(static_cast<std::size_t>(n * param_stride));
-  lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(value_params, b, h, j0), params, n * param_stride);
+  float* columns = scratch.f32_second(static_cast<std::size_t>(n * param_stride));
+  attention::kernels::f16_columns(row_ptr<uint16_t>(value_params, b, h, j0), n, param_stride, columns);
   for (int64_t g = 0; g < groups; ++g) {
     float* sg = scaled + g * n_queries * n;
     float* bg = bias + g * n_queries;
+    const float* scale = columns + 2 * g * n;
     for (int64_t r = 0; r < n_queries; ++r) {
-      bg[r] = attention::kernels::scale_column(weights + r * ld, n, params + 2 * g, param_stride, sg + r * n);
+      bg[r] = attention::kernels::scale_column(weights + r * ld, n, scale, scale + n, sg + r * n);
     }
   }
   // Planar rows whose 8-byte chunks each lie in one channel group are accumulated straight from

@@ -4,6 +4,7 @@
 
 #include "base/half.h"
 #include "lm/kernels/simd_dot.h"
+#include "veloxquant/attention/integer_key_scores.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/caches/group_affine_rows.h"
@@ -35,19 +36,32 @@ void KiviQuantizedRows::prepare_query(const float* query, float* prepared) const
 void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
                                    int64_t n_queries, float* scores, int64_t ld, attention::TileScratch& scratch) const {
   const int64_t d = key_dim(), n = j1 - j0;
-  // Scratch: the tile's codes [n, d], folded queries [n_queries, d], the group's (scale, min)
-  // pairs widened [2 d] and in code order [2 d], the queries' biases [n_queries].
-  float* codes = scratch.f32(static_cast<std::size_t>(n * d + n_queries * d + 4 * d + n_queries));
-  float* folded = codes + n * d;
+  const int64_t plane_bytes = d * bits_ / 8;
+  // Plain codes read by planes score as integers (attention/integer_key_scores.h); fitted
+  // levels and other widths go through an f32 tile of the codes.
+  const bool integer = levels_ == nullptr && key_order_.planar() &&
+                       attention::kernels::can_score_codes_i16(bits_, plane_bytes);
+  // Scratch: the tile's codes [n, d] (f32 path only), folded queries [n_queries, d], the group's
+  // (scale, min) pairs widened [2 d] and in code order [2 d], the queries' biases and steps.
+  const int64_t tile_floats = integer ? 0 : n * d;
+  float* codes = scratch.f32(static_cast<std::size_t>(tile_floats + n_queries * d + 4 * d + 2 * n_queries));
+  float* folded = codes + tile_floats;
   float* pairs = folded + n_queries * d;
   float* scale = pairs + 2 * d;
   float* min = scale + d;
   float* bias = min + d;
-  key_order_.unpack_rows(row_ptr<uint32_t>(key_codes_, b, h, j0), key_codes_.strides()[2], n, codes);
-  if (levels_ != nullptr) {
-    const float* level = row_ptr<float>(*levels_, b, h, 0);
-    for (int64_t i = 0; i < n * d; ++i) codes[i] = level[static_cast<int>(codes[i])];
+  float* step = bias + n_queries;
+  auto* q16 = reinterpret_cast<int16_t*>(scratch.u8(static_cast<std::size_t>(n_queries * d) * sizeof(int16_t)));
+  const uint32_t* first_row = row_ptr<uint32_t>(key_codes_, b, h, j0);
+  const int64_t row_words = key_codes_.strides()[2];
+  if (!integer) {
+    key_order_.unpack_rows(first_row, row_words, n, codes);
+    if (levels_ != nullptr) {
+      const float* level = row_ptr<float>(*levels_, b, h, 0);
+      for (int64_t i = 0; i < n * d; ++i) codes[i] = level[static_cast<int>(codes[i])];
+    }
   }
+  const int32_t limit = attention::kernels::integer_query_limit(bits_, d);
   for (int64_t a = j0; a < j1;) {
     const int64_t g = a / group_, end = std::min(j1, (g + 1) * group_);
     // The group's per-channel (scale, min) f16 pairs in one SIMD widening, then into code order.
@@ -55,10 +69,17 @@ void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
     attention::kernels::gather_pairs(pairs, key_order_.natural_indices().data(), d, scale, min);
     // The scales folded into every query of the block (prepared in code order), then one pass
     // over the rows for all of them; the mins add a per-query constant.
-    attention::kernels::fold_scales(prepared, n_queries, d, scale, min, folded, bias);
-    attention::kernels::score_rows(folded, d, n_queries, codes + (a - j0) * d, d, end - a, d, scores + (a - j0), ld);
-    for (int64_t r = 0; r < n_queries; ++r) {
-      for (int64_t j = a; j < end; ++j) scores[r * ld + (j - j0)] += bias[r];
+    if (integer) {
+      attention::kernels::fold_queries_i16(prepared, n_queries, d, scale, min, limit, q16, step, bias);
+      attention::kernels::score_codes_i16(reinterpret_cast<const uint8_t*>(first_row + (a - j0) * row_words),
+                                          row_words * 4, end - a, plane_bytes, bits_, q16, step, bias, n_queries,
+                                          scores + (a - j0), ld);
+    } else {
+      attention::kernels::fold_scales(prepared, n_queries, d, scale, min, folded, bias);
+      attention::kernels::score_rows(folded, d, n_queries, codes + (a - j0) * d, d, end - a, d, scores + (a - j0), ld);
+      for (int64_t r = 0; r < n_queries; ++r) {
+        for (int64_t j = a; j < end; ++j) scores[r * ld + (j - j0)] += bias[r];
+      }
     }
     a = end;
   }

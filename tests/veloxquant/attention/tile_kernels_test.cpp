@@ -103,16 +103,30 @@ TEST(TileKernels, FoldScalesMatchesScalar) {
 
 TEST(TileKernels, ScaleColumnMatchesScalar) {
   for (int64_t n : {1, 7, 8, 37, 64}) {
+    const auto w = random_values(static_cast<std::size_t>(n), 14);
+    const auto scale = random_values(static_cast<std::size_t>(n), 15);
+    const auto min = random_values(static_cast<std::size_t>(n), 16);
+    std::vector<float> out(w.size()), ref(w.size());
+    const float b = scale_column(w.data(), n, scale.data(), min.data(), out.data());
+    const float b_ref = scalar::scale_column(w.data(), n, scale.data(), min.data(), ref.data());
+    EXPECT_EQ(out, ref) << "n " << n;
+    EXPECT_NEAR(b, b_ref, 1e-4f * std::sqrt(float(n)));
+    EXPECT_EQ(ref[0], w[0] * scale[0]);
+  }
+}
+
+TEST(TileKernels, F16ColumnsTransposesRowsOfFieldsExactly) {
+  for (int64_t n : {1, 7, 8, 37, 64}) {
     for (int64_t stride : {2, 4, 6}) {
-      const auto w = random_values(static_cast<std::size_t>(n), 14);
-      const auto params = random_values(static_cast<std::size_t>(n * stride), 15);
-      std::vector<float> out(w.size()), ref(w.size());
-      const float b = scale_column(w.data(), n, params.data(), stride, out.data());
-      const float b_ref = scalar::scale_column(w.data(), n, params.data(), stride, ref.data());
+      const auto values = random_values(static_cast<std::size_t>(n * stride), 18);
+      std::vector<uint16_t> rows(values.size());
+      for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = base::f32_to_f16(values[i]);
+      std::vector<float> out(rows.size()), ref(rows.size());
+      f16_columns(rows.data(), n, stride, out.data());
+      scalar::f16_columns(rows.data(), n, stride, ref.data());
       EXPECT_EQ(out, ref) << "n " << n << " stride " << stride;
-      EXPECT_NEAR(b, b_ref, 1e-4f * std::sqrt(float(n)));
-      // Row 0's scale is params[0], its min params[1].
-      EXPECT_EQ(ref[0], w[0] * params[0]);
+      // Field c of row j lands at c * n + j.
+      EXPECT_EQ(ref[static_cast<std::size_t>(n + n - 1)], base::f16_to_f32(rows[static_cast<std::size_t>((n - 1) * stride + 1)]));
     }
   }
 }

@@ -1,0 +1,310 @@
+// Highway kernels for integer_key_scores.h, compiled once per target and dispatched at run time.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "veloxquant/attention/integer_key_scores.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "veloxquant/attention/integer_key_scores.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#ifndef VELOXQUANT_INTEGER_KEY_SCORES_STEP
+#define VELOXQUANT_INTEGER_KEY_SCORES_STEP  // once, not once per SIMD target
+namespace veloxquant::attention::kernels {
+namespace {
+
+// Shared by both implementations so they round alike: the step and its reciprocal of one
+// query row whose largest magnitude is `max_abs`. A non-finite maximum (a NaN or inf query)
+// becomes a NaN step, so the scores are NaN as the f32 path's would be, not silently finite.
+struct QueryStep {
+  float step, inverse;
+};
+QueryStep query_step(float max_abs, int32_t limit) {
+  if (!std::isfinite(max_abs)) return {std::numeric_limits<float>::quiet_NaN(), 0.0f};
+  if (max_abs == 0.0f) return {0.0f, 0.0f};
+  return {max_abs / static_cast<float>(limit), static_cast<float>(limit) / max_abs};
+}
+
+}  // namespace
+}  // namespace veloxquant::attention::kernels
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace veloxquant::attention::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+void FoldQueriesImpl(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, int32_t limit,
+                     int16_t* q16, float* step, float* bias) {
+  const hn::CappedTag<float, 8> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<int16_t, decltype(di)> d16;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t whole = d / lanes * lanes;
+  for (int64_t r = 0; r < n_q; ++r) {
+    const float* x = q + r * d;
+    // One pass for the largest folded magnitude and the bias. The folded values' sum is
+    // non-finite exactly when one of them is (or when finite ones overflow f32, far beyond
+    // anything 16-bit steps could hold): Max alone would drop a NaN.
+    auto vmax = hn::Zero(df), total = hn::Zero(df), vbias = hn::Zero(df);
+    for (int64_t c = 0; c < whole; c += lanes) {
+      const auto v = hn::LoadU(df, x + c);
+      const auto folded = hn::Mul(v, hn::LoadU(df, scale + c));
+      vmax = hn::Max(vmax, hn::Abs(folded));
+      total = hn::Add(total, folded);
+      vbias = hn::MulAdd(v, hn::LoadU(df, min + c), vbias);
+    }
+    float max_abs = hn::GetLane(hn::MaxOfLanes(df, vmax));
+    float sum = hn::GetLane(hn::SumOfLanes(df, total));
+    float b = hn::GetLane(hn::SumOfLanes(df, vbias));
+    for (int64_t c = whole; c < d; ++c) {
+      const float folded = x[c] * scale[c];
+      max_abs = std::max(max_abs, std::fabs(folded));
+      sum += folded;
+      b += x[c] * min[c];
+    }
+    const QueryStep s = query_step(std::isfinite(sum) ? max_abs : std::numeric_limits<float>::quiet_NaN(), limit);
+    step[r] = s.step;
+    bias[r] = b;
+    const auto inverse = hn::Set(df, s.inverse);
+    int16_t* out = q16 + r * d;
+    for (int64_t c = 0; c < whole; c += lanes) {
+      const auto folded = hn::Mul(hn::LoadU(df, x + c), hn::LoadU(df, scale + c));
+      hn::StoreU(hn::DemoteTo(d16, hn::NearestInt(hn::Mul(folded, inverse))), d16, out + c);
+    }
+    for (int64_t c = whole; c < d; ++c) out[c] = static_cast<int16_t>(std::lrintf(x[c] * scale[c] * s.inverse));
+  }
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// Scores of four rows for one query from their integer sums (each an i32 vector whose lanes
+// add up to the row's sum): out[t] = step * float(sum_t) + bias, as the scalar reference.
+template <class D, class V>
+HWY_INLINE void finish_4(D d32, V a, V b, V c, V e, float step, float bias, float* out) {
+  if constexpr (hn::MaxLanes(d32) == 8) {
+    // Within each 128-bit block: pairs, then quads of the four rows side by side; then the two
+    // blocks added — nine shuffles and adds instead of four full horizontal sums — and the four
+    // scores finished in one vector.
+    const hn::RepartitionToWide<D> d64;
+    const V ab = hn::Add(hn::InterleaveLower(d32, a, b), hn::InterleaveUpper(d32, a, b));
+    const V ce = hn::Add(hn::InterleaveLower(d32, c, e), hn::InterleaveUpper(d32, c, e));
+    const auto ab64 = hn::BitCast(d64, ab), ce64 = hn::BitCast(d64, ce);
+    const V s = hn::Add(hn::BitCast(d32, hn::InterleaveLower(d64, ab64, ce64)),
+                        hn::BitCast(d32, hn::InterleaveUpper(d64, ab64, ce64)));
+    const hn::Half<D> dh;
+    const hn::Rebind<float, decltype(dh)> df;
+    const auto totals = hn::ConvertTo(df, hn::Add(hn::LowerHalf(dh, s), hn::UpperHalf(dh, s)));
+    hn::StoreU(hn::Add(hn::Mul(totals, hn::Set(df, step)), hn::Set(df, bias)), df, out);
+  } else {
+    const V rows[4] = {a, b, c, e};
+    for (int t = 0; t < 4; ++t) out[t] = step * static_cast<float>(hn::GetLane(hn::SumOfLanes(d32, rows[t]))) + bias;
+  }
+}
+
+// The integer sums of one row for NQ queries (each an i32 vector whose lanes add up to the
+// sum): the row's bytes are widened to 16-bit codes one chunk at a time and each plane's codes
+// feed NQ pairwise multiply-adds. kChunks > 0 is the number of chunks in a plane known at
+// compile time (the loop unrolls and the zero start folds away); 0 reads it from plane_bytes.
+template <int B, int NQ, int kChunks, class D32>
+HWY_INLINE void row_sums(D32 d32, const uint8_t* row, int64_t plane_bytes, const int16_t* q16, int64_t d,
+                         hn::Vec<D32>* sum) {
+  const hn::Repartition<int16_t, D32> d16;
+  const hn::RebindToUnsigned<decltype(d16)> du16;
+  const hn::Rebind<uint8_t, decltype(du16)> d8;
+  constexpr int kPlanes = 8 / B;
+  const int64_t chunk = static_cast<int64_t>(hn::Lanes(du16));
+  const auto mask = hn::Set(du16, static_cast<uint16_t>((1 << B) - 1));
+  hn::Vec<D32> odd[NQ];
+  for (int r = 0; r < NQ; ++r) sum[r] = odd[r] = hn::Zero(d32);
+  const int64_t n_chunks = kChunks > 0 ? kChunks : plane_bytes / chunk;
+#pragma GCC unroll 8
+  for (int64_t ci = 0; ci < n_chunks; ++ci) {
+    const int64_t p0 = ci * chunk;
+    const auto wide = hn::PromoteTo(du16, hn::LoadU(d8, row + p0));
+    for (int k = 0; k < kPlanes; ++k) {
+      // The top field of a byte needs no mask after its shift; the bottom one no shift.
+      const auto field = k == 0 ? wide : hn::ShiftRightSame(wide, k * B);
+      const auto codes = hn::BitCast(d16, k == kPlanes - 1 ? field : hn::And(field, mask));
+      for (int r = 0; r < NQ; ++r) {
+        const auto q = hn::LoadU(d16, q16 + r * d + k * plane_bytes + p0);
+        sum[r] = hn::ReorderWidenMulAccumulate(d32, codes, q, sum[r], odd[r]);
+      }
+    }
+  }
+  for (int r = 0; r < NQ; ++r) sum[r] = hn::RearrangeToOddPlusEven(sum[r], odd[r]);
+}
+
+// Ends a row's sums here. Integer adds reassociate freely, and GCC otherwise regroups the
+// multiply-adds of all four rows of a block into one tree, keeping every product alive at
+// once and spilling them to the stack; an empty asm that "changes" each sum keeps a row's
+// products summed before the next row starts.
+template <int NQ, class V>
+HWY_INLINE void keep_in_registers(V* sums) {
+#if HWY_ARCH_X86 && defined(__GNUC__)
+  for (int r = 0; r < NQ; ++r) asm("" : "+v"(sums[r].raw));
+#else
+  (void)sums;
+#endif
+}
+
+// NQ queries against rows [0, n_rows), four rows at a time.
+template <int B, int NQ, int kChunks>
+void score_block(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, const int16_t* q16,
+                 int64_t d, const float* step, const float* bias, float* scores, int64_t ld) {
+  const hn::CappedTag<int32_t, 8> d32;
+  using V32 = hn::Vec<decltype(d32)>;
+  int64_t j = 0;
+  for (; j + 4 <= n_rows; j += 4) {
+    V32 s0[NQ], s1[NQ], s2[NQ], s3[NQ];
+    row_sums<B, NQ, kChunks>(d32, bytes + j * row_stride, plane_bytes, q16, d, s0);
+    keep_in_registers<NQ>(s0);
+    row_sums<B, NQ, kChunks>(d32, bytes + (j + 1) * row_stride, plane_bytes, q16, d, s1);
+    keep_in_registers<NQ>(s1);
+    row_sums<B, NQ, kChunks>(d32, bytes + (j + 2) * row_stride, plane_bytes, q16, d, s2);
+    keep_in_registers<NQ>(s2);
+    row_sums<B, NQ, kChunks>(d32, bytes + (j + 3) * row_stride, plane_bytes, q16, d, s3);
+    for (int r = 0; r < NQ; ++r) finish_4(d32, s0[r], s1[r], s2[r], s3[r], step[r], bias[r], scores + r * ld + j);
+  }
+  for (; j < n_rows; ++j) {
+    V32 s[NQ];
+    row_sums<B, NQ, kChunks>(d32, bytes + j * row_stride, plane_bytes, q16, d, s);
+    for (int r = 0; r < NQ; ++r) {
+      scores[r * ld + j] = step[r] * static_cast<float>(hn::GetLane(hn::SumOfLanes(d32, s[r]))) + bias[r];
+    }
+  }
+}
+
+template <int B, int kChunks>
+void score_queries(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, const int16_t* q16,
+                   const float* step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  const int64_t d = 8 / B * plane_bytes;
+  int64_t r = 0;
+  // Blocks of three queries (a GQA group of SmolLM2-sized models; 3 x 4 row accumulators stay
+  // in registers), then the rest one by one.
+  for (; r + 3 <= n_q; r += 3) {
+    score_block<B, 3, kChunks>(bytes, row_stride, n_rows, plane_bytes, q16 + r * d, d, step + r, bias + r,
+                               scores + r * ld, ld);
+  }
+  for (; r < n_q; ++r) {
+    score_block<B, 1, kChunks>(bytes, row_stride, n_rows, plane_bytes, q16 + r * d, d, step + r, bias + r,
+                               scores + r * ld, ld);
+  }
+}
+
+template <int B>
+void score_bits(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, const int16_t* q16,
+                const float* step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  const hn::CappedTag<int32_t, 8> d32;
+  const hn::Repartition<uint16_t, decltype(d32)> du16;  // score_block's chunk
+  // Head sizes 64 and 128 make planes of 1, 2, 4 or 8 chunks: unrolled; anything else loops.
+  switch (plane_bytes / static_cast<int64_t>(hn::Lanes(du16))) {
+    case 1: score_queries<B, 1>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld); break;
+    case 2: score_queries<B, 2>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld); break;
+    case 4: score_queries<B, 4>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld); break;
+    case 8: score_queries<B, 8>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld); break;
+    default: score_queries<B, 0>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld); break;
+  }
+}
+
+void ScoreCodesImpl(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
+                    const int16_t* q16, const float* step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  switch (bits) {
+    case 2: score_bits<2>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld); break;
+    case 4: score_bits<4>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld); break;
+    default: score_bits<8>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld); break;
+  }
+}
+#else
+// One-lane vectors have no 16-bit pairs to multiply-add: the scalar target is the reference.
+void ScoreCodesImpl(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
+                    const int16_t* q16, const float* step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  scalar::score_codes_i16(bytes, row_stride, n_rows, plane_bytes, bits, q16, step, bias, n_q, scores, ld);
+}
+#endif
+
+int64_t ChunkBytesImpl() {
+#if HWY_TARGET == HWY_SCALAR
+  return 1;
+#else
+  const hn::CappedTag<int32_t, 8> d32;
+  const hn::Repartition<uint16_t, decltype(d32)> du16;
+  return static_cast<int64_t>(hn::Lanes(du16));
+#endif
+}
+
+}  // namespace veloxquant::attention::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace veloxquant::attention::kernels {
+HWY_EXPORT(FoldQueriesImpl);
+HWY_EXPORT(ScoreCodesImpl);
+HWY_EXPORT(ChunkBytesImpl);
+
+int32_t integer_query_limit(int bits, int64_t dim) {
+  const int64_t max_code = (int64_t{1} << bits) - 1;
+  const int64_t bound = std::numeric_limits<int32_t>::max() / std::max<int64_t>(1, max_code * dim);
+  return static_cast<int32_t>(std::min<int64_t>(32767, bound));
+}
+
+void fold_queries_i16(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, int32_t limit,
+                      int16_t* q16, float* step, float* bias) {
+  HWY_DYNAMIC_DISPATCH(FoldQueriesImpl)(q, n_q, d, scale, min, limit, q16, step, bias);
+}
+
+bool can_score_codes_i16(int bits, int64_t plane_bytes) {
+  // Each chunk of a plane is widened whole, so a plane must be whole chunks.
+  static const int64_t chunk = HWY_DYNAMIC_DISPATCH(ChunkBytesImpl)();
+  return (bits == 2 || bits == 4 || bits == 8) && plane_bytes > 0 && plane_bytes % chunk == 0;
+}
+
+void score_codes_i16(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
+                     const int16_t* q16, const float* step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  HWY_DYNAMIC_DISPATCH(ScoreCodesImpl)(bytes, row_stride, n_rows, plane_bytes, bits, q16, step, bias, n_q, scores, ld);
+}
+
+namespace scalar {
+
+void fold_queries_i16(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, int32_t limit,
+                      int16_t* q16, float* step, float* bias) {
+  for (int64_t r = 0; r < n_q; ++r) {
+    const float* x = q + r * d;
+    float max_abs = 0.0f;
+    bool finite = true;
+    double b = 0.0;  // a plain sum: the SIMD one may differ by reassociation only
+    for (int64_t c = 0; c < d; ++c) {
+      const float folded = x[c] * scale[c];
+      finite = finite && std::isfinite(folded);
+      max_abs = std::max(max_abs, std::fabs(folded));
+      b += static_cast<double>(x[c]) * min[c];
+    }
+    const QueryStep s = query_step(finite ? max_abs : std::numeric_limits<float>::quiet_NaN(), limit);
+    step[r] = s.step;
+    bias[r] = static_cast<float>(b);
+    for (int64_t c = 0; c < d; ++c) q16[r * d + c] = static_cast<int16_t>(std::lrintf(x[c] * scale[c] * s.inverse));
+  }
+}
+
+void score_codes_i16(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
+                     const int16_t* q16, const float* step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  const int planes = 8 / bits;
+  const int64_t d = planes * plane_bytes;
+  const int mask = (1 << bits) - 1;
+  for (int64_t r = 0; r < n_q; ++r) {
+    for (int64_t j = 0; j < n_rows; ++j) {
+      const uint8_t* row = bytes + j * row_stride;
+      int32_t total = 0;
+      for (int k = 0; k < planes; ++k) {
+        for (int64_t p = 0; p < plane_bytes; ++p) {
+          total += static_cast<int32_t>(q16[r * d + k * plane_bytes + p]) * ((row[p] >> (k * bits)) & mask);
+        }
+      }
+      scores[r * ld + j] = step[r] * static_cast<float>(total) + bias[r];
+    }
+  }
+}
+
+}  // namespace scalar
+}  // namespace veloxquant::attention::kernels
+#endif  // HWY_ONCE
