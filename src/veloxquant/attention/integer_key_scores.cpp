@@ -67,11 +67,17 @@ void FoldQueriesImpl(const float* q, int64_t n_q, int64_t d, const float* scale,
     const QueryStep s = query_step(std::isfinite(sum) ? max_abs : std::numeric_limits<float>::quiet_NaN(), limit);
     step[r] = s.step;
     bias[r] = b;
+    // Rounding by the magic-number addition: for |y| < 2^22, y + 1.5 * 2^23 rounds y to the
+    // nearest integer (ties to even, as lrintf) in the low mantissa bits. |y| <= limit here, so
+    // this is exact and skips NearestInt's overflow fix-ups.
     const auto inverse = hn::Set(df, s.inverse);
+    const auto magic = hn::Set(df, 12582912.0f);
+    const auto magic_bits = hn::Set(di, 0x4B400000);
     int16_t* out = q16 + r * d;
     for (int64_t c = 0; c < whole; c += lanes) {
-      const auto folded = hn::Mul(hn::LoadU(df, x + c), hn::LoadU(df, scale + c));
-      hn::StoreU(hn::DemoteTo(d16, hn::NearestInt(hn::Mul(folded, inverse))), d16, out + c);
+      const auto y = hn::Mul(hn::Mul(hn::LoadU(df, x + c), hn::LoadU(df, scale + c)), inverse);
+      const auto rounded = hn::Sub(hn::BitCast(di, hn::Add(y, magic)), magic_bits);
+      hn::StoreU(hn::DemoteTo(d16, rounded), d16, out + c);
     }
     for (int64_t c = whole; c < d; ++c) out[c] = static_cast<int16_t>(std::lrintf(x[c] * scale[c] * s.inverse));
   }

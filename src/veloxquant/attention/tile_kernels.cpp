@@ -238,36 +238,63 @@ void AddPlanesInterleavedImpl(const float* planes, int64_t plane_len, int per_by
 }
 
 // Group-affine values read by planes and accumulated straight from their bytes: for each
-// chunk of `lanes` bytes (all its planes' codes in one channel group), NQ x planes accumulators
-// stay in registers across the rows; each row's bytes are widened once and every plane's codes
-// feed NQ FMAs with the row's group-scaled weight. No f32 tile of the codes.
-template <int B, int NQ>
-void accumulate_planes_block(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
-                             int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride) {
+// pass over kSub chunks of `lanes` bytes (all in one channel group), NQ x planes x kSub
+// accumulators stay in registers across the rows; each row's bytes are widened once and every
+// plane's codes feed NQ FMAs with the row's group-scaled weight, broadcast once per pass. No
+// f32 tile of the codes.
+template <int B, int NQ, int kSub>
+void accumulate_planes_pass(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int64_t p0,
+                            const float* wg, float* acc, int64_t acc_stride) {
   const hn::CappedTag<float, 8> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<uint8_t, decltype(di)> d8;
   constexpr int kPlanes = 8 / B;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const auto mask = hn::Set(di, (1 << B) - 1);
-  for (int64_t p0 = 0; p0 + lanes <= plane_bytes; p0 += lanes) {
-    const int64_t g = p0 * kPlanes / group;
-    hn::Vec<decltype(df)> a[NQ][kPlanes];
-    for (int r = 0; r < NQ; ++r) {
-      for (int k = 0; k < kPlanes; ++k) a[r][k] = hn::LoadU(df, acc + r * acc_stride + k * plane_bytes + p0);
+  hn::Vec<decltype(df)> a[NQ][kPlanes][kSub];
+  for (int r = 0; r < NQ; ++r) {
+    for (int k = 0; k < kPlanes; ++k) {
+      for (int u = 0; u < kSub; ++u) a[r][k][u] = hn::LoadU(df, acc + r * acc_stride + k * plane_bytes + p0 + u * lanes);
     }
-    const float* wg = ws + g * n_q * n_rows;
-    for (int64_t j = 0; j < n_rows; ++j) {
-      const auto v = hn::PromoteTo(di, hn::LoadU(d8, bytes + j * row_stride + p0));
-      hn::Vec<decltype(df)> w[NQ];
-      for (int r = 0; r < NQ; ++r) w[r] = hn::Set(df, wg[r * n_rows + j]);
+  }
+  for (int64_t j = 0; j < n_rows; ++j) {
+    hn::Vec<decltype(df)> w[NQ];
+    for (int r = 0; r < NQ; ++r) w[r] = hn::Set(df, wg[r * n_rows + j]);
+    for (int u = 0; u < kSub; ++u) {
+      const auto v = hn::PromoteTo(di, hn::LoadU(d8, bytes + j * row_stride + p0 + u * lanes));
       for (int k = 0; k < kPlanes; ++k) {
-        const auto codes = hn::ConvertTo(df, B == 8 ? v : hn::And(hn::ShiftRightSame(v, k * B), mask));
-        for (int r = 0; r < NQ; ++r) a[r][k] = hn::MulAdd(w[r], codes, a[r][k]);
+        // The top field of a byte needs no mask after its shift; the bottom one no shift.
+        const auto field = k == 0 ? v : hn::ShiftRightSame(v, k * B);
+        const auto codes = hn::ConvertTo(df, k == kPlanes - 1 ? field : hn::And(field, mask));
+        for (int r = 0; r < NQ; ++r) a[r][k][u] = hn::MulAdd(w[r], codes, a[r][k][u]);
       }
     }
-    for (int r = 0; r < NQ; ++r) {
-      for (int k = 0; k < kPlanes; ++k) hn::StoreU(a[r][k], df, acc + r * acc_stride + k * plane_bytes + p0);
+  }
+  for (int r = 0; r < NQ; ++r) {
+    for (int k = 0; k < kPlanes; ++k) {
+      for (int u = 0; u < kSub; ++u) hn::StoreU(a[r][k][u], df, acc + r * acc_stride + k * plane_bytes + p0 + u * lanes);
+    }
+  }
+}
+
+template <int B, int NQ>
+void accumulate_planes_block(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
+                             int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride) {
+  const hn::CappedTag<float, 8> df;
+  constexpr int kPlanes = 8 / B;
+  // Two chunks per pass where their accumulators and weights still fit 16 registers: half the
+  // weight broadcasts and loop overhead per row.
+  constexpr bool kPairs = NQ * kPlanes * 2 + NQ <= 15;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t p0 = 0; p0 + lanes <= plane_bytes;) {
+    const int64_t g = p0 * kPlanes / group;
+    const float* wg = ws + g * n_q * n_rows;
+    if (kPairs && p0 + 2 * lanes <= plane_bytes && (p0 + 2 * lanes - 1) * kPlanes / group == g) {
+      accumulate_planes_pass<B, NQ, kPairs ? 2 : 1>(bytes, row_stride, n_rows, plane_bytes, p0, wg, acc, acc_stride);
+      p0 += (kPairs ? 2 : 1) * lanes;
+    } else {
+      accumulate_planes_pass<B, NQ, 1>(bytes, row_stride, n_rows, plane_bytes, p0, wg, acc, acc_stride);
+      p0 += lanes;
     }
   }
 }

@@ -51,20 +51,20 @@ void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Ten
     if (levels != nullptr) {
       for (int64_t i = 0; i < n * d; ++i) codes[i] = levels[static_cast<int>(codes[i])];
     }
-  }
-  // Then each run of code-order positions (one group) gets its group's bias.
-  for (const attention::CodeOrder::Run& run : value_order.runs()) {
-    if (!from_bytes) {
+    for (const attention::CodeOrder::Run& run : value_order.runs()) {
       attention::kernels::accumulate_rows(scaled + run.group * n_queries * n, n, n_queries, codes + run.start, d, n,
                                           run.length, acc_code + run.start, d);
     }
-    for (int64_t r = 0; r < n_queries; ++r) {
-      const float bg = bias[run.group * n_queries + r];
-      float* a = acc_code + r * d + run.start;
-      for (int64_t e = 0; e < run.length; ++e) a[e] += bg;
+  }
+  // Back to natural order, where a channel group is a contiguous run: each gets its bias there.
+  for (int64_t r = 0; r < n_queries; ++r) {
+    float* out = acc + r * d;
+    value_order.add_to_natural(acc_code + r * d, out);
+    for (int64_t g = 0; g < groups; ++g) {
+      const float bg = bias[g * n_queries + r];
+      for (int64_t c = g * group, end = std::min(d, c + group); c < end; ++c) out[c] += bg;
     }
   }
-  for (int64_t r = 0; r < n_queries; ++r) value_order.add_to_natural(acc_code + r * d, acc + r * d);
 }
 
 }  // namespace veloxquant
