@@ -5,6 +5,7 @@
 #include "hwy/highway.h"
 
 #include "veloxquant/attention/integer_key_scores.h"
+#include "veloxquant/attention/integer_row_sums-inl.h"
 
 #include <algorithm>
 #include <cmath>
@@ -84,30 +85,6 @@ void FoldQueriesImpl(const float* q, int64_t n_q, int64_t d, const float* scale,
 }
 
 #if HWY_TARGET != HWY_SCALAR
-// Scores of four rows for one query from their integer sums (each an i32 vector whose lanes
-// add up to the row's sum): out[t] = step * float(sum_t) + bias, as the scalar reference.
-template <class D, class V>
-HWY_INLINE void finish_4(D d32, V a, V b, V c, V e, float step, float bias, float* out) {
-  if constexpr (hn::MaxLanes(d32) == 8) {
-    // Within each 128-bit block: pairs, then quads of the four rows side by side; then the two
-    // blocks added — nine shuffles and adds instead of four full horizontal sums — and the four
-    // scores finished in one vector.
-    const hn::RepartitionToWide<D> d64;
-    const V ab = hn::Add(hn::InterleaveLower(d32, a, b), hn::InterleaveUpper(d32, a, b));
-    const V ce = hn::Add(hn::InterleaveLower(d32, c, e), hn::InterleaveUpper(d32, c, e));
-    const auto ab64 = hn::BitCast(d64, ab), ce64 = hn::BitCast(d64, ce);
-    const V s = hn::Add(hn::BitCast(d32, hn::InterleaveLower(d64, ab64, ce64)),
-                        hn::BitCast(d32, hn::InterleaveUpper(d64, ab64, ce64)));
-    const hn::Half<D> dh;
-    const hn::Rebind<float, decltype(dh)> df;
-    const auto totals = hn::ConvertTo(df, hn::Add(hn::LowerHalf(dh, s), hn::UpperHalf(dh, s)));
-    hn::StoreU(hn::Add(hn::Mul(totals, hn::Set(df, step)), hn::Set(df, bias)), df, out);
-  } else {
-    const V rows[4] = {a, b, c, e};
-    for (int t = 0; t < 4; ++t) out[t] = step * static_cast<float>(hn::GetLane(hn::SumOfLanes(d32, rows[t]))) + bias;
-  }
-}
-
 // The integer sums of one row for NQ queries (each an i32 vector whose lanes add up to the
 // sum): the row's bytes are widened to 16-bit codes one chunk at a time and each plane's codes
 // feed NQ pairwise multiply-adds. kChunks > 0 is the number of chunks in a plane known at
@@ -141,44 +118,15 @@ HWY_INLINE void row_sums(D32 d32, const uint8_t* row, int64_t plane_bytes, const
   for (int r = 0; r < NQ; ++r) sum[r] = hn::RearrangeToOddPlusEven(sum[r], odd[r]);
 }
 
-// Ends a row's sums here. Integer adds reassociate freely, and GCC otherwise regroups the
-// multiply-adds of all four rows of a block into one tree, keeping every product alive at
-// once and spilling them to the stack; an empty asm that "changes" each sum keeps a row's
-// products summed before the next row starts.
-template <int NQ, class V>
-HWY_INLINE void keep_in_registers(V* sums) {
-#if HWY_ARCH_X86 && defined(__GNUC__)
-  for (int r = 0; r < NQ; ++r) asm("" : "+v"(sums[r].raw));
-#else
-  (void)sums;
-#endif
-}
-
-// NQ queries against rows [0, n_rows), four rows at a time.
+// NQ queries against rows [0, n_rows).
 template <int B, int NQ, int kChunks>
 void score_block(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, const int16_t* q16,
                  int64_t d, const float* step, const float* bias, float* scores, int64_t ld) {
   const hn::CappedTag<int32_t, 8> d32;
-  using V32 = hn::Vec<decltype(d32)>;
-  int64_t j = 0;
-  for (; j + 4 <= n_rows; j += 4) {
-    V32 s0[NQ], s1[NQ], s2[NQ], s3[NQ];
-    row_sums<B, NQ, kChunks>(d32, bytes + j * row_stride, plane_bytes, q16, d, s0);
-    keep_in_registers<NQ>(s0);
-    row_sums<B, NQ, kChunks>(d32, bytes + (j + 1) * row_stride, plane_bytes, q16, d, s1);
-    keep_in_registers<NQ>(s1);
-    row_sums<B, NQ, kChunks>(d32, bytes + (j + 2) * row_stride, plane_bytes, q16, d, s2);
-    keep_in_registers<NQ>(s2);
-    row_sums<B, NQ, kChunks>(d32, bytes + (j + 3) * row_stride, plane_bytes, q16, d, s3);
-    for (int r = 0; r < NQ; ++r) finish_4(d32, s0[r], s1[r], s2[r], s3[r], step[r], bias[r], scores + r * ld + j);
-  }
-  for (; j < n_rows; ++j) {
-    V32 s[NQ];
+  const auto sums = [&](int64_t j, hn::Vec<decltype(d32)>* s) HWY_ATTR __attribute__((always_inline)) {
     row_sums<B, NQ, kChunks>(d32, bytes + j * row_stride, plane_bytes, q16, d, s);
-    for (int r = 0; r < NQ; ++r) {
-      scores[r * ld + j] = step[r] * static_cast<float>(hn::GetLane(hn::SumOfLanes(d32, s[r]))) + bias[r];
-    }
-  }
+  };
+  score_rows_in_fours<NQ>(d32, n_rows, sums, step, bias, scores, ld);
 }
 
 template <int B, int kChunks>

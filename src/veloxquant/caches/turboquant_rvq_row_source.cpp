@@ -1,5 +1,6 @@
 #include "veloxquant/caches/turboquant_rvq_row_source.h"
 
+#include <cstring>
 #include <vector>
 
 #include "base/half.h"
@@ -28,28 +29,61 @@ TurboQuantRvqRows::TurboQuantRvqRows(const quant::TurboQuantRvq& quantizer, cons
       value_order_(value_order),
       value_group_(value_group),
       value_dim_(value_dim),
-      rows_(rows) {}
+      rows_(rows),
+      integer_keys_(quantizer.bits() == 2 && key_order.planar() &&
+                    attention::kernels::can_score_codebook_rows(quantizer.dim())),
+      integer_limit_(attention::kernels::codebook_integer_limit(quantizer.dim())) {
+  if (integer_keys_) {
+    levels16_ = attention::kernels::codebook_levels16(quantizer.stage1_codebook().centroids.data(),
+                                                      quantizer.stage2_codebook().centroids.data(), integer_limit_);
+  }
+}
 
 void TurboQuantRvqRows::prepare_query(const float* query, float* prepared) const {
   // Rotated once, then laid out in the order the codes unpack in.
   thread_local std::vector<float> rotated;
   rotated.resize(static_cast<std::size_t>(key_dim()));
   quantizer_.rotation().forward(query, rotated.data());
-  key_order_.permute(rotated.data(), prepared);
+  if (!integer_keys_) {
+    key_order_.permute(rotated.data(), prepared);
+    return;
+  }
+  // Rounded to 16 bits once here, not once per tile: the int16 values' bytes fill the first d / 2
+  // floats (the driver copies prepared queries as bytes), the step follows them.
+  thread_local std::vector<float> code_order;
+  thread_local std::vector<int16_t> q16;
+  const int64_t d = key_dim();
+  code_order.resize(static_cast<std::size_t>(d));
+  q16.resize(static_cast<std::size_t>(d));
+  key_order_.permute(rotated.data(), code_order.data());
+  attention::kernels::quantize_codebook_query(code_order.data(), d, integer_limit_, q16.data(), prepared + d / 2);
+  std::memcpy(prepared, q16.data(), static_cast<std::size_t>(d) * sizeof(int16_t));
 }
 
 void TurboQuantRvqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
                                    int64_t n_queries, float* scores, int64_t ld, attention::TileScratch& scratch) const {
   const int64_t d = key_dim(), n = j1 - j0, stream = packed1_.dim(3);
-  float* tile = scratch.f32(static_cast<std::size_t>(n * d));
   const float* c1 = quantizer_.stage1_codebook().centroids.data();
   const float* c2 = quantizer_.stage2_codebook().centroids.data();
   const uint8_t* s1 = row_ptr<uint8_t>(packed1_, b, h, j0);
   const uint8_t* s2 = row_ptr<uint8_t>(packed2_, b, h, j0);
   const int64_t row_stride = packed1_.strides()[2];
-  if (key_order_.planar()) {
+  float* tile = nullptr;
+  if (integer_keys_) {
+    // The prepared queries' int16 bytes side by side, their steps beside them.
+    const int64_t pd = prepared_dim();
+    auto* q16 = reinterpret_cast<int16_t*>(scratch.u8(static_cast<std::size_t>(n_queries * d) * sizeof(int16_t)));
+    float* steps = scratch.f32(static_cast<std::size_t>(n_queries));
+    for (int64_t r = 0; r < n_queries; ++r) {
+      std::memcpy(q16 + r * d, prepared + r * pd, static_cast<std::size_t>(d) * sizeof(int16_t));
+      steps[r] = prepared[r * pd + d / 2];
+    }
+    attention::kernels::score_codebook_rows(s1, s2, row_stride, n, d, levels16_, q16, steps, n_queries, scores, ld);
+  } else if (key_order_.planar()) {
+    tile = scratch.f32(static_cast<std::size_t>(n * d));
     attention::kernels::centroid_planes(s1, s2, row_stride, n, stream, quantizer_.bits(), c1, c2, tile);
   } else {
+    tile = scratch.f32(static_cast<std::size_t>(n * d));
     // b = 3, 5, 6, 7: codes straddle bytes; unpacked per row, looked up in natural order.
     thread_local std::vector<uint8_t> i1, i2;
     i1.resize(static_cast<std::size_t>(d));
@@ -60,12 +94,15 @@ void TurboQuantRvqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
       for (int64_t e = 0; e < d; ++e) tile[j * d + e] = c1[i1[static_cast<std::size_t>(e)]] + c2[i2[static_cast<std::size_t>(e)]];
     }
   }
-  attention::kernels::score_rows(prepared, d, n_queries, tile, d, n, d, scores, ld);
+  if (!integer_keys_) attention::kernels::score_rows(prepared, d, n_queries, tile, d, n, d, scores, ld);
+  // Each row's bf16 norm scales its scores: widened once per row, then a contiguous pass per query.
   const uint16_t* norms = row_ptr<uint16_t>(norms_, b, h, j0);
   const int64_t norm_stride = norms_.strides()[2];
-  for (int64_t j = 0; j < n; ++j) {
-    const float norm = base::bf16_to_f32(norms[j * norm_stride]);
-    for (int64_t r = 0; r < n_queries; ++r) scores[r * ld + j] *= norm;
+  float norm[attention::kTileRows];
+  for (int64_t j = 0; j < n; ++j) norm[j] = base::bf16_to_f32(norms[j * norm_stride]);
+  for (int64_t r = 0; r < n_queries; ++r) {
+    float* row = scores + r * ld;
+    for (int64_t j = 0; j < n; ++j) row[j] *= norm[j];
   }
 }
 

@@ -6,10 +6,13 @@
 // the query is rotated once per call (prepare_query), each tile's codes become centroid sums in
 // registers (tile_kernels.h centroid_planes: table lookups, no rotation, no f32 key copy kept),
 // every query of the block scores them, and each row's bf16 norm scales its score.
+// Planar 2-bit keys skip the f32 tile: the query is rounded to 16 bits once per call and each
+// row is scored as integers from 16-bit level lookups (attention/codebook_key_scores.h).
 #include <cstdint>
 
 #include "lm/tensor.h"
 #include "veloxquant/attention/code_rows.h"
+#include "veloxquant/attention/codebook_key_scores.h"
 #include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/attention/row_source.h"
 #include "veloxquant/quant/turboquant_rvq.h"
@@ -29,6 +32,8 @@ class TurboQuantRvqRows final : public attention::RowSource {
   int64_t key_dim() const override { return quantizer_.dim(); }
   int64_t value_dim() const override { return value_dim_; }
   int64_t rows(int64_t, int64_t) const override { return rows_; }
+  // Integer keys: the query's 16-bit values (their bytes, in lookup order) and its step.
+  int64_t prepared_dim() const override { return integer_keys_ ? key_dim() / 2 + 1 : key_dim(); }
   void prepare_query(const float* query, float* prepared) const override;
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
                   int64_t ld, attention::TileScratch& scratch) const override;
@@ -46,6 +51,9 @@ class TurboQuantRvqRows final : public attention::RowSource {
   const lm::Tensor& value_params_;
   const attention::CodeOrder* value_order_;
   int64_t value_group_, value_dim_, rows_;
+  bool integer_keys_;
+  int32_t integer_limit_;
+  attention::kernels::CodebookLevels16 levels16_{};
 };
 
 }  // namespace veloxquant
