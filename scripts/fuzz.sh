@@ -20,7 +20,7 @@ command -v clang++ > /dev/null || { echo "[fuzz] clang++ is needed: apt-get inst
 OUT="$ROOT/build-fuzz"
 mkdir -p "$OUT/corpus"
 SHARED="$ROOT/../shared"
-LIBS=("$ROOT/build/src/veloxquant/libveloxquant.a" "$ROOT/build/src/lm/libveloxquant_lm.a"
+LIBS=("$ROOT/build/src/veloxquant/libveloxquant.a" "$ROOT/build/src/veloxquant/libveloxquant_eval.a" "$ROOT/build/src/lm/libveloxquant_lm.a"
       "$ROOT/build/src/base/libveloxquant_base.a")
 status=0
 for t in "${TARGETS[@]}"; do

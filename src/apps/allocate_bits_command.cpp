@@ -29,9 +29,7 @@ namespace {
 namespace ev = veloxquant::eval;
 namespace al = veloxquant::allocators;
 
-struct AllocateFlags {
-  std::string model;
-  std::string tokenizer;
+struct AllocateFlags : apps::ModelFlags {  // --model, --tokenizer, --threads (model_loading.h)
   std::string text;
   std::string eval_text;
   apps::KvMethodFlags kv;
@@ -47,7 +45,6 @@ struct AllocateFlags {
   double tail = 1.0;
   int64_t batch = 512;
   int methods_per_run = 16;
-  int threads = 0;
   bool skip_check = false;
 };
 
@@ -140,7 +137,7 @@ void run_allocate(const AllocateFlags& f) {
   const std::string text = ev::read_text_file(f.text);
   const std::string check_text = f.eval_text.empty() ? text : ev::read_text_file(f.eval_text);
 
-  const lm::LoadedModel loaded = apps::load_model_from_flags(f.model, f.tokenizer, "f16", f.threads);
+  const lm::LoadedModel loaded = apps::load_model_from_flags(f.model, f.tokenizer, "f16", f.thread_count());
   const lm::Model& model = *loaded.model;
   const veloxquant::KVCacheConfig& base = *given;
   veloxquant::KVCacheBuilder::for_model(model, base);  // a config the model cannot take fails now
@@ -219,8 +216,7 @@ apps::CommandRegistration registration{"allocate-bits", [](CLI::App& root) {
       "Per-layer bit widths from measured sensitivity (RateQuant): KL of each layer's keys/values alone at each "
       "candidate width, the lists of least summed KL within a bytes-per-token budget, and their measured KL "
       "against the uniform configuration");
-  cmd->add_option("--model,-m", flags->model, "Model file: GGUF or llama2.c checkpoint")->required();
-  cmd->add_option("--tokenizer", flags->tokenizer, "Tokenizer file (llama2.c tokenizer or a GGUF)");
+  apps::add_model_flags(*cmd, *flags, {.kv_dtype = false});
   cmd->add_option("--text", flags->text, "Calibration text (read byte for byte)")->required();
   cmd->add_option("--eval-text", flags->eval_text, "Text for the final check (default: the calibration text)");
   apps::add_kv_method_flags(*cmd, flags->kv);
@@ -251,7 +247,6 @@ apps::CommandRegistration registration{"allocate-bits", [](CLI::App& root) {
   cmd->add_option("--methods-per-run", flags->methods_per_run,
                   "Candidates evaluated per pass over the windows (each holds one set of caches)")
       ->capture_default_str();
-  cmd->add_option("--threads,-t", flags->threads, "Worker threads (0 = all cores)")->capture_default_str();
   cmd->add_flag("--no-check", flags->skip_check, "Print the allocation without measuring it");
   cmd->callback([flags] { run_allocate(*flags); });
 }};

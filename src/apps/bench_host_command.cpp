@@ -45,17 +45,13 @@ namespace {
 
 namespace ev = veloxquant::eval;
 
-struct BenchHostFlags {
-  std::string model;
-  std::string tokenizer;
+struct BenchHostFlags : apps::ModelFlags {  // --model, --tokenizer, --threads, --kv-dtype (model_loading.h)
   std::string text;
   std::vector<int64_t> contexts{128, 1024, 4096, 8192};
   int64_t decode_tokens = 32;
   int64_t prefill_tokens = 512;
   int64_t batch = 512;
   int repeat = 1;
-  int threads = 0;
-  std::string kv_dtype = "f16";
   apps::KvMethodFlags kv;
   std::string methods;     // --methods: "" = the single-method run of --method
   std::string kv_dtypes;   // --kv-dtypes (with --methods): host cache types timed beside the native one
@@ -127,7 +123,7 @@ ev::HostBenchReport run_facts(const BenchHostFlags& f, const lm::Model& model) {
   report.model_name = model.config().name;
   report.architecture = model.config().architecture;
   report.context_length = model.config().context_length;
-  report.threads = f.threads > 0 ? f.threads : static_cast<int>(std::thread::hardware_concurrency());
+  report.threads = f.thread_count() > 0 ? f.thread_count() : static_cast<int>(std::thread::hardware_concurrency());
   report.build_type = VQ_BUILD_TYPE;
   report.cpu = ev::cpu_description();
   report.simd_target = veloxquant::core::simd::target_name();
@@ -150,7 +146,7 @@ void run_bench_host(const BenchHostFlags& f) {
   ev::validate_host_bench(options, 0);
   const std::string text = f.text.empty() ? std::string() : ev::read_text_file(f.text);
 
-  const lm::LoadedModel loaded = apps::load_model_from_flags(f.model, f.tokenizer, f.kv_dtype, f.threads);
+  const lm::LoadedModel loaded = apps::load_model_from_flags(f.model, f.tokenizer, f.kv_dtype, f.thread_count());
   lm::Model& model = *loaded.model;
   ev::validate_host_bench(options, model.config().context_length);  // now against the context length
   const std::string method = apps::apply_kv_method(model, kv_config);
@@ -245,7 +241,7 @@ void run_bench_host_methods(const BenchHostFlags& f) {
   check_writable("--plot", f.plot);
   check_writable("--json-out", f.json_out);
 
-  const lm::LoadedModel loaded = apps::load_model_from_flags(f.model, f.tokenizer, f.kv_dtype, f.threads);
+  const lm::LoadedModel loaded = apps::load_model_from_flags(f.model, f.tokenizer, f.kv_dtype, f.thread_count());
   lm::Model& model = *loaded.model;
   ev::validate_host_bench(options, model.config().context_length);
   std::vector<ev::BenchCache> caches;
@@ -310,8 +306,7 @@ apps::CommandRegistration registration{"bench-host", [](CLI::App& root) {
   auto* cmd = root.add_subcommand(
       "bench-host", "Prefill and decode tokens/s of the host at each --ctx (a row ends with ctx tokens cached: "
                     "prefill ctx - N tokens, then N greedy decode steps), a fixed prefill row, and peak RSS");
-  cmd->add_option("--model,-m", flags->model, "Model file: GGUF or llama2.c checkpoint")->required();
-  cmd->add_option("--tokenizer", flags->tokenizer, "Tokenizer file (llama2.c tokenizer or a GGUF)");
+  apps::add_model_flags(*cmd, *flags);
   cmd->add_option("--text", flags->text,
                   "Prompt text, tokenized and repeated to length (default: a fixed token pattern, "
                   "bos then (7919*i+11) mod vocab)");
@@ -325,9 +320,6 @@ apps::CommandRegistration registration{"bench-host", [](CLI::App& root) {
   cmd->add_option("--batch", flags->batch, "Tokens per prefill forward call (llama.cpp's n_batch)")
       ->capture_default_str();
   cmd->add_option("--repeat", flags->repeat, "Runs per row; the best (fastest) is reported")->capture_default_str();
-  cmd->add_option("--threads,-t", flags->threads, "Worker threads (0 = all cores)")->capture_default_str();
-  cmd->add_option("--kv-dtype", flags->kv_dtype, "Native cache element type: f16, bf16, f32, or llama.cpp's block types q8_0, q5_0, q4_0")
-      ->capture_default_str();
   apps::add_kv_method_flags(*cmd, flags->kv);
   CLI::Option* methods = cmd->add_option("--methods", flags->methods,
                   "Several caches in one run, ';'-separated, each 'METHOD [--bits B] [--set FIELD=VALUE]... "

@@ -37,9 +37,7 @@ namespace {
 
 namespace ev = veloxquant::eval;
 
-struct BenchFlags {
-  std::string model;
-  std::string tokenizer;
+struct BenchFlags : apps::ModelFlags {  // --model, --tokenizer, --threads, --kv-dtype (model_loading.h)
   std::string text;
   std::string methods;  // comma list; empty = every servable method (unless --presets is given)
   std::string presets;  // comma list of presets/kv_presets.h names
@@ -53,8 +51,6 @@ struct BenchFlags {
   int64_t chunks = 0;
   double tail = 0.25;
   int64_t batch = 512;
-  int threads = 0;
-  std::string kv_dtype = "f16";
   std::string kv_dtypes;  // comma list of the host's cache types to measure beside the native one
   std::string out;
 };
@@ -86,7 +82,7 @@ std::string command_line(const BenchFlags& f) {
   if (f.chunks) cmd << " --chunks " << f.chunks;
   cmd << " --tail " << f.tail << " --batch " << f.batch << " --kv-dtype " << f.kv_dtype;
   if (!f.kv_dtypes.empty()) cmd << " --kv-dtypes " << f.kv_dtypes;
-  if (f.threads) cmd << " --threads " << f.threads;
+  if (f.thread_count() != 0) cmd << " --threads " << f.thread_count();
   cmd << " --out " << f.out;
   return cmd.str();
 }
@@ -190,7 +186,7 @@ void run_bench(const BenchFlags& f) {
   options.batch = f.batch;
   const std::string text = ev::read_text_file(f.text);
 
-  const lm::LoadedModel loaded = apps::load_model_from_flags(f.model, f.tokenizer, f.kv_dtype, f.threads);
+  const lm::LoadedModel loaded = apps::load_model_from_flags(f.model, f.tokenizer, f.kv_dtype, f.thread_count());
   const lm::Model& model = *loaded.model;
   ev::TokenizedText tokens = ev::tokenize_text(*loaded.tokenizer, text);
   ev::truncate_tokens(tokens, f.max_tokens);
@@ -257,8 +253,7 @@ apps::CommandRegistration registration{"bench-methods", [](CLI::App& root) {
   auto* cmd = root.add_subcommand("bench-methods",
                                   "Evaluate every servable method (or --methods) at each --bits against the native "
                                   "cache; write results.json, results.md and results.svg");
-  cmd->add_option("--model,-m", flags->model, "Model file: GGUF or llama2.c checkpoint")->required();
-  cmd->add_option("--tokenizer", flags->tokenizer, "Tokenizer file (llama2.c tokenizer or a GGUF)");
+  apps::add_model_flags(*cmd, *flags);
   cmd->add_option("--text", flags->text, "Text file to evaluate on")->required();
   cmd->add_option("--methods", flags->methods, "Comma-separated methods (default: every servable method)");
   cmd->add_option("--presets", flags->presets,
@@ -275,9 +270,6 @@ apps::CommandRegistration registration{"bench-methods", [](CLI::App& root) {
   cmd->add_option("--chunks", flags->chunks, "llama chunking: at most N chunks (0 = all)")->capture_default_str();
   cmd->add_option("--tail", flags->tail, "KL/top-1 over the last fraction of each window")->capture_default_str();
   cmd->add_option("--batch", flags->batch, "Tokens per forward call")->capture_default_str();
-  cmd->add_option("--threads,-t", flags->threads, "Worker threads (0 = all cores)")->capture_default_str();
-  cmd->add_option("--kv-dtype", flags->kv_dtype, "Native cache element type: f16, bf16, f32, or llama.cpp's block types q8_0, q5_0, q4_0")
-      ->capture_default_str();
   cmd->add_option("--kv-dtypes", flags->kv_dtypes,
                   "Comma-separated host cache types measured beside the native cache, e.g. q8_0,q5_0,q4_0 "
                   "(llama.cpp's block formats); with --presets and no --methods, only these and the presets run");

@@ -22,9 +22,7 @@ namespace {
 
 namespace ev = veloxquant::eval;
 
-struct EvalFlags {
-  std::string model;
-  std::string tokenizer;
+struct EvalFlags : apps::ModelFlags {  // --model, --tokenizer, --threads, --kv-dtype (model_loading.h)
   std::string text;
   apps::KvMethodFlags kv;
   int64_t ctx = 512;
@@ -34,8 +32,6 @@ struct EvalFlags {
   int64_t chunks = 0;
   double tail = 1.0;
   int64_t batch = 512;
-  int threads = 0;
-  std::string kv_dtype = "f16";
   bool json = false;
 };
 
@@ -78,7 +74,7 @@ void run_eval(const EvalFlags& f) {
   const std::string text = ev::read_text_file(f.text);
 
   const lm::LoadedModel loaded =
-      apps::load_model_from_flags(f.model, f.tokenizer, block_type ? "f16" : f.kv_dtype, f.threads);
+      apps::load_model_from_flags(f.model, f.tokenizer, block_type ? "f16" : f.kv_dtype, f.thread_count());
   const lm::Model& model = *loaded.model;
   ev::TokenizedText tokens = ev::tokenize_text(*loaded.tokenizer, text);
   ev::truncate_tokens(tokens, f.max_tokens);
@@ -113,8 +109,7 @@ apps::CommandRegistration registration{"eval", [](CLI::App& root) {
   auto* cmd = root.add_subcommand(
       "eval", "Perplexity, KL(baseline||method), top-1 agreement, KV bytes/token, tokens/s and peak RSS of a "
               "KV method against the native cache, on the same windows of a text");
-  cmd->add_option("--model,-m", flags->model, "Model file: GGUF or llama2.c checkpoint")->required();
-  cmd->add_option("--tokenizer", flags->tokenizer, "Tokenizer file (llama2.c tokenizer or a GGUF)");
+  apps::add_model_flags(*cmd, *flags);
   cmd->add_option("--text", flags->text, "Text file to evaluate on (read byte for byte)")->required();
   apps::add_kv_method_flags(*cmd, flags->kv);
   cmd->add_option("--ctx", flags->ctx, "Tokens per window")->capture_default_str();
@@ -130,9 +125,6 @@ apps::CommandRegistration registration{"eval", [](CLI::App& root) {
                   "Long-context mode: KL/top-1 over the last fraction of each window (1 = every scored target)")
       ->capture_default_str();
   cmd->add_option("--batch", flags->batch, "Tokens per forward call (prefill chunk; 1 = decode-like)")
-      ->capture_default_str();
-  cmd->add_option("--threads,-t", flags->threads, "Worker threads (0 = all cores)")->capture_default_str();
-  cmd->add_option("--kv-dtype", flags->kv_dtype, "Native cache element type: f16, bf16, f32, or llama.cpp's block types q8_0, q5_0, q4_0")
       ->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print one JSON object instead of text");
   cmd->callback([flags] { run_eval(*flags); });

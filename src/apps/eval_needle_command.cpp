@@ -31,9 +31,7 @@ namespace {
 
 namespace ev = veloxquant::eval;
 
-struct NeedleFlags {
-  std::string model;
-  std::string tokenizer;
+struct NeedleFlags : apps::ModelFlags {  // --model, --tokenizer, --threads, --kv-dtype (model_loading.h)
   std::string text;
   std::string methods;  // comma list of servable methods; the native cache is always run
   std::string bits;
@@ -44,8 +42,6 @@ struct NeedleFlags {
   int trials = 3;
   int max_new_tokens = 8;
   int64_t batch = 512;
-  int threads = 0;
-  std::string kv_dtype = "f16";
   std::string presets;    // comma list of presets/kv_presets.h names
   std::string kv_dtypes;  // comma list of the host's cache types (q8_0, ...)
   bool json = false;
@@ -125,7 +121,7 @@ void run_needle_command(const NeedleFlags& f) {
   options.batch = f.batch;
   const std::string filler = ev::read_text_file(f.text);
 
-  const lm::LoadedModel loaded = apps::load_model_from_flags(f.model, f.tokenizer, f.kv_dtype, f.threads);
+  const lm::LoadedModel loaded = apps::load_model_from_flags(f.model, f.tokenizer, f.kv_dtype, f.thread_count());
   const lm::Model& model = *loaded.model;
 
   std::vector<ev::NeedleMethod> methods{{"native cache", [&model] { return model.native_make_cache(); }}};
@@ -163,8 +159,7 @@ apps::CommandRegistration registration{"eval-needle", [](CLI::App& root) {
   auto* cmd = root.add_subcommand("eval-needle",
                                   "Needle in a haystack: exact-match accuracy per method and depth (native cache "
                                   "always included)");
-  cmd->add_option("--model,-m", flags->model, "Model file: GGUF or llama2.c checkpoint")->required();
-  cmd->add_option("--tokenizer", flags->tokenizer, "Tokenizer file (llama2.c tokenizer or a GGUF)");
+  apps::add_model_flags(*cmd, *flags);
   cmd->add_option("--text", flags->text, "Filler text (the haystack)")->required();
   cmd->add_option("--methods", flags->methods, "Comma-separated servable methods to test besides the native cache");
   cmd->add_option("--presets", flags->presets, "Comma-separated presets (q8,q5,q4,q3) to test besides the native cache");
@@ -179,9 +174,6 @@ apps::CommandRegistration registration{"eval-needle", [](CLI::App& root) {
   cmd->add_option("--max-new-tokens", flags->max_new_tokens, "Greedy tokens generated for the answer")
       ->capture_default_str();
   cmd->add_option("--batch", flags->batch, "Prompt tokens per forward call")->capture_default_str();
-  cmd->add_option("--threads,-t", flags->threads, "Worker threads (0 = all cores)")->capture_default_str();
-  cmd->add_option("--kv-dtype", flags->kv_dtype, "Native cache element type: f16, bf16, f32, or llama.cpp's block types q8_0, q5_0, q4_0")
-      ->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print JSON instead of a table");
   cmd->callback([flags] { run_needle_command(*flags); });
 }};

@@ -18,6 +18,7 @@
 
 #include "apps/command_registry.h"
 #include "apps/kv_method_flags.h"
+#include "apps/model_loading.h"
 #include "apps/progress_bar.h"
 #include "base/error.h"
 #include "lm/full_kv_cache.h"
@@ -30,9 +31,7 @@ namespace apps {
 namespace {
 
 // Every value as text; parsed and range-checked in run_generate.
-struct GenerateFlags {
-  std::string model;
-  std::string tokenizer;
+struct GenerateFlags : apps::ModelFlags {  // --model, --tokenizer, --threads, --kv-dtype (model_loading.h)
   std::optional<std::string> prompt;
   std::string prompt_file;
   std::string max_tokens = "256";
@@ -45,8 +44,6 @@ struct GenerateFlags {
   std::string seed = "0";
   bool chat = false;
   std::string ctx;
-  std::string threads = "0";
-  std::string kv_dtype = "f16";
   std::string prefill_step = "512";
   std::string save_prompt_cache;
   std::string load_prompt_cache;
@@ -92,10 +89,7 @@ std::string read_text_file(const std::string& path) {
 }
 
 void add_generate_flags(CLI::App& cmd, GenerateFlags& f) {
-  cmd.add_option("--model,-m", f.model, "Model file: GGUF or llama2.c checkpoint (required)")
-      ->type_name("PATH");
-  cmd.add_option("--tokenizer", f.tokenizer, "Tokenizer file (llama2.c tokenizer or a GGUF)")
-      ->type_name("PATH");
+  apps::add_model_flags(cmd, f, {.model_required = false});
   cmd.add_option("--prompt,-p", f.prompt, "Prompt text (empty = start from BOS)")
       ->type_name("TEXT");
   cmd.add_option("--prompt-file", f.prompt_file, "Read the prompt from a file")
@@ -121,10 +115,6 @@ void add_generate_flags(CLI::App& cmd, GenerateFlags& f) {
   cmd.add_flag("--chat", f.chat, "Wrap the prompt in the model's chat template as a user turn");
   cmd.add_option("--ctx", f.ctx, "Context length (default: the model's)")
       ->type_name("N");
-  cmd.add_option("--threads,-t", f.threads, "Worker threads (0 = all cores)")->capture_default_str()
-      ->type_name("N");
-  cmd.add_option("--kv-dtype", f.kv_dtype, "KV cache element type: f16, bf16, f32, or llama.cpp's block types q8_0, q5_0, q4_0")->capture_default_str()
-      ->type_name("f16|bf16|f32");
   cmd.add_option("--prefill-step", f.prefill_step, "Prompt tokens per prefill forward")->capture_default_str()
       ->type_name("N");
   cmd.add_option("--save-prompt-cache", f.save_prompt_cache, "Save the caches after the prompt to this file")
@@ -192,7 +182,7 @@ void run_generate(const GenerateFlags& f) {
 
   lm::LoadOptions load_options;
   load_options.kv_type = lm::parse_kv_cache_type(f.kv_dtype);
-  load_options.threads = parse_integer<int>("--threads", f.threads, 0, 4096);
+  load_options.threads = f.thread_count();
   if (!f.ctx.empty()) {
     load_options.context_length = parse_integer<int64_t>("--ctx", f.ctx, 1, int64_t{1} << 40);
     options.context_length = load_options.context_length;

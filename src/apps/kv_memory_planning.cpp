@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/proc_memory.h"
 #include "lm/full_kv_cache.h"
 #include "lm/load.h"
 #include "lm/stats.h"
@@ -199,10 +200,9 @@ AutoConfigChoice auto_config(const AutoConfigInput& in) {
 }
 
 std::pair<double, double> machine_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const double total = static_cast<double>(lm::parse_status_kib_field(text, "MemTotal"));
-  const double available = static_cast<double>(lm::parse_status_kib_field(text, "MemAvailable"));
+  const std::string text = base::read_proc_file("/proc/meminfo");
+  const double total = static_cast<double>(base::proc_kib_field_bytes(text, "MemTotal"));
+  const double available = static_cast<double>(base::proc_kib_field_bytes(text, "MemAvailable"));
   if (total <= 0) return {0, 0};
   return {total, std::max(0.0, total - available)};
 }

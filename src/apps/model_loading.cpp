@@ -2,9 +2,28 @@
 
 #include <algorithm>
 
+#include <CLI/CLI.hpp>
+
+#include "apps/int_flag.h"
 #include "base/error.h"
 
 namespace apps {
+
+int ModelFlags::thread_count() const { return static_cast<int>(parse_int_flag("--threads", threads, 0, 4096)); }
+
+void add_model_flags(CLI::App& cmd, ModelFlags& flags, ModelFlagOptions options) {
+  CLI::Option* model = cmd.add_option("--model,-m", flags.model, "Model file: GGUF or llama2.c checkpoint")
+                           ->type_name("PATH");
+  if (options.model_required) model->required();
+  cmd.add_option("--tokenizer", flags.tokenizer, "Tokenizer file (llama2.c tokenizer or a GGUF)")->type_name("PATH");
+  cmd.add_option("--threads,-t", flags.threads, "Worker threads (0 = all cores)")->capture_default_str()->type_name("N");
+  if (options.kv_dtype) {
+    cmd.add_option("--kv-dtype", flags.kv_dtype,
+                   "Native KV cache element type: f16, bf16, f32, or llama.cpp's block types q8_0, q5_0, q4_0")
+        ->capture_default_str()
+        ->type_name("TYPE");
+  }
+}
 
 lm::LoadedModel load_model_from_flags(const std::string& model_path, const std::string& tokenizer_path,
                                       const std::string& kv_dtype, int threads) {

@@ -9,7 +9,35 @@
 #include "lm/kv_cache_type.h"
 #include "lm/load.h"
 
+namespace CLI {
+class App;
+}
+
 namespace apps {
+
+// The flags every model-running command declares (--model, --tokenizer, --threads, --kv-dtype),
+// declared once by add_model_flags so their names, help and parsing cannot drift apart between
+// commands (they had: some parsed --threads as CLI11 ints, some as checked text, and the
+// --kv-dtype help listed different types). A command's flag struct derives from this one.
+struct ModelFlags {
+  std::string model;
+  std::string tokenizer;
+  // Text, parsed by thread_count(): "", "abc", -1 and 2^32 get one message naming --threads.
+  std::string threads = "0";
+  std::string kv_dtype = "f16";
+
+  // --threads in [0, 4096] (0 = all cores); base::InvalidArgument naming the flag otherwise.
+  int thread_count() const;
+};
+
+struct ModelFlagOptions {
+  // CLI11 refuses a missing --model; false for the commands that check it themselves.
+  bool model_required = true;
+  // false for commands whose cache type is fixed (allocate-bits measures in f16).
+  bool kv_dtype = true;
+};
+
+void add_model_flags(CLI::App& cmd, ModelFlags& flags, ModelFlagOptions options = {});
 
 // Throws base::InvalidArgument for a bad --kv-dtype and the loader's typed errors for files.
 lm::LoadedModel load_model_from_flags(const std::string& model_path, const std::string& tokenizer_path,

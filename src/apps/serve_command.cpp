@@ -17,6 +17,7 @@
 #include "apps/command_registry.h"
 #include "apps/int_flag.h"
 #include "apps/kv_method_flags.h"
+#include "apps/model_loading.h"
 #include "apps/serve/generation_engine.h"
 #include "apps/serve/openai_server.h"
 #include "base/error.h"
@@ -25,17 +26,13 @@
 namespace apps {
 namespace {
 
-struct ServeFlags {
-  std::string model;
-  std::string tokenizer;
+struct ServeFlags : apps::ModelFlags {  // --model, --tokenizer, --threads, --kv-dtype (model_loading.h)
   std::string alias;
   std::string host = "127.0.0.1";
   std::string port = "8000";
   std::string api_key;
   std::string ctx;
   std::string parallel = "1";
-  std::string threads = "0";
-  std::string kv_dtype = "f16";
   std::string prefill_step = "512";
   std::string max_queue = "1024";
   std::string prompt_cache_entries = "16";
@@ -68,7 +65,7 @@ void run_serve(const ServeFlags& f) {
 
   lm::LoadOptions load_options;
   load_options.kv_type = lm::parse_kv_cache_type(f.kv_dtype);
-  load_options.threads = static_cast<int>(parse_int_flag("--threads", f.threads, 0, 4096));
+  load_options.threads = f.thread_count();
   if (!f.ctx.empty()) {
     options.context_length = parse_int_flag("--ctx", f.ctx, 1, int64_t{1} << 40);
     load_options.context_length = options.context_length;
@@ -132,8 +129,7 @@ void run_serve(const ServeFlags& f) {
 CommandRegistration registration{"serve", [](CLI::App& root) {
   auto f = std::make_shared<ServeFlags>();
   auto* cmd = root.add_subcommand("serve", "OpenAI-compatible HTTP server with compressed KV caches");
-  cmd->add_option("--model,-m", f->model, "Model file: GGUF or llama2.c checkpoint (required)")->type_name("PATH");
-  cmd->add_option("--tokenizer", f->tokenizer, "Tokenizer file (llama2.c tokenizer or a GGUF)")->type_name("PATH");
+  apps::add_model_flags(*cmd, *f, {.model_required = false});
   cmd->add_option("--alias", f->alias, "Model name in /v1/models (default: the file name without extension)");
   cmd->add_option("--host", f->host, "Address to bind (a warning when not loopback without --api-key)")
       ->capture_default_str();
@@ -141,9 +137,6 @@ CommandRegistration registration{"serve", [](CLI::App& root) {
   cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' on /v1/* and /metrics");
   cmd->add_option("--ctx", f->ctx, "Context length per request (default: the model's)")->type_name("N");
   cmd->add_option("--parallel", f->parallel, "Slots generating at once; further requests queue")->capture_default_str();
-  cmd->add_option("--threads,-t", f->threads, "Worker threads (0 = all cores)")->capture_default_str();
-  cmd->add_option("--kv-dtype", f->kv_dtype, "Native KV cache element type: f16, bf16, f32, q8_0, q5_0, q4_0")
-      ->capture_default_str();
   cmd->add_option("--prefill-step", f->prefill_step, "Prompt tokens per prefill forward")->capture_default_str();
   cmd->add_option("--max-queue", f->max_queue, "Requests that may wait for a slot (more get 503)")->capture_default_str();
   cmd->add_option("--prompt-cache-entries", f->prompt_cache_entries,

@@ -1,51 +1,18 @@
 #include "lm/stats.h"
 
-#include <cctype>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
+
+#include "base/proc_memory.h"
 
 namespace lm {
 
-namespace {
-
-std::string read_proc_status() {
-  std::ifstream in("/proc/self/status");
-  if (!in) return {};
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-}  // namespace
-
 std::size_t parse_status_kib_field(const std::string& status_text, const std::string& field) {
-  // Lines look like "VmHWM:\t   12345 kB"; the field name must start a line.
-  const std::string key = field + ":";
-  std::size_t pos = 0;
-  while ((pos = status_text.find(key, pos)) != std::string::npos) {
-    if (pos == 0 || status_text[pos - 1] == '\n') break;
-    pos += key.size();
-  }
-  if (pos == std::string::npos) return 0;
-  std::size_t i = pos + key.size();
-  while (i < status_text.size() && (status_text[i] == ' ' || status_text[i] == '\t')) ++i;
-  std::size_t kib = 0;
-  bool any = false;
-  while (i < status_text.size() && std::isdigit(static_cast<unsigned char>(status_text[i]))) {
-    kib = kib * 10 + static_cast<std::size_t>(status_text[i] - '0');
-    any = true;
-    ++i;
-  }
-  if (!any) return 0;
-  while (i < status_text.size() && status_text[i] == ' ') ++i;
-  if (status_text.compare(i, 2, "kB") != 0) return 0;
-  return kib * 1024;
+  return base::proc_kib_field_bytes(status_text, field);
 }
 
-std::size_t peak_rss_bytes() { return parse_status_kib_field(read_proc_status(), "VmHWM"); }
+std::size_t peak_rss_bytes() { return base::process_status_bytes("VmHWM"); }
 
-std::size_t current_rss_bytes() { return parse_status_kib_field(read_proc_status(), "VmRSS"); }
+std::size_t current_rss_bytes() { return base::process_status_bytes("VmRSS"); }
 
 std::size_t kv_bytes_resident(const CacheList& caches) {
   std::size_t total = 0;

@@ -14,7 +14,7 @@ std::size_t peak_rss_bytes();
 // Current resident set size (VmRSS), same source and fallback.
 std::size_t current_rss_bytes();
 // Parses one "Vm...:   1234 kB" field out of /proc/<pid>/status text; 0 when absent or
-// malformed. Exposed so the parsing is testable against fixed text.
+// malformed (base::proc_kib_field_bytes). Exposed so the parsing is testable against fixed text.
 std::size_t parse_status_kib_field(const std::string& status_text, const std::string& field);
 
 // Sum of nbytes() over the caches (null entries count 0): bytes actually allocated.

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "support/cli_run.h"
 
@@ -31,6 +32,23 @@ TEST(KvDtypeFlags, UnknownTypeFailsBeforeLoadingInEveryCommand) {
                                  "--kv-dtypes q8_0,q4_1");
   EXPECT_NE(list.exit_code, 0);
   EXPECT_NE(list.err.find("unknown KV cache type 'q4_1'"), std::string::npos) << list.err;
+}
+
+TEST(ModelFlags, ThreadsIsParsedOneWayInEveryCommand) {
+  // --model/--tokenizer/--threads/--kv-dtype are declared once (apps/model_loading.h); --threads
+  // used to be a CLI11 int in some commands and checked text in others.
+  const std::string text = std::string(VQ_SHARED_DIR) + "/data/tinyshakespeare.txt";
+  const std::vector<std::string> commands = {"generate -p hi -n 1", "eval --ctx 16 --text " + text, "bench-host",
+                                             "eval-needle --text " + text};
+  for (const std::string& command : commands) {
+    const RunResult bad = run_cli(command + " -m " + kStories + " --threads abc");
+    EXPECT_EQ(bad.exit_code, 2) << command;
+    EXPECT_NE(bad.err.find("--threads expects an integer, got 'abc'"), std::string::npos) << command << ": " << bad.err;
+    const RunResult wide = run_cli(command + " -m " + kStories + " --threads 4294967298");
+    EXPECT_EQ(wide.exit_code, 2) << command;
+    EXPECT_NE(wide.err.find("--threads must be in [0, 4096], got 4294967298"), std::string::npos)
+        << command << ": " << wide.err;
+  }
 }
 
 TEST(KvDtypeFlags, BlockTypeIsTheCacheUnderTestNeverTheBaseline) {

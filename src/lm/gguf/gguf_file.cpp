@@ -146,6 +146,7 @@ class GgufParser {
     v.type = type;
     switch (type) {
       case ValueType::U8: v.integer = read_pod<uint8_t>(key); break;
+      // NOLINTNEXTLINE(bugprone-signed-char-misuse): GGUF's I8 is a signed integer; it sign-extends on purpose.
       case ValueType::I8: v.integer = read_pod<int8_t>(key); break;
       case ValueType::U16: v.integer = read_pod<uint16_t>(key); break;
       case ValueType::I16: v.integer = read_pod<int16_t>(key); break;

@@ -3,39 +3,32 @@
 #include <sys/resource.h>
 
 #include <fstream>
-#include <sstream>
 #include <string>
+
+#include "base/proc_memory.h"
 
 namespace veloxquant::eval {
 
 namespace {
 
-// Reads a "Key:   1234 kB" line of /proc/self/status.
-std::optional<int64_t> status_kib(const std::string& key) {
-  std::ifstream status("/proc/self/status");
-  if (!status) return std::nullopt;
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind(key + ":", 0) != 0) continue;
-    std::istringstream fields(line.substr(key.size() + 1));
-    int64_t kib = 0;
-    if (fields >> kib) return kib;
-    return std::nullopt;
-  }
-  return std::nullopt;
+// A /proc/self/status field in bytes (base::process_status_bytes), nullopt where unavailable.
+std::optional<int64_t> status_bytes(const std::string& key) {
+  const std::size_t bytes = base::process_status_bytes(key);
+  if (bytes == 0) return std::nullopt;
+  return static_cast<int64_t>(bytes);
 }
 
 }  // namespace
 
 int64_t peak_rss_bytes() {
-  if (auto kib = status_kib("VmHWM")) return *kib * 1024;
+  if (auto bytes = status_bytes("VmHWM")) return *bytes;
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports kilobytes
 }
 
 std::optional<int64_t> current_rss_bytes() {
-  if (auto kib = status_kib("VmRSS")) return *kib * 1024;
+  if (auto bytes = status_bytes("VmRSS")) return *bytes;
   return std::nullopt;
 }
 

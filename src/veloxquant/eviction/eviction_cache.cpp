@@ -74,6 +74,7 @@ void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& v
   last_used_queries_ = real;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   std::vector<std::vector<int32_t>> kept(static_cast<std::size_t>(batch * heads));
+  rows_.reserve(total);  // before the heads run in parallel: it reallocates all of them
 
   // Heads are independent: each task reads its own rows and writes its own output rows.
   base::ThreadPool::global().parallel_for(batch * heads, [&](int64_t begin, int64_t end) {
@@ -167,7 +168,7 @@ void EvictionCache::change_budget(int64_t budget) {
   EvictionPolicy policy = policy_;
   policy.budget = budget;
   EvictionRows rows(budget, policy.uses_scores(), rows_.spec());
-  if (rows_.allocated()) {
+  if (rows_.allocated() && rows_.capacity() > 0) {  // capacity 0: nothing stored yet to carry over
     if (rows_.rows() > budget) {
       const int64_t stored = rows_.rows();
       std::vector<int32_t> keep;
@@ -274,6 +275,7 @@ void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& 
   cache_rows::widen_to_f32(values, new_v);
   const int64_t dk = keys.dim(3), dv = values.dim(3);
   const bool over = total > policy_.budget;
+  rows_.reserve(total);
   const int64_t protect = policy_.effective_protect();
   thread_local std::vector<int32_t> kept, positions;
   thread_local std::vector<float> scores;

@@ -1,5 +1,6 @@
 #include "veloxquant/eviction/eviction_rows.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -26,39 +27,70 @@ void EvictionRows::allocate(int64_t batch, int64_t heads, int64_t key_dim, int64
   value_codec_ = make_value_codec(spec_, static_cast<int>(value_dim), dtype);
   key_bytes_ = static_cast<int64_t>(key_codec_->row_bytes());
   value_bytes_ = static_cast<int64_t>(value_codec_->row_bytes());
-  // The whole budget is allocated up front (no allocation per step); a budget no machine could
-  // hold is refused here, by name, before the multiplication below can overflow.
+  // The storage grows with the rows held (reserve), but a budget no machine could hold is
+  // refused here, by name, at the first update, before any size arithmetic can overflow.
   const double row_bytes = static_cast<double>(key_bytes_ + value_bytes_ + 4 + (keep_scores_ ? 4 : 0));
   base::require_allocatable(static_cast<double>(batch) * static_cast<double>(heads) * static_cast<double>(budget_) * row_bytes,
                             "an eviction budget of " + std::to_string(budget_) + " rows per kv head (" +
                                 std::to_string(batch * heads) + " heads of " + std::to_string(static_cast<int64_t>(row_bytes)) +
                                 " bytes per row, in one layer)");
-  keys_ = lm::Tensor({batch, heads, budget_, key_bytes_}, lm::DType::U8);
-  values_ = lm::Tensor({batch, heads, budget_, value_bytes_}, lm::DType::U8);
-  positions_ = lm::Tensor({batch, heads, budget_}, lm::DType::I32);
-  if (keep_scores_) scores_ = lm::Tensor({batch, heads, budget_}, lm::DType::F32);
+  keys_ = values_ = positions_ = scores_ = lm::Tensor();
+  capacity_ = 0;
   rows_ = 0;
+  allocated_ = true;
+}
+
+namespace {
+
+// A [B*H, from_capacity, width] buffer's first `rows` rows of every head, copied into a fresh
+// [B, H, to_capacity, width] one.
+lm::Tensor regrow(const lm::Tensor& from, int64_t batch, int64_t heads, int64_t from_capacity, int64_t to_capacity,
+                  int64_t rows, int64_t width, lm::DType dtype) {
+  lm::Shape shape{batch, heads, to_capacity};
+  if (width > 1) shape.push_back(width);
+  lm::Tensor to(shape, dtype);
+  if (rows == 0) return to;
+  const std::size_t row = static_cast<std::size_t>(width) * lm::dtype_size(dtype);
+  for (int64_t bh = 0; bh < batch * heads; ++bh) {
+    std::memcpy(to.raw_data() + static_cast<std::size_t>(bh * to_capacity) * row,
+                from.raw_data() + static_cast<std::size_t>(bh * from_capacity) * row, static_cast<std::size_t>(rows) * row);
+  }
+  return to;
+}
+
+}  // namespace
+
+void EvictionRows::reserve(int64_t rows) {
+  if (!allocated_) throw std::logic_error("EvictionRows::reserve before allocate");
+  rows = std::min(rows, budget_);
+  if (rows <= capacity_) return;
+  const int64_t capacity = std::min(budget_, (rows + kGrowthStep - 1) / kGrowthStep * kGrowthStep);
+  keys_ = regrow(keys_, batch_, heads_, capacity_, capacity, rows_, key_bytes_, lm::DType::U8);
+  values_ = regrow(values_, batch_, heads_, capacity_, capacity, rows_, value_bytes_, lm::DType::U8);
+  positions_ = regrow(positions_, batch_, heads_, capacity_, capacity, rows_, 1, lm::DType::I32);
+  if (keep_scores_) scores_ = regrow(scores_, batch_, heads_, capacity_, capacity, rows_, 1, lm::DType::F32);
+  capacity_ = capacity;
 }
 
 std::byte* EvictionRows::key_row(int64_t b, int64_t h, int64_t r) {
-  return keys_.raw_data() + ((b * heads_ + h) * budget_ + r) * key_bytes_;
+  return keys_.raw_data() + ((b * heads_ + h) * capacity_ + r) * key_bytes_;
 }
 std::byte* EvictionRows::value_row(int64_t b, int64_t h, int64_t r) {
-  return values_.raw_data() + ((b * heads_ + h) * budget_ + r) * value_bytes_;
+  return values_.raw_data() + ((b * heads_ + h) * capacity_ + r) * value_bytes_;
 }
 const std::byte* EvictionRows::key_row(int64_t b, int64_t h, int64_t r) const {
-  return keys_.raw_data() + ((b * heads_ + h) * budget_ + r) * key_bytes_;
+  return keys_.raw_data() + ((b * heads_ + h) * capacity_ + r) * key_bytes_;
 }
 const std::byte* EvictionRows::value_row(int64_t b, int64_t h, int64_t r) const {
-  return values_.raw_data() + ((b * heads_ + h) * budget_ + r) * value_bytes_;
+  return values_.raw_data() + ((b * heads_ + h) * capacity_ + r) * value_bytes_;
 }
 
 const int32_t* EvictionRows::positions(int64_t b, int64_t h) const {
-  return positions_.data<int32_t>() + (b * heads_ + h) * budget_;
+  return positions_.data<int32_t>() + (b * heads_ + h) * capacity_;
 }
 
 const float* EvictionRows::scores(int64_t b, int64_t h) const {
-  return keep_scores_ ? scores_.data<float>() + (b * heads_ + h) * budget_ : nullptr;
+  return keep_scores_ ? scores_.data<float>() + (b * heads_ + h) * capacity_ : nullptr;
 }
 
 void EvictionRows::decode_keys(int64_t b, int64_t h, float* out) const {
@@ -70,7 +102,7 @@ void EvictionRows::decode_values(int64_t b, int64_t h, float* out) const {
 }
 
 void EvictionRows::rewrite_row(int64_t b, int64_t h, int64_t r, const float* key, const float* value) {
-  if (r < 0 || r >= budget_) throw std::logic_error("EvictionRows::rewrite_row: row " + std::to_string(r) + " outside the budget");
+  if (r < 0 || r >= capacity_) throw std::logic_error("EvictionRows::rewrite_row: row " + std::to_string(r) + " outside the storage");
   if (key) key_codec_->encode(key, key_row(b, h, r));
   value_codec_->encode(value, value_row(b, h, r));
 }
@@ -103,12 +135,12 @@ void EvictionRows::write_values(int64_t b, int64_t h, lm::DType dtype, std::byte
 
 void EvictionRows::compact(int64_t b, int64_t h, const std::vector<int32_t>& kept, const int32_t* candidate_positions,
                            const float* candidate_scores, const float* new_keys, const float* new_values) {
-  if (static_cast<int64_t>(kept.size()) > budget_) {
-    throw std::logic_error("EvictionRows::compact: " + std::to_string(kept.size()) + " rows kept, budget " +
-                           std::to_string(budget_));
+  if (static_cast<int64_t>(kept.size()) > capacity_) {
+    throw std::logic_error("EvictionRows::compact: " + std::to_string(kept.size()) + " rows kept, room for " +
+                           std::to_string(capacity_) + " (budget " + std::to_string(budget_) + ")");
   }
-  int32_t* pos = positions_.data<int32_t>() + (b * heads_ + h) * budget_;
-  float* sc = keep_scores_ ? scores_.data<float>() + (b * heads_ + h) * budget_ : nullptr;
+  int32_t* pos = positions_.data<int32_t>() + (b * heads_ + h) * capacity_;
+  float* sc = keep_scores_ ? scores_.data<float>() + (b * heads_ + h) * capacity_ : nullptr;
   for (std::size_t i = 1; i < kept.size(); ++i) {
     if (kept[i] <= kept[i - 1]) throw std::logic_error("EvictionRows::compact: kept rows not increasing");
   }
@@ -151,7 +183,7 @@ std::size_t EvictionRows::nbytes() const {
 }
 
 std::vector<lm::Tensor> EvictionRows::state() const {
-  if (!allocated()) return {};
+  if (!allocated() || capacity_ == 0) return {};
   std::vector<lm::Tensor> out = {keys_.slice(2, 0, rows_), values_.slice(2, 0, rows_),
                                  positions_.slice(2, 0, rows_)};
   if (keep_scores_) out.push_back(scores_.slice(2, 0, rows_));
@@ -175,6 +207,7 @@ void EvictionRows::restore(const std::vector<lm::Tensor>& state, int64_t key_dim
                             std::to_string(budget_));
   }
   allocate(k.dim(0), k.dim(1), key_dim, value_dim, dtype);
+  reserve(std::max<int64_t>(rows, 1));  // at least one row, so state() of a restored cache is never empty
   const lm::Shape want_k{batch_, heads_, rows, key_bytes_}, want_v{batch_, heads_, rows, value_bytes_},
       want_p{batch_, heads_, rows};
   if (k.shape() != want_k || state[1].shape() != want_v || state[1].dtype() != lm::DType::U8 ||
@@ -188,14 +221,16 @@ void EvictionRows::restore(const std::vector<lm::Tensor>& state, int64_t key_dim
     const lm::Tensor c = src.contiguous();
     const std::size_t row = static_cast<std::size_t>(width) * c.element_size();
     for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
-      std::memcpy(dst.raw_data() + static_cast<std::size_t>(bh * budget_) * row,
+      std::memcpy(dst.raw_data() + static_cast<std::size_t>(bh * capacity_) * row,
                   c.raw_data() + static_cast<std::size_t>(bh * rows) * row, static_cast<std::size_t>(rows) * row);
     }
   };
-  copy_in(state[0], keys_, key_bytes_);
-  copy_in(state[1], values_, value_bytes_);
-  copy_in(state[2], positions_, 1);
-  if (keep_scores_) copy_in(state[3], scores_, 1);
+  if (rows > 0) {  // an empty state's tensors may have no storage to copy from
+    copy_in(state[0], keys_, key_bytes_);
+    copy_in(state[1], values_, value_bytes_);
+    copy_in(state[2], positions_, 1);
+    if (keep_scores_) copy_in(state[3], scores_, 1);
+  }
   rows_ = rows;
 }
 

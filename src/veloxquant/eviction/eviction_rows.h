@@ -5,13 +5,17 @@
 //
 // Every (batch, head) holds the same number of rows (each method keeps exactly
 // min(budget, tokens) rows per head), so the returned keys of all heads share one length T
-// and the mask has one T. The allocation is made once, for `budget` rows, at the first update:
-// nbytes() is what is really held and never grows.
+// and the mask has one T. The storage grows with the rows held, in steps of kGrowthStep rows
+// and never past the budget: a layer whose budget is 1,000 rows holds 32 of them after 13
+// tokens (it used to hold all 1,000 from the first token, so pyramidkv's deep-tapered budgets
+// still held more than the native cache at short context). nbytes() is what is really held.
+// The budget is checked against the machine at allocate() (before any row is stored), so a
+// budget that could never be held is refused up front, not after hours of generation.
 //
-//   keys_       U8  [B, H, budget, key_codec.row_bytes()]
-//   values_     U8  [B, H, budget, value_codec.row_bytes()]
-//   positions_  I32 [B, H, budget]
-//   scores_     F32 [B, H, budget]   only when the method keeps scores
+//   keys_       U8  [B, H, capacity, key_codec.row_bytes()]
+//   values_     U8  [B, H, capacity, value_codec.row_bytes()]
+//   positions_  I32 [B, H, capacity]
+//   scores_     F32 [B, H, capacity]   only when the method keeps scores
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -25,10 +29,19 @@ class EvictionRows {
  public:
   EvictionRows(int64_t budget, bool keep_scores, StorageSpec spec);
 
-  bool allocated() const { return keys_.defined(); }
+  // Rows per head the storage grows by: small enough that a short context holds far less than
+  // the native cache's 256-row step, large enough that a decode step rarely reallocates.
+  static constexpr int64_t kGrowthStep = 32;
+
+  bool allocated() const { return allocated_; }
+  // Fixes the layout and codecs and checks that the whole budget could be held; stores nothing.
   void allocate(int64_t batch, int64_t heads, int64_t key_dim, int64_t value_dim, lm::DType dtype);
+  // Makes room for `rows` rows per head (at most the budget), keeping the stored rows. Call
+  // before compact() may keep that many; not thread-safe (it reallocates every head).
+  void reserve(int64_t rows);
 
   int64_t budget() const { return budget_; }
+  int64_t capacity() const { return capacity_; }
   int64_t rows() const { return rows_; }
   int64_t batch() const { return batch_; }
   int64_t heads() const { return heads_; }
@@ -89,6 +102,8 @@ class EvictionRows {
   int64_t batch_ = 0, heads_ = 0, key_dim_ = 0, value_dim_ = 0, key_bytes_ = 0, value_bytes_ = 0;
   lm::DType dtype_ = lm::DType::F16;
   int64_t rows_ = 0;
+  int64_t capacity_ = 0;  // rows per head allocated: the stride between heads
+  bool allocated_ = false;
   lm::Tensor keys_, values_, positions_, scores_;
 };
 

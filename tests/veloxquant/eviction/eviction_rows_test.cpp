@@ -1,5 +1,6 @@
 // Position-preserving row storage: in-place compaction keeps temporal order and true positions,
-// the allocation is the budget's exactly, and restore refuses state that does not fit.
+// the storage grows with the rows held up to the budget, and restore refuses state that does not
+// fit.
 #include <gtest/gtest.h>
 
 #include "base/error.h"
@@ -29,7 +30,10 @@ TEST(EvictionRows, ABudgetNoMachineHoldsIsRefusedBeforeAllocating) {
 TEST(EvictionRows, CompactionKeepsOrderPositionsAndScores) {
   EvictionRows rows(4, true, StorageSpec{});
   rows.allocate(1, 1, 2, 2, lm::DType::F32);
-  // 16 bytes of keys, 16 of values, 4 position, 4 score per row, 4 rows.
+  EXPECT_EQ(rows.nbytes(), 0u);  // nothing held before the first rows
+  rows.reserve(3);
+  // 8 bytes of keys, 8 of values, 4 position, 4 score per row; room for 3 rows is the whole
+  // budget of 4 (less than one growth step).
   EXPECT_EQ(rows.nbytes(), 4u * (8 + 8 + 4 + 4));
   const float k1[] = {0, 0, 1, 1, 2, 2};  // tokens at positions 0, 1, 2
   const int32_t p1[] = {0, 1, 2};
@@ -46,7 +50,8 @@ TEST(EvictionRows, CompactionKeepsOrderPositionsAndScores) {
   EXPECT_EQ(decoded(rows), (std::vector<float>{0, 0, 2, 2, 3, 3, 4, 4}));
   EXPECT_EQ(std::vector<int32_t>(rows.positions(0, 0), rows.positions(0, 0) + 4), (std::vector<int32_t>{0, 2, 3, 4}));
   EXPECT_EQ(std::vector<float>(rows.scores(0, 0), rows.scores(0, 0) + 4), (std::vector<float>{0.5f, 0.125f, 1.0f, 2.0f}));
-  EXPECT_EQ(rows.nbytes(), 4u * (8 + 8 + 4 + 4));  // never grows
+  rows.reserve(5);
+  EXPECT_EQ(rows.nbytes(), 4u * (8 + 8 + 4 + 4));  // never past the budget
   EXPECT_THROW(rows.compact(0, 0, {0, 1, 2, 3, 4}, p2, s2, k2, k2), std::logic_error);  // over budget
 }
 
@@ -55,6 +60,7 @@ TEST(EvictionRows, StateRoundTripAndMismatchedState) {
   rows.allocate(1, 2, 4, 4, lm::DType::F16);
   const float k[] = {1, 2, 3, 4, 5, 6, 7, 8};
   const int32_t p[] = {7, 9};
+  rows.reserve(2);
   for (int64_t h = 0; h < 2; ++h) rows.compact(0, h, {0, 1}, p, nullptr, k, k);
   rows.commit_rows(2);
   EvictionRows restored(3, false, StorageSpec{});
@@ -68,6 +74,44 @@ TEST(EvictionRows, StateRoundTripAndMismatchedState) {
   EXPECT_THROW(wide.restore(rows.state(), 4, 4, lm::DType::F32, "test"), base::FormatError);
   EvictionRows scored(3, true, StorageSpec{});  // scores expected, none saved
   EXPECT_THROW(scored.restore(rows.state(), 4, 4, lm::DType::F16, "test"), base::FormatError);
+}
+
+TEST(EvictionRows, StorageGrowsWithTheRowsHeldInStepsUpToTheBudget) {
+  // A budget of 100 rows, 2 heads of f16 rows of dim 4: 8 + 8 bytes of key and value, 4 of
+  // position, 4 of score per row and head.
+  constexpr std::size_t kRowBytes = 2 * (8 + 8 + 4 + 4);
+  EvictionRows rows(100, true, StorageSpec{});
+  rows.allocate(1, 2, 4, 4, lm::DType::F16);
+  rows.reserve(13);
+  EXPECT_EQ(rows.capacity(), 32);
+  EXPECT_EQ(rows.nbytes(), 32 * kRowBytes);
+  std::vector<float> k(13 * 4);
+  std::vector<int32_t> p(13);
+  std::vector<float> sc(13);
+  std::vector<int32_t> kept(13);
+  for (int i = 0; i < 13; ++i) {
+    for (int d = 0; d < 4; ++d) k[static_cast<std::size_t>(i * 4 + d)] = static_cast<float>(i);
+    p[static_cast<std::size_t>(i)] = 100 + i;
+    sc[static_cast<std::size_t>(i)] = 0.5f * static_cast<float>(i);
+    kept[static_cast<std::size_t>(i)] = i;
+  }
+  for (int64_t h = 0; h < 2; ++h) rows.compact(0, h, kept, p.data(), sc.data(), k.data(), k.data());
+  rows.commit_rows(13);
+  const std::vector<float> before = decoded(rows);
+  rows.reserve(33);  // regrown: every head's rows, positions and scores carried over
+  EXPECT_EQ(rows.capacity(), 64);
+  EXPECT_EQ(rows.nbytes(), 64 * kRowBytes);
+  EXPECT_EQ(decoded(rows), before);
+  for (int64_t h = 0; h < 2; ++h) {
+    EXPECT_EQ(std::vector<int32_t>(rows.positions(0, h), rows.positions(0, h) + 13), p);
+    EXPECT_EQ(std::vector<float>(rows.scores(0, h), rows.scores(0, h) + 13), sc);
+  }
+  rows.reserve(20);  // never shrinks
+  EXPECT_EQ(rows.capacity(), 64);
+  rows.reserve(1000);  // at most the budget
+  EXPECT_EQ(rows.capacity(), 100);
+  EXPECT_EQ(rows.nbytes(), 100 * kRowBytes);
+  EXPECT_EQ(decoded(rows), before);
 }
 
 }  // namespace
