@@ -4,7 +4,9 @@
 
 #include "base/half.h"
 #include "lm/kernels/simd_dot.h"
+#include "veloxquant/attention/level_lookup.h"
 #include "veloxquant/attention/tile_kernels.h"
+#include "veloxquant/attention/word_code_rows.h"
 #include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/caches/group_affine_rows.h"
 #include "veloxquant/core/group_quant.h"
@@ -43,10 +45,15 @@ void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
   float* scale = pairs + 2 * d;
   float* min = scale + d;
   float* bias = min + d;
-  key_order_.unpack_rows(row_ptr<uint32_t>(key_codes_, b, h, j0), key_codes_.strides()[2], n, codes);
-  if (levels_ != nullptr) {
-    const float* level = row_ptr<float>(*levels_, b, h, 0);
-    for (int64_t i = 0; i < n * d; ++i) codes[i] = level[static_cast<int>(codes[i])];
+  // The tile's codes (or, with fitted levels, the levels they stand for): planar widths by the
+  // code order's SIMD unpack, the others by word gathers that read the level table directly.
+  const float* level = levels_ != nullptr ? row_ptr<float>(*levels_, b, h, 0) : nullptr;
+  if (key_order_.planar()) {
+    key_order_.unpack_rows(row_ptr<uint32_t>(key_codes_, b, h, j0), key_codes_.strides()[2], n, codes);
+    if (level != nullptr) attention::kernels::lookup_levels(codes, n * d, level, 1 << bits_);
+  } else {
+    attention::kernels::unpack_word_rows(row_ptr<uint32_t>(key_codes_, b, h, j0), key_codes_.strides()[2], n, d, bits_,
+                                         level, codes);
   }
   for (int64_t a = j0; a < j1;) {
     const int64_t g = a / group_, end = std::min(j1, (g + 1) * group_);
