@@ -26,9 +26,14 @@ KiviQuantizedRows::KiviQuantizedRows(const lm::Tensor& key_codes, const lm::Tens
       rows_(rows),
       bits_(bits),
       group_(group),
+      key_group_(group),
       key_order_(key_order),
       value_order_(value_order),
       levels_(levels) {}
+
+const int32_t* KiviQuantizedRows::positions(int64_t b, int64_t h) const {
+  return positions_ == nullptr ? nullptr : row_ptr<int32_t>(*positions_, b, h, 0);
+}
 
 void KiviQuantizedRows::prepare_query(const float* query, float* prepared) const {
   key_order_.permute(query, prepared);  // the order the key codes unpack in
@@ -56,7 +61,7 @@ void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
                                          level, codes);
   }
   for (int64_t a = j0; a < j1;) {
-    const int64_t g = a / group_, end = std::min(j1, (g + 1) * group_);
+    const int64_t g = a / key_group_, end = std::min(j1, (g + 1) * key_group_);
     // The group's per-channel (scale, min) f16 pairs in one SIMD widening, then into code order.
     lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(key_params_, b, h, g), pairs, 2 * d);
     attention::kernels::gather_pairs(pairs, key_order_.natural_indices().data(), d, scale, min);
