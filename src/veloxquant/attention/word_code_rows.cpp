@@ -19,14 +19,33 @@ void UnpackWordRowsImpl(const uint32_t* first_row, int64_t row_stride_words, int
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const int per = 32 / bits;
   const int n_levels = 1 << bits;
-  // Each code's word and shift, once per call (n entries; a tile is n_rows * n codes).
-  thread_local std::vector<int32_t> word, shift;
-  word.resize(static_cast<std::size_t>(n));
-  shift.resize(static_cast<std::size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    word[static_cast<std::size_t>(i)] = static_cast<int32_t>(i / per);
-    shift[static_cast<std::size_t>(i)] = static_cast<int32_t>(bits * (i % per));
+  // Each code's word and shift (n entries), rebuilt only when the row shape changes: a cache
+  // calls this twice per tile with its key and value shapes, so per thread two tables suffice.
+  struct Table {
+    int bits = 0;
+    int64_t n = -1;
+    std::vector<int32_t> word, shift;
+  };
+  thread_local Table tables[2];
+  thread_local int next = 0;
+  Table* table_for = nullptr;
+  for (Table& t : tables) {
+    if (t.bits == bits && t.n == n) table_for = &t;
   }
+  if (table_for == nullptr) {
+    table_for = &tables[next];
+    next ^= 1;
+    table_for->bits = bits;
+    table_for->n = n;
+    table_for->word.resize(static_cast<std::size_t>(n));
+    table_for->shift.resize(static_cast<std::size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      table_for->word[static_cast<std::size_t>(i)] = static_cast<int32_t>(i / per);
+      table_for->shift[static_cast<std::size_t>(i)] = static_cast<int32_t>(bits * (i % per));
+    }
+  }
+  const std::vector<int32_t>& word = table_for->word;
+  const std::vector<int32_t>& shift = table_for->shift;
   const auto mask = hn::Set(di, n_levels - 1);
   const bool in_register = levels != nullptr && n_levels <= lanes;
   HWY_ALIGN float table[hn::MaxLanes(df)];
