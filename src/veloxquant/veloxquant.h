@@ -16,6 +16,7 @@
 #include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
 #include "veloxquant/caches/turboquant_standalone_cache.h"
+#include "veloxquant/caches/zipcache_cache.h"
 #include "veloxquant/config/bit_width.h"
 #include "veloxquant/config/config_validation.h"
 #include "veloxquant/config/field_spec.h"

@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "lm/kernels/simd_dot.h"
+#include "veloxquant/attention/level_lookup.h"
 #include "veloxquant/attention/tile_kernels.h"
+#include "veloxquant/attention/word_code_rows.h"
 #include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/core/group_quant.h"
 
@@ -47,9 +49,12 @@ void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Ten
                                           value_codes.strides()[2] * 4, n, plane_bytes, value_order.bits(), group, scaled,
                                           n_queries, acc_code, d);
   } else {
-    value_order.unpack_rows(row_ptr<uint32_t>(value_codes, b, h, j0), value_codes.strides()[2], n, codes);
-    if (levels != nullptr) {
-      for (int64_t i = 0; i < n * d; ++i) codes[i] = levels[static_cast<int>(codes[i])];
+    if (value_order.planar()) {
+      value_order.unpack_rows(row_ptr<uint32_t>(value_codes, b, h, j0), value_codes.strides()[2], n, codes);
+      if (levels != nullptr) attention::kernels::lookup_levels(codes, n * d, levels, 1 << value_order.bits());
+    } else {  // 3, 5, 6, 7 bits: word gathers, straight into levels when there are any
+      attention::kernels::unpack_word_rows(row_ptr<uint32_t>(value_codes, b, h, j0), value_codes.strides()[2], n, d,
+                                           value_order.bits(), levels, codes);
     }
     for (const attention::CodeOrder::Run& run : value_order.runs()) {
       attention::kernels::accumulate_rows(scaled + run.group * n_queries * n, n, n_queries, codes + run.start, d, n,

@@ -4,8 +4,22 @@
 
 #include "base/half.h"
 #include "lm/kernels/simd_dot.h"
-#include "veloxquant/attention/integer_key_scores.h"
+  float* step = bias + n_queries;
+  auto* q16 = reinterpret_cast<int16_t*>(scratch.u8(static_cast<std::size_t>(n_queries * d) * sizeof(int16_t)));
+  const uint32_t* first_row = row_ptr<uint32_t>(key_codes_, b, h, j0);
+  const int64_t row_words = key_codes_.strides()[2];
+  if (!integer) {
+    // The tile's codes (or, with fitted levels, the levels they stand for): planar widths by the
+    // code order's SIMD unpack, the others by word gathers that read the level table directly.
+    const float* level = levels_ != nullptr ? row_ptr<float>(*levels_, b, h, 0) : nullptr;
+    if (key_order_.planar()) {
+      key_order_.unpack_rows(first_row, row_words, n, codes);
+      if (level != nullptr) attention::kernels::lookup_levels(codes, n * d, level, 1 << bits_);
+    } else {
+      attention::kernels::unpack_word_rows(first_row, row_words, n, d, bits_, level, codes);
+    }
 #include "veloxquant/attention/tile_kernels.h"
+#include "veloxquant/attention/word_code_rows.h"
 #include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/caches/group_affine_rows.h"
 #include "veloxquant/core/group_quant.h"
@@ -25,9 +39,14 @@ KiviQuantizedRows::KiviQuantizedRows(const lm::Tensor& key_codes, const lm::Tens
       rows_(rows),
       bits_(bits),
       group_(group),
+      key_group_(group),
       key_order_(key_order),
       value_order_(value_order),
       levels_(levels) {}
+
+const int32_t* KiviQuantizedRows::positions(int64_t b, int64_t h) const {
+  return positions_ == nullptr ? nullptr : row_ptr<int32_t>(*positions_, b, h, 0);
+}
 
 void KiviQuantizedRows::prepare_query(const float* query, float* prepared) const {
   key_order_.permute(query, prepared);  // the order the key codes unpack in
@@ -55,15 +74,19 @@ void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
   const uint32_t* first_row = row_ptr<uint32_t>(key_codes_, b, h, j0);
   const int64_t row_words = key_codes_.strides()[2];
   if (!integer) {
-    key_order_.unpack_rows(first_row, row_words, n, codes);
-    if (levels_ != nullptr) {
-      const float* level = row_ptr<float>(*levels_, b, h, 0);
-      for (int64_t i = 0; i < n * d; ++i) codes[i] = level[static_cast<int>(codes[i])];
+    // The tile's codes (or, with fitted levels, the levels they stand for): planar widths by the
+    // code order's SIMD unpack, the others by word gathers that read the level table directly.
+    const float* level = levels_ != nullptr ? row_ptr<float>(*levels_, b, h, 0) : nullptr;
+    if (key_order_.planar()) {
+      key_order_.unpack_rows(first_row, row_words, n, codes);
+      if (level != nullptr) attention::kernels::lookup_levels(codes, n * d, level, 1 << bits_);
+    } else {
+      attention::kernels::unpack_word_rows(first_row, row_words, n, d, bits_, level, codes);
     }
   }
   const int32_t limit = attention::kernels::integer_query_limit(bits_, d);
   for (int64_t a = j0; a < j1;) {
-    const int64_t g = a / group_, end = std::min(j1, (g + 1) * group_);
+    const int64_t g = a / key_group_, end = std::min(j1, (g + 1) * key_group_);
     // The group's per-channel (scale, min) f16 pairs in one SIMD widening, then into code order.
     lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(key_params_, b, h, g), pairs, 2 * d);
     attention::kernels::gather_pairs(pairs, key_order_.natural_indices().data(), d, scale, min);

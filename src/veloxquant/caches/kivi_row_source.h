@@ -13,6 +13,9 @@
 // accumulated values put back in natural order once per tile.
 // With fitted levels (kvquant, caches/fitted_levels.h) a code c stands for level l_c instead of c:
 // the unpacked tile goes through the 2^b-entry table first and the same algebra follows.
+// A store that keeps only some positions (zipcache's precision tiers, caches/zipcache_cache.h)
+// passes their positions and its own key token-group size (rows per key params row), which then
+// differs from the value channel-group size.
 #include <cstdint>
 #include <vector>
 
@@ -31,6 +34,17 @@ class KiviQuantizedRows final : public attention::RowSource {
   KiviQuantizedRows(const lm::Tensor& key_codes, const lm::Tensor& key_params, const lm::Tensor& value_codes,
                     const lm::Tensor& value_params, int64_t rows, int bits, int group, const attention::CodeOrder& key_order,
                     const attention::CodeOrder& value_order, const lm::Tensor* levels = nullptr);
+  // Rows per key params row when it is not `group` (0 = `group`), and the rows' true positions
+  // (i32 [B, H, cap, 1], ascending per head; nullptr = rows are positions 0, 1, ...).
+  KiviQuantizedRows& with_key_rows_per_group(int64_t rows_per_group) {
+    key_group_ = rows_per_group > 0 ? rows_per_group : group_;
+    return *this;
+  }
+  KiviQuantizedRows& with_positions(const lm::Tensor* positions) {
+    positions_ = positions;
+    return *this;
+  }
+  const int32_t* positions(int64_t b, int64_t h) const override;
 
   int64_t key_dim() const override { return key_order_.size(); }
   int64_t value_dim() const override { return value_order_.size(); }
@@ -49,6 +63,8 @@ class KiviQuantizedRows final : public attention::RowSource {
   int64_t rows_;
   int bits_;
   int group_;
+  int64_t key_group_;
+  const lm::Tensor* positions_ = nullptr;
   const attention::CodeOrder& key_order_;
   const attention::CodeOrder& value_order_;
   const lm::Tensor* levels_;

@@ -13,6 +13,7 @@
 #include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
 #include "veloxquant/caches/turboquant_standalone_cache.h"
+#include "veloxquant/caches/zipcache_cache.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/registry/method_registry.h"
 #include "veloxquant/registry/method_rows.h"
@@ -253,7 +254,7 @@ MethodDescriptor spectral_row() {
 std::vector<MethodDescriptor> build_method_table() {
   std::vector<MethodDescriptor> rows = {turboquant_rvq_row(),           turboquant_block_row(),
                                         kivi_row(),                      kivi_sink_method(),
-                                        kvquant_method(),
+                                        kvquant_method(),                zipcache_method(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
                                         spectral_row()};
