@@ -1,5 +1,5 @@
 #pragma once
-// Deterministic N(0, 1) floats for kernel tests (header-only).
+// Deterministic N(0, 1) floats and uniform bytes for kernel tests (header-only).
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -12,6 +12,13 @@ inline std::vector<float> normal_values(std::size_t n, uint32_t seed) {
   std::vector<float> v(n);
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+inline std::vector<uint8_t> random_bytes(std::size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> bytes(n);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  return bytes;
 }
 
 }  // namespace test_support

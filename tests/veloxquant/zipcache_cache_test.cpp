@@ -156,7 +156,9 @@ TEST(ZipCache, FusedAttentionEqualsAttentionOverFetchedRows) {
       const std::vector<float> got = out.to_f32();
       float worst = 0;
       for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
-      EXPECT_LE(worst, 1e-3f) << "hi " << hi << " lo " << lo << " chunk " << n;
+      // Plain 2-, 4- and 8-bit tiers score their keys as integers with the query rounded to 16
+      // bits (attention/integer_key_scores.h): ~1e-4 relative on these outputs of magnitude ~13.
+      EXPECT_LE(worst, 2e-3f) << "hi " << hi << " lo " << lo << " chunk " << n;
       first += n;
     }
   }

@@ -4,20 +4,8 @@
 
 #include "base/half.h"
 #include "lm/kernels/simd_dot.h"
-  float* step = bias + n_queries;
-  auto* q16 = reinterpret_cast<int16_t*>(scratch.u8(static_cast<std::size_t>(n_queries * d) * sizeof(int16_t)));
-  const uint32_t* first_row = row_ptr<uint32_t>(key_codes_, b, h, j0);
-  const int64_t row_words = key_codes_.strides()[2];
-  if (!integer) {
-    // The tile's codes (or, with fitted levels, the levels they stand for): planar widths by the
-    // code order's SIMD unpack, the others by word gathers that read the level table directly.
-    const float* level = levels_ != nullptr ? row_ptr<float>(*levels_, b, h, 0) : nullptr;
-    if (key_order_.planar()) {
-      key_order_.unpack_rows(first_row, row_words, n, codes);
-      if (level != nullptr) attention::kernels::lookup_levels(codes, n * d, level, 1 << bits_);
-    } else {
-      attention::kernels::unpack_word_rows(first_row, row_words, n, d, bits_, level, codes);
-    }
+#include "veloxquant/attention/integer_key_scores.h"
+#include "veloxquant/attention/level_lookup.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/attention/word_code_rows.h"
 #include "veloxquant/rows/cache_rows.h"

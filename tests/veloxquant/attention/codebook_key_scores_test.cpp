@@ -16,12 +16,7 @@
 namespace veloxquant::attention::kernels {
 namespace {
 
-std::vector<uint8_t> random_bytes(std::size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> bytes(n);
-  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
-  return bytes;
-}
+using test_support::random_bytes;
 
 // Lloyd-Max-like 4-level codebooks (the stages of a 2-bit RVQ).
 const float kStage1[4] = {-1.51f, -0.4528f, 0.4528f, 1.51f};

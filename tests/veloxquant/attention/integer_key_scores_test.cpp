@@ -16,12 +16,7 @@
 namespace veloxquant::attention::kernels {
 namespace {
 
-std::vector<uint8_t> random_bytes(std::size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> bytes(n);
-  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
-  return bytes;
-}
+using test_support::random_bytes;
 
 // Code-order position e' = k * P + p of a row: the k-th b-bit field of byte p.
 int code_at(const uint8_t* row, int64_t plane_bytes, int bits, int64_t e) {
