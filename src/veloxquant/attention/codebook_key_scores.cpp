@@ -5,6 +5,7 @@
 #include "hwy/highway.h"
 
 #include "veloxquant/attention/codebook_key_scores.h"
+#include "veloxquant/attention/integer_query_step.h"
 #include "veloxquant/attention/integer_row_sums-inl.h"
 
 #include <algorithm>
@@ -153,6 +154,13 @@ int64_t blocks() {
 }
 // Round-to-nearest-even into 16 bits, the same in every caller.
 int16_t round16(float x) { return static_cast<int16_t>(std::lrintf(x)); }
+// Where codebook_row_sums reads byte p of plane k: plane k = g * blocks + b is read by block b
+// of plane group g; chunk c of 16 bytes gives two vectors (bytes 0-7 and 8-15 of the chunk in
+// each block).
+int64_t lookup_position(int64_t k, int64_t p, int64_t chunks, int64_t n_blocks) {
+  const int64_t g = k / n_blocks, b = k % n_blocks, c = p >> 4, o = p & 15;
+  return ((g * chunks + c) * 2 + (o >> 3)) * (8 * n_blocks) + b * 8 + (o & 7);
+}
 }  // namespace
 
 int32_t codebook_integer_limit(int64_t dim) {
@@ -168,8 +176,9 @@ CodebookLevels16 codebook_levels16(const float* c1, const float* c2, int32_t lim
     max_abs = std::max(max_abs, std::fabs(sums[i]));
   }
   CodebookLevels16 out{};
-  out.step = max_abs > 0.0f ? max_abs / static_cast<float>(limit) : 0.0f;
-  const float inverse = max_abs > 0.0f ? static_cast<float>(limit) / max_abs : 0.0f;
+  const QueryStep step = query_step(max_abs, limit);
+  out.step = step.step;
+  const float inverse = step.inverse;
   for (int i = 0; i < 16; ++i) out.value[i] = round16(sums[i] * inverse);
   return out;
 }
@@ -179,12 +188,8 @@ bool can_score_codebook_rows(int64_t d) {
 }
 
 int64_t codebook_lookup_position(int64_t position, int64_t d) {
-  // Mirrors codebook_row_sums: plane k = g * blocks + b is read by block b of plane group g;
-  // chunk c of 16 bytes gives two vectors (bytes 0-7 and 8-15 of the chunk in each block).
-  const int64_t plane_bytes = d / 4, chunks = plane_bytes / 16, n_blocks = blocks(), lanes16 = 8 * n_blocks;
-  const int64_t k = position / plane_bytes, p = position % plane_bytes;
-  const int64_t g = k / n_blocks, b = k % n_blocks, c = p / 16, o = p % 16;
-  return ((g * chunks + c) * 2 + o / 8) * lanes16 + b * 8 + o % 8;
+  const int64_t plane_bytes = d / 4;
+  return lookup_position(position / plane_bytes, position % plane_bytes, plane_bytes / 16, blocks());
 }
 
 void quantize_codebook_query(const float* q, int64_t d, int32_t limit, int16_t* q16, float* step) {
@@ -194,20 +199,17 @@ void quantize_codebook_query(const float* q, int64_t d, int32_t limit, int16_t* 
     finite = finite && std::isfinite(q[e]);
     max_abs = std::max(max_abs, std::fabs(q[e]));
   }
-  if (!finite) {
-    *step = std::numeric_limits<float>::quiet_NaN();
+  const QueryStep s = query_step(finite ? max_abs : std::numeric_limits<float>::quiet_NaN(), limit);
+  *step = s.step;
+  if (!finite) {  // the NaN step makes every score NaN; the values are never read as numbers
     std::fill(q16, q16 + d, int16_t{0});
     return;
   }
-  *step = max_abs > 0.0f ? max_abs / static_cast<float>(limit) : 0.0f;
-  const float inverse = max_abs > 0.0f ? static_cast<float>(limit) / max_abs : 0.0f;
-  // codebook_lookup_position unrolled over planes and bytes (no divisions per element).
-  const int64_t plane_bytes = d / 4, chunks = plane_bytes / 16, n_blocks = blocks(), lanes16 = 8 * n_blocks;
+  // Planes and bytes in nested loops: no divisions per element.
+  const int64_t plane_bytes = d / 4, chunks = plane_bytes / 16, n_blocks = blocks();
   for (int64_t k = 0; k < 4; ++k) {
-    const int64_t g = k / n_blocks, b = k % n_blocks;
     for (int64_t p = 0; p < plane_bytes; ++p) {
-      const int64_t c = p >> 4, o = p & 15;
-      q16[((g * chunks + c) * 2 + (o >> 3)) * lanes16 + b * 8 + (o & 7)] = round16(q[k * plane_bytes + p] * inverse);
+      q16[lookup_position(k, p, chunks, n_blocks)] = round16(q[k * plane_bytes + p] * s.inverse);
     }
   }
 }

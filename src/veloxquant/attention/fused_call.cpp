@@ -1,6 +1,23 @@
 #include "veloxquant/attention/fused_call.h"
 
+#include "base/error.h"
+#include "lm/kv_rows.h"
+
 namespace veloxquant::attention {
+
+void check_fused_shapes(const std::string& who, const lm::Tensor& queries, const lm::Tensor& keys, int64_t batch,
+                        int64_t kv_heads, int64_t dk, int64_t dv, const lm::Tensor& out) {
+  const lm::Tensor& q = queries;
+  const int64_t hq = q.dim(1), n = q.dim(2);
+  if (q.ndim() != 4 || q.dim(0) != batch || q.dim(3) != dk || hq % kv_heads != 0 || n != keys.dim(2)) {
+    throw base::InvalidArgument(who + ": queries " + lm::shape_text(q.shape()) + " do not fit keys " +
+                                lm::shape_text(keys.shape()));
+  }
+  if (out.shape() != lm::Shape{batch, hq, n, dv} || out.dtype() != lm::DType::F32 || !out.is_contiguous()) {
+    throw base::InvalidArgument(who + ": out must be f32 " + lm::shape_text({batch, hq, n, dv}) + ", got " +
+                                lm::shape_text(out.shape()));
+  }
+}
 
 AttentionCall call_from_request(const lm::FusedAttentionRequest& request, int64_t kv_heads, int64_t first_position,
                                 lm::Tensor& out, lm::Tensor& scratch) {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "lm/kernels/simd_dot.h"
 #include "veloxquant/attention/level_lookup.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/attention/word_code_rows.h"

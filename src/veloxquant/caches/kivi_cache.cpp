@@ -372,15 +372,7 @@ void KiviCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
   const lm::Tensor& q = *request.queries;
   const int64_t first = offset_;
   store(*request.keys, *request.values);
-  const int64_t hq = q.dim(1), n = q.dim(2);
-  if (q.ndim() != 4 || q.dim(0) != batch_ || q.dim(3) != dk_ || hq % heads_ != 0 || n != request.keys->dim(2)) {
-    throw base::InvalidArgument("KiviCache::fused_attention: queries " + lm::shape_text(q.shape()) +
-                                " do not fit keys " + lm::shape_text(request.keys->shape()));
-  }
-  if (out.shape() != lm::Shape{batch_, hq, n, dv_} || out.dtype() != lm::DType::F32 || !out.is_contiguous()) {
-    throw base::InvalidArgument("KiviCache::fused_attention: out must be f32 " + lm::shape_text({batch_, hq, n, dv_}) +
-                                ", got " + lm::shape_text(out.shape()));
-  }
+  attention::check_fused_shapes("KiviCache::fused_attention", q, *request.keys, batch_, heads_, dk_, dv_, out);
   if (!key_order_ || key_order_->size() != dk_ || key_order_->bits() != bits_) {
     key_order_ = std::make_shared<const attention::CodeOrder>(bits_, dk_);
     value_order_ = std::make_shared<const attention::CodeOrder>(bits_, dv_, group_);

@@ -261,15 +261,8 @@ void TurboQuantBlockCache::fused_attention(const lm::FusedAttentionRequest& requ
   const lm::Tensor& q = *request.queries;
   const int64_t first = offset_;  // position of the first new token
   store(*request.keys, *request.values);
-  const int64_t hq = q.dim(1), n = q.dim(2);
-  if (q.ndim() != 4 || q.dim(0) != batch_ || q.dim(3) != head_dim_ || hq % heads_ != 0 || n != request.keys->dim(2)) {
-    throw base::InvalidArgument("TurboQuantBlockCache::fused_attention: queries " + lm::shape_text(q.shape()) +
-                                " do not fit keys " + lm::shape_text(request.keys->shape()));
-  }
-  if (out.shape() != lm::Shape{batch_, hq, n, dv_} || out.dtype() != lm::DType::F32 || !out.is_contiguous()) {
-    throw base::InvalidArgument("TurboQuantBlockCache::fused_attention: out must be f32 " +
-                                lm::shape_text({batch_, hq, n, dv_}) + ", got " + lm::shape_text(out.shape()));
-  }
+  attention::check_fused_shapes("TurboQuantBlockCache::fused_attention", q, *request.keys, batch_, heads_, head_dim_, dv_,
+                                out);
   const TurboQuantBlockRows rows(*this, offset_);
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);

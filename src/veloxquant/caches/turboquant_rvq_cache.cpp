@@ -174,15 +174,8 @@ void TurboQuantRvqCache::fused_attention(const lm::FusedAttentionRequest& reques
   const lm::Tensor& q = *request.queries;
   const int64_t first = offset_;  // position of the first new token
   store(*request.keys, *request.values);
-  const int64_t hq = q.dim(1), n = q.dim(2);
-  if (q.ndim() != 4 || q.dim(0) != batch_ || q.dim(3) != head_dim_ || hq % heads_ != 0 || n != request.keys->dim(2)) {
-    throw base::InvalidArgument("TurboQuantRvqCache::fused_attention: queries " + lm::shape_text(q.shape()) +
-                                " do not fit keys " + lm::shape_text(request.keys->shape()));
-  }
-  if (out.shape() != lm::Shape{batch_, hq, n, dv_} || out.dtype() != lm::DType::F32 || !out.is_contiguous()) {
-    throw base::InvalidArgument("TurboQuantRvqCache::fused_attention: out must be f32 " +
-                                lm::shape_text({batch_, hq, n, dv_}) + ", got " + lm::shape_text(out.shape()));
-  }
+  attention::check_fused_shapes("TurboQuantRvqCache::fused_attention", q, *request.keys, batch_, heads_, head_dim_, dv_,
+                                out);
   // One driver for decode and prefill (attention/attention_driver.h): keys scored from their
   // codes in the rotated basis, values from their storage, GQA groups sharing every tile.
   if (!key_order_ || key_order_->size() != head_dim_ || key_order_->bits() != bits_) {

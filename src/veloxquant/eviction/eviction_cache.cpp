@@ -219,15 +219,7 @@ void EvictionCache::fused_attention(const lm::FusedAttentionRequest& request, lm
   before_update(keys);
   prepare_rows(keys, values, who);
   const int64_t batch = keys.dim(0), heads = keys.dim(1), s = keys.dim(2);
-  if (q.ndim() != 4 || q.dim(0) != batch || q.dim(3) != keys.dim(3) || q.dim(1) % heads != 0 || q.dim(2) != s) {
-    throw base::InvalidArgument(who + ": queries " + lm::shape_text(q.shape()) + " do not fit keys " +
-                                lm::shape_text(keys.shape()));
-  }
-  if (out.shape() != lm::Shape{batch, q.dim(1), s, values.dim(3)} || out.dtype() != lm::DType::F32 ||
-      !out.is_contiguous()) {
-    throw base::InvalidArgument(who + ": out must be f32 " + lm::shape_text({batch, q.dim(1), s, values.dim(3)}) +
-                                ", got " + lm::shape_text(out.shape()));
-  }
+  attention::check_fused_shapes(who, q, keys, batch, heads, keys.dim(3), values.dim(3), out);
   const bool scored_step = s == 1 && policy_.uses_scores() && scoring_ == Scoring::kAuto;
   const bool fast = s == 1 && (!policy_.uses_scores() || scored_step);
   // turboquant_rvq key rows with byte-aligned codes are scored in the rotated basis.
