@@ -126,13 +126,15 @@ TEST(TurboQuantBlockCache, StateRoundTripAndFurtherUpdates) {
   EXPECT_THROW(restored.from_state(cache.state(), meta), base::FormatError);
 }
 
-lm::Tensor offset_kv(int64_t heads, int64_t tokens, int64_t dim, uint64_t seed) {
+lm::Tensor offset_kv(int64_t heads, int64_t tokens, int64_t dim, uint64_t seed, uint64_t offset_seed = 0) {
   // Rows = a large per-channel offset shared by every token + small token-specific noise: what
-  // real keys look like in their slowly rotating RoPE channels.
+  // real keys look like in their slowly rotating RoPE channels. Calls that pass the same
+  // offset_seed continue one sequence (the same offset); 0 draws it from `seed`.
   std::mt19937_64 rng(seed);
+  std::mt19937_64 offset_rng(offset_seed != 0 ? offset_seed : seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> offset(static_cast<std::size_t>(dim));
-  for (float& o : offset) o = 6.0f * normal(rng);
+  for (float& o : offset) o = 6.0f * normal(offset_seed != 0 ? offset_rng : rng);
   std::vector<float> x(static_cast<std::size_t>(heads * tokens * dim));
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = offset[i % static_cast<std::size_t>(dim)] + 0.5f * normal(rng);
   return lm::Tensor::from_f32(x, {1, heads, tokens, dim}, lm::DType::F32);
@@ -238,7 +240,10 @@ std::vector<float> brute_attention(const lm::KeysValues& kv, const std::vector<f
 TEST(TurboQuantBlockCache, FusedAttentionWithMeansAndSinksEqualsAttentionOverFetchedRows) {
   // The driver path (turboquant_block_rows.h) reads rows in the rotated basis with the rotated
   // means added and the sinks rotated from f16: the same rows update_and_fetch returns, so the
-  // outputs agree to f32 rounding. GQA: 4 query heads over 2 kv heads; prefill then decode.
+  // outputs agree to f32 rounding and the keys' 16-bit scoring (block_level_key_scores.h). GQA:
+  // 4 query heads over 2 kv heads; prefill then decode, every chunk of one sequence (one offset:
+  // a fresh offset per chunk would put later keys ~8 sigma from the calibrated mean, dot products
+  // in the hundreds, where the scoring's ~2e-5 relative rounding alone reaches the tolerance).
   TurboQuantBlockCache::Settings settings{64, 3, 4, 12};
   settings.mean_rows = 32;
   settings.sink_rows = 2;
@@ -246,7 +251,7 @@ TEST(TurboQuantBlockCache, FusedAttentionWithMeansAndSinksEqualsAttentionOverFet
   int64_t first = 0;
   uint64_t seed = 500;
   for (int64_t n : {90, 3, 1}) {
-    const lm::Tensor k = offset_kv(2, n, 64, seed++), v = offset_kv(2, n, 64, seed++);
+    const lm::Tensor k = offset_kv(2, n, 64, seed++, 7001), v = offset_kv(2, n, 64, seed++, 7002);
     const lm::Tensor q = gaussian_kv(4, n, 64, seed++).contiguous();
     lm::Tensor out({1, 4, n, 64}, lm::DType::F32);
     const float scale = 0.125f;

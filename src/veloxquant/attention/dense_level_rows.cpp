@@ -9,6 +9,7 @@
 
 #include "base/half.h"
 #include "veloxquant/attention/dense_level_rows.h"
+#include "veloxquant/attention/dense_code_lookup-inl.h"
 
 #if HWY_ONCE
 namespace veloxquant::attention::kernels::scalar {
@@ -128,73 +129,18 @@ inline bool levels_are_f16(const float* levels, int bits, uint16_t* out) {
 constexpr int64_t kMaxPaddedRowBytes = 1024;
 
 // Rows with the code width B <= 6 known at compile time and levels that are exact f16 values
-// (turboquant_block's are: block_lloyd_quant.cpp rounds them), 16 codes per pass in u16 lanes:
-//   extract  the pass's 2B code bytes are broadcast to both 128-bit halves; one byte shuffle puts
-//            code k's 16-bit window in lane k; a multiply by 2^(16-B-s_k) moves its bits to the
-//            top, and shifts by 16-B and 8-B bring the code to the low byte (c) and to the high
-//            byte (c << 8, with bits below it in the low byte that nobody reads);
-//   look up  one byte shuffle of c into a table of the levels' low bytes and one of c << 8 into
-//            a table of their high bytes (16 levels per table; a byte blend per code bit above
-//            4 picks the table), then a fixed blend joins low and high bytes into f16 levels;
-//   widen    the hardware f16->f32 conversion, times the block scale (plus the mean).
-// 20 instructions per 16 codes at B <= 4, 25 at B = 5, against 29 per 8 codes for the f32-table
-// path below (Zen 1's cross-lane permutes and 32-bit variable shifts make that one slow).
+// (turboquant_block's are: block_lloyd_quant.cpp rounds them), 16 codes per pass: the codes'
+// f16 levels looked up in registers (dense_code_lookup-inl.h), widened by the hardware
+// f16->f32 conversion, times the block scale (plus the mean). 20 instructions per 16 codes at
+// B <= 4, 25 at B = 5, against 29 per 8 codes for the f32-table path above (Zen 1's cross-lane
+// permutes and 32-bit variable shifts make that one slow).
 template <int B, class DF>
 void decode_rows_f16_table(DF df, const DenseLevelRows& r, const uint16_t* levels_f16, float* out) {
   const hn::Repartition<uint16_t, DF> du16;  // 16 x u16 (256 bits)
-  const hn::Repartition<uint8_t, DF> du8;    // 32 x u8
-  const hn::Repartition<int8_t, DF> di8;
   const hn::Half<decltype(du16)> du16h;      // 8 x u16
   const hn::Rebind<hwy::float16_t, DF> dh;   // 8 x f16
-  constexpr int kTables = B <= 4 ? 1 : 1 << (B - 4);
-  constexpr int64_t kPassBytes = 2 * B;  // 16 codes
-
-  // Lane k (k < 16) holds code k: bit offset k*B, window bytes k*B/8 and the next, shift s_k.
-  // The byte shuffle works within each 128-bit half; both halves hold the same broadcast 16
-  // bytes, so the upper half's window indices are relative to the pass start as well.
-  HWY_ALIGN uint8_t window_bytes[32];
-  HWY_ALIGN uint16_t lift[16];
-  HWY_ALIGN uint8_t odd_bytes[32];
-  for (int k = 0; k < 16; ++k) {
-    window_bytes[2 * k] = static_cast<uint8_t>(k * B / 8);
-    window_bytes[2 * k + 1] = static_cast<uint8_t>(k * B / 8 + 1);
-    lift[k] = static_cast<uint16_t>(1u << (16 - B - k * B % 8));
-    odd_bytes[2 * k] = 0;
-    odd_bytes[2 * k + 1] = 0xff;
-  }
-  const auto windows_index = hn::Load(du8, window_bytes);
-  const auto lifts = hn::Load(du16, lift);
-  const auto high_half = hn::MaskFromVec(hn::Load(du8, odd_bytes));
-
-  // Table t holds levels 16t..16t+15: their low bytes in low_tables[t], high bytes in
-  // high_tables[t], repeated in both 128-bit halves.
-  hn::Vec<decltype(du8)> low_tables[kTables], high_tables[kTables];
-  for (int t = 0; t < kTables; ++t) {
-    HWY_ALIGN uint8_t low[32], high[32];
-    for (int e = 0; e < 16; ++e) {
-      const int level = 16 * t + e;
-      const uint16_t h = level < (1 << B) ? levels_f16[level] : 0;
-      low[e] = low[16 + e] = static_cast<uint8_t>(h & 0xff);
-      high[e] = high[16 + e] = static_cast<uint8_t>(h >> 8);
-    }
-    low_tables[t] = hn::Load(du8, low);
-    high_tables[t] = hn::Load(du8, high);
-  }
-  // Bytes of `index` looked up in `tables`; code bit 4 (and 5) of each byte's index, moved to the
-  // byte's sign by a u16 shift, picks the table. What a shift carries from a lane's low byte into
-  // its high byte lands in bits the shift emptied, below the sign.
-  const auto look_up = [&](hn::Vec<decltype(du16)> index, const hn::Vec<decltype(du8)>* tables) {
-    hn::Vec<decltype(du8)> level[kTables];
-    for (int t = 0; t < kTables; ++t) level[t] = hn::TableLookupBytes(tables[t], hn::BitCast(du8, index));
-    for (int bit = 4, n = kTables; n > 1; ++bit, n /= 2) {
-      const auto sign = hn::BitCast(di8, hn::ShiftLeftSame(index, 7 - bit));
-      for (int t = 0; t < n / 2; ++t) {
-        level[t] = hn::BitCast(du8, hn::IfNegativeThenElse(sign, hn::BitCast(di8, level[2 * t + 1]),
-                                                           hn::BitCast(di8, level[2 * t])));
-      }
-    }
-    return level[0];
-  };
+  const DenseCodeLookup<B, decltype(du16)> levels_of(levels_f16);
+  constexpr int64_t kPassBytes = DenseCodeLookup<B, decltype(du16)>::kPassBytes;
 
   const uint8_t* const codes_base = r.codes;
   const uint16_t* const scales_base = r.scales;
@@ -228,12 +174,7 @@ void decode_rows_f16_table(DF df, const DenseLevelRows& r, const uint16_t* level
           scale = scale_of(scales, ++blk);
           block_end += block;
         }
-        const auto windows = hn::BitCast(du16, hn::TableLookupBytes(hn::LoadDup128(du8, pass), windows_index));
-        const auto lifted = hn::Mul(windows, lifts);
-        const auto code = hn::ShiftRight<16 - B>(lifted);     // c in the low byte
-        const auto code_high = hn::ShiftRight<8 - B>(lifted); // c in the high byte
-        const auto f16 = hn::BitCast(du16, hn::IfThenElse(high_half, look_up(code_high, high_tables),
-                                                          look_up(code, low_tables)));
+        const auto f16 = levels_of(pass);
         const auto lo = hn::PromoteTo(df, hn::BitCast(dh, hn::LowerHalf(du16h, f16)));
         const auto hi = hn::PromoteTo(df, hn::BitCast(dh, hn::UpperHalf(du16h, f16)));
         if constexpr (decltype(with_offset)::value) {

@@ -16,23 +16,32 @@ namespace veloxquant::attention::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET != HWY_SCALAR
+// The sums of four 8-lane vectors (i32 or f32) side by side in one vector of four lanes
+// (256-bit D only): within each 128-bit block pairs, then quads of the four side by side; then
+// the two blocks added — nine shuffles and adds instead of four full horizontal sums. For f32
+// the order is fixed: lane sum of a = ((a0 + a2) + (a1 + a3)) + ((a4 + a6) + (a5 + a7)).
+template <class D, class V>
+HWY_INLINE hn::Vec<hn::Half<D>> sums_of_4(D d32, V a, V b, V c, V e) {
+  static_assert(hn::MaxLanes(D()) == 8, "256-bit vectors of 32-bit lanes");
+  const hn::RepartitionToWide<D> d64;
+  const V ab = hn::Add(hn::InterleaveLower(d32, a, b), hn::InterleaveUpper(d32, a, b));
+  const V ce = hn::Add(hn::InterleaveLower(d32, c, e), hn::InterleaveUpper(d32, c, e));
+  const auto ab64 = hn::BitCast(d64, ab), ce64 = hn::BitCast(d64, ce);
+  const V s = hn::Add(hn::BitCast(d32, hn::InterleaveLower(d64, ab64, ce64)),
+                      hn::BitCast(d32, hn::InterleaveUpper(d64, ab64, ce64)));
+  const hn::Half<D> dh;
+  return hn::Add(hn::LowerHalf(dh, s), hn::UpperHalf(dh, s));
+}
+
 // Scores of four rows for one query from their integer sums (each an i32 vector whose lanes
 // add up to the row's sum): out[t] = step * float(sum_t) + bias, as the scalar reference.
 template <class D, class V>
 HWY_INLINE void finish_4(D d32, V a, V b, V c, V e, float step, float bias, float* out) {
   if constexpr (hn::MaxLanes(d32) == 8) {
-    // Within each 128-bit block: pairs, then quads of the four rows side by side; then the two
-    // blocks added — nine shuffles and adds instead of four full horizontal sums — and the four
-    // scores finished in one vector.
-    const hn::RepartitionToWide<D> d64;
-    const V ab = hn::Add(hn::InterleaveLower(d32, a, b), hn::InterleaveUpper(d32, a, b));
-    const V ce = hn::Add(hn::InterleaveLower(d32, c, e), hn::InterleaveUpper(d32, c, e));
-    const auto ab64 = hn::BitCast(d64, ab), ce64 = hn::BitCast(d64, ce);
-    const V s = hn::Add(hn::BitCast(d32, hn::InterleaveLower(d64, ab64, ce64)),
-                        hn::BitCast(d32, hn::InterleaveUpper(d64, ab64, ce64)));
+    // The four scores finished in one vector.
     const hn::Half<D> dh;
     const hn::Rebind<float, decltype(dh)> df;
-    const auto totals = hn::ConvertTo(df, hn::Add(hn::LowerHalf(dh, s), hn::UpperHalf(dh, s)));
+    const auto totals = hn::ConvertTo(df, sums_of_4(d32, a, b, c, e));
     hn::StoreU(hn::Add(hn::Mul(totals, hn::Set(df, step)), hn::Set(df, bias)), df, out);
   } else {
     const V rows[4] = {a, b, c, e};

@@ -1,0 +1,262 @@
+// Highway kernels for block_level_key_scores.h, compiled once per target and dispatched at run
+// time.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "veloxquant/attention/block_level_key_scores.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "veloxquant/attention/block_level_key_scores.h"
+#include "veloxquant/attention/dense_code_lookup-inl.h"
+#include "veloxquant/attention/integer_query_step.h"
+#include "veloxquant/attention/integer_row_sums-inl.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "base/half.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace veloxquant::attention::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_TARGET != HWY_SCALAR
+// x86 256-bit targets: the loop relies on the pairwise multiply-add's lane layout (lane l of
+// vpmaddwd holds elements 2l and 2l + 1), which the scalar reference reproduces.
+bool KeyScoresSupportedImpl() { return HWY_ARCH_X86 && hn::MaxLanes(hn::CappedTag<int32_t, 8>()) == 8; }
+
+// U rows x NQ queries per unit (U * NQ <= 4: one row for a GQA group of three, four rows for a
+// single query). Per row and query an f32 vector accumulates the blocks: each block's exact
+// i32 lane sums are converted and multiplied into it with the block's scale (one FMA), so only
+// NQ integer and NQ float vectors are alive besides the lookup tables. One sums_of_4 then
+// reduces the unit's (up to) four vectors. kRowPasses / kBlockPasses: passes of 16 codes per
+// row and per block known at compile time (0: read from the shape), so the common head sizes
+// unroll whole.
+template <int B, int NQ, int kRowPasses, int kBlockPasses>
+void score_units(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16, const float* q_step,
+                 const float* bias, float* scores, int64_t ld) {
+  constexpr int U = NQ == 1 ? 4 : 1;
+  static_assert(U * NQ <= 4, "one reduction per unit");
+  const hn::CappedTag<int32_t, 8> d32;
+  const hn::Repartition<int16_t, decltype(d32)> d16;
+  const hn::Repartition<uint16_t, decltype(d32)> du16;
+  const hn::Rebind<float, decltype(d32)> df;
+  const hn::Half<decltype(df)> df4;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  using VF = hn::Vec<decltype(df)>;
+  using Lookup = DenseCodeLookup<B, decltype(du16)>;
+  constexpr int64_t kPassBytes = Lookup::kPassBytes;
+
+  HWY_ALIGN uint16_t entries[64];
+  for (int c = 0; c < (1 << B); ++c) entries[c] = static_cast<uint16_t>(levels.value[c]);
+  const Lookup level_of(entries);
+
+  const uint8_t* const codes = k.codes;
+  const uint16_t* const scales = k.scales;
+  const int64_t dim = k.dim, n_rows = k.n_rows, code_stride = k.code_stride;
+  const int64_t row_passes = kRowPasses > 0 ? kRowPasses : dim / 16;
+  const int64_t block_passes = kBlockPasses > 0 ? kBlockPasses : k.block / 16;
+  const int64_t blocks = row_passes / block_passes;
+  const int64_t row_code_bytes = (dim * B + 7) / 8;
+  const int64_t readable = (n_rows - 1) * code_stride + row_code_bytes;
+  const int64_t row_load_end = (row_passes - 1) * kPassBytes + 16;  // the last pass reads 16 bytes
+  // Rows whose last pass would read past the tile's code bytes (the last one or two) are read
+  // from a zero-padded copy.
+  const int64_t first_padded = std::max<int64_t>(0, (readable - row_load_end) / code_stride + 1);
+  HWY_ALIGN uint8_t padded[U][kMaxBlockLevelRowBytes + 16];
+
+  // Lane t of a unit's result is row t / NQ, query t % NQ.
+  HWY_ALIGN float step_lanes[4] = {0, 0, 0, 0}, bias_lanes[4] = {0, 0, 0, 0};
+  for (int t = 0; t < U * NQ; ++t) {
+    step_lanes[t] = q_step[t % NQ] * levels.step;
+    bias_lanes[t] = bias != nullptr ? bias[t % NQ] : 0.0f;
+  }
+  const auto steps = hn::Load(df4, step_lanes), biases = hn::Load(df4, bias_lanes);
+
+  for (int64_t j = 0; j < n_rows; j += U) {
+    const int valid = static_cast<int>(std::min<int64_t>(U, n_rows - j));
+    VF acc[4] = {hn::Zero(df), hn::Zero(df), hn::Zero(df), hn::Zero(df)};
+#pragma GCC unroll 4
+    for (int g = 0; g < U; ++g) {
+      if (g >= valid) break;  // past the last row: its lanes stay zero and are not stored
+      const uint8_t* pass = codes + (j + g) * code_stride;
+      if (j + g >= first_padded) {
+        std::memcpy(padded[g], pass, static_cast<std::size_t>(row_code_bytes));
+        std::memset(padded[g] + row_code_bytes, 0, 16);
+        pass = padded[g];
+      }
+      const uint16_t* row_scales = scales + (j + g) * blocks;
+      const int16_t* q = q16;
+#pragma GCC unroll 8
+      for (int64_t b = 0; b < blocks; ++b) {
+        hn::Vec<decltype(d32)> sum[NQ], odd[NQ];
+#pragma GCC unroll 3
+        for (int r = 0; r < NQ; ++r) sum[r] = odd[r] = hn::Zero(d32);
+#pragma GCC unroll 16
+        for (int64_t p = 0; p < block_passes; ++p, pass += kPassBytes, q += 16) {
+          const auto lv = hn::BitCast(d16, level_of(pass));
+#pragma GCC unroll 3
+          for (int r = 0; r < NQ; ++r) {
+            sum[r] = hn::ReorderWidenMulAccumulate(d32, lv, hn::LoadU(d16, q + r * dim), sum[r], odd[r]);
+          }
+        }
+#pragma GCC unroll 3
+        for (int r = 0; r < NQ; ++r) sum[r] = hn::RearrangeToOddPlusEven(sum[r], odd[r]);  // x86: sum[r]
+        // The block's f16 scale broadcast to 8 f32 lanes: a u16 broadcast and the hardware
+        // conversion.
+        const auto scale = hn::PromoteTo(df, hn::BitCast(dh, hn::Set(hn::Half<decltype(du16)>(), row_scales[b])));
+#pragma GCC unroll 3
+        for (int r = 0; r < NQ; ++r) acc[g * NQ + r] = hn::MulAdd(hn::ConvertTo(df, sum[r]), scale, acc[g * NQ + r]);
+      }
+    }
+    const auto out = hn::Add(hn::Mul(sums_of_4(df, acc[0], acc[1], acc[2], acc[3]), steps), biases);
+    if constexpr (NQ == 1) {
+      if (valid == 4) {
+        hn::StoreU(out, df4, scores + j);
+        continue;
+      }
+    }
+    HWY_ALIGN float lanes[4];
+    hn::Store(out, df4, lanes);
+    for (int t = 0; t < valid * NQ; ++t) scores[(t % NQ) * ld + j + t / NQ] = lanes[t];
+  }
+}
+
+template <int B, int NQ>
+void score_shapes(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16, const float* q_step,
+                  const float* bias, float* scores, int64_t ld) {
+  // Head sizes 64 and 128 in blocks of 32 unrolled whole; other shapes loop.
+  if (k.block == 32 && k.dim == 64) return score_units<B, NQ, 4, 2>(k, levels, q16, q_step, bias, scores, ld);
+  if (k.block == 32 && k.dim == 128) return score_units<B, NQ, 8, 2>(k, levels, q16, q_step, bias, scores, ld);
+  score_units<B, NQ, 0, 0>(k, levels, q16, q_step, bias, scores, ld);
+}
+
+template <int B>
+void score_level_queries(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16, const float* q_step,
+                   const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  // Three queries per pass over the rows (a GQA group of SmolLM2 and Llama-3), then one by one.
+  int64_t r = 0;
+  for (; r + 3 <= n_q; r += 3) {
+    score_shapes<B, 3>(k, levels, q16 + r * k.dim, q_step + r, bias != nullptr ? bias + r : nullptr,
+                       scores + r * ld, ld);
+  }
+  for (; r < n_q; ++r) {
+    score_shapes<B, 1>(k, levels, q16 + r * k.dim, q_step + r, bias != nullptr ? bias + r : nullptr,
+                       scores + r * ld, ld);
+  }
+}
+
+void ScoreBlockLevelsImpl(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16,
+                          const float* q_step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  if (k.n_rows <= 0 || n_q <= 0) return;
+  // Other targets (KeyScoresSupportedImpl false: callers decode instead) keep the scalar loop.
+  if constexpr (HWY_ARCH_X86 && hn::MaxLanes(hn::CappedTag<int32_t, 8>()) == 8) {
+    switch (k.bits) {
+      case 1: return score_level_queries<1>(k, levels, q16, q_step, bias, n_q, scores, ld);
+      case 2: return score_level_queries<2>(k, levels, q16, q_step, bias, n_q, scores, ld);
+      case 3: return score_level_queries<3>(k, levels, q16, q_step, bias, n_q, scores, ld);
+      case 4: return score_level_queries<4>(k, levels, q16, q_step, bias, n_q, scores, ld);
+      case 5: return score_level_queries<5>(k, levels, q16, q_step, bias, n_q, scores, ld);
+      default: return score_level_queries<6>(k, levels, q16, q_step, bias, n_q, scores, ld);
+    }
+  }
+  scalar::score_block_level_rows(k, levels, q16, q_step, bias, n_q, scores, ld);
+}
+#else
+bool KeyScoresSupportedImpl() { return false; }
+void ScoreBlockLevelsImpl(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16,
+                          const float* q_step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  scalar::score_block_level_rows(k, levels, q16, q_step, bias, n_q, scores, ld);
+}
+#endif
+
+}  // namespace veloxquant::attention::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace veloxquant::attention::kernels {
+HWY_EXPORT(KeyScoresSupportedImpl);
+HWY_EXPORT(ScoreBlockLevelsImpl);
+
+int32_t block_integer_limit(int64_t block) {
+  // A lane of the loop sums block / 8 products (two per multiply-add, block / 16 passes).
+  const int64_t products = std::max<int64_t>(1, block / 8);
+  const double bound = std::sqrt(static_cast<double>(std::numeric_limits<int32_t>::max()) / static_cast<double>(products));
+  return static_cast<int32_t>(std::min(32767.0, std::floor(bound)));
+}
+
+BlockLevels16 block_levels16(const float* levels, int bits, int32_t limit) {
+  const int n = 1 << bits;
+  float max_abs = 0.0f;
+  for (int c = 0; c < n; ++c) max_abs = std::max(max_abs, std::fabs(levels[c]));
+  const QueryStep s = query_step(max_abs, limit);
+  BlockLevels16 out{};
+  out.step = s.step;
+  for (int c = 0; c < n; ++c) out.value[c] = static_cast<int16_t>(std::lrintf(levels[c] * s.inverse));
+  return out;
+}
+
+bool can_score_block_level_rows(int bits, int64_t dim, int64_t block) {
+  static const bool supported = HWY_DYNAMIC_DISPATCH(KeyScoresSupportedImpl)();
+  return supported && bits >= 1 && bits <= 6 && block > 0 && block % 16 == 0 && dim > 0 && dim % block == 0 &&
+         (dim * bits + 7) / 8 <= kMaxBlockLevelRowBytes;
+}
+
+void quantize_query_i16(const float* q, int64_t d, int32_t limit, int16_t* q16, float* step) {
+  float max_abs = 0.0f;
+  bool finite = true;
+  for (int64_t e = 0; e < d; ++e) {
+    finite = finite && std::isfinite(q[e]);
+    max_abs = std::max(max_abs, std::fabs(q[e]));
+  }
+  const QueryStep s = query_step(finite ? max_abs : std::numeric_limits<float>::quiet_NaN(), limit);
+  *step = s.step;
+  for (int64_t e = 0; e < d; ++e) q16[e] = finite ? static_cast<int16_t>(std::lrintf(q[e] * s.inverse)) : int16_t{0};
+}
+
+void score_block_level_rows(const BlockLevelKeys& keys, const BlockLevels16& levels, const int16_t* q16,
+                            const float* q_step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  HWY_DYNAMIC_DISPATCH(ScoreBlockLevelsImpl)(keys, levels, q16, q_step, bias, n_q, scores, ld);
+}
+
+namespace scalar {
+void score_block_level_rows(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16,
+                            const float* q_step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  const int64_t nb = k.dim / k.block;
+  const auto code_at = [&](const uint8_t* packed, int64_t e) {
+    int code = 0;
+    for (int bit = 0; bit < k.bits; ++bit) {
+      const int64_t at = e * k.bits + bit;
+      code |= ((packed[at / 8] >> (at % 8)) & 1) << bit;
+    }
+    return code;
+  };
+  for (int64_t r = 0; r < n_q; ++r) {
+    for (int64_t j = 0; j < k.n_rows; ++j) {
+      const uint8_t* packed = k.codes + j * k.code_stride;
+      // Lane l of the SIMD loop holds elements 16p + 2l and 16p + 2l + 1 of every pass p.
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int64_t b = 0; b < nb; ++b) {
+        const float scale = base::f16_to_f32(k.scales[j * nb + b]);
+        for (int lane = 0; lane < 8; ++lane) {
+          int32_t total = 0;
+          for (int64_t p = b * k.block / 16; p < (b + 1) * k.block / 16; ++p) {
+            for (int64_t e = 16 * p + 2 * lane; e < 16 * p + 2 * lane + 2; ++e) {
+              total += static_cast<int32_t>(q16[r * k.dim + e]) * levels.value[code_at(packed, e)];
+            }
+          }
+          acc[lane] = std::fma(static_cast<float>(total), scale, acc[lane]);
+        }
+      }
+      // The lanes added as sums_of_4 adds them: (0 + 2) + (1 + 3) within each half, then halves.
+      const float sum = ((acc[0] + acc[2]) + (acc[1] + acc[3])) + ((acc[4] + acc[6]) + (acc[5] + acc[7]));
+      const float b = bias != nullptr ? bias[r] : 0.0f;
+      scores[r * ld + j] = (q_step[r] * levels.step) * sum + b;
+    }
+  }
+}
+}  // namespace scalar
+
+}  // namespace veloxquant::attention::kernels
+#endif  // HWY_ONCE

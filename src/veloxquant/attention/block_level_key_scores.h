@@ -1,0 +1,72 @@
+#pragma once
+// Block-scaled level keys (turboquant_block's rows, quant/block_lloyd_quant.h: dense b-bit codes
+// on 2^b fixed levels, one f16 scale per block of coordinates) scored as integer dot products
+// (Highway, dispatched at run time; the SIMD loop matches its scalar reference bit for bit).
+//
+// Decoding a tile of such keys to f32 and scoring it costs a level lookup, a widening, a scale
+// multiply and a store per element, then a load and an FMA per element and query. Here the
+// levels are rounded once to 16-bit integers of one step (levels16), the query once per call
+// (q16), and a row costs the same in-register lookup the decoder uses
+// (dense_code_lookup-inl.h) plus pairwise 16x16->32-bit multiply-adds, 16 products per
+// instruction. Each block's exact integer lane sums meet its f16 scale once, in f32:
+//
+//   T_bl(r, j)  = sum over the block-b elements e of lane l of q16[r][e] * level16[code_j(e)]
+//   acc_l       = fma(T_bl, s_jb, acc_l) over blocks b in order                  (8 lanes)
+//   score(r, j) = (q_step[r] * level_step) * lane_sum(acc) + bias[r]
+//
+// where lane l holds elements 16p + 2l and 16p + 2l + 1 of every pass p of 16 codes (x86's
+// multiply-add layout) and lane_sum adds the 8 lanes in a fixed tree (integer_row_sums-inl.h).
+// Both roundings share the 32-bit budget of a lane sum (block / 8 products of |q16| x
+// |level16|): each gets floor(sqrt((2^31 - 1) / (block / 8))), 23170 for blocks of 32, a
+// relative error of ~2e-5 of the largest element, far below the codes' own error.
+#include <cstdint>
+
+namespace veloxquant::attention::kernels {
+
+// The tile of rows to score. Row j's codes lie at codes + j * code_stride (dense, LSB first,
+// ceil(dim * bits / 8) bytes), its dim / block f16 scales at scales + j * (dim / block).
+struct BlockLevelKeys {
+  const uint8_t* codes = nullptr;
+  int64_t code_stride = 0;
+  const uint16_t* scales = nullptr;
+  int64_t n_rows = 0;
+  int64_t dim = 0;
+  int bits = 0;
+  int64_t block = 32;
+};
+
+// The longest row of codes (bytes) the SIMD loop takes; its last pass reads through a padded
+// copy of this size.
+constexpr int64_t kMaxBlockLevelRowBytes = 1024;
+
+// The largest |q16| and |level16| for blocks of `block` elements.
+int32_t block_integer_limit(int64_t block);
+
+// The 2^bits levels rounded to integers of one step: value[c] = round(levels[c] / step),
+// step = max |level| / limit.
+struct BlockLevels16 {
+  int16_t value[64];
+  float step;
+};
+BlockLevels16 block_levels16(const float* levels, int bits, int32_t limit);
+
+// Whether rows of this shape take score_block_level_rows on this machine: bits 1..6, blocks of
+// whole 16-code passes, 1, 2 or 4 blocks per row, a 256-bit SIMD target. Otherwise a caller
+// decodes to f32 (dense_level_rows.h).
+bool can_score_block_level_rows(int bits, int64_t dim, int64_t block);
+
+// A query rounded to 16 bits in its own order: q16[e] = round(q[e] / step), step = max |q| /
+// limit (0 for a zero query, NaN for a non-finite one).
+void quantize_query_i16(const float* q, int64_t d, int32_t limit, int16_t* q16, float* step);
+
+// scores[r * ld + j] = score(r, j) above for rows j < keys.n_rows and queries r < n_q (q16 + r *
+// dim, q_step[r], bias[r]; bias nullptr: 0).
+void score_block_level_rows(const BlockLevelKeys& keys, const BlockLevels16& levels, const int16_t* q16,
+                            const float* q_step, const float* bias, int64_t n_q, float* scores, int64_t ld);
+
+namespace scalar {
+void score_block_level_rows(const BlockLevelKeys& keys, const BlockLevels16& levels, const int16_t* q16,
+                            const float* q_step, const float* bias, int64_t n_q, float* scores, int64_t ld);
+}  // namespace scalar
+
+}  // namespace veloxquant::attention::kernels

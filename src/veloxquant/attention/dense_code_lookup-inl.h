@@ -1,0 +1,125 @@
+// Per-target helper (Highway -inl header: included once per SIMD target from inside a
+// foreach_target translation unit): 16 dense b-bit codes (b <= 6) looked up in a table of
+// 2^b 16-bit entries held in registers, the result one vector of 16 u16 lanes in code order.
+//
+// Two users read the same code streams (turboquant_block's rows, quant/block_lloyd_quant.h):
+// the tile decoder (dense_level_rows.cpp) with a table of f16 level bits, which it widens to
+// f32, and the integer key scorer (block_level_key_scores.cpp) with the levels rounded to
+// int16, which it multiplies with the query in pairs. One lookup for both, so both see the same
+// codes.
+//
+// Codes are dense and LSB-first (code i at bits [i*b, (i+1)*b)), so 16 codes span exactly 2b
+// bytes (a "pass"). Per pass:
+//   extract  the pass's bytes are broadcast to both 128-bit halves; one byte shuffle puts code
+//            k's 16-bit window in lane k; a multiply by 2^(16-b-s_k) moves its bits to the top,
+//            and shifts by 16-b and 8-b bring the code to the low byte (c) and to the high byte
+//            (c << 8, with bits below it in the low byte that nobody reads);
+//   look up  one byte shuffle of c into a table of the entries' low bytes and one of c << 8
+//            into a table of their high bytes (16 entries per table; a byte blend per code bit
+//            above 4 picks the table), then a fixed blend joins low and high bytes.
+// 13 instructions per 16 codes at b <= 4, 18 at b = 5.
+#if defined(VELOXQUANT_ATTENTION_DENSE_CODE_LOOKUP_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef VELOXQUANT_ATTENTION_DENSE_CODE_LOOKUP_INL_H_
+#undef VELOXQUANT_ATTENTION_DENSE_CODE_LOOKUP_INL_H_
+#else
+#define VELOXQUANT_ATTENTION_DENSE_CODE_LOOKUP_INL_H_
+#endif
+
+#include <cstdint>
+
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace veloxquant::attention::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_TARGET != HWY_SCALAR
+// D16: a tag of 16 u16 lanes (256 bits). Reads 16 bytes from each pass (only the first 2B are
+// used); a caller whose last pass would read past readable memory passes a padded copy.
+template <int B, class D16>
+class DenseCodeLookup {
+  static_assert(B >= 1 && B <= 6, "tables of up to 64 entries");
+  using D8 = hn::Repartition<uint8_t, D16>;
+  using DI8 = hn::Repartition<int8_t, D16>;
+  static constexpr int kTables = B <= 4 ? 1 : 1 << (B - 4);
+
+ public:
+  static constexpr int64_t kPassBytes = 2 * B;  // 16 codes
+
+  // entries[c] for c < 2^B: the 16-bit value code c looks up.
+  explicit DenseCodeLookup(const uint16_t* entries) {
+    const D16 du16;
+    const D8 du8;
+    // Lane k (k < 16) holds code k: bit offset k*B, window bytes k*B/8 and the next, shift
+    // s_k. The byte shuffle works within each 128-bit half; both halves hold the same broadcast
+    // 16 bytes, so the upper half's window indices are relative to the pass start as well.
+    HWY_ALIGN uint8_t window_bytes[32];
+    HWY_ALIGN uint16_t lift[16];
+    HWY_ALIGN uint8_t odd_bytes[32];
+    for (int k = 0; k < 16; ++k) {
+      window_bytes[2 * k] = static_cast<uint8_t>(k * B / 8);
+      window_bytes[2 * k + 1] = static_cast<uint8_t>(k * B / 8 + 1);
+      lift[k] = static_cast<uint16_t>(1u << (16 - B - k * B % 8));
+      odd_bytes[2 * k] = 0;
+      odd_bytes[2 * k + 1] = 0xff;
+    }
+    windows_index_ = hn::Load(du8, window_bytes);
+    lifts_ = hn::Load(du16, lift);
+    high_half_ = hn::MaskFromVec(hn::Load(du8, odd_bytes));
+    // Table t holds entries 16t..16t+15: their low bytes in low_tables_[t], high bytes in
+    // high_tables_[t], repeated in both 128-bit halves.
+    for (int t = 0; t < kTables; ++t) {
+      HWY_ALIGN uint8_t low[32], high[32];
+      for (int e = 0; e < 16; ++e) {
+        const int entry = 16 * t + e;
+        const uint16_t v = entry < (1 << B) ? entries[entry] : 0;
+        low[e] = low[16 + e] = static_cast<uint8_t>(v & 0xff);
+        high[e] = high[16 + e] = static_cast<uint8_t>(v >> 8);
+      }
+      low_tables_[t] = hn::Load(du8, low);
+      high_tables_[t] = hn::Load(du8, high);
+    }
+  }
+
+  // The entries of the 16 codes at `pass`, lane k = code k.
+  HWY_INLINE hn::Vec<D16> operator()(const uint8_t* pass) const {
+    const D16 du16;
+    const D8 du8;
+    const auto windows = hn::BitCast(du16, hn::TableLookupBytes(hn::LoadDup128(du8, pass), windows_index_));
+    const auto lifted = hn::Mul(windows, lifts_);
+    const auto code = hn::ShiftRight<16 - B>(lifted);      // c in the low byte
+    const auto code_high = hn::ShiftRight<8 - B>(lifted);  // c in the high byte
+    return hn::BitCast(du16, hn::IfThenElse(high_half_, look_up(code_high, high_tables_), look_up(code, low_tables_)));
+  }
+
+ private:
+  // Bytes of `index` looked up in `tables`; code bit 4 (and 5) of each byte's index, moved to
+  // the byte's sign by a u16 shift, picks the table. What a shift carries from a lane's low byte
+  // into its high byte lands in bits the shift emptied, below the sign.
+  HWY_INLINE hn::Vec<D8> look_up(hn::Vec<D16> index, const hn::Vec<D8>* tables) const {
+    const D8 du8;
+    const DI8 di8;
+    hn::Vec<D8> level[kTables];
+    for (int t = 0; t < kTables; ++t) level[t] = hn::TableLookupBytes(tables[t], hn::BitCast(du8, index));
+    for (int bit = 4, n = kTables; n > 1; ++bit, n /= 2) {
+      const auto sign = hn::BitCast(di8, hn::ShiftLeftSame(index, 7 - bit));
+      for (int t = 0; t < n / 2; ++t) {
+        level[t] = hn::BitCast(du8, hn::IfNegativeThenElse(sign, hn::BitCast(di8, level[2 * t + 1]),
+                                                           hn::BitCast(di8, level[2 * t])));
+      }
+    }
+    return level[0];
+  }
+
+  hn::Vec<D8> windows_index_;
+  hn::Vec<D16> lifts_;
+  hn::Mask<D8> high_half_;
+  hn::Vec<D8> low_tables_[kTables];
+  hn::Vec<D8> high_tables_[kTables];
+};
+#endif  // HWY_TARGET != HWY_SCALAR
+
+}  // namespace veloxquant::attention::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggle

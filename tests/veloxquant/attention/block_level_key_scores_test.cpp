@@ -1,0 +1,141 @@
+// Block-scaled level keys scored as integers: the SIMD loop against its scalar reference (bit for
+// bit), and both against exact f64 scores over the f32 levels and f16 scales within the bound
+// the two roundings allow.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "base/half.h"
+#include "support/random_values.h"
+
+#include "veloxquant/attention/block_level_key_scores.h"
+#include "veloxquant/quant/block_lloyd_quant.h"
+
+namespace veloxquant::attention::kernels {
+namespace {
+
+using test_support::random_bytes;
+
+TEST(BlockLevelKeyScores, LimitKeepsEveryLaneSumInsideInt32) {
+  // A lane sums block / 8 products of a block (two per multiply-add, one add per 16 codes).
+  for (int64_t block : {32, 64, 128, 256}) {
+    const int64_t limit = block_integer_limit(block), products = block / 8;
+    EXPECT_LE(limit * limit * products, std::numeric_limits<int32_t>::max()) << block;
+    EXPECT_GT((limit + 1) * (limit + 1) * products, std::numeric_limits<int32_t>::max()) << block;
+  }
+  EXPECT_EQ(block_integer_limit(32), 23170);  // four products per lane
+}
+
+TEST(BlockLevelKeyScores, LevelsRoundWithinHalfAStepAndReachTheLimit) {
+  for (int bits = 1; bits <= 6; ++bits) {
+    const std::vector<float>& levels = quant::block_levels(bits);
+    const BlockLevels16 l16 = block_levels16(levels.data(), bits, 23170);
+    int max_value = 0;
+    for (int c = 0; c < (1 << bits); ++c) {
+      EXPECT_LE(std::fabs(double(levels[c]) - double(l16.step) * l16.value[c]), 0.502 * l16.step) << bits << " " << c;
+      max_value = std::max(max_value, std::abs(static_cast<int>(l16.value[c])));
+    }
+    EXPECT_EQ(max_value, 23170) << bits;
+  }
+}
+
+TEST(BlockLevelKeyScores, ShapesTheLoopTakes) {
+  EXPECT_TRUE(can_score_block_level_rows(5, 64, 32));
+  EXPECT_TRUE(can_score_block_level_rows(3, 128, 32));
+  EXPECT_TRUE(can_score_block_level_rows(6, 64, 64));
+  EXPECT_FALSE(can_score_block_level_rows(8, 64, 32));   // no 256-entry table in registers
+  EXPECT_TRUE(can_score_block_level_rows(4, 96, 32));    // three blocks per row
+  EXPECT_TRUE(can_score_block_level_rows(4, 256, 32));   // eight blocks per row
+  EXPECT_FALSE(can_score_block_level_rows(4, 80, 32));   // a partial block
+  EXPECT_FALSE(can_score_block_level_rows(0, 64, 32));
+}
+
+TEST(BlockLevelKeyScores, QueryRoundsWithinHalfAStepAndNonFiniteGivesNaNStep) {
+  const auto q = test_support::normal_values(64, 3);
+  std::vector<int16_t> q16(64);
+  float step = 0.0f;
+  quantize_query_i16(q.data(), 64, 23170, q16.data(), &step);
+  for (int e = 0; e < 64; ++e) EXPECT_LE(std::fabs(double(q[e]) - double(step) * q16[e]), 0.502 * step);  // f32 products: ties may round either way
+  std::vector<float> zero(64, 0.0f);
+  quantize_query_i16(zero.data(), 64, 23170, q16.data(), &step);
+  EXPECT_EQ(step, 0.0f);
+  auto bad = q;
+  bad[5] = std::numeric_limits<float>::quiet_NaN();
+  quantize_query_i16(bad.data(), 64, 23170, q16.data(), &step);
+  EXPECT_TRUE(std::isnan(step));
+}
+
+struct Shape {
+  int bits;
+  int64_t dim, block;
+};
+
+TEST(BlockLevelKeyScores, MatchesScalarBitForBitAndExactScoresWithinTheRoundingBound) {
+  const Shape shapes[] = {{1, 64, 32}, {2, 64, 32}, {3, 64, 32}, {4, 64, 64}, {5, 64, 32},
+                          {6, 64, 32}, {3, 128, 32}, {5, 128, 64}, {4, 128, 128}, {6, 256, 64}, {4, 96, 32}, {2, 256, 256}};
+  for (const Shape& s : shapes) {
+    ASSERT_TRUE(can_score_block_level_rows(s.bits, s.dim, s.block)) << s.bits << " " << s.dim << " " << s.block;
+    const std::vector<float>& levels = quant::block_levels(s.bits, static_cast<int>(s.block));
+    const int32_t limit = block_integer_limit(s.block);
+    const BlockLevels16 l16 = block_levels16(levels.data(), s.bits, limit);
+    const int64_t nb = s.dim / s.block;
+    for (const int64_t n_rows : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{64}}) {
+      for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{7}}) {
+        for (const bool with_bias : {false, true}) {
+          // Rows as tightly packed as the cache stores them: the last row ends the buffer.
+          const int64_t stride = (s.dim * s.bits + 7) / 8, ld = n_rows + 2;
+          const auto codes = random_bytes(static_cast<std::size_t>(n_rows * stride), 11);
+          std::vector<uint16_t> scales(static_cast<std::size_t>(n_rows * nb));
+          const auto scale_values = test_support::normal_values(scales.size(), 12);
+          for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = base::f32_to_f16(0.1f + std::fabs(scale_values[i]));
+          const auto q = test_support::normal_values(static_cast<std::size_t>(n_q * s.dim), 13);
+          std::vector<int16_t> q16(q.size());
+          std::vector<float> step(static_cast<std::size_t>(n_q)), bias(static_cast<std::size_t>(n_q));
+          for (int64_t r = 0; r < n_q; ++r) {
+            quantize_query_i16(q.data() + r * s.dim, s.dim, limit, q16.data() + r * s.dim, &step[r]);
+            bias[r] = 0.25f * static_cast<float>(r) - 0.3f;
+          }
+          BlockLevelKeys keys;
+          keys.codes = codes.data();
+          keys.code_stride = stride;
+          keys.scales = scales.data();
+          keys.n_rows = n_rows;
+          keys.dim = s.dim;
+          keys.bits = s.bits;
+          keys.block = s.block;
+          const float* b = with_bias ? bias.data() : nullptr;
+          std::vector<float> out(static_cast<std::size_t>(n_q * ld), -7.0f), ref(out);
+          score_block_level_rows(keys, l16, q16.data(), step.data(), b, n_q, out.data(), ld);
+          scalar::score_block_level_rows(keys, l16, q16.data(), step.data(), b, n_q, ref.data(), ld);
+          ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block << ", " << n_rows
+                              << " rows, " << n_q << " queries";
+          for (int64_t r = 0; r < n_q; ++r) {
+            EXPECT_EQ(ref[static_cast<std::size_t>(r * ld + n_rows)], -7.0f);  // nothing written past the rows
+            for (int64_t j = 0; j < n_rows; ++j) {
+              double exact = with_bias ? bias[r] : 0.0, bound = 0.0;
+              for (int64_t e = 0; e < s.dim; ++e) {
+                int code = 0;
+                for (int k = 0; k < s.bits; ++k) {
+                  const int64_t at = e * s.bits + k;
+                  code |= ((codes[static_cast<std::size_t>(j * stride + at / 8)] >> (at % 8)) & 1) << k;
+                }
+                const double scale = base::f16_to_f32(scales[static_cast<std::size_t>(j * nb + e / s.block)]);
+                const double level = levels[static_cast<std::size_t>(code)];
+                const double qe = q[static_cast<std::size_t>(r * s.dim + e)];
+                exact += qe * scale * level;
+                bound += scale * 0.5 * (std::fabs(qe) * l16.step + std::fabs(level) * step[r] + 0.5 * l16.step * step[r]);
+              }
+              EXPECT_LE(std::fabs(ref[static_cast<std::size_t>(r * ld + j)] - exact), bound + 1e-5 * (1.0 + std::fabs(exact)));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace veloxquant::attention::kernels
