@@ -1,8 +1,10 @@
 #include "veloxquant/caches/turboquant_block_rows.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "base/half.h"
+#include "veloxquant/attention/block_level_value_sums.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/caches/turboquant_block_cache.h"
 
@@ -17,15 +19,51 @@ bool rotated_mean(const uint16_t* mu, int64_t dim, const core::Rotation& rotatio
   return true;
 }
 
+// Queries per tile up to which rows are read from their codes; more queries (prefill tiles)
+// share one decode of the tile instead. Measured per row at head_dim 64 (callgrind): decoding a
+// 5-bit tile costs ~135 instructions and ~16 per query to score it; the integer path ~41 per
+// query, so decoding wins from about 5 queries on; values likewise (~115 + 17 per query against
+// ~39 per query).
+constexpr int64_t kMaxQueriesFromCodes = 4;
+
 }  // namespace
 
-TurboQuantBlockRows::TurboQuantBlockRows(const TurboQuantBlockCache& cache, int64_t rows) : cache_(cache), rows_(rows) {}
+TurboQuantBlockRows::TurboQuantBlockRows(const TurboQuantBlockCache& cache, int64_t rows)
+    : cache_(cache),
+      rows_(rows),
+      integer_keys_(attention::kernels::can_score_block_level_rows(cache.key_bits(), cache.head_dim(),
+                                                                   cache.key_quantizer().block_size())),
+      coded_values_(attention::kernels::can_accumulate_block_level_rows(
+          cache.value_bits(), cache.value_dim(), cache.value_quantizer().block_size())) {
+  if (integer_keys_) {
+    integer_limit_ = attention::kernels::block_integer_limit(cache.key_quantizer().block_size());
+    levels16_ = attention::kernels::block_levels16(cache.key_quantizer().levels().data(), cache.key_bits(),
+                                                   integer_limit_);
+  }
+}
+
+int64_t TurboQuantBlockRows::prepared_dim() const {
+  const int64_t d = cache_.head_dim();
+  return integer_keys_ ? d / 2 + 1 + d : d;
+}
 
 int64_t TurboQuantBlockRows::key_dim() const { return cache_.head_dim(); }
 int64_t TurboQuantBlockRows::value_dim() const { return cache_.value_dim(); }
 
 void TurboQuantBlockRows::prepare_query(const float* query, float* prepared) const {
-  cache_.key_rotation().forward(query, prepared);
+  if (!integer_keys_) {
+    cache_.key_rotation().forward(query, prepared);
+    return;
+  }
+  // Rounded to 16 bits once here, not once per tile; the driver copies prepared queries as
+  // floats, so the int16 values travel as the bytes of the first d / 2 floats.
+  const int64_t d = cache_.head_dim();
+  float* rotated = prepared + d / 2 + 1;
+  cache_.key_rotation().forward(query, rotated);
+  thread_local std::vector<int16_t> q16;
+  q16.resize(static_cast<std::size_t>(d));
+  attention::kernels::quantize_query_i16(rotated, d, integer_limit_, q16.data(), prepared + d / 2);
+  std::memcpy(prepared, q16.data(), static_cast<std::size_t>(d) * sizeof(int16_t));
 }
 
 void TurboQuantBlockRows::rotated_rows(bool keys, int64_t b, int64_t h, int64_t j0, int64_t j1, float* out,
@@ -68,21 +106,104 @@ void TurboQuantBlockRows::rotated_values(int64_t b, int64_t h, int64_t j0, int64
 void TurboQuantBlockRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
                                      int64_t n_queries, float* scores, int64_t ld,
                                      attention::TileScratch& scratch) const {
-  const int64_t d = cache_.head_dim(), n = j1 - j0;
+  const int64_t d = cache_.head_dim(), pd = prepared_dim();
   const int64_t work = 2 * std::max(d, cache_.value_dim());
-  float* rows = scratch.f32(static_cast<std::size_t>(n * d + work));
-  rotated_keys(b, h, j0, j1, rows, rows + n * d);
-  attention::kernels::score_rows(prepared, d, n_queries, rows, d, n, d, scores, ld);
+  // Sink rows (f16 copies) and, without integer keys or for many queries, every row: decoded and
+  // scored in f32.
+  const bool from_codes = integer_keys_ && n_queries <= kMaxQueriesFromCodes;
+  const int64_t decoded_end = from_codes ? std::min(j1, std::max(j0, cache_.sink_rows_held())) : j1;
+  if (decoded_end > j0) {
+    const int64_t n = decoded_end - j0;
+    float* rows = scratch.f32(static_cast<std::size_t>(n * d + work));
+    rotated_keys(b, h, j0, decoded_end, rows, rows + n * d);
+    const float* query = integer_keys_ ? prepared + d / 2 + 1 : prepared;
+    attention::kernels::score_rows(query, pd, n_queries, rows, d, n, d, scores, ld);
+  }
+  if (decoded_end < j1) {
+    score_integer_keys(b, h, decoded_end, j1, prepared, n_queries, scores + (decoded_end - j0), ld, scratch);
+  }
+}
+
+void TurboQuantBlockRows::score_integer_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
+                                             int64_t n_queries, float* scores, int64_t ld,
+                                             attention::TileScratch& scratch) const {
+  const int64_t d = cache_.head_dim(), pd = prepared_dim();
+  // The queries' int16 values side by side, then their steps and biases.
+  auto* q16 = reinterpret_cast<int16_t*>(scratch.u8(static_cast<std::size_t>(n_queries * d) * sizeof(int16_t)));
+  float* steps = scratch.f32_second(static_cast<std::size_t>(2 * n_queries + 2 * d));
+  float* biases = steps + n_queries;
+  float* mu = biases + n_queries;  // Pi mu, then a work row
+  for (int64_t r = 0; r < n_queries; ++r) {
+    std::memcpy(q16 + r * d, prepared + r * pd, static_cast<std::size_t>(d) * sizeof(int16_t));
+    steps[r] = prepared[r * pd + d / 2];
+  }
+  // Smoothed keys hold k - mu: <q, k> = <q, k - mu> + <q, mu>, one f32 bias per query.
+  const bool has_mean = rotated_mean(cache_.key_mean(b, h), d, cache_.key_rotation(), mu);
+  if (has_mean) {
+    for (int64_t r = 0; r < n_queries; ++r) {
+      const float* rotated = prepared + r * pd + d / 2 + 1;
+      float dot = 0.0f;
+      for (int64_t e = 0; e < d; ++e) dot += rotated[e] * mu[e];
+      biases[r] = dot;
+    }
+  }
+  const quant::BlockLloydQuantizer& quant = cache_.key_quantizer();
+  attention::kernels::BlockLevelKeys keys;
+  keys.codes = cache_.key_codes(b, h, j0);
+  keys.code_stride = static_cast<int64_t>(quant.code_bytes(static_cast<int>(d)));
+  keys.scales = cache_.key_scales(b, h, j0);
+  keys.n_rows = j1 - j0;
+  keys.dim = d;
+  keys.bits = quant.bits();
+  keys.block = quant.block_size();
+  attention::kernels::score_block_level_rows(keys, levels16_, q16, steps, has_mean ? biases : nullptr, n_queries,
+                                             scores, ld);
 }
 
 void TurboQuantBlockRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
                                           int64_t n_queries, int64_t ld, float* acc,
                                           attention::TileScratch& scratch) const {
-  const int64_t dv = cache_.value_dim(), n = j1 - j0;
+  const int64_t dv = cache_.value_dim();
   const int64_t work = 2 * std::max(cache_.head_dim(), dv);
-  float* rows = scratch.f32(static_cast<std::size_t>(n * dv + work));
-  rotated_values(b, h, j0, j1, rows, rows + n * dv);
-  attention::kernels::accumulate_rows(weights, ld, n_queries, rows, dv, n, dv, acc, dv);
+  // Sink rows (f16 copies) and, without coded values or for many queries, every row: decoded and
+  // accumulated in f32.
+  const bool from_codes = coded_values_ && n_queries <= kMaxQueriesFromCodes;
+  const int64_t decoded_end = from_codes ? std::min(j1, std::max(j0, cache_.sink_rows_held())) : j1;
+  if (decoded_end > j0) {
+    const int64_t n = decoded_end - j0;
+    float* rows = scratch.f32(static_cast<std::size_t>(n * dv + work));
+    rotated_values(b, h, j0, decoded_end, rows, rows + n * dv);
+    attention::kernels::accumulate_rows(weights, ld, n_queries, rows, dv, n, dv, acc, dv);
+  }
+  if (decoded_end < j1) {
+    accumulate_coded_values(b, h, decoded_end, j1, weights + (decoded_end - j0), n_queries, ld, acc, scratch);
+  }
+}
+
+void TurboQuantBlockRows::accumulate_coded_values(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
+                                                  int64_t n_queries, int64_t ld, float* acc,
+                                                  attention::TileScratch& scratch) const {
+  const int64_t dv = cache_.value_dim(), n = j1 - j0;
+  const quant::BlockLloydQuantizer& quant = cache_.value_quantizer();
+  attention::kernels::BlockLevelValues values;
+  values.codes = cache_.value_codes(b, h, j0);
+  values.code_stride = static_cast<int64_t>(quant.code_bytes(static_cast<int>(dv)));
+  values.scales = cache_.value_scales(b, h, j0);
+  values.n_rows = n;
+  values.dim = dv;
+  values.bits = quant.bits();
+  values.block = quant.block_size();
+  values.levels_f16 = quant.levels_f16().data();
+  attention::kernels::accumulate_block_level_rows(values, weights, ld, n_queries, acc, dv);
+  // Smoothed values hold v - mu: sum_j w_j v_j = sum_j w_j (v_j - mu) + (sum_j w_j) mu.
+  float* mu = scratch.f32_second(static_cast<std::size_t>(dv));
+  if (!rotated_mean(cache_.value_mean(b, h), dv, cache_.value_rotation(), mu)) return;
+  for (int64_t r = 0; r < n_queries; ++r) {
+    float total = 0.0f;
+    for (int64_t j = 0; j < n; ++j) total += weights[r * ld + j];
+    float* out = acc + r * dv;
+    for (int64_t e = 0; e < dv; ++e) out[e] += total * mu[e];
+  }
 }
 
 void TurboQuantBlockRows::finish_row(float* row) const {

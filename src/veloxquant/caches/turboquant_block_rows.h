@@ -6,11 +6,19 @@
 // the block (tile_kernels.h); values are summed rotated and turned back once per output row
 // (finish_row: Pi_v^T acc), not once per row read.
 //
+// Keys whose codes fit the integer scorer (attention/block_level_key_scores.h: up to 6 bits,
+// 1, 2 or 4 blocks per row) are scored from their codes without decoding: the rotated query is
+// rounded to 16 bits once in prepare_query, and a tile costs in-register level lookups and
+// 16-bit multiply-adds. Values that fit attention/block_level_value_sums.h are added into the
+// outputs straight from their codes (levels looked up in registers, one FMA per element and
+// query). Other rows are decoded per tile as above.
+//
 // Mean smoothing and sink rows stay exact: each tile adds the rotated mean Pi mu (computed once
 // per tile, a 64-point transform) to its decoded rows, and sink rows are rotated from their f16
 // copies, so every row is Pi times the row update_and_fetch would return.
 #include <cstdint>
 
+#include "veloxquant/attention/block_level_key_scores.h"
 #include "veloxquant/attention/row_source.h"
 
 namespace veloxquant {
@@ -25,6 +33,9 @@ class TurboQuantBlockRows final : public attention::RowSource {
   int64_t key_dim() const override;
   int64_t value_dim() const override;
   int64_t rows(int64_t, int64_t) const override { return rows_; }
+  // With integer keys: the query's int16 values (d / 2 floats of bytes), its step, then the
+  // rotated f32 query (sink rows and the mean's bias read it). Otherwise the rotated query.
+  int64_t prepared_dim() const override;
   void prepare_query(const float* query, float* prepared) const override;
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                   float* scores, int64_t ld, attention::TileScratch& scratch) const override;
@@ -40,8 +51,19 @@ class TurboQuantBlockRows final : public attention::RowSource {
  private:
   void rotated_rows(bool keys, int64_t b, int64_t h, int64_t j0, int64_t j1, float* out, float* work) const;
 
+  // Rows [j0, j1) of coded values (no sink rows) added from their codes.
+  void accumulate_coded_values(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
+                               int64_t ld, float* acc, attention::TileScratch& scratch) const;
+  // Rows [j0, j1) of coded keys (no sink rows) scored from their codes.
+  void score_integer_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
+                          float* scores, int64_t ld, attention::TileScratch& scratch) const;
+
   const TurboQuantBlockCache& cache_;
   int64_t rows_;
+  bool integer_keys_;
+  bool coded_values_;
+  int32_t integer_limit_ = 0;
+  attention::kernels::BlockLevels16 levels16_{};
 };
 
 }  // namespace veloxquant

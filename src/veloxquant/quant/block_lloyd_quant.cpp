@@ -188,6 +188,8 @@ inline uint8_t nearest_level(const BlockLevelTable& t, float v) {
 
 }  // namespace
 
+const std::vector<uint16_t>& BlockLloydQuantizer::levels_f16() const { return table_->levels_f16; }
+
 uint8_t BlockLloydQuantizer::nearest(float v) const { return nearest_level(*table_, v); }
 
 double BlockLloydQuantizer::quantize_with_scale(const float* x, int n, float s, uint8_t* codes) const {

@@ -44,6 +44,8 @@ class BlockLloydQuantizer {
   // The 2^bits levels (ascending, symmetric) and the 2^bits - 1 midpoints between them.
   const std::vector<float>& levels() const { return *levels_; }
   const std::vector<float>& boundaries() const { return *boundaries_; }
+  // The levels as f16 bits (each level is an exact f16 value).
+  const std::vector<uint16_t>& levels_f16() const;
 
   std::size_t blocks(int dim) const { return static_cast<std::size_t>((dim + block_ - 1) / block_); }
   std::size_t code_bytes(int dim) const;  // ceil(dim * bits / 8)

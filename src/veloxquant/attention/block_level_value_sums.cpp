@@ -1,0 +1,195 @@
+// Highway kernels for block_level_value_sums.h, compiled once per target and dispatched at run
+// time.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "veloxquant/attention/block_level_value_sums.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "veloxquant/attention/block_level_value_sums.h"
+#include "veloxquant/attention/dense_code_lookup-inl.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/half.h"
+
+#ifndef VELOXQUANT_BLOCK_LEVEL_VALUE_SUMS_ONCE_
+#define VELOXQUANT_BLOCK_LEVEL_VALUE_SUMS_ONCE_
+namespace veloxquant::attention::kernels {
+// The longest row of codes (bytes) the SIMD loop takes (its last pass reads through a padded
+// copy of this size), and the most rows a tile reads that way: the last pass of a row reads at
+// most 14 bytes past its end, and rows are at least 4 bytes (32 one-bit codes).
+inline constexpr int64_t kMaxValueRowBytes = 1024;
+inline constexpr int64_t kMaxPaddedRows = 4;
+}  // namespace veloxquant::attention::kernels
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace veloxquant::attention::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_TARGET != HWY_SCALAR
+bool ValueSumsSupportedImpl() { return hn::MaxLanes(hn::CappedTag<float, 8>()) == 8; }
+
+// NQ queries, chunks of kChunkPasses passes (16 coordinates each): the chunk's NQ x 2 *
+// kChunkPasses output vectors stay in registers while every row passes.
+template <int B, int NQ, int kChunkPasses>
+void accumulate_chunks(const BlockLevelValues& v, const float* weights, int64_t ld, float* acc, int64_t acc_stride) {
+  const hn::CappedTag<float, 8> df;
+  const hn::Repartition<uint16_t, decltype(df)> du16;  // 16 lanes
+  const hn::Half<decltype(du16)> du16h;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  using VF = hn::Vec<decltype(df)>;
+  using Lookup = DenseCodeLookup<B, decltype(du16)>;
+  constexpr int64_t kPassBytes = Lookup::kPassBytes;
+  constexpr int kVectors = 2 * kChunkPasses;
+  const Lookup level_of(v.levels_f16);
+
+  const uint8_t* const codes = v.codes;
+  const uint16_t* const scales = v.scales;
+  const int64_t dim = v.dim, n_rows = v.n_rows, code_stride = v.code_stride, block = v.block;
+  const int64_t blocks = dim / block;
+  const int64_t row_code_bytes = (dim * B + 7) / 8;
+  const int64_t readable = (n_rows - 1) * code_stride + row_code_bytes;
+  const int64_t row_load_end = (dim / 16 - 1) * kPassBytes + 16;  // the last pass reads 16 bytes
+  // Rows whose last pass would read past the tile's code bytes (the last few) are read from
+  // zero-padded copies, made once.
+  const int64_t first_padded = std::max<int64_t>(0, (readable - row_load_end) / code_stride + 1);
+  if (n_rows - first_padded > kMaxPaddedRows) {  // not reached by any allowed shape
+    return scalar::accumulate_block_level_rows(v, weights, ld, NQ, acc, acc_stride);
+  }
+  HWY_ALIGN uint8_t padded[kMaxPaddedRows][kMaxValueRowBytes + 16];
+  for (int64_t j = first_padded; j < n_rows; ++j) {
+    uint8_t* copy = padded[j - first_padded];
+    std::memcpy(copy, codes + j * code_stride, static_cast<std::size_t>(row_code_bytes));
+    std::memset(copy + row_code_bytes, 0, 16);
+  }
+  const auto row_codes = [&](int64_t j) {
+    return j < first_padded ? codes + j * code_stride : padded[j - first_padded];
+  };
+
+  for (int64_t e0 = 0; e0 < dim; e0 += 16 * kChunkPasses) {
+    VF a[NQ][kVectors];
+#pragma GCC unroll 3
+    for (int r = 0; r < NQ; ++r) {
+#pragma GCC unroll 4
+      for (int k = 0; k < kVectors; ++k) a[r][k] = hn::LoadU(df, acc + r * acc_stride + e0 + 8 * k);
+    }
+    const int64_t blk = e0 / block;
+    const int64_t pass_offset = e0 / 16 * kPassBytes;
+    for (int64_t j = 0; j < n_rows; ++j) {
+      const uint8_t* pass = row_codes(j) + pass_offset;
+      const VF scale = hn::PromoteTo(df, hn::BitCast(dh, hn::Set(du16h, scales[j * blocks + blk])));
+      VF ws[NQ];
+#pragma GCC unroll 3
+      for (int r = 0; r < NQ; ++r) ws[r] = hn::Mul(hn::Set(df, weights[r * ld + j]), scale);
+#pragma GCC unroll 2
+      for (int c = 0; c < kChunkPasses; ++c) {
+        const auto f16 = level_of(pass + c * kPassBytes);
+        const VF lo = hn::PromoteTo(df, hn::BitCast(dh, hn::LowerHalf(du16h, f16)));
+        const VF hi = hn::PromoteTo(df, hn::BitCast(dh, hn::UpperHalf(du16h, f16)));
+#pragma GCC unroll 3
+        for (int r = 0; r < NQ; ++r) {
+          a[r][2 * c] = hn::MulAdd(lo, ws[r], a[r][2 * c]);
+          a[r][2 * c + 1] = hn::MulAdd(hi, ws[r], a[r][2 * c + 1]);
+        }
+      }
+    }
+#pragma GCC unroll 3
+    for (int r = 0; r < NQ; ++r) {
+#pragma GCC unroll 4
+      for (int k = 0; k < kVectors; ++k) hn::StoreU(a[r][k], df, acc + r * acc_stride + e0 + 8 * k);
+    }
+  }
+}
+
+template <int B, int kChunkPasses>
+void accumulate_queries(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                        int64_t acc_stride) {
+  // Three queries per pass over the rows (a GQA group of SmolLM2 and Llama-3), then one by one.
+  int64_t r = 0;
+  for (; r + 3 <= n_q; r += 3) {
+    accumulate_chunks<B, 3, kChunkPasses>(v, weights + r * ld, ld, acc + r * acc_stride, acc_stride);
+  }
+  for (; r < n_q; ++r) accumulate_chunks<B, 1, kChunkPasses>(v, weights + r * ld, ld, acc + r * acc_stride, acc_stride);
+}
+
+template <int B>
+void accumulate_bits(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                     int64_t acc_stride) {
+  // Chunks of 32 coordinates (12 outputs in registers for three queries) where the lookup
+  // tables leave room: up to 4 bits (one table of low and one of high bytes).
+  if constexpr (B <= 4) {
+    if (v.dim % 32 == 0) return accumulate_queries<B, 2>(v, weights, ld, n_q, acc, acc_stride);
+  }
+  accumulate_queries<B, 1>(v, weights, ld, n_q, acc, acc_stride);
+}
+
+void AccumulateBlockLevelsImpl(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                               int64_t acc_stride) {
+  if (v.n_rows <= 0 || n_q <= 0) return;
+  // 128-bit targets (ValueSumsSupportedImpl false: callers decode instead) keep the scalar loop.
+  if constexpr (hn::MaxLanes(hn::CappedTag<float, 8>()) == 8) {
+    switch (v.bits) {
+      case 1: return accumulate_bits<1>(v, weights, ld, n_q, acc, acc_stride);
+      case 2: return accumulate_bits<2>(v, weights, ld, n_q, acc, acc_stride);
+      case 3: return accumulate_bits<3>(v, weights, ld, n_q, acc, acc_stride);
+      case 4: return accumulate_bits<4>(v, weights, ld, n_q, acc, acc_stride);
+      case 5: return accumulate_bits<5>(v, weights, ld, n_q, acc, acc_stride);
+      default: return accumulate_bits<6>(v, weights, ld, n_q, acc, acc_stride);
+    }
+  }
+  scalar::accumulate_block_level_rows(v, weights, ld, n_q, acc, acc_stride);
+}
+#else
+bool ValueSumsSupportedImpl() { return false; }
+void AccumulateBlockLevelsImpl(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                               int64_t acc_stride) {
+  scalar::accumulate_block_level_rows(v, weights, ld, n_q, acc, acc_stride);
+}
+#endif
+
+}  // namespace veloxquant::attention::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace veloxquant::attention::kernels {
+HWY_EXPORT(ValueSumsSupportedImpl);
+HWY_EXPORT(AccumulateBlockLevelsImpl);
+
+bool can_accumulate_block_level_rows(int bits, int64_t dim, int64_t block) {
+  static const bool supported = HWY_DYNAMIC_DISPATCH(ValueSumsSupportedImpl)();
+  return supported && bits >= 1 && bits <= 6 && block > 0 && block % 32 == 0 && dim > 0 && dim % block == 0 &&
+         (dim * bits + 7) / 8 <= kMaxValueRowBytes;
+}
+
+void accumulate_block_level_rows(const BlockLevelValues& values, const float* weights, int64_t ld, int64_t n_q,
+                                 float* acc, int64_t acc_stride) {
+  HWY_DYNAMIC_DISPATCH(AccumulateBlockLevelsImpl)(values, weights, ld, n_q, acc, acc_stride);
+}
+
+namespace scalar {
+void accumulate_block_level_rows(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q,
+                                 float* acc, int64_t acc_stride) {
+  const int64_t blocks = v.dim / v.block;
+  for (int64_t r = 0; r < n_q; ++r) {
+    for (int64_t j = 0; j < v.n_rows; ++j) {
+      const uint8_t* packed = v.codes + j * v.code_stride;
+      for (int64_t e = 0; e < v.dim; ++e) {
+        int code = 0;
+        for (int bit = 0; bit < v.bits; ++bit) {
+          const int64_t at = e * v.bits + bit;
+          code |= ((packed[at / 8] >> (at % 8)) & 1) << bit;
+        }
+        const float ws = weights[r * ld + j] * base::f16_to_f32(v.scales[j * blocks + e / v.block]);
+        float& out = acc[r * acc_stride + e];
+        out = std::fma(base::f16_to_f32(v.levels_f16[code]), ws, out);
+      }
+    }
+  }
+}
+}  // namespace scalar
+
+}  // namespace veloxquant::attention::kernels
+#endif  // HWY_ONCE

@@ -1,0 +1,46 @@
+#pragma once
+// Block-scaled level values (turboquant_block's rows, quant/block_lloyd_quant.h) accumulated
+// into attention outputs straight from their codes (Highway, dispatched at run time; the SIMD
+// loop matches its scalar reference bit for bit).
+//
+// Decoding a tile of values to f32 scratch and then accumulating it stores and reloads every
+// element once more than needed and multiplies each by its block scale. Here each row's codes
+// are looked up as f16 levels in registers (dense_code_lookup-inl.h), widened, and added into
+// the outputs with one FMA per element and query, the row's weight already multiplied by its
+// block scale:
+//
+//   acc[r][e] = fma(level[code_j(e)], w[r][j] * s_j(block of e), acc[r][e])   for j in order
+//
+// The outputs of a chunk of 16 or 32 coordinates stay in registers while every row of the tile
+// passes; the chunks then take turns.
+#include <cstdint>
+
+namespace veloxquant::attention::kernels {
+
+struct BlockLevelValues {
+  const uint8_t* codes = nullptr;     // row j's codes at codes + j * code_stride (dense, LSB first)
+  int64_t code_stride = 0;
+  const uint16_t* scales = nullptr;   // row j's dim / block f16 scales at scales + j * (dim / block)
+  int64_t n_rows = 0;
+  int64_t dim = 0;
+  int bits = 0;
+  int64_t block = 32;
+  const uint16_t* levels_f16 = nullptr;  // the 2^bits levels as f16 bits
+};
+
+// Whether values of this shape take accumulate_block_level_rows on this machine: bits 1..6,
+// whole blocks of 16-code passes, a 256-bit SIMD target. Otherwise a caller decodes to f32
+// (dense_level_rows.h).
+bool can_accumulate_block_level_rows(int bits, int64_t dim, int64_t block);
+
+// acc[r * acc_stride + e] += sum over rows j < n_rows of weights[r * ld + j] * value_j[e] for
+// queries r < n_q, in the order above.
+void accumulate_block_level_rows(const BlockLevelValues& values, const float* weights, int64_t ld, int64_t n_q,
+                                 float* acc, int64_t acc_stride);
+
+namespace scalar {
+void accumulate_block_level_rows(const BlockLevelValues& values, const float* weights, int64_t ld, int64_t n_q,
+                                 float* acc, int64_t acc_stride);
+}  // namespace scalar
+
+}  // namespace veloxquant::attention::kernels

@@ -1,0 +1,97 @@
+// Block-scaled level values accumulated from their codes: the SIMD loop against its scalar
+// reference (bit for bit), and both against f64 sums over the decoded rows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "base/half.h"
+#include "support/random_values.h"
+
+#include "veloxquant/attention/block_level_value_sums.h"
+#include "veloxquant/quant/block_lloyd_quant.h"
+
+namespace veloxquant::attention::kernels {
+namespace {
+
+using test_support::random_bytes;
+
+TEST(BlockLevelValueSums, ShapesTheLoopTakes) {
+  EXPECT_TRUE(can_accumulate_block_level_rows(3, 64, 32));
+  EXPECT_TRUE(can_accumulate_block_level_rows(6, 128, 64));
+  EXPECT_TRUE(can_accumulate_block_level_rows(1, 32, 32));
+  EXPECT_FALSE(can_accumulate_block_level_rows(8, 64, 32));  // no 256-entry table in registers
+  EXPECT_FALSE(can_accumulate_block_level_rows(4, 80, 32));  // a partial block
+  EXPECT_FALSE(can_accumulate_block_level_rows(0, 64, 32));
+}
+
+struct Shape {
+  int bits;
+  int64_t dim, block;
+};
+
+TEST(BlockLevelValueSums, MatchesScalarBitForBitAndDecodedRowsInF64) {
+  const Shape shapes[] = {{1, 32, 32}, {2, 64, 32}, {3, 64, 32}, {3, 64, 64}, {4, 64, 32},
+                          {5, 64, 32}, {6, 64, 32}, {4, 128, 128}, {5, 96, 32}, {3, 256, 64}};
+  for (const Shape& s : shapes) {
+    ASSERT_TRUE(can_accumulate_block_level_rows(s.bits, s.dim, s.block)) << s.bits << " " << s.dim;
+    const std::vector<float>& levels = quant::block_levels(s.bits, static_cast<int>(s.block));
+    std::vector<uint16_t> levels_f16;
+    for (float l : levels) levels_f16.push_back(base::f32_to_f16(l));
+    const int64_t nb = s.dim / s.block;
+    for (const int64_t n_rows : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{64}}) {
+      for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{4}}) {
+        // Rows as tightly packed as the cache stores them: the last row ends the buffer.
+        const int64_t stride = (s.dim * s.bits + 7) / 8, ld = n_rows + 3, acc_stride = s.dim + 8;
+        const auto codes = random_bytes(static_cast<std::size_t>(n_rows * stride), 21);
+        const auto scale_values = test_support::normal_values(static_cast<std::size_t>(n_rows * nb), 22);
+        std::vector<uint16_t> scales;
+        for (float x : scale_values) scales.push_back(base::f32_to_f16(0.05f + std::fabs(x)));
+        auto weights = test_support::normal_values(static_cast<std::size_t>(n_q * ld), 23);
+        for (float& w : weights) w = std::fabs(w);
+        const auto start = test_support::normal_values(static_cast<std::size_t>(n_q * acc_stride), 24);
+        BlockLevelValues values;
+        values.codes = codes.data();
+        values.code_stride = stride;
+        values.scales = scales.data();
+        values.n_rows = n_rows;
+        values.dim = s.dim;
+        values.bits = s.bits;
+        values.block = s.block;
+        values.levels_f16 = levels_f16.data();
+        std::vector<float> out = start, ref = start;
+        accumulate_block_level_rows(values, weights.data(), ld, n_q, out.data(), acc_stride);
+        scalar::accumulate_block_level_rows(values, weights.data(), ld, n_q, ref.data(), acc_stride);
+        ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block << ", " << n_rows << " rows, "
+                            << n_q << " queries";
+        for (int64_t r = 0; r < n_q; ++r) {
+          for (int64_t e = 0; e < acc_stride; ++e) {
+            const std::size_t at = static_cast<std::size_t>(r * acc_stride + e);
+            if (e >= s.dim) {
+              EXPECT_EQ(ref[at], start[at]);  // past the row: untouched
+              continue;
+            }
+            double exact = start[at], magnitude = std::fabs(start[at]);
+            for (int64_t j = 0; j < n_rows; ++j) {
+              int code = 0;
+              for (int k = 0; k < s.bits; ++k) {
+                const int64_t bit = e * s.bits + k;
+                code |= ((codes[static_cast<std::size_t>(j * stride + bit / 8)] >> (bit % 8)) & 1) << k;
+              }
+              const double term = double(weights[static_cast<std::size_t>(r * ld + j)]) *
+                                  base::f16_to_f32(scales[static_cast<std::size_t>(j * nb + e / s.block)]) *
+                                  levels[static_cast<std::size_t>(code)];
+              exact += term;
+              magnitude += std::fabs(term);
+            }
+            EXPECT_NEAR(ref[at], exact, 1e-6 * magnitude * static_cast<double>(n_rows + 1));
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace veloxquant::attention::kernels
