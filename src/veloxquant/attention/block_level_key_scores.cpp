@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "base/half.h"
 
@@ -45,10 +46,10 @@ void score_units(const BlockLevelKeys& k, const BlockLevels16& levels, const int
   const hn::Half<decltype(df)> df4;
   const hn::Rebind<hwy::float16_t, decltype(df)> dh;
   using VF = hn::Vec<decltype(df)>;
-  using Lookup = DenseCodeLookup<B, decltype(du16)>;
+  using Lookup = std::conditional_t<B == 8, EvenByteLevels<decltype(du16)>, DenseCodeLookup<B, decltype(du16)>>;
   constexpr int64_t kPassBytes = Lookup::kPassBytes;
 
-  HWY_ALIGN uint16_t entries[64];
+  HWY_ALIGN uint16_t entries[256];
   for (int c = 0; c < (1 << B); ++c) entries[c] = static_cast<uint16_t>(levels.value[c]);
   const Lookup level_of(entries);
 
@@ -158,7 +159,11 @@ void ScoreBlockLevelsImpl(const BlockLevelKeys& k, const BlockLevels16& levels, 
       case 3: return score_level_queries<3>(k, levels, q16, q_step, bias, n_q, scores, ld);
       case 4: return score_level_queries<4>(k, levels, q16, q_step, bias, n_q, scores, ld);
       case 5: return score_level_queries<5>(k, levels, q16, q_step, bias, n_q, scores, ld);
-      default: return score_level_queries<6>(k, levels, q16, q_step, bias, n_q, scores, ld);
+      case 6: return score_level_queries<6>(k, levels, q16, q_step, bias, n_q, scores, ld);
+      case 8:
+        if (levels.even) return score_level_queries<8>(k, levels, q16, q_step, bias, n_q, scores, ld);
+        break;
+      default: break;
     }
   }
   scalar::score_block_level_rows(k, levels, q16, q_step, bias, n_q, scores, ld);
@@ -188,10 +193,19 @@ int32_t block_integer_limit(int64_t block) {
 
 BlockLevels16 block_levels16(const float* levels, int bits, int32_t limit) {
   const int n = 1 << bits;
+  BlockLevels16 out{};
+  out.even = true;
+  for (int c = 0; c < n; ++c) {
+    out.even = out.even && levels[c] * static_cast<float>(n) == static_cast<float>(2 * c - (n - 1));
+  }
+  if (out.even) {  // exact small integers; |value| < 2^bits leaves the query its whole limit
+    out.step = 1.0f / static_cast<float>(n);
+    for (int c = 0; c < n; ++c) out.value[c] = static_cast<int16_t>(2 * c - (n - 1));
+    return out;
+  }
   float max_abs = 0.0f;
   for (int c = 0; c < n; ++c) max_abs = std::max(max_abs, std::fabs(levels[c]));
   const QueryStep s = query_step(max_abs, limit);
-  BlockLevels16 out{};
   out.step = s.step;
   for (int c = 0; c < n; ++c) out.value[c] = static_cast<int16_t>(std::lrintf(levels[c] * s.inverse));
   return out;
@@ -199,7 +213,7 @@ BlockLevels16 block_levels16(const float* levels, int bits, int32_t limit) {
 
 bool can_score_block_level_rows(int bits, int64_t dim, int64_t block) {
   static const bool supported = HWY_DYNAMIC_DISPATCH(KeyScoresSupportedImpl)();
-  return supported && bits >= 1 && bits <= 6 && block > 0 && block % 16 == 0 && dim > 0 && dim % block == 0 &&
+  return supported && ((bits >= 1 && bits <= 6) || bits == 8) && block > 0 && block % 16 == 0 && dim > 0 && dim % block == 0 &&
          (dim * bits + 7) / 8 <= kMaxBlockLevelRowBytes;
 }
 

@@ -43,16 +43,18 @@ constexpr int64_t kMaxBlockLevelRowBytes = 1024;
 int32_t block_integer_limit(int64_t block);
 
 // The 2^bits levels rounded to integers of one step: value[c] = round(levels[c] / step),
-// step = max |level| / limit.
+// step = max |level| / limit. Evenly spaced levels (2c - (2^b - 1)) / 2^b (turboquant_block from
+// 7 bits on) are kept exactly instead: value[c] = 2c - (2^b - 1), step = 2^-b, even = true.
 struct BlockLevels16 {
-  int16_t value[64];
+  int16_t value[256];
   float step;
+  bool even;
 };
 BlockLevels16 block_levels16(const float* levels, int bits, int32_t limit);
 
-// Whether rows of this shape take score_block_level_rows on this machine: bits 1..6, blocks of
-// whole 16-code passes, 1, 2 or 4 blocks per row, a 256-bit SIMD target. Otherwise a caller
-// decodes to f32 (dense_level_rows.h).
+// Whether rows of this shape take score_block_level_rows on this machine: bits 1..6 (levels in
+// registers) or 8 (evenly spaced levels, computed from the code), whole blocks of 16-code
+// passes, a 256-bit x86 SIMD target. Otherwise a caller decodes to f32 (dense_level_rows.h).
 bool can_score_block_level_rows(int bits, int64_t dim, int64_t block);
 
 // A query rounded to 16 bits in its own order: q16[e] = round(q[e] / step), step = max |q| /

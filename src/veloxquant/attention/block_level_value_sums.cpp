@@ -104,6 +104,51 @@ void accumulate_chunks(const BlockLevelValues& v, const float* weights, int64_t 
   }
 }
 
+// 8-bit codes on even levels, NQ queries, chunks of 32 coordinates: each level is computed
+// exactly from its code (c * 2/256 - 255/256, one FMA on a small integer) and added with the
+// weight times the block scale, as the table path adds a looked-up level.
+template <int NQ>
+void accumulate_even_bytes(const BlockLevelValues& v, const float* weights, int64_t ld, float* acc,
+                           int64_t acc_stride) {
+  const hn::CappedTag<float, 8> df;
+  const hn::Rebind<int32_t, decltype(df)> di;
+  const hn::Rebind<uint8_t, decltype(df)> du8;  // 8 bytes
+  const hn::Repartition<uint16_t, decltype(df)> du16;
+  const hn::Half<decltype(du16)> du16h;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  using VF = hn::Vec<decltype(df)>;
+  const VF two_256 = hn::Set(df, 2.0f / 256.0f), minus_255_256 = hn::Set(df, -255.0f / 256.0f);
+  const int64_t dim = v.dim, blocks = dim / v.block;
+  for (int64_t e0 = 0; e0 < dim; e0 += 32) {
+    VF a[NQ][4];
+#pragma GCC unroll 3
+    for (int r = 0; r < NQ; ++r) {
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) a[r][k] = hn::LoadU(df, acc + r * acc_stride + e0 + 8 * k);
+    }
+    const int64_t blk = e0 / v.block;
+    for (int64_t j = 0; j < v.n_rows; ++j) {
+      const uint8_t* codes = v.codes + j * v.code_stride + e0;
+      const VF scale = hn::PromoteTo(df, hn::BitCast(dh, hn::Set(du16h, v.scales[j * blocks + blk])));
+      VF ws[NQ];
+#pragma GCC unroll 3
+      for (int r = 0; r < NQ; ++r) ws[r] = hn::Mul(hn::Set(df, weights[r * ld + j]), scale);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const VF code = hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(di)>(), hn::LoadU(du8, codes + 8 * k))));
+        const VF level = hn::MulAdd(code, two_256, minus_255_256);
+#pragma GCC unroll 3
+        for (int r = 0; r < NQ; ++r) a[r][k] = hn::MulAdd(level, ws[r], a[r][k]);
+      }
+    }
+#pragma GCC unroll 3
+    for (int r = 0; r < NQ; ++r) {
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) hn::StoreU(a[r][k], df, acc + r * acc_stride + e0 + 8 * k);
+    }
+  }
+}
+
 template <int B, int kChunkPasses>
 void accumulate_queries(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
                         int64_t acc_stride) {
@@ -113,6 +158,13 @@ void accumulate_queries(const BlockLevelValues& v, const float* weights, int64_t
     accumulate_chunks<B, 3, kChunkPasses>(v, weights + r * ld, ld, acc + r * acc_stride, acc_stride);
   }
   for (; r < n_q; ++r) accumulate_chunks<B, 1, kChunkPasses>(v, weights + r * ld, ld, acc + r * acc_stride, acc_stride);
+}
+
+void accumulate_even_byte_queries(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                                  int64_t acc_stride) {
+  int64_t r = 0;
+  for (; r + 3 <= n_q; r += 3) accumulate_even_bytes<3>(v, weights + r * ld, ld, acc + r * acc_stride, acc_stride);
+  for (; r < n_q; ++r) accumulate_even_bytes<1>(v, weights + r * ld, ld, acc + r * acc_stride, acc_stride);
 }
 
 template <int B>
@@ -137,7 +189,11 @@ void AccumulateBlockLevelsImpl(const BlockLevelValues& v, const float* weights, 
       case 3: return accumulate_bits<3>(v, weights, ld, n_q, acc, acc_stride);
       case 4: return accumulate_bits<4>(v, weights, ld, n_q, acc, acc_stride);
       case 5: return accumulate_bits<5>(v, weights, ld, n_q, acc, acc_stride);
-      default: return accumulate_bits<6>(v, weights, ld, n_q, acc, acc_stride);
+      case 6: return accumulate_bits<6>(v, weights, ld, n_q, acc, acc_stride);
+      case 8:
+        if (v.even_levels) return accumulate_even_byte_queries(v, weights, ld, n_q, acc, acc_stride);
+        break;
+      default: break;
     }
   }
   scalar::accumulate_block_level_rows(v, weights, ld, n_q, acc, acc_stride);
@@ -160,7 +216,7 @@ HWY_EXPORT(AccumulateBlockLevelsImpl);
 
 bool can_accumulate_block_level_rows(int bits, int64_t dim, int64_t block) {
   static const bool supported = HWY_DYNAMIC_DISPATCH(ValueSumsSupportedImpl)();
-  return supported && bits >= 1 && bits <= 6 && block > 0 && block % 32 == 0 && dim > 0 && dim % block == 0 &&
+  return supported && ((bits >= 1 && bits <= 6) || bits == 8) && block > 0 && block % 32 == 0 && dim > 0 && dim % block == 0 &&
          (dim * bits + 7) / 8 <= kMaxValueRowBytes;
 }
 

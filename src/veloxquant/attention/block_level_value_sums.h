@@ -26,10 +26,13 @@ struct BlockLevelValues {
   int bits = 0;
   int64_t block = 32;
   const uint16_t* levels_f16 = nullptr;  // the 2^bits levels as f16 bits
+  // 8 bits: the levels are (2c - 255) / 256 (turboquant_block from 7 bits on), so the loop
+  // computes each level from its code instead of looking it up (required for bits == 8).
+  bool even_levels = false;
 };
 
-// Whether values of this shape take accumulate_block_level_rows on this machine: bits 1..6,
-// whole blocks of 16-code passes, a 256-bit SIMD target. Otherwise a caller decodes to f32
+// Whether values of this shape take accumulate_block_level_rows on this machine: bits 1..6, or
+// 8 with even levels, whole blocks of 32 coordinates, a 256-bit SIMD target. Otherwise a caller decodes to f32
 // (dense_level_rows.h).
 bool can_accumulate_block_level_rows(int bits, int64_t dim, int64_t block);
 

@@ -117,6 +117,22 @@ class DenseCodeLookup {
   hn::Vec<D8> low_tables_[kTables];
   hn::Vec<D8> high_tables_[kTables];
 };
+
+// 8-bit codes on evenly spaced levels (quant/block_lloyd_quant.cpp from 7 bits on: level c is
+// (2c - 255) / 256): the entry of code c is the integer 2c - 255, computed rather than looked up.
+// The same interface as DenseCodeLookup (the constructor's table is not read).
+template <class D16>
+class EvenByteLevels {
+ public:
+  static constexpr int64_t kPassBytes = 16;
+  explicit EvenByteLevels(const uint16_t* /*entries*/) {}
+  HWY_INLINE hn::Vec<D16> operator()(const uint8_t* pass) const {
+    const D16 du16;
+    const hn::Rebind<uint8_t, D16> du8;  // 16 bytes
+    const auto codes = hn::PromoteTo(du16, hn::LoadU(du8, pass));
+    return hn::Sub(hn::Add(codes, codes), hn::Set(du16, uint16_t{255}));  // 2c - 255, wrapping below 0
+  }
+};
 #endif  // HWY_TARGET != HWY_SCALAR
 
 }  // namespace veloxquant::attention::kernels::HWY_NAMESPACE

@@ -194,6 +194,7 @@ void TurboQuantBlockRows::accumulate_coded_values(int64_t b, int64_t h, int64_t 
   values.bits = quant.bits();
   values.block = quant.block_size();
   values.levels_f16 = quant.levels_f16().data();
+  values.even_levels = quant.bits() >= quant::BlockLloydQuantizer::kEvenLevelsFromBits;
   attention::kernels::accumulate_block_level_rows(values, weights, ld, n_queries, acc, dv);
   // Smoothed values hold v - mu: sum_j w_j v_j = sum_j w_j (v_j - mu) + (sum_j w_j) mu.
   float* mu = scratch.f32_second(static_cast<std::size_t>(dv));

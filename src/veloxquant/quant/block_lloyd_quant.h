@@ -35,6 +35,9 @@ class BlockLloydQuantizer {
  public:
   static constexpr int kBlockSize = 32;   // the default block (llama.cpp's block size)
   static constexpr int kMaxBlockSize = 256;
+  // From this width on the levels are evenly spaced, (2c - (2^b - 1)) / 2^b (block_lloyd_quant.cpp
+  // says why); below it they are the block-normalized Lloyd-Max levels.
+  static constexpr int kEvenLevelsFromBits = 7;
 
   // bits in 1..8, block_size in {32, 64, 128, 256}; throws QuantizerConfigError naming the value.
   explicit BlockLloydQuantizer(int bits, int block_size = kBlockSize);

@@ -46,11 +46,23 @@ TEST(BlockLevelKeyScores, ShapesTheLoopTakes) {
   EXPECT_TRUE(can_score_block_level_rows(5, 64, 32));
   EXPECT_TRUE(can_score_block_level_rows(3, 128, 32));
   EXPECT_TRUE(can_score_block_level_rows(6, 64, 64));
-  EXPECT_FALSE(can_score_block_level_rows(8, 64, 32));   // no 256-entry table in registers
+  EXPECT_TRUE(can_score_block_level_rows(8, 64, 32));    // even levels, computed from the code
+  EXPECT_FALSE(can_score_block_level_rows(7, 64, 32));   // neither a table nor whole bytes
   EXPECT_TRUE(can_score_block_level_rows(4, 96, 32));    // three blocks per row
   EXPECT_TRUE(can_score_block_level_rows(4, 256, 32));   // eight blocks per row
   EXPECT_FALSE(can_score_block_level_rows(4, 80, 32));   // a partial block
   EXPECT_FALSE(can_score_block_level_rows(0, 64, 32));
+}
+
+TEST(BlockLevelKeyScores, EvenLevelsAreKeptExactly) {
+  for (int bits : {7, 8}) {
+    const std::vector<float>& levels = quant::block_levels(bits);
+    const BlockLevels16 l16 = block_levels16(levels.data(), bits, 23170);
+    EXPECT_TRUE(l16.even) << bits;
+    EXPECT_EQ(l16.step, std::ldexp(1.0f, -bits));
+    for (int c = 0; c < (1 << bits); ++c) EXPECT_EQ(l16.step * l16.value[c], levels[c]) << bits << " " << c;
+  }
+  EXPECT_FALSE(block_levels16(quant::block_levels(4).data(), 4, 23170).even);
 }
 
 TEST(BlockLevelKeyScores, QueryRoundsWithinHalfAStepAndNonFiniteGivesNaNStep) {
@@ -75,7 +87,8 @@ struct Shape {
 
 TEST(BlockLevelKeyScores, MatchesScalarBitForBitAndExactScoresWithinTheRoundingBound) {
   const Shape shapes[] = {{1, 64, 32}, {2, 64, 32}, {3, 64, 32}, {4, 64, 64}, {5, 64, 32},
-                          {6, 64, 32}, {3, 128, 32}, {5, 128, 64}, {4, 128, 128}, {6, 256, 64}, {4, 96, 32}, {2, 256, 256}};
+                          {6, 64, 32}, {3, 128, 32}, {5, 128, 64}, {4, 128, 128}, {6, 256, 64}, {4, 96, 32}, {2, 256, 256},
+                          {8, 64, 32}, {8, 128, 64}};
   for (const Shape& s : shapes) {
     ASSERT_TRUE(can_score_block_level_rows(s.bits, s.dim, s.block)) << s.bits << " " << s.dim << " " << s.block;
     const std::vector<float>& levels = quant::block_levels(s.bits, static_cast<int>(s.block));

@@ -21,7 +21,8 @@ TEST(BlockLevelValueSums, ShapesTheLoopTakes) {
   EXPECT_TRUE(can_accumulate_block_level_rows(3, 64, 32));
   EXPECT_TRUE(can_accumulate_block_level_rows(6, 128, 64));
   EXPECT_TRUE(can_accumulate_block_level_rows(1, 32, 32));
-  EXPECT_FALSE(can_accumulate_block_level_rows(8, 64, 32));  // no 256-entry table in registers
+  EXPECT_TRUE(can_accumulate_block_level_rows(8, 64, 32));   // even levels, computed from the code
+  EXPECT_FALSE(can_accumulate_block_level_rows(7, 64, 32));  // neither a table nor whole bytes
   EXPECT_FALSE(can_accumulate_block_level_rows(4, 80, 32));  // a partial block
   EXPECT_FALSE(can_accumulate_block_level_rows(0, 64, 32));
 }
@@ -33,7 +34,8 @@ struct Shape {
 
 TEST(BlockLevelValueSums, MatchesScalarBitForBitAndDecodedRowsInF64) {
   const Shape shapes[] = {{1, 32, 32}, {2, 64, 32}, {3, 64, 32}, {3, 64, 64}, {4, 64, 32},
-                          {5, 64, 32}, {6, 64, 32}, {4, 128, 128}, {5, 96, 32}, {3, 256, 64}};
+                          {5, 64, 32}, {6, 64, 32}, {4, 128, 128}, {5, 96, 32}, {3, 256, 64},
+                          {8, 64, 32}, {8, 128, 64}};
   for (const Shape& s : shapes) {
     ASSERT_TRUE(can_accumulate_block_level_rows(s.bits, s.dim, s.block)) << s.bits << " " << s.dim;
     const std::vector<float>& levels = quant::block_levels(s.bits, static_cast<int>(s.block));
@@ -60,6 +62,7 @@ TEST(BlockLevelValueSums, MatchesScalarBitForBitAndDecodedRowsInF64) {
         values.bits = s.bits;
         values.block = s.block;
         values.levels_f16 = levels_f16.data();
+        values.even_levels = s.bits == 8;
         std::vector<float> out = start, ref = start;
         accumulate_block_level_rows(values, weights.data(), ld, n_q, out.data(), acc_stride);
         scalar::accumulate_block_level_rows(values, weights.data(), ld, n_q, ref.data(), acc_stride);
