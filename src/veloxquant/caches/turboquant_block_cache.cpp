@@ -73,20 +73,24 @@ const uint16_t* TurboQuantBlockCache::value_mean(int64_t b, int64_t h) const {
 void TurboQuantBlockCache::calibrate_means(const std::vector<float>& k, const std::vector<float>& v, int64_t s) {
   const int64_t last = std::min<int64_t>(s, 1 + static_cast<int64_t>(settings_.mean_rows));
   if (settings_.mean_rows <= 0 || last < 2) return;  // a single row (or smoothing off): mu stays 0
-  auto mean_of = [&](const std::vector<float>& x, int64_t d, lm::Tensor& stored) {
+  auto mean_of = [&](const std::vector<float>& x, int64_t d, const core::Rotation& rotation, lm::Tensor& stored) {
     std::vector<float> mu(static_cast<std::size_t>(batch_ * heads_ * d), 0.0f);
     for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
+      float* out = mu.data() + bh * d;
       for (int64_t e = 0; e < d; ++e) {
         double sum = 0.0;
         for (int64_t t = 1; t < last; ++t) sum += x[static_cast<std::size_t>((bh * s + t) * d + e)];
-        mu[static_cast<std::size_t>(bh * d + e)] = static_cast<float>(sum / static_cast<double>(last - 1));
+        out[e] = static_cast<float>(sum / static_cast<double>(last - 1));
       }
+      // Kept rotated (Pi mu): codes live in the rotated basis, so encoding subtracts and attention
+      // adds it there without rotating it per tile.
+      rotation.forward(out, out);
     }
     // Stored in f16: encoding subtracts and decoding adds the same rounded values.
     stored = lm::Tensor::from_f32(mu, {batch_, heads_, 1, d}, lm::DType::F16);
   };
-  mean_of(k, head_dim_, key_mean_);
-  mean_of(v, dv_, value_mean_);
+  mean_of(k, head_dim_, *key_rotation_, key_mean_);
+  mean_of(v, dv_, *value_rotation_, value_mean_);
 }
 
 int64_t TurboQuantBlockCache::bytes_per_row() const {
@@ -122,10 +126,10 @@ void TurboQuantBlockCache::decode_key(int64_t b, int64_t h, int64_t row, float* 
     return;
   }
   decode_rotated_key(b, h, row, scratch);
-  key_rotation_->inverse(scratch, out);
   if (const uint16_t* mu = key_mean(b, h)) {
-    for (int64_t e = 0; e < head_dim_; ++e) out[e] += base::f16_to_f32(mu[e]);
+    for (int64_t e = 0; e < head_dim_; ++e) scratch[e] += base::f16_to_f32(mu[e]);
   }
+  key_rotation_->inverse(scratch, out);
 }
 
 void TurboQuantBlockCache::decode_value(int64_t b, int64_t h, int64_t row, float* out, float* scratch) const {
@@ -135,10 +139,10 @@ void TurboQuantBlockCache::decode_value(int64_t b, int64_t h, int64_t row, float
     return;
   }
   decode_rotated_value(b, h, row, scratch);
-  value_rotation_->inverse(scratch, out);
   if (const uint16_t* mu = value_mean(b, h)) {
-    for (int64_t e = 0; e < dv_; ++e) out[e] += base::f16_to_f32(mu[e]);
+    for (int64_t e = 0; e < dv_; ++e) scratch[e] += base::f16_to_f32(mu[e]);
   }
+  value_rotation_->inverse(scratch, out);
 }
 
 // Reallocates every buffer to `capacity` rows keeping the first `keep` (mlx_lm's growth).
@@ -193,24 +197,22 @@ void TurboQuantBlockCache::store(const lm::Tensor& keys, const lm::Tensor& value
   // Rows are independent: encode them in parallel (each task rotates into its own buffer).
   base::ThreadPool::global().parallel_for(batch_ * heads_ * s, [&](int64_t begin, int64_t end) {
     std::vector<float> rotated(static_cast<std::size_t>(std::max<int64_t>(head_dim_, dv_)));
-    std::vector<float> centered(rotated.size());
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / s, t = task % s;
       const int64_t b = bh / heads_, h = bh % heads_, row = offset_ + t;
       const float* key = k.data() + task * head_dim_;
       const float* value = v.data() + task * dv_;
-      if (const uint16_t* mu = key_mean(b, h)) {
-        for (int64_t e = 0; e < head_dim_; ++e) centered[static_cast<std::size_t>(e)] = key[e] - base::f16_to_f32(mu[e]);
-        key = centered.data();
-      }
+      // Rotated, then the rotated mean subtracted: Pi (k - mu) = Pi k - Pi mu.
       key_rotation_->forward(key, rotated.data());
+      if (const uint16_t* mu = key_mean(b, h)) {
+        for (int64_t e = 0; e < head_dim_; ++e) rotated[static_cast<std::size_t>(e)] -= base::f16_to_f32(mu[e]);
+      }
       key_quant_.encode_row(rotated.data(), head_dim_, row_ptr<uint8_t>(key_codes_, b, h, row),
                             row_ptr<uint16_t>(key_scales_, b, h, row));
-      if (const uint16_t* mu = value_mean(b, h)) {
-        for (int64_t e = 0; e < dv_; ++e) centered[static_cast<std::size_t>(e)] = value[e] - base::f16_to_f32(mu[e]);
-        value = centered.data();
-      }
       value_rotation_->forward(value, rotated.data());
+      if (const uint16_t* mu = value_mean(b, h)) {
+        for (int64_t e = 0; e < dv_; ++e) rotated[static_cast<std::size_t>(e)] -= base::f16_to_f32(mu[e]);
+      }
       value_quant_.encode_row(rotated.data(), static_cast<int>(dv_), row_ptr<uint8_t>(value_codes_, b, h, row),
                               row_ptr<uint16_t>(value_scales_, b, h, row));
     }

@@ -15,7 +15,8 @@
 //   key_scales_  F16 [B, H, cap, ceil(D/32)]
 //   value_codes_ U8  [B, H, cap, ceil(Dv*vb/8)]
 //   value_scales_ F16 [B, H, cap, ceil(Dv/32)]
-//   key_mean_ / value_mean_  F16 [B, H, 1, D] / [B, H, 1, Dv]   only with mean_rows > 0
+//   key_mean_ / value_mean_  F16 [B, H, 1, D] / [B, H, 1, Dv]   only with mean_rows > 0: the
+//                            rotated means Pi mu (codes and means live in the rotated basis)
 //   sink_keys_ / sink_values_ F16 [B, H, sink_rows, D / Dv]     only with sink_rows > 0
 //
 // Sink rows (sink_rows > 0). The first positions (BOS above all) draw a large share of every
@@ -110,7 +111,8 @@ class TurboQuantBlockCache : public lm::KVCache {
   // Decoded rows in the model's basis (means added back, sink rows exact).
   void decode_key(int64_t b, int64_t h, int64_t row, float* out, float* scratch) const;
   void decode_value(int64_t b, int64_t h, int64_t row, float* out, float* scratch) const;
-  // The f16 means of head (b, h); nullptr when not smoothing (or not calibrated).
+  // The f16 rotated means (Pi_k mu_k, Pi_v mu_v) of head (b, h); nullptr when not smoothing (or
+  // not calibrated).
   const uint16_t* key_mean(int64_t b, int64_t h) const;
   const uint16_t* value_mean(int64_t b, int64_t h) const;
   int64_t sink_rows_held() const { return std::min<int64_t>(offset_, settings_.sink_rows); }

@@ -7,15 +7,15 @@
 #include "veloxquant/attention/block_level_value_sums.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/caches/turboquant_block_cache.h"
+#include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant {
 namespace {
 
-// Pi mu for the mean `mu` (f16, dim values) into out; false (out untouched) without a mean.
-bool rotated_mean(const uint16_t* mu, int64_t dim, const core::Rotation& rotation, float* out) {
+// The cache's rotated mean Pi mu (f16, dim values) into out; false (out untouched) without one.
+bool rotated_mean(const uint16_t* mu, int64_t dim, float* out) {
   if (mu == nullptr) return false;
-  for (int64_t e = 0; e < dim; ++e) out[e] = base::f16_to_f32(mu[e]);
-  rotation.forward(out, out);
+  cache_rows::load_f32(reinterpret_cast<const std::byte*>(mu), lm::DType::F16, static_cast<std::size_t>(dim), out);
   return true;
 }
 
@@ -72,7 +72,7 @@ void TurboQuantBlockRows::rotated_rows(bool keys, int64_t b, int64_t h, int64_t 
   const core::Rotation& rotation = keys ? cache_.key_rotation() : cache_.value_rotation();
   float* mu = work;           // Pi mu
   float* plain = work + dim;  // a sink row before rotation
-  const bool has_mean = rotated_mean(keys ? cache_.key_mean(b, h) : cache_.value_mean(b, h), dim, rotation, mu);
+  const bool has_mean = rotated_mean(keys ? cache_.key_mean(b, h) : cache_.value_mean(b, h), dim, mu);
   // Sink rows: exact f16 rows in the model's basis, rotated here.
   const int64_t sinks_end = std::min(j1, std::max(j0, cache_.sink_rows_held()));
   for (int64_t j = j0; j < sinks_end; ++j) {
@@ -138,7 +138,7 @@ void TurboQuantBlockRows::score_integer_keys(int64_t b, int64_t h, int64_t j0, i
     steps[r] = prepared[r * pd + d / 2];
   }
   // Smoothed keys hold k - mu: <q, k> = <q, k - mu> + <q, mu>, one f32 bias per query.
-  const bool has_mean = rotated_mean(cache_.key_mean(b, h), d, cache_.key_rotation(), mu);
+  const bool has_mean = rotated_mean(cache_.key_mean(b, h), d, mu);
   if (has_mean) {
     for (int64_t r = 0; r < n_queries; ++r) {
       const float* rotated = prepared + r * pd + d / 2 + 1;
@@ -198,7 +198,7 @@ void TurboQuantBlockRows::accumulate_coded_values(int64_t b, int64_t h, int64_t 
   attention::kernels::accumulate_block_level_rows(values, weights, ld, n_queries, acc, dv);
   // Smoothed values hold v - mu: sum_j w_j v_j = sum_j w_j (v_j - mu) + (sum_j w_j) mu.
   float* mu = scratch.f32_second(static_cast<std::size_t>(dv));
-  if (!rotated_mean(cache_.value_mean(b, h), dv, cache_.value_rotation(), mu)) return;
+  if (!rotated_mean(cache_.value_mean(b, h), dv, mu)) return;
   for (int64_t r = 0; r < n_queries; ++r) {
     float total = 0.0f;
     for (int64_t j = 0; j < n; ++j) total += weights[r * ld + j];

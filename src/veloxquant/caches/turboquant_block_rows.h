@@ -6,16 +6,16 @@
 // the block (tile_kernels.h); values are summed rotated and turned back once per output row
 // (finish_row: Pi_v^T acc), not once per row read.
 //
-// Keys whose codes fit the integer scorer (attention/block_level_key_scores.h: up to 6 bits,
-// 1, 2 or 4 blocks per row) are scored from their codes without decoding: the rotated query is
-// rounded to 16 bits once in prepare_query, and a tile costs in-register level lookups and
-// 16-bit multiply-adds. Values that fit attention/block_level_value_sums.h are added into the
-// outputs straight from their codes (levels looked up in registers, one FMA per element and
-// query). Other rows are decoded per tile as above.
+// Decode tiles (up to 4 queries) read rows from their codes instead: keys that fit the integer
+// scorer (attention/block_level_key_scores.h: up to 6 bits, or 8 on even levels) are scored
+// without decoding — the rotated query is rounded to 16 bits once in prepare_query, and a tile
+// costs level lookups in registers and 16-bit multiply-adds; values that fit
+// attention/block_level_value_sums.h are added into the outputs straight from their codes.
 //
-// Mean smoothing and sink rows stay exact: each tile adds the rotated mean Pi mu (computed once
-// per tile, a 64-point transform) to its decoded rows, and sink rows are rotated from their f16
-// copies, so every row is Pi times the row update_and_fetch would return.
+// Mean smoothing and sink rows stay exact: the cache keeps its means rotated (Pi mu, f16), which
+// decoded tiles add to their rows, the integer scores add as one bias <Pi q, Pi mu> per query
+// and the coded values add as (sum of weights) * Pi mu; sink rows are rotated from their f16
+// copies. Every row is Pi times the row update_and_fetch would return.
 #include <cstdint>
 
 #include "veloxquant/attention/block_level_key_scores.h"
