@@ -7,6 +7,7 @@
 #include "veloxquant/caches/gear_cache.h"
 #include "veloxquant/caches/kivi_cache.h"
 #include "veloxquant/caches/kivi_sink_cache.h"
+#include "veloxquant/caches/kitty_cache.h"
 #include "veloxquant/caches/kvquant_cache.h"
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
