@@ -42,12 +42,18 @@ void KittyRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
     pairs.resize(static_cast<std::size_t>(2 * d));
     lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(key_params_, b, h, block), pairs.data(), 2 * d);
     const uint32_t* mask = row_ptr<uint32_t>(hi_mask_, b, h, block);
-    hi.clear();
-    lo.clear();
-    for (int64_t c = 0; c < d; ++c) ((mask[c / 32] >> (c % 32)) & 1u ? hi : lo).push_back(static_cast<int32_t>(c));
-    const int64_t n_hi = static_cast<int64_t>(hi.size()), n_lo = static_cast<int64_t>(lo.size());
-    hi_channel.resize(hi.size());
-    lo_channel.resize(lo.size());
+    hi.resize(static_cast<std::size_t>(d));
+    lo.resize(static_cast<std::size_t>(d));
+    int64_t n_hi = 0, n_lo = 0;
+    for (int64_t c = 0; c < d; ++c) {
+      if ((mask[c / 32] >> (c % 32)) & 1u) {
+        hi[static_cast<std::size_t>(n_hi++)] = static_cast<int32_t>(c);
+      } else {
+        lo[static_cast<std::size_t>(n_lo++)] = static_cast<int32_t>(c);
+      }
+    }
+    hi_channel.resize(static_cast<std::size_t>(d));
+    lo_channel.resize(static_cast<std::size_t>(d));
     folded_hi.resize(static_cast<std::size_t>(n_queries * n_hi));
     folded_lo.resize(static_cast<std::size_t>(n_queries * n_lo));
     bias.assign(static_cast<std::size_t>(n_queries), 0.0f);
@@ -69,7 +75,7 @@ void KittyRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
       bias[static_cast<std::size_t>(r)] = s;
     }
     // Each plane: its codes unpacked once for the tile's rows of the block, scored for every query.
-    bool first_plane = true;
+    bool first_plane = true, both_planes = false;
     for (int plane = 0; plane < 2; ++plane) {
       const int64_t width = plane == 0 ? n_hi : n_lo;
       if (width == 0) continue;
@@ -89,15 +95,21 @@ void KittyRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
       } else {
         partial.resize(static_cast<std::size_t>(n_queries * group_));
         lm::kernels::tiles::score_rows(f, width, n_queries, codes.data(), width, n, width, partial.data(), n);
+        // Both planes: (high + low) + bias in one pass.
         for (int64_t r = 0; r < n_queries; ++r) {
-          for (int64_t j = 0; j < n; ++j) scores[r * ld + (a - j0) + j] += partial[static_cast<std::size_t>(r * n + j)];
+          float* row = scores + r * ld + (a - j0);
+          const float* low = partial.data() + r * n;
+          const float add = bias[static_cast<std::size_t>(r)];
+          for (int64_t j = 0; j < n; ++j) row[j] = (row[j] + low[j]) + add;
         }
+        both_planes = true;
       }
     }
-    for (int64_t r = 0; r < n_queries; ++r) {
-      for (int64_t j = 0; j < n; ++j) {
-        float& s = scores[r * ld + (a - j0) + j];
-        s = (first_plane ? 0.0f : s) + bias[static_cast<std::size_t>(r)];
+    if (!both_planes) {  // one plane (a fraction of 0 or 1): its scores + bias
+      for (int64_t r = 0; r < n_queries; ++r) {
+        float* row = scores + r * ld + (a - j0);
+        const float add = bias[static_cast<std::size_t>(r)];
+        for (int64_t j = 0; j < n; ++j) row[j] = row[j] + add;
       }
     }
     a = end;
