@@ -4,8 +4,10 @@
 //   integration::patch_model_kv_cache, the method registry, and the cache classes.
 // tests/veloxquant/umbrella_header_test.cpp fails when a method's *_cache.h is missing here.
 #include "veloxquant/builder/kv_cache_builder.h"
+#include "veloxquant/caches/gear_cache.h"
 #include "veloxquant/caches/kivi_cache.h"
 #include "veloxquant/caches/kivi_sink_cache.h"
+#include "veloxquant/caches/kitty_cache.h"
 #include "veloxquant/caches/kvquant_cache.h"
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"

@@ -4,8 +4,10 @@
 #include <string>
 #include <vector>
 
+#include "veloxquant/caches/gear_cache.h"
 #include "veloxquant/caches/kivi_cache.h"
 #include "veloxquant/caches/kivi_sink_cache.h"
+#include "veloxquant/caches/kitty_cache.h"
 #include "veloxquant/caches/kvquant_cache.h"
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
@@ -255,6 +257,7 @@ std::vector<MethodDescriptor> build_method_table() {
   std::vector<MethodDescriptor> rows = {turboquant_rvq_row(),           turboquant_block_row(),
                                         kivi_row(),                      kivi_sink_method(),
                                         kvquant_method(),                zipcache_method(),
+                                        gear_method(),                   kitty_method(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
                                         spectral_row()};

@@ -1,0 +1,31 @@
+#pragma once
+// Singular value decomposition of one small block (a cache's G x D block of one head), for the
+// low-rank half of GEAR (caches/gear_cache.h): the residual a quantizer leaves is approximated by
+// its leading singular triplets, and the optimal rank-r approximation (Eckart-Young) is exactly
+// sum_{i<r} sigma_i u_i v_i^T.
+//
+// Method: the Gram matrix of the shorter side (X X^T when rows <= cols, else X^T X) is
+// diagonalised by cyclic Jacobi rotations in double, which is deterministic (fixed sweep order,
+// no random start) and accurate for the leading triplets the caches keep; the other side's
+// vectors follow as X^T u / sigma (or X v / sigma). Blocks are at most a few hundred on the
+// short side (gear_group_size is bounded by validation), so the O(n^3) sweeps stay small.
+#include <cstdint>
+#include <vector>
+
+namespace veloxquant {
+
+struct BlockSvd {
+  int64_t rows = 0, cols = 0;
+  std::vector<double> sigma;  // min(rows, cols) singular values, descending (ties: lower index first)
+  std::vector<double> left;   // [min(rows, cols)][rows]: unit left vectors (zero where sigma is 0)
+  std::vector<double> right;  // [min(rows, cols)][cols]: unit right vectors (zero where sigma is 0)
+};
+
+// x: rows x cols, row-major f32.
+BlockSvd block_svd(const float* x, int64_t rows, int64_t cols);
+
+// The smallest r with sum_{i<r} sigma_i^2 >= threshold * sum_i sigma_i^2 (0 for an all-zero
+// block; threshold in [0, 1]).
+int64_t energy_rank(const std::vector<double>& sigma, double threshold);
+
+}  // namespace veloxquant

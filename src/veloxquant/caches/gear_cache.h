@@ -1,0 +1,112 @@
+#pragma once
+// gear (GEAR, Kang et al., arXiv 2403.05527; spec §6 #18): an ultra-low-bit quantizer whose error
+// is corrected by two cheap terms, X ~ D + L + S:
+//   D  uniform group quantization at gear_bits (KIVI's layout: keys per channel over a block of
+//      gear_group_size tokens, values per token over channel groups of gear_group_size);
+//   S  gear_sparse_fraction of each block's elements kept out of the quantizer and restored by an
+//      exact f32 correction (caches/sparse_outliers.h, the robust-distance rule kvquant uses);
+//   L  a low-rank approximation of what is left, R = X - D - S: the leading singular triplets of
+//      each block's residual (caches/block_svd.h), gear_rank of them, or with gear_rank unset the
+//      fewest that hold gear_energy_threshold of the residual's energy (the largest such count
+//      over the block's heads, so every head reaches the threshold and all heads share one layout).
+// Keys and values are compressed alike and separately. The incomplete last block (at most G - 1
+// tokens) stays in the input dtype — GEAR's streaming buffer.
+//
+// Storage (all counted by nbytes()), blocks allocated in 256-token steps, factor terms grown by
+// half again when full:
+//   key_codes    U32 [B, H, blocks * G, words(Dk, b)]   value_codes  U32 [B, H, blocks * G, words(Dv, b)]
+//   key_params   F16 [B, H, blocks, 2 * Dk]              value_params F16 [B, H, blocks * G, 2 * ceil(Dv / G)]
+//   outliers     (sparse_outliers.h) u32 index + f32 delta per outlier, fixed count per block
+//   block_terms  I32 [1, 1, blocks, 4]  (first key term, key rank, first value term, value rank)
+//   key_left/value_left  F16 [B, H, terms, G]     sigma_i u_i over the block's rows
+//   key_right            F16 [B, H, terms, Dk]    v_i in the key code order (attention/code_rows.h)
+//   value_right          F16 [B, H, terms, Dv]    v_i in natural order
+//   tail_k/tail_v        input dtype [B, H, G, D]
+// Fused attention: the codes (KiviQuantizedRows), the outliers (DenseAndSparseRows) and the factors
+// (LowRankRows) as one segment of the shared driver, the tail a second; no dequantized copy.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lm/cache.h"
+#include "veloxquant/attention/code_rows.h"
+#include "veloxquant/caches/sparse_outliers.h"
+#include "veloxquant/config/kv_cache_config.h"
+#include "veloxquant/registry/method_descriptor.h"
+
+namespace veloxquant {
+
+// The original's fields and defaults (spec §3.2 "GEAR").
+struct GearOptions {
+  int gear_bits = 2;
+  std::optional<int> gear_rank;  // none: the energy rule
+  double gear_energy_threshold = 0.90;
+  double gear_sparse_fraction = 0.01;
+  int gear_group_size = 32;
+  bool gear_quantize_values = true;
+};
+
+class GearCache : public lm::KVCache {
+ public:
+  static constexpr int64_t kGrowthStep = 256;
+  // rank: terms per block, or nullopt for the energy rule.
+  GearCache(int bits, int group_size, std::optional<int> rank, double energy_threshold, double sparse_fraction);
+
+  lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
+  int64_t offset() const override { return offset_; }
+  bool empty() const override { return offset_ == 0; }
+  std::size_t nbytes() const override;
+  // The original is accounting-only and not trimmable (spec §6 #18): trim removes nothing.
+  bool is_trimmable() const override { return false; }
+  std::vector<lm::Tensor> state() const override;
+  std::vector<std::string> meta_state() const override;
+  void from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) override;
+  std::string type_name() const override { return "GearCache"; }
+  std::shared_ptr<lm::KVCache> clone() const override;
+  bool supports_fused_attention() const override { return true; }
+  void fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) override;
+
+  int64_t frontier() const { return frontier_; }
+  // Low-rank terms of block `block`: keys (which = 0) or values (1).
+  int64_t block_rank(int64_t block, int which) const;
+  // The original reports gear_bits as the average bits (the corrections are extra storage).
+  double assigned_avg_bits() const { return bits_; }
+
+ private:
+  void allocate(const lm::Tensor& keys, const lm::Tensor& values);
+  void store(const lm::Tensor& keys, const lm::Tensor& values);
+  void ensure_blocks(int64_t blocks);
+  void ensure_terms(int which, int64_t terms);
+  // Quantizes block `block` of every (b, h): f32 keys [G, Dk] at keys + (b * H + h) * key_head_stride,
+  // values likewise.
+  void flush_block(int64_t block, const float* keys, int64_t key_head_stride, const float* values,
+                   int64_t value_head_stride);
+  // What decode_block adds up: the codes alone, with the outliers' deltas, or also the low-rank terms.
+  enum class DecodeParts { kCodes, kSparse, kAll };
+  // Rows [block * G, (block + 1) * G) of (b, h) decoded into f32 [G, D].
+  void decode_block(bool keys, int64_t b, int64_t h, int64_t block, DecodeParts parts, float* out) const;
+  lm::KeysValues fetch(lm::DType dtype) const;
+
+  int bits_, group_;
+  std::optional<int> rank_;
+  double energy_, sparse_fraction_;
+  int64_t batch_ = 0, heads_ = 0, dk_ = 0, dv_ = 0;
+  lm::DType dtype_ = lm::DType::F16;
+  int64_t offset_ = 0, frontier_ = 0, capacity_blocks_ = 0;
+  int64_t terms_used_[2] = {0, 0}, terms_capacity_[2] = {0, 0};
+  lm::Tensor key_codes_, key_params_, value_codes_, value_params_;
+  SparseOutliers outliers_;
+  lm::Tensor block_terms_, left_[2], right_[2];  // [0] keys, [1] values
+  lm::Tensor tail_k_, tail_v_;
+  std::shared_ptr<const attention::CodeOrder> key_order_, value_order_;
+  std::shared_ptr<const std::vector<int32_t>> key_position_;
+};
+
+// QuantizerConfigError naming the field and value; base::Unsupported for gear_quantize_values=false.
+void validate_gear_options(const KVCacheConfig& config);
+std::shared_ptr<lm::KVCache> make_gear_cache(const KVCacheConfig& config);
+// The registration (registry/method_table.cpp lists it).
+MethodDescriptor gear_method();
+
+}  // namespace veloxquant

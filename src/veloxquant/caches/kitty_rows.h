@@ -1,0 +1,51 @@
+#pragma once
+// kitty's storage (caches/kitty_cache.h) as one RowSource for the attention driver: quantized key
+// blocks scored from their two code planes, the tail's keys from the input dtype, and every value
+// row from the exact values.
+//
+// A block's channels split into its high set H (mask bits) and low set L, each coded per channel
+// over the block's rows with (scale s_c, min m_c), so for a query q and row t of the block:
+//   <q, k_t> = sum_{c in H} (q_c s_c) hcode_tc + sum_{c in L} (q_c s_c) lcode_tc + sum_c q_c m_c
+// The query is folded into the block's scales once per block (gathered into H's and L's order),
+// then each row costs one unpack per plane and Dk multiply-adds shared by all queries of the tile.
+// A plane whose width and bits allow it (2 or 4 bits, whole words) is unpacked by SIMD planes,
+// in the plane's code order, and its folded query is gathered in that order.
+#include <cstdint>
+
+#include "lm/tensor.h"
+#include "veloxquant/attention/code_rows.h"
+#include "veloxquant/attention/dtype_rows.h"
+#include "veloxquant/attention/row_source.h"
+
+namespace veloxquant {
+
+class KittyRows final : public attention::RowSource {
+ public:
+  // rows: every stored row of a head (quantized ones below `frontier`, tail rows after it).
+  KittyRows(const lm::Tensor& hi_codes, const lm::Tensor& lo_codes, const lm::Tensor& key_params,
+            const lm::Tensor& hi_mask, const lm::Tensor& tail_keys, const lm::Tensor& values, int64_t frontier,
+            int64_t rows, int group, const attention::CodeOrder& hi_order, const attention::CodeOrder& lo_order);
+
+  int64_t key_dim() const override { return dk_; }
+  int64_t value_dim() const override { return values_.dim; }
+  int64_t rows(int64_t, int64_t) const override { return rows_; }
+  void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
+                  int64_t ld, attention::TileScratch& scratch) const override;
+  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
+                       float* acc, attention::TileScratch& scratch) const override;
+
+ private:
+  const lm::Tensor& hi_codes_;
+  const lm::Tensor& lo_codes_;
+  const lm::Tensor& key_params_;
+  const lm::Tensor& hi_mask_;
+  attention::PlainRows tail_keys_, values_;
+  int64_t frontier_, rows_, dk_;
+  int group_;
+  // How each plane's packed rows unpack (attention/code_rows.h): planar widths by SIMD planes in
+  // a permuted order, the others in natural order; the folded query follows the same order.
+  const attention::CodeOrder& hi_order_;
+  const attention::CodeOrder& lo_order_;
+};
+
+}  // namespace veloxquant
