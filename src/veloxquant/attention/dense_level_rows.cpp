@@ -194,6 +194,47 @@ void decode_rows_f16_table(DF df, const DenseLevelRows& r, const uint16_t* level
   }
 }
 
+// 8-bit codes on even levels (2c - 255) / 256 (turboquant_block from 7 bits on): each level is
+// computed from its code, exactly (c * 2/256 - 255/256 in one FMA on a small integer), times the
+// block scale (plus the mean) — what the scalar loop computes from the table, 8 codes in five
+// instructions instead of a gather.
+template <class DF>
+void decode_rows_even_bytes(DF df, const DenseLevelRows& r, float* out) {
+  const hn::Rebind<int32_t, DF> di;
+  const hn::Rebind<uint32_t, DF> du32;
+  const hn::Rebind<uint8_t, DF> du8;  // 8 bytes
+  const hn::Repartition<uint16_t, DF> du16;
+  const hn::Half<decltype(du16)> du16h;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const auto two_256 = hn::Set(df, 2.0f / 256.0f), minus_255_256 = hn::Set(df, -255.0f / 256.0f);
+  const int64_t dim = r.dim, block = r.block;
+  for (int64_t j = 0; j < r.n_rows; ++j) {
+    const uint8_t* codes = r.codes + j * r.code_stride;
+    const uint16_t* scales = r.scales + j * r.scale_stride;
+    float* dst = out + j * dim;
+    for (int64_t b0 = 0, blk = 0; b0 < dim; b0 += block, ++blk) {
+      const auto scale = hn::PromoteTo(df, hn::BitCast(dh, hn::Set(du16h, scales[blk])));
+      for (int64_t i = b0; i < b0 + block; i += 8) {
+        const auto code = hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(du32, hn::LoadU(du8, codes + i))));
+        const auto level = hn::MulAdd(code, two_256, minus_255_256);
+        if (r.offset != nullptr) {
+          hn::StoreU(hn::MulAdd(level, scale, hn::LoadU(df, r.offset + i)), df, dst + i);
+        } else {
+          hn::StoreU(hn::Mul(level, scale), df, dst + i);
+        }
+      }
+    }
+  }
+}
+
+// Whether the 256 levels are the even ones (2c - 255) / 256.
+inline bool levels_are_even_bytes(const float* levels) {
+  for (int c = 0; c < 256; ++c) {
+    if (levels[c] * 256.0f != static_cast<float>(2 * c - 255)) return false;
+  }
+  return true;
+}
+
 #endif  // HWY_TARGET != HWY_SCALAR
 
 void DecodeDenseLevelRowsImpl(const DenseLevelRows& r, float* out) {
@@ -217,6 +258,11 @@ void DecodeDenseLevelRowsImpl(const DenseLevelRows& r, float* out) {
         case 6: return decode_rows_f16_table<6>(df, r, levels_f16, out);
         default: break;
       }
+    }
+    // 8 bits on even levels: computed from the code.
+    if (hn::Lanes(df) == 8 && r.bits == 8 && r.dim % r.block == 0 && r.block % 8 == 0 && r.n_rows > 0 &&
+        (r.even_levels || levels_are_even_bytes(r.levels))) {
+      return decode_rows_even_bytes(df, r, out);
     }
     // Other levels and 7-8 bits: 8 codes per group, f32 levels gathered.
     if (hn::Lanes(df) == 8 && r.dim % 8 == 0 && r.block % 8 == 0 && r.n_rows > 0) {

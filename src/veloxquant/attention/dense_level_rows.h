@@ -8,6 +8,7 @@
 //   - levels that are exact f16 values (turboquant_block's) and b <= 6: 16 codes per pass in u16
 //     lanes, levels looked up as f16 by byte shuffles from tables held in registers, widened by
 //     the hardware conversion (dense_level_rows.cpp explains the steps);
+//   - 8 bits on even levels (2c - 255) / 256: each level computed from its code (one FMA);
 //   - any other levels, and 7-8 bits: 8 codes per group spread by one byte shuffle and a
 //     per-lane shift, their f32 levels gathered.
 // Both equal the scalar reference below (one FMA rounding apart when an offset is added).
@@ -29,6 +30,8 @@ struct DenseLevelRows {
   // then keeps them in byte-shuffle tables without checking each call).
   const uint16_t* levels_f16 = nullptr;
   const float* offset = nullptr;      // optional: added to every row (a per-channel mean), dim floats
+  // 8 bits: the caller knows the levels are (2c - 255) / 256 (else the decoder checks them).
+  bool even_levels = false;
 };
 
 // out[j * dim + i] = f16(scale_j[i / block]) * levels[code_j(i)] (+ offset[i]) for j < n_rows,

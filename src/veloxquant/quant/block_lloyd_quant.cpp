@@ -296,6 +296,7 @@ void BlockLloydQuantizer::decode_rows(const uint8_t* packed, int64_t code_stride
   rows.block = block_;
   rows.levels = levels_->data();
   rows.levels_f16 = table_->levels_f16.data();
+  rows.even_levels = bits_ >= kEvenLevelsFromBits;
   rows.offset = offset;
   attention::kernels::decode_dense_level_rows(rows, out);
 }

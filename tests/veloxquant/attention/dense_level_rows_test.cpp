@@ -128,5 +128,13 @@ TEST(DenseLevelRows, F16TablePathMatchesScalarForEveryWidthBlockAndTail) {
   }
 }
 
+TEST(DenseLevelRows, EvenByteLevelsComputedFromTheCodeMatchScalar) {
+  // 8-bit codes on the levels (2c - 255) / 256 (turboquant_block from 7 bits on) take the path
+  // that computes each level from its code; dims and blocks that are not whole blocks fall back.
+  std::vector<float> levels;
+  for (int c = 0; c < 256; ++c) levels.push_back(static_cast<float>(2 * c - 255) / 256.0f);
+  expect_simd_matches_scalar(8, levels, {8, 64, 128, 40}, {8, 32, 64}, {1, 3, 64}, {0, 5});
+}
+
 }  // namespace
 }  // namespace veloxquant::attention::kernels
