@@ -41,6 +41,9 @@ struct BenchFlags : apps::ModelFlags {  // --model, --tokenizer, --threads, --kv
   std::string text;
   std::string methods;  // comma list; empty = every servable method (unless --presets is given)
   std::string presets;  // comma list of presets/kv_presets.h names
+  // Each "NAME FIELD=VALUE ..." (NAME a method or a preset) runs as one setting of its own, so
+  // several configurations of one method share the windows and the baseline.
+  std::vector<std::string> configs;
   std::vector<std::string> bits{"2", "4"};
   std::vector<std::string> sets;
   int64_t seed = 42;
@@ -72,6 +75,7 @@ std::string command_line(const BenchFlags& f) {
   if (!f.tokenizer.empty()) cmd << " --tokenizer " << f.tokenizer;
   if (!f.methods.empty()) cmd << " --methods " << f.methods;
   if (!f.presets.empty()) cmd << " --presets " << f.presets;
+  for (const auto& c : f.configs) cmd << " --config '" << c << "'";
   cmd << " --bits";
   for (const auto& b : f.bits) cmd << ' ' << b;
   for (const auto& s : f.sets) cmd << " --set " << s;
@@ -115,6 +119,34 @@ std::vector<Setting> plan_settings(const BenchFlags& f, std::vector<ev::SkippedS
       s.settings += "," + set;
     }
     veloxquant::validate_per_layer_config(s.config);
+    preset_settings.push_back(std::move(s));
+  }
+  for (const auto& text : f.configs) {
+    std::istringstream words(text);
+    std::string name;
+    words >> name;
+    if (name.empty()) throw veloxquant::QuantizerConfigError("--config needs a method or preset name, got ''");
+    const bool is_preset = std::any_of(veloxquant::kv_presets().begin(), veloxquant::kv_presets().end(),
+                                       [&](const veloxquant::KvPreset& p) { return p.name == name; });
+    Setting s{"", "", "", {}};
+    if (is_preset) {
+      const veloxquant::KvPreset& preset = veloxquant::require_kv_preset(name);
+      s.method = preset.method;
+      s.settings = "preset=" + preset.name;
+      s.config = veloxquant::kv_preset_config(preset, f.seed);
+      for (const auto& set : preset.sets) s.settings += "," + set;
+    } else {
+      veloxquant::require_method(name);  // unknown -> error naming valid ones
+      s.method = name;
+      s.config.method = name;
+      s.config.seed = f.seed;
+    }
+    for (std::string set; words >> set;) {
+      veloxquant::apply_field_assignment(s.config, set);
+      s.settings += (s.settings.empty() ? "" : ",") + set;
+    }
+    veloxquant::validate_per_layer_config(s.config);
+    s.settings = "config=" + s.settings;
     preset_settings.push_back(std::move(s));
   }
   if ((!preset_settings.empty() || !f.kv_dtypes.empty()) && f.methods.empty()) return preset_settings;
@@ -202,7 +234,10 @@ void run_bench(const BenchFlags& f) {
       continue;
     }
     const bool preset = s.settings.rfind("preset=", 0) == 0;
-    const std::string label = preset ? s.settings.substr(7, s.settings.find(',') - 7) + " " + s.method : s.method;
+    const bool config = s.settings.rfind("config=", 0) == 0;
+    const std::string label = preset   ? s.settings.substr(7, s.settings.find(',') - 7) + " " + s.method
+                              : config ? "config " + std::to_string(methods.size() + 1) + " " + s.method
+                                       : s.method;
     methods.push_back({label + (s.bits.empty() ? "" : " b=" + s.bits),
                        [&model, cfg = s.config] { return veloxquant::KVCacheBuilder::for_model(model, cfg); }});
     kept.push_back(s);
@@ -258,6 +293,9 @@ apps::CommandRegistration registration{"bench-methods", [](CLI::App& root) {
   cmd->add_option("--methods", flags->methods, "Comma-separated methods (default: every servable method)");
   cmd->add_option("--presets", flags->presets,
                   "Comma-separated presets (q8,q5,q4,q3; see `veloxquant methods`); alone, only they run");
+  cmd->add_option("--config", flags->configs,
+                  "'NAME FIELD=VALUE ...' (NAME a method or a preset): one more setting of its own, beside the "
+                  "others in the same windows; --set does not apply to it (repeatable)");
   cmd->add_option("--bits", flags->bits, "Bit settings to run for methods that read bit_width_inlier")
       ->capture_default_str();
   cmd->add_option("--set", flags->sets, "FIELD=VALUE applied to every method that reads FIELD (repeatable)");

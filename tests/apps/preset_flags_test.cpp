@@ -66,6 +66,43 @@ TEST(PresetFlags, MethodsListsEveryPreset) {
   }
 }
 
+TEST(PresetFlags, BenchMethodsConfigsFailBeforeLoading) {
+  const std::string head = "bench-methods -m /nonexistent.gguf --text /nonexistent.txt --out /nonexistent_dir ";
+  const RunResult method = run_cli(head + "--config 'turboquant_blok key_bits=3'");
+  EXPECT_EQ(method.exit_code, 2) << method.err;
+  EXPECT_NE(method.err.find("turboquant_blok"), std::string::npos) << method.err;
+  const RunResult value = run_cli(head + "--config 'q3 key_bits=9'");
+  EXPECT_EQ(value.exit_code, 2) << value.err;
+  EXPECT_NE(value.err.find("got 9"), std::string::npos) << value.err;
+}
+
+TEST(PresetFlags, BenchMethodsRunsEachConfigAsItsOwnSetting) {
+  // Two configurations of one method in one run: a method with its fields, and a preset with one
+  // field changed. stories260K: 5 layers x 4 kv heads x head_dim 8; one window of 64 tokens
+  // allocates 256 rows (the caches' growth step). Per row and kv head, 3-bit keys and values take
+  // ceil(8*3/8) = 3 code bytes + one f16 scale each: 10 bytes; 4-bit keys one byte more.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "vq_bench_configs_test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "text.txt") << "Once upon a time there was a little girl named Lily. She liked to play outside "
+                                     "in the park with her friends. One day she saw a big red ball under a tree, and "
+                                     "she ran to get it. Her mom smiled and said they could play together.";
+  const RunResult r = run_cli("bench-methods -m " + kStories + " --text " + (dir / "text.txt").string() +
+                              " --ctx 64 --chunks 1 --chunking llama --tail 1 --out " + (dir / "out").string() +
+                              " --config 'turboquant_block key_bits=3 value_bits=3'"
+                              " --config 'q4 key_bits=4 value_bits=3'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(dir / "out" / "results.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j.at("results").size(), 2u) << j.dump();
+  const nlohmann::json& small = j.at("results")[0];  // sorted by bytes per token
+  const nlohmann::json& large = j.at("results")[1];
+  EXPECT_EQ(small.at("settings"), "config=key_bits=3,value_bits=3");
+  EXPECT_EQ(large.at("settings"), "config=preset=q4,key_bits=5,value_bits=3,key_bits=4,value_bits=3");
+  EXPECT_DOUBLE_EQ(small.at("kv_bytes_per_token").get<double>(), 5 * 4 * 10 * 256 / 64.0);  // 800
+  EXPECT_DOUBLE_EQ(large.at("kv_bytes_per_token").get<double>(), 5 * 4 * 11 * 256 / 64.0);  // 880
+  std::filesystem::remove_all(dir);
+}
+
 TEST(PresetFlags, GenerateWiresThePreset) {
   const RunResult r = run_cli("generate -m " + kStories + " -p 'Once upon a time' -n 8 --preset q4");
   ASSERT_EQ(r.exit_code, 0) << r.err;
