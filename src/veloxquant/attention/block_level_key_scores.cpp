@@ -6,6 +6,7 @@
 #include "hwy/highway.h"
 
 #include "veloxquant/attention/block_level_key_scores.h"
+#include "veloxquant/attention/codebook_key_scores.h"
 #include "veloxquant/attention/dense_code_lookup-inl.h"
 #include "veloxquant/attention/integer_query_step.h"
 #include "veloxquant/attention/integer_row_sums-inl.h"
@@ -185,10 +186,9 @@ HWY_EXPORT(KeyScoresSupportedImpl);
 HWY_EXPORT(ScoreBlockLevelsImpl);
 
 int32_t block_integer_limit(int64_t block) {
-  // A lane of the loop sums block / 8 products (two per multiply-add, block / 16 passes).
-  const int64_t products = std::max<int64_t>(1, block / 8);
-  const double bound = std::sqrt(static_cast<double>(std::numeric_limits<int32_t>::max()) / static_cast<double>(products));
-  return static_cast<int32_t>(std::min(32767.0, std::floor(bound)));
+  // A lane of the loop sums block / 8 products (two per multiply-add, block / 16 passes): the
+  // codebook scorer's bound for sums of that many products.
+  return codebook_integer_limit(std::max<int64_t>(1, block / 8));
 }
 
 BlockLevels16 block_levels16(const float* levels, int bits, int32_t limit) {

@@ -42,6 +42,11 @@ TurboQuantBlockRows::TurboQuantBlockRows(const TurboQuantBlockCache& cache, int6
   }
 }
 
+int64_t TurboQuantBlockRows::decoded_rows_end(bool codes_readable, int64_t n_queries, int64_t j0, int64_t j1) const {
+  if (!codes_readable || n_queries > kMaxQueriesFromCodes) return j1;
+  return std::min(j1, std::max(j0, cache_.sink_rows_held()));
+}
+
 int64_t TurboQuantBlockRows::prepared_dim() const {
   const int64_t d = cache_.head_dim();
   return integer_keys_ ? d / 2 + 1 + d : d;
@@ -110,8 +115,7 @@ void TurboQuantBlockRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j
   const int64_t work = 2 * std::max(d, cache_.value_dim());
   // Sink rows (f16 copies) and, without integer keys or for many queries, every row: decoded and
   // scored in f32.
-  const bool from_codes = integer_keys_ && n_queries <= kMaxQueriesFromCodes;
-  const int64_t decoded_end = from_codes ? std::min(j1, std::max(j0, cache_.sink_rows_held())) : j1;
+  const int64_t decoded_end = decoded_rows_end(integer_keys_, n_queries, j0, j1);
   if (decoded_end > j0) {
     const int64_t n = decoded_end - j0;
     float* rows = scratch.f32(static_cast<std::size_t>(n * d + work));
@@ -167,8 +171,7 @@ void TurboQuantBlockRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int6
   const int64_t work = 2 * std::max(cache_.head_dim(), dv);
   // Sink rows (f16 copies) and, without coded values or for many queries, every row: decoded and
   // accumulated in f32.
-  const bool from_codes = coded_values_ && n_queries <= kMaxQueriesFromCodes;
-  const int64_t decoded_end = from_codes ? std::min(j1, std::max(j0, cache_.sink_rows_held())) : j1;
+  const int64_t decoded_end = decoded_rows_end(coded_values_, n_queries, j0, j1);
   if (decoded_end > j0) {
     const int64_t n = decoded_end - j0;
     float* rows = scratch.f32(static_cast<std::size_t>(n * dv + work));

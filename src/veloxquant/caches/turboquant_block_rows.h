@@ -51,6 +51,9 @@ class TurboQuantBlockRows final : public attention::RowSource {
  private:
   void rotated_rows(bool keys, int64_t b, int64_t h, int64_t j0, int64_t j1, float* out, float* work) const;
 
+  // The end of the rows of [j0, j1) decoded to f32: the sink rows when the codes are read
+  // directly (codes_readable, a decode tile), else all of them.
+  int64_t decoded_rows_end(bool codes_readable, int64_t n_queries, int64_t j0, int64_t j1) const;
   // Rows [j0, j1) of coded values (no sink rows) added from their codes.
   void accumulate_coded_values(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
                                int64_t ld, float* acc, attention::TileScratch& scratch) const;
