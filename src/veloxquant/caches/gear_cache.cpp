@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "base/error.h"
@@ -17,6 +15,7 @@
 #include "veloxquant/caches/dense_and_sparse_rows.h"
 #include "veloxquant/caches/kivi_row_source.h"
 #include "veloxquant/caches/low_rank_rows.h"
+#include "veloxquant/caches/quantized_blocks_tail.h"
 #include "veloxquant/caches/sink_rows.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/core/group_quant.h"
@@ -286,8 +285,8 @@ void GearCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   for (int64_t bh = 0; bh < heads; ++bh) {
     float* hk = pk.data() + bh * pending_rows * dk_;
     float* hv = pv.data() + bh * pending_rows * dv_;
-    const std::byte* rk = tail_k_.raw_data() + bh * group_ * dk_ * static_cast<int64_t>(tail_k_.element_size());
-    const std::byte* rv = tail_v_.raw_data() + bh * group_ * dv_ * static_cast<int64_t>(tail_v_.element_size());
+    const std::byte* rk = blocks_tail::head_rows(tail_k_, bh, group_, dk_);
+    const std::byte* rv = blocks_tail::head_rows(tail_v_, bh, group_, dv_);
     cache_rows::load_f32(rk, dtype_, static_cast<std::size_t>(tail * dk_), hk);
     cache_rows::load_f32(rv, dtype_, static_cast<std::size_t>(tail * dv_), hv);
     std::memcpy(hk + tail * dk_, new_k.data() + bh * s * dk_, sizeof(float) * static_cast<std::size_t>(s * dk_));
@@ -300,8 +299,8 @@ void GearCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   }
   const int64_t kept = pending_rows - blocks * group_;
   for (int64_t bh = 0; bh < heads; ++bh) {
-    std::byte* rk = tail_k_.raw_data() + bh * group_ * dk_ * static_cast<int64_t>(tail_k_.element_size());
-    std::byte* rv = tail_v_.raw_data() + bh * group_ * dv_ * static_cast<int64_t>(tail_v_.element_size());
+    std::byte* rk = blocks_tail::head_rows(tail_k_, bh, group_, dk_);
+    std::byte* rv = blocks_tail::head_rows(tail_v_, bh, group_, dv_);
     cache_rows::store_f32(pk.data() + (bh * pending_rows + blocks * group_) * dk_, static_cast<std::size_t>(kept * dk_),
                           rk, dtype_);
     cache_rows::store_f32(pv.data() + (bh * pending_rows + blocks * group_) * dv_, static_cast<std::size_t>(kept * dv_),
@@ -329,12 +328,8 @@ lm::KeysValues GearCache::fetch(lm::DType dtype) const {
         cache_rows::store_f32(block.data(), static_cast<std::size_t>(group_ * dv_),
                               vout + g * group_ * dv_ * static_cast<int64_t>(v.element_size()), dtype);
       }
-      const std::byte* rk = tail_k_.raw_data() + bh * group_ * dk_ * static_cast<int64_t>(tail_k_.element_size());
-      const std::byte* rv = tail_v_.raw_data() + bh * group_ * dv_ * static_cast<int64_t>(tail_v_.element_size());
-      lm::convert_elements(rk, dtype_, kout + frontier_ * dk_ * static_cast<int64_t>(k.element_size()), dtype,
-                           static_cast<std::size_t>(tail * dk_));
-      lm::convert_elements(rv, dtype_, vout + frontier_ * dv_ * static_cast<int64_t>(v.element_size()), dtype,
-                           static_cast<std::size_t>(tail * dv_));
+      blocks_tail::fetch_head_tail(tail_k_, dtype_, bh, group_, dk_, tail, frontier_, offset_, k);
+      blocks_tail::fetch_head_tail(tail_v_, dtype_, bh, group_, dv_, tail, frontier_, offset_, v);
     }
   }
   return {std::move(k), std::move(v)};
@@ -381,24 +376,9 @@ std::vector<lm::Tensor> GearCache::state() const {
   return out;
 }
 
-namespace {
-std::string exact_double(double x) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.17g", x);
-  return text;
-}
-
-double parse_double(const std::string& text, const char* who, const char* what) {
-  char* end = nullptr;
-  const double x = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || *end != '\0') throw base::FormatError(std::string(who) + ": bad " + what + " '" + text + "'");
-  return x;
-}
-}  // namespace
-
 std::vector<std::string> GearCache::meta_state() const {
   return {std::to_string(bits_),   std::to_string(group_),    rank_ ? std::to_string(*rank_) : "none",
-          exact_double(energy_),   exact_double(sparse_fraction_), std::to_string(offset_),
+          blocks_tail::exact_double(energy_), blocks_tail::exact_double(sparse_fraction_), std::to_string(offset_),
           std::to_string(frontier_), std::string(lm::dtype_name(dtype_))};
 }
 
@@ -412,18 +392,11 @@ void GearCache::from_state(const std::vector<lm::Tensor>& state, const std::vect
   if (meta[2] != "none") rank = static_cast<int>(cache_rows::parse_meta_int(meta[2], who, "rank"));
   GearCache fresh(static_cast<int>(cache_rows::parse_meta_int(meta[0], who, "bits")),
                   static_cast<int>(cache_rows::parse_meta_int(meta[1], who, "group")), rank,
-                  parse_double(meta[3], who, "energy threshold"), parse_double(meta[4], who, "sparse fraction"));
-  const int64_t offset = cache_rows::parse_meta_int(meta[5], who, "offset");
-  const int64_t frontier = cache_rows::parse_meta_int(meta[6], who, "frontier");
-  lm::DType dtype;
-  try {
-    dtype = lm::parse_float_dtype(meta[7]);
-  } catch (const base::InvalidArgument& e) {
-    throw base::FormatError(std::string(who) + ": " + e.what());
-  }
-  if (frontier < 0 || frontier > offset || frontier % fresh.group_ != 0 || offset - frontier >= fresh.group_) {
-    throw base::FormatError(std::string(who) + ": inconsistent offset " + meta[5] + " / frontier " + meta[6]);
-  }
+                  blocks_tail::parse_meta_double(meta[3], who, "energy threshold"),
+                  blocks_tail::parse_meta_double(meta[4], who, "sparse fraction"));
+  const blocks_tail::TailMeta saved = blocks_tail::parse_tail_meta(meta, 5, fresh.group_, who);
+  const int64_t offset = saved.offset, frontier = saved.frontier;
+  const lm::DType dtype = saved.dtype;
   if (state.empty()) {
     if (offset != 0) throw base::FormatError(std::string(who) + ": no tensors for offset " + meta[5]);
     *this = fresh;
@@ -436,9 +409,7 @@ void GearCache::from_state(const std::vector<lm::Tensor>& state, const std::vect
   }
   const lm::Tensor& rk = state[expected - 2];
   const lm::Tensor& rv = state[expected - 1];
-  if (rk.ndim() != 4 || rv.ndim() != 4 || rk.dim(2) != offset - frontier || rv.dim(2) != offset - frontier) {
-    throw base::FormatError(std::string(who) + ": tail rows do not match offset " + meta[5] + " / frontier " + meta[6]);
-  }
+  blocks_tail::check_tail_state(rk, rv, offset - frontier, who, meta[5], meta[6]);
   fresh.allocate(rk.astype(dtype), rv.astype(dtype));
   const int64_t blocks = frontier / fresh.group_;
   // The block table first: it says how many factor rows the other tensors must hold.

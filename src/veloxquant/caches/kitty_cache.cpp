@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -13,6 +11,7 @@
 #include "veloxquant/attention/attention_driver.h"
 #include "veloxquant/attention/fused_call.h"
 #include "veloxquant/caches/kitty_rows.h"
+#include "veloxquant/caches/quantized_blocks_tail.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/core/group_quant.h"
 #include "veloxquant/errors.h"
@@ -185,7 +184,7 @@ void KittyCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
       const int64_t bh = b * heads_ + h;
-      std::byte* rk = tail_k_.raw_data() + bh * group_ * dk_ * static_cast<int64_t>(tail_k_.element_size());
+      std::byte* rk = blocks_tail::head_rows(tail_k_, bh, group_, dk_);
       cache_rows::load_f32(rk, dtype_, static_cast<std::size_t>(tail * dk_), pk.data());
       std::memcpy(pk.data() + tail * dk_, new_k.data() + bh * s * dk_, sizeof(float) * static_cast<std::size_t>(s * dk_));
       for (int64_t k = 0; k < blocks; ++k) flush_block(b, h, frontier_ / group_ + k, pk.data() + k * group_ * dk_);
@@ -210,9 +209,7 @@ lm::KeysValues KittyCache::fetch(lm::DType dtype) const {
         cache_rows::store_f32(block.data(), block.size(), kout + g * group_ * dk_ * static_cast<int64_t>(k.element_size()),
                               dtype);
       }
-      const std::byte* rk = tail_k_.raw_data() + bh * group_ * dk_ * static_cast<int64_t>(tail_k_.element_size());
-      lm::convert_elements(rk, dtype_, kout + frontier_ * dk_ * static_cast<int64_t>(k.element_size()), dtype,
-                           static_cast<std::size_t>(tail * dk_));
+      blocks_tail::fetch_head_tail(tail_k_, dtype_, bh, group_, dk_, tail, frontier_, offset_, k);
       const std::byte* rv = values_.raw_data() + bh * values_.dim(2) * dv_ * static_cast<int64_t>(values_.element_size());
       lm::convert_elements(rv, dtype_, v.raw_data() + bh * offset_ * dv_ * static_cast<int64_t>(v.element_size()), dtype,
                            static_cast<std::size_t>(offset_ * dv_));
@@ -251,8 +248,8 @@ int64_t KittyCache::trim(int64_t n) {
       for (int64_t h = 0; h < heads_; ++h) {
         const int64_t bh = b * heads_ + h;
         decode_block(b, h, new_frontier / group_, block.data());
-        std::byte* rk = tail_k_.raw_data() + bh * group_ * dk_ * static_cast<int64_t>(tail_k_.element_size());
-        cache_rows::store_f32(block.data(), static_cast<std::size_t>(kept * dk_), rk, dtype_);
+        cache_rows::store_f32(block.data(), static_cast<std::size_t>(kept * dk_),
+                              blocks_tail::head_rows(tail_k_, bh, group_, dk_), dtype_);
       }
     }
     frontier_ = new_frontier;
@@ -269,9 +266,7 @@ std::vector<lm::Tensor> KittyCache::state() const {
 }
 
 std::vector<std::string> KittyCache::meta_state() const {
-  char fraction[32];
-  std::snprintf(fraction, sizeof(fraction), "%.17g", hi_fraction_);
-  return {std::string(fraction),    std::to_string(hi_bit_),  std::to_string(lo_bit_),
+  return {blocks_tail::exact_double(hi_fraction_), std::to_string(hi_bit_),  std::to_string(lo_bit_),
           std::to_string(group_),   std::to_string(offset_), std::to_string(frontier_),
           std::string(lm::dtype_name(dtype_))};
 }
@@ -282,23 +277,13 @@ void KittyCache::from_state(const std::vector<lm::Tensor>& state, const std::vec
     throw base::FormatError(std::string(who) + ": expected 7 meta entries (hi fraction, hi bit, lo bit, group, " +
                             "offset, frontier, dtype), got " + std::to_string(meta.size()));
   }
-  char* end = nullptr;
-  const double fraction = std::strtod(meta[0].c_str(), &end);
-  if (end == meta[0].c_str() || *end != '\0') throw base::FormatError(std::string(who) + ": bad hi fraction '" + meta[0] + "'");
+  const double fraction = blocks_tail::parse_meta_double(meta[0], who, "hi fraction");
   KittyCache fresh(fraction, static_cast<int>(cache_rows::parse_meta_int(meta[1], who, "hi bit")),
                    static_cast<int>(cache_rows::parse_meta_int(meta[2], who, "lo bit")),
                    static_cast<int>(cache_rows::parse_meta_int(meta[3], who, "group")));
-  const int64_t offset = cache_rows::parse_meta_int(meta[4], who, "offset");
-  const int64_t frontier = cache_rows::parse_meta_int(meta[5], who, "frontier");
-  lm::DType dtype;
-  try {
-    dtype = lm::parse_float_dtype(meta[6]);
-  } catch (const base::InvalidArgument& e) {
-    throw base::FormatError(std::string(who) + ": " + e.what());
-  }
-  if (frontier < 0 || frontier > offset || frontier % fresh.group_ != 0 || offset - frontier >= fresh.group_) {
-    throw base::FormatError(std::string(who) + ": inconsistent offset " + meta[4] + " / frontier " + meta[5]);
-  }
+  const blocks_tail::TailMeta saved = blocks_tail::parse_tail_meta(meta, 4, fresh.group_, who);
+  const int64_t offset = saved.offset, frontier = saved.frontier;
+  const lm::DType dtype = saved.dtype;
   if (state.empty()) {
     if (offset != 0) throw base::FormatError(std::string(who) + ": no tensors for offset " + meta[4]);
     *this = fresh;

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "base/error.h"
@@ -13,6 +11,7 @@
 #include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/attention/fused_call.h"
 #include "veloxquant/caches/kivi_row_source.h"
+#include "veloxquant/caches/quantized_blocks_tail.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/core/group_quant.h"
 #include "veloxquant/errors.h"
@@ -204,8 +203,8 @@ void ZipCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
       const int64_t bh = b * heads_ + h;
-      std::byte* rk = tail_k_.raw_data() + bh * group_ * dk_ * static_cast<int64_t>(tail_k_.element_size());
-      std::byte* rv = tail_v_.raw_data() + bh * group_ * dv_ * static_cast<int64_t>(tail_v_.element_size());
+      std::byte* rk = blocks_tail::head_rows(tail_k_, bh, group_, dk_);
+      std::byte* rv = blocks_tail::head_rows(tail_v_, bh, group_, dv_);
       cache_rows::load_f32(rk, dtype_, static_cast<std::size_t>(tail * dk_), pk.data());
       cache_rows::load_f32(rv, dtype_, static_cast<std::size_t>(tail * dv_), pv.data());
       std::memcpy(pk.data() + tail * dk_, new_k.data() + bh * s * dk_, sizeof(float) * static_cast<std::size_t>(s * dk_));
@@ -234,12 +233,8 @@ lm::KeysValues ZipCache::fetch(lm::DType dtype) const {
       decode_quantized(b, h, tk.data(), tv.data());
       cache_rows::store_f32(tk.data(), tk.size(), kout, dtype);
       cache_rows::store_f32(tv.data(), tv.size(), vout, dtype);
-      const std::byte* rk = tail_k_.raw_data() + bh * group_ * dk_ * static_cast<int64_t>(tail_k_.element_size());
-      const std::byte* rv = tail_v_.raw_data() + bh * group_ * dv_ * static_cast<int64_t>(tail_v_.element_size());
-      lm::convert_elements(rk, dtype_, kout + frontier_ * dk_ * static_cast<int64_t>(k.element_size()), dtype,
-                           static_cast<std::size_t>(tail * dk_));
-      lm::convert_elements(rv, dtype_, vout + frontier_ * dv_ * static_cast<int64_t>(v.element_size()), dtype,
-                           static_cast<std::size_t>(tail * dv_));
+      blocks_tail::fetch_head_tail(tail_k_, dtype_, bh, group_, dk_, tail, frontier_, offset_, k);
+      blocks_tail::fetch_head_tail(tail_v_, dtype_, bh, group_, dv_, tail, frontier_, offset_, v);
     }
   }
   return {std::move(k), std::move(v)};
@@ -292,9 +287,7 @@ std::vector<lm::Tensor> ZipCache::state() const {
 }
 
 std::vector<std::string> ZipCache::meta_state() const {
-  char fraction[32];
-  std::snprintf(fraction, sizeof(fraction), "%.17g", hi_fraction_);
-  return {std::to_string(hi_bits_), std::to_string(lo_bits_), std::string(fraction), std::to_string(group_),
+  return {std::to_string(hi_bits_), std::to_string(lo_bits_), blocks_tail::exact_double(hi_fraction_), std::to_string(group_),
           std::to_string(offset_),  std::to_string(frontier_), std::string(lm::dtype_name(dtype_))};
 }
 
@@ -304,23 +297,13 @@ void ZipCache::from_state(const std::vector<lm::Tensor>& state, const std::vecto
     throw base::FormatError(std::string(who) + ": expected 7 meta entries (hi bits, lo bits, hi fraction, group, " +
                             "offset, frontier, dtype), got " + std::to_string(meta.size()));
   }
-  char* end = nullptr;
-  const double fraction = std::strtod(meta[2].c_str(), &end);
-  if (end == meta[2].c_str() || *end != '\0') throw base::FormatError(std::string(who) + ": bad hi fraction '" + meta[2] + "'");
+  const double fraction = blocks_tail::parse_meta_double(meta[2], who, "hi fraction");
   ZipCache fresh(static_cast<int>(cache_rows::parse_meta_int(meta[0], who, "hi bits")),
                  static_cast<int>(cache_rows::parse_meta_int(meta[1], who, "lo bits")), fraction,
                  static_cast<int>(cache_rows::parse_meta_int(meta[3], who, "group")));
-  const int64_t offset = cache_rows::parse_meta_int(meta[4], who, "offset");
-  const int64_t frontier = cache_rows::parse_meta_int(meta[5], who, "frontier");
-  lm::DType dtype;
-  try {
-    dtype = lm::parse_float_dtype(meta[6]);
-  } catch (const base::InvalidArgument& e) {
-    throw base::FormatError(std::string(who) + ": " + e.what());
-  }
-  if (frontier < 0 || frontier > offset || frontier % fresh.group_ != 0 || offset - frontier >= fresh.group_) {
-    throw base::FormatError(std::string(who) + ": inconsistent offset " + meta[4] + " / frontier " + meta[5]);
-  }
+  const blocks_tail::TailMeta saved = blocks_tail::parse_tail_meta(meta, 4, fresh.group_, who);
+  const int64_t offset = saved.offset, frontier = saved.frontier;
+  const lm::DType dtype = saved.dtype;
   if (state.empty()) {
     if (offset != 0) throw base::FormatError(std::string(who) + ": no tensors for offset " + meta[4]);
     *this = fresh;
@@ -331,9 +314,7 @@ void ZipCache::from_state(const std::vector<lm::Tensor>& state, const std::vecto
   }
   const lm::Tensor& rk = state[10];
   const lm::Tensor& rv = state[11];
-  if (rk.ndim() != 4 || rv.ndim() != 4 || rk.dim(2) != offset - frontier || rv.dim(2) != offset - frontier) {
-    throw base::FormatError(std::string(who) + ": tail rows do not match offset " + meta[4] + " / frontier " + meta[5]);
-  }
+  blocks_tail::check_tail_state(rk, rv, offset - frontier, who, meta[4], meta[5]);
   fresh.allocate(rk.astype(dtype), rv.astype(dtype));
   const int64_t blocks = frontier / fresh.group_;
   for (int tier = 0; tier < 2; ++tier) {

@@ -1,0 +1,64 @@
+#include "veloxquant/caches/quantized_blocks_tail.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "base/error.h"
+#include "lm/kv_rows.h"
+#include "veloxquant/rows/cache_rows.h"
+
+namespace veloxquant::blocks_tail {
+
+std::byte* head_rows(lm::Tensor& tail, int64_t bh, int64_t group, int64_t width) {
+  return tail.raw_data() + bh * group * width * static_cast<int64_t>(tail.element_size());
+}
+
+const std::byte* head_rows(const lm::Tensor& tail, int64_t bh, int64_t group, int64_t width) {
+  return tail.raw_data() + bh * group * width * static_cast<int64_t>(tail.element_size());
+}
+
+void fetch_head_tail(const lm::Tensor& tail, lm::DType tail_dtype, int64_t bh, int64_t group, int64_t width,
+                     int64_t rows, int64_t frontier, int64_t offset, lm::Tensor& out) {
+  std::byte* head_out = out.raw_data() + bh * offset * width * static_cast<int64_t>(out.element_size());
+  lm::convert_elements(head_rows(tail, bh, group, width), tail_dtype,
+                       head_out + frontier * width * static_cast<int64_t>(out.element_size()), out.dtype(),
+                       static_cast<std::size_t>(rows * width));
+}
+
+std::string exact_double(double x) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.17g", x);
+  return text;
+}
+
+double parse_meta_double(const std::string& text, const char* who, const char* what) {
+  char* end = nullptr;
+  const double x = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0') throw base::FormatError(std::string(who) + ": bad " + what + " '" + text + "'");
+  return x;
+}
+
+TailMeta parse_tail_meta(const std::vector<std::string>& meta, std::size_t first, int64_t group, const char* who) {
+  TailMeta m;
+  m.offset = cache_rows::parse_meta_int(meta[first], who, "offset");
+  m.frontier = cache_rows::parse_meta_int(meta[first + 1], who, "frontier");
+  try {
+    m.dtype = lm::parse_float_dtype(meta[first + 2]);
+  } catch (const base::InvalidArgument& e) {
+    throw base::FormatError(std::string(who) + ": " + e.what());
+  }
+  if (m.frontier < 0 || m.frontier > m.offset || m.frontier % group != 0 || m.offset - m.frontier >= group) {
+    throw base::FormatError(std::string(who) + ": inconsistent offset " + meta[first] + " / frontier " + meta[first + 1]);
+  }
+  return m;
+}
+
+void check_tail_state(const lm::Tensor& rk, const lm::Tensor& rv, int64_t rows, const char* who,
+                      const std::string& offset_text, const std::string& frontier_text) {
+  if (rk.ndim() != 4 || rv.ndim() != 4 || rk.dim(2) != rows || rv.dim(2) != rows) {
+    throw base::FormatError(std::string(who) + ": tail rows do not match offset " + offset_text + " / frontier " +
+                            frontier_text);
+  }
+}
+
+}  // namespace veloxquant::blocks_tail
