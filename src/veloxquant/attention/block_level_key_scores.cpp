@@ -8,6 +8,7 @@
 #include "veloxquant/attention/block_level_key_scores.h"
 #include "veloxquant/attention/codebook_key_scores.h"
 #include "veloxquant/attention/dense_code_lookup-inl.h"
+#include "veloxquant/attention/dense_level_rows.h"
 #include "veloxquant/attention/integer_query_step.h"
 #include "veloxquant/attention/integer_row_sums-inl.h"
 
@@ -61,12 +62,11 @@ void score_units(const BlockLevelKeys& k, const BlockLevels16& levels, const int
   const int64_t block_passes = kBlockPasses > 0 ? kBlockPasses : k.block / 16;
   const int64_t blocks = row_passes / block_passes;
   const int64_t row_code_bytes = (dim * B + 7) / 8;
-  const int64_t readable = (n_rows - 1) * code_stride + row_code_bytes;
   const int64_t row_load_end = (row_passes - 1) * kPassBytes + 16;  // the last pass reads 16 bytes
-  // Rows whose last pass would read past the tile's code bytes (the last one or two) are read
-  // from a zero-padded copy.
-  const int64_t first_padded = std::max<int64_t>(0, (readable - row_load_end) / code_stride + 1);
-  HWY_ALIGN uint8_t padded[U][kMaxBlockLevelRowBytes + 16];
+  // Rows whose last pass would read past the tile's code bytes (the last few) are read from a
+  // zero-padded copy.
+  const int64_t first_padded = first_padded_row(n_rows, code_stride, row_code_bytes, row_load_end);
+  HWY_ALIGN uint8_t padded[U][kMaxCodeRowBytes + 16];
 
   // Lane t of a unit's result is row t / NQ, query t % NQ.
   HWY_ALIGN float step_lanes[4] = {0, 0, 0, 0}, bias_lanes[4] = {0, 0, 0, 0};
@@ -214,18 +214,14 @@ BlockLevels16 block_levels16(const float* levels, int bits, int32_t limit) {
 bool can_score_block_level_rows(int bits, int64_t dim, int64_t block) {
   static const bool supported = HWY_DYNAMIC_DISPATCH(KeyScoresSupportedImpl)();
   return supported && ((bits >= 1 && bits <= 6) || bits == 8) && block > 0 && block % 16 == 0 && dim > 0 && dim % block == 0 &&
-         (dim * bits + 7) / 8 <= kMaxBlockLevelRowBytes;
+         (dim * bits + 7) / 8 <= kMaxCodeRowBytes;
 }
 
 void quantize_query_i16(const float* q, int64_t d, int32_t limit, int16_t* q16, float* step) {
-  float max_abs = 0.0f;
-  bool finite = true;
-  for (int64_t e = 0; e < d; ++e) {
-    finite = finite && std::isfinite(q[e]);
-    max_abs = std::max(max_abs, std::fabs(q[e]));
-  }
-  const QueryStep s = query_step(finite ? max_abs : std::numeric_limits<float>::quiet_NaN(), limit);
+  const QueryStep s = vector_step(q, d, limit);
   *step = s.step;
+  // A NaN step makes every score NaN; the values are then never read as numbers.
+  const bool finite = !std::isnan(s.step);
   for (int64_t e = 0; e < d; ++e) q16[e] = finite ? static_cast<int16_t>(std::lrintf(q[e] * s.inverse)) : int16_t{0};
 }
 

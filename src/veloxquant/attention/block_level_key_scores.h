@@ -35,10 +35,6 @@ struct BlockLevelKeys {
   int64_t block = 32;
 };
 
-// The longest row of codes (bytes) the SIMD loop takes; its last pass reads through a padded
-// copy of this size.
-constexpr int64_t kMaxBlockLevelRowBytes = 1024;
-
 // The largest |q16| and |level16| for blocks of `block` elements.
 int32_t block_integer_limit(int64_t block);
 

@@ -7,6 +7,7 @@
 
 #include "veloxquant/attention/block_level_value_sums.h"
 #include "veloxquant/attention/dense_code_lookup-inl.h"
+#include "veloxquant/attention/dense_level_rows.h"
 
 #include <algorithm>
 #include <cmath>
@@ -17,10 +18,8 @@
 #ifndef VELOXQUANT_BLOCK_LEVEL_VALUE_SUMS_ONCE_
 #define VELOXQUANT_BLOCK_LEVEL_VALUE_SUMS_ONCE_
 namespace veloxquant::attention::kernels {
-// The longest row of codes (bytes) the SIMD loop takes (its last pass reads through a padded
-// copy of this size), and the most rows a tile reads that way: the last pass of a row reads at
-// most 14 bytes past its end, and rows are at least 4 bytes (32 one-bit codes).
-inline constexpr int64_t kMaxValueRowBytes = 1024;
+// The most rows a tile reads through padded copies: the last pass of a row reads at most 14 bytes
+// past its end, and rows are at least 4 bytes (32 one-bit codes).
 inline constexpr int64_t kMaxPaddedRows = 4;
 }  // namespace veloxquant::attention::kernels
 #endif
@@ -51,15 +50,14 @@ void accumulate_chunks(const BlockLevelValues& v, const float* weights, int64_t 
   const int64_t dim = v.dim, n_rows = v.n_rows, code_stride = v.code_stride, block = v.block;
   const int64_t blocks = dim / block;
   const int64_t row_code_bytes = (dim * B + 7) / 8;
-  const int64_t readable = (n_rows - 1) * code_stride + row_code_bytes;
   const int64_t row_load_end = (dim / 16 - 1) * kPassBytes + 16;  // the last pass reads 16 bytes
   // Rows whose last pass would read past the tile's code bytes (the last few) are read from
   // zero-padded copies, made once.
-  const int64_t first_padded = std::max<int64_t>(0, (readable - row_load_end) / code_stride + 1);
+  const int64_t first_padded = first_padded_row(n_rows, code_stride, row_code_bytes, row_load_end);
   if (n_rows - first_padded > kMaxPaddedRows) {  // not reached by any allowed shape
     return scalar::accumulate_block_level_rows(v, weights, ld, NQ, acc, acc_stride);
   }
-  HWY_ALIGN uint8_t padded[kMaxPaddedRows][kMaxValueRowBytes + 16];
+  HWY_ALIGN uint8_t padded[kMaxPaddedRows][kMaxCodeRowBytes + 16];
   for (int64_t j = first_padded; j < n_rows; ++j) {
     uint8_t* copy = padded[j - first_padded];
     std::memcpy(copy, codes + j * code_stride, static_cast<std::size_t>(row_code_bytes));
@@ -105,19 +103,16 @@ void accumulate_chunks(const BlockLevelValues& v, const float* weights, int64_t 
 }
 
 // 8-bit codes on even levels, NQ queries, chunks of 32 coordinates: each level is computed
-// exactly from its code (c * 2/256 - 255/256, one FMA on a small integer) and added with the
-// weight times the block scale, as the table path adds a looked-up level.
+// exactly from its code (dense_code_lookup-inl.h) and added with the weight times the block
+// scale, as the table path adds a looked-up level.
 template <int NQ>
 void accumulate_even_bytes(const BlockLevelValues& v, const float* weights, int64_t ld, float* acc,
                            int64_t acc_stride) {
   const hn::CappedTag<float, 8> df;
-  const hn::Rebind<int32_t, decltype(df)> di;
-  const hn::Rebind<uint8_t, decltype(df)> du8;  // 8 bytes
   const hn::Repartition<uint16_t, decltype(df)> du16;
   const hn::Half<decltype(du16)> du16h;
   const hn::Rebind<hwy::float16_t, decltype(df)> dh;
   using VF = hn::Vec<decltype(df)>;
-  const VF two_256 = hn::Set(df, 2.0f / 256.0f), minus_255_256 = hn::Set(df, -255.0f / 256.0f);
   const int64_t dim = v.dim, blocks = dim / v.block;
   for (int64_t e0 = 0; e0 < dim; e0 += 32) {
     VF a[NQ][4];
@@ -135,8 +130,7 @@ void accumulate_even_bytes(const BlockLevelValues& v, const float* weights, int6
       for (int r = 0; r < NQ; ++r) ws[r] = hn::Mul(hn::Set(df, weights[r * ld + j]), scale);
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
-        const VF code = hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(di)>(), hn::LoadU(du8, codes + 8 * k))));
-        const VF level = hn::MulAdd(code, two_256, minus_255_256);
+        const VF level = even_byte_levels_f32(df, codes + 8 * k);
 #pragma GCC unroll 3
         for (int r = 0; r < NQ; ++r) a[r][k] = hn::MulAdd(level, ws[r], a[r][k]);
       }
@@ -217,7 +211,7 @@ HWY_EXPORT(AccumulateBlockLevelsImpl);
 bool can_accumulate_block_level_rows(int bits, int64_t dim, int64_t block) {
   static const bool supported = HWY_DYNAMIC_DISPATCH(ValueSumsSupportedImpl)();
   return supported && ((bits >= 1 && bits <= 6) || bits == 8) && block > 0 && block % 32 == 0 && dim > 0 && dim % block == 0 &&
-         (dim * bits + 7) / 8 <= kMaxValueRowBytes;
+         (dim * bits + 7) / 8 <= kMaxCodeRowBytes;
 }
 
 void accumulate_block_level_rows(const BlockLevelValues& values, const float* weights, int64_t ld, int64_t n_q,

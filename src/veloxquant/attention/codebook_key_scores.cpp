@@ -193,15 +193,9 @@ int64_t codebook_lookup_position(int64_t position, int64_t d) {
 }
 
 void quantize_codebook_query(const float* q, int64_t d, int32_t limit, int16_t* q16, float* step) {
-  float max_abs = 0.0f;
-  bool finite = true;
-  for (int64_t e = 0; e < d; ++e) {
-    finite = finite && std::isfinite(q[e]);
-    max_abs = std::max(max_abs, std::fabs(q[e]));
-  }
-  const QueryStep s = query_step(finite ? max_abs : std::numeric_limits<float>::quiet_NaN(), limit);
+  const QueryStep s = vector_step(q, d, limit);
   *step = s.step;
-  if (!finite) {  // the NaN step makes every score NaN; the values are never read as numbers
+  if (std::isnan(s.step)) {  // the NaN step makes every score NaN; the values are never read as numbers
     std::fill(q16, q16 + d, int16_t{0});
     return;
   }

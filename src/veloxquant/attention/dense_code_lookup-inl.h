@@ -133,6 +133,17 @@ class EvenByteLevels {
     return hn::Sub(hn::Add(codes, codes), hn::Set(du16, uint16_t{255}));  // 2c - 255, wrapping below 0
   }
 };
+
+// The levels of 8 codes on even levels, as f32: (2c - 255) / 256 computed exactly from the
+// widened byte (c * 2/256 - 255/256, one FMA on a small integer), for readers that want floats.
+template <class DF>
+HWY_INLINE hn::Vec<DF> even_byte_levels_f32(DF df, const uint8_t* codes) {
+  const hn::Rebind<int32_t, DF> di;
+  const hn::Rebind<uint32_t, DF> du32;
+  const hn::Rebind<uint8_t, DF> du8;
+  const auto code = hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(du32, hn::LoadU(du8, codes))));
+  return hn::MulAdd(code, hn::Set(df, 2.0f / 256.0f), hn::Set(df, -255.0f / 256.0f));
+}
 #endif  // HWY_TARGET != HWY_SCALAR
 
 }  // namespace veloxquant::attention::kernels::HWY_NAMESPACE

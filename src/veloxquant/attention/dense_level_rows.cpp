@@ -125,9 +125,6 @@ inline bool levels_are_f16(const float* levels, int bits, uint16_t* out) {
   return true;
 }
 
-// The longest row the f16-table path decodes from a padded copy (bytes of codes).
-constexpr int64_t kMaxPaddedRowBytes = 1024;
-
 // Rows with the code width B <= 6 known at compile time and levels that are exact f16 values
 // (turboquant_block's are: block_lloyd_quant.cpp rounds them), 16 codes per pass: the codes'
 // f16 levels looked up in registers (dense_code_lookup-inl.h), widened by the hardware
@@ -148,10 +145,10 @@ void decode_rows_f16_table(DF df, const DenseLevelRows& r, const uint16_t* level
   const int64_t code_stride = r.code_stride, scale_stride = r.scale_stride;
   const float* const offsets = r.offset;
   const int64_t row_code_bytes = (dim * B + 7) / 8;
-  const int64_t readable = (n_rows - 1) * code_stride + row_code_bytes;
-  // A row whose last pass would load past the tile's code bytes is decoded from a zero-padded copy.
+  // Rows whose last pass would load past the tile's code bytes are decoded from a zero-padded copy.
   const int64_t row_load_end = (dim / 16 - 1) * kPassBytes + 16;
-  HWY_ALIGN uint8_t padded[kMaxPaddedRowBytes + 16];
+  const int64_t first_padded = first_padded_row(n_rows, code_stride, row_code_bytes, row_load_end);
+  HWY_ALIGN uint8_t padded[kMaxCodeRowBytes + 16];
   // An f16 scale broadcast to 8 f32 lanes: a u16 broadcast and the hardware conversion.
   const auto scale_of = [&](const uint16_t* scales, int64_t blk) {
     return hn::PromoteTo(df, hn::BitCast(dh, hn::Set(du16h, scales[blk])));
@@ -160,7 +157,7 @@ void decode_rows_f16_table(DF df, const DenseLevelRows& r, const uint16_t* level
   const auto decode = [&](auto with_offset) {
     for (int64_t j = 0; j < n_rows; ++j) {
       const uint8_t* pass = codes_base + j * code_stride;
-      if (j * code_stride + row_load_end > readable) {
+      if (j >= first_padded) {
         std::memcpy(padded, pass, static_cast<std::size_t>(row_code_bytes));
         std::memset(padded + row_code_bytes, 0, 16);
         pass = padded;
@@ -200,13 +197,9 @@ void decode_rows_f16_table(DF df, const DenseLevelRows& r, const uint16_t* level
 // instructions instead of a gather.
 template <class DF>
 void decode_rows_even_bytes(DF df, const DenseLevelRows& r, float* out) {
-  const hn::Rebind<int32_t, DF> di;
-  const hn::Rebind<uint32_t, DF> du32;
-  const hn::Rebind<uint8_t, DF> du8;  // 8 bytes
   const hn::Repartition<uint16_t, DF> du16;
   const hn::Half<decltype(du16)> du16h;
   const hn::Rebind<hwy::float16_t, DF> dh;
-  const auto two_256 = hn::Set(df, 2.0f / 256.0f), minus_255_256 = hn::Set(df, -255.0f / 256.0f);
   const int64_t dim = r.dim, block = r.block;
   for (int64_t j = 0; j < r.n_rows; ++j) {
     const uint8_t* codes = r.codes + j * r.code_stride;
@@ -215,8 +208,7 @@ void decode_rows_even_bytes(DF df, const DenseLevelRows& r, float* out) {
     for (int64_t b0 = 0, blk = 0; b0 < dim; b0 += block, ++blk) {
       const auto scale = hn::PromoteTo(df, hn::BitCast(dh, hn::Set(du16h, scales[blk])));
       for (int64_t i = b0; i < b0 + block; i += 8) {
-        const auto code = hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(du32, hn::LoadU(du8, codes + i))));
-        const auto level = hn::MulAdd(code, two_256, minus_255_256);
+        const auto level = even_byte_levels_f32(df, codes + i);
         if (r.offset != nullptr) {
           hn::StoreU(hn::MulAdd(level, scale, hn::LoadU(df, r.offset + i)), df, dst + i);
         } else {
@@ -247,7 +239,7 @@ void DecodeDenseLevelRowsImpl(const DenseLevelRows& r, float* out) {
     HWY_ALIGN uint16_t checked_f16[64];
     const uint16_t* levels_f16 = r.levels_f16;
     if (hn::Lanes(df) == 8 && r.bits <= 6 && r.dim % 16 == 0 && r.block % 16 == 0 && r.n_rows > 0 &&
-        (r.dim * r.bits + 7) / 8 <= kMaxPaddedRowBytes &&
+        (r.dim * r.bits + 7) / 8 <= kMaxCodeRowBytes &&
         (levels_f16 != nullptr || (levels_f16 = checked_f16, levels_are_f16(r.levels, r.bits, checked_f16)))) {
       switch (r.bits) {
         case 1: return decode_rows_f16_table<1>(df, r, levels_f16, out);

@@ -12,9 +12,24 @@
 //   - any other levels, and 7-8 bits: 8 codes per group spread by one byte shuffle and a
 //     per-lane shift, their f32 levels gathered.
 // Both equal the scalar reference below (one FMA rounding apart when an offset is added).
+#include <algorithm>
 #include <cstdint>
 
 namespace veloxquant::attention::kernels {
+
+// The SIMD loops over dense codes (this decoder, block_level_key_scores.h,
+// block_level_value_sums.h) load 16 bytes per pass of 16 codes, past the end of a row's codes
+// when a pass is shorter. Rows whose loads would pass the tile's last code byte are read from a
+// zero-padded copy of at most this many bytes.
+constexpr int64_t kMaxCodeRowBytes = 1024;
+
+// The first of n_rows rows (code_stride bytes apart, row_code_bytes of codes each) whose load of
+// row_load_end bytes from its start would read past the last row's codes; n_rows when none.
+inline int64_t first_padded_row(int64_t n_rows, int64_t code_stride, int64_t row_code_bytes, int64_t row_load_end) {
+  const int64_t slack = (n_rows - 1) * code_stride + row_code_bytes - row_load_end;
+  if (slack < 0) return 0;  // even row 0 (a one-row tile) reads past the end
+  return std::min(n_rows, slack / code_stride + 1);
+}
 
 struct DenseLevelRows {
   const uint8_t* codes = nullptr;     // row j's codes at codes + j * code_stride
