@@ -4,10 +4,11 @@
 //   integration::patch_model_kv_cache, the method registry, and the cache classes.
 // tests/veloxquant/umbrella_header_test.cpp fails when a method's *_cache.h is missing here.
 #include "veloxquant/builder/kv_cache_builder.h"
+#include "veloxquant/caches/age_tiered_cache.h"
 #include "veloxquant/caches/gear_cache.h"
+#include "veloxquant/caches/kitty_cache.h"
 #include "veloxquant/caches/kivi_cache.h"
 #include "veloxquant/caches/kivi_sink_cache.h"
-#include "veloxquant/caches/kitty_cache.h"
 #include "veloxquant/caches/kvquant_cache.h"
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
@@ -15,6 +16,7 @@
 #include "veloxquant/caches/spectral_cache.h"
 #include "veloxquant/caches/standalone_cache.h"
 #include "veloxquant/caches/standalone_cache_base.h"
+#include "veloxquant/caches/svdq_cache.h"
 #include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
 #include "veloxquant/caches/turboquant_standalone_cache.h"

@@ -40,6 +40,12 @@ class ServingContract : public testing::TestWithParam<ContractCase> {
     c.method = GetParam().method;
     c.head_dim = kDim;
     c.bit_width_inlier = 4;
+    if (c.method == "svdq") {
+      // svdq does not read bit_width_inlier: its 4-bit form is a flat schedule over every latent
+      // channel (the default drops 3 of 8 channel groups, which isotropic test data cannot afford).
+      c.options<SvdqOptions>().svdq_bit_schedule = "4,4,4,4,4,4,4,4";
+      c.options<SvdqOptions>().svdq_rank = static_cast<int>(kDim);
+    }
     return KVCacheBuilder(c).build().serving();
   }
   lm::Tensor keys(int64_t s, uint64_t seed) const {

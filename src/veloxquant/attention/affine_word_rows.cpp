@@ -4,6 +4,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include <bit>
 #include <cstring>
 
 #include "base/half.h"
@@ -95,11 +96,41 @@ void decode_words(DF df, const AffineWordRows& r, float* out) {
   }
 }
 
+// 8-bit codes: four per word, LSB first, so on a little-endian machine code e is byte e of the row
+// and 8 codes are 8 consecutive bytes, widened to 32-bit lanes (the recent tier of age_tiered,
+// 8-bit kivi-style eviction rows).
+template <class DF>
+void decode_bytes(DF df, const AffineWordRows& r, float* out) {
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint8_t, DF> d8;
+  const hn::CappedTag<float, 2> d2;
+  const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
+  HWY_ALIGN float pair[hn::MaxLanes(d2)];
+  const int64_t dim = r.dim, group = r.group;
+  for (int64_t j = 0; j < r.n_rows; ++j) {
+    const auto* row = reinterpret_cast<const uint8_t*>(r.first_row + j * r.row_bytes);
+    const std::byte* params = r.first_row + j * r.row_bytes + r.params_offset;
+    float* dst = out + j * dim;
+    for (int64_t g0 = 0; g0 < dim; g0 += group) {
+      hn::Store(hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(params + (g0 / group) * 4))),
+                d2, pair);
+      const auto scale = hn::Set(df, pair[0]);
+      const auto min = hn::Set(df, pair[1]);
+      const int64_t end = g0 + group < dim ? g0 + group : dim;
+      for (int64_t e = g0; e < end; e += 8) {
+        const auto codes = hn::PromoteTo(di, hn::LoadU(d8, row + e));
+        hn::StoreU(hn::MulAdd(hn::ConvertTo(df, codes), scale, min), df, dst + e);
+      }
+    }
+  }
+}
+
 void DecodeAffineWordRowsImpl(const AffineWordRows& r, float* out) {
   const hn::CappedTag<float, 8> df;
   if constexpr (hn::MaxLanes(decltype(df)()) == 8) {
     if (hn::Lanes(df) == 8 && r.dim % 8 == 0 && r.group % 8 == 0 && r.n_rows > 0) {
       if (r.bits == 4) return decode_words<4>(df, r, out);
+      if (r.bits == 8 && std::endian::native == std::endian::little) return decode_bytes(df, r, out);
       // 2-bit groups must start on a word (16 codes) for the lower/upper alternation.
       if (r.bits == 2 && r.group % 16 == 0) return decode_words<2>(df, r, out);
     }

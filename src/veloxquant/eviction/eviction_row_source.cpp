@@ -7,18 +7,12 @@
 #include "base/half.h"
 #include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/attention/tile_kernels.h"
+#include "veloxquant/eviction/codec_tiles.h"
 #include "veloxquant/quant/turboquant_rvq.h"
 
 namespace veloxquant::eviction {
 
 namespace {
-
-// Rows [j0, j1) of a coded (not exact) codec decoded to f32 [j1 - j0, dim] in one call. Exact
-// (dtype) rows never come here: the dtype kernels read them in place (plain_head below).
-void decode_tile(const RowCodec& codec, const std::byte* first_row, int64_t row_bytes, int64_t j0, int64_t j1,
-                 int64_t dim, float* out) {
-  codec.decode_rows(first_row + j0 * row_bytes, row_bytes, j1 - j0, static_cast<int>(dim), out);
-}
 
 // A head's rows of an exact (dtype) codec as the plain rows the dtype kernels read in place.
 attention::PlainRows plain_head(const std::byte* head_base, lm::DType dtype, int64_t row_bytes, int64_t dim) {
@@ -68,23 +62,22 @@ void EvictionRowSource::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
                                 prepared, n_queries, scores, ld, scratch);
     return;
   }
-  float* tile = scratch.f32(static_cast<std::size_t>(n * d));
-  decode_tile(rows_.key_codec(), rows_.key_rows(b, h), rows_.key_row_bytes(), j0, j1, d, tile);
-  attention::kernels::score_rows(prepared, d, n_queries, tile, d, n, d, scores, ld);
+  // Coded rows: decoded once per tile (codec_tiles.h); exact rows never get here.
+  score_coded_tile(rows_.key_codec(), rows_.key_rows(b, h), rows_.key_row_bytes(), d, j0, j1, prepared, n_queries,
+                   scores, ld, scratch);
 }
 
 void EvictionRowSource::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
                                         int64_t n_queries, int64_t ld, float* acc, attention::TileScratch& scratch) const {
-  const int64_t d = value_dim(), n = j1 - j0;
+  const int64_t d = value_dim();
   if (rows_.value_codec().exact()) {
     // f16 values accumulate from the stored rows in registers (no f32 tile), as the host does.
     attention::accumulate_plain_tile(plain_head(rows_.value_rows(b, h), rows_.dtype(), rows_.value_row_bytes(), d), 0, 0,
                                      j0, j1, weights, n_queries, ld, acc, scratch);
     return;
   }
-  float* tile = scratch.f32(static_cast<std::size_t>(n * d));
-  decode_tile(rows_.value_codec(), rows_.value_rows(b, h), rows_.value_row_bytes(), j0, j1, d, tile);
-  attention::kernels::accumulate_rows(weights, ld, n_queries, tile, d, n, d, acc, d);
+  accumulate_coded_tile(rows_.value_codec(), rows_.value_rows(b, h), rows_.value_row_bytes(), d, j0, j1, weights,
+                        n_queries, ld, acc, scratch);
 }
 
 }  // namespace veloxquant::eviction

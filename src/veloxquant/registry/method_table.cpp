@@ -4,14 +4,16 @@
 #include <string>
 #include <vector>
 
+#include "veloxquant/caches/age_tiered_cache.h"
 #include "veloxquant/caches/gear_cache.h"
+#include "veloxquant/caches/kitty_cache.h"
 #include "veloxquant/caches/kivi_cache.h"
 #include "veloxquant/caches/kivi_sink_cache.h"
-#include "veloxquant/caches/kitty_cache.h"
 #include "veloxquant/caches/kvquant_cache.h"
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
 #include "veloxquant/caches/spectral_cache.h"
+#include "veloxquant/caches/svdq_cache.h"
 #include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
 #include "veloxquant/caches/turboquant_standalone_cache.h"
@@ -258,6 +260,7 @@ std::vector<MethodDescriptor> build_method_table() {
                                         kivi_row(),                      kivi_sink_method(),
                                         kvquant_method(),                zipcache_method(),
                                         gear_method(),                   kitty_method(),
+                                        age_tiered_method(),             svdq_method(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
                                         spectral_row()};

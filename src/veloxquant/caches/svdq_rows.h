@@ -1,0 +1,43 @@
+#pragma once
+// svdq's quantized blocks (caches/svdq_cache.h) as a RowSource for the attention driver.
+//
+// With B the head's coded latent directions (rows) and z_t = B k_t the latent coordinates a row's
+// codes stand for, a score is <q, B^T z_t> = <B q, z_t>: the query is projected on the head's
+// basis once per tile (one small score_rows call: coded x Dk per query), the tile's latent rows
+// are decoded (codes x per-block (scale, min)) into scratch and scored there in `coded`
+// dimensions instead of Dk. The basis is per head, so the projection cannot happen in
+// prepare_query (which sees no head); per tile it costs coded x Dk multiply-adds per query, about
+// as much as scoring 40 rows. Values are the exact rows, read like the native cache's.
+#include <cstdint>
+
+#include "lm/tensor.h"
+#include "veloxquant/attention/dtype_rows.h"
+#include "veloxquant/attention/row_source.h"
+#include "veloxquant/caches/svdq_layout.h"
+
+namespace veloxquant {
+
+class SvdqRows final : public attention::RowSource {
+ public:
+  SvdqRows(const lm::Tensor& codes, const lm::Tensor& params, const lm::Tensor& basis, const lm::Tensor& values,
+           const SvdqLayout& layout, int64_t rows, int group);
+
+  int64_t key_dim() const override { return layout_.dim; }
+  int64_t value_dim() const override { return values_.dim; }
+  int64_t rows(int64_t, int64_t) const override { return rows_; }
+  void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
+                  int64_t ld, attention::TileScratch& scratch) const override;
+  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
+                       float* acc, attention::TileScratch& scratch) const override;
+
+ private:
+  const lm::Tensor& codes_;
+  const lm::Tensor& params_;
+  const lm::Tensor& basis_;
+  attention::PlainRows values_;
+  const SvdqLayout& layout_;
+  int64_t rows_;
+  int group_;
+};
+
+}  // namespace veloxquant
