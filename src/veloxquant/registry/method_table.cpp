@@ -11,6 +11,7 @@
 #include "veloxquant/caches/kvquant_cache.h"
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
+#include "veloxquant/caches/skvq_cache.h"
 #include "veloxquant/caches/spectral_cache.h"
 #include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
@@ -258,6 +259,7 @@ std::vector<MethodDescriptor> build_method_table() {
                                         kivi_row(),                      kivi_sink_method(),
                                         kvquant_method(),                zipcache_method(),
                                         gear_method(),                   kitty_method(),
+                                        skvq_method(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
                                         spectral_row()};
