@@ -310,6 +310,34 @@ TEST(Skvq, FusedAttentionEqualsAttentionOverFetchedRows) {
   }
 }
 
+TEST(Skvq, EachBatchRowIsItsOwnSequence) {
+  // Orders, codes and attention per (batch, kv head): a batch of two equals two caches of one,
+  // with different key and value head dims.
+  const int64_t heads = 2, t = 230, dk = 32, dv = 48, hq = 4;
+  const SkvqOptions o = options(2, 3, 16, 30, 2, true, true, 1.0);
+  const lm::Tensor k = test_support::random_kv(2, heads, t, dk, 80, lm::DType::F16);
+  const lm::Tensor v = test_support::random_kv(2, heads, t, dv, 81, lm::DType::F16);
+  const lm::Tensor q = test_support::random_kv(2, hq, 1, dk, 82, lm::DType::F32);
+  const lm::Tensor k1 = test_support::random_kv(2, heads, 1, dk, 83, lm::DType::F16);
+  const lm::Tensor v1 = test_support::random_kv(2, heads, 1, dv, 84, lm::DType::F16);
+  SkvqCache both(o);
+  const std::vector<float> kb = both.update_and_fetch(k, v).keys.to_f32();
+  lm::Tensor out({2, hq, 1, dv}, lm::DType::F32);
+  both.fused_attention({&q, &k1, &v1, 0.2f, std::nullopt}, out);
+  const std::vector<float> ob = out.to_f32();
+  for (int64_t b = 0; b < 2; ++b) {
+    SkvqCache one(o);
+    const std::vector<float> ko = one.update_and_fetch(k.slice(0, b, b + 1), v.slice(0, b, b + 1)).keys.to_f32();
+    EXPECT_TRUE(std::equal(ko.begin(), ko.end(), kb.begin() + b * heads * t * dk)) << "batch " << b;
+    const lm::Tensor qb = q.slice(0, b, b + 1).contiguous();
+    lm::Tensor o1({1, hq, 1, dv}, lm::DType::F32);
+    const lm::Tensor kb1 = k1.slice(0, b, b + 1), vb1 = v1.slice(0, b, b + 1);
+    one.fused_attention({&qb, &kb1, &vb1, 0.2f, std::nullopt}, o1);
+    const std::vector<float> oo = o1.to_f32();
+    for (std::size_t i = 0; i < oo.size(); ++i) EXPECT_NEAR(oo[i], ob[b * oo.size() + i], 1e-5f) << "batch " << b;
+  }
+}
+
 TEST(Skvq, StateRoundTripKeepsOrdersAndRejectsBadOrders) {
   const SkvqOptions o = options(3, 2, 16, 20, 3, true, true, 0.95);
   SkvqCache cache(o);
