@@ -12,6 +12,7 @@
 #include "veloxquant/caches/kvquant_cache.h"
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
+#include "veloxquant/caches/skvq_cache.h"
 #include "veloxquant/caches/quantizer_standalone_cache.h"
 #include "veloxquant/caches/spectral_cache.h"
 #include "veloxquant/caches/standalone_cache.h"

@@ -12,6 +12,7 @@
 #include "veloxquant/caches/kvquant_cache.h"
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
+#include "veloxquant/caches/skvq_cache.h"
 #include "veloxquant/caches/spectral_cache.h"
 #include "veloxquant/caches/svdq_cache.h"
 #include "veloxquant/caches/turboquant_block_cache.h"
@@ -261,6 +262,7 @@ std::vector<MethodDescriptor> build_method_table() {
                                         kvquant_method(),                zipcache_method(),
                                         gear_method(),                   kitty_method(),
                                         age_tiered_method(),             svdq_method(),
+                                        skvq_method(),                   nsnquant_method(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
                                         spectral_row()};
