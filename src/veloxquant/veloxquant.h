@@ -9,6 +9,7 @@
 #include "veloxquant/caches/kivi_sink_cache.h"
 #include "veloxquant/caches/kitty_cache.h"
 #include "veloxquant/caches/kvquant_cache.h"
+#include "veloxquant/caches/nsnquant_cache.h"
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
 #include "veloxquant/caches/quantizer_standalone_cache.h"

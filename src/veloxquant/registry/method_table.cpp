@@ -9,6 +9,7 @@
 #include "veloxquant/caches/kivi_sink_cache.h"
 #include "veloxquant/caches/kitty_cache.h"
 #include "veloxquant/caches/kvquant_cache.h"
+#include "veloxquant/caches/nsnquant_cache.h"
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
 #include "veloxquant/caches/spectral_cache.h"
@@ -258,6 +259,7 @@ std::vector<MethodDescriptor> build_method_table() {
                                         kivi_row(),                      kivi_sink_method(),
                                         kvquant_method(),                zipcache_method(),
                                         gear_method(),                   kitty_method(),
+                                        nsnquant_method(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
                                         spectral_row()};
