@@ -91,6 +91,14 @@ NsnCodebook::NsnCodebook(uint64_t seed, int entries, int dim, int stages)
       for (std::size_t e = 0; e < d; ++e) x[e] -= words[static_cast<std::size_t>(k) * d + e];
     }
   }
+  words_t_.resize(words_.size());
+  for (int s = 0; s < stages; ++s) {
+    for (std::size_t k = 0; k < k_count; ++k) {
+      for (std::size_t e = 0; e < d; ++e) {
+        words_t_[(static_cast<std::size_t>(s) * d + e) * k_count + k] = words_[(static_cast<std::size_t>(s) * k_count + k) * d + e];
+      }
+    }
+  }
 }
 
 int NsnCodebook::nearest(int stage, const float* x) const {

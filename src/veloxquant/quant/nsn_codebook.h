@@ -28,6 +28,12 @@ class NsnCodebook {
     return words_.data() + (static_cast<std::size_t>(stage) * static_cast<std::size_t>(entries_) +
                             static_cast<std::size_t>(index)) * static_cast<std::size_t>(dim_);
   }
+  // Stage `stage`'s codewords transposed, [dim, entries] (coordinate e of every codeword
+  // contiguous): a query's lookup-table row is then `dim` passes over contiguous floats.
+  const float* transposed(int stage) const {
+    return words_t_.data() + static_cast<std::size_t>(stage) * static_cast<std::size_t>(entries_) *
+                                 static_cast<std::size_t>(dim_);
+  }
   // The codeword of `stage` nearest to x (dim floats): squared distance summed in float in
   // coordinate order, ties to the lower index — the rule the card and the test reference state.
   int nearest(int stage, const float* x) const;
@@ -39,7 +45,8 @@ class NsnCodebook {
 
  private:
   int entries_, dim_, stages_;
-  std::vector<float> words_;  // [stages, entries, dim]
+  std::vector<float> words_;    // [stages, entries, dim]
+  std::vector<float> words_t_;  // [stages, dim, entries]
 };
 
 // One immutable codebook per (seed, entries, dim, stages) for the whole process: building one
