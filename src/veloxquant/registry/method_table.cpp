@@ -10,6 +10,7 @@
 #include "veloxquant/caches/kivi_cache.h"
 #include "veloxquant/caches/kivi_sink_cache.h"
 #include "veloxquant/caches/kvquant_cache.h"
+#include "veloxquant/caches/nsnquant_cache.h"
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
 #include "veloxquant/caches/skvq_cache.h"

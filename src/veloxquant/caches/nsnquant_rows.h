@@ -1,0 +1,58 @@
+#pragma once
+// nsnquant's storage (caches/nsnquant_cache.h) as one RowSource for the shared attention driver:
+// rows [0, frontier) from their codes, the full-precision residual rows [frontier, rows) from the
+// input dtype, one sequence.
+//
+// Keys (asymmetric distance): with q' the query rotated like the keys (quant/nsn_transform.h),
+//   <q, k^_j> = a_j <q', z^_j> + b_j <q', mu_c>,   <q', z^_j> = sum_t LUT[t][code_jt]
+// where LUT[t][k] = <q' sub-vector of t, codeword k of t's stage>: prepare_query builds the table
+// once per query (subvectors x stages x entries floats), a row then costs one lookup per code
+// byte, and <q', mu_c> is one dot product per chunk c.
+//
+// Values: the tile's rows are decoded in the rotated basis (a_j z^_j + b_j mu_c) into scratch and
+// accumulated per query there; the tile's per-query sum is rotated back once (linear, so one
+// inverse Hadamard per query per tile instead of one per row) and added to the accumulator, which
+// the residual rows fill in the model's basis directly.
+//
+// Prepared query layout: [raw q (dk) | rotated q' (dk) | LUT].
+#include <cstdint>
+
+#include "lm/tensor.h"
+#include "veloxquant/attention/dtype_rows.h"
+#include "veloxquant/attention/row_source.h"
+#include "veloxquant/quant/nsn_transform.h"
+
+namespace veloxquant {
+
+class NsnQuantRows final : public attention::RowSource {
+ public:
+  NsnQuantRows(const quant::NsnTransform& key_transform, const quant::NsnTransform& value_transform,
+               const lm::Tensor& key_codes, const lm::Tensor& value_codes, const lm::Tensor& key_scales,
+               const lm::Tensor& value_scales, const lm::Tensor& key_means, const lm::Tensor& value_means,
+               const lm::Tensor& tail_keys, const lm::Tensor& tail_values, int64_t frontier, int64_t rows,
+               int64_t chunk);
+
+  int64_t key_dim() const override { return dk_; }
+  int64_t value_dim() const override { return dv_; }
+  int64_t rows(int64_t, int64_t) const override { return rows_; }
+  int64_t prepared_dim() const override { return 2 * dk_ + lut_size_; }
+  void prepare_query(const float* query, float* prepared) const override;
+  void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
+                  int64_t ld, attention::TileScratch& scratch) const override;
+  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
+                       float* acc, attention::TileScratch& scratch) const override;
+
+ private:
+  const quant::NsnTransform& kt_;
+  const quant::NsnTransform& vt_;
+  const lm::Tensor& key_codes_;
+  const lm::Tensor& value_codes_;
+  const lm::Tensor& key_scales_;
+  const lm::Tensor& value_scales_;
+  const lm::Tensor& key_means_;
+  const lm::Tensor& value_means_;
+  attention::PlainRows tail_keys_, tail_values_;
+  int64_t frontier_, rows_, chunk_, dk_, dv_, lut_size_;
+};
+
+}  // namespace veloxquant
