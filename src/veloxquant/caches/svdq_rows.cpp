@@ -13,13 +13,34 @@ namespace {
 // One group's n dense b-bit codes (LSB first) to latent values code * scale + min. A code lies in
 // one byte when b divides 8 (1, 2, 4, 8), else it may straddle two: read the second byte only
 // then, so the last code of a row never reads past it.
+// Widths that divide 8: 8 / B codes per byte, unrolled per byte (the common schedules' widths).
+template <int B>
+inline void decode_byte_codes(const uint8_t* codes, int64_t n, const float* scale, const float* min, float* out) {
+  constexpr int kPerByte = 8 / B;
+  constexpr uint32_t kMask = (1u << B) - 1u;
+  int64_t i = 0;
+  for (; i + kPerByte <= n; i += kPerByte) {
+    const uint32_t byte = codes[i / kPerByte];
+    for (int k = 0; k < kPerByte; ++k) {
+      out[i + k] = static_cast<float>((byte >> (k * B)) & kMask) * scale[i + k] + min[i + k];
+    }
+  }
+  for (; i < n; ++i) {
+    const uint32_t byte = codes[i / kPerByte];
+    out[i] = static_cast<float>((byte >> ((i % kPerByte) * B)) & kMask) * scale[i] + min[i];
+  }
+}
+
 inline void decode_dense_group(const uint8_t* codes, int64_t n, int bits, const float* scale, const float* min,
                                float* out) {
-  const uint32_t mask = (1u << bits) - 1u;
-  if (bits == 8) {
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(codes[i]) * scale[i] + min[i];
-    return;
+  switch (bits) {
+    case 8: return decode_byte_codes<8>(codes, n, scale, min, out);
+    case 4: return decode_byte_codes<4>(codes, n, scale, min, out);
+    case 2: return decode_byte_codes<2>(codes, n, scale, min, out);
+    case 1: return decode_byte_codes<1>(codes, n, scale, min, out);
+    default: break;
   }
+  const uint32_t mask = (1u << bits) - 1u;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t bit = i * bits;
     const int shift = static_cast<int>(bit & 7);
