@@ -15,6 +15,7 @@
 #include "support/kv_test_data.h"
 #include "support/reference_attention.h"
 #include "veloxquant/caches/svdq_cache.h"
+#include "veloxquant/caches/svdq_latent_decode.h"
 #include "veloxquant/veloxquant.h"
 
 namespace veloxquant {
@@ -65,6 +66,29 @@ TEST(Svdq, LayoutFollowsTheSchedule) {
   EXPECT_EQ(odd.coded, 3 + 3 + 3 + 2 + 2);
   EXPECT_EQ(odd.latent_of, (std::vector<int64_t>{0, 1, 2, 5, 6, 7, 10, 11, 12, 13, 14, 18, 19}));
   EXPECT_EQ(odd.row_bytes, 2 + 2 + 1 + 1 + 1);  // ceil(9/8), ceil(15/8), ceil(3/8), ceil(2/8), ceil(4/8)
+}
+
+TEST(Svdq, LatentTileDecodeMatchesTheScalarLoop) {
+  // The dispatched kernel (one vector per 8-channel group at 1, 2, 4, 8 bits) against the scalar
+  // loop, on random code bytes: every width, groups of 8 and of other sizes, a stride wider than
+  // a row.
+  for (const auto& [d, schedule] : {std::pair{int64_t{64}, "8,4,2,1,1,0,0,0"}, std::pair{int64_t{64}, "1,2,4,8,3,5,6,7"},
+                                    std::pair{int64_t{128}, "8,8,4,4,2,2,1,1"}, std::pair{int64_t{20}, "3,0,5,0,1,1,0,2"}}) {
+    const SvdqLayout layout = make_svdq_layout(d, parse_svdq_schedule(schedule));
+    const int64_t rows = 11, stride = layout.row_bytes + 3;
+    std::vector<uint8_t> bytes(static_cast<std::size_t>(rows * stride));
+    uint32_t state = 12345;
+    for (uint8_t& x : bytes) x = static_cast<uint8_t>((state = state * 1664525u + 1013904223u) >> 24);
+    std::vector<float> scale(static_cast<std::size_t>(layout.coded)), min(scale.size());
+    for (std::size_t i = 0; i < scale.size(); ++i) {
+      scale[i] = 0.01f * static_cast<float>(i + 1);
+      min[i] = -0.5f + 0.03f * static_cast<float>(i);
+    }
+    std::vector<float> got(static_cast<std::size_t>(rows * layout.coded)), want(got.size());
+    decode_latent_rows(layout, bytes.data(), stride, rows, scale.data(), min.data(), got.data());
+    scalar::decode_latent_rows(layout, bytes.data(), stride, rows, scale.data(), min.data(), want.data());
+    EXPECT_EQ(got, want) << schedule << " d " << d;
+  }
 }
 
 TEST(Svdq, MatchesTheReferenceGivenItsBasis) {
