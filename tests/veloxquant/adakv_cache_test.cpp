@@ -3,7 +3,8 @@
 // above target * H (ties: fewer hi), heads ranked by the variance of their key norms over the
 // window's blocks (larger first, ties to the lower head), widths reused inside an update
 // interval — and each head's keys are KIVI's per-channel group code over the block, its values
-// KIVI's per-token code over channel groups of G, at that width. The incomplete block is exact.
+// KIVI's per-token code over channel groups of G, at that width. Blocks are flushed once they
+// leave the residual window of R tokens (frontier floor(max(0, T - R) / G) * G); the rest is exact.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,7 +32,7 @@ struct Reference {
 
 Reference reference(const std::vector<float>& k, const std::vector<float>& v, int64_t heads, int64_t t, int64_t d,
                     const AdaKVOptions& o) {
-  const int64_t g = o.adakv_group_size, blocks = t / g;
+  const int64_t g = o.adakv_group_size, blocks = std::max<int64_t>(0, t - o.adakv_residual_length) / g;
   const std::array<int, 3> width{o.adakv_hi_bit, o.adakv_mid_bit, o.adakv_lo_bit};
   // Tier counts: the largest bit sum within target * H; at equal sums the fewest hi heads.
   std::array<int64_t, 3> counts{0, 0, heads};
@@ -110,7 +111,7 @@ lm::Tensor spread_keys(int64_t heads, int64_t t, int64_t d, uint64_t seed) {
   return lm::Tensor::from_f32(x, {1, heads, t, d}, lm::DType::F32);
 }
 
-AdaKVOptions options(double target, int lo, int mid, int hi, int group, int interval, int window) {
+AdaKVOptions options(double target, int lo, int mid, int hi, int group, int interval, int window, int residual = 0) {
   AdaKVOptions o;
   o.adakv_target_avg_bits = target;
   o.adakv_lo_bit = lo;
@@ -119,6 +120,7 @@ AdaKVOptions options(double target, int lo, int mid, int hi, int group, int inte
   o.adakv_group_size = group;
   o.adakv_update_interval = interval;
   o.adakv_obs_window = window;
+  o.adakv_residual_length = residual;
   return o;
 }
 
@@ -136,7 +138,9 @@ TEST(AdaKV, MatchesTheReferenceBitExactly) {
        {std::tuple{int64_t{3}, int64_t{70}, int64_t{16}, options(2.5, 2, 3, 4, 8, 1, 8)},
         std::tuple{int64_t{4}, int64_t{61}, int64_t{24}, options(2.5, 2, 3, 4, 8, 2, 20)},
         std::tuple{int64_t{5}, int64_t{100}, int64_t{64}, options(3.4, 1, 3, 8, 32, 1, 32)},
-        std::tuple{int64_t{2}, int64_t{40}, int64_t{16}, options(2.0, 2, 2, 2, 4, 3, 5)}}) {
+        std::tuple{int64_t{2}, int64_t{40}, int64_t{16}, options(2.0, 2, 2, 2, 4, 3, 5)},
+        std::tuple{int64_t{3}, int64_t{90}, int64_t{16}, options(2.5, 2, 3, 4, 8, 1, 16, 13)},
+        std::tuple{int64_t{3}, int64_t{200}, int64_t{64}, AdaKVOptions{}}}) {
     const lm::Tensor k = spread_keys(heads, t, d, 51);
     const lm::Tensor v = test_support::random_kv(1, heads, t, d, 52, lm::DType::F32);
     AdaKVCache cache(o);
@@ -181,14 +185,14 @@ TEST(AdaKV, BytesAreTheLayoutAndReallyAllocated) {
   KVCacheConfig c;
   c.method = "adakv";
   c.head_dim = d;
-  auto cache = KVCacheBuilder(c).build().serving();  // defaults: 1 head at 3 bits, 2 at 2, G 32
+  auto cache = KVCacheBuilder(c).build().serving();  // defaults: 1 head at 3 bits, 2 at 2, G 32, R 128
   for (int i = 0; i < 3; ++i) {
     cache->update_and_fetch(test_support::random_kv(1, heads, 100, d, i), test_support::random_kv(1, heads, 100, d, i + 9));
   }
   const auto after = test_support::allocation_snapshot();
   EXPECT_EQ(static_cast<std::size_t>(after.aligned_live_bytes - before.aligned_live_bytes), cache->nbytes());
-  // 288 quantized rows in a 512-row region (16 blocks); 12 rows in the f16 tails.
-  const std::size_t rows = 512, blocks = 16;
+  // 160 quantized rows in a 256-row region (8 blocks); 140 rows in the f16 tails of 160 rows.
+  const std::size_t rows = 256, blocks = 8;
   const std::size_t words3 = core::packed_words(64, 3), words2 = core::packed_words(64, 2);
   EXPECT_EQ(words3, 7u);
   EXPECT_EQ(words2, 4u);
@@ -196,51 +200,46 @@ TEST(AdaKV, BytesAreTheLayoutAndReallyAllocated) {
   const std::size_t key_params = heads * blocks * 2 * d * 2;
   const std::size_t value_params = heads * rows * 2 * 2 * 2;  // 2 channel groups
   const std::size_t tiers = heads * blocks, stats = heads * blocks * 2 * 4;
-  const std::size_t tails = 2 * heads * 32 * d * 2;
+  const std::size_t tails = 2 * heads * (128 + 32) * d * 2;
   EXPECT_EQ(cache->nbytes(), codes + key_params + value_params + tiers + stats + tails);
 }
 
-TEST(AdaKV, TrimReopensTheLastBlockFromItsCodes) {
-  // Trimmed to 23 rows, a cache of 40 keeps blocks 0 and 1 and reopens block 2 with 7 rows,
-  // decoded; it then behaves exactly as a cache fed rows 0..15 as they were and rows 16..22 as
-  // the first cache decoded them (the norm statistics of the dropped blocks go with them).
-  const int64_t heads = 3, d = 16, t = 40, keep = 23;
-  const AdaKVOptions o = options(2.5, 2, 3, 4, 8, 1, 16);
-  const lm::Tensor k = spread_keys(heads, t, d, 57);
-  const lm::Tensor v = test_support::random_kv(1, heads, t, d, 58, lm::DType::F32);
-  AdaKVCache full(o);
-  const lm::KeysValues decoded = full.update_and_fetch(k, v);
-  EXPECT_EQ(full.trim(t - keep), t - keep);
-  EXPECT_EQ(full.offset(), keep);
-  EXPECT_EQ(full.frontier(), 16);
-  std::vector<float> fk = test_support::token_rows(k, 0, keep).to_f32(), fv = test_support::token_rows(v, 0, keep).to_f32();
-  const std::vector<float> dk = decoded.keys.to_f32(), dv = decoded.values.to_f32();
-  for (int64_t h = 0; h < heads; ++h) {
-    for (int64_t r = 16; r < keep; ++r) {
-      for (int64_t c = 0; c < d; ++c) {
-        fk[static_cast<std::size_t>((h * keep + r) * d + c)] = dk[static_cast<std::size_t>((h * t + r) * d + c)];
-        fv[static_cast<std::size_t>((h * keep + r) * d + c)] = dv[static_cast<std::size_t>((h * t + r) * d + c)];
-      }
+TEST(AdaKV, TrimReopensBlocksFromTheirCodes) {
+  // A cache of 40 rows (G 8) trimmed to `keep` rows rolls its frontier back to
+  // floor(max(0, keep - R) / 8) * 8; the rows between the new frontier and the old one come back
+  // decoded, in front of the surviving exact tail rows. It then behaves exactly as a cache fed
+  // the kept rows as the first one returned them (the norm statistics of the dropped blocks go
+  // with them).
+  const int64_t heads = 3, d = 16, t = 40;
+  for (const auto& [residual, keep, frontier] : {std::tuple{0, int64_t{23}, int64_t{16}},
+                                                 std::tuple{10, int64_t{30}, int64_t{16}},
+                                                 std::tuple{3, int64_t{5}, int64_t{0}}}) {
+    const AdaKVOptions o = options(2.5, 2, 3, 4, 8, 1, 16, residual);
+    const lm::Tensor k = spread_keys(heads, t, d, 57);
+    const lm::Tensor v = test_support::random_kv(1, heads, t, d, 58, lm::DType::F32);
+    AdaKVCache full(o);
+    const lm::KeysValues decoded = full.update_and_fetch(k, v);
+    EXPECT_EQ(full.trim(t - keep), t - keep);
+    EXPECT_EQ(full.offset(), keep);
+    EXPECT_EQ(full.frontier(), frontier);
+    AdaKVCache fresh(o);
+    fresh.update_and_fetch(test_support::token_rows(decoded.keys, 0, keep), test_support::token_rows(decoded.values, 0, keep));
+    const lm::Tensor next_k = spread_keys(heads, 19, d, 59);
+    const lm::Tensor next_v = test_support::random_kv(1, heads, 19, d, 60, lm::DType::F32);
+    const lm::KeysValues a = full.update_and_fetch(next_k, next_v);
+    const lm::KeysValues b = fresh.update_and_fetch(next_k, next_v);
+    EXPECT_EQ(a.keys.to_f32(), b.keys.to_f32()) << "residual " << residual;
+    EXPECT_EQ(a.values.to_f32(), b.values.to_f32()) << "residual " << residual;
+    EXPECT_EQ(full.nbytes(), fresh.nbytes());
+    for (int64_t blk = 0; blk < full.frontier() / 8; ++blk) {
+      for (int64_t h = 0; h < heads; ++h) EXPECT_EQ(full.width(0, h, blk), fresh.width(0, h, blk));
     }
-  }
-  AdaKVCache fresh(o);
-  fresh.update_and_fetch(lm::Tensor::from_f32(fk, {1, heads, keep, d}, lm::DType::F32),
-                         lm::Tensor::from_f32(fv, {1, heads, keep, d}, lm::DType::F32));
-  const lm::Tensor next_k = spread_keys(heads, 19, d, 59);
-  const lm::Tensor next_v = test_support::random_kv(1, heads, 19, d, 60, lm::DType::F32);
-  const lm::KeysValues a = full.update_and_fetch(next_k, next_v);
-  const lm::KeysValues b = fresh.update_and_fetch(next_k, next_v);
-  EXPECT_EQ(a.keys.to_f32(), b.keys.to_f32());
-  EXPECT_EQ(a.values.to_f32(), b.values.to_f32());
-  EXPECT_EQ(full.nbytes(), fresh.nbytes());
-  for (int64_t blk = 0; blk < full.frontier() / 8; ++blk) {
-    for (int64_t h = 0; h < heads; ++h) EXPECT_EQ(full.width(0, h, blk), fresh.width(0, h, blk));
   }
 }
 
 TEST(AdaKV, FusedAttentionEqualsAttentionOverFetchedRows) {
   const int64_t heads = 3, hq = 9, d = 64;
-  for (const AdaKVOptions& o : {options(2.5, 2, 3, 4, 32, 1, 32), options(5.0, 3, 4, 8, 16, 2, 40)}) {
+  for (const AdaKVOptions& o : {options(2.5, 2, 3, 4, 32, 1, 32), options(5.0, 3, 4, 8, 16, 2, 40, 20), AdaKVOptions{}}) {
     AdaKVCache fused(o), plain(o);
     int64_t first = 0;
     uint64_t seed = 700;
@@ -296,6 +295,8 @@ TEST(AdaKV, BadOptionsNameTheField) {
   EXPECT_NE(message([](AdaKVOptions& o) { o.adakv_group_size = 0; }).find("adakv_group_size"), std::string::npos);
   EXPECT_NE(message([](AdaKVOptions& o) { o.adakv_obs_window = 0; }).find("adakv_obs_window"), std::string::npos);
   EXPECT_NE(message([](AdaKVOptions& o) { o.adakv_update_interval = 0; }).find("adakv_update_interval"),
+            std::string::npos);
+  EXPECT_NE(message([](AdaKVOptions& o) { o.adakv_residual_length = -1; }).find("adakv_residual_length"),
             std::string::npos);
   EXPECT_NE(message([](AdaKVOptions& o) { o.adakv_importance = "magic"; }).find("adakv_importance"), std::string::npos);
   EXPECT_NE(message([](AdaKVOptions& o) { o.adakv_importance = "attention_entropy"; }).find("not supported"),

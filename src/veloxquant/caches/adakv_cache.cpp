@@ -51,6 +51,9 @@ void check_options(const AdaKVOptions& o) {
   if (o.adakv_obs_window < 1) {
     throw QuantizerConfigError("adakv_obs_window must be >= 1, got " + std::to_string(o.adakv_obs_window));
   }
+  if (o.adakv_residual_length < 0) {
+    throw QuantizerConfigError("adakv_residual_length must be >= 0, got " + std::to_string(o.adakv_residual_length));
+  }
   if (o.adakv_importance == "attention_entropy") {
     // The fused path never materialises attention weights, and the cache sees no queries on
     // update_and_fetch: an entropy proxy would need a second attention pass per step.
@@ -87,7 +90,13 @@ std::array<int64_t, 3> adakv_tier_counts(int64_t heads, double target, int lo, i
 
 AdaKVCache::AdaKVCache(const AdaKVOptions& options) : options_(options), group_(options.adakv_group_size) {
   check_options(options);
+  residual_ = options.adakv_residual_length;
+  tail_rows_ = residual_ + group_;
   bits_ = {options.adakv_hi_bit, options.adakv_mid_bit, options.adakv_lo_bit};
+}
+
+int64_t AdaKVCache::frontier_for(int64_t offset) const {
+  return std::max<int64_t>(0, offset - residual_) / group_ * group_;
 }
 
 int AdaKVCache::tier(int64_t b, int64_t h, int64_t block) const { return *row_ptr<uint8_t>(tiers_, b, h, block); }
@@ -134,8 +143,8 @@ void AdaKVCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
   value_params_ = lm::Tensor({batch_, heads_, 0, 2 * value_groups_}, lm::DType::F16);
   tiers_ = lm::Tensor({batch_, heads_, 0, 1}, lm::DType::U8);
   norm_stats_ = lm::Tensor({batch_, heads_, 0, 2}, lm::DType::F32);
-  tail_k_ = lm::Tensor({batch_, heads_, group_, dk_}, dtype_);
-  tail_v_ = lm::Tensor({batch_, heads_, group_, dv_}, dtype_);
+  tail_k_ = lm::Tensor({batch_, heads_, tail_rows_, dk_}, dtype_);
+  tail_v_ = lm::Tensor({batch_, heads_, tail_rows_, dv_}, dtype_);
   capacity_ = 0;
 }
 
@@ -267,8 +276,8 @@ void AdaKVCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
     cache_rows::check_row_layout(keys, values, {batch_, heads_, dk_, dv_}, "AdaKVCache::update_and_fetch");
   }
   const int64_t s = keys.dim(2), tail = offset_ - frontier_, pending_rows = tail + s;
-  const int64_t blocks = pending_rows / group_;
-  if (blocks == 0) {  // the block is not complete yet: the rows wait in the tail as they are
+  const int64_t blocks = (frontier_for(offset_ + s) - frontier_) / group_;
+  if (blocks == 0) {  // no block leaves the residual window: the rows wait in the tail as they are
     lm::copy_token_rows(keys, tail_k_, tail);
     lm::copy_token_rows(values, tail_v_, tail);
     offset_ += s;
@@ -289,8 +298,8 @@ void AdaKVCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
       const int64_t bh = b * heads_ + h;
       float* hk = pk.data() + h * pending_rows * dk_;
       float* hv = pv.data() + h * pending_rows * dv_;
-      cache_rows::load_f32(blocks_tail::head_rows(tail_k_, bh, group_, dk_), dtype_, static_cast<std::size_t>(tail * dk_), hk);
-      cache_rows::load_f32(blocks_tail::head_rows(tail_v_, bh, group_, dv_), dtype_, static_cast<std::size_t>(tail * dv_), hv);
+      cache_rows::load_f32(blocks_tail::head_rows(tail_k_, bh, tail_rows_, dk_), dtype_, static_cast<std::size_t>(tail * dk_), hk);
+      cache_rows::load_f32(blocks_tail::head_rows(tail_v_, bh, tail_rows_, dv_), dtype_, static_cast<std::size_t>(tail * dv_), hv);
       std::memcpy(hk + tail * dk_, new_k.data() + bh * s * dk_, sizeof(float) * static_cast<std::size_t>(s * dk_));
       std::memcpy(hv + tail * dv_, new_v.data() + bh * s * dv_, sizeof(float) * static_cast<std::size_t>(s * dv_));
     }
@@ -307,9 +316,9 @@ void AdaKVCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
     for (int64_t h = 0; h < heads_; ++h) {
       const int64_t bh = b * heads_ + h;
       cache_rows::store_f32(pk.data() + (h * pending_rows + blocks * group_) * dk_, static_cast<std::size_t>(kept * dk_),
-                            blocks_tail::head_rows(tail_k_, bh, group_, dk_), dtype_);
+                            blocks_tail::head_rows(tail_k_, bh, tail_rows_, dk_), dtype_);
       cache_rows::store_f32(pv.data() + (h * pending_rows + blocks * group_) * dv_, static_cast<std::size_t>(kept * dv_),
-                            blocks_tail::head_rows(tail_v_, bh, group_, dv_), dtype_);
+                            blocks_tail::head_rows(tail_v_, bh, tail_rows_, dv_), dtype_);
     }
   }
   offset_ += s;
@@ -331,8 +340,8 @@ lm::KeysValues AdaKVCache::fetch(lm::DType dtype) const {
         cache_rows::store_f32(bk.data(), bk.size(), k.raw_data() + (bh * offset_ + g * group_) * dk_ * ke, dtype);
         cache_rows::store_f32(bv.data(), bv.size(), v.raw_data() + (bh * offset_ + g * group_) * dv_ * ve, dtype);
       }
-      blocks_tail::fetch_head_tail(tail_k_, dtype_, bh, group_, dk_, tail, frontier_, offset_, k);
-      blocks_tail::fetch_head_tail(tail_v_, dtype_, bh, group_, dv_, tail, frontier_, offset_, v);
+      blocks_tail::fetch_head_tail(tail_k_, dtype_, bh, tail_rows_, dk_, tail, frontier_, offset_, k);
+      blocks_tail::fetch_head_tail(tail_v_, dtype_, bh, tail_rows_, dv_, tail, frontier_, offset_, v);
     }
   }
   return {std::move(k), std::move(v)};
@@ -357,21 +366,30 @@ int64_t AdaKVCache::trim(int64_t n) {
   if (n < 0) throw base::InvalidArgument("AdaKVCache::trim: n must be >= 0, got " + std::to_string(n));
   const int64_t removed = std::min(n, offset_);
   const int64_t new_offset = offset_ - removed;
-  const int64_t new_frontier = new_offset / group_ * group_;
+  const int64_t new_frontier = frontier_for(new_offset);
   if (new_frontier < frontier_) {
-    // Block new_frontier / G returns to the tail (its rows below new_offset), decoded from its
-    // codes; it and every block above it are dropped with their norm statistics.
-    const int64_t kept = new_offset - new_frontier;
-    if (kept > 0) {
-      std::vector<float> bk(static_cast<std::size_t>(kept * dk_)), bv(static_cast<std::size_t>(kept * dv_));
-      for (int64_t b = 0; b < batch_; ++b) {
-        for (int64_t h = 0; h < heads_; ++h) {
-          const int64_t bh = b * heads_ + h;
-          decode_keys(b, h, new_frontier, new_offset, bk.data());
-          decode_values(b, h, new_frontier, new_offset, bv.data());
-          cache_rows::store_f32(bk.data(), bk.size(), blocks_tail::head_rows(tail_k_, bh, group_, dk_), dtype_);
-          cache_rows::store_f32(bv.data(), bv.size(), blocks_tail::head_rows(tail_v_, bh, group_, dv_), dtype_);
+    // Rows [new_frontier, min(frontier, new_offset)) return to the tail decoded from their codes,
+    // followed by the tail rows that survive; the blocks from new_frontier on are dropped with
+    // their norm statistics (the next flush recomputes both).
+    const int64_t decoded = std::min(frontier_, new_offset) - new_frontier;
+    const int64_t surviving = std::max<int64_t>(0, new_offset - frontier_);
+    std::vector<float> bk(static_cast<std::size_t>((decoded + surviving) * dk_));
+    std::vector<float> bv(static_cast<std::size_t>((decoded + surviving) * dv_));
+    for (int64_t b = 0; b < batch_; ++b) {
+      for (int64_t h = 0; h < heads_; ++h) {
+        const int64_t bh = b * heads_ + h;
+        std::byte* rk = blocks_tail::head_rows(tail_k_, bh, tail_rows_, dk_);
+        std::byte* rv = blocks_tail::head_rows(tail_v_, bh, tail_rows_, dv_);
+        cache_rows::load_f32(rk, dtype_, static_cast<std::size_t>(surviving * dk_), bk.data() + decoded * dk_);
+        cache_rows::load_f32(rv, dtype_, static_cast<std::size_t>(surviving * dv_), bv.data() + decoded * dv_);
+        for (int64_t a = new_frontier; a < new_frontier + decoded;) {
+          const int64_t end = std::min(new_frontier + decoded, (a / group_ + 1) * group_);
+          decode_keys(b, h, a, end, bk.data() + (a - new_frontier) * dk_);
+          decode_values(b, h, a, end, bv.data() + (a - new_frontier) * dv_);
+          a = end;
         }
+        cache_rows::store_f32(bk.data(), bk.size(), rk, dtype_);
+        cache_rows::store_f32(bv.data(), bv.size(), rv, dtype_);
       }
     }
     frontier_ = new_frontier;
@@ -405,6 +423,7 @@ std::vector<std::string> AdaKVCache::meta_state() const {
           std::to_string(o.adakv_update_interval),
           o.adakv_importance,
           std::to_string(o.adakv_obs_window),
+          std::to_string(o.adakv_residual_length),
           std::to_string(offset_),
           std::to_string(frontier_),
           std::string(lm::dtype_name(dtype_))};
@@ -412,9 +431,9 @@ std::vector<std::string> AdaKVCache::meta_state() const {
 
 void AdaKVCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const char* who = "AdaKVCache::from_state";
-  if (meta.size() != 11) {
-    throw base::FormatError(std::string(who) + ": expected 11 meta entries (target, lo, mid, hi, group, interval, "
-                            "importance, window, offset, frontier, dtype), got " + std::to_string(meta.size()));
+  if (meta.size() != 12) {
+    throw base::FormatError(std::string(who) + ": expected 12 meta entries (target, lo, mid, hi, group, interval, "
+                            "importance, window, residual, offset, frontier, dtype), got " + std::to_string(meta.size()));
   }
   AdaKVOptions o;
   o.adakv_target_avg_bits = blocks_tail::parse_meta_double(meta[0], who, "target bits");
@@ -425,11 +444,23 @@ void AdaKVCache::from_state(const std::vector<lm::Tensor>& state, const std::vec
   o.adakv_update_interval = static_cast<int>(cache_rows::parse_meta_int(meta[5], who, "update interval"));
   o.adakv_importance = meta[6];
   o.adakv_obs_window = static_cast<int>(cache_rows::parse_meta_int(meta[7], who, "observation window"));
+  o.adakv_residual_length = static_cast<int>(cache_rows::parse_meta_int(meta[8], who, "residual length"));
   AdaKVCache fresh(o);
-  const blocks_tail::TailMeta saved = blocks_tail::parse_tail_meta(meta, 8, fresh.group_, who);
+  blocks_tail::TailMeta saved;
+  saved.offset = cache_rows::parse_meta_int(meta[9], who, "offset");
+  saved.frontier = cache_rows::parse_meta_int(meta[10], who, "frontier");
+  try {
+    saved.dtype = lm::parse_float_dtype(meta[11]);
+  } catch (const base::InvalidArgument& e) {
+    throw base::FormatError(std::string(who) + ": " + e.what());
+  }
+  // The frontier is a function of the offset (store and trim keep it so).
+  if (saved.offset < 0 || saved.frontier != fresh.frontier_for(saved.offset)) {
+    throw base::FormatError(std::string(who) + ": inconsistent offset " + meta[9] + " / frontier " + meta[10]);
+  }
   const int64_t offset = saved.offset, frontier = saved.frontier, blocks = frontier / fresh.group_;
   if (state.empty()) {
-    if (offset != 0) throw base::FormatError(std::string(who) + ": no tensors for offset " + meta[8]);
+    if (offset != 0) throw base::FormatError(std::string(who) + ": no tensors for offset " + meta[9]);
     *this = fresh;
     return;
   }
@@ -440,7 +471,7 @@ void AdaKVCache::from_state(const std::vector<lm::Tensor>& state, const std::vec
   // The shapes the saved layout implies, then every tensor held to them.
   fresh.allocate(lm::Tensor({tk.dim(0), tk.dim(1), 1, tk.dim(3)}, saved.dtype),
                  lm::Tensor({tv.dim(0), tv.dim(1), 1, tv.dim(3)}, saved.dtype));
-  blocks_tail::check_tail_state(tk, tv, offset - frontier, who, meta[8], meta[9]);
+  blocks_tail::check_tail_state(tk, tv, offset - frontier, who, meta[9], meta[10]);
   std::vector<const lm::Tensor*> like;
   std::vector<int64_t> rows;
   for (std::size_t t = 0; t < 3; ++t) like.push_back(&fresh.key_codes_[t]), rows.push_back(frontier);
@@ -523,8 +554,9 @@ MethodDescriptor adakv_method() {
                  "original only counts bits); the observation window is rounded up to whole blocks and "
                  "adakv_update_interval counts blocks; the mean over heads is the largest reachable value not above "
                  "the target (2.33 bits for 3 heads at 2.5). Importance is the key-norm variance, larger = more bits "
-                 "(the original's sign, inverted vs the paper); attention_entropy is rejected. The incomplete last "
-                 "block stays in the input dtype; trim returns a reopened block decoded from its codes.";
+                 "(the original's sign, inverted vs the paper); attention_entropy is rejected. The newest "
+                 "adakv_residual_length (KIVI's 128) tokens stay in the input dtype, a setting the original inherits "
+                 "from KIVI and this names; trim returns a reopened block decoded from its codes.";
   m.docs = "docs/methods/adakv.md";
   m.fields = {
       option_field("adakv_target_avg_bits", &AdaKVOptions::adakv_target_avg_bits,
@@ -540,6 +572,9 @@ MethodDescriptor adakv_method() {
                    "Head importance: \"norm_variance\" (\"attention_entropy\" is not supported here)"),
       option_field("adakv_obs_window", &AdaKVOptions::adakv_obs_window,
                    "Recent tokens whose key norms rank the heads (rounded up to whole blocks)", 1, 1 << 20),
+      option_field("adakv_residual_length", &AdaKVOptions::adakv_residual_length,
+                   "Newest tokens kept in the input dtype (KIVI's residual window, inherited by the original)", 0,
+                   1 << 20),
   };
   m.validate = validate_adakv_options;
   m.make_serving = make_adakv_cache;

@@ -14,8 +14,9 @@
 //           lower head; the first n_hi heads get hi, the next n_mid mid, the rest lo;
 //   blocks with k % adakv_update_interval != 0 keep block k - k % interval's widths.
 // Keys: KIVI's per-channel group code over the block's G tokens at the head's width; values:
-// KIVI's per-token code over channel groups of G at the same width. The incomplete last block
-// (keys and values) stays in the input dtype.
+// KIVI's per-token code over channel groups of G at the same width. As in KIVI the newest tokens
+// stay in the input dtype: the frontier is floor(max(0, offset - R) / G) * G
+// (R = adakv_residual_length), so the tail holds at most R + G - 1 rows.
 //
 // Storage (all counted by nbytes()), rows allocated in 256-token steps of whole blocks. The
 // heads of one block always split n_t per tier t (hi, mid, lo), so each tier's codes get their
@@ -27,7 +28,7 @@
 //   value_params   F16 [B, H, rows, 2 * ceil(Dv / G)]    (scale, min) per token channel group
 //   tiers          U8  [B, H, blocks, 1]                 the head's tier (0 hi, 1 mid, 2 lo)
 //   norm_stats     F32 [B, H, blocks, 2]                 the block's key-norm sum, sum of squares
-//   tail_k, tail_v input dtype [B, H, G, D]
+//   tail_k, tail_v input dtype [B, H, R + G, D]
 // Fused attention decodes 64-row tiles of codes into scratch (caches/adakv_rows.h).
 #include <array>
 #include <memory>
@@ -50,6 +51,9 @@ struct AdaKVOptions {
   int adakv_update_interval = 1;
   std::string adakv_importance = "norm_variance";
   int adakv_obs_window = 32;
+  // Not in the original's field table: it builds on KIVI and keeps KIVI's full-precision window
+  // of the newest residual_length (128) tokens; this names that inherited setting.
+  int adakv_residual_length = 128;
 };
 
 // How many of `heads` heads get hi, mid and lo bits: the largest bit sum not above
@@ -100,11 +104,14 @@ class AdaKVCache : public lm::KVCache {
   void decode_keys(int64_t b, int64_t h, int64_t r0, int64_t r1, float* out) const;
   void decode_values(int64_t b, int64_t h, int64_t r0, int64_t r1, float* out) const;
   lm::KeysValues fetch(lm::DType dtype) const;
+  // Where the frontier stands for `offset` tokens.
+  int64_t frontier_for(int64_t offset) const;
 
   AdaKVOptions options_;
   std::array<int, 3> bits_{};  // hi, mid, lo
   std::array<int64_t, 3> counts_{};
   int group_;
+  int64_t residual_ = 0, tail_rows_ = 0;  // R, and the tail's rows per head (R + G)
   int64_t batch_ = 0, heads_ = 0, dk_ = 0, dv_ = 0, value_groups_ = 0;
   lm::DType dtype_ = lm::DType::F16;
   int64_t offset_ = 0, frontier_ = 0, capacity_ = 0;  // capacity_: rows, a multiple of G
