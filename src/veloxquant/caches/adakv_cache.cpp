@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "base/error.h"
+#include "base/half.h"
 #include "base/thread_pool.h"
 #include "lm/kv_rows.h"
 #include "veloxquant/attention/attention_driver.h"
@@ -64,6 +65,18 @@ void check_options(const AdaKVOptions& o) {
   if (o.adakv_importance != "norm_variance") {
     throw QuantizerConfigError("adakv_importance must be \"norm_variance\" or \"attention_entropy\", got \"" +
                                o.adakv_importance + "\"");
+  }
+}
+// One packed row back to its codes (core/bit_packing.h's layout: floor(32 / b) codes per word,
+// LSB first, none straddling words) by shifting each word down once per code: the decode of
+// fused attention's tiles runs this for every row it reads, so it avoids a divide per code.
+void unpack_row(const uint32_t* words, int64_t n, int bits, uint8_t* out) {
+  const int64_t per = 32 / bits;
+  const uint32_t mask = (1u << bits) - 1u;
+  for (int64_t c0 = 0; c0 < n; c0 += per, ++words) {
+    uint32_t x = *words;
+    const int64_t end = std::min(n, c0 + per);
+    for (int64_t c = c0; c < end; ++c, x >>= bits) out[c] = static_cast<uint8_t>(x & mask);
   }
 }
 }  // namespace
@@ -237,29 +250,48 @@ void AdaKVCache::flush_block(int64_t b, int64_t block, const float* keys, const 
 }
 
 void AdaKVCache::decode_keys(int64_t b, int64_t h, int64_t r0, int64_t r1, float* out) const {
+  // The block's (scale, min) pairs widened once, then code * scale + min per element: the same
+  // arithmetic as decode_code (rows/group_affine_codes.h), so fetch and fused attention agree.
   const int64_t block = r0 / group_;
   const int t = tier(b, h, block);
   const int bits = bits_[static_cast<std::size_t>(t)];
   const int64_t s = slot(b, h, block);
-  const auto* params = reinterpret_cast<const GroupParams16*>(row_ptr<uint16_t>(key_params_, b, h, block));
+  const uint16_t* half = row_ptr<uint16_t>(key_params_, b, h, block);
   thread_local std::vector<uint8_t> codes;
+  thread_local std::vector<float> scale, min;
   codes.resize(static_cast<std::size_t>(dk_));
+  scale.resize(static_cast<std::size_t>(dk_));
+  min.resize(static_cast<std::size_t>(dk_));
+  for (int64_t c = 0; c < dk_; ++c) {
+    scale[static_cast<std::size_t>(c)] = base::f16_to_f32(half[2 * c]);
+    min[static_cast<std::size_t>(c)] = base::f16_to_f32(half[2 * c + 1]);
+  }
   for (int64_t r = r0; r < r1; ++r) {
-    core::unpack_words(row_ptr<uint32_t>(key_codes_[static_cast<std::size_t>(t)], b, s, r),
-                       static_cast<std::size_t>(dk_), bits, codes.data());
+    unpack_row(row_ptr<uint32_t>(key_codes_[static_cast<std::size_t>(t)], b, s, r), dk_, bits, codes.data());
     float* o = out + (r - r0) * dk_;
-    for (int64_t c = 0; c < dk_; ++c) o[c] = decode_code(codes[static_cast<std::size_t>(c)], params[c]);
+    for (int64_t c = 0; c < dk_; ++c) {
+      o[c] = static_cast<float>(codes[static_cast<std::size_t>(c)]) * scale[static_cast<std::size_t>(c)] +
+             min[static_cast<std::size_t>(c)];
+    }
   }
 }
 
 void AdaKVCache::decode_values(int64_t b, int64_t h, int64_t r0, int64_t r1, float* out) const {
   const int64_t block = r0 / group_;
   const int t = tier(b, h, block);
+  const int bits = bits_[static_cast<std::size_t>(t)];
   const int64_t s = slot(b, h, block);
+  thread_local std::vector<uint8_t> codes;
+  codes.resize(static_cast<std::size_t>(dv_));
   for (int64_t r = r0; r < r1; ++r) {
-    decode_token_row(row_ptr<uint32_t>(value_codes_[static_cast<std::size_t>(t)], b, s, r),
-                     reinterpret_cast<const GroupParams16*>(row_ptr<uint16_t>(value_params_, b, h, r)),
-                     static_cast<int>(dv_), group_, bits_[static_cast<std::size_t>(t)], out + (r - r0) * dv_);
+    unpack_row(row_ptr<uint32_t>(value_codes_[static_cast<std::size_t>(t)], b, s, r), dv_, bits, codes.data());
+    const uint16_t* half = row_ptr<uint16_t>(value_params_, b, h, r);
+    float* o = out + (r - r0) * dv_;
+    for (int64_t gi = 0; gi < value_groups_; ++gi) {
+      const float scale = base::f16_to_f32(half[2 * gi]), min = base::f16_to_f32(half[2 * gi + 1]);
+      const int64_t c1 = std::min<int64_t>(dv_, (gi + 1) * group_);
+      for (int64_t c = gi * group_; c < c1; ++c) o[c] = static_cast<float>(codes[static_cast<std::size_t>(c)]) * scale + min;
+    }
   }
 }
 
