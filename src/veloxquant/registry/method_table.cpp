@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "veloxquant/caches/adakv_cache.h"
 #include "veloxquant/caches/age_tiered_cache.h"
 #include "veloxquant/caches/gear_cache.h"
 #include "veloxquant/caches/kitty_cache.h"
@@ -266,7 +267,7 @@ std::vector<MethodDescriptor> build_method_table() {
                                         skvq_method(),                   nsnquant_method(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
-                                        spectral_row()};
+                                        spectral_row(),                  adakv_method()};
   for (std::vector<MethodDescriptor> family : {eviction_method_rows(), cross_layer_method_rows()}) {
     for (MethodDescriptor& row : family) rows.push_back(std::move(row));
   }
