@@ -11,6 +11,7 @@
 #include "lm/kv_rows.h"
 #include "veloxquant/attention/attention_driver.h"
 #include "veloxquant/attention/fused_call.h"
+#include "veloxquant/attention/word_code_rows.h"
 #include "veloxquant/caches/adakv_rows.h"
 #include "veloxquant/caches/quantized_blocks_tail.h"
 #include "veloxquant/core/bit_packing.h"
@@ -65,18 +66,6 @@ void check_options(const AdaKVOptions& o) {
   if (o.adakv_importance != "norm_variance") {
     throw QuantizerConfigError("adakv_importance must be \"norm_variance\" or \"attention_entropy\", got \"" +
                                o.adakv_importance + "\"");
-  }
-}
-// One packed row back to its codes (core/bit_packing.h's layout: floor(32 / b) codes per word,
-// LSB first, none straddling words) by shifting each word down once per code: the decode of
-// fused attention's tiles runs this for every row it reads, so it avoids a divide per code.
-void unpack_row(const uint32_t* words, int64_t n, int bits, uint8_t* out) {
-  const int64_t per = 32 / bits;
-  const uint32_t mask = (1u << bits) - 1u;
-  for (int64_t c0 = 0; c0 < n; c0 += per, ++words) {
-    uint32_t x = *words;
-    const int64_t end = std::min(n, c0 + per);
-    for (int64_t c = c0; c < end; ++c, x >>= bits) out[c] = static_cast<uint8_t>(x & mask);
   }
 }
 }  // namespace
@@ -250,47 +239,43 @@ void AdaKVCache::flush_block(int64_t b, int64_t block, const float* keys, const 
 }
 
 void AdaKVCache::decode_keys(int64_t b, int64_t h, int64_t r0, int64_t r1, float* out) const {
-  // The block's (scale, min) pairs widened once, then code * scale + min per element: the same
-  // arithmetic as decode_code (rows/group_affine_codes.h), so fetch and fused attention agree.
+  // The rows' codes unpacked to floats in one call (attention/word_code_rows.h: SIMD for every
+  // width), the block's (scale, min) pairs widened once, then code * scale + min per element: the
+  // same arithmetic as decode_code (rows/group_affine_codes.h), so fetch and fused attention agree.
   const int64_t block = r0 / group_;
   const int t = tier(b, h, block);
-  const int bits = bits_[static_cast<std::size_t>(t)];
-  const int64_t s = slot(b, h, block);
+  const lm::Tensor& plane = key_codes_[static_cast<std::size_t>(t)];
+  attention::kernels::unpack_word_rows(row_ptr<uint32_t>(plane, b, slot(b, h, block), r0), plane.dim(3), r1 - r0, dk_,
+                                       bits_[static_cast<std::size_t>(t)], nullptr, out);
   const uint16_t* half = row_ptr<uint16_t>(key_params_, b, h, block);
-  thread_local std::vector<uint8_t> codes;
   thread_local std::vector<float> scale, min;
-  codes.resize(static_cast<std::size_t>(dk_));
   scale.resize(static_cast<std::size_t>(dk_));
   min.resize(static_cast<std::size_t>(dk_));
   for (int64_t c = 0; c < dk_; ++c) {
     scale[static_cast<std::size_t>(c)] = base::f16_to_f32(half[2 * c]);
     min[static_cast<std::size_t>(c)] = base::f16_to_f32(half[2 * c + 1]);
   }
-  for (int64_t r = r0; r < r1; ++r) {
-    unpack_row(row_ptr<uint32_t>(key_codes_[static_cast<std::size_t>(t)], b, s, r), dk_, bits, codes.data());
-    float* o = out + (r - r0) * dk_;
-    for (int64_t c = 0; c < dk_; ++c) {
-      o[c] = static_cast<float>(codes[static_cast<std::size_t>(c)]) * scale[static_cast<std::size_t>(c)] +
-             min[static_cast<std::size_t>(c)];
-    }
+  const float* __restrict sc = scale.data();  // restrict: the loop vectorizes without alias checks
+  const float* __restrict mn = min.data();
+  for (int64_t r = 0; r < r1 - r0; ++r) {
+    float* __restrict o = out + r * dk_;
+    for (int64_t c = 0; c < dk_; ++c) o[c] = o[c] * sc[c] + mn[c];
   }
 }
 
 void AdaKVCache::decode_values(int64_t b, int64_t h, int64_t r0, int64_t r1, float* out) const {
   const int64_t block = r0 / group_;
   const int t = tier(b, h, block);
-  const int bits = bits_[static_cast<std::size_t>(t)];
-  const int64_t s = slot(b, h, block);
-  thread_local std::vector<uint8_t> codes;
-  codes.resize(static_cast<std::size_t>(dv_));
+  const lm::Tensor& plane = value_codes_[static_cast<std::size_t>(t)];
+  attention::kernels::unpack_word_rows(row_ptr<uint32_t>(plane, b, slot(b, h, block), r0), plane.dim(3), r1 - r0, dv_,
+                                       bits_[static_cast<std::size_t>(t)], nullptr, out);
   for (int64_t r = r0; r < r1; ++r) {
-    unpack_row(row_ptr<uint32_t>(value_codes_[static_cast<std::size_t>(t)], b, s, r), dv_, bits, codes.data());
     const uint16_t* half = row_ptr<uint16_t>(value_params_, b, h, r);
-    float* o = out + (r - r0) * dv_;
+    float* __restrict o = out + (r - r0) * dv_;
     for (int64_t gi = 0; gi < value_groups_; ++gi) {
       const float scale = base::f16_to_f32(half[2 * gi]), min = base::f16_to_f32(half[2 * gi + 1]);
       const int64_t c1 = std::min<int64_t>(dv_, (gi + 1) * group_);
-      for (int64_t c = gi * group_; c < c1; ++c) o[c] = static_cast<float>(codes[static_cast<std::size_t>(c)]) * scale + min;
+      for (int64_t c = gi * group_; c < c1; ++c) o[c] = o[c] * scale + min;
     }
   }
 }
