@@ -5,6 +5,7 @@
 // tests/veloxquant/umbrella_header_test.cpp fails when a method's *_cache.h is missing here.
 #include "veloxquant/builder/kv_cache_builder.h"
 #include "veloxquant/caches/age_tiered_cache.h"
+#include "veloxquant/caches/cachegen_cache.h"
 #include "veloxquant/caches/gear_cache.h"
 #include "veloxquant/caches/kitty_cache.h"
 #include "veloxquant/caches/kivi_cache.h"

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "veloxquant/caches/age_tiered_cache.h"
+#include "veloxquant/caches/cachegen_cache.h"
 #include "veloxquant/caches/gear_cache.h"
 #include "veloxquant/caches/kitty_cache.h"
 #include "veloxquant/caches/kivi_cache.h"
@@ -264,6 +265,7 @@ std::vector<MethodDescriptor> build_method_table() {
                                         gear_method(),                   kitty_method(),
                                         age_tiered_method(),             svdq_method(),
                                         skvq_method(),                   nsnquant_method(),
+                                        cachegen_method(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
                                         spectral_row()};
