@@ -156,9 +156,14 @@ void CachegenCache::decode_record(int64_t block, int64_t b, int64_t h, int kv, f
   std::memcpy(freqs.data(), bytes + pairs * sizeof(core::GroupParams), freqs.size() * sizeof(uint16_t));
   core::rans_decode(bytes + header, size - header, freqs.data(), alphabet, g * d, codes.data());
   if (use_delta_) {
+    // The anchor row copied out so the compiler sees no aliasing and vectorises the add.
+    thread_local std::vector<uint8_t> anchor;
+    anchor.assign(codes.begin(), codes.begin() + static_cast<std::ptrdiff_t>(d));
     const uint8_t mask = static_cast<uint8_t>(alphabet - 1);
+    const uint8_t* __restrict a = anchor.data();
     for (std::size_t t = 1; t < g; ++t) {
-      for (std::size_t c = 0; c < d; ++c) codes[t * d + c] = static_cast<uint8_t>((codes[t * d + c] + codes[c]) & mask);
+      uint8_t* __restrict row = codes.data() + t * d;
+      for (std::size_t c = 0; c < d; ++c) row[c] = static_cast<uint8_t>((row[c] + a[c]) & mask);
     }
   }
   if (per_channel) {
