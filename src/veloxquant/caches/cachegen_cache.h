@@ -19,7 +19,7 @@
 // values, then block 1, ...), so trimming whole blocks truncates the arena. offsets [n + 1] (u32)
 // gives record i's bytes as [offsets[i], offsets[i + 1]), i = (block * B * H + b * H + h) * 2 + kv.
 // The incomplete last block's keys and values wait in [B, H, G, D] tails in the input dtype.
-// nbytes() = arena + offsets + tails, as allocated (both grow by doubling).
+// nbytes() = arena + offsets + tails, as allocated (the arena grows by 5/4, the offsets double).
 #include <cstddef>
 #include <memory>
 #include <optional>
