@@ -6,6 +6,7 @@
 
 #include "veloxquant/caches/adakv_cache.h"
 #include "veloxquant/caches/age_tiered_cache.h"
+#include "veloxquant/caches/cachegen_cache.h"
 #include "veloxquant/caches/gear_cache.h"
 #include "veloxquant/caches/kitty_cache.h"
 #include "veloxquant/caches/kivi_cache.h"
@@ -265,9 +266,10 @@ std::vector<MethodDescriptor> build_method_table() {
                                         gear_method(),                   kitty_method(),
                                         age_tiered_method(),             svdq_method(),
                                         skvq_method(),                   nsnquant_method(),
+                                        adakv_method(),                  cachegen_method(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
-                                        spectral_row(),                  adakv_method()};
+                                        spectral_row()};
   for (std::vector<MethodDescriptor> family : {eviction_method_rows(), cross_layer_method_rows()}) {
     for (MethodDescriptor& row : family) rows.push_back(std::move(row));
   }
