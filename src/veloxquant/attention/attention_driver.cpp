@@ -131,8 +131,12 @@ void attend_unit(const AttentionCall& call, const RowSource* const* segments, co
   std::fill(st.m, st.m + rows, kNegInf);
   std::fill(st.l, st.l + rows, 0.0f);
   std::fill(st.acc, st.acc + rows * g.value_dim, 0.0f);
-  float* q = grown(scratch.queries, static_cast<std::size_t>(rows * g.prepared_dim));
   const int64_t segment_stride = call.batch * call.q_heads * call.n_queries * g.prepared_dim;
+  // The unit's query rows (group head k, query i0 + i) at row k * nq + i. When the unit holds all
+  // of the call's queries (every decode step) those rows already lie side by side in `prepared`
+  // and are read in place; otherwise they are gathered into scratch per segment.
+  const bool in_place = u.i0 == 0 && u.i1 == call.n_queries;
+  float* gathered = in_place ? nullptr : grown(scratch.queries, static_cast<std::size_t>(rows * g.prepared_dim));
   const int64_t ld = kTileRows;
   float* s = grown(scratch.scores, static_cast<std::size_t>(rows * ld));
   const int64_t q_first = call.first_position + u.i0, q_last = call.first_position + u.i1 - 1;
@@ -145,10 +149,14 @@ void attend_unit(const AttentionCall& call, const RowSource* const* segments, co
     if (from >= to) continue;
     // The unit's queries in this segment's form, side by side (row r = group head r / nq,
     // query i0 + r % nq).
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t head = u.h * g.group + r / nq, i = u.i0 + r % nq;
-      std::copy_n(prepared + si * segment_stride + ((u.b * call.q_heads + head) * call.n_queries + i) * g.prepared_dim,
-                  g.prepared_dim, q + r * g.prepared_dim);
+    const float* q = prepared + si * segment_stride + (u.b * call.q_heads + u.h * g.group) * call.n_queries * g.prepared_dim;
+    if (!in_place) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t head = u.h * g.group + r / nq, i = u.i0 + r % nq;
+        std::copy_n(prepared + si * segment_stride + ((u.b * call.q_heads + head) * call.n_queries + i) * g.prepared_dim,
+                    g.prepared_dim, gathered + r * g.prepared_dim);
+      }
+      q = gathered;
     }
     const Visibility vis{src.positions(u.b, u.h), src.position_base(), call.window};
     int64_t lo = 0, hi = 0;
@@ -256,17 +264,14 @@ void write_row_weights(const AttentionCall& call, const RowSource* const* segmen
     thread_local Scratch scratch;
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / call.kv_heads, h = bh % call.kv_heads;
-      float* q = grown(scratch.queries, static_cast<std::size_t>(rows * g.prepared_dim));
       float* s = grown(scratch.scores, static_cast<std::size_t>(rows * kTileRows));
       const int64_t segment_stride = call.batch * call.q_heads * nq * g.prepared_dim;
       for (int si = 0; si < g.n_segments; ++si) {
         float* out = call.row_weights[static_cast<std::size_t>(si)];
         if (!out) continue;
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t head = h * g.group + r / nq, i = r % nq;
-          std::copy_n(prepared + si * segment_stride + ((b * call.q_heads + head) * nq + i) * g.prepared_dim,
-                      g.prepared_dim, q + r * g.prepared_dim);
-        }
+        // Every query of the group's heads: row k * nq + i is (head h * group + k, query i), which is
+        // where `prepared` already holds it — read in place.
+        const float* q = prepared + si * segment_stride + (b * call.q_heads + h * g.group) * nq * g.prepared_dim;
         const RowSource& src = *segments[si];
         const int64_t n = src.rows(b, h);
         out += bh * call.row_weight_stride[static_cast<std::size_t>(si)];
