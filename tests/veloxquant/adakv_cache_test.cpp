@@ -14,7 +14,9 @@
 
 #include "support/allocation_counter.h"
 #include "support/group_code_reference.h"
+#include "support/fused_vs_fetched.h"
 #include "support/kv_test_data.h"
+#include "support/option_error.h"
 #include "support/reference_attention.h"
 #include "veloxquant/caches/adakv_cache.h"
 #include "veloxquant/core/bit_packing.h"
@@ -241,22 +243,11 @@ TEST(AdaKV, FusedAttentionEqualsAttentionOverFetchedRows) {
   const int64_t heads = 3, hq = 9, d = 64;
   for (const AdaKVOptions& o : {options(2.5, 2, 3, 4, 32, 1, 32), options(5.0, 3, 4, 8, 16, 2, 40, 20), AdaKVOptions{}}) {
     AdaKVCache fused(o), plain(o);
-    int64_t first = 0;
-    uint64_t seed = 700;
-    for (int64_t n : {150, 17, 1, 1}) {
-      const lm::Tensor k = spread_keys(heads, n, d, seed++);
-      const lm::Tensor v = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
-      const lm::Tensor q = test_support::random_kv(1, hq, n, d, seed++, lm::DType::F32);
-      lm::Tensor out({1, hq, n, d}, lm::DType::F32);
-      const float scale = 0.125f;
-      fused.fused_attention({&q, &k, &v, scale, std::nullopt}, out);
-      const std::vector<float> want =
-          test_support::reference_attention(plain.update_and_fetch(k, v), q.to_f32(), hq, n, first, scale);
-      const std::vector<float> got = out.to_f32();
-      float worst = 0;
-      for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
-      EXPECT_LE(worst, 1e-3f) << "target " << o.adakv_target_avg_bits << " chunk " << n;
-      first += n;
+    const std::vector<int64_t> chunks{150, 17, 1, 1};
+    const std::vector<float> worst =
+        test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 700, spread_keys);
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      EXPECT_LE(worst[c], 1e-3f) << "target " << o.adakv_target_avg_bits << " chunk " << chunks[c];
     }
   }
 }
@@ -273,17 +264,8 @@ TEST(AdaKV, StateRoundTrips) {
 }
 
 TEST(AdaKV, BadOptionsNameTheField) {
-  const auto message = [](const std::function<void(AdaKVOptions&)>& change) -> std::string {
-    KVCacheConfig c;
-    c.method = "adakv";
-    c.head_dim = 16;
-    change(c.options<AdaKVOptions>());
-    try {
-      KVCacheBuilder(c).build();
-    } catch (const QuantizerConfigError& e) {
-      return e.what();
-    }
-    return "accepted";
+  const auto message = [](const std::function<void(AdaKVOptions&)>& change) {
+    return test_support::option_error("adakv", change);
   };
   EXPECT_NE(message([](AdaKVOptions& o) { o.adakv_lo_bit = 0; }).find("adakv_lo_bit"), std::string::npos);
   EXPECT_NE(message([](AdaKVOptions& o) { o.adakv_hi_bit = 9; }).find("adakv_hi_bit"), std::string::npos);

@@ -13,7 +13,9 @@
 #include "base/error.h"
 #include "support/allocation_counter.h"
 #include "support/group_code_reference.h"
+#include "support/fused_vs_fetched.h"
 #include "support/kv_test_data.h"
+#include "support/option_error.h"
 #include "support/reference_attention.h"
 #include "veloxquant/caches/age_tiered_cache.h"
 #include "veloxquant/veloxquant.h"
@@ -186,22 +188,11 @@ TEST(AgeTiered, FusedAttentionEqualsAttentionOverFetchedRows) {
   for (const AgeTieredOptions& o :
        {small_tiers(16, 64, 8, 4, 2, 32), small_tiers(0, 40, 8, 3, 1, 16), AgeTieredOptions{}}) {
     AgeTieredCache fused(o), plain(o);
-    int64_t first = 0;
-    uint64_t seed = 700;
-    for (int64_t n : {150, 17, 1, 1, 70}) {
-      const lm::Tensor k = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
-      const lm::Tensor v = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
-      const lm::Tensor q = test_support::random_kv(1, hq, n, d, seed++, lm::DType::F32);
-      lm::Tensor out({1, hq, n, d}, lm::DType::F32);
-      const float scale = 0.125f;
-      fused.fused_attention({&q, &k, &v, scale, std::nullopt}, out);
-      const std::vector<float> want =
-          test_support::reference_attention(plain.update_and_fetch(k, v), q.to_f32(), hq, n, first, scale);
-      const std::vector<float> got = out.to_f32();
-      float worst = 0;
-      for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
-      EXPECT_LE(worst, 1e-3f) << "recent " << o.age_recent_boundary << " mid " << o.age_mid_boundary << " chunk " << n;
-      first += n;
+    const std::vector<int64_t> chunks{150, 17, 1, 1, 70};
+    const std::vector<float> worst =
+        test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 700);
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      EXPECT_LE(worst[c], 1e-3f) << "recent " << o.age_recent_boundary << " mid " << o.age_mid_boundary << " chunk " << chunks[c];
     }
   }
 }
@@ -223,17 +214,8 @@ TEST(AgeTiered, StateThatDisagreesWithItsOffsetIsRefused) {
 }
 
 TEST(AgeTiered, BadOptionsNameTheField) {
-  const auto message = [](const std::function<void(AgeTieredOptions&)>& change) -> std::string {
-    KVCacheConfig c;
-    c.method = "age_tiered";
-    c.head_dim = 16;
-    change(c.options<AgeTieredOptions>());
-    try {
-      KVCacheBuilder(c).build();
-    } catch (const QuantizerConfigError& e) {
-      return e.what();
-    }
-    return "accepted";
+  const auto message = [](const std::function<void(AgeTieredOptions&)>& change) {
+    return test_support::option_error("age_tiered", change);
   };
   EXPECT_NE(message([](AgeTieredOptions& o) { o.age_bits_recent = 0; }).find("age_bits_recent"), std::string::npos);
   EXPECT_NE(message([](AgeTieredOptions& o) { o.age_bits_mid = 9; }).find("age_bits_mid"), std::string::npos);

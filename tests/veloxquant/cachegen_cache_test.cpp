@@ -13,7 +13,9 @@
 #include "base/error.h"
 #include "support/allocation_counter.h"
 #include "support/group_code_reference.h"
+#include "support/fused_vs_fetched.h"
 #include "support/kv_test_data.h"
+#include "support/option_error.h"
 #include "support/reference_attention.h"
 #include "veloxquant/caches/cachegen_cache.h"
 #include "veloxquant/core/rans_coder.h"
@@ -263,22 +265,11 @@ TEST(Cachegen, FusedAttentionEqualsAttentionOverFetchedRows) {
   for (const auto& [bits, group, per_channel] :
        {std::tuple{4, 32, true}, std::tuple{2, 32, false}, std::tuple{3, 8, true}, std::tuple{8, 100, true}}) {
     CachegenCache fused(bits, group, true, per_channel), plain(bits, group, true, per_channel);
-    int64_t first = 0;
-    uint64_t seed = 600;
-    for (int64_t n : {150, 17, 1, 1, 70}) {
-      const lm::Tensor k = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
-      const lm::Tensor v = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
-      const lm::Tensor q = test_support::random_kv(1, hq, n, d, seed++, lm::DType::F32);
-      lm::Tensor out({1, hq, n, d}, lm::DType::F32);
-      const float scale = 0.125f;
-      fused.fused_attention({&q, &k, &v, scale, std::nullopt}, out);
-      const std::vector<float> want =
-          test_support::reference_attention(plain.update_and_fetch(k, v), q.to_f32(), hq, n, first, scale);
-      const std::vector<float> got = out.to_f32();
-      float worst = 0;
-      for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
-      EXPECT_LE(worst, 1e-3f) << "bits " << bits << " group " << group << " chunk " << n;
-      first += n;
+    const std::vector<int64_t> chunks{150, 17, 1, 1, 70};
+    const std::vector<float> worst =
+        test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 600);
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      EXPECT_LE(worst[c], 1e-3f) << "bits " << bits << " group " << group << " chunk " << chunks[c];
     }
   }
 }
@@ -327,17 +318,8 @@ TEST(Cachegen, StateRoundTripsAndBadStateIsRefused) {
 }
 
 TEST(Cachegen, BadOptionsNameTheField) {
-  const auto message = [](const std::function<void(CachegenOptions&)>& change) -> std::string {
-    KVCacheConfig c;
-    c.method = "cachegen";
-    c.head_dim = 16;
-    change(c.options<CachegenOptions>());
-    try {
-      KVCacheBuilder(c).build();
-    } catch (const QuantizerConfigError& e) {
-      return e.what();
-    }
-    return "accepted";
+  const auto message = [](const std::function<void(CachegenOptions&)>& change) {
+    return test_support::option_error("cachegen", change);
   };
   EXPECT_NE(message([](CachegenOptions& o) { o.cachegen_bits = 1; }).find("cachegen_bits"), std::string::npos);
   EXPECT_NE(message([](CachegenOptions& o) { o.cachegen_bits = 9; }).find("cachegen_bits"), std::string::npos);

@@ -17,7 +17,9 @@
 #include "base/error.h"
 #include "support/allocation_counter.h"
 #include "support/group_code_reference.h"
+#include "support/fused_vs_fetched.h"
 #include "support/kv_test_data.h"
+#include "support/option_error.h"
 #include "support/reference_attention.h"
 #include "veloxquant/caches/block_svd.h"
 #include "veloxquant/caches/gear_cache.h"
@@ -311,39 +313,19 @@ TEST(Gear, FusedAttentionEqualsAttentionOverFetchedRows) {
   for (const auto& [bits, rank, sparse] : {std::tuple{2, std::optional<int>{}, 0.01}, std::tuple{2, std::optional<int>{4}, 0.0},
                                            std::tuple{3, std::optional<int>{2}, 0.02}, std::tuple{4, std::optional<int>{0}, 0.01}}) {
     GearCache fused(bits, 32, rank, 0.9, sparse), plain(bits, 32, rank, 0.9, sparse);
-    int64_t first = 0;
-    uint64_t seed = 500;
-    for (int64_t n : {150, 17, 1, 1}) {
-      const lm::Tensor k = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
-      const lm::Tensor v = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
-      const lm::Tensor q = test_support::random_kv(1, hq, n, d, seed++, lm::DType::F32);
-      lm::Tensor out({1, hq, n, d}, lm::DType::F32);
-      const float scale = 0.125f;
-      fused.fused_attention({&q, &k, &v, scale, std::nullopt}, out);
-      const std::vector<float> want =
-          test_support::reference_attention(plain.update_and_fetch(k, v), q.to_f32(), hq, n, first, scale);
-      const std::vector<float> got = out.to_f32();
-      float worst = 0;
-      for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
-      // Integer key scores (query rounded to 16 bits) on the 2- and 4-bit codes: ~1e-4 relative.
-      EXPECT_LE(worst, 2e-3f) << "bits " << bits << " chunk " << n;
-      first += n;
+    const std::vector<int64_t> chunks{150, 17, 1, 1};
+    const std::vector<float> worst =
+        test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 500);
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+        // Integer key scores (query rounded to 16 bits) on the 2- and 4-bit codes: ~1e-4 relative.
+      EXPECT_LE(worst[c], 2e-3f) << "bits " << bits << " chunk " << chunks[c];
     }
   }
 }
 
 TEST(Gear, BadOptionsNameTheField) {
-  const auto message = [](const std::function<void(GearOptions&)>& change) -> std::string {
-    KVCacheConfig c;
-    c.method = "gear";
-    c.head_dim = 16;
-    change(c.options<GearOptions>());
-    try {
-      KVCacheBuilder(c).build();
-    } catch (const QuantizerConfigError& e) {
-      return e.what();
-    }
-    return "accepted";
+  const auto message = [](const std::function<void(GearOptions&)>& change) {
+    return test_support::option_error("gear", change);
   };
   EXPECT_NE(message([](GearOptions& o) { o.gear_bits = 9; }).find("gear_bits"), std::string::npos);
   EXPECT_NE(message([](GearOptions& o) { o.gear_rank = -1; }).find("gear_rank"), std::string::npos);

@@ -11,7 +11,9 @@
 
 #include "support/allocation_counter.h"
 #include "support/group_code_reference.h"
+#include "support/fused_vs_fetched.h"
 #include "support/kv_test_data.h"
+#include "support/option_error.h"
 #include "support/reference_attention.h"
 #include "veloxquant/caches/kitty_cache.h"
 #include "veloxquant/veloxquant.h"
@@ -165,38 +167,18 @@ TEST(Kitty, FusedAttentionEqualsAttentionOverFetchedRows) {
   for (const auto& [fraction, hi, lo] : {std::tuple{0.25, 4, 2}, std::tuple{0.5, 3, 2}, std::tuple{0.0, 8, 4},
                                          std::tuple{1.0, 4, 1}}) {
     KittyCache fused(fraction, hi, lo, 32), plain(fraction, hi, lo, 32);
-    int64_t first = 0;
-    uint64_t seed = 600;
-    for (int64_t n : {150, 17, 1, 1}) {
-      const lm::Tensor k = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
-      const lm::Tensor v = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
-      const lm::Tensor q = test_support::random_kv(1, hq, n, d, seed++, lm::DType::F32);
-      lm::Tensor out({1, hq, n, d}, lm::DType::F32);
-      const float scale = 0.125f;
-      fused.fused_attention({&q, &k, &v, scale, std::nullopt}, out);
-      const std::vector<float> want =
-          test_support::reference_attention(plain.update_and_fetch(k, v), q.to_f32(), hq, n, first, scale);
-      const std::vector<float> got = out.to_f32();
-      float worst = 0;
-      for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
-      EXPECT_LE(worst, 1e-3f) << "fraction " << fraction << " hi " << hi << " lo " << lo << " chunk " << n;
-      first += n;
+    const std::vector<int64_t> chunks{150, 17, 1, 1};
+    const std::vector<float> worst =
+        test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 600);
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      EXPECT_LE(worst[c], 1e-3f) << "fraction " << fraction << " hi " << hi << " lo " << lo << " chunk " << chunks[c];
     }
   }
 }
 
 TEST(Kitty, BadOptionsNameTheField) {
-  const auto message = [](const std::function<void(KittyOptions&)>& change) -> std::string {
-    KVCacheConfig c;
-    c.method = "kitty";
-    c.head_dim = 16;
-    change(c.options<KittyOptions>());
-    try {
-      KVCacheBuilder(c).build();
-    } catch (const QuantizerConfigError& e) {
-      return e.what();
-    }
-    return "accepted";
+  const auto message = [](const std::function<void(KittyOptions&)>& change) {
+    return test_support::option_error("kitty", change);
   };
   EXPECT_NE(message([](KittyOptions& o) { o.kitty_hi_fraction = -0.1; }).find("kitty_hi_fraction"), std::string::npos);
   EXPECT_NE(message([](KittyOptions& o) { o.kitty_hi_bit = 9; }).find("kitty_hi_bit"), std::string::npos);

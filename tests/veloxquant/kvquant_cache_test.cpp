@@ -15,6 +15,7 @@
 #include "support/allocation_counter.h"
 #include "support/group_code_reference.h"
 #include "support/kv_test_data.h"
+#include "support/option_error.h"
 #include "support/reference_attention.h"
 #include "veloxquant/veloxquant.h"
 
@@ -325,17 +326,8 @@ TEST(KVQuantCache, FusedAttentionReadsLevelsOutliersAndSinks) {
 }
 
 TEST(KVQuantCache, BadOptionsNameTheField) {
-  const auto message = [](const std::function<void(KVQuantOptions&)>& change) -> std::string {
-    KVCacheConfig c;
-    c.method = "kvquant";
-    c.head_dim = 16;
-    change(c.options<KVQuantOptions>());
-    try {
-      KVCacheBuilder(c).build();
-    } catch (const QuantizerConfigError& e) {
-      return e.what();
-    }
-    return "accepted";
+  const auto message = [](const std::function<void(KVQuantOptions&)>& change) {
+    return test_support::option_error("kvquant", change);
   };
   EXPECT_NE(message([](KVQuantOptions& o) { o.kvquant_bits = 9; }).find("kvquant_bits"), std::string::npos);
   EXPECT_NE(message([](KVQuantOptions& o) { o.kvquant_outlier_fraction = 0.7; }).find("kvquant_outlier_fraction"),

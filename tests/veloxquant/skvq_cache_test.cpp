@@ -14,7 +14,9 @@
 #include "base/error.h"
 #include "base/half.h"
 #include "support/allocation_counter.h"
+#include "support/fused_vs_fetched.h"
 #include "support/kv_test_data.h"
+#include "support/option_error.h"
 #include "support/reference_attention.h"
 #include "veloxquant/caches/skvq_cache.h"
 #include "veloxquant/veloxquant.h"
@@ -222,7 +224,9 @@ TEST(Skvq, ClipSearchAndReorderLowerTheError) {
     EXPECT_LT(clipped, plain) << bits;
     EXPECT_LT(reordered, plain) << bits;
     EXPECT_LT(both, plain * 0.9) << bits;
-    if (bits == 2) EXPECT_LT(clipped, plain * 0.7);  // the outliers dominate a 2-bit group's range
+    if (bits == 2) {
+      EXPECT_LT(clipped, plain * 0.7);  // the outliers dominate a 2-bit group's range
+    }
   }
 }
 
@@ -284,28 +288,20 @@ TEST(Skvq, TrimInsideTheFlushBlockIsExactAndDeeperReopensDecodedRows) {
 
 TEST(Skvq, FusedAttentionEqualsAttentionOverFetchedRows) {
   const int64_t heads = 2, hq = 6;
+  const test_support::RowMaker shaped = [](int64_t h, int64_t n, int64_t dim, uint64_t s) {
+    return shaped_kv(h, n, dim, s, lm::DType::F32);
+  };
   using Case = std::tuple<int, int, int, int, int, bool, int64_t>;
   for (const auto& [bk, bv, group, window, n_sink, reorder, d] :
        {Case{2, 2, 32, 128, 5, true, 64}, Case{4, 3, 16, 16, 0, true, 64}, Case{2, 4, 24, 0, 2, false, 48},
         Case{1, 8, 32, 40, 5, true, 128}}) {
     SkvqCache fused(options(bk, bv, group, window, n_sink, reorder, true, 1.0));
     SkvqCache plain(options(bk, bv, group, window, n_sink, reorder, true, 1.0));
-    int64_t first = 0;
-    uint64_t seed = 600;
-    for (int64_t n : {300, 17, 1, 1}) {
-      const lm::Tensor k = shaped_kv(heads, n, d, seed++, lm::DType::F32);
-      const lm::Tensor v = shaped_kv(heads, n, d, seed++, lm::DType::F32);
-      const lm::Tensor q = test_support::random_kv(1, hq, n, d, seed++, lm::DType::F32);
-      lm::Tensor out({1, hq, n, d}, lm::DType::F32);
-      const float scale = 0.125f;
-      fused.fused_attention({&q, &k, &v, scale, std::nullopt}, out);
-      const std::vector<float> want =
-          test_support::reference_attention(plain.update_and_fetch(k, v), q.to_f32(), hq, n, first, scale);
-      const std::vector<float> got = out.to_f32();
-      float worst = 0;
-      for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
-      EXPECT_LE(worst, 1e-3f) << "bits " << bk << "/" << bv << " group " << group << " chunk " << n;
-      first += n;
+    const std::vector<int64_t> chunks{300, 17, 1, 1};
+    const std::vector<float> worst =
+        test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 600, shaped, shaped);
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      EXPECT_LE(worst[c], 1e-3f) << "bits " << bk << "/" << bv << " group " << group << " chunk " << chunks[c];
     }
   }
 }
@@ -358,17 +354,8 @@ TEST(Skvq, StateRoundTripKeepsOrdersAndRejectsBadOrders) {
 }
 
 TEST(Skvq, BadOptionsNameTheField) {
-  const auto message = [](const std::function<void(SkvqOptions&)>& change) -> std::string {
-    KVCacheConfig c;
-    c.method = "skvq";
-    c.head_dim = 16;
-    change(c.options<SkvqOptions>());
-    try {
-      KVCacheBuilder(c).build();
-    } catch (const QuantizerConfigError& e) {
-      return e.what();
-    }
-    return "accepted";
+  const auto message = [](const std::function<void(SkvqOptions&)>& change) {
+    return test_support::option_error("skvq", change);
   };
   EXPECT_NE(message([](SkvqOptions& o) { o.skvq_bits_key = 0; }).find("skvq_bits_key"), std::string::npos);
   EXPECT_NE(message([](SkvqOptions& o) { o.skvq_bits_key = 9; }).find("skvq_bits_key"), std::string::npos);

@@ -12,7 +12,9 @@
 
 #include "support/allocation_counter.h"
 #include "support/group_code_reference.h"
+#include "support/fused_vs_fetched.h"
 #include "support/kv_test_data.h"
+#include "support/option_error.h"
 #include "support/reference_attention.h"
 #include "veloxquant/caches/svdq_cache.h"
 #include "veloxquant/caches/svdq_latent_decode.h"
@@ -116,7 +118,9 @@ TEST(Svdq, MatchesTheReferenceGivenItsBasis) {
     const int64_t g = o.svdq_group_size, frontier = t / g * g;
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t rank = cache.rank(0, h);
-      if (o.svdq_rank) EXPECT_EQ(rank, std::min<int64_t>(*o.svdq_rank, d));
+      if (o.svdq_rank) {
+        EXPECT_EQ(rank, std::min<int64_t>(*o.svdq_rank, d));
+      }
       std::vector<float> want(kf.begin() + h * t * d, kf.begin() + (h + 1) * t * d);
       for (int64_t b0 = 0; b0 < frontier; b0 += g) {
         std::vector<std::vector<float>> z(static_cast<std::size_t>(layout.coded));
@@ -165,7 +169,9 @@ TEST(Svdq, TheBasisIsOrthonormalAndFindsTheKeysRank) {
     for (int64_t j = 0; j <= i; ++j) {
       double dot = 0;
       for (int64_t c = 0; c < d; ++c) dot += double(cache.basis_row(0, 0, i)[c]) * cache.basis_row(0, 0, j)[c];
-      if (i < cache.rank(0, 0)) EXPECT_NEAR(dot, i == j ? 1.0 : 0.0, 1e-5) << i << " " << j;
+      if (i < cache.rank(0, 0)) {
+        EXPECT_NEAR(dot, i == j ? 1.0 : 0.0, 1e-5) << i << " " << j;
+      }
     }
   }
   EXPECT_EQ(cache.rank(0, 0), 6) << "six directions hold all but the noise's share of the energy";
@@ -258,41 +264,25 @@ TEST(Svdq, TrimReopensTheLastBlockAndAnEmptyCacheFitsAgain) {
 
 TEST(Svdq, FusedAttentionEqualsAttentionOverFetchedRows) {
   const int64_t heads = 2, hq = 6, d = 64;
+  // Keys of rank 8 (plus noise): the latent code has structure to use.
+  const test_support::RowMaker rank8 = [](int64_t h, int64_t n, int64_t dim, uint64_t s) {
+    return low_rank_keys(h, n, dim, 8, s);
+  };
   for (const SvdqOptions& o : {options("8,4,2,1,1,0,0,0", std::nullopt), options("4,4,4,4,4,4,4,4", 64),
                                options("8,0,2,0,1,0,0,1", 20, 16)}) {
     SvdqCache fused(o), plain(o);
-    int64_t first = 0;
-    uint64_t seed = 800;
-    for (int64_t n : {150, 17, 1, 1, 40}) {
-      const lm::Tensor k = low_rank_keys(heads, n, d, 8, seed++);
-      const lm::Tensor v = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
-      const lm::Tensor q = test_support::random_kv(1, hq, n, d, seed++, lm::DType::F32);
-      lm::Tensor out({1, hq, n, d}, lm::DType::F32);
-      const float scale = 0.125f;
-      fused.fused_attention({&q, &k, &v, scale, std::nullopt}, out);
-      const std::vector<float> want =
-          test_support::reference_attention(plain.update_and_fetch(k, v), q.to_f32(), hq, n, first, scale);
-      const std::vector<float> got = out.to_f32();
-      float worst = 0;
-      for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
-      EXPECT_LE(worst, 1e-3f) << o.svdq_bit_schedule << " chunk " << n;
-      first += n;
+    const std::vector<int64_t> chunks{150, 17, 1, 1, 40};
+    const std::vector<float> worst =
+        test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 800, rank8);
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      EXPECT_LE(worst[c], 1e-3f) << o.svdq_bit_schedule << " chunk " << chunks[c];
     }
   }
 }
 
 TEST(Svdq, BadOptionsNameTheField) {
-  const auto message = [](const std::function<void(SvdqOptions&)>& change) -> std::string {
-    KVCacheConfig c;
-    c.method = "svdq";
-    c.head_dim = 16;
-    change(c.options<SvdqOptions>());
-    try {
-      KVCacheBuilder(c).build();
-    } catch (const QuantizerConfigError& e) {
-      return e.what();
-    }
-    return "accepted";
+  const auto message = [](const std::function<void(SvdqOptions&)>& change) {
+    return test_support::option_error("svdq", change);
   };
   EXPECT_NE(message([](SvdqOptions& o) { o.svdq_rank = 0; }).find("svdq_rank"), std::string::npos);
   EXPECT_NE(message([](SvdqOptions& o) { o.svdq_energy_threshold = 0; }).find("svdq_energy_threshold"),

@@ -13,7 +13,9 @@
 #include "base/error.h"
 #include "support/allocation_counter.h"
 #include "support/group_code_reference.h"
+#include "support/fused_vs_fetched.h"
 #include "support/kv_test_data.h"
+#include "support/option_error.h"
 #include "support/reference_attention.h"
 #include "veloxquant/caches/zipcache_cache.h"
 #include "veloxquant/veloxquant.h"
@@ -142,40 +144,20 @@ TEST(ZipCache, FusedAttentionEqualsAttentionOverFetchedRows) {
   const int64_t heads = 2, hq = 6, d = 64;
   for (const auto& [hi, lo] : {std::pair{4, 2}, std::pair{3, 2}, std::pair{8, 4}}) {
     ZipCache fused(hi, lo, 0.2, 32), plain(hi, lo, 0.2, 32);
-    int64_t first = 0;
-    uint64_t seed = 300;
-    for (int64_t n : {150, 17, 1, 1}) {
-      const lm::Tensor k = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
-      const lm::Tensor v = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
-      const lm::Tensor q = test_support::random_kv(1, hq, n, d, seed++, lm::DType::F32);
-      lm::Tensor out({1, hq, n, d}, lm::DType::F32);
-      const float scale = 0.125f;
-      fused.fused_attention({&q, &k, &v, scale, std::nullopt}, out);
-      const std::vector<float> want =
-          test_support::reference_attention(plain.update_and_fetch(k, v), q.to_f32(), hq, n, first, scale);
-      const std::vector<float> got = out.to_f32();
-      float worst = 0;
-      for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
-      // Plain 2-, 4- and 8-bit tiers score their keys as integers with the query rounded to 16
-      // bits (attention/integer_key_scores.h): ~1e-4 relative on these outputs of magnitude ~13.
-      EXPECT_LE(worst, 2e-3f) << "hi " << hi << " lo " << lo << " chunk " << n;
-      first += n;
+    const std::vector<int64_t> chunks{150, 17, 1, 1};
+    const std::vector<float> worst =
+        test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 300);
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+        // Plain 2-, 4- and 8-bit tiers score their keys as integers with the query rounded to 16
+        // bits (attention/integer_key_scores.h): ~1e-4 relative on these outputs of magnitude ~13.
+      EXPECT_LE(worst[c], 2e-3f) << "hi " << hi << " lo " << lo << " chunk " << chunks[c];
     }
   }
 }
 
 TEST(ZipCache, BadOptionsNameTheField) {
-  const auto message = [](const std::function<void(ZipCacheOptions&)>& change) -> std::string {
-    KVCacheConfig c;
-    c.method = "zipcache";
-    c.head_dim = 16;
-    change(c.options<ZipCacheOptions>());
-    try {
-      KVCacheBuilder(c).build();
-    } catch (const QuantizerConfigError& e) {
-      return e.what();
-    }
-    return "accepted";
+  const auto message = [](const std::function<void(ZipCacheOptions&)>& change) {
+    return test_support::option_error("zipcache", change);
   };
   EXPECT_NE(message([](ZipCacheOptions& o) { o.zipcache_hi_bits = 9; }).find("zipcache_hi_bits"), std::string::npos);
   EXPECT_NE(message([](ZipCacheOptions& o) { o.zipcache_lo_bits = 0; }).find("zipcache_lo_bits"), std::string::npos);
