@@ -283,14 +283,10 @@ void GearCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   cache_rows::widen_to_f32(keys, new_k);
   cache_rows::widen_to_f32(values, new_v);
   for (int64_t bh = 0; bh < heads; ++bh) {
-    float* hk = pk.data() + bh * pending_rows * dk_;
-    float* hv = pv.data() + bh * pending_rows * dv_;
-    const std::byte* rk = blocks_tail::head_rows(tail_k_, bh, group_, dk_);
-    const std::byte* rv = blocks_tail::head_rows(tail_v_, bh, group_, dv_);
-    cache_rows::load_f32(rk, dtype_, static_cast<std::size_t>(tail * dk_), hk);
-    cache_rows::load_f32(rv, dtype_, static_cast<std::size_t>(tail * dv_), hv);
-    std::memcpy(hk + tail * dk_, new_k.data() + bh * s * dk_, sizeof(float) * static_cast<std::size_t>(s * dk_));
-    std::memcpy(hv + tail * dv_, new_v.data() + bh * s * dv_, sizeof(float) * static_cast<std::size_t>(s * dv_));
+    blocks_tail::gather_pending(tail_k_, dtype_, bh, group_, dk_, tail, new_k.data(), s,
+                                pk.data() + bh * pending_rows * dk_);
+    blocks_tail::gather_pending(tail_v_, dtype_, bh, group_, dv_, tail, new_v.data(), s,
+                                pv.data() + bh * pending_rows * dv_);
   }
   ensure_blocks(frontier_ / group_ + blocks);
   for (int64_t k = 0; k < blocks; ++k) {
@@ -299,12 +295,10 @@ void GearCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   }
   const int64_t kept = pending_rows - blocks * group_;
   for (int64_t bh = 0; bh < heads; ++bh) {
-    std::byte* rk = blocks_tail::head_rows(tail_k_, bh, group_, dk_);
-    std::byte* rv = blocks_tail::head_rows(tail_v_, bh, group_, dv_);
-    cache_rows::store_f32(pk.data() + (bh * pending_rows + blocks * group_) * dk_, static_cast<std::size_t>(kept * dk_),
-                          rk, dtype_);
-    cache_rows::store_f32(pv.data() + (bh * pending_rows + blocks * group_) * dv_, static_cast<std::size_t>(kept * dv_),
-                          rv, dtype_);
+    blocks_tail::keep_in_tail(pk.data() + (bh * pending_rows + blocks * group_) * dk_, kept,
+                              tail_k_, dtype_, bh, group_, dk_);
+    blocks_tail::keep_in_tail(pv.data() + (bh * pending_rows + blocks * group_) * dv_, kept,
+                              tail_v_, dtype_, bh, group_, dv_);
   }
   offset_ += s;
   frontier_ += blocks * group_;

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include "base/error.h"
 #include "lm/kv_rows.h"
@@ -23,6 +25,40 @@ void fetch_head_tail(const lm::Tensor& tail, lm::DType tail_dtype, int64_t bh, i
   lm::convert_elements(head_rows(tail, bh, group, width), tail_dtype,
                        head_out + frontier * width * static_cast<int64_t>(out.element_size()), out.dtype(),
                        static_cast<std::size_t>(rows * width));
+}
+
+void gather_pending(const lm::Tensor& tail_rows, lm::DType tail_dtype, int64_t bh, int64_t group, int64_t width,
+                    int64_t tail, const float* new_rows, int64_t s, float* out) {
+  cache_rows::load_f32(head_rows(tail_rows, bh, group, width), tail_dtype, static_cast<std::size_t>(tail * width), out);
+  std::memcpy(out + tail * width, new_rows + bh * s * width, sizeof(float) * static_cast<std::size_t>(s * width));
+}
+
+void keep_in_tail(const float* rows, int64_t kept, lm::Tensor& tail_rows, lm::DType tail_dtype, int64_t bh,
+                  int64_t group, int64_t width) {
+  cache_rows::store_f32(rows, static_cast<std::size_t>(kept * width), head_rows(tail_rows, bh, group, width), tail_dtype);
+}
+
+lm::KeysValues fetch_coded_keys(const CodedKeysRows& r, const lm::Tensor& tail_keys, const lm::Tensor& values,
+                                lm::DType dtype, const DecodeKeyBlock& decode_block) {
+  lm::Tensor k({r.batch, r.heads, r.offset, r.key_dim}, dtype);
+  lm::Tensor v({r.batch, r.heads, r.offset, r.value_dim}, dtype);
+  std::vector<float> block(static_cast<std::size_t>(r.group * r.key_dim));
+  const int64_t ke = static_cast<int64_t>(k.element_size()), ve = static_cast<int64_t>(values.element_size());
+  for (int64_t b = 0; b < r.batch; ++b) {
+    for (int64_t h = 0; h < r.heads; ++h) {
+      const int64_t bh = b * r.heads + h;
+      std::byte* kout = k.raw_data() + bh * r.offset * r.key_dim * ke;
+      for (int64_t g = 0; g < r.frontier / r.group; ++g) {
+        decode_block(b, h, g, block.data());
+        cache_rows::store_f32(block.data(), block.size(), kout + g * r.group * r.key_dim * ke, dtype);
+      }
+      fetch_head_tail(tail_keys, r.stored, bh, r.group, r.key_dim, r.offset - r.frontier, r.frontier, r.offset, k);
+      const std::byte* rv = values.raw_data() + bh * values.dim(2) * r.value_dim * ve;
+      lm::convert_elements(rv, r.stored, v.raw_data() + bh * r.offset * r.value_dim * static_cast<int64_t>(v.element_size()),
+                           dtype, static_cast<std::size_t>(r.offset * r.value_dim));
+    }
+  }
+  return {std::move(k), std::move(v)};
 }
 
 std::string exact_double(double x) {

@@ -7,9 +7,11 @@
 // their error messages identical by construction.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "lm/cache.h"
 #include "lm/tensor.h"
 
 namespace veloxquant::blocks_tail {
@@ -22,6 +24,27 @@ const std::byte* head_rows(const lm::Tensor& tail, int64_t bh, int64_t group, in
 // [frontier, frontier + rows) of head bh in `out` [B, H, offset, W], in out's dtype.
 void fetch_head_tail(const lm::Tensor& tail, lm::DType tail_dtype, int64_t bh, int64_t group, int64_t width,
                      int64_t rows, int64_t frontier, int64_t offset, lm::Tensor& out);
+
+// store(): head bh's pending rows — its `tail` rows waiting in the tail tensor, then its `s` new
+// rows (`new_rows`: the call's rows widened to f32, [B * H, s, width]) — as f32 [tail + s, width].
+void gather_pending(const lm::Tensor& tail_rows, lm::DType tail_dtype, int64_t bh, int64_t group, int64_t width,
+                    int64_t tail, const float* new_rows, int64_t s, float* out);
+
+// store(): the `kept` pending rows left after the complete blocks (f32 at `rows`) back into head
+// bh's tail, as `tail_dtype`.
+void keep_in_tail(const float* rows, int64_t kept, lm::Tensor& tail_rows, lm::DType tail_dtype, int64_t bh,
+                  int64_t group, int64_t width);
+
+// fetch() of a cache whose keys are coded blocks of `group` rows below `frontier` plus the tail,
+// and whose values are every row as stored ([B, H, >= offset, Dv] in `stored` dtype): keys from
+// decode_block(b, h, block, f32 [group, Dk]), all in `dtype`.
+struct CodedKeysRows {
+  int64_t batch = 0, heads = 0, key_dim = 0, value_dim = 0, offset = 0, frontier = 0, group = 0;
+  lm::DType stored{};
+};
+using DecodeKeyBlock = std::function<void(int64_t b, int64_t h, int64_t block, float* out)>;
+lm::KeysValues fetch_coded_keys(const CodedKeysRows& rows, const lm::Tensor& tail_keys, const lm::Tensor& values,
+                                lm::DType dtype, const DecodeKeyBlock& decode_block);
 
 // A double as meta_state text that parses back to the same bits ("%.17g").
 std::string exact_double(double x);

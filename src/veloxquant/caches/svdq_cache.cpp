@@ -185,12 +185,10 @@ void SvdqCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
       const int64_t bh = b * heads_ + h;
-      std::byte* rk = blocks_tail::head_rows(tail_k_, bh, group_, dk_);
-      cache_rows::load_f32(rk, dtype_, static_cast<std::size_t>(tail * dk_), pk.data());
-      std::memcpy(pk.data() + tail * dk_, new_k.data() + bh * s * dk_, sizeof(float) * static_cast<std::size_t>(s * dk_));
+      blocks_tail::gather_pending(tail_k_, dtype_, bh, group_, dk_, tail, new_k.data(), s, pk.data());
       if (!fitted_) fit(b, h, pk.data(), blocks * group_);
       for (int64_t k = 0; k < blocks; ++k) flush_block(b, h, frontier_ / group_ + k, pk.data() + k * group_ * dk_);
-      cache_rows::store_f32(pk.data() + blocks * group_ * dk_, static_cast<std::size_t>(kept * dk_), rk, dtype_);
+      blocks_tail::keep_in_tail(pk.data() + blocks * group_ * dk_, kept, tail_k_, dtype_, bh, group_, dk_);
     }
   }
   fitted_ = true;
@@ -199,26 +197,10 @@ void SvdqCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
 }
 
 lm::KeysValues SvdqCache::fetch(lm::DType dtype) const {
-  lm::Tensor k({batch_, heads_, offset_, dk_}, dtype);
-  lm::Tensor v({batch_, heads_, offset_, dv_}, dtype);
-  std::vector<float> block(static_cast<std::size_t>(group_ * dk_));
-  const int64_t tail = offset_ - frontier_;
-  for (int64_t b = 0; b < batch_; ++b) {
-    for (int64_t h = 0; h < heads_; ++h) {
-      const int64_t bh = b * heads_ + h;
-      std::byte* kout = k.raw_data() + bh * offset_ * dk_ * static_cast<int64_t>(k.element_size());
-      for (int64_t g = 0; g < frontier_ / group_; ++g) {
-        decode_block(b, h, g, block.data());
-        cache_rows::store_f32(block.data(), block.size(), kout + g * group_ * dk_ * static_cast<int64_t>(k.element_size()),
-                              dtype);
-      }
-      blocks_tail::fetch_head_tail(tail_k_, dtype_, bh, group_, dk_, tail, frontier_, offset_, k);
-      const std::byte* rv = values_.raw_data() + bh * values_.dim(2) * dv_ * static_cast<int64_t>(values_.element_size());
-      lm::convert_elements(rv, dtype_, v.raw_data() + bh * offset_ * dv_ * static_cast<int64_t>(v.element_size()), dtype,
-                           static_cast<std::size_t>(offset_ * dv_));
-    }
-  }
-  return {std::move(k), std::move(v)};
+  return blocks_tail::fetch_coded_keys({batch_, heads_, dk_, dv_, offset_, frontier_, group_, dtype_}, tail_k_, values_,
+                                       dtype, [this](int64_t b, int64_t h, int64_t g, float* out) {
+                                         decode_block(b, h, g, out);
+                                       });
 }
 
 void SvdqCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) {

@@ -203,17 +203,13 @@ void ZipCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
       const int64_t bh = b * heads_ + h;
-      std::byte* rk = blocks_tail::head_rows(tail_k_, bh, group_, dk_);
-      std::byte* rv = blocks_tail::head_rows(tail_v_, bh, group_, dv_);
-      cache_rows::load_f32(rk, dtype_, static_cast<std::size_t>(tail * dk_), pk.data());
-      cache_rows::load_f32(rv, dtype_, static_cast<std::size_t>(tail * dv_), pv.data());
-      std::memcpy(pk.data() + tail * dk_, new_k.data() + bh * s * dk_, sizeof(float) * static_cast<std::size_t>(s * dk_));
-      std::memcpy(pv.data() + tail * dv_, new_v.data() + bh * s * dv_, sizeof(float) * static_cast<std::size_t>(s * dv_));
+      blocks_tail::gather_pending(tail_k_, dtype_, bh, group_, dk_, tail, new_k.data(), s, pk.data());
+      blocks_tail::gather_pending(tail_v_, dtype_, bh, group_, dv_, tail, new_v.data(), s, pv.data());
       for (int64_t k = 0; k < blocks; ++k) {
         flush_block(b, h, frontier_ / group_ + k, pk.data() + k * group_ * dk_, pv.data() + k * group_ * dv_);
       }
-      cache_rows::store_f32(pk.data() + blocks * group_ * dk_, static_cast<std::size_t>(kept * dk_), rk, dtype_);
-      cache_rows::store_f32(pv.data() + blocks * group_ * dv_, static_cast<std::size_t>(kept * dv_), rv, dtype_);
+      blocks_tail::keep_in_tail(pk.data() + blocks * group_ * dk_, kept, tail_k_, dtype_, bh, group_, dk_);
+      blocks_tail::keep_in_tail(pv.data() + blocks * group_ * dv_, kept, tail_v_, dtype_, bh, group_, dv_);
     }
   }
   offset_ += s;
