@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "lm/load.h"
-#include "lm/tokenizer.h"
+#include "lm/tokenizer/tokenizer.h"
 
 namespace {
 const lm::Tokenizer& stories_tokenizer() {

@@ -15,7 +15,7 @@
 #include "lm/cache.h"
 #include "lm/model.h"
 #include "lm/sampler.h"
-#include "lm/tokenizer.h"
+#include "lm/tokenizer/tokenizer.h"
 
 namespace lm {
 

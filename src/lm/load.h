@@ -9,8 +9,8 @@
 #include "lm/dtype.h"
 #include "lm/kv_cache_type.h"
 #include "lm/model.h"
-#include "lm/tokenizer.h"
-#include "lm/tokenizer_vocab.h"
+#include "lm/tokenizer/tokenizer.h"
+#include "lm/tokenizer/tokenizer_vocab.h"
 
 namespace lm {
 

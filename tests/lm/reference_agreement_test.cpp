@@ -42,7 +42,7 @@
 #include "lm/generate.h"
 #include "lm/load.h"
 #include "lm/model.h"
-#include "lm/tokenizer.h"
+#include "lm/tokenizer/tokenizer.h"
 
 namespace {
 

@@ -23,7 +23,7 @@
 #include "lm/full_kv_cache.h"
 #include "lm/model.h"
 #include "lm/rotating_kv_cache.h"
-#include "lm/tokenizer.h"
+#include "lm/tokenizer/tokenizer.h"
 
 namespace test_support {
 

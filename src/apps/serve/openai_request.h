@@ -12,7 +12,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "apps/kv_method_flags.h"
-#include "lm/tokenizer.h"
+#include "lm/tokenizer/tokenizer.h"
 
 namespace apps::serve {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "lm/model.h"
-#include "lm/tokenizer.h"
+#include "lm/tokenizer/tokenizer.h"
 
 namespace veloxquant::eval {
 

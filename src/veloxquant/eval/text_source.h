@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "lm/tokenizer.h"
+#include "lm/tokenizer/tokenizer.h"
 
 namespace veloxquant::eval {
 

@@ -1,4 +1,4 @@
-#include "lm/tokenizer_pretokenizer.h"
+#include "lm/tokenizer/tokenizer_pretokenizer.h"
 
 #include <algorithm>
 #include <map>

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
-#include "lm/tokenizer_pretokenizer.h"
+#include "lm/tokenizer/tokenizer_pretokenizer.h"
 #include "lm/unicode/unicode_category.h"
 #include "lm/unicode/utf8.h"
 

@@ -1,11 +1,11 @@
-#include "lm/tokenizer_spm.h"
+#include "lm/tokenizer/tokenizer_spm.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <queue>
 
 #include "base/error.h"
-#include "lm/chat_template.h"
+#include "lm/tokenizer/chat_template.h"
 
 namespace lm {
 

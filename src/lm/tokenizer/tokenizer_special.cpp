@@ -1,4 +1,4 @@
-#include "lm/tokenizer_special.h"
+#include "lm/tokenizer/tokenizer_special.h"
 
 #include <algorithm>
 #include <array>

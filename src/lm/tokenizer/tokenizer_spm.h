@@ -7,10 +7,10 @@
 #include <array>
 #include <string>
 
-#include "lm/tokenizer.h"
-#include "lm/tokenizer_special.h"
-#include "lm/tokenizer_string_map.h"
-#include "lm/tokenizer_vocab.h"
+#include "lm/tokenizer/tokenizer.h"
+#include "lm/tokenizer/tokenizer_special.h"
+#include "lm/tokenizer/tokenizer_string_map.h"
+#include "lm/tokenizer/tokenizer_vocab.h"
 
 namespace lm {
 

@@ -9,8 +9,8 @@
 
 #include "lm/gguf/gguf_file.h"
 #include "lm/load.h"
-#include "lm/tokenizer.h"
-#include "lm/tokenizer_vocab.h"
+#include "lm/tokenizer/tokenizer.h"
+#include "lm/tokenizer/tokenizer_vocab.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "lm/chat_template.h"
+#include "lm/tokenizer/chat_template.h"
 
 #include "base/error.h"
 

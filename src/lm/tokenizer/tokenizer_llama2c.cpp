@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "base/error.h"
-#include "lm/tokenizer_vocab.h"
+#include "lm/tokenizer/tokenizer_vocab.h"
 
 namespace lm {
 

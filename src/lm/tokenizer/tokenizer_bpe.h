@@ -8,11 +8,11 @@
 #include <string>
 #include <unordered_map>
 
-#include "lm/tokenizer.h"
-#include "lm/tokenizer_pretokenizer.h"
-#include "lm/tokenizer_special.h"
-#include "lm/tokenizer_string_map.h"
-#include "lm/tokenizer_vocab.h"
+#include "lm/tokenizer/tokenizer.h"
+#include "lm/tokenizer/tokenizer_pretokenizer.h"
+#include "lm/tokenizer/tokenizer_special.h"
+#include "lm/tokenizer/tokenizer_string_map.h"
+#include "lm/tokenizer/tokenizer_vocab.h"
 
 namespace lm {
 

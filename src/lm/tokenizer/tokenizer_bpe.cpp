@@ -1,9 +1,9 @@
-#include "lm/tokenizer_bpe.h"
+#include "lm/tokenizer/tokenizer_bpe.h"
 
 #include <queue>
 
 #include "base/error.h"
-#include "lm/chat_template.h"
+#include "lm/tokenizer/chat_template.h"
 #include "lm/unicode/utf8.h"
 
 namespace lm {

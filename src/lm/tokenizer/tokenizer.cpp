@@ -1,4 +1,4 @@
-#include "lm/tokenizer.h"
+#include "lm/tokenizer/tokenizer.h"
 
 #include "base/error.h"
 

@@ -1,8 +1,8 @@
 // make_tokenizer: picks the implementation tokenizer.ggml.model names.
 #include "base/error.h"
-#include "lm/tokenizer_bpe.h"
-#include "lm/tokenizer_spm.h"
-#include "lm/tokenizer_vocab.h"
+#include "lm/tokenizer/tokenizer_bpe.h"
+#include "lm/tokenizer/tokenizer_spm.h"
+#include "lm/tokenizer/tokenizer_vocab.h"
 
 namespace lm {
 

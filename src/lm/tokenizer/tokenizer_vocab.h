@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/tokenizer.h"
+#include "lm/tokenizer/tokenizer.h"
 
 namespace lm {
 

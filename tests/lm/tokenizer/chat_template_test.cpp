@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
-#include "lm/chat_template.h"
+#include "lm/tokenizer/chat_template.h"
 
 namespace {
 

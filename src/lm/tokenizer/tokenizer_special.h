@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "lm/tokenizer_vocab.h"
+#include "lm/tokenizer/tokenizer_vocab.h"
 
 namespace lm {
 
