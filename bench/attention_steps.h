@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "base/thread_pool.h"
-#include "lm/cache.h"
-#include "lm/full_kv_cache.h"
+#include "lm/cache/cache.h"
+#include "lm/cache/full_kv_cache.h"
 #include "lm/kernels/attention.h"
 #include "lm/tensor.h"
 #include "veloxquant/config/config_validation.h"

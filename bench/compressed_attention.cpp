@@ -20,7 +20,7 @@
 
 #include "attention_steps.h"
 #include "base/thread_pool.h"
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "lm/tensor.h"
 
 namespace {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "lm/arch/llama_model.h"
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "lm/load.h"
 
 namespace {

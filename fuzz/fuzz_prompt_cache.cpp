@@ -5,7 +5,7 @@
 #include <exception>
 
 #include "fuzz_input_file.h"
-#include "lm/prompt_cache_file.h"
+#include "lm/cache/prompt_cache_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   const fuzz::InputFile file(data, size);

@@ -22,7 +22,7 @@
 #include "base/error.h"
 #include "base/read_bandwidth.h"
 #include "base/thread_pool.h"
-#include "lm/kv_type_caches.h"
+#include "lm/cache/kv_type_caches.h"
 #include "lm/load.h"
 #include "veloxquant/core/simd_kernels.h"
 #include "veloxquant/errors.h"

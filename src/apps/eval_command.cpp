@@ -11,7 +11,7 @@
 #include "apps/kv_method_flags.h"
 #include "apps/progress_bar.h"
 #include "base/error.h"
-#include "lm/kv_type_caches.h"
+#include "lm/cache/kv_type_caches.h"
 #include "lm/load.h"
 #include "veloxquant/builder/kv_cache_builder.h"
 #include "veloxquant/eval/eval_record.h"

@@ -13,7 +13,7 @@
 #include "apps/model_loading.h"
 #include "apps/progress_bar.h"
 #include "base/error.h"
-#include "lm/kv_type_caches.h"
+#include "lm/cache/kv_type_caches.h"
 #include "lm/load.h"
 #include "veloxquant/builder/kv_cache_builder.h"
 #include "veloxquant/config/config_validation.h"

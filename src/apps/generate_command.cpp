@@ -21,10 +21,10 @@
 #include "apps/model_loading.h"
 #include "apps/progress_bar.h"
 #include "base/error.h"
-#include "lm/full_kv_cache.h"
+#include "lm/cache/full_kv_cache.h"
 #include "lm/generate.h"
 #include "lm/load.h"
-#include "lm/prompt_cache_file.h"
+#include "lm/cache/prompt_cache_file.h"
 #include "lm/stats.h"
 
 namespace apps {

@@ -13,7 +13,7 @@
 
 #include "base/error.h"
 #include "base/proc_memory.h"
-#include "lm/full_kv_cache.h"
+#include "lm/cache/full_kv_cache.h"
 #include "lm/load.h"
 #include "lm/stats.h"
 #include "lm/tensor.h"

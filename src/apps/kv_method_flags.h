@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "lm/model.h"
 #include "veloxquant/config/kv_cache_config.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/kv_cache_type.h"
+#include "lm/cache/kv_cache_type.h"
 #include "lm/load.h"
 
 namespace CLI {

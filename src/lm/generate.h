@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "lm/model.h"
 #include "lm/sampler.h"
 #include "lm/tokenizer/tokenizer.h"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "lm/dtype.h"
-#include "lm/kv_cache_type.h"
+#include "lm/cache/kv_cache_type.h"
 #include "lm/model.h"
 #include "lm/tokenizer/tokenizer.h"
 #include "lm/tokenizer/tokenizer_vocab.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 
 namespace lm {
 

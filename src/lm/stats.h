@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <string>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 
 namespace lm {
 

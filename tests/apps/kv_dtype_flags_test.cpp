@@ -1,4 +1,4 @@
-// `--kv-dtype q8_0|q5_0|q4_0` / `--kv-dtypes` end to end (lm/kv_cache_type.h): a bad name fails
+// `--kv-dtype q8_0|q5_0|q4_0` / `--kv-dtypes` end to end (lm/cache/kv_cache_type.h): a bad name fails
 // before the model is opened, naming the value and the accepted ones; a block type that cannot
 // take the model's head dim says why; the rules that keep a block type from becoming a
 // baseline; generate on SmolLM2 reports the q4_0 cache's real size beside the f16 cache's.

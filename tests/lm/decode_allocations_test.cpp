@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "lm/load.h"
 #include "support/allocation_counter.h"
 

@@ -20,8 +20,8 @@
 
 #include "base/error.h"
 #include "gguf_test_writer.h"
-#include "lm/cache.h"
-#include "lm/full_kv_cache.h"
+#include "lm/cache/cache.h"
+#include "lm/cache/full_kv_cache.h"
 #include "lm/gguf/gguf_file.h"
 #include "lm/kernels/attention.h"
 #include "lm/load.h"

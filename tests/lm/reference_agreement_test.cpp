@@ -37,7 +37,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "lm/gguf/gguf_file.h"
 #include "lm/generate.h"
 #include "lm/load.h"

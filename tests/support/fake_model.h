@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "base/error.h"
-#include "lm/full_kv_cache.h"
+#include "lm/cache/full_kv_cache.h"
 #include "lm/model.h"
-#include "lm/rotating_kv_cache.h"
+#include "lm/cache/rotating_kv_cache.h"
 #include "lm/tokenizer/tokenizer.h"
 
 namespace test_support {

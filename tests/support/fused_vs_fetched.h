@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "support/kv_test_data.h"
 #include "support/reference_attention.h"
 

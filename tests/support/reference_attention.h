@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 
 namespace test_support {
 

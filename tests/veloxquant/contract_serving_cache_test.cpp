@@ -1,4 +1,4 @@
-// The serving-cache contract (lm/cache.h, spec §2.1), run over every servable method the
+// The serving-cache contract (lm/cache/cache.h, spec §2.1), run over every servable method the
 // registry lists — a new method is covered by adding its registry row. Each property is
 // checked for f16, bf16 and f32 inputs.
 #include <gtest/gtest.h>

@@ -10,7 +10,7 @@
 
 #include "lm/generate.h"
 #include "lm/load.h"
-#include "lm/prompt_cache_file.h"
+#include "lm/cache/prompt_cache_file.h"
 #include <unistd.h>
 #include "veloxquant/quality_smoke.h"
 #include "veloxquant/veloxquant.h"

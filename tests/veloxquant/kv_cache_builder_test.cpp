@@ -8,7 +8,7 @@
 #include <memory>
 #include <set>
 
-#include "lm/full_kv_cache.h"
+#include "lm/cache/full_kv_cache.h"
 #include "veloxquant/veloxquant.h"
 
 namespace veloxquant {

@@ -11,7 +11,7 @@
 #include "support/kv_test_data.h"
 #include "support/reference_attention.h"
 #include "veloxquant/quant/turboquant_rvq.h"
-#include "lm/full_kv_cache.h"
+#include "lm/cache/full_kv_cache.h"
 #include "veloxquant/veloxquant.h"
 
 namespace veloxquant {

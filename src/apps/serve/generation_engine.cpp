@@ -7,7 +7,7 @@
 #include "apps/serve/stop_sequences.h"
 #include "base/error.h"
 #include "lm/dtype.h"
-#include "lm/full_kv_cache.h"
+#include "lm/cache/full_kv_cache.h"
 #include "lm/stats.h"
 #include "veloxquant/builder/kv_cache_builder.h"
 #include "veloxquant/errors.h"

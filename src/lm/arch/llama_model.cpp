@@ -4,11 +4,11 @@
 #include <string>
 
 #include "base/error.h"
-#include "lm/block_kv_cache.h"
+#include "lm/cache/block_kv_cache.h"
 #include "lm/kernels/attention.h"
 #include "lm/kernels/elementwise.h"
 #include "lm/kernels/matmul.h"
-#include "lm/kv_type_caches.h"
+#include "lm/cache/kv_type_caches.h"
 
 namespace lm {
 

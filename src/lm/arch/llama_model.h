@@ -3,7 +3,7 @@
 // tied or separate output head), with the qwen2 (QKV bias) and qwen3 (Q/K norm) variations
 // switched on by which tensors are present.
 //
-// forward() drives each layer's cache exactly as lm/cache.h prescribes: offset(), then
+// forward() drives each layer's cache exactly as lm/cache/cache.h prescribes: offset(), then
 // make_mask(n, window), then observe_queries() when the cache wants them, then either
 // fused_attention() or update_and_fetch() + kernels::attention(). Keys/values are handed to
 // caches as [1, H_kv, S, D] tensors in the model's KV dtype.
@@ -12,7 +12,7 @@
 #include "base/thread_pool.h"
 #include "lm/arch/llama_weights.h"
 #include "lm/kernels/matmul.h"
-#include "lm/kv_cache_type.h"
+#include "lm/cache/kv_cache_type.h"
 #include "lm/model.h"
 
 namespace lm {

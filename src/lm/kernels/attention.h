@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "lm/cache.h"
-#include "lm/kv_cache_type.h"
+#include "lm/cache/cache.h"
+#include "lm/cache/kv_cache_type.h"
 #include "lm/tensor.h"
 
 namespace base {
@@ -30,7 +30,7 @@ namespace lm::kernels {
 void attention(const Tensor& queries, const Tensor& keys, const Tensor& values, const AttentionMask& mask,
                std::optional<int64_t> window, float scale, Tensor& out, base::ThreadPool* pool);
 
-// Keys or values stored in one of llama.cpp's block types (lm/kv_cache_type.h): `blocks` is U8
+// Keys or values stored in one of llama.cpp's block types (lm/cache/kv_cache_type.h): `blocks` is U8
 // [B, H_kv, capacity, row bytes] (rows contiguous inside), rows [0, rows) are valid and hold
 // `dim` elements each.
 struct BlockRows {

@@ -1,12 +1,12 @@
 #pragma once
-// SIMD loading of KV rows stored in llama.cpp's block types (lm/kv_cache_type.h) into f32:
+// SIMD loading of KV rows stored in llama.cpp's block types (lm/cache/kv_cache_type.h) into f32:
 // the attention kernel reads its tile of rows through this, so a quantized cache is never
 // widened as a whole. Matches lm::dequantize_kv_row bit for bit (each element is one integer
 // code times the block's f16 scale, a single rounding either way).
 #include <cstddef>
 #include <cstdint>
 
-#include "lm/kv_cache_type.h"
+#include "lm/cache/kv_cache_type.h"
 
 namespace lm::kernels::simd {
 

@@ -5,7 +5,7 @@
 
 #include "base/error.h"
 #include "lm/kernels/simd_dot.h"
-#include "lm/kv_rows.h"
+#include "lm/cache/kv_rows.h"
 #include "veloxquant/attention/tile_kernels.h"
 
 namespace veloxquant::attention {

@@ -1,7 +1,7 @@
 #include "veloxquant/attention/fused_call.h"
 
 #include "base/error.h"
-#include "lm/kv_rows.h"
+#include "lm/cache/kv_rows.h"
 
 namespace veloxquant::attention {
 

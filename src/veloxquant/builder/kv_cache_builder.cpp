@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "base/logging.h"
-#include "lm/full_kv_cache.h"
+#include "lm/cache/full_kv_cache.h"
 #include "veloxquant/config/config_validation.h"
 #include "veloxquant/config/per_layer_lists.h"
 #include "veloxquant/errors.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "lm/model.h"
 #include "veloxquant/caches/standalone_cache.h"
 #include "veloxquant/config/kv_cache_config.h"

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "base/error.h"
-#include "lm/kv_rows.h"
+#include "lm/cache/kv_rows.h"
 #include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant {

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "veloxquant/caches/age_tier.h"
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/registry/method_descriptor.h"

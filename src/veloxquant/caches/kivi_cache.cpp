@@ -10,7 +10,7 @@
 #include "base/error.h"
 #include "base/half.h"
 #include "base/thread_pool.h"
-#include "lm/kv_rows.h"
+#include "lm/cache/kv_rows.h"
 #include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/attention/attention_driver.h"
 #include "veloxquant/attention/fused_call.h"

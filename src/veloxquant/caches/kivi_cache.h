@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "veloxquant/attention/code_rows.h"
 #include "veloxquant/caches/sink_rows.h"
 #include "veloxquant/caches/sparse_outliers.h"

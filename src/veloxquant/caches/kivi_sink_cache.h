@@ -8,7 +8,7 @@
 // kivi_group_size, residual_length, the same packed storage and fused attention from the codes.
 #include <memory>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/registry/method_descriptor.h"
 

@@ -12,7 +12,7 @@
 // as soon as its key group of kvquant_group_size tokens is complete.
 #include <memory>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/registry/method_descriptor.h"
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "lm/kv_rows.h"
+#include "lm/cache/kv_rows.h"
 #include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant::blocks_tail {

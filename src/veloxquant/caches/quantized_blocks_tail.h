@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "lm/tensor.h"
 
 namespace veloxquant::blocks_tail {

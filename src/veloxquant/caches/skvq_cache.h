@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "veloxquant/caches/skvq_codes.h"
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/registry/method_descriptor.h"

@@ -41,7 +41,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/core/rotation.h"
 #include "veloxquant/quant/block_lloyd_quant.h"

@@ -1,7 +1,7 @@
 #include "veloxquant/cross_layer/minicache_cache.h"
 
 #include "base/error.h"
-#include "lm/kv_rows.h"
+#include "lm/cache/kv_rows.h"
 #include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/cross_layer/slerp_merge.h"
 #include "veloxquant/cross_layer/wiring_registry.h"

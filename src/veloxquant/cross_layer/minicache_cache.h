@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "lm/cache.h"
-#include "lm/full_kv_cache.h"
+#include "lm/cache/cache.h"
+#include "lm/cache/full_kv_cache.h"
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/cross_layer/layer_roles.h"
 #include "veloxquant/cross_layer/segment_coordinator.h"

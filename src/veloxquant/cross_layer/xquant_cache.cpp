@@ -5,7 +5,7 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
-#include "lm/kv_rows.h"
+#include "lm/cache/kv_rows.h"
 #include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/cross_layer/token_group_quant.h"

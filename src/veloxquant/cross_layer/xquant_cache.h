@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/cross_layer/layer_roles.h"
 #include "veloxquant/cross_layer/segment_coordinator.h"

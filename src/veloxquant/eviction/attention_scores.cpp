@@ -5,7 +5,7 @@
 
 #include "base/error.h"
 #include "lm/kernels/simd_dot.h"
-#include "lm/kv_rows.h"
+#include "lm/cache/kv_rows.h"
 
 namespace veloxquant::eviction {
 

@@ -7,7 +7,7 @@
 #include "base/error.h"
 #include "base/logging.h"
 #include "base/thread_pool.h"
-#include "lm/kv_rows.h"
+#include "lm/cache/kv_rows.h"
 #include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/attention/attention_driver.h"

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "veloxquant/attention/code_rows.h"
 #include "veloxquant/eviction/attention_scores.h"
 #include "veloxquant/eviction/eviction_policy.h"

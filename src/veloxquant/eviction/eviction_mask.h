@@ -14,7 +14,7 @@
 #include <optional>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 
 namespace veloxquant::eviction {
 

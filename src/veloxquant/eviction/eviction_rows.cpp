@@ -7,7 +7,7 @@
 
 #include "base/memory_limit.h"
 #include "base/error.h"
-#include "lm/kv_rows.h"
+#include "lm/cache/kv_rows.h"
 #include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant::eviction {

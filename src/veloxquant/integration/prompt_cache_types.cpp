@@ -2,7 +2,7 @@
 
 #include <mutex>
 
-#include "lm/prompt_cache_file.h"
+#include "lm/cache/prompt_cache_file.h"
 #include "veloxquant/registry/method_registry.h"
 
 namespace veloxquant::integration {

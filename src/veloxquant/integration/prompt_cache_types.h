@@ -1,5 +1,5 @@
 #pragma once
-// Teaches the host's prompt-cache files (lm/prompt_cache_file.h) the veloxquant serving caches,
+// Teaches the host's prompt-cache files (lm/cache/prompt_cache_file.h) the veloxquant serving caches,
 // so a prompt processed through a compressed cache can be saved and continued later: each
 // servable cache type gets a factory that from_state() then restores from its meta_state.
 namespace veloxquant::integration {

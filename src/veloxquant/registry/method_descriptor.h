@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "veloxquant/caches/standalone_cache.h"
 #include "veloxquant/config/field_spec.h"
 #include "veloxquant/config/kv_cache_config.h"
@@ -60,7 +60,7 @@ struct MethodDescriptor {
   // resolved over the whole model (pyramidkv's budget schedule). Unset: make_serving per layer.
   std::function<LayerCacheFactory(const KVCacheConfig& config, std::size_t n_attention_layers)> wire_model;
 
-  // Servable methods: prompt-cache restore (lm/prompt_cache_file.h). Caches of this method report
+  // Servable methods: prompt-cache restore (lm/cache/prompt_cache_file.h). Caches of this method report
   // `cache_type_name`; make_restorable returns a placeholder that from_state() then rebuilds
   // entirely from the saved meta_state (integration/prompt_cache_types.cpp registers every row).
   std::string cache_type_name;

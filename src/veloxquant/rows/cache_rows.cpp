@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "base/error.h"
-#include "lm/kv_rows.h"
+#include "lm/cache/kv_rows.h"
 
 namespace veloxquant::cache_rows {
 

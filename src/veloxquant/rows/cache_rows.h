@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "lm/tensor.h"
 
 namespace veloxquant::cache_rows {

@@ -10,7 +10,7 @@
 
 #include "lm/generate.h"
 #include "lm/load.h"
-#include "lm/prompt_cache_file.h"
+#include "lm/cache/prompt_cache_file.h"
 #include "veloxquant/cross_layer/minicache_cache.h"
 #include "veloxquant/cross_layer/xquant_cache.h"
 #include "veloxquant/core/bit_packing.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "lm/prompt_cache_file.h"
+#include "lm/cache/prompt_cache_file.h"
 #include "support/fake_model.h"
 #include "support/kv_test_data.h"
 #include "veloxquant/cross_layer/xquant_cache.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "lm/full_kv_cache.h"
+#include "lm/cache/full_kv_cache.h"
 #include "support/fake_model.h"
 
 namespace veloxquant::eval {

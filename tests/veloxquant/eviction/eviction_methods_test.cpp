@@ -8,7 +8,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "lm/prompt_cache_file.h"
+#include "lm/cache/prompt_cache_file.h"
 #include "support/allocation_counter.h"
 #include "support/kv_test_data.h"
 #include "veloxquant/eviction/eviction_test_config.h"

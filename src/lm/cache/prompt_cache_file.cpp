@@ -1,4 +1,4 @@
-#include "lm/prompt_cache_file.h"
+#include "lm/cache/prompt_cache_file.h"
 
 #include <bit>
 #include <cstdio>
@@ -8,9 +8,9 @@
 #include <mutex>
 
 #include "base/error.h"
-#include "lm/block_kv_cache.h"
-#include "lm/full_kv_cache.h"
-#include "lm/rotating_kv_cache.h"
+#include "lm/cache/block_kv_cache.h"
+#include "lm/cache/full_kv_cache.h"
+#include "lm/cache/rotating_kv_cache.h"
 
 namespace lm {
 

@@ -1,7 +1,7 @@
 #pragma once
 // lm::FullKVCache — the host's default cache: stores keys/values in the KV dtype (f16 unless
 // chosen otherwise), growing in steps of 256 tokens as mlx_lm's KVCache does.
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 
 namespace lm {
 

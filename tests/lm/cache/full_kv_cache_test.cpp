@@ -1,7 +1,7 @@
 // lm::FullKVCache against mlx_lm's KVCache semantics: contents are the concatenation of what
 // was fed, capacity grows to offset + ceil(S/256)*256 rows, trim/state/clone behave as if the
 // cache had been fed only the kept tokens, and nbytes() is what is really allocated.
-#include "lm/full_kv_cache.h"
+#include "lm/cache/full_kv_cache.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "lm/kv_cache_type.h"
+#include "lm/cache/kv_cache_type.h"
 
 #include <algorithm>
 #include <cmath>

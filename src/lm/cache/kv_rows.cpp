@@ -1,4 +1,4 @@
-#include "lm/kv_rows.h"
+#include "lm/cache/kv_rows.h"
 
 #include "base/error.h"
 

@@ -1,7 +1,7 @@
 // lm::BlockKVCache (the host's cache in llama.cpp's q8_0 / q5_0 / q4_0 blocks): exact resident
 // bytes per token, fused attention over the blocks equal to attention over the dequantized
 // rows, trim / state / clone semantics as FullKVCache's, and clear errors.
-#include "lm/block_kv_cache.h"
+#include "lm/cache/block_kv_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 
 #include "base/error.h"
 #include "lm/kernels/attention.h"
-#include "lm/kv_type_caches.h"
+#include "lm/cache/kv_type_caches.h"
 #include "support/fake_model.h"
 #include "support/kv_test_data.h"
 

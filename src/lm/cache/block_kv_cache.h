@@ -1,14 +1,14 @@
 #pragma once
 // lm::BlockKVCache — the host's own cache in one of llama.cpp's block types (q8_0, q5_0, q4_0;
 // `--kv-dtype`): every key and value row is quantized once, when stored, into llama.cpp's exact
-// block layout (lm/kv_cache_type.h), and attention reads the blocks tile by tile through the
+// block layout (lm/cache/kv_cache_type.h), and attention reads the blocks tile by tile through the
 // host's attention driver (kernels::attention_blocks) — never a widened copy of the cache.
 // As llama.cpp does by default since April 2026, rows are first rotated by a 64-point Hadamard
 // transform when the head dim is a multiple of 64 (lm/hadamard_rotation.h; `rotate` = false
 // stores plain rows, as LLAMA_ATTN_ROT_DISABLE=1 does). Growth, trim and serialisation follow
 // FullKVCache.
-#include "lm/cache.h"
-#include "lm/kv_cache_type.h"
+#include "lm/cache/cache.h"
+#include "lm/cache/kv_cache_type.h"
 
 namespace base {
 class ThreadPool;

@@ -2,7 +2,7 @@
 // caches), the byte layout documented in prompt_cache_file.h is what is written, every
 // corruption (each byte flipped, each truncation) is a typed error, and the type registry
 // rebuilds caches by name.
-#include "lm/prompt_cache_file.h"
+#include "lm/cache/prompt_cache_file.h"
 
 #include <gtest/gtest.h>
 

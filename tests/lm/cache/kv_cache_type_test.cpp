@@ -1,8 +1,8 @@
-// llama.cpp's KV cache types in lm (lm/kv_cache_type.h): names, exact block sizes, the
+// llama.cpp's KV cache types in lm (lm/cache/kv_cache_type.h): names, exact block sizes, the
 // quantizers against ggml's own reference quantizers (fixture written by
 // tools/make_kv_block_fixtures.py through libggml-base), and the SIMD tile loader against the
 // scalar dequantizer, bit for bit.
-#include "lm/kv_cache_type.h"
+#include "lm/cache/kv_cache_type.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 //     and L = max_size - 1 + S for S > 1 (so every new query sees >= max_size - 1 earlier);
 //   * a query at position p may see a key at position q iff q <= p and p - q < window, where
 //     a layer without a window of its own gets the ring's: window = max_size.
-#include "lm/rotating_kv_cache.h"
+#include "lm/cache/rotating_kv_cache.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 #pragma once
 // lm::RotatingKVCache — for sliding-window layers: keeps the first `keep` tokens and the most
 // recent max_size - keep tokens, as mlx_lm's RotatingKVCache does.
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 
 namespace lm {
 

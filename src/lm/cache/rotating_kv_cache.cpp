@@ -1,10 +1,10 @@
-#include "lm/rotating_kv_cache.h"
+#include "lm/cache/rotating_kv_cache.h"
 
 #include <algorithm>
 #include <string>
 
 #include "base/error.h"
-#include "lm/kv_rows.h"
+#include "lm/cache/kv_rows.h"
 
 // Semantics follow mlx_lm's RotatingKVCache (the behaviour its users rely on):
 //  * one-token updates write in place into a ring of max_size rows; the first `keep` rows

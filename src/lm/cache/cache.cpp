@@ -1,4 +1,4 @@
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 
 #include "base/error.h"
 

@@ -1,10 +1,10 @@
-#include "lm/full_kv_cache.h"
+#include "lm/cache/full_kv_cache.h"
 
 #include <cstring>
 #include <string>
 
 #include "base/error.h"
-#include "lm/kv_rows.h"
+#include "lm/cache/kv_rows.h"
 
 namespace lm {
 

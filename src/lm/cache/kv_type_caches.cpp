@@ -1,8 +1,8 @@
-#include "lm/kv_type_caches.h"
+#include "lm/cache/kv_type_caches.h"
 
-#include "lm/block_kv_cache.h"
-#include "lm/full_kv_cache.h"
-#include "lm/rotating_kv_cache.h"
+#include "lm/cache/block_kv_cache.h"
+#include "lm/cache/full_kv_cache.h"
+#include "lm/cache/rotating_kv_cache.h"
 
 namespace lm {
 

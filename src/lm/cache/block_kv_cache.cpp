@@ -1,4 +1,4 @@
-#include "lm/block_kv_cache.h"
+#include "lm/cache/block_kv_cache.h"
 
 #include <algorithm>
 #include <string>
@@ -8,7 +8,7 @@
 #include "base/thread_pool.h"
 #include "lm/hadamard_rotation.h"
 #include "lm/kernels/attention.h"
-#include "lm/kv_rows.h"
+#include "lm/cache/kv_rows.h"
 
 namespace lm {
 

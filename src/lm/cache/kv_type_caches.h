@@ -2,8 +2,8 @@
 // The host's native caches in a chosen element type (--kv-dtype), for any model: what
 // LlamaModel::native_make_cache() builds for its own type, and what evaluations build to set
 // llama.cpp's block types beside the f16 cache of the same model in one run.
-#include "lm/cache.h"
-#include "lm/kv_cache_type.h"
+#include "lm/cache/cache.h"
+#include "lm/cache/kv_cache_type.h"
 #include "lm/model.h"
 
 namespace base {

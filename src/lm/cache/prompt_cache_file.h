@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "lm/generate.h"
 
 namespace lm {
