@@ -6,8 +6,9 @@ Reads what the measurements already wrote — nothing is re-run and no number is
   * llama.cpp's own KV types on the same windows (llama_cpp.json from tools/llama_cpp_kv_quality.py;
     their sizes are the block formats' bytes per token, taken from the same results.json's
     reference sizes),
-  * the per-method `veloxquant eval` rows of docs/results.md's "Issue 17 methods" table (the same
-    4 x 2048-token windows of tinyshakespeare, each against the host's f16 cache).
+  * the per-method `veloxquant eval` rows of docs/results.md's "Issue 17 methods" and "Issue 18
+    methods" tables (the same 4 x 2048-token windows of tinyshakespeare, each against the host's
+    f16 cache).
 Writes an SVG of KL (log) against KV bytes per token (log) and prints the points it drew.
 
   python3 tools/frontier_plot.py --out docs/frontier/methods.svg
@@ -19,12 +20,15 @@ import re
 import sys
 
 
-def issue17_rows(results_md):
-    """Rows of the 'Issue 17 methods' table: (label, bytes per token, KL mean)."""
+EVAL_TABLES = ("## Issue 17 methods", "## Issue 18 methods")
+
+
+def eval_rows(results_md):
+    """Rows of the per-method eval tables: (label, bytes per token, KL mean)."""
     rows, inside = [], False
     for line in open(results_md, encoding="utf-8"):
         if line.startswith("## "):
-            inside = line.startswith("## Issue 17 methods")
+            inside = line.startswith(EVAL_TABLES)
             continue
         if not inside or not line.startswith("| ") or line.startswith("| method") or line.startswith("|---"):
             continue
@@ -111,9 +115,9 @@ def main():
     presets, sizes = preset_rows(args.presets)
     series = [("veloxquant presets", "#1f77b4", presets),
               ("llama.cpp KV types (own process)", "#d62728", llama_rows(args.llama_cpp, sizes)),
-              ("other methods (veloxquant eval)", "#2ca02c", issue17_rows(args.results_md))]
+              ("other methods (veloxquant eval)", "#2ca02c", eval_rows(args.results_md))]
     if not series[2][2]:
-        sys.exit(f"no 'Issue 17 methods' rows found in {args.results_md}")
+        sys.exit(f"no per-method eval rows ({', '.join(EVAL_TABLES)}) found in {args.results_md}")
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(svg(series))
     for name, _, pts in series:
