@@ -33,6 +33,7 @@
 #include "veloxquant/config/per_layer_lists.h"
 #include "veloxquant/cross_layer/minicache_cache.h"
 #include "veloxquant/cross_layer/xquant_cache.h"
+#include "veloxquant/cross_layer/xkv_cache.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/eviction/eviction_cache.h"
 #include "veloxquant/eviction/methods/cam_cache.h"
