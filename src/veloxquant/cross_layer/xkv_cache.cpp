@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "lm/dtype.h"
 #include "lm/kv_rows.h"
 #include "veloxquant/attention/attention_driver.h"
 #include "veloxquant/attention/dtype_rows.h"
@@ -93,9 +94,8 @@ void XkvCache::adopt_basis(std::shared_ptr<const XkvBasis> basis, bool owns) {
 }
 
 void XkvCache::acquire_basis() {
-  if (!published_) {
-    // Fan-in: this layer's prefill keys (every row received so far; they are all pending).
-    published_ = true;
+  // This layer's prefill keys: every row received so far (all of them are still pending).
+  const auto pending_keys = [this] {
     auto keys = std::make_shared<XkvKeys>();
     keys->batch = batch_;
     keys->heads = heads_;
@@ -106,15 +106,20 @@ void XkvCache::acquire_basis() {
       cache_rows::load_f32(blocks_tail::head_rows(pending_, bh, pending_capacity_, dk_), dtype_,
                            static_cast<std::size_t>(keys->rows * dk_), keys->data.data() + bh * keys->rows * dk_);
     }
-    if (!coordinator_) {  // alone: a per-layer SVD (group size 1 without the coordinator)
-      adopt_basis(std::make_shared<const XkvBasis>(
-                      fit_xkv_basis({keys.get()}, options_.xkv_rank, options_.xkv_energy_threshold)),
-                  true);
-      return;
-    }
-    coordinator_->publish(role_.group_id, role_.member, role_.n_members, std::move(keys));
+    return keys;
+  };
+  if (!coordinator_) {  // alone (made by make_serving, or restored): a per-layer SVD
+    const auto keys = pending_keys();
+    published_ = true;
+    adopt_basis(std::make_shared<const XkvBasis>(
+                    fit_xkv_basis({keys.get()}, options_.xkv_rank, options_.xkv_energy_threshold)),
+                true);
+    return;
   }
-  if (!coordinator_) return;
+  if (!published_) {  // fan-in
+    published_ = true;
+    coordinator_->publish(role_.group_id, role_.member, role_.n_members, pending_keys());
+  }
   const int fits_before = coordinator_->fits();
   std::shared_ptr<const XkvBasis> basis = coordinator_->basis(role_.group_id);
   if (basis) adopt_basis(std::move(basis), coordinator_->fits() > fits_before);
@@ -329,8 +334,20 @@ void XkvCache::from_state(const std::vector<lm::Tensor>& state, const std::vecto
   // on its next call, and a restored basis is this cache's own copy (counted by it).
   XkvCache fresh(o, role, nullptr);
   const bool published = cache_rows::parse_meta_int(meta[9], who, "published") != 0;
-  const blocks_tail::TailMeta saved = blocks_tail::parse_tail_meta(meta, 10, 1, who);
+  // Not blocks_tail::parse_tail_meta: a member waiting for its group's basis holds more than
+  // G - 1 pending rows.
+  blocks_tail::TailMeta saved;
+  saved.offset = cache_rows::parse_meta_int(meta[10], who, "offset");
+  saved.frontier = cache_rows::parse_meta_int(meta[11], who, "frontier");
+  try {
+    saved.dtype = lm::parse_float_dtype(meta[12]);
+  } catch (const base::InvalidArgument& e) {
+    throw base::FormatError(std::string(who) + ": " + e.what());
+  }
   const int64_t offset = saved.offset, frontier = saved.frontier;
+  if (frontier < 0 || frontier > offset) {
+    throw base::FormatError(std::string(who) + ": inconsistent offset " + meta[10] + " / frontier " + meta[11]);
+  }
   if (state.empty()) {
     if (offset != 0) throw base::FormatError(std::string(who) + ": no tensors for offset " + meta[10]);
     *this = std::move(fresh);
@@ -374,7 +391,8 @@ void XkvCache::from_state(const std::vector<lm::Tensor>& state, const std::vecto
         params.dim(3) != 2 * fresh.layout_.coded || params.dtype() != lm::DType::F16) {
       throw base::FormatError(std::string(who) + ": codes / params do not match frontier " + meta[11]);
     }
-    fresh.code_capacity_ = round_up(std::max<int64_t>(frontier, 1), fresh.group_);
+    // The capacity the uninterrupted cache has (256-row steps, whole blocks), so bytes agree.
+    fresh.code_capacity_ = round_up(round_up(frontier, kGrowthStep), fresh.group_);
     fresh.codes_ = cache_rows::copy_rows(codes, frontier, fresh.code_capacity_);
     fresh.params_ = cache_rows::copy_rows(params, blocks, fresh.code_capacity_ / fresh.group_);
   }
