@@ -402,8 +402,16 @@ void XkvCache::from_state(const std::vector<lm::Tensor>& state, const std::vecto
 }
 
 std::shared_ptr<lm::KVCache> XkvCache::clone() const {
-  // The basis is immutable and stays shared; everything per layer is copied.
+  // Everything per layer is copied. The basis is immutable: a member that does not count it
+  // keeps sharing it; the one that counts it gives its copy a basis of its own, so each cache's
+  // nbytes stays what it holds.
   auto copy = std::make_shared<XkvCache>(*this);
+  if (basis_ && owns_basis_) {
+    auto own = std::make_shared<XkvBasis>(*basis_);
+    own->table = basis_->table.clone();
+    own->ranks = basis_->ranks.clone();
+    copy->basis_ = std::move(own);
+  }
   copy->codes_ = codes_.clone();
   copy->params_ = params_.clone();
   copy->values_ = values_.clone();
