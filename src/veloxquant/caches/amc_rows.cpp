@@ -28,7 +28,30 @@ const int32_t* AmcLatentRows::positions(int64_t b, int64_t h) const { return row
 
 void AmcLatentRows::decode(const SvdqLayout& layout, const lm::Tensor& codes, const lm::Tensor& params, int64_t b,
                            int64_t h, int64_t j0, int64_t j1, float* tmp, float* out) const {
-  const int64_t r = layout.coded;
+  const int64_t r = layout.coded, n = j1 - j0;
+  const int bits = layout.groups.empty() ? 0 : layout.groups.front().bits;
+  // amc's widths are 8 (Mid) and 4 (Low): groups of 8 codes end on byte edges at both, so a row is
+  // one dense LSB-first stream of r codes, decoded here in one plain loop per (scale, min) group
+  // (two f16 conversions per group and row, not per coordinate).
+  if (bits == 8 || bits == 4) {
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* row = row_ptr<uint8_t>(codes, b, h, j0 + j);
+      const uint16_t* p = row_ptr<uint16_t>(params, b, h, j0 + j);
+      float* z = out + j * r;
+      for (int64_t first = 0, g = 0; first < r; first += group_, ++g) {
+        const float scale = base::f16_to_f32(p[2 * g]), min = base::f16_to_f32(p[2 * g + 1]);
+        const int64_t last = std::min(r, first + group_);
+        if (bits == 8) {
+          for (int64_t i = first; i < last; ++i) z[i] = static_cast<float>(row[i]) * scale + min;
+        } else {
+          for (int64_t i = first; i < last; ++i) {
+            z[i] = static_cast<float>((row[i >> 1] >> ((i & 1) * 4)) & 15) * scale + min;
+          }
+        }
+      }
+    }
+    return;
+  }
   for (int64_t j = j0; j < j1; ++j) {
     amc_decode_latent_row(layout, row_ptr<uint8_t>(codes, b, h, j), row_ptr<uint16_t>(params, b, h, j), group_, tmp,
                           tmp + r, out + (j - j0) * r);
