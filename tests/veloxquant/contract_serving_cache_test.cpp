@@ -46,6 +46,10 @@ class ServingContract : public testing::TestWithParam<ContractCase> {
       c.options<SvdqOptions>().svdq_bit_schedule = "4,4,4,4,4,4,4,4";
       c.options<SvdqOptions>().svdq_rank = static_cast<int>(kDim);
     }
+    // The same for xkv (full-rank latent codes at 4 bits) and amc (every token in the f16 tier:
+    // its rank d/3 and d/16 tiers cannot hold isotropic rows; amc_cache_test pins those).
+    if (c.method == "xkv") c.options<XkvOptions>().xkv_rank = static_cast<int>(kDim);
+    if (c.method == "amc") c.options<AmcOptions>().amc_k_high = 1.0, c.options<AmcOptions>().amc_k_mid = 0.0;
     return KVCacheBuilder(c).build().serving();
   }
   lm::Tensor keys(int64_t s, uint64_t seed) const {

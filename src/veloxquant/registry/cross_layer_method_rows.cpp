@@ -5,6 +5,7 @@
 #include <string>
 
 #include "veloxquant/cross_layer/minicache_cache.h"
+#include "veloxquant/cross_layer/xkv_cache.h"
 #include "veloxquant/cross_layer/xquant_cache.h"
 #include "veloxquant/cross_layer/layer_roles.h"
 #include "veloxquant/cross_layer/wiring_registry.h"
@@ -126,6 +127,6 @@ MethodDescriptor minicache_row() {
 
 }  // namespace
 
-std::vector<MethodDescriptor> cross_layer_method_rows() { return {xquant_row(), minicache_row()}; }
+std::vector<MethodDescriptor> cross_layer_method_rows() { return {xquant_row(), minicache_row(), xkv_method()}; }
 
 }  // namespace veloxquant

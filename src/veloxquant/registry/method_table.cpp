@@ -6,6 +6,7 @@
 
 #include "veloxquant/caches/adakv_cache.h"
 #include "veloxquant/caches/age_tiered_cache.h"
+#include "veloxquant/caches/amc_cache.h"
 #include "veloxquant/caches/cachegen_cache.h"
 #include "veloxquant/caches/gear_cache.h"
 #include "veloxquant/caches/kitty_cache.h"
@@ -267,6 +268,7 @@ std::vector<MethodDescriptor> build_method_table() {
                                         age_tiered_method(),             svdq_method(),
                                         skvq_method(),                   nsnquant_method(),
                                         adakv_method(),                  cachegen_method(),
+                                        amc_method(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
                                         spectral_row()};
