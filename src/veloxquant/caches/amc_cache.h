@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "veloxquant/caches/amc_tiers.h"
 #include "veloxquant/caches/svdq_layout.h"
 #include "veloxquant/config/kv_cache_config.h"

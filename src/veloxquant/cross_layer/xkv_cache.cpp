@@ -6,7 +6,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "lm/dtype.h"
-#include "lm/kv_rows.h"
+#include "lm/cache/kv_rows.h"
 #include "veloxquant/attention/attention_driver.h"
 #include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/attention/fused_call.h"

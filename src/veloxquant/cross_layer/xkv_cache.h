@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "lm/cache.h"
+#include "lm/cache/cache.h"
 #include "veloxquant/caches/svdq_layout.h"
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/cross_layer/xkv_coordinator.h"

@@ -12,7 +12,7 @@
 #include <numeric>
 
 #include "base/error.h"
-#include "lm/prompt_cache_file.h"
+#include "lm/cache/prompt_cache_file.h"
 #include "support/allocation_counter.h"
 #include "support/fused_vs_fetched.h"
 #include "support/group_code_reference.h"

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <functional>
 
-#include "lm/prompt_cache_file.h"
+#include "lm/cache/prompt_cache_file.h"
 #include "support/allocation_counter.h"
 #include "support/fake_model.h"
 #include "support/fused_vs_fetched.h"
