@@ -46,6 +46,8 @@ class ServingContract : public testing::TestWithParam<ContractCase> {
       c.options<SvdqOptions>().svdq_bit_schedule = "4,4,4,4,4,4,4,4";
       c.options<SvdqOptions>().svdq_rank = static_cast<int>(kDim);
     }
+    // a2ats does not read bit_width_inlier either: its 4-bit form is 8-bit codes over 2-wide sub-vectors.
+    if (c.method == "a2ats") c.options<A2atsOptions>().a2ats_sub_dim = 2;
     return KVCacheBuilder(c).build().serving();
   }
   lm::Tensor keys(int64_t s, uint64_t seed) const {
