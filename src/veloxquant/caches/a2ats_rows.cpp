@@ -26,25 +26,12 @@ A2atsRows::A2atsRows(const A2atsCallRows& rows)
     : r_(rows),
       key_dim_(rows.call_k->dim(3)),
       far_values_(attention::PlainRows::of(*rows.far_values)),
-      tail_k_(attention::PlainRows::of(*rows.tail_k)),
-      tail_v_(attention::PlainRows::of(*rows.tail_v)),
-      call_k_(attention::PlainRows::of(*rows.call_k)),
-      call_v_(attention::PlainRows::of(*rows.call_v)) {}
+      exact_(*rows.tail_k, *rows.tail_v, rows.tail, *rows.call_k, *rows.call_v) {}
 
 void A2atsRows::prepare_query(const float* query, float* prepared) const {
   const int64_t table = r_.subs * r_.entries;
   if (r_.far > 0) a2ats_lookup_table(r_.centroids, r_.subs, r_.entries, r_.sub, query, prepared);
   std::copy(query, query + key_dim_, prepared + table);
-}
-
-void A2atsRows::widen_exact(bool keys, int64_t b, int64_t h, int64_t a, int64_t e, float* out) const {
-  const int64_t d = keys ? key_dim_ : far_values_.dim;
-  const attention::PlainRows& tail = keys ? tail_k_ : tail_v_;
-  const attention::PlainRows& call = keys ? call_k_ : call_v_;
-  const int64_t tail_end = std::min(e, r_.tail);
-  if (a < tail_end) tail.widen(b, h, a, tail_end, out);
-  const int64_t c0 = std::max(a, r_.tail);
-  if (c0 < e) call.widen(b, h, c0 - r_.tail, e - r_.tail, out + (c0 - a) * d);
 }
 
 void A2atsRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
@@ -62,17 +49,8 @@ void A2atsRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
     }
   }
   const int64_t e0 = std::max(j0, r_.far);
-  if (e0 >= j1) return;
-  float* k = scratch.f32(static_cast<std::size_t>((j1 - e0) * key_dim_));
-  widen_exact(true, b, h, e0 - r_.far, j1 - r_.far, k);
-  for (int64_t r = 0; r < n_queries; ++r) {
-    const float* q = prepared + r * width + table;
-    for (int64_t j = e0; j < j1; ++j) {
-      const float* row = k + (j - e0) * key_dim_;
-      float s = 0.0f;
-      for (int64_t e = 0; e < key_dim_; ++e) s += q[e] * row[e];
-      scores[r * ld + (j - j0)] = s;
-    }
+  if (e0 < j1) {
+    exact_.score(b, h, e0 - r_.far, j1 - r_.far, prepared + table, width, n_queries, scores + (e0 - j0), ld, scratch);
   }
 }
 
@@ -80,20 +58,22 @@ void A2atsRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, co
                                 int64_t ld, float* acc, attention::TileScratch& scratch) const {
   const int64_t dv = far_values_.dim;
   const int32_t* pos = positions(b, h);
-  float* v = scratch.f32_second(static_cast<std::size_t>((j1 - j0) * dv));
   const int64_t far_end = std::min(j1, r_.far);
-  for (int64_t j = j0; j < far_end; ++j) far_values_.widen(b, h, pos[j], pos[j] + 1, v + (j - j0) * dv);
-  const int64_t e0 = std::max(j0, r_.far);
-  if (e0 < j1) widen_exact(false, b, h, e0 - r_.far, j1 - r_.far, v + (e0 - j0) * dv);
-  for (int64_t r = 0; r < n_queries; ++r) {
-    float* a = acc + r * dv;
-    for (int64_t j = j0; j < j1; ++j) {
-      const float w = weights[r * ld + (j - j0)];
-      if (w == 0.0f) continue;
-      const float* row = v + (j - j0) * dv;
-      for (int64_t e = 0; e < dv; ++e) a[e] += w * row[e];
+  if (j0 < far_end) {
+    float* v = scratch.f32_second(static_cast<std::size_t>((far_end - j0) * dv));
+    for (int64_t j = j0; j < far_end; ++j) far_values_.widen(b, h, pos[j], pos[j] + 1, v + (j - j0) * dv);
+    for (int64_t r = 0; r < n_queries; ++r) {
+      float* a = acc + r * dv;
+      for (int64_t j = j0; j < far_end; ++j) {
+        const float w = weights[r * ld + (j - j0)];
+        if (w == 0.0f) continue;
+        const float* row = v + (j - j0) * dv;
+        for (int64_t e = 0; e < dv; ++e) a[e] += w * row[e];
+      }
     }
   }
+  const int64_t e0 = std::max(j0, r_.far);
+  if (e0 < j1) exact_.accumulate(b, h, e0 - r_.far, j1 - r_.far, weights + (e0 - j0), n_queries, ld, acc, scratch);
 }
 
 }  // namespace veloxquant

@@ -13,6 +13,7 @@
 #include "lm/tensor.h"
 #include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/attention/row_source.h"
+#include "veloxquant/caches/window_call_rows.h"
 
 namespace veloxquant {
 
@@ -53,12 +54,10 @@ class A2atsRows final : public attention::RowSource {
                        float* acc, attention::TileScratch& scratch) const override;
 
  private:
-  // Rows [a, e) of the exact part (tail rows then call rows, index 0 = first tail row) as f32.
-  void widen_exact(bool keys, int64_t b, int64_t h, int64_t a, int64_t e, float* out) const;
-
   A2atsCallRows r_;
   int64_t key_dim_;
-  attention::PlainRows far_values_, tail_k_, tail_v_, call_k_, call_v_;
+  attention::PlainRows far_values_;
+  WindowCallRows exact_;
 };
 
 }  // namespace veloxquant
