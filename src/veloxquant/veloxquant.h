@@ -6,6 +6,7 @@
 #include "veloxquant/builder/kv_cache_builder.h"
 #include "veloxquant/caches/a2ats_cache.h"
 #include "veloxquant/caches/adakv_cache.h"
+#include "veloxquant/caches/anchorkv_cache.h"
 #include "veloxquant/caches/age_tiered_cache.h"
 #include "veloxquant/caches/cachegen_cache.h"
 #include "veloxquant/caches/gear_cache.h"

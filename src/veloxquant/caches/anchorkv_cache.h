@@ -21,8 +21,9 @@
 //
 // Storage (all counted by nbytes()), compressed rows / anchors / residuals in 256-row steps:
 //   anchor_k/anchor_v  input dtype [B, H, anchors, D]
-//   records            U16 [B, H, rows, 6]   key anchor, key coef (f16), value anchor, value coef,
-//                                            residual slot (32 bits, 0xFFFFFFFF = none)
+//   anchor_pos         I32 [B, H, anchors, 1]  the position each anchor came from
+//   records            U32 [B, H, rows, 3]   key anchor | key coef (f16) << 16, the same for the
+//                                            value, residual slot (0xFFFFFFFF = none)
 //   residual_codes     U8  [B, H, slots, (Dk + Dv) * bits / 8]
 //   residual_params    F16 [B, H, slots, 4]  key min, key step, value min, value step
 //   tail_k/tail_v      input dtype [B, H, window, D]
@@ -100,9 +101,12 @@ class AnchorKvCache : public lm::KVCache {
   lm::DType dtype_ = lm::DType::F16;
   int64_t offset_ = 0, rows_ = 0, anchors_ = 0, slots_ = 0;
   int64_t row_cap_ = 0, anchor_cap_ = 0, slot_cap_ = 0;
+  int64_t offset_rows_at_ = 0;  // position of the first row of the spill being compressed
   lm::Tensor anchor_k_, anchor_v_, anchor_pos_, records_, residual_codes_, residual_params_, tail_k_, tail_v_;
 };
 
+// A residual code of n elements (bits each, packed low bits first) with its f16 (min, step).
+void anchorkv_decode_residual(const uint8_t* codes, const uint16_t* params, int64_t n, int bits, float* out);
 // QuantizerConfigError naming the field and value.
 void validate_anchorkv_options(const KVCacheConfig& config);
 std::shared_ptr<lm::KVCache> make_anchorkv_cache(const KVCacheConfig& config);

@@ -6,6 +6,7 @@
 
 #include "veloxquant/caches/a2ats_cache.h"
 #include "veloxquant/caches/adakv_cache.h"
+#include "veloxquant/caches/anchorkv_cache.h"
 #include "veloxquant/caches/age_tiered_cache.h"
 #include "veloxquant/caches/cachegen_cache.h"
 #include "veloxquant/caches/gear_cache.h"
@@ -271,6 +272,7 @@ std::vector<MethodDescriptor> build_method_table() {
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
                                         a2ats_method(),
+                                        anchorkv_method(),
                                         spectral_row()};
   for (std::vector<MethodDescriptor> family : {eviction_method_rows(), cross_layer_method_rows()}) {
     for (MethodDescriptor& row : family) rows.push_back(std::move(row));
