@@ -270,6 +270,10 @@ void AnchorKvCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   const int64_t rows_after = rows_ + spill;
   const int64_t anchors_after = std::clamp<int64_t>(
       static_cast<int64_t>(std::ceil(o_.anchorkv_anchor_frac * static_cast<double>(rows_after) - 1e-9)), 1, rows_after);
+  if (anchors_after > 65536) {  // anchor indices are 16 bits in the records
+    throw base::InvalidArgument("AnchorKvCache: " + std::to_string(anchors_after) +
+                                " anchors per head (anchorkv_anchor_frac x tokens) exceed the 65536 a record can index");
+  }
   const int64_t new_anchors = std::min(spill, std::max<int64_t>(0, anchors_after - anchors_));
   const double slot_bytes = static_cast<double>(residual_row_bytes() + 4 * 2);
   const auto budget_slots = static_cast<int64_t>(
