@@ -181,33 +181,57 @@ void A2atsCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   thread_local std::vector<float> new_k, new_v;
   cache_rows::widen_to_f32(keys, new_k);
   cache_rows::widen_to_f32(values, new_v);
-  // Pending rows of every head (tail then the call's rows) in f32.
-  std::vector<std::vector<float>> pk(static_cast<std::size_t>(heads)), pv(static_cast<std::size_t>(heads));
-  for (int64_t bh = 0; bh < heads; ++bh) {
-    pk[bh].resize(static_cast<std::size_t>(n * dk_));
-    pv[bh].resize(static_cast<std::size_t>(n * dv_));
-    blocks_tail::gather_pending(tail_k_, dtype_, bh, w, dk_, tail, new_k.data(), s, pk[bh].data());
-    blocks_tail::gather_pending(tail_v_, dtype_, bh, w, dv_, tail, new_v.data(), s, pv[bh].data());
+  if (!trained()) {
+    // Every pending row of every head (tail then the call's rows) in f32, once, for the k-means.
+    std::vector<std::vector<float>> pk(static_cast<std::size_t>(heads));
+    for (int64_t bh = 0; bh < heads; ++bh) {
+      pk[bh].resize(static_cast<std::size_t>(n * dk_));
+      blocks_tail::gather_pending(tail_k_, dtype_, bh, w, dk_, tail, new_k.data(), s, pk[bh].data());
+    }
+    train(pk, n);
   }
-  if (!trained()) train(pk, n);
   ensure_far_rows(far_rows_ + spill);
-  thread_local std::vector<float> book;
+  thread_local std::vector<float> book, spilled;
   decode_codebook(codebook_, book);
+  spilled.resize(static_cast<std::size_t>(spill * std::max(dk_, dv_)));
+  const int64_t from_tail = std::min(spill, tail), esize = static_cast<int64_t>(lm::dtype_size(dtype_));
   for (int64_t bh = 0; bh < heads; ++bh) {
     const int64_t b = bh / heads_, h = bh % heads_;
+    // Spilled keys in f32 (the oldest pending rows: tail rows first, then call rows).
+    cache_rows::load_f32(blocks_tail::head_rows(tail_k_, bh, w, dk_), dtype_, static_cast<std::size_t>(from_tail * dk_),
+                         spilled.data());
+    std::memcpy(spilled.data() + from_tail * dk_, new_k.data() + bh * s * dk_,
+                sizeof(float) * static_cast<std::size_t>((spill - from_tail) * dk_));
     for (int64_t i = 0; i < spill; ++i) {
-      const int64_t j = far_rows_ + i;
-      const float* k = pk[bh].data() + i * dk_;
-      uint8_t* code = row_ptr<uint8_t>(codes_, b, h, j);
+      const float* k = spilled.data() + i * dk_;
+      uint8_t* code = row_ptr<uint8_t>(codes_, b, h, far_rows_ + i);
       // Nearest centroid of each sub-vector (lowest index on ties), against the f16 codebook.
       for (int64_t m = 0; m < subs_; ++m) {
         code[m] = static_cast<uint8_t>(
             core::nearest_centroid(k + m * p_.sub_dim, book.data() + m * entries_ * p_.sub_dim, entries_, p_.sub_dim));
       }
     }
-    cache_rows::store_f32(pv[bh].data(), static_cast<std::size_t>(spill * dv_), far_value_row(b, h, far_rows_), dtype_);
-    blocks_tail::keep_in_tail(pk[bh].data() + spill * dk_, w, tail_k_, dtype_, bh, w, dk_);
-    blocks_tail::keep_in_tail(pv[bh].data() + spill * dv_, w, tail_v_, dtype_, bh, w, dv_);
+    // Spilled values as stored: tail rows byte for byte, call rows from f32.
+    std::byte* tv = blocks_tail::head_rows(tail_v_, bh, w, dv_);
+    std::memcpy(far_value_row(b, h, far_rows_), tv, static_cast<std::size_t>(from_tail * dv_ * esize));
+    if (spill > from_tail) {
+      cache_rows::store_f32(new_v.data() + bh * s * dv_, static_cast<std::size_t>((spill - from_tail) * dv_),
+                            far_value_row(b, h, far_rows_ + from_tail), dtype_);
+    }
+    // The window keeps pending rows [spill, n): surviving tail rows move down, call rows follow.
+    for (int which = 0; which < 2; ++which) {
+      const int64_t d = which == 0 ? dk_ : dv_;
+      lm::Tensor& t = which == 0 ? tail_k_ : tail_v_;
+      std::byte* rows = blocks_tail::head_rows(t, bh, w, d);
+      const int64_t kept_tail = tail - from_tail;
+      if (kept_tail > 0) {
+        std::memmove(rows, rows + from_tail * d * esize, static_cast<std::size_t>(kept_tail * d * esize));
+      }
+      const int64_t first_call = spill > tail ? spill - tail : 0;
+      const std::vector<float>& fresh = which == 0 ? new_k : new_v;
+      cache_rows::store_f32(fresh.data() + (bh * s + first_call) * d, static_cast<std::size_t>((s - first_call) * d),
+                            rows + kept_tail * d * esize, dtype_);
+    }
   }
   far_rows_ += spill;
   tail_start_ += spill;
@@ -277,10 +301,12 @@ void A2atsCache::fused_attention(const lm::FusedAttentionRequest& request, lm::T
   const attention::AttentionCall call = attention::call_from_request(request, heads_, offset_, out, contiguous_queries);
   // Before this call's rows are stored: the retrieved far rows, the exact tail, the call's rows.
   const lm::Tensor call_k = request.keys->contiguous(), call_v = request.values->contiguous();
-  thread_local std::vector<float> book;
+  thread_local std::vector<float> natural, book;
   const int64_t k_rows = retrieved_rows(far_rows_), tail = offset_ - tail_start_, s = call_k.dim(2);
   if (far_rows_ > 0) {
-    decode_codebook(codebook_, book);
+    decode_codebook(codebook_, natural);
+    book.resize(natural.size());
+    a2ats_transpose_codebook(natural.data(), subs_, entries_, p_.sub_dim, book.data());
     retrieve(call, book.data());  // every far row when k_rows == far_rows_
   } else {
     retrieved_.assign(static_cast<std::size_t>(batch_ * heads_), {});
@@ -323,7 +349,8 @@ void A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
   }
   retrieved_.assign(static_cast<std::size_t>(batch_ * heads_), {});
   std::vector<float> lut(static_cast<std::size_t>(subs_ * entries_));
-  std::vector<double> mass(static_cast<std::size_t>(far_rows_)), logit(static_cast<std::size_t>(far_rows_));
+  std::vector<double> mass(static_cast<std::size_t>(far_rows_));
+  std::vector<float> logit(static_cast<std::size_t>(far_rows_));
   std::vector<int32_t> order(static_cast<std::size_t>(far_rows_));
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
@@ -332,20 +359,22 @@ void A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
         for (int64_t i = 0; i < call.n_queries; ++i) {
           const float* query = call.queries + ((b * call.q_heads + h * group + g) * call.n_queries + i) * dk_;
           a2ats_lookup_table(centroids, subs_, entries_, p_.sub_dim, query, lut.data());
-          double top = -INFINITY;
-          for (int64_t j = 0; j < far_rows_; ++j) {
-            const uint8_t* code = codes(b, h, j);
+          float top = -INFINITY;
+          const uint8_t* code = codes(b, h, 0);
+          const int64_t stride = codes_.strides()[2];
+          for (int64_t j = 0; j < far_rows_; ++j, code += stride) {
             float dot = 0.0f;
             for (int64_t m = 0; m < subs_; ++m) dot += lut[static_cast<std::size_t>(m * entries_ + code[m])];
-            logit[static_cast<std::size_t>(j)] = static_cast<double>(dot) * call.scale;
+            logit[static_cast<std::size_t>(j)] = dot * call.scale;
             top = std::max(top, logit[static_cast<std::size_t>(j)]);
           }
           double sum = 0.0;
-          for (double& l : logit) {
+          for (float& l : logit) {
             l = std::exp(l - top);
             sum += l;
           }
-          for (int64_t j = 0; j < far_rows_; ++j) mass[static_cast<std::size_t>(j)] += logit[static_cast<std::size_t>(j)] / sum;
+          const double inv = 1.0 / sum;
+          for (int64_t j = 0; j < far_rows_; ++j) mass[static_cast<std::size_t>(j)] += logit[static_cast<std::size_t>(j)] * inv;
         }
       }
       std::iota(order.begin(), order.end(), 0);

@@ -10,14 +10,25 @@ using cache_rows::row_ptr;
 
 void a2ats_lookup_table(const float* centroids, int64_t subs, int64_t entries, int64_t sub, const float* query,
                         float* lut) {
+  // centroids are [subs][sub][entries] (transposed: a2ats_transpose_codebook), so the inner loop
+  // runs over contiguous entries with one query coordinate broadcast — it vectorizes.
   for (int64_t m = 0; m < subs; ++m) {
-    const float* qm = query + m * sub;
-    const float* book = centroids + m * entries * sub;
     float* out = lut + m * entries;
+    const float* book = centroids + m * sub * entries;
+    const float q0 = query[m * sub];
+    for (int64_t c = 0; c < entries; ++c) out[c] = q0 * book[c];
+    for (int64_t k = 1; k < sub; ++k) {
+      const float qk = query[m * sub + k];
+      const float* row = book + k * entries;
+      for (int64_t c = 0; c < entries; ++c) out[c] += qk * row[c];
+    }
+  }
+}
+
+void a2ats_transpose_codebook(const float* centroids, int64_t subs, int64_t entries, int64_t sub, float* out) {
+  for (int64_t m = 0; m < subs; ++m) {
     for (int64_t c = 0; c < entries; ++c) {
-      float dot = 0.0f;
-      for (int64_t k = 0; k < sub; ++k) dot += qm[k] * book[c * sub + k];
-      out[c] = dot;
+      for (int64_t k = 0; k < sub; ++k) out[(m * sub + k) * entries + c] = centroids[(m * entries + c) * sub + k];
     }
   }
 }

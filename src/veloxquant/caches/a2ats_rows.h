@@ -17,13 +17,15 @@
 
 namespace veloxquant {
 
-// lut[m * entries + c] = <query[m * sub ...], centroids[m][c]> for the f32 codebook
-// [subs][entries][sub].
+// lut[m * entries + c] = <query[m * sub ...], centroid c of sub-vector m> for the f32 codebook in
+// transposed layout [subs][sub][entries].
 void a2ats_lookup_table(const float* centroids, int64_t subs, int64_t entries, int64_t sub, const float* query,
                         float* lut);
+// The codebook [subs][entries][sub] into the transposed layout [subs][sub][entries].
+void a2ats_transpose_codebook(const float* centroids, int64_t subs, int64_t entries, int64_t sub, float* out);
 
 struct A2atsCallRows {
-  const float* centroids = nullptr;  // f32 [subs][entries][sub], decoded for this call
+  const float* centroids = nullptr;  // f32 [subs][sub][entries] (transposed), decoded for this call
   int64_t subs = 0, entries = 0, sub = 0, heads = 0;
   const lm::Tensor* codes = nullptr;       // U8 [B, H, cap, subs]; far row i = position i
   const lm::Tensor* far_values = nullptr;  // [B, H, cap, Dv]
