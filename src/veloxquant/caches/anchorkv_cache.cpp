@@ -130,9 +130,8 @@ void AnchorKvCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
 }
 
 namespace {
-int64_t grown(int64_t cap, int64_t need) {
-  return need <= cap ? cap : cap + ((need - cap + AnchorKvCache::kGrowthStep - 1) / AnchorKvCache::kGrowthStep) *
-                                       AnchorKvCache::kGrowthStep;
+int64_t grown(int64_t cap, int64_t need, int64_t step) {
+  return need <= cap ? cap : cap + ((need - cap + step - 1) / step) * step;
 }
 }  // namespace
 
@@ -290,9 +289,9 @@ void AnchorKvCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   const auto budget_slots = static_cast<int64_t>(
       std::floor(o_.anchorkv_theta * static_cast<double>(rows_after * (dk_ + dv_) * 2) / slot_bytes + 1e-9));
   const int64_t new_slots = std::clamp<int64_t>(budget_slots - slots_, 0, spill - new_anchors);
-  row_cap_ = grown(row_cap_, rows_after);
-  anchor_cap_ = grown(anchor_cap_, anchors_ + new_anchors);
-  slot_cap_ = grown(slot_cap_, slots_ + new_slots);
+  row_cap_ = grown(row_cap_, rows_after, kGrowthStep);
+  anchor_cap_ = grown(anchor_cap_, anchors_ + new_anchors, kAnchorStep);
+  slot_cap_ = grown(slot_cap_, slots_ + new_slots, kSlotStep);
   if (records_.dim(2) < row_cap_) records_ = cache_rows::copy_rows(records_, rows_, row_cap_);
   if (anchor_k_.dim(2) < anchor_cap_) {
     anchor_k_ = cache_rows::copy_rows(anchor_k_, anchors_, anchor_cap_);

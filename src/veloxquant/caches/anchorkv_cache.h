@@ -19,7 +19,7 @@
 //     highest utility get an anchorkv_residual_bits per-row min/scale code of r_k and r_v while
 //     all residuals of the head fit in anchorkv_theta of the f16 bytes of its compressed rows.
 //
-// Storage (all counted by nbytes()), compressed rows / anchors / residuals in 256-row steps:
+// Storage (all counted by nbytes()), compressed rows / anchors / residual slots in 256 / 16 / 64-row steps:
 //   anchor_k/anchor_v  input dtype [B, H, anchors, D]
 //   anchor_pos         I32 [B, H, anchors, 1]  the position each anchor came from
 //   records            U32 [B, H, rows, 3]   key anchor | key coef (f16) << 16, the same for the
@@ -53,7 +53,9 @@ struct AnchorKvOptions {
 
 class AnchorKvCache : public lm::KVCache {
  public:
-  static constexpr int64_t kGrowthStep = 256;
+  // Allocation steps: records grow 256 rows at a time, anchors (1/128 of the rows by default) 16,
+  // residual slots 64.
+  static constexpr int64_t kGrowthStep = 256, kAnchorStep = 16, kSlotStep = 64;
   static constexpr uint32_t kNoResidual = 0xFFFFFFFFu;
   // Throws QuantizerConfigError naming the field for unsupported settings.
   explicit AnchorKvCache(const AnchorKvOptions& options);

@@ -167,10 +167,10 @@ TEST(AnchorKv, BytesAreTheLayoutAndReallyAllocated) {
   EXPECT_EQ(a.compressed_rows(), 270);
   EXPECT_EQ(a.anchors(), 3);
   EXPECT_EQ(a.residual_slots(), 86);
-  const std::size_t heads = b * h, region = 512;  // 256-row steps
-  const std::size_t anchors = heads * 256 * (2 * d * 2 + 4);  // f16 key + value, i32 position
+  const std::size_t heads = b * h, region = 512;  // records in 256-row steps, anchors 16, slots 64
+  const std::size_t anchors = heads * 16 * (2 * d * 2 + 4);  // f16 key + value, i32 position
   const std::size_t records = heads * region * 12;
-  const std::size_t residuals = heads * 256 * (2 * d * 2 / 8 + 8);
+  const std::size_t residuals = heads * 128 * (2 * d * 2 / 8 + 8);
   const std::size_t window = 2 * heads * 32 * d * 2;
   EXPECT_EQ(cache->nbytes(), anchors + records + residuals + window);
 }
