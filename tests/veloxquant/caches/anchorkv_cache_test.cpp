@@ -173,6 +173,13 @@ TEST(AnchorKv, BytesAreTheLayoutAndReallyAllocated) {
   const std::size_t residuals = heads * 128 * (2 * d * 2 / 8 + 8);
   const std::size_t window = 2 * heads * 32 * d * 2;
   EXPECT_EQ(cache->nbytes(), anchors + records + residuals + window);
+  // The eval's window: 2048 tokens in 512-token calls -> 2016 rows (2048 capacity), 16 anchors,
+  // 645 slots (704 capacity): 65088 bytes per kv head, 2860.3 B/token on SmolLM2's 90 kv heads.
+  auto window_cache = KVCacheBuilder(c).build().serving();
+  for (int i = 0; i < 4; ++i) {
+    window_cache->update_and_fetch(test_support::random_kv(1, 1, 512, d, 70 + i), test_support::random_kv(1, 1, 512, d, 80 + i));
+  }
+  EXPECT_EQ(window_cache->nbytes(), 65088u);
 }
 
 TEST(AnchorKv, StateRoundTripAndCloneContinueIdentically) {
