@@ -4,7 +4,9 @@
 //   integration::patch_model_kv_cache, the method registry, and the cache classes.
 // tests/veloxquant/umbrella_header_test.cpp fails when a method's *_cache.h is missing here.
 #include "veloxquant/builder/kv_cache_builder.h"
+#include "veloxquant/caches/a2ats_cache.h"
 #include "veloxquant/caches/adakv_cache.h"
+#include "veloxquant/caches/anchorkv_cache.h"
 #include "veloxquant/caches/age_tiered_cache.h"
 #include "veloxquant/caches/amc_cache.h"
 #include "veloxquant/caches/cachegen_cache.h"

@@ -50,6 +50,13 @@ class ServingContract : public testing::TestWithParam<ContractCase> {
     // its rank d/3 and d/16 tiers cannot hold isotropic rows; amc_cache_test pins those).
     if (c.method == "xkv") c.options<XkvOptions>().xkv_rank = static_cast<int>(kDim);
     if (c.method == "amc") c.options<AmcOptions>().amc_k_high = 1.0, c.options<AmcOptions>().amc_k_mid = 0.0;
+    // a2ats does not read bit_width_inlier either: its 4-bit form is 8-bit codes over 2-wide sub-vectors.
+    if (c.method == "a2ats") c.options<A2atsOptions>().a2ats_sub_dim = 2;
+    // anchorkv neither: its 4-bit form is a 4-bit residual on every compressed token (theta 1).
+    if (c.method == "anchorkv") {
+      c.options<AnchorKvOptions>().anchorkv_residual_bits = 4;
+      c.options<AnchorKvOptions>().anchorkv_theta = 1.0;
+    }
     return KVCacheBuilder(c).build().serving();
   }
   lm::Tensor keys(int64_t s, uint64_t seed) const {

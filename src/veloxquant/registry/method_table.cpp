@@ -4,7 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "veloxquant/caches/a2ats_cache.h"
 #include "veloxquant/caches/adakv_cache.h"
+#include "veloxquant/caches/anchorkv_cache.h"
 #include "veloxquant/caches/age_tiered_cache.h"
 #include "veloxquant/caches/amc_cache.h"
 #include "veloxquant/caches/cachegen_cache.h"
@@ -271,6 +273,8 @@ std::vector<MethodDescriptor> build_method_table() {
                                         amc_method(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
+                                        a2ats_method(),
+                                        anchorkv_method(),
                                         spectral_row()};
   for (std::vector<MethodDescriptor> family : {eviction_method_rows(), cross_layer_method_rows()}) {
     for (MethodDescriptor& row : family) rows.push_back(std::move(row));

@@ -1,0 +1,90 @@
+#include "veloxquant/caches/a2ats_rows.h"
+
+#include <algorithm>
+
+#include "veloxquant/rows/cache_rows.h"
+
+namespace veloxquant {
+
+using cache_rows::row_ptr;
+
+void a2ats_lookup_table(const float* centroids, int64_t subs, int64_t entries, int64_t sub, const float* query,
+                        float* lut) {
+  // centroids are [subs][sub][entries] (transposed: a2ats_transpose_codebook), so the inner loop
+  // runs over contiguous entries with one query coordinate broadcast — it vectorizes.
+  for (int64_t m = 0; m < subs; ++m) {
+    float* out = lut + m * entries;
+    const float* book = centroids + m * sub * entries;
+    const float q0 = query[m * sub];
+    for (int64_t c = 0; c < entries; ++c) out[c] = q0 * book[c];
+    for (int64_t k = 1; k < sub; ++k) {
+      const float qk = query[m * sub + k];
+      const float* row = book + k * entries;
+      for (int64_t c = 0; c < entries; ++c) out[c] += qk * row[c];
+    }
+  }
+}
+
+void a2ats_transpose_codebook(const float* centroids, int64_t subs, int64_t entries, int64_t sub, float* out) {
+  for (int64_t m = 0; m < subs; ++m) {
+    for (int64_t c = 0; c < entries; ++c) {
+      for (int64_t k = 0; k < sub; ++k) out[(m * sub + k) * entries + c] = centroids[(m * entries + c) * sub + k];
+    }
+  }
+}
+
+A2atsRows::A2atsRows(const A2atsCallRows& rows)
+    : r_(rows),
+      key_dim_(rows.call_k->dim(3)),
+      far_values_(attention::PlainRows::of(*rows.far_values)),
+      exact_(*rows.tail_k, *rows.tail_v, rows.tail, *rows.call_k, *rows.call_v) {}
+
+void A2atsRows::prepare_query(const float* query, float* prepared) const {
+  const int64_t table = r_.subs * r_.entries;
+  if (r_.far > 0) a2ats_lookup_table(r_.centroids, r_.subs, r_.entries, r_.sub, query, prepared);
+  std::copy(query, query + key_dim_, prepared + table);
+}
+
+void A2atsRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
+                           float* scores, int64_t ld, attention::TileScratch& scratch) const {
+  const int64_t width = prepared_dim(), table = r_.subs * r_.entries;
+  const int32_t* pos = positions(b, h);
+  const int64_t far_end = std::min(j1, r_.far);
+  for (int64_t j = j0; j < far_end; ++j) {
+    const uint8_t* code = row_ptr<uint8_t>(*r_.codes, b, h, pos[j]);
+    for (int64_t r = 0; r < n_queries; ++r) {
+      const float* lut = prepared + r * width;
+      float s = 0.0f;
+      for (int64_t m = 0; m < r_.subs; ++m) s += lut[m * r_.entries + code[m]];
+      scores[r * ld + (j - j0)] = s;
+    }
+  }
+  const int64_t e0 = std::max(j0, r_.far);
+  if (e0 < j1) {
+    exact_.score(b, h, e0 - r_.far, j1 - r_.far, prepared + table, width, n_queries, scores + (e0 - j0), ld, scratch);
+  }
+}
+
+void A2atsRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
+                                int64_t ld, float* acc, attention::TileScratch& scratch) const {
+  const int64_t dv = far_values_.dim;
+  const int32_t* pos = positions(b, h);
+  const int64_t far_end = std::min(j1, r_.far);
+  if (j0 < far_end) {
+    float* v = scratch.f32_second(static_cast<std::size_t>((far_end - j0) * dv));
+    for (int64_t j = j0; j < far_end; ++j) far_values_.widen(b, h, pos[j], pos[j] + 1, v + (j - j0) * dv);
+    for (int64_t r = 0; r < n_queries; ++r) {
+      float* a = acc + r * dv;
+      for (int64_t j = j0; j < far_end; ++j) {
+        const float w = weights[r * ld + (j - j0)];
+        if (w == 0.0f) continue;
+        const float* row = v + (j - j0) * dv;
+        for (int64_t e = 0; e < dv; ++e) a[e] += w * row[e];
+      }
+    }
+  }
+  const int64_t e0 = std::max(j0, r_.far);
+  if (e0 < j1) exact_.accumulate(b, h, e0 - r_.far, j1 - r_.far, weights + (e0 - j0), n_queries, ld, acc, scratch);
+}
+
+}  // namespace veloxquant
