@@ -201,6 +201,7 @@ std::shared_ptr<lm::KVCache> make_rocketkv_cache(const KVCacheConfig& config) {
 
 MethodDescriptor rocketkv_method() {
   MethodDescriptor m = eviction::eviction_method("rocketkv", kTypeName);
+  m.capabilities.sparse_attention = true;  // stage 2: the fused path attends the chosen pages only
   m.family = "hybrid";  // the original's label (spec §6 #42): eviction plus per-step sparse attention
   m.make_restorable = [] { return std::make_shared<RocketKVCache>(KVCacheConfig{}); };
   m.blurb = "Two stages: SnapKV eviction to rocketkv_budget rows, then per call the pages of rows whose max/min "
