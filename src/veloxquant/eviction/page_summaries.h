@@ -14,6 +14,11 @@ namespace veloxquant::eviction {
 
 inline int64_t page_count(int64_t rows, int64_t page_size) { return (rows + page_size - 1) / page_size; }
 
+// Which rows a summary was built from: a 64-bit mix of their (unique, ascending) positions and
+// count, never kNoFingerprint (the mark of a summary not built yet).
+constexpr uint64_t kNoFingerprint = 0;
+uint64_t page_fingerprint(const int32_t* positions, int64_t n);
+
 // keys: rows x dim (f32). Writes page_count(rows, page_size) x dim maxima and minima (f16 bits).
 void summarize_pages(const float* keys, int64_t rows, int64_t dim, int64_t page_size, uint16_t* max_out,
                      uint16_t* min_out);
@@ -22,7 +27,8 @@ void summarize_pages(const float* keys, int64_t rows, int64_t dim, int64_t page_
 // increasing channel order; equal sums: the lower channel first.
 std::vector<int32_t> top_channels(const float* queries, int64_t n, int64_t dim, int64_t k);
 
-// out[p] = sum over the n queries of sum over `channels` of max(q_c max_pc, q_c min_pc).
+// out[p] = sum over the n queries of sum over `channels` of max(q_c max_pc, q_c min_pc)
+// (computed as max_pc * sum of the positive q_c + min_pc * sum of the negative q_c).
 void page_scores(const uint16_t* max, const uint16_t* min, int64_t pages, int64_t dim,
                  const std::vector<int32_t>& channels, const float* queries, int64_t n, float* out);
 

@@ -288,7 +288,8 @@ TEST(RocketKV, StageOneIsSnapKV) {
   }
 }
 
-// nbytes: the kept rows (what snapkv holds) plus 2 f16 key vectors per page of the budget and head.
+// nbytes: the kept rows (what snapkv holds) plus 2 f16 key vectors and a u64 fingerprint per
+// page of the budget and head.
 TEST(RocketKV, NbytesCountTheSummaries) {
   for (const std::string storage : {"dtype", "kivi"}) {
     KVCacheConfig config = rocket_config(8.0, std::nullopt, std::nullopt);  // page 8 derived
@@ -305,7 +306,7 @@ TEST(RocketKV, NbytesCountTheSummaries) {
     rocket->fused_attention({&q, &k, &v, 0.2f, std::nullopt}, out);
     snap->fused_attention({&q, &k, &v, 0.2f, std::nullopt}, out);
     EXPECT_EQ(rocket->head_topk1(), kDim / 4);  // c = 8: 32 / 2^round(log2(2.83)) = 32 / 4
-    EXPECT_EQ(rocket->nbytes(), snap->nbytes() + std::size_t(kHeads * (kBudget / 8) * 2 * kDim * 2)) << storage;
+    EXPECT_EQ(rocket->nbytes(), snap->nbytes() + std::size_t(kHeads * (kBudget / 8) * (2 * kDim * 2 + 8))) << storage;
   }
 }
 

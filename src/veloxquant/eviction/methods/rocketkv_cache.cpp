@@ -11,6 +11,7 @@
 #include "veloxquant/eviction/eviction_registration.h"
 #include "veloxquant/eviction/methods/snapkv_cache.h"
 #include "veloxquant/eviction/page_summaries.h"
+#include "veloxquant/eviction/row_codec.h"
 #include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant {
@@ -90,10 +91,13 @@ void RocketKVCache::ensure_summaries() {
       static_cast<std::size_t>(rows().batch() * rows().heads() * summary_pages_ * rows().key_dim());
   page_max_.assign(n, 0);
   page_min_.assign(n, 0);
+  page_prints_.assign(static_cast<std::size_t>(rows().batch() * rows().heads() * summary_pages_),
+                      eviction::kNoFingerprint);
 }
 
 std::size_t RocketKVCache::nbytes() const {
-  return EvictionCache::nbytes() + (page_max_.size() + page_min_.size()) * sizeof(uint16_t);
+  return EvictionCache::nbytes() + (page_max_.size() + page_min_.size()) * sizeof(uint16_t) +
+         page_prints_.size() * sizeof(uint64_t);
 }
 
 // Stage 2 for this call: the pages of each kv head the group's queries bound highest, enough of
@@ -115,15 +119,28 @@ const attention::RowSource& RocketKVCache::attended_rows(const attention::RowSou
   const int64_t group = call.q_heads / heads, n = call.n_queries;
   view_ = std::make_shared<attention::RowRangesSource>(kept, batch, heads);
   thread_local std::vector<float> keys, scores;
-  keys.resize(static_cast<std::size_t>(stored * dim));
+  keys.resize(static_cast<std::size_t>(page * dim));
   scores.resize(static_cast<std::size_t>(pages));
+  const eviction::RowCodec& codec = rows().key_codec();
+  const int64_t row_bytes = rows().key_row_bytes();
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
-      // The summaries of the rows as stored now (rows move when stage 1 evicts): rebuilt per call.
-      uint16_t* hi = page_max_.data() + (b * heads + h) * summary_pages_ * dim;
-      uint16_t* lo = page_min_.data() + (b * heads + h) * summary_pages_ * dim;
-      rows().decode_keys(b, h, keys.data());
-      eviction::summarize_pages(keys.data(), stored, dim, page, hi, lo);
+      // The summaries of the rows as stored now: rows move when stage 1 evicts, so a page whose
+      // rows (their positions' fingerprint) changed since its summary was built is rebuilt —
+      // at a decode step the pages from the victim's on, not all of them.
+      const int64_t head = b * heads + h;
+      uint16_t* hi = page_max_.data() + head * summary_pages_ * dim;
+      uint16_t* lo = page_min_.data() + head * summary_pages_ * dim;
+      uint64_t* prints = page_prints_.data() + head * summary_pages_;
+      const int32_t* positions = rows().positions(b, h);
+      for (int64_t p = 0; p < pages; ++p) {
+        const int64_t j0 = p * page, n_rows = std::min(stored, j0 + page) - j0;
+        const uint64_t print = eviction::page_fingerprint(positions + j0, n_rows);
+        if (print == prints[p]) continue;
+        codec.decode_rows(rows().key_rows(b, h) + j0 * row_bytes, row_bytes, n_rows, static_cast<int>(dim), keys.data());
+        eviction::summarize_pages(keys.data(), n_rows, dim, page, hi + p * dim, lo + p * dim);
+        prints[p] = print;
+      }
       // The group's queries of this call: q heads h * group .. (h + 1) * group - 1, n each.
       const float* q = call.queries + ((b * call.q_heads + h * group) * n) * dim;
       const std::vector<int32_t> channels = eviction::top_channels(q, group * n, dim, head_topk1());
@@ -190,6 +207,7 @@ void RocketKVCache::from_state(const std::vector<lm::Tensor>& state, const std::
   topk_option_ = topk;
   page_max_.clear();
   page_min_.clear();
+  page_prints_.clear();
   summary_pages_ = 0;
   view_.reset();
   ensure_summaries();
@@ -217,8 +235,8 @@ MethodDescriptor rocketkv_method() {
                      "(page 2^round(log2(2 sqrt c)), topk1 head_dim / 2^round(log2(sqrt c))). A call of several "
                      "tokens selects once per kv head from the summed bounds of all its queries (the paper selects "
                      "per decode step; GQA groups sum, as the paper's GQA variant). Stage 2 needs the fused path: "
-                     "update_and_fetch returns every kept row. Page summaries are f16, rebuilt from the kept keys "
-                     "each call (rows move when stage 1 evicts); the paper's second top-k over tokens is not "
+                     "update_and_fetch returns every kept row. Page summaries are f16 with a 64-bit fingerprint of "
+                     "their rows' positions (a page is rebuilt when its rows moved); the paper's second top-k over tokens is not "
                      "applied: the selected pages are attended whole.") +
                  eviction::kCompositionNote;
   m.fields = {

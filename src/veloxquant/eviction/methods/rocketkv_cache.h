@@ -44,7 +44,8 @@ class RocketKVCache final : public eviction::EvictionCache {
  public:
   explicit RocketKVCache(const KVCacheConfig& config);
   std::shared_ptr<lm::KVCache> clone() const override { return clone_as(*this); }
-  // The kept rows plus the page summaries (2 f16 key vectors per page of the budget, per head).
+  // The kept rows plus the page summaries (2 f16 key vectors and a u64 fingerprint per page of
+  // the budget, per head).
   std::size_t nbytes() const override;
   std::vector<std::string> meta_state() const override;
   void from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) override;
@@ -68,6 +69,8 @@ class RocketKVCache final : public eviction::EvictionCache {
   std::optional<int> page_option_, topk_option_;
   // [B, H, pages of the budget, key_dim] f16 maxima and minima, allocated with the rows.
   std::vector<uint16_t> page_max_, page_min_;
+  // [B, H, pages of the budget]: the fingerprint of the positions each summary was built from.
+  std::vector<uint64_t> page_prints_;
   int64_t summary_pages_ = 0;
   // This call's view of the stored rows (reset every call; null when every row is attended).
   std::shared_ptr<attention::RowRangesSource> view_;
