@@ -48,6 +48,7 @@
 #include "veloxquant/eviction/methods/kvzip_cache.h"
 #include "veloxquant/eviction/methods/morphkv_cache.h"
 #include "veloxquant/eviction/methods/nestedkv_cache.h"
+#include "veloxquant/eviction/methods/rocketkv_cache.h"
 #include "veloxquant/eviction/methods/pyramidkv_cache.h"
 #include "veloxquant/eviction/methods/qfilters_cache.h"
 #include "veloxquant/eviction/methods/snapkv_cache.h"

@@ -218,6 +218,13 @@ TEST_P(ServingContract, FusedAttentionEqualsAttentionOverFetchedRows) {
     // moves by up to ~0.03 (f16) / ~0.25 (bf16) before the scale.
     const float tol = GetParam().dtype == lm::DType::F32 ? 2e-3f : GetParam().dtype == lm::DType::F16 ? 3e-2f : 1e-1f;
     const std::vector<float> got = out.to_f32();
+    if (method.capabilities.sparse_attention && first > 0) {
+      // Sparse attention over stored rows (rocketkv) is checked against its own brute force in
+      // the method's tests; here only the first call, with nothing stored, must agree.
+      for (const float x : got) ASSERT_TRUE(std::isfinite(x)) << "chunk of " << n;
+      first += n;
+      continue;
+    }
     float worst = 0;
     for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
     EXPECT_LE(worst, tol) << "chunk of " << n;

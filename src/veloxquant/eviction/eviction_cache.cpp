@@ -229,9 +229,9 @@ void EvictionCache::fused_attention(const lm::FusedAttentionRequest& request, lm
   }
   const EvictionRowSource kept_rows(rows_, rvq ? rvq_order_.get() : nullptr);
   const attention::DtypeRowSource new_rows(keys, values, s, offset_);
-  const attention::RowSource* segments[] = {&kept_rows, &new_rows};
   lm::Tensor contiguous_queries;
   attention::AttentionCall call = attention::call_from_request(request, heads, offset_, out, contiguous_queries);
+  const attention::RowSource* segments[] = {&attended_rows(kept_rows, call), &new_rows};
   thread_local std::vector<float> stored_weights, new_weights;
   if (scored_step) {
     stored_weights.resize(static_cast<std::size_t>(batch * heads * std::max<int64_t>(rows_.rows(), 1)));
@@ -242,6 +242,7 @@ void EvictionCache::fused_attention(const lm::FusedAttentionRequest& request, lm
     call.row_weight_stride[1] = 1;
   }
   attention::attend(call, segments, 2, &base::ThreadPool::global());
+  if (scored_step && segments[0] != &kept_rows) expand_row_weights(stored_weights.data(), rows_.rows());
   if (fast) {
     store_decode_step(keys, values, scored_step ? stored_weights.data() : nullptr,
                       scored_step ? new_weights.data() : nullptr);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "lm/cache/cache.h"
+#include "veloxquant/attention/attention_driver.h"
 #include "veloxquant/attention/code_rows.h"
 #include "veloxquant/eviction/attention_scores.h"
 #include "veloxquant/eviction/eviction_policy.h"
@@ -72,6 +73,21 @@ class EvictionCache : public lm::KVCache {
   // A new budget for the stored rows (squeeze's schedule): rows past it are evicted by the
   // policy's rank (shrink_rows), and the storage is reallocated for exactly the new budget.
   void change_budget(int64_t budget);
+  // Sparse attention over the stored rows (rocketkv's stage 2): the rows of `kept` (this call's
+  // stored segment) that fused_attention attends, as a view of a subset of them in order;
+  // `call` holds the call's queries (f32, contiguous). Default: all of them, `kept` itself.
+  virtual const attention::RowSource& attended_rows(const attention::RowSource& kept,
+                                                    const attention::AttentionCall& call) {
+    (void)call;
+    return kept;
+  }
+  // After a decode step whose stored segment was a subset (attended_rows): the driver's weights
+  // for the attended rows, [B, H, stride] with stride = rows(), expanded in place to every stored
+  // row (rows not attended got no weight). Default: nothing (every row was attended).
+  virtual void expand_row_weights(float* weights, int64_t stride) const {
+    (void)weights;
+    (void)stride;
+  }
 
   // Deep copy for a method class's clone(): the storage is cloned, the rest is values.
   template <class Method>

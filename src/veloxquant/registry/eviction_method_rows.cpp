@@ -14,6 +14,7 @@
 #include "veloxquant/eviction/methods/nestedkv_cache.h"
 #include "veloxquant/eviction/methods/pyramidkv_cache.h"
 #include "veloxquant/eviction/methods/qfilters_cache.h"
+#include "veloxquant/eviction/methods/rocketkv_cache.h"
 #include "veloxquant/eviction/methods/snapkv_cache.h"
 #include "veloxquant/eviction/methods/squeeze_cache.h"
 #include "veloxquant/eviction/methods/streaming_llm_cache.h"
@@ -26,7 +27,8 @@ std::vector<MethodDescriptor> eviction_method_rows() {
   return {snapkv_method(), streaming_llm_method(), h2o_method(),      tova_method(),
           pyramidkv_method(), knorm_method(),        keyformer_method(), kvzip_method(),
           cam_method(),       morphkv_method(),      chunkkv_method(),   qfilters_method(),
-          squeeze_method(),   curdkv_method(),       nestedkv_method()};
+          squeeze_method(),   curdkv_method(),       nestedkv_method(),
+          rocketkv_method()};
 }
 
 }  // namespace veloxquant

@@ -20,6 +20,9 @@ struct MethodCapabilities {
   bool needs_coordinator = false;  // cross-layer methods share one coordinator per for_model
   bool accepts_bit_width_list = false;  // the cache itself takes a list (the original: vecinfer)
   bool real_compression = false;   // nbytes shrinks for real (packed codes), not accounting
+  // fused attention reads a query-dependent subset of the stored rows (rocketkv's stage 2), so
+  // it differs on purpose from attention over every row update_and_fetch returns
+  bool sparse_attention = false;
 };
 
 // Makes attention layer `attention_index`'s cache from its per-layer config (head_dim, bits and
