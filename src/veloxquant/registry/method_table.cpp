@@ -13,6 +13,8 @@
 #include "veloxquant/caches/kivi_sink_cache.h"
 #include "veloxquant/caches/kvquant_cache.h"
 #include "veloxquant/caches/nsnquant_cache.h"
+#include "veloxquant/caches/vecinfer_cache.h"
+#include "veloxquant/caches/comm_vq_cache.h"
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
 #include "veloxquant/caches/skvq_cache.h"
@@ -269,7 +271,7 @@ std::vector<MethodDescriptor> build_method_table() {
                                         adakv_method(),                  cachegen_method(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
-                                        spectral_row()};
+                                        spectral_row(),                  vecinfer_method(), comm_vq_method()};
   for (std::vector<MethodDescriptor> family : {eviction_method_rows(), cross_layer_method_rows()}) {
     for (MethodDescriptor& row : family) rows.push_back(std::move(row));
   }
