@@ -4,7 +4,7 @@
 #include <cstring>
 #include <limits>
 
-#include "veloxquant/core/kmeans.h"
+#include "veloxquant/core/rng.h"
 
 namespace veloxquant::pvq {
 
@@ -16,6 +16,106 @@ ProductCodebook make_codebook(int dim, int sub, int bits, bool shared) {
   book.shared = shared;
   return book;
 }
+
+namespace {
+
+// The codewords of one book transposed ([sub][entries]) with their squared norms, so that
+// ||x - c||^2 - ||x||^2 = ||c||^2 - 2 <x, c> runs over contiguous floats for all entries at once
+// (the compiler vectorizes the inner loop; a scalar double loop per centroid, as core::kmeans has,
+// costs ~20x more at 4096 entries).
+struct SearchTable {
+  std::vector<float> transposed, norms, dist;
+  int64_t entries = 0, sub = 0;
+  void load(const float* words, int64_t k, int64_t dim) {
+    entries = k;
+    sub = dim;
+    transposed.resize(static_cast<std::size_t>(k * dim));
+    norms.resize(static_cast<std::size_t>(k));
+    dist.resize(static_cast<std::size_t>(k));
+    for (int64_t c = 0; c < k; ++c) {
+      float s = 0.0f;
+      for (int64_t e = 0; e < dim; ++e) {
+        transposed[static_cast<std::size_t>(e * k + c)] = words[c * dim + e];
+        s += words[c * dim + e] * words[c * dim + e];
+      }
+      norms[static_cast<std::size_t>(c)] = s;
+    }
+  }
+  // Index of the nearest codeword (lowest on ties) and its distance up to ||x||^2.
+  int64_t nearest(const float* x, float* best_out = nullptr) {
+    float* d = dist.data();
+    const float* nb = norms.data();
+    for (int64_t c = 0; c < entries; ++c) d[c] = nb[c];
+    for (int64_t e = 0; e < sub; ++e) {
+      const float xe = -2.0f * x[e];
+      const float* col = transposed.data() + e * entries;
+      for (int64_t c = 0; c < entries; ++c) d[c] += xe * col[c];
+    }
+    int64_t best = 0;
+    float best_d = d[0];
+    for (int64_t c = 1; c < entries; ++c) {
+      if (d[c] < best_d) {
+        best_d = d[c];
+        best = c;
+      }
+    }
+    if (best_out) *best_out = best_d;
+    return best;
+  }
+};
+
+// Seeded Lloyd k-means on n points of `dim` floats into k centroids: the initial centroids are k
+// distinct points drawn by core::Rng (copies when n < k), then up to `iterations` rounds of
+// nearest-centroid assignment and mean update (double sums); an emptied cell keeps its centroid.
+// Deterministic for a given seed. Written here rather than calling core::kmeans because the
+// codebooks are trained inside the first forward pass of every layer (4096 entries for VecInfer's
+// keys): core::kmeans's k-means++ seeding alone is one more full n x k pass in double.
+std::vector<float> lloyd(const float* points, int64_t n, int64_t dim, int64_t k, int iterations, uint64_t seed) {
+  std::vector<float> centroids(static_cast<std::size_t>(k * dim));
+  std::vector<int64_t> order(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
+  core::Rng rng(seed);
+  const int64_t distinct = std::min(n, k);
+  for (int64_t i = 0; i < distinct; ++i) {  // partial Fisher-Yates: the first `distinct` of a shuffle
+    const int64_t j = i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)));
+    std::swap(order[static_cast<std::size_t>(i)], order[static_cast<std::size_t>(j)]);
+  }
+  for (int64_t c = 0; c < k; ++c) {
+    const int64_t p = order[static_cast<std::size_t>(c % distinct)];
+    std::memcpy(centroids.data() + c * dim, points + p * dim, sizeof(float) * static_cast<std::size_t>(dim));
+  }
+  SearchTable table;
+  std::vector<int64_t> assignment(static_cast<std::size_t>(n), -1);
+  std::vector<double> sums(static_cast<std::size_t>(k * dim));
+  std::vector<int64_t> mass(static_cast<std::size_t>(k));
+  for (int it = 0; it < iterations; ++it) {
+    table.load(centroids.data(), k, dim);
+    bool changed = false;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t c = table.nearest(points + i * dim);
+      if (c != assignment[static_cast<std::size_t>(i)]) changed = true;
+      assignment[static_cast<std::size_t>(i)] = c;
+    }
+    if (!changed) break;
+    std::fill(sums.begin(), sums.end(), 0.0);
+    std::fill(mass.begin(), mass.end(), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t c = assignment[static_cast<std::size_t>(i)];
+      ++mass[static_cast<std::size_t>(c)];
+      for (int64_t e = 0; e < dim; ++e) sums[static_cast<std::size_t>(c * dim + e)] += points[i * dim + e];
+    }
+    for (int64_t c = 0; c < k; ++c) {
+      if (mass[static_cast<std::size_t>(c)] == 0) continue;
+      for (int64_t e = 0; e < dim; ++e) {
+        centroids[static_cast<std::size_t>(c * dim + e)] =
+            static_cast<float>(sums[static_cast<std::size_t>(c * dim + e)] / double(mass[static_cast<std::size_t>(c)]));
+      }
+    }
+  }
+  return centroids;
+}
+
+}  // namespace
 
 void train(ProductCodebook& book, const float* rows, int64_t n, int iterations, int64_t max_points, uint64_t seed) {
   const int64_t entries = book.entries(), sub = book.sub, dim = book.dim();
@@ -31,8 +131,8 @@ void train(ProductCodebook& book, const float* rows, int64_t n, int iterations, 
       const int64_t row = p / per_row, pos = book.shared ? p % per_row : b;
       std::memcpy(points.data() + i * sub, rows + row * dim + pos * sub, sizeof(float) * static_cast<std::size_t>(sub));
     }
-    const core::KMeansResult fit = core::kmeans(points.data(), take, sub, entries, iterations, seed + 7919u * b);
-    std::copy(fit.centroids.begin(), fit.centroids.end(), book.words.begin() + b * entries * sub);
+    const std::vector<float> words = lloyd(points.data(), take, sub, entries, iterations, seed + 7919u * b);
+    std::copy(words.begin(), words.end(), book.words.begin() + b * entries * sub);
   }
 }
 
@@ -47,50 +147,16 @@ void put_code(uint8_t* packed, int64_t t, int bits, uint32_t code) {
 }
 
 void encode_rows(const ProductCodebook& book, const float* rows, int64_t n, uint8_t* packed, int64_t packed_stride) {
-  const int64_t entries = book.entries(), sub = book.sub, dim = book.dim();
-  // ||x - c||^2 = ||x||^2 + ||c||^2 - 2 <x, c>: per book the codewords transposed
-  // ([sub][entries]) with their norms, so the distances to all entries run over contiguous
-  // floats. Scratch for this call only (not resident).
-  thread_local std::vector<float> transposed, norms, dist;
-  transposed.resize(static_cast<std::size_t>(book.books() * sub * entries));
-  norms.resize(static_cast<std::size_t>(book.books() * entries));
-  dist.resize(static_cast<std::size_t>(entries));
-  for (int b = 0; b < book.books(); ++b) {
-    const float* w = book.book(b);
-    float* tb = transposed.data() + b * sub * entries;
-    for (int64_t k = 0; k < entries; ++k) {
-      float s = 0.0f;
-      for (int64_t e = 0; e < sub; ++e) {
-        tb[e * entries + k] = w[k * sub + e];
-        s += w[k * sub + e] * w[k * sub + e];
-      }
-      norms[static_cast<std::size_t>(b * entries + k)] = s;
-    }
-  }
+  const int64_t dim = book.dim();
+  thread_local std::vector<SearchTable> tables;  // scratch for this call only (not resident)
+  tables.resize(static_cast<std::size_t>(book.books()));
+  for (int b = 0; b < book.books(); ++b) tables[static_cast<std::size_t>(b)].load(book.book(b), book.entries(), book.sub);
   for (int64_t r = 0; r < n; ++r) {
     uint8_t* out = packed + r * packed_stride;
     std::memset(out, 0, static_cast<std::size_t>(book.row_bytes()));
     for (int t = 0; t < book.n_sub; ++t) {
-      const int b = book.shared ? 0 : t;
-      const float* x = rows + r * dim + t * sub;
-      const float* tb = transposed.data() + b * sub * entries;
-      const float* nb = norms.data() + b * entries;
-      float* d = dist.data();
-      for (int64_t k = 0; k < entries; ++k) d[k] = nb[k];
-      for (int64_t e = 0; e < sub; ++e) {
-        const float xe = -2.0f * x[e];
-        const float* c = tb + e * entries;
-        for (int64_t k = 0; k < entries; ++k) d[k] += xe * c[k];
-      }
-      int64_t best = 0;
-      float best_d = d[0];
-      for (int64_t k = 1; k < entries; ++k) {
-        if (d[k] < best_d) {
-          best_d = d[k];
-          best = k;
-        }
-      }
-      put_code(out, t, book.bits, static_cast<uint32_t>(best));
+      const int64_t code = tables[static_cast<std::size_t>(book.shared ? 0 : t)].nearest(rows + r * dim + t * book.sub);
+      put_code(out, t, book.bits, static_cast<uint32_t>(code));
     }
   }
 }

@@ -7,7 +7,8 @@
 // position. Codes are bit-packed LSB-first, n_sub * bits bits per row rounded up to whole bytes
 // (12-bit codes: 16 sub-vectors in 24 bytes, not 32).
 //
-// Codebooks are trained by seeded k-means++ + Lloyd (core/kmeans.h) on the sub-vectors of the
+// Codebooks are trained by seeded Lloyd k-means (product_vq.cpp: a vectorized assignment step;
+// core/kmeans.h's double loop is too slow inside a prefill) on the sub-vectors of the
 // first rows a cache quantizes (its prefill), at most max_points of them (an even stride over the
 // rows, so training cost is bounded whatever the prefill length).
 //
