@@ -80,10 +80,17 @@ void CommVqCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   thread_local std::vector<float> new_k;
   cache_rows::widen_to_f32(keys, new_k);  // [B * H, s, Dk]
   if (!book_) {
-    // Hard EM (k-means) on this first call's keys, every head of the layer.
+    // Hard EM (k-means) on this first call's keys, every head of the layer: its leading whole
+    // kTrainBlock-row blocks (all of it when shorter), so that a trim keeping those rows leaves the
+    // cache training exactly what a cache fed only the kept tokens trains.
+    const int64_t rows = s >= kTrainBlock ? s / kTrainBlock * kTrainBlock : s, bhs = batch_ * heads_;
+    std::vector<float> train_rows(static_cast<std::size_t>(bhs * rows * dk_));
+    for (int64_t bh = 0; bh < bhs; ++bh) {
+      std::copy_n(new_k.begin() + bh * s * dk_, rows * dk_, train_rows.begin() + bh * rows * dk_);
+    }
     auto book = std::make_shared<pvq::ProductCodebook>(
         pvq::make_codebook(static_cast<int>(dk_), static_cast<int>(dk_ / n_books_), bits_, false));
-    pvq::train(*book, new_k.data(), batch_ * heads_ * s, iters_, kPointsPerEntry * book->entries(),
+    pvq::train(*book, train_rows.data(), bhs * rows, iters_, kPointsPerEntry * book->entries(),
                static_cast<uint64_t>(static_cast<uint32_t>(seed_)));
     book_ = std::move(book);
   }
@@ -145,7 +152,7 @@ int64_t CommVqCache::trim(int64_t n) {
 std::vector<lm::Tensor> CommVqCache::state() const {
   if (!values_.defined() || offset_ == 0) return {};
   return {key_codes_.slice(2, 0, offset_), values_.slice(2, 0, offset_),
-          lm::Tensor::from_f32(book_->words, {book_->books(), book_->entries(), book_->sub}, lm::DType::F32)};
+          lm::Tensor::from_f32(book_->words.span(), {book_->books(), book_->entries(), book_->sub}, lm::DType::F32)};
 }
 
 std::vector<std::string> CommVqCache::meta_state() const {
@@ -201,7 +208,7 @@ void CommVqCache::from_state(const std::vector<lm::Tensor>& state, const std::ve
     throw base::FormatError(std::string(who) + ": code rows of " + std::to_string(codes.dim(3)) + " bytes, expected " +
                             std::to_string(book->row_bytes()));
   }
-  book->words = words.to_f32();
+  book->words = pvq::FloatArray(words.to_f32());
   fresh.book_ = std::move(book);
   fresh.key_codes_ = cache_rows::copy_rows(codes, offset, offset);
   fresh.values_ = cache_rows::copy_rows(values, offset, offset);
@@ -214,6 +221,7 @@ std::shared_ptr<lm::KVCache> CommVqCache::clone() const {
   auto copy = std::make_shared<CommVqCache>(*this);
   copy->key_codes_ = key_codes_.clone();
   copy->values_ = values_.clone();
+  if (book_) copy->book_ = std::make_shared<const pvq::ProductCodebook>(*book_);  // its own bytes, as nbytes() says
   return copy;
 }
 

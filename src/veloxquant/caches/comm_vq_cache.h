@@ -39,6 +39,8 @@ class CommVqCache : public lm::KVCache {
   static constexpr int64_t kGrowthStep = 256;
   // Training sub-vectors per codebook entry (an even stride over the first call's keys).
   static constexpr int64_t kPointsPerEntry = 16;
+  // The first call trains on its leading whole blocks of this many rows (all of it when shorter).
+  static constexpr int64_t kTrainBlock = 256;
 
   CommVqCache(int bits, int n_codebooks, int em_iters, int seed);
 
@@ -46,7 +48,8 @@ class CommVqCache : public lm::KVCache {
   int64_t offset() const override { return offset_; }
   bool empty() const override { return offset_ == 0; }
   std::size_t nbytes() const override;
-  // Trimmable: rows are coded one at a time, so dropping the last n is exact; the codebooks stay
+  // Trimmable: rows are coded one at a time, so dropping the last n is exact; the codebooks stay,
+  // which equals a cache fed only the kept tokens while those include the training rows
   // (trimming to empty drops them, and the next call trains again).
   bool is_trimmable() const override { return true; }
   int64_t trim(int64_t n) override;
@@ -73,7 +76,7 @@ class CommVqCache : public lm::KVCache {
   lm::DType dtype_ = lm::DType::F16;
   int64_t offset_ = 0, capacity_ = 0;
   lm::Tensor key_codes_, values_;
-  std::shared_ptr<const pvq::ProductCodebook> book_;  // immutable once trained, shared by clones
+  std::shared_ptr<const pvq::ProductCodebook> book_;  // immutable once trained; a clone copies it
   LutChoice lut_ = LutChoice::automatic;
 };
 

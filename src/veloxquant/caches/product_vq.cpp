@@ -123,7 +123,7 @@ void train(ProductCodebook& book, const float* rows, int64_t n, int iterations, 
   const int64_t available = n * per_row;
   const int64_t take = std::min(available, std::max<int64_t>(max_points, 1));
   std::vector<float> points(static_cast<std::size_t>(take * sub));
-  book.words.assign(book.word_floats(), 0.0f);
+  book.words.assign_zeros(book.word_floats());
   for (int b = 0; b < book.books(); ++b) {
     // An even stride over the available sub-vectors (row-major: row, then position).
     for (int64_t i = 0; i < take; ++i) {
@@ -132,7 +132,7 @@ void train(ProductCodebook& book, const float* rows, int64_t n, int iterations, 
       std::memcpy(points.data() + i * sub, rows + row * dim + pos * sub, sizeof(float) * static_cast<std::size_t>(sub));
     }
     const std::vector<float> words = lloyd(points.data(), take, sub, entries, iterations, seed + 7919u * b);
-    std::copy(words.begin(), words.end(), book.words.begin() + b * entries * sub);
+    std::copy(words.begin(), words.end(), book.words.data() + b * entries * sub);
   }
 }
 

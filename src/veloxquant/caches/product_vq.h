@@ -18,16 +18,42 @@
 // rows * dim; product_vq_rows.h picks the cheaper per call.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <span>
 #include <vector>
 
+#include "base/aligned_buffer.h"
+
 namespace veloxquant::pvq {
+
+// f32 numbers a cache keeps resident beside its codes (codewords, smoothing factors), in an aligned
+// buffer like every other resident byte of a cache, so nbytes() and the allocation counter agree.
+class FloatArray {
+ public:
+  FloatArray() = default;
+  explicit FloatArray(std::span<const float> values) : buf_(values.size() * sizeof(float)) {
+    if (!values.empty()) std::memcpy(buf_.data(), values.data(), values.size() * sizeof(float));
+  }
+  void assign_zeros(std::size_t n) { buf_ = base::AlignedBuffer(n * sizeof(float)); }
+  std::size_t size() const { return buf_.size() / sizeof(float); }
+  bool empty() const { return buf_.empty(); }
+  float* data() { return buf_.as<float>(); }
+  const float* data() const { return buf_.as<float>(); }
+  float& operator[](std::size_t i) { return data()[i]; }
+  const float& operator[](std::size_t i) const { return data()[i]; }
+  std::span<const float> span() const { return {data(), size()}; }
+  std::size_t nbytes() const { return buf_.size(); }
+
+ private:
+  base::AlignedBuffer buf_;
+};
 
 struct ProductCodebook {
   int sub = 0;          // coordinates per sub-vector
   int n_sub = 0;        // sub-vectors per row
   int bits = 0;         // bits per code
   bool shared = true;   // one book for every position, else one per position
-  std::vector<float> words;  // [books][entries][sub]
+  FloatArray words;  // [books][entries][sub]
 
   int64_t entries() const { return int64_t{1} << bits; }
   int64_t dim() const { return int64_t{sub} * n_sub; }
@@ -38,7 +64,7 @@ struct ProductCodebook {
   // Bytes of one packed row of codes.
   int64_t row_bytes() const { return (int64_t{n_sub} * bits + 7) / 8; }
   // Resident bytes of the codewords (f32).
-  std::size_t nbytes() const { return words.size() * sizeof(float); }
+  std::size_t nbytes() const { return words.nbytes(); }
   std::size_t word_floats() const { return static_cast<std::size_t>(books()) * entries() * sub; }
 };
 

@@ -46,7 +46,7 @@ void check_geometry(int64_t dim, int key_sub, int value_sub, int key_bits, int v
 }
 }  // namespace
 
-VecInferBasis::VecInferBasis(std::vector<float> smooth) : smooth_(std::move(smooth)) {
+VecInferBasis::VecInferBasis(std::span<const float> smooth) : smooth_(smooth) {
   const int d = static_cast<int>(smooth_.size());
   m_ = core::hadamard_factor_of(d);
   n_ = static_cast<std::size_t>(d / m_);
@@ -94,7 +94,7 @@ VecInferCache::VecInferCache(int key_sub_dim, int value_sub_dim, int key_bits, i
 std::size_t VecInferCache::nbytes() const {
   std::size_t n = key_codes_.storage_bytes() + value_codes_.storage_bytes() + tail_k_.storage_bytes() +
                   tail_v_.storage_bytes();
-  if (codec_) n += codec_->keys.nbytes() + codec_->values.nbytes() + codec_->basis.smooth().size() * sizeof(float);
+  if (codec_) n += codec_->keys.nbytes() + codec_->values.nbytes() + codec_->basis.smooth().nbytes();
   return n;
 }
 
@@ -128,9 +128,17 @@ void VecInferCache::ensure_rows(int64_t rows) {
 }
 
 // Smoothing factors, then the key codebook on the smoothed, rotated keys and the value codebooks
-// on the raw values: all from the rows pending at the first flush, every head of the layer.
-void VecInferCache::train(const std::vector<float>& pk, const std::vector<float>& pv, int64_t rows_per_head) {
-  const int64_t n = batch_ * heads_ * rows_per_head;
+// on the raw values: all from the rows coded by the first flush, every head of the layer.
+void VecInferCache::train(const std::vector<float>& pending_k, const std::vector<float>& pending_v, int64_t pending,
+                          int64_t coded) {
+  // Only the rows this flush codes (whole windows), so a cache trimmed back to any offset at or
+  // past them trains exactly what a cache fed only the kept tokens trains.
+  const int64_t bhs = batch_ * heads_, n = bhs * coded;
+  std::vector<float> pk(static_cast<std::size_t>(n * dk_)), pv(static_cast<std::size_t>(n * dv_));
+  for (int64_t bh = 0; bh < bhs; ++bh) {
+    std::copy_n(pending_k.begin() + bh * pending * dk_, coded * dk_, pk.begin() + bh * coded * dk_);
+    std::copy_n(pending_v.begin() + bh * pending * dv_, coded * dv_, pv.begin() + bh * coded * dv_);
+  }
   std::vector<float> smooth(static_cast<std::size_t>(dk_), 0.0f);
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t c = 0; c < dk_; ++c) {
@@ -138,7 +146,7 @@ void VecInferCache::train(const std::vector<float>& pk, const std::vector<float>
     }
   }
   for (float& s : smooth) s = s > 1e-6f ? std::sqrt(s) : 1.0f;
-  auto codec = std::make_shared<VecInferCodec>(VecInferCodec{VecInferBasis(std::move(smooth)), {}, {}});
+  auto codec = std::make_shared<VecInferCodec>(VecInferCodec{VecInferBasis(smooth), {}, {}});
   std::vector<float> rotated(static_cast<std::size_t>(n * dk_));
   for (int64_t r = 0; r < n; ++r) codec->basis.key_to_code_basis(pk.data() + r * dk_, rotated.data() + r * dk_);
   codec->keys = pvq::make_codebook(static_cast<int>(dk_), key_sub_, key_bits_, true);
@@ -179,7 +187,7 @@ void VecInferCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
     blocks_tail::gather_pending(tail_k_, dtype_, bh, window_, dk_, tail, new_k.data(), s, pk.data() + bh * pending * dk_);
     blocks_tail::gather_pending(tail_v_, dtype_, bh, window_, dv_, tail, new_v.data(), s, pv.data() + bh * pending * dv_);
   }
-  if (!codec_) train(pk, pv, pending);
+  if (!codec_) train(pk, pv, pending, coded);
   const int64_t kept = pending - coded;
   std::vector<float> rotated(static_cast<std::size_t>(coded * dk_));
   for (int64_t b = 0; b < batch_; ++b) {
@@ -293,7 +301,7 @@ int64_t VecInferCache::trim(int64_t n) {
 
 namespace {
 lm::Tensor words_tensor(const pvq::ProductCodebook& book) {
-  return lm::Tensor::from_f32(book.words, {book.books(), book.entries(), book.sub}, lm::DType::F32);
+  return lm::Tensor::from_f32(book.words.span(), {book.books(), book.entries(), book.sub}, lm::DType::F32);
 }
 }  // namespace
 
@@ -303,7 +311,7 @@ std::vector<lm::Tensor> VecInferCache::state() const {
   std::vector<lm::Tensor> out = {key_codes_.slice(2, 0, frontier_), value_codes_.slice(2, 0, frontier_),
                                  tail_k_.slice(2, 0, tail), tail_v_.slice(2, 0, tail)};
   if (codec_) {
-    out.push_back(lm::Tensor::from_f32(codec_->basis.smooth(), {dk_}, lm::DType::F32));
+    out.push_back(lm::Tensor::from_f32(codec_->basis.smooth().span(), {dk_}, lm::DType::F32));
     out.push_back(words_tensor(codec_->keys));
     out.push_back(words_tensor(codec_->values));
   }
@@ -370,7 +378,7 @@ void VecInferCache::from_state(const std::vector<lm::Tensor>& state, const std::
       throw base::FormatError(std::string(who) + ": smoothing factors have " + std::to_string(smooth.size()) +
                               " entries, head_dim is " + std::to_string(fresh.dk_));
     }
-    auto codec = std::make_shared<VecInferCodec>(VecInferCodec{VecInferBasis(std::move(smooth)), {}, {}});
+    auto codec = std::make_shared<VecInferCodec>(VecInferCodec{VecInferBasis(smooth), {}, {}});
     codec->keys = pvq::make_codebook(static_cast<int>(fresh.dk_), fresh.key_sub_, fresh.key_bits_, true);
     codec->values = pvq::make_codebook(static_cast<int>(fresh.dv_), fresh.value_sub_, fresh.value_bits_, false);
     for (int i = 0; i < 2; ++i) {
@@ -380,7 +388,7 @@ void VecInferCache::from_state(const std::vector<lm::Tensor>& state, const std::
         throw base::FormatError(std::string(who) + ": codebook " + std::to_string(i) + " has " +
                                 std::to_string(words.size()) + " floats, expected " + std::to_string(book.word_floats()));
       }
-      book.words = std::move(words);
+      book.words = pvq::FloatArray(words);
     }
     fresh.codec_ = std::move(codec);
   }
@@ -395,7 +403,8 @@ void VecInferCache::from_state(const std::vector<lm::Tensor>& state, const std::
 }
 
 std::shared_ptr<lm::KVCache> VecInferCache::clone() const {
-  auto copy = std::make_shared<VecInferCache>(*this);  // the trained codec is immutable and shared
+  auto copy = std::make_shared<VecInferCache>(*this);
+  if (codec_) copy->codec_ = std::make_shared<const VecInferCodec>(*codec_);  // its own bytes, as nbytes() says
   copy->key_codes_ = key_codes_.clone();
   copy->value_codes_ = value_codes_.clone();
   copy->tail_k_ = tail_k_.clone();

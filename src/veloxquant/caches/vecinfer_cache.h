@@ -21,6 +21,7 @@
 // smoothed and rotated once per step, keys scored by per-query lookup tables (or by decoding the
 // rows while there are fewer rows than table entries), values decoded a tile at a time.
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,20 +47,20 @@ struct VecInferOptions {
 // Smoothing + normalized Hadamard: keys k' = H(k / s) / sqrt(D), queries q' = H(q * s) / sqrt(D).
 class VecInferBasis final : public KeyBasis {
  public:
-  VecInferBasis(std::vector<float> smooth);
+  explicit VecInferBasis(std::span<const float> smooth);
   void to_code_basis(const float* query, float* out) const override;
   void key_to_code_basis(const float* key, float* out) const;
   void key_from_code_basis(const float* coded, float* out) const;
-  const std::vector<float>& smooth() const { return smooth_; }
+  const pvq::FloatArray& smooth() const { return smooth_; }
 
  private:
-  std::vector<float> smooth_;
+  pvq::FloatArray smooth_;
   int m_ = 1;
   std::size_t n_ = 1;
   float norm_ = 1.0f;
 };
 
-// What the first flush trains; immutable afterwards, shared by clones.
+// What the first flush trains; immutable afterwards (a clone copies it: nbytes() counts it).
 struct VecInferCodec {
   VecInferBasis basis;
   pvq::ProductCodebook keys, values;
@@ -105,7 +106,7 @@ class VecInferCache : public lm::KVCache {
   void allocate(const lm::Tensor& keys, const lm::Tensor& values);
   void store(const lm::Tensor& keys, const lm::Tensor& values);
   void ensure_rows(int64_t rows);
-  void train(const std::vector<float>& pk, const std::vector<float>& pv, int64_t rows_per_head);
+  void train(const std::vector<float>& pending_k, const std::vector<float>& pending_v, int64_t pending, int64_t coded);
   // Rows [begin, end) of (b, h) decoded into f32 [end - begin, D] in the model's basis.
   void decode_rows(bool keys, int64_t b, int64_t h, int64_t begin, int64_t end, float* out) const;
   lm::KeysValues fetch(lm::DType dtype) const;
