@@ -94,9 +94,10 @@ void CommVqCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
                static_cast<uint64_t>(static_cast<uint32_t>(seed_)));
     book_ = std::move(book);
   }
+  const pvq::Encoder encoder(*book_);
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
-      pvq::encode_rows(*book_, new_k.data() + (b * heads_ + h) * s * dk_, s, row_ptr<uint8_t>(key_codes_, b, h, offset_),
+      encoder.encode(new_k.data() + (b * heads_ + h) * s * dk_, s, row_ptr<uint8_t>(key_codes_, b, h, offset_),
                        key_codes_.strides()[2]);
     }
   }

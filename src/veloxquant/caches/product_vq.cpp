@@ -146,22 +146,95 @@ void put_code(uint8_t* packed, int64_t t, int bits, uint32_t code) {
   if (shift + bits > 16) p[2] = static_cast<uint8_t>(p[2] | ((w >> 16) & 0xffu));
 }
 
-void encode_rows(const ProductCodebook& book, const float* rows, int64_t n, uint8_t* packed, int64_t packed_stride) {
+struct Encoder::Tables {
+  std::vector<SearchTable> books;
+};
+
+Encoder::Encoder(const ProductCodebook& book) : book_(book), tables_(std::make_unique<Tables>()) {
+  tables_->books.resize(static_cast<std::size_t>(book.books()));
+  for (int b = 0; b < book.books(); ++b) tables_->books[static_cast<std::size_t>(b)].load(book.book(b), book.entries(), book.sub);
+}
+
+Encoder::~Encoder() = default;
+
+void Encoder::encode(const float* rows, int64_t n, uint8_t* packed, int64_t packed_stride) const {
+  const ProductCodebook& book = book_;
   const int64_t dim = book.dim();
-  thread_local std::vector<SearchTable> tables;  // scratch for this call only (not resident)
-  tables.resize(static_cast<std::size_t>(book.books()));
-  for (int b = 0; b < book.books(); ++b) tables[static_cast<std::size_t>(b)].load(book.book(b), book.entries(), book.sub);
   for (int64_t r = 0; r < n; ++r) {
     uint8_t* out = packed + r * packed_stride;
     std::memset(out, 0, static_cast<std::size_t>(book.row_bytes()));
     for (int t = 0; t < book.n_sub; ++t) {
-      const int64_t code = tables[static_cast<std::size_t>(book.shared ? 0 : t)].nearest(rows + r * dim + t * book.sub);
+      const int64_t code = tables_->books[static_cast<std::size_t>(book.shared ? 0 : t)].nearest(rows + r * dim + t * book.sub);
       put_code(out, t, book.bits, static_cast<uint32_t>(code));
     }
   }
 }
 
+void encode_rows(const ProductCodebook& book, const float* rows, int64_t n, uint8_t* packed, int64_t packed_stride) {
+  Encoder(book).encode(rows, n, packed, packed_stride);
+}
+
+namespace {
+// Codeword copies with the width known at compile time (inlined moves, no memcpy call per
+// sub-vector: the decode of a 64-row tile is the hot loop while there are fewer rows than table
+// entries).
+template <int Sub>
+void decode_fixed(const ProductCodebook& book, const uint8_t* packed, float* out) {
+  const int64_t entries = book.entries();
+  const float* words = book.words.data();
+  const int64_t book_stride = book.shared ? 0 : entries * Sub;
+  if (book.bits == 8) {
+    for (int t = 0; t < book.n_sub; ++t) {
+      const float* w = words + t * book_stride + int64_t{packed[t]} * Sub;
+      for (int e = 0; e < Sub; ++e) out[t * Sub + e] = w[e];
+    }
+  } else if (book.bits == 12) {  // two codes in three bytes
+    for (int t = 0; t + 1 < book.n_sub; t += 2) {
+      const uint8_t* p = packed + (t / 2) * 3;
+      const uint32_t w3 = uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16);
+      const float* a = words + t * book_stride + int64_t{w3 & 0xfffu} * Sub;
+      const float* b = words + (t + 1) * book_stride + int64_t{w3 >> 12} * Sub;
+      for (int e = 0; e < Sub; ++e) out[t * Sub + e] = a[e];
+      for (int e = 0; e < Sub; ++e) out[(t + 1) * Sub + e] = b[e];
+    }
+    if (book.n_sub % 2) {
+      const int t = book.n_sub - 1;
+      const float* a = words + t * book_stride + int64_t{code_at(packed, t, 12)} * Sub;
+      for (int e = 0; e < Sub; ++e) out[t * Sub + e] = a[e];
+    }
+  } else {
+    for (int t = 0; t < book.n_sub; ++t) {
+      const float* w = words + t * book_stride + int64_t{code_at(packed, t, book.bits)} * Sub;
+      for (int e = 0; e < Sub; ++e) out[t * Sub + e] = w[e];
+    }
+  }
+}
+
+template <int Sub>
+void lut_fixed(const ProductCodebook& book, const float* q, float* lut) {
+  const int64_t entries = book.entries();
+  for (int t = 0; t < book.n_sub; ++t) {
+    float qt[Sub];
+    for (int e = 0; e < Sub; ++e) qt[e] = q[t * Sub + e];
+    const float* w = book.book(t);
+    float* row = lut + t * entries;
+    for (int64_t k = 0; k < entries; ++k) {
+      float s = 0.0f;
+      for (int e = 0; e < Sub; ++e) s += qt[e] * w[k * Sub + e];
+      row[k] = s;
+    }
+  }
+}
+}  // namespace
+
 void decode_row(const ProductCodebook& book, const uint8_t* packed, float* out) {
+  switch (book.sub) {
+    case 2: return decode_fixed<2>(book, packed, out);
+    case 4: return decode_fixed<4>(book, packed, out);
+    case 8: return decode_fixed<8>(book, packed, out);
+    case 16: return decode_fixed<16>(book, packed, out);
+    default: break;
+  }
   for (int t = 0; t < book.n_sub; ++t) {
     const uint32_t code = book.bits == 8 ? packed[t] : code_at(packed, t, book.bits);
     std::memcpy(out + t * book.sub, book.word(t, code), sizeof(float) * static_cast<std::size_t>(book.sub));
@@ -169,6 +242,12 @@ void decode_row(const ProductCodebook& book, const uint8_t* packed, float* out) 
 }
 
 void build_lut(const ProductCodebook& book, const float* q, float* lut) {
+  switch (book.sub) {
+    case 4: return lut_fixed<4>(book, q, lut);
+    case 8: return lut_fixed<8>(book, q, lut);
+    case 16: return lut_fixed<16>(book, q, lut);
+    default: break;
+  }
   const int64_t entries = book.entries(), sub = book.sub;
   for (int t = 0; t < book.n_sub; ++t) {
     const float* qt = q + t * sub;

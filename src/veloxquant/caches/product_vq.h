@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -74,6 +75,21 @@ ProductCodebook make_codebook(int dim, int sub, int bits, bool shared);
 // Trains `book`'s words on n rows of book.dim() floats (row-major): seeded k-means with
 // `iterations` Lloyd iterations on at most max_points sub-vectors per book.
 void train(ProductCodebook& book, const float* rows, int64_t n, int iterations, int64_t max_points, uint64_t seed);
+
+// Nearest-codeword search tables of one book, built once per store() and used for every head.
+class Encoder {
+ public:
+  explicit Encoder(const ProductCodebook& book);
+  ~Encoder();
+  // Codes of n rows (nearest codeword per sub-vector, lowest index on ties), packed, row r at
+  // packed + r * packed_stride.
+  void encode(const float* rows, int64_t n, uint8_t* packed, int64_t packed_stride) const;
+
+ private:
+  struct Tables;
+  const ProductCodebook& book_;
+  std::unique_ptr<Tables> tables_;
+};
 
 // Codes of n rows (nearest codeword per sub-vector), packed, row r at packed + r * packed_stride.
 void encode_rows(const ProductCodebook& book, const float* rows, int64_t n, uint8_t* packed, int64_t packed_stride);

@@ -47,8 +47,10 @@ void ProductVqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, con
       const int64_t entries = book.entries();
       thread_local std::vector<uint32_t> slots;
       slots.resize(static_cast<std::size_t>(n_sub));
+      const uint8_t* first = row_ptr<uint8_t>(*p_.key_codes, b, h, j0);
+      const int64_t stride = p_.key_codes->strides()[2];  // bytes between rows (U8)
       for (int64_t j = j0; j < coded_end; ++j) {
-        const uint8_t* packed = row_ptr<uint8_t>(*p_.key_codes, b, h, j);
+        const uint8_t* packed = first + (j - j0) * stride;
         // The row's codes unpacked once as table offsets, then looked up for every query.
         for (int t = 0; t < n_sub; ++t) {
           slots[static_cast<std::size_t>(t)] =
@@ -64,9 +66,9 @@ void ProductVqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, con
     } else {
       // Few coded rows: decode them (codeword copies) and score them as plain rows.
       float* tile = scratch.f32(static_cast<std::size_t>(n * dk_));
-      for (int64_t j = j0; j < coded_end; ++j) {
-        pvq::decode_row(book, row_ptr<uint8_t>(*p_.key_codes, b, h, j), tile + (j - j0) * dk_);
-      }
+      const uint8_t* first = row_ptr<uint8_t>(*p_.key_codes, b, h, j0);
+      const int64_t stride = p_.key_codes->strides()[2];
+      for (int64_t j = j0; j < coded_end; ++j) pvq::decode_row(book, first + (j - j0) * stride, tile + (j - j0) * dk_);
       lm::kernels::tiles::score_rows(prepared + dk_, pd, n_queries, tile, dk_, n, dk_, scores, ld);
     }
   }
@@ -88,9 +90,9 @@ void ProductVqRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1
   if (j0 < coded_end) {
     const int64_t n = coded_end - j0;
     float* tile = scratch.f32(static_cast<std::size_t>(n * dv_));
-    for (int64_t j = j0; j < coded_end; ++j) {
-      pvq::decode_row(*p_.value_book, row_ptr<uint8_t>(*p_.value_codes, b, h, j), tile + (j - j0) * dv_);
-    }
+    const uint8_t* first = row_ptr<uint8_t>(*p_.value_codes, b, h, j0);
+    const int64_t stride = p_.value_codes->strides()[2];
+    for (int64_t j = j0; j < coded_end; ++j) pvq::decode_row(*p_.value_book, first + (j - j0) * stride, tile + (j - j0) * dv_);
     lm::kernels::tiles::accumulate_rows(weights, ld, n_queries, tile, dv_, n, dv_, acc, dv_);
   }
   if (j1 > p_.frontier) {

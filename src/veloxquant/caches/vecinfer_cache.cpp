@@ -190,15 +190,16 @@ void VecInferCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   if (!codec_) train(pk, pv, pending, coded);
   const int64_t kept = pending - coded;
   std::vector<float> rotated(static_cast<std::size_t>(coded * dk_));
+  const pvq::Encoder key_encoder(codec_->keys), value_encoder(codec_->values);
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
       const int64_t bh = b * heads_ + h;
       const float* krows = pk.data() + bh * pending * dk_;
       const float* vrows = pv.data() + bh * pending * dv_;
       for (int64_t r = 0; r < coded; ++r) codec_->basis.key_to_code_basis(krows + r * dk_, rotated.data() + r * dk_);
-      pvq::encode_rows(codec_->keys, rotated.data(), coded, row_ptr<uint8_t>(key_codes_, b, h, frontier_),
+      key_encoder.encode(rotated.data(), coded, row_ptr<uint8_t>(key_codes_, b, h, frontier_),
                        key_codes_.strides()[2]);
-      pvq::encode_rows(codec_->values, vrows, coded, row_ptr<uint8_t>(value_codes_, b, h, frontier_),
+      value_encoder.encode(vrows, coded, row_ptr<uint8_t>(value_codes_, b, h, frontier_),
                        value_codes_.strides()[2]);
       blocks_tail::keep_in_tail(krows + coded * dk_, kept, tail_k_, dtype_, bh, window_, dk_);
       blocks_tail::keep_in_tail(vrows + coded * dv_, kept, tail_v_, dtype_, bh, window_, dv_);
