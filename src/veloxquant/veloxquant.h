@@ -16,6 +16,8 @@
 #include "veloxquant/caches/kivi_sink_cache.h"
 #include "veloxquant/caches/kvquant_cache.h"
 #include "veloxquant/caches/nsnquant_cache.h"
+#include "veloxquant/caches/vecinfer_cache.h"
+#include "veloxquant/caches/comm_vq_cache.h"
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
 #include "veloxquant/caches/skvq_cache.h"

@@ -57,6 +57,12 @@ class ServingContract : public testing::TestWithParam<ContractCase> {
       c.options<AnchorKvOptions>().anchorkv_residual_bits = 4;
       c.options<AnchorKvOptions>().anchorkv_theta = 1.0;
     }
+    // The product-VQ methods do not read bit_width_inlier: their 4-bit forms are 2-dim sub-vectors
+    // with 256 codewords (defaults are 0.5-3 bits per coordinate).
+    if (c.method == "vecinfer") {
+      c.options<VecInferOptions>() = {.key_sub_dim = 2, .value_sub_dim = 2, .key_codebook_bits = 8, .value_codebook_bits = 8};
+    }
+    if (c.method == "comm_vq") c.options<CommVqOptions>().comm_vq_n_codebooks = static_cast<int>(kDim / 2);
     return KVCacheBuilder(c).build().serving();
   }
   lm::Tensor keys(int64_t s, uint64_t seed) const {

@@ -16,6 +16,8 @@
 #include "veloxquant/caches/kivi_sink_cache.h"
 #include "veloxquant/caches/kvquant_cache.h"
 #include "veloxquant/caches/nsnquant_cache.h"
+#include "veloxquant/caches/vecinfer_cache.h"
+#include "veloxquant/caches/comm_vq_cache.h"
 #include "veloxquant/caches/polar_cache.h"
 #include "veloxquant/caches/qjl_cache.h"
 #include "veloxquant/caches/skvq_cache.h"
@@ -273,8 +275,8 @@ std::vector<MethodDescriptor> build_method_table() {
                                         amc_method(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
-                                        a2ats_method(),
-                                        anchorkv_method(),
+                                        a2ats_method(),                  anchorkv_method(),
+                                        vecinfer_method(),               comm_vq_method(),
                                         spectral_row()};
   for (std::vector<MethodDescriptor> family : {eviction_method_rows(), cross_layer_method_rows()}) {
     for (MethodDescriptor& row : family) rows.push_back(std::move(row));

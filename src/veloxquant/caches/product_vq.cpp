@@ -1,0 +1,264 @@
+#include "veloxquant/caches/product_vq.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "veloxquant/core/rng.h"
+
+namespace veloxquant::pvq {
+
+ProductCodebook make_codebook(int dim, int sub, int bits, bool shared) {
+  ProductCodebook book;
+  book.sub = sub;
+  book.n_sub = dim / sub;
+  book.bits = bits;
+  book.shared = shared;
+  return book;
+}
+
+namespace {
+
+// The codewords of one book transposed ([sub][entries]) with their squared norms, so that
+// ||x - c||^2 - ||x||^2 = ||c||^2 - 2 <x, c> runs over contiguous floats for all entries at once
+// (the compiler vectorizes the inner loop; a scalar double loop per centroid, as core::kmeans has,
+// costs ~20x more at 4096 entries).
+struct SearchTable {
+  std::vector<float> transposed, norms, dist;
+  int64_t entries = 0, sub = 0;
+  void load(const float* words, int64_t k, int64_t dim) {
+    entries = k;
+    sub = dim;
+    transposed.resize(static_cast<std::size_t>(k * dim));
+    norms.resize(static_cast<std::size_t>(k));
+    dist.resize(static_cast<std::size_t>(k));
+    for (int64_t c = 0; c < k; ++c) {
+      float s = 0.0f;
+      for (int64_t e = 0; e < dim; ++e) {
+        transposed[static_cast<std::size_t>(e * k + c)] = words[c * dim + e];
+        s += words[c * dim + e] * words[c * dim + e];
+      }
+      norms[static_cast<std::size_t>(c)] = s;
+    }
+  }
+  // Index of the nearest codeword (lowest on ties) and its distance up to ||x||^2.
+  int64_t nearest(const float* x, float* best_out = nullptr) {
+    float* d = dist.data();
+    const float* nb = norms.data();
+    for (int64_t c = 0; c < entries; ++c) d[c] = nb[c];
+    for (int64_t e = 0; e < sub; ++e) {
+      const float xe = -2.0f * x[e];
+      const float* col = transposed.data() + e * entries;
+      for (int64_t c = 0; c < entries; ++c) d[c] += xe * col[c];
+    }
+    int64_t best = 0;
+    float best_d = d[0];
+    for (int64_t c = 1; c < entries; ++c) {
+      if (d[c] < best_d) {
+        best_d = d[c];
+        best = c;
+      }
+    }
+    if (best_out) *best_out = best_d;
+    return best;
+  }
+};
+
+// Seeded Lloyd k-means on n points of `dim` floats into k centroids: the initial centroids are k
+// distinct points drawn by core::Rng (copies when n < k), then up to `iterations` rounds of
+// nearest-centroid assignment and mean update (double sums); an emptied cell keeps its centroid.
+// Deterministic for a given seed. Written here rather than calling core::kmeans because the
+// codebooks are trained inside the first forward pass of every layer (4096 entries for VecInfer's
+// keys): core::kmeans's k-means++ seeding alone is one more full n x k pass in double.
+std::vector<float> lloyd(const float* points, int64_t n, int64_t dim, int64_t k, int iterations, uint64_t seed) {
+  std::vector<float> centroids(static_cast<std::size_t>(k * dim));
+  std::vector<int64_t> order(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
+  core::Rng rng(seed);
+  const int64_t distinct = std::min(n, k);
+  for (int64_t i = 0; i < distinct; ++i) {  // partial Fisher-Yates: the first `distinct` of a shuffle
+    const int64_t j = i + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - i)));
+    std::swap(order[static_cast<std::size_t>(i)], order[static_cast<std::size_t>(j)]);
+  }
+  for (int64_t c = 0; c < k; ++c) {
+    const int64_t p = order[static_cast<std::size_t>(c % distinct)];
+    std::memcpy(centroids.data() + c * dim, points + p * dim, sizeof(float) * static_cast<std::size_t>(dim));
+  }
+  SearchTable table;
+  std::vector<int64_t> assignment(static_cast<std::size_t>(n), -1);
+  std::vector<double> sums(static_cast<std::size_t>(k * dim));
+  std::vector<int64_t> mass(static_cast<std::size_t>(k));
+  for (int it = 0; it < iterations; ++it) {
+    table.load(centroids.data(), k, dim);
+    bool changed = false;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t c = table.nearest(points + i * dim);
+      if (c != assignment[static_cast<std::size_t>(i)]) changed = true;
+      assignment[static_cast<std::size_t>(i)] = c;
+    }
+    if (!changed) break;
+    std::fill(sums.begin(), sums.end(), 0.0);
+    std::fill(mass.begin(), mass.end(), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t c = assignment[static_cast<std::size_t>(i)];
+      ++mass[static_cast<std::size_t>(c)];
+      for (int64_t e = 0; e < dim; ++e) sums[static_cast<std::size_t>(c * dim + e)] += points[i * dim + e];
+    }
+    for (int64_t c = 0; c < k; ++c) {
+      if (mass[static_cast<std::size_t>(c)] == 0) continue;
+      for (int64_t e = 0; e < dim; ++e) {
+        centroids[static_cast<std::size_t>(c * dim + e)] =
+            static_cast<float>(sums[static_cast<std::size_t>(c * dim + e)] / double(mass[static_cast<std::size_t>(c)]));
+      }
+    }
+  }
+  return centroids;
+}
+
+}  // namespace
+
+void train(ProductCodebook& book, const float* rows, int64_t n, int iterations, int64_t max_points, uint64_t seed) {
+  const int64_t entries = book.entries(), sub = book.sub, dim = book.dim();
+  const int64_t per_row = book.shared ? book.n_sub : 1;  // sub-vectors a row gives one book
+  const int64_t available = n * per_row;
+  const int64_t take = std::min(available, std::max<int64_t>(max_points, 1));
+  std::vector<float> points(static_cast<std::size_t>(take * sub));
+  book.words.assign_zeros(book.word_floats());
+  for (int b = 0; b < book.books(); ++b) {
+    // An even stride over the available sub-vectors (row-major: row, then position).
+    for (int64_t i = 0; i < take; ++i) {
+      const int64_t p = i * available / take;
+      const int64_t row = p / per_row, pos = book.shared ? p % per_row : b;
+      std::memcpy(points.data() + i * sub, rows + row * dim + pos * sub, sizeof(float) * static_cast<std::size_t>(sub));
+    }
+    const std::vector<float> words = lloyd(points.data(), take, sub, entries, iterations, seed + 7919u * b);
+    std::copy(words.begin(), words.end(), book.words.data() + b * entries * sub);
+  }
+}
+
+void put_code(uint8_t* packed, int64_t t, int bits, uint32_t code) {
+  const int64_t bit = t * bits;
+  uint8_t* p = packed + bit / 8;
+  const int shift = static_cast<int>(bit % 8);
+  const uint32_t w = code << shift;
+  p[0] = static_cast<uint8_t>(p[0] | (w & 0xffu));
+  if (shift + bits > 8) p[1] = static_cast<uint8_t>(p[1] | ((w >> 8) & 0xffu));
+  if (shift + bits > 16) p[2] = static_cast<uint8_t>(p[2] | ((w >> 16) & 0xffu));
+}
+
+struct Encoder::Tables {
+  std::vector<SearchTable> books;
+};
+
+Encoder::Encoder(const ProductCodebook& book) : book_(book), tables_(std::make_unique<Tables>()) {
+  tables_->books.resize(static_cast<std::size_t>(book.books()));
+  for (int b = 0; b < book.books(); ++b) tables_->books[static_cast<std::size_t>(b)].load(book.book(b), book.entries(), book.sub);
+}
+
+Encoder::~Encoder() = default;
+
+void Encoder::encode(const float* rows, int64_t n, uint8_t* packed, int64_t packed_stride) const {
+  const ProductCodebook& book = book_;
+  const int64_t dim = book.dim();
+  for (int64_t r = 0; r < n; ++r) {
+    uint8_t* out = packed + r * packed_stride;
+    std::memset(out, 0, static_cast<std::size_t>(book.row_bytes()));
+    for (int t = 0; t < book.n_sub; ++t) {
+      const int64_t code = tables_->books[static_cast<std::size_t>(book.shared ? 0 : t)].nearest(rows + r * dim + t * book.sub);
+      put_code(out, t, book.bits, static_cast<uint32_t>(code));
+    }
+  }
+}
+
+void encode_rows(const ProductCodebook& book, const float* rows, int64_t n, uint8_t* packed, int64_t packed_stride) {
+  Encoder(book).encode(rows, n, packed, packed_stride);
+}
+
+namespace {
+// Codeword copies with the width known at compile time (inlined moves, no memcpy call per
+// sub-vector: the decode of a 64-row tile is the hot loop while there are fewer rows than table
+// entries).
+template <int Sub>
+void decode_fixed(const ProductCodebook& book, const uint8_t* packed, float* out) {
+  const int64_t entries = book.entries();
+  const float* words = book.words.data();
+  const int64_t book_stride = book.shared ? 0 : entries * Sub;
+  if (book.bits == 8) {
+    for (int t = 0; t < book.n_sub; ++t) {
+      const float* w = words + t * book_stride + int64_t{packed[t]} * Sub;
+      for (int e = 0; e < Sub; ++e) out[t * Sub + e] = w[e];
+    }
+  } else if (book.bits == 12) {  // two codes in three bytes
+    for (int t = 0; t + 1 < book.n_sub; t += 2) {
+      const uint8_t* p = packed + (t / 2) * 3;
+      const uint32_t w3 = uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16);
+      const float* a = words + t * book_stride + int64_t{w3 & 0xfffu} * Sub;
+      const float* b = words + (t + 1) * book_stride + int64_t{w3 >> 12} * Sub;
+      for (int e = 0; e < Sub; ++e) out[t * Sub + e] = a[e];
+      for (int e = 0; e < Sub; ++e) out[(t + 1) * Sub + e] = b[e];
+    }
+    if (book.n_sub % 2) {
+      const int t = book.n_sub - 1;
+      const float* a = words + t * book_stride + int64_t{code_at(packed, t, 12)} * Sub;
+      for (int e = 0; e < Sub; ++e) out[t * Sub + e] = a[e];
+    }
+  } else {
+    for (int t = 0; t < book.n_sub; ++t) {
+      const float* w = words + t * book_stride + int64_t{code_at(packed, t, book.bits)} * Sub;
+      for (int e = 0; e < Sub; ++e) out[t * Sub + e] = w[e];
+    }
+  }
+}
+
+template <int Sub>
+void lut_fixed(const ProductCodebook& book, const float* q, float* lut) {
+  const int64_t entries = book.entries();
+  for (int t = 0; t < book.n_sub; ++t) {
+    float qt[Sub];
+    for (int e = 0; e < Sub; ++e) qt[e] = q[t * Sub + e];
+    const float* w = book.book(t);
+    float* row = lut + t * entries;
+    for (int64_t k = 0; k < entries; ++k) {
+      float s = 0.0f;
+      for (int e = 0; e < Sub; ++e) s += qt[e] * w[k * Sub + e];
+      row[k] = s;
+    }
+  }
+}
+}  // namespace
+
+void decode_row(const ProductCodebook& book, const uint8_t* packed, float* out) {
+  switch (book.sub) {
+    case 2: return decode_fixed<2>(book, packed, out);
+    case 4: return decode_fixed<4>(book, packed, out);
+    case 8: return decode_fixed<8>(book, packed, out);
+    case 16: return decode_fixed<16>(book, packed, out);
+    default: break;
+  }
+  for (int t = 0; t < book.n_sub; ++t) {
+    const uint32_t code = book.bits == 8 ? packed[t] : code_at(packed, t, book.bits);
+    std::memcpy(out + t * book.sub, book.word(t, code), sizeof(float) * static_cast<std::size_t>(book.sub));
+  }
+}
+
+void build_lut(const ProductCodebook& book, const float* q, float* lut) {
+  switch (book.sub) {
+    case 4: return lut_fixed<4>(book, q, lut);
+    case 8: return lut_fixed<8>(book, q, lut);
+    case 16: return lut_fixed<16>(book, q, lut);
+    default: break;
+  }
+  const int64_t entries = book.entries(), sub = book.sub;
+  for (int t = 0; t < book.n_sub; ++t) {
+    const float* qt = q + t * sub;
+    const float* w = book.book(t);
+    float* row = lut + t * entries;
+    for (int64_t k = 0; k < entries; ++k) {
+      float s = 0.0f;
+      for (int64_t e = 0; e < sub; ++e) s += qt[e] * w[k * sub + e];
+      row[k] = s;
+    }
+  }
+}
+
+}  // namespace veloxquant::pvq

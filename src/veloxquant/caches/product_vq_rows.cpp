@@ -1,0 +1,105 @@
+#include "veloxquant/caches/product_vq_rows.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "lm/kernels/attention_tiles.h"
+#include "veloxquant/rows/cache_rows.h"
+
+namespace veloxquant {
+
+using cache_rows::row_ptr;
+
+ProductVqRows::ProductVqRows(const ProductVqParts& parts) : p_(parts) {
+  dk_ = p_.key_book->dim();
+  dv_ = p_.value_book ? p_.value_book->dim() : p_.values->dim(3);
+  lut_size_ = pvq::lut_floats(*p_.key_book);
+  if (p_.tail_keys && p_.rows > p_.frontier) {
+    tail_keys_ = attention::PlainRows::of(*p_.tail_keys);
+    tail_values_ = attention::PlainRows::of(*p_.tail_values);
+  }
+  if (!p_.value_book) values_ = attention::PlainRows::of(*p_.values);
+  use_lut_ = p_.lut == LutChoice::always ||
+             (p_.lut == LutChoice::automatic && p_.frontier >= p_.key_book->entries());
+}
+
+void ProductVqRows::prepare_query(const float* query, float* prepared) const {
+  std::memcpy(prepared, query, sizeof(float) * static_cast<std::size_t>(dk_));
+  float* coded = prepared + dk_;
+  if (p_.key_basis) {
+    p_.key_basis->to_code_basis(query, coded);
+  } else {
+    std::memcpy(coded, query, sizeof(float) * static_cast<std::size_t>(dk_));
+  }
+  if (use_lut_) pvq::build_lut(*p_.key_book, coded, prepared + 2 * dk_);
+}
+
+void ProductVqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
+                               float* scores, int64_t ld, attention::TileScratch& scratch) const {
+  const int64_t pd = prepared_dim();
+  const int64_t coded_end = std::min(j1, p_.frontier);
+  const pvq::ProductCodebook& book = *p_.key_book;
+  if (j0 < coded_end) {
+    const int64_t n = coded_end - j0;
+    if (use_lut_) {
+      const int n_sub = book.n_sub, bits = book.bits;
+      const int64_t entries = book.entries();
+      thread_local std::vector<uint32_t> slots;
+      slots.resize(static_cast<std::size_t>(n_sub));
+      const uint8_t* first = row_ptr<uint8_t>(*p_.key_codes, b, h, j0);
+      const int64_t stride = p_.key_codes->strides()[2];  // bytes between rows (U8)
+      for (int64_t j = j0; j < coded_end; ++j) {
+        const uint8_t* packed = first + (j - j0) * stride;
+        // The row's codes unpacked once as table offsets, then looked up for every query.
+        for (int t = 0; t < n_sub; ++t) {
+          slots[static_cast<std::size_t>(t)] =
+              static_cast<uint32_t>(t * entries) + (bits == 8 ? packed[t] : pvq::code_at(packed, t, bits));
+        }
+        for (int64_t r = 0; r < n_queries; ++r) {
+          const float* lut = prepared + r * pd + 2 * dk_;
+          float s = 0.0f;
+          for (int t = 0; t < n_sub; ++t) s += lut[slots[static_cast<std::size_t>(t)]];
+          scores[r * ld + (j - j0)] = s;
+        }
+      }
+    } else {
+      // Few coded rows: decode them (codeword copies) and score them as plain rows.
+      float* tile = scratch.f32(static_cast<std::size_t>(n * dk_));
+      const uint8_t* first = row_ptr<uint8_t>(*p_.key_codes, b, h, j0);
+      const int64_t stride = p_.key_codes->strides()[2];
+      for (int64_t j = j0; j < coded_end; ++j) pvq::decode_row(book, first + (j - j0) * stride, tile + (j - j0) * dk_);
+      lm::kernels::tiles::score_rows(prepared + dk_, pd, n_queries, tile, dk_, n, dk_, scores, ld);
+    }
+  }
+  if (j1 > p_.frontier) {  // the tail, scored with the raw query
+    const int64_t t0 = std::max(j0, p_.frontier), n = j1 - t0;
+    float* tile = scratch.f32(static_cast<std::size_t>(n * dk_));
+    tail_keys_.widen(b, h, t0 - p_.frontier, j1 - p_.frontier, tile);
+    lm::kernels::tiles::score_rows(prepared, pd, n_queries, tile, dk_, n, dk_, scores + (t0 - j0), ld);
+  }
+}
+
+void ProductVqRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
+                                    int64_t n_queries, int64_t ld, float* acc, attention::TileScratch& scratch) const {
+  if (!p_.value_book) {  // comm_vq: values stay as stored, every row
+    attention::accumulate_plain_tile(values_, b, h, j0, j1, weights, n_queries, ld, acc, scratch);
+    return;
+  }
+  const int64_t coded_end = std::min(j1, p_.frontier);
+  if (j0 < coded_end) {
+    const int64_t n = coded_end - j0;
+    float* tile = scratch.f32(static_cast<std::size_t>(n * dv_));
+    const uint8_t* first = row_ptr<uint8_t>(*p_.value_codes, b, h, j0);
+    const int64_t stride = p_.value_codes->strides()[2];
+    for (int64_t j = j0; j < coded_end; ++j) pvq::decode_row(*p_.value_book, first + (j - j0) * stride, tile + (j - j0) * dv_);
+    lm::kernels::tiles::accumulate_rows(weights, ld, n_queries, tile, dv_, n, dv_, acc, dv_);
+  }
+  if (j1 > p_.frontier) {
+    const int64_t t0 = std::max(j0, p_.frontier);
+    attention::accumulate_plain_tile(tail_values_, b, h, t0 - p_.frontier, j1 - p_.frontier, weights + (t0 - j0),
+                                     n_queries, ld, acc, scratch);
+  }
+}
+
+}  // namespace veloxquant
