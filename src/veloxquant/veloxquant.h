@@ -21,6 +21,8 @@
 #include "veloxquant/caches/standalone_cache.h"
 #include "veloxquant/caches/standalone_cache_base.h"
 #include "veloxquant/caches/svdq_cache.h"
+#include "veloxquant/caches/palu_cache.h"
+#include "veloxquant/caches/kvtc_cache.h"
 #include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
 #include "veloxquant/caches/turboquant_standalone_cache.h"

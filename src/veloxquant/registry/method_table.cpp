@@ -18,6 +18,8 @@
 #include "veloxquant/caches/skvq_cache.h"
 #include "veloxquant/caches/spectral_cache.h"
 #include "veloxquant/caches/svdq_cache.h"
+#include "veloxquant/caches/palu_cache.h"
+#include "veloxquant/caches/kvtc_cache.h"
 #include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
 #include "veloxquant/caches/turboquant_standalone_cache.h"
@@ -269,7 +271,8 @@ std::vector<MethodDescriptor> build_method_table() {
                                         adakv_method(),                  cachegen_method(),
                                         turboquant_standalone_row(true), turboquant_standalone_row(false),
                                         qjl_row(),                       polar_row(),
-                                        spectral_row()};
+                                        spectral_row(),                  palu_method(),
+                                        kvtc_method()};
   for (std::vector<MethodDescriptor> family : {eviction_method_rows(), cross_layer_method_rows()}) {
     for (MethodDescriptor& row : family) rows.push_back(std::move(row));
   }
