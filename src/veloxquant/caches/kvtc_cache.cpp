@@ -200,7 +200,11 @@ std::size_t coded_side_bytes(const LatentSide& side, int64_t batch, int64_t grou
         out.clear();
         total += core::rans_encode(columns[static_cast<std::size_t>(i)].data(), static_cast<std::size_t>(rows),
                                    freqs.data(), alphabet, out);
-        for (uint16_t f : freqs) total += f > 0 ? 3 : 0;  // table: (symbol, 16-bit frequency) per used symbol
+        // The table: a 16-bit frequency per symbol of the alphabet, or (symbol, frequency) pairs of
+        // the used symbols when fewer bytes.
+        std::size_t used = 0;
+        for (uint16_t f : freqs) used += f > 0 ? 1 : 0;
+        total += std::min<std::size_t>(3 * used, 2 * static_cast<std::size_t>(alphabet));
       }
     }
   }
