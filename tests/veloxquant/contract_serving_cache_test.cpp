@@ -46,6 +46,14 @@ class ServingContract : public testing::TestWithParam<ContractCase> {
       c.options<SvdqOptions>().svdq_bit_schedule = "4,4,4,4,4,4,4,4";
       c.options<SvdqOptions>().svdq_rank = static_cast<int>(kDim);
     }
+    if (c.method == "palu") {  // likewise: every latent component at 4 bits (isotropic data has no low rank)
+      c.options<PaluOptions>().palu_rank = static_cast<int>(kDim);
+      c.options<PaluOptions>().palu_hi_fraction = 1.0;
+    }
+    if (c.method == "kvtc") {  // and every principal component at 4 bits, none dropped
+      c.options<KvtcOptions>().kvtc_bit_choices = "4";
+      c.options<KvtcOptions>().kvtc_bit_budget = static_cast<int>(4 * kHeads * kDim);
+    }
     return KVCacheBuilder(c).build().serving();
   }
   lm::Tensor keys(int64_t s, uint64_t seed) const {

@@ -68,9 +68,14 @@ class KvtcCodec final : public LatentCodec {
         mn = t == 0 ? z : std::min(mn, z);
         mx = t == 0 ? z : std::max(mx, z);
       }
+       // The fitting rows' range widened by an eighth of it on each side: later tokens (the
+      // prompt's range is all the fit sees) land outside it often enough to cost more clipped
+      // than the coarser step does.
       const int levels = (1 << bits[i]) - 1;
-      lo[i] = bits[i] > 0 ? mn : 0.0f;
-      step[i] = bits[i] > 0 ? std::max((mx - mn) / static_cast<float>(levels), 1e-8f) : 0.0f;
+      const float margin = 0.125f * (mx - mn);
+      const float low = mn - margin, high = mx + margin;
+      lo[i] = bits[i] > 0 ? low : 0.0f;
+      step[i] = bits[i] > 0 ? std::max((high - low) / static_cast<float>(levels), 1e-8f) : 0.0f;
     }
   }
   int64_t row_bytes(int64_t b, int64_t g) const override {
@@ -145,6 +150,9 @@ class KvtcCodec final : public LatentCodec {
     return {std::to_string(o_.kvtc_bit_budget), o_.kvtc_bit_choices, blocks_tail::exact_double(o_.kvtc_beta)};
   }
   std::size_t meta_size() const override { return 3; }
+  // Four rows per dimension: with fewer, the last principal directions of the fitting rows are
+  // noise and their ranges far too narrow for the tokens that follow (the ranges are frozen).
+  int64_t min_fit_rows(int64_t width) const override { return std::max<int64_t>(64, 4 * width); }
   void set_meta(const std::vector<std::string>& m) override {
     const char* who = "KvtcCache::from_state";
     KvtcOptions o;

@@ -135,21 +135,21 @@ void LatentCache::encode_rows(LatentSide& side, const float* rows, int64_t n, in
   }
 }
 
-// rows: f32 [B, H, n, D], the n stored rows of one side.
-void LatentCache::fit_side(LatentSide& side, const std::vector<float>& rows, int64_t n) {
+// rows: f32 [B, H, n, D], the n stored rows of one side; the first fit_rows of them are fitted on.
+void LatentCache::fit_side(LatentSide& side, const std::vector<float>& rows, int64_t n, int64_t fit_rows) {
   const int64_t d = side.dim, w = side.width;
   std::vector<linalg::Pca> pcas;
   std::vector<int64_t> ranks;
-  std::vector<float> x(static_cast<std::size_t>(n * w));
+  std::vector<float> x(static_cast<std::size_t>(fit_rows * w));
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t g = 0; g < groups_; ++g) {
-      for (int64_t t = 0; t < n; ++t) {
+      for (int64_t t = 0; t < fit_rows; ++t) {
         for (int64_t l = 0; l < heads_per_group_; ++l) {
           const float* src = rows.data() + ((b * heads_ + g * heads_per_group_ + l) * n + t) * d;
           std::copy_n(src, d, x.data() + t * w + l * d);
         }
       }
-      pcas.push_back(linalg::pca(x.data(), n, w, true));
+      pcas.push_back(linalg::pca(x.data(), fit_rows, w, true));
       ranks.push_back(std::clamp<int64_t>(side.codec->choose_rank(b, g, pcas.back().variance), 1, w));
     }
   }
@@ -172,8 +172,8 @@ void LatentCache::fit_side(LatentSide& side, const std::vector<float>& rows, int
         for (int64_t c = 0; c < w; ++c) u[c] = static_cast<float>(p.components[static_cast<std::size_t>(i * w + c)]);
       }
       // The fitting rows' latents, for the codec's own fit (kvtc's ranges).
-      latents.assign(static_cast<std::size_t>(n * r), 0.0f);
-      for (int64_t t = 0; t < n; ++t) {
+      latents.assign(static_cast<std::size_t>(fit_rows * r), 0.0f);
+      for (int64_t t = 0; t < fit_rows; ++t) {
         for (int64_t l = 0; l < heads_per_group_; ++l) {
           const float* src = rows.data() + ((b * heads_ + g * heads_per_group_ + l) * n + t) * d;
           for (int64_t c = 0; c < d; ++c) x[static_cast<std::size_t>(l * d + c)] = src[c] - mu[l * d + c];
@@ -185,7 +185,7 @@ void LatentCache::fit_side(LatentSide& side, const std::vector<float>& rows, int
           latents[static_cast<std::size_t>(t * r + i)] = static_cast<float>(dot);
         }
       }
-      side.codec->fit(b, g, latents.data(), n, r);
+      side.codec->fit(b, g, latents.data(), fit_rows, r);
       row_bytes = std::max(row_bytes, side.codec->row_bytes(b, g));
     }
   }
@@ -194,11 +194,14 @@ void LatentCache::fit_side(LatentSide& side, const std::vector<float>& rows, int
 }
 
 void LatentCache::fit() {
+  // The fit reads whole multiples of kMinFitRows rows, so a cache trimmed by a few rows and one
+  // fed only the kept rows fit the same basis (the serving contract's trim case).
+  const int64_t fit_rows = offset_ / kMinFitRows * kMinFitRows;
   std::vector<float> rk, rv;
   cache_rows::widen_to_f32(raw_k_.slice(2, 0, offset_).contiguous(), rk);
   cache_rows::widen_to_f32(raw_v_.slice(2, 0, offset_).contiguous(), rv);
-  fit_side(k_, rk, offset_);
-  fit_side(v_, rv, offset_);
+  fit_side(k_, rk, offset_, fit_rows);
+  fit_side(v_, rv, offset_, fit_rows);
   raw_k_ = raw_v_ = lm::Tensor();
   fitted_ = true;
 }
@@ -217,7 +220,9 @@ void LatentCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
     lm::copy_token_rows(keys, raw_k_, offset_);
     lm::copy_token_rows(values, raw_v_, offset_);
     offset_ += s;
-    if (offset_ >= kMinFitRows) fit();
+    if (offset_ >= std::max(kMinFitRows, std::max(k_.codec->min_fit_rows(k_.width), v_.codec->min_fit_rows(v_.width)))) {
+      fit();
+    }
     return;
   }
   thread_local std::vector<float> nk, nv;

@@ -5,10 +5,13 @@
 //
 // Life of a layer's cache:
 //   before the fit  rows are kept as given ([B, H, cap, D] in the input dtype) until the cache
-//                   holds kMinFitRows tokens (the prefill normally brings them in one call): a
-//                   basis fitted on a handful of tokens would span only them.
+//                   holds kMinFitRows tokens, or the codec's min_fit_rows (kvtc: 4 per dimension;
+//                   the prefill normally brings them in one call): a basis fitted on a handful
+//                   of tokens would span only them.
 //   the fit         per (batch, head group): linalg::pca (centred) of the group's concatenated
-//                   rows (caches/latent_rows.h), the codec's rank and format, then every stored
+//                   rows (caches/latent_rows.h) — the first whole multiple of kMinFitRows rows,
+//                   so that trimming a few rows does not change the fit —, the codec's rank and
+//                   format, then every stored
 //                   row is coded and the raw rows are freed. The basis is frozen from then on.
 //   after the fit   every new token is projected and coded at once (no tail: codes are per token,
 //                   so trim is exact — the rows simply end earlier).
@@ -63,7 +66,7 @@ class LatentCache : public lm::KVCache {
   void allocate(const lm::Tensor& keys, const lm::Tensor& values);
   void store(const lm::Tensor& keys, const lm::Tensor& values);
   void fit();
-  void fit_side(LatentSide& side, const std::vector<float>& rows, int64_t n);
+  void fit_side(LatentSide& side, const std::vector<float>& rows, int64_t n, int64_t fit_rows);
   void encode_rows(LatentSide& side, const float* rows, int64_t n, int64_t first_row) const;
   void ensure_code_rows(int64_t rows);
   lm::KeysValues fetch(lm::DType dtype) const;

@@ -42,6 +42,8 @@ class LatentCodec {
   virtual std::vector<std::string> meta() const = 0;
   virtual void set_meta(const std::vector<std::string>& meta) = 0;
   virtual std::size_t meta_size() const = 0;
+  // Rows the cache keeps as given before fitting, for rows `width` wide (at least 64).
+  virtual int64_t min_fit_rows(int64_t /*width*/) const { return 64; }
 };
 
 }  // namespace veloxquant

@@ -61,7 +61,11 @@ std::vector<Part> parts_of(const PaluOptions& o, int64_t rank) {
 class PaluCodec final : public LatentCodec {
  public:
   PaluCodec(const PaluOptions& o, bool values) : o_(o), values_(values) {}
-  std::unique_ptr<LatentCodec> clone() const override { return std::make_unique<PaluCodec>(*this); }
+  std::unique_ptr<LatentCodec> clone() const override {
+    auto c = std::make_unique<PaluCodec>(*this);
+    c->ranks_ = ranks_.defined() ? ranks_.clone() : lm::Tensor();
+    return c;
+  }
   void allocate(int64_t batch, int64_t groups, int64_t) override {
     groups_ = groups;
     ranks_ = lm::Tensor({batch, groups, 1, 1}, lm::DType::I32);

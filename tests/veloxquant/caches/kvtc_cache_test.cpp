@@ -25,6 +25,7 @@ namespace {
 
 using test_support::low_rank_rows;
 using test_support::max_abs_diff;
+using test_support::token_rows;
 
 KvtcOptions options(int budget, const std::string& choices = "0,1,2,3,4,6,8") {
   KvtcOptions o;
@@ -103,11 +104,14 @@ test_support::LatentQuantizer kvtc_quantizer(const lm::Tensor& widths, const lm:
 
 TEST(Kvtc, RowsMatchTheReferenceAndTheBudgetHolds) {
   for (int budget : {40, 96, 512}) {
-    const int64_t heads = 3, d = 16, t = 100;
+    // Width 48: the fit waits for 4 x 48 = 192 rows (it reads the first 192 of the 200 then stored).
+    const int64_t heads = 3, d = 16, t = 260;
     const std::shared_ptr<lm::KVCache> cache = make_kvtc_cache(options(budget));
     const lm::Tensor k = low_rank_rows(heads, t, d, 10, 31), v = low_rank_rows(heads, t, d, 14, 41);
-    cache->update_and_fetch(test_support::token_rows(k, 0, 70), test_support::token_rows(v, 0, 70));
-    const lm::KeysValues got = cache->update_and_fetch(test_support::token_rows(k, 70, t), test_support::token_rows(v, 70, t));
+    cache->update_and_fetch(test_support::token_rows(k, 0, 150), test_support::token_rows(v, 0, 150));
+    EXPECT_FALSE(dynamic_cast<const LatentCache&>(*cache).fitted());
+    cache->update_and_fetch(test_support::token_rows(k, 150, 200), test_support::token_rows(v, 150, 200));
+    const lm::KeysValues got = cache->update_and_fetch(test_support::token_rows(k, 200, t), test_support::token_rows(v, 200, t));
     const std::vector<lm::Tensor> s = cache->state();
     ASSERT_EQ(s.size(), 12u);  // codes, basis, mean, ranks per side + (widths, ranges) per side
     EXPECT_EQ(s[1].dim(1), 1);  // one head group: the layer's heads together
@@ -127,7 +131,7 @@ TEST(Kvtc, RowsMatchTheReferenceAndTheBudgetHolds) {
 }
 
 TEST(Kvtc, MoreBitsLessError) {
-  const int64_t heads = 3, d = 16, t = 100;
+  const int64_t heads = 3, d = 16, t = 260;
   const lm::Tensor k = low_rank_rows(heads, t, d, 16, 5);
   double previous = 1e300;
   for (int budget : {24, 64, 160}) {
@@ -143,14 +147,18 @@ TEST(Kvtc, MoreBitsLessError) {
 TEST(Kvtc, BytesAreTheLayoutAndReallyAllocated) {
   const int64_t heads = 3, d = 64, w = heads * d;
   const std::shared_ptr<lm::KVCache> cache = make_kvtc_cache(KvtcOptions{});
-  const lm::Tensor k = low_rank_rows(heads, 100, d, 40, 5), v = low_rank_rows(heads, 100, d, 40, 6);
-  cache->update_and_fetch(k, v);
+  const lm::Tensor k = low_rank_rows(heads, 800, d, 40, 5), v = low_rank_rows(heads, 800, d, 40, 6);
+  EXPECT_EQ(cache->update_and_fetch(token_rows(k, 0, 700), token_rows(v, 0, 700)).keys.dim(2), 700);
+  // Not fitted yet (768 rows): the rows as given (768-row capacity) and the codecs' (widths, ranges).
+  EXPECT_EQ(cache->nbytes(), 2u * heads * 768 * d * 4 + 2 * (w * 4 + 2 * w * 4));
+  cache->update_and_fetch(token_rows(k, 700, 800), token_rows(v, 700, 800));
   const auto& latent = dynamic_cast<const LatentCache&>(*cache);
   std::size_t want = 0;
   for (const LatentSide* side : {&latent.keys_side(), &latent.values_side()}) {
     const int64_t row = side->codes.dim(3), r = side->max_rank;
     EXPECT_LE(row, 64);  // 512 bits
-    want += 256 * row + r * w * 4 + w * 4 + 4  // codes (256-row step), basis, mean, rank
+    EXPECT_GE(row, 60);
+    want += 1024 * row + r * w * 4 + w * 4 + 4  // codes (256-row step), basis, mean, rank
             + w * 4 + 2 * w * 4;               // widths, (step, lo)
   }
   EXPECT_EQ(cache->nbytes(), want);
@@ -179,7 +187,8 @@ TEST(Kvtc, FusedAttentionEqualsAttentionOverFetchedRows) {
     return low_rank_rows(h, n, dim, 20, s);
   };
   for (const KvtcOptions& o : {KvtcOptions{}, options(100, "0,2,4")}) {
-    for (const std::vector<int64_t>& chunks : {std::vector<int64_t>{100, 17, 1, 1, 40}, std::vector<int64_t>{10, 30, 30, 1, 2}}) {
+    // Width 192: the fit waits for 768 rows — the first chunks attend over rows as given.
+    for (const std::vector<int64_t>& chunks : {std::vector<int64_t>{800, 1, 9}, std::vector<int64_t>{500, 300, 1}}) {
       const std::shared_ptr<lm::KVCache> fused = make_kvtc_cache(o), plain = make_kvtc_cache(o);
       const std::vector<float> worst = test_support::fused_vs_fetched(*fused, *plain, heads, hq, d, chunks, 700, rows, rows);
       for (std::size_t c = 0; c < chunks.size(); ++c) EXPECT_LE(worst[c], 1e-3f) << "chunk " << c;
@@ -191,7 +200,9 @@ TEST(Kvtc, TrimAndStateRoundTrip) {
   const int64_t heads = 3, d = 16;
   const lm::Tensor k = low_rank_rows(heads, 120, d, 6, 17), v = low_rank_rows(heads, 120, d, 6, 18);
   const std::shared_ptr<lm::KVCache> cache = make_kvtc_cache(options(64));
-  cache->update_and_fetch(test_support::token_rows(k, 0, 100), test_support::token_rows(v, 0, 100));
+  cache->update_and_fetch(low_rank_rows(heads, 200, d, 6, 19), low_rank_rows(heads, 200, d, 6, 20));
+  cache->trim(200 - 100);
+  ASSERT_TRUE(dynamic_cast<const LatentCache&>(*cache).fitted());
   const std::vector<float> before = cache->update_and_fetch(test_support::token_rows(k, 100, 110),
                                                             test_support::token_rows(v, 100, 110)).keys.to_f32();
   EXPECT_EQ(cache->trim(10), 10);
@@ -222,7 +233,7 @@ TEST(Kvtc, BadOptionsNameTheField) {
   EXPECT_EQ(message([](KvtcOptions& o) { o.kvtc_bit_choices = "0, 2, 4"; }), "accepted");
   // A budget the choices cannot meet is found at the fit (the width is known then): a clear error.
   const std::shared_ptr<lm::KVCache> cache = make_kvtc_cache(options(8, "2,4"));
-  EXPECT_THROW(cache->update_and_fetch(low_rank_rows(3, 64, 16, 4, 1), low_rank_rows(3, 64, 16, 4, 2)),
+  EXPECT_THROW(cache->update_and_fetch(low_rank_rows(3, 192, 16, 4, 1), low_rank_rows(3, 192, 16, 4, 2)),
                base::InvalidArgument);
 }
 
