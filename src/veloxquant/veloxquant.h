@@ -23,6 +23,7 @@
 #include "veloxquant/caches/svdq_cache.h"
 #include "veloxquant/caches/palu_cache.h"
 #include "veloxquant/caches/kvtc_cache.h"
+#include "veloxquant/caches/latent_cache.h"
 #include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
 #include "veloxquant/caches/turboquant_standalone_cache.h"
