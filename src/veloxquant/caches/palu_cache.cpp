@@ -58,6 +58,23 @@ std::vector<Part> parts_of(const PaluOptions& o, int64_t rank) {
   return parts;
 }
 
+template <int kBits>
+void decode_part(const uint8_t* packed, int64_t n, float scale, float lo, float* dst) {
+  constexpr int kPerByte = 8 / kBits;
+  constexpr uint32_t kMask = (1u << kBits) - 1u;
+  const uint64_t count = static_cast<uint64_t>(n), whole = count / kPerByte;
+  for (uint64_t byte = 0; byte < whole; ++byte) {
+    const uint32_t bits = packed[byte];
+    for (int k = 0; k < kPerByte; ++k) {
+      dst[byte * kPerByte + k] = static_cast<float>((bits >> (k * kBits)) & kMask) * scale + lo;
+    }
+  }
+  for (uint64_t i = whole * kPerByte; i < count; ++i) {
+    const uint32_t code = (static_cast<uint32_t>(packed[i / kPerByte]) >> ((i % kPerByte) * kBits)) & kMask;
+    dst[i] = static_cast<float>(code) * scale + lo;
+  }
+}
+
 class PaluCodec final : public LatentCodec {
  public:
   PaluCodec(const PaluOptions& o, bool values) : o_(o), values_(values) {}
@@ -117,20 +134,22 @@ class PaluCodec final : public LatentCodec {
         const uint8_t* packed = row + 4;
         float* dst = z + p.first;
         const float scale = base::f16_to_f32(params.scale_f16), lo = base::f16_to_f32(params.min_f16);
-        if (8 % p.bits == 0) {
-          // 1, 2, 4, 8 bits: a code never straddles a byte (the hot path: every default width);
-          // the same multiply-add as core::dequantize_group.
-          const uint32_t mask = (1u << p.bits) - 1u;
-          const int per_byte = 8 / p.bits;
-          for (int64_t i = 0; i < p.count; ++i) {
-            const uint32_t code = (packed[i / per_byte] >> ((i % per_byte) * p.bits)) & mask;
-            dst[i] = static_cast<float>(code) * scale + lo;
-          }
+        // 1, 2, 4, 8 bits (every default width): a code never straddles a byte, and with the
+        // width a constant the loop is shifts and one multiply-add per code (that of
+        // core::dequantize_group).
+        if (p.bits == 2) {
+          decode_part<2>(packed, p.count, scale, lo, dst);
+        } else if (p.bits == 4) {
+          decode_part<4>(packed, p.count, scale, lo, dst);
+        } else if (p.bits == 1) {
+          decode_part<1>(packed, p.count, scale, lo, dst);
+        } else if (p.bits == 8) {
+          decode_part<8>(packed, p.count, scale, lo, dst);
         } else {
           core::unpack_dense(packed, static_cast<std::size_t>(p.count), p.bits, codes);
           core::dequantize_group(codes, static_cast<std::size_t>(p.count), 1, params, dst);
         }
-        row += 4 + core::dense_bytes(static_cast<std::size_t>(p.count), p.bits);
+        row += 4 + (p.count * p.bits + 7) / 8;
       }
     }
   }
