@@ -63,6 +63,14 @@ class ServingContract : public testing::TestWithParam<ContractCase> {
       c.options<VecInferOptions>() = {.key_sub_dim = 2, .value_sub_dim = 2, .key_codebook_bits = 8, .value_codebook_bits = 8};
     }
     if (c.method == "comm_vq") c.options<CommVqOptions>().comm_vq_n_codebooks = static_cast<int>(kDim / 2);
+    if (c.method == "palu") {  // likewise: every latent component at 4 bits (isotropic data has no low rank)
+      c.options<PaluOptions>().palu_rank = static_cast<int>(kDim);
+      c.options<PaluOptions>().palu_hi_fraction = 1.0;
+    }
+    if (c.method == "kvtc") {  // and every principal component at 4 bits, none dropped
+      c.options<KvtcOptions>().kvtc_bit_choices = "4";
+      c.options<KvtcOptions>().kvtc_bit_budget = static_cast<int>(4 * kHeads * kDim);
+    }
     return KVCacheBuilder(c).build().serving();
   }
   lm::Tensor keys(int64_t s, uint64_t seed) const {

@@ -23,6 +23,8 @@
 #include "veloxquant/caches/skvq_cache.h"
 #include "veloxquant/caches/spectral_cache.h"
 #include "veloxquant/caches/svdq_cache.h"
+#include "veloxquant/caches/palu_cache.h"
+#include "veloxquant/caches/kvtc_cache.h"
 #include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/caches/turboquant_rvq_cache.h"
 #include "veloxquant/caches/turboquant_standalone_cache.h"
@@ -277,6 +279,7 @@ std::vector<MethodDescriptor> build_method_table() {
                                         qjl_row(),                       polar_row(),
                                         a2ats_method(),                  anchorkv_method(),
                                         vecinfer_method(),               comm_vq_method(),
+                                        palu_method(),                   kvtc_method(),
                                         spectral_row()};
   for (std::vector<MethodDescriptor> family : {eviction_method_rows(), cross_layer_method_rows()}) {
     for (MethodDescriptor& row : family) rows.push_back(std::move(row));

@@ -1,0 +1,437 @@
+#include "veloxquant/caches/latent_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "lm/cache/kv_rows.h"
+#include "veloxquant/attention/attention_driver.h"
+#include "veloxquant/attention/dtype_rows.h"
+#include "veloxquant/attention/fused_call.h"
+#include "veloxquant/caches/quantized_blocks_tail.h"
+#include "veloxquant/core/linalg.h"
+#include "veloxquant/rows/cache_rows.h"
+
+namespace veloxquant {
+
+using cache_rows::row_ptr;
+
+namespace {
+
+int64_t groups_for(int64_t heads, int requested) {
+  int64_t g = std::clamp<int64_t>(requested, 1, heads);
+  while (heads % g != 0) --g;
+  return g;
+}
+
+std::unique_ptr<LatentCodec> copy_codec(const std::unique_ptr<LatentCodec>& c) { return c ? c->clone() : nullptr; }
+
+void copy_side(LatentSide& dst, const LatentSide& src) {
+  dst.dim = src.dim;
+  dst.width = src.width;
+  dst.max_rank = src.max_rank;
+  dst.basis = src.basis.defined() ? src.basis.clone() : lm::Tensor();
+  dst.mean = src.mean.defined() ? src.mean.clone() : lm::Tensor();
+  dst.ranks = src.ranks.defined() ? src.ranks.clone() : lm::Tensor();
+  dst.codes = src.codes.defined() ? src.codes.clone() : lm::Tensor();
+  dst.codec = copy_codec(src.codec);
+}
+
+std::size_t side_bytes(const LatentSide& s) {
+  return s.basis.storage_bytes() + s.mean.storage_bytes() + s.ranks.storage_bytes() + s.codes.storage_bytes() +
+         (s.codec ? s.codec->nbytes() : 0);
+}
+
+}  // namespace
+
+LatentCache::LatentCache(std::string type_name, int n_head_groups, std::unique_ptr<LatentCodec> key_codec,
+                         std::unique_ptr<LatentCodec> value_codec)
+    : type_name_(std::move(type_name)), requested_groups_(n_head_groups) {
+  k_.codec = std::move(key_codec);
+  v_.codec = std::move(value_codec);
+}
+
+LatentCache::LatentCache(const LatentCache& other) { *this = other; }
+
+LatentCache& LatentCache::operator=(const LatentCache& other) {
+  if (this == &other) return *this;
+  type_name_ = other.type_name_;
+  requested_groups_ = other.requested_groups_;
+  batch_ = other.batch_;
+  heads_ = other.heads_;
+  groups_ = other.groups_;
+  heads_per_group_ = other.heads_per_group_;
+  dtype_ = other.dtype_;
+  offset_ = other.offset_;
+  capacity_ = other.capacity_;
+  fitted_ = other.fitted_;
+  raw_k_ = other.raw_k_.defined() ? other.raw_k_.clone() : lm::Tensor();
+  raw_v_ = other.raw_v_.defined() ? other.raw_v_.clone() : lm::Tensor();
+  copy_side(k_, other.k_);
+  copy_side(v_, other.v_);
+  return *this;
+}
+
+std::size_t LatentCache::nbytes() const {
+  return raw_k_.storage_bytes() + raw_v_.storage_bytes() + side_bytes(k_) + side_bytes(v_);
+}
+
+void LatentCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
+  batch_ = keys.dim(0);
+  heads_ = keys.dim(1);
+  dtype_ = keys.dtype();
+  groups_ = groups_for(heads_, requested_groups_);
+  heads_per_group_ = heads_ / groups_;
+  for (auto [side, d] : {std::pair{&k_, keys.dim(3)}, std::pair{&v_, values.dim(3)}}) {
+    side->dim = d;
+    side->width = heads_per_group_ * d;
+    side->max_rank = 0;
+    side->basis = side->mean = side->ranks = side->codes = lm::Tensor();
+    side->codec->allocate(batch_, groups_, side->width);
+  }
+  raw_k_ = lm::Tensor({batch_, heads_, 0, keys.dim(3)}, dtype_);
+  raw_v_ = lm::Tensor({batch_, heads_, 0, values.dim(3)}, dtype_);
+  capacity_ = 0;
+  offset_ = 0;
+  fitted_ = false;
+}
+
+void LatentCache::ensure_code_rows(int64_t rows) {
+  if (rows <= capacity_) return;
+  const int64_t grown = capacity_ + ((rows - capacity_ + kGrowthStep - 1) / kGrowthStep) * kGrowthStep;
+  if (fitted_) {
+    k_.codes = cache_rows::copy_rows(k_.codes, offset_, grown);
+    v_.codes = cache_rows::copy_rows(v_.codes, offset_, grown);
+  } else {
+    raw_k_ = cache_rows::copy_rows(raw_k_, offset_, grown);
+    raw_v_ = cache_rows::copy_rows(raw_v_, offset_, grown);
+  }
+  capacity_ = grown;
+}
+
+// rows: f32 [B, H, n, D] (one side). Latents z = U (x - mu) of each token's group row x, coded.
+void LatentCache::encode_rows(LatentSide& side, const float* rows, int64_t n, int64_t first_row) const {
+  const int64_t d = side.dim, w = side.width;
+  std::vector<float> x(static_cast<std::size_t>(w)), z(static_cast<std::size_t>(std::max<int64_t>(side.max_rank, 1)));
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t g = 0; g < groups_; ++g) {
+      const int64_t r = side.rank(b, g);
+      const float* mu = side.mean_row(b, g);
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t l = 0; l < heads_per_group_; ++l) {
+          const float* src = rows + ((b * heads_ + g * heads_per_group_ + l) * n + t) * d;
+          for (int64_t c = 0; c < d; ++c) x[static_cast<std::size_t>(l * d + c)] = src[c] - mu[l * d + c];
+        }
+        for (int64_t i = 0; i < r; ++i) {
+          const float* u = side.basis_row(b, g, i);
+          double dot = 0.0;
+          for (int64_t c = 0; c < w; ++c) dot += static_cast<double>(u[c]) * x[static_cast<std::size_t>(c)];
+          z[static_cast<std::size_t>(i)] = static_cast<float>(dot);
+        }
+        side.codec->encode(b, g, z.data(), row_ptr<uint8_t>(side.codes, b, g, first_row + t));
+      }
+    }
+  }
+}
+
+// rows: f32 [B, H, n, D], the n stored rows of one side; the first fit_rows of them are fitted on.
+void LatentCache::fit_side(LatentSide& side, const std::vector<float>& rows, int64_t n, int64_t fit_rows) {
+  const int64_t d = side.dim, w = side.width;
+  std::vector<linalg::Pca> pcas;
+  std::vector<int64_t> ranks;
+  std::vector<float> x(static_cast<std::size_t>(fit_rows * w));
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t g = 0; g < groups_; ++g) {
+      for (int64_t t = 0; t < fit_rows; ++t) {
+        for (int64_t l = 0; l < heads_per_group_; ++l) {
+          const float* src = rows.data() + ((b * heads_ + g * heads_per_group_ + l) * n + t) * d;
+          std::copy_n(src, d, x.data() + t * w + l * d);
+        }
+      }
+      pcas.push_back(linalg::pca(x.data(), fit_rows, w, true));
+      ranks.push_back(std::clamp<int64_t>(side.codec->choose_rank(b, g, pcas.back().variance), 1, w));
+    }
+  }
+  side.max_rank = *std::max_element(ranks.begin(), ranks.end());
+  side.basis = lm::Tensor({batch_, groups_, side.max_rank, w}, lm::DType::F32);
+  side.mean = lm::Tensor({batch_, groups_, 1, w}, lm::DType::F32);
+  side.ranks = lm::Tensor({batch_, groups_, 1, 1}, lm::DType::I32);
+  int64_t row_bytes = 1;
+  std::vector<float> latents;
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t g = 0; g < groups_; ++g) {
+      const std::size_t at = static_cast<std::size_t>(b * groups_ + g);
+      const linalg::Pca& p = pcas[at];
+      const int64_t r = ranks[at];
+      row_ptr<int32_t>(side.ranks, b, g, 0)[0] = static_cast<int32_t>(r);
+      float* mu = row_ptr<float>(side.mean, b, g, 0);
+      for (int64_t c = 0; c < w; ++c) mu[c] = static_cast<float>(p.mean[static_cast<std::size_t>(c)]);
+      for (int64_t i = 0; i < r; ++i) {
+        float* u = row_ptr<float>(side.basis, b, g, i);
+        for (int64_t c = 0; c < w; ++c) u[c] = static_cast<float>(p.components[static_cast<std::size_t>(i * w + c)]);
+      }
+      // The fitting rows' latents, for the codec's own fit (kvtc's ranges).
+      latents.assign(static_cast<std::size_t>(fit_rows * r), 0.0f);
+      for (int64_t t = 0; t < fit_rows; ++t) {
+        for (int64_t l = 0; l < heads_per_group_; ++l) {
+          const float* src = rows.data() + ((b * heads_ + g * heads_per_group_ + l) * n + t) * d;
+          for (int64_t c = 0; c < d; ++c) x[static_cast<std::size_t>(l * d + c)] = src[c] - mu[l * d + c];
+        }
+        for (int64_t i = 0; i < r; ++i) {
+          const float* u = row_ptr<float>(side.basis, b, g, i);
+          double dot = 0.0;
+          for (int64_t c = 0; c < w; ++c) dot += static_cast<double>(u[c]) * x[static_cast<std::size_t>(c)];
+          latents[static_cast<std::size_t>(t * r + i)] = static_cast<float>(dot);
+        }
+      }
+      side.codec->fit(b, g, latents.data(), fit_rows, r);
+      row_bytes = std::max(row_bytes, side.codec->row_bytes(b, g));
+    }
+  }
+  side.codes = lm::Tensor({batch_, groups_, capacity_, row_bytes}, lm::DType::U8);
+  encode_rows(side, rows.data(), n, 0);
+}
+
+void LatentCache::fit() {
+  // The fit reads whole multiples of kMinFitRows rows, so a cache trimmed by a few rows and one
+  // fed only the kept rows fit the same basis (the serving contract's trim case).
+  const int64_t fit_rows = offset_ / kMinFitRows * kMinFitRows;
+  std::vector<float> rk, rv;
+  cache_rows::widen_to_f32(raw_k_.slice(2, 0, offset_).contiguous(), rk);
+  cache_rows::widen_to_f32(raw_v_.slice(2, 0, offset_).contiguous(), rv);
+  fit_side(k_, rk, offset_, fit_rows);
+  fit_side(v_, rv, offset_, fit_rows);
+  raw_k_ = raw_v_ = lm::Tensor();
+  fitted_ = true;
+}
+
+void LatentCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
+  const char* who = "LatentCache::update_and_fetch";
+  lm::check_new_tokens(keys, values, who);
+  if (!k_.codes.defined() && !raw_k_.defined()) {
+    allocate(keys, values);
+  } else {
+    cache_rows::check_row_layout(keys, values, {batch_, heads_, k_.dim, v_.dim}, who);
+  }
+  const int64_t s = keys.dim(2);
+  ensure_code_rows(offset_ + s);
+  if (!fitted_) {
+    lm::copy_token_rows(keys, raw_k_, offset_);
+    lm::copy_token_rows(values, raw_v_, offset_);
+    offset_ += s;
+    if (offset_ >= std::max(kMinFitRows, std::max(k_.codec->min_fit_rows(k_.width), v_.codec->min_fit_rows(v_.width)))) {
+      fit();
+    }
+    return;
+  }
+  thread_local std::vector<float> nk, nv;
+  cache_rows::widen_to_f32(keys, nk);
+  cache_rows::widen_to_f32(values, nv);
+  encode_rows(k_, nk.data(), s, offset_);
+  encode_rows(v_, nv.data(), s, offset_);
+  offset_ += s;
+}
+
+// out: f32 [B, H, offset, D] <- mu + U^T z of every stored row.
+void LatentCache::reconstruct_side(const LatentSide& side, lm::Tensor& out) const {
+  const int64_t d = side.dim, w = side.width;
+  std::vector<float> z(static_cast<std::size_t>(std::max<int64_t>(side.max_rank, 1))), x(static_cast<std::size_t>(w));
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t g = 0; g < groups_; ++g) {
+      const int64_t r = side.rank(b, g);
+      const float* mu = side.mean_row(b, g);
+      for (int64_t t = 0; t < offset_; ++t) {
+        side.codec->decode_rows(b, g, side.code_row(b, g, t), side.row_stride(), 1, z.data());
+        std::copy_n(mu, w, x.data());
+        for (int64_t i = 0; i < r; ++i) {
+          const float* u = side.basis_row(b, g, i);
+          const float zi = z[static_cast<std::size_t>(i)];
+          for (int64_t c = 0; c < w; ++c) x[static_cast<std::size_t>(c)] += zi * u[c];
+        }
+        for (int64_t l = 0; l < heads_per_group_; ++l) {
+          std::copy_n(x.data() + l * d, d, row_ptr<float>(out, b, g * heads_per_group_ + l, t));
+        }
+      }
+    }
+  }
+}
+
+lm::KeysValues LatentCache::fetch(lm::DType dtype) const {
+  if (!fitted_) return {raw_k_.slice(2, 0, offset_).astype(dtype), raw_v_.slice(2, 0, offset_).astype(dtype)};
+  lm::Tensor k({batch_, heads_, offset_, k_.dim}, lm::DType::F32), v({batch_, heads_, offset_, v_.dim}, lm::DType::F32);
+  reconstruct_side(k_, k);
+  reconstruct_side(v_, v);
+  return {k.astype(dtype), v.astype(dtype)};
+}
+
+lm::KeysValues LatentCache::update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) {
+  store(keys, values);
+  return fetch(keys.dtype());
+}
+
+void LatentCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) {
+  const std::string who = type_name_ + "::fused_attention";
+  if (!request.queries || !request.keys || !request.values) {
+    throw base::InvalidArgument(who + ": queries, keys and values are required");
+  }
+  const lm::Tensor& q = *request.queries;
+  const int64_t first = offset_;
+  store(*request.keys, *request.values);
+  attention::check_fused_shapes(who, q, *request.keys, batch_, heads_, k_.dim, v_.dim, out);
+  lm::Tensor contiguous_queries;
+  attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
+  if (!fitted_) {
+    const attention::DtypeRowSource raw(raw_k_, raw_v_, offset_);
+    attention::attend(call, raw, &base::ThreadPool::global());
+    return;
+  }
+  // Queries projected once per call, latents accumulated by the driver, outputs rebuilt once.
+  const int64_t hq = q.dim(1), n = q.dim(2);
+  projected_.resize(static_cast<std::size_t>(batch_ * hq * n * k_.max_rank));
+  latent_out_.resize(static_cast<std::size_t>(batch_ * hq * n * v_.max_rank));
+  project_queries(k_, heads_, heads_per_group_, call.queries, batch_, hq, n, projected_.data());
+  call.queries = projected_.data();
+  call.out = latent_out_.data();
+  const LatentRows rows(k_, v_, heads_per_group_, offset_);
+  attention::attend(call, rows, &base::ThreadPool::global());
+  reconstruct_outputs(v_, heads_, heads_per_group_, latent_out_.data(), batch_, hq, n, out.data<float>());
+}
+
+int64_t LatentCache::trim(int64_t n) {
+  if (n < 0) throw base::InvalidArgument(type_name_ + "::trim: n must be >= 0, got " + std::to_string(n));
+  const int64_t removed = std::min(n, offset_);
+  offset_ -= removed;
+  // Codes are per token, so the kept rows are exactly what feeding only them stored (the basis
+  // stays as fitted). An emptied cache fits a new basis on the next prompt.
+  if (offset_ == 0 && (raw_k_.defined() || k_.codes.defined())) {
+    const lm::Tensor like_k({batch_, heads_, 1, k_.dim}, dtype_), like_v({batch_, heads_, 1, v_.dim}, dtype_);
+    allocate(like_k, like_v);
+  }
+  return removed;
+}
+
+std::vector<lm::Tensor> LatentCache::state() const {
+  if (!fitted_) {
+    if (!raw_k_.defined()) return {};
+    return {raw_k_.slice(2, 0, offset_), raw_v_.slice(2, 0, offset_)};
+  }
+  std::vector<lm::Tensor> out = {k_.codes.slice(2, 0, offset_), k_.basis, k_.mean, k_.ranks,
+                                 v_.codes.slice(2, 0, offset_), v_.basis, v_.mean, v_.ranks};
+  for (const LatentSide* side : {&k_, &v_}) {
+    for (lm::Tensor& t : side->codec->state()) out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<std::string> LatentCache::meta_state() const {
+  std::vector<std::string> meta = k_.codec->meta();
+  meta.push_back(std::to_string(requested_groups_));
+  meta.push_back(std::to_string(heads_));
+  meta.push_back(std::to_string(fitted_ ? 1 : 0));
+  meta.push_back(std::to_string(offset_));
+  meta.push_back(std::string(lm::dtype_name(dtype_)));
+  return meta;
+}
+
+void LatentCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
+  const std::string who_s = type_name_ + "::from_state";
+  const char* who = who_s.c_str();
+  const std::size_t options = k_.codec->meta_size();
+  if (meta.size() != options + 5) {
+    throw base::FormatError(who_s + ": expected " + std::to_string(options + 5) + " meta entries, got " +
+                            std::to_string(meta.size()));
+  }
+  LatentCache fresh(*this);
+  const std::vector<std::string> codec_meta(meta.begin(), meta.begin() + static_cast<std::ptrdiff_t>(options));
+  fresh.k_.codec->set_meta(codec_meta);
+  fresh.v_.codec->set_meta(codec_meta);
+  fresh.requested_groups_ = static_cast<int>(cache_rows::parse_meta_int(meta[options], who, "head groups"));
+  if (fresh.requested_groups_ < 1) throw base::FormatError(who_s + ": bad head groups '" + meta[options] + "'");
+  const int64_t saved_heads = cache_rows::parse_meta_int(meta[options + 1], who, "heads");
+  const bool fitted = cache_rows::parse_meta_int(meta[options + 2], who, "fitted") != 0;
+  const int64_t offset = cache_rows::parse_meta_int(meta[options + 3], who, "offset");
+  const lm::DType dtype = lm::parse_float_dtype(meta[options + 4]);
+  fresh.raw_k_ = fresh.raw_v_ = lm::Tensor();
+  fresh.k_.codes = fresh.v_.codes = lm::Tensor();
+  fresh.offset_ = 0;
+  fresh.fitted_ = false;
+  if (state.empty()) {
+    if (offset != 0) throw base::FormatError(who_s + ": no tensors for offset " + meta[options + 3]);
+    *this = fresh;
+    return;
+  }
+  const std::size_t expected = fitted ? 8 : 2;
+  if (state.size() < expected || (!fitted && state.size() != 2) || (state.size() - expected) % 2 != 0) {
+    throw base::FormatError(who_s + ": unexpected tensor count " + std::to_string(state.size()));
+  }
+  const lm::Tensor& first_k = state[0];
+  const lm::Tensor& first_v = state[fitted ? 4 : 1];
+  if (first_k.ndim() != 4 || first_v.ndim() != 4 || first_k.dim(2) != offset || first_v.dim(2) != offset) {
+    throw base::FormatError(who_s + ": rows do not match offset " + meta[options + 3]);
+  }
+  if (!fitted) {
+    fresh.allocate(first_k.astype(dtype), first_v.astype(dtype));
+    fresh.ensure_code_rows(offset);
+    lm::copy_token_rows(first_k.astype(dtype), fresh.raw_k_, 0);
+    lm::copy_token_rows(first_v.astype(dtype), fresh.raw_v_, 0);
+    fresh.offset_ = offset;
+    *this = fresh;
+    return;
+  }
+  // Fitted: the geometry comes from the bases ([B, G, r, (H / G) D]); heads from the groups.
+  const lm::Tensor& kb = state[1];
+  const lm::Tensor& vb = state[5];
+  if (kb.ndim() != 4 || vb.ndim() != 4 || first_k.dim(1) != kb.dim(1) || kb.dim(0) != first_k.dim(0)) {
+    throw base::FormatError(who_s + ": basis does not match the codes");
+  }
+  fresh.batch_ = kb.dim(0);
+  fresh.groups_ = kb.dim(1);
+  fresh.dtype_ = dtype;
+  if (saved_heads < 1 || saved_heads % fresh.groups_ != 0 ||
+      groups_for(saved_heads, fresh.requested_groups_) != fresh.groups_) {
+    throw base::FormatError(who_s + ": " + std::to_string(fresh.groups_) + " saved head groups do not fit " +
+                            std::to_string(saved_heads) + " heads");
+  }
+  const int64_t heads_per_group = saved_heads / fresh.groups_;
+  fresh.heads_per_group_ = heads_per_group;
+  fresh.heads_ = fresh.groups_ * heads_per_group;
+  const std::size_t per_codec = (state.size() - 8) / 2;
+  const lm::Tensor* tensors[] = {&state[0], &state[1], &state[2], &state[3], &state[4], &state[5], &state[6], &state[7]};
+  LatentSide* sides[] = {&fresh.k_, &fresh.v_};
+  for (int s = 0; s < 2; ++s) {
+    LatentSide& side = *sides[s];
+    const lm::Tensor* const* t = tensors + 4 * s;
+    side.width = t[1]->dim(3);
+    side.dim = side.width / heads_per_group;
+    side.max_rank = t[1]->dim(2);
+    side.codec->allocate(fresh.batch_, fresh.groups_, side.width);
+    std::vector<lm::Tensor> codec_state(state.begin() + static_cast<std::ptrdiff_t>(8 + s * per_codec),
+                                        state.begin() + static_cast<std::ptrdiff_t>(8 + (s + 1) * per_codec));
+    side.codec->restore(codec_state);
+    side.basis = t[1]->clone();
+    side.mean = t[2]->clone();
+    side.ranks = t[3]->clone();
+    if (t[2]->dim(3) != side.width || t[3]->dtype() != lm::DType::I32 || t[0]->dtype() != lm::DType::U8) {
+      throw base::FormatError(who_s + ": side " + std::to_string(s) + " tensors do not fit together");
+    }
+    for (int64_t b = 0; b < fresh.batch_; ++b) {
+      for (int64_t g = 0; g < fresh.groups_; ++g) {
+        const int64_t r = side.rank(b, g);
+        if (r < 1 || r > side.max_rank || side.codec->row_bytes(b, g) > t[0]->dim(3)) {
+          throw base::FormatError(who_s + ": bad rank or row size in side " + std::to_string(s));
+        }
+      }
+    }
+  }
+  fresh.capacity_ = offset;
+  fresh.fitted_ = true;
+  fresh.k_.codes = cache_rows::copy_rows(state[0], offset, offset);
+  fresh.v_.codes = cache_rows::copy_rows(state[4], offset, offset);
+  fresh.offset_ = offset;
+  *this = fresh;
+}
+
+std::shared_ptr<lm::KVCache> LatentCache::clone() const { return std::make_shared<LatentCache>(*this); }
+
+}  // namespace veloxquant

@@ -1,0 +1,49 @@
+#pragma once
+// What a "true latent" cache (caches/latent_cache.h: palu, kvtc) needs from its method: how many
+// principal components of a head group to keep, and how one token's latent coordinates are
+// stored. The cache owns the basis (PCA of the first rows, per batch and head group), the
+// per-token code rows and the attention; the codec owns the row format and whatever it fitted
+// (kvtc's per-component bits and ranges), as tensors that travel with the cache's state.
+//
+// One codec serves one side (keys or values) of one layer, for every (batch, head group).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lm/tensor.h"
+
+namespace veloxquant {
+
+class LatentCodec {
+ public:
+  virtual ~LatentCodec() = default;
+  virtual std::unique_ptr<LatentCodec> clone() const = 0;
+
+  // Before any fit: `batch` x `groups` head groups whose concatenated rows are `width` wide.
+  virtual void allocate(int64_t batch, int64_t groups, int64_t width) = 0;
+  // Components kept for (b, g) given the PCA variances (descending, `width` of them); >= 1.
+  virtual int64_t choose_rank(int64_t b, int64_t g, const std::vector<double>& variance) = 0;
+  // Fits the row format of (b, g) on the fitting rows' latents [n, rank] (rank = choose_rank's).
+  virtual void fit(int64_t b, int64_t g, const float* latents, int64_t n, int64_t rank) = 0;
+  // Bytes of one stored row of (b, g) (after choose_rank).
+  virtual int64_t row_bytes(int64_t b, int64_t g) const = 0;
+  // One token's latent (rank floats) into its row, and rows back to latents [n, rank] (f32).
+  virtual void encode(int64_t b, int64_t g, const float* latent, uint8_t* row) const = 0;
+  virtual void decode_rows(int64_t b, int64_t g, const uint8_t* first, int64_t stride, int64_t n,
+                           float* out) const = 0;
+
+  // The fitted tensors (empty before the fit), their restore, and their allocated bytes.
+  virtual std::vector<lm::Tensor> state() const = 0;
+  virtual void restore(const std::vector<lm::Tensor>& tensors) = 0;
+  virtual std::size_t nbytes() const = 0;
+  // The method's options as meta_state strings (the same for both sides) and their parse.
+  virtual std::vector<std::string> meta() const = 0;
+  virtual void set_meta(const std::vector<std::string>& meta) = 0;
+  virtual std::size_t meta_size() const = 0;
+  // Rows the cache keeps as given before fitting, for rows `width` wide (at least 64).
+  virtual int64_t min_fit_rows(int64_t /*width*/) const { return 64; }
+};
+
+}  // namespace veloxquant

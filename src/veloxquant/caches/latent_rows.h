@@ -1,0 +1,70 @@
+#pragma once
+// The stored state of one side (keys or values) of a true-latent cache (caches/latent_cache.h)
+// and the attention driver's view of it.
+//
+// A layer's H kv heads fall into G head groups of H / G heads; a token's rows of the heads of a
+// group, concatenated, are one `width` = (H / G) x D vector x. Per (batch, group) the side keeps
+// a PCA basis fitted on the first rows: mean mu and the first r components U (r x width, unit
+// rows), and each token as the code row of its latent z = U (x - mu) (the codec's format).
+//
+// Attention in the latent space (Palu's "reconstruction on the fly", without the fp16 copy):
+//   score   <q_h, k> = <U_h q_h, z> + <q_h, mu_h>, U_h the head's D columns of U. The second term
+//           is the same for every row of a query, so softmax ignores it: the query is projected
+//           once per call (project_queries) and the rows are scored in r dimensions.
+//   values  out_h = sum_j w_j (U_h^T z_j + mu_h) = U_h^T (sum_j w_j z_j) + mu_h for normalised
+//           weights: the driver accumulates latents (LatentRows::accumulate_tile) and each output
+//           row is reconstructed once per call (reconstruct_outputs).
+#include <cstdint>
+#include <memory>
+
+#include "lm/tensor.h"
+#include "veloxquant/attention/row_source.h"
+#include "veloxquant/caches/latent_codec.h"
+
+namespace veloxquant {
+
+struct LatentSide {
+  int64_t dim = 0, width = 0, max_rank = 0;
+  lm::Tensor basis;  // F32 [B, G, max_rank, width]; rows past a group's rank are zero
+  lm::Tensor mean;   // F32 [B, G, 1, width]
+  lm::Tensor ranks;  // I32 [B, G, 1, 1]
+  lm::Tensor codes;  // U8  [B, G, capacity, row_bytes]
+  std::unique_ptr<LatentCodec> codec;
+
+  int64_t rank(int64_t b, int64_t g) const;
+  const float* basis_row(int64_t b, int64_t g, int64_t i) const;
+  const float* mean_row(int64_t b, int64_t g) const;
+  const uint8_t* code_row(int64_t b, int64_t g, int64_t j) const;
+  int64_t row_stride() const { return codes.dim(3); }
+};
+
+// Latent rows [0, rows) of both sides; kv head h reads group h / heads_per_group. key_dim() and
+// value_dim() are the sides' max ranks: the call's queries are the projected ones and its
+// outputs the accumulated latents.
+class LatentRows final : public attention::RowSource {
+ public:
+  LatentRows(const LatentSide& keys, const LatentSide& values, int64_t heads_per_group, int64_t rows);
+  int64_t key_dim() const override { return keys_.max_rank; }
+  int64_t value_dim() const override { return values_.max_rank; }
+  int64_t rows(int64_t, int64_t) const override { return rows_; }
+  void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
+                  int64_t ld, attention::TileScratch& scratch) const override;
+  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
+                       float* acc, attention::TileScratch& scratch) const override;
+
+ private:
+  const LatentSide& keys_;
+  const LatentSide& values_;
+  int64_t heads_per_group_, rows_;
+};
+
+// queries f32 [B, Hq, N, D] contiguous -> projected [B, Hq, N, keys.max_rank] (zeros past the
+// group's rank): U_h q for the kv head h = query head / (Hq / H).
+void project_queries(const LatentSide& keys, int64_t kv_heads, int64_t heads_per_group, const float* queries,
+                     int64_t batch, int64_t q_heads, int64_t n, float* projected);
+// latents [B, Hq, N, values.max_rank] (normalised sums of latents) -> out [B, Hq, N, Dv]:
+// U_h^T a + mu_h.
+void reconstruct_outputs(const LatentSide& values, int64_t kv_heads, int64_t heads_per_group, const float* latents,
+                         int64_t batch, int64_t q_heads, int64_t n, float* out);
+
+}  // namespace veloxquant
