@@ -35,7 +35,7 @@ def eval_rows(results_md):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         method, settings, nbytes, _, kl = cells[:5]
         # The settings cell is prose; the label keeps its first clause ("defaults", "--bits 2", ...).
-        short = re.split(r"[:,(]", settings)[0].strip()
+        short = re.split(r"[:,(]", settings)[0].strip().strip("`")
         rows.append((f"{method} {short}", float(nbytes), float(kl)))
     return rows
 
