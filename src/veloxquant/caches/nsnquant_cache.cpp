@@ -228,19 +228,12 @@ int64_t NsnQuantCache::trim(int64_t n) {
   if (new_frontier < frontier_) {
     // The chunk at new_frontier reopens (its rows below new_offset return to the buffer, decoded
     // from their codes); every chunk above it is dropped whole.
-    const int64_t reopened = new_offset - new_frontier;
-    std::vector<float> rows(static_cast<std::size_t>(std::max<int64_t>(reopened, 1) * std::max(dk_, dv_)));
-    for (int64_t b = 0; b < batch_; ++b) {
-      for (int64_t h = 0; h < heads_; ++h) {
-        const int64_t bh = b * heads_ + h;
-        decode_rows(true, b, h, new_frontier, new_offset, rows.data());
-        cache_rows::store_f32(rows.data(), static_cast<std::size_t>(reopened * dk_),
-                              blocks_tail::head_rows(tail_k_, bh, chunk_, dk_), dtype_);
-        decode_rows(false, b, h, new_frontier, new_offset, rows.data());
-        cache_rows::store_f32(rows.data(), static_cast<std::size_t>(reopened * dv_),
-                              blocks_tail::head_rows(tail_v_, bh, chunk_, dv_), dtype_);
-      }
-    }
+    blocks_tail::reopen_into_tail(
+        {.batch = batch_, .heads = heads_, .key_dim = dk_, .value_dim = dv_, .group = chunk_,
+         .frontier = new_frontier, .offset = new_offset, .tail_dtype = dtype_},
+        tail_k_, tail_v_, [this](bool keys, int64_t b, int64_t h, int64_t begin, int64_t end, float* out) {
+          decode_rows(keys, b, h, begin, end, out);
+        });
     frontier_ = new_frontier;
   }
   offset_ = new_offset;

@@ -1,5 +1,6 @@
 #include "veloxquant/caches/quantized_blocks_tail.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +37,21 @@ void gather_pending(const lm::Tensor& tail_rows, lm::DType tail_dtype, int64_t b
 void keep_in_tail(const float* rows, int64_t kept, lm::Tensor& tail_rows, lm::DType tail_dtype, int64_t bh,
                   int64_t group, int64_t width) {
   cache_rows::store_f32(rows, static_cast<std::size_t>(kept * width), head_rows(tail_rows, bh, group, width), tail_dtype);
+}
+
+void reopen_into_tail(const ReopenedRows& r, lm::Tensor& tail_keys, lm::Tensor& tail_values,
+                      const DecodeRows& decode_rows) {
+  const int64_t reopened = r.offset - r.frontier;
+  std::vector<float> rows(static_cast<std::size_t>(std::max<int64_t>(reopened, 1) * std::max(r.key_dim, r.value_dim)));
+  for (int64_t b = 0; b < r.batch; ++b) {
+    for (int64_t h = 0; h < r.heads; ++h) {
+      const int64_t bh = b * r.heads + h;
+      decode_rows(true, b, h, r.frontier, r.offset, rows.data());
+      keep_in_tail(rows.data(), reopened, tail_keys, r.tail_dtype, bh, r.group, r.key_dim);
+      decode_rows(false, b, h, r.frontier, r.offset, rows.data());
+      keep_in_tail(rows.data(), reopened, tail_values, r.tail_dtype, bh, r.group, r.value_dim);
+    }
+  }
 }
 
 lm::KeysValues fetch_coded_keys(const CodedKeysRows& r, const lm::Tensor& tail_keys, const lm::Tensor& values,

@@ -35,6 +35,18 @@ void gather_pending(const lm::Tensor& tail_rows, lm::DType tail_dtype, int64_t b
 void keep_in_tail(const float* rows, int64_t kept, lm::Tensor& tail_rows, lm::DType tail_dtype, int64_t bh,
                   int64_t group, int64_t width);
 
+// trim() to a frontier inside the coded blocks: rows [frontier, offset) of every head go back to the
+// tail, decoded from their codes by decode_rows(keys?, b, h, begin, end, f32 [end - begin, width]),
+// stored as `tail_dtype` (the tails are [B, H, group, Dk] and [B, H, group, Dv]). The caller then
+// moves its frontier to `frontier` and drops the codes above it.
+using DecodeRows = std::function<void(bool keys, int64_t b, int64_t h, int64_t begin, int64_t end, float* out)>;
+struct ReopenedRows {
+  int64_t batch = 0, heads = 0, key_dim = 0, value_dim = 0, group = 0, frontier = 0, offset = 0;
+  lm::DType tail_dtype{};
+};
+void reopen_into_tail(const ReopenedRows& rows, lm::Tensor& tail_keys, lm::Tensor& tail_values,
+                      const DecodeRows& decode_rows);
+
 // fetch() of a cache whose keys are coded blocks of `group` rows below `frontier` plus the tail,
 // and whose values are every row as stored ([B, H, >= offset, Dv] in `stored` dtype): keys from
 // decode_block(b, h, block, f32 [group, Dk]), all in `dtype`.
