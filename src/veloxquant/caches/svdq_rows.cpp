@@ -12,17 +12,19 @@ namespace veloxquant {
 using cache_rows::row_ptr;
 
 SvdqRows::SvdqRows(const lm::Tensor& codes, const lm::Tensor& params, const lm::Tensor& basis,
-                   const lm::Tensor& values, const SvdqLayout& layout, int64_t rows, int group)
+                   const lm::Tensor& values, const SvdqLayout& layout, int64_t rows, int group, bool leading_mean)
     : codes_(codes), params_(params), basis_(basis), values_(attention::PlainRows::of(values)), layout_(layout),
-      rows_(rows), group_(group) {}
+      rows_(rows), group_(group), leading_mean_(leading_mean) {}
 
 void SvdqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                           float* scores, int64_t ld, attention::TileScratch& scratch) const {
   const int64_t coded = layout_.coded, dk = layout_.dim, n = j1 - j0;
-  // Projected queries [n_queries, coded] and the tile's latent rows [n, coded], side by side.
-  float* projected = scratch.f32_second(static_cast<std::size_t>(n_queries * coded));
-  attention::kernels::score_rows(prepared, dk, n_queries, row_ptr<float>(basis_, b, h, 0), dk, coded, dk, projected,
-                                 coded);
+  const int64_t lead = leading_mean_ ? 1 : 0, width = lead + coded;
+  // Projected queries [n_queries, width] (column 0 = <q, mean> with a leading mean row, then
+  // <q, basis_i>) and the tile's latent rows [n, coded], side by side.
+  float* projected = scratch.f32_second(static_cast<std::size_t>(n_queries * width));
+  attention::kernels::score_rows(prepared, dk, n_queries, row_ptr<float>(basis_, b, h, 0), dk, width, dk, projected,
+                                 width);
   float* latent = scratch.f32(static_cast<std::size_t>(n * coded + 2 * coded));
   float* scale = latent + n * coded;  // the current block's (scale, min) per coded channel, in f32
   float* min = scale + coded;
@@ -39,7 +41,13 @@ void SvdqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const fl
     decode_latent_rows(layout_, first, layout_.row_bytes, end - j, scale, min, latent + (j - j0) * coded);
     j = end;
   }
-  attention::kernels::score_rows(projected, coded, n_queries, latent, coded, n, coded, scores, ld);
+  attention::kernels::score_rows(projected + lead, width, n_queries, latent, coded, n, coded, scores, ld);
+  if (!leading_mean_) return;
+  for (int64_t r = 0; r < n_queries; ++r) {
+    const float shift = projected[r * width];
+    float* row = scores + r * ld;
+    for (int64_t jj = 0; jj < n; ++jj) row[jj] += shift;
+  }
 }
 
 void SvdqRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,

@@ -19,8 +19,10 @@ namespace veloxquant {
 
 class SvdqRows final : public attention::RowSource {
  public:
+  // basis: [B, H, coded, D], or with leading_mean [B, H, 1 + coded, D] whose row 0 is the keys'
+  // mean (xkv's centred basis): its score <q, mean> is added to every row's.
   SvdqRows(const lm::Tensor& codes, const lm::Tensor& params, const lm::Tensor& basis, const lm::Tensor& values,
-           const SvdqLayout& layout, int64_t rows, int group);
+           const SvdqLayout& layout, int64_t rows, int group, bool leading_mean = false);
 
   int64_t key_dim() const override { return layout_.dim; }
   int64_t value_dim() const override { return values_.dim; }
@@ -38,6 +40,7 @@ class SvdqRows final : public attention::RowSource {
   const SvdqLayout& layout_;
   int64_t rows_;
   int group_;
+  bool leading_mean_;
 };
 
 }  // namespace veloxquant

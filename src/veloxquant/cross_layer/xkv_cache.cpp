@@ -12,6 +12,7 @@
 #include "veloxquant/attention/fused_call.h"
 #include "veloxquant/caches/quantized_blocks_tail.h"
 #include "veloxquant/core/group_quant.h"
+#include "veloxquant/caches/svdq_rows.h"
 #include "veloxquant/cross_layer/xkv_rows.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/rows/cache_rows.h"
@@ -273,7 +274,8 @@ void XkvCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Ten
   store(*request.keys, *request.values);
   attention::check_fused_shapes("XkvCache::fused_attention", q, *request.keys, batch_, heads_, dk_, dv_, out);
   const lm::Tensor empty_table;
-  const XkvRows blocks(codes_, params_, basis_ ? basis_->table : empty_table, values_, layout_, frontier_, group_);
+  const SvdqRows blocks(codes_, params_, basis_ ? basis_->table : empty_table, values_, layout_, frontier_, group_,
+                        /*leading_mean=*/true);
   const lm::Tensor pending_values = values_.slice(2, frontier_, offset_);
   const attention::DtypeRowSource pending(pending_, pending_values, offset_ - frontier_, frontier_);
   const attention::RowSource* segments[2];

@@ -23,7 +23,7 @@
 //   basis    XkvBasis (F32 [B, H, 1 + coded, Dk] + I32 [B, H, 1, 1]) — held once per group and
 //            counted once: by the member whose basis() call ran the SVD (the group's last member),
 //            0 in the others; a cache restored alone, or fitting alone, owns (and counts) its own.
-// Fused attention: the blocks through XkvRows (the query projected once per tile on the mean and
+// Fused attention: the blocks through SvdqRows with its leading mean row (the query projected once per tile on the mean and
 // the directions), the pending rows as the native cache's.
 #include <cstdint>
 #include <memory>
