@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "lm/arch/gemma3_hparams.h"
 #include "lm/arch/llama_model.h"
 #include "lm/gguf/gguf_file.h"
 #include "lm/llama2c/llama2c_reader.h"
@@ -17,8 +18,11 @@ namespace lm {
 namespace {
 
 // Architectures that share the llama block; they differ in RoPE pairing and in optional
-// tensors (qwen2: q/k/v biases; qwen3: per-head q/k RMSNorm).
-bool is_llama_family(const std::string& arch) { return arch == "llama" || arch == "qwen2" || arch == "qwen3"; }
+// tensors (qwen2: q/k/v biases; qwen3: per-head q/k RMSNorm; gemma3: q/k RMSNorm, sandwich
+// norms, GeGLU and local/global layers, lm/arch/gemma3_hparams.h).
+bool is_llama_family(const std::string& arch) {
+  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3";
+}
 
 std::vector<float> read_vector(const gguf::GgufFile& file, const std::string& name) {
   const gguf::TensorInfo& t = file.tensor(name);
@@ -61,7 +65,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   if (arch.empty()) throw base::FormatError("GGUF file '" + path + "' lacks general.architecture");
   if (!is_llama_family(arch)) {
     throw base::Unsupported("GGUF file '" + path + "': architecture '" + arch +
-                            "' is not supported (supported: llama, qwen2, qwen3)");
+                            "' is not supported (supported: llama, qwen2, qwen3, gemma3)");
   }
   const std::string p = arch + ".";
   if (file->find_tensor("blk.0.ffn_gate_inp.weight")) {
@@ -100,6 +104,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     throw base::FormatError("GGUF file '" + path + "': " + p + "rope.dimension_count " + std::to_string(hyper.rope_dim) +
                             " must be even and at most the head size " + std::to_string(c.head_dim));
   }
+  if (arch == "gemma3") apply_gemma3_hparams(*file, c, hyper);
 
   LlamaWeights w;
   w.token_embedding = file->weight("token_embd.weight");
@@ -125,7 +130,9 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     lw.bv = read_optional_vector(*file, b + "attn_v.bias");
     lw.q_norm = read_optional_vector(*file, b + "attn_q_norm.weight");
     lw.k_norm = read_optional_vector(*file, b + "attn_k_norm.weight");
+    lw.attn_post_norm = read_optional_vector(*file, b + "post_attention_norm.weight");
     lw.ffn_norm = read_vector(*file, b + "ffn_norm.weight");
+    lw.ffn_post_norm = read_optional_vector(*file, b + "post_ffw_norm.weight");
     lw.w_gate = file->weight(b + "ffn_gate.weight");
     lw.w_up = file->weight(b + "ffn_up.weight");
     lw.w_down = file->weight(b + "ffn_down.weight");

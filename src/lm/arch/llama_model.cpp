@@ -88,6 +88,10 @@ void LlamaModel::validate() const {
   expect_matrix(weights_.token_embedding, c.vocab_size, c.dim, "token_embd.weight");
   expect_matrix(weights_.output, c.vocab_size, c.dim, "output.weight");
   expect_vector(weights_.output_norm, c.dim, "output_norm.weight");
+  if (!hyper_.rope_theta.empty() && static_cast<int>(hyper_.rope_theta.size()) != c.n_layers) {
+    throw base::FormatError("model has " + std::to_string(hyper_.rope_theta.size()) + " per-layer RoPE bases for " +
+                            std::to_string(c.n_layers) + " layers");
+  }
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayerWeights& w = weights_.layers[l];
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -101,7 +105,9 @@ void LlamaModel::validate() const {
     expect_vector(w.bv, kv_dim, p + "attn_v.bias", true);
     expect_vector(w.q_norm, c.head_dim, p + "attn_q_norm.weight", true);
     expect_vector(w.k_norm, c.head_dim, p + "attn_k_norm.weight", true);
+    expect_vector(w.attn_post_norm, c.dim, p + "post_attention_norm.weight", true);
     expect_vector(w.ffn_norm, c.dim, p + "ffn_norm.weight");
+    expect_vector(w.ffn_post_norm, c.dim, p + "post_ffw_norm.weight", true);
     expect_matrix(w.w_gate, c.hidden_dim, c.dim, p + "ffn_gate.weight");
     expect_matrix(w.w_up, c.hidden_dim, c.dim, p + "ffn_up.weight");
     expect_matrix(w.w_down, c.dim, c.hidden_dim, p + "ffn_down.weight");
@@ -142,10 +148,9 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
   };
   head_norm(q, hq, w.q_norm);
   head_norm(k, hkv, w.k_norm);
-  kernels::rope(q, n, static_cast<int>(hq), static_cast<int>(d), pos0, config_.rope_theta, hyper_.rope_style,
-                hyper_.rope_dim);
-  kernels::rope(k, n, static_cast<int>(hkv), static_cast<int>(d), pos0, config_.rope_theta, hyper_.rope_style,
-                hyper_.rope_dim);
+  const float theta = hyper_.rope_theta.empty() ? config_.rope_theta : hyper_.rope_theta[layer];
+  kernels::rope(q, n, static_cast<int>(hq), static_cast<int>(d), pos0, theta, hyper_.rope_style, hyper_.rope_dim);
+  kernels::rope(k, n, static_cast<int>(hkv), static_cast<int>(d), pos0, theta, hyper_.rope_style, hyper_.rope_dim);
 
   // [N, H, D] token-major -> [1, H, N, D] head-major, as the cache contract wants.
   Tensor queries({1, hq, n, d}, DType::F32);
@@ -172,7 +177,7 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
 
   // 3. Queries to an observing cache, then fused attention or store + attend.
   if (cache.wants_queries()) cache.observe_queries(queries);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float scale = hyper_.attention_scale > 0.0f ? hyper_.attention_scale : 1.0f / std::sqrt(static_cast<float>(d));
   Tensor out({1, hq, n, d}, DType::F32);
   if (cache.supports_fused_attention()) {
     FusedAttentionRequest request;
@@ -228,6 +233,14 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, 
   float* gate = sized(buf.gate, n * hidden);
   float* up = sized(buf.up, n * hidden);
   for (int64_t t = 0; t < n; ++t) weights_.token_embedding.dequantize_row_to(tokens[t], x + t * dim);
+  if (hyper_.embedding_scale != 1.0f) {
+    for (int64_t i = 0; i < n * dim; ++i) x[i] *= hyper_.embedding_scale;
+  }
+  // Gemma's sandwich norms: each sub-block's output is normalised again before the residual add.
+  const auto post_norm = [&](const std::vector<float>& weight) {
+    if (weight.empty()) return;
+    for (int64_t t = 0; t < n; ++t) kernels::rmsnorm(delta + t * dim, weight.data(), delta + t * dim, dim, config_.norm_eps);
+  };
 
   for (int l = 0; l < config_.n_layers; ++l) {
     const LlamaLayerWeights& w = weights_.layers[l];
@@ -235,6 +248,7 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, 
       kernels::rmsnorm(x + t * dim, w.attn_norm.data(), xb + t * dim, dim, config_.norm_eps);
     }
     attention_block(l, n, xb, delta, *caches[l]);
+    post_norm(w.attn_post_norm);
     for (int64_t i = 0; i < n * dim; ++i) x[i] += delta[i];
 
     for (int64_t t = 0; t < n; ++t) {
@@ -242,8 +256,13 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, 
     }
     const kernels::MatmulJob gate_up[] = {{&w.w_gate, gate}, {&w.w_up, up}};
     kernels::matmul_many(gate_up, xb, n, pool, activations());
-    kernels::swiglu(gate, up, n * hidden);
+    if (hyper_.ffn_activation == FfnActivation::kGeluTanh) {
+      kernels::geglu(gate, up, n * hidden);
+    } else {
+      kernels::swiglu(gate, up, n * hidden);
+    }
     kernels::matmul(w.w_down, gate, n, delta, pool, activations());
+    post_norm(w.ffn_post_norm);
     for (int64_t i = 0; i < n * dim; ++i) x[i] += delta[i];
   }
 

@@ -17,7 +17,9 @@ struct LlamaLayerWeights {
   WeightMatrix wq, wk, wv, wo;       // wq [H_q*D rows, dim cols], wk/wv [H_kv*D, dim], wo [dim, H_q*D]
   std::vector<float> bq, bk, bv;     // qwen2: attention biases (empty for llama)
   std::vector<float> q_norm, k_norm; // qwen3: per-head RMSNorm of q/k over D (empty for llama)
+  std::vector<float> attn_post_norm; // gemma3: RMSNorm of the attention output before the residual add
   std::vector<float> ffn_norm;       // [dim]
+  std::vector<float> ffn_post_norm;  // gemma3: RMSNorm of the FFN output before the residual add
   WeightMatrix w_gate, w_up, w_down; // gate/up [hidden, dim], down [dim, hidden]
 };
 
@@ -28,11 +30,19 @@ struct LlamaWeights {
   std::vector<LlamaLayerWeights> layers;
 };
 
+enum class FfnActivation { kSiLU, kGeluTanh };  // SwiGLU (llama, qwen) or GeGLU (gemma)
+
 // Architecture details beyond lm::ModelConfig.
 struct LlamaHyperParams {
   kernels::RopeStyle rope_style = kernels::RopeStyle::kNormal;
   int rope_dim = 0;  // 0 = head_dim
   std::vector<std::optional<int64_t>> sliding_window;  // per layer; empty = none anywhere
+  // Per-layer RoPE base; empty = ModelConfig::rope_theta everywhere. Gemma 3 turns slower
+  // (1e6) on its global layers than on its sliding-window ones (1e4).
+  std::vector<float> rope_theta;
+  float embedding_scale = 1.0f;  // gemma: token embeddings times sqrt(dim)
+  float attention_scale = 0.0f;  // softmax scale; 0 = 1/sqrt(head_dim)
+  FfnActivation ffn_activation = FfnActivation::kSiLU;
 };
 
 }  // namespace lm

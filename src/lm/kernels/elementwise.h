@@ -1,5 +1,6 @@
 #pragma once
-// Row-wise activation kernels of the llama block: RMSNorm, softmax, SiLU and SwiGLU.
+// Row-wise activation kernels of the decoder blocks: RMSNorm, softmax, SiLU/SwiGLU (llama,
+// qwen) and GELU/GeGLU (gemma).
 #include <cstdint>
 
 namespace lm::kernels {
@@ -14,5 +15,11 @@ void softmax(float* x, int64_t n);
 float silu(float x);
 // gate[i] = silu(gate[i]) * up[i] over n elements — the SwiGLU of the llama FFN.
 void swiglu(float* gate, const float* up, int64_t n);
+
+// GELU in its tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): what Gemma's
+// hidden_activation "gelu_pytorch_tanh" and llama.cpp's ggml_gelu compute.
+float gelu_tanh(float x);
+// gate[i] = gelu_tanh(gate[i]) * up[i] over n elements — the GeGLU of the Gemma FFN.
+void geglu(float* gate, const float* up, int64_t n);
 
 }  // namespace lm::kernels

@@ -1,0 +1,49 @@
+#include "lm/arch/gemma3_hparams.h"
+
+#include <cmath>
+#include <string>
+
+#include "base/error.h"
+
+namespace lm {
+
+namespace {
+
+// Gemma 3 alternates five local (sliding-window) layers with one global layer: layer l is
+// global when l % 6 == 5 (Gemma 3 technical report, arXiv 2503.19786, section 2; llama.cpp's
+// swa pattern 6).
+constexpr int kSlidingPattern = 6;
+// RoPE base of the local layers (the report's "10k for local layers"); the global layers use
+// gemma3.rope.freq_base (1M).
+constexpr double kLocalRopeBase = 10000.0;
+
+}  // namespace
+
+void apply_gemma3_hparams(const gguf::GgufFile& file, const ModelConfig& config, LlamaHyperParams& hyper) {
+  const std::string p = "gemma3.";
+  const auto fail = [&](const std::string& what) { return base::FormatError("GGUF file '" + file.path() + "': " + what); };
+  const int64_t window = file.require_int(p + "attention.sliding_window");
+  if (window <= 0 || window > (int64_t{1} << 30)) {
+    throw fail(p + "attention.sliding_window = " + std::to_string(window) + " is out of range");
+  }
+  const double local_base = file.get_float(p + "rope.freq_base_swa").value_or(kLocalRopeBase);
+  if (!(local_base > 0.0) || !std::isfinite(local_base)) {
+    throw fail(p + "rope.freq_base_swa = " + std::to_string(local_base) + " is not a positive number");
+  }
+  hyper.rope_style = kernels::RopeStyle::kNeox;
+  hyper.ffn_activation = FfnActivation::kGeluTanh;
+  hyper.embedding_scale = std::sqrt(static_cast<float>(config.dim));
+  // Softmax scale: query_pre_attn_scalar^-1/2, which GGUF files do not carry; it equals
+  // head_dim for every Gemma 3 size except 27B (dim / heads), as llama.cpp assumes.
+  hyper.attention_scale = config.n_layers == 62 ? 1.0f / std::sqrt(static_cast<float>(config.dim / config.n_heads))
+                                                : 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+  hyper.sliding_window.assign(static_cast<std::size_t>(config.n_layers), std::nullopt);
+  hyper.rope_theta.assign(static_cast<std::size_t>(config.n_layers), config.rope_theta);
+  for (int l = 0; l < config.n_layers; ++l) {
+    if (l % kSlidingPattern == kSlidingPattern - 1) continue;  // global layer
+    hyper.sliding_window[l] = window;
+    hyper.rope_theta[l] = static_cast<float>(local_base);
+  }
+}
+
+}  // namespace lm
