@@ -106,7 +106,8 @@ TEST(GgufReader, QuantizedTensorSizes) {
   w.tensor("q4k", {256, 2}, 12, std::string(288, '\0'));
   w.tensor("q6k", {256, 1}, 14, std::string(210, '\0'));
   w.tensor("q80", {64, 3}, 8, std::string(204, '\0'));
-  w.tensor("q5k", {256, 1}, 13, std::string(176, '\0'));  // readable, not computable
+  w.tensor("q5k", {256, 1}, 13, std::string(176, '\0'));
+  w.tensor("iq2", {256, 1}, 16, std::string(66, '\0'));  // readable, not computable
   const std::string path = temp_path("quant.gguf");
   w.write(path);
   const auto f = lm::gguf::GgufFile::open(path);
@@ -115,12 +116,15 @@ TEST(GgufReader, QuantizedTensorSizes) {
   EXPECT_EQ(f->tensor("q80").nbytes, 204u);
   EXPECT_EQ(f->weight("q80").row_bytes, 68u);
   EXPECT_EQ(f->tensor("q5k").type, lm::GgmlType::Q5_K);
+  EXPECT_EQ(f->weight("q5k").row_bytes, 176u);
+  EXPECT_EQ(f->tensor("iq2").type, lm::GgmlType::IQ2_XXS);
+  EXPECT_EQ(f->tensor("iq2").nbytes, 66u);
   try {
-    (void)f->weight("q5k");
-    FAIL() << "Q5_K weight view should be refused";
+    (void)f->weight("iq2");
+    FAIL() << "IQ2_XXS weight view should be refused";
   } catch (const base::Unsupported& e) {
-    EXPECT_NE(std::string(e.what()).find("Q5_K"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("q5k"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("IQ2_XXS"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("iq2"), std::string::npos) << e.what();
   }
   fs::remove(path);
 }

@@ -265,7 +265,8 @@ INSTANTIATE_TEST_SUITE_P(AllGgmlTypes, WeightFormatReference, ::testing::ValuesI
 // dropped cannot silently shrink the suite.
 TEST(WeightFormatReferenceFixtures, CoverEveryRequiredType) {
   const json types = load_manifest().at("types");
-  for (const char* required : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"}) {
+  for (const char* required : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K", "Q5_0", "Q5_1",
+                               "Q5_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS"}) {
     EXPECT_TRUE(types.contains(required)) << required;
   }
 }

@@ -29,13 +29,19 @@ TEST(GgmlTypes, BlockGeometryMatchesTheGgufSpec) {
   struct Row { GgmlType type; int64_t block; std::size_t bytes; };
   for (const Row& r : {Row{GgmlType::F32, 1, 4}, Row{GgmlType::F16, 1, 2}, Row{GgmlType::BF16, 1, 2},
                        Row{GgmlType::Q4_0, 32, 18}, Row{GgmlType::Q4_1, 32, 20}, Row{GgmlType::Q8_0, 32, 34},
-                       Row{GgmlType::Q4_K, 256, 144}, Row{GgmlType::Q6_K, 256, 210}}) {
+                       Row{GgmlType::Q4_K, 256, 144}, Row{GgmlType::Q6_K, 256, 210},
+                       Row{GgmlType::Q5_0, 32, 22}, Row{GgmlType::Q5_1, 32, 24}, Row{GgmlType::IQ4_NL, 32, 18},
+                       Row{GgmlType::Q2_K, 256, 84}, Row{GgmlType::Q3_K, 256, 110}, Row{GgmlType::Q5_K, 256, 176},
+                       Row{GgmlType::IQ4_XS, 256, 136}}) {
     const auto info = lm::ggml_type_info(r.type);
     EXPECT_EQ(info.block_size, r.block) << info.name;
     EXPECT_EQ(info.type_size, r.bytes) << info.name;
     EXPECT_TRUE(info.supported) << info.name;
   }
-  EXPECT_FALSE(lm::ggml_type_supported(GgmlType::Q5_K));
+  // Formats still without a dequantizer: named, sized, refused.
+  for (GgmlType type : {GgmlType::IQ2_XXS, GgmlType::IQ3_S, GgmlType::IQ1_M, GgmlType::Q8_1, GgmlType::TQ2_0}) {
+    EXPECT_FALSE(lm::ggml_type_supported(type)) << lm::ggml_type_name(type);
+  }
   EXPECT_EQ(lm::ggml_type_name(GgmlType::Q6_K), "Q6_K");
   EXPECT_EQ(lm::ggml_type_name(static_cast<GgmlType>(77)), "type 77");
   EXPECT_EQ(lm::ggml_row_bytes(GgmlType::Q4_K, 512), 288u);
@@ -175,10 +181,10 @@ TEST(Dequantize, RejectsBadArguments) {
   lm::BlockQ8_0 b[2]{};
   EXPECT_THROW(lm::dequantize_row(GgmlType::Q8_0, b, y.data(), 40), base::InvalidArgument);
   try {
-    lm::dequantize_row(GgmlType::Q5_K, b, y.data(), 256);
+    lm::dequantize_row(GgmlType::IQ2_XXS, b, y.data(), 256);
     FAIL();
   } catch (const base::Unsupported& e) {
-    EXPECT_NE(std::string(e.what()).find("Q5_K"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("IQ2_XXS"), std::string::npos);
   }
 }
 
@@ -209,9 +215,13 @@ std::vector<uint8_t> random_row(GgmlType type, int64_t n, std::mt19937& rng) {
         std::memcpy(bytes.data() + at, &v, 2);
         break;
       }
-      case GgmlType::Q4_0: case GgmlType::Q8_0: put(at, scale(rng)); break;
+      case GgmlType::Q4_0: case GgmlType::Q8_0: case GgmlType::Q5_0: case GgmlType::IQ4_NL:
+      case GgmlType::IQ4_XS: put(at, scale(rng)); break;
       case GgmlType::Q4_1: put(at, scale(rng)); put(at + 2, -8.0f * scale(rng)); break;
-      case GgmlType::Q4_K: put(at, scale(rng)); put(at + 2, scale(rng)); break;
+      case GgmlType::Q5_1: put(at, scale(rng)); put(at + 2, -16.0f * scale(rng)); break;
+      case GgmlType::Q4_K: case GgmlType::Q5_K: put(at, scale(rng)); put(at + 2, scale(rng)); break;
+      case GgmlType::Q2_K: put(at + 80, scale(rng)); put(at + 82, scale(rng)); break;
+      case GgmlType::Q3_K: put(at + 108, scale(rng)); break;
       case GgmlType::Q6_K: put(at + 208, scale(rng)); break;
       default: break;
     }
@@ -313,7 +323,9 @@ TEST_P(FusedDot, MatmulManyEqualsSeparateProducts) {
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, FusedDot,
                          ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
-                                           GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K),
+                                           GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0,
+                                           GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K,
+                                           GgmlType::Q5_K, GgmlType::IQ4_XS),
                          [](const auto& info) { return lm::ggml_type_name(info.param); });
 
 TEST(WeightMatrix, ViewValidates) {
@@ -323,7 +335,7 @@ TEST(WeightMatrix, ViewValidates) {
   EXPECT_EQ(w.row(1) - w.row(0), 68);
   EXPECT_EQ(w.nbytes(), 136u);
   EXPECT_THROW(lm::WeightMatrix::view(GgmlType::Q8_0, 2, 48, data.data(), nullptr, "bad"), base::FormatError);
-  EXPECT_THROW(lm::WeightMatrix::view(GgmlType::Q5_0, 2, 64, data.data(), nullptr, "q5"), base::Unsupported);
+  EXPECT_THROW(lm::WeightMatrix::view(GgmlType::Q8_1, 2, 64, data.data(), nullptr, "q8_1"), base::Unsupported);
   EXPECT_THROW(lm::WeightMatrix::view(GgmlType::F32, 0, 64, data.data(), nullptr, "empty"), base::FormatError);
 }
 

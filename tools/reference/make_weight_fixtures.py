@@ -34,7 +34,17 @@ Quantizers: gguf.quants.quantize for BF16, Q8_0, Q4_0, Q4_1 (as gguf-py supports
 gguf-py cannot quantize Q4_K/Q6_K, so for those we call llama.cpp's ggml_quantize_chunk
 (the code llama-quantize uses), giving the same block statistics as real model files.
 
-Usage: python3 tools/reference/make_weight_fixtures.py [--out DIR]
+The formats added later (NEW_TYPES: Q5_0, Q5_1, Q5_K, Q3_K, Q2_K, IQ4_NL, IQ4_XS) need only
+gguf-py and numpy: Q5_0/Q5_1 are quantized by gguf.quants.quantize; the others, which gguf-py
+cannot quantize, get random valid blocks everywhere ("w.matrix"/"w.odd": random codes and
+packed scales with realistic positive f16 scales; "w.edge": byte-level corner cases: an
+all-zero row, subnormal scales, every code/scale byte 0xff, every code/scale byte 0x00).
+Each of them draws from its own generator (seeded with SEED and its index in NEW_TYPES), so
+`--types Q5_K ...` regenerates exactly the committed bytes without llama.cpp and without
+touching the other types; the manifest entries of types not regenerated are kept. When
+llama-cpp-python is importable, their dequantization is also checked against ggml's C code.
+
+Usage: python3 tools/reference/make_weight_fixtures.py [--out DIR] [--types T ...]
 """
 from __future__ import annotations
 
@@ -55,6 +65,9 @@ from gguf import quants
 ROWS, COLS, EDGE_ROWS, RAW_ROWS = 8, 512, 4, 4
 SEED = 20240611
 TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"]
+NEW_TYPES = ["Q5_0", "Q5_1", "Q5_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS"]
+# NEW_TYPES that gguf-py can quantize; the rest are random valid blocks throughout.
+GGUF_QUANTIZABLE = {"Q5_0", "Q5_1"}
 
 # Byte offsets of the f16 scale fields inside one block (ggml-common.h layouts); every other
 # byte of a block is a code / packed-scale byte for which any value is valid.
@@ -64,11 +77,25 @@ F16_FIELDS = {
     "Q8_0": [0],        # d, qs[32] int8                              34 bytes
     "Q4_K": [0, 2],     # d, dmin, scales[12] (6-bit packed), qs[128] 144 bytes
     "Q6_K": [208],      # ql[128], qh[64], scales[16] int8, d         210 bytes
+    "Q5_0": [0],        # d, qh[4], qs[16]                            22 bytes
+    "Q5_1": [0, 2],     # d, m, qh[4], qs[16]                         24 bytes
+    "Q5_K": [0, 2],     # d, dmin, scales[12], qh[32], qs[128]        176 bytes
+    "Q3_K": [108],      # hmask[32], qs[64], scales[12], d            110 bytes
+    "Q2_K": [80, 82],   # scales[16], qs[64], d, dmin                 84 bytes
+    "IQ4_NL": [0],      # d, qs[16] (codebook indices)                18 bytes
+    "IQ4_XS": [0],      # d, scales_h u16, scales_l[4], qs[128]       136 bytes
 }
 
 
 def repo_root() -> pathlib.Path:
     return pathlib.Path(__file__).resolve().parents[2]
+
+
+def ggml_lib_or_none() -> ctypes.CDLL | None:
+    try:
+        return ggml_lib()
+    except ImportError:
+        return None
 
 
 def ggml_lib() -> ctypes.CDLL:
@@ -147,10 +174,47 @@ def raw_tensor(rng: np.random.Generator, type_name: str, rows: int, cols: int) -
     return raw.reshape(rows, cols // block * type_size)
 
 
-def ggml_dequantize(lib: ctypes.CDLL, type_name: str, data: np.ndarray, numel: int) -> np.ndarray | None:
+def raw_blocks(rng: np.random.Generator, type_name: str, rows: int, cols: int, realistic: bool) -> np.ndarray:
+    """Random valid blocks: random code / packed-scale bytes, f16 fields replaced by finite
+    scales (realistic: positive 1e-3..2e-2, as trained weights have; else random_f16_scales)."""
+    qtype = T[type_name]
+    block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+    nblocks = rows * cols // block
+    raw = rng.integers(0, 256, size=(nblocks, type_size), dtype=np.uint32).astype(np.uint8)
+    for off in F16_FIELDS[type_name]:
+        if realistic:
+            scales = np.exp(rng.uniform(np.log(1e-3), np.log(2e-2), size=nblocks)).astype(np.float16)
+        else:
+            scales = random_f16_scales(rng, nblocks)
+        raw[:, off:off + 2] = scales.view(np.uint8).reshape(nblocks, 2)
+    return raw.reshape(rows, cols // block * type_size)
+
+
+def edge_blocks(rng: np.random.Generator, type_name: str, cols: int) -> np.ndarray:
+    """EDGE_ROWS rows of byte-level corner cases for a format without a quantizer here."""
+    qtype = T[type_name]
+    block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+    nblocks = cols // block
+    rows = np.zeros((EDGE_ROWS, nblocks, type_size), dtype=np.uint8)   # row 0: all zero
+    rows[1] = rng.integers(0, 256, size=(nblocks, type_size), dtype=np.uint32).astype(np.uint8)
+    rows[2] = 0xFF                                                      # every code / scale at max
+    # row 3 stays 0x00 in its code and packed-scale bytes (negative-most scales for Q3_K/IQ4_XS)
+    tiny = np.full(nblocks, 3e-7, dtype=np.float16)                     # f16 subnormal
+    normal = np.full(nblocks, 0.01, dtype=np.float16)
+    for off in F16_FIELDS[type_name]:
+        rows[1, :, off:off + 2] = tiny.view(np.uint8).reshape(nblocks, 2)
+        rows[2, :, off:off + 2] = normal.view(np.uint8).reshape(nblocks, 2)
+        rows[3, :, off:off + 2] = normal.view(np.uint8).reshape(nblocks, 2)
+    return rows.reshape(EDGE_ROWS, nblocks * type_size)
+
+
+def ggml_dequantize(lib: ctypes.CDLL | None, type_name: str, data: np.ndarray, numel: int) -> np.ndarray | None:
     fn_name = {"Q4_0": "dequantize_row_q4_0", "Q4_1": "dequantize_row_q4_1", "Q8_0": "dequantize_row_q8_0",
-               "Q4_K": "dequantize_row_q4_K", "Q6_K": "dequantize_row_q6_K"}.get(type_name)
-    if fn_name is None:
+               "Q4_K": "dequantize_row_q4_K", "Q6_K": "dequantize_row_q6_K",
+               "Q5_0": "dequantize_row_q5_0", "Q5_1": "dequantize_row_q5_1", "Q5_K": "dequantize_row_q5_K",
+               "Q3_K": "dequantize_row_q3_K", "Q2_K": "dequantize_row_q2_K",
+               "IQ4_NL": "dequantize_row_iq4_nl", "IQ4_XS": "dequantize_row_iq4_xs"}.get(type_name)
+    if fn_name is None or lib is None:
         return None
     fn = getattr(lib, fn_name)
     fn.restype = None
@@ -163,7 +227,7 @@ def ggml_dequantize(lib: ctypes.CDLL, type_name: str, data: np.ndarray, numel: i
 
 # Offsets (bytes in a block) of the fields holding the scale and the min of types whose
 # values are scale*q + min; zeroing one field isolates the other term.
-SCALE_MIN_FIELDS = {"Q4_1": (0, 2), "Q4_K": (0, 2)}
+SCALE_MIN_FIELDS = {"Q4_1": (0, 2), "Q4_K": (0, 2), "Q5_1": (0, 2), "Q5_K": (0, 2), "Q2_K": (80, 82)}
 
 
 def split_terms(type_name: str, raw: np.ndarray, qtype: T, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
@@ -185,19 +249,24 @@ def sha256(path: pathlib.Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def make_type(lib: ctypes.CDLL, type_name: str, rng: np.random.Generator, out_dir: pathlib.Path) -> dict:
+def make_type(lib: ctypes.CDLL | None, type_name: str, rng: np.random.Generator, out_dir: pathlib.Path) -> dict:
     qtype = T[type_name]
     tensors: dict[str, np.ndarray] = {}
-    matrix = realistic_weights(rng, ROWS, COLS)
-    edge = edge_weights(rng, COLS)
-    odd = realistic_weights(rng, 5, 256)
-    for name, values in (("w.matrix", matrix), ("w.edge", edge), ("w.odd", odd)):
-        if type_name == "F32":
-            tensors[name] = values
-        elif type_name == "F16":
-            tensors[name] = values.astype(np.float16)
-        else:
-            tensors[name] = quantize(lib, values, qtype)
+    if type_name in NEW_TYPES and type_name not in GGUF_QUANTIZABLE:
+        tensors["w.matrix"] = raw_blocks(rng, type_name, ROWS, COLS, realistic=True)
+        tensors["w.edge"] = edge_blocks(rng, type_name, COLS)
+        tensors["w.odd"] = raw_blocks(rng, type_name, 5, 256, realistic=True)
+    else:
+        matrix = realistic_weights(rng, ROWS, COLS)
+        edge = edge_weights(rng, COLS)
+        odd = realistic_weights(rng, 5, 256)
+        for name, values in (("w.matrix", matrix), ("w.edge", edge), ("w.odd", odd)):
+            if type_name == "F32":
+                tensors[name] = values
+            elif type_name == "F16":
+                tensors[name] = values.astype(np.float16)
+            else:
+                tensors[name] = quantize(lib, values, qtype)
     tensors["w.raw"] = raw_tensor(rng, type_name, RAW_ROWS, COLS)
 
     gguf_path = out_dir / f"{type_name.lower()}.gguf"
@@ -234,6 +303,13 @@ def make_type(lib: ctypes.CDLL, type_name: str, rng: np.random.Generator, out_di
             bad = np.flatnonzero(other.view(np.uint32) != deq.reshape(-1).view(np.uint32))
             sys.exit(f"{type_name} {t.name}: gguf-py and ggml dequantize differ at {bad[:8]}: "
                      f"{deq.reshape(-1)[bad[:4]]} vs {other[bad[:4]]}")
+        if type_name in GGUF_QUANTIZABLE and t.name != "w.edge":
+            # gguf-py's own quantizer round trip: within half a step of the source values
+            # (a layout slip in either direction would be far off).
+            src = {"w.matrix": matrix, "w.odd": odd}.get(t.name)
+            if src is not None:
+                step = np.abs(deq - src).max()
+                assert step < 0.05 * np.abs(src).max(), (type_name, t.name, step)
         if not np.all(np.isfinite(deq)):
             sys.exit(f"{type_name} {t.name}: non-finite dequantized values")
         x = rng.normal(0.0, 1.0, size=cols).astype(np.float32)
@@ -264,26 +340,49 @@ def make_type(lib: ctypes.CDLL, type_name: str, rng: np.random.Generator, out_di
             "tensors": entries, "arrays": index}
 
 
+def version_or_none(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(repo_root() / "tests/fixtures/reference/weights"))
+    ap.add_argument("--types", nargs="+", choices=TYPES + NEW_TYPES, default=TYPES + NEW_TYPES,
+                    help="regenerate only these (the manifest keeps the other entries); the TYPES "
+                         "share one generator stream, so they are regenerated all together")
     args = ap.parse_args()
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    lib = ggml_lib()
-    rng = np.random.default_rng(SEED)
-    manifest = {
+    old_types = [t for t in TYPES if t in args.types]
+    if old_types and old_types != TYPES:
+        sys.exit(f"{', '.join(TYPES)} share one random stream: regenerate all of them or none")
+    lib = ggml_lib() if old_types else ggml_lib_or_none()
+    manifest_path = out_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"types": {}}
+    manifest.update({
         "generator": "tools/reference/make_weight_fixtures.py",
         "seed": SEED,
-        "versions": {p: importlib.metadata.version(p) for p in ("gguf", "numpy", "llama_cpp_python")},
         "reference_dequantizer": "gguf.quants.dequantize (gguf-py), cross-checked bit-exact against "
                                  "llama.cpp dequantize_row_* for the block types",
-        "types": {},
-    }
-    for type_name in TYPES:
-        manifest["types"][type_name] = make_type(lib, type_name, rng, out_dir)
+    })
+    # Versions per run: a partial run records its own beside the ones of the full run.
+    versions = {p: version_or_none(p) for p in ("gguf", "numpy", "llama_cpp_python")}
+    if old_types:
+        manifest["versions"] = versions
+    else:
+        manifest["versions_new_types"] = versions
+    rng = np.random.default_rng(SEED)
+    for type_name in args.types:
+        if type_name in NEW_TYPES:
+            type_rng = np.random.default_rng([SEED, NEW_TYPES.index(type_name)])
+        else:
+            type_rng = rng
+        manifest["types"][type_name] = make_type(lib, type_name, type_rng, out_dir)
         print(f"{type_name}: ok", file=sys.stderr)
-    with open(out_dir / "manifest.json", "w") as f:
+    with open(manifest_path, "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
         f.write("\n")
 

@@ -16,7 +16,9 @@ bool has_i16_dot(GgmlType type) {
     case GgmlType::Q4_1:
     case GgmlType::Q8_0:
     case GgmlType::Q4_K:
-    case GgmlType::Q6_K: return true;
+    case GgmlType::Q6_K:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_K: return true;
     default: return false;
   }
 }
@@ -47,6 +49,8 @@ float vec_dot_i16(GgmlType type, const void* row, const I16Block* x, int64_t n) 
     case GgmlType::Q8_0: return simd::dot_i16_q8_0(row, x, n);
     case GgmlType::Q4_K: return simd::dot_i16_q4_k(row, x, n);
     case GgmlType::Q6_K: return simd::dot_i16_q6_k(row, x, n);
+    case GgmlType::Q5_0: return simd::dot_i16_q5_0(row, x, n);
+    case GgmlType::Q5_K: return simd::dot_i16_q5_k(row, x, n);
     default: break;
   }
   throw base::Unsupported("no i16-activation dot product for tensor type " + ggml_type_name(type));

@@ -206,6 +206,83 @@ float DotQ4_K(const void* row, const float* x, int64_t n) {
   return reduce(df, hn::Sub(acc, mins));
 }
 
+// Q5_0: x = d * (q - 16), the fifth bit of element i at bit i of the block's qh word. The
+// high bits are spread to lanes with a per-lane variable shift of the broadcast word.
+float DotQ5_0(const void* row, const float* x, int64_t n) {
+  const DF df;
+  const hn::Rebind<uint8_t, DF> du8;
+  const hn::Rebind<int32_t, DF> di32;
+  const hn::Rebind<uint32_t, DF> du32;
+  const size_t N = hn::Lanes(df);
+  const auto* blocks = static_cast<const BlockQ5_0*>(row);
+  const auto mask = hn::Set(du8, 0x0f);
+  const auto one = hn::Set(du32, 1u);
+  const auto sixteen = hn::Set(df, 16.0f);
+  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  for (int64_t b = 0; b < n / kQK5_0; ++b, x += kQK5_0) {
+    uint32_t qh;
+    std::memcpy(&qh, blocks[b].qh, sizeof qh);
+    const auto bits = hn::Set(du32, qh);
+    auto t = hn::Zero(df);
+    for (size_t j = 0; j < 16; j += N) {
+      const auto q = hn::LoadU(du8, blocks[b].qs + j);
+      const auto lane = hn::Iota(du32, static_cast<uint32_t>(j));
+      const auto high0 = hn::ShiftLeft<4>(hn::And(hn::Shr(bits, lane), one));
+      const auto high1 = hn::ShiftLeft<4>(hn::And(hn::Shr(bits, hn::Add(lane, hn::Set(du32, 16u))), one));
+      const auto q0 = hn::Or(hn::PromoteTo(di32, hn::And(q, mask)), hn::BitCast(di32, high0));
+      const auto q1 = hn::Or(hn::PromoteTo(di32, hn::ShiftRight<4>(q)), hn::BitCast(di32, high1));
+      t = hn::MulAdd(hn::Sub(hn::ConvertTo(df, q0), sixteen), hn::LoadU(df, x + j), t);
+      t = hn::MulAdd(hn::Sub(hn::ConvertTo(df, q1), sixteen), hn::LoadU(df, x + 16 + j), t);
+    }
+    // Alternate accumulators so consecutive blocks do not wait on each other's FMA.
+    if (b & 1) {
+      acc1 = hn::MulAdd(hn::Set(df, f16_scale(blocks[b].d)), t, acc1);
+    } else {
+      acc0 = hn::MulAdd(hn::Set(df, f16_scale(blocks[b].d)), t, acc0);
+    }
+  }
+  return reduce(df, hn::Add(acc0, acc1));
+}
+
+// Q5_K: Q4_K's structure plus bit j of qh[l] as the fifth bit of sub-block j's element l.
+float DotQ5_K(const void* row, const float* x, int64_t n) {
+  const DF df;
+  const hn::Rebind<uint8_t, DF> du8;
+  const size_t N = hn::Lanes(df);
+  const auto* blocks = static_cast<const BlockQ5_K*>(row);
+  const auto mask = hn::Set(du8, 0x0f);
+  const auto one = hn::Set(du8, 1);
+  auto acc = hn::Zero(df), mins = hn::Zero(df);
+  for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
+    const BlockQ5_K& block = blocks[b];
+    const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
+    for (int g = 0; g < 4; ++g) {
+      uint8_t sc_lo, mn_lo, sc_hi, mn_hi;
+      unpack_q4_k_scale(block.scales, 2 * g, sc_lo, mn_lo);
+      unpack_q4_k_scale(block.scales, 2 * g + 1, sc_hi, mn_hi);
+      const uint8_t* q = block.qs + 32 * g;
+      const float* xg = x + 64 * g;
+      auto t_lo = hn::Zero(df), t_hi = hn::Zero(df), x_lo = hn::Zero(df), x_hi = hn::Zero(df);
+      for (size_t l = 0; l < 32; l += N) {
+        const auto v = hn::LoadU(du8, q + l);
+        const auto h = hn::ShiftRightSame(hn::LoadU(du8, block.qh + l), 2 * g);
+        const auto c_lo = hn::Or(hn::And(v, mask), hn::ShiftLeft<4>(hn::And(h, one)));
+        const auto c_hi = hn::Or(hn::ShiftRight<4>(v), hn::ShiftLeft<3>(hn::And(h, hn::Set(du8, 2))));
+        const auto xl = hn::LoadU(df, xg + l), xh = hn::LoadU(df, xg + 32 + l);
+        t_lo = hn::MulAdd(u8_to_f32(df, c_lo), xl, t_lo);
+        t_hi = hn::MulAdd(u8_to_f32(df, c_hi), xh, t_hi);
+        x_lo = hn::Add(x_lo, xl);
+        x_hi = hn::Add(x_hi, xh);
+      }
+      acc = hn::MulAdd(hn::Set(df, d * sc_lo), t_lo, acc);
+      acc = hn::MulAdd(hn::Set(df, d * sc_hi), t_hi, acc);
+      mins = hn::MulAdd(hn::Set(df, dmin * mn_lo), x_lo, mins);
+      mins = hn::MulAdd(hn::Set(df, dmin * mn_hi), x_hi, mins);
+    }
+  }
+  return reduce(df, hn::Sub(acc, mins));
+}
+
 float DotQ6_K(const void* row, const float* x, int64_t n) {
   const DF df;
   const hn::Rebind<uint8_t, DF> du8;
@@ -416,6 +493,8 @@ HWY_EXPORT(DotQ4_1);
 HWY_EXPORT(DotQ8_0);
 HWY_EXPORT(DotQ4_K);
 HWY_EXPORT(DotQ6_K);
+HWY_EXPORT(DotQ5_0);
+HWY_EXPORT(DotQ5_K);
 HWY_EXPORT(DotF32Rows4);
 HWY_EXPORT(DotF32Rows4x4);
 HWY_EXPORT(AxpyF32);
@@ -434,6 +513,8 @@ float dot_q4_1(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_
 float dot_q8_0(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotQ8_0)(row, x, n); }
 float dot_q4_k(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotQ4_K)(row, x, n); }
 float dot_q6_k(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotQ6_K)(row, x, n); }
+float dot_q5_0(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotQ5_0)(row, x, n); }
+float dot_q5_k(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotQ5_K)(row, x, n); }
 void dot_f32_rows4(const float* w, int64_t stride, const float* x, int64_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(DotF32Rows4)(w, stride, x, n, out);
 }

@@ -197,6 +197,85 @@ float DotI16Q4_K(const void* row, const I16Block* x, int64_t n) {
   return reduce(acc) - mins;
 }
 
+// Q5_0: w = dw * (q - 16) with 5-bit q, so a block gives dw * dx * sum(q * qx) - 16 * dw *
+// (dx * sum(qx)). The fifth bit of element i is bit i of the block's qh word: it becomes 16
+// in lane i by testing the broadcast word against each lane's own bit.
+float DotI16Q5_0(const void* row, const I16Block* x, int64_t n) {
+  const DI16 di16;
+  const DU8 du8;
+  const DF df;
+  const size_t N = hn::Lanes(di16);
+  const auto* blocks = static_cast<const BlockQ5_0*>(row);
+  alignas(32) static constexpr int16_t kLaneBit[16] = {1,   2,   4,    8,    16,   32,   64,    128,
+                                                       256, 512, 1024, 2048, 4096, 8192, 16384, -32768};
+  const auto mask = hn::Set(di16, 0x0f);
+  const auto sixteen = hn::Set(di16, 16);
+  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  float offset = 0.0f;
+  for (int64_t b = 0; b < n / kQK5_0; ++b) {
+    uint32_t qh;
+    std::memcpy(&qh, blocks[b].qh, sizeof qh);
+    const auto lo_bits = hn::Set(di16, static_cast<int16_t>(qh & 0xffffu));
+    const auto hi_bits = hn::Set(di16, static_cast<int16_t>(qh >> 16));
+    VI32 s0 = hn::Zero(DI32()), s1 = hn::Zero(DI32());
+    for (size_t j = 0; j < 16; j += N) {
+      const auto lane_bit = hn::LoadU(di16, kLaneBit + j);
+      const auto q = hn::PromoteTo(di16, hn::LoadU(du8, blocks[b].qs + j));
+      const auto h0 = hn::IfThenElseZero(hn::TestBit(lo_bits, lane_bit), sixteen);
+      const auto h1 = hn::IfThenElseZero(hn::TestBit(hi_bits, lane_bit), sixteen);
+      s0 = madd(hn::Or(hn::And(q, mask), h0), hn::LoadU(di16, x[b].q + j), s0, s1);
+      s0 = madd(hn::Or(hn::ShiftRight<4>(q), h1), hn::LoadU(di16, x[b].q + 16 + j), s0, s1);
+    }
+    const float dw = f16_scale(blocks[b].d);
+    const auto term = hn::Mul(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, dw * x[b].d));
+    if (b & 1) {
+      acc1 = hn::Add(acc1, term);
+    } else {
+      acc0 = hn::Add(acc0, term);
+    }
+    offset += dw * x[b].sum;
+  }
+  return reduce(hn::Add(acc0, acc1)) - 16.0f * offset;
+}
+
+// Q5_K: Q4_K's sub-block structure plus the fifth bit j of qh[l] for element l of sub-block j:
+// d * sc_j * dx * sum(q * qx) - dmin * mn_j * (dx * sum(qx)).
+float DotI16Q5_K(const void* row, const I16Block* x, int64_t n) {
+  const DI16 di16;
+  const DU8 du8;
+  const DF df;
+  const size_t N = hn::Lanes(di16);
+  const auto* blocks = static_cast<const BlockQ5_K*>(row);
+  const auto mask = hn::Set(du8, 0x0f);
+  const auto one = hn::Set(du8, 1), two = hn::Set(du8, 2);
+  auto acc = hn::Zero(df);
+  float mins = 0.0f;
+  for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
+    const BlockQ5_K& block = blocks[b];
+    const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
+    for (int g = 0; g < 4; ++g) {
+      uint8_t sc_lo, mn_lo, sc_hi, mn_hi;
+      unpack_q4_k_scale(block.scales, 2 * g, sc_lo, mn_lo);
+      unpack_q4_k_scale(block.scales, 2 * g + 1, sc_hi, mn_hi);
+      const I16Block& x_lo = x[2 * g];
+      const I16Block& x_hi = x[2 * g + 1];
+      VI32 lo0 = hn::Zero(DI32()), lo1 = hn::Zero(DI32()), hi0 = hn::Zero(DI32()), hi1 = hn::Zero(DI32());
+      for (size_t l = 0; l < 32; l += N) {
+        const auto v = hn::LoadU(du8, block.qs + 32 * g + l);
+        const auto h = hn::ShiftRightSame(hn::LoadU(du8, block.qh + l), 2 * g);
+        const auto c_lo = hn::Or(hn::And(v, mask), hn::ShiftLeft<4>(hn::And(h, one)));
+        const auto c_hi = hn::Or(hn::ShiftRight<4>(v), hn::ShiftLeft<3>(hn::And(h, two)));
+        lo0 = madd(hn::PromoteTo(di16, c_lo), hn::LoadU(di16, x_lo.q + l), lo0, lo1);
+        hi0 = madd(hn::PromoteTo(di16, c_hi), hn::LoadU(di16, x_hi.q + l), hi0, hi1);
+      }
+      acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(lo0, lo1)), hn::Set(df, d * sc_lo * x_lo.d), acc);
+      acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(hi0, hi1)), hn::Set(df, d * sc_hi * x_hi.d), acc);
+      mins += dmin * (mn_lo * x_lo.sum + mn_hi * x_hi.sum);
+    }
+  }
+  return reduce(acc) - mins;
+}
+
 // Q6_K: element 32k + l of each 128-element half takes its low bits from ql[l + 32(k&1)]
 // (nibble k >> 1), its high bits from bits 2k of qh[l], and scale sc[l/16 + 2k]; it is
 // element l of activation block 4 * half + k. Codes are recentred to [-32, 31].
@@ -253,6 +332,8 @@ void DotI16Rows(GgmlType type, const void* rows, size_t row_bytes, int64_t n_row
     case GgmlType::Q8_0: return rows_with<DotI16Q8_0>(p, row_bytes, n_rows, x, n, y);
     case GgmlType::Q4_K: return rows_with<DotI16Q4_K>(p, row_bytes, n_rows, x, n, y);
     case GgmlType::Q6_K: return rows_with<DotI16Q6_K>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q5_0: return rows_with<DotI16Q5_0>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q5_K: return rows_with<DotI16Q5_K>(p, row_bytes, n_rows, x, n, y);
     default: return;
   }
 }
@@ -270,6 +351,8 @@ HWY_EXPORT(DotI16Q4_1);
 HWY_EXPORT(DotI16Q8_0);
 HWY_EXPORT(DotI16Q4_K);
 HWY_EXPORT(DotI16Q6_K);
+HWY_EXPORT(DotI16Q5_0);
+HWY_EXPORT(DotI16Q5_K);
 HWY_EXPORT(DotI16Rows);
 
 void quantize_i16(const float* x, int64_t n, I16Block* out) { HWY_DYNAMIC_DISPATCH(QuantizeI16)(x, n, out); }
@@ -278,6 +361,8 @@ float dot_i16_q4_1(const void* row, const I16Block* x, int64_t n) { return HWY_D
 float dot_i16_q8_0(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q8_0)(row, x, n); }
 float dot_i16_q4_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q4_K)(row, x, n); }
 float dot_i16_q6_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q6_K)(row, x, n); }
+float dot_i16_q5_0(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q5_0)(row, x, n); }
+float dot_i16_q5_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q5_K)(row, x, n); }
 void dot_i16_rows(GgmlType type, const void* rows, size_t row_bytes, int64_t n_rows, const I16Block* x, int64_t n,
                   float* y) {
   HWY_DYNAMIC_DISPATCH(DotI16Rows)(type, rows, row_bytes, n_rows, x, n, y);

@@ -18,6 +18,28 @@ float vec_dot_reference(GgmlType type, const void* row, const float* x, int64_t 
   return static_cast<float>(sum);
 }
 
+float dot_by_blocks(GgmlType type, const void* row, const float* x, int64_t n) {
+  const GgmlTypeInfo info = ggml_type_info(type);
+  if (!info.supported) throw base::Unsupported("no dot-product kernel for tensor type " + ggml_type_name(type));
+  // Whole blocks of up to kChunk elements (a 256-element super-block, or eight 32-blocks).
+  constexpr int64_t kChunk = 256;
+  const int64_t chunk = info.block_size >= kChunk ? info.block_size : kChunk / info.block_size * info.block_size;
+  const std::size_t chunk_bytes = static_cast<std::size_t>(chunk / info.block_size) * info.type_size;
+  const auto* bytes = static_cast<const unsigned char*>(row);
+  alignas(64) float w[kChunk];
+  float sum = 0.0f;
+  int64_t i = 0;
+  for (; i + chunk <= n; i += chunk, bytes += chunk_bytes) {
+    dequantize_row(type, bytes, w, chunk);
+    sum += simd::dot_f32(w, x + i, chunk);
+  }
+  if (i < n) {
+    dequantize_row(type, bytes, w, n - i);
+    sum += simd::dot_f32(w, x + i, n - i);
+  }
+  return sum;
+}
+
 float vec_dot(GgmlType type, const void* row, const float* x, int64_t n) {
   switch (type) {
     case GgmlType::F32: return simd::dot_f32(static_cast<const float*>(row), x, n);
@@ -28,9 +50,11 @@ float vec_dot(GgmlType type, const void* row, const float* x, int64_t n) {
     case GgmlType::Q8_0: return simd::dot_q8_0(row, x, n);
     case GgmlType::Q4_K: return simd::dot_q4_k(row, x, n);
     case GgmlType::Q6_K: return simd::dot_q6_k(row, x, n);
+    case GgmlType::Q5_0: return simd::dot_q5_0(row, x, n);
+    case GgmlType::Q5_K: return simd::dot_q5_k(row, x, n);
     default: break;
   }
-  throw base::Unsupported("no dot-product kernel for tensor type " + ggml_type_name(type));
+  return dot_by_blocks(type, row, x, n);
 }
 
 }  // namespace lm::kernels

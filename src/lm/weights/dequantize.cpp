@@ -62,6 +62,35 @@ void dequantize_row_q5_0(const void* src, float* dst, int64_t n) {
   }
 }
 
+void dequantize_row_q5_1(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ5_1*>(src);
+  for (int64_t b = 0; b < n / kQK5_1; ++b) {
+    const float d = base::f16_to_f32(blocks[b].d);
+    const float m = base::f16_to_f32(blocks[b].m);
+    uint32_t qh;
+    std::memcpy(&qh, blocks[b].qh, sizeof qh);
+    float* y = dst + b * kQK5_1;
+    for (int j = 0; j < kQK5_1 / 2; ++j) {
+      const int high0 = static_cast<int>((qh >> j) & 1u) << 4;
+      const int high1 = static_cast<int>((qh >> (j + kQK5_1 / 2)) & 1u) << 4;
+      y[j] = d * static_cast<float>((blocks[b].qs[j] & 0x0f) | high0) + m;
+      y[j + kQK5_1 / 2] = d * static_cast<float>((blocks[b].qs[j] >> 4) | high1) + m;
+    }
+  }
+}
+
+void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockIQ4_NL*>(src);
+  for (int64_t b = 0; b < n / kQK4_NL; ++b) {
+    const float d = base::f16_to_f32(blocks[b].d);
+    float* y = dst + b * kQK4_NL;
+    for (int j = 0; j < kQK4_NL / 2; ++j) {
+      y[j] = d * static_cast<float>(kIQ4Values[blocks[b].qs[j] & 0x0f]);
+      y[j + kQK4_NL / 2] = d * static_cast<float>(kIQ4Values[blocks[b].qs[j] >> 4]);
+    }
+  }
+}
+
 void dequantize_row_q8_0(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ8_0*>(src);
   for (int64_t b = 0; b < n / kQK8_0; ++b) {
@@ -123,6 +152,82 @@ void dequantize_row_q6_k(const void* src, float* dst, int64_t n) {
   }
 }
 
+void dequantize_row_q2_k(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ2_K*>(src);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ2_K& block = blocks[b];
+    const float d = base::f16_to_f32(block.d);
+    const float dmin = base::f16_to_f32(block.dmin);
+    float* y = dst + b * kQK_K;
+    // Element 128h + 32s + l: bits 2s of qs[32h + l], sub-block (128h + 32s + l) / 16.
+    for (int i = 0; i < kQK_K; ++i) {
+      const int h = i / 128, s = (i % 128) / 32, l = i % 32;
+      const uint8_t sc = block.scales[i / 16];
+      const float dl = d * static_cast<float>(sc & 0x0f);
+      const float ml = dmin * static_cast<float>(sc >> 4);
+      const int q = (block.qs[32 * h + l] >> (2 * s)) & 3;
+      y[i] = dl * static_cast<float>(q) - ml;
+    }
+  }
+}
+
+void dequantize_row_q3_k(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ3_K*>(src);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ3_K& block = blocks[b];
+    const float d = base::f16_to_f32(block.d);
+    float* y = dst + b * kQK_K;
+    // Element i = 128h + 32s + l: low bits at 2s of qs[32h + l], high bit at bit i / 32 of
+    // hmask[l] (set: q as is; clear: q - 4), sub-block i / 16.
+    for (int i = 0; i < kQK_K; ++i) {
+      const int h = i / 128, s = (i % 128) / 32, l = i % 32;
+      const float dl = d * static_cast<float>(unpack_q3_k_scale(block.scales, i / 16) - 32);
+      const int low = (block.qs[32 * h + l] >> (2 * s)) & 3;
+      const int q = low - (((block.hmask[l] >> (i / 32)) & 1) ? 0 : 4);
+      y[i] = dl * static_cast<float>(q);
+    }
+  }
+}
+
+void dequantize_row_q5_k(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ5_K*>(src);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ5_K& block = blocks[b];
+    const float d = base::f16_to_f32(block.d);
+    const float dmin = base::f16_to_f32(block.dmin);
+    float* y = dst + b * kQK_K;
+    // Sub-block j = 2g + k: low bits from nibble k of qs[32g + l], fifth bit j of qh[l].
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, mn;
+      unpack_q4_k_scale(block.scales, j, sc, mn);
+      const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(mn);
+      const uint8_t* q = block.qs + 32 * (j / 2);
+      const int shift = 4 * (j % 2);
+      for (int l = 0; l < 32; ++l) {
+        const int code = ((q[l] >> shift) & 0x0f) | (((block.qh[l] >> j) & 1) << 4);
+        y[32 * j + l] = dl * static_cast<float>(code) - ml;
+      }
+    }
+  }
+}
+
+void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockIQ4_XS*>(src);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockIQ4_XS& block = blocks[b];
+    const float d = base::f16_to_f32(block.d);
+    float* y = dst + b * kQK_K;
+    for (int j = 0; j < 8; ++j) {
+      const float dl = d * static_cast<float>(unpack_iq4_xs_scale(block, j) - 32);
+      const uint8_t* q = block.qs + 16 * j;
+      for (int l = 0; l < 16; ++l) {
+        y[32 * j + l] = dl * static_cast<float>(kIQ4Values[q[l] & 0x0f]);
+        y[32 * j + 16 + l] = dl * static_cast<float>(kIQ4Values[q[l] >> 4]);
+      }
+    }
+  }
+}
+
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
   const GgmlTypeInfo info = ggml_type_info(type);
   if (!info.supported) {
@@ -138,9 +243,16 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::BF16: return dequantize_row_bf16(static_cast<const uint16_t*>(src), dst, n);
     case GgmlType::Q4_0: return dequantize_row_q4_0(src, dst, n);
     case GgmlType::Q4_1: return dequantize_row_q4_1(src, dst, n);
+    case GgmlType::Q5_0: return dequantize_row_q5_0(src, dst, n);
+    case GgmlType::Q5_1: return dequantize_row_q5_1(src, dst, n);
     case GgmlType::Q8_0: return dequantize_row_q8_0(src, dst, n);
+    case GgmlType::IQ4_NL: return dequantize_row_iq4_nl(src, dst, n);
+    case GgmlType::Q2_K: return dequantize_row_q2_k(src, dst, n);
+    case GgmlType::Q3_K: return dequantize_row_q3_k(src, dst, n);
     case GgmlType::Q4_K: return dequantize_row_q4_k(src, dst, n);
+    case GgmlType::Q5_K: return dequantize_row_q5_k(src, dst, n);
     case GgmlType::Q6_K: return dequantize_row_q6_k(src, dst, n);
+    case GgmlType::IQ4_XS: return dequantize_row_iq4_xs(src, dst, n);
     default: break;
   }
   throw base::Unsupported("cannot dequantize tensor type " + ggml_type_name(type));

@@ -19,8 +19,14 @@ void dequantize_row_bf16(const uint16_t* src, float* dst, int64_t n);
 void dequantize_row_q4_0(const void* src, float* dst, int64_t n);
 void dequantize_row_q4_1(const void* src, float* dst, int64_t n);
 void dequantize_row_q5_0(const void* src, float* dst, int64_t n);
+void dequantize_row_q5_1(const void* src, float* dst, int64_t n);
 void dequantize_row_q8_0(const void* src, float* dst, int64_t n);
+void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n);
+void dequantize_row_q2_k(const void* src, float* dst, int64_t n);
+void dequantize_row_q3_k(const void* src, float* dst, int64_t n);
 void dequantize_row_q4_k(const void* src, float* dst, int64_t n);
+void dequantize_row_q5_k(const void* src, float* dst, int64_t n);
 void dequantize_row_q6_k(const void* src, float* dst, int64_t n);
+void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n);
 
 }  // namespace lm

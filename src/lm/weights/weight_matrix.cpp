@@ -16,7 +16,7 @@ WeightMatrix WeightMatrix::view(GgmlType type, int64_t rows, int64_t cols, const
   if (!ggml_type_supported(type)) {
     throw base::Unsupported("tensor '" + name + "' has type " + ggml_type_name(type) +
                             ", which this host does not support (supported: F32, F16, BF16, Q8_0, "
-                            "Q4_0, Q4_1, Q4_K, Q6_K)");
+                            "Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)");
   }
   if (rows <= 0 || cols <= 0) {
     throw base::FormatError("tensor '" + name + "' has an empty shape [" + std::to_string(cols) + ", " +
