@@ -31,6 +31,7 @@ import numpy as np
 import llama_cpp
 from llama_cpp import Llama
 
+from numpy_gemma3 import NumpyGemma3
 from numpy_llama import NumpyLlama
 
 PASSAGE_TOKENS = 256
@@ -84,6 +85,20 @@ MODELS = {
         # One ChatML user turn and the generation prompt (special tokens parsed; without the
         # default system turn the file's template would add).
         "greedy_chat_prompt": "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    },
+    # Gemma 3 270M (gemma3: head_dim 256, 4 query heads on 1 KV head, sliding window 512 on
+    # five layers of six): a passage longer than the window, so the local layers' mask bites.
+    "gemma3_270m": {
+        "model": lambda: repo_root() / "models/gemma-3-270m-q4_k_m.gguf",
+        "text": lambda: text_passage(shared_dir() / "data/tinyshakespeare.txt", None, 6000),
+        "text_source": "../shared/data/tinyshakespeare.txt from the start",
+        "add_bos": True,      # tokenizer.ggml.add_bos_token = true in the file
+        "n_ctx": 1024,
+        "n_tokens": 640,
+        "all_positions_full": False,
+        "full_positions": [600],  # 1 x 262144 f32 = 1 MB
+        "exact_full_positions": [600],
+        "greedy": False,
     },
     # Random weights, every tensor type lm supports (tools/reference/make_mixed_model.py).
     "mixed_types": {
@@ -191,11 +206,12 @@ def make(name: str, spec: dict, out_dir: pathlib.Path) -> None:
 
     # The exact function of the model (float64, weights dequantized by gguf-py, K/V rounded to
     # f16 as lm's and llama.cpp's default caches store them): independent of both runtimes.
-    exact = NumpyLlama(str(model_path), kv_f16=True).forward(tokens)
+    forward = NumpyGemma3 if name.startswith("gemma3") else NumpyLlama
+    exact = forward(str(model_path), kv_f16=True).forward(tokens)
     fixture["llama_cpp_batch_vs_exact"] = compare(scores, exact)
     ex_order = np.argsort(-exact, axis=1, kind="stable")[:, :5]
     fixture["exact_f64"] = {
-        "method": "tools/reference/numpy_llama.py, float64, K/V rounded to f16",
+        "method": f"tools/reference/{'numpy_gemma3' if name.startswith('gemma3') else 'numpy_llama'}.py, float64, K/V rounded to f16",
         "top1": [int(i) for i in ex_order[:, 0]],
         "top5_ids": ex_order.astype(int).tolist(),
         "top5_logits": [[float(exact[p, i]) for i in ex_order[p]] for p in range(n_tokens)],
