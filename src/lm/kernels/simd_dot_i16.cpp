@@ -276,6 +276,179 @@ float DotI16Q5_K(const void* row, const I16Block* x, int64_t n) {
   return reduce(acc) - mins;
 }
 
+// Q5_1: w = d * q + m with Q5_0's 5-bit q: d * dx * sum(q * qx) + m * (dx * sum(qx)).
+float DotI16Q5_1(const void* row, const I16Block* x, int64_t n) {
+  const DI16 di16;
+  const DU8 du8;
+  const DF df;
+  const size_t N = hn::Lanes(di16);
+  const auto* blocks = static_cast<const BlockQ5_1*>(row);
+  alignas(32) static constexpr int16_t kLaneBit[16] = {1,   2,   4,    8,    16,   32,   64,    128,
+                                                       256, 512, 1024, 2048, 4096, 8192, 16384, -32768};
+  const auto mask = hn::Set(di16, 0x0f);
+  const auto sixteen = hn::Set(di16, 16);
+  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  float mins = 0.0f;
+  for (int64_t b = 0; b < n / kQK5_1; ++b) {
+    uint32_t qh;
+    std::memcpy(&qh, blocks[b].qh, sizeof qh);
+    const auto lo_bits = hn::Set(di16, static_cast<int16_t>(qh & 0xffffu));
+    const auto hi_bits = hn::Set(di16, static_cast<int16_t>(qh >> 16));
+    VI32 s0 = hn::Zero(DI32()), s1 = hn::Zero(DI32());
+    for (size_t j = 0; j < 16; j += N) {
+      const auto lane_bit = hn::LoadU(di16, kLaneBit + j);
+      const auto q = hn::PromoteTo(di16, hn::LoadU(du8, blocks[b].qs + j));
+      const auto h0 = hn::IfThenElseZero(hn::TestBit(lo_bits, lane_bit), sixteen);
+      const auto h1 = hn::IfThenElseZero(hn::TestBit(hi_bits, lane_bit), sixteen);
+      s0 = madd(hn::Or(hn::And(q, mask), h0), hn::LoadU(di16, x[b].q + j), s0, s1);
+      s0 = madd(hn::Or(hn::ShiftRight<4>(q), h1), hn::LoadU(di16, x[b].q + 16 + j), s0, s1);
+    }
+    const auto term = hn::Mul(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d));
+    if (b & 1) {
+      acc1 = hn::Add(acc1, term);
+    } else {
+      acc0 = hn::Add(acc0, term);
+    }
+    mins += f16_scale(blocks[b].m) * x[b].sum;
+  }
+  return reduce(hn::Add(acc0, acc1)) + mins;
+}
+
+// The codebook values of one IQ4 group of 32 codes (16 bytes: low nibbles elements 0..15,
+// high nibbles 16..31) into out[32]: one byte shuffle per 16 codes (pshufb on x86).
+HWY_INLINE void iq4_values(const uint8_t* qs, int8_t* out) {
+#if HWY_TARGET == HWY_SCALAR
+  for (int j = 0; j < 16; ++j) {
+    out[j] = kIQ4Values[qs[j] & 0x0f];
+    out[j + 16] = kIQ4Values[qs[j] >> 4];
+  }
+#else
+  const hn::Full128<uint8_t> d8;
+  const hn::Full128<int8_t> di8;
+  const auto table = hn::LoadU(di8, kIQ4Values);
+  const auto v = hn::LoadU(d8, qs);
+  hn::StoreU(hn::TableLookupBytes(table, hn::BitCast(di8, hn::And(v, hn::Set(d8, 0x0f)))), di8, out);
+  hn::StoreU(hn::TableLookupBytes(table, hn::BitCast(di8, hn::ShiftRight<4>(v))), di8, out + 16);
+#endif
+}
+
+// sum(values * qx) of 32 codebook values with one activation block, as i32 lanes.
+HWY_INLINE VI32 i8_block_sum(const int8_t* w, const int16_t* x) {
+  const DI16 di16;
+  const DI8 di8;
+  const size_t N = hn::Lanes(di16);
+  VI32 s0 = hn::Zero(DI32()), s1 = hn::Zero(DI32());
+  for (size_t j = 0; j < 32; j += N) s0 = madd(hn::PromoteTo(di16, hn::LoadU(di8, w + j)), hn::LoadU(di16, x + j), s0, s1);
+  return hn::Add(s0, s1);
+}
+
+// IQ4_NL: w = d * kIQ4Values[q]: d * dx * sum(value * qx) per block.
+float DotI16IQ4_NL(const void* row, const I16Block* x, int64_t n) {
+  const DF df;
+  const auto* blocks = static_cast<const BlockIQ4_NL*>(row);
+  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  alignas(16) int8_t values[32];
+  for (int64_t b = 0; b < n / kQK4_NL; ++b) {
+    iq4_values(blocks[b].qs, values);
+    const auto term = hn::ConvertTo(df, i8_block_sum(values, x[b].q));
+    const auto scale = hn::Set(df, f16_scale(blocks[b].d) * x[b].d);
+    if (b & 1) {
+      acc1 = hn::MulAdd(term, scale, acc1);
+    } else {
+      acc0 = hn::MulAdd(term, scale, acc0);
+    }
+  }
+  return reduce(hn::Add(acc0, acc1));
+}
+
+// IQ4_XS: sub-block j of a super-block lines up with activation block j:
+// d * (ls_j - 32) * dx * sum(value * qx).
+float DotI16IQ4_XS(const void* row, const I16Block* x, int64_t n) {
+  const DF df;
+  const auto* blocks = static_cast<const BlockIQ4_XS*>(row);
+  auto acc = hn::Zero(df);
+  alignas(16) int8_t values[32];
+  for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
+    const BlockIQ4_XS& block = blocks[b];
+    const float d = f16_scale(block.d);
+    for (int j = 0; j < 8; ++j) {
+      iq4_values(block.qs + 16 * j, values);
+      const float scale = d * static_cast<float>(unpack_iq4_xs_scale(block, j) - 32) * x[j].d;
+      acc = hn::MulAdd(hn::ConvertTo(df, i8_block_sum(values, x[j].q)), hn::Set(df, scale), acc);
+    }
+  }
+  return reduce(acc);
+}
+
+// Q2_K: element 32s + l of half h is bits 2s of qs[32h + l], i.e. element l of activation
+// block 4h + s; its sub-block (16 elements) is 8h + 2s + l/16. Per sub-block:
+// d * sc * dx * sum(q * qx) - dmin * mn * dx * sum(qx over the 16), the partial activation
+// sums taken with a multiply-add by ones (I16Block.sum covers 32 elements).
+float DotI16Q2_K(const void* row, const I16Block* x, int64_t n) {
+  const DI16 di16;
+  const DU8 du8;
+  const DF df;
+  const size_t N = hn::Lanes(di16);
+  const auto* blocks = static_cast<const BlockQ2_K*>(row);
+  const auto three = hn::Set(du8, 3);
+  const auto ones = hn::Set(di16, 1);
+  auto acc = hn::Zero(df), mins = hn::Zero(df);
+  for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
+    const BlockQ2_K& block = blocks[b];
+    const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
+    for (int h = 0; h < 2; ++h) {
+      for (int s = 0; s < 4; ++s) {
+        const I16Block& xb = x[4 * h + s];
+        for (size_t l = 0; l < 32; l += N) {
+          const auto q = hn::And(hn::ShiftRightSame(hn::LoadU(du8, block.qs + 32 * h + l), 2 * s), three);
+          const auto xv = hn::LoadU(di16, xb.q + l);
+          VI32 p0 = hn::Zero(DI32()), p1 = hn::Zero(DI32()), m0 = hn::Zero(DI32()), m1 = hn::Zero(DI32());
+          p0 = madd(hn::PromoteTo(di16, q), xv, p0, p1);
+          m0 = madd(ones, xv, m0, m1);
+          // N divides 16, so one vector never straddles two sub-blocks.
+          const uint8_t sc = block.scales[8 * h + 2 * s + static_cast<int>(l / 16)];
+          acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(p0, p1)), hn::Set(df, d * static_cast<float>(sc & 0x0f) * xb.d), acc);
+          mins = hn::MulAdd(hn::ConvertTo(df, hn::Add(m0, m1)), hn::Set(df, dmin * static_cast<float>(sc >> 4) * xb.d), mins);
+        }
+      }
+    }
+  }
+  return reduce(hn::Sub(acc, mins));
+}
+
+// Q3_K: as Q2_K's layout, with the high bit of element 32b + l (b = 4h + s, the activation
+// block) at bit b of hmask[l]: q = (low | high << 2) - 4, sub-block scale d * (sc - 32).
+float DotI16Q3_K(const void* row, const I16Block* x, int64_t n) {
+  const DI16 di16;
+  const DU8 du8;
+  const DF df;
+  const size_t N = hn::Lanes(di16);
+  const auto* blocks = static_cast<const BlockQ3_K*>(row);
+  const auto three = hn::Set(du8, 3), one = hn::Set(du8, 1);
+  const auto four = hn::Set(di16, 4);
+  auto acc = hn::Zero(df);
+  for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
+    const BlockQ3_K& block = blocks[b];
+    const float d = f16_scale(block.d);
+    for (int h = 0; h < 2; ++h) {
+      for (int s = 0; s < 4; ++s) {
+        const int k = 4 * h + s;
+        const I16Block& xb = x[k];
+        for (size_t l = 0; l < 32; l += N) {
+          const auto low = hn::And(hn::ShiftRightSame(hn::LoadU(du8, block.qs + 32 * h + l), 2 * s), three);
+          const auto high = hn::And(hn::ShiftRightSame(hn::LoadU(du8, block.hmask + l), k), one);
+          const auto q = hn::Sub(hn::PromoteTo(di16, hn::Or(low, hn::ShiftLeft<2>(high))), four);
+          VI32 p0 = hn::Zero(DI32()), p1 = hn::Zero(DI32());
+          p0 = madd(q, hn::LoadU(di16, xb.q + l), p0, p1);
+          const int sc = unpack_q3_k_scale(block.scales, 8 * h + 2 * s + static_cast<int>(l / 16)) - 32;
+          acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(p0, p1)), hn::Set(df, d * static_cast<float>(sc) * xb.d), acc);
+        }
+      }
+    }
+  }
+  return reduce(acc);
+}
+
 // Q6_K: element 32k + l of each 128-element half takes its low bits from ql[l + 32(k&1)]
 // (nibble k >> 1), its high bits from bits 2k of qh[l], and scale sc[l/16 + 2k]; it is
 // element l of activation block 4 * half + k. Codes are recentred to [-32, 31].
@@ -334,6 +507,11 @@ void DotI16Rows(GgmlType type, const void* rows, size_t row_bytes, int64_t n_row
     case GgmlType::Q6_K: return rows_with<DotI16Q6_K>(p, row_bytes, n_rows, x, n, y);
     case GgmlType::Q5_0: return rows_with<DotI16Q5_0>(p, row_bytes, n_rows, x, n, y);
     case GgmlType::Q5_K: return rows_with<DotI16Q5_K>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q5_1: return rows_with<DotI16Q5_1>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::IQ4_NL: return rows_with<DotI16IQ4_NL>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::IQ4_XS: return rows_with<DotI16IQ4_XS>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q2_K: return rows_with<DotI16Q2_K>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q3_K: return rows_with<DotI16Q3_K>(p, row_bytes, n_rows, x, n, y);
     default: return;
   }
 }
@@ -353,6 +531,11 @@ HWY_EXPORT(DotI16Q4_K);
 HWY_EXPORT(DotI16Q6_K);
 HWY_EXPORT(DotI16Q5_0);
 HWY_EXPORT(DotI16Q5_K);
+HWY_EXPORT(DotI16Q5_1);
+HWY_EXPORT(DotI16IQ4_NL);
+HWY_EXPORT(DotI16IQ4_XS);
+HWY_EXPORT(DotI16Q2_K);
+HWY_EXPORT(DotI16Q3_K);
 HWY_EXPORT(DotI16Rows);
 
 void quantize_i16(const float* x, int64_t n, I16Block* out) { HWY_DYNAMIC_DISPATCH(QuantizeI16)(x, n, out); }
@@ -363,6 +546,11 @@ float dot_i16_q4_k(const void* row, const I16Block* x, int64_t n) { return HWY_D
 float dot_i16_q6_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q6_K)(row, x, n); }
 float dot_i16_q5_0(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q5_0)(row, x, n); }
 float dot_i16_q5_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q5_K)(row, x, n); }
+float dot_i16_q5_1(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q5_1)(row, x, n); }
+float dot_i16_iq4_nl(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16IQ4_NL)(row, x, n); }
+float dot_i16_iq4_xs(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16IQ4_XS)(row, x, n); }
+float dot_i16_q2_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q2_K)(row, x, n); }
+float dot_i16_q3_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q3_K)(row, x, n); }
 void dot_i16_rows(GgmlType type, const void* rows, size_t row_bytes, int64_t n_rows, const I16Block* x, int64_t n,
                   float* y) {
   HWY_DYNAMIC_DISPATCH(DotI16Rows)(type, rows, row_bytes, n_rows, x, n, y);
