@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -26,6 +27,8 @@
 
 #include "lm/cache/cache.h"
 #include "lm/gguf/gguf_file.h"
+#include "lm/kernels/i16_activations.h"
+#include "lm/kernels/vec_dot.h"
 #include "lm/load.h"
 #include "lm/model.h"
 #include "lm/weights/ggml_type.h"
@@ -175,6 +178,45 @@ TEST_F(NewFormatsModel, DecodeWithI16ActivationsComputesTheExactFunction) {
 TEST_F(NewFormatsModel, DecodeWithF32ActivationsComputesTheExactFunction) {
   const lm::LoadedModel m = load(false);
   expect_close(decode(m), "decode f32", kF32Max);
+}
+
+// ---------------------------------------------------------------- a real file
+//
+// The Gemma 3 270M Q4_K_M checkpoint (issue 19; scripts/setup.sh fetches it into models/)
+// stores 81 of its matrices as Q5_0, quantized by llama.cpp. Whatever the architecture code
+// does with it, every tensor must now get a weight view, and its Q5_0 (and other quantized)
+// rows must multiply like their dequantization, with f32 and with 16-bit activations.
+const fs::path kGemma = fs::path(VQ_SOURCE_DIR) / "models/gemma-3-270m-q4_k_m.gguf";
+
+TEST(RealFileFormats, Gemma3QuantizedRowsMultiplyLikeTheirDequantization) {
+  if (!fs::exists(kGemma)) GTEST_SKIP() << kGemma << " is absent (scripts/setup.sh fetches it)";
+  const auto file = lm::gguf::GgufFile::open(kGemma.string());
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int q5_0 = 0;
+  for (const auto& t : file->tensors()) {
+    if (t.ne.size() != 2) continue;
+    const lm::WeightMatrix w = file->weight(t.name);  // throws for an unsupported type
+    if (t.type == lm::GgmlType::F32 || t.type == lm::GgmlType::F16) continue;
+    q5_0 += t.type == lm::GgmlType::Q5_0;
+    std::vector<float> x(static_cast<std::size_t>(w.cols)), deq(x.size());
+    for (auto& v : x) v = normal(rng);
+    std::vector<lm::kernels::I16Block> xq(x.size() / lm::kernels::kI16Block);
+    lm::kernels::quantize_i16(x.data(), w.cols, xq.data());
+    for (int64_t r : {int64_t{0}, w.rows / 2, w.rows - 1}) {
+      w.dequantize_row_to(r, deq.data());
+      double magnitude = 0.0;
+      for (std::size_t i = 0; i < x.size(); ++i) magnitude += std::abs(double(deq[i]) * x[i]);
+      const double reference = lm::kernels::vec_dot_reference(t.type, w.row(r), x.data(), w.cols);
+      const double i16_reference = lm::kernels::vec_dot_i16_reference(t.type, w.row(r), xq.data(), w.cols);
+      // f32 accumulation of cols terms, with the factored block minimum counted twice over.
+      const double bound = 3.0 * (double(w.cols) + 16) * std::ldexp(1.0, -24) * magnitude + 1e-30;
+      EXPECT_NEAR(lm::kernels::vec_dot(t.type, w.row(r), x.data(), w.cols), reference, bound) << t.name << " row " << r;
+      EXPECT_NEAR(lm::kernels::vec_dot_i16(t.type, w.row(r), xq.data(), w.cols), i16_reference, bound)
+          << t.name << " row " << r;
+    }
+  }
+  EXPECT_EQ(q5_0, 81);
 }
 
 }  // namespace
