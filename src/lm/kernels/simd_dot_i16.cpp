@@ -239,15 +239,16 @@ float DotI16Q5_0(const void* row, const I16Block* x, int64_t n) {
 }
 
 // Q5_K: Q4_K's sub-block structure plus the fifth bit j of qh[l] for element l of sub-block j:
-// d * sc_j * dx * sum(q * qx) - dmin * mn_j * (dx * sum(qx)).
+// d * sc_j * dx * sum(q * qx) - dmin * mn_j * (dx * sum(qx)). The codes are widened to i16
+// before the bit work, where x86 has native shifts (u8 shifts are emulated).
 float DotI16Q5_K(const void* row, const I16Block* x, int64_t n) {
   const DI16 di16;
   const DU8 du8;
   const DF df;
   const size_t N = hn::Lanes(di16);
   const auto* blocks = static_cast<const BlockQ5_K*>(row);
-  const auto mask = hn::Set(du8, 0x0f);
-  const auto one = hn::Set(du8, 1), two = hn::Set(du8, 2);
+  const auto mask = hn::Set(di16, 0x0f);
+  const auto one = hn::Set(di16, 1), two = hn::Set(di16, 2);
   auto acc = hn::Zero(df);
   float mins = 0.0f;
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
@@ -261,12 +262,12 @@ float DotI16Q5_K(const void* row, const I16Block* x, int64_t n) {
       const I16Block& x_hi = x[2 * g + 1];
       VI32 lo0 = hn::Zero(DI32()), lo1 = hn::Zero(DI32()), hi0 = hn::Zero(DI32()), hi1 = hn::Zero(DI32());
       for (size_t l = 0; l < 32; l += N) {
-        const auto v = hn::LoadU(du8, block.qs + 32 * g + l);
-        const auto h = hn::ShiftRightSame(hn::LoadU(du8, block.qh + l), 2 * g);
+        const auto v = hn::PromoteTo(di16, hn::LoadU(du8, block.qs + 32 * g + l));
+        const auto h = hn::ShiftRightSame(hn::PromoteTo(di16, hn::LoadU(du8, block.qh + l)), 2 * g);
         const auto c_lo = hn::Or(hn::And(v, mask), hn::ShiftLeft<4>(hn::And(h, one)));
         const auto c_hi = hn::Or(hn::ShiftRight<4>(v), hn::ShiftLeft<3>(hn::And(h, two)));
-        lo0 = madd(hn::PromoteTo(di16, c_lo), hn::LoadU(di16, x_lo.q + l), lo0, lo1);
-        hi0 = madd(hn::PromoteTo(di16, c_hi), hn::LoadU(di16, x_hi.q + l), hi0, hi1);
+        lo0 = madd(c_lo, hn::LoadU(di16, x_lo.q + l), lo0, lo1);
+        hi0 = madd(c_hi, hn::LoadU(di16, x_hi.q + l), hi0, hi1);
       }
       acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(lo0, lo1)), hn::Set(df, d * sc_lo * x_lo.d), acc);
       acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(hi0, hi1)), hn::Set(df, d * sc_hi * x_hi.d), acc);
@@ -381,17 +382,17 @@ float DotI16IQ4_XS(const void* row, const I16Block* x, int64_t n) {
 }
 
 // Q2_K: element 32s + l of half h is bits 2s of qs[32h + l], i.e. element l of activation
-// block 4h + s; its sub-block (16 elements) is 8h + 2s + l/16. Per sub-block:
-// d * sc * dx * sum(q * qx) - dmin * mn * dx * sum(qx over the 16), the partial activation
-// sums taken with a multiply-add by ones (I16Block.sum covers 32 elements).
+// block 4h + s; its sub-block (16 elements) is 8h + 2s + l/16. The sub-block's 4-bit scale
+// and min are folded into the integer products (q * sc <= 45 and mn fit in i16), so each
+// activation block needs one conversion for d * dx * sum(q * sc * qx) and one for
+// dmin * dx * sum(mn * qx) (I16Block.sum covers 32 elements, the mins change every 16).
 float DotI16Q2_K(const void* row, const I16Block* x, int64_t n) {
   const DI16 di16;
   const DU8 du8;
   const DF df;
   const size_t N = hn::Lanes(di16);
   const auto* blocks = static_cast<const BlockQ2_K*>(row);
-  const auto three = hn::Set(du8, 3);
-  const auto ones = hn::Set(di16, 1);
+  const auto three = hn::Set(di16, 3);
   auto acc = hn::Zero(df), mins = hn::Zero(df);
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
     const BlockQ2_K& block = blocks[b];
@@ -399,50 +400,55 @@ float DotI16Q2_K(const void* row, const I16Block* x, int64_t n) {
     for (int h = 0; h < 2; ++h) {
       for (int s = 0; s < 4; ++s) {
         const I16Block& xb = x[4 * h + s];
+        VI32 p0 = hn::Zero(DI32()), p1 = hn::Zero(DI32()), m0 = hn::Zero(DI32()), m1 = hn::Zero(DI32());
         for (size_t l = 0; l < 32; l += N) {
-          const auto q = hn::And(hn::ShiftRightSame(hn::LoadU(du8, block.qs + 32 * h + l), 2 * s), three);
-          const auto xv = hn::LoadU(di16, xb.q + l);
-          VI32 p0 = hn::Zero(DI32()), p1 = hn::Zero(DI32()), m0 = hn::Zero(DI32()), m1 = hn::Zero(DI32());
-          p0 = madd(hn::PromoteTo(di16, q), xv, p0, p1);
-          m0 = madd(ones, xv, m0, m1);
+          const auto v = hn::PromoteTo(di16, hn::LoadU(du8, block.qs + 32 * h + l));
+          const auto q = hn::And(hn::ShiftRightSame(v, 2 * s), three);
           // N divides 16, so one vector never straddles two sub-blocks.
           const uint8_t sc = block.scales[8 * h + 2 * s + static_cast<int>(l / 16)];
-          acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(p0, p1)), hn::Set(df, d * static_cast<float>(sc & 0x0f) * xb.d), acc);
-          mins = hn::MulAdd(hn::ConvertTo(df, hn::Add(m0, m1)), hn::Set(df, dmin * static_cast<float>(sc >> 4) * xb.d), mins);
+          const auto xv = hn::LoadU(di16, xb.q + l);
+          p0 = madd(hn::Mul(q, hn::Set(di16, static_cast<int16_t>(sc & 0x0f))), xv, p0, p1);
+          m0 = madd(hn::Set(di16, static_cast<int16_t>(sc >> 4)), xv, m0, m1);
         }
+        acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(p0, p1)), hn::Set(df, d * xb.d), acc);
+        mins = hn::MulAdd(hn::ConvertTo(df, hn::Add(m0, m1)), hn::Set(df, dmin * xb.d), mins);
       }
     }
   }
   return reduce(hn::Sub(acc, mins));
 }
 
-// Q3_K: as Q2_K's layout, with the high bit of element 32b + l (b = 4h + s, the activation
-// block) at bit b of hmask[l]: q = (low | high << 2) - 4, sub-block scale d * (sc - 32).
+// Q3_K: as Q2_K's layout, with the high bit of element 32k + l (k = 4h + s, the activation
+// block) at bit k of hmask[l]: q = low - 4 where that bit is clear. The signed sub-block
+// scale sc - 32 is folded into the codes (|q * (sc - 32)| <= 128), so each activation block
+// needs one conversion for d * dx * sum(q * (sc - 32) * qx).
 float DotI16Q3_K(const void* row, const I16Block* x, int64_t n) {
   const DI16 di16;
   const DU8 du8;
   const DF df;
   const size_t N = hn::Lanes(di16);
   const auto* blocks = static_cast<const BlockQ3_K*>(row);
-  const auto three = hn::Set(du8, 3), one = hn::Set(du8, 1);
-  const auto four = hn::Set(di16, 4);
+  const auto three = hn::Set(di16, 3), four = hn::Set(di16, 4);
   auto acc = hn::Zero(df);
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
     const BlockQ3_K& block = blocks[b];
     const float d = f16_scale(block.d);
+    int16_t sc[16];
+    for (int j = 0; j < 16; ++j) sc[j] = static_cast<int16_t>(unpack_q3_k_scale(block.scales, j) - 32);
     for (int h = 0; h < 2; ++h) {
       for (int s = 0; s < 4; ++s) {
         const int k = 4 * h + s;
-        const I16Block& xb = x[k];
+        const auto bit = hn::Set(di16, static_cast<int16_t>(1 << k));
+        VI32 p0 = hn::Zero(DI32()), p1 = hn::Zero(DI32());
         for (size_t l = 0; l < 32; l += N) {
-          const auto low = hn::And(hn::ShiftRightSame(hn::LoadU(du8, block.qs + 32 * h + l), 2 * s), three);
-          const auto high = hn::And(hn::ShiftRightSame(hn::LoadU(du8, block.hmask + l), k), one);
-          const auto q = hn::Sub(hn::PromoteTo(di16, hn::Or(low, hn::ShiftLeft<2>(high))), four);
-          VI32 p0 = hn::Zero(DI32()), p1 = hn::Zero(DI32());
-          p0 = madd(q, hn::LoadU(di16, xb.q + l), p0, p1);
-          const int sc = unpack_q3_k_scale(block.scales, 8 * h + 2 * s + static_cast<int>(l / 16)) - 32;
-          acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(p0, p1)), hn::Set(df, d * static_cast<float>(sc) * xb.d), acc);
+          const auto v = hn::PromoteTo(di16, hn::LoadU(du8, block.qs + 32 * h + l));
+          const auto hm = hn::PromoteTo(di16, hn::LoadU(du8, block.hmask + l));
+          const auto low = hn::And(hn::ShiftRightSame(v, 2 * s), three);
+          const auto q = hn::Sub(low, hn::IfThenZeroElse(hn::TestBit(hm, bit), four));
+          const auto scale = hn::Set(di16, sc[8 * h + 2 * s + static_cast<int>(l / 16)]);
+          p0 = madd(hn::Mul(q, scale), hn::LoadU(di16, x[k].q + l), p0, p1);
         }
+        acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(p0, p1)), hn::Set(df, d * x[k].d), acc);
       }
     }
   }
