@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "lm/kernels/simd_dequantize.h"
 #include "lm/kernels/simd_dot.h"
 #include "lm/weights/dequantize.h"
 
@@ -30,11 +31,11 @@ float dot_by_blocks(GgmlType type, const void* row, const float* x, int64_t n) {
   float sum = 0.0f;
   int64_t i = 0;
   for (; i + chunk <= n; i += chunk, bytes += chunk_bytes) {
-    dequantize_row(type, bytes, w, chunk);
+    dequantize_row_fast(type, bytes, w, chunk);
     sum += simd::dot_f32(w, x + i, chunk);
   }
   if (i < n) {
-    dequantize_row(type, bytes, w, n - i);
+    dequantize_row_fast(type, bytes, w, n - i);
     sum += simd::dot_f32(w, x + i, n - i);
   }
   return sum;

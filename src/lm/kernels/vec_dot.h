@@ -22,8 +22,9 @@ float vec_dot_reference(GgmlType type, const void* row, const float* x, int64_t 
 float vec_dot(GgmlType type, const void* row, const float* x, int64_t n);
 
 // The generic path: the row dequantized one super-block (or 256 elements of small blocks)
-// at a time into a stack buffer, each piece dotted with the f32 SIMD kernel. Correct for
-// every supported format; slower than a fused kernel by the extra store and load.
+// at a time into a stack buffer (SIMD dequantizers, lm/kernels/simd_dequantize.h), each piece
+// dotted with the f32 SIMD kernel. Correct for every supported format; slower than a fused
+// kernel by the extra store and load.
 float dot_by_blocks(GgmlType type, const void* row, const float* x, int64_t n);
 
 // Plain f32 dot, shared by attention and the reference.
