@@ -24,8 +24,10 @@ using lm::GgmlType;
 // Byte offsets of the f16 fields in one block (lm/weights/block_formats.h).
 std::vector<std::size_t> f16_fields(GgmlType type) {
   switch (type) {
-    case GgmlType::Q5_0: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS: return {0};
-    case GgmlType::Q5_1: case GgmlType::Q5_K: return {0, 2};
+    case GgmlType::Q4_0: case GgmlType::Q8_0: case GgmlType::Q5_0: case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS: return {0};
+    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
+    case GgmlType::Q6_K: return {208};
     case GgmlType::Q2_K: return {80, 82};
     case GgmlType::Q3_K: return {108};
     default: return {};
@@ -76,23 +78,20 @@ TEST_P(SimdDequantize, EqualsTheScalarReferenceBitForBitOnEveryTarget) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, SimdDequantize,
-                         ::testing::Values(GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K,
-                                           GgmlType::IQ4_NL, GgmlType::IQ4_XS),
+                         ::testing::Values(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K,
+                                           GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q5_K,
+                                           GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS),
                          [](const auto& info) { return lm::ggml_type_name(info.param); });
 
 TEST(SimdDequantize, OtherTypesFallBackToTheReference) {
-  EXPECT_FALSE(lm::kernels::has_simd_dequantize(GgmlType::Q4_K));
-  std::mt19937 rng(2);
-  std::vector<uint8_t> row(lm::ggml_row_bytes(GgmlType::Q8_0, 64));
-  for (auto& b : row) b = static_cast<uint8_t>(rng());
-  const uint16_t h = base::f32_to_f16(0.5f);
-  std::memcpy(row.data(), &h, 2);
-  std::memcpy(row.data() + 34, &h, 2);
-  std::vector<float> a(64), b(64);
-  lm::dequantize_row(GgmlType::Q8_0, row.data(), a.data(), 64);
-  lm::kernels::dequantize_row_fast(GgmlType::Q8_0, row.data(), b.data(), 64);
+  EXPECT_FALSE(lm::kernels::has_simd_dequantize(GgmlType::F16));
+  const uint16_t halves[4] = {base::f32_to_f16(0.5f), base::f32_to_f16(-2.0f), 0, base::f32_to_f16(1e-6f)};
+  std::vector<float> a(4), b(4);
+  lm::dequantize_row(GgmlType::F16, halves, a.data(), 4);
+  lm::kernels::dequantize_row_fast(GgmlType::F16, halves, b.data(), 4);
   EXPECT_EQ(a, b);
   // Bad arguments keep the reference's errors.
+  std::vector<uint8_t> row(1024);
   EXPECT_ANY_THROW(lm::kernels::dequantize_row_fast(GgmlType::Q5_K, row.data(), b.data(), 100));
   EXPECT_ANY_THROW(lm::kernels::dequantize_row_fast(GgmlType::IQ2_XXS, row.data(), b.data(), 256));
 }

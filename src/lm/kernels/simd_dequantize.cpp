@@ -206,8 +206,113 @@ void DequantizeIQ4_XS(const void* src, float* dst, int64_t n) {
   }
 }
 
+// Q4_0 / Q4_1: 32 nibbles (low: elements 0..15, high: 16..31); y = d * (q - bias) (+ m).
+template <bool kOffset>
+HWY_INLINE void q4_block(const uint8_t* qs, float d, float m, int32_t bias, float* y) {
+  const DF df;
+  const DI32 di32;
+  const size_t N = hn::Lanes(df);
+  const auto mask = hn::Set(di32, 0x0f);
+  const auto vb = hn::Set(di32, bias);
+  const auto vd = hn::Set(df, d), vm = hn::Set(df, m);
+  for (size_t j = 0; j < 16; j += N) {
+    const auto q = load_codes(qs + j);
+    auto y0 = hn::Mul(vd, hn::ConvertTo(df, hn::Sub(hn::And(q, mask), vb)));
+    auto y1 = hn::Mul(vd, hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(q), vb)));
+    if constexpr (kOffset) {
+      y0 = hn::Add(y0, vm);
+      y1 = hn::Add(y1, vm);
+    }
+    hn::StoreU(y0, df, y + j);
+    hn::StoreU(y1, df, y + 16 + j);
+  }
+}
+
+void DequantizeQ4_0(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ4_0*>(src);
+  for (int64_t b = 0; b < n / kQK4_0; ++b) q4_block<false>(blocks[b].qs, f16_scale(blocks[b].d), 0.0f, 8, dst + b * kQK4_0);
+}
+
+void DequantizeQ4_1(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ4_1*>(src);
+  for (int64_t b = 0; b < n / kQK4_1; ++b) {
+    q4_block<true>(blocks[b].qs, f16_scale(blocks[b].d), f16_scale(blocks[b].m), 0, dst + b * kQK4_1);
+  }
+}
+
+void DequantizeQ8_0(const void* src, float* dst, int64_t n) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const auto* blocks = static_cast<const BlockQ8_0*>(src);
+  for (int64_t b = 0; b < n / kQK8_0; ++b) {
+    const auto vd = hn::Set(df, f16_scale(blocks[b].d));
+    for (size_t j = 0; j < 32; j += N) {
+      const auto q = hn::PromoteTo(DI32(), hn::LoadU(DI8(), blocks[b].qs + j));
+      hn::StoreU(hn::Mul(vd, hn::ConvertTo(df, q)), df, dst + b * kQK8_0 + j);
+    }
+  }
+}
+
+// Sub-block j: d*sc_j * q - dmin*mn_j, q = nibble j%2 of qs[32(j/2) + l].
+void DequantizeQ4_K(const void* src, float* dst, int64_t n) {
+  const DF df;
+  const DI32 di32;
+  const size_t N = hn::Lanes(df);
+  const auto* blocks = static_cast<const BlockQ4_K*>(src);
+  const auto mask = hn::Set(di32, 0x0f);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ4_K& block = blocks[b];
+    const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
+    float* y = dst + b * kQK_K;
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, mn;
+      unpack_q4_k_scale(block.scales, j, sc, mn);
+      const auto dl = hn::Set(df, d * sc), ml = hn::Set(df, dmin * mn);
+      const uint8_t* q = block.qs + 32 * (j / 2);
+      for (size_t l = 0; l < 32; l += N) {
+        const auto code = hn::And(hn::ShiftRightSame(load_codes(q + l), 4 * (j % 2)), mask);
+        hn::StoreU(hn::Sub(hn::Mul(dl, hn::ConvertTo(df, code)), ml), df, y + 32 * j + l);
+      }
+    }
+  }
+}
+
+// Q6_K: element 32k + l of each half: low four bits from ql[l + 32(k&1)] (nibble k>>1), high
+// two from bits 2k of qh[l], scale sc[l/16 + 2k]; y = d * (sc * (q - 32)) as the reference.
+void DequantizeQ6_K(const void* src, float* dst, int64_t n) {
+  const DF df;
+  const DI32 di32;
+  const size_t N = hn::Lanes(df);
+  const auto* blocks = static_cast<const BlockQ6_K*>(src);
+  const auto low4 = hn::Set(di32, 0x0f), low2 = hn::Set(di32, 0x03), bias = hn::Set(di32, 32);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ6_K& block = blocks[b];
+    const auto vd = hn::Set(df, f16_scale(block.d));
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = block.ql + 64 * half;
+      const uint8_t* qh = block.qh + 32 * half;
+      const int8_t* sc = block.scales + 8 * half;
+      float* y = dst + b * kQK_K + 128 * half;
+      for (int k = 0; k < 4; ++k) {
+        for (size_t l = 0; l < 32; l += N) {
+          const auto lo = hn::And(hn::ShiftRightSame(load_codes(ql + l + 32 * (k & 1)), 4 * (k >> 1)), low4);
+          const auto hi = hn::And(hn::ShiftRightSame(load_codes(qh + l), 2 * k), low2);
+          const auto q = hn::Sub(hn::Or(lo, hn::ShiftLeft<4>(hi)), bias);
+          const auto scaled = hn::Mul(q, hn::Set(di32, sc[static_cast<int>(l / 16) + 2 * k]));
+          hn::StoreU(hn::Mul(vd, hn::ConvertTo(df, scaled)), df, y + 32 * k + l);
+        }
+      }
+    }
+  }
+}
+
 bool DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
   switch (type) {
+    case GgmlType::Q4_0: DequantizeQ4_0(src, dst, n); return true;
+    case GgmlType::Q4_1: DequantizeQ4_1(src, dst, n); return true;
+    case GgmlType::Q8_0: DequantizeQ8_0(src, dst, n); return true;
+    case GgmlType::Q4_K: DequantizeQ4_K(src, dst, n); return true;
+    case GgmlType::Q6_K: DequantizeQ6_K(src, dst, n); return true;
     case GgmlType::Q5_0: DequantizeQ5_0(src, dst, n); return true;
     case GgmlType::Q5_1: DequantizeQ5_1(src, dst, n); return true;
     case GgmlType::Q5_K: DequantizeQ5_K(src, dst, n); return true;
@@ -232,6 +337,11 @@ HWY_EXPORT(DequantizeRow);
 
 bool has_simd_dequantize(GgmlType type) {
   switch (type) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_K:
+    case GgmlType::Q6_K:
     case GgmlType::Q5_0:
     case GgmlType::Q5_1:
     case GgmlType::Q5_K:
