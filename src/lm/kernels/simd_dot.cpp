@@ -218,7 +218,7 @@ float DotQ5_0(const void* row, const float* x, int64_t n) {
   const auto mask = hn::Set(du8, 0x0f);
   const auto one = hn::Set(du32, 1u);
   const auto sixteen = hn::Set(df, 16.0f);
-  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  auto acc = hn::Zero(df);
   for (int64_t b = 0; b < n / kQK5_0; ++b, x += kQK5_0) {
     uint32_t qh;
     std::memcpy(&qh, blocks[b].qh, sizeof qh);
@@ -234,14 +234,9 @@ float DotQ5_0(const void* row, const float* x, int64_t n) {
       t = hn::MulAdd(hn::Sub(hn::ConvertTo(df, q0), sixteen), hn::LoadU(df, x + j), t);
       t = hn::MulAdd(hn::Sub(hn::ConvertTo(df, q1), sixteen), hn::LoadU(df, x + 16 + j), t);
     }
-    // Alternate accumulators so consecutive blocks do not wait on each other's FMA.
-    if (b & 1) {
-      acc1 = hn::MulAdd(hn::Set(df, f16_scale(blocks[b].d)), t, acc1);
-    } else {
-      acc0 = hn::MulAdd(hn::Set(df, f16_scale(blocks[b].d)), t, acc0);
-    }
+    acc = hn::MulAdd(hn::Set(df, f16_scale(blocks[b].d)), t, acc);
   }
-  return reduce(df, hn::Add(acc0, acc1));
+  return reduce(df, acc);
 }
 
 // Q5_K: Q4_K's structure plus bit j of qh[l] as the fifth bit of sub-block j's element l.

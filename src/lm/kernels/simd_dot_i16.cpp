@@ -210,7 +210,7 @@ float DotI16Q5_0(const void* row, const I16Block* x, int64_t n) {
                                                        256, 512, 1024, 2048, 4096, 8192, 16384, -32768};
   const auto mask = hn::Set(di16, 0x0f);
   const auto sixteen = hn::Set(di16, 16);
-  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  auto acc = hn::Zero(df);
   float offset = 0.0f;
   for (int64_t b = 0; b < n / kQK5_0; ++b) {
     uint32_t qh;
@@ -227,15 +227,10 @@ float DotI16Q5_0(const void* row, const I16Block* x, int64_t n) {
       s0 = madd(hn::Or(hn::ShiftRight<4>(q), h1), hn::LoadU(di16, x[b].q + 16 + j), s0, s1);
     }
     const float dw = f16_scale(blocks[b].d);
-    const auto term = hn::Mul(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, dw * x[b].d));
-    if (b & 1) {
-      acc1 = hn::Add(acc1, term);
-    } else {
-      acc0 = hn::Add(acc0, term);
-    }
+    acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, dw * x[b].d), acc);
     offset += dw * x[b].sum;
   }
-  return reduce(hn::Add(acc0, acc1)) - 16.0f * offset;
+  return reduce(acc) - 16.0f * offset;
 }
 
 // Q5_K: Q4_K's sub-block structure plus the fifth bit j of qh[l] for element l of sub-block j:
@@ -288,7 +283,7 @@ float DotI16Q5_1(const void* row, const I16Block* x, int64_t n) {
                                                        256, 512, 1024, 2048, 4096, 8192, 16384, -32768};
   const auto mask = hn::Set(di16, 0x0f);
   const auto sixteen = hn::Set(di16, 16);
-  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  auto acc = hn::Zero(df);
   float mins = 0.0f;
   for (int64_t b = 0; b < n / kQK5_1; ++b) {
     uint32_t qh;
@@ -304,15 +299,10 @@ float DotI16Q5_1(const void* row, const I16Block* x, int64_t n) {
       s0 = madd(hn::Or(hn::And(q, mask), h0), hn::LoadU(di16, x[b].q + j), s0, s1);
       s0 = madd(hn::Or(hn::ShiftRight<4>(q), h1), hn::LoadU(di16, x[b].q + 16 + j), s0, s1);
     }
-    const auto term = hn::Mul(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d));
-    if (b & 1) {
-      acc1 = hn::Add(acc1, term);
-    } else {
-      acc0 = hn::Add(acc0, term);
-    }
+    acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc);
     mins += f16_scale(blocks[b].m) * x[b].sum;
   }
-  return reduce(hn::Add(acc0, acc1)) + mins;
+  return reduce(acc) + mins;
 }
 
 // The codebook values of one IQ4 group of 32 codes (16 bytes: low nibbles elements 0..15,
@@ -347,19 +337,13 @@ HWY_INLINE VI32 i8_block_sum(const int8_t* w, const int16_t* x) {
 float DotI16IQ4_NL(const void* row, const I16Block* x, int64_t n) {
   const DF df;
   const auto* blocks = static_cast<const BlockIQ4_NL*>(row);
-  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  auto acc = hn::Zero(df);
   alignas(16) int8_t values[32];
   for (int64_t b = 0; b < n / kQK4_NL; ++b) {
     iq4_values(blocks[b].qs, values);
-    const auto term = hn::ConvertTo(df, i8_block_sum(values, x[b].q));
-    const auto scale = hn::Set(df, f16_scale(blocks[b].d) * x[b].d);
-    if (b & 1) {
-      acc1 = hn::MulAdd(term, scale, acc1);
-    } else {
-      acc0 = hn::MulAdd(term, scale, acc0);
-    }
+    acc = hn::MulAdd(hn::ConvertTo(df, i8_block_sum(values, x[b].q)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc);
   }
-  return reduce(hn::Add(acc0, acc1));
+  return reduce(acc);
 }
 
 // IQ4_XS: sub-block j of a super-block lines up with activation block j:
