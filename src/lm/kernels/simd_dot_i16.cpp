@@ -197,6 +197,23 @@ float DotI16Q4_K(const void* row, const I16Block* x, int64_t n) {
   return reduce(acc) - mins;
 }
 
+// The low and high 16 bits of a Q5 block's qh word, each broadcast to every i16 lane: one
+// dword broadcast and two byte shuffles instead of two scalar splits and word broadcasts.
+HWY_INLINE void q5_bit_words(uint32_t qh, VI16& lo, VI16& hi) {
+  const DI16 di16;
+#if HWY_TARGET == HWY_SCALAR
+  lo = hn::Set(di16, static_cast<int16_t>(qh & 0xffffu));
+  hi = hn::Set(di16, static_cast<int16_t>(qh >> 16));
+#else
+  const hn::Repartition<uint32_t, DI16> du32;
+  const hn::Repartition<uint16_t, DI16> du16;
+  const hn::Repartition<uint8_t, DI16> du8;
+  const auto word = hn::BitCast(du8, hn::Set(du32, qh));
+  lo = hn::BitCast(di16, hn::TableLookupBytes(word, hn::BitCast(du8, hn::Set(du16, uint16_t{0x0100}))));
+  hi = hn::BitCast(di16, hn::TableLookupBytes(word, hn::BitCast(du8, hn::Set(du16, uint16_t{0x0302}))));
+#endif
+}
+
 // Q5_0: w = dw * (q - 16) with 5-bit q, so a block gives dw * dx * sum(q * qx) - 16 * dw *
 // (dx * sum(qx)). The fifth bit of element i is bit i of the block's qh word: it becomes 16
 // in lane i by testing the broadcast word against each lane's own bit.
@@ -215,8 +232,8 @@ float DotI16Q5_0(const void* row, const I16Block* x, int64_t n) {
   for (int64_t b = 0; b < n / kQK5_0; ++b) {
     uint32_t qh;
     std::memcpy(&qh, blocks[b].qh, sizeof qh);
-    const auto lo_bits = hn::Set(di16, static_cast<int16_t>(qh & 0xffffu));
-    const auto hi_bits = hn::Set(di16, static_cast<int16_t>(qh >> 16));
+    VI16 lo_bits, hi_bits;
+    q5_bit_words(qh, lo_bits, hi_bits);
     VI32 s0 = hn::Zero(DI32()), s1 = hn::Zero(DI32());
     for (size_t j = 0; j < 16; j += N) {
       const auto lane_bit = hn::LoadU(di16, kLaneBit + j);
@@ -288,8 +305,8 @@ float DotI16Q5_1(const void* row, const I16Block* x, int64_t n) {
   for (int64_t b = 0; b < n / kQK5_1; ++b) {
     uint32_t qh;
     std::memcpy(&qh, blocks[b].qh, sizeof qh);
-    const auto lo_bits = hn::Set(di16, static_cast<int16_t>(qh & 0xffffu));
-    const auto hi_bits = hn::Set(di16, static_cast<int16_t>(qh >> 16));
+    VI16 lo_bits, hi_bits;
+    q5_bit_words(qh, lo_bits, hi_bits);
     VI32 s0 = hn::Zero(DI32()), s1 = hn::Zero(DI32());
     for (size_t j = 0; j < 16; j += N) {
       const auto lane_bit = hn::LoadU(di16, kLaneBit + j);
