@@ -264,6 +264,9 @@ TEST_P(FusedDot, AgreesWithTheScalarReference) {
     for_each_target([&] {
       const float fused = lm::kernels::vec_dot(type, row.data(), x.data(), n);
       EXPECT_LE(std::abs(double(fused) - reference), bound) << lm::ggml_type_name(type) << " trial " << trial;
+      // The generic fallback (dequantize a super-block, f32 dot) for any future format.
+      const float by_blocks = lm::kernels::dot_by_blocks(type, row.data(), x.data(), n);
+      EXPECT_LE(std::abs(double(by_blocks) - reference), bound) << lm::ggml_type_name(type) << " trial " << trial;
     });
     // And the bound is tight enough to matter: under 1% of the terms' magnitude, while a
     // swapped nibble or a dropped block moves the sum by a sizeable fraction of it.

@@ -7,6 +7,8 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "lm/kernels/iq4_values-inl.h"
+
 #include <cstring>
 
 #include "lm/kernels/simd_dequantize.h"
@@ -159,23 +161,6 @@ void DequantizeQ3_K(const void* src, float* dst, int64_t n) {
       }
     }
   }
-}
-
-// The codebook values of 32 IQ4 codes (16 bytes: low nibbles elements 0..15, high 16..31).
-HWY_INLINE void iq4_values(const uint8_t* qs, int8_t* out) {
-#if HWY_TARGET == HWY_SCALAR
-  for (int j = 0; j < 16; ++j) {
-    out[j] = kIQ4Values[qs[j] & 0x0f];
-    out[j + 16] = kIQ4Values[qs[j] >> 4];
-  }
-#else
-  const hn::Full128<uint8_t> d8;
-  const hn::Full128<int8_t> di8;
-  const auto table = hn::LoadU(di8, kIQ4Values);
-  const auto v = hn::LoadU(d8, qs);
-  hn::StoreU(hn::TableLookupBytes(table, hn::BitCast(di8, hn::And(v, hn::Set(d8, 0x0f)))), di8, out);
-  hn::StoreU(hn::TableLookupBytes(table, hn::BitCast(di8, hn::ShiftRight<4>(v))), di8, out + 16);
-#endif
 }
 
 HWY_INLINE void iq4_scaled(const uint8_t* qs, float scale, float* y) {

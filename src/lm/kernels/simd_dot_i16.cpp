@@ -5,6 +5,8 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "lm/kernels/iq4_values-inl.h"
+
 #include <cstddef>
 #include <cstring>
 
@@ -320,24 +322,6 @@ float DotI16Q5_1(const void* row, const I16Block* x, int64_t n) {
     mins += f16_scale(blocks[b].m) * x[b].sum;
   }
   return reduce(acc) + mins;
-}
-
-// The codebook values of one IQ4 group of 32 codes (16 bytes: low nibbles elements 0..15,
-// high nibbles 16..31) into out[32]: one byte shuffle per 16 codes (pshufb on x86).
-HWY_INLINE void iq4_values(const uint8_t* qs, int8_t* out) {
-#if HWY_TARGET == HWY_SCALAR
-  for (int j = 0; j < 16; ++j) {
-    out[j] = kIQ4Values[qs[j] & 0x0f];
-    out[j + 16] = kIQ4Values[qs[j] >> 4];
-  }
-#else
-  const hn::Full128<uint8_t> d8;
-  const hn::Full128<int8_t> di8;
-  const auto table = hn::LoadU(di8, kIQ4Values);
-  const auto v = hn::LoadU(d8, qs);
-  hn::StoreU(hn::TableLookupBytes(table, hn::BitCast(di8, hn::And(v, hn::Set(d8, 0x0f)))), di8, out);
-  hn::StoreU(hn::TableLookupBytes(table, hn::BitCast(di8, hn::ShiftRight<4>(v))), di8, out + 16);
-#endif
 }
 
 // sum(values * qx) of 32 codebook values with one activation block, as i32 lanes.

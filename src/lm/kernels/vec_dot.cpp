@@ -53,6 +53,11 @@ float vec_dot(GgmlType type, const void* row, const float* x, int64_t n) {
     case GgmlType::Q6_K: return simd::dot_q6_k(row, x, n);
     case GgmlType::Q5_0: return simd::dot_q5_0(row, x, n);
     case GgmlType::Q5_K: return simd::dot_q5_k(row, x, n);
+    case GgmlType::Q5_1: return simd::dot_q5_1(row, x, n);
+    case GgmlType::IQ4_NL: return simd::dot_iq4_nl(row, x, n);
+    case GgmlType::IQ4_XS: return simd::dot_iq4_xs(row, x, n);
+    case GgmlType::Q2_K: return simd::dot_q2_k(row, x, n);
+    case GgmlType::Q3_K: return simd::dot_q3_k(row, x, n);
     default: break;
   }
   return dot_by_blocks(type, row, x, n);
