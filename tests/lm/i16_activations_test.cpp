@@ -42,8 +42,12 @@ std::vector<uint8_t> random_row(GgmlType type, int64_t n, std::mt19937& rng) {
   for (int64_t k = 0; k < n / info.block_size; ++k) {
     const std::size_t at = static_cast<std::size_t>(k) * info.type_size;
     switch (type) {
-      case GgmlType::Q4_0: case GgmlType::Q8_0: case GgmlType::Q5_0: put(at, scale(rng)); break;
+      case GgmlType::Q4_0: case GgmlType::Q8_0: case GgmlType::Q5_0: case GgmlType::IQ4_NL:
+      case GgmlType::IQ4_XS: put(at, scale(rng)); break;
       case GgmlType::Q4_1: put(at, scale(rng)); put(at + 2, -8.0f * scale(rng)); break;
+      case GgmlType::Q5_1: put(at, scale(rng)); put(at + 2, -16.0f * scale(rng)); break;
+      case GgmlType::Q2_K: put(at + 80, scale(rng)); put(at + 82, scale(rng)); break;
+      case GgmlType::Q3_K: put(at + 108, scale(rng)); break;
       case GgmlType::Q4_K: case GgmlType::Q5_K: put(at, scale(rng)); put(at + 2, scale(rng)); break;
       case GgmlType::Q6_K: put(at + 208, scale(rng)); break;
       default: break;
@@ -197,7 +201,8 @@ TEST_P(I16Dot, MatmulDecodePathUsesItThreadedOrNot) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, I16Dot,
                          ::testing::Values(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K,
-                                           GgmlType::Q5_0, GgmlType::Q5_K),
+                                           GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::Q2_K,
+                                           GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::IQ4_XS),
                          [](const auto& info) { return lm::ggml_type_name(info.param); });
 
 TEST(I16Activations, FloatFormatsHaveNoI16DotAndStayF32) {

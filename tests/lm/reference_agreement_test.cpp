@@ -195,8 +195,9 @@ TEST(ReferenceStories260KLlama2c, CheckpointMatchesLlamaCppOnTheSamePassage) {
 // ---------------------------------------------------------------- every tensor type, one model
 //
 // tests/fixtures/reference/models/mixed_types.gguf (tools/reference/make_mixed_model.py):
-// random weights, 2 layers, dim 256, and every type lm supports as a matmul weight (F16,
-// BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K; Q4_K token embedding, separate Q6_K output head). It
+// random weights, 2 layers, dim 256, and the first set of types lm supports as matmul weights
+// (F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K; Q4_K token embedding, separate Q6_K output head;
+// the formats added later are in new_formats_model_test.cpp). It
 // carries the K-quants through a whole forward, which no small real model can (their widths
 // are not multiples of 256). Measured in the fixture: llama.cpp batch vs exact max 0.221,
 // mean 0.034, top-1 98.4% (llama.cpp rounds activations to q8 / f16 / bf16 to match each

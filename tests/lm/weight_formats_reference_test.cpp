@@ -38,6 +38,7 @@
 #include "base/thread_pool.h"
 #include "lm/gguf/gguf_file.h"
 #include "lm/kernels/matmul.h"
+#include "lm/kernels/simd_dequantize.h"
 #include "lm/kernels/vec_dot.h"
 #include "lm/weights/dequantize.h"
 #include "lm/weights/ggml_type.h"
@@ -147,9 +148,10 @@ TEST_P(WeightFormatReference, ScalarDequantizeIsBitExact) {
     const lm::gguf::TensorInfo& info = file_->tensor(name);
     ASSERT_EQ(static_cast<std::size_t>(info.numel()), expected.size()) << name;
 
-    // Whole tensor in one call.
-    std::vector<float> all(expected.size());
+    // Whole tensor in one call, through the scalar reference and the SIMD dequantizer.
+    std::vector<float> all(expected.size()), fast(expected.size());
     lm::dequantize_row(type_, file_->tensor_data(info), all.data(), info.numel());
+    lm::kernels::dequantize_row_fast(type_, file_->tensor_data(info), fast.data(), info.numel());
     // Row by row through the weight view (what embedding lookups use).
     const lm::WeightMatrix w = file_->weight(name);
     ASSERT_EQ(w.rows, t.at("rows").get<int64_t>());
@@ -160,10 +162,11 @@ TEST_P(WeightFormatReference, ScalarDequantizeIsBitExact) {
       w.dequantize_row_to(r, row.data());
       for (int64_t c = 0; c < w.cols; ++c) {
         const std::size_t i = static_cast<std::size_t>(r * w.cols + c);
-        if (!same_value(row[c], expected[i]) || !same_value(all[i], expected[i])) {
+        if (!same_value(row[c], expected[i]) || !same_value(all[i], expected[i]) ||
+            !same_value(fast[i], expected[i])) {
           if (++mismatches <= 5) {
             ADD_FAILURE() << GetParam() << " " << name << " [" << r << ", " << c << "]: reference "
-                          << expected[i] << ", row " << row[c] << ", whole " << all[i];
+                          << expected[i] << ", row " << row[c] << ", whole " << all[i] << ", fast " << fast[i];
           }
         }
       }

@@ -3,6 +3,7 @@
 // reference on random blocks. (Bit-exact agreement with gguf-py / llama.cpp dequantization is
 // checked by weight_formats_reference_test.cpp on fixtures those tools produced.)
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstring>
@@ -229,6 +230,18 @@ std::vector<uint8_t> random_row(GgmlType type, int64_t n, std::mt19937& rng) {
   return bytes;
 }
 
+// Runs body once per SIMD target this build compiled and the CPU supports (AVX-512, AVX2,
+// SSE4, ... and the portable fallback), not only the one dispatch picks.
+template <class Body>
+void for_each_target(Body body) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    body();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 class FusedDot : public ::testing::TestWithParam<GgmlType> {};
 
 TEST_P(FusedDot, AgreesWithTheScalarReference) {
@@ -247,9 +260,14 @@ TEST_P(FusedDot, AgreesWithTheScalarReference) {
     for (int64_t i = 0; i < n; ++i) max_w = std::max(max_w, std::abs(double(w[i])));
     for (int64_t i = 0; i < n; ++i) magnitude += (std::abs(double(w[i])) + max_w) * std::abs(double(x[i]));
     const double bound = (n + 16) * std::ldexp(1.0, -24) * magnitude;
-    const float fused = lm::kernels::vec_dot(type, row.data(), x.data(), n);
     const float reference = lm::kernels::vec_dot_reference(type, row.data(), x.data(), n);
-    EXPECT_LE(std::abs(double(fused) - reference), bound) << lm::ggml_type_name(type) << " trial " << trial;
+    for_each_target([&] {
+      const float fused = lm::kernels::vec_dot(type, row.data(), x.data(), n);
+      EXPECT_LE(std::abs(double(fused) - reference), bound) << lm::ggml_type_name(type) << " trial " << trial;
+      // The generic fallback (dequantize a super-block, f32 dot) for any future format.
+      const float by_blocks = lm::kernels::dot_by_blocks(type, row.data(), x.data(), n);
+      EXPECT_LE(std::abs(double(by_blocks) - reference), bound) << lm::ggml_type_name(type) << " trial " << trial;
+    });
     // And the bound is tight enough to matter: under 1% of the terms' magnitude, while a
     // swapped nibble or a dropped block moves the sum by a sizeable fraction of it.
     EXPECT_LT(bound, 0.01 * magnitude);

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""A tiny random-weight `llama` GGUF whose tensors use every GGML type lm supports.
+"""A tiny random-weight `llama` GGUF whose tensors use every GGML type of lm's first set.
+
+(The formats added later, Q5_0 ... IQ4_XS, are in make_new_formats_model.py's model.)
 
 Real small models cannot carry the K-quants (SmolLM2's 576 columns and stories260K's 64/172
 are not multiples of 256), so this model exists to run each type through a whole forward in

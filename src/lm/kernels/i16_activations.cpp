@@ -18,7 +18,12 @@ bool has_i16_dot(GgmlType type) {
     case GgmlType::Q4_K:
     case GgmlType::Q6_K:
     case GgmlType::Q5_0:
-    case GgmlType::Q5_K: return true;
+    case GgmlType::Q5_1:
+    case GgmlType::IQ4_NL:
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::Q5_K:
+    case GgmlType::IQ4_XS: return true;
     default: return false;
   }
 }
@@ -51,6 +56,11 @@ float vec_dot_i16(GgmlType type, const void* row, const I16Block* x, int64_t n) 
     case GgmlType::Q6_K: return simd::dot_i16_q6_k(row, x, n);
     case GgmlType::Q5_0: return simd::dot_i16_q5_0(row, x, n);
     case GgmlType::Q5_K: return simd::dot_i16_q5_k(row, x, n);
+    case GgmlType::Q5_1: return simd::dot_i16_q5_1(row, x, n);
+    case GgmlType::IQ4_NL: return simd::dot_i16_iq4_nl(row, x, n);
+    case GgmlType::IQ4_XS: return simd::dot_i16_iq4_xs(row, x, n);
+    case GgmlType::Q2_K: return simd::dot_i16_q2_k(row, x, n);
+    case GgmlType::Q3_K: return simd::dot_i16_q3_k(row, x, n);
     default: break;
   }
   throw base::Unsupported("no i16-activation dot product for tensor type " + ggml_type_name(type));

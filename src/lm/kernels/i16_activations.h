@@ -33,7 +33,7 @@ struct I16Block {
 };
 static_assert(sizeof(I16Block) == 72);
 
-// Whether `type` has an integer dot product against I16 blocks (the 4- to 8-bit block formats).
+// Whether `type` has an integer dot product against I16 blocks (every quantized block format).
 bool has_i16_dot(GgmlType type);
 
 // Quantizes n floats (n a multiple of 32) into n / 32 blocks.

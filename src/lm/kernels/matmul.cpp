@@ -6,6 +6,7 @@
 #include "base/thread_pool.h"
 #include "lm/weights/dequantize.h"
 #include "lm/kernels/i16_activations.h"
+#include "lm/kernels/simd_dequantize.h"
 #include "lm/kernels/simd_dot.h"
 #include "lm/kernels/vec_dot.h"
 
@@ -68,7 +69,7 @@ void compute_units(const WeightMatrix& w, const float* x, const I16Block* xq, in
     if (w.type == GgmlType::F32) {
       rows = reinterpret_cast<const float*>(w.row(r));
     } else {
-      for (int k = 0; k < 4; ++k) dequantize_row(w.type, w.row(r + k), decoded.data() + k * w.cols, w.cols);
+      for (int k = 0; k < 4; ++k) dequantize_row_fast(w.type, w.row(r + k), decoded.data() + k * w.cols, w.cols);
       rows = decoded.data();
     }
     // Tokens four at a time through the 4x4 register tile, the rest one by one. Which kernel

@@ -6,6 +6,8 @@
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
 
+#include "lm/kernels/iq4_values-inl.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -218,7 +220,7 @@ float DotQ5_0(const void* row, const float* x, int64_t n) {
   const auto mask = hn::Set(du8, 0x0f);
   const auto one = hn::Set(du32, 1u);
   const auto sixteen = hn::Set(df, 16.0f);
-  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  auto acc = hn::Zero(df);
   for (int64_t b = 0; b < n / kQK5_0; ++b, x += kQK5_0) {
     uint32_t qh;
     std::memcpy(&qh, blocks[b].qh, sizeof qh);
@@ -234,14 +236,9 @@ float DotQ5_0(const void* row, const float* x, int64_t n) {
       t = hn::MulAdd(hn::Sub(hn::ConvertTo(df, q0), sixteen), hn::LoadU(df, x + j), t);
       t = hn::MulAdd(hn::Sub(hn::ConvertTo(df, q1), sixteen), hn::LoadU(df, x + 16 + j), t);
     }
-    // Alternate accumulators so consecutive blocks do not wait on each other's FMA.
-    if (b & 1) {
-      acc1 = hn::MulAdd(hn::Set(df, f16_scale(blocks[b].d)), t, acc1);
-    } else {
-      acc0 = hn::MulAdd(hn::Set(df, f16_scale(blocks[b].d)), t, acc0);
-    }
+    acc = hn::MulAdd(hn::Set(df, f16_scale(blocks[b].d)), t, acc);
   }
-  return reduce(df, hn::Add(acc0, acc1));
+  return reduce(df, acc);
 }
 
 // Q5_K: Q4_K's structure plus bit j of qh[l] as the fifth bit of sub-block j's element l.
@@ -281,6 +278,137 @@ float DotQ5_K(const void* row, const float* x, int64_t n) {
     }
   }
   return reduce(df, hn::Sub(acc, mins));
+}
+
+// Q5_1: x = d * q + m with Q5_0's 5-bit q: d * sum(q * x) + m * sum(x) per block.
+float DotQ5_1(const void* row, const float* x, int64_t n) {
+  const DF df;
+  const hn::Rebind<uint8_t, DF> du8;
+  const hn::Rebind<int32_t, DF> di32;
+  const hn::Rebind<uint32_t, DF> du32;
+  const size_t N = hn::Lanes(df);
+  const auto* blocks = static_cast<const BlockQ5_1*>(row);
+  const auto mask = hn::Set(du8, 0x0f);
+  const auto one = hn::Set(du32, 1u);
+  auto acc = hn::Zero(df);
+  for (int64_t b = 0; b < n / kQK5_1; ++b, x += kQK5_1) {
+    uint32_t qh;
+    std::memcpy(&qh, blocks[b].qh, sizeof qh);
+    const auto bits = hn::Set(du32, qh);
+    auto t = hn::Zero(df), tx = hn::Zero(df);
+    for (size_t j = 0; j < 16; j += N) {
+      const auto q = hn::LoadU(du8, blocks[b].qs + j);
+      const auto lane = hn::Iota(du32, static_cast<uint32_t>(j));
+      const auto high0 = hn::ShiftLeft<4>(hn::And(hn::Shr(bits, lane), one));
+      const auto high1 = hn::ShiftLeft<4>(hn::And(hn::Shr(bits, hn::Add(lane, hn::Set(du32, 16u))), one));
+      const auto q0 = hn::Or(hn::PromoteTo(di32, hn::And(q, mask)), hn::BitCast(di32, high0));
+      const auto q1 = hn::Or(hn::PromoteTo(di32, hn::ShiftRight<4>(q)), hn::BitCast(di32, high1));
+      const auto x0 = hn::LoadU(df, x + j), x1 = hn::LoadU(df, x + 16 + j);
+      t = hn::MulAdd(hn::ConvertTo(df, q0), x0, t);
+      t = hn::MulAdd(hn::ConvertTo(df, q1), x1, t);
+      tx = hn::Add(tx, hn::Add(x0, x1));
+    }
+    acc = hn::MulAdd(hn::Set(df, f16_scale(blocks[b].d)), t, acc);
+    acc = hn::MulAdd(hn::Set(df, f16_scale(blocks[b].m)), tx, acc);
+  }
+  return reduce(df, acc);
+}
+
+// sum(values * x) of 32 codebook values (iq4_values) with x.
+HWY_INLINE hn::Vec<DF> iq4_block_dot(const uint8_t* qs, const float* x) {
+  const DF df;
+  const hn::Rebind<int8_t, DF> di8;
+  const hn::Rebind<int32_t, DF> di32;
+  const size_t N = hn::Lanes(df);
+  alignas(16) int8_t values[32];
+  iq4_values(qs, values);
+  auto t = hn::Zero(df);
+  for (size_t j = 0; j < 32; j += N) {
+    t = hn::MulAdd(hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, values + j))), hn::LoadU(df, x + j), t);
+  }
+  return t;
+}
+
+float DotIQ4_NL(const void* row, const float* x, int64_t n) {
+  const DF df;
+  const auto* blocks = static_cast<const BlockIQ4_NL*>(row);
+  auto acc = hn::Zero(df);
+  for (int64_t b = 0; b < n / kQK4_NL; ++b, x += kQK4_NL) {
+    acc = hn::MulAdd(hn::Set(df, f16_scale(blocks[b].d)), iq4_block_dot(blocks[b].qs, x), acc);
+  }
+  return reduce(df, acc);
+}
+
+float DotIQ4_XS(const void* row, const float* x, int64_t n) {
+  const DF df;
+  const auto* blocks = static_cast<const BlockIQ4_XS*>(row);
+  auto acc = hn::Zero(df);
+  for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
+    const BlockIQ4_XS& block = blocks[b];
+    const float d = f16_scale(block.d);
+    for (int j = 0; j < 8; ++j) {
+      const float dl = d * static_cast<float>(unpack_iq4_xs_scale(block, j) - 32);
+      acc = hn::MulAdd(hn::Set(df, dl), iq4_block_dot(block.qs + 16 * j, x + 32 * j), acc);
+    }
+  }
+  return reduce(df, acc);
+}
+
+// Q2_K: element 128h + 32s + l is bits 2s of qs[32h + l], sub-block 8h + 2s + l/16 (N divides
+// 16): d * sc * sum(q * x) - dmin * mn * sum(x) per sub-block.
+float DotQ2_K(const void* row, const float* x, int64_t n) {
+  const DF df;
+  const hn::Rebind<uint8_t, DF> du8;
+  const size_t N = hn::Lanes(df);
+  const auto* blocks = static_cast<const BlockQ2_K*>(row);
+  const auto three = hn::Set(du8, 3);
+  auto acc = hn::Zero(df), mins = hn::Zero(df);
+  for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
+    const BlockQ2_K& block = blocks[b];
+    const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
+    for (int h = 0; h < 2; ++h) {
+      for (int s = 0; s < 4; ++s) {
+        for (size_t l = 0; l < 32; l += N) {
+          const uint8_t sc = block.scales[8 * h + 2 * s + static_cast<int>(l / 16)];
+          const auto q = hn::And(hn::ShiftRightSame(hn::LoadU(du8, block.qs + 32 * h + l), 2 * s), three);
+          const auto xv = hn::LoadU(df, x + 128 * h + 32 * s + l);
+          acc = hn::MulAdd(hn::Set(df, d * static_cast<float>(sc & 0x0f)), hn::Mul(u8_to_f32(df, q), xv), acc);
+          mins = hn::MulAdd(hn::Set(df, dmin * static_cast<float>(sc >> 4)), xv, mins);
+        }
+      }
+    }
+  }
+  return reduce(df, hn::Sub(acc, mins));
+}
+
+// Q3_K: as Q2_K's layout, q = (low | bit 4h+s of hmask[l] << 2) - 4, scale d * (sc - 32).
+float DotQ3_K(const void* row, const float* x, int64_t n) {
+  const DF df;
+  const hn::Rebind<uint8_t, DF> du8;
+  const hn::Rebind<int32_t, DF> di32;
+  const size_t N = hn::Lanes(df);
+  const auto* blocks = static_cast<const BlockQ3_K*>(row);
+  const auto three = hn::Set(du8, 3), one = hn::Set(du8, 1);
+  const auto four = hn::Set(di32, 4);
+  auto acc = hn::Zero(df);
+  for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
+    const BlockQ3_K& block = blocks[b];
+    const float d = f16_scale(block.d);
+    for (int h = 0; h < 2; ++h) {
+      for (int s = 0; s < 4; ++s) {
+        const int k = 4 * h + s;
+        for (size_t l = 0; l < 32; l += N) {
+          const int sc = unpack_q3_k_scale(block.scales, 8 * h + 2 * s + static_cast<int>(l / 16)) - 32;
+          const auto low = hn::And(hn::ShiftRightSame(hn::LoadU(du8, block.qs + 32 * h + l), 2 * s), three);
+          const auto high = hn::And(hn::ShiftRightSame(hn::LoadU(du8, block.hmask + l), k), one);
+          const auto q = hn::Sub(hn::PromoteTo(di32, hn::Or(low, hn::ShiftLeft<2>(high))), four);
+          acc = hn::MulAdd(hn::Set(df, d * static_cast<float>(sc)),
+                           hn::Mul(hn::ConvertTo(df, q), hn::LoadU(df, x + 128 * h + 32 * s + l)), acc);
+        }
+      }
+    }
+  }
+  return reduce(df, acc);
 }
 
 float DotQ6_K(const void* row, const float* x, int64_t n) {
@@ -495,6 +623,11 @@ HWY_EXPORT(DotQ4_K);
 HWY_EXPORT(DotQ6_K);
 HWY_EXPORT(DotQ5_0);
 HWY_EXPORT(DotQ5_K);
+HWY_EXPORT(DotQ5_1);
+HWY_EXPORT(DotIQ4_NL);
+HWY_EXPORT(DotIQ4_XS);
+HWY_EXPORT(DotQ2_K);
+HWY_EXPORT(DotQ3_K);
 HWY_EXPORT(DotF32Rows4);
 HWY_EXPORT(DotF32Rows4x4);
 HWY_EXPORT(AxpyF32);
@@ -515,6 +648,11 @@ float dot_q4_k(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_
 float dot_q6_k(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotQ6_K)(row, x, n); }
 float dot_q5_0(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotQ5_0)(row, x, n); }
 float dot_q5_k(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotQ5_K)(row, x, n); }
+float dot_q5_1(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotQ5_1)(row, x, n); }
+float dot_iq4_nl(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotIQ4_NL)(row, x, n); }
+float dot_iq4_xs(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotIQ4_XS)(row, x, n); }
+float dot_q2_k(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotQ2_K)(row, x, n); }
+float dot_q3_k(const void* row, const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotQ3_K)(row, x, n); }
 void dot_f32_rows4(const float* w, int64_t stride, const float* x, int64_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(DotF32Rows4)(w, stride, x, n, out);
 }

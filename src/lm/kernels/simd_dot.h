@@ -19,6 +19,11 @@ float dot_q4_k(const void* row, const float* x, int64_t n);
 float dot_q6_k(const void* row, const float* x, int64_t n);
 float dot_q5_0(const void* row, const float* x, int64_t n);
 float dot_q5_k(const void* row, const float* x, int64_t n);
+float dot_q5_1(const void* row, const float* x, int64_t n);
+float dot_iq4_nl(const void* row, const float* x, int64_t n);
+float dot_iq4_xs(const void* row, const float* x, int64_t n);
+float dot_q2_k(const void* row, const float* x, int64_t n);
+float dot_q3_k(const void* row, const float* x, int64_t n);
 
 // out[k] = dot(row k, x) for four f32 rows at w + k * stride (the prefill micro-kernel).
 void dot_f32_rows4(const float* w, int64_t stride, const float* x, int64_t n, float* out);

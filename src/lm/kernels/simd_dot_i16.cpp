@@ -5,6 +5,8 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "lm/kernels/iq4_values-inl.h"
+
 #include <cstddef>
 #include <cstring>
 
@@ -197,6 +199,23 @@ float DotI16Q4_K(const void* row, const I16Block* x, int64_t n) {
   return reduce(acc) - mins;
 }
 
+// The low and high 16 bits of a Q5 block's qh word, each broadcast to every i16 lane: one
+// dword broadcast and two byte shuffles instead of two scalar splits and word broadcasts.
+HWY_INLINE void q5_bit_words(uint32_t qh, VI16& lo, VI16& hi) {
+  const DI16 di16;
+#if HWY_TARGET == HWY_SCALAR
+  lo = hn::Set(di16, static_cast<int16_t>(qh & 0xffffu));
+  hi = hn::Set(di16, static_cast<int16_t>(qh >> 16));
+#else
+  const hn::Repartition<uint32_t, DI16> du32;
+  const hn::Repartition<uint16_t, DI16> du16;
+  const hn::Repartition<uint8_t, DI16> du8;
+  const auto word = hn::BitCast(du8, hn::Set(du32, qh));
+  lo = hn::BitCast(di16, hn::TableLookupBytes(word, hn::BitCast(du8, hn::Set(du16, uint16_t{0x0100}))));
+  hi = hn::BitCast(di16, hn::TableLookupBytes(word, hn::BitCast(du8, hn::Set(du16, uint16_t{0x0302}))));
+#endif
+}
+
 // Q5_0: w = dw * (q - 16) with 5-bit q, so a block gives dw * dx * sum(q * qx) - 16 * dw *
 // (dx * sum(qx)). The fifth bit of element i is bit i of the block's qh word: it becomes 16
 // in lane i by testing the broadcast word against each lane's own bit.
@@ -210,13 +229,13 @@ float DotI16Q5_0(const void* row, const I16Block* x, int64_t n) {
                                                        256, 512, 1024, 2048, 4096, 8192, 16384, -32768};
   const auto mask = hn::Set(di16, 0x0f);
   const auto sixteen = hn::Set(di16, 16);
-  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  auto acc = hn::Zero(df);
   float offset = 0.0f;
   for (int64_t b = 0; b < n / kQK5_0; ++b) {
     uint32_t qh;
     std::memcpy(&qh, blocks[b].qh, sizeof qh);
-    const auto lo_bits = hn::Set(di16, static_cast<int16_t>(qh & 0xffffu));
-    const auto hi_bits = hn::Set(di16, static_cast<int16_t>(qh >> 16));
+    VI16 lo_bits, hi_bits;
+    q5_bit_words(qh, lo_bits, hi_bits);
     VI32 s0 = hn::Zero(DI32()), s1 = hn::Zero(DI32());
     for (size_t j = 0; j < 16; j += N) {
       const auto lane_bit = hn::LoadU(di16, kLaneBit + j);
@@ -227,27 +246,23 @@ float DotI16Q5_0(const void* row, const I16Block* x, int64_t n) {
       s0 = madd(hn::Or(hn::ShiftRight<4>(q), h1), hn::LoadU(di16, x[b].q + 16 + j), s0, s1);
     }
     const float dw = f16_scale(blocks[b].d);
-    const auto term = hn::Mul(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, dw * x[b].d));
-    if (b & 1) {
-      acc1 = hn::Add(acc1, term);
-    } else {
-      acc0 = hn::Add(acc0, term);
-    }
+    acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, dw * x[b].d), acc);
     offset += dw * x[b].sum;
   }
-  return reduce(hn::Add(acc0, acc1)) - 16.0f * offset;
+  return reduce(acc) - 16.0f * offset;
 }
 
 // Q5_K: Q4_K's sub-block structure plus the fifth bit j of qh[l] for element l of sub-block j:
-// d * sc_j * dx * sum(q * qx) - dmin * mn_j * (dx * sum(qx)).
+// d * sc_j * dx * sum(q * qx) - dmin * mn_j * (dx * sum(qx)). The codes are widened to i16
+// before the bit work, where x86 has native shifts (u8 shifts are emulated).
 float DotI16Q5_K(const void* row, const I16Block* x, int64_t n) {
   const DI16 di16;
   const DU8 du8;
   const DF df;
   const size_t N = hn::Lanes(di16);
   const auto* blocks = static_cast<const BlockQ5_K*>(row);
-  const auto mask = hn::Set(du8, 0x0f);
-  const auto one = hn::Set(du8, 1), two = hn::Set(du8, 2);
+  const auto mask = hn::Set(di16, 0x0f);
+  const auto one = hn::Set(di16, 1), two = hn::Set(di16, 2);
   auto acc = hn::Zero(df);
   float mins = 0.0f;
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
@@ -261,12 +276,12 @@ float DotI16Q5_K(const void* row, const I16Block* x, int64_t n) {
       const I16Block& x_hi = x[2 * g + 1];
       VI32 lo0 = hn::Zero(DI32()), lo1 = hn::Zero(DI32()), hi0 = hn::Zero(DI32()), hi1 = hn::Zero(DI32());
       for (size_t l = 0; l < 32; l += N) {
-        const auto v = hn::LoadU(du8, block.qs + 32 * g + l);
-        const auto h = hn::ShiftRightSame(hn::LoadU(du8, block.qh + l), 2 * g);
+        const auto v = hn::PromoteTo(di16, hn::LoadU(du8, block.qs + 32 * g + l));
+        const auto h = hn::ShiftRightSame(hn::PromoteTo(di16, hn::LoadU(du8, block.qh + l)), 2 * g);
         const auto c_lo = hn::Or(hn::And(v, mask), hn::ShiftLeft<4>(hn::And(h, one)));
         const auto c_hi = hn::Or(hn::ShiftRight<4>(v), hn::ShiftLeft<3>(hn::And(h, two)));
-        lo0 = madd(hn::PromoteTo(di16, c_lo), hn::LoadU(di16, x_lo.q + l), lo0, lo1);
-        hi0 = madd(hn::PromoteTo(di16, c_hi), hn::LoadU(di16, x_hi.q + l), hi0, hi1);
+        lo0 = madd(c_lo, hn::LoadU(di16, x_lo.q + l), lo0, lo1);
+        hi0 = madd(c_hi, hn::LoadU(di16, x_hi.q + l), hi0, hi1);
       }
       acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(lo0, lo1)), hn::Set(df, d * sc_lo * x_lo.d), acc);
       acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(hi0, hi1)), hn::Set(df, d * sc_hi * x_hi.d), acc);
@@ -274,6 +289,155 @@ float DotI16Q5_K(const void* row, const I16Block* x, int64_t n) {
     }
   }
   return reduce(acc) - mins;
+}
+
+// Q5_1: w = d * q + m with Q5_0's 5-bit q: d * dx * sum(q * qx) + m * (dx * sum(qx)).
+float DotI16Q5_1(const void* row, const I16Block* x, int64_t n) {
+  const DI16 di16;
+  const DU8 du8;
+  const DF df;
+  const size_t N = hn::Lanes(di16);
+  const auto* blocks = static_cast<const BlockQ5_1*>(row);
+  alignas(32) static constexpr int16_t kLaneBit[16] = {1,   2,   4,    8,    16,   32,   64,    128,
+                                                       256, 512, 1024, 2048, 4096, 8192, 16384, -32768};
+  const auto mask = hn::Set(di16, 0x0f);
+  const auto sixteen = hn::Set(di16, 16);
+  auto acc = hn::Zero(df);
+  float mins = 0.0f;
+  for (int64_t b = 0; b < n / kQK5_1; ++b) {
+    uint32_t qh;
+    std::memcpy(&qh, blocks[b].qh, sizeof qh);
+    VI16 lo_bits, hi_bits;
+    q5_bit_words(qh, lo_bits, hi_bits);
+    VI32 s0 = hn::Zero(DI32()), s1 = hn::Zero(DI32());
+    for (size_t j = 0; j < 16; j += N) {
+      const auto lane_bit = hn::LoadU(di16, kLaneBit + j);
+      const auto q = hn::PromoteTo(di16, hn::LoadU(du8, blocks[b].qs + j));
+      const auto h0 = hn::IfThenElseZero(hn::TestBit(lo_bits, lane_bit), sixteen);
+      const auto h1 = hn::IfThenElseZero(hn::TestBit(hi_bits, lane_bit), sixteen);
+      s0 = madd(hn::Or(hn::And(q, mask), h0), hn::LoadU(di16, x[b].q + j), s0, s1);
+      s0 = madd(hn::Or(hn::ShiftRight<4>(q), h1), hn::LoadU(di16, x[b].q + 16 + j), s0, s1);
+    }
+    acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc);
+    mins += f16_scale(blocks[b].m) * x[b].sum;
+  }
+  return reduce(acc) + mins;
+}
+
+// sum(values * qx) of 32 codebook values with one activation block, as i32 lanes.
+HWY_INLINE VI32 i8_block_sum(const int8_t* w, const int16_t* x) {
+  const DI16 di16;
+  const DI8 di8;
+  const size_t N = hn::Lanes(di16);
+  VI32 s0 = hn::Zero(DI32()), s1 = hn::Zero(DI32());
+  for (size_t j = 0; j < 32; j += N) s0 = madd(hn::PromoteTo(di16, hn::LoadU(di8, w + j)), hn::LoadU(di16, x + j), s0, s1);
+  return hn::Add(s0, s1);
+}
+
+// IQ4_NL: w = d * kIQ4Values[q]: d * dx * sum(value * qx) per block.
+float DotI16IQ4_NL(const void* row, const I16Block* x, int64_t n) {
+  const DF df;
+  const auto* blocks = static_cast<const BlockIQ4_NL*>(row);
+  auto acc = hn::Zero(df);
+  alignas(16) int8_t values[32];
+  for (int64_t b = 0; b < n / kQK4_NL; ++b) {
+    iq4_values(blocks[b].qs, values);
+    acc = hn::MulAdd(hn::ConvertTo(df, i8_block_sum(values, x[b].q)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc);
+  }
+  return reduce(acc);
+}
+
+// IQ4_XS: sub-block j of a super-block lines up with activation block j:
+// d * (ls_j - 32) * dx * sum(value * qx).
+float DotI16IQ4_XS(const void* row, const I16Block* x, int64_t n) {
+  const DF df;
+  const auto* blocks = static_cast<const BlockIQ4_XS*>(row);
+  auto acc = hn::Zero(df);
+  alignas(16) int8_t values[32];
+  for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
+    const BlockIQ4_XS& block = blocks[b];
+    const float d = f16_scale(block.d);
+    for (int j = 0; j < 8; ++j) {
+      iq4_values(block.qs + 16 * j, values);
+      const float scale = d * static_cast<float>(unpack_iq4_xs_scale(block, j) - 32) * x[j].d;
+      acc = hn::MulAdd(hn::ConvertTo(df, i8_block_sum(values, x[j].q)), hn::Set(df, scale), acc);
+    }
+  }
+  return reduce(acc);
+}
+
+// Q2_K: element 32s + l of half h is bits 2s of qs[32h + l], i.e. element l of activation
+// block 4h + s; its sub-block (16 elements) is 8h + 2s + l/16. The sub-block's 4-bit scale
+// and min are folded into the integer products (q * sc <= 45 and mn fit in i16), so each
+// activation block needs one conversion for d * dx * sum(q * sc * qx) and one for
+// dmin * dx * sum(mn * qx) (I16Block.sum covers 32 elements, the mins change every 16).
+float DotI16Q2_K(const void* row, const I16Block* x, int64_t n) {
+  const DI16 di16;
+  const DU8 du8;
+  const DF df;
+  const size_t N = hn::Lanes(di16);
+  const auto* blocks = static_cast<const BlockQ2_K*>(row);
+  const auto three = hn::Set(di16, 3);
+  auto acc = hn::Zero(df), mins = hn::Zero(df);
+  for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
+    const BlockQ2_K& block = blocks[b];
+    const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
+    for (int h = 0; h < 2; ++h) {
+      for (int s = 0; s < 4; ++s) {
+        const I16Block& xb = x[4 * h + s];
+        VI32 p0 = hn::Zero(DI32()), p1 = hn::Zero(DI32()), m0 = hn::Zero(DI32()), m1 = hn::Zero(DI32());
+        for (size_t l = 0; l < 32; l += N) {
+          const auto v = hn::PromoteTo(di16, hn::LoadU(du8, block.qs + 32 * h + l));
+          const auto q = hn::And(hn::ShiftRightSame(v, 2 * s), three);
+          // N divides 16, so one vector never straddles two sub-blocks.
+          const uint8_t sc = block.scales[8 * h + 2 * s + static_cast<int>(l / 16)];
+          const auto xv = hn::LoadU(di16, xb.q + l);
+          p0 = madd(hn::Mul(q, hn::Set(di16, static_cast<int16_t>(sc & 0x0f))), xv, p0, p1);
+          m0 = madd(hn::Set(di16, static_cast<int16_t>(sc >> 4)), xv, m0, m1);
+        }
+        acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(p0, p1)), hn::Set(df, d * xb.d), acc);
+        mins = hn::MulAdd(hn::ConvertTo(df, hn::Add(m0, m1)), hn::Set(df, dmin * xb.d), mins);
+      }
+    }
+  }
+  return reduce(hn::Sub(acc, mins));
+}
+
+// Q3_K: as Q2_K's layout, with the high bit of element 32k + l (k = 4h + s, the activation
+// block) at bit k of hmask[l]: q = low - 4 where that bit is clear. The signed sub-block
+// scale sc - 32 is folded into the codes (|q * (sc - 32)| <= 128), so each activation block
+// needs one conversion for d * dx * sum(q * (sc - 32) * qx).
+float DotI16Q3_K(const void* row, const I16Block* x, int64_t n) {
+  const DI16 di16;
+  const DU8 du8;
+  const DF df;
+  const size_t N = hn::Lanes(di16);
+  const auto* blocks = static_cast<const BlockQ3_K*>(row);
+  const auto three = hn::Set(di16, 3), four = hn::Set(di16, 4);
+  auto acc = hn::Zero(df);
+  for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
+    const BlockQ3_K& block = blocks[b];
+    const float d = f16_scale(block.d);
+    int16_t sc[16];
+    for (int j = 0; j < 16; ++j) sc[j] = static_cast<int16_t>(unpack_q3_k_scale(block.scales, j) - 32);
+    for (int h = 0; h < 2; ++h) {
+      for (int s = 0; s < 4; ++s) {
+        const int k = 4 * h + s;
+        const auto bit = hn::Set(di16, static_cast<int16_t>(1 << k));
+        VI32 p0 = hn::Zero(DI32()), p1 = hn::Zero(DI32());
+        for (size_t l = 0; l < 32; l += N) {
+          const auto v = hn::PromoteTo(di16, hn::LoadU(du8, block.qs + 32 * h + l));
+          const auto hm = hn::PromoteTo(di16, hn::LoadU(du8, block.hmask + l));
+          const auto low = hn::And(hn::ShiftRightSame(v, 2 * s), three);
+          const auto q = hn::Sub(low, hn::IfThenZeroElse(hn::TestBit(hm, bit), four));
+          const auto scale = hn::Set(di16, sc[8 * h + 2 * s + static_cast<int>(l / 16)]);
+          p0 = madd(hn::Mul(q, scale), hn::LoadU(di16, x[k].q + l), p0, p1);
+        }
+        acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(p0, p1)), hn::Set(df, d * x[k].d), acc);
+      }
+    }
+  }
+  return reduce(acc);
 }
 
 // Q6_K: element 32k + l of each 128-element half takes its low bits from ql[l + 32(k&1)]
@@ -334,6 +498,11 @@ void DotI16Rows(GgmlType type, const void* rows, size_t row_bytes, int64_t n_row
     case GgmlType::Q6_K: return rows_with<DotI16Q6_K>(p, row_bytes, n_rows, x, n, y);
     case GgmlType::Q5_0: return rows_with<DotI16Q5_0>(p, row_bytes, n_rows, x, n, y);
     case GgmlType::Q5_K: return rows_with<DotI16Q5_K>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q5_1: return rows_with<DotI16Q5_1>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::IQ4_NL: return rows_with<DotI16IQ4_NL>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::IQ4_XS: return rows_with<DotI16IQ4_XS>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q2_K: return rows_with<DotI16Q2_K>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q3_K: return rows_with<DotI16Q3_K>(p, row_bytes, n_rows, x, n, y);
     default: return;
   }
 }
@@ -353,6 +522,11 @@ HWY_EXPORT(DotI16Q4_K);
 HWY_EXPORT(DotI16Q6_K);
 HWY_EXPORT(DotI16Q5_0);
 HWY_EXPORT(DotI16Q5_K);
+HWY_EXPORT(DotI16Q5_1);
+HWY_EXPORT(DotI16IQ4_NL);
+HWY_EXPORT(DotI16IQ4_XS);
+HWY_EXPORT(DotI16Q2_K);
+HWY_EXPORT(DotI16Q3_K);
 HWY_EXPORT(DotI16Rows);
 
 void quantize_i16(const float* x, int64_t n, I16Block* out) { HWY_DYNAMIC_DISPATCH(QuantizeI16)(x, n, out); }
@@ -363,6 +537,11 @@ float dot_i16_q4_k(const void* row, const I16Block* x, int64_t n) { return HWY_D
 float dot_i16_q6_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q6_K)(row, x, n); }
 float dot_i16_q5_0(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q5_0)(row, x, n); }
 float dot_i16_q5_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q5_K)(row, x, n); }
+float dot_i16_q5_1(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q5_1)(row, x, n); }
+float dot_i16_iq4_nl(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16IQ4_NL)(row, x, n); }
+float dot_i16_iq4_xs(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16IQ4_XS)(row, x, n); }
+float dot_i16_q2_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q2_K)(row, x, n); }
+float dot_i16_q3_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q3_K)(row, x, n); }
 void dot_i16_rows(GgmlType type, const void* rows, size_t row_bytes, int64_t n_rows, const I16Block* x, int64_t n,
                   float* y) {
   HWY_DYNAMIC_DISPATCH(DotI16Rows)(type, rows, row_bytes, n_rows, x, n, y);

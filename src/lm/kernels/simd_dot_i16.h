@@ -20,6 +20,11 @@ float dot_i16_q4_k(const void* row, const I16Block* x, int64_t n);
 float dot_i16_q6_k(const void* row, const I16Block* x, int64_t n);
 float dot_i16_q5_0(const void* row, const I16Block* x, int64_t n);
 float dot_i16_q5_k(const void* row, const I16Block* x, int64_t n);
+float dot_i16_q5_1(const void* row, const I16Block* x, int64_t n);
+float dot_i16_iq4_nl(const void* row, const I16Block* x, int64_t n);
+float dot_i16_iq4_xs(const void* row, const I16Block* x, int64_t n);
+float dot_i16_q2_k(const void* row, const I16Block* x, int64_t n);
+float dot_i16_q3_k(const void* row, const I16Block* x, int64_t n);
 // y[r] = dot_i16_<type>(rows + r * row_bytes, x, n) for r < n_rows (type has_i16_dot).
 void dot_i16_rows(GgmlType type, const void* rows, std::size_t row_bytes, int64_t n_rows, const I16Block* x, int64_t n,
                   float* y);

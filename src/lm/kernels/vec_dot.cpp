@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "lm/kernels/simd_dequantize.h"
 #include "lm/kernels/simd_dot.h"
 #include "lm/weights/dequantize.h"
 
@@ -30,11 +31,11 @@ float dot_by_blocks(GgmlType type, const void* row, const float* x, int64_t n) {
   float sum = 0.0f;
   int64_t i = 0;
   for (; i + chunk <= n; i += chunk, bytes += chunk_bytes) {
-    dequantize_row(type, bytes, w, chunk);
+    dequantize_row_fast(type, bytes, w, chunk);
     sum += simd::dot_f32(w, x + i, chunk);
   }
   if (i < n) {
-    dequantize_row(type, bytes, w, n - i);
+    dequantize_row_fast(type, bytes, w, n - i);
     sum += simd::dot_f32(w, x + i, n - i);
   }
   return sum;
@@ -52,6 +53,11 @@ float vec_dot(GgmlType type, const void* row, const float* x, int64_t n) {
     case GgmlType::Q6_K: return simd::dot_q6_k(row, x, n);
     case GgmlType::Q5_0: return simd::dot_q5_0(row, x, n);
     case GgmlType::Q5_K: return simd::dot_q5_k(row, x, n);
+    case GgmlType::Q5_1: return simd::dot_q5_1(row, x, n);
+    case GgmlType::IQ4_NL: return simd::dot_iq4_nl(row, x, n);
+    case GgmlType::IQ4_XS: return simd::dot_iq4_xs(row, x, n);
+    case GgmlType::Q2_K: return simd::dot_q2_k(row, x, n);
+    case GgmlType::Q3_K: return simd::dot_q3_k(row, x, n);
     default: break;
   }
   return dot_by_blocks(type, row, x, n);

@@ -17,13 +17,14 @@ float vec_dot_reference(GgmlType type, const void* row, const float* x, int64_t 
 // are widened to f32 in SIMD registers (lm/kernels/simd_dot.h) and block scales factored out
 // of each block's sum (for x = d*q + m: d*sum(q*x) + m*sum(x)). Agrees with the reference to
 // float rounding (tests bound the error).
-// Formats without a fused kernel of their own (Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS) go through
-// dot_by_blocks. Unsupported types throw base::Unsupported naming the type.
+// Every supported format has a fused kernel; dot_by_blocks is the fallback for a format
+// added without one. Unsupported types throw base::Unsupported naming the type.
 float vec_dot(GgmlType type, const void* row, const float* x, int64_t n);
 
 // The generic path: the row dequantized one super-block (or 256 elements of small blocks)
-// at a time into a stack buffer, each piece dotted with the f32 SIMD kernel. Correct for
-// every supported format; slower than a fused kernel by the extra store and load.
+// at a time into a stack buffer (SIMD dequantizers, lm/kernels/simd_dequantize.h), each piece
+// dotted with the f32 SIMD kernel. Correct for every supported format; slower than a fused
+// kernel by the extra store and load.
 float dot_by_blocks(GgmlType type, const void* row, const float* x, int64_t n);
 
 // Plain f32 dot, shared by attention and the reference.

@@ -160,13 +160,18 @@ void dequantize_row_q2_k(const void* src, float* dst, int64_t n) {
     const float dmin = base::f16_to_f32(block.dmin);
     float* y = dst + b * kQK_K;
     // Element 128h + 32s + l: bits 2s of qs[32h + l], sub-block (128h + 32s + l) / 16.
-    for (int i = 0; i < kQK_K; ++i) {
-      const int h = i / 128, s = (i % 128) / 32, l = i % 32;
-      const uint8_t sc = block.scales[i / 16];
-      const float dl = d * static_cast<float>(sc & 0x0f);
-      const float ml = dmin * static_cast<float>(sc >> 4);
-      const int q = (block.qs[32 * h + l] >> (2 * s)) & 3;
-      y[i] = dl * static_cast<float>(q) - ml;
+    for (int h = 0; h < 2; ++h) {
+      for (int s = 0; s < 4; ++s) {
+        for (int half = 0; half < 2; ++half) {
+          const uint8_t sc = block.scales[8 * h + 2 * s + half];
+          const float dl = d * static_cast<float>(sc & 0x0f);
+          const float ml = dmin * static_cast<float>(sc >> 4);
+          for (int l = 16 * half; l < 16 * half + 16; ++l) {
+            const int q = (block.qs[32 * h + l] >> (2 * s)) & 3;
+            y[128 * h + 32 * s + l] = dl * static_cast<float>(q) - ml;
+          }
+        }
+      }
     }
   }
 }
@@ -177,14 +182,20 @@ void dequantize_row_q3_k(const void* src, float* dst, int64_t n) {
     const BlockQ3_K& block = blocks[b];
     const float d = base::f16_to_f32(block.d);
     float* y = dst + b * kQK_K;
-    // Element i = 128h + 32s + l: low bits at 2s of qs[32h + l], high bit at bit i / 32 of
-    // hmask[l] (set: q as is; clear: q - 4), sub-block i / 16.
-    for (int i = 0; i < kQK_K; ++i) {
-      const int h = i / 128, s = (i % 128) / 32, l = i % 32;
-      const float dl = d * static_cast<float>(unpack_q3_k_scale(block.scales, i / 16) - 32);
-      const int low = (block.qs[32 * h + l] >> (2 * s)) & 3;
-      const int q = low - (((block.hmask[l] >> (i / 32)) & 1) ? 0 : 4);
-      y[i] = dl * static_cast<float>(q);
+    // Element 128h + 32s + l: low bits at 2s of qs[32h + l], high bit at bit 4h + s of
+    // hmask[l] (set: q as is; clear: q - 4), sub-block (128h + 32s + l) / 16.
+    for (int h = 0; h < 2; ++h) {
+      for (int s = 0; s < 4; ++s) {
+        const int bit = 4 * h + s;
+        for (int half = 0; half < 2; ++half) {
+          const float dl = d * static_cast<float>(unpack_q3_k_scale(block.scales, 8 * h + 2 * s + half) - 32);
+          for (int l = 16 * half; l < 16 * half + 16; ++l) {
+            const int low = (block.qs[32 * h + l] >> (2 * s)) & 3;
+            const int q = low - (((block.hmask[l] >> bit) & 1) ? 0 : 4);
+            y[128 * h + 32 * s + l] = dl * static_cast<float>(q);
+          }
+        }
+      }
     }
   }
 }
