@@ -186,16 +186,42 @@ HWY_INLINE ScaleOffsets scale_offsets(int32_t stride, int count) {
   return {hn::Mul(lane, hn::Set(di32, stride)), hn::Mul(lane, hn::Set(di32, sizeof(I16Block) / sizeof(float)))};
 }
 
-// The f16 scales of eight blocks from `first` (each gather lane reads a block's scale and
-// the two bytes after it, which the block always has) times their activation blocks' scales.
-HWY_INLINE hn::Vec<DF> scales_of_8(const void* first, const I16Block* x, const ScaleOffsets& off) {
-  const DI32 di32;
+// Blocks [0, nb) of a row in groups of eight, then one of four, while eight or four remain:
+// acc += (block sums) * dw * dx lane-wise; with `min_acc`, min_acc += dw * (dx * sum(qx)) too
+// (the offset term of Q4_0 / Q5_0 style formats). Returns how many blocks it took; the
+// caller's per-block loop does the rest. block_sum(k): block k's i32 sum vector.
+template <class BlockSum>
+HWY_INLINE int64_t scaled_groups(const void* blocks, int32_t stride, const I16Block* x, int64_t nb,
+                                 const BlockSum& block_sum, hn::Vec<DF>& acc, hn::Vec<DF>* min_acc) {
   const DF df;
-  const hn::Rebind<uint16_t, DF> du16;  // (masked to 16 bits: the saturating i32 -> u16 demotion is exact)
-  const hn::Rebind<hwy::float16_t, DF> df16;
-  const auto bits = hn::GatherOffset(di32, static_cast<const int32_t*>(first), off.weight);
-  const auto dw = hn::PromoteTo(df, hn::BitCast(df16, hn::DemoteTo(du16, hn::And(bits, hn::Set(di32, 0xffff)))));
-  return hn::Mul(dw, hn::GatherIndex(df, &x->d, off.activation));
+  const auto group = [&](int64_t k, int count, const ScaleOffsets& off) {
+    const VI32 q0 = quad_sums(block_sum(k), block_sum(k + 1), block_sum(k + 2), block_sum(k + 3));
+    const VI32 q1 = count == 8 ? quad_sums(block_sum(k + 4), block_sum(k + 5), block_sum(k + 6), block_sum(k + 7))
+                               : hn::Zero(DI32());
+    const auto* first = static_cast<const uint8_t*>(blocks) + k * stride;
+    const DI32 di32;
+    const hn::Rebind<uint16_t, DF> du16;  // (masked to 16 bits: the saturating i32 -> u16 demotion is exact)
+    const hn::Rebind<hwy::float16_t, DF> df16;
+    const auto bits = hn::GatherOffset(di32, reinterpret_cast<const int32_t*>(first), off.weight);
+    const auto dw = hn::PromoteTo(df, hn::BitCast(df16, hn::DemoteTo(du16, hn::And(bits, hn::Set(di32, 0xffff)))));
+    acc = hn::MulAdd(hn::ConvertTo(df, sums_of_8(q0, q1)), hn::Mul(dw, hn::GatherIndex(df, &x[k].d, off.activation)), acc);
+    // Lanes past `count` gather block k's sum again: masked off here (their block sums were zero above).
+    if (min_acc) {
+      auto sums = hn::GatherIndex(df, &x[k].sum, off.activation);
+      if (count != 8) sums = hn::IfThenElseZero(hn::Lt(hn::Iota(df, 0), hn::Set(df, static_cast<float>(count))), sums);
+      *min_acc = hn::MulAdd(dw, sums, *min_acc);
+    }
+  };
+  int64_t b = 0;
+  if (nb >= 8) {
+    const ScaleOffsets off = scale_offsets(stride, 8);
+    for (; b + 8 <= nb; b += 8) group(b, 8, off);
+  }
+  if (b + 4 <= nb) {
+    group(b, 4, scale_offsets(stride, 4));
+    b += 4;
+  }
+  return b;
 }
 #endif
 
@@ -218,20 +244,7 @@ float DotI16Q8_0(const void* row, const I16Block* x, int64_t n) {
   auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
 #ifdef VQ_I16_BATCHED_SCALES
   // Eight blocks a step, then four (Gemma's 640-wide rows are 8 + 8 + 4 blocks).
-  const auto group = [&](int64_t k, int count, const ScaleOffsets& off, hn::Vec<DF> acc) {
-    const VI32 q0 = quad_sums(block_sum(k), block_sum(k + 1), block_sum(k + 2), block_sum(k + 3));
-    const VI32 q1 = count == 8 ? quad_sums(block_sum(k + 4), block_sum(k + 5), block_sum(k + 6), block_sum(k + 7))
-                               : hn::Zero(DI32());
-    return hn::MulAdd(hn::ConvertTo(df, sums_of_8(q0, q1)), scales_of_8(&blocks[k], x + k, off), acc);
-  };
-  if (nb >= 8) {
-    const ScaleOffsets off = scale_offsets(sizeof(BlockQ8_0), 8);
-    for (; b + 8 <= nb; b += 8) acc0 = group(b, 8, off, acc0);
-  }
-  if (b + 4 <= nb) {
-    acc1 = group(b, 4, scale_offsets(sizeof(BlockQ8_0), 4), acc1);
-    b += 4;
-  }
+  b = scaled_groups(blocks, sizeof(BlockQ8_0), x, nb, block_sum, acc0, nullptr);
 #endif
   for (; b + 2 <= nb; b += 2) {
     acc0 = block(b, acc0);
@@ -305,9 +318,7 @@ float DotI16Q5_0(const void* row, const I16Block* x, int64_t n) {
                                                        256, 512, 1024, 2048, 4096, 8192, 16384, -32768};
   const auto mask = hn::Set(di16, 0x0f);
   const auto sixteen = hn::Set(di16, 16);
-  auto acc = hn::Zero(df);
-  float offset = 0.0f;
-  for (int64_t b = 0; b < n / kQK5_0; ++b) {
+  const auto block_sum = [&](int64_t b) {
     uint32_t qh;
     std::memcpy(&qh, blocks[b].qh, sizeof qh);
     VI16 lo_bits, hi_bits;
@@ -321,8 +332,20 @@ float DotI16Q5_0(const void* row, const I16Block* x, int64_t n) {
       s0 = madd(hn::Or(hn::And(q, mask), h0), hn::LoadU(di16, x[b].q + j), s0, s1);
       s0 = madd(hn::Or(hn::ShiftRight<4>(q), h1), hn::LoadU(di16, x[b].q + 16 + j), s0, s1);
     }
+    return hn::Add(s0, s1);
+  };
+  const int64_t nb = n / kQK5_0;
+  int64_t b = 0;
+  auto acc = hn::Zero(df);
+  float offset = 0.0f;
+#ifdef VQ_I16_BATCHED_SCALES
+  auto offsets = hn::Zero(df);
+  b = scaled_groups(blocks, sizeof(BlockQ5_0), x, nb, block_sum, acc, &offsets);
+  offset = reduce(offsets);
+#endif
+  for (; b < nb; ++b) {
     const float dw = f16_scale(blocks[b].d);
-    acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, dw * x[b].d), acc);
+    acc = hn::MulAdd(hn::ConvertTo(df, block_sum(b)), hn::Set(df, dw * x[b].d), acc);
     offset += dw * x[b].sum;
   }
   return reduce(acc) - 16.0f * offset;
