@@ -265,6 +265,44 @@ float DotI16Q4_K(const void* row, const I16Block* x, int64_t n) {
   const auto mask = hn::Set(du8, 0x0f);
   auto acc = hn::Zero(df);
   float mins = 0.0f;
+#ifdef VQ_I16_BATCHED_SCALES
+  // A super-block's eight sub-blocks are one vector's lanes: their sums reduced by the
+  // transposition, the eight 6-bit scales and mins unpacked with word masks (the layout of
+  // unpack_q4_k_scale, four bytes at a time) and widened, the activation scales and sums
+  // gathered: d * sc * dx * sum(q * qx) lane-wise, dmin * mn * (dx * sum(qx)) beside it.
+  {
+    const DI32 di32;
+    const hn::Rebind<uint8_t, DF> du8x8;
+    const ScaleOffsets off = scale_offsets(0, 8);
+    auto min_acc = hn::Zero(df);
+    for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
+      const BlockQ4_K& block = blocks[b];
+      VI32 sums[8];
+      for (int g = 0; g < 4; ++g) {
+        VI32 lo0 = hn::Zero(di32), lo1 = hn::Zero(di32), hi0 = hn::Zero(di32), hi1 = hn::Zero(di32);
+        for (size_t l = 0; l < 32; l += N) {
+          const auto v = hn::LoadU(du8, block.qs + 32 * g + l);
+          lo0 = madd(hn::PromoteTo(di16, hn::And(v, mask)), hn::LoadU(di16, x[2 * g].q + l), lo0, lo1);
+          hi0 = madd(hn::PromoteTo(di16, hn::ShiftRight<4>(v)), hn::LoadU(di16, x[2 * g + 1].q + l), hi0, hi1);
+        }
+        sums[2 * g] = hn::Add(lo0, lo1);
+        sums[2 * g + 1] = hn::Add(hi0, hi1);
+      }
+      uint32_t u[3];
+      std::memcpy(u, block.scales, sizeof u);
+      const uint32_t sc[2] = {u[0] & 0x3f3f3f3fu, (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4)};
+      const uint32_t mn[2] = {u[1] & 0x3f3f3f3fu, ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4)};
+      const auto scf = hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(du8x8, reinterpret_cast<const uint8_t*>(sc))));
+      const auto mnf = hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(du8x8, reinterpret_cast<const uint8_t*>(mn))));
+      const auto total = hn::ConvertTo(df, sums_of_8(quad_sums(sums[0], sums[1], sums[2], sums[3]),
+                                                     quad_sums(sums[4], sums[5], sums[6], sums[7])));
+      const auto dx = hn::GatherIndex(df, &x->d, off.activation);
+      acc = hn::MulAdd(total, hn::Mul(hn::Mul(hn::Set(df, f16_scale(block.d)), scf), dx), acc);
+      min_acc = hn::MulAdd(hn::Mul(hn::Set(df, f16_scale(block.dmin)), mnf), hn::GatherIndex(df, &x->sum, off.activation), min_acc);
+    }
+    return reduce(acc) - reduce(min_acc);
+  }
+#endif
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
     const BlockQ4_K& block = blocks[b];
     const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
