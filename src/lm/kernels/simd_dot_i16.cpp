@@ -589,6 +589,46 @@ float DotI16Q6_K(const void* row, const I16Block* x, int64_t n) {
   const auto low4 = hn::Set(du8, 0x0f), low2 = hn::Set(du8, 0x03);
   const auto bias = hn::Set(di16, 32);
   auto acc = hn::Zero(df);
+#ifdef VQ_I16_BATCHED_SCALES
+  // Each half of a super-block has eight 16-element scale groups, one vector each: their sums
+  // reduced by the transposition (lane j: the group of scale j), the eight int8 scales widened
+  // in one step, the activation scales (groups 2k and 2k + 1 share block k) gathered.
+  if constexpr (hn::MaxLanes(DI16()) == 16) {
+    const DI32 di32;
+    const hn::Rebind<int8_t, DF> di8x8;
+    static_assert(sizeof(I16Block) % sizeof(float) == 0 && offsetof(I16Block, d) == 0);
+    const auto pair_index = hn::Mul(hn::ShiftRight<1>(hn::Iota(di32, 0)), hn::Set(di32, sizeof(I16Block) / sizeof(float)));
+    for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
+      const BlockQ6_K& block = blocks[b];
+      const auto d = hn::Set(df, f16_scale(block.d));
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* ql = block.ql + 64 * half;
+        const uint8_t* qh = block.qh + 32 * half;
+        const I16Block* xh = x + 4 * half;
+        VI32 sums[8];
+        for (int s = 0; s < 2; ++s) {
+          const size_t l = 16 * static_cast<size_t>(s);
+          const auto a = hn::LoadU(du8, ql + l), c = hn::LoadU(du8, ql + 32 + l), h = hn::LoadU(du8, qh + l);
+          const hn::Vec<DU8> q[4] = {
+              hn::Or(hn::And(a, low4), hn::ShiftLeft<4>(hn::And(h, low2))),
+              hn::Or(hn::And(c, low4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(h), low2))),
+              hn::Or(hn::ShiftRight<4>(a), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(h), low2))),
+              hn::Or(hn::ShiftRight<4>(c), hn::ShiftLeft<4>(hn::ShiftRight<6>(h)))};
+          for (int k = 0; k < 4; ++k) {
+            VI32 s0 = hn::Zero(di32), s1 = hn::Zero(di32);
+            s0 = madd(hn::Sub(hn::PromoteTo(di16, q[k]), bias), hn::LoadU(di16, xh[k].q + l), s0, s1);
+            sums[s + 2 * k] = hn::Add(s0, s1);
+          }
+        }
+        const auto total = hn::ConvertTo(df, sums_of_8(quad_sums(sums[0], sums[1], sums[2], sums[3]),
+                                                       quad_sums(sums[4], sums[5], sums[6], sums[7])));
+        const auto scf = hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8x8, block.scales + 8 * half)));
+        acc = hn::MulAdd(total, hn::Mul(hn::Mul(d, scf), hn::GatherIndex(df, &xh->d, pair_index)), acc);
+      }
+    }
+    return reduce(acc);
+  }
+#endif
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
     const BlockQ6_K& block = blocks[b];
     const float d = f16_scale(block.d);
