@@ -91,58 +91,6 @@ void QuantizeI16(const float* x, int64_t n, I16Block* out) {
   }
 }
 
-// Q4_0: w = dw * (q - 8), so a block gives dw * dx * sum(q * qx) - 8 * dw * (dx * sum(qx)).
-float DotI16Q4_0(const void* row, const I16Block* x, int64_t n) {
-  const DF df;
-  const auto* blocks = static_cast<const BlockQ4_0*>(row);
-  auto acc = hn::Zero(df);
-  float offset = 0.0f;
-  for (int64_t b = 0; b < n / kQK4_0; ++b) {
-    const float dw = f16_scale(blocks[b].d);
-    acc = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, dw * x[b].d), acc);
-    offset += dw * x[b].sum;
-  }
-  return reduce(acc) - 8.0f * offset;
-}
-
-// Q4_1: w = d * q + m: d * dx * sum(q * qx) + m * (dx * sum(qx)).
-float DotI16Q4_1(const void* row, const I16Block* x, int64_t n) {
-  const DF df;
-  const hn::CappedTag<float, 2> d2;
-  const auto* blocks = static_cast<const BlockQ4_1*>(row);
-  const int64_t nb = n / kQK4_1;
-  if constexpr (hn::MaxLanes(decltype(d2)()) < 2) {
-    // One-lane targets: the scales one at a time.
-    auto acc = hn::Zero(df);
-    float mins = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) {
-      acc = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc);
-      mins += f16_scale(blocks[b].m) * x[b].sum;
-    }
-    return reduce(acc) + mins;
-  } else {
-    // Two accumulators (even / odd blocks) so consecutive blocks do not wait on each other;
-    // lane 1 of `mins` collects the min terms (lane 0 is unused).
-    auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
-    auto mins = hn::Zero(d2);
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-      const auto s0 = q4_1_scales(blocks[b], x[b]), s1 = q4_1_scales(blocks[b + 1], x[b + 1]);
-      acc0 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, hn::GetLane(s0)), acc0);
-      acc1 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b + 1].qs, x[b + 1].q)), hn::Set(df, hn::GetLane(s1)), acc1);
-      mins = hn::Add(mins, hn::Add(s0, s1));
-    }
-    if (b < nb) {
-      const auto s0 = q4_1_scales(blocks[b], x[b]);
-      acc0 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, hn::GetLane(s0)), acc0);
-      mins = hn::Add(mins, s0);
-    }
-    float lanes[hn::MaxLanes(decltype(d2)())];
-    hn::StoreU(mins, d2, lanes);
-    return reduce(hn::Add(acc0, acc1)) + lanes[1];
-  }
-}
-
 // Eight blocks' scaling at once (256-bit x86 targets). Per block, the scalar route costs as
 // much as the block's integer work: load the f16 weight scale, convert it, multiply by the
 // activation scale, broadcast, convert the sums, multiply-add — eight instructions beside
@@ -188,11 +136,14 @@ HWY_INLINE ScaleOffsets scale_offsets(int32_t stride, int count) {
 
 // Blocks [0, nb) of a row in groups of eight, then one of four, while eight or four remain:
 // acc += (block sums) * dw * dx lane-wise; with `min_acc`, min_acc += dw * (dx * sum(qx)) too
-// (the offset term of Q4_0 / Q5_0 style formats). Returns how many blocks it took; the
-// caller's per-block loop does the rest. block_sum(k): block k's i32 sum vector.
+// (the offset term of Q4_0 / Q5_0 style formats), or with `own_min` the block's own f16
+// minimum, stored right after its scale (Q4_1: min_acc += m * (dx * sum(qx))). Returns how
+// many blocks it took; the caller's per-block loop does the rest. block_sum(k): block k's
+// i32 sum vector.
 template <class BlockSum>
 HWY_INLINE int64_t scaled_groups(const void* blocks, int32_t stride, const I16Block* x, int64_t nb,
-                                 const BlockSum& block_sum, hn::Vec<DF>& acc, hn::Vec<DF>* min_acc) {
+                                 const BlockSum& block_sum, hn::Vec<DF>& acc, hn::Vec<DF>* min_acc,
+                                 bool own_min = false) {
   const DF df;
   const auto group = [&](int64_t k, int count, const ScaleOffsets& off) {
     const VI32 q0 = quad_sums(block_sum(k), block_sum(k + 1), block_sum(k + 2), block_sum(k + 3));
@@ -209,7 +160,9 @@ HWY_INLINE int64_t scaled_groups(const void* blocks, int32_t stride, const I16Bl
     if (min_acc) {
       auto sums = hn::GatherIndex(df, &x[k].sum, off.activation);
       if (count != 8) sums = hn::IfThenElseZero(hn::Lt(hn::Iota(df, 0), hn::Set(df, static_cast<float>(count))), sums);
-      *min_acc = hn::MulAdd(dw, sums, *min_acc);
+      // (The i32 shift is arithmetic: masked again, or a minimum with its top bit set would saturate to 0.)
+      const auto dm = own_min ? hn::PromoteTo(df, hn::BitCast(df16, hn::DemoteTo(du16, hn::And(hn::ShiftRight<16>(bits), hn::Set(di32, 0xffff))))) : dw;
+      *min_acc = hn::MulAdd(dm, sums, *min_acc);
     }
   };
   int64_t b = 0;
@@ -224,6 +177,79 @@ HWY_INLINE int64_t scaled_groups(const void* blocks, int32_t stride, const I16Bl
   return b;
 }
 #endif
+
+// Q4_0: w = dw * (q - 8), so a block gives dw * dx * sum(q * qx) - 8 * dw * (dx * sum(qx)).
+float DotI16Q4_0(const void* row, const I16Block* x, int64_t n) {
+  const DF df;
+  const auto* blocks = static_cast<const BlockQ4_0*>(row);
+  auto acc = hn::Zero(df);
+  float offset = 0.0f;
+  int64_t b = 0;
+#ifdef VQ_I16_BATCHED_SCALES
+  auto offsets = hn::Zero(df);
+  b = scaled_groups(blocks, sizeof(BlockQ4_0), x, n / kQK4_0,
+                    [&](int64_t k) { return q4_block_sum(blocks[k].qs, x[k].q); }, acc, &offsets);
+  offset = reduce(offsets);
+#endif
+  for (; b < n / kQK4_0; ++b) {
+    const float dw = f16_scale(blocks[b].d);
+    acc = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, dw * x[b].d), acc);
+    offset += dw * x[b].sum;
+  }
+  return reduce(acc) - 8.0f * offset;
+}
+
+// Q4_1: w = d * q + m: d * dx * sum(q * qx) + m * (dx * sum(qx)).
+float DotI16Q4_1(const void* row, const I16Block* x, int64_t n) {
+  const DF df;
+  const hn::CappedTag<float, 2> d2;
+  const auto* blocks = static_cast<const BlockQ4_1*>(row);
+  const int64_t nb = n / kQK4_1;
+#ifdef VQ_I16_BATCHED_SCALES
+  {
+    auto acc = hn::Zero(df), min_acc = hn::Zero(df);
+    const auto block_sum = [&](int64_t k) { return q4_block_sum(blocks[k].qs, x[k].q); };
+    int64_t b = scaled_groups(blocks, sizeof(BlockQ4_1), x, nb, block_sum, acc, &min_acc, /*own_min=*/true);
+    float mins = reduce(min_acc);
+    for (; b < nb; ++b) {
+      acc = hn::MulAdd(hn::ConvertTo(df, block_sum(b)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc);
+      mins += f16_scale(blocks[b].m) * x[b].sum;
+    }
+    return reduce(acc) + mins;
+  }
+#endif
+  if constexpr (hn::MaxLanes(decltype(d2)()) < 2) {
+    // One-lane targets: the scales one at a time.
+    auto acc = hn::Zero(df);
+    float mins = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      acc = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc);
+      mins += f16_scale(blocks[b].m) * x[b].sum;
+    }
+    return reduce(acc) + mins;
+  } else {
+    // Two accumulators (even / odd blocks) so consecutive blocks do not wait on each other;
+    // lane 1 of `mins` collects the min terms (lane 0 is unused).
+    auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+    auto mins = hn::Zero(d2);
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      const auto s0 = q4_1_scales(blocks[b], x[b]), s1 = q4_1_scales(blocks[b + 1], x[b + 1]);
+      acc0 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, hn::GetLane(s0)), acc0);
+      acc1 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b + 1].qs, x[b + 1].q)), hn::Set(df, hn::GetLane(s1)), acc1);
+      mins = hn::Add(mins, hn::Add(s0, s1));
+    }
+    if (b < nb) {
+      const auto s0 = q4_1_scales(blocks[b], x[b]);
+      acc0 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, hn::GetLane(s0)), acc0);
+      mins = hn::Add(mins, s0);
+    }
+    float lanes[hn::MaxLanes(decltype(d2)())];
+    hn::StoreU(mins, d2, lanes);
+    return reduce(hn::Add(acc0, acc1)) + lanes[1];
+  }
+}
+
 
 float DotI16Q8_0(const void* row, const I16Block* x, int64_t n) {
   const DI16 di16;
