@@ -308,7 +308,7 @@ float DotI16Q4_K(const void* row, const I16Block* x, int64_t n) {
   // A super-block's eight sub-blocks are one vector's lanes: their sums reduced by the
   // transposition, the eight 6-bit scales and mins unpacked with word masks (the layout of
   // unpack_q4_k_scale, four bytes at a time) and widened, the activation scales and sums
-  // gathered: d * sc * dx * sum(q * qx) lane-wise, dmin * mn * (dx * sum(qx)) beside it.
+  // put in one vector each: d * sc * dx * sum(q * qx) lane-wise, dmin * mn * (dx * sum(qx)) beside it.
   {
     const DI32 di32;
     const hn::Rebind<uint8_t, DF> du8x8;
@@ -630,7 +630,7 @@ float DotI16Q6_K(const void* row, const I16Block* x, int64_t n) {
 #ifdef VQ_I16_BATCHED_SCALES
   // Each half of a super-block has eight 16-element scale groups, one vector each: their sums
   // reduced by the transposition (lane j: the group of scale j), the eight int8 scales widened
-  // in one step, the activation scales (groups 2k and 2k + 1 share block k) gathered.
+  // in one step, the activation scales (groups 2k and 2k + 1 share block k) in one vector.
   if constexpr (hn::MaxLanes(DI16()) == 16) {
     const DI32 di32;
     const hn::Rebind<int8_t, DF> di8x8;
