@@ -131,8 +131,13 @@ TEST_P(I16Dot, AgreesWithItsReferenceAndWithTheF32Dot) {
   ASSERT_TRUE(lm::kernels::has_i16_dot(type));
   std::mt19937 rng(77 + static_cast<int>(type));
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int64_t n = 1024;
-  for (int trial = 0; trial < 20; ++trial) {
+  // Row widths: whole groups of eight blocks, Gemma 3's 640 (8 + 8 + 4 blocks of 32) and 224
+  // (4 + 3), so the batched-scale kernels' every step and tail are covered; K formats need
+  // whole super-blocks (768: 24 blocks of 32, 256: 8).
+  const bool k_format = lm::ggml_type_info(type).block_size == 256;
+  const int64_t widths[] = {1024, k_format ? 768 : 640, k_format ? 256 : 224};
+  for (int trial = 0; trial < 21; ++trial) {
+    const int64_t n = widths[trial % 3];
     const auto row = random_row(type, n, rng);
     std::vector<float> x(n), w(n);
     for (auto& v : x) v = normal(rng);

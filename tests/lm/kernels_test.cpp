@@ -60,6 +60,34 @@ TEST(Elementwise, SoftmaxAndSilu) {
   EXPECT_NEAR(gate[1], 3 * -0.2384058440, 1e-6);
 }
 
+// The SIMD GeGLU (vector tanh) against the scalar reference (libm tanhf): every width up to
+// a few vectors (the padded tail included), values across GELU's whole shape — deep negative
+// (output -> 0), around 0, large positive (tanh saturates). The bound is a few ulp of tanh
+// (absolute, at magnitude 1) carried through 0.5 x u: for negative x, 1 + tanh cancels, so
+// the output's own relative error is no measure (the scalar reference cancels the same way).
+TEST(Geglu, SimdMatchesScalarReference) {
+  EXPECT_NEAR(lm::kernels::gelu_tanh(1.0f), 0.8411919906, 1e-6);  // 0.5 (1 + tanh(0.7978846 * 1.044715))
+  EXPECT_NEAR(lm::kernels::gelu_tanh(-3.0f), -0.0036373920, 1e-7);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> wide(-12.0f, 12.0f), narrow(-1.0f, 1.0f);
+  for (int64_t n : {1, 3, 7, 8, 15, 16, 17, 33, 100, 2048}) {
+    std::vector<float> gate(static_cast<std::size_t>(n)), up(gate.size());
+    for (std::size_t i = 0; i < gate.size(); ++i) {
+      gate[i] = i % 3 == 0 ? wide(rng) : narrow(rng);
+      up[i] = narrow(rng) * 4.0f;
+    }
+    std::vector<float> simd = gate, ref = gate;
+    lm::kernels::geglu(simd.data(), up.data(), n);
+    lm::kernels::geglu_reference(ref.data(), up.data(), n);
+    for (std::size_t i = 0; i < gate.size(); ++i) {
+      const float bound = 4e-7f * (std::fabs(ref[i]) + 0.5f * std::fabs(gate[i] * up[i])) + 1e-30f;
+      EXPECT_NEAR(simd[i], ref[i], bound) << "n " << n << " i " << i << " x " << gate[i];
+    }
+  }
+  std::vector<float> empty;
+  lm::kernels::geglu(empty.data(), empty.data(), 0);  // no elements: no access
+}
+
 TEST(Rope, NormalPairsAdjacentElements) {
   // head_dim 4, theta 10000: pair 0 turns by pos * 1, pair 1 by pos * 10000^-0.5 = pos/100.
   std::vector<float> x{1, 0, 1, 0};

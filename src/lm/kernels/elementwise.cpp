@@ -41,7 +41,7 @@ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
-void geglu(float* gate, const float* up, int64_t n) {
+void geglu_reference(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) gate[i] = gelu_tanh(gate[i]) * up[i];
 }
 

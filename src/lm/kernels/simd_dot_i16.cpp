@@ -91,13 +91,120 @@ void QuantizeI16(const float* x, int64_t n, I16Block* out) {
   }
 }
 
+// Eight blocks' scaling at once (256-bit x86 targets). Per block, the scalar route costs as
+// much as the block's integer work: load the f16 weight scale, convert it, multiply by the
+// activation scale, broadcast, convert the sums, multiply-add — eight instructions beside
+// four of data on Q8_0. Batched, eight blocks' i32 sum vectors are reduced into one vector
+// (lane k: block k's whole sum) by an interleave-and-add transposition, and the eight weight
+// scales and eight activation scales are each put in one vector.
+// (The macro is reset for each target foreach_target compiles.)
+#undef VQ_I16_BATCHED_SCALES
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#define VQ_I16_BATCHED_SCALES 1
+using DI64 = hn::Repartition<int64_t, DI16>;
+
+// Per 128-bit half: [sum(a), sum(b), sum(c), sum(d)] over that half's lanes, from four
+// 8-lane i32 vectors (i32 sums are exact, so the batched route is as exact as the per-block
+// one).
+HWY_INLINE VI32 quad_sums(VI32 a, VI32 b, VI32 c, VI32 d) {
+  const DI32 di32;
+  const DI64 di64;
+  // Per half: [a0+a2, b0+b2, a1+a3, b1+b3], and the same of c, d.
+  const auto ab = hn::BitCast(di64, hn::Add(hn::InterleaveLower(di32, a, b), hn::InterleaveUpper(di32, a, b)));
+  const auto cd = hn::BitCast(di64, hn::Add(hn::InterleaveLower(di32, c, d), hn::InterleaveUpper(di32, c, d)));
+  return hn::Add(hn::BitCast(di32, hn::InterleaveLower(di64, ab, cd)), hn::BitCast(di32, hn::InterleaveUpper(di64, ab, cd)));
+}
+
+// [sum(a) .. sum(d) | sum(e) .. sum(h)]: both halves of two quad_sums results added.
+HWY_INLINE VI32 sums_of_8(VI32 q0, VI32 q1) {
+  const DI32 di32;
+  return hn::Add(hn::ConcatLowerLower(di32, q1, q0), hn::ConcatUpperUpper(di32, q1, q0));
+}
+
+// Eight 32-bit words `stride` bytes apart from `first`, and eight floats `stride` floats
+// apart; lanes from `count` on repeat the first (their block sums are zero). Built from
+// scalar loads and inserts rather than vpgatherdd / vgatherdps: on this project's Zen 2 host
+// a gather costs about twice the micro-ops of the loads it replaces (measured: the gather
+// version of these kernels decoded SmolLM2 ~15% slower despite fewer instructions).
+HWY_INLINE VI32 words_of_8(const uint8_t* first, size_t stride, int count) {
+  const auto at = [&](int k) {
+    int32_t v;
+    std::memcpy(&v, first + static_cast<size_t>(k < count ? k : 0) * stride, sizeof v);
+    return v;
+  };
+  __m128i lo = _mm_cvtsi32_si128(at(0));
+  lo = _mm_insert_epi32(lo, at(1), 1);
+  lo = _mm_insert_epi32(lo, at(2), 2);
+  lo = _mm_insert_epi32(lo, at(3), 3);
+  __m128i hi = _mm_cvtsi32_si128(at(4));
+  hi = _mm_insert_epi32(hi, at(5), 1);
+  hi = _mm_insert_epi32(hi, at(6), 2);
+  hi = _mm_insert_epi32(hi, at(7), 3);
+  return VI32{_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1)};
+}
+HWY_INLINE hn::Vec<DF> floats_of_8(const float* first, size_t stride, int count) {
+  const auto at = [&](int k) { return first[static_cast<size_t>(k < count ? k : 0) * stride]; };
+  return hn::Vec<DF>{_mm256_setr_ps(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7))};
+}
+// Floats in I16Block steps (the activation blocks' d or sum).
+constexpr size_t kI16BlockFloats = sizeof(I16Block) / sizeof(float);
+static_assert(sizeof(I16Block) % sizeof(float) == 0);
+
+// Blocks [0, nb) of a row in groups of eight, then one of four, while eight or four remain:
+// acc += (block sums) * dw * dx lane-wise; with `min_acc`, min_acc += dw * (dx * sum(qx)) too
+// (the offset term of Q4_0 / Q5_0 style formats), or with `own_min` the block's own f16
+// minimum, stored right after its scale (Q4_1: min_acc += m * (dx * sum(qx))). Returns how
+// many blocks it took; the caller's per-block loop does the rest. block_sum(k): block k's
+// i32 sum vector.
+template <class BlockSum>
+HWY_INLINE int64_t scaled_groups(const void* blocks, int32_t stride, const I16Block* x, int64_t nb,
+                                 const BlockSum& block_sum, hn::Vec<DF>& acc, hn::Vec<DF>* min_acc,
+                                 bool own_min = false) {
+  const DF df;
+  const auto group = [&](int64_t k, int count) {
+    const VI32 q0 = quad_sums(block_sum(k), block_sum(k + 1), block_sum(k + 2), block_sum(k + 3));
+    const VI32 q1 = count == 8 ? quad_sums(block_sum(k + 4), block_sum(k + 5), block_sum(k + 6), block_sum(k + 7))
+                               : hn::Zero(DI32());
+    const auto* first = static_cast<const uint8_t*>(blocks) + k * stride;
+    const DI32 di32;
+    const hn::Rebind<uint16_t, DF> du16;  // (masked to 16 bits: the saturating i32 -> u16 demotion is exact)
+    const hn::Rebind<hwy::float16_t, DF> df16;
+    const auto bits = words_of_8(first, static_cast<size_t>(stride), count);
+    const auto dw = hn::PromoteTo(df, hn::BitCast(df16, hn::DemoteTo(du16, hn::And(bits, hn::Set(di32, 0xffff)))));
+    acc = hn::MulAdd(hn::ConvertTo(df, sums_of_8(q0, q1)), hn::Mul(dw, floats_of_8(&x[k].d, kI16BlockFloats, count)), acc);
+    // Lanes past `count` repeat block k's sum: masked off here (their block sums were zero above).
+    if (min_acc) {
+      auto sums = floats_of_8(&x[k].sum, kI16BlockFloats, count);
+      if (count != 8) sums = hn::IfThenElseZero(hn::Lt(hn::Iota(df, 0), hn::Set(df, static_cast<float>(count))), sums);
+      // (The i32 shift is arithmetic: masked again, or a minimum with its top bit set would saturate to 0.)
+      const auto dm = own_min ? hn::PromoteTo(df, hn::BitCast(df16, hn::DemoteTo(du16, hn::And(hn::ShiftRight<16>(bits), hn::Set(di32, 0xffff))))) : dw;
+      *min_acc = hn::MulAdd(dm, sums, *min_acc);
+    }
+  };
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) group(b, 8);
+  if (b + 4 <= nb) {
+    group(b, 4);
+    b += 4;
+  }
+  return b;
+}
+#endif
+
 // Q4_0: w = dw * (q - 8), so a block gives dw * dx * sum(q * qx) - 8 * dw * (dx * sum(qx)).
 float DotI16Q4_0(const void* row, const I16Block* x, int64_t n) {
   const DF df;
   const auto* blocks = static_cast<const BlockQ4_0*>(row);
   auto acc = hn::Zero(df);
   float offset = 0.0f;
-  for (int64_t b = 0; b < n / kQK4_0; ++b) {
+  int64_t b = 0;
+#ifdef VQ_I16_BATCHED_SCALES
+  auto offsets = hn::Zero(df);
+  b = scaled_groups(blocks, sizeof(BlockQ4_0), x, n / kQK4_0,
+                    [&](int64_t k) { return q4_block_sum(blocks[k].qs, x[k].q); }, acc, &offsets);
+  offset = reduce(offsets);
+#endif
+  for (; b < n / kQK4_0; ++b) {
     const float dw = f16_scale(blocks[b].d);
     acc = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, dw * x[b].d), acc);
     offset += dw * x[b].sum;
@@ -111,6 +218,19 @@ float DotI16Q4_1(const void* row, const I16Block* x, int64_t n) {
   const hn::CappedTag<float, 2> d2;
   const auto* blocks = static_cast<const BlockQ4_1*>(row);
   const int64_t nb = n / kQK4_1;
+#ifdef VQ_I16_BATCHED_SCALES
+  {
+    auto acc = hn::Zero(df), min_acc = hn::Zero(df);
+    const auto block_sum = [&](int64_t k) { return q4_block_sum(blocks[k].qs, x[k].q); };
+    int64_t b = scaled_groups(blocks, sizeof(BlockQ4_1), x, nb, block_sum, acc, &min_acc, /*own_min=*/true);
+    float mins = reduce(min_acc);
+    for (; b < nb; ++b) {
+      acc = hn::MulAdd(hn::ConvertTo(df, block_sum(b)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc);
+      mins += f16_scale(blocks[b].m) * x[b].sum;
+    }
+    return reduce(acc) + mins;
+  }
+#endif
   if constexpr (hn::MaxLanes(decltype(d2)()) < 2) {
     // One-lane targets: the scales one at a time.
     auto acc = hn::Zero(df);
@@ -143,20 +263,28 @@ float DotI16Q4_1(const void* row, const I16Block* x, int64_t n) {
   }
 }
 
+
 float DotI16Q8_0(const void* row, const I16Block* x, int64_t n) {
   const DI16 di16;
   const DI8 di8;
   const DF df;
   const size_t N = hn::Lanes(di16);
   const auto* blocks = static_cast<const BlockQ8_0*>(row);
-  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
-  const auto block = [&](int64_t k, hn::Vec<DF> acc) {
+  const auto block_sum = [&](int64_t k) {
     VI32 s0 = hn::Zero(DI32()), s1 = hn::Zero(DI32());
     for (size_t j = 0; j < 32; j += N) s0 = madd(hn::PromoteTo(di16, hn::LoadU(di8, blocks[k].qs + j)), hn::LoadU(di16, x[k].q + j), s0, s1);
-    return hn::MulAdd(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, f16_scale(blocks[k].d) * x[k].d), acc);
+    return hn::Add(s0, s1);
+  };
+  const auto block = [&](int64_t k, hn::Vec<DF> acc) {
+    return hn::MulAdd(hn::ConvertTo(df, block_sum(k)), hn::Set(df, f16_scale(blocks[k].d) * x[k].d), acc);
   };
   const int64_t nb = n / kQK8_0;
   int64_t b = 0;
+  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+#ifdef VQ_I16_BATCHED_SCALES
+  // Eight blocks a step, then four (Gemma's 640-wide rows are 8 + 8 + 4 blocks).
+  b = scaled_groups(blocks, sizeof(BlockQ8_0), x, nb, block_sum, acc0, nullptr);
+#endif
   for (; b + 2 <= nb; b += 2) {
     acc0 = block(b, acc0);
     acc1 = block(b + 1, acc1);
@@ -176,6 +304,43 @@ float DotI16Q4_K(const void* row, const I16Block* x, int64_t n) {
   const auto mask = hn::Set(du8, 0x0f);
   auto acc = hn::Zero(df);
   float mins = 0.0f;
+#ifdef VQ_I16_BATCHED_SCALES
+  // A super-block's eight sub-blocks are one vector's lanes: their sums reduced by the
+  // transposition, the eight 6-bit scales and mins unpacked with word masks (the layout of
+  // unpack_q4_k_scale, four bytes at a time) and widened, the activation scales and sums
+  // put in one vector each: d * sc * dx * sum(q * qx) lane-wise, dmin * mn * (dx * sum(qx)) beside it.
+  {
+    const DI32 di32;
+    const hn::Rebind<uint8_t, DF> du8x8;
+    auto min_acc = hn::Zero(df);
+    for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
+      const BlockQ4_K& block = blocks[b];
+      VI32 sums[8];
+      for (int g = 0; g < 4; ++g) {
+        VI32 lo0 = hn::Zero(di32), lo1 = hn::Zero(di32), hi0 = hn::Zero(di32), hi1 = hn::Zero(di32);
+        for (size_t l = 0; l < 32; l += N) {
+          const auto v = hn::LoadU(du8, block.qs + 32 * g + l);
+          lo0 = madd(hn::PromoteTo(di16, hn::And(v, mask)), hn::LoadU(di16, x[2 * g].q + l), lo0, lo1);
+          hi0 = madd(hn::PromoteTo(di16, hn::ShiftRight<4>(v)), hn::LoadU(di16, x[2 * g + 1].q + l), hi0, hi1);
+        }
+        sums[2 * g] = hn::Add(lo0, lo1);
+        sums[2 * g + 1] = hn::Add(hi0, hi1);
+      }
+      uint32_t u[3];
+      std::memcpy(u, block.scales, sizeof u);
+      const uint32_t sc[2] = {u[0] & 0x3f3f3f3fu, (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4)};
+      const uint32_t mn[2] = {u[1] & 0x3f3f3f3fu, ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4)};
+      const auto scf = hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(du8x8, reinterpret_cast<const uint8_t*>(sc))));
+      const auto mnf = hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(du8x8, reinterpret_cast<const uint8_t*>(mn))));
+      const auto total = hn::ConvertTo(df, sums_of_8(quad_sums(sums[0], sums[1], sums[2], sums[3]),
+                                                     quad_sums(sums[4], sums[5], sums[6], sums[7])));
+      const auto dx = floats_of_8(&x->d, kI16BlockFloats, 8);
+      acc = hn::MulAdd(total, hn::Mul(hn::Mul(hn::Set(df, f16_scale(block.d)), scf), dx), acc);
+      min_acc = hn::MulAdd(hn::Mul(hn::Set(df, f16_scale(block.dmin)), mnf), floats_of_8(&x->sum, kI16BlockFloats, 8), min_acc);
+    }
+    return reduce(acc) - reduce(min_acc);
+  }
+#endif
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
     const BlockQ4_K& block = blocks[b];
     const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
@@ -229,9 +394,7 @@ float DotI16Q5_0(const void* row, const I16Block* x, int64_t n) {
                                                        256, 512, 1024, 2048, 4096, 8192, 16384, -32768};
   const auto mask = hn::Set(di16, 0x0f);
   const auto sixteen = hn::Set(di16, 16);
-  auto acc = hn::Zero(df);
-  float offset = 0.0f;
-  for (int64_t b = 0; b < n / kQK5_0; ++b) {
+  const auto block_sum = [&](int64_t b) {
     uint32_t qh;
     std::memcpy(&qh, blocks[b].qh, sizeof qh);
     VI16 lo_bits, hi_bits;
@@ -245,8 +408,20 @@ float DotI16Q5_0(const void* row, const I16Block* x, int64_t n) {
       s0 = madd(hn::Or(hn::And(q, mask), h0), hn::LoadU(di16, x[b].q + j), s0, s1);
       s0 = madd(hn::Or(hn::ShiftRight<4>(q), h1), hn::LoadU(di16, x[b].q + 16 + j), s0, s1);
     }
+    return hn::Add(s0, s1);
+  };
+  const int64_t nb = n / kQK5_0;
+  int64_t b = 0;
+  auto acc = hn::Zero(df);
+  float offset = 0.0f;
+#ifdef VQ_I16_BATCHED_SCALES
+  auto offsets = hn::Zero(df);
+  b = scaled_groups(blocks, sizeof(BlockQ5_0), x, nb, block_sum, acc, &offsets);
+  offset = reduce(offsets);
+#endif
+  for (; b < nb; ++b) {
     const float dw = f16_scale(blocks[b].d);
-    acc = hn::MulAdd(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, dw * x[b].d), acc);
+    acc = hn::MulAdd(hn::ConvertTo(df, block_sum(b)), hn::Set(df, dw * x[b].d), acc);
     offset += dw * x[b].sum;
   }
   return reduce(acc) - 16.0f * offset;
@@ -452,6 +627,44 @@ float DotI16Q6_K(const void* row, const I16Block* x, int64_t n) {
   const auto low4 = hn::Set(du8, 0x0f), low2 = hn::Set(du8, 0x03);
   const auto bias = hn::Set(di16, 32);
   auto acc = hn::Zero(df);
+#ifdef VQ_I16_BATCHED_SCALES
+  // Each half of a super-block has eight 16-element scale groups, one vector each: their sums
+  // reduced by the transposition (lane j: the group of scale j), the eight int8 scales widened
+  // in one step, the activation scales (groups 2k and 2k + 1 share block k) in one vector.
+  if constexpr (hn::MaxLanes(DI16()) == 16) {
+    const DI32 di32;
+    const hn::Rebind<int8_t, DF> di8x8;
+    for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
+      const BlockQ6_K& block = blocks[b];
+      const auto d = hn::Set(df, f16_scale(block.d));
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* ql = block.ql + 64 * half;
+        const uint8_t* qh = block.qh + 32 * half;
+        const I16Block* xh = x + 4 * half;
+        VI32 sums[8];
+        for (int s = 0; s < 2; ++s) {
+          const size_t l = 16 * static_cast<size_t>(s);
+          const auto a = hn::LoadU(du8, ql + l), c = hn::LoadU(du8, ql + 32 + l), h = hn::LoadU(du8, qh + l);
+          const hn::Vec<DU8> q[4] = {
+              hn::Or(hn::And(a, low4), hn::ShiftLeft<4>(hn::And(h, low2))),
+              hn::Or(hn::And(c, low4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(h), low2))),
+              hn::Or(hn::ShiftRight<4>(a), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(h), low2))),
+              hn::Or(hn::ShiftRight<4>(c), hn::ShiftLeft<4>(hn::ShiftRight<6>(h)))};
+          for (int k = 0; k < 4; ++k) {
+            VI32 s0 = hn::Zero(di32), s1 = hn::Zero(di32);
+            s0 = madd(hn::Sub(hn::PromoteTo(di16, q[k]), bias), hn::LoadU(di16, xh[k].q + l), s0, s1);
+            sums[s + 2 * k] = hn::Add(s0, s1);
+          }
+        }
+        const auto total = hn::ConvertTo(df, sums_of_8(quad_sums(sums[0], sums[1], sums[2], sums[3]),
+                                                       quad_sums(sums[4], sums[5], sums[6], sums[7])));
+        const auto scf = hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8x8, block.scales + 8 * half)));
+        acc = hn::MulAdd(total, hn::Mul(hn::Mul(d, scf), hn::Vec<DF>{_mm256_setr_ps(xh[0].d, xh[0].d, xh[1].d, xh[1].d, xh[2].d, xh[2].d, xh[3].d, xh[3].d)}), acc);
+      }
+    }
+    return reduce(acc);
+  }
+#endif
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
     const BlockQ6_K& block = blocks[b];
     const float d = f16_scale(block.d);

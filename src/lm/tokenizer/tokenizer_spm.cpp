@@ -84,11 +84,10 @@ SentencePieceTokenizer::SentencePieceTokenizer(TokenizerVocab vocab)
     : vocab_(std::move(vocab)), specials_(vocab_) {
   validate_vocab(vocab_);
   if (vocab_.scores.empty()) vocab_.scores.assign(vocab_.tokens.size(), 0.0f);
-  piece_to_id_.reserve(vocab_.tokens.size());
+  piece_to_id_ = PieceIndex(vocab_.tokens);  // the first id wins for a duplicated piece
   byte_tokens_.fill(-1);
   for (int32_t id = 0; id < static_cast<int32_t>(vocab_.tokens.size()); ++id) {
     const std::string& piece = vocab_.tokens[static_cast<size_t>(id)];
-    piece_to_id_.emplace(piece, id);  // the first id wins for a duplicated piece
     const int byte = parse_byte_token(piece);
     const TokenType type = token_type_of(vocab_, id);
     if (byte >= 0 && (type == TokenType::kByte || vocab_.token_types.empty()) && byte_tokens_[byte] < 0) {
@@ -108,8 +107,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(TokenizerVocab vocab)
 }
 
 int32_t SentencePieceTokenizer::find(std::string_view piece) const {
-  auto it = piece_to_id_.find(piece);
-  return it == piece_to_id_.end() ? -1 : it->second;
+  return piece_to_id_.find(vocab_.tokens, piece);
 }
 
 void SentencePieceTokenizer::encode_fragment(const std::string& text, std::vector<int32_t>& out) const {

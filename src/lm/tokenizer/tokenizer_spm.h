@@ -9,6 +9,7 @@
 
 #include "lm/tokenizer/tokenizer.h"
 #include "lm/tokenizer/tokenizer_special.h"
+#include "lm/tokenizer/tokenizer_piece_index.h"
 #include "lm/tokenizer/tokenizer_string_map.h"
 #include "lm/tokenizer/tokenizer_vocab.h"
 
@@ -35,7 +36,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   int32_t find(std::string_view piece) const;  // -1 when absent
 
   TokenizerVocab vocab_;
-  StringMap<int32_t> piece_to_id_;
+  PieceIndex piece_to_id_;  // over vocab_.tokens
   std::array<int32_t, 256> byte_tokens_{};  // <0xNN> ids, -1 when the vocabulary lacks one
   SpecialTokenMatcher specials_;
   // True when "▁" occurs in pieces only as a leading run (SentencePiece's split_by_whitespace,
