@@ -24,9 +24,11 @@ double smollm2_bytes_per_token(const KvPreset& preset, int64_t tokens) {
 TEST(KvPresets, BytesPerTokenOnSmolLM2ArePinned) {
   // llama.cpp: 11520 cached elements per token on SmolLM2 (30 * 3 * 64 * 2) at 8.5 / 5.5 / 4.5
   // bits = 12240 / 7920 / 6480 bytes (issue 12); q3's budget is 3.5 bits = 5040.
-  // q3 at 2048 tokens: rows of 28 + 26 bytes per head, + key and value mean rows (128 bytes each)
-  // and one sink row (256 bytes, K + V) per head: (2048 * 54 + 2 * 128 + 256) * 90 / 2048 = 4882.5.
-  const double q3_at_2048 = (2048.0 * (24 + 4 + 24 + 2) + 2 * 128 + 1 * 256) * 90 / 2048;
+  // q3 at 2048 tokens: rows of 28 + 26 bytes per head, + 8 key-mean rows (one per 256-row
+  // segment) and one value mean row (128 bytes each) and one sink row (256 bytes, K + V) per head:
+  // (2048 * 54 + 9 * 128 + 256) * 90 / 2048 = 4921.875. At 256 rows: one key-mean row, 5040.
+  const double q3_at_2048 = (2048.0 * (24 + 4 + 24 + 2) + 9 * 128 + 1 * 256) * 90 / 2048;
+  EXPECT_DOUBLE_EQ(q3_at_2048, 4921.875);
   const std::vector<std::tuple<std::string, double, double>> want = {
       {"q8", 12240, 12240}, {"q5", 7920, 7920}, {"q4", 6480, 6480}, {"q3", q3_at_2048, 5040}};
   ASSERT_EQ(kv_presets().size(), want.size());

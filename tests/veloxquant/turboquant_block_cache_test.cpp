@@ -9,6 +9,7 @@
 #include <random>
 
 #include "base/error.h"
+#include "base/half.h"
 #include "support/allocation_counter.h"
 #include "support/kv_test_data.h"
 #include "veloxquant/veloxquant.h"
@@ -156,7 +157,7 @@ TEST(TurboQuantBlockCache, MeanSmoothingRemovesACommonOffset) {
   // A first call of one row cannot calibrate: no means, no bytes.
   TurboQuantBlockCache single(smoothed);
   single.update_and_fetch(k.slice(2, 0, 1).contiguous(), v.slice(2, 0, 1).contiguous());
-  EXPECT_EQ(single.meta_state().back(), "uncalibrated");
+  EXPECT_EQ(single.meta_state()[10], "uncalibrated");
 }
 
 TEST(TurboQuantBlockCache, SinkRowsAreExactAndCounted) {
@@ -279,6 +280,160 @@ TEST(TurboQuantBlockCache, TrimEqualsAFreshCacheFedTheKeptTokens) {
   EXPECT_EQ(cache.trim(1000), 22);
   EXPECT_TRUE(cache.empty());
   EXPECT_THROW(cache.trim(-1), base::InvalidArgument);
+}
+
+// Keys that drift: the shared offset turns slowly with position (as post-RoPE keys' offsets do),
+// so a mean calibrated on the first rows fits later rows less and less.
+lm::Tensor drifting_kv(int64_t heads, int64_t tokens, int64_t dim, uint64_t seed, int64_t first = 0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(heads * tokens * dim));
+  for (int64_t hh = 0; hh < heads; ++hh) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      const double angle = 0.004 * static_cast<double>(first + t);
+      for (int64_t e = 0; e < dim; e += 2) {
+        const double a = 6.0 + e * 0.05, c = std::cos(angle * (1 + e % 3)), sn = std::sin(angle * (1 + e % 3));
+        float* row = x.data() + (hh * tokens + t) * dim;
+        row[e] = static_cast<float>(a * c) + 0.5f * normal(rng);
+        row[e + 1] = static_cast<float>(a * sn) + 0.5f * normal(rng);
+      }
+    }
+  }
+  return lm::Tensor::from_f32(x, {1, heads, tokens, dim}, lm::DType::F32);
+}
+
+TEST(TurboQuantBlockCache, KeyMeanSegmentsFollowTheDecodedPreviousSegment) {
+  // Independent reference: segment 0 = rows [0, 1 + L) uses the calibrated mean (rows 1..mean_rows
+  // of the first call), segment j >= 1 = rows [1 + jL, 1 + (j+1)L) the f16 mean of segment j-1's
+  // decoded rotated keys (rows from 1 on). Rebuilt here with core::Rotation and the quantizer.
+  const int d = 64;
+  const int64_t seed = 17, L = 40, heads = 2, n = 150;
+  TurboQuantBlockCache::Settings settings{d, 3, 3, seed};
+  settings.mean_rows = 32;
+  settings.key_mean_segment = static_cast<int>(L);
+  TurboQuantBlockCache cache(settings);
+  const lm::Tensor k = drifting_kv(heads, n, d, 5), v = gaussian_kv(heads, n, d, 6);
+  // Three calls that cut segments in the middle: 70 rows, 1 row (a decode step), 79 rows.
+  std::vector<float> got;
+  int64_t at = 0;
+  for (int64_t len : {70, 1, 79}) {
+    const lm::KeysValues kv = cache.update_and_fetch(k.slice(2, at, at + len).contiguous(), v.slice(2, at, at + len).contiguous());
+    got = kv.keys.to_f32();
+    at += len;
+  }
+  const core::Rotation rot(d, static_cast<uint64_t>(seed));
+  const quant::BlockLloydQuantizer q(3);
+  const std::vector<float> kf = k.to_f32();
+  std::vector<float> rotated(d), decoded(d), back(d);
+  std::vector<uint8_t> packed(64);
+  std::vector<uint16_t> scales(2);
+  for (int64_t hh = 0; hh < heads; ++hh) {
+    // Calibrated mean: rows 1..32 of the first call, rotated, rounded to f16.
+    std::vector<float> mu(d, 0.0f);
+    for (int e = 0; e < d; ++e) {
+      double sum = 0.0;
+      for (int64_t t = 1; t <= 32; ++t) sum += kf[static_cast<std::size_t>((hh * n + t) * d + e)];
+      mu[e] = static_cast<float>(sum / 32.0);
+    }
+    rot.forward(mu.data(), mu.data());
+    for (float& m : mu) m = base::f16_to_f32(base::f32_to_f16(m));
+    std::vector<double> segment_sum(d, 0.0);
+    int64_t segment_rows = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      if (r > 1 && (r - 1) % L == 0) {  // a new segment: the previous one's decoded mean
+        for (int e = 0; e < d; ++e) mu[e] = base::f16_to_f32(base::f32_to_f16(static_cast<float>(segment_sum[e] / segment_rows + mu[e])));
+        std::fill(segment_sum.begin(), segment_sum.end(), 0.0);
+        segment_rows = 0;
+      }
+      rot.forward(kf.data() + (hh * n + r) * d, rotated.data());
+      for (int e = 0; e < d; ++e) rotated[e] -= mu[e];
+      q.encode_row(rotated.data(), d, packed.data(), scales.data());
+      q.decode_row(packed.data(), scales.data(), d, decoded.data());
+      if (r >= 1) {
+        for (int e = 0; e < d; ++e) segment_sum[e] += decoded[e];
+        ++segment_rows;
+      }
+      for (int e = 0; e < d; ++e) decoded[e] += mu[e];
+      rot.inverse(decoded.data(), back.data());
+      for (int e = 0; e < d; ++e) {
+        ASSERT_NEAR(got[static_cast<std::size_t>((hh * n + r) * d + e)], back[e], 1e-4f) << "head " << hh << " row " << r;
+      }
+    }
+  }
+  // Bytes: one f16 key-mean row per segment of the allocated rows (256 rows: segments 0..6).
+  TurboQuantBlockCache::Settings plain = settings;
+  plain.key_mean_segment = 0;
+  TurboQuantBlockCache one_mean(plain);
+  one_mean.update_and_fetch(k, v);
+  EXPECT_EQ(cache.nbytes(), one_mean.nbytes() + std::size_t(heads * 6 * d * 2));
+}
+
+TEST(TurboQuantBlockCache, KeyMeanSegmentsLowerTheErrorOfDriftingKeys) {
+  TurboQuantBlockCache::Settings settings{64, 3, 3, 4};
+  settings.mean_rows = 64;
+  TurboQuantBlockCache::Settings segmented = settings;
+  segmented.key_mean_segment = 64;
+  const lm::Tensor k = drifting_kv(2, 600, 64, 7), v = gaussian_kv(2, 600, 64, 8);
+  TurboQuantBlockCache a(settings), b(segmented);
+  const double err_one = relative_error(a.update_and_fetch(k, v).keys, k);
+  const double err_segments = relative_error(b.update_and_fetch(k, v).keys, k);
+  EXPECT_LT(err_segments * 2, err_one) << err_one << " vs " << err_segments;
+}
+
+TEST(TurboQuantBlockCache, KeyMeanSegmentsSurviveStateTrimAndFusedAttention) {
+  TurboQuantBlockCache::Settings settings{64, 4, 3, 21};
+  settings.mean_rows = 16;
+  settings.sink_rows = 1;
+  settings.key_mean_segment = 32;
+  TurboQuantBlockCache cache(settings), fresh(settings);
+  const lm::Tensor k = drifting_kv(3, 120, 64, 11), v = gaussian_kv(3, 120, 64, 12);
+  cache.update_and_fetch(k, v);
+  // State round trip: the segment means travel with the codes (4 segments for 120 rows).
+  TurboQuantBlockCache restored(8, 1, 1, 0);
+  const std::vector<lm::Tensor> state = cache.state();
+  ASSERT_EQ(state.size(), 8u);
+  EXPECT_EQ(state[4].dim(2), 4);
+  restored.from_state(state, cache.meta_state());
+  EXPECT_EQ(restored.meta_state(), cache.meta_state());
+  const lm::Tensor k2 = drifting_kv(3, 20, 64, 13, 120), v2 = gaussian_kv(3, 20, 64, 14);
+  const lm::KeysValues a = cache.update_and_fetch(k2, v2), b = restored.update_and_fetch(k2, v2);
+  EXPECT_EQ(a.keys.to_f32(), b.keys.to_f32());
+  EXPECT_EQ(a.values.to_f32(), b.values.to_f32());
+  // Trim into a segment, then new rows: the same as a fresh cache fed the kept rows.
+  cache.trim(140 - 70);
+  fresh.update_and_fetch(k.slice(2, 0, 70).contiguous(), v.slice(2, 0, 70).contiguous());
+  const lm::Tensor k3 = drifting_kv(3, 50, 64, 15, 70), v3 = gaussian_kv(3, 50, 64, 16);
+  const lm::KeysValues c = cache.update_and_fetch(k3, v3), f = fresh.update_and_fetch(k3, v3);
+  EXPECT_EQ(c.keys.to_f32(), f.keys.to_f32());
+  // Fused attention (prefill tile decode and decode steps from codes) over segments equals
+  // brute-force attention over the fetched rows.
+  TurboQuantBlockCache fused(settings), plain(settings);
+  int64_t first = 0;
+  uint64_t seed = 900;
+  for (int64_t len : {100, 1, 1, 40}) {
+    const lm::Tensor kk = drifting_kv(3, len, 64, seed++, first), vv = gaussian_kv(3, len, 64, seed++);
+    const lm::Tensor q = gaussian_kv(9, len, 64, seed++).contiguous();
+    lm::Tensor out({1, 9, len, 64}, lm::DType::F32);
+    fused.fused_attention({&q, &kk, &vv, 0.02f, std::nullopt}, out);
+    const std::vector<float> want = brute_attention(plain.update_and_fetch(kk, vv), q.to_f32(), 9, len, first, 0.02f);
+    const std::vector<float> got = out.to_f32();
+    double worst = 0.0;
+    for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
+    EXPECT_LE(worst, 2e-3) << "chunk of " << len;
+    first += len;
+  }
+  // key_mean_segment needs mean_rows, and is never negative; errors name the field.
+  TurboQuantBlockCache::Settings bad = settings;
+  bad.mean_rows = 0;
+  try {
+    TurboQuantBlockCache broken(bad);
+    FAIL() << "accepted key_mean_segment without mean_rows";
+  } catch (const QuantizerConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("key_mean_segment"), std::string::npos) << e.what();
+  }
+  bad = settings;
+  bad.key_mean_segment = -1;
+  EXPECT_THROW(TurboQuantBlockCache broken(bad), QuantizerConfigError);
 }
 
 TEST(TurboQuantBlockCache, BitWidthsAreValidatedWithTheirNames) {

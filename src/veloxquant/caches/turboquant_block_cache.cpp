@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "base/error.h"
 #include "base/half.h"
@@ -47,6 +48,15 @@ TurboQuantBlockCache::TurboQuantBlockCache(const Settings& settings)
     throw QuantizerConfigError("turboquant_block: mean_rows and sink_rows must be >= 0, got " +
                                std::to_string(settings.mean_rows) + " and " + std::to_string(settings.sink_rows));
   }
+  if (settings.key_mean_segment < 0) {
+    throw QuantizerConfigError("key_mean_segment for 'turboquant_block' must be >= 0, got " +
+                               std::to_string(settings.key_mean_segment));
+  }
+  if (settings.key_mean_segment > 0 && settings.mean_rows <= 0) {
+    throw QuantizerConfigError("key_mean_segment for 'turboquant_block' (" + std::to_string(settings.key_mean_segment) +
+                               ") needs mean_rows > 0: segments refine the calibrated mean, got mean_rows " +
+                               std::to_string(settings.mean_rows));
+  }
   key_rotation_ = std::make_shared<const core::Rotation>(head_dim_, static_cast<uint64_t>(seed_));
   build_value_rotation(head_dim_);
 }
@@ -62,8 +72,45 @@ std::size_t TurboQuantBlockCache::nbytes() const {
          sink_keys_.storage_bytes() + sink_values_.storage_bytes();
 }
 
-const uint16_t* TurboQuantBlockCache::key_mean(int64_t b, int64_t h) const {
-  return key_mean_.defined() ? row_ptr<uint16_t>(key_mean_, b, h, 0) : nullptr;
+const uint16_t* TurboQuantBlockCache::key_mean(int64_t b, int64_t h, int64_t row) const {
+  return key_mean_.defined() ? row_ptr<uint16_t>(key_mean_, b, h, key_segment_of(row)) : nullptr;
+}
+
+int64_t TurboQuantBlockCache::key_segment_of(int64_t row) const {
+  const int64_t length = settings_.key_mean_segment;
+  return length > 0 && row > 0 ? (row - 1) / length : 0;
+}
+
+int64_t TurboQuantBlockCache::key_segment_end(int64_t row) const {
+  const int64_t length = settings_.key_mean_segment;
+  return length > 0 ? 1 + (key_segment_of(row) + 1) * length : std::numeric_limits<int64_t>::max();
+}
+
+int64_t TurboQuantBlockCache::key_segments_for(int64_t rows) const {
+  return rows > 0 ? key_segment_of(rows - 1) + 1 : 1;
+}
+
+void TurboQuantBlockCache::compute_segment_mean(int64_t segment) {
+  // Rows of the segment before: [1 + (segment-1) L, 1 + segment L), from row 1 on (row 0, the
+  // sink, is not a typical key). Their decoded rotated keys already include that segment's mean.
+  const int64_t length = settings_.key_mean_segment;
+  const int64_t first = std::max<int64_t>(1, 1 + (segment - 1) * length), end = 1 + segment * length;
+  std::vector<float> row(static_cast<std::size_t>(head_dim_));
+  std::vector<double> sum(static_cast<std::size_t>(head_dim_));
+  for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
+    const int64_t b = bh / heads_, h = bh % heads_;
+    std::fill(sum.begin(), sum.end(), 0.0);
+    for (int64_t r = first; r < end; ++r) {
+      decode_rotated_key(b, h, r, row.data());
+      for (int64_t e = 0; e < head_dim_; ++e) sum[static_cast<std::size_t>(e)] += row[static_cast<std::size_t>(e)];
+    }
+    const uint16_t* previous = row_ptr<uint16_t>(key_mean_, b, h, segment - 1);
+    uint16_t* out = row_ptr<uint16_t>(key_mean_, b, h, segment);
+    for (int64_t e = 0; e < head_dim_; ++e) {
+      const double mean = sum[static_cast<std::size_t>(e)] / static_cast<double>(end - first);
+      out[e] = base::f32_to_f16(static_cast<float>(mean + base::f16_to_f32(previous[e])));
+    }
+  }
 }
 
 const uint16_t* TurboQuantBlockCache::value_mean(int64_t b, int64_t h) const {
@@ -91,6 +138,8 @@ void TurboQuantBlockCache::calibrate_means(const std::vector<float>& k, const st
   };
   mean_of(k, head_dim_, *key_rotation_, key_mean_);
   mean_of(v, dv_, *value_rotation_, value_mean_);
+  // One key-mean row per segment of the allocated rows; segment 0 holds the calibrated mean.
+  if (settings_.key_mean_segment > 0) key_mean_ = cache_rows::copy_rows(key_mean_, 1, key_segments_for(capacity_));
 }
 
 int64_t TurboQuantBlockCache::bytes_per_row() const {
@@ -126,7 +175,7 @@ void TurboQuantBlockCache::decode_key(int64_t b, int64_t h, int64_t row, float* 
     return;
   }
   decode_rotated_key(b, h, row, scratch);
-  if (const uint16_t* mu = key_mean(b, h)) {
+  if (const uint16_t* mu = key_mean(b, h, row)) {
     for (int64_t e = 0; e < head_dim_; ++e) scratch[e] += base::f16_to_f32(mu[e]);
   }
   key_rotation_->inverse(scratch, out);
@@ -151,6 +200,9 @@ void TurboQuantBlockCache::allocate_rows(int64_t capacity, int64_t keep) {
   key_scales_ = cache_rows::copy_rows(key_scales_, keep, capacity);
   value_codes_ = cache_rows::copy_rows(value_codes_, keep, capacity);
   value_scales_ = cache_rows::copy_rows(value_scales_, keep, capacity);
+  if (key_mean_.defined() && settings_.key_mean_segment > 0) {
+    key_mean_ = cache_rows::copy_rows(key_mean_, key_segments_for(keep), key_segments_for(capacity));
+  }
   capacity_ = capacity;
 }
 
@@ -194,29 +246,18 @@ void TurboQuantBlockCache::store(const lm::Tensor& keys, const lm::Tensor& value
   const std::vector<float> k = keys.to_f32();
   const std::vector<float> v = values.to_f32();
   if (offset_ == 0 && !key_mean_.defined()) calibrate_means(k, v, s);
-  // Rows are independent: encode them in parallel (each task rotates into its own buffer).
-  base::ThreadPool::global().parallel_for(batch_ * heads_ * s, [&](int64_t begin, int64_t end) {
-    std::vector<float> rotated(static_cast<std::size_t>(std::max<int64_t>(head_dim_, dv_)));
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t bh = task / s, t = task % s;
-      const int64_t b = bh / heads_, h = bh % heads_, row = offset_ + t;
-      const float* key = k.data() + task * head_dim_;
-      const float* value = v.data() + task * dv_;
-      // Rotated, then the rotated mean subtracted: Pi (k - mu) = Pi k - Pi mu.
-      key_rotation_->forward(key, rotated.data());
-      if (const uint16_t* mu = key_mean(b, h)) {
-        for (int64_t e = 0; e < head_dim_; ++e) rotated[static_cast<std::size_t>(e)] -= base::f16_to_f32(mu[e]);
-      }
-      key_quant_.encode_row(rotated.data(), head_dim_, row_ptr<uint8_t>(key_codes_, b, h, row),
-                            row_ptr<uint16_t>(key_scales_, b, h, row));
-      value_rotation_->forward(value, rotated.data());
-      if (const uint16_t* mu = value_mean(b, h)) {
-        for (int64_t e = 0; e < dv_; ++e) rotated[static_cast<std::size_t>(e)] -= base::f16_to_f32(mu[e]);
-      }
-      value_quant_.encode_row(rotated.data(), static_cast<int>(dv_), row_ptr<uint8_t>(value_codes_, b, h, row),
-                              row_ptr<uint16_t>(value_scales_, b, h, row));
+  // Rows are independent within a key-mean segment: encode each segment's rows in parallel;
+  // a segment's mean is computed from the segment before once that one is stored.
+  for (int64_t t0 = 0; t0 < s;) {
+    const int64_t row = offset_ + t0;
+    const int64_t t1 = std::min(s, key_segment_end(row) - offset_);
+    if (key_mean_.defined() && settings_.key_mean_segment > 0 && row > 1 &&
+        (row - 1) % settings_.key_mean_segment == 0) {
+      compute_segment_mean(key_segment_of(row));
     }
-  });
+    encode_rows(k, v, s, t0, t1);
+    t0 = t1;
+  }
   // Sink rows: the positions below sink_rows of this call, kept exactly (f16).
   for (int64_t t = 0; offset_ + t < settings_.sink_rows && t < s; ++t) {
     for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
@@ -229,6 +270,33 @@ void TurboQuantBlockCache::store(const lm::Tensor& keys, const lm::Tensor& value
     }
   }
   offset_ += s;
+}
+
+void TurboQuantBlockCache::encode_rows(const std::vector<float>& k, const std::vector<float>& v, int64_t s,
+                                       int64_t t0, int64_t t1) {
+  const int64_t n = t1 - t0;
+  base::ThreadPool::global().parallel_for(batch_ * heads_ * n, [&](int64_t begin, int64_t end) {
+    std::vector<float> rotated(static_cast<std::size_t>(std::max<int64_t>(head_dim_, dv_)));
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bh = task / n, t = t0 + task % n;
+      const int64_t b = bh / heads_, h = bh % heads_, row = offset_ + t;
+      const float* key = k.data() + (bh * s + t) * head_dim_;
+      const float* value = v.data() + (bh * s + t) * dv_;
+      // Rotated, then the rotated mean subtracted: Pi (k - mu) = Pi k - Pi mu.
+      key_rotation_->forward(key, rotated.data());
+      if (const uint16_t* mu = key_mean(b, h, row)) {
+        for (int64_t e = 0; e < head_dim_; ++e) rotated[static_cast<std::size_t>(e)] -= base::f16_to_f32(mu[e]);
+      }
+      key_quant_.encode_row(rotated.data(), head_dim_, row_ptr<uint8_t>(key_codes_, b, h, row),
+                            row_ptr<uint16_t>(key_scales_, b, h, row));
+      value_rotation_->forward(value, rotated.data());
+      if (const uint16_t* mu = value_mean(b, h)) {
+        for (int64_t e = 0; e < dv_; ++e) rotated[static_cast<std::size_t>(e)] -= base::f16_to_f32(mu[e]);
+      }
+      value_quant_.encode_row(rotated.data(), static_cast<int>(dv_), row_ptr<uint8_t>(value_codes_, b, h, row),
+                              row_ptr<uint16_t>(value_scales_, b, h, row));
+    }
+  });
 }
 
 lm::KeysValues TurboQuantBlockCache::update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) {
@@ -288,7 +356,7 @@ std::vector<lm::Tensor> TurboQuantBlockCache::state() const {
                                  value_codes_.slice(2, 0, offset_), value_scales_.slice(2, 0, offset_)};
   // Optional parts, in this order, each present iff its meta says so: means, sink rows.
   if (key_mean_.defined()) {
-    out.push_back(key_mean_);
+    out.push_back(key_mean_.slice(2, 0, key_segments_for(offset_)));
     out.push_back(value_mean_);
   }
   if (sink_keys_.defined()) {
@@ -309,15 +377,17 @@ std::vector<std::string> TurboQuantBlockCache::meta_state() const {
           std::to_string(settings_.key_block),
           std::to_string(settings_.value_block),
           std::to_string(settings_.sink_rows),
-          key_mean_.defined() ? "calibrated" : "uncalibrated"};
+          key_mean_.defined() ? "calibrated" : "uncalibrated",
+          std::to_string(settings_.key_mean_segment)};
 }
 
 void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const char* who = "TurboQuantBlockCache::from_state";
-  if (meta.size() != 11) {
-    throw base::FormatError(std::string(who) + ": expected 11 meta entries (head_dim, key_bits, value_bits, seed, " +
-                            "offset, value_dim, mean_rows, key_block, value_block, sink_rows, means), got " +
-                            std::to_string(meta.size()));
+  // 12 entries; 11 (no key_mean_segment) as written before segments existed.
+  if (meta.size() != 11 && meta.size() != 12) {
+    throw base::FormatError(std::string(who) + ": expected 12 meta entries (head_dim, key_bits, value_bits, seed, " +
+                            "offset, value_dim, mean_rows, key_block, value_block, sink_rows, means, " +
+                            "key_mean_segment), got " + std::to_string(meta.size()));
   }
   Settings settings;
   settings.head_dim = static_cast<int>(cache_rows::parse_meta_int(meta[0], who, "head_dim"));
@@ -334,6 +404,9 @@ void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, cons
     throw base::FormatError(std::string(who) + ": means must be 'calibrated' or 'uncalibrated', got '" + meta[10] + "'");
   }
   const bool has_means = meta[10] == "calibrated";
+  if (meta.size() == 12) {
+    settings.key_mean_segment = static_cast<int>(cache_rows::parse_meta_int(meta[11], who, "key_mean_segment"));
+  }
   const int head_dim = settings.head_dim;
   TurboQuantBlockCache rebuilt(settings);
   if (state.empty()) {
@@ -375,13 +448,14 @@ void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, cons
   if (has_means) {
     const lm::Tensor& km = state[next];
     const lm::Tensor& vm = state[next + 1];
+    const int64_t segments = rebuilt.key_segments_for(offset);
     if (km.dtype() != lm::DType::F16 || vm.dtype() != lm::DType::F16 ||
-        km.shape() != lm::Shape{rebuilt.batch_, rebuilt.heads_, 1, head_dim} ||
+        km.shape() != lm::Shape{rebuilt.batch_, rebuilt.heads_, segments, head_dim} ||
         vm.shape() != lm::Shape{rebuilt.batch_, rebuilt.heads_, 1, value_dim}) {
       throw base::FormatError(std::string(who) + ": means " + lm::shape_text(km.shape()) + " / " +
                               lm::shape_text(vm.shape()) + " do not match head_dim " + meta[0] + " / value_dim " + meta[5]);
     }
-    rebuilt.key_mean_ = km.clone();
+    rebuilt.key_mean_ = cache_rows::copy_rows(km, segments, segments);
     rebuilt.value_mean_ = vm.clone();
     next += 2;
   }
@@ -428,6 +502,7 @@ std::shared_ptr<lm::KVCache> make_turboquant_block_cache(const KVCacheConfig& co
   settings.key_block = o.key_block;
   settings.value_block = o.value_block;
   settings.sink_rows = o.sink_rows;
+  settings.key_mean_segment = o.key_mean_segment;
   return std::make_shared<TurboQuantBlockCache>(settings);
 }
 

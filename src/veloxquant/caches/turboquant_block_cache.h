@@ -15,8 +15,9 @@
 //   key_scales_  F16 [B, H, cap, ceil(D/32)]
 //   value_codes_ U8  [B, H, cap, ceil(Dv*vb/8)]
 //   value_scales_ F16 [B, H, cap, ceil(Dv/32)]
-//   key_mean_ / value_mean_  F16 [B, H, 1, D] / [B, H, 1, Dv]   only with mean_rows > 0: the
-//                            rotated means Pi mu (codes and means live in the rotated basis)
+//   key_mean_ / value_mean_  F16 [B, H, S, D] / [B, H, 1, Dv]   only with mean_rows > 0: the
+//                            rotated means Pi mu (codes and means live in the rotated basis);
+//                            S = 1, or one key mean per segment with key_mean_segment > 0
 //   sink_keys_ / sink_values_ F16 [B, H, sink_rows, D / Dv]     only with sink_rows > 0
 //
 // Sink rows (sink_rows > 0). The first positions (BOS above all) draw a large share of every
@@ -33,6 +34,15 @@
 // calibrated once, on rows [1, 1 + mean_rows) of the first call (row 0, the BOS / attention
 // sink, is atypical), and stored in f16 (what encoding and decoding both use). A first call of
 // a single row leaves mu = 0.
+//
+// Segment key means (key_mean_segment = L > 0, needs mean_rows > 0). After RoPE the keys' offset
+// turns with position, so a mean calibrated on the first rows fits later rows less and less (on
+// SmolLM2 a PCA basis calibrated on rows 1..256 keeps ~1 dB of its 4 dB coding gain on rows
+// 1536..2047, bench/kv_coding_gain.cpp). Rows are cut into segments: segment 0 = rows [0, 1 + L)
+// keeps the calibrated mean; segment j >= 1 = rows [1 + jL, 1 + (j+1)L) is coded around the mean
+// of segment j-1's *decoded* keys (rows from 1 on), computed when its first row is stored — so
+// it depends only on what the cache holds (trim and from_state stay exact), and decode steps
+// can compute it (the previous segment is complete). One f16 row per L rows of capacity.
 //
 // Every row is encoded on its own, so trim(n) is exact (the kept rows are a fresh cache's) as
 // long as the kept rows include the calibration rows; trimming into them keeps mu.
@@ -61,6 +71,7 @@ class TurboQuantBlockCache : public lm::KVCache {
     int mean_rows = 0;                 // 0 = no mean smoothing
     int key_block = 32, value_block = 32;  // 32, 64, 128 or 256
     int sink_rows = 0;                 // first positions kept in f16
+    int key_mean_segment = 0;          // rows per key-mean segment (0 = one mean); needs mean_rows
   };
   // Throws QuantizerConfigError naming a bad value. The values' rotation is built for the first
   // values' width when it differs from head_dim.
@@ -111,11 +122,15 @@ class TurboQuantBlockCache : public lm::KVCache {
   // Decoded rows in the model's basis (means added back, sink rows exact).
   void decode_key(int64_t b, int64_t h, int64_t row, float* out, float* scratch) const;
   void decode_value(int64_t b, int64_t h, int64_t row, float* out, float* scratch) const;
-  // The f16 rotated means (Pi_k mu_k, Pi_v mu_v) of head (b, h); nullptr when not smoothing (or
-  // not calibrated).
-  const uint16_t* key_mean(int64_t b, int64_t h) const;
+  // The f16 rotated means (Pi_k mu_k of row `row`'s segment, Pi_v mu_v) of head (b, h); nullptr
+  // when not smoothing (or not calibrated).
+  const uint16_t* key_mean(int64_t b, int64_t h, int64_t row) const;
   const uint16_t* value_mean(int64_t b, int64_t h) const;
   int64_t sink_rows_held() const { return std::min<int64_t>(offset_, settings_.sink_rows); }
+  // The key-mean segment of `row` (0 without segments) and the first row after that segment
+  // (INT64_MAX without segments): rows [row, key_segment_end(row)) share one key mean.
+  int64_t key_segment_of(int64_t row) const;
+  int64_t key_segment_end(int64_t row) const;
 
  private:
   void ensure_capacity(const lm::Tensor& keys, const lm::Tensor& values);
@@ -124,6 +139,12 @@ class TurboQuantBlockCache : public lm::KVCache {
   void store(const lm::Tensor& keys, const lm::Tensor& values);
   // mu from rows [1, 1 + mean_rows_) of the first call's f32 rows [B, H, S, D].
   void calibrate_means(const std::vector<float>& k, const std::vector<float>& v, int64_t s);
+  // Key-mean rows for `rows` rows (1 without segments).
+  int64_t key_segments_for(int64_t rows) const;
+  // The mean of segment `segment` >= 1 from the decoded keys of the segment before it.
+  void compute_segment_mean(int64_t segment);
+  // Encodes rows [t0, t1) of the call (f32 [B, H, s, D]) at cache rows offset_ + t.
+  void encode_rows(const std::vector<float>& k, const std::vector<float>& v, int64_t s, int64_t t0, int64_t t1);
 
   lm::KeysValues fetch(lm::DType dtype) const;
 
@@ -141,7 +162,7 @@ class TurboQuantBlockCache : public lm::KVCache {
   int64_t offset_ = 0;
   int64_t capacity_ = 0;
   lm::Tensor key_codes_, key_scales_, value_codes_, value_scales_;
-  lm::Tensor key_mean_, value_mean_;  // F16 [B, H, 1, D]; undefined until calibrated
+  lm::Tensor key_mean_, value_mean_;  // F16 [B, H, S, D] / [B, H, 1, Dv]; undefined until calibrated
   lm::Tensor sink_keys_, sink_values_;  // F16 [B, H, sink_rows, D]; undefined without sinks
 };
 

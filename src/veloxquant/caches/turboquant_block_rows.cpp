@@ -77,7 +77,6 @@ void TurboQuantBlockRows::rotated_rows(bool keys, int64_t b, int64_t h, int64_t 
   const core::Rotation& rotation = keys ? cache_.key_rotation() : cache_.value_rotation();
   float* mu = work;           // Pi mu
   float* plain = work + dim;  // a sink row before rotation
-  const bool has_mean = rotated_mean(keys ? cache_.key_mean(b, h) : cache_.value_mean(b, h), dim, mu);
   // Sink rows: exact f16 rows in the model's basis, rotated here.
   const int64_t sinks_end = std::min(j1, std::max(j0, cache_.sink_rows_held()));
   for (int64_t j = j0; j < sinks_end; ++j) {
@@ -89,15 +88,20 @@ void TurboQuantBlockRows::rotated_rows(bool keys, int64_t b, int64_t h, int64_t 
     }
     rotation.forward(plain, row);
   }
-  if (sinks_end == j1) return;
-  // The coded rows lie contiguously: one tile decode, the rotated mean added in the same pass.
+  // The coded rows lie contiguously: one tile decode per key-mean segment (values: one), the
+  // rotated mean added in the same pass.
   const quant::BlockLloydQuantizer& quant = keys ? cache_.key_quantizer() : cache_.value_quantizer();
   const int d = static_cast<int>(dim);
-  quant.decode_rows(keys ? cache_.key_codes(b, h, sinks_end) : cache_.value_codes(b, h, sinks_end),
-                    static_cast<int64_t>(quant.code_bytes(d)),
-                    keys ? cache_.key_scales(b, h, sinks_end) : cache_.value_scales(b, h, sinks_end),
-                    static_cast<int64_t>(quant.blocks(d)), j1 - sinks_end, d, has_mean ? mu : nullptr,
-                    out + (sinks_end - j0) * dim);
+  for (int64_t r0 = sinks_end; r0 < j1;) {
+    const int64_t r1 = keys ? std::min(j1, cache_.key_segment_end(r0)) : j1;
+    const bool has_mean = rotated_mean(keys ? cache_.key_mean(b, h, r0) : cache_.value_mean(b, h), dim, mu);
+    quant.decode_rows(keys ? cache_.key_codes(b, h, r0) : cache_.value_codes(b, h, r0),
+                      static_cast<int64_t>(quant.code_bytes(d)),
+                      keys ? cache_.key_scales(b, h, r0) : cache_.value_scales(b, h, r0),
+                      static_cast<int64_t>(quant.blocks(d)), r1 - r0, d, has_mean ? mu : nullptr,
+                      out + (r0 - j0) * dim);
+    r0 = r1;
+  }
 }
 
 void TurboQuantBlockRows::rotated_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, float* out, float* work) const {
@@ -141,27 +145,32 @@ void TurboQuantBlockRows::score_integer_keys(int64_t b, int64_t h, int64_t j0, i
     std::memcpy(q16 + r * d, prepared + r * pd, static_cast<std::size_t>(d) * sizeof(int16_t));
     steps[r] = prepared[r * pd + d / 2];
   }
-  // Smoothed keys hold k - mu: <q, k> = <q, k - mu> + <q, mu>, one f32 bias per query.
-  const bool has_mean = rotated_mean(cache_.key_mean(b, h), d, mu);
-  if (has_mean) {
-    for (int64_t r = 0; r < n_queries; ++r) {
-      const float* rotated = prepared + r * pd + d / 2 + 1;
-      float dot = 0.0f;
-      for (int64_t e = 0; e < d; ++e) dot += rotated[e] * mu[e];
-      biases[r] = dot;
-    }
-  }
+  // Smoothed keys hold k - mu: <q, k> = <q, k - mu> + <q, mu>, one f32 bias per query and
+  // key-mean segment.
   const quant::BlockLloydQuantizer& quant = cache_.key_quantizer();
-  attention::kernels::BlockLevelKeys keys;
-  keys.codes = cache_.key_codes(b, h, j0);
-  keys.code_stride = static_cast<int64_t>(quant.code_bytes(static_cast<int>(d)));
-  keys.scales = cache_.key_scales(b, h, j0);
-  keys.n_rows = j1 - j0;
-  keys.dim = d;
-  keys.bits = quant.bits();
-  keys.block = quant.block_size();
-  attention::kernels::score_block_level_rows(keys, levels16_, q16, steps, has_mean ? biases : nullptr, n_queries,
-                                             scores, ld);
+  for (int64_t r0 = j0; r0 < j1;) {
+    const int64_t r1 = std::min(j1, cache_.key_segment_end(r0));
+    const bool has_mean = rotated_mean(cache_.key_mean(b, h, r0), d, mu);
+    if (has_mean) {
+      for (int64_t r = 0; r < n_queries; ++r) {
+        const float* rotated = prepared + r * pd + d / 2 + 1;
+        float dot = 0.0f;
+        for (int64_t e = 0; e < d; ++e) dot += rotated[e] * mu[e];
+        biases[r] = dot;
+      }
+    }
+    attention::kernels::BlockLevelKeys keys;
+    keys.codes = cache_.key_codes(b, h, r0);
+    keys.code_stride = static_cast<int64_t>(quant.code_bytes(static_cast<int>(d)));
+    keys.scales = cache_.key_scales(b, h, r0);
+    keys.n_rows = r1 - r0;
+    keys.dim = d;
+    keys.bits = quant.bits();
+    keys.block = quant.block_size();
+    attention::kernels::score_block_level_rows(keys, levels16_, q16, steps, has_mean ? biases : nullptr, n_queries,
+                                               scores + (r0 - j0), ld);
+    r0 = r1;
+  }
 }
 
 void TurboQuantBlockRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,

@@ -15,7 +15,9 @@
 // Mean smoothing and sink rows stay exact: the cache keeps its means rotated (Pi mu, f16), which
 // decoded tiles add to their rows, the integer scores add as one bias <Pi q, Pi mu> per query
 // and the coded values add as (sum of weights) * Pi mu; sink rows are rotated from their f16
-// copies. Every row is Pi times the row update_and_fetch would return.
+// copies. Key-mean segments (key_mean_segment) split a tile where the key mean changes: one
+// decode, or one bias per query, per segment. Every row is Pi times the row update_and_fetch
+// would return.
 #include <cstdint>
 
 #include "veloxquant/attention/block_level_key_scores.h"

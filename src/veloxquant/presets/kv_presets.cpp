@@ -20,10 +20,11 @@ const std::vector<KvPreset>& kv_presets() {
       {"q4", "llama.cpp q4_0 K+V", 4.5, "turboquant_block", {"key_bits=5", "value_bits=3"},
        "5-bit keys, 3-bit values, blocks of 32: (5.5 + 3.5) / 2 = q4_0's 4.5 bits per element"},
       {"q3", "3.5 bits per element (no llama.cpp type)", 3.5, "turboquant_block",
-       {"key_bits=3", "value_bits=3", "value_block=64", "mean_rows=256", "sink_rows=1"},
+       {"key_bits=3", "value_bits=3", "value_block=64", "mean_rows=256", "sink_rows=1", "key_mean_segment=256"},
        "3-bit keys (blocks of 32), 3-bit values (blocks of 64), per-channel means and the first "
        "position in f16 paid by the values' larger blocks: (3.5 + 3.25) / 2 bits + 2 f16 mean rows "
-       "+ 1 f16 sink row per head, within 3.5 bits per allocated row from 256 rows on"},
+       "+ 1 f16 sink row per head, within 3.5 bits per allocated row from 256 rows on; keys coded "
+       "around the previous 256-row segment's mean (post-RoPE keys drift; one f16 row per segment)"},
   };
   return presets;
 }

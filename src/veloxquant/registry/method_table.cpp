@@ -120,7 +120,12 @@ MethodDescriptor turboquant_block_row() {
                            "Rotated value coordinates per f16 scale: 32, 64, 128 or 256", 32, 256),
               option_field("sink_rows", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::sink_rows,
                            "First positions kept exactly in f16 (attention sinks); costs 2 f16 rows each",
-                           0, 1 << 16)};
+                           0, 1 << 16),
+              option_field("key_mean_segment", &KVCacheConfig::turboquant_block,
+                           &TurboQuantBlockOptions::key_mean_segment,
+                           "Rows per key-mean segment (0 = one mean): each segment's keys are coded around the "
+                           "mean of the previous segment's decoded keys; needs mean_rows; one f16 row per segment",
+                           0, 1 << 20)};
   // --bits matters only while one of the two follows it (on some layer, for per-layer lists).
   m.reads_bit_width = [](const KVCacheConfig& c) {
     const auto follows = [](const BitWidth& bits) {
