@@ -32,73 +32,95 @@ namespace hn = hwy::HWY_NAMESPACE;
 // One part's codes: a vector of L codes at a time (L <= 8 lanes, so L * bits <= 32 for bits <= 4
 // and the L codes lie in one 32-bit window from the byte holding the first one); 8-bit codes are
 // widened from bytes.
-HWY_INLINE void DecodePart(const uint8_t* packed, int64_t count, int bits, float scale, float lo, float* dst) {
-  const hn::CappedTag<float, 8> df;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  const auto vs = hn::Set(df, scale), vl = hn::Set(df, lo);
-  const int64_t bytes = (count * bits + 7) / 8;
-  if (bits == 8) {
-    const hn::Rebind<uint8_t, decltype(du)> d8;
-    int64_t i = 0;
-    for (; i + lanes <= count; i += lanes) {
-      const auto c = hn::ConvertTo(df, hn::PromoteTo(du, hn::LoadU(d8, packed + i)));
-      hn::StoreU(hn::Add(hn::Mul(c, vs), vl), df, dst + i);
-    }
-    if (i < count) {  // the partial vector: bytes through a buffer, a masked store
-      uint8_t buffer[8] = {};
-      std::memcpy(buffer, packed + i, static_cast<std::size_t>(count - i));
-      const auto c = hn::ConvertTo(df, hn::PromoteTo(du, hn::LoadU(d8, buffer)));
-      hn::BlendedStore(hn::Add(hn::Mul(c, vs), vl), hn::FirstN(df, static_cast<std::size_t>(count - i)), df, dst + i);
-    }
-    return;
+// One part's (scale, min) from its row header, widened in a register (exact, as base::f16_to_f32).
+HWY_INLINE void PartParams(const uint8_t* header, float* scale, float* lo) {
+  const hn::CappedTag<float, 4> d4;
+  if (hn::Lanes(d4) >= 2) {
+    const hn::Rebind<hwy::float16_t, decltype(d4)> dh;
+    HWY_ALIGN hwy::float16_t half[4] = {};
+    HWY_ALIGN float params[4];
+    std::memcpy(half, header, 4);
+    hn::Store(hn::PromoteTo(d4, hn::Load(dh, half)), d4, params);
+    *scale = params[0];
+    *lo = params[1];
+  } else {
+    uint16_t bits[2];
+    std::memcpy(bits, header, 4);
+    *scale = base::f16_to_f32(bits[0]);
+    *lo = base::f16_to_f32(bits[1]);
   }
-  if (bits == 1 || bits == 2 || bits == 4) {
-    const auto shifts = hn::Mul(hn::Iota(du, 0), hn::Set(du, static_cast<uint32_t>(bits)));
-    const auto mask = hn::Set(du, (1u << bits) - 1u);
-    for (int64_t i = 0; i < count; i += lanes) {
-      const int64_t bit = i * bits, byte = bit / 8;
-      uint32_t window = 0;
-      if (byte + 4 <= bytes) {
-        std::memcpy(&window, packed + byte, 4);
-      } else {  // the part's last bytes: read no further (bytes, not a memcpy call of a variable size)
-        for (int64_t k = 0; k < bytes - byte; ++k) window |= static_cast<uint32_t>(packed[byte + k]) << (8 * k);
-      }
-      window >>= (bit % 8);
-      const auto c = hn::And(hn::Shr(hn::Set(du, window), shifts), mask);
-      const auto v = hn::Add(hn::Mul(hn::ConvertTo(df, c), vs), vl);
-      if (i + lanes <= count) {
-        hn::StoreU(v, df, dst + i);
-      } else {
-        hn::BlendedStore(v, hn::FirstN(df, static_cast<std::size_t>(count - i)), df, dst + i);
-      }
-    }
-    return;
-  }
-  for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(detail::dense_code(packed, i, bits)) * scale + lo;
 }
 
+// Parts outer, rows inner: a part sits at the same offset of every row, so its shift and mask
+// vectors are set up once per tile. A vector of L codes (L <= 8 lanes, so L * bits <= 32 for
+// bits <= 4) lies in one 32-bit window from the byte holding its first code; 8-bit codes are
+// widened from bytes. The last, partial vector of a part reads no byte past it and is stored
+// masked.
 void DecodeAffinePartRowsImpl(const uint8_t* first_row, int64_t row_stride, int64_t n_rows, const AffinePart* parts,
                               int64_t n_parts, float* out, int64_t out_stride) {
-  const hn::CappedTag<float, 4> d4;
-  const hn::Rebind<hwy::float16_t, decltype(d4)> dh;
-  for (int64_t j = 0; j < n_rows; ++j) {
-    const uint8_t* row = first_row + j * row_stride;
-    for (int64_t p = 0; p < n_parts; ++p) {
-      // (scale, min) widened in a register (exact, as base::f16_to_f32).
-      HWY_ALIGN hwy::float16_t half[4] = {};
-      HWY_ALIGN float params[4];
-      std::memcpy(half, row, 4);
-      if (hn::Lanes(d4) >= 2) {
-        hn::Store(hn::PromoteTo(d4, hn::Load(dh, half)), d4, params);
-      } else {
-        uint16_t bits[2];
-        std::memcpy(bits, row, 4);
-        params[0] = base::f16_to_f32(bits[0]);
-        params[1] = base::f16_to_f32(bits[1]);
+  const hn::CappedTag<float, 8> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  int64_t offset = 0;
+  for (int64_t p = 0; p < n_parts; ++p) {
+    const int64_t count = parts[p].count, bytes = (count * parts[p].bits + 7) / 8;
+    const int bits = parts[p].bits;
+    const uint8_t* header = first_row + offset;
+    float* dst = out + parts[p].first;
+    offset += affine_part_bytes(parts[p]);
+    if (bits == 1 || bits == 2 || bits == 4) {
+      const auto shifts = hn::Mul(hn::Iota(du, 0), hn::Set(du, static_cast<uint32_t>(bits)));
+      const auto mask = hn::Set(du, (1u << bits) - 1u);
+      for (int64_t j = 0; j < n_rows; ++j, header += row_stride, dst += out_stride) {
+        float scale, lo;
+        PartParams(header, &scale, &lo);
+        const auto vs = hn::Set(df, scale), vl = hn::Set(df, lo);
+        const uint8_t* packed = header + 4;
+        for (int64_t i = 0; i < count; i += lanes) {
+          const int64_t bit = i * bits, byte = bit / 8;
+          uint32_t window = 0;
+          if (byte + 4 <= bytes) {
+            std::memcpy(&window, packed + byte, 4);
+          } else {
+            for (int64_t k = 0; k < bytes - byte; ++k) window |= static_cast<uint32_t>(packed[byte + k]) << (8 * k);
+          }
+          window >>= (bit % 8);
+          // Codes are small: a signed conversion is exact and cheaper than an unsigned one.
+          const auto c = hn::BitCast(di, hn::And(hn::Shr(hn::Set(du, window), shifts), mask));
+          const auto v = hn::Add(hn::Mul(hn::ConvertTo(df, c), vs), vl);
+          if (i + lanes <= count) {
+            hn::StoreU(v, df, dst + i);
+          } else {
+            hn::BlendedStore(v, hn::FirstN(df, static_cast<std::size_t>(count - i)), df, dst + i);
+          }
+        }
       }
-      DecodePart(row + 4, parts[p].count, parts[p].bits, params[0], params[1], out + j * out_stride + parts[p].first);
-      row += affine_part_bytes(parts[p]);
+    } else if (bits == 8) {
+      const hn::Rebind<uint8_t, decltype(di)> d8;
+      for (int64_t j = 0; j < n_rows; ++j, header += row_stride, dst += out_stride) {
+        float scale, lo;
+        PartParams(header, &scale, &lo);
+        const auto vs = hn::Set(df, scale), vl = hn::Set(df, lo);
+        const uint8_t* packed = header + 4;
+        int64_t i = 0;
+        for (; i + lanes <= count; i += lanes) {
+          const auto c = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, packed + i)));
+          hn::StoreU(hn::Add(hn::Mul(c, vs), vl), df, dst + i);
+        }
+        if (i < count) {
+          uint8_t buffer[8] = {};
+          std::memcpy(buffer, packed + i, static_cast<std::size_t>(count - i));
+          const auto c = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, buffer)));
+          hn::BlendedStore(hn::Add(hn::Mul(c, vs), vl), hn::FirstN(df, static_cast<std::size_t>(count - i)), df, dst + i);
+        }
+      }
+    } else {  // 3, 5, 6, 7 bits: one code at a time
+      for (int64_t j = 0; j < n_rows; ++j, header += row_stride, dst += out_stride) {
+        float scale, lo;
+        PartParams(header, &scale, &lo);
+        for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(detail::dense_code(header + 4, i, bits)) * scale + lo;
+      }
     }
   }
 }
