@@ -1,14 +1,113 @@
 #include "veloxquant/caches/anchorkv_rows.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
 
 #include "base/half.h"
+#include "lm/kernels/simd_dot.h"
+#include "veloxquant/attention/code_rows.h"
+#include "veloxquant/attention/tile_kernels.h"
+#include "veloxquant/attention/word_code_rows.h"
 #include "veloxquant/caches/anchorkv_cache.h"
 #include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant {
 
 using cache_rows::row_ptr;
+
+namespace {
+
+// One tile's rows that carry a residual: their place in the tile and their slot.
+struct ResidualList {
+  int64_t n = 0;
+  int64_t at[attention::kTileRows];
+  uint32_t slot[attention::kTileRows];
+};
+
+// The listed residual rows of one stream (codes from byte `code_offset`, (lo, step) from f16
+// `param_offset` of each slot) decoded into out[i * d ..]: lo + code * step per element, the same
+// levels anchorkv_decode_residual computes (it is the reference for widths and layouts the word
+// unpacker does not take: a stream whose codes are not whole, 4-byte aligned words).
+void decode_residuals(const lm::Tensor& codes, const lm::Tensor& params, int64_t b, int64_t h,
+                      const ResidualList& list, int64_t code_offset, int64_t param_offset, int64_t d, int bits,
+                      float* out) {
+  float levels[256];
+  const int64_t n_levels = int64_t{1} << bits;
+  for (int64_t i = 0; i < list.n; ++i) {
+    const uint8_t* code = row_ptr<uint8_t>(codes, b, h, list.slot[i]) + code_offset;
+    const uint16_t* p = row_ptr<uint16_t>(params, b, h, list.slot[i]) + param_offset;
+    float* row = out + i * d;
+    if ((d * bits) % 32 == 0 && reinterpret_cast<std::uintptr_t>(code) % 4 == 0) {
+      const float lo = base::f16_to_f32(p[0]), step = base::f16_to_f32(p[1]);
+      for (int64_t k = 0; k < n_levels; ++k) levels[k] = lo + static_cast<float>(k) * step;
+      attention::kernels::unpack_word_rows(reinterpret_cast<const uint32_t*>(code), 0, 1, d, bits, levels, row);
+    } else {
+      anchorkv_decode_residual(code, p, d, bits, row);
+    }
+  }
+}
+
+// The residual rows' code order (attention/code_rows.h) for rows of d codes of `bits` bits: one per
+// thread, rebuilt only when the geometry changes (no allocation per call).
+const attention::CodeOrder& residual_order(int bits, int64_t d) {
+  thread_local std::unique_ptr<attention::CodeOrder> order;
+  if (!order || order->bits() != bits || order->size() != d) order = std::make_unique<attention::CodeOrder>(bits, d);
+  return *order;
+}
+
+// The listed rows' packed codes of one stream side by side (`row_bytes` each) and their (lo, step).
+void gather_residual_codes(const lm::Tensor& codes, const lm::Tensor& params, int64_t b, int64_t h,
+                           const ResidualList& list, int64_t code_offset, int64_t param_offset, int64_t row_bytes,
+                           uint8_t* out, float* lo, float* step) {
+  const uint8_t* code_base = row_ptr<uint8_t>(codes, b, h, 0) + code_offset;
+  const uint16_t* param_base = row_ptr<uint16_t>(params, b, h, 0) + param_offset;
+  const int64_t code_stride = codes.strides()[2], param_stride = params.strides()[2];
+  for (int64_t i = 0; i < list.n; ++i) {
+    std::memcpy(out + i * row_bytes, code_base + static_cast<int64_t>(list.slot[i]) * code_stride,
+                static_cast<std::size_t>(row_bytes));
+    const uint16_t* p = param_base + static_cast<int64_t>(list.slot[i]) * param_stride;
+    lo[i] = base::f16_to_f32(p[0]);
+    step[i] = base::f16_to_f32(p[1]);
+  }
+}
+
+// A tile's records of one stream (field 0: keys, 1: values): anchor index and coefficient per row
+// (the f16 coefficients widened together), and the rows that carry a residual.
+void read_records(const lm::Tensor& records, int64_t b, int64_t h, int64_t j0, int64_t n, int field, int32_t* anchor,
+                  float* coef, ResidualList& list) {
+  const uint32_t* rec = row_ptr<uint32_t>(records, b, h, j0);
+  const int64_t stride = records.strides()[2];
+  uint16_t half[attention::kTileRows];
+  for (int64_t j = 0; j < n; ++j, rec += stride) {
+    anchor[j] = static_cast<int32_t>(rec[field] & 0xFFFF);
+    half[j] = static_cast<uint16_t>(rec[field] >> 16);
+    if (rec[2] != AnchorKvCache::kNoResidual) {
+      list.at[list.n] = j;
+      list.slot[list.n++] = rec[2];
+    }
+  }
+  lm::kernels::simd::f16_to_f32(half, coef, n);
+}
+
+}  // namespace
+
+int64_t AnchorKvRows::prepared_dim() const {
+  return attention::CodeOrder::is_planar(c_.o_.anchorkv_residual_bits, key_dim()) ? 2 * key_dim() + 1 : key_dim();
+}
+
+void AnchorKvRows::prepare_query(const float* query, float* prepared) const {
+  const int64_t d = key_dim();
+  std::copy_n(query, d, prepared);
+  if (prepared_dim() == d) return;
+  // The query in the residual codes' order (scored against codes unpacked by planes) and its sum
+  // (the residuals' lo terms), once per call instead of once per tile.
+  residual_order(c_.o_.anchorkv_residual_bits, d).permute(query, prepared + d);
+  float sum = 0.0f;
+  for (int64_t e = 0; e < d; ++e) sum += query[e];
+  prepared[2 * d] = sum;
+}
 
 AnchorKvRows::AnchorKvRows(const AnchorKvCache& cache, const lm::Tensor& call_k, const lm::Tensor& call_v)
     : c_(cache),
@@ -20,53 +119,66 @@ int64_t AnchorKvRows::rows(int64_t, int64_t) const { return c_.rows_ + exact_.ro
 
 void AnchorKvRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                               float* scores, int64_t ld, attention::TileScratch& scratch) const {
-  const int64_t d = key_dim(), n_anchor = c_.anchors_, end = std::min(j1, c_.rows_);
+  const int64_t d = key_dim(), pd = prepared_dim(), n_anchor = c_.anchors_, end = std::min(j1, c_.rows_);
   const int bits = c_.o_.anchorkv_residual_bits;
   if (j0 < end) {
+    const int64_t n = end - j0;
     const bool table = n_anchor <= kMaxTableAnchors;
-    // Anchor keys of (b, h) then, per query, their dot products (table) or one anchor row (not).
-    float* ak = scratch.f32(static_cast<std::size_t>((table ? n_anchor : 1) * d + n_queries * n_anchor + d));
-    float* dots = ak + (table ? n_anchor : 1) * d;
-    float* res = dots + n_queries * n_anchor;
-    if (table) {
+    // Scratch: anchor keys (all of them for the table, else one), the query x anchor dot products,
+    // the tile's residual rows and their dot products with the queries.
+    const int64_t anchor_floats = (table ? n_anchor : 1) * d, dot_floats = n_queries * (table ? n_anchor : 1);
+    float* ak = scratch.f32(static_cast<std::size_t>(anchor_floats + dot_floats + n * d + n_queries * n));
+    float* dots = ak + anchor_floats;
+    float* res = dots + dot_floats;
+    float* res_dots = res + n * d;
+    if (table) {  // <q, a> for every anchor, once per tile, for the whole query block
       anchor_k_.widen(b, h, 0, n_anchor, ak);
+      attention::kernels::score_rows(prepared, pd, n_queries, ak, d, n_anchor, d, dots, n_anchor);
+    }
+    ResidualList list;
+    int32_t anchor[attention::kTileRows];
+    float coef[attention::kTileRows];
+    read_records(c_.records_, b, h, j0, n, 0, anchor, coef, list);
+    if (table) {
       for (int64_t r = 0; r < n_queries; ++r) {
-        for (int64_t a = 0; a < n_anchor; ++a) {
-          float s = 0.0f;
-          for (int64_t e = 0; e < d; ++e) s += prepared[r * d + e] * ak[a * d + e];
-          dots[r * n_anchor + a] = s;
-        }
+        const float* dr = dots + r * n_anchor;
+        float* s = scores + r * ld;
+        for (int64_t j = 0; j < n; ++j) s[j] = coef[j] * dr[anchor[j]];
+      }
+    } else {
+      for (int64_t j = 0; j < n; ++j) {
+        anchor_k_.widen(b, h, anchor[j], anchor[j] + 1, ak);
+        attention::kernels::score_rows(prepared, pd, n_queries, ak, d, 1, d, dots, 1);
+        for (int64_t r = 0; r < n_queries; ++r) scores[r * ld + j] = coef[j] * dots[r];
       }
     }
-    for (int64_t j = j0; j < end; ++j) {
-      const uint32_t* rec = row_ptr<uint32_t>(c_.records_, b, h, j);
-      const int64_t a = rec[0] & 0xFFFF;
-      const float coef = base::f16_to_f32(static_cast<uint16_t>(rec[0] >> 16));
-      if (!table) anchor_k_.widen(b, h, a, a + 1, ak);
-      const bool has_residual = rec[2] != AnchorKvCache::kNoResidual;
-      if (has_residual) {
-        anchorkv_decode_residual(row_ptr<uint8_t>(c_.residual_codes_, b, h, rec[2]),
-                                 row_ptr<uint16_t>(c_.residual_params_, b, h, rec[2]), d, bits, res);
-      }
+    if (list.n > 0 && attention::CodeOrder::is_planar(bits, d)) {
+      // + <q, lo + step c> = lo sum(q) + step <q, c>: the residual rows' codes unpacked together in
+      // code order (whole-vector shifts) and scored against the queries permuted alike.
+      const int64_t row_bytes = d * bits / 8;
+      float* lo = scratch.f32_second(static_cast<std::size_t>(2 * list.n));
+      float* step = lo + list.n;
+      uint8_t* bytes = scratch.u8(static_cast<std::size_t>(list.n * row_bytes));
+      gather_residual_codes(c_.residual_codes_, c_.residual_params_, b, h, list, 0, 0, row_bytes, bytes, lo, step);
+      attention::kernels::unpack_planes(bytes, row_bytes, list.n, row_bytes, bits, res);
+      // prepare_query put each query in code order after it, then its sum.
+      attention::kernels::score_rows(prepared + d, pd, n_queries, res, d, list.n, d, res_dots, list.n);
       for (int64_t r = 0; r < n_queries; ++r) {
-        const float* q = prepared + r * d;
-        float s;
-        if (table) {
-          s = coef * dots[r * n_anchor + a];
-        } else {
-          s = 0.0f;
-          for (int64_t e = 0; e < d; ++e) s += q[e] * ak[e];
-          s *= coef;
+        const float qsum = prepared[r * pd + 2 * d];
+        for (int64_t i = 0; i < list.n; ++i) {
+          scores[r * ld + list.at[i]] += lo[i] * qsum + step[i] * res_dots[r * list.n + i];
         }
-        if (has_residual) {
-          for (int64_t e = 0; e < d; ++e) s += q[e] * res[e];
-        }
-        scores[r * ld + (j - j0)] = s;
+      }
+    } else if (list.n > 0) {  // + <q, r>: the residual rows decoded together and scored as one block
+      decode_residuals(c_.residual_codes_, c_.residual_params_, b, h, list, 0, 0, d, bits, res);
+      attention::kernels::score_rows(prepared, pd, n_queries, res, d, list.n, d, res_dots, list.n);
+      for (int64_t r = 0; r < n_queries; ++r) {
+        for (int64_t i = 0; i < list.n; ++i) scores[r * ld + list.at[i]] += res_dots[r * list.n + i];
       }
     }
   }
   const int64_t e0 = std::max(j0, c_.rows_);
-  if (e0 < j1) exact_.score(b, h, e0 - c_.rows_, j1 - c_.rows_, prepared, d, n_queries, scores + (e0 - j0), ld, scratch);
+  if (e0 < j1) exact_.score(b, h, e0 - c_.rows_, j1 - c_.rows_, prepared, pd, n_queries, scores + (e0 - j0), ld, scratch);
 }
 
 void AnchorKvRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
@@ -74,47 +186,69 @@ void AnchorKvRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
   const int64_t dk = key_dim(), dv = value_dim(), n_anchor = c_.anchors_, end = std::min(j1, c_.rows_);
   const int bits = c_.o_.anchorkv_residual_bits;
   if (j0 < end) {
+    const int64_t n = end - j0;
     const bool table = n_anchor <= kMaxTableAnchors;
-    float* gathered = scratch.f32_second(static_cast<std::size_t>((table ? n_queries * n_anchor : 0) + 2 * dv));
-    float* row = gathered + (table ? n_queries * n_anchor : 0);
-    float* res = row + dv;
-    if (table) std::fill(gathered, gathered + n_queries * n_anchor, 0.0f);
-    for (int64_t j = j0; j < end; ++j) {
-      const uint32_t* rec = row_ptr<uint32_t>(c_.records_, b, h, j);
-      const int64_t a = rec[1] & 0xFFFF;
-      const float coef = base::f16_to_f32(static_cast<uint16_t>(rec[1] >> 16));
-      const bool has_residual = rec[2] != AnchorKvCache::kNoResidual;
-      if (has_residual) {
-        anchorkv_decode_residual(row_ptr<uint8_t>(c_.residual_codes_, b, h, rec[2]) + dk * bits / 8,
-                                 row_ptr<uint16_t>(c_.residual_params_, b, h, rec[2]) + 2, dv, bits, res);
-      }
-      if (!table) anchor_v_.widen(b, h, a, a + 1, row);
+    // Scratch: per (query, anchor) the gathered weights w * c, the anchors' values, the tile's
+    // residual value rows and their weights.
+    const int64_t gathered_floats = n_queries * (table ? n_anchor : 1), anchor_floats = (table ? n_anchor : 1) * dv;
+    float* gathered = scratch.f32_second(
+        static_cast<std::size_t>(gathered_floats + anchor_floats + n * dv + n_queries * n + n_queries * dv + 2 * n));
+    float* av = gathered + gathered_floats;
+    float* res = av + anchor_floats;
+    float* res_w = res + n * dv;
+    std::fill(gathered, gathered + gathered_floats, 0.0f);
+    ResidualList list;
+    int32_t anchor[attention::kTileRows];
+    float coef[attention::kTileRows];
+    read_records(c_.records_, b, h, j0, n, 1, anchor, coef, list);
+    if (table) {
       for (int64_t r = 0; r < n_queries; ++r) {
-        const float w = weights[r * ld + (j - j0)];
-        if (w == 0.0f) continue;
-        float* out = acc + r * dv;
-        if (table) {
-          gathered[r * n_anchor + a] += w * coef;
-        } else {
-          for (int64_t e = 0; e < dv; ++e) out[e] += w * coef * row[e];
-        }
-        if (has_residual) {
-          for (int64_t e = 0; e < dv; ++e) out[e] += w * res[e];
-        }
+        const float* w = weights + r * ld;
+        float* g = gathered + r * n_anchor;
+        for (int64_t j = 0; j < n; ++j) g[anchor[j]] += w[j] * coef[j];
+      }
+    } else {  // each row's anchor value read for the whole query block
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t r = 0; r < n_queries; ++r) gathered[r] = weights[r * ld + j] * coef[j];
+        anchor_v_.widen(b, h, anchor[j], anchor[j] + 1, av);
+        attention::kernels::accumulate_rows(gathered, 1, n_queries, av, dv, 1, dv, acc, dv);
       }
     }
-    if (table) {
-      for (int64_t a = 0; a < n_anchor; ++a) {
-        bool used = false;
-        for (int64_t r = 0; r < n_queries && !used; ++r) used = gathered[r * n_anchor + a] != 0.0f;
-        if (!used) continue;
-        anchor_v_.widen(b, h, a, a + 1, row);
-        for (int64_t r = 0; r < n_queries; ++r) {
-          const float g = gathered[r * n_anchor + a];
-          float* out = acc + r * dv;
-          for (int64_t e = 0; e < dv; ++e) out[e] += g * row[e];
+    if (table) {  // sum_a (sum_{j -> a} w_j c_j) v_a: every anchor value read once per tile
+      anchor_v_.widen(b, h, 0, n_anchor, av);
+      attention::kernels::accumulate_rows(gathered, n_anchor, n_queries, av, dv, n_anchor, dv, acc, dv);
+    }
+    if (list.n > 0 && attention::CodeOrder::is_planar(bits, dv)) {
+      // + sum_j w_j (lo_j + step_j c_j) = sum_j (w_j step_j) c_j + sum_j w_j lo_j: the codes unpacked
+      // together in code order, accumulated there and put back in natural order once per query.
+      const attention::CodeOrder& order = residual_order(bits, dv);
+      const int64_t row_bytes = dv * bits / 8;
+      float* sums = res_w + n_queries * list.n;
+      float* lo = sums + n_queries * dv;
+      float* step = lo + list.n;
+      uint8_t* bytes = scratch.u8(static_cast<std::size_t>(list.n * row_bytes));
+      gather_residual_codes(c_.residual_codes_, c_.residual_params_, b, h, list, dk * bits / 8, 2, row_bytes, bytes, lo,
+                            step);
+      attention::kernels::unpack_planes(bytes, row_bytes, list.n, row_bytes, bits, res);
+      std::fill(sums, sums + n_queries * dv, 0.0f);
+      for (int64_t r = 0; r < n_queries; ++r) {
+        float bias = 0.0f;
+        for (int64_t i = 0; i < list.n; ++i) {
+          const float w = weights[r * ld + list.at[i]];
+          res_w[r * list.n + i] = w * step[i];
+          bias += w * lo[i];
         }
+        float* out = acc + r * dv;
+        for (int64_t e = 0; e < dv; ++e) out[e] += bias;
       }
+      attention::kernels::accumulate_rows(res_w, list.n, n_queries, res, dv, list.n, dv, sums, dv);
+      for (int64_t r = 0; r < n_queries; ++r) order.add_to_natural(sums + r * dv, acc + r * dv);
+    } else if (list.n > 0) {  // + sum_j w_j r_j over the residual rows, decoded together
+      decode_residuals(c_.residual_codes_, c_.residual_params_, b, h, list, dk * bits / 8, 2, dv, bits, res);
+      for (int64_t r = 0; r < n_queries; ++r) {
+        for (int64_t i = 0; i < list.n; ++i) res_w[r * list.n + i] = weights[r * ld + list.at[i]];
+      }
+      attention::kernels::accumulate_rows(res_w, list.n, n_queries, res, dv, list.n, dv, acc, dv);
     }
   }
   const int64_t e0 = std::max(j0, c_.rows_);

@@ -29,6 +29,9 @@ class AnchorKvRows final : public attention::RowSource {
   int64_t key_dim() const override { return exact_.key_dim(); }
   int64_t value_dim() const override { return exact_.value_dim(); }
   int64_t rows(int64_t, int64_t) const override;
+  // [query | query in the residual codes' order | its sum] when the residual width reads by planes.
+  int64_t prepared_dim() const override;
+  void prepare_query(const float* query, float* prepared) const override;
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
                   int64_t ld, attention::TileScratch& scratch) const override;
   void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,

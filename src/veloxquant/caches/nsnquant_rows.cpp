@@ -59,18 +59,16 @@ void NsnQuantRows::prepare_query(const float* query, float* prepared) const {
   const quant::NsnCodebook& book = kt_.codebook();
   const int sub = book.dim(), stages = book.stages(), entries = book.entries();
   float* lut = prepared + 2 * dk_;
-  // LUT[t][k] = sum_e q'[e] c_k[e], summed over e in order; coordinate-major over the transposed
+  // LUT[t][k] = sum_e q'[e] c_k[e]; coordinate-major over the transposed
   // codebook so the inner loop runs over contiguous codewords.
   for (int64_t t = 0; t < kt_.codes_per_row(); ++t) {
     const float* q = rotated + (t / stages) * sub;
     const float* ct = book.transposed(static_cast<int>(t % stages));
     float* row = lut + t * entries;
     std::fill(row, row + entries, 0.0f);
-    for (int e = 0; e < sub; ++e) {
-      const float qe = q[e];
-      const float* c = ct + static_cast<std::ptrdiff_t>(e) * entries;
-      for (int k = 0; k < entries; ++k) row[k] += qe * c[k];
-    }
+    // row += sum_e q[e] * (coordinate e of every codeword): the host's SIMD accumulate loop with the
+    // sub-vector's coordinates as weights (the scalar loop it replaces cost 22% of a decode step).
+    lm::kernels::tiles::accumulate_rows(q, sub, 1, ct, entries, sub, entries, row, entries);
   }
 }
 

@@ -6,6 +6,8 @@
 
 #include "base/error.h"
 #include "base/half.h"
+#include "lm/kernels/simd_dot.h"
+#include "veloxquant/attention/affine_part_rows.h"
 #include "veloxquant/caches/latent_cache.h"
 #include "veloxquant/caches/quantized_blocks_tail.h"
 #include "veloxquant/core/bit_packing.h"
@@ -41,11 +43,9 @@ void check_options(const PaluOptions& o) {
   }
 }
 
-// One quantized part of a row: components [first, first + count) at `bits`, in groups.
-struct Part {
-  int64_t first = 0, count = 0;
-  int bits = 0;
-};
+// One quantized part of a row: components [first, first + count) at `bits`, in groups (the row
+// layout attention/affine_part_rows.h decodes).
+using Part = attention::kernels::AffinePart;
 
 std::vector<Part> parts_of(const PaluOptions& o, int64_t rank) {
   const int64_t hi = std::min<int64_t>(rank, static_cast<int64_t>(std::ceil(o.palu_hi_fraction * static_cast<double>(rank) - 1e-9)));
@@ -56,23 +56,6 @@ std::vector<Part> parts_of(const PaluOptions& o, int64_t rank) {
     }
   }
   return parts;
-}
-
-template <int kBits>
-void decode_part(const uint8_t* packed, int64_t n, float scale, float lo, float* dst) {
-  constexpr int kPerByte = 8 / kBits;
-  constexpr uint32_t kMask = (1u << kBits) - 1u;
-  const uint64_t count = static_cast<uint64_t>(n), whole = count / kPerByte;
-  for (uint64_t byte = 0; byte < whole; ++byte) {
-    const uint32_t bits = packed[byte];
-    for (int k = 0; k < kPerByte; ++k) {
-      dst[byte * kPerByte + k] = static_cast<float>((bits >> (k * kBits)) & kMask) * scale + lo;
-    }
-  }
-  for (uint64_t i = whole * kPerByte; i < count; ++i) {
-    const uint32_t code = (static_cast<uint32_t>(packed[i / kPerByte]) >> ((i % kPerByte) * kBits)) & kMask;
-    dst[i] = static_cast<float>(code) * scale + lo;
-  }
 }
 
 class PaluCodec final : public LatentCodec {
@@ -116,42 +99,17 @@ class PaluCodec final : public LatentCodec {
   }
   void decode_rows(int64_t b, int64_t g, const uint8_t* first, int64_t stride, int64_t n, float* out) const override {
     const int64_t r = rank(b, g);
-    uint8_t codes[4096];
-    for (int64_t j = 0; j < n; ++j) {
-      const uint8_t* row = first + j * stride;
-      float* z = out + j * r;
-      if (plain()) {
-        for (int64_t i = 0; i < r; ++i) {
-          uint16_t h;
-          std::memcpy(&h, row + 2 * i, 2);
-          z[i] = base::f16_to_f32(h);
-        }
-        continue;
+    if (plain()) {  // f16 latents (palu_quantize_values = false)
+      for (int64_t j = 0; j < n; ++j) {
+        lm::kernels::simd::f16_to_f32(reinterpret_cast<const uint16_t*>(first + j * stride), out + j * r, r);
       }
-      for (const Part& p : parts_[at(b, g)]) {
-        core::GroupParams params;
-        std::memcpy(&params, row, 4);
-        const uint8_t* packed = row + 4;
-        float* dst = z + p.first;
-        const float scale = base::f16_to_f32(params.scale_f16), lo = base::f16_to_f32(params.min_f16);
-        // 1, 2, 4, 8 bits (every default width): a code never straddles a byte, and with the
-        // width a constant the loop is shifts and one multiply-add per code (that of
-        // core::dequantize_group).
-        if (p.bits == 2) {
-          decode_part<2>(packed, p.count, scale, lo, dst);
-        } else if (p.bits == 4) {
-          decode_part<4>(packed, p.count, scale, lo, dst);
-        } else if (p.bits == 1) {
-          decode_part<1>(packed, p.count, scale, lo, dst);
-        } else if (p.bits == 8) {
-          decode_part<8>(packed, p.count, scale, lo, dst);
-        } else {
-          core::unpack_dense(packed, static_cast<std::size_t>(p.count), p.bits, codes);
-          core::dequantize_group(codes, static_cast<std::size_t>(p.count), 1, params, dst);
-        }
-        row += 4 + (p.count * p.bits + 7) / 8;
-      }
+      return;
     }
+    // Every part of every row of the tile in one SIMD pass (the same multiply and add as
+    // core::dequantize_group).
+    const std::vector<Part>& parts = parts_[at(b, g)];
+    attention::kernels::decode_affine_part_rows(first, stride, n, parts.data(), static_cast<int64_t>(parts.size()), out,
+                                                r);
   }
   std::vector<lm::Tensor> state() const override { return {ranks_}; }
   void restore(const std::vector<lm::Tensor>& t) override {

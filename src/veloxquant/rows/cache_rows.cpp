@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/half.h"
 #include "lm/cache/kv_rows.h"
 
 namespace veloxquant::cache_rows {
@@ -37,6 +38,16 @@ lm::Tensor copy_rows(const lm::Tensor& t, int64_t rows, int64_t capacity) {
 }
 
 void store_f32(const float* src, std::size_t count, std::byte* dst, lm::DType dtype) {
+  // f16/bf16 inline, the same rounding as convert_elements without its per-element dispatch (a
+  // cache rewriting its exact window every decode step spent 13% of the step there).
+  if (dtype == lm::DType::F16 || dtype == lm::DType::BF16) {
+    const bool half = dtype == lm::DType::F16;
+    for (std::size_t i = 0; i < count; ++i) {
+      const uint16_t h = half ? base::f32_to_f16(src[i]) : base::f32_to_bf16(src[i]);
+      std::memcpy(dst + 2 * i, &h, 2);
+    }
+    return;
+  }
   lm::convert_elements(reinterpret_cast<const std::byte*>(src), lm::DType::F32, dst, dtype, count);
 }
 
