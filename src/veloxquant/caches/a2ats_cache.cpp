@@ -376,12 +376,18 @@ void A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
           const uint8_t* code = codes(b, h, 0);
           const int64_t stride = codes_.strides()[2];
           float* dots = keep ? far_dots_.data() + ((b * call.q_heads + h * group + g) * call.n_queries + i) * far_rows_ : nullptr;
-          for (int64_t j = 0; j < far_rows_; ++j, code += stride) {
+          // Geometry and pointers in locals: the stores below cannot make the compiler reload them.
+          const int64_t subs = subs_, entries = entries_, far = far_rows_;
+          const float* table = lut.data();
+          const float scale = call.scale;
+          float* lg = logit.data();
+          for (int64_t j = 0; j < far; ++j, code += stride) {
             float dot = 0.0f;
-            for (int64_t m = 0; m < subs_; ++m) dot += lut[static_cast<std::size_t>(m * entries_ + code[m])];
+            const float* t = table;
+            for (int64_t m = 0; m < subs; ++m, t += entries) dot += t[code[m]];
             if (dots) dots[j] = dot;
-            logit[static_cast<std::size_t>(j)] = dot * call.scale;
-            top = std::max(top, logit[static_cast<std::size_t>(j)]);
+            lg[j] = dot * scale;
+            top = std::max(top, lg[j]);
           }
           double sum = 0.0;
           for (float& l : logit) {
