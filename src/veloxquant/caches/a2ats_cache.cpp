@@ -330,6 +330,11 @@ void A2atsCache::fused_attention(const lm::FusedAttentionRequest& request, lm::T
   parts.tail = tail;
   parts.s = s;
   parts.positions = &retrieved_;
+  if (far_dots_valid_) {
+    parts.far_dots = far_dots_.data();
+    parts.queries = call.queries;
+    parts.far_rows = far_rows_;
+  }
   const A2atsRows rows(parts);
   const attention::RowSource* segments[] = {&rows};
   const int n = 1;
@@ -342,6 +347,7 @@ void A2atsCache::fused_attention(const lm::FusedAttentionRequest& request, lm::T
 // the call's queries; the retrieved_rows(far) rows with the most mass, ties to the older row.
 void A2atsCache::retrieve(const attention::AttentionCall& call, const float* centroids) {
   const int64_t k_rows = retrieved_rows(far_rows_), group = call.q_heads / heads_;
+  far_dots_valid_ = false;
   if (k_rows == far_rows_) {  // nothing to choose
     retrieved_.assign(static_cast<std::size_t>(batch_ * heads_), std::vector<int32_t>(static_cast<std::size_t>(far_rows_)));
     for (auto& chosen : retrieved_) std::iota(chosen.begin(), chosen.end(), 0);
@@ -352,6 +358,13 @@ void A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
   std::vector<double> mass(static_cast<std::size_t>(far_rows_));
   std::vector<float> logit(static_cast<std::size_t>(far_rows_));
   std::vector<int32_t> order(static_cast<std::size_t>(far_rows_));
+  // The scores are kept for the attention pass (which then builds no table of its own) while
+  // they fit in 4 Mi floats: always for decode, not for a long prefill chunk over many far rows.
+  const int64_t dot_rows = batch_ * call.q_heads * call.n_queries;
+  const bool keep = dot_rows * far_rows_ <= (int64_t{4} << 20);
+  if (keep && far_dots_.size() < static_cast<std::size_t>(dot_rows * far_rows_)) {
+    far_dots_.resize(static_cast<std::size_t>(dot_rows * far_rows_));
+  }
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
       std::fill(mass.begin(), mass.end(), 0.0);
@@ -362,11 +375,19 @@ void A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
           float top = -INFINITY;
           const uint8_t* code = codes(b, h, 0);
           const int64_t stride = codes_.strides()[2];
-          for (int64_t j = 0; j < far_rows_; ++j, code += stride) {
+          float* dots = keep ? far_dots_.data() + ((b * call.q_heads + h * group + g) * call.n_queries + i) * far_rows_ : nullptr;
+          // Geometry and pointers in locals: the stores below cannot make the compiler reload them.
+          const int64_t subs = subs_, entries = entries_, far = far_rows_;
+          const float* table = lut.data();
+          const float scale = call.scale;
+          float* lg = logit.data();
+          for (int64_t j = 0; j < far; ++j, code += stride) {
             float dot = 0.0f;
-            for (int64_t m = 0; m < subs_; ++m) dot += lut[static_cast<std::size_t>(m * entries_ + code[m])];
-            logit[static_cast<std::size_t>(j)] = dot * call.scale;
-            top = std::max(top, logit[static_cast<std::size_t>(j)]);
+            const float* t = table;
+            for (int64_t m = 0; m < subs; ++m, t += entries) dot += t[code[m]];
+            if (dots) dots[j] = dot;
+            lg[j] = dot * scale;
+            top = std::max(top, lg[j]);
           }
           double sum = 0.0;
           for (float& l : logit) {
@@ -377,15 +398,19 @@ void A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
           for (int64_t j = 0; j < far_rows_; ++j) mass[static_cast<std::size_t>(j)] += logit[static_cast<std::size_t>(j)] * inv;
         }
       }
+      // The k_rows rows with the most mass, ties to the older row: a strict order (mass, then
+      // index), so selecting the first k_rows picks the same rows a stable sort would, in O(n).
       std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t c) {
-        return mass[static_cast<std::size_t>(a)] > mass[static_cast<std::size_t>(c)];
+      std::nth_element(order.begin(), order.begin() + (k_rows - 1), order.end(), [&](int32_t a, int32_t c) {
+        const double ma = mass[static_cast<std::size_t>(a)], mc = mass[static_cast<std::size_t>(c)];
+        return ma > mc || (ma == mc && a < c);
       });
       std::vector<int32_t>& chosen = retrieved_[static_cast<std::size_t>(b * heads_ + h)];
       chosen.assign(order.begin(), order.begin() + k_rows);
       std::sort(chosen.begin(), chosen.end());
     }
   }
+  far_dots_valid_ = keep;
 }
 
 std::vector<lm::Tensor> A2atsCache::state() const {

@@ -109,6 +109,10 @@ class A2atsCache : public lm::KVCache {
   lm::Tensor codebook_, codes_, far_values_, tail_k_, tail_v_;
   // Per-call positions read ([B * H] lists, the driver's row positions; K + tail + s int32 per head).
   std::vector<std::vector<int32_t>> retrieved_;
+  // The last retrieval's dot products per query row and far row (grow-only; empty when the call
+  // was too large to keep them or nothing was chosen): A2atsCallRows::far_dots.
+  std::vector<float> far_dots_;
+  bool far_dots_valid_ = false;
 };
 
 A2atsParams a2ats_params(const KVCacheConfig& config);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "lm/kernels/attention_tiles.h"
+
 #include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant {
@@ -36,21 +38,32 @@ void a2ats_transpose_codebook(const float* centroids, int64_t subs, int64_t entr
 A2atsRows::A2atsRows(const A2atsCallRows& rows)
     : r_(rows),
       key_dim_(rows.call_k->dim(3)),
+      head_(rows.far_dots ? 1 : rows.subs * rows.entries),
       far_values_(attention::PlainRows::of(*rows.far_values)),
       exact_(*rows.tail_k, *rows.tail_v, rows.tail, *rows.call_k, *rows.call_v) {}
 
 void A2atsRows::prepare_query(const float* query, float* prepared) const {
-  const int64_t table = r_.subs * r_.entries;
-  if (r_.far > 0) a2ats_lookup_table(r_.centroids, r_.subs, r_.entries, r_.sub, query, prepared);
-  std::copy(query, query + key_dim_, prepared + table);
+  if (r_.far_dots) {
+    // The driver prepares call.queries + row * D: the row picks the retrieval's scores.
+    prepared[0] = static_cast<float>((query - r_.queries) / key_dim_);
+  } else if (r_.far > 0) {
+    a2ats_lookup_table(r_.centroids, r_.subs, r_.entries, r_.sub, query, prepared);
+  }
+  std::copy(query, query + key_dim_, prepared + head_);
 }
 
 void A2atsRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                            float* scores, int64_t ld, attention::TileScratch& scratch) const {
-  const int64_t width = prepared_dim(), table = r_.subs * r_.entries;
+  const int64_t width = prepared_dim(), table = head_;
   const int32_t* pos = positions(b, h);
   const int64_t far_end = std::min(j1, r_.far);
-  for (int64_t j = j0; j < far_end; ++j) {
+  if (r_.far_dots) {
+    for (int64_t r = 0; r < n_queries; ++r) {
+      const float* dots = r_.far_dots + static_cast<int64_t>(prepared[r * width]) * r_.far_rows;
+      for (int64_t j = j0; j < far_end; ++j) scores[r * ld + (j - j0)] = dots[pos[j]];
+    }
+  }
+  for (int64_t j = r_.far_dots ? far_end : j0; j < far_end; ++j) {
     const uint8_t* code = row_ptr<uint8_t>(*r_.codes, b, h, pos[j]);
     for (int64_t r = 0; r < n_queries; ++r) {
       const float* lut = prepared + r * width;
@@ -73,15 +86,7 @@ void A2atsRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, co
   if (j0 < far_end) {
     float* v = scratch.f32_second(static_cast<std::size_t>((far_end - j0) * dv));
     for (int64_t j = j0; j < far_end; ++j) far_values_.widen(b, h, pos[j], pos[j] + 1, v + (j - j0) * dv);
-    for (int64_t r = 0; r < n_queries; ++r) {
-      float* a = acc + r * dv;
-      for (int64_t j = j0; j < far_end; ++j) {
-        const float w = weights[r * ld + (j - j0)];
-        if (w == 0.0f) continue;
-        const float* row = v + (j - j0) * dv;
-        for (int64_t e = 0; e < dv; ++e) a[e] += w * row[e];
-      }
-    }
+    lm::kernels::tiles::accumulate_rows(weights, ld, n_queries, v, dv, far_end - j0, dv, acc, dv);
   }
   const int64_t e0 = std::max(j0, r_.far);
   if (e0 < j1) exact_.accumulate(b, h, e0 - r_.far, j1 - r_.far, weights + (e0 - j0), n_queries, ld, acc, scratch);

@@ -6,7 +6,9 @@
 // Far keys are one centroid per sub-vector, so <q, k_j> = sum_m <q_m, c_m[code_jm]>:
 // prepare_query computes the table lut[m][c] = <q_m, c_m[c]> once per query and call
 // (D/sub x 2^bits dot products of sub floats) and keeps the raw query after it for the exact
-// rows; a far row then costs D/sub lookups and adds. Values are read exact.
+// rows; a far row then costs D/sub lookups and adds. Values are read exact. When the call's
+// retrieval scored every far row already (A2atsCallRows::far_dots), those scores are read
+// instead: the tables are built once per query, by the retrieval, not twice.
 #include <cstdint>
 #include <vector>
 
@@ -36,6 +38,13 @@ struct A2atsCallRows {
   int64_t far = 0, tail = 0, s = 0;  // far = retrieved rows per head
   // Per (b * heads + h): far + tail + s ascending positions (retrieved far rows first).
   const std::vector<std::vector<int32_t>>* positions = nullptr;
+  // Optional: the retrieval's dot products <q, far key i> (same tables, same order of adds, so
+  // the same floats), far_rows per query row (b * Hq + query head) * n + query, for the call's
+  // queries `queries` (f32 [B, Hq, n, D]). With them a far row is scored by one read per query
+  // and no query builds a second table: prepare_query stores only the query's row index.
+  const float* far_dots = nullptr;
+  const float* queries = nullptr;
+  int64_t far_rows = 0;
 };
 
 class A2atsRows final : public attention::RowSource {
@@ -48,7 +57,7 @@ class A2atsRows final : public attention::RowSource {
   const int32_t* positions(int64_t b, int64_t h) const override {
     return (*r_.positions)[static_cast<std::size_t>(b * r_.heads + h)].data();
   }
-  int64_t prepared_dim() const override { return r_.subs * r_.entries + key_dim_; }
+  int64_t prepared_dim() const override { return head_ + key_dim_; }
   void prepare_query(const float* query, float* prepared) const override;
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
                   int64_t ld, attention::TileScratch& scratch) const override;
@@ -58,6 +67,7 @@ class A2atsRows final : public attention::RowSource {
  private:
   A2atsCallRows r_;
   int64_t key_dim_;
+  int64_t head_;  // floats before the raw query in a prepared query: the table, or 1 (the row index)
   attention::PlainRows far_values_;
   WindowCallRows exact_;
 };

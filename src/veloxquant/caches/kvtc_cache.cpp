@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "veloxquant/allocators/bit_allocation.h"
+#include "veloxquant/attention/bit_field_rows.h"
 #include "veloxquant/caches/latent_cache.h"
 #include "veloxquant/caches/quantized_blocks_tail.h"
 #include "veloxquant/core/rans_coder.h"
@@ -45,6 +46,7 @@ class KvtcCodec final : public LatentCodec {
     bits_ = lm::Tensor({batch, groups, 1, width}, lm::DType::I32);
     range_ = lm::Tensor({batch, groups, 2, width}, lm::DType::F32);
     ranks_.assign(static_cast<std::size_t>(batch * groups), 0);
+    layouts_.assign(static_cast<std::size_t>(batch * groups), {});
   }
   int64_t choose_rank(int64_t b, int64_t g, const std::vector<double>& variance) override {
     const std::vector<int> bits = kvtc_allocate_bits(variance, choices_, o_.kvtc_bit_budget, o_.kvtc_beta);
@@ -55,6 +57,7 @@ class KvtcCodec final : public LatentCodec {
       if (bits[i] > 0) rank = static_cast<int64_t>(i) + 1;
     }
     ranks_[at(b, g)] = rank;
+    layouts_[at(b, g)] = attention::kernels::BitFieldLayout::from_widths(dst, rank);
     return rank;
   }
   void fit(int64_t b, int64_t g, const float* latents, int64_t n, int64_t rank) override {
@@ -114,16 +117,10 @@ class KvtcCodec final : public LatentCodec {
     }
   }
   void decode_rows(int64_t b, int64_t g, const uint8_t* first, int64_t stride, int64_t n, float* out) const override {
-    const int64_t r = ranks_[at(b, g)];
-    const float* step = row_ptr<float>(range_, b, g, 0);
-    const float* lo = row_ptr<float>(range_, b, g, 1);
-    uint8_t codes[4096];
-    for (int64_t j = 0; j < n; ++j) {
-      unpack(b, g, first + j * stride, codes);
-      float* z = out + j * r;
-      // A 0-bit component has step 0 and lo 0: its latent is the mean (0), already in mu.
-      for (int64_t i = 0; i < r; ++i) z[i] = std::fma(static_cast<float>(codes[i]), step[i], lo[i]);
-    }
+    // A 0-bit component has step 0 and lo 0: its latent is the mean (0), already in mu. The
+    // layout (each component's first byte, shift and mask) was built with the widths.
+    attention::kernels::decode_bit_field_rows(first, stride, n, layouts_[at(b, g)], row_ptr<float>(range_, b, g, 0),
+                                              row_ptr<float>(range_, b, g, 1), out);
   }
   std::vector<lm::Tensor> state() const override { return {bits_, range_}; }
   void restore(const std::vector<lm::Tensor>& t) override {
@@ -142,6 +139,7 @@ class KvtcCodec final : public LatentCodec {
           if (bits[i] > 0) rank = i + 1;
         }
         ranks_[at(b, g)] = rank;
+        layouts_[at(b, g)] = attention::kernels::BitFieldLayout::from_widths(bits, rank);
       }
     }
   }
@@ -178,6 +176,8 @@ class KvtcCodec final : public LatentCodec {
   int64_t groups_ = 0;
   lm::Tensor bits_, range_;
   std::vector<int64_t> ranks_;
+  // Derived from bits_ and ranks_ (like them, not counted by nbytes: rebuilt on restore).
+  std::vector<attention::kernels::BitFieldLayout> layouts_;
 };
 
 const KvtcOptions& checked(const KvtcOptions& o) {

@@ -293,7 +293,11 @@ void LatentCache::fused_attention(const lm::FusedAttentionRequest& request, lm::
   project_queries(k_, heads_, heads_per_group_, call.queries, batch_, hq, n, projected_.data());
   call.queries = projected_.data();
   call.out = latent_out_.data();
-  const LatentRows rows(k_, v_, heads_per_group_, offset_);
+  // Every query head of a head group scores the group's one latent row, so the driver sees each
+  // group as one kv head of Hq / G query heads: a tile is decoded once for the whole group
+  // instead of once per kv head (the projected queries are already in the group's basis).
+  call.kv_heads = groups_;
+  const LatentRows rows(k_, v_, 1, offset_);
   attention::attend(call, rows, &base::ThreadPool::global());
   reconstruct_outputs(v_, heads_, heads_per_group_, latent_out_.data(), batch_, hq, n, out.data<float>());
 }

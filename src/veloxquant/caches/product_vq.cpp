@@ -210,6 +210,62 @@ void decode_fixed(const ProductCodebook& book, const uint8_t* packed, float* out
   }
 }
 
+// The tile form: per row, the codes read straight from their bytes (8-bit: one byte each;
+// 12-bit: four codes per 64-bit load where the load stays inside the row, then two per three
+// bytes) and each codeword copied with one fixed-size move. Width, code bits, geometry and
+// whether one book serves every position are compile-time or locals (restrict pointers), so
+// nothing is reloaded per codeword.
+template <int Sub, int Bits, bool Shared>
+void decode_tile(const float* __restrict words, int64_t book_stride, int n_sub, int bits, const uint8_t* __restrict first,
+                 int64_t stride, int64_t n, float* __restrict out) {
+  constexpr std::size_t kBytes = sizeof(float) * Sub;
+  const int64_t dim = int64_t{n_sub} * Sub, row_bytes = (int64_t{n_sub} * bits + 7) / 8;
+  const auto word = [&](int t, uint64_t code) {
+    return words + (Shared ? 0 : t * book_stride) + static_cast<int64_t>(code) * Sub;
+  };
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* packed = first + j * stride;
+    float* o = out + j * dim;
+    int t = 0;
+    if constexpr (Bits == 8) {
+      for (; t < n_sub; ++t) std::memcpy(o + t * Sub, word(t, packed[t]), kBytes);
+    } else if constexpr (Bits == 12) {
+      for (; t + 4 <= n_sub && (t / 2) * 3 + 8 <= row_bytes; t += 4) {
+        uint64_t w;
+        std::memcpy(&w, packed + (t / 2) * 3, sizeof(w));
+        std::memcpy(o + t * Sub, word(t, w & 0xfffu), kBytes);
+        std::memcpy(o + (t + 1) * Sub, word(t + 1, (w >> 12) & 0xfffu), kBytes);
+        std::memcpy(o + (t + 2) * Sub, word(t + 2, (w >> 24) & 0xfffu), kBytes);
+        std::memcpy(o + (t + 3) * Sub, word(t + 3, (w >> 36) & 0xfffu), kBytes);
+      }
+      for (; t + 1 < n_sub; t += 2) {
+        const uint8_t* p = packed + (t / 2) * 3;
+        const uint32_t w3 = uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16);
+        std::memcpy(o + t * Sub, word(t, w3 & 0xfffu), kBytes);
+        std::memcpy(o + (t + 1) * Sub, word(t + 1, w3 >> 12), kBytes);
+      }
+    }
+    for (; t < n_sub; ++t) std::memcpy(o + t * Sub, word(t, code_at(packed, t, bits)), kBytes);
+  }
+}
+
+template <int Sub, bool Shared>
+void decode_tile_bits(const ProductCodebook& book, const uint8_t* first, int64_t stride, int64_t n, float* out) {
+  const int64_t book_stride = book.entries() * Sub;
+  const float* words = book.words.data();
+  switch (book.bits) {
+    case 8: return decode_tile<Sub, 8, Shared>(words, book_stride, book.n_sub, 8, first, stride, n, out);
+    case 12: return decode_tile<Sub, 12, Shared>(words, book_stride, book.n_sub, 12, first, stride, n, out);
+    default: return decode_tile<Sub, 0, Shared>(words, book_stride, book.n_sub, book.bits, first, stride, n, out);
+  }
+}
+
+template <int Sub>
+void decode_tile_fixed(const ProductCodebook& book, const uint8_t* first, int64_t stride, int64_t n, float* out) {
+  if (book.shared) return decode_tile_bits<Sub, true>(book, first, stride, n, out);
+  decode_tile_bits<Sub, false>(book, first, stride, n, out);
+}
+
 template <int Sub>
 void lut_fixed(const ProductCodebook& book, const float* q, float* lut) {
   const int64_t entries = book.entries();
@@ -239,6 +295,17 @@ void decode_row(const ProductCodebook& book, const uint8_t* packed, float* out) 
     const uint32_t code = book.bits == 8 ? packed[t] : code_at(packed, t, book.bits);
     std::memcpy(out + t * book.sub, book.word(t, code), sizeof(float) * static_cast<std::size_t>(book.sub));
   }
+}
+
+void decode_rows(const ProductCodebook& book, const uint8_t* first, int64_t stride, int64_t n, float* out) {
+  switch (book.sub) {
+    case 2: return decode_tile_fixed<2>(book, first, stride, n, out);
+    case 4: return decode_tile_fixed<4>(book, first, stride, n, out);
+    case 8: return decode_tile_fixed<8>(book, first, stride, n, out);
+    case 16: return decode_tile_fixed<16>(book, first, stride, n, out);
+    default: break;
+  }
+  for (int64_t j = 0; j < n; ++j) decode_row(book, first + j * stride, out + j * book.dim());
 }
 
 void build_lut(const ProductCodebook& book, const float* q, float* lut) {

@@ -111,6 +111,9 @@ void put_code(uint8_t* packed, int64_t t, int bits, uint32_t code);
 
 // One packed row back to dim floats.
 void decode_row(const ProductCodebook& book, const uint8_t* packed, float* out);
+// A tile of packed rows (row j at first + j * stride, j < n) back to f32, row j at out + j * dim():
+// decode_row's result for every row, with the row loop inside (attention decodes 64-row tiles).
+void decode_rows(const ProductCodebook& book, const uint8_t* first, int64_t stride, int64_t n, float* out);
 
 // LUT[t * entries + k] = <q_t, codeword k of position t> for a query q of dim floats.
 void build_lut(const ProductCodebook& book, const float* q, float* lut);

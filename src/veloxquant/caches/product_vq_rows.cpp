@@ -68,7 +68,7 @@ void ProductVqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, con
       float* tile = scratch.f32(static_cast<std::size_t>(n * dk_));
       const uint8_t* first = row_ptr<uint8_t>(*p_.key_codes, b, h, j0);
       const int64_t stride = p_.key_codes->strides()[2];
-      for (int64_t j = j0; j < coded_end; ++j) pvq::decode_row(book, first + (j - j0) * stride, tile + (j - j0) * dk_);
+      pvq::decode_rows(book, first, stride, n, tile);
       lm::kernels::tiles::score_rows(prepared + dk_, pd, n_queries, tile, dk_, n, dk_, scores, ld);
     }
   }
@@ -92,7 +92,7 @@ void ProductVqRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1
     float* tile = scratch.f32(static_cast<std::size_t>(n * dv_));
     const uint8_t* first = row_ptr<uint8_t>(*p_.value_codes, b, h, j0);
     const int64_t stride = p_.value_codes->strides()[2];
-    for (int64_t j = j0; j < coded_end; ++j) pvq::decode_row(*p_.value_book, first + (j - j0) * stride, tile + (j - j0) * dv_);
+    pvq::decode_rows(*p_.value_book, first, stride, n, tile);
     lm::kernels::tiles::accumulate_rows(weights, ld, n_queries, tile, dv_, n, dv_, acc, dv_);
   }
   if (j1 > p_.frontier) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "lm/kernels/attention_tiles.h"
+
 namespace veloxquant {
 
 WindowCallRows::WindowCallRows(const lm::Tensor& tail_k, const lm::Tensor& tail_v, int64_t tail,
@@ -28,15 +30,9 @@ void WindowCallRows::score(int64_t b, int64_t h, int64_t a, int64_t e, const flo
   const int64_t d = key_dim();
   float* k = scratch.f32(static_cast<std::size_t>((e - a) * d));
   widen(true, b, h, a, e, k);
-  for (int64_t r = 0; r < n_queries; ++r) {
-    const float* q = queries + r * q_stride;
-    for (int64_t j = a; j < e; ++j) {
-      const float* row = k + (j - a) * d;
-      float s = 0.0f;
-      for (int64_t c = 0; c < d; ++c) s += q[c] * row[c];
-      scores[r * ld + (j - a)] = s;
-    }
-  }
+  // The shared SIMD tile kernels (lm/kernels/attention_tiles.h): every query of the block on a
+  // vector's width of rows per pass, not one scalar dot product per (row, query).
+  lm::kernels::tiles::score_rows(queries, q_stride, n_queries, k, d, e - a, d, scores, ld);
 }
 
 void WindowCallRows::accumulate(int64_t b, int64_t h, int64_t a, int64_t e, const float* weights, int64_t n_queries,
@@ -45,15 +41,7 @@ void WindowCallRows::accumulate(int64_t b, int64_t h, int64_t a, int64_t e, cons
   const int64_t dv = value_dim();
   float* v = scratch.f32_second(static_cast<std::size_t>((e - a) * dv));
   widen(false, b, h, a, e, v);
-  for (int64_t r = 0; r < n_queries; ++r) {
-    float* out = acc + r * dv;
-    for (int64_t j = a; j < e; ++j) {
-      const float w = weights[r * ld + (j - a)];
-      if (w == 0.0f) continue;
-      const float* row = v + (j - a) * dv;
-      for (int64_t c = 0; c < dv; ++c) out[c] += w * row[c];
-    }
-  }
+  lm::kernels::tiles::accumulate_rows(weights, ld, n_queries, v, dv, e - a, dv, acc, dv);
 }
 
 }  // namespace veloxquant

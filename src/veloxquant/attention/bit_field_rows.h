@@ -1,0 +1,37 @@
+#pragma once
+// Decoding a tile of rows of variable-width bit fields (each row the same layout: field i is
+// widths[i] bits, packed LSB first right after field i - 1, as kvtc's DP-allocated component
+// codes) to f32 values lo_i + step_i * code_i, for the attention driver.
+//
+// A field is at most 8 bits, so it lies in the two bytes from its first byte: every 8-lane chunk
+// of fields is one gather of the 32-bit words at their first bytes, one variable shift, a mask
+// and one FMA. The layout (first byte, shift, mask per field) is the same for every row, so it is
+// built once when the widths are known, not per tile. The gather reads up to 3 bytes past a
+// row's last byte: inside the tile for every row but the last, which is decoded from a padded
+// copy. Equal to the scalar reference below element for element (both use one fused
+// multiply-add per value).
+#include <cstdint>
+#include <vector>
+
+namespace veloxquant::attention::kernels {
+
+struct BitFieldLayout {
+  std::vector<int32_t> first_byte, shift, mask;  // per field
+  int64_t row_bytes = 0;                          // ceil(sum of widths / 8)
+
+  // widths: n fields, each 0..8 bits (a 0-bit field decodes to lo_i + step_i * 0).
+  static BitFieldLayout from_widths(const int32_t* widths, int64_t n);
+  int64_t fields() const { return static_cast<int64_t>(first_byte.size()); }
+};
+
+// out[j * fields + i] = fma(code_i of row j, step[i], lo[i]) for j < n_rows, i < layout.fields();
+// row j starts at first + j * stride (stride >= layout.row_bytes).
+void decode_bit_field_rows(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                           const float* step, const float* lo, float* out);
+
+namespace scalar {
+void decode_bit_field_rows(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                           const float* step, const float* lo, float* out);
+}  // namespace scalar
+
+}  // namespace veloxquant::attention::kernels
