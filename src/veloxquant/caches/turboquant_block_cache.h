@@ -61,6 +61,8 @@ class TurboQuantBlockCache : public lm::KVCache {
     int mean_rows = 0;                 // 0 = no mean smoothing
     int key_block = 32, value_block = 32;  // 32, 64, 128 or 256
     int sink_rows = 0;                 // first positions kept in f16
+    // Level sets below 7 bits: Lloyd-Max (default) or evenly spaced (quant/block_lloyd_quant.h).
+    quant::BlockLloydQuantizer::Levels levels = quant::BlockLloydQuantizer::Levels::kLloyd;
   };
   // Throws QuantizerConfigError naming a bad value. The values' rotation is built for the first
   // values' width when it differs from head_dim.

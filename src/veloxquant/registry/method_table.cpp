@@ -120,7 +120,10 @@ MethodDescriptor turboquant_block_row() {
                            "Rotated value coordinates per f16 scale: 32, 64, 128 or 256", 32, 256),
               option_field("sink_rows", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::sink_rows,
                            "First positions kept exactly in f16 (attention sinks); costs 2 f16 rows each",
-                           0, 1 << 16)};
+                           0, 1 << 16),
+              option_field("levels", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::levels,
+                           "Code levels below 7 bits: 'lloyd' (Lloyd-Max, default) or 'uniform' (evenly "
+                           "spaced: more error, attention reads the codes without a level lookup)")};
   // --bits matters only while one of the two follows it (on some layer, for per-layer lists).
   m.reads_bit_width = [](const KVCacheConfig& c) {
     const auto follows = [](const BitWidth& bits) {
@@ -141,6 +144,7 @@ MethodDescriptor turboquant_block_row() {
                                    std::to_string(block));
       }
     }
+    quant::parse_block_levels(c.turboquant_block.levels);
   };
   m.make_serving = make_turboquant_block_cache;
   m.cache_type_name = "TurboQuantBlockCache";
