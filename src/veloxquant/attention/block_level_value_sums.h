@@ -14,7 +14,8 @@
 // The outputs of a chunk of 16 or 32 coordinates stay in registers while every row of the tile
 // passes; the chunks then take turns.
 //
-// Codes on evenly spaced levels (even_levels: turboquant_block's levels=uniform, or 8 bits),
+// Codes of up to 6 bits on evenly spaced levels (even_levels: turboquant_block's levels=uniform;
+// 8-bit even codes keep their own loop),
 // level(c) = (2c - m) / 2^b with m = 2^b - 1, skip the lookup: the codes are widened to f32 as
 // they are, and the part every code of a block shares is added once per call:
 //

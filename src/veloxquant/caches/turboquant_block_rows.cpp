@@ -39,7 +39,7 @@ TurboQuantBlockRows::TurboQuantBlockRows(const TurboQuantBlockCache& cache, int6
     integer_limit_ = attention::kernels::block_integer_limit(cache.key_quantizer().block_size());
     // Evenly spaced levels are scored from the codes themselves with the query doubled
     // (block_level_key_scores.h), which needs the smaller limit.
-    if (cache.key_quantizer().even_levels()) {
+    if (cache.key_quantizer().even_levels() && cache.key_bits() <= 6) {
       integer_limit_ = std::min(integer_limit_, attention::kernels::kUniformQueryLimit);
     }
     levels16_ = attention::kernels::block_levels16(cache.key_quantizer().levels().data(), cache.key_bits(),
