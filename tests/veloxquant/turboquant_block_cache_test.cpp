@@ -4,6 +4,8 @@
 // trim, clone, and the config's bit-width errors.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -157,7 +159,7 @@ TEST(TurboQuantBlockCache, MeanSmoothingRemovesACommonOffset) {
   // A first call of one row cannot calibrate: no means, no bytes.
   TurboQuantBlockCache single(smoothed);
   single.update_and_fetch(k.slice(2, 0, 1).contiguous(), v.slice(2, 0, 1).contiguous());
-  EXPECT_EQ(single.meta_state()[10], "uncalibrated");
+  EXPECT_EQ(single.meta_state()[11], "uncalibrated");
 }
 
 TEST(TurboQuantBlockCache, SinkRowsAreExactAndCounted) {
@@ -185,6 +187,9 @@ TEST(TurboQuantBlockCache, SinkRowsAreExactAndCounted) {
   EXPECT_EQ(cache.nbytes(), std::size_t(2 * (256 * 40 + 3 * 256)));
 }
 
+lm::Tensor k2_probe() { return offset_kv(3, 2, 64, 91); }
+lm::Tensor v2_probe() { return offset_kv(3, 2, 64, 92); }
+
 TEST(TurboQuantBlockCache, StateRoundTripWithMeansSinksAndBlocks) {
   TurboQuantBlockCache::Settings settings{64, 4, 3, 8};
   settings.mean_rows = 16;
@@ -198,6 +203,32 @@ TEST(TurboQuantBlockCache, StateRoundTripWithMeansSinksAndBlocks) {
   restored.from_state(cache.state(), cache.meta_state());
   EXPECT_EQ(restored.meta_state(), cache.meta_state());
   EXPECT_EQ(restored.nbytes() <= cache.nbytes(), true);
+  // levels travels in the meta (before the means' entry, key_mean_segment last); a state saved
+  // before segments existed (12 entries) restores one mean, one saved before levels existed
+  // (11) also Lloyd-Max levels; an unknown name is refused.
+  std::vector<std::string> meta = cache.meta_state();
+  ASSERT_EQ(meta.size(), 13u);
+  EXPECT_EQ(meta[10], "lloyd");
+  TurboQuantBlockCache::Settings uniform_settings = settings;
+  uniform_settings.levels = quant::BlockLloydQuantizer::Levels::kUniform;
+  TurboQuantBlockCache uniform(uniform_settings);
+  uniform.update_and_fetch(offset_kv(3, 40, 64, 81), offset_kv(3, 40, 64, 82));
+  TurboQuantBlockCache uniform_restored(8, 1, 1, 0);
+  uniform_restored.from_state(uniform.state(), uniform.meta_state());
+  EXPECT_EQ(uniform_restored.meta_state()[10], "uniform");
+  EXPECT_TRUE(uniform_restored.key_quantizer().even_levels());
+  EXPECT_NE(uniform.update_and_fetch(k2_probe(), v2_probe()).keys.to_f32(),
+            cache.clone()->update_and_fetch(k2_probe(), v2_probe()).keys.to_f32());
+  const std::vector<std::string> before_segments(meta.begin(), meta.end() - 1);
+  TurboQuantBlockCache from_old(8, 1, 1, 0);
+  from_old.from_state(cache.state(), before_segments);
+  EXPECT_EQ(from_old.meta_state(), cache.meta_state());
+  std::vector<std::string> old_meta = before_segments;
+  old_meta.erase(old_meta.begin() + 10);
+  from_old.from_state(cache.state(), old_meta);
+  EXPECT_EQ(from_old.meta_state(), cache.meta_state());
+  meta[10] = "linear";
+  EXPECT_THROW(from_old.from_state(cache.state(), meta), base::FormatError);
   const lm::Tensor k2 = offset_kv(3, 3, 64, 83), v2 = offset_kv(3, 3, 64, 84);
   const lm::KeysValues a = cache.update_and_fetch(k2, v2), b = restored.update_and_fetch(k2, v2);
   EXPECT_EQ(a.keys.to_f32(), b.keys.to_f32());
@@ -245,9 +276,15 @@ TEST(TurboQuantBlockCache, FusedAttentionWithMeansAndSinksEqualsAttentionOverFet
   // 4 query heads over 2 kv heads; prefill then decode, every chunk of one sequence (one offset:
   // a fresh offset per chunk would put later keys ~8 sigma from the calibrated mean, dot products
   // in the hundreds, where the scoring's ~2e-5 relative rounding alone reaches the tolerance).
-  TurboQuantBlockCache::Settings settings{64, 3, 4, 12};
+  // levels=uniform (and 4-bit values: the nibble path) reads codes without a table and must
+  // agree the same way.
+  using Levels = quant::BlockLloydQuantizer::Levels;
+  for (const auto& [key_bits, value_bits, levels] : {std::tuple{3, 4, Levels::kLloyd}, std::tuple{3, 4, Levels::kUniform},
+                                                     std::tuple{4, 4, Levels::kUniform}, std::tuple{5, 3, Levels::kUniform}}) {
+  TurboQuantBlockCache::Settings settings{64, key_bits, value_bits, 12};
   settings.mean_rows = 32;
   settings.sink_rows = 2;
+  settings.levels = levels;
   TurboQuantBlockCache fused(settings), plain(settings);
   int64_t first = 0;
   uint64_t seed = 500;
@@ -261,8 +298,10 @@ TEST(TurboQuantBlockCache, FusedAttentionWithMeansAndSinksEqualsAttentionOverFet
     const std::vector<float> got = out.to_f32();
     double worst = 0.0;
     for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
-    EXPECT_LE(worst, 2e-3) << "chunk of " << n;
+    EXPECT_LE(worst, 2e-3) << "chunk of " << n << ", K" << key_bits << " V" << value_bits << " "
+                           << quant::block_levels_name(levels);
     first += n;
+  }
   }
 }
 

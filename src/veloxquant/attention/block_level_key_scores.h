@@ -38,6 +38,12 @@ struct BlockLevelKeys {
 // The largest |q16| and |level16| for blocks of `block` elements.
 int32_t block_integer_limit(int64_t block);
 
+// Codes on evenly spaced levels are scored without a table: the codes multiply the doubled query
+// 2 q16, which needs |q16| <= kUniformQueryLimit (a query with a larger element takes the table
+// path; the result is the same). Callers with even levels round the query to
+// min(block_integer_limit(block), kUniformQueryLimit).
+inline constexpr int32_t kUniformQueryLimit = 16383;
+
 // The 2^bits levels rounded to integers of one step: value[c] = round(levels[c] / step),
 // step = max |level| / limit. Evenly spaced levels (2c - (2^b - 1)) / 2^b (turboquant_block from
 // 7 bits on) are kept exactly instead: value[c] = 2c - (2^b - 1), step = 2^-b, even = true.

@@ -13,6 +13,15 @@
 //
 // The outputs of a chunk of 16 or 32 coordinates stay in registers while every row of the tile
 // passes; the chunks then take turns.
+//
+// Codes of up to 6 bits on evenly spaced levels (even_levels: turboquant_block's levels=uniform;
+// 8-bit even codes keep their own loop),
+// level(c) = (2c - m) / 2^b with m = 2^b - 1, skip the lookup: the codes are widened to f32 as
+// they are, and the part every code of a block shares is added once per call:
+//
+//   ws2[r][j][b] = w[r][j] * (s_jb * (2 / 2^b))
+//   acc[r][e]    = fma(float(c_j(e)), ws2[r][j][b(e)], acc[r][e])      for j in order
+//   acc[r][e]    = fma(-m / 2, sum over j in order of ws2[r][j][b(e)], acc[r][e])   once, at the end
 #include <cstdint>
 
 namespace veloxquant::attention::kernels {

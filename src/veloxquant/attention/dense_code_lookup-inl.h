@@ -118,6 +118,56 @@ class DenseCodeLookup {
   hn::Vec<D8> high_tables_[kTables];
 };
 
+// 16 dense b-bit codes (b <= 6) as they are, lane k = code k in u16 lanes: DenseCodeLookup's
+// extract step without the table (4 instructions per 16 codes). Codes on evenly spaced levels
+// need no table: the key scorer multiplies the codes themselves and corrects each block's sum
+// once (block_level_key_scores.cpp), the value adder widens them to f32 (block_level_value_sums.cpp).
+template <int B, class D16>
+class DenseCodes {
+  static_assert(B >= 1 && B <= 6, "codes of up to 6 bits");
+  using D8 = hn::Repartition<uint8_t, D16>;
+
+ public:
+  static constexpr int64_t kPassBytes = 2 * B;  // 16 codes
+
+  DenseCodes() {
+    const D16 du16;
+    const D8 du8;
+    HWY_ALIGN uint8_t window_bytes[32];
+    HWY_ALIGN uint16_t lift[16];
+    for (int k = 0; k < 16; ++k) {
+      window_bytes[2 * k] = static_cast<uint8_t>(k * B / 8);
+      window_bytes[2 * k + 1] = static_cast<uint8_t>(k * B / 8 + 1);
+      lift[k] = static_cast<uint16_t>(1u << (16 - B - k * B % 8));
+    }
+    windows_index_ = hn::Load(du8, window_bytes);
+    lifts_ = hn::Load(du16, lift);
+  }
+
+  // The 16 codes at `pass` (reads 16 bytes, as DenseCodeLookup).
+  HWY_INLINE hn::Vec<D16> operator()(const uint8_t* pass) const {
+    const D16 du16;
+    const D8 du8;
+    const auto windows = hn::BitCast(du16, hn::TableLookupBytes(hn::LoadDup128(du8, pass), windows_index_));
+    return hn::ShiftRight<16 - B>(hn::Mul(windows, lifts_));
+  }
+
+ private:
+  hn::Vec<D8> windows_index_;
+  hn::Vec<D16> lifts_;
+};
+
+// 16 byte codes widened to u16 lanes (the same interface as DenseCodes, for 8-bit codes).
+template <class D16>
+class ByteCodes {
+ public:
+  static constexpr int64_t kPassBytes = 16;
+  HWY_INLINE hn::Vec<D16> operator()(const uint8_t* pass) const {
+    const hn::Rebind<uint8_t, D16> du8;  // 16 bytes
+    return hn::PromoteTo(D16(), hn::LoadU(du8, pass));
+  }
+};
+
 // 8-bit codes on evenly spaced levels (quant/block_lloyd_quant.cpp from 7 bits on: level c is
 // (2c - 255) / 256): the entry of code c is the integer 2c - 255, computed rather than looked up.
 // The same interface as DenseCodeLookup (the constructor's table is not read).

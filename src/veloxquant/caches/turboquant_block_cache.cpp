@@ -42,8 +42,8 @@ TurboQuantBlockCache::TurboQuantBlockCache(const Settings& settings)
       key_bits_((check_bits("key_bits", settings.key_bits), settings.key_bits)),
       value_bits_((check_bits("value_bits", settings.value_bits), settings.value_bits)),
       seed_(settings.seed),
-      key_quant_(settings.key_bits, settings.key_block),
-      value_quant_(settings.value_bits, settings.value_block) {
+      key_quant_(settings.key_bits, settings.key_block, settings.levels),
+      value_quant_(settings.value_bits, settings.value_block, settings.levels) {
   if (settings.mean_rows < 0 || settings.sink_rows < 0) {
     throw QuantizerConfigError("turboquant_block: mean_rows and sink_rows must be >= 0, got " +
                                std::to_string(settings.mean_rows) + " and " + std::to_string(settings.sink_rows));
@@ -377,18 +377,21 @@ std::vector<std::string> TurboQuantBlockCache::meta_state() const {
           std::to_string(settings_.key_block),
           std::to_string(settings_.value_block),
           std::to_string(settings_.sink_rows),
+          quant::block_levels_name(settings_.levels),
           key_mean_.defined() ? "calibrated" : "uncalibrated",
           std::to_string(settings_.key_mean_segment)};
 }
 
 void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const char* who = "TurboQuantBlockCache::from_state";
-  // 12 entries; 11 (no key_mean_segment) as written before segments existed.
-  if (meta.size() != 11 && meta.size() != 12) {
-    throw base::FormatError(std::string(who) + ": expected 12 meta entries (head_dim, key_bits, value_bits, seed, " +
-                            "offset, value_dim, mean_rows, key_block, value_block, sink_rows, means, " +
+  // 13 entries; 12 (no key_mean_segment) as written before segments existed; 11 (no levels
+  // either: Lloyd-Max) before `levels` existed.
+  if (meta.size() < 11 || meta.size() > 13) {
+    throw base::FormatError(std::string(who) + ": expected 13 meta entries (head_dim, key_bits, value_bits, seed, " +
+                            "offset, value_dim, mean_rows, key_block, value_block, sink_rows, levels, means, " +
                             "key_mean_segment), got " + std::to_string(meta.size()));
   }
+  const std::string& means = meta.size() == 11 ? meta[10] : meta[11];
   Settings settings;
   settings.head_dim = static_cast<int>(cache_rows::parse_meta_int(meta[0], who, "head_dim"));
   settings.key_bits = static_cast<int>(cache_rows::parse_meta_int(meta[1], who, "key_bits"));
@@ -400,12 +403,18 @@ void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, cons
   settings.key_block = static_cast<int>(cache_rows::parse_meta_int(meta[7], who, "key_block"));
   settings.value_block = static_cast<int>(cache_rows::parse_meta_int(meta[8], who, "value_block"));
   settings.sink_rows = static_cast<int>(cache_rows::parse_meta_int(meta[9], who, "sink_rows"));
-  if (meta[10] != "calibrated" && meta[10] != "uncalibrated") {
-    throw base::FormatError(std::string(who) + ": means must be 'calibrated' or 'uncalibrated', got '" + meta[10] + "'");
+  if (meta.size() >= 12) {
+    if (meta[10] != "lloyd" && meta[10] != "uniform") {
+      throw base::FormatError(std::string(who) + ": levels must be 'lloyd' or 'uniform', got '" + meta[10] + "'");
+    }
+    settings.levels = quant::parse_block_levels(meta[10]);
   }
-  const bool has_means = meta[10] == "calibrated";
-  if (meta.size() == 12) {
-    settings.key_mean_segment = static_cast<int>(cache_rows::parse_meta_int(meta[11], who, "key_mean_segment"));
+  if (means != "calibrated" && means != "uncalibrated") {
+    throw base::FormatError(std::string(who) + ": means must be 'calibrated' or 'uncalibrated', got '" + means + "'");
+  }
+  const bool has_means = means == "calibrated";
+  if (meta.size() == 13) {
+    settings.key_mean_segment = static_cast<int>(cache_rows::parse_meta_int(meta[12], who, "key_mean_segment"));
   }
   const int head_dim = settings.head_dim;
   TurboQuantBlockCache rebuilt(settings);
@@ -503,6 +512,7 @@ std::shared_ptr<lm::KVCache> make_turboquant_block_cache(const KVCacheConfig& co
   settings.value_block = o.value_block;
   settings.sink_rows = o.sink_rows;
   settings.key_mean_segment = o.key_mean_segment;
+  settings.levels = quant::parse_block_levels(o.levels);
   return std::make_shared<TurboQuantBlockCache>(settings);
 }
 

@@ -72,6 +72,8 @@ class TurboQuantBlockCache : public lm::KVCache {
     int key_block = 32, value_block = 32;  // 32, 64, 128 or 256
     int sink_rows = 0;                 // first positions kept in f16
     int key_mean_segment = 0;          // rows per key-mean segment (0 = one mean); needs mean_rows
+    // Level sets below 7 bits: Lloyd-Max (default) or evenly spaced (quant/block_lloyd_quant.h).
+    quant::BlockLloydQuantizer::Levels levels = quant::BlockLloydQuantizer::Levels::kLloyd;
   };
   // Throws QuantizerConfigError naming a bad value. The values' rotation is built for the first
   // values' width when it differs from head_dim.

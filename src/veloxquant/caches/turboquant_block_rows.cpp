@@ -37,6 +37,11 @@ TurboQuantBlockRows::TurboQuantBlockRows(const TurboQuantBlockCache& cache, int6
           cache.value_bits(), cache.value_dim(), cache.value_quantizer().block_size())) {
   if (integer_keys_) {
     integer_limit_ = attention::kernels::block_integer_limit(cache.key_quantizer().block_size());
+    // Evenly spaced levels are scored from the codes themselves with the query doubled
+    // (block_level_key_scores.h), which needs the smaller limit.
+    if (cache.key_quantizer().even_levels() && cache.key_bits() <= 6) {
+      integer_limit_ = std::min(integer_limit_, attention::kernels::kUniformQueryLimit);
+    }
     levels16_ = attention::kernels::block_levels16(cache.key_quantizer().levels().data(), cache.key_bits(),
                                                    integer_limit_);
   }
@@ -206,7 +211,7 @@ void TurboQuantBlockRows::accumulate_coded_values(int64_t b, int64_t h, int64_t 
   values.bits = quant.bits();
   values.block = quant.block_size();
   values.levels_f16 = quant.levels_f16().data();
-  values.even_levels = quant.bits() >= quant::BlockLloydQuantizer::kEvenLevelsFromBits;
+  values.even_levels = quant.even_levels();
   attention::kernels::accumulate_block_level_rows(values, weights, ld, n_queries, acc, dv);
   // Smoothed values hold v - mu: sum_j w_j v_j = sum_j w_j (v_j - mu) + (sum_j w_j) mu.
   float* mu = scratch.f32_second(static_cast<std::size_t>(dv));

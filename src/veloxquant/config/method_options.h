@@ -32,7 +32,9 @@ struct TurboQuantRvqOptions {
 // mean_rows > 0 subtracts per-channel means calibrated on the first call's rows 1..mean_rows;
 // key_block / value_block set the coordinates per f16 scale; sink_rows keeps the first
 // positions in f16; key_mean_segment > 0 codes keys around the mean of the previous segment of
-// that many rows (post-RoPE keys drift from the calibrated mean).
+// that many rows (post-RoPE keys drift from the calibrated mean); levels = "uniform" puts codes
+// below 7 bits on evenly spaced levels (attention then reads them without a level lookup)
+// instead of the Lloyd-Max ones.
 struct TurboQuantBlockOptions {
   BitWidth key_bits = 0;
   BitWidth value_bits = 0;
@@ -41,6 +43,7 @@ struct TurboQuantBlockOptions {
   int value_block = 32;
   int sink_rows = 0;
   int key_mean_segment = 0;
+  std::string levels = "lloyd";
 };
 
 // kivi (spec §3.2 "KIVI", §11.9). `residual_length` is shared with VecInfer in the original;

@@ -131,14 +131,24 @@ int block_index(int block_size) {
   }
 }
 
-const BlockLevelTable& level_table(int bits, int block_size) {
+// Evenly spaced levels at this width: asked for (levels=uniform) or from kEvenLevelsFromBits on.
+bool uses_even_levels(int bits, BlockLloydQuantizer::Levels levels) {
+  return levels == BlockLloydQuantizer::Levels::kUniform || bits >= BlockLloydQuantizer::kEvenLevelsFromBits;
+}
+
+const BlockLevelTable& level_table(int bits, int block_size, BlockLloydQuantizer::Levels levels) {
   check_bits(bits);
-  const std::size_t slot = static_cast<std::size_t>(bits) * 4 + static_cast<std::size_t>(block_index(block_size));
-  static std::array<BlockLevelTable, 9 * 4> tables;
-  static std::array<std::once_flag, 9 * 4> once;
-  std::call_once(once[slot], [bits, block_size, slot] {
+  // Slots 0..35: Lloyd-Max levels per (bits, block); 36..44: evenly spaced levels per bits (they
+  // do not depend on the block).
+  const bool even = uses_even_levels(bits, levels);
+  const std::size_t slot = even ? 9 * 4 + static_cast<std::size_t>(bits)
+                                : static_cast<std::size_t>(bits) * 4 + static_cast<std::size_t>(block_index(block_size));
+  if (even) block_index(block_size);  // still refuses a bad block size
+  static std::array<BlockLevelTable, 9 * 4 + 9> tables;
+  static std::array<std::once_flag, 9 * 4 + 9> once;
+  std::call_once(once[slot], [bits, block_size, slot, even] {
     BlockLevelTable& t = tables[slot];
-    t = bits >= BlockLloydQuantizer::kEvenLevelsFromBits ? even_levels(bits) : solve_block_levels(bits, block_size);
+    t = even ? even_levels(bits) : solve_block_levels(bits, block_size);
     // Levels are kept as f16 values (a change of at most 2^-12 relative, far below the code's
     // own error), so the tile decoder can hold them in byte-shuffle tables of halves and decode
     // exactly what the scalar reference decodes (attention/dense_level_rows.cpp). Rounding is
@@ -170,10 +180,23 @@ constexpr float kMaxScale = 65504.0f;
 
 }  // namespace
 
-const std::vector<float>& block_levels(int bits, int block_size) { return level_table(bits, block_size).levels; }
+const std::vector<float>& block_levels(int bits, int block_size, BlockLloydQuantizer::Levels levels) {
+  return level_table(bits, block_size, levels).levels;
+}
 
-BlockLloydQuantizer::BlockLloydQuantizer(int bits, int block_size) : bits_(bits), block_(block_size) {
-  const BlockLevelTable& t = level_table(bits, block_size);
+BlockLloydQuantizer::Levels parse_block_levels(const std::string& name) {
+  if (name == "lloyd") return BlockLloydQuantizer::Levels::kLloyd;
+  if (name == "uniform") return BlockLloydQuantizer::Levels::kUniform;
+  throw QuantizerConfigError("levels for 'turboquant_block' must be 'lloyd' or 'uniform', got '" + name + "'");
+}
+
+const char* block_levels_name(BlockLloydQuantizer::Levels levels) {
+  return levels == BlockLloydQuantizer::Levels::kUniform ? "uniform" : "lloyd";
+}
+
+BlockLloydQuantizer::BlockLloydQuantizer(int bits, int block_size, Levels levels)
+    : bits_(bits), block_(block_size), even_(uses_even_levels(bits, levels)) {
+  const BlockLevelTable& t = level_table(bits, block_size, levels);
   levels_ = &t.levels;
   boundaries_ = &t.boundaries;
   table_ = &t;
@@ -296,7 +319,7 @@ void BlockLloydQuantizer::decode_rows(const uint8_t* packed, int64_t code_stride
   rows.block = block_;
   rows.levels = levels_->data();
   rows.levels_f16 = table_->levels_f16.data();
-  rows.even_levels = bits_ >= kEvenLevelsFromBits;
+  rows.even_levels = even_;
   rows.offset = offset;
   attention::kernels::decode_dense_level_rows(rows, out);
 }

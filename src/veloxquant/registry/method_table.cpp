@@ -125,7 +125,10 @@ MethodDescriptor turboquant_block_row() {
                            &TurboQuantBlockOptions::key_mean_segment,
                            "Rows per key-mean segment (0 = one mean): each segment's keys are coded around the "
                            "mean of the previous segment's decoded keys; needs mean_rows; one f16 row per segment",
-                           0, 1 << 20)};
+                           0, 1 << 20),
+              option_field("levels", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::levels,
+                           "Code levels below 7 bits: 'lloyd' (Lloyd-Max, default) or 'uniform' (evenly "
+                           "spaced: more error, attention reads the codes without a level lookup)")};
   // --bits matters only while one of the two follows it (on some layer, for per-layer lists).
   m.reads_bit_width = [](const KVCacheConfig& c) {
     const auto follows = [](const BitWidth& bits) {
@@ -146,6 +149,7 @@ MethodDescriptor turboquant_block_row() {
                                    std::to_string(block));
       }
     }
+    quant::parse_block_levels(c.turboquant_block.levels);
   };
   m.make_serving = make_turboquant_block_cache;
   m.cache_type_name = "TurboQuantBlockCache";

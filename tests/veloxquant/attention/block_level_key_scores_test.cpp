@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -83,16 +84,24 @@ TEST(BlockLevelKeyScores, QueryRoundsWithinHalfAStepAndNonFiniteGivesNaNStep) {
 struct Shape {
   int bits;
   int64_t dim, block;
+  bool uniform = false;  // evenly spaced levels, query rounded to the uniform limit: no table
 };
 
 TEST(BlockLevelKeyScores, MatchesScalarBitForBitAndExactScoresWithinTheRoundingBound) {
   const Shape shapes[] = {{1, 64, 32}, {2, 64, 32}, {3, 64, 32}, {4, 64, 64}, {5, 64, 32},
                           {6, 64, 32}, {3, 128, 32}, {5, 128, 64}, {4, 128, 128}, {6, 256, 64}, {4, 96, 32}, {2, 256, 256},
-                          {8, 64, 32}, {8, 128, 64}};
+                          {8, 64, 32}, {8, 128, 64},
+                          // Evenly spaced levels scored from the codes themselves (8 bits above
+                          // takes the table path: its query uses the larger limit).
+                          {1, 64, 32, true}, {2, 64, 32, true}, {3, 64, 32, true}, {4, 64, 32, true},
+                          {5, 64, 32, true}, {6, 64, 32, true}, {4, 128, 64, true}, {3, 96, 32, true},
+                          {5, 256, 256, true}, {8, 64, 32, true}, {8, 128, 128, true}};
   for (const Shape& s : shapes) {
     ASSERT_TRUE(can_score_block_level_rows(s.bits, s.dim, s.block)) << s.bits << " " << s.dim << " " << s.block;
-    const std::vector<float>& levels = quant::block_levels(s.bits, static_cast<int>(s.block));
-    const int32_t limit = block_integer_limit(s.block);
+    const std::vector<float>& levels =
+        quant::block_levels(s.bits, static_cast<int>(s.block),
+                            s.uniform ? quant::BlockLloydQuantizer::Levels::kUniform : quant::BlockLloydQuantizer::Levels::kLloyd);
+    const int32_t limit = s.uniform ? std::min(block_integer_limit(s.block), kUniformQueryLimit) : block_integer_limit(s.block);
     const BlockLevels16 l16 = block_levels16(levels.data(), s.bits, limit);
     const int64_t nb = s.dim / s.block;
     for (const int64_t n_rows : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{64}}) {
@@ -123,7 +132,7 @@ TEST(BlockLevelKeyScores, MatchesScalarBitForBitAndExactScoresWithinTheRoundingB
           std::vector<float> out(static_cast<std::size_t>(n_q * ld), -7.0f), ref(out);
           score_block_level_rows(keys, l16, q16.data(), step.data(), b, n_q, out.data(), ld);
           scalar::score_block_level_rows(keys, l16, q16.data(), step.data(), b, n_q, ref.data(), ld);
-          ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block << ", " << n_rows
+          ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block << (s.uniform ? " uniform, " : ", ") << n_rows
                               << " rows, " << n_q << " queries";
           for (int64_t r = 0; r < n_q; ++r) {
             EXPECT_EQ(ref[static_cast<std::size_t>(r * ld + n_rows)], -7.0f);  // nothing written past the rows

@@ -30,15 +30,21 @@ TEST(BlockLevelValueSums, ShapesTheLoopTakes) {
 struct Shape {
   int bits;
   int64_t dim, block;
+  bool uniform = false;  // evenly spaced levels: codes widened as they are, no table
 };
 
 TEST(BlockLevelValueSums, MatchesScalarBitForBitAndDecodedRowsInF64) {
   const Shape shapes[] = {{1, 32, 32}, {2, 64, 32}, {3, 64, 32}, {3, 64, 64}, {4, 64, 32},
                           {5, 64, 32}, {6, 64, 32}, {4, 128, 128}, {5, 96, 32}, {3, 256, 64},
-                          {8, 64, 32}, {8, 128, 64}};
+                          {8, 64, 32}, {8, 128, 64},
+                          {1, 32, 32, true}, {2, 64, 32, true}, {3, 64, 32, true}, {3, 64, 64, true},
+                          {4, 64, 32, true}, {5, 64, 32, true}, {6, 64, 32, true}, {4, 128, 128, true},
+                          {5, 96, 32, true}, {3, 256, 64, true}};
   for (const Shape& s : shapes) {
     ASSERT_TRUE(can_accumulate_block_level_rows(s.bits, s.dim, s.block)) << s.bits << " " << s.dim;
-    const std::vector<float>& levels = quant::block_levels(s.bits, static_cast<int>(s.block));
+    const std::vector<float>& levels =
+        quant::block_levels(s.bits, static_cast<int>(s.block),
+                            s.uniform ? quant::BlockLloydQuantizer::Levels::kUniform : quant::BlockLloydQuantizer::Levels::kLloyd);
     std::vector<uint16_t> levels_f16;
     for (float l : levels) levels_f16.push_back(base::f32_to_f16(l));
     const int64_t nb = s.dim / s.block;
@@ -62,7 +68,7 @@ TEST(BlockLevelValueSums, MatchesScalarBitForBitAndDecodedRowsInF64) {
         values.bits = s.bits;
         values.block = s.block;
         values.levels_f16 = levels_f16.data();
-        values.even_levels = s.bits == 8;
+        values.even_levels = s.uniform || s.bits == 8;
         std::vector<float> out = start, ref = start;
         accumulate_block_level_rows(values, weights.data(), ld, n_q, out.data(), acc_stride);
         scalar::accumulate_block_level_rows(values, weights.data(), ld, n_q, ref.data(), acc_stride);
