@@ -21,7 +21,8 @@ import sys
 
 import numpy as np
 import gguf
-from gguf import quants
+
+from numpy_llama import dequantized_tensors
 
 SLIDING_PATTERN = 6
 LOCAL_ROPE_BASE = 10000.0
@@ -46,17 +47,7 @@ class NumpyGemma3:
         self.local_base = float(field(p + "rope.freq_base_swa", LOCAL_ROPE_BASE))
         self.window = int(field(p + "attention.sliding_window"))
         self.kv_f16 = kv_f16  # round K and V to f16 as a f16 KV cache stores them
-        self.w: dict[str, np.ndarray] = {}
-        for t in r.tensors:
-            ne = [int(x) for x in t.shape]
-            raw = np.array(t.data)
-            if t.tensor_type == gguf.GGMLQuantizationType.F32:
-                a = raw.astype(np.float64)
-            else:
-                a = quants.dequantize(raw, t.tensor_type).astype(np.float64)
-            self.w[t.name] = a.reshape(list(reversed(ne)))
-        if "output.weight" not in self.w:
-            self.w["output.weight"] = self.w["token_embd.weight"]
+        self.w = dequantized_tensors(r)
 
     def rmsnorm(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * g

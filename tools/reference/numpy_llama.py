@@ -20,6 +20,23 @@ import gguf
 from gguf import quants
 
 
+def dequantized_tensors(reader: gguf.GGUFReader) -> dict[str, np.ndarray]:
+    """Every tensor of a GGUF file in float64, shaped as numpy reads it ([rows, cols]), with
+    output.weight = token_embd.weight when the head is tied."""
+    w: dict[str, np.ndarray] = {}
+    for t in reader.tensors:
+        ne = [int(x) for x in t.shape]
+        raw = np.array(t.data)
+        if t.tensor_type == gguf.GGMLQuantizationType.F32:
+            a = raw.astype(np.float64)
+        else:
+            a = quants.dequantize(raw, t.tensor_type).astype(np.float64)
+        w[t.name] = a.reshape(list(reversed(ne)))
+    if "output.weight" not in w:
+        w["output.weight"] = w["token_embd.weight"]
+    return w
+
+
 class NumpyLlama:
     def __init__(self, path: str, kv_f16: bool = False):
         r = gguf.GGUFReader(path)
@@ -36,17 +53,7 @@ class NumpyLlama:
         self.theta = float(field("llama.rope.freq_base")) if "llama.rope.freq_base" in r.fields else 10000.0
         self.head_dim = self.dim // self.n_heads
         self.kv_f16 = kv_f16  # round K and V to f16 as a f16 KV cache stores them
-        self.w: dict[str, np.ndarray] = {}
-        for t in r.tensors:
-            ne = [int(x) for x in t.shape]
-            raw = np.array(t.data)
-            if t.tensor_type == gguf.GGMLQuantizationType.F32:
-                a = raw.astype(np.float64)
-            else:
-                a = quants.dequantize(raw, t.tensor_type).astype(np.float64)
-            self.w[t.name] = a.reshape(list(reversed(ne)))
-        if "output.weight" not in self.w:
-            self.w["output.weight"] = self.w["token_embd.weight"]
+        self.w = dequantized_tensors(r)
 
     def rmsnorm(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * g
