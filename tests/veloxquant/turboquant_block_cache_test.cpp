@@ -445,21 +445,25 @@ TEST(TurboQuantBlockCache, KeyMeanSegmentsSurviveStateTrimAndFusedAttention) {
   const lm::KeysValues c = cache.update_and_fetch(k3, v3), f = fresh.update_and_fetch(k3, v3);
   EXPECT_EQ(c.keys.to_f32(), f.keys.to_f32());
   // Fused attention (prefill tile decode and decode steps from codes) over segments equals
-  // brute-force attention over the fetched rows.
-  TurboQuantBlockCache fused(settings), plain(settings);
-  int64_t first = 0;
-  uint64_t seed = 900;
-  for (int64_t len : {100, 1, 1, 40}) {
-    const lm::Tensor kk = drifting_kv(3, len, 64, seed++, first), vv = gaussian_kv(3, len, 64, seed++);
-    const lm::Tensor q = gaussian_kv(9, len, 64, seed++).contiguous();
-    lm::Tensor out({1, 9, len, 64}, lm::DType::F32);
-    fused.fused_attention({&q, &kk, &vv, 0.02f, std::nullopt}, out);
-    const std::vector<float> want = brute_attention(plain.update_and_fetch(kk, vv), q.to_f32(), 9, len, first, 0.02f);
-    const std::vector<float> got = out.to_f32();
-    double worst = 0.0;
-    for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
-    EXPECT_LE(worst, 2e-3) << "chunk of " << len;
-    first += len;
+  // brute-force attention over the fetched rows, with Lloyd-Max and with evenly spaced levels
+  // (whose keys are scored without a level table).
+  for (const auto levels : {quant::BlockLloydQuantizer::Levels::kLloyd, quant::BlockLloydQuantizer::Levels::kUniform}) {
+    settings.levels = levels;
+    TurboQuantBlockCache fused(settings), plain(settings);
+    int64_t first = 0;
+    uint64_t seed = 900;
+    for (int64_t len : {100, 1, 1, 40}) {
+      const lm::Tensor kk = drifting_kv(3, len, 64, seed++, first), vv = gaussian_kv(3, len, 64, seed++);
+      const lm::Tensor q = gaussian_kv(9, len, 64, seed++).contiguous();
+      lm::Tensor out({1, 9, len, 64}, lm::DType::F32);
+      fused.fused_attention({&q, &kk, &vv, 0.02f, std::nullopt}, out);
+      const std::vector<float> want = brute_attention(plain.update_and_fetch(kk, vv), q.to_f32(), 9, len, first, 0.02f);
+      const std::vector<float> got = out.to_f32();
+      double worst = 0.0;
+      for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
+      EXPECT_LE(worst, 2e-3) << "chunk of " << len << (levels == quant::BlockLloydQuantizer::Levels::kUniform ? " (uniform)" : "");
+      first += len;
+    }
   }
   // key_mean_segment needs mean_rows, and is never negative; errors name the field.
   TurboQuantBlockCache::Settings bad = settings;
