@@ -22,7 +22,7 @@ import sys
 import numpy as np
 import gguf
 
-from numpy_llama import dequantized_tensors
+from numpy_llama import dequantized_tensors, gqa_attention
 
 SLIDING_PATTERN = 6
 LOCAL_ROPE_BASE = 10000.0
@@ -73,7 +73,7 @@ class NumpyGemma3:
         s = len(tokens)
         pos = np.arange(s)
         x = w["token_embd.weight"][np.asarray(tokens)] * np.sqrt(self.dim)
-        hd, group = self.head_dim, self.n_heads // self.n_kv
+        hd = self.head_dim
         causal = np.triu(np.full((s, s), -np.inf), k=1)
         too_far = np.where(pos[:, None] - pos[None, :] >= self.window, -np.inf, 0.0)
         for layer in range(self.n_layers):
@@ -88,16 +88,7 @@ class NumpyGemma3:
             q = self.rmsnorm(q, w[p + "attn_q_norm.weight"])
             k = self.rmsnorm(k, w[p + "attn_k_norm.weight"])
             q, k = self.rope_neox(q, pos, base), self.rope_neox(k, pos, base)
-            if self.kv_f16:
-                k = k.astype(np.float16).astype(np.float64)
-                v = v.astype(np.float16).astype(np.float64)
-            att = np.empty((s, self.n_heads, hd))
-            for head in range(self.n_heads):
-                kv = head // group
-                sc = q[:, head, :] @ k[:, kv, :].T / np.sqrt(hd) + mask
-                sc = np.exp(sc - sc.max(axis=1, keepdims=True))
-                sc /= sc.sum(axis=1, keepdims=True)
-                att[:, head, :] = sc @ v[:, kv, :]
+            att = gqa_attention(q, k, v, mask, self.kv_f16)
             o = att.reshape(s, self.n_heads * hd) @ w[p + "attn_output.weight"].T
             x = x + self.rmsnorm(o, w[p + "post_attention_norm.weight"])
             h = self.rmsnorm(x, w[p + "ffn_norm.weight"])

@@ -37,6 +37,25 @@ def dequantized_tensors(reader: gguf.GGUFReader) -> dict[str, np.ndarray]:
     return w
 
 
+def gqa_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, kv_f16: bool) -> np.ndarray:
+    """Softmax attention of q [S, Hq, D] over k, v [S, Hkv, D] (query head h reads kv head
+    h // (Hq / Hkv)), scaled by 1/sqrt(D), `mask` [S, S] added to the scores; K and V rounded to
+    f16 first when kv_f16 (as a f16 KV cache stores them). Returns [S, Hq, D]."""
+    if kv_f16:
+        k = k.astype(np.float16).astype(np.float64)
+        v = v.astype(np.float16).astype(np.float64)
+    s, n_heads, hd = q.shape
+    group = n_heads // k.shape[1]
+    att = np.empty((s, n_heads, hd))
+    for head in range(n_heads):
+        kv = head // group
+        sc = q[:, head, :] @ k[:, kv, :].T / np.sqrt(hd) + mask
+        sc = np.exp(sc - sc.max(axis=1, keepdims=True))
+        sc /= sc.sum(axis=1, keepdims=True)
+        att[:, head, :] = sc @ v[:, kv, :]
+    return att
+
+
 class NumpyLlama:
     def __init__(self, path: str, kv_f16: bool = False):
         r = gguf.GGUFReader(path)
@@ -76,7 +95,7 @@ class NumpyLlama:
         s = len(tokens)
         pos = np.arange(s)
         x = w["token_embd.weight"][np.asarray(tokens)]
-        hd, group = self.head_dim, self.n_heads // self.n_kv
+        hd = self.head_dim
         mask = np.triu(np.full((s, s), -np.inf), k=1)
         for layer in range(self.n_layers):
             p = f"blk.{layer}."
@@ -85,16 +104,7 @@ class NumpyLlama:
             k = (h @ w[p + "attn_k.weight"].T).reshape(s, self.n_kv, hd)
             v = (h @ w[p + "attn_v.weight"].T).reshape(s, self.n_kv, hd)
             q, k = self.rope(q, pos), self.rope(k, pos)
-            if self.kv_f16:
-                k = k.astype(np.float16).astype(np.float64)
-                v = v.astype(np.float16).astype(np.float64)
-            att = np.empty((s, self.n_heads, hd))
-            for head in range(self.n_heads):
-                kv = head // group
-                sc = q[:, head, :] @ k[:, kv, :].T / np.sqrt(hd) + mask
-                sc = np.exp(sc - sc.max(axis=1, keepdims=True))
-                sc /= sc.sum(axis=1, keepdims=True)
-                att[:, head, :] = sc @ v[:, kv, :]
+            att = gqa_attention(q, k, v, mask, self.kv_f16)
             x = x + att.reshape(s, self.dim) @ w[p + "attn_output.weight"].T
             h = self.rmsnorm(x, w[p + "ffn_norm.weight"])
             gate = h @ w[p + "ffn_gate.weight"].T
