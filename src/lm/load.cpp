@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "lm/arch/gemma3_hparams.h"
 #include "lm/arch/llama_model.h"
+#include "lm/arch/moe_gguf.h"
 #include "lm/gguf/gguf_file.h"
 #include "lm/llama2c/llama2c_reader.h"
 #include "lm/weights/dequantize.h"
@@ -21,7 +22,7 @@ namespace {
 // tensors (qwen2: q/k/v biases; qwen3: per-head q/k RMSNorm; gemma3: q/k RMSNorm, sandwich
 // norms, GeGLU and local/global layers, lm/arch/gemma3_hparams.h).
 bool is_llama_family(const std::string& arch) {
-  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3";
+  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3" || moe_architecture_supported(arch);
 }
 
 std::vector<float> read_vector(const gguf::GgufFile& file, const std::string& name) {
@@ -65,10 +66,10 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   if (arch.empty()) throw base::FormatError("GGUF file '" + path + "' lacks general.architecture");
   if (!is_llama_family(arch)) {
     throw base::Unsupported("GGUF file '" + path + "': architecture '" + arch +
-                            "' is not supported (supported: llama, qwen2, qwen3, gemma3)");
+                            "' is not supported (supported: llama, qwen2, qwen3, gemma3, qwen3moe)");
   }
   const std::string p = arch + ".";
-  if (file->find_tensor("blk.0.ffn_gate_inp.weight")) {
+  if (file->find_tensor("blk.0.ffn_gate_inp.weight") && !moe_architecture_supported(arch)) {
     throw base::Unsupported("GGUF file '" + path + "': mixture-of-experts " + arch + " models are not supported");
   }
   if (file->find_tensor("rope_freqs.weight")) {
@@ -133,6 +134,10 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     lw.attn_post_norm = read_optional_vector(*file, b + "post_attention_norm.weight");
     lw.ffn_norm = read_vector(*file, b + "ffn_norm.weight");
     lw.ffn_post_norm = read_optional_vector(*file, b + "post_ffw_norm.weight");
+    if (file->find_tensor(b + "ffn_gate_inp.weight")) {  // routed experts (lm/arch/moe_gguf.h)
+      lw.moe = load_moe_layer(*file, arch, b);
+      continue;
+    }
     lw.w_gate = file->weight(b + "ffn_gate.weight");
     lw.w_up = file->weight(b + "ffn_up.weight");
     lw.w_down = file->weight(b + "ffn_down.weight");

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "lm/arch/moe_ffn.h"
 #include "lm/cache/block_kv_cache.h"
 #include "lm/kernels/attention.h"
 #include "lm/kernels/elementwise.h"
@@ -56,6 +57,8 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaHyperParams hyper, LlamaWeights 
   layers_.resize(static_cast<std::size_t>(config_.n_layers));
   for (int l = 0; l < config_.n_layers; ++l) {
     LayerInfo& info = layers_[l];
+    // Every layer attends, MoE layers included: the router and experts are stateless, so
+    // they need no cache and for_model treats these layers like any attention layer.
     info.is_attention = true;
     info.head_dim = config_.head_dim;
     info.n_heads = config_.n_heads;
@@ -108,6 +111,10 @@ void LlamaModel::validate() const {
     expect_vector(w.attn_post_norm, c.dim, p + "post_attention_norm.weight", true);
     expect_vector(w.ffn_norm, c.dim, p + "ffn_norm.weight");
     expect_vector(w.ffn_post_norm, c.dim, p + "post_ffw_norm.weight", true);
+    if (w.moe) {
+      validate_moe_layer(*w.moe, c.dim, p);
+      continue;
+    }
     expect_matrix(w.w_gate, c.hidden_dim, c.dim, p + "ffn_gate.weight");
     expect_matrix(w.w_up, c.hidden_dim, c.dim, p + "ffn_up.weight");
     expect_matrix(w.w_down, c.dim, c.hidden_dim, p + "ffn_down.weight");
@@ -254,14 +261,18 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, 
     for (int64_t t = 0; t < n; ++t) {
       kernels::rmsnorm(x + t * dim, w.ffn_norm.data(), xb + t * dim, dim, config_.norm_eps);
     }
-    const kernels::MatmulJob gate_up[] = {{&w.w_gate, gate}, {&w.w_up, up}};
-    kernels::matmul_many(gate_up, xb, n, pool, activations());
-    if (hyper_.ffn_activation == FfnActivation::kGeluTanh) {
-      kernels::geglu(gate, up, n * hidden);
+    if (w.moe) {
+      moe_ffn(*w.moe, xb, n, delta, pool, activations());
     } else {
-      kernels::swiglu(gate, up, n * hidden);
+      const kernels::MatmulJob gate_up[] = {{&w.w_gate, gate}, {&w.w_up, up}};
+      kernels::matmul_many(gate_up, xb, n, pool, activations());
+      if (hyper_.ffn_activation == FfnActivation::kGeluTanh) {
+        kernels::geglu(gate, up, n * hidden);
+      } else {
+        kernels::swiglu(gate, up, n * hidden);
+      }
+      kernels::matmul(w.w_down, gate, n, delta, pool, activations());
     }
-    kernels::matmul(w.w_down, gate, n, delta, pool, activations());
     post_norm(w.ffn_post_norm);
     for (int64_t i = 0; i < n * dim; ++i) x[i] += delta[i];
   }

@@ -3,6 +3,7 @@
 // loader and the llama2.c reader both fill this, and LlamaModel computes with it. Matrices
 // stay views into the memory-mapped file; the small 1-D vectors (norm weights, biases) are
 // copied to f32 once, since they are read every step and may be stored as f16.
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -11,6 +12,8 @@
 #include "lm/weights/weight_matrix.h"
 
 namespace lm {
+
+struct MoeLayerWeights;  // lm/arch/moe_ffn.h
 
 struct LlamaLayerWeights {
   std::vector<float> attn_norm;      // [dim]
@@ -21,6 +24,8 @@ struct LlamaLayerWeights {
   std::vector<float> ffn_norm;       // [dim]
   std::vector<float> ffn_post_norm;  // gemma3: RMSNorm of the FFN output before the residual add
   WeightMatrix w_gate, w_up, w_down; // gate/up [hidden, dim], down [dim, hidden]
+  // qwen3moe: routed experts in place of w_gate/w_up/w_down (null for a dense FFN).
+  std::shared_ptr<const MoeLayerWeights> moe;
 };
 
 struct LlamaWeights {
