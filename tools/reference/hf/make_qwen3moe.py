@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""A tiny random-weight Qwen3MoeForCausalLM as a `qwen3moe` GGUF, with transformers' logits and greedy tokens.
+
+Config: vocabulary 512 (stories260K), hidden 64, 2 layers, 4 query heads of 16 sharing 2 KV
+heads, per-head q/k RMSNorm (Qwen3), RoPE base 10^6 (NeoX pairing), RMSNorm eps 1e-6, separate
+output head; every layer a sparse MoE block of 8 SwiGLU experts of FFN 32, top-2 routing with
+the two weights renormalised (norm_topk_prob=True, as the released Qwen3 MoE checkpoints have
+it). transformers runs its plain per-expert loop (experts implementation "eager").
+
+GGUF as llama.cpp's convert_hf_to_gguf.py writes Qwen3MoeForCausalLM (its Qwen2MoeModel base):
+architecture `qwen3moe`; qwen3moe.expert_count, expert_used_count, expert_feed_forward_length
+and expert_weights_norm; the router as blk.N.ffn_gate_inp.weight [dim, E]; the experts stacked
+as 3-D tensors blk.N.ffn_{gate,up}_exps.weight [dim, F, E] and ffn_down_exps.weight [F, dim, E]
+(GGUF dims, innermost first). transformers keeps gate and up fused as gate_up_proj [E, 2F, dim]
+(gate first); they are split here.
+
+Storage types, so that lm's per-expert slicing is checked on a float type and a block type:
+layer 0's experts F16, layer 1's experts Q8_0 (gguf.quants.quantize); every other matrix F16,
+the router included, and vectors F32 (common.py). transformers
+computes with exactly the stored values: all matrices rounded to f16 (common.py), then layer
+1's experts replaced by their Q8_0 dequantization (gguf.quants.dequantize).
+
+Besides common.py's record, the JSON holds `routing_gap_min`: over every token and layer of the
+passage, the smallest difference between the k-th and (k+1)-th router probability — how far
+the routing decisions are from a tie (a flipped expert would move logits by O(1)).
+
+Usage: /work/venv-hf/bin/python tools/reference/hf/make_qwen3moe.py
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType as T
+from gguf import quants
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+import common
+
+FAMILY = "qwen3moe"
+SEED = 1903
+CFG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+           num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
+           rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+           max_position_embeddings=common.CONTEXT, tie_word_embeddings=False, attention_bias=False,
+           num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
+           decoder_sparse_step=1, mlp_only_layers=[], bos_token_id=1, eos_token_id=2)
+EXPERT_TYPES = [T.F16, T.Q8_0]  # layer 0, layer 1
+
+
+def quantize_experts_(model) -> dict[str, np.ndarray]:
+    """Layer by layer, the expert tensors as the GGUF stores them (numpy, GGUF-ready: F16 values
+    or Q8_0 bytes), after putting their dequantized values back into the model."""
+    stored: dict[str, np.ndarray] = {}
+    F = model.config.moe_intermediate_size
+    with torch.no_grad():
+        for i, layer in enumerate(model.model.layers):
+            ex = layer.mlp.experts
+            parts = {"ffn_gate_exps": ex.gate_up_proj[:, :F, :], "ffn_up_exps": ex.gate_up_proj[:, F:, :],
+                     "ffn_down_exps": ex.down_proj}
+            back = {}
+            for name, t in parts.items():
+                a = t.detach().to(torch.float32).numpy()
+                if EXPERT_TYPES[i] == T.F16:
+                    raw = a.astype(np.float16)
+                    back[name] = raw.astype(np.float32)
+                else:
+                    raw = quants.quantize(np.ascontiguousarray(a), EXPERT_TYPES[i])
+                    back[name] = quants.dequantize(raw, EXPERT_TYPES[i]).astype(np.float32).reshape(a.shape)
+                stored[f"blk.{i}.{name}.weight"] = raw
+            ex.gate_up_proj.copy_(torch.from_numpy(np.concatenate([back["ffn_gate_exps"], back["ffn_up_exps"]], axis=1)))
+            ex.down_proj.copy_(torch.from_numpy(back["ffn_down_exps"]))
+    return stored
+
+
+def write_gguf(model, tok: common.StoriesTokenizer, experts: dict[str, np.ndarray]):
+    c = model.config
+    path = common.fixture_dir() / f"{FAMILY}.gguf"
+    out = common.GgufOut(path, "qwen3moe", "veloxquant tiny qwen3moe (random weights, transformers-verified)", tok)
+    w = out.writer
+    w.add_embedding_length(c.hidden_size)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_key_length(c.head_dim)
+    w.add_value_length(c.head_dim)
+    w.add_rope_freq_base(CFG["rope_parameters"]["rope_theta"])
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_expert_count(c.num_experts)
+    w.add_expert_used_count(c.num_experts_per_tok)
+    w.add_expert_feed_forward_length(c.moe_intermediate_size)
+    w.add_expert_weights_norm(bool(c.norm_topk_prob))
+
+    m = model.model
+    out.matrix("token_embd.weight", m.embed_tokens.weight)
+    for i, layer in enumerate(m.layers):
+        b = f"blk.{i}."
+        a = layer.self_attn
+        out.vector(b + "attn_norm.weight", layer.input_layernorm.weight)
+        out.matrix(b + "attn_q.weight", a.q_proj.weight)  # NeoX RoPE: no row permutation
+        out.matrix(b + "attn_k.weight", a.k_proj.weight)
+        out.matrix(b + "attn_v.weight", a.v_proj.weight)
+        out.matrix(b + "attn_output.weight", a.o_proj.weight)
+        out.vector(b + "attn_q_norm.weight", a.q_norm.weight)
+        out.vector(b + "attn_k_norm.weight", a.k_norm.weight)
+        out.vector(b + "ffn_norm.weight", layer.post_attention_layernorm.weight)
+        out.matrix(b + "ffn_gate_inp.weight", layer.mlp.gate.weight)
+        for name in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
+            raw = experts[f"{b}{name}.weight"]
+            if EXPERT_TYPES[i] == T.F16:
+                w.add_tensor(f"{b}{name}.weight", raw)
+            else:
+                w.add_tensor(f"{b}{name}.weight", raw, raw_dtype=EXPERT_TYPES[i])
+    out.vector("output_norm.weight", m.norm.weight)
+    out.matrix("output.weight", model.lm_head.weight)
+    out.close()
+    return path
+
+
+@torch.no_grad()
+def routing_gap_min(model, ids: list[int]) -> float:
+    k = model.config.num_experts_per_tok
+    gaps = []
+
+    def hook(_module, _inputs, output):
+        probs = torch.softmax(output[0].double(), dim=-1)  # router logits
+        top = probs.topk(k + 1, dim=-1).values
+        gaps.append(float((top[:, k - 1] - top[:, k]).min()))
+
+    handles = [layer.mlp.gate.register_forward_hook(hook) for layer in model.model.layers]
+    model(torch.tensor([ids], dtype=torch.long))
+    for h in handles:
+        h.remove()
+    return min(gaps)
+
+
+def main() -> None:
+    tok = common.StoriesTokenizer()
+    common.fixture_dir().mkdir(parents=True, exist_ok=True)
+    model = common.tiny_model(Qwen3MoeConfig, Qwen3MoeForCausalLM, SEED, **CFG)
+    model.config._experts_implementation = "eager"  # the per-expert loop of modeling_qwen3_moe.py
+    common.randomize_(model, SEED)
+    common.round_matrices_to_f16_(model)
+    experts = quantize_experts_(model)
+    path = write_gguf(model, tok, experts)
+    _, ids = common.fixture_passage(tok)
+    extra = {"config": CFG, "expert_types": [t.name for t in EXPERT_TYPES],
+             "routing_gap_min": routing_gap_min(model, ids[:common.N_TOKENS])}
+    meta = common.record_fixture(FAMILY, model, path, tok, SEED, extra)
+    print(f"{FAMILY}: routing gap min {meta['routing_gap_min']:.2e}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
