@@ -25,6 +25,7 @@
 #include "lm/gguf/gguf_file.h"
 #include "lm/load.h"
 #include "lm/weights/dequantize.h"
+#include "support/allocation_counter.h"
 
 namespace {
 
@@ -313,6 +314,22 @@ TEST_P(MoeFfnOnStacks, OnlyTheRoutedExpertsAreRead) {
     EXPECT_GE(absent, kExperts - static_cast<int>(n) * kUsed);
     lm::moe_ffn(pruned, x.data(), n, pruned_out.data(), nullptr, lm::kernels::Activations::kF32);
     EXPECT_EQ(pruned_out, full) << n << " tokens";
+  }
+}
+
+// A decode step allocates nothing once the first step has sized the scratch buffers, whichever
+// experts the next tokens pick (the host's decode loop relies on it: decode_allocations_test).
+TEST_P(MoeFfnOnStacks, DecodeStepsDoNotAllocateAfterWarmUp) {
+  const int64_t dim = GetParam().dim;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(12 * dim)), out(static_cast<std::size_t>(dim));
+  for (float& v : x) v = normal(rng);
+  for (const auto act : {lm::kernels::Activations::kF32, lm::kernels::Activations::kI16}) {
+    lm::moe_ffn(*layer_, x.data(), 1, out.data(), nullptr, act);
+    const auto before = test_support::allocation_snapshot();
+    for (int64_t t = 1; t < 12; ++t) lm::moe_ffn(*layer_, x.data() + t * dim, 1, out.data(), nullptr, act);
+    EXPECT_EQ(test_support::allocation_snapshot().allocations - before.allocations, 0);
   }
 }
 
