@@ -70,4 +70,26 @@ TEST_F(HfQwen3Moe, DefaultSettingsKeepTop1AndGreedy) {
             hf_fixture::expected_greedy(*fx_, eos ? *eos : -1));
 }
 
+// The second fixture: what transformers' Qwen3MoeConfig allows beyond llama.cpp's qwen3moe graph
+// (which renormalises always and wants experts in every layer): norm_topk_prob=False (the GGUF
+// says expert_weights_norm=false; the k softmax probabilities weigh the experts as they are) and
+// layer 0 dense (mlp_only_layers=[0]: ffn_gate/ffn_up/ffn_down of intermediate_size 128).
+// Measured: max |dlogit| 4.8e-6, mean 7.2e-7; transformers' float32-vs-float64 spread 4.5e-6;
+// smallest top-1 gap 0.021, smallest 2nd-vs-3rd router probability gap 3.7e-4. Compressed caches:
+// turboquant_rvq 4-bit 80/80, kivi 4-bit 77/80, h2o 76/80. Same bounds as above.
+HF_FAMILY_TESTS(HfQwen3MoeDenseUnnormalised, "qwen3moe_dense0_unnorm", kTolerance)
+
+TEST_F(HfQwen3MoeDenseUnnormalised, LayerZeroIsDenseAndRoutingUnnormalised) {
+  const auto* llama = dynamic_cast<const lm::LlamaModel*>(model_->model.get());
+  ASSERT_NE(llama, nullptr);
+  EXPECT_EQ(llama->config().hidden_dim, 128);
+  const auto& layers = llama->weights().layers;
+  EXPECT_EQ(layers[0].moe, nullptr);
+  EXPECT_EQ(layers[0].w_gate.rows, 128);
+  ASSERT_NE(layers[1].moe, nullptr);
+  EXPECT_FALSE(layers[1].moe->normalize);
+  EXPECT_EQ(layers[1].moe->experts[0].gate.type, lm::GgmlType::F16);
+  for (const lm::LayerInfo& layer : llama->layers()) EXPECT_TRUE(layer.is_attention);
+}
+
 }  // namespace

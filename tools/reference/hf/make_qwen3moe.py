@@ -24,6 +24,12 @@ Besides common.py's record, the JSON holds `routing_gap_min`: over every token a
 passage, the smallest difference between the k-th and (k+1)-th router probability — how far
 the routing decisions are from a tie (a flipped expert would move logits by O(1)).
 
+A second fixture, qwen3moe_dense0_unnorm, covers what llama.cpp's qwen3moe graph does not but
+transformers' Qwen3MoeConfig allows: norm_topk_prob=False (the top-k softmax probabilities are
+used as they are; the GGUF says so with expert_weights_norm=false) and a dense layer among the
+MoE ones (mlp_only_layers=[0]: layer 0 is a plain SwiGLU FFN of intermediate_size, written as
+ffn_gate/ffn_up/ffn_down; layer 1's experts F16).
+
 Usage: /work/venv-hf/bin/python tools/reference/hf/make_qwen3moe.py
 """
 from __future__ import annotations
@@ -47,36 +53,43 @@ CFG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_atten
            num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
            decoder_sparse_step=1, mlp_only_layers=[], bos_token_id=1, eos_token_id=2)
 EXPERT_TYPES = [T.F16, T.Q8_0]  # layer 0, layer 1
+# family -> (config overrides, expert storage type per layer; None = dense layer)
+VARIANTS = {
+    FAMILY: ({}, EXPERT_TYPES),
+    "qwen3moe_dense0_unnorm": ({"norm_topk_prob": False, "mlp_only_layers": [0]}, [None, T.F16]),
+}
 
 
-def quantize_experts_(model) -> dict[str, np.ndarray]:
+def quantize_experts_(model, expert_types) -> dict[str, np.ndarray]:
     """Layer by layer, the expert tensors as the GGUF stores them (numpy, GGUF-ready: F16 values
     or Q8_0 bytes), after putting their dequantized values back into the model."""
     stored: dict[str, np.ndarray] = {}
     F = model.config.moe_intermediate_size
     with torch.no_grad():
         for i, layer in enumerate(model.model.layers):
+            if expert_types[i] is None:
+                continue
             ex = layer.mlp.experts
             parts = {"ffn_gate_exps": ex.gate_up_proj[:, :F, :], "ffn_up_exps": ex.gate_up_proj[:, F:, :],
                      "ffn_down_exps": ex.down_proj}
             back = {}
             for name, t in parts.items():
                 a = t.detach().to(torch.float32).numpy()
-                if EXPERT_TYPES[i] == T.F16:
+                if expert_types[i] == T.F16:
                     raw = a.astype(np.float16)
                     back[name] = raw.astype(np.float32)
                 else:
-                    raw = quants.quantize(np.ascontiguousarray(a), EXPERT_TYPES[i])
-                    back[name] = quants.dequantize(raw, EXPERT_TYPES[i]).astype(np.float32).reshape(a.shape)
+                    raw = quants.quantize(np.ascontiguousarray(a), expert_types[i])
+                    back[name] = quants.dequantize(raw, expert_types[i]).astype(np.float32).reshape(a.shape)
                 stored[f"blk.{i}.{name}.weight"] = raw
             ex.gate_up_proj.copy_(torch.from_numpy(np.concatenate([back["ffn_gate_exps"], back["ffn_up_exps"]], axis=1)))
             ex.down_proj.copy_(torch.from_numpy(back["ffn_down_exps"]))
     return stored
 
 
-def write_gguf(model, tok: common.StoriesTokenizer, experts: dict[str, np.ndarray]):
+def write_gguf(model, tok: common.StoriesTokenizer, family: str, expert_types, experts: dict[str, np.ndarray]):
     c = model.config
-    path = common.fixture_dir() / f"{FAMILY}.gguf"
+    path = common.fixture_dir() / f"{family}.gguf"
     out = common.GgufOut(path, "qwen3moe", "veloxquant tiny qwen3moe (random weights, transformers-verified)", tok)
     w = out.writer
     w.add_embedding_length(c.hidden_size)
@@ -86,7 +99,7 @@ def write_gguf(model, tok: common.StoriesTokenizer, experts: dict[str, np.ndarra
     w.add_head_count_kv(c.num_key_value_heads)
     w.add_key_length(c.head_dim)
     w.add_value_length(c.head_dim)
-    w.add_rope_freq_base(CFG["rope_parameters"]["rope_theta"])
+    w.add_rope_freq_base(c.rope_parameters["rope_theta"])
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     w.add_expert_count(c.num_experts)
     w.add_expert_used_count(c.num_experts_per_tok)
@@ -106,13 +119,18 @@ def write_gguf(model, tok: common.StoriesTokenizer, experts: dict[str, np.ndarra
         out.vector(b + "attn_q_norm.weight", a.q_norm.weight)
         out.vector(b + "attn_k_norm.weight", a.k_norm.weight)
         out.vector(b + "ffn_norm.weight", layer.post_attention_layernorm.weight)
+        if expert_types[i] is None:  # a dense layer (mlp_only_layers)
+            out.matrix(b + "ffn_gate.weight", layer.mlp.gate_proj.weight)
+            out.matrix(b + "ffn_up.weight", layer.mlp.up_proj.weight)
+            out.matrix(b + "ffn_down.weight", layer.mlp.down_proj.weight)
+            continue
         out.matrix(b + "ffn_gate_inp.weight", layer.mlp.gate.weight)
         for name in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
             raw = experts[f"{b}{name}.weight"]
-            if EXPERT_TYPES[i] == T.F16:
+            if expert_types[i] == T.F16:
                 w.add_tensor(f"{b}{name}.weight", raw)
             else:
-                w.add_tensor(f"{b}{name}.weight", raw, raw_dtype=EXPERT_TYPES[i])
+                w.add_tensor(f"{b}{name}.weight", raw, raw_dtype=expert_types[i])
     out.vector("output_norm.weight", m.norm.weight)
     out.matrix("output.weight", model.lm_head.weight)
     out.close()
@@ -129,27 +147,34 @@ def routing_gap_min(model, ids: list[int]) -> float:
         top = probs.topk(k + 1, dim=-1).values
         gaps.append(float((top[:, k - 1] - top[:, k]).min()))
 
-    handles = [layer.mlp.gate.register_forward_hook(hook) for layer in model.model.layers]
+    handles = [layer.mlp.gate.register_forward_hook(hook) for layer in model.model.layers
+               if hasattr(layer.mlp, "experts")]
     model(torch.tensor([ids], dtype=torch.long))
     for h in handles:
         h.remove()
     return min(gaps)
 
 
-def main() -> None:
+def make(family: str, overrides: dict, expert_types) -> None:
     tok = common.StoriesTokenizer()
-    common.fixture_dir().mkdir(parents=True, exist_ok=True)
-    model = common.tiny_model(Qwen3MoeConfig, Qwen3MoeForCausalLM, SEED, **CFG)
+    cfg = {**CFG, **overrides}
+    model = common.tiny_model(Qwen3MoeConfig, Qwen3MoeForCausalLM, SEED, **cfg)
     model.config._experts_implementation = "eager"  # the per-expert loop of modeling_qwen3_moe.py
     common.randomize_(model, SEED)
     common.round_matrices_to_f16_(model)
-    experts = quantize_experts_(model)
-    path = write_gguf(model, tok, experts)
+    experts = quantize_experts_(model, expert_types)
+    path = write_gguf(model, tok, family, expert_types, experts)
     _, ids = common.fixture_passage(tok)
-    extra = {"config": CFG, "expert_types": [t.name for t in EXPERT_TYPES],
+    extra = {"config": cfg, "expert_types": [t.name if t is not None else "dense" for t in expert_types],
              "routing_gap_min": routing_gap_min(model, ids[:common.N_TOKENS])}
-    meta = common.record_fixture(FAMILY, model, path, tok, SEED, extra)
-    print(f"{FAMILY}: routing gap min {meta['routing_gap_min']:.2e}", file=sys.stderr)
+    meta = common.record_fixture(family, model, path, tok, SEED, extra)
+    print(f"{family}: routing gap min {meta['routing_gap_min']:.2e}", file=sys.stderr)
+
+
+def main() -> None:
+    common.fixture_dir().mkdir(parents=True, exist_ok=True)
+    for family, (overrides, expert_types) in VARIANTS.items():
+        make(family, overrides, expert_types)
 
 
 if __name__ == "__main__":
