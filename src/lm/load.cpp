@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "lm/arch/gemma3_hparams.h"
 #include "lm/arch/llama_model.h"
+#include "lm/arch/mistral_hparams.h"
 #include "lm/gguf/gguf_file.h"
 #include "lm/llama2c/llama2c_reader.h"
 #include "lm/weights/dequantize.h"
@@ -105,6 +106,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
                             " must be even and at most the head size " + std::to_string(c.head_dim));
   }
   if (arch == "gemma3") apply_gemma3_hparams(*file, c, hyper);
+  if (arch == "llama") apply_llama_sliding_window(*file, c, hyper);  // Mistral
 
   LlamaWeights w;
   w.token_embedding = file->weight("token_embd.weight");
