@@ -1,13 +1,12 @@
-#include "lm/arch/mistral_hparams.h"
-
-#include <string>
+#include "lm/arch/sliding_window_hparams.h"
 
 #include "base/error.h"
 
 namespace lm {
 
-void apply_llama_sliding_window(const gguf::GgufFile& file, const ModelConfig& config, LlamaHyperParams& hyper) {
-  const std::string key = "llama.attention.sliding_window";
+void apply_uniform_sliding_window(const gguf::GgufFile& file, const std::string& arch, const ModelConfig& config,
+                                  LlamaHyperParams& hyper) {
+  const std::string key = arch + ".attention.sliding_window";
   const std::optional<int64_t> window = file.get_int(key);
   if (!window || *window == 0) return;
   if (*window < 0 || *window > (int64_t{1} << 30)) {
