@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "lm/arch/gemma2_hparams.h"
 #include "lm/arch/gemma3_hparams.h"
 #include "lm/arch/llama_model.h"
 #include "lm/arch/phi3_weights.h"
@@ -22,9 +23,10 @@ namespace {
 // Architectures that share the llama block; they differ in RoPE pairing and in optional
 // tensors (qwen2: q/k/v biases; qwen3: per-head q/k RMSNorm; gemma3: q/k RMSNorm, sandwich
 // norms, GeGLU and local/global layers, lm/arch/gemma3_hparams.h; phi3: fused QKV and gate/up
-// tensors, lm/arch/phi3_weights.h).
+// tensors, lm/arch/phi3_weights.h; gemma2: soft-capping and local/global layers,
+// lm/arch/gemma2_hparams.h).
 bool is_llama_family(const std::string& arch) {
-  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3" || arch == "phi3";
+  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "gemma3" || arch == "phi3";
 }
 
 std::vector<float> read_vector(const gguf::GgufFile& file, const std::string& name) {
@@ -68,7 +70,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   if (arch.empty()) throw base::FormatError("GGUF file '" + path + "' lacks general.architecture");
   if (!is_llama_family(arch)) {
     throw base::Unsupported("GGUF file '" + path + "': architecture '" + arch +
-                            "' is not supported (supported: llama, qwen2, qwen3, gemma3, phi3)");
+                            "' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3)");
   }
   const std::string p = arch + ".";
   if (file->find_tensor("blk.0.ffn_gate_inp.weight")) {
@@ -108,6 +110,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
                             " must be even and at most the head size " + std::to_string(c.head_dim));
   }
   if (arch == "gemma3") apply_gemma3_hparams(*file, c, hyper);
+  if (arch == "gemma2") apply_gemma2_hparams(*file, c, hyper);
   if (arch == "llama" || arch == "phi3") apply_uniform_sliding_window(*file, arch, c, hyper);  // Mistral, Phi-3
   if (arch == "phi3") check_phi3_supported(*file);
 
