@@ -14,17 +14,23 @@
 // family's test file adds what is particular to it (its config, its layers' windows).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "base/error.h"
 
 #include "lm/cache/cache.h"
 #include "lm/cache/kv_cache_type.h"
@@ -95,6 +101,33 @@ inline lm::LoadedModel load_production(const Fixture& f, lm::KVCacheType kv_type
   options.kv_type = kv_type;
   options.threads = 2;
   return lm::load(f.gguf.string(), options);
+}
+
+// A copy of the fixture's GGUF (in the build directory) whose scalar metadata `key` holds
+// `value` instead: the 4 bytes after the key's name and its u32 value type are replaced, so it
+// suits u32 / i32 / f32 keys. The caller removes the file.
+inline fs::path with_metadata_value(const Fixture& f, const std::string& key, const void* value,
+                                    const std::string& tag) {
+  std::ifstream in(f.gguf, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string name = key;
+  const std::size_t at = bytes.find(name);
+  if (at == std::string::npos) throw std::runtime_error(f.gguf.string() + " has no metadata " + key);
+  std::memcpy(bytes.data() + at + name.size() + 4, value, 4);
+  const fs::path path = fs::path(VQ_BINARY_DIR) / ("hf_" + f.family + "_" + tag + "_" + std::to_string(::getpid()) + ".gguf");
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return path;
+}
+
+// lm::load of `path` throws base::FormatError whose message contains `needle`; removes `path`.
+inline void expect_format_error(const fs::path& path, const std::string& needle) {
+  try {
+    lm::load(path.string());
+    ADD_FAILURE() << "loaded " << path << ", expected an error naming " << needle;
+  } catch (const base::FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  fs::remove(path);
 }
 
 // Logits of every position: one forward over `tokens` on the model's native caches.

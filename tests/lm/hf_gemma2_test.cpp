@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "hf_fixture.h"
 
@@ -45,6 +47,19 @@ TEST_F(HfGemma2, FinalLogitsStayUnderTheCap) {
   for (float v : logits) biggest = std::max(biggest, std::abs(v));
   EXPECT_LT(biggest, 10.0f);
   EXPECT_GT(biggest, 9.0f) << "the passage's logits were meant to reach the cap";
+}
+
+// Soft-caps that are not numbers >= 0 and an out-of-range window are refused, naming the key.
+TEST(HfGemma2Files, BadCapsAndWindowsAreRefused) {
+  const auto fx = hf_fixture::Fixture::open("gemma2");
+  const float negative = -1.0f, nan = std::numeric_limits<float>::quiet_NaN();
+  const uint32_t window = 0xffffffffu;
+  hf_fixture::expect_format_error(hf_fixture::with_metadata_value(fx, "gemma2.attn_logit_softcapping", &negative, "cap"),
+                                  "gemma2.attn_logit_softcapping");
+  hf_fixture::expect_format_error(hf_fixture::with_metadata_value(fx, "gemma2.final_logit_softcapping", &nan, "fcap"),
+                                  "gemma2.final_logit_softcapping");
+  hf_fixture::expect_format_error(hf_fixture::with_metadata_value(fx, "gemma2.attention.sliding_window", &window, "swa"),
+                                  "gemma2.attention.sliding_window");
 }
 
 }  // namespace
