@@ -1,6 +1,6 @@
 // The tiny Qwen3MoeForCausalLM of tools/reference/hf/make_qwen3moe.py (2 layers, each a sparse
 // MoE block of 8 SwiGLU experts with top-2 renormalised routing; 4 query heads sharing 2 KV
-// heads, Qwen3's q/k norms; vocabulary 512) against transformers' float32 logits and greedy
+// heads of 32, Qwen3's q/k norms; vocabulary 512) against transformers' float32 logits and greedy
 // tokens. Layer 0's experts are stored F16 and layer 1's Q8_0 (3-D GGUF tensors), so the
 // per-expert slicing is checked on a float and on a block type through a whole forward.
 #include <gtest/gtest.h>
@@ -11,15 +11,22 @@
 
 namespace {
 
-// Measured: max |dlogit| 4.5e-6 (one forward) / 4.8e-6 (chunked), mean 7.2e-7, on logits
-// of std 2.95; transformers' own float32-vs-float64 spread on this model is 5.1e-6. The smallest
-// top-1/top-2 gap of the passage is 0.024 and the smallest gap between a token's 2nd and 3rd
-// router probability 1.7e-3, so neither the argmax nor any expert choice is near a tie.
-// Bounds: 1e-4 max (20x transformers' spread, 240x below the top-1 gap), 1e-5 mean. A wrong
-// expert (stride, routing order, missing renormalisation) moves logits by O(1).
+// Measured: max |dlogit| 7.6e-6 (one forward) / 6.7e-6 (chunked), mean 7.9e-7, on logits
+// of std 3.0; transformers' own float32-vs-float64 spread on this model is 6.8e-6. The smallest
+// top-1/top-2 gap of the passage is 0.029 and the smallest gap between a token's 2nd and 3rd
+// router probability 1.9e-4 (layer 0, position 42), far above lm's f32 rounding of the router
+// logits (~1e-6), so no expert choice differs. Bounds: 1e-4 max (15x transformers' spread,
+// 290x below the top-1 gap), 1e-5 mean. A wrong expert (stride, routing order, missing
+// renormalisation) moves logits by O(1).
 // Compressed caches, top-1 agreement with lm's native caches over the 80 positions, measured:
-// turboquant_rvq 4-bit 80/80, kivi 4-bit 79/80, h2o (budget 48) 73/80; floors a few tokens lower.
-constexpr hf_fixture::Tolerance kTolerance{1e-4, 1e-5, 0.95, 0.93, 0.85};
+// turboquant_rvq 4-bit 77/80, kivi 4-bit 77/80, h2o (budget 48) 72/80; floors a few tokens lower.
+// Production settings: f16 KV 2.3e-3 max, 64/64; q8_0 KV 0.065 max at every position but one:
+// at position 14 the quantized keys/values move layer 1's router across its 2nd/3rd-expert
+// near-tie (gap 1.0e-3 in probability), a different expert runs and that position's logits move
+// by 1.78 (top-1 still 63/64). Routing is discontinuous: KV-cache error turns into whole-expert
+// flips at near-ties. The bound 2.5 admits that; QuantizedKvMovesOnlyTheFlippedPosition below
+// keeps every other position to 0.2.
+constexpr hf_fixture::Tolerance kTolerance{1e-4, 1e-5, 0.92, 0.90, 0.82, 2.5, 62.0 / 64.0};
 
 HF_FAMILY_TESTS(HfQwen3Moe, "qwen3moe", kTolerance)
 
@@ -30,7 +37,7 @@ TEST_F(HfQwen3Moe, ConfigAndExpertsAreTheFixtures) {
   EXPECT_EQ(c.dim, 64);
   EXPECT_EQ(c.n_heads, 4);
   EXPECT_EQ(c.n_kv_heads, 2);
-  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.head_dim, 32);
   // MoE layers still attend: each keeps an attention cache, and for_model compresses it.
   for (const lm::LayerInfo& layer : model_->model->layers()) {
     EXPECT_TRUE(layer.is_attention);
@@ -55,16 +62,30 @@ TEST_F(HfQwen3Moe, ConfigAndExpertsAreTheFixtures) {
   }
 }
 
-// The host's default settings (16-bit activations on the decode matmuls of quantized weights,
-// f16 KV cache): what a user runs. Top-1 at every position, and the greedy tokens.
-TEST_F(HfQwen3Moe, DefaultSettingsKeepTop1AndGreedy) {
+// lm's production settings with a q8_0 KV cache: one position's routing flips (see above); the
+// others stay within 0.2 of transformers, so a bug that moves many positions still fails.
+TEST_F(HfQwen3Moe, QuantizedKvMovesOnlyTheFlippedPosition) {
+  const lm::LoadedModel m = hf_fixture::load_production(*fx_, lm::KVCacheType::Q8_0);
+  const std::vector<float> ours = hf_fixture::forward_chunked(*m.model, fx_->tokens);
+  ASSERT_EQ(ours.size(), fx_->logits.size());
+  int moved = 0;
+  for (std::size_t p = 0; p < fx_->tokens.size(); ++p) {
+    double worst = 0.0;
+    for (int v = 0; v < fx_->vocab; ++v) {
+      const std::size_t i = p * static_cast<std::size_t>(fx_->vocab) + v;
+      worst = std::max(worst, std::abs(static_cast<double>(ours[i]) - fx_->logits[i]));
+    }
+    if (worst > 0.2) ++moved;
+  }
+  EXPECT_LE(moved, 1);  // measured: 1 (position 14)
+}
+
+// The host's default settings (f16 KV, 16-bit activations on the decode matmuls of quantized
+// weights): the greedy tokens a user gets are transformers'.
+TEST_F(HfQwen3Moe, DefaultSettingsKeepGreedy) {
   lm::LoadOptions options;
   options.threads = 2;
   const lm::LoadedModel m = lm::load(fx_->gguf.string(), options);
-  const auto d = hf_fixture::compare(hf_fixture::forward_chunked(*m.model, fx_->tokens), fx_->logits, fx_->vocab);
-  hf_fixture::report("qwen3moe default settings, chunked, vs transformers", d);
-  EXPECT_EQ(d.top1_same, d.positions);
-  EXPECT_LE(d.max_abs, 0.02);  // f16 KV and 16-bit activations; measured 2.4e-3
   const auto eos = m.tokenizer->eos_id();
   EXPECT_EQ(hf_fixture::lm_greedy(m, fx_->tokens, static_cast<int>(fx_->greedy.size())),
             hf_fixture::expected_greedy(*fx_, eos ? *eos : -1));
@@ -74,10 +95,12 @@ TEST_F(HfQwen3Moe, DefaultSettingsKeepTop1AndGreedy) {
 // (which renormalises always and wants experts in every layer): norm_topk_prob=False (the GGUF
 // says expert_weights_norm=false; the k softmax probabilities weigh the experts as they are) and
 // layer 0 dense (mlp_only_layers=[0]: ffn_gate/ffn_up/ffn_down of intermediate_size 128).
-// Measured: max |dlogit| 4.8e-6, mean 7.2e-7; transformers' float32-vs-float64 spread 4.5e-6;
-// smallest top-1 gap 0.021, smallest 2nd-vs-3rd router probability gap 3.7e-4. Compressed caches:
-// turboquant_rvq 4-bit 80/80, kivi 4-bit 77/80, h2o 76/80. Same bounds as above.
-HF_FAMILY_TESTS(HfQwen3MoeDenseUnnormalised, "qwen3moe_dense0_unnorm", kTolerance)
+// Measured: max |dlogit| 5.7e-6, mean 8.4e-7; transformers' float32-vs-float64 spread 5.0e-6;
+// smallest top-1 gap 0.010, smallest 2nd-vs-3rd router probability gap 3.3e-3. Compressed caches:
+// turboquant_rvq 4-bit 80/80, kivi 4-bit 76/80, h2o 67/80. Production: f16 KV 2.4e-3, q8_0 KV
+// 0.053 (no routing flip here), top-1 64/64 and 63/64.
+constexpr hf_fixture::Tolerance kToleranceDenseUnnormalised{1e-4, 1e-5, 0.95, 0.90, 0.78};
+HF_FAMILY_TESTS(HfQwen3MoeDenseUnnormalised, "qwen3moe_dense0_unnorm", kToleranceDenseUnnormalised)
 
 TEST_F(HfQwen3MoeDenseUnnormalised, LayerZeroIsDenseAndRoutingUnnormalised) {
   const auto* llama = dynamic_cast<const lm::LlamaModel*>(model_->model.get());

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A tiny random-weight Qwen3MoeForCausalLM as a `qwen3moe` GGUF, with transformers' logits and greedy tokens.
 
-Config: vocabulary 512 (stories260K), hidden 64, 2 layers, 4 query heads of 16 sharing 2 KV
+Config: vocabulary 512 (stories260K), hidden 64, 2 layers, 4 query heads of 32 sharing 2 KV
 heads, per-head q/k RMSNorm (Qwen3), RoPE base 10^6 (NeoX pairing), RMSNorm eps 1e-6, separate
 output head; every layer a sparse MoE block of 8 SwiGLU experts of FFN 32, top-2 routing with
 the two weights renormalised (norm_topk_prob=True, as the released Qwen3 MoE checkpoints have
@@ -47,7 +47,7 @@ import common
 FAMILY = "qwen3moe"
 SEED = 1903
 CFG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-           num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
+           num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6,
            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
            max_position_embeddings=common.CONTEXT, tie_word_embeddings=False, attention_bias=False,
            num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
