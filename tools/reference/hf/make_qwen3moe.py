@@ -42,13 +42,11 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-import torch
 from gguf import GGMLQuantizationType as T
-from gguf import quants
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 import common
+import moe_common
 
 FAMILY = "qwen3moe"
 SEED = 1903
@@ -64,33 +62,6 @@ VARIANTS = {
     FAMILY: ({}, EXPERT_TYPES),
     "qwen3moe_dense0_unnorm": ({"norm_topk_prob": False, "mlp_only_layers": [0]}, [None, T.F16]),
 }
-
-
-def quantize_experts_(model, expert_types) -> dict[str, np.ndarray]:
-    """Layer by layer, the expert tensors as the GGUF stores them (numpy, GGUF-ready: F16 values
-    or Q8_0 bytes), after putting their dequantized values back into the model."""
-    stored: dict[str, np.ndarray] = {}
-    F = model.config.moe_intermediate_size
-    with torch.no_grad():
-        for i, layer in enumerate(model.model.layers):
-            if expert_types[i] is None:
-                continue
-            ex = layer.mlp.experts
-            parts = {"ffn_gate_exps": ex.gate_up_proj[:, :F, :], "ffn_up_exps": ex.gate_up_proj[:, F:, :],
-                     "ffn_down_exps": ex.down_proj}
-            back = {}
-            for name, t in parts.items():
-                a = t.detach().to(torch.float32).numpy()
-                if expert_types[i] == T.F16:
-                    raw = a.astype(np.float16)
-                    back[name] = raw.astype(np.float32)
-                else:
-                    raw = quants.quantize(np.ascontiguousarray(a), expert_types[i])
-                    back[name] = quants.dequantize(raw, expert_types[i]).astype(np.float32).reshape(a.shape)
-                stored[f"blk.{i}.{name}.weight"] = raw
-            ex.gate_up_proj.copy_(torch.from_numpy(np.concatenate([back["ffn_gate_exps"], back["ffn_up_exps"]], axis=1)))
-            ex.down_proj.copy_(torch.from_numpy(back["ffn_down_exps"]))
-    return stored
 
 
 def write_gguf(model, tok: common.StoriesTokenizer, family: str, expert_types, experts: dict[str, np.ndarray]):
@@ -131,34 +102,11 @@ def write_gguf(model, tok: common.StoriesTokenizer, family: str, expert_types, e
             out.matrix(b + "ffn_down.weight", layer.mlp.down_proj.weight)
             continue
         out.matrix(b + "ffn_gate_inp.weight", layer.mlp.gate.weight)
-        for name in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
-            raw = experts[f"{b}{name}.weight"]
-            if expert_types[i] == T.F16:
-                w.add_tensor(f"{b}{name}.weight", raw)
-            else:
-                w.add_tensor(f"{b}{name}.weight", raw, raw_dtype=expert_types[i])
+        moe_common.write_expert_tensors(out, i, expert_types[i], experts)
     out.vector("output_norm.weight", m.norm.weight)
     out.matrix("output.weight", model.lm_head.weight)
     out.close()
     return path
-
-
-@torch.no_grad()
-def routing_gap_min(model, ids: list[int]) -> float:
-    k = model.config.num_experts_per_tok
-    gaps = []
-
-    def hook(_module, _inputs, output):
-        probs = torch.softmax(output[0].double(), dim=-1)  # router logits
-        top = probs.topk(k + 1, dim=-1).values
-        gaps.append(float((top[:, k - 1] - top[:, k]).min()))
-
-    handles = [layer.mlp.gate.register_forward_hook(hook) for layer in model.model.layers
-               if hasattr(layer.mlp, "experts")]
-    model(torch.tensor([ids], dtype=torch.long))
-    for h in handles:
-        h.remove()
-    return min(gaps)
 
 
 def make(family: str, overrides: dict, expert_types) -> None:
@@ -168,11 +116,11 @@ def make(family: str, overrides: dict, expert_types) -> None:
     model.config._experts_implementation = "eager"  # the per-expert loop of modeling_qwen3_moe.py
     common.randomize_(model, SEED)
     common.round_matrices_to_f16_(model)
-    experts = quantize_experts_(model, expert_types)
+    experts = moe_common.quantize_experts_(model, expert_types)
     path = write_gguf(model, tok, family, expert_types, experts)
     _, ids = common.fixture_passage(tok)
     extra = {"config": cfg, "expert_types": [t.name if t is not None else "dense" for t in expert_types],
-             "routing_gap_min": routing_gap_min(model, ids[:common.N_TOKENS])}
+             "routing_gap_min": moe_common.routing_gap_min(model, ids[:common.N_TOKENS])}
     meta = common.record_fixture(family, model, path, tok, SEED, extra)
     print(f"{family}: routing gap min {meta['routing_gap_min']:.2e}", file=sys.stderr)
 
