@@ -398,22 +398,32 @@ TEST_F(MoeLoaderErrors, DefaultsToRenormalisedWeightsAsLlamaCpp) {
   fs::remove(path);
 }
 
+TEST_F(MoeLoaderErrors, OneTensorPerExpertIsRefusedByName) {
+  gguf_test::Writer w;
+  w.kv_str("general.architecture", "qwen3moe");
+  w.kv_u32("qwen3moe.expert_count", 2);
+  w.kv_u32("qwen3moe.expert_used_count", 1);
+  w.tensor_f32("blk.0.ffn_gate_inp.weight", {8, 2}, std::vector<float>(16, 0.1f));
+  w.tensor_f32("blk.0.ffn_gate.0.weight", {8, 4}, std::vector<float>(32, 0.1f));
+  write_and_expect(w, "pre-2024 Mixtral layout", true);
+}
+
 // A MoE file of an architecture whose experts the host does not compute stays refused.
 TEST(MoeLoad, OtherMoeArchitecturesAreRefused) {
   gguf_test::Writer w;
-  w.kv_str("general.architecture", "llama");  // Mixtral's GGUF architecture
-  w.kv_u32("llama.block_count", 1);
-  w.kv_u32("llama.embedding_length", 8);
-  w.kv_u32("llama.feed_forward_length", 8);
-  w.kv_u32("llama.attention.head_count", 2);
+  w.kv_str("general.architecture", "qwen3");  // a dense architecture with a router in it
+  w.kv_u32("qwen3.block_count", 1);
+  w.kv_u32("qwen3.embedding_length", 8);
+  w.kv_u32("qwen3.feed_forward_length", 8);
+  w.kv_u32("qwen3.attention.head_count", 2);
   w.tensor_f32("blk.0.ffn_gate_inp.weight", {8, 4}, std::vector<float>(32, 0.1f));
-  const fs::path path = fs::temp_directory_path() / ("vq_moe_llama_" + std::to_string(::getpid()) + ".gguf");
+  const fs::path path = fs::temp_directory_path() / ("vq_moe_qwen3_" + std::to_string(::getpid()) + ".gguf");
   w.write(path.string());
   try {
     lm::load(path.string());
-    ADD_FAILURE() << "a llama file with experts loaded";
+    ADD_FAILURE() << "a qwen3 file with experts loaded";
   } catch (const base::Unsupported& e) {
-    EXPECT_NE(std::string(e.what()).find("mixture-of-experts llama models are not supported"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("mixture-of-experts qwen3 models are not supported"), std::string::npos)
         << e.what();
   }
   fs::remove(path);

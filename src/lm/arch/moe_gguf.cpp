@@ -46,7 +46,9 @@ std::vector<WeightMatrix> expert_views(const gguf::GgufFile& file, const std::st
 
 }  // namespace
 
-bool moe_architecture_supported(const std::string& arch) { return arch == "qwen3moe"; }
+// qwen3moe; llama with experts is Mixtral's GGUF layout (same routing: softmax, top-k,
+// renormalised; llama.cpp's llama graph renormalises always).
+bool moe_architecture_supported(const std::string& arch) { return arch == "qwen3moe" || arch == "llama"; }
 
 std::shared_ptr<const MoeLayerWeights> load_moe_layer(const gguf::GgufFile& file, const std::string& arch,
                                                       const std::string& block_prefix) {
@@ -74,6 +76,12 @@ std::shared_ptr<const MoeLayerWeights> load_moe_layer(const gguf::GgufFile& file
   if (file.find_tensor(block_prefix + "ffn_gate_shexp.weight")) {
     throw base::Unsupported("GGUF file '" + file.path() + "': shared experts (" + block_prefix +
                             "ffn_gate_shexp.weight) are not supported");
+  }
+
+  if (!file.find_tensor(block_prefix + "ffn_gate_exps.weight") && file.find_tensor(block_prefix + "ffn_gate.0.weight")) {
+    throw base::Unsupported("GGUF file '" + file.path() + "': experts stored one tensor each (" + block_prefix +
+                            "ffn_gate.0.weight, the pre-2024 Mixtral layout) are not supported; re-convert the "
+                            "model with a current convert_hf_to_gguf.py (stacked ffn_*_exps tensors)");
   }
 
   auto w = std::make_shared<MoeLayerWeights>();

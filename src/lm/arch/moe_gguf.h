@@ -16,14 +16,15 @@
 
 namespace lm {
 
-// The architectures whose routed experts this host computes (qwen3moe); other MoE files
-// stay refused by the loader.
+// The architectures whose routed experts this host computes: qwen3moe, and llama files with
+// experts (Mixtral); MoE files of other architectures stay refused by the loader.
 bool moe_architecture_supported(const std::string& arch);
 
 // The MoE weights of the layer whose tensors start with `block_prefix` ("blk.3."). Throws
 // base::FormatError naming the file and the key or tensor that is missing or inconsistent,
 // base::Unsupported for gating the host does not implement (a non-softmax gating function,
-// an expert weight scale other than 1, shared experts).
+// an expert weight scale other than 1, shared experts) and for the pre-2024 layout of one
+// tensor per expert.
 std::shared_ptr<const MoeLayerWeights> load_moe_layer(const gguf::GgufFile& file, const std::string& arch,
                                                       const std::string& block_prefix);
 
