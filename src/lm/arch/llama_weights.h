@@ -24,7 +24,7 @@ struct LlamaLayerWeights {
   std::vector<float> ffn_norm;       // [dim]
   std::vector<float> ffn_post_norm;  // gemma3: RMSNorm of the FFN output before the residual add
   WeightMatrix w_gate, w_up, w_down; // gate/up [hidden, dim], down [dim, hidden]
-  // qwen3moe: routed experts in place of w_gate/w_up/w_down (null for a dense FFN).
+  // qwen3moe, Mixtral: routed experts in place of w_gate/w_up/w_down (null for a dense FFN).
   std::shared_ptr<const MoeLayerWeights> moe;
 };
 

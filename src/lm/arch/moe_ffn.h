@@ -1,9 +1,10 @@
 #pragma once
-// The mixture-of-experts FFN of qwen3moe: a router scores every expert for each token, the k
+// The mixture-of-experts FFN of qwen3moe and Mixtral: a router scores every expert for each token, the k
 // best (by softmax probability) run their SwiGLU FFN on that token only, and the token's output
 // is the probability-weighted sum of those k outputs.
 //
-// Semantics follow transformers' Qwen3MoeSparseMoeBlock (modeling_qwen3_moe.py):
+// Semantics follow transformers' Qwen3MoeSparseMoeBlock (modeling_qwen3_moe.py; MixtralSparseMoeBlock
+// is the same with the renormalisation always on):
 //   probs = softmax(router_logits) in f32 over all E experts; take the top k of probs;
 //   when norm_topk_prob, divide those k by their sum; out = sum_j w_j * down_j(silu(gate_j x) * up_j x),
 // accumulated over the selected experts in increasing expert index (index_add_ per expert).
