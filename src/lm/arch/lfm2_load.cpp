@@ -37,8 +37,8 @@ struct Lfm2Reader {
     return v;
   }
 
-  // Per-layer KV head counts: llama.cpp writes an array with 0 on conv layers; a scalar means
-  // the same count on every layer (then the tensors alone tell conv layers apart).
+  // Per-layer KV head counts: llama.cpp writes an array with 0 on conv layers; a scalar (or no
+  // key: n_heads) means the same count on every layer, i.e. no conv layers, as llama.cpp reads it.
   std::vector<int64_t> kv_heads_per_layer(int n_layers, int n_heads) const {
     const std::string key = std::string(kPrefix) + "attention.head_count_kv";
     const gguf::Value* v = file.find(key);
