@@ -7,9 +7,12 @@
 #include <string>
 
 #include "base/error.h"
+#include "lm/arch/gemma2_hparams.h"
 #include "lm/arch/gemma3_hparams.h"
 #include "lm/arch/lfm2_load.h"
 #include "lm/arch/llama_model.h"
+#include "lm/arch/phi3_weights.h"
+#include "lm/arch/sliding_window_hparams.h"
 #include "lm/gguf/gguf_file.h"
 #include "lm/llama2c/llama2c_reader.h"
 #include "lm/weights/dequantize.h"
@@ -20,9 +23,11 @@ namespace {
 
 // Architectures that share the llama block; they differ in RoPE pairing and in optional
 // tensors (qwen2: q/k/v biases; qwen3: per-head q/k RMSNorm; gemma3: q/k RMSNorm, sandwich
-// norms, GeGLU and local/global layers, lm/arch/gemma3_hparams.h).
+// norms, GeGLU and local/global layers, lm/arch/gemma3_hparams.h; phi3: fused QKV and gate/up
+// tensors, lm/arch/phi3_weights.h; gemma2: soft-capping and local/global layers,
+// lm/arch/gemma2_hparams.h).
 bool is_llama_family(const std::string& arch) {
-  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3";
+  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "gemma3" || arch == "phi3";
 }
 
 std::vector<float> read_vector(const gguf::GgufFile& file, const std::string& name) {
@@ -85,7 +90,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   }
   if (!is_llama_family(arch)) {
     throw base::Unsupported("GGUF file '" + path + "': architecture '" + arch +
-                            "' is not supported (supported: llama, qwen2, qwen3, gemma3, lfm2)");
+                            "' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3, lfm2)");
   }
   const std::string p = arch + ".";
   if (file->find_tensor("blk.0.ffn_gate_inp.weight")) {
@@ -125,6 +130,9 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
                             " must be even and at most the head size " + std::to_string(c.head_dim));
   }
   if (arch == "gemma3") apply_gemma3_hparams(*file, c, hyper);
+  if (arch == "gemma2") apply_gemma2_hparams(*file, c, hyper);
+  if (arch == "llama" || arch == "phi3") apply_uniform_sliding_window(*file, arch, c, hyper);  // Mistral, Phi-3
+  if (arch == "phi3") check_phi3_supported(*file);
 
   LlamaWeights w;
   w.token_embedding = file->weight("token_embd.weight");
@@ -140,6 +148,10 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     LlamaLayerWeights& lw = w.layers[l];
+    if (arch == "phi3") {  // fused attn_qkv and gate/up
+      read_phi3_layer(*file, c, b, lw);
+      continue;
+    }
     lw.attn_norm = read_vector(*file, b + "attn_norm.weight");
     lw.wq = file->weight(b + "attn_q.weight");
     lw.wk = file->weight(b + "attn_k.weight");

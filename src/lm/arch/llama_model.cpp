@@ -186,7 +186,10 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
   if (cache.wants_queries()) cache.observe_queries(queries);
   const float scale = hyper_.attention_scale > 0.0f ? hyper_.attention_scale : 1.0f / std::sqrt(static_cast<float>(d));
   Tensor out({1, hq, n, d}, DType::F32);
-  if (cache.supports_fused_attention()) {
+  // A cache's fused attention knows no soft-capping, so soft-capped layers (Gemma 2) always
+  // take the contract's other path: store + fetch, then the host's kernel, which caps.
+  const float softcap = hyper_.attn_logit_softcap;
+  if (cache.supports_fused_attention() && softcap == 0.0f) {
     FusedAttentionRequest request;
     request.queries = &queries;
     request.keys = &keys;
@@ -196,7 +199,7 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
     cache.fused_attention(request, out);
   } else {
     const KeysValues kv = cache.update_and_fetch(keys, values);
-    kernels::attention(queries, kv.keys, kv.values, mask, window, scale, out, pool);
+    kernels::attention(queries, kv.keys, kv.values, mask, window, scale, out, pool, softcap);
   }
   // [1, H_q, N, D] -> [N, H_q * D] for the output projection.
   const Tensor out_c = out.contiguous();
@@ -286,6 +289,9 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, 
   }
   float* logits = sized(buf.logits, rows * vocab);
   kernels::matmul(weights_.output, xb + first * dim, rows, logits, pool, activations());
+  if (const float cap = hyper_.final_logit_softcap; cap > 0.0f) {
+    for (int64_t i = 0; i < rows * vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+  }
   last_logits.assign(logits + (rows - 1) * vocab, logits + rows * vocab);
   if (all_logits) all_logits->assign(logits, logits + rows * vocab);
 }

@@ -54,6 +54,10 @@ struct LlamaHyperParams {
   float embedding_scale = 1.0f;  // gemma: token embeddings times sqrt(dim)
   float attention_scale = 0.0f;  // softmax scale; 0 = 1/sqrt(head_dim)
   FfnActivation ffn_activation = FfnActivation::kSiLU;
+  // Gemma 2's soft-capping, x -> cap * tanh(x / cap); 0 = none. Attention scores (after the
+  // scale, before the softmax) and the final logits.
+  float attn_logit_softcap = 0.0f;
+  float final_logit_softcap = 0.0f;
 };
 
 }  // namespace lm

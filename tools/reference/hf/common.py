@@ -204,6 +204,16 @@ def permute_for_normal_rope(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     return w.reshape(n_heads, 2, d // 2, cols).transpose(1, 2).reshape(rows, cols)
 
 
+def rope_theta(config) -> float:
+    """The RoPE base of a transformers config (transformers 5 keeps it in rope_parameters)."""
+    params = getattr(config, "rope_parameters", None)
+    if isinstance(params, dict) and "rope_theta" in params:
+        return float(params["rope_theta"])
+    if isinstance(params, dict) and "full_attention" in params:
+        return float(params["full_attention"]["rope_theta"])
+    return float(config.rope_theta)
+
+
 def versions() -> dict:
     import transformers
     return {"torch": torch.__version__, "transformers": transformers.__version__, "gguf": _gguf_version(),

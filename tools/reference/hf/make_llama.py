@@ -26,10 +26,12 @@ CFG = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_atte
            mlp_bias=False, bos_token_id=1, eos_token_id=2)
 
 
-def write_gguf(model, tok: common.StoriesTokenizer):
+def write_gguf(model, tok: common.StoriesTokenizer, family: str = FAMILY, extra_metadata=None):
+    """The `llama` GGUF of a LlamaForCausalLM-shaped model (also MistralForCausalLM, which
+    llama.cpp's converter writes as `llama` too); extra_metadata(writer) adds keys."""
     c = model.config
-    path = common.fixture_dir() / f"{FAMILY}.gguf"
-    out = common.GgufOut(path, "llama", "veloxquant tiny llama (random weights, transformers-verified)", tok)
+    path = common.fixture_dir() / f"{family}.gguf"
+    out = common.GgufOut(path, "llama", f"veloxquant tiny {family} (random weights, transformers-verified)", tok)
     w = out.writer
     w.add_embedding_length(c.hidden_size)
     w.add_feed_forward_length(c.intermediate_size)
@@ -39,8 +41,10 @@ def write_gguf(model, tok: common.StoriesTokenizer):
     w.add_key_length(c.head_dim)
     w.add_value_length(c.head_dim)
     w.add_rope_dimension_count(c.head_dim)
-    w.add_rope_freq_base(CFG["rope_theta"])
+    w.add_rope_freq_base(common.rope_theta(c))
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    if extra_metadata:
+        extra_metadata(w)
 
     m = model.model
     out.matrix("token_embd.weight", m.embed_tokens.weight)
