@@ -9,6 +9,7 @@
 #include <iostream>
 #include <set>
 
+#include "base/error.h"
 #include "hf_fixture.h"
 #include "lm/cache/conv_state_cache.h"
 #include "lm/cache/full_kv_cache.h"
@@ -108,6 +109,25 @@ TEST_F(HfLfm2, SavedAndClonedCachesContinueIdentically) {
   }
 }
 
+// A list built for another model (or a hook that ignores non-attention layers) is refused by
+// name, not run: a KV cache where the conv state belongs, and the other way round.
+TEST_F(HfLfm2, WrongCacheKindsAreClearErrors) {
+  const lm::Model& model = *model_->model;
+  std::vector<float> last;
+  lm::CacheList kv_on_conv = model.native_make_cache();
+  kv_on_conv[2] = std::make_shared<lm::FullKVCache>();
+  try {
+    model.forward({1, 2, 3}, kv_on_conv, last);
+    FAIL() << "a FullKVCache served a conv layer";
+  } catch (const base::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ConvStateCache"), std::string::npos) << e.what();
+  }
+  lm::CacheList state_on_attention = model.native_make_cache();
+  state_on_attention[1] = std::make_shared<lm::ConvStateCache>(128, 3);
+  EXPECT_THROW(model.forward({1, 2, 3}, state_on_attention, last), base::InvalidArgument);
+}
+
 bool is_conv_state(const lm::KVCache& cache) { return dynamic_cast<const lm::ConvStateCache*>(&cache) != nullptr; }
 
 // Spec §4.2 step 3 on a real architecture: whatever the method — per-layer quantizers, eviction,
@@ -152,7 +172,8 @@ TEST_F(HfLfm2, ConvLayersKeepTheirStateUnderEveryMethod) {
     ASSERT_EQ(caches.size(), 4u) << method.name;
     for (std::size_t l = 0; l < caches.size(); ++l) {
       ASSERT_TRUE(caches[l]) << method.name << " layer " << l;
-      EXPECT_EQ(is_conv_state(*caches[l]), kConvLayer[l]) << method.name << " layer " << l << ": " << caches[l]->type_name();
+      EXPECT_EQ(is_conv_state(*caches[l]), kConvLayer[l])
+          << method.name << " layer " << l << ": " << caches[l]->type_name();
     }
     std::vector<float> logits;
     try {

@@ -13,6 +13,7 @@
 #include "gguf_test_writer.h"
 #include "lm/gguf/gguf_file.h"
 #include "lm/load.h"
+#include "lm/tokenizer/tokenizer_pretokenizer.h"
 
 namespace {
 
@@ -23,7 +24,9 @@ const fs::path kFixture = fs::path(VQ_SOURCE_DIR) / "tests/fixtures/reference/hf
 
 struct Edits {
   // Return false to drop the key; may write a replacement through the writer instead.
-  std::function<bool(const std::string& key, gguf_test::Writer& w)> key = [](const std::string&, gguf_test::Writer&) { return true; };
+  std::function<bool(const std::string& key, gguf_test::Writer& w)> key = [](const std::string&, gguf_test::Writer&) {
+    return true;
+  };
   std::function<bool(const std::string& name)> keep_tensor = [](const std::string&) { return true; };
 };
 
@@ -34,9 +37,12 @@ std::string rewrite(const std::string& tag, const Edits& edits) {
   for (const auto& [key, v] : src->metadata()) {
     if (!edits.key(key, w)) continue;
     if (v.is_array()) {
-      if (v.array_type == ValueType::STRING) w.kv_str_array(key, v.strings);
-      else if (v.array_type == ValueType::F32) w.kv_f32_array(key, std::vector<float>(v.numbers.begin(), v.numbers.end()));
-      else w.kv_i32_array(key, std::vector<int32_t>(v.integers.begin(), v.integers.end()));
+      if (v.array_type == ValueType::STRING)
+        w.kv_str_array(key, v.strings);
+      else if (v.array_type == ValueType::F32)
+        w.kv_f32_array(key, std::vector<float>(v.numbers.begin(), v.numbers.end()));
+      else
+        w.kv_i32_array(key, std::vector<int32_t>(v.integers.begin(), v.integers.end()));
     } else if (v.type == ValueType::STRING) {
       w.kv_str(key, v.text);
     } else if (v.type == ValueType::F32 || v.type == ValueType::F64) {
@@ -65,7 +71,8 @@ void expect_error(const std::string& tag, const Edits& edits, const std::vector<
     lm::load(path);
     ADD_FAILURE() << tag << ": loaded";
   } catch (const Error& e) {
-    for (const std::string& m : mentions) EXPECT_NE(std::string(e.what()).find(m), std::string::npos) << tag << ": " << e.what();
+    for (const std::string& m : mentions)
+      EXPECT_NE(std::string(e.what()).find(m), std::string::npos) << tag << ": " << e.what();
   } catch (const std::exception& e) {
     ADD_FAILURE() << tag << ": wrong error type: " << e.what();
   }
@@ -120,12 +127,22 @@ TEST(Lfm2Load, KernelSizeMustBeThereAndFitTheConvTensor) {
 }
 
 TEST(Lfm2Load, MissingTensorsAreNamed) {
-  for (const std::string name : {"token_embd_norm.weight", "blk.1.attn_q_norm.weight", "blk.2.shortconv.out_proj.weight",
-                                 "blk.0.shortconv.conv.weight", "blk.3.ffn_up.weight"}) {
+  for (const std::string name :
+       {"token_embd_norm.weight", "blk.1.attn_q_norm.weight", "blk.2.shortconv.out_proj.weight",
+        "blk.0.shortconv.conv.weight", "blk.3.ffn_up.weight"}) {
     Edits e;
     e.keep_tensor = [name](const std::string& t) { return t != name; };
     expect_error<base::FormatError>("missing_" + name, e, {name});
   }
+}
+
+// Real LFM2 GGUFs carry tokenizer.ggml.pre = "lfm2", which llama.cpp (llama-vocab.cpp) splits
+// with the Llama 3 regex.
+TEST(Lfm2Load, PreTokenizerNameIsLlama3s) {
+  const std::string text = "HE'S got 12345 apples,\n\n  (and) more";
+  const auto lfm2 = lm::PreTokenizer("lfm2").split(text);
+  EXPECT_EQ(lfm2, lm::PreTokenizer("llama-bpe").split(text));
+  EXPECT_EQ(lfm2.size(), 13u);  // HE|'S| got| |123|45| apples|,\n\n| | (|and|)| more
 }
 
 }  // namespace

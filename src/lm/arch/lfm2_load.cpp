@@ -17,11 +17,14 @@ constexpr const char* kPrefix = "lfm2.";
 struct Lfm2Reader {
   const gguf::GgufFile& file;
 
-  base::FormatError fail(const std::string& what) const { return base::FormatError("GGUF file '" + file.path() + "': " + what); }
+  base::FormatError fail(const std::string& what) const {
+    return base::FormatError("GGUF file '" + file.path() + "': " + what);
+  }
 
   int32_t positive_int(const std::string& key) const {
     const int64_t v = file.require_int(key);
-    if (v <= 0 || v > (int64_t{1} << 30)) throw fail("metadata '" + key + "' = " + std::to_string(v) + " is out of range");
+    if (v <= 0 || v > (int64_t{1} << 30))
+      throw fail("metadata '" + key + "' = " + std::to_string(v) + " is out of range");
     return static_cast<int32_t>(v);
   }
 
@@ -90,8 +93,8 @@ std::shared_ptr<LlamaModel> load_lfm2_model(const gguf::GgufFile& file, const Lo
   hyper.rope_style = kernels::RopeStyle::kNeox;
   hyper.rope_dim = file.find(p + "rope.dimension_count") ? r.positive_int(p + "rope.dimension_count") : 0;
   if (hyper.rope_dim > c.head_dim || hyper.rope_dim % 2 != 0) {
-    throw r.fail(p + "rope.dimension_count " + std::to_string(hyper.rope_dim) + " must be even and at most the head size " +
-                 std::to_string(c.head_dim));
+    throw r.fail(p + "rope.dimension_count " + std::to_string(hyper.rope_dim) +
+                 " must be even and at most the head size " + std::to_string(c.head_dim));
   }
   const int64_t window = file.get_int(p + "attention.sliding_window").value_or(0);
 
@@ -104,8 +107,9 @@ std::shared_ptr<LlamaModel> load_lfm2_model(const gguf::GgufFile& file, const Lo
     const std::string b = "blk." + std::to_string(l) + ".";
     is_conv[l] = file.find_tensor(b + "shortconv.in_proj.weight") != nullptr;
     if (is_conv[l] != (kv_heads[l] == 0)) {
-      throw r.fail("layer " + std::to_string(l) + (is_conv[l] ? " has shortconv tensors but " : " has no shortconv tensors but ") +
-                   p + "attention.head_count_kv says " + std::to_string(kv_heads[l]));
+      throw r.fail("layer " + std::to_string(l) +
+                   (is_conv[l] ? " has shortconv tensors but " : " has no shortconv tensors but ") + p +
+                   "attention.head_count_kv says " + std::to_string(kv_heads[l]));
     }
     if (file.find_tensor(b + "shortconv.in_proj.bias") || file.find_tensor(b + "shortconv.conv.bias")) {
       throw base::Unsupported("GGUF file '" + file.path() + "': layer " + std::to_string(l) +

@@ -26,7 +26,9 @@ void validate_shortconv(const ShortConvWeights& w, int64_t dim, const std::strin
   const auto fail = [&](const std::string& tensor, const std::string& got, const std::string& expected) {
     return base::FormatError("tensor '" + prefix + tensor + "' has shape " + got + ", expected " + expected);
   };
-  const auto shape = [](int64_t cols, int64_t rows) { return "[" + std::to_string(cols) + ", " + std::to_string(rows) + "]"; };
+  const auto shape = [](int64_t cols, int64_t rows) {
+    return "[" + std::to_string(cols) + ", " + std::to_string(rows) + "]";
+  };
   if (w.kernel_size < 2) {
     throw base::FormatError("'" + prefix + "shortconv.conv.weight': kernel size " + std::to_string(w.kernel_size) +
                             " must be at least 2");
@@ -63,9 +65,10 @@ ConvStateCache& shortconv_state(KVCache& cache, int layer) {
 void shortconv_block(const ShortConvWeights& w, int64_t n, int64_t dim, const float* h, float* out,
                      ConvStateCache& state, base::ThreadPool* pool, kernels::Activations activations) {
   if (state.channels() != dim || state.kernel_size() != w.kernel_size) {
-    throw base::InvalidArgument("short-convolution state of " + std::to_string(state.channels()) + " channels, kernel " +
-                                std::to_string(state.kernel_size()) + " does not fit a layer of " +
-                                std::to_string(dim) + " channels, kernel " + std::to_string(w.kernel_size));
+    throw base::InvalidArgument("short-convolution state of " + std::to_string(state.channels()) +
+                                " channels, kernel " + std::to_string(state.kernel_size()) +
+                                " does not fit a layer of " + std::to_string(dim) + " channels, kernel " +
+                                std::to_string(w.kernel_size));
   }
   thread_local ShortConvScratch s;
   float* bcx = sized(s.bcx, n * 3 * dim);

@@ -61,8 +61,9 @@ std::vector<std::string> ConvStateCache::meta_state() const {
 
 void ConvStateCache::from_state(const std::vector<Tensor>& state, const std::vector<std::string>& meta) {
   if (meta.size() != 3) {
-    throw base::FormatError("ConvStateCache::from_state: expected 3 meta entries (channels, kernel size, offset), got " +
-                            std::to_string(meta.size()));
+    throw base::FormatError(
+        "ConvStateCache::from_state: expected 3 meta entries (channels, kernel size, offset), got " +
+        std::to_string(meta.size()));
   }
   const int64_t channels = parse_meta_int(meta[0], "channels");
   const int64_t kernel_size = parse_meta_int(meta[1], "kernel size");
@@ -76,8 +77,8 @@ void ConvStateCache::from_state(const std::vector<Tensor>& state, const std::vec
     }
   }();
   if (state.size() != 1 || state[0].ndim() != 2 || state[0].dim(0) != kernel_size - 1 || state[0].dim(1) != channels) {
-    throw base::FormatError("ConvStateCache::from_state: expected one tensor [" + std::to_string(kernel_size - 1) + ", " +
-                            std::to_string(channels) + "]");
+    throw base::FormatError("ConvStateCache::from_state: expected one tensor [" + std::to_string(kernel_size - 1) +
+                            ", " + std::to_string(channels) + "]");
   }
   restored.history_ = state[0].to_f32();
   restored.offset_ = offset;

@@ -19,7 +19,8 @@ class ConvStateCache : public KVCache {
   ConvStateCache(int64_t channels, int64_t kernel_size);
 
   // Runs the layer's convolution over `n` new inputs ([n][channels]) with tap-major weights
-  // ([kernel_size][channels], see lm/kernels/causal_conv1d.h), writes [n][channels] into `out`, then keeps the last kernel_size-1 inputs as the state.
+  // ([kernel_size][channels], see lm/kernels/causal_conv1d.h), writes [n][channels] into
+  // `out`, then keeps the last kernel_size-1 inputs as the state.
   void convolve(const float* input, int64_t n, const float* taps, float* out);
 
   int64_t channels() const { return channels_; }

@@ -88,7 +88,8 @@ TEST(ConvStateCache, StepByStepAndChunkedEqualTheWholeSequenceReference) {
       EXPECT_EQ(whole.offset(), n);
 
       ConvStateCache steps(channels, kernel);
-      expect_close(run_chunked(steps, input, channels, taps, std::vector<int64_t>(n, 1)), want, tag + " one token a call");
+      expect_close(run_chunked(steps, input, channels, taps, std::vector<int64_t>(n, 1)), want,
+                   tag + " one token a call");
 
       // Chunks shorter and longer than the window, as a chunked prefill then decode gives.
       ConvStateCache mixed(channels, kernel);
