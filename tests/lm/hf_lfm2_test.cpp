@@ -27,7 +27,9 @@ namespace {
 // max |dlogit| 16 and top-1 0/64 (checked).
 // Compressed caches (on the 2 attention layers), top-1 agreement with lm's native caches over the
 // 80 positions, measured: turboquant_rvq 4-bit 77/80, kivi 4-bit 79/80, h2o (budget 48) 75/80;
-// floors a few tokens lower.
+// floors a few tokens lower. Production settings (hf_fixture.h's defaults, 0.2 and 62/64),
+// measured: f16 KV 0.0026, q8_0 KV 0.064 max |dlogit|, both 64/64 (the conv states are f32
+// whatever the KV type).
 constexpr hf_fixture::Tolerance kTolerance{1e-4, 1e-5, 0.92, 0.93, 0.85};
 
 HF_FAMILY_TESTS(HfLfm2, "lfm2", kTolerance)
