@@ -55,7 +55,14 @@ GeometryModel GeometryModel::of(const lm::Model& model, std::string name) {
 
 lm::CacheList GeometryModel::native_make_cache() const {
   lm::CacheList caches;
-  for (std::size_t i = 0; i < layers_.size(); ++i) caches.push_back(std::make_shared<lm::FullKVCache>(lm::DType::F16));
+  for (const lm::LayerInfo& layer : layers_) {
+    // A non-attention layer keeps the state the model itself would give it (LFM2's conv window).
+    if (!layer.is_attention && layer.make_state_cache) {
+      caches.push_back(layer.make_state_cache());
+    } else {
+      caches.push_back(std::make_shared<lm::FullKVCache>(lm::DType::F16));
+    }
+  }
   return caches;
 }
 
@@ -80,6 +87,7 @@ void feed(const lm::Model& model, lm::CacheList& caches, int64_t tokens, veloxqu
     const int64_t n = std::min(kChunk, tokens - done);
     for (std::size_t l = 0; l < caches.size(); ++l) {
       const lm::LayerInfo& layer = model.layers()[l];
+      if (!layer.is_attention && layer.make_state_cache) continue;  // a fixed-size state, no rows to feed
       const lm::ModelConfig& c = model.config();
       const int64_t d = layer.head_dim > 0 ? layer.head_dim : c.head_dim;
       const int64_t hq = layer.n_heads > 0 ? layer.n_heads : c.n_heads;

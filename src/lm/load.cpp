@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "lm/arch/gemma2_hparams.h"
 #include "lm/arch/gemma3_hparams.h"
+#include "lm/arch/lfm2_load.h"
 #include "lm/arch/llama_model.h"
 #include "lm/arch/moe_gguf.h"
 #include "lm/arch/phi3_weights.h"
@@ -66,13 +67,32 @@ void apply_context_length(const LoadOptions& options, int64_t& context_length) {
   context_length = *options.context_length;
 }
 
+// The file's own tokenizer, or the one --tokenizer names (a GGUF or a llama2.c tokenizer file).
+std::shared_ptr<Tokenizer> gguf_model_tokenizer(const gguf::GgufFile& file, int vocab_size, const LoadOptions& options) {
+  TokenizerVocab vocab;
+  if (options.tokenizer_path) {
+    if (gguf::GgufFile::has_magic(*options.tokenizer_path)) {
+      vocab = read_gguf_vocab(*gguf::GgufFile::open(*options.tokenizer_path));
+    } else {
+      vocab = read_llama2c_tokenizer(*options.tokenizer_path, vocab_size);
+    }
+  } else {
+    vocab = read_gguf_vocab(file);
+  }
+  return make_tokenizer(std::move(vocab));
+}
+
 LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   const auto file = gguf::GgufFile::open(path);
   const std::string arch = file->get_string("general.architecture").value_or("");
   if (arch.empty()) throw base::FormatError("GGUF file '" + path + "' lacks general.architecture");
+  if (arch == "lfm2") {  // hybrid conv/attention layers, lm/arch/lfm2_load.h
+    std::shared_ptr<LlamaModel> model = load_lfm2_model(*file, options);
+    return {model, gguf_model_tokenizer(*file, model->config().vocab_size, options)};
+  }
   if (!is_llama_family(arch)) {
     throw base::Unsupported("GGUF file '" + path + "': architecture '" + arch +
-                            "' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe)");
+                            "' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, lfm2)");
   }
   const std::string p = arch + ".";
   if (file->find_tensor("blk.0.ffn_gate_inp.weight") && !moe_architecture_supported(arch)) {
@@ -164,17 +184,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     throw base::FormatError("GGUF file '" + path + "': " + e.what());
   }
 
-  TokenizerVocab vocab;
-  if (options.tokenizer_path) {
-    if (gguf::GgufFile::has_magic(*options.tokenizer_path)) {
-      vocab = read_gguf_vocab(*gguf::GgufFile::open(*options.tokenizer_path));
-    } else {
-      vocab = read_llama2c_tokenizer(*options.tokenizer_path, c.vocab_size);
-    }
-  } else {
-    vocab = read_gguf_vocab(*file);
-  }
-  out.tokenizer = make_tokenizer(std::move(vocab));
+  out.tokenizer = gguf_model_tokenizer(*file, c.vocab_size, options);
   return out;
 }
 

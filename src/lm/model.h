@@ -20,6 +20,9 @@ struct LayerInfo {
   int n_kv_heads = 0;
   std::optional<int64_t> sliding_window;  // rotating cache for sliding-window layers
   std::string kind = "attention";       // free text for reports
+  // A non-attention layer's own state cache (lm::ConvStateCache for LFM2's "shortconv"
+  // layers), which native caches of every KV type use for it; empty = a plain KV cache.
+  std::function<std::shared_ptr<KVCache>()> make_state_cache;
 };
 
 struct ModelConfig {

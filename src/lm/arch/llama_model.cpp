@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "lm/arch/moe_ffn.h"
+#include "lm/arch/shortconv_block.h"
 #include "lm/cache/block_kv_cache.h"
 #include "lm/kernels/attention.h"
 #include "lm/kernels/elementwise.h"
@@ -65,6 +66,8 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaHyperParams hyper, LlamaWeights 
     info.n_kv_heads = config_.n_kv_heads;
     if (static_cast<std::size_t>(l) < hyper_.sliding_window.size()) info.sliding_window = hyper_.sliding_window[l];
     info.kind = info.sliding_window ? "sliding_attention" : "attention";
+    const ShortConvWeights& conv = weights_.layers[l].shortconv;
+    if (conv.present()) set_shortconv_layer_info(info, conv, config_.dim);  // lfm2: no attention here
   }
 }
 
@@ -99,10 +102,14 @@ void LlamaModel::validate() const {
     const LlamaLayerWeights& w = weights_.layers[l];
     const std::string p = "blk." + std::to_string(l) + ".";
     expect_vector(w.attn_norm, c.dim, p + "attn_norm.weight");
-    expect_matrix(w.wq, q_dim, c.dim, p + "attn_q.weight");
-    expect_matrix(w.wk, kv_dim, c.dim, p + "attn_k.weight");
-    expect_matrix(w.wv, kv_dim, c.dim, p + "attn_v.weight");
-    expect_matrix(w.wo, c.dim, q_dim, p + "attn_output.weight");
+    if (w.shortconv.present()) {
+      validate_shortconv(w.shortconv, c.dim, p);
+    } else {
+      expect_matrix(w.wq, q_dim, c.dim, p + "attn_q.weight");
+      expect_matrix(w.wk, kv_dim, c.dim, p + "attn_k.weight");
+      expect_matrix(w.wv, kv_dim, c.dim, p + "attn_v.weight");
+      expect_matrix(w.wo, c.dim, q_dim, p + "attn_output.weight");
+    }
     expect_vector(w.bq, q_dim, p + "attn_q.bias", true);
     expect_vector(w.bk, kv_dim, p + "attn_k.bias", true);
     expect_vector(w.bv, kv_dim, p + "attn_v.bias", true);
@@ -257,7 +264,11 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, 
     for (int64_t t = 0; t < n; ++t) {
       kernels::rmsnorm(x + t * dim, w.attn_norm.data(), xb + t * dim, dim, config_.norm_eps);
     }
-    attention_block(l, n, xb, delta, *caches[l]);
+    if (w.shortconv.present()) {
+      shortconv_block(w.shortconv, n, dim, xb, delta, shortconv_state(*caches[l], l), pool, activations());
+    } else {
+      attention_block(l, n, xb, delta, *caches[l]);
+    }
     post_norm(w.attn_post_norm);
     for (int64_t i = 0; i < n * dim; ++i) x[i] += delta[i];
 

@@ -15,6 +15,16 @@ namespace lm {
 
 struct MoeLayerWeights;  // lm/arch/moe_ffn.h
 
+// lfm2: a gated short-convolution block where other layers have attention
+// (lm/arch/shortconv_block.h). Absent (kernel_size 0) on attention layers.
+struct ShortConvWeights {
+  WeightMatrix in_proj;     // [3*dim rows, dim cols]: the gates B and C and the input x, in that order
+  WeightMatrix out_proj;    // [dim, dim]
+  std::vector<float> taps;  // [kernel_size][dim], tap-major: the file's [dim][kernel_size] transposed
+  int64_t kernel_size = 0;  // lfm2.shortconv.l_cache
+  bool present() const { return kernel_size > 0; }
+};
+
 struct LlamaLayerWeights {
   std::vector<float> attn_norm;      // [dim]
   WeightMatrix wq, wk, wv, wo;       // wq [H_q*D rows, dim cols], wk/wv [H_kv*D, dim], wo [dim, H_q*D]
@@ -26,6 +36,7 @@ struct LlamaLayerWeights {
   WeightMatrix w_gate, w_up, w_down; // gate/up [hidden, dim], down [dim, hidden]
   // qwen3moe, Mixtral: routed experts in place of w_gate/w_up/w_down (null for a dense FFN).
   std::shared_ptr<const MoeLayerWeights> moe;
+  ShortConvWeights shortconv;        // lfm2 conv layers: replaces wq..wo, q_norm, k_norm
 };
 
 struct LlamaWeights {

@@ -12,7 +12,9 @@ CacheList make_kv_type_caches(const Model& model, KVCacheType type, base::Thread
   CacheList caches;
   caches.reserve(model.layers().size());
   for (const LayerInfo& info : model.layers()) {
-    if (info.sliding_window) {
+    if (!info.is_attention && info.make_state_cache) {
+      caches.push_back(info.make_state_cache());  // a recurrent state has no KV element type
+    } else if (info.sliding_window) {
       caches.push_back(std::make_shared<RotatingKVCache>(*info.sliding_window, 0, float_dtype));
     } else if (blocks) {
       kv_row_bytes(type, info.head_dim > 0 ? info.head_dim : model.config().head_dim);  // refuses 32 ∤ head_dim

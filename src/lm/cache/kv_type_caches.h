@@ -14,7 +14,8 @@ namespace lm {
 
 // One cache per layer: full layers get a FullKVCache (float types) or a BlockKVCache (block
 // types; fused attention on `pool`, or the global pool when null); sliding-window layers keep
-// a RotatingKVCache, in f16 when a block type was asked for (the block cache does not rotate).
+// a RotatingKVCache, in f16 when a block type was asked for (the block cache does not rotate);
+// non-attention layers with a LayerInfo::make_state_cache get that state cache.
 // Throws base::InvalidArgument when a block type meets a head dim that is not a multiple of 32.
 CacheList make_kv_type_caches(const Model& model, KVCacheType type, base::ThreadPool* pool = nullptr);
 

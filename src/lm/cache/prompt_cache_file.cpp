@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "lm/cache/block_kv_cache.h"
+#include "lm/cache/conv_state_cache.h"
 #include "lm/cache/full_kv_cache.h"
 #include "lm/cache/rotating_kv_cache.h"
 
@@ -39,6 +40,8 @@ struct Registry {
     factories["BlockKVCache"] = [] { return std::make_shared<BlockKVCache>(KVCacheType::Q8_0); };
     // Size, keep and dtype come from meta_state() in from_state().
     factories["RotatingKVCache"] = [] { return std::make_shared<RotatingKVCache>(1); };
+    // Channels, kernel size and offset come from meta_state() in from_state().
+    factories["ConvStateCache"] = [] { return std::make_shared<ConvStateCache>(1, 2); };
   }
 };
 

@@ -16,8 +16,9 @@
 //                  u8 dtype (lm::DType value), u8 ndim (<= 8), u16 reserved = 0,
 //                  ndim x i64 shape, u64 byte count, raw row-major element bytes
 //   checksum   u64      FNV-1a 64 over every byte before it
-// Loading rebuilds each cache through the cache-type registry below (FullKVCache and
-// RotatingKVCache are registered; other libraries add theirs) and from_state().
+// Loading rebuilds each cache through the cache-type registry below (FullKVCache,
+// RotatingKVCache, BlockKVCache and ConvStateCache are registered; other libraries add theirs)
+// and from_state().
 #include <functional>
 #include <map>
 #include <memory>

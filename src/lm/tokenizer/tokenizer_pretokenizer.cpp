@@ -25,7 +25,8 @@ const std::map<std::string, std::vector<Stage>, std::less<>>& pre_tokenizers() {
     for (const char* name : {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"}) {
       t[name] = digits_then_gpt2;
     }
-    for (const char* name : {"llama3", "llama-v3", "llama-bpe", "dbrx", "smaug-bpe"}) t[name] = llama3;
+    // lfm2: LFM2's byte-level BPE, which llama.cpp also pre-tokenizes with the Llama 3 regex.
+    for (const char* name : {"llama3", "llama-v3", "llama-bpe", "dbrx", "smaug-bpe", "lfm2"}) t[name] = llama3;
     t["qwen2"] = {Stage::kQwen2};
     return t;
   }();
