@@ -89,6 +89,29 @@ TEST(LlavaReference, PngDecodesToTheGeneratorsPixels) {
   for (int ch = 0; ch < 3; ++ch) EXPECT_NEAR(chw[static_cast<std::size_t>(ch) * 32 * 32], first[ch], 1e-6f);
 }
 
+TEST(LlavaReference, JpegDecodesCloseToThePng) {
+  // llava_tiny.jpg is the same pixels through cjpeg (quality 90, no chroma subsampling): the
+  // decoder must give the image back within JPEG's loss.
+  Fixture f;
+  const lm::RgbImage png = lm::load_image(f.image);
+  const lm::RgbImage jpg = lm::load_image((kDir / "llava_tiny.jpg").string());
+  ASSERT_EQ(jpg.width, png.width);
+  ASSERT_EQ(jpg.height, png.height);
+  double sum = 0.0;
+  int worst = 0;
+  for (std::size_t i = 0; i < png.pixels.size(); ++i) {
+    const int d = std::abs(static_cast<int>(png.pixels[i]) - static_cast<int>(jpg.pixels[i]));
+    sum += d;
+    worst = std::max(worst, d);
+  }
+  const double mean = sum / static_cast<double>(png.pixels.size());
+  std::cout << "[jpeg] mean |jpg - png| = " << mean << ", max " << worst << "\n";
+  EXPECT_LT(mean, 4.0);
+  EXPECT_LT(worst, 64);
+  EXPECT_NEAR(jpg.at(20, 11, 0), 250, 12);  // inside the yellow disc
+  EXPECT_NEAR(jpg.at(20, 11, 2), 30, 12);
+}
+
 TEST(LlavaReference, PromptLayoutMatchesTransformers) {
   Fixture f;
   auto loaded = load_reference(f);

@@ -13,6 +13,8 @@ Writes tests/fixtures/reference/hf/:
   llava_tiny.gguf          text model (llama, stories260K's 512-piece tokenizer copied in)
   llava_tiny.mmproj.gguf   CLIP vision tower + projector (clip.projector_type = mlp)
   llava_tiny.png           a 32x32 RGB test image (written here with zlib: no image library)
+  llava_tiny.jpg           the same image as a baseline JPEG (quality 90, 4:4:4), by cjpeg from
+                           Debian's libjpeg-turbo-progs when installed (the decoder test's input)
   llava_tiny.logits.f32    transformers' float32 logits for every prompt position, [n, 512]
   llava_tiny.json          prompt ids (image placeholders included), greedy tokens, spreads
 
@@ -28,7 +30,9 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
 import struct
+import subprocess
 import zlib
 
 import numpy as np
@@ -249,6 +253,18 @@ def write_png(path: pathlib.Path, rgb: np.ndarray) -> None:
     path.write_bytes(png)
 
 
+def write_jpeg(path: pathlib.Path, rgb: np.ndarray) -> None:
+    cjpeg = shutil.which("cjpeg")
+    if not cjpeg:
+        print(f"cjpeg not found (apt-get install libjpeg-turbo-progs): {path.name} left as it is")
+        return
+    h, w, _ = rgb.shape
+    ppm = f"P6 {w} {h} 255\n".encode() + rgb.tobytes()
+    jpeg = subprocess.run([cjpeg, "-quality", "90", "-sample", "1x1", "-baseline"], input=ppm, capture_output=True,
+                          check=True).stdout
+    path.write_bytes(jpeg)
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     tok = Stories(STORIES)
@@ -257,6 +273,7 @@ def main() -> None:
     feature_layer = write_mmproj_gguf(model, OUT / "llava_tiny.mmproj.gguf")
     rgb = test_image()
     write_png(OUT / "llava_tiny.png", rgb)
+    write_jpeg(OUT / "llava_tiny.jpg", rgb)
 
     # CLIPImageProcessor's steps for an image already at the tower's size (no resize, no crop):
     # rescale by 1/255, normalise with the mean/std, channels first. (Done here in numpy: the
