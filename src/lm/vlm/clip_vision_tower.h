@@ -15,6 +15,12 @@ namespace lm {
 
 enum class VisionActivation { kGeluErf, kGeluTanh, kQuickGelu };
 
+// How an image of any size is brought to the tower's square input.
+enum class ImageFit {
+  kShortestEdgeCenterCrop,  // CLIP / LLaVA (transformers' CLIPImageProcessor)
+  kResizeAndPad,            // SigLIP / Idefics3 as llama.cpp runs them (no tiling)
+};
+
 struct ClipVisionConfig {
   int image_size = 0;
   int patch_size = 0;
@@ -30,6 +36,7 @@ struct ClipVisionConfig {
   // With no feature layers: the last blocks not run. LLaVA files without clip.vision.feature_layer
   // stop one block early (the second-to-last hidden state), as llama.cpp runs them.
   int skip_last_blocks = 0;
+  ImageFit fit = ImageFit::kShortestEdgeCenterCrop;
   float image_mean[3] = {0.5f, 0.5f, 0.5f};
   float image_std[3] = {0.5f, 0.5f, 0.5f};
 

@@ -103,6 +103,27 @@ RgbImage resize_shortest_edge_and_center_crop(const RgbImage& image, int size) {
   return out;
 }
 
+RgbImage resize_to_fit_and_pad(const RgbImage& image, int size) {
+  if (size <= 0) throw base::InvalidArgument("image size must be positive, got " + std::to_string(size));
+  if (image.width <= 0 || image.height <= 0) throw base::InvalidArgument("resize of an empty image");
+  if (image.width == size && image.height == size) return image;
+  const double scale_w = static_cast<double>(size) / image.width, scale_h = static_cast<double>(size) / image.height;
+  int w = size, h = size;
+  if (scale_w < scale_h) {
+    h = std::min(static_cast<int>(std::ceil(image.height * scale_w)), size);
+  } else {
+    w = std::min(static_cast<int>(std::ceil(image.width * scale_h)), size);
+  }
+  const RgbImage resized = resize_bicubic(image, std::max(w, 1), std::max(h, 1));
+  RgbImage out{size, size, std::vector<uint8_t>(static_cast<std::size_t>(size) * size * 3, 0)};
+  const int left = (size - resized.width) / 2, top = (size - resized.height) / 2;
+  for (int y = 0; y < resized.height; ++y) {
+    std::copy_n(&resized.pixels[static_cast<std::size_t>(y) * resized.width * 3], static_cast<std::size_t>(resized.width) * 3,
+                &out.pixels[(static_cast<std::size_t>(y + top) * size + left) * 3]);
+  }
+  return out;
+}
+
 std::vector<float> normalize_to_chw(const RgbImage& image, const float mean[3], const float std[3]) {
   const std::size_t plane = static_cast<std::size_t>(image.width) * image.height;
   std::vector<float> out(plane * 3);

@@ -35,6 +35,10 @@ RgbImage resize_bicubic(const RgbImage& image, int width, int height);
 // size x size square.
 RgbImage resize_shortest_edge_and_center_crop(const RgbImage& image, int size);
 
+// llama.cpp's resize-and-pad: scaled (aspect kept, bicubic) to fit a size x size square,
+// centred on black.
+RgbImage resize_to_fit_and_pad(const RgbImage& image, int size);
+
 // Channels-first floats, (pixel / 255 - mean[c]) / std[c]: [3, height, width].
 std::vector<float> normalize_to_chw(const RgbImage& image, const float mean[3], const float std[3]);
 

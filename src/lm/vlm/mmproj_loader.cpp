@@ -6,7 +6,8 @@
 //   attention.layer_norm_epsilon, image_mean, image_std, feature_layer};
 //   v.patch_embd.weight [P, P, 3, D] (+ .bias), v.class_embd, v.position_embd.weight,
 //   v.pre_ln.*, v.post_ln.*, v.blk.N.{attn_q, attn_k, attn_v, attn_out, ln1, ln2, ffn_up,
-//   ffn_down}.{weight, bias}; the LLaVA projector mm.0.* and mm.2.*.
+//   ffn_down}.{weight, bias}; the LLaVA projector mm.0.* and mm.2.*; the Idefics3 / SmolVLM
+//   connector mm.model.fc.weight with clip.vision.projector.scale_factor.
 #include <filesystem>
 #include <string>
 
@@ -81,10 +82,11 @@ VisionModules load_mmproj(const std::string& path, int threads) {
     throw base::Unsupported("mmproj file '" + path + "' has no vision encoder (audio-only projectors are not supported)");
   }
   const std::string projector_type = file->get_string("clip.projector_type").value_or("mlp");
-  if (projector_type != "mlp") {
+  if (projector_type != "mlp" && projector_type != "idefics3") {
     throw base::Unsupported("mmproj file '" + path + "': projector type '" + projector_type +
-                            "' is not supported (supported: mlp, the LLaVA projector)");
+                            "' is not supported (supported: mlp — LLaVA; idefics3 — SmolVLM, Idefics3)");
   }
+  const bool idefics3 = projector_type == "idefics3";
 
   try {
     ClipVisionConfig c;
@@ -103,9 +105,12 @@ VisionModules load_mmproj(const std::string& path, int threads) {
         throw base::FormatError("metadata 'clip.vision.feature_layer' must be a non-empty integer array");
       }
       for (int64_t k : layers->integers) c.feature_layers.push_back(static_cast<int>(k));
-    } else {
+    } else if (!idefics3) {
       c.skip_last_blocks = 1;  // LLaVA's second-to-last hidden state
     }
+    // SigLIP towers (idefics3) run every block then the post-norm; images are fitted and
+    // padded to the square input, as llama.cpp does (no tiling).
+    if (idefics3) c.fit = ImageFit::kResizeAndPad;
     read_triple(*file, "clip.vision.image_mean", c.image_mean);
     read_triple(*file, "clip.vision.image_std", c.image_std);
 
@@ -146,7 +151,18 @@ VisionModules load_mmproj(const std::string& path, int threads) {
       }
     }
     VisionModules out;
+    const int side = c.patches_per_side();
     out.tower = std::make_shared<ClipVisionTower>(std::move(c), std::move(w), threads);
+    if (idefics3) {
+      const int64_t scale = file->get_int("clip.vision.projector.scale_factor").value_or(2);
+      if (scale <= 0 || scale > 64) {
+        throw base::FormatError("metadata 'clip.vision.projector.scale_factor' = " + std::to_string(scale) +
+                                " is out of range");
+      }
+      out.projector = std::make_shared<PixelShuffleProjector>(file->weight("mm.model.fc.weight"), static_cast<int>(scale),
+                                                              side, threads);
+      return out;
+    }
     out.projector = std::make_shared<MlpProjector>(file->weight("mm.0.weight"), read_vector(*file, "mm.0.bias", false),
                                                    file->find_tensor("mm.2.weight") ? file->weight("mm.2.weight") : WeightMatrix{},
                                                    read_vector(*file, "mm.2.bias", false), threads);

@@ -26,7 +26,8 @@ VisionLanguageModel::VisionLanguageModel(std::shared_ptr<const ClipVisionTower> 
 
 std::vector<float> VisionLanguageModel::embed_image(const RgbImage& image) const {
   const ClipVisionConfig& c = vision_->config();
-  const RgbImage fitted = resize_shortest_edge_and_center_crop(image, c.image_size);
+  const RgbImage fitted = c.fit == ImageFit::kResizeAndPad ? resize_to_fit_and_pad(image, c.image_size)
+                                                           : resize_shortest_edge_and_center_crop(image, c.image_size);
   const std::vector<float> features = vision_->encode(normalize_to_chw(fitted, c.image_mean, c.image_std));
   return projector_->project(features, vision_->output_tokens());
 }

@@ -1,5 +1,6 @@
 #include "lm/vlm/vision_projector.h"
 
+#include <algorithm>
 #include <string>
 
 #include "base/error.h"
@@ -47,6 +48,51 @@ std::vector<float> MlpProjector::project(const std::vector<float>& features, int
   for (float& h : hidden) h = vision_activation(VisionActivation::kGeluErf, h);
   if (w2_.rows == 0) return hidden;
   return affine(w2_, b2_, hidden.data());
+}
+
+PixelShuffleProjector::PixelShuffleProjector(WeightMatrix fc, int scale_factor, int patches_per_side, int threads)
+    : fc_(std::move(fc)), scale_(scale_factor), side_(patches_per_side) {
+  if (scale_ <= 0 || side_ <= 0 || side_ % scale_ != 0) {
+    throw base::FormatError("pixel shuffle by " + std::to_string(scale_) + " needs a patch grid side divisible by it, got " +
+                            std::to_string(side_));
+  }
+  if (fc_.rows <= 0 || fc_.cols % (int64_t{scale_} * scale_) != 0) {
+    throw base::FormatError("tensor 'mm.model.fc.weight' takes " + std::to_string(fc_.cols) +
+                            " inputs, not a multiple of scale_factor^2 = " + std::to_string(scale_ * scale_));
+  }
+  pool_ = std::make_unique<base::ThreadPool>(threads);
+}
+
+std::vector<float> pixel_shuffle(const std::vector<float>& features, int side, int dim, int scale) {
+  const int out_side = side / scale;
+  const std::size_t width = static_cast<std::size_t>(dim) * scale * scale;
+  std::vector<float> out(static_cast<std::size_t>(out_side) * out_side * width);
+  for (int oy = 0; oy < out_side; ++oy) {
+    for (int ox = 0; ox < out_side; ++ox) {
+      float* row = &out[(static_cast<std::size_t>(oy) * out_side + ox) * width];
+      for (int dy = 0; dy < scale; ++dy) {
+        for (int dx = 0; dx < scale; ++dx) {
+          const std::size_t src = (static_cast<std::size_t>(oy * scale + dy) * side + (ox * scale + dx)) * dim;
+          std::copy_n(&features[src], dim, row + (static_cast<std::size_t>(dy) * scale + dx) * dim);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<float> PixelShuffleProjector::project(const std::vector<float>& features, int64_t n) const {
+  const int dim = input_dim();
+  if (n != int64_t{side_} * side_ || features.size() != static_cast<std::size_t>(n * dim)) {
+    throw base::InvalidArgument("pixel-shuffle projector expects " + std::to_string(side_) + " x " + std::to_string(side_) +
+                                " rows of " + std::to_string(dim) + " features, got " + std::to_string(features.size()) +
+                                " values");
+  }
+  const std::vector<float> shuffled = pixel_shuffle(features, side_, dim, scale_);
+  const int64_t rows = output_tokens(n);
+  std::vector<float> out(static_cast<std::size_t>(rows * fc_.rows));
+  kernels::matmul(fc_, shuffled.data(), rows, out.data(), pool_.get());
+  return out;
 }
 
 }  // namespace lm

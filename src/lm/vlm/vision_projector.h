@@ -41,4 +41,28 @@ class MlpProjector : public VisionProjector {
   std::unique_ptr<base::ThreadPool> pool_;
 };
 
+// Idefics3 / SmolVLM's connector (llama.cpp 'idefics3'): pixel shuffle — each s x s block of
+// patch features becomes one row (the block's rows top to bottom, each left to right,
+// concatenated), s^2 fewer rows s^2 times as wide — then one linear map without bias
+// (mm.model.fc).
+class PixelShuffleProjector : public VisionProjector {
+ public:
+  PixelShuffleProjector(WeightMatrix fc, int scale_factor, int patches_per_side, int threads);
+  std::string kind() const override { return "idefics3"; }
+  int input_dim() const override { return static_cast<int>(fc_.cols) / (scale_ * scale_); }
+  int output_dim() const override { return static_cast<int>(fc_.rows); }
+  int64_t output_tokens(int64_t n) const override { return n / (scale_ * scale_); }
+  std::vector<float> project(const std::vector<float>& features, int64_t n) const override;
+
+ private:
+  WeightMatrix fc_;
+  int scale_;
+  int side_;
+  std::unique_ptr<base::ThreadPool> pool_;
+};
+
+// The shuffle alone (the reference the projector's layout is tested against): features
+// [side * side, dim] -> [(side / s)^2, dim * s * s].
+std::vector<float> pixel_shuffle(const std::vector<float>& features, int side, int dim, int scale);
+
 }  // namespace lm

@@ -107,9 +107,15 @@ def build_model() -> LlavaForConditionalGeneration:
                          vision_feature_layer=-2, image_seq_length=N_IMAGE_TOKENS)
     torch.manual_seed(SEED)
     model = LlavaForConditionalGeneration(config).eval()
-    # Random weights of a useful scale: matrices ~ N(0, 1/fan_in), norms around 1, biases small,
-    # embeddings O(1); the LM head larger so logits spread over several units.
-    gen = torch.Generator().manual_seed(SEED)
+    randomize_(model, SEED)
+    return model
+
+
+def randomize_(model: torch.nn.Module, seed: int) -> None:
+    """Random weights of a useful scale: matrices ~ N(0, 1/fan_in), norms around 1, biases small,
+    embeddings O(1); the LM head larger so logits spread over several units. Matrices are rounded
+    to f16 in place: what the GGUF stores (F16) is what transformers computes with."""
+    gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.ndim >= 2:
@@ -120,9 +126,8 @@ def build_model() -> LlavaForConditionalGeneration:
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
-            if p.ndim >= 2:  # what the GGUF stores (F16) is what transformers computes with
+            if p.ndim >= 2:
                 p.copy_(p.half().float())
-    return model
 
 
 def permute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
@@ -140,12 +145,10 @@ def f32(t: torch.Tensor) -> np.ndarray:
     return t.detach().numpy().astype(np.float32)
 
 
-def write_text_gguf(model, tok: Stories, path: pathlib.Path) -> None:
-    c = model.config.text_config
-    lm = model.model.language_model
-    head = model.lm_head
+def write_text_gguf(lm, head, c, tok: Stories, path: pathlib.Path, name: str) -> None:
+    """The llama text model `lm` (transformers LlamaModel) with its head as a llama GGUF."""
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name("llava-tiny")
+    w.add_name(name)
     w.add_context_length(c.max_position_embeddings)
     w.add_embedding_length(c.hidden_size)
     w.add_feed_forward_length(c.intermediate_size)
@@ -269,7 +272,8 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     tok = Stories(STORIES)
     model = build_model()
-    write_text_gguf(model, tok, OUT / "llava_tiny.gguf")
+    write_text_gguf(model.model.language_model, model.lm_head, model.config.text_config, tok, OUT / "llava_tiny.gguf",
+                    "llava-tiny")
     feature_layer = write_mmproj_gguf(model, OUT / "llava_tiny.mmproj.gguf")
     rgb = test_image()
     write_png(OUT / "llava_tiny.png", rgb)
