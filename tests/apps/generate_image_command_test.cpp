@@ -54,6 +54,26 @@ TEST(GenerateImageCommand, AnswersLikeTransformersGreedy) {
   EXPECT_NE(r.err.find("language-model KV"), std::string::npos) << r.err;
 }
 
+TEST(GenerateImageCommand, SmolVlmAnswersLikeTransformersGreedy) {
+  std::ifstream in(kHf / "smolvlm_tiny.json");
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  const auto greedy = meta.at("greedy").get<std::vector<int32_t>>();
+  const std::string model = (kHf / "smolvlm_tiny.gguf").string();
+  const lm::LoadedModel text = lm::load(model);
+  std::string expected;
+  int32_t previous = -1;
+  for (int32_t t : greedy) {
+    expected += text.tokenizer->decode_token(previous, t);
+    previous = t;
+  }
+  const auto r = run_cli("generate --model " + model + " --mmproj " + (kHf / "smolvlm_tiny.mmproj.gguf").string() +
+                         " --image " + kImage + " --prompt '" + meta.at("prompt").get<std::string>() +
+                         "' --threads 1 -n " + std::to_string(greedy.size()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, expected + "\n");
+  EXPECT_NE(r.err.find("images 1 (16 image tok)"), std::string::npos) << r.err;
+}
+
 TEST(GenerateImageCommand, CompressedCacheOnTheLanguageModel) {
   const auto r = run_cli(base_args("-n 4 --method turboquant_rvq --bits 4"));
   ASSERT_EQ(r.exit_code, 0) << r.err;

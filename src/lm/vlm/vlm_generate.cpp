@@ -1,6 +1,8 @@
 #include "lm/vlm/vlm_generate.h"
 
 #include <algorithm>
+#include <optional>
+#include <tuple>
 
 #include "base/error.h"
 
@@ -16,7 +18,25 @@ std::pair<std::size_t, std::size_t> next_marker(const std::string& text, std::si
   return {image, kImageMarker.size()};
 }
 
+// The id of `piece` when the tokenizer encodes it as exactly that one token.
+std::optional<int32_t> single_token(const Tokenizer& tokenizer, const std::string& piece) {
+  const std::vector<int32_t> ids = tokenizer.encode(piece, false);
+  if (ids.size() == 1 && tokenizer.token_text(ids[0]) == piece) return ids[0];
+  return std::nullopt;
+}
+
 }  // namespace
+
+ImageWrapping image_wrapping(const std::string& projector_kind, const Tokenizer& tokenizer) {
+  ImageWrapping wrap;
+  if (projector_kind != "idefics3") return wrap;
+  const auto around = single_token(tokenizer, "<fake_token_around_image>");
+  const auto global = single_token(tokenizer, "<global-img>");
+  if (!around || !global) return wrap;
+  wrap.before = {*around, *global};
+  wrap.after = {*around};
+  return wrap;
+}
 
 VlmPrompt build_vlm_prompt(const VisionLanguageModel& model, const Tokenizer& tokenizer, const std::string& text,
                            const std::vector<RgbImage>& images, bool add_bos) {
@@ -46,14 +66,17 @@ VlmPrompt build_vlm_prompt(const VisionLanguageModel& model, const Tokenizer& to
     }
   }
   const int64_t dim = model.config().dim;
-  for (std::size_t i = 0; i < pieces.size(); ++i) {
-    if (!pieces[i].empty()) {
-      for (int32_t t : tokenizer.encode(pieces[i], false)) {
-        prompt.tokens.push_back(t);
-        prompt.image_row.push_back(-1);
-      }
+  const ImageWrapping wrap = image_wrapping(model.projector().kind(), tokenizer);
+  const auto push_text_tokens = [&prompt](const std::vector<int32_t>& ids) {
+    for (int32_t t : ids) {
+      prompt.tokens.push_back(t);
+      prompt.image_row.push_back(-1);
     }
+  };
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (!pieces[i].empty()) push_text_tokens(tokenizer.encode(pieces[i], false));
     if (i < images.size()) {
+      push_text_tokens(wrap.before);
       const std::vector<float> rows = model.embed_image(images[i]);
       const int64_t n = static_cast<int64_t>(rows.size()) / dim;
       for (int64_t r = 0; r < n; ++r) {
@@ -63,6 +86,7 @@ VlmPrompt build_vlm_prompt(const VisionLanguageModel& model, const Tokenizer& to
       prompt.image_rows.insert(prompt.image_rows.end(), rows.begin(), rows.end());
       prompt.image_tokens += n;
       ++prompt.images;
+      push_text_tokens(wrap.after);
     }
   }
   return prompt;

@@ -32,10 +32,19 @@ struct VlmPrompt {
   int images = 0;
 };
 
+// The tokens a family puts around each image's rows, when the model's vocabulary has them
+// (llama.cpp's mtmd does the same): Idefics3 / SmolVLM wrap an image as
+// <fake_token_around_image><global-img> ... <fake_token_around_image>. Empty for LLaVA, and
+// for any vocabulary lacking one of the tokens.
+struct ImageWrapping {
+  std::vector<int32_t> before, after;
+};
+ImageWrapping image_wrapping(const std::string& projector_kind, const Tokenizer& tokenizer);
+
 // Splits `text` at the markers (either kind; their count must equal images.size(), else
 // base::InvalidArgument) — with no marker the images come first, right after BOS. Text pieces
 // are encoded separately without BOS (as llama.cpp's mtmd does), BOS once at the start when
-// add_bos. Each image goes through model.embed_image().
+// add_bos. Each image goes through model.embed_image(), its rows wrapped by image_wrapping().
 VlmPrompt build_vlm_prompt(const VisionLanguageModel& model, const Tokenizer& tokenizer, const std::string& text,
                            const std::vector<RgbImage>& images, bool add_bos = true);
 

@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -124,6 +126,35 @@ TEST(SmolVlmReference, ImagesOfOtherSizesAreFittedAndPadded) {
   EXPECT_EQ(fitted.at(16, 15, 0), 200);  // the image, centred (rows 12..19)
   EXPECT_EQ(fitted.at(16, 31, 0), 0);
   EXPECT_EQ(loaded.model->embed_image(wide).size(), static_cast<std::size_t>(16 * loaded.model->config().dim));
+}
+
+// A vocabulary where SmolVLM's image tokens are single special tokens (ids 7 and 8), or not.
+class WrapTokenizer : public lm::Tokenizer {
+ public:
+  explicit WrapTokenizer(bool has_tokens) : has_(has_tokens) {}
+  std::vector<int32_t> encode(std::string_view text, bool) const override {
+    if (has_ && text == "<fake_token_around_image>") return {7};
+    if (has_ && text == "<global-img>") return {8};
+    return std::vector<int32_t>(text.size(), 1);  // one token per byte otherwise
+  }
+  std::string decode_token(int32_t, int32_t) const override { return ""; }
+  int32_t vocab_size() const override { return 16; }
+  std::optional<int32_t> bos_id() const override { return std::nullopt; }
+  std::optional<int32_t> eos_id() const override { return std::nullopt; }
+  std::string token_text(int32_t token) const override {
+    return token == 7 ? "<fake_token_around_image>" : token == 8 ? "<global-img>" : "x";
+  }
+
+ private:
+  bool has_;
+};
+
+TEST(SmolVlmReference, ImagesAreWrappedInTheFamilysTokensWhenTheVocabularyHasThem) {
+  const lm::ImageWrapping with = lm::image_wrapping("idefics3", WrapTokenizer(true));
+  EXPECT_EQ(with.before, (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(with.after, (std::vector<int32_t>{7}));
+  EXPECT_TRUE(lm::image_wrapping("idefics3", WrapTokenizer(false)).before.empty());  // stories260K's case
+  EXPECT_TRUE(lm::image_wrapping("mlp", WrapTokenizer(true)).before.empty());        // LLaVA: none
 }
 
 }  // namespace
