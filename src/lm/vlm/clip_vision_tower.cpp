@@ -142,28 +142,31 @@ void ClipVisionTower::block(const ClipLayerWeights& w, std::vector<float>& x, in
   add_bias(q.data(), n, w.bq);
   add_bias(k.data(), n, w.bk);
   add_bias(v.data(), n, w.bv);
-  // Every patch attends to every patch (no mask), one (head, query) pair per task.
+  // Every patch attends to every patch (no mask). Per head, both products go through the
+  // threaded SIMD matmul with the head's keys (and transposed values) as an f32 "weight": at
+  // SigLIP's 1024 patches these are the tower's largest costs.
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  pool->parallel_for(heads * n, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(static_cast<std::size_t>(n));
-    for (int64_t job = begin; job < end; ++job) {
-      const int64_t h = job / n, i = job % n;
-      const float* qi = &q[i * d + h * hd];
-      for (int64_t j = 0; j < n; ++j) {
-        const float* kj = &k[j * d + h * hd];
-        float dot = 0.0f;
-        for (int64_t e = 0; e < hd; ++e) dot += qi[e] * kj[e];
-        scores[j] = dot * scale;
-      }
-      kernels::softmax(scores.data(), n);
-      float* out = &att[i * d + h * hd];
-      std::fill(out, out + hd, 0.0f);
-      for (int64_t j = 0; j < n; ++j) {
-        const float* vj = &v[j * d + h * hd];
-        for (int64_t e = 0; e < hd; ++e) out[e] += scores[j] * vj[e];
-      }
+  std::vector<float> qh(static_cast<std::size_t>(n * hd)), kh(qh.size()), vt(qh.size()), oh(qh.size());
+  std::vector<float> scores(static_cast<std::size_t>(n * n));
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t t = 0; t < n; ++t) {
+      std::copy_n(&q[t * d + h * hd], hd, &qh[t * hd]);
+      std::copy_n(&k[t * d + h * hd], hd, &kh[t * hd]);
+      for (int64_t e = 0; e < hd; ++e) vt[e * n + t] = v[t * d + h * hd + e];
     }
-  });
+    const WeightMatrix keys = WeightMatrix::view(GgmlType::F32, n, hd, kh.data(), nullptr, "vision keys");
+    kernels::matmul(keys, qh.data(), n, scores.data(), pool);  // scores[i][j] = q_i . k_j
+    pool->parallel_for(n, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        float* row = &scores[i * n];
+        for (int64_t j = 0; j < n; ++j) row[j] *= scale;
+        kernels::softmax(row, n);
+      }
+    });
+    const WeightMatrix values_t = WeightMatrix::view(GgmlType::F32, hd, n, vt.data(), nullptr, "vision values");
+    kernels::matmul(values_t, scores.data(), n, oh.data(), pool);  // out[i][e] = sum_j p_ij v_j[e]
+    for (int64_t t = 0; t < n; ++t) std::copy_n(&oh[t * hd], hd, &att[t * d + h * hd]);
+  }
   kernels::matmul(w.wo, att.data(), n, xn.data(), pool);
   add_bias(xn.data(), n, w.bo);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] += xn[i];
