@@ -93,6 +93,17 @@ TEST(GenerateImageCommand, TwoImagesAtTheirMarkers) {
   EXPECT_NE(bad.err.find("2 image marker(s)"), std::string::npos) << bad.err;
 }
 
+TEST(GenerateImageCommand, MmprojWithoutAnImageIsATextPrompt) {
+  // The same tokens as the text model alone: no image rows, nothing spliced.
+  const std::string args = " --prompt 'Once upon a time' -n 5 --threads 1";
+  const auto with = run_cli("generate --model " + kModel + " --mmproj " + kMmproj + args);
+  const auto without = run_cli("generate --model " + kModel + args);
+  ASSERT_EQ(with.exit_code, 0) << with.err;
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  EXPECT_EQ(with.out, without.out);
+  EXPECT_NE(with.err.find("images 0 (0 image tok)"), std::string::npos) << with.err;
+}
+
 TEST(GenerateImageCommand, ClearErrorsForBadInputs) {
   const fs::path tmp = fs::temp_directory_path() / "vq_generate_image_cli";
   fs::create_directories(tmp);
