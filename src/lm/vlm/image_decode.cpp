@@ -17,10 +17,21 @@
 
 namespace lm {
 
+namespace {
+constexpr int kMaxImageSide = 16384;
+}  // namespace
+
 RgbImage decode_image(const std::vector<uint8_t>& bytes, const std::string& name) {
   if (bytes.empty()) throw base::FormatError("image '" + name + "' is empty");
   if (bytes.size() > static_cast<std::size_t>(INT_MAX)) throw base::FormatError("image '" + name + "' is too large");
   int width = 0, height = 0, channels = 0;
+  // The header first: a small file may declare a huge image (a decompression bomb); refuse it
+  // before anything is allocated. Every tower resizes to well under this.
+  if (stbi_info_from_memory(bytes.data(), static_cast<int>(bytes.size()), &width, &height, &channels) &&
+      (width > kMaxImageSide || height > kMaxImageSide)) {
+    throw base::FormatError("image '" + name + "' is " + std::to_string(width) + "x" + std::to_string(height) +
+                            " pixels; at most " + std::to_string(kMaxImageSide) + " per side are accepted");
+  }
   stbi_uc* data = stbi_load_from_memory(bytes.data(), static_cast<int>(bytes.size()), &width, &height, &channels, 3);
   if (!data) {
     const char* reason = stbi_failure_reason();

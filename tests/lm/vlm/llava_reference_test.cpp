@@ -237,6 +237,19 @@ TEST(LlavaReference, BadFilesGiveClearErrors) {
     std::ofstream(truncated, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
   }
   expect_format_error([&] { lm::load_image(truncated); }, "cannot be decoded");
+  // A valid PNG header declaring 17000 x 17000 pixels (within stb_image's own limit): refused from the header, nothing allocated.
+  const std::string huge = (tmp / "huge.png").string();
+  {
+    std::ifstream in(f.image, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto put_be32 = [&](std::size_t at, uint32_t v) {
+      for (int i = 0; i < 4; ++i) bytes[at + i] = static_cast<char>((v >> (24 - 8 * i)) & 0xFF);
+    };
+    put_be32(16, 17000);  // IHDR width
+    put_be32(20, 17000);  // IHDR height (the chunk CRC no longer matches; stb does not check it)
+    std::ofstream(huge, std::ios::binary) << bytes;
+  }
+  expect_format_error([&] { lm::load_image(huge); }, "at most 16384 per side");
   expect_format_error([&] { lm::load_mmproj((tmp / "missing.gguf").string()); }, "does not exist");
   expect_format_error([&] { lm::load_mmproj(corrupt); }, "not a GGUF");
   expect_format_error([&] { lm::load_mmproj(f.text_gguf); }, "expected 'clip'");
