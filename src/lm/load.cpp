@@ -7,8 +7,12 @@
 #include <string>
 
 #include "base/error.h"
+#include "lm/arch/gemma2_hparams.h"
 #include "lm/arch/gemma3_hparams.h"
 #include "lm/arch/llama_model.h"
+#include "lm/arch/moe_gguf.h"
+#include "lm/arch/phi3_weights.h"
+#include "lm/arch/sliding_window_hparams.h"
 #include "lm/gguf/gguf_file.h"
 #include "lm/llama2c/llama2c_reader.h"
 #include "lm/weights/dequantize.h"
@@ -19,9 +23,12 @@ namespace {
 
 // Architectures that share the llama block; they differ in RoPE pairing and in optional
 // tensors (qwen2: q/k/v biases; qwen3: per-head q/k RMSNorm; gemma3: q/k RMSNorm, sandwich
-// norms, GeGLU and local/global layers, lm/arch/gemma3_hparams.h).
+// norms, GeGLU and local/global layers, lm/arch/gemma3_hparams.h; phi3: fused QKV and gate/up
+// tensors, lm/arch/phi3_weights.h; gemma2: soft-capping and local/global layers,
+// lm/arch/gemma2_hparams.h).
 bool is_llama_family(const std::string& arch) {
-  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3";
+  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "gemma3" || arch == "phi3" ||
+         moe_architecture_supported(arch);
 }
 
 std::vector<float> read_vector(const gguf::GgufFile& file, const std::string& name) {
@@ -65,10 +72,10 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   if (arch.empty()) throw base::FormatError("GGUF file '" + path + "' lacks general.architecture");
   if (!is_llama_family(arch)) {
     throw base::Unsupported("GGUF file '" + path + "': architecture '" + arch +
-                            "' is not supported (supported: llama, qwen2, qwen3, gemma3)");
+                            "' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe)");
   }
   const std::string p = arch + ".";
-  if (file->find_tensor("blk.0.ffn_gate_inp.weight")) {
+  if (file->find_tensor("blk.0.ffn_gate_inp.weight") && !moe_architecture_supported(arch)) {
     throw base::Unsupported("GGUF file '" + path + "': mixture-of-experts " + arch + " models are not supported");
   }
   if (file->find_tensor("rope_freqs.weight")) {
@@ -105,6 +112,9 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
                             " must be even and at most the head size " + std::to_string(c.head_dim));
   }
   if (arch == "gemma3") apply_gemma3_hparams(*file, c, hyper);
+  if (arch == "gemma2") apply_gemma2_hparams(*file, c, hyper);
+  if (arch == "llama" || arch == "phi3") apply_uniform_sliding_window(*file, arch, c, hyper);  // Mistral, Phi-3
+  if (arch == "phi3") check_phi3_supported(*file);
 
   LlamaWeights w;
   w.token_embedding = file->weight("token_embd.weight");
@@ -120,6 +130,10 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     LlamaLayerWeights& lw = w.layers[l];
+    if (arch == "phi3") {  // fused attn_qkv and gate/up
+      read_phi3_layer(*file, c, b, lw);
+      continue;
+    }
     lw.attn_norm = read_vector(*file, b + "attn_norm.weight");
     lw.wq = file->weight(b + "attn_q.weight");
     lw.wk = file->weight(b + "attn_k.weight");
@@ -133,6 +147,10 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     lw.attn_post_norm = read_optional_vector(*file, b + "post_attention_norm.weight");
     lw.ffn_norm = read_vector(*file, b + "ffn_norm.weight");
     lw.ffn_post_norm = read_optional_vector(*file, b + "post_ffw_norm.weight");
+    if (file->find_tensor(b + "ffn_gate_inp.weight")) {  // routed experts (lm/arch/moe_gguf.h)
+      lw.moe = load_moe_layer(*file, arch, b);
+      continue;
+    }
     lw.w_gate = file->weight(b + "ffn_gate.weight");
     lw.w_up = file->weight(b + "ffn_up.weight");
     lw.w_down = file->weight(b + "ffn_down.weight");

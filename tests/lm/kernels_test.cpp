@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -256,6 +257,52 @@ TEST(Attention, SplitKeysPathMatchesReference) {
       EXPECT_LT(max_diff(fast, slow), 2e-5) << "n " << n << " mask " << int(c.mask.kind) << " window "
                                             << c.window.value_or(0);
     }
+  }
+}
+
+// Gemma 2's attention logit soft-capping: each scaled score s becomes cap * tanh(s / cap)
+// before the softmax, on every path (decode split-K, small-n, tiled prefill; causal, window,
+// explicit mask), against the scalar reference. Scores here have std ~8 and the cap is 3, so
+// capping changes the output a lot (checked too: the test can fail).
+TEST(Attention, SoftCappedScoresMatchReferenceOnEveryPath) {
+  // By hand: q = (1, 0), keys (4, 0) and (0, 1), values (1, 0) and (0, 1), scale 1, cap 2:
+  // capped scores 2 tanh(2) = 1.9280552 and 0 -> weights (0.8730, 0.1270).
+  lm::Tensor q1 = lm::Tensor::from_f32(std::vector<float>{1, 0}, {1, 1, 1, 2}, lm::DType::F32);
+  lm::Tensor k1 = lm::Tensor::from_f32(std::vector<float>{4, 0, 0, 1}, {1, 1, 2, 2}, lm::DType::F32);
+  lm::Tensor v1 = lm::Tensor::from_f32(std::vector<float>{1, 0, 0, 1}, {1, 1, 2, 2}, lm::DType::F32);
+  lm::Tensor o1;
+  lm::kernels::attention(q1, k1, v1, lm::AttentionMask::none(), std::nullopt, 1.0f, o1, nullptr, 2.0f);
+  const double w0 = std::exp(2.0 * std::tanh(2.0)) / (std::exp(2.0 * std::tanh(2.0)) + 1.0);
+  EXPECT_NEAR(o1.get({0, 0, 0, 0}), w0, 1e-6);
+  EXPECT_NEAR(o1.get({0, 0, 0, 1}), 1.0 - w0, 1e-6);
+
+  std::mt19937 rng(41);
+  base::ThreadPool pool(2);
+  struct Shape { int64_t n, t; };
+  for (const Shape& sh : {Shape{1, 1000}, Shape{3, 40}, Shape{37, 150}}) {
+    const int64_t hq = 4, hkv = 2, d = 64;
+    lm::Tensor q = random_tensor({1, hq, sh.n, d}, lm::DType::F32, rng);
+    lm::Tensor k = random_tensor({1, hkv, sh.t, d}, lm::DType::F16, rng);
+    lm::Tensor v = random_tensor({1, hkv, sh.t, d}, lm::DType::F16, rng);
+    lm::Tensor mask_tensor({1, 1, sh.n, sh.t}, lm::DType::U8);
+    for (int64_t i = 0; i < sh.n; ++i)
+      for (int64_t j = 0; j < sh.t; ++j) mask_tensor.set({0, 0, i, j}, (i * 3 + j) % 4 != 0 ? 1.0f : 0.0f);
+    lm::AttentionMask explicit_mask{lm::AttentionMask::Kind::kExplicit, mask_tensor};
+    struct Case { lm::AttentionMask mask; std::optional<int64_t> window; };
+    for (const Case& c : {Case{lm::AttentionMask::none(), std::nullopt}, Case{lm::AttentionMask::causal(), std::nullopt},
+                          Case{lm::AttentionMask::causal(), 16}, Case{explicit_mask, std::nullopt}}) {
+      lm::Tensor fast, slow, uncapped;
+      lm::kernels::attention(q, k, v, c.mask, c.window, 1.0f, fast, &pool, 3.0f);
+      lm::kernels::attention_reference(q, k, v, c.mask, c.window, 1.0f, slow, 3.0f);
+      lm::kernels::attention_reference(q, k, v, c.mask, c.window, 1.0f, uncapped);
+      EXPECT_LT(max_diff(fast, slow), 2e-5) << "n " << sh.n << " mask " << int(c.mask.kind);
+      EXPECT_GT(max_diff(uncapped, slow), 0.1) << "the cap changed nothing: n " << sh.n;
+    }
+  }
+  lm::Tensor out;
+  for (float bad : {-1.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    EXPECT_THROW(lm::kernels::attention(q1, k1, v1, lm::AttentionMask::none(), std::nullopt, 1.0f, out, nullptr, bad),
+                 base::InvalidArgument);
   }
 }
 

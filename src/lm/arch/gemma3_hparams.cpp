@@ -16,8 +16,18 @@ constexpr int kSlidingPattern = 6;
 // RoPE base of the local layers (the report's "10k for local layers"); the global layers use
 // gemma3.rope.freq_base (1M).
 constexpr double kLocalRopeBase = 10000.0;
+// Gemma 3 27B, the size whose query_pre_attn_scalar is dim / heads.
+constexpr int kGemma3BigModelLayers = 62;
 
 }  // namespace
+
+void apply_gemma_block(const ModelConfig& config, int big_model_layers, LlamaHyperParams& hyper) {
+  hyper.rope_style = kernels::RopeStyle::kNeox;
+  hyper.ffn_activation = FfnActivation::kGeluTanh;
+  hyper.embedding_scale = std::sqrt(static_cast<float>(config.dim));
+  const int query_pre_attn_scalar = config.n_layers == big_model_layers ? config.dim / config.n_heads : config.head_dim;
+  hyper.attention_scale = 1.0f / std::sqrt(static_cast<float>(query_pre_attn_scalar));
+}
 
 void apply_gemma3_hparams(const gguf::GgufFile& file, const ModelConfig& config, LlamaHyperParams& hyper) {
   const std::string p = "gemma3.";
@@ -30,13 +40,7 @@ void apply_gemma3_hparams(const gguf::GgufFile& file, const ModelConfig& config,
   if (!(local_base > 0.0) || !std::isfinite(local_base)) {
     throw fail(p + "rope.freq_base_swa = " + std::to_string(local_base) + " is not a positive number");
   }
-  hyper.rope_style = kernels::RopeStyle::kNeox;
-  hyper.ffn_activation = FfnActivation::kGeluTanh;
-  hyper.embedding_scale = std::sqrt(static_cast<float>(config.dim));
-  // Softmax scale: query_pre_attn_scalar^-1/2, which GGUF files do not carry; it equals
-  // head_dim for every Gemma 3 size except 27B (dim / heads), as llama.cpp assumes.
-  hyper.attention_scale = config.n_layers == 62 ? 1.0f / std::sqrt(static_cast<float>(config.dim / config.n_heads))
-                                                : 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+  apply_gemma_block(config, kGemma3BigModelLayers, hyper);
   hyper.sliding_window.assign(static_cast<std::size_t>(config.n_layers), std::nullopt);
   hyper.rope_theta.assign(static_cast<std::size_t>(config.n_layers), config.rope_theta);
   for (int l = 0; l < config.n_layers; ++l) {

@@ -13,4 +13,10 @@ namespace lm {
 // config.rope_theta on the global ones. base::FormatError names a bad value.
 void apply_gemma3_hparams(const gguf::GgufFile& file, const ModelConfig& config, LlamaHyperParams& hyper);
 
+// What Gemma 2 and Gemma 3 share (lm/arch/gemma2_hparams.h uses it too): GeGLU FFN, NeoX RoPE,
+// embeddings times sqrt(dim), and the softmax scale query_pre_attn_scalar^-1/2. GGUF files do
+// not carry query_pre_attn_scalar; it equals head_dim for every size but the 27B one
+// (`big_model_layers` layers), where it is dim / heads, as llama.cpp assumes.
+void apply_gemma_block(const ModelConfig& config, int big_model_layers, LlamaHyperParams& hyper);
+
 }  // namespace lm

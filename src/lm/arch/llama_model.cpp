@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "lm/arch/moe_ffn.h"
 #include "lm/cache/block_kv_cache.h"
 #include "lm/kernels/attention.h"
 #include "lm/kernels/elementwise.h"
@@ -56,6 +57,8 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaHyperParams hyper, LlamaWeights 
   layers_.resize(static_cast<std::size_t>(config_.n_layers));
   for (int l = 0; l < config_.n_layers; ++l) {
     LayerInfo& info = layers_[l];
+    // Every layer attends, MoE layers included: the router and experts are stateless, so
+    // they need no cache and for_model treats these layers like any attention layer.
     info.is_attention = true;
     info.head_dim = config_.head_dim;
     info.n_heads = config_.n_heads;
@@ -108,6 +111,10 @@ void LlamaModel::validate() const {
     expect_vector(w.attn_post_norm, c.dim, p + "post_attention_norm.weight", true);
     expect_vector(w.ffn_norm, c.dim, p + "ffn_norm.weight");
     expect_vector(w.ffn_post_norm, c.dim, p + "post_ffw_norm.weight", true);
+    if (w.moe) {
+      validate_moe_layer(*w.moe, c.dim, p);
+      continue;
+    }
     expect_matrix(w.w_gate, c.hidden_dim, c.dim, p + "ffn_gate.weight");
     expect_matrix(w.w_up, c.hidden_dim, c.dim, p + "ffn_up.weight");
     expect_matrix(w.w_down, c.dim, c.hidden_dim, p + "ffn_down.weight");
@@ -179,7 +186,10 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
   if (cache.wants_queries()) cache.observe_queries(queries);
   const float scale = hyper_.attention_scale > 0.0f ? hyper_.attention_scale : 1.0f / std::sqrt(static_cast<float>(d));
   Tensor out({1, hq, n, d}, DType::F32);
-  if (cache.supports_fused_attention()) {
+  // A cache's fused attention knows no soft-capping, so soft-capped layers (Gemma 2) always
+  // take the contract's other path: store + fetch, then the host's kernel, which caps.
+  const float softcap = hyper_.attn_logit_softcap;
+  if (cache.supports_fused_attention() && softcap == 0.0f) {
     FusedAttentionRequest request;
     request.queries = &queries;
     request.keys = &keys;
@@ -189,7 +199,7 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
     cache.fused_attention(request, out);
   } else {
     const KeysValues kv = cache.update_and_fetch(keys, values);
-    kernels::attention(queries, kv.keys, kv.values, mask, window, scale, out, pool);
+    kernels::attention(queries, kv.keys, kv.values, mask, window, scale, out, pool, softcap);
   }
   // [1, H_q, N, D] -> [N, H_q * D] for the output projection.
   const Tensor out_c = out.contiguous();
@@ -276,14 +286,18 @@ void LlamaModel::run_layers(float* x, int64_t n, CacheList& caches, std::vector<
     for (int64_t t = 0; t < n; ++t) {
       kernels::rmsnorm(x + t * dim, w.ffn_norm.data(), xb + t * dim, dim, config_.norm_eps);
     }
-    const kernels::MatmulJob gate_up[] = {{&w.w_gate, gate}, {&w.w_up, up}};
-    kernels::matmul_many(gate_up, xb, n, pool, activations());
-    if (hyper_.ffn_activation == FfnActivation::kGeluTanh) {
-      kernels::geglu(gate, up, n * hidden);
+    if (w.moe) {
+      moe_ffn(*w.moe, xb, n, delta, pool, activations());
     } else {
-      kernels::swiglu(gate, up, n * hidden);
+      const kernels::MatmulJob gate_up[] = {{&w.w_gate, gate}, {&w.w_up, up}};
+      kernels::matmul_many(gate_up, xb, n, pool, activations());
+      if (hyper_.ffn_activation == FfnActivation::kGeluTanh) {
+        kernels::geglu(gate, up, n * hidden);
+      } else {
+        kernels::swiglu(gate, up, n * hidden);
+      }
+      kernels::matmul(w.w_down, gate, n, delta, pool, activations());
     }
-    kernels::matmul(w.w_down, gate, n, delta, pool, activations());
     post_norm(w.ffn_post_norm);
     for (int64_t i = 0; i < n * dim; ++i) x[i] += delta[i];
   }
@@ -297,6 +311,9 @@ void LlamaModel::run_layers(float* x, int64_t n, CacheList& caches, std::vector<
   }
   float* logits = sized(buf.logits, rows * vocab);
   kernels::matmul(weights_.output, xb + first * dim, rows, logits, pool, activations());
+  if (const float cap = hyper_.final_logit_softcap; cap > 0.0f) {
+    for (int64_t i = 0; i < rows * vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+  }
   last_logits.assign(logits + (rows - 1) * vocab, logits + rows * vocab);
   if (all_logits) all_logits->assign(logits, logits + rows * vocab);
 }

@@ -3,6 +3,7 @@
 // loader and the llama2.c reader both fill this, and LlamaModel computes with it. Matrices
 // stay views into the memory-mapped file; the small 1-D vectors (norm weights, biases) are
 // copied to f32 once, since they are read every step and may be stored as f16.
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -11,6 +12,8 @@
 #include "lm/weights/weight_matrix.h"
 
 namespace lm {
+
+struct MoeLayerWeights;  // lm/arch/moe_ffn.h
 
 struct LlamaLayerWeights {
   std::vector<float> attn_norm;      // [dim]
@@ -21,6 +24,8 @@ struct LlamaLayerWeights {
   std::vector<float> ffn_norm;       // [dim]
   std::vector<float> ffn_post_norm;  // gemma3: RMSNorm of the FFN output before the residual add
   WeightMatrix w_gate, w_up, w_down; // gate/up [hidden, dim], down [dim, hidden]
+  // qwen3moe, Mixtral: routed experts in place of w_gate/w_up/w_down (null for a dense FFN).
+  std::shared_ptr<const MoeLayerWeights> moe;
 };
 
 struct LlamaWeights {
@@ -43,6 +48,10 @@ struct LlamaHyperParams {
   float embedding_scale = 1.0f;  // gemma: token embeddings times sqrt(dim)
   float attention_scale = 0.0f;  // softmax scale; 0 = 1/sqrt(head_dim)
   FfnActivation ffn_activation = FfnActivation::kSiLU;
+  // Gemma 2's soft-capping, x -> cap * tanh(x / cap); 0 = none. Attention scores (after the
+  // scale, before the softmax) and the final logits.
+  float attn_logit_softcap = 0.0f;
+  float final_logit_softcap = 0.0f;
 };
 
 }  // namespace lm

@@ -79,6 +79,13 @@ void check_mask(const AttentionMask& mask, const Geometry& g) {
   }
 }
 
+void check_softcap(float softcap) {
+  if (!(softcap >= 0.0f) || !std::isfinite(softcap)) {
+    throw base::InvalidArgument("attention: logit soft-cap must be a finite number >= 0 (0 = none), got " +
+                                std::to_string(softcap));
+  }
+}
+
 // ---- The fast path ---------------------------------------------------------------------
 //
 // Work unit = (batch, kv head, block of up to 16 consecutive queries, range of keys). All
@@ -145,7 +152,8 @@ struct Unit {
 // Online-softmax state of a unit's rows (row r = group head r / nq, query i0 + r % nq):
 // m[r], l[r], acc[r * d ..]. Returned unnormalised so split ranges can be merged.
 void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, const Geometry& g, const AttentionMask& mask,
-                 std::optional<int64_t> window, float scale, const Unit& u, float* m, float* l, float* acc) {
+                 std::optional<int64_t> window, float scale, float softcap, const Unit& u, float* m, float* l,
+                 float* acc) {
   const int64_t group = g.h_q / g.h_kv, nq = u.i1 - u.i0, rows = group * nq, d = g.d;
   const bool transpose = rows >= kTransposeFromRows;
   thread_local std::vector<float> krows, kt, vt, s;
@@ -203,7 +211,22 @@ void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, con
     for (int64_t r = 0; r < rows; ++r) {
       float* sr = s.data() + r * kKeyTile;
       float tile_max = neg_inf;
-      if (whole_tile) {
+      if (softcap > 0.0f) {
+        // Gemma 2's soft-capping: cap * tanh(score / cap), on the scaled score, before the
+        // mask and the softmax. Rare enough (one family) for a plain loop.
+        const int64_t i = u.i0 + r % nq, pos = g.t - g.n + i;
+        for (int64_t jj = 0; jj < nk; ++jj) {
+          const int64_t j = j0 + jj;
+          bool visible = true;
+          if (!whole_tile && causal) {
+            visible = j <= pos && (!window || pos - j < *window);
+          } else if (!whole_tile && mbase) {
+            visible = mbase[i * ms2 + j * ms3] != 0;
+          }
+          sr[jj] = visible ? softcap * std::tanh(sr[jj] * scale / softcap) : neg_inf;
+          tile_max = std::max(tile_max, sr[jj]);
+        }
+      } else if (whole_tile) {
         tile_max = tiles::scale_and_max(sr, nk, scale);
       } else {
         const int64_t i = u.i0 + r % nq, pos = g.t - g.n + i;
@@ -253,7 +276,8 @@ void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, con
 
 // The driver behind attention() and attention_blocks(), on validated shapes.
 void attend(const Tensor& queries, const RowSource& keys, const RowSource& values, const Geometry& g,
-            const AttentionMask& mask, std::optional<int64_t> window, float scale, Tensor& out, base::ThreadPool* pool) {
+            const AttentionMask& mask, std::optional<int64_t> window, float scale, float softcap, Tensor& out,
+            base::ThreadPool* pool) {
   const Shape out_shape{g.batch, g.h_q, g.n, g.d};
   if (!out.defined() || out.shape() != out_shape || out.dtype() != DType::F32 || !out.is_contiguous()) {
     out = Tensor(out_shape, DType::F32);
@@ -306,14 +330,14 @@ void attend(const Tensor& queries, const RowSource& keys, const RowSource& value
       const Unit u = unit_at(index);
       const int64_t nq = u.i1 - u.i0, rows = group * nq;
       if (splits > 1) {
-        attend_unit(qdata, keys, values, g, mask, window, scale, u, part_m + index * max_rows,
+        attend_unit(qdata, keys, values, g, mask, window, scale, softcap, u, part_m + index * max_rows,
                     part_l + index * max_rows, part_acc + index * max_rows * d);
         continue;
       }
       m.resize(static_cast<std::size_t>(rows));
       l.resize(m.size());
       acc.resize(m.size() * static_cast<std::size_t>(d));
-      attend_unit(qdata, keys, values, g, mask, window, scale, u, m.data(), l.data(), acc.data());
+      attend_unit(qdata, keys, values, g, mask, window, scale, softcap, u, m.data(), l.data(), acc.data());
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t h = u.kv_head * group + r / nq, i = u.i0 + r % nq;
         float* o = odata + ((u.b * g.h_q + h) * g.n + i) * d;
@@ -359,13 +383,14 @@ void attend(const Tensor& queries, const RowSource& keys, const RowSource& value
 }  // namespace
 
 void attention(const Tensor& queries, const Tensor& keys, const Tensor& values, const AttentionMask& mask,
-               std::optional<int64_t> window, float scale, Tensor& out, base::ThreadPool* pool) {
+               std::optional<int64_t> window, float scale, Tensor& out, base::ThreadPool* pool, float softcap) {
   const Geometry g = check_shapes(queries, keys, values, mask);
   if (keys.dtype() != values.dtype()) {
     throw base::InvalidArgument("attention: keys are " + std::string(dtype_name(keys.dtype())) + " but values are " +
                                 std::string(dtype_name(values.dtype())));
   }
-  attend(queries, RowSource{keys}, RowSource{values}, g, mask, window, scale, out, pool);
+  check_softcap(softcap);
+  attend(queries, RowSource{keys}, RowSource{values}, g, mask, window, scale, softcap, out, pool);
 }
 
 void attention_blocks(const Tensor& queries, const BlockRows& keys, const BlockRows& values, const AttentionMask& mask,
@@ -396,12 +421,14 @@ void attention_blocks(const Tensor& queries, const BlockRows& keys, const BlockR
   }
   check_mask(mask, g);
   attend(queries, RowSource{*keys.blocks, true, keys.type}, RowSource{*values.blocks, true, values.type}, g, mask,
-         window, scale, out, pool);
+         window, scale, 0.0f, out, pool);
 }
 
 void attention_reference(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                         const AttentionMask& mask, std::optional<int64_t> window, float scale, Tensor& out) {
+                         const AttentionMask& mask, std::optional<int64_t> window, float scale, Tensor& out,
+                         float softcap) {
   const Geometry g = check_shapes(queries, keys, values, mask);
+  check_softcap(softcap);
   out = Tensor({g.batch, g.h_q, g.n, g.d}, DType::F32);
   const int64_t group = g.h_q / g.h_kv;
   std::vector<double> p(static_cast<std::size_t>(g.t));
@@ -423,6 +450,7 @@ void attention_reference(const Tensor& queries, const Tensor& keys, const Tensor
           double s = 0.0;
           for (int64_t e = 0; e < g.d; ++e) s += static_cast<double>(queries.get({b, h, i, e})) * keys.get({b, h / group, j, e});
           p[j] = s * scale;
+          if (softcap > 0.0f) p[j] = softcap * std::tanh(p[j] / softcap);
           max = std::max(max, p[j]);
         }
         double sum = 0.0;

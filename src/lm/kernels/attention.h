@@ -12,6 +12,9 @@
 //   kExplicit mask[b or 0, 0, i, j] != 0 (U8 [B or 1, 1, N, T]; the cache already applied
 //             any window).
 // A query that sees no key gets a zero output row.
+//
+// softcap > 0 soft-caps every scaled score, s -> softcap * tanh(s / softcap), before the
+// softmax (Gemma 2's attention logit soft-capping); 0 = none.
 #include <cstdint>
 #include <optional>
 
@@ -28,7 +31,7 @@ namespace lm::kernels {
 // Writes [B, H_q, N, D] f32 into `out` (allocated here when undefined or mis-shaped).
 // Throws base::InvalidArgument naming the mismatch for inconsistent shapes or dtypes.
 void attention(const Tensor& queries, const Tensor& keys, const Tensor& values, const AttentionMask& mask,
-               std::optional<int64_t> window, float scale, Tensor& out, base::ThreadPool* pool);
+               std::optional<int64_t> window, float scale, Tensor& out, base::ThreadPool* pool, float softcap = 0.0f);
 
 // Keys or values stored in one of llama.cpp's block types (lm/cache/kv_cache_type.h): `blocks` is U8
 // [B, H_kv, capacity, row bytes] (rows contiguous inside), rows [0, rows) are valid and hold
@@ -48,6 +51,7 @@ void attention_blocks(const Tensor& queries, const BlockRows& keys, const BlockR
 
 // Unthreaded, straightforward version (f32 copies of everything) for tests.
 void attention_reference(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                         const AttentionMask& mask, std::optional<int64_t> window, float scale, Tensor& out);
+                         const AttentionMask& mask, std::optional<int64_t> window, float scale, Tensor& out,
+                         float softcap = 0.0f);
 
 }  // namespace lm::kernels
