@@ -9,7 +9,8 @@ against (tests/lm/vlm/llava_reference_test.cpp). Matrices are rounded to f16 bef
 transformers runs and stored as F16, vectors as F32, so both sides compute the same function
 from the same numbers.
 
-Writes tests/fixtures/reference/hf/:
+The stories260K tokenizer and the llama Q/K reordering come from common.py (the text families'
+shared pieces). Writes tests/fixtures/reference/hf/:
   llava_tiny.gguf          text model (llama, stories260K's 512-piece tokenizer copied in)
   llava_tiny.mmproj.gguf   CLIP vision tower + projector (clip.projector_type = mlp)
   llava_tiny.png           a 32x32 RGB test image (written here with zlib: no image library)
@@ -41,6 +42,8 @@ import gguf
 import transformers
 from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
 
+from common import StoriesTokenizer, fixture_dir, permute_for_normal_rope
+
 SEED = 1234
 IMAGE_SIZE, PATCH = 32, 8
 N_IMAGE_TOKENS = (IMAGE_SIZE // PATCH) ** 2
@@ -50,48 +53,7 @@ CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 PROMPT = "Once upon a time, there was a"
 N_GREEDY = 12
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
-STORIES = ROOT.parent / "shared/models/stories260K/stories260K.gguf"
-OUT = ROOT / "tests/fixtures/reference/hf"
-
-
-class Stories:
-    """stories260K's SentencePiece BPE vocabulary (byte fallback), read from its GGUF."""
-
-    def __init__(self, path: pathlib.Path):
-        f = gguf.GGUFReader(str(path)).fields
-        self.fields = f
-        self.pieces = list(f["tokenizer.ggml.tokens"].contents())
-        self.scores = [float(s) for s in f["tokenizer.ggml.scores"].contents()]
-        self.bos = int(f["tokenizer.ggml.bos_token_id"].contents())
-        self.eos = int(f["tokenizer.ggml.eos_token_id"].contents())
-        self.id_of = {p: i for i, p in enumerate(self.pieces)}
-
-    def encode(self, text: str) -> list[int]:
-        # Spaces become U+2581 with one prefixed; merge the best-scoring adjacent pair
-        # (leftmost on ties) until none is in the vocabulary; unknown pieces fall back to bytes.
-        parts = list("\u2581" + text.replace(" ", "\u2581"))
-        while True:
-            scored = [(self.scores[self.id_of[a + b]], -i) for i, (a, b) in enumerate(zip(parts, parts[1:]))
-                      if a + b in self.id_of]
-            if not scored:
-                break
-            i = -max(scored)[1]
-            parts[i:i + 2] = [parts[i] + parts[i + 1]]
-        ids = []
-        for p in parts:
-            ids.extend([self.id_of[p]] if p in self.id_of else [self.id_of[f"<0x{b:02X}>"] for b in p.encode()])
-        return ids
-
-    def copy_into(self, w: gguf.GGUFWriter) -> None:
-        f = self.fields
-        w.add_tokenizer_model(f["tokenizer.ggml.model"].contents())
-        w.add_token_list(self.pieces)
-        w.add_token_scores(self.scores)
-        w.add_token_types([int(t) for t in f["tokenizer.ggml.token_type"].contents()])
-        w.add_bos_token_id(self.bos)
-        w.add_eos_token_id(self.eos)
-        w.add_unk_token_id(int(f["tokenizer.ggml.unknown_token_id"].contents()))
+OUT = fixture_dir()
 
 
 def build_model() -> LlavaForConditionalGeneration:
@@ -130,13 +92,6 @@ def randomize_(model: torch.nn.Module, seed: int) -> None:
                 p.copy_(p.half().float())
 
 
-def permute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
-    # HF rotates halves of each head (NeoX); llama.cpp's 'llama' rotates adjacent pairs, so its
-    # converter interleaves the two halves of every head's rows.
-    rows, cols = w.shape
-    return w.reshape(n_heads, 2, rows // n_heads // 2, cols).swapaxes(1, 2).reshape(rows, cols)
-
-
 def f16(t: torch.Tensor) -> np.ndarray:
     return t.detach().numpy().astype(np.float16)
 
@@ -145,7 +100,7 @@ def f32(t: torch.Tensor) -> np.ndarray:
     return t.detach().numpy().astype(np.float32)
 
 
-def write_text_gguf(lm, head, c, tok: Stories, path: pathlib.Path, name: str) -> None:
+def write_text_gguf(lm, head, c, tok: StoriesTokenizer, path: pathlib.Path, name: str) -> None:
     """The llama text model `lm` (transformers LlamaModel) with its head as a llama GGUF."""
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name(name)
@@ -166,8 +121,8 @@ def write_text_gguf(lm, head, c, tok: Stories, path: pathlib.Path, name: str) ->
         b = f"blk.{i}."
         a = layer.self_attn
         w.add_tensor(b + "attn_norm.weight", f32(layer.input_layernorm.weight))
-        w.add_tensor(b + "attn_q.weight", permute_qk(f16(a.q_proj.weight), c.num_attention_heads))
-        w.add_tensor(b + "attn_k.weight", permute_qk(f16(a.k_proj.weight), c.num_key_value_heads))
+        w.add_tensor(b + "attn_q.weight", f16(permute_for_normal_rope(a.q_proj.weight, c.num_attention_heads)))
+        w.add_tensor(b + "attn_k.weight", f16(permute_for_normal_rope(a.k_proj.weight, c.num_key_value_heads)))
         w.add_tensor(b + "attn_v.weight", f16(a.v_proj.weight))
         w.add_tensor(b + "attn_output.weight", f16(a.o_proj.weight))
         w.add_tensor(b + "ffn_norm.weight", f32(layer.post_attention_layernorm.weight))
@@ -270,7 +225,7 @@ def write_jpeg(path: pathlib.Path, rgb: np.ndarray) -> None:
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    tok = Stories(STORIES)
+    tok = StoriesTokenizer()
     model = build_model()
     write_text_gguf(model.model.language_model, model.lm_head, model.config.text_config, tok, OUT / "llava_tiny.gguf",
                     "llava-tiny")
@@ -285,7 +240,7 @@ def main() -> None:
     pixel = (rgb.astype(np.float64) / 255.0 - np.array(CLIP_MEAN)) / np.array(CLIP_STD)
     pixel_values = torch.from_numpy(pixel.astype(np.float32).transpose(2, 0, 1).copy())[None]
 
-    text_ids = tok.encode(PROMPT)
+    text_ids = tok.encode(PROMPT, add_bos=False)
     ids = [tok.bos] + [IMAGE_TOKEN_ID] * N_IMAGE_TOKENS + text_ids
     input_ids = torch.tensor([ids])
     with torch.no_grad():

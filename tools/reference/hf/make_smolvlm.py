@@ -31,7 +31,8 @@ import transformers
 from transformers import Idefics3Config, Idefics3ForConditionalGeneration, LlamaConfig
 from transformers.models.idefics3.configuration_idefics3 import Idefics3VisionConfig
 
-from make_llava import OUT, PROMPT, STORIES, Stories, f16, f32, randomize_, test_image, write_text_gguf
+from common import StoriesTokenizer
+from make_llava import OUT, PROMPT, f16, f32, randomize_, test_image, write_text_gguf
 
 SEED = 4321
 IMAGE_SIZE, PATCH, SCALE = 32, 4, 2
@@ -101,7 +102,7 @@ def write_mmproj_gguf(model, path) -> None:
 
 
 def main() -> None:
-    tok = Stories(STORIES)
+    tok = StoriesTokenizer()
     model = build_model()
     write_text_gguf(model.model.text_model, model.lm_head, model.config.text_config, tok, OUT / "smolvlm_tiny.gguf",
                     "smolvlm-tiny")
@@ -110,7 +111,7 @@ def main() -> None:
     pixel = (rgb.astype(np.float64) / 255.0 - np.array(SIGLIP_MEAN)) / np.array(SIGLIP_STD)
     pixel_values = torch.from_numpy(pixel.astype(np.float32).transpose(2, 0, 1).copy())[None, None]  # [1, 1, 3, H, W]
 
-    text_ids = tok.encode(PROMPT)
+    text_ids = tok.encode(PROMPT, add_bos=False)
     ids = [tok.bos] + [IMAGE_TOKEN_ID] * N_IMAGE_TOKENS + text_ids
     input_ids = torch.tensor([ids])
     with torch.no_grad():
