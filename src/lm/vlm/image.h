@@ -18,7 +18,7 @@ struct RgbImage {
 
 // Decodes a PNG or JPEG held in memory; `name` names it in errors. Grey and alpha channels are
 // converted to RGB. Throws base::FormatError (not an image, truncated, corrupt: stb_image's
-// reason included; more than 16384 pixels on a side) naming `name`.
+// reason included; more than 16384 pixels on a side or 2^26 in all) naming `name`.
 RgbImage decode_image(const std::vector<uint8_t>& bytes, const std::string& name);
 
 // Reads and decodes an image file. Throws base::FormatError for a missing, unreadable or

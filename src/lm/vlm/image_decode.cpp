@@ -8,6 +8,8 @@
 #include <stb_image.h>
 
 #include <climits>
+#include <cstdint>
+#include <string>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -19,6 +21,7 @@ namespace lm {
 
 namespace {
 constexpr int kMaxImageSide = 16384;
+constexpr int64_t kMaxImagePixels = int64_t{1} << 26;  // 64 M pixels: 192 MB decoded
 }  // namespace
 
 RgbImage decode_image(const std::vector<uint8_t>& bytes, const std::string& name) {
@@ -28,9 +31,10 @@ RgbImage decode_image(const std::vector<uint8_t>& bytes, const std::string& name
   // The header first: a small file may declare a huge image (a decompression bomb); refuse it
   // before anything is allocated. Every tower resizes to well under this.
   if (stbi_info_from_memory(bytes.data(), static_cast<int>(bytes.size()), &width, &height, &channels) &&
-      (width > kMaxImageSide || height > kMaxImageSide)) {
+      (width > kMaxImageSide || height > kMaxImageSide || int64_t{width} * height > kMaxImagePixels)) {
     throw base::FormatError("image '" + name + "' is " + std::to_string(width) + "x" + std::to_string(height) +
-                            " pixels; at most " + std::to_string(kMaxImageSide) + " per side are accepted");
+                            " pixels; at most " + std::to_string(kMaxImageSide) + " per side and " +
+                            std::to_string(kMaxImagePixels) + " in all are accepted");
   }
   stbi_uc* data = stbi_load_from_memory(bytes.data(), static_cast<int>(bytes.size()), &width, &height, &channels, 3);
   if (!data) {
