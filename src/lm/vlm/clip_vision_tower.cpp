@@ -64,8 +64,10 @@ float vision_activation(VisionActivation act, float x) {
   return x;
 }
 
-ClipVisionTower::ClipVisionTower(ClipVisionConfig config, ClipVisionWeights weights, int threads)
-    : config_(std::move(config)), weights_(std::move(weights)) {
+ClipVisionTower::ClipVisionTower(ClipVisionConfig config, ClipVisionWeights weights,
+                                 std::shared_ptr<base::ThreadPool> pool)
+    : config_(std::move(config)), weights_(std::move(weights)), pool_(std::move(pool)) {
+  if (!pool_) throw base::InvalidArgument("vision tower needs a thread pool");
   const ClipVisionConfig& c = config_;
   if (c.image_size <= 0 || c.patch_size <= 0 || c.dim <= 0 || c.ffn_dim <= 0 || c.n_heads <= 0 || c.n_layers < 0) {
     throw base::FormatError("vision tower has a non-positive size (image " + std::to_string(c.image_size) + ", patch " +
@@ -120,7 +122,6 @@ ClipVisionTower::ClipVisionTower(ClipVisionConfig config, ClipVisionWeights weig
     }
     expect_vector(w.b1, static_cast<std::size_t>(c.ffn_dim), p + "ffn_up.bias", true);
   }
-  pool_ = std::make_unique<base::ThreadPool>(threads);
 }
 
 int ClipVisionTower::output_dim() const {

@@ -62,7 +62,8 @@ struct ClipVisionWeights {
 class ClipVisionTower {
  public:
   // Validates every shape (base::FormatError naming the tensor, in llama.cpp's names).
-  ClipVisionTower(ClipVisionConfig config, ClipVisionWeights weights, int threads);
+  // `pool` runs the products (shared with the projector: one image is encoded at a time).
+  ClipVisionTower(ClipVisionConfig config, ClipVisionWeights weights, std::shared_ptr<base::ThreadPool> pool);
 
   const ClipVisionConfig& config() const { return config_; }
   // Feature rows per image and their width.
@@ -78,7 +79,7 @@ class ClipVisionTower {
 
   ClipVisionConfig config_;
   ClipVisionWeights weights_;
-  std::unique_ptr<base::ThreadPool> pool_;
+  std::shared_ptr<base::ThreadPool> pool_;
 };
 
 // Row-wise LayerNorm: out = (x - mean) / sqrt(var + eps) * w + b over n elements (b may be

@@ -152,7 +152,9 @@ VisionModules load_mmproj(const std::string& path, int threads) {
     }
     VisionModules out;
     const int side = c.patches_per_side();
-    out.tower = std::make_shared<ClipVisionTower>(std::move(c), std::move(w), threads);
+    // One pool for the tower and the projector (they never run at the same time).
+    const auto pool = std::make_shared<base::ThreadPool>(threads);
+    out.tower = std::make_shared<ClipVisionTower>(std::move(c), std::move(w), pool);
     if (idefics3) {
       const int64_t scale = file->get_int("clip.vision.projector.scale_factor").value_or(2);
       if (scale <= 0 || scale > 64) {
@@ -160,12 +162,12 @@ VisionModules load_mmproj(const std::string& path, int threads) {
                                 " is out of range");
       }
       out.projector = std::make_shared<PixelShuffleProjector>(file->weight("mm.model.fc.weight"), static_cast<int>(scale),
-                                                              side, threads);
+                                                              side, pool);
       return out;
     }
     out.projector = std::make_shared<MlpProjector>(file->weight("mm.0.weight"), read_vector(*file, "mm.0.bias", false),
                                                    file->find_tensor("mm.2.weight") ? file->weight("mm.2.weight") : WeightMatrix{},
-                                                   read_vector(*file, "mm.2.bias", false), threads);
+                                                   read_vector(*file, "mm.2.bias", false), pool);
     return out;
   } catch (const base::FormatError& e) {
     const std::string what = e.what();

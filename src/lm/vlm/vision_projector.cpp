@@ -9,8 +9,10 @@
 
 namespace lm {
 
-MlpProjector::MlpProjector(WeightMatrix w0, std::vector<float> b0, WeightMatrix w2, std::vector<float> b2, int threads)
-    : w0_(std::move(w0)), w2_(std::move(w2)), b0_(std::move(b0)), b2_(std::move(b2)) {
+MlpProjector::MlpProjector(WeightMatrix w0, std::vector<float> b0, WeightMatrix w2, std::vector<float> b2,
+                           std::shared_ptr<base::ThreadPool> pool)
+    : w0_(std::move(w0)), w2_(std::move(w2)), b0_(std::move(b0)), b2_(std::move(b2)), pool_(std::move(pool)) {
+  if (!pool_) throw base::InvalidArgument("projector needs a thread pool");
   if (w0_.rows <= 0) throw base::FormatError("projector tensor 'mm.0.weight' is empty");
   if (!b0_.empty() && static_cast<int64_t>(b0_.size()) != w0_.rows) {
     throw base::FormatError("tensor 'mm.0.bias' has " + std::to_string(b0_.size()) + " elements, expected " +
@@ -26,7 +28,6 @@ MlpProjector::MlpProjector(WeightMatrix w0, std::vector<float> b0, WeightMatrix 
                               std::to_string(w2_.rows));
     }
   }
-  pool_ = std::make_unique<base::ThreadPool>(threads);
 }
 
 std::vector<float> MlpProjector::project(const std::vector<float>& features, int64_t n) const {
@@ -50,8 +51,10 @@ std::vector<float> MlpProjector::project(const std::vector<float>& features, int
   return affine(w2_, b2_, hidden.data());
 }
 
-PixelShuffleProjector::PixelShuffleProjector(WeightMatrix fc, int scale_factor, int patches_per_side, int threads)
-    : fc_(std::move(fc)), scale_(scale_factor), side_(patches_per_side) {
+PixelShuffleProjector::PixelShuffleProjector(WeightMatrix fc, int scale_factor, int patches_per_side,
+                                             std::shared_ptr<base::ThreadPool> pool)
+    : fc_(std::move(fc)), scale_(scale_factor), side_(patches_per_side), pool_(std::move(pool)) {
+  if (!pool_) throw base::InvalidArgument("projector needs a thread pool");
   if (scale_ <= 0 || side_ <= 0 || side_ % scale_ != 0) {
     throw base::FormatError("pixel shuffle by " + std::to_string(scale_) + " needs a patch grid side divisible by it, got " +
                             std::to_string(side_));
@@ -60,7 +63,6 @@ PixelShuffleProjector::PixelShuffleProjector(WeightMatrix fc, int scale_factor, 
     throw base::FormatError("tensor 'mm.model.fc.weight' takes " + std::to_string(fc_.cols) +
                             " inputs, not a multiple of scale_factor^2 = " + std::to_string(scale_ * scale_));
   }
-  pool_ = std::make_unique<base::ThreadPool>(threads);
 }
 
 std::vector<float> pixel_shuffle(const std::vector<float>& features, int side, int dim, int scale) {

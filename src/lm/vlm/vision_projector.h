@@ -28,7 +28,8 @@ class VisionProjector {
 class MlpProjector : public VisionProjector {
  public:
   // w2 may be empty (rows == 0): a one-layer projector.
-  MlpProjector(WeightMatrix w0, std::vector<float> b0, WeightMatrix w2, std::vector<float> b2, int threads);
+  MlpProjector(WeightMatrix w0, std::vector<float> b0, WeightMatrix w2, std::vector<float> b2,
+               std::shared_ptr<base::ThreadPool> pool);
   std::string kind() const override { return "mlp"; }
   int input_dim() const override { return static_cast<int>(w0_.cols); }
   int output_dim() const override { return static_cast<int>(w2_.rows > 0 ? w2_.rows : w0_.rows); }
@@ -38,7 +39,7 @@ class MlpProjector : public VisionProjector {
  private:
   WeightMatrix w0_, w2_;
   std::vector<float> b0_, b2_;
-  std::unique_ptr<base::ThreadPool> pool_;
+  std::shared_ptr<base::ThreadPool> pool_;
 };
 
 // Idefics3 / SmolVLM's connector (llama.cpp 'idefics3'): pixel shuffle — each s x s block of
@@ -47,7 +48,7 @@ class MlpProjector : public VisionProjector {
 // (mm.model.fc).
 class PixelShuffleProjector : public VisionProjector {
  public:
-  PixelShuffleProjector(WeightMatrix fc, int scale_factor, int patches_per_side, int threads);
+  PixelShuffleProjector(WeightMatrix fc, int scale_factor, int patches_per_side, std::shared_ptr<base::ThreadPool> pool);
   std::string kind() const override { return "idefics3"; }
   int input_dim() const override { return static_cast<int>(fc_.cols) / (scale_ * scale_); }
   int output_dim() const override { return static_cast<int>(fc_.rows); }
@@ -58,7 +59,7 @@ class PixelShuffleProjector : public VisionProjector {
   WeightMatrix fc_;
   int scale_;
   int side_;
-  std::unique_ptr<base::ThreadPool> pool_;
+  std::shared_ptr<base::ThreadPool> pool_;
 };
 
 // The shuffle alone (the reference the projector's layout is tested against): features
