@@ -9,7 +9,7 @@ cd "$ROOT"
 
 APT_PACKAGES=(build-essential cmake pkg-config git python3 python3-pip python3-venv unzip
   libhwy-dev googletest libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
-  libcli11-dev libcpp-httplib-dev libeigen3-dev chromium chromium-driver)
+  libcli11-dev libcpp-httplib-dev libeigen3-dev libstb-dev chromium chromium-driver)
 
 if [[ "${SKIP_APT:-0}" != "1" ]]; then
   missing=()

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "apps/command_registry.h"
+#include "apps/image_generation.h"
 #include "apps/kv_method_flags.h"
 #include "apps/model_loading.h"
 #include "apps/progress_bar.h"
@@ -47,6 +48,8 @@ struct GenerateFlags : apps::ModelFlags {  // --model, --tokenizer, --threads, -
   std::string prefill_step = "512";
   std::string save_prompt_cache;
   std::string load_prompt_cache;
+  std::string mmproj;               // vision tower + projector GGUF (image_generation.h)
+  std::vector<std::string> images;  // --image, repeatable
   KvMethodFlags kv;         // --method/--bits/--set (kv_method_flags.h)
   bool seed_given = false;  // an explicit --seed also seeds the compressed cache
 };
@@ -122,6 +125,13 @@ void add_generate_flags(CLI::App& cmd, GenerateFlags& f) {
   cmd.add_option("--load-prompt-cache", f.load_prompt_cache,
                  "Continue from a saved prompt cache; --prompt is appended after its tokens")
       ->type_name("FILE");
+  cmd.add_option("--mmproj", f.mmproj,
+                 "Vision tower + projector GGUF of a vision-language model (llama.cpp's mmproj file)")
+      ->type_name("FILE");
+  cmd.add_option("--image", f.images,
+                 "Image (PNG or JPEG) for --mmproj; repeatable. Placed at each <__media__> or <image> marker "
+                 "of the prompt, else before it")
+      ->type_name("FILE");
   add_kv_method_flags(cmd, f.kv);
 }
 
@@ -195,6 +205,16 @@ void run_generate(const GenerateFlags& f) {
 
   std::string prompt = f.prompt.value_or("");
   if (!f.prompt_file.empty()) prompt = read_text_file(f.prompt_file);
+
+  if (!f.mmproj.empty() || !f.images.empty()) {
+    if (!f.save_prompt_cache.empty() || !f.load_prompt_cache.empty()) {
+      throw base::InvalidArgument("--save-prompt-cache / --load-prompt-cache are not supported with --mmproj / --image");
+    }
+    ImageGenerationRequest request{f.model, f.mmproj, f.images, prompt, f.chat, options, load_options, kv_config,
+                                   kv.preset.empty() ? kv.method : "preset " + kv.preset + ": " + kv_config->method};
+    run_image_generation(request);
+    return;
+  }
 
   // 2. Load.
   const lm::LoadedModel loaded = lm::load(f.model, load_options);

@@ -167,14 +167,25 @@ GenerationStats stream_generate(const Model& model, const Tokenizer& tokenizer,
   stats.prompt_tokens = static_cast<int64_t>(prompt.size());
 
   // Prefill in chunks; the last chunk's last-position logits give the first token.
-  std::vector<float> logits;
+  std::vector<float> logits, embeddings;
   const auto prefill_start = Clock::now();
   const auto step = static_cast<std::size_t>(options.prefill_step_size);
   for (std::size_t begin = 0; begin < prompt.size(); begin += step) {
     const std::size_t end = std::min(prompt.size(), begin + step);
     const std::vector<int32_t> chunk(prompt.begin() + static_cast<std::ptrdiff_t>(begin),
                                      prompt.begin() + static_cast<std::ptrdiff_t>(end));
-    model.forward(chunk, state.caches, logits);
+    if (options.prompt_embeddings) {
+      options.prompt_embeddings(begin, end, embeddings);
+      const std::size_t want = (end - begin) * static_cast<std::size_t>(model.config().dim);
+      if (embeddings.size() != want) {
+        throw base::InvalidArgument("prompt_embeddings gave " + std::to_string(embeddings.size()) + " floats for " +
+                                    std::to_string(end - begin) + " tokens of width " +
+                                    std::to_string(model.config().dim));
+      }
+      model.forward_embeddings(embeddings.data(), static_cast<int64_t>(end - begin), state.caches, logits);
+    } else {
+      model.forward(chunk, state.caches, logits);
+    }
     state.tokens.insert(state.tokens.end(), chunk.begin(), chunk.end());
     if (options.on_prefill_progress) {
       options.on_prefill_progress(static_cast<int64_t>(end), static_cast<int64_t>(prompt.size()));

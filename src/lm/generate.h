@@ -38,6 +38,12 @@ struct GenerateOptions {
   std::vector<int32_t> extra_stop_ids; // stop tokens besides EOS and the tokenizer's stop ids
   // Called after each prefill chunk with (tokens processed, tokens to process).
   std::function<void(int64_t, int64_t)> on_prefill_progress;
+  // Input embeddings for the new prompt tokens instead of the model's token lookup, for a
+  // vision-language model whose image positions hold image features: called per prefill chunk
+  // with the chunk's [begin, end) indices into the prompt tokens of this call; fills
+  // (end - begin) * dim floats, and the chunk goes through Model::forward_embeddings. The
+  // prompt's ids still fill the caches' token record (placeholders at image positions).
+  std::function<void(std::size_t begin, std::size_t end, std::vector<float>& out)> prompt_embeddings;
   // Called once the prompt is in the caches, before the first token is sampled, with the
   // caches and the tokens they hold (e.g. to save a prompt-cache file).
   std::function<void(const PromptCache&)> on_prompt_processed;

@@ -56,6 +56,20 @@ class Model {
   virtual void forward(const std::vector<int32_t>& tokens, CacheList& caches,
                        std::vector<float>& last_logits, std::vector<float>* all_logits = nullptr) const = 0;
 
+  // The input embeddings forward() computes from token ids before the first layer (scaling
+  // included): `out` receives tokens.size() * config().dim floats, row t for tokens[t]. A
+  // vision-language model splices image features among these rows and runs
+  // forward_embeddings() on the result. Text models without the split throw base::Unsupported.
+  virtual void embed_tokens(const std::vector<int32_t>& tokens, float* out) const;
+  // forward() from given input embeddings, `n` rows of config().dim floats, instead of ids.
+  virtual void forward_embeddings(const float* embeddings, int64_t n, CacheList& caches, std::vector<float>& last_logits,
+                                  std::vector<float>* all_logits = nullptr) const;
+
+  // A vision-language wrapper's text model (what its caches belong to); nullptr for a model
+  // that is itself a language model. KVCacheBuilder::for_model and patch_vlm_kv_cache read it.
+  virtual const Model* language_model() const { return nullptr; }
+  virtual Model* language_model() { return nullptr; }
+
   // The replaceable hook. Empty by default; when set, make_prompt_cache calls it instead of
   // native_make_cache(). Hooks must not call make_prompt_cache (it would recurse).
   std::function<CacheList()> make_cache;

@@ -1,7 +1,7 @@
 #pragma once
 // The public API of veloxquant in one include (the names VeloxQuant-MLX users know):
 //   KVCacheConfig, QuantizerConfigError, STANDALONE_METHODS, KVCacheBuilder (build, for_model),
-//   integration::patch_model_kv_cache, the method registry, and the cache classes.
+//   integration::patch_model_kv_cache and patch_vlm_kv_cache, the method registry, and the cache classes.
 // tests/veloxquant/umbrella_header_test.cpp fails when a method's *_cache.h is missing here.
 #include "veloxquant/builder/kv_cache_builder.h"
 #include "veloxquant/caches/a2ats_cache.h"
@@ -61,6 +61,7 @@
 #include "veloxquant/eviction/methods/streaming_llm_cache.h"
 #include "veloxquant/eviction/methods/tova_cache.h"
 #include "veloxquant/integration/patch_model.h"
+#include "veloxquant/integration/patch_vlm.h"
 #include "veloxquant/integration/prompt_cache_types.h"
 #include "veloxquant/registry/field_assignment.h"
 #include "veloxquant/registry/method_descriptor.h"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The install tree is a usable package: `cmake --install` into a scratch prefix, then a
 # downstream project (examples/downstream) finds it with find_package(veloxquant CONFIG),
-# links veloxquant::veloxquant, and generates with a TurboQuant-RVQ cache on stories260K.
+# links veloxquant::veloxquant, and generates with a TurboQuant-RVQ cache on stories260K, and from
+# an image with the LLaVA fixture (patch_vlm_kv_cache).
 set -euo pipefail
 SRC="$1"; BUILD="$2"; SHARED="$3"
 WORK="$(mktemp -d)"
@@ -14,3 +15,12 @@ out="$("$WORK/build/demo" "$SHARED/models/stories260K/stories260K.gguf" 2>&1)"
 echo "$out"
 grep -q "^5 caches$" <<< "$out"
 grep -q "Wired 5 layer cache(s) with 'turboquant_rvq' (fresh per call)" <<< "$out"
+# A vision-language model: patch_vlm_kv_cache, then two generations from the LLaVA fixture's
+# image, each with fresh compressed caches on the language model.
+HF="$SRC/tests/fixtures/reference/hf"
+vlm="$("$WORK/build/demo_vlm" "$HF/llava_tiny.gguf" "$HF/llava_tiny.mmproj.gguf" "$HF/llava_tiny.png" 2>&1)"
+echo "$vlm"
+grep -q "Wired 2 layer cache(s) with 'turboquant_rvq' on the language model (fresh per call)" <<< "$vlm"
+grep -q "^2 caches, 16 image tokens$" <<< "$vlm"
+grep -q "^fresh caches per generation: yes (TurboQuantRvqCache)$" <<< "$vlm"
+grep -q "^same answer twice: yes$" <<< "$vlm"

@@ -218,10 +218,8 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
   kernels::matmul(w.wo, merged, n, attn_out, pool, activations());
 }
 
-void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, std::vector<float>& last_logits,
-                         std::vector<float>* all_logits) const {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  if (n == 0) throw base::InvalidArgument("forward: no tokens given");
+void LlamaModel::check_caches(const CacheList& caches, int64_t n) const {
+  if (n <= 0) throw base::InvalidArgument("forward: no tokens given");
   if (static_cast<int>(caches.size()) != config_.n_layers) {
     throw base::InvalidArgument("forward: got " + std::to_string(caches.size()) + " caches for a model of " +
                                 std::to_string(config_.n_layers) + " layers");
@@ -229,30 +227,54 @@ void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, 
   for (std::size_t l = 0; l < caches.size(); ++l) {
     if (!caches[l]) throw base::InvalidArgument("forward: cache of layer " + std::to_string(l) + " is null");
   }
+  const int64_t start = caches[0]->offset();
+  if (config_.context_length > 0 && start + n > config_.context_length) {
+    throw base::InvalidArgument("forward: positions " + std::to_string(start) + ".." + std::to_string(start + n - 1) +
+                                " exceed the context length " + std::to_string(config_.context_length));
+  }
+}
+
+void LlamaModel::embed_tokens(const std::vector<int32_t>& tokens, float* out) const {
+  const int64_t dim = config_.dim;
   for (int32_t token : tokens) {
     if (token < 0 || token >= config_.vocab_size) {
       throw base::InvalidArgument("forward: token id " + std::to_string(token) + " is outside the vocabulary [0, " +
                                   std::to_string(config_.vocab_size) + ")");
     }
   }
-  const int64_t start = caches[0]->offset();
-  if (config_.context_length > 0 && start + n > config_.context_length) {
-    throw base::InvalidArgument("forward: positions " + std::to_string(start) + ".." + std::to_string(start + n - 1) +
-                                " exceed the context length " + std::to_string(config_.context_length));
+  for (std::size_t t = 0; t < tokens.size(); ++t) weights_.token_embedding.dequantize_row_to(tokens[t], out + t * dim);
+  if (hyper_.embedding_scale != 1.0f) {
+    for (std::size_t i = 0; i < tokens.size() * static_cast<std::size_t>(dim); ++i) out[i] *= hyper_.embedding_scale;
   }
+}
 
+void LlamaModel::forward(const std::vector<int32_t>& tokens, CacheList& caches, std::vector<float>& last_logits,
+                         std::vector<float>* all_logits) const {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  check_caches(caches, n);
+  float* x = sized(scratch().x, n * config_.dim);
+  embed_tokens(tokens, x);
+  run_layers(x, n, caches, last_logits, all_logits);
+}
+
+void LlamaModel::forward_embeddings(const float* embeddings, int64_t n, CacheList& caches,
+                                    std::vector<float>& last_logits, std::vector<float>* all_logits) const {
+  check_caches(caches, n);
+  if (!embeddings) throw base::InvalidArgument("forward_embeddings: no embeddings given");
+  float* x = sized(scratch().x, n * config_.dim);
+  std::copy_n(embeddings, n * config_.dim, x);
+  run_layers(x, n, caches, last_logits, all_logits);
+}
+
+void LlamaModel::run_layers(float* x, int64_t n, CacheList& caches, std::vector<float>& last_logits,
+                            std::vector<float>* all_logits) const {
   const int64_t dim = config_.dim, hidden = config_.hidden_dim;
   base::ThreadPool* pool = pool_.get();
   ForwardScratch& buf = scratch();
-  float* x = sized(buf.x, n * dim);
   float* xb = sized(buf.xb, n * dim);
   float* delta = sized(buf.delta, n * dim);
   float* gate = sized(buf.gate, n * hidden);
   float* up = sized(buf.up, n * hidden);
-  for (int64_t t = 0; t < n; ++t) weights_.token_embedding.dequantize_row_to(tokens[t], x + t * dim);
-  if (hyper_.embedding_scale != 1.0f) {
-    for (int64_t i = 0; i < n * dim; ++i) x[i] *= hyper_.embedding_scale;
-  }
   // Gemma's sandwich norms: each sub-block's output is normalised again before the residual add.
   const auto post_norm = [&](const std::vector<float>& weight) {
     if (weight.empty()) return;

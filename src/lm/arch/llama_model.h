@@ -35,6 +35,9 @@ class LlamaModel : public Model {
   CacheList native_make_cache() const override;
   void forward(const std::vector<int32_t>& tokens, CacheList& caches, std::vector<float>& last_logits,
                std::vector<float>* all_logits = nullptr) const override;
+  void embed_tokens(const std::vector<int32_t>& tokens, float* out) const override;
+  void forward_embeddings(const float* embeddings, int64_t n, CacheList& caches, std::vector<float>& last_logits,
+                          std::vector<float>* all_logits = nullptr) const override;
 
   // The dtype keys/values are handed to caches in: the float KV type, f16 when the native type
   // is a block type (block caches themselves are fed f32, which they quantize).
@@ -48,6 +51,10 @@ class LlamaModel : public Model {
   kernels::Activations activations() const {
     return options_.i16_activations ? kernels::Activations::kI16 : kernels::Activations::kF32;
   }
+  void check_caches(const CacheList& caches, int64_t n) const;
+  // The decoder over x ([n, dim] input embeddings, overwritten), then the head.
+  void run_layers(float* x, int64_t n, CacheList& caches, std::vector<float>& last_logits,
+                  std::vector<float>* all_logits) const;
   void attention_block(int layer, int64_t n, const float* xb, float* attn_out, KVCache& cache) const;
 
   ModelConfig config_;

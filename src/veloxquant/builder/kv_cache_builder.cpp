@@ -132,8 +132,14 @@ lm::CacheList KVCacheBuilder::for_model(const lm::Model& model, const KVCacheCon
   const MethodDescriptor& method = require_method(config.method);
   integration::register_prompt_cache_types();  // so these caches can be saved and reloaded
 
-  const std::vector<lm::LayerInfo>& layers = model.layers();
-  const lm::ModelConfig& model_config = model.config();
+  // Step 2 (spec §4.2): the model's own layers, else — a vision-language wrapper whose decoder
+  // is its language model (LLaVA, SmolVLM) — the language model's. Step 4: the model's config,
+  // else the language model's when the wrapper's carries no sizes (only a text config does).
+  const lm::Model* language = model.language_model();
+  const lm::Model& target = model.layers().empty() && language ? *language : model;
+  const std::vector<lm::LayerInfo>& layers = target.layers();
+  const lm::ModelConfig& model_config =
+      target.config().dim > 0 || !language ? target.config() : language->config();
   std::vector<int> head_dims(layers.size(), 0);
   std::size_t n_attention = 0;
   for (std::size_t i = 0; i < layers.size(); ++i) {
@@ -168,7 +174,7 @@ lm::CacheList KVCacheBuilder::for_model(const lm::Model& model, const KVCacheCon
 
   // Native caches are made only when some layer needs one.
   lm::CacheList native;
-  if (n_attention < layers.size()) native = native_caches(model, layers.size());
+  if (n_attention < layers.size()) native = native_caches(target, layers.size());
 
   lm::CacheList caches(layers.size());
   attention_index = 0;

@@ -63,6 +63,8 @@ class KVCacheBuilder {
   // Sliding-window attention layers get a compressed cache too (as the original: no special
   // case for rotating caches); it keeps every token and the window is applied by the mask /
   // by fused_attention's request.window, so memory is not bounded by the window.
+  // A vision-language wrapper with no layers of its own (lm::Model::language_model() set) gets
+  // its language model's caches (spec §4.2 steps 2 and 4).
   static lm::CacheList for_model(const lm::Model& model, const KVCacheConfig& config);
 
  private:
