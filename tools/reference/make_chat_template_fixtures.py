@@ -13,6 +13,11 @@ Writes tests/fixtures/tokenizer/chat_templates.json: for every case the template
 messages, add_generation_prompt and either the expected text, or the message the template
 raised with raise_exception, or the Jinja2 error another failure gave.
 
+Also writes tests/fixtures/tokenizer/jinja_snippets.json (tests/lm/tokenizer/jinja_test.cpp):
+short templates, one construct family each (whitespace control, operators, literals, loops
+and scoping, namespace, filters, tests, str/dict methods), rendered in the same environment
+with the variables in SNIPPET_VARIABLES, and some that must fail.
+
 Usage: /work/venv-hf/bin/python tools/reference/make_chat_template_fixtures.py
 Needs: tools/reference/requirements.txt (transformers, jinja2, gguf); scripts/fetch_models.sh
 for models/SmolLM2-135M-Instruct.Q4_1.gguf.
@@ -92,6 +97,126 @@ CONVERSATIONS = [
 ]
 
 
+SNIPPET_VARIABLES = {
+    "xs": [0, 1, 2, 3, 4, 5, 6],
+    "s": "héllo wörld",
+    "d": {"a": 1, "b": "two"},
+    "users": [{"name": "bob", "role": "user", "admin": False}, {"name": "alice", "role": "admin", "admin": True},
+              {"name": "carol", "role": "user"}],
+    "obj": {"b": [1, 2.5, None, True, "x"], "a": {"n": {}}},
+    "messages": [{"role": "user", "content": "hi"}],
+    "x": 1,
+}
+
+SNIPPETS = [
+    # whitespace control: trim_blocks, lstrip_blocks, - and + markers, comments, newlines
+    "  {% if true %}\n  a\n  {% endif %}\n  b {# c #}\n  {#- d #}  e\n",
+    "{% for i in [1,2] %}\n  {{ i }}\n{% endfor %}\n",
+    "a  {%- if true -%}  b  {%- endif -%}  c",
+    "a {{- ' x ' -}} b",
+    "x\n  {%+ if true %}y{% endif +%}\nz",
+    "{# comment #}\nA\n   {# indented comment #}\nB",
+    "line1\r\nline2\r{{ 'x' }}\n",
+    "{{ 'a' }}\n\n",
+    "  {{ 'var not lstripped' }}\n  {% if true %}x{% endif %}",
+    "{% set cap %}\n  captured {{ 1 + 1 }}\n{% endset %}[{{ cap }}]",
+    "{%- for m in messages -%}\n    {{- m.role }}\n{%- endfor %}\n  tail",
+    "{% if true %}  \t\n{% endif %}|\t{% if true %}x{% endif %}",
+    # operators and literals
+    "{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 7 / 2 }} {{ 1 / 3 }}",
+    "{{ 0.1 + 0.2 }} {{ 1.5e3 }} {{ 1e100 }} {{ 3.0 }} {{ 2.5 * 2 }} {{ 1e-5 }} {{ 123456789012345678.0 }} {{ -0.5 }} {{ 1_000 }}",
+    "{{ 'a' ~ 1 ~ none ~ true }} {{ 'ab' * 3 }} {{ 2 * 'c' }} {{ 'x' + 'y' }} {{ \"dq\" 'sq' }} {{ [1] * 2 + [3] }}",
+    "{{ 'tab\\there' }}|{{ 'nl\\nx' }}|{{ '\\u00e9\\x41\\101' }}|{{ 'keep \\d' }}|{{ \"it's\" }}|{{ 'q\\'s' }}",
+    "{{ 1 < 2 < 3 }} {{ 1 < 3 < 2 }} {{ 'a' < 'b' }} {{ [1,2] == [1,2] }} {{ (1,2) == [1,2] }} {{ {'a':1} == {'a':1} }} "
+    "{{ 1 == 1.0 }} {{ true == 1 }} {{ none == none }} {{ 'a' != 'b' }} {{ [1, 2] < [1, 3] }} {{ 2 >= 2.0 }}",
+    "{{ 'a' in 'cat' }} {{ 2 in [1,2] }} {{ 'k' in {'k':1} }} {{ 3 not in [1,2] }} {{ not 1 in [1] }} {{ 'a' in ['a'] }}",
+    "{{ 1 and 'x' }}|{{ 0 or 'y' }}|{{ none or [] }}|{{ '' and 1 }}|{{ not '' }}|{{ not not 3 }}",
+    "{{ 'a' if true else 'b' }}|{{ 'a' if false }}|{{ 'x' if 0 else 'y' if 1 else 'z' }}",
+    "{{ none }}|{{ true }}|{{ [1, 'a', none, true, 1.5] }}|{{ {'a': 1, 'b': [2]} }}|{{ (1,) }}|{{ (1, 2) }}|{{ () }}|"
+    "{{ ['it\\'s', 'a\"b', 'c\\nd'] }}|{{ d }}|{{ -x }}|{{ +x }}",
+    # subscripts and slices
+    "{{ xs[0] }}{{ xs[-1] }}{{ xs[1:] }}{{ xs[:-1] }}{{ xs[::-1] }}{{ xs[::2] }}{{ xs[5:1:-2] }}{{ xs[-100:2] }}{{ xs[3:100] }}"
+    "|{{ s[1:4] }}|{{ s[::-1] }}|{{ s[-2] }}|{{ s[1] }}|{{ xs.0 }}",
+    "{{ d.a }}|{{ d['a'] }}|{{ d.missing }}|{{ d['missing'] is defined }}|{{ xs[10] is defined }}|{{ d.items() | list }}|"
+    "{{ d.keys() | list }}|{{ d.values() | list }}|{{ d.get('a') }}|{{ d.get('zz', 'dflt') }}|{{ d.get('zz') }}|{{ none.x is defined }}",
+    # loops and scopes
+    "{% for x in xs %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.revindex0 }}/{{ loop.first }}/"
+    "{{ loop.last }}/{{ loop.length }};{% endfor %}",
+    "{% for x in xs if x is odd %}{{ x }}{{ ',' if not loop.last }}{% else %}none{% endfor %}|{% for x in [] %}a{% else %}empty{% endfor %}",
+    "{% for x in xs %}{% if x == 4 %}{% break %}{% endif %}{% if x is even %}{% continue %}{% endif %}{{ x }}{% endfor %}",
+    "{% for a in [1,2] %}{% for b in 'xy' %}{{ a }}{{ b }}{{ loop.index }}{% endfor %}{{ loop.index }} {% endfor %}",
+    "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for a, b in [[1,2],[3,4]] %}{{ a + b }}{% endfor %}"
+    "{% for (a, b) in [(5, 6)] %}{{ a * b }}{% endfor %}",
+    "{% for k in d %}{{ k }}{% endfor %}{% for c in 'hé' %}[{{ c }}]{% endfor %}",
+    "{% set y = 5 %}{% for i in [1,2] %}[{{ y }}]{% set y = i %}{% endfor %}[{{ y }}]{% if true %}{% set y = 9 %}{% endif %}[{{ y }}]",
+    "{% set ns = namespace(a=1, b=[]) %}{% for i in range(3) %}{% set ns.a = ns.a + i %}{% endfor %}{{ ns.a }}"
+    "{% set ns.c = 'new' %}{{ ns.c }}{{ ns.b }}{{ ns.zz is defined }}",
+    "{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set t = 1, 2 %}{{ t }}",
+    "{{ range(3) | list }}{{ range(1, 10, 3) | list }}{{ range(5, 0, -2) | list }}"
+    "{% for i in range(xs|length - 1, -1, -1) %}{{ i }}{% endfor %}",
+    "{% for x in xs[:4] %}{{ loop.cycle('a','b') }}{{ loop.previtem }}-{{ loop.nextitem }};{% endfor %}",
+    "{% set messages = messages + [{'role': 'assistant', 'content': 'yo'}] %}{% for m in messages %}{{ m.role }}:{{ m['content'] }} {% endfor %}",
+    # filters
+    "{{ '  a b  ' | trim }}|{{ 'xxaxx' | trim('x') }}|{{ 'héllo' | length }}|{{ xs | length }}|{{ d | count }}|"
+    "{{ 'MiXed' | upper }}{{ 'MiXed' | lower }}|{{ 'hello WORLD' | capitalize }}|{{ 'hello wORLD x1y' | title }}|{{ ' \u3000x\u00a0' | trim }}",
+    "{{ obj | tojson }}|{{ obj | tojson(indent=2) }}|{{ obj | tojson(sort_keys=true) }}|{{ obj | tojson(separators=(',', ':')) }}|"
+    "{{ 'é\"\\n<>&\\'\\x01' | tojson }}|{{ [] | tojson(indent=4) }}|{{ users[0] | tojson }}|{{ 1.0 | tojson }}",
+    "{{ d | items | list }}|{{ u | default('dflt') }}|{{ '' | default('dflt') }}|{{ '' | default('dflt', true) }}|"
+    "{{ none | default('x') }}|{{ xs | first }}|{{ xs | last }}|{{ 'abc' | first }}|{{ [] | first is defined }}|{{ u | d('D') }}",
+    "{{ xs | join(', ') }}|{{ [1, none, 'a'] | join }}|{{ users | join('/', attribute='name') }}|{{ 'aaa' | replace('a', 'b', 2) }}|"
+    "{{ 42 | string ~ '!' }}|{{ '42' | int + 1 }}|{{ ' 7 ' | int }}|{{ '3.9' | int }}|{{ 'x' | int }}|{{ 'x' | int(5) }}|"
+    "{{ 3.7 | int }}|{{ '2.5' | float * 2 }}|{{ true | int }}|{{ xs | string }}",
+    "{{ users | selectattr('role', 'equalto', 'user') | map(attribute='name') | list }}|{{ users | rejectattr('admin') | list | length }}|"
+    "{{ users | selectattr('admin') | map(attribute='name') | join }}|{{ xs | select('odd') | list }}|"
+    "{{ xs | reject('divisibleby', 3) | list }}|{{ ['a','b'] | map('upper') | list }}|{{ users | map(attribute='missing', default='?') | list }}|"
+    "{{ users | selectattr('admin', 'defined') | list | length }}|{{ xs | select | list }}",
+    "{{ xs | reverse | list }}|{{ 'abc' | reverse }}|{{ [3,1,2] | sort }}|{{ ['b','A','c'] | sort }}|{{ [3,1,2] | sort(reverse=true) }}|"
+    "{{ users | sort(attribute='name') | map(attribute='name') | join(',') }}|{{ [1,2,1,3] | unique | list }}|{{ 'ab' | list }}|{{ -3 | abs }}",
+    "{{ ('a' ~ 'b') | upper }}{{ not x is defined }}{{ -1 | abs }}{{ xs | length > 3 }}{{ 'a' ~ 'b' | upper }}",
+    # tests
+    "{{ x is defined }}{{ u is defined }}{{ u is undefined }}{{ none is none }}{{ 1 is number }}{{ true is number }}{{ 1 is integer }}"
+    "{{ true is integer }}{{ 1.0 is float }}{{ 's' is string }}{{ d is mapping }}{{ xs is iterable }}{{ 's' is iterable }}{{ 1 is iterable }}"
+    "{{ xs is sequence }}{{ true is boolean }}{{ 1 is true }}{{ true is true }}{{ false is false }}{{ 0 is false }}{{ 3 is odd }}{{ 4 is even }}"
+    "{{ 9 is divisibleby 3 }}{{ 9 is divisibleby(4) }}{{ 'a' is eq 'a' }}{{ 2 is gt 1 }}{{ 2 is in xs }}{{ none is sameas none }}"
+    "{{ 'abc' is lower }}{{ 'ABC' is upper }}{{ 'trim' is filter }}{{ range is callable }}{{ x is not none }}{{ u is iterable }}",
+    # methods
+    "{{ s.startswith('hé') }}{{ s.endswith(('x', 'ld')) }}|{{ '  pad  '.strip() }}|{{ 'xxhixx'.strip('x') }}|{{ '\\n\\nhi\\n'.lstrip('\\n') }}|"
+    "{{ 'hi  '.rstrip() }}|{{ 'a,b,,c'.split(',') }}|{{ '  a  b '.split() }}|{{ 'a b c'.split(' ', 1) }}|{{ s.upper() }}|{{ 'Hello'.lower() }}|"
+    "{{ 'a-b'.replace('-', '+') }}|{{ ', '.join(['x', 'y']) }}|{{ 'abcabc'.find('c') }}|{{ 'abcabc'.count('bc') }}|{{ 'hello world'.title() }}|"
+    "{{ 'hELLO'.capitalize() }}|{{ '<think>a</think>b'.split('</think>')[-1] }}",
+    # globals
+    "{{ dict(a=1, b='x') }}|{{ dict(d, c=3) | tojson }}|{{ namespace(q=1).q }}",
+    "{{ strftime_now('%Y-%m-%d %H:%M %d %b %B %A') }}",
+    "{% set m = {'z': 1, 'a': 2} %}{{ m | tojson }}{{ m.z }}",
+    "[{{ u }}]|{{ u ~ 'x' }}|{{ u | length }}|{{ u | list }}|{% for i in u %}no{% else %}empty{% endfor %}|{{ u | items | list }}",
+    "{% generation %}gen {{ 1 }}{% endgeneration %}|{% print 'printed' %}",
+    "{{ messages[0]['content'] if messages else 'none' }}{{ messages | selectattr('role', 'equalto', 'user') | list | length }}",
+    # errors Jinja2 raises; we must throw too
+    "{{ u.attr }}",
+    "{{ 'a' + 1 }}",
+    "{{ 1 / 0 }}",
+    "{{ raise_exception('custom ' ~ 42) }}",
+    "{% for a, b in [1, 2] %}{% endfor %}",
+    "{{ none.x.y }}",
+    "{{ u() }}",
+    "{{ 'abc'[::0] }}",
+    "{{ 1 < 'a' }}",
+    "{% set y = 1 %}{% set y.z = 2 %}",
+    "{{ 'x' | int(base=2, default=1, extra=3) }}",
+    "{{ xs | join(attribute=1) }}",
+    "{% if x %}no end",
+    "{{ x ",
+    "{% endfor %}",
+    "{{ 'unterminated }}",
+    "{% unknowntag %}",
+    "{{ (1, 2] }}",
+    "{% for %}{% endfor %}",
+    "{{ x | }}",
+    "{% if x %}{% else %}{% else %}{% endif %}",
+    "{{ x.1a }}",
+]
+
+
 class FixedDatetime(real_datetime.datetime):
     @classmethod
     def now(cls, tz=None):
@@ -128,8 +253,27 @@ def render(text, messages, add_generation_prompt, bos, eos):
         return {"error": f"{type(e).__name__}: {e}"}
 
 
+def render_snippet(text):
+    try:
+        return {"expected": chat_template_utils._compile_jinja_template(text).render(**SNIPPET_VARIABLES)}
+    except jinja2.exceptions.TemplateError as e:
+        if type(e) is jinja2.exceptions.TemplateError:
+            return {"raises": e.message}
+        return {"error": f"{type(e).__name__}: {e}"}
+    except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError) as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 def main():
     chat_template_utils.datetime = FixedDatetime  # strftime_now reads datetime.now()
+    snippets = [dict(template=t, **render_snippet(t)) for t in SNIPPETS]
+    (OUT / "jinja_snippets.json").write_text(json.dumps({
+        "source": "transformers.utils.chat_template_utils._compile_jinja_template(template).render(**variables)",
+        "versions": {"transformers": transformers.__version__, "jinja2": jinja2.__version__},
+        "now": FIXED_NOW.isoformat() + " local time (strftime_now)",
+        "variables": SNIPPET_VARIABLES,
+        "snippets": snippets}, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"{len(snippets)} snippets: " + str({k: sum(1 for c in snippets if k in c) for k in ("expected", "raises", "error")}))
     cases = []
     templates = {}
     for name, (origin, bos, eos) in TEMPLATES.items():

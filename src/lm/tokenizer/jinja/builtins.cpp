@@ -264,13 +264,19 @@ Value filter_map(const Value& seq, const Args& a) {
   return make_list(std::move(out));
 }
 
-std::string join_strings(const Value& seq, const std::string& sep, const std::optional<std::string>& attribute) {
+// join/sort/map's attribute=: a dotted path, or an integer index.
+Value lookup_attribute(const Value& item, const Value& attribute) {
+  if (attribute.is_int()) return get_item(item, attribute);
+  return lookup_path(item, need_string(attribute, "attribute"));
+}
+
+std::string join_strings(const Value& seq, const std::string& sep, const std::optional<Value>& attribute) {
   std::string out;
   bool first = true;
   for (const Value& item : iterate(seq)) {
     if (!first) out += sep;
     first = false;
-    out += to_output(attribute ? lookup_path(item, *attribute) : item);
+    out += to_output(attribute ? lookup_attribute(item, *attribute) : item);
     check_string_size(out.size());
   }
   return out;
@@ -410,7 +416,7 @@ const FilterEntry kFilters[] = {
     {"upper", [](const Value& v, const Args&) { return Value::string(pystr::upper(to_output(v))); }},
     {"lower", [](const Value& v, const Args&) { return Value::string(pystr::lower(to_output(v))); }},
     {"capitalize", [](const Value& v, const Args&) { return Value::string(pystr::capitalize(to_output(v))); }},
-    {"title", [](const Value& v, const Args&) { return Value::string(pystr::title(to_output(v))); }},
+    {"title", [](const Value& v, const Args&) { return Value::string(pystr::jinja_title(to_output(v))); }},
     {"tojson", filter_tojson},
     {"items",
      [](const Value& v, const Args&) {
@@ -446,7 +452,8 @@ const FilterEntry kFilters[] = {
      [](const Value& v, const Args& a) {
        const Bound b = bind("join", a, {"d", "attribute"});
        const std::string sep = b[0] ? to_output(*b[0]) : std::string();
-       return Value::string(join_strings(v, sep, optional_string(b[1], "join attribute")));
+       const std::optional<Value> attribute = b[1] && !b[1]->is_none() ? b[1] : std::nullopt;
+       return Value::string(join_strings(v, sep, attribute));
      }},
     {"replace",
      [](const Value& v, const Args& a) {
@@ -606,6 +613,17 @@ Value string_method(const Value& self, const std::string& name) {
       const size_t at = s.as_string().find(sub);
       return Value::integer(at == std::string::npos ? -1 : pystr::length(std::string_view(s.as_string()).substr(0, at)));
     });
+  }
+  // Python str methods this interpreter lacks: calling one is unsupported, not undefined.
+  static const char* kMissing[] = {"format", "format_map", "rsplit", "splitlines", "partition", "rpartition",
+                                   "isdigit", "isalpha", "isalnum", "isspace", "islower", "isupper", "istitle",
+                                   "isnumeric", "isdecimal", "zfill", "center", "ljust", "rjust", "casefold",
+                                   "swapcase", "expandtabs", "encode", "index", "rfind", "rindex", "removeprefix",
+                                   "removesuffix", "translate"};
+  for (const char* m : kMissing) {
+    if (name == m) {
+      return Value::function("str." + name, [name](const Args&) -> Value { throw EvalUnsupported("str." + name + "()"); });
+    }
   }
   return Value::undefined("'str object' has no attribute '" + name + "'");
 }

@@ -41,6 +41,17 @@ class Evaluator {
   }
 
   Flow execute(const Node& n) {
+    // Value operations outside an expression (printing a value, unpacking it) fail here.
+    try {
+      return execute_node(n);
+    } catch (const EvalError& err) {
+      throw base::FormatError(join_position(n.at, err.what()));
+    } catch (const EvalUnsupported& err) {
+      throw base::Unsupported(join_position(n.at, std::string(err.what()) + " is not supported by this interpreter"));
+    }
+  }
+
+  Flow execute_node(const Node& n) {
     switch (n.kind) {
       case Node::Kind::kText: write(n.text, n.at); return Flow::kNormal;
       case Node::Kind::kOutput: {
@@ -132,28 +143,34 @@ class Evaluator {
     }
     if (items.empty()) return execute(n.else_body);
     const int64_t length = static_cast<int64_t>(items.size());
+    // One loop object for the whole loop, advanced in place each iteration, as Jinja2's
+    // LoopContext is (and cheaper than building it anew).
+    auto index = std::make_shared<int64_t>(0);
+    const Value loop = Value::dict({
+        {"index", Value()}, {"index0", Value()}, {"revindex", Value()}, {"revindex0", Value()},
+        {"first", Value()}, {"last", Value()}, {"length", Value::integer(length)}, {"depth", Value::integer(1)},
+        {"depth0", Value::integer(0)}, {"previtem", Value()}, {"nextitem", Value()},
+        {"cycle", Value::function("loop.cycle", [index](const Args& a) {
+           if (a.positional.empty()) throw EvalError("loop.cycle() needs at least one argument");
+           return a.positional[static_cast<size_t>(*index) % a.positional.size()];
+         })},
+    });
+    auto& fields = loop.dict_data().items;
     for (int64_t i = 0; i < length; ++i) {
       count_iteration(n.at);
+      *index = i;
+      fields[0].second = Value::integer(i + 1);
+      fields[1].second = Value::integer(i);
+      fields[2].second = Value::integer(length - i);
+      fields[3].second = Value::integer(length - i - 1);
+      fields[4].second = Value::boolean(i == 0);
+      fields[5].second = Value::boolean(i == length - 1);
+      fields[9].second = i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("there is no previous item");
+      fields[10].second =
+          i + 1 < length ? items[static_cast<size_t>(i + 1)] : Value::undefined("there is no next item");
       scopes_.emplace_back();
       assign(n.targets, items[static_cast<size_t>(i)], n.at);
-      std::vector<std::pair<std::string, Value>> loop = {
-          {"index", Value::integer(i + 1)},
-          {"index0", Value::integer(i)},
-          {"revindex", Value::integer(length - i)},
-          {"revindex0", Value::integer(length - i - 1)},
-          {"first", Value::boolean(i == 0)},
-          {"last", Value::boolean(i == length - 1)},
-          {"length", Value::integer(length)},
-          {"depth", Value::integer(1)},
-          {"depth0", Value::integer(0)},
-          {"previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("there is no previous item")},
-          {"nextitem", i + 1 < length ? items[static_cast<size_t>(i + 1)] : Value::undefined("there is no next item")},
-      };
-      loop.emplace_back("cycle", Value::function("loop.cycle", [i](const Args& a) {
-                          if (a.positional.empty()) throw EvalError("loop.cycle() needs at least one argument");
-                          return a.positional[static_cast<size_t>(i) % a.positional.size()];
-                        }));
-      scopes_.back()["loop"] = Value::dict(std::move(loop));
+      scopes_.back()["loop"] = loop;
       const Flow f = execute(n.body);
       scopes_.pop_back();
       if (f == Flow::kBreak) break;

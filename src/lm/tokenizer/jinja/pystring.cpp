@@ -108,37 +108,113 @@ std::string replace(std::string_view s, std::string_view old, std::string_view w
 }
 
 namespace {
-char ascii_upper(char c) { return c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c; }
-char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-bool ascii_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+// Simple (one-to-one) case mappings of the scripts templates plausibly contain.
+uint32_t to_upper(uint32_t c) {
+  if (c >= 'a' && c <= 'z') return c - 32;
+  if (c == 0xB5) return 0x39C;
+  if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 32;
+  if (c == 0xFF) return 0x178;
+  if (c >= 0x100 && c <= 0x17F) {
+    if (c == 0x131) return 'I';
+    if (c == 0x17F) return 'S';
+    const bool pairs_odd_lower = (c >= 0x100 && c <= 0x137) || (c >= 0x14A && c <= 0x177);
+    const bool pairs_even_lower = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
+    if (pairs_odd_lower && (c & 1)) return c - 1;
+    if (pairs_even_lower && !(c & 1)) return c - 1;
+    return c;
+  }
+  if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 32;
+  if (c == 0x3C2) return 0x3A3;
+  if (c >= 0x3AC && c <= 0x3AF) return c == 0x3AC ? 0x386 : c - 37;
+  if (c >= 0x430 && c <= 0x44F) return c - 32;
+  if (c >= 0x450 && c <= 0x45F) return c - 80;
+  return c;
+}
+
+uint32_t to_lower(uint32_t c) {
+  if (c >= 'A' && c <= 'Z') return c + 32;
+  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
+  if (c == 0x178) return 0xFF;
+  if (c >= 0x100 && c <= 0x17F) {
+    if (c == 0x130) return 'i';  // Python gives i + combining dot; plain i is close enough here
+    const bool pairs_odd_lower = (c >= 0x100 && c <= 0x137) || (c >= 0x14A && c <= 0x177);
+    const bool pairs_even_lower = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
+    if (pairs_odd_lower && !(c & 1)) return c + 1;
+    if (pairs_even_lower && (c & 1)) return c + 1;
+    return c;
+  }
+  if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 32;
+  if (c == 0x386) return 0x3AC;
+  if (c >= 0x388 && c <= 0x38A) return c + 37;
+  if (c >= 0x410 && c <= 0x42F) return c + 32;
+  if (c >= 0x400 && c <= 0x40F) return c + 80;
+  return c;
+}
+
+bool is_cased(uint32_t c) { return to_upper(c) != c || to_lower(c) != c; }
+
+std::string map_case(std::string_view s, uint32_t (*f)(uint32_t)) {
+  std::string out;
+  for (const auto& cp : unicode::decode_utf8(s)) {
+    if (cp.value == unicode::kInvalidByte) {
+      out.append(s.substr(cp.offset, cp.length));
+    } else {
+      unicode::append_utf8(out, f(cp.value));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string upper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = ascii_upper(c);
-  return out;
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = ascii_lower(c);
-  return out;
-}
+std::string upper(std::string_view s) { return map_case(s, to_upper); }
+std::string lower(std::string_view s) { return map_case(s, to_lower); }
 
 std::string capitalize(std::string_view s) {
-  std::string out = lower(s);
-  if (!out.empty()) out[0] = ascii_upper(out[0]);
+  std::string out;
+  bool first = true;
+  for (const auto& cp : unicode::decode_utf8(s)) {
+    if (cp.value == unicode::kInvalidByte) {
+      out.append(s.substr(cp.offset, cp.length));
+    } else {
+      unicode::append_utf8(out, first ? to_upper(cp.value) : to_lower(cp.value));
+    }
+    first = false;
+  }
   return out;
 }
 
 std::string title(std::string_view s) {
-  std::string out(s);
+  std::string out;
   bool previous_cased = false;
-  for (char& c : out) {
-    const bool alpha = ascii_alpha(c);
-    c = alpha ? (previous_cased ? ascii_lower(c) : ascii_upper(c)) : c;
-    // Bytes of multi-byte characters count as cased, so a letter after é is not capitalised.
-    previous_cased = alpha || static_cast<unsigned char>(c) >= 0x80;
+  for (const auto& cp : unicode::decode_utf8(s)) {
+    if (cp.value == unicode::kInvalidByte) {
+      out.append(s.substr(cp.offset, cp.length));
+      previous_cased = false;
+      continue;
+    }
+    const bool cased = is_cased(cp.value);
+    unicode::append_utf8(out, cased ? (previous_cased ? to_lower(cp.value) : to_upper(cp.value)) : cp.value);
+    previous_cased = cased;
+  }
+  return out;
+}
+
+std::string jinja_title(std::string_view s) {
+  // Jinja2: re.split(r"([-\s({\[<]+)", s), each piece's first character upper, the rest lower.
+  std::string out;
+  bool word_start = true;
+  for (const auto& cp : unicode::decode_utf8(s)) {
+    if (cp.value == unicode::kInvalidByte) {
+      out.append(s.substr(cp.offset, cp.length));
+      word_start = false;
+      continue;
+    }
+    const uint32_t c = cp.value;
+    const bool separator = is_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+    unicode::append_utf8(out, separator ? c : word_start ? to_upper(c) : to_lower(c));
+    word_start = separator;
   }
   return out;
 }

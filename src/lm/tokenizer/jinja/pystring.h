@@ -1,7 +1,8 @@
 #pragma once
 // Python str operations on UTF-8 text, by code point as Python counts them: len, indexing and
-// slicing, strip with str.isspace's notion of whitespace, split, case mapping (ASCII letters
-// only: the templates we know apply it to role names and keywords).
+// slicing, strip with str.isspace's notion of whitespace, split, and case mapping for the
+// letters of ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic (other scripts are left as
+// they are; the one-to-many mappings such as ß -> SS are not made).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -24,6 +25,7 @@ std::string replace(std::string_view s, std::string_view old, std::string_view w
 std::string upper(std::string_view s);
 std::string lower(std::string_view s);
 std::string capitalize(std::string_view s);  // first letter upper, the rest lower
-std::string title(std::string_view s);       // first letter of each word upper
+std::string title(std::string_view s);       // str.title(): a letter after a non-letter is upper
+std::string jinja_title(std::string_view s); // Jinja's title filter: words split at whitespace - ( { [ <
 
 }  // namespace lm::jinja::pystr
