@@ -191,6 +191,13 @@ SNIPPETS = [
     "[{{ u }}]|{{ u ~ 'x' }}|{{ u | length }}|{{ u | list }}|{% for i in u %}no{% else %}empty{% endfor %}|{{ u | items | list }}",
     "{% generation %}gen {{ 1 }}{% endgeneration %}|{% print 'printed' %}",
     "{{ messages[0]['content'] if messages else 'none' }}{{ messages | selectattr('role', 'equalto', 'user') | list | length }}",
+    # macros
+    "{% macro greet(name, punct='!') %}Hello {{ name }}{{ punct }}{% endmacro %}{{ greet('a') }}|{{ greet('b', '?') }}|"
+    "{{ greet(punct='.', name='c') }}|{{ greet() }}",
+    "{% macro count(n) %}{{ n }}{% if n > 0 %},{{ count(n - 1) }}{% endif %}{% endmacro %}{{ count(3) }}",
+    "{% set top = 'T' %}{% macro m() %}{{ top }}{{ xs | length }}{{ inner is defined }}{% endmacro %}"
+    "{% for inner in [1] %}{{ m() }}{% endfor %}",
+    "{% macro m(x) %}\n  [{{ x }}]\n{% endmacro %}\n{{ m(1) }}{{ m(2) | trim }}",
     # errors Jinja2 raises; we must throw too
     "{{ u.attr }}",
     "{{ 'a' + 1 }}",
@@ -202,6 +209,8 @@ SNIPPETS = [
     "{{ 'abc'[::0] }}",
     "{{ 1 < 'a' }}",
     "{% set y = 1 %}{% set y.z = 2 %}",
+    "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+    "{% macro g(a) %}{% endmacro %}{{ g(1, 2) }}",
     "{{ 'x' | int(base=2, default=1, extra=3) }}",
     "{{ xs | join(attribute=1) }}",
     "{% if x %}no end",
@@ -260,8 +269,8 @@ def render_snippet(text):
         if type(e) is jinja2.exceptions.TemplateError:
             return {"raises": e.message}
         return {"error": f"{type(e).__name__}: {e}"}
-    except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError) as e:
-        return {"error": f"{type(e).__name__}: {e}"}
+    except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError, RecursionError) as e:
+        return {"error": f"{type(e).__name__}: {str(e)[:200]}"}
 
 
 def main():

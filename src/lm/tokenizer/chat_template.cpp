@@ -47,7 +47,8 @@ std::string render_chat_template(const std::string& jinja, const std::vector<Cha
   return render_chat_template(jinja, messages, options);
 }
 
-std::string apply_vocab_chat_template(const TokenizerVocab& vocab, const std::vector<ChatMessage>& messages) {
+std::string apply_vocab_chat_template(const TokenizerVocab& vocab, const std::vector<ChatMessage>& messages,
+                                      const std::string* template_override) {
   auto token_text = [&](const std::optional<int32_t>& id) {
     return id && *id >= 0 && static_cast<size_t>(*id) < vocab.tokens.size() ? vocab.tokens[static_cast<size_t>(*id)]
                                                                              : std::string();
@@ -55,7 +56,7 @@ std::string apply_vocab_chat_template(const TokenizerVocab& vocab, const std::ve
   ChatTemplateOptions options;
   options.bos_token = token_text(vocab.bos_id);
   options.eos_token = token_text(vocab.eos_id);
-  std::string prompt = render_chat_template(vocab.chat_template, messages, options);
+  std::string prompt = render_chat_template(template_override ? *template_override : vocab.chat_template, messages, options);
   if (vocab.add_bos && vocab.bos_id && !options.bos_token.empty() && prompt.rfind(options.bos_token, 0) == 0) {
     prompt.erase(0, options.bos_token.size());
   }

@@ -47,7 +47,9 @@ std::string render_chat_template(const std::string& jinja, const std::vector<Cha
 // What Tokenizer::apply_chat_template returns for a vocabulary: its template rendered with the
 // generation prompt and its BOS/EOS texts. When encode(text, true) will add BOS itself and
 // the template already wrote it (Gemma, Llama 3, Mistral do), the written one is dropped, as
-// llama.cpp does, so that the prompt does not start with two BOS tokens.
-std::string apply_vocab_chat_template(const TokenizerVocab& vocab, const std::vector<ChatMessage>& messages);
+// llama.cpp does, so that the prompt does not start with two BOS tokens. `template_override`,
+// when given, replaces the vocabulary's template.
+std::string apply_vocab_chat_template(const TokenizerVocab& vocab, const std::vector<ChatMessage>& messages,
+                                      const std::string* template_override = nullptr);
 
 }  // namespace lm

@@ -212,4 +212,9 @@ std::string ByteLevelBpeTokenizer::apply_chat_template(const std::vector<ChatMes
   return apply_vocab_chat_template(vocab_, messages);
 }
 
+std::string ByteLevelBpeTokenizer::apply_custom_chat_template(const std::vector<ChatMessage>& messages,
+                                                              const std::string& jinja) const {
+  return apply_vocab_chat_template(vocab_, messages, &jinja);
+}
+
 }  // namespace lm

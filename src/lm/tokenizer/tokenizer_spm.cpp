@@ -260,4 +260,9 @@ std::string SentencePieceTokenizer::apply_chat_template(const std::vector<ChatMe
   return apply_vocab_chat_template(vocab_, messages);
 }
 
+std::string SentencePieceTokenizer::apply_custom_chat_template(const std::vector<ChatMessage>& messages,
+                                                               const std::string& jinja) const {
+  return apply_vocab_chat_template(vocab_, messages, &jinja);
+}
+
 }  // namespace lm

@@ -13,7 +13,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include <algorithm>
+#include <filesystem>
+
 #include "base/error.h"
+#include "lm/gguf/gguf_file.h"
+#include "lm/load.h"
 #include "lm/tokenizer/chat_template.h"
 #include "lm/tokenizer/jinja/error.h"
 #include "lm/tokenizer/tokenizer_vocab.h"
@@ -139,6 +144,28 @@ TEST(ChatTemplate, RaiseExceptionNamesTheTemplatesMessage) {
   } catch (const base::Unsupported& e) {
     EXPECT_EQ(std::string(e.what()), "the chat template refused the conversation: System role not supported");
   }
+}
+
+TEST(ChatTemplate, GemmaFileWithTheGemma3Template) {
+  // models/gemma-3-270m-q4_k_m.gguf carries no template; `generate --chat-template` gives it
+  // Gemma 3's. The prompt must leave BOS to encode() and keep the turn markers special.
+  const std::string path = std::string(VQ_SOURCE_DIR) + "/models/gemma-3-270m-q4_k_m.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " absent (scripts/fetch_models.sh fetches it)";
+  const auto file = lm::gguf::GgufFile::open(path);
+  const auto tok = lm::make_tokenizer(lm::read_gguf_vocab(*file));
+  EXPECT_THROW(tok->apply_chat_template({{"user", "Hi"}}), base::Unsupported);
+  const std::string prompt =
+      tok->apply_custom_chat_template({{"user", "Hi"}}, read_file(kFixtures + "chat_templates/gemma3.jinja"));
+  EXPECT_EQ(prompt, "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+  const auto ids = tok->encode(prompt, true);
+  ASSERT_TRUE(tok->bos_id().has_value());
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids[0], *tok->bos_id());
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), *tok->bos_id()), 1) << "one BOS";
+  const auto start_of_turn = tok->encode("<start_of_turn>", false);
+  ASSERT_EQ(start_of_turn.size(), 1u) << "<start_of_turn> is one special token";
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), start_of_turn[0]), 2);
+  EXPECT_EQ(ids[1], start_of_turn[0]);
 }
 
 }  // namespace

@@ -49,6 +49,7 @@ struct Node {
     kBreak,
     kContinue,
     kScope,     // body rendered as is ({% generation %})
+    kMacro,     // macro text(targets = parameters, conditions = their defaults or null): body
   };
   Kind kind = Kind::kText;
   Position at;

@@ -1,5 +1,6 @@
 #include "lm/tokenizer/jinja/evaluator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <unordered_map>
@@ -97,6 +98,9 @@ class Evaluator {
       case Node::Kind::kBreak: return Flow::kBreak;
       case Node::Kind::kContinue: return Flow::kContinue;
       case Node::Kind::kScope: return execute(n.body);
+      case Node::Kind::kMacro:
+        scopes_.back()[n.text] = Value::function(n.text, [this, &n](const Args& a) { return call_macro(n, a); });
+        return Flow::kNormal;
     }
     return Flow::kNormal;
   }
@@ -178,6 +182,46 @@ class Evaluator {
     return Flow::kNormal;
   }
 
+  // A macro call renders its body in a scope of its own that sees its parameters and the
+  // template's top level (not the caller's loop variables), and returns the text.
+  Value call_macro(const Node& macro, const Args& a) {
+    if (macro_depth_ >= kMaxMacroDepth) {
+      throw EvalError("macro calls nested more than " + std::to_string(kMaxMacroDepth) + " deep");
+    }
+    if (a.positional.size() > macro.targets.size()) {
+      throw EvalError("macro '" + macro.text + "' takes " + std::to_string(macro.targets.size()) + " arguments (" +
+                      std::to_string(a.positional.size()) + " given)");
+    }
+    Scope params;
+    for (size_t i = 0; i < a.positional.size(); ++i) params[macro.targets[i]] = a.positional[i];
+    for (const auto& [name, value] : a.named) {
+      if (std::find(macro.targets.begin(), macro.targets.end(), name) == macro.targets.end()) {
+        throw EvalError("macro '" + macro.text + "' has no parameter '" + name + "'");
+      }
+      if (params.count(name)) throw EvalError("macro '" + macro.text + "' got two values for '" + name + "'");
+      params[name] = value;
+    }
+    const size_t saved_floor = floor_;
+    scopes_.push_back(std::move(params));
+    floor_ = scopes_.size() - 1;
+    ++macro_depth_;
+    for (size_t i = 0; i < macro.targets.size(); ++i) {
+      if (scopes_.back().count(macro.targets[i])) continue;
+      scopes_.back()[macro.targets[i]] = macro.conditions[i]
+                                             ? eval(*macro.conditions[i])
+                                             : Value::undefined("'" + macro.targets[i] + "' is undefined");
+    }
+    std::string saved = std::move(out_);
+    out_.clear();
+    execute(macro.body);
+    std::string rendered = std::move(out_);
+    out_ = std::move(saved);
+    --macro_depth_;
+    floor_ = saved_floor;
+    scopes_.pop_back();
+    return Value::string(std::move(rendered));
+  }
+
   void count_iteration(const Position& at) {
     if (++iterations_ > limits_.max_loop_iterations) {
       throw base::FormatError(join_position(at, "more than " + std::to_string(limits_.max_loop_iterations) +
@@ -195,9 +239,13 @@ class Evaluator {
   }
 
   Value lookup(const std::string& name) const {
-    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
-      const auto found = it->find(name);
-      if (found != it->end()) return found->second;
+    for (size_t i = scopes_.size(); i-- > floor_;) {
+      const auto found = scopes_[i].find(name);
+      if (found != scopes_[i].end()) return found->second;
+    }
+    if (floor_ > 0) {  // inside a macro: its own scopes, then the template's top level
+      const auto found = scopes_[0].find(name);
+      if (found != scopes_[0].end()) return found->second;
     }
     return Value::undefined("'" + name + "' is undefined");
   }
@@ -426,8 +474,12 @@ class Evaluator {
     return type_error();
   }
 
+  static constexpr int kMaxMacroDepth = 64;
+
   const RenderLimits limits_;
   std::vector<Scope> scopes_;
+  size_t floor_ = 0;  // the lowest scope lookups see besides the top level (a macro's own)
+  int macro_depth_ = 0;
   std::string out_;
   size_t total_ = 0;
   int64_t iterations_ = 0;

@@ -142,6 +142,7 @@ class Parser {
       if (loop_depth_ == 0) syntax_error(at, "'" + tag + "' outside of a loop");
       return make_node(tag == "break" ? Node::Kind::kBreak : Node::Kind::kContinue, at);
     }
+    if (tag == "macro") return parse_macro();
     if (tag == "generation") {
       advance();
       expect(Token::Kind::kBlockEnd, "'%}'");
@@ -158,12 +159,44 @@ class Parser {
       expect(Token::Kind::kBlockEnd, "'%}'");
       return n;
     }
-    static const char* kKnownToJinja[] = {"macro",   "call",   "filter",     "include", "import", "from",
+    static const char* kKnownToJinja[] = {"call",    "filter", "include", "import", "from",
                                           "extends", "block",  "with",       "raw",     "autoescape", "do"};
     for (const char* k : kKnownToJinja) {
       if (tag == k) unsupported(at, "the {% " + tag + " %} tag");
     }
     syntax_error(at, "unknown tag '" + tag + "'");
+  }
+
+  Node parse_macro() {
+    Node n = make_node(Node::Kind::kMacro, cur().at);
+    advance();
+    n.text = expect_name();
+    expect_op("(");
+    while (!is_op(")")) {
+      if (!n.targets.empty()) {
+        expect_op(",");
+        if (is_op(")")) break;
+      }
+      n.targets.push_back(expect_name());
+      if (is_op("=")) {
+        advance();
+        n.conditions.push_back(parse_expression());
+      } else {
+        if (!n.conditions.empty() && n.conditions.back()) {
+          syntax_error(cur().at, "a macro parameter without a default after one with a default");
+        }
+        n.conditions.push_back(nullptr);
+      }
+    }
+    expect_op(")");
+    expect(Token::Kind::kBlockEnd, "'%}'");
+    const int saved_loops = loop_depth_;
+    loop_depth_ = 0;  // break/continue do not cross a macro
+    n.body = subparse({"endmacro"});
+    loop_depth_ = saved_loops;
+    advance();
+    expect(Token::Kind::kBlockEnd, "'%}'");
+    return n;
   }
 
   Node parse_if() {
