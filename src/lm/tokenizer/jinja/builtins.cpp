@@ -601,7 +601,7 @@ Value string_method(const Value& self, const std::string& name) {
   if (name == "find" || name == "count") {
     if (name == "count") {
       return bound(self, name, [](const Value& s, const Args& a) {
-        const std::string& sub = need_string(required(bind("count", a, {"sub"}), 0, "count", "sub"), "count argument");
+        const std::string sub = need_string(required(bind("count", a, {"sub"}), 0, "count", "sub"), "count argument");
         if (sub.empty()) return Value::integer(pystr::length(s.as_string()) + 1);
         int64_t n = 0;
         for (size_t at = s.as_string().find(sub); at != std::string::npos; at = s.as_string().find(sub, at + sub.size())) ++n;
@@ -609,7 +609,7 @@ Value string_method(const Value& self, const std::string& name) {
       });
     }
     return bound(self, name, [](const Value& s, const Args& a) {
-      const std::string& sub = need_string(required(bind("find", a, {"sub"}), 0, "find", "sub"), "find argument");
+      const std::string sub = need_string(required(bind("find", a, {"sub"}), 0, "find", "sub"), "find argument");
       const size_t at = s.as_string().find(sub);
       return Value::integer(at == std::string::npos ? -1 : pystr::length(std::string_view(s.as_string()).substr(0, at)));
     });

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "lm/tokenizer/jinja/builtins.h"
 #include "lm/tokenizer/jinja/error.h"
@@ -23,6 +24,13 @@ class Evaluator {
   Evaluator(std::vector<std::pair<std::string, Value>> variables, const RenderLimits& limits) : limits_(limits) {
     scopes_.emplace_back();
     for (auto& [k, v] : variables) scopes_.back()[k] = std::move(v);
+  }
+
+  // Namespaces are the one mutable container, so an attribute assignment is the one way to
+  // build a reference cycle (`{% set ns.me = ns %}`) that shared ownership would never free:
+  // every namespace assigned to is emptied when the render ends.
+  ~Evaluator() {
+    for (const Value& ns : assigned_namespaces_) ns.dict_data().items.clear();
   }
 
   std::string run(const std::vector<Node>& program) {
@@ -74,6 +82,7 @@ class Evaluator {
             throw base::FormatError(join_position(n.at, "cannot assign the attribute '" + n.attribute + "' of '" +
                                                             n.targets[0] + "': it is not a namespace() object"));
           }
+          if (seen_namespaces_.insert(&target.dict_data()).second) assigned_namespaces_.push_back(target);
           try {
             target.set_attribute(n.attribute, std::move(v));
           } catch (const EvalError& e) {
@@ -478,6 +487,8 @@ class Evaluator {
 
   const RenderLimits limits_;
   std::vector<Scope> scopes_;
+  std::vector<Value> assigned_namespaces_;
+  std::unordered_set<const void*> seen_namespaces_;
   size_t floor_ = 0;  // the lowest scope lookups see besides the top level (a macro's own)
   int macro_depth_ = 0;
   std::string out_;
