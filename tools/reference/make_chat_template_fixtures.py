@@ -173,6 +173,12 @@ SNIPPETS = [
     "{{ xs | reverse | list }}|{{ 'abc' | reverse }}|{{ [3,1,2] | sort }}|{{ ['b','A','c'] | sort }}|{{ [3,1,2] | sort(reverse=true) }}|"
     "{{ users | sort(attribute='name') | map(attribute='name') | join(',') }}|{{ [1,2,1,3] | unique | list }}|{{ 'ab' | list }}|{{ -3 | abs }}",
     "{{ ('a' ~ 'b') | upper }}{{ not x is defined }}{{ -1 | abs }}{{ xs | length > 3 }}{{ 'a' ~ 'b' | upper }}",
+    "{{ d | dictsort }}|{{ {'b': 1, 'A': 2, 'c': 0} | dictsort }}|{{ {'b': 1, 'A': 2, 'c': 0} | dictsort(by='value', reverse=true) }}|"
+    "{{ {'b': 1, 'A': 2} | dictsort(true) }}|{% for k, v in d | dictsort %}{{ k }}{{ v }}{% endfor %}",
+    "[{{ 'a\\nb\\n\\nc' | indent }}]|[{{ 'a\\nb\\n\\nc\\n' | indent(2, first=true) }}]|[{{ 'a\\n\\nb' | indent('> ', blank=true) }}]|"
+    "[{{ obj | tojson(indent=2) | indent(4) }}]|[{{ '' | indent(first=true) }}]|[{{ 'x\\r\\ny\\u2028z' | indent(1) }}]",
+    "{{ xs | sum }}|{{ [1.5, 2] | sum }}|{{ users | selectattr('admin', 'defined') | map(attribute='admin') | map('int') | sum }}|"
+    "{{ [{'n': 2}, {'n': 3}] | sum(attribute='n', start=10) }}|{{ none | selectattr('x') | list }}|{{ none | map('upper') | list }}",
     # tests
     "{{ x is defined }}{{ u is defined }}{{ u is undefined }}{{ none is none }}{{ 1 is number }}{{ true is number }}{{ 1 is integer }}"
     "{{ true is integer }}{{ 1.0 is float }}{{ 's' is string }}{{ d is mapping }}{{ xs is iterable }}{{ 's' is iterable }}{{ 1 is iterable }}"

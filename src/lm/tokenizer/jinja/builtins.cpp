@@ -226,6 +226,7 @@ Value select_or_reject(const Value& seq, const Args& a, bool by_attribute, bool 
     throw EvalError(std::string(fn) + "() got keyword arguments without a test");
   }
   std::vector<Value> out;
+  if (!seq.truthy()) return make_list({});  // Jinja2 selects from a falsy value (none) nothing
   for (const Value& item : iterate(seq)) {
     const Value subject = by_attribute ? lookup_path(item, attribute) : item;
     const bool pass = test.empty() ? subject.truthy() : find_test(test)->fn(subject, test_args);
@@ -236,6 +237,7 @@ Value select_or_reject(const Value& seq, const Args& a, bool by_attribute, bool 
 
 Value filter_map(const Value& seq, const Args& a) {
   std::vector<Value> out;
+  if (!seq.truthy()) return make_list({});  // as Jinja2: mapping over none gives nothing
   if (a.positional.empty()) {
     std::optional<std::string> attribute;
     std::optional<Value> fallback;
@@ -377,6 +379,65 @@ Value filter_sort(const Value& v, const Args& a) {
   return make_list(std::move(items));
 }
 
+Value filter_dictsort(const Value& v, const Args& a) {
+  const Bound b = bind("dictsort", a, {"case_sensitive", "by", "reverse"});
+  const bool case_sensitive = b[0] && b[0]->truthy();
+  const std::string by = b[1] ? need_string(*b[1], "dictsort by") : "key";
+  if (by != "key" && by != "value") throw EvalError("dictsort: you can only sort by either \"key\" or \"value\"");
+  const bool reverse = b[2] && b[2]->truthy();
+  if (v.is_undefined()) throw EvalError(undefined_message(v));
+  if (!v.is_dict()) throw EvalError("dictsort needs a mapping, not '" + v.type_name() + "'");
+  std::vector<Value> items;
+  for (const auto& [k, item] : v.dict_data().items) items.push_back(Value::list({Value::string(k), item}, true));
+  auto key = [&](const Value& pair) {
+    Value k = pair.list_data().items[by == "key" ? 0 : 1];
+    if (!case_sensitive && k.is_string()) k = Value::string(pystr::lower(k.as_string()));
+    return k;
+  };
+  std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+    return reverse ? compare(key(y), key(x)) < 0 : compare(key(x), key(y)) < 0;
+  });
+  return make_list(std::move(items));
+}
+
+Value filter_indent(const Value& v, const Args& a) {
+  const Bound b = bind("indent", a, {"width", "first", "blank"});
+  const std::string& s = need_string(v, "indent's value");
+  std::string indention(4, ' ');
+  if (b[0]) {
+    indention = b[0]->is_string() ? b[0]->as_string()
+                                  : std::string(static_cast<size_t>(std::clamp<int64_t>(need_int(*b[0], "indent width"), 0, 4096)), ' ');
+  }
+  const bool first = b[1] && b[1]->truthy();
+  const bool blank = b[2] && b[2]->truthy();
+  // Jinja2 appends a newline before splitting, so a trailing newline is dropped.
+  const std::vector<std::string> lines = pystr::splitlines(s + "\n");
+  std::string rv;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (i > 0) {
+      rv += '\n';
+      if (blank || !lines[i].empty()) rv += indention;
+    }
+    rv += lines[i];
+    check_string_size(rv.size());
+  }
+  return Value::string(first ? indention + rv : rv);
+}
+
+Value filter_sum(const Value& v, const Args& a) {
+  const Bound b = bind("sum", a, {"attribute", "start"});
+  Value total = b[1] ? *b[1] : Value::integer(0);
+  for (const Value& item : iterate(v)) {
+    const Value x = b[0] && !b[0]->is_none() ? lookup_attribute(item, *b[0]) : item;
+    if (!total.is_number() || !x.is_number()) {
+      throw EvalError("sum: unsupported operand types '" + total.type_name() + "' and '" + x.type_name() + "'");
+    }
+    total = total.is_float() || x.is_float() ? Value::number(total.as_double() + x.as_double())
+                                             : Value::integer(total.as_int() + x.as_int());
+  }
+  return total;
+}
+
 std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -493,6 +554,9 @@ const FilterEntry kFilters[] = {
        return make_list(std::move(items));
      }},
     {"sort", filter_sort},
+    {"dictsort", filter_dictsort},
+    {"indent", filter_indent},
+    {"sum", filter_sum},
     {"unique",
      [](const Value& v, const Args&) {
        std::vector<Value> out;

@@ -78,6 +78,24 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
   return out;
 }
 
+std::vector<std::string> splitlines(std::string_view s) {
+  std::vector<std::string> out;
+  const auto cps = unicode::decode_utf8(s);
+  size_t start = 0;  // byte offset of the current line
+  for (size_t i = 0; i < cps.size(); ++i) {
+    const uint32_t c = cps[i].value;
+    const bool br = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E) || c == 0x85 ||
+                    c == 0x2028 || c == 0x2029;
+    if (!br) continue;
+    out.emplace_back(s.substr(start, cps[i].offset - start));
+    size_t next = cps[i].offset + cps[i].length;
+    if (c == '\r' && i + 1 < cps.size() && cps[i + 1].value == '\n') next = cps[++i].offset + 1;
+    start = next;
+  }
+  if (start < s.size()) out.emplace_back(s.substr(start));
+  return out;
+}
+
 std::string replace(std::string_view s, std::string_view old, std::string_view with, int64_t count) {
   std::string out;
   if (old.empty()) {

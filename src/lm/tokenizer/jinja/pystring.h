@@ -20,6 +20,8 @@ std::vector<std::string> code_points(std::string_view s);  // one UTF-8 string p
 std::string strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right);
 // str.split(sep=None, maxsplit=-1).
 std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit);
+// str.splitlines(): \n, \r, \r\n, \v, \f, \x1c-\x1e, U+0085, U+2028, U+2029 end lines.
+std::vector<std::string> splitlines(std::string_view s);
 std::string replace(std::string_view s, std::string_view old, std::string_view with, int64_t count);
 
 std::string upper(std::string_view s);
