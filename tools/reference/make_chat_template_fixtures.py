@@ -179,6 +179,9 @@ SNIPPETS = [
     "[{{ obj | tojson(indent=2) | indent(4) }}]|[{{ '' | indent(first=true) }}]|[{{ 'x\\r\\ny\\u2028z' | indent(1) }}]",
     "{{ xs | sum }}|{{ [1.5, 2] | sum }}|{{ users | selectattr('admin', 'defined') | map(attribute='admin') | map('int') | sum }}|"
     "{{ [{'n': 2}, {'n': 3}] | sum(attribute='n', start=10) }}|{{ none | selectattr('x') | list }}|{{ none | map('upper') | list }}",
+    "{% set t = {0: 'zero', 512: 'half', 'k': 'str'} %}{{ t[512] }}|{{ t[0] }}|{{ 512 in t }}|{{ '512' in t }}|{{ t | tojson }}|"
+    "{{ t }}|{% for k in t %}{{ k + 1 if k is integer else k }},{% endfor %}|{{ t.get(0) }}|{{ t[1.0 - 1.0] }}|"
+    "{{ {1: 'a', 2: 'b'} | dictsort(reverse=true) }}|{{ {2: 'b', 1: 'a'} | tojson(sort_keys=true) }}|{{ t | items | list }}",
     # tests
     "{{ x is defined }}{{ u is defined }}{{ u is undefined }}{{ none is none }}{{ 1 is number }}{{ true is number }}{{ 1 is integer }}"
     "{{ true is integer }}{{ 1.0 is float }}{{ 's' is string }}{{ d is mapping }}{{ xs is iterable }}{{ 's' is iterable }}{{ 1 is iterable }}"

@@ -388,7 +388,7 @@ Value filter_dictsort(const Value& v, const Args& a) {
   if (v.is_undefined()) throw EvalError(undefined_message(v));
   if (!v.is_dict()) throw EvalError("dictsort needs a mapping, not '" + v.type_name() + "'");
   std::vector<Value> items;
-  for (const auto& [k, item] : v.dict_data().items) items.push_back(Value::list({Value::string(k), item}, true));
+  for (const auto& [k, item] : v.dict_data().items) items.push_back(Value::list({key_value(k), item}, true));
   auto key = [&](const Value& pair) {
     Value k = pair.list_data().items[by == "key" ? 0 : 1];
     if (!case_sensitive && k.is_string()) k = Value::string(pystr::lower(k.as_string()));
@@ -484,7 +484,7 @@ const FilterEntry kFilters[] = {
        if (v.is_undefined()) return Value::list();
        if (!v.is_dict()) throw EvalError("items filter: can only get item pairs from a mapping, not '" + v.type_name() + "'");
        std::vector<Value> out;
-       for (const auto& [k, item] : v.dict_data().items) out.push_back(Value::list({Value::string(k), item}, true));
+       for (const auto& [k, item] : v.dict_data().items) out.push_back(Value::list({key_value(k), item}, true));
        return make_list(std::move(out));
      }},
     {"default",
@@ -697,7 +697,7 @@ Value dict_method(const Value& self, const std::string& name) {
     return bound(self, name, [](const Value& d, const Args& a) {
       bind("items", a, {});
       std::vector<Value> out;
-      for (const auto& [k, v] : d.dict_data().items) out.push_back(Value::list({Value::string(k), v}, true));
+      for (const auto& [k, v] : d.dict_data().items) out.push_back(Value::list({key_value(k), v}, true));
       return make_list(std::move(out));
     });
   }
@@ -705,7 +705,7 @@ Value dict_method(const Value& self, const std::string& name) {
     return bound(self, name, [](const Value& d, const Args& a) {
       bind("keys", a, {});
       std::vector<Value> out;
-      for (const auto& kv : d.dict_data().items) out.push_back(Value::string(kv.first));
+      for (const auto& kv : d.dict_data().items) out.push_back(key_value(kv.first));
       return make_list(std::move(out));
     });
   }
@@ -721,7 +721,7 @@ Value dict_method(const Value& self, const std::string& name) {
     return bound(self, name, [](const Value& d, const Args& a) {
       const Bound b = bind("get", a, {"key", "default"});
       const Value& key = required(b, 0, "get", "key");
-      const Value* found = key.is_string() ? d.dict_data().find(key.as_string()) : nullptr;
+      const Value* found = d.dict_data().find_value(key);
       return found ? *found : (b[1] ? *b[1] : Value::none());
     });
   }
@@ -767,7 +767,7 @@ std::vector<Value> iterate(const Value& v) {
     case Value::Kind::kList: return v.list_data().items;
     case Value::Kind::kDict: {
       std::vector<Value> keys;
-      for (const auto& kv : v.dict_data().items) keys.push_back(Value::string(kv.first));
+      for (const auto& kv : v.dict_data().items) keys.push_back(key_value(kv.first));
       return keys;
     }
     case Value::Kind::kString: {
@@ -789,7 +789,7 @@ bool contains(const Value& container, const Value& item) {
     case Value::Kind::kList:
       return std::any_of(container.list_data().items.begin(), container.list_data().items.end(),
                          [&](const Value& x) { return equals(x, item); });
-    case Value::Kind::kDict: return item.is_string() && container.dict_data().find(item.as_string()) != nullptr;
+    case Value::Kind::kDict: return container.dict_data().find_value(item) != nullptr;
     case Value::Kind::kUndefined: return false;
     default: throw EvalError("argument of type '" + container.type_name() + "' is not iterable");
   }
@@ -813,9 +813,9 @@ Value get_attr(const Value& object, const std::string& name) {
 Value get_item(const Value& object, const Value& key) {
   if (object.is_undefined()) fail_undefined(object);
   if (object.is_dict() || object.is_namespace()) {
+    const Value* found = object.dict_data().find_value(key);
+    if (found) return *found;
     if (key.is_string()) {
-      const Value* v = object.dict_data().find(key.as_string());
-      if (v) return *v;
       if (object.is_dict()) {
         const Value m = method(object, key.as_string());
         if (!m.is_undefined()) return m;
@@ -900,7 +900,7 @@ std::vector<std::pair<std::string, Value>> make_globals(std::function<std::time_
                    return Value::list(std::move(items));
                  }));
   auto keyword_object = [](const Args& a, const char* fn) {
-    std::vector<std::pair<std::string, Value>> items;
+    std::vector<std::pair<DictKey, Value>> items;
     if (a.positional.size() > 1) throw EvalError(std::string(fn) + "() takes at most one positional argument");
     if (a.positional.size() == 1) {
       const Value& init = a.positional[0];
@@ -914,8 +914,8 @@ std::vector<std::pair<std::string, Value>> make_globals(std::function<std::time_
   g.emplace_back("namespace", Value::function("namespace", [keyword_object](const Args& a) {
                    auto items = keyword_object(a, "namespace");
                    for (const auto& kv : items) {
-                     if (!kv.first.empty() && kv.first[0] == '_') {
-                       throw EvalError("namespace attributes may not start with an underscore: '" + kv.first + "'");
+                     if (!kv.first.text.empty() && kv.first.text[0] == '_') {
+                       throw EvalError("namespace attributes may not start with an underscore: '" + kv.first.text + "'");
                      }
                    }
                    return Value::namespace_object(std::move(items));

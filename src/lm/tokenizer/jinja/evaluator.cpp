@@ -307,8 +307,13 @@ class Evaluator {
         DictData d;
         for (size_t i = 0; i + 1 < e.children.size(); i += 2) {
           const Value key = eval(*e.children[i]);
-          if (!key.is_string()) throw EvalUnsupported("a dict key of type '" + key.type_name() + "'");
-          d.set(key.as_string(), eval(*e.children[i + 1]));
+          if (key.is_string()) {
+            d.set(key.as_string(), eval(*e.children[i + 1]));
+          } else if (key.is_int()) {
+            d.set(DictKey::integer(key.as_int()), eval(*e.children[i + 1]));
+          } else {
+            throw EvalUnsupported("a dict key of type '" + key.type_name() + "'");
+          }
         }
         return Value::dict(std::move(d.items));
       }

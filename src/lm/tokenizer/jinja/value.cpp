@@ -9,9 +9,34 @@
 
 namespace lm::jinja {
 
+DictKey DictKey::integer(int64_t i) {
+  DictKey k(std::to_string(i));
+  k.is_int = true;
+  k.int_value = i;
+  return k;
+}
+
+Value key_value(const DictKey& key) { return key.is_int ? Value::integer(key.int_value) : Value::string(key.text); }
+
 const Value* DictData::find(std::string_view key) const {
   for (const auto& [k, v] : items) {
-    if (k == key) return &v;
+    if (!k.is_int && k.text == key) return &v;
+  }
+  return nullptr;
+}
+
+const Value* DictData::find_key(const DictKey& key) const {
+  for (const auto& [k, v] : items) {
+    if (k.is_int == key.is_int && (k.is_int ? k.int_value == key.int_value : k.text == key.text)) return &v;
+  }
+  return nullptr;
+}
+
+const Value* DictData::find_value(const Value& key) const {
+  if (key.is_string()) return find(key.as_string());
+  if (key.is_int() || key.is_bool()) return find_key(DictKey::integer(key.as_int()));
+  if (key.is_float() && key.as_double() == static_cast<double>(static_cast<int64_t>(key.as_double()))) {
+    return find_key(DictKey::integer(static_cast<int64_t>(key.as_double())));  // 1.0 finds the key 1
   }
   return nullptr;
 }
@@ -40,14 +65,14 @@ thread_local int walk_depth = 0;
 
 }  // namespace
 
-void DictData::set(const std::string& key, Value value) {
+void DictData::set(DictKey key, Value value) {
   for (auto& [k, v] : items) {
-    if (k == key) {
+    if (k.is_int == key.is_int && (k.is_int ? k.int_value == key.int_value : k.text == key.text)) {
       v = std::move(value);
       return;
     }
   }
-  items.emplace_back(key, std::move(value));
+  items.emplace_back(std::move(key), std::move(value));
 }
 
 Value Value::undefined(std::string name) {
@@ -99,7 +124,7 @@ Value Value::list(std::vector<Value> items, bool tuple) {
   return v;
 }
 
-Value Value::dict(std::vector<std::pair<std::string, Value>> items) {
+Value Value::dict(std::vector<std::pair<DictKey, Value>> items) {
   Value v;
   v.kind_ = Kind::kDict;
   int deepest = 0;
@@ -108,7 +133,7 @@ Value Value::dict(std::vector<std::pair<std::string, Value>> items) {
   return v;
 }
 
-Value Value::namespace_object(std::vector<std::pair<std::string, Value>> items) {
+Value Value::namespace_object(std::vector<std::pair<DictKey, Value>> items) {
   Value v = dict(std::move(items));
   v.kind_ = Kind::kNamespace;
   return v;
@@ -252,7 +277,7 @@ std::string repr_items(const Value& v) {
   for (const auto& [k, item] : v.dict_data().items) {
     if (!first) out += ", ";
     first = false;
-    out += repr_string(k) + ": " + repr(item);
+    out += (k.is_int ? k.text : repr_string(k.text)) + ": " + repr(item);
   }
   out += "}";
   return out;
@@ -351,13 +376,18 @@ void json_value(std::string& out, const Value& v, const JsonOptions& o, int dept
         return;
       }
       if (o.sort_keys) {
-        std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        const bool has_int = std::any_of(items.begin(), items.end(), [](const auto& kv) { return kv.first.is_int; });
+        const bool has_str = std::any_of(items.begin(), items.end(), [](const auto& kv) { return !kv.first.is_int; });
+        if (has_int && has_str) throw EvalError("tojson(sort_keys=true): '<' not supported between 'str' and 'int' keys");
+        std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) {
+          return a.first.is_int ? a.first.int_value < b.first.int_value : a.first.text < b.first.text;
+        });
       }
       out += '{';
       for (size_t i = 0; i < items.size(); ++i) {
         if (i) out += item_sep;
         newline(depth + 1);
-        json_string(out, items[i].first);
+        json_string(out, items[i].first.text);
         out += key_sep;
         json_value(out, items[i].second, o, depth + 1);
       }
@@ -402,7 +432,7 @@ bool equals(const Value& a, const Value& b) {
       const DictData& y = b.dict_data();
       if (x.items.size() != y.items.size()) return false;
       for (const auto& [k, v] : x.items) {
-        const Value* other = y.find(k);
+        const Value* other = y.find_key(k);
         if (!other || !equals(v, *other)) return false;
       }
       return true;

@@ -26,12 +26,25 @@ struct ListData {
   int depth = 1;
 };
 
-// A dict keeps insertion order (Python 3.7+); keys are strings, which is all templates use.
+// A dict key: a str, or an int (templates use ints as lookup tables, e.g. Seed-OSS's
+// thinking budgets). Other Python key types are refused where a dict is built.
+struct DictKey {
+  DictKey(std::string s) : text(std::move(s)) {}  // NOLINT: a str key converts implicitly
+  DictKey(const char* s) : text(s) {}             // NOLINT
+  static DictKey integer(int64_t i);
+  std::string text;  // the str, or the int in decimal (which is also how json.dumps writes it)
+  bool is_int = false;
+  int64_t int_value = 0;
+};
+
+// A dict keeps insertion order (Python 3.7+).
 struct DictData {
-  std::vector<std::pair<std::string, Value>> items;
+  std::vector<std::pair<DictKey, Value>> items;
   int depth = 1;
-  const Value* find(std::string_view key) const;
-  void set(const std::string& key, Value value);
+  const Value* find(std::string_view key) const;   // a str key
+  const Value* find_key(const DictKey& key) const;
+  const Value* find_value(const Value& key) const;  // a str, int or bool key; null for other types
+  void set(DictKey key, Value value);
 };
 
 // Arguments of a call: positional, then keyword.
@@ -54,8 +67,8 @@ class Value {
   static Value number(double d);
   static Value string(std::string s);
   static Value list(std::vector<Value> items = {}, bool tuple = false);
-  static Value dict(std::vector<std::pair<std::string, Value>> items = {});
-  static Value namespace_object(std::vector<std::pair<std::string, Value>> items = {});
+  static Value dict(std::vector<std::pair<DictKey, Value>> items = {});
+  static Value namespace_object(std::vector<std::pair<DictKey, Value>> items = {});
   static Value function(std::string name, Function f);
 
   Kind kind() const { return kind_; }
@@ -98,6 +111,9 @@ class Value {
   std::shared_ptr<DictData> dict_;
   std::shared_ptr<Function> fn_;
 };
+
+// A dict key as the value a template sees (str or int).
+Value key_value(const DictKey& key);
 
 // str(value) as Jinja2 prints it: '' for Undefined, 'None', 'True', Python repr inside lists.
 std::string to_output(const Value& v);
