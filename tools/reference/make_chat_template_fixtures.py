@@ -182,6 +182,8 @@ SNIPPETS = [
     "{% set t = {0: 'zero', 512: 'half', 'k': 'str'} %}{{ t[512] }}|{{ t[0] }}|{{ 512 in t }}|{{ '512' in t }}|{{ t | tojson }}|"
     "{{ t }}|{% for k in t %}{{ k + 1 if k is integer else k }},{% endfor %}|{{ t.get(0) }}|{{ t[1.0 - 1.0] }}|"
     "{{ {1: 'a', 2: 'b'} | dictsort(reverse=true) }}|{{ {2: 'b', 1: 'a'} | tojson(sort_keys=true) }}|{{ t | items | list }}",
+    "{% filter upper %}shout {{ 'this' }}{% endfilter %}|{% filter trim | replace('a', 'o') %}\n  banana  \n{% endfilter %}|"
+    "{% for x in [1, 2] %}{% filter upper %}{{ 'ab'[x - 1] }}{% endfilter %}{% endfor %}",
     # tests
     "{{ x is defined }}{{ u is defined }}{{ u is undefined }}{{ none is none }}{{ 1 is number }}{{ true is number }}{{ 1 is integer }}"
     "{{ true is integer }}{{ 1.0 is float }}{{ 's' is string }}{{ d is mapping }}{{ xs is iterable }}{{ 's' is iterable }}{{ 1 is iterable }}"

@@ -50,6 +50,7 @@ struct Node {
     kContinue,
     kScope,     // body rendered as is ({% generation %})
     kMacro,     // macro text(targets = parameters, conditions = their defaults or null): body
+    kFilterBlock,  // filter conditions[0] | conditions[1] ... (kFilter exprs, no value): body
   };
   Kind kind = Kind::kText;
   Position at;

@@ -107,6 +107,22 @@ class Evaluator {
       case Node::Kind::kBreak: return Flow::kBreak;
       case Node::Kind::kContinue: return Flow::kContinue;
       case Node::Kind::kScope: return execute(n.body);
+      case Node::Kind::kFilterBlock: {
+        std::string saved = std::move(out_);
+        out_.clear();
+        const Flow f = execute(n.body);
+        Value v = Value::string(std::move(out_));
+        out_ = std::move(saved);
+        for (const auto& filter : n.conditions) {
+          try {
+            v = apply_filter(filter->name, v, eval_args(*filter, 1));
+          } catch (const EvalError& err) {
+            throw base::FormatError(join_position(filter->at, err.what()));
+          }
+        }
+        out_ += to_output(v);  // the body's bytes were counted as they were written
+        return f;
+      }
       case Node::Kind::kMacro:
         scopes_.back()[n.text] = Value::function(n.text, [this, &n](const Args& a) { return call_macro(n, a); });
         return Flow::kNormal;

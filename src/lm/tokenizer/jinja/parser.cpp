@@ -143,6 +143,7 @@ class Parser {
       return make_node(tag == "break" ? Node::Kind::kBreak : Node::Kind::kContinue, at);
     }
     if (tag == "macro") return parse_macro();
+    if (tag == "filter") return parse_filter_block();
     if (tag == "generation") {
       advance();
       expect(Token::Kind::kBlockEnd, "'%}'");
@@ -159,7 +160,7 @@ class Parser {
       expect(Token::Kind::kBlockEnd, "'%}'");
       return n;
     }
-    static const char* kKnownToJinja[] = {"call",    "filter", "include", "import", "from",
+    static const char* kKnownToJinja[] = {"call",    "include", "import", "from",
                                           "extends", "block",  "with",       "raw",     "autoescape", "do"};
     for (const char* k : kKnownToJinja) {
       if (tag == k) unsupported(at, "the {% " + tag + " %} tag");
@@ -194,6 +195,28 @@ class Parser {
     loop_depth_ = 0;  // break/continue do not cross a macro
     n.body = subparse({"endmacro"});
     loop_depth_ = saved_loops;
+    advance();
+    expect(Token::Kind::kBlockEnd, "'%}'");
+    return n;
+  }
+
+  // {% filter f(args) | g %}body{% endfilter %}: the rendered body through the filters.
+  Node parse_filter_block() {
+    Node n = make_node(Node::Kind::kFilterBlock, cur().at);
+    advance();
+    while (true) {
+      auto f = make(Expr::Kind::kFilter, cur().at);
+      const Position at = cur().at;
+      f->name = dotted_name();
+      if (!has_filter(f->name)) unsupported(at, "the filter '" + f->name + "'");
+      f->children.push_back(nullptr);  // the value: the rendered body
+      if (is_op("(")) parse_args(*f);
+      n.conditions.push_back(std::move(f));
+      if (!is_op("|")) break;
+      advance();
+    }
+    expect(Token::Kind::kBlockEnd, "'%}'");
+    n.body = subparse({"endfilter"});
     advance();
     expect(Token::Kind::kBlockEnd, "'%}'");
     return n;
