@@ -2,7 +2,7 @@
 # Coverage-guided fuzzing of every parser of user input (fuzz/fuzz_*.cpp) with libFuzzer and
 # AddressSanitizer, for SECONDS seconds per target (default 60):
 #
-#   bash scripts/fuzz.sh [SECONDS] [TARGET...]     (targets: gguf llama2c prompt_cache field_assignment tokenizer chat_template)
+#   bash scripts/fuzz.sh [SECONDS] [TARGET...]     (targets: gguf llama2c prompt_cache field_assignment tokenizer)
 #
 # Each target is compiled with clang (-fsanitize=fuzzer,address) and linked against the libraries
 # of the regular build (build/, made by scripts/setup.sh), so only the target files carry
@@ -14,11 +14,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SECONDS_PER_TARGET="${1:-60}"
 shift || true
 TARGETS=("$@")
-((${#TARGETS[@]})) || TARGETS=(gguf llama2c prompt_cache field_assignment tokenizer chat_template)
+((${#TARGETS[@]})) || TARGETS=(gguf llama2c prompt_cache field_assignment tokenizer)
 command -v clang++ > /dev/null || { echo "[fuzz] clang++ is needed: apt-get install clang" >&2; exit 1; }
 [[ -f "$ROOT/build/src/veloxquant/libveloxquant.a" ]] || { echo "[fuzz] build first: bash scripts/setup.sh" >&2; exit 1; }
 OUT="$ROOT/build-fuzz"
 mkdir -p "$OUT/corpus"
+(($#)) || TARGETS+=(chat_template)  # also a default target
 SHARED="$ROOT/../shared"
 LIBS=("$ROOT/build/src/veloxquant/libveloxquant.a" "$ROOT/build/src/veloxquant/libveloxquant_eval.a" "$ROOT/build/src/lm/libveloxquant_lm.a"
       "$ROOT/build/src/base/libveloxquant_base.a")
@@ -31,9 +32,9 @@ for t in "${TARGETS[@]}"; do
   mkdir -p "$corpus"
   cp -n "$ROOT/fuzz/corpus/$t/"* "$corpus/" 2> /dev/null || true
   case "$t" in
+    chat_template) cp -n "$ROOT/tests/fixtures/tokenizer/chat_templates/"*.jinja "$corpus/" 2> /dev/null || true ;;
     gguf) cp -n "$SHARED/models/stories260K/stories260K.gguf" "$corpus/" 2> /dev/null || true ;;
     llama2c) cp -n "$SHARED/models/stories260K/stories260K.bin" "$corpus/" 2> /dev/null || true ;;
-    chat_template) cp -n "$ROOT/tests/fixtures/tokenizer/chat_templates/"*.jinja "$corpus/" 2> /dev/null || true ;;
   esac
   echo "[fuzz] fuzz_$t for ${SECONDS_PER_TARGET}s"
   (cd "$OUT" && "./fuzz_$t" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=4096 -max_len=1200000 \
