@@ -19,6 +19,7 @@ command -v clang++ > /dev/null || { echo "[fuzz] clang++ is needed: apt-get inst
 [[ -f "$ROOT/build/src/veloxquant/libveloxquant.a" ]] || { echo "[fuzz] build first: bash scripts/setup.sh" >&2; exit 1; }
 OUT="$ROOT/build-fuzz"
 mkdir -p "$OUT/corpus"
+(($#)) || TARGETS+=(chat_template)  # also a default target
 SHARED="$ROOT/../shared"
 LIBS=("$ROOT/build/src/veloxquant/libveloxquant.a" "$ROOT/build/src/veloxquant/libveloxquant_eval.a" "$ROOT/build/src/lm/libveloxquant_lm.a"
       "$ROOT/build/src/base/libveloxquant_base.a")
@@ -31,6 +32,7 @@ for t in "${TARGETS[@]}"; do
   mkdir -p "$corpus"
   cp -n "$ROOT/fuzz/corpus/$t/"* "$corpus/" 2> /dev/null || true
   case "$t" in
+    chat_template) cp -n "$ROOT/tests/fixtures/tokenizer/chat_templates/"*.jinja "$corpus/" 2> /dev/null || true ;;
     gguf) cp -n "$SHARED/models/stories260K/stories260K.gguf" "$corpus/" 2> /dev/null || true ;;
     llama2c) cp -n "$SHARED/models/stories260K/stories260K.bin" "$corpus/" 2> /dev/null || true ;;
     image) cp -n "$ROOT/tests/fixtures/reference/hf/llava_tiny."{png,jpg} "$corpus/" 2> /dev/null || true ;;

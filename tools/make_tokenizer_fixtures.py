@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
-"""Reference fixtures for the tokenizer and chat-template tests (tests/lm/tokenizer_*_test.cpp,
-tests/lm/chat_template_test.cpp), computed by independent implementations:
+"""Reference fixtures for the tokenizer tests (tests/lm/tokenizer/tokenizer_*_test.cpp), computed by
+independent implementations:
 
 * token ids from llama.cpp's tokenizers through llama-cpp-python
   (`Llama(path, vocab_only=True).tokenize(...)`): SentencePiece on stories260K.gguf, byte-level
   BPE on SmolLM2-135M-Instruct.Q4_1.gguf — with the file's own pre-tokenizer ("smollm") and,
   through vocabulary-only copies of the file whose tokenizer.ggml.pre is rewritten, with the
-  other pre-tokenizers we implement (gpt2, default, llama-bpe, qwen2);
-* chat prompts rendered by Jinja2 (the engine the templates are written for) from the template
-  text stored in the SmolLM2 GGUF, and from a plain ChatML template.
+  other pre-tokenizers we implement (gpt2, default, llama-bpe, qwen2).
+
+The chat-template fixtures are made by tools/reference/make_chat_template_fixtures.py.
 
 Usage: python3 tools/make_tokenizer_fixtures.py [--out tests/fixtures/tokenizer]
-Needs: pip install llama-cpp-python==0.3.36 gguf jinja2 ; scripts/fetch_models.sh for SmolLM2.
+Needs: pip install llama-cpp-python==0.3.36 gguf ; scripts/fetch_models.sh for SmolLM2.
 """
 import argparse
 import json
@@ -22,7 +22,6 @@ import struct
 import tempfile
 
 import gguf
-import jinja2
 from llama_cpp import Llama
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -90,20 +89,6 @@ SHAKESPEARE_SLICE = (20000, 24000)  # characters of tinyshakespeare.txt
 INVALID_UTF8 = [b"ab\xff\xfecd\xe6\x97", b"\xe6\x97A then more", b"ok \xc3( \x80\x80 end\xf0\x9f"]
 
 PRE_VARIANTS = ["gpt-2", "default", "llama-bpe", "qwen2"]
-
-PLAIN_CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-                "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-                "{% endif %}")
-
-CONVERSATIONS = [
-    [{"role": "user", "content": "What is the capital of France?"}],
-    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi!"}],
-    [{"role": "user", "content": "Tell me a joke."},
-     {"role": "assistant", "content": "Why did the chicken cross the road?"},
-     {"role": "user", "content": "Why?\nMulti-line\n  content."}],
-    [],
-]
-
 
 def read_llama2c_vocab(path: pathlib.Path):
     """tok512.bin: int32 max_token_length, then per token f32 score, int32 length, bytes."""
@@ -229,22 +214,6 @@ def main() -> None:
         result["invalid_utf8"] = [{"hex": b.hex(), "ids": ids(variants["smollm"], b, False, True)}
                                   for b in INVALID_UTF8]
     (out / "smollm2_encode.json").write_text(dump(result))
-
-    smol_template = gguf.GGUFReader(str(SMOLLM2_GGUF)).fields["tokenizer.chat_template"].contents()
-    env = jinja2.Environment()
-    renders = []
-    for name, template in [("smollm2", smol_template), ("plain_chatml", PLAIN_CHATML)]:
-        compiled = env.from_string(template)
-        for messages in CONVERSATIONS:
-            for add_generation_prompt in (True, False):
-                renders.append({"template": name, "messages": messages,
-                                "add_generation_prompt": add_generation_prompt,
-                                "expected": compiled.render(messages=messages,
-                                                            add_generation_prompt=add_generation_prompt)})
-    (out / "chat_template.json").write_text(dump({
-        "source": f"jinja2 {jinja2.__version__} rendering of the template text",
-        "templates": {"smollm2": smol_template, "plain_chatml": PLAIN_CHATML},
-        "cases": renders}))
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ struct GenerateFlags : apps::ModelFlags {  // --model, --tokenizer, --threads, -
   std::string repeat_context = "64";
   std::string seed = "0";
   bool chat = false;
+  std::string chat_template;  // a Jinja file used instead of the model's template
   std::string ctx;
   std::string prefill_step = "512";
   std::string save_prompt_cache;
@@ -79,13 +80,13 @@ float parse_number(const std::string& flag, const std::string& text) {
   return value;
 }
 
-std::string read_text_file(const std::string& path) {
+std::string read_text_file(const std::string& path, const std::string& what = "prompt file") {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
-    throw base::FormatError("prompt file '" + path + "' does not exist or is not a file");
+    throw base::FormatError(what + " '" + path + "' does not exist or is not a file");
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw base::FormatError("cannot read prompt file '" + path + "'");
+  if (!in) throw base::FormatError("cannot read " + what + " '" + path + "'");
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
@@ -116,6 +117,9 @@ void add_generate_flags(CLI::App& cmd, GenerateFlags& f) {
   cmd.add_option("--seed", f.seed, "Sampling seed (std::mt19937_64)")->capture_default_str()
       ->type_name("S");
   cmd.add_flag("--chat", f.chat, "Wrap the prompt in the model's chat template as a user turn");
+  cmd.add_option("--chat-template", f.chat_template,
+                 "Jinja chat template file to use instead of the model's (implies --chat; for a GGUF without one)")
+      ->type_name("FILE");
   cmd.add_option("--ctx", f.ctx, "Context length (default: the model's)")
       ->type_name("N");
   cmd.add_option("--prefill-step", f.prefill_step, "Prompt tokens per prefill forward")->capture_default_str()
@@ -240,7 +244,11 @@ void run_generate(const GenerateFlags& f) {
                                   std::to_string(model.layers().size()) + " layers");
     }
   }
-  if (f.chat) prompt = tokenizer.apply_chat_template({{"user", prompt}});
+  if (!f.chat_template.empty()) {
+    prompt = tokenizer.apply_custom_chat_template({{"user", prompt}}, read_text_file(f.chat_template, "chat template file"));
+  } else if (f.chat) {
+    prompt = tokenizer.apply_chat_template({{"user", prompt}});
+  }
   const bool continuing = saved && !saved->cache.tokens.empty();
   std::vector<int32_t> tokens;
   if (!prompt.empty()) tokens = tokenizer.encode(prompt, options.add_bos && !continuing);

@@ -1,35 +1,55 @@
 #pragma once
-// Chat templates. GGUF files carry a Jinja template (tokenizer.chat_template); rather than
-// embed a Jinja interpreter we recognise the template families we support from their text and
-// render them natively. Today: ChatML (<|im_start|>role\ncontent<|im_end|>\n), including the
-// variant that inserts a default system message when the conversation does not start with
-// one (SmolLM2, Qwen2).
-#include <optional>
+// Chat templates. GGUF files carry the model's Jinja template (tokenizer.chat_template), the
+// one Hugging Face transformers renders in apply_chat_template; we interpret it with our own
+// Jinja subset (lm/tokenizer/jinja/) under the same settings (trim_blocks, lstrip_blocks,
+// transformers' tojson, raise_exception and strftime_now), so a prompt equals transformers'
+// byte for byte (tests/lm/tokenizer/chat_template_test.cpp checks this on real templates).
+#include <ctime>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "lm/tokenizer/jinja/template.h"
 #include "lm/tokenizer/tokenizer.h"
 
 namespace lm {
 
-enum class ChatFormat { kChatML };
+struct TokenizerVocab;
 
-struct ChatTemplate {
-  ChatFormat format = ChatFormat::kChatML;
-  // Inserted as the first message when the conversation does not start with a system one.
-  std::optional<std::string> default_system;
+struct ChatTemplateOptions {
+  bool add_generation_prompt = true;
+  std::string bos_token;  // the texts of the vocabulary's BOS / EOS tokens, as transformers passes them
+  std::string eos_token;
+  std::function<std::time_t()> now;  // the clock strftime_now reads; empty: the system clock
 };
 
-// Recognises a template's family from its text. Throws base::Unsupported (naming the start
-// of the template) for a family this build cannot render, and for an empty template.
-ChatTemplate parse_chat_template(const std::string& jinja);
+class ChatTemplate {
+ public:
+  // Parses the template. Throws base::Unsupported for an empty template or a construct the
+  // interpreter lacks, base::FormatError for a malformed one (both name line and column).
+  explicit ChatTemplate(const std::string& jinja);
 
-// Renders messages; add_generation_prompt appends the header of the assistant's turn.
-std::string render_chat(const ChatTemplate& chat_template, const std::vector<ChatMessage>& messages,
-                        bool add_generation_prompt);
+  // Renders messages (as the list of {role, content} dicts `messages`, with tools and
+  // documents none). Throws jinja::TemplateRaised (a base::Unsupported) when the template
+  // calls raise_exception, base::FormatError for an evaluation error.
+  std::string render(const std::vector<ChatMessage>& messages, const ChatTemplateOptions& options) const;
 
-// parse_chat_template + render_chat.
+ private:
+  jinja::Template template_;
+};
+
+std::string render_chat_template(const std::string& jinja, const std::vector<ChatMessage>& messages,
+                                 const ChatTemplateOptions& options);
 std::string render_chat_template(const std::string& jinja, const std::vector<ChatMessage>& messages,
                                  bool add_generation_prompt);
+
+// What Tokenizer::apply_chat_template returns for a vocabulary: its template rendered with the
+// generation prompt and its BOS/EOS texts. When encode(text, true) will add BOS itself and
+// the template already wrote it (Gemma, Llama 3, Mistral do), the written one is dropped, as
+// llama.cpp does, so that the prompt does not start with two BOS tokens. `template_override`,
+// when given, replaces the vocabulary's template.
+std::string apply_vocab_chat_template(const TokenizerVocab& vocab, const std::vector<ChatMessage>& messages,
+                                      const std::string* template_override = nullptr);
 
 }  // namespace lm

@@ -18,4 +18,8 @@ std::string Tokenizer::apply_chat_template(const std::vector<ChatMessage>&) cons
   throw base::Unsupported("this model has no chat template");
 }
 
+std::string Tokenizer::apply_custom_chat_template(const std::vector<ChatMessage>&, const std::string&) const {
+  throw base::Unsupported("this tokenizer has no vocabulary to give a chat template its BOS/EOS tokens");
+}
+
 }  // namespace lm

@@ -33,9 +33,15 @@ class Tokenizer {
   virtual std::vector<int32_t> stop_ids() const { return {}; }
   virtual std::string token_text(int32_t token) const = 0;
 
-  // Applies the model's chat template (from GGUF metadata) with the generation prompt added.
-  // Throws base::Unsupported when the model has no template this build understands.
+  // Applies the model's chat template (from GGUF metadata) with the generation prompt added,
+  // ready for encode(text, true): a BOS the template writes is left to encode. Throws
+  // base::Unsupported when the model has no template or one this build cannot interpret, or
+  // when the template refuses the conversation (raise_exception); base::FormatError when the
+  // template is malformed.
   virtual std::string apply_chat_template(const std::vector<ChatMessage>& messages) const;
+  // The same with `jinja` in place of the model's template (for a file that carries none).
+  virtual std::string apply_custom_chat_template(const std::vector<ChatMessage>& messages,
+                                                 const std::string& jinja) const;
 };
 
 }  // namespace lm

@@ -257,7 +257,12 @@ std::string SentencePieceTokenizer::decode_token(int32_t previous, int32_t token
 }
 
 std::string SentencePieceTokenizer::apply_chat_template(const std::vector<ChatMessage>& messages) const {
-  return render_chat_template(vocab_.chat_template, messages, /*add_generation_prompt=*/true);
+  return apply_vocab_chat_template(vocab_, messages);
+}
+
+std::string SentencePieceTokenizer::apply_custom_chat_template(const std::vector<ChatMessage>& messages,
+                                                               const std::string& jinja) const {
+  return apply_vocab_chat_template(vocab_, messages, &jinja);
 }
 
 }  // namespace lm

@@ -27,6 +27,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::vector<int32_t> stop_ids() const override { return stop_ids_; }
   std::string token_text(int32_t token) const override;
   std::string apply_chat_template(const std::vector<ChatMessage>& messages) const override;
+  std::string apply_custom_chat_template(const std::vector<ChatMessage>& messages,
+                                         const std::string& jinja) const override;
 
  private:
   // Appends the pieces of one stretch of raw text (already with "▁" for spaces).

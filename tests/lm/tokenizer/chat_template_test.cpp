@@ -1,65 +1,171 @@
-// Chat templates rendered natively must equal what Jinja2 renders from the template text
-// (fixtures: tools/make_tokenizer_fixtures.py), for SmolLM2's template (ChatML with a default
-// system message) and for plain ChatML.
+// Chat templates rendered by our Jinja interpreter must equal, byte for byte, what
+// transformers' apply_chat_template renders from the same template text (fixtures:
+// tools/reference/make_chat_template_fixtures.py) - on the templates of SmolLM2, Gemma 2/3,
+// Llama 3/3.1/3.2, Mistral, Phi-3/3.5/4, Qwen 2.5/3, Zephyr, DeepSeek and Granite, over
+// conversations with and without a system message, multi-turn, non-ASCII and quoting, with
+// and without the generation prompt. Where the template raises (raise_exception, or an
+// undefined value used), we must throw the matching error instead.
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
+
+#include <algorithm>
+#include <filesystem>
 
 #include "base/error.h"
+#include "lm/gguf/gguf_file.h"
+#include "lm/load.h"
 #include "lm/tokenizer/chat_template.h"
+#include "lm/tokenizer/jinja/error.h"
+#include "lm/tokenizer/tokenizer_vocab.h"
 
 namespace {
 
+const std::string kFixtures = std::string(VQ_SOURCE_DIR) + "/tests/fixtures/tokenizer/";
+
 nlohmann::json load_fixture() {
-  std::ifstream in(std::string(VQ_SOURCE_DIR) + "/tests/fixtures/tokenizer/chat_template.json");
+  std::ifstream in(kFixtures + "chat_templates.json");
   return nlohmann::json::parse(in);
 }
 
-TEST(ChatTemplate, MatchesJinja2) {
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The fixtures' clock: 2026-01-15 12:00 local time.
+std::time_t fixed_now() {
+  std::tm tm{};
+  tm.tm_year = 2026 - 1900;
+  tm.tm_mon = 0;
+  tm.tm_mday = 15;
+  tm.tm_hour = 12;
+  tm.tm_isdst = -1;
+  return std::mktime(&tm);
+}
+
+std::vector<lm::ChatMessage> messages_of(const nlohmann::json& c) {
+  std::vector<lm::ChatMessage> messages;
+  for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
+  return messages;
+}
+
+TEST(ChatTemplate, MatchesTransformersOnRealTemplates) {
   const auto fixture = load_fixture();
-  ASSERT_EQ(fixture["cases"].size(), 16u);
+  ASSERT_EQ(fixture["templates"].size(), 20u);
+  ASSERT_EQ(fixture["cases"].size(), 280u);
+  std::map<std::string, lm::ChatTemplate> templates;
+  for (const auto& [name, t] : fixture["templates"].items()) {
+    templates.emplace(name, lm::ChatTemplate(read_file(kFixtures + t["file"].get<std::string>())));
+  }
+  int rendered = 0, raised = 0, failed = 0;
   for (const auto& c : fixture["cases"]) {
-    const std::string jinja = fixture["templates"][c["template"].get<std::string>()];
-    std::vector<lm::ChatMessage> messages;
-    for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
-    EXPECT_EQ(lm::render_chat_template(jinja, messages, c["add_generation_prompt"]), c["expected"].get<std::string>())
-        << c["template"] << " with " << messages.size() << " messages";
+    const std::string name = c["template"];
+    const auto& t = fixture["templates"][name];
+    lm::ChatTemplateOptions options;
+    options.add_generation_prompt = c["add_generation_prompt"];
+    options.bos_token = t["bos_token"];
+    options.eos_token = t["eos_token"];
+    options.now = fixed_now;
+    const auto messages = messages_of(c);
+    const std::string label = name + " with " + std::to_string(messages.size()) + " messages, add_generation_prompt=" +
+                              (options.add_generation_prompt ? "true" : "false");
+    if (c.contains("expected")) {
+      try {
+        EXPECT_EQ(templates.at(name).render(messages, options), c["expected"].get<std::string>()) << label;
+        ++rendered;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << label << ": " << e.what();
+      }
+    } else if (c.contains("raises")) {
+      try {
+        templates.at(name).render(messages, options);
+        ADD_FAILURE() << label << ": rendered, but transformers raised " << c["raises"];
+      } catch (const lm::jinja::TemplateRaised& e) {
+        EXPECT_EQ(e.message(), c["raises"].get<std::string>()) << label;
+        EXPECT_NE(std::string(e.what()).find(c["raises"].get<std::string>()), std::string::npos) << e.what();
+        ++raised;
+      }
+    } else {
+      try {
+        templates.at(name).render(messages, options);
+        ADD_FAILURE() << label << ": rendered, but Jinja2 failed with " << c["error"];
+      } catch (const base::FormatError& e) {
+        EXPECT_NE(std::string(e.what()).find("chat template, line "), std::string::npos) << e.what();
+        ++failed;
+      }
+    }
   }
+  EXPECT_EQ(rendered, 230);
+  EXPECT_EQ(raised, 30);
+  EXPECT_EQ(failed, 20);
 }
 
-TEST(ChatTemplate, FindsSmolLM2DefaultSystemMessage) {
-  const auto fixture = load_fixture();
-  const auto t = lm::parse_chat_template(fixture["templates"]["smollm2"]);
-  EXPECT_EQ(t.format, lm::ChatFormat::kChatML);
-  ASSERT_TRUE(t.default_system.has_value());
-  EXPECT_EQ(*t.default_system, "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
-  EXPECT_FALSE(lm::parse_chat_template(fixture["templates"]["plain_chatml"]).default_system.has_value());
+TEST(ChatTemplate, RenderChatTemplateKeepsItsSignature) {
+  // SmolLM2's template through the two-argument form the callers used before.
+  const std::string smol = read_file(kFixtures + "chat_templates/smollm2.jinja");
+  EXPECT_EQ(lm::render_chat_template(smol, {{"user", "Hi"}}, true),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
-TEST(ChatTemplate, EscapedNewlinesInLiterals) {
-  // Some templates spell the newline as "\n" inside the literal rather than a real newline.
-  const std::string jinja =
-      "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nBe brief.\\nVery.<|im_end|>\\n' }}{% endif %}"
-      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-      "'<|im_end|>\\n'}}{% endfor %}";
-  const auto t = lm::parse_chat_template(jinja);
-  ASSERT_TRUE(t.default_system.has_value());
-  EXPECT_EQ(*t.default_system, "Be brief.\nVery.");
-  EXPECT_EQ(lm::render_chat(t, {{"user", "x"}}, false),
-            "<|im_start|>system\nBe brief.\nVery.<|im_end|>\n<|im_start|>user\nx<|im_end|>\n");
+TEST(ChatTemplate, EmptyTemplateIsUnsupported) {
+  EXPECT_THROW(lm::ChatTemplate(""), base::Unsupported);
+  EXPECT_THROW(lm::render_chat_template("", {{"user", "x"}}, true), base::Unsupported);
 }
 
-TEST(ChatTemplate, UnknownTemplatesAreUnsupported) {
-  const std::string llama2 = "{% for message in messages %}{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}"
-                             "{% endfor %}";
+TEST(ChatTemplate, VocabularyDropsTheBosTheTemplateWrites) {
+  // Gemma writes {{ bos_token }}; encode(prompt, true) adds BOS itself, so the prompt handed to
+  // it must not start with one.
+  lm::TokenizerVocab vocab;
+  vocab.tokens = {"<pad>", "<eos>", "<bos>"};
+  vocab.bos_id = 2;
+  vocab.eos_id = 1;
+  vocab.add_bos = true;
+  vocab.chat_template = read_file(kFixtures + "chat_templates/gemma3.jinja");
+  EXPECT_EQ(lm::apply_vocab_chat_template(vocab, {{"user", "Hi"}}),
+            "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+  vocab.add_bos = false;
+  EXPECT_EQ(lm::apply_vocab_chat_template(vocab, {{"user", "Hi"}}),
+            "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+}
+
+TEST(ChatTemplate, RaiseExceptionNamesTheTemplatesMessage) {
+  const std::string gemma2 = read_file(kFixtures + "chat_templates/gemma2.jinja");
   try {
-    lm::parse_chat_template(llama2);
-    FAIL() << "llama-2 template accepted";
+    lm::render_chat_template(gemma2, {{"system", "s"}, {"user", "u"}}, true);
+    FAIL() << "gemma2 accepted a system message";
   } catch (const base::Unsupported& e) {
-    EXPECT_NE(std::string(e.what()).find("[INST]"), std::string::npos) << "names the template: " << e.what();
+    EXPECT_EQ(std::string(e.what()), "the chat template refused the conversation: System role not supported");
   }
-  EXPECT_THROW(lm::parse_chat_template(""), base::Unsupported);
+}
+
+TEST(ChatTemplate, GemmaFileWithTheGemma3Template) {
+  // models/gemma-3-270m-q4_k_m.gguf carries no template; `generate --chat-template` gives it
+  // Gemma 3's. The prompt must leave BOS to encode() and keep the turn markers special.
+  const std::string path = std::string(VQ_SOURCE_DIR) + "/models/gemma-3-270m-q4_k_m.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " absent (scripts/fetch_models.sh fetches it)";
+  const auto file = lm::gguf::GgufFile::open(path);
+  const auto tok = lm::make_tokenizer(lm::read_gguf_vocab(*file));
+  EXPECT_THROW(tok->apply_chat_template({{"user", "Hi"}}), base::Unsupported);
+  const std::string prompt =
+      tok->apply_custom_chat_template({{"user", "Hi"}}, read_file(kFixtures + "chat_templates/gemma3.jinja"));
+  EXPECT_EQ(prompt, "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+  const auto ids = tok->encode(prompt, true);
+  ASSERT_TRUE(tok->bos_id().has_value());
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids[0], *tok->bos_id());
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), *tok->bos_id()), 1) << "one BOS";
+  const auto start_of_turn = tok->encode("<start_of_turn>", false);
+  ASSERT_EQ(start_of_turn.size(), 1u) << "<start_of_turn> is one special token";
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), start_of_turn[0]), 2);
+  EXPECT_EQ(ids[1], start_of_turn[0]);
 }
 
 }  // namespace
