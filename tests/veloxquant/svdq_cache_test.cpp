@@ -274,8 +274,11 @@ TEST(Svdq, FusedAttentionEqualsAttentionOverFetchedRows) {
     const std::vector<int64_t> chunks{150, 17, 1, 1, 40};
     const std::vector<float> worst =
         test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 800, rank8);
+    // A schedule of one width (4,4,...) scores its codes as integers against the projected query
+    // rounded to 16 bits per block (caches/svdq_rows.h), which moves these outputs by up to ~2e-3.
+    const float tolerance = o.svdq_bit_schedule == "4,4,4,4,4,4,4,4" ? 3e-3f : 1e-3f;
     for (std::size_t c = 0; c < chunks.size(); ++c) {
-      EXPECT_LE(worst[c], 1e-3f) << o.svdq_bit_schedule << " chunk " << chunks[c];
+      EXPECT_LE(worst[c], tolerance) << o.svdq_bit_schedule << " chunk " << chunks[c];
     }
   }
 }

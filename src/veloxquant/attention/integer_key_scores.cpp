@@ -191,9 +191,14 @@ void fold_queries_i16(const float* q, int64_t n_q, int64_t d, const float* scale
   HWY_DYNAMIC_DISPATCH(FoldQueriesImpl)(q, n_q, d, scale, min, limit, q16, step, bias);
 }
 
+int64_t integer_chunk_bytes() {
+  static const int64_t chunk = HWY_DYNAMIC_DISPATCH(ChunkBytesImpl)();
+  return chunk;
+}
+
 bool can_score_codes_i16(int bits, int64_t plane_bytes) {
   // Each chunk of a plane is widened whole, so a plane must be whole chunks.
-  static const int64_t chunk = HWY_DYNAMIC_DISPATCH(ChunkBytesImpl)();
+  const int64_t chunk = integer_chunk_bytes();
   return (bits == 2 || bits == 4 || bits == 8) && plane_bytes > 0 && plane_bytes % chunk == 0;
 }
 

@@ -31,6 +31,9 @@ void fold_queries_i16(const float* q, int64_t n_q, int64_t d, const float* scale
 
 // Whether rows of planar b-bit codes with `plane_bytes` bytes per plane take score_codes_i16.
 bool can_score_codes_i16(int bits, int64_t plane_bytes);
+// Bytes score_codes_i16 widens at once (a plane is read in whole chunks of this many bytes; 1 on
+// the scalar target). narrow_plane_scores.h reads planes of other widths padded to it.
+int64_t integer_chunk_bytes();
 
 // Rows j < n_rows of planar b-bit codes (code_rows.h: plane k of a row is the k-th b-bit field
 // of its first plane_bytes bytes; code-order position e' = k * plane_bytes + p), `row_stride`

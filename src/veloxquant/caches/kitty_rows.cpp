@@ -5,6 +5,9 @@
 
 #include "lm/kernels/attention_tiles.h"
 #include "lm/kernels/simd_dot.h"
+#include "veloxquant/attention/integer_key_scores.h"
+#include "veloxquant/attention/narrow_plane_scores.h"
+#include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/attention/word_code_rows.h"
 #include "veloxquant/rows/cache_rows.h"
 
@@ -27,7 +30,123 @@ KittyRows::KittyRows(const lm::Tensor& hi_codes, const lm::Tensor& lo_codes, con
       dk_(tail_keys.dim(3)),
       group_(group),
       hi_order_(hi_order),
-      lo_order_(lo_order) {}
+      lo_order_(lo_order),
+      hi_plane_(attention::kernels::narrow_plane(hi_order.bits(), hi_order.size())),
+      lo_plane_(attention::kernels::narrow_plane(lo_order.bits(), lo_order.size())),
+      integer_((hi_order.size() == 0 || hi_plane_.padded > 0) && (lo_order.size() == 0 || lo_plane_.padded > 0)) {
+  if (!integer_) return;
+  if (hi_order.size() > 0) hi_limit_ = attention::kernels::integer_query_limit(hi_plane_.bits, hi_plane_.dim());
+  if (lo_order.size() > 0) lo_limit_ = attention::kernels::integer_query_limit(lo_plane_.bits, lo_plane_.dim());
+  hi_position_.resize(static_cast<std::size_t>(hi_order.size()));
+  lo_position_.resize(static_cast<std::size_t>(lo_order.size()));
+  for (int64_t i = 0; i < hi_order.size(); ++i) hi_position_[static_cast<std::size_t>(i)] = static_cast<int32_t>(hi_plane_.position(i));
+  for (int64_t i = 0; i < lo_order.size(); ++i) lo_position_[static_cast<std::size_t>(i)] = static_cast<int32_t>(lo_plane_.position(i));
+}
+
+void KittyRows::score_block_integer(int64_t b, int64_t h, int64_t block, int64_t a, int64_t n, const float* prepared,
+                                    int64_t n_queries, const float* pairs, float* scores, int64_t ld) const {
+  const int64_t d = dk_;
+  const int64_t hi_dim = hi_order_.size() > 0 ? hi_plane_.dim() : 0, lo_dim = lo_order_.size() > 0 ? lo_plane_.dim() : 0;
+  const int64_t widest = std::max(hi_dim, lo_dim);
+  // Grow-only per-thread buffers: (scale, min) apart, the folded queries in natural channel order
+  // and in both planes' padded code orders, ones and zeros, the per-channel targets, the integer
+  // queries with their steps and biases, the second plane's scores.
+  thread_local std::vector<float> scale, min, natural, padded, ones, zeros, bias, step, zero_bias, partial;
+  thread_local std::vector<int16_t> q16;
+  thread_local std::vector<int32_t> identity, base, stride;
+  if (static_cast<int64_t>(identity.size()) < d) {
+    identity.resize(static_cast<std::size_t>(d));
+    for (int64_t c = 0; c < d; ++c) identity[static_cast<std::size_t>(c)] = static_cast<int32_t>(c);
+  }
+  if (static_cast<int64_t>(ones.size()) < widest) {
+    ones.assign(static_cast<std::size_t>(widest), 1.0f);
+    zeros.assign(static_cast<std::size_t>(widest), 0.0f);
+  }
+  scale.resize(static_cast<std::size_t>(d));
+  min.resize(static_cast<std::size_t>(d));
+  natural.resize(static_cast<std::size_t>(n_queries * d));
+  bias.resize(static_cast<std::size_t>(n_queries));
+  step.resize(static_cast<std::size_t>(2 * n_queries));
+  zero_bias.resize(static_cast<std::size_t>(2 * n_queries));
+  // The block's scales folded into every query in natural channel order; the mins give one bias
+  // per query over all channels.
+  attention::kernels::gather_pairs(pairs, identity.data(), d, scale.data(), min.data());
+  attention::kernels::fold_scales(prepared, n_queries, d, scale.data(), min.data(), natural.data(), bias.data());
+  // Each channel's folded value to its plane's padded position (the i-th high channel in ascending
+  // order is the high plane's natural index i; likewise low), in one buffer of both planes' queries:
+  // [high: n_queries x hi_dim][low: n_queries x lo_dim]; padding stays zero.
+  padded.assign(static_cast<std::size_t>(n_queries * (hi_dim + lo_dim)), 0.0f);
+  base.resize(static_cast<std::size_t>(d));
+  stride.resize(static_cast<std::size_t>(d));
+  const uint32_t* mask = row_ptr<uint32_t>(hi_mask_, b, h, block);
+  int64_t i_hi = 0, i_lo = 0;
+  for (int64_t w = 0; w * 32 < d; ++w) {
+    const int64_t width = std::min<int64_t>(32, d - w * 32);
+    const uint32_t valid = width == 32 ? ~0u : ((1u << width) - 1u);
+    for (uint32_t m = mask[w] & valid; m != 0; m &= m - 1) {
+      const auto c = static_cast<std::size_t>(w * 32 + __builtin_ctz(m));
+      base[c] = hi_position_[static_cast<std::size_t>(i_hi++)];
+      stride[c] = static_cast<int32_t>(hi_dim);
+    }
+    for (uint32_t m = ~mask[w] & valid; m != 0; m &= m - 1) {
+      const auto c = static_cast<std::size_t>(w * 32 + __builtin_ctz(m));
+      base[c] = static_cast<int32_t>(n_queries * hi_dim) + lo_position_[static_cast<std::size_t>(i_lo++)];
+      stride[c] = static_cast<int32_t>(lo_dim);
+    }
+  }
+  float* to = padded.data();
+  int64_t r = 0;
+  for (; r + 3 <= n_queries; r += 3) {  // a GQA group of three: one target load per three stores
+    const float* from = natural.data() + r * d;
+    for (int64_t c = 0; c < d; ++c) {
+      const int64_t t = base[static_cast<std::size_t>(c)] + r * stride[static_cast<std::size_t>(c)];
+      const int64_t s = stride[static_cast<std::size_t>(c)];
+      to[t] = from[c];
+      to[t + s] = from[d + c];
+      to[t + 2 * s] = from[2 * d + c];
+    }
+  }
+  for (; r < n_queries; ++r) {
+    const float* from = natural.data() + r * d;
+    for (int64_t c = 0; c < d; ++c) {
+      to[base[static_cast<std::size_t>(c)] + r * stride[static_cast<std::size_t>(c)]] = from[c];
+    }
+  }
+  // Each plane's queries rounded to 16-bit integers with a step of its own (a plane's scales are
+  // its own: one step for both would round the smaller plane coarsely); unit scales and zero mins,
+  // so the rounding's biases are zero.
+  q16.resize(static_cast<std::size_t>(n_queries * (hi_dim + lo_dim)));
+  bool first = true;
+  for (int plane = 0; plane < 2; ++plane) {
+    const int64_t dim = plane == 0 ? hi_dim : lo_dim;
+    if (dim == 0) continue;
+    const attention::kernels::NarrowPlane& p = plane == 0 ? hi_plane_ : lo_plane_;
+    const int64_t offset = plane == 0 ? 0 : n_queries * hi_dim;
+    float* plane_step = step.data() + plane * n_queries;
+    float* plane_zero = zero_bias.data() + plane * n_queries;
+    attention::kernels::fold_queries_i16(padded.data() + offset, n_queries, dim, ones.data(), zeros.data(),
+                                         plane == 0 ? hi_limit_ : lo_limit_, q16.data() + offset, plane_step,
+                                         plane_zero);
+    const lm::Tensor& packed = plane == 0 ? hi_codes_ : lo_codes_;
+    const auto* bytes = reinterpret_cast<const uint8_t*>(row_ptr<uint32_t>(packed, b, h, a));
+    const auto* readable_end = reinterpret_cast<const uint8_t*>(packed.raw_data()) + packed.nbytes();
+    const int64_t row_stride = packed.strides()[2] * 4;
+    if (first) {  // the first plane's scores with the mins' bias, straight into the tile
+      attention::kernels::score_narrow_codes_i16(bytes, row_stride, n, p, readable_end, q16.data() + offset,
+                                                 plane_step, bias.data(), n_queries, scores, ld);
+      first = false;
+      continue;
+    }
+    partial.resize(static_cast<std::size_t>(n_queries * n));
+    attention::kernels::score_narrow_codes_i16(bytes, row_stride, n, p, readable_end, q16.data() + offset, plane_step,
+                                               plane_zero, n_queries, partial.data(), n);
+    for (int64_t q = 0; q < n_queries; ++q) {
+      float* __restrict row = scores + q * ld;
+      const float* __restrict low = partial.data() + q * n;
+      for (int64_t j = 0; j < n; ++j) row[j] += low[j];
+    }
+  }
+}
 
 void KittyRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                            float* scores, int64_t ld, attention::TileScratch& scratch) const {
@@ -41,6 +160,11 @@ void KittyRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
     const int64_t block = a / group_, end = std::min(quantized_end, (block + 1) * group_), n = end - a;
     pairs.resize(static_cast<std::size_t>(2 * d));
     lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(key_params_, b, h, block), pairs.data(), 2 * d);
+    if (integer_) {
+      score_block_integer(b, h, block, a, n, prepared, n_queries, pairs.data(), scores + (a - j0), ld);
+      a = end;
+      continue;
+    }
     const uint32_t* mask = row_ptr<uint32_t>(hi_mask_, b, h, block);
     hi.resize(static_cast<std::size_t>(d));
     lo.resize(static_cast<std::size_t>(d));

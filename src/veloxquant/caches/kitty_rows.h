@@ -8,13 +8,18 @@
 //   <q, k_t> = sum_{c in H} (q_c s_c) hcode_tc + sum_{c in L} (q_c s_c) lcode_tc + sum_c q_c m_c
 // The query is folded into the block's scales once per block (gathered into H's and L's order),
 // then each row costs one unpack per plane and Dk multiply-adds shared by all queries of the tile.
-// A plane whose width and bits allow it (2 or 4 bits, whole words) is unpacked by SIMD planes,
-// in the plane's code order, and its folded query is gathered in that order.
+// When both planes are 2, 4 or 8 bits wide, the folded query is rounded to 16-bit integers per
+// block and plane (a step per plane) and each plane's codes are scored by pairwise integer multiply-adds straight
+// from their bytes (attention/narrow_plane_scores.h: planes of 8 or 12 bytes read padded to the
+// kernel's 16). Other widths: a plane whose width and bits allow it is unpacked by SIMD planes,
+// in the plane's code order, its folded query gathered in that order, and scored in f32.
 #include <cstdint>
+#include <vector>
 
 #include "lm/tensor.h"
 #include "veloxquant/attention/code_rows.h"
 #include "veloxquant/attention/dtype_rows.h"
+#include "veloxquant/attention/narrow_plane_scores.h"
 #include "veloxquant/attention/row_source.h"
 
 namespace veloxquant {
@@ -35,6 +40,11 @@ class KittyRows final : public attention::RowSource {
                        float* acc, attention::TileScratch& scratch) const override;
 
  private:
+  // Rows [a, a + n) of one block scored as integers from both planes (attention/
+  // narrow_plane_scores.h): pairs = the block's (scale, min) per channel, interleaved.
+  void score_block_integer(int64_t b, int64_t h, int64_t block, int64_t a, int64_t n, const float* prepared,
+                           int64_t n_queries, const float* pairs, float* scores, int64_t ld) const;
+
   const lm::Tensor& hi_codes_;
   const lm::Tensor& lo_codes_;
   const lm::Tensor& key_params_;
@@ -46,6 +56,12 @@ class KittyRows final : public attention::RowSource {
   // a permuted order, the others in natural order; the folded query follows the same order.
   const attention::CodeOrder& hi_order_;
   const attention::CodeOrder& lo_order_;
+  // Each plane read padded for the integer key kernel; integer_: both planes (2, 4 or 8 bits) can.
+  attention::kernels::NarrowPlane hi_plane_, lo_plane_;
+  bool integer_;
+  int32_t hi_limit_ = 0, lo_limit_ = 0;
+  // Padded code-order position of each plane's natural index (the i-th channel of the plane).
+  std::vector<int32_t> hi_position_, lo_position_;
 };
 
 }  // namespace veloxquant

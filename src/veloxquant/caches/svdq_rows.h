@@ -6,12 +6,21 @@
 // basis once per tile (one small score_rows call: coded x Dk per query), the tile's latent rows
 // are decoded (codes x per-block (scale, min)) into scratch and scored there in `coded`
 // dimensions instead of Dk. The basis is per head, so the projection cannot happen in
-// prepare_query (which sees no head); per tile it costs coded x Dk multiply-adds per query, about
-// as much as scoring 40 rows. Values are the exact rows, read like the native cache's.
+// prepare_query (which sees no head); it is made at a (b, h)'s first tile and kept per thread
+// for the call's later tiles of the same head and queries (coded x Dk multiply-adds per query,
+// about as much as scoring 40 rows, paid once instead of per tile). Values are the exact rows,
+// read like the native cache's.
+//
+// When every coded channel has the same width of 2, 4 or 8 bits (xkv's layout), a row is one
+// dense LSB-first stream of `coded` codes, and a block's rows are scored as integers
+// (attention/narrow_plane_scores.h): the projected query folded into the block's per-channel
+// scales and rounded to 16 bits, the mins (and <q, mean>) a per-query bias — no f32 decode.
 #include <cstdint>
+#include <vector>
 
 #include "lm/tensor.h"
 #include "veloxquant/attention/dtype_rows.h"
+#include "veloxquant/attention/narrow_plane_scores.h"
 #include "veloxquant/attention/row_source.h"
 #include "veloxquant/caches/svdq_layout.h"
 
@@ -33,6 +42,16 @@ class SvdqRows final : public attention::RowSource {
                        float* acc, attention::TileScratch& scratch) const override;
 
  private:
+  // The n_queries prepared queries projected on (b, h)'s table rows: [n_queries, 1 + coded] with a
+  // leading mean, else [n_queries, coded]; and, on the integer path, the coded part in the rows'
+  // padded code order [n_queries, plane.dim()] (zero at padding). Per thread, reused while the
+  // call, head and queries are the same.
+  struct Projection {
+    const float* projected;
+    const float* padded;
+  };
+  Projection project(int64_t b, int64_t h, const float* prepared, int64_t n_queries) const;
+
   const lm::Tensor& codes_;
   const lm::Tensor& params_;
   const lm::Tensor& basis_;
@@ -41,6 +60,10 @@ class SvdqRows final : public attention::RowSource {
   int64_t rows_;
   int group_;
   bool leading_mean_;
+  uint64_t call_;  // distinct per object, so a thread's kept projection is never another call's
+  attention::kernels::NarrowPlane plane_;  // padded > 0: the integer path
+  int32_t limit_ = 0;
+  std::vector<int32_t> pair_of_;  // padded code-order position -> coded channel (coded: a zero pair)
 };
 
 }  // namespace veloxquant

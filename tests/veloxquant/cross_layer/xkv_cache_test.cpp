@@ -320,7 +320,10 @@ TEST(XkvCache, FusedAttentionEqualsAttentionOverFetchedRows) {
     XkvCache fused(o), plain(o);
     const std::vector<int64_t> chunks{70, 1, 1, 40, 1};
     const std::vector<float> worst = test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 900, rank8);
-    for (std::size_t c = 0; c < chunks.size(); ++c) EXPECT_LE(worst[c], 1e-4f) << "chunk " << chunks[c];
+    // Not float rounding alone: the latent codes score as integers against the projected query
+    // rounded to 16 bits per block (attention/narrow_plane_scores.h), which moves these outputs
+    // by up to ~6e-4 (1e-4 held for the f32 decode).
+    for (std::size_t c = 0; c < chunks.size(); ++c) EXPECT_LE(worst[c], 1e-3f) << "chunk " << chunks[c];
   }
 }
 
