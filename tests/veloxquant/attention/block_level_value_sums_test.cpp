@@ -37,6 +37,9 @@ TEST(BlockLevelValueSums, MatchesScalarBitForBitAndDecodedRowsInF64) {
   const Shape shapes[] = {{1, 32, 32}, {2, 64, 32}, {3, 64, 32}, {3, 64, 64}, {4, 64, 32},
                           {5, 64, 32}, {6, 64, 32}, {4, 128, 128}, {5, 96, 32}, {3, 256, 64},
                           {8, 64, 32}, {8, 128, 64},
+                          // 1-3 bits on Lloyd levels take the lane-permute loop (levels in one
+                          // register, weights times scales made once per tile): 1..4 blocks a row.
+                          {3, 128, 32}, {2, 128, 128}, {1, 96, 32}, {3, 32, 32},
                           {1, 32, 32, true}, {2, 64, 32, true}, {3, 64, 32, true}, {3, 64, 64, true},
                           {4, 64, 32, true}, {5, 64, 32, true}, {6, 64, 32, true}, {4, 128, 128, true},
                           {5, 96, 32, true}, {3, 256, 64, true}};
