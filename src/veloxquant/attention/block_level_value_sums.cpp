@@ -470,9 +470,9 @@ void accumulate_bits(const BlockLevelValues& v, const float* weights, int64_t ld
   accumulate_queries<B, 1>(v, weights, ld, n_q, acc, acc_stride);
 }
 
-void AccumulateBlockLevelsImpl(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
-                               int64_t acc_stride) {
-  if (v.n_rows <= 0 || n_q <= 0) return;
+// The rows alone (v.offset is not read).
+void accumulate_rows(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                     int64_t acc_stride) {
   // 128-bit targets (ValueSumsSupportedImpl false: callers decode instead) keep the scalar loop.
   if constexpr (hn::MaxLanes(hn::CappedTag<float, 8>()) == 8) {
     if (v.even_levels && v.bits <= 6) {
@@ -508,6 +508,42 @@ void AccumulateBlockLevelsImpl(const BlockLevelValues& v, const float* weights, 
         break;
       default: break;
     }
+  }
+  scalar::accumulate_block_level_rows(v, weights, ld, n_q, acc, acc_stride);
+}
+
+// acc[r][e] = fma(total_r, offset[e], acc[r][e]), total_r the tile's weights of query r summed in
+// eight interleaved partial sums (one vector add per 8 rows), combined as the header says.
+void add_weighted_offset(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                         int64_t acc_stride) {
+  const hn::CappedTag<float, 8> df;
+  const int64_t n = v.n_rows, whole = n / 8 * 8, dim_whole = v.dim / 8 * 8;
+  for (int64_t r = 0; r < n_q; ++r) {
+    const float* w = weights + r * ld;
+    auto sum = hn::Zero(df);
+    for (int64_t j = 0; j < whole; j += 8) sum = hn::Add(sum, hn::LoadU(df, w + j));
+    HWY_ALIGN float p[8];
+    hn::Store(sum, df, p);
+    for (int64_t j = whole; j < n; ++j) p[j - whole] += w[j];
+    const float total = ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
+    float* out = acc + r * acc_stride;
+    const auto t = hn::Set(df, total);
+    for (int64_t e = 0; e < dim_whole; e += 8) {
+      hn::StoreU(hn::MulAdd(t, hn::LoadU(df, v.offset + e), hn::LoadU(df, out + e)), df, out + e);
+    }
+    for (int64_t e = dim_whole; e < v.dim; ++e) out[e] = std::fma(total, v.offset[e], out[e]);
+  }
+}
+
+void AccumulateBlockLevelsImpl(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                               int64_t acc_stride) {
+  if (v.n_rows <= 0 || n_q <= 0) return;
+  if constexpr (hn::MaxLanes(hn::CappedTag<float, 8>()) == 8) {
+    BlockLevelValues rows = v;
+    rows.offset = nullptr;  // every path above, scalar fallbacks included, then sees rows only
+    accumulate_rows(rows, weights, ld, n_q, acc, acc_stride);
+    if (v.offset != nullptr) add_weighted_offset(v, weights, ld, n_q, acc, acc_stride);
+    return;
   }
   scalar::accumulate_block_level_rows(v, weights, ld, n_q, acc, acc_stride);
 }
@@ -574,11 +610,23 @@ void accumulate_uniform_rows(const BlockLevelValues& v, const float* weights, in
     }
   }
 }
-}  // namespace
 
-void accumulate_block_level_rows(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q,
-                                 float* acc, int64_t acc_stride) {
-  if (v.even_levels && v.bits <= 6) return accumulate_uniform_rows(v, weights, ld, n_q, acc, acc_stride);
+// The offset's share, as the header defines it.
+void add_weighted_offset(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                         int64_t acc_stride) {
+  for (int64_t r = 0; r < n_q; ++r) {
+    float p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t j = 0; j < v.n_rows; ++j) p[j % 8] += weights[r * ld + j];
+    const float total = ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
+    for (int64_t e = 0; e < v.dim; ++e) {
+      float& out = acc[r * acc_stride + e];
+      out = std::fma(total, v.offset[e], out);
+    }
+  }
+}
+
+void accumulate_table_rows(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                           int64_t acc_stride) {
   const int64_t blocks = v.dim / v.block;
   for (int64_t r = 0; r < n_q; ++r) {
     for (int64_t j = 0; j < v.n_rows; ++j) {
@@ -595,6 +643,17 @@ void accumulate_block_level_rows(const BlockLevelValues& v, const float* weights
       }
     }
   }
+}
+}  // namespace
+
+void accumulate_block_level_rows(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q,
+                                 float* acc, int64_t acc_stride) {
+  if (v.even_levels && v.bits <= 6) {
+    accumulate_uniform_rows(v, weights, ld, n_q, acc, acc_stride);
+  } else {
+    accumulate_table_rows(v, weights, ld, n_q, acc, acc_stride);
+  }
+  if (v.offset != nullptr) add_weighted_offset(v, weights, ld, n_q, acc, acc_stride);
 }
 }  // namespace scalar
 

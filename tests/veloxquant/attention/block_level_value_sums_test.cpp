@@ -53,6 +53,7 @@ TEST(BlockLevelValueSums, MatchesScalarBitForBitAndDecodedRowsInF64) {
     const int64_t nb = s.dim / s.block;
     for (const int64_t n_rows : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{64}}) {
       for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{4}}) {
+       for (const bool with_offset : {false, true}) {
         // Rows as tightly packed as the cache stores them: the last row ends the buffer.
         const int64_t stride = (s.dim * s.bits + 7) / 8, ld = n_rows + 3, acc_stride = s.dim + 8;
         const auto codes = random_bytes(static_cast<std::size_t>(n_rows * stride), 21);
@@ -72,11 +73,14 @@ TEST(BlockLevelValueSums, MatchesScalarBitForBitAndDecodedRowsInF64) {
         values.block = s.block;
         values.levels_f16 = levels_f16.data();
         values.even_levels = s.uniform || s.bits == 8;
+        // A shared row (the rotated value mean) added with each query's weight total.
+        const auto offset = test_support::normal_values(static_cast<std::size_t>(s.dim), 25);
+        if (with_offset) values.offset = offset.data();
         std::vector<float> out = start, ref = start;
         accumulate_block_level_rows(values, weights.data(), ld, n_q, out.data(), acc_stride);
         scalar::accumulate_block_level_rows(values, weights.data(), ld, n_q, ref.data(), acc_stride);
         ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block << ", " << n_rows << " rows, "
-                            << n_q << " queries";
+                            << n_q << " queries" << (with_offset ? ", offset" : "");
         for (int64_t r = 0; r < n_q; ++r) {
           for (int64_t e = 0; e < acc_stride; ++e) {
             const std::size_t at = static_cast<std::size_t>(r * acc_stride + e);
@@ -97,9 +101,16 @@ TEST(BlockLevelValueSums, MatchesScalarBitForBitAndDecodedRowsInF64) {
               exact += term;
               magnitude += std::fabs(term);
             }
+            if (with_offset) {
+              double total = 0.0;
+              for (int64_t j = 0; j < n_rows; ++j) total += weights[static_cast<std::size_t>(r * ld + j)];
+              exact += total * offset[static_cast<std::size_t>(e)];
+              magnitude += std::fabs(total * offset[static_cast<std::size_t>(e)]);
+            }
             EXPECT_NEAR(ref[at], exact, 1e-6 * magnitude * static_cast<double>(n_rows + 1));
           }
         }
+       }
       }
     }
   }
