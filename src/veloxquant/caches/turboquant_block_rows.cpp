@@ -32,7 +32,11 @@ constexpr int64_t kMaxQueriesFromCodes = 4;
 TurboQuantBlockRows::TurboQuantBlockRows(const TurboQuantBlockCache& cache, int64_t rows)
     : cache_(cache),
       rows_(rows),
-      integer_keys_(attention::kernels::can_score_block_level_rows(cache.key_bits(), cache.head_dim(),
+      permuted_keys_(!cache.key_quantizer().even_levels() &&
+                     attention::kernels::can_score_permuted_level_rows(cache.key_bits(), cache.head_dim(),
+                                                                       cache.key_quantizer().block_size())),
+      integer_keys_(!permuted_keys_ &&
+                    attention::kernels::can_score_block_level_rows(cache.key_bits(), cache.head_dim(),
                                                                    cache.key_quantizer().block_size())),
       coded_values_(attention::kernels::can_accumulate_block_level_rows(
           cache.value_bits(), cache.value_dim(), cache.value_quantizer().block_size())) {
@@ -125,7 +129,7 @@ void TurboQuantBlockRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j
   const int64_t work = 2 * std::max(d, cache_.value_dim());
   // Sink rows (f16 copies) and, without integer keys or for many queries, every row: decoded and
   // scored in f32.
-  const int64_t decoded_end = decoded_rows_end(integer_keys_, n_queries, j0, j1);
+  const int64_t decoded_end = decoded_rows_end(integer_keys_ || permuted_keys_, n_queries, j0, j1);
   if (decoded_end > j0) {
     const int64_t n = decoded_end - j0;
     float* rows = scratch.f32(static_cast<std::size_t>(n * d + work));
@@ -134,7 +138,37 @@ void TurboQuantBlockRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j
     attention::kernels::score_rows(query, pd, n_queries, rows, d, n, d, scores, ld);
   }
   if (decoded_end < j1) {
-    score_integer_keys(b, h, decoded_end, j1, prepared, n_queries, scores + (decoded_end - j0), ld, scratch);
+    if (permuted_keys_) {
+      score_permuted_keys(b, h, decoded_end, j1, prepared, n_queries, scores + (decoded_end - j0), ld);
+    } else {
+      score_integer_keys(b, h, decoded_end, j1, prepared, n_queries, scores + (decoded_end - j0), ld, scratch);
+    }
+  }
+}
+
+void TurboQuantBlockRows::score_permuted_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
+                                              int64_t n_queries, float* scores, int64_t ld) const {
+  const int64_t d = cache_.head_dim(), pd = prepared_dim();
+  const quant::BlockLloydQuantizer& quant = cache_.key_quantizer();
+  float biases[kMaxQueriesFromCodes];  // decode tiles only (decoded_rows_end)
+  for (int64_t r0 = j0; r0 < j1;) {
+    const int64_t r1 = std::min(j1, cache_.key_segment_end(r0));
+    // Smoothed keys hold k - mu: <q, k> = <q, k - mu> + <q, mu>, one bias per query and segment.
+    const uint16_t* mu = cache_.key_mean(b, h, r0);
+    if (mu != nullptr) {
+      for (int64_t r = 0; r < n_queries; ++r) biases[r] = lm::kernels::simd::dot_f16(mu, prepared + r * pd, d);
+    }
+    attention::kernels::BlockLevelKeys keys;
+    keys.codes = cache_.key_codes(b, h, r0);
+    keys.code_stride = static_cast<int64_t>(quant.code_bytes(static_cast<int>(d)));
+    keys.scales = cache_.key_scales(b, h, r0);
+    keys.n_rows = r1 - r0;
+    keys.dim = d;
+    keys.bits = quant.bits();
+    keys.block = quant.block_size();
+    attention::kernels::score_permuted_level_rows(keys, quant.levels().data(), prepared, pd,
+                                                  mu != nullptr ? biases : nullptr, n_queries, scores + (r0 - j0), ld);
+    r0 = r1;
   }
 }
 
