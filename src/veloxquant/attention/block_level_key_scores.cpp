@@ -233,6 +233,173 @@ void score_level_queries(const BlockLevelKeys& k, const BlockLevels16& levels, c
   }
 }
 
+// The 8 f32 lanes of `table` picked by the low 3 bits of each lane of `index` (x86: one vpermps,
+// which reads only those bits; elsewhere the bits above are masked first).
+template <class DF>
+HWY_INLINE hn::Vec<DF> permute_lanes8(DF df, hn::Vec<DF> table, hn::Vec<hn::RebindToUnsigned<DF>> index) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  (void)df;
+  return hn::Vec<DF>{_mm256_permutevar8x32_ps(table.raw, index.raw)};
+#else
+  const hn::RebindToSigned<DF> di;
+  const auto masked = hn::BitCast(di, hn::And(index, hn::Set(hn::RebindToUnsigned<DF>(), 7u)));
+  return hn::TableLookupLanes(table, hn::IndicesFromVec(df, masked));
+#endif
+}
+
+// Lane t of the result: ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7)) of vector t (x86: three
+// horizontal adds and one add of the halves, against nine shuffles and adds for sums_of_4).
+template <class DF, class V>
+HWY_INLINE hn::Vec<hn::Half<DF>> pair_sums_of_4(DF df, V a, V b, V c, V e) {
+  const hn::Half<DF> dh;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  const V ab{_mm256_hadd_ps(a.raw, b.raw)}, ce{_mm256_hadd_ps(c.raw, e.raw)};
+  const V s{_mm256_hadd_ps(ab.raw, ce.raw)};
+  return hn::Add(hn::LowerHalf(dh, s), hn::UpperHalf(dh, s));
+#else
+  HWY_ALIGN float lanes[4][8];
+  hn::Store(a, df, lanes[0]);
+  hn::Store(b, df, lanes[1]);
+  hn::Store(c, df, lanes[2]);
+  hn::Store(e, df, lanes[3]);
+  HWY_ALIGN float out[4];
+  for (int t = 0; t < 4; ++t) {
+    const float* v = lanes[t];
+    out[t] = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+  }
+  return hn::Load(dh, out);
+#endif
+}
+
+// score_permuted_level_rows (header), U rows x NQ queries per unit (U * NQ <= 4: one sums_of_4
+// per unit). Table entry i = level[i mod 2^B], so the bits of the next codes above a code's own
+// pick the same level and need no mask.
+// kBlocks / kGroups: blocks per row and groups of 8 codes per block known at compile time (0: read
+// from the shape), so the common head sizes unroll whole and the partial sums stay in registers.
+template <int B, int NQ, int kBlocks, int kGroups>
+void score_permuted_units(const BlockLevelKeys& k, const float* levels, const float* q, int64_t q_stride,
+                          const float* bias, float* scores, int64_t ld) {
+  static_assert(B >= 1 && B <= 3, "8 levels per register");
+  constexpr int U = NQ == 1 ? 4 : 1;
+  static_assert(U * NQ <= 4, "one reduction per unit");
+  const hn::CappedTag<float, 8> df;
+  const hn::RebindToUnsigned<decltype(df)> du32;
+  const hn::Half<decltype(df)> df4;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const hn::Rebind<uint16_t, decltype(df)> du16;
+  using VF = hn::Vec<decltype(df)>;
+  HWY_ALIGN float entries[8];
+  HWY_ALIGN uint32_t shift[8];
+  for (int i = 0; i < 8; ++i) {
+    entries[i] = levels[i & ((1 << B) - 1)];
+    shift[i] = static_cast<uint32_t>(B * i);
+  }
+  const VF table = hn::Load(df, entries);
+  const auto shifts = hn::Load(du32, shift);
+  const int64_t dim = k.dim, n_rows = k.n_rows, code_stride = k.code_stride;
+  const int64_t blocks = kBlocks > 0 ? kBlocks : dim / k.block, groups = kGroups > 0 ? kGroups : k.block / 8;
+  const int64_t row_code_bytes = dim * B / 8;
+  const int64_t row_load_end = (dim / 8 - 1) * B + 4;  // the last group of 8 codes reads 4 bytes
+  const int64_t first_padded = first_padded_row(n_rows, code_stride, row_code_bytes, row_load_end);
+  HWY_ALIGN uint8_t padded[U][kMaxCodeRowBytes + 16];
+  HWY_ALIGN float bias_lanes[4] = {0, 0, 0, 0};
+  for (int t = 0; t < U * NQ; ++t) bias_lanes[t] = bias != nullptr ? bias[t % NQ] : 0.0f;
+  const auto biases = hn::Load(df4, bias_lanes);
+  // Known shapes: the queries copied side by side, so every query vector the loop reads lies at a
+  // constant offset from one register (with q_stride apart, GCC kept 24 pointers on the stack).
+  constexpr int64_t kDim = static_cast<int64_t>(kBlocks) * kGroups * 8;
+  HWY_ALIGN float local[kDim > 0 ? NQ * kDim : 1];
+  if constexpr (kDim > 0) {
+    for (int r = 0; r < NQ; ++r) std::memcpy(local + r * kDim, q + r * q_stride, sizeof(float) * kDim);
+    q = local;
+    q_stride = kDim;
+  }
+
+  for (int64_t j = 0; j < n_rows; j += U) {
+    const int valid = static_cast<int>(std::min<int64_t>(U, n_rows - j));
+    VF acc[4] = {hn::Zero(df), hn::Zero(df), hn::Zero(df), hn::Zero(df)};
+#pragma GCC unroll 4
+    for (int g = 0; g < U; ++g) {
+      if (g >= valid) break;  // past the last row: its lanes stay zero and are not stored
+      const uint8_t* row = k.codes + (j + g) * code_stride;
+      if (j + g >= first_padded) {
+        std::memcpy(padded[g], row, static_cast<std::size_t>(row_code_bytes));
+        std::memset(padded[g] + row_code_bytes, 0, 16);
+        row = padded[g];
+      }
+      const uint16_t* row_scales = k.scales + (j + g) * blocks;
+#pragma GCC unroll 8
+      for (int64_t b = 0; b < blocks; ++b) {
+        VF t[NQ];
+#pragma GCC unroll 8
+        for (int64_t gg = 0; gg < groups; ++gg) {
+          const int64_t e = 8 * (b * groups + gg);
+          uint32_t word;
+          std::memcpy(&word, row + e / 8 * B, sizeof(word));
+          const VF level = permute_lanes8(df, table, hn::Shr(hn::Set(du32, word), shifts));
+#pragma GCC unroll 3
+          for (int r = 0; r < NQ; ++r) {
+            const VF qv = hn::LoadU(df, q + r * q_stride + e);
+            t[r] = gg == 0 ? hn::Mul(level, qv) : hn::MulAdd(level, qv, t[r]);
+          }
+        }
+        const VF scale = hn::PromoteTo(df, hn::BitCast(dh, hn::Set(du16, row_scales[b])));
+#pragma GCC unroll 3
+        for (int r = 0; r < NQ; ++r) {
+          acc[g * NQ + r] = b == 0 ? hn::Mul(t[r], scale) : hn::MulAdd(t[r], scale, acc[g * NQ + r]);
+        }
+      }
+    }
+    const auto out = hn::Add(pair_sums_of_4(df, acc[0], acc[1], acc[2], acc[3]), biases);
+    if constexpr (NQ == 1) {
+      if (valid == 4) {
+        hn::StoreU(out, df4, scores + j);
+        continue;
+      }
+    }
+    HWY_ALIGN float lanes[4];
+    hn::Store(out, df4, lanes);
+    for (int t = 0; t < valid * NQ; ++t) scores[(t % NQ) * ld + j + t / NQ] = lanes[t];
+  }
+}
+
+template <int B, int NQ>
+void score_permuted_shapes(const BlockLevelKeys& k, const float* levels, const float* q, int64_t q_stride,
+                           const float* bias, float* scores, int64_t ld) {
+  // Head sizes 64 and 128 in blocks of 32 unrolled whole; other shapes loop.
+  if (k.block == 32 && k.dim == 64) return score_permuted_units<B, NQ, 2, 4>(k, levels, q, q_stride, bias, scores, ld);
+  if (k.block == 32 && k.dim == 128) return score_permuted_units<B, NQ, 4, 4>(k, levels, q, q_stride, bias, scores, ld);
+  score_permuted_units<B, NQ, 0, 0>(k, levels, q, q_stride, bias, scores, ld);
+}
+
+template <int B>
+void score_permuted_queries(const BlockLevelKeys& k, const float* levels, const float* q, int64_t q_stride,
+                            const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  int64_t r = 0;
+  for (; r + 3 <= n_q; r += 3) {
+    score_permuted_shapes<B, 3>(k, levels, q + r * q_stride, q_stride, bias != nullptr ? bias + r : nullptr,
+                                scores + r * ld, ld);
+  }
+  for (; r < n_q; ++r) {
+    score_permuted_shapes<B, 1>(k, levels, q + r * q_stride, q_stride, bias != nullptr ? bias + r : nullptr,
+                                scores + r * ld, ld);
+  }
+}
+
+void ScorePermutedLevelsImpl(const BlockLevelKeys& k, const float* levels, const float* q, int64_t q_stride,
+                             const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  if (k.n_rows <= 0 || n_q <= 0) return;
+  if constexpr (hn::MaxLanes(hn::CappedTag<float, 8>()) == 8) {
+    switch (k.bits) {
+      case 1: return score_permuted_queries<1>(k, levels, q, q_stride, bias, n_q, scores, ld);
+      case 2: return score_permuted_queries<2>(k, levels, q, q_stride, bias, n_q, scores, ld);
+      case 3: return score_permuted_queries<3>(k, levels, q, q_stride, bias, n_q, scores, ld);
+      default: break;
+    }
+  }
+  scalar::score_permuted_level_rows(k, levels, q, q_stride, bias, n_q, scores, ld);
+}
+
 void ScoreBlockLevelsImpl(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16,
                           const float* q_step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
   if (k.n_rows <= 0 || n_q <= 0) return;
@@ -270,6 +437,10 @@ void ScoreBlockLevelsImpl(const BlockLevelKeys& k, const BlockLevels16& levels, 
 }
 #else
 bool KeyScoresSupportedImpl() { return false; }
+void ScorePermutedLevelsImpl(const BlockLevelKeys& k, const float* levels, const float* q, int64_t q_stride,
+                             const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  scalar::score_permuted_level_rows(k, levels, q, q_stride, bias, n_q, scores, ld);
+}
 void ScoreBlockLevelsImpl(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16,
                           const float* q_step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
   scalar::score_block_level_rows(k, levels, q16, q_step, bias, n_q, scores, ld);
@@ -283,6 +454,18 @@ HWY_AFTER_NAMESPACE();
 namespace veloxquant::attention::kernels {
 HWY_EXPORT(KeyScoresSupportedImpl);
 HWY_EXPORT(ScoreBlockLevelsImpl);
+HWY_EXPORT(ScorePermutedLevelsImpl);
+
+bool can_score_permuted_level_rows(int bits, int64_t dim, int64_t block) {
+  static const bool supported = HWY_DYNAMIC_DISPATCH(KeyScoresSupportedImpl)();
+  return supported && bits >= 1 && bits <= 3 && block > 0 && block % 8 == 0 && dim > 0 && dim % block == 0 &&
+         (dim * bits + 7) / 8 <= kMaxCodeRowBytes;
+}
+
+void score_permuted_level_rows(const BlockLevelKeys& keys, const float* levels, const float* q, int64_t q_stride,
+                               const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  HWY_DYNAMIC_DISPATCH(ScorePermutedLevelsImpl)(keys, levels, q, q_stride, bias, n_q, scores, ld);
+}
 
 int32_t block_integer_limit(int64_t block) {
   // A lane of the loop sums block / 8 products (two per multiply-add, block / 16 passes): the
@@ -330,6 +513,36 @@ void score_block_level_rows(const BlockLevelKeys& keys, const BlockLevels16& lev
 }
 
 namespace scalar {
+void score_permuted_level_rows(const BlockLevelKeys& k, const float* levels, const float* q, int64_t q_stride,
+                               const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  const int64_t nb = k.dim / k.block, groups = k.block / 8;
+  for (int64_t r = 0; r < n_q; ++r) {
+    for (int64_t j = 0; j < k.n_rows; ++j) {
+      const uint8_t* packed = k.codes + j * k.code_stride;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int64_t b = 0; b < nb; ++b) {
+        float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int64_t g = 0; g < groups; ++g) {
+          for (int lane = 0; lane < 8; ++lane) {
+            const int64_t e = 8 * (b * groups + g) + lane;
+            int code = 0;
+            for (int bit = 0; bit < k.bits; ++bit) {
+              const int64_t at = e * k.bits + bit;
+              code |= ((packed[at / 8] >> (at % 8)) & 1) << bit;
+            }
+            const float qe = q[r * q_stride + e];
+            t[lane] = g == 0 ? levels[code] * qe : std::fma(levels[code], qe, t[lane]);
+          }
+        }
+        const float scale = base::f16_to_f32(k.scales[j * nb + b]);
+        for (int lane = 0; lane < 8; ++lane) acc[lane] = b == 0 ? t[lane] * scale : std::fma(t[lane], scale, acc[lane]);
+      }
+      const float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+      scores[r * ld + j] = sum + (bias != nullptr ? bias[r] : 0.0f);
+    }
+  }
+}
+
 void score_block_level_rows(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16,
                             const float* q_step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
   const int64_t nb = k.dim / k.block;

@@ -68,7 +68,26 @@ void quantize_query_i16(const float* q, int64_t d, int32_t limit, int16_t* q16, 
 void score_block_level_rows(const BlockLevelKeys& keys, const BlockLevels16& levels, const int16_t* q16,
                             const float* q_step, const float* bias, int64_t n_q, float* scores, int64_t ld);
 
+// Codes of 1..3 bits on any 2^bits levels scored in f32 against the f32 query (no rounding of
+// either): the levels held in one register, 8 codes spread to their lanes by one 32-bit
+// broadcast and one variable shift and looked up by one lane permute, then one FMA per 8
+// elements and query (the query read from memory). Cheaper than the integer loop's byte-table
+// lookup for such narrow codes (turboquant_block's 3-bit keys in the q3 preset). In lanes l < 8
+// (element 8g + l of group g):
+//
+//   t_b[l]       = fma(level[code_j(8g + l)], q[r][8g + l], t_b[l]) over the groups g of block b
+//                  in order (the first a product)
+//   acc[l]       = fma(t_b[l], s_jb, acc[l]) over blocks b in order (the first a product)
+//   score(r, j)  = (((acc0 + acc1) + (acc2 + acc3)) + ((acc4 + acc5) + (acc6 + acc7))) + bias[r]
+//
+// levels: the 2^bits levels as f32; query r at q + r * q_stride (dim floats).
+bool can_score_permuted_level_rows(int bits, int64_t dim, int64_t block);
+void score_permuted_level_rows(const BlockLevelKeys& keys, const float* levels, const float* q, int64_t q_stride,
+                               const float* bias, int64_t n_q, float* scores, int64_t ld);
+
 namespace scalar {
+void score_permuted_level_rows(const BlockLevelKeys& keys, const float* levels, const float* q, int64_t q_stride,
+                               const float* bias, int64_t n_q, float* scores, int64_t ld);
 void score_block_level_rows(const BlockLevelKeys& keys, const BlockLevels16& levels, const int16_t* q16,
                             const float* q_step, const float* bias, int64_t n_q, float* scores, int64_t ld);
 }  // namespace scalar

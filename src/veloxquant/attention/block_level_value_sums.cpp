@@ -150,53 +150,169 @@ void accumulate_even_bytes(const BlockLevelValues& v, const float* weights, int6
 // part of every row of a block meets the outputs once per call, -(m / 2) * sum_j ws2
 // (uniform_weighted_scales). No level lookup, no scale work per row.
 //
+// The tile's weights times its block scales times k, ws[(r * blocks + b) * n + j] =
+// w[r][j] * (f16(s_jb) * k) — the product each row's FMAs use, made once per tile in SIMD instead
+// of once per row and chunk (k = 1 leaves f16(s) as it is: the table paths' w * s).
+void weighted_block_scales(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float k,
+                           float* ws) {
+  const hn::CappedTag<float, 8> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  using VF = hn::Vec<decltype(df)>;
+  const int64_t n = v.n_rows, blocks = v.dim / v.block, whole = n / 8 * 8;
+  const auto kv = hn::Set(df, k);
+  const auto* scales = reinterpret_cast<const hwy::float16_t*>(v.scales);
+  // One and two blocks per row (head sizes 64 and 128 in blocks of 32 or 64): 8 rows' scales
+  // converted (two blocks: de-interleaved) and multiplied into every query's weights in one pass.
+  if (blocks <= 2) {
+    for (int64_t j = 0; j < whole; j += 8) {
+      VF s[2];
+      if (blocks == 1) {
+        s[0] = hn::Mul(hn::PromoteTo(df, hn::LoadU(dh, scales + j)), kv);
+      } else {
+        const VF a = hn::PromoteTo(df, hn::LoadU(dh, scales + 2 * j));
+        const VF b = hn::PromoteTo(df, hn::LoadU(dh, scales + 2 * j + 8));
+        s[0] = hn::Mul(hn::ConcatEven(df, b, a), kv);
+        s[1] = hn::Mul(hn::ConcatOdd(df, b, a), kv);
+      }
+      for (int64_t r = 0; r < n_q; ++r) {
+        const VF w = hn::LoadU(df, weights + r * ld + j);
+        for (int64_t b = 0; b < blocks; ++b) hn::StoreU(hn::Mul(w, s[b]), df, ws + (r * blocks + b) * n + j);
+      }
+    }
+    for (int64_t j = whole; j < n; ++j) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float s = base::f16_to_f32(v.scales[j * blocks + b]) * k;
+        for (int64_t r = 0; r < n_q; ++r) ws[(r * blocks + b) * n + j] = weights[r * ld + j] * s;
+      }
+    }
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float s = base::f16_to_f32(v.scales[j * blocks + b]) * k;
+      for (int64_t r = 0; r < n_q; ++r) ws[(r * blocks + b) * n + j] = weights[r * ld + j] * s;
+    }
+  }
+}
+
 // ws2[(r * blocks + b) * n_rows + j] and sums2[r * blocks + b] as the scalar reference defines
 // them (block_level_value_sums.h).
 void uniform_weighted_scales(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* ws2,
                              float* sums2) {
-  const hn::CappedTag<float, 8> df;
-  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
   const int64_t n = v.n_rows, blocks = v.dim / v.block;
-  const float k = 2.0f / static_cast<float>(1 << v.bits);
-  const auto kv = hn::Set(df, k);
-  // The caller leaves 2 * blocks * n floats after ws2: the tile's scales times k in row order
-  // (flat), then in [b][j] order (scaled; ws2 follows it).
-  float* flat = ws2 + n_q * blocks * n;
-  float* scaled = blocks == 1 ? flat : flat + blocks * n;
-  const int64_t all = n * blocks, all_whole = all / 8 * 8;
-  for (int64_t i = 0; i < all_whole; i += 8) {
-    const auto s = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(v.scales + i)));
-    hn::StoreU(hn::Mul(s, kv), df, flat + i);
+  weighted_block_scales(v, weights, ld, n_q, 2.0f / static_cast<float>(1 << v.bits), ws2);
+  for (int64_t i = 0; i < n_q * blocks; ++i) {
+    const float* out = ws2 + i * n;
+    float total = 0.0f;
+    for (int64_t j = 0; j < n; ++j) total += out[j];  // in order, as the reference
+    sums2[i] = total;
   }
-  for (int64_t i = all_whole; i < all; ++i) flat[i] = base::f16_to_f32(v.scales[i]) * k;
-  const int64_t whole = n / 8 * 8;
-  if (blocks == 2) {
-    for (int64_t j = 0; j < whole; j += 8) {
-      hn::Vec<decltype(df)> b0, b1;
-      hn::LoadInterleaved2(df, flat + 2 * j, b0, b1);
-      hn::StoreU(b0, df, scaled + j);
-      hn::StoreU(b1, df, scaled + n + j);
+}
+
+// The 8 f32 lanes of `table` picked by the low 3 bits of each lane of `index` (x86: one vpermps,
+// which reads only those bits; elsewhere the bits above are masked first).
+template <class DF>
+HWY_INLINE hn::Vec<DF> permute_lanes8(DF df, hn::Vec<DF> table, hn::Vec<hn::RebindToUnsigned<DF>> index) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  (void)df;
+  return hn::Vec<DF>{_mm256_permutevar8x32_ps(table.raw, index.raw)};
+#else
+  const hn::RebindToSigned<DF> di;
+  const auto masked = hn::BitCast(di, hn::And(index, hn::Set(hn::RebindToUnsigned<DF>(), 7u)));
+  return hn::TableLookupLanes(table, hn::IndicesFromVec(df, masked));
+#endif
+}
+
+// Codes of 1..3 bits on any levels (turboquant_block's 3-bit values in the q4 and q3 presets):
+// the 2^B levels as f32 in one register (entry i = level[i mod 2^B], so the bits of the next
+// codes above a code's own select the same level), 8 codes = B bytes spread to their lanes by
+// one 32-bit broadcast and one variable shift, looked up by one lane permute — no byte tables, no
+// f16 widening. Rows take their weight times block scale from ws (weighted_block_scales), one
+// broadcast per row and query. Chunks of 32 coordinates (one block: blocks are multiples of 32),
+// NQ x 4 outputs in registers; the same FMAs in the same row order as the scalar reference.
+template <int B, int NQ>
+void accumulate_permuted_chunks(const BlockLevelValues& v, const float* ws, float* acc, int64_t acc_stride) {
+  static_assert(B >= 1 && B <= 3, "8 levels per register");
+  const hn::CappedTag<float, 8> df;
+  const hn::RebindToUnsigned<decltype(df)> du32;
+  using VF = hn::Vec<decltype(df)>;
+  HWY_ALIGN float entries[8];
+  HWY_ALIGN uint32_t shift[8];
+  for (int i = 0; i < 8; ++i) {
+    entries[i] = base::f16_to_f32(v.levels_f16[i & ((1 << B) - 1)]);
+    shift[i] = static_cast<uint32_t>(B * i);
+  }
+  const VF table = hn::Load(df, entries);
+  const auto shifts = hn::Load(du32, shift);
+
+  const uint8_t* const codes = v.codes;
+  const int64_t dim = v.dim, n_rows = v.n_rows, code_stride = v.code_stride, block = v.block;
+  const int64_t blocks = dim / block;
+  const int64_t row_code_bytes = dim * B / 8;
+  const int64_t row_load_end = (dim / 8 - 1) * B + 4;  // the last group of 8 codes reads 4 bytes
+  const int64_t first_padded = first_padded_row(n_rows, code_stride, row_code_bytes, row_load_end);
+  HWY_ALIGN uint8_t padded[kMaxPaddedRows][kMaxCodeRowBytes + 16];
+  for (int64_t j = first_padded; j < n_rows; ++j) {
+    uint8_t* copy = padded[j - first_padded];
+    std::memcpy(copy, codes + j * code_stride, static_cast<std::size_t>(row_code_bytes));
+    std::memset(copy + row_code_bytes, 0, 16);
+  }
+
+  for (int64_t e0 = 0; e0 < dim; e0 += 32) {
+    VF a[NQ][4];
+#pragma GCC unroll 3
+    for (int r = 0; r < NQ; ++r) {
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) a[r][g] = hn::LoadU(df, acc + r * acc_stride + e0 + 8 * g);
     }
-    for (int64_t j = whole; j < n; ++j) {
-      scaled[j] = flat[2 * j];
-      scaled[n + j] = flat[2 * j + 1];
-    }
-  } else if (blocks > 2) {
-    for (int64_t j = 0; j < n; ++j) {
-      for (int64_t b = 0; b < blocks; ++b) scaled[b * n + j] = flat[j * blocks + b];
+    const int64_t blk = e0 / block;
+    const int64_t byte0 = e0 / 8 * B;
+    const float* w[NQ];
+#pragma GCC unroll 3
+    for (int r = 0; r < NQ; ++r) w[r] = ws + (r * blocks + blk) * n_rows;
+    const auto add_row = [&](const uint8_t* group, int64_t j) HWY_ATTR {
+      VF wr[NQ];
+#pragma GCC unroll 3
+      for (int r = 0; r < NQ; ++r) wr[r] = hn::Set(df, w[r][j]);
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        uint32_t word;
+        std::memcpy(&word, group + g * B, sizeof(word));
+        const VF level = permute_lanes8(df, table, hn::Shr(hn::Set(du32, word), shifts));
+#pragma GCC unroll 3
+        for (int r = 0; r < NQ; ++r) a[r][g] = hn::MulAdd(level, wr[r], a[r][g]);
+      }
+    };
+    // Rows read in place, then the padded copies (one pointer per row, no choice inside the loop).
+    const uint8_t* group = codes + byte0;
+    for (int64_t j = 0; j < first_padded; ++j, group += code_stride) add_row(group, j);
+    for (int64_t j = first_padded; j < n_rows; ++j) add_row(padded[j - first_padded] + byte0, j);
+#pragma GCC unroll 3
+    for (int r = 0; r < NQ; ++r) {
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) hn::StoreU(a[r][g], df, acc + r * acc_stride + e0 + 8 * g);
     }
   }
-  for (int64_t r = 0; r < n_q; ++r) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      const float* s = scaled + b * n;
-      const float* w = weights + r * ld;
-      float* out = ws2 + (r * blocks + b) * n;
-      float total = 0.0f;
-      for (int64_t j = 0; j < whole; j += 8) hn::StoreU(hn::Mul(hn::LoadU(df, w + j), hn::LoadU(df, s + j)), df, out + j);
-      for (int64_t j = whole; j < n; ++j) out[j] = w[j] * s[j];
-      for (int64_t j = 0; j < n; ++j) total += out[j];  // in order, as the reference
-      sums2[r * blocks + b] = total;
-    }
+}
+
+template <int B>
+void accumulate_permuted(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                         int64_t acc_stride) {
+  const int64_t blocks = v.dim / v.block;
+  if (v.n_rows - first_padded_row(v.n_rows, v.code_stride, v.dim * B / 8, (v.dim / 8 - 1) * B + 4) > kMaxPaddedRows) {
+    return scalar::accumulate_block_level_rows(v, weights, ld, n_q, acc, acc_stride);  // no allowed shape
+  }
+  thread_local std::vector<float> work;
+  const std::size_t need = static_cast<std::size_t>((n_q + 2) * blocks * v.n_rows);
+  if (work.size() < need) work.resize(need);
+  float* ws = work.data();
+  weighted_block_scales(v, weights, ld, n_q, 1.0f, ws);
+  int64_t r = 0;
+  for (; r + 3 <= n_q; r += 3) {
+    accumulate_permuted_chunks<B, 3>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
+  }
+  for (; r < n_q; ++r) {
+    accumulate_permuted_chunks<B, 1>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
   }
 }
 
@@ -354,9 +470,9 @@ void accumulate_bits(const BlockLevelValues& v, const float* weights, int64_t ld
   accumulate_queries<B, 1>(v, weights, ld, n_q, acc, acc_stride);
 }
 
-void AccumulateBlockLevelsImpl(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
-                               int64_t acc_stride) {
-  if (v.n_rows <= 0 || n_q <= 0) return;
+// The rows alone (v.offset is not read).
+void accumulate_rows(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                     int64_t acc_stride) {
   // 128-bit targets (ValueSumsSupportedImpl false: callers decode instead) keep the scalar loop.
   if constexpr (hn::MaxLanes(hn::CappedTag<float, 8>()) == 8) {
     if (v.even_levels && v.bits <= 6) {
@@ -372,6 +488,14 @@ void AccumulateBlockLevelsImpl(const BlockLevelValues& v, const float* weights, 
         default: break;
       }
     }
+    if (!v.even_levels && v.dim % 32 == 0) {
+      switch (v.bits) {
+        case 1: return accumulate_permuted<1>(v, weights, ld, n_q, acc, acc_stride);
+        case 2: return accumulate_permuted<2>(v, weights, ld, n_q, acc, acc_stride);
+        case 3: return accumulate_permuted<3>(v, weights, ld, n_q, acc, acc_stride);
+        default: break;
+      }
+    }
     switch (v.bits) {
       case 1: return accumulate_bits<1>(v, weights, ld, n_q, acc, acc_stride);
       case 2: return accumulate_bits<2>(v, weights, ld, n_q, acc, acc_stride);
@@ -384,6 +508,42 @@ void AccumulateBlockLevelsImpl(const BlockLevelValues& v, const float* weights, 
         break;
       default: break;
     }
+  }
+  scalar::accumulate_block_level_rows(v, weights, ld, n_q, acc, acc_stride);
+}
+
+// acc[r][e] = fma(total_r, offset[e], acc[r][e]), total_r the tile's weights of query r summed in
+// eight interleaved partial sums (one vector add per 8 rows), combined as the header says.
+void add_weighted_offset(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                         int64_t acc_stride) {
+  const hn::CappedTag<float, 8> df;
+  const int64_t n = v.n_rows, whole = n / 8 * 8, dim_whole = v.dim / 8 * 8;
+  for (int64_t r = 0; r < n_q; ++r) {
+    const float* w = weights + r * ld;
+    auto sum = hn::Zero(df);
+    for (int64_t j = 0; j < whole; j += 8) sum = hn::Add(sum, hn::LoadU(df, w + j));
+    HWY_ALIGN float p[8];
+    hn::Store(sum, df, p);
+    for (int64_t j = whole; j < n; ++j) p[j - whole] += w[j];
+    const float total = ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
+    float* out = acc + r * acc_stride;
+    const auto t = hn::Set(df, total);
+    for (int64_t e = 0; e < dim_whole; e += 8) {
+      hn::StoreU(hn::MulAdd(t, hn::LoadU(df, v.offset + e), hn::LoadU(df, out + e)), df, out + e);
+    }
+    for (int64_t e = dim_whole; e < v.dim; ++e) out[e] = std::fma(total, v.offset[e], out[e]);
+  }
+}
+
+void AccumulateBlockLevelsImpl(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                               int64_t acc_stride) {
+  if (v.n_rows <= 0 || n_q <= 0) return;
+  if constexpr (hn::MaxLanes(hn::CappedTag<float, 8>()) == 8) {
+    BlockLevelValues rows = v;
+    rows.offset = nullptr;  // every path above, scalar fallbacks included, then sees rows only
+    accumulate_rows(rows, weights, ld, n_q, acc, acc_stride);
+    if (v.offset != nullptr) add_weighted_offset(v, weights, ld, n_q, acc, acc_stride);
+    return;
   }
   scalar::accumulate_block_level_rows(v, weights, ld, n_q, acc, acc_stride);
 }
@@ -450,11 +610,23 @@ void accumulate_uniform_rows(const BlockLevelValues& v, const float* weights, in
     }
   }
 }
-}  // namespace
 
-void accumulate_block_level_rows(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q,
-                                 float* acc, int64_t acc_stride) {
-  if (v.even_levels && v.bits <= 6) return accumulate_uniform_rows(v, weights, ld, n_q, acc, acc_stride);
+// The offset's share, as the header defines it.
+void add_weighted_offset(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                         int64_t acc_stride) {
+  for (int64_t r = 0; r < n_q; ++r) {
+    float p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t j = 0; j < v.n_rows; ++j) p[j % 8] += weights[r * ld + j];
+    const float total = ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
+    for (int64_t e = 0; e < v.dim; ++e) {
+      float& out = acc[r * acc_stride + e];
+      out = std::fma(total, v.offset[e], out);
+    }
+  }
+}
+
+void accumulate_table_rows(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                           int64_t acc_stride) {
   const int64_t blocks = v.dim / v.block;
   for (int64_t r = 0; r < n_q; ++r) {
     for (int64_t j = 0; j < v.n_rows; ++j) {
@@ -471,6 +643,17 @@ void accumulate_block_level_rows(const BlockLevelValues& v, const float* weights
       }
     }
   }
+}
+}  // namespace
+
+void accumulate_block_level_rows(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q,
+                                 float* acc, int64_t acc_stride) {
+  if (v.even_levels && v.bits <= 6) {
+    accumulate_uniform_rows(v, weights, ld, n_q, acc, acc_stride);
+  } else {
+    accumulate_table_rows(v, weights, ld, n_q, acc, acc_stride);
+  }
+  if (v.offset != nullptr) add_weighted_offset(v, weights, ld, n_q, acc, acc_stride);
 }
 }  // namespace scalar
 

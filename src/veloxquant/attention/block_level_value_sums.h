@@ -38,6 +38,12 @@ struct BlockLevelValues {
   // 8 bits: the levels are (2c - 255) / 256 (turboquant_block from 7 bits on), so the loop
   // computes each level from its code instead of looking it up (required for bits == 8).
   bool even_levels = false;
+  // Optional (dim floats): a row every value shares, e.g. turboquant_block's rotated value mean
+  // (values stored as v - mu). Added once per call with the tile's weight total instead of once
+  // per row: acc[r][e] = fma(total_r, offset[e], acc[r][e]) after the rows, where total_r sums
+  // the weights of query r in eight partial sums p_k (rows j = k mod 8, in order), combined as
+  // ((p0 + p4) + (p1 + p5)) + ((p2 + p6) + (p3 + p7)).
+  const float* offset = nullptr;
 };
 
 // Whether values of this shape take accumulate_block_level_rows on this machine: bits 1..6, or

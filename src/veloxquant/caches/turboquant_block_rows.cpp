@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/half.h"
+#include "lm/kernels/simd_dot.h"
 #include "veloxquant/attention/block_level_value_sums.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/caches/turboquant_block_cache.h"
@@ -31,7 +32,11 @@ constexpr int64_t kMaxQueriesFromCodes = 4;
 TurboQuantBlockRows::TurboQuantBlockRows(const TurboQuantBlockCache& cache, int64_t rows)
     : cache_(cache),
       rows_(rows),
-      integer_keys_(attention::kernels::can_score_block_level_rows(cache.key_bits(), cache.head_dim(),
+      permuted_keys_(!cache.key_quantizer().even_levels() &&
+                     attention::kernels::can_score_permuted_level_rows(cache.key_bits(), cache.head_dim(),
+                                                                       cache.key_quantizer().block_size())),
+      integer_keys_(!permuted_keys_ &&
+                    attention::kernels::can_score_block_level_rows(cache.key_bits(), cache.head_dim(),
                                                                    cache.key_quantizer().block_size())),
       coded_values_(attention::kernels::can_accumulate_block_level_rows(
           cache.value_bits(), cache.value_dim(), cache.value_quantizer().block_size())) {
@@ -124,7 +129,7 @@ void TurboQuantBlockRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j
   const int64_t work = 2 * std::max(d, cache_.value_dim());
   // Sink rows (f16 copies) and, without integer keys or for many queries, every row: decoded and
   // scored in f32.
-  const int64_t decoded_end = decoded_rows_end(integer_keys_, n_queries, j0, j1);
+  const int64_t decoded_end = decoded_rows_end(integer_keys_ || permuted_keys_, n_queries, j0, j1);
   if (decoded_end > j0) {
     const int64_t n = decoded_end - j0;
     float* rows = scratch.f32(static_cast<std::size_t>(n * d + work));
@@ -133,7 +138,37 @@ void TurboQuantBlockRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j
     attention::kernels::score_rows(query, pd, n_queries, rows, d, n, d, scores, ld);
   }
   if (decoded_end < j1) {
-    score_integer_keys(b, h, decoded_end, j1, prepared, n_queries, scores + (decoded_end - j0), ld, scratch);
+    if (permuted_keys_) {
+      score_permuted_keys(b, h, decoded_end, j1, prepared, n_queries, scores + (decoded_end - j0), ld);
+    } else {
+      score_integer_keys(b, h, decoded_end, j1, prepared, n_queries, scores + (decoded_end - j0), ld, scratch);
+    }
+  }
+}
+
+void TurboQuantBlockRows::score_permuted_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
+                                              int64_t n_queries, float* scores, int64_t ld) const {
+  const int64_t d = cache_.head_dim(), pd = prepared_dim();
+  const quant::BlockLloydQuantizer& quant = cache_.key_quantizer();
+  float biases[kMaxQueriesFromCodes];  // decode tiles only (decoded_rows_end)
+  for (int64_t r0 = j0; r0 < j1;) {
+    const int64_t r1 = std::min(j1, cache_.key_segment_end(r0));
+    // Smoothed keys hold k - mu: <q, k> = <q, k - mu> + <q, mu>, one bias per query and segment.
+    const uint16_t* mu = cache_.key_mean(b, h, r0);
+    if (mu != nullptr) {
+      for (int64_t r = 0; r < n_queries; ++r) biases[r] = lm::kernels::simd::dot_f16(mu, prepared + r * pd, d);
+    }
+    attention::kernels::BlockLevelKeys keys;
+    keys.codes = cache_.key_codes(b, h, r0);
+    keys.code_stride = static_cast<int64_t>(quant.code_bytes(static_cast<int>(d)));
+    keys.scales = cache_.key_scales(b, h, r0);
+    keys.n_rows = r1 - r0;
+    keys.dim = d;
+    keys.bits = quant.bits();
+    keys.block = quant.block_size();
+    attention::kernels::score_permuted_level_rows(keys, quant.levels().data(), prepared, pd,
+                                                  mu != nullptr ? biases : nullptr, n_queries, scores + (r0 - j0), ld);
+    r0 = r1;
   }
 }
 
@@ -143,26 +178,22 @@ void TurboQuantBlockRows::score_integer_keys(int64_t b, int64_t h, int64_t j0, i
   const int64_t d = cache_.head_dim(), pd = prepared_dim();
   // The queries' int16 values side by side, then their steps and biases.
   auto* q16 = reinterpret_cast<int16_t*>(scratch.u8(static_cast<std::size_t>(n_queries * d) * sizeof(int16_t)));
-  float* steps = scratch.f32_second(static_cast<std::size_t>(2 * n_queries + 2 * d));
+  float* steps = scratch.f32_second(static_cast<std::size_t>(2 * n_queries));
   float* biases = steps + n_queries;
-  float* mu = biases + n_queries;  // Pi mu, then a work row
   for (int64_t r = 0; r < n_queries; ++r) {
     std::memcpy(q16 + r * d, prepared + r * pd, static_cast<std::size_t>(d) * sizeof(int16_t));
     steps[r] = prepared[r * pd + d / 2];
   }
   // Smoothed keys hold k - mu: <q, k> = <q, k - mu> + <q, mu>, one f32 bias per query and
-  // key-mean segment.
+  // key-mean segment, the f16 mean read as it is stored (SIMD: per tile this dot product cost
+  // about as much as scoring 10 rows when it ran element by element).
   const quant::BlockLloydQuantizer& quant = cache_.key_quantizer();
   for (int64_t r0 = j0; r0 < j1;) {
     const int64_t r1 = std::min(j1, cache_.key_segment_end(r0));
-    const bool has_mean = rotated_mean(cache_.key_mean(b, h, r0), d, mu);
+    const uint16_t* mu = cache_.key_mean(b, h, r0);
+    const bool has_mean = mu != nullptr;
     if (has_mean) {
-      for (int64_t r = 0; r < n_queries; ++r) {
-        const float* rotated = prepared + r * pd + d / 2 + 1;
-        float dot = 0.0f;
-        for (int64_t e = 0; e < d; ++e) dot += rotated[e] * mu[e];
-        biases[r] = dot;
-      }
+      for (int64_t r = 0; r < n_queries; ++r) biases[r] = lm::kernels::simd::dot_f16(mu, prepared + r * pd + d / 2 + 1, d);
     }
     attention::kernels::BlockLevelKeys keys;
     keys.codes = cache_.key_codes(b, h, r0);
@@ -212,16 +243,11 @@ void TurboQuantBlockRows::accumulate_coded_values(int64_t b, int64_t h, int64_t 
   values.block = quant.block_size();
   values.levels_f16 = quant.levels_f16().data();
   values.even_levels = quant.even_levels();
-  attention::kernels::accumulate_block_level_rows(values, weights, ld, n_queries, acc, dv);
-  // Smoothed values hold v - mu: sum_j w_j v_j = sum_j w_j (v_j - mu) + (sum_j w_j) mu.
+  // Smoothed values hold v - mu: sum_j w_j v_j = sum_j w_j (v_j - mu) + (sum_j w_j) mu, the
+  // kernel adding the second term once per tile.
   float* mu = scratch.f32_second(static_cast<std::size_t>(dv));
-  if (!rotated_mean(cache_.value_mean(b, h), dv, mu)) return;
-  for (int64_t r = 0; r < n_queries; ++r) {
-    float total = 0.0f;
-    for (int64_t j = 0; j < n; ++j) total += weights[r * ld + j];
-    float* out = acc + r * dv;
-    for (int64_t e = 0; e < dv; ++e) out[e] += total * mu[e];
-  }
+  if (rotated_mean(cache_.value_mean(b, h), dv, mu)) values.offset = mu;
+  attention::kernels::accumulate_block_level_rows(values, weights, ld, n_queries, acc, dv);
 }
 
 void TurboQuantBlockRows::finish_row(float* row) const {

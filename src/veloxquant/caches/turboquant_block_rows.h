@@ -6,8 +6,9 @@
 // the block (tile_kernels.h); values are summed rotated and turned back once per output row
 // (finish_row: Pi_v^T acc), not once per row read.
 //
-// Decode tiles (up to 4 queries) read rows from their codes instead: keys that fit the integer
-// scorer (attention/block_level_key_scores.h: up to 6 bits, or 8 on even levels) are scored
+// Decode tiles (up to 4 queries) read rows from their codes instead: 1-3-bit keys on Lloyd levels
+// are scored in f32 with their 8 levels in one register (score_permuted_level_rows); other keys
+// that fit the integer scorer (attention/block_level_key_scores.h: up to 6 bits, or 8 on even levels) are scored
 // without decoding — the rotated query is rounded to 16 bits once in prepare_query, and a tile
 // costs level lookups in registers and 16-bit multiply-adds; values that fit
 // attention/block_level_value_sums.h are added into the outputs straight from their codes.
@@ -59,12 +60,17 @@ class TurboQuantBlockRows final : public attention::RowSource {
   // Rows [j0, j1) of coded values (no sink rows) added from their codes.
   void accumulate_coded_values(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
                                int64_t ld, float* acc, attention::TileScratch& scratch) const;
+  // Rows [j0, j1) of coded 1-3-bit keys on Lloyd levels (no sink rows) scored in f32 from
+  // their codes (attention/block_level_key_scores.h, score_permuted_level_rows).
+  void score_permuted_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
+                           float* scores, int64_t ld) const;
   // Rows [j0, j1) of coded keys (no sink rows) scored from their codes.
   void score_integer_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                           float* scores, int64_t ld, attention::TileScratch& scratch) const;
 
   const TurboQuantBlockCache& cache_;
   int64_t rows_;
+  bool permuted_keys_;  // 1-3-bit Lloyd keys: f32 scores from a level register (before integer_keys_)
   bool integer_keys_;
   bool coded_values_;
   int32_t integer_limit_ = 0;

@@ -159,5 +159,69 @@ TEST(BlockLevelKeyScores, MatchesScalarBitForBitAndExactScoresWithinTheRoundingB
   }
 }
 
+// 1-3-bit keys on Lloyd levels scored in f32 from a level register: the SIMD loop against its
+// scalar reference bit for bit, and against f64 scores over the same levels and scales.
+TEST(BlockLevelKeyScores, PermutedLevelsMatchScalarBitForBitAndF64Scores) {
+  EXPECT_TRUE(can_score_permuted_level_rows(3, 64, 32));
+  EXPECT_TRUE(can_score_permuted_level_rows(1, 40, 8));
+  EXPECT_FALSE(can_score_permuted_level_rows(4, 64, 32));  // 16 levels: the integer loop
+  EXPECT_FALSE(can_score_permuted_level_rows(3, 64, 12));  // a block of partial groups
+  const Shape shapes[] = {{3, 64, 32}, {3, 128, 32}, {2, 64, 32}, {1, 64, 32}, {3, 64, 64}, {3, 96, 32},
+                          {2, 256, 128}, {3, 40, 8}};
+  for (const Shape& s : shapes) {
+    ASSERT_TRUE(can_score_permuted_level_rows(s.bits, s.dim, s.block)) << s.bits << " " << s.dim << " " << s.block;
+    // Any levels work; blocks below 32 (no solved levels) borrow those of 32.
+    const std::vector<float>& levels = quant::block_levels(s.bits, static_cast<int>(std::max<int64_t>(s.block, 32)));
+    const int64_t nb = s.dim / s.block;
+    for (const int64_t n_rows : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{64}}) {
+      for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{7}}) {
+        for (const bool with_bias : {false, true}) {
+          const int64_t stride = (s.dim * s.bits + 7) / 8, ld = n_rows + 2, q_stride = s.dim + 5;
+          const auto codes = random_bytes(static_cast<std::size_t>(n_rows * stride), 31);
+          std::vector<uint16_t> scales(static_cast<std::size_t>(n_rows * nb));
+          const auto scale_values = test_support::normal_values(scales.size(), 32);
+          for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = base::f32_to_f16(0.1f + std::fabs(scale_values[i]));
+          const auto q = test_support::normal_values(static_cast<std::size_t>(n_q * q_stride), 33);
+          std::vector<float> bias(static_cast<std::size_t>(n_q));
+          for (int64_t r = 0; r < n_q; ++r) bias[r] = 0.25f * static_cast<float>(r) - 0.3f;
+          BlockLevelKeys keys;
+          keys.codes = codes.data();
+          keys.code_stride = stride;
+          keys.scales = scales.data();
+          keys.n_rows = n_rows;
+          keys.dim = s.dim;
+          keys.bits = s.bits;
+          keys.block = s.block;
+          const float* b = with_bias ? bias.data() : nullptr;
+          std::vector<float> out(static_cast<std::size_t>(n_q * ld), -7.0f), ref(out);
+          score_permuted_level_rows(keys, levels.data(), q.data(), q_stride, b, n_q, out.data(), ld);
+          scalar::score_permuted_level_rows(keys, levels.data(), q.data(), q_stride, b, n_q, ref.data(), ld);
+          ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block << ", " << n_rows << " rows, "
+                              << n_q << " queries";
+          for (int64_t r = 0; r < n_q; ++r) {
+            EXPECT_EQ(ref[static_cast<std::size_t>(r * ld + n_rows)], -7.0f);  // nothing written past the rows
+            for (int64_t j = 0; j < n_rows; ++j) {
+              double exact = with_bias ? bias[r] : 0.0, magnitude = std::fabs(exact);
+              for (int64_t e = 0; e < s.dim; ++e) {
+                int code = 0;
+                for (int k = 0; k < s.bits; ++k) {
+                  const int64_t at = e * s.bits + k;
+                  code |= ((codes[static_cast<std::size_t>(j * stride + at / 8)] >> (at % 8)) & 1) << k;
+                }
+                const double term = double(q[static_cast<std::size_t>(r * q_stride + e)]) *
+                                    base::f16_to_f32(scales[static_cast<std::size_t>(j * nb + e / s.block)]) *
+                                    levels[static_cast<std::size_t>(code)];
+                exact += term;
+                magnitude += std::fabs(term);
+              }
+              EXPECT_NEAR(ref[static_cast<std::size_t>(r * ld + j)], exact, 1e-6 * magnitude * (s.dim / 8 + 4));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace veloxquant::attention::kernels
