@@ -177,6 +177,20 @@ class GgufOut:
         self.writer.add_vocab_size(len(tok.tokens))
         self.writer.add_context_length(CONTEXT)
 
+    def decoder_shape(self, c, head_count_kv=None, head_dim: int | None = None) -> None:
+        """The keys every decoder family writes first, in one order (the fixtures' bytes depend on
+        it): width, FFN width, layers, query heads, KV heads (a per-layer list where some layers
+        have none), then key/value length when head_dim is given."""
+        w = self.writer
+        w.add_embedding_length(c.hidden_size)
+        w.add_feed_forward_length(c.intermediate_size)
+        w.add_block_count(c.num_hidden_layers)
+        w.add_head_count(c.num_attention_heads)
+        w.add_head_count_kv(c.num_key_value_heads if head_count_kv is None else head_count_kv)
+        if head_dim is not None:
+            w.add_key_length(head_dim)
+            w.add_value_length(head_dim)
+
     def matrix(self, name: str, t: torch.Tensor | np.ndarray) -> None:
         a = t if isinstance(t, np.ndarray) else f16_matrix(t)
         assert a.ndim == 2, name

@@ -49,13 +49,7 @@ def write_gguf(model, tok: common.StoriesTokenizer):
     path = common.fixture_dir() / f"{FAMILY}.gguf"
     out = common.GgufOut(path, "gemma2", "veloxquant tiny gemma2 (random weights, transformers-verified)", tok)
     w = out.writer
-    w.add_embedding_length(c.hidden_size)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
-    w.add_key_length(c.head_dim)
-    w.add_value_length(c.head_dim)
+    out.decoder_shape(c, head_dim=c.head_dim)
     w.add_rope_freq_base(common.rope_theta(c))
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     w.add_attn_logit_softcapping(c.attn_logit_softcapping)

@@ -49,11 +49,7 @@ def write_gguf(model, tok: common.StoriesTokenizer):
     path = common.fixture_dir() / f"{FAMILY}.gguf"
     out = common.GgufOut(path, "lfm2", "veloxquant tiny lfm2 (random weights, transformers-verified)", tok)
     w = out.writer
-    w.add_embedding_length(c.hidden_size)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv([c.num_key_value_heads if t == "full_attention" else 0 for t in c.layer_types])
+    out.decoder_shape(c, [c.num_key_value_heads if t == "full_attention" else 0 for t in c.layer_types])
     w.add_rope_dimension_count(head_dim)
     w.add_rope_freq_base(c.rope_parameters["rope_theta"])
     w.add_layer_norm_rms_eps(c.norm_eps)

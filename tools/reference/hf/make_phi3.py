@@ -41,11 +41,7 @@ def write_gguf(model, tok: common.StoriesTokenizer):
     path = common.fixture_dir() / f"{FAMILY}.gguf"
     out = common.GgufOut(path, "phi3", "veloxquant tiny phi3 (random weights, transformers-verified)", tok)
     w = out.writer
-    w.add_embedding_length(c.hidden_size)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
+    out.decoder_shape(c)
     w.add_rope_dimension_count(rot)
     w.add_rope_freq_base(common.rope_theta(c))
     w.add_rope_scaling_orig_ctx_len(c.original_max_position_embeddings)
