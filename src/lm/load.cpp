@@ -15,6 +15,7 @@
 #include "lm/arch/phi3_weights.h"
 #include "lm/arch/sliding_window_hparams.h"
 #include "lm/gguf/gguf_file.h"
+#include "lm/weights/float_tensor.h"
 #include "lm/llama2c/llama2c_reader.h"
 #include "lm/weights/dequantize.h"
 
@@ -32,19 +33,8 @@ bool is_llama_family(const std::string& arch) {
          moe_architecture_supported(arch);
 }
 
-std::vector<float> read_vector(const gguf::GgufFile& file, const std::string& name) {
-  const gguf::TensorInfo& t = file.tensor(name);
-  if (t.type != GgmlType::F32 && t.type != GgmlType::F16 && t.type != GgmlType::BF16) {
-    throw base::Unsupported("GGUF file '" + file.path() + "': 1-D tensor '" + name + "' has type " +
-                            ggml_type_name(t.type) + " (expected F32, F16 or BF16)");
-  }
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  dequantize_row(t.type, file.tensor_data(t), v.data(), t.numel());
-  return v;
-}
-
 std::vector<float> read_optional_vector(const gguf::GgufFile& file, const std::string& name) {
-  return file.find_tensor(name) ? read_vector(file, name) : std::vector<float>{};
+  return file.find_tensor(name) ? read_float_tensor(file, name) : std::vector<float>{};
 }
 
 int32_t metadata_int(const gguf::GgufFile& file, const std::string& key) {
@@ -143,7 +133,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     throw base::FormatError("GGUF file '" + path + "': " + p + "vocab_size " + std::to_string(*v) +
                             " disagrees with token_embd.weight rows " + std::to_string(c.vocab_size));
   }
-  w.output_norm = read_vector(*file, "output_norm.weight");
+  w.output_norm = read_float_tensor(*file, "output_norm.weight");
   // Tied head (SmolLM2, stories260K's llama2.c origin) when output.weight is absent.
   w.output = file->find_tensor("output.weight") ? file->weight("output.weight") : w.token_embedding;
   w.layers.resize(static_cast<std::size_t>(c.n_layers));
@@ -154,7 +144,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
       read_phi3_layer(*file, c, b, lw);
       continue;
     }
-    lw.attn_norm = read_vector(*file, b + "attn_norm.weight");
+    lw.attn_norm = read_float_tensor(*file, b + "attn_norm.weight");
     lw.wq = file->weight(b + "attn_q.weight");
     lw.wk = file->weight(b + "attn_k.weight");
     lw.wv = file->weight(b + "attn_v.weight");
@@ -165,7 +155,7 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     lw.q_norm = read_optional_vector(*file, b + "attn_q_norm.weight");
     lw.k_norm = read_optional_vector(*file, b + "attn_k_norm.weight");
     lw.attn_post_norm = read_optional_vector(*file, b + "post_attention_norm.weight");
-    lw.ffn_norm = read_vector(*file, b + "ffn_norm.weight");
+    lw.ffn_norm = read_float_tensor(*file, b + "ffn_norm.weight");
     lw.ffn_post_norm = read_optional_vector(*file, b + "post_ffw_norm.weight");
     if (file->find_tensor(b + "ffn_gate_inp.weight")) {  // routed experts (lm/arch/moe_gguf.h)
       lw.moe = load_moe_layer(*file, arch, b);

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "lm/weights/dequantize.h"
+#include "lm/weights/float_tensor.h"
 
 namespace lm {
 
@@ -29,16 +29,7 @@ struct Lfm2Reader {
   }
 
   // 1-D (or small 2-D) float tensors, in f32, row-major as stored.
-  std::vector<float> floats(const std::string& name) const {
-    const gguf::TensorInfo& t = file.tensor(name);
-    if (t.type != GgmlType::F32 && t.type != GgmlType::F16 && t.type != GgmlType::BF16) {
-      throw base::Unsupported("GGUF file '" + file.path() + "': tensor '" + name + "' has type " +
-                              ggml_type_name(t.type) + " (expected F32, F16 or BF16)");
-    }
-    std::vector<float> v(static_cast<std::size_t>(t.numel()));
-    dequantize_row(t.type, file.tensor_data(t), v.data(), t.numel());
-    return v;
-  }
+  std::vector<float> floats(const std::string& name) const { return read_float_tensor(file, name); }
 
   // Per-layer KV head counts: llama.cpp writes an array with 0 on conv layers; a scalar (or no
   // key: n_heads) means the same count on every layer, i.e. no conv layers, as llama.cpp reads it.

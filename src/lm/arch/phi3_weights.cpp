@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "lm/weights/dequantize.h"
+#include "lm/weights/float_tensor.h"
 
 namespace lm {
 
@@ -15,17 +15,6 @@ WeightMatrix row_range(const WeightMatrix& w, int64_t first, int64_t count) {
   out.data = w.data + static_cast<std::size_t>(first) * w.row_bytes;
   out.rows = count;
   return out;
-}
-
-std::vector<float> read_vector(const gguf::GgufFile& file, const std::string& name) {
-  const gguf::TensorInfo& t = file.tensor(name);
-  if (t.type != GgmlType::F32 && t.type != GgmlType::F16 && t.type != GgmlType::BF16) {
-    throw base::Unsupported("GGUF file '" + file.path() + "': 1-D tensor '" + name + "' has type " +
-                            ggml_type_name(t.type) + " (expected F32, F16 or BF16)");
-  }
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  dequantize_row(t.type, file.tensor_data(t), v.data(), t.numel());
-  return v;
 }
 
 }  // namespace
@@ -51,9 +40,9 @@ void read_phi3_layer(const gguf::GgufFile& file, const ModelConfig& c, const std
   lw.w_gate = row_range(gate_up, 0, c.hidden_dim);
   lw.w_up = row_range(gate_up, c.hidden_dim, c.hidden_dim);
 
-  lw.attn_norm = read_vector(file, prefix + "attn_norm.weight");
+  lw.attn_norm = read_float_tensor(file, prefix + "attn_norm.weight");
   lw.wo = file.weight(prefix + "attn_output.weight");
-  lw.ffn_norm = read_vector(file, prefix + "ffn_norm.weight");
+  lw.ffn_norm = read_float_tensor(file, prefix + "ffn_norm.weight");
   lw.w_down = file.weight(prefix + "ffn_down.weight");
 }
 
