@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "chat_template_fixtures.h"
 #include "base/error.h"
 #include "lm/gguf/gguf_file.h"
 #include "lm/load.h"
@@ -25,29 +26,13 @@
 
 namespace {
 
-const std::string kFixtures = std::string(VQ_SOURCE_DIR) + "/tests/fixtures/tokenizer/";
+using chat_template_fixtures::fixed_now;
+using chat_template_fixtures::kFixtures;
+using chat_template_fixtures::read_file;
 
 nlohmann::json load_fixture() {
   std::ifstream in(kFixtures + "chat_templates.json");
   return nlohmann::json::parse(in);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The fixtures' clock: 2026-01-15 12:00 local time.
-std::time_t fixed_now() {
-  std::tm tm{};
-  tm.tm_year = 2026 - 1900;
-  tm.tm_mon = 0;
-  tm.tm_mday = 15;
-  tm.tm_hour = 12;
-  tm.tm_isdst = -1;
-  return std::mktime(&tm);
 }
 
 std::vector<lm::ChatMessage> messages_of(const nlohmann::json& c) {

@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 
+#include "chat_template_fixtures.h"
 #include "base/error.h"
 #include "lm/tokenizer/chat_template.h"
 #include "lm/tokenizer/jinja/builtins.h"
@@ -22,24 +23,9 @@ namespace {
 using lm::jinja::Template;
 using lm::jinja::Value;
 
-const std::string kFixtures = std::string(VQ_SOURCE_DIR) + "/tests/fixtures/tokenizer/";
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::time_t fixed_now() {
-  std::tm tm{};
-  tm.tm_year = 2026 - 1900;
-  tm.tm_mon = 0;
-  tm.tm_mday = 15;
-  tm.tm_hour = 12;
-  tm.tm_isdst = -1;
-  return std::mktime(&tm);
-}
+using chat_template_fixtures::fixed_now;
+using chat_template_fixtures::kFixtures;
+using chat_template_fixtures::read_file;
 
 Value from_json(const nlohmann::json& j) {
   switch (j.type()) {
