@@ -233,20 +233,6 @@ void score_level_queries(const BlockLevelKeys& k, const BlockLevels16& levels, c
   }
 }
 
-// The 8 f32 lanes of `table` picked by the low 3 bits of each lane of `index` (x86: one vpermps,
-// which reads only those bits; elsewhere the bits above are masked first).
-template <class DF>
-HWY_INLINE hn::Vec<DF> permute_lanes8(DF df, hn::Vec<DF> table, hn::Vec<hn::RebindToUnsigned<DF>> index) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  (void)df;
-  return hn::Vec<DF>{_mm256_permutevar8x32_ps(table.raw, index.raw)};
-#else
-  const hn::RebindToSigned<DF> di;
-  const auto masked = hn::BitCast(di, hn::And(index, hn::Set(hn::RebindToUnsigned<DF>(), 7u)));
-  return hn::TableLookupLanes(table, hn::IndicesFromVec(df, masked));
-#endif
-}
-
 // Lane t of the result: ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7)) of vector t (x86: three
 // horizontal adds and one add of the halves, against nine shuffles and adds for sums_of_4).
 template <class DF, class V>

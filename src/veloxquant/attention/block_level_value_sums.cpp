@@ -209,20 +209,6 @@ void uniform_weighted_scales(const BlockLevelValues& v, const float* weights, in
   }
 }
 
-// The 8 f32 lanes of `table` picked by the low 3 bits of each lane of `index` (x86: one vpermps,
-// which reads only those bits; elsewhere the bits above are masked first).
-template <class DF>
-HWY_INLINE hn::Vec<DF> permute_lanes8(DF df, hn::Vec<DF> table, hn::Vec<hn::RebindToUnsigned<DF>> index) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  (void)df;
-  return hn::Vec<DF>{_mm256_permutevar8x32_ps(table.raw, index.raw)};
-#else
-  const hn::RebindToSigned<DF> di;
-  const auto masked = hn::BitCast(di, hn::And(index, hn::Set(hn::RebindToUnsigned<DF>(), 7u)));
-  return hn::TableLookupLanes(table, hn::IndicesFromVec(df, masked));
-#endif
-}
-
 // Codes of 1..3 bits on any levels (turboquant_block's 3-bit values in the q4 and q3 presets):
 // the 2^B levels as f32 in one register (entry i = level[i mod 2^B], so the bits of the next
 // codes above a code's own select the same level), 8 codes = B bytes spread to their lanes by

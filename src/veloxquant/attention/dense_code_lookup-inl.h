@@ -194,6 +194,21 @@ HWY_INLINE hn::Vec<DF> even_byte_levels_f32(DF df, const uint8_t* codes) {
   const auto code = hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(du32, hn::LoadU(du8, codes))));
   return hn::MulAdd(code, hn::Set(df, 2.0f / 256.0f), hn::Set(df, -255.0f / 256.0f));
 }
+
+// Level tables of up to 8 f32 entries (block_level_key_scores.cpp, block_level_value_sums.cpp):
+// the 8 f32 lanes of `table` picked by the low 3 bits of each lane of `index` (x86: one vpermps,
+// which reads only those bits; elsewhere the bits above are masked first).
+template <class DF>
+HWY_INLINE hn::Vec<DF> permute_lanes8(DF df, hn::Vec<DF> table, hn::Vec<hn::RebindToUnsigned<DF>> index) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  (void)df;
+  return hn::Vec<DF>{_mm256_permutevar8x32_ps(table.raw, index.raw)};
+#else
+  const hn::RebindToSigned<DF> di;
+  const auto masked = hn::BitCast(di, hn::And(index, hn::Set(hn::RebindToUnsigned<DF>(), 7u)));
+  return hn::TableLookupLanes(table, hn::IndicesFromVec(df, masked));
+#endif
+}
 #endif  // HWY_TARGET != HWY_SCALAR
 
 }  // namespace veloxquant::attention::kernels::HWY_NAMESPACE
