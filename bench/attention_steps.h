@@ -37,7 +37,8 @@ inline lm::Tensor random_tensor(lm::Shape shape, lm::DType dtype, std::mt19937& 
 
 // The cache `method` names (`none`: the host's native f16 cache) with `bits` and FIELD=VALUE
 // settings; throws the configuration's own error for a bad name or value.
-inline std::shared_ptr<lm::KVCache> make_cache(const std::string& method, int bits, const std::vector<std::string>& set) {
+inline std::shared_ptr<lm::KVCache> make_cache(const std::string& method, int bits,
+                                               const std::vector<std::string>& set) {
   if (method == "none") return std::make_shared<lm::FullKVCache>(lm::DType::F16);
   veloxquant::KVCacheConfig config;
   config.method = method;

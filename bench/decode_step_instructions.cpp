@@ -19,7 +19,6 @@
 #include <string>
 #include <vector>
 
-
 #if __has_include(<valgrind/callgrind.h>)
 #include <valgrind/callgrind.h>
 #else
@@ -33,7 +32,8 @@ using namespace bench_attention;
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: %s METHOD BITS CTX STEPS [FIELD=VALUE...]   (METHOD none: native f16 cache)\n", argv[0]);
+    std::fprintf(stderr, "usage: %s METHOD BITS CTX STEPS [FIELD=VALUE...]   (METHOD none: native f16 cache)\n",
+                 argv[0]);
     return 2;
   }
   try {
@@ -46,7 +46,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     base::ThreadPool::set_global_threads(1);
-    const std::shared_ptr<lm::KVCache> cache = make_cache(method, bits, std::vector<std::string>(argv + 5, argv + argc));
+    const std::shared_ptr<lm::KVCache> cache =
+        make_cache(method, bits, std::vector<std::string>(argv + 5, argv + argc));
     std::mt19937 rng(7);
     fill(*cache, ctx, rng);
     const lm::Tensor q = random_tensor({1, kQueryHeads, 1, kDim}, lm::DType::F32, rng);

@@ -90,13 +90,22 @@ void prefill(benchmark::State& state) {
     model.forward(prompt, caches, logits);
     benchmark::DoNotOptimize(logits.data());
   }
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(state.iterations() * n), benchmark::Counter::kIsRate);
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * n), benchmark::Counter::kIsRate);
 }
 
 // i16: integer activations (the default) or f32 activations (the reference, and the
 // kernels before i16 existed) — side by side in the same run.
-BENCHMARK(decode)->ArgNames({"ctx", "threads", "i16"})->ArgsProduct({{128, 1024, 4096}, {1, 2}, {1, 0}})->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(prefill)->ArgNames({"tokens", "threads"})->ArgsProduct({{512}, {1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(decode)
+    ->ArgNames({"ctx", "threads", "i16"})
+    ->ArgsProduct({{128, 1024, 4096}, {1, 2}, {1, 0}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(prefill)
+    ->ArgNames({"tokens", "threads"})
+    ->ArgsProduct({{512}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 

@@ -45,16 +45,41 @@ std::vector<uint8_t> random_weights(GgmlType type, int64_t rows, int64_t cols, s
   for (int64_t k = 0; k < blocks; ++k) {
     const std::size_t at = static_cast<std::size_t>(k) * info.type_size;
     switch (type) {
-      case GgmlType::F16: put(at, 0.01f * static_cast<float>(byte(rng) - 128)); break;
-      case GgmlType::Q4_0: case GgmlType::Q8_0: case GgmlType::Q5_0: case GgmlType::IQ4_NL:
-      case GgmlType::IQ4_XS: put(at, 0.01f); break;
-      case GgmlType::Q4_1: put(at, 0.01f); put(at + 2, -0.08f); break;
-      case GgmlType::Q5_1: put(at, 0.01f); put(at + 2, -0.16f); break;
-      case GgmlType::Q4_K: case GgmlType::Q5_K: put(at, 0.01f); put(at + 2, 0.01f); break;
-      case GgmlType::Q2_K: put(at + 80, 0.01f); put(at + 82, 0.01f); break;
-      case GgmlType::Q3_K: put(at + 108, 0.01f); break;
-      case GgmlType::Q6_K: put(at + 208, 0.01f); break;
-      default: break;
+      case GgmlType::F16:
+        put(at, 0.01f * static_cast<float>(byte(rng) - 128));
+        break;
+      case GgmlType::Q4_0:
+      case GgmlType::Q8_0:
+      case GgmlType::Q5_0:
+      case GgmlType::IQ4_NL:
+      case GgmlType::IQ4_XS:
+        put(at, 0.01f);
+        break;
+      case GgmlType::Q4_1:
+        put(at, 0.01f);
+        put(at + 2, -0.08f);
+        break;
+      case GgmlType::Q5_1:
+        put(at, 0.01f);
+        put(at + 2, -0.16f);
+        break;
+      case GgmlType::Q4_K:
+      case GgmlType::Q5_K:
+        put(at, 0.01f);
+        put(at + 2, 0.01f);
+        break;
+      case GgmlType::Q2_K:
+        put(at + 80, 0.01f);
+        put(at + 82, 0.01f);
+        break;
+      case GgmlType::Q3_K:
+        put(at + 108, 0.01f);
+        break;
+      case GgmlType::Q6_K:
+        put(at + 208, 0.01f);
+        break;
+      default:
+        break;
     }
   }
   return bytes;
@@ -141,9 +166,9 @@ void register_attention(int64_t ctx, bool reference) {
 }
 
 void register_all() {
-  for (GgmlType type : {GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K,
-                        GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K,
-                        GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
+  for (GgmlType type :
+       {GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0,
+        GgmlType::Q5_1, GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
     register_matvec(type, Path::kF32, "f32");
     if (lm::kernels::has_i16_dot(type)) register_matvec(type, Path::kI16, "i16");
     register_matvec(type, Path::kReference, "reference");

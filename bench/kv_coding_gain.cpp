@@ -39,7 +39,8 @@ namespace {
 // Forwards to the host's own cache and keeps the f32 rows of the first and last call.
 class RecordingCache final : public lm::KVCache {
  public:
-  RecordingCache(std::shared_ptr<lm::KVCache> inner, int64_t last_offset) : inner_(std::move(inner)), last_(last_offset) {}
+  RecordingCache(std::shared_ptr<lm::KVCache> inner, int64_t last_offset)
+      : inner_(std::move(inner)), last_(last_offset) {}
   lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override {
     const int64_t at = inner_->offset();
     if (at == 0) {
@@ -60,7 +61,9 @@ class RecordingCache final : public lm::KVCache {
   std::size_t nbytes() const override { return inner_->nbytes(); }
   std::vector<lm::Tensor> state() const override { return inner_->state(); }
   std::vector<std::string> meta_state() const override { return inner_->meta_state(); }
-  void from_state(const std::vector<lm::Tensor>& s, const std::vector<std::string>& m) override { inner_->from_state(s, m); }
+  void from_state(const std::vector<lm::Tensor>& s, const std::vector<std::string>& m) override {
+    inner_->from_state(s, m);
+  }
   std::string type_name() const override { return "RecordingCache"; }
   std::shared_ptr<lm::KVCache> clone() const override { return std::make_shared<RecordingCache>(*this); }
 
@@ -181,12 +184,15 @@ int main(int argc, char** argv) {
       const std::vector<int32_t> chunk(tokens.begin() + i, tokens.begin() + i + kCall);
       loaded.model->forward(chunk, caches, logits);
     }
-    std::printf("layer head | keys: in-sample holdout q-weighted | values: in-sample holdout   (dB over Hadamard, %.2g bits)\n", bits);
+    std::printf(
+        "layer head | keys: in-sample holdout q-weighted | values: in-sample holdout   (dB over Hadamard, %.2g bits)\n",
+        bits);
     Gains key_sum, value_sum;
     int64_t count = 0;
     for (std::size_t layer = 0; layer < recorders.size(); ++layer) {
       const RecordingCache& r = *recorders[layer];
-      if (r.last_q.empty()) throw std::runtime_error("the host passed no queries (layer " + std::to_string(layer) + ")");
+      if (r.last_q.empty())
+        throw std::runtime_error("the host passed no queries (layer " + std::to_string(layer) + ")");
       for (int64_t h = 0; h < r.heads; ++h) {
         const Gains k = gains_of(r.first_k, r.first_rows, r.last_k, r.last_rows, &r.last_q, r.heads, r.query_heads,
                                  r.key_dim, h, cal_rows, bits);

@@ -6,8 +6,8 @@
 // call dispatch, scratch growth) and `steps` steps inside it, each followed by trim(1) so the
 // context stays at ctx:
 //
-//   valgrind --tool=callgrind --instr-atstart=no build/bench/model_decode_instructions models/gemma-3-270m-q4_k_m.gguf 1024 2
-//   callgrind_annotate callgrind.out.<pid>     # per function; divide "Collected" by steps
+//   valgrind --tool=callgrind --instr-atstart=no build/bench/model_decode_instructions models/gemma-3-270m-q4_k_m.gguf
+//   1024 2 callgrind_annotate callgrind.out.<pid>     # per function; divide "Collected" by steps
 //
 // One thread, i16 activations (the decode default). It also prints the bytes one step must
 // read: the weight rows it touches (all layer matrices, the head, one embedding row) and the

@@ -50,8 +50,8 @@ struct Blocks {
     bytes.resize(lm::ggml_row_bytes(type, cols) * rows * n_matrices);
     for (auto& b : bytes) b = static_cast<uint8_t>(rng());
     const uint16_t scale = base::f32_to_f16(0.01f);
-    const std::vector<std::size_t> fields = type == GgmlType::Q4_K ? std::vector<std::size_t>{0, 2}
-                                                                   : std::vector<std::size_t>{0};
+    const std::vector<std::size_t> fields =
+        type == GgmlType::Q4_K ? std::vector<std::size_t>{0, 2} : std::vector<std::size_t>{0};
     for (std::size_t k = 0; k < bytes.size() / info.type_size; ++k) {
       for (std::size_t off : fields) std::memcpy(bytes.data() + k * info.type_size + off, &scale, 2);
     }
@@ -94,7 +94,8 @@ int main(int argc, char** argv) {
       moe.router = lm::WeightMatrix::view(GgmlType::F32, kExperts, kDim, router.data(), nullptr, "router");
       moe.n_used = kUsed;
       for (int e = 0; e < kExperts; ++e) {
-        moe.experts.push_back({gate_up.matrix(type, 2 * e, kExpertFfn, kDim), gate_up.matrix(type, 2 * e + 1, kExpertFfn, kDim),
+        moe.experts.push_back({gate_up.matrix(type, 2 * e, kExpertFfn, kDim),
+                               gate_up.matrix(type, 2 * e + 1, kExpertFfn, kDim),
                                down.matrix(type, e, kDim, kExpertFfn)});
       }
       lm::validate_moe_layer(moe, kDim, "bench.");

@@ -52,8 +52,8 @@ void timed(benchmark::State& state, std::size_t bytes, Body body) {
   const double baseline = memcpy_seconds(bytes);
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) body();
-  const double per_batch =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / static_cast<double>(state.iterations());
+  const double per_batch = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                           static_cast<double>(state.iterations());
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * kVectors));
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
   state.counters["bytes_per_vector"] = static_cast<double>(bytes) / kVectors;
@@ -62,9 +62,8 @@ void timed(benchmark::State& state, std::size_t bytes, Body body) {
 
 void register_all() {
   const std::vector<std::pair<std::string, int>> configs = {
-      {"turboquant_mse", 2}, {"turboquant_mse", 4}, {"turboquant_prod", 3}, {"qjl", 1},
-      {"turboquant_rvq", 2}, {"turboquant_rvq", 4}, {"polar", 2},           {"rabitq", 1},
-      {"kivi", 2},           {"kivi", 4}};
+      {"turboquant_mse", 2}, {"turboquant_mse", 4}, {"turboquant_prod", 3}, {"qjl", 1},  {"turboquant_rvq", 2},
+      {"turboquant_rvq", 4}, {"polar", 2},          {"rabitq", 1},          {"kivi", 2}, {"kivi", 4}};
   for (const auto& [method, bits] : configs) {
     const std::string tag = method + "/b" + std::to_string(bits);
     benchmark::RegisterBenchmark(("encode/" + tag).c_str(), [method, bits](benchmark::State& state) {

@@ -7,8 +7,8 @@
 #   FIX=1 bash scripts/lint.sh FILE...   # clang-format rewrites the files in place
 #
 # clang-tidy reads build/compile_commands.json (the Release build writes it). Exit 1 when a
-# file is not formatted or clang-tidy warns. The tree is not formatted wholesale yet, so run it
-# on the files you touch.
+# file is not formatted or clang-tidy warns. The tree is formatted (every tracked C++ file);
+# keep it so: run it on the files you touch.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

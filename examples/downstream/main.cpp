@@ -19,5 +19,6 @@ int main(int argc, char** argv) {
   auto caches = veloxquant::integration::patch_model_kv_cache(*loaded.model, config);
   lm::GenerateOptions options;
   options.max_tokens = 20;
-  std::printf("%zu caches\n%s\n", caches.size(), lm::generate(*loaded.model, *loaded.tokenizer, "Once upon a time", options).c_str());
+  std::printf("%zu caches\n%s\n", caches.size(),
+              lm::generate(*loaded.model, *loaded.tokenizer, "Once upon a time", options).c_str());
 }

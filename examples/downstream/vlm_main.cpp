@@ -20,8 +20,8 @@ int main(int argc, char** argv) {
   config.method = "turboquant_rvq";
   config.bit_width_inlier = 4;
   auto first = veloxquant::integration::patch_vlm_kv_cache(*loaded.model, config);
-  const lm::VlmPrompt prompt = lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer, argc > 4 ? argv[4] : "Describe:",
-                                                    {lm::load_image(argv[3])});
+  const lm::VlmPrompt prompt = lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer,
+                                                    argc > 4 ? argv[4] : "Describe:", {lm::load_image(argv[3])});
   std::vector<std::shared_ptr<lm::KVCache>> held;  // kept alive: no address reused between runs
   std::string answers[2];
   for (std::string& answer : answers) {

@@ -52,7 +52,8 @@ std::vector<int> parse_candidates(const std::string& flag, const std::string& te
   veloxquant::FieldSpec spec;
   spec.name = flag;
   spec.type = veloxquant::FieldType::kBitWidth;
-  const veloxquant::BitWidth bits = std::get<veloxquant::BitWidth>(veloxquant::parse_field_value(spec, "[" + text + "]"));
+  const veloxquant::BitWidth bits =
+      std::get<veloxquant::BitWidth>(veloxquant::parse_field_value(spec, "[" + text + "]"));
   std::vector<int> out = bits.list();
   for (int b : out) {
     if (b < 1 || b > 8) {
@@ -85,9 +86,10 @@ int64_t elements_per_token(const lm::Model& model) {
 }
 
 void print_table(const al::SensitivityTable& t) {
-  std::printf("sensitivity: mean KL(native || one layer's part alone quantized), %lld positions "
-              "(* = predicted from the nearest measured width by the coding's distortion ratio)\n",
-              static_cast<long long>(t.n_compared));
+  std::printf(
+      "sensitivity: mean KL(native || one layer's part alone quantized), %lld positions "
+      "(* = predicted from the nearest measured width by the coding's distortion ratio)\n",
+      static_cast<long long>(t.n_compared));
   std::printf("layer");
   for (const al::LayerPart& part : t.parts) {
     for (int b : t.candidate_bits) std::printf("  %9s@%d", part.name.c_str(), b);
@@ -121,8 +123,10 @@ void run_allocate(const AllocateFlags& f) {
     throw base::InvalidArgument("--reference-bits must lie in [1, 8], got " + std::to_string(f.reference_bits));
   }
   if (f.avg_bits < 0.0 || !std::isfinite(f.avg_bits)) {
-    throw base::InvalidArgument("--avg-bits must be a positive number of bits per element (or 0 = the given "
-                                "configuration's size), got " + std::to_string(f.avg_bits));
+    throw base::InvalidArgument(
+        "--avg-bits must be a positive number of bits per element (or 0 = the given "
+        "configuration's size), got " +
+        std::to_string(f.avg_bits));
   }
   if (f.budget_rows < 1 || f.budget_rows > (int64_t{1} << 20)) {
     throw base::InvalidArgument("--budget-rows must lie in [1, 1048576], got " + std::to_string(f.budget_rows));
@@ -143,7 +147,8 @@ void run_allocate(const AllocateFlags& f) {
   veloxquant::KVCacheBuilder::for_model(model, base);  // a config the model cannot take fails now
 
   const double base_bytes = al::model_bytes_per_token(model, base, f.budget_rows);
-  const double budget = f.avg_bits > 0.0 ? f.avg_bits * static_cast<double>(elements_per_token(model)) / 8.0 : base_bytes;
+  const double budget =
+      f.avg_bits > 0.0 ? f.avg_bits * static_cast<double>(elements_per_token(model)) / 8.0 : base_bytes;
 
   // A budget the cheapest widths cannot meet fails before the (slow) measurement.
   const std::vector<al::LayerPart> parts = al::allocation_parts(base);
@@ -172,10 +177,11 @@ void run_allocate(const AllocateFlags& f) {
 
   const al::LayerAllocation allocation = al::allocate_layer_bits(model, table, base, budget, f.budget_rows);
   const veloxquant::KVCacheConfig allocated = al::config_with_allocation(base, table.parts, allocation.bits);
-  std::printf("\nbudget %.1f bytes/token at %lld rows (%s); uniform configuration %.1f\n", budget,
-              static_cast<long long>(f.budget_rows),
-              f.avg_bits > 0.0 ? ("--avg-bits " + std::to_string(f.avg_bits)).c_str() : "the given configuration's size",
-              base_bytes);
+  std::printf(
+      "\nbudget %.1f bytes/token at %lld rows (%s); uniform configuration %.1f\n", budget,
+      static_cast<long long>(f.budget_rows),
+      f.avg_bits > 0.0 ? ("--avg-bits " + std::to_string(f.avg_bits)).c_str() : "the given configuration's size",
+      base_bytes);
   std::printf("allocation: %.1f bytes/token at %lld rows, predicted KL (sum of measured items) %.5f\n",
               allocation.bytes_per_token, static_cast<long long>(f.budget_rows), allocation.predicted_kl);
   std::string sets;
@@ -209,46 +215,48 @@ void run_allocate(const AllocateFlags& f) {
   std::printf("%-12s %12.1f %10s %8s %10.3f\n", "native", run.baseline.kv_bytes_per_token, "", "", run.baseline.ppl);
 }
 
-apps::CommandRegistration registration{"allocate-bits", [](CLI::App& root) {
-  auto flags = std::make_shared<AllocateFlags>();
-  auto* cmd = root.add_subcommand(
-      "allocate-bits",
-      "Per-layer bit widths from measured sensitivity (RateQuant): KL of each layer's keys/values alone at each "
-      "candidate width, the lists of least summed KL within a bytes-per-token budget, and their measured KL "
-      "against the uniform configuration");
-  apps::add_model_flags(*cmd, *flags, {.kv_dtype = false});
-  cmd->add_option("--text", flags->text, "Calibration text (read byte for byte)")->required();
-  cmd->add_option("--eval-text", flags->eval_text, "Text for the final check (default: the calibration text)");
-  apps::add_kv_method_flags(*cmd, flags->kv);
-  cmd->add_option("--avg-bits", flags->avg_bits,
-                  "Budget in bits per cached element (keys and values, codes + scales + any fixed rows, counted as "
-                  "nbytes() at --budget-rows rows); 0 = the size of the configuration given")
-      ->capture_default_str();
-  cmd->add_option("--candidate-bits", flags->candidate_bits, "Bit widths measured and allocated, comma list")
-      ->capture_default_str();
-  cmd->add_option("--measure-bits", flags->measure_bits,
-                  "Widths run through the model (subset of --candidate-bits; default all); the others are "
-                  "predicted from the nearest measured one by the coding's own distortion ratio");
-  cmd->add_option("--reference-bits", flags->reference_bits,
-                  "Bits of the other part (values while keys are measured, and the other way round)")
-      ->capture_default_str();
-  cmd->add_option("--budget-rows", flags->budget_rows,
-                  "Rows at which bytes per token are counted (256 = the first growth step: the budget then holds "
-                  "at every length)")
-      ->capture_default_str();
-  cmd->add_option("--ctx", flags->ctx, "Tokens per window")->capture_default_str();
-  cmd->add_option("--chunking", flags->chunking, "sliding or llama (llama-perplexity chunks)")->capture_default_str();
-  cmd->add_option("--chunks", flags->chunks, "Windows of the calibration text (llama chunking; 0 = all)")
-      ->capture_default_str();
-  cmd->add_option("--eval-chunks", flags->eval_chunks, "Windows of the final check (0 = --chunks)")
-      ->capture_default_str();
-  cmd->add_option("--tail", flags->tail, "KL over the last fraction of each window")->capture_default_str();
-  cmd->add_option("--batch", flags->batch, "Tokens per forward call")->capture_default_str();
-  cmd->add_option("--methods-per-run", flags->methods_per_run,
-                  "Candidates evaluated per pass over the windows (each holds one set of caches)")
-      ->capture_default_str();
-  cmd->add_flag("--no-check", flags->skip_check, "Print the allocation without measuring it");
-  cmd->callback([flags] { run_allocate(*flags); });
-}};
+apps::CommandRegistration registration{
+    "allocate-bits", [](CLI::App& root) {
+      auto flags = std::make_shared<AllocateFlags>();
+      auto* cmd = root.add_subcommand(
+          "allocate-bits",
+          "Per-layer bit widths from measured sensitivity (RateQuant): KL of each layer's keys/values alone at each "
+          "candidate width, the lists of least summed KL within a bytes-per-token budget, and their measured KL "
+          "against the uniform configuration");
+      apps::add_model_flags(*cmd, *flags, {.kv_dtype = false});
+      cmd->add_option("--text", flags->text, "Calibration text (read byte for byte)")->required();
+      cmd->add_option("--eval-text", flags->eval_text, "Text for the final check (default: the calibration text)");
+      apps::add_kv_method_flags(*cmd, flags->kv);
+      cmd->add_option("--avg-bits", flags->avg_bits,
+                      "Budget in bits per cached element (keys and values, codes + scales + any fixed rows, counted as "
+                      "nbytes() at --budget-rows rows); 0 = the size of the configuration given")
+          ->capture_default_str();
+      cmd->add_option("--candidate-bits", flags->candidate_bits, "Bit widths measured and allocated, comma list")
+          ->capture_default_str();
+      cmd->add_option("--measure-bits", flags->measure_bits,
+                      "Widths run through the model (subset of --candidate-bits; default all); the others are "
+                      "predicted from the nearest measured one by the coding's own distortion ratio");
+      cmd->add_option("--reference-bits", flags->reference_bits,
+                      "Bits of the other part (values while keys are measured, and the other way round)")
+          ->capture_default_str();
+      cmd->add_option("--budget-rows", flags->budget_rows,
+                      "Rows at which bytes per token are counted (256 = the first growth step: the budget then holds "
+                      "at every length)")
+          ->capture_default_str();
+      cmd->add_option("--ctx", flags->ctx, "Tokens per window")->capture_default_str();
+      cmd->add_option("--chunking", flags->chunking, "sliding or llama (llama-perplexity chunks)")
+          ->capture_default_str();
+      cmd->add_option("--chunks", flags->chunks, "Windows of the calibration text (llama chunking; 0 = all)")
+          ->capture_default_str();
+      cmd->add_option("--eval-chunks", flags->eval_chunks, "Windows of the final check (0 = --chunks)")
+          ->capture_default_str();
+      cmd->add_option("--tail", flags->tail, "KL over the last fraction of each window")->capture_default_str();
+      cmd->add_option("--batch", flags->batch, "Tokens per forward call")->capture_default_str();
+      cmd->add_option("--methods-per-run", flags->methods_per_run,
+                      "Candidates evaluated per pass over the windows (each holds one set of caches)")
+          ->capture_default_str();
+      cmd->add_flag("--no-check", flags->skip_check, "Print the allocation without measuring it");
+      cmd->callback([flags] { run_allocate(*flags); });
+    }};
 
 }  // namespace

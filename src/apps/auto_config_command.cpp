@@ -60,22 +60,25 @@ void run_auto_config(const AutoConfigFlags& f) {
     std::printf("%s\n", j.dump(1).c_str());
     return;
   }
-  std::printf("%s\n  why: %s\n  f16 KV estimate: %.1f MiB\n", c.flags().c_str(), c.rule.c_str(), c.fp16_kv_bytes / 1048576);
+  std::printf("%s\n  why: %s\n  f16 KV estimate: %.1f MiB\n", c.flags().c_str(), c.rule.c_str(),
+              c.fp16_kv_bytes / 1048576);
 }
 
-CommandRegistration registration{"auto-config", [](CLI::App& root) {
-  auto f = std::make_shared<AutoConfigFlags>();
-  auto* cmd = root.add_subcommand("auto-config", "The original's rule-based cache choice for a geometry and context");
-  cmd->add_option("--head-dim", f->head_dim, "Head dimension")->capture_default_str();
-  cmd->add_option("--seq-len", f->seq_len, "Tokens per sequence")->capture_default_str();
-  cmd->add_option("--n-layers", f->n_layers, "Decoder layers")->capture_default_str();
-  cmd->add_option("--kv-heads", f->kv_heads, "Key/value heads")->capture_default_str();
-  cmd->add_option("--batch-size", f->batch, "Sequences")->capture_default_str();
-  cmd->add_option("--memory-gb", f->memory_gb, "Memory of the machine, GiB (default: this machine's MemTotal)");
-  cmd->add_option("--used-gb", f->used_gb, "Memory already in use, GiB (default: MemTotal - MemAvailable)");
-  cmd->add_flag("--json", f->json, "One JSON document on stdout");
-  cmd->callback([f] { run_auto_config(*f); });
-}};
+CommandRegistration registration{
+    "auto-config", [](CLI::App& root) {
+      auto f = std::make_shared<AutoConfigFlags>();
+      auto* cmd =
+          root.add_subcommand("auto-config", "The original's rule-based cache choice for a geometry and context");
+      cmd->add_option("--head-dim", f->head_dim, "Head dimension")->capture_default_str();
+      cmd->add_option("--seq-len", f->seq_len, "Tokens per sequence")->capture_default_str();
+      cmd->add_option("--n-layers", f->n_layers, "Decoder layers")->capture_default_str();
+      cmd->add_option("--kv-heads", f->kv_heads, "Key/value heads")->capture_default_str();
+      cmd->add_option("--batch-size", f->batch, "Sequences")->capture_default_str();
+      cmd->add_option("--memory-gb", f->memory_gb, "Memory of the machine, GiB (default: this machine's MemTotal)");
+      cmd->add_option("--used-gb", f->used_gb, "Memory already in use, GiB (default: MemTotal - MemAvailable)");
+      cmd->add_flag("--json", f->json, "One JSON document on stdout");
+      cmd->callback([f] { run_auto_config(*f); });
+    }};
 
 }  // namespace
 }  // namespace apps

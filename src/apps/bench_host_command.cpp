@@ -53,12 +53,12 @@ struct BenchHostFlags : apps::ModelFlags {  // --model, --tokenizer, --threads, 
   int64_t batch = 512;
   int repeat = 1;
   apps::KvMethodFlags kv;
-  std::string methods;     // --methods: "" = the single-method run of --method
-  std::string kv_dtypes;   // --kv-dtypes (with --methods): host cache types timed beside the native one
+  std::string methods;      // --methods: "" = the single-method run of --method
+  std::string kv_dtypes;    // --kv-dtypes (with --methods): host cache types timed beside the native one
   int64_t probe_mib = 512;  // the bandwidth probe's buffer (0 = no probe)
   int probe_passes = 3;
-  std::string plot;        // --plot FILE (with --methods)
-  std::string json_out;    // --json-out FILE (with --methods): the record, beside the printed table
+  std::string plot;      // --plot FILE (with --methods)
+  std::string json_out;  // --json-out FILE (with --methods): the record, beside the printed table
   bool json = false;
 };
 
@@ -75,9 +75,9 @@ std::string command_line(const BenchHostFlags& f) {
   cmd << "veloxquant bench-host --model " << f.model;
   if (!f.tokenizer.empty()) cmd << " --tokenizer " << f.tokenizer;
   if (!f.text.empty()) cmd << " --text " << f.text;
-  cmd << " --ctx " << join(f.contexts) << " --decode-tokens " << f.decode_tokens << " --prefill "
-      << f.prefill_tokens << " --batch " << f.batch << " --repeat " << f.repeat << " --threads " << f.threads
-      << " --kv-dtype " << f.kv_dtype;
+  cmd << " --ctx " << join(f.contexts) << " --decode-tokens " << f.decode_tokens << " --prefill " << f.prefill_tokens
+      << " --batch " << f.batch << " --repeat " << f.repeat << " --threads " << f.threads << " --kv-dtype "
+      << f.kv_dtype;
   if (f.kv.method != "none") cmd << " --method " << f.kv.method;
   if (!f.kv.bits.empty()) cmd << " --bits " << f.kv.bits;
   if (!f.kv.preset.empty()) cmd << " --preset " << f.kv.preset;
@@ -208,8 +208,9 @@ void run_bench_host_methods(const BenchHostFlags& f) {
   // Every entry is validated before the model is loaded: a typo in the fifth entry must not
   // cost the minutes the first four take to measure.
   if (f.kv.method != "none" || !f.kv.bits.empty() || !f.kv.sets.empty()) {
-    throw base::InvalidArgument("--methods and --method/--bits/--set exclude each other: give each method's "
-                                "--bits/--set inside its --methods entry");
+    throw base::InvalidArgument(
+        "--methods and --method/--bits/--set exclude each other: give each method's "
+        "--bits/--set inside its --methods entry");
   }
   if (f.probe_mib < 0) throw base::InvalidArgument("--probe-mib must be >= 0, got " + std::to_string(f.probe_mib));
   if (f.probe_passes < 1) {
@@ -301,54 +302,59 @@ void run_bench_host_methods(const BenchHostFlags& f) {
   }
 }
 
-apps::CommandRegistration registration{"bench-host", [](CLI::App& root) {
-  auto flags = std::make_shared<BenchHostFlags>();
-  auto* cmd = root.add_subcommand(
-      "bench-host", "Prefill and decode tokens/s of the host at each --ctx (a row ends with ctx tokens cached: "
-                    "prefill ctx - N tokens, then N greedy decode steps), a fixed prefill row, and peak RSS");
-  apps::add_model_flags(*cmd, *flags);
-  cmd->add_option("--text", flags->text,
-                  "Prompt text, tokenized and repeated to length (default: a fixed token pattern, "
-                  "bos then (7919*i+11) mod vocab)");
-  cmd->add_option("--ctx", flags->contexts, "Comma-separated context lengths")
-      ->delimiter(',')
-      ->capture_default_str();
-  cmd->add_option("--decode-tokens", flags->decode_tokens, "Greedy decode steps per context (N)")
-      ->capture_default_str();
-  cmd->add_option("--prefill", flags->prefill_tokens, "Tokens of the fixed prefill row (0 = no such row)")
-      ->capture_default_str();
-  cmd->add_option("--batch", flags->batch, "Tokens per prefill forward call (llama.cpp's n_batch)")
-      ->capture_default_str();
-  cmd->add_option("--repeat", flags->repeat, "Runs per row; the best (fastest) is reported")->capture_default_str();
-  apps::add_kv_method_flags(*cmd, flags->kv);
-  CLI::Option* methods = cmd->add_option("--methods", flags->methods,
-                  "Several caches in one run, ';'-separated, each 'METHOD [--bits B] [--set FIELD=VALUE]... "
-                  "[--seed S]', e.g. \"none;kivi --bits 4;h2o --set h2o_budget=512\"; timed in alternating "
-                  "rounds, each beside the native cache ('none', added when missing)");
-  cmd->add_option("--kv-dtypes", flags->kv_dtypes,
-                  "With --methods: host cache types timed beside the native cache too, e.g. q8_0,q5_0,q4_0 "
-                  "(llama.cpp's block formats)");
-  cmd->add_option("--probe-mib", flags->probe_mib,
-                  "With --methods: MiB the streaming-read bandwidth probe reads (0 = no probe; keep it far "
-                  "above the L3 cache)")
-      ->capture_default_str();
-  cmd->add_option("--probe-passes", flags->probe_passes, "With --methods: probe passes, the best is kept")
-      ->capture_default_str();
-  cmd->add_option("--plot", flags->plot, "With --methods: write an SVG plot of decode tok/s against context here");
-  cmd->add_option("--json-out", flags->json_out, "With --methods: also write the JSON record here (the table still prints)");
-  cmd->add_flag("--json", flags->json, "Print one JSON record instead of the table");
-  cmd->callback([flags, methods] {
-    if (methods->count() > 0) {
-      run_bench_host_methods(*flags);
-      return;
-    }
-    if (!flags->plot.empty()) throw base::InvalidArgument("--plot needs --methods (it plots one line per method)");
-    if (!flags->json_out.empty()) throw base::InvalidArgument("--json-out needs --methods (without it, use --json)");
-    if (!flags->kv_dtypes.empty()) {
-      throw base::InvalidArgument("--kv-dtypes needs --methods (without it, time one type with --kv-dtype)");
-    }
-    run_bench_host(*flags);
-  });
-}};
+apps::CommandRegistration registration{
+    "bench-host", [](CLI::App& root) {
+      auto flags = std::make_shared<BenchHostFlags>();
+      auto* cmd = root.add_subcommand(
+          "bench-host",
+          "Prefill and decode tokens/s of the host at each --ctx (a row ends with ctx tokens cached: "
+          "prefill ctx - N tokens, then N greedy decode steps), a fixed prefill row, and peak RSS");
+      apps::add_model_flags(*cmd, *flags);
+      cmd->add_option("--text", flags->text,
+                      "Prompt text, tokenized and repeated to length (default: a fixed token pattern, "
+                      "bos then (7919*i+11) mod vocab)");
+      cmd->add_option("--ctx", flags->contexts, "Comma-separated context lengths")
+          ->delimiter(',')
+          ->capture_default_str();
+      cmd->add_option("--decode-tokens", flags->decode_tokens, "Greedy decode steps per context (N)")
+          ->capture_default_str();
+      cmd->add_option("--prefill", flags->prefill_tokens, "Tokens of the fixed prefill row (0 = no such row)")
+          ->capture_default_str();
+      cmd->add_option("--batch", flags->batch, "Tokens per prefill forward call (llama.cpp's n_batch)")
+          ->capture_default_str();
+      cmd->add_option("--repeat", flags->repeat, "Runs per row; the best (fastest) is reported")->capture_default_str();
+      apps::add_kv_method_flags(*cmd, flags->kv);
+      CLI::Option* methods =
+          cmd->add_option("--methods", flags->methods,
+                          "Several caches in one run, ';'-separated, each 'METHOD [--bits B] [--set FIELD=VALUE]... "
+                          "[--seed S]', e.g. \"none;kivi --bits 4;h2o --set h2o_budget=512\"; timed in alternating "
+                          "rounds, each beside the native cache ('none', added when missing)");
+      cmd->add_option("--kv-dtypes", flags->kv_dtypes,
+                      "With --methods: host cache types timed beside the native cache too, e.g. q8_0,q5_0,q4_0 "
+                      "(llama.cpp's block formats)");
+      cmd->add_option("--probe-mib", flags->probe_mib,
+                      "With --methods: MiB the streaming-read bandwidth probe reads (0 = no probe; keep it far "
+                      "above the L3 cache)")
+          ->capture_default_str();
+      cmd->add_option("--probe-passes", flags->probe_passes, "With --methods: probe passes, the best is kept")
+          ->capture_default_str();
+      cmd->add_option("--plot", flags->plot, "With --methods: write an SVG plot of decode tok/s against context here");
+      cmd->add_option("--json-out", flags->json_out,
+                      "With --methods: also write the JSON record here (the table still prints)");
+      cmd->add_flag("--json", flags->json, "Print one JSON record instead of the table");
+      cmd->callback([flags, methods] {
+        if (methods->count() > 0) {
+          run_bench_host_methods(*flags);
+          return;
+        }
+        if (!flags->plot.empty()) throw base::InvalidArgument("--plot needs --methods (it plots one line per method)");
+        if (!flags->json_out.empty())
+          throw base::InvalidArgument("--json-out needs --methods (without it, use --json)");
+        if (!flags->kv_dtypes.empty()) {
+          throw base::InvalidArgument("--kv-dtypes needs --methods (without it, time one type with --kv-dtype)");
+        }
+        run_bench_host(*flags);
+      });
+    }};
 
 }  // namespace

@@ -255,8 +255,9 @@ void run_bench(const BenchFlags& f) {
   apps::ProgressBar bar(stderr, "bench", apps::is_terminal(stderr));
   options.on_window = [&bar](int64_t done, int64_t total) {
     bar.update(done, total);
-    if (!apps::is_terminal(stderr)) std::fprintf(stderr, "bench-methods: window %lld/%lld\n",
-                                                 static_cast<long long>(done), static_cast<long long>(total));
+    if (!apps::is_terminal(stderr))
+      std::fprintf(stderr, "bench-methods: window %lld/%lld\n", static_cast<long long>(done),
+                   static_cast<long long>(total));
   };
   const ev::EvalRun run = ev::run_evaluation(model, tokens.tokens, tokens.bos, methods, options);
   bar.finish();
@@ -269,7 +270,8 @@ void run_bench(const BenchFlags& f) {
   report.skipped = skipped;
   report.peak_rss_bytes = run.peak_rss_bytes;
   for (std::size_t i = 0; i < kept.size(); ++i) {
-    report.records.push_back(ev::make_record(run, i, options, {f.model, kept[i].method, kept[i].bits, kept[i].settings}));
+    report.records.push_back(
+        ev::make_record(run, i, options, {f.model, kept[i].method, kept[i].bits, kept[i].settings}));
   }
   report.references.push_back({"native cache (measured)", run.baseline.kv_bytes_per_token});
   const auto elements = static_cast<int64_t>(apps::full_precision_kv_bytes(model, 1, lm::DType::F32) / 4);
@@ -283,36 +285,38 @@ void run_bench(const BenchFlags& f) {
   std::fprintf(stderr, "bench-methods: wrote %s/results.json, results.md, results.svg\n", f.out.c_str());
 }
 
-apps::CommandRegistration registration{"bench-methods", [](CLI::App& root) {
-  auto flags = std::make_shared<BenchFlags>();
-  auto* cmd = root.add_subcommand("bench-methods",
-                                  "Evaluate every servable method (or --methods) at each --bits against the native "
-                                  "cache; write results.json, results.md and results.svg");
-  apps::add_model_flags(*cmd, *flags);
-  cmd->add_option("--text", flags->text, "Text file to evaluate on")->required();
-  cmd->add_option("--methods", flags->methods, "Comma-separated methods (default: every servable method)");
-  cmd->add_option("--presets", flags->presets,
-                  "Comma-separated presets (q8,q5,q4,q3; see `veloxquant methods`); alone, only they run");
-  cmd->add_option("--config", flags->configs,
-                  "'NAME FIELD=VALUE ...' (NAME a method or a preset): one more setting of its own, beside the "
-                  "others in the same windows; --set does not apply to it (repeatable)");
-  cmd->add_option("--bits", flags->bits, "Bit settings to run for methods that read bit_width_inlier")
-      ->capture_default_str();
-  cmd->add_option("--set", flags->sets, "FIELD=VALUE applied to every method that reads FIELD (repeatable)");
-  cmd->add_option("--seed", flags->seed, "Cache seed")->capture_default_str();
-  cmd->add_option("--ctx", flags->ctx, "Tokens per window")->capture_default_str();
-  cmd->add_option("--stride", flags->stride, "Sliding windows start every N tokens (0 = ctx)")->capture_default_str();
-  cmd->add_option("--max-tokens", flags->max_tokens, "Use only the first N tokens of the text (0 = all)")
-      ->capture_default_str();
-  cmd->add_option("--chunking", flags->chunking, "sliding or llama")->capture_default_str();
-  cmd->add_option("--chunks", flags->chunks, "llama chunking: at most N chunks (0 = all)")->capture_default_str();
-  cmd->add_option("--tail", flags->tail, "KL/top-1 over the last fraction of each window")->capture_default_str();
-  cmd->add_option("--batch", flags->batch, "Tokens per forward call")->capture_default_str();
-  cmd->add_option("--kv-dtypes", flags->kv_dtypes,
-                  "Comma-separated host cache types measured beside the native cache, e.g. q8_0,q5_0,q4_0 "
-                  "(llama.cpp's block formats); with --presets and no --methods, only these and the presets run");
-  cmd->add_option("--out", flags->out, "Output directory")->required();
-  cmd->callback([flags] { run_bench(*flags); });
-}};
+apps::CommandRegistration registration{
+    "bench-methods", [](CLI::App& root) {
+      auto flags = std::make_shared<BenchFlags>();
+      auto* cmd = root.add_subcommand("bench-methods",
+                                      "Evaluate every servable method (or --methods) at each --bits against the native "
+                                      "cache; write results.json, results.md and results.svg");
+      apps::add_model_flags(*cmd, *flags);
+      cmd->add_option("--text", flags->text, "Text file to evaluate on")->required();
+      cmd->add_option("--methods", flags->methods, "Comma-separated methods (default: every servable method)");
+      cmd->add_option("--presets", flags->presets,
+                      "Comma-separated presets (q8,q5,q4,q3; see `veloxquant methods`); alone, only they run");
+      cmd->add_option("--config", flags->configs,
+                      "'NAME FIELD=VALUE ...' (NAME a method or a preset): one more setting of its own, beside the "
+                      "others in the same windows; --set does not apply to it (repeatable)");
+      cmd->add_option("--bits", flags->bits, "Bit settings to run for methods that read bit_width_inlier")
+          ->capture_default_str();
+      cmd->add_option("--set", flags->sets, "FIELD=VALUE applied to every method that reads FIELD (repeatable)");
+      cmd->add_option("--seed", flags->seed, "Cache seed")->capture_default_str();
+      cmd->add_option("--ctx", flags->ctx, "Tokens per window")->capture_default_str();
+      cmd->add_option("--stride", flags->stride, "Sliding windows start every N tokens (0 = ctx)")
+          ->capture_default_str();
+      cmd->add_option("--max-tokens", flags->max_tokens, "Use only the first N tokens of the text (0 = all)")
+          ->capture_default_str();
+      cmd->add_option("--chunking", flags->chunking, "sliding or llama")->capture_default_str();
+      cmd->add_option("--chunks", flags->chunks, "llama chunking: at most N chunks (0 = all)")->capture_default_str();
+      cmd->add_option("--tail", flags->tail, "KL/top-1 over the last fraction of each window")->capture_default_str();
+      cmd->add_option("--batch", flags->batch, "Tokens per forward call")->capture_default_str();
+      cmd->add_option("--kv-dtypes", flags->kv_dtypes,
+                      "Comma-separated host cache types measured beside the native cache, e.g. q8_0,q5_0,q4_0 "
+                      "(llama.cpp's block formats); with --presets and no --methods, only these and the presets run");
+      cmd->add_option("--out", flags->out, "Output directory")->required();
+      cmd->callback([flags] { run_bench(*flags); });
+    }};
 
 }  // namespace

@@ -46,7 +46,8 @@ std::vector<Candidate> candidates(const EstimateFlags& f) {
     c.config = kv_config_from_flags(f.kv);
     c.bits = f.kv.bits;
     c.settings = kv_settings_text(f.kv);
-    c.label = f.kv.preset.empty() ? f.kv.method + (f.kv.bits.empty() ? "" : " --bits " + f.kv.bits) : "preset " + f.kv.preset;
+    c.label =
+        f.kv.preset.empty() ? f.kv.method + (f.kv.bits.empty() ? "" : " --bits " + f.kv.bits) : "preset " + f.kv.preset;
     out.push_back(std::move(c));
     return out;
   }
@@ -108,8 +109,10 @@ void run_estimate(const EstimateFlags& f) {
   for (const MemoryEstimate& e : rows) {
     if (e.method == "none") native = e.bytes;
   }
-  if (native == 0) native = static_cast<double>(measure_kv_bytes(geometry, std::nullopt, context, batch, measure).bytes);
-  std::stable_sort(rows.begin(), rows.end(), [](const MemoryEstimate& a, const MemoryEstimate& b) { return a.bytes < b.bytes; });
+  if (native == 0)
+    native = static_cast<double>(measure_kv_bytes(geometry, std::nullopt, context, batch, measure).bytes);
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const MemoryEstimate& a, const MemoryEstimate& b) { return a.bytes < b.bytes; });
   if (top > 0 && rows.size() > top) rows.resize(top);
 
   const lm::ModelConfig& mc = geometry.config();
@@ -117,7 +120,8 @@ void run_estimate(const EstimateFlags& f) {
     nlohmann::json j;
     j["schema_version"] = 1;
     j["model"] = model_name;
-    j["geometry"] = {{"layers", mc.n_layers}, {"heads", mc.n_heads}, {"kv_heads", mc.n_kv_heads}, {"head_dim", mc.head_dim}};
+    j["geometry"] = {
+        {"layers", mc.n_layers}, {"heads", mc.n_heads}, {"kv_heads", mc.n_kv_heads}, {"head_dim", mc.head_dim}};
     j["context"] = context;
     j["batch"] = batch;
     j["native_f16_bytes"] = native;
@@ -140,28 +144,31 @@ void run_estimate(const EstimateFlags& f) {
               mc.n_layers, mc.n_kv_heads, mc.head_dim, static_cast<long long>(context), static_cast<long long>(batch));
   std::printf("%-24s %12s %12s %9s  %s\n", "cache", "resident", "bytes/token", "x smaller", "source");
   for (const MemoryEstimate& e : rows) {
-    std::printf("%-24s %12s %12.1f %9.2f  %s\n", e.label.c_str(), lm::format_bytes(static_cast<std::size_t>(e.bytes)).c_str(),
-                e.bytes_per_token, e.bytes > 0 ? native / e.bytes : 0.0, e.source.c_str());
+    std::printf("%-24s %12s %12.1f %9.2f  %s\n", e.label.c_str(),
+                lm::format_bytes(static_cast<std::size_t>(e.bytes)).c_str(), e.bytes_per_token,
+                e.bytes > 0 ? native / e.bytes : 0.0, e.source.c_str());
   }
   for (const std::string& s : skipped) std::fprintf(stderr, "skipped %s\n", s.c_str());
 }
 
-CommandRegistration registration{"estimate-memory", [](CLI::App& root) {
-  auto f = std::make_shared<EstimateFlags>();
-  auto* cmd = root.add_subcommand("estimate-memory",
-                                  "KV bytes per cache configuration at a context length (smallest first)");
-  add_geometry_flags(*cmd, f->geometry);
-  cmd->add_option("--context", f->context, "Tokens per sequence")->capture_default_str();
-  cmd->add_option("--batch", f->batch, "Sequences")->capture_default_str();
-  cmd->add_option("--measure-tokens", f->measure_tokens,
-                  "Tokens fed to the real caches; longer contexts are extrapolated linearly")
-      ->capture_default_str();
-  cmd->add_option("--results", f->results, "bench-methods results.json whose records override the estimates (repeatable)");
-  cmd->add_option("--top", f->top, "Show only the N smallest (0 = all)")->capture_default_str();
-  cmd->add_flag("--json", f->json, "One JSON document on stdout");
-  add_kv_method_flags(*cmd, f->kv);
-  cmd->callback([f] { run_estimate(*f); });
-}};
+CommandRegistration registration{
+    "estimate-memory", [](CLI::App& root) {
+      auto f = std::make_shared<EstimateFlags>();
+      auto* cmd = root.add_subcommand("estimate-memory",
+                                      "KV bytes per cache configuration at a context length (smallest first)");
+      add_geometry_flags(*cmd, f->geometry);
+      cmd->add_option("--context", f->context, "Tokens per sequence")->capture_default_str();
+      cmd->add_option("--batch", f->batch, "Sequences")->capture_default_str();
+      cmd->add_option("--measure-tokens", f->measure_tokens,
+                      "Tokens fed to the real caches; longer contexts are extrapolated linearly")
+          ->capture_default_str();
+      cmd->add_option("--results", f->results,
+                      "bench-methods results.json whose records override the estimates (repeatable)");
+      cmd->add_option("--top", f->top, "Show only the N smallest (0 = all)")->capture_default_str();
+      cmd->add_flag("--json", f->json, "One JSON document on stdout");
+      add_kv_method_flags(*cmd, f->kv);
+      cmd->callback([f] { run_estimate(*f); });
+    }};
 
 }  // namespace
 }  // namespace apps

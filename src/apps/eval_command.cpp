@@ -35,16 +35,16 @@ struct EvalFlags : apps::ModelFlags {  // --model, --tokenizer, --threads, --kv-
   bool json = false;
 };
 
-
 void print_human(const ev::EvalRecord& r) {
   std::printf("model      %s\n", r.model.c_str());
   std::printf("method     %s%s%s%s%s\n", r.method.c_str(), r.bits.empty() ? "" : "  bits=", r.bits.c_str(),
               r.settings.empty() ? "" : "  ", r.settings.c_str());
-  std::printf("windows    %lld x %lld tokens (%s, stride %lld, batch %lld); %lld targets scored, %lld compared "
-              "(tail %.3g)\n",
-              static_cast<long long>(r.n_windows), static_cast<long long>(r.ctx), r.chunking.c_str(),
-              static_cast<long long>(r.stride), static_cast<long long>(r.batch), static_cast<long long>(r.n_tokens),
-              static_cast<long long>(r.n_compared), r.tail);
+  std::printf(
+      "windows    %lld x %lld tokens (%s, stride %lld, batch %lld); %lld targets scored, %lld compared "
+      "(tail %.3g)\n",
+      static_cast<long long>(r.n_windows), static_cast<long long>(r.ctx), r.chunking.c_str(),
+      static_cast<long long>(r.stride), static_cast<long long>(r.batch), static_cast<long long>(r.n_tokens),
+      static_cast<long long>(r.n_compared), r.tail);
   std::printf("perplexity method %.4f +/- %.4f   baseline %.4f +/- %.4f   (%+.3f%%)\n", r.ppl, r.ppl_stderr,
               r.ppl_baseline, r.ppl_baseline_stderr, 100.0 * (r.ppl / r.ppl_baseline - 1.0));
   std::printf("KL(baseline||method) mean %.6g  max %.6g nats   top-1 agreement %.2f%%\n", r.kld, r.kld_max,
@@ -104,30 +104,32 @@ void run_eval(const EvalFlags& f) {
   }
 }
 
-apps::CommandRegistration registration{"eval", [](CLI::App& root) {
-  auto flags = std::make_shared<EvalFlags>();
-  auto* cmd = root.add_subcommand(
-      "eval", "Perplexity, KL(baseline||method), top-1 agreement, KV bytes/token, tokens/s and peak RSS of a "
-              "KV method against the native cache, on the same windows of a text");
-  apps::add_model_flags(*cmd, *flags);
-  cmd->add_option("--text", flags->text, "Text file to evaluate on (read byte for byte)")->required();
-  apps::add_kv_method_flags(*cmd, flags->kv);
-  cmd->add_option("--ctx", flags->ctx, "Tokens per window")->capture_default_str();
-  cmd->add_option("--stride", flags->stride, "Sliding windows start every N tokens (0 = ctx, no overlap)")
-      ->capture_default_str();
-  cmd->add_option("--max-tokens", flags->max_tokens, "Use only the first N tokens of the text (0 = all)")
-      ->capture_default_str();
-  cmd->add_option("--chunking", flags->chunking,
-                  "sliding, or llama = llama.cpp llama-perplexity chunks (BOS first, second half scored)")
-      ->capture_default_str();
-  cmd->add_option("--chunks", flags->chunks, "llama chunking: at most N chunks (0 = all)")->capture_default_str();
-  cmd->add_option("--tail", flags->tail,
-                  "Long-context mode: KL/top-1 over the last fraction of each window (1 = every scored target)")
-      ->capture_default_str();
-  cmd->add_option("--batch", flags->batch, "Tokens per forward call (prefill chunk; 1 = decode-like)")
-      ->capture_default_str();
-  cmd->add_flag("--json", flags->json, "Print one JSON object instead of text");
-  cmd->callback([flags] { run_eval(*flags); });
-}};
+apps::CommandRegistration registration{
+    "eval", [](CLI::App& root) {
+      auto flags = std::make_shared<EvalFlags>();
+      auto* cmd = root.add_subcommand(
+          "eval",
+          "Perplexity, KL(baseline||method), top-1 agreement, KV bytes/token, tokens/s and peak RSS of a "
+          "KV method against the native cache, on the same windows of a text");
+      apps::add_model_flags(*cmd, *flags);
+      cmd->add_option("--text", flags->text, "Text file to evaluate on (read byte for byte)")->required();
+      apps::add_kv_method_flags(*cmd, flags->kv);
+      cmd->add_option("--ctx", flags->ctx, "Tokens per window")->capture_default_str();
+      cmd->add_option("--stride", flags->stride, "Sliding windows start every N tokens (0 = ctx, no overlap)")
+          ->capture_default_str();
+      cmd->add_option("--max-tokens", flags->max_tokens, "Use only the first N tokens of the text (0 = all)")
+          ->capture_default_str();
+      cmd->add_option("--chunking", flags->chunking,
+                      "sliding, or llama = llama.cpp llama-perplexity chunks (BOS first, second half scored)")
+          ->capture_default_str();
+      cmd->add_option("--chunks", flags->chunks, "llama chunking: at most N chunks (0 = all)")->capture_default_str();
+      cmd->add_option("--tail", flags->tail,
+                      "Long-context mode: KL/top-1 over the last fraction of each window (1 = every scored target)")
+          ->capture_default_str();
+      cmd->add_option("--batch", flags->batch, "Tokens per forward call (prefill chunk; 1 = decode-like)")
+          ->capture_default_str();
+      cmd->add_flag("--json", flags->json, "Print one JSON object instead of text");
+      cmd->callback([flags] { run_eval(*flags); });
+    }};
 
 }  // namespace

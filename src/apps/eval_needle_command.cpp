@@ -127,7 +127,8 @@ void run_needle_command(const NeedleFlags& f) {
   std::vector<ev::NeedleMethod> methods{{"native cache", [&model] { return model.native_make_cache(); }}};
   for (std::size_t i = 0; i < configs.size(); ++i) {
     veloxquant::KVCacheBuilder::for_model(model, configs[i]);  // fail before the first prompt
-    methods.push_back({labels[i], [&model, config = configs[i]] { return veloxquant::KVCacheBuilder::for_model(model, config); }});
+    methods.push_back(
+        {labels[i], [&model, config = configs[i]] { return veloxquant::KVCacheBuilder::for_model(model, config); }});
   }
   for (const lm::KVCacheType type : kv_types) {
     lm::make_kv_type_caches(model, type);
@@ -154,28 +155,30 @@ void run_needle_command(const NeedleFlags& f) {
   }
 }
 
-apps::CommandRegistration registration{"eval-needle", [](CLI::App& root) {
-  auto flags = std::make_shared<NeedleFlags>();
-  auto* cmd = root.add_subcommand("eval-needle",
-                                  "Needle in a haystack: exact-match accuracy per method and depth (native cache "
-                                  "always included)");
-  apps::add_model_flags(*cmd, *flags);
-  cmd->add_option("--text", flags->text, "Filler text (the haystack)")->required();
-  cmd->add_option("--methods", flags->methods, "Comma-separated servable methods to test besides the native cache");
-  cmd->add_option("--presets", flags->presets, "Comma-separated presets (q8,q5,q4,q3) to test besides the native cache");
-  cmd->add_option("--kv-dtypes", flags->kv_dtypes,
-                  "Comma-separated host cache types (llama.cpp's q8_0,q5_0,q4_0) to test besides the native cache");
-  cmd->add_option("--bits", flags->bits, "bit_width_inlier for every method (default: the method's)");
-  cmd->add_option("--set", flags->sets, "FIELD=VALUE for every method (repeatable)");
-  cmd->add_option("--seed", flags->seed, "Seed of the caches and of the secret numbers")->capture_default_str();
-  cmd->add_option("--ctx", flags->ctx, "Prompt length in tokens")->capture_default_str();
-  cmd->add_option("--depths", flags->depths, "Comma-separated needle depths in [0, 1]")->capture_default_str();
-  cmd->add_option("--trials", flags->trials, "Prompts (different secrets) per depth")->capture_default_str();
-  cmd->add_option("--max-new-tokens", flags->max_new_tokens, "Greedy tokens generated for the answer")
-      ->capture_default_str();
-  cmd->add_option("--batch", flags->batch, "Prompt tokens per forward call")->capture_default_str();
-  cmd->add_flag("--json", flags->json, "Print JSON instead of a table");
-  cmd->callback([flags] { run_needle_command(*flags); });
-}};
+apps::CommandRegistration registration{
+    "eval-needle", [](CLI::App& root) {
+      auto flags = std::make_shared<NeedleFlags>();
+      auto* cmd = root.add_subcommand("eval-needle",
+                                      "Needle in a haystack: exact-match accuracy per method and depth (native cache "
+                                      "always included)");
+      apps::add_model_flags(*cmd, *flags);
+      cmd->add_option("--text", flags->text, "Filler text (the haystack)")->required();
+      cmd->add_option("--methods", flags->methods, "Comma-separated servable methods to test besides the native cache");
+      cmd->add_option("--presets", flags->presets,
+                      "Comma-separated presets (q8,q5,q4,q3) to test besides the native cache");
+      cmd->add_option("--kv-dtypes", flags->kv_dtypes,
+                      "Comma-separated host cache types (llama.cpp's q8_0,q5_0,q4_0) to test besides the native cache");
+      cmd->add_option("--bits", flags->bits, "bit_width_inlier for every method (default: the method's)");
+      cmd->add_option("--set", flags->sets, "FIELD=VALUE for every method (repeatable)");
+      cmd->add_option("--seed", flags->seed, "Seed of the caches and of the secret numbers")->capture_default_str();
+      cmd->add_option("--ctx", flags->ctx, "Prompt length in tokens")->capture_default_str();
+      cmd->add_option("--depths", flags->depths, "Comma-separated needle depths in [0, 1]")->capture_default_str();
+      cmd->add_option("--trials", flags->trials, "Prompts (different secrets) per depth")->capture_default_str();
+      cmd->add_option("--max-new-tokens", flags->max_new_tokens, "Greedy tokens generated for the answer")
+          ->capture_default_str();
+      cmd->add_option("--batch", flags->batch, "Prompt tokens per forward call")->capture_default_str();
+      cmd->add_flag("--json", flags->json, "Print JSON instead of a table");
+      cmd->callback([flags] { run_needle_command(*flags); });
+    }};
 
 }  // namespace

@@ -51,8 +51,8 @@ struct GenerateFlags : apps::ModelFlags {  // --model, --tokenizer, --threads, -
   std::string load_prompt_cache;
   std::string mmproj;               // vision tower + projector GGUF (image_generation.h)
   std::vector<std::string> images;  // --image, repeatable
-  KvMethodFlags kv;         // --method/--bits/--set (kv_method_flags.h)
-  bool seed_given = false;  // an explicit --seed also seeds the compressed cache
+  KvMethodFlags kv;                 // --method/--bits/--set (kv_method_flags.h)
+  bool seed_given = false;          // an explicit --seed also seeds the compressed cache
 };
 
 template <class T>
@@ -64,8 +64,8 @@ T parse_integer(const std::string& flag, const std::string& text, T min, T max) 
     throw base::InvalidArgument(flag + " expects an integer, got '" + text + "'");
   }
   if (value < min || value > max) {
-    throw base::InvalidArgument(flag + " must be in [" + std::to_string(min) + ", " + std::to_string(max) +
-                                "], got " + text);
+    throw base::InvalidArgument(flag + " must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
+                                text);
   }
   return value;
 }
@@ -94,35 +94,31 @@ std::string read_text_file(const std::string& path, const std::string& what = "p
 
 void add_generate_flags(CLI::App& cmd, GenerateFlags& f) {
   apps::add_model_flags(cmd, f, {.model_required = false});
-  cmd.add_option("--prompt,-p", f.prompt, "Prompt text (empty = start from BOS)")
-      ->type_name("TEXT");
-  cmd.add_option("--prompt-file", f.prompt_file, "Read the prompt from a file")
-      ->type_name("PATH");
-  cmd.add_option("--max-tokens,-n", f.max_tokens, "Tokens to generate")->capture_default_str()
-      ->type_name("N");
-  cmd.add_option("--temp", f.temp, "Sampling temperature (0 = greedy)")->capture_default_str()
-      ->type_name("T");
-  cmd.add_option("--top-k", f.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str()
-      ->type_name("K");
-  cmd.add_option("--top-p", f.top_p, "Nucleus sampling mass in (0, 1] (1 = off)")->capture_default_str()
+  cmd.add_option("--prompt,-p", f.prompt, "Prompt text (empty = start from BOS)")->type_name("TEXT");
+  cmd.add_option("--prompt-file", f.prompt_file, "Read the prompt from a file")->type_name("PATH");
+  cmd.add_option("--max-tokens,-n", f.max_tokens, "Tokens to generate")->capture_default_str()->type_name("N");
+  cmd.add_option("--temp", f.temp, "Sampling temperature (0 = greedy)")->capture_default_str()->type_name("T");
+  cmd.add_option("--top-k", f.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str()->type_name("K");
+  cmd.add_option("--top-p", f.top_p, "Nucleus sampling mass in (0, 1] (1 = off)")
+      ->capture_default_str()
       ->type_name("P");
   cmd.add_option("--min-p", f.min_p, "Drop tokens below min_p x the top probability (0 = off)")
       ->capture_default_str()
       ->type_name("P");
-  cmd.add_option("--repeat-penalty", f.repeat_penalty, "Repetition penalty (1 = off)")->capture_default_str()
+  cmd.add_option("--repeat-penalty", f.repeat_penalty, "Repetition penalty (1 = off)")
+      ->capture_default_str()
       ->type_name("R");
   cmd.add_option("--repeat-context", f.repeat_context, "Tokens the repetition penalty looks back over")
       ->capture_default_str()
       ->type_name("N");
-  cmd.add_option("--seed", f.seed, "Sampling seed (std::mt19937_64)")->capture_default_str()
-      ->type_name("S");
+  cmd.add_option("--seed", f.seed, "Sampling seed (std::mt19937_64)")->capture_default_str()->type_name("S");
   cmd.add_flag("--chat", f.chat, "Wrap the prompt in the model's chat template as a user turn");
   cmd.add_option("--chat-template", f.chat_template,
                  "Jinja chat template file to use instead of the model's (implies --chat; for a GGUF without one)")
       ->type_name("FILE");
-  cmd.add_option("--ctx", f.ctx, "Context length (default: the model's)")
-      ->type_name("N");
-  cmd.add_option("--prefill-step", f.prefill_step, "Prompt tokens per prefill forward")->capture_default_str()
+  cmd.add_option("--ctx", f.ctx, "Context length (default: the model's)")->type_name("N");
+  cmd.add_option("--prefill-step", f.prefill_step, "Prompt tokens per prefill forward")
+      ->capture_default_str()
       ->type_name("N");
   cmd.add_option("--save-prompt-cache", f.save_prompt_cache, "Save the caches after the prompt to this file")
       ->type_name("FILE");
@@ -167,10 +163,11 @@ void check_fingerprint(const std::map<std::string, std::string>& saved,
     if (cache_flag && it == saved.end()) continue;
     if (it != saved.end() && it->second == value) continue;
     if (cache_flag) {
-      throw base::InvalidArgument("prompt cache '" + path + "' was saved with " +
-                                  (key == "kv_dtype" ? "--kv-dtype " + it->second : it->second) + "; this run asks for " +
-                                  (key == "kv_dtype" ? "--kv-dtype " + value : value) +
-                                  ": give the flags it was saved with (the cache would run as saved and be reported as asked)");
+      throw base::InvalidArgument(
+          "prompt cache '" + path + "' was saved with " +
+          (key == "kv_dtype" ? "--kv-dtype " + it->second : it->second) + "; this run asks for " +
+          (key == "kv_dtype" ? "--kv-dtype " + value : value) +
+          ": give the flags it was saved with (the cache would run as saved and be reported as asked)");
     }
     throw base::InvalidArgument("prompt cache '" + path + "' was made for a different model: " + key + " is '" +
                                 (it == saved.end() ? std::string("(missing)") : it->second) + "', this model has '" +
@@ -212,10 +209,13 @@ void run_generate(const GenerateFlags& f) {
 
   if (!f.mmproj.empty() || !f.images.empty()) {
     if (!f.save_prompt_cache.empty() || !f.load_prompt_cache.empty()) {
-      throw base::InvalidArgument("--save-prompt-cache / --load-prompt-cache are not supported with --mmproj / --image");
+      throw base::InvalidArgument(
+          "--save-prompt-cache / --load-prompt-cache are not supported with --mmproj / --image");
     }
-    ImageGenerationRequest request{f.model, f.mmproj, f.images, prompt, f.chat, options, load_options, kv_config,
-                                   kv.preset.empty() ? kv.method : "preset " + kv.preset + ": " + kv_config->method};
+    ImageGenerationRequest request{
+        f.model,      f.mmproj,  f.images,
+        prompt,       f.chat,    options,
+        load_options, kv_config, kv.preset.empty() ? kv.method : "preset " + kv.preset + ": " + kv_config->method};
     run_image_generation(request);
     return;
   }
@@ -233,8 +233,8 @@ void run_generate(const GenerateFlags& f) {
     check_fingerprint(saved->metadata, model_fingerprint(model, f.kv_dtype, kv), f.load_prompt_cache);
     for (std::size_t i = 0; i < saved->cache.tokens.size(); ++i) {
       if (saved->cache.tokens[i] >= model.config().vocab_size) {
-        throw base::InvalidArgument("prompt cache '" + f.load_prompt_cache + "': token " + std::to_string(i) + " has id " +
-                                    std::to_string(saved->cache.tokens[i]) + ", past the vocabulary of " +
+        throw base::InvalidArgument("prompt cache '" + f.load_prompt_cache + "': token " + std::to_string(i) +
+                                    " has id " + std::to_string(saved->cache.tokens[i]) + ", past the vocabulary of " +
                                     std::to_string(model.config().vocab_size));
       }
     }
@@ -245,7 +245,8 @@ void run_generate(const GenerateFlags& f) {
     }
   }
   if (!f.chat_template.empty()) {
-    prompt = tokenizer.apply_custom_chat_template({{"user", prompt}}, read_text_file(f.chat_template, "chat template file"));
+    prompt =
+        tokenizer.apply_custom_chat_template({{"user", prompt}}, read_text_file(f.chat_template, "chat template file"));
   } else if (f.chat) {
     prompt = tokenizer.apply_chat_template({{"user", prompt}});
   }
@@ -277,8 +278,9 @@ void run_generate(const GenerateFlags& f) {
   // 5. One stats line. The full-precision reference: every token the caches hold (the last
   // sampled token is never fed back) in the host's KV dtype, without growth slack.
   // A continued prompt cache holds every token fed in the call, the earlier ones included.
-  const int64_t cached_tokens = saved ? static_cast<int64_t>(saved->cache.tokens.size())
-                                      : stats.prompt_tokens + (stats.generation_tokens > 0 ? stats.generation_tokens - 1 : 0);
+  const int64_t cached_tokens =
+      saved ? static_cast<int64_t>(saved->cache.tokens.size())
+            : stats.prompt_tokens + (stats.generation_tokens > 0 ? stats.generation_tokens - 1 : 0);
   // Two references: the bare rows in the KV dtype (no slack), and what the host's native cache
   // would really allocate for the same tokens (FullKVCache grows in 256-token steps, as the
   // compressed caches do), so "x smaller" compares allocation with allocation.
@@ -287,8 +289,8 @@ void run_generate(const GenerateFlags& f) {
       lm::is_block_kv_type(load_options.kv_type) ? lm::DType::F16 : lm::kv_feed_dtype(load_options.kv_type);
   const std::size_t bare_rows = full_precision_kv_bytes(model, cached_tokens, reference_dtype);
   const int64_t step = lm::FullKVCache::kGrowthStep;
-  const std::size_t native_resident = full_precision_kv_bytes(
-      model, (cached_tokens + step - 1) / step * step, reference_dtype);
+  const std::size_t native_resident =
+      full_precision_kv_bytes(model, (cached_tokens + step - 1) / step * step, reference_dtype);
   const double smaller = stats.kv_bytes_resident ? static_cast<double>(native_resident) / stats.kv_bytes_resident : 0.0;
   std::fprintf(stderr,
                "prompt %lld tok %.1f tok/s | gen %lld tok %.1f tok/s | KV %s resident [%s] vs %s for the "
@@ -297,21 +299,22 @@ void run_generate(const GenerateFlags& f) {
                static_cast<long long>(stats.generation_tokens), stats.generation_tokens_per_s,
                lm::format_bytes(stats.kv_bytes_resident).c_str(),
                (kv.preset.empty() ? kv.method : "preset " + kv.preset + ": " + kv_config->method).c_str(),
-               lm::format_bytes(native_resident).c_str(), std::string(lm::dtype_name(reference_dtype)).c_str(),
-               smaller, std::string(lm::dtype_name(reference_dtype)).c_str(),
-               lm::format_bytes(bare_rows).c_str(), lm::format_bytes(stats.peak_rss_bytes).c_str(),
+               lm::format_bytes(native_resident).c_str(), std::string(lm::dtype_name(reference_dtype)).c_str(), smaller,
+               std::string(lm::dtype_name(reference_dtype)).c_str(), lm::format_bytes(bare_rows).c_str(),
+               lm::format_bytes(stats.peak_rss_bytes).c_str(),
                std::string(lm::stop_reason_name(stats.stop_reason)).c_str());
 }
 
 CommandRegistration registration{"generate", [](CLI::App& root) {
-  auto flags = std::make_shared<GenerateFlags>();
-  auto* cmd = root.add_subcommand("generate", "Generate text with a model (streams to stdout, stats to stderr)");
-  add_generate_flags(*cmd, *flags);
-  cmd->callback([flags, cmd] {
-    flags->seed_given = cmd->count("--seed") > 0;
-    run_generate(*flags);
-  });
-}};
+                                   auto flags = std::make_shared<GenerateFlags>();
+                                   auto* cmd = root.add_subcommand(
+                                       "generate", "Generate text with a model (streams to stdout, stats to stderr)");
+                                   add_generate_flags(*cmd, *flags);
+                                   cmd->callback([flags, cmd] {
+                                     flags->seed_given = cmd->count("--seed") > 0;
+                                     run_generate(*flags);
+                                   });
+                                 }};
 
 }  // namespace
 }  // namespace apps

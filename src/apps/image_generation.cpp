@@ -49,22 +49,21 @@ void run_image_generation(const ImageGenerationRequest& r) {
   // generated token but the last; the reference is its native cache for the same tokens.
   const lm::Model& text = *vlm.language_model();
   const int64_t cached = stats.prompt_tokens + (stats.generation_tokens > 0 ? stats.generation_tokens - 1 : 0);
-  const lm::DType reference_dtype = lm::is_block_kv_type(r.load_options.kv_type)
-                                        ? lm::DType::F16
-                                        : lm::kv_feed_dtype(r.load_options.kv_type);
+  const lm::DType reference_dtype =
+      lm::is_block_kv_type(r.load_options.kv_type) ? lm::DType::F16 : lm::kv_feed_dtype(r.load_options.kv_type);
   const int64_t step = lm::FullKVCache::kGrowthStep;
   const std::size_t native_resident = full_precision_kv_bytes(text, (cached + step - 1) / step * step, reference_dtype);
   const double smaller = stats.kv_bytes_resident ? static_cast<double>(native_resident) / stats.kv_bytes_resident : 0.0;
-  std::fprintf(stderr,
-               "images %d (%lld image tok) | prompt %lld tok %.1f tok/s | gen %lld tok %.1f tok/s | "
-               "language-model KV %s resident [%s] vs %s for the native %s cache (%.2fx smaller) | peak RSS %s | "
-               "stop %s\n",
-               vlm_prompt.images, static_cast<long long>(vlm_prompt.image_tokens),
-               static_cast<long long>(stats.prompt_tokens), stats.prompt_tokens_per_s,
-               static_cast<long long>(stats.generation_tokens), stats.generation_tokens_per_s,
-               lm::format_bytes(stats.kv_bytes_resident).c_str(), r.method_label.c_str(),
-               lm::format_bytes(native_resident).c_str(), std::string(lm::dtype_name(reference_dtype)).c_str(), smaller,
-               lm::format_bytes(stats.peak_rss_bytes).c_str(), std::string(lm::stop_reason_name(stats.stop_reason)).c_str());
+  std::fprintf(
+      stderr,
+      "images %d (%lld image tok) | prompt %lld tok %.1f tok/s | gen %lld tok %.1f tok/s | "
+      "language-model KV %s resident [%s] vs %s for the native %s cache (%.2fx smaller) | peak RSS %s | "
+      "stop %s\n",
+      vlm_prompt.images, static_cast<long long>(vlm_prompt.image_tokens), static_cast<long long>(stats.prompt_tokens),
+      stats.prompt_tokens_per_s, static_cast<long long>(stats.generation_tokens), stats.generation_tokens_per_s,
+      lm::format_bytes(stats.kv_bytes_resident).c_str(), r.method_label.c_str(),
+      lm::format_bytes(native_resident).c_str(), std::string(lm::dtype_name(reference_dtype)).c_str(), smaller,
+      lm::format_bytes(stats.peak_rss_bytes).c_str(), std::string(lm::stop_reason_name(stats.stop_reason)).c_str());
 }
 
 }  // namespace apps

@@ -21,7 +21,7 @@ struct ImageGenerationRequest {
   lm::GenerateOptions options;
   lm::LoadOptions load_options;
   std::optional<veloxquant::KVCacheConfig> kv_config;  // --method / --preset, on the language model
-  std::string method_label;                             // for the stats line
+  std::string method_label;                            // for the stats line
 };
 
 // Streams the answer to stdout and one stats line to stderr: images and image tokens, prompt

@@ -24,10 +24,11 @@ namespace apps {
 
 GeometryModel::GeometryModel(std::string name, int n_layers, int n_heads, int n_kv_heads, int head_dim) {
   if (n_layers < 1 || n_heads < 1 || n_kv_heads < 1 || head_dim < 1 || n_heads % n_kv_heads != 0) {
-    throw base::InvalidArgument("model geometry needs layers, heads, kv heads and head_dim >= 1 with heads a "
-                                "multiple of kv heads; got layers " + std::to_string(n_layers) + ", heads " +
-                                std::to_string(n_heads) + ", kv heads " + std::to_string(n_kv_heads) +
-                                ", head_dim " + std::to_string(head_dim));
+    throw base::InvalidArgument(
+        "model geometry needs layers, heads, kv heads and head_dim >= 1 with heads a "
+        "multiple of kv heads; got layers " +
+        std::to_string(n_layers) + ", heads " + std::to_string(n_heads) + ", kv heads " + std::to_string(n_kv_heads) +
+        ", head_dim " + std::to_string(head_dim));
   }
   config_.architecture = "geometry";
   config_.name = std::move(name);
@@ -66,7 +67,8 @@ lm::CacheList GeometryModel::native_make_cache() const {
   return caches;
 }
 
-void GeometryModel::forward(const std::vector<int32_t>&, lm::CacheList&, std::vector<float>&, std::vector<float>*) const {
+void GeometryModel::forward(const std::vector<int32_t>&, lm::CacheList&, std::vector<float>&,
+                            std::vector<float>*) const {
   throw base::Unsupported("a geometry-only model has no weights to run");
 }
 
@@ -106,7 +108,8 @@ std::string stem(const std::string& path) { return std::filesystem::path(path).s
 
 MemoryEstimate measure_kv_bytes(const lm::Model& geometry, const std::optional<veloxquant::KVCacheConfig>& config,
                                 int64_t context, int64_t batch, int64_t measure_tokens) {
-  lm::CacheList caches = config ? veloxquant::KVCacheBuilder::for_model(geometry, *config) : geometry.native_make_cache();
+  lm::CacheList caches =
+      config ? veloxquant::KVCacheBuilder::for_model(geometry, *config) : geometry.native_make_cache();
   veloxquant::core::Rng rng(1234);
   const int64_t t2 = std::max<int64_t>(1, std::min(context, measure_tokens));
   const int64_t t1 = t2 / 2;
@@ -144,7 +147,7 @@ std::vector<MeasuredRecord> read_measured_records(const std::string& path) {
     m.file = path;
     m.model = stem(r.value("model", j.value("model", std::string())));
     m.method = r.value("method", std::string());
-    m.bits = r.contains("bits") && r["bits"].is_string() ? r["bits"].get<std::string>()
+    m.bits = r.contains("bits") && r["bits"].is_string()   ? r["bits"].get<std::string>()
              : r.contains("bits") && r["bits"].is_number() ? std::to_string(r["bits"].get<int>())
                                                            : std::string();
     m.settings = r.value("settings", std::string());
@@ -172,8 +175,8 @@ AutoConfigChoice auto_config(const AutoConfigInput& in) {
   }
   AutoConfigChoice c;
   // The original's estimate: 2 (K and V) * B * L * H_kv * S * D * 2 bytes.
-  c.fp16_kv_bytes = 2.0 * static_cast<double>(in.batch) * in.n_layers * in.n_kv_heads * static_cast<double>(in.seq_len) *
-                    in.head_dim * 2.0;
+  c.fp16_kv_bytes = 2.0 * static_cast<double>(in.batch) * in.n_layers * in.n_kv_heads *
+                    static_cast<double>(in.seq_len) * in.head_dim * 2.0;
   const int group = in.head_dim >= 256 ? 64 : 32;
   std::ostringstream why;
   if (in.memory_total_bytes > 0 && (in.memory_used_bytes + c.fp16_kv_bytes) / in.memory_total_bytes >= 0.75) {
@@ -183,9 +186,10 @@ AutoConfigChoice auto_config(const AutoConfigInput& in) {
     c.bits = 2;
     why << "rule 1, memory pressure: used " << std::llround(in.memory_used_bytes / 1048576) << " MiB + f16 KV "
         << std::llround(c.fp16_kv_bytes / 1048576) << " MiB is "
-        << std::llround(100 * (in.memory_used_bytes + c.fp16_kv_bytes) / in.memory_total_bytes)
-        << "% of " << std::llround(in.memory_total_bytes / 1048576)
-        << " MiB (>= 75%); the original's gear at 2 bits is not in this build, kivi at 2 bits is the smallest quantizer";
+        << std::llround(100 * (in.memory_used_bytes + c.fp16_kv_bytes) / in.memory_total_bytes) << "% of "
+        << std::llround(in.memory_total_bytes / 1048576)
+        << " MiB (>= 75%); the original's gear at 2 bits is not in this build, kivi at 2 bits is the smallest "
+           "quantizer";
   } else if (in.seq_len < 2048) {
     c.method = "turboquant_rvq";
     c.bits = 4;

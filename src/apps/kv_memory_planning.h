@@ -32,8 +32,7 @@ class GeometryModel : public lm::Model {
   const lm::ModelConfig& config() const override { return config_; }
   const std::vector<lm::LayerInfo>& layers() const override { return layers_; }
   lm::CacheList native_make_cache() const override;
-  void forward(const std::vector<int32_t>&, lm::CacheList&, std::vector<float>&,
-               std::vector<float>*) const override;
+  void forward(const std::vector<int32_t>&, lm::CacheList&, std::vector<float>&, std::vector<float>*) const override;
 
  private:
   lm::ModelConfig config_;
@@ -47,7 +46,7 @@ struct MemoryEstimate {
   std::string settings;  // FIELD=VALUE,... beyond the defaults
   double bytes = 0;      // resident bytes at the context, all sequences of the batch
   double bytes_per_token = 0;
-  std::string source;    // "measured-here (N tokens fed)", "extrapolated from N tokens", "bench-methods record ..."
+  std::string source;  // "measured-here (N tokens fed)", "extrapolated from N tokens", "bench-methods record ..."
 };
 
 // Feeds `measure_tokens` random tokens (prefill chunks of 512) through the configuration's
@@ -74,7 +73,7 @@ struct AutoConfigInput {
   int n_layers = 32;
   int n_kv_heads = 8;
   int64_t batch = 1;
-  double memory_total_bytes = 0;   // 0 = unknown: rule 1 is skipped
+  double memory_total_bytes = 0;  // 0 = unknown: rule 1 is skipped
   double memory_used_bytes = 0;
 };
 struct AutoConfigChoice {
@@ -103,6 +102,5 @@ struct GeometryFlags {
 };
 void add_geometry_flags(CLI::App& command, GeometryFlags& flags);
 GeometryModel geometry_from_flags(const GeometryFlags& flags);
-
 
 }  // namespace apps

@@ -30,22 +30,23 @@ CLI::Validator non_empty(const std::string& what) {
 }  // namespace
 
 void add_kv_method_flags(CLI::App& command, KvMethodFlags& flags) {
-  command.add_option("--method", flags.method,
-                     "KV-cache method ('none' = the host's own cache; see `veloxquant methods`)")
+  command
+      .add_option("--method", flags.method, "KV-cache method ('none' = the host's own cache; see `veloxquant methods`)")
       ->capture_default_str()
       ->check(non_empty("--method"));
-  command.add_option("--bits", flags.bits,
-                     "Bits per coordinate (bit_width_inlier): one int, or a comma list with one "
-                     "entry per attention layer")
+  command
+      .add_option("--bits", flags.bits,
+                  "Bits per coordinate (bit_width_inlier): one int, or a comma list with one "
+                  "entry per attention layer")
       ->check(non_empty("--bits"));
   if (command.get_option_no_throw("--seed") == nullptr) {
-    command.add_option("--seed", flags.seed, "Cache seed (per layer: seed + layer index)")
-        ->capture_default_str();
+    command.add_option("--seed", flags.seed, "Cache seed (per layer: seed + layer index)")->capture_default_str();
   }
   command.add_option("--set", flags.sets, "FIELD=VALUE for any config field (repeatable)");
-  command.add_option("--preset", flags.preset,
-                     "Named configuration at a llama.cpp KV size: q8, q5, q4, q3 (see `veloxquant methods`); "
-                     "replaces --method/--bits")
+  command
+      .add_option("--preset", flags.preset,
+                  "Named configuration at a llama.cpp KV size: q8, q5, q4, q3 (see `veloxquant methods`); "
+                  "replaces --method/--bits")
       ->check(non_empty("--preset"));
 }
 
@@ -128,6 +129,5 @@ std::size_t full_precision_kv_bytes(const lm::Model& model, int64_t tokens, lm::
   }
   return total;
 }
-
 
 }  // namespace apps

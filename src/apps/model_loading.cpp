@@ -12,11 +12,13 @@ namespace apps {
 int ModelFlags::thread_count() const { return static_cast<int>(parse_int_flag("--threads", threads, 0, 4096)); }
 
 void add_model_flags(CLI::App& cmd, ModelFlags& flags, ModelFlagOptions options) {
-  CLI::Option* model = cmd.add_option("--model,-m", flags.model, "Model file: GGUF or llama2.c checkpoint")
-                           ->type_name("PATH");
+  CLI::Option* model =
+      cmd.add_option("--model,-m", flags.model, "Model file: GGUF or llama2.c checkpoint")->type_name("PATH");
   if (options.model_required) model->required();
   cmd.add_option("--tokenizer", flags.tokenizer, "Tokenizer file (llama2.c tokenizer or a GGUF)")->type_name("PATH");
-  cmd.add_option("--threads,-t", flags.threads, "Worker threads (0 = all cores)")->capture_default_str()->type_name("N");
+  cmd.add_option("--threads,-t", flags.threads, "Worker threads (0 = all cores)")
+      ->capture_default_str()
+      ->type_name("N");
   if (options.kv_dtype) {
     cmd.add_option("--kv-dtype", flags.kv_dtype,
                    "Native KV cache element type: f16, bf16, f32, or llama.cpp's block types q8_0, q5_0, q4_0")
@@ -49,7 +51,8 @@ void require_float_baseline(const std::string& kv_dtype, const std::string& comm
   if (lm::is_block_kv_type(lm::parse_kv_cache_type(kv_dtype))) {
     throw base::InvalidArgument(command + ": --kv-dtype " + kv_dtype +
                                 " would quantize the native baseline; measure llama.cpp's types beside the f16 "
-                                "cache with --kv-dtypes " + kv_dtype);
+                                "cache with --kv-dtypes " +
+                                kv_dtype);
   }
 }
 

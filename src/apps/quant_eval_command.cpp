@@ -58,21 +58,22 @@ void run_quant_eval(const QuantEvalArgs& args) {
   std::printf("score_vectors_per_s  %.6g\n", r.score_vectors_per_s);
 }
 
-apps::CommandRegistration registration{"quant-eval", [](CLI::App& root) {
-  auto args = std::make_shared<QuantEvalArgs>();
-  auto* cmd = root.add_subcommand(
-      "quant-eval",
-      "Quantize N random unit vectors with one method and report MSE, inner-product bias and "
-      "variance against queries y = 0.6x + 0.8z, bytes per vector and throughput");
-  cmd->add_option("--method", args->method,
-                  "turboquant_mse, turboquant_prod, qjl, turboquant_rvq, polar, rabitq or kivi")
-      ->required();
-  cmd->add_option("--bits", args->bits, "bit width, 1..8 (polar: 1..6)")->capture_default_str();
-  cmd->add_option("--dim", args->dim, "vector dimension (head_dim)")->capture_default_str();
-  cmd->add_option("--n", args->n, "number of random vectors")->capture_default_str();
-  cmd->add_option("--seed", args->seed, "seed for the data and the quantizer")->capture_default_str();
-  cmd->add_flag("--json", args->json, "print one JSON object");
-  cmd->callback([args] { run_quant_eval(*args); });
-}};
+apps::CommandRegistration registration{
+    "quant-eval", [](CLI::App& root) {
+      auto args = std::make_shared<QuantEvalArgs>();
+      auto* cmd =
+          root.add_subcommand("quant-eval",
+                              "Quantize N random unit vectors with one method and report MSE, inner-product bias and "
+                              "variance against queries y = 0.6x + 0.8z, bytes per vector and throughput");
+      cmd->add_option("--method", args->method,
+                      "turboquant_mse, turboquant_prod, qjl, turboquant_rvq, polar, rabitq or kivi")
+          ->required();
+      cmd->add_option("--bits", args->bits, "bit width, 1..8 (polar: 1..6)")->capture_default_str();
+      cmd->add_option("--dim", args->dim, "vector dimension (head_dim)")->capture_default_str();
+      cmd->add_option("--n", args->n, "number of random vectors")->capture_default_str();
+      cmd->add_option("--seed", args->seed, "seed for the data and the quantizer")->capture_default_str();
+      cmd->add_flag("--json", args->json, "print one JSON object");
+      cmd->callback([args] { run_quant_eval(*args); });
+    }};
 
 }  // namespace

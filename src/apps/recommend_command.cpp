@@ -71,8 +71,9 @@ void run_recommend(const RecommendFlags& f) {
     const AutoConfigChoice c = auto_config(in);
     out["flags"] = c.flags();
     out["source"] = "rules";
-    out["why"] = "no bench-methods measurements (give --results PATH, or run `veloxquant bench-methods`); auto-config's " +
-                 c.rule;
+    out["why"] =
+        "no bench-methods measurements (give --results PATH, or run `veloxquant bench-methods`); auto-config's " +
+        c.rule;
   } else {
     // The candidates that meet the quality floor (the quality objective needs none).
     std::vector<const MeasuredRecord*> eligible;
@@ -92,7 +93,9 @@ void run_recommend(const RecommendFlags& f) {
       cost = [](const MeasuredRecord& r) { return r.kld; };
       measure = "KL divergence";
     } else if (f.objective == "latency") {
-      cost = [](const MeasuredRecord& r) { return r.tok_per_s_baseline > 0 ? -r.tok_per_s / r.tok_per_s_baseline : 0.0; };
+      cost = [](const MeasuredRecord& r) {
+        return r.tok_per_s_baseline > 0 ? -r.tok_per_s / r.tok_per_s_baseline : 0.0;
+      };
       measure = "tokens/s relative to the native cache (higher is better)";
     } else {
       cost = [](const MeasuredRecord& r) { return r.kld * r.kv_bytes_per_token; };
@@ -125,19 +128,22 @@ void run_recommend(const RecommendFlags& f) {
   }
 }
 
-CommandRegistration registration{"recommend", [](CLI::App& root) {
-  auto f = std::make_shared<RecommendFlags>();
-  auto* cmd = root.add_subcommand("recommend", "A cache for an objective, from measured results (or auto-config's rules)");
-  cmd->add_option("--objective", f->objective, "memory, latency, quality or balanced")->capture_default_str();
-  cmd->add_option("--results", f->results,
-                  "bench-methods results.json (repeatable; default docs/results.json and docs/eviction/results.json when present)");
-  cmd->add_option("--min-top1", f->min_top1, "Quality floor: top-1 agreement %, for memory/latency/balanced")
-      ->capture_default_str();
-  cmd->add_option("--model", f->model, "Only records measured on this model (file name)");
-  cmd->add_option("--seq-len", f->seq_len, "Context for the rule-based fallback")->capture_default_str();
-  cmd->add_flag("--json", f->json, "One JSON document on stdout");
-  cmd->callback([f] { run_recommend(*f); });
-}};
+CommandRegistration registration{
+    "recommend", [](CLI::App& root) {
+      auto f = std::make_shared<RecommendFlags>();
+      auto* cmd =
+          root.add_subcommand("recommend", "A cache for an objective, from measured results (or auto-config's rules)");
+      cmd->add_option("--objective", f->objective, "memory, latency, quality or balanced")->capture_default_str();
+      cmd->add_option("--results", f->results,
+                      "bench-methods results.json (repeatable; default docs/results.json and "
+                      "docs/eviction/results.json when present)");
+      cmd->add_option("--min-top1", f->min_top1, "Quality floor: top-1 agreement %, for memory/latency/balanced")
+          ->capture_default_str();
+      cmd->add_option("--model", f->model, "Only records measured on this model (file name)");
+      cmd->add_option("--seq-len", f->seq_len, "Context for the rule-based fallback")->capture_default_str();
+      cmd->add_flag("--json", f->json, "One JSON document on stdout");
+      cmd->callback([f] { run_recommend(*f); });
+    }};
 
 }  // namespace
 }  // namespace apps

@@ -52,8 +52,10 @@ void run_serve(const ServeFlags& f) {
   serve::ServeOptions options;
   options.parallel = static_cast<int>(parse_int_flag("--parallel", f.parallel, 1, 256));
   options.max_queue = static_cast<std::size_t>(parse_int_flag("--max-queue", f.max_queue, 0, 1 << 20));
-  options.prompt_cache_entries = static_cast<std::size_t>(parse_int_flag("--prompt-cache-entries", f.prompt_cache_entries, 0, 1 << 20));
-  options.prompt_cache_bytes = static_cast<std::size_t>(parse_int_flag("--prompt-cache-mib", f.prompt_cache_mib, 0, 1 << 20)) << 20;
+  options.prompt_cache_entries =
+      static_cast<std::size_t>(parse_int_flag("--prompt-cache-entries", f.prompt_cache_entries, 0, 1 << 20));
+  options.prompt_cache_bytes =
+      static_cast<std::size_t>(parse_int_flag("--prompt-cache-mib", f.prompt_cache_mib, 0, 1 << 20)) << 20;
   options.prefill_step = static_cast<int>(parse_int_flag("--prefill-step", f.prefill_step, 1, 1 << 20));
   serve::HttpOptions http;
   http.host = f.host;
@@ -116,8 +118,7 @@ void run_serve(const ServeFlags& f) {
   waiter.detach();
 
   std::fprintf(stderr, "[veloxquant info] serving %s on http://%s:%d/ (cache %s, %d slot(s), context %lld)\n",
-               http.model_id.c_str(), http.host.c_str(), port,
-               engine.default_cache().label.c_str(), options.parallel,
+               http.model_id.c_str(), http.host.c_str(), port, engine.default_cache().label.c_str(), options.parallel,
                static_cast<long long>(engine.context_length()));
   std::printf("%s\n", server.ready_line().c_str());
   std::fflush(stdout);
@@ -126,29 +127,34 @@ void run_serve(const ServeFlags& f) {
   state->listening = false;
 }
 
-CommandRegistration registration{"serve", [](CLI::App& root) {
-  auto f = std::make_shared<ServeFlags>();
-  auto* cmd = root.add_subcommand("serve", "OpenAI-compatible HTTP server with compressed KV caches");
-  apps::add_model_flags(*cmd, *f, {.model_required = false});
-  cmd->add_option("--alias", f->alias, "Model name in /v1/models (default: the file name without extension)");
-  cmd->add_option("--host", f->host, "Address to bind (a warning when not loopback without --api-key)")
-      ->capture_default_str();
-  cmd->add_option("--port", f->port, "Port (0 = any free port; the ready line says which)")->capture_default_str();
-  cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' on /v1/* and /metrics");
-  cmd->add_option("--ctx", f->ctx, "Context length per request (default: the model's)")->type_name("N");
-  cmd->add_option("--parallel", f->parallel, "Slots generating at once; further requests queue")->capture_default_str();
-  cmd->add_option("--prefill-step", f->prefill_step, "Prompt tokens per prefill forward")->capture_default_str();
-  cmd->add_option("--max-queue", f->max_queue, "Requests that may wait for a slot (more get 503)")->capture_default_str();
-  cmd->add_option("--prompt-cache-entries", f->prompt_cache_entries,
-                  "Finished requests' caches kept for prefix reuse (0 = off)")->capture_default_str();
-  cmd->add_option("--prompt-cache-mib", f->prompt_cache_mib, "Resident bytes the prompt cache may hold, MiB")
-      ->capture_default_str();
-  cmd->add_option("--max-body-mib", f->max_body_mib, "Largest request body, MiB (larger: 413)")->capture_default_str();
-  cmd->add_option("--read-timeout", f->read_timeout, "Seconds a client may take to send its request")
-      ->capture_default_str();
-  add_kv_method_flags(*cmd, f->kv);
-  cmd->callback([f] { run_serve(*f); });
-}};
+CommandRegistration registration{
+    "serve", [](CLI::App& root) {
+      auto f = std::make_shared<ServeFlags>();
+      auto* cmd = root.add_subcommand("serve", "OpenAI-compatible HTTP server with compressed KV caches");
+      apps::add_model_flags(*cmd, *f, {.model_required = false});
+      cmd->add_option("--alias", f->alias, "Model name in /v1/models (default: the file name without extension)");
+      cmd->add_option("--host", f->host, "Address to bind (a warning when not loopback without --api-key)")
+          ->capture_default_str();
+      cmd->add_option("--port", f->port, "Port (0 = any free port; the ready line says which)")->capture_default_str();
+      cmd->add_option("--api-key", f->api_key, "Require 'Authorization: Bearer KEY' on /v1/* and /metrics");
+      cmd->add_option("--ctx", f->ctx, "Context length per request (default: the model's)")->type_name("N");
+      cmd->add_option("--parallel", f->parallel, "Slots generating at once; further requests queue")
+          ->capture_default_str();
+      cmd->add_option("--prefill-step", f->prefill_step, "Prompt tokens per prefill forward")->capture_default_str();
+      cmd->add_option("--max-queue", f->max_queue, "Requests that may wait for a slot (more get 503)")
+          ->capture_default_str();
+      cmd->add_option("--prompt-cache-entries", f->prompt_cache_entries,
+                      "Finished requests' caches kept for prefix reuse (0 = off)")
+          ->capture_default_str();
+      cmd->add_option("--prompt-cache-mib", f->prompt_cache_mib, "Resident bytes the prompt cache may hold, MiB")
+          ->capture_default_str();
+      cmd->add_option("--max-body-mib", f->max_body_mib, "Largest request body, MiB (larger: 413)")
+          ->capture_default_str();
+      cmd->add_option("--read-timeout", f->read_timeout, "Seconds a client may take to send its request")
+          ->capture_default_str();
+      add_kv_method_flags(*cmd, f->kv);
+      cmd->callback([f] { run_serve(*f); });
+    }};
 
 }  // namespace
 }  // namespace apps

@@ -8,7 +8,7 @@
 
 namespace {
 apps::CommandRegistration registration{"version", [](CLI::App& root) {
-  auto* cmd = root.add_subcommand("version", "Print the veloxquant version");
-  cmd->callback([] { std::printf("veloxquant %s\n", veloxquant::version()); });
-}};
+                                         auto* cmd = root.add_subcommand("version", "Print the veloxquant version");
+                                         cmd->callback([] { std::printf("veloxquant %s\n", veloxquant::version()); });
+                                       }};
 }  // namespace

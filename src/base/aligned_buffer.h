@@ -32,7 +32,7 @@ class AlignedBuffer {
     swap(moved);
     return *this;
   }
-  ~AlignedBuffer() { ::operator delete(data_, std::align_val_t{kBufferAlignment}); }
+  ~AlignedBuffer() { ::operator delete (data_, std::align_val_t{kBufferAlignment}); }
 
   void swap(AlignedBuffer& other) noexcept {
     std::swap(data_, other.data_);
@@ -49,16 +49,20 @@ class AlignedBuffer {
   std::byte* data() { return data_; }
   const std::byte* data() const { return data_; }
   template <class T>
-  T* as() { return reinterpret_cast<T*>(data_); }
+  T* as() {
+    return reinterpret_cast<T*>(data_);
+  }
   template <class T>
-  const T* as() const { return reinterpret_cast<const T*>(data_); }
+  const T* as() const {
+    return reinterpret_cast<const T*>(data_);
+  }
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
 
  private:
   void allocate(std::size_t bytes) {
     if (bytes == 0) return;
-    data_ = static_cast<std::byte*>(::operator new(bytes, std::align_val_t{kBufferAlignment}));
+    data_ = static_cast<std::byte*>(::operator new (bytes, std::align_val_t{kBufferAlignment}));
     std::memset(data_, 0, bytes);
     size_ = bytes;
   }

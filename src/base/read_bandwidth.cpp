@@ -57,7 +57,8 @@ ReadBandwidth measure_read_bandwidth(ThreadPool& pool, std::size_t bytes, int pa
       const std::size_t first = static_cast<std::size_t>(begin) * lines_per_slice;
       const std::size_t last = std::min(lines, static_cast<std::size_t>(end) * lines_per_slice);
       // An atomic side effect of every slice's sum: the reads cannot be optimised away.
-      if (first < last) sink.fetch_add(sum_lines(words + first * kWordsPerLine, last - first), std::memory_order_relaxed);
+      if (first < last)
+        sink.fetch_add(sum_lines(words + first * kWordsPerLine, last - first), std::memory_order_relaxed);
     });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double rate = seconds > 0 ? static_cast<double>(result.bytes) / seconds : 0.0;

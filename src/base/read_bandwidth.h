@@ -12,9 +12,9 @@
 namespace base {
 
 struct ReadBandwidth {
-  std::size_t bytes = 0;            // bytes read per pass
-  int threads = 0;                  // participants of the pool that read them
-  double best_bytes_per_s = 0.0;    // the fastest pass
+  std::size_t bytes = 0;                 // bytes read per pass
+  int threads = 0;                       // participants of the pool that read them
+  double best_bytes_per_s = 0.0;         // the fastest pass
   std::vector<double> pass_bytes_per_s;  // every pass, in order (the spread shows the noise)
 };
 

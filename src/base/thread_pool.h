@@ -39,8 +39,9 @@ class ThreadPool {
   template <class Body>
   void parallel_for(int64_t n, Body&& body, int64_t min_chunk = 1) {
     using B = std::remove_reference_t<Body>;
-    run(n, RangeFn{const_cast<void*>(static_cast<const void*>(std::addressof(body))),
-                   [](void* object, int64_t begin, int64_t end) { (*static_cast<B*>(object))(begin, end); }},
+    run(n,
+        RangeFn{const_cast<void*>(static_cast<const void*>(std::addressof(body))),
+                [](void* object, int64_t begin, int64_t end) { (*static_cast<B*>(object))(begin, end); }},
         min_chunk);
   }
 

@@ -15,9 +15,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 void validate_generate_options(const GenerateOptions& o) {
   validate(sampler_options(o));
@@ -55,10 +53,14 @@ SamplerOptions sampler_options(const GenerateOptions& o) {
 
 std::string_view stop_reason_name(StopReason reason) {
   switch (reason) {
-    case StopReason::kEos: return "eos";
-    case StopReason::kMaxTokens: return "max_tokens";
-    case StopReason::kContextLimit: return "context_limit";
-    case StopReason::kCallback: return "stopped";
+    case StopReason::kEos:
+      return "eos";
+    case StopReason::kMaxTokens:
+      return "max_tokens";
+    case StopReason::kContextLimit:
+      return "context_limit";
+    case StopReason::kCallback:
+      return "stopped";
   }
   return "?";
 }
@@ -108,7 +110,8 @@ GenerationStats stream_generate(const Model& model, const Tokenizer& tokenizer,
   // failing mid-generation after partial output.
   const int32_t sampled_vocab = std::min(vocab, tokenizer.vocab_size());
   if (sampled_vocab < 1) {
-    throw base::InvalidArgument("the tokenizer has no tokens (vocab_size " + std::to_string(tokenizer.vocab_size()) + ")");
+    throw base::InvalidArgument("the tokenizer has no tokens (vocab_size " + std::to_string(tokenizer.vocab_size()) +
+                                ")");
   }
 
   // The caches: the caller's (continuing a prompt cache) or a fresh list for this call only.
@@ -116,8 +119,8 @@ GenerationStats stream_generate(const Model& model, const Tokenizer& tokenizer,
   PromptCache& state = prompt_cache ? *prompt_cache : local;
   if (!prompt_cache) state.caches = make_prompt_cache(model);
   if (state.caches.size() != model.layers().size()) {
-    throw base::InvalidArgument("cache list has " + std::to_string(state.caches.size()) +
-                                " caches for a model of " + std::to_string(model.layers().size()) + " layers");
+    throw base::InvalidArgument("cache list has " + std::to_string(state.caches.size()) + " caches for a model of " +
+                                std::to_string(model.layers().size()) + " layers");
   }
   const int64_t cached = state.caches.empty() || !state.caches.front() ? 0 : state.caches.front()->offset();
   if (cached != static_cast<int64_t>(state.tokens.size())) {
@@ -212,7 +215,8 @@ GenerationStats stream_generate(const Model& model, const Tokenizer& tokenizer,
       throw base::InvalidArgument("model returned " + std::to_string(logits.size()) + " logits for a vocabulary of " +
                                   std::to_string(vocab));
     }
-    const int32_t token = sampler.sample(std::span<const float>(logits).first(static_cast<std::size_t>(sampled_vocab)), history);
+    const int32_t token =
+        sampler.sample(std::span<const float>(logits).first(static_cast<std::size_t>(sampled_vocab)), history);
     ++stats.generation_tokens;
     ++sequence;
     if (stops.count(token)) {

@@ -34,8 +34,8 @@ struct GenerateOptions {
   // Longest sequence (cached + prompt + generated tokens); unset = the model's context
   // length (0 there = unlimited).
   std::optional<int64_t> context_length;
-  bool add_bos = true;                 // prepend BOS when encoding a text prompt
-  std::vector<int32_t> extra_stop_ids; // stop tokens besides EOS and the tokenizer's stop ids
+  bool add_bos = true;                  // prepend BOS when encoding a text prompt
+  std::vector<int32_t> extra_stop_ids;  // stop tokens besides EOS and the tokenizer's stop ids
   // Called after each prefill chunk with (tokens processed, tokens to process).
   std::function<void(int64_t, int64_t)> on_prefill_progress;
   // Input embeddings for the new prompt tokens instead of the model's token lookup, for a

@@ -29,8 +29,8 @@ namespace {
 // tensors, lm/arch/phi3_weights.h; gemma2: soft-capping and local/global layers,
 // lm/arch/gemma2_hparams.h).
 bool is_llama_family(const std::string& arch) {
-  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "gemma3" || arch == "phi3" ||
-         moe_architecture_supported(arch);
+  return arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "gemma3" ||
+         arch == "phi3" || moe_architecture_supported(arch);
 }
 
 std::vector<float> read_optional_vector(const gguf::GgufFile& file, const std::string& name) {
@@ -51,14 +51,15 @@ int32_t metadata_int(const gguf::GgufFile& file, const std::string& key) {
 void apply_context_length(const LoadOptions& options, int64_t& context_length) {
   if (!options.context_length) return;
   if (context_length > 0 && *options.context_length > context_length) {
-    throw base::InvalidArgument("ctx " + std::to_string(*options.context_length) + " exceeds the model's context length " +
-                                std::to_string(context_length));
+    throw base::InvalidArgument("ctx " + std::to_string(*options.context_length) +
+                                " exceeds the model's context length " + std::to_string(context_length));
   }
   context_length = *options.context_length;
 }
 
 // The file's own tokenizer, or the one --tokenizer names (a GGUF or a llama2.c tokenizer file).
-std::shared_ptr<Tokenizer> gguf_model_tokenizer(const gguf::GgufFile& file, int vocab_size, const LoadOptions& options) {
+std::shared_ptr<Tokenizer> gguf_model_tokenizer(const gguf::GgufFile& file, int vocab_size,
+                                                const LoadOptions& options) {
   TokenizerVocab vocab;
   if (options.tokenizer_path) {
     if (gguf::GgufFile::has_magic(*options.tokenizer_path)) {
@@ -81,8 +82,9 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
     return {model, gguf_model_tokenizer(*file, model->config().vocab_size, options)};
   }
   if (!is_llama_family(arch)) {
-    throw base::Unsupported("GGUF file '" + path + "': architecture '" + arch +
-                            "' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, lfm2)");
+    throw base::Unsupported(
+        "GGUF file '" + path + "': architecture '" + arch +
+        "' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, lfm2)");
   }
   const std::string p = arch + ".";
   if (file->find_tensor("blk.0.ffn_gate_inp.weight") && !moe_architecture_supported(arch)) {
@@ -102,9 +104,10 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   c.dim = metadata_int(*file, p + "embedding_length");
   c.hidden_dim = metadata_int(*file, p + "feed_forward_length");
   c.n_heads = metadata_int(*file, p + "attention.head_count");
-  c.n_kv_heads = file->find(p + "attention.head_count_kv") ? metadata_int(*file, p + "attention.head_count_kv") : c.n_heads;
-  c.head_dim = file->find(p + "attention.key_length") ? metadata_int(*file, p + "attention.key_length")
-                                                      : c.dim / c.n_heads;
+  c.n_kv_heads =
+      file->find(p + "attention.head_count_kv") ? metadata_int(*file, p + "attention.head_count_kv") : c.n_heads;
+  c.head_dim =
+      file->find(p + "attention.key_length") ? metadata_int(*file, p + "attention.key_length") : c.dim / c.n_heads;
   if (auto vlen = file->get_int(p + "attention.value_length"); vlen && *vlen != c.head_dim) {
     throw base::Unsupported("GGUF file '" + path + "': value head size " + std::to_string(*vlen) +
                             " differs from key head size " + std::to_string(c.head_dim));
@@ -118,8 +121,9 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
   hyper.rope_dim = file->find(p + "rope.dimension_count") ? metadata_int(*file, p + "rope.dimension_count") : 0;
   if (hyper.rope_dim < 0 || hyper.rope_dim > c.head_dim || hyper.rope_dim % 2 != 0) {
     // Rotated in pairs, within one head: anything else was clamped silently before.
-    throw base::FormatError("GGUF file '" + path + "': " + p + "rope.dimension_count " + std::to_string(hyper.rope_dim) +
-                            " must be even and at most the head size " + std::to_string(c.head_dim));
+    throw base::FormatError("GGUF file '" + path + "': " + p + "rope.dimension_count " +
+                            std::to_string(hyper.rope_dim) + " must be even and at most the head size " +
+                            std::to_string(c.head_dim));
   }
   if (arch == "gemma3") apply_gemma3_hparams(*file, c, hyper);
   if (arch == "gemma2") apply_gemma2_hparams(*file, c, hyper);
@@ -169,7 +173,8 @@ LoadedModel load_gguf(const std::string& path, const LoadOptions& options) {
 
   LoadedModel out;
   try {
-    out.model = std::make_shared<LlamaModel>(c, hyper, std::move(w), LlamaRuntimeOptions{options.kv_type, options.threads, options.i16_activations});
+    out.model = std::make_shared<LlamaModel>(
+        c, hyper, std::move(w), LlamaRuntimeOptions{options.kv_type, options.threads, options.i16_activations});
   } catch (const base::FormatError& e) {
     throw base::FormatError("GGUF file '" + path + "': " + e.what());
   }
@@ -185,8 +190,9 @@ std::string find_llama2c_tokenizer(const std::string& model_path, int vocab_size
     const auto candidate = dir / name;
     if (std::filesystem::is_regular_file(candidate)) return candidate.string();
   }
-  throw base::FormatError("llama2.c checkpoint '" + model_path + "' needs a tokenizer file: none of tokenizer.bin, tok" +
-                          std::to_string(vocab_size) + ".bin is next to it; pass one with --tokenizer");
+  throw base::FormatError("llama2.c checkpoint '" + model_path +
+                          "' needs a tokenizer file: none of tokenizer.bin, tok" + std::to_string(vocab_size) +
+                          ".bin is next to it; pass one with --tokenizer");
 }
 
 LoadedModel load_llama2c(const std::string& path, const LoadOptions& options) {
@@ -194,8 +200,9 @@ LoadedModel load_llama2c(const std::string& path, const LoadOptions& options) {
   apply_context_length(options, ck.config.context_length);
   const std::string tokenizer_path = find_llama2c_tokenizer(path, ck.config.vocab_size, options);
   LoadedModel out;
-  out.model = std::make_shared<LlamaModel>(ck.config, ck.hyper, std::move(ck.weights),
-                                           LlamaRuntimeOptions{options.kv_type, options.threads, options.i16_activations});
+  out.model =
+      std::make_shared<LlamaModel>(ck.config, ck.hyper, std::move(ck.weights),
+                                   LlamaRuntimeOptions{options.kv_type, options.threads, options.i16_activations});
   out.tokenizer = make_tokenizer(read_llama2c_tokenizer(tokenizer_path, ck.config.vocab_size));
   return out;
 }
@@ -268,7 +275,8 @@ LoadedModel load(const std::string& path, const LoadOptions& options) {
     std::ifstream in(path, std::ios::binary);
     char magic[4] = {};
     in.read(magic, 4);
-    if (in && std::memcmp(magic, "24ka", 4) == 0) return load_llama2c(path, options);  // "ak42" LE: reader names version
+    if (in && std::memcmp(magic, "24ka", 4) == 0)
+      return load_llama2c(path, options);  // "ak42" LE: reader names version
   }
   if (looks_like_llama2c(path)) return load_llama2c(path, options);
   throw base::FormatError("model file '" + path +

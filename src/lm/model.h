@@ -14,12 +14,12 @@ namespace lm {
 
 // What a cache factory needs to know about one decoder layer.
 struct LayerInfo {
-  bool is_attention = true;             // false: recurrent block, MoE gate, ... (native cache)
-  int head_dim = 0;                     // 0 = use the model's head_dim
+  bool is_attention = true;  // false: recurrent block, MoE gate, ... (native cache)
+  int head_dim = 0;          // 0 = use the model's head_dim
   int n_heads = 0;
   int n_kv_heads = 0;
   std::optional<int64_t> sliding_window;  // rotating cache for sliding-window layers
-  std::string kind = "attention";       // free text for reports
+  std::string kind = "attention";         // free text for reports
   // A non-attention layer's own state cache (lm::ConvStateCache for LFM2's "shortconv"
   // layers), which native caches of every KV type use for it; empty = a plain KV cache.
   std::function<std::shared_ptr<KVCache>()> make_state_cache;
@@ -53,8 +53,8 @@ class Model {
   // Runs the model over `tokens` (positions taken from the caches' offsets) and writes the
   // logits of the last token (vocab_size floats) into `last_logits`; when `all_logits` is
   // non-null it receives tokens.size() * vocab_size floats, one row per token.
-  virtual void forward(const std::vector<int32_t>& tokens, CacheList& caches,
-                       std::vector<float>& last_logits, std::vector<float>* all_logits = nullptr) const = 0;
+  virtual void forward(const std::vector<int32_t>& tokens, CacheList& caches, std::vector<float>& last_logits,
+                       std::vector<float>* all_logits = nullptr) const = 0;
 
   // The input embeddings forward() computes from token ids before the first layer (scaling
   // included): `out` receives tokens.size() * config().dim floats, row t for tokens[t]. A
@@ -62,8 +62,8 @@ class Model {
   // forward_embeddings() on the result. Text models without the split throw base::Unsupported.
   virtual void embed_tokens(const std::vector<int32_t>& tokens, float* out) const;
   // forward() from given input embeddings, `n` rows of config().dim floats, instead of ids.
-  virtual void forward_embeddings(const float* embeddings, int64_t n, CacheList& caches, std::vector<float>& last_logits,
-                                  std::vector<float>* all_logits = nullptr) const;
+  virtual void forward_embeddings(const float* embeddings, int64_t n, CacheList& caches,
+                                  std::vector<float>& last_logits, std::vector<float>* all_logits = nullptr) const;
 
   // A vision-language wrapper's text model (what its caches belong to); nullptr for a model
   // that is itself a language model. KVCacheBuilder::for_model and patch_vlm_kv_cache read it.

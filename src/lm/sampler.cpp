@@ -57,8 +57,7 @@ void validate(const SamplerOptions& o) {
   }
 }
 
-void apply_repetition_penalty(std::span<float> logits, std::span<const int32_t> history, float penalty,
-                              int context) {
+void apply_repetition_penalty(std::span<float> logits, std::span<const int32_t> history, float penalty, int context) {
   if (penalty == 1.0f || context <= 0 || history.empty()) return;
   const std::size_t n = std::min<std::size_t>(history.size(), static_cast<std::size_t>(context));
   std::unordered_set<int32_t> seen;

@@ -27,12 +27,12 @@
 namespace lm {
 
 struct SamplerOptions {
-  float temperature = 0.0f;        // 0 = greedy
-  int top_k = 0;                   // 0 = off
-  float top_p = 1.0f;              // 1 = off; (0, 1]
-  float min_p = 0.0f;              // 0 = off; [0, 1]
-  float repetition_penalty = 1.0f; // 1 = off; > 0
-  int repetition_context = 64;     // how many of the latest tokens are penalised; >= 0
+  float temperature = 0.0f;         // 0 = greedy
+  int top_k = 0;                    // 0 = off
+  float top_p = 1.0f;               // 1 = off; (0, 1]
+  float min_p = 0.0f;               // 0 = off; [0, 1]
+  float repetition_penalty = 1.0f;  // 1 = off; > 0
+  int repetition_context = 64;      // how many of the latest tokens are penalised; >= 0
   uint64_t seed = 0;
 };
 
@@ -40,8 +40,7 @@ struct SamplerOptions {
 void validate(const SamplerOptions& options);
 
 // The pure steps (in place on a logits vector; masked entries become -inf).
-void apply_repetition_penalty(std::span<float> logits, std::span<const int32_t> history, float penalty,
-                              int context);
+void apply_repetition_penalty(std::span<float> logits, std::span<const int32_t> history, float penalty, int context);
 void apply_top_k(std::span<float> logits, int k);
 void apply_top_p(std::span<float> logits, float p);
 void apply_min_p(std::span<float> logits, float min_p);

@@ -33,7 +33,8 @@ float load_as_f32(const std::byte* element, DType dtype) {
       std::memcpy(&h, element, 2);
       return base::bf16_to_f32(h);
     }
-    case DType::U8: return static_cast<float>(*reinterpret_cast<const uint8_t*>(element));
+    case DType::U8:
+      return static_cast<float>(*reinterpret_cast<const uint8_t*>(element));
     case DType::I32: {
       int32_t v;
       std::memcpy(&v, element, 4);
@@ -50,7 +51,9 @@ float load_as_f32(const std::byte* element, DType dtype) {
 
 void store_from_f32(std::byte* element, DType dtype, float value) {
   switch (dtype) {
-    case DType::F32: std::memcpy(element, &value, 4); return;
+    case DType::F32:
+      std::memcpy(element, &value, 4);
+      return;
     case DType::F16: {
       const uint16_t h = base::f32_to_f16(value);
       std::memcpy(element, &h, 2);
@@ -61,7 +64,9 @@ void store_from_f32(std::byte* element, DType dtype, float value) {
       std::memcpy(element, &h, 2);
       return;
     }
-    case DType::U8: *reinterpret_cast<uint8_t*>(element) = static_cast<uint8_t>(value); return;
+    case DType::U8:
+      *reinterpret_cast<uint8_t*>(element) = static_cast<uint8_t>(value);
+      return;
     case DType::I32: {
       const int32_t v = static_cast<int32_t>(value);
       std::memcpy(element, &v, 4);
@@ -75,8 +80,7 @@ void store_from_f32(std::byte* element, DType dtype, float value) {
   }
 }
 
-void convert_elements(const std::byte* src, DType src_dtype, std::byte* dst, DType dst_dtype,
-                      std::size_t count) {
+void convert_elements(const std::byte* src, DType src_dtype, std::byte* dst, DType dst_dtype, std::size_t count) {
   if (src_dtype == dst_dtype) {
     std::memcpy(dst, src, count * dtype_size(src_dtype));
     return;
@@ -99,11 +103,10 @@ Tensor::Tensor(Shape shape, DType dtype)
 Tensor Tensor::from_f32(std::span<const float> values, Shape shape, DType dtype) {
   Tensor t(std::move(shape), dtype);
   if (static_cast<int64_t>(values.size()) != t.numel()) {
-    throw base::InvalidArgument("from_f32: " + std::to_string(values.size()) +
-                                " values for a tensor of " + std::to_string(t.numel()) + " elements");
+    throw base::InvalidArgument("from_f32: " + std::to_string(values.size()) + " values for a tensor of " +
+                                std::to_string(t.numel()) + " elements");
   }
-  convert_elements(reinterpret_cast<const std::byte*>(values.data()), DType::F32, t.raw_data(), dtype,
-                   values.size());
+  convert_elements(reinterpret_cast<const std::byte*>(values.data()), DType::F32, t.raw_data(), dtype, values.size());
   return t;
 }
 

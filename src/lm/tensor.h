@@ -48,9 +48,13 @@ class Tensor {
   std::byte* raw_data();
   const std::byte* raw_data() const;
   template <class T>
-  T* data() { return reinterpret_cast<T*>(raw_data()); }
+  T* data() {
+    return reinterpret_cast<T*>(raw_data());
+  }
   template <class T>
-  const T* data() const { return reinterpret_cast<const T*>(raw_data()); }
+  const T* data() const {
+    return reinterpret_cast<const T*>(raw_data());
+  }
 
   // Element access through the strides, converting to/from f32 (for tests and reference
   // code; kernels use raw pointers).
@@ -61,7 +65,7 @@ class Tensor {
 
   // Views (share storage).
   Tensor slice(int axis, int64_t begin, int64_t end) const;  // [begin, end) along axis
-  Tensor reshape(Shape shape) const;                          // requires contiguity
+  Tensor reshape(Shape shape) const;                         // requires contiguity
   // Deep copies.
   Tensor contiguous() const;  // returns *this when already contiguous
   Tensor clone() const;       // always a fresh contiguous copy
@@ -83,7 +87,6 @@ std::vector<int64_t> contiguous_strides(const Shape& shape);
 float load_as_f32(const std::byte* element, DType dtype);
 void store_from_f32(std::byte* element, DType dtype, float value);
 // Copies `count` elements, converting dtype (the scalar reference path).
-void convert_elements(const std::byte* src, DType src_dtype, std::byte* dst, DType dst_dtype,
-                      std::size_t count);
+void convert_elements(const std::byte* src, DType src_dtype, std::byte* dst, DType dst_dtype, std::size_t count);
 
 }  // namespace lm

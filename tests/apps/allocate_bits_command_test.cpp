@@ -17,10 +17,10 @@ const std::string kStories = std::string(VQ_SHARED_DIR) + "/models/stories260K/s
 const std::string kText = std::string(VQ_SHARED_DIR) + "/data/tinystories_valid_head794k.txt";
 
 TEST(AllocateBits, PrintsOneEntryPerAttentionLayerWithinTheBudget) {
-  const test_support::CliResult r = run_cli(
-      "allocate-bits -m " + kStories + " --text " + kText +
-      " --method turboquant_block --set key_bits=3 --set value_bits=3 --candidate-bits 2,3,4 --measure-bits 3"
-      " --ctx 64 --chunks 2 --threads 1 --budget-rows 256");
+  const test_support::CliResult r =
+      run_cli("allocate-bits -m " + kStories + " --text " + kText +
+              " --method turboquant_block --set key_bits=3 --set value_bits=3 --candidate-bits 2,3,4 --measure-bits 3"
+              " --ctx 64 --chunks 2 --threads 1 --budget-rows 256");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(\nkey_bits=([0-9,]+)\n)"))) << r.out;
@@ -59,9 +59,9 @@ TEST(AllocateBits, BadFlagsNameTheFlag) {
 }
 
 TEST(AllocateBits, ABudgetBelowTheCheapestWidthsIsRefused) {
-  const test_support::CliResult r =
-      run_cli("allocate-bits -m " + kStories + " --text " + kText +
-              " --method turboquant_block --candidate-bits 3,4 --ctx 64 --chunks 1 --threads 1 --avg-bits 1 --no-check");
+  const test_support::CliResult r = run_cli(
+      "allocate-bits -m " + kStories + " --text " + kText +
+      " --method turboquant_block --candidate-bits 3,4 --ctx 64 --chunks 1 --threads 1 --avg-bits 1 --no-check");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("above the budget"), std::string::npos) << r.err;
 }

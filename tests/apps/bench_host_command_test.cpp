@@ -43,10 +43,11 @@ TEST(BenchHostCommand, JsonRecordHasItsKeysAndExactRows) {
   const auto j = nlohmann::json::parse(out);
   std::set<std::string> keys;
   for (const auto& item : j.items()) keys.insert(item.key());
-  const std::set<std::string> expected = {
-      "command", "version",  "model",  "model_name", "architecture",  "context_length", "threads",
-      "build_type", "cpu",   "simd_target", "method", "bits", "settings", "kv_dtype", "prompt",
-      "decode_tokens", "batch", "repeat", "peak_rss_bytes", "rows"};
+  const std::set<std::string> expected = {"command",      "version",        "model",          "model_name",
+                                          "architecture", "context_length", "threads",        "build_type",
+                                          "cpu",          "simd_target",    "method",         "bits",
+                                          "settings",     "kv_dtype",       "prompt",         "decode_tokens",
+                                          "batch",        "repeat",         "peak_rss_bytes", "rows"};
   EXPECT_EQ(keys, expected);
   EXPECT_EQ(j["context_length"], 512);
   EXPECT_EQ(j["architecture"], "llama");
@@ -95,8 +96,11 @@ TEST(BenchHostCommand, JsonRecordHasItsKeysAndExactRows) {
 
 TEST(BenchHostCommand, TableTextPromptAndCompressedCache) {
   if (!ready()) GTEST_SKIP() << "CLI or stories260K missing";
-  auto [status, out] = run("bench-host --model " + model() + " --ctx 40 --decode-tokens 8 --prefill 0 --repeat 2 "
-                           "--threads 1 --text " + text(), false);
+  auto [status, out] = run("bench-host --model " + model() +
+                               " --ctx 40 --decode-tokens 8 --prefill 0 --repeat 2 "
+                               "--threads 1 --text " +
+                               text(),
+                           false);
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find("| decode | 40 | 32 |"), std::string::npos) << out;
   EXPECT_EQ(out.find("| prefill |"), std::string::npos) << out;  // --prefill 0: no such row
@@ -104,8 +108,10 @@ TEST(BenchHostCommand, TableTextPromptAndCompressedCache) {
   EXPECT_NE(out.find("peak RSS"), std::string::npos) << out;
 
   // A compressed cache is timed through the same loop; it holds fewer bytes than the f16 one.
-  std::tie(status, out) = run("bench-host --model " + model() + " --ctx 64 --decode-tokens 4 --prefill 0 "
-                              "--threads 1 --method kivi --bits 2 --json", false);
+  std::tie(status, out) = run("bench-host --model " + model() +
+                                  " --ctx 64 --decode-tokens 4 --prefill 0 "
+                                  "--threads 1 --method kivi --bits 2 --json",
+                              false);
   ASSERT_EQ(status, 0) << out;
   const auto j = nlohmann::json::parse(out);
   EXPECT_EQ(j["method"], "kivi");

@@ -49,7 +49,8 @@ TEST(BenchHostMethodsCommand, OneRowPerMethodPerContextAgainstNoneOfTheSameRun) 
   const auto [status, out] =
       run("bench-host --model " + model() +
               " --ctx 100,200 --decode-tokens 4 --prefill 0 --threads 1 --repeat 2 --probe-mib 16 --probe-passes 2"
-              " --methods 'none; kivi --bits 4; h2o --set h2o_budget=64' --json --plot " + plot,
+              " --methods 'none; kivi --bits 4; h2o --set h2o_budget=64' --json --plot " +
+              plot,
           false);
   ASSERT_EQ(status, 0) << out;
   const auto j = nlohmann::json::parse(out);
@@ -116,7 +117,8 @@ TEST(BenchHostMethodsCommand, TableAndTheNativeCacheAddedWhenMissing) {
   std::filesystem::remove(record);
   auto [status, out] = run("bench-host --model " + model() +
                                " --ctx 64 --decode-tokens 4 --prefill 32 --threads 1 --probe-mib 0"
-                               " --methods 'kivi --bits 2' --json-out " + record,
+                               " --methods 'kivi --bits 2' --json-out " +
+                               record,
                            true);
   ASSERT_EQ(status, 0) << out;
   // --json-out: the record of the very run the table shows (2 caches x (prefill row + ctx 64)).
@@ -127,7 +129,8 @@ TEST(BenchHostMethodsCommand, TableAndTheNativeCacheAddedWhenMissing) {
   EXPECT_EQ(j["methods"][0]["label"], "none");
   EXPECT_TRUE(j["bandwidth_probe"].is_null());
   char decode_cell[64];
-  std::snprintf(decode_cell, sizeof decode_cell, "| 64 | kivi --bits 2 | %.1f |", j["rows"][3]["decode_tokens_per_s"].get<double>());
+  std::snprintf(decode_cell, sizeof decode_cell, "| 64 | kivi --bits 2 | %.1f |",
+                j["rows"][3]["decode_tokens_per_s"].get<double>());
   EXPECT_NE(out.find(decode_cell), std::string::npos) << decode_cell << "\n" << out;
   std::filesystem::remove(record);
   EXPECT_NE(out.find("no 'none'; timing the native cache too"), std::string::npos) << out;
@@ -174,7 +177,8 @@ TEST(BenchHostMethodsCommand, BadEntriesAreNamedBeforeTheModelLoads) {
   // Unwritable outputs fail before the model loads (the model path is bad too, and not named).
   for (const std::string flag : {"--plot", "--json-out"}) {
     std::tie(status, out) = run("bench-host --model /nonexistent/model.gguf --ctx 64 --methods 'none' " + flag +
-                                    " /nonexistent/dir/out --probe-mib 0", true);
+                                    " /nonexistent/dir/out --probe-mib 0",
+                                true);
     EXPECT_EQ(status, 2) << out;
     EXPECT_NE(out.find(flag + ": cannot write '/nonexistent/dir/out'"), std::string::npos) << out;
     EXPECT_EQ(out.find("model.gguf"), std::string::npos) << out;

@@ -77,7 +77,8 @@ TEST(GenerateImageCommand, SmolVlmAnswersLikeTransformersGreedy) {
 TEST(GenerateImageCommand, CompressedCacheOnTheLanguageModel) {
   const auto r = run_cli(base_args("-n 4 --method turboquant_rvq --bits 4"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("Wired 2 layer cache(s) with 'turboquant_rvq' on the language model"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Wired 2 layer cache(s) with 'turboquant_rvq' on the language model"), std::string::npos)
+      << r.err;
   EXPECT_NE(r.err.find("[turboquant_rvq]"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("(1.00x smaller)"), std::string::npos) << r.err;
 }

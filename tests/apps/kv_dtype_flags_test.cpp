@@ -20,16 +20,17 @@ const std::string kStories = std::string(VQ_SHARED_DIR) + "/models/stories260K/s
 const std::string kSmolLM2 = std::string(VQ_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 TEST(KvDtypeFlags, UnknownTypeFailsBeforeLoadingInEveryCommand) {
-  for (const std::string command : {"generate -p hi", "eval --text /nonexistent.txt", "bench-host",
-                                    "eval-needle --text /nonexistent.txt"}) {
+  for (const std::string command :
+       {"generate -p hi", "eval --text /nonexistent.txt", "bench-host", "eval-needle --text /nonexistent.txt"}) {
     const RunResult r = run_cli(command + " -m /nonexistent.gguf --kv-dtype q3_0");
     EXPECT_NE(r.exit_code, 0) << command;
     EXPECT_NE(r.err.find("unknown KV cache type 'q3_0' (expected f16, bf16, f32, q8_0, q5_0 or q4_0)"),
               std::string::npos)
         << command << ": " << r.err;
   }
-  const RunResult list = run_cli("bench-methods -m /nonexistent.gguf --text /nonexistent.txt --out /nonexistent_dir "
-                                 "--kv-dtypes q8_0,q4_1");
+  const RunResult list = run_cli(
+      "bench-methods -m /nonexistent.gguf --text /nonexistent.txt --out /nonexistent_dir "
+      "--kv-dtypes q8_0,q4_1");
   EXPECT_NE(list.exit_code, 0);
   EXPECT_NE(list.err.find("unknown KV cache type 'q4_1'"), std::string::npos) << list.err;
 }
@@ -52,10 +53,13 @@ TEST(ModelFlags, ThreadsIsParsedOneWayInEveryCommand) {
 }
 
 TEST(KvDtypeFlags, BlockTypeIsTheCacheUnderTestNeverTheBaseline) {
-  const RunResult with_preset = run_cli("eval -m /nonexistent.gguf --text /nonexistent.txt --kv-dtype q4_0 --preset q4");
+  const RunResult with_preset =
+      run_cli("eval -m /nonexistent.gguf --text /nonexistent.txt --kv-dtype q4_0 --preset q4");
   EXPECT_NE(with_preset.exit_code, 0);
-  EXPECT_NE(with_preset.err.find("--kv-dtype q4_0 is itself the cache under test"), std::string::npos) << with_preset.err;
-  const RunResult bench = run_cli("bench-methods -m " + kStories + " --text /nonexistent.txt --out /nonexistent_dir "
+  EXPECT_NE(with_preset.err.find("--kv-dtype q4_0 is itself the cache under test"), std::string::npos)
+      << with_preset.err;
+  const RunResult bench = run_cli("bench-methods -m " + kStories +
+                                  " --text /nonexistent.txt --out /nonexistent_dir "
                                   "--kv-dtype q8_0 --presets q4");
   EXPECT_NE(bench.exit_code, 0);
   EXPECT_NE(bench.err.find("--kv-dtypes q8_0"), std::string::npos) << bench.err;
@@ -73,7 +77,8 @@ TEST(KvDtypeFlags, HeadDimThatIsNotAMultipleOf32IsRefusedClearly) {
 
 TEST(KvDtypeFlags, GenerateOnSmolLM2StoresQ4_0Blocks) {
   if (!std::filesystem::exists(kSmolLM2)) GTEST_SKIP() << kSmolLM2 << " is not here";
-  const RunResult r = run_cli("generate -m " + kSmolLM2 + " -p 'The capital of France is' -n 6 --temp 0 --kv-dtype q4_0");
+  const RunResult r =
+      run_cli("generate -m " + kSmolLM2 + " -p 'The capital of France is' -n 6 --temp 0 --kv-dtype q4_0");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(r.out.empty());
   // 256 allocated rows x 6480 bytes = 1.58 MiB, against 256 x 23040 for f16 (3.56x).

@@ -43,7 +43,8 @@ TEST(MethodsCommand, AnUnwritableStdoutFailsTheCommand) {
   // /dev/full: every write fails with ENOSPC, as on a full disk. The listing must not exit 0.
   if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
   const std::string binary = std::string(VQ_BINARY_DIR) + "/veloxquant";
-  const std::string err = (std::filesystem::temp_directory_path() / ("vq_full_err_" + std::to_string(::getpid()))).string();
+  const std::string err =
+      (std::filesystem::temp_directory_path() / ("vq_full_err_" + std::to_string(::getpid()))).string();
   for (const std::string command : {"methods", "methods --json", "version"}) {
     const int status = std::system((binary + " " + command + " >/dev/full 2>" + err).c_str());
     ASSERT_TRUE(WIFEXITED(status)) << command;
@@ -63,7 +64,8 @@ TEST(MethodsCommand, Filters) {
   ASSERT_EQ(eviction.exit_code, 0);
   const nlohmann::json eviction_rows = nlohmann::json::parse(eviction.out);
   std::size_t registered_eviction = 0;
-  for (const veloxquant::MethodDescriptor& m : veloxquant::method_registry()) registered_eviction += m.family == "eviction";
+  for (const veloxquant::MethodDescriptor& m : veloxquant::method_registry())
+    registered_eviction += m.family == "eviction";
   EXPECT_EQ(eviction_rows.at("methods").size(), registered_eviction);
   EXPECT_GE(registered_eviction, 8u);
   for (const auto& m : eviction_rows.at("methods")) EXPECT_FALSE(m.at("trimmable").get<bool>());
@@ -90,18 +92,22 @@ TEST(GenerateMethodFlags, APromptCacheLoadsOnlyUnderTheFlagsItWasSavedWith) {
   // given: a wrong measurement, so it is refused, naming both.
   const std::string file =
       (std::filesystem::temp_directory_path() / ("vq_flags_" + std::to_string(::getpid()) + ".vqpc")).string();
-  const RunResult save = run_cli("generate -m " + kStories + " -p 'Once upon' -n 4 --method kivi --bits 4 --save-prompt-cache " + file);
+  const RunResult save =
+      run_cli("generate -m " + kStories + " -p 'Once upon' -n 4 --method kivi --bits 4 --save-prompt-cache " + file);
   ASSERT_EQ(save.exit_code, 0) << save.err;
-  const RunResult same = run_cli("generate -m " + kStories + " -p ' a time' -n 4 --method kivi --bits 4 --load-prompt-cache " + file);
+  const RunResult same =
+      run_cli("generate -m " + kStories + " -p ' a time' -n 4 --method kivi --bits 4 --load-prompt-cache " + file);
   EXPECT_EQ(same.exit_code, 0) << same.err;
   const RunResult none = run_cli("generate -m " + kStories + " -p ' a time' -n 4 --load-prompt-cache " + file);
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_NE(none.err.find("was saved with --method kivi --bits 4; this run asks for --method none"), std::string::npos)
       << none.err;
-  const RunResult bits = run_cli("generate -m " + kStories + " -p ' a time' -n 4 --method kivi --bits 2 --load-prompt-cache " + file);
+  const RunResult bits =
+      run_cli("generate -m " + kStories + " -p ' a time' -n 4 --method kivi --bits 2 --load-prompt-cache " + file);
   EXPECT_EQ(bits.exit_code, 2) << bits.err;
-  const RunResult dtype = run_cli("generate -m " + kStories +
-                                  " -p ' a time' -n 4 --method kivi --bits 4 --kv-dtype f32 --load-prompt-cache " + file);
+  const RunResult dtype =
+      run_cli("generate -m " + kStories +
+              " -p ' a time' -n 4 --method kivi --bits 4 --kv-dtype f32 --load-prompt-cache " + file);
   EXPECT_EQ(dtype.exit_code, 2);
   EXPECT_NE(dtype.err.find("--kv-dtype f16; this run asks for --kv-dtype f32"), std::string::npos) << dtype.err;
   std::filesystem::remove(file);
@@ -118,8 +124,8 @@ TEST(GenerateMethodFlags, WiresTheCacheAndReportsBytes) {
   EXPECT_NE(ok.err.find("for the native f16 cache"), std::string::npos) << ok.err;
   EXPECT_NE(ok.err.find("x smaller; bare f16 rows"), std::string::npos) << ok.err;
   EXPECT_FALSE(ok.out.empty());
-  const RunResult irrelevant =
-      run_cli("generate -m " + kStories + " -p 'Once upon a time' -n 4 --method turboquant_rvq --set kivi_group_size=16");
+  const RunResult irrelevant = run_cli("generate -m " + kStories +
+                                       " -p 'Once upon a time' -n 4 --method turboquant_rvq --set kivi_group_size=16");
   EXPECT_EQ(irrelevant.exit_code, 0) << irrelevant.err;
   EXPECT_NE(irrelevant.err.find("warning: field 'kivi_group_size' is not read by method 'turboquant_rvq'"),
             std::string::npos)

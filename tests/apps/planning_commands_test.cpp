@@ -37,7 +37,8 @@ TEST(AutoConfig, TheOriginalsRulesInOrder) {
   EXPECT_EQ(long_ctx["method"], "kivi");
   EXPECT_EQ(long_ctx["bits"], 3);
   // Memory pressure wins over the context rules: 0.5 GiB used + 0.5 GiB of f16 KV on 1 GiB.
-  const json pressure = run_json("auto-config --seq-len 1024 --n-layers 32 --kv-heads 32 --memory-gb 1 --used-gb 0.5 --json");
+  const json pressure =
+      run_json("auto-config --seq-len 1024 --n-layers 32 --kv-heads 32 --memory-gb 1 --used-gb 0.5 --json");
   EXPECT_EQ(pressure["method"], "kivi");
   EXPECT_EQ(pressure["bits"], 2);
   EXPECT_NE(pressure["rule"].get<std::string>().find("rule 1"), std::string::npos);
@@ -66,8 +67,9 @@ TEST(EstimateMemory, NativeBytesAreExactAndCompressedOnesSmaller) {
   EXPECT_TRUE(saw_kivi);
   EXPECT_TRUE(saw_preset);
   // Past the measured length the growth is extrapolated: exact for the host's cache.
-  const json far = run_json("estimate-memory --layers 5 --heads 8 --kv-heads 4 --head-dim 8 --context 8192 "
-                            "--measure-tokens 1024 --method kivi --bits 4 --json");
+  const json far = run_json(
+      "estimate-memory --layers 5 --heads 8 --kv-heads 4 --head-dim 8 --context 8192 "
+      "--measure-tokens 1024 --method kivi --bits 4 --json");
   ASSERT_EQ(far["estimates"].size(), 1u);
   EXPECT_EQ(far["native_f16_bytes"].get<double>(), 5.0 * 2 * 4 * 8 * 8192 * 2);
   EXPECT_NE(far["estimates"][0]["source"].get<std::string>().find("extrapolated"), std::string::npos);
@@ -98,7 +100,8 @@ TEST(Recommend, PicksByObjectiveFromMeasurements) {
     {"model": "m.gguf", "method": "turboquant_rvq", "bits": "4", "settings": "rvq_value_bits=4", "kv_bytes_per_token": 12000,
      "kld": 0.001, "top1_agreement": 98, "tok_per_s": 95, "tok_per_s_baseline": 100}]})";
   const std::string results = " --results " + path.string() + " --json";
-  EXPECT_EQ(run_json("recommend --objective memory" + results)["flags"], "--method kivi --bits 4");  // 60% top-1 is below the floor
+  EXPECT_EQ(run_json("recommend --objective memory" + results)["flags"],
+            "--method kivi --bits 4");  // 60% top-1 is below the floor
   EXPECT_EQ(run_json("recommend --objective memory --min-top1 50" + results)["flags"], "--method kivi --bits 2");
   EXPECT_EQ(run_json("recommend --objective quality" + results)["flags"],
             "--method turboquant_rvq --bits 4 --set rvq_value_bits=4");

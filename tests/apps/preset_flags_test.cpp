@@ -27,9 +27,11 @@ TEST(PresetFlags, UnknownPresetFailsBeforeLoadingInEveryCommand) {
   for (const std::string command : {"generate -p hi", "eval --text /nonexistent.txt", "bench-host"}) {
     const RunResult r = run_cli(command + " -m /nonexistent.gguf --preset q6");
     EXPECT_EQ(r.exit_code, 2) << command << ": " << r.err;
-    EXPECT_NE(r.err.find("unknown preset 'q6'; presets: q8, q5, q4, q3"), std::string::npos) << command << ": " << r.err;
+    EXPECT_NE(r.err.find("unknown preset 'q6'; presets: q8, q5, q4, q3"), std::string::npos)
+        << command << ": " << r.err;
   }
-  const RunResult bench = run_cli("bench-methods -m /nonexistent.gguf --text /nonexistent.txt --out /nonexistent_dir --presets q4,q7");
+  const RunResult bench =
+      run_cli("bench-methods -m /nonexistent.gguf --text /nonexistent.txt --out /nonexistent_dir --presets q4,q7");
   EXPECT_EQ(bench.exit_code, 2) << bench.err;
   EXPECT_NE(bench.err.find("unknown preset 'q7'"), std::string::npos) << bench.err;
 }

@@ -33,9 +33,18 @@ TEST(QuantEvalCommand, JsonHasExactlyTheIssueKeys) {
   const auto j = nlohmann::json::parse(out);
   std::set<std::string> keys;
   for (const auto& item : j.items()) keys.insert(item.key());
-  const std::set<std::string> expected = {"method", "bits", "dim", "n", "mse", "ip_bias", "ip_bias_se",
-                                          "ip_var_scaled", "shrink", "bytes_per_vector",
-                                          "encode_vectors_per_s", "score_vectors_per_s"};
+  const std::set<std::string> expected = {"method",
+                                          "bits",
+                                          "dim",
+                                          "n",
+                                          "mse",
+                                          "ip_bias",
+                                          "ip_bias_se",
+                                          "ip_var_scaled",
+                                          "shrink",
+                                          "bytes_per_vector",
+                                          "encode_vectors_per_s",
+                                          "score_vectors_per_s"};
   EXPECT_EQ(keys, expected);
   EXPECT_EQ(j["method"], "turboquant_mse");
   EXPECT_EQ(j["bytes_per_vector"], 34);

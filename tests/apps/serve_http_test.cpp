@@ -139,12 +139,13 @@ TEST(ServeHttp, PerRequestCacheEqualsGenerate) {
   ServerProcess server({"-m", kStories, "--prompt-cache-entries", "0"});
   ASSERT_TRUE(server.ready()) << server.stderr_text();
   int status = 0;
-  const json r = post_json(server.port(), "/v1/completions",
-                           {{"prompt", "The dog"},
-                            {"max_tokens", 30},
-                            {"temperature", 0},
-                            {"veloxquant", {{"method", "turboquant_rvq"}, {"bits", 3}, {"set", {{"rvq_value_bits", 4}}}}}},
-                           &status);
+  const json r =
+      post_json(server.port(), "/v1/completions",
+                {{"prompt", "The dog"},
+                 {"max_tokens", 30},
+                 {"temperature", 0},
+                 {"veloxquant", {{"method", "turboquant_rvq"}, {"bits", 3}, {"set", {{"rvq_value_bits", 4}}}}}},
+                &status);
   ASSERT_EQ(status, 200) << r.dump();
   EXPECT_EQ(r["choices"][0]["text"], strip_newline(cli.out));
   EXPECT_EQ(r["veloxquant"]["method"], "turboquant_rvq");
@@ -225,8 +226,10 @@ TEST(ServeHttp, BadRequestsGetClearErrorsAndTheServerKeepsServing) {
       {"/v1/completions", R"({"prompt": "hi", "n": 3})", 400, "'n' must be 1"},
       {"/v1/completions", R"({"prompt": "hi", "veloxquant": {"method": "nope"}})", 400, "unknown method 'nope'"},
       {"/v1/completions", R"({"prompt": "hi", "veloxquant": {"preset": "q6"}})", 400, "unknown preset 'q6'"},
-      {"/v1/completions", R"({"prompt": "hi", "veloxquant": {"method": "kivi", "bits": 99}})", 400, "'veloxquant.bits' must be in"},
-      {"/v1/completions", R"({"prompt": "hi", "veloxquant": {"method": "kivi", "bits": [2, 3]}})", 400, "attention layers"},
+      {"/v1/completions", R"({"prompt": "hi", "veloxquant": {"method": "kivi", "bits": 99}})", 400,
+       "'veloxquant.bits' must be in"},
+      {"/v1/completions", R"({"prompt": "hi", "veloxquant": {"method": "kivi", "bits": [2, 3]}})", 400,
+       "attention layers"},
       {"/v1/completions", R"({"prompt": "hi", "veloxquant": {"method": "turboquant_prod"}})", 400, "standalone"},
       {"/v1/completions", R"({"prompt": "hi", "veloxquant": {"colour": 1}})", 400, "unknown field 'veloxquant.colour'"},
       {"/v1/completions", "{\"prompt\": \"" + long_prompt + "\"}", 400, "the context holds 64 tokens"},
@@ -264,7 +267,8 @@ TEST(ServeHttp, BadRequestsGetClearErrorsAndTheServerKeepsServing) {
 
   EXPECT_TRUE(server.alive());
   int status = 0;
-  const json ok = post_json(port, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 8}, {"temperature", 0}}, &status);
+  const json ok =
+      post_json(port, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 8}, {"temperature", 0}}, &status);
   EXPECT_EQ(status, 200) << ok.dump();
   const std::string metrics = http_request(port, "GET", "/metrics").body;
   EXPECT_EQ(metric_value(metrics, "veloxquant_requests_total{endpoint=\"/v1/completions\",status=\"413\"}"), 1);
@@ -318,7 +322,8 @@ TEST(ServeHttp, PrefixReuseSkipsTheHistory) {
   ServerProcess server({"-m", kStories, "--method", "kivi", "--bits", "4"});
   ASSERT_TRUE(server.ready()) << server.stderr_text();
   const int port = server.port();
-  const json first = post_json(port, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}});
+  const json first =
+      post_json(port, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}});
   EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   const std::string history = "Once upon a time" + first["choices"][0]["text"].get<std::string>() + " Then";
   const json second = post_json(port, "/v1/completions", {{"prompt", history}, {"max_tokens", 8}, {"temperature", 0}});
@@ -327,8 +332,9 @@ TEST(ServeHttp, PrefixReuseSkipsTheHistory) {
   EXPECT_GT(cached, first["usage"]["prompt_tokens"].get<int64_t>()) << second.dump();
   EXPECT_LT(cached, prompt_tokens);
   // Another cache configuration never reuses these caches.
-  const json other = post_json(port, "/v1/completions",
-                               {{"prompt", history}, {"max_tokens", 4}, {"temperature", 0}, {"veloxquant", {{"method", "none"}}}});
+  const json other =
+      post_json(port, "/v1/completions",
+                {{"prompt", history}, {"max_tokens", 4}, {"temperature", 0}, {"veloxquant", {{"method", "none"}}}});
   EXPECT_EQ(other["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   const std::string metrics = http_request(port, "GET", "/metrics").body;
   EXPECT_EQ(metric_value(metrics, "veloxquant_prompt_cache_hits_total"), 1);
@@ -346,8 +352,11 @@ TEST(ServeHttp, ClientDisconnectFreesTheSlot) {
   const int fd = test_support::connect_loopback(port);
   ASSERT_GE(fd, 0);
   const std::string payload = body.dump();
-  ASSERT_TRUE(test_support::send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                         "Content-Length: " + std::to_string(payload.size()) + "\r\n\r\n" + payload));
+  ASSERT_TRUE(
+      test_support::send_all(fd,
+                             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             "Content-Length: " +
+                                 std::to_string(payload.size()) + "\r\n\r\n" + payload));
   std::string got;
   char buffer[4096];
   while (got.find("\"content\":\"") == std::string::npos || std::count(got.begin(), got.end(), '\n') < 8) {

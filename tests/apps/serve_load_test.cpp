@@ -22,7 +22,7 @@ using test_support::ServerProcess;
 const std::string kStories = std::string(VQ_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
 
 const char* const kNames[] = {"Lily", "Tom", "Sue", "Max", "Ben", "Amy", "Tim", "Sam"};
-const char* const kThings[] = {"a red ball", "a big dog", "a small cat", "a blue car",
+const char* const kThings[] = {"a red ball",  "a big dog",    "a small cat", "a blue car",
                                "a tall tree", "a shiny star", "a funny hat", "a green frog"};
 
 // Lengths differ between clients too, so that two prompts whose greedy answers begin alike
@@ -92,7 +92,8 @@ TEST(ServeLoad, SixtyFourStreamingClientsGetTheirOwnWholeAnswers) {
           problems[static_cast<std::size_t>(c)] = "status " + std::to_string(a.status) + (a.done ? "" : ", no [DONE]");
         } else if (a.text != expected[static_cast<std::size_t>(c)]) {
           ++wrong;
-          problems[static_cast<std::size_t>(c)] = "got '" + a.text + "', expected '" + expected[static_cast<std::size_t>(c)] + "'";
+          problems[static_cast<std::size_t>(c)] =
+              "got '" + a.text + "', expected '" + expected[static_cast<std::size_t>(c)] + "'";
         } else {
           ++whole;
         }
@@ -101,22 +102,27 @@ TEST(ServeLoad, SixtyFourStreamingClientsGetTheirOwnWholeAnswers) {
   }
   for (auto& t : clients) t.join();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (int c = 0; c < kClients; ++c) EXPECT_TRUE(problems[static_cast<std::size_t>(c)].empty()) << "client " << c << ": " << problems[static_cast<std::size_t>(c)];
+  for (int c = 0; c < kClients; ++c)
+    EXPECT_TRUE(problems[static_cast<std::size_t>(c)].empty())
+        << "client " << c << ": " << problems[static_cast<std::size_t>(c)];
   EXPECT_EQ(whole, kClients * kRequestsEach);
   EXPECT_EQ(wrong, 0);
   EXPECT_EQ(failed, 0);
   EXPECT_LT(seconds, 300.0);
-  std::printf("[serve load] %d streamed requests from %d clients in %.1f s (%.1f req/s)\n",
-              kClients * kRequestsEach, kClients, seconds, kClients * kRequestsEach / seconds);
+  std::printf("[serve load] %d streamed requests from %d clients in %.1f s (%.1f req/s)\n", kClients * kRequestsEach,
+              kClients, seconds, kClients * kRequestsEach / seconds);
 
   const std::string metrics = http_request(port, "GET", "/metrics").body;
   EXPECT_EQ(metric_value(metrics, "veloxquant_queue_depth"), 0);
   // Nothing is held but the prompt cache, within its bound.
-  EXPECT_EQ(metric_value(metrics, "veloxquant_kv_bytes_resident"), metric_value(metrics, "veloxquant_prompt_cache_bytes"));
+  EXPECT_EQ(metric_value(metrics, "veloxquant_kv_bytes_resident"),
+            metric_value(metrics, "veloxquant_prompt_cache_bytes"));
   EXPECT_LE(metric_value(metrics, "veloxquant_prompt_cache_entries"), 8);
   EXPECT_GT(metric_value(metrics, "veloxquant_prompt_cache_hits_total"), 0);
-  for (int s = 0; s < 4; ++s) EXPECT_EQ(metric_value(metrics, "veloxquant_slot_busy{slot=\"" + std::to_string(s) + "\"}"), 0);
-  EXPECT_EQ(metric_value(metrics, "veloxquant_generations_total{outcome=\"finished\"}"), kClients * (kRequestsEach + 1));
+  for (int s = 0; s < 4; ++s)
+    EXPECT_EQ(metric_value(metrics, "veloxquant_slot_busy{slot=\"" + std::to_string(s) + "\"}"), 0);
+  EXPECT_EQ(metric_value(metrics, "veloxquant_generations_total{outcome=\"finished\"}"),
+            kClients * (kRequestsEach + 1));
   const double rss = metric_value(metrics, "veloxquant_process_resident_bytes");
   std::printf("[serve load] RSS idle %.1f MiB, after the load %.1f MiB\n", idle_rss / 1048576, rss / 1048576);
   // Connection threads and the allocator keep some memory; a leak per request (512 requests)

@@ -62,12 +62,14 @@ TEST(ServeRequest, NamesEveryBadField) {
   EXPECT_NE(error_of("{").find("not valid JSON"), std::string::npos);
   EXPECT_NE(error_of("\"text\"").find("must be a JSON object, got a string"), std::string::npos);
   EXPECT_NE(error_of(R"({"prompt": ["a", "b"]})").find("batches of prompts"), std::string::npos);
-  EXPECT_NE(error_of(R"({"prompt": "a", "max_tokens": 1.5})").find("'max_tokens' must be an integer, got a number (1.5)"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"prompt": "a", "max_tokens": 1.5})").find("'max_tokens' must be an integer, got a number (1.5)"),
+      std::string::npos);
   RequestLimits small;
   small.context_length = 100;
-  EXPECT_NE(error_of(R"({"prompt": "a", "max_tokens": 101})", false, small).find("'max_tokens' must be in [0, 100], got 101"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"prompt": "a", "max_tokens": 101})", false, small).find("'max_tokens' must be in [0, 100], got 101"),
+      std::string::npos);
   EXPECT_NE(error_of(R"({"prompt": "a", "top_p": 0})").find("'top_p' must be in (0, 1]"), std::string::npos);
   EXPECT_NE(error_of(R"({"prompt": "a", "stop": ""})").find("must not be empty"), std::string::npos);
   EXPECT_NE(error_of(R"({"prompt": "a", "stream_options": {"include_usage": true}})").find("only allowed with"),
@@ -91,13 +93,14 @@ TEST(ServeRequest, BytesThatAreNotUtf8NeverThrowOnTheWire) {
   // A model may emit a lone byte token: the answer's JSON carries U+FFFD instead of throwing.
   EXPECT_EQ(apps::serve::dump_json(json("a\xff")), "\"a\xEF\xBF\xBD\"");
   // A long value cut in the middle of a character inside an error message.
-  const std::string message = error_of("{\"prompt\": \"a\", \"max_tokens\": \"" + std::string(40, 'x') + "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\"}");
+  const std::string message = error_of("{\"prompt\": \"a\", \"max_tokens\": \"" + std::string(40, 'x') +
+                                       "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\"}");
   EXPECT_NO_THROW(apps::serve::error_body(ApiError(400, message)));
 }
 
 TEST(ServeRequest, CacheFieldBecomesTheCliFlags) {
-  const apps::KvMethodFlags f = apps::serve::parse_cache_choice(
-      json::parse(R"({"method": "turboquant_rvq", "bits": [2, 3], "seed": 5, "set": {"rvq_value_bits": 4, "flag": true}})"));
+  const apps::KvMethodFlags f = apps::serve::parse_cache_choice(json::parse(
+      R"({"method": "turboquant_rvq", "bits": [2, 3], "seed": 5, "set": {"rvq_value_bits": 4, "flag": true}})"));
   EXPECT_EQ(f.method, "turboquant_rvq");
   EXPECT_EQ(f.bits, "2,3");
   EXPECT_EQ(f.seed, 5);

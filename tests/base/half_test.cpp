@@ -19,7 +19,7 @@ TEST(Half, F16KnownValues) {
   EXPECT_EQ(base::f32_to_f16(1.0f), 0x3c00);
   EXPECT_EQ(base::f32_to_f16(-2.0f), 0xc000);
   EXPECT_EQ(base::f32_to_f16(65504.0f), 0x7bff);
-  EXPECT_EQ(base::f32_to_f16(65520.0f), 0x7c00);   // rounds to inf
+  EXPECT_EQ(base::f32_to_f16(65520.0f), 0x7c00);                // rounds to inf
   EXPECT_EQ(base::f32_to_f16(5.960464477539063e-08f), 0x0001);  // smallest subnormal
   // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even (1.0).
   EXPECT_EQ(base::f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);

@@ -23,7 +23,8 @@ TEST(MemoryLimit, RefusesWhatCannotFitNamingIt) {
     FAIL() << "an exabyte was allowed";
   } catch (const base::InvalidArgument& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("a budget of 1e18 bytes needs 931322574.6 GiB, more than this machine's"), std::string::npos) << what;
+    EXPECT_NE(what.find("a budget of 1e18 bytes needs 931322574.6 GiB, more than this machine's"), std::string::npos)
+        << what;
   }
 }
 

@@ -46,9 +46,11 @@ TEST(ThreadPool, CallsAfterTheWorkersSleptStillRunEverywhere) {
 
 TEST(ThreadPool, TheFirstExceptionReachesTheCallerAndThePoolStaysUsable) {
   ThreadPool pool(4);
-  EXPECT_THROW(pool.parallel_for(100, [](int64_t begin, int64_t) {
-    if (begin > 0) throw std::runtime_error("chunk failed");
-  }), std::runtime_error);
+  EXPECT_THROW(pool.parallel_for(100,
+                                 [](int64_t begin, int64_t) {
+                                   if (begin > 0) throw std::runtime_error("chunk failed");
+                                 }),
+               std::runtime_error);
   std::atomic<int64_t> count{0};
   pool.parallel_for(100, [&](int64_t begin, int64_t end) { count += end - begin; });
   EXPECT_EQ(count.load(), 100);
@@ -76,9 +78,7 @@ TEST(ThreadPool, NestedAndConcurrentCallsRunInlineWithoutDeadlock) {
   EXPECT_EQ(total.load(), 3 * 200 * 64);
 }
 
-TEST(ThreadPool, ANegativeThreadCountIsRefused) {
-  EXPECT_THROW(ThreadPool(-1), InvalidArgument);
-}
+TEST(ThreadPool, ANegativeThreadCountIsRefused) { EXPECT_THROW(ThreadPool(-1), InvalidArgument); }
 
 }  // namespace
 }  // namespace base

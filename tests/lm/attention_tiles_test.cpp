@@ -47,7 +47,8 @@ TEST(AttentionTiles, ScoreRowsPutsEachRowsSumInItsOwnSlot) {
   const int64_t d = 64, rows = 19;
   std::vector<float> q(static_cast<std::size_t>(d), 1.0f), k(static_cast<std::size_t>(rows * d));
   for (int64_t j = 0; j < rows; ++j) {
-    for (int64_t e = 0; e < d; ++e) k[static_cast<std::size_t>(j * d + e)] = static_cast<float>(j) + (e == 5 ? 0.5f : 0.0f);
+    for (int64_t e = 0; e < d; ++e)
+      k[static_cast<std::size_t>(j * d + e)] = static_cast<float>(j) + (e == 5 ? 0.5f : 0.0f);
   }
   std::vector<float> s(rows);
   score_rows(q.data(), d, 1, k.data(), d, rows, d, s.data(), rows);

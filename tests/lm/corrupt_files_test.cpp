@@ -33,7 +33,8 @@ std::string read_all(const std::string& path) {
 class CorruptFiles : public ::testing::Test {
  protected:
   std::string write(const std::string& name, const std::string& bytes) {
-    const std::string path = (fs::temp_directory_path() / ("vq_corrupt_" + std::to_string(::getpid()) + "_" + name)).string();
+    const std::string path =
+        (fs::temp_directory_path() / ("vq_corrupt_" + std::to_string(::getpid()) + "_" + name)).string();
     std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     paths_.push_back(path);
     return path;
@@ -87,7 +88,8 @@ TEST_F(CorruptFiles, TruncatedGgufAtEveryHeaderByte) {
 
 TEST_F(CorruptFiles, TruncationIsNamedAsSuch) {
   const std::string full = read_all(kStoriesDir + "stories260K.gguf");
-  expect_error<base::FormatError>([&] { lm::gguf::GgufFile::open(write("t1.gguf", full.substr(0, 100))); }, {"truncated"});
+  expect_error<base::FormatError>([&] { lm::gguf::GgufFile::open(write("t1.gguf", full.substr(0, 100))); },
+                                  {"truncated"});
   expect_error<base::FormatError>([&] { lm::load(write("t2.gguf", full.substr(0, full.size() - 1))); },
                                   {"tensor '", "past the end"});
 }
@@ -130,10 +132,12 @@ TEST_F(CorruptFiles, TensorOffsetPastEndAndMisaligned) {
 TEST_F(CorruptFiles, BadShapesAndCounts) {
   gguf_test::Writer zero;
   zero.tensor("z", {0, 4}, 0, "");
-  expect_error<base::FormatError>([&] { lm::gguf::GgufFile::open(write("zero.gguf", zero.bytes())); }, {"'z'", "dimension"});
+  expect_error<base::FormatError>([&] { lm::gguf::GgufFile::open(write("zero.gguf", zero.bytes())); },
+                                  {"'z'", "dimension"});
   gguf_test::Writer five;
   five.tensor("f", {1, 1, 1, 1, 1}, 0, std::string(4, '\0'));
-  expect_error<base::FormatError>([&] { lm::gguf::GgufFile::open(write("five.gguf", five.bytes())); }, {"'f'", "5 dimensions"});
+  expect_error<base::FormatError>([&] { lm::gguf::GgufFile::open(write("five.gguf", five.bytes())); },
+                                  {"'f'", "5 dimensions"});
   gguf_test::Writer partial;
   partial.tensor("p", {20}, 8, std::string(34, '\0'));  // 20 is not a multiple of Q8_0's 32
   expect_error<base::FormatError>([&] { lm::gguf::GgufFile::open(write("partial.gguf", partial.bytes())); },
@@ -189,7 +193,8 @@ std::string stories_with_u32(const std::string& override_key, uint32_t override_
 }
 
 TEST_F(CorruptFiles, WrongDimsForTheArchitecture) {
-  const std::string path = write("dims.gguf", stories_with_u32("llama.feed_forward_length", 173));  // the tensors say 172
+  const std::string path =
+      write("dims.gguf", stories_with_u32("llama.feed_forward_length", 173));  // the tensors say 172
   expect_error<base::FormatError>([&] { lm::load(path); }, {path, "blk.0.ffn_gate.weight", "172", "173"});
 }
 
@@ -209,8 +214,8 @@ TEST_F(CorruptFiles, ContextLongerThanTheModelsIsRefused) {
   ASSERT_GT(trained, 0);
   lm::LoadOptions longer;
   longer.context_length = trained + 1;
-  expect_error<base::InvalidArgument>([&] { lm::load(path, longer); },
-                                      {"ctx " + std::to_string(trained + 1), "context length " + std::to_string(trained)});
+  expect_error<base::InvalidArgument>([&] { lm::load(path, longer); }, {"ctx " + std::to_string(trained + 1),
+                                                                        "context length " + std::to_string(trained)});
   lm::LoadOptions shorter;
   shorter.context_length = trained / 2;
   EXPECT_EQ(lm::load(path, shorter).model->config().context_length, trained / 2);
@@ -262,7 +267,8 @@ TEST_F(CorruptFiles, Llama2cMissingTokenizer) {
   const std::string full = read_all(kStoriesDir + "stories260K.bin");
   const std::string path = write("lonely.bin", full);
   // /tmp has no tokenizer.bin / tok512.bin next to the copy.
-  if (fs::exists(fs::path(path).parent_path() / "tok512.bin") || fs::exists(fs::path(path).parent_path() / "tokenizer.bin")) {
+  if (fs::exists(fs::path(path).parent_path() / "tok512.bin") ||
+      fs::exists(fs::path(path).parent_path() / "tokenizer.bin")) {
     GTEST_SKIP() << "a tokenizer file happens to sit in the temp directory";
   }
   expect_error<base::FormatError>([&] { lm::load(path); }, {"tokenizer"});

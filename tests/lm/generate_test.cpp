@@ -20,18 +20,21 @@ namespace {
 using lm::GenerateOptions;
 using lm::StopReason;
 using test_support::expected_greedy;
+using test_support::fake_text;
 using test_support::FakeModel;
 using test_support::FakeTokenizer;
-using test_support::fake_text;
 
 std::vector<int32_t> collect(const FakeModel& model, const std::vector<int32_t>& prompt, const GenerateOptions& o,
                              lm::GenerationStats* stats = nullptr, lm::PromptCache* cache = nullptr) {
   FakeTokenizer tok;
   std::vector<int32_t> out;
-  const auto s = lm::stream_generate(model, tok, prompt, o, [&](const lm::GenerationChunk& c) {
-    if (c.token >= 0) out.push_back(c.token);
-    return true;
-  }, cache);
+  const auto s = lm::stream_generate(
+      model, tok, prompt, o,
+      [&](const lm::GenerationChunk& c) {
+        if (c.token >= 0) out.push_back(c.token);
+        return true;
+      },
+      cache);
   if (stats) *stats = s;
   return out;
 }

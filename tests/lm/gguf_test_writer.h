@@ -72,7 +72,8 @@ class Writer {
   }
 
   std::string bytes() const {
-    std::string out = pod(uint32_t{0x46554747}) + pod(version_) + pod(uint64_t{tensors_.size()}) + pod(uint64_t{n_kv_}) + kvs_;
+    std::string out =
+        pod(uint32_t{0x46554747}) + pod(version_) + pod(uint64_t{tensors_.size()}) + pod(uint64_t{n_kv_}) + kvs_;
     for (const Tensor& t : tensors_) {
       out += str(t.name) + pod(static_cast<uint32_t>(t.ne.size()));
       for (uint64_t d : t.ne) out += pod(d);

@@ -54,7 +54,7 @@ struct Fixture {
   std::vector<int32_t> tokens;  // the passage (BOS first)
   std::vector<int32_t> greedy;  // transformers' greedy continuation of `tokens`
   int vocab = 0;
-  std::vector<float> logits;    // transformers' float32 logits, [tokens.size(), vocab]
+  std::vector<float> logits;  // transformers' float32 logits, [tokens.size(), vocab]
   fs::path gguf;
 
   static Fixture open(const std::string& family) {
@@ -114,7 +114,8 @@ inline fs::path with_metadata_value(const Fixture& f, const std::string& key, co
   const std::size_t at = bytes.find(name);
   if (at == std::string::npos) throw std::runtime_error(f.gguf.string() + " has no metadata " + key);
   std::memcpy(bytes.data() + at + name.size() + 4, value, 4);
-  const fs::path path = fs::path(VQ_BINARY_DIR) / ("hf_" + f.family + "_" + tag + "_" + std::to_string(::getpid()) + ".gguf");
+  const fs::path path =
+      fs::path(VQ_BINARY_DIR) / ("hf_" + f.family + "_" + tag + "_" + std::to_string(::getpid()) + ".gguf");
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   return path;
 }
@@ -288,77 +289,78 @@ inline CompressedRun run_compressed(const lm::Model& model, const veloxquant::KV
 // The standard tests of one family: transformers' logits (one forward and chunked prefill),
 // top-1 at every position, the greedy continuation through lm::stream_generate, the tokenizer on
 // the fixture text, and turboquant_rvq / kivi / h2o through KVCacheBuilder::for_model.
-#define HF_FAMILY_TESTS(Suite, family_name, tolerance)                                                          \
-  class Suite : public ::testing::Test {                                                                         \
-   protected:                                                                                                    \
-    static void SetUpTestSuite() {                                                                               \
-      fx_ = new hf_fixture::Fixture(hf_fixture::Fixture::open(family_name));                                     \
-      model_ = new lm::LoadedModel(hf_fixture::load_exact(*fx_));                                                \
-    }                                                                                                            \
-    static void TearDownTestSuite() {                                                                            \
-      delete model_;                                                                                             \
-      delete fx_;                                                                                                \
-      model_ = nullptr;                                                                                          \
-      fx_ = nullptr;                                                                                             \
-    }                                                                                                            \
-    static hf_fixture::Fixture* fx_;                                                                             \
-    static lm::LoadedModel* model_;                                                                              \
-  };                                                                                                             \
-  hf_fixture::Fixture* Suite::fx_ = nullptr;                                                                     \
-  lm::LoadedModel* Suite::model_ = nullptr;                                                                      \
-                                                                                                                 \
-  TEST_F(Suite, OneForwardMatchesTransformersLogits) {                                                           \
-    ASSERT_EQ(model_->model->config().vocab_size, fx_->vocab);                                                   \
+#define HF_FAMILY_TESTS(Suite, family_name, tolerance)                                                                 \
+  class Suite : public ::testing::Test {                                                                               \
+   protected:                                                                                                          \
+    static void SetUpTestSuite() {                                                                                     \
+      fx_ = new hf_fixture::Fixture(hf_fixture::Fixture::open(family_name));                                           \
+      model_ = new lm::LoadedModel(hf_fixture::load_exact(*fx_));                                                      \
+    }                                                                                                                  \
+    static void TearDownTestSuite() {                                                                                  \
+      delete model_;                                                                                                   \
+      delete fx_;                                                                                                      \
+      model_ = nullptr;                                                                                                \
+      fx_ = nullptr;                                                                                                   \
+    }                                                                                                                  \
+    static hf_fixture::Fixture* fx_;                                                                                   \
+    static lm::LoadedModel* model_;                                                                                    \
+  };                                                                                                                   \
+  hf_fixture::Fixture* Suite::fx_ = nullptr;                                                                           \
+  lm::LoadedModel* Suite::model_ = nullptr;                                                                            \
+                                                                                                                       \
+  TEST_F(Suite, OneForwardMatchesTransformersLogits) {                                                                 \
+    ASSERT_EQ(model_->model->config().vocab_size, fx_->vocab);                                                         \
     const auto d = hf_fixture::compare(hf_fixture::forward_all(*model_->model, fx_->tokens), fx_->logits, fx_->vocab); \
-    hf_fixture::report(std::string(family_name) + " one forward vs transformers", d);                            \
-    EXPECT_LE(d.max_abs, (tolerance).max_abs);                                                                   \
-    EXPECT_LE(d.mean_abs(), (tolerance).mean_abs);                                                               \
-    EXPECT_EQ(d.top1_same, d.positions);                                                                         \
-  }                                                                                                              \
-                                                                                                                 \
-  TEST_F(Suite, ChunkedPrefillMatchesTransformersLogits) {                                                       \
-    const auto d =                                                                                               \
-        hf_fixture::compare(hf_fixture::forward_chunked(*model_->model, fx_->tokens), fx_->logits, fx_->vocab);   \
-    hf_fixture::report(std::string(family_name) + " chunked prefill vs transformers", d);                        \
-    EXPECT_LE(d.max_abs, (tolerance).max_abs);                                                                   \
-    EXPECT_LE(d.mean_abs(), (tolerance).mean_abs);                                                               \
-    EXPECT_EQ(d.top1_same, d.positions);                                                                         \
-  }                                                                                                              \
-                                                                                                                 \
-  TEST_F(Suite, ProductionSettingsStayCloseToTransformers) {                                                     \
-    for (const lm::KVCacheType kv : {lm::KVCacheType::F16, lm::KVCacheType::Q8_0}) {                              \
-      const lm::LoadedModel m = hf_fixture::load_production(*fx_, kv);                                           \
+    hf_fixture::report(std::string(family_name) + " one forward vs transformers", d);                                  \
+    EXPECT_LE(d.max_abs, (tolerance).max_abs);                                                                         \
+    EXPECT_LE(d.mean_abs(), (tolerance).mean_abs);                                                                     \
+    EXPECT_EQ(d.top1_same, d.positions);                                                                               \
+  }                                                                                                                    \
+                                                                                                                       \
+  TEST_F(Suite, ChunkedPrefillMatchesTransformersLogits) {                                                             \
+    const auto d =                                                                                                     \
+        hf_fixture::compare(hf_fixture::forward_chunked(*model_->model, fx_->tokens), fx_->logits, fx_->vocab);        \
+    hf_fixture::report(std::string(family_name) + " chunked prefill vs transformers", d);                              \
+    EXPECT_LE(d.max_abs, (tolerance).max_abs);                                                                         \
+    EXPECT_LE(d.mean_abs(), (tolerance).mean_abs);                                                                     \
+    EXPECT_EQ(d.top1_same, d.positions);                                                                               \
+  }                                                                                                                    \
+                                                                                                                       \
+  TEST_F(Suite, ProductionSettingsStayCloseToTransformers) {                                                           \
+    for (const lm::KVCacheType kv : {lm::KVCacheType::F16, lm::KVCacheType::Q8_0}) {                                   \
+      const lm::LoadedModel m = hf_fixture::load_production(*fx_, kv);                                                 \
       const auto d = hf_fixture::compare(hf_fixture::forward_chunked(*m.model, fx_->tokens), fx_->logits, fx_->vocab); \
-      hf_fixture::report(std::string(family_name) + " chunked, " + std::string(lm::kv_cache_type_name(kv)) +                  \
-                             " KV, i16 activations vs transformers", d);                                         \
-      EXPECT_LE(d.max_abs, (tolerance).production_max_abs) << lm::kv_cache_type_name(kv);                        \
-      EXPECT_GE(d.top1_rate(), (tolerance).production_top1) << lm::kv_cache_type_name(kv);                       \
-    }                                                                                                            \
-  }                                                                                                              \
-                                                                                                                 \
-  TEST_F(Suite, GreedyTokensMatchTransformers) {                                                                 \
-    const auto eos = model_->tokenizer->eos_id();                                                                \
-    const auto want = hf_fixture::expected_greedy(*fx_, eos ? *eos : -1);                                        \
-    ASSERT_GE(want.size(), 8u) << "the fixture's greedy continuation hits EOS too early to test much";          \
-    const auto got = hf_fixture::lm_greedy(*model_, fx_->tokens, static_cast<int>(fx_->greedy.size()));          \
-    EXPECT_EQ(got, want);                                                                                        \
-  }                                                                                                              \
-                                                                                                                 \
-  TEST_F(Suite, TokenizerMatchesTheFixture) {                                                                    \
-    const auto& check = fx_->meta.at("tokenizer_check");                                                         \
-    EXPECT_EQ(model_->tokenizer->encode(check.at("text").get<std::string>(), check.at("add_bos").get<bool>()),   \
-              check.at("ids").get<std::vector<int32_t>>());                                                      \
-  }                                                                                                              \
-                                                                                                                 \
-  TEST_F(Suite, CompressedCachesRunThroughForModel) {                                                            \
-    std::vector<int32_t> seq = fx_->tokens;                                                                      \
-    seq.insert(seq.end(), fx_->greedy.begin(), fx_->greedy.end());                                               \
-    const std::vector<float> native = hf_fixture::forward_all(*model_->model, seq);                              \
-    for (const auto& c : hf_fixture::compressed_configs()) {                                                     \
-      const auto r = hf_fixture::run_compressed(*model_->model, c.config, seq, native, fx_->vocab);              \
-      std::cout << "[hf] " << family_name << " " << c.label << ": top-1 vs native " << r.top1_same << "/"        \
-                << r.positions << std::endl;                                                                     \
-      EXPECT_TRUE(r.finite) << c.label;                                                                          \
-      EXPECT_GE(r.top1_rate(), (tolerance).*c.floor) << c.label;                                                 \
-    }                                                                                                            \
+      hf_fixture::report(std::string(family_name) + " chunked, " + std::string(lm::kv_cache_type_name(kv)) +           \
+                             " KV, i16 activations vs transformers",                                                   \
+                         d);                                                                                           \
+      EXPECT_LE(d.max_abs, (tolerance).production_max_abs) << lm::kv_cache_type_name(kv);                              \
+      EXPECT_GE(d.top1_rate(), (tolerance).production_top1) << lm::kv_cache_type_name(kv);                             \
+    }                                                                                                                  \
+  }                                                                                                                    \
+                                                                                                                       \
+  TEST_F(Suite, GreedyTokensMatchTransformers) {                                                                       \
+    const auto eos = model_->tokenizer->eos_id();                                                                      \
+    const auto want = hf_fixture::expected_greedy(*fx_, eos ? *eos : -1);                                              \
+    ASSERT_GE(want.size(), 8u) << "the fixture's greedy continuation hits EOS too early to test much";                 \
+    const auto got = hf_fixture::lm_greedy(*model_, fx_->tokens, static_cast<int>(fx_->greedy.size()));                \
+    EXPECT_EQ(got, want);                                                                                              \
+  }                                                                                                                    \
+                                                                                                                       \
+  TEST_F(Suite, TokenizerMatchesTheFixture) {                                                                          \
+    const auto& check = fx_->meta.at("tokenizer_check");                                                               \
+    EXPECT_EQ(model_->tokenizer->encode(check.at("text").get<std::string>(), check.at("add_bos").get<bool>()),         \
+              check.at("ids").get<std::vector<int32_t>>());                                                            \
+  }                                                                                                                    \
+                                                                                                                       \
+  TEST_F(Suite, CompressedCachesRunThroughForModel) {                                                                  \
+    std::vector<int32_t> seq = fx_->tokens;                                                                            \
+    seq.insert(seq.end(), fx_->greedy.begin(), fx_->greedy.end());                                                     \
+    const std::vector<float> native = hf_fixture::forward_all(*model_->model, seq);                                    \
+    for (const auto& c : hf_fixture::compressed_configs()) {                                                           \
+      const auto r = hf_fixture::run_compressed(*model_->model, c.config, seq, native, fx_->vocab);                    \
+      std::cout << "[hf] " << family_name << " " << c.label << ": top-1 vs native " << r.top1_same << "/"              \
+                << r.positions << std::endl;                                                                           \
+      EXPECT_TRUE(r.finite) << c.label;                                                                                \
+      EXPECT_GE(r.top1_rate(), (tolerance).*c.floor) << c.label;                                                       \
+    }                                                                                                                  \
   }

@@ -54,12 +54,14 @@ TEST(HfGemma2Files, BadCapsAndWindowsAreRefused) {
   const auto fx = hf_fixture::Fixture::open("gemma2");
   const float negative = -1.0f, nan = std::numeric_limits<float>::quiet_NaN();
   const uint32_t window = 0xffffffffu;
-  hf_fixture::expect_format_error(hf_fixture::with_metadata_value(fx, "gemma2.attn_logit_softcapping", &negative, "cap"),
-                                  "gemma2.attn_logit_softcapping");
+  hf_fixture::expect_format_error(
+      hf_fixture::with_metadata_value(fx, "gemma2.attn_logit_softcapping", &negative, "cap"),
+      "gemma2.attn_logit_softcapping");
   hf_fixture::expect_format_error(hf_fixture::with_metadata_value(fx, "gemma2.final_logit_softcapping", &nan, "fcap"),
                                   "gemma2.final_logit_softcapping");
-  hf_fixture::expect_format_error(hf_fixture::with_metadata_value(fx, "gemma2.attention.sliding_window", &window, "swa"),
-                                  "gemma2.attention.sliding_window");
+  hf_fixture::expect_format_error(
+      hf_fixture::with_metadata_value(fx, "gemma2.attention.sliding_window", &window, "swa"),
+      "gemma2.attention.sliding_window");
 }
 
 }  // namespace

@@ -28,8 +28,8 @@ inline int positions_moved(const hf_fixture::Fixture& f, lm::KVCacheType kv, dou
       worst = std::max(worst, std::abs(static_cast<double>(ours[i]) - f.logits[i]));
     }
     if (worst > threshold) {
-      std::cout << "[hf] " << f.family << " " << lm::kv_cache_type_name(kv) << " KV: position " << p
-                << " moved by " << worst << std::endl;
+      std::cout << "[hf] " << f.family << " " << lm::kv_cache_type_name(kv) << " KV: position " << p << " moved by "
+                << worst << std::endl;
       ++moved;
     }
   }

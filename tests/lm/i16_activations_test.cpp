@@ -25,8 +25,8 @@
 namespace {
 
 using lm::GgmlType;
-using lm::kernels::kI16Block;
 using lm::kernels::I16Block;
+using lm::kernels::kI16Block;
 
 // Random blocks with sane scales (random bytes would make f16 scales inf or NaN).
 std::vector<uint8_t> random_row(GgmlType type, int64_t n, std::mt19937& rng) {
@@ -42,15 +42,38 @@ std::vector<uint8_t> random_row(GgmlType type, int64_t n, std::mt19937& rng) {
   for (int64_t k = 0; k < n / info.block_size; ++k) {
     const std::size_t at = static_cast<std::size_t>(k) * info.type_size;
     switch (type) {
-      case GgmlType::Q4_0: case GgmlType::Q8_0: case GgmlType::Q5_0: case GgmlType::IQ4_NL:
-      case GgmlType::IQ4_XS: put(at, scale(rng)); break;
-      case GgmlType::Q4_1: put(at, scale(rng)); put(at + 2, -8.0f * scale(rng)); break;
-      case GgmlType::Q5_1: put(at, scale(rng)); put(at + 2, -16.0f * scale(rng)); break;
-      case GgmlType::Q2_K: put(at + 80, scale(rng)); put(at + 82, scale(rng)); break;
-      case GgmlType::Q3_K: put(at + 108, scale(rng)); break;
-      case GgmlType::Q4_K: case GgmlType::Q5_K: put(at, scale(rng)); put(at + 2, scale(rng)); break;
-      case GgmlType::Q6_K: put(at + 208, scale(rng)); break;
-      default: break;
+      case GgmlType::Q4_0:
+      case GgmlType::Q8_0:
+      case GgmlType::Q5_0:
+      case GgmlType::IQ4_NL:
+      case GgmlType::IQ4_XS:
+        put(at, scale(rng));
+        break;
+      case GgmlType::Q4_1:
+        put(at, scale(rng));
+        put(at + 2, -8.0f * scale(rng));
+        break;
+      case GgmlType::Q5_1:
+        put(at, scale(rng));
+        put(at + 2, -16.0f * scale(rng));
+        break;
+      case GgmlType::Q2_K:
+        put(at + 80, scale(rng));
+        put(at + 82, scale(rng));
+        break;
+      case GgmlType::Q3_K:
+        put(at + 108, scale(rng));
+        break;
+      case GgmlType::Q4_K:
+      case GgmlType::Q5_K:
+        put(at, scale(rng));
+        put(at + 2, scale(rng));
+        break;
+      case GgmlType::Q6_K:
+        put(at + 208, scale(rng));
+        break;
+      default:
+        break;
     }
   }
   return bytes;
@@ -84,10 +107,10 @@ TEST(I16Activations, QuantizesAHandComputedBlock) {
   EXPECT_FLOAT_EQ(b[0].d, 15.5f / 32767.0f);
   EXPECT_EQ(b[0].q[0], -32767);
   EXPECT_EQ(b[0].q[31], 32767);
-  EXPECT_EQ(b[0].q[15], -1057);   // -0.5 * 2113.99 = -1057.0
+  EXPECT_EQ(b[0].q[15], -1057);  // -0.5 * 2113.99 = -1057.0
   EXPECT_EQ(b[0].q[16], 1057);
-  EXPECT_EQ(b[0].q[20], 9513);    // 4.5 * 2113.99 = 9512.9
-  EXPECT_EQ(b[0].q[3], -26425);   // -12.5 * 2113.99 = -26424.9
+  EXPECT_EQ(b[0].q[20], 9513);   // 4.5 * 2113.99 = 9512.9
+  EXPECT_EQ(b[0].q[3], -26425);  // -12.5 * 2113.99 = -26424.9
   // Antisymmetric input, so the codes sum to zero.
   EXPECT_EQ(b[0].sum, 0.0f);
 
@@ -162,9 +185,10 @@ TEST_P(I16Dot, AgreesWithItsReferenceAndWithTheF32Dot) {
     for_each_target([&] {
       const float fast = lm::kernels::vec_dot_i16(type, row.data(), xq.data(), n);
       EXPECT_LE(std::abs(double(fast) - reference), f32_bound) << lm::ggml_type_name(type) << " trial " << trial;
-        // 2. Against f32 activations: the 16-bit rounding bound (about 1e-4 of the terms'
+      // 2. Against f32 activations: the 16-bit rounding bound (about 1e-4 of the terms'
       // magnitude for normal activations, far below what a wrong code or scale moves).
-      EXPECT_LE(std::abs(double(fast) - exact), rounding + 2 * f32_bound) << lm::ggml_type_name(type) << " trial " << trial;
+      EXPECT_LE(std::abs(double(fast) - exact), rounding + 2 * f32_bound)
+          << lm::ggml_type_name(type) << " trial " << trial;
     });
     EXPECT_LT(rounding, 2e-4 * magnitude);
   }
@@ -196,7 +220,8 @@ TEST_P(I16Dot, MatmulDecodePathUsesItThreadedOrNot) {
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t r = 0; r < rows; ++r) {
       const std::size_t i = static_cast<std::size_t>(t * rows + r);
-      EXPECT_EQ(serial[i], lm::kernels::vec_dot_i16(type, w.row(r), xq.data() + t * cols / kI16Block, cols)) << t << " " << r;
+      EXPECT_EQ(serial[i], lm::kernels::vec_dot_i16(type, w.row(r), xq.data() + t * cols / kI16Block, cols))
+          << t << " " << r;
       EXPECT_EQ(f32[i], lm::kernels::vec_dot(type, w.row(r), x.data() + t * cols, cols)) << t << " " << r;
       any_differs = any_differs || serial[i] != f32[i];
     }
@@ -205,9 +230,9 @@ TEST_P(I16Dot, MatmulDecodePathUsesItThreadedOrNot) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, I16Dot,
-                         ::testing::Values(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K,
-                                           GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::Q2_K,
-                                           GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::IQ4_XS),
+                         ::testing::Values(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K,
+                                           GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL,
+                                           GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::IQ4_XS),
                          [](const auto& info) { return lm::ggml_type_name(info.param); });
 
 TEST(I16Activations, FloatFormatsHaveNoI16DotAndStayF32) {

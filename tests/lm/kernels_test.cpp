@@ -188,9 +188,13 @@ TEST(Attention, MatchesReferenceAcrossDtypesMasksAndGqa) {
       for (int64_t i = 0; i < n; ++i)
         for (int64_t j = 0; j < t; ++j) mask_tensor.set({b, 0, i, j}, (i + j + b) % 3 != 0 ? 1.0f : 0.0f);
     lm::AttentionMask explicit_mask{lm::AttentionMask::Kind::kExplicit, mask_tensor};
-    struct Case { lm::AttentionMask mask; std::optional<int64_t> window; };
-    for (const Case& c : {Case{lm::AttentionMask::none(), std::nullopt}, Case{lm::AttentionMask::causal(), std::nullopt},
-                          Case{lm::AttentionMask::causal(), 4}, Case{explicit_mask, std::nullopt}}) {
+    struct Case {
+      lm::AttentionMask mask;
+      std::optional<int64_t> window;
+    };
+    for (const Case& c :
+         {Case{lm::AttentionMask::none(), std::nullopt}, Case{lm::AttentionMask::causal(), std::nullopt},
+          Case{lm::AttentionMask::causal(), 4}, Case{explicit_mask, std::nullopt}}) {
       lm::Tensor fast, slow;
       lm::kernels::attention(q, k, v, c.mask, c.window, 0.25f, fast, &pool);
       lm::kernels::attention_reference(q, k, v, c.mask, c.window, 0.25f, slow);
@@ -217,10 +221,13 @@ TEST(Attention, TiledPathMatchesReference) {
       // Query 3 sees nothing: its output must be zero on both paths.
       for (int64_t j = 0; j < t; ++j) mask_tensor.set({0, 0, 3, j}, 0.0f);
       lm::AttentionMask explicit_mask{lm::AttentionMask::Kind::kExplicit, mask_tensor};
-      struct Case { lm::AttentionMask mask; std::optional<int64_t> window; };
-      for (const Case& c : {Case{lm::AttentionMask::none(), std::nullopt}, Case{lm::AttentionMask::causal(), std::nullopt},
-                            Case{lm::AttentionMask::causal(), 70}, Case{lm::AttentionMask::causal(), 5},
-                            Case{explicit_mask, std::nullopt}}) {
+      struct Case {
+        lm::AttentionMask mask;
+        std::optional<int64_t> window;
+      };
+      for (const Case& c : {Case{lm::AttentionMask::none(), std::nullopt},
+                            Case{lm::AttentionMask::causal(), std::nullopt}, Case{lm::AttentionMask::causal(), 70},
+                            Case{lm::AttentionMask::causal(), 5}, Case{explicit_mask, std::nullopt}}) {
         lm::Tensor fast, slow;
         lm::kernels::attention(q, k, v, c.mask, c.window, 0.2f, fast, &pool);
         lm::kernels::attention_reference(q, k, v, c.mask, c.window, 0.2f, slow);
@@ -248,14 +255,18 @@ TEST(Attention, SplitKeysPathMatchesReference) {
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < t; ++j) mask_tensor.set({0, 0, i, j}, j % 300 < 40 ? 1.0f : 0.0f);
     lm::AttentionMask explicit_mask{lm::AttentionMask::Kind::kExplicit, mask_tensor};
-    struct Case { lm::AttentionMask mask; std::optional<int64_t> window; };
-    for (const Case& c : {Case{lm::AttentionMask::none(), std::nullopt}, Case{lm::AttentionMask::causal(), std::nullopt},
-                          Case{lm::AttentionMask::causal(), 100}, Case{explicit_mask, std::nullopt}}) {
+    struct Case {
+      lm::AttentionMask mask;
+      std::optional<int64_t> window;
+    };
+    for (const Case& c :
+         {Case{lm::AttentionMask::none(), std::nullopt}, Case{lm::AttentionMask::causal(), std::nullopt},
+          Case{lm::AttentionMask::causal(), 100}, Case{explicit_mask, std::nullopt}}) {
       lm::Tensor fast, slow;
       lm::kernels::attention(q, k, v, c.mask, c.window, 0.125f, fast, &pool);
       lm::kernels::attention_reference(q, k, v, c.mask, c.window, 0.125f, slow);
-      EXPECT_LT(max_diff(fast, slow), 2e-5) << "n " << n << " mask " << int(c.mask.kind) << " window "
-                                            << c.window.value_or(0);
+      EXPECT_LT(max_diff(fast, slow), 2e-5)
+          << "n " << n << " mask " << int(c.mask.kind) << " window " << c.window.value_or(0);
     }
   }
 }
@@ -278,7 +289,9 @@ TEST(Attention, SoftCappedScoresMatchReferenceOnEveryPath) {
 
   std::mt19937 rng(41);
   base::ThreadPool pool(2);
-  struct Shape { int64_t n, t; };
+  struct Shape {
+    int64_t n, t;
+  };
   for (const Shape& sh : {Shape{1, 1000}, Shape{3, 40}, Shape{37, 150}}) {
     const int64_t hq = 4, hkv = 2, d = 64;
     lm::Tensor q = random_tensor({1, hq, sh.n, d}, lm::DType::F32, rng);
@@ -288,9 +301,13 @@ TEST(Attention, SoftCappedScoresMatchReferenceOnEveryPath) {
     for (int64_t i = 0; i < sh.n; ++i)
       for (int64_t j = 0; j < sh.t; ++j) mask_tensor.set({0, 0, i, j}, (i * 3 + j) % 4 != 0 ? 1.0f : 0.0f);
     lm::AttentionMask explicit_mask{lm::AttentionMask::Kind::kExplicit, mask_tensor};
-    struct Case { lm::AttentionMask mask; std::optional<int64_t> window; };
-    for (const Case& c : {Case{lm::AttentionMask::none(), std::nullopt}, Case{lm::AttentionMask::causal(), std::nullopt},
-                          Case{lm::AttentionMask::causal(), 16}, Case{explicit_mask, std::nullopt}}) {
+    struct Case {
+      lm::AttentionMask mask;
+      std::optional<int64_t> window;
+    };
+    for (const Case& c :
+         {Case{lm::AttentionMask::none(), std::nullopt}, Case{lm::AttentionMask::causal(), std::nullopt},
+          Case{lm::AttentionMask::causal(), 16}, Case{explicit_mask, std::nullopt}}) {
       lm::Tensor fast, slow, uncapped;
       lm::kernels::attention(q, k, v, c.mask, c.window, 1.0f, fast, &pool, 3.0f);
       lm::kernels::attention_reference(q, k, v, c.mask, c.window, 1.0f, slow, 3.0f);
@@ -359,15 +376,17 @@ TEST(ThreadPool, UsesSeveralThreadsAndRespectsMinChunk) {
   EXPECT_EQ(chunks.load(), 4);
   chunks = 0;
   // min_chunk 60: ceil(100 / 60) = 2 participants, not 4.
-  pool.parallel_for(100, [&](int64_t, int64_t) { chunks++; }, 60);
+  pool.parallel_for(
+      100, [&](int64_t, int64_t) { chunks++; }, 60);
   EXPECT_EQ(chunks.load(), 2);
 }
 
 TEST(ThreadPool, PropagatesExceptionsAndNests) {
   base::ThreadPool pool(3);
-  EXPECT_THROW(pool.parallel_for(30, [&](int64_t b, int64_t) {
-                 if (b > 0) throw std::runtime_error("boom");
-               }),
+  EXPECT_THROW(pool.parallel_for(30,
+                                 [&](int64_t b, int64_t) {
+                                   if (b > 0) throw std::runtime_error("boom");
+                                 }),
                std::runtime_error);
   // The pool is still usable, and a nested call runs inline instead of deadlocking.
   std::atomic<int64_t> sum{0};

@@ -101,7 +101,8 @@ TEST(Llama2cReader, UnsharedClassifier) {
   std::memcpy(wcls.data(), bytes.data() + 28, wcls.size() * 4);
   for (float& v : wcls) v *= 2.0f;
   bytes.append(reinterpret_cast<const char*>(wcls.data()), wcls.size() * 4);
-  const std::string path = (fs::temp_directory_path() / ("vq_unshared_" + std::to_string(::getpid()) + ".bin")).string();
+  const std::string path =
+      (fs::temp_directory_path() / ("vq_unshared_" + std::to_string(::getpid()) + ".bin")).string();
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 
   const lm::Llama2cCheckpoint ck = lm::read_llama2c_checkpoint(path);

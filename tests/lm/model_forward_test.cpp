@@ -174,7 +174,8 @@ TEST(ModelForward, KvDtypesAgree) {
 // offers fused attention (computed by the reference kernel over its own f32 copies).
 class RecordingCache : public lm::FullKVCache {
  public:
-  explicit RecordingCache(bool fused, bool wants_q) : lm::FullKVCache(lm::DType::F16), fused_(fused), wants_q_(wants_q) {}
+  explicit RecordingCache(bool fused, bool wants_q)
+      : lm::FullKVCache(lm::DType::F16), fused_(fused), wants_q_(wants_q) {}
   mutable std::vector<std::string> calls;
   std::vector<lm::Shape> key_shapes;
   std::vector<lm::DType> key_dtypes;
@@ -264,8 +265,10 @@ TEST(ModelForward, FusedAttentionPathGivesTheSameLogits) {
   // differ by float rounding (~1e-7 relative), which five layers and the head grow to ~1e-3 on
   // logits of size ~10. Miswiring (a missing store, a wrong mask or position) is O(1).
   EXPECT_LT(max_abs_diff(a, b), 5e-3);
-  EXPECT_NE(std::find(raw_fused[0]->calls.begin(), raw_fused[0]->calls.end(), "fused_attention"), raw_fused[0]->calls.end());
-  EXPECT_EQ(std::find(raw_fused[0]->calls.begin(), raw_fused[0]->calls.end(), "update_and_fetch"), raw_fused[0]->calls.end());
+  EXPECT_NE(std::find(raw_fused[0]->calls.begin(), raw_fused[0]->calls.end(), "fused_attention"),
+            raw_fused[0]->calls.end());
+  EXPECT_EQ(std::find(raw_fused[0]->calls.begin(), raw_fused[0]->calls.end(), "update_and_fetch"),
+            raw_fused[0]->calls.end());
 }
 
 TEST(ModelForward, MakeCacheHookIsUsed) {
@@ -376,7 +379,8 @@ TEST(ModelForward, Qwen2NeoxLayoutEqualsLlamaNormalLayout) {
     for (const auto& t : stories->tensors()) {
       const float* src = reinterpret_cast<const float*>(stories->tensor_data(t));
       std::vector<float> values(src, src + t.numel());
-      const bool qk = t.name.find("attn_q.weight") != std::string::npos || t.name.find("attn_k.weight") != std::string::npos;
+      const bool qk =
+          t.name.find("attn_q.weight") != std::string::npos || t.name.find("attn_k.weight") != std::string::npos;
       if (qk) {
         const int64_t rows = t.ne[1];
         for (int64_t head = 0; head < rows / d; ++head) {
@@ -390,7 +394,8 @@ TEST(ModelForward, Qwen2NeoxLayoutEqualsLlamaNormalLayout) {
       }
       w.tensor_f32(t.name, std::vector<uint64_t>(t.ne.begin(), t.ne.end()), values);
     }
-    const std::string path = (fs::temp_directory_path() / ("vq_" + arch + "_" + std::to_string(::getpid()) + ".gguf")).string();
+    const std::string path =
+        (fs::temp_directory_path() / ("vq_" + arch + "_" + std::to_string(::getpid()) + ".gguf")).string();
     w.write(path);
     auto loaded = lm::load(path);
     fs::remove(path);

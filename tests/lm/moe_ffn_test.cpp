@@ -136,7 +136,8 @@ std::string random_matrix_bytes(GgmlType type, int64_t rows, int64_t cols, std::
 std::vector<float> dequantized(GgmlType type, const std::string& bytes, int64_t rows, int64_t cols) {
   std::vector<float> out(static_cast<std::size_t>(rows * cols));
   const std::size_t row_bytes = bytes.size() / static_cast<std::size_t>(rows);
-  for (int64_t r = 0; r < rows; ++r) lm::dequantize_row(type, bytes.data() + r * row_bytes, out.data() + r * cols, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    lm::dequantize_row(type, bytes.data() + r * row_bytes, out.data() + r * cols, cols);
   return out;
 }
 
@@ -169,14 +170,14 @@ class MoeFfnOnStacks : public ::testing::TestWithParam<ExpertStackCase> {
         ref.push_back(dequantized(c.type, bytes, rows, cols));
         all += bytes;
       }
-      w.tensor(name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), kExperts}, static_cast<uint32_t>(c.type),
-               all);
+      w.tensor(name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), kExperts},
+               static_cast<uint32_t>(c.type), all);
     };
     stack("blk.0.ffn_gate_exps.weight", c.ffn, c.dim, gate_);
     stack("blk.0.ffn_up_exps.weight", c.ffn, c.dim, up_);
     stack("blk.0.ffn_down_exps.weight", c.dim, c.ffn, down_);
-    path_ = fs::temp_directory_path() / ("vq_moe_ffn_" + std::string(lm::ggml_type_name(c.type)) + "_" +
-                                         std::to_string(::getpid()) + ".gguf");
+    path_ = fs::temp_directory_path() /
+            ("vq_moe_ffn_" + std::string(lm::ggml_type_name(c.type)) + "_" + std::to_string(::getpid()) + ".gguf");
     w.write(path_.string());
     file_ = lm::gguf::GgufFile::open(path_.string());
     layer_ = lm::load_moe_layer(*file_, "qwen3moe", "blk.0.");
@@ -334,7 +335,8 @@ TEST_P(MoeFfnOnStacks, DecodeStepsDoNotAllocateAfterWarmUp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, MoeFfnOnStacks,
-                         ::testing::Values(ExpertStackCase{GgmlType::F32, 64, 32}, ExpertStackCase{GgmlType::F16, 64, 48},
+                         ::testing::Values(ExpertStackCase{GgmlType::F32, 64, 32},
+                                           ExpertStackCase{GgmlType::F16, 64, 48},
                                            ExpertStackCase{GgmlType::Q8_0, 64, 96},
                                            ExpertStackCase{GgmlType::Q4_K, 256, 256}),
                          [](const auto& info) { return std::string(lm::ggml_type_name(info.param.type)); });

@@ -145,8 +145,8 @@ class NewFormatsModel : public ::testing::Test {
 
   void expect_close(const std::vector<float>& logits, const std::string& what, double max_bound) const {
     const Distance d = vs_exact(logits);
-    std::cout << "new_formats " << what << " vs exact f64: max " << d.max << " mean " << d.mean << " top-1 "
-              << d.top1 << "\n";
+    std::cout << "new_formats " << what << " vs exact f64: max " << d.max << " mean " << d.mean << " top-1 " << d.top1
+              << "\n";
     EXPECT_LE(d.max, max_bound) << what;
     EXPECT_LE(d.mean, max_bound / 10) << what;
     EXPECT_GE(d.top1, 0.97) << what;

@@ -79,8 +79,8 @@ ModelRun* ReferenceStories260K::run_ = nullptr;
 TEST_F(ReferenceStories260K, FixtureIsForThisModel) {
   ASSERT_TRUE(fs::exists(kStories));
   EXPECT_EQ(run_->tokens.size(), 256u);
-  EXPECT_EQ(run_->tokens.front(), 1);  // BOS, as llama.cpp adds for an SPM vocab
-  EXPECT_EQ(fs::file_size(kStories), 1185376u);  // ../shared/models/stories260K/README.md
+  EXPECT_EQ(run_->tokens.front(), 1);                       // BOS, as llama.cpp adds for an SPM vocab
+  EXPECT_EQ(fs::file_size(kStories), 1185376u);             // ../shared/models/stories260K/README.md
   const lm::ModelConfig& c = run_->loaded.model->config();  // the README's header table
   EXPECT_EQ(c.dim, 64);
   EXPECT_EQ(c.hidden_dim, 172);
@@ -121,7 +121,8 @@ TEST_F(ReferenceStories260K, ChunkedPrefillMatchesLlamaCppAndTheOneForward) {
   EXPECT_LE(llama.full.mean(), kStoriesLlamaMean);
   AbsDiff self;
   for (std::size_t i = 0; i < single.size(); ++i) self.add(chunked[i], single[i]);
-  std::cout << "[agreement] stories260K chunked vs one forward: max " << self.max << " mean " << self.mean() << std::endl;
+  std::cout << "[agreement] stories260K chunked vs one forward: max " << self.max << " mean " << self.mean()
+            << std::endl;
   // Chunks of 1-3 tokens take the per-token dot path, larger ones the prefill path: the same
   // f32 maths in another order, plus the odd f16 K/V rounding flip that follows from it —
   // the same budget as lm vs the exact forward (measured here: 4e-6 to 5e-3 as the kernels
@@ -346,11 +347,11 @@ TEST_F(ReferenceSmolLM2, GreedyChatTurnEqualsLlamaCppWhileDecided) {
   options.max_tokens = 32;
   options.temperature = 0.0f;
   std::vector<int32_t> ours;
-  const lm::GenerationStats stats = lm::stream_generate(
-      *run_->loaded.model, *run_->loaded.tokenizer, prompt, options, [&](const lm::GenerationChunk& c) {
-        if (c.token >= 0) ours.push_back(c.token);
-        return true;
-      });
+  const lm::GenerationStats stats = lm::stream_generate(*run_->loaded.model, *run_->loaded.tokenizer, prompt, options,
+                                                        [&](const lm::GenerationChunk& c) {
+                                                          if (c.token >= 0) ours.push_back(c.token);
+                                                          return true;
+                                                        });
   const int32_t eos = g.at("eos_id").get<int32_t>();
   const bool ends_in_eos = !expected.empty() && expected.back() == eos;
   const std::size_t emitted_decided = std::min(decided, expected.size() - (ends_in_eos ? 1 : 0));

@@ -65,12 +65,12 @@ struct AbsDiff {
 // lm's logits over a passage compared with one reference section of a fixture.
 struct Agreement {
   int positions = 0;
-  int top1_same = 0;         // lm argmax == reference argmax
-  int decided = 0;           // positions whose reference top-1/top-2 gap exceeds kNearTie
+  int top1_same = 0;  // lm argmax == reference argmax
+  int decided = 0;    // positions whose reference top-1/top-2 gap exceeds kNearTie
   int decided_same = 0;
-  int within_near_tie = 0;   // reference scores lm's argmax within kNearTie of its best
-  AbsDiff sparse;            // top-5 and probe logits at every position
-  AbsDiff full;              // whole rows at the fixture's full-logit positions
+  int within_near_tie = 0;  // reference scores lm's argmax within kNearTie of its best
+  AbsDiff sparse;           // top-5 and probe logits at every position
+  AbsDiff full;             // whole rows at the fixture's full-logit positions
   double top1_rate() const { return static_cast<double>(top1_same) / positions; }
   double decided_rate() const { return decided ? static_cast<double>(decided_same) / decided : 1.0; }
   double near_tie_rate() const { return static_cast<double>(within_near_tie) / positions; }
@@ -81,7 +81,7 @@ inline int argmax(const float* row, int vocab) { return static_cast<int>(std::ma
 // `section` has top1, top5_ids, top5_logits, probe_logits (+ the top-level probe_ids) and
 // full rows in `full` at `full_positions`.
 inline Agreement compare(const std::vector<float>& logits, int vocab, const json& section, const json& probe_ids,
-                  const std::vector<float>& full, const std::vector<int>& full_positions) {
+                         const std::vector<float>& full, const std::vector<int>& full_positions) {
   Agreement a;
   const auto& top1 = section.at("top1");
   a.positions = static_cast<int>(top1.size());
@@ -118,10 +118,9 @@ inline Agreement compare(const std::vector<float>& logits, int vocab, const json
 
 inline void report(const std::string& what, const Agreement& a) {
   std::cout << "[agreement] " << what << ": top-1 " << a.top1_same << "/" << a.positions << " ("
-            << 100.0 * a.top1_rate() << "%), decided " << a.decided_same << "/" << a.decided
-            << ", within near-tie " << a.within_near_tie << "/" << a.positions << "; top5+probe |d| max "
-            << a.sparse.max << " mean " << a.sparse.mean() << "; full rows |d| max " << a.full.max << " mean "
-            << a.full.mean() << std::endl;
+            << 100.0 * a.top1_rate() << "%), decided " << a.decided_same << "/" << a.decided << ", within near-tie "
+            << a.within_near_tie << "/" << a.positions << "; top5+probe |d| max " << a.sparse.max << " mean "
+            << a.sparse.mean() << "; full rows |d| max " << a.full.max << " mean " << a.full.mean() << std::endl;
 }
 
 // The fixture of one model, its references and lm's logits computed two ways.

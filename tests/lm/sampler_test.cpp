@@ -72,7 +72,11 @@ TEST(Sampler, TopPKeepsSmallestPrefixReachingP) {
   const std::vector<float> base = log_of({0.5, 0.2, 0.2, 0.1});
   const std::vector<std::pair<float, std::vector<int>>> cases = {
       // 0.55: token 1 crosses, and token 2 (the same probability) stays with it.
-      {0.45f, {0}}, {0.55f, {0, 1, 2}}, {0.71f, {0, 1, 2}}, {0.95f, {0, 1, 2, 3}}, {1.0f, {0, 1, 2, 3}}};
+      {0.45f, {0}},
+      {0.55f, {0, 1, 2}},
+      {0.71f, {0, 1, 2}},
+      {0.95f, {0, 1, 2, 3}},
+      {1.0f, {0, 1, 2, 3}}};
   for (const auto& [p, want] : cases) {
     auto l = base;
     lm::apply_top_p(l, p);

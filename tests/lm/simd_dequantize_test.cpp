@@ -24,13 +24,25 @@ using lm::GgmlType;
 // Byte offsets of the f16 fields in one block (lm/weights/block_formats.h).
 std::vector<std::size_t> f16_fields(GgmlType type) {
   switch (type) {
-    case GgmlType::Q4_0: case GgmlType::Q8_0: case GgmlType::Q5_0: case GgmlType::IQ4_NL:
-    case GgmlType::IQ4_XS: return {0};
-    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
-    case GgmlType::Q6_K: return {208};
-    case GgmlType::Q2_K: return {80, 82};
-    case GgmlType::Q3_K: return {108};
-    default: return {};
+    case GgmlType::Q4_0:
+    case GgmlType::Q8_0:
+    case GgmlType::Q5_0:
+    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS:
+      return {0};
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+      return {0, 2};
+    case GgmlType::Q6_K:
+      return {208};
+    case GgmlType::Q2_K:
+      return {80, 82};
+    case GgmlType::Q3_K:
+      return {108};
+    default:
+      return {};
   }
 }
 

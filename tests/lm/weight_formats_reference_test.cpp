@@ -162,11 +162,10 @@ TEST_P(WeightFormatReference, ScalarDequantizeIsBitExact) {
       w.dequantize_row_to(r, row.data());
       for (int64_t c = 0; c < w.cols; ++c) {
         const std::size_t i = static_cast<std::size_t>(r * w.cols + c);
-        if (!same_value(row[c], expected[i]) || !same_value(all[i], expected[i]) ||
-            !same_value(fast[i], expected[i])) {
+        if (!same_value(row[c], expected[i]) || !same_value(all[i], expected[i]) || !same_value(fast[i], expected[i])) {
           if (++mismatches <= 5) {
-            ADD_FAILURE() << GetParam() << " " << name << " [" << r << ", " << c << "]: reference "
-                          << expected[i] << ", row " << row[c] << ", whole " << all[i] << ", fast " << fast[i];
+            ADD_FAILURE() << GetParam() << " " << name << " [" << r << ", " << c << "]: reference " << expected[i]
+                          << ", row " << row[c] << ", whole " << all[i] << ", fast " << fast[i];
           }
         }
       }
@@ -237,8 +236,8 @@ TEST_P(WeightFormatReference, FusedDotsAgreeWithinTheF32SummationBound) {
 TEST_P(WeightFormatReference, TruncatedFileIsAFormatErrorNamingTheFile) {
   // Cut the file inside the last tensor's data: the reader must refuse it at open time.
   const fs::path src = kDir / entry_.at("gguf").get<std::string>();
-  const fs::path cut = fs::temp_directory_path() /
-                       ("vq_truncated_" + GetParam() + "_" + std::to_string(::getpid()) + ".gguf");
+  const fs::path cut =
+      fs::temp_directory_path() / ("vq_truncated_" + GetParam() + "_" + std::to_string(::getpid()) + ".gguf");
   std::vector<char> bytes = read_file(src);
   bytes.resize(bytes.size() - 17);
   {
@@ -268,8 +267,8 @@ INSTANTIATE_TEST_SUITE_P(AllGgmlTypes, WeightFormatReference, ::testing::ValuesI
 // dropped cannot silently shrink the suite.
 TEST(WeightFormatReferenceFixtures, CoverEveryRequiredType) {
   const json types = load_manifest().at("types");
-  for (const char* required : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K", "Q5_0", "Q5_1",
-                               "Q5_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS"}) {
+  for (const char* required : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K", "Q5_0", "Q5_1", "Q5_K",
+                               "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS"}) {
     EXPECT_TRUE(types.contains(required)) << required;
   }
 }

@@ -27,13 +27,16 @@ using lm::GgmlType;
 
 TEST(GgmlTypes, BlockGeometryMatchesTheGgufSpec) {
   // (block elements, bytes per block) from the GGUF specification's type table.
-  struct Row { GgmlType type; int64_t block; std::size_t bytes; };
+  struct Row {
+    GgmlType type;
+    int64_t block;
+    std::size_t bytes;
+  };
   for (const Row& r : {Row{GgmlType::F32, 1, 4}, Row{GgmlType::F16, 1, 2}, Row{GgmlType::BF16, 1, 2},
                        Row{GgmlType::Q4_0, 32, 18}, Row{GgmlType::Q4_1, 32, 20}, Row{GgmlType::Q8_0, 32, 34},
-                       Row{GgmlType::Q4_K, 256, 144}, Row{GgmlType::Q6_K, 256, 210},
-                       Row{GgmlType::Q5_0, 32, 22}, Row{GgmlType::Q5_1, 32, 24}, Row{GgmlType::IQ4_NL, 32, 18},
-                       Row{GgmlType::Q2_K, 256, 84}, Row{GgmlType::Q3_K, 256, 110}, Row{GgmlType::Q5_K, 256, 176},
-                       Row{GgmlType::IQ4_XS, 256, 136}}) {
+                       Row{GgmlType::Q4_K, 256, 144}, Row{GgmlType::Q6_K, 256, 210}, Row{GgmlType::Q5_0, 32, 22},
+                       Row{GgmlType::Q5_1, 32, 24}, Row{GgmlType::IQ4_NL, 32, 18}, Row{GgmlType::Q2_K, 256, 84},
+                       Row{GgmlType::Q3_K, 256, 110}, Row{GgmlType::Q5_K, 256, 176}, Row{GgmlType::IQ4_XS, 256, 136}}) {
     const auto info = lm::ggml_type_info(r.type);
     EXPECT_EQ(info.block_size, r.block) << info.name;
     EXPECT_EQ(info.type_size, r.bytes) << info.name;
@@ -210,21 +213,46 @@ std::vector<uint8_t> random_row(GgmlType type, int64_t n, std::mt19937& rng) {
         std::memcpy(bytes.data() + at, &v, 4);
         break;
       }
-      case GgmlType::F16: put(at, sym(rng)); break;
+      case GgmlType::F16:
+        put(at, sym(rng));
+        break;
       case GgmlType::BF16: {
         const uint16_t v = base::f32_to_bf16(sym(rng));
         std::memcpy(bytes.data() + at, &v, 2);
         break;
       }
-      case GgmlType::Q4_0: case GgmlType::Q8_0: case GgmlType::Q5_0: case GgmlType::IQ4_NL:
-      case GgmlType::IQ4_XS: put(at, scale(rng)); break;
-      case GgmlType::Q4_1: put(at, scale(rng)); put(at + 2, -8.0f * scale(rng)); break;
-      case GgmlType::Q5_1: put(at, scale(rng)); put(at + 2, -16.0f * scale(rng)); break;
-      case GgmlType::Q4_K: case GgmlType::Q5_K: put(at, scale(rng)); put(at + 2, scale(rng)); break;
-      case GgmlType::Q2_K: put(at + 80, scale(rng)); put(at + 82, scale(rng)); break;
-      case GgmlType::Q3_K: put(at + 108, scale(rng)); break;
-      case GgmlType::Q6_K: put(at + 208, scale(rng)); break;
-      default: break;
+      case GgmlType::Q4_0:
+      case GgmlType::Q8_0:
+      case GgmlType::Q5_0:
+      case GgmlType::IQ4_NL:
+      case GgmlType::IQ4_XS:
+        put(at, scale(rng));
+        break;
+      case GgmlType::Q4_1:
+        put(at, scale(rng));
+        put(at + 2, -8.0f * scale(rng));
+        break;
+      case GgmlType::Q5_1:
+        put(at, scale(rng));
+        put(at + 2, -16.0f * scale(rng));
+        break;
+      case GgmlType::Q4_K:
+      case GgmlType::Q5_K:
+        put(at, scale(rng));
+        put(at + 2, scale(rng));
+        break;
+      case GgmlType::Q2_K:
+        put(at + 80, scale(rng));
+        put(at + 82, scale(rng));
+        break;
+      case GgmlType::Q3_K:
+        put(at + 108, scale(rng));
+        break;
+      case GgmlType::Q6_K:
+        put(at + 208, scale(rng));
+        break;
+      default:
+        break;
     }
   }
   return bytes;

@@ -37,7 +37,8 @@ inline std::vector<float> fused_vs_fetched(lm::KVCache& fused, lm::KVCache& plai
     lm::Tensor out({1, q_heads, n, d}, lm::DType::F32);
     const float scale = 0.125f;
     fused.fused_attention({&q, &k, &v, scale, std::nullopt}, out);
-    const std::vector<float> want = reference_attention(plain.update_and_fetch(k, v), q.to_f32(), q_heads, n, first, scale);
+    const std::vector<float> want =
+        reference_attention(plain.update_and_fetch(k, v), q.to_f32(), q_heads, n, first, scale);
     const std::vector<float> got = out.to_f32();
     float w = 0;
     for (std::size_t i = 0; i < want.size(); ++i) w = std::max(w, std::fabs(got[i] - want[i]));

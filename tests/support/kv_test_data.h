@@ -44,8 +44,6 @@ inline std::vector<float> concat_tokens_f32(const std::vector<lm::Tensor>& parts
 }
 
 // Rows [begin, end) along axis 2 of a [B, H, S, D] tensor, as a new tensor.
-inline lm::Tensor token_rows(const lm::Tensor& t, int64_t begin, int64_t end) {
-  return t.slice(2, begin, end).clone();
-}
+inline lm::Tensor token_rows(const lm::Tensor& t, int64_t begin, int64_t end) { return t.slice(2, begin, end).clone(); }
 
 }  // namespace test_support

@@ -58,14 +58,16 @@ inline std::vector<float> latent_reference(const lm::Tensor& rows, const lm::Ten
       for (int64_t i = 0; i < r; ++i) {
         double dot = 0;
         for (int64_t c = 0; c < w; ++c) {
-          dot += double(u[static_cast<std::size_t>((g * r_max + i) * w + c)]) * static_cast<double>(row[static_cast<std::size_t>(c)] - mu[static_cast<std::size_t>(g * w + c)]);
+          dot += double(u[static_cast<std::size_t>((g * r_max + i) * w + c)]) *
+                 static_cast<double>(row[static_cast<std::size_t>(c)] - mu[static_cast<std::size_t>(g * w + c)]);
         }
         z[static_cast<std::size_t>(i)] = static_cast<float>(dot);
       }
       const std::vector<double> zq = quantize(g, z);
       for (int64_t c = 0; c < w; ++c) {
         double v = mu[static_cast<std::size_t>(g * w + c)];
-        for (int64_t i = 0; i < r; ++i) v += zq[static_cast<std::size_t>(i)] * u[static_cast<std::size_t>((g * r_max + i) * w + c)];
+        for (int64_t i = 0; i < r; ++i)
+          v += zq[static_cast<std::size_t>(i)] * u[static_cast<std::size_t>((g * r_max + i) * w + c)];
         const int64_t l = c / d, cc = c % d;
         out[static_cast<std::size_t>(((g * hpg + l) * t + j) * d + cc)] = static_cast<float>(v);
       }

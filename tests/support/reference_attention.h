@@ -13,8 +13,9 @@
 namespace test_support {
 
 // Reference attention over what update_and_fetch returns, in double.
-inline std::vector<float> reference_attention(const lm::KeysValues& kv, const std::vector<float>& q, int64_t hq, int64_t n,
-                                       int64_t first, float scale, std::optional<int64_t> window = std::nullopt) {
+inline std::vector<float> reference_attention(const lm::KeysValues& kv, const std::vector<float>& q, int64_t hq,
+                                              int64_t n, int64_t first, float scale,
+                                              std::optional<int64_t> window = std::nullopt) {
   const int64_t hkv = kv.keys.dim(1), t_total = kv.keys.dim(2), d = kv.keys.dim(3);
   const std::vector<float> k = kv.keys.to_f32(), v = kv.values.to_f32();
   std::vector<float> out(static_cast<std::size_t>(hq * n * d));
@@ -35,7 +36,8 @@ inline std::vector<float> reference_attention(const lm::KeysValues& kv, const st
       for (double& x : w) total += (x = std::exp(x - mx));
       for (int64_t c = 0; c < d; ++c) {
         double acc = 0;
-        for (std::size_t j = 0; j < w.size(); ++j) acc += w[j] * v[(g * t_total + begin + static_cast<int64_t>(j)) * d + c];
+        for (std::size_t j = 0; j < w.size(); ++j)
+          acc += w[j] * v[(g * t_total + begin + static_cast<int64_t>(j)) * d + c];
         out[static_cast<std::size_t>((h * n + i) * d + c)] = static_cast<float>(acc / total);
       }
     }

@@ -86,7 +86,8 @@ Reference reference(const std::vector<float>& k, const std::vector<float>& v, in
         std::vector<float> x;
         for (int64_t r = blk * g; r < (blk + 1) * g; ++r) x.push_back(k[(h * t + r) * d + c]);
         const std::vector<float> q = reference_group(x, b);
-        for (int64_t r = blk * g; r < (blk + 1) * g; ++r) out.keys[(h * t + r) * d + c] = q[static_cast<std::size_t>(r - blk * g)];
+        for (int64_t r = blk * g; r < (blk + 1) * g; ++r)
+          out.keys[(h * t + r) * d + c] = q[static_cast<std::size_t>(r - blk * g)];
       }
       for (int64_t r = blk * g; r < (blk + 1) * g; ++r) {
         for (int64_t c0 = 0; c0 < d; c0 += g) {
@@ -148,7 +149,8 @@ TEST(AdaKV, MatchesTheReferenceBitExactly) {
     AdaKVCache cache(o);
     cache.update_and_fetch(test_support::token_rows(k, 0, 5), test_support::token_rows(v, 0, 5));
     cache.update_and_fetch(test_support::token_rows(k, 5, 6), test_support::token_rows(v, 5, 6));
-    const lm::KeysValues got = cache.update_and_fetch(test_support::token_rows(k, 6, t), test_support::token_rows(v, 6, t));
+    const lm::KeysValues got =
+        cache.update_and_fetch(test_support::token_rows(k, 6, t), test_support::token_rows(v, 6, t));
     const Reference want = reference(k.to_f32(), v.to_f32(), heads, t, d, o);
     EXPECT_EQ(got.keys.to_f32(), want.keys) << "heads " << heads << " group " << o.adakv_group_size;
     EXPECT_EQ(got.values.to_f32(), want.values) << "heads " << heads << " group " << o.adakv_group_size;
@@ -189,7 +191,8 @@ TEST(AdaKV, BytesAreTheLayoutAndReallyAllocated) {
   c.head_dim = d;
   auto cache = KVCacheBuilder(c).build().serving();  // defaults: 1 head at 3 bits, 2 at 2, G 32, R 128
   for (int i = 0; i < 3; ++i) {
-    cache->update_and_fetch(test_support::random_kv(1, heads, 100, d, i), test_support::random_kv(1, heads, 100, d, i + 9));
+    cache->update_and_fetch(test_support::random_kv(1, heads, 100, d, i),
+                            test_support::random_kv(1, heads, 100, d, i + 9));
   }
   const auto after = test_support::allocation_snapshot();
   EXPECT_EQ(static_cast<std::size_t>(after.aligned_live_bytes - before.aligned_live_bytes), cache->nbytes());
@@ -213,9 +216,9 @@ TEST(AdaKV, TrimReopensBlocksFromTheirCodes) {
   // the kept rows as the first one returned them (the norm statistics of the dropped blocks go
   // with them).
   const int64_t heads = 3, d = 16, t = 40;
-  for (const auto& [residual, keep, frontier] : {std::tuple{0, int64_t{23}, int64_t{16}},
-                                                 std::tuple{10, int64_t{30}, int64_t{16}},
-                                                 std::tuple{3, int64_t{5}, int64_t{0}}}) {
+  for (const auto& [residual, keep, frontier] :
+       {std::tuple{0, int64_t{23}, int64_t{16}}, std::tuple{10, int64_t{30}, int64_t{16}},
+        std::tuple{3, int64_t{5}, int64_t{0}}}) {
     const AdaKVOptions o = options(2.5, 2, 3, 4, 8, 1, 16, residual);
     const lm::Tensor k = spread_keys(heads, t, d, 57);
     const lm::Tensor v = test_support::random_kv(1, heads, t, d, 58, lm::DType::F32);
@@ -225,7 +228,8 @@ TEST(AdaKV, TrimReopensBlocksFromTheirCodes) {
     EXPECT_EQ(full.offset(), keep);
     EXPECT_EQ(full.frontier(), frontier);
     AdaKVCache fresh(o);
-    fresh.update_and_fetch(test_support::token_rows(decoded.keys, 0, keep), test_support::token_rows(decoded.values, 0, keep));
+    fresh.update_and_fetch(test_support::token_rows(decoded.keys, 0, keep),
+                           test_support::token_rows(decoded.values, 0, keep));
     const lm::Tensor next_k = spread_keys(heads, 19, d, 59);
     const lm::Tensor next_v = test_support::random_kv(1, heads, 19, d, 60, lm::DType::F32);
     const lm::KeysValues a = full.update_and_fetch(next_k, next_v);
@@ -241,7 +245,8 @@ TEST(AdaKV, TrimReopensBlocksFromTheirCodes) {
 
 TEST(AdaKV, FusedAttentionEqualsAttentionOverFetchedRows) {
   const int64_t heads = 3, hq = 9, d = 64;
-  for (const AdaKVOptions& o : {options(2.5, 2, 3, 4, 32, 1, 32), options(5.0, 3, 4, 8, 16, 2, 40, 20), AdaKVOptions{}}) {
+  for (const AdaKVOptions& o :
+       {options(2.5, 2, 3, 4, 32, 1, 32), options(5.0, 3, 4, 8, 16, 2, 40, 20), AdaKVOptions{}}) {
     AdaKVCache fused(o), plain(o);
     const std::vector<int64_t> chunks{150, 17, 1, 1};
     const std::vector<float> worst =

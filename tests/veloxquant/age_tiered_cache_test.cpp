@@ -93,7 +93,8 @@ TEST(AgeTiered, MatchesTheReferenceBitExactly) {
     int64_t fed = 0;
     lm::KeysValues got;
     for (int64_t n : chunks) {
-      got = cache.update_and_fetch(test_support::token_rows(k, fed, fed + n), test_support::token_rows(v, fed, fed + n));
+      got =
+          cache.update_and_fetch(test_support::token_rows(k, fed, fed + n), test_support::token_rows(v, fed, fed + n));
       for (int64_t h = 0; h < heads; ++h) {
         ref_k[h].feed(kf.data() + (h * t + fed) * d, n);
         ref_v[h].feed(vf.data() + (h * t + fed) * d, n);
@@ -127,7 +128,8 @@ TEST(AgeTiered, AgingIntoCoarserTiersCostsAlmostNothingOverDirectCoding) {
   AgeTieredCache cache(o);
   std::vector<float> got;
   for (int64_t p = 0; p < t; ++p) {
-    got = cache.update_and_fetch(test_support::token_rows(k, p, p + 1), test_support::token_rows(k, p, p + 1)).keys.to_f32();
+    got = cache.update_and_fetch(test_support::token_rows(k, p, p + 1), test_support::token_rows(k, p, p + 1))
+              .keys.to_f32();
   }
   const std::vector<float> x = k.to_f32();
   const int64_t old_rows = t - o.age_mid_boundary;
@@ -175,7 +177,8 @@ TEST(AgeTiered, BytesAreTheLayoutAndReallyAllocated) {
   // mid 896 rows in 896 + 32, recent 128 in 160.
   auto& tiered = dynamic_cast<AgeTieredCache&>(*cache);
   for (int i = 0; i < 10; ++i) {
-    cache->update_and_fetch(test_support::random_kv(b, h, 100, d, 20 + i), test_support::random_kv(b, h, 100, d, 40 + i));
+    cache->update_and_fetch(test_support::random_kv(b, h, 100, d, 20 + i),
+                            test_support::random_kv(b, h, 100, d, 40 + i));
   }
   EXPECT_EQ(tiered.tier(0).rows(), 276);
   EXPECT_EQ(tiered.tier(1).rows(), 896);
@@ -189,10 +192,10 @@ TEST(AgeTiered, FusedAttentionEqualsAttentionOverFetchedRows) {
        {small_tiers(16, 64, 8, 4, 2, 32), small_tiers(0, 40, 8, 3, 1, 16), AgeTieredOptions{}}) {
     AgeTieredCache fused(o), plain(o);
     const std::vector<int64_t> chunks{150, 17, 1, 1, 70};
-    const std::vector<float> worst =
-        test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 700);
+    const std::vector<float> worst = test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 700);
     for (std::size_t c = 0; c < chunks.size(); ++c) {
-      EXPECT_LE(worst[c], 1e-3f) << "recent " << o.age_recent_boundary << " mid " << o.age_mid_boundary << " chunk " << chunks[c];
+      EXPECT_LE(worst[c], 1e-3f) << "recent " << o.age_recent_boundary << " mid " << o.age_mid_boundary << " chunk "
+                                 << chunks[c];
     }
   }
 }
@@ -223,8 +226,9 @@ TEST(AgeTiered, BadOptionsNameTheField) {
   EXPECT_NE(message([](AgeTieredOptions& o) { o.age_group_size = 0; }).find("age_group_size"), std::string::npos);
   EXPECT_NE(message([](AgeTieredOptions& o) { o.age_recent_boundary = -1; }).find("age_recent_boundary"),
             std::string::npos);
-  EXPECT_NE(message([](AgeTieredOptions& o) { o.age_mid_boundary = 100; }).find("must not be below age_recent_boundary"),
-            std::string::npos);
+  EXPECT_NE(
+      message([](AgeTieredOptions& o) { o.age_mid_boundary = 100; }).find("must not be below age_recent_boundary"),
+      std::string::npos);
   EXPECT_EQ(message([](AgeTieredOptions& o) { o.age_mid_boundary = 128; }), "accepted");
 }
 

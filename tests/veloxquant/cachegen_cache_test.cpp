@@ -84,7 +84,8 @@ TEST(CachegenRans, CorruptedStreamsAreRefused) {
                base::FormatError);
   std::vector<uint16_t> bad = freqs;
   bad[0] += 1;
-  EXPECT_THROW(core::rans_decode(bytes.data(), bytes.size(), bad.data(), 4, back.size(), back.data()), base::FormatError);
+  EXPECT_THROW(core::rans_decode(bytes.data(), bytes.size(), bad.data(), 4, back.size(), back.data()),
+               base::FormatError);
 }
 
 // KIVI's group code of x (count elements at stride) from the spec: codes and reconstruction.
@@ -113,7 +114,8 @@ TEST(Cachegen, CodesMatchTheGroupQuantizerBitExactly) {
         const lm::Tensor k = test_support::random_kv(1, heads, t, d, 3, lm::DType::F32);
         const lm::Tensor v = test_support::random_kv(1, heads, t, d, 4, lm::DType::F32);
         cache.update_and_fetch(test_support::token_rows(k, 0, 30), test_support::token_rows(v, 0, 30));
-        const lm::KeysValues kv = cache.update_and_fetch(test_support::token_rows(k, 30, t), test_support::token_rows(v, 30, t));
+        const lm::KeysValues kv =
+            cache.update_and_fetch(test_support::token_rows(k, 30, t), test_support::token_rows(v, 30, t));
         ASSERT_EQ(cache.frontier(), 64);
         const std::vector<float> kf = k.to_f32(), vf = v.to_f32(), gk = kv.keys.to_f32(), gv = kv.values.to_f32();
         std::vector<float> rows(group * d), want(group * d);
@@ -123,12 +125,14 @@ TEST(Cachegen, CodesMatchTheGroupQuantizerBitExactly) {
             for (int kvi = 0; kvi < 2; ++kvi) {
               const float* x = (kvi == 0 ? kf : vf).data() + (h * t + blk * group) * d;
               if (kvi == 0 && per_channel) {
-                for (int64_t c = 0; c < d; ++c) reference_code(x + c, group, d, bits, want_codes.data() + c, want.data() + c);
+                for (int64_t c = 0; c < d; ++c)
+                  reference_code(x + c, group, d, bits, want_codes.data() + c, want.data() + c);
               } else {
                 for (int64_t r = 0; r < group; ++r) {
                   for (int64_t c0 = 0; c0 < d; c0 += group) {
                     const int64_t n = std::min(group, d - c0);
-                    reference_code(x + r * d + c0, n, 1, bits, want_codes.data() + r * d + c0, want.data() + r * d + c0);
+                    reference_code(x + r * d + c0, n, 1, bits, want_codes.data() + r * d + c0,
+                                   want.data() + r * d + c0);
                   }
                 }
               }
@@ -137,7 +141,8 @@ TEST(Cachegen, CodesMatchTheGroupQuantizerBitExactly) {
               EXPECT_EQ(rows, want) << bits << " " << per_channel << " " << delta;
               const std::vector<float>& fetched = kvi == 0 ? gk : gv;
               for (int64_t i = 0; i < group * d; ++i) {
-                ASSERT_EQ(fetched[static_cast<std::size_t>((h * t + blk * group) * d + i)], want[static_cast<std::size_t>(i)]);
+                ASSERT_EQ(fetched[static_cast<std::size_t>((h * t + blk * group) * d + i)],
+                          want[static_cast<std::size_t>(i)]);
               }
             }
           }
@@ -266,8 +271,7 @@ TEST(Cachegen, FusedAttentionEqualsAttentionOverFetchedRows) {
        {std::tuple{4, 32, true}, std::tuple{2, 32, false}, std::tuple{3, 8, true}, std::tuple{8, 100, true}}) {
     CachegenCache fused(bits, group, true, per_channel), plain(bits, group, true, per_channel);
     const std::vector<int64_t> chunks{150, 17, 1, 1, 70};
-    const std::vector<float> worst =
-        test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 600);
+    const std::vector<float> worst = test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 600);
     for (std::size_t c = 0; c < chunks.size(); ++c) {
       EXPECT_LE(worst[c], 1e-3f) << "bits " << bits << " group " << group << " chunk " << chunks[c];
     }

@@ -60,7 +60,8 @@ class ServingContract : public testing::TestWithParam<ContractCase> {
     // The product-VQ methods do not read bit_width_inlier: their 4-bit forms are 2-dim sub-vectors
     // with 256 codewords (defaults are 0.5-3 bits per coordinate).
     if (c.method == "vecinfer") {
-      c.options<VecInferOptions>() = {.key_sub_dim = 2, .value_sub_dim = 2, .key_codebook_bits = 8, .value_codebook_bits = 8};
+      c.options<VecInferOptions>() = {
+          .key_sub_dim = 2, .value_sub_dim = 2, .key_codebook_bits = 8, .value_codebook_bits = 8};
     }
     if (c.method == "comm_vq") c.options<CommVqOptions>().comm_vq_n_codebooks = static_cast<int>(kDim / 2);
     if (c.method == "palu") {  // likewise: every latent component at 4 bits (isotropic data has no low rank)
@@ -221,15 +222,16 @@ TEST_P(ServingContract, FusedAttentionEqualsAttentionOverFetchedRows) {
     lm::Tensor out({kBatch, hq, n, kDim}, lm::DType::F32);
     const float scale = 1.0f / std::sqrt(float(kDim));
     fused->fused_attention({&q, &k, &v, scale, std::nullopt}, out);
-    const std::vector<float> want = test_support::reference_attention(plain->update_and_fetch(k, v), q.to_f32(), hq, n, first, scale);
+    const std::vector<float> want =
+        test_support::reference_attention(plain->update_and_fetch(k, v), q.to_f32(), hq, n, first, scale);
     EXPECT_EQ(fused->offset(), plain->offset());
     // f32 inputs: the same numbers up to summation order, and for KIVI-family keys (scored as
     // integer dot products, attention/integer_key_scores.h) up to the query's rounding to 16
     // bits: at most half a step (2^-16 of the largest folded element) per term, ~5e-4 on these
     // outputs of magnitude ~13; block-level keys (attention/block_level_key_scores.h) round both
-    // the query and the levels, each to 2^-15.5 of its largest element, ~1.3e-3 here. f16/bf16: the reference reads keys rounded to the input dtype
-    // (relative 2^-11 / 2^-8), the fused path scores in f32; with |q|, |k| ~ 13 here a score
-    // moves by up to ~0.03 (f16) / ~0.25 (bf16) before the scale.
+    // the query and the levels, each to 2^-15.5 of its largest element, ~1.3e-3 here. f16/bf16: the reference reads
+    // keys rounded to the input dtype (relative 2^-11 / 2^-8), the fused path scores in f32; with |q|, |k| ~ 13 here a
+    // score moves by up to ~0.03 (f16) / ~0.25 (bf16) before the scale.
     const float tol = GetParam().dtype == lm::DType::F32 ? 2e-3f : GetParam().dtype == lm::DType::F16 ? 3e-2f : 1e-1f;
     const std::vector<float> got = out.to_f32();
     if (method.capabilities.sparse_attention && first > 0) {

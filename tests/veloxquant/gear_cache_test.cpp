@@ -43,7 +43,8 @@ void reference_dense(std::vector<float>& keys, std::vector<float>& values, int64
     for (int64_t r = g0; r < g0 + group; ++r) {
       for (int64_t c0 = 0; c0 < d; c0 += group) {
         const int64_t n = std::min(group, d - c0);
-        const std::vector<float> q = reference_group({values.begin() + r * d + c0, values.begin() + r * d + c0 + n}, bits);
+        const std::vector<float> q =
+            reference_group({values.begin() + r * d + c0, values.begin() + r * d + c0 + n}, bits);
         std::copy(q.begin(), q.end(), values.begin() + r * d + c0);
       }
     }
@@ -60,13 +61,15 @@ Triplets power_triplets(std::vector<double> x, int64_t rows, int64_t cols, int64
   Triplets out;
   for (int64_t i = 0; i < count; ++i) {
     std::vector<double> v(static_cast<std::size_t>(cols));
-    for (int64_t c = 0; c < cols; ++c) v[static_cast<std::size_t>(c)] = 1.0 + 0.01 * static_cast<double>((c * 7 + i) % 13);
+    for (int64_t c = 0; c < cols; ++c)
+      v[static_cast<std::size_t>(c)] = 1.0 + 0.01 * static_cast<double>((c * 7 + i) % 13);
     std::vector<double> u(static_cast<std::size_t>(rows));
     double sigma = 0.0;
     for (int it = 0; it < 4000; ++it) {
       for (int64_t r = 0; r < rows; ++r) {
         double s = 0;
-        for (int64_t c = 0; c < cols; ++c) s += x[static_cast<std::size_t>(r * cols + c)] * v[static_cast<std::size_t>(c)];
+        for (int64_t c = 0; c < cols; ++c)
+          s += x[static_cast<std::size_t>(r * cols + c)] * v[static_cast<std::size_t>(c)];
         u[static_cast<std::size_t>(r)] = s;
       }
       double norm_u = 0;
@@ -76,7 +79,8 @@ Triplets power_triplets(std::vector<double> x, int64_t rows, int64_t cols, int64
       for (double& e : u) e /= norm_u;
       for (int64_t c = 0; c < cols; ++c) {
         double s = 0;
-        for (int64_t r = 0; r < rows; ++r) s += x[static_cast<std::size_t>(r * cols + c)] * u[static_cast<std::size_t>(r)];
+        for (int64_t r = 0; r < rows; ++r)
+          s += x[static_cast<std::size_t>(r * cols + c)] * u[static_cast<std::size_t>(r)];
         v[static_cast<std::size_t>(c)] = s;
       }
       sigma = 0;
@@ -90,7 +94,8 @@ Triplets power_triplets(std::vector<double> x, int64_t rows, int64_t cols, int64
     out.v.push_back(v);
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
-        x[static_cast<std::size_t>(r * cols + c)] -= sigma * u[static_cast<std::size_t>(r)] * v[static_cast<std::size_t>(c)];
+        x[static_cast<std::size_t>(r * cols + c)] -=
+            sigma * u[static_cast<std::size_t>(r)] * v[static_cast<std::size_t>(c)];
       }
     }
   }
@@ -127,7 +132,8 @@ TEST(Gear, BaseQuantizerMatchesKiviGroupCodeBitExactly) {
     const lm::Tensor v = test_support::random_kv(1, heads, t, d, 72, lm::DType::F32);
     auto cache = make(bits, group, 0, 0.9, 0.0);  // no low-rank terms, no outliers: the base code alone
     cache->update_and_fetch(test_support::token_rows(k, 0, 3), test_support::token_rows(v, 0, 3));
-    const lm::KeysValues got = cache->update_and_fetch(test_support::token_rows(k, 3, t), test_support::token_rows(v, 3, t));
+    const lm::KeysValues got =
+        cache->update_and_fetch(test_support::token_rows(k, 3, t), test_support::token_rows(v, 3, t));
     const std::vector<float> gk = got.keys.to_f32(), gv = got.values.to_f32(), kf = k.to_f32(), vf = v.to_f32();
     for (int64_t h = 0; h < heads; ++h) {
       std::vector<float> rk(kf.begin() + h * t * d, kf.begin() + (h + 1) * t * d);
@@ -196,7 +202,8 @@ TEST(Gear, LowRankTermsAreTheBestApproximationOfTheResidual) {
             for (int64_t col = 0; col < d; ++col) {
               double want = 0;
               for (int64_t i = 0; i < rank; ++i) {
-                want += ref.sigma[static_cast<std::size_t>(i)] * ref.u[static_cast<std::size_t>(i)][static_cast<std::size_t>(r)] *
+                want += ref.sigma[static_cast<std::size_t>(i)] *
+                        ref.u[static_cast<std::size_t>(i)][static_cast<std::size_t>(r)] *
                         ref.v[static_cast<std::size_t>(i)][static_cast<std::size_t>(col)];
               }
               const std::size_t at = static_cast<std::size_t>(r * d + col);
@@ -245,7 +252,8 @@ TEST(Gear, EnergyRuleRankIsTheLargestAnyHeadNeeds) {
           }
           want = std::max(want, r);
         }
-        EXPECT_EQ(cache.block_rank(g0 / group, which), want) << "energy " << energy << " which " << which << " block " << g0;
+        EXPECT_EQ(cache.block_rank(g0 / group, which), want)
+            << "energy " << energy << " which " << which << " block " << g0;
       }
     }
   }
@@ -257,7 +265,8 @@ TEST(Gear, BlockSvdReconstructsAndIsOrthonormal) {
     const BlockSvd s = block_svd(x.data(), rows, cols);
     const int64_t n = std::min(rows, cols);
     ASSERT_EQ(static_cast<int64_t>(s.sigma.size()), n);
-    for (int64_t i = 1; i < n; ++i) EXPECT_GE(s.sigma[static_cast<std::size_t>(i - 1)], s.sigma[static_cast<std::size_t>(i)]);
+    for (int64_t i = 1; i < n; ++i)
+      EXPECT_GE(s.sigma[static_cast<std::size_t>(i - 1)], s.sigma[static_cast<std::size_t>(i)]);
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
         double y = 0;
@@ -271,8 +280,10 @@ TEST(Gear, BlockSvdReconstructsAndIsOrthonormal) {
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t j = 0; j < n; ++j) {
         double uu = 0, vv = 0;
-        for (int64_t r = 0; r < rows; ++r) uu += s.left[static_cast<std::size_t>(i * rows + r)] * s.left[static_cast<std::size_t>(j * rows + r)];
-        for (int64_t c = 0; c < cols; ++c) vv += s.right[static_cast<std::size_t>(i * cols + c)] * s.right[static_cast<std::size_t>(j * cols + c)];
+        for (int64_t r = 0; r < rows; ++r)
+          uu += s.left[static_cast<std::size_t>(i * rows + r)] * s.left[static_cast<std::size_t>(j * rows + r)];
+        for (int64_t c = 0; c < cols; ++c)
+          vv += s.right[static_cast<std::size_t>(i * cols + c)] * s.right[static_cast<std::size_t>(j * cols + c)];
         EXPECT_NEAR(uu, i == j ? 1.0 : 0.0, 1e-9);
         EXPECT_NEAR(vv, i == j ? 1.0 : 0.0, 1e-9);
       }
@@ -310,14 +321,14 @@ TEST(Gear, BytesAreTheLayoutAndReallyAllocated) {
 
 TEST(Gear, FusedAttentionEqualsAttentionOverFetchedRows) {
   const int64_t heads = 2, hq = 6, d = 64;
-  for (const auto& [bits, rank, sparse] : {std::tuple{2, std::optional<int>{}, 0.01}, std::tuple{2, std::optional<int>{4}, 0.0},
-                                           std::tuple{3, std::optional<int>{2}, 0.02}, std::tuple{4, std::optional<int>{0}, 0.01}}) {
+  for (const auto& [bits, rank, sparse] :
+       {std::tuple{2, std::optional<int>{}, 0.01}, std::tuple{2, std::optional<int>{4}, 0.0},
+        std::tuple{3, std::optional<int>{2}, 0.02}, std::tuple{4, std::optional<int>{0}, 0.01}}) {
     GearCache fused(bits, 32, rank, 0.9, sparse), plain(bits, 32, rank, 0.9, sparse);
     const std::vector<int64_t> chunks{150, 17, 1, 1};
-    const std::vector<float> worst =
-        test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 500);
+    const std::vector<float> worst = test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 500);
     for (std::size_t c = 0; c < chunks.size(); ++c) {
-        // Integer key scores (query rounded to 16 bits) on the 2- and 4-bit codes: ~1e-4 relative.
+      // Integer key scores (query rounded to 16 bits) on the 2- and 4-bit codes: ~1e-4 relative.
       EXPECT_LE(worst[c], 2e-3f) << "bits " << bits << " chunk " << chunks[c];
     }
   }

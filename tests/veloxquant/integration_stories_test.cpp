@@ -142,7 +142,8 @@ TEST(IntegrationStories, CompressedPromptCachesSaveAndContinue) {
     const lm::CacheList wired = integration::patch_model_kv_cache(*m.model, c);
     const std::string prompt = "Once upon a time, there was a little girl named Lily. She loved to play";
     const std::string path =
-        (std::filesystem::temp_directory_path() / ("vq_h6_prompt_" + method + "_" + std::to_string(::getpid()))).string();
+        (std::filesystem::temp_directory_path() / ("vq_h6_prompt_" + method + "_" + std::to_string(::getpid())))
+            .string();
     lm::GenerateOptions saving = greedy(24);
     saving.on_prompt_processed = [&](const lm::PromptCache& state) { lm::save_prompt_cache(path, state); };
     const std::string full = lm::generate(*m.model, *m.tokenizer, prompt, saving);
@@ -159,12 +160,13 @@ TEST(IntegrationStories, CompressedPromptCachesSaveAndContinue) {
       continue;
     }
     std::string continued;
-    lm::stream_generate(*m.model, *m.tokenizer, std::vector<int32_t>{}, greedy(24),
-                        [&](const lm::GenerationChunk& chunk) {
-                          continued += chunk.text;
-                          return true;
-                        },
-                        &saved.cache);
+    lm::stream_generate(
+        *m.model, *m.tokenizer, std::vector<int32_t>{}, greedy(24),
+        [&](const lm::GenerationChunk& chunk) {
+          continued += chunk.text;
+          return true;
+        },
+        &saved.cache);
     EXPECT_EQ(continued, full);
     std::filesystem::remove(path);
   }

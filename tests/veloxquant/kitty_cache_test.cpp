@@ -40,7 +40,8 @@ std::vector<std::vector<bool>> reference_keys(std::vector<float>& keys, int64_t 
     }
     std::sort(ranked.begin(), ranked.end());
     std::vector<bool> high(static_cast<std::size_t>(d), false);
-    for (int64_t i = 0; i < n_hi; ++i) high[static_cast<std::size_t>(ranked[static_cast<std::size_t>(i)].second)] = true;
+    for (int64_t i = 0; i < n_hi; ++i)
+      high[static_cast<std::size_t>(ranked[static_cast<std::size_t>(i)].second)] = true;
     for (int64_t c = 0; c < d; ++c) {
       std::vector<float> x;
       for (int64_t r = g0; r < g0 + group; ++r) x.push_back(keys[r * d + c]);
@@ -61,14 +62,16 @@ TEST(Kitty, MatchesTheReferenceBitExactly) {
     // Channel c of head h scaled by 1 + ((c * 5 + h) % 7): variances differ by channel, as in real keys.
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t r = 0; r < t; ++r) {
-        for (int64_t c = 0; c < d; ++c) kf[static_cast<std::size_t>((h * t + r) * d + c)] *= 1.0f + float((c * 5 + h) % 7);
+        for (int64_t c = 0; c < d; ++c)
+          kf[static_cast<std::size_t>((h * t + r) * d + c)] *= 1.0f + float((c * 5 + h) % 7);
       }
     }
     const lm::Tensor k = lm::Tensor::from_f32(kf, {1, heads, t, d}, lm::DType::F32);
     const lm::Tensor v = test_support::random_kv(1, heads, t, d, 42, lm::DType::F32);
     KittyCache cache(fraction, hi, lo, group);
     cache.update_and_fetch(test_support::token_rows(k, 0, 3), test_support::token_rows(v, 0, 3));
-    const lm::KeysValues got = cache.update_and_fetch(test_support::token_rows(k, 3, t), test_support::token_rows(v, 3, t));
+    const lm::KeysValues got =
+        cache.update_and_fetch(test_support::token_rows(k, 3, t), test_support::token_rows(v, 3, t));
     const std::vector<float> gk = got.keys.to_f32();
     EXPECT_EQ(got.values.to_f32(), v.to_f32()) << "values are kept as given";
     for (int64_t h = 0; h < heads; ++h) {
@@ -164,12 +167,11 @@ TEST(Kitty, TrimReopensTheLastBlockFromItsCodes) {
 
 TEST(Kitty, FusedAttentionEqualsAttentionOverFetchedRows) {
   const int64_t heads = 2, hq = 6, d = 64;
-  for (const auto& [fraction, hi, lo] : {std::tuple{0.25, 4, 2}, std::tuple{0.5, 3, 2}, std::tuple{0.0, 8, 4},
-                                         std::tuple{1.0, 4, 1}}) {
+  for (const auto& [fraction, hi, lo] :
+       {std::tuple{0.25, 4, 2}, std::tuple{0.5, 3, 2}, std::tuple{0.0, 8, 4}, std::tuple{1.0, 4, 1}}) {
     KittyCache fused(fraction, hi, lo, 32), plain(fraction, hi, lo, 32);
     const std::vector<int64_t> chunks{150, 17, 1, 1};
-    const std::vector<float> worst =
-        test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 600);
+    const std::vector<float> worst = test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 600);
     for (std::size_t c = 0; c < chunks.size(); ++c) {
       EXPECT_LE(worst[c], 1e-3f) << "fraction " << fraction << " hi " << hi << " lo " << lo << " chunk " << chunks[c];
     }
@@ -183,7 +185,8 @@ TEST(Kitty, BadOptionsNameTheField) {
   EXPECT_NE(message([](KittyOptions& o) { o.kitty_hi_fraction = -0.1; }).find("kitty_hi_fraction"), std::string::npos);
   EXPECT_NE(message([](KittyOptions& o) { o.kitty_hi_bit = 9; }).find("kitty_hi_bit"), std::string::npos);
   EXPECT_NE(message([](KittyOptions& o) { o.kitty_lo_bit = 0; }).find("kitty_lo_bit"), std::string::npos);
-  EXPECT_NE(message([](KittyOptions& o) { o.kitty_lo_bit = 6; }).find("must not exceed kitty_hi_bit"), std::string::npos);
+  EXPECT_NE(message([](KittyOptions& o) { o.kitty_lo_bit = 6; }).find("must not exceed kitty_hi_bit"),
+            std::string::npos);
   EXPECT_NE(message([](KittyOptions& o) { o.kitty_group_size = 0; }).find("kitty_group_size"), std::string::npos);
   EXPECT_EQ(message([](KittyOptions& o) { o.kitty_hi_fraction = 0.5; }), "accepted");
 }

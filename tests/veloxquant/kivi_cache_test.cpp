@@ -103,11 +103,11 @@ TEST(KiviCache, BytesAreTheLayoutAndReallyAllocated) {
   // 500 tokens: frontier 352; quantized capacity grows in 256-row steps -> 512 rows.
   ASSERT_EQ(cache->frontier(), 352);
   const std::size_t rows = 512, heads = b * h;
-  const std::size_t key_codes = heads * rows * (d / 16) * 4;        // 2-bit: 16 codes per u32 word
-  const std::size_t key_params = heads * (rows / 32) * 2 * d * 2;   // f16 scale+min per channel per group
+  const std::size_t key_codes = heads * rows * (d / 16) * 4;       // 2-bit: 16 codes per u32 word
+  const std::size_t key_params = heads * (rows / 32) * 2 * d * 2;  // f16 scale+min per channel per group
   const std::size_t value_codes = heads * rows * (d / 16) * 4;
-  const std::size_t value_params = heads * rows * 2 * 2 * 2;        // 2 channel groups x (scale, min) f16
-  const std::size_t residual = 2 * heads * (128 + 32) * d * 2;      // f16 tail, keys and values
+  const std::size_t value_params = heads * rows * 2 * 2 * 2;    // 2 channel groups x (scale, min) f16
+  const std::size_t residual = 2 * heads * (128 + 32) * d * 2;  // f16 tail, keys and values
   EXPECT_EQ(cache->nbytes(), key_codes + key_params + value_codes + value_params + residual);
 }
 
@@ -136,7 +136,8 @@ TEST(KiviCache, TrimAcrossTheFrontierRollsItBack) {
   EXPECT_EQ(cache.trim(100), 100);
   EXPECT_EQ(cache.frontier(), frontier_for(200, 128, 32));  // 64
   EXPECT_EQ(cache.offset(), 200);
-  const lm::KeysValues f = fresh.update_and_fetch(test_support::token_rows(k, 0, 200), test_support::token_rows(v, 0, 200));
+  const lm::KeysValues f =
+      fresh.update_and_fetch(test_support::token_rows(k, 0, 200), test_support::token_rows(v, 0, 200));
   const lm::Tensor k2 = test_support::random_kv(1, 1, 1, 16, 33), v2 = test_support::random_kv(1, 1, 1, 16, 34);
   const std::vector<float> a = cache.update_and_fetch(k2, v2).keys.to_f32();
   const std::vector<float> b = fresh.update_and_fetch(k2, v2).keys.to_f32();

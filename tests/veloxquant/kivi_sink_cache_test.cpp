@@ -199,12 +199,12 @@ TEST(KiviSinkCache, BytesAreTheLayoutAndReallyAllocated) {
   EXPECT_EQ(static_cast<std::size_t>(after.aligned_live_bytes - before.aligned_live_bytes), cache->nbytes());
   ASSERT_EQ(cache->frontier(), 352);
   const std::size_t rows = 512, heads = b * h;
-  const std::size_t kivi = heads * rows * (d / 16) * 4 * 2        // 2-bit key and value codes
-                           + heads * (rows / 32) * 2 * d * 2      // key (scale, min) per channel per group
-                           + heads * rows * 2 * 2 * 2             // value (scale, min) per channel group
-                           + 2 * heads * (128 + 32) * d * 2;      // f16 tail
-  const std::size_t sinks = b * 5 * 4                             // i32 positions
-                            + 2 * heads * 5 * d * 2;              // f16 key and value rows
+  const std::size_t kivi = heads * rows * (d / 16) * 4 * 2    // 2-bit key and value codes
+                           + heads * (rows / 32) * 2 * d * 2  // key (scale, min) per channel per group
+                           + heads * rows * 2 * 2 * 2         // value (scale, min) per channel group
+                           + 2 * heads * (128 + 32) * d * 2;  // f16 tail
+  const std::size_t sinks = b * 5 * 4                         // i32 positions
+                            + 2 * heads * 5 * d * 2;          // f16 key and value rows
   EXPECT_EQ(cache->nbytes(), kivi + sinks);
 }
 
@@ -220,8 +220,9 @@ TEST(KiviSinkCache, TrimReturnsSinksAboveTheFrontierExactly) {
   EXPECT_EQ(cache.frontier(), 64);
   EXPECT_EQ(cache.sinks().count(0), 1);  // 150 went back to the tail, 20 stays
   EXPECT_TRUE(cache.sinks().is_sink(0, 20));
-  const std::vector<float> got = cache.update_and_fetch(test_support::random_kv(1, 1, 1, d, 33, lm::DType::F32),
-                                                        test_support::random_kv(1, 1, 1, d, 34, lm::DType::F32))
+  const std::vector<float> got = cache
+                                     .update_and_fetch(test_support::random_kv(1, 1, 1, d, 33, lm::DType::F32),
+                                                       test_support::random_kv(1, 1, 1, d, 34, lm::DType::F32))
                                      .keys.to_f32();
   const std::vector<float> x = k.to_f32();
   for (int64_t c = 0; c < d; ++c) {
@@ -239,7 +240,7 @@ TEST(KiviSinkCache, StateRoundTripThroughTheRegistryPlaceholder) {
   auto cache = KVCacheBuilder(c).build().serving();
   EXPECT_EQ(cache->type_name(), "KiviSinkCache");
   cache->update_and_fetch(keys_with_sinks(2, 90, 16, 41, {7}, 9.0f).astype(lm::DType::F16),
-                         test_support::random_kv(1, 2, 90, 16, 42));
+                          test_support::random_kv(1, 2, 90, 16, 42));
   auto restored = require_method("kivi_sink").make_restorable();
   restored->from_state(cache->state(), cache->meta_state());
   EXPECT_EQ(restored->type_name(), "KiviSinkCache");

@@ -74,8 +74,7 @@ TEST(KVCacheConfigValidation, BuildChecksInTheSpecOrder) {
   c.bit_width_inlier = 2;
   EXPECT_EQ(config_error([&] { validate_for_build(c); }), "jl_dim must be <= head_dim (64), got 500");
   c.jl_dim = 64;
-  EXPECT_EQ(config_error([&] { validate_for_build(c); }),
-            "n_outlier_channels must be < head_dim (64), got 500");
+  EXPECT_EQ(config_error([&] { validate_for_build(c); }), "n_outlier_channels must be < head_dim (64), got 500");
   c.n_outlier_channels = 63;
   EXPECT_EQ(config_error([&] { validate_for_build(c); }), "n_calib_tokens must be >= 1, got 0");
   c.n_calib_tokens = 1;
@@ -112,16 +111,14 @@ TEST(KVCacheConfigValidation, MethodOptionBoundsNameFieldAndValue) {
   c.turboquant_rvq.rvq_value_bits = 9;
   EXPECT_EQ(config_error([&] { validate_for_create(c); }), "rvq_value_bits must lie in [0, 8], got 9");
   c.turboquant_rvq.rvq_value_bits = 1;
-  EXPECT_EQ(config_error([&] { validate_for_create(c); }),
-            "rvq_value_bits must be 0 (keep dtype) or 2..8, got 1");
+  EXPECT_EQ(config_error([&] { validate_for_create(c); }), "rvq_value_bits must be 0 (keep dtype) or 2..8, got 1");
   c = KVCacheConfig{};
   c.method = "kivi";
   c.kivi.kivi_group_size = 0;
   EXPECT_EQ(config_error([&] { validate_for_create(c); }), "kivi_group_size must lie in [1, 4096], got 0");
   c.kivi.kivi_group_size = 32;
   c.bit_width_inlier = 9;
-  EXPECT_EQ(config_error([&] { validate_for_create(c); }),
-            "bit_width_inlier for 'kivi' must lie in [1, 8], got 9");
+  EXPECT_EQ(config_error([&] { validate_for_create(c); }), "bit_width_inlier for 'kivi' must lie in [1, 8], got 9");
 }
 
 TEST(KVCacheConfigValidation, SinksPlusGraceNearIntMaxIsRefusedNotWrapped) {
@@ -163,8 +160,7 @@ TEST(FieldAssignment, IrrelevantFieldWarnsUnknownFieldThrows) {
   EXPECT_EQ(c.kivi.kivi_group_size, 16);  // stored all the same (issue #345: warning only)
   EXPECT_EQ(config_error([&] { apply_field_assignment(c, "no_such_field=1"); }),
             "unknown config field 'no_such_field' in --set no_such_field=1");
-  EXPECT_NE(config_error([&] { apply_field_assignment(c, "method=kivi"); }).find("--method"),
-            std::string::npos);
+  EXPECT_NE(config_error([&] { apply_field_assignment(c, "method=kivi"); }).find("--method"), std::string::npos);
   EXPECT_EQ(config_error([&] { apply_field_assignment(c, "rvq_value_bits=abc"); }),
             "field 'rvq_value_bits' expects an integer, got 'abc'");
   EXPECT_EQ(config_error([&] { apply_field_assignment(c, "rvq_value_bits=12"); }),
@@ -177,15 +173,19 @@ TEST(FieldAssignment, IntsOutsideTheMembersTypeAreRefusedNotNarrowed) {
   KVCacheConfig c;
   EXPECT_EQ(config_error([&] { apply_field_assignment(c, "bit_width_inlier=4294967298"); }),
             "field 'bit_width_inlier' value 4294967298 is out of range (it holds -2147483648..2147483647)");
-  EXPECT_NE(config_error([&] { apply_field_assignment(c, "bit_width_inlier=2,4294967300"); }).find("4294967300 is out of range"),
+  EXPECT_NE(config_error([&] {
+              apply_field_assignment(c, "bit_width_inlier=2,4294967300");
+            }).find("4294967300 is out of range"),
             std::string::npos);
-  EXPECT_NE(config_error([&] { apply_field_assignment(c, "h2o_budget=4294967360"); }).find("h2o_budget' value 4294967360"),
-            std::string::npos);
+  EXPECT_NE(
+      config_error([&] { apply_field_assignment(c, "h2o_budget=4294967360"); }).find("h2o_budget' value 4294967360"),
+      std::string::npos);
   EXPECT_NE(config_error([&] { apply_field_assignment(c, "residual_length=-4294967296"); }).find("out of range"),
             std::string::npos);
   // Past int64 itself: still "out of range", not "expects an integer".
-  EXPECT_NE(config_error([&] { apply_field_assignment(c, "residual_length=99999999999999999999"); }).find("out of range"),
-            std::string::npos);
+  EXPECT_NE(
+      config_error([&] { apply_field_assignment(c, "residual_length=99999999999999999999"); }).find("out of range"),
+      std::string::npos);
   EXPECT_EQ(c.bit_width_inlier.scalar(), KVCacheConfig{}.bit_width_inlier.scalar());  // nothing was written
   // The edge of int still parses (the bounds check names it afterwards, untruncated).
   EXPECT_EQ(config_error([&] { apply_field_assignment(c, "rvq_value_bits=2147483647"); }),

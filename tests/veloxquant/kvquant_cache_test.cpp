@@ -175,8 +175,8 @@ HeadReference reference_head(std::vector<float> k, std::vector<float> v, int64_t
         for (int64_t e : members) {
           float& y = o[blk * group * d + e];
           const float uu = (y - gp.min) / gp.scale;
-          const float level = iters > 0 ? levels[nearest(uu, levels)]
-                                        : std::clamp(std::nearbyint(uu), 0.0f, float(n_levels - 1));
+          const float level =
+              iters > 0 ? levels[nearest(uu, levels)] : std::clamp(std::nearbyint(uu), 0.0f, float(n_levels - 1));
           y = level * gp.scale + gp.min;
         }
       }
@@ -209,8 +209,8 @@ TEST(KVQuantCache, MatchesTheReferenceBitExactly) {
     const std::vector<float> gk = got.keys.to_f32(), gv = got.values.to_f32(), kf = k.to_f32(), vf = v.to_f32();
     for (int64_t h = 0; h < heads; ++h) {
       const HeadReference ref = reference_head({kf.begin() + h * t * d, kf.begin() + (h + 1) * t * d},
-                                               {vf.begin() + h * t * d, vf.begin() + (h + 1) * t * d}, t, d, bits, group,
-                                               fraction, iters, n_sink);
+                                               {vf.begin() + h * t * d, vf.begin() + (h + 1) * t * d}, t, d, bits,
+                                               group, fraction, iters, n_sink);
       EXPECT_EQ(std::vector<float>(gk.begin() + h * t * d, gk.begin() + (h + 1) * t * d), ref.keys)
           << "bits " << bits << " fraction " << fraction << " head " << h;
       EXPECT_EQ(std::vector<float>(gv.begin() + h * t * d, gv.begin() + (h + 1) * t * d), ref.values)
@@ -253,10 +253,10 @@ TEST(KVQuantCache, BytesAreTheLayoutAndReallyAllocated) {
   EXPECT_EQ(static_cast<std::size_t>(after.aligned_live_bytes - before.aligned_live_bytes), cache->nbytes());
   // 300 tokens: 288 quantized (9 groups) in a 512-row region, 12 in the tail of 0 + 32 rows.
   const std::size_t rows = 512, heads = b * h, groups = rows / 32;
-  const std::size_t codes = 2 * heads * rows * (d / 10 + 1) * 4;          // 3-bit: 10 codes per u32, 7 words
+  const std::size_t codes = 2 * heads * rows * (d / 10 + 1) * 4;  // 3-bit: 10 codes per u32, 7 words
   const std::size_t params = heads * groups * 2 * d * 2 + heads * rows * 2 * 2 * 2;
   const std::size_t tail = 2 * heads * 32 * d * 2;
-  const std::size_t outliers = 2 * heads * groups * 20 * (4 + 4);        // round(0.01 * 32 * 64) = 20, u32 + f32
+  const std::size_t outliers = 2 * heads * groups * 20 * (4 + 4);  // round(0.01 * 32 * 64) = 20, u32 + f32
   const std::size_t sinks = b * 1 * 4 + 2 * heads * 1 * d * 2;
   const std::size_t levels = heads * 2 * 8 * 4;
   EXPECT_EQ(cache->nbytes(), codes + params + tail + outliers + sinks + levels);
@@ -265,7 +265,7 @@ TEST(KVQuantCache, BytesAreTheLayoutAndReallyAllocated) {
 TEST(KVQuantCache, OutliersAndTheSinkComeBackExactly) {
   const int64_t d = 32, t = 64;
   std::vector<float> x = test_support::random_kv(1, 1, t, d, 71, lm::DType::F32).to_f32();
-  x[5 * d + 3] = 300.0f;   // an outlier far outside its channel
+  x[5 * d + 3] = 300.0f;  // an outlier far outside its channel
   x[40 * d + 17] = -250.0f;
   const lm::Tensor k = lm::Tensor::from_f32(x, {1, 1, t, d}, lm::DType::F32);
   KiviCache cache(d, 3, 32, 0, kvquant_variant(0.01, 8, 1));
@@ -334,7 +334,8 @@ TEST(KVQuantCache, BadOptionsNameTheField) {
             std::string::npos);
   EXPECT_NE(message([](KVQuantOptions& o) { o.kvquant_group_size = 0; }).find("kvquant_group_size"), std::string::npos);
   EXPECT_NE(message([](KVQuantOptions& o) { o.kvquant_n_sink = -1; }).find("kvquant_n_sink"), std::string::npos);
-  EXPECT_NE(message([](KVQuantOptions& o) { o.kvquant_lloyd_iters = -2; }).find("kvquant_lloyd_iters"), std::string::npos);
+  EXPECT_NE(message([](KVQuantOptions& o) { o.kvquant_lloyd_iters = -2; }).find("kvquant_lloyd_iters"),
+            std::string::npos);
   KVCacheConfig c;
   c.method = "kvquant";
   c.head_dim = 16;

@@ -128,8 +128,8 @@ TEST(MethodsReport, JsonContract) {
     }
   }
   EXPECT_TRUE(saw_group);
-  const auto rvq = std::find_if(methods.begin(), methods.end(),
-                                [](const auto& m) { return m["name"] == "turboquant_rvq"; });
+  const auto rvq =
+      std::find_if(methods.begin(), methods.end(), [](const auto& m) { return m["name"] == "turboquant_rvq"; });
   ASSERT_NE(rvq, methods.end());
   EXPECT_EQ((*rvq)["fused_attention"], true);
   EXPECT_NE((*rvq)["paper"].get<std::string>().find("2504.19874"), std::string::npos);

@@ -82,7 +82,8 @@ std::vector<float> reference_rows(const std::vector<float>& x, int64_t t, int64_
           float best_d = INFINITY;
           for (int k = 0; k < book.entries(); ++k) {
             float dist = 0;
-            for (int e = 0; e < sub; ++e) dist += (res[e] - book.codeword(st, k)[e]) * (res[e] - book.codeword(st, k)[e]);
+            for (int e = 0; e < sub; ++e)
+              dist += (res[e] - book.codeword(st, k)[e]) * (res[e] - book.codeword(st, k)[e]);
             if (dist < best_d) best_d = dist, best = k;
           }
           for (int e = 0; e < sub; ++e) {
@@ -116,7 +117,8 @@ TEST(NsnQuant, MatchesTheReferenceBitExactly) {
     const lm::Tensor v = test_support::random_kv(1, heads, t, d, 72, lm::DType::F32);
     NsnQuantCache cache(bits, chunk, entries, sub, 1234);
     cache.update_and_fetch(test_support::token_rows(k, 0, 3), test_support::token_rows(v, 0, 3));
-    const lm::KeysValues got = cache.update_and_fetch(test_support::token_rows(k, 3, t), test_support::token_rows(v, 3, t));
+    const lm::KeysValues got =
+        cache.update_and_fetch(test_support::token_rows(k, 3, t), test_support::token_rows(v, 3, t));
     EXPECT_EQ(cache.frontier(), t / chunk * chunk);
     // The signs from the seed's sign stream as the card states them; the codebook the library's.
     core::Rng rng(core::derive_seed(1234, 0x45e2));
@@ -126,9 +128,11 @@ TEST(NsnQuant, MatchesTheReferenceBitExactly) {
     const auto book = quant::shared_nsn_codebook(1234, entries, sub, cache.stages());
     EXPECT_EQ(cache.stages(), bits * sub / static_cast<int>(std::log2(entries)));
     for (int64_t h = 0; h < heads; ++h) {
-      EXPECT_EQ(head_of(got.keys.to_f32(), h, t, d), reference_rows(head_of(k.to_f32(), h, t, d), t, d, chunk, signs, *book))
+      EXPECT_EQ(head_of(got.keys.to_f32(), h, t, d),
+                reference_rows(head_of(k.to_f32(), h, t, d), t, d, chunk, signs, *book))
           << "keys, bits " << bits << " entries " << entries << " sub " << sub << " head " << h;
-      EXPECT_EQ(head_of(got.values.to_f32(), h, t, d), reference_rows(head_of(v.to_f32(), h, t, d), t, d, chunk, signs, *book))
+      EXPECT_EQ(head_of(got.values.to_f32(), h, t, d),
+                reference_rows(head_of(v.to_f32(), h, t, d), t, d, chunk, signs, *book))
           << "values, bits " << bits << " entries " << entries << " sub " << sub << " head " << h;
     }
   }
@@ -216,7 +220,7 @@ TEST(NsnQuant, BytesAreTheLayoutAndReallyAllocated) {
   // 300 tokens: 256 quantized (a 256-row region, 4 chunks), 44 in the f16 buffer of 64 rows.
   const std::size_t heads = b * h, rows = 256, chunks = 4;
   const std::size_t codes = 2 * heads * rows * (d / 8) * 2;  // keys + values, 8 sub-vectors x 2 stages, 1 byte each
-  const std::size_t scales = 2 * heads * rows * 2 * 2;      // (a, b) f16
+  const std::size_t scales = 2 * heads * rows * 2 * 2;       // (a, b) f16
   const std::size_t means = 2 * heads * chunks * d * 2;
   const std::size_t buffer = 2 * heads * 64 * d * 2;
   EXPECT_EQ(cache->nbytes(), codes + scales + means + buffer);
@@ -261,16 +265,16 @@ TEST(NsnQuant, TrimReopensTheLastChunkFromItsCodes) {
   aligned.update_and_fetch(k, v);
   aligned.trim(t - 48);
   kept.update_and_fetch(test_support::token_rows(k, 0, 48), test_support::token_rows(v, 0, 48));
-  EXPECT_EQ(aligned.update_and_fetch(next_k, next_v).keys.to_f32(), kept.update_and_fetch(next_k, next_v).keys.to_f32());
+  EXPECT_EQ(aligned.update_and_fetch(next_k, next_v).keys.to_f32(),
+            kept.update_and_fetch(next_k, next_v).keys.to_f32());
   EXPECT_EQ(aligned.trim(1000), 57);
   EXPECT_TRUE(aligned.empty());
 }
 
 TEST(NsnQuant, FusedAttentionEqualsAttentionOverFetchedRows) {
   const int64_t heads = 2, hq = 6;
-  for (const auto& [bits, entries, sub, chunk, d] :
-       {std::tuple{2, 256, 8, 64, 64}, std::tuple{1, 256, 8, 32, 64}, std::tuple{2, 16, 4, 16, 32},
-        std::tuple{4, 256, 8, 64, 128}}) {
+  for (const auto& [bits, entries, sub, chunk, d] : {std::tuple{2, 256, 8, 64, 64}, std::tuple{1, 256, 8, 32, 64},
+                                                     std::tuple{2, 16, 4, 16, 32}, std::tuple{4, 256, 8, 64, 128}}) {
     NsnQuantCache fused(bits, chunk, entries, sub, 1234), plain(bits, chunk, entries, sub, 1234);
     int64_t first = 0;
     uint64_t seed = 700;
@@ -317,13 +321,19 @@ TEST(NsnQuant, BadOptionsNameTheField) {
     }
     return "accepted";
   };
-  const auto names = [&](const std::function<void(KVCacheConfig&, NsnQuantOptions&)>& change, const std::string& field) {
+  const auto names = [&](const std::function<void(KVCacheConfig&, NsnQuantOptions&)>& change,
+                         const std::string& field) {
     const std::string m = message(change);
     EXPECT_NE(m.find(field), std::string::npos) << m;
   };
   names([](KVCacheConfig&, NsnQuantOptions& o) { o.nsn_bits = 9; }, "nsn_bits");
   names([](KVCacheConfig&, NsnQuantOptions& o) { o.nsn_bits = -1; }, "nsn_bits");
-  names([](KVCacheConfig&, NsnQuantOptions& o) { o.nsn_subvector_dim = 4; o.nsn_bits = 1; }, "nsn_bits");  // 4 bits on 8 coords
+  names(
+      [](KVCacheConfig&, NsnQuantOptions& o) {
+        o.nsn_subvector_dim = 4;
+        o.nsn_bits = 1;
+      },
+      "nsn_bits");  // 4 bits on 8 coords
   names([](KVCacheConfig& c, NsnQuantOptions&) { c.bit_width_inlier = 0; }, "bit_width_inlier");
   names([](KVCacheConfig&, NsnQuantOptions& o) { o.nsn_codebook_size = 100; }, "nsn_codebook_size");
   names([](KVCacheConfig&, NsnQuantOptions& o) { o.nsn_codebook_size = 512; }, "nsn_codebook_size");

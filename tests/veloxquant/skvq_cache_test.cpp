@@ -137,12 +137,11 @@ TEST(Skvq, MatchesTheReferenceBitExactly) {
   const int64_t heads = 2;
   // bits k/v, group, window, n_sink, reorder, search, alpha, d, chunks
   using Case = std::tuple<int, int, int, int, int, bool, bool, double, int64_t, std::vector<int64_t>>;
-  for (const Case& c : {Case{2, 2, 32, 128, 5, true, true, 1.0, 64, {300}},
-                        Case{2, 2, 32, 128, 5, true, true, 1.0, 64, {37, 64, 1, 1, 200, 1}},
-                        Case{3, 4, 16, 20, 0, true, true, 0.9, 48, {90, 3, 1}},
-                        Case{2, 1, 24, 0, 3, false, true, 1.0, 40, {70, 1}},
-                        Case{4, 2, 8, 10, 2, true, false, 0.8, 32, {120}},
-                        Case{8, 8, 64, 5, 1, true, true, 1.0, 64, {33, 40}}}) {
+  for (const Case& c :
+       {Case{2, 2, 32, 128, 5, true, true, 1.0, 64, {300}},
+        Case{2, 2, 32, 128, 5, true, true, 1.0, 64, {37, 64, 1, 1, 200, 1}},
+        Case{3, 4, 16, 20, 0, true, true, 0.9, 48, {90, 3, 1}}, Case{2, 1, 24, 0, 3, false, true, 1.0, 40, {70, 1}},
+        Case{4, 2, 8, 10, 2, true, false, 0.8, 32, {120}}, Case{8, 8, 64, 5, 1, true, true, 1.0, 64, {33, 40}}}) {
     const auto& [bk, bv, group, window, n_sink, reorder, search, alpha, d, chunks] = c;
     const SkvqOptions o = options(bk, bv, group, window, n_sink, reorder, search, alpha);
     SkvqCache cache(o);
@@ -200,7 +199,8 @@ double quantized_mse(const SkvqOptions& o, const lm::Tensor& x) {
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t r = cache.sink_rows(); r < cache.frontier(); ++r) {
       for (int64_t c = 0; c < d; ++c, ++n) {
-        const double e = got[static_cast<std::size_t>((h * t + r) * d + c)] - want[static_cast<std::size_t>((h * t + r) * d + c)];
+        const double e =
+            got[static_cast<std::size_t>((h * t + r) * d + c)] - want[static_cast<std::size_t>((h * t + r) * d + c)];
         err += e * e;
       }
     }
@@ -274,7 +274,8 @@ TEST(Skvq, TrimInsideTheFlushBlockIsExactAndDeeperReopensDecodedRows) {
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t r = 0; r < 200; ++r) {
       for (int64_t c = 0; c < d; ++c) {
-        ASSERT_EQ(kept[static_cast<std::size_t>((h * 203 + r) * d + c)], decoded[static_cast<std::size_t>((h * t + r) * d + c)]);
+        ASSERT_EQ(kept[static_cast<std::size_t>((h * 203 + r) * d + c)],
+                  decoded[static_cast<std::size_t>((h * t + r) * d + c)]);
       }
     }
   }
@@ -365,9 +366,15 @@ TEST(Skvq, BadOptionsNameTheField) {
   EXPECT_NE(message([](SkvqOptions& o) { o.skvq_n_sink = -1; }).find("skvq_n_sink"), std::string::npos);
   EXPECT_NE(message([](SkvqOptions& o) { o.skvq_clip_alpha = 0.0; }).find("skvq_clip_alpha"), std::string::npos);
   EXPECT_NE(message([](SkvqOptions& o) { o.skvq_clip_alpha = 1.5; }).find("skvq_clip_alpha"), std::string::npos);
-  EXPECT_NE(message([](SkvqOptions& o) { o.skvq_clip_alpha = std::nan(""); }).find("skvq_clip_alpha"), std::string::npos);
+  EXPECT_NE(message([](SkvqOptions& o) { o.skvq_clip_alpha = std::nan(""); }).find("skvq_clip_alpha"),
+            std::string::npos);
   EXPECT_NE(message([](SkvqOptions& o) { o.skvq_max_ctx = 0; }).find("skvq_max_ctx"), std::string::npos);
-  EXPECT_EQ(message([](SkvqOptions& o) { o.skvq_window = 0; o.skvq_n_sink = 0; o.skvq_clip_alpha = 0.5; }), "accepted");
+  EXPECT_EQ(message([](SkvqOptions& o) {
+              o.skvq_window = 0;
+              o.skvq_n_sink = 0;
+              o.skvq_clip_alpha = 0.5;
+            }),
+            "accepted");
   EXPECT_THROW(SkvqCache(options(2, 2, 32, 128, 5, true, true, -1.0)), QuantizerConfigError);
 }
 

@@ -55,7 +55,13 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
 
 std::shared_ptr<StandaloneCache> build(const std::string& method, int d, int bits,
                                        std::optional<int64_t> capacity = std::nullopt) {
-  return KVCacheBuilder().with_method(method).with_head_dim(d).with_bit_width(bits).with_capacity(capacity).build().standalone();
+  return KVCacheBuilder()
+      .with_method(method)
+      .with_head_dim(d)
+      .with_bit_width(bits)
+      .with_capacity(capacity)
+      .build()
+      .standalone();
 }
 
 TEST(StandaloneCaches, EveryStandaloneMethodAttendsCloseToExactAttention) {
@@ -83,7 +89,8 @@ TEST(StandaloneCaches, EveryStandaloneMethodAttendsCloseToExactAttention) {
     for (int t = 0; t < n; ++t) cache->append(keys[static_cast<std::size_t>(t)], values[static_cast<std::size_t>(t)]);
     EXPECT_EQ(cache->size(), static_cast<std::size_t>(n));
     double worst = 0;
-    for (const auto& q : queries) worst = std::max(worst, relative_error(cache->attend(q), exact_attention(keys, values, q)));
+    for (const auto& q : queries)
+      worst = std::max(worst, relative_error(cache->attend(q), exact_attention(keys, values, q)));
     // 4-bit keys (QJL: 1-bit sketch of d rows) and int8 values: attention outputs within 35%
     // relative L2 of exact — loose on purpose, the quantizer tests pin the estimator statistics.
     std::printf("%s: worst relative attention error %.3f\n", std::string(name).c_str(), worst);
@@ -209,13 +216,15 @@ TEST(SpectralCache, CalibratesAPcaBasisFromTheFirstKeys) {
   for (int i = 0; i < d; ++i)
     for (int j = 0; j < d; ++j) {
       double dot = 0;
-      for (int c2 = 0; c2 < d; ++c2) dot += double(basis[static_cast<std::size_t>(i * d + c2)]) * basis[static_cast<std::size_t>(j * d + c2)];
+      for (int c2 = 0; c2 < d; ++c2)
+        dot += double(basis[static_cast<std::size_t>(i * d + c2)]) * basis[static_cast<std::size_t>(j * d + c2)];
       EXPECT_NEAR(dot, i == j ? 1.0 : 0.0, 1e-5);
     }
   double align = 0;
   for (int i = 0; i < d; ++i) align += double(basis[static_cast<std::size_t>(i)]) * u[static_cast<std::size_t>(i)];
   EXPECT_GT(std::fabs(align), 0.99);  // the strongest direction is the planted one
-  for (std::size_t i = 1; i < cache.eigenvalues().size(); ++i) EXPECT_GE(cache.eigenvalues()[i - 1], cache.eigenvalues()[i]);
+  for (std::size_t i = 1; i < cache.eigenvalues().size(); ++i)
+    EXPECT_GE(cache.eigenvalues()[i - 1], cache.eigenvalues()[i]);
   // The point of the method: on keys with one dominant direction, keeping the principal
   // coordinates at int8 beats an isotropic quantizer of the same bit width.
   auto mse = build("turboquant_mse", d, 2);
@@ -264,15 +273,17 @@ TEST(StandaloneCaches, OutlierTwoStreamIsolatesStrongChannels) {
   EXPECT_EQ(cache.outlier_channels(), (std::vector<int>{3, 17, 40, 41}));
   // A key after calibration decodes with its outlier channels at int8 precision.
   const std::vector<float> k299 = cache.decode_key(299 % 512);
-  for (int c : {3, 17, 40, 41}) EXPECT_NEAR(k299[static_cast<std::size_t>(c)], keys[299][static_cast<std::size_t>(c)],
-                                            std::fabs(keys[299][static_cast<std::size_t>(c)]) * 0.02f + 0.5f);
+  for (int c : {3, 17, 40, 41})
+    EXPECT_NEAR(k299[static_cast<std::size_t>(c)], keys[299][static_cast<std::size_t>(c)],
+                std::fabs(keys[299][static_cast<std::size_t>(c)]) * 0.02f + 0.5f);
   double plain_err = 0, split_err = 0;
   for (const auto& q : queries) {
     const auto exact = exact_attention(keys, values, q);
     plain_err += relative_error(plain->attend(q), exact);
     split_err += relative_error(split->attend(q), exact);
   }
-  std::printf("outlier keys, 2 bits: two-stream %.3f vs plain %.3f mean attention error\n", split_err / 6, plain_err / 6);
+  std::printf("outlier keys, 2 bits: two-stream %.3f vs plain %.3f mean attention error\n", split_err / 6,
+              plain_err / 6);
   EXPECT_LT(split_err, plain_err);
   // Slot bytes: the code, then 4 int8 outliers and an f16 scale; 300 tokens -> 512 slots.
   EXPECT_EQ(split->memory_bytes() - plain->memory_bytes(), 512u * (4 + 2) + sizeof(double) * d + sizeof(int) * 4);

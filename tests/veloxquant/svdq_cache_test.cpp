@@ -74,8 +74,9 @@ TEST(Svdq, LatentTileDecodeMatchesTheScalarLoop) {
   // The dispatched kernel (one vector per 8-channel group at 1, 2, 4, 8 bits) against the scalar
   // loop, on random code bytes: every width, groups of 8 and of other sizes, a stride wider than
   // a row.
-  for (const auto& [d, schedule] : {std::pair{int64_t{64}, "8,4,2,1,1,0,0,0"}, std::pair{int64_t{64}, "1,2,4,8,3,5,6,7"},
-                                    std::pair{int64_t{128}, "8,8,4,4,2,2,1,1"}, std::pair{int64_t{20}, "3,0,5,0,1,1,0,2"}}) {
+  for (const auto& [d, schedule] :
+       {std::pair{int64_t{64}, "8,4,2,1,1,0,0,0"}, std::pair{int64_t{64}, "1,2,4,8,3,5,6,7"},
+        std::pair{int64_t{128}, "8,8,4,4,2,2,1,1"}, std::pair{int64_t{20}, "3,0,5,0,1,1,0,2"}}) {
     const SvdqLayout layout = make_svdq_layout(d, parse_svdq_schedule(schedule));
     const int64_t rows = 11, stride = layout.row_bytes + 3;
     std::vector<uint8_t> bytes(static_cast<std::size_t>(rows * stride));
@@ -108,7 +109,8 @@ TEST(Svdq, MatchesTheReferenceGivenItsBasis) {
     int64_t fed = 0;
     lm::KeysValues got;
     for (int64_t n : chunks) {
-      got = cache.update_and_fetch(test_support::token_rows(k, fed, fed + n), test_support::token_rows(v, fed, fed + n));
+      got =
+          cache.update_and_fetch(test_support::token_rows(k, fed, fed + n), test_support::token_rows(v, fed, fed + n));
       fed += n;
     }
     EXPECT_EQ(got.values.to_f32(), v.to_f32()) << "values are kept as given";
@@ -144,7 +146,8 @@ TEST(Svdq, MatchesTheReferenceGivenItsBasis) {
           std::fill(row, row + d, 0.0f);
           for (int64_t i = 0; i < layout.coded; ++i) {
             const float* dir = cache.basis_row(0, h, i);
-            for (int64_t c = 0; c < d; ++c) row[c] += z[static_cast<std::size_t>(i)][static_cast<std::size_t>(r - b0)] * dir[c];
+            for (int64_t c = 0; c < d; ++c)
+              row[c] += z[static_cast<std::size_t>(i)][static_cast<std::size_t>(r - b0)] * dir[c];
           }
         }
       }
@@ -182,7 +185,8 @@ TEST(Svdq, TheBasisIsOrthonormalAndFindsTheKeysRank) {
     double energy = 0;
     for (int64_t r = 0; r < t; ++r) {
       double dot = 0;
-      for (int64_t c = 0; c < d; ++c) dot += double(cache.basis_row(0, 0, i)[c]) * x[static_cast<std::size_t>(r * d + c)];
+      for (int64_t c = 0; c < d; ++c)
+        dot += double(cache.basis_row(0, 0, i)[c]) * x[static_cast<std::size_t>(r * d + c)];
       energy += dot * dot;
     }
     EXPECT_LT(energy, previous) << "channel " << i;
@@ -244,12 +248,13 @@ TEST(Svdq, TrimReopensTheLastBlockAndAnEmptyCacheFitsAgain) {
   EXPECT_EQ(full.trim(t - keep), t - keep);
   EXPECT_EQ(full.frontier(), 16);
   // The reopened block's rows come back decoded; the next rows then quantize as before.
-  const std::vector<float> after = full.update_and_fetch(test_support::token_rows(k, keep, t),
-                                                         test_support::token_rows(v, keep, t)).keys.to_f32();
+  const std::vector<float> after =
+      full.update_and_fetch(test_support::token_rows(k, keep, t), test_support::token_rows(v, keep, t)).keys.to_f32();
   for (int64_t hh = 0; hh < heads; ++hh) {
     for (int64_t r = 0; r < 16; ++r) {
       for (int64_t c = 0; c < d; ++c) {
-        EXPECT_EQ(after[static_cast<std::size_t>((hh * t + r) * d + c)], decoded[static_cast<std::size_t>((hh * t + r) * d + c)]);
+        EXPECT_EQ(after[static_cast<std::size_t>((hh * t + r) * d + c)],
+                  decoded[static_cast<std::size_t>((hh * t + r) * d + c)]);
       }
     }
   }
@@ -268,12 +273,11 @@ TEST(Svdq, FusedAttentionEqualsAttentionOverFetchedRows) {
   const test_support::RowMaker rank8 = [](int64_t h, int64_t n, int64_t dim, uint64_t s) {
     return low_rank_keys(h, n, dim, 8, s);
   };
-  for (const SvdqOptions& o : {options("8,4,2,1,1,0,0,0", std::nullopt), options("4,4,4,4,4,4,4,4", 64),
-                               options("8,0,2,0,1,0,0,1", 20, 16)}) {
+  for (const SvdqOptions& o :
+       {options("8,4,2,1,1,0,0,0", std::nullopt), options("4,4,4,4,4,4,4,4", 64), options("8,0,2,0,1,0,0,1", 20, 16)}) {
     SvdqCache fused(o), plain(o);
     const std::vector<int64_t> chunks{150, 17, 1, 1, 40};
-    const std::vector<float> worst =
-        test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 800, rank8);
+    const std::vector<float> worst = test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 800, rank8);
     // A schedule of one width (4,4,...) scores its codes as integers against the projected query
     // rounded to 16 bits per block (caches/svdq_rows.h), which moves these outputs by up to ~2e-3.
     const float tolerance = o.svdq_bit_schedule == "4,4,4,4,4,4,4,4" ? 3e-3f : 1e-3f;

@@ -32,8 +32,8 @@ lm::Tensor gaussian_kv(int64_t heads, int64_t tokens, int64_t dim, uint64_t seed
 TEST(TurboQuantBlockCache, BytesPerTokenOnSmolLM2AreLlamaCppSizes) {
   // SmolLM2-135M: 30 layers x 3 kv heads x head_dim 64, keys + values. llama.cpp's q8_0 /
   // q5_0 / q4_0 K+V caches take 12240 / 7920 / 6480 bytes per token there (issue 12).
-  const std::vector<std::tuple<int, int, int64_t>> cases = {
-      {8, 8, 12240}, {5, 5, 7920}, {4, 4, 6480}, {3, 3, 5040}, {5, 3, 6480}, {4, 2, 5040}, {6, 4, 7920}};
+  const std::vector<std::tuple<int, int, int64_t>> cases = {{8, 8, 12240}, {5, 5, 7920}, {4, 4, 6480}, {3, 3, 5040},
+                                                            {5, 3, 6480},  {4, 2, 5040}, {6, 4, 7920}};
   for (const auto& [kb, vb, want] : cases) {
     TurboQuantBlockCache cache(64, kb, vb, 42);
     EXPECT_EQ(30 * 3 * cache.bytes_per_row(), want) << "key_bits " << kb << ", value_bits " << vb;
@@ -175,8 +175,10 @@ TEST(TurboQuantBlockCache, SinkRowsAreExactAndCounted) {
   for (int64_t h = 0; h < 2; ++h) {
     for (int64_t e = 0; e < 64; ++e) {
       for (int64_t r = 0; r < 2; ++r) {
-        EXPECT_EQ(gk[static_cast<std::size_t>((h * 7 + r) * 64 + e)], k1[static_cast<std::size_t>((h * 2 + r) * 64 + e)]);
-        EXPECT_EQ(gv[static_cast<std::size_t>((h * 7 + r) * 64 + e)], v1[static_cast<std::size_t>((h * 2 + r) * 64 + e)]);
+        EXPECT_EQ(gk[static_cast<std::size_t>((h * 7 + r) * 64 + e)],
+                  k1[static_cast<std::size_t>((h * 2 + r) * 64 + e)]);
+        EXPECT_EQ(gv[static_cast<std::size_t>((h * 7 + r) * 64 + e)],
+                  v1[static_cast<std::size_t>((h * 2 + r) * 64 + e)]);
       }
       EXPECT_EQ(gk[static_cast<std::size_t>((h * 7 + 2) * 64 + e)], k2f[static_cast<std::size_t>((h * 5) * 64 + e)]);
       EXPECT_EQ(gv[static_cast<std::size_t>((h * 7 + 2) * 64 + e)], v2f[static_cast<std::size_t>((h * 5) * 64 + e)]);
@@ -255,15 +257,16 @@ std::vector<float> brute_attention(const lm::KeysValues& kv, const std::vector<f
       for (int64_t j = 0; j < visible; ++j) {
         double dot = 0.0;
         for (int64_t e = 0; e < d; ++e)
-          dot += double(q[static_cast<std::size_t>((qh * n + i) * d + e)]) * k[static_cast<std::size_t>((kh * t + j) * d + e)];
+          dot += double(q[static_cast<std::size_t>((qh * n + i) * d + e)]) *
+                 k[static_cast<std::size_t>((kh * t + j) * d + e)];
         w[static_cast<std::size_t>(j)] = dot * scale;
         top = std::max(top, w[static_cast<std::size_t>(j)]);
       }
       for (double& x : w) sum += (x = std::exp(x - top));
       for (int64_t j = 0; j < visible; ++j)
         for (int64_t e = 0; e < d; ++e)
-          out[static_cast<std::size_t>((qh * n + i) * d + e)] +=
-              static_cast<float>(w[static_cast<std::size_t>(j)] / sum * v[static_cast<std::size_t>((kh * t + j) * d + e)]);
+          out[static_cast<std::size_t>((qh * n + i) * d + e)] += static_cast<float>(
+              w[static_cast<std::size_t>(j)] / sum * v[static_cast<std::size_t>((kh * t + j) * d + e)]);
     }
   }
   return out;
@@ -279,29 +282,30 @@ TEST(TurboQuantBlockCache, FusedAttentionWithMeansAndSinksEqualsAttentionOverFet
   // levels=uniform (and 4-bit values: the nibble path) reads codes without a table and must
   // agree the same way.
   using Levels = quant::BlockLloydQuantizer::Levels;
-  for (const auto& [key_bits, value_bits, levels] : {std::tuple{3, 4, Levels::kLloyd}, std::tuple{3, 4, Levels::kUniform},
-                                                     std::tuple{4, 4, Levels::kUniform}, std::tuple{5, 3, Levels::kUniform}}) {
-  TurboQuantBlockCache::Settings settings{64, key_bits, value_bits, 12};
-  settings.mean_rows = 32;
-  settings.sink_rows = 2;
-  settings.levels = levels;
-  TurboQuantBlockCache fused(settings), plain(settings);
-  int64_t first = 0;
-  uint64_t seed = 500;
-  for (int64_t n : {90, 3, 1}) {
-    const lm::Tensor k = offset_kv(2, n, 64, seed++, 7001), v = offset_kv(2, n, 64, seed++, 7002);
-    const lm::Tensor q = gaussian_kv(4, n, 64, seed++).contiguous();
-    lm::Tensor out({1, 4, n, 64}, lm::DType::F32);
-    const float scale = 0.125f;
-    fused.fused_attention({&q, &k, &v, scale, std::nullopt}, out);
-    const std::vector<float> want = brute_attention(plain.update_and_fetch(k, v), q.to_f32(), 4, n, first, scale);
-    const std::vector<float> got = out.to_f32();
-    double worst = 0.0;
-    for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
-    EXPECT_LE(worst, 2e-3) << "chunk of " << n << ", K" << key_bits << " V" << value_bits << " "
-                           << quant::block_levels_name(levels);
-    first += n;
-  }
+  for (const auto& [key_bits, value_bits, levels] :
+       {std::tuple{3, 4, Levels::kLloyd}, std::tuple{3, 4, Levels::kUniform}, std::tuple{4, 4, Levels::kUniform},
+        std::tuple{5, 3, Levels::kUniform}}) {
+    TurboQuantBlockCache::Settings settings{64, key_bits, value_bits, 12};
+    settings.mean_rows = 32;
+    settings.sink_rows = 2;
+    settings.levels = levels;
+    TurboQuantBlockCache fused(settings), plain(settings);
+    int64_t first = 0;
+    uint64_t seed = 500;
+    for (int64_t n : {90, 3, 1}) {
+      const lm::Tensor k = offset_kv(2, n, 64, seed++, 7001), v = offset_kv(2, n, 64, seed++, 7002);
+      const lm::Tensor q = gaussian_kv(4, n, 64, seed++).contiguous();
+      lm::Tensor out({1, 4, n, 64}, lm::DType::F32);
+      const float scale = 0.125f;
+      fused.fused_attention({&q, &k, &v, scale, std::nullopt}, out);
+      const std::vector<float> want = brute_attention(plain.update_and_fetch(k, v), q.to_f32(), 4, n, first, scale);
+      const std::vector<float> got = out.to_f32();
+      double worst = 0.0;
+      for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
+      EXPECT_LE(worst, 2e-3) << "chunk of " << n << ", K" << key_bits << " V" << value_bits << " "
+                             << quant::block_levels_name(levels);
+      first += n;
+    }
   }
 }
 
@@ -356,7 +360,8 @@ TEST(TurboQuantBlockCache, KeyMeanSegmentsFollowTheDecodedPreviousSegment) {
   std::vector<float> got;
   int64_t at = 0;
   for (int64_t len : {70, 1, 79}) {
-    const lm::KeysValues kv = cache.update_and_fetch(k.slice(2, at, at + len).contiguous(), v.slice(2, at, at + len).contiguous());
+    const lm::KeysValues kv =
+        cache.update_and_fetch(k.slice(2, at, at + len).contiguous(), v.slice(2, at, at + len).contiguous());
     got = kv.keys.to_f32();
     at += len;
   }
@@ -380,7 +385,8 @@ TEST(TurboQuantBlockCache, KeyMeanSegmentsFollowTheDecodedPreviousSegment) {
     int64_t segment_rows = 0;
     for (int64_t r = 0; r < n; ++r) {
       if (r > 1 && (r - 1) % L == 0) {  // a new segment: the previous one's decoded mean
-        for (int e = 0; e < d; ++e) mu[e] = base::f16_to_f32(base::f32_to_f16(static_cast<float>(segment_sum[e] / segment_rows + mu[e])));
+        for (int e = 0; e < d; ++e)
+          mu[e] = base::f16_to_f32(base::f32_to_f16(static_cast<float>(segment_sum[e] / segment_rows + mu[e])));
         std::fill(segment_sum.begin(), segment_sum.end(), 0.0);
         segment_rows = 0;
       }
@@ -395,7 +401,8 @@ TEST(TurboQuantBlockCache, KeyMeanSegmentsFollowTheDecodedPreviousSegment) {
       for (int e = 0; e < d; ++e) decoded[e] += mu[e];
       rot.inverse(decoded.data(), back.data());
       for (int e = 0; e < d; ++e) {
-        ASSERT_NEAR(got[static_cast<std::size_t>((hh * n + r) * d + e)], back[e], 1e-4f) << "head " << hh << " row " << r;
+        ASSERT_NEAR(got[static_cast<std::size_t>((hh * n + r) * d + e)], back[e], 1e-4f)
+            << "head " << hh << " row " << r;
       }
     }
   }
@@ -461,7 +468,8 @@ TEST(TurboQuantBlockCache, KeyMeanSegmentsSurviveStateTrimAndFusedAttention) {
       const std::vector<float> got = out.to_f32();
       double worst = 0.0;
       for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
-      EXPECT_LE(worst, 2e-3) << "chunk of " << len << (levels == quant::BlockLloydQuantizer::Levels::kUniform ? " (uniform)" : "");
+      EXPECT_LE(worst, 2e-3) << "chunk of " << len
+                             << (levels == quant::BlockLloydQuantizer::Levels::kUniform ? " (uniform)" : "");
       first += len;
     }
   }

@@ -95,7 +95,8 @@ void check_fused(int64_t prefill, int64_t n, std::optional<int64_t> window, int 
                    v0 = test_support::random_kv(1, hkv, prefill, d, 12, f32);
   fused.update_and_fetch(k0, v0);
   plain.update_and_fetch(k0, v0);
-  const lm::Tensor k = test_support::random_kv(1, hkv, n, d, 13, f32), v = test_support::random_kv(1, hkv, n, d, 14, f32);
+  const lm::Tensor k = test_support::random_kv(1, hkv, n, d, 13, f32),
+                   v = test_support::random_kv(1, hkv, n, d, 14, f32);
   const lm::Tensor q = test_support::random_kv(1, hq, n, d, 15, lm::DType::F32);
   lm::Tensor out({1, hq, n, d}, lm::DType::F32);
   lm::FusedAttentionRequest request{&q, &k, &v, 1.0f / std::sqrt(float(d)), window};
@@ -103,16 +104,17 @@ void check_fused(int64_t prefill, int64_t n, std::optional<int64_t> window, int 
   fused.fused_attention(request, out);
   EXPECT_EQ(fused.offset(), prefill + n);
   const lm::KeysValues kv = plain.update_and_fetch(k, v);
-  const std::vector<float> want = test_support::reference_attention(kv, q.to_f32(), hq, n, prefill, request.scale, window);
+  const std::vector<float> want =
+      test_support::reference_attention(kv, q.to_f32(), hq, n, prefill, request.scale, window);
   const std::vector<float> got = out.to_f32();
   for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4f) << i;
 }
 
 TEST(TurboQuantRvqCache, FusedAttentionEqualsAttentionOverDequantizedKeys) {
-  check_fused(300, 1, std::nullopt, 0);   // decode step over > one 256-row block
-  check_fused(0, 20, std::nullopt, 0);    // prefill: causal inside the chunk
-  check_fused(40, 5, 16, 0);              // sliding window
-  check_fused(70, 3, std::nullopt, 4);    // quantized values
+  check_fused(300, 1, std::nullopt, 0);  // decode step over > one 256-row block
+  check_fused(0, 20, std::nullopt, 0);   // prefill: causal inside the chunk
+  check_fused(40, 5, 16, 0);             // sliding window
+  check_fused(70, 3, std::nullopt, 4);   // quantized values
 }
 
 TEST(TurboQuantRvqCache, QuantizedValuesShrinkAndStayClose) {
@@ -178,7 +180,8 @@ TEST(TurboQuantRvqCache, ForModelSeedsEachLayerWithSeedPlusRawIndex) {
       for (int i = 0; i < 4; ++i) c.push_back(std::make_shared<lm::FullKVCache>());
       return c;
     }
-    void forward(const std::vector<int32_t>&, lm::CacheList&, std::vector<float>&, std::vector<float>*) const override {}
+    void forward(const std::vector<int32_t>&, lm::CacheList&, std::vector<float>&, std::vector<float>*) const override {
+    }
 
    private:
     lm::ModelConfig config_;

@@ -38,7 +38,8 @@ void reference_head(std::vector<float>& keys, std::vector<float>& values, int64_
     }
     std::sort(ranked.begin(), ranked.end());
     std::vector<bool> high(static_cast<std::size_t>(group), false);
-    for (int64_t i = 0; i < n_hi; ++i) high[static_cast<std::size_t>(ranked[static_cast<std::size_t>(i)].second)] = true;
+    for (int64_t i = 0; i < n_hi; ++i)
+      high[static_cast<std::size_t>(ranked[static_cast<std::size_t>(i)].second)] = true;
     for (bool tier_high : {true, false}) {
       std::vector<int64_t> rows;
       for (int64_t r = 0; r < group; ++r) {
@@ -55,7 +56,8 @@ void reference_head(std::vector<float>& keys, std::vector<float>& values, int64_
       for (int64_t r : rows) {
         for (int64_t c0 = 0; c0 < d; c0 += group) {
           const int64_t n = std::min(group, d - c0);
-          const std::vector<float> q = reference_group({values.begin() + r * d + c0, values.begin() + r * d + c0 + n}, bits);
+          const std::vector<float> q =
+              reference_group({values.begin() + r * d + c0, values.begin() + r * d + c0 + n}, bits);
           std::copy(q.begin(), q.end(), values.begin() + r * d + c0);
         }
       }
@@ -73,7 +75,8 @@ TEST(ZipCache, MatchesTheReferenceBitExactly) {
     ZipCache cache(hi, lo, fraction, group);
     // Two calls: a group completes across them.
     cache.update_and_fetch(test_support::token_rows(k, 0, 3), test_support::token_rows(v, 0, 3));
-    const lm::KeysValues got = cache.update_and_fetch(test_support::token_rows(k, 3, t), test_support::token_rows(v, 3, t));
+    const lm::KeysValues got =
+        cache.update_and_fetch(test_support::token_rows(k, 3, t), test_support::token_rows(v, 3, t));
     const std::vector<float> gk = got.keys.to_f32(), gv = got.values.to_f32(), kf = k.to_f32(), vf = v.to_f32();
     for (int64_t h = 0; h < heads; ++h) {
       std::vector<float> rk(kf.begin() + h * t * d, kf.begin() + (h + 1) * t * d);
@@ -131,8 +134,8 @@ TEST(ZipCache, BytesAreTheLayoutAndReallyAllocated) {
   // 300 tokens: 9 groups quantized in a 512-token region (16 blocks), 12 rows in the 32-row tail.
   const std::size_t heads = b * h, blocks = 16;
   const std::size_t hi_rows = blocks * 6, lo_rows = blocks * 26;
-  const std::size_t codes = 2 * heads * (hi_rows * 8 + lo_rows * 4) * 4;  // 4-bit: 8 words, 2-bit: 4 words
-  const std::size_t key_params = 2 * heads * blocks * 2 * d * 2;         // per tier, per block, per channel
+  const std::size_t codes = 2 * heads * (hi_rows * 8 + lo_rows * 4) * 4;     // 4-bit: 8 words, 2-bit: 4 words
+  const std::size_t key_params = 2 * heads * blocks * 2 * d * 2;             // per tier, per block, per channel
   const std::size_t value_params = heads * (hi_rows + lo_rows) * 2 * 2 * 2;  // 2 groups of 32 channels
   const std::size_t positions = heads * (hi_rows + lo_rows) * 4;
   const std::size_t tail = 2 * heads * 32 * d * 2;
@@ -145,11 +148,10 @@ TEST(ZipCache, FusedAttentionEqualsAttentionOverFetchedRows) {
   for (const auto& [hi, lo] : {std::pair{4, 2}, std::pair{3, 2}, std::pair{8, 4}}) {
     ZipCache fused(hi, lo, 0.2, 32), plain(hi, lo, 0.2, 32);
     const std::vector<int64_t> chunks{150, 17, 1, 1};
-    const std::vector<float> worst =
-        test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 300);
+    const std::vector<float> worst = test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 300);
     for (std::size_t c = 0; c < chunks.size(); ++c) {
-        // Plain 2-, 4- and 8-bit tiers score their keys as integers with the query rounded to 16
-        // bits (attention/integer_key_scores.h): ~1e-4 relative on these outputs of magnitude ~13.
+      // Plain 2-, 4- and 8-bit tiers score their keys as integers with the query rounded to 16
+      // bits (attention/integer_key_scores.h): ~1e-4 relative on these outputs of magnitude ~13.
       EXPECT_LE(worst[c], 2e-3f) << "hi " << hi << " lo " << lo << " chunk " << chunks[c];
     }
   }
@@ -165,7 +167,8 @@ TEST(ZipCache, BadOptionsNameTheField) {
             std::string::npos);
   EXPECT_NE(message([](ZipCacheOptions& o) { o.zipcache_hi_fraction = 1.5; }).find("zipcache_hi_fraction"),
             std::string::npos);
-  EXPECT_NE(message([](ZipCacheOptions& o) { o.zipcache_group_size = 0; }).find("zipcache_group_size"), std::string::npos);
+  EXPECT_NE(message([](ZipCacheOptions& o) { o.zipcache_group_size = 0; }).find("zipcache_group_size"),
+            std::string::npos);
   KVCacheConfig c;
   c.method = "zipcache";
   c.head_dim = 16;

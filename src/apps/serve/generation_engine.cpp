@@ -74,7 +74,8 @@ Engine::Engine(lm::LoadedModel loaded, ServeOptions options, KvMethodFlags defau
     : loaded_(std::move(loaded)),
       options_(options),
       prefix_pool_(options.prompt_cache_entries, options.prompt_cache_bytes) {
-  if (options_.parallel < 1) throw base::InvalidArgument("--parallel must be >= 1, got " + std::to_string(options_.parallel));
+  if (options_.parallel < 1)
+    throw base::InvalidArgument("--parallel must be >= 1, got " + std::to_string(options_.parallel));
   veloxquant::integration::register_prompt_cache_types();
   context_length_ = options_.context_length > 0 ? options_.context_length : loaded_.model->config().context_length;
   default_cache_ = resolve_cache(default_cache);
@@ -108,8 +109,8 @@ CacheSelection Engine::resolve_cache(const std::optional<KvMethodFlags>& choice)
     throw ApiError(400, std::string("veloxquant: ") + e.what(), "veloxquant");
   }
   s.label = !choice->preset.empty() ? "preset " + choice->preset + ": " + s.config->method
-            : s.config                ? s.config->method
-                                      : "none";
+            : s.config              ? s.config->method
+                                    : "none";
   s.bits = choice->bits;
   s.settings = kv_settings_text(*choice);
   s.key = selection_key(*choice);
@@ -130,8 +131,9 @@ void Engine::submit(const std::shared_ptr<Job>& job) {
     std::lock_guard<std::mutex> lock(queue_mutex_);
     if (stopping_) throw ApiError(503, "the server is shutting down", "", "server_error");
     if (queue_.size() >= options_.max_queue) {
-      throw ApiError(503, "the queue is full (" + std::to_string(queue_.size()) + " requests wait for " +
-                              std::to_string(options_.parallel) + " slot(s)); retry later",
+      throw ApiError(503,
+                     "the queue is full (" + std::to_string(queue_.size()) + " requests wait for " +
+                         std::to_string(options_.parallel) + " slot(s)); retry later",
                      "", "server_error");
     }
     queue_.push_back(job);
@@ -231,10 +233,16 @@ void Engine::run(Job& job, Slot& slot) {
   result.prompt_tokens_per_s = stats.prompt_tokens_per_s;
   result.generation_tokens_per_s = stats.generation_tokens_per_s;
   switch (stats.stop_reason) {
-    case lm::StopReason::kEos: result.finish_reason = "stop"; break;
+    case lm::StopReason::kEos:
+      result.finish_reason = "stop";
+      break;
     case lm::StopReason::kMaxTokens:
-    case lm::StopReason::kContextLimit: result.finish_reason = "length"; break;
-    case lm::StopReason::kCallback: result.finish_reason = matcher.stopped() ? "stop" : "cancelled"; break;
+    case lm::StopReason::kContextLimit:
+      result.finish_reason = "length";
+      break;
+    case lm::StopReason::kCallback:
+      result.finish_reason = matcher.stopped() ? "stop" : "cancelled";
+      break;
   }
   prompt_tokens_total_ += static_cast<uint64_t>(result.prompt_tokens - cached);
   completion_tokens_total_ += static_cast<uint64_t>(result.completion_tokens);

@@ -32,9 +32,9 @@
 namespace apps::serve {
 
 struct ServeOptions {
-  int parallel = 1;               // slots
-  int64_t context_length = 0;     // longest sequence per request; 0 = the model's
-  std::size_t max_queue = 1024;   // waiting requests beyond the slots; more get 503
+  int parallel = 1;              // slots
+  int64_t context_length = 0;    // longest sequence per request; 0 = the model's
+  std::size_t max_queue = 1024;  // waiting requests beyond the slots; more get 503
   std::size_t prompt_cache_entries = 16;
   std::size_t prompt_cache_bytes = std::size_t{256} << 20;
   int prefill_step = 512;
@@ -43,21 +43,21 @@ struct ServeOptions {
 // A request's cache, resolved and validated against the model.
 struct CacheSelection {
   std::optional<veloxquant::KVCacheConfig> config;  // nullopt = the host's native cache
-  std::string label;  // "none", "kivi", "preset q4: turboquant_block"
-  std::string bits;   // as given ("4" or "2,3,4"); "" = the method's default (or none)
-  std::string settings;  // the preset's and --set assignments, "preset=q4,key_bits=5,..."
+  std::string label;                                // "none", "kivi", "preset q4: turboquant_block"
+  std::string bits;                                 // as given ("4" or "2,3,4"); "" = the method's default (or none)
+  std::string settings;                             // the preset's and --set assignments, "preset=q4,key_bits=5,..."
 
-  std::string key;    // identifies the configuration in the prefix pool
+  std::string key;  // identifies the configuration in the prefix pool
 };
 
 struct JobResult {
-  std::string finish_reason;  // "stop", "length", "cancelled"
-  int64_t prompt_tokens = 0;       // the whole prompt
-  int64_t cached_tokens = 0;       // of which restored from the prefix pool
-  int64_t completion_tokens = 0;   // tokens sampled (a stop token included)
-  std::size_t kv_bytes = 0;        // caches' nbytes() at the end
-  std::size_t kv_f16_bytes = 0;    // the same tokens as bare f16 rows
-  std::size_t kv_native_bytes = 0; // what the host's f16 cache would allocate for them
+  std::string finish_reason;        // "stop", "length", "cancelled"
+  int64_t prompt_tokens = 0;        // the whole prompt
+  int64_t cached_tokens = 0;        // of which restored from the prefix pool
+  int64_t completion_tokens = 0;    // tokens sampled (a stop token included)
+  std::size_t kv_bytes = 0;         // caches' nbytes() at the end
+  std::size_t kv_f16_bytes = 0;     // the same tokens as bare f16 rows
+  std::size_t kv_native_bytes = 0;  // what the host's f16 cache would allocate for them
   double prompt_tokens_per_s = 0;
   double generation_tokens_per_s = 0;
 };
@@ -65,9 +65,9 @@ struct JobResult {
 struct JobEvent {
   enum class Kind { kText, kDone, kError, kTimeout };
   Kind kind = Kind::kTimeout;
-  std::string text;   // kText; the message for kError
-  int status = 500;   // kError: the HTTP status
-  JobResult result;   // kDone
+  std::string text;  // kText; the message for kError
+  int status = 500;  // kError: the HTTP status
+  JobResult result;  // kDone
 };
 
 class Job {
@@ -102,9 +102,9 @@ class Job {
 struct SlotSnapshot {
   bool busy = false;
   std::string method;
-  int64_t tokens = 0;           // tokens in its caches
-  std::size_t kv_bytes = 0;     // resident now
-  std::size_t kv_f16_bytes = 0; // the same tokens as bare f16 rows
+  int64_t tokens = 0;               // tokens in its caches
+  std::size_t kv_bytes = 0;         // resident now
+  std::size_t kv_f16_bytes = 0;     // the same tokens as bare f16 rows
   std::size_t kv_native_bytes = 0;  // what the host's f16 cache would allocate for them
 };
 

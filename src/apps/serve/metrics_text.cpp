@@ -42,10 +42,11 @@ std::string render_metrics(const EngineSnapshot& e, const std::map<std::pair<std
   std::ostringstream out;
   header(out, "veloxquant_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
   for (const auto& [key, n] : requests) {
-    out << "veloxquant_requests_total{endpoint=\"" << label_value(key.first) << "\",status=\"" << key.second
-        << "\"} " << n << '\n';
+    out << "veloxquant_requests_total{endpoint=\"" << label_value(key.first) << "\",status=\"" << key.second << "\"} "
+        << n << '\n';
   }
-  header(out, "veloxquant_prompt_tokens_total", "counter", "Prompt tokens prefilled (tokens restored from the prompt cache excluded).");
+  header(out, "veloxquant_prompt_tokens_total", "counter",
+         "Prompt tokens prefilled (tokens restored from the prompt cache excluded).");
   out << "veloxquant_prompt_tokens_total " << e.prompt_tokens_total << '\n';
   header(out, "veloxquant_completion_tokens_total", "counter", "Tokens generated.");
   out << "veloxquant_completion_tokens_total " << e.completion_tokens_total << '\n';
@@ -57,19 +58,26 @@ std::string render_metrics(const EngineSnapshot& e, const std::map<std::pair<std
   out << "veloxquant_queue_depth " << e.queue_depth << '\n';
 
   header(out, "veloxquant_slot_busy", "gauge", "1 while the slot generates.");
-  for (std::size_t i = 0; i < e.slots.size(); ++i) out << "veloxquant_slot_busy{slot=\"" << i << "\"} " << (e.slots[i].busy ? 1 : 0) << '\n';
+  for (std::size_t i = 0; i < e.slots.size(); ++i)
+    out << "veloxquant_slot_busy{slot=\"" << i << "\"} " << (e.slots[i].busy ? 1 : 0) << '\n';
   header(out, "veloxquant_slot_tokens", "gauge", "Tokens held in the slot's caches.");
-  for (std::size_t i = 0; i < e.slots.size(); ++i) out << "veloxquant_slot_tokens{slot=\"" << i << "\"} " << e.slots[i].tokens << '\n';
-  header(out, "veloxquant_slot_kv_bytes", "gauge", "KV bytes resident in the slot's caches (nbytes(): allocated, not bit accounting).");
+  for (std::size_t i = 0; i < e.slots.size(); ++i)
+    out << "veloxquant_slot_tokens{slot=\"" << i << "\"} " << e.slots[i].tokens << '\n';
+  header(out, "veloxquant_slot_kv_bytes", "gauge",
+         "KV bytes resident in the slot's caches (nbytes(): allocated, not bit accounting).");
   for (std::size_t i = 0; i < e.slots.size(); ++i) {
     out << "veloxquant_slot_kv_bytes{slot=\"" << i << "\",method=\"" << label_value(e.slots[i].method) << "\"} "
         << e.slots[i].kv_bytes << '\n';
   }
-  header(out, "veloxquant_slot_kv_f16_bytes", "gauge", "The same tokens as bare f16 rows (the uncompressed reference).");
-  for (std::size_t i = 0; i < e.slots.size(); ++i) out << "veloxquant_slot_kv_f16_bytes{slot=\"" << i << "\"} " << e.slots[i].kv_f16_bytes << '\n';
+  header(out, "veloxquant_slot_kv_f16_bytes", "gauge",
+         "The same tokens as bare f16 rows (the uncompressed reference).");
+  for (std::size_t i = 0; i < e.slots.size(); ++i)
+    out << "veloxquant_slot_kv_f16_bytes{slot=\"" << i << "\"} " << e.slots[i].kv_f16_bytes << '\n';
 
-  header(out, "veloxquant_slot_kv_native_bytes", "gauge", "What the host's native f16 cache would allocate for the same tokens (256-token growth steps).");
-  for (std::size_t i = 0; i < e.slots.size(); ++i) out << "veloxquant_slot_kv_native_bytes{slot=\"" << i << "\"} " << e.slots[i].kv_native_bytes << '\n';
+  header(out, "veloxquant_slot_kv_native_bytes", "gauge",
+         "What the host's native f16 cache would allocate for the same tokens (256-token growth steps).");
+  for (std::size_t i = 0; i < e.slots.size(); ++i)
+    out << "veloxquant_slot_kv_native_bytes{slot=\"" << i << "\"} " << e.slots[i].kv_native_bytes << '\n';
 
   std::size_t slot_bytes = 0;
   for (const SlotSnapshot& s : e.slots) slot_bytes += s.kv_bytes;

@@ -24,6 +24,7 @@ class RequestCounters {
   std::map<std::pair<std::string, int>, uint64_t> counts_;
 };
 
-std::string render_metrics(const EngineSnapshot& engine, const std::map<std::pair<std::string, int>, uint64_t>& requests);
+std::string render_metrics(const EngineSnapshot& engine,
+                           const std::map<std::pair<std::string, int>, uint64_t>& requests);
 
 }  // namespace apps::serve

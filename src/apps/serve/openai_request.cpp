@@ -40,8 +40,8 @@ int64_t integer_field(const json& value, const std::string& param, int64_t min, 
   } else if (value.is_number_unsigned()) {
     const auto u = value.get<uint64_t>();
     if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      bad(param, "'" + param + "' must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
-                     shown(value));
+      bad(param,
+          "'" + param + "' must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " + shown(value));
     }
     n = static_cast<int64_t>(u);
   } else if (value.is_number_float() && std::isfinite(value.get<double>()) &&
@@ -61,8 +61,8 @@ double number_field(const json& value, const std::string& param, double min, dou
   if (!value.is_number()) wrong_type(param, "a number", value);
   const double x = value.get<double>();
   if (!std::isfinite(x) || x < min || x > max) {
-    bad(param, "'" + param + "' must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
-                   shown(value));
+    bad(param,
+        "'" + param + "' must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " + shown(value));
   }
   return x;
 }
@@ -145,7 +145,8 @@ std::vector<std::string> parse_stop(const json& value, const RequestLimits& limi
       bad("stop", "'stop' holds " + std::to_string(value.size()) + " sequences; at most " +
                       std::to_string(limits.max_stop_sequences) + " are accepted");
     }
-    for (std::size_t i = 0; i < value.size(); ++i) stop.push_back(string_field(value[i], "stop[" + std::to_string(i) + "]"));
+    for (std::size_t i = 0; i < value.size(); ++i)
+      stop.push_back(string_field(value[i], "stop[" + std::to_string(i) + "]"));
   } else {
     wrong_type("stop", "a string or an array of strings", value);
   }
@@ -176,7 +177,8 @@ void refuse_unsupported(const json& body) {
     if (it->is_boolean() && !it->get<bool>()) continue;
     bad(name, std::string("'") + name + "' is not supported");
   }
-  if (const auto tools = body.find("tools"); tools != body.end() && !tools->is_null() && !(tools->is_array() && tools->empty())) {
+  if (const auto tools = body.find("tools");
+      tools != body.end() && !tools->is_null() && !(tools->is_array() && tools->empty())) {
     bad("tools", "'tools' (function calling) is not supported");
   }
 }

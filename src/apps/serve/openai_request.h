@@ -19,8 +19,7 @@ namespace apps::serve {
 // An error the client caused (or a state it must wait out); `status` is the HTTP status.
 class ApiError : public std::runtime_error {
  public:
-  ApiError(int status, std::string message, std::string param = "",
-           std::string type = "invalid_request_error")
+  ApiError(int status, std::string message, std::string param = "", std::string type = "invalid_request_error")
       : std::runtime_error(std::move(message)), status_(status), param_(std::move(param)), type_(std::move(type)) {}
   int status() const { return status_; }
   const std::string& param() const { return param_; }
@@ -57,7 +56,7 @@ struct CompletionRequest {
   std::optional<int> max_tokens;
   float temperature = 1.0f;  // OpenAI's default; 0 = greedy (the sampler's argmax)
   float top_p = 1.0f;
-  int top_k = 0;      // extension (llama-server's name): 0 = off
+  int top_k = 0;       // extension (llama-server's name): 0 = off
   float min_p = 0.0f;  // extension: 0 = off
   uint64_t seed = 0;
   std::vector<std::string> stop;

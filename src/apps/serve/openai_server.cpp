@@ -55,8 +55,8 @@ json cache_report(const CacheSelection& cache, const JobResult& r) {
 }
 
 // One streamed piece in the shape of the endpoint.
-json stream_chunk(bool chat, const std::string& id, int64_t created, const std::string& model, const json& delta_or_text,
-                  const json& finish_reason) {
+json stream_chunk(bool chat, const std::string& id, int64_t created, const std::string& model,
+                  const json& delta_or_text, const json& finish_reason) {
   json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", nullptr}};
   if (chat) {
     choice["delta"] = delta_or_text;
@@ -162,8 +162,9 @@ void OpenAiServer::install_routes() {
     std::string message = "HTTP " + std::to_string(res.status);
     if (res.status == 404) message = "no route for " + req.method + " " + req.path;
     if (res.status == 413) {
-      message = "the request body is too large (send it as Content-Type: application/json; form-encoded bodies are "
-                "limited to 8 KiB by the HTTP library, others by --max-body-mib)";
+      message =
+          "the request body is too large (send it as Content-Type: application/json; form-encoded bodies are "
+          "limited to 8 KiB by the HTTP library, others by --max-body-mib)";
     }
     if (res.status == 405) message = "method " + req.method + " is not allowed on " + req.path;
     send_error(res, ApiError(res.status, message));
@@ -206,12 +207,10 @@ void OpenAiServer::install_routes() {
   svr.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(web_page_html(), "text/html; charset=utf-8");
   });
-  svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_completion(req.body, false, res);
-  });
-  svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_completion(req.body, true, res);
-  });
+  svr.Post("/v1/completions",
+           [this](const httplib::Request& req, httplib::Response& res) { handle_completion(req.body, false, res); });
+  svr.Post("/v1/chat/completions",
+           [this](const httplib::Request& req, httplib::Response& res) { handle_completion(req.body, true, res); });
 }
 
 void OpenAiServer::handle_completion(const std::string& body, bool chat, httplib::Response& res) {
@@ -235,12 +234,14 @@ void OpenAiServer::handle_completion(const std::string& body, bool chat, httplib
     const int64_t ctx = engine_.context_length();
     const auto n_prompt = static_cast<int64_t>(job->prompt_tokens.size());
     if (ctx > 0 && n_prompt >= ctx) {
-      throw ApiError(400, "the prompt is " + std::to_string(n_prompt) + " tokens; the context holds " +
-                              std::to_string(ctx) + " tokens (prompt plus at least one generated token)",
+      throw ApiError(400,
+                     "the prompt is " + std::to_string(n_prompt) + " tokens; the context holds " + std::to_string(ctx) +
+                         " tokens (prompt plus at least one generated token)",
                      chat ? "messages" : "prompt");
     }
     lm::GenerateOptions& o = job->options;
-    o.max_tokens = request.max_tokens.value_or(chat ? static_cast<int>(std::min<int64_t>(ctx > 0 ? ctx - n_prompt : (1 << 20), 1 << 20)) : 16);
+    o.max_tokens = request.max_tokens.value_or(
+        chat ? static_cast<int>(std::min<int64_t>(ctx > 0 ? ctx - n_prompt : (1 << 20), 1 << 20)) : 16);
     o.temperature = request.temperature;
     o.top_p = request.top_p;
     o.top_k = request.top_k;
@@ -310,7 +311,8 @@ void OpenAiServer::handle_completion(const std::string& body, bool chat, httplib
           if (include_usage) chunk["usage"] = nullptr;
           return chunk;
         };
-        if (chat && !write(sse(with_usage(stream_chunk(true, id, created, model, {{"role", "assistant"}, {"content", ""}}, nullptr))))) {
+        if (chat && !write(sse(with_usage(
+                        stream_chunk(true, id, created, model, {{"role", "assistant"}, {"content", ""}}, nullptr))))) {
           return false;
         }
         for (;;) {

@@ -14,18 +14,18 @@
 namespace httplib {
 class Server;
 struct Response;
-}
+}  // namespace httplib
 
 namespace apps::serve {
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;               // 0 = any free port (the ready line says which)
-  std::string api_key;           // "" = no authentication
-  std::string model_id;          // the name /v1/models lists
+  int port = 8000;       // 0 = any free port (the ready line says which)
+  std::string api_key;   // "" = no authentication
+  std::string model_id;  // the name /v1/models lists
   std::size_t max_body_bytes = std::size_t{8} << 20;
-  int read_timeout_s = 10;       // a client that sends its request slower than this is dropped
-  int http_threads = 0;          // 0 = enough for the slots, the queue's streams and /metrics
+  int read_timeout_s = 10;  // a client that sends its request slower than this is dropped
+  int http_threads = 0;     // 0 = enough for the slots, the queue's streams and /metrics
 };
 
 class OpenAiServer {

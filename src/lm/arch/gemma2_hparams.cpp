@@ -22,7 +22,9 @@ constexpr int kGemma2BigModelLayers = 46;
 
 void apply_gemma2_hparams(const gguf::GgufFile& file, const ModelConfig& config, LlamaHyperParams& hyper) {
   const std::string p = "gemma2.";
-  const auto fail = [&](const std::string& what) { return base::FormatError("GGUF file '" + file.path() + "': " + what); };
+  const auto fail = [&](const std::string& what) {
+    return base::FormatError("GGUF file '" + file.path() + "': " + what);
+  };
   const int64_t window = file.get_int(p + "attention.sliding_window").value_or(kDefaultWindow);
   if (window <= 0 || window > (int64_t{1} << 30)) {
     throw fail(p + "attention.sliding_window = " + std::to_string(window) + " is out of range");

@@ -31,7 +31,9 @@ void apply_gemma_block(const ModelConfig& config, int big_model_layers, LlamaHyp
 
 void apply_gemma3_hparams(const gguf::GgufFile& file, const ModelConfig& config, LlamaHyperParams& hyper) {
   const std::string p = "gemma3.";
-  const auto fail = [&](const std::string& what) { return base::FormatError("GGUF file '" + file.path() + "': " + what); };
+  const auto fail = [&](const std::string& what) {
+    return base::FormatError("GGUF file '" + file.path() + "': " + what);
+  };
   const int64_t window = file.require_int(p + "attention.sliding_window");
   if (window <= 0 || window > (int64_t{1} << 30)) {
     throw fail(p + "attention.sliding_window = " + std::to_string(window) + " is out of range");

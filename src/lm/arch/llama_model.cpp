@@ -18,8 +18,9 @@ namespace {
 
 void expect_matrix(const WeightMatrix& w, int64_t rows, int64_t cols, const std::string& name) {
   if (w.rows != rows || w.cols != cols) {
-    throw base::FormatError("tensor '" + name + "' has shape [" + std::to_string(w.cols) + ", " + std::to_string(w.rows) +
-                            "] (cols, rows), expected [" + std::to_string(cols) + ", " + std::to_string(rows) + "]");
+    throw base::FormatError("tensor '" + name + "' has shape [" + std::to_string(w.cols) + ", " +
+                            std::to_string(w.rows) + "] (cols, rows), expected [" + std::to_string(cols) + ", " +
+                            std::to_string(rows) + "]");
   }
 }
 
@@ -81,10 +82,11 @@ void LlamaModel::validate() const {
                             std::to_string(c.hidden_dim) + ", vocab " + std::to_string(c.vocab_size) + ")");
   }
   if (c.n_heads % c.n_kv_heads != 0) {
-    throw base::FormatError("attention head count " + std::to_string(c.n_heads) + " is not a multiple of kv head count " +
-                            std::to_string(c.n_kv_heads));
+    throw base::FormatError("attention head count " + std::to_string(c.n_heads) +
+                            " is not a multiple of kv head count " + std::to_string(c.n_kv_heads));
   }
-  if (c.head_dim % 2 != 0) throw base::FormatError("head_dim " + std::to_string(c.head_dim) + " is odd; RoPE needs pairs");
+  if (c.head_dim % 2 != 0)
+    throw base::FormatError("head_dim " + std::to_string(c.head_dim) + " is odd; RoPE needs pairs");
   if (static_cast<int>(weights_.layers.size()) != c.n_layers) {
     throw base::FormatError("model has " + std::to_string(weights_.layers.size()) + " layers of weights, config says " +
                             std::to_string(c.n_layers));
@@ -158,7 +160,8 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
   add_bias(v, w.bv);
   const auto head_norm = [&](float* x, int64_t heads, const std::vector<float>& weight) {
     if (weight.empty()) return;
-    for (int64_t off = 0; off < n * heads * d; off += d) kernels::rmsnorm(x + off, weight.data(), x + off, d, config_.norm_eps);
+    for (int64_t off = 0; off < n * heads * d; off += d)
+      kernels::rmsnorm(x + off, weight.data(), x + off, d, config_.norm_eps);
   };
   head_norm(q, hq, w.q_norm);
   head_norm(k, hkv, w.k_norm);
@@ -182,10 +185,10 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t h = 0; h < hkv; ++h) {
       const std::size_t dst = static_cast<std::size_t>((h * n + t) * d) * es;
-      convert_elements(reinterpret_cast<const std::byte*>(k + (t * hkv + h) * d), DType::F32,
-                       keys.raw_data() + dst, kv_dtype, static_cast<std::size_t>(d));
-      convert_elements(reinterpret_cast<const std::byte*>(v + (t * hkv + h) * d), DType::F32,
-                       values.raw_data() + dst, kv_dtype, static_cast<std::size_t>(d));
+      convert_elements(reinterpret_cast<const std::byte*>(k + (t * hkv + h) * d), DType::F32, keys.raw_data() + dst,
+                       kv_dtype, static_cast<std::size_t>(d));
+      convert_elements(reinterpret_cast<const std::byte*>(v + (t * hkv + h) * d), DType::F32, values.raw_data() + dst,
+                       kv_dtype, static_cast<std::size_t>(d));
     }
   }
 
@@ -278,7 +281,8 @@ void LlamaModel::run_layers(float* x, int64_t n, CacheList& caches, std::vector<
   // Gemma's sandwich norms: each sub-block's output is normalised again before the residual add.
   const auto post_norm = [&](const std::vector<float>& weight) {
     if (weight.empty()) return;
-    for (int64_t t = 0; t < n; ++t) kernels::rmsnorm(delta + t * dim, weight.data(), delta + t * dim, dim, config_.norm_eps);
+    for (int64_t t = 0; t < n; ++t)
+      kernels::rmsnorm(delta + t * dim, weight.data(), delta + t * dim, dim, config_.norm_eps);
   };
 
   for (int l = 0; l < config_.n_layers; ++l) {

@@ -19,7 +19,7 @@ namespace lm {
 
 struct LlamaRuntimeOptions {
   KVCacheType kv_type = KVCacheType::F16;  // block types make lm::BlockKVCache native caches
-  int threads = 0;  // 0 = all cores
+  int threads = 0;                         // 0 = all cores
   // Decode matmuls of quantized weights on 16-bit-rounded activations (integer dot products,
   // lm/kernels/i16_activations.h); false keeps f32 activations everywhere (the reference).
   bool i16_activations = true;

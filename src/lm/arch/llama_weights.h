@@ -26,23 +26,23 @@ struct ShortConvWeights {
 };
 
 struct LlamaLayerWeights {
-  std::vector<float> attn_norm;      // [dim]
-  WeightMatrix wq, wk, wv, wo;       // wq [H_q*D rows, dim cols], wk/wv [H_kv*D, dim], wo [dim, H_q*D]
-  std::vector<float> bq, bk, bv;     // qwen2: attention biases (empty for llama)
-  std::vector<float> q_norm, k_norm; // qwen3: per-head RMSNorm of q/k over D (empty for llama)
-  std::vector<float> attn_post_norm; // gemma3: RMSNorm of the attention output before the residual add
-  std::vector<float> ffn_norm;       // [dim]
-  std::vector<float> ffn_post_norm;  // gemma3: RMSNorm of the FFN output before the residual add
-  WeightMatrix w_gate, w_up, w_down; // gate/up [hidden, dim], down [dim, hidden]
+  std::vector<float> attn_norm;       // [dim]
+  WeightMatrix wq, wk, wv, wo;        // wq [H_q*D rows, dim cols], wk/wv [H_kv*D, dim], wo [dim, H_q*D]
+  std::vector<float> bq, bk, bv;      // qwen2: attention biases (empty for llama)
+  std::vector<float> q_norm, k_norm;  // qwen3: per-head RMSNorm of q/k over D (empty for llama)
+  std::vector<float> attn_post_norm;  // gemma3: RMSNorm of the attention output before the residual add
+  std::vector<float> ffn_norm;        // [dim]
+  std::vector<float> ffn_post_norm;   // gemma3: RMSNorm of the FFN output before the residual add
+  WeightMatrix w_gate, w_up, w_down;  // gate/up [hidden, dim], down [dim, hidden]
   // qwen3moe, Mixtral: routed experts in place of w_gate/w_up/w_down (null for a dense FFN).
   std::shared_ptr<const MoeLayerWeights> moe;
-  ShortConvWeights shortconv;        // lfm2 conv layers: replaces wq..wo, q_norm, k_norm
+  ShortConvWeights shortconv;  // lfm2 conv layers: replaces wq..wo, q_norm, k_norm
 };
 
 struct LlamaWeights {
   WeightMatrix token_embedding;  // [vocab rows, dim cols]
   std::vector<float> output_norm;
-  WeightMatrix output;           // [vocab, dim]; the embedding itself when tied
+  WeightMatrix output;  // [vocab, dim]; the embedding itself when tied
   std::vector<LlamaLayerWeights> layers;
 };
 
@@ -51,7 +51,7 @@ enum class FfnActivation { kSiLU, kGeluTanh };  // SwiGLU (llama, qwen) or GeGLU
 // Architecture details beyond lm::ModelConfig.
 struct LlamaHyperParams {
   kernels::RopeStyle rope_style = kernels::RopeStyle::kNormal;
-  int rope_dim = 0;  // 0 = head_dim
+  int rope_dim = 0;                                    // 0 = head_dim
   std::vector<std::optional<int64_t>> sliding_window;  // per layer; empty = none anywhere
   // Per-layer RoPE base; empty = ModelConfig::rope_theta everywhere. Gemma 3 turns slower
   // (1e6) on its global layers than on its sliding-window ones (1e4).

@@ -13,8 +13,9 @@ namespace {
 
 void expect_shape(const WeightMatrix& w, int64_t rows, int64_t cols, const std::string& name) {
   if (w.rows != rows || w.cols != cols) {
-    throw base::FormatError("tensor '" + name + "' has shape [" + std::to_string(w.cols) + ", " + std::to_string(w.rows) +
-                            "] (cols, rows), expected [" + std::to_string(cols) + ", " + std::to_string(rows) + "]");
+    throw base::FormatError("tensor '" + name + "' has shape [" + std::to_string(w.cols) + ", " +
+                            std::to_string(w.rows) + "] (cols, rows), expected [" + std::to_string(cols) + ", " +
+                            std::to_string(rows) + "]");
   }
 }
 
@@ -63,8 +64,8 @@ void validate_moe_layer(const MoeLayerWeights& w, int64_t dim, const std::string
   }
 }
 
-void route_tokens(const float* router_logits, int64_t n_tokens, int n_experts, int k, bool normalize,
-                  int32_t* experts, float* weights) {
+void route_tokens(const float* router_logits, int64_t n_tokens, int n_experts, int k, bool normalize, int32_t* experts,
+                  float* weights) {
   thread_local std::vector<float> probs;
   thread_local std::vector<int32_t> index;
   probs.resize(static_cast<std::size_t>(n_experts));
@@ -73,9 +74,8 @@ void route_tokens(const float* router_logits, int64_t n_tokens, int n_experts, i
     std::copy_n(router_logits + t * n_experts, n_experts, probs.data());
     kernels::softmax(probs.data(), n_experts);
     std::iota(index.begin(), index.end(), 0);
-    std::partial_sort(index.begin(), index.begin() + k, index.end(), [&](int32_t a, int32_t b) {
-      return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
-    });
+    std::partial_sort(index.begin(), index.begin() + k, index.end(),
+                      [&](int32_t a, int32_t b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); });
     float sum = 0.0f;
     for (int j = 0; j < k; ++j) sum += probs[index[j]];
     for (int j = 0; j < k; ++j) {

@@ -49,8 +49,8 @@ void validate_moe_layer(const MoeLayerWeights& w, int64_t dim, const std::string
 // selected experts of token t to experts[t*k ..] in decreasing probability (ties: lower index
 // first) and their weights to weights[t*k ..] (softmax probabilities, renormalised over the
 // k when `normalize`).
-void route_tokens(const float* router_logits, int64_t n_tokens, int n_experts, int k, bool normalize,
-                  int32_t* experts, float* weights);
+void route_tokens(const float* router_logits, int64_t n_tokens, int n_experts, int k, bool normalize, int32_t* experts,
+                  float* weights);
 
 // out[t, :] = the MoE FFN of x[t, :] for t in [0, n_tokens); x and out are [n_tokens, dim]
 // row-major and must not alias. The matmuls use lm::kernels (threaded over output rows, so

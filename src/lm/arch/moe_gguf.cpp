@@ -53,10 +53,13 @@ bool moe_architecture_supported(const std::string& arch) { return arch == "qwen3
 std::shared_ptr<const MoeLayerWeights> load_moe_layer(const gguf::GgufFile& file, const std::string& arch,
                                                       const std::string& block_prefix) {
   const std::string p = arch + ".";
-  const auto fail = [&](const std::string& what) { return base::FormatError("GGUF file '" + file.path() + "': " + what); };
+  const auto fail = [&](const std::string& what) {
+    return base::FormatError("GGUF file '" + file.path() + "': " + what);
+  };
   const auto positive = [&](const std::string& key) {
     const int64_t v = file.require_int(p + key);
-    if (v <= 0 || v > (int64_t{1} << 30)) throw fail("metadata '" + p + key + "' = " + std::to_string(v) + " is out of range");
+    if (v <= 0 || v > (int64_t{1} << 30))
+      throw fail("metadata '" + p + key + "' = " + std::to_string(v) + " is out of range");
     return v;
   };
   const int64_t n_experts = positive("expert_count");
@@ -78,7 +81,8 @@ std::shared_ptr<const MoeLayerWeights> load_moe_layer(const gguf::GgufFile& file
                             "ffn_gate_shexp.weight) are not supported");
   }
 
-  if (!file.find_tensor(block_prefix + "ffn_gate_exps.weight") && file.find_tensor(block_prefix + "ffn_gate.0.weight")) {
+  if (!file.find_tensor(block_prefix + "ffn_gate_exps.weight") &&
+      file.find_tensor(block_prefix + "ffn_gate.0.weight")) {
     throw base::Unsupported("GGUF file '" + file.path() + "': experts stored one tensor each (" + block_prefix +
                             "ffn_gate.0.weight, the pre-2024 Mixtral layout) are not supported; re-convert the "
                             "model with a current convert_hf_to_gguf.py (stacked ffn_*_exps tensors)");

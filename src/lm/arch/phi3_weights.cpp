@@ -36,7 +36,8 @@ void read_phi3_layer(const gguf::GgufFile& file, const ModelConfig& c, const std
 
   const std::string up_name = prefix + "ffn_up.weight";
   const WeightMatrix gate_up = file.weight(up_name);
-  if (gate_up.rows != 2 * int64_t{c.hidden_dim}) throw fail(up_name, gate_up.rows, 2 * int64_t{c.hidden_dim}, "gate + up");
+  if (gate_up.rows != 2 * int64_t{c.hidden_dim})
+    throw fail(up_name, gate_up.rows, 2 * int64_t{c.hidden_dim}, "gate + up");
   lw.w_gate = row_range(gate_up, 0, c.hidden_dim);
   lw.w_up = row_range(gate_up, c.hidden_dim, c.hidden_dim);
 

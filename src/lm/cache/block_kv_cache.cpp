@@ -137,8 +137,10 @@ std::vector<std::string> BlockKVCache::meta_state() const {
 
 void BlockKVCache::from_state(const std::vector<Tensor>& state, const std::vector<std::string>& meta) {
   if (meta.size() != 4 || (meta[3] != "rotated" && meta[3] != "plain")) {
-    throw base::FormatError("BlockKVCache::from_state: expected 4 meta entries (type, key dim, value dim, "
-                            "rotated|plain), got " + std::to_string(meta.size()));
+    throw base::FormatError(
+        "BlockKVCache::from_state: expected 4 meta entries (type, key dim, value dim, "
+        "rotated|plain), got " +
+        std::to_string(meta.size()));
   }
   const bool rotated = meta[3] == "rotated";
   KVCacheType type;

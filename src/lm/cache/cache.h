@@ -44,8 +44,8 @@ struct FusedAttentionRequest {
   const Tensor* queries = nullptr;
   const Tensor* keys = nullptr;
   const Tensor* values = nullptr;
-  float scale = 1.0f;                    // usually 1/sqrt(D)
-  std::optional<int64_t> window;         // sliding window of the layer, if any
+  float scale = 1.0f;             // usually 1/sqrt(D)
+  std::optional<int64_t> window;  // sliding window of the layer, if any
 };
 
 class KVCache {

@@ -22,17 +22,16 @@ FullKVCache::FullKVCache(DType kv_dtype) : kv_dtype_(kv_dtype) {
 void FullKVCache::grow_for(const Tensor& keys, const Tensor& values) {
   const int64_t kept = keys_.defined() ? offset_ : 0, new_tokens = keys.dim(2);
   keys_ = grow_token_rows(keys_, kept, new_tokens, keys.dim(0), keys.dim(1), keys.dim(3), kv_dtype_, kGrowthStep);
-  values_ = grow_token_rows(values_, kept, new_tokens, values.dim(0), values.dim(1), values.dim(3), kv_dtype_,
-                            kGrowthStep);
+  values_ =
+      grow_token_rows(values_, kept, new_tokens, values.dim(0), values.dim(1), values.dim(3), kv_dtype_, kGrowthStep);
 }
 
 KeysValues FullKVCache::update_and_fetch(const Tensor& keys, const Tensor& values) {
   check_new_tokens(keys, values, "FullKVCache::update_and_fetch");
-  if (keys_.defined() &&
-      (keys.dim(0) != keys_.dim(0) || keys.dim(1) != keys_.dim(1) || keys.dim(3) != keys_.dim(3) ||
-       values.dim(3) != values_.dim(3))) {
-    throw base::InvalidArgument("FullKVCache::update_and_fetch: new keys " + shape_text(keys.shape()) +
-                                " / values " + shape_text(values.shape()) + " do not match the cache's [B, H_kv, *, D] = " +
+  if (keys_.defined() && (keys.dim(0) != keys_.dim(0) || keys.dim(1) != keys_.dim(1) || keys.dim(3) != keys_.dim(3) ||
+                          values.dim(3) != values_.dim(3))) {
+    throw base::InvalidArgument("FullKVCache::update_and_fetch: new keys " + shape_text(keys.shape()) + " / values " +
+                                shape_text(values.shape()) + " do not match the cache's [B, H_kv, *, D] = " +
                                 shape_text(keys_.shape()) + " / " + shape_text(values_.shape()));
   }
   const int64_t prev = offset_;

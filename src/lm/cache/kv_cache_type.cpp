@@ -86,12 +86,18 @@ KVCacheType parse_kv_cache_type(std::string_view name) {
 
 std::string_view kv_cache_type_name(KVCacheType type) {
   switch (type) {
-    case KVCacheType::F32: return "f32";
-    case KVCacheType::F16: return "f16";
-    case KVCacheType::BF16: return "bf16";
-    case KVCacheType::Q8_0: return "q8_0";
-    case KVCacheType::Q5_0: return "q5_0";
-    case KVCacheType::Q4_0: return "q4_0";
+    case KVCacheType::F32:
+      return "f32";
+    case KVCacheType::F16:
+      return "f16";
+    case KVCacheType::BF16:
+      return "bf16";
+    case KVCacheType::Q8_0:
+      return "q8_0";
+    case KVCacheType::Q5_0:
+      return "q5_0";
+    case KVCacheType::Q4_0:
+      return "q4_0";
   }
   return "?";
 }
@@ -102,28 +108,39 @@ bool is_block_kv_type(KVCacheType type) {
 
 DType kv_feed_dtype(KVCacheType type) {
   switch (type) {
-    case KVCacheType::F16: return DType::F16;
-    case KVCacheType::BF16: return DType::BF16;
-    default: return DType::F32;
+    case KVCacheType::F16:
+      return DType::F16;
+    case KVCacheType::BF16:
+      return DType::BF16;
+    default:
+      return DType::F32;
   }
 }
 
 KVCacheType kv_cache_type_of(DType dtype) {
   switch (dtype) {
-    case DType::F32: return KVCacheType::F32;
-    case DType::F16: return KVCacheType::F16;
-    case DType::BF16: return KVCacheType::BF16;
-    default: break;
+    case DType::F32:
+      return KVCacheType::F32;
+    case DType::F16:
+      return KVCacheType::F16;
+    case DType::BF16:
+      return KVCacheType::BF16;
+    default:
+      break;
   }
   throw base::InvalidArgument("KV dtype must be f32, f16 or bf16, got " + std::string(dtype_name(dtype)));
 }
 
 std::size_t kv_block_bytes(KVCacheType type) {
   switch (type) {
-    case KVCacheType::Q8_0: return sizeof(BlockQ8_0);
-    case KVCacheType::Q5_0: return sizeof(BlockQ5_0);
-    case KVCacheType::Q4_0: return sizeof(BlockQ4_0);
-    default: break;
+    case KVCacheType::Q8_0:
+      return sizeof(BlockQ8_0);
+    case KVCacheType::Q5_0:
+      return sizeof(BlockQ5_0);
+    case KVCacheType::Q4_0:
+      return sizeof(BlockQ4_0);
+    default:
+      break;
   }
   require_block_type(type, "kv_block_bytes");
   return 0;
@@ -141,10 +158,14 @@ std::size_t kv_row_bytes(KVCacheType type, int64_t d) {
 void quantize_kv_row(KVCacheType type, const float* src, void* dst, int64_t d) {
   kv_row_bytes(type, d);  // validates d
   switch (type) {
-    case KVCacheType::Q8_0: return quantize_row_q8_0(src, static_cast<BlockQ8_0*>(dst), d);
-    case KVCacheType::Q5_0: return quantize_row_nibbles<BlockQ5_0, 16>(src, static_cast<BlockQ5_0*>(dst), d);
-    case KVCacheType::Q4_0: return quantize_row_nibbles<BlockQ4_0, 8>(src, static_cast<BlockQ4_0*>(dst), d);
-    default: break;
+    case KVCacheType::Q8_0:
+      return quantize_row_q8_0(src, static_cast<BlockQ8_0*>(dst), d);
+    case KVCacheType::Q5_0:
+      return quantize_row_nibbles<BlockQ5_0, 16>(src, static_cast<BlockQ5_0*>(dst), d);
+    case KVCacheType::Q4_0:
+      return quantize_row_nibbles<BlockQ4_0, 8>(src, static_cast<BlockQ4_0*>(dst), d);
+    default:
+      break;
   }
   require_block_type(type, "quantize_kv_row");
 }
@@ -152,10 +173,14 @@ void quantize_kv_row(KVCacheType type, const float* src, void* dst, int64_t d) {
 void dequantize_kv_row(KVCacheType type, const void* src, float* dst, int64_t d) {
   kv_row_bytes(type, d);
   switch (type) {
-    case KVCacheType::Q8_0: return dequantize_row_q8_0(src, dst, d);
-    case KVCacheType::Q5_0: return dequantize_row_q5_0(src, dst, d);
-    case KVCacheType::Q4_0: return dequantize_row_q4_0(src, dst, d);
-    default: break;
+    case KVCacheType::Q8_0:
+      return dequantize_row_q8_0(src, dst, d);
+    case KVCacheType::Q5_0:
+      return dequantize_row_q5_0(src, dst, d);
+    case KVCacheType::Q4_0:
+      return dequantize_row_q4_0(src, dst, d);
+    default:
+      break;
   }
   require_block_type(type, "dequantize_kv_row");
 }

@@ -4,9 +4,7 @@
 
 namespace lm {
 
-bool is_float_dtype(DType dtype) {
-  return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16;
-}
+bool is_float_dtype(DType dtype) { return dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16; }
 
 std::string shape_text(const Shape& shape) {
   std::string out = "[";
@@ -47,8 +45,8 @@ Tensor grow_token_rows(const Tensor& buffer, int64_t kept, int64_t new_tokens, i
 void copy_token_rows(const Tensor& src, Tensor& dst, int64_t dst_row) {
   const Tensor s = src.contiguous();
   const int64_t batch = s.dim(0), heads = s.dim(1), rows = s.dim(2), width = s.dim(3);
-  if (dst.ndim() != 4 || dst.dim(0) != batch || dst.dim(1) != heads || dst.dim(3) != width ||
-      dst_row < 0 || dst_row + rows > dst.dim(2) || dst.strides()[3] != 1 || dst.strides()[2] != width) {
+  if (dst.ndim() != 4 || dst.dim(0) != batch || dst.dim(1) != heads || dst.dim(3) != width || dst_row < 0 ||
+      dst_row + rows > dst.dim(2) || dst.strides()[3] != 1 || dst.strides()[2] != width) {
     throw base::InvalidArgument("copy_token_rows: cannot place " + shape_text(s.shape()) + " at row " +
                                 std::to_string(dst_row) + " of " + shape_text(dst.shape()));
   }

@@ -61,7 +61,9 @@ class Writer {
     if (!out_) throw base::FormatError("write to '" + path_ + "' failed (disk full?)");
   }
   template <class T>
-  void pod(T value) { bytes(&value, sizeof value); }
+  void pod(T value) {
+    bytes(&value, sizeof value);
+  }
   void str(const std::string& s) {
     pod<uint32_t>(static_cast<uint32_t>(s.size()));
     bytes(s.data(), s.size());
@@ -297,13 +299,15 @@ SavedPromptCache load_prompt_cache(const std::string& path) {
   }
   const auto n_tokens = r.pod<uint64_t>("token count");
   // Divided, not multiplied: n_tokens * 4 wraps for counts near 2^64 and would pass.
-  if (n_tokens > r.remaining() / sizeof(int32_t)) r.fail("token count " + std::to_string(n_tokens) + " exceeds the file");
+  if (n_tokens > r.remaining() / sizeof(int32_t))
+    r.fail("token count " + std::to_string(n_tokens) + " exceeds the file");
   saved.cache.tokens.resize(n_tokens);
   if (n_tokens) r.bytes(saved.cache.tokens.data(), n_tokens * sizeof(int32_t), "tokens");
   for (uint64_t i = 0; i < n_tokens; ++i) {
     // Token ids index the vocabulary; a negative one can only be corruption (the vocabulary
     // size is checked where the model is known, apps/generate).
-    if (saved.cache.tokens[i] < 0) r.fail("token " + std::to_string(i) + " has a negative id " + std::to_string(saved.cache.tokens[i]));
+    if (saved.cache.tokens[i] < 0)
+      r.fail("token " + std::to_string(i) + " has a negative id " + std::to_string(saved.cache.tokens[i]));
   }
 
   const uint32_t n_caches = read_count(r, "cache count", 12);

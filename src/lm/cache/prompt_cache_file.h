@@ -43,7 +43,7 @@ std::shared_ptr<KVCache> make_cache_of_type(const std::string& type_name);
 std::vector<std::string> registered_cache_types();
 
 struct SavedPromptCache {
-  PromptCache cache;                              // caches + the tokens they hold
+  PromptCache cache;  // caches + the tokens they hold
   std::map<std::string, std::string> metadata;
 };
 

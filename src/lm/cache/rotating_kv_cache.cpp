@@ -50,8 +50,8 @@ RotatingKVCache::RotatingKVCache(int64_t max_size, int64_t keep, DType kv_dtype)
     throw base::InvalidArgument("RotatingKVCache: max_size must be >= 1, got " + std::to_string(max_size));
   }
   if (keep < 0 || keep >= max_size) {
-    throw base::InvalidArgument("RotatingKVCache: keep must be in [0, max_size) = [0, " +
-                                std::to_string(max_size) + "), got " + std::to_string(keep));
+    throw base::InvalidArgument("RotatingKVCache: keep must be in [0, max_size) = [0, " + std::to_string(max_size) +
+                                "), got " + std::to_string(keep));
   }
   if (!is_float_dtype(kv_dtype)) {
     throw base::InvalidArgument("RotatingKVCache: KV dtype must be f32, f16 or bf16, got " +
@@ -143,16 +143,15 @@ KeysValues RotatingKVCache::fetch(int64_t rows, DType dtype) const {
 
 KeysValues RotatingKVCache::update_and_fetch(const Tensor& keys, const Tensor& values) {
   check_new_tokens(keys, values, "RotatingKVCache::update_and_fetch");
-  if (keys_.defined() &&
-      (keys.dim(0) != keys_.dim(0) || keys.dim(1) != keys_.dim(1) || keys.dim(3) != keys_.dim(3) ||
-       values.dim(3) != values_.dim(3))) {
+  if (keys_.defined() && (keys.dim(0) != keys_.dim(0) || keys.dim(1) != keys_.dim(1) || keys.dim(3) != keys_.dim(3) ||
+                          values.dim(3) != values_.dim(3))) {
     throw base::InvalidArgument("RotatingKVCache::update_and_fetch: new keys " + shape_text(keys.shape()) +
                                 " / values " + shape_text(values.shape()) +
-                                " do not match the cache's [B, H_kv, *, D] = " + shape_text(keys_.shape()) +
-                                " / " + shape_text(values_.shape()));
+                                " do not match the cache's [B, H_kv, *, D] = " + shape_text(keys_.shape()) + " / " +
+                                shape_text(values_.shape()));
   }
-  if (keys.dim(2) == 0) return keys_.defined() ? fetch(std::min(offset_, keys_.dim(2)), keys.dtype())
-                                               : KeysValues{keys, values};
+  if (keys.dim(2) == 0)
+    return keys_.defined() ? fetch(std::min(offset_, keys_.dim(2)), keys.dtype()) : KeysValues{keys, values};
   if (keys.dim(2) == 1) return update_in_place(keys, values);
   return update_concat(keys, values);
 }
@@ -222,8 +221,10 @@ std::vector<std::string> RotatingKVCache::meta_state() const {
 
 void RotatingKVCache::from_state(const std::vector<Tensor>& state, const std::vector<std::string>& meta) {
   if (meta.size() != 4 && meta.size() != 5) {
-    throw base::FormatError("RotatingKVCache::from_state: expected 4 or 5 meta entries (keep, max_size, offset, "
-                            "index[, dtype]), got " + std::to_string(meta.size()));
+    throw base::FormatError(
+        "RotatingKVCache::from_state: expected 4 or 5 meta entries (keep, max_size, offset, "
+        "index[, dtype]), got " +
+        std::to_string(meta.size()));
   }
   int64_t fields[4];
   for (int i = 0; i < 4; ++i) {
@@ -240,8 +241,8 @@ void RotatingKVCache::from_state(const std::vector<Tensor>& state, const std::ve
   }
   const int64_t keep = fields[0], max_size = fields[1], offset = fields[2], index = fields[3];
   if (max_size < 1 || keep < 0 || keep >= max_size || offset < 0 || index < 0) {
-    throw base::FormatError("RotatingKVCache::from_state: inconsistent meta keep=" + meta[0] + " max_size=" +
-                            meta[1] + " offset=" + meta[2] + " index=" + meta[3]);
+    throw base::FormatError("RotatingKVCache::from_state: inconsistent meta keep=" + meta[0] + " max_size=" + meta[1] +
+                            " offset=" + meta[2] + " index=" + meta[3]);
   }
   DType dtype = kv_dtype_;
   if (meta.size() == 5) {

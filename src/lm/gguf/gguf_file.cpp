@@ -27,7 +27,8 @@ class GgufParser {
     if (magic != kMagic) {
       char text[5] = {};
       std::memcpy(text, &magic, 4);
-      for (char& c : text) if (c && (c < 32 || c > 126)) c = '?';
+      for (char& c : text)
+        if (c && (c < 32 || c > 126)) c = '?';
       fail("bad magic '" + std::string(text, 4) + "' (expected 'GGUF'): not a GGUF file");
     }
     out_.version_ = read_u32("version");
@@ -58,7 +59,8 @@ class GgufParser {
     }
     if (const Value* align = out_.find("general.alignment")) {
       const int64_t a = align->as_int("general.alignment");
-      if (a <= 0 || (a & (a - 1)) != 0) fail("general.alignment " + std::to_string(a) + " is not a positive power of two");
+      if (a <= 0 || (a & (a - 1)) != 0)
+        fail("general.alignment " + std::to_string(a) + " is not a positive power of two");
       out_.alignment_ = static_cast<uint64_t>(a);
     }
 
@@ -79,8 +81,9 @@ class GgufParser {
         fail("tensor '" + t.name + "' offset " + std::to_string(t.offset) + " is not aligned to " + std::to_string(a));
       }
       if (t.offset > data_bytes || t.nbytes > data_bytes - t.offset) {
-        fail("tensor '" + t.name + "' (" + std::to_string(t.nbytes) + " bytes at data offset " + std::to_string(t.offset) +
-             ") extends past the end of the file (" + std::to_string(data_bytes) + " data bytes): truncated or corrupt");
+        fail("tensor '" + t.name + "' (" + std::to_string(t.nbytes) + " bytes at data offset " +
+             std::to_string(t.offset) + ") extends past the end of the file (" + std::to_string(data_bytes) +
+             " data bytes): truncated or corrupt");
       }
       if (!out_.tensor_index_.emplace(t.name, i).second) fail("duplicate tensor name '" + t.name + "'");
     }
@@ -95,8 +98,8 @@ class GgufParser {
       const TensorInfo& next = out_.tensors_[by_offset[k]];
       if (prev.nbytes > 0 && next.nbytes > 0 && prev.offset + prev.nbytes > next.offset) {
         fail("tensors '" + prev.name + "' (data offset " + std::to_string(prev.offset) + ", " +
-             std::to_string(prev.nbytes) + " bytes) and '" + next.name + "' (data offset " + std::to_string(next.offset) +
-             ") overlap");
+             std::to_string(prev.nbytes) + " bytes) and '" + next.name + "' (data offset " +
+             std::to_string(next.offset) + ") overlap");
       }
     }
   }
@@ -113,8 +116,8 @@ class GgufParser {
   // tokens go through here, so the happy path must not build messages).
   const std::byte* take(uint64_t n, const std::string& what, const char* prefix = "") {
     if (n > file_.size() || pos_ > file_.size() - n) {
-      fail("truncated: needs " + std::to_string(n) + " bytes at offset " + std::to_string(pos_) + " for " + prefix + what +
-           ", file has " + std::to_string(file_.size()) + " bytes");
+      fail("truncated: needs " + std::to_string(n) + " bytes at offset " + std::to_string(pos_) + " for " + prefix +
+           what + ", file has " + std::to_string(file_.size()) + " bytes");
     }
     const std::byte* p = file_.data() + pos_;
     pos_ += n;
@@ -137,7 +140,8 @@ class GgufParser {
 
   ValueType read_value_type(const std::string& what) {
     const uint32_t t = read_u32(what);
-    if (t > static_cast<uint32_t>(ValueType::F64)) fail("unknown metadata value type " + std::to_string(t) + " for " + what);
+    if (t > static_cast<uint32_t>(ValueType::F64))
+      fail("unknown metadata value type " + std::to_string(t) + " for " + what);
     return static_cast<ValueType>(t);
   }
 
@@ -145,24 +149,46 @@ class GgufParser {
     Value v;
     v.type = type;
     switch (type) {
-      case ValueType::U8: v.integer = read_pod<uint8_t>(key); break;
+      case ValueType::U8:
+        v.integer = read_pod<uint8_t>(key);
+        break;
       // NOLINTNEXTLINE(bugprone-signed-char-misuse): GGUF's I8 is a signed integer; it sign-extends on purpose.
-      case ValueType::I8: v.integer = read_pod<int8_t>(key); break;
-      case ValueType::U16: v.integer = read_pod<uint16_t>(key); break;
-      case ValueType::I16: v.integer = read_pod<int16_t>(key); break;
-      case ValueType::U32: v.integer = read_pod<uint32_t>(key); break;
-      case ValueType::I32: v.integer = read_pod<int32_t>(key); break;
-      case ValueType::U64: v.integer = static_cast<int64_t>(read_pod<uint64_t>(key)); break;
-      case ValueType::I64: v.integer = read_pod<int64_t>(key); break;
-      case ValueType::F32: v.number = read_pod<float>(key); break;
-      case ValueType::F64: v.number = read_pod<double>(key); break;
+      case ValueType::I8:
+        v.integer = read_pod<int8_t>(key);
+        break;
+      case ValueType::U16:
+        v.integer = read_pod<uint16_t>(key);
+        break;
+      case ValueType::I16:
+        v.integer = read_pod<int16_t>(key);
+        break;
+      case ValueType::U32:
+        v.integer = read_pod<uint32_t>(key);
+        break;
+      case ValueType::I32:
+        v.integer = read_pod<int32_t>(key);
+        break;
+      case ValueType::U64:
+        v.integer = static_cast<int64_t>(read_pod<uint64_t>(key));
+        break;
+      case ValueType::I64:
+        v.integer = read_pod<int64_t>(key);
+        break;
+      case ValueType::F32:
+        v.number = read_pod<float>(key);
+        break;
+      case ValueType::F64:
+        v.number = read_pod<double>(key);
+        break;
       case ValueType::BOOL: {
         const uint8_t b = read_pod<uint8_t>(key);
         if (b > 1) fail("metadata '" + key + "' has bool value " + std::to_string(b));
         v.integer = b;
         break;
       }
-      case ValueType::STRING: v.text = read_string("metadata '" + key + "'"); break;
+      case ValueType::STRING:
+        v.text = read_string("metadata '" + key + "'");
+        break;
       case ValueType::ARRAY: {
         if (depth > 8) fail("metadata '" + key + "' nests arrays too deeply");
         v.array_type = read_value_type("element type of metadata '" + key + "'");
@@ -201,7 +227,8 @@ class GgufParser {
     TensorInfo t;
     t.name = read_string("name of tensor #" + std::to_string(index));
     const uint32_t n_dims = read_u32("dims of tensor '" + t.name + "'");
-    if (n_dims == 0 || n_dims > 4) fail("tensor '" + t.name + "' has " + std::to_string(n_dims) + " dimensions (1..4 allowed)");
+    if (n_dims == 0 || n_dims > 4)
+      fail("tensor '" + t.name + "' has " + std::to_string(n_dims) + " dimensions (1..4 allowed)");
     int64_t numel = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const uint64_t ne = read_u64("shape of tensor '" + t.name + "'");

@@ -28,7 +28,7 @@ struct TensorInfo {
   std::string name;
   std::vector<int64_t> ne;  // GGUF order: ne[0] is the contiguous dimension
   GgmlType type = GgmlType::F32;
-  uint64_t offset = 0;      // relative to the data section
+  uint64_t offset = 0;  // relative to the data section
   std::size_t nbytes = 0;
   int64_t numel() const;
 };

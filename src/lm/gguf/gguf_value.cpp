@@ -8,27 +8,46 @@ namespace lm::gguf {
 
 std::string_view value_type_name(ValueType type) {
   switch (type) {
-    case ValueType::U8: return "u8";
-    case ValueType::I8: return "i8";
-    case ValueType::U16: return "u16";
-    case ValueType::I16: return "i16";
-    case ValueType::U32: return "u32";
-    case ValueType::I32: return "i32";
-    case ValueType::F32: return "f32";
-    case ValueType::BOOL: return "bool";
-    case ValueType::STRING: return "string";
-    case ValueType::ARRAY: return "array";
-    case ValueType::U64: return "u64";
-    case ValueType::I64: return "i64";
-    case ValueType::F64: return "f64";
+    case ValueType::U8:
+      return "u8";
+    case ValueType::I8:
+      return "i8";
+    case ValueType::U16:
+      return "u16";
+    case ValueType::I16:
+      return "i16";
+    case ValueType::U32:
+      return "u32";
+    case ValueType::I32:
+      return "i32";
+    case ValueType::F32:
+      return "f32";
+    case ValueType::BOOL:
+      return "bool";
+    case ValueType::STRING:
+      return "string";
+    case ValueType::ARRAY:
+      return "array";
+    case ValueType::U64:
+      return "u64";
+    case ValueType::I64:
+      return "i64";
+    case ValueType::F64:
+      return "f64";
   }
   return "unknown";
 }
 
 bool is_integer_type(ValueType type) {
   switch (type) {
-    case ValueType::U8: case ValueType::I8: case ValueType::U16: case ValueType::I16:
-    case ValueType::U32: case ValueType::I32: case ValueType::U64: case ValueType::I64:
+    case ValueType::U8:
+    case ValueType::I8:
+    case ValueType::U16:
+    case ValueType::I16:
+    case ValueType::U32:
+    case ValueType::I32:
+    case ValueType::U64:
+    case ValueType::I64:
       return true;
     default:
       return false;

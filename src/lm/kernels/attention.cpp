@@ -44,7 +44,8 @@ Geometry check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const A
     throw base::InvalidArgument("attention expects 4-D queries/keys/values, got " + shape_text(q.shape()) + ", " +
                                 shape_text(k.shape()) + ", " + shape_text(v.shape()));
   }
-  if (q.dtype() != DType::F32) throw base::InvalidArgument("attention queries must be f32, got " + std::string(dtype_name(q.dtype())));
+  if (q.dtype() != DType::F32)
+    throw base::InvalidArgument("attention queries must be f32, got " + std::string(dtype_name(q.dtype())));
   for (const Tensor* kv : {&k, &v}) {
     const DType dt = kv->dtype();
     if (dt != DType::F32 && dt != DType::F16 && dt != DType::BF16) {
@@ -67,14 +68,16 @@ Geometry check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const A
 // The query count against the key count, and an explicit mask's shape.
 void check_mask(const AttentionMask& mask, const Geometry& g) {
   if (g.n > g.t && mask.kind != AttentionMask::Kind::kExplicit) {
-    throw base::InvalidArgument("attention: " + std::to_string(g.n) + " queries but only " + std::to_string(g.t) + " keys");
+    throw base::InvalidArgument("attention: " + std::to_string(g.n) + " queries but only " + std::to_string(g.t) +
+                                " keys");
   }
   if (mask.kind == AttentionMask::Kind::kExplicit) {
     const Tensor& m = mask.explicit_mask;
     if (!m.defined() || m.ndim() != 4 || m.dtype() != DType::U8 || (m.dim(0) != 1 && m.dim(0) != g.batch) ||
         m.dim(2) != g.n || m.dim(3) != g.t) {
-      throw base::InvalidArgument("attention: explicit mask " + (m.defined() ? shape_text(m.shape()) : std::string("(undefined)")) +
-                                  " does not match [B, 1, " + std::to_string(g.n) + ", " + std::to_string(g.t) + "] u8");
+      throw base::InvalidArgument(
+          "attention: explicit mask " + (m.defined() ? shape_text(m.shape()) : std::string("(undefined)")) +
+          " does not match [B, 1, " + std::to_string(g.n) + ", " + std::to_string(g.t) + "] u8");
     }
   }
 }
@@ -118,7 +121,8 @@ void load_rows_f32(const RowSource& src, int64_t b, int64_t h, int64_t j0, int64
   if (s[3] == 1 && s[2] == d && t.dtype() != DType::F32) {
     // Rows of a head lie back to back (a cache's [B, H, T, D] buffer): one conversion call
     // for the whole tile instead of one dispatch per row.
-    const auto* first = reinterpret_cast<const uint16_t*>(base_ptr + (b * s[0] + h * s[1] + j0 * s[2]) * static_cast<int64_t>(es));
+    const auto* first =
+        reinterpret_cast<const uint16_t*>(base_ptr + (b * s[0] + h * s[1] + j0 * s[2]) * static_cast<int64_t>(es));
     if (t.dtype() == DType::F16) {
       simd::f16_to_f32(first, dst, (j1 - j0) * d);
     } else {
@@ -151,9 +155,9 @@ struct Unit {
 
 // Online-softmax state of a unit's rows (row r = group head r / nq, query i0 + r % nq):
 // m[r], l[r], acc[r * d ..]. Returned unnormalised so split ranges can be merged.
-void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, const Geometry& g, const AttentionMask& mask,
-                 std::optional<int64_t> window, float scale, float softcap, const Unit& u, float* m, float* l,
-                 float* acc) {
+void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, const Geometry& g,
+                 const AttentionMask& mask, std::optional<int64_t> window, float scale, float softcap, const Unit& u,
+                 float* m, float* l, float* acc) {
   const int64_t group = g.h_q / g.h_kv, nq = u.i1 - u.i0, rows = group * nq, d = g.d;
   const bool transpose = rows >= kTransposeFromRows;
   thread_local std::vector<float> krows, kt, vt, s;
@@ -207,7 +211,8 @@ void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, con
                           s.data() + head * nq * kKeyTile, kKeyTile);
       }
     }
-    const bool whole_tile = mbase == nullptr && (!causal || (j1 - 1 <= pos_first && (!window || pos_last - j0 < *window)));
+    const bool whole_tile =
+        mbase == nullptr && (!causal || (j1 - 1 <= pos_first && (!window || pos_last - j0 < *window)));
     for (int64_t r = 0; r < rows; ++r) {
       float* sr = s.data() + r * kKeyTile;
       float tile_max = neg_inf;
@@ -264,7 +269,8 @@ void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, con
     // an f32 tile.
     const auto& vs = v.t.strides();
     if (!v.blocks && v.t.dtype() == DType::F16 && vs[3] == 1) {
-      const auto* first = reinterpret_cast<const uint16_t*>(v.t.raw_data()) + u.b * vs[0] + u.kv_head * vs[1] + j0 * vs[2];
+      const auto* first =
+          reinterpret_cast<const uint16_t*>(v.t.raw_data()) + u.b * vs[0] + u.kv_head * vs[1] + j0 * vs[2];
       tiles::accumulate_rows_f16(s.data(), kKeyTile, rows, first, vs[2], nk, d, acc, d);
     } else {
       load_rows_f32(v, u.b, u.kv_head, j0, j1, d, vt.data());
@@ -272,7 +278,6 @@ void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, con
     }
   }
 }
-
 
 // The driver behind attention() and attention_blocks(), on validated shapes.
 void attend(const Tensor& queries, const RowSource& keys, const RowSource& values, const Geometry& g,
@@ -406,8 +411,8 @@ void attention_blocks(const Tensor& queries, const BlockRows& keys, const BlockR
         rows->rows > t->dim(2) || static_cast<std::size_t>(t->dim(3)) != kv_row_bytes(rows->type, rows->dim)) {
       throw base::InvalidArgument(
           "attention_blocks: block rows " + (t && t->defined() ? shape_text(t->shape()) : std::string("(undefined)")) +
-          " of type " + std::string(kv_cache_type_name(rows->type)) + " (" + std::to_string(rows->rows) +
-          " rows of " + std::to_string(rows->dim) + ") do not fit queries " + shape_text(queries.shape()));
+          " of type " + std::string(kv_cache_type_name(rows->type)) + " (" + std::to_string(rows->rows) + " rows of " +
+          std::to_string(rows->dim) + ") do not fit queries " + shape_text(queries.shape()));
     }
   }
   if (keys.rows != values.rows || keys.blocks->dim(1) != values.blocks->dim(1)) {
@@ -424,9 +429,8 @@ void attention_blocks(const Tensor& queries, const BlockRows& keys, const BlockR
          window, scale, 0.0f, out, pool);
 }
 
-void attention_reference(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                         const AttentionMask& mask, std::optional<int64_t> window, float scale, Tensor& out,
-                         float softcap) {
+void attention_reference(const Tensor& queries, const Tensor& keys, const Tensor& values, const AttentionMask& mask,
+                         std::optional<int64_t> window, float scale, Tensor& out, float softcap) {
   const Geometry g = check_shapes(queries, keys, values, mask);
   check_softcap(softcap);
   out = Tensor({g.batch, g.h_q, g.n, g.d}, DType::F32);
@@ -448,7 +452,8 @@ void attention_reference(const Tensor& queries, const Tensor& keys, const Tensor
             continue;
           }
           double s = 0.0;
-          for (int64_t e = 0; e < g.d; ++e) s += static_cast<double>(queries.get({b, h, i, e})) * keys.get({b, h / group, j, e});
+          for (int64_t e = 0; e < g.d; ++e)
+            s += static_cast<double>(queries.get({b, h, i, e})) * keys.get({b, h / group, j, e});
           p[j] = s * scale;
           if (softcap > 0.0f) p[j] = softcap * std::tanh(p[j] / softcap);
           max = std::max(max, p[j]);

@@ -50,8 +50,7 @@ void attention_blocks(const Tensor& queries, const BlockRows& keys, const BlockR
                       std::optional<int64_t> window, float scale, Tensor& out, base::ThreadPool* pool);
 
 // Unthreaded, straightforward version (f32 copies of everything) for tests.
-void attention_reference(const Tensor& queries, const Tensor& keys, const Tensor& values,
-                         const AttentionMask& mask, std::optional<int64_t> window, float scale, Tensor& out,
-                         float softcap = 0.0f);
+void attention_reference(const Tensor& queries, const Tensor& keys, const Tensor& values, const AttentionMask& mask,
+                         std::optional<int64_t> window, float scale, Tensor& out, float softcap = 0.0f);
 
 }  // namespace lm::kernels

@@ -32,7 +32,8 @@ HWY_INLINE hn::Vec<D> sum_lanes_transposed(D d, const hn::Vec<D>* a) {
   };
   const auto quad_sums = [&](hn::Vec<D> x, hn::Vec<D> y) {
     const auto x64 = hn::BitCast(d64, x), y64 = hn::BitCast(d64, y);
-    return hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, x64, y64)), hn::BitCast(d, hn::InterleaveUpper(d64, x64, y64)));
+    return hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, x64, y64)),
+                   hn::BitCast(d, hn::InterleaveUpper(d64, x64, y64)));
   };
   const auto s0123 = quad_sums(pair_sums(a[0], a[1]), pair_sums(a[2], a[3]));
   if constexpr (hn::MaxLanes(D()) == 4) {
@@ -179,11 +180,17 @@ void accumulate_blocks(const float* w, int64_t ld, int64_t n_q, const T* rows, i
   int64_t r = 0;
   // Blocks of 3 queries (a GQA group of 3 in one pass): 9 accumulators, 3 row vectors and the
   // broadcast weight within AVX2's 16 registers.
-  for (; r + 3 <= n_q; r += 3) AccumulateBlock<3>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride);
+  for (; r + 3 <= n_q; r += 3)
+    AccumulateBlock<3>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride);
   switch (n_q - r) {
-    case 2: AccumulateBlock<2>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride); break;
-    case 1: AccumulateBlock<1>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride); break;
-    default: break;
+    case 2:
+      AccumulateBlock<2>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride);
+      break;
+    case 1:
+      AccumulateBlock<1>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride);
+      break;
+    default:
+      break;
   }
 }
 
@@ -230,13 +237,13 @@ HWY_EXPORT(AccumulateRowsF16);
 HWY_EXPORT(ScaleAndMax);
 HWY_EXPORT(TargetName);
 
-void score_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride,
-                int64_t n_rows, int64_t d, float* scores, int64_t ld) {
+void score_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride, int64_t n_rows,
+                int64_t d, float* scores, int64_t ld) {
   HWY_DYNAMIC_DISPATCH(ScoreRows)(q, q_stride, n_q, rows, row_stride, n_rows, d, scores, ld);
 }
 
-void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride,
-                     int64_t n_rows, int64_t d, float* acc, int64_t acc_stride) {
+void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride, int64_t n_rows,
+                     int64_t d, float* acc, int64_t acc_stride) {
   HWY_DYNAMIC_DISPATCH(AccumulateRows)(w, ld, n_q, rows, row_stride, n_rows, d, acc, acc_stride);
 }
 
@@ -250,8 +257,8 @@ float scale_and_max(float* s, int64_t n, float scale) { return HWY_DYNAMIC_DISPA
 const char* target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
 namespace scalar {
-void score_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride,
-                int64_t n_rows, int64_t d, float* scores, int64_t ld) {
+void score_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride, int64_t n_rows,
+                int64_t d, float* scores, int64_t ld) {
   for (int64_t r = 0; r < n_q; ++r) {
     for (int64_t j = 0; j < n_rows; ++j) {
       float s = 0.0f;
@@ -261,8 +268,8 @@ void score_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows
   }
 }
 
-void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride,
-                     int64_t n_rows, int64_t d, float* acc, int64_t acc_stride) {
+void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride, int64_t n_rows,
+                     int64_t d, float* acc, int64_t acc_stride) {
   for (int64_t r = 0; r < n_q; ++r) {
     for (int64_t j = 0; j < n_rows; ++j) {
       for (int64_t e = 0; e < d; ++e) acc[r * acc_stride + e] += w[r * ld + j] * rows[j * row_stride + e];
@@ -274,7 +281,8 @@ void accumulate_rows_f16(const float* w, int64_t ld, int64_t n_q, const uint16_t
                          int64_t n_rows, int64_t d, float* acc, int64_t acc_stride) {
   for (int64_t r = 0; r < n_q; ++r) {
     for (int64_t j = 0; j < n_rows; ++j) {
-      for (int64_t e = 0; e < d; ++e) acc[r * acc_stride + e] += w[r * ld + j] * base::f16_to_f32(rows[j * row_stride + e]);
+      for (int64_t e = 0; e < d; ++e)
+        acc[r * acc_stride + e] += w[r * ld + j] * base::f16_to_f32(rows[j * row_stride + e]);
     }
   }
 }

@@ -11,13 +11,13 @@ namespace lm::kernels::tiles {
 // scores[r * ld + j] = sum_e q[r * q_stride + e] * rows[j * row_stride + e], r < n_q, j < n_rows.
 // Rows are scored a vector's width at a time with the per-row sums transposed into one vector,
 // so a decode step pays no horizontal reduction per (row, query).
-void score_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride,
-                int64_t n_rows, int64_t d, float* scores, int64_t ld);
+void score_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride, int64_t n_rows,
+                int64_t d, float* scores, int64_t ld);
 
 // acc[r * acc_stride + e] += sum_j w[r * ld + j] * rows[j * row_stride + e], r < n_q, e < d.
 // Each row vector is loaded once for up to four queries.
-void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride,
-                     int64_t n_rows, int64_t d, float* acc, int64_t acc_stride);
+void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride, int64_t n_rows,
+                     int64_t d, float* acc, int64_t acc_stride);
 
 // The same with the rows in f16 (a cache's own buffer), widened in registers.
 void accumulate_rows_f16(const float* w, int64_t ld, int64_t n_q, const uint16_t* rows, int64_t row_stride,
@@ -31,10 +31,10 @@ float scale_and_max(float* s, int64_t n, float scale);
 const char* target_name();
 
 namespace scalar {
-void score_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride,
-                int64_t n_rows, int64_t d, float* scores, int64_t ld);
-void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride,
-                     int64_t n_rows, int64_t d, float* acc, int64_t acc_stride);
+void score_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride, int64_t n_rows,
+                int64_t d, float* scores, int64_t ld);
+void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride, int64_t n_rows,
+                     int64_t d, float* acc, int64_t acc_stride);
 void accumulate_rows_f16(const float* w, int64_t ld, int64_t n_q, const uint16_t* rows, int64_t row_stride,
                          int64_t n_rows, int64_t d, float* acc, int64_t acc_stride);
 float scale_and_max(float* s, int64_t n, float scale);

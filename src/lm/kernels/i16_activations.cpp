@@ -23,8 +23,10 @@ bool has_i16_dot(GgmlType type) {
     case GgmlType::Q2_K:
     case GgmlType::Q3_K:
     case GgmlType::Q5_K:
-    case GgmlType::IQ4_XS: return true;
-    default: return false;
+    case GgmlType::IQ4_XS:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -49,31 +51,46 @@ void quantize_i16_reference(const float* x, int64_t n, I16Block* out) {
 
 float vec_dot_i16(GgmlType type, const void* row, const I16Block* x, int64_t n) {
   switch (type) {
-    case GgmlType::Q4_0: return simd::dot_i16_q4_0(row, x, n);
-    case GgmlType::Q4_1: return simd::dot_i16_q4_1(row, x, n);
-    case GgmlType::Q8_0: return simd::dot_i16_q8_0(row, x, n);
-    case GgmlType::Q4_K: return simd::dot_i16_q4_k(row, x, n);
-    case GgmlType::Q6_K: return simd::dot_i16_q6_k(row, x, n);
-    case GgmlType::Q5_0: return simd::dot_i16_q5_0(row, x, n);
-    case GgmlType::Q5_K: return simd::dot_i16_q5_k(row, x, n);
-    case GgmlType::Q5_1: return simd::dot_i16_q5_1(row, x, n);
-    case GgmlType::IQ4_NL: return simd::dot_i16_iq4_nl(row, x, n);
-    case GgmlType::IQ4_XS: return simd::dot_i16_iq4_xs(row, x, n);
-    case GgmlType::Q2_K: return simd::dot_i16_q2_k(row, x, n);
-    case GgmlType::Q3_K: return simd::dot_i16_q3_k(row, x, n);
-    default: break;
+    case GgmlType::Q4_0:
+      return simd::dot_i16_q4_0(row, x, n);
+    case GgmlType::Q4_1:
+      return simd::dot_i16_q4_1(row, x, n);
+    case GgmlType::Q8_0:
+      return simd::dot_i16_q8_0(row, x, n);
+    case GgmlType::Q4_K:
+      return simd::dot_i16_q4_k(row, x, n);
+    case GgmlType::Q6_K:
+      return simd::dot_i16_q6_k(row, x, n);
+    case GgmlType::Q5_0:
+      return simd::dot_i16_q5_0(row, x, n);
+    case GgmlType::Q5_K:
+      return simd::dot_i16_q5_k(row, x, n);
+    case GgmlType::Q5_1:
+      return simd::dot_i16_q5_1(row, x, n);
+    case GgmlType::IQ4_NL:
+      return simd::dot_i16_iq4_nl(row, x, n);
+    case GgmlType::IQ4_XS:
+      return simd::dot_i16_iq4_xs(row, x, n);
+    case GgmlType::Q2_K:
+      return simd::dot_i16_q2_k(row, x, n);
+    case GgmlType::Q3_K:
+      return simd::dot_i16_q3_k(row, x, n);
+    default:
+      break;
   }
   throw base::Unsupported("no i16-activation dot product for tensor type " + ggml_type_name(type));
 }
 
 void vec_dot_i16_rows(GgmlType type, const void* rows, std::size_t row_bytes, int64_t n_rows, const I16Block* x,
                       int64_t n, float* y) {
-  if (!has_i16_dot(type)) throw base::Unsupported("no i16-activation dot product for tensor type " + ggml_type_name(type));
+  if (!has_i16_dot(type))
+    throw base::Unsupported("no i16-activation dot product for tensor type " + ggml_type_name(type));
   simd::dot_i16_rows(type, rows, row_bytes, n_rows, x, n, y);
 }
 
 float vec_dot_i16_reference(GgmlType type, const void* row, const I16Block* x, int64_t n) {
-  if (!has_i16_dot(type)) throw base::Unsupported("no i16-activation dot product for tensor type " + ggml_type_name(type));
+  if (!has_i16_dot(type))
+    throw base::Unsupported("no i16-activation dot product for tensor type " + ggml_type_name(type));
   std::vector<float> w(static_cast<std::size_t>(n));
   dequantize_row(type, row, w.data(), n);
   double sum = 0.0;

@@ -85,7 +85,8 @@ void DequantizeKVRows(KVCacheType type, const std::byte* src, int64_t row_stride
           DequantizeNibbles<false>(block.d, block.qs, 0, 8, y);
           break;
         }
-        default: return;  // validated by the dispatcher
+        default:
+          return;  // validated by the dispatcher
       }
     }
   }
@@ -104,7 +105,8 @@ void dequantize_kv_rows(KVCacheType type, const std::byte* src, int64_t row_stri
                         float* dst) {
   kv_row_bytes(type, d);  // throws for a head dim that is not a multiple of 32
   if (!is_block_kv_type(type)) {
-    throw base::InvalidArgument("dequantize_kv_rows: " + std::string(kv_cache_type_name(type)) + " is not a block type");
+    throw base::InvalidArgument("dequantize_kv_rows: " + std::string(kv_cache_type_name(type)) +
+                                " is not a block type");
   }
   HWY_DYNAMIC_DISPATCH(DequantizeKVRows)(type, src, row_stride, n_rows, d, dst);
 }

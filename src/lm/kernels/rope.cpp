@@ -5,8 +5,8 @@
 
 namespace lm::kernels {
 
-void rope(float* x, int64_t n_tokens, int n_heads, int head_dim, int64_t pos0, float theta,
-          RopeStyle style, int rope_dim) {
+void rope(float* x, int64_t n_tokens, int n_heads, int head_dim, int64_t pos0, float theta, RopeStyle style,
+          int rope_dim) {
   if (rope_dim <= 0 || rope_dim > head_dim) rope_dim = head_dim;
   const int half = rope_dim / 2;
   // Inverse frequencies as llama2.c computes them: 1 / theta^(2i / rope_dim) in f32.

@@ -12,7 +12,7 @@ namespace lm::kernels {
 enum class RopeStyle { kNormal, kNeox };
 
 // x is [n_tokens, n_heads, head_dim] row-major; token t has position pos0 + t.
-void rope(float* x, int64_t n_tokens, int n_heads, int head_dim, int64_t pos0, float theta,
-          RopeStyle style, int rope_dim = 0);
+void rope(float* x, int64_t n_tokens, int n_heads, int head_dim, int64_t pos0, float theta, RopeStyle style,
+          int rope_dim = 0);
 
 }  // namespace lm::kernels

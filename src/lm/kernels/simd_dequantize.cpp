@@ -215,7 +215,8 @@ HWY_INLINE void q4_block(const uint8_t* qs, float d, float m, int32_t bias, floa
 
 void DequantizeQ4_0(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ4_0*>(src);
-  for (int64_t b = 0; b < n / kQK4_0; ++b) q4_block<false>(blocks[b].qs, f16_scale(blocks[b].d), 0.0f, 8, dst + b * kQK4_0);
+  for (int64_t b = 0; b < n / kQK4_0; ++b)
+    q4_block<false>(blocks[b].qs, f16_scale(blocks[b].d), 0.0f, 8, dst + b * kQK4_0);
 }
 
 void DequantizeQ4_1(const void* src, float* dst, int64_t n) {
@@ -293,19 +294,44 @@ void DequantizeQ6_K(const void* src, float* dst, int64_t n) {
 
 bool DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
   switch (type) {
-    case GgmlType::Q4_0: DequantizeQ4_0(src, dst, n); return true;
-    case GgmlType::Q4_1: DequantizeQ4_1(src, dst, n); return true;
-    case GgmlType::Q8_0: DequantizeQ8_0(src, dst, n); return true;
-    case GgmlType::Q4_K: DequantizeQ4_K(src, dst, n); return true;
-    case GgmlType::Q6_K: DequantizeQ6_K(src, dst, n); return true;
-    case GgmlType::Q5_0: DequantizeQ5_0(src, dst, n); return true;
-    case GgmlType::Q5_1: DequantizeQ5_1(src, dst, n); return true;
-    case GgmlType::Q5_K: DequantizeQ5_K(src, dst, n); return true;
-    case GgmlType::Q2_K: DequantizeQ2_K(src, dst, n); return true;
-    case GgmlType::Q3_K: DequantizeQ3_K(src, dst, n); return true;
-    case GgmlType::IQ4_NL: DequantizeIQ4_NL(src, dst, n); return true;
-    case GgmlType::IQ4_XS: DequantizeIQ4_XS(src, dst, n); return true;
-    default: return false;
+    case GgmlType::Q4_0:
+      DequantizeQ4_0(src, dst, n);
+      return true;
+    case GgmlType::Q4_1:
+      DequantizeQ4_1(src, dst, n);
+      return true;
+    case GgmlType::Q8_0:
+      DequantizeQ8_0(src, dst, n);
+      return true;
+    case GgmlType::Q4_K:
+      DequantizeQ4_K(src, dst, n);
+      return true;
+    case GgmlType::Q6_K:
+      DequantizeQ6_K(src, dst, n);
+      return true;
+    case GgmlType::Q5_0:
+      DequantizeQ5_0(src, dst, n);
+      return true;
+    case GgmlType::Q5_1:
+      DequantizeQ5_1(src, dst, n);
+      return true;
+    case GgmlType::Q5_K:
+      DequantizeQ5_K(src, dst, n);
+      return true;
+    case GgmlType::Q2_K:
+      DequantizeQ2_K(src, dst, n);
+      return true;
+    case GgmlType::Q3_K:
+      DequantizeQ3_K(src, dst, n);
+      return true;
+    case GgmlType::IQ4_NL:
+      DequantizeIQ4_NL(src, dst, n);
+      return true;
+    case GgmlType::IQ4_XS:
+      DequantizeIQ4_XS(src, dst, n);
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -333,8 +359,10 @@ bool has_simd_dequantize(GgmlType type) {
     case GgmlType::Q2_K:
     case GgmlType::Q3_K:
     case GgmlType::IQ4_NL:
-    case GgmlType::IQ4_XS: return true;
-    default: return false;
+    case GgmlType::IQ4_XS:
+      return true;
+    default:
+      return false;
   }
 }
 

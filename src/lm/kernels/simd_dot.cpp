@@ -155,7 +155,8 @@ HWY_INLINE hn::Vec<D> q8_0_block(D df, const BlockQ8_0& block, const float* x, h
   auto t0 = hn::Zero(df), t1 = hn::Zero(df);
   for (size_t j = 0; j < 32; j += 2 * N) {
     t0 = hn::MulAdd(hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, block.qs + j))), hn::LoadU(df, x + j), t0);
-    t1 = hn::MulAdd(hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, block.qs + j + N))), hn::LoadU(df, x + j + N), t1);
+    t1 = hn::MulAdd(hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8, block.qs + j + N))), hn::LoadU(df, x + j + N),
+                    t1);
   }
   return hn::MulAdd(hn::Set(df, f16_scale(block.d)), hn::Add(t0, t1), acc);
 }
@@ -494,13 +495,25 @@ void DotF32Rows4x4(const float* w, int64_t w_stride, const float* x, int64_t x_s
     const auto w0 = hn::LoadU(df, wr[0] + i), w1 = hn::LoadU(df, wr[1] + i);
     const auto w2 = hn::LoadU(df, wr[2] + i), w3 = hn::LoadU(df, wr[3] + i);
     auto xv = hn::LoadU(df, xr[0] + i);
-    a00 = hn::MulAdd(w0, xv, a00); a01 = hn::MulAdd(w1, xv, a01); a02 = hn::MulAdd(w2, xv, a02); a03 = hn::MulAdd(w3, xv, a03);
+    a00 = hn::MulAdd(w0, xv, a00);
+    a01 = hn::MulAdd(w1, xv, a01);
+    a02 = hn::MulAdd(w2, xv, a02);
+    a03 = hn::MulAdd(w3, xv, a03);
     xv = hn::LoadU(df, xr[1] + i);
-    a10 = hn::MulAdd(w0, xv, a10); a11 = hn::MulAdd(w1, xv, a11); a12 = hn::MulAdd(w2, xv, a12); a13 = hn::MulAdd(w3, xv, a13);
+    a10 = hn::MulAdd(w0, xv, a10);
+    a11 = hn::MulAdd(w1, xv, a11);
+    a12 = hn::MulAdd(w2, xv, a12);
+    a13 = hn::MulAdd(w3, xv, a13);
     xv = hn::LoadU(df, xr[2] + i);
-    a20 = hn::MulAdd(w0, xv, a20); a21 = hn::MulAdd(w1, xv, a21); a22 = hn::MulAdd(w2, xv, a22); a23 = hn::MulAdd(w3, xv, a23);
+    a20 = hn::MulAdd(w0, xv, a20);
+    a21 = hn::MulAdd(w1, xv, a21);
+    a22 = hn::MulAdd(w2, xv, a22);
+    a23 = hn::MulAdd(w3, xv, a23);
     xv = hn::LoadU(df, xr[3] + i);
-    a30 = hn::MulAdd(w0, xv, a30); a31 = hn::MulAdd(w1, xv, a31); a32 = hn::MulAdd(w2, xv, a32); a33 = hn::MulAdd(w3, xv, a33);
+    a30 = hn::MulAdd(w0, xv, a30);
+    a31 = hn::MulAdd(w1, xv, a31);
+    a32 = hn::MulAdd(w2, xv, a32);
+    a33 = hn::MulAdd(w3, xv, a33);
   }
   const hn::Vec<DF> acc[16] = {a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23, a30, a31, a32, a33};
   for (int k = 0; k < 16; ++k) out[k] = reduce(df, acc[k]);

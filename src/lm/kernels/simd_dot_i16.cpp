@@ -67,7 +67,8 @@ HWY_INLINE VI32 q4_block_sum(const uint8_t* qs, const int16_t* x) {
 HWY_INLINE hn::Vec<hn::CappedTag<float, 2>> q4_1_scales(const BlockQ4_1& block, const I16Block& x) {
   const hn::CappedTag<float, 2> d2;
   const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
-  return hn::Mul(hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(&block.d))), hn::LoadU(d2, &x.d));
+  return hn::Mul(hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(&block.d))),
+                 hn::LoadU(d2, &x.d));
 }
 
 void QuantizeI16(const float* x, int64_t n, I16Block* out) {
@@ -112,7 +113,8 @@ HWY_INLINE VI32 quad_sums(VI32 a, VI32 b, VI32 c, VI32 d) {
   // Per half: [a0+a2, b0+b2, a1+a3, b1+b3], and the same of c, d.
   const auto ab = hn::BitCast(di64, hn::Add(hn::InterleaveLower(di32, a, b), hn::InterleaveUpper(di32, a, b)));
   const auto cd = hn::BitCast(di64, hn::Add(hn::InterleaveLower(di32, c, d), hn::InterleaveUpper(di32, c, d)));
-  return hn::Add(hn::BitCast(di32, hn::InterleaveLower(di64, ab, cd)), hn::BitCast(di32, hn::InterleaveUpper(di64, ab, cd)));
+  return hn::Add(hn::BitCast(di32, hn::InterleaveLower(di64, ab, cd)),
+                 hn::BitCast(di32, hn::InterleaveUpper(di64, ab, cd)));
 }
 
 // [sum(a) .. sum(d) | sum(e) .. sum(h)]: both halves of two quad_sums results added.
@@ -171,13 +173,16 @@ HWY_INLINE int64_t scaled_groups(const void* blocks, int32_t stride, const I16Bl
     const hn::Rebind<hwy::float16_t, DF> df16;
     const auto bits = words_of_8(first, static_cast<size_t>(stride), count);
     const auto dw = hn::PromoteTo(df, hn::BitCast(df16, hn::DemoteTo(du16, hn::And(bits, hn::Set(di32, 0xffff)))));
-    acc = hn::MulAdd(hn::ConvertTo(df, sums_of_8(q0, q1)), hn::Mul(dw, floats_of_8(&x[k].d, kI16BlockFloats, count)), acc);
+    acc = hn::MulAdd(hn::ConvertTo(df, sums_of_8(q0, q1)), hn::Mul(dw, floats_of_8(&x[k].d, kI16BlockFloats, count)),
+                     acc);
     // Lanes past `count` repeat block k's sum: masked off here (their block sums were zero above).
     if (min_acc) {
       auto sums = floats_of_8(&x[k].sum, kI16BlockFloats, count);
       if (count != 8) sums = hn::IfThenElseZero(hn::Lt(hn::Iota(df, 0), hn::Set(df, static_cast<float>(count))), sums);
       // (The i32 shift is arithmetic: masked again, or a minimum with its top bit set would saturate to 0.)
-      const auto dm = own_min ? hn::PromoteTo(df, hn::BitCast(df16, hn::DemoteTo(du16, hn::And(hn::ShiftRight<16>(bits), hn::Set(di32, 0xffff))))) : dw;
+      const auto dm = own_min ? hn::PromoteTo(df, hn::BitCast(df16, hn::DemoteTo(du16, hn::And(hn::ShiftRight<16>(bits),
+                                                                                               hn::Set(di32, 0xffff)))))
+                              : dw;
       *min_acc = hn::MulAdd(dm, sums, *min_acc);
     }
   };
@@ -200,8 +205,9 @@ float DotI16Q4_0(const void* row, const I16Block* x, int64_t n) {
   int64_t b = 0;
 #ifdef VQ_I16_BATCHED_SCALES
   auto offsets = hn::Zero(df);
-  b = scaled_groups(blocks, sizeof(BlockQ4_0), x, n / kQK4_0,
-                    [&](int64_t k) { return q4_block_sum(blocks[k].qs, x[k].q); }, acc, &offsets);
+  b = scaled_groups(
+      blocks, sizeof(BlockQ4_0), x, n / kQK4_0, [&](int64_t k) { return q4_block_sum(blocks[k].qs, x[k].q); }, acc,
+      &offsets);
   offset = reduce(offsets);
 #endif
   for (; b < n / kQK4_0; ++b) {
@@ -236,7 +242,8 @@ float DotI16Q4_1(const void* row, const I16Block* x, int64_t n) {
     auto acc = hn::Zero(df);
     float mins = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
-      acc = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc);
+      acc = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)),
+                       hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc);
       mins += f16_scale(blocks[b].m) * x[b].sum;
     }
     return reduce(acc) + mins;
@@ -249,7 +256,8 @@ float DotI16Q4_1(const void* row, const I16Block* x, int64_t n) {
     for (; b + 2 <= nb; b += 2) {
       const auto s0 = q4_1_scales(blocks[b], x[b]), s1 = q4_1_scales(blocks[b + 1], x[b + 1]);
       acc0 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, hn::GetLane(s0)), acc0);
-      acc1 = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b + 1].qs, x[b + 1].q)), hn::Set(df, hn::GetLane(s1)), acc1);
+      acc1 =
+          hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b + 1].qs, x[b + 1].q)), hn::Set(df, hn::GetLane(s1)), acc1);
       mins = hn::Add(mins, hn::Add(s0, s1));
     }
     if (b < nb) {
@@ -263,7 +271,6 @@ float DotI16Q4_1(const void* row, const I16Block* x, int64_t n) {
   }
 }
 
-
 float DotI16Q8_0(const void* row, const I16Block* x, int64_t n) {
   const DI16 di16;
   const DI8 di8;
@@ -272,7 +279,8 @@ float DotI16Q8_0(const void* row, const I16Block* x, int64_t n) {
   const auto* blocks = static_cast<const BlockQ8_0*>(row);
   const auto block_sum = [&](int64_t k) {
     VI32 s0 = hn::Zero(DI32()), s1 = hn::Zero(DI32());
-    for (size_t j = 0; j < 32; j += N) s0 = madd(hn::PromoteTo(di16, hn::LoadU(di8, blocks[k].qs + j)), hn::LoadU(di16, x[k].q + j), s0, s1);
+    for (size_t j = 0; j < 32; j += N)
+      s0 = madd(hn::PromoteTo(di16, hn::LoadU(di8, blocks[k].qs + j)), hn::LoadU(di16, x[k].q + j), s0, s1);
     return hn::Add(s0, s1);
   };
   const auto block = [&](int64_t k, hn::Vec<DF> acc) {
@@ -332,11 +340,12 @@ float DotI16Q4_K(const void* row, const I16Block* x, int64_t n) {
       const uint32_t mn[2] = {u[1] & 0x3f3f3f3fu, ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4)};
       const auto scf = hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(du8x8, reinterpret_cast<const uint8_t*>(sc))));
       const auto mnf = hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(du8x8, reinterpret_cast<const uint8_t*>(mn))));
-      const auto total = hn::ConvertTo(df, sums_of_8(quad_sums(sums[0], sums[1], sums[2], sums[3]),
-                                                     quad_sums(sums[4], sums[5], sums[6], sums[7])));
+      const auto total = hn::ConvertTo(
+          df, sums_of_8(quad_sums(sums[0], sums[1], sums[2], sums[3]), quad_sums(sums[4], sums[5], sums[6], sums[7])));
       const auto dx = floats_of_8(&x->d, kI16BlockFloats, 8);
       acc = hn::MulAdd(total, hn::Mul(hn::Mul(hn::Set(df, f16_scale(block.d)), scf), dx), acc);
-      min_acc = hn::MulAdd(hn::Mul(hn::Set(df, f16_scale(block.dmin)), mnf), floats_of_8(&x->sum, kI16BlockFloats, 8), min_acc);
+      min_acc = hn::MulAdd(hn::Mul(hn::Set(df, f16_scale(block.dmin)), mnf), floats_of_8(&x->sum, kI16BlockFloats, 8),
+                           min_acc);
     }
     return reduce(acc) - reduce(min_acc);
   }
@@ -505,7 +514,8 @@ HWY_INLINE VI32 i8_block_sum(const int8_t* w, const int16_t* x) {
   const DI8 di8;
   const size_t N = hn::Lanes(di16);
   VI32 s0 = hn::Zero(DI32()), s1 = hn::Zero(DI32());
-  for (size_t j = 0; j < 32; j += N) s0 = madd(hn::PromoteTo(di16, hn::LoadU(di8, w + j)), hn::LoadU(di16, x + j), s0, s1);
+  for (size_t j = 0; j < 32; j += N)
+    s0 = madd(hn::PromoteTo(di16, hn::LoadU(di8, w + j)), hn::LoadU(di16, x + j), s0, s1);
   return hn::Add(s0, s1);
 }
 
@@ -517,7 +527,8 @@ float DotI16IQ4_NL(const void* row, const I16Block* x, int64_t n) {
   alignas(16) int8_t values[32];
   for (int64_t b = 0; b < n / kQK4_NL; ++b) {
     iq4_values(blocks[b].qs, values);
-    acc = hn::MulAdd(hn::ConvertTo(df, i8_block_sum(values, x[b].q)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc);
+    acc =
+        hn::MulAdd(hn::ConvertTo(df, i8_block_sum(values, x[b].q)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc);
   }
   return reduce(acc);
 }
@@ -659,7 +670,10 @@ float DotI16Q6_K(const void* row, const I16Block* x, int64_t n) {
         const auto total = hn::ConvertTo(df, sums_of_8(quad_sums(sums[0], sums[1], sums[2], sums[3]),
                                                        quad_sums(sums[4], sums[5], sums[6], sums[7])));
         const auto scf = hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(di8x8, block.scales + 8 * half)));
-        acc = hn::MulAdd(total, hn::Mul(hn::Mul(d, scf), hn::Vec<DF>{_mm256_setr_ps(xh[0].d, xh[0].d, xh[1].d, xh[1].d, xh[2].d, xh[2].d, xh[3].d, xh[3].d)}), acc);
+        acc = hn::MulAdd(total,
+                         hn::Mul(hn::Mul(d, scf), hn::Vec<DF>{_mm256_setr_ps(xh[0].d, xh[0].d, xh[1].d, xh[1].d,
+                                                                             xh[2].d, xh[2].d, xh[3].d, xh[3].d)}),
+                         acc);
       }
     }
     return reduce(acc);
@@ -675,11 +689,10 @@ float DotI16Q6_K(const void* row, const I16Block* x, int64_t n) {
       const I16Block* xh = x + 4 * half;
       for (size_t l = 0; l < 32; l += N) {
         const auto a = hn::LoadU(du8, ql + l), c = hn::LoadU(du8, ql + 32 + l), h = hn::LoadU(du8, qh + l);
-        const hn::Vec<DU8> q[4] = {
-            hn::Or(hn::And(a, low4), hn::ShiftLeft<4>(hn::And(h, low2))),
-            hn::Or(hn::And(c, low4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(h), low2))),
-            hn::Or(hn::ShiftRight<4>(a), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(h), low2))),
-            hn::Or(hn::ShiftRight<4>(c), hn::ShiftLeft<4>(hn::ShiftRight<6>(h)))};
+        const hn::Vec<DU8> q[4] = {hn::Or(hn::And(a, low4), hn::ShiftLeft<4>(hn::And(h, low2))),
+                                   hn::Or(hn::And(c, low4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(h), low2))),
+                                   hn::Or(hn::ShiftRight<4>(a), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(h), low2))),
+                                   hn::Or(hn::ShiftRight<4>(c), hn::ShiftLeft<4>(hn::ShiftRight<6>(h)))};
         // N divides 16, so one vector never straddles two scale groups.
         const int s = static_cast<int>(l / 16);
         for (int k = 0; k < 4; ++k) {
@@ -696,7 +709,8 @@ float DotI16Q6_K(const void* row, const I16Block* x, int64_t n) {
 // y[r] = dot(row r, x) for n_rows rows row_bytes apart: one dispatch per range of rows
 // instead of one per row (decode matvecs are hundreds of thousands of short rows per token).
 template <float (*Dot)(const void*, const I16Block*, int64_t)>
-HWY_INLINE void rows_with(const std::byte* rows, size_t row_bytes, int64_t n_rows, const I16Block* x, int64_t n, float* y) {
+HWY_INLINE void rows_with(const std::byte* rows, size_t row_bytes, int64_t n_rows, const I16Block* x, int64_t n,
+                          float* y) {
   for (int64_t r = 0; r < n_rows; ++r) y[r] = Dot(rows + static_cast<size_t>(r) * row_bytes, x, n);
 }
 
@@ -704,19 +718,32 @@ void DotI16Rows(GgmlType type, const void* rows, size_t row_bytes, int64_t n_row
                 float* y) {
   const auto* p = static_cast<const std::byte*>(rows);
   switch (type) {
-    case GgmlType::Q4_0: return rows_with<DotI16Q4_0>(p, row_bytes, n_rows, x, n, y);
-    case GgmlType::Q4_1: return rows_with<DotI16Q4_1>(p, row_bytes, n_rows, x, n, y);
-    case GgmlType::Q8_0: return rows_with<DotI16Q8_0>(p, row_bytes, n_rows, x, n, y);
-    case GgmlType::Q4_K: return rows_with<DotI16Q4_K>(p, row_bytes, n_rows, x, n, y);
-    case GgmlType::Q6_K: return rows_with<DotI16Q6_K>(p, row_bytes, n_rows, x, n, y);
-    case GgmlType::Q5_0: return rows_with<DotI16Q5_0>(p, row_bytes, n_rows, x, n, y);
-    case GgmlType::Q5_K: return rows_with<DotI16Q5_K>(p, row_bytes, n_rows, x, n, y);
-    case GgmlType::Q5_1: return rows_with<DotI16Q5_1>(p, row_bytes, n_rows, x, n, y);
-    case GgmlType::IQ4_NL: return rows_with<DotI16IQ4_NL>(p, row_bytes, n_rows, x, n, y);
-    case GgmlType::IQ4_XS: return rows_with<DotI16IQ4_XS>(p, row_bytes, n_rows, x, n, y);
-    case GgmlType::Q2_K: return rows_with<DotI16Q2_K>(p, row_bytes, n_rows, x, n, y);
-    case GgmlType::Q3_K: return rows_with<DotI16Q3_K>(p, row_bytes, n_rows, x, n, y);
-    default: return;
+    case GgmlType::Q4_0:
+      return rows_with<DotI16Q4_0>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q4_1:
+      return rows_with<DotI16Q4_1>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q8_0:
+      return rows_with<DotI16Q8_0>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q4_K:
+      return rows_with<DotI16Q4_K>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q6_K:
+      return rows_with<DotI16Q6_K>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q5_0:
+      return rows_with<DotI16Q5_0>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q5_K:
+      return rows_with<DotI16Q5_K>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q5_1:
+      return rows_with<DotI16Q5_1>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::IQ4_NL:
+      return rows_with<DotI16IQ4_NL>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::IQ4_XS:
+      return rows_with<DotI16IQ4_XS>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q2_K:
+      return rows_with<DotI16Q2_K>(p, row_bytes, n_rows, x, n, y);
+    case GgmlType::Q3_K:
+      return rows_with<DotI16Q3_K>(p, row_bytes, n_rows, x, n, y);
+    default:
+      return;
   }
 }
 
@@ -743,18 +770,42 @@ HWY_EXPORT(DotI16Q3_K);
 HWY_EXPORT(DotI16Rows);
 
 void quantize_i16(const float* x, int64_t n, I16Block* out) { HWY_DYNAMIC_DISPATCH(QuantizeI16)(x, n, out); }
-float dot_i16_q4_0(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q4_0)(row, x, n); }
-float dot_i16_q4_1(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q4_1)(row, x, n); }
-float dot_i16_q8_0(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q8_0)(row, x, n); }
-float dot_i16_q4_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q4_K)(row, x, n); }
-float dot_i16_q6_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q6_K)(row, x, n); }
-float dot_i16_q5_0(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q5_0)(row, x, n); }
-float dot_i16_q5_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q5_K)(row, x, n); }
-float dot_i16_q5_1(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q5_1)(row, x, n); }
-float dot_i16_iq4_nl(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16IQ4_NL)(row, x, n); }
-float dot_i16_iq4_xs(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16IQ4_XS)(row, x, n); }
-float dot_i16_q2_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q2_K)(row, x, n); }
-float dot_i16_q3_k(const void* row, const I16Block* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotI16Q3_K)(row, x, n); }
+float dot_i16_q4_0(const void* row, const I16Block* x, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(DotI16Q4_0)(row, x, n);
+}
+float dot_i16_q4_1(const void* row, const I16Block* x, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(DotI16Q4_1)(row, x, n);
+}
+float dot_i16_q8_0(const void* row, const I16Block* x, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(DotI16Q8_0)(row, x, n);
+}
+float dot_i16_q4_k(const void* row, const I16Block* x, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(DotI16Q4_K)(row, x, n);
+}
+float dot_i16_q6_k(const void* row, const I16Block* x, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(DotI16Q6_K)(row, x, n);
+}
+float dot_i16_q5_0(const void* row, const I16Block* x, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(DotI16Q5_0)(row, x, n);
+}
+float dot_i16_q5_k(const void* row, const I16Block* x, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(DotI16Q5_K)(row, x, n);
+}
+float dot_i16_q5_1(const void* row, const I16Block* x, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(DotI16Q5_1)(row, x, n);
+}
+float dot_i16_iq4_nl(const void* row, const I16Block* x, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(DotI16IQ4_NL)(row, x, n);
+}
+float dot_i16_iq4_xs(const void* row, const I16Block* x, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(DotI16IQ4_XS)(row, x, n);
+}
+float dot_i16_q2_k(const void* row, const I16Block* x, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(DotI16Q2_K)(row, x, n);
+}
+float dot_i16_q3_k(const void* row, const I16Block* x, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(DotI16Q3_K)(row, x, n);
+}
 void dot_i16_rows(GgmlType type, const void* rows, size_t row_bytes, int64_t n_rows, const I16Block* x, int64_t n,
                   float* y) {
   HWY_DYNAMIC_DISPATCH(DotI16Rows)(type, rows, row_bytes, n_rows, x, n, y);

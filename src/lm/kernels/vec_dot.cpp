@@ -43,22 +43,38 @@ float dot_by_blocks(GgmlType type, const void* row, const float* x, int64_t n) {
 
 float vec_dot(GgmlType type, const void* row, const float* x, int64_t n) {
   switch (type) {
-    case GgmlType::F32: return simd::dot_f32(static_cast<const float*>(row), x, n);
-    case GgmlType::F16: return simd::dot_f16(static_cast<const uint16_t*>(row), x, n);
-    case GgmlType::BF16: return simd::dot_bf16(static_cast<const uint16_t*>(row), x, n);
-    case GgmlType::Q4_0: return simd::dot_q4_0(row, x, n);
-    case GgmlType::Q4_1: return simd::dot_q4_1(row, x, n);
-    case GgmlType::Q8_0: return simd::dot_q8_0(row, x, n);
-    case GgmlType::Q4_K: return simd::dot_q4_k(row, x, n);
-    case GgmlType::Q6_K: return simd::dot_q6_k(row, x, n);
-    case GgmlType::Q5_0: return simd::dot_q5_0(row, x, n);
-    case GgmlType::Q5_K: return simd::dot_q5_k(row, x, n);
-    case GgmlType::Q5_1: return simd::dot_q5_1(row, x, n);
-    case GgmlType::IQ4_NL: return simd::dot_iq4_nl(row, x, n);
-    case GgmlType::IQ4_XS: return simd::dot_iq4_xs(row, x, n);
-    case GgmlType::Q2_K: return simd::dot_q2_k(row, x, n);
-    case GgmlType::Q3_K: return simd::dot_q3_k(row, x, n);
-    default: break;
+    case GgmlType::F32:
+      return simd::dot_f32(static_cast<const float*>(row), x, n);
+    case GgmlType::F16:
+      return simd::dot_f16(static_cast<const uint16_t*>(row), x, n);
+    case GgmlType::BF16:
+      return simd::dot_bf16(static_cast<const uint16_t*>(row), x, n);
+    case GgmlType::Q4_0:
+      return simd::dot_q4_0(row, x, n);
+    case GgmlType::Q4_1:
+      return simd::dot_q4_1(row, x, n);
+    case GgmlType::Q8_0:
+      return simd::dot_q8_0(row, x, n);
+    case GgmlType::Q4_K:
+      return simd::dot_q4_k(row, x, n);
+    case GgmlType::Q6_K:
+      return simd::dot_q6_k(row, x, n);
+    case GgmlType::Q5_0:
+      return simd::dot_q5_0(row, x, n);
+    case GgmlType::Q5_K:
+      return simd::dot_q5_k(row, x, n);
+    case GgmlType::Q5_1:
+      return simd::dot_q5_1(row, x, n);
+    case GgmlType::IQ4_NL:
+      return simd::dot_iq4_nl(row, x, n);
+    case GgmlType::IQ4_XS:
+      return simd::dot_iq4_xs(row, x, n);
+    case GgmlType::Q2_K:
+      return simd::dot_q2_k(row, x, n);
+    case GgmlType::Q3_K:
+      return simd::dot_q3_k(row, x, n);
+    default:
+      break;
   }
   return dot_by_blocks(type, row, x, n);
 }

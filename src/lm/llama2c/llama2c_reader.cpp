@@ -20,24 +20,24 @@ int64_t expected_floats(const Llama2cHeader& h, bool shared) {
   const int64_t dim = h.dim, hidden = h.hidden_dim, layers = h.n_layers, vocab = std::abs(int64_t{h.vocab_size});
   const int64_t head_dim = dim / h.n_heads;
   const int64_t kv_dim = head_dim * h.n_kv_heads;
-  int64_t n = vocab * dim;                           // token embedding
-  n += layers * dim;                                 // rms_att
-  n += layers * dim * dim;                           // wq
-  n += 2 * layers * kv_dim * dim;                    // wk, wv
-  n += layers * dim * dim;                           // wo
-  n += layers * dim;                                 // rms_ffn
-  n += 3 * layers * hidden * dim;                    // w1, w2, w3
-  n += dim;                                          // rms_final
-  n += int64_t{h.seq_len} * head_dim;                // freq_cis real + imag (head_dim/2 each)
-  if (!shared) n += vocab * dim;                     // wcls
+  int64_t n = vocab * dim;             // token embedding
+  n += layers * dim;                   // rms_att
+  n += layers * dim * dim;             // wq
+  n += 2 * layers * kv_dim * dim;      // wk, wv
+  n += layers * dim * dim;             // wo
+  n += layers * dim;                   // rms_ffn
+  n += 3 * layers * hidden * dim;      // w1, w2, w3
+  n += dim;                            // rms_final
+  n += int64_t{h.seq_len} * head_dim;  // freq_cis real + imag (head_dim/2 each)
+  if (!shared) n += vocab * dim;       // wcls
   return n;
 }
 
 std::string header_text(const Llama2cHeader& h) {
-  return "dim=" + std::to_string(h.dim) + " hidden_dim=" + std::to_string(h.hidden_dim) + " n_layers=" +
-         std::to_string(h.n_layers) + " n_heads=" + std::to_string(h.n_heads) + " n_kv_heads=" +
-         std::to_string(h.n_kv_heads) + " vocab_size=" + std::to_string(h.vocab_size) + " seq_len=" +
-         std::to_string(h.seq_len);
+  return "dim=" + std::to_string(h.dim) + " hidden_dim=" + std::to_string(h.hidden_dim) +
+         " n_layers=" + std::to_string(h.n_layers) + " n_heads=" + std::to_string(h.n_heads) +
+         " n_kv_heads=" + std::to_string(h.n_kv_heads) + " vocab_size=" + std::to_string(h.vocab_size) +
+         " seq_len=" + std::to_string(h.seq_len);
 }
 
 bool header_sane(const Llama2cHeader& h) {
@@ -131,7 +131,8 @@ Llama2cCheckpoint read_llama2c_checkpoint(const std::string& path) {
   w.token_embedding = matrix(c.vocab_size, dim, "token_embedding");
   for (int64_t l = 0; l < L; ++l) w.layers[l].attn_norm = vec(dim);
   const auto per_layer = [&](WeightMatrix LlamaLayerWeights::*member, int64_t rows, int64_t cols, const char* name) {
-    for (int64_t l = 0; l < L; ++l) w.layers[l].*member = matrix(rows, cols, std::string(name) + "[" + std::to_string(l) + "]");
+    for (int64_t l = 0; l < L; ++l)
+      w.layers[l].*member = matrix(rows, cols, std::string(name) + "[" + std::to_string(l) + "]");
   };
   per_layer(&LlamaLayerWeights::wq, dim, dim, "wq");
   per_layer(&LlamaLayerWeights::wk, kv_dim, dim, "wk");

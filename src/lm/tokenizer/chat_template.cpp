@@ -21,7 +21,8 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const
   std::vector<jinja::Value> list;
   list.reserve(messages.size());
   for (const ChatMessage& m : messages) {
-    list.push_back(jinja::Value::dict({{"role", jinja::Value::string(m.role)}, {"content", jinja::Value::string(m.content)}}));
+    list.push_back(
+        jinja::Value::dict({{"role", jinja::Value::string(m.role)}, {"content", jinja::Value::string(m.content)}}));
   }
   // What transformers' render_jinja_template passes: messages, tools, documents,
   // add_generation_prompt and the tokenizer's special tokens, over the environment's globals.
@@ -51,12 +52,13 @@ std::string apply_vocab_chat_template(const TokenizerVocab& vocab, const std::ve
                                       const std::string* template_override) {
   auto token_text = [&](const std::optional<int32_t>& id) {
     return id && *id >= 0 && static_cast<size_t>(*id) < vocab.tokens.size() ? vocab.tokens[static_cast<size_t>(*id)]
-                                                                             : std::string();
+                                                                            : std::string();
   };
   ChatTemplateOptions options;
   options.bos_token = token_text(vocab.bos_id);
   options.eos_token = token_text(vocab.eos_id);
-  std::string prompt = render_chat_template(template_override ? *template_override : vocab.chat_template, messages, options);
+  std::string prompt =
+      render_chat_template(template_override ? *template_override : vocab.chat_template, messages, options);
   if (vocab.add_bos && vocab.bos_id && !options.bos_token.empty() && prompt.rfind(options.bos_token, 0) == 0) {
     prompt.erase(0, options.bos_token.size());
   }

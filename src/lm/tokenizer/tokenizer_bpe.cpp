@@ -85,7 +85,8 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(TokenizerVocab vocab)
     // A side that is no token can never be formed (symbols start as byte tokens and only
     // merge into tokens), so such a merge can never apply.
     if (left_id < 0 || right_id < 0) continue;
-    merges_.emplace(pair_key(left_id, right_id), Merge{static_cast<int>(r), id_of(merge.substr(0, space) + merge.substr(space + 1))});
+    merges_.emplace(pair_key(left_id, right_id),
+                    Merge{static_cast<int>(r), id_of(merge.substr(0, space) + merge.substr(space + 1))});
   }
   const auto code_points = byte_to_code_point();
   for (size_t b = 0; b < 256; ++b) {

@@ -52,8 +52,8 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   SpecialTokenMatcher specials_;
   StringMap<int32_t> token_to_id_;
   std::unordered_map<uint64_t, Merge> merges_;  // pair_key(left id, right id) -> merge
-  std::array<std::string, 256> byte_to_text_;    // byte -> its code point, UTF-8 encoded
-  std::array<int32_t, 256> byte_token_{};        // byte -> id of its one-character token, or -1
+  std::array<std::string, 256> byte_to_text_;   // byte -> its code point, UTF-8 encoded
+  std::array<int32_t, 256> byte_token_{};       // byte -> id of its one-character token, or -1
   std::vector<int32_t> stop_ids_;
 };
 

@@ -37,8 +37,8 @@ TokenizerVocab read_llama2c_tokenizer(const std::string& path, int32_t vocab_siz
   auto read_exact = [&](void* dst, size_t n, const std::string& what) {
     in.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
     if (static_cast<size_t>(in.gcount()) != n) {
-      throw base::FormatError("llama2.c tokenizer '" + path + "' is truncated while reading " + what +
-                              " (expected " + std::to_string(vocab_size) + " tokens)");
+      throw base::FormatError("llama2.c tokenizer '" + path + "' is truncated while reading " + what + " (expected " +
+                              std::to_string(vocab_size) + " tokens)");
     }
   };
   int32_t max_token_length = 0;

@@ -22,7 +22,8 @@ PieceIndex::PieceIndex(const std::vector<std::string>& pieces) {
         hashes_[slot] = h;
         break;
       }
-      if (hashes_[slot] == h && pieces[static_cast<size_t>(slots_[slot])] == pieces[id]) break;  // duplicate: keep the first
+      if (hashes_[slot] == h && pieces[static_cast<size_t>(slots_[slot])] == pieces[id])
+        break;  // duplicate: keep the first
     }
   }
 }

@@ -21,7 +21,7 @@ class PieceIndex {
   int32_t find(const std::vector<std::string>& pieces, std::string_view piece) const;
 
  private:
-  std::vector<int32_t> slots_;  // -1: empty
+  std::vector<int32_t> slots_;    // -1: empty
   std::vector<uint32_t> hashes_;  // per slot, so most mismatches skip the string compare
   size_t mask_ = 0;
 };

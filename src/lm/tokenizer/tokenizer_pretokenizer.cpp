@@ -137,8 +137,7 @@ size_t llama3_match(const Cursor& c, size_t p, size_t max_digits) {
 }
 
 // Splits each span with one regex; matches and the gaps between them both become spans.
-std::vector<Span> apply_stage(Stage stage, const std::vector<unicode::CodePoint>& cps,
-                              const std::vector<Span>& spans) {
+std::vector<Span> apply_stage(Stage stage, const std::vector<unicode::CodePoint>& cps, const std::vector<Span>& spans) {
   std::vector<Span> out;
   out.reserve(spans.size() * 2);
   for (const Span& span : spans) {
@@ -156,7 +155,7 @@ std::vector<Span> apply_stage(Stage stage, const std::vector<unicode::CodePoint>
         case Stage::kLlama3:
         case Stage::kQwen2: {
           // These regexes match every code point, so there are no gaps.
-          const size_t n = stage == Stage::kGpt2    ? gpt2_match(c, p)
+          const size_t n = stage == Stage::kGpt2     ? gpt2_match(c, p)
                            : stage == Stage::kLlama3 ? llama3_match(c, p, 3)
                                                      : llama3_match(c, p, 1);
           emit_match(p, p + n);
@@ -191,8 +190,8 @@ std::vector<Span> apply_stage(Stage stage, const std::vector<unicode::CodePoint>
           auto punct = [&](size_t i) {
             if (!c.in(i)) return false;
             const uint32_t v = c.cp(i);
-            return unicode::is_punctuation(v) || v == '$' || v == '+' || v == '<' || v == '=' || v == '>' ||
-                   v == '^' || v == '~' || v == '|';
+            return unicode::is_punctuation(v) || v == '$' || v == '+' || v == '<' || v == '=' || v == '>' || v == '^' ||
+                   v == '~' || v == '|';
           };
           if (punct(p)) {
             size_t e = p;

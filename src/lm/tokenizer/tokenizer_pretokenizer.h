@@ -25,14 +25,14 @@ class PreTokenizer {
 
   // One regex of a pre-tokenizer's list.
   enum class Stage {
-    kEachNumber,        // \p{N}
-    kNumberRuns,        // \p{N}+
-    kAsciiDigitTriples, // [0-9][0-9][0-9]
-    kPunctuationRuns,   // [\p{P}\$\+<=>\^~\|]+
-    kGpt2,              // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-    kLlama3,            // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
-                        //   | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-    kQwen2,             // the Llama 3 regex with \p{N} (one digit) in place of \p{N}{1,3}
+    kEachNumber,         // \p{N}
+    kNumberRuns,         // \p{N}+
+    kAsciiDigitTriples,  // [0-9][0-9][0-9]
+    kPunctuationRuns,    // [\p{P}\$\+<=>\^~\|]+
+    kGpt2,               // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+    kLlama3,             // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
+                         //   | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+    kQwen2,              // the Llama 3 regex with \p{N} (one digit) in place of \p{N}{1,3}
   };
 
  private:

@@ -40,7 +40,8 @@ TokenType token_type_of(const TokenizerVocab& vocab, int32_t id) {
 void validate_vocab(const TokenizerVocab& vocab) {
   const size_t n = vocab.tokens.size();
   if (n == 0) throw base::FormatError("tokenizer vocabulary is empty");
-  if (n > static_cast<size_t>(INT32_MAX)) throw base::FormatError("tokenizer vocabulary is too large: " + std::to_string(n));
+  if (n > static_cast<size_t>(INT32_MAX))
+    throw base::FormatError("tokenizer vocabulary is too large: " + std::to_string(n));
   if (!vocab.scores.empty() && vocab.scores.size() != n) {
     throw base::FormatError("tokenizer vocabulary has " + std::to_string(n) + " tokens but " +
                             std::to_string(vocab.scores.size()) + " scores");
@@ -102,9 +103,9 @@ std::vector<TextFragment> SpecialTokenMatcher::split(std::string_view text) cons
 }
 
 std::vector<int32_t> end_of_turn_ids(const TokenizerVocab& vocab) {
-  static constexpr std::array<std::string_view, 9> kMarkers = {
-      "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>", "<|end|>",
-      "<end_of_turn>", "<EOT>", "<|end_of_text|>", "</s>"};
+  static constexpr std::array<std::string_view, 9> kMarkers = {"<|im_end|>",    "<|eot_id|>",      "<|eom_id|>",
+                                                               "<|endoftext|>", "<|end|>",         "<end_of_turn>",
+                                                               "<EOT>",         "<|end_of_text|>", "</s>"};
   std::vector<int32_t> ids;
   if (vocab.eos_id) ids.push_back(*vocab.eos_id);
   if (vocab.eot_id) ids.push_back(*vocab.eot_id);

@@ -46,10 +46,14 @@ int parse_byte_token(std::string_view text) {
   int value = 0;
   for (char c : text.substr(3, 2)) {
     value <<= 4;
-    if (c >= '0' && c <= '9') value |= c - '0';
-    else if (c >= 'A' && c <= 'F') value |= c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f') value |= c - 'a' + 10;
-    else return -1;
+    if (c >= '0' && c <= '9')
+      value |= c - '0';
+    else if (c >= 'A' && c <= 'F')
+      value |= c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f')
+      value |= c - 'a' + 10;
+    else
+      return -1;
   }
   return value;
 }
@@ -80,8 +84,7 @@ struct BigramOrder {
 
 }  // namespace
 
-SentencePieceTokenizer::SentencePieceTokenizer(TokenizerVocab vocab)
-    : vocab_(std::move(vocab)), specials_(vocab_) {
+SentencePieceTokenizer::SentencePieceTokenizer(TokenizerVocab vocab) : vocab_(std::move(vocab)), specials_(vocab_) {
   validate_vocab(vocab_);
   if (vocab_.scores.empty()) vocab_.scores.assign(vocab_.tokens.size(), 0.0f);
   piece_to_id_ = PieceIndex(vocab_.tokens);  // the first id wins for a duplicated piece
@@ -106,9 +109,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(TokenizerVocab vocab)
   }
 }
 
-int32_t SentencePieceTokenizer::find(std::string_view piece) const {
-  return piece_to_id_.find(vocab_.tokens, piece);
-}
+int32_t SentencePieceTokenizer::find(std::string_view piece) const { return piece_to_id_.find(vocab_.tokens, piece); }
 
 void SentencePieceTokenizer::encode_fragment(const std::string& text, std::vector<int32_t>& out) const {
   if (!spaces_bound_pieces_) {

@@ -38,7 +38,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   int32_t find(std::string_view piece) const;  // -1 when absent
 
   TokenizerVocab vocab_;
-  PieceIndex piece_to_id_;  // over vocab_.tokens
+  PieceIndex piece_to_id_;                  // over vocab_.tokens
   std::array<int32_t, 256> byte_tokens_{};  // <0xNN> ids, -1 when the vocabulary lacks one
   SpecialTokenMatcher specials_;
   // True when "▁" occurs in pieces only as a leading run (SentencePiece's split_by_whitespace,

@@ -13,16 +13,22 @@ namespace lm {
 
 // GGUF token types (llama.cpp's llama_token_type).
 enum class TokenType : int32_t {
-  kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6
 };
 
 struct TokenizerVocab {
   std::string model = "llama";  // "llama": SentencePiece-style; "gpt2": byte-level BPE
   std::string pre = "default";  // gpt2 pre-tokenizer name from tokenizer.ggml.pre
   std::vector<std::string> tokens;
-  std::vector<float> scores;          // SentencePiece piece scores (may be empty for gpt2)
-  std::vector<TokenType> token_types; // may be empty (all normal)
-  std::vector<std::string> merges;    // gpt2: "left right" in rank order
+  std::vector<float> scores;           // SentencePiece piece scores (may be empty for gpt2)
+  std::vector<TokenType> token_types;  // may be empty (all normal)
+  std::vector<std::string> merges;     // gpt2: "left right" in rank order
   std::optional<int32_t> bos_id, eos_id, unk_id, pad_id, eot_id;
   bool add_bos = true;           // tokenizer.ggml.add_bos_token
   bool add_space_prefix = true;  // tokenizer.ggml.add_space_prefix (SentencePiece dummy prefix)

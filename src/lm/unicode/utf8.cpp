@@ -14,13 +14,13 @@ size_t utf8_sequence_length(std::string_view text, size_t pos) {
   if (byte >= 0xC2 && byte <= 0xDF) return left >= 2 && is_continuation(at(1)) ? 2 : 0;
   if (byte >= 0xE0 && byte <= 0xEF) {
     if (left < 3 || !is_continuation(at(1)) || !is_continuation(at(2))) return 0;
-    if (byte == 0xE0 && at(1) < 0xA0) return 0;  // overlong
+    if (byte == 0xE0 && at(1) < 0xA0) return 0;   // overlong
     if (byte == 0xED && at(1) >= 0xA0) return 0;  // UTF-16 surrogate
     return 3;
   }
   if (byte >= 0xF0 && byte <= 0xF4) {
     if (left < 4 || !is_continuation(at(1)) || !is_continuation(at(2)) || !is_continuation(at(3))) return 0;
-    if (byte == 0xF0 && at(1) < 0x90) return 0;  // overlong
+    if (byte == 0xF0 && at(1) < 0x90) return 0;   // overlong
     if (byte == 0xF4 && at(1) >= 0x90) return 0;  // past U+10FFFF
     return 4;
   }

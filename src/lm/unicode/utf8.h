@@ -13,9 +13,9 @@ namespace lm::unicode {
 inline constexpr uint32_t kInvalidByte = 0x110000;
 
 struct CodePoint {
-  uint32_t value;     // the scalar value, or kInvalidByte
-  uint32_t offset;    // byte offset of its first byte in the text
-  uint32_t length;    // bytes it occupies (1 for an invalid byte)
+  uint32_t value;   // the scalar value, or kInvalidByte
+  uint32_t offset;  // byte offset of its first byte in the text
+  uint32_t length;  // bytes it occupies (1 for an invalid byte)
 };
 
 // Length in bytes of the (valid, shortest-form, non-surrogate) UTF-8 sequence starting at

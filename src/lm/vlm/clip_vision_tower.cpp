@@ -14,8 +14,9 @@ namespace {
 
 void expect_matrix(const WeightMatrix& w, int64_t rows, int64_t cols, const std::string& name) {
   if (w.rows != rows || w.cols != cols) {
-    throw base::FormatError("tensor '" + name + "' has " + std::to_string(w.rows) + " rows x " + std::to_string(w.cols) +
-                            " cols, expected " + std::to_string(rows) + " x " + std::to_string(cols));
+    throw base::FormatError("tensor '" + name + "' has " + std::to_string(w.rows) + " rows x " +
+                            std::to_string(w.cols) + " cols, expected " + std::to_string(rows) + " x " +
+                            std::to_string(cols));
   }
 }
 
@@ -215,7 +216,8 @@ std::vector<float> ClipVisionTower::encode(const std::vector<float>& pixels) con
     for (int64_t i = 0; i < d; ++i) x[t * d + i] += pos[i];
   }
   if (!weights_.pre_ln_w.empty()) {
-    for (int64_t t = 0; t < n; ++t) layer_norm(&x[t * d], weights_.pre_ln_w, weights_.pre_ln_b, &x[t * d], d, c.norm_eps);
+    for (int64_t t = 0; t < n; ++t)
+      layer_norm(&x[t * d], weights_.pre_ln_w, weights_.pre_ln_b, &x[t * d], d, c.norm_eps);
   }
 
   // Hidden state k = after k blocks; the requested ones are kept (without the class token)
@@ -237,7 +239,8 @@ std::vector<float> ClipVisionTower::encode(const std::vector<float>& pixels) con
     if (l == run) {
       // After the last block run: the post-norm when the file has one (llama.cpp's order).
       if (!weights_.post_ln_w.empty()) {
-        for (int64_t t = 0; t < n; ++t) layer_norm(&x[t * d], weights_.post_ln_w, weights_.post_ln_b, &x[t * d], d, c.norm_eps);
+        for (int64_t t = 0; t < n; ++t)
+          layer_norm(&x[t * d], weights_.post_ln_w, weights_.post_ln_b, &x[t * d], d, c.norm_eps);
       }
       if (c.feature_layers.empty() || wanted(l)) keep(x);
       break;

@@ -46,15 +46,15 @@ struct ClipVisionConfig {
 
 struct ClipLayerWeights {
   std::vector<float> ln1_w, ln1_b, ln2_w, ln2_b;
-  WeightMatrix wq, wk, wv, wo, fc1, fc2;   // fc1 [ffn_dim, dim], fc2 [dim, ffn_dim]
+  WeightMatrix wq, wk, wv, wo, fc1, fc2;      // fc1 [ffn_dim, dim], fc2 [dim, ffn_dim]
   std::vector<float> bq, bk, bv, bo, b1, b2;  // empty = no bias
 };
 
 struct ClipVisionWeights {
-  WeightMatrix patch;               // [dim rows, 3 * patch * patch cols], (channel, y, x) order
-  std::vector<float> patch_bias;    // empty for CLIP
+  WeightMatrix patch;                  // [dim rows, 3 * patch * patch cols], (channel, y, x) order
+  std::vector<float> patch_bias;       // empty for CLIP
   std::vector<float> class_embedding;  // empty = no class token (SigLIP)
-  WeightMatrix position;            // [n_positions rows, dim]
+  WeightMatrix position;               // [n_positions rows, dim]
   std::vector<float> pre_ln_w, pre_ln_b, post_ln_w, post_ln_b;
   std::vector<ClipLayerWeights> layers;
 };

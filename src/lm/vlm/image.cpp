@@ -66,7 +66,8 @@ RgbImage resize_bicubic(const RgbImage& image, int width, int height) {
     for (int x = 0; x < width; ++x) {
       for (int c = 0; c < 3; ++c) {
         double acc = 0.0;
-        for (std::size_t k = 0; k < h.weights[x].size(); ++k) acc += h.weights[x][k] * image.at(h.first[x] + static_cast<int>(k), y, c);
+        for (std::size_t k = 0; k < h.weights[x].size(); ++k)
+          acc += h.weights[x][k] * image.at(h.first[x] + static_cast<int>(k), y, c);
         mid.pixels[(static_cast<std::size_t>(y) * width + x) * 3 + c] = to_u8(acc);
       }
     }
@@ -77,7 +78,8 @@ RgbImage resize_bicubic(const RgbImage& image, int width, int height) {
     for (int x = 0; x < width; ++x) {
       for (int c = 0; c < 3; ++c) {
         double acc = 0.0;
-        for (std::size_t k = 0; k < v.weights[y].size(); ++k) acc += v.weights[y][k] * mid.at(x, v.first[y] + static_cast<int>(k), c);
+        for (std::size_t k = 0; k < v.weights[y].size(); ++k)
+          acc += v.weights[y][k] * mid.at(x, v.first[y] + static_cast<int>(k), c);
         out.pixels[(static_cast<std::size_t>(y) * width + x) * 3 + c] = to_u8(acc);
       }
     }
@@ -91,7 +93,8 @@ RgbImage resize_shortest_edge_and_center_crop(const RgbImage& image, int size) {
   if (shortest <= 0) throw base::InvalidArgument("resize of an empty image");
   // The longer edge scales by the same factor (rounded as transformers' get_resize_output_image_size).
   const int w = image.width == shortest ? size : static_cast<int>(static_cast<int64_t>(size) * image.width / shortest);
-  const int h = image.height == shortest ? size : static_cast<int>(static_cast<int64_t>(size) * image.height / shortest);
+  const int h =
+      image.height == shortest ? size : static_cast<int>(static_cast<int64_t>(size) * image.height / shortest);
   const RgbImage resized = resize_bicubic(image, w, h);
   if (w == size && h == size) return resized;
   const int left = (w - size) / 2, top = (h - size) / 2;
@@ -118,7 +121,8 @@ RgbImage resize_to_fit_and_pad(const RgbImage& image, int size) {
   RgbImage out{size, size, std::vector<uint8_t>(static_cast<std::size_t>(size) * size * 3, 0)};
   const int left = (size - resized.width) / 2, top = (size - resized.height) / 2;
   for (int y = 0; y < resized.height; ++y) {
-    std::copy_n(&resized.pixels[static_cast<std::size_t>(y) * resized.width * 3], static_cast<std::size_t>(resized.width) * 3,
+    std::copy_n(&resized.pixels[static_cast<std::size_t>(y) * resized.width * 3],
+                static_cast<std::size_t>(resized.width) * 3,
                 &out.pixels[(static_cast<std::size_t>(y + top) * size + left) * 3]);
   }
   return out;

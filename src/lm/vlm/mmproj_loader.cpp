@@ -79,7 +79,8 @@ VisionModules load_mmproj(const std::string& path, int threads) {
                             "', expected 'clip' (is this the text model?)");
   }
   if (!file->get_bool("clip.has_vision_encoder").value_or(false)) {
-    throw base::Unsupported("mmproj file '" + path + "' has no vision encoder (audio-only projectors are not supported)");
+    throw base::Unsupported("mmproj file '" + path +
+                            "' has no vision encoder (audio-only projectors are not supported)");
   }
   const std::string projector_type = file->get_string("clip.projector_type").value_or("mlp");
   if (projector_type != "mlp" && projector_type != "idefics3") {
@@ -98,8 +99,8 @@ VisionModules load_mmproj(const std::string& path, int threads) {
     c.n_layers = positive_int(*file, "clip.vision.block_count");
     c.norm_eps = static_cast<float>(file->get_float("clip.vision.attention.layer_norm_epsilon").value_or(1e-6));
     // llama.cpp: use_gelu -> ggml_gelu (the tanh form), else quick GELU (CLIP ViT-L's).
-    c.activation = file->get_bool("clip.use_gelu").value_or(false) ? VisionActivation::kGeluTanh
-                                                                   : VisionActivation::kQuickGelu;
+    c.activation =
+        file->get_bool("clip.use_gelu").value_or(false) ? VisionActivation::kGeluTanh : VisionActivation::kQuickGelu;
     if (const gguf::Value* layers = file->find("clip.vision.feature_layer")) {
       if (!layers->is_array() || layers->integers.empty()) {
         throw base::FormatError("metadata 'clip.vision.feature_layer' must be a non-empty integer array");
@@ -161,13 +162,14 @@ VisionModules load_mmproj(const std::string& path, int threads) {
         throw base::FormatError("metadata 'clip.vision.projector.scale_factor' = " + std::to_string(scale) +
                                 " is out of range");
       }
-      out.projector = std::make_shared<PixelShuffleProjector>(file->weight("mm.model.fc.weight"), static_cast<int>(scale),
-                                                              side, pool);
+      out.projector = std::make_shared<PixelShuffleProjector>(file->weight("mm.model.fc.weight"),
+                                                              static_cast<int>(scale), side, pool);
       return out;
     }
-    out.projector = std::make_shared<MlpProjector>(file->weight("mm.0.weight"), read_vector(*file, "mm.0.bias", false),
-                                                   file->find_tensor("mm.2.weight") ? file->weight("mm.2.weight") : WeightMatrix{},
-                                                   read_vector(*file, "mm.2.bias", false), pool);
+    out.projector =
+        std::make_shared<MlpProjector>(file->weight("mm.0.weight"), read_vector(*file, "mm.0.bias", false),
+                                       file->find_tensor("mm.2.weight") ? file->weight("mm.2.weight") : WeightMatrix{},
+                                       read_vector(*file, "mm.2.bias", false), pool);
     return out;
   } catch (const base::FormatError& e) {
     const std::string what = e.what();

@@ -20,8 +20,8 @@ MlpProjector::MlpProjector(WeightMatrix w0, std::vector<float> b0, WeightMatrix 
   }
   if (w2_.rows > 0) {
     if (w2_.cols != w0_.rows) {
-      throw base::FormatError("tensor 'mm.2.weight' takes " + std::to_string(w2_.cols) + " inputs but 'mm.0.weight' gives " +
-                              std::to_string(w0_.rows));
+      throw base::FormatError("tensor 'mm.2.weight' takes " + std::to_string(w2_.cols) +
+                              " inputs but 'mm.0.weight' gives " + std::to_string(w0_.rows));
     }
     if (!b2_.empty() && static_cast<int64_t>(b2_.size()) != w2_.rows) {
       throw base::FormatError("tensor 'mm.2.bias' has " + std::to_string(b2_.size()) + " elements, expected " +
@@ -56,8 +56,8 @@ PixelShuffleProjector::PixelShuffleProjector(WeightMatrix fc, int scale_factor, 
     : fc_(std::move(fc)), scale_(scale_factor), side_(patches_per_side), pool_(std::move(pool)) {
   if (!pool_) throw base::InvalidArgument("projector needs a thread pool");
   if (scale_ <= 0 || side_ <= 0 || side_ % scale_ != 0) {
-    throw base::FormatError("pixel shuffle by " + std::to_string(scale_) + " needs a patch grid side divisible by it, got " +
-                            std::to_string(side_));
+    throw base::FormatError("pixel shuffle by " + std::to_string(scale_) +
+                            " needs a patch grid side divisible by it, got " + std::to_string(side_));
   }
   if (fc_.rows <= 0 || fc_.cols % (int64_t{scale_} * scale_) != 0) {
     throw base::FormatError("tensor 'mm.model.fc.weight' takes " + std::to_string(fc_.cols) +
@@ -86,9 +86,9 @@ std::vector<float> pixel_shuffle(const std::vector<float>& features, int side, i
 std::vector<float> PixelShuffleProjector::project(const std::vector<float>& features, int64_t n) const {
   const int dim = input_dim();
   if (n != int64_t{side_} * side_ || features.size() != static_cast<std::size_t>(n * dim)) {
-    throw base::InvalidArgument("pixel-shuffle projector expects " + std::to_string(side_) + " x " + std::to_string(side_) +
-                                " rows of " + std::to_string(dim) + " features, got " + std::to_string(features.size()) +
-                                " values");
+    throw base::InvalidArgument("pixel-shuffle projector expects " + std::to_string(side_) + " x " +
+                                std::to_string(side_) + " rows of " + std::to_string(dim) + " features, got " +
+                                std::to_string(features.size()) + " values");
   }
   const std::vector<float> shuffled = pixel_shuffle(features, side_, dim, scale_);
   const int64_t rows = output_tokens(n);

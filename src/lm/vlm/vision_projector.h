@@ -48,7 +48,8 @@ class MlpProjector : public VisionProjector {
 // (mm.model.fc).
 class PixelShuffleProjector : public VisionProjector {
  public:
-  PixelShuffleProjector(WeightMatrix fc, int scale_factor, int patches_per_side, std::shared_ptr<base::ThreadPool> pool);
+  PixelShuffleProjector(WeightMatrix fc, int scale_factor, int patches_per_side,
+                        std::shared_ptr<base::ThreadPool> pool);
   std::string kind() const override { return "idefics3"; }
   int input_dim() const override { return static_cast<int>(fc_.cols) / (scale_ * scale_); }
   int output_dim() const override { return static_cast<int>(fc_.rows); }

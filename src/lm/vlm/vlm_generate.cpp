@@ -93,8 +93,7 @@ VlmPrompt build_vlm_prompt(const VisionLanguageModel& model, const Tokenizer& to
 }
 
 GenerationStats stream_generate(const VisionLanguageModel& model, const Tokenizer& tokenizer, const VlmPrompt& prompt,
-                                GenerateOptions options,
-                                const std::function<bool(const GenerationChunk&)>& on_token) {
+                                GenerateOptions options, const std::function<bool(const GenerationChunk&)>& on_token) {
   if (prompt.tokens.empty()) throw base::InvalidArgument("the image prompt is empty");
   if (prompt.image_row.size() != prompt.tokens.size()) {
     throw base::InvalidArgument("the image prompt's row map does not match its tokens");
@@ -109,7 +108,8 @@ GenerationStats stream_generate(const VisionLanguageModel& model, const Tokenize
     for (std::size_t t = begin; t < end; ++t) {
       const int64_t row = prompt.image_row[t];
       if (row < 0) continue;
-      std::copy_n(prompt.image_rows.begin() + row * dim, dim, out.begin() + static_cast<std::ptrdiff_t>((t - begin) * dim));
+      std::copy_n(prompt.image_rows.begin() + row * dim, dim,
+                  out.begin() + static_cast<std::ptrdiff_t>((t - begin) * dim));
     }
   };
   return lm::stream_generate(text, tokenizer, prompt.tokens, options, on_token);

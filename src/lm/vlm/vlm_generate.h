@@ -25,9 +25,9 @@ inline constexpr std::string_view kImageMarker = "<image>";
 inline constexpr int32_t kImagePlaceholderId = 0;
 
 struct VlmPrompt {
-  std::vector<int32_t> tokens;          // BOS, text pieces, kImagePlaceholderId at image rows
-  std::vector<int64_t> image_row;       // per token: row in image_rows, -1 for text
-  std::vector<float> image_rows;        // [image_tokens, dim]
+  std::vector<int32_t> tokens;     // BOS, text pieces, kImagePlaceholderId at image rows
+  std::vector<int64_t> image_row;  // per token: row in image_rows, -1 for text
+  std::vector<float> image_rows;   // [image_tokens, dim]
   int64_t image_tokens = 0;
   int images = 0;
 };
@@ -51,7 +51,6 @@ VlmPrompt build_vlm_prompt(const VisionLanguageModel& model, const Tokenizer& to
 // lm::stream_generate on model.language_model() with the prompt's image rows spliced in.
 // `options.prompt_embeddings` is set here (a caller's is replaced).
 GenerationStats stream_generate(const VisionLanguageModel& model, const Tokenizer& tokenizer, const VlmPrompt& prompt,
-                                GenerateOptions options,
-                                const std::function<bool(const GenerationChunk&)>& on_token);
+                                GenerateOptions options, const std::function<bool(const GenerationChunk&)>& on_token);
 
 }  // namespace lm

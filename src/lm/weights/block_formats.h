@@ -12,9 +12,9 @@ inline constexpr int kQK4_1 = 32;
 inline constexpr int kQK8_0 = 32;
 inline constexpr int kQK5_0 = 32;
 inline constexpr int kQK5_1 = 32;
-inline constexpr int kQK4_NL = 32;          // IQ4_NL block size
-inline constexpr int kQK_K = 256;          // super-block size of the k-quants
-inline constexpr int kKScaleBytes = 12;    // Q4_K: 8 six-bit scales + 8 six-bit mins
+inline constexpr int kQK4_NL = 32;       // IQ4_NL block size
+inline constexpr int kQK_K = 256;        // super-block size of the k-quants
+inline constexpr int kKScaleBytes = 12;  // Q4_K: 8 six-bit scales + 8 six-bit mins
 
 // Q4_0: x = d * (q - 8); low nibbles hold elements 0..15, high nibbles 16..31.
 struct BlockQ4_0 {
@@ -58,8 +58,7 @@ struct BlockIQ4_NL {
 static_assert(sizeof(BlockIQ4_NL) == 18);
 
 // The IQ4_NL / IQ4_XS codebook (ggml's kvalues_iq4nl), in code order.
-inline constexpr int8_t kIQ4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                          1,    13,   25,  38,  53,  69,  89,  113};
+inline constexpr int8_t kIQ4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 // Q8_0: x = d * q.
 struct BlockQ8_0 {

@@ -249,22 +249,38 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
                                 ggml_type_name(type) + " block size " + std::to_string(info.block_size));
   }
   switch (type) {
-    case GgmlType::F32: return dequantize_row_f32(static_cast<const float*>(src), dst, n);
-    case GgmlType::F16: return dequantize_row_f16(static_cast<const uint16_t*>(src), dst, n);
-    case GgmlType::BF16: return dequantize_row_bf16(static_cast<const uint16_t*>(src), dst, n);
-    case GgmlType::Q4_0: return dequantize_row_q4_0(src, dst, n);
-    case GgmlType::Q4_1: return dequantize_row_q4_1(src, dst, n);
-    case GgmlType::Q5_0: return dequantize_row_q5_0(src, dst, n);
-    case GgmlType::Q5_1: return dequantize_row_q5_1(src, dst, n);
-    case GgmlType::Q8_0: return dequantize_row_q8_0(src, dst, n);
-    case GgmlType::IQ4_NL: return dequantize_row_iq4_nl(src, dst, n);
-    case GgmlType::Q2_K: return dequantize_row_q2_k(src, dst, n);
-    case GgmlType::Q3_K: return dequantize_row_q3_k(src, dst, n);
-    case GgmlType::Q4_K: return dequantize_row_q4_k(src, dst, n);
-    case GgmlType::Q5_K: return dequantize_row_q5_k(src, dst, n);
-    case GgmlType::Q6_K: return dequantize_row_q6_k(src, dst, n);
-    case GgmlType::IQ4_XS: return dequantize_row_iq4_xs(src, dst, n);
-    default: break;
+    case GgmlType::F32:
+      return dequantize_row_f32(static_cast<const float*>(src), dst, n);
+    case GgmlType::F16:
+      return dequantize_row_f16(static_cast<const uint16_t*>(src), dst, n);
+    case GgmlType::BF16:
+      return dequantize_row_bf16(static_cast<const uint16_t*>(src), dst, n);
+    case GgmlType::Q4_0:
+      return dequantize_row_q4_0(src, dst, n);
+    case GgmlType::Q4_1:
+      return dequantize_row_q4_1(src, dst, n);
+    case GgmlType::Q5_0:
+      return dequantize_row_q5_0(src, dst, n);
+    case GgmlType::Q5_1:
+      return dequantize_row_q5_1(src, dst, n);
+    case GgmlType::Q8_0:
+      return dequantize_row_q8_0(src, dst, n);
+    case GgmlType::IQ4_NL:
+      return dequantize_row_iq4_nl(src, dst, n);
+    case GgmlType::Q2_K:
+      return dequantize_row_q2_k(src, dst, n);
+    case GgmlType::Q3_K:
+      return dequantize_row_q3_k(src, dst, n);
+    case GgmlType::Q4_K:
+      return dequantize_row_q4_k(src, dst, n);
+    case GgmlType::Q5_K:
+      return dequantize_row_q5_k(src, dst, n);
+    case GgmlType::Q6_K:
+      return dequantize_row_q6_k(src, dst, n);
+    case GgmlType::IQ4_XS:
+      return dequantize_row_iq4_xs(src, dst, n);
+    default:
+      break;
   }
   throw base::Unsupported("cannot dequantize tensor type " + ggml_type_name(type));
 }

@@ -7,9 +7,7 @@
 
 namespace lm {
 
-void WeightMatrix::dequantize_row_to(int64_t r, float* dst) const {
-  dequantize_row(type, row(r), dst, cols);
-}
+void WeightMatrix::dequantize_row_to(int64_t r, float* dst) const { dequantize_row(type, row(r), dst, cols); }
 
 WeightMatrix WeightMatrix::view(GgmlType type, int64_t rows, int64_t cols, const void* data,
                                 std::shared_ptr<const void> owner, const std::string& name) {

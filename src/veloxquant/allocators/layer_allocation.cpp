@@ -78,9 +78,8 @@ LayerAllocation allocate_layer_bits(const lm::Model& model, const SensitivityTab
   int64_t fixed = 0;
   for (std::size_t l = 0; l < n_attention; ++l) {
     const std::size_t raw = table.attention_layers[l];
-    const int64_t floor_bytes =
-        layer_nbytes(model, with_part_bits(base, table.parts, std::vector<int>(n_parts, cheapest), n_attention), raw,
-                     rows);
+    const int64_t floor_bytes = layer_nbytes(
+        model, with_part_bits(base, table.parts, std::vector<int>(n_parts, cheapest), n_attention), raw, rows);
     fixed += floor_bytes;
     for (std::size_t p = 0; p < n_parts; ++p) {
       AllocationItem item;
@@ -97,7 +96,8 @@ LayerAllocation allocate_layer_bits(const lm::Model& model, const SensitivityTab
   const auto budget = static_cast<int64_t>(std::floor(budget_bytes_per_token * static_cast<double>(rows)));
   if (budget < fixed) {
     throw base::InvalidArgument("bit allocation: the cheapest candidates (" + std::to_string(cheapest) +
-                                " bits) take " + std::to_string(static_cast<double>(fixed) / static_cast<double>(rows)) +
+                                " bits) take " +
+                                std::to_string(static_cast<double>(fixed) / static_cast<double>(rows)) +
                                 " bytes per token, above the budget of " + std::to_string(budget_bytes_per_token));
   }
   const Allocation solved = solve_bit_allocation(items, budget - fixed);

@@ -41,9 +41,10 @@ KVCacheConfig candidate_config(const KVCacheConfig& base, const std::vector<Laye
 
 }  // namespace
 
-double relative_distortion(const KVCacheConfig& config, const std::vector<LayerPart>& parts, std::size_t part,
-                           int bits, int reference_bits, int head_dim) {
-  KVCacheConfig probe = config_for_attention_layer(candidate_config(config, parts, part, 1, 0, bits, reference_bits), 0);
+double relative_distortion(const KVCacheConfig& config, const std::vector<LayerPart>& parts, std::size_t part, int bits,
+                           int reference_bits, int head_dim) {
+  KVCacheConfig probe =
+      config_for_attention_layer(candidate_config(config, parts, part, 1, 0, bits, reference_bits), 0);
   probe.head_dim = head_dim;
   const std::shared_ptr<lm::KVCache> cache = KVCacheBuilder(probe).build().serving();
   constexpr int64_t kRows = 1024;
@@ -164,10 +165,10 @@ SensitivityTable measure_layer_sensitivity(const lm::Model& model, std::span<con
     }
   }
   // The distortion model for the widths not run: the coding's own error ratio, per part.
-  const int head_dim = model.layers()[table.attention_layers[0]].head_dim > 0
-                           ? model.layers()[table.attention_layers[0]].head_dim
-                           : (model.config().head_dim > 0 ? model.config().head_dim
-                                                          : model.config().dim / model.config().n_heads);
+  const int head_dim =
+      model.layers()[table.attention_layers[0]].head_dim > 0
+          ? model.layers()[table.attention_layers[0]].head_dim
+          : (model.config().head_dim > 0 ? model.config().head_dim : model.config().dim / model.config().n_heads);
   table.distortion.assign(table.parts.size(), std::vector<double>(options.candidate_bits.size(), 0.0));
   for (std::size_t p = 0; p < table.parts.size(); ++p) {
     for (std::size_t b = 0; b < options.candidate_bits.size(); ++b) {

@@ -40,8 +40,8 @@ struct SensitivityOptions {
   // the same for every layer. One width per part costs layers x parts runs instead of
   // layers x parts x widths.
   std::vector<int> measured_bits;
-  int reference_bits = 8;           // the other part's bits while one part is measured
-  int methods_per_run = 16;         // candidates evaluated per pass over the windows (memory)
+  int reference_bits = 8;    // the other part's bits while one part is measured
+  int methods_per_run = 16;  // candidates evaluated per pass over the windows (memory)
   // Called after each group with (candidates done, candidates total).
   std::function<void(int64_t, int64_t)> on_progress;
 };
@@ -70,8 +70,8 @@ SensitivityTable measure_layer_sensitivity(const lm::Model& model, std::span<con
 // Relative squared error (sum of squared errors / sum of squares) of `part` of a `config` cache
 // (lists resolved for attention layer 0, head_dim given) at `bits`, the other parts at
 // `reference_bits`, over 1024 rows of standard Gaussian keys and values (one head).
-double relative_distortion(const KVCacheConfig& config, const std::vector<LayerPart>& parts, std::size_t part,
-                           int bits, int reference_bits, int head_dim);
+double relative_distortion(const KVCacheConfig& config, const std::vector<LayerPart>& parts, std::size_t part, int bits,
+                           int reference_bits, int head_dim);
 
 // The raw layer index of every attention layer for_model gives a cache (head_dim resolvable).
 std::vector<std::size_t> attention_layer_indices(const lm::Model& model);

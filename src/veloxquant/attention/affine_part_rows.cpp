@@ -112,14 +112,16 @@ void DecodeAffinePartRowsImpl(const uint8_t* first_row, int64_t row_stride, int6
           uint8_t buffer[8] = {};
           std::memcpy(buffer, packed + i, static_cast<std::size_t>(count - i));
           const auto c = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, buffer)));
-          hn::BlendedStore(hn::Add(hn::Mul(c, vs), vl), hn::FirstN(df, static_cast<std::size_t>(count - i)), df, dst + i);
+          hn::BlendedStore(hn::Add(hn::Mul(c, vs), vl), hn::FirstN(df, static_cast<std::size_t>(count - i)), df,
+                           dst + i);
         }
       }
     } else {  // 3, 5, 6, 7 bits: one code at a time
       for (int64_t j = 0; j < n_rows; ++j, header += row_stride, dst += out_stride) {
         float scale, lo;
         PartParams(header, &scale, &lo);
-        for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(detail::dense_code(header + 4, i, bits)) * scale + lo;
+        for (int64_t i = 0; i < count; ++i)
+          dst[i] = static_cast<float>(detail::dense_code(header + 4, i, bits)) * scale + lo;
       }
     }
   }

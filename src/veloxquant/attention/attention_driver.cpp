@@ -38,7 +38,8 @@ Geometry check_call(const AttentionCall& call, const RowSource* const* segments,
                                 std::to_string(n_segments));
   }
   if (!call.queries || !call.out) throw base::InvalidArgument("attention driver: queries and out are required");
-  if (call.batch < 1 || call.kv_heads < 1 || call.q_heads < 1 || call.n_queries < 1 || call.q_heads % call.kv_heads != 0) {
+  if (call.batch < 1 || call.kv_heads < 1 || call.q_heads < 1 || call.n_queries < 1 ||
+      call.q_heads % call.kv_heads != 0) {
     throw base::InvalidArgument("attention driver: batch " + std::to_string(call.batch) + ", query heads " +
                                 std::to_string(call.q_heads) + ", kv heads " + std::to_string(call.kv_heads) +
                                 ", queries " + std::to_string(call.n_queries) +
@@ -149,12 +150,14 @@ void attend_unit(const AttentionCall& call, const RowSource* const* segments, co
     if (from >= to) continue;
     // The unit's queries in this segment's form, side by side (row r = group head r / nq,
     // query i0 + r % nq).
-    const float* q = prepared + si * segment_stride + (u.b * call.q_heads + u.h * g.group) * call.n_queries * g.prepared_dim;
+    const float* q =
+        prepared + si * segment_stride + (u.b * call.q_heads + u.h * g.group) * call.n_queries * g.prepared_dim;
     if (!in_place) {
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t head = u.h * g.group + r / nq, i = u.i0 + r % nq;
-        std::copy_n(prepared + si * segment_stride + ((u.b * call.q_heads + head) * call.n_queries + i) * g.prepared_dim,
-                    g.prepared_dim, gathered + r * g.prepared_dim);
+        std::copy_n(
+            prepared + si * segment_stride + ((u.b * call.q_heads + head) * call.n_queries + i) * g.prepared_dim,
+            g.prepared_dim, gathered + r * g.prepared_dim);
       }
       q = gathered;
     }
@@ -187,7 +190,8 @@ void attend_unit(const AttentionCall& call, const RowSource* const* segments, co
         if (log.base[si] != nullptr) {
           const int64_t k = r / nq, i = u.i0 + r % nq;
           std::copy_n(sr, nk,
-                      log.base[si] + (((u.b * call.kv_heads + u.h) * g.group + k) * call.n_queries + i) * log.row_stride[si] + j0);
+                      log.base[si] +
+                          (((u.b * call.kv_heads + u.h) * g.group + k) * call.n_queries + i) * log.row_stride[si] + j0);
         }
         if (tile_max == kNegInf) {
           std::fill(sr, sr + nk, 0.0f);  // weight 0 for a row of this tile no query of r sees
@@ -330,7 +334,8 @@ void attend(const AttentionCall& call, const RowSource* const* segments, int n_s
   }
   const int64_t blocks = (nq_total + kQueryBlock - 1) / kQueryBlock;
   // Split the rows only when there are too few query blocks to keep threads busy.
-  const int64_t splits = blocks > 1 ? 1 : std::clamp<int64_t>((max_rows + kRowsPerSplit - 1) / kRowsPerSplit, 1, kMaxSplits);
+  const int64_t splits =
+      blocks > 1 ? 1 : std::clamp<int64_t>((max_rows + kRowsPerSplit - 1) / kRowsPerSplit, 1, kMaxSplits);
   // Whole tiles per split: every tile then starts on a multiple of kTileRows, so a source's
   // row groups (KIVI's key groups of 32 rows, a fold of the query each) are never cut in two.
   const int64_t rows_per_split =
@@ -374,8 +379,8 @@ void attend(const AttentionCall& call, const RowSource* const* segments, int n_s
     for (int si = 0; si < n_segments; ++si) {
       if (!call.row_weights[static_cast<std::size_t>(si)]) continue;
       for (int64_t bh = 0; bh < heads; ++bh) {
-        seg_rows[static_cast<std::size_t>(si)] =
-            std::max(seg_rows[static_cast<std::size_t>(si)], segments[si]->rows(bh / call.kv_heads, bh % call.kv_heads));
+        seg_rows[static_cast<std::size_t>(si)] = std::max(seg_rows[static_cast<std::size_t>(si)],
+                                                          segments[si]->rows(bh / call.kv_heads, bh % call.kv_heads));
       }
       total += n_query_rows * seg_rows[static_cast<std::size_t>(si)];
     }
@@ -414,9 +419,10 @@ void attend(const AttentionCall& call, const RowSource* const* segments, int n_s
       const Unit u = unit_at(index);
       const int64_t rows = g.group * (u.i1 - u.i0);
       if (splits > 1) {
-        attend_unit(call, segments, g, prepared, u,
-                    {part_m + index * unit_rows, part_l + index * unit_rows, part_acc + index * unit_rows * g.value_dim},
-                    log, scratch);
+        attend_unit(
+            call, segments, g, prepared, u,
+            {part_m + index * unit_rows, part_l + index * unit_rows, part_acc + index * unit_rows * g.value_dim}, log,
+            scratch);
         continue;
       }
       UnitState st{grown(scratch.m, static_cast<std::size_t>(rows)), grown(scratch.l, static_cast<std::size_t>(rows)),
@@ -528,7 +534,8 @@ void attend_reference(const AttentionCall& call, const RowSource* const* segment
           weight[0] = static_cast<float>(scores[k] / total);
           std::fill(value_acc.begin(), value_acc.end(), 0.0f);
           segments[s]->accumulate_tile(b, h, j, j + 1, weight.data(), 1, 1, value_acc.data(), tile);
-          for (int64_t e = 0; e < g.value_dim; ++e) acc[static_cast<std::size_t>(e)] += value_acc[static_cast<std::size_t>(e)];
+          for (int64_t e = 0; e < g.value_dim; ++e)
+            acc[static_cast<std::size_t>(e)] += value_acc[static_cast<std::size_t>(e)];
           if (float* rw = call.row_weights[static_cast<std::size_t>(s)]) {
             rw[(b * call.kv_heads + h) * call.row_weight_stride[static_cast<std::size_t>(s)] + j] +=
                 weight[0] / static_cast<float>(g.group);
@@ -541,8 +548,6 @@ void attend_reference(const AttentionCall& call, const RowSource* const* segment
   }
 }
 
-void RowSource::prepare_query(const float* query, float* prepared) const {
-  std::copy_n(query, key_dim(), prepared);
-}
+void RowSource::prepare_query(const float* query, float* prepared) const { std::copy_n(query, key_dim(), prepared); }
 
 }  // namespace veloxquant::attention

@@ -43,9 +43,9 @@ struct AttentionCall {
   // Queries: f32, RoPE applied, contiguous [batch, q_heads, n_queries, key_dim].
   const float* queries = nullptr;
   int64_t batch = 0, q_heads = 0, kv_heads = 0, n_queries = 0;
-  int64_t first_position = 0;            // position of query 0
-  std::optional<int64_t> window;          // sliding window of the layer
-  float scale = 1.0f;                     // usually 1/sqrt(key_dim)
+  int64_t first_position = 0;     // position of query 0
+  std::optional<int64_t> window;  // sliding window of the layer
+  float scale = 1.0f;             // usually 1/sqrt(key_dim)
   // Output: f32, contiguous [batch, q_heads, n_queries, value_dim].
   float* out = nullptr;
   // Optional: row_weights[s] -> f32 [batch, kv_heads, rows_s] (rows_s = segment s's row count

@@ -23,13 +23,14 @@ HWY_INLINE void DecodeRow(const uint8_t* row, const BitFieldLayout& layout, cons
   const auto* words = reinterpret_cast<const int32_t*>(row);
   for (int64_t i = 0; i < whole; i += lanes) {
     const auto w = hn::GatherOffset(di, words, hn::LoadU(di, layout.first_byte.data() + i));
-    const auto code = hn::And(hn::Shr(w, hn::LoadU(di, layout.shift.data() + i)), hn::LoadU(di, layout.mask.data() + i));
+    const auto code =
+        hn::And(hn::Shr(w, hn::LoadU(di, layout.shift.data() + i)), hn::LoadU(di, layout.mask.data() + i));
     hn::StoreU(hn::MulAdd(hn::ConvertTo(df, code), hn::LoadU(df, step + i), hn::LoadU(df, lo + i)), df, out + i);
   }
   for (int64_t i = whole; i < n; ++i) {
     const auto at = static_cast<std::size_t>(i);
-    const uint32_t word = static_cast<uint32_t>(row[layout.first_byte[at]]) |
-                          static_cast<uint32_t>(row[layout.first_byte[at] + 1]) << 8;
+    const uint32_t word =
+        static_cast<uint32_t>(row[layout.first_byte[at]]) | static_cast<uint32_t>(row[layout.first_byte[at] + 1]) << 8;
     const uint32_t code = (word >> layout.shift[at]) & static_cast<uint32_t>(layout.mask[at]);
     out[i] = std::fma(static_cast<float>(code), step[i], lo[i]);
   }

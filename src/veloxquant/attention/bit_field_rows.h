@@ -17,7 +17,7 @@ namespace veloxquant::attention::kernels {
 
 struct BitFieldLayout {
   std::vector<int32_t> first_byte, shift, mask;  // per field
-  int64_t row_bytes = 0;                          // ceil(sum of widths / 8)
+  int64_t row_bytes = 0;                         // ceil(sum of widths / 8)
 
   // widths: n fields, each 0..8 bits (a 0-bit field decodes to lo_i + step_i * 0).
   static BitFieldLayout from_widths(const int32_t* widths, int64_t n);

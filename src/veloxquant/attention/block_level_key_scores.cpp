@@ -54,7 +54,8 @@ void score_units(const BlockLevelKeys& k, const BlockLevels16& levels, const int
   const hn::Half<decltype(df)> df4;
   const hn::Rebind<hwy::float16_t, decltype(df)> dh;
   using VF = hn::Vec<decltype(df)>;
-  using Table = std::conditional_t<B == 8, EvenByteLevels<decltype(du16)>, DenseCodeLookup<std::min(B, 6), decltype(du16)>>;
+  using Table =
+      std::conditional_t<B == 8, EvenByteLevels<decltype(du16)>, DenseCodeLookup<std::min(B, 6), decltype(du16)>>;
   using Codes = std::conditional_t<B == 8, ByteCodes<decltype(du16)>, DenseCodes<std::min(B, 6), decltype(du16)>>;
   using Lookup = std::conditional_t<kUniform, Codes, Table>;
   constexpr int64_t kPassBytes = Lookup::kPassBytes;
@@ -181,7 +182,8 @@ bool score_uniform_queries(const BlockLevelKeys& k, const BlockLevels16& levels,
   thread_local std::vector<int16_t> q2;
   thread_local std::vector<int32_t> offsets;
   if (q2.size() < static_cast<std::size_t>(n_q * dim)) q2.resize(static_cast<std::size_t>(n_q * dim));
-  if (offsets.size() < static_cast<std::size_t>(n_q * blocks * 8)) offsets.resize(static_cast<std::size_t>(n_q * blocks * 8));
+  if (offsets.size() < static_cast<std::size_t>(n_q * blocks * 8))
+    offsets.resize(static_cast<std::size_t>(n_q * blocks * 8));
   // One pass over the queries: the largest magnitude, 2 q, and per block the lane sums
   // q[16p + 2l] + q[16p + 2l + 1] (a pairwise multiply-add with ones) times -m.
   const auto ones = hn::Set(d16, int16_t{1});
@@ -217,19 +219,18 @@ bool score_uniform_queries(const BlockLevelKeys& k, const BlockLevels16& levels,
   return true;
 }
 
-
 template <int B>
 void score_level_queries(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16, const float* q_step,
-                   const float* bias, int64_t n_q, float* scores, int64_t ld) {
+                         const float* bias, int64_t n_q, float* scores, int64_t ld) {
   // Three queries per pass over the rows (a GQA group of SmolLM2 and Llama-3), then one by one.
   int64_t r = 0;
   for (; r + 3 <= n_q; r += 3) {
-    score_shapes<B, 3>(k, levels, q16 + r * k.dim, q_step + r, bias != nullptr ? bias + r : nullptr,
-                       scores + r * ld, ld);
+    score_shapes<B, 3>(k, levels, q16 + r * k.dim, q_step + r, bias != nullptr ? bias + r : nullptr, scores + r * ld,
+                       ld);
   }
   for (; r < n_q; ++r) {
-    score_shapes<B, 1>(k, levels, q16 + r * k.dim, q_step + r, bias != nullptr ? bias + r : nullptr,
-                       scores + r * ld, ld);
+    score_shapes<B, 1>(k, levels, q16 + r * k.dim, q_step + r, bias != nullptr ? bias + r : nullptr, scores + r * ld,
+                       ld);
   }
 }
 
@@ -377,46 +378,70 @@ void ScorePermutedLevelsImpl(const BlockLevelKeys& k, const float* levels, const
   if (k.n_rows <= 0 || n_q <= 0) return;
   if constexpr (hn::MaxLanes(hn::CappedTag<float, 8>()) == 8) {
     switch (k.bits) {
-      case 1: return score_permuted_queries<1>(k, levels, q, q_stride, bias, n_q, scores, ld);
-      case 2: return score_permuted_queries<2>(k, levels, q, q_stride, bias, n_q, scores, ld);
-      case 3: return score_permuted_queries<3>(k, levels, q, q_stride, bias, n_q, scores, ld);
-      default: break;
+      case 1:
+        return score_permuted_queries<1>(k, levels, q, q_stride, bias, n_q, scores, ld);
+      case 2:
+        return score_permuted_queries<2>(k, levels, q, q_stride, bias, n_q, scores, ld);
+      case 3:
+        return score_permuted_queries<3>(k, levels, q, q_stride, bias, n_q, scores, ld);
+      default:
+        break;
     }
   }
   scalar::score_permuted_level_rows(k, levels, q, q_stride, bias, n_q, scores, ld);
 }
 
-void ScoreBlockLevelsImpl(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16,
-                          const float* q_step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
+void ScoreBlockLevelsImpl(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16, const float* q_step,
+                          const float* bias, int64_t n_q, float* scores, int64_t ld) {
   if (k.n_rows <= 0 || n_q <= 0) return;
   // Other targets (KeyScoresSupportedImpl false: callers decode instead) keep the scalar loop.
   if constexpr (HWY_ARCH_X86 && hn::MaxLanes(hn::CappedTag<int32_t, 8>()) == 8) {
     if (levels.even && k.dim % 16 == 0 && k.block % 16 == 0) {
       bool done = false;
       switch (k.bits) {
-        case 1: done = score_uniform_queries<1>(k, levels, q16, q_step, bias, n_q, scores, ld); break;
-        case 2: done = score_uniform_queries<2>(k, levels, q16, q_step, bias, n_q, scores, ld); break;
-        case 3: done = score_uniform_queries<3>(k, levels, q16, q_step, bias, n_q, scores, ld); break;
-        case 4: done = score_uniform_queries<4>(k, levels, q16, q_step, bias, n_q, scores, ld); break;
-        case 5: done = score_uniform_queries<5>(k, levels, q16, q_step, bias, n_q, scores, ld); break;
-        case 6: done = score_uniform_queries<6>(k, levels, q16, q_step, bias, n_q, scores, ld); break;
+        case 1:
+          done = score_uniform_queries<1>(k, levels, q16, q_step, bias, n_q, scores, ld);
+          break;
+        case 2:
+          done = score_uniform_queries<2>(k, levels, q16, q_step, bias, n_q, scores, ld);
+          break;
+        case 3:
+          done = score_uniform_queries<3>(k, levels, q16, q_step, bias, n_q, scores, ld);
+          break;
+        case 4:
+          done = score_uniform_queries<4>(k, levels, q16, q_step, bias, n_q, scores, ld);
+          break;
+        case 5:
+          done = score_uniform_queries<5>(k, levels, q16, q_step, bias, n_q, scores, ld);
+          break;
+        case 6:
+          done = score_uniform_queries<6>(k, levels, q16, q_step, bias, n_q, scores, ld);
+          break;
         // 8 bits keep EvenByteLevels: measured no cheaper per row (the setup per tile ate the
         // two instructions saved per 16 codes).
-        default: break;
+        default:
+          break;
       }
       if (done) return;
     }
     switch (k.bits) {
-      case 1: return score_level_queries<1>(k, levels, q16, q_step, bias, n_q, scores, ld);
-      case 2: return score_level_queries<2>(k, levels, q16, q_step, bias, n_q, scores, ld);
-      case 3: return score_level_queries<3>(k, levels, q16, q_step, bias, n_q, scores, ld);
-      case 4: return score_level_queries<4>(k, levels, q16, q_step, bias, n_q, scores, ld);
-      case 5: return score_level_queries<5>(k, levels, q16, q_step, bias, n_q, scores, ld);
-      case 6: return score_level_queries<6>(k, levels, q16, q_step, bias, n_q, scores, ld);
+      case 1:
+        return score_level_queries<1>(k, levels, q16, q_step, bias, n_q, scores, ld);
+      case 2:
+        return score_level_queries<2>(k, levels, q16, q_step, bias, n_q, scores, ld);
+      case 3:
+        return score_level_queries<3>(k, levels, q16, q_step, bias, n_q, scores, ld);
+      case 4:
+        return score_level_queries<4>(k, levels, q16, q_step, bias, n_q, scores, ld);
+      case 5:
+        return score_level_queries<5>(k, levels, q16, q_step, bias, n_q, scores, ld);
+      case 6:
+        return score_level_queries<6>(k, levels, q16, q_step, bias, n_q, scores, ld);
       case 8:
         if (levels.even) return score_level_queries<8>(k, levels, q16, q_step, bias, n_q, scores, ld);
         break;
-      default: break;
+      default:
+        break;
     }
   }
   scalar::score_block_level_rows(k, levels, q16, q_step, bias, n_q, scores, ld);
@@ -427,8 +452,8 @@ void ScorePermutedLevelsImpl(const BlockLevelKeys& k, const float* levels, const
                              const float* bias, int64_t n_q, float* scores, int64_t ld) {
   scalar::score_permuted_level_rows(k, levels, q, q_stride, bias, n_q, scores, ld);
 }
-void ScoreBlockLevelsImpl(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16,
-                          const float* q_step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
+void ScoreBlockLevelsImpl(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16, const float* q_step,
+                          const float* bias, int64_t n_q, float* scores, int64_t ld) {
   scalar::score_block_level_rows(k, levels, q16, q_step, bias, n_q, scores, ld);
 }
 #endif
@@ -481,8 +506,8 @@ BlockLevels16 block_levels16(const float* levels, int bits, int32_t limit) {
 
 bool can_score_block_level_rows(int bits, int64_t dim, int64_t block) {
   static const bool supported = HWY_DYNAMIC_DISPATCH(KeyScoresSupportedImpl)();
-  return supported && ((bits >= 1 && bits <= 6) || bits == 8) && block > 0 && block % 16 == 0 && dim > 0 && dim % block == 0 &&
-         (dim * bits + 7) / 8 <= kMaxCodeRowBytes;
+  return supported && ((bits >= 1 && bits <= 6) || bits == 8) && block > 0 && block % 16 == 0 && dim > 0 &&
+         dim % block == 0 && (dim * bits + 7) / 8 <= kMaxCodeRowBytes;
 }
 
 void quantize_query_i16(const float* q, int64_t d, int32_t limit, int16_t* q16, float* step) {

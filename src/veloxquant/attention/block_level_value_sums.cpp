@@ -342,12 +342,16 @@ void accumulate_uniform_chunks(const BlockLevelValues& v, const float* ws2, cons
       lo = hn::ConvertTo(df, hn::BitCast(di32, hn::And(bytes, hn::Set(du32, 15u))));
       hi = hn::ConvertTo(df, hn::BitCast(di32, hn::ShiftRight<4>(bytes)));
     } else if constexpr (B == 8) {
-      lo = hn::ConvertTo(df, hn::BitCast(di32, hn::PromoteTo(hn::RebindToUnsigned<decltype(di32)>(), hn::LoadU(du8, pass))));
-      hi = hn::ConvertTo(df, hn::BitCast(di32, hn::PromoteTo(hn::RebindToUnsigned<decltype(di32)>(), hn::LoadU(du8, pass + 8))));
+      lo = hn::ConvertTo(
+          df, hn::BitCast(di32, hn::PromoteTo(hn::RebindToUnsigned<decltype(di32)>(), hn::LoadU(du8, pass))));
+      hi = hn::ConvertTo(
+          df, hn::BitCast(di32, hn::PromoteTo(hn::RebindToUnsigned<decltype(di32)>(), hn::LoadU(du8, pass + 8))));
     } else {
       const auto c = codes_of(pass);
-      lo = hn::ConvertTo(df, hn::BitCast(di32, hn::PromoteTo(hn::RebindToUnsigned<decltype(di32)>(), hn::LowerHalf(du16h, c))));
-      hi = hn::ConvertTo(df, hn::BitCast(di32, hn::PromoteTo(hn::RebindToUnsigned<decltype(di32)>(), hn::UpperHalf(du16h, c))));
+      lo = hn::ConvertTo(
+          df, hn::BitCast(di32, hn::PromoteTo(hn::RebindToUnsigned<decltype(di32)>(), hn::LowerHalf(du16h, c))));
+      hi = hn::ConvertTo(
+          df, hn::BitCast(di32, hn::PromoteTo(hn::RebindToUnsigned<decltype(di32)>(), hn::UpperHalf(du16h, c))));
     }
   };
   const float constant = -0.5f * static_cast<float>((1 << B) - 1);
@@ -392,7 +396,8 @@ void accumulate_uniform_chunks(const BlockLevelValues& v, const float* ws2, cons
       for (int q = 0; q < 4; ++q) a[r][q] = hn::MulAdd(c, total, a[r][q]);
       if constexpr (kNibbles) {
         for (int q = 0; q < 4; q += 2) {
-          const VF low = hn::InterleaveLower(df, a[r][q], a[r][q + 1]), high = hn::InterleaveUpper(df, a[r][q], a[r][q + 1]);
+          const VF low = hn::InterleaveLower(df, a[r][q], a[r][q + 1]),
+                   high = hn::InterleaveUpper(df, a[r][q], a[r][q + 1]);
           a[r][q] = hn::ConcatLowerLower(df, high, low);
           a[r][q + 1] = hn::ConcatUpperUpper(df, high, low);
         }
@@ -420,10 +425,12 @@ void accumulate_uniform(const BlockLevelValues& v, const float* weights, int64_t
   uniform_weighted_scales(v, weights, ld, n_q, ws2, sums2);
   int64_t r = 0;
   for (; r + 3 <= n_q; r += 3) {
-    accumulate_uniform_chunks<B, 3>(v, ws2 + r * blocks * v.n_rows, sums2 + r * blocks, acc + r * acc_stride, acc_stride);
+    accumulate_uniform_chunks<B, 3>(v, ws2 + r * blocks * v.n_rows, sums2 + r * blocks, acc + r * acc_stride,
+                                    acc_stride);
   }
   for (; r < n_q; ++r) {
-    accumulate_uniform_chunks<B, 1>(v, ws2 + r * blocks * v.n_rows, sums2 + r * blocks, acc + r * acc_stride, acc_stride);
+    accumulate_uniform_chunks<B, 1>(v, ws2 + r * blocks * v.n_rows, sums2 + r * blocks, acc + r * acc_stride,
+                                    acc_stride);
   }
 }
 
@@ -463,36 +470,54 @@ void accumulate_rows(const BlockLevelValues& v, const float* weights, int64_t ld
   if constexpr (hn::MaxLanes(hn::CappedTag<float, 8>()) == 8) {
     if (v.even_levels && v.bits <= 6) {
       switch (v.bits) {
-        case 1: return accumulate_uniform<1>(v, weights, ld, n_q, acc, acc_stride);
-        case 2: return accumulate_uniform<2>(v, weights, ld, n_q, acc, acc_stride);
-        case 3: return accumulate_uniform<3>(v, weights, ld, n_q, acc, acc_stride);
-        case 4: return accumulate_uniform<4>(v, weights, ld, n_q, acc, acc_stride);
-        case 5: return accumulate_uniform<5>(v, weights, ld, n_q, acc, acc_stride);
-        case 6: return accumulate_uniform<6>(v, weights, ld, n_q, acc, acc_stride);
+        case 1:
+          return accumulate_uniform<1>(v, weights, ld, n_q, acc, acc_stride);
+        case 2:
+          return accumulate_uniform<2>(v, weights, ld, n_q, acc, acc_stride);
+        case 3:
+          return accumulate_uniform<3>(v, weights, ld, n_q, acc, acc_stride);
+        case 4:
+          return accumulate_uniform<4>(v, weights, ld, n_q, acc, acc_stride);
+        case 5:
+          return accumulate_uniform<5>(v, weights, ld, n_q, acc, acc_stride);
+        case 6:
+          return accumulate_uniform<6>(v, weights, ld, n_q, acc, acc_stride);
         // 8 bits keep accumulate_even_bytes (q8 measured 379 instructions per row at ctx 1024
         // through the uniform loop against 329 through it).
-        default: break;
+        default:
+          break;
       }
     }
     if (!v.even_levels && v.dim % 32 == 0) {
       switch (v.bits) {
-        case 1: return accumulate_permuted<1>(v, weights, ld, n_q, acc, acc_stride);
-        case 2: return accumulate_permuted<2>(v, weights, ld, n_q, acc, acc_stride);
-        case 3: return accumulate_permuted<3>(v, weights, ld, n_q, acc, acc_stride);
-        default: break;
+        case 1:
+          return accumulate_permuted<1>(v, weights, ld, n_q, acc, acc_stride);
+        case 2:
+          return accumulate_permuted<2>(v, weights, ld, n_q, acc, acc_stride);
+        case 3:
+          return accumulate_permuted<3>(v, weights, ld, n_q, acc, acc_stride);
+        default:
+          break;
       }
     }
     switch (v.bits) {
-      case 1: return accumulate_bits<1>(v, weights, ld, n_q, acc, acc_stride);
-      case 2: return accumulate_bits<2>(v, weights, ld, n_q, acc, acc_stride);
-      case 3: return accumulate_bits<3>(v, weights, ld, n_q, acc, acc_stride);
-      case 4: return accumulate_bits<4>(v, weights, ld, n_q, acc, acc_stride);
-      case 5: return accumulate_bits<5>(v, weights, ld, n_q, acc, acc_stride);
-      case 6: return accumulate_bits<6>(v, weights, ld, n_q, acc, acc_stride);
+      case 1:
+        return accumulate_bits<1>(v, weights, ld, n_q, acc, acc_stride);
+      case 2:
+        return accumulate_bits<2>(v, weights, ld, n_q, acc, acc_stride);
+      case 3:
+        return accumulate_bits<3>(v, weights, ld, n_q, acc, acc_stride);
+      case 4:
+        return accumulate_bits<4>(v, weights, ld, n_q, acc, acc_stride);
+      case 5:
+        return accumulate_bits<5>(v, weights, ld, n_q, acc, acc_stride);
+      case 6:
+        return accumulate_bits<6>(v, weights, ld, n_q, acc, acc_stride);
       case 8:
         if (v.even_levels) return accumulate_even_byte_queries(v, weights, ld, n_q, acc, acc_stride);
         break;
-      default: break;
+      default:
+        break;
     }
   }
   scalar::accumulate_block_level_rows(v, weights, ld, n_q, acc, acc_stride);
@@ -551,8 +576,8 @@ HWY_EXPORT(AccumulateBlockLevelsImpl);
 
 bool can_accumulate_block_level_rows(int bits, int64_t dim, int64_t block) {
   static const bool supported = HWY_DYNAMIC_DISPATCH(ValueSumsSupportedImpl)();
-  return supported && ((bits >= 1 && bits <= 6) || bits == 8) && block > 0 && block % 32 == 0 && dim > 0 && dim % block == 0 &&
-         (dim * bits + 7) / 8 <= kMaxCodeRowBytes;
+  return supported && ((bits >= 1 && bits <= 6) || bits == 8) && block > 0 && block % 32 == 0 && dim > 0 &&
+         dim % block == 0 && (dim * bits + 7) / 8 <= kMaxCodeRowBytes;
 }
 
 void accumulate_block_level_rows(const BlockLevelValues& values, const float* weights, int64_t ld, int64_t n_q,
@@ -632,8 +657,8 @@ void accumulate_table_rows(const BlockLevelValues& v, const float* weights, int6
 }
 }  // namespace
 
-void accumulate_block_level_rows(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q,
-                                 float* acc, int64_t acc_stride) {
+void accumulate_block_level_rows(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                                 int64_t acc_stride) {
   if (v.even_levels && v.bits <= 6) {
     accumulate_uniform_rows(v, weights, ld, n_q, acc, acc_stride);
   } else {

@@ -27,9 +27,9 @@
 namespace veloxquant::attention::kernels {
 
 struct BlockLevelValues {
-  const uint8_t* codes = nullptr;     // row j's codes at codes + j * code_stride (dense, LSB first)
+  const uint8_t* codes = nullptr;  // row j's codes at codes + j * code_stride (dense, LSB first)
   int64_t code_stride = 0;
-  const uint16_t* scales = nullptr;   // row j's dim / block f16 scales at scales + j * (dim / block)
+  const uint16_t* scales = nullptr;  // row j's dim / block f16 scales at scales + j * (dim / block)
   int64_t n_rows = 0;
   int64_t dim = 0;
   int bits = 0;

@@ -30,7 +30,8 @@ CodeOrder::CodeOrder(int bits, int64_t n, int64_t group)
 void CodeOrder::unpack_rows(const uint32_t* first_row, int64_t row_stride_words, int64_t n_rows, float* out) const {
   if (planar_) {
     const int64_t plane = n_ * bits_ / 8;
-    kernels::unpack_planes(reinterpret_cast<const uint8_t*>(first_row), row_stride_words * 4, n_rows, plane, bits_, out);
+    kernels::unpack_planes(reinterpret_cast<const uint8_t*>(first_row), row_stride_words * 4, n_rows, plane, bits_,
+                           out);
     return;
   }
   thread_local std::vector<uint8_t> codes;

@@ -23,7 +23,9 @@ class CodeOrder {
   CodeOrder(int bits, int64_t n, int64_t group = 0);
   const std::vector<Run>& runs() const { return runs_; }
   // Whether (bits, n) rows read by planes.
-  static bool is_planar(int bits, int64_t n) { return (bits == 1 || bits == 2 || bits == 4 || bits == 8) && (n * bits) % 32 == 0; }
+  static bool is_planar(int bits, int64_t n) {
+    return (bits == 1 || bits == 2 || bits == 4 || bits == 8) && (n * bits) % 32 == 0;
+  }
   int bits() const { return bits_; }
   int64_t size() const { return n_; }
   bool planar() const { return planar_; }

@@ -54,7 +54,8 @@ HWY_INLINE void codebook_row_sums(D32 d32, const uint8_t* s1, const uint8_t* s2,
 #pragma GCC unroll 4
     for (int64_t c = 0; c < chunks; ++c) {
       // i1 * 4 + i2 (one stage: i1 * 4): the table is indexed alike either way.
-      auto index = hn::ShiftLeft<2>(hn::And(hn::Shr(hn::BitCast(du32, hn::LoadDup128(d8, s1 + c * 16)), shift), fields));
+      auto index =
+          hn::ShiftLeft<2>(hn::And(hn::Shr(hn::BitCast(du32, hn::LoadDup128(d8, s1 + c * 16)), shift), fields));
       if constexpr (kTwoStages) {
         index = hn::Or(index, hn::And(hn::Shr(hn::BitCast(du32, hn::LoadDup128(d8, s2 + c * 16)), shift), fields));
       }
@@ -88,9 +89,9 @@ void codebook_block(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, in
   const auto table_lo = hn::LoadDup128(d8, lo), table_hi = hn::LoadDup128(d8, hi);
   float step[NQ];
   for (int r = 0; r < NQ; ++r) step[r] = q_step[r] * levels.step;
-  const auto sums = [&](int64_t j, hn::Vec<decltype(d32)>* s) HWY_ATTR __attribute__((always_inline)) {
+  const auto sums = [&](int64_t j, hn::Vec<decltype(d32)> * s) HWY_ATTR __attribute__((always_inline)) {
     codebook_row_sums<NQ, kTwoStages, kChunks>(d32, s1 + j * row_stride, s2 + (kTwoStages ? j * row_stride : 0), d, q16,
-                                      table_lo, table_hi, s);
+                                               table_lo, table_hi, s);
   };
   score_rows_in_fours<NQ>(d32, n_rows, sums, step, nullptr, scores, ld);
 }
@@ -116,9 +117,15 @@ void codebook_stages(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, i
                      float* scores, int64_t ld) {
   // Head sizes 64 and 128 unrolled; others loop.
   switch (d / 64) {
-    case 1: codebook_queries<kTwoStages, 1>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld); break;
-    case 2: codebook_queries<kTwoStages, 2>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld); break;
-    default: codebook_queries<kTwoStages, 0>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld); break;
+    case 1:
+      codebook_queries<kTwoStages, 1>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+      break;
+    case 2:
+      codebook_queries<kTwoStages, 2>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+      break;
+    default:
+      codebook_queries<kTwoStages, 0>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+      break;
   }
 }
 

@@ -104,8 +104,8 @@ class DenseCodeLookup {
     for (int bit = 4, n = kTables; n > 1; ++bit, n /= 2) {
       const auto sign = hn::BitCast(di8, hn::ShiftLeftSame(index, 7 - bit));
       for (int t = 0; t < n / 2; ++t) {
-        level[t] = hn::BitCast(du8, hn::IfNegativeThenElse(sign, hn::BitCast(di8, level[2 * t + 1]),
-                                                           hn::BitCast(di8, level[2 * t])));
+        level[t] = hn::BitCast(
+            du8, hn::IfNegativeThenElse(sign, hn::BitCast(di8, level[2 * t + 1]), hn::BitCast(di8, level[2 * t])));
       }
     }
     return level[0];

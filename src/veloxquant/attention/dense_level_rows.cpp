@@ -41,7 +41,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 template <int B, class DF>
 void decode_rows_bits(DF df, const DenseLevelRows& r, float* out) {
   const hn::RebindToUnsigned<DF> du32;
-  const hn::Rebind<uint16_t, DF> du16;             // 8 x u16 (128 bits)
+  const hn::Rebind<uint16_t, DF> du16;                 // 8 x u16 (128 bits)
   const hn::Repartition<uint8_t, decltype(du16)> du8;  // 16 x u8
   const hn::Repartition<uint64_t, decltype(du16)> du64;
   const hn::RebindToSigned<DF> di;
@@ -82,7 +82,8 @@ void decode_rows_bits(DF df, const DenseLevelRows& r, float* out) {
       const bool row_in_bounds = j * code_stride + row_code_bytes - B + 8 <= readable;
       const uint8_t* group = row;  // the next 8 codes
       for (int64_t b0 = 0, blk = 0; b0 < dim; b0 += block, ++blk) {
-        const float s = hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(scales + blk))));
+        const float s =
+            hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(scales + blk))));
         const auto scale = hn::Set(df, s);
         const int64_t b1 = b0 + block < dim ? b0 + block : dim;
         for (int64_t i = b0; i < b1; i += 8, group += B) {
@@ -242,13 +243,20 @@ void DecodeDenseLevelRowsImpl(const DenseLevelRows& r, float* out) {
         (r.dim * r.bits + 7) / 8 <= kMaxCodeRowBytes &&
         (levels_f16 != nullptr || (levels_f16 = checked_f16, levels_are_f16(r.levels, r.bits, checked_f16)))) {
       switch (r.bits) {
-        case 1: return decode_rows_f16_table<1>(df, r, levels_f16, out);
-        case 2: return decode_rows_f16_table<2>(df, r, levels_f16, out);
-        case 3: return decode_rows_f16_table<3>(df, r, levels_f16, out);
-        case 4: return decode_rows_f16_table<4>(df, r, levels_f16, out);
-        case 5: return decode_rows_f16_table<5>(df, r, levels_f16, out);
-        case 6: return decode_rows_f16_table<6>(df, r, levels_f16, out);
-        default: break;
+        case 1:
+          return decode_rows_f16_table<1>(df, r, levels_f16, out);
+        case 2:
+          return decode_rows_f16_table<2>(df, r, levels_f16, out);
+        case 3:
+          return decode_rows_f16_table<3>(df, r, levels_f16, out);
+        case 4:
+          return decode_rows_f16_table<4>(df, r, levels_f16, out);
+        case 5:
+          return decode_rows_f16_table<5>(df, r, levels_f16, out);
+        case 6:
+          return decode_rows_f16_table<6>(df, r, levels_f16, out);
+        default:
+          break;
       }
     }
     // 8 bits on even levels: computed from the code.
@@ -259,15 +267,24 @@ void DecodeDenseLevelRowsImpl(const DenseLevelRows& r, float* out) {
     // Other levels and 7-8 bits: 8 codes per group, f32 levels gathered.
     if (hn::Lanes(df) == 8 && r.dim % 8 == 0 && r.block % 8 == 0 && r.n_rows > 0) {
       switch (r.bits) {
-        case 1: return decode_rows_bits<1>(df, r, out);
-        case 2: return decode_rows_bits<2>(df, r, out);
-        case 3: return decode_rows_bits<3>(df, r, out);
-        case 4: return decode_rows_bits<4>(df, r, out);
-        case 5: return decode_rows_bits<5>(df, r, out);
-        case 6: return decode_rows_bits<6>(df, r, out);
-        case 7: return decode_rows_bits<7>(df, r, out);
-        case 8: return decode_rows_bits<8>(df, r, out);
-        default: break;
+        case 1:
+          return decode_rows_bits<1>(df, r, out);
+        case 2:
+          return decode_rows_bits<2>(df, r, out);
+        case 3:
+          return decode_rows_bits<3>(df, r, out);
+        case 4:
+          return decode_rows_bits<4>(df, r, out);
+        case 5:
+          return decode_rows_bits<5>(df, r, out);
+        case 6:
+          return decode_rows_bits<6>(df, r, out);
+        case 7:
+          return decode_rows_bits<7>(df, r, out);
+        case 8:
+          return decode_rows_bits<8>(df, r, out);
+        default:
+          break;
       }
     }
   }

@@ -32,19 +32,19 @@ inline int64_t first_padded_row(int64_t n_rows, int64_t code_stride, int64_t row
 }
 
 struct DenseLevelRows {
-  const uint8_t* codes = nullptr;     // row j's codes at codes + j * code_stride
-  int64_t code_stride = 0;            // bytes; >= ceil(dim * bits / 8)
-  const uint16_t* scales = nullptr;   // row j's f16 block scales at scales + j * scale_stride
-  int64_t scale_stride = 0;           // in scales; >= ceil(dim / block)
+  const uint8_t* codes = nullptr;    // row j's codes at codes + j * code_stride
+  int64_t code_stride = 0;           // bytes; >= ceil(dim * bits / 8)
+  const uint16_t* scales = nullptr;  // row j's f16 block scales at scales + j * scale_stride
+  int64_t scale_stride = 0;          // in scales; >= ceil(dim / block)
   int64_t n_rows = 0;
   int64_t dim = 0;
-  int bits = 0;                       // 1..8
-  int64_t block = 32;                 // coordinates per scale
-  const float* levels = nullptr;      // 2^bits levels
+  int bits = 0;                   // 1..8
+  int64_t block = 32;             // coordinates per scale
+  const float* levels = nullptr;  // 2^bits levels
   // Optional: the same levels as f16 bits, when every level is an exact f16 value (the decoder
   // then keeps them in byte-shuffle tables without checking each call).
   const uint16_t* levels_f16 = nullptr;
-  const float* offset = nullptr;      // optional: added to every row (a per-channel mean), dim floats
+  const float* offset = nullptr;  // optional: added to every row (a per-channel mean), dim floats
   // 8 bits: the caller knows the levels are (2c - 255) / 256 (else the decoder checks them).
   bool even_levels = false;
 };

@@ -30,10 +30,11 @@ void widen_rows(const std::byte* head_base, lm::DType dtype, int64_t row_bytes, 
 }
 
 PlainRows PlainRows::of(const lm::Tensor& t) {
-  if (t.ndim() != 4 || t.strides()[3] != 1 || (t.dtype() != lm::DType::F16 && t.dtype() != lm::DType::BF16 &&
-                                               t.dtype() != lm::DType::F32)) {
-    throw base::InvalidArgument("attention: plain rows must be a [B, H, T, D] f16/bf16/f32 tensor with contiguous rows, got " +
-                                lm::shape_text(t.shape()) + " " + std::string(lm::dtype_name(t.dtype())));
+  if (t.ndim() != 4 || t.strides()[3] != 1 ||
+      (t.dtype() != lm::DType::F16 && t.dtype() != lm::DType::BF16 && t.dtype() != lm::DType::F32)) {
+    throw base::InvalidArgument(
+        "attention: plain rows must be a [B, H, T, D] f16/bf16/f32 tensor with contiguous rows, got " +
+        lm::shape_text(t.shape()) + " " + std::string(lm::dtype_name(t.dtype())));
   }
   const int64_t es = static_cast<int64_t>(t.element_size());
   PlainRows p;

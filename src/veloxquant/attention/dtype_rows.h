@@ -56,8 +56,8 @@ class DtypeRowSource final : public RowSource {
                   int64_t ld, TileScratch& scratch) const override {
     score_plain_tile(keys_, b, h, j0, j1, prepared, n_queries, scores, ld, scratch);
   }
-  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
-                       float* acc, TileScratch& scratch) const override {
+  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
+                       int64_t ld, float* acc, TileScratch& scratch) const override {
     accumulate_plain_tile(values_, b, h, j0, j1, weights, n_queries, ld, acc, scratch);
   }
 

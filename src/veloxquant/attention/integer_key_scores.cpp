@@ -12,7 +12,6 @@
 #include <cmath>
 #include <limits>
 
-
 HWY_BEFORE_NAMESPACE();
 namespace veloxquant::attention::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -107,7 +106,7 @@ template <int B, int NQ, int kChunks>
 void score_block(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, const int16_t* q16,
                  int64_t d, const float* step, const float* bias, float* scores, int64_t ld) {
   const hn::CappedTag<int32_t, 8> d32;
-  const auto sums = [&](int64_t j, hn::Vec<decltype(d32)>* s) HWY_ATTR __attribute__((always_inline)) {
+  const auto sums = [&](int64_t j, hn::Vec<decltype(d32)> * s) HWY_ATTR __attribute__((always_inline)) {
     row_sums<B, NQ, kChunks>(d32, bytes + j * row_stride, plane_bytes, q16, d, s);
   };
   score_rows_in_fours<NQ>(d32, n_rows, sums, step, bias, scores, ld);
@@ -137,20 +136,36 @@ void score_bits(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_
   const hn::Repartition<uint16_t, decltype(d32)> du16;  // score_block's chunk
   // Head sizes 64 and 128 make planes of 1, 2, 4 or 8 chunks: unrolled; anything else loops.
   switch (plane_bytes / static_cast<int64_t>(hn::Lanes(du16))) {
-    case 1: score_queries<B, 1>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld); break;
-    case 2: score_queries<B, 2>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld); break;
-    case 4: score_queries<B, 4>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld); break;
-    case 8: score_queries<B, 8>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld); break;
-    default: score_queries<B, 0>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld); break;
+    case 1:
+      score_queries<B, 1>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld);
+      break;
+    case 2:
+      score_queries<B, 2>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld);
+      break;
+    case 4:
+      score_queries<B, 4>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld);
+      break;
+    case 8:
+      score_queries<B, 8>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld);
+      break;
+    default:
+      score_queries<B, 0>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld);
+      break;
   }
 }
 
 void ScoreCodesImpl(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
                     const int16_t* q16, const float* step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
   switch (bits) {
-    case 2: score_bits<2>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld); break;
-    case 4: score_bits<4>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld); break;
-    default: score_bits<8>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld); break;
+    case 2:
+      score_bits<2>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld);
+      break;
+    case 4:
+      score_bits<4>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld);
+      break;
+    default:
+      score_bits<8>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld);
+      break;
   }
 }
 #else

@@ -3,8 +3,8 @@
 // has a plain scalar reference that the SIMD one matches bit for bit).
 //
 // A group-affine key row's score is folded . codes + bias (the query folded into the key group's
-// per-channel scales, the mins a per-query bias), with small unsigned integer codes. Scoring it in f32 means widening every code to a float and one
-// FMA per code and query — more work per row than the native cache's f16 rows. Here the
+// per-channel scales, the mins a per-query bias), with small unsigned integer codes. Scoring it in f32 means widening
+// every code to a float and one FMA per code and query — more work per row than the native cache's f16 rows. Here the
 // folded query is rounded once per key group to 16-bit integers with one f32 step per query,
 // and a row costs pairwise 16x16->32-bit multiply-adds (vpmaddwd: 16 products per instruction
 // on AVX2, twice an f32 FMA's 8) straight from the widened code bytes:

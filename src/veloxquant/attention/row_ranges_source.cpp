@@ -57,8 +57,8 @@ int64_t RowRangesSource::base_row(int64_t b, int64_t h, int64_t j) const {
 template <class F>
 void RowRangesSource::for_pieces(int64_t b, int64_t h, int64_t j0, int64_t j1, F&& f) const {
   const Head& head = heads_[index(b, h)];
-  std::size_t k = static_cast<std::size_t>(std::upper_bound(head.starts.begin(), head.starts.end(), j0) -
-                                           head.starts.begin()) - 1;
+  std::size_t k =
+      static_cast<std::size_t>(std::upper_bound(head.starts.begin(), head.starts.end(), j0) - head.starts.begin()) - 1;
   for (int64_t j = j0; j < j1; ++k) {
     const RowRange& r = head.ranges[k];
     const int64_t begin = r.first + (j - head.starts[k]);
@@ -68,8 +68,8 @@ void RowRangesSource::for_pieces(int64_t b, int64_t h, int64_t j0, int64_t j1, F
   }
 }
 
-void RowRangesSource::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
-                                 int64_t n_queries, float* scores, int64_t ld, TileScratch& scratch) const {
+void RowRangesSource::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
+                                 float* scores, int64_t ld, TileScratch& scratch) const {
   for_pieces(b, h, j0, j1, [&](int64_t begin, int64_t end, int64_t at) {
     base_.score_tile(b, h, begin, end, prepared, n_queries, scores + at, ld, scratch);
   });

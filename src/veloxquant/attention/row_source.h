@@ -74,8 +74,8 @@ class RowSource {
 
   // acc[r * value_dim() + e] += sum over j in [j0, j1) of weights[r * ld + (j - j0)] * value_j[e]
   // for r < n_queries (weights are unnormalised softmax numerators; zero for masked rows).
-  virtual void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
-                               int64_t n_queries, int64_t ld, float* acc, TileScratch& scratch) const = 0;
+  virtual void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
+                               int64_t ld, float* acc, TileScratch& scratch) const = 0;
 
   // One finished, normalised accumulator row (value_dim floats) into the model's basis, in
   // place. Default: nothing (values were accumulated in the model's basis).

@@ -50,7 +50,8 @@ HWY_INLINE void unpack_row_planes(const uint8_t* bytes, int64_t plane_bytes, flo
     }
   }
   for (; p < plane_bytes; ++p) {
-    for (int k = 0; k < kPlanes; ++k) out[k * plane_bytes + p] = static_cast<float>((bytes[p] >> (k * B)) & ((1 << B) - 1));
+    for (int k = 0; k < kPlanes; ++k)
+      out[k * plane_bytes + p] = static_cast<float>((bytes[p] >> (k * B)) & ((1 << B) - 1));
   }
 }
 
@@ -63,10 +64,18 @@ void unpack_rows_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows
 void UnpackPlanesImpl(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
                       float* out) {
   switch (bits) {
-    case 1: unpack_rows_planes<1>(bytes, row_stride, n_rows, plane_bytes, out); break;
-    case 2: unpack_rows_planes<2>(bytes, row_stride, n_rows, plane_bytes, out); break;
-    case 4: unpack_rows_planes<4>(bytes, row_stride, n_rows, plane_bytes, out); break;
-    default: unpack_rows_planes<8>(bytes, row_stride, n_rows, plane_bytes, out); break;
+    case 1:
+      unpack_rows_planes<1>(bytes, row_stride, n_rows, plane_bytes, out);
+      break;
+    case 2:
+      unpack_rows_planes<2>(bytes, row_stride, n_rows, plane_bytes, out);
+      break;
+    case 4:
+      unpack_rows_planes<4>(bytes, row_stride, n_rows, plane_bytes, out);
+      break;
+    default:
+      unpack_rows_planes<8>(bytes, row_stride, n_rows, plane_bytes, out);
+      break;
   }
 }
 
@@ -78,7 +87,8 @@ struct CentroidTable {
   V lo, hi;
   const float* c;
   int entries, lanes;
-  CentroidTable(DF df, const float* centroids, int n) : c(centroids), entries(n), lanes(static_cast<int>(hn::Lanes(df))) {
+  CentroidTable(DF df, const float* centroids, int n)
+      : c(centroids), entries(n), lanes(static_cast<int>(hn::Lanes(df))) {
     HWY_ALIGN float t0[hn::MaxLanes(df)] = {};
     HWY_ALIGN float t1[hn::MaxLanes(df)] = {};
     for (int i = 0; i < n && i < lanes; ++i) t0[i] = centroids[i];
@@ -215,13 +225,14 @@ void AddPlanesInterleavedImpl(const float* planes, int64_t plane_len, int per_by
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   int64_t p = 0;
   if (per_byte == 1) {
-    for (; p + lanes <= plane_len; p += lanes) hn::StoreU(hn::Add(hn::LoadU(df, out + p), hn::LoadU(df, planes + p)), df, out + p);
+    for (; p + lanes <= plane_len; p += lanes)
+      hn::StoreU(hn::Add(hn::LoadU(df, out + p), hn::LoadU(df, planes + p)), df, out + p);
   } else if (per_byte == 2) {
     for (; p + lanes <= plane_len; p += lanes) {
       hn::Vec<decltype(df)> o0, o1;
       hn::LoadInterleaved2(df, out + 2 * p, o0, o1);
-      hn::StoreInterleaved2(hn::Add(o0, hn::LoadU(df, planes + p)), hn::Add(o1, hn::LoadU(df, planes + plane_len + p)), df,
-                            out + 2 * p);
+      hn::StoreInterleaved2(hn::Add(o0, hn::LoadU(df, planes + p)), hn::Add(o1, hn::LoadU(df, planes + plane_len + p)),
+                            df, out + 2 * p);
     }
   } else if (per_byte == 4) {
     for (; p + lanes <= plane_len; p += lanes) {
@@ -254,7 +265,8 @@ void accumulate_planes_pass(const uint8_t* bytes, int64_t row_stride, int64_t n_
   hn::Vec<decltype(df)> a[NQ][kPlanes][kSub];
   for (int r = 0; r < NQ; ++r) {
     for (int k = 0; k < kPlanes; ++k) {
-      for (int u = 0; u < kSub; ++u) a[r][k][u] = hn::LoadU(df, acc + r * acc_stride + k * plane_bytes + p0 + u * lanes);
+      for (int u = 0; u < kSub; ++u)
+        a[r][k][u] = hn::LoadU(df, acc + r * acc_stride + k * plane_bytes + p0 + u * lanes);
     }
   }
   for (int64_t j = 0; j < n_rows; ++j) {
@@ -272,7 +284,8 @@ void accumulate_planes_pass(const uint8_t* bytes, int64_t row_stride, int64_t n_
   }
   for (int r = 0; r < NQ; ++r) {
     for (int k = 0; k < kPlanes; ++k) {
-      for (int u = 0; u < kSub; ++u) hn::StoreU(a[r][k][u], df, acc + r * acc_stride + k * plane_bytes + p0 + u * lanes);
+      for (int u = 0; u < kSub; ++u)
+        hn::StoreU(a[r][k][u], df, acc + r * acc_stride + k * plane_bytes + p0 + u * lanes);
     }
   }
 }
@@ -320,9 +333,15 @@ void accumulate_planes_bits(const uint8_t* bytes, int64_t row_stride, int64_t n_
 void AccumulatePlanesImpl(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
                           int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride) {
   switch (bits) {
-    case 2: accumulate_planes_bits<2>(bytes, row_stride, n_rows, plane_bytes, group, ws, n_q, acc, acc_stride); break;
-    case 4: accumulate_planes_bits<4>(bytes, row_stride, n_rows, plane_bytes, group, ws, n_q, acc, acc_stride); break;
-    default: accumulate_planes_bits<8>(bytes, row_stride, n_rows, plane_bytes, group, ws, n_q, acc, acc_stride); break;
+    case 2:
+      accumulate_planes_bits<2>(bytes, row_stride, n_rows, plane_bytes, group, ws, n_q, acc, acc_stride);
+      break;
+    case 4:
+      accumulate_planes_bits<4>(bytes, row_stride, n_rows, plane_bytes, group, ws, n_q, acc, acc_stride);
+      break;
+    default:
+      accumulate_planes_bits<8>(bytes, row_stride, n_rows, plane_bytes, group, ws, n_q, acc, acc_stride);
+      break;
   }
 }
 
@@ -371,7 +390,8 @@ bool can_accumulate_planes(int bits, int64_t plane_bytes, int64_t group) {
 
 void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
                        int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride) {
-  HWY_DYNAMIC_DISPATCH(AccumulatePlanesImpl)(bytes, row_stride, n_rows, plane_bytes, bits, group, ws, n_q, acc, acc_stride);
+  HWY_DYNAMIC_DISPATCH(AccumulatePlanesImpl)
+  (bytes, row_stride, n_rows, plane_bytes, bits, group, ws, n_q, acc, acc_stride);
 }
 
 void fold_scales(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, float* folded,
@@ -396,7 +416,8 @@ void centroid_planes(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, i
   HWY_DYNAMIC_DISPATCH(CentroidPlanesImpl)(s1, s2, row_stride, n_rows, plane_bytes, bits, c1, c2, out);
 }
 
-void unpack_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits, float* out) {
+void unpack_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
+                   float* out) {
   HWY_DYNAMIC_DISPATCH(UnpackPlanesImpl)(bytes, row_stride, n_rows, plane_bytes, bits, out);
 }
 
@@ -468,13 +489,15 @@ void affine_decode(const uint8_t* codes, const float* scale, const float* min, i
   for (int64_t e = 0; e < n; ++e) out[e] = static_cast<float>(codes[e]) * scale[e / group] + min[e / group];
 }
 
-void unpack_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits, float* out) {
+void unpack_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
+                   float* out) {
   const int planes = 8 / bits;
   for (int64_t j = 0; j < n_rows; ++j) {
     const uint8_t* row = bytes + j * row_stride;
     float* o = out + j * plane_bytes * planes;
     for (int k = 0; k < planes; ++k) {
-      for (int64_t p = 0; p < plane_bytes; ++p) o[k * plane_bytes + p] = static_cast<float>((row[p] >> (k * bits)) & ((1 << bits) - 1));
+      for (int64_t p = 0; p < plane_bytes; ++p)
+        o[k * plane_bytes + p] = static_cast<float>((row[p] >> (k * bits)) & ((1 << bits) - 1));
     }
   }
 }

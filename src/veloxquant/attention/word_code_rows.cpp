@@ -67,8 +67,9 @@ void UnpackWordRowsImpl(const uint32_t* first_row, int64_t row_stride_words, int
       }
     }
     for (int64_t i = whole; i < n; ++i) {
-      const int c = static_cast<int>((static_cast<uint32_t>(row[word[static_cast<std::size_t>(i)]]) >>
-                                      shift[static_cast<std::size_t>(i)]) & static_cast<uint32_t>(n_levels - 1));
+      const int c = static_cast<int>(
+          (static_cast<uint32_t>(row[word[static_cast<std::size_t>(i)]]) >> shift[static_cast<std::size_t>(i)]) &
+          static_cast<uint32_t>(n_levels - 1));
       o[i] = levels == nullptr ? static_cast<float>(c) : levels[c];
     }
   }

@@ -17,8 +17,9 @@ namespace veloxquant {
 
 std::shared_ptr<lm::KVCache> BuiltCache::serving() const {
   if (!serving_) {
-    throw QuantizerConfigError("the built cache is standalone (append/attend); it has no "
-                               "update_and_fetch serving interface");
+    throw QuantizerConfigError(
+        "the built cache is standalone (append/attend); it has no "
+        "update_and_fetch serving interface");
   }
   return serving_;
 }
@@ -108,9 +109,8 @@ lm::CacheList native_caches(const lm::Model& model, std::size_t n_layers) {
   try {
     lm::CacheList native = model.native_make_cache();
     if (native.size() == n_layers) return native;
-    base::log_warning("native_make_cache() returned " + std::to_string(native.size()) +
-                      " caches for " + std::to_string(n_layers) +
-                      " layers; falling back to plain FullKVCache for non-quantized layers");
+    base::log_warning("native_make_cache() returned " + std::to_string(native.size()) + " caches for " +
+                      std::to_string(n_layers) + " layers; falling back to plain FullKVCache for non-quantized layers");
   } catch (const std::exception& error) {
     base::log_warning(std::string("native_make_cache() raised: ") + error.what() +
                       "; falling back to plain FullKVCache for non-quantized layers");
@@ -138,8 +138,7 @@ lm::CacheList KVCacheBuilder::for_model(const lm::Model& model, const KVCacheCon
   const lm::Model* language = model.language_model();
   const lm::Model& target = model.layers().empty() && language ? *language : model;
   const std::vector<lm::LayerInfo>& layers = target.layers();
-  const lm::ModelConfig& model_config =
-      target.config().dim > 0 || !language ? target.config() : language->config();
+  const lm::ModelConfig& model_config = target.config().dim > 0 || !language ? target.config() : language->config();
   std::vector<int> head_dims(layers.size(), 0);
   std::size_t n_attention = 0;
   for (std::size_t i = 0; i < layers.size(); ++i) {

@@ -71,8 +71,8 @@ const std::vector<int32_t>& A2atsCache::last_positions(int64_t b, int64_t h) con
 }
 
 std::size_t A2atsCache::nbytes() const {
-  return codebook_.storage_bytes() + codes_.storage_bytes() + far_values_.storage_bytes() +
-         tail_k_.storage_bytes() + tail_v_.storage_bytes();
+  return codebook_.storage_bytes() + codes_.storage_bytes() + far_values_.storage_bytes() + tail_k_.storage_bytes() +
+         tail_v_.storage_bytes();
 }
 
 void A2atsCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
@@ -138,9 +138,9 @@ void A2atsCache::train(const std::vector<std::vector<float>>& pending_keys, int6
       std::copy(row, row + p_.sub_dim, x.begin() + i * p_.sub_dim);
       if (!w.empty()) w[static_cast<std::size_t>(i)] = weights_all[static_cast<std::size_t>(t)];
     }
-    const core::KMeansResult fit = core::kmeans(x.data(), points, p_.sub_dim, entries_, kKMeansIterations,
-                                                static_cast<uint64_t>(p_.seed) + static_cast<uint64_t>(m),
-                                                w.empty() ? nullptr : w.data());
+    const core::KMeansResult fit =
+        core::kmeans(x.data(), points, p_.sub_dim, entries_, kKMeansIterations,
+                     static_cast<uint64_t>(p_.seed) + static_cast<uint64_t>(m), w.empty() ? nullptr : w.data());
     cache_rows::store_f32(fit.centroids.data(), fit.centroids.size(),
                           codebook_.raw_data() + m * entries_ * p_.sub_dim * 2, lm::DType::F16);
   }
@@ -148,7 +148,8 @@ void A2atsCache::train(const std::vector<std::vector<float>>& pending_keys, int6
 
 std::vector<float> A2atsCache::centroid(int64_t m, int64_t c) const {
   std::vector<float> out(static_cast<std::size_t>(p_.sub_dim));
-  cache_rows::load_f32(codebook_.raw_data() + (m * entries_ + c) * p_.sub_dim * 2, lm::DType::F16, out.size(), out.data());
+  cache_rows::load_f32(codebook_.raw_data() + (m * entries_ + c) * p_.sub_dim * 2, lm::DType::F16, out.size(),
+                       out.data());
   return out;
 }
 
@@ -256,9 +257,11 @@ lm::KeysValues A2atsCache::fetch_with(const lm::Tensor& keys, const lm::Tensor& 
       std::byte* vh = v.raw_data() + bh * t * dv_ * static_cast<int64_t>(ke);
       for (int64_t j = 0; j < far_rows_; ++j) {
         decode_key(b, h, j, row.data());
-        cache_rows::store_f32(row.data(), static_cast<std::size_t>(dk_), kh + j * dk_ * static_cast<int64_t>(ke), dtype);
+        cache_rows::store_f32(row.data(), static_cast<std::size_t>(dk_), kh + j * dk_ * static_cast<int64_t>(ke),
+                              dtype);
         cache_rows::load_f32(far_value_row(b, h, j), dtype_, static_cast<std::size_t>(dv_), row.data());
-        cache_rows::store_f32(row.data(), static_cast<std::size_t>(dv_), vh + j * dv_ * static_cast<int64_t>(ke), dtype);
+        cache_rows::store_f32(row.data(), static_cast<std::size_t>(dv_), vh + j * dv_ * static_cast<int64_t>(ke),
+                              dtype);
       }
       std::vector<float> rows(static_cast<std::size_t>((tail + s) * std::max(dk_, dv_)));
       blocks_tail::gather_pending(tail_k_, dtype_, bh, p_.window, dk_, tail, new_k.data(), s, rows.data());
@@ -349,7 +352,8 @@ void A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
   const int64_t k_rows = retrieved_rows(far_rows_), group = call.q_heads / heads_;
   far_dots_valid_ = false;
   if (k_rows == far_rows_) {  // nothing to choose
-    retrieved_.assign(static_cast<std::size_t>(batch_ * heads_), std::vector<int32_t>(static_cast<std::size_t>(far_rows_)));
+    retrieved_.assign(static_cast<std::size_t>(batch_ * heads_),
+                      std::vector<int32_t>(static_cast<std::size_t>(far_rows_)));
     for (auto& chosen : retrieved_) std::iota(chosen.begin(), chosen.end(), 0);
     return;
   }
@@ -375,7 +379,8 @@ void A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
           float top = -INFINITY;
           const uint8_t* code = codes(b, h, 0);
           const int64_t stride = codes_.strides()[2];
-          float* dots = keep ? far_dots_.data() + ((b * call.q_heads + h * group + g) * call.n_queries + i) * far_rows_ : nullptr;
+          float* dots =
+              keep ? far_dots_.data() + ((b * call.q_heads + h * group + g) * call.n_queries + i) * far_rows_ : nullptr;
           // Geometry and pointers in locals: the stores below cannot make the compiler reload them.
           const int64_t subs = subs_, entries = entries_, far = far_rows_;
           const float* table = lut.data();
@@ -395,7 +400,8 @@ void A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
             sum += l;
           }
           const double inv = 1.0 / sum;
-          for (int64_t j = 0; j < far_rows_; ++j) mass[static_cast<std::size_t>(j)] += logit[static_cast<std::size_t>(j)] * inv;
+          for (int64_t j = 0; j < far_rows_; ++j)
+            mass[static_cast<std::size_t>(j)] += logit[static_cast<std::size_t>(j)] * inv;
         }
       }
       // The k_rows rows with the most mass, ties to the older row: a strict order (mass, then
@@ -545,8 +551,9 @@ void validate_a2ats_options(const KVCacheConfig& config) {
                                                                   {"a2ats_codebook", &o.a2ats_codebook}};
   for (const auto& [name, value] : none_only) {
     if (!value->empty() && *value != "None") {
-      throw QuantizerConfigError(std::string(name) + " must be None (only the codebook trained at prefill is supported), got '" +
-                                 *value + "'");
+      throw QuantizerConfigError(std::string(name) +
+                                 " must be None (only the codebook trained at prefill is supported), got '" + *value +
+                                 "'");
     }
   }
 }
@@ -562,11 +569,13 @@ MethodDescriptor a2ats_method() {
   m.family = "hybrid";
   m.is_servable = true;
   m.capabilities = {.trimmable = false, .fused_attention = true, .real_compression = true};
-  m.blurb = "Retrieval-based: keys outside an exact a2ats_window are product-VQ codes (query-aware k-means codebook "
-            "trained at prefill); each call scores them by lookup tables and attends over the top "
-            "a2ats_retrieval_fraction, the window and its own rows (values kept exact)";
-  m.paper = "A2ATS: Retrieval-Based KV Cache Reduction via Windowed Rotary Position Embedding and Query-Aware Vector "
-            "Quantization (He et al., ACL 2025 Findings, arXiv 2502.12665)";
+  m.blurb =
+      "Retrieval-based: keys outside an exact a2ats_window are product-VQ codes (query-aware k-means codebook "
+      "trained at prefill); each call scores them by lookup tables and attends over the top "
+      "a2ats_retrieval_fraction, the window and its own rows (values kept exact)";
+  m.paper =
+      "A2ATS: Retrieval-Based KV Cache Reduction via Windowed Rotary Position Embedding and Query-Aware Vector "
+      "Quantization (He et al., ACL 2025 Findings, arXiv 2502.12665)";
   m.deviations =
       "One memory: the values of far rows are resident in the input dtype and their exact keys are not kept (the "
       "paper offloads exact keys and values to the host and re-reads the retrieved ones), so retrieved rows are "
@@ -592,15 +601,15 @@ MethodDescriptor a2ats_method() {
                    "Weight the codebook's k-means by key-as-query attention mass"),
       option_field("a2ats_beta", &A2atsOptions::a2ats_beta,
                    "Share of the query-aware weight in [0, 1] (0 = plain k-means)"),
-      option_field("a2ats_retrieval_fraction", &A2atsOptions::a2ats_retrieval_fraction,
-                   "Fraction of the far rows each attention call retrieves (top approximate attention mass), in (0, 1]"),
+      option_field(
+          "a2ats_retrieval_fraction", &A2atsOptions::a2ats_retrieval_fraction,
+          "Fraction of the far rows each attention call retrieves (top approximate attention mass), in (0, 1]"),
       option_field("a2ats_rope_base", &A2atsOptions::a2ats_rope_base,
                    "RoPE base of the windowed RoPE (accepted, not read: keys arrive rotated)"),
       option_field("a2ats_rope_scaling", &A2atsOptions::a2ats_rope_scaling, "None only"),
       option_field("a2ats_query_h", &A2atsOptions::a2ats_query_h,
                    "None only (a calibrated query second-moment matrix is not supported)"),
-      option_field("a2ats_codebook", &A2atsOptions::a2ats_codebook,
-                   "None only (the codebook is trained at prefill)"),
+      option_field("a2ats_codebook", &A2atsOptions::a2ats_codebook, "None only (the codebook is trained at prefill)"),
   };
   m.validate = validate_a2ats_options;
   m.make_serving = make_a2ats_cache;

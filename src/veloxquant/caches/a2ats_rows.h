@@ -33,7 +33,7 @@ struct A2atsCallRows {
   const lm::Tensor* far_values = nullptr;  // [B, H, cap, Dv]
   const lm::Tensor* tail_k = nullptr;      // [B, H, window, D], `tail` rows
   const lm::Tensor* tail_v = nullptr;
-  const lm::Tensor* call_k = nullptr;      // [B, H, s, D] contiguous, the call's rows
+  const lm::Tensor* call_k = nullptr;  // [B, H, s, D] contiguous, the call's rows
   const lm::Tensor* call_v = nullptr;
   int64_t far = 0, tail = 0, s = 0;  // far = retrieved rows per head
   // Per (b * heads + h): far + tail + s ascending positions (retrieved far rows first).
@@ -61,8 +61,8 @@ class A2atsRows final : public attention::RowSource {
   void prepare_query(const float* query, float* prepared) const override;
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
                   int64_t ld, attention::TileScratch& scratch) const override;
-  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
-                       float* acc, attention::TileScratch& scratch) const override;
+  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
+                       int64_t ld, float* acc, attention::TileScratch& scratch) const override;
 
  private:
   A2atsCallRows r_;

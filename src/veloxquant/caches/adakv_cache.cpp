@@ -29,15 +29,16 @@ constexpr const char* kTypeName = "AdaKVCache";
 
 void check_options(const AdaKVOptions& o) {
   const auto bit = [](const char* field, int v) {
-    if (v < 1 || v > 8) throw QuantizerConfigError(std::string(field) + " must lie in [1, 8], got " + std::to_string(v));
+    if (v < 1 || v > 8)
+      throw QuantizerConfigError(std::string(field) + " must lie in [1, 8], got " + std::to_string(v));
   };
   bit("adakv_lo_bit", o.adakv_lo_bit);
   bit("adakv_mid_bit", o.adakv_mid_bit);
   bit("adakv_hi_bit", o.adakv_hi_bit);
   if (!(o.adakv_lo_bit <= o.adakv_mid_bit && o.adakv_mid_bit <= o.adakv_hi_bit)) {
-    throw QuantizerConfigError("adakv_mid_bit (" + std::to_string(o.adakv_mid_bit) + ") must lie between adakv_lo_bit (" +
-                               std::to_string(o.adakv_lo_bit) + ") and adakv_hi_bit (" + std::to_string(o.adakv_hi_bit) +
-                               ")");
+    throw QuantizerConfigError("adakv_mid_bit (" + std::to_string(o.adakv_mid_bit) +
+                               ") must lie between adakv_lo_bit (" + std::to_string(o.adakv_lo_bit) +
+                               ") and adakv_hi_bit (" + std::to_string(o.adakv_hi_bit) + ")");
   }
   if (!(o.adakv_target_avg_bits >= o.adakv_lo_bit && o.adakv_target_avg_bits <= o.adakv_hi_bit)) {
     throw QuantizerConfigError("adakv_target_avg_bits must lie in [adakv_lo_bit, adakv_hi_bit] = [" +
@@ -103,7 +104,9 @@ int64_t AdaKVCache::frontier_for(int64_t offset) const {
 
 int AdaKVCache::tier(int64_t b, int64_t h, int64_t block) const { return *row_ptr<uint8_t>(tiers_, b, h, block); }
 
-int AdaKVCache::width(int64_t b, int64_t h, int64_t block) const { return bits_[static_cast<std::size_t>(tier(b, h, block))]; }
+int AdaKVCache::width(int64_t b, int64_t h, int64_t block) const {
+  return bits_[static_cast<std::size_t>(tier(b, h, block))];
+}
 
 int64_t AdaKVCache::slot(int64_t b, int64_t h, int64_t block) const {
   const int t = tier(b, h, block);
@@ -136,10 +139,10 @@ void AdaKVCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
   counts_ = adakv_tier_counts(heads_, options_.adakv_target_avg_bits, options_.adakv_lo_bit, options_.adakv_mid_bit,
                               options_.adakv_hi_bit);
   for (std::size_t t = 0; t < 3; ++t) {
-    key_codes_[t] = lm::Tensor({batch_, counts_[t], 0, static_cast<int64_t>(core::packed_words(dk_, bits_[t]))},
-                               lm::DType::U32);
-    value_codes_[t] = lm::Tensor({batch_, counts_[t], 0, static_cast<int64_t>(core::packed_words(dv_, bits_[t]))},
-                                 lm::DType::U32);
+    key_codes_[t] =
+        lm::Tensor({batch_, counts_[t], 0, static_cast<int64_t>(core::packed_words(dk_, bits_[t]))}, lm::DType::U32);
+    value_codes_[t] =
+        lm::Tensor({batch_, counts_[t], 0, static_cast<int64_t>(core::packed_words(dv_, bits_[t]))}, lm::DType::U32);
   }
   key_params_ = lm::Tensor({batch_, heads_, 0, 2 * dk_}, lm::DType::F16);
   value_params_ = lm::Tensor({batch_, heads_, 0, 2 * value_groups_}, lm::DType::F16);
@@ -315,8 +318,10 @@ void AdaKVCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
       const int64_t bh = b * heads_ + h;
       float* hk = pk.data() + h * pending_rows * dk_;
       float* hv = pv.data() + h * pending_rows * dv_;
-      cache_rows::load_f32(blocks_tail::head_rows(tail_k_, bh, tail_rows_, dk_), dtype_, static_cast<std::size_t>(tail * dk_), hk);
-      cache_rows::load_f32(blocks_tail::head_rows(tail_v_, bh, tail_rows_, dv_), dtype_, static_cast<std::size_t>(tail * dv_), hv);
+      cache_rows::load_f32(blocks_tail::head_rows(tail_k_, bh, tail_rows_, dk_), dtype_,
+                           static_cast<std::size_t>(tail * dk_), hk);
+      cache_rows::load_f32(blocks_tail::head_rows(tail_v_, bh, tail_rows_, dv_), dtype_,
+                           static_cast<std::size_t>(tail * dv_), hv);
       std::memcpy(hk + tail * dk_, new_k.data() + bh * s * dk_, sizeof(float) * static_cast<std::size_t>(s * dk_));
       std::memcpy(hv + tail * dv_, new_v.data() + bh * s * dv_, sizeof(float) * static_cast<std::size_t>(s * dv_));
     }
@@ -332,10 +337,12 @@ void AdaKVCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
     }
     for (int64_t h = 0; h < heads_; ++h) {
       const int64_t bh = b * heads_ + h;
-      cache_rows::store_f32(pk.data() + (h * pending_rows + blocks * group_) * dk_, static_cast<std::size_t>(kept * dk_),
-                            blocks_tail::head_rows(tail_k_, bh, tail_rows_, dk_), dtype_);
-      cache_rows::store_f32(pv.data() + (h * pending_rows + blocks * group_) * dv_, static_cast<std::size_t>(kept * dv_),
-                            blocks_tail::head_rows(tail_v_, bh, tail_rows_, dv_), dtype_);
+      cache_rows::store_f32(pk.data() + (h * pending_rows + blocks * group_) * dk_,
+                            static_cast<std::size_t>(kept * dk_), blocks_tail::head_rows(tail_k_, bh, tail_rows_, dk_),
+                            dtype_);
+      cache_rows::store_f32(pv.data() + (h * pending_rows + blocks * group_) * dv_,
+                            static_cast<std::size_t>(kept * dv_), blocks_tail::head_rows(tail_v_, bh, tail_rows_, dv_),
+                            dtype_);
     }
   }
   offset_ += s;
@@ -449,8 +456,10 @@ std::vector<std::string> AdaKVCache::meta_state() const {
 void AdaKVCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const char* who = "AdaKVCache::from_state";
   if (meta.size() != 12) {
-    throw base::FormatError(std::string(who) + ": expected 12 meta entries (target, lo, mid, hi, group, interval, "
-                            "importance, window, residual, offset, frontier, dtype), got " + std::to_string(meta.size()));
+    throw base::FormatError(std::string(who) +
+                            ": expected 12 meta entries (target, lo, mid, hi, group, interval, "
+                            "importance, window, residual, offset, frontier, dtype), got " +
+                            std::to_string(meta.size()));
   }
   AdaKVOptions o;
   o.adakv_target_avg_bits = blocks_tail::parse_meta_double(meta[0], who, "target bits");
@@ -481,7 +490,8 @@ void AdaKVCache::from_state(const std::vector<lm::Tensor>& state, const std::vec
     *this = fresh;
     return;
   }
-  if (state.size() != 12) throw base::FormatError(std::string(who) + ": expected 12 tensors, got " + std::to_string(state.size()));
+  if (state.size() != 12)
+    throw base::FormatError(std::string(who) + ": expected 12 tensors, got " + std::to_string(state.size()));
   const lm::Tensor& tk = state[10];
   const lm::Tensor& tv = state[11];
   if (tk.ndim() != 4 || tv.ndim() != 4) throw base::FormatError(std::string(who) + ": tail tensors must be 4-d");
@@ -493,7 +503,8 @@ void AdaKVCache::from_state(const std::vector<lm::Tensor>& state, const std::vec
   std::vector<int64_t> rows;
   for (std::size_t t = 0; t < 3; ++t) like.push_back(&fresh.key_codes_[t]), rows.push_back(frontier);
   for (std::size_t t = 0; t < 3; ++t) like.push_back(&fresh.value_codes_[t]), rows.push_back(frontier);
-  for (const lm::Tensor* t : {&fresh.key_params_, &fresh.value_params_, &fresh.tiers_, &fresh.norm_stats_}) like.push_back(t);
+  for (const lm::Tensor* t : {&fresh.key_params_, &fresh.value_params_, &fresh.tiers_, &fresh.norm_stats_})
+    like.push_back(t);
   for (int64_t r : {blocks, frontier, blocks, blocks}) rows.push_back(r);
   for (std::size_t i = 0; i < 10; ++i) {
     const lm::Tensor& s = state[i];
@@ -519,11 +530,13 @@ void AdaKVCache::from_state(const std::vector<lm::Tensor>& state, const std::vec
       std::array<int64_t, 3> seen{};
       for (int64_t h = 0; h < fresh.heads_; ++h) {
         const int t = fresh.tier(b, h, g);
-        if (t > 2) throw base::FormatError(std::string(who) + ": block " + std::to_string(g) + " has tier " + std::to_string(t));
+        if (t > 2)
+          throw base::FormatError(std::string(who) + ": block " + std::to_string(g) + " has tier " + std::to_string(t));
         ++seen[static_cast<std::size_t>(t)];
       }
       if (seen != fresh.counts_) {
-        throw base::FormatError(std::string(who) + ": block " + std::to_string(g) + "'s tiers do not match the layer's counts");
+        throw base::FormatError(std::string(who) + ": block " + std::to_string(g) +
+                                "'s tiers do not match the layer's counts");
       }
     }
   }
@@ -562,18 +575,21 @@ MethodDescriptor adakv_method() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
-  m.blurb = "Per-head bit widths on KIVI's group code: every block of adakv_group_size tokens gives each kv head "
-            "lo, mid or hi bits (keys and values) so the layer's mean stays at or just below adakv_target_avg_bits, "
-            "the heads with the most variable key norms getting the most";
-  m.paper = "Ada-KV: adaptive budget allocation (Feng et al., arXiv 2407.11550), as the original's \"AdaKV-proxy\": "
-            "per-head bit widths instead of per-head eviction budgets";
-  m.deviations = "Widths are decided per block of adakv_group_size tokens when it is flushed and stored with it (the "
-                 "original only counts bits); the observation window is rounded up to whole blocks and "
-                 "adakv_update_interval counts blocks; the mean over heads is the largest reachable value not above "
-                 "the target (2.33 bits for 3 heads at 2.5). Importance is the key-norm variance, larger = more bits "
-                 "(the original's sign, inverted vs the paper); attention_entropy is rejected. The newest "
-                 "adakv_residual_length (KIVI's 128) tokens stay in the input dtype, a setting the original inherits "
-                 "from KIVI and this names; trim returns a reopened block decoded from its codes.";
+  m.blurb =
+      "Per-head bit widths on KIVI's group code: every block of adakv_group_size tokens gives each kv head "
+      "lo, mid or hi bits (keys and values) so the layer's mean stays at or just below adakv_target_avg_bits, "
+      "the heads with the most variable key norms getting the most";
+  m.paper =
+      "Ada-KV: adaptive budget allocation (Feng et al., arXiv 2407.11550), as the original's \"AdaKV-proxy\": "
+      "per-head bit widths instead of per-head eviction budgets";
+  m.deviations =
+      "Widths are decided per block of adakv_group_size tokens when it is flushed and stored with it (the "
+      "original only counts bits); the observation window is rounded up to whole blocks and "
+      "adakv_update_interval counts blocks; the mean over heads is the largest reachable value not above "
+      "the target (2.33 bits for 3 heads at 2.5). Importance is the key-norm variance, larger = more bits "
+      "(the original's sign, inverted vs the paper); attention_entropy is rejected. The newest "
+      "adakv_residual_length (KIVI's 128) tokens stay in the input dtype, a setting the original inherits "
+      "from KIVI and this names; trim returns a reopened block decoded from its codes.";
   m.docs = "docs/methods/adakv.md";
   m.fields = {
       option_field("adakv_target_avg_bits", &AdaKVOptions::adakv_target_avg_bits,

@@ -14,7 +14,9 @@
 namespace veloxquant {
 
 AdaKVRows::AdaKVRows(const AdaKVCache& cache)
-    : cache_(cache), tail_k_(attention::PlainRows::of(cache.tail_k_)), tail_v_(attention::PlainRows::of(cache.tail_v_)) {}
+    : cache_(cache),
+      tail_k_(attention::PlainRows::of(cache.tail_k_)),
+      tail_v_(attention::PlainRows::of(cache.tail_v_)) {}
 
 int64_t AdaKVRows::key_dim() const { return cache_.dk_; }
 int64_t AdaKVRows::value_dim() const { return cache_.dv_; }
@@ -24,11 +26,11 @@ namespace {
 
 // Rows [r0, r1) of one block's codes (keys or values) of (b, h) unpacked to f32 code values
 // (attention/word_code_rows.h, SIMD for every width), in natural order.
-void unpack_block_codes(const std::array<lm::Tensor, 3>& planes, int tier, int64_t slot, int bits,
-                        int64_t b, int64_t r0, int64_t r1, int64_t d, float* out) {
+void unpack_block_codes(const std::array<lm::Tensor, 3>& planes, int tier, int64_t slot, int bits, int64_t b,
+                        int64_t r0, int64_t r1, int64_t d, float* out) {
   const lm::Tensor& plane = planes[static_cast<std::size_t>(tier)];
-  attention::kernels::unpack_word_rows(cache_rows::row_ptr<uint32_t>(plane, b, slot, r0), plane.dim(3), r1 - r0, d, bits,
-                                       nullptr, out);
+  attention::kernels::unpack_word_rows(cache_rows::row_ptr<uint32_t>(plane, b, slot, r0), plane.dim(3), r1 - r0, d,
+                                       bits, nullptr, out);
 }
 
 }  // namespace
@@ -71,8 +73,8 @@ void AdaKVRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
   }
   if (j1 > frontier) {
     const int64_t t0 = std::max(j0, frontier);
-    attention::score_plain_tile(tail_k_, b, h, t0 - frontier, j1 - frontier, prepared, n_queries, scores + (t0 - j0), ld,
-                                scratch);
+    attention::score_plain_tile(tail_k_, b, h, t0 - frontier, j1 - frontier, prepared, n_queries, scores + (t0 - j0),
+                                ld, scratch);
   }
 }
 
@@ -118,8 +120,8 @@ void AdaKVRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, co
   }
   if (j1 > frontier) {
     const int64_t t0 = std::max(j0, frontier);
-    attention::accumulate_plain_tile(tail_v_, b, h, t0 - frontier, j1 - frontier, weights + (t0 - j0), n_queries, ld, acc,
-                                     scratch);
+    attention::accumulate_plain_tile(tail_v_, b, h, t0 - frontier, j1 - frontier, weights + (t0 - j0), n_queries, ld,
+                                     acc, scratch);
   }
 }
 

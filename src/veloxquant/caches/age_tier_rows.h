@@ -20,8 +20,8 @@ class AgeTierRows final : public attention::RowSource {
   int64_t position_base() const override { return tier_.first_position(); }
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
                   int64_t ld, attention::TileScratch& scratch) const override;
-  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
-                       float* acc, attention::TileScratch& scratch) const override;
+  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
+                       int64_t ld, float* acc, attention::TileScratch& scratch) const override;
 
  private:
   const AgeTier& tier_;

@@ -188,9 +188,15 @@ std::vector<lm::Tensor> AgeTieredCache::state() const {
 
 std::vector<std::string> AgeTieredCache::meta_state() const {
   const AgeTieredOptions& o = options_;
-  return {std::to_string(o.age_recent_boundary), std::to_string(o.age_mid_boundary), std::to_string(o.age_bits_recent),
-          std::to_string(o.age_bits_mid),        std::to_string(o.age_bits_old),     std::to_string(o.age_group_size),
-          std::to_string(dk_),                   std::to_string(dv_),                std::to_string(offset_),
+  return {std::to_string(o.age_recent_boundary),
+          std::to_string(o.age_mid_boundary),
+          std::to_string(o.age_bits_recent),
+          std::to_string(o.age_bits_mid),
+          std::to_string(o.age_bits_old),
+          std::to_string(o.age_group_size),
+          std::to_string(dk_),
+          std::to_string(dv_),
+          std::to_string(offset_),
           std::string(lm::dtype_name(dtype_))};
 }
 
@@ -221,10 +227,11 @@ void AgeTieredCache::from_state(const std::vector<lm::Tensor>& state, const std:
     *this = std::move(fresh);
     return;
   }
-  if (state.size() != 6) throw base::FormatError(std::string(who) + ": expected 6 tensors, got " + std::to_string(state.size()));
+  if (state.size() != 6)
+    throw base::FormatError(std::string(who) + ": expected 6 tensors, got " + std::to_string(state.size()));
   if (dk < 1 || dv < 1 || offset < 1 || state[0].ndim() != 4) {
-    throw base::FormatError(std::string(who) + ": bad key dim / value dim / offset " + meta[6] + " / " + meta[7] + " / " +
-                            meta[8]);
+    throw base::FormatError(std::string(who) + ": bad key dim / value dim / offset " + meta[6] + " / " + meta[7] +
+                            " / " + meta[8]);
   }
   fresh.batch_ = state[0].dim(0);
   fresh.heads_ = state[0].dim(1);
@@ -268,21 +275,23 @@ MethodDescriptor age_tiered_method() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.trimmable = false, .fused_attention = true, .real_compression = true};
-  m.blurb = "Precision by token age: the last age_recent_boundary tokens at age_bits_recent, those younger than "
-            "age_mid_boundary at age_bits_mid, older ones at age_bits_old (per-token group code, keys and values)";
+  m.blurb =
+      "Precision by token age: the last age_recent_boundary tokens at age_bits_recent, those younger than "
+      "age_mid_boundary at age_bits_mid, older ones at age_bits_old (per-token group code, keys and values)";
   m.paper = "No paper: the original project's AgeTieredKV (its issue #256)";
-  m.deviations = "Rows are really stored at their tier's width and re-coded from their decoded values when they age "
-                 "into the next tier (the original keeps every row in full precision and re-quantizes all of them at "
-                 "every step, so it only counts bytes); with the default widths the nested grids make the re-coding "
-                 "lossless up to the f16 rounding of the stored (scale, min). Not trimmable: precision a row lost "
-                 "cannot come back.";
+  m.deviations =
+      "Rows are really stored at their tier's width and re-coded from their decoded values when they age "
+      "into the next tier (the original keeps every row in full precision and re-quantizes all of them at "
+      "every step, so it only counts bytes); with the default widths the nested grids make the re-coding "
+      "lossless up to the f16 rounding of the stored (scale, min). Not trimmable: precision a row lost "
+      "cannot come back.";
   m.docs = "docs/methods/age_tiered.md";
   m.fields = {
       option_field("age_recent_boundary", &AgeTieredOptions::age_recent_boundary,
                    "Tokens younger than this (the most recent ones) are held at age_bits_recent", 0, 1 << 30),
       option_field("age_mid_boundary", &AgeTieredOptions::age_mid_boundary,
-                   "Tokens younger than this (and not recent) are held at age_bits_mid; older ones at age_bits_old",
-                   0, 1 << 30),
+                   "Tokens younger than this (and not recent) are held at age_bits_mid; older ones at age_bits_old", 0,
+                   1 << 30),
       option_field("age_bits_recent", &AgeTieredOptions::age_bits_recent, "Bits of the recent tier", 1, 8),
       option_field("age_bits_mid", &AgeTieredOptions::age_bits_mid, "Bits of the mid tier", 1, 8),
       option_field("age_bits_old", &AgeTieredOptions::age_bits_old, "Bits of the old tier", 1, 8),

@@ -63,8 +63,9 @@ void check_options(const AmcOptions& o) {
     throw base::Unsupported("amc_use_query_saliency=true is not supported: saliency is the key's L1 magnitude");
   }
   if (o.amc_adaptive_thresholds) {
-    throw base::Unsupported("amc_adaptive_thresholds=true is not supported: tiers use the fixed amc_k_high / amc_k_mid "
-                            "fractions per block of amc_group_size tokens");
+    throw base::Unsupported(
+        "amc_adaptive_thresholds=true is not supported: tiers use the fixed amc_k_high / amc_k_mid "
+        "fractions per block of amc_group_size tokens");
   }
 }
 
@@ -95,8 +96,8 @@ std::vector<const lm::Tensor*> AmcCache::tier_tensors(const Tier& t) const {
 }
 
 std::size_t AmcCache::nbytes() const {
-  std::size_t n = key_table_.storage_bytes() + value_table_.storage_bytes() + tail_k_.storage_bytes() +
-                  tail_v_.storage_bytes();
+  std::size_t n =
+      key_table_.storage_bytes() + value_table_.storage_bytes() + tail_k_.storage_bytes() + tail_v_.storage_bytes();
   for (const Tier& t : tiers_) {
     for (const lm::Tensor* x : tier_tensors(t)) n += x->storage_bytes();
   }
@@ -153,7 +154,8 @@ void AmcCache::fit(int64_t b, int64_t h, const float* keys, const float* values,
     for (int64_t c = 0; c < dim; ++c) mean[c] = static_cast<float>(pca.mean[static_cast<std::size_t>(c)]);
     for (int64_t i = 0; i < r; ++i) {
       float* dir = row_ptr<float>(table, b, h, 1 + i);
-      for (int64_t c = 0; c < dim; ++c) dir[c] = static_cast<float>(pca.components[static_cast<std::size_t>(i * dim + c)]);
+      for (int64_t c = 0; c < dim; ++c)
+        dir[c] = static_cast<float>(pca.components[static_cast<std::size_t>(i * dim + c)]);
     }
   };
   write(key_table_, keys, dk_);
@@ -202,12 +204,13 @@ void AmcCache::flush_block(int64_t b, int64_t h, int64_t block, const float* key
       const float* k = keys + token * dk_;
       const float* v = values + token * dv_;
       if (t.kind == AmcTier::kHigh) {
-        cache_rows::store_f32(k, static_cast<std::size_t>(dk_), reinterpret_cast<std::byte*>(row_ptr<uint16_t>(t.k, b, h, row)),
-                              lm::DType::F16);
-        cache_rows::store_f32(v, static_cast<std::size_t>(dv_), reinterpret_cast<std::byte*>(row_ptr<uint16_t>(t.v, b, h, row)),
-                              lm::DType::F16);
+        cache_rows::store_f32(k, static_cast<std::size_t>(dk_),
+                              reinterpret_cast<std::byte*>(row_ptr<uint16_t>(t.k, b, h, row)), lm::DType::F16);
+        cache_rows::store_f32(v, static_cast<std::size_t>(dv_),
+                              reinterpret_cast<std::byte*>(row_ptr<uint16_t>(t.v, b, h, row)), lm::DType::F16);
       } else {
-        encode(key_table_, t.key_layout, k, t.bits, row_ptr<uint8_t>(t.k, b, h, row), row_ptr<uint16_t>(t.kp, b, h, row));
+        encode(key_table_, t.key_layout, k, t.bits, row_ptr<uint8_t>(t.k, b, h, row),
+               row_ptr<uint16_t>(t.kp, b, h, row));
         encode(value_table_, t.value_layout, v, t.bits, row_ptr<uint8_t>(t.v, b, h, row),
                row_ptr<uint16_t>(t.vp, b, h, row));
       }
@@ -471,20 +474,24 @@ MethodDescriptor amc_method() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.fused_attention = true, .real_compression = true};
-  m.blurb = "Per-token L1 key saliency per block of amc_group_size tokens: top amc_k_high kept f16, next amc_k_mid "
-            "as rank d/3 PCA latents at 8 bits, the rest rank d/16 at 4 bits; never evicts";
+  m.blurb =
+      "Per-token L1 key saliency per block of amc_group_size tokens: top amc_k_high kept f16, next amc_k_mid "
+      "as rank d/3 PCA latents at 8 bits, the rest rank d/16 at 4 bits; never evicts";
   m.paper = "AMC (Hu et al., Apple), preprint arXiv 2607.10109 (the spec's venue exception)";
-  m.deviations = "Ranks 128/43/8 read as fractions of head_dim (d, ceil(d/3), max(1, d/16)). Tiers chosen per complete "
-                 "block of amc_group_size tokens (the incomplete block stays in the input dtype); latent bases are "
-                 "centred PCA of the prompt's keys and values per kv head (core/linalg.h), frozen; latent coordinates "
-                 "quantized per token (f16 scale and min per amc_group_size coordinates). Real packed storage (the "
-                 "original counts bytes). amc_use_query_saliency and amc_adaptive_thresholds are refused (Unsupported). "
-                 "Family label 'quantization' (the original's is 'eviction', but nothing is evicted and this registry "
-                 "ties 'eviction' to budgets).";
+  m.deviations =
+      "Ranks 128/43/8 read as fractions of head_dim (d, ceil(d/3), max(1, d/16)). Tiers chosen per complete "
+      "block of amc_group_size tokens (the incomplete block stays in the input dtype); latent bases are "
+      "centred PCA of the prompt's keys and values per kv head (core/linalg.h), frozen; latent coordinates "
+      "quantized per token (f16 scale and min per amc_group_size coordinates). Real packed storage (the "
+      "original counts bytes). amc_use_query_saliency and amc_adaptive_thresholds are refused (Unsupported). "
+      "Family label 'quantization' (the original's is 'eviction', but nothing is evicted and this registry "
+      "ties 'eviction' to budgets).";
   m.docs = "docs/methods/amc.md";
   m.fields = {
-      option_field("amc_k_high", &AmcOptions::amc_k_high, "Share of each block's tokens (most salient) kept f16, [0, 1]"),
-      option_field("amc_k_mid", &AmcOptions::amc_k_mid, "Share of each block's tokens in the Mid tier (rank d/3, 8 bits)"),
+      option_field("amc_k_high", &AmcOptions::amc_k_high,
+                   "Share of each block's tokens (most salient) kept f16, [0, 1]"),
+      option_field("amc_k_mid", &AmcOptions::amc_k_mid,
+                   "Share of each block's tokens in the Mid tier (rank d/3, 8 bits)"),
       option_field("amc_use_query_saliency", &AmcOptions::amc_use_query_saliency,
                    "Mix query attention into the saliency (not supported: must stay false)"),
       option_field("amc_query_alpha", &AmcOptions::amc_query_alpha, "Weight of the query saliency, [0, 1]"),

@@ -15,7 +15,8 @@
 //
 // Storage (all counted by nbytes()), blocks allocated in 256-token steps, n_t rows per block of tier t:
 //   High   keys F16 [B, H, blocks n_h, Dk]   values F16 [B, H, blocks n_h, Dv]
-//   Mid/Low key_codes U8 [B, H, blocks n_t, ceil-per-8-group(r_k b / 8)]   key_params F16 [B, H, blocks n_t, 2 ceil(r_k / G)]
+//   Mid/Low key_codes U8 [B, H, blocks n_t, ceil-per-8-group(r_k b / 8)]   key_params F16 [B, H, blocks n_t, 2 ceil(r_k
+//   / G)]
 //          value_codes / value_params the same with r_v (from Dv)
 //   positions I32 [B, H, blocks n_t, 1] per tier (true positions, ascending per head)
 //   tables F32 [B, H, 1 + r_mid, Dk] and [B, H, 1 + r_mid(Dv), Dv] (mean + directions), once fitted

@@ -18,7 +18,9 @@ AmcTierShape amc_tier_shape(AmcTier tier, int64_t head_dim) {
 }
 
 AmcTierCounts amc_tier_counts(int64_t group, double k_high, double k_mid) {
-  const auto python_round = [](double x) { return static_cast<int64_t>(std::nearbyint(x)); };  // FE_TONEAREST: half to even
+  const auto python_round = [](double x) {
+    return static_cast<int64_t>(std::nearbyint(x));
+  };  // FE_TONEAREST: half to even
   AmcTierCounts c;
   c.high = std::clamp<int64_t>(python_round(k_high * static_cast<double>(group)), 0, group);
   c.mid = std::clamp<int64_t>(python_round(k_mid * static_cast<double>(group)), 0, group - c.high);

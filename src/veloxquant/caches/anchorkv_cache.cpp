@@ -46,7 +46,8 @@ void check_options(const AnchorKvOptions& o) {
     throw QuantizerConfigError("anchorkv_residual_bits must be 1, 2, 4 or 8 (codes packed in bytes), got " +
                                std::to_string(bits));
   }
-  if (o.anchorkv_seed < 0) throw QuantizerConfigError("anchorkv_seed must be >= 0, got " + std::to_string(o.anchorkv_seed));
+  if (o.anchorkv_seed < 0)
+    throw QuantizerConfigError("anchorkv_seed must be >= 0, got " + std::to_string(o.anchorkv_seed));
 }
 
 std::byte* row_bytes(lm::Tensor& t, int64_t b, int64_t h, int64_t j) {
@@ -101,8 +102,8 @@ int64_t AnchorKvCache::residual_row_bytes() const { return (dk_ + dv_) * o_.anch
 
 std::size_t AnchorKvCache::nbytes() const {
   std::size_t total = 0;
-  for (const lm::Tensor* t : {&anchor_k_, &anchor_v_, &anchor_pos_, &records_, &residual_codes_, &residual_params_,
-                              &tail_k_, &tail_v_}) {
+  for (const lm::Tensor* t :
+       {&anchor_k_, &anchor_v_, &anchor_pos_, &records_, &residual_codes_, &residual_params_, &tail_k_, &tail_v_}) {
     total += t->storage_bytes();
   }
   return total;
@@ -138,7 +139,8 @@ int64_t grown(int64_t cap, int64_t need, int64_t step) {
 AnchorKvCache::Record AnchorKvCache::record(int64_t b, int64_t h, int64_t j) const {
   const uint32_t* r = row_ptr<uint32_t>(records_, b, h, j);
   return {static_cast<uint16_t>(r[0] & 0xFFFF), static_cast<uint16_t>(r[1] & 0xFFFF),
-          base::f16_to_f32(static_cast<uint16_t>(r[0] >> 16)), base::f16_to_f32(static_cast<uint16_t>(r[1] >> 16)), r[2]};
+          base::f16_to_f32(static_cast<uint16_t>(r[0] >> 16)), base::f16_to_f32(static_cast<uint16_t>(r[1] >> 16)),
+          r[2]};
 }
 
 int32_t AnchorKvCache::anchor_position(int64_t b, int64_t h, int64_t a) const {
@@ -166,9 +168,8 @@ void AnchorKvCache::reconstruct(int64_t b, int64_t h, int64_t j, float* key, flo
 // One head's spill of `spill` rows (f32 k / v) into compressed rows rows_ .. rows_ + spill - 1:
 // `new_anchors` of them become anchors (anchors_ ..), the rest are encoded against every anchor,
 // and the `new_slots` non-anchor rows of highest utility get residual slots slot_base ...
-void AnchorKvCache::compress(int64_t b, int64_t h, const float* k, const float* v, int64_t spill,
-                             const float* proxies, int64_t n_proxies, int64_t new_anchors, int64_t new_slots,
-                             int64_t slot_base) {
+void AnchorKvCache::compress(int64_t b, int64_t h, const float* k, const float* v, int64_t spill, const float* proxies,
+                             int64_t n_proxies, int64_t new_anchors, int64_t new_slots, int64_t slot_base) {
   std::vector<float> mass(static_cast<std::size_t>(spill));
   kaq_mass(k, spill, proxies, n_proxies, dk_, mass.data());
   // Anchors: round(rho * new) by attention mass (ties to the older row), the rest uniform samples.
@@ -203,7 +204,8 @@ void AnchorKvCache::compress(int64_t b, int64_t h, const float* k, const float* 
   }
   // Every anchor as stored (f32) and its squared norm.
   const int64_t total_anchors = anchors_ + static_cast<int64_t>(chosen.size());
-  std::vector<float> ak(static_cast<std::size_t>(total_anchors * dk_)), av(static_cast<std::size_t>(total_anchors * dv_));
+  std::vector<float> ak(static_cast<std::size_t>(total_anchors * dk_)),
+      av(static_cast<std::size_t>(total_anchors * dv_));
   attention::PlainRows::of(anchor_k_).widen(b, h, 0, total_anchors, ak.data());
   attention::PlainRows::of(anchor_v_).widen(b, h, 0, total_anchors, av.data());
   const auto best_anchor = [&](const float* x, const std::vector<float>& anchors, int64_t d, float* coef) {
@@ -281,8 +283,9 @@ void AnchorKvCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   const int64_t anchors_after = std::clamp<int64_t>(
       static_cast<int64_t>(std::ceil(o_.anchorkv_anchor_frac * static_cast<double>(rows_after) - 1e-9)), 1, rows_after);
   if (anchors_after > 65536) {  // anchor indices are 16 bits in the records
-    throw base::InvalidArgument("AnchorKvCache: " + std::to_string(anchors_after) +
-                                " anchors per head (anchorkv_anchor_frac x tokens) exceed the 65536 a record can index");
+    throw base::InvalidArgument(
+        "AnchorKvCache: " + std::to_string(anchors_after) +
+        " anchors per head (anchorkv_anchor_frac x tokens) exceed the 65536 a record can index");
   }
   const int64_t new_anchors = std::min(spill, std::max<int64_t>(0, anchors_after - anchors_));
   const double slot_bytes = static_cast<double>(residual_row_bytes() + 4 * 2);
@@ -385,10 +388,10 @@ void AnchorKvCache::fused_attention(const lm::FusedAttentionRequest& request, lm
 
 std::vector<lm::Tensor> AnchorKvCache::state() const {
   if (!tail_k_.defined()) return {};
-  return {anchor_k_.slice(2, 0, anchors_),       anchor_v_.slice(2, 0, anchors_),
-          anchor_pos_.slice(2, 0, anchors_),     records_.slice(2, 0, rows_),
-          residual_codes_.slice(2, 0, slots_),   residual_params_.slice(2, 0, slots_),
-          tail_k_.slice(2, 0, offset_ - rows_),  tail_v_.slice(2, 0, offset_ - rows_)};
+  return {anchor_k_.slice(2, 0, anchors_),      anchor_v_.slice(2, 0, anchors_),
+          anchor_pos_.slice(2, 0, anchors_),    records_.slice(2, 0, rows_),
+          residual_codes_.slice(2, 0, slots_),  residual_params_.slice(2, 0, slots_),
+          tail_k_.slice(2, 0, offset_ - rows_), tail_v_.slice(2, 0, offset_ - rows_)};
 }
 
 std::vector<std::string> AnchorKvCache::meta_state() const {
@@ -432,7 +435,8 @@ void AnchorKvCache::from_state(const std::vector<lm::Tensor>& state, const std::
     *this = std::move(fresh);
     return;
   }
-  if (state.size() != 8) throw base::FormatError(std::string(who) + ": expected 8 tensors, got " + std::to_string(state.size()));
+  if (state.size() != 8)
+    throw base::FormatError(std::string(who) + ": expected 8 tensors, got " + std::to_string(state.size()));
   const int64_t tail = offset - rows;
   if (rows < 0 || tail < 0 || tail > o.anchorkv_window || anchors < 0 || anchors > rows || slots < 0 || slots > rows ||
       (rows > 0 && anchors == 0)) {
@@ -449,8 +453,8 @@ void AnchorKvCache::from_state(const std::vector<lm::Tensor>& state, const std::
   } catch (const base::InvalidArgument& e) {
     throw base::FormatError(std::string(who) + ": " + e.what());
   }
-  const lm::Tensor* like[] = {&fresh.anchor_k_, &fresh.anchor_v_, &fresh.anchor_pos_, &fresh.records_,
-                              &fresh.residual_codes_, &fresh.residual_params_};
+  const lm::Tensor* like[] = {&fresh.anchor_k_, &fresh.anchor_v_,       &fresh.anchor_pos_,
+                              &fresh.records_,  &fresh.residual_codes_, &fresh.residual_params_};
   const int64_t counts[] = {anchors, anchors, anchors, rows, slots, slots};
   for (int i = 0; i < 6; ++i) {
     const lm::Tensor& s = state[static_cast<std::size_t>(i)];
@@ -478,8 +482,8 @@ void AnchorKvCache::from_state(const std::vector<lm::Tensor>& state, const std::
 
 std::shared_ptr<lm::KVCache> AnchorKvCache::clone() const {
   auto copy = std::make_shared<AnchorKvCache>(*this);
-  for (lm::Tensor* t : {&copy->anchor_k_, &copy->anchor_v_, &copy->anchor_pos_, &copy->records_,
-                        &copy->residual_codes_, &copy->residual_params_, &copy->tail_k_, &copy->tail_v_}) {
+  for (lm::Tensor* t : {&copy->anchor_k_, &copy->anchor_v_, &copy->anchor_pos_, &copy->records_, &copy->residual_codes_,
+                        &copy->residual_params_, &copy->tail_k_, &copy->tail_v_}) {
     if (t->defined()) *t = t->clone();
   }
   return copy;
@@ -505,10 +509,11 @@ MethodDescriptor anchorkv_method() {
   m.family = "hybrid";
   m.is_servable = true;
   m.capabilities = {.trimmable = false, .fused_attention = true, .real_compression = true};
-  m.blurb = "Per head: exact anchors (top key-as-query attention + uniform samples, anchorkv_anchor_frac of the "
-            "tokens); every other token outside the exact anchorkv_window is an anchor index + one coefficient for "
-            "its key and for its value; anchorkv_residual_bits residuals for the highest-utility tokens within "
-            "anchorkv_theta of the f16 bytes";
+  m.blurb =
+      "Per head: exact anchors (top key-as-query attention + uniform samples, anchorkv_anchor_frac of the "
+      "tokens); every other token outside the exact anchorkv_window is an anchor index + one coefficient for "
+      "its key and for its value; anchorkv_residual_bits residuals for the highest-utility tokens within "
+      "anchorkv_theta of the f16 bytes";
   m.paper = "AnchorKV (Khalaf et al., Technion, preprint arXiv 2608.02901; spec venue exception)";
   m.deviations =
       "The spec gives the row and the fields only; this is our reading (docs/methods/anchorkv.md): rows are "

@@ -30,9 +30,8 @@ struct ResidualList {
 // `param_offset` of each slot) decoded into out[i * d ..]: lo + code * step per element, the same
 // levels anchorkv_decode_residual computes (it is the reference for widths and layouts the word
 // unpacker does not take: a stream whose codes are not whole, 4-byte aligned words).
-void decode_residuals(const lm::Tensor& codes, const lm::Tensor& params, int64_t b, int64_t h,
-                      const ResidualList& list, int64_t code_offset, int64_t param_offset, int64_t d, int bits,
-                      float* out) {
+void decode_residuals(const lm::Tensor& codes, const lm::Tensor& params, int64_t b, int64_t h, const ResidualList& list,
+                      int64_t code_offset, int64_t param_offset, int64_t d, int bits, float* out) {
   float levels[256];
   const int64_t n_levels = int64_t{1} << bits;
   for (int64_t i = 0; i < list.n; ++i) {
@@ -178,11 +177,12 @@ void AnchorKvRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, cons
     }
   }
   const int64_t e0 = std::max(j0, c_.rows_);
-  if (e0 < j1) exact_.score(b, h, e0 - c_.rows_, j1 - c_.rows_, prepared, pd, n_queries, scores + (e0 - j0), ld, scratch);
+  if (e0 < j1)
+    exact_.score(b, h, e0 - c_.rows_, j1 - c_.rows_, prepared, pd, n_queries, scores + (e0 - j0), ld, scratch);
 }
 
-void AnchorKvRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
-                                   int64_t ld, float* acc, attention::TileScratch& scratch) const {
+void AnchorKvRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
+                                   int64_t n_queries, int64_t ld, float* acc, attention::TileScratch& scratch) const {
   const int64_t dk = key_dim(), dv = value_dim(), n_anchor = c_.anchors_, end = std::min(j1, c_.rows_);
   const int bits = c_.o_.anchorkv_residual_bits;
   if (j0 < end) {

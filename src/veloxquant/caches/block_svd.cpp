@@ -63,9 +63,7 @@ BlockSvd block_svd(const float* x, int64_t rows, int64_t cols) {
   const bool by_rows = rows <= cols;  // diagonalise the shorter side's Gram matrix
   const int64_t n = by_rows ? rows : cols, m = by_rows ? cols : rows;
   // Element (i, k) of the block seen with the short side first.
-  auto el = [&](int64_t i, int64_t k) -> double {
-    return by_rows ? double(x[i * cols + k]) : double(x[k * cols + i]);
-  };
+  auto el = [&](int64_t i, int64_t k) -> double { return by_rows ? double(x[i * cols + k]) : double(x[k * cols + i]); };
   std::vector<double> gram(static_cast<std::size_t>(n * n));
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = i; j < n; ++j) {

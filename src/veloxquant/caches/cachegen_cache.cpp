@@ -88,8 +88,8 @@ namespace {
 // groups of G.
 std::size_t param_pairs(bool per_channel, int64_t group, int64_t dim) {
   return per_channel ? static_cast<std::size_t>(dim)
-                     : static_cast<std::size_t>(group) * core::groups_per_row(static_cast<std::size_t>(dim),
-                                                                            static_cast<std::size_t>(group));
+                     : static_cast<std::size_t>(group) *
+                           core::groups_per_row(static_cast<std::size_t>(dim), static_cast<std::size_t>(group));
 }
 }  // namespace
 
@@ -147,7 +147,8 @@ void CachegenCache::decode_record(int64_t block, int64_t b, int64_t h, int kv, f
   const std::size_t size = offsets[i + 1] - offsets[i];
   const std::size_t pairs = param_pairs(per_channel, group_, dim);
   const std::size_t header = pairs * sizeof(core::GroupParams) + static_cast<std::size_t>(alphabet) * sizeof(uint16_t);
-  if (offsets[i + 1] < offsets[i] || size < header) throw base::FormatError("CachegenCache: record shorter than its header");
+  if (offsets[i + 1] < offsets[i] || size < header)
+    throw base::FormatError("CachegenCache: record shorter than its header");
   thread_local std::vector<core::GroupParams> params;
   thread_local std::vector<uint16_t> freqs;
   thread_local std::vector<uint8_t> codes;
@@ -257,10 +258,10 @@ void CachegenCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   }
   const int64_t kept = pending_rows - blocks * group_;
   for (int64_t bh = 0; bh < bh_count; ++bh) {
-    blocks_tail::keep_in_tail(pk.data() + (bh * pending_rows + blocks * group_) * dk_, kept,
-                              tail_k_, dtype_, bh, group_, dk_);
-    blocks_tail::keep_in_tail(pv.data() + (bh * pending_rows + blocks * group_) * dv_, kept,
-                              tail_v_, dtype_, bh, group_, dv_);
+    blocks_tail::keep_in_tail(pk.data() + (bh * pending_rows + blocks * group_) * dk_, kept, tail_k_, dtype_, bh,
+                              group_, dk_);
+    blocks_tail::keep_in_tail(pv.data() + (bh * pending_rows + blocks * group_) * dv_, kept, tail_v_, dtype_, bh,
+                              group_, dv_);
   }
   offset_ += s;
   frontier_ += blocks * group_;
@@ -343,8 +344,13 @@ std::vector<lm::Tensor> CachegenCache::state() const {
 }
 
 std::vector<std::string> CachegenCache::meta_state() const {
-  return {std::to_string(bits_),   std::to_string(group_),  use_delta_ ? "1" : "0", per_channel_ ? "1" : "0",
-          std::to_string(offset_), std::to_string(frontier_), std::string(lm::dtype_name(dtype_))};
+  return {std::to_string(bits_),
+          std::to_string(group_),
+          use_delta_ ? "1" : "0",
+          per_channel_ ? "1" : "0",
+          std::to_string(offset_),
+          std::to_string(frontier_),
+          std::string(lm::dtype_name(dtype_))};
 }
 
 void CachegenCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
@@ -359,14 +365,16 @@ void CachegenCache::from_state(const std::vector<lm::Tensor>& state, const std::
     throw base::FormatError(std::string(who) + ": delta / per channel must be 0 or 1");
   }
   CachegenCache fresh(static_cast<int>(cache_rows::parse_meta_int(meta[0], who, "bits")),
-                      static_cast<int>(cache_rows::parse_meta_int(meta[1], who, "group")), delta == 1, per_channel == 1);
+                      static_cast<int>(cache_rows::parse_meta_int(meta[1], who, "group")), delta == 1,
+                      per_channel == 1);
   const blocks_tail::TailMeta saved = blocks_tail::parse_tail_meta(meta, 4, fresh.group_, who);
   if (state.empty()) {
     if (saved.offset != 0) throw base::FormatError(std::string(who) + ": no tensors for offset " + meta[4]);
     *this = fresh;
     return;
   }
-  if (state.size() != 4) throw base::FormatError(std::string(who) + ": expected 4 tensors, got " + std::to_string(state.size()));
+  if (state.size() != 4)
+    throw base::FormatError(std::string(who) + ": expected 4 tensors, got " + std::to_string(state.size()));
   const lm::Tensor& arena = state[0];
   const lm::Tensor& offsets = state[1];
   const lm::Tensor& tk = state[2];
@@ -386,7 +394,8 @@ void CachegenCache::from_state(const std::vector<lm::Tensor>& state, const std::
     throw base::FormatError(std::string(who) + ": offsets do not span the arena");
   }
   for (std::size_t i = 0; i < records; ++i) {
-    if (o[i + 1] < o[i]) throw base::FormatError(std::string(who) + ": offsets decrease at record " + std::to_string(i));
+    if (o[i + 1] < o[i])
+      throw base::FormatError(std::string(who) + ": offsets decrease at record " + std::to_string(i));
   }
   fresh.arena_ = arena.contiguous().clone();
   fresh.arena_used_ = static_cast<std::size_t>(arena.dim(0));
@@ -422,7 +431,8 @@ void validate_cachegen_options(const KVCacheConfig& config) {
   check_bits("cachegen_bits", o.cachegen_bits);
   if (o.cachegen_resolved_bits) check_bits("cachegen_resolved_bits", *o.cachegen_resolved_bits);
   if (o.cachegen_group_size < 1 || o.cachegen_group_size > 4096) {
-    throw QuantizerConfigError("cachegen_group_size must lie in [1, 4096], got " + std::to_string(o.cachegen_group_size));
+    throw QuantizerConfigError("cachegen_group_size must lie in [1, 4096], got " +
+                               std::to_string(o.cachegen_group_size));
   }
   if (o.cachegen_layer_groups < 1) {
     throw QuantizerConfigError("cachegen_layer_groups must be >= 1, got " + std::to_string(o.cachegen_layer_groups));
@@ -442,17 +452,20 @@ MethodDescriptor cachegen_method() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
-  m.blurb = "Group quantization (keys per channel, values per token) of blocks of cachegen_group_size tokens, codes "
-            "delta-coded against each block's anchor token and stored rANS-coded; bits fall with layer depth";
-  m.paper = "CacheGen: KV Cache Compression and Streaming for Fast Large Language Model Serving (Liu et al., "
-            "SIGCOMM 2024, arXiv 2310.07240)";
-  m.deviations = "The original only estimated the order-0 entropy of the codes (storage accounting); here the codes "
-                 "are entropy coded for real: one static rANS stream per block of G tokens per (head, keys/values) "
-                 "with its own 2^bits x u16 frequency table (the paper: arithmetic coding with probability models per "
-                 "channel and layer, shared offline). Delta = integer codes minus the block's first (anchor) token's "
-                 "codes, mod 2^bits (lossless; the paper deltas the float tensors before quantizing). Values are "
-                 "quantized per token in channel groups of G. The incomplete last block stays in the input dtype. "
-                 "Trim returns a reopened block decoded from its codes.";
+  m.blurb =
+      "Group quantization (keys per channel, values per token) of blocks of cachegen_group_size tokens, codes "
+      "delta-coded against each block's anchor token and stored rANS-coded; bits fall with layer depth";
+  m.paper =
+      "CacheGen: KV Cache Compression and Streaming for Fast Large Language Model Serving (Liu et al., "
+      "SIGCOMM 2024, arXiv 2310.07240)";
+  m.deviations =
+      "The original only estimated the order-0 entropy of the codes (storage accounting); here the codes "
+      "are entropy coded for real: one static rANS stream per block of G tokens per (head, keys/values) "
+      "with its own 2^bits x u16 frequency table (the paper: arithmetic coding with probability models per "
+      "channel and layer, shared offline). Delta = integer codes minus the block's first (anchor) token's "
+      "codes, mod 2^bits (lossless; the paper deltas the float tensors before quantizing). Values are "
+      "quantized per token in channel groups of G. The incomplete last block stays in the input dtype. "
+      "Trim returns a reopened block decoded from its codes.";
   m.docs = "docs/methods/cachegen.md";
   m.fields = {
       option_field("cachegen_bits", &CachegenOptions::cachegen_bits,

@@ -43,8 +43,8 @@ void CachegenRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
     const int64_t block = a / group, end = std::min(quantized_end, (block + 1) * group);
     float* rows = scratch.f32(static_cast<std::size_t>(group * d));
     cache_.decode_record(block, b, h, 1, rows);
-    lm::kernels::tiles::accumulate_rows(weights + (a - j0), ld, n_queries, rows + (a - block * group) * d, d, end - a, d,
-                                        acc, d);
+    lm::kernels::tiles::accumulate_rows(weights + (a - j0), ld, n_queries, rows + (a - block * group) * d, d, end - a,
+                                        d, acc, d);
     a = end;
   }
   if (j1 > frontier) {

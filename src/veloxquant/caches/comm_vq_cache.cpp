@@ -20,7 +20,8 @@ namespace {
 constexpr const char* kTypeName = "CommVqCache";
 
 void check_options(int64_t dim, int bits, int n_books, int iters) {
-  if (bits < 1 || bits > 16) throw QuantizerConfigError("comm_vq_bits must lie in [1, 16], got " + std::to_string(bits));
+  if (bits < 1 || bits > 16)
+    throw QuantizerConfigError("comm_vq_bits must lie in [1, 16], got " + std::to_string(bits));
   if (n_books < 1) {
     throw QuantizerConfigError("comm_vq_n_codebooks must be >= 1, got " + std::to_string(n_books));
   }
@@ -98,7 +99,7 @@ void CommVqCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
       encoder.encode(new_k.data() + (b * heads_ + h) * s * dk_, s, row_ptr<uint8_t>(key_codes_, b, h, offset_),
-                       key_codes_.strides()[2]);
+                     key_codes_.strides()[2]);
     }
   }
   lm::copy_token_rows(values, values_, offset_);
@@ -111,7 +112,8 @@ lm::KeysValues CommVqCache::fetch(lm::DType dtype) const {
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
       const int64_t bh = b * heads_ + h;
-      for (int64_t j = 0; j < offset_; ++j) pvq::decode_row(*book_, row_ptr<uint8_t>(key_codes_, b, h, j), tmp.data() + j * dk_);
+      for (int64_t j = 0; j < offset_; ++j)
+        pvq::decode_row(*book_, row_ptr<uint8_t>(key_codes_, b, h, j), tmp.data() + j * dk_);
       cache_rows::store_f32(tmp.data(), static_cast<std::size_t>(offset_ * dk_),
                             k.raw_data() + bh * offset_ * dk_ * static_cast<int64_t>(k.element_size()), dtype);
     }
@@ -157,8 +159,8 @@ std::vector<lm::Tensor> CommVqCache::state() const {
 }
 
 std::vector<std::string> CommVqCache::meta_state() const {
-  return {std::to_string(bits_), std::to_string(n_books_), std::to_string(iters_), std::to_string(seed_),
-          std::to_string(offset_), std::string(lm::dtype_name(dtype_))};
+  return {std::to_string(bits_), std::to_string(n_books_), std::to_string(iters_),
+          std::to_string(seed_), std::to_string(offset_),  std::string(lm::dtype_name(dtype_))};
 }
 
 void CommVqCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
@@ -183,7 +185,8 @@ void CommVqCache::from_state(const std::vector<lm::Tensor>& state, const std::ve
     *this = std::move(fresh);
     return;
   }
-  if (state.size() != 3) throw base::FormatError(std::string(who) + ": expected 3 tensors, got " + std::to_string(state.size()));
+  if (state.size() != 3)
+    throw base::FormatError(std::string(who) + ": expected 3 tensors, got " + std::to_string(state.size()));
   const lm::Tensor& codes = state[0];
   const lm::Tensor& values = state[1];
   if (codes.ndim() != 4 || values.ndim() != 4 || codes.dim(2) != offset || values.dim(2) != offset ||
@@ -243,20 +246,23 @@ MethodDescriptor comm_vq_method() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
-  m.blurb = "Keys only: product VQ of post-RoPE keys with comm_vq_n_codebooks codebooks of 2^comm_vq_bits entries "
-            "trained by EM (k-means) on the first call; values stay in the input dtype";
-  m.paper = "CommVQ: Commutative Vector Quantization for KV Cache Compression (Li et al., ICML 2025, arXiv "
-            "2506.18879)";
-  m.deviations = "As the original's serving cache: post-RoPE keys, product (not additive) codebooks, one per "
-                 "sub-vector of head_dim / comm_vq_n_codebooks coordinates, shared by the layer's kv heads, hard EM "
-                 "(seeded k-means++ then comm_vq_n_em_iters Lloyd iterations on at most 16 x 2^bits sub-vectors of "
-                 "the first call); the paper's RoPE-commutative codebook (which lets pre-RoPE codes be scored "
-                 "after rotation) is not built, since the host hands the cache keys after RoPE. Values are kept "
-                 "as stored. Real packed storage; keys scored through per-query lookup tables.";
+  m.blurb =
+      "Keys only: product VQ of post-RoPE keys with comm_vq_n_codebooks codebooks of 2^comm_vq_bits entries "
+      "trained by EM (k-means) on the first call; values stay in the input dtype";
+  m.paper =
+      "CommVQ: Commutative Vector Quantization for KV Cache Compression (Li et al., ICML 2025, arXiv "
+      "2506.18879)";
+  m.deviations =
+      "As the original's serving cache: post-RoPE keys, product (not additive) codebooks, one per "
+      "sub-vector of head_dim / comm_vq_n_codebooks coordinates, shared by the layer's kv heads, hard EM "
+      "(seeded k-means++ then comm_vq_n_em_iters Lloyd iterations on at most 16 x 2^bits sub-vectors of "
+      "the first call); the paper's RoPE-commutative codebook (which lets pre-RoPE codes be scored "
+      "after rotation) is not built, since the host hands the cache keys after RoPE. Values are kept "
+      "as stored. Real packed storage; keys scored through per-query lookup tables.";
   m.docs = "docs/methods/comm_vq.md";
   m.fields = {
-      option_field("comm_vq_bits", &CommVqOptions::comm_vq_bits, "Bits per key code (2^bits codewords per codebook)",
-                   1, 16),
+      option_field("comm_vq_bits", &CommVqOptions::comm_vq_bits, "Bits per key code (2^bits codewords per codebook)", 1,
+                   16),
       option_field("comm_vq_n_codebooks", &CommVqOptions::comm_vq_n_codebooks,
                    "Codes per key (sub-vectors of head_dim / n coordinates); divides head_dim", 1, 256),
       option_field("comm_vq_n_em_iters", &CommVqOptions::comm_vq_n_em_iters,

@@ -27,7 +27,8 @@ std::pair<int64_t, int64_t> sinks_in(const SinkRows& sinks, int64_t b, int64_t j
 }  // namespace
 
 void DenseAndSparseRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
-                                    int64_t n_queries, float* scores, int64_t ld, attention::TileScratch& scratch) const {
+                                    int64_t n_queries, float* scores, int64_t ld,
+                                    attention::TileScratch& scratch) const {
   dense_.score_tile(b, h, j0, j1, prepared, n_queries, scores, ld, scratch);
   const int64_t d = key_dim(), pd = prepared_dim();
   outliers_.for_each(true, b, h, j0, j1, [&](int64_t row, int64_t channel, float delta) {

@@ -27,7 +27,8 @@ void fit_levels(const float* u, std::size_t n, int n_levels, int iterations, flo
     }
     for (int c = 0; c < n_levels; ++c) {
       if (count[static_cast<std::size_t>(c)] > 0) {
-        levels[c] = static_cast<float>(sum[static_cast<std::size_t>(c)] / static_cast<double>(count[static_cast<std::size_t>(c)]));
+        levels[c] = static_cast<float>(sum[static_cast<std::size_t>(c)] /
+                                       static_cast<double>(count[static_cast<std::size_t>(c)]));
       }
     }
   }

@@ -39,7 +39,11 @@ const SinkRows& no_sinks() {
 }  // namespace
 
 GearCache::GearCache(int bits, int group_size, std::optional<int> rank, double energy_threshold, double sparse_fraction)
-    : bits_(bits), group_(group_size), rank_(rank), energy_(energy_threshold), sparse_fraction_(sparse_fraction),
+    : bits_(bits),
+      group_(group_size),
+      rank_(rank),
+      energy_(energy_threshold),
+      sparse_fraction_(sparse_fraction),
       outliers_(sparse_fraction) {
   if (bits < 1 || bits > 8) throw QuantizerConfigError("gear_bits must lie in [1, 8], got " + std::to_string(bits));
   if (group_size < 1) throw QuantizerConfigError("gear_group_size must be >= 1, got " + std::to_string(group_size));
@@ -90,7 +94,8 @@ void GearCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
   key_order_ = std::make_shared<const attention::CodeOrder>(bits_, dk_);
   value_order_ = std::make_shared<const attention::CodeOrder>(bits_, dv_, group_);
   auto position = std::make_shared<std::vector<int32_t>>(static_cast<std::size_t>(dk_));
-  for (int64_t e = 0; e < dk_; ++e) (*position)[static_cast<std::size_t>(key_order_->natural(e))] = static_cast<int32_t>(e);
+  for (int64_t e = 0; e < dk_; ++e)
+    (*position)[static_cast<std::size_t>(key_order_->natural(e))] = static_cast<int32_t>(e);
   key_position_ = std::move(position);
   capacity_blocks_ = 0;
 }
@@ -114,8 +119,8 @@ void GearCache::ensure_terms(int which, int64_t terms) {
   if (terms <= terms_capacity_[which]) return;
   // Ranks vary by block, so the factor rows grow geometrically (amortised copies); the slack is
   // allocated and counted by nbytes().
-  const int64_t grown = std::max({terms, terms_capacity_[which] + terms_capacity_[which] / 2,
-                                  terms_capacity_[which] + kMinTermGrowth});
+  const int64_t grown =
+      std::max({terms, terms_capacity_[which] + terms_capacity_[which] / 2, terms_capacity_[which] + kMinTermGrowth});
   left_[which] = cache_rows::copy_rows(left_[which], terms_used_[which], grown);
   right_[which] = cache_rows::copy_rows(right_[which], terms_used_[which], grown);
   terms_capacity_[which] = grown;
@@ -216,7 +221,8 @@ void GearCache::flush_block(int64_t block, const float* keys, int64_t key_head_s
         outliers_.record(w == 0, b, h, block, index.data(), exact.data(), decoded.data());
         decode_block(w == 0, b, h, block, DecodeParts::kSparse, decoded.data());
       }
-      for (int64_t i = 0; i < n; ++i) decoded[static_cast<std::size_t>(i)] = src[i] - decoded[static_cast<std::size_t>(i)];
+      for (int64_t i = 0; i < n; ++i)
+        decoded[static_cast<std::size_t>(i)] = src[i] - decoded[static_cast<std::size_t>(i)];
       svd[w][static_cast<std::size_t>(bh)] = block_svd(decoded.data(), group_, d);
     }
   }
@@ -295,10 +301,10 @@ void GearCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   }
   const int64_t kept = pending_rows - blocks * group_;
   for (int64_t bh = 0; bh < heads; ++bh) {
-    blocks_tail::keep_in_tail(pk.data() + (bh * pending_rows + blocks * group_) * dk_, kept,
-                              tail_k_, dtype_, bh, group_, dk_);
-    blocks_tail::keep_in_tail(pv.data() + (bh * pending_rows + blocks * group_) * dv_, kept,
-                              tail_v_, dtype_, bh, group_, dv_);
+    blocks_tail::keep_in_tail(pk.data() + (bh * pending_rows + blocks * group_) * dk_, kept, tail_k_, dtype_, bh,
+                              group_, dk_);
+    blocks_tail::keep_in_tail(pv.data() + (bh * pending_rows + blocks * group_) * dv_, kept, tail_v_, dtype_, bh,
+                              group_, dv_);
   }
   offset_ += s;
   frontier_ += blocks * group_;
@@ -343,7 +349,8 @@ void GearCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
   const KiviQuantizedRows quantized(key_codes_, key_params_, value_codes_, value_params_, frontier_, bits_, group_,
                                     *key_order_, *value_order_);
   const DenseAndSparseRows sparse(quantized, *key_order_, *key_position_, no_sinks(), outliers_);
-  const attention::RowSource& dense = outliers_.enabled() ? static_cast<const attention::RowSource&>(sparse) : quantized;
+  const attention::RowSource& dense =
+      outliers_.enabled() ? static_cast<const attention::RowSource&>(sparse) : quantized;
   const LowRankRows corrected(dense, {&block_terms_, &left_[0], &right_[0], &left_[1], &right_[1], group_});
   const attention::DtypeRowSource tail(tail_k_, tail_v_, offset_ - frontier_, frontier_);
   const attention::RowSource* segments[] = {&corrected, &tail};
@@ -371,15 +378,21 @@ std::vector<lm::Tensor> GearCache::state() const {
 }
 
 std::vector<std::string> GearCache::meta_state() const {
-  return {std::to_string(bits_),   std::to_string(group_),    rank_ ? std::to_string(*rank_) : "none",
-          blocks_tail::exact_double(energy_), blocks_tail::exact_double(sparse_fraction_), std::to_string(offset_),
-          std::to_string(frontier_), std::string(lm::dtype_name(dtype_))};
+  return {std::to_string(bits_),
+          std::to_string(group_),
+          rank_ ? std::to_string(*rank_) : "none",
+          blocks_tail::exact_double(energy_),
+          blocks_tail::exact_double(sparse_fraction_),
+          std::to_string(offset_),
+          std::to_string(frontier_),
+          std::string(lm::dtype_name(dtype_))};
 }
 
 void GearCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const char* who = "GearCache::from_state";
   if (meta.size() != 8) {
-    throw base::FormatError(std::string(who) + ": expected 8 meta entries (bits, group, rank, energy, sparse fraction, " +
+    throw base::FormatError(std::string(who) +
+                            ": expected 8 meta entries (bits, group, rank, energy, sparse fraction, " +
                             "offset, frontier, dtype), got " + std::to_string(meta.size()));
   }
   std::optional<int> rank;
@@ -424,8 +437,9 @@ void GearCache::from_state(const std::vector<lm::Tensor>& state, const std::vect
       used[w] += t[2 * w + 1];
     }
   }
-  const lm::Tensor* like[] = {&fresh.key_codes_, &fresh.key_params_, &fresh.value_codes_, &fresh.value_params_,
-                              &fresh.block_terms_, &fresh.left_[0], &fresh.right_[0], &fresh.left_[1], &fresh.right_[1]};
+  const lm::Tensor* like[] = {&fresh.key_codes_,    &fresh.key_params_,  &fresh.value_codes_,
+                              &fresh.value_params_, &fresh.block_terms_, &fresh.left_[0],
+                              &fresh.right_[0],     &fresh.left_[1],     &fresh.right_[1]};
   const int64_t rows[] = {frontier, blocks, frontier, frontier, blocks, used[0], used[0], used[1], used[1]};
   for (int i = 0; i < 9; ++i) {
     const lm::Tensor& s = state[static_cast<std::size_t>(i)];
@@ -491,8 +505,9 @@ void validate_gear_options(const KVCacheConfig& config) {
     throw QuantizerConfigError("gear_group_size must lie in [1, 4096], got " + std::to_string(o.gear_group_size));
   }
   if (!o.gear_quantize_values) {
-    throw base::Unsupported("gear_quantize_values=false is not supported: values are always compressed like the keys "
-                            "(use true)");
+    throw base::Unsupported(
+        "gear_quantize_values=false is not supported: values are always compressed like the keys "
+        "(use true)");
   }
 }
 
@@ -509,17 +524,20 @@ MethodDescriptor gear_method() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.trimmable = false, .fused_attention = true, .real_compression = true};
-  m.blurb = "Uniform gear_bits group quantization plus sparse exact outliers plus a low-rank SVD of what error is "
-            "left, per block of gear_group_size tokens (X ~ D + L + S)";
-  m.paper = "GEAR: An Efficient KV Cache Compression Recipe for Near-Lossless Generative Inference of LLM (Kang et "
-            "al., arXiv 2403.05527)";
-  m.deviations = "Per block of gear_group_size tokens per head: KIVI's group code (keys per channel, values per "
-                 "token) as the base quantizer; outliers picked per quantization group by distance from the group "
-                 "median in MADs (kvquant's rule) rather than the matrix's largest and smallest entries; the low-rank "
-                 "factors are an exact truncated SVD of each block's residual (Jacobi on the Gram matrix, not power "
-                 "iteration), stored in f16; with gear_rank unset a block's rank is the largest any of its heads "
-                 "needs to reach gear_energy_threshold. The incomplete last block stays in the input dtype. "
-                 "gear_quantize_values=false is refused. Not trimmable (as the original).";
+  m.blurb =
+      "Uniform gear_bits group quantization plus sparse exact outliers plus a low-rank SVD of what error is "
+      "left, per block of gear_group_size tokens (X ~ D + L + S)";
+  m.paper =
+      "GEAR: An Efficient KV Cache Compression Recipe for Near-Lossless Generative Inference of LLM (Kang et "
+      "al., arXiv 2403.05527)";
+  m.deviations =
+      "Per block of gear_group_size tokens per head: KIVI's group code (keys per channel, values per "
+      "token) as the base quantizer; outliers picked per quantization group by distance from the group "
+      "median in MADs (kvquant's rule) rather than the matrix's largest and smallest entries; the low-rank "
+      "factors are an exact truncated SVD of each block's residual (Jacobi on the Gram matrix, not power "
+      "iteration), stored in f16; with gear_rank unset a block's rank is the largest any of its heads "
+      "needs to reach gear_energy_threshold. The incomplete last block stays in the input dtype. "
+      "gear_quantize_values=false is refused. Not trimmable (as the original).";
   m.docs = "docs/methods/gear.md";
   m.fields = {
       option_field("gear_bits", &GearOptions::gear_bits, "Bits of the base uniform quantizer", 1, 8),

@@ -45,8 +45,8 @@ void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Ten
                           attention::kernels::can_accumulate_planes(value_order.bits(), plane_bytes, group);
   if (from_bytes) {
     attention::kernels::accumulate_planes(reinterpret_cast<const uint8_t*>(row_ptr<uint32_t>(value_codes, b, h, j0)),
-                                          value_codes.strides()[2] * 4, n, plane_bytes, value_order.bits(), group, scaled,
-                                          n_queries, acc_code, d);
+                                          value_codes.strides()[2] * 4, n, plane_bytes, value_order.bits(), group,
+                                          scaled, n_queries, acc_code, d);
   } else {
     if (value_order.planar()) {
       value_order.unpack_rows(row_ptr<uint32_t>(value_codes, b, h, j0), value_codes.strides()[2], n, codes);

@@ -63,7 +63,8 @@ void KittyCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
   tail_k_ = lm::Tensor({batch_, heads_, group_, dk_}, dtype_);
   values_ = lm::Tensor({batch_, heads_, 0, dv_}, dtype_);
   hi_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(n_hi_, hi_bit_))}, lm::DType::U32);
-  lo_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dk_ - n_hi_, lo_bit_))}, lm::DType::U32);
+  lo_codes_ =
+      lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dk_ - n_hi_, lo_bit_))}, lm::DType::U32);
   key_params_ = lm::Tensor({batch_, heads_, 0, 2 * dk_}, lm::DType::F16);
   hi_mask_ = lm::Tensor({batch_, heads_, 0, mask_words(dk_)}, lm::DType::U32);
   hi_order_ = std::make_shared<const attention::CodeOrder>(hi_bit_, n_hi_);
@@ -193,10 +194,9 @@ void KittyCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
 }
 
 lm::KeysValues KittyCache::fetch(lm::DType dtype) const {
-  return blocks_tail::fetch_coded_keys({batch_, heads_, dk_, dv_, offset_, frontier_, group_, dtype_}, tail_k_, values_,
-                                       dtype, [this](int64_t b, int64_t h, int64_t g, float* out) {
-                                         decode_block(b, h, g, out);
-                                       });
+  return blocks_tail::fetch_coded_keys(
+      {batch_, heads_, dk_, dv_, offset_, frontier_, group_, dtype_}, tail_k_, values_, dtype,
+      [this](int64_t b, int64_t h, int64_t g, float* out) { decode_block(b, h, g, out); });
 }
 
 void KittyCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) {
@@ -247,8 +247,12 @@ std::vector<lm::Tensor> KittyCache::state() const {
 }
 
 std::vector<std::string> KittyCache::meta_state() const {
-  return {blocks_tail::exact_double(hi_fraction_), std::to_string(hi_bit_),  std::to_string(lo_bit_),
-          std::to_string(group_),   std::to_string(offset_), std::to_string(frontier_),
+  return {blocks_tail::exact_double(hi_fraction_),
+          std::to_string(hi_bit_),
+          std::to_string(lo_bit_),
+          std::to_string(group_),
+          std::to_string(offset_),
+          std::to_string(frontier_),
           std::string(lm::dtype_name(dtype_))};
 }
 
@@ -270,7 +274,8 @@ void KittyCache::from_state(const std::vector<lm::Tensor>& state, const std::vec
     *this = fresh;
     return;
   }
-  if (state.size() != 6) throw base::FormatError(std::string(who) + ": expected 6 tensors, got " + std::to_string(state.size()));
+  if (state.size() != 6)
+    throw base::FormatError(std::string(who) + ": expected 6 tensors, got " + std::to_string(state.size()));
   const lm::Tensor& values = state[4];
   const lm::Tensor& tail = state[5];
   if (values.ndim() != 4 || tail.ndim() != 4 || values.dim(2) != offset || tail.dim(2) != offset - frontier) {
@@ -359,15 +364,18 @@ MethodDescriptor kitty_method() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
-  m.blurb = "Channel-wise mixed-precision keys: in every block of kitty_group_size tokens the kitty_hi_fraction most "
-            "variable key channels get kitty_hi_bit, the rest kitty_lo_bit; values kept as given";
-  m.paper = "Kitty: dynamic channel-wise mixed-precision KV cache quantization (arXiv 2511.18643; \"inspired by\" in "
-            "the original)";
-  m.deviations = "Channels are ranked by their variance within each block of kitty_group_size tokens, once, when the "
-                 "block is complete (the original ranks by a running variance over all tokens at every step and only "
-                 "counts bytes); each channel is KIVI's per-channel group code over the block. Values are kept in the "
-                 "input dtype (as the original). The incomplete last block's keys stay in the input dtype. Trim "
-                 "returns a reopened block's keys decoded from their codes.";
+  m.blurb =
+      "Channel-wise mixed-precision keys: in every block of kitty_group_size tokens the kitty_hi_fraction most "
+      "variable key channels get kitty_hi_bit, the rest kitty_lo_bit; values kept as given";
+  m.paper =
+      "Kitty: dynamic channel-wise mixed-precision KV cache quantization (arXiv 2511.18643; \"inspired by\" in "
+      "the original)";
+  m.deviations =
+      "Channels are ranked by their variance within each block of kitty_group_size tokens, once, when the "
+      "block is complete (the original ranks by a running variance over all tokens at every step and only "
+      "counts bytes); each channel is KIVI's per-channel group code over the block. Values are kept in the "
+      "input dtype (as the original). The incomplete last block's keys stay in the input dtype. Trim "
+      "returns a reopened block's keys decoded from their codes.";
   m.docs = "docs/methods/kitty.md";
   m.fields = {
       option_field("kitty_hi_fraction", &KittyOptions::kitty_hi_fraction,

@@ -39,14 +39,17 @@ KittyRows::KittyRows(const lm::Tensor& hi_codes, const lm::Tensor& lo_codes, con
   if (lo_order.size() > 0) lo_limit_ = attention::kernels::integer_query_limit(lo_plane_.bits, lo_plane_.dim());
   hi_position_.resize(static_cast<std::size_t>(hi_order.size()));
   lo_position_.resize(static_cast<std::size_t>(lo_order.size()));
-  for (int64_t i = 0; i < hi_order.size(); ++i) hi_position_[static_cast<std::size_t>(i)] = static_cast<int32_t>(hi_plane_.position(i));
-  for (int64_t i = 0; i < lo_order.size(); ++i) lo_position_[static_cast<std::size_t>(i)] = static_cast<int32_t>(lo_plane_.position(i));
+  for (int64_t i = 0; i < hi_order.size(); ++i)
+    hi_position_[static_cast<std::size_t>(i)] = static_cast<int32_t>(hi_plane_.position(i));
+  for (int64_t i = 0; i < lo_order.size(); ++i)
+    lo_position_[static_cast<std::size_t>(i)] = static_cast<int32_t>(lo_plane_.position(i));
 }
 
 void KittyRows::score_block_integer(int64_t b, int64_t h, int64_t block, int64_t a, int64_t n, const float* prepared,
                                     int64_t n_queries, const float* pairs, float* scores, int64_t ld) const {
   const int64_t d = dk_;
-  const int64_t hi_dim = hi_order_.size() > 0 ? hi_plane_.dim() : 0, lo_dim = lo_order_.size() > 0 ? lo_plane_.dim() : 0;
+  const int64_t hi_dim = hi_order_.size() > 0 ? hi_plane_.dim() : 0,
+                lo_dim = lo_order_.size() > 0 ? lo_plane_.dim() : 0;
   const int64_t widest = std::max(hi_dim, lo_dim);
   // Grow-only per-thread buffers: (scale, min) apart, the folded queries in natural channel order
   // and in both planes' padded code orders, ones and zeros, the per-channel targets, the integer
@@ -132,8 +135,8 @@ void KittyRows::score_block_integer(int64_t b, int64_t h, int64_t block, int64_t
     const auto* readable_end = reinterpret_cast<const uint8_t*>(packed.raw_data()) + packed.nbytes();
     const int64_t row_stride = packed.strides()[2] * 4;
     if (first) {  // the first plane's scores with the mins' bias, straight into the tile
-      attention::kernels::score_narrow_codes_i16(bytes, row_stride, n, p, readable_end, q16.data() + offset,
-                                                 plane_step, bias.data(), n_queries, scores, ld);
+      attention::kernels::score_narrow_codes_i16(bytes, row_stride, n, p, readable_end, q16.data() + offset, plane_step,
+                                                 bias.data(), n_queries, scores, ld);
       first = false;
       continue;
     }
@@ -182,8 +185,10 @@ void KittyRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
     folded_lo.resize(static_cast<std::size_t>(n_queries * n_lo));
     bias.assign(static_cast<std::size_t>(n_queries), 0.0f);
     // Each plane's channels in its code order: position e' of the plane holds channel list[natural(e')].
-    for (int64_t j = 0; j < n_hi; ++j) hi_channel[static_cast<std::size_t>(j)] = hi[static_cast<std::size_t>(hi_order_.natural(j))];
-    for (int64_t j = 0; j < n_lo; ++j) lo_channel[static_cast<std::size_t>(j)] = lo[static_cast<std::size_t>(lo_order_.natural(j))];
+    for (int64_t j = 0; j < n_hi; ++j)
+      hi_channel[static_cast<std::size_t>(j)] = hi[static_cast<std::size_t>(hi_order_.natural(j))];
+    for (int64_t j = 0; j < n_lo; ++j)
+      lo_channel[static_cast<std::size_t>(j)] = lo[static_cast<std::size_t>(lo_order_.natural(j))];
     for (int64_t r = 0; r < n_queries; ++r) {
       const float* q = prepared + r * pd;
       for (int64_t j = 0; j < n_hi; ++j) {
@@ -240,8 +245,8 @@ void KittyRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
   }
   if (j1 > frontier_) {  // the tail's keys, rows from `frontier_` on in their own buffer
     const int64_t t0 = std::max(j0, frontier_);
-    attention::score_plain_tile(tail_keys_, b, h, t0 - frontier_, j1 - frontier_, prepared, n_queries, scores + (t0 - j0),
-                                ld, scratch);
+    attention::score_plain_tile(tail_keys_, b, h, t0 - frontier_, j1 - frontier_, prepared, n_queries,
+                                scores + (t0 - j0), ld, scratch);
   }
 }
 

@@ -44,7 +44,8 @@ KiviCache::KiviCache(int head_dim, int bits, int group_size, int residual_length
     throw QuantizerConfigError("residual_length must be >= 0, got " + std::to_string(residual_length));
   }
   if (variant_.sink_slots < 0) {
-    throw QuantizerConfigError(variant_.type_name + ": sink rows must be >= 0, got " + std::to_string(variant_.sink_slots));
+    throw QuantizerConfigError(variant_.type_name + ": sink rows must be >= 0, got " +
+                               std::to_string(variant_.sink_slots));
   }
   if (!(variant_.outlier_fraction >= 0.0 && variant_.outlier_fraction <= 0.5)) {
     throw QuantizerConfigError(variant_.type_name + ": outlier fraction must lie in [0, 0.5], got " +
@@ -86,8 +87,7 @@ void KiviCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
   key_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dk_, bits_))}, lm::DType::U32);
   key_params_ = lm::Tensor({batch_, heads_, 0, 2 * dk_}, lm::DType::F16);
   value_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dv_, bits_))}, lm::DType::U32);
-  value_params_ = lm::Tensor({batch_, heads_, 0, 2 * static_cast<int64_t>(token_groups(dv_, group_))},
-                             lm::DType::F16);
+  value_params_ = lm::Tensor({batch_, heads_, 0, 2 * static_cast<int64_t>(token_groups(dv_, group_))}, lm::DType::F16);
   sinks_.allocate(batch_, heads_, dk_, dv_, dtype_);
   outliers_.allocate(batch_, heads_, group_, dk_, dv_);
   if (variant_.lloyd_iters > 0) levels_ = lm::Tensor({batch_, heads_, 2, int64_t{1} << bits_}, lm::DType::F32);
@@ -107,8 +107,8 @@ void KiviCache::ensure_quantized_capacity(int64_t rows) {
   capacity_ = grown;
 }
 
-void KiviCache::flush(std::vector<float>& pending_k, std::vector<float>& pending_v, int64_t pending_rows,
-                      int64_t first, int64_t count) {
+void KiviCache::flush(std::vector<float>& pending_k, std::vector<float>& pending_v, int64_t pending_rows, int64_t first,
+                      int64_t count) {
   sinks_.take(pending_k, pending_v, pending_rows, first, count, frontier_, group_);
   const int64_t blocks = count / group_, gv = static_cast<int64_t>(token_groups(static_cast<int>(dv_), group_));
   const int n_levels = 1 << bits_;
@@ -140,7 +140,8 @@ void KiviCache::flush(std::vector<float>& pending_k, std::vector<float>& pending
       std::memcpy(kblock.data(), pending_k.data() + (bh * pending_rows + first) * dk_, sizeof(float) * kblock.size());
       std::memcpy(vblock.data(), pending_v.data() + (bh * pending_rows + first) * dv_, sizeof(float) * vblock.size());
       for (int64_t g = 0; g < blocks && outliers_.enabled(); ++g) {
-        for (int64_t t = 0; t < group_; ++t) excluded[static_cast<std::size_t>(t)] = sinks_.is_sink(b, frontier_ + g * group_ + t);
+        for (int64_t t = 0; t < group_; ++t)
+          excluded[static_cast<std::size_t>(t)] = sinks_.is_sink(b, frontier_ + g * group_ + t);
         isolate_outliers(kblock.data() + g * group_ * dk_, group_, dk_, true, group_, excluded.data(), k_keys,
                          kidx.data() + g * k_keys, kexact.data() + g * k_keys);
         isolate_outliers(vblock.data() + g * group_ * dv_, group_, dv_, false, group_, excluded.data(), k_values,
@@ -192,7 +193,8 @@ void KiviCache::flush(std::vector<float>& pending_k, std::vector<float>& pending
       for (int64_t g = 0; g < blocks && outliers_.enabled(); ++g) {
         const int64_t row0 = frontier_ + g * group_;
         decode_keys_dense(b, h, row0, row0 + group_, decoded.data());
-        outliers_.record(true, b, h, row0 / group_, kidx.data() + g * k_keys, kexact.data() + g * k_keys, decoded.data());
+        outliers_.record(true, b, h, row0 / group_, kidx.data() + g * k_keys, kexact.data() + g * k_keys,
+                         decoded.data());
         decode_values_dense(b, h, row0, row0 + group_, decoded.data());
         outliers_.record(false, b, h, row0 / group_, vidx.data() + g * k_values, vexact.data() + g * k_values,
                          decoded.data());
@@ -219,8 +221,8 @@ void KiviCache::fit_levels_for(int64_t b, int64_t h, const float* keys, const co
   for (int64_t t = 0; t < rows; ++t) {
     for (int64_t g = 0; g < gv; ++g) {
       const int64_t begin = g * group_, count = std::min<int64_t>(group_, dv_ - begin);
-      append_normalized(values + t * dv_ + begin, static_cast<std::size_t>(count), 1, value_params[t * gv + g], n_levels,
-                        u.data() + n);
+      append_normalized(values + t * dv_ + begin, static_cast<std::size_t>(count), 1, value_params[t * gv + g],
+                        n_levels, u.data() + n);
       n += static_cast<std::size_t>(count);
     }
   }
@@ -234,9 +236,9 @@ void KiviCache::decode_keys_dense(int64_t b, int64_t h, int64_t begin, int64_t e
     core::unpack_words(row_ptr<uint32_t>(key_codes_, b, h, r), static_cast<std::size_t>(dk_), bits_, codes.data());
     const auto* params = reinterpret_cast<const GroupParams16*>(row_ptr<uint16_t>(key_params_, b, h, r / group_));
     for (int64_t d = 0; d < dk_; ++d) {
-      out[(r - begin) * dk_ + d] =
-          level == nullptr ? decode_code(codes[d], params[d])
-                           : level[codes[d]] * base::f16_to_f32(params[d].scale_f16) + base::f16_to_f32(params[d].min_f16);
+      out[(r - begin) * dk_ + d] = level == nullptr ? decode_code(codes[d], params[d])
+                                                    : level[codes[d]] * base::f16_to_f32(params[d].scale_f16) +
+                                                          base::f16_to_f32(params[d].min_f16);
     }
   }
 }
@@ -306,10 +308,12 @@ void KiviCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
       const int64_t bh = b * heads_ + h;
-      cache_rows::load_f32(residual_k_.raw_data() + (bh * residual_k_.dim(2)) * dk_ * static_cast<int64_t>(residual_k_.element_size()),
-                           dtype_, static_cast<std::size_t>(tail * dk_), pk.data() + bh * pending_rows * dk_);
-      cache_rows::load_f32(residual_v_.raw_data() + (bh * residual_v_.dim(2)) * dv_ * static_cast<int64_t>(residual_v_.element_size()),
-                           dtype_, static_cast<std::size_t>(tail * dv_), pv.data() + bh * pending_rows * dv_);
+      cache_rows::load_f32(
+          residual_k_.raw_data() + (bh * residual_k_.dim(2)) * dk_ * static_cast<int64_t>(residual_k_.element_size()),
+          dtype_, static_cast<std::size_t>(tail * dk_), pk.data() + bh * pending_rows * dk_);
+      cache_rows::load_f32(
+          residual_v_.raw_data() + (bh * residual_v_.dim(2)) * dv_ * static_cast<int64_t>(residual_v_.element_size()),
+          dtype_, static_cast<std::size_t>(tail * dv_), pv.data() + bh * pending_rows * dv_);
       std::memcpy(pk.data() + (bh * pending_rows + tail) * dk_, new_k.data() + bh * s * dk_,
                   sizeof(float) * static_cast<std::size_t>(s * dk_));
       std::memcpy(pv.data() + (bh * pending_rows + tail) * dv_, new_v.data() + bh * s * dv_,
@@ -325,12 +329,14 @@ void KiviCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
       const int64_t bh = b * heads_ + h;
-      cache_rows::store_f32(pk.data() + (bh * pending_rows + flushed) * dk_, static_cast<std::size_t>(kept * dk_),
-                            residual_k_.raw_data() + bh * residual_k_.dim(2) * dk_ * static_cast<int64_t>(residual_k_.element_size()),
-                            dtype_);
-      cache_rows::store_f32(pv.data() + (bh * pending_rows + flushed) * dv_, static_cast<std::size_t>(kept * dv_),
-                            residual_v_.raw_data() + bh * residual_v_.dim(2) * dv_ * static_cast<int64_t>(residual_v_.element_size()),
-                            dtype_);
+      cache_rows::store_f32(
+          pk.data() + (bh * pending_rows + flushed) * dk_, static_cast<std::size_t>(kept * dk_),
+          residual_k_.raw_data() + bh * residual_k_.dim(2) * dk_ * static_cast<int64_t>(residual_k_.element_size()),
+          dtype_);
+      cache_rows::store_f32(
+          pv.data() + (bh * pending_rows + flushed) * dv_, static_cast<std::size_t>(kept * dv_),
+          residual_v_.raw_data() + bh * residual_v_.dim(2) * dv_ * static_cast<int64_t>(residual_v_.element_size()),
+          dtype_);
     }
   }
   offset_ = new_offset;
@@ -351,8 +357,10 @@ lm::KeysValues KiviCache::fetch(lm::DType dtype) const {
       cache_rows::store_f32(tmp.data(), static_cast<std::size_t>(frontier_ * dk_), kout, dtype);
       decode_values(b, h, 0, frontier_, tmp.data());
       cache_rows::store_f32(tmp.data(), static_cast<std::size_t>(frontier_ * dv_), vout, dtype);
-      const std::byte* rk = residual_k_.raw_data() + bh * residual_k_.dim(2) * dk_ * static_cast<int64_t>(residual_k_.element_size());
-      const std::byte* rv = residual_v_.raw_data() + bh * residual_v_.dim(2) * dv_ * static_cast<int64_t>(residual_v_.element_size());
+      const std::byte* rk =
+          residual_k_.raw_data() + bh * residual_k_.dim(2) * dk_ * static_cast<int64_t>(residual_k_.element_size());
+      const std::byte* rv =
+          residual_v_.raw_data() + bh * residual_v_.dim(2) * dv_ * static_cast<int64_t>(residual_v_.element_size());
       lm::convert_elements(rk, dtype_, kout + frontier_ * dk_ * static_cast<int64_t>(k.element_size()), dtype,
                            static_cast<std::size_t>(tail * dk_));
       lm::convert_elements(rv, dtype_, vout + frontier_ * dv_ * static_cast<int64_t>(v.element_size()), dtype,
@@ -377,7 +385,8 @@ void KiviCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
     key_order_ = std::make_shared<const attention::CodeOrder>(bits_, dk_);
     value_order_ = std::make_shared<const attention::CodeOrder>(bits_, dv_, group_);
     auto position = std::make_shared<std::vector<int32_t>>(static_cast<std::size_t>(dk_));
-    for (int64_t e = 0; e < dk_; ++e) (*position)[static_cast<std::size_t>(key_order_->natural(e))] = static_cast<int32_t>(e);
+    for (int64_t e = 0; e < dk_; ++e)
+      (*position)[static_cast<std::size_t>(key_order_->natural(e))] = static_cast<int32_t>(e);
     key_position_ = std::move(position);
   }
   const bool fitted = variant_.lloyd_iters > 0 && levels_fitted_;
@@ -409,8 +418,10 @@ int64_t KiviCache::trim(int64_t n) {
     for (int64_t b = 0; b < batch_; ++b) {
       for (int64_t h = 0; h < heads_; ++h) {
         const int64_t bh = b * heads_ + h;
-        std::byte* rk = residual_k_.raw_data() + bh * residual_k_.dim(2) * dk_ * static_cast<int64_t>(residual_k_.element_size());
-        std::byte* rv = residual_v_.raw_data() + bh * residual_v_.dim(2) * dv_ * static_cast<int64_t>(residual_v_.element_size());
+        std::byte* rk =
+            residual_k_.raw_data() + bh * residual_k_.dim(2) * dk_ * static_cast<int64_t>(residual_k_.element_size());
+        std::byte* rv =
+            residual_v_.raw_data() + bh * residual_v_.dim(2) * dv_ * static_cast<int64_t>(residual_v_.element_size());
         decode_keys(b, h, new_frontier, new_frontier + reopened, tk.data());
         decode_values(b, h, new_frontier, new_frontier + reopened, tv.data());
         cache_rows::load_f32(rk, dtype_, static_cast<std::size_t>(old_tail_kept * dk_), tk.data() + reopened * dk_);
@@ -447,16 +458,16 @@ std::vector<lm::Tensor> KiviCache::state() const {
 }
 
 std::vector<std::string> KiviCache::meta_state() const {
-  std::vector<std::string> meta = {std::to_string(head_dim_),        std::to_string(bits_),
-                                   std::to_string(group_),           std::to_string(residual_length_),
-                                   std::to_string(offset_),          std::to_string(frontier_),
-                                   std::string(lm::dtype_name(dtype_))};
+  std::vector<std::string> meta = {
+      std::to_string(head_dim_),          std::to_string(bits_),   std::to_string(group_),
+      std::to_string(residual_length_),   std::to_string(offset_), std::to_string(frontier_),
+      std::string(lm::dtype_name(dtype_))};
   if (variant_.type_name == kPlainType) return meta;  // KIVI's own format, unchanged
   char fraction[32];
   std::snprintf(fraction, sizeof(fraction), "%.17g", variant_.outlier_fraction);
-  for (std::string entry : {variant_.type_name, std::string(sink_rule_name(variant_.sinks)),
-                            std::to_string(variant_.sink_slots), std::string(fraction),
-                            std::to_string(variant_.lloyd_iters), std::string(levels_fitted_ ? "1" : "0")}) {
+  for (std::string entry :
+       {variant_.type_name, std::string(sink_rule_name(variant_.sinks)), std::to_string(variant_.sink_slots),
+        std::string(fraction), std::to_string(variant_.lloyd_iters), std::string(levels_fitted_ ? "1" : "0")}) {
     meta.push_back(std::move(entry));
   }
   return meta;
@@ -477,8 +488,8 @@ void KiviCache::from_state(const std::vector<lm::Tensor>& state, const std::vect
     variant.sink_slots = static_cast<int>(cache_rows::parse_meta_int(meta[9], who, "sink rows"));
     char* end = nullptr;
     variant.outlier_fraction = std::strtod(meta[10].c_str(), &end);
-    if (end == meta[10].c_str() || *end != '\0' || !(variant.outlier_fraction >= 0.0 && variant.outlier_fraction <= 0.5) ||
-        variant.sink_slots < 0) {
+    if (end == meta[10].c_str() || *end != '\0' ||
+        !(variant.outlier_fraction >= 0.0 && variant.outlier_fraction <= 0.5) || variant.sink_slots < 0) {
       throw base::FormatError(std::string(who) + ": bad outlier fraction '" + meta[10] + "' or sink rows " + meta[9]);
     }
     variant.lloyd_iters = static_cast<int>(cache_rows::parse_meta_int(meta[11], who, "Lloyd iterations"));
@@ -503,8 +514,8 @@ void KiviCache::from_state(const std::vector<lm::Tensor>& state, const std::vect
   }
   if (bits_ < 1 || bits_ > 8 || group_ < 1 || residual_length_ < 0 || frontier < 0 || frontier > offset ||
       frontier % group_ != 0 || offset - frontier > residual_length_ + group_) {
-    throw base::FormatError(std::string(who) + ": inconsistent meta_state (bits " + meta[1] + ", group " +
-                            meta[2] + ", offset " + meta[4] + ", frontier " + meta[5] + ")");
+    throw base::FormatError(std::string(who) + ": inconsistent meta_state (bits " + meta[1] + ", group " + meta[2] +
+                            ", offset " + meta[4] + ", frontier " + meta[5] + ")");
   }
   offset_ = 0;
   frontier_ = 0;
@@ -514,8 +525,8 @@ void KiviCache::from_state(const std::vector<lm::Tensor>& state, const std::vect
     if (offset != 0) throw base::FormatError(std::string(who) + ": no tensors for offset " + meta[4]);
     return;
   }
-  const std::size_t expected = 6 + (sinks_.enabled() ? 3 : 0) + (outliers_.enabled() ? 4 : 0) +
-                               (variant_.lloyd_iters > 0 ? 1 : 0);
+  const std::size_t expected =
+      6 + (sinks_.enabled() ? 3 : 0) + (outliers_.enabled() ? 4 : 0) + (variant_.lloyd_iters > 0 ? 1 : 0);
   if (state.size() != expected) {
     throw base::FormatError(std::string(who) + ": expected " + std::to_string(expected) + " tensors, got " +
                             std::to_string(state.size()));
@@ -524,8 +535,8 @@ void KiviCache::from_state(const std::vector<lm::Tensor>& state, const std::vect
   const lm::Tensor& rv = state[5];
   if (rk.ndim() != 4 || rv.ndim() != 4 || rk.dim(2) != offset - frontier || state[0].dim(2) != frontier ||
       state[1].dim(2) != frontier / group_ || state[2].dim(2) != frontier || state[3].dim(2) != frontier) {
-    throw base::FormatError(std::string(who) + ": tensor row counts do not match offset " + meta[4] +
-                            " / frontier " + meta[5]);
+    throw base::FormatError(std::string(who) + ": tensor row counts do not match offset " + meta[4] + " / frontier " +
+                            meta[5]);
   }
   allocate(rk.astype(dtype), rv.astype(dtype));
   if (state[0].dim(3) != key_codes_.dim(3) || state[1].dim(3) != key_params_.dim(3) ||
@@ -578,8 +589,8 @@ std::shared_ptr<lm::KVCache> KiviCache::clone() const {
 }
 
 std::shared_ptr<lm::KVCache> make_kivi_cache(const KVCacheConfig& config) {
-  return std::make_shared<KiviCache>(config.head_dim, config.bit_width_inlier.scalar(),
-                                     config.kivi.kivi_group_size, config.kivi.residual_length);
+  return std::make_shared<KiviCache>(config.head_dim, config.bit_width_inlier.scalar(), config.kivi.kivi_group_size,
+                                     config.kivi.residual_length);
 }
 
 }  // namespace veloxquant

@@ -86,8 +86,8 @@ class KiviCache : public lm::KVCache {
              int64_t count);
   // The first flush of a variant with fitted levels: fits (b, h)'s key / value levels on the
   // normalized coordinates of the block about to be encoded.
-  void fit_levels_for(int64_t b, int64_t h, const float* keys, const core::GroupParams* key_params,
-                      const float* values, const core::GroupParams* value_params, int64_t rows);
+  void fit_levels_for(int64_t b, int64_t h, const float* keys, const core::GroupParams* key_params, const float* values,
+                      const core::GroupParams* value_params, int64_t rows);
   // Decodes quantized rows [begin, end) of (b, h) into f32 [end-begin, D]: the codes alone
   // (dense), or with the outlier deltas and exact sink rows (what a reader gets back).
   void decode_keys_dense(int64_t b, int64_t h, int64_t begin, int64_t end, float* out) const;

@@ -17,8 +17,8 @@ namespace veloxquant {
 using cache_rows::row_ptr;
 
 KiviQuantizedRows::KiviQuantizedRows(const lm::Tensor& key_codes, const lm::Tensor& key_params,
-                                     const lm::Tensor& value_codes, const lm::Tensor& value_params, int64_t rows, int bits,
-                                     int group, const attention::CodeOrder& key_order,
+                                     const lm::Tensor& value_codes, const lm::Tensor& value_params, int64_t rows,
+                                     int bits, int group, const attention::CodeOrder& key_order,
                                      const attention::CodeOrder& value_order, const lm::Tensor* levels)
     : key_codes_(key_codes),
       key_params_(key_params),
@@ -41,13 +41,14 @@ void KiviQuantizedRows::prepare_query(const float* query, float* prepared) const
 }
 
 void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
-                                   int64_t n_queries, float* scores, int64_t ld, attention::TileScratch& scratch) const {
+                                   int64_t n_queries, float* scores, int64_t ld,
+                                   attention::TileScratch& scratch) const {
   const int64_t d = key_dim(), n = j1 - j0;
   const int64_t plane_bytes = d * bits_ / 8;
   // Plain codes read by planes score as integers (attention/integer_key_scores.h); fitted
   // levels and other widths go through an f32 tile of the codes.
-  const bool integer = levels_ == nullptr && key_order_.planar() &&
-                       attention::kernels::can_score_codes_i16(bits_, plane_bytes);
+  const bool integer =
+      levels_ == nullptr && key_order_.planar() && attention::kernels::can_score_codes_i16(bits_, plane_bytes);
   // Scratch: the tile's codes [n, d] (f32 path only), folded queries [n_queries, d], the group's
   // (scale, min) pairs widened [2 d] and in code order [2 d], the queries' biases and steps.
   const int64_t tile_floats = integer ? 0 : n * d;
@@ -97,9 +98,10 @@ void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
 }
 
 void KiviQuantizedRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
-                                        int64_t n_queries, int64_t ld, float* acc, attention::TileScratch& scratch) const {
-  accumulate_group_affine_values(value_codes_, value_params_, value_order_, group_, b, h, j0, j1, weights, n_queries, ld,
-                                 acc, scratch, levels_ != nullptr ? row_ptr<float>(*levels_, b, h, 1) : nullptr);
+                                        int64_t n_queries, int64_t ld, float* acc,
+                                        attention::TileScratch& scratch) const {
+  accumulate_group_affine_values(value_codes_, value_params_, value_order_, group_, b, h, j0, j1, weights, n_queries,
+                                 ld, acc, scratch, levels_ != nullptr ? row_ptr<float>(*levels_, b, h, 1) : nullptr);
 }
 
 }  // namespace veloxquant

@@ -32,8 +32,9 @@ class KiviQuantizedRows final : public attention::RowSource {
   // `rows` rows of each head are quantized. levels: nullptr (codes are the levels) or f32
   // [B, H, 2, 2^bits] (row 0 the keys' levels, row 1 the values').
   KiviQuantizedRows(const lm::Tensor& key_codes, const lm::Tensor& key_params, const lm::Tensor& value_codes,
-                    const lm::Tensor& value_params, int64_t rows, int bits, int group, const attention::CodeOrder& key_order,
-                    const attention::CodeOrder& value_order, const lm::Tensor* levels = nullptr);
+                    const lm::Tensor& value_params, int64_t rows, int bits, int group,
+                    const attention::CodeOrder& key_order, const attention::CodeOrder& value_order,
+                    const lm::Tensor* levels = nullptr);
   // Rows per key params row when it is not `group` (0 = `group`), and the rows' true positions
   // (i32 [B, H, cap, 1], ascending per head; nullptr = rows are positions 0, 1, ...).
   KiviQuantizedRows& with_key_rows_per_group(int64_t rows_per_group) {
@@ -52,8 +53,8 @@ class KiviQuantizedRows final : public attention::RowSource {
   void prepare_query(const float* query, float* prepared) const override;
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
                   int64_t ld, attention::TileScratch& scratch) const override;
-  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
-                       float* acc, attention::TileScratch& scratch) const override;
+  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
+                       int64_t ld, float* acc, attention::TileScratch& scratch) const override;
 
  private:
   const lm::Tensor& key_codes_;

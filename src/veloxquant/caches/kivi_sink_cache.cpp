@@ -45,19 +45,22 @@ MethodDescriptor kivi_sink_method() {
   m.family = "hybrid";  // the original's editorial label (spec §6 #9)
   m.is_servable = true;
   m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
-  m.blurb = "KIVI + the n_sink_tokens highest mean-key-norm rows kept full precision, neutralized in their key "
-            "group before its (min, max) are taken";
-  m.paper = "KVSink: Understanding and Enhancing the Preservation of Attention Sinks in KV Cache Quantization for "
-            "LLMs (Su & Yuan, COLM 2025, arXiv 2508.04257), on KIVI (Liu et al., ICML 2024, arXiv 2402.02750)";
-  m.deviations = "Sinks are chosen as rows are quantized and never displaced (each flush fills the free slots with "
-                 "its highest-norm rows; a prompt flushed at once gets its top n); the original re-selects over its "
-                 "fp16 copy every step. Neutralization copies the nearest non-sink row of the same key group. "
-                 "Codes bit-packed, sink rows stored exactly in the input dtype.";
+  m.blurb =
+      "KIVI + the n_sink_tokens highest mean-key-norm rows kept full precision, neutralized in their key "
+      "group before its (min, max) are taken";
+  m.paper =
+      "KVSink: Understanding and Enhancing the Preservation of Attention Sinks in KV Cache Quantization for "
+      "LLMs (Su & Yuan, COLM 2025, arXiv 2508.04257), on KIVI (Liu et al., ICML 2024, arXiv 2402.02750)";
+  m.deviations =
+      "Sinks are chosen as rows are quantized and never displaced (each flush fills the free slots with "
+      "its highest-norm rows; a prompt flushed at once gets its top n); the original re-selects over its "
+      "fp16 copy every step. Neutralization copies the nearest non-sink row of the same key group. "
+      "Codes bit-packed, sink rows stored exactly in the input dtype.";
   m.docs = "docs/methods/kivi_sink.md";
   m.generic_fields = {"head_dim", "bit_width_inlier"};
   m.fields = {option_field("n_sink_tokens", &KiviSinkOptions::n_sink_tokens,
-                           "Rows per batch element kept full precision: the highest mean key L2 norm over the heads",
-                           0, kMaxSinks)};
+                           "Rows per batch element kept full precision: the highest mean key L2 norm over the heads", 0,
+                           kMaxSinks)};
   m.borrowed_fields = {"kivi_group_size", "residual_length"};
   m.validate = validate_kivi_sink_options;
   m.make_serving = make_kivi_sink_cache;

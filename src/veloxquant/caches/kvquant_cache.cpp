@@ -36,7 +36,8 @@ void validate_kvquant_options(const KVCacheConfig& config) {
     throw QuantizerConfigError("kvquant_group_size must lie in [1, 4096], got " + std::to_string(o.kvquant_group_size));
   }
   if (o.kvquant_lloyd_iters < 0 || o.kvquant_lloyd_iters > 1000) {
-    throw QuantizerConfigError("kvquant_lloyd_iters must lie in [0, 1000], got " + std::to_string(o.kvquant_lloyd_iters));
+    throw QuantizerConfigError("kvquant_lloyd_iters must lie in [0, 1000], got " +
+                               std::to_string(o.kvquant_lloyd_iters));
   }
   if (o.kvquant_n_sink < 0 || o.kvquant_n_sink > kMaxSinks) {
     throw QuantizerConfigError("kvquant_n_sink must lie in [0, " + std::to_string(kMaxSinks) + "], got " +
@@ -64,15 +65,18 @@ MethodDescriptor kvquant_method() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
-  m.blurb = "Per-channel keys / per-token values in groups with non-uniform Lloyd-fitted levels, a sparse fraction "
-            "of outliers and the first kvquant_n_sink tokens kept exact (dense-and-sparse)";
-  m.paper = "KVQuant: Towards 10 Million Context Length LLM Inference with KV Cache Quantization (Hooper et al., "
-            "NeurIPS 2024, arXiv 2401.18079)";
-  m.deviations = "Keys are quantized post-RoPE (the host applies RoPE before the cache sees a key). Levels are fitted "
-                 "per head on the first flushed block, not offline with Fisher weights; kvquant_refit_interval > 0 is "
-                 "refused. Outliers are picked per key group block by distance from the group median in MADs, with "
-                 "f32 corrections and u32 indices (the paper: per-vector thresholds, CSR in fp16). Scales are per "
-                 "group of kvquant_group_size tokens (keys) / channels (values), no Q-Norm.";
+  m.blurb =
+      "Per-channel keys / per-token values in groups with non-uniform Lloyd-fitted levels, a sparse fraction "
+      "of outliers and the first kvquant_n_sink tokens kept exact (dense-and-sparse)";
+  m.paper =
+      "KVQuant: Towards 10 Million Context Length LLM Inference with KV Cache Quantization (Hooper et al., "
+      "NeurIPS 2024, arXiv 2401.18079)";
+  m.deviations =
+      "Keys are quantized post-RoPE (the host applies RoPE before the cache sees a key). Levels are fitted "
+      "per head on the first flushed block, not offline with Fisher weights; kvquant_refit_interval > 0 is "
+      "refused. Outliers are picked per key group block by distance from the group median in MADs, with "
+      "f32 corrections and u32 indices (the paper: per-vector thresholds, CSR in fp16). Scales are per "
+      "group of kvquant_group_size tokens (keys) / channels (values), no Q-Norm.";
   m.docs = "docs/methods/kvquant.md";
   m.generic_fields = {"head_dim"};
   m.fields = {
@@ -85,8 +89,8 @@ MethodDescriptor kvquant_method() {
                    "Lloyd iterations fitting the levels on the first flush (0 = KIVI's uniform levels)", 0, 1000),
       option_field("kvquant_refit_interval", &KVQuantOptions::kvquant_refit_interval,
                    "0 = levels frozen after the first flush (the only value supported)", 0),
-      option_field("kvquant_n_sink", &KVQuantOptions::kvquant_n_sink, "First positions kept exact (attention sinks)",
-                   0, kMaxSinks),
+      option_field("kvquant_n_sink", &KVQuantOptions::kvquant_n_sink, "First positions kept exact (attention sinks)", 0,
+                   kMaxSinks),
   };
   m.validate = validate_kvquant_options;
   m.make_serving = make_kvquant_cache;

@@ -71,7 +71,7 @@ class KvtcCodec final : public LatentCodec {
         mn = t == 0 ? z : std::min(mn, z);
         mx = t == 0 ? z : std::max(mx, z);
       }
-       // The fitting rows' range widened by an eighth of it on each side: later tokens (the
+      // The fitting rows' range widened by an eighth of it on each side: later tokens (the
       // prompt's range is all the fit sees) land outside it often enough to cost more clipped
       // than the coarser step does.
       const int levels = (1 << bits[i]) - 1;
@@ -135,7 +135,8 @@ class KvtcCodec final : public LatentCodec {
         const int32_t* bits = row_ptr<int32_t>(bits_, b, g, 0);
         int64_t rank = 1;
         for (int64_t i = 0; i < bits_.dim(3); ++i) {
-          if (bits[i] < 0 || bits[i] > 8) throw base::FormatError("KvtcCache::from_state: bad width " + std::to_string(bits[i]));
+          if (bits[i] < 0 || bits[i] > 8)
+            throw base::FormatError("KvtcCache::from_state: bad width " + std::to_string(bits[i]));
           if (bits[i] > 0) rank = i + 1;
         }
         ranks_[at(b, g)] = rank;
@@ -194,10 +195,12 @@ std::size_t coded_side_bytes(const LatentSide& side, int64_t batch, int64_t grou
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t r = codec->rank(b, g);
       const int32_t* bits = codec->bits(b, g);
-      std::vector<std::vector<uint8_t>> columns(static_cast<std::size_t>(r), std::vector<uint8_t>(static_cast<std::size_t>(rows)));
+      std::vector<std::vector<uint8_t>> columns(static_cast<std::size_t>(r),
+                                                std::vector<uint8_t>(static_cast<std::size_t>(rows)));
       for (int64_t t = 0; t < rows; ++t) {
         codec->unpack(b, g, side.code_row(b, g, t), codes.data());
-        for (int64_t i = 0; i < r; ++i) columns[static_cast<std::size_t>(i)][static_cast<std::size_t>(t)] = codes[static_cast<std::size_t>(i)];
+        for (int64_t i = 0; i < r; ++i)
+          columns[static_cast<std::size_t>(i)][static_cast<std::size_t>(t)] = codes[static_cast<std::size_t>(i)];
       }
       for (int64_t i = 0; i < r; ++i) {
         if (bits[i] == 0) continue;
@@ -297,13 +300,15 @@ MethodDescriptor kvtc_method() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
-  m.blurb = "Transform coding: a PCA over the layer's kv heads fitted on the prompt, DP-optimal widths per component "
-            "(0 drops it) within kvtc_bit_budget bits per token, uniform codes; attention in the PCA domain";
+  m.blurb =
+      "Transform coding: a PCA over the layer's kv heads fitted on the prompt, DP-optimal widths per component "
+      "(0 drops it) within kvtc_bit_budget bits per token, uniform codes; attention in the PCA domain";
   m.paper = "KV Cache Transform Coding for Compact Storage in LLM Inference (NVIDIA, ICLR 2026, arXiv 2511.01815)";
-  m.deviations = "The PCA is fitted on the cache's first 64+ rows (the prompt), per batch, instead of on calibration "
-                 "data; keys keep their RoPE; no exact sink / window tokens; per-component ranges from the fitting "
-                 "rows. Resident codes are fixed width; the order-0 rANS coder (not Huffman) is applied to measure "
-                 "the coded size (kvtc_entropy_coded_bytes), not kept resident.";
+  m.deviations =
+      "The PCA is fitted on the cache's first 64+ rows (the prompt), per batch, instead of on calibration "
+      "data; keys keep their RoPE; no exact sink / window tokens; per-component ranges from the fitting "
+      "rows. Resident codes are fixed width; the order-0 rANS coder (not Huffman) is applied to measure "
+      "the coded size (kvtc_entropy_coded_bytes), not kept resident.";
   m.docs = "docs/methods/kvtc.md";
   m.fields = {
       option_field("kvtc_bit_budget", &KvtcOptions::kvtc_bit_budget,

@@ -220,7 +220,8 @@ void LatentCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
     lm::copy_token_rows(keys, raw_k_, offset_);
     lm::copy_token_rows(values, raw_v_, offset_);
     offset_ += s;
-    if (offset_ >= std::max(kMinFitRows, std::max(k_.codec->min_fit_rows(k_.width), v_.codec->min_fit_rows(v_.width)))) {
+    if (offset_ >=
+        std::max(kMinFitRows, std::max(k_.codec->min_fit_rows(k_.width), v_.codec->min_fit_rows(v_.width)))) {
       fit();
     }
     return;
@@ -401,7 +402,8 @@ void LatentCache::from_state(const std::vector<lm::Tensor>& state, const std::ve
   fresh.heads_per_group_ = heads_per_group;
   fresh.heads_ = fresh.groups_ * heads_per_group;
   const std::size_t per_codec = (state.size() - 8) / 2;
-  const lm::Tensor* tensors[] = {&state[0], &state[1], &state[2], &state[3], &state[4], &state[5], &state[6], &state[7]};
+  const lm::Tensor* tensors[] = {&state[0], &state[1], &state[2], &state[3],
+                                 &state[4], &state[5], &state[6], &state[7]};
   LatentSide* sides[] = {&fresh.k_, &fresh.v_};
   for (int s = 0; s < 2; ++s) {
     LatentSide& side = *sides[s];

@@ -31,8 +31,7 @@ class LatentCodec {
   virtual int64_t row_bytes(int64_t b, int64_t g) const = 0;
   // One token's latent (rank floats) into its row, and rows back to latents [n, rank] (f32).
   virtual void encode(int64_t b, int64_t g, const float* latent, uint8_t* row) const = 0;
-  virtual void decode_rows(int64_t b, int64_t g, const uint8_t* first, int64_t stride, int64_t n,
-                           float* out) const = 0;
+  virtual void decode_rows(int64_t b, int64_t g, const uint8_t* first, int64_t stride, int64_t n, float* out) const = 0;
 
   // The fitted tensors (empty before the fit), their restore, and their allocated bytes.
   virtual std::vector<lm::Tensor> state() const = 0;

@@ -58,8 +58,8 @@ void reconstruct_outputs(const LatentSide& values, int64_t kv_heads, int64_t hea
       const float* mu = values.mean_row(b, g) + local * d;
       for (int64_t i = 0; i < n; ++i) std::copy_n(mu, d, out + (at + i) * d);
       // out_i += sum_c a_i[c] * U_h[c]: the latent sums are the weights, the basis rows the rows.
-      attention::kernels::accumulate_rows(latents + at * rv, rv, n, values.basis_row(b, g, 0) + local * d,
-                                          values.width, values.rank(b, g), d, out + at * d, d);
+      attention::kernels::accumulate_rows(latents + at * rv, rv, n, values.basis_row(b, g, 0) + local * d, values.width,
+                                          values.rank(b, g), d, out + at * d, d);
     }
   }
 }

@@ -29,15 +29,15 @@ void LowRankRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const
       lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(*f_.key_right, b, h, first), right.data(), rank * d);
       lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(*f_.key_left, b, h, first), left.data(), rank * g);
       lm::kernels::tiles::score_rows(prepared, pd, n_queries, right.data(), d, rank, d, projection.data(), rank);
-      lm::kernels::tiles::accumulate_rows(projection.data(), rank, n_queries, left.data() + (a - block * g), g, rank, end - a,
-                                   scores + (a - j0), ld);
+      lm::kernels::tiles::accumulate_rows(projection.data(), rank, n_queries, left.data() + (a - block * g), g, rank,
+                                          end - a, scores + (a - j0), ld);
     }
     a = end;
   }
 }
 
-void LowRankRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
-                                  int64_t n_queries, int64_t ld, float* acc, attention::TileScratch& scratch) const {
+void LowRankRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
+                                  int64_t ld, float* acc, attention::TileScratch& scratch) const {
   dense_.accumulate_tile(b, h, j0, j1, weights, n_queries, ld, acc, scratch);
   const int64_t g = f_.group, dv = value_dim();
   thread_local std::vector<float> left, coefficient;
@@ -51,9 +51,9 @@ void LowRankRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, 
       lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(*f_.value_left, b, h, first), left.data(), rank * g);
       // coefficient[r][i] = sum over the tile's rows of the block of w[r][t] left_i[t].
       lm::kernels::tiles::score_rows(weights + (a - j0), ld, n_queries, left.data() + (a - block * g), g, rank, end - a,
-                              coefficient.data(), rank);
+                                     coefficient.data(), rank);
       lm::kernels::tiles::accumulate_rows_f16(coefficient.data(), rank, n_queries,
-                                       row_ptr<uint16_t>(*f_.value_right, b, h, first), dv, rank, dv, acc, dv);
+                                              row_ptr<uint16_t>(*f_.value_right, b, h, first), dv, rank, dv, acc, dv);
     }
     a = end;
   }

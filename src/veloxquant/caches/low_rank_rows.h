@@ -22,7 +22,8 @@ namespace veloxquant {
 
 // Views of a cache's factor storage.
 struct LowRankFactors {
-  const lm::Tensor* block_terms = nullptr;  // i32 [1, 1, blocks, 4]: first key term, key rank, first value term, value rank
+  const lm::Tensor* block_terms =
+      nullptr;  // i32 [1, 1, blocks, 4]: first key term, key rank, first value term, value rank
   const lm::Tensor* key_left = nullptr;     // f16 [B, H, key terms, G]
   const lm::Tensor* key_right = nullptr;    // f16 [B, H, key terms, Dk], code order
   const lm::Tensor* value_left = nullptr;   // f16 [B, H, value terms, G]
@@ -43,8 +44,8 @@ class LowRankRows final : public attention::RowSource {
   void prepare_query(const float* query, float* prepared) const override { dense_.prepare_query(query, prepared); }
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
                   int64_t ld, attention::TileScratch& scratch) const override;
-  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
-                       float* acc, attention::TileScratch& scratch) const override;
+  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
+                       int64_t ld, float* acc, attention::TileScratch& scratch) const override;
   void finish_row(float* row) const override { dense_.finish_row(row); }
 
  private:

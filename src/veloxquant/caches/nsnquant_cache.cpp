@@ -43,9 +43,10 @@ int stages_for(int bits, int codebook_size, int subvector_dim) {
   // Each stage spends log2(nsn_codebook_size) bits on nsn_subvector_dim elements.
   if ((bits * subvector_dim) % code_bits != 0 || (bits * subvector_dim) / code_bits > kMaxStages) {
     throw QuantizerConfigError("nsn_bits " + std::to_string(bits) + " is not a whole number (1.." +
-                               std::to_string(kMaxStages) + ") of residual stages of log2(nsn_codebook_size) / "
-                               "nsn_subvector_dim = " + std::to_string(code_bits) + "/" +
-                               std::to_string(subvector_dim) + " bits per element");
+                               std::to_string(kMaxStages) +
+                               ") of residual stages of log2(nsn_codebook_size) / "
+                               "nsn_subvector_dim = " +
+                               std::to_string(code_bits) + "/" + std::to_string(subvector_dim) + " bits per element");
   }
   return (bits * subvector_dim) / code_bits;
 }
@@ -55,8 +56,10 @@ NsnQuantCache::NsnQuantCache(int bits, int residual_length, int codebook_size, i
     : bits_(bits), chunk_(residual_length), entries_(codebook_size), sub_(subvector_dim), seed_(seed) {
   stages_ = stages_for(bits, codebook_size, subvector_dim);
   if (residual_length < 2 || residual_length > 65536) {
-    throw QuantizerConfigError("nsn_residual_length must lie in [2, 65536] (a flushed chunk of that many tokens is "
-                               "the Shift step's population), got " + std::to_string(residual_length));
+    throw QuantizerConfigError(
+        "nsn_residual_length must lie in [2, 65536] (a flushed chunk of that many tokens is "
+        "the Shift step's population), got " +
+        std::to_string(residual_length));
   }
 }
 
@@ -71,7 +74,9 @@ void NsnQuantCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
   // The transforms first: an unsupported head_dim fails here, before anything is allocated.
   auto book = quant::shared_nsn_codebook(static_cast<uint64_t>(static_cast<uint32_t>(seed_)), entries_, sub_, stages_);
   auto kt = std::make_shared<const quant::NsnTransform>(dk, static_cast<uint64_t>(static_cast<uint32_t>(seed_)), book);
-  auto vt = dv == dk ? kt : std::make_shared<const quant::NsnTransform>(dv, static_cast<uint64_t>(static_cast<uint32_t>(seed_)), book);
+  auto vt = dv == dk ? kt
+                     : std::make_shared<const quant::NsnTransform>(
+                           dv, static_cast<uint64_t>(static_cast<uint32_t>(seed_)), book);
   kt_ = std::move(kt);
   vt_ = std::move(vt);
   batch_ = keys.dim(0);
@@ -228,12 +233,18 @@ int64_t NsnQuantCache::trim(int64_t n) {
   if (new_frontier < frontier_) {
     // The chunk at new_frontier reopens (its rows below new_offset return to the buffer, decoded
     // from their codes); every chunk above it is dropped whole.
-    blocks_tail::reopen_into_tail(
-        {.batch = batch_, .heads = heads_, .key_dim = dk_, .value_dim = dv_, .group = chunk_,
-         .frontier = new_frontier, .offset = new_offset, .tail_dtype = dtype_},
-        tail_k_, tail_v_, [this](bool keys, int64_t b, int64_t h, int64_t begin, int64_t end, float* out) {
-          decode_rows(keys, b, h, begin, end, out);
-        });
+    blocks_tail::reopen_into_tail({.batch = batch_,
+                                   .heads = heads_,
+                                   .key_dim = dk_,
+                                   .value_dim = dv_,
+                                   .group = chunk_,
+                                   .frontier = new_frontier,
+                                   .offset = new_offset,
+                                   .tail_dtype = dtype_},
+                                  tail_k_, tail_v_,
+                                  [this](bool keys, int64_t b, int64_t h, int64_t begin, int64_t end, float* out) {
+                                    decode_rows(keys, b, h, begin, end, out);
+                                  });
     frontier_ = new_frontier;
   }
   offset_ = new_offset;
@@ -243,15 +254,16 @@ int64_t NsnQuantCache::trim(int64_t n) {
 std::vector<lm::Tensor> NsnQuantCache::state() const {
   if (!tail_k_.defined()) return {};
   const int64_t chunks = frontier_ / chunk_, tail = offset_ - frontier_;
-  return {key_codes_.slice(2, 0, frontier_),  value_codes_.slice(2, 0, frontier_), key_scales_.slice(2, 0, frontier_),
-          value_scales_.slice(2, 0, frontier_), key_means_.slice(2, 0, chunks),      value_means_.slice(2, 0, chunks),
-          tail_k_.slice(2, 0, tail),            tail_v_.slice(2, 0, tail)};
+  return {key_codes_.slice(2, 0, frontier_),  value_codes_.slice(2, 0, frontier_),
+          key_scales_.slice(2, 0, frontier_), value_scales_.slice(2, 0, frontier_),
+          key_means_.slice(2, 0, chunks),     value_means_.slice(2, 0, chunks),
+          tail_k_.slice(2, 0, tail),          tail_v_.slice(2, 0, tail)};
 }
 
 std::vector<std::string> NsnQuantCache::meta_state() const {
-  return {std::to_string(bits_),  std::to_string(chunk_),  std::to_string(entries_),
-          std::to_string(sub_),   std::to_string(seed_),   std::to_string(offset_),
-          std::to_string(frontier_), std::string(lm::dtype_name(dtype_))};
+  return {
+      std::to_string(bits_), std::to_string(chunk_),  std::to_string(entries_),  std::to_string(sub_),
+      std::to_string(seed_), std::to_string(offset_), std::to_string(frontier_), std::string(lm::dtype_name(dtype_))};
 }
 
 void NsnQuantCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
@@ -278,7 +290,8 @@ void NsnQuantCache::from_state(const std::vector<lm::Tensor>& state, const std::
     *this = std::move(fresh);
     return;
   }
-  if (state.size() != 8) throw base::FormatError(std::string(who) + ": expected 8 tensors, got " + std::to_string(state.size()));
+  if (state.size() != 8)
+    throw base::FormatError(std::string(who) + ": expected 8 tensors, got " + std::to_string(state.size()));
   blocks_tail::check_tail_state(state[6], state[7], offset - frontier, who, meta[5], meta[6]);
   try {
     fresh.allocate(state[6].astype(saved.dtype), state[7].astype(saved.dtype));
@@ -286,7 +299,7 @@ void NsnQuantCache::from_state(const std::vector<lm::Tensor>& state, const std::
     throw base::FormatError(std::string(who) + ": " + e.what());
   }
   const int64_t chunks = frontier / fresh.chunk_;
-  const lm::Tensor* like[] = {&fresh.key_codes_,   &fresh.value_codes_, &fresh.key_scales_,
+  const lm::Tensor* like[] = {&fresh.key_codes_,    &fresh.value_codes_, &fresh.key_scales_,
                               &fresh.value_scales_, &fresh.key_means_,   &fresh.value_means_};
   const int64_t rows[] = {frontier, frontier, frontier, frontier, chunks, chunks};
   for (int i = 0; i < 6; ++i) {
@@ -343,8 +356,10 @@ void validate_nsnquant_options(const KVCacheConfig& config) {
   const NsnQuantOptions& o = config.options<NsnQuantOptions>();
   stages_for(resolved_nsn_bits(config), o.nsn_codebook_size, o.nsn_subvector_dim);
   if (o.nsn_residual_length < 2 || o.nsn_residual_length > 65536) {
-    throw QuantizerConfigError("nsn_residual_length must lie in [2, 65536] (a flushed chunk of that many tokens is "
-                               "the Shift step's population), got " + std::to_string(o.nsn_residual_length));
+    throw QuantizerConfigError(
+        "nsn_residual_length must lie in [2, 65536] (a flushed chunk of that many tokens is "
+        "the Shift step's population), got " +
+        std::to_string(o.nsn_residual_length));
   }
   if (o.nsn_seed < 0) throw QuantizerConfigError("nsn_seed must be >= 0, got " + std::to_string(o.nsn_seed));
   if (o.nsn_max_ctx < 1) throw QuantizerConfigError("nsn_max_ctx must be >= 1, got " + std::to_string(o.nsn_max_ctx));
@@ -353,8 +368,8 @@ void validate_nsnquant_options(const KVCacheConfig& config) {
 std::shared_ptr<lm::KVCache> make_nsnquant_cache(const KVCacheConfig& config) {
   validate_nsnquant_options(config);
   const NsnQuantOptions& o = config.options<NsnQuantOptions>();
-  return std::make_shared<NsnQuantCache>(resolved_nsn_bits(config), o.nsn_residual_length, o.nsn_codebook_size, o.nsn_subvector_dim,
-                                         o.nsn_seed);
+  return std::make_shared<NsnQuantCache>(resolved_nsn_bits(config), o.nsn_residual_length, o.nsn_codebook_size,
+                                         o.nsn_subvector_dim, o.nsn_seed);
 }
 
 MethodDescriptor nsnquant_method() {
@@ -363,25 +378,30 @@ MethodDescriptor nsnquant_method() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
-  m.blurb = "Normalize-Shift-Normalize + Hadamard so each K/V token matches N(0, I), then residual VQ of 8-dim "
-            "sub-vectors against one synthetic-Gaussian 256-entry codebook (calibration-free); the newest "
-            "nsn_residual_length tokens stay in the input dtype and are quantized a chunk at a time";
-  m.paper = "NSNQuant: A Double Normalization Approach for Calibration-Free Low-Bit Vector Quantization of KV Cache "
-            "(Son, Choi & Yoo, NeurIPS 2025, arXiv 2505.18231)";
-  m.deviations = "nsn_bits defaults to 0 = follow bit_width_inlier (default 2, the original's nsn_bits default), so "
-                 "--bits and per-layer bit lists apply. Real packed storage (one byte per sub-vector per stage, f16 (a, b) per token, one f16 Shift mean "
-                 "per chunk); the original counts bytes. nsn_bits above log2(nsn_codebook_size) / nsn_subvector_dim "
-                 "is reached by residual stages, each a k-means codebook fitted to what the previous stages leave on "
-                 "synthetic Gaussian data. The Shift mean is the flushed chunk's own (chunk = nsn_residual_length "
-                 "tokens), so quantization never depends on call boundaries; nsn_residual_length must be >= 2. "
-                 "nsn_max_ctx is accepted and not read (storage grows in 256-token steps). The rotation has random "
-                 "signs (from nsn_seed). Trim reopens a chunk from its codes. Fused attention scores keys by "
-                 "codebook lookup tables.";
+  m.blurb =
+      "Normalize-Shift-Normalize + Hadamard so each K/V token matches N(0, I), then residual VQ of 8-dim "
+      "sub-vectors against one synthetic-Gaussian 256-entry codebook (calibration-free); the newest "
+      "nsn_residual_length tokens stay in the input dtype and are quantized a chunk at a time";
+  m.paper =
+      "NSNQuant: A Double Normalization Approach for Calibration-Free Low-Bit Vector Quantization of KV Cache "
+      "(Son, Choi & Yoo, NeurIPS 2025, arXiv 2505.18231)";
+  m.deviations =
+      "nsn_bits defaults to 0 = follow bit_width_inlier (default 2, the original's nsn_bits default), so "
+      "--bits and per-layer bit lists apply. Real packed storage (one byte per sub-vector per stage, f16 (a, b) per "
+      "token, one f16 Shift mean "
+      "per chunk); the original counts bytes. nsn_bits above log2(nsn_codebook_size) / nsn_subvector_dim "
+      "is reached by residual stages, each a k-means codebook fitted to what the previous stages leave on "
+      "synthetic Gaussian data. The Shift mean is the flushed chunk's own (chunk = nsn_residual_length "
+      "tokens), so quantization never depends on call boundaries; nsn_residual_length must be >= 2. "
+      "nsn_max_ctx is accepted and not read (storage grows in 256-token steps). The rotation has random "
+      "signs (from nsn_seed). Trim reopens a chunk from its codes. Fused attention scores keys by "
+      "codebook lookup tables.";
   m.docs = "docs/methods/nsnquant.md";
   m.fields = {
       option_field("nsn_bits", &NsnQuantOptions::nsn_bits,
                    "Bits per element (residual stages x log2(nsn_codebook_size) / nsn_subvector_dim); 0 follows "
-                   "bit_width_inlier (default 2, the original's nsn_bits)", 0, 8),
+                   "bit_width_inlier (default 2, the original's nsn_bits)",
+                   0, 8),
       option_field("nsn_residual_length", &NsnQuantOptions::nsn_residual_length,
                    "Newest tokens kept in the input dtype; quantized a chunk of this many at a time (>= 2)", 2, 65536),
       option_field("nsn_codebook_size", &NsnQuantOptions::nsn_codebook_size,

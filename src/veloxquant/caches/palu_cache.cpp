@@ -33,7 +33,8 @@ void check_options(const PaluOptions& o) {
     throw QuantizerConfigError("palu_n_head_groups must be >= 1, got " + std::to_string(o.palu_n_head_groups));
   }
   for (auto [name, bits] : {std::pair{"palu_hi_bit", o.palu_hi_bit}, std::pair{"palu_lo_bit", o.palu_lo_bit}}) {
-    if (bits < 1 || bits > 8) throw QuantizerConfigError(std::string(name) + " must lie in [1, 8], got " + std::to_string(bits));
+    if (bits < 1 || bits > 8)
+      throw QuantizerConfigError(std::string(name) + " must lie in [1, 8], got " + std::to_string(bits));
   }
   if (!(o.palu_hi_fraction >= 0.0 && o.palu_hi_fraction <= 1.0)) {
     throw QuantizerConfigError("palu_hi_fraction must lie in [0, 1], got " + std::to_string(o.palu_hi_fraction));
@@ -48,7 +49,8 @@ void check_options(const PaluOptions& o) {
 using Part = attention::kernels::AffinePart;
 
 std::vector<Part> parts_of(const PaluOptions& o, int64_t rank) {
-  const int64_t hi = std::min<int64_t>(rank, static_cast<int64_t>(std::ceil(o.palu_hi_fraction * static_cast<double>(rank) - 1e-9)));
+  const int64_t hi =
+      std::min<int64_t>(rank, static_cast<int64_t>(std::ceil(o.palu_hi_fraction * static_cast<double>(rank) - 1e-9)));
   std::vector<Part> parts;
   for (Part whole : {Part{0, hi, o.palu_hi_bit}, Part{hi, rank - hi, o.palu_lo_bit}}) {
     for (int64_t at = 0; at < whole.count; at += o.palu_group_size) {
@@ -180,7 +182,8 @@ const PaluOptions& checked(const PaluOptions& o) {
 int64_t palu_row_bytes(const PaluOptions& o, int64_t rank, bool values) {
   if (values && !o.palu_quantize_values) return 2 * rank;
   int64_t bytes = 0;
-  for (const Part& p : parts_of(o, rank)) bytes += 4 + static_cast<int64_t>(core::dense_bytes(static_cast<std::size_t>(p.count), p.bits));
+  for (const Part& p : parts_of(o, rank))
+    bytes += 4 + static_cast<int64_t>(core::dense_bytes(static_cast<std::size_t>(p.count), p.bits));
   return std::max<int64_t>(bytes, 1);
 }
 
@@ -207,17 +210,20 @@ MethodDescriptor palu_method() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
-  m.blurb = "K and V kept only as low-rank latents of a PCA fitted per head group on the prompt, quantized per token "
-            "at mixed widths (leading palu_hi_fraction at palu_hi_bit, the rest at palu_lo_bit); attention scored and "
-            "values summed in the latent space";
+  m.blurb =
+      "K and V kept only as low-rank latents of a PCA fitted per head group on the prompt, quantized per token "
+      "at mixed widths (leading palu_hi_fraction at palu_hi_bit, the rest at palu_lo_bit); attention scored and "
+      "values summed in the latent space";
   m.paper = "Palu: KV-Cache Compression with Low-Rank Projection (Chang et al., ICLR 2025, arXiv 2407.21118)";
-  m.deviations = "The projection is a PCA of the cached K/V of the first 64+ tokens (the prompt), per batch and head "
-                 "group, instead of an SVD of the projection weights on calibration data; no Walsh-Hadamard "
-                 "transform before quantization; rows before the fit stay in the input dtype; head groups = the "
-                 "largest divisor of the kv heads <= palu_n_head_groups.";
+  m.deviations =
+      "The projection is a PCA of the cached K/V of the first 64+ tokens (the prompt), per batch and head "
+      "group, instead of an SVD of the projection weights on calibration data; no Walsh-Hadamard "
+      "transform before quantization; rows before the fit stay in the input dtype; head groups = the "
+      "largest divisor of the kv heads <= palu_n_head_groups.";
   m.docs = "docs/methods/palu.md";
   m.fields = {
-      option_field("palu_rank", &PaluOptions::palu_rank, "Latent components kept (None: palu_energy_threshold decides)"),
+      option_field("palu_rank", &PaluOptions::palu_rank,
+                   "Latent components kept (None: palu_energy_threshold decides)"),
       option_field("palu_energy_threshold", &PaluOptions::palu_energy_threshold,
                    "Without palu_rank: keep the fewest components holding this share of the variance, (0, 1]"),
       option_field("palu_n_head_groups", &PaluOptions::palu_n_head_groups,
@@ -226,8 +232,8 @@ MethodDescriptor palu_method() {
       option_field("palu_lo_bit", &PaluOptions::palu_lo_bit, "Bits of the other latent components", 1, 8),
       option_field("palu_hi_fraction", &PaluOptions::palu_hi_fraction,
                    "Share of the latent components quantized at palu_hi_bit, [0, 1]"),
-      option_field("palu_group_size", &PaluOptions::palu_group_size,
-                   "Latent components per (scale, min) group", 1, 4096),
+      option_field("palu_group_size", &PaluOptions::palu_group_size, "Latent components per (scale, min) group", 1,
+                   4096),
       option_field("palu_quantize_values", &PaluOptions::palu_quantize_values,
                    "Quantize the value latents too (false: fp16 value latents)"),
   };

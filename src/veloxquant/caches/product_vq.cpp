@@ -152,7 +152,8 @@ struct Encoder::Tables {
 
 Encoder::Encoder(const ProductCodebook& book) : book_(book), tables_(std::make_unique<Tables>()) {
   tables_->books.resize(static_cast<std::size_t>(book.books()));
-  for (int b = 0; b < book.books(); ++b) tables_->books[static_cast<std::size_t>(b)].load(book.book(b), book.entries(), book.sub);
+  for (int b = 0; b < book.books(); ++b)
+    tables_->books[static_cast<std::size_t>(b)].load(book.book(b), book.entries(), book.sub);
 }
 
 Encoder::~Encoder() = default;
@@ -164,7 +165,8 @@ void Encoder::encode(const float* rows, int64_t n, uint8_t* packed, int64_t pack
     uint8_t* out = packed + r * packed_stride;
     std::memset(out, 0, static_cast<std::size_t>(book.row_bytes()));
     for (int t = 0; t < book.n_sub; ++t) {
-      const int64_t code = tables_->books[static_cast<std::size_t>(book.shared ? 0 : t)].nearest(rows + r * dim + t * book.sub);
+      const int64_t code =
+          tables_->books[static_cast<std::size_t>(book.shared ? 0 : t)].nearest(rows + r * dim + t * book.sub);
       put_code(out, t, book.bits, static_cast<uint32_t>(code));
     }
   }
@@ -216,8 +218,8 @@ void decode_fixed(const ProductCodebook& book, const uint8_t* packed, float* out
 // whether one book serves every position are compile-time or locals (restrict pointers), so
 // nothing is reloaded per codeword.
 template <int Sub, int Bits, bool Shared>
-void decode_tile(const float* __restrict words, int64_t book_stride, int n_sub, int bits, const uint8_t* __restrict first,
-                 int64_t stride, int64_t n, float* __restrict out) {
+void decode_tile(const float* __restrict words, int64_t book_stride, int n_sub, int bits,
+                 const uint8_t* __restrict first, int64_t stride, int64_t n, float* __restrict out) {
   constexpr std::size_t kBytes = sizeof(float) * Sub;
   const int64_t dim = int64_t{n_sub} * Sub, row_bytes = (int64_t{n_sub} * bits + 7) / 8;
   const auto word = [&](int t, uint64_t code) {
@@ -254,9 +256,12 @@ void decode_tile_bits(const ProductCodebook& book, const uint8_t* first, int64_t
   const int64_t book_stride = book.entries() * Sub;
   const float* words = book.words.data();
   switch (book.bits) {
-    case 8: return decode_tile<Sub, 8, Shared>(words, book_stride, book.n_sub, 8, first, stride, n, out);
-    case 12: return decode_tile<Sub, 12, Shared>(words, book_stride, book.n_sub, 12, first, stride, n, out);
-    default: return decode_tile<Sub, 0, Shared>(words, book_stride, book.n_sub, book.bits, first, stride, n, out);
+    case 8:
+      return decode_tile<Sub, 8, Shared>(words, book_stride, book.n_sub, 8, first, stride, n, out);
+    case 12:
+      return decode_tile<Sub, 12, Shared>(words, book_stride, book.n_sub, 12, first, stride, n, out);
+    default:
+      return decode_tile<Sub, 0, Shared>(words, book_stride, book.n_sub, book.bits, first, stride, n, out);
   }
 }
 
@@ -285,11 +290,16 @@ void lut_fixed(const ProductCodebook& book, const float* q, float* lut) {
 
 void decode_row(const ProductCodebook& book, const uint8_t* packed, float* out) {
   switch (book.sub) {
-    case 2: return decode_fixed<2>(book, packed, out);
-    case 4: return decode_fixed<4>(book, packed, out);
-    case 8: return decode_fixed<8>(book, packed, out);
-    case 16: return decode_fixed<16>(book, packed, out);
-    default: break;
+    case 2:
+      return decode_fixed<2>(book, packed, out);
+    case 4:
+      return decode_fixed<4>(book, packed, out);
+    case 8:
+      return decode_fixed<8>(book, packed, out);
+    case 16:
+      return decode_fixed<16>(book, packed, out);
+    default:
+      break;
   }
   for (int t = 0; t < book.n_sub; ++t) {
     const uint32_t code = book.bits == 8 ? packed[t] : code_at(packed, t, book.bits);
@@ -299,21 +309,30 @@ void decode_row(const ProductCodebook& book, const uint8_t* packed, float* out) 
 
 void decode_rows(const ProductCodebook& book, const uint8_t* first, int64_t stride, int64_t n, float* out) {
   switch (book.sub) {
-    case 2: return decode_tile_fixed<2>(book, first, stride, n, out);
-    case 4: return decode_tile_fixed<4>(book, first, stride, n, out);
-    case 8: return decode_tile_fixed<8>(book, first, stride, n, out);
-    case 16: return decode_tile_fixed<16>(book, first, stride, n, out);
-    default: break;
+    case 2:
+      return decode_tile_fixed<2>(book, first, stride, n, out);
+    case 4:
+      return decode_tile_fixed<4>(book, first, stride, n, out);
+    case 8:
+      return decode_tile_fixed<8>(book, first, stride, n, out);
+    case 16:
+      return decode_tile_fixed<16>(book, first, stride, n, out);
+    default:
+      break;
   }
   for (int64_t j = 0; j < n; ++j) decode_row(book, first + j * stride, out + j * book.dim());
 }
 
 void build_lut(const ProductCodebook& book, const float* q, float* lut) {
   switch (book.sub) {
-    case 4: return lut_fixed<4>(book, q, lut);
-    case 8: return lut_fixed<8>(book, q, lut);
-    case 16: return lut_fixed<16>(book, q, lut);
-    default: break;
+    case 4:
+      return lut_fixed<4>(book, q, lut);
+    case 8:
+      return lut_fixed<8>(book, q, lut);
+    case 16:
+      return lut_fixed<16>(book, q, lut);
+    default:
+      break;
   }
   const int64_t entries = book.entries(), sub = book.sub;
   for (int t = 0; t < book.n_sub; ++t) {

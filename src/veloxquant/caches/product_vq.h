@@ -50,11 +50,11 @@ class FloatArray {
 };
 
 struct ProductCodebook {
-  int sub = 0;          // coordinates per sub-vector
-  int n_sub = 0;        // sub-vectors per row
-  int bits = 0;         // bits per code
-  bool shared = true;   // one book for every position, else one per position
-  FloatArray words;  // [books][entries][sub]
+  int sub = 0;         // coordinates per sub-vector
+  int n_sub = 0;       // sub-vectors per row
+  int bits = 0;        // bits per code
+  bool shared = true;  // one book for every position, else one per position
+  FloatArray words;    // [books][entries][sub]
 
   int64_t entries() const { return int64_t{1} << bits; }
   int64_t dim() const { return int64_t{sub} * n_sub; }

@@ -20,8 +20,7 @@ ProductVqRows::ProductVqRows(const ProductVqParts& parts) : p_(parts) {
     tail_values_ = attention::PlainRows::of(*p_.tail_values);
   }
   if (!p_.value_book) values_ = attention::PlainRows::of(*p_.values);
-  use_lut_ = p_.lut == LutChoice::always ||
-             (p_.lut == LutChoice::automatic && p_.frontier >= p_.key_book->entries());
+  use_lut_ = p_.lut == LutChoice::always || (p_.lut == LutChoice::automatic && p_.frontier >= p_.key_book->entries());
 }
 
 void ProductVqRows::prepare_query(const float* query, float* prepared) const {

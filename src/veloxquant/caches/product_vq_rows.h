@@ -36,12 +36,12 @@ enum class LutChoice { automatic, always, never };
 
 struct ProductVqParts {
   const pvq::ProductCodebook* key_book = nullptr;
-  const KeyBasis* key_basis = nullptr;            // null: codes in the model's basis
-  const lm::Tensor* key_codes = nullptr;          // U8 [B, H, cap, key row bytes]
+  const KeyBasis* key_basis = nullptr;               // null: codes in the model's basis
+  const lm::Tensor* key_codes = nullptr;             // U8 [B, H, cap, key row bytes]
   const pvq::ProductCodebook* value_book = nullptr;  // null: values plain for every row
-  const lm::Tensor* value_codes = nullptr;        // U8 [B, H, cap, value row bytes]
-  const lm::Tensor* values = nullptr;             // [B, H, cap, Dv] when value_book is null
-  const lm::Tensor* tail_keys = nullptr;          // rows [frontier, rows) at tail row j - frontier
+  const lm::Tensor* value_codes = nullptr;           // U8 [B, H, cap, value row bytes]
+  const lm::Tensor* values = nullptr;                // [B, H, cap, Dv] when value_book is null
+  const lm::Tensor* tail_keys = nullptr;             // rows [frontier, rows) at tail row j - frontier
   const lm::Tensor* tail_values = nullptr;
   int64_t frontier = 0, rows = 0;
   LutChoice lut = LutChoice::automatic;
@@ -58,8 +58,8 @@ class ProductVqRows final : public attention::RowSource {
   void prepare_query(const float* query, float* prepared) const override;
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
                   int64_t ld, attention::TileScratch& scratch) const override;
-  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
-                       float* acc, attention::TileScratch& scratch) const override;
+  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
+                       int64_t ld, float* acc, attention::TileScratch& scratch) const override;
   bool uses_lut() const { return use_lut_; }
 
  private:

@@ -36,7 +36,8 @@ void gather_pending(const lm::Tensor& tail_rows, lm::DType tail_dtype, int64_t b
 
 void keep_in_tail(const float* rows, int64_t kept, lm::Tensor& tail_rows, lm::DType tail_dtype, int64_t bh,
                   int64_t group, int64_t width) {
-  cache_rows::store_f32(rows, static_cast<std::size_t>(kept * width), head_rows(tail_rows, bh, group, width), tail_dtype);
+  cache_rows::store_f32(rows, static_cast<std::size_t>(kept * width), head_rows(tail_rows, bh, group, width),
+                        tail_dtype);
 }
 
 void reopen_into_tail(const ReopenedRows& r, lm::Tensor& tail_keys, lm::Tensor& tail_values,
@@ -70,8 +71,9 @@ lm::KeysValues fetch_coded_keys(const CodedKeysRows& r, const lm::Tensor& tail_k
       }
       fetch_head_tail(tail_keys, r.stored, bh, r.group, r.key_dim, r.offset - r.frontier, r.frontier, r.offset, k);
       const std::byte* rv = values.raw_data() + bh * values.dim(2) * r.value_dim * ve;
-      lm::convert_elements(rv, r.stored, v.raw_data() + bh * r.offset * r.value_dim * static_cast<int64_t>(v.element_size()),
-                           dtype, static_cast<std::size_t>(r.offset * r.value_dim));
+      lm::convert_elements(rv, r.stored,
+                           v.raw_data() + bh * r.offset * r.value_dim * static_cast<int64_t>(v.element_size()), dtype,
+                           static_cast<std::size_t>(r.offset * r.value_dim));
     }
   }
   return {std::move(k), std::move(v)};
@@ -86,7 +88,8 @@ std::string exact_double(double x) {
 double parse_meta_double(const std::string& text, const char* who, const char* what) {
   char* end = nullptr;
   const double x = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || *end != '\0') throw base::FormatError(std::string(who) + ": bad " + what + " '" + text + "'");
+  if (end == text.c_str() || *end != '\0')
+    throw base::FormatError(std::string(who) + ": bad " + what + " '" + text + "'");
   return x;
 }
 
@@ -100,7 +103,8 @@ TailMeta parse_tail_meta(const std::vector<std::string>& meta, std::size_t first
     throw base::FormatError(std::string(who) + ": " + e.what());
   }
   if (m.frontier < 0 || m.frontier > m.offset || m.frontier % group != 0 || m.offset - m.frontier >= group) {
-    throw base::FormatError(std::string(who) + ": inconsistent offset " + meta[first] + " / frontier " + meta[first + 1]);
+    throw base::FormatError(std::string(who) + ": inconsistent offset " + meta[first] + " / frontier " +
+                            meta[first + 1]);
   }
   return m;
 }

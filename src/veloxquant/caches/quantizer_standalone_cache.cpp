@@ -114,7 +114,8 @@ std::vector<float> QuantizerStandaloneCache::decode_key(int64_t slot) const {
     std::memcpy(&scale, part + n_outliers_, 2);
     std::vector<float> picked(static_cast<std::size_t>(n_outliers_));
     core::dequantize_int8_row(reinterpret_cast<const int8_t*>(part), picked.size(), scale, picked.data());
-    for (int j = 0; j < n_outliers_; ++j) out[static_cast<std::size_t>(outliers_[static_cast<std::size_t>(j)])] += picked[static_cast<std::size_t>(j)];
+    for (int j = 0; j < n_outliers_; ++j)
+      out[static_cast<std::size_t>(outliers_[static_cast<std::size_t>(j)])] += picked[static_cast<std::size_t>(j)];
   }
   return out;
 }

@@ -27,9 +27,12 @@ std::byte* row_bytes(lm::Tensor& t, int64_t b, int64_t h, int64_t row) {
 
 const char* sink_rule_name(SinkRule rule) {
   switch (rule) {
-    case SinkRule::kNone: return "none";
-    case SinkRule::kFirstPositions: return "first";
-    case SinkRule::kTopKeyNorm: return "top_key_norm";
+    case SinkRule::kNone:
+      return "none";
+    case SinkRule::kFirstPositions:
+      return "first";
+    case SinkRule::kTopKeyNorm:
+      return "top_key_norm";
   }
   return "none";
 }
@@ -44,10 +47,10 @@ SinkRule parse_sink_rule(const std::string& name, const char* who) {
 void SinkRows::allocate(int64_t batch, int64_t heads, int64_t key_dim, int64_t value_dim, lm::DType dtype) {
   if (!enabled()) return;
   // All slots up front: a clear error instead of std::bad_alloc when they cannot fit.
-  base::require_allocatable(static_cast<double>(batch) * static_cast<double>(heads) * static_cast<double>(slots_) *
-                                static_cast<double>(key_dim + value_dim) * static_cast<double>(lm::dtype_size(dtype)),
-                            std::to_string(slots_) + " exact sink rows (" + std::to_string(batch * heads) +
-                                " kv heads, one layer)");
+  base::require_allocatable(
+      static_cast<double>(batch) * static_cast<double>(heads) * static_cast<double>(slots_) *
+          static_cast<double>(key_dim + value_dim) * static_cast<double>(lm::dtype_size(dtype)),
+      std::to_string(slots_) + " exact sink rows (" + std::to_string(batch * heads) + " kv heads, one layer)");
   positions_ = lm::Tensor({batch, slots_}, lm::DType::I32);
   std::fill(positions_.data<int32_t>(), positions_.data<int32_t>() + batch * slots_, -1);
   keys_ = lm::Tensor({batch, heads, slots_, key_dim}, dtype);
@@ -117,8 +120,10 @@ void SinkRows::take(std::vector<float>& pk, std::vector<float>& pv, int64_t pend
       if (source < 0) continue;
       for (int64_t h = 0; h < heads; ++h) {
         const int64_t base = (b * heads + h) * pending_rows + first;
-        std::memcpy(pk.data() + (base + i) * dk, pk.data() + (base + source) * dk, sizeof(float) * static_cast<std::size_t>(dk));
-        std::memcpy(pv.data() + (base + i) * dv, pv.data() + (base + source) * dv, sizeof(float) * static_cast<std::size_t>(dv));
+        std::memcpy(pk.data() + (base + i) * dk, pk.data() + (base + source) * dk,
+                    sizeof(float) * static_cast<std::size_t>(dk));
+        std::memcpy(pv.data() + (base + i) * dv, pv.data() + (base + source) * dv,
+                    sizeof(float) * static_cast<std::size_t>(dv));
       }
     }
     count += static_cast<int64_t>(chosen.size());
@@ -133,9 +138,7 @@ bool SinkRows::is_sink(int64_t b, int64_t position) const {
   return std::binary_search(p, p + count(b), static_cast<int32_t>(position));
 }
 
-const std::byte* SinkRows::key_row(int64_t b, int64_t h, int64_t slot) const {
-  return row_bytes(keys_, b, h, slot);
-}
+const std::byte* SinkRows::key_row(int64_t b, int64_t h, int64_t slot) const { return row_bytes(keys_, b, h, slot); }
 
 const std::byte* SinkRows::value_row(int64_t b, int64_t h, int64_t slot) const {
   return row_bytes(values_, b, h, slot);
@@ -147,8 +150,8 @@ void SinkRows::overlay(const lm::Tensor& rows, int64_t b, int64_t h, int64_t beg
   const int32_t* p = positions(b);
   for (int64_t s = 0; s < count(b); ++s) {
     if (p[s] < begin || p[s] >= end) continue;
-    cache_rows::load_f32(row_bytes(rows, b, h, s), rows.dtype(),
-                         static_cast<std::size_t>(dim), out + (p[s] - begin) * dim);
+    cache_rows::load_f32(row_bytes(rows, b, h, s), rows.dtype(), static_cast<std::size_t>(dim),
+                         out + (p[s] - begin) * dim);
   }
 }
 
@@ -175,9 +178,9 @@ std::vector<lm::Tensor> SinkRows::state() const { return {positions_, keys_, val
 
 void SinkRows::from_state(const lm::Tensor& positions, const lm::Tensor& keys, const lm::Tensor& values,
                           const char* who) {
-  if (positions.ndim() != 2 || positions.dtype() != lm::DType::I32 || positions.dim(1) != slots_ ||
-      keys.ndim() != 4 || values.ndim() != 4 || keys.dim(2) != slots_ || values.dim(2) != slots_ ||
-      keys.dim(0) != positions.dim(0) || values.dim(0) != positions.dim(0)) {
+  if (positions.ndim() != 2 || positions.dtype() != lm::DType::I32 || positions.dim(1) != slots_ || keys.ndim() != 4 ||
+      values.ndim() != 4 || keys.dim(2) != slots_ || values.dim(2) != slots_ || keys.dim(0) != positions.dim(0) ||
+      values.dim(0) != positions.dim(0)) {
     throw base::FormatError(std::string(who) + ": sink tensors do not match " + std::to_string(slots_) + " slots");
   }
   positions_ = positions.clone();

@@ -25,10 +25,12 @@ constexpr const char* kTypeName = "SkvqCache";
 constexpr int kMaxRows = 1 << 24;  // bound of window / n_sink: buffers grow toward them
 
 std::byte* head_row(lm::Tensor& t, int64_t b, int64_t h, int64_t row) {
-  return t.raw_data() + (b * t.strides()[0] + h * t.strides()[1] + row * t.strides()[2]) * static_cast<int64_t>(t.element_size());
+  return t.raw_data() +
+         (b * t.strides()[0] + h * t.strides()[1] + row * t.strides()[2]) * static_cast<int64_t>(t.element_size());
 }
 const std::byte* head_row(const lm::Tensor& t, int64_t b, int64_t h, int64_t row) {
-  return t.raw_data() + (b * t.strides()[0] + h * t.strides()[1] + row * t.strides()[2]) * static_cast<int64_t>(t.element_size());
+  return t.raw_data() +
+         (b * t.strides()[0] + h * t.strides()[1] + row * t.strides()[2]) * static_cast<int64_t>(t.element_size());
 }
 
 // Rows [t0, t0 + m) of a contiguous [B, H, S, D] tensor into rows [at, at + m) of dst
@@ -327,30 +329,38 @@ int64_t SkvqCache::trim(int64_t n) {
 
 std::vector<lm::Tensor> SkvqCache::state() const {
   if (!window_k_.defined()) return {};
-  return {sink_k_.slice(2, 0, sink_rows()),         sink_v_.slice(2, 0, sink_rows()),
-          key_codes_.slice(2, 0, quantized_),       value_codes_.slice(2, 0, quantized_),
-          window_k_.slice(2, 0, window_rows()),     window_v_.slice(2, 0, window_rows()),
-          key_order_,                               value_order_};
+  return {sink_k_.slice(2, 0, sink_rows()),
+          sink_v_.slice(2, 0, sink_rows()),
+          key_codes_.slice(2, 0, quantized_),
+          value_codes_.slice(2, 0, quantized_),
+          window_k_.slice(2, 0, window_rows()),
+          window_v_.slice(2, 0, window_rows()),
+          key_order_,
+          value_order_};
 }
 
 std::vector<std::string> SkvqCache::meta_state() const {
   const SkvqOptions& o = options_;
-  return {std::to_string(o.skvq_bits_key),   std::to_string(o.skvq_bits_value), std::to_string(o.skvq_group_size),
-          std::to_string(o.skvq_window),     std::to_string(o.skvq_n_sink),     o.skvq_reorder ? "1" : "0",
-          o.skvq_clip_search ? "1" : "0",    blocks_tail::exact_double(o.skvq_clip_alpha),
-          std::to_string(o.skvq_max_ctx),    std::to_string(offset_),           std::to_string(quantized_),
-          ordered_ ? "1" : "0",              std::string(lm::dtype_name(dtype_))};
+  return {std::to_string(o.skvq_bits_key),    std::to_string(o.skvq_bits_value),
+          std::to_string(o.skvq_group_size),  std::to_string(o.skvq_window),
+          std::to_string(o.skvq_n_sink),      o.skvq_reorder ? "1" : "0",
+          o.skvq_clip_search ? "1" : "0",     blocks_tail::exact_double(o.skvq_clip_alpha),
+          std::to_string(o.skvq_max_ctx),     std::to_string(offset_),
+          std::to_string(quantized_),         ordered_ ? "1" : "0",
+          std::string(lm::dtype_name(dtype_))};
 }
 
 void SkvqCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const char* who = "SkvqCache::from_state";
   if (meta.size() != 13) {
-    throw base::FormatError(std::string(who) + ": expected 13 meta entries (bits key, bits value, group, window, " +
-                            "n_sink, reorder, clip search, clip alpha, max ctx, offset, quantized, ordered, dtype), got " +
-                            std::to_string(meta.size()));
+    throw base::FormatError(
+        std::string(who) + ": expected 13 meta entries (bits key, bits value, group, window, " +
+        "n_sink, reorder, clip search, clip alpha, max ctx, offset, quantized, ordered, dtype), got " +
+        std::to_string(meta.size()));
   }
   const auto flag = [&](std::size_t i, const char* what) {
-    if (meta[i] != "0" && meta[i] != "1") throw base::FormatError(std::string(who) + ": bad " + what + " '" + meta[i] + "'");
+    if (meta[i] != "0" && meta[i] != "1")
+      throw base::FormatError(std::string(who) + ": bad " + what + " '" + meta[i] + "'");
     return meta[i] == "1";
   };
   SkvqOptions o;
@@ -368,36 +378,43 @@ void SkvqCache::from_state(const std::vector<lm::Tensor>& state, const std::vect
   const int64_t quantized = cache_rows::parse_meta_int(meta[10], who, "quantized");
   const bool ordered = flag(11, "ordered");
   const lm::DType dtype = lm::parse_float_dtype(meta[12]);
-  if (offset < 0 || quantized != quantized_rows_for(offset, o.skvq_n_sink, o.skvq_window) || (ordered && !o.skvq_reorder) ||
-      (ordered != (o.skvq_reorder && quantized > 0))) {
-    throw base::FormatError(std::string(who) + ": offset " + meta[9] + ", quantized rows " + meta[10] + " and ordered " +
-                            meta[11] + " do not agree");
+  if (offset < 0 || quantized != quantized_rows_for(offset, o.skvq_n_sink, o.skvq_window) ||
+      (ordered && !o.skvq_reorder) || (ordered != (o.skvq_reorder && quantized > 0))) {
+    throw base::FormatError(std::string(who) + ": offset " + meta[9] + ", quantized rows " + meta[10] +
+                            " and ordered " + meta[11] + " do not agree");
   }
   if (state.empty()) {
     if (offset != 0) throw base::FormatError(std::string(who) + ": no tensors for offset " + meta[9]);
     *this = fresh;
     return;
   }
-  if (state.size() != 8) throw base::FormatError(std::string(who) + ": expected 8 tensors, got " + std::to_string(state.size()));
+  if (state.size() != 8)
+    throw base::FormatError(std::string(who) + ": expected 8 tensors, got " + std::to_string(state.size()));
   for (const lm::Tensor& s : state) {
-    if (s.ndim() != 4) throw base::FormatError(std::string(who) + ": tensor " + lm::shape_text(s.shape()) + " is not 4-d");
+    if (s.ndim() != 4)
+      throw base::FormatError(std::string(who) + ": tensor " + lm::shape_text(s.shape()) + " is not 4-d");
   }
   const lm::Tensor& korder = state[6];
   const lm::Tensor& vorder = state[7];
   fresh.allocate(korder.dim(0), korder.dim(1), korder.dim(3), vorder.dim(3), dtype);
   fresh.offset_ = offset;
   fresh.quantized_ = quantized;
-  const int64_t rows[] = {fresh.sink_rows(), fresh.sink_rows(), quantized, quantized,
-                          fresh.window_rows(), fresh.window_rows(), 1, 1};
-  const int64_t widths[] = {fresh.dk_, fresh.dv_, fresh.key_layout_.width(), fresh.value_layout_.width(),
-                            fresh.dk_, fresh.dv_, fresh.dk_, fresh.dv_};
+  const int64_t rows[] = {fresh.sink_rows(),   fresh.sink_rows(),   quantized, quantized,
+                          fresh.window_rows(), fresh.window_rows(), 1,         1};
+  const int64_t widths[] = {
+      fresh.dk_, fresh.dv_, fresh.key_layout_.width(), fresh.value_layout_.width(), fresh.dk_, fresh.dv_,
+      fresh.dk_, fresh.dv_};
   for (std::size_t i = 0; i < 8; ++i) {
     const lm::Tensor& s = state[i];
     const bool codes = i == 2 || i == 3, order = i >= 6;
-    const bool dtype_ok = codes ? s.dtype() == lm::DType::U32 : order ? s.dtype() == lm::DType::I32 : lm::is_float_dtype(s.dtype());
-    if (s.dim(0) != fresh.batch_ || s.dim(1) != fresh.heads_ || s.dim(2) != rows[i] || s.dim(3) != widths[i] || !dtype_ok) {
+    const bool dtype_ok = codes   ? s.dtype() == lm::DType::U32
+                          : order ? s.dtype() == lm::DType::I32
+                                  : lm::is_float_dtype(s.dtype());
+    if (s.dim(0) != fresh.batch_ || s.dim(1) != fresh.heads_ || s.dim(2) != rows[i] || s.dim(3) != widths[i] ||
+        !dtype_ok) {
       throw base::FormatError(std::string(who) + ": tensor " + std::to_string(i) + " " + lm::shape_text(s.shape()) +
-                              " does not match " + std::to_string(rows[i]) + " rows of width " + std::to_string(widths[i]));
+                              " does not match " + std::to_string(rows[i]) + " rows of width " +
+                              std::to_string(widths[i]));
     }
   }
   fresh.key_order_ = state[6].clone();
@@ -442,18 +459,21 @@ MethodDescriptor skvq_method() {
   m.family = "hybrid";
   m.is_servable = true;
   m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
-  m.blurb = "Keys and values per token at skvq_bits_key / skvq_bits_value in groups of reordered channels, each "
-            "group's range clipped by a searched factor; the first skvq_n_sink tokens and the last skvq_window kept "
-            "in full precision";
-  m.paper = "SKVQ: Sliding-window Key and Value Cache Quantization for Large Language Models — Duanmu et al., COLM "
-            "2024 (arXiv 2405.06219)";
-  m.deviations = "Channel orders (by range) and clip factors come from the data being quantized, not from an offline "
-                 "calibration set: each head's key and value orders are fixed by the first flushed block of 32 tokens; "
-                 "each group's clip factor is searched among 11 values skvq_clip_alpha * (1 - 0.05 k) for the least "
-                 "squared error (the paper calibrates one per group offline). Rows leave the window in blocks of 32, "
-                 "so it holds window to window + 31 tokens. Real packed storage (the original: accounting only); "
-                 "skvq_max_ctx is accepted and checked but not a limit (buffers grow in 256-row steps). Trim reopens "
-                 "quantized rows decoded.";
+  m.blurb =
+      "Keys and values per token at skvq_bits_key / skvq_bits_value in groups of reordered channels, each "
+      "group's range clipped by a searched factor; the first skvq_n_sink tokens and the last skvq_window kept "
+      "in full precision";
+  m.paper =
+      "SKVQ: Sliding-window Key and Value Cache Quantization for Large Language Models — Duanmu et al., COLM "
+      "2024 (arXiv 2405.06219)";
+  m.deviations =
+      "Channel orders (by range) and clip factors come from the data being quantized, not from an offline "
+      "calibration set: each head's key and value orders are fixed by the first flushed block of 32 tokens; "
+      "each group's clip factor is searched among 11 values skvq_clip_alpha * (1 - 0.05 k) for the least "
+      "squared error (the paper calibrates one per group offline). Rows leave the window in blocks of 32, "
+      "so it holds window to window + 31 tokens. Real packed storage (the original: accounting only); "
+      "skvq_max_ctx is accepted and checked but not a limit (buffers grow in 256-row steps). Trim reopens "
+      "quantized rows decoded.";
   m.docs = "docs/methods/skvq.md";
   m.fields = {
       option_field("skvq_bits_key", &SkvqOptions::skvq_bits_key, "Bits of a key code", 1, 8),
@@ -461,8 +481,8 @@ MethodDescriptor skvq_method() {
       option_field("skvq_group_size", &SkvqOptions::skvq_group_size,
                    "Channels per quantization group (after reordering), one f16 (scale, min) each", 1, 4096),
       option_field("skvq_window", &SkvqOptions::skvq_window, "Most recent tokens kept in full precision", 0, kMaxRows),
-      option_field("skvq_n_sink", &SkvqOptions::skvq_n_sink, "First tokens kept in full precision (attention sinks)",
-                   0, kMaxRows),
+      option_field("skvq_n_sink", &SkvqOptions::skvq_n_sink, "First tokens kept in full precision (attention sinks)", 0,
+                   kMaxRows),
       option_field("skvq_reorder", &SkvqOptions::skvq_reorder,
                    "Sort each head's channels by range (frozen from the first flushed block) before grouping"),
       option_field("skvq_clip_search", &SkvqOptions::skvq_clip_search,

@@ -90,9 +90,7 @@ class SkvqCache : public lm::KVCache {
   const int32_t* key_order(int64_t b, int64_t h) const;
   const int32_t* value_order(int64_t b, int64_t h) const;
   // The original's average widths, for reports (no public `bits`: spec §2.1).
-  double assigned_avg_bits() const {
-    return 0.5 * (options_.skvq_bits_key + options_.skvq_bits_value);
-  }
+  double assigned_avg_bits() const { return 0.5 * (options_.skvq_bits_key + options_.skvq_bits_value); }
 
  private:
   void allocate(int64_t batch, int64_t heads, int64_t dk, int64_t dv, lm::DType dtype);

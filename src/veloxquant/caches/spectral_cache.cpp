@@ -13,7 +13,9 @@
 namespace veloxquant {
 namespace {
 
-int noise_dims(const KVCacheConfig& c) { return std::max(0, c.head_dim - std::min(c.head_dim, c.spectral.spectral_key_d_eff)); }
+int noise_dims(const KVCacheConfig& c) {
+  return std::max(0, c.head_dim - std::min(c.head_dim, c.spectral.spectral_key_d_eff));
+}
 int sketch_dims(const KVCacheConfig& c) {
   if (!c.spectral.spectral_apply_qjl || noise_dims(c) == 0) return 0;
   return c.jl_dim.value_or(noise_dims(c));
@@ -72,8 +74,10 @@ void symmetric_eigen(std::vector<double> a, int n, std::vector<double>& eigenval
   eigenvalues.assign(static_cast<std::size_t>(n), 0.0);
   eigenvectors.assign(static_cast<std::size_t>(n) * n, 0.0);
   for (int r = 0; r < n; ++r) {
-    eigenvalues[static_cast<std::size_t>(r)] = at(order[static_cast<std::size_t>(r)], order[static_cast<std::size_t>(r)]);
-    std::memcpy(&eigenvectors[static_cast<std::size_t>(r) * n], &v[static_cast<std::size_t>(order[static_cast<std::size_t>(r)]) * n],
+    eigenvalues[static_cast<std::size_t>(r)] =
+        at(order[static_cast<std::size_t>(r)], order[static_cast<std::size_t>(r)]);
+    std::memcpy(&eigenvectors[static_cast<std::size_t>(r) * n],
+                &v[static_cast<std::size_t>(order[static_cast<std::size_t>(r)]) * n],
                 sizeof(double) * static_cast<std::size_t>(n));
   }
 }
@@ -141,7 +145,8 @@ void SpectralCache::calibrate() {
   calibrated_ = true;
   const std::vector<float> held = std::move(staged_);
   staged_ = {};
-  for (std::size_t t = 0; t < n; ++t) encode_calibrated(&held[t * static_cast<std::size_t>(dim_)], static_cast<int64_t>(t));
+  for (std::size_t t = 0; t < n; ++t)
+    encode_calibrated(&held[t * static_cast<std::size_t>(dim_)], static_cast<int64_t>(t));
 }
 
 void SpectralCache::encode_calibrated(const float* key, int64_t slot) {
@@ -188,7 +193,8 @@ void SpectralCache::encode_calibrated(const float* key, int64_t slot) {
   std::vector<uint8_t> signs(static_cast<std::size_t>(m_));
   for (int r = 0; r < m_; ++r) {
     double acc = 0.0;
-    for (int j = 0; j < dn_; ++j) acc += double(jl_[static_cast<std::size_t>(r) * dn_ + j]) * residual[static_cast<std::size_t>(j)];
+    for (int j = 0; j < dn_; ++j)
+      acc += double(jl_[static_cast<std::size_t>(r) * dn_ + j]) * residual[static_cast<std::size_t>(j)];
     signs[static_cast<std::size_t>(r)] = acc >= 0.0 ? 1 : 0;
   }
   const uint16_t rnorm16 = base::f32_to_f16(static_cast<float>(std::sqrt(rsq)));
@@ -210,7 +216,8 @@ std::vector<float> SpectralCache::prepare_query(const float* query) const {
   if (dn_ > 0) noise_rotation_->forward(y.data() + d_eff_, prepared.data() + d_eff_);
   for (int r = 0; r < m_; ++r) {
     double acc = 0.0;
-    for (int j = 0; j < dn_; ++j) acc += double(jl_[static_cast<std::size_t>(r) * dn_ + j]) * prepared[static_cast<std::size_t>(d_eff_ + j)];
+    for (int j = 0; j < dn_; ++j)
+      acc += double(jl_[static_cast<std::size_t>(r) * dn_ + j]) * prepared[static_cast<std::size_t>(d_eff_ + j)];
     prepared[static_cast<std::size_t>(d_eff_ + dn_ + r)] = static_cast<float>(acc);
   }
   return prepared;
@@ -228,7 +235,8 @@ float SpectralCache::score(const std::vector<float>& prepared, int64_t slot) con
   std::memcpy(&scale16, in + d_eff_, 2);
   const float scale = base::f16_to_f32(scale16);
   double acc = 0.0;
-  for (int i = 0; i < d_eff_; ++i) acc += double(prepared[static_cast<std::size_t>(i)]) * static_cast<int8_t>(in[i]) * scale;
+  for (int i = 0; i < d_eff_; ++i)
+    acc += double(prepared[static_cast<std::size_t>(i)]) * static_cast<int8_t>(in[i]) * scale;
   in += d_eff_ + 2;
   if (dn_ == 0) return static_cast<float>(acc);
   uint16_t norm16;
@@ -236,7 +244,9 @@ float SpectralCache::score(const std::vector<float>& prepared, int64_t slot) con
   std::vector<uint8_t> codes(static_cast<std::size_t>(dn_));
   core::unpack_dense(in + 2, codes.size(), bits_, codes.data());
   double noise = 0.0;
-  for (int j = 0; j < dn_; ++j) noise += double(prepared[static_cast<std::size_t>(d_eff_ + j)]) * codebook_->centroids[codes[static_cast<std::size_t>(j)]];
+  for (int j = 0; j < dn_; ++j)
+    noise += double(prepared[static_cast<std::size_t>(d_eff_ + j)]) *
+             codebook_->centroids[codes[static_cast<std::size_t>(j)]];
   acc += noise * base::f16_to_f32(norm16);
   in += 2 + core::dense_bytes(codes.size(), bits_);
   if (!qjl_) return static_cast<float>(acc);

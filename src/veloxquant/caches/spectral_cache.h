@@ -51,12 +51,12 @@ class SpectralCache : public StandaloneCacheBase {
   bool qjl_;
   int64_t calib_tokens_;
   bool calibrated_ = false;
-  std::vector<float> staged_;   // keys held before calibration, [n][d]
-  std::vector<float> basis_;    // d x d
+  std::vector<float> staged_;  // keys held before calibration, [n][d]
+  std::vector<float> basis_;   // d x d
   std::vector<double> eigenvalues_;
   std::optional<core::Rotation> noise_rotation_;
   const core::Codebook* codebook_ = nullptr;
-  std::vector<float> jl_;       // m x dn, N(0, 1)
+  std::vector<float> jl_;  // m x dn, N(0, 1)
 };
 
 std::unique_ptr<StandaloneCache> make_spectral_cache(const KVCacheConfig& config);

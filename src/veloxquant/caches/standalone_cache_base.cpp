@@ -23,8 +23,8 @@ StandaloneCacheBase::StandaloneCacheBase(const KVCacheConfig& config, std::size_
 
 void StandaloneCacheBase::check_length(std::span<const float> v, const char* what) const {
   if (static_cast<int>(v.size()) != dim_) {
-    throw base::InvalidArgument(method_ + ": " + what + " has " + std::to_string(v.size()) +
-                                " elements, head_dim is " + std::to_string(dim_));
+    throw base::InvalidArgument(method_ + ": " + what + " has " + std::to_string(v.size()) + " elements, head_dim is " +
+                                std::to_string(dim_));
   }
 }
 

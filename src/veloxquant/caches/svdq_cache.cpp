@@ -46,7 +46,8 @@ const SvdqOptions& checked(const SvdqOptions& o) {
 }  // namespace
 
 SvdqCache::SvdqCache(const SvdqOptions& options)
-    : options_(checked(options)), schedule_(parse_svdq_schedule(options.svdq_bit_schedule)),
+    : options_(checked(options)),
+      schedule_(parse_svdq_schedule(options.svdq_bit_schedule)),
       group_(options.svdq_group_size) {}
 
 std::size_t SvdqCache::nbytes() const {
@@ -197,10 +198,9 @@ void SvdqCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
 }
 
 lm::KeysValues SvdqCache::fetch(lm::DType dtype) const {
-  return blocks_tail::fetch_coded_keys({batch_, heads_, dk_, dv_, offset_, frontier_, group_, dtype_}, tail_k_, values_,
-                                       dtype, [this](int64_t b, int64_t h, int64_t g, float* out) {
-                                         decode_block(b, h, g, out);
-                                       });
+  return blocks_tail::fetch_coded_keys(
+      {batch_, heads_, dk_, dv_, offset_, frontier_, group_, dtype_}, tail_k_, values_, dtype,
+      [this](int64_t b, int64_t h, int64_t g, float* out) { decode_block(b, h, g, out); });
 }
 
 void SvdqCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) {
@@ -254,7 +254,7 @@ int64_t SvdqCache::trim(int64_t n) {
 std::vector<lm::Tensor> SvdqCache::state() const {
   if (!tail_k_.defined()) return {};
   return {codes_.slice(2, 0, frontier_), params_.slice(2, 0, frontier_ / group_), basis_, ranks_,
-          values_.slice(2, 0, offset_), tail_k_.slice(2, 0, offset_ - frontier_)};
+          values_.slice(2, 0, offset_),  tail_k_.slice(2, 0, offset_ - frontier_)};
 }
 
 std::vector<std::string> SvdqCache::meta_state() const {
@@ -288,7 +288,8 @@ void SvdqCache::from_state(const std::vector<lm::Tensor>& state, const std::vect
     *this = fresh;
     return;
   }
-  if (state.size() != 6) throw base::FormatError(std::string(who) + ": expected 6 tensors, got " + std::to_string(state.size()));
+  if (state.size() != 6)
+    throw base::FormatError(std::string(who) + ": expected 6 tensors, got " + std::to_string(state.size()));
   const lm::Tensor& values = state[4];
   const lm::Tensor& tail = state[5];
   if (values.ndim() != 4 || tail.ndim() != 4 || values.dim(2) != offset || tail.dim(2) != offset - frontier) {
@@ -346,21 +347,23 @@ MethodDescriptor svdq_method() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
-  m.blurb = "Keys projected on an SVD latent basis fitted on the prompt's keys; the 8 latent channel groups quantized "
-            "by svdq_bit_schedule (8,4,2,1,1,0,0,0: 2 bits on average), most significant first; values kept as given";
+  m.blurb =
+      "Keys projected on an SVD latent basis fitted on the prompt's keys; the 8 latent channel groups quantized "
+      "by svdq_bit_schedule (8,4,2,1,1,0,0,0: 2 bits on average), most significant first; values kept as given";
   m.paper = "SVDq: 1.25-bit and 410x Key Cache Compression for LLM Attention (Hong et al., 2025, arXiv 2502.15304)";
-  m.deviations = "The basis is fitted per kv head on the complete blocks of the first call that has one (the prompt) "
-                 "and frozen; latent channels past the rank are dropped; each latent channel is KIVI's per-channel "
-                 "group code over blocks of svdq_group_size tokens. Real packed storage (the original counts bytes). "
-                 "The incomplete last block's keys stay in the input dtype.";
+  m.deviations =
+      "The basis is fitted per kv head on the complete blocks of the first call that has one (the prompt) "
+      "and frozen; latent channels past the rank are dropped; each latent channel is KIVI's per-channel "
+      "group code over blocks of svdq_group_size tokens. Real packed storage (the original counts bytes). "
+      "The incomplete last block's keys stay in the input dtype.";
   m.docs = "docs/methods/svdq.md";
   m.fields = {
-      option_field("svdq_rank", &SvdqOptions::svdq_rank,
-                   "Latent channels kept (None: the svdq_energy_threshold rank)"),
+      option_field("svdq_rank", &SvdqOptions::svdq_rank, "Latent channels kept (None: the svdq_energy_threshold rank)"),
       option_field("svdq_energy_threshold", &SvdqOptions::svdq_energy_threshold,
                    "Without svdq_rank: keep the fewest latent channels holding this share of the keys' energy, (0, 1]"),
-      option_field("svdq_bit_schedule", &SvdqOptions::svdq_bit_schedule,
-                   "Bits of the 8 latent channel groups, most significant first, e.g. 8,4,2,1,1,0,0,0 (0 drops a group)"),
+      option_field(
+          "svdq_bit_schedule", &SvdqOptions::svdq_bit_schedule,
+          "Bits of the 8 latent channel groups, most significant first, e.g. 8,4,2,1,1,0,0,0 (0 drops a group)"),
       option_field("svdq_group_size", &SvdqOptions::svdq_group_size,
                    "Tokens per block (one (scale, min) per latent channel and block)", 1, 4096),
   };

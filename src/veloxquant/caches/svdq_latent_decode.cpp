@@ -32,7 +32,8 @@ void decode_latent_rows(const SvdqLayout& layout, const uint8_t* first_row, int6
   for (int64_t j = 0; j < n_rows; ++j) {
     const uint8_t* row = first_row + j * row_bytes;
     for (const SvdqGroup& g : layout.groups) {
-      decode_group(row + g.byte_offset, g.channels, g.bits, scale + g.first, min + g.first, out + j * layout.coded + g.first);
+      decode_group(row + g.byte_offset, g.channels, g.bits, scale + g.first, min + g.first,
+                   out + j * layout.coded + g.first);
     }
   }
 }

@@ -33,10 +33,17 @@ std::atomic<uint64_t> next_call{1};
 
 }  // namespace
 
-SvdqRows::SvdqRows(const lm::Tensor& codes, const lm::Tensor& params, const lm::Tensor& basis,
-                   const lm::Tensor& values, const SvdqLayout& layout, int64_t rows, int group, bool leading_mean)
-    : codes_(codes), params_(params), basis_(basis), values_(attention::PlainRows::of(values)), layout_(layout),
-      rows_(rows), group_(group), leading_mean_(leading_mean), call_(next_call.fetch_add(1)),
+SvdqRows::SvdqRows(const lm::Tensor& codes, const lm::Tensor& params, const lm::Tensor& basis, const lm::Tensor& values,
+                   const SvdqLayout& layout, int64_t rows, int group, bool leading_mean)
+    : codes_(codes),
+      params_(params),
+      basis_(basis),
+      values_(attention::PlainRows::of(values)),
+      layout_(layout),
+      rows_(rows),
+      group_(group),
+      leading_mean_(leading_mean),
+      call_(next_call.fetch_add(1)),
       plane_(uniform_plane(layout)) {
   if (plane_.padded == 0) return;
   limit_ = attention::kernels::integer_query_limit(plane_.bits, plane_.dim());
@@ -75,7 +82,9 @@ SvdqRows::Projection SvdqRows::project(int64_t b, int64_t h, const float* prepar
     for (int64_t r = 0; r < n_queries; ++r) {
       for (int64_t e = 0; e < dim; ++e) {
         const int32_t i = pair_of_[static_cast<std::size_t>(e)];
-        if (i < coded) kept.padded[static_cast<std::size_t>(r * dim + e)] = kept.projected[static_cast<std::size_t>(r * width + lead + i)];
+        if (i < coded)
+          kept.padded[static_cast<std::size_t>(r * dim + e)] =
+              kept.projected[static_cast<std::size_t>(r * width + lead + i)];
       }
     }
   }

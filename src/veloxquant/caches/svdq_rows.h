@@ -38,8 +38,8 @@ class SvdqRows final : public attention::RowSource {
   int64_t rows(int64_t, int64_t) const override { return rows_; }
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
                   int64_t ld, attention::TileScratch& scratch) const override;
-  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
-                       float* acc, attention::TileScratch& scratch) const override;
+  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
+                       int64_t ld, float* acc, attention::TileScratch& scratch) const override;
 
  private:
   // The n_queries prepared queries projected on (b, h)'s table rows: [n_queries, 1 + coded] with a
@@ -60,7 +60,7 @@ class SvdqRows final : public attention::RowSource {
   int64_t rows_;
   int group_;
   bool leading_mean_;
-  uint64_t call_;  // distinct per object, so a thread's kept projection is never another call's
+  uint64_t call_;                          // distinct per object, so a thread's kept projection is never another call's
   attention::kernels::NarrowPlane plane_;  // padded > 0: the integer path
   int32_t limit_ = 0;
   std::vector<int32_t> pair_of_;  // padded code-order position -> coded channel (coded: a zero pair)

@@ -183,8 +183,8 @@ void TurboQuantBlockCache::decode_key(int64_t b, int64_t h, int64_t row, float* 
 
 void TurboQuantBlockCache::decode_value(int64_t b, int64_t h, int64_t row, float* out, float* scratch) const {
   if (row < sink_rows_held()) {
-    cache_rows::load_f32(reinterpret_cast<const std::byte*>(row_ptr<uint16_t>(sink_values_, b, h, row)),
-                         lm::DType::F16, static_cast<std::size_t>(dv_), out);
+    cache_rows::load_f32(reinterpret_cast<const std::byte*>(row_ptr<uint16_t>(sink_values_, b, h, row)), lm::DType::F16,
+                         static_cast<std::size_t>(dv_), out);
     return;
   }
   decode_rotated_value(b, h, row, scratch);
@@ -214,18 +214,17 @@ void TurboQuantBlockCache::ensure_capacity(const lm::Tensor& keys, const lm::Ten
     if (dv_ != value_rotation_->dim()) build_value_rotation(dv_);
     const auto kd = static_cast<int>(head_dim_), vd = static_cast<int>(dv_);
     key_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(key_quant_.code_bytes(kd))}, lm::DType::U8);
-    key_scales_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(key_quant_.blocks(kd))},
-                             lm::DType::F16);
+    key_scales_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(key_quant_.blocks(kd))}, lm::DType::F16);
     value_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(value_quant_.code_bytes(vd))}, lm::DType::U8);
-    value_scales_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(value_quant_.blocks(vd))},
-                               lm::DType::F16);
+    value_scales_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(value_quant_.blocks(vd))}, lm::DType::F16);
     if (settings_.sink_rows > 0) {
       sink_keys_ = lm::Tensor({batch_, heads_, settings_.sink_rows, head_dim_}, lm::DType::F16);
       sink_values_ = lm::Tensor({batch_, heads_, settings_.sink_rows, dv_}, lm::DType::F16);
     }
     capacity_ = 0;
   } else {
-    cache_rows::check_row_layout(keys, values, {batch_, heads_, head_dim_, dv_}, "TurboQuantBlockCache::update_and_fetch");
+    cache_rows::check_row_layout(keys, values, {batch_, heads_, head_dim_, dv_},
+                                 "TurboQuantBlockCache::update_and_fetch");
   }
   const int64_t s = keys.dim(2);
   if (offset_ + s > capacity_) {
@@ -263,7 +262,8 @@ void TurboQuantBlockCache::store(const lm::Tensor& keys, const lm::Tensor& value
     for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
       const int64_t b = bh / heads_, h = bh % heads_;
       cache_rows::store_f32(k.data() + (bh * s + t) * head_dim_, static_cast<std::size_t>(head_dim_),
-                            reinterpret_cast<std::byte*>(row_ptr<uint16_t>(sink_keys_, b, h, offset_ + t)), lm::DType::F16);
+                            reinterpret_cast<std::byte*>(row_ptr<uint16_t>(sink_keys_, b, h, offset_ + t)),
+                            lm::DType::F16);
       cache_rows::store_f32(v.data() + (bh * s + t) * dv_, static_cast<std::size_t>(dv_),
                             reinterpret_cast<std::byte*>(row_ptr<uint16_t>(sink_values_, b, h, offset_ + t)),
                             lm::DType::F16);
@@ -272,8 +272,8 @@ void TurboQuantBlockCache::store(const lm::Tensor& keys, const lm::Tensor& value
   offset_ += s;
 }
 
-void TurboQuantBlockCache::encode_rows(const std::vector<float>& k, const std::vector<float>& v, int64_t s,
-                                       int64_t t0, int64_t t1) {
+void TurboQuantBlockCache::encode_rows(const std::vector<float>& k, const std::vector<float>& v, int64_t s, int64_t t0,
+                                       int64_t t1) {
   const int64_t n = t1 - t0;
   base::ThreadPool::global().parallel_for(batch_ * heads_ * n, [&](int64_t begin, int64_t end) {
     std::vector<float> rotated(static_cast<std::size_t>(std::max<int64_t>(head_dim_, dv_)));
@@ -331,8 +331,8 @@ void TurboQuantBlockCache::fused_attention(const lm::FusedAttentionRequest& requ
   const lm::Tensor& q = *request.queries;
   const int64_t first = offset_;  // position of the first new token
   store(*request.keys, *request.values);
-  attention::check_fused_shapes("TurboQuantBlockCache::fused_attention", q, *request.keys, batch_, heads_, head_dim_, dv_,
-                                out);
+  attention::check_fused_shapes("TurboQuantBlockCache::fused_attention", q, *request.keys, batch_, heads_, head_dim_,
+                                dv_, out);
   const TurboQuantBlockRows rows(*this, offset_);
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
@@ -441,8 +441,8 @@ void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, cons
     if (t.ndim() != 4 || t.dim(2) != offset || t.dim(3) != widths[i] || t.dtype() != dtypes[i] ||
         t.dim(0) != state[0].dim(0) || t.dim(1) != state[0].dim(1)) {
       throw base::FormatError(std::string(who) + ": tensor " + std::to_string(i) + " " + lm::shape_text(t.shape()) +
-                              " does not hold " + meta[4] + " rows of head_dim " + meta[0] + " / value_dim " +
-                              meta[5] + " at key_bits " + meta[1] + ", value_bits " + meta[2]);
+                              " does not hold " + meta[4] + " rows of head_dim " + meta[0] + " / value_dim " + meta[5] +
+                              " at key_bits " + meta[1] + ", value_bits " + meta[2]);
     }
   }
   rebuilt.batch_ = state[0].dim(0);
@@ -462,7 +462,8 @@ void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, cons
         km.shape() != lm::Shape{rebuilt.batch_, rebuilt.heads_, segments, head_dim} ||
         vm.shape() != lm::Shape{rebuilt.batch_, rebuilt.heads_, 1, value_dim}) {
       throw base::FormatError(std::string(who) + ": means " + lm::shape_text(km.shape()) + " / " +
-                              lm::shape_text(vm.shape()) + " do not match head_dim " + meta[0] + " / value_dim " + meta[5]);
+                              lm::shape_text(vm.shape()) + " do not match head_dim " + meta[0] + " / value_dim " +
+                              meta[5]);
     }
     rebuilt.key_mean_ = cache_rows::copy_rows(km, segments, segments);
     rebuilt.value_mean_ = vm.clone();

@@ -68,10 +68,10 @@ class TurboQuantBlockCache : public lm::KVCache {
     int head_dim = 128;
     int key_bits = 4, value_bits = 4;  // 1..8
     int64_t seed = 42;
-    int mean_rows = 0;                 // 0 = no mean smoothing
+    int mean_rows = 0;                     // 0 = no mean smoothing
     int key_block = 32, value_block = 32;  // 32, 64, 128 or 256
-    int sink_rows = 0;                 // first positions kept in f16
-    int key_mean_segment = 0;          // rows per key-mean segment (0 = one mean); needs mean_rows
+    int sink_rows = 0;                     // first positions kept in f16
+    int key_mean_segment = 0;              // rows per key-mean segment (0 = one mean); needs mean_rows
     // Level sets below 7 bits: Lloyd-Max (default) or evenly spaced (quant/block_lloyd_quant.h).
     quant::BlockLloydQuantizer::Levels levels = quant::BlockLloydQuantizer::Levels::kLloyd;
   };
@@ -164,7 +164,7 @@ class TurboQuantBlockCache : public lm::KVCache {
   int64_t offset_ = 0;
   int64_t capacity_ = 0;
   lm::Tensor key_codes_, key_scales_, value_codes_, value_scales_;
-  lm::Tensor key_mean_, value_mean_;  // F16 [B, H, S, D] / [B, H, 1, Dv]; undefined until calibrated
+  lm::Tensor key_mean_, value_mean_;    // F16 [B, H, S, D] / [B, H, 1, Dv]; undefined until calibrated
   lm::Tensor sink_keys_, sink_values_;  // F16 [B, H, sink_rows, D]; undefined without sinks
 };
 

@@ -35,11 +35,10 @@ TurboQuantBlockRows::TurboQuantBlockRows(const TurboQuantBlockCache& cache, int6
       permuted_keys_(!cache.key_quantizer().even_levels() &&
                      attention::kernels::can_score_permuted_level_rows(cache.key_bits(), cache.head_dim(),
                                                                        cache.key_quantizer().block_size())),
-      integer_keys_(!permuted_keys_ &&
-                    attention::kernels::can_score_block_level_rows(cache.key_bits(), cache.head_dim(),
-                                                                   cache.key_quantizer().block_size())),
-      coded_values_(attention::kernels::can_accumulate_block_level_rows(
-          cache.value_bits(), cache.value_dim(), cache.value_quantizer().block_size())) {
+      integer_keys_(!permuted_keys_ && attention::kernels::can_score_block_level_rows(
+                                           cache.key_bits(), cache.head_dim(), cache.key_quantizer().block_size())),
+      coded_values_(attention::kernels::can_accumulate_block_level_rows(cache.value_bits(), cache.value_dim(),
+                                                                        cache.value_quantizer().block_size())) {
   if (integer_keys_) {
     integer_limit_ = attention::kernels::block_integer_limit(cache.key_quantizer().block_size());
     // Evenly spaced levels are scored from the codes themselves with the query doubled
@@ -47,8 +46,8 @@ TurboQuantBlockRows::TurboQuantBlockRows(const TurboQuantBlockCache& cache, int6
     if (cache.key_quantizer().even_levels() && cache.key_bits() <= 6) {
       integer_limit_ = std::min(integer_limit_, attention::kernels::kUniformQueryLimit);
     }
-    levels16_ = attention::kernels::block_levels16(cache.key_quantizer().levels().data(), cache.key_bits(),
-                                                   integer_limit_);
+    levels16_ =
+        attention::kernels::block_levels16(cache.key_quantizer().levels().data(), cache.key_bits(), integer_limit_);
   }
 }
 
@@ -105,11 +104,10 @@ void TurboQuantBlockRows::rotated_rows(bool keys, int64_t b, int64_t h, int64_t 
   for (int64_t r0 = sinks_end; r0 < j1;) {
     const int64_t r1 = keys ? std::min(j1, cache_.key_segment_end(r0)) : j1;
     const bool has_mean = rotated_mean(keys ? cache_.key_mean(b, h, r0) : cache_.value_mean(b, h), dim, mu);
-    quant.decode_rows(keys ? cache_.key_codes(b, h, r0) : cache_.value_codes(b, h, r0),
-                      static_cast<int64_t>(quant.code_bytes(d)),
-                      keys ? cache_.key_scales(b, h, r0) : cache_.value_scales(b, h, r0),
-                      static_cast<int64_t>(quant.blocks(d)), r1 - r0, d, has_mean ? mu : nullptr,
-                      out + (r0 - j0) * dim);
+    quant.decode_rows(
+        keys ? cache_.key_codes(b, h, r0) : cache_.value_codes(b, h, r0), static_cast<int64_t>(quant.code_bytes(d)),
+        keys ? cache_.key_scales(b, h, r0) : cache_.value_scales(b, h, r0), static_cast<int64_t>(quant.blocks(d)),
+        r1 - r0, d, has_mean ? mu : nullptr, out + (r0 - j0) * dim);
     r0 = r1;
   }
 }
@@ -193,7 +191,8 @@ void TurboQuantBlockRows::score_integer_keys(int64_t b, int64_t h, int64_t j0, i
     const uint16_t* mu = cache_.key_mean(b, h, r0);
     const bool has_mean = mu != nullptr;
     if (has_mean) {
-      for (int64_t r = 0; r < n_queries; ++r) biases[r] = lm::kernels::simd::dot_f16(mu, prepared + r * pd + d / 2 + 1, d);
+      for (int64_t r = 0; r < n_queries; ++r)
+        biases[r] = lm::kernels::simd::dot_f16(mu, prepared + r * pd + d / 2 + 1, d);
     }
     attention::kernels::BlockLevelKeys keys;
     keys.codes = cache_.key_codes(b, h, r0);

@@ -40,8 +40,8 @@ class TurboQuantBlockRows final : public attention::RowSource {
   // rotated f32 query (sink rows and the mean's bias read it). Otherwise the rotated query.
   int64_t prepared_dim() const override;
   void prepare_query(const float* query, float* prepared) const override;
-  void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
-                  float* scores, int64_t ld, attention::TileScratch& scratch) const override;
+  void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
+                  int64_t ld, attention::TileScratch& scratch) const override;
   void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
                        int64_t ld, float* acc, attention::TileScratch& scratch) const override;
   void finish_row(float* row) const override;

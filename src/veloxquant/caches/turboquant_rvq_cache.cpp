@@ -71,16 +71,17 @@ void TurboQuantRvqCache::ensure_capacity(const lm::Tensor& keys, const lm::Tenso
     if (value_bits_ == 0) {
       values_ = lm::Tensor({batch_, heads_, 0, dv_}, value_dtype_);
     } else {
-      value_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dv_, value_bits_))},
-                                lm::DType::U32);
+      value_codes_ =
+          lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dv_, value_bits_))}, lm::DType::U32);
       value_params_ =
           lm::Tensor({batch_, heads_, 0, 2 * static_cast<int64_t>(token_groups(dv_, kValueGroup))}, lm::DType::F16);
     }
     capacity_ = 0;
   } else if (keys.dim(0) != batch_ || keys.dim(1) != heads_ || values.dim(3) != dv_) {
     throw base::InvalidArgument("TurboQuantRvqCache::update_and_fetch: new keys " + lm::shape_text(keys.shape()) +
-                                " / values " + lm::shape_text(values.shape()) + " do not match the cache's B=" +
-                                std::to_string(batch_) + ", H=" + std::to_string(heads_) + ", Dv=" + std::to_string(dv_));
+                                " / values " + lm::shape_text(values.shape()) +
+                                " do not match the cache's B=" + std::to_string(batch_) +
+                                ", H=" + std::to_string(heads_) + ", Dv=" + std::to_string(dv_));
   }
   if (offset_ + s > capacity_) {
     const int64_t steps = (s + kGrowthStep - 1) / kGrowthStep;
@@ -149,9 +150,9 @@ lm::KeysValues TurboQuantRvqCache::fetch(lm::DType dtype) const {
     for (int64_t h = 0; h < heads_; ++h) {
       quantizer_->decode_streams(row_ptr<uint8_t>(packed1_, b, h, 0), row_ptr<uint8_t>(packed2_, b, h, 0),
                                  row_ptr<uint16_t>(norms_, b, h, 0), static_cast<std::size_t>(offset_), rows.data());
-      cache_rows::store_f32(rows.data(), static_cast<std::size_t>(offset_ * head_dim_),
-                            k.raw_data() + (b * heads_ + h) * offset_ * head_dim_ * static_cast<int64_t>(k.element_size()),
-                            dtype);
+      cache_rows::store_f32(
+          rows.data(), static_cast<std::size_t>(offset_ * head_dim_),
+          k.raw_data() + (b * heads_ + h) * offset_ * head_dim_ * static_cast<int64_t>(k.element_size()), dtype);
     }
   }
   // Plain values in the caller's dtype are returned as a view (no copy), as FullKVCache does.
@@ -161,7 +162,8 @@ lm::KeysValues TurboQuantRvqCache::fetch(lm::DType dtype) const {
     for (int64_t h = 0; h < heads_; ++h) {
       for (int64_t r = 0; r < offset_; ++r) decode_value_row(b, h, r, rows.data() + r * dv_);
       cache_rows::store_f32(rows.data(), static_cast<std::size_t>(offset_ * dv_),
-                            v.raw_data() + (b * heads_ + h) * offset_ * dv_ * static_cast<int64_t>(v.element_size()), dtype);
+                            v.raw_data() + (b * heads_ + h) * offset_ * dv_ * static_cast<int64_t>(v.element_size()),
+                            dtype);
     }
   }
   return {std::move(k), std::move(v)};
@@ -199,7 +201,8 @@ int64_t TurboQuantRvqCache::trim(int64_t n) {
 
 std::vector<lm::Tensor> TurboQuantRvqCache::state() const {
   if (!packed1_.defined()) return {};
-  std::vector<lm::Tensor> out = {packed1_.slice(2, 0, offset_), packed2_.slice(2, 0, offset_), norms_.slice(2, 0, offset_)};
+  std::vector<lm::Tensor> out = {packed1_.slice(2, 0, offset_), packed2_.slice(2, 0, offset_),
+                                 norms_.slice(2, 0, offset_)};
   if (value_bits_ == 0) {
     out.push_back(values_.slice(2, 0, offset_));
   } else {
@@ -210,8 +213,12 @@ std::vector<lm::Tensor> TurboQuantRvqCache::state() const {
 }
 
 std::vector<std::string> TurboQuantRvqCache::meta_state() const {
-  return {std::to_string(head_dim_),  std::to_string(bits_),       std::to_string(seed_),
-          std::to_string(offset_),    std::to_string(value_bits_), std::to_string(dv_),
+  return {std::to_string(head_dim_),
+          std::to_string(bits_),
+          std::to_string(seed_),
+          std::to_string(offset_),
+          std::to_string(value_bits_),
+          std::to_string(dv_),
           quant::rvq_stage2_scale_name(stage2_)};
 }
 
@@ -226,7 +233,8 @@ void TurboQuantRvqCache::from_state(const std::vector<lm::Tensor>& state, const 
   const int bits = static_cast<int>(cache_rows::parse_meta_int(meta[1], who, "bits"));
   const int64_t seed = cache_rows::parse_meta_int(meta[2], who, "seed");
   const int64_t offset = cache_rows::parse_meta_int(meta[3], who, "offset");
-  const int value_bits = meta.size() >= 6 ? static_cast<int>(cache_rows::parse_meta_int(meta[4], who, "value_bits")) : 0;
+  const int value_bits =
+      meta.size() >= 6 ? static_cast<int>(cache_rows::parse_meta_int(meta[4], who, "value_bits")) : 0;
   const int64_t value_dim = meta.size() >= 6 ? cache_rows::parse_meta_int(meta[5], who, "value_dim") : 0;
   // States without the entry were written with the original's stage-2 codebook.
   const quant::RvqStage2Scale stage2 =
@@ -249,8 +257,8 @@ void TurboQuantRvqCache::from_state(const std::vector<lm::Tensor>& state, const 
                               meta[3] + " rows");
     }
   }
-  if (state[0].dtype() != lm::DType::U8 || state[0].dim(3) != rebuilt.stream_bytes_ || state[1].dim(3) != rebuilt.stream_bytes_ ||
-      state[2].dtype() != lm::DType::BF16) {
+  if (state[0].dtype() != lm::DType::U8 || state[0].dim(3) != rebuilt.stream_bytes_ ||
+      state[1].dim(3) != rebuilt.stream_bytes_ || state[2].dtype() != lm::DType::BF16) {
     throw base::FormatError(std::string(who) + ": packed streams / norms do not match head_dim " + meta[0] + ", bits " +
                             meta[1]);
   }

@@ -61,7 +61,8 @@ void TurboQuantRvqRows::prepare_query(const float* query, float* prepared) const
 }
 
 void TurboQuantRvqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
-                                   int64_t n_queries, float* scores, int64_t ld, attention::TileScratch& scratch) const {
+                                   int64_t n_queries, float* scores, int64_t ld,
+                                   attention::TileScratch& scratch) const {
   const int64_t d = key_dim(), n = j1 - j0, stream = packed1_.dim(3);
   const float* c1 = quantizer_.stage1_codebook().centroids.data();
   const float* c2 = quantizer_.stage2_codebook().centroids.data();
@@ -91,7 +92,8 @@ void TurboQuantRvqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
     for (int64_t j = 0; j < n; ++j) {
       core::unpack_dense(s1 + j * row_stride, static_cast<std::size_t>(d), quantizer_.bits(), i1.data());
       core::unpack_dense(s2 + j * row_stride, static_cast<std::size_t>(d), quantizer_.bits(), i2.data());
-      for (int64_t e = 0; e < d; ++e) tile[j * d + e] = c1[i1[static_cast<std::size_t>(e)]] + c2[i2[static_cast<std::size_t>(e)]];
+      for (int64_t e = 0; e < d; ++e)
+        tile[j * d + e] = c1[i1[static_cast<std::size_t>(e)]] + c2[i2[static_cast<std::size_t>(e)]];
     }
   }
   if (!integer_keys_) attention::kernels::score_rows(prepared, d, n_queries, tile, d, n, d, scores, ld);
@@ -107,7 +109,8 @@ void TurboQuantRvqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
 }
 
 void TurboQuantRvqRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
-                                        int64_t n_queries, int64_t ld, float* acc, attention::TileScratch& scratch) const {
+                                        int64_t n_queries, int64_t ld, float* acc,
+                                        attention::TileScratch& scratch) const {
   if (value_order_) {
     accumulate_group_affine_values(value_codes_, value_params_, *value_order_, value_group_, b, h, j0, j1, weights,
                                    n_queries, ld, acc, scratch);

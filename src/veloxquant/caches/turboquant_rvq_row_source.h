@@ -37,8 +37,8 @@ class TurboQuantRvqRows final : public attention::RowSource {
   void prepare_query(const float* query, float* prepared) const override;
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
                   int64_t ld, attention::TileScratch& scratch) const override;
-  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
-                       float* acc, attention::TileScratch& scratch) const override;
+  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
+                       int64_t ld, float* acc, attention::TileScratch& scratch) const override;
 
  private:
   const quant::TurboQuantRvq& quantizer_;

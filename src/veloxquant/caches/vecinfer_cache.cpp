@@ -92,8 +92,8 @@ VecInferCache::VecInferCache(int key_sub_dim, int value_sub_dim, int key_bits, i
 }
 
 std::size_t VecInferCache::nbytes() const {
-  std::size_t n = key_codes_.storage_bytes() + value_codes_.storage_bytes() + tail_k_.storage_bytes() +
-                  tail_v_.storage_bytes();
+  std::size_t n =
+      key_codes_.storage_bytes() + value_codes_.storage_bytes() + tail_k_.storage_bytes() + tail_v_.storage_bytes();
   if (codec_) n += codec_->keys.nbytes() + codec_->values.nbytes() + codec_->basis.smooth().nbytes();
   return n;
 }
@@ -182,10 +182,13 @@ void VecInferCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   cache_rows::widen_to_f32(keys, new_k);
   cache_rows::widen_to_f32(values, new_v);
   const int64_t bhs = batch_ * heads_;
-  std::vector<float> pk(static_cast<std::size_t>(bhs * pending * dk_)), pv(static_cast<std::size_t>(bhs * pending * dv_));
+  std::vector<float> pk(static_cast<std::size_t>(bhs * pending * dk_)),
+      pv(static_cast<std::size_t>(bhs * pending * dv_));
   for (int64_t bh = 0; bh < bhs; ++bh) {
-    blocks_tail::gather_pending(tail_k_, dtype_, bh, window_, dk_, tail, new_k.data(), s, pk.data() + bh * pending * dk_);
-    blocks_tail::gather_pending(tail_v_, dtype_, bh, window_, dv_, tail, new_v.data(), s, pv.data() + bh * pending * dv_);
+    blocks_tail::gather_pending(tail_k_, dtype_, bh, window_, dk_, tail, new_k.data(), s,
+                                pk.data() + bh * pending * dk_);
+    blocks_tail::gather_pending(tail_v_, dtype_, bh, window_, dv_, tail, new_v.data(), s,
+                                pv.data() + bh * pending * dv_);
   }
   if (!codec_) train(pk, pv, pending, coded);
   const int64_t kept = pending - coded;
@@ -197,10 +200,8 @@ void VecInferCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
       const float* krows = pk.data() + bh * pending * dk_;
       const float* vrows = pv.data() + bh * pending * dv_;
       for (int64_t r = 0; r < coded; ++r) codec_->basis.key_to_code_basis(krows + r * dk_, rotated.data() + r * dk_);
-      key_encoder.encode(rotated.data(), coded, row_ptr<uint8_t>(key_codes_, b, h, frontier_),
-                       key_codes_.strides()[2]);
-      value_encoder.encode(vrows, coded, row_ptr<uint8_t>(value_codes_, b, h, frontier_),
-                       value_codes_.strides()[2]);
+      key_encoder.encode(rotated.data(), coded, row_ptr<uint8_t>(key_codes_, b, h, frontier_), key_codes_.strides()[2]);
+      value_encoder.encode(vrows, coded, row_ptr<uint8_t>(value_codes_, b, h, frontier_), value_codes_.strides()[2]);
       blocks_tail::keep_in_tail(krows + coded * dk_, kept, tail_k_, dtype_, bh, window_, dk_);
       blocks_tail::keep_in_tail(vrows + coded * dv_, kept, tail_v_, dtype_, bh, window_, dv_);
     }
@@ -280,12 +281,18 @@ int64_t VecInferCache::trim(int64_t n) {
   const int64_t new_offset = offset_ - removed;
   const int64_t new_frontier = new_offset / window_ * window_;
   if (new_frontier < frontier_) {
-    blocks_tail::reopen_into_tail(
-        {.batch = batch_, .heads = heads_, .key_dim = dk_, .value_dim = dv_, .group = window_,
-         .frontier = new_frontier, .offset = new_offset, .tail_dtype = dtype_},
-        tail_k_, tail_v_, [this](bool keys, int64_t b, int64_t h, int64_t begin, int64_t end, float* out) {
-          decode_rows(keys, b, h, begin, end, out);
-        });
+    blocks_tail::reopen_into_tail({.batch = batch_,
+                                   .heads = heads_,
+                                   .key_dim = dk_,
+                                   .value_dim = dv_,
+                                   .group = window_,
+                                   .frontier = new_frontier,
+                                   .offset = new_offset,
+                                   .tail_dtype = dtype_},
+                                  tail_k_, tail_v_,
+                                  [this](bool keys, int64_t b, int64_t h, int64_t begin, int64_t end, float* out) {
+                                    decode_rows(keys, b, h, begin, end, out);
+                                  });
     frontier_ = new_frontier;
   }
   offset_ = new_offset;
@@ -313,9 +320,9 @@ std::vector<lm::Tensor> VecInferCache::state() const {
 }
 
 std::vector<std::string> VecInferCache::meta_state() const {
-  return {std::to_string(key_sub_), std::to_string(value_sub_), std::to_string(key_bits_),
-          std::to_string(value_bits_), std::to_string(window_),  std::to_string(seed_),
-          std::to_string(offset_),     std::to_string(frontier_), std::string(lm::dtype_name(dtype_)),
+  return {std::to_string(key_sub_),        std::to_string(value_sub_), std::to_string(key_bits_),
+          std::to_string(value_bits_),     std::to_string(window_),    std::to_string(seed_),
+          std::to_string(offset_),         std::to_string(frontier_),  std::string(lm::dtype_name(dtype_)),
           codec_ ? "trained" : "untrained"};
 }
 
@@ -339,7 +346,8 @@ void VecInferCache::from_state(const std::vector<lm::Tensor>& state, const std::
   VecInferCache& fresh = *made;
   const blocks_tail::TailMeta saved = blocks_tail::parse_tail_meta(meta, 6, fresh.window_, who);
   const bool trained = meta[9] == "trained";
-  if (!trained && meta[9] != "untrained") throw base::FormatError(std::string(who) + ": bad trained flag '" + meta[9] + "'");
+  if (!trained && meta[9] != "untrained")
+    throw base::FormatError(std::string(who) + ": bad trained flag '" + meta[9] + "'");
   if (state.empty()) {
     if (saved.offset != 0) throw base::FormatError(std::string(who) + ": no tensors for offset " + meta[6]);
     *this = std::move(fresh);
@@ -362,8 +370,8 @@ void VecInferCache::from_state(const std::vector<lm::Tensor>& state, const std::
     const lm::Tensor& like = i == 0 ? fresh.key_codes_ : fresh.value_codes_;
     if (s.ndim() != 4 || s.dim(0) != fresh.batch_ || s.dim(1) != fresh.heads_ || s.dim(2) != saved.frontier ||
         s.dim(3) != like.dim(3) || s.dtype() != lm::DType::U8) {
-      throw base::FormatError(std::string(who) + ": code tensor " + std::to_string(i) + " " + lm::shape_text(s.shape()) +
-                              " does not match " + meta[7] + " coded rows");
+      throw base::FormatError(std::string(who) + ": code tensor " + std::to_string(i) + " " +
+                              lm::shape_text(s.shape()) + " does not match " + meta[7] + " coded rows");
     }
   }
   if (trained) {
@@ -380,7 +388,8 @@ void VecInferCache::from_state(const std::vector<lm::Tensor>& state, const std::
       std::vector<float> words = state[static_cast<std::size_t>(5 + i)].to_f32();
       if (words.size() != book.word_floats()) {
         throw base::FormatError(std::string(who) + ": codebook " + std::to_string(i) + " has " +
-                                std::to_string(words.size()) + " floats, expected " + std::to_string(book.word_floats()));
+                                std::to_string(words.size()) + " floats, expected " +
+                                std::to_string(book.word_floats()));
       }
       book.words = pvq::FloatArray(words);
     }
@@ -424,25 +433,28 @@ MethodDescriptor vecinfer_method() {
   m.name = "vecinfer";
   m.family = "quantization";
   m.is_servable = true;
-  m.capabilities = {.trimmable = true, .fused_attention = true, .accepts_bit_width_list = true,
-                    .real_compression = true};
-  m.blurb = "Per-channel smoothing + Walsh-Hadamard on keys, then product VQ of keys (4-dim sub-vectors, 4096 "
-            "codewords) and values (8-dim, 256 codewords) against codebooks k-means-trained on the prefill; the "
-            "newest residual_length tokens stay in the input dtype";
-  m.paper = "Efficient LLM Inference with Low-Bit KV Cache via Outlier-Suppressed Vector Quantization (VecInfer; "
-            "Yao et al., arXiv 2510.06175)";
-  m.deviations = "Codebooks and smoothing factors are trained by seeded k-means on the first flushed window (the "
-                 "prefill) instead of offline calibration; the array fields smooth_factors, key_codebook and "
-                 "value_codebook are not options. Smoothing factors are per channel, shared by the layer's kv heads "
-                 "(queries are prepared once per call, before their head is known). One key codebook for every "
-                 "sub-vector position, one value codebook per position. Always real compressed storage (the "
-                 "original's fused_sdpa_memory_bound mode): packed codes only, no fp16 copy; attention scores keys "
-                 "through per-query lookup tables once the coded rows outnumber the table entries. "
-                 "bit_width_inlier (int or list) is accepted and not read.";
+  m.capabilities = {
+      .trimmable = true, .fused_attention = true, .accepts_bit_width_list = true, .real_compression = true};
+  m.blurb =
+      "Per-channel smoothing + Walsh-Hadamard on keys, then product VQ of keys (4-dim sub-vectors, 4096 "
+      "codewords) and values (8-dim, 256 codewords) against codebooks k-means-trained on the prefill; the "
+      "newest residual_length tokens stay in the input dtype";
+  m.paper =
+      "Efficient LLM Inference with Low-Bit KV Cache via Outlier-Suppressed Vector Quantization (VecInfer; "
+      "Yao et al., arXiv 2510.06175)";
+  m.deviations =
+      "Codebooks and smoothing factors are trained by seeded k-means on the first flushed window (the "
+      "prefill) instead of offline calibration; the array fields smooth_factors, key_codebook and "
+      "value_codebook are not options. Smoothing factors are per channel, shared by the layer's kv heads "
+      "(queries are prepared once per call, before their head is known). One key codebook for every "
+      "sub-vector position, one value codebook per position. Always real compressed storage (the "
+      "original's fused_sdpa_memory_bound mode): packed codes only, no fp16 copy; attention scores keys "
+      "through per-query lookup tables once the coded rows outnumber the table entries. "
+      "bit_width_inlier (int or list) is accepted and not read.";
   m.docs = "docs/methods/vecinfer.md";
   m.fields = {
-      option_field("key_sub_dim", &VecInferOptions::key_sub_dim, "Coordinates per key sub-vector; divides head_dim",
-                   1, 256),
+      option_field("key_sub_dim", &VecInferOptions::key_sub_dim, "Coordinates per key sub-vector; divides head_dim", 1,
+                   256),
       option_field("value_sub_dim", &VecInferOptions::value_sub_dim,
                    "Coordinates per value sub-vector; divides head_dim", 1, 256),
       option_field("key_codebook_bits", &VecInferOptions::key_codebook_bits,

@@ -25,9 +25,7 @@ using cache_rows::row_ptr;
 namespace {
 constexpr const char* kTypeName = "ZipCacheCache";
 
-int64_t high_rows(double fraction, int group) {
-  return std::clamp<int64_t>(std::llround(fraction * group), 0, group);
-}
+int64_t high_rows(double fraction, int group) { return std::clamp<int64_t>(std::llround(fraction * group), 0, group); }
 }  // namespace
 
 ZipCache::ZipCache(int hi_bits, int lo_bits, double hi_fraction, int group_size)
@@ -70,9 +68,11 @@ void ZipCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
   tail_v_ = lm::Tensor({batch_, heads_, group_, dv_}, dtype_);
   const int64_t gv = static_cast<int64_t>(token_groups(static_cast<int>(dv_), group_));
   for (Tier& t : tiers_) {
-    t.key_codes = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dk_, t.bits))}, lm::DType::U32);
+    t.key_codes =
+        lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dk_, t.bits))}, lm::DType::U32);
     t.key_params = lm::Tensor({batch_, heads_, 0, 2 * dk_}, lm::DType::F16);
-    t.value_codes = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dv_, t.bits))}, lm::DType::U32);
+    t.value_codes =
+        lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dv_, t.bits))}, lm::DType::U32);
     t.value_params = lm::Tensor({batch_, heads_, 0, 2 * gv}, lm::DType::F16);
     t.positions = lm::Tensor({batch_, heads_, 0, 1}, lm::DType::I32);
     t.key_order = std::make_shared<const attention::CodeOrder>(t.bits, dk_);
@@ -106,7 +106,8 @@ void ZipCache::flush_block(int64_t b, int64_t h, int64_t block, const float* key
   thread_local std::vector<uint8_t> high;
   norm.assign(static_cast<std::size_t>(group_), 0.0);
   for (int64_t t = 0; t < group_; ++t) {
-    for (int64_t c = 0; c < dk_; ++c) norm[static_cast<std::size_t>(t)] += double(keys[t * dk_ + c]) * keys[t * dk_ + c];
+    for (int64_t c = 0; c < dk_; ++c)
+      norm[static_cast<std::size_t>(t)] += double(keys[t * dk_ + c]) * keys[t * dk_ + c];
   }
   order.resize(static_cast<std::size_t>(group_));
   for (int64_t t = 0; t < group_; ++t) order[static_cast<std::size_t>(t)] = t;
@@ -114,7 +115,8 @@ void ZipCache::flush_block(int64_t b, int64_t h, int64_t block, const float* key
     return norm[static_cast<std::size_t>(a)] > norm[static_cast<std::size_t>(c)];
   });
   high.assign(static_cast<std::size_t>(group_), 0);
-  for (int64_t i = 0; i < tiers_[0].per_block; ++i) high[static_cast<std::size_t>(order[static_cast<std::size_t>(i)])] = 1;
+  for (int64_t i = 0; i < tiers_[0].per_block; ++i)
+    high[static_cast<std::size_t>(order[static_cast<std::size_t>(i)])] = 1;
   thread_local std::vector<float> tk, tv;
   thread_local std::vector<uint8_t> kcodes, vcodes;
   thread_local std::vector<core::GroupParams> kparams, vparams;
@@ -283,8 +285,13 @@ std::vector<lm::Tensor> ZipCache::state() const {
 }
 
 std::vector<std::string> ZipCache::meta_state() const {
-  return {std::to_string(hi_bits_), std::to_string(lo_bits_), blocks_tail::exact_double(hi_fraction_), std::to_string(group_),
-          std::to_string(offset_),  std::to_string(frontier_), std::string(lm::dtype_name(dtype_))};
+  return {std::to_string(hi_bits_),
+          std::to_string(lo_bits_),
+          blocks_tail::exact_double(hi_fraction_),
+          std::to_string(group_),
+          std::to_string(offset_),
+          std::to_string(frontier_),
+          std::string(lm::dtype_name(dtype_))};
 }
 
 void ZipCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
@@ -320,8 +327,8 @@ void ZipCache::from_state(const std::vector<lm::Tensor>& state, const std::vecto
     const lm::Tensor* like[] = {&t.key_codes, &t.key_params, &t.value_codes, &t.value_params, &t.positions};
     const int64_t want_rows[] = {rows, t.per_block == 0 ? 0 : blocks, rows, rows, rows};
     for (int i = 0; i < 5; ++i) {
-      if (s[i].ndim() != 4 || s[i].dim(0) != fresh.batch_ || s[i].dim(1) != fresh.heads_ || s[i].dim(2) != want_rows[i] ||
-          s[i].dim(3) != like[i]->dim(3) || s[i].dtype() != like[i]->dtype()) {
+      if (s[i].ndim() != 4 || s[i].dim(0) != fresh.batch_ || s[i].dim(1) != fresh.heads_ ||
+          s[i].dim(2) != want_rows[i] || s[i].dim(3) != like[i]->dim(3) || s[i].dtype() != like[i]->dtype()) {
         throw base::FormatError(std::string(who) + ": tier " + std::to_string(tier) + " tensor " + std::to_string(i) +
                                 " " + lm::shape_text(s[i].shape()) + " does not match " + std::to_string(want_rows[i]) +
                                 " rows");
@@ -334,7 +341,8 @@ void ZipCache::from_state(const std::vector<lm::Tensor>& state, const std::vecto
     t.positions = cache_rows::copy_rows(s[4], rows, rows);
     for (int64_t i = 0; i < t.positions.numel(); ++i) {
       const int32_t p = t.positions.data<int32_t>()[i];
-      if (p < 0 || p >= frontier) throw base::FormatError(std::string(who) + ": row position out of the quantized rows");
+      if (p < 0 || p >= frontier)
+        throw base::FormatError(std::string(who) + ": row position out of the quantized rows");
     }
   }
   fresh.capacity_blocks_ = blocks;
@@ -372,14 +380,17 @@ void validate_zipcache_options(const KVCacheConfig& config) {
                                ") must not exceed zipcache_hi_bits (" + std::to_string(o.zipcache_hi_bits) + ")");
   }
   if (!(o.zipcache_hi_fraction >= 0.0 && o.zipcache_hi_fraction <= 1.0)) {
-    throw QuantizerConfigError("zipcache_hi_fraction must lie in [0, 1], got " + std::to_string(o.zipcache_hi_fraction));
+    throw QuantizerConfigError("zipcache_hi_fraction must lie in [0, 1], got " +
+                               std::to_string(o.zipcache_hi_fraction));
   }
   if (o.zipcache_group_size < 1 || o.zipcache_group_size > 4096) {
-    throw QuantizerConfigError("zipcache_group_size must lie in [1, 4096], got " + std::to_string(o.zipcache_group_size));
+    throw QuantizerConfigError("zipcache_group_size must lie in [1, 4096], got " +
+                               std::to_string(o.zipcache_group_size));
   }
   if (!o.zipcache_quantize_values) {
-    throw base::Unsupported("zipcache_quantize_values=false is not supported: values are always quantized in their "
-                            "token's tier (use true)");
+    throw base::Unsupported(
+        "zipcache_quantize_values=false is not supported: values are always quantized in their "
+        "token's tier (use true)");
   }
 }
 
@@ -396,19 +407,23 @@ MethodDescriptor zipcache_method() {
   m.family = "hybrid";  // the original's label (spec §6 #19)
   m.is_servable = true;
   m.capabilities = {.trimmable = false, .fused_attention = true, .real_compression = true};
-  m.blurb = "Per-token mixed precision: in every group of zipcache_group_size tokens the zipcache_hi_fraction with "
-            "the largest key norm get zipcache_hi_bits, the rest zipcache_lo_bits (KIVI's group code per tier)";
-  m.paper = "ZipCache: Accurate and Efficient KV Cache Quantization with Salient Token Identification (He et al., "
-            "NeurIPS 2024, arXiv 2405.14256), adapted";
-  m.deviations = "Saliency is the key L2 norm (the original's proxy), not the paper's normalized attention score. "
-                 "Tokens are ranked within each complete group of zipcache_group_size tokens per head (the original "
-                 "ranks all tokens every step and only counts bytes); each tier is quantized as KIVI (keys per "
-                 "channel over the tier's rows of the group, values per token), not with the paper's "
-                 "channel-separable token-wise quantizer. The incomplete last group stays in the input dtype. "
-                 "zipcache_quantize_values=false is refused. Not trimmable (as the original).";
+  m.blurb =
+      "Per-token mixed precision: in every group of zipcache_group_size tokens the zipcache_hi_fraction with "
+      "the largest key norm get zipcache_hi_bits, the rest zipcache_lo_bits (KIVI's group code per tier)";
+  m.paper =
+      "ZipCache: Accurate and Efficient KV Cache Quantization with Salient Token Identification (He et al., "
+      "NeurIPS 2024, arXiv 2405.14256), adapted";
+  m.deviations =
+      "Saliency is the key L2 norm (the original's proxy), not the paper's normalized attention score. "
+      "Tokens are ranked within each complete group of zipcache_group_size tokens per head (the original "
+      "ranks all tokens every step and only counts bytes); each tier is quantized as KIVI (keys per "
+      "channel over the tier's rows of the group, values per token), not with the paper's "
+      "channel-separable token-wise quantizer. The incomplete last group stays in the input dtype. "
+      "zipcache_quantize_values=false is refused. Not trimmable (as the original).";
   m.docs = "docs/methods/zipcache.md";
   m.fields = {
-      option_field("zipcache_hi_bits", &ZipCacheOptions::zipcache_hi_bits, "Bits of the salient (high-norm) tokens", 1, 8),
+      option_field("zipcache_hi_bits", &ZipCacheOptions::zipcache_hi_bits, "Bits of the salient (high-norm) tokens", 1,
+                   8),
       option_field("zipcache_lo_bits", &ZipCacheOptions::zipcache_lo_bits, "Bits of the other tokens", 1, 8),
       option_field("zipcache_hi_fraction", &ZipCacheOptions::zipcache_hi_fraction,
                    "Fraction of each group's tokens given zipcache_hi_bits, in [0, 1]"),

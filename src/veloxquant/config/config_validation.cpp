@@ -17,8 +17,7 @@ void check_bit_width(const BitWidth& bits) {
     }
     for (int b : bits.list()) {
       if (b < 1) {
-        throw QuantizerConfigError("bit_width_inlier entries must be ints >= 1, got " +
-                                   bits.to_string());
+        throw QuantizerConfigError("bit_width_inlier entries must be ints >= 1, got " + bits.to_string());
       }
     }
   } else if (bits.scalar() < 1) {
@@ -30,12 +29,14 @@ void check_bit_width(const BitWidth& bits) {
 // their defaults rather than silently accepted (a user who sets one expects an effect).
 void refuse_generic_switches_without_effect(const KVCacheConfig& config) {
   if (!config.enable_vectorized_attend) {
-    throw QuantizerConfigError("enable_vectorized_attend=false has no effect here: the standalone caches always score "
-                               "every key in one pass; leave it at true");
+    throw QuantizerConfigError(
+        "enable_vectorized_attend=false has no effect here: the standalone caches always score "
+        "every key in one pass; leave it at true");
   }
   if (config.enable_fused_query_dot) {
-    throw QuantizerConfigError("enable_fused_query_dot=true has no effect here: the standalone caches have one "
-                               "scoring path; leave it at false");
+    throw QuantizerConfigError(
+        "enable_fused_query_dot=true has no effect here: the standalone caches have one "
+        "scoring path; leave it at false");
   }
   if (config.bit_width_outlier) {
     throw QuantizerConfigError("bit_width_outlier=" + std::to_string(*config.bit_width_outlier) +
@@ -48,22 +49,19 @@ void refuse_generic_switches_without_effect(const KVCacheConfig& config) {
 
 void validate_for_build(const KVCacheConfig& config) {
   if (!is_power_of_two(config.head_dim)) {
-    throw QuantizerConfigError("head_dim must be a power of two >= 1, got " +
-                               std::to_string(config.head_dim));
+    throw QuantizerConfigError("head_dim must be a power of two >= 1, got " + std::to_string(config.head_dim));
   }
   check_bit_width(config.bit_width_inlier);
   if (config.jl_dim && *config.jl_dim > config.head_dim) {
-    throw QuantizerConfigError("jl_dim must be <= head_dim (" + std::to_string(config.head_dim) +
-                               "), got " + std::to_string(*config.jl_dim));
+    throw QuantizerConfigError("jl_dim must be <= head_dim (" + std::to_string(config.head_dim) + "), got " +
+                               std::to_string(*config.jl_dim));
   }
   if (config.n_outlier_channels && *config.n_outlier_channels >= config.head_dim) {
-    throw QuantizerConfigError("n_outlier_channels must be < head_dim (" +
-                               std::to_string(config.head_dim) + "), got " +
+    throw QuantizerConfigError("n_outlier_channels must be < head_dim (" + std::to_string(config.head_dim) + "), got " +
                                std::to_string(*config.n_outlier_channels));
   }
   if (config.n_calib_tokens && *config.n_calib_tokens < 1) {
-    throw QuantizerConfigError("n_calib_tokens must be >= 1, got " +
-                               std::to_string(*config.n_calib_tokens));
+    throw QuantizerConfigError("n_calib_tokens must be >= 1, got " + std::to_string(*config.n_calib_tokens));
   }
   validate_for_create(config);
 }
@@ -71,15 +69,14 @@ void validate_for_build(const KVCacheConfig& config) {
 const MethodDescriptor& validate_for_create(const KVCacheConfig& config) {
   const MethodDescriptor& method = require_method(config.method);
   if (config.bit_width_inlier.is_list() && !method.capabilities.accepts_bit_width_list) {
-    throw QuantizerConfigError(
-        "bit_width_inlier " + config.bit_width_inlier.to_string() + " is list-form; method '" +
-        config.method + "' takes one int per cache (lists are for KVCacheBuilder::for_model, " +
-        "one entry per attention layer)");
+    throw QuantizerConfigError("bit_width_inlier " + config.bit_width_inlier.to_string() + " is list-form; method '" +
+                               config.method + "' takes one int per cache (lists are for KVCacheBuilder::for_model, " +
+                               "one entry per attention layer)");
   }
   if (config.sliding_window && method.is_servable) {
-    throw QuantizerConfigError(
-        "sliding_window=" + std::to_string(*config.sliding_window) + " applies to standalone " +
-        "methods only, not '" + config.method + "'; eviction methods have their own budget and window");
+    throw QuantizerConfigError("sliding_window=" + std::to_string(*config.sliding_window) + " applies to standalone " +
+                               "methods only, not '" + config.method +
+                               "'; eviction methods have their own budget and window");
   }
   check_bit_width(config.bit_width_inlier);
   if (config.head_dim < 1) {

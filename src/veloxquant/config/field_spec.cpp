@@ -36,8 +36,7 @@ int64_t parse_int(const FieldSpec& spec, std::string_view text) {
                                std::to_string(spec.holds_min) + ".." + std::to_string(spec.holds_max) + ")");
   }
   if (t.empty() || ec != std::errc() || end != t.data() + t.size()) {
-    throw QuantizerConfigError("field '" + spec.name + "' expects an integer, got '" +
-                               std::string(text) + "'");
+    throw QuantizerConfigError("field '" + spec.name + "' expects an integer, got '" + std::string(text) + "'");
   }
   if (value < spec.holds_min || value > spec.holds_max) {
     throw QuantizerConfigError("field '" + spec.name + "' value " + std::string(t) + " is out of range (it holds " +
@@ -56,8 +55,7 @@ double parse_real(const FieldSpec& spec, std::string_view text) {
     used = 0;
   }
   if (t.empty() || used != t.size() || !std::isfinite(value)) {
-    throw QuantizerConfigError("field '" + spec.name + "' expects a finite number, got '" +
-                               std::string(text) + "'");
+    throw QuantizerConfigError("field '" + spec.name + "' expects a finite number, got '" + std::string(text) + "'");
   }
   return value;
 }
@@ -95,16 +93,16 @@ FieldSpec generic(std::string name, T KVCacheConfig::*member, std::string help,
   } else if constexpr (std::is_integral_v<T>) {
     spec.type = FieldType::kInt;
     spec.holds_min = static_cast<int64_t>(std::numeric_limits<T>::min());
-    spec.holds_max = static_cast<int64_t>(std::min<uint64_t>(std::numeric_limits<T>::max(), std::numeric_limits<int64_t>::max()));
+    spec.holds_max =
+        static_cast<int64_t>(std::min<uint64_t>(std::numeric_limits<T>::max(), std::numeric_limits<int64_t>::max()));
     spec.get = [member](const KVCacheConfig& c) -> FieldValue { return static_cast<int64_t>(c.*member); };
-    spec.set = [member](KVCacheConfig& c, const FieldValue& v) {
-      c.*member = static_cast<T>(std::get<int64_t>(v));
-    };
+    spec.set = [member](KVCacheConfig& c, const FieldValue& v) { c.*member = static_cast<T>(std::get<int64_t>(v)); };
   } else {  // std::optional<integral>
     using Inner = typename T::value_type;
     spec.type = FieldType::kOptionalInt;
     spec.holds_min = static_cast<int64_t>(std::numeric_limits<Inner>::min());
-    spec.holds_max = static_cast<int64_t>(std::min<uint64_t>(std::numeric_limits<Inner>::max(), std::numeric_limits<int64_t>::max()));
+    spec.holds_max = static_cast<int64_t>(
+        std::min<uint64_t>(std::numeric_limits<Inner>::max(), std::numeric_limits<int64_t>::max()));
     spec.get = [member](const KVCacheConfig& c) -> FieldValue {
       if (!(c.*member)) return std::monostate{};
       return static_cast<int64_t>(*(c.*member));
@@ -124,13 +122,20 @@ FieldSpec generic(std::string name, T KVCacheConfig::*member, std::string help,
 
 std::string_view field_type_name(FieldType type) {
   switch (type) {
-    case FieldType::kInt: return "int";
-    case FieldType::kOptionalInt: return "int?";
-    case FieldType::kBool: return "bool";
-    case FieldType::kString: return "str";
-    case FieldType::kBitWidth: return "int|list[int]";
-    case FieldType::kFloat: return "float";
-    case FieldType::kOptionalFloat: return "float?";
+    case FieldType::kInt:
+      return "int";
+    case FieldType::kOptionalInt:
+      return "int?";
+    case FieldType::kBool:
+      return "bool";
+    case FieldType::kString:
+      return "str";
+    case FieldType::kBitWidth:
+      return "int|list[int]";
+    case FieldType::kFloat:
+      return "float";
+    case FieldType::kOptionalFloat:
+      return "float?";
   }
   return "?";
 }
@@ -237,10 +242,9 @@ const std::vector<FieldSpec>& generic_fields() {
       generic("enable_fused_query_dot", &KVCacheConfig::enable_fused_query_dot,
               "Standalone TurboQuant: rotate the query once and dot in the rotated domain"),
       generic("seed", &KVCacheConfig::seed, "Random seed; for_model uses seed + layer index"),
-      generic("capacity", &KVCacheConfig::capacity,
-              "Standalone caches: token capacity (ring buffer); None = 1,000,000", 1),
-      generic("sliding_window", &KVCacheConfig::sliding_window,
-              "Standalone caches only: keep the newest N tokens", 1),
+      generic("capacity", &KVCacheConfig::capacity, "Standalone caches: token capacity (ring buffer); None = 1,000,000",
+              1),
+      generic("sliding_window", &KVCacheConfig::sliding_window, "Standalone caches only: keep the newest N tokens", 1),
       // Read by every eviction method (one declaration, so not in a method row's fields).
       option_field("eviction_storage", &KVCacheConfig::eviction, &EvictionStorageOptions::eviction_storage,
                    "Eviction methods: how retained rows are stored: dtype, turboquant_rvq (keys as RVQ codes "

@@ -43,7 +43,7 @@ struct FieldSpec {
   bool optional() const { return type == FieldType::kOptionalInt || type == FieldType::kOptionalFloat; }
 };
 
-std::string_view field_type_name(FieldType type);  // "int", "int?", "bool", "str", "int|list[int]", "float"
+std::string_view field_type_name(FieldType type);            // "int", "int?", "bool", "str", "int|list[int]", "float"
 std::string field_value_to_string(const FieldValue& value);  // None, 42, true, "x", [2, 3]
 nlohmann::json field_value_to_json(const FieldValue& value);
 
@@ -128,7 +128,8 @@ FieldSpec option_field_via(std::string name, Access access, T Options::*member, 
     static_assert(std::is_integral_v<T>, "option fields are int, bit width, float, optional int/float, bool or string");
     spec.type = FieldType::kInt;
     spec.holds_min = static_cast<int64_t>(std::numeric_limits<T>::min());
-    spec.holds_max = static_cast<int64_t>(std::min<uint64_t>(std::numeric_limits<T>::max(), std::numeric_limits<int64_t>::max()));
+    spec.holds_max =
+        static_cast<int64_t>(std::min<uint64_t>(std::numeric_limits<T>::max(), std::numeric_limits<int64_t>::max()));
     spec.get = [read](const KVCacheConfig& c) -> FieldValue { return static_cast<int64_t>(read(c)); };
     spec.set = [write](KVCacheConfig& c, const FieldValue& v) { write(c) = static_cast<T>(std::get<int64_t>(v)); };
   }

@@ -47,9 +47,13 @@ struct KVCacheConfig {
   OptionsBag method_options;
 
   template <class Options>
-  const Options& options() const { return method_options.get<Options>(); }
+  const Options& options() const {
+    return method_options.get<Options>();
+  }
   template <class Options>
-  Options& options() { return method_options.get_mut<Options>(); }
+  Options& options() {
+    return method_options.get_mut<Options>();
+  }
 
   // "KVCacheConfig(method='kivi', d=128, b=2, seed=42)" — the original's repr.
   std::string to_string() const;

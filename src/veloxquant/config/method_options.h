@@ -66,7 +66,6 @@ struct SpectralOptions {
   int spectral_calib_tokens = 64;
 };
 
-
 // --- eviction methods (spec §2.3, §3.2). Budgets count stored rows per (batch, kv head),
 // sinks included. -------------------------------------------------------------------------------
 

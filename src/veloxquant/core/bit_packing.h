@@ -19,9 +19,9 @@ namespace veloxquant::core {
 // Throws QuantizerConfigError naming `bits` unless 1 <= bits <= 8.
 void check_pack_bits(int bits);
 
-std::size_t indices_per_word(int bits);                  // floor(32 / b)
-std::size_t packed_words(std::size_t n, int bits);       // ceil(n / floor(32 / b))
-std::size_t dense_bytes(std::size_t n, int bits);        // ceil(n * b / 8)
+std::size_t indices_per_word(int bits);             // floor(32 / b)
+std::size_t packed_words(std::size_t n, int bits);  // ceil(n / floor(32 / b))
+std::size_t dense_bytes(std::size_t n, int bits);   // ceil(n * b / 8)
 
 void pack_words(const uint8_t* idx, std::size_t n, int bits, uint32_t* words);
 void unpack_words(const uint32_t* words, std::size_t n, int bits, uint8_t* idx);

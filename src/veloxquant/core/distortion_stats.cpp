@@ -41,8 +41,14 @@ double DistortionStats::ip_bias() const { return ips_ ? mean_err_ : std::numeric
 double DistortionStats::ip_var() const {
   return ips_ > 1 ? m2_err_ / static_cast<double>(ips_ - 1) : std::numeric_limits<double>::quiet_NaN();
 }
-double DistortionStats::ip_bias_se() const { return ips_ > 1 ? std::sqrt(ip_var() / static_cast<double>(ips_)) : std::numeric_limits<double>::quiet_NaN(); }
-double DistortionStats::ip_mse() const { return ips_ ? sum_sq_err_ / static_cast<double>(ips_) : std::numeric_limits<double>::quiet_NaN(); }
-double DistortionStats::shrink() const { return ips_ ? sum_est_ / sum_truth_ : std::numeric_limits<double>::quiet_NaN(); }
+double DistortionStats::ip_bias_se() const {
+  return ips_ > 1 ? std::sqrt(ip_var() / static_cast<double>(ips_)) : std::numeric_limits<double>::quiet_NaN();
+}
+double DistortionStats::ip_mse() const {
+  return ips_ ? sum_sq_err_ / static_cast<double>(ips_) : std::numeric_limits<double>::quiet_NaN();
+}
+double DistortionStats::shrink() const {
+  return ips_ ? sum_est_ / sum_truth_ : std::numeric_limits<double>::quiet_NaN();
+}
 
 }  // namespace veloxquant::core

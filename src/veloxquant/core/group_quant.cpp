@@ -29,8 +29,7 @@ uint16_t encode_scale(float scale) {
 
 }  // namespace
 
-GroupParams quantize_group(const float* x, std::size_t count, std::size_t stride, int bits,
-                           uint8_t* codes) {
+GroupParams quantize_group(const float* x, std::size_t count, std::size_t stride, int bits, uint8_t* codes) {
   check_group_bits(bits);
   const float levels = static_cast<float>((1u << bits) - 1u);
   float lo = x[0], hi = x[0];
@@ -51,8 +50,7 @@ GroupParams quantize_group(const float* x, std::size_t count, std::size_t stride
   return p;
 }
 
-void dequantize_group(const uint8_t* codes, std::size_t count, std::size_t stride,
-                      GroupParams params, float* out) {
+void dequantize_group(const uint8_t* codes, std::size_t count, std::size_t stride, GroupParams params, float* out) {
   const float scale = base::f16_to_f32(params.scale_f16);
   const float lo = base::f16_to_f32(params.min_f16);
   for (std::size_t i = 0; i < count; ++i) out[i * stride] = static_cast<float>(codes[i * stride]) * scale + lo;
@@ -63,8 +61,8 @@ std::size_t groups_per_row(std::size_t dim, std::size_t group) {
   return (dim + group - 1) / group;
 }
 
-void quantize_per_token(const float* x, std::size_t rows, std::size_t dim, int bits,
-                        std::size_t group, uint8_t* codes, GroupParams* params) {
+void quantize_per_token(const float* x, std::size_t rows, std::size_t dim, int bits, std::size_t group, uint8_t* codes,
+                        GroupParams* params) {
   const std::size_t ng = groups_per_row(dim, group);
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t g = 0; g < ng; ++g) {
@@ -73,8 +71,8 @@ void quantize_per_token(const float* x, std::size_t rows, std::size_t dim, int b
     }
 }
 
-void dequantize_per_token(const uint8_t* codes, std::size_t rows, std::size_t dim,
-                          std::size_t group, const GroupParams* params, float* out) {
+void dequantize_per_token(const uint8_t* codes, std::size_t rows, std::size_t dim, std::size_t group,
+                          const GroupParams* params, float* out) {
   const std::size_t ng = groups_per_row(dim, group);
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t g = 0; g < ng; ++g) {
@@ -83,8 +81,8 @@ void dequantize_per_token(const uint8_t* codes, std::size_t rows, std::size_t di
     }
 }
 
-void quantize_per_channel(const float* x, std::size_t tokens, std::size_t dim, int bits,
-                          std::size_t group, uint8_t* codes, GroupParams* params) {
+void quantize_per_channel(const float* x, std::size_t tokens, std::size_t dim, int bits, std::size_t group,
+                          uint8_t* codes, GroupParams* params) {
   const std::size_t ng = groups_per_row(tokens, group);
   for (std::size_t g = 0; g < ng; ++g) {
     const std::size_t begin = g * group, count = std::min(group, tokens - begin);
@@ -93,8 +91,8 @@ void quantize_per_channel(const float* x, std::size_t tokens, std::size_t dim, i
   }
 }
 
-void dequantize_per_channel(const uint8_t* codes, std::size_t tokens, std::size_t dim,
-                            std::size_t group, const GroupParams* params, float* out) {
+void dequantize_per_channel(const uint8_t* codes, std::size_t tokens, std::size_t dim, std::size_t group,
+                            const GroupParams* params, float* out) {
   const std::size_t ng = groups_per_row(tokens, group);
   for (std::size_t g = 0; g < ng; ++g) {
     const std::size_t begin = g * group, count = std::min(group, tokens - begin);

@@ -25,24 +25,22 @@ struct GroupParams {
 };
 
 // One group of `count` elements read at x[0], x[stride], ...; codes written with the same stride.
-GroupParams quantize_group(const float* x, std::size_t count, std::size_t stride, int bits,
-                           uint8_t* codes);
-void dequantize_group(const uint8_t* codes, std::size_t count, std::size_t stride,
-                      GroupParams params, float* out);
+GroupParams quantize_group(const float* x, std::size_t count, std::size_t stride, int bits, uint8_t* codes);
+void dequantize_group(const uint8_t* codes, std::size_t count, std::size_t stride, GroupParams params, float* out);
 
 std::size_t groups_per_row(std::size_t dim, std::size_t group);  // ceil(dim / group)
 
 // Per token: x [rows, dim]; params [rows, ceil(dim / group)].
-void quantize_per_token(const float* x, std::size_t rows, std::size_t dim, int bits,
-                        std::size_t group, uint8_t* codes, GroupParams* params);
-void dequantize_per_token(const uint8_t* codes, std::size_t rows, std::size_t dim,
-                          std::size_t group, const GroupParams* params, float* out);
+void quantize_per_token(const float* x, std::size_t rows, std::size_t dim, int bits, std::size_t group, uint8_t* codes,
+                        GroupParams* params);
+void dequantize_per_token(const uint8_t* codes, std::size_t rows, std::size_t dim, std::size_t group,
+                          const GroupParams* params, float* out);
 
 // Per channel: x [tokens, dim]; groups of `group` tokens; params [ceil(tokens / group), dim].
-void quantize_per_channel(const float* x, std::size_t tokens, std::size_t dim, int bits,
-                          std::size_t group, uint8_t* codes, GroupParams* params);
-void dequantize_per_channel(const uint8_t* codes, std::size_t tokens, std::size_t dim,
-                            std::size_t group, const GroupParams* params, float* out);
+void quantize_per_channel(const float* x, std::size_t tokens, std::size_t dim, int bits, std::size_t group,
+                          uint8_t* codes, GroupParams* params);
+void dequantize_per_channel(const uint8_t* codes, std::size_t tokens, std::size_t dim, std::size_t group,
+                            const GroupParams* params, float* out);
 
 // int8 per token: returns the fp16 scale bits.
 uint16_t quantize_int8_row(const float* v, std::size_t dim, int8_t* codes);

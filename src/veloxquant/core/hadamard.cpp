@@ -41,8 +41,7 @@ std::vector<int> paley_two(int q) {
   std::vector<int> conference(static_cast<std::size_t>(c * c), 0);
   for (int j = 1; j < c; ++j) conference[static_cast<std::size_t>(j)] = conference[static_cast<std::size_t>(j * c)] = 1;
   for (int i = 0; i < q; ++i)
-    for (int j = 0; j < q; ++j)
-      conference[static_cast<std::size_t>((i + 1) * c + j + 1)] = legendre(j - i, q);
+    for (int j = 0; j < q; ++j) conference[static_cast<std::size_t>((i + 1) * c + j + 1)] = legendre(j - i, q);
   std::vector<int> h(static_cast<std::size_t>(m * m), 0);
   static const int zero_block[2][2] = {{1, -1}, {-1, -1}};
   static const int one_block[2][2] = {{1, 1}, {1, -1}};
@@ -51,8 +50,7 @@ std::vector<int> paley_two(int q) {
       const int e = conference[static_cast<std::size_t>(i * c + j)];
       for (int a = 0; a < 2; ++a)
         for (int b = 0; b < 2; ++b)
-          h[static_cast<std::size_t>((2 * i + a) * m + 2 * j + b)] =
-              e == 0 ? zero_block[a][b] : e * one_block[a][b];
+          h[static_cast<std::size_t>((2 * i + a) * m + 2 * j + b)] = e == 0 ? zero_block[a][b] : e * one_block[a][b];
     }
   return h;
 }
@@ -66,13 +64,17 @@ const std::vector<int>& hadamard_factor(int m) {
   static const std::vector<int> h20 = paley_one(19);
   static const std::vector<int> h28 = paley_two(13);
   switch (m) {
-    case 1: return h1;
-    case 12: return h12;
-    case 20: return h20;
-    case 28: return h28;
+    case 1:
+      return h1;
+    case 12:
+      return h12;
+    case 20:
+      return h20;
+    case 28:
+      return h28;
     default:
-      throw base::InvalidArgument("hadamard_factor: no Hadamard factor of order " +
-                                  std::to_string(m) + " (supported: 1, 12, 20, 28)");
+      throw base::InvalidArgument("hadamard_factor: no Hadamard factor of order " + std::to_string(m) +
+                                  " (supported: 1, 12, 20, 28)");
   }
 }
 

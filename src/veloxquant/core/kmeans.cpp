@@ -21,8 +21,7 @@ double squared_distance(const float* a, const float* b, int64_t dim) {
 
 // k-means++ (Arthur & Vassilvitskii, 2007): the first centre uniformly, each next one with
 // probability proportional to its squared distance to the nearest centre chosen so far.
-std::vector<float> kmeans_plus_plus(const float* x, int64_t n, int64_t dim, int64_t k, Rng& rng,
-                                    const float* weights) {
+std::vector<float> kmeans_plus_plus(const float* x, int64_t n, int64_t dim, int64_t k, Rng& rng, const float* weights) {
   std::vector<float> centroids(k * dim);
   std::vector<double> nearest(n, std::numeric_limits<double>::infinity());
   int64_t pick = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n)));
@@ -67,12 +66,11 @@ int32_t nearest_centroid(const float* v, const float* centroids, int64_t k, int6
   return best;
 }
 
-KMeansResult kmeans(const float* x, int64_t n, int64_t dim, int64_t k, int max_iters,
-                    uint64_t seed, const float* weights) {
+KMeansResult kmeans(const float* x, int64_t n, int64_t dim, int64_t k, int max_iters, uint64_t seed,
+                    const float* weights) {
   if (n < 1 || dim < 1 || k < 1) {
-    throw std::invalid_argument("kmeans: needs n >= 1 points, dim >= 1 and k >= 1, got n=" +
-                                std::to_string(n) + ", dim=" + std::to_string(dim) +
-                                ", k=" + std::to_string(k));
+    throw std::invalid_argument("kmeans: needs n >= 1 points, dim >= 1 and k >= 1, got n=" + std::to_string(n) +
+                                ", dim=" + std::to_string(dim) + ", k=" + std::to_string(k));
   }
   if (max_iters < 0) throw std::invalid_argument("kmeans: max_iters must be >= 0");
   Rng rng(seed);
@@ -114,8 +112,7 @@ KMeansResult kmeans(const float* x, int64_t n, int64_t dim, int64_t k, int max_i
       int64_t far = 0;
       double far_d = -1.0;
       for (int64_t i = 0; i < n; ++i) {
-        const double d =
-            squared_distance(x + i * dim, &r.centroids[r.assignment[i] * dim], dim);
+        const double d = squared_distance(x + i * dim, &r.centroids[r.assignment[i] * dim], dim);
         if (d > far_d) {
           far_d = d;
           far = i;

@@ -23,8 +23,8 @@ struct KMeansResult {
 // x: n points of dim floats, row-major. Requires n >= 1, dim >= 1, k >= 1 (std::invalid_argument
 // otherwise). weights (optional, n entries >= 0) weight each point in the centroid means and the
 // inertia; nullptr = all 1.
-KMeansResult kmeans(const float* x, int64_t n, int64_t dim, int64_t k, int max_iters,
-                    uint64_t seed, const float* weights = nullptr);
+KMeansResult kmeans(const float* x, int64_t n, int64_t dim, int64_t k, int max_iters, uint64_t seed,
+                    const float* weights = nullptr);
 
 // Index of the centroid nearest to v in squared Euclidean distance (lowest index on ties).
 int32_t nearest_centroid(const float* v, const float* centroids, int64_t k, int64_t dim);

@@ -24,8 +24,8 @@ RowMatrix to_double(const float* x, int64_t rows, int64_t cols, const char* what
     for (int64_t c = 0; c < cols; ++c) {
       const float v = x[r * cols + c];
       if (!std::isfinite(v)) {
-        throw std::runtime_error(std::string(what) + ": non-finite value at row " +
-                                 std::to_string(r) + ", column " + std::to_string(c));
+        throw std::runtime_error(std::string(what) + ": non-finite value at row " + std::to_string(r) + ", column " +
+                                 std::to_string(c));
       }
       m(r, c) = v;
     }
@@ -81,8 +81,8 @@ SymmetricEigen symmetric_eigen(const double* a, int64_t n) {
     for (int64_t c = 0; c <= r; ++c) {
       const double v = a[r * n + c];
       if (!std::isfinite(v)) {
-        throw std::runtime_error("symmetric_eigen: non-finite value at row " + std::to_string(r) +
-                                 ", column " + std::to_string(c));
+        throw std::runtime_error("symmetric_eigen: non-finite value at row " + std::to_string(r) + ", column " +
+                                 std::to_string(c));
       }
       m(r, c) = v;
       m(c, r) = v;

@@ -19,7 +19,7 @@ constexpr double kMinCellMass = 1e-12;
 
 struct Density {
   double lo, hi;
-  double start_lo, start_hi;  // where the linspace start is laid
+  double start_lo, start_hi;          // where the linspace start is laid
   double (*pdf)(double x, double p);  // unnormalised
   double p;
 };
@@ -39,8 +39,7 @@ Density density_for(Distribution dist, int param, int bits, double laplacian_sup
       const double sigma = 1.0 / std::sqrt(static_cast<double>(param));
       return {-6.0 * sigma, 6.0 * sigma, -6.0 * sigma, 6.0 * sigma, gaussian_pdf, sigma};
     }
-    case Distribution::kBeta:
-    {
+    case Distribution::kBeta: {
       const double start = std::min(1.0 - 1e-6, 6.0 / std::sqrt(static_cast<double>(param)));
       return {-1.0 + 1e-6, 1.0 - 1e-6, -start, start, beta_pdf, static_cast<double>(param)};
     }
@@ -60,32 +59,36 @@ Density density_for(Distribution dist, int param, int bits, double laplacian_sup
 }
 
 void validate(Distribution dist, int param, int bits) {
-  if (bits < 1 || bits > 8)
-    throw QuantizerConfigError("lloyd_max: bits must be in 1..8, got " + std::to_string(bits));
+  if (bits < 1 || bits > 8) throw QuantizerConfigError("lloyd_max: bits must be in 1..8, got " + std::to_string(bits));
   const int min_param = dist == Distribution::kBeta || dist == Distribution::kLaplacianMatched ? 2 : 1;
   if (dist != Distribution::kUniformAngle && param < min_param)
     throw QuantizerConfigError(std::string("lloyd_max: ") + distribution_name(dist) +
-                               " parameter (dimension) must be >= " + std::to_string(min_param) +
-                               ", got " + std::to_string(param));
+                               " parameter (dimension) must be >= " + std::to_string(min_param) + ", got " +
+                               std::to_string(param));
 }
 
 }  // namespace
 
 const char* distribution_name(Distribution d) {
   switch (d) {
-    case Distribution::kGaussian: return "gaussian";
-    case Distribution::kBeta: return "beta";
-    case Distribution::kLaplacian: return "laplacian";
-    case Distribution::kLaplacianMatched: return "laplacian_matched";
-    case Distribution::kUniformAngle: return "uniform_angle";
-    case Distribution::kPolarAngle: return "polar_angle";
+    case Distribution::kGaussian:
+      return "gaussian";
+    case Distribution::kBeta:
+      return "beta";
+    case Distribution::kLaplacian:
+      return "laplacian";
+    case Distribution::kLaplacianMatched:
+      return "laplacian_matched";
+    case Distribution::kUniformAngle:
+      return "uniform_angle";
+    case Distribution::kPolarAngle:
+      return "polar_angle";
   }
   return "unknown";
 }
 
 double rvq_laplacian_scale(int dim, int bits) {
-  const double sigma_q = std::sqrt(1.0 / dim) * (std::sqrt(3.0 * std::numbers::pi) / 2.0) *
-                         std::pow(4.0, -bits);
+  const double sigma_q = std::sqrt(1.0 / dim) * (std::sqrt(3.0 * std::numbers::pi) / 2.0) * std::pow(4.0, -bits);
   return std::max(sigma_q / std::sqrt(2.0), 1e-6);
 }
 
@@ -96,9 +99,7 @@ double rvq_matched_laplacian_scale(int dim, int bits) {
   return std::max(std::sqrt(stage1.distortion / 2.0), 1e-6);
 }
 
-Distribution coordinate_distribution(int dim) {
-  return dim >= 64 ? Distribution::kGaussian : Distribution::kBeta;
-}
+Distribution coordinate_distribution(int dim) { return dim >= 64 ? Distribution::kGaussian : Distribution::kBeta; }
 
 // Cumulative trapezoid integrals of f, x f and x^2 f on the quadrature grid, evaluable at
 // any t: inside a grid interval the integrands are interpolated linearly, so a cell edge that
@@ -221,8 +222,7 @@ const Codebook& lloyd_max_codebook(Distribution dist, int param, int bits) {
 }
 
 uint8_t Codebook::quantize(float v) const {
-  return static_cast<uint8_t>(std::lower_bound(boundaries.begin(), boundaries.end(), v) -
-                              boundaries.begin());
+  return static_cast<uint8_t>(std::lower_bound(boundaries.begin(), boundaries.end(), v) - boundaries.begin());
 }
 
 void Codebook::quantize(const float* x, std::size_t n, uint8_t* idx) const {

@@ -41,7 +41,7 @@ const char* distribution_name(Distribution d);
 
 struct Codebook {
   Distribution distribution;
-  int param;                      // d for Gaussian/Beta/Laplacian, n for kPolarAngle
+  int param;  // d for Gaussian/Beta/Laplacian, n for kPolarAngle
   int bits;
   std::vector<float> centroids;   // 2^bits, ascending
   std::vector<float> boundaries;  // 2^bits - 1 midpoints, ascending
@@ -72,8 +72,7 @@ struct LloydMaxOptions {
 };
 
 // Solves without the cache (tests; tools). Same validation.
-Codebook solve_lloyd_max(Distribution distribution, int param, int bits,
-                         const LloydMaxOptions& options = {});
+Codebook solve_lloyd_max(Distribution distribution, int param, int bits, const LloydMaxOptions& options = {});
 
 // The Laplacian scale the original uses for the RVQ stage-2 codebook at (d, b).
 double rvq_laplacian_scale(int dim, int bits);

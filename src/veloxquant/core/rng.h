@@ -37,10 +37,10 @@ class Rng {
   // against the published xoshiro256** test vectors.
   static Rng from_state(uint64_t s0, uint64_t s1, uint64_t s2, uint64_t s3);
 
-  uint64_t next();        // raw xoshiro256** output
-  double uniform();       // [0, 1), 53 random bits
-  double normal();        // N(0, 1)
-  int sign();             // +1 or -1 with probability 1/2 each
+  uint64_t next();                 // raw xoshiro256** output
+  double uniform();                // [0, 1), 53 random bits
+  double normal();                 // N(0, 1)
+  int sign();                      // +1 or -1 with probability 1/2 each
   uint64_t below(uint64_t bound);  // uniform integer in [0, bound); bound must be > 0
 
  private:

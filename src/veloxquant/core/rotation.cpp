@@ -40,8 +40,10 @@ Rotation::Rotation(int dim, uint64_t seed, RotationKind kind) : dim_(dim), kind_
   if (kind == RotationKind::kHadamard) {
     factor_ = hadamard_factor_of(dim);
     if (factor_ == 0) {
-      throw base::InvalidArgument("Rotation: Hadamard needs d = m * 2^k with m in {1, 12, 20, 28} "
-                                  "(bare 12, 20, 28 excluded), got d = " + std::to_string(dim));
+      throw base::InvalidArgument(
+          "Rotation: Hadamard needs d = m * 2^k with m in {1, 12, 20, 28} "
+          "(bare 12, 20, 28 excluded), got d = " +
+          std::to_string(dim));
     }
     signs_.resize(d);
     for (auto& s : signs_) s = static_cast<float>(rng.sign());

@@ -38,10 +38,10 @@ class Rotation {
  private:
   int dim_;
   RotationKind kind_;
-  int factor_ = 1;                 // Hadamard: the m of d = m * 2^k
-  std::vector<float> signs_;       // Hadamard: the +-1 diagonal
-  std::vector<float> haar_;        // Haar: Pi row-major
-  std::vector<float> haar_t_;      // Haar: Pi^T row-major (so both directions stream rows)
+  int factor_ = 1;             // Hadamard: the m of d = m * 2^k
+  std::vector<float> signs_;   // Hadamard: the +-1 diagonal
+  std::vector<float> haar_;    // Haar: Pi row-major
+  std::vector<float> haar_t_;  // Haar: Pi^T row-major (so both directions stream rows)
 };
 
 }  // namespace veloxquant::core

@@ -83,8 +83,7 @@ float LutSumImpl(const float* lut, const uint8_t* bytes, std::size_t n) {
   return sum;
 }
 
-void CountBelowImpl(const float* x, std::size_t n, const float* boundaries, std::size_t nb,
-                    uint8_t* idx) {
+void CountBelowImpl(const float* x, std::size_t n, const float* boundaries, std::size_t nb, uint8_t* idx) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<uint8_t, decltype(di)> d8;
@@ -106,7 +105,10 @@ void CountBelowImpl(const float* x, std::size_t n, const float* boundaries, std:
     std::size_t lo = 0, hi = nb;
     while (lo < hi) {
       const std::size_t mid = (lo + hi) / 2;
-      if (boundaries[mid] < x[i]) lo = mid + 1; else hi = mid;
+      if (boundaries[mid] < x[i])
+        lo = mid + 1;
+      else
+        hi = mid;
     }
     idx[i] = static_cast<uint8_t>(lo);
   }
@@ -136,8 +138,7 @@ void multiply(const float* a, const float* b, float* out, std::size_t n) {
 float lut_sum(const float* lut, const uint8_t* bytes, std::size_t n) {
   return HWY_DYNAMIC_DISPATCH(LutSumImpl)(lut, bytes, n);
 }
-void count_below(const float* x, std::size_t n, const float* boundaries, std::size_t nb,
-                 uint8_t* idx) {
+void count_below(const float* x, std::size_t n, const float* boundaries, std::size_t nb, uint8_t* idx) {
   HWY_DYNAMIC_DISPATCH(CountBelowImpl)(x, n, boundaries, nb, idx);
 }
 const char* target_name() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }

@@ -21,8 +21,7 @@ void multiply(const float* a, const float* b, float* out, std::size_t n);
 float lut_sum(const float* lut, const uint8_t* bytes, std::size_t n);
 // idx[i] = number of boundaries strictly below x[i] (boundaries sorted ascending, nb < 256):
 // the scalar-codebook quantize rule of the original ("count of midpoints strictly below").
-void count_below(const float* x, std::size_t n, const float* boundaries, std::size_t nb,
-                 uint8_t* idx);
+void count_below(const float* x, std::size_t n, const float* boundaries, std::size_t nb, uint8_t* idx);
 }  // namespace scalar
 
 namespace simd {
@@ -31,8 +30,7 @@ void butterfly(float* a, float* b, std::size_t n);
 void scale(float* x, float s, std::size_t n);
 void multiply(const float* a, const float* b, float* out, std::size_t n);
 float lut_sum(const float* lut, const uint8_t* bytes, std::size_t n);
-void count_below(const float* x, std::size_t n, const float* boundaries, std::size_t nb,
-                 uint8_t* idx);
+void count_below(const float* x, std::size_t n, const float* boundaries, std::size_t nb, uint8_t* idx);
 // Name of the instruction set the dispatcher picked on this machine (for reports).
 const char* target_name();
 }  // namespace simd

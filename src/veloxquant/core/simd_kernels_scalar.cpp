@@ -33,8 +33,7 @@ float lut_sum(const float* lut, const uint8_t* bytes, std::size_t n) {
   return sum;
 }
 
-void count_below(const float* x, std::size_t n, const float* boundaries, std::size_t nb,
-                 uint8_t* idx) {
+void count_below(const float* x, std::size_t n, const float* boundaries, std::size_t nb, uint8_t* idx) {
   for (std::size_t i = 0; i < n; ++i) {
     // lower_bound finds the first boundary >= x, i.e. the count of boundaries < x.
     idx[i] = static_cast<uint8_t>(std::lower_bound(boundaries, boundaries + nb, x[i]) - boundaries);

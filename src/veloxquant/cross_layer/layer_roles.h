@@ -16,8 +16,8 @@ namespace veloxquant::cross_layer {
 struct LayerRole {
   bool leader = true;  // xquant anchor / minicache primary; false: reuse / merge layer
   int group_id = 0;
-  int n_readers = 0;   // leaders: the followers in the group (0: nothing is published)
-  int member = 0;      // position in the group (0 = the leader)
+  int n_readers = 0;  // leaders: the followers in the group (0: nothing is published)
+  int member = 0;     // position in the group (0 = the leader)
 };
 
 std::vector<LayerRole> xquant_roles(std::size_t n_attention_layers, int group_size);

@@ -57,8 +57,11 @@ int64_t MiniCacheCache::trim(int64_t n) {
 std::vector<lm::Tensor> MiniCacheCache::state() const { return rows_ ? rows_->state() : std::vector<lm::Tensor>{}; }
 
 std::vector<std::string> MiniCacheCache::meta_state() const {
-  return {role_.leader ? "primary" : "merge", rows_ ? std::string(lm::dtype_name(rows_->kv_dtype())) : "none",
-          std::to_string(role_.group_id), std::to_string(role_.n_readers), std::to_string(role_.member),
+  return {role_.leader ? "primary" : "merge",
+          rows_ ? std::string(lm::dtype_name(rows_->kv_dtype())) : "none",
+          std::to_string(role_.group_id),
+          std::to_string(role_.n_readers),
+          std::to_string(role_.member),
           std::to_string(wiring_id_),
           std::to_string(coordinator_ ? coordinator_->max_ctx() : 0)};
 }
@@ -66,13 +69,16 @@ std::vector<std::string> MiniCacheCache::meta_state() const {
 void MiniCacheCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const char* who = "MiniCacheCache";
   if (meta.size() != 7 || (meta[0] != "primary" && meta[0] != "merge")) {
-    throw base::FormatError("MiniCacheCache::from_state: expected meta {primary|merge, dtype, group_id, n_readers, "
-                            "member, wiring_id, max_ctx}, got " + std::to_string(meta.size()) + " entries");
+    throw base::FormatError(
+        "MiniCacheCache::from_state: expected meta {primary|merge, dtype, group_id, n_readers, "
+        "member, wiring_id, max_ctx}, got " +
+        std::to_string(meta.size()) + " entries");
   }
   const bool leader = meta[0] == "primary";
   if (coordinator_ && leader != role_.leader) {
-    throw base::FormatError("MiniCacheCache::from_state: the saved layer is a " + meta[0] + " layer but this layer is wired as a " +
-                            (role_.leader ? "primary" : "merge") + " layer (saved with other minicache options?)");
+    throw base::FormatError("MiniCacheCache::from_state: the saved layer is a " + meta[0] +
+                            " layer but this layer is wired as a " + (role_.leader ? "primary" : "merge") +
+                            " layer (saved with other minicache options?)");
   }
   if (!coordinator_) {
     // Loaded alone: take the saved role and rejoin the list's coordinator (wiring_registry.h).

@@ -39,7 +39,8 @@ class SegmentCoordinator {
     if (n_readers <= 0) return;
     const Key key{group_id, token_start};
     int64_t live = live_[group_id];
-    if (const auto it = segments_.find(key); it != segments_.end()) live -= it->second.rows;  // re-published (after a trim)
+    if (const auto it = segments_.find(key); it != segments_.end())
+      live -= it->second.rows;  // re-published (after a trim)
     if (live + rows > max_ctx_) throw_capacity_exceeded(option_, group_id, live + rows, max_ctx_);
     segments_[key] = Segment{std::move(payload), rows, n_readers};
     live_[group_id] = live + rows;

@@ -30,8 +30,7 @@ void slerp_direction(const float* a, const float* b, int dim, float t, float* ou
   for (int d = 0; d < dim; ++d) out[d] /= n;
 }
 
-bool merge_token(const float* primary, const float* merge, int dim, float retention_threshold, float t,
-                 float* out) {
+bool merge_token(const float* primary, const float* merge, int dim, float retention_threshold, float t, float* out) {
   const float norm_p = norm_of(primary, dim), norm_m = norm_of(merge, dim);
   const float inv_p = 1.0f / std::max(norm_p, 1e-8f), inv_m = 1.0f / std::max(norm_m, 1e-8f);
   std::vector<float> dir_p(static_cast<std::size_t>(dim)), dir_m(static_cast<std::size_t>(dim));

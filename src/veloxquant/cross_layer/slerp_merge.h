@@ -17,7 +17,6 @@ void slerp_direction(const float* a, const float* b, int dim, float t, float* ou
 
 // Writes the merge layer's reconstruction of `merge` into `out`; returns true when the token
 // was retained (out = merge).
-bool merge_token(const float* primary, const float* merge, int dim, float retention_threshold, float t,
-                 float* out);
+bool merge_token(const float* primary, const float* merge, int dim, float retention_threshold, float t, float* out);
 
 }  // namespace veloxquant::cross_layer

@@ -23,8 +23,8 @@ void fit_token_group_params(const float* x, int64_t rows, int64_t dim, int64_t g
   }
 }
 
-void quantize_token_groups(const float* x, int64_t rows, int64_t dim, int64_t group, int bits,
-                           uint8_t* codes, TokenGroupParams* params) {
+void quantize_token_groups(const float* x, int64_t rows, int64_t dim, int64_t group, int bits, uint8_t* codes,
+                           TokenGroupParams* params) {
   fit_token_group_params(x, rows, dim, group, bits, params);
   const float levels = static_cast<float>((1 << bits) - 1);
   for (int64_t t = 0; t < rows; ++t) {

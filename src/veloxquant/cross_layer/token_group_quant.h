@@ -27,8 +27,8 @@ int64_t token_group_count(int64_t rows, int64_t group);
 void fit_token_group_params(const float* x, int64_t rows, int64_t dim, int64_t group, int bits,
                             TokenGroupParams* params);
 // Fits the params and writes one code per element (codes: [rows, dim]).
-void quantize_token_groups(const float* x, int64_t rows, int64_t dim, int64_t group, int bits,
-                           uint8_t* codes, TokenGroupParams* params);
+void quantize_token_groups(const float* x, int64_t rows, int64_t dim, int64_t group, int bits, uint8_t* codes,
+                           TokenGroupParams* params);
 // out[t, d] = codes[t, d] * scale + min of (t / group, d).
 void dequantize_token_groups(const uint8_t* codes, int64_t rows, int64_t dim, int64_t group,
                              const TokenGroupParams* params, float* out);

@@ -41,7 +41,8 @@ XkvBasis fit_xkv_basis(const std::vector<const XkvKeys*>& members, std::optional
     }
     fit.mean.assign(static_cast<std::size_t>(d), 0.0);
     for (int64_t i = 0; i < total; ++i) {
-      for (int64_t c = 0; c < d; ++c) fit.mean[static_cast<std::size_t>(c)] += stacked[static_cast<std::size_t>(i * d + c)];
+      for (int64_t c = 0; c < d; ++c)
+        fit.mean[static_cast<std::size_t>(c)] += stacked[static_cast<std::size_t>(i * d + c)];
     }
     for (double& m : fit.mean) m /= static_cast<double>(total);
     for (int64_t i = 0; i < total; ++i) {

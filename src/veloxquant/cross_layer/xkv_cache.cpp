@@ -33,7 +33,8 @@ void check_options(const XkvOptions& o) {
     throw QuantizerConfigError("xkv_rank must be >= 1 or None, got " + std::to_string(*o.xkv_rank));
   }
   if (!(o.xkv_energy_threshold > 0.0 && o.xkv_energy_threshold <= 1.0)) {
-    throw QuantizerConfigError("xkv_energy_threshold must lie in (0, 1], got " + std::to_string(o.xkv_energy_threshold));
+    throw QuantizerConfigError("xkv_energy_threshold must lie in (0, 1], got " +
+                               std::to_string(o.xkv_energy_threshold));
   }
   if (o.xkv_latent_bits < 1 || o.xkv_latent_bits > 8) {
     throw QuantizerConfigError("xkv_latent_bits must lie in [1, 8], got " + std::to_string(o.xkv_latent_bits));
@@ -65,7 +66,9 @@ std::vector<XkvRole> xkv_roles(std::size_t n_attention_layers, int group_size) {
 }
 
 XkvCache::XkvCache(const XkvOptions& options, XkvRole role, std::shared_ptr<XkvCoordinator> coordinator)
-    : options_(checked(options)), role_(role), coordinator_(std::move(coordinator)),
+    : options_(checked(options)),
+      role_(role),
+      coordinator_(std::move(coordinator)),
       group_(options.xkv_group_quant_size) {}
 
 std::size_t XkvCache::nbytes() const {
@@ -112,9 +115,9 @@ void XkvCache::acquire_basis() {
   if (!coordinator_) {  // alone (made by make_serving, or restored): a per-layer SVD
     const auto keys = pending_keys();
     published_ = true;
-    adopt_basis(std::make_shared<const XkvBasis>(
-                    fit_xkv_basis({keys.get()}, options_.xkv_rank, options_.xkv_energy_threshold)),
-                true);
+    adopt_basis(
+        std::make_shared<const XkvBasis>(fit_xkv_basis({keys.get()}, options_.xkv_rank, options_.xkv_energy_threshold)),
+        true);
     return;
   }
   if (!published_) {  // fan-in
@@ -171,7 +174,8 @@ void XkvCache::flush() {
       }
       // The incomplete block's rows move to the front of the pending rows.
       const std::size_t width = static_cast<std::size_t>(dk_) * lm::dtype_size(dtype_);
-      std::memmove(head, head + static_cast<std::size_t>(blocks * group_) * width, static_cast<std::size_t>(kept) * width);
+      std::memmove(head, head + static_cast<std::size_t>(blocks * group_) * width,
+                   static_cast<std::size_t>(kept) * width);
     }
   }
   frontier_ += blocks * group_;
@@ -255,11 +259,11 @@ lm::KeysValues XkvCache::fetch(lm::DType dtype) const {
         decode_block(b, h, g, block.data());
         cache_rows::store_f32(block.data(), block.size(), kout + g * group_ * dk_ * ke, dtype);
       }
-      blocks_tail::fetch_head_tail(pending_, dtype_, bh, pending_capacity_, dk_, offset_ - frontier_, frontier_, offset_,
-                                   k);
+      blocks_tail::fetch_head_tail(pending_, dtype_, bh, pending_capacity_, dk_, offset_ - frontier_, frontier_,
+                                   offset_, k);
       const std::byte* rv = values_.raw_data() + bh * values_.dim(2) * dv_ * ve;
-      lm::convert_elements(rv, dtype_, v.raw_data() + bh * offset_ * dv_ * static_cast<int64_t>(v.element_size()), dtype,
-                           static_cast<std::size_t>(offset_ * dv_));
+      lm::convert_elements(rv, dtype_, v.raw_data() + bh * offset_ * dv_ * static_cast<int64_t>(v.element_size()),
+                           dtype, static_cast<std::size_t>(offset_ * dv_));
     }
   }
   return {std::move(k), std::move(v)};
@@ -375,8 +379,8 @@ void XkvCache::from_state(const std::vector<lm::Tensor>& state, const std::vecto
     const lm::Tensor& table = state[2];
     const lm::Tensor& ranks = state[3];
     if (table.ndim() != 4 || table.dtype() != lm::DType::F32 || table.dim(0) != fresh.batch_ ||
-        table.dim(1) != fresh.heads_ || table.dim(2) < 2 || table.dim(3) != fresh.dk_ || ranks.dtype() != lm::DType::I32 ||
-        ranks.numel() != fresh.batch_ * fresh.heads_) {
+        table.dim(1) != fresh.heads_ || table.dim(2) < 2 || table.dim(3) != fresh.dk_ ||
+        ranks.dtype() != lm::DType::I32 || ranks.numel() != fresh.batch_ * fresh.heads_) {
       throw base::FormatError(std::string(who) + ": basis " + lm::shape_text(table.shape()) + " does not fit");
     }
     auto basis = std::make_shared<XkvBasis>();
@@ -434,23 +438,26 @@ MethodDescriptor xkv_method() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.fused_attention = true, .needs_coordinator = true, .real_compression = true};
-  m.blurb = "Cross-layer: one SVD key basis per group of xkv_group_size layers (joint, centred, memoized), "
-            "each layer's keys stored as xkv_latent_bits latent codes; values kept as given";
+  m.blurb =
+      "Cross-layer: one SVD key basis per group of xkv_group_size layers (joint, centred, memoized), "
+      "each layer's keys stored as xkv_latent_bits latent codes; values kept as given";
   m.paper = "xKV: Cross-Layer SVD for KV-Cache Compression (Chang et al., arXiv 2503.18893)";
-  m.deviations = "The original's spec, not the paper: a shared right basis V_g over the group's stacked, centred keys "
-                 "(the paper shares left token factors of layer-concatenated keys). Fitted per kv head on the first "
-                 "call; member 0's prefill keys stay in the input dtype until the group's last member has published. "
-                 "Latent codes are KIVI per-channel group codes over xkv_group_quant_size tokens, really packed; the "
-                 "incomplete last block stays in the input dtype. Family label 'quantization' (the original's is "
-                 "'eviction', but nothing is evicted and this registry ties 'eviction' to budgets). A restored or "
-                 "unwired cache fits its own basis.";
+  m.deviations =
+      "The original's spec, not the paper: a shared right basis V_g over the group's stacked, centred keys "
+      "(the paper shares left token factors of layer-concatenated keys). Fitted per kv head on the first "
+      "call; member 0's prefill keys stay in the input dtype until the group's last member has published. "
+      "Latent codes are KIVI per-channel group codes over xkv_group_quant_size tokens, really packed; the "
+      "incomplete last block stays in the input dtype. Family label 'quantization' (the original's is "
+      "'eviction', but nothing is evicted and this registry ties 'eviction' to budgets). A restored or "
+      "unwired cache fits its own basis.";
   m.docs = "docs/methods/xkv.md";
   m.fields = {
       option_field("xkv_group_size", &XkvOptions::xkv_group_size,
                    "Contiguous attention layers sharing one key basis (1: a per-layer SVD)", 1),
       option_field("xkv_rank", &XkvOptions::xkv_rank, "Latent channels kept (None: the xkv_energy_threshold rank)"),
-      option_field("xkv_energy_threshold", &XkvOptions::xkv_energy_threshold,
-                   "Without xkv_rank: keep the fewest directions holding this share of the centred keys' energy, (0, 1]"),
+      option_field(
+          "xkv_energy_threshold", &XkvOptions::xkv_energy_threshold,
+          "Without xkv_rank: keep the fewest directions holding this share of the centred keys' energy, (0, 1]"),
       option_field("xkv_latent_bits", &XkvOptions::xkv_latent_bits, "Bits per latent key code", 1, 8),
       option_field("xkv_group_quant_size", &XkvOptions::xkv_group_quant_size,
                    "Tokens per quantization block (one f16 scale and min per latent channel and block)", 1, 4096),
@@ -466,9 +473,10 @@ MethodDescriptor xkv_method() {
     auto roles = std::make_shared<std::vector<XkvRole>>(xkv_roles(n_attention_layers, o.xkv_group_size));
     auto coordinator =
         std::make_shared<XkvCoordinator>(o.xkv_max_ctx, "xkv_max_ctx", o.xkv_rank, o.xkv_energy_threshold);
-    return [roles, coordinator](const KVCacheConfig& layer, std::size_t attention_index) -> std::shared_ptr<lm::KVCache> {
-      return std::make_shared<XkvCache>(layer.options<XkvOptions>(), roles->at(attention_index), coordinator);
-    };
+    return
+        [roles, coordinator](const KVCacheConfig& layer, std::size_t attention_index) -> std::shared_ptr<lm::KVCache> {
+          return std::make_shared<XkvCache>(layer.options<XkvOptions>(), roles->at(attention_index), coordinator);
+        };
   };
   return m;
 }

@@ -23,8 +23,8 @@
 //   basis    XkvBasis (F32 [B, H, 1 + coded, Dk] + I32 [B, H, 1, 1]) — held once per group and
 //            counted once: by the member whose basis() call ran the SVD (the group's last member),
 //            0 in the others; a cache restored alone, or fitting alone, owns (and counts) its own.
-// Fused attention: the blocks through SvdqRows with its leading mean row (the query projected once per tile on the mean and
-// the directions), the pending rows as the native cache's.
+// Fused attention: the blocks through SvdqRows with its leading mean row (the query projected once per tile on the mean
+// and the directions), the pending rows as the native cache's.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -62,7 +62,8 @@ class XkvCache : public lm::KVCache {
  public:
   static constexpr int64_t kGrowthStep = 256;
   // Without a coordinator the cache fits its own basis on its first call (group size 1).
-  explicit XkvCache(const XkvOptions& options, XkvRole role = {}, std::shared_ptr<XkvCoordinator> coordinator = nullptr);
+  explicit XkvCache(const XkvOptions& options, XkvRole role = {},
+                    std::shared_ptr<XkvCoordinator> coordinator = nullptr);
 
   lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
   int64_t offset() const override { return offset_; }

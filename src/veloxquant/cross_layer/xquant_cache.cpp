@@ -19,7 +19,9 @@ using cross_layer::TokenGroupParams;
 
 namespace {
 
-int64_t words_for(int64_t dim, int bits) { return static_cast<int64_t>(core::packed_words(static_cast<std::size_t>(dim), bits)); }
+int64_t words_for(int64_t dim, int bits) {
+  return static_cast<int64_t>(core::packed_words(static_cast<std::size_t>(dim), bits));
+}
 
 // A new [B, H, rows, W] tensor holding rows [0, rows) of the given per-block tensors one after
 // the other (state(): the blocks as one contiguous run).
@@ -47,8 +49,12 @@ lm::Tensor concat_rows(const std::vector<std::pair<const lm::Tensor*, int64_t>>&
 
 XQuantCache::XQuantCache(int base_bits, int residual_bits, int group, cross_layer::LayerRole role,
                          std::shared_ptr<XQuantCoordinator> coordinator, uint64_t wiring_id)
-    : base_bits_(base_bits), residual_bits_(residual_bits), group_(group), role_(role),
-      coordinator_(std::move(coordinator)), wiring_id_(wiring_id) {
+    : base_bits_(base_bits),
+      residual_bits_(residual_bits),
+      group_(group),
+      role_(role),
+      coordinator_(std::move(coordinator)),
+      wiring_id_(wiring_id) {
   if (base_bits < 1 || base_bits > 8) {
     throw QuantizerConfigError("xquant_base_bits must lie in [1, 8], got " + std::to_string(base_bits));
   }
@@ -133,13 +139,15 @@ XQuantCache::Block XQuantCache::make_block(const std::vector<float>& pk, const s
           cross_layer::quantize_token_groups(x, rows, d, group_, base_bits_, codes.data(), params);
           lm::Tensor& dst = is_key ? own->key_codes : own->value_codes;
           for (int64_t t = 0; t < rows; ++t) {
-            core::pack_words(codes.data() + t * d, static_cast<std::size_t>(d), base_bits_, row_ptr<uint32_t>(dst, b, h, t));
+            core::pack_words(codes.data() + t * d, static_cast<std::size_t>(d), base_bits_,
+                             row_ptr<uint32_t>(dst, b, h, t));
           }
         } else {
           // Reuse: the anchor's code assignment, this layer's own (scale, min).
           const lm::Tensor& src = is_key ? shared->key_codes : shared->value_codes;
           for (int64_t t = 0; t < rows; ++t) {
-            core::unpack_words(row_ptr<uint32_t>(src, b, h, t), static_cast<std::size_t>(d), base_bits_, codes.data() + t * d);
+            core::unpack_words(row_ptr<uint32_t>(src, b, h, t), static_cast<std::size_t>(d), base_bits_,
+                               codes.data() + t * d);
           }
           cross_layer::fit_token_group_params(x, rows, d, group_, base_bits_, params);
         }
@@ -151,7 +159,8 @@ XQuantCache::Block XQuantCache::make_block(const std::vector<float>& pk, const s
         cross_layer::quantize_token_groups(residual.data(), rows, d, group_, residual_bits_, codes.data(), rparams);
         lm::Tensor& rdst = is_key ? block.key_residual_codes : block.value_residual_codes;
         for (int64_t t = 0; t < rows; ++t) {
-          core::pack_words(codes.data() + t * d, static_cast<std::size_t>(d), residual_bits_, row_ptr<uint32_t>(rdst, b, h, t));
+          core::pack_words(codes.data() + t * d, static_cast<std::size_t>(d), residual_bits_,
+                           row_ptr<uint32_t>(rdst, b, h, t));
         }
       }
     }
@@ -172,13 +181,14 @@ void XQuantCache::decode_block(const Block& block, int64_t b, int64_t h, bool ke
   for (int64_t t = 0; t < rows; ++t) {
     core::unpack_words(row_ptr<uint32_t>(src, b, h, t), static_cast<std::size_t>(d), base_bits_, codes.data() + t * d);
   }
-  const auto* params = reinterpret_cast<const TokenGroupParams*>(
-      row_ptr<float>(keys ? block.key_params : block.value_params, b, h, 0));
+  const auto* params =
+      reinterpret_cast<const TokenGroupParams*>(row_ptr<float>(keys ? block.key_params : block.value_params, b, h, 0));
   cross_layer::dequantize_token_groups(codes.data(), rows, d, group_, params, out);
   if (!has_residual()) return;
   const lm::Tensor& rsrc = keys ? block.key_residual_codes : block.value_residual_codes;
   for (int64_t t = 0; t < rows; ++t) {
-    core::unpack_words(row_ptr<uint32_t>(rsrc, b, h, t), static_cast<std::size_t>(d), residual_bits_, codes.data() + t * d);
+    core::unpack_words(row_ptr<uint32_t>(rsrc, b, h, t), static_cast<std::size_t>(d), residual_bits_,
+                       codes.data() + t * d);
   }
   const auto* rparams = reinterpret_cast<const TokenGroupParams*>(
       row_ptr<float>(keys ? block.key_residual_params : block.value_residual_params, b, h, 0));
@@ -208,10 +218,14 @@ void XQuantCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   const std::vector<float> new_k = keys.contiguous().to_f32();
   const std::vector<float> new_v = values.contiguous().to_f32();
   for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
-    cache_rows::load_f32(tail_row0(tail_k_, bh, dk_), dtype_, static_cast<std::size_t>(tail * dk_), pk.data() + bh * pending_rows * dk_);
-    cache_rows::load_f32(tail_row0(tail_v_, bh, dv_), dtype_, static_cast<std::size_t>(tail * dv_), pv.data() + bh * pending_rows * dv_);
-    std::memcpy(pk.data() + (bh * pending_rows + tail) * dk_, new_k.data() + bh * s * dk_, sizeof(float) * static_cast<std::size_t>(s * dk_));
-    std::memcpy(pv.data() + (bh * pending_rows + tail) * dv_, new_v.data() + bh * s * dv_, sizeof(float) * static_cast<std::size_t>(s * dv_));
+    cache_rows::load_f32(tail_row0(tail_k_, bh, dk_), dtype_, static_cast<std::size_t>(tail * dk_),
+                         pk.data() + bh * pending_rows * dk_);
+    cache_rows::load_f32(tail_row0(tail_v_, bh, dv_), dtype_, static_cast<std::size_t>(tail * dv_),
+                         pv.data() + bh * pending_rows * dv_);
+    std::memcpy(pk.data() + (bh * pending_rows + tail) * dk_, new_k.data() + bh * s * dk_,
+                sizeof(float) * static_cast<std::size_t>(s * dk_));
+    std::memcpy(pv.data() + (bh * pending_rows + tail) * dv_, new_v.data() + bh * s * dv_,
+                sizeof(float) * static_cast<std::size_t>(s * dv_));
   }
   const int64_t new_offset = offset_ + s;
   const int64_t new_frontier = (new_offset / group_) * group_;
@@ -219,8 +233,10 @@ void XQuantCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   if (flushed > 0) blocks_.push_back(make_block(pk, pv, pending_rows, flushed));
   const int64_t kept = pending_rows - flushed;
   for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
-    cache_rows::store_f32(pk.data() + (bh * pending_rows + flushed) * dk_, static_cast<std::size_t>(kept * dk_), tail_row0(tail_k_, bh, dk_), dtype_);
-    cache_rows::store_f32(pv.data() + (bh * pending_rows + flushed) * dv_, static_cast<std::size_t>(kept * dv_), tail_row0(tail_v_, bh, dv_), dtype_);
+    cache_rows::store_f32(pk.data() + (bh * pending_rows + flushed) * dk_, static_cast<std::size_t>(kept * dk_),
+                          tail_row0(tail_k_, bh, dk_), dtype_);
+    cache_rows::store_f32(pv.data() + (bh * pending_rows + flushed) * dv_, static_cast<std::size_t>(kept * dv_),
+                          tail_row0(tail_v_, bh, dv_), dtype_);
   }
   offset_ = new_offset;
   frontier_ = new_frontier;
@@ -247,10 +263,12 @@ lm::KeysValues XQuantCache::fetch(lm::DType dtype) const {
         cache_rows::store_f32(tmp.data(), static_cast<std::size_t>(block.rows * dv_),
                               vout + block.token_start * dv_ * static_cast<int64_t>(v.element_size()), dtype);
       }
-      lm::convert_elements(tail_row0(tail_k_, bh, dk_), dtype_, kout + frontier_ * dk_ * static_cast<int64_t>(k.element_size()),
-                           dtype, static_cast<std::size_t>(tail * dk_));
-      lm::convert_elements(tail_row0(tail_v_, bh, dv_), dtype_, vout + frontier_ * dv_ * static_cast<int64_t>(v.element_size()),
-                           dtype, static_cast<std::size_t>(tail * dv_));
+      lm::convert_elements(tail_row0(tail_k_, bh, dk_), dtype_,
+                           kout + frontier_ * dk_ * static_cast<int64_t>(k.element_size()), dtype,
+                           static_cast<std::size_t>(tail * dk_));
+      lm::convert_elements(tail_row0(tail_v_, bh, dv_), dtype_,
+                           vout + frontier_ * dv_ * static_cast<int64_t>(v.element_size()), dtype,
+                           static_cast<std::size_t>(tail * dv_));
     }
   });
   return {std::move(k), std::move(v)};
@@ -275,9 +293,11 @@ int64_t XQuantCache::trim(int64_t n) {
         for (int64_t h = 0; h < heads_; ++h) {
           const int64_t bh = b * heads_ + h;
           decode_block(block, b, h, true, tmp.data());
-          cache_rows::store_f32(tmp.data() + first * dk_, static_cast<std::size_t>(back * dk_), tail_row0(tail_k_, bh, dk_), dtype_);
+          cache_rows::store_f32(tmp.data() + first * dk_, static_cast<std::size_t>(back * dk_),
+                                tail_row0(tail_k_, bh, dk_), dtype_);
           decode_block(block, b, h, false, tmp.data());
-          cache_rows::store_f32(tmp.data() + first * dv_, static_cast<std::size_t>(back * dv_), tail_row0(tail_v_, bh, dv_), dtype_);
+          cache_rows::store_f32(tmp.data() + first * dv_, static_cast<std::size_t>(back * dv_),
+                                tail_row0(tail_v_, bh, dv_), dtype_);
         }
       }
     }
@@ -333,9 +353,15 @@ std::vector<lm::Tensor> XQuantCache::state() const {
 }
 
 std::vector<std::string> XQuantCache::meta_state() const {
-  return {role_.leader ? "anchor" : "reuse", std::to_string(base_bits_), std::to_string(residual_bits_),
-          std::to_string(group_), std::to_string(offset_), std::to_string(frontier_),
-          std::to_string(role_.group_id), std::to_string(role_.n_readers), std::to_string(role_.member),
+  return {role_.leader ? "anchor" : "reuse",
+          std::to_string(base_bits_),
+          std::to_string(residual_bits_),
+          std::to_string(group_),
+          std::to_string(offset_),
+          std::to_string(frontier_),
+          std::to_string(role_.group_id),
+          std::to_string(role_.n_readers),
+          std::to_string(role_.member),
           std::to_string(wiring_id_),
           std::to_string(coordinator_ ? coordinator_->max_ctx() : 0)};
 }
@@ -343,9 +369,10 @@ std::vector<std::string> XQuantCache::meta_state() const {
 void XQuantCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const char* who = "XQuantCache";
   if (meta.size() != 11 || (meta[0] != "anchor" && meta[0] != "reuse")) {
-    throw base::FormatError("XQuantCache::from_state: expected meta {anchor|reuse, base_bits, residual_bits, "
-                            "group, offset, frontier, group_id, n_readers, member, wiring_id, max_ctx}, got " +
-                            std::to_string(meta.size()) + " entries");
+    throw base::FormatError(
+        "XQuantCache::from_state: expected meta {anchor|reuse, base_bits, residual_bits, "
+        "group, offset, frontier, group_id, n_readers, member, wiring_id, max_ctx}, got " +
+        std::to_string(meta.size()) + " entries");
   }
   const bool leader = meta[0] == "anchor";
   if (coordinator_ && leader != role_.leader) {

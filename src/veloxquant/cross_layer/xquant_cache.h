@@ -74,7 +74,7 @@ class XQuantCache : public lm::KVCache {
   struct Block {
     std::shared_ptr<const XQuantCodes> codes;
     bool owns_codes = false;
-    int64_t token_start = 0, rows = 0;  // rows in use (a trim may shorten the last block)
+    int64_t token_start = 0, rows = 0;                    // rows in use (a trim may shorten the last block)
     lm::Tensor key_params, value_params;                  // F32 [B, H, groups, 2*D]
     lm::Tensor key_residual_codes, value_residual_codes;  // reuse with residual_bits > 0
     lm::Tensor key_residual_params, value_residual_params;

@@ -21,7 +21,7 @@ struct BenchReport {
   std::string command;  // the exact command line that produced the numbers
   std::string model;
   std::string text;
-  std::string host;     // "2 cores, x86_64" — context for the tokens/s columns
+  std::string host;  // "2 cores, x86_64" — context for the tokens/s columns
   std::vector<EvalRecord> records;
   std::vector<SkippedSetting> skipped;
   std::vector<PlotReferenceLine> references;

@@ -14,9 +14,9 @@ namespace veloxquant::eval {
 
 // One weight tensor as the file stores it.
 struct WeightTensorSize {
-  std::string name;     // GGUF name: "token_embd.weight", "output.weight", "blk.0.attn_q.weight", ...
+  std::string name;  // GGUF name: "token_embd.weight", "output.weight", "blk.0.attn_q.weight", ...
   std::size_t nbytes = 0;
-  int64_t rows = 1;     // outermost dimension (the vocabulary for the embedding)
+  int64_t rows = 1;  // outermost dimension (the vocabulary for the embedding)
 };
 
 // Weight bytes a decode step reads, from the tensors' stored sizes: every tensor once, except
@@ -30,11 +30,11 @@ std::size_t decode_weight_bytes(const std::vector<WeightTensorSize>& tensors);
 std::size_t decode_weight_bytes_of_file(const std::string& model_path, const lm::ModelConfig& config);
 
 struct DecodeTraffic {
-  std::size_t weight_bytes = 0;   // per token
-  std::size_t kv_bytes = 0;       // per token: the caches' nbytes() at the row's context
+  std::size_t weight_bytes = 0;  // per token
+  std::size_t kv_bytes = 0;      // per token: the caches' nbytes() at the row's context
   double seconds_per_token = 0.0;
-  double bytes_per_s = 0.0;       // (weight_bytes + kv_bytes) / seconds_per_token
-  double probe_share = 0.0;       // bytes_per_s / the probe's streaming-read rate (0 = no probe)
+  double bytes_per_s = 0.0;  // (weight_bytes + kv_bytes) / seconds_per_token
+  double probe_share = 0.0;  // bytes_per_s / the probe's streaming-read rate (0 = no probe)
 };
 
 // The arithmetic above, in one place. Zero or negative seconds give bytes_per_s 0 (no

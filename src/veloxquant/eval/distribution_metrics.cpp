@@ -40,8 +40,8 @@ void log_softmax(std::span<const float> logits, std::vector<double>& out) {
 double token_log_prob(std::span<const float> logits, int32_t token) {
   require_row(logits, "token_log_prob");
   if (token < 0 || static_cast<std::size_t>(token) >= logits.size()) {
-    throw base::InvalidArgument("token_log_prob: token " + std::to_string(token) +
-                                " is outside the vocabulary of " + std::to_string(logits.size()));
+    throw base::InvalidArgument("token_log_prob: token " + std::to_string(token) + " is outside the vocabulary of " +
+                                std::to_string(logits.size()));
   }
   double max_logit = 0.0;
   const double lse = shifted_log_sum_exp(logits, max_logit);
@@ -51,9 +51,8 @@ double token_log_prob(std::span<const float> logits, int32_t token) {
 double kl_divergence(std::span<const float> reference_logits, std::span<const float> candidate_logits) {
   require_row(reference_logits, "kl_divergence");
   if (reference_logits.size() != candidate_logits.size()) {
-    throw base::InvalidArgument("kl_divergence: rows differ in length (" +
-                                std::to_string(reference_logits.size()) + " vs " +
-                                std::to_string(candidate_logits.size()) + ")");
+    throw base::InvalidArgument("kl_divergence: rows differ in length (" + std::to_string(reference_logits.size()) +
+                                " vs " + std::to_string(candidate_logits.size()) + ")");
   }
   double max_p = 0.0, max_q = 0.0;
   const double lse_p = shifted_log_sum_exp(reference_logits, max_p);

@@ -24,9 +24,7 @@ double read_number(const nlohmann::json& json, const char* key) {
 
 }  // namespace
 
-const char* chunking_name(Chunking chunking) {
-  return chunking == Chunking::kLlama ? "llama" : "sliding";
-}
+const char* chunking_name(Chunking chunking) { return chunking == Chunking::kLlama ? "llama" : "sliding"; }
 
 Chunking parse_chunking(const std::string& name) {
   if (name == "sliding") return Chunking::kSliding;

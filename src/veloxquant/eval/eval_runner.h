@@ -23,8 +23,8 @@ enum class Chunking {
 struct EvalOptions {
   Chunking chunking = Chunking::kSliding;
   int64_t ctx = 512;
-  int64_t stride = 0;       // sliding only; 0 = ctx (no overlap)
-  int64_t max_chunks = 0;   // llama only; 0 = all
+  int64_t stride = 0;      // sliding only; 0 = ctx (no overlap)
+  int64_t max_chunks = 0;  // llama only; 0 = all
   // KL/top-1 over the last `tail` fraction of each window (long-context mode); 1 = all
   // scored targets.
   double tail = 1.0;
@@ -46,7 +46,7 @@ struct SideResult {
   std::string name;
   double ppl = 0.0;
   double ppl_stderr = 0.0;
-  double tok_per_s = 0.0;          // tokens fed / seconds inside forward()
+  double tok_per_s = 0.0;  // tokens fed / seconds inside forward()
   double forward_seconds = 0.0;
   // Sum of the caches' nbytes() after each window / tokens the window fed, averaged over
   // windows: what is really resident per token (growth slack, scales and windows included).
@@ -62,11 +62,11 @@ struct EvalRun {
   std::vector<SideResult> methods;  // in the order given
   int64_t ctx = 0;
   int64_t n_windows = 0;
-  int64_t n_text_tokens = 0;  // tokens in the (truncated) stream, BOS included
-  int64_t n_fed = 0;          // tokens fed per set of caches (n_windows * ctx)
-  int64_t n_scored = 0;       // targets in the perplexity
-  int64_t n_compared = 0;     // positions in KL / top-1
-  int64_t peak_rss_bytes = 0; // process peak during the run (model weights included)
+  int64_t n_text_tokens = 0;   // tokens in the (truncated) stream, BOS included
+  int64_t n_fed = 0;           // tokens fed per set of caches (n_windows * ctx)
+  int64_t n_scored = 0;        // targets in the perplexity
+  int64_t n_compared = 0;      // positions in KL / top-1
+  int64_t peak_rss_bytes = 0;  // process peak during the run (model weights included)
 };
 
 // Runs the evaluation. `bos` is the id written over the first token of each llama chunk

@@ -15,9 +15,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 int32_t argmax(const std::vector<float>& logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -36,7 +34,8 @@ HostBenchRun time_host_run(const lm::Model& model, const std::function<lm::Cache
   const auto prefill_start = Clock::now();
   for (std::size_t begin = 0; begin < prompt.size(); begin += static_cast<std::size_t>(batch)) {
     const std::size_t end = std::min(prompt.size(), begin + static_cast<std::size_t>(batch));
-    chunk.assign(prompt.begin() + static_cast<std::ptrdiff_t>(begin), prompt.begin() + static_cast<std::ptrdiff_t>(end));
+    chunk.assign(prompt.begin() + static_cast<std::ptrdiff_t>(begin),
+                 prompt.begin() + static_cast<std::ptrdiff_t>(end));
     model.forward(chunk, caches, logits);
   }
   run.prefill_seconds = seconds_since(prefill_start);
@@ -74,7 +73,8 @@ std::vector<HostBenchRow> host_bench_plan(const HostBenchOptions& options) {
 }
 
 void fill_rates(HostBenchRow& row) {
-  row.prefill_tokens_per_s = row.prefill_seconds > 0 ? static_cast<double>(row.prefill_tokens) / row.prefill_seconds : 0.0;
+  row.prefill_tokens_per_s =
+      row.prefill_seconds > 0 ? static_cast<double>(row.prefill_tokens) / row.prefill_seconds : 0.0;
   row.decode_tokens_per_s = 0.0;
   row.decode_ms_per_token = 0.0;
   if (row.decode_tokens > 0 && row.decode_seconds > 0) {
@@ -175,7 +175,8 @@ std::vector<HostBenchRow> run_host_bench(const lm::Model& model, std::span<const
                                 std::to_string(needed));
   }
   std::vector<HostBenchRow> rows;
-  for (const HostBenchRow& planned : host_bench_plan(options)) rows.push_back(time_row(model, prompt, planned, options));
+  for (const HostBenchRow& planned : host_bench_plan(options))
+    rows.push_back(time_row(model, prompt, planned, options));
   return rows;
 }
 

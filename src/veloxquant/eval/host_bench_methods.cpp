@@ -36,7 +36,8 @@ std::vector<MethodBenchRow> run_host_bench_methods(const lm::Model& model, std::
       const auto row_prompt = prompt.first(static_cast<std::size_t>(plan[p].prefill_tokens));
       for (std::size_t c = 0; c < caches.size(); ++c) {
         MethodBenchRow& out = rows[p * caches.size() + c];
-        if (options.on_run) options.on_run(caches[c].label + ": " + plan[p].kind + " " + std::to_string(plan[p].ctx), round);
+        if (options.on_run)
+          options.on_run(caches[c].label + ": " + plan[p].kind + " " + std::to_string(plan[p].ctx), round);
         const HostBenchRun run =
             time_host_run(model, caches[c].make_caches, row_prompt, plan[p].decode_tokens, options.batch);
         out.rounds.emplace_back(run.prefill_seconds, run.decode_seconds);

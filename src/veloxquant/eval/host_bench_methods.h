@@ -22,18 +22,18 @@
 namespace veloxquant::eval {
 
 struct BenchCache {
-  std::string label;  // the --methods entry it came from; "none" = the host's native cache
+  std::string label;                           // the --methods entry it came from; "none" = the host's native cache
   std::function<lm::CacheList()> make_caches;  // fresh caches for one run
 };
 
 struct MethodBenchRow {
   std::string label;
-  HostBenchRow row;  // best of the rounds, rates filled
+  HostBenchRow row;                               // best of the rounds, rates filled
   std::vector<std::pair<double, double>> rounds;  // (prefill, decode) seconds of every round
   double spread = 0.0;  // slowest / fastest time of the row's phase (decode, or prefill on the prefill row)
   // This row's tokens/s over the baseline's ("none") at the same kind and ctx, measured in the
   // same rounds; nullopt when the run has no baseline.
-  std::optional<double> decode_ratio;   // decode rows only
+  std::optional<double> decode_ratio;  // decode rows only
   std::optional<double> prefill_ratio;
   std::optional<DecodeTraffic> traffic;  // decode rows only, set by fill_traffic
 };

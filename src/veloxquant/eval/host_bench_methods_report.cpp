@@ -23,7 +23,8 @@ nlohmann::json nullable(const std::optional<double>& value) {
 
 nlohmann::json row_json(const MethodBenchRow& r) {
   nlohmann::json rounds = nlohmann::json::array();
-  for (const auto& [prefill, decode] : r.rounds) rounds.push_back({{"prefill_seconds", prefill}, {"decode_seconds", decode}});
+  for (const auto& [prefill, decode] : r.rounds)
+    rounds.push_back({{"prefill_seconds", prefill}, {"decode_seconds", decode}});
   nlohmann::json j = {{"method", r.label},
                       {"kind", r.row.kind},
                       {"ctx", r.row.ctx},
@@ -118,7 +119,9 @@ std::string host_bench_methods_table(const HostBenchMethodsReport& report) {
            format("%.0f", static_cast<double>(report.probe->bytes) / kMiB) + " MiB, " +
            std::to_string(report.probe->threads) + " threads)\n";
   }
-  out += "\n| ctx | method | decode tok/s | x none | prefill tok/s | x none | KV MiB | read GB/s | % of probe | spread |\n";
+  out +=
+      "\n| ctx | method | decode tok/s | x none | prefill tok/s | x none | KV MiB | read GB/s | % of probe | spread "
+      "|\n";
   out += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& row : report.rows) {
     const bool decodes = row.row.decode_tokens > 0;
@@ -145,16 +148,19 @@ std::string host_bench_methods_table(const HostBenchMethodsReport& report) {
     out += "| method | KV MiB | x smaller than none |\n|---|---:|---:|\n";
     for (const auto& row : report.rows) {
       if (row.row.decode_tokens == 0 || row.row.ctx != largest) continue;
-      const std::string smaller = native > 0 && row.row.kv_bytes > 0
-                                      ? format("%.2f", static_cast<double>(native) / static_cast<double>(row.row.kv_bytes))
-                                      : "-";
-      out += "| " + row.label + " | " + format("%.2f", static_cast<double>(row.row.kv_bytes) / kMiB) + " | " +
-             smaller + " |\n";
+      const std::string smaller =
+          native > 0 && row.row.kv_bytes > 0
+              ? format("%.2f", static_cast<double>(native) / static_cast<double>(row.row.kv_bytes))
+              : "-";
+      out += "| " + row.label + " | " + format("%.2f", static_cast<double>(row.row.kv_bytes) / kMiB) + " | " + smaller +
+             " |\n";
     }
   }
 
-  out += "\nx none: tokens/s over the native cache's in the same rounds. prefill tok/s of a ctx row: its "
-         "ctx - " + std::to_string(r.decode_tokens) + " prompt tokens.\n";
+  out +=
+      "\nx none: tokens/s over the native cache's in the same rounds. prefill tok/s of a ctx row: its "
+      "ctx - " +
+      std::to_string(r.decode_tokens) + " prompt tokens.\n";
   out += "read GB/s: bytes read per decode token / time per token, where bytes read = the weights, " +
          format("%.2f", static_cast<double>(report.weight_bytes_per_token) / kMiB) +
          " MiB (the model file's tensor sizes: each matrix once, one embedding row unless it is the classifier)"

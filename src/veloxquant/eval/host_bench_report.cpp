@@ -58,8 +58,8 @@ std::string host_bench_table(const HostBenchReport& r) {
   out += "host     " + r.cpu + "; " + std::to_string(r.threads) + " threads; " + r.simd_target + "; " + r.build_type +
          " build\n";
   out += "cache    " + r.method + (r.bits.empty() ? "" : " bits=" + r.bits) +
-         (r.settings.empty() ? "" : " " + r.settings) + " (kv " + r.kv_dtype + "); prompt " + r.prompt +
-         "; batch " + std::to_string(r.batch) + "; best of " + std::to_string(r.repeat) + "\n\n";
+         (r.settings.empty() ? "" : " " + r.settings) + " (kv " + r.kv_dtype + "); prompt " + r.prompt + "; batch " +
+         std::to_string(r.batch) + "; best of " + std::to_string(r.repeat) + "\n\n";
   out += "| row | ctx | prefill tokens | prefill tok/s | decode tokens | decode tok/s | ms/token | KV MiB |\n";
   out += "|---|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& row : r.rows) {

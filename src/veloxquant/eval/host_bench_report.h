@@ -19,15 +19,15 @@ struct HostBenchReport {
   std::string model_name;
   std::string architecture;
   int64_t context_length = 0;
-  int threads = 0;           // resolved (0 = all cores is written as the core count)
-  std::string build_type;    // CMAKE_BUILD_TYPE of the binary
-  std::string cpu;           // cpu_description()
-  std::string simd_target;   // the Highway target dispatched at run time
-  std::string method;        // "none" = the host's native cache
+  int threads = 0;          // resolved (0 = all cores is written as the core count)
+  std::string build_type;   // CMAKE_BUILD_TYPE of the binary
+  std::string cpu;          // cpu_description()
+  std::string simd_target;  // the Highway target dispatched at run time
+  std::string method;       // "none" = the host's native cache
   std::string bits;
-  std::string settings;      // --set assignments, comma-joined
+  std::string settings;  // --set assignments, comma-joined
   std::string kv_dtype;
-  std::string prompt;        // where the prompt tokens came from: a text path or "pattern"
+  std::string prompt;  // where the prompt tokens came from: a text path or "pattern"
   int64_t decode_tokens = 0;
   int64_t batch = 0;
   int repeat = 0;

@@ -33,7 +33,8 @@ MethodEntry parse_entry(std::size_t index, const std::string& text) {
     first_flag = 2;
   } else {
     entry.method = tokens.front();
-    if (entry.method.rfind("--", 0) == 0) bad_entry(index, text, "starts with the flag '" + entry.method + "', not a method name");
+    if (entry.method.rfind("--", 0) == 0)
+      bad_entry(index, text, "starts with the flag '" + entry.method + "', not a method name");
   }
   for (std::size_t i = first_flag; i < tokens.size(); ++i) {
     const std::string& flag = tokens[i];

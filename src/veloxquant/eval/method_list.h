@@ -17,12 +17,12 @@
 namespace veloxquant::eval {
 
 struct MethodEntry {
-  std::string method;                // "none" = the host's native cache; "" with a preset
-  std::string preset;                // "--preset q4" entries: a named configuration (presets/kv_presets.h)
-  std::string bits;                  // "" = the method's default
-  std::optional<int64_t> seed;       // nullopt = the config default
-  std::vector<std::string> sets;     // FIELD=VALUE, in the order given
-  std::string label;                 // the entry re-written with single spaces: names its row
+  std::string method;             // "none" = the host's native cache; "" with a preset
+  std::string preset;             // "--preset q4" entries: a named configuration (presets/kv_presets.h)
+  std::string bits;               // "" = the method's default
+  std::optional<int64_t> seed;    // nullopt = the config default
+  std::vector<std::string> sets;  // FIELD=VALUE, in the order given
+  std::string label;              // the entry re-written with single spaces: names its row
 };
 
 // Throws base::InvalidArgument naming the entry (its 1-based index and text) for an empty

@@ -28,9 +28,9 @@ class AgreementAccumulator {
  public:
   void add(double kl, bool same_top1);
   int64_t count() const { return count_; }
-  double mean_kl() const;         // throws base::InvalidArgument when nothing was added
+  double mean_kl() const;  // throws base::InvalidArgument when nothing was added
   double max_kl() const { return max_kl_; }
-  double top1_percent() const;    // 100 * agreeing / compared
+  double top1_percent() const;  // 100 * agreeing / compared
 
  private:
   double kl_sum_ = 0.0;

@@ -58,7 +58,8 @@ NeedlePrompt build_needle_prompt(const lm::Tokenizer& tokenizer, const std::stri
   prompt.depth = depth;
   // Token counts do not add exactly across the joins; shrink the haystack until it fits.
   for (int attempt = 0; attempt < 8; ++attempt) {
-    const auto take = std::min<std::size_t>(filler_tokens.size(), static_cast<std::size_t>(std::max<int64_t>(budget, 1)));
+    const auto take =
+        std::min<std::size_t>(filler_tokens.size(), static_cast<std::size_t>(std::max<int64_t>(budget, 1)));
     const std::string haystack =
         tokenizer.decode(std::vector<int32_t>(filler_tokens.begin(), filler_tokens.begin() + static_cast<long>(take)));
     const std::size_t at = nearest_boundary(haystack, static_cast<std::size_t>(std::llround(depth * haystack.size())));
@@ -81,8 +82,9 @@ bool needle_answer_matches(const std::string& generated, const std::string& answ
 }
 
 std::vector<int32_t> greedy_continue(const lm::Model& model, const lm::Tokenizer& tokenizer,
-                                     const std::vector<int32_t>& prompt, const std::function<lm::CacheList()>& make_caches,
-                                     int max_new_tokens, int64_t batch) {
+                                     const std::vector<int32_t>& prompt,
+                                     const std::function<lm::CacheList()>& make_caches, int max_new_tokens,
+                                     int64_t batch) {
   lm::CacheList caches = make_caches();
   std::vector<float> last;
   std::vector<int32_t> chunk;
@@ -110,7 +112,8 @@ std::vector<NeedleCell> run_needle(const lm::Model& model, const lm::Tokenizer& 
                                 std::to_string(options.max_new_tokens) + " generated exceeds the model's context " +
                                 std::to_string(model_ctx));
   }
-  if (options.trials < 1) throw base::InvalidArgument("needle trials must be >= 1, got " + std::to_string(options.trials));
+  if (options.trials < 1)
+    throw base::InvalidArgument("needle trials must be >= 1, got " + std::to_string(options.trials));
   if (options.depths.empty()) throw base::InvalidArgument("needle: no depth given");
   if (options.batch < 1) throw base::InvalidArgument("needle batch must be >= 1, got " + std::to_string(options.batch));
   std::mt19937_64 rng(options.seed);
@@ -119,8 +122,8 @@ std::vector<NeedleCell> run_needle(const lm::Model& model, const lm::Tokenizer& 
   std::vector<NeedlePrompt> prompts;
   for (double depth : options.depths) {
     for (int t = 0; t < options.trials; ++t) {
-      prompts.push_back(build_needle_prompt(tokenizer, filler, depth, std::to_string(five_digits(rng)),
-                                            options.prompt_tokens));
+      prompts.push_back(
+          build_needle_prompt(tokenizer, filler, depth, std::to_string(five_digits(rng)), options.prompt_tokens));
     }
   }
   std::vector<NeedleCell> cells;

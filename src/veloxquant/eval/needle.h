@@ -37,10 +37,10 @@ bool needle_answer_matches(const std::string& generated, const std::string& answ
 struct NeedleOptions {
   int64_t prompt_tokens = 1024;
   std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
-  int trials = 3;           // different secrets per depth
-  uint64_t seed = 1234;     // picks the secrets (5 digits)
-  int max_new_tokens = 8;   // greedy decode length
-  int64_t batch = 512;      // prompt tokens per forward call
+  int trials = 3;                                   // different secrets per depth
+  uint64_t seed = 1234;                             // picks the secrets (5 digits)
+  int max_new_tokens = 8;                           // greedy decode length
+  int64_t batch = 512;                              // prompt tokens per forward call
   std::function<void(int64_t, int64_t)> on_prompt;  // progress: (prompts done, total)
 };
 
@@ -66,7 +66,8 @@ std::vector<NeedleCell> run_needle(const lm::Model& model, const lm::Tokenizer& 
 
 // Greedy continuation of `prompt` with fresh caches from `make_caches` (stops at EOS).
 std::vector<int32_t> greedy_continue(const lm::Model& model, const lm::Tokenizer& tokenizer,
-                                     const std::vector<int32_t>& prompt, const std::function<lm::CacheList()>& make_caches,
-                                     int max_new_tokens, int64_t batch);
+                                     const std::vector<int32_t>& prompt,
+                                     const std::function<lm::CacheList()>& make_caches, int max_new_tokens,
+                                     int64_t batch);
 
 }  // namespace veloxquant::eval

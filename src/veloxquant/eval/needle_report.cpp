@@ -41,8 +41,8 @@ std::string needle_markdown_table(const std::vector<NeedleCell>& cells) {
     md << "| " << m << " |";
     int correct = 0, trials = 0;
     for (double d : depths) {
-      const auto it = std::find_if(cells.begin(), cells.end(),
-                                   [&](const NeedleCell& c) { return c.method == m && c.depth == d; });
+      const auto it =
+          std::find_if(cells.begin(), cells.end(), [&](const NeedleCell& c) { return c.method == m && c.depth == d; });
       if (it == cells.end()) {
         md << " - |";
         continue;

@@ -34,11 +34,20 @@ std::string xml_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -78,8 +87,8 @@ std::string quality_plot_svg(const std::vector<EvalRecord>& records, const std::
   // Grid and axes.
   const double step = nice_step(x_max, 8);
   for (double x = 0.0; x <= x_max + 1e-9; x += step) {
-    svg << "<line x1=\"" << num(px(x)) << "\" y1=\"" << kTop << "\" x2=\"" << num(px(x)) << "\" y2=\""
-        << kTop + kPlotH << "\" stroke=\"#eee\"/>\n";
+    svg << "<line x1=\"" << num(px(x)) << "\" y1=\"" << kTop << "\" x2=\"" << num(px(x)) << "\" y2=\"" << kTop + kPlotH
+        << "\" stroke=\"#eee\"/>\n";
     svg << "<text x=\"" << num(px(x)) << "\" y=\"" << kTop + kPlotH + 18 << "\" text-anchor=\"middle\">" << x
         << "</text>\n";
   }

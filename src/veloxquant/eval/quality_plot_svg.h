@@ -10,7 +10,7 @@
 namespace veloxquant::eval {
 
 struct PlotReferenceLine {
-  std::string label;          // "native cache", "llama.cpp q8_0 (bytes only)"
+  std::string label;  // "native cache", "llama.cpp q8_0 (bytes only)"
   double bytes_per_token = 0.0;
 };
 

@@ -16,12 +16,14 @@ void check_common(int64_t n_tokens, int64_t ctx, double tail) {
                                 std::to_string(ctx));
   }
   if (!(tail > 0.0 && tail <= 1.0)) {
-    throw base::InvalidArgument("tail must be in (0, 1] (fraction of each window where KL/top-1 "
-                                "are measured), got " + std::to_string(tail));
+    throw base::InvalidArgument(
+        "tail must be in (0, 1] (fraction of each window where KL/top-1 "
+        "are measured), got " +
+        std::to_string(tail));
   }
   if (n_tokens < ctx) {
-    throw base::InvalidArgument("the text has " + std::to_string(n_tokens) +
-                                " tokens, fewer than one window of ctx " + std::to_string(ctx));
+    throw base::InvalidArgument("the text has " + std::to_string(n_tokens) + " tokens, fewer than one window of ctx " +
+                                std::to_string(ctx));
   }
 }
 

@@ -49,7 +49,8 @@ void nested_anchor_scores(const float* keys, const int32_t* rows, int64_t n, int
   }
   const auto dot = [&](int64_t i, const double* mean) {
     double s = 0.0;
-    for (int64_t d = 0; d < dim; ++d) s += unit[static_cast<std::size_t>(i) * ud + static_cast<std::size_t>(d)] * mean[d];
+    for (int64_t d = 0; d < dim; ++d)
+      s += unit[static_cast<std::size_t>(i) * ud + static_cast<std::size_t>(d)] * mean[d];
     return s;
   };
   std::vector<double> a_s(un), a_e(un), a_c(un), mean(ud);

@@ -22,8 +22,10 @@ namespace veloxquant::eviction {
 Scoring parse_scoring(const std::string& name) {
   if (name == "auto") return Scoring::kAuto;
   if (name == "proxy") return Scoring::kProxy;
-  throw QuantizerConfigError("eviction_scoring must be 'auto' (real queries when the host offers them) or 'proxy' "
-                             "(the key-as-query proxy), got '" + name + "'");
+  throw QuantizerConfigError(
+      "eviction_scoring must be 'auto' (real queries when the host offers them) or 'proxy' "
+      "(the key-as-query proxy), got '" +
+      name + "'");
 }
 
 const char* scoring_name(Scoring scoring) { return scoring == Scoring::kAuto ? "auto" : "proxy"; }
@@ -43,8 +45,7 @@ void EvictionCache::prepare_rows(const lm::Tensor& keys, const lm::Tensor& value
   if (!rows_.allocated()) {
     rows_.allocate(keys.dim(0), keys.dim(1), keys.dim(3), values.dim(3), keys.dtype());
   } else {
-    cache_rows::check_row_layout(keys, values, {rows_.batch(), rows_.heads(), rows_.key_dim(), rows_.value_dim()},
-                                 who);
+    cache_rows::check_row_layout(keys, values, {rows_.batch(), rows_.heads(), rows_.key_dim(), rows_.value_dim()}, who);
   }
   if (offset_ + keys.dim(2) > INT32_MAX) throw base::InvalidArgument(who + ": positions past 2^31 are not supported");
   const int64_t state_floats = policy_.state_floats(rows_.key_dim());
@@ -59,7 +60,8 @@ lm::KeysValues EvictionCache::update_and_fetch(const lm::Tensor& keys, const lm:
   before_update(keys);
   prepare_rows(keys, values, who);
   const int64_t batch = keys.dim(0), heads = keys.dim(1), total = rows_.rows() + keys.dim(2);
-  lm::Tensor out_k({batch, heads, total, keys.dim(3)}, keys.dtype()), out_v({batch, heads, total, values.dim(3)}, keys.dtype());
+  lm::Tensor out_k({batch, heads, total, keys.dim(3)}, keys.dtype()),
+      out_v({batch, heads, total, values.dim(3)}, keys.dtype());
   select_and_store(keys, values, &out_k, &out_v, who);
   return {std::move(out_k), std::move(out_v)};
 }
@@ -321,7 +323,8 @@ void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& 
             }
           }
         }
-        if (victim < 0) throw std::logic_error(type_name_ + ": no evictable row (sinks and protected rows fill the budget)");
+        if (victim < 0)
+          throw std::logic_error(type_name_ + ": no evictable row (sinks and protected rows fill the budget)");
       }
       kept.clear();
       for (int32_t j = 0; j < total; ++j) {
@@ -381,47 +384,23 @@ std::shared_ptr<lm::KVCache> EvictionCache::clone() const {
 std::vector<std::string> EvictionCache::meta_state() const {
   const std::string decay = real_text(policy_.decay);
   const StorageSpec& st = rows_.spec();
-  return {policy_kind_name(policy_.kind),
-          std::to_string(policy_.budget),
-          std::to_string(policy_.n_sink),
-          std::to_string(policy_.protect_recent),
-          decay,
-          policy_.accumulate ? "1" : "0",
-          std::to_string(policy_.obs_window),
-          std::to_string(policy_.pool_kernel),
-          scoring_name(scoring_),
-          storage_kind_name(st.kind),
-          std::to_string(st.bits),
-          std::to_string(st.group),
-          std::to_string(st.rvq_value_bits),
-          std::to_string(st.seed),
-          st.rvq_stage2_scale,
-          std::string(lm::dtype_name(rows_.dtype())),
-          std::to_string(rows_.key_dim()),
-          std::to_string(rows_.value_dim()),
-          std::to_string(offset_),
+  return {policy_kind_name(policy_.kind), std::to_string(policy_.budget), std::to_string(policy_.n_sink),
+          std::to_string(policy_.protect_recent), decay, policy_.accumulate ? "1" : "0",
+          std::to_string(policy_.obs_window), std::to_string(policy_.pool_kernel), scoring_name(scoring_),
+          storage_kind_name(st.kind), std::to_string(st.bits), std::to_string(st.group),
+          std::to_string(st.rvq_value_bits), std::to_string(st.seed), st.rvq_stage2_scale,
+          std::string(lm::dtype_name(rows_.dtype())), std::to_string(rows_.key_dim()),
+          std::to_string(rows_.value_dim()), std::to_string(offset_),
           // Appended for the policies added with issue 13 (files of 19 entries read as before).
-          policy_.max_combine ? "1" : "0",
-          std::to_string(policy_.key_norm_sign),
-          real_text(policy_.noise_tau_init),
-          real_text(policy_.noise_tau_end),
-          std::to_string(policy_.noise_anneal_steps),
-          std::to_string(policy_.noise_seed),
-          merge_name(policy_.merge),
-          policy_.merge_keys ? "1" : "0",
-          policy_.merge_gate ? "1" : "0",
-          std::to_string(policy_.merge_seed),
-          std::to_string(policy_.chunk_size),
-          std::to_string(policy_.calib_tokens),
-          std::to_string(policy_.direction_sign),
-          real_text(policy_.min_retention),
-          std::to_string(static_cast<int>(policy_.on_low_retention)),
+          policy_.max_combine ? "1" : "0", std::to_string(policy_.key_norm_sign), real_text(policy_.noise_tau_init),
+          real_text(policy_.noise_tau_end), std::to_string(policy_.noise_anneal_steps),
+          std::to_string(policy_.noise_seed), merge_name(policy_.merge), policy_.merge_keys ? "1" : "0",
+          policy_.merge_gate ? "1" : "0", std::to_string(policy_.merge_seed), std::to_string(policy_.chunk_size),
+          std::to_string(policy_.calib_tokens), std::to_string(policy_.direction_sign),
+          real_text(policy_.min_retention), std::to_string(static_cast<int>(policy_.on_low_retention)),
           // Appended for curdkv and nestedkv (files of 34 entries read as before).
-          std::to_string(policy_.rank_cap),
-          std::to_string(policy_.anchor_window),
-          real_text(policy_.anchor_beta),
-          real_text(policy_.anchor_tau),
-          real_text(policy_.anchor_kappa)};
+          std::to_string(policy_.rank_cap), std::to_string(policy_.anchor_window), real_text(policy_.anchor_beta),
+          real_text(policy_.anchor_tau), real_text(policy_.anchor_kappa)};
 }
 
 void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
@@ -431,7 +410,9 @@ void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::
                             std::to_string(kMetaEntriesIssue13First) + " or " + std::to_string(kMetaEntriesBefore13) +
                             ") meta entries, got " + std::to_string(meta.size()));
   }
-  const auto num = [&](std::size_t i, const char* what) { return cache_rows::parse_meta_int(meta[i], who.c_str(), what); };
+  const auto num = [&](std::size_t i, const char* what) {
+    return cache_rows::parse_meta_int(meta[i], who.c_str(), what);
+  };
   EvictionPolicy policy;
   policy.kind = parse_policy_kind(meta[0]);
   policy.budget = num(1, "budget");
@@ -507,8 +488,8 @@ void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::
       row_tensors.pop_back();
     }
     rows.restore(row_tensors, key_dim, value_dim, dtype, who.c_str());
-    if (!policy_state.empty() && static_cast<int64_t>(policy_state.size()) !=
-                                     rows.batch() * rows.heads() * policy.state_floats(key_dim)) {
+    if (!policy_state.empty() &&
+        static_cast<int64_t>(policy_state.size()) != rows.batch() * rows.heads() * policy.state_floats(key_dim)) {
       throw base::FormatError(who + ": policy state does not match " + std::to_string(rows.batch()) + " x " +
                               std::to_string(rows.heads()) + " heads");
     }
@@ -521,7 +502,8 @@ void EvictionCache::from_state(const std::vector<lm::Tensor>& state, const std::
   rows_ = std::move(rows);
   policy_state_ = std::move(policy_state);
   // A cache saved past its retention floor already reported it.
-  retention_reported_ = policy.min_retention > 0 && offset > 0 && double(policy.budget) / double(offset) < policy.min_retention;
+  retention_reported_ =
+      policy.min_retention > 0 && offset > 0 && double(policy.budget) / double(offset) < policy.min_retention;
   offset_ = offset;
   observed_.clear();
 }

@@ -51,8 +51,7 @@ double cosine(const float* a, const float* b, int64_t dim) {
 // s / (1 + s), s = max(0, cosine) (sim_weighted) — a survivor that looks like the evicted token
 // absorbs its contribution. The gate passes with probability min(1, victim score / target score)
 // (the paper's attention ratio), drawn from (merge_seed, victim position).
-void merge_into_survivor(const EvictionPolicy& p, Candidates& c, const std::vector<int32_t>& live,
-                         std::size_t victim) {
+void merge_into_survivor(const EvictionPolicy& p, Candidates& c, const std::vector<int32_t>& live, std::size_t victim) {
   const std::size_t e = static_cast<std::size_t>(live[victim]);
   const float* victim_key = c.keys.data() + e * static_cast<std::size_t>(c.dim);
   std::size_t target = 0;
@@ -170,7 +169,8 @@ std::vector<float> principal_direction(const float* keys, int64_t rows, int64_t 
     double norm = 0.0;
     for (int64_t i = 0; i < dim; ++i) {
       double sum = 0.0;
-      for (int64_t j = 0; j < dim; ++j) sum += gram[static_cast<std::size_t>(i * dim + j)] * v[static_cast<std::size_t>(j)];
+      for (int64_t j = 0; j < dim; ++j)
+        sum += gram[static_cast<std::size_t>(i * dim + j)] * v[static_cast<std::size_t>(j)];
       next[static_cast<std::size_t>(i)] = sum;
       norm += sum * sum;
     }
@@ -183,7 +183,9 @@ std::vector<float> principal_direction(const float* keys, int64_t rows, int64_t 
     for (int64_t i = 0; i < dim; ++i) mean_projection += double(keys[r * dim + i]) * v[static_cast<std::size_t>(i)];
   }
   std::vector<float> u(static_cast<std::size_t>(dim));
-  for (int64_t i = 0; i < dim; ++i) u[static_cast<std::size_t>(i)] = static_cast<float>(mean_projection < 0 ? -v[static_cast<std::size_t>(i)] : v[static_cast<std::size_t>(i)]);
+  for (int64_t i = 0; i < dim; ++i)
+    u[static_cast<std::size_t>(i)] =
+        static_cast<float>(mean_projection < 0 ? -v[static_cast<std::size_t>(i)] : v[static_cast<std::size_t>(i)]);
   return u;
 }
 
@@ -269,7 +271,8 @@ std::vector<int32_t> keep_per_token(const EvictionPolicy& p, Candidates& c, cons
         victim_rank = r;
       }
     }
-    if (victim == live.size()) throw std::logic_error("eviction: no evictable row (sinks and protected rows fill the budget)");
+    if (victim == live.size())
+      throw std::logic_error("eviction: no evictable row (sinks and protected rows fill the budget)");
     if (p.merges()) merge_into_survivor(p, c, live, victim);
     live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim));
   }
@@ -324,7 +327,8 @@ std::vector<int32_t> keep_observation_window(const EvictionPolicy& p, Candidates
   std::stable_sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) {
     return c.scores[static_cast<std::size_t>(a)] > c.scores[static_cast<std::size_t>(b)];
   });
-  for (std::size_t i = 0; i < rest.size() && taken < p.budget; ++i, ++taken) keep[static_cast<std::size_t>(rest[i])] = 1;
+  for (std::size_t i = 0; i < rest.size() && taken < p.budget; ++i, ++taken)
+    keep[static_cast<std::size_t>(rest[i])] = 1;
   for (int32_t j = 0; j < n; ++j) {
     if (keep[static_cast<std::size_t>(j)]) kept.push_back(j);
   }
@@ -409,8 +413,7 @@ float EvictionPolicy::arrival_score(const float* key, int64_t dim, float own_wei
 float EvictionPolicy::rank(float score, int32_t position, int64_t step) const {
   if (kind == Kind::kLeverage) return static_cast<float>(double(score) / double(1 + step - position));
   if (!has_noise()) return score;
-  const double progress =
-      noise_anneal_steps > 0 ? std::min(1.0, double(step) / double(noise_anneal_steps)) : 1.0;
+  const double progress = noise_anneal_steps > 0 ? std::min(1.0, double(step) / double(noise_anneal_steps)) : 1.0;
   const double tau = noise_tau_init + (noise_tau_end - noise_tau_init) * progress;
   return static_cast<float>(score + tau * gumbel_noise(noise_seed, position));
 }
@@ -430,9 +433,12 @@ float gumbel_noise(uint64_t seed, int32_t position) {
 
 const char* merge_name(EvictionPolicy::Merge merge) {
   switch (merge) {
-    case EvictionPolicy::Merge::kNone: return "drop";
-    case EvictionPolicy::Merge::kSimWeighted: return "sim_weighted";
-    case EvictionPolicy::Merge::kMean: return "mean";
+    case EvictionPolicy::Merge::kNone:
+      return "drop";
+    case EvictionPolicy::Merge::kSimWeighted:
+      return "sim_weighted";
+    case EvictionPolicy::Merge::kMean:
+      return "mean";
   }
   return "drop";
 }
@@ -446,14 +452,22 @@ EvictionPolicy::Merge parse_merge(const std::string& name) {
 
 const char* policy_kind_name(EvictionPolicy::Kind kind) {
   switch (kind) {
-    case Kind::kRecentWindow: return "recent_window";
-    case Kind::kAttentionScored: return "attention_scored";
-    case Kind::kObservationWindow: return "observation_window";
-    case Kind::kKeyNorm: return "key_norm";
-    case Kind::kRecentVotes: return "recent_votes";
-    case Kind::kDirection: return "direction";
-    case Kind::kLeverage: return "leverage";
-    case Kind::kAnchors: return "anchors";
+    case Kind::kRecentWindow:
+      return "recent_window";
+    case Kind::kAttentionScored:
+      return "attention_scored";
+    case Kind::kObservationWindow:
+      return "observation_window";
+    case Kind::kKeyNorm:
+      return "key_norm";
+    case Kind::kRecentVotes:
+      return "recent_votes";
+    case Kind::kDirection:
+      return "direction";
+    case Kind::kLeverage:
+      return "leverage";
+    case Kind::kAnchors:
+      return "anchors";
   }
   return "attention_scored";
 }
@@ -472,12 +486,15 @@ EvictionPolicy::Kind parse_policy_kind(const std::string& name) {
 
 std::vector<int32_t> select_rows(const EvictionPolicy& policy, Candidates& c, const QuerySource& queries, float scale) {
   switch (policy.kind) {
-    case Kind::kRecentWindow: return keep_recent(policy, c);
+    case Kind::kRecentWindow:
+      return keep_recent(policy, c);
     case Kind::kAttentionScored:
     case Kind::kKeyNorm:
     case Kind::kRecentVotes:
-    case Kind::kLeverage: return keep_per_token(policy, c, queries, scale);
-    case Kind::kAnchors: return keep_by_anchors(policy, c);
+    case Kind::kLeverage:
+      return keep_per_token(policy, c, queries, scale);
+    case Kind::kAnchors:
+      return keep_by_anchors(policy, c);
     case Kind::kDirection:
       score_along_direction(policy, c);
       return keep_per_token(policy, c, queries, scale);

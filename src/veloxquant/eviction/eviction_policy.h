@@ -52,8 +52,8 @@
 //                        best-scored rest up to the budget. Nothing is carried between calls.
 //   kObservationWindow   snapkv: a chunk of several tokens (prefill) lets its last obs_window
 //                        tokens vote, pooled over neighbouring rows (the votes replace the
-//                        carried scores); keep the sinks, the window and the best-voted rest. A single token (decode) scores like
-//                        kAttentionScored (accumulated, the newest obs_window rows protected).
+//                        carried scores); keep the sinks, the window and the best-voted rest. A single token (decode)
+//                        scores like kAttentionScored (accumulated, the newest obs_window rows protected).
 // Sinks are the rows whose true position is below n_sink (the first positions, never evicted).
 #include <algorithm>
 #include <cstdint>
@@ -96,9 +96,9 @@ struct EvictionPolicy {
   bool merge_keys = false;
   bool merge_gate = true;
   uint64_t merge_seed = 0;
-  int64_t chunk_size = 1;      // chunkkv: rows evicted together (1: one row, the others)
-  int64_t calib_tokens = 0;    // qfilters: tokens whose keys fix the direction
-  int direction_sign = 1;      // qfilters: +1 keeps keys along u, -1 against it
+  int64_t chunk_size = 1;    // chunkkv: rows evicted together (1: one row, the others)
+  int64_t calib_tokens = 0;  // qfilters: tokens whose keys fix the direction
+  int direction_sign = 1;    // qfilters: +1 keeps keys along u, -1 against it
   // qfilters: when budget / tokens fed first drops below min_retention (0: never checked), warn
   // once per process, raise (QuantizerConfigError from the update) or ignore.
   enum class LowRetention { kWarn, kRaise, kIgnore };
@@ -164,11 +164,11 @@ EvictionPolicy::Merge parse_merge(const std::string& name);  // throws base::For
 
 // One (batch, kv head) of one call.
 struct Candidates {
-  int64_t stored = 0;            // rows kept from earlier calls (the first candidates)
+  int64_t stored = 0;  // rows kept from earlier calls (the first candidates)
   int64_t dim = 0;
-  std::vector<float> keys;       // candidates x dim, f32 (stored rows decoded)
+  std::vector<float> keys;  // candidates x dim, f32 (stored rows decoded)
   std::vector<int32_t> positions;
-  std::vector<float> scores;     // stored rows: carried scores; new rows: 0 on entry
+  std::vector<float> scores;  // stored rows: carried scores; new rows: 0 on entry
   // Policies that read values (needs_values: cam, curdkv): every candidate's value (candidates x
   // value_dim, f32); merging policies (cam) also mark which stored candidates they changed
   // (their rows must be re-encoded).

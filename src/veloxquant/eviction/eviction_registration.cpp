@@ -32,8 +32,8 @@ MethodDescriptor eviction_method(std::string name, std::string cache_type_name) 
 void refuse_without_effect(const std::string& field, const std::string& value, const std::string& accepted,
                            const std::string& why) {
   if (value == accepted) return;
-  throw QuantizerConfigError(field + "='" + value + "' has no effect here (" + why + "); leave it at '" +
-                             accepted + "'");
+  throw QuantizerConfigError(field + "='" + value + "' has no effect here (" + why + "); leave it at '" + accepted +
+                             "'");
 }
 
 void refuse_without_effect(const std::string& field, double value, double accepted, const std::string& why) {

@@ -38,7 +38,8 @@ void EvictionRowSource::prepare_query(const float* query, float* prepared) const
 }
 
 void EvictionRowSource::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
-                                   int64_t n_queries, float* scores, int64_t ld, attention::TileScratch& scratch) const {
+                                   int64_t n_queries, float* scores, int64_t ld,
+                                   attention::TileScratch& scratch) const {
   const int64_t d = key_dim(), n = j1 - j0;
   if (rvq_order_) {
     float* tile = scratch.f32(static_cast<std::size_t>(n * d));
@@ -47,7 +48,8 @@ void EvictionRowSource::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
     const int64_t stream = static_cast<int64_t>(q.stream_bytes()), row_bytes = rows_.key_row_bytes();
     const auto* first = reinterpret_cast<const uint8_t*>(rows_.key_rows(b, h)) + j0 * row_bytes;
     attention::kernels::centroid_planes(first, first + stream, row_bytes, n, stream, q.bits(),
-                                        q.stage1_codebook().centroids.data(), q.stage2_codebook().centroids.data(), tile);
+                                        q.stage1_codebook().centroids.data(), q.stage2_codebook().centroids.data(),
+                                        tile);
     attention::kernels::score_rows(prepared, d, n_queries, tile, d, n, d, scores, ld);
     for (int64_t j = 0; j < n; ++j) {
       uint16_t norm_bits;
@@ -68,12 +70,13 @@ void EvictionRowSource::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
 }
 
 void EvictionRowSource::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
-                                        int64_t n_queries, int64_t ld, float* acc, attention::TileScratch& scratch) const {
+                                        int64_t n_queries, int64_t ld, float* acc,
+                                        attention::TileScratch& scratch) const {
   const int64_t d = value_dim();
   if (rows_.value_codec().exact()) {
     // f16 values accumulate from the stored rows in registers (no f32 tile), as the host does.
-    attention::accumulate_plain_tile(plain_head(rows_.value_rows(b, h), rows_.dtype(), rows_.value_row_bytes(), d), 0, 0,
-                                     j0, j1, weights, n_queries, ld, acc, scratch);
+    attention::accumulate_plain_tile(plain_head(rows_.value_rows(b, h), rows_.dtype(), rows_.value_row_bytes(), d), 0,
+                                     0, j0, j1, weights, n_queries, ld, acc, scratch);
     return;
   }
   accumulate_coded_tile(rows_.value_codec(), rows_.value_rows(b, h), rows_.value_row_bytes(), d, j0, j1, weights,

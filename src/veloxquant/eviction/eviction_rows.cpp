@@ -30,10 +30,10 @@ void EvictionRows::allocate(int64_t batch, int64_t heads, int64_t key_dim, int64
   // The storage grows with the rows held (reserve), but a budget no machine could hold is
   // refused here, by name, at the first update, before any size arithmetic can overflow.
   const double row_bytes = static_cast<double>(key_bytes_ + value_bytes_ + 4 + (keep_scores_ ? 4 : 0));
-  base::require_allocatable(static_cast<double>(batch) * static_cast<double>(heads) * static_cast<double>(budget_) * row_bytes,
-                            "an eviction budget of " + std::to_string(budget_) + " rows per kv head (" +
-                                std::to_string(batch * heads) + " heads of " + std::to_string(static_cast<int64_t>(row_bytes)) +
-                                " bytes per row, in one layer)");
+  base::require_allocatable(
+      static_cast<double>(batch) * static_cast<double>(heads) * static_cast<double>(budget_) * row_bytes,
+      "an eviction budget of " + std::to_string(budget_) + " rows per kv head (" + std::to_string(batch * heads) +
+          " heads of " + std::to_string(static_cast<int64_t>(row_bytes)) + " bytes per row, in one layer)");
   keys_ = values_ = positions_ = scores_ = lm::Tensor();
   capacity_ = 0;
   rows_ = 0;
@@ -53,7 +53,8 @@ lm::Tensor regrow(const lm::Tensor& from, int64_t batch, int64_t heads, int64_t 
   const std::size_t row = static_cast<std::size_t>(width) * lm::dtype_size(dtype);
   for (int64_t bh = 0; bh < batch * heads; ++bh) {
     std::memcpy(to.raw_data() + static_cast<std::size_t>(bh * to_capacity) * row,
-                from.raw_data() + static_cast<std::size_t>(bh * from_capacity) * row, static_cast<std::size_t>(rows) * row);
+                from.raw_data() + static_cast<std::size_t>(bh * from_capacity) * row,
+                static_cast<std::size_t>(rows) * row);
   }
   return to;
 }
@@ -102,7 +103,8 @@ void EvictionRows::decode_values(int64_t b, int64_t h, float* out) const {
 }
 
 void EvictionRows::rewrite_row(int64_t b, int64_t h, int64_t r, const float* key, const float* value) {
-  if (r < 0 || r >= capacity_) throw std::logic_error("EvictionRows::rewrite_row: row " + std::to_string(r) + " outside the storage");
+  if (r < 0 || r >= capacity_)
+    throw std::logic_error("EvictionRows::rewrite_row: row " + std::to_string(r) + " outside the storage");
   if (key) key_codec_->encode(key, key_row(b, h, r));
   value_codec_->encode(value, value_row(b, h, r));
 }
@@ -184,8 +186,7 @@ std::size_t EvictionRows::nbytes() const {
 
 std::vector<lm::Tensor> EvictionRows::state() const {
   if (!allocated() || capacity_ == 0) return {};
-  std::vector<lm::Tensor> out = {keys_.slice(2, 0, rows_), values_.slice(2, 0, rows_),
-                                 positions_.slice(2, 0, rows_)};
+  std::vector<lm::Tensor> out = {keys_.slice(2, 0, rows_), values_.slice(2, 0, rows_), positions_.slice(2, 0, rows_)};
   if (keep_scores_) out.push_back(scores_.slice(2, 0, rows_));
   return out;
 }
@@ -199,7 +200,8 @@ void EvictionRows::restore(const std::vector<lm::Tensor>& state, int64_t key_dim
   }
   const lm::Tensor& k = state[0];
   if (k.ndim() != 4 || k.dtype() != lm::DType::U8) {
-    throw base::FormatError(std::string(who) + ": key rows " + lm::shape_text(k.shape()) + " are not u8 [B, H, T, bytes]");
+    throw base::FormatError(std::string(who) + ": key rows " + lm::shape_text(k.shape()) +
+                            " are not u8 [B, H, T, bytes]");
   }
   const int64_t rows = k.dim(2);
   if (rows > budget_) {

@@ -15,7 +15,7 @@ namespace {
 // Q = H_0 H_1 ... H_{n-3}.
 struct Tridiagonal {
   int n = 0;
-  std::vector<double> d, e;     // diagonal; e[i] couples i and i + 1
+  std::vector<double> d, e;  // diagonal; e[i] couples i and i + 1
   std::vector<double> reflectors;
   std::vector<char> has_reflector;
 };
@@ -52,9 +52,11 @@ void tridiagonalize(std::vector<double> a, int n, Tridiagonal& t) {
       p[static_cast<std::size_t>(i)] = sum;
       vp += v[i] * sum;
     }
-    for (int i = k + 1; i < n; ++i) w[static_cast<std::size_t>(i)] = 2.0 * p[static_cast<std::size_t>(i)] - 2.0 * vp * v[i];
+    for (int i = k + 1; i < n; ++i)
+      w[static_cast<std::size_t>(i)] = 2.0 * p[static_cast<std::size_t>(i)] - 2.0 * vp * v[i];
     for (int i = k + 1; i < n; ++i) {
-      for (int j = k + 1; j < n; ++j) at(i, j) -= v[i] * w[static_cast<std::size_t>(j)] + w[static_cast<std::size_t>(i)] * v[j];
+      for (int j = k + 1; j < n; ++j)
+        at(i, j) -= v[i] * w[static_cast<std::size_t>(j)] + w[static_cast<std::size_t>(i)] * v[j];
     }
   }
   t.d.resize(nn);
@@ -140,13 +142,16 @@ void inverse_iteration(const Tridiagonal& t, double lambda, const std::vector<st
   const int n = t.n;
   const std::size_t nn = static_cast<std::size_t>(n);
   double scale = 0.0;
-  for (int i = 0; i < n; ++i) scale = std::max(scale, std::fabs(t.d[static_cast<std::size_t>(i)]) + 2.0 * std::fabs(t.e[static_cast<std::size_t>(i)]));
+  for (int i = 0; i < n; ++i)
+    scale = std::max(scale,
+                     std::fabs(t.d[static_cast<std::size_t>(i)]) + 2.0 * std::fabs(t.e[static_cast<std::size_t>(i)]));
   const double tiny = std::max(scale, 1e-300) * std::numeric_limits<double>::epsilon();
   // Factor once: diag, sub (multipliers), super, second super, pivots.
   std::vector<double> dd(nn), dl(nn, 0.0), du(nn, 0.0), du2(nn, 0.0);
   std::vector<char> swapped(nn, 0);
   for (int i = 0; i < n; ++i) dd[static_cast<std::size_t>(i)] = t.d[static_cast<std::size_t>(i)] - lambda;
-  for (int i = 0; i + 1 < n; ++i) dl[static_cast<std::size_t>(i)] = du[static_cast<std::size_t>(i)] = t.e[static_cast<std::size_t>(i)];
+  for (int i = 0; i + 1 < n; ++i)
+    dl[static_cast<std::size_t>(i)] = du[static_cast<std::size_t>(i)] = t.e[static_cast<std::size_t>(i)];
   for (int i = 0; i + 1 < n; ++i) {
     const std::size_t a = static_cast<std::size_t>(i), b = a + 1;
     if (std::fabs(dd[a]) >= std::fabs(dl[a])) {
@@ -244,20 +249,23 @@ void symmetric_eigen_descending(std::vector<double> a, int n, std::vector<double
     std::fill(column.begin(), column.end(), 0.0);
     column[static_cast<std::size_t>(c)] = 1.0;
     to_original_basis(t, column.data());
-    for (int r = 0; r < n; ++r) q[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(c)] = column[static_cast<std::size_t>(r)];
+    for (int r = 0; r < n; ++r)
+      q[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(c)] = column[static_cast<std::size_t>(r)];
   }
   std::vector<double> d;
   tridiagonal_qr(t.d, t.e, q.data(), n, d);
   std::vector<int> order(nn);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int i, int j) { return d[static_cast<std::size_t>(i)] > d[static_cast<std::size_t>(j)]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int i, int j) { return d[static_cast<std::size_t>(i)] > d[static_cast<std::size_t>(j)]; });
   eigenvalues.resize(nn);
   eigenvectors.resize(nn * nn);
   for (int r = 0; r < n; ++r) {
     const int col = order[static_cast<std::size_t>(r)];
     eigenvalues[static_cast<std::size_t>(r)] = d[static_cast<std::size_t>(col)];
     for (int i = 0; i < n; ++i) {
-      eigenvectors[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(i)] = q[static_cast<std::size_t>(i) * nn + static_cast<std::size_t>(col)];
+      eigenvectors[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(i)] =
+          q[static_cast<std::size_t>(i) * nn + static_cast<std::size_t>(col)];
     }
   }
 }
@@ -304,7 +312,8 @@ void value_leverage_scores(const float* values, const int32_t* rows, int64_t cou
       }
     }
     for (int64_t r = 0; r < dim; ++r) {
-      for (int64_t c = 0; c < r; ++c) gram[static_cast<std::size_t>(r * dim + c)] = gram[static_cast<std::size_t>(c * dim + r)];
+      for (int64_t c = 0; c < r; ++c)
+        gram[static_cast<std::size_t>(r * dim + c)] = gram[static_cast<std::size_t>(c * dim + r)];
     }
     top_eigenvectors(gram, static_cast<int>(dim), static_cast<int>(k), eigenvalues, eigenvectors);
     for (int64_t j = 0; j < count; ++j) {
@@ -323,7 +332,8 @@ void value_leverage_scores(const float* values, const int32_t* rows, int64_t cou
   // final normalisation in one.
   double sum = 0.0;
   for (double s : score) sum += s;
-  for (int64_t j = 0; j < count; ++j) out[j] = sum > 0 ? static_cast<float>(score[static_cast<std::size_t>(j)] / sum) : 0.0f;
+  for (int64_t j = 0; j < count; ++j)
+    out[j] = sum > 0 ? static_cast<float>(score[static_cast<std::size_t>(j)] / sum) : 0.0f;
 }
 
 }  // namespace veloxquant::eviction

@@ -17,8 +17,8 @@ namespace veloxquant::eviction {
 
 // out[j] = l_j for the `count` rows `rows[j]` (nullptr: 0..count-1) of `values` (row-major,
 // `dim` floats a row), weighted by weights[j].
-void value_leverage_scores(const float* values, const int32_t* rows, int64_t count, int64_t dim,
-                           const float* weights, int64_t rank_cap, float* out);
+void value_leverage_scores(const float* values, const int32_t* rows, int64_t count, int64_t dim, const float* weights,
+                           int64_t rank_cap, float* out);
 
 // Eigen-decomposition of the symmetric n x n matrix `a` (row-major): eigenvalues descending,
 // eigenvectors[r * n + i] = component i of the r-th eigenvector. Householder reduction to

@@ -54,9 +54,8 @@ std::vector<int32_t> top_channels(const float* queries, int64_t n, int64_t dim, 
   std::vector<int32_t> order(static_cast<std::size_t>(dim));
   std::iota(order.begin(), order.end(), 0);
   k = std::clamp<int64_t>(k, 0, dim);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-    return weight[a] > weight[b] || (weight[a] == weight[b] && a < b);
-  });
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int32_t a, int32_t b) { return weight[a] > weight[b] || (weight[a] == weight[b] && a < b); });
   order.resize(static_cast<std::size_t>(k));
   std::sort(order.begin(), order.end());
   return order;
@@ -95,9 +94,8 @@ std::vector<attention::RowRange> top_pages(const float* scores, int64_t pages, i
   keep_pages = std::clamp<int64_t>(keep_pages, 0, pages);
   std::vector<int32_t> order(static_cast<std::size_t>(pages));
   std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + keep_pages, order.end(), [&](int32_t a, int32_t b) {
-    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-  });
+  std::partial_sort(order.begin(), order.begin() + keep_pages, order.end(),
+                    [&](int32_t a, int32_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); });
   order.resize(static_cast<std::size_t>(keep_pages));
   std::sort(order.begin(), order.end());
   std::vector<attention::RowRange> ranges;

@@ -53,7 +53,10 @@ class RvqCodec final : public RowCodec {
 class GroupAffineCodec final : public RowCodec {
  public:
   GroupAffineCodec(int dim, int bits, int group)
-      : dim_(dim), bits_(bits), group_(group), words_(core::packed_words(static_cast<std::size_t>(dim), bits)),
+      : dim_(dim),
+        bits_(bits),
+        group_(group),
+        words_(core::packed_words(static_cast<std::size_t>(dim), bits)),
         groups_(token_groups(dim, group)) {}
   std::size_t row_bytes() const override { return words_ * sizeof(uint32_t) + groups_ * sizeof(GroupParams16); }
   void encode(const float* x, std::byte* row) const override {
@@ -119,9 +122,12 @@ StorageKind parse_storage_kind(const std::string& name) {
 
 const char* storage_kind_name(StorageKind kind) {
   switch (kind) {
-    case StorageKind::kDtype: return "dtype";
-    case StorageKind::kTurboQuantRvq: return "turboquant_rvq";
-    case StorageKind::kKivi: return "kivi";
+    case StorageKind::kDtype:
+      return "dtype";
+    case StorageKind::kTurboQuantRvq:
+      return "turboquant_rvq";
+    case StorageKind::kKivi:
+      return "kivi";
   }
   return "dtype";
 }
@@ -139,21 +145,26 @@ StorageSpec storage_spec_from(const KVCacheConfig& config) {
 
 std::shared_ptr<const RowCodec> make_key_codec(const StorageSpec& spec, int dim, lm::DType dtype) {
   switch (spec.kind) {
-    case StorageKind::kDtype: return make_dtype_codec(dim, dtype);
-    case StorageKind::kTurboQuantRvq: return make_rvq_codec(dim, spec.bits, spec.seed, spec.rvq_stage2_scale);
-    case StorageKind::kKivi: return make_group_affine_codec(dim, spec.bits, spec.group);
+    case StorageKind::kDtype:
+      return make_dtype_codec(dim, dtype);
+    case StorageKind::kTurboQuantRvq:
+      return make_rvq_codec(dim, spec.bits, spec.seed, spec.rvq_stage2_scale);
+    case StorageKind::kKivi:
+      return make_group_affine_codec(dim, spec.bits, spec.group);
   }
   return make_dtype_codec(dim, dtype);
 }
 
 std::shared_ptr<const RowCodec> make_value_codec(const StorageSpec& spec, int dim, lm::DType dtype) {
   switch (spec.kind) {
-    case StorageKind::kDtype: return make_dtype_codec(dim, dtype);
+    case StorageKind::kDtype:
+      return make_dtype_codec(dim, dtype);
     case StorageKind::kTurboQuantRvq:
       // The RVQ cache's value rule: the dtype, or group-affine per token in groups of 32.
       if (spec.rvq_value_bits == 0) return make_dtype_codec(dim, dtype);
       return make_group_affine_codec(dim, spec.rvq_value_bits, 32);
-    case StorageKind::kKivi: return make_group_affine_codec(dim, spec.bits, spec.group);
+    case StorageKind::kKivi:
+      return make_group_affine_codec(dim, spec.bits, spec.group);
   }
   return make_dtype_codec(dim, dtype);
 }

@@ -54,8 +54,8 @@ const char* storage_kind_name(StorageKind kind);
 // first update.
 struct StorageSpec {
   StorageKind kind = StorageKind::kDtype;
-  int bits = 2;           // bit_width_inlier (turboquant_rvq keys, kivi keys and values)
-  int group = 32;         // kivi_group_size (kivi storage)
+  int bits = 2;            // bit_width_inlier (turboquant_rvq keys, kivi keys and values)
+  int group = 32;          // kivi_group_size (kivi storage)
   int rvq_value_bits = 0;  // turboquant_rvq storage: 0 = values in the dtype, 2..8 group-affine (group 32)
   int64_t seed = 42;
   std::string rvq_stage2_scale = "matched";

@@ -13,8 +13,8 @@ lm::CacheList patch_model_kv_cache(lm::Model& model, const KVCacheConfig& config
   // a reference cycle. for_model reads native_make_cache(), never this hook, so no recursion.
   const lm::Model* target = &model;
   model.make_cache = [target, config] { return KVCacheBuilder::for_model(*target, config); };
-  base::log_info("Wired " + std::to_string(first.size()) + " layer cache(s) with '" +
-                 config.method + "' (fresh per call)");
+  base::log_info("Wired " + std::to_string(first.size()) + " layer cache(s) with '" + config.method +
+                 "' (fresh per call)");
   return first;
 }
 

@@ -13,13 +13,28 @@ const std::vector<KvPreset>& kv_presets() {
   // KL (3-bit keys + 3-bit values 0.138, 5-bit keys + 3-bit values 0.023, 4 + 2: 0.16 on one
   // window), so budgets go to the keys first, as long as values keep at least 3 bits.
   static const std::vector<KvPreset> presets = {
-      {"q8", "llama.cpp q8_0 K+V", 8.5, "turboquant_block", {"key_bits=8", "value_bits=8"},
+      {"q8",
+       "llama.cpp q8_0 K+V",
+       8.5,
+       "turboquant_block",
+       {"key_bits=8", "value_bits=8"},
        "8-bit keys and values, blocks of 32: exactly q8_0's 8.5 bits per element"},
-      {"q5", "llama.cpp q5_0 K+V", 5.5, "turboquant_block", {"key_bits=6", "value_bits=4"},
+      {"q5",
+       "llama.cpp q5_0 K+V",
+       5.5,
+       "turboquant_block",
+       {"key_bits=6", "value_bits=4"},
        "6-bit keys, 4-bit values, blocks of 32: (6.5 + 4.5) / 2 = q5_0's 5.5 bits per element"},
-      {"q4", "llama.cpp q4_0 K+V", 4.5, "turboquant_block", {"key_bits=5", "value_bits=3"},
+      {"q4",
+       "llama.cpp q4_0 K+V",
+       4.5,
+       "turboquant_block",
+       {"key_bits=5", "value_bits=3"},
        "5-bit keys, 3-bit values, blocks of 32: (5.5 + 3.5) / 2 = q4_0's 4.5 bits per element"},
-      {"q3", "3.5 bits per element (no llama.cpp type)", 3.5, "turboquant_block",
+      {"q3",
+       "3.5 bits per element (no llama.cpp type)",
+       3.5,
+       "turboquant_block",
        {"key_bits=3", "value_bits=3", "value_block=64", "mean_rows=256", "sink_rows=1", "key_mean_segment=256"},
        "3-bit keys (blocks of 32), 3-bit values (blocks of 64), per-channel means and the first "
        "position in f16 paid by the values' larger blocks: (3.5 + 3.25) / 2 bits + 2 f16 mean rows "

@@ -14,12 +14,12 @@
 namespace veloxquant {
 
 struct KvPreset {
-  std::string name;            // "q4"
-  std::string size_of;         // what its size matches: "llama.cpp q4_0 K+V"
-  double bits_per_element;     // the size budget, bits per cached key/value element (4.5)
-  std::string method;          // registry method it resolves to
+  std::string name;               // "q4"
+  std::string size_of;            // what its size matches: "llama.cpp q4_0 K+V"
+  double bits_per_element;        // the size budget, bits per cached key/value element (4.5)
+  std::string method;             // registry method it resolves to
   std::vector<std::string> sets;  // FIELD=VALUE assignments on top of the defaults
-  std::string why;             // one line: what was measured
+  std::string why;                // one line: what was measured
 };
 
 const std::vector<KvPreset>& kv_presets();

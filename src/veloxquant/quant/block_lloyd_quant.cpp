@@ -28,7 +28,6 @@ namespace {
 // Buckets per level: enough that a search from the bucket's start crosses a boundary or two.
 constexpr int kBucketsPerLevel = 4;
 
-
 void check_bits(int bits) {
   if (bits < 1 || bits > 8) {
     throw QuantizerConfigError("turboquant_block: bits must lie in [1, 8], got " + std::to_string(bits));
@@ -80,16 +79,20 @@ BlockLevelTable solve_block_levels(int bits, int block_size) {
   for (std::size_t i = 0; i < y.size(); ++i) prefix[i + 1] = prefix[i] + y[i];
   const int half = std::max(1, (1 << bits) / 2);  // positive levels (bits = 1: one, mirrored)
   std::vector<double> c(static_cast<std::size_t>(half));
-  for (int k = 0; k < half; ++k) c[static_cast<std::size_t>(k)] = y[static_cast<std::size_t>((k + 0.5) / half * static_cast<double>(y.size()))];
+  for (int k = 0; k < half; ++k)
+    c[static_cast<std::size_t>(k)] = y[static_cast<std::size_t>((k + 0.5) / half * static_cast<double>(y.size()))];
   for (int iteration = 0; iteration < 2000; ++iteration) {
     double largest_move = 0.0;
     std::size_t lo = 0;
     for (int k = 0; k < half; ++k) {
       // Cell k holds the sample values below the midpoint to the next level.
-      const std::size_t hi = k + 1 < half ? static_cast<std::size_t>(
-                                                std::upper_bound(y.begin(), y.end(), 0.5 * (c[static_cast<std::size_t>(k)] + c[static_cast<std::size_t>(k) + 1])) -
-                                                y.begin())
-                                          : y.size();
+      const std::size_t hi =
+          k + 1 < half
+              ? static_cast<std::size_t>(
+                    std::upper_bound(y.begin(), y.end(),
+                                     0.5 * (c[static_cast<std::size_t>(k)] + c[static_cast<std::size_t>(k) + 1])) -
+                    y.begin())
+              : y.size();
       if (hi > lo) {
         const double centroid = (prefix[hi] - prefix[lo]) / static_cast<double>(hi - lo);
         largest_move = std::max(largest_move, std::fabs(centroid - c[static_cast<std::size_t>(k)]));
@@ -121,10 +124,14 @@ BlockLevelTable even_levels(int bits) {
 
 int block_index(int block_size) {
   switch (block_size) {
-    case 32: return 0;
-    case 64: return 1;
-    case 128: return 2;
-    case 256: return 3;
+    case 32:
+      return 0;
+    case 64:
+      return 1;
+    case 128:
+      return 2;
+    case 256:
+      return 3;
     default:
       throw QuantizerConfigError("turboquant_block: block size must be 32, 64, 128 or 256, got " +
                                  std::to_string(block_size));
@@ -141,8 +148,9 @@ const BlockLevelTable& level_table(int bits, int block_size, BlockLloydQuantizer
   // Slots 0..35: Lloyd-Max levels per (bits, block); 36..44: evenly spaced levels per bits (they
   // do not depend on the block).
   const bool even = uses_even_levels(bits, levels);
-  const std::size_t slot = even ? 9 * 4 + static_cast<std::size_t>(bits)
-                                : static_cast<std::size_t>(bits) * 4 + static_cast<std::size_t>(block_index(block_size));
+  const std::size_t slot = even
+                               ? 9 * 4 + static_cast<std::size_t>(bits)
+                               : static_cast<std::size_t>(bits) * 4 + static_cast<std::size_t>(block_index(block_size));
   if (even) block_index(block_size);  // still refuses a bad block size
   static std::array<BlockLevelTable, 9 * 4 + 9> tables;
   static std::array<std::once_flag, 9 * 4 + 9> once;

@@ -34,7 +34,7 @@ struct BlockLevelTable;  // block_lloyd_quant.cpp: the solved levels of one (bit
 
 class BlockLloydQuantizer {
  public:
-  static constexpr int kBlockSize = 32;   // the default block (llama.cpp's block size)
+  static constexpr int kBlockSize = 32;  // the default block (llama.cpp's block size)
   static constexpr int kMaxBlockSize = 256;
   // From this width on the levels are evenly spaced, (2c - (2^b - 1)) / 2^b (block_lloyd_quant.cpp
   // says why); below it they are the block-normalized Lloyd-Max levels.
@@ -94,7 +94,7 @@ class BlockLloydQuantizer {
 // The levels for `bits` and `block_size` (solved once per process on a fixed seeded sample,
 // then cached).
 const std::vector<float>& block_levels(int bits, int block_size = BlockLloydQuantizer::kBlockSize,
-                                      BlockLloydQuantizer::Levels levels = BlockLloydQuantizer::Levels::kLloyd);
+                                       BlockLloydQuantizer::Levels levels = BlockLloydQuantizer::Levels::kLloyd);
 
 // "lloyd" or "uniform" (the turboquant_block option `levels`); throws QuantizerConfigError
 // naming the value otherwise.

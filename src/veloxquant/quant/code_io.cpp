@@ -2,8 +2,8 @@
 
 namespace veloxquant::quant::detail {
 
-void build_byte_lut(const float* q, std::size_t dim, int bits, const float* values,
-                    std::size_t stream_bytes, float* lut) {
+void build_byte_lut(const float* q, std::size_t dim, int bits, const float* values, std::size_t stream_bytes,
+                    float* lut) {
   const std::size_t per = 8 / static_cast<std::size_t>(bits);
   const unsigned mask = (1u << bits) - 1u;
   for (std::size_t p = 0; p < stream_bytes; ++p) {

@@ -33,7 +33,7 @@ inline bool byte_aligned_bits(int bits) { return bits == 1 || bits == 2 || bits 
 // lut[p * 256 + byte] = sum over the 8/b indices packed in byte p of q[j] * values[index]
 // (index j = p * 8/b + t); positions past `dim` (padding) contribute 0. One table read then
 // replaces 8/b multiply-adds when scoring.
-void build_byte_lut(const float* q, std::size_t dim, int bits, const float* values,
-                    std::size_t stream_bytes, float* lut);
+void build_byte_lut(const float* q, std::size_t dim, int bits, const float* values, std::size_t stream_bytes,
+                    float* lut);
 
 }  // namespace veloxquant::quant::detail

@@ -13,8 +13,7 @@ namespace veloxquant::quant {
 
 Kivi::Kivi(int dim, int bits, uint64_t /*seed: KIVI is deterministic*/, int group)
     : dim_((check_dim("kivi", dim), dim)), bits_((check_bits("kivi", bits, 1, 8), bits)), group_(group) {
-  if (group < 1)
-    throw QuantizerConfigError("kivi: group_size must be positive, got " + std::to_string(group));
+  if (group < 1) throw QuantizerConfigError("kivi: group_size must be positive, got " + std::to_string(group));
   groups_ = core::groups_per_row(static_cast<std::size_t>(dim), static_cast<std::size_t>(group));
   code_index_bytes_ = core::dense_bytes(static_cast<std::size_t>(dim), bits);
 }
@@ -46,7 +45,8 @@ void Kivi::decode(const uint8_t* codes, std::size_t n, float* out) const {
     const uint8_t* code = codes + i * code_bytes();
     core::unpack_dense(code, d, bits_, idx.data());
     for (std::size_t g = 0; g < groups_; ++g)
-      params[g] = {detail::read_u16(code + code_index_bytes_ + 4 * g), detail::read_u16(code + code_index_bytes_ + 4 * g + 2)};
+      params[g] = {detail::read_u16(code + code_index_bytes_ + 4 * g),
+                   detail::read_u16(code + code_index_bytes_ + 4 * g + 2)};
     core::dequantize_per_token(idx.data(), 1, d, static_cast<std::size_t>(group_), params.data(), out + i * d);
   }
 }

@@ -44,8 +44,10 @@ NsnCodebook::NsnCodebook(uint64_t seed, int entries, int dim, int stages)
   if (entries < 2 || entries > 256) {
     throw QuantizerConfigError("nsn_codebook_size must lie in [2, 256], got " + std::to_string(entries));
   }
-  if (dim < 1 || dim > 64) throw QuantizerConfigError("nsn_subvector_dim must lie in [1, 64], got " + std::to_string(dim));
-  if (stages < 1 || stages > 8) throw QuantizerConfigError("nsnquant: stages must lie in [1, 8], got " + std::to_string(stages));
+  if (dim < 1 || dim > 64)
+    throw QuantizerConfigError("nsn_subvector_dim must lie in [1, 64], got " + std::to_string(dim));
+  if (stages < 1 || stages > 8)
+    throw QuantizerConfigError("nsnquant: stages must lie in [1, 8], got " + std::to_string(stages));
   const int64_t n = std::max(kMinSamples, kSamplesPerEntry * entries);
   const std::size_t d = static_cast<std::size_t>(dim), k_count = static_cast<std::size_t>(entries);
   std::vector<float> target(static_cast<std::size_t>(n) * d);
@@ -95,7 +97,8 @@ NsnCodebook::NsnCodebook(uint64_t seed, int entries, int dim, int stages)
   for (int s = 0; s < stages; ++s) {
     for (std::size_t k = 0; k < k_count; ++k) {
       for (std::size_t e = 0; e < d; ++e) {
-        words_t_[(static_cast<std::size_t>(s) * d + e) * k_count + k] = words_[(static_cast<std::size_t>(s) * k_count + k) * d + e];
+        words_t_[(static_cast<std::size_t>(s) * d + e) * k_count + k] =
+            words_[(static_cast<std::size_t>(s) * k_count + k) * d + e];
       }
     }
   }

@@ -25,14 +25,15 @@ class NsnCodebook {
   int dim() const { return dim_; }
   int stages() const { return stages_; }
   const float* codeword(int stage, int index) const {
-    return words_.data() + (static_cast<std::size_t>(stage) * static_cast<std::size_t>(entries_) +
-                            static_cast<std::size_t>(index)) * static_cast<std::size_t>(dim_);
+    return words_.data() +
+           (static_cast<std::size_t>(stage) * static_cast<std::size_t>(entries_) + static_cast<std::size_t>(index)) *
+               static_cast<std::size_t>(dim_);
   }
   // Stage `stage`'s codewords transposed, [dim, entries] (coordinate e of every codeword
   // contiguous): a query's lookup-table row is then `dim` passes over contiguous floats.
   const float* transposed(int stage) const {
-    return words_t_.data() + static_cast<std::size_t>(stage) * static_cast<std::size_t>(entries_) *
-                                 static_cast<std::size_t>(dim_);
+    return words_t_.data() +
+           static_cast<std::size_t>(stage) * static_cast<std::size_t>(entries_) * static_cast<std::size_t>(dim_);
   }
   // The codeword of `stage` nearest to x (dim floats): squared distance summed in float in
   // coordinate order, ties to the lower index — the rule the card and the test reference state.

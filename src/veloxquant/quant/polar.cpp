@@ -30,9 +30,9 @@ Polar::Polar(int dim, int bits, uint64_t seed)
   for (int level = 1; level <= kLevels; ++level) {
     const int b = level == 1 ? bits + 2 : bits;
     level_bits_[level - 1] = b;
-    const core::Codebook& book =
-        level == 1 ? core::lloyd_max_codebook(core::Distribution::kUniformAngle, 0, b)
-                   : core::lloyd_max_codebook(core::Distribution::kPolarAngle, 1 << (level - 1), b);
+    const core::Codebook& book = level == 1
+                                     ? core::lloyd_max_codebook(core::Distribution::kUniformAngle, 0, b)
+                                     : core::lloyd_max_codebook(core::Distribution::kPolarAngle, 1 << (level - 1), b);
     boundaries_[level - 1] = &book.boundaries;
     for (float c : book.centroids) {
       cos_[level - 1].push_back(std::cos(c));

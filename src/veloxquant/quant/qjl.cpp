@@ -58,7 +58,8 @@ Qjl::Qjl(int dim, int bits, uint64_t seed, int jl_dim)
     : dim_((check_dim("qjl", dim), dim)),
       bits_((check_bits("qjl", bits, 1, 8), bits)),
       sketch_(dim, jl_dim > 0 ? jl_dim : bits * dim, seed) {
-  if (jl_dim < 0) throw QuantizerConfigError("qjl: jl_dim must be positive (0 = default), got " + std::to_string(jl_dim));
+  if (jl_dim < 0)
+    throw QuantizerConfigError("qjl: jl_dim must be positive (0 = default), got " + std::to_string(jl_dim));
 }
 
 void Qjl::encode(const float* x, std::size_t n, uint8_t* codes) const {

@@ -109,8 +109,7 @@ QuantEvalResult evaluate_quantizer(const Quantizer& quantizer, std::size_t n, ui
   return r;
 }
 
-QuantEvalResult evaluate_quantizer(const std::string& method, int bits, int dim, std::size_t n,
-                                   uint64_t seed) {
+QuantEvalResult evaluate_quantizer(const std::string& method, int bits, int dim, std::size_t n, uint64_t seed) {
   const auto quantizer = make_quantizer(method, dim, bits, seed);
   return evaluate_quantizer(*quantizer, n, seed);
 }

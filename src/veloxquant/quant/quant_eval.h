@@ -38,7 +38,6 @@ struct QuantEvalResult {
 
 // Data seed and quantizer seed are both `seed` (through independent derived streams).
 QuantEvalResult evaluate_quantizer(const Quantizer& quantizer, std::size_t n, uint64_t seed);
-QuantEvalResult evaluate_quantizer(const std::string& method, int bits, int dim, std::size_t n,
-                                   uint64_t seed);
+QuantEvalResult evaluate_quantizer(const std::string& method, int bits, int dim, std::size_t n, uint64_t seed);
 
 }  // namespace veloxquant::quant

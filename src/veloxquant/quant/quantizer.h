@@ -25,21 +25,19 @@ class Quantizer {
   virtual ~Quantizer() = default;
   virtual std::string method() const = 0;
   virtual int dim() const = 0;
-  virtual int bits() const = 0;                  // the method's nominal bit width
-  virtual std::size_t code_bytes() const = 0;    // exact bytes of one encoded vector
+  virtual int bits() const = 0;                // the method's nominal bit width
+  virtual std::size_t code_bytes() const = 0;  // exact bytes of one encoded vector
   // codes: n rows of code_bytes(); x and out: n rows of dim() floats.
   virtual void encode(const float* x, std::size_t n, uint8_t* codes) const = 0;
   virtual void decode(const uint8_t* codes, std::size_t n, float* out) const = 0;
   virtual PreparedQuery prepare_query(const float* query) const = 0;
   // scores[i] = estimate of <query, x_i> for the n codes.
-  virtual void score(const PreparedQuery& query, const uint8_t* codes, std::size_t n,
-                     float* scores) const = 0;
+  virtual void score(const PreparedQuery& query, const uint8_t* codes, std::size_t n, float* scores) const = 0;
 };
 
 // The quantizer family by name: turboquant_mse, turboquant_prod, qjl, turboquant_rvq, polar,
 // rabitq, kivi. Throws QuantizerConfigError naming the bad method, dim or bits.
-std::unique_ptr<Quantizer> make_quantizer(const std::string& method, int dim, int bits,
-                                          uint64_t seed);
+std::unique_ptr<Quantizer> make_quantizer(const std::string& method, int dim, int bits, uint64_t seed);
 const std::vector<std::string>& quantizer_methods();
 
 // Shared validation: throws QuantizerConfigError naming the value.

@@ -14,8 +14,8 @@ void check_dim(const std::string& method, int dim) {
 
 void check_bits(const std::string& method, int bits, int lo, int hi) {
   if (bits < lo || bits > hi)
-    throw QuantizerConfigError(method + ": bit_width must be in " + std::to_string(lo) + ".." +
-                               std::to_string(hi) + ", got " + std::to_string(bits));
+    throw QuantizerConfigError(method + ": bit_width must be in " + std::to_string(lo) + ".." + std::to_string(hi) +
+                               ", got " + std::to_string(bits));
 }
 
 }  // namespace veloxquant::quant

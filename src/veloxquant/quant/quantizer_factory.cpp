@@ -15,7 +15,7 @@ namespace veloxquant::quant {
 
 const std::vector<std::string>& quantizer_methods() {
   static const std::vector<std::string> names = {"turboquant_mse", "turboquant_prod", "qjl", "turboquant_rvq",
-                                                 "polar", "rabitq", "kivi"};
+                                                 "polar",          "rabitq",          "kivi"};
   return names;
 }
 

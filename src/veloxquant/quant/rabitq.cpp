@@ -134,8 +134,8 @@ PreparedQuery RaBitQ::prepare_query(const float* query) const {
   rotation_.forward(query, prepared.rotated.data());
   if (detail::byte_aligned_bits(bits_)) {
     prepared.lut.resize(index_bytes_ * 256);
-    detail::build_byte_lut(prepared.rotated.data(), static_cast<std::size_t>(dim_), bits_, levels_.data(),
-                           index_bytes_, prepared.lut.data());
+    detail::build_byte_lut(prepared.rotated.data(), static_cast<std::size_t>(dim_), bits_, levels_.data(), index_bytes_,
+                           prepared.lut.data());
   }
   return prepared;
 }

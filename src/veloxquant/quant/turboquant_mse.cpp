@@ -60,8 +60,8 @@ void TurboQuantMse::decode(const uint8_t* codes, std::size_t n, float* out) cons
 void TurboQuantMse::fill_lut(PreparedQuery& query) const {
   if (!detail::byte_aligned_bits(bits_)) return;
   query.lut.resize(index_bytes_ * 256);
-  detail::build_byte_lut(query.rotated.data(), static_cast<std::size_t>(dim_), bits_,
-                         codebook_->centroids.data(), index_bytes_, query.lut.data());
+  detail::build_byte_lut(query.rotated.data(), static_cast<std::size_t>(dim_), bits_, codebook_->centroids.data(),
+                         index_bytes_, query.lut.data());
 }
 
 PreparedQuery TurboQuantMse::prepare_query(const float* query) const {
@@ -83,8 +83,7 @@ float TurboQuantMse::score_indices(const PreparedQuery& query, const uint8_t* pa
   return sum;
 }
 
-void TurboQuantMse::score(const PreparedQuery& query, const uint8_t* codes, std::size_t n,
-                          float* scores) const {
+void TurboQuantMse::score(const PreparedQuery& query, const uint8_t* codes, std::size_t n, float* scores) const {
   for (std::size_t i = 0; i < n; ++i) {
     const uint8_t* code = codes + i * code_bytes();
     scores[i] = base::bf16_to_f32(detail::read_u16(code + index_bytes_)) * score_indices(query, code);

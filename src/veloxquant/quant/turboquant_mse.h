@@ -23,8 +23,7 @@ class TurboQuantMse final : public Quantizer {
   void encode(const float* x, std::size_t n, uint8_t* codes) const override;
   void decode(const uint8_t* codes, std::size_t n, float* out) const override;
   PreparedQuery prepare_query(const float* query) const override;
-  void score(const PreparedQuery& query, const uint8_t* codes, std::size_t n,
-             float* scores) const override;
+  void score(const PreparedQuery& query, const uint8_t* codes, std::size_t n, float* scores) const override;
 
   // The pieces turboquant_prod reuses: the rotated, unit-normalised vector and its indices.
   // Returns the norm; writes r = Pi (x / norm) and the dense-packed indices.

@@ -82,8 +82,7 @@ PreparedQuery TurboQuantProd::prepare_query(const float* query) const {
   return prepared;
 }
 
-void TurboQuantProd::score(const PreparedQuery& query, const uint8_t* codes, std::size_t n,
-                           float* scores) const {
+void TurboQuantProd::score(const PreparedQuery& query, const uint8_t* codes, std::size_t n, float* scores) const {
   const std::size_t ib = mse_.index_bytes(), sb = sketch_.sign_bytes();
   const float* sign_lut = query.lut.data() + query.lut_offset;
   for (std::size_t i = 0; i < n; ++i) {

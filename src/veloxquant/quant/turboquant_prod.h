@@ -28,8 +28,7 @@ class TurboQuantProd final : public Quantizer {
   void encode(const float* x, std::size_t n, uint8_t* codes) const override;
   void decode(const uint8_t* codes, std::size_t n, float* out) const override;
   PreparedQuery prepare_query(const float* query) const override;
-  void score(const PreparedQuery& query, const uint8_t* codes, std::size_t n,
-             float* scores) const override;
+  void score(const PreparedQuery& query, const uint8_t* codes, std::size_t n, float* scores) const override;
 
  private:
   int bits_;

@@ -33,9 +33,9 @@ TurboQuantRvq::TurboQuantRvq(int dim, int bits, uint64_t seed, RvqStage2Scale st
       stream_bytes_(core::dense_bytes(static_cast<std::size_t>(dim), bits)),
       rotation_(dim, seed),
       stage1_(&core::lloyd_max_codebook(core::coordinate_distribution(dim), dim, bits)),
-      stage2_(&core::lloyd_max_codebook(stage2 == RvqStage2Scale::kMatched ? core::Distribution::kLaplacianMatched
-                                                                           : core::Distribution::kLaplacian,
-                                        dim, bits)),
+      stage2_(&core::lloyd_max_codebook(
+          stage2 == RvqStage2Scale::kMatched ? core::Distribution::kLaplacianMatched : core::Distribution::kLaplacian,
+          dim, bits)),
       byte_lut_(bits == 1 || bits == 2 || bits == 4 || bits == 8) {}
 
 std::size_t TurboQuantRvq::accounted_bytes_per_vector() const {
@@ -83,8 +83,8 @@ void TurboQuantRvq::encode_streams(const float* x, std::size_t n, uint8_t* stage
     encode_one(x + i * d, stage1 + i * stream_bytes_, stage2 + i * stream_bytes_, norms_bf16 + i);
 }
 
-void TurboQuantRvq::decode_streams(const uint8_t* stage1, const uint8_t* stage2,
-                                   const uint16_t* norms_bf16, std::size_t n, float* out) const {
+void TurboQuantRvq::decode_streams(const uint8_t* stage1, const uint8_t* stage2, const uint16_t* norms_bf16,
+                                   std::size_t n, float* out) const {
   const auto d = static_cast<std::size_t>(dim_);
   for (std::size_t i = 0; i < n; ++i)
     decode_one(stage1 + i * stream_bytes_, stage2 + i * stream_bytes_, norms_bf16[i], out + i * d);
@@ -129,9 +129,8 @@ float TurboQuantRvq::score_one(const PreparedQuery& query, const uint8_t* s1, co
   return norm * sum;
 }
 
-void TurboQuantRvq::score_streams(const PreparedQuery& query, const uint8_t* stage1,
-                                  const uint8_t* stage2, const uint16_t* norms_bf16, std::size_t n,
-                                  float* scores) const {
+void TurboQuantRvq::score_streams(const PreparedQuery& query, const uint8_t* stage1, const uint8_t* stage2,
+                                  const uint16_t* norms_bf16, std::size_t n, float* scores) const {
   for (std::size_t i = 0; i < n; ++i)
     scores[i] = score_one(query, stage1 + i * stream_bytes_, stage2 + i * stream_bytes_, norms_bf16[i]);
 }
@@ -157,8 +156,7 @@ void TurboQuantRvq::decode(const uint8_t* codes, std::size_t n, float* out) cons
   }
 }
 
-void TurboQuantRvq::score(const PreparedQuery& query, const uint8_t* codes, std::size_t n,
-                          float* scores) const {
+void TurboQuantRvq::score(const PreparedQuery& query, const uint8_t* codes, std::size_t n, float* scores) const {
   const std::size_t stride = code_bytes();
   if (byte_lut_) {
     // [stage1 | stage2] is contiguous here: one pass over 2 * stream_bytes table reads.

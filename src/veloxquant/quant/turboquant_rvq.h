@@ -50,25 +50,22 @@ class TurboQuantRvq final : public Quantizer {
   // ceil(2 * d * b / 8) + 2: the original's compressed_key_bytes per vector.
   std::size_t accounted_bytes_per_vector() const;
   // x: [n, dim] -> stage1 [n, stream_bytes], stage2 [n, stream_bytes], norms [n] (bf16 bits).
-  void encode_streams(const float* x, std::size_t n, uint8_t* stage1, uint8_t* stage2,
-                      uint16_t* norms_bf16) const;
-  void decode_streams(const uint8_t* stage1, const uint8_t* stage2, const uint16_t* norms_bf16,
-                      std::size_t n, float* out) const;
+  void encode_streams(const float* x, std::size_t n, uint8_t* stage1, uint8_t* stage2, uint16_t* norms_bf16) const;
+  void decode_streams(const uint8_t* stage1, const uint8_t* stage2, const uint16_t* norms_bf16, std::size_t n,
+                      float* out) const;
   // scores[i] = <q, x_hat_i> from the streams (query prepared once by prepare_query).
   void score_streams(const PreparedQuery& query, const uint8_t* stage1, const uint8_t* stage2,
                      const uint16_t* norms_bf16, std::size_t n, float* scores) const;
   // The same score for one vector, with the streams at arbitrary addresses (a cache that keeps
   // per-head rows apart).
-  float score_one(const PreparedQuery& query, const uint8_t* stage1, const uint8_t* stage2,
-                  uint16_t norm_bf16) const;
+  float score_one(const PreparedQuery& query, const uint8_t* stage1, const uint8_t* stage2, uint16_t norm_bf16) const;
 
   // --- Quantizer interface: code = [stage1 | stage2 | norm bf16 (2 bytes, little-endian)] ---
   std::size_t code_bytes() const override { return 2 * stream_bytes_ + 2; }
   void encode(const float* x, std::size_t n, uint8_t* codes) const override;
   void decode(const uint8_t* codes, std::size_t n, float* out) const override;
   PreparedQuery prepare_query(const float* query) const override;
-  void score(const PreparedQuery& query, const uint8_t* codes, std::size_t n,
-             float* scores) const override;
+  void score(const PreparedQuery& query, const uint8_t* codes, std::size_t n, float* scores) const override;
 
   const core::Rotation& rotation() const { return rotation_; }
   const core::Codebook& stage1_codebook() const { return *stage1_; }

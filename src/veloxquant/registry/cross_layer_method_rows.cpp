@@ -27,15 +27,18 @@ MethodDescriptor xquant_row() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.trimmable = true, .needs_coordinator = true, .real_compression = true};
-  m.blurb = "Cross-layer: the anchor layer's token-axis group codes are reused by the next "
-            "layers of its group, each with its own scale/zero and a quantized residual";
-  m.paper = "XQuant: Achieving Ultra-Low Bit KV Cache Quantization with Cross-Layer Compression "
-            "(Yang et al., EMNLP 2025, arXiv 2510.11236)";
-  m.deviations = "Codes bit-packed and held once (reuse layers share the anchor's buffer), params "
-                 "fp32 as the original. Token groups aligned to absolute positions and quantized "
-                 "when complete; the incomplete last group stays in the input dtype (the original "
-                 "pads each call's tokens to whole groups). Reuse layers that find no published "
-                 "codes (prompt-cache load) quantize their own.";
+  m.blurb =
+      "Cross-layer: the anchor layer's token-axis group codes are reused by the next "
+      "layers of its group, each with its own scale/zero and a quantized residual";
+  m.paper =
+      "XQuant: Achieving Ultra-Low Bit KV Cache Quantization with Cross-Layer Compression "
+      "(Yang et al., EMNLP 2025, arXiv 2510.11236)";
+  m.deviations =
+      "Codes bit-packed and held once (reuse layers share the anchor's buffer), params "
+      "fp32 as the original. Token groups aligned to absolute positions and quantized "
+      "when complete; the incomplete last group stays in the input dtype (the original "
+      "pads each call's tokens to whole groups). Reuse layers that find no published "
+      "codes (prompt-cache load) quantize their own.";
   m.docs = "docs/methods/xquant.md";
   m.generic_fields = {"head_dim"};
   m.fields = {
@@ -61,7 +64,8 @@ MethodDescriptor xquant_row() {
         cross_layer::xquant_roles(n_attention_layers, o.xquant_group_size));
     const uint64_t wiring_id = cross_layer::new_wiring_id();
     auto coordinator = std::make_shared<XQuantCoordinator>(o.xquant_max_ctx, "xquant_max_ctx");
-    return [roles, coordinator, wiring_id](const KVCacheConfig& layer, std::size_t attention_index) -> std::shared_ptr<lm::KVCache> {
+    return [roles, coordinator, wiring_id](const KVCacheConfig& layer,
+                                           std::size_t attention_index) -> std::shared_ptr<lm::KVCache> {
       const XQuantOptions& lo = layer.xquant;
       return std::make_shared<XQuantCache>(lo.xquant_base_bits, lo.xquant_residual_bits, lo.xquant_group_quant_size,
                                            roles->at(attention_index), coordinator, wiring_id);
@@ -76,13 +80,16 @@ MethodDescriptor minicache_row() {
   m.family = "hybrid";
   m.is_servable = true;
   m.capabilities = {.trimmable = true, .needs_coordinator = true};
-  m.blurb = "Cross-layer: deep adjacent layers keep their magnitudes and a SLERP-merged direction; "
-            "dissimilar tokens are retained";
-  m.paper = "MiniCache: KV Cache Compression in Depth Dimension for Large Language Models "
-            "(Liu et al., NeurIPS 2024, arXiv 2405.14366)";
-  m.deviations = "As the original, the primary layer stays lossless and only the merge layer's "
-                 "vectors change; rows are stored in the input dtype, so resident memory equals "
-                 "the full cache (the original's saving is accounting only).";
+  m.blurb =
+      "Cross-layer: deep adjacent layers keep their magnitudes and a SLERP-merged direction; "
+      "dissimilar tokens are retained";
+  m.paper =
+      "MiniCache: KV Cache Compression in Depth Dimension for Large Language Models "
+      "(Liu et al., NeurIPS 2024, arXiv 2405.14366)";
+  m.deviations =
+      "As the original, the primary layer stays lossless and only the merge layer's "
+      "vectors change; rows are stored in the input dtype, so resident memory equals "
+      "the full cache (the original's saving is accounting only).";
   m.docs = "docs/methods/minicache.md";
   m.generic_fields = {"head_dim"};
   m.fields = {
@@ -115,10 +122,12 @@ MethodDescriptor minicache_row() {
         cross_layer::minicache_roles(n_attention_layers, o.minicache_start_frac, o.minicache_group_size));
     const uint64_t wiring_id = cross_layer::new_wiring_id();
     auto coordinator = std::make_shared<MiniCacheCoordinator>(o.minicache_max_ctx, "minicache_max_ctx");
-    return [roles, coordinator, wiring_id](const KVCacheConfig& layer, std::size_t attention_index) -> std::shared_ptr<lm::KVCache> {
+    return [roles, coordinator, wiring_id](const KVCacheConfig& layer,
+                                           std::size_t attention_index) -> std::shared_ptr<lm::KVCache> {
       const MiniCacheOptions& lo = layer.minicache;
       return std::make_shared<MiniCacheCache>(
-          MiniCacheMergeOptions{static_cast<float>(lo.minicache_retention_threshold), static_cast<float>(lo.minicache_slerp_t)},
+          MiniCacheMergeOptions{static_cast<float>(lo.minicache_retention_threshold),
+                                static_cast<float>(lo.minicache_slerp_t)},
           roles->at(attention_index), coordinator, wiring_id);
     };
   };

@@ -24,11 +24,10 @@
 namespace veloxquant {
 
 std::vector<MethodDescriptor> eviction_method_rows() {
-  return {snapkv_method(), streaming_llm_method(), h2o_method(),      tova_method(),
-          pyramidkv_method(), knorm_method(),        keyformer_method(), kvzip_method(),
-          cam_method(),       morphkv_method(),      chunkkv_method(),   qfilters_method(),
-          squeeze_method(),   curdkv_method(),       nestedkv_method(),
-          rocketkv_method()};
+  return {snapkv_method(),    streaming_llm_method(), h2o_method(),       tova_method(),
+          pyramidkv_method(), knorm_method(),         keyformer_method(), kvzip_method(),
+          cam_method(),       morphkv_method(),       chunkkv_method(),   qfilters_method(),
+          squeeze_method(),   curdkv_method(),        nestedkv_method(),  rocketkv_method()};
 }
 
 }  // namespace veloxquant

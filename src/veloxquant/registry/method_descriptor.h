@@ -15,11 +15,11 @@
 namespace veloxquant {
 
 struct MethodCapabilities {
-  bool trimmable = false;          // trim(n) rolls back exactly (spec §2.1 issue #623)
-  bool fused_attention = false;    // attends over its own compressed storage
-  bool needs_coordinator = false;  // cross-layer methods share one coordinator per for_model
+  bool trimmable = false;               // trim(n) rolls back exactly (spec §2.1 issue #623)
+  bool fused_attention = false;         // attends over its own compressed storage
+  bool needs_coordinator = false;       // cross-layer methods share one coordinator per for_model
   bool accepts_bit_width_list = false;  // the cache itself takes a list (the original: vecinfer)
-  bool real_compression = false;   // nbytes shrinks for real (packed codes), not accounting
+  bool real_compression = false;        // nbytes shrinks for real (packed codes), not accounting
   // fused attention reads a query-dependent subset of the stored rows (rocketkv's stage 2), so
   // it differs on purpose from attention over every row update_and_fetch returns
   bool sparse_attention = false;

@@ -10,8 +10,7 @@ namespace veloxquant {
 std::vector<MethodDescriptor> build_method_table();
 
 bool is_standalone_method(std::string_view name) {
-  return std::find(STANDALONE_METHODS.begin(), STANDALONE_METHODS.end(), name) !=
-         STANDALONE_METHODS.end();
+  return std::find(STANDALONE_METHODS.begin(), STANDALONE_METHODS.end(), name) != STANDALONE_METHODS.end();
 }
 
 const std::vector<MethodDescriptor>& method_registry() {

@@ -13,8 +13,8 @@ namespace veloxquant {
 
 // The research quantizers with their own append/attend interface (spec §2.4, §4.4): refused by
 // for_model and the patches, built only by KVCacheBuilder::build().
-inline constexpr std::array<std::string_view, 5> STANDALONE_METHODS = {
-    "turboquant_prod", "turboquant_mse", "polar", "qjl", "spectral"};
+inline constexpr std::array<std::string_view, 5> STANDALONE_METHODS = {"turboquant_prod", "turboquant_mse", "polar",
+                                                                       "qjl", "spectral"};
 bool is_standalone_method(std::string_view name);
 
 // Every registered method, servable ones first, then by name (the order `methods` prints).

@@ -35,8 +35,7 @@ std::vector<const FieldSpec*> method_fields(const MethodDescriptor& m) {
 
 void check_family_name(const std::string& family) {
   if (family != "quantization" && family != "eviction" && family != "hybrid") {
-    throw QuantizerConfigError("unknown family '" + family +
-                               "'; valid families: quantization, eviction, hybrid");
+    throw QuantizerConfigError("unknown family '" + family + "'; valid families: quantization, eviction, hybrid");
   }
 }
 
@@ -93,8 +92,7 @@ std::string methods_text(const MethodFilter& filter) {
   for (const MethodDescriptor& m : method_registry()) {
     if (!selected(m, filter)) continue;
     out << (m.is_servable ? "  " : "✗ ") << m.name << "  [" << m.family << "]"
-        << (m.is_servable ? "" : " standalone (not servable)")
-        << (m.capabilities.trimmable ? " trimmable" : "")
+        << (m.is_servable ? "" : " standalone (not servable)") << (m.capabilities.trimmable ? " trimmable" : "")
         << (m.capabilities.fused_attention ? " fused-attention" : "") << "\n"
         << "    " << m.blurb << "\n"
         << "    paper: " << m.paper << "\n";
@@ -107,8 +105,8 @@ std::string methods_text(const MethodFilter& filter) {
   // Presets (--preset NAME on generate, eval, bench-host; --presets on bench-methods).
   out << "\npresets (--preset NAME): at most the size of a llama.cpp KV cache type\n";
   for (const KvPreset& p : kv_presets()) {
-    out << "  " << p.name << "  = " << kv_preset_settings(p) << "  (" << p.bits_per_element
-        << " bits/element, " << p.size_of << "): " << p.why << "\n";
+    out << "  " << p.name << "  = " << kv_preset_settings(p) << "  (" << p.bits_per_element << " bits/element, "
+        << p.size_of << "): " << p.why << "\n";
   }
   return out.str();
 }

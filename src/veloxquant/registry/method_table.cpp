@@ -37,15 +37,14 @@ namespace veloxquant {
 namespace {
 
 // The generic fields every standalone cache reads (capacity and sliding window are the ring).
-const std::vector<std::string> kStandaloneGeneric = {"head_dim", "bit_width_inlier", "seed",
-                                                     "capacity", "sliding_window"};
+const std::vector<std::string> kStandaloneGeneric = {"head_dim", "bit_width_inlier", "seed", "capacity",
+                                                     "sliding_window"};
 
 void require_bits_in(const KVCacheConfig& config, int lo, int hi) {
   const int bits = config.bit_width_inlier.scalar();
   if (bits < lo || bits > hi) {
-    throw QuantizerConfigError("bit_width_inlier for '" + config.method + "' must lie in [" +
-                               std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                               std::to_string(bits));
+    throw QuantizerConfigError("bit_width_inlier for '" + config.method + "' must lie in [" + std::to_string(lo) +
+                               ", " + std::to_string(hi) + "], got " + std::to_string(bits));
   }
 }
 
@@ -55,23 +54,25 @@ MethodDescriptor turboquant_rvq_row() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
-  m.blurb = "Rotation + two-stage residual Lloyd-Max (Gaussian then Laplacian), b bits each; "
-            "keys bit-packed with bf16 norms, fused attention from the codes";
-  m.paper = "TurboQuant: Online Vector Quantization with Near-optimal Distortion Rate "
-            "(Zandieh et al., ICLR 2026, arXiv 2504.19874), residual extension of VeloxQuant-MLX";
-  m.deviations = "Norms stored bf16 (the original's newest layout). New option rvq_value_bits "
-                 "(2..8) group-quantizes values; 0 keeps them in the input dtype as the original. "
-                 "Fused attention scores keys from the packed codes instead of dequantizing. "
-                 "Stage 2 uses a codebook matched to the stage-1 residual by default "
-                 "(rvq_stage2_scale=original restores the original's narrower one).";
+  m.blurb =
+      "Rotation + two-stage residual Lloyd-Max (Gaussian then Laplacian), b bits each; "
+      "keys bit-packed with bf16 norms, fused attention from the codes";
+  m.paper =
+      "TurboQuant: Online Vector Quantization with Near-optimal Distortion Rate "
+      "(Zandieh et al., ICLR 2026, arXiv 2504.19874), residual extension of VeloxQuant-MLX";
+  m.deviations =
+      "Norms stored bf16 (the original's newest layout). New option rvq_value_bits "
+      "(2..8) group-quantizes values; 0 keeps them in the input dtype as the original. "
+      "Fused attention scores keys from the packed codes instead of dequantizing. "
+      "Stage 2 uses a codebook matched to the stage-1 residual by default "
+      "(rvq_stage2_scale=original restores the original's narrower one).";
   m.docs = "docs/methods/turboquant_rvq.md";
   m.generic_fields = {"head_dim", "bit_width_inlier", "seed"};
-  m.fields = {option_field("rvq_value_bits", &KVCacheConfig::turboquant_rvq,
-                           &TurboQuantRvqOptions::rvq_value_bits,
+  m.fields = {option_field("rvq_value_bits", &KVCacheConfig::turboquant_rvq, &TurboQuantRvqOptions::rvq_value_bits,
                            "Value bits: 0 keeps values in the input dtype; 2..8 group-affine "
-                           "quantizes them per token (group 32)", 0, 8),
-              option_field("rvq_stage2_scale", &KVCacheConfig::turboquant_rvq,
-                           &TurboQuantRvqOptions::rvq_stage2_scale,
+                           "quantizes them per token (group 32)",
+                           0, 8),
+              option_field("rvq_stage2_scale", &KVCacheConfig::turboquant_rvq, &TurboQuantRvqOptions::rvq_stage2_scale,
                            "Stage-2 codebook: 'matched' to the stage-1 residual (default) or the "
                            "original's narrower 'original' scale")};
   m.validate = [](const KVCacheConfig& c) {
@@ -94,41 +95,45 @@ MethodDescriptor turboquant_block_row() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
-  m.blurb = "Randomized Hadamard rotation of keys and values, then blocks of 32 coordinates with "
-            "one f16 scale (MSE-searched) and b-bit Gaussian Lloyd-Max codes: b + 0.5 bits per "
-            "element, llama.cpp's q8_0/q5_0/q4_0 sizes at b = 8/5/4";
-  m.paper = "TurboQuant (Zandieh et al., arXiv 2504.19874) rotation + Lloyd-Max levels; QuaRot "
-            "(Ashkboos et al., arXiv 2404.00456) Hadamard + per-block scales";
-  m.deviations = "Own combination: TurboQuant keeps one norm per vector and no block scale; here "
-                 "each block of 32 rotated coordinates has an f16 scale chosen by MSE search. "
-                 "Keys and values have separate bit widths (key_bits, value_bits).";
+  m.blurb =
+      "Randomized Hadamard rotation of keys and values, then blocks of 32 coordinates with "
+      "one f16 scale (MSE-searched) and b-bit Gaussian Lloyd-Max codes: b + 0.5 bits per "
+      "element, llama.cpp's q8_0/q5_0/q4_0 sizes at b = 8/5/4";
+  m.paper =
+      "TurboQuant (Zandieh et al., arXiv 2504.19874) rotation + Lloyd-Max levels; QuaRot "
+      "(Ashkboos et al., arXiv 2404.00456) Hadamard + per-block scales";
+  m.deviations =
+      "Own combination: TurboQuant keeps one norm per vector and no block scale; here "
+      "each block of 32 rotated coordinates has an f16 scale chosen by MSE search. "
+      "Keys and values have separate bit widths (key_bits, value_bits).";
   m.docs = "docs/methods/turboquant_block.md";
   m.generic_fields = {"head_dim", "bit_width_inlier", "seed"};
-  m.fields = {option_field("key_bits", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::key_bits,
-                           "Key code bits per rotated coordinate (1..8); 0 = bit_width_inlier; a comma list gives "
-                           "one entry per attention layer", 0, 8),
-              option_field("value_bits", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::value_bits,
-                           "Value code bits per rotated coordinate (1..8); 0 = bit_width_inlier; a comma list gives "
-                           "one entry per attention layer", 0, 8),
-              option_field("mean_rows", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::mean_rows,
-                           "Subtract per-channel key/value means calibrated on the first call's rows "
-                           "1..N before rotating (0 = off); exact for attention, adds 2 f16 rows per head",
-                           0, 1 << 20),
-              option_field("key_block", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::key_block,
-                           "Rotated key coordinates per f16 scale: 32, 64, 128 or 256", 32, 256),
-              option_field("value_block", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::value_block,
-                           "Rotated value coordinates per f16 scale: 32, 64, 128 or 256", 32, 256),
-              option_field("sink_rows", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::sink_rows,
-                           "First positions kept exactly in f16 (attention sinks); costs 2 f16 rows each",
-                           0, 1 << 16),
-              option_field("key_mean_segment", &KVCacheConfig::turboquant_block,
-                           &TurboQuantBlockOptions::key_mean_segment,
-                           "Rows per key-mean segment (0 = one mean): each segment's keys are coded around the "
-                           "mean of the previous segment's decoded keys; needs mean_rows; one f16 row per segment",
-                           0, 1 << 20),
-              option_field("levels", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::levels,
-                           "Code levels below 7 bits: 'lloyd' (Lloyd-Max, default) or 'uniform' (evenly "
-                           "spaced: more error, attention reads the codes without a level lookup)")};
+  m.fields = {
+      option_field("key_bits", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::key_bits,
+                   "Key code bits per rotated coordinate (1..8); 0 = bit_width_inlier; a comma list gives "
+                   "one entry per attention layer",
+                   0, 8),
+      option_field("value_bits", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::value_bits,
+                   "Value code bits per rotated coordinate (1..8); 0 = bit_width_inlier; a comma list gives "
+                   "one entry per attention layer",
+                   0, 8),
+      option_field("mean_rows", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::mean_rows,
+                   "Subtract per-channel key/value means calibrated on the first call's rows "
+                   "1..N before rotating (0 = off); exact for attention, adds 2 f16 rows per head",
+                   0, 1 << 20),
+      option_field("key_block", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::key_block,
+                   "Rotated key coordinates per f16 scale: 32, 64, 128 or 256", 32, 256),
+      option_field("value_block", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::value_block,
+                   "Rotated value coordinates per f16 scale: 32, 64, 128 or 256", 32, 256),
+      option_field("sink_rows", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::sink_rows,
+                   "First positions kept exactly in f16 (attention sinks); costs 2 f16 rows each", 0, 1 << 16),
+      option_field("key_mean_segment", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::key_mean_segment,
+                   "Rows per key-mean segment (0 = one mean): each segment's keys are coded around the "
+                   "mean of the previous segment's decoded keys; needs mean_rows; one f16 row per segment",
+                   0, 1 << 20),
+      option_field("levels", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::levels,
+                   "Code levels below 7 bits: 'lloyd' (Lloyd-Max, default) or 'uniform' (evenly "
+                   "spaced: more error, attention reads the codes without a level lookup)")};
   // --bits matters only while one of the two follows it (on some layer, for per-layer lists).
   m.reads_bit_width = [](const KVCacheConfig& c) {
     const auto follows = [](const BitWidth& bits) {
@@ -163,12 +168,15 @@ MethodDescriptor kivi_row() {
   m.family = "quantization";
   m.is_servable = true;
   m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
-  m.blurb = "Asymmetric min/max group quantization: keys per channel, values per token; the "
-            "newest residual_length tokens stay full precision";
-  m.paper = "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache (Liu et al., ICML "
-            "2024, arXiv 2402.02750)";
-  m.deviations = "Codes bit-packed (the original stores dequantized fp16). Flush boundary "
-                 "floor(max(0, offset - residual_length) / group) * group as the original.";
+  m.blurb =
+      "Asymmetric min/max group quantization: keys per channel, values per token; the "
+      "newest residual_length tokens stay full precision";
+  m.paper =
+      "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache (Liu et al., ICML "
+      "2024, arXiv 2402.02750)";
+  m.deviations =
+      "Codes bit-packed (the original stores dequantized fp16). Flush boundary "
+      "floor(max(0, offset - residual_length) / group) * group as the original.";
   m.docs = "docs/methods/kivi.md";
   m.generic_fields = {"head_dim", "bit_width_inlier"};
   m.fields = {
@@ -193,13 +201,16 @@ MethodDescriptor turboquant_standalone_row(bool prod) {
   m.blurb = prod ? "Rotation + (b-1)-bit Lloyd-Max + 1-bit QJL of the residual: unbiased inner "
                    "products (standalone)"
                  : "Rotation + b-bit Lloyd-Max MSE quantizer (standalone)";
-  m.paper = "TurboQuant: Online Vector Quantization with Near-optimal Distortion Rate "
-            "(Zandieh et al., ICLR 2026, arXiv 2504.19874)";
-  m.deviations = "Values int8 per token as the original's standalone caches. Outlier two-stream: "
-                 "outlier channels int8 with a per-token f16 scale (bit_width_outlier not used).";
+  m.paper =
+      "TurboQuant: Online Vector Quantization with Near-optimal Distortion Rate "
+      "(Zandieh et al., ICLR 2026, arXiv 2504.19874)";
+  m.deviations =
+      "Values int8 per token as the original's standalone caches. Outlier two-stream: "
+      "outlier channels int8 with a per-token f16 scale (bit_width_outlier not used).";
   m.docs = "docs/methods/quant_" + m.name + ".md";
   m.generic_fields = kStandaloneGeneric;
-  for (const char* f : {"enable_outlier_two_stream", "n_outlier_channels", "n_calib_tokens"}) m.generic_fields.push_back(f);
+  for (const char* f : {"enable_outlier_two_stream", "n_outlier_channels", "n_calib_tokens"})
+    m.generic_fields.push_back(f);
   if (prod) m.generic_fields.push_back("jl_dim");
   // prod: b_mse = max(b - 1, 1) bits for the MSE stage (spec §2.4), so b = 1 is allowed too.
   m.validate = [](const KVCacheConfig& c) { require_bits_in(c, 1, 8); };
@@ -214,8 +225,9 @@ MethodDescriptor qjl_row() {
   m.is_servable = false;
   m.capabilities = {.real_compression = true};
   m.blurb = "Gaussian JL sketch of the key, 1-bit signs + norm; unbiased inner products (standalone)";
-  m.paper = "QJL: 1-Bit Quantized JL Transform for KV Cache Quantization with Zero Overhead "
-            "(Zandieh et al., AAAI 2025, arXiv 2406.03482)";
+  m.paper =
+      "QJL: 1-Bit Quantized JL Transform for KV Cache Quantization with Zero Overhead "
+      "(Zandieh et al., AAAI 2025, arXiv 2406.03482)";
   m.deviations = "Signs bit-packed (the original counts one byte per sign).";
   m.docs = "docs/methods/quant_qjl.md";
   m.generic_fields = {"head_dim", "seed", "capacity", "sliding_window", "jl_dim"};  // m = jl_dim or d
@@ -230,8 +242,9 @@ MethodDescriptor polar_row() {
   m.is_servable = false;
   m.capabilities = {.real_compression = true};
   m.blurb = "Recursive polar transform; angles quantized with per-level codebooks (standalone)";
-  m.paper = "PolarQuant: Quantizing KV Caches with Polar Transformation (Han et al., AISTATS "
-            "2026, arXiv 2502.02617)";
+  m.paper =
+      "PolarQuant: Quantizing KV Caches with Polar Transformation (Han et al., AISTATS "
+      "2026, arXiv 2502.02617)";
   m.deviations = "Angle codes bit-packed.";
   m.docs = "docs/methods/quant_polar.md";
   m.generic_fields = kStandaloneGeneric;
@@ -246,14 +259,17 @@ MethodDescriptor spectral_row() {
   m.family = "quantization";
   m.is_servable = false;
   m.capabilities = {.real_compression = true};
-  m.blurb = "PCA rotation calibrated on the first keys; signal directions kept at high precision, "
-            "noise directions coarsely quantized (+ QJL of the key noise) (standalone)";
-  m.paper = "SpectralQuant: 3% Is All You Need: Breaking TurboQuant's Compression Limit via "
-            "Spectral Structure (2026)";
-  m.deviations = "Own design from the paper's idea: second-moment PCA of the first "
-                 "spectral_calib_tokens keys; signal coordinates int8 per token, noise coordinates "
-                 "randomly rotated then b-bit Lloyd-Max with an f16 norm, plus optional QJL of the "
-                 "noise residual. Values int8 per token (spectral_val_d_eff not carried).";
+  m.blurb =
+      "PCA rotation calibrated on the first keys; signal directions kept at high precision, "
+      "noise directions coarsely quantized (+ QJL of the key noise) (standalone)";
+  m.paper =
+      "SpectralQuant: 3% Is All You Need: Breaking TurboQuant's Compression Limit via "
+      "Spectral Structure (2026)";
+  m.deviations =
+      "Own design from the paper's idea: second-moment PCA of the first "
+      "spectral_calib_tokens keys; signal coordinates int8 per token, noise coordinates "
+      "randomly rotated then b-bit Lloyd-Max with an f16 norm, plus optional QJL of the "
+      "noise residual. Values int8 per token (spectral_val_d_eff not carried).";
   m.docs = "docs/methods/spectral.md";
   m.generic_fields = kStandaloneGeneric;
   m.generic_fields.push_back("jl_dim");
@@ -264,8 +280,7 @@ MethodDescriptor spectral_row() {
                    "Add a 1-bit QJL sketch of the key noise residual (unbiased scores)"),
       option_field("spectral_model_name", &KVCacheConfig::spectral, &SpectralOptions::spectral_model_name,
                    "Label of the calibration source (echoed in reports)"),
-      option_field("spectral_calib_tokens", &KVCacheConfig::spectral,
-                   &SpectralOptions::spectral_calib_tokens,
+      option_field("spectral_calib_tokens", &KVCacheConfig::spectral, &SpectralOptions::spectral_calib_tokens,
                    "First keys observed before the PCA rotation is fixed", 1),
   };
   m.validate = [](const KVCacheConfig& c) { require_bits_in(c, 1, 8); };
@@ -276,19 +291,31 @@ MethodDescriptor spectral_row() {
 }  // namespace
 
 std::vector<MethodDescriptor> build_method_table() {
-  std::vector<MethodDescriptor> rows = {turboquant_rvq_row(),           turboquant_block_row(),
-                                        kivi_row(),                      kivi_sink_method(),
-                                        kvquant_method(),                zipcache_method(),
-                                        gear_method(),                   kitty_method(),
-                                        age_tiered_method(),             svdq_method(),
-                                        skvq_method(),                   nsnquant_method(),
-                                        adakv_method(),                  cachegen_method(),
+  std::vector<MethodDescriptor> rows = {turboquant_rvq_row(),
+                                        turboquant_block_row(),
+                                        kivi_row(),
+                                        kivi_sink_method(),
+                                        kvquant_method(),
+                                        zipcache_method(),
+                                        gear_method(),
+                                        kitty_method(),
+                                        age_tiered_method(),
+                                        svdq_method(),
+                                        skvq_method(),
+                                        nsnquant_method(),
+                                        adakv_method(),
+                                        cachegen_method(),
                                         amc_method(),
-                                        turboquant_standalone_row(true), turboquant_standalone_row(false),
-                                        qjl_row(),                       polar_row(),
-                                        a2ats_method(),                  anchorkv_method(),
-                                        vecinfer_method(),               comm_vq_method(),
-                                        palu_method(),                   kvtc_method(),
+                                        turboquant_standalone_row(true),
+                                        turboquant_standalone_row(false),
+                                        qjl_row(),
+                                        polar_row(),
+                                        a2ats_method(),
+                                        anchorkv_method(),
+                                        vecinfer_method(),
+                                        comm_vq_method(),
+                                        palu_method(),
+                                        kvtc_method(),
                                         spectral_row()};
   for (std::vector<MethodDescriptor> family : {eviction_method_rows(), cross_layer_method_rows()}) {
     for (MethodDescriptor& row : family) rows.push_back(std::move(row));

@@ -87,10 +87,10 @@ void check_row_layout(const lm::Tensor& keys, const lm::Tensor& values, const Ro
       values.dim(3) == layout.value_dim) {
     return;
   }
-  throw base::InvalidArgument(who + ": new keys " + lm::shape_text(keys.shape()) + " / values " +
-                              lm::shape_text(values.shape()) + " do not match the cache's B=" +
-                              std::to_string(layout.batch) + ", H=" + std::to_string(layout.heads) +
-                              ", D=" + std::to_string(layout.key_dim) + ", Dv=" + std::to_string(layout.value_dim));
+  throw base::InvalidArgument(
+      who + ": new keys " + lm::shape_text(keys.shape()) + " / values " + lm::shape_text(values.shape()) +
+      " do not match the cache's B=" + std::to_string(layout.batch) + ", H=" + std::to_string(layout.heads) +
+      ", D=" + std::to_string(layout.key_dim) + ", Dv=" + std::to_string(layout.value_dim));
 }
 
 }  // namespace veloxquant::cache_rows

@@ -23,8 +23,7 @@ void encode_token_row(const float* x, int dim, int group, int bits, uint32_t* wo
   core::pack_words(codes.data(), codes.size(), bits, words);
 }
 
-void decode_token_row(const uint32_t* words, const GroupParams16* params, int dim, int group, int bits,
-                      float* out) {
+void decode_token_row(const uint32_t* words, const GroupParams16* params, int dim, int group, int bits, float* out) {
   thread_local std::vector<uint8_t> codes;
   codes.resize(static_cast<std::size_t>(dim));
   core::unpack_words(words, codes.size(), bits, codes.data());

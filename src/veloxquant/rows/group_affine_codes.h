@@ -21,7 +21,6 @@ float decode_code(uint8_t code, GroupParams16 params);
 // packed_words(dim, bits); params: token_groups(dim, group) entries.
 std::size_t token_groups(int dim, int group);
 void encode_token_row(const float* x, int dim, int group, int bits, uint32_t* words, GroupParams16* params);
-void decode_token_row(const uint32_t* words, const GroupParams16* params, int dim, int group, int bits,
-                      float* out);
+void decode_token_row(const uint32_t* words, const GroupParams16* params, int dim, int group, int bits, float* out);
 
 }  // namespace veloxquant

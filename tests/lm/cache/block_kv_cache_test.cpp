@@ -50,33 +50,33 @@ TEST(BlockKVCache, BytesPerTokenAreLlamaCppsOnSmolLM2Geometry) {
 TEST(BlockKVCache, FusedAttentionEqualsAttentionOverDequantizedRows) {
   constexpr int64_t kHq = 6, kHkv = 2, kD = 64;
   for (const bool rotate : {true, false})
-  for (KVCacheType type : kBlockTypes) {
-    BlockKVCache fused(type, nullptr, rotate), plain(type, nullptr, rotate);
-    uint64_t seed = 100;
-    for (int64_t n : {37, 1, 1, 5, 1}) {
-      const Tensor q = random_kv(1, kHq, n, kD, seed++, DType::F32);
-      const Tensor k = random_kv(1, kHkv, n, kD, seed++, DType::F32);
-      const Tensor v = random_kv(1, kHkv, n, kD, seed++, DType::F32);
-      lm::FusedAttentionRequest request;
-      request.queries = &q;
-      request.keys = &k;
-      request.values = &v;
-      request.scale = 0.125f;
-      Tensor got;
-      fused.fused_attention(request, got);
-      const lm::KeysValues kv = plain.update_and_fetch(k, v);
-      Tensor want;
-      lm::kernels::attention_reference(q, kv.keys, kv.values, lm::default_attention_mask(n, std::nullopt),
-                                       std::nullopt, 0.125f, want);
-      ASSERT_EQ(got.shape(), want.shape());
-      const std::vector<float> a = got.to_f32(), b = want.to_f32();
-      for (std::size_t i = 0; i < a.size(); ++i) {
-        ASSERT_NEAR(a[i], b[i], 2e-5f * (1.0f + std::fabs(b[i])))
-            << lm::kv_cache_type_name(type) << " n " << n << " rotate " << rotate;
+    for (KVCacheType type : kBlockTypes) {
+      BlockKVCache fused(type, nullptr, rotate), plain(type, nullptr, rotate);
+      uint64_t seed = 100;
+      for (int64_t n : {37, 1, 1, 5, 1}) {
+        const Tensor q = random_kv(1, kHq, n, kD, seed++, DType::F32);
+        const Tensor k = random_kv(1, kHkv, n, kD, seed++, DType::F32);
+        const Tensor v = random_kv(1, kHkv, n, kD, seed++, DType::F32);
+        lm::FusedAttentionRequest request;
+        request.queries = &q;
+        request.keys = &k;
+        request.values = &v;
+        request.scale = 0.125f;
+        Tensor got;
+        fused.fused_attention(request, got);
+        const lm::KeysValues kv = plain.update_and_fetch(k, v);
+        Tensor want;
+        lm::kernels::attention_reference(q, kv.keys, kv.values, lm::default_attention_mask(n, std::nullopt),
+                                         std::nullopt, 0.125f, want);
+        ASSERT_EQ(got.shape(), want.shape());
+        const std::vector<float> a = got.to_f32(), b = want.to_f32();
+        for (std::size_t i = 0; i < a.size(); ++i) {
+          ASSERT_NEAR(a[i], b[i], 2e-5f * (1.0f + std::fabs(b[i])))
+              << lm::kv_cache_type_name(type) << " n " << n << " rotate " << rotate;
+        }
       }
+      EXPECT_EQ(fused.rotated(), rotate);
     }
-    EXPECT_EQ(fused.rotated(), rotate);
-  }
 }
 
 // Rotated rows are llama.cpp's: the blocks hold quantize(H x), H the 64-point Sylvester
@@ -91,7 +91,8 @@ TEST(BlockKVCache, RotatedRowsAreBlocksOfTheHadamardTransform) {
   for (int block = 0; block < 2; ++block) {
     for (int i = 0; i < 64; ++i) {
       double sum = 0.0;
-      for (int j = 0; j < 64; ++j) sum += (std::popcount(static_cast<unsigned>(i & j)) % 2 ? -1.0 : 1.0) * x[block * 64 + j];
+      for (int j = 0; j < 64; ++j)
+        sum += (std::popcount(static_cast<unsigned>(i & j)) % 2 ? -1.0 : 1.0) * x[block * 64 + j];
       hx[block * 64 + i] = static_cast<float>(sum / 8.0);
     }
   }
@@ -111,8 +112,8 @@ TEST(BlockKVCache, RotatedRowsAreBlocksOfTheHadamardTransform) {
 // the same numbers (the tile loader widens to exactly those values).
 TEST(BlockKVCache, AttentionBlocksMatchesHostAttentionOnDequantizedF32) {
   BlockKVCache cache(KVCacheType::Q4_0, nullptr, /*rotate=*/false);
-  const lm::KeysValues kv = cache.update_and_fetch(random_kv(1, 2, 700, 64, 1, DType::F32),
-                                                   random_kv(1, 2, 700, 64, 2, DType::F32));
+  const lm::KeysValues kv =
+      cache.update_and_fetch(random_kv(1, 2, 700, 64, 1, DType::F32), random_kv(1, 2, 700, 64, 2, DType::F32));
   const Tensor q = random_kv(1, 4, 1, 64, 3, DType::F32);
   Tensor a, b;
   lm::kernels::attention(q, kv.keys, kv.values, lm::AttentionMask::none(), std::nullopt, 0.125f, a, nullptr);

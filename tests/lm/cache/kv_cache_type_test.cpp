@@ -127,7 +127,8 @@ TEST(KVCacheType, RoundTripErrorIsWithinHalfAStepExceptTheClippedSide) {
         const float value = x[b * 32 + j], error = std::fabs(back[b * 32 + j] - value);
         const bool beyond_top = type != KVCacheType::Q8_0 && std::fabs(value) > (offset - 1.0f) * amax / offset;
         clipped += beyond_top;
-        EXPECT_LE(error, (beyond_top ? step : 0.5f * step) + scale_slack) << lm::kv_cache_type_name(type) << " element " << b * 32 + j;
+        EXPECT_LE(error, (beyond_top ? step : 0.5f * step) + scale_slack)
+            << lm::kv_cache_type_name(type) << " element " << b * 32 + j;
       }
     }
     if (type != KVCacheType::Q8_0) EXPECT_GT(clipped, 0) << "the sample never reaches the clipped side";

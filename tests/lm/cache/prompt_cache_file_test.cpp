@@ -37,10 +37,13 @@ class PromptCacheFileTest : public ::testing::Test {
     o.max_tokens = max_tokens;
     o.prefill_step_size = 3;
     std::vector<int32_t> out;
-    lm::stream_generate(model, tok, prompt, o, [&](const lm::GenerationChunk& c) {
-      out.push_back(c.token);
-      return true;
-    }, cache);
+    lm::stream_generate(
+        model, tok, prompt, o,
+        [&](const lm::GenerationChunk& c) {
+          out.push_back(c.token);
+          return true;
+        },
+        cache);
     return out;
   }
 
@@ -277,10 +280,13 @@ TEST_F(PromptCacheFileTest, RealModelContinuationIsIdentical) {
   lm::SavedPromptCache saved = lm::load_prompt_cache(path("story.vqpc"));
   EXPECT_EQ(saved.cache.tokens, head);
   std::string continued;
-  lm::stream_generate(model, tok, tail, o, [&](const lm::GenerationChunk& c) {
-    continued += c.text;
-    return true;
-  }, &saved.cache);
+  lm::stream_generate(
+      model, tok, tail, o,
+      [&](const lm::GenerationChunk& c) {
+        continued += c.text;
+        return true;
+      },
+      &saved.cache);
   EXPECT_EQ(continued, whole);
   EXPECT_FALSE(whole.empty());
 }
@@ -291,7 +297,8 @@ namespace {
 
 TEST_F(PromptCacheFileTest, SmolLM2ContinuationIsIdentical) {
   const std::string model_path = std::string(VQ_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-  if (!std::filesystem::exists(model_path)) GTEST_SKIP() << model_path << " absent (scripts/fetch_models.sh fetches it)";
+  if (!std::filesystem::exists(model_path))
+    GTEST_SKIP() << model_path << " absent (scripts/fetch_models.sh fetches it)";
   const lm::LoadedModel loaded = lm::load(model_path);
   const lm::Model& model = *loaded.model;
   const lm::Tokenizer& tok = *loaded.tokenizer;
@@ -316,10 +323,13 @@ TEST_F(PromptCacheFileTest, SmolLM2ContinuationIsIdentical) {
   lm::SavedPromptCache saved = lm::load_prompt_cache(path("smol.vqpc"));
   ASSERT_EQ(saved.cache.caches.size(), model.layers().size());
   std::vector<int32_t> continued;
-  lm::stream_generate(model, tok, tail, o, [&](const lm::GenerationChunk& c) {
-    if (c.token >= 0) continued.push_back(c.token);
-    return true;
-  }, &saved.cache);
+  lm::stream_generate(
+      model, tok, tail, o,
+      [&](const lm::GenerationChunk& c) {
+        if (c.token >= 0) continued.push_back(c.token);
+        return true;
+      },
+      &saved.cache);
   EXPECT_EQ(continued, whole);
   EXPECT_FALSE(whole.empty());
 }

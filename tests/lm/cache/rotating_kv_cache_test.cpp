@@ -73,8 +73,8 @@ std::vector<int64_t> expected_retained(int64_t fed, int64_t chunk, int64_t max_s
 
 // Checks the mask the cache announced before the update against the brute-force visibility
 // rule, over the rows it then returned (in whatever order they are stored).
-void check_mask(const lm::AttentionMask& mask, int64_t first_query, int64_t n_queries,
-                const std::vector<int64_t>& rows, int64_t window, const std::string& where) {
+void check_mask(const lm::AttentionMask& mask, int64_t first_query, int64_t n_queries, const std::vector<int64_t>& rows,
+                int64_t window, const std::string& where) {
   const auto visible = [&](int64_t p, int64_t q) { return q <= p && p - q < window; };
   const int64_t t = static_cast<int64_t>(rows.size());
   if (mask.kind == lm::AttentionMask::Kind::kExplicit) {
@@ -84,9 +84,15 @@ void check_mask(const lm::AttentionMask& mask, int64_t first_query, int64_t n_qu
     for (int64_t r = 0; r < t; ++r) {
       bool allowed = true;
       switch (mask.kind) {
-        case lm::AttentionMask::Kind::kNone: allowed = true; break;
-        case lm::AttentionMask::Kind::kCausal: allowed = r <= t - n_queries + i; break;
-        case lm::AttentionMask::Kind::kExplicit: allowed = mask.explicit_mask.get({0, 0, i, r}) != 0; break;
+        case lm::AttentionMask::Kind::kNone:
+          allowed = true;
+          break;
+        case lm::AttentionMask::Kind::kCausal:
+          allowed = r <= t - n_queries + i;
+          break;
+        case lm::AttentionMask::Kind::kExplicit:
+          allowed = mask.explicit_mask.get({0, 0, i, r}) != 0;
+          break;
       }
       EXPECT_EQ(allowed, visible(first_query + i, rows[r]))
           << where << " query " << first_query + i << " key position " << rows[r];
@@ -105,8 +111,8 @@ void run_scenario(const Scenario& s) {
   int64_t fed = 0;
   for (std::size_t step = 0; step < s.chunks.size(); ++step) {
     const int64_t n = s.chunks[step];
-    const std::string where = "max_size " + std::to_string(s.max_size) + " keep " + std::to_string(s.keep) +
-                              " step " + std::to_string(step) + " (S=" + std::to_string(n) + ")";
+    const std::string where = "max_size " + std::to_string(s.max_size) + " keep " + std::to_string(s.keep) + " step " +
+                              std::to_string(step) + " (S=" + std::to_string(n) + ")";
     const lm::AttentionMask mask = cache.make_mask(n, s.window);
     const auto [k, v] = positions(fed, n);
     const auto kv = cache.update_and_fetch(k, v);
@@ -286,7 +292,8 @@ TEST(RotatingKVCache, MatchesMlxLmTracesStepByStep) {
       const std::size_t row_bytes = 2 * kH * kD * sizeof(float);
       EXPECT_EQ(cache.nbytes(), step["buffer_rows"].get<std::size_t>() * row_bytes) << where;
       const auto meta = cache.meta_state();
-      EXPECT_EQ(std::vector<std::string>(meta.begin(), meta.begin() + 4), step["meta_state"].get<std::vector<std::string>>())
+      EXPECT_EQ(std::vector<std::string>(meta.begin(), meta.begin() + 4),
+                step["meta_state"].get<std::vector<std::string>>())
           << where;
       const auto& want = step["mask"];
       if (want.is_null()) {
@@ -301,7 +308,8 @@ TEST(RotatingKVCache, MatchesMlxLmTracesStepByStep) {
         ASSERT_EQ(mask.explicit_mask.shape(), (lm::Shape{1, 1, rows, cols})) << where;
         for (int64_t i = 0; i < rows; ++i)
           for (int64_t j = 0; j < cols; ++j)
-            EXPECT_EQ(mask.explicit_mask.get({0, 0, i, j}) != 0, want[i][j].get<bool>()) << where << " [" << i << "," << j << "]";
+            EXPECT_EQ(mask.explicit_mask.get({0, 0, i, j}) != 0, want[i][j].get<bool>())
+                << where << " [" << i << "," << j << "]";
       }
     }
   }

@@ -59,8 +59,8 @@ TEST(ChatTemplate, MatchesTransformersOnRealTemplates) {
     options.eos_token = t["eos_token"];
     options.now = fixed_now;
     const auto messages = messages_of(c);
-    const std::string label = name + " with " + std::to_string(messages.size()) + " messages, add_generation_prompt=" +
-                              (options.add_generation_prompt ? "true" : "false");
+    const std::string label = name + " with " + std::to_string(messages.size()) +
+                              " messages, add_generation_prompt=" + (options.add_generation_prompt ? "true" : "false");
     if (c.contains("expected")) {
       try {
         EXPECT_EQ(templates.at(name).render(messages, options), c["expected"].get<std::string>()) << label;

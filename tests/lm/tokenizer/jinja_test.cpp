@@ -29,12 +29,17 @@ using chat_template_fixtures::read_file;
 
 Value from_json(const nlohmann::json& j) {
   switch (j.type()) {
-    case nlohmann::json::value_t::null: return Value::none();
-    case nlohmann::json::value_t::boolean: return Value::boolean(j.get<bool>());
+    case nlohmann::json::value_t::null:
+      return Value::none();
+    case nlohmann::json::value_t::boolean:
+      return Value::boolean(j.get<bool>());
     case nlohmann::json::value_t::number_integer:
-    case nlohmann::json::value_t::number_unsigned: return Value::integer(j.get<int64_t>());
-    case nlohmann::json::value_t::number_float: return Value::number(j.get<double>());
-    case nlohmann::json::value_t::string: return Value::string(j.get<std::string>());
+    case nlohmann::json::value_t::number_unsigned:
+      return Value::integer(j.get<int64_t>());
+    case nlohmann::json::value_t::number_float:
+      return Value::number(j.get<double>());
+    case nlohmann::json::value_t::string:
+      return Value::string(j.get<std::string>());
     case nlohmann::json::value_t::array: {
       std::vector<Value> items;
       for (const auto& x : j) items.push_back(from_json(x));
@@ -72,7 +77,8 @@ TEST(Jinja, SnippetsMatchJinja2) {
     // Keep Python's key order for the dicts whose order shows in the output.
     for (auto& [k, v] : vars) {
       if (k == "obj") {
-        v = Value::dict({{"b", from_json(fixture["variables"]["obj"]["b"])}, {"a", from_json(fixture["variables"]["obj"]["a"])}});
+        v = Value::dict(
+            {{"b", from_json(fixture["variables"]["obj"]["b"])}, {"a", from_json(fixture["variables"]["obj"]["a"])}});
       } else if (k == "users") {
         std::vector<Value> users;
         for (const auto& u : fixture["variables"]["users"]) {
@@ -131,7 +137,8 @@ void expect_error(const std::string& source, std::initializer_list<const char*> 
 }
 
 TEST(Jinja, UnsupportedConstructsAreNamedWithTheirPosition) {
-  expect_error<base::Unsupported>("{% filter wordwrap %}x{% endfilter %}", {"the filter 'wordwrap'", "line 1, column 11"});
+  expect_error<base::Unsupported>("{% filter wordwrap %}x{% endfilter %}",
+                                  {"the filter 'wordwrap'", "line 1, column 11"});
   expect_error<base::Unsupported>("a\n{% raw %}{{ x }}{% endraw %}", {"{% raw %}", "line 2"});
   expect_error<base::Unsupported>("{% include 'x.j2' %}", {"{% include %}"});
   expect_error<base::Unsupported>("{% call f() %}{% endcall %}", {"{% call %}"});
@@ -183,12 +190,13 @@ TEST(Jinja, DeepNestingIsRefusedNotACrash) {
 TEST(Jinja, RunawayTemplatesHitLimits) {
   expect_error<base::FormatError>("{% for i in range(100000000) %}{% endfor %}", {"limit"});
   expect_error<base::FormatError>(
-      "{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(10) %}{% endfor %}{% endfor %}{% endfor %}",
+      "{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(10) %}{% endfor %}{% endfor %}{% endfor "
+      "%}",
       {"loop iterations"});
   expect_error<base::FormatError>("{{ 'x' * 1000000000 }}", {"limit"});
   expect_error<base::FormatError>("{% for i in range(100000) %}{{ 'y' * 1000 }}{% endfor %}", {"bytes"});
-  expect_error<base::FormatError>("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
-                                  {"limit"});
+  expect_error<base::FormatError>(
+      "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}", {"limit"});
   expect_error<base::FormatError>(
       "{% set ns = namespace(v=[]) %}{% for i in range(100000) %}{% set ns.v = [ns.v] %}{% endfor %}", {"nested"});
   expect_error<base::FormatError>(
@@ -203,11 +211,14 @@ TEST(Jinja, RunawayTemplatesHitLimits) {
 }
 
 TEST(Jinja, InvalidUtf8PassesThroughWithoutCrashing) {
-  EXPECT_EQ(render("\xff{{ '\xfe' ~ 'a' }}\xc3"), "\xff\xfe" "a\xc3");
+  EXPECT_EQ(render("\xff{{ '\xfe' ~ 'a' }}\xc3"),
+            "\xff\xfe"
+            "a\xc3");
   std::vector<std::pair<std::string, Value>> vars = lm::jinja::make_globals(fixed_now);
   vars.emplace_back("s", Value::string("a\xff\xfe b"));
   EXPECT_EQ(render("{{ s | length }}|{{ s[::-1] }}|{{ s | trim }}|{{ s | tojson }}", vars),
-            "5|b \xfe\xff" "a|a\xff\xfe b|\"a\xff\xfe b\"");
+            "5|b \xfe\xff"
+            "a|a\xff\xfe b|\"a\xff\xfe b\"");
 }
 
 // Random edits of the real templates: each must parse and render, or throw one of the
@@ -225,7 +236,9 @@ TEST(Jinja, MutatedRealTemplatesNeverCrash) {
       for (int e = 0; e < edits; ++e) {
         const size_t at = rng() % (t.size() + 1);
         switch (rng() % 3) {
-          case 0: t.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
+          case 0:
+            t.insert(at, 1, alphabet[rng() % alphabet.size()]);
+            break;
           case 1:
             if (at < t.size()) t.erase(at, 1 + rng() % 8);
             break;

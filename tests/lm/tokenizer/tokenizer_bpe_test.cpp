@@ -80,7 +80,8 @@ TEST_F(SmolLM2Tokenizer, LoadedModelCarriesTheSameTokenizer) {
   for (const auto& c : (*fixture_)["pre_tokenizers"]["smollm"]) {
     EXPECT_EQ(loaded.tokenizer->encode(c["text"].get<std::string>(), false), c["ids"].get<std::vector<int32_t>>());
   }
-  EXPECT_EQ(loaded.tokenizer->apply_chat_template({{"user", "Hi"}}), tokenizer()->apply_chat_template({{"user", "Hi"}}));
+  EXPECT_EQ(loaded.tokenizer->apply_chat_template({{"user", "Hi"}}),
+            tokenizer()->apply_chat_template({{"user", "Hi"}}));
 }
 
 TEST_F(SmolLM2Tokenizer, KnownIds) {

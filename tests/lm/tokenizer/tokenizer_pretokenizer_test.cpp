@@ -76,9 +76,9 @@ TEST(PreTokenizer, SmolLMIsolatesEveryDigitFirst) {
 TEST(PreTokenizer, Llama3AndQwen2) {
   EXPECT_EQ(split("llama-bpe", "12345"), (Words{"123", "45"}));
   EXPECT_EQ(split("qwen2", "12345"), (Words{"1", "2", "3", "4", "5"}));
-  EXPECT_EQ(split("llama-bpe", "HE'S ok"), (Words{"HE", "'S", " ok"}));  // contractions ignore case
+  EXPECT_EQ(split("llama-bpe", "HE'S ok"), (Words{"HE", "'S", " ok"}));    // contractions ignore case
   EXPECT_EQ(split("llama-bpe", "a \n\n b"), (Words{"a", " \n\n", " b"}));  // \s*[\r\n]+
-  EXPECT_EQ(split("llama-bpe", "(hello"), (Words{"(hello"}));  // one leading non-letter joins the word
+  EXPECT_EQ(split("llama-bpe", "(hello"), (Words{"(hello"}));              // one leading non-letter joins the word
 }
 
 TEST(PreTokenizer, Default) {

@@ -14,11 +14,42 @@
 
 namespace {
 
-const std::vector<std::string> kPool = {
-    "a", "Z", "the", " ", "  ", "\t", "\n", "\r\n", "\xC2\xA0", "\xE3\x80\x80", "0", "42", "'s", "'LL", "!", "...",
-    "$", "_", "\xC3\xA9", "e\xCC\x81", "\xCE\xA9", "\xE6\x97\xA5", "\xED\x95\x9C", "\xF0\x9F\x98\x80",
-    "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9", "\xC2\xBD", "<", "|", ">", "<s>", "</s>", "<unk>",
-    "<|im_start|>", "<|im_end|>", "<|im_", "<0x41>"};
+const std::vector<std::string> kPool = {"a",
+                                        "Z",
+                                        "the",
+                                        " ",
+                                        "  ",
+                                        "\t",
+                                        "\n",
+                                        "\r\n",
+                                        "\xC2\xA0",
+                                        "\xE3\x80\x80",
+                                        "0",
+                                        "42",
+                                        "'s",
+                                        "'LL",
+                                        "!",
+                                        "...",
+                                        "$",
+                                        "_",
+                                        "\xC3\xA9",
+                                        "e\xCC\x81",
+                                        "\xCE\xA9",
+                                        "\xE6\x97\xA5",
+                                        "\xED\x95\x9C",
+                                        "\xF0\x9F\x98\x80",
+                                        "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9",
+                                        "\xC2\xBD",
+                                        "<",
+                                        "|",
+                                        ">",
+                                        "<s>",
+                                        "</s>",
+                                        "<unk>",
+                                        "<|im_start|>",
+                                        "<|im_end|>",
+                                        "<|im_",
+                                        "<0x41>"};
 // SentencePiece writes spaces as U+2581 "▁", so a literal "▁" in the text comes back as a space
 // (as in every SentencePiece implementation); only byte-level BPE gets this one.
 const std::string kSpaceMarker = "\xE2\x96\x81";
@@ -45,8 +76,8 @@ void expect_round_trips(const lm::Tokenizer& tok, uint32_t seed, bool with_space
 }
 
 TEST(TokenizerRoundTrip, SentencePieceStories260K) {
-  const auto tok =
-      lm::make_tokenizer(lm::read_llama2c_tokenizer(std::string(VQ_SHARED_DIR) + "/models/stories260K/tok512.bin", 512));
+  const auto tok = lm::make_tokenizer(
+      lm::read_llama2c_tokenizer(std::string(VQ_SHARED_DIR) + "/models/stories260K/tok512.bin", 512));
   expect_round_trips(*tok, 1234, /*with_space_marker=*/false);
 }
 

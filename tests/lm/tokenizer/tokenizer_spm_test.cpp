@@ -35,9 +35,7 @@ std::string read_reference_story() {
   return all.substr(open, close - open);
 }
 
-std::shared_ptr<lm::Tokenizer> from_llama2c() {
-  return lm::make_tokenizer(lm::read_llama2c_tokenizer(kTokBin, 512));
-}
+std::shared_ptr<lm::Tokenizer> from_llama2c() { return lm::make_tokenizer(lm::read_llama2c_tokenizer(kTokBin, 512)); }
 std::shared_ptr<lm::Tokenizer> from_gguf() {
   return lm::make_tokenizer(lm::read_gguf_vocab(*lm::gguf::GgufFile::open(kGguf)));
 }
@@ -112,8 +110,8 @@ TEST_P(Stories260KTokenizer, ReferenceStoryRoundTrips) {
 
 TEST_P(Stories260KTokenizer, RoundTripsVariedText) {
   const auto tok = tokenizer();
-  for (const std::string text : {"Hello world", "  spaces  around ", "tabs\tand\nnew\n\nlines",
-                                 "naïve café — 日本語 😀", "stray bytes at the end \xff\xfe", "<s> literal"}) {
+  for (const std::string text : {"Hello world", "  spaces  around ", "tabs\tand\nnew\n\nlines", "naïve café — 日本語 😀",
+                                 "stray bytes at the end \xff\xfe", "<s> literal"}) {
     EXPECT_EQ(tok->decode(tok->encode(text, false)), text) << text;
   }
 }

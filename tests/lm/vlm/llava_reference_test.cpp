@@ -63,7 +63,8 @@ std::vector<float> prompt_embeddings(const lm::VisionLanguageModel& model, const
   model.language_model()->embed_tokens(prompt.tokens, out.data());
   for (std::size_t t = 0; t < prompt.tokens.size(); ++t) {
     if (prompt.image_row[t] >= 0) {
-      std::copy_n(prompt.image_rows.begin() + prompt.image_row[t] * dim, dim, out.begin() + static_cast<std::ptrdiff_t>(t * dim));
+      std::copy_n(prompt.image_rows.begin() + prompt.image_row[t] * dim, dim,
+                  out.begin() + static_cast<std::ptrdiff_t>(t * dim));
     }
   }
   return out;
@@ -79,7 +80,7 @@ TEST(LlavaReference, PngDecodesToTheGeneratorsPixels) {
   EXPECT_EQ(image.at(20, 11, 1), 240);
   EXPECT_EQ(image.at(20, 11, 2), 30);
   EXPECT_EQ(image.at(10, 25, 2), 90);
-  EXPECT_EQ(image.at(0, 0, 0), 0);    // the red ramp starts at 0 ...
+  EXPECT_EQ(image.at(0, 0, 0), 0);     // the red ramp starts at 0 ...
   EXPECT_EQ(image.at(31, 0, 0), 255);  // ... and ends at 255
   // The tower's normalisation equals the generator's pixel_values at (0, 0).
   auto loaded = load_reference(f);
@@ -115,8 +116,8 @@ TEST(LlavaReference, JpegDecodesCloseToThePng) {
 TEST(LlavaReference, PromptLayoutMatchesTransformers) {
   Fixture f;
   auto loaded = load_reference(f);
-  const lm::VlmPrompt prompt = lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer, f.meta.at("prompt"),
-                                                    {lm::load_image(f.image)});
+  const lm::VlmPrompt prompt =
+      lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer, f.meta.at("prompt"), {lm::load_image(f.image)});
   const auto expected = f.meta.at("tokens").get<std::vector<int32_t>>();
   const int32_t image_id = f.meta.at("image_token_id");
   ASSERT_EQ(prompt.tokens.size(), expected.size());
@@ -135,8 +136,8 @@ TEST(LlavaReference, PromptLayoutMatchesTransformers) {
 TEST(LlavaReference, LogitsMatchTransformers) {
   Fixture f;
   auto loaded = load_reference(f);
-  const lm::VlmPrompt prompt = lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer, f.meta.at("prompt"),
-                                                    {lm::load_image(f.image)});
+  const lm::VlmPrompt prompt =
+      lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer, f.meta.at("prompt"), {lm::load_image(f.image)});
   const std::vector<float> emb = prompt_embeddings(*loaded.model, prompt);
   lm::CacheList caches = loaded.model->language_model()->native_make_cache();
   std::vector<float> last, all;
@@ -167,8 +168,8 @@ TEST(LlavaReference, LogitsMatchTransformers) {
 TEST(LlavaReference, GreedyTokensEqualTransformers) {
   Fixture f;
   auto loaded = load_reference(f);
-  const lm::VlmPrompt prompt = lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer, f.meta.at("prompt"),
-                                                    {lm::load_image(f.image)});
+  const lm::VlmPrompt prompt =
+      lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer, f.meta.at("prompt"), {lm::load_image(f.image)});
   const auto expected = f.meta.at("greedy").get<std::vector<int32_t>>();
   lm::GenerateOptions options;
   options.max_tokens = static_cast<int>(expected.size());
@@ -188,10 +189,12 @@ TEST(LlavaReference, WithoutTheImageTheAnswerDiffers) {
   auto loaded = load_reference(f);
   lm::RgbImage inverted = lm::load_image(f.image);
   for (auto& p : inverted.pixels) p = static_cast<uint8_t>(255 - p);
-  const lm::VlmPrompt a = lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer, f.meta.at("prompt"), {lm::load_image(f.image)});
+  const lm::VlmPrompt a =
+      lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer, f.meta.at("prompt"), {lm::load_image(f.image)});
   const lm::VlmPrompt b = lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer, f.meta.at("prompt"), {inverted});
   double diff = 0.0;
-  for (std::size_t i = 0; i < a.image_rows.size(); ++i) diff = std::max(diff, static_cast<double>(std::fabs(a.image_rows[i] - b.image_rows[i])));
+  for (std::size_t i = 0; i < a.image_rows.size(); ++i)
+    diff = std::max(diff, static_cast<double>(std::fabs(a.image_rows[i] - b.image_rows[i])));
   EXPECT_GT(diff, 0.1);
 }
 
@@ -199,7 +202,8 @@ TEST(LlavaReference, MarkersPlaceImagesAndMustMatchTheImageCount) {
   Fixture f;
   auto loaded = load_reference(f);
   const lm::RgbImage image = lm::load_image(f.image);
-  const lm::VlmPrompt p = lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer, "Look<image> and <__media__>.", {image, image});
+  const lm::VlmPrompt p =
+      lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer, "Look<image> and <__media__>.", {image, image});
   EXPECT_EQ(p.images, 2);
   EXPECT_EQ(p.image_tokens, 32);
   // BOS, "Look" pieces, 16 image rows, " and" pieces, 16 image rows, "." pieces.
@@ -207,7 +211,8 @@ TEST(LlavaReference, MarkersPlaceImagesAndMustMatchTheImageCount) {
   EXPECT_EQ(p.image_row.back(), -1);
   const auto first_image = std::find_if(p.image_row.begin(), p.image_row.end(), [](int64_t r) { return r >= 0; });
   EXPECT_GT(first_image - p.image_row.begin(), 1);
-  EXPECT_THROW(lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer, "one <image>", {image, image}), base::InvalidArgument);
+  EXPECT_THROW(lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer, "one <image>", {image, image}),
+               base::InvalidArgument);
 }
 
 TEST(LlavaReference, BadFilesGiveClearErrors) {
@@ -237,7 +242,8 @@ TEST(LlavaReference, BadFilesGiveClearErrors) {
     std::ofstream(truncated, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
   }
   expect_format_error([&] { lm::load_image(truncated); }, "cannot be decoded");
-  // A valid PNG header declaring 17000 x 17000 pixels (within stb_image's own limit): refused from the header, nothing allocated.
+  // A valid PNG header declaring 17000 x 17000 pixels (within stb_image's own limit): refused from the header, nothing
+  // allocated.
   const std::string huge = (tmp / "huge.png").string();
   {
     std::ifstream in(f.image, std::ios::binary);

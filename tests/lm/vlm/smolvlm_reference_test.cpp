@@ -33,8 +33,8 @@ lm::LoadedVisionLanguageModel load_reference() {
   options.kv_type = lm::KVCacheType::F32;
   options.i16_activations = false;
   options.threads = 1;
-  return lm::load_vision_language_model((kDir / "smolvlm_tiny.gguf").string(), (kDir / "smolvlm_tiny.mmproj.gguf").string(),
-                                        options);
+  return lm::load_vision_language_model((kDir / "smolvlm_tiny.gguf").string(),
+                                        (kDir / "smolvlm_tiny.mmproj.gguf").string(), options);
 }
 
 // transformers' pixel_shuffle spelled out step by step on index arithmetic: view
@@ -47,20 +47,25 @@ std::vector<float> shuffle_like_torch(const std::vector<float>& x, int side, int
   std::vector<float> b(x.size());
   for (int hi = 0; hi < h; ++hi)
     for (int w2 = 0; w2 < w / s; ++w2)
-      for (int e2 = 0; e2 < e * s; ++e2) b[(static_cast<std::size_t>(w2) * h + hi) * e * s + e2] = x[(static_cast<std::size_t>(hi) * (w / s) + w2) * e * s + e2];
+      for (int e2 = 0; e2 < e * s; ++e2)
+        b[(static_cast<std::size_t>(w2) * h + hi) * e * s + e2] =
+            x[(static_cast<std::size_t>(hi) * (w / s) + w2) * e * s + e2];
   // c = b viewed as [W/s, H/s, E*s*s]; d = c.permute(1, 0, 2): d[h2][w2][e4] = c[w2][h2][e4].
   std::vector<float> d(x.size());
   const int e4n = e * s * s;
   for (int w2 = 0; w2 < w / s; ++w2)
     for (int h2 = 0; h2 < h / s; ++h2)
-      for (int e4 = 0; e4 < e4n; ++e4) d[(static_cast<std::size_t>(h2) * (w / s) + w2) * e4n + e4] = b[(static_cast<std::size_t>(w2) * (h / s) + h2) * e4n + e4];
+      for (int e4 = 0; e4 < e4n; ++e4)
+        d[(static_cast<std::size_t>(h2) * (w / s) + w2) * e4n + e4] =
+            b[(static_cast<std::size_t>(w2) * (h / s) + h2) * e4n + e4];
   return d;  // [H/s * W/s, E*s*s]
 }
 
 TEST(SmolVlmReference, PixelShuffleEqualsTransformersSteps) {
   std::mt19937 rng(3);
   std::normal_distribution<float> g;
-  for (const auto& [side, e, s] : {std::tuple{4, 3, 2}, std::tuple{6, 5, 3}, std::tuple{8, 2, 2}, std::tuple{8, 4, 4}}) {
+  for (const auto& [side, e, s] :
+       {std::tuple{4, 3, 2}, std::tuple{6, 5, 3}, std::tuple{8, 2, 2}, std::tuple{8, 4, 4}}) {
     std::vector<float> x(static_cast<std::size_t>(side) * side * e);
     for (float& v : x) v = g(rng);
     EXPECT_EQ(lm::pixel_shuffle(x, side, e, s), shuffle_like_torch(x, side, e, s)) << side << " " << e << " " << s;
@@ -72,8 +77,9 @@ TEST(SmolVlmReference, LogitsAndGreedyMatchTransformers) {
   auto loaded = load_reference();
   EXPECT_EQ(loaded.model->projector().kind(), "idefics3");
   EXPECT_EQ(loaded.model->tokens_per_image(), m.at("n_image_tokens").get<int64_t>());
-  const lm::VlmPrompt prompt = lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer, m.at("prompt"),
-                                                    {lm::load_image((kDir / m.at("image").get<std::string>()).string())});
+  const lm::VlmPrompt prompt =
+      lm::build_vlm_prompt(*loaded.model, *loaded.tokenizer, m.at("prompt"),
+                           {lm::load_image((kDir / m.at("image").get<std::string>()).string())});
   const auto expected_ids = m.at("tokens").get<std::vector<int32_t>>();
   ASSERT_EQ(prompt.tokens.size(), expected_ids.size());
   for (std::size_t t = 0; t < expected_ids.size(); ++t) {
@@ -97,10 +103,11 @@ TEST(SmolVlmReference, LogitsAndGreedyMatchTransformers) {
   lin.read(reinterpret_cast<char*>(reference.data()), static_cast<std::streamsize>(reference.size() * sizeof(float)));
   ASSERT_EQ(lin.gcount(), static_cast<std::streamsize>(reference.size() * sizeof(float)));
   double max_abs = 0.0;
-  for (std::size_t i = 0; i < all.size(); ++i) max_abs = std::max(max_abs, static_cast<double>(std::fabs(all[i] - reference[i])));
-  std::cout << "[smolvlm] max |lm - transformers| = " << max_abs << " (transformers f32 vs f64: "
-            << m.at("f32_vs_f64").at("max_abs").get<double>() << "; another image moves logits by "
-            << m.at("inverted_image_max_logit_change").get<double>() << ")\n";
+  for (std::size_t i = 0; i < all.size(); ++i)
+    max_abs = std::max(max_abs, static_cast<double>(std::fabs(all[i] - reference[i])));
+  std::cout << "[smolvlm] max |lm - transformers| = " << max_abs
+            << " (transformers f32 vs f64: " << m.at("f32_vs_f64").at("max_abs").get<double>()
+            << "; another image moves logits by " << m.at("inverted_image_max_logit_change").get<double>() << ")\n";
   // Stated tolerance as for LLaVA: 1e-4 absolute, against logits that another image moves by ~18.
   EXPECT_LT(max_abs, 1e-4);
 

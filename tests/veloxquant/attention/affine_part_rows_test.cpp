@@ -21,8 +21,8 @@ TEST(AffinePartRows, EqualsTheScalarReferenceAndTheGroupDecode) {
   std::mt19937 rng(11);
   for (int bits = 1; bits <= 8; ++bits) {
     // Parts of several lengths (full vectors, tails, a single code), the second at another width.
-    const std::vector<AffinePart> parts = {{0, 16, bits}, {16, 7, bits}, {23, 32, bits == 8 ? 2 : bits + 1},
-                                           {55, 1, bits}, {56, 13, bits}};
+    const std::vector<AffinePart> parts = {
+        {0, 16, bits}, {16, 7, bits}, {23, 32, bits == 8 ? 2 : bits + 1}, {55, 1, bits}, {56, 13, bits}};
     int64_t row_bytes = 0, width = 0;
     for (const AffinePart& p : parts) {
       row_bytes += affine_part_bytes(p);

@@ -61,7 +61,8 @@ std::vector<float> brute_force(const Problem& p, const std::vector<float>& q, co
             const int64_t pos = r.positions[static_cast<std::size_t>((b * p.kv_heads + h) * r.t + j)];
             if (pos > qpos || (p.window && qpos - pos >= *p.window)) continue;
             double dot = 0.0;
-            for (int64_t e = 0; e < p.d; ++e) dot += double(qq[e]) * r.keys[static_cast<std::size_t>(((b * p.kv_heads + h) * r.t + j) * p.d + e)];
+            for (int64_t e = 0; e < p.d; ++e)
+              dot += double(qq[e]) * r.keys[static_cast<std::size_t>(((b * p.kv_heads + h) * r.t + j) * p.d + e)];
             s.push_back(dot * scale);
             at.emplace_back(si, j);
           }
@@ -75,8 +76,12 @@ std::vector<float> brute_force(const Problem& p, const std::vector<float>& q, co
           const Rows& r = *segments[at[k].first];
           const int64_t j = at[k].second;
           const double w = s[k] / total;
-          for (int64_t e = 0; e < p.dv; ++e) o[e] += static_cast<float>(w * r.values[static_cast<std::size_t>(((b * p.kv_heads + h) * r.t + j) * p.dv + e)]);
-          if (weights) (*weights)[at[k].first][static_cast<std::size_t>((b * p.kv_heads + h) * r.t + j)] += static_cast<float>(w / group);
+          for (int64_t e = 0; e < p.dv; ++e)
+            o[e] +=
+                static_cast<float>(w * r.values[static_cast<std::size_t>(((b * p.kv_heads + h) * r.t + j) * p.dv + e)]);
+          if (weights)
+            (*weights)[at[k].first][static_cast<std::size_t>((b * p.kv_heads + h) * r.t + j)] +=
+                static_cast<float>(w / group);
         }
       }
     }
@@ -178,15 +183,15 @@ TEST_P(DriverSingleSegment, MatchesBruteForce) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, DriverSingleSegment,
-    ::testing::Values(Case{1, 1, 1, 1, {}}, Case{3, 1, 1, 63, {}}, Case{3, 3, 1, 64, {}}, Case{3, 1, 1, 65, {}},
-                      Case{8, 1, 1, 700, {}},
-                      // split-K: 256 rows per range -> 2, 3, ..., 8 ranges and a ragged last one
-                      Case{3, 1, 1, 512, {}}, Case{3, 1, 1, 769, {}}, Case{1, 2, 1, 2048, {}}, Case{3, 1, 1, 2000, {}},
-                      Case{3, 3, 1, 1500, 100}, Case{8, 1, 2, 900, 33},
-                      // prefill: several query blocks, causal, tiles crossing the diagonal
-                      Case{3, 1, 37, 37, {}}, Case{3, 3, 40, 300, {}}, Case{1, 1, 70, 200, 50}, Case{8, 1, 17, 17, 5}));
+INSTANTIATE_TEST_SUITE_P(Shapes, DriverSingleSegment,
+                         ::testing::Values(Case{1, 1, 1, 1, {}}, Case{3, 1, 1, 63, {}}, Case{3, 3, 1, 64, {}},
+                                           Case{3, 1, 1, 65, {}}, Case{8, 1, 1, 700, {}},
+                                           // split-K: 256 rows per range -> 2, 3, ..., 8 ranges and a ragged last one
+                                           Case{3, 1, 1, 512, {}}, Case{3, 1, 1, 769, {}}, Case{1, 2, 1, 2048, {}},
+                                           Case{3, 1, 1, 2000, {}}, Case{3, 3, 1, 1500, 100}, Case{8, 1, 2, 900, 33},
+                                           // prefill: several query blocks, causal, tiles crossing the diagonal
+                                           Case{3, 1, 37, 37, {}}, Case{3, 3, 40, 300, {}}, Case{1, 1, 70, 200, 50},
+                                           Case{8, 1, 17, 17, 5}));
 
 TEST(AttentionDriver, SegmentsAttendAsOneSequence) {
   // A quantized-store + tail split, as KIVI has: rows 0..199 in one source, 200..236 in another.
@@ -235,7 +240,8 @@ TEST(AttentionDriver, ExplicitPositionsAndRowWeights) {
       for (std::size_t s = 0; s < 2; ++s) expect_close(got_w[s], want_w[s], 1e-5f);
       // Weights of each query sum to 1 over the rows it saw, averaged over the group: n per head.
       double total = 0.0;
-      for (const auto& w : got_w) for (float x : w) total += x;
+      for (const auto& w : got_w)
+        for (float x : w) total += x;
       EXPECT_NEAR(total, static_cast<double>(n * p.kv_heads), 1e-3);
       // Weights asked of the second segment only: the first's buffer stays untouched.
       run_driver(p, q, {&sa, &sb}, 0.125f, &pool, &got_w, {kept, n}, limit, 1);

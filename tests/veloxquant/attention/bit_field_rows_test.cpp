@@ -36,11 +36,13 @@ TEST(BitFieldRows, EqualTheScalarReferenceAndThePackedCodes) {
           const uint32_t c = w == 0 ? 0u : static_cast<uint32_t>(rng()) & ((1u << w) - 1u);
           codes[static_cast<std::size_t>(j * n + i)] = c;
           for (int k = 0; k < w; ++k, ++bit) {
-            if ((c >> k) & 1u) packed[static_cast<std::size_t>(j * stride + (bit >> 3))] |= static_cast<uint8_t>(1u << (bit & 7));
+            if ((c >> k) & 1u)
+              packed[static_cast<std::size_t>(j * stride + (bit >> 3))] |= static_cast<uint8_t>(1u << (bit & 7));
           }
         }
         // Bits past the last field (padding, the gap to the next row) set: they must be masked.
-        for (int64_t b = bit; b < stride * 8; ++b) packed[static_cast<std::size_t>(j * stride + (b >> 3))] |= static_cast<uint8_t>(1u << (b & 7));
+        for (int64_t b = bit; b < stride * 8; ++b)
+          packed[static_cast<std::size_t>(j * stride + (b >> 3))] |= static_cast<uint8_t>(1u << (b & 7));
       }
       std::vector<float> step(static_cast<std::size_t>(n)), lo(static_cast<std::size_t>(n));
       for (int64_t i = 0; i < n; ++i) {
@@ -54,7 +56,8 @@ TEST(BitFieldRows, EqualTheScalarReferenceAndThePackedCodes) {
       for (int64_t j = 0; j < rows; ++j) {
         for (int64_t i = 0; i < n; ++i) {
           const auto at = static_cast<std::size_t>(j * n + i);
-          ASSERT_EQ(plain[at], std::fma(static_cast<float>(codes[at]), step[static_cast<std::size_t>(i)], lo[static_cast<std::size_t>(i)]))
+          ASSERT_EQ(plain[at], std::fma(static_cast<float>(codes[at]), step[static_cast<std::size_t>(i)],
+                                        lo[static_cast<std::size_t>(i)]))
               << "n " << n << " row " << j << " field " << i;
         }
       }

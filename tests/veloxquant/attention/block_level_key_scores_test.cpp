@@ -47,11 +47,11 @@ TEST(BlockLevelKeyScores, ShapesTheLoopTakes) {
   EXPECT_TRUE(can_score_block_level_rows(5, 64, 32));
   EXPECT_TRUE(can_score_block_level_rows(3, 128, 32));
   EXPECT_TRUE(can_score_block_level_rows(6, 64, 64));
-  EXPECT_TRUE(can_score_block_level_rows(8, 64, 32));    // even levels, computed from the code
-  EXPECT_FALSE(can_score_block_level_rows(7, 64, 32));   // neither a table nor whole bytes
-  EXPECT_TRUE(can_score_block_level_rows(4, 96, 32));    // three blocks per row
-  EXPECT_TRUE(can_score_block_level_rows(4, 256, 32));   // eight blocks per row
-  EXPECT_FALSE(can_score_block_level_rows(4, 80, 32));   // a partial block
+  EXPECT_TRUE(can_score_block_level_rows(8, 64, 32));   // even levels, computed from the code
+  EXPECT_FALSE(can_score_block_level_rows(7, 64, 32));  // neither a table nor whole bytes
+  EXPECT_TRUE(can_score_block_level_rows(4, 96, 32));   // three blocks per row
+  EXPECT_TRUE(can_score_block_level_rows(4, 256, 32));  // eight blocks per row
+  EXPECT_FALSE(can_score_block_level_rows(4, 80, 32));  // a partial block
   EXPECT_FALSE(can_score_block_level_rows(0, 64, 32));
 }
 
@@ -71,7 +71,9 @@ TEST(BlockLevelKeyScores, QueryRoundsWithinHalfAStepAndNonFiniteGivesNaNStep) {
   std::vector<int16_t> q16(64);
   float step = 0.0f;
   quantize_query_i16(q.data(), 64, 23170, q16.data(), &step);
-  for (int e = 0; e < 64; ++e) EXPECT_LE(std::fabs(double(q[e]) - double(step) * q16[e]), 0.502 * step);  // f32 products: ties may round either way
+  for (int e = 0; e < 64; ++e)
+    EXPECT_LE(std::fabs(double(q[e]) - double(step) * q16[e]),
+              0.502 * step);  // f32 products: ties may round either way
   std::vector<float> zero(64, 0.0f);
   quantize_query_i16(zero.data(), 64, 23170, q16.data(), &step);
   EXPECT_EQ(step, 0.0f);
@@ -88,20 +90,40 @@ struct Shape {
 };
 
 TEST(BlockLevelKeyScores, MatchesScalarBitForBitAndExactScoresWithinTheRoundingBound) {
-  const Shape shapes[] = {{1, 64, 32}, {2, 64, 32}, {3, 64, 32}, {4, 64, 64}, {5, 64, 32},
-                          {6, 64, 32}, {3, 128, 32}, {5, 128, 64}, {4, 128, 128}, {6, 256, 64}, {4, 96, 32}, {2, 256, 256},
-                          {8, 64, 32}, {8, 128, 64},
+  const Shape shapes[] = {{1, 64, 32},
+                          {2, 64, 32},
+                          {3, 64, 32},
+                          {4, 64, 64},
+                          {5, 64, 32},
+                          {6, 64, 32},
+                          {3, 128, 32},
+                          {5, 128, 64},
+                          {4, 128, 128},
+                          {6, 256, 64},
+                          {4, 96, 32},
+                          {2, 256, 256},
+                          {8, 64, 32},
+                          {8, 128, 64},
                           // Evenly spaced levels scored from the codes themselves (8 bits above
                           // takes the table path: its query uses the larger limit).
-                          {1, 64, 32, true}, {2, 64, 32, true}, {3, 64, 32, true}, {4, 64, 32, true},
-                          {5, 64, 32, true}, {6, 64, 32, true}, {4, 128, 64, true}, {3, 96, 32, true},
-                          {5, 256, 256, true}, {8, 64, 32, true}, {8, 128, 128, true}};
+                          {1, 64, 32, true},
+                          {2, 64, 32, true},
+                          {3, 64, 32, true},
+                          {4, 64, 32, true},
+                          {5, 64, 32, true},
+                          {6, 64, 32, true},
+                          {4, 128, 64, true},
+                          {3, 96, 32, true},
+                          {5, 256, 256, true},
+                          {8, 64, 32, true},
+                          {8, 128, 128, true}};
   for (const Shape& s : shapes) {
     ASSERT_TRUE(can_score_block_level_rows(s.bits, s.dim, s.block)) << s.bits << " " << s.dim << " " << s.block;
-    const std::vector<float>& levels =
-        quant::block_levels(s.bits, static_cast<int>(s.block),
-                            s.uniform ? quant::BlockLloydQuantizer::Levels::kUniform : quant::BlockLloydQuantizer::Levels::kLloyd);
-    const int32_t limit = s.uniform ? std::min(block_integer_limit(s.block), kUniformQueryLimit) : block_integer_limit(s.block);
+    const std::vector<float>& levels = quant::block_levels(
+        s.bits, static_cast<int>(s.block),
+        s.uniform ? quant::BlockLloydQuantizer::Levels::kUniform : quant::BlockLloydQuantizer::Levels::kLloyd);
+    const int32_t limit =
+        s.uniform ? std::min(block_integer_limit(s.block), kUniformQueryLimit) : block_integer_limit(s.block);
     const BlockLevels16 l16 = block_levels16(levels.data(), s.bits, limit);
     const int64_t nb = s.dim / s.block;
     for (const int64_t n_rows : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{64}}) {
@@ -112,7 +134,8 @@ TEST(BlockLevelKeyScores, MatchesScalarBitForBitAndExactScoresWithinTheRoundingB
           const auto codes = random_bytes(static_cast<std::size_t>(n_rows * stride), 11);
           std::vector<uint16_t> scales(static_cast<std::size_t>(n_rows * nb));
           const auto scale_values = test_support::normal_values(scales.size(), 12);
-          for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = base::f32_to_f16(0.1f + std::fabs(scale_values[i]));
+          for (std::size_t i = 0; i < scales.size(); ++i)
+            scales[i] = base::f32_to_f16(0.1f + std::fabs(scale_values[i]));
           const auto q = test_support::normal_values(static_cast<std::size_t>(n_q * s.dim), 13);
           std::vector<int16_t> q16(q.size());
           std::vector<float> step(static_cast<std::size_t>(n_q)), bias(static_cast<std::size_t>(n_q));
@@ -132,8 +155,8 @@ TEST(BlockLevelKeyScores, MatchesScalarBitForBitAndExactScoresWithinTheRoundingB
           std::vector<float> out(static_cast<std::size_t>(n_q * ld), -7.0f), ref(out);
           score_block_level_rows(keys, l16, q16.data(), step.data(), b, n_q, out.data(), ld);
           scalar::score_block_level_rows(keys, l16, q16.data(), step.data(), b, n_q, ref.data(), ld);
-          ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block << (s.uniform ? " uniform, " : ", ") << n_rows
-                              << " rows, " << n_q << " queries";
+          ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block
+                              << (s.uniform ? " uniform, " : ", ") << n_rows << " rows, " << n_q << " queries";
           for (int64_t r = 0; r < n_q; ++r) {
             EXPECT_EQ(ref[static_cast<std::size_t>(r * ld + n_rows)], -7.0f);  // nothing written past the rows
             for (int64_t j = 0; j < n_rows; ++j) {
@@ -148,9 +171,11 @@ TEST(BlockLevelKeyScores, MatchesScalarBitForBitAndExactScoresWithinTheRoundingB
                 const double level = levels[static_cast<std::size_t>(code)];
                 const double qe = q[static_cast<std::size_t>(r * s.dim + e)];
                 exact += qe * scale * level;
-                bound += scale * 0.5 * (std::fabs(qe) * l16.step + std::fabs(level) * step[r] + 0.5 * l16.step * step[r]);
+                bound +=
+                    scale * 0.5 * (std::fabs(qe) * l16.step + std::fabs(level) * step[r] + 0.5 * l16.step * step[r]);
               }
-              EXPECT_LE(std::fabs(ref[static_cast<std::size_t>(r * ld + j)] - exact), bound + 1e-5 * (1.0 + std::fabs(exact)));
+              EXPECT_LE(std::fabs(ref[static_cast<std::size_t>(r * ld + j)] - exact),
+                        bound + 1e-5 * (1.0 + std::fabs(exact)));
             }
           }
         }
@@ -166,8 +191,8 @@ TEST(BlockLevelKeyScores, PermutedLevelsMatchScalarBitForBitAndF64Scores) {
   EXPECT_TRUE(can_score_permuted_level_rows(1, 40, 8));
   EXPECT_FALSE(can_score_permuted_level_rows(4, 64, 32));  // 16 levels: the integer loop
   EXPECT_FALSE(can_score_permuted_level_rows(3, 64, 12));  // a block of partial groups
-  const Shape shapes[] = {{3, 64, 32}, {3, 128, 32}, {2, 64, 32}, {1, 64, 32}, {3, 64, 64}, {3, 96, 32},
-                          {2, 256, 128}, {3, 40, 8}};
+  const Shape shapes[] = {{3, 64, 32}, {3, 128, 32}, {2, 64, 32},   {1, 64, 32},
+                          {3, 64, 64}, {3, 96, 32},  {2, 256, 128}, {3, 40, 8}};
   for (const Shape& s : shapes) {
     ASSERT_TRUE(can_score_permuted_level_rows(s.bits, s.dim, s.block)) << s.bits << " " << s.dim << " " << s.block;
     // Any levels work; blocks below 32 (no solved levels) borrow those of 32.
@@ -180,7 +205,8 @@ TEST(BlockLevelKeyScores, PermutedLevelsMatchScalarBitForBitAndF64Scores) {
           const auto codes = random_bytes(static_cast<std::size_t>(n_rows * stride), 31);
           std::vector<uint16_t> scales(static_cast<std::size_t>(n_rows * nb));
           const auto scale_values = test_support::normal_values(scales.size(), 32);
-          for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = base::f32_to_f16(0.1f + std::fabs(scale_values[i]));
+          for (std::size_t i = 0; i < scales.size(); ++i)
+            scales[i] = base::f32_to_f16(0.1f + std::fabs(scale_values[i]));
           const auto q = test_support::normal_values(static_cast<std::size_t>(n_q * q_stride), 33);
           std::vector<float> bias(static_cast<std::size_t>(n_q));
           for (int64_t r = 0; r < n_q; ++r) bias[r] = 0.25f * static_cast<float>(r) - 0.3f;
@@ -196,8 +222,8 @@ TEST(BlockLevelKeyScores, PermutedLevelsMatchScalarBitForBitAndF64Scores) {
           std::vector<float> out(static_cast<std::size_t>(n_q * ld), -7.0f), ref(out);
           score_permuted_level_rows(keys, levels.data(), q.data(), q_stride, b, n_q, out.data(), ld);
           scalar::score_permuted_level_rows(keys, levels.data(), q.data(), q_stride, b, n_q, ref.data(), ld);
-          ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block << ", " << n_rows << " rows, "
-                              << n_q << " queries";
+          ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block << ", " << n_rows
+                              << " rows, " << n_q << " queries";
           for (int64_t r = 0; r < n_q; ++r) {
             EXPECT_EQ(ref[static_cast<std::size_t>(r * ld + n_rows)], -7.0f);  // nothing written past the rows
             for (int64_t j = 0; j < n_rows; ++j) {

@@ -35,7 +35,8 @@ Tile make_tile(int64_t rows, int64_t dim, int bits, int64_t block, int64_t code_
     }
     core::pack_dense(t.raw.data() + j * dim, static_cast<std::size_t>(dim), bits, t.codes.data() + j * code_stride);
     for (int64_t b = 0; b < (dim + block - 1) / block; ++b) {
-      t.scales[static_cast<std::size_t>(j * scale_stride + b)] = base::f32_to_f16(0.5f + 0.25f * static_cast<float>(b + j));
+      t.scales[static_cast<std::size_t>(j * scale_stride + b)] =
+          base::f32_to_f16(0.5f + 0.25f * static_cast<float>(b + j));
     }
   }
   return t;
@@ -112,8 +113,8 @@ void expect_simd_matches_scalar(int bits, const std::vector<float>& levels, std:
 TEST(DenseLevelRows, SimdMatchesScalarForEveryWidthStrideAndTail) {
   // Levels that are not f16 values: the f32-table path (or the scalar loop for odd shapes).
   for (int bits = 1; bits <= 8; ++bits) {
-    expect_simd_matches_scalar(bits, test_support::normal_values(std::size_t{1} << bits, 30 + bits), {7, 8, 64, 100, 128},
-                               {8, 32, 5}, {1, 3, 17}, {0, 3});
+    expect_simd_matches_scalar(bits, test_support::normal_values(std::size_t{1} << bits, 30 + bits),
+                               {7, 8, 64, 100, 128}, {8, 32, 5}, {1, 3, 17}, {0, 3});
   }
 }
 

@@ -28,7 +28,8 @@ TEST(LevelLookup, EqualsTheScalarLoopForEveryWidth) {
       ASSERT_EQ(simd, plain) << "bits " << bits << " n " << n;
       // And the reference is the table itself.
       for (int64_t i = 0; i < n; ++i) {
-        ASSERT_EQ(plain[static_cast<std::size_t>(i)], levels[static_cast<std::size_t>(codes[static_cast<std::size_t>(i)])]);
+        ASSERT_EQ(plain[static_cast<std::size_t>(i)],
+                  levels[static_cast<std::size_t>(codes[static_cast<std::size_t>(i)])]);
       }
     }
   }

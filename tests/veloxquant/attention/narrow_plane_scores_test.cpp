@@ -64,7 +64,8 @@ TEST(NarrowPlaneScores, EqualTheScalarReferenceOverPaddedCopiesAndTheExactIntege
         std::vector<int16_t> q16(static_cast<std::size_t>(n_q * q_stride), 0);
         for (int64_t r = 0; r < n_q; ++r) {
           for (int64_t i = 0; i < c.codes; ++i) {
-            q16[static_cast<std::size_t>(r * q_stride + p.position(i))] = natural[static_cast<std::size_t>(r * c.codes + i)];
+            q16[static_cast<std::size_t>(r * q_stride + p.position(i))] =
+                natural[static_cast<std::size_t>(r * c.codes + i)];
           }
         }
         const std::vector<float> step{1.0f, 0.5f, 0.25f, 2.0f}, bias{0.0f, 1.5f, -3.0f, 0.25f};
@@ -74,18 +75,21 @@ TEST(NarrowPlaneScores, EqualTheScalarReferenceOverPaddedCopiesAndTheExactIntege
         // Reference: each row copied into a zeroed padded row, scored by the scalar loop.
         std::vector<uint8_t> padded(static_cast<std::size_t>(n_rows * p.padded), 0);
         for (int64_t j = 0; j < n_rows; ++j) {
-          for (int64_t k = 0; k < p.plane_bytes; ++k) padded[static_cast<std::size_t>(j * p.padded + k)] = bytes[static_cast<std::size_t>(j * stride + k)];
+          for (int64_t k = 0; k < p.plane_bytes; ++k)
+            padded[static_cast<std::size_t>(j * p.padded + k)] = bytes[static_cast<std::size_t>(j * stride + k)];
         }
-        scalar::score_codes_i16(padded.data(), p.padded, n_rows, p.padded, c.bits, q16.data(), step.data(),
-                                bias.data(), n_q, ref.data(), ld);
-        ASSERT_EQ(got, ref) << c.bits << " bits, " << c.codes << " codes, stride " << stride << ", " << n_rows << " rows";
+        scalar::score_codes_i16(padded.data(), p.padded, n_rows, p.padded, c.bits, q16.data(), step.data(), bias.data(),
+                                n_q, ref.data(), ld);
+        ASSERT_EQ(got, ref) << c.bits << " bits, " << c.codes << " codes, stride " << stride << ", " << n_rows
+                            << " rows";
         // Independent: the exact integer dot product of each row's own codes, in natural order
         // (small enough that step * sum + bias is exact in f32).
         for (int64_t r = 0; r < n_q; ++r) {
           for (int64_t j = 0; j < n_rows; ++j) {
             int64_t sum = 0;
             for (int64_t i = 0; i < c.codes; ++i) {
-              sum += int64_t{natural[static_cast<std::size_t>(r * c.codes + i)]} * code_of(bytes.data() + j * stride, c.bits, i);
+              sum += int64_t{natural[static_cast<std::size_t>(r * c.codes + i)]} *
+                     code_of(bytes.data() + j * stride, c.bits, i);
             }
             EXPECT_EQ(got[static_cast<std::size_t>(r * ld + j)], step[r] * static_cast<float>(sum) + bias[r])
                 << c.bits << " bits, " << c.codes << " codes, query " << r << ", row " << j;

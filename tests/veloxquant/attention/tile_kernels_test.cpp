@@ -26,7 +26,8 @@ TEST(TileKernels, AffineDecodeMatchesScalar) {
     std::vector<float> out(n), ref(n);
     affine_decode(codes.data(), scale.data(), min.data(), group, n, out.data());
     scalar::affine_decode(codes.data(), scale.data(), min.data(), group, n, ref.data());
-    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(out[static_cast<std::size_t>(i)], ref[static_cast<std::size_t>(i)], 1e-5f);
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_NEAR(out[static_cast<std::size_t>(i)], ref[static_cast<std::size_t>(i)], 1e-5f);
   }
 }
 
@@ -51,7 +52,8 @@ TEST(TileKernels, UnpackPlanesMatchesScalar) {
       if (bits < 8) {
         EXPECT_EQ(ref[static_cast<std::size_t>(plane)], static_cast<float>((bytes[0] >> bits) & ((1 << bits) - 1)));
         // Row 1 starts `stride` bytes in.
-        EXPECT_EQ(ref[static_cast<std::size_t>(plane * 8 / bits)], static_cast<float>(bytes[static_cast<std::size_t>(stride)] & ((1 << bits) - 1)));
+        EXPECT_EQ(ref[static_cast<std::size_t>(plane * 8 / bits)],
+                  static_cast<float>(bytes[static_cast<std::size_t>(stride)] & ((1 << bits) - 1)));
       }
     }
   }
@@ -73,7 +75,8 @@ TEST(TileKernels, CentroidPlanesMatchScalar) {
       for (bool two : {false, true}) {
         const int64_t rows = 64 / plane;  // rows `plane` bytes apart
         std::vector<float> out(static_cast<std::size_t>(rows * plane * 8 / bits)), ref(out.size());
-        centroid_planes(s1.data(), two ? s2.data() : nullptr, plane, rows, plane, bits, c1.data(), c2.data(), out.data());
+        centroid_planes(s1.data(), two ? s2.data() : nullptr, plane, rows, plane, bits, c1.data(), c2.data(),
+                        out.data());
         scalar::centroid_planes(s1.data(), two ? s2.data() : nullptr, plane, rows, plane, bits, c1.data(), c2.data(),
                                 ref.data());
         EXPECT_EQ(out, ref) << "bits " << bits << " plane " << plane;
@@ -84,7 +87,6 @@ TEST(TileKernels, CentroidPlanesMatchScalar) {
 }  // namespace
 }  // namespace veloxquant::attention::kernels
 
-
 namespace veloxquant::attention::kernels {
 namespace {
 TEST(TileKernels, FoldScalesMatchesScalar) {
@@ -92,7 +94,8 @@ TEST(TileKernels, FoldScalesMatchesScalar) {
     for (int64_t nq : {1, 3, 4}) {
       const auto q = random_values(static_cast<std::size_t>(nq * d), 11);
       const auto scale = random_values(static_cast<std::size_t>(d), 12), min = random_values(scale.size(), 13);
-      std::vector<float> folded(q.size()), folded_ref(q.size()), bias(static_cast<std::size_t>(nq)), bias_ref(bias.size());
+      std::vector<float> folded(q.size()), folded_ref(q.size()), bias(static_cast<std::size_t>(nq)),
+          bias_ref(bias.size());
       fold_scales(q.data(), nq, d, scale.data(), min.data(), folded.data(), bias.data());
       scalar::fold_scales(q.data(), nq, d, scale.data(), min.data(), folded_ref.data(), bias_ref.data());
       EXPECT_EQ(folded, folded_ref);
@@ -126,7 +129,8 @@ TEST(TileKernels, F16ColumnsTransposesRowsOfFieldsExactly) {
       scalar::f16_columns(rows.data(), n, stride, ref.data());
       EXPECT_EQ(out, ref) << "n " << n << " stride " << stride;
       // Field c of row j lands at c * n + j.
-      EXPECT_EQ(ref[static_cast<std::size_t>(n + n - 1)], base::f16_to_f32(rows[static_cast<std::size_t>((n - 1) * stride + 1)]));
+      EXPECT_EQ(ref[static_cast<std::size_t>(n + n - 1)],
+                base::f16_to_f32(rows[static_cast<std::size_t>((n - 1) * stride + 1)]));
     }
   }
 }
@@ -162,7 +166,8 @@ TEST(TileKernels, AccumulatePlanesMatchesScalar) {
           accumulate_planes(bytes.data(), stride, rows, plane, bits, group, ws.data(), nq, acc.data(), d + 2);
           scalar::accumulate_planes(bytes.data(), stride, rows, plane, bits, group, ws.data(), nq, ref.data(), d + 2);
           for (std::size_t i = 0; i < acc.size(); ++i) {
-            ASSERT_NEAR(acc[i], ref[i], 1e-3f * (1 << bits)) << "bits " << bits << " d " << d << " group " << group << " nq " << nq;
+            ASSERT_NEAR(acc[i], ref[i], 1e-3f * (1 << bits))
+                << "bits " << bits << " d " << d << " group " << group << " nq " << nq;
           }
         }
       }

@@ -72,7 +72,8 @@ TEST(A2ats, FusedAttentionIsTheBruteForceRetrieval) {
     const int64_t far = std::max<int64_t>(0, offset - p.window), tail = offset - far;
     cache.fused_attention({&q, &k, &v, scale, std::nullopt}, out);
     const std::vector<float> qf = q.to_f32(), kf = k.to_f32(), vf = v.to_f32(), got = out.to_f32();
-    const int64_t want_k = far == 0 ? 0 : std::min<int64_t>(far, std::max<int64_t>(int64_t(std::ceil(0.25 * far)), p.window));
+    const int64_t want_k =
+        far == 0 ? 0 : std::min<int64_t>(far, std::max<int64_t>(int64_t(std::ceil(0.25 * far)), p.window));
     double worst = 0;
     for (int64_t h = 0; h < heads; ++h) {
       std::vector<std::vector<float>> fk(static_cast<std::size_t>(far));
@@ -218,7 +219,8 @@ TEST(A2ats, FetchReturnsEveryRowWithFarKeysDecoded) {
     for (int64_t j = 0; j < 30; ++j) {
       // Before this call 26 rows were far; after it, 27 (row 26 spilled by this call).
       const std::vector<float> want =
-          j < 26 ? decoded_key(cache, h, j, d, p.sub_dim) : std::vector<float>(kf.begin() + (h * 30 + j) * d, kf.begin() + (h * 30 + j + 1) * d);
+          j < 26 ? decoded_key(cache, h, j, d, p.sub_dim)
+                 : std::vector<float>(kf.begin() + (h * 30 + j) * d, kf.begin() + (h * 30 + j + 1) * d);
       for (int64_t e = 0; e < d; ++e) {
         EXPECT_EQ(gk[(h * 31 + j) * d + e], want[e]);
         EXPECT_EQ(gv[(h * 31 + j) * d + e], vf[(h * 30 + j) * d + e]);
@@ -242,10 +244,10 @@ TEST(A2ats, BytesAreTheLayoutAndReallyAllocated) {
   EXPECT_EQ(static_cast<std::size_t>(after.aligned_live_bytes - before.aligned_live_bytes), cache->nbytes());
   // 302 tokens: 174 far rows in a 256-row region, 128 exact rows (f16).
   const std::size_t heads = b * h, region = 256;
-  const std::size_t codebook = (d / 8) * 256 * 8 * 2;          // f16, one per layer
-  const std::size_t codes = heads * region * (d / 8);           // one byte per 8-wide sub-vector
-  const std::size_t values = heads * region * d * 2;            // exact f16 values
-  const std::size_t window = 2 * heads * 128 * d * 2;           // exact keys and values
+  const std::size_t codebook = (d / 8) * 256 * 8 * 2;  // f16, one per layer
+  const std::size_t codes = heads * region * (d / 8);  // one byte per 8-wide sub-vector
+  const std::size_t values = heads * region * d * 2;   // exact f16 values
+  const std::size_t window = 2 * heads * 128 * d * 2;  // exact keys and values
   EXPECT_EQ(cache->nbytes(), codebook + codes + values + window);
   // Per far token and kv head at d = 64: 8 code bytes + 128 value bytes against 256 in f16.
   EXPECT_EQ((codes + values) / (heads * region), 136u);
@@ -300,7 +302,9 @@ TEST(A2ats, BadOptionsNameTheField) {
   names([](A2atsOptions& o) { o.a2ats_query_h = "h.npy"; }, "a2ats_query_h");
   names([](A2atsOptions& o) { o.a2ats_codebook = "book.npy"; }, "a2ats_codebook");
   names([](A2atsOptions& o) { o.a2ats_rope_scaling = "linear"; }, "a2ats_rope_scaling");
-  EXPECT_EQ(test_support::option_error<A2atsOptions>("a2ats", [](A2atsOptions&) {}, 64), "accepted");
+  EXPECT_EQ(test_support::option_error<A2atsOptions>(
+                "a2ats", [](A2atsOptions&) {}, 64),
+            "accepted");
 }
 
 }  // namespace

@@ -143,7 +143,9 @@ TEST(AmcCache, MatchesTheReferenceAndNeverEvicts) {
         std::sort(ranked.begin(), ranked.end());  // descending L1, ties to the earlier position
         for (int64_t i = 0; i < g; ++i) {
           const int64_t p = ranked[i].second;
-          const AmcTier tier = i < counts.high ? AmcTier::kHigh : i < counts.high + counts.mid ? AmcTier::kMid : AmcTier::kLow;
+          const AmcTier tier = i < counts.high                ? AmcTier::kHigh
+                               : i < counts.high + counts.mid ? AmcTier::kMid
+                                                              : AmcTier::kLow;
           ASSERT_EQ(cache.tier_of(0, h, p), tier) << "position " << p;
           const float* kx = k.data() + (h * t + p) * d;
           const float* vx = v.data() + (h * t + p) * d;
@@ -242,7 +244,8 @@ TEST(AmcCache, FusedAttentionEqualsAttentionOverFetchedRows) {
   for (const AmcOptions& o : {options(), options(0.1, 0.6, 16)}) {
     AmcCache fused(o), plain(o);
     const std::vector<int64_t> chunks{70, 1, 1, 40, 1};
-    const std::vector<float> worst = test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 700, rows, rows);
+    const std::vector<float> worst =
+        test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 700, rows, rows);
     // f32 summation order only (values reach ~5 here: latent sums vs reconstructed rows).
     for (std::size_t c = 0; c < chunks.size(); ++c) EXPECT_LE(worst[c], 5e-4f) << "chunk " << chunks[c];
   }

@@ -102,7 +102,9 @@ TEST(AnchorKv, OneSpillIsTheReference) {
         int64_t best_a = 0;
         for (std::size_t a = 0; a < anchors.size(); ++a) {
           double dot = 0, norm = 0;
-          for (int64_t e = 0; e < d; ++e) dot += double(X[i * d + e]) * X[anchors[a] * d + e], norm += double(X[anchors[a] * d + e]) * X[anchors[a] * d + e];
+          for (int64_t e = 0; e < d; ++e)
+            dot += double(X[i * d + e]) * X[anchors[a] * d + e],
+                norm += double(X[anchors[a] * d + e]) * X[anchors[a] * d + e];
           if (dot * dot / norm > best) best = dot * dot / norm, best_a = int64_t(a), best_dot = dot, best_norm = norm;
         }
         const float c = f16(float(best_dot / best_norm));
@@ -120,7 +122,8 @@ TEST(AnchorKv, OneSpillIsTheReference) {
     for (int64_t i = 0; i < spill; ++i) {
       if (utility[i] >= 0) by_utility.push_back(i);
     }
-    std::stable_sort(by_utility.begin(), by_utility.end(), [&](int64_t a, int64_t b) { return utility[a] > utility[b]; });
+    std::stable_sort(by_utility.begin(), by_utility.end(),
+                     [&](int64_t a, int64_t b) { return utility[a] > utility[b]; });
     by_utility.resize(14);
     std::vector<float> key(d), value(d);
     for (int64_t i = 0; i < spill; ++i) {
@@ -167,7 +170,7 @@ TEST(AnchorKv, BytesAreTheLayoutAndReallyAllocated) {
   EXPECT_EQ(a.compressed_rows(), 270);
   EXPECT_EQ(a.anchors(), 3);
   EXPECT_EQ(a.residual_slots(), 86);
-  const std::size_t heads = b * h, region = 512;  // records in 256-row steps, anchors 16, slots 64
+  const std::size_t heads = b * h, region = 512;             // records in 256-row steps, anchors 16, slots 64
   const std::size_t anchors = heads * 16 * (2 * d * 2 + 4);  // f16 key + value, i32 position
   const std::size_t records = heads * region * 12;
   const std::size_t residuals = heads * 128 * (2 * d * 2 / 8 + 8);
@@ -177,7 +180,8 @@ TEST(AnchorKv, BytesAreTheLayoutAndReallyAllocated) {
   // 645 slots (704 capacity): 65088 bytes per kv head, 2860.3 B/token on SmolLM2's 90 kv heads.
   auto window_cache = KVCacheBuilder(c).build().serving();
   for (int i = 0; i < 4; ++i) {
-    window_cache->update_and_fetch(test_support::random_kv(1, 1, 512, d, 70 + i), test_support::random_kv(1, 1, 512, d, 80 + i));
+    window_cache->update_and_fetch(test_support::random_kv(1, 1, 512, d, 70 + i),
+                                   test_support::random_kv(1, 1, 512, d, 80 + i));
   }
   EXPECT_EQ(window_cache->nbytes(), 65088u);
 }
@@ -224,7 +228,9 @@ TEST(AnchorKv, BadOptionsNameTheField) {
   names([](AnchorKvOptions& o) { o.anchorkv_anchor_frac = 0; }, "anchorkv_anchor_frac");
   names([](AnchorKvOptions& o) { o.anchorkv_residual_bits = 3; }, "anchorkv_residual_bits");
   names([](AnchorKvOptions& o) { o.anchorkv_seed = -1; }, "anchorkv_seed");
-  EXPECT_EQ(test_support::option_error<AnchorKvOptions>("anchorkv", [](AnchorKvOptions&) {}, 64), "accepted");
+  EXPECT_EQ(test_support::option_error<AnchorKvOptions>(
+                "anchorkv", [](AnchorKvOptions&) {}, 64),
+            "accepted");
 }
 
 }  // namespace

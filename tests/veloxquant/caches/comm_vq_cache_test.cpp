@@ -49,7 +49,8 @@ TEST(CommVq, StoredCodesDecodeToTheFetchedKeysAndAreNearest) {
           for (int64_t e = 0; e < (int64_t{1} << bits); ++e) {
             double dist = 0;
             for (int64_t c = 0; c < sub; ++c) {
-              const double diff = raw[(h * t + j) * d + s * sub + c] - book.words[(s * (int64_t{1} << bits) + e) * sub + c];
+              const double diff =
+                  raw[(h * t + j) * d + s * sub + c] - book.words[(s * (int64_t{1} << bits) + e) * sub + c];
               dist += diff * diff;
             }
             best = std::min(best, dist);

@@ -41,7 +41,8 @@ double model_loss(const std::vector<double>& v, const std::vector<int>& bits, do
 }
 
 TEST(Kvtc, TheDpMatchesAnExhaustiveSearch) {
-  const std::vector<std::vector<double>> spectra = {{9.0, 4.0, 1.0, 0.25, 0.01}, {5.0, 5.0, 5.0, 0.1}, {100, 1, 1, 1, 1}};
+  const std::vector<std::vector<double>> spectra = {
+      {9.0, 4.0, 1.0, 0.25, 0.01}, {5.0, 5.0, 5.0, 0.1}, {100, 1, 1, 1, 1}};
   const std::vector<std::vector<int>> choice_sets = {{0, 1, 2, 3, 4, 6, 8}, {0, 2, 4}, {1, 2}};
   for (const auto& v : spectra) {
     for (const auto& choices : choice_sets) {
@@ -54,13 +55,16 @@ TEST(Kvtc, TheDpMatchesAnExhaustiveSearch) {
         while (true) {
           std::vector<int> bits(static_cast<std::size_t>(n));
           int total = 0;
-          for (int i = 0; i < n; ++i) total += bits[static_cast<std::size_t>(i)] = choices[static_cast<std::size_t>(pick[static_cast<std::size_t>(i)])];
+          for (int i = 0; i < n; ++i)
+            total += bits[static_cast<std::size_t>(i)] =
+                choices[static_cast<std::size_t>(pick[static_cast<std::size_t>(i)])];
           if (total <= budget) {
             best = std::min(best, model_loss(v, bits, 3.5));
             any = true;
           }
           int i = 0;
-          while (i < n && ++pick[static_cast<std::size_t>(i)] == static_cast<int>(choices.size())) pick[static_cast<std::size_t>(i++)] = 0;
+          while (i < n && ++pick[static_cast<std::size_t>(i)] == static_cast<int>(choices.size()))
+            pick[static_cast<std::size_t>(i++)] = 0;
           if (i == n) break;
         }
         if (!any) {
@@ -92,7 +96,8 @@ test_support::LatentQuantizer kvtc_quantizer(const lm::Tensor& widths, const lm:
     std::vector<double> out(z.size());
     for (std::size_t i = 0; i < z.size(); ++i) {
       const int bits = static_cast<int>(b[static_cast<std::size_t>(g * w) + i]);
-      const float step = rg[static_cast<std::size_t>(g * 2 * w) + i], lo = rg[static_cast<std::size_t>(g * 2 * w + w) + i];
+      const float step = rg[static_cast<std::size_t>(g * 2 * w) + i],
+                  lo = rg[static_cast<std::size_t>(g * 2 * w + w) + i];
       if (bits == 0) continue;
       const float levels = static_cast<float>((1 << bits) - 1);
       const float q = std::nearbyint(std::clamp((static_cast<float>(z[i]) - lo) / step, 0.0f, levels));
@@ -111,9 +116,10 @@ TEST(Kvtc, RowsMatchTheReferenceAndTheBudgetHolds) {
     cache->update_and_fetch(test_support::token_rows(k, 0, 150), test_support::token_rows(v, 0, 150));
     EXPECT_FALSE(dynamic_cast<const LatentCache&>(*cache).fitted());
     cache->update_and_fetch(test_support::token_rows(k, 150, 200), test_support::token_rows(v, 150, 200));
-    const lm::KeysValues got = cache->update_and_fetch(test_support::token_rows(k, 200, t), test_support::token_rows(v, 200, t));
+    const lm::KeysValues got =
+        cache->update_and_fetch(test_support::token_rows(k, 200, t), test_support::token_rows(v, 200, t));
     const std::vector<lm::Tensor> s = cache->state();
-    ASSERT_EQ(s.size(), 12u);  // codes, basis, mean, ranks per side + (widths, ranges) per side
+    ASSERT_EQ(s.size(), 12u);   // codes, basis, mean, ranks per side + (widths, ranges) per side
     EXPECT_EQ(s[1].dim(1), 1);  // one head group: the layer's heads together
     for (int side = 0; side < 2; ++side) {
       const std::vector<float> widths = s[static_cast<std::size_t>(8 + 2 * side)].astype(lm::DType::F32).to_f32();
@@ -159,7 +165,7 @@ TEST(Kvtc, BytesAreTheLayoutAndReallyAllocated) {
     EXPECT_LE(row, 64);  // 512 bits
     EXPECT_GE(row, 60);
     want += 1024 * row + r * w * 4 + w * 4 + 4  // codes (256-row step), basis, mean, rank
-            + w * 4 + 2 * w * 4;               // widths, (step, lo)
+            + w * 4 + 2 * w * 4;                // widths, (step, lo)
   }
   EXPECT_EQ(cache->nbytes(), want);
 }
@@ -171,7 +177,8 @@ TEST(Kvtc, EntropyCodedBytesAreRealAndBelowThePackedCodes) {
   cache->update_and_fetch(low_rank_rows(heads, t, d, 40, 7), low_rank_rows(heads, t, d, 40, 8));
   const std::size_t coded = kvtc_entropy_coded_bytes(*cache);
   const auto& latent = dynamic_cast<const LatentCache&>(*cache);
-  const std::size_t packed = static_cast<std::size_t>(t * (latent.keys_side().codes.dim(3) + latent.values_side().codes.dim(3)));
+  const std::size_t packed =
+      static_cast<std::size_t>(t * (latent.keys_side().codes.dim(3) + latent.values_side().codes.dim(3)));
   EXPECT_GT(coded, 0u);
   // Uniform codes of roughly Gaussian latents are far from uniform symbols: coding saves bytes
   // even with a frequency table and a final state per (component) stream.
@@ -190,7 +197,8 @@ TEST(Kvtc, FusedAttentionEqualsAttentionOverFetchedRows) {
     // Width 192: the fit waits for 768 rows — the first chunks attend over rows as given.
     for (const std::vector<int64_t>& chunks : {std::vector<int64_t>{800, 1, 9}, std::vector<int64_t>{500, 300, 1}}) {
       const std::shared_ptr<lm::KVCache> fused = make_kvtc_cache(o), plain = make_kvtc_cache(o);
-      const std::vector<float> worst = test_support::fused_vs_fetched(*fused, *plain, heads, hq, d, chunks, 700, rows, rows);
+      const std::vector<float> worst =
+          test_support::fused_vs_fetched(*fused, *plain, heads, hq, d, chunks, 700, rows, rows);
       for (std::size_t c = 0; c < chunks.size(); ++c) EXPECT_LE(worst[c], 1e-3f) << "chunk " << c;
     }
   }
@@ -203,19 +211,25 @@ TEST(Kvtc, TrimAndStateRoundTrip) {
   cache->update_and_fetch(low_rank_rows(heads, 200, d, 6, 19), low_rank_rows(heads, 200, d, 6, 20));
   cache->trim(200 - 100);
   ASSERT_TRUE(dynamic_cast<const LatentCache&>(*cache).fitted());
-  const std::vector<float> before = cache->update_and_fetch(test_support::token_rows(k, 100, 110),
-                                                            test_support::token_rows(v, 100, 110)).keys.to_f32();
+  const std::vector<float> before =
+      cache->update_and_fetch(test_support::token_rows(k, 100, 110), test_support::token_rows(v, 100, 110))
+          .keys.to_f32();
   EXPECT_EQ(cache->trim(10), 10);
   const std::shared_ptr<lm::KVCache> restored = kvtc_method().make_restorable();
   restored->from_state(cache->state(), cache->meta_state());
   EXPECT_EQ(restored->meta_state(), cache->meta_state());
-  const lm::KeysValues a = cache->update_and_fetch(test_support::token_rows(k, 100, 110), test_support::token_rows(v, 100, 110));
-  const lm::KeysValues b = restored->update_and_fetch(test_support::token_rows(k, 100, 110), test_support::token_rows(v, 100, 110));
+  const lm::KeysValues a =
+      cache->update_and_fetch(test_support::token_rows(k, 100, 110), test_support::token_rows(v, 100, 110));
+  const lm::KeysValues b =
+      restored->update_and_fetch(test_support::token_rows(k, 100, 110), test_support::token_rows(v, 100, 110));
   EXPECT_EQ(a.keys.to_f32(), before);  // trimmed and fed again: as if never trimmed
   EXPECT_EQ(a.keys.to_f32(), b.keys.to_f32());
   EXPECT_EQ(a.values.to_f32(), b.values.to_f32());
-  EXPECT_EQ(cache->clone()->update_and_fetch(test_support::token_rows(k, 110, 111), test_support::token_rows(v, 110, 111)).keys.to_f32(),
-            restored->update_and_fetch(test_support::token_rows(k, 110, 111), test_support::token_rows(v, 110, 111)).keys.to_f32());
+  EXPECT_EQ(cache->clone()
+                ->update_and_fetch(test_support::token_rows(k, 110, 111), test_support::token_rows(v, 110, 111))
+                .keys.to_f32(),
+            restored->update_and_fetch(test_support::token_rows(k, 110, 111), test_support::token_rows(v, 110, 111))
+                .keys.to_f32());
   std::vector<std::string> bad = cache->meta_state();
   bad[1] = "0,9";
   EXPECT_THROW(kvtc_method().make_restorable()->from_state(cache->state(), bad), base::FormatError);

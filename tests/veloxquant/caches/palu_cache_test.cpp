@@ -47,7 +47,8 @@ void reference_group(std::vector<double>& z, int64_t first, int64_t n, int bits)
   if ((sh & 0x7fff) == 0) sh = 1;
   const float scale = base::f16_to_f32(sh);
   for (int64_t i = first; i < first + n; ++i) {
-    const float q = std::clamp(std::nearbyint((static_cast<float>(z[static_cast<std::size_t>(i)]) - min16) / scale), 0.0f, levels);
+    const float q =
+        std::clamp(std::nearbyint((static_cast<float>(z[static_cast<std::size_t>(i)]) - min16) / scale), 0.0f, levels);
     z[static_cast<std::size_t>(i)] = q * scale + min16;
   }
 }
@@ -61,21 +62,25 @@ test_support::LatentQuantizer palu_quantizer(const PaluOptions& o, bool values) 
       return z;
     }
     const int64_t hi = static_cast<int64_t>(std::ceil(o.palu_hi_fraction * double(r) - 1e-9));
-    for (int64_t at = 0; at < hi; at += o.palu_group_size) reference_group(z, at, std::min<int64_t>(o.palu_group_size, hi - at), o.palu_hi_bit);
-    for (int64_t at = hi; at < r; at += o.palu_group_size) reference_group(z, at, std::min<int64_t>(o.palu_group_size, r - at), o.palu_lo_bit);
+    for (int64_t at = 0; at < hi; at += o.palu_group_size)
+      reference_group(z, at, std::min<int64_t>(o.palu_group_size, hi - at), o.palu_hi_bit);
+    for (int64_t at = hi; at < r; at += o.palu_group_size)
+      reference_group(z, at, std::min<int64_t>(o.palu_group_size, r - at), o.palu_lo_bit);
     return z;
   };
 }
 
 TEST(Palu, RowsMatchTheReferenceGivenTheBasis) {
-  for (const PaluOptions& o : {options(std::nullopt), options(12, 1), options(40, 3, false), options(std::nullopt, 2)}) {
+  for (const PaluOptions& o :
+       {options(std::nullopt), options(12, 1), options(40, 3, false), options(std::nullopt, 2)}) {
     const int64_t heads = 3, d = 16, t = 90;
     const std::shared_ptr<lm::KVCache> cache = make_palu_cache(o);
     const lm::Tensor k = low_rank_rows(heads, t, d, 6, 11), v = low_rank_rows(heads, t, d, 9, 21);
     // Two calls: the fit happens when the second brings the cache to 64+ rows; more rows after.
     cache->update_and_fetch(test_support::token_rows(k, 0, 30), test_support::token_rows(v, 0, 30));
     cache->update_and_fetch(test_support::token_rows(k, 30, 80), test_support::token_rows(v, 30, 80));
-    const lm::KeysValues got = cache->update_and_fetch(test_support::token_rows(k, 80, t), test_support::token_rows(v, 80, t));
+    const lm::KeysValues got =
+        cache->update_and_fetch(test_support::token_rows(k, 80, t), test_support::token_rows(v, 80, t));
     const std::vector<lm::Tensor> s = cache->state();
     ASSERT_EQ(s.size(), 10u);  // codes, basis, mean, ranks per side + the codecs' ranks
     const std::vector<float> want_k = test_support::latent_reference(k, s[1], s[2], s[3], palu_quantizer(o, false));
@@ -140,7 +145,7 @@ TEST(Palu, BytesAreTheLayoutAndReallyAllocated) {
   cache->update_and_fetch(k, v);
   // Before the fit: the rows as given (f32) and the codecs' rank slots.
   EXPECT_EQ(cache->nbytes(), 2u * heads * 256 * d * 4 + 2 * groups * 4);
-  cache->update_and_fetch(k, v);                          // 80 rows: fitted
+  cache->update_and_fetch(k, v);  // 80 rows: fitted
   const std::size_t side = groups * 256 * 13 + groups * 16 * d * 4 + groups * d * 4 + groups * 4 + groups * 4;
   EXPECT_EQ(cache->nbytes(), 2 * side);
 }
@@ -151,9 +156,11 @@ TEST(Palu, FusedAttentionEqualsAttentionOverFetchedRows) {
     return low_rank_rows(h, n, dim, 12, s);
   };
   for (const PaluOptions& o : {options(std::nullopt), options(24, 1), options(std::nullopt, 4, false)}) {
-    for (const std::vector<int64_t>& chunks : {std::vector<int64_t>{100, 17, 1, 1, 40}, std::vector<int64_t>{10, 30, 30, 1, 2}}) {
+    for (const std::vector<int64_t>& chunks :
+         {std::vector<int64_t>{100, 17, 1, 1, 40}, std::vector<int64_t>{10, 30, 30, 1, 2}}) {
       const std::shared_ptr<lm::KVCache> fused = make_palu_cache(o), plain = make_palu_cache(o);
-      const std::vector<float> worst = test_support::fused_vs_fetched(*fused, *plain, heads, hq, d, chunks, 900, rows, rows);
+      const std::vector<float> worst =
+          test_support::fused_vs_fetched(*fused, *plain, heads, hq, d, chunks, 900, rows, rows);
       for (std::size_t c = 0; c < chunks.size(); ++c) EXPECT_LE(worst[c], 1e-3f) << "chunk " << c;
     }
   }
@@ -162,21 +169,25 @@ TEST(Palu, FusedAttentionEqualsAttentionOverFetchedRows) {
 TEST(Palu, TrimEndsTheRowsAndAnEmptyCacheFitsAgain) {
   const int64_t heads = 3, d = 16;
   const lm::Tensor k = low_rank_rows(heads, 120, d, 6, 7), v = low_rank_rows(heads, 120, d, 6, 8);
-  const std::shared_ptr<lm::KVCache> trimmed = make_palu_cache(PaluOptions{}), straight = make_palu_cache(PaluOptions{});
+  const std::shared_ptr<lm::KVCache> trimmed = make_palu_cache(PaluOptions{}),
+                                     straight = make_palu_cache(PaluOptions{});
   trimmed->update_and_fetch(test_support::token_rows(k, 0, 100), test_support::token_rows(v, 0, 100));
   straight->update_and_fetch(test_support::token_rows(k, 0, 100), test_support::token_rows(v, 0, 100));
   EXPECT_EQ(trimmed->trim(30), 30);
   EXPECT_EQ(trimmed->offset(), 70);
   // Codes are per token: the kept rows are what they were, and new rows follow as if never trimmed.
-  const lm::KeysValues a = trimmed->update_and_fetch(test_support::token_rows(k, 70, 120), test_support::token_rows(v, 70, 120));
+  const lm::KeysValues a =
+      trimmed->update_and_fetch(test_support::token_rows(k, 70, 120), test_support::token_rows(v, 70, 120));
   straight->trim(30);
-  const lm::KeysValues b = straight->update_and_fetch(test_support::token_rows(k, 70, 120), test_support::token_rows(v, 70, 120));
+  const lm::KeysValues b =
+      straight->update_and_fetch(test_support::token_rows(k, 70, 120), test_support::token_rows(v, 70, 120));
   EXPECT_EQ(a.keys.to_f32(), b.keys.to_f32());
   EXPECT_EQ(a.values.to_f32(), b.values.to_f32());
   EXPECT_EQ(trimmed->trim(500), 120);
   EXPECT_TRUE(trimmed->empty());
   EXPECT_FALSE(dynamic_cast<const LatentCache&>(*trimmed).fitted());
-  const lm::KeysValues c = trimmed->update_and_fetch(test_support::token_rows(k, 0, 10), test_support::token_rows(v, 0, 10));
+  const lm::KeysValues c =
+      trimmed->update_and_fetch(test_support::token_rows(k, 0, 10), test_support::token_rows(v, 0, 10));
   EXPECT_EQ(c.keys.to_f32(), test_support::token_rows(k, 0, 10).to_f32());  // exact again until the next fit
 }
 
@@ -191,9 +202,12 @@ TEST(Palu, StateRoundTripsAndTheRestoredCacheContinues) {
     EXPECT_EQ(restored->offset(), first);
     EXPECT_EQ(restored->meta_state(), cache->meta_state());
     const std::shared_ptr<lm::KVCache> copy = cache->clone();
-    const lm::KeysValues a = cache->update_and_fetch(test_support::token_rows(k, first, 110), test_support::token_rows(v, first, 110));
-    const lm::KeysValues b = restored->update_and_fetch(test_support::token_rows(k, first, 110), test_support::token_rows(v, first, 110));
-    const lm::KeysValues c = copy->update_and_fetch(test_support::token_rows(k, first, 110), test_support::token_rows(v, first, 110));
+    const lm::KeysValues a =
+        cache->update_and_fetch(test_support::token_rows(k, first, 110), test_support::token_rows(v, first, 110));
+    const lm::KeysValues b =
+        restored->update_and_fetch(test_support::token_rows(k, first, 110), test_support::token_rows(v, first, 110));
+    const lm::KeysValues c =
+        copy->update_and_fetch(test_support::token_rows(k, first, 110), test_support::token_rows(v, first, 110));
     EXPECT_EQ(a.keys.to_f32(), b.keys.to_f32());
     EXPECT_EQ(a.values.to_f32(), b.values.to_f32());
     EXPECT_EQ(a.keys.to_f32(), c.keys.to_f32());
@@ -207,7 +221,8 @@ TEST(Palu, BadOptionsNameTheField) {
     return test_support::option_error("palu", change);
   };
   EXPECT_NE(message([](PaluOptions& o) { o.palu_rank = 0; }).find("palu_rank"), std::string::npos);
-  EXPECT_NE(message([](PaluOptions& o) { o.palu_energy_threshold = 0; }).find("palu_energy_threshold"), std::string::npos);
+  EXPECT_NE(message([](PaluOptions& o) { o.palu_energy_threshold = 0; }).find("palu_energy_threshold"),
+            std::string::npos);
   EXPECT_NE(message([](PaluOptions& o) { o.palu_n_head_groups = 0; }).find("palu_n_head_groups"), std::string::npos);
   EXPECT_NE(message([](PaluOptions& o) { o.palu_hi_bit = 9; }).find("palu_hi_bit"), std::string::npos);
   EXPECT_NE(message([](PaluOptions& o) { o.palu_lo_bit = 0; }).find("palu_lo_bit"), std::string::npos);

@@ -99,7 +99,8 @@ TEST(VecInfer, StoredCodesDecodeToTheFetchedRowsAndAreNearest) {
       plain_fwht(x);
       for (float& e : x) e /= std::sqrt(float(d));
       std::vector<uint8_t> row(static_cast<std::size_t>(width));
-      for (int64_t c = 0; c < width; ++c) row[c] = static_cast<uint8_t>(codes[(h * cache.key_codes().dim(2) + j) * width + c]);
+      for (int64_t c = 0; c < width; ++c)
+        row[c] = static_cast<uint8_t>(codes[(h * cache.key_codes().dim(2) + j) * width + c]);
       for (int s = 0; s < codec.keys.n_sub; ++s) {
         double best = std::numeric_limits<double>::max(), chosen = 0;
         const uint32_t code = unpack(row.data(), s, codec.keys.bits);
@@ -159,8 +160,8 @@ TEST(VecInfer, BytesAreTheLayoutAndReallyAllocated) {
   const std::size_t books = 4096 * 4 * 4 + 8 * 256 * 8 * 4 + d * 4;  // key book, 8 value books, smoothing
   EXPECT_EQ(static_cast<std::size_t>(after.aligned_live_bytes - before.aligned_live_bytes), cache->nbytes());
   // 300 tokens: 256 coded (one 256-row allocation), 44 in the f16 window of 128 rows.
-  const std::size_t key_codes = h * 256 * 24;    // 16 codes x 12 bits
-  const std::size_t value_codes = h * 256 * 8;   // 8 codes x 8 bits
+  const std::size_t key_codes = h * 256 * 24;   // 16 codes x 12 bits
+  const std::size_t value_codes = h * 256 * 8;  // 8 codes x 8 bits
   const std::size_t window = 2 * h * 128 * d * 2;
   EXPECT_EQ(cache->nbytes(), key_codes + value_codes + window + books);
 }
@@ -225,7 +226,8 @@ TEST(VecInfer, BadOptionsNameTheField) {
   EXPECT_NE(error([](VecInferOptions& o) { o.key_sub_dim = 3; }).find("key_sub_dim"), std::string::npos);
   EXPECT_NE(error([](VecInferOptions& o) { o.value_sub_dim = 5; }).find("value_sub_dim"), std::string::npos);
   EXPECT_NE(error([](VecInferOptions& o) { o.key_codebook_bits = 17; }).find("key_codebook_bits"), std::string::npos);
-  EXPECT_NE(error([](VecInferOptions& o) { o.value_codebook_bits = 0; }).find("value_codebook_bits"), std::string::npos);
+  EXPECT_NE(error([](VecInferOptions& o) { o.value_codebook_bits = 0; }).find("value_codebook_bits"),
+            std::string::npos);
   EXPECT_EQ(error([](VecInferOptions&) {}), "accepted");
   KVCacheConfig c;
   c.method = "vecinfer";

@@ -9,12 +9,12 @@ namespace vc = veloxquant::core;
 
 TEST(DistortionStats, ReconstructionNumbersByHand) {
   vc::DistortionStats s;
-  const float x1[] = {1.0f, 0.0f}, h1[] = {0.5f, 0.5f};    // error 0.25 + 0.25 = 0.5
-  const float x2[] = {0.0f, 2.0f}, h2[] = {0.0f, 2.0f};    // exact
+  const float x1[] = {1.0f, 0.0f}, h1[] = {0.5f, 0.5f};  // error 0.25 + 0.25 = 0.5
+  const float x2[] = {0.0f, 2.0f}, h2[] = {0.0f, 2.0f};  // exact
   s.add_reconstruction(x1, h1, 2);
   s.add_reconstruction(x2, h2, 2);
   EXPECT_EQ(s.vectors(), 2u);
-  EXPECT_DOUBLE_EQ(s.mse(), 0.25);                          // (0.5 + 0) / 2
+  EXPECT_DOUBLE_EQ(s.mse(), 0.25);                             // (0.5 + 0) / 2
   EXPECT_NEAR(s.snr_db(), 10 * std::log10(5.0 / 0.5), 1e-12);  // signal 1 + 4
   EXPECT_DOUBLE_EQ(s.max_abs_error(), 0.5);
 }

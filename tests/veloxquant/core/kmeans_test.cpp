@@ -13,8 +13,7 @@ namespace veloxquant::core {
 namespace {
 
 // n points around each of the given centres, spread sigma.
-std::vector<float> blobs(const std::vector<std::vector<float>>& centres, int per, double sigma,
-                         uint64_t seed) {
+std::vector<float> blobs(const std::vector<std::vector<float>>& centres, int per, double sigma, uint64_t seed) {
   Rng rng(seed);
   std::vector<float> x;
   for (int p = 0; p < per; ++p) {

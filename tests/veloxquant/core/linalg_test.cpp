@@ -73,15 +73,15 @@ TEST_P(ThinSvdShapes, ReconstructsSortedOrthonormalAndMatchesJacobi) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ThinSvdShapes,
-                         ::testing::Values(std::pair{1, 1}, std::pair{1, 5}, std::pair{5, 1},
-                                           std::pair{12, 8}, std::pair{8, 12}, std::pair{64, 64},
-                                           std::pair{300, 16}));
+                         ::testing::Values(std::pair{1, 1}, std::pair{1, 5}, std::pair{5, 1}, std::pair{12, 8},
+                                           std::pair{8, 12}, std::pair{64, 64}, std::pair{300, 16}));
 
 TEST(ThinSvd, RankOneMatrixHasOneNonZeroSingularValue) {
   // x = a b^T with |a| = 5, |b| = 13: sigma_0 = 65, the rest 0.
   const std::vector<double> a = {3, 4}, b = {5, 12};
   std::vector<float> x;
-  for (double ai : a) for (double bj : b) x.push_back(static_cast<float>(ai * bj));
+  for (double ai : a)
+    for (double bj : b) x.push_back(static_cast<float>(ai * bj));
   const Svd svd = thin_svd(x.data(), 2, 2);
   EXPECT_NEAR(svd.sigma[0], 65.0, 1e-12);
   EXPECT_NEAR(svd.sigma[1], 0.0, 1e-12);

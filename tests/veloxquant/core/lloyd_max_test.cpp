@@ -24,12 +24,13 @@ struct GaussianRow {
 }  // namespace
 
 TEST(LloydMaxGaussian, ReproducesMaxTableAndTurboQuantDistortions) {
-  const std::vector<GaussianRow> table = {
-      {1, {0.7979}, {}, 0.3634},
-      {2, {0.4528, 1.5104}, {0, 0.9816}, 0.1175},
-      {3, {0.2451, 0.7560, 1.3439, 2.1519}, {0, 0.5005, 1.0500, 1.7479}, 0.03455},
-      {4, {0.1284, 0.3880, 0.6568, 0.9423, 1.2562, 1.6180, 2.0690, 2.7326},
-       {0, 0.2582, 0.5224, 0.7995, 1.0993, 1.4371, 1.8435, 2.4008}, 0.00950}};
+  const std::vector<GaussianRow> table = {{1, {0.7979}, {}, 0.3634},
+                                          {2, {0.4528, 1.5104}, {0, 0.9816}, 0.1175},
+                                          {3, {0.2451, 0.7560, 1.3439, 2.1519}, {0, 0.5005, 1.0500, 1.7479}, 0.03455},
+                                          {4,
+                                           {0.1284, 0.3880, 0.6568, 0.9423, 1.2562, 1.6180, 2.0690, 2.7326},
+                                           {0, 0.2582, 0.5224, 0.7995, 1.0993, 1.4371, 1.8435, 2.4008},
+                                           0.00950}};
   for (const auto& row : table) {
     // d = 1 is N(0, 1) itself: the table is for the standard normal.
     const auto& book = vc::lloyd_max_codebook(vc::Distribution::kGaussian, 1, row.bits);
@@ -47,8 +48,8 @@ TEST(LloydMaxGaussian, ReproducesMaxTableAndTurboQuantDistortions) {
     EXPECT_GT(book.distortion, std::pow(4.0, -row.bits));
     EXPECT_LT(book.distortion, std::sqrt(3.0) * std::numbers::pi / 2 * std::pow(4.0, -row.bits));
   }
-  EXPECT_NEAR(vc::lloyd_max_codebook(vc::Distribution::kGaussian, 1, 1).centroids[1],
-              std::sqrt(2.0 / std::numbers::pi), 1e-4);
+  EXPECT_NEAR(vc::lloyd_max_codebook(vc::Distribution::kGaussian, 1, 1).centroids[1], std::sqrt(2.0 / std::numbers::pi),
+              1e-4);
 }
 
 TEST(LloydMaxGaussian, ScalesAsOneOverSqrtD) {

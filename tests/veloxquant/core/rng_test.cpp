@@ -68,9 +68,9 @@ TEST(Rng, NormalHasStandardMoments) {
     s4 += z * z * z * z;
     beyond_two += std::abs(z) > 2.0;
   }
-  EXPECT_NEAR(s1 / n, 0.0, 4.0 / std::sqrt(n));                 // sd of mean 1/sqrt(n)
-  EXPECT_NEAR(s2 / n, 1.0, 4.0 * std::sqrt(2.0 / n));           // Var(z^2) = 2
-  EXPECT_NEAR(s4 / n, 3.0, 4.0 * std::sqrt(96.0 / n));          // Var(z^4) = 105 - 9
+  EXPECT_NEAR(s1 / n, 0.0, 4.0 / std::sqrt(n));         // sd of mean 1/sqrt(n)
+  EXPECT_NEAR(s2 / n, 1.0, 4.0 * std::sqrt(2.0 / n));   // Var(z^2) = 2
+  EXPECT_NEAR(s4 / n, 3.0, 4.0 * std::sqrt(96.0 / n));  // Var(z^4) = 105 - 9
   // P(|z| > 2) = 0.0455003 for N(0,1).
   EXPECT_NEAR(static_cast<double>(beyond_two) / n, 0.0455003, 4 * std::sqrt(0.0455 * 0.9545 / n));
 }

@@ -95,8 +95,7 @@ TEST_P(RotationOrthonormal, PiPiTransposeIsIdentityAndInverseUndoesForward) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dims, RotationOrthonormal,
-                         ::testing::Values(2, 16, 24, 64, 80, 96, 112, 128, 30, 100));
+INSTANTIATE_TEST_SUITE_P(Dims, RotationOrthonormal, ::testing::Values(2, 16, 24, 64, 80, 96, 112, 128, 30, 100));
 
 TEST(Rotation, SeedDeterminesTheRotation) {
   vc::Rotation a(128, 1), b(128, 1), c(128, 2);

@@ -40,7 +40,7 @@ void expect_list_bytes_are_allocated(const KVCacheConfig& config) {
     const lm::CacheList caches = KVCacheBuilder::for_model(model, config);
     uint64_t seed = 1;
     for (int64_t chunk : {70, 1, 1, 40, 1}) {  // a prefill, decode steps, a second chunk
-      for (const auto& cache : caches) {        // layer by layer, as the host runs them
+      for (const auto& cache : caches) {       // layer by layer, as the host runs them
         const lm::Tensor k = test_support::random_kv(1, 2, chunk, 16, seed++, lm::DType::F16);
         const lm::Tensor v = test_support::random_kv(1, 2, chunk, 16, seed++, lm::DType::F16);
         cache->update_and_fetch(k, v);

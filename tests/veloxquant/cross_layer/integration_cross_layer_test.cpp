@@ -38,12 +38,13 @@ Run generate_41(const lm::LoadedModel& m, const std::string& prompt, const KVCac
   lm::GenerateOptions o;
   o.max_tokens = 41;
   o.temperature = 0.0f;
-  run.stats = lm::stream_generate(*m.model, *m.tokenizer, prompt, o,
-                                  [&](const lm::GenerationChunk& c) {
-                                    run.text += c.text;
-                                    return true;
-                                  },
-                                  &run.cache);
+  run.stats = lm::stream_generate(
+      *m.model, *m.tokenizer, prompt, o,
+      [&](const lm::GenerationChunk& c) {
+        run.text += c.text;
+        return true;
+      },
+      &run.cache);
   return run;
 }
 
@@ -60,7 +61,7 @@ std::size_t words(int64_t d, int bits) { return core::packed_words(static_cast<s
 std::size_t expected_xquant_bytes(std::size_t n_layers, int64_t heads, int64_t d, int64_t tokens) {
   const std::size_t frontier = static_cast<std::size_t>(tokens / 32 * 32), groups = frontier / 32;
   const std::size_t h = static_cast<std::size_t>(heads), dd = static_cast<std::size_t>(d);
-  const std::size_t tail = 2 * h * 32 * dd * 2;          // K and V, f16, one group of rows
+  const std::size_t tail = 2 * h * 32 * dd * 2;            // K and V, f16, one group of rows
   const std::size_t params = 2 * groups * h * 2 * dd * 4;  // K and V, (scale, min) f32 per channel
   const std::size_t anchor = 2 * frontier * h * words(d, 2) * 4 + params + tail;
   const std::size_t reuse = params + 2 * frontier * h * words(d, 4) * 4 + params + tail;
@@ -167,23 +168,24 @@ TEST(IntegrationCrossLayer, SmolLMPromptCacheSaveAndContinue) {
     KVCacheConfig c;
     c.method = method;
     integration::patch_model_kv_cache(*m.model, c);
-    const std::string path = (std::filesystem::temp_directory_path() /
-                              ("vq_xlayer_prompt_" + method + "_" + std::to_string(::getpid()))).string();
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("vq_xlayer_prompt_" + method + "_" + std::to_string(::getpid())))
+            .string();
     lm::GenerateOptions o;
     o.max_tokens = 24;
     o.temperature = 0.0f;
     o.on_prompt_processed = [&](const lm::PromptCache& state) { lm::save_prompt_cache(path, state); };
-    const std::string full =
-        lm::generate(*m.model, *m.tokenizer, "Write one sentence about the sea. The sea is", o);
+    const std::string full = lm::generate(*m.model, *m.tokenizer, "Write one sentence about the sea. The sea is", o);
     lm::SavedPromptCache saved = lm::load_prompt_cache(path);
     o.on_prompt_processed = nullptr;
     std::string continued;
-    lm::stream_generate(*m.model, *m.tokenizer, std::vector<int32_t>{}, o,
-                        [&](const lm::GenerationChunk& chunk) {
-                          continued += chunk.text;
-                          return true;
-                        },
-                        &saved.cache);
+    lm::stream_generate(
+        *m.model, *m.tokenizer, std::vector<int32_t>{}, o,
+        [&](const lm::GenerationChunk& chunk) {
+          continued += chunk.text;
+          return true;
+        },
+        &saved.cache);
     EXPECT_EQ(continued, full);
     std::filesystem::remove(path);
     m.model->make_cache = nullptr;

@@ -15,7 +15,8 @@ std::string render(const std::vector<LayerRole>& roles) {
   std::string out;
   for (const LayerRole& r : roles) {
     if (!out.empty()) out += ' ';
-    out += r.leader ? "A" + std::to_string(r.group_id) + ":" + std::to_string(r.n_readers) : "r" + std::to_string(r.group_id);
+    out += r.leader ? "A" + std::to_string(r.group_id) + ":" + std::to_string(r.n_readers)
+                    : "r" + std::to_string(r.group_id);
   }
   return out;
 }
@@ -39,7 +40,7 @@ TEST(MiniCacheRoles, LayersBelowStartStandAloneThenGroups) {
   EXPECT_EQ(render(minicache_roles(5, 0.5, 2)), "A0:0 A1:0 A2:1 r2 A3:0");
   EXPECT_EQ(render(minicache_roles(4, 0.5, 2)), "A0:0 A1:0 A2:1 r2");
   EXPECT_EQ(render(minicache_roles(4, 0.0, 2)), "A0:1 r0 A1:1 r1");
-  EXPECT_EQ(render(minicache_roles(4, 1.0, 2)), "A0:0 A1:0 A2:0 A3:0");  // start = n: nothing merges
+  EXPECT_EQ(render(minicache_roles(4, 1.0, 2)), "A0:0 A1:0 A2:0 A3:0");           // start = n: nothing merges
   EXPECT_EQ(render(minicache_roles(7, 0.3, 3)), "A0:0 A1:0 A2:2 r2 r2 A3:1 r3");  // int(2.1) = 2
   EXPECT_EQ(render(minicache_roles(1, 0.5, 2)), "A0:0");                          // int(0.5) = 0
 }

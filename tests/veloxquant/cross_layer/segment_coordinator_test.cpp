@@ -56,7 +56,7 @@ TEST(SegmentCoordinator, MaxCtxCountsLiveTokensAndNamesTheOption) {
     EXPECT_NE(what.find("11"), std::string::npos) << what;
   }
   c.publish(1, 0, 10, 1, std::make_shared<const std::string>("c"));  // another group has its own count
-  c.fetch(0, 0);                                                      // reclaimed: room again
+  c.fetch(0, 0);                                                     // reclaimed: room again
   c.publish(0, 6, 10, 1, std::make_shared<const std::string>("d"));
   EXPECT_EQ(c.live_tokens(0), 10);
   c.reset();

@@ -37,7 +37,8 @@ lm::Tensor low_rank_keys(int64_t heads, int64_t t, int64_t d, int64_t rank, uint
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t r = 0; r < t; ++r) {
       for (int64_t c = 0; c < d; ++c) {
-        double v = 0.3 + 0.05 * static_cast<double>(c % 5) + 0.003 * noise[static_cast<std::size_t>((h * t + r) * d + c)];
+        double v =
+            0.3 + 0.05 * static_cast<double>(c % 5) + 0.003 * noise[static_cast<std::size_t>((h * t + r) * d + c)];
         for (int64_t k = 0; k < rank; ++k) {
           v += coef[static_cast<std::size_t>((h * t + r) * rank + k)] / double(1 + k) *
                dirs[static_cast<std::size_t>((h * rank + k) * d + c)] / 4.0;

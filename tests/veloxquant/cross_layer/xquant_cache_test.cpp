@@ -38,8 +38,8 @@ std::vector<float> anchor_reconstruction(const std::vector<float>& x, int64_t ro
 }
 
 // A reuse layer's reconstruction: the anchor's codes, own params, plus the quantized residual.
-std::vector<float> reuse_reconstruction(const std::vector<float>& x, const std::vector<uint8_t>& anchor_codes, int64_t rows,
-                                        int64_t d, int group, int bits, int residual_bits) {
+std::vector<float> reuse_reconstruction(const std::vector<float>& x, const std::vector<uint8_t>& anchor_codes,
+                                        int64_t rows, int64_t d, int group, int bits, int residual_bits) {
   std::vector<TokenGroupParams> params(static_cast<std::size_t>(cross_layer::token_group_count(rows, group) * d));
   cross_layer::fit_token_group_params(x.data(), rows, d, group, bits, params.data());
   std::vector<float> out(x.size());

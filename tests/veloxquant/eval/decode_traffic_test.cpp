@@ -23,14 +23,16 @@ TEST(DecodeTraffic, BytesPerSecondAndShareOfTheProbe) {
   EXPECT_DOUBLE_EQ(t.seconds_per_token, 0.001);
   EXPECT_DOUBLE_EQ(t.bytes_per_s, 1.5e6);
   EXPECT_DOUBLE_EQ(t.probe_share, 0.5);
-  EXPECT_EQ(decode_traffic(1000, 500, 0.0, 3e6).bytes_per_s, 0.0);  // nothing timed
+  EXPECT_EQ(decode_traffic(1000, 500, 0.0, 3e6).bytes_per_s, 0.0);    // nothing timed
   EXPECT_EQ(decode_traffic(1000, 500, 0.001, 0.0).probe_share, 0.0);  // no probe
 }
 
 TEST(DecodeTraffic, EmbeddingIsOneRowUnlessItIsTheClassifier) {
   // A 10-row embedding of 400 bytes: the lookup reads 40.
-  std::vector<WeightTensorSize> untied = {
-      {"token_embd.weight", 400, 10}, {"output.weight", 400, 10}, {"blk.0.attn_q.weight", 64, 4}, {"output_norm.weight", 16, 1}};
+  std::vector<WeightTensorSize> untied = {{"token_embd.weight", 400, 10},
+                                          {"output.weight", 400, 10},
+                                          {"blk.0.attn_q.weight", 64, 4},
+                                          {"output_norm.weight", 16, 1}};
   EXPECT_EQ(decode_weight_bytes(untied), 40u + 400 + 64 + 16);
   std::vector<WeightTensorSize> tied = {{"token_embd.weight", 400, 10}, {"blk.0.attn_q.weight", 64, 4}};
   EXPECT_EQ(decode_weight_bytes(tied), 400u + 64);

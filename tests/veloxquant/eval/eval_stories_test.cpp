@@ -103,8 +103,8 @@ TEST_F(StoriesEval, LossyMethodHasPositiveKl) {
   EvalOptions options;
   options.ctx = 64;
   options.batch = 16;
-  const EvalRun run = run_evaluation(m, text.tokens, text.bos,
-                                     {{"kivi", [&m, config] { return KVCacheBuilder::for_model(m, config); }}}, options);
+  const EvalRun run = run_evaluation(
+      m, text.tokens, text.bos, {{"kivi", [&m, config] { return KVCacheBuilder::for_model(m, config); }}}, options);
   EXPECT_GT(run.methods[0].kld, 0.0);
   EXPECT_TRUE(std::isfinite(run.methods[0].kld));
   EXPECT_LT(run.methods[0].kv_bytes_per_token, run.baseline.kv_bytes_per_token);

@@ -48,9 +48,9 @@ HostBenchMethodsReport report() {
   r.probe = base::ReadBandwidth{512u << 20, 2, 10e9, {9e9, 10e9}};
   r.weight_bytes_per_token = 8u << 20;  // 8 MiB
   constexpr std::size_t MiB = 1u << 20;
-  r.rows = {row("none", "prefill", 512, 400, 0, 2 * MiB),    row("kivi --bits 4", "prefill", 512, 300, 0, MiB),
-            row("none", "decode", 1024, 200, 100, 8 * MiB),  row("kivi --bits 4", "decode", 1024, 150, 80, 2 * MiB),
-            row("none", "decode", 4096, 100, 50, 32 * MiB),  row("kivi --bits 4", "decode", 4096, 80, 60, 8 * MiB)};
+  r.rows = {row("none", "prefill", 512, 400, 0, 2 * MiB),   row("kivi --bits 4", "prefill", 512, 300, 0, MiB),
+            row("none", "decode", 1024, 200, 100, 8 * MiB), row("kivi --bits 4", "decode", 1024, 150, 80, 2 * MiB),
+            row("none", "decode", 4096, 100, 50, 32 * MiB), row("kivi --bits 4", "decode", 4096, 80, 60, 8 * MiB)};
   fill_ratios(r.rows);
   fill_traffic(r.rows, r.weight_bytes_per_token, r.probe->best_bytes_per_s);
   return r;
@@ -96,11 +96,27 @@ TEST(HostBenchMethodsReport, JsonHasItsKeysAndNullsWhereAbsent) {
   const nlohmann::json j = host_bench_methods_json(r);
   std::set<std::string> keys;
   for (const auto& item : j.items()) keys.insert(item.key());
-  const std::set<std::string> expected = {"command", "version", "model", "model_name", "architecture",
-                                          "context_length", "threads", "build_type", "cpu", "simd_target",
-                                          "kv_dtype", "prompt", "decode_tokens", "batch", "repeat",
-                                          "peak_rss_bytes", "methods", "bandwidth_probe",
-                                          "weight_bytes_per_decode_token", "kv_bytes_read_per_decode_token", "rows"};
+  const std::set<std::string> expected = {"command",
+                                          "version",
+                                          "model",
+                                          "model_name",
+                                          "architecture",
+                                          "context_length",
+                                          "threads",
+                                          "build_type",
+                                          "cpu",
+                                          "simd_target",
+                                          "kv_dtype",
+                                          "prompt",
+                                          "decode_tokens",
+                                          "batch",
+                                          "repeat",
+                                          "peak_rss_bytes",
+                                          "methods",
+                                          "bandwidth_probe",
+                                          "weight_bytes_per_decode_token",
+                                          "kv_bytes_read_per_decode_token",
+                                          "rows"};
   EXPECT_EQ(keys, expected);
   ASSERT_EQ(j["methods"].size(), 2u);
   EXPECT_EQ(j["methods"][1]["label"], "kivi --bits 4");
@@ -112,8 +128,7 @@ TEST(HostBenchMethodsReport, JsonHasItsKeysAndNullsWhereAbsent) {
   EXPECT_TRUE(j["rows"][0]["decode_traffic"].is_null());
   EXPECT_TRUE(j["rows"][0]["decode_ratio_to_none"].is_null());
   EXPECT_DOUBLE_EQ(j["rows"][3]["decode_ratio_to_none"].get<double>(), 0.8);
-  EXPECT_DOUBLE_EQ(j["rows"][3]["decode_traffic"]["probe_share"].get<double>(),
-                   (8.0 + 2.0) * (1 << 20) * 80 / 10e9);
+  EXPECT_DOUBLE_EQ(j["rows"][3]["decode_traffic"]["probe_share"].get<double>(), (8.0 + 2.0) * (1 << 20) * 80 / 10e9);
   EXPECT_TRUE(j["rows"][6]["decode_ratio_to_none"].is_null());
   EXPECT_EQ(j["rows"][6]["rounds"].size(), 1u);
 

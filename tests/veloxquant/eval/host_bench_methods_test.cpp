@@ -46,7 +46,9 @@ TEST(HostBenchMethods, AlternatesCachesRowByRowWithFreshCaches) {
   options.batch = 16;
   options.repeat = 2;
   std::vector<std::string> progress;
-  options.on_run = [&](const std::string& label, int round) { progress.push_back(std::to_string(round) + " " + label); };
+  options.on_run = [&](const std::string& label, int round) {
+    progress.push_back(std::to_string(round) + " " + label);
+  };
   const auto rows = run_host_bench_methods(model, prompt(64), options, caches);
 
   // Round by round, row by row, cache by cache; one fresh list per run.
@@ -106,9 +108,9 @@ MethodBenchRow hand_row(const std::string& label, const std::string& kind, int64
 
 TEST(HostBenchMethods, RatiosAgainstTheSameContextsNativeRow) {
   std::vector<MethodBenchRow> rows = {
-      hand_row("none", "prefill", 512, 400, 0), hand_row("kivi", "prefill", 512, 100, 0),
-      hand_row("none", "decode", 1024, 200, 50),   hand_row("kivi", "decode", 1024, 100, 75),
-      hand_row("none", "decode", 4096, 100, 20),   hand_row("kivi", "decode", 4096, 50, 30),
+      hand_row("none", "prefill", 512, 400, 0),  hand_row("kivi", "prefill", 512, 100, 0),
+      hand_row("none", "decode", 1024, 200, 50), hand_row("kivi", "decode", 1024, 100, 75),
+      hand_row("none", "decode", 4096, 100, 20), hand_row("kivi", "decode", 4096, 50, 30),
       hand_row("kivi", "decode", 8192, 25, 10),  // no native row at 8192
   };
   fill_ratios(rows);
@@ -156,7 +158,8 @@ TEST(HostBenchMethods, RefusesBadCacheLists) {
   } catch (const base::InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("'kivi'"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(run_host_bench_methods(model, prompt(64), options, {BenchCache{"none", nullptr}}), base::InvalidArgument);
+  EXPECT_THROW(run_host_bench_methods(model, prompt(64), options, {BenchCache{"none", nullptr}}),
+               base::InvalidArgument);
   EXPECT_THROW(run_host_bench_methods(model, prompt(10), options, {logged_cache("none", lm::DType::F32, log)}),
                base::InvalidArgument);  // prompt shorter than the context
   EXPECT_TRUE(log.empty());

@@ -58,8 +58,8 @@ class RecordingModel : public lm::Model {
                std::vector<float>*) const override {
     calls.push_back(tokens);
     const auto n = static_cast<int64_t>(tokens.size());
-    lm::Tensor k = lm::Tensor::from_f32(std::vector<float>(static_cast<std::size_t>(n), 0.0f), {1, 1, n, 1},
-                                        lm::DType::F32);
+    lm::Tensor k =
+        lm::Tensor::from_f32(std::vector<float>(static_cast<std::size_t>(n), 0.0f), {1, 1, n, 1}, lm::DType::F32);
     caches[0]->update_and_fetch(k, k);
     last.assign(kVocab, 0.0f);
     last[static_cast<std::size_t>((tokens.back() + 3) % kVocab)] = 1.0f;

@@ -70,7 +70,8 @@ TEST_F(NeedleStories, GreedyDecodeEqualsHostGenerate) {
   const lm::Model& model = *loaded_->model;
   const lm::Tokenizer& tok = *loaded_->tokenizer;
   const NeedlePrompt p = build_needle_prompt(tok, *filler_, 0.25, "31415", 200);
-  const auto ours = greedy_continue(model, tok, p.tokens, [&model] { return model.native_make_cache(); }, 12, 64);
+  const auto ours = greedy_continue(
+      model, tok, p.tokens, [&model] { return model.native_make_cache(); }, 12, 64);
   std::vector<int32_t> host;
   lm::GenerateOptions options;
   options.max_tokens = 12;

@@ -45,9 +45,9 @@ EvalRecord record(std::string method, std::string bits, double bytes, double kld
 
 TEST(EvalRecordJson, HasEveryKeyTheIssueLists) {
   const nlohmann::json j = to_json(record("kivi", "2", 512.0, 0.01));
-  for (const char* key : {"ppl", "ppl_baseline", "kld", "top1_agreement", "kv_bytes_per_token",
-                          "kv_bytes_per_token_baseline", "peak_rss_bytes", "tok_per_s", "tok_per_s_baseline",
-                          "method", "bits", "model", "ctx", "n_tokens"}) {
+  for (const char* key :
+       {"ppl", "ppl_baseline", "kld", "top1_agreement", "kv_bytes_per_token", "kv_bytes_per_token_baseline",
+        "peak_rss_bytes", "tok_per_s", "tok_per_s_baseline", "method", "bits", "model", "ctx", "n_tokens"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["method"], "kivi");

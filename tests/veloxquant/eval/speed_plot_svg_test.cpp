@@ -57,12 +57,14 @@ MethodBenchRow row(const std::string& label, const std::string& kind, int64_t ct
 }
 
 TEST(SpeedPlotSvg, OneSeriesPerMethodAndAPointPerDecodeRow) {
-  const std::vector<MethodBenchRow> rows = {
-      row("none", "prefill", 512, 0),       row("kivi --bits 4", "prefill", 512, 0),
-      row("none", "decode", 1024, 115),     row("kivi --bits 4", "decode", 1024, 100),
-      row("h2o --set h2o_budget=512", "decode", 1024, 120),
-      row("none", "decode", 8192, 28),      row("kivi --bits 4", "decode", 8192, 40),
-      row("h2o --set h2o_budget=512", "decode", 8192, 110)};
+  const std::vector<MethodBenchRow> rows = {row("none", "prefill", 512, 0),
+                                            row("kivi --bits 4", "prefill", 512, 0),
+                                            row("none", "decode", 1024, 115),
+                                            row("kivi --bits 4", "decode", 1024, 100),
+                                            row("h2o --set h2o_budget=512", "decode", 1024, 120),
+                                            row("none", "decode", 8192, 28),
+                                            row("kivi --bits 4", "decode", 8192, 40),
+                                            row("h2o --set h2o_budget=512", "decode", 8192, 110)};
   const std::string svg = decode_speed_plot_svg(rows, "decode <tok/s> & ctx");
   EXPECT_EQ(well_formed(svg), "") << svg;
   EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);

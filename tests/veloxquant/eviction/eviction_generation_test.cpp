@@ -49,8 +49,9 @@ void generate_past_budget(const std::string& model_path, int budget, int max_tok
       const auto* cache = dynamic_cast<const eviction::EvictionCache*>(used[layer].get());
       ASSERT_NE(cache, nullptr) << "layer " << layer;
       // squeeze's budgets follow each layer's keys: checked as a whole below.
-      const int64_t layer_budget =
-          method == "pyramidkv" ? pyramid[layer] : method == "squeeze" ? cache->policy().budget : budget;
+      const int64_t layer_budget = method == "pyramidkv" ? pyramid[layer]
+                                   : method == "squeeze" ? cache->policy().budget
+                                                         : budget;
       EXPECT_EQ(cache->policy().budget, layer_budget);
       budget_sum += layer_budget;
       budgets.insert(layer_budget);

@@ -58,7 +58,8 @@ std::vector<int64_t> returned_positions(const Fed& fed, const lm::KeysValues& kv
     const int64_t p = fed.position_of(h, k.data() + (h * t + r) * kDim);
     EXPECT_GE(p, 0) << "returned row " << r << " of head " << h << " was never fed";
     if (p < 0) return positions;
-    EXPECT_TRUE(!values_as_fed || std::equal(fed.values[h][p].begin(), fed.values[h][p].end(), v.data() + (h * t + r) * kDim))
+    EXPECT_TRUE(!values_as_fed ||
+                std::equal(fed.values[h][p].begin(), fed.values[h][p].end(), v.data() + (h * t + r) * kDim))
         << "value row of position " << p << " belongs to another token";
     if (!positions.empty()) EXPECT_GT(p, positions.back()) << "rows out of temporal order";
     positions.push_back(p);
@@ -72,7 +73,7 @@ TEST_P(EvictionInvariants, LongPrefillThenManyDecodeSteps) {
   Fed fed;
   int64_t total = 0;
   uint64_t seed = 1;
-  std::vector<int64_t> calls = {100, 100, 56};  // 8 x budget in prefill chunks
+  std::vector<int64_t> calls = {100, 100, 56};               // 8 x budget in prefill chunks
   for (int i = 0; i < 6 * kBudget; ++i) calls.push_back(1);  // 6 x budget decode steps
   for (int64_t s : calls) {
     const lm::Tensor k = test_support::random_kv(1, kHeads, s, kDim, seed++);
@@ -103,7 +104,8 @@ TEST_P(EvictionInvariants, LongPrefillThenManyDecodeSteps) {
   }
   EXPECT_EQ(total, 8 * kBudget + 6 * kBudget);
   // One more call shows the stored rows hold exactly the tokens of their recorded positions.
-  const lm::Tensor k = test_support::random_kv(1, kHeads, 1, kDim, 999), v = test_support::random_kv(1, kHeads, 1, kDim, 998);
+  const lm::Tensor k = test_support::random_kv(1, kHeads, 1, kDim, 999),
+                   v = test_support::random_kv(1, kHeads, 1, kDim, 998);
   std::vector<std::vector<int32_t>> recorded;
   for (int64_t h = 0; h < kHeads; ++h) {
     recorded.emplace_back(cache->rows().positions(0, h), cache->rows().positions(0, h) + cache->rows().rows());
@@ -137,7 +139,8 @@ TEST_P(EvictionInvariants, ExplicitMaskEqualsBruteForce) {
   feed(70);
   for (int step = 0; step < 5; ++step) feed(1);
   for (int64_t n : {1, 3, 9}) {
-    for (std::optional<int64_t> window : {std::optional<int64_t>{}, std::optional<int64_t>{16}, std::optional<int64_t>{60}}) {
+    for (std::optional<int64_t> window :
+         {std::optional<int64_t>{}, std::optional<int64_t>{16}, std::optional<int64_t>{60}}) {
       SCOPED_TRACE("n " + std::to_string(n) + " window " + (window ? std::to_string(*window) : "none"));
       const lm::AttentionMask mask = cache->make_mask(n, window);
       const int64_t first = total;
@@ -170,7 +173,8 @@ TEST_P(EvictionInvariants, MultiTokenCallStoresWhatSingleStepsStore) {
   auto chunked = make_eviction_cache(small_budget(GetParam(), kBudget, kDim));
   if (!chunked->policy().per_token()) GTEST_SKIP() << GetParam() << " scores a whole call at once";
   auto stepped = make_eviction_cache(small_budget(GetParam(), kBudget, kDim));
-  const lm::Tensor k = test_support::random_kv(1, kHeads, 90, kDim, 41), v = test_support::random_kv(1, kHeads, 90, kDim, 42);
+  const lm::Tensor k = test_support::random_kv(1, kHeads, 90, kDim, 41),
+                   v = test_support::random_kv(1, kHeads, 90, kDim, 42);
   chunked->update_and_fetch(test_support::token_rows(k, 0, 40), test_support::token_rows(v, 0, 40));
   chunked->update_and_fetch(test_support::token_rows(k, 40, 90), test_support::token_rows(v, 40, 90));
   for (int64_t t = 0; t < 90; ++t) {
@@ -183,7 +187,8 @@ TEST_P(EvictionInvariants, MultiTokenCallStoresWhatSingleStepsStore) {
     const int64_t n = chunked->rows().rows();
     EXPECT_EQ(std::vector<int32_t>(a, a + n), std::vector<int32_t>(b, b + n)) << "head " << h;
   }
-  const lm::Tensor k2 = test_support::random_kv(1, kHeads, 1, kDim, 43), v2 = test_support::random_kv(1, kHeads, 1, kDim, 44);
+  const lm::Tensor k2 = test_support::random_kv(1, kHeads, 1, kDim, 43),
+                   v2 = test_support::random_kv(1, kHeads, 1, kDim, 44);
   EXPECT_EQ(chunked->update_and_fetch(k2, v2).keys.to_f32(), stepped->update_and_fetch(k2, v2).keys.to_f32());
 }
 

@@ -17,10 +17,10 @@
 namespace veloxquant {
 namespace {
 
-using eviction_test::make_eviction_cache;
-using eviction_test::small_budget;
 using eviction_test::expect_config_error;
 using eviction_test::expect_matches_reference;
+using eviction_test::make_eviction_cache;
+using eviction_test::small_budget;
 
 TEST(EvictionMethods, OriginalValidationErrors) {
   KVCacheConfig c = small_budget("h2o", 32);
@@ -164,11 +164,14 @@ TEST(EvictionMethods, SnapKVPrefillVoteEqualsBruteForce) {
 std::size_t measured_nbytes(const KVCacheConfig& c, lm::DType dtype, std::size_t* allocated) {
   const auto before = test_support::allocation_snapshot();
   auto cache = make_eviction_cache(c);
-  cache->update_and_fetch(test_support::random_kv(1, 2, 100, 64, 1, dtype), test_support::random_kv(1, 2, 100, 64, 2, dtype));
+  cache->update_and_fetch(test_support::random_kv(1, 2, 100, 64, 1, dtype),
+                          test_support::random_kv(1, 2, 100, 64, 2, dtype));
   for (int i = 0; i < 10; ++i) {
-    cache->update_and_fetch(test_support::random_kv(1, 2, 1, 64, 3 + i, dtype), test_support::random_kv(1, 2, 1, 64, 4, dtype));
+    cache->update_and_fetch(test_support::random_kv(1, 2, 1, 64, 3 + i, dtype),
+                            test_support::random_kv(1, 2, 1, 64, 4, dtype));
   }
-  *allocated = static_cast<std::size_t>(test_support::allocation_snapshot().aligned_live_bytes - before.aligned_live_bytes);
+  *allocated =
+      static_cast<std::size_t>(test_support::allocation_snapshot().aligned_live_bytes - before.aligned_live_bytes);
   return cache->nbytes();
 }
 
@@ -283,7 +286,8 @@ TEST(EvictionMethods, SaveRestoreAndCloneAfterEvictionContinueIdentically) {
       auto cache = make_eviction_cache(c);
       cache->update_and_fetch(test_support::random_kv(1, 2, 50, 32, 1), test_support::random_kv(1, 2, 50, 32, 2));
       for (int i = 0; i < 5; ++i) {
-        cache->update_and_fetch(test_support::random_kv(1, 2, 1, 32, 10 + i), test_support::random_kv(1, 2, 1, 32, 20 + i));
+        cache->update_and_fetch(test_support::random_kv(1, 2, 1, 32, 10 + i),
+                                test_support::random_kv(1, 2, 1, 32, 20 + i));
       }
       std::shared_ptr<lm::KVCache> restored = lm::make_cache_of_type(cache->type_name());
       restored->from_state(cache->state(), cache->meta_state());
@@ -292,7 +296,8 @@ TEST(EvictionMethods, SaveRestoreAndCloneAfterEvictionContinueIdentically) {
       EXPECT_EQ(restored->nbytes(), cache->nbytes());
       for (int i = 0; i < 6; ++i) {
         const int64_t s = i == 2 ? 9 : 1;
-        const lm::Tensor k = test_support::random_kv(1, 2, s, 32, 40 + i), v = test_support::random_kv(1, 2, s, 32, 50 + i);
+        const lm::Tensor k = test_support::random_kv(1, 2, s, 32, 40 + i),
+                         v = test_support::random_kv(1, 2, s, 32, 50 + i);
         EXPECT_EQ(restored->make_mask(s, 8).explicit_mask.to_f32(), cache->make_mask(s, 8).explicit_mask.to_f32());
         const lm::KeysValues a = cache->update_and_fetch(k, v);
         const lm::KeysValues b = restored->update_and_fetch(k, v);

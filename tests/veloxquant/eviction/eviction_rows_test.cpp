@@ -22,7 +22,8 @@ TEST(EvictionRows, ABudgetNoMachineHoldsIsRefusedBeforeAllocating) {
     rows.allocate(1, 3, 64, 64, lm::DType::F16);
     FAIL() << "allocated";
   } catch (const base::InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("an eviction budget of 2147483647 rows per kv head"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("an eviction budget of 2147483647 rows per kv head"), std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("GiB, more than this machine's"), std::string::npos) << e.what();
   }
 }
@@ -49,9 +50,10 @@ TEST(EvictionRows, CompactionKeepsOrderPositionsAndScores) {
   rows.commit_rows(4);
   EXPECT_EQ(decoded(rows), (std::vector<float>{0, 0, 2, 2, 3, 3, 4, 4}));
   EXPECT_EQ(std::vector<int32_t>(rows.positions(0, 0), rows.positions(0, 0) + 4), (std::vector<int32_t>{0, 2, 3, 4}));
-  EXPECT_EQ(std::vector<float>(rows.scores(0, 0), rows.scores(0, 0) + 4), (std::vector<float>{0.5f, 0.125f, 1.0f, 2.0f}));
+  EXPECT_EQ(std::vector<float>(rows.scores(0, 0), rows.scores(0, 0) + 4),
+            (std::vector<float>{0.5f, 0.125f, 1.0f, 2.0f}));
   rows.reserve(5);
-  EXPECT_EQ(rows.nbytes(), 4u * (8 + 8 + 4 + 4));  // never past the budget
+  EXPECT_EQ(rows.nbytes(), 4u * (8 + 8 + 4 + 4));                                       // never past the budget
   EXPECT_THROW(rows.compact(0, 0, {0, 1, 2, 3, 4}, p2, s2, k2, k2), std::logic_error);  // over budget
 }
 

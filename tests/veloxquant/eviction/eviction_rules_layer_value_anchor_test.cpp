@@ -262,10 +262,11 @@ TEST(EvictionRules, CurDKVEqualsBruteForce) {
       int64_t next = 0;
       feed(*cache, keys, values, kTokens, kDim, chunk, [&](int64_t fed) {
         for (; next < fed; ++next) {
-          curdkv_reference_step(ref,
-                                {next, std::vector<float>(keys.begin() + next * kDim, keys.begin() + (next + 1) * kDim),
-                                 std::vector<float>(values.begin() + next * kDim, values.begin() + (next + 1) * kDim), 0.0},
-                                kBudget, kSinks, cap);
+          curdkv_reference_step(
+              ref,
+              {next, std::vector<float>(keys.begin() + next * kDim, keys.begin() + (next + 1) * kDim),
+               std::vector<float>(values.begin() + next * kDim, values.begin() + (next + 1) * kDim), 0.0},
+              kBudget, kSinks, cap);
         }
         std::vector<int32_t> want;
         for (const CurRow& r : ref) want.push_back(static_cast<int32_t>(r.pos));
@@ -457,7 +458,8 @@ TEST(EvictionRules, CurDKVAndNestedKVSurviveRestoreAndClone) {
     restored->from_state(cache->state(), cache->meta_state());
     auto copy = cache->clone();
     for (int step = 0; step < 20; ++step) {
-      const lm::Tensor k1 = test_support::random_kv(1, 2, 1, 32, 10 + step), v1 = test_support::random_kv(1, 2, 1, 32, 50 + step);
+      const lm::Tensor k1 = test_support::random_kv(1, 2, 1, 32, 10 + step),
+                       v1 = test_support::random_kv(1, 2, 1, 32, 50 + step);
       const std::vector<float> want = cache->update_and_fetch(k1, v1).keys.to_f32();
       ASSERT_EQ(restored->update_and_fetch(k1, v1).keys.to_f32(), want) << "step " << step;
       ASSERT_EQ(copy->update_and_fetch(k1, v1).keys.to_f32(), want) << "step " << step;

@@ -36,8 +36,8 @@ void feed_in_chunks(lm::KVCache& cache, const std::vector<float>& keys, int64_t 
                     const std::function<void(int64_t)>& check) {
   for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
     const int64_t n = std::min(chunk, tokens - t0);
-    const lm::Tensor k = lm::Tensor::from_f32(std::vector<float>(keys.begin() + t0 * dim, keys.begin() + (t0 + n) * dim),
-                                              {1, 1, n, dim}, lm::DType::F32);
+    const lm::Tensor k = lm::Tensor::from_f32(
+        std::vector<float>(keys.begin() + t0 * dim, keys.begin() + (t0 + n) * dim), {1, 1, n, dim}, lm::DType::F32);
     cache.update_and_fetch(k, k);
     check(t0 + n);
   }
@@ -67,9 +67,8 @@ std::vector<int32_t> knorm_reference(const std::vector<float>& keys, int64_t tok
       rest.push_back(t);
     }
   }
-  std::sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) {
-    return keep_low ? norm[a] < norm[b] : norm[a] > norm[b];
-  });
+  std::sort(rest.begin(), rest.end(),
+            [&](int32_t a, int32_t b) { return keep_low ? norm[a] < norm[b] : norm[a] > norm[b]; });
   rest.resize(static_cast<std::size_t>(budget) - kept.size());
   kept.insert(kept.end(), rest.begin(), rest.end());
   std::sort(kept.begin(), kept.end());
@@ -391,7 +390,8 @@ TEST(EvictionRules, ChunkKVKeyNormEqualsBruteForce) {
       if (static_cast<int64_t>(ref.size()) > kBudget) {
         const std::size_t first = eviction_test::ref_chunk_victim(ref, rule);
         ASSERT_LT(first, ref.size());
-        ref.erase(ref.begin() + static_cast<std::ptrdiff_t>(first), ref.begin() + static_cast<std::ptrdiff_t>(first + kChunk));
+        ref.erase(ref.begin() + static_cast<std::ptrdiff_t>(first),
+                  ref.begin() + static_cast<std::ptrdiff_t>(first + kChunk));
       }
     }
     std::vector<int32_t> want;
@@ -448,7 +448,8 @@ std::vector<double> reference_direction(const std::vector<float>& keys, int64_t 
   double mean = 0;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t d = 0; d < dim; ++d) mean += keys[r * dim + d] * v[d];
-  if (mean < 0) for (double& x : v) x = -x;
+  if (mean < 0)
+    for (double& x : v) x = -x;
   return v;
 }
 

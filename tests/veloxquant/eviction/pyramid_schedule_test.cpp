@@ -44,7 +44,7 @@ TEST(PyramidSchedule, WaterFillingMovesTheExcess) {
 }
 
 TEST(PyramidSchedule, SpecialCases) {
-  EXPECT_EQ(pyramid_budgets(3, 4, 2.0, 1), (std::vector<int>{5}));      // one layer: max(avg, floor)
+  EXPECT_EQ(pyramid_budgets(3, 4, 2.0, 1), (std::vector<int>{5}));  // one layer: max(avg, floor)
   EXPECT_EQ(pyramid_budgets(64, 4, 2.0, 1), (std::vector<int>{64}));
   EXPECT_EQ(pyramid_budgets(64, 4, 1.0, 4), (std::vector<int>(4, 64)));  // beta 1 is flat (= H2O)
 }

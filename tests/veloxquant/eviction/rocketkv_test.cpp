@@ -166,7 +166,8 @@ std::vector<double> ref_attend(const HeadRows& rows, const std::vector<int64_t>&
     for (int64_t c = 0; c < kDim; ++c) out[static_cast<std::size_t>(c)] += logits[j] / l * vals[j][c];
   }
   if (stored_w) {
-    for (std::size_t j = 0; j < chosen.size(); ++j) (*stored_w)[static_cast<std::size_t>(chosen[j])] += logits[j] / l / kGroup;
+    for (std::size_t j = 0; j < chosen.size(); ++j)
+      (*stored_w)[static_cast<std::size_t>(chosen[j])] += logits[j] / l / kGroup;
   }
   if (new_w) *new_w += logits.back() / l / kGroup;
   return out;
@@ -311,9 +312,9 @@ TEST(RocketKV, NbytesCountTheSummaries) {
 }
 
 TEST(RocketKV, DerivedPageSizeAndChannels) {
-  EXPECT_EQ(rocketkv_page_size_for(8.0), 8);    // 2 sqrt 8 = 5.66 -> 2^3
+  EXPECT_EQ(rocketkv_page_size_for(8.0), 8);  // 2 sqrt 8 = 5.66 -> 2^3
   EXPECT_EQ(rocketkv_page_size_for(1.0), 2);
-  EXPECT_EQ(rocketkv_page_size_for(64.0), 16);  // 2 * 8 = 16
+  EXPECT_EQ(rocketkv_page_size_for(64.0), 16);      // 2 * 8 = 16
   EXPECT_EQ(rocketkv_head_topk1_for(8.0, 64), 16);  // sqrt 8 = 2.83 -> 4
   EXPECT_EQ(rocketkv_head_topk1_for(1.0, 64), 64);
   EXPECT_EQ(rocketkv_head_topk1_for(1e6, 64), 1);
@@ -380,8 +381,8 @@ TEST(RocketKV, RegisteredAsHybridWithTheOriginalsFields) {
   EXPECT_TRUE(m.capabilities.fused_attention);
   std::vector<std::string> names;
   for (const FieldSpec& f : m.fields) names.push_back(f.name);
-  for (const char* f : {"rocketkv_compression_ratio", "rocketkv_page_size", "rocketkv_head_topk1", "rocketkv_obs_window",
-                        "rocketkv_n_sink"}) {
+  for (const char* f : {"rocketkv_compression_ratio", "rocketkv_page_size", "rocketkv_head_topk1",
+                        "rocketkv_obs_window", "rocketkv_n_sink"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), f), names.end()) << f;
   }
   const RocketKVOptions defaults;
@@ -402,7 +403,8 @@ TEST(RowRangesSource, AttendsExactlyTheChosenRows) {
   const std::vector<float> kf = k.to_f32(), vf = v.to_f32(), qf = q.to_f32();
   const attention::DtypeRowSource base(k, v, rows, 0);
   attention::RowRangesSource view(base, 1, kHeads);
-  const std::vector<std::vector<attention::RowRange>> chosen = {{{0, 4}, {60, 131}, {190, 200}}, {{5, 6}, {63, 64}, {64, 70}}};
+  const std::vector<std::vector<attention::RowRange>> chosen = {{{0, 4}, {60, 131}, {190, 200}},
+                                                                {{5, 6}, {63, 64}, {64, 70}}};
   for (int64_t h = 0; h < kHeads; ++h) view.set_ranges(0, h, chosen[h]);
   EXPECT_EQ(view.rows(0, 0), 4 + 71 + 10);
   EXPECT_EQ(view.base_row(0, 0, 5), 61);
@@ -468,8 +470,7 @@ TEST(PageSummaries, BoundsAndSelection) {
   EXPECT_EQ(eviction::top_channels(q.data(), 2, 3, 2), (std::vector<int32_t>{1, 2}));
   EXPECT_EQ(eviction::top_channels(q.data(), 1, 3, 1), (std::vector<int32_t>{1}));
   const std::vector<float> scores = {1.0f, 5.0f, 5.0f, 0.0f, 2.0f};
-  EXPECT_EQ(eviction::top_pages(scores.data(), 5, 4, 18, 3),
-            (std::vector<attention::RowRange>{{4, 12}, {16, 18}}));
+  EXPECT_EQ(eviction::top_pages(scores.data(), 5, 4, 18, 3), (std::vector<attention::RowRange>{{4, 12}, {16, 18}}));
   EXPECT_EQ(eviction::top_pages(scores.data(), 5, 4, 18, 2), (std::vector<attention::RowRange>{{4, 12}}));
 }
 

@@ -27,7 +27,8 @@ TEST(RowCodecTiles, GroupAffineTileDecodeEqualsRowByRowDecode) {
           const int64_t rows = 13;
           std::vector<std::byte> store(static_cast<std::size_t>(rows * stride), std::byte{0x5a});
           for (int64_t j = 0; j < rows; ++j) {
-            const auto x = test_support::normal_values(static_cast<std::size_t>(dim), static_cast<uint32_t>(100 + j + bits));
+            const auto x =
+                test_support::normal_values(static_cast<std::size_t>(dim), static_cast<uint32_t>(100 + j + bits));
             codec->encode(x.data(), store.data() + j * stride);
           }
           std::vector<float> tile(static_cast<std::size_t>(rows * dim)), row(static_cast<std::size_t>(dim));

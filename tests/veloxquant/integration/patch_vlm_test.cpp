@@ -42,7 +42,8 @@ class TextModel : public lm::Model {
   lm::CacheList native_make_cache() const override {
     ++native_calls;
     lm::CacheList caches;
-    for (std::size_t i = 0; i < layers_.size(); ++i) caches.push_back(std::make_shared<lm::FullKVCache>(lm::DType::F32));
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      caches.push_back(std::make_shared<lm::FullKVCache>(lm::DType::F32));
     return caches;
   }
   void forward(const std::vector<int32_t>&, lm::CacheList&, std::vector<float>&, std::vector<float>*) const override {}

@@ -94,9 +94,7 @@ TEST(BlockLloydQuant, NearestEqualsABinarySearchOverTheBoundaries) {
     for (int bits = 1; bits <= 8; ++bits) {
       const BlockLloydQuantizer q(bits, block);
       const std::vector<float>& b = q.boundaries();
-      auto by_search = [&](float v) {
-        return static_cast<int>(std::lower_bound(b.begin(), b.end(), v) - b.begin());
-      };
+      auto by_search = [&](float v) { return static_cast<int>(std::lower_bound(b.begin(), b.end(), v) - b.begin()); };
       std::vector<float> probes = {0.0f, -0.0f, 1.0f, -1.0f, 3.5f, -3.5f, 1e30f, -1e30f, INFINITY, -INFINITY};
       for (float x : b) {
         probes.push_back(x);
@@ -209,7 +207,8 @@ double q0_relative_error(const std::vector<float>& x, int bits) {
   double err = 0.0, energy = 0.0;
   for (std::size_t b = 0; b + 32 <= x.size(); b += 32) {
     double m = 0.0;
-    for (std::size_t i = b; i < b + 32; ++i) if (std::fabs(x[i]) > std::fabs(m)) m = x[i];
+    for (std::size_t i = b; i < b + 32; ++i)
+      if (std::fabs(x[i]) > std::fabs(m)) m = x[i];
     const double d = m / -half;
     for (std::size_t i = b; i < b + 32; ++i) {
       const double q = d == 0.0 ? 0.0 : std::clamp(std::round(x[i] / d), -half, half - 1.0);
@@ -264,7 +263,8 @@ TEST(BlockLloydQuant, PackedCodesAreDense) {
   core::unpack_dense(packed.data(), 64, 3, unpacked.data());
   for (int blk = 0; blk < 2; ++blk) {
     EXPECT_EQ(q.encode_block(x.data() + 32 * blk, 32, block.data()), scales[static_cast<std::size_t>(blk)]);
-    for (int i = 0; i < 32; ++i) EXPECT_EQ(unpacked[static_cast<std::size_t>(32 * blk + i)], block[static_cast<std::size_t>(i)]);
+    for (int i = 0; i < 32; ++i)
+      EXPECT_EQ(unpacked[static_cast<std::size_t>(32 * blk + i)], block[static_cast<std::size_t>(i)]);
   }
 }
 

@@ -82,7 +82,7 @@ TEST(Int8PerToken, HandComputed) {
 
 TEST(KiviQuantizer, BytesAreBPlusOneBitsPerElementAndScoreMatchesDecode) {
   vq::Kivi q2(128, 2, 0);
-  EXPECT_EQ(q2.code_bytes(), 48u);  // 3.0 bpe: KIVI-2
+  EXPECT_EQ(q2.code_bytes(), 48u);                   // 3.0 bpe: KIVI-2
   EXPECT_EQ(vq::Kivi(128, 4, 0).code_bytes(), 80u);  // 5.0 bpe: KIVI-4
   const auto pairs = vq::draw_unit_pairs(128, 25, 1);
   std::vector<uint8_t> codes(25 * q2.code_bytes());

@@ -13,12 +13,15 @@ namespace vq = veloxquant::quant;
 
 TEST(QuantizerFamily, ExactCodeBytesAtD128) {
   // Derived by hand from each method's layout (see the headers and docs/methods/quant_*.md).
-  const std::map<std::pair<std::string, int>, std::size_t> expected = {
-      {{"turboquant_mse", 2}, 32 + 2},       {{"turboquant_mse", 3}, 48 + 2},
-      {{"turboquant_prod", 3}, 32 + 16 + 4}, {{"qjl", 1}, 16 + 2},
-      {{"turboquant_rvq", 2}, 64 + 2},       {{"turboquant_rvq", 3}, 96 + 2},
-      {{"polar", 2}, 46 + 16},               {{"rabitq", 1}, 16 + 8},
-      {{"kivi", 2}, 32 + 16}};
+  const std::map<std::pair<std::string, int>, std::size_t> expected = {{{"turboquant_mse", 2}, 32 + 2},
+                                                                       {{"turboquant_mse", 3}, 48 + 2},
+                                                                       {{"turboquant_prod", 3}, 32 + 16 + 4},
+                                                                       {{"qjl", 1}, 16 + 2},
+                                                                       {{"turboquant_rvq", 2}, 64 + 2},
+                                                                       {{"turboquant_rvq", 3}, 96 + 2},
+                                                                       {{"polar", 2}, 46 + 16},
+                                                                       {{"rabitq", 1}, 16 + 8},
+                                                                       {{"kivi", 2}, 32 + 16}};
   for (const auto& [key, bytes] : expected)
     EXPECT_EQ(vq::make_quantizer(key.first, 128, key.second, 1)->code_bytes(), bytes) << key.first;
 }

@@ -95,7 +95,8 @@ Value lookup_path(const Value& item, const std::string& path) {
   while (true) {
     const size_t dot = path.find('.', pos);
     const std::string part = path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
-    const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool numeric =
+        !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     v = get_item(v, numeric ? Value::integer(std::strtoll(part.c_str(), nullptr, 10)) : Value::string(part));
     if (dot == std::string::npos) return v;
     pos = dot + 1;
@@ -180,13 +181,19 @@ const TestEntry kTests[] = {
        if (v.kind() != o.kind()) return false;
        switch (v.kind()) {
          case Value::Kind::kNone:
-         case Value::Kind::kUndefined: return true;
-         case Value::Kind::kBool: return v.as_bool() == o.as_bool();
-         case Value::Kind::kInt: return v.as_int() == o.as_int() && v.as_int() >= -5 && v.as_int() <= 256;
-         case Value::Kind::kList: return &v.list_data() == &o.list_data();
+         case Value::Kind::kUndefined:
+           return true;
+         case Value::Kind::kBool:
+           return v.as_bool() == o.as_bool();
+         case Value::Kind::kInt:
+           return v.as_int() == o.as_int() && v.as_int() >= -5 && v.as_int() <= 256;
+         case Value::Kind::kList:
+           return &v.list_data() == &o.list_data();
          case Value::Kind::kDict:
-         case Value::Kind::kNamespace: return &v.dict_data() == &o.dict_data();
-         default: return false;
+         case Value::Kind::kNamespace:
+           return &v.dict_data() == &o.dict_data();
+         default:
+           return false;
        }
      }},
     {"lower", [](const Value& v, const Args&) { return is_lower_or_upper(v, false); }},
@@ -405,8 +412,10 @@ Value filter_indent(const Value& v, const Args& a) {
   const std::string& s = need_string(v, "indent's value");
   std::string indention(4, ' ');
   if (b[0]) {
-    indention = b[0]->is_string() ? b[0]->as_string()
-                                  : std::string(static_cast<size_t>(std::clamp<int64_t>(need_int(*b[0], "indent width"), 0, 4096)), ' ');
+    indention =
+        b[0]->is_string()
+            ? b[0]->as_string()
+            : std::string(static_cast<size_t>(std::clamp<int64_t>(need_int(*b[0], "indent width"), 0, 4096)), ' ');
   }
   const bool first = b[1] && b[1]->truthy();
   const bool blank = b[2] && b[2]->truthy();
@@ -442,12 +451,23 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -482,7 +502,8 @@ const FilterEntry kFilters[] = {
     {"items",
      [](const Value& v, const Args&) {
        if (v.is_undefined()) return Value::list();
-       if (!v.is_dict()) throw EvalError("items filter: can only get item pairs from a mapping, not '" + v.type_name() + "'");
+       if (!v.is_dict())
+         throw EvalError("items filter: can only get item pairs from a mapping, not '" + v.type_name() + "'");
        std::vector<Value> out;
        for (const auto& [k, item] : v.dict_data().items) out.push_back(Value::list({key_value(k), item}, true));
        return make_list(std::move(out));
@@ -603,24 +624,30 @@ bool starts_or_ends(const Value& self, const Args& a, bool ends, const char* fn)
 
 Value string_method(const Value& self, const std::string& name) {
   if (name == "startswith") {
-    return bound(self, name, [](const Value& s, const Args& a) { return Value::boolean(starts_or_ends(s, a, false, "startswith")); });
+    return bound(self, name, [](const Value& s, const Args& a) {
+      return Value::boolean(starts_or_ends(s, a, false, "startswith"));
+    });
   }
   if (name == "endswith") {
-    return bound(self, name, [](const Value& s, const Args& a) { return Value::boolean(starts_or_ends(s, a, true, "endswith")); });
+    return bound(self, name,
+                 [](const Value& s, const Args& a) { return Value::boolean(starts_or_ends(s, a, true, "endswith")); });
   }
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     if (name == "strip") {
       return bound(self, name, [](const Value& s, const Args& a) {
-        return Value::string(pystr::strip(s.as_string(), optional_string(bind("strip", a, {"chars"})[0], "chars"), true, true));
+        return Value::string(
+            pystr::strip(s.as_string(), optional_string(bind("strip", a, {"chars"})[0], "chars"), true, true));
       });
     }
     if (name == "lstrip") {
       return bound(self, name, [](const Value& s, const Args& a) {
-        return Value::string(pystr::strip(s.as_string(), optional_string(bind("lstrip", a, {"chars"})[0], "chars"), true, false));
+        return Value::string(
+            pystr::strip(s.as_string(), optional_string(bind("lstrip", a, {"chars"})[0], "chars"), true, false));
       });
     }
     return bound(self, name, [](const Value& s, const Args& a) {
-      return Value::string(pystr::strip(s.as_string(), optional_string(bind("rstrip", a, {"chars"})[0], "chars"), false, true));
+      return Value::string(
+          pystr::strip(s.as_string(), optional_string(bind("rstrip", a, {"chars"})[0], "chars"), false, true));
     });
   }
   if (name == "split") {
@@ -632,11 +659,15 @@ Value string_method(const Value& self, const std::string& name) {
       return string_list(pystr::split(s.as_string(), sep, maxsplit));
     });
   }
-  if (name == "upper") return bound(self, name, [](const Value& s, const Args&) { return Value::string(pystr::upper(s.as_string())); });
-  if (name == "lower") return bound(self, name, [](const Value& s, const Args&) { return Value::string(pystr::lower(s.as_string())); });
-  if (name == "title") return bound(self, name, [](const Value& s, const Args&) { return Value::string(pystr::title(s.as_string())); });
+  if (name == "upper")
+    return bound(self, name, [](const Value& s, const Args&) { return Value::string(pystr::upper(s.as_string())); });
+  if (name == "lower")
+    return bound(self, name, [](const Value& s, const Args&) { return Value::string(pystr::lower(s.as_string())); });
+  if (name == "title")
+    return bound(self, name, [](const Value& s, const Args&) { return Value::string(pystr::title(s.as_string())); });
   if (name == "capitalize") {
-    return bound(self, name, [](const Value& s, const Args&) { return Value::string(pystr::capitalize(s.as_string())); });
+    return bound(self, name,
+                 [](const Value& s, const Args&) { return Value::string(pystr::capitalize(s.as_string())); });
   }
   if (name == "replace") {
     return bound(self, name, [](const Value& s, const Args& a) {
@@ -668,25 +699,29 @@ Value string_method(const Value& self, const std::string& name) {
         const std::string sub = need_string(required(bind("count", a, {"sub"}), 0, "count", "sub"), "count argument");
         if (sub.empty()) return Value::integer(pystr::length(s.as_string()) + 1);
         int64_t n = 0;
-        for (size_t at = s.as_string().find(sub); at != std::string::npos; at = s.as_string().find(sub, at + sub.size())) ++n;
+        for (size_t at = s.as_string().find(sub); at != std::string::npos;
+             at = s.as_string().find(sub, at + sub.size()))
+          ++n;
         return Value::integer(n);
       });
     }
     return bound(self, name, [](const Value& s, const Args& a) {
       const std::string sub = need_string(required(bind("find", a, {"sub"}), 0, "find", "sub"), "find argument");
       const size_t at = s.as_string().find(sub);
-      return Value::integer(at == std::string::npos ? -1 : pystr::length(std::string_view(s.as_string()).substr(0, at)));
+      return Value::integer(at == std::string::npos ? -1
+                                                    : pystr::length(std::string_view(s.as_string()).substr(0, at)));
     });
   }
   // Python str methods this interpreter lacks: calling one is unsupported, not undefined.
-  static const char* kMissing[] = {"format", "format_map", "rsplit", "splitlines", "partition", "rpartition",
-                                   "isdigit", "isalpha", "isalnum", "isspace", "islower", "isupper", "istitle",
-                                   "isnumeric", "isdecimal", "zfill", "center", "ljust", "rjust", "casefold",
-                                   "swapcase", "expandtabs", "encode", "index", "rfind", "rindex", "removeprefix",
-                                   "removesuffix", "translate"};
+  static const char* kMissing[] = {"format",  "format_map", "rsplit",       "splitlines",   "partition", "rpartition",
+                                   "isdigit", "isalpha",    "isalnum",      "isspace",      "islower",   "isupper",
+                                   "istitle", "isnumeric",  "isdecimal",    "zfill",        "center",    "ljust",
+                                   "rjust",   "casefold",   "swapcase",     "expandtabs",   "encode",    "index",
+                                   "rfind",   "rindex",     "removeprefix", "removesuffix", "translate"};
   for (const char* m : kMissing) {
     if (name == m) {
-      return Value::function("str." + name, [name](const Args&) -> Value { throw EvalUnsupported("str." + name + "()"); });
+      return Value::function("str." + name,
+                             [name](const Args&) -> Value { throw EvalUnsupported("str." + name + "()"); });
     }
   }
   return Value::undefined("'str object' has no attribute '" + name + "'");
@@ -763,8 +798,10 @@ Value method(const Value& object, const std::string& name) {
 
 std::vector<Value> iterate(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return {};
-    case Value::Kind::kList: return v.list_data().items;
+    case Value::Kind::kUndefined:
+      return {};
+    case Value::Kind::kList:
+      return v.list_data().items;
     case Value::Kind::kDict: {
       std::vector<Value> keys;
       for (const auto& kv : v.dict_data().items) keys.push_back(key_value(kv.first));
@@ -775,7 +812,8 @@ std::vector<Value> iterate(const Value& v) {
       for (auto& c : pystr::code_points(v.as_string())) chars.push_back(Value::string(std::move(c)));
       return chars;
     }
-    default: throw EvalError("'" + v.type_name() + "' object is not iterable");
+    default:
+      throw EvalError("'" + v.type_name() + "' object is not iterable");
   }
 }
 
@@ -789,9 +827,12 @@ bool contains(const Value& container, const Value& item) {
     case Value::Kind::kList:
       return std::any_of(container.list_data().items.begin(), container.list_data().items.end(),
                          [&](const Value& x) { return equals(x, item); });
-    case Value::Kind::kDict: return container.dict_data().find_value(item) != nullptr;
-    case Value::Kind::kUndefined: return false;
-    default: throw EvalError("argument of type '" + container.type_name() + "' is not iterable");
+    case Value::Kind::kDict:
+      return container.dict_data().find_value(item) != nullptr;
+    case Value::Kind::kUndefined:
+      return false;
+    default:
+      throw EvalError("argument of type '" + container.type_name() + "' is not iterable");
   }
 }
 
@@ -824,7 +865,8 @@ Value get_item(const Value& object, const Value& key) {
     return Value::undefined("'dict object' has no attribute " + repr(key));
   }
   if ((object.is_list() || object.is_string()) && (key.is_int() || key.is_bool())) {
-    const int64_t n = object.is_list() ? static_cast<int64_t>(object.list_data().items.size()) : pystr::length(object.as_string());
+    const int64_t n =
+        object.is_list() ? static_cast<int64_t>(object.list_data().items.size()) : pystr::length(object.as_string());
     int64_t i = key.as_int();
     if (i < 0) i += n;
     if (i < 0 || i >= n) {
@@ -893,10 +935,11 @@ std::vector<std::pair<std::string, Value>> make_globals(std::function<std::time_
                    }
                    if (step == 0) throw EvalError("range() arg 3 must not be zero");
                    const double count = step > 0 ? std::ceil((static_cast<double>(stop) - start) / step)
-                                                  : std::ceil((static_cast<double>(start) - stop) / -step);
+                                                 : std::ceil((static_cast<double>(start) - stop) / -step);
                    if (count > static_cast<double>(kMaxListItems)) check_list_size(static_cast<size_t>(count));
                    std::vector<Value> items;
-                   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.push_back(Value::integer(i));
+                   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+                     items.push_back(Value::integer(i));
                    return Value::list(std::move(items));
                  }));
   auto keyword_object = [](const Args& a, const char* fn) {
@@ -911,15 +954,16 @@ std::vector<std::pair<std::string, Value>> make_globals(std::function<std::time_
     for (const auto& [k, v] : a.named) d.set(k, v);
     return std::move(d.items);
   };
-  g.emplace_back("namespace", Value::function("namespace", [keyword_object](const Args& a) {
-                   auto items = keyword_object(a, "namespace");
-                   for (const auto& kv : items) {
-                     if (!kv.first.text.empty() && kv.first.text[0] == '_') {
-                       throw EvalError("namespace attributes may not start with an underscore: '" + kv.first.text + "'");
-                     }
-                   }
-                   return Value::namespace_object(std::move(items));
-                 }));
+  g.emplace_back(
+      "namespace", Value::function("namespace", [keyword_object](const Args& a) {
+        auto items = keyword_object(a, "namespace");
+        for (const auto& kv : items) {
+          if (!kv.first.text.empty() && kv.first.text[0] == '_') {
+            throw EvalError("namespace attributes may not start with an underscore: '" + kv.first.text + "'");
+          }
+        }
+        return Value::namespace_object(std::move(items));
+      }));
   g.emplace_back("dict", Value::function("dict", [keyword_object](const Args& a) {
                    return Value::dict(keyword_object(a, "dict"));
                  }));

@@ -17,7 +17,9 @@ using Scope = std::unordered_map<std::string, Value>;
 
 enum class Flow { kNormal, kBreak, kContinue };
 
-std::string join_position(const Position& at, const std::string& what) { return "chat template, " + where(at) + ": " + what; }
+std::string join_position(const Position& at, const std::string& what) {
+  return "chat template, " + where(at) + ": " + what;
+}
 
 class Evaluator {
  public:
@@ -62,7 +64,9 @@ class Evaluator {
 
   Flow execute_node(const Node& n) {
     switch (n.kind) {
-      case Node::Kind::kText: write(n.text, n.at); return Flow::kNormal;
+      case Node::Kind::kText:
+        write(n.text, n.at);
+        return Flow::kNormal;
       case Node::Kind::kOutput: {
         const Value v = eval(*n.expr);
         write(to_output(v), n.at);
@@ -73,7 +77,8 @@ class Evaluator {
           if (eval(*n.conditions[i]).truthy()) return execute(n.bodies[i]);
         }
         return execute(n.else_body);
-      case Node::Kind::kFor: return execute_for(n);
+      case Node::Kind::kFor:
+        return execute_for(n);
       case Node::Kind::kSet: {
         Value v = eval(*n.expr);
         if (!n.attribute.empty()) {
@@ -104,9 +109,12 @@ class Evaluator {
         scopes_.back()[n.targets[0]] = Value::string(std::move(captured));
         return Flow::kNormal;
       }
-      case Node::Kind::kBreak: return Flow::kBreak;
-      case Node::Kind::kContinue: return Flow::kContinue;
-      case Node::Kind::kScope: return execute(n.body);
+      case Node::Kind::kBreak:
+        return Flow::kBreak;
+      case Node::Kind::kContinue:
+        return Flow::kContinue;
+      case Node::Kind::kScope:
+        return execute(n.body);
       case Node::Kind::kFilterBlock: {
         std::string saved = std::move(out_);
         out_.clear();
@@ -176,13 +184,23 @@ class Evaluator {
     // LoopContext is (and cheaper than building it anew).
     auto index = std::make_shared<int64_t>(0);
     const Value loop = Value::dict({
-        {"index", Value()}, {"index0", Value()}, {"revindex", Value()}, {"revindex0", Value()},
-        {"first", Value()}, {"last", Value()}, {"length", Value::integer(length)}, {"depth", Value::integer(1)},
-        {"depth0", Value::integer(0)}, {"previtem", Value()}, {"nextitem", Value()},
-        {"cycle", Value::function("loop.cycle", [index](const Args& a) {
-           if (a.positional.empty()) throw EvalError("loop.cycle() needs at least one argument");
-           return a.positional[static_cast<size_t>(*index) % a.positional.size()];
-         })},
+        {"index", Value()},
+        {"index0", Value()},
+        {"revindex", Value()},
+        {"revindex0", Value()},
+        {"first", Value()},
+        {"last", Value()},
+        {"length", Value::integer(length)},
+        {"depth", Value::integer(1)},
+        {"depth0", Value::integer(0)},
+        {"previtem", Value()},
+        {"nextitem", Value()},
+        {"cycle", Value::function("loop.cycle",
+                                  [index](const Args& a) {
+                                    if (a.positional.empty())
+                                      throw EvalError("loop.cycle() needs at least one argument");
+                                    return a.positional[static_cast<size_t>(*index) % a.positional.size()];
+                                  })},
     });
     auto& fields = loop.dict_data().items;
     for (int64_t i = 0; i < length; ++i) {
@@ -249,16 +267,16 @@ class Evaluator {
 
   void count_iteration(const Position& at) {
     if (++iterations_ > limits_.max_loop_iterations) {
-      throw base::FormatError(join_position(at, "more than " + std::to_string(limits_.max_loop_iterations) +
-                                                    " loop iterations in one render"));
+      throw base::FormatError(join_position(
+          at, "more than " + std::to_string(limits_.max_loop_iterations) + " loop iterations in one render"));
     }
   }
 
   void write(const std::string& s, const Position& at) {
     total_ += s.size();
     if (total_ > limits_.max_output_bytes) {
-      throw base::FormatError(join_position(at, "the rendered text passes the limit of " +
-                                                    std::to_string(limits_.max_output_bytes) + " bytes"));
+      throw base::FormatError(join_position(
+          at, "the rendered text passes the limit of " + std::to_string(limits_.max_output_bytes) + " bytes"));
     }
     out_ += s;
   }
@@ -311,8 +329,10 @@ class Evaluator {
 
   Value eval_inner(const Expr& e) {
     switch (e.kind) {
-      case Expr::Kind::kLiteral: return e.literal;
-      case Expr::Kind::kName: return lookup(e.name);
+      case Expr::Kind::kLiteral:
+        return e.literal;
+      case Expr::Kind::kName:
+        return lookup(e.name);
       case Expr::Kind::kList:
       case Expr::Kind::kTuple: {
         std::vector<Value> items;
@@ -333,7 +353,8 @@ class Evaluator {
         }
         return Value::dict(std::move(d.items));
       }
-      case Expr::Kind::kGetAttr: return get_attr(eval(*e.children[0]), e.name);
+      case Expr::Kind::kGetAttr:
+        return get_attr(eval(*e.children[0]), e.name);
       case Expr::Kind::kGetItem: {
         const Value object = eval(*e.children[0]);
         return get_item(object, eval(*e.children[1]));
@@ -361,16 +382,20 @@ class Evaluator {
         const bool r = apply_test(e.name, v, eval_args(e, 1));
         return Value::boolean(r != e.negated);
       }
-      case Expr::Kind::kNot: return Value::boolean(!eval(*e.children[0]).truthy());
+      case Expr::Kind::kNot:
+        return Value::boolean(!eval(*e.children[0]).truthy());
       case Expr::Kind::kNegate:
       case Expr::Kind::kPlus: {
         const Value v = eval(*e.children[0]);
         if (v.is_undefined()) throw EvalError(undefined_message(v));
-        if (!v.is_number()) throw EvalError("bad operand type for unary " + std::string(e.kind == Expr::Kind::kNegate ? "-" : "+") + ": '" + v.type_name() + "'");
+        if (!v.is_number())
+          throw EvalError("bad operand type for unary " + std::string(e.kind == Expr::Kind::kNegate ? "-" : "+") +
+                          ": '" + v.type_name() + "'");
         if (e.kind == Expr::Kind::kPlus) return v.is_float() ? v : Value::integer(v.as_int());
         return v.is_float() ? Value::number(-v.as_double()) : Value::integer(-v.as_int());
       }
-      case Expr::Kind::kBinary: return eval_binary(e);
+      case Expr::Kind::kBinary:
+        return eval_binary(e);
       case Expr::Kind::kCompare: {
         Value left = eval(*e.children[0]);
         for (size_t i = 0; i < e.arg_names.size(); ++i) {
@@ -423,7 +448,8 @@ class Evaluator {
     if (l.is_undefined()) throw EvalError(undefined_message(l));
     if (r.is_undefined()) throw EvalError(undefined_message(r));
     auto type_error = [&]() -> Value {
-      throw EvalError("unsupported operand type(s) for " + op + ": '" + l.type_name() + "' and '" + r.type_name() + "'");
+      throw EvalError("unsupported operand type(s) for " + op + ": '" + l.type_name() + "' and '" + r.type_name() +
+                      "'");
     };
     if (op == "+") {
       if (l.is_number() && r.is_number()) {
@@ -467,8 +493,10 @@ class Evaluator {
     }
     if (!l.is_number() || !r.is_number()) return type_error();
     const bool floating = l.is_float() || r.is_float();
-    if (op == "-") return floating ? Value::number(l.as_double() - r.as_double()) : Value::integer(l.as_int() - r.as_int());
-    if (op == "*") return floating ? Value::number(l.as_double() * r.as_double()) : Value::integer(l.as_int() * r.as_int());
+    if (op == "-")
+      return floating ? Value::number(l.as_double() - r.as_double()) : Value::integer(l.as_int() - r.as_int());
+    if (op == "*")
+      return floating ? Value::number(l.as_double() * r.as_double()) : Value::integer(l.as_int() * r.as_int());
     if (op == "/") {
       if (r.as_double() == 0) throw EvalError("division by zero");
       return Value::number(l.as_double() / r.as_double());

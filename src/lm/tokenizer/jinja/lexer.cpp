@@ -18,9 +18,7 @@ bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
 
 // Python's str.rstrip() / "\s+" on the text: all Unicode whitespace.
 std::string rstrip_all(std::string_view text) { return pystr::strip(text, std::nullopt, false, true); }
-bool all_space(std::string_view text) {
-  return !text.empty() && pystr::strip(text, std::nullopt, true, true).empty();
-}
+bool all_space(std::string_view text) { return !text.empty() && pystr::strip(text, std::nullopt, true, true).empty(); }
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -160,8 +158,8 @@ class Lexer {
       } else if (is_digit(c)) {
         p = lex_number(p);
       } else {
-        static const char* kOps[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[", "]", "(",
-                                     ")",  "{",  "}",  "<",  ">",  "=",  ".", ":", "|", ",", ";"};
+        static const char* kOps[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[",
+                                     "]",  "(",  ")",  "{",  "}",  "<",  ">", "=", ".", ":", "|", ",", ";"};
         std::string op;
         for (const char* candidate : kOps) {
           if (src_.compare(p, std::char_traits<char>::length(candidate), candidate) == 0) {
@@ -203,17 +201,38 @@ class Lexer {
       const char e = src_[q + 1];
       q += 2;
       switch (e) {
-        case '\n': break;  // line continuation
-        case '\\': value += '\\'; break;
-        case '\'': value += '\''; break;
-        case '"': value += '"'; break;
-        case 'a': value += '\a'; break;
-        case 'b': value += '\b'; break;
-        case 'f': value += '\f'; break;
-        case 'n': value += '\n'; break;
-        case 'r': value += '\r'; break;
-        case 't': value += '\t'; break;
-        case 'v': value += '\v'; break;
+        case '\n':
+          break;  // line continuation
+        case '\\':
+          value += '\\';
+          break;
+        case '\'':
+          value += '\'';
+          break;
+        case '"':
+          value += '"';
+          break;
+        case 'a':
+          value += '\a';
+          break;
+        case 'b':
+          value += '\b';
+          break;
+        case 'f':
+          value += '\f';
+          break;
+        case 'n':
+          value += '\n';
+          break;
+        case 'r':
+          value += '\r';
+          break;
+        case 't':
+          value += '\t';
+          break;
+        case 'v':
+          value += '\v';
+          break;
         case 'x':
         case 'u':
         case 'U': {
@@ -229,7 +248,8 @@ class Lexer {
           unicode::append_utf8(value, cp);
           break;
         }
-        case 'N': unsupported(at, "the \\N{...} escape");
+        case 'N':
+          unsupported(at, "the \\N{...} escape");
         default:
           if (e >= '0' && e <= '7') {
             uint32_t cp = static_cast<uint32_t>(e - '0');
@@ -251,7 +271,8 @@ class Lexer {
     const Position at = position(p);
     auto digits = [&](size_t q) {
       // \d+ with single underscores between digits
-      while (q < src_.size() && (is_digit(src_[q]) || (src_[q] == '_' && q + 1 < src_.size() && is_digit(src_[q + 1])))) {
+      while (q < src_.size() &&
+             (is_digit(src_[q]) || (src_[q] == '_' && q + 1 < src_.size() && is_digit(src_[q + 1])))) {
         ++q;
       }
       return q;

@@ -22,10 +22,10 @@ struct Token {
     kBlockBegin,  // {%
     kBlockEnd,    // %}
     kName,
-    kString,      // text holds the unescaped value
+    kString,  // text holds the unescaped value
     kInt,
     kFloat,
-    kOperator,    // text holds the operator: + - * / // % ** ~ ( ) [ ] { } , . : | = == != < <= > >= ;
+    kOperator,  // text holds the operator: + - * / // % ** ~ ( ) [ ] { } , . : | = == != < <= > >= ;
     kEnd,
   };
   Kind kind = Kind::kEnd;

@@ -28,17 +28,27 @@ Node make_node(Node::Kind kind, Position at) {
 
 std::string describe(const Token& t) {
   switch (t.kind) {
-    case Token::Kind::kText: return "template text";
-    case Token::Kind::kVarBegin: return "'{{'";
-    case Token::Kind::kVarEnd: return "'}}'";
-    case Token::Kind::kBlockBegin: return "'{%'";
-    case Token::Kind::kBlockEnd: return "'%}'";
-    case Token::Kind::kName: return "'" + t.text + "'";
-    case Token::Kind::kString: return "a string";
+    case Token::Kind::kText:
+      return "template text";
+    case Token::Kind::kVarBegin:
+      return "'{{'";
+    case Token::Kind::kVarEnd:
+      return "'}}'";
+    case Token::Kind::kBlockBegin:
+      return "'{%'";
+    case Token::Kind::kBlockEnd:
+      return "'%}'";
+    case Token::Kind::kName:
+      return "'" + t.text + "'";
+    case Token::Kind::kString:
+      return "a string";
     case Token::Kind::kInt:
-    case Token::Kind::kFloat: return "a number";
-    case Token::Kind::kOperator: return "'" + t.text + "'";
-    case Token::Kind::kEnd: return "the end of the template";
+    case Token::Kind::kFloat:
+      return "a number";
+    case Token::Kind::kOperator:
+      return "'" + t.text + "'";
+    case Token::Kind::kEnd:
+      return "the end of the template";
   }
   return "?";
 }
@@ -160,8 +170,8 @@ class Parser {
       expect(Token::Kind::kBlockEnd, "'%}'");
       return n;
     }
-    static const char* kKnownToJinja[] = {"call",    "include", "import", "from",
-                                          "extends", "block",  "with",       "raw",     "autoescape", "do"};
+    static const char* kKnownToJinja[] = {"call",  "include", "import", "from",       "extends",
+                                          "block", "with",    "raw",    "autoescape", "do"};
     for (const char* k : kKnownToJinja) {
       if (tag == k) unsupported(at, "the {% " + tag + " %} tag");
     }
@@ -410,9 +420,8 @@ class Parser {
     std::vector<ExprPtr> operands;
     while (true) {
       std::string op;
-      if (cur().kind == Token::Kind::kOperator &&
-          (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == "<=" || cur().text == ">" ||
-           cur().text == ">=")) {
+      if (cur().kind == Token::Kind::kOperator && (cur().text == "==" || cur().text == "!=" || cur().text == "<" ||
+                                                   cur().text == "<=" || cur().text == ">" || cur().text == ">=")) {
         op = cur().text;
         advance();
       } else if (is_name("in")) {
@@ -543,7 +552,8 @@ class Parser {
         if (t.text == "[") return parse_list();
         if (t.text == "{") return parse_dict();
         break;
-      default: break;
+      default:
+        break;
     }
     syntax_error(t.at, "unexpected " + describe(t));
   }
@@ -718,7 +728,8 @@ class Parser {
       const Token& t = cur();
       const bool starts_primary =
           t.kind == Token::Kind::kName || t.kind == Token::Kind::kString || t.kind == Token::Kind::kInt ||
-          t.kind == Token::Kind::kFloat || (t.kind == Token::Kind::kOperator && (t.text == "(" || t.text == "[" || t.text == "{"));
+          t.kind == Token::Kind::kFloat ||
+          (t.kind == Token::Kind::kOperator && (t.text == "(" || t.text == "[" || t.text == "{"));
       if (starts_primary && !is_name("else") && !is_name("or") && !is_name("and")) {
         if (is_name("is")) syntax_error(t.at, "you cannot chain multiple tests with 'is'");
         e->children.push_back(parse_postfix(parse_primary()));

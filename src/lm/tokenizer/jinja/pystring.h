@@ -26,8 +26,8 @@ std::string replace(std::string_view s, std::string_view old, std::string_view w
 
 std::string upper(std::string_view s);
 std::string lower(std::string_view s);
-std::string capitalize(std::string_view s);  // first letter upper, the rest lower
-std::string title(std::string_view s);       // str.title(): a letter after a non-letter is upper
-std::string jinja_title(std::string_view s); // Jinja's title filter: words split at whitespace - ( { [ <
+std::string capitalize(std::string_view s);   // first letter upper, the rest lower
+std::string title(std::string_view s);        // str.title(): a letter after a non-letter is upper
+std::string jinja_title(std::string_view s);  // Jinja's title filter: words split at whitespace - ( { [ <
 
 }  // namespace lm::jinja::pystr

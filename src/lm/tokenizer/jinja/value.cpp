@@ -161,31 +161,49 @@ void Value::set_attribute(const std::string& name, Value v) const {
 bool Value::truthy() const {
   switch (kind_) {
     case Kind::kUndefined:
-    case Kind::kNone: return false;
-    case Kind::kBool: return b_;
-    case Kind::kInt: return i_ != 0;
-    case Kind::kFloat: return f_ != 0.0;
-    case Kind::kString: return !s_.empty();
-    case Kind::kList: return !list_->items.empty();
-    case Kind::kDict: return !dict_->items.empty();
+    case Kind::kNone:
+      return false;
+    case Kind::kBool:
+      return b_;
+    case Kind::kInt:
+      return i_ != 0;
+    case Kind::kFloat:
+      return f_ != 0.0;
+    case Kind::kString:
+      return !s_.empty();
+    case Kind::kList:
+      return !list_->items.empty();
+    case Kind::kDict:
+      return !dict_->items.empty();
     case Kind::kNamespace:
-    case Kind::kFunction: return true;
+    case Kind::kFunction:
+      return true;
   }
   return false;
 }
 
 std::string Value::type_name() const {
   switch (kind_) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return list_->tuple ? "tuple" : "list";
-    case Kind::kDict: return "dict";
-    case Kind::kNamespace: return "Namespace";
-    case Kind::kFunction: return "function";
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return list_->tuple ? "tuple" : "list";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kNamespace:
+      return "Namespace";
+    case Kind::kFunction:
+      return "function";
   }
   return "?";
 }
@@ -293,16 +311,25 @@ std::string repr(const Value& v) {
 
 std::string to_output(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return "";
-    case Value::Kind::kNone: return "None";
-    case Value::Kind::kBool: return v.as_bool() ? "True" : "False";
-    case Value::Kind::kInt: return std::to_string(v.as_int());
-    case Value::Kind::kFloat: return float_repr(v.as_double());
-    case Value::Kind::kString: return v.as_string();
+    case Value::Kind::kUndefined:
+      return "";
+    case Value::Kind::kNone:
+      return "None";
+    case Value::Kind::kBool:
+      return v.as_bool() ? "True" : "False";
+    case Value::Kind::kInt:
+      return std::to_string(v.as_int());
+    case Value::Kind::kFloat:
+      return float_repr(v.as_double());
+    case Value::Kind::kString:
+      return v.as_string();
     case Value::Kind::kList:
-    case Value::Kind::kDict: return repr_items(v);
-    case Value::Kind::kNamespace: return "<Namespace " + repr_items(Value::dict(v.dict_data().items)) + ">";
-    case Value::Kind::kFunction: return "<function " + v.function_name() + ">";
+    case Value::Kind::kDict:
+      return repr_items(v);
+    case Value::Kind::kNamespace:
+      return "<Namespace " + repr_items(Value::dict(v.dict_data().items)) + ">";
+    case Value::Kind::kFunction:
+      return "<function " + v.function_name() + ">";
   }
   return {};
 }
@@ -313,13 +340,27 @@ void json_string(std::string& out, const std::string& s) {
   out += '"';
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -344,15 +385,23 @@ void json_value(std::string& out, const Value& v, const JsonOptions& o, int dept
     for (int i = 0; i < level; ++i) out += !o.indent_text.empty() ? o.indent_text : std::string(o.indent, ' ');
   };
   switch (v.kind()) {
-    case Value::Kind::kNone: out += "null"; return;
-    case Value::Kind::kBool: out += v.as_bool() ? "true" : "false"; return;
-    case Value::Kind::kInt: out += std::to_string(v.as_int()); return;
+    case Value::Kind::kNone:
+      out += "null";
+      return;
+    case Value::Kind::kBool:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case Value::Kind::kInt:
+      out += std::to_string(v.as_int());
+      return;
     case Value::Kind::kFloat: {
       const double d = v.as_double();
       out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : float_repr(d);
       return;
     }
-    case Value::Kind::kString: json_string(out, v.as_string()); return;
+    case Value::Kind::kString:
+      json_string(out, v.as_string());
+      return;
     case Value::Kind::kList: {
       const auto& items = v.list_data().items;
       if (items.empty()) {
@@ -378,7 +427,8 @@ void json_value(std::string& out, const Value& v, const JsonOptions& o, int dept
       if (o.sort_keys) {
         const bool has_int = std::any_of(items.begin(), items.end(), [](const auto& kv) { return kv.first.is_int; });
         const bool has_str = std::any_of(items.begin(), items.end(), [](const auto& kv) { return !kv.first.is_int; });
-        if (has_int && has_str) throw EvalError("tojson(sort_keys=true): '<' not supported between 'str' and 'int' keys");
+        if (has_int && has_str)
+          throw EvalError("tojson(sort_keys=true): '<' not supported between 'str' and 'int' keys");
         std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) {
           return a.first.is_int ? a.first.int_value < b.first.int_value : a.first.text < b.first.text;
         });
@@ -395,7 +445,8 @@ void json_value(std::string& out, const Value& v, const JsonOptions& o, int dept
       out += '}';
       return;
     }
-    default: throw EvalError("tojson: object of type " + v.type_name() + " is not JSON serializable");
+    default:
+      throw EvalError("tojson: object of type " + v.type_name() + " is not JSON serializable");
   }
 }
 
@@ -416,8 +467,10 @@ bool equals(const Value& a, const Value& b) {
   WalkGuard guard(walk_depth);
   switch (a.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return true;
-    case Value::Kind::kString: return a.as_string() == b.as_string();
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.as_string() == b.as_string();
     case Value::Kind::kList: {
       const ListData& x = a.list_data();
       const ListData& y = b.list_data();
@@ -437,9 +490,12 @@ bool equals(const Value& a, const Value& b) {
       }
       return true;
     }
-    case Value::Kind::kNamespace: return &a.dict_data() == &b.dict_data();
-    case Value::Kind::kFunction: return &a.as_function() == &b.as_function();
-    default: return false;
+    case Value::Kind::kNamespace:
+      return &a.dict_data() == &b.dict_data();
+    case Value::Kind::kFunction:
+      return &a.as_function() == &b.as_function();
+    default:
+      return false;
   }
 }
 

@@ -41,7 +41,7 @@ struct DictKey {
 struct DictData {
   std::vector<std::pair<DictKey, Value>> items;
   int depth = 1;
-  const Value* find(std::string_view key) const;   // a str key
+  const Value* find(std::string_view key) const;  // a str key
   const Value* find_key(const DictKey& key) const;
   const Value* find_value(const Value& key) const;  // a str, int or bool key; null for other types
   void set(DictKey key, Value value);
@@ -87,9 +87,9 @@ class Value {
   bool as_bool() const { return b_; }
   int64_t as_int() const { return kind_ == Kind::kBool ? (b_ ? 1 : 0) : i_; }  // bool is an int in Python
   double as_double() const { return kind_ == Kind::kFloat ? f_ : static_cast<double>(as_int()); }
-  const std::string& as_string() const { return s_; }   // also the name of an Undefined
+  const std::string& as_string() const { return s_; }  // also the name of an Undefined
   ListData& list_data() const { return *list_; }
-  DictData& dict_data() const { return *dict_; }        // dicts and namespaces
+  DictData& dict_data() const { return *dict_; }  // dicts and namespaces
   const Function& as_function() const { return *fn_; }
   const std::string& function_name() const { return s_; }
 
@@ -126,7 +126,7 @@ std::string float_repr(double d);
 // transformers installs as the tojson filter. indent < 0 means None.
 struct JsonOptions {
   int indent = -1;
-  std::string indent_text;  // used when indent is given as a string
+  std::string indent_text;     // used when indent is given as a string
   std::string item_separator;  // empty: Python's default for the indent
   std::string key_separator;   // empty: ": "
   bool sort_keys = false;

@@ -43,14 +43,16 @@ std::shared_ptr<lm::KVCache> make_cam_cache(const KVCacheConfig& config) {
 
 MethodDescriptor cam_method() {
   MethodDescriptor m = eviction::eviction_method("cam", kTypeName);
-  m.blurb = "H2O scorer, but the evicted row's value is merged into its most key-similar survivor (Bernoulli gate "
-            "by the score ratio) instead of dropped";
+  m.blurb =
+      "H2O scorer, but the evicted row's value is merged into its most key-similar survivor (Bernoulli gate "
+      "by the score ratio) instead of dropped";
   m.paper = "CaM: Cache Merging for Memory-efficient LLMs Inference (Zhang et al., ICML 2024)";
-  m.deviations = std::string("One survivor absorbs each victim (the most cosine-similar key), blended as "
-                             "(1 - a) v + a v_evicted with a = 1/2 (mean) or s / (1 + s), s = max(0, cosine) "
-                             "(sim_weighted); the gate draws from (seed + layer, position). Merged rows stored "
-                             "quantized are re-encoded. A decode step takes the general selection path (it needs "
-                             "every survivor's key).") +
+  m.deviations = std::string(
+                     "One survivor absorbs each victim (the most cosine-similar key), blended as "
+                     "(1 - a) v + a v_evicted with a = 1/2 (mean) or s / (1 + s), s = max(0, cosine) "
+                     "(sim_weighted); the gate draws from (seed + layer, position). Merged rows stored "
+                     "quantized are re-encoded. A decode step takes the general selection path (it needs "
+                     "every survivor's key).") +
                  eviction::kCompositionNote;
   m.fields = {
       option_field("cam_budget", &CaMOptions::cam_budget, "Rows kept per head, sinks included", 1),

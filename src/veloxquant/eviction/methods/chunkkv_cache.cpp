@@ -65,15 +65,18 @@ std::shared_ptr<lm::KVCache> make_chunkkv_cache(const KVCacheConfig& config) {
 
 MethodDescriptor chunkkv_method() {
   MethodDescriptor m = eviction::eviction_method("chunkkv", kTypeName);
-  m.blurb = "Whole chunks of chunkkv_chunk_size positions are evicted, the one with the lowest mean score (H2O "
-            "attention mass or key norm); chunk size 1 = the H2O scorer";
-  m.paper = "ChunkKV: Semantic-Preserving KV Cache Compression for Efficient Long-Context LLM Inference (Liu et al., "
-            "arXiv 2502.00299)";
-  m.deviations = std::string("Chunks are aligned to absolute positions; the chunks touching the sinks are never "
-                             "evicted. Eviction is continuous: past the budget one whole chunk goes, so a full "
-                             "cache holds between budget + 1 - chunk_size and budget rows (the paper selects "
-                             "chunks once per prompt). chunkkv_reuse_layers (layer-wise index reuse) is refused "
-                             "above 1: not implemented. A decode step takes the general selection path.") +
+  m.blurb =
+      "Whole chunks of chunkkv_chunk_size positions are evicted, the one with the lowest mean score (H2O "
+      "attention mass or key norm); chunk size 1 = the H2O scorer";
+  m.paper =
+      "ChunkKV: Semantic-Preserving KV Cache Compression for Efficient Long-Context LLM Inference (Liu et al., "
+      "arXiv 2502.00299)";
+  m.deviations = std::string(
+                     "Chunks are aligned to absolute positions; the chunks touching the sinks are never "
+                     "evicted. Eviction is continuous: past the budget one whole chunk goes, so a full "
+                     "cache holds between budget + 1 - chunk_size and budget rows (the paper selects "
+                     "chunks once per prompt). chunkkv_reuse_layers (layer-wise index reuse) is refused "
+                     "above 1: not implemented. A decode step takes the general selection path.") +
                  eviction::kCompositionNote;
   m.fields = {
       option_field("chunkkv_budget", &ChunkKVOptions::chunkkv_budget, "Rows kept per head at most, sinks included", 1),

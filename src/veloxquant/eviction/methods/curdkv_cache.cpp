@@ -42,16 +42,19 @@ std::shared_ptr<lm::KVCache> make_curdkv_cache(const KVCacheConfig& config) {
 
 MethodDescriptor curdkv_method() {
   MethodDescriptor m = eviction::eviction_method("curdkv", kTypeName);
-  m.blurb = "Value-aware leverage: each token's attention-weighted values, projected on their top curdkv_rank_cap "
-            "singular directions, score the rows; past curdkv_budget evict the lowest mean score per step, sinks kept";
-  m.paper = "CurDKV: Value-Guided KV Compression for LLMs via Approximated CUR Decomposition (Sengupta, Chaudhary, "
-            "Chakraborty, NeurIPS 2025, arXiv 2509.15038)";
-  m.deviations = std::string("The original's adaptation: leverage from an exact eigen-decomposition of the "
-                             "attention-weighted value block's Gram matrix (rank <= curdkv_rank_cap, energy "
-                             "weighted), accumulated per token and compared per step, instead of the paper's CUR "
-                             "sampling of keys and values once per prompt. curdkv_rope_base is refused unless "
-                             "left at its default: survivors are never re-rotated. A decode step takes the general "
-                             "selection path (it needs every stored value).") +
+  m.blurb =
+      "Value-aware leverage: each token's attention-weighted values, projected on their top curdkv_rank_cap "
+      "singular directions, score the rows; past curdkv_budget evict the lowest mean score per step, sinks kept";
+  m.paper =
+      "CurDKV: Value-Guided KV Compression for LLMs via Approximated CUR Decomposition (Sengupta, Chaudhary, "
+      "Chakraborty, NeurIPS 2025, arXiv 2509.15038)";
+  m.deviations = std::string(
+                     "The original's adaptation: leverage from an exact eigen-decomposition of the "
+                     "attention-weighted value block's Gram matrix (rank <= curdkv_rank_cap, energy "
+                     "weighted), accumulated per token and compared per step, instead of the paper's CUR "
+                     "sampling of keys and values once per prompt. curdkv_rope_base is refused unless "
+                     "left at its default: survivors are never re-rotated. A decode step takes the general "
+                     "selection path (it needs every stored value).") +
                  eviction::kCompositionNote;
   m.fields = {
       option_field("curdkv_budget", &CurDKVOptions::curdkv_budget, "Rows kept per head, sinks included", 1),

@@ -39,13 +39,17 @@ std::shared_ptr<lm::KVCache> make_h2o_cache(const KVCacheConfig& config) { retur
 MethodDescriptor h2o_method() {
   MethodDescriptor m = eviction::eviction_method("h2o", "H2OCache");
   m.make_restorable = [] { return std::make_shared<H2OCache>(KVCacheConfig{}); };
-  m.blurb = "Heavy hitters: accumulated attention (decayed) per row; evict the lowest past h2o_budget, sinks and "
-            "the newest h2o_grace rows kept";
-  m.paper = "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models (Zhang et al., "
-            "NeurIPS 2023, arXiv 2306.14048)";
-  m.deviations = std::string("The new token is scored by its own attention weight (the original appends it "
-                             "with 0, the first token with 1). h2o_rope_base is refused unless left at its "
-                             "default: survivors are never re-rotated.") + eviction::kCompositionNote;
+  m.blurb =
+      "Heavy hitters: accumulated attention (decayed) per row; evict the lowest past h2o_budget, sinks and "
+      "the newest h2o_grace rows kept";
+  m.paper =
+      "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models (Zhang et al., "
+      "NeurIPS 2023, arXiv 2306.14048)";
+  m.deviations = std::string(
+                     "The new token is scored by its own attention weight (the original appends it "
+                     "with 0, the first token with 1). h2o_rope_base is refused unless left at its "
+                     "default: survivors are never re-rotated.") +
+                 eviction::kCompositionNote;
   m.fields = {
       option_field("h2o_budget", &KVCacheConfig::h2o, &H2OOptions::h2o_budget, "Rows kept per head, sinks included", 1),
       option_field("h2o_n_sink", &KVCacheConfig::h2o, &H2OOptions::h2o_n_sink, "First positions never evicted", 0),

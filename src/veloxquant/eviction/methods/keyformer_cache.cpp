@@ -60,15 +60,18 @@ std::shared_ptr<lm::KVCache> make_keyformer_cache(const KVCacheConfig& config) {
 
 MethodDescriptor keyformer_method() {
   MethodDescriptor m = eviction::eviction_method("keyformer", kTypeName);
-  m.blurb = "H2O's accumulated attention ranked with seeded Gumbel noise frozen per position (temperature tau, "
-            "annealed); past keyformer_budget evict the lowest, sinks and the newest keyformer_recent rows kept";
-  m.paper = "Keyformer: KV Cache Reduction through Key Tokens Selection for Efficient Generative Inference "
-            "(Adnan et al., MLSys 2024, arXiv 2403.09054)";
-  m.deviations = std::string("The noise enters the ranking of victims (score + tau * Gumbel), not a softmax over "
-                             "the logits as in the paper; it depends on keyformer_seed and the position only, so "
-                             "it is the same for every layer, head and call split. Plain accumulation (no "
-                             "decay). keyformer_rope_base is refused unless left at its default: survivors are "
-                             "never re-rotated.") +
+  m.blurb =
+      "H2O's accumulated attention ranked with seeded Gumbel noise frozen per position (temperature tau, "
+      "annealed); past keyformer_budget evict the lowest, sinks and the newest keyformer_recent rows kept";
+  m.paper =
+      "Keyformer: KV Cache Reduction through Key Tokens Selection for Efficient Generative Inference "
+      "(Adnan et al., MLSys 2024, arXiv 2403.09054)";
+  m.deviations = std::string(
+                     "The noise enters the ranking of victims (score + tau * Gumbel), not a softmax over "
+                     "the logits as in the paper; it depends on keyformer_seed and the position only, so "
+                     "it is the same for every layer, head and call split. Plain accumulation (no "
+                     "decay). keyformer_rope_base is refused unless left at its default: survivors are "
+                     "never re-rotated.") +
                  eviction::kCompositionNote;
   m.fields = {
       option_field("keyformer_budget", &KeyformerOptions::keyformer_budget, "Rows kept per head, sinks included", 1),

@@ -41,14 +41,17 @@ std::shared_ptr<lm::KVCache> make_knorm_cache(const KVCacheConfig& config) {
 
 MethodDescriptor knorm_method() {
   MethodDescriptor m = eviction::eviction_method("knorm", kTypeName);
-  m.blurb = "Key L2 norm: past knorm_budget evict the row whose key has the highest norm (knorm_keep=low), sinks "
-            "and the newest knorm_recent rows kept; no attention needed";
-  m.paper = "A Simple and Effective L2 Norm-Based Strategy for KV Cache Compression (Devoto et al., EMNLP 2024, "
-            "arXiv 2406.11430)";
-  m.deviations = std::string("Norms of the keys as they arrive (before any eviction_storage quantization). "
-                             "Multi-token calls return every new row and evict only what is stored (the "
-                             "original caps the returned rows of knorm directly). eviction_scoring has nothing "
-                             "to choose: scores never use attention.") +
+  m.blurb =
+      "Key L2 norm: past knorm_budget evict the row whose key has the highest norm (knorm_keep=low), sinks "
+      "and the newest knorm_recent rows kept; no attention needed";
+  m.paper =
+      "A Simple and Effective L2 Norm-Based Strategy for KV Cache Compression (Devoto et al., EMNLP 2024, "
+      "arXiv 2406.11430)";
+  m.deviations = std::string(
+                     "Norms of the keys as they arrive (before any eviction_storage quantization). "
+                     "Multi-token calls return every new row and evict only what is stored (the "
+                     "original caps the returned rows of knorm directly). eviction_scoring has nothing "
+                     "to choose: scores never use attention.") +
                  eviction::kCompositionNote;
   m.fields = {
       option_field("knorm_budget", &KnormOptions::knorm_budget, "Rows kept per head, sinks included", 1),

@@ -43,14 +43,17 @@ std::shared_ptr<lm::KVCache> make_kvzip_cache(const KVCacheConfig& config) {
 
 MethodDescriptor kvzip_method() {
   MethodDescriptor m = eviction::eviction_method("kvzip", kTypeName);
-  m.blurb = "Reliance = the most attention a row ever received from one query; past kvzip_budget evict the least "
-            "relied-on row (sinks kept); kvzip_probe=latest is TOVA";
-  m.paper = "KVzip: Query-Agnostic KV Cache Compression with Context Reconstruction (Kim et al., NeurIPS 2025, "
-            "arXiv 2505.23416)";
-  m.deviations = std::string("The probes are the queries the model runs anyway (each new token, or the "
-                             "key-as-query proxy), not the paper's separate context-reconstruction prefill; "
-                             "reliance is the maximum over them of the GQA-group mean weight. Evicts one row per "
-                             "token (the paper ranks once after prefill).") +
+  m.blurb =
+      "Reliance = the most attention a row ever received from one query; past kvzip_budget evict the least "
+      "relied-on row (sinks kept); kvzip_probe=latest is TOVA";
+  m.paper =
+      "KVzip: Query-Agnostic KV Cache Compression with Context Reconstruction (Kim et al., NeurIPS 2025, "
+      "arXiv 2505.23416)";
+  m.deviations = std::string(
+                     "The probes are the queries the model runs anyway (each new token, or the "
+                     "key-as-query proxy), not the paper's separate context-reconstruction prefill; "
+                     "reliance is the maximum over them of the GQA-group mean weight. Evicts one row per "
+                     "token (the paper ranks once after prefill).") +
                  eviction::kCompositionNote;
   m.fields = {
       option_field("kvzip_budget", &KVzipOptions::kvzip_budget, "Rows kept per head, sinks included", 1),

@@ -47,15 +47,18 @@ std::shared_ptr<lm::KVCache> make_morphkv_cache(const KVCacheConfig& config) {
 
 MethodDescriptor morphkv_method() {
   MethodDescriptor m = eviction::eviction_method("morphkv", kTypeName);
-  m.blurb = "The newest morphkv_window tokens vote (their attention summed) for the rows to keep, recomputed every "
-            "token; past morphkv_budget evict the least voted row (sinks and window kept); window 1 = TOVA";
-  m.paper = "Dialogue without Limits: Constant-Sized KV Caches for Extended Responses in LLMs (MorphKV, Ghadia et "
-            "al., ICML 2025, arXiv 2503.00979)";
-  m.deviations = std::string("Voters that are tokens of the current call use their real queries "
-                             "(eviction_scoring=auto); voters stored by earlier calls vote with their keys, the "
-                             "original's key-as-query (their queries are gone), so proxy scoring is the original "
-                             "exactly. Votes are summed (the paper also offers a max fusion). A decode step takes "
-                             "the general selection path (every row is re-scored).") +
+  m.blurb =
+      "The newest morphkv_window tokens vote (their attention summed) for the rows to keep, recomputed every "
+      "token; past morphkv_budget evict the least voted row (sinks and window kept); window 1 = TOVA";
+  m.paper =
+      "Dialogue without Limits: Constant-Sized KV Caches for Extended Responses in LLMs (MorphKV, Ghadia et "
+      "al., ICML 2025, arXiv 2503.00979)";
+  m.deviations = std::string(
+                     "Voters that are tokens of the current call use their real queries "
+                     "(eviction_scoring=auto); voters stored by earlier calls vote with their keys, the "
+                     "original's key-as-query (their queries are gone), so proxy scoring is the original "
+                     "exactly. Votes are summed (the paper also offers a max fusion). A decode step takes "
+                     "the general selection path (every row is re-scored).") +
                  eviction::kCompositionNote;
   m.fields = {
       option_field("morphkv_budget", &MorphKVOptions::morphkv_budget, "Rows kept per head, sinks included", 1),

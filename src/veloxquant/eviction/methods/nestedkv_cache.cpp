@@ -15,7 +15,8 @@ namespace {
 constexpr const char* kTypeName = "NestedKVCache";
 
 void require_finite(const char* field, double value) {
-  if (!std::isfinite(value)) throw QuantizerConfigError(std::string(field) + " must be finite, got " + std::to_string(value));
+  if (!std::isfinite(value))
+    throw QuantizerConfigError(std::string(field) + " must be finite, got " + std::to_string(value));
 }
 
 }  // namespace
@@ -61,18 +62,21 @@ std::shared_ptr<lm::KVCache> make_nestedkv_cache(const KVCacheConfig& config) {
 
 MethodDescriptor nestedkv_method() {
   MethodDescriptor m = eviction::eviction_method("nestedkv", kTypeName);
-  m.blurb = "Key-only anchors: each key's anomaly against the mean of all keys, of its block and of the recent "
-            "window, blended per head and surprise-gated; the sinks and the most anomalous keys fill nestedkv_budget";
-  m.paper = "NestedKV: Nested Memory Routing for Long-Context KV Cache Compression (Chen et al., preprint arXiv "
-            "2605.26678; no peer-reviewed venue, the original's one exception)";
-  m.deviations = std::string("Bounded: every call past the budget scores the stored and new rows afresh and keeps "
-                             "the best (the original compresses the prefill once and then appends decode tokens "
-                             "without bound). Blocks and windows count the rows present, not absolute positions. "
-                             "Every kv head keeps nestedkv_budget rows (the original's registry labels the method "
-                             "'quantization'; it is listed with the eviction family here), so "
-                             "nestedkv_safeguard_alpha, the floor of the paper's cross-head competition, is refused "
-                             "unless left at its default. eviction_scoring has nothing to choose: no attention is "
-                             "used.") +
+  m.blurb =
+      "Key-only anchors: each key's anomaly against the mean of all keys, of its block and of the recent "
+      "window, blended per head and surprise-gated; the sinks and the most anomalous keys fill nestedkv_budget";
+  m.paper =
+      "NestedKV: Nested Memory Routing for Long-Context KV Cache Compression (Chen et al., preprint arXiv "
+      "2605.26678; no peer-reviewed venue, the original's one exception)";
+  m.deviations = std::string(
+                     "Bounded: every call past the budget scores the stored and new rows afresh and keeps "
+                     "the best (the original compresses the prefill once and then appends decode tokens "
+                     "without bound). Blocks and windows count the rows present, not absolute positions. "
+                     "Every kv head keeps nestedkv_budget rows (the original's registry labels the method "
+                     "'quantization'; it is listed with the eviction family here), so "
+                     "nestedkv_safeguard_alpha, the floor of the paper's cross-head competition, is refused "
+                     "unless left at its default. eviction_scoring has nothing to choose: no attention is "
+                     "used.") +
                  eviction::kCompositionNote;
   m.fields = {
       option_field("nestedkv_budget", &NestedKVOptions::nestedkv_budget, "Rows kept per kv head, sinks included", 1),

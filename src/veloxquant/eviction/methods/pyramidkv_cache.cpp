@@ -24,7 +24,8 @@ void validate_pyramidkv_options(const KVCacheConfig& config) {
     eviction::refuse_without_effect("pyramid_backend", o.pyramid_backend, "reference",
                                     "one CPU path; 'auto' is the same");
   }
-  if (o.pyramid_grace < 0) throw QuantizerConfigError("pyramid_grace must be >= 0, got " + std::to_string(o.pyramid_grace));
+  if (o.pyramid_grace < 0)
+    throw QuantizerConfigError("pyramid_grace must be >= 0, got " + std::to_string(o.pyramid_grace));
   eviction::require_evictable("pyramid_budget", o.pyramid_budget, "pyramid_n_sink", o.pyramid_n_sink);
   if (o.pyramid_resolved_budget) {
     eviction::require_evictable("pyramid_resolved_budget", *o.pyramid_resolved_budget, "pyramid_n_sink",
@@ -54,14 +55,17 @@ std::shared_ptr<lm::KVCache> make_pyramidkv_cache(const KVCacheConfig& config) {
 MethodDescriptor pyramidkv_method() {
   MethodDescriptor m = eviction::eviction_method("pyramidkv", "PyramidKVCache");
   m.make_restorable = [] { return std::make_shared<PyramidKVCache>(KVCacheConfig{}); };
-  m.blurb = "H2O scoring with per-layer budgets tapering linearly from shallow to deep layers, mean pyramid_budget; "
-            "the newest pyramid_grace rows kept";
-  m.paper = "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling (Cai et al., "
-            "arXiv 2406.02069)";
-  m.deviations = std::string("Within a layer the original's H2O scorer (no decay), the new token scored by its "
-                             "own weight, plus pyramid_grace newest rows protected (new, default 16; the original "
-                             "has none and then evicts nearly every new token); the paper selects by an "
-                             "observation window. Schedule as the original (Python rounding, water-filling).") +
+  m.blurb =
+      "H2O scoring with per-layer budgets tapering linearly from shallow to deep layers, mean pyramid_budget; "
+      "the newest pyramid_grace rows kept";
+  m.paper =
+      "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling (Cai et al., "
+      "arXiv 2406.02069)";
+  m.deviations = std::string(
+                     "Within a layer the original's H2O scorer (no decay), the new token scored by its "
+                     "own weight, plus pyramid_grace newest rows protected (new, default 16; the original "
+                     "has none and then evicts nearly every new token); the paper selects by an "
+                     "observation window. Schedule as the original (Python rounding, water-filling).") +
                  eviction::kCompositionNote;
   m.fields = {
       option_field("pyramid_budget", &KVCacheConfig::pyramidkv, &PyramidKVOptions::pyramid_budget,
@@ -76,7 +80,8 @@ MethodDescriptor pyramidkv_method() {
                    "This layer's budget, injected by for_model (None = pyramid_budget)", 1),
       option_field("pyramid_grace", &KVCacheConfig::pyramidkv, &PyramidKVOptions::pyramid_grace,
                    "Newest rows never evicted, limited per layer to budget - n_sink - 1 (new; 0 = the "
-                   "original)", 0),
+                   "original)",
+                   0),
   };
   m.validate = validate_pyramidkv_options;
   m.make_serving = make_pyramidkv_cache;

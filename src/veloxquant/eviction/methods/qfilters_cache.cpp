@@ -24,8 +24,8 @@ void validate_qfilters_options(const KVCacheConfig& config) {
   if (o.qfilters_sign != 1 && o.qfilters_sign != -1) {
     throw QuantizerConfigError("qfilters_sign must be +1 or -1, got " + std::to_string(o.qfilters_sign));
   }
-  if (o.qfilters_min_retention &&
-      !(std::isfinite(*o.qfilters_min_retention) && *o.qfilters_min_retention > 0.0 && *o.qfilters_min_retention <= 1.0)) {
+  if (o.qfilters_min_retention && !(std::isfinite(*o.qfilters_min_retention) && *o.qfilters_min_retention > 0.0 &&
+                                    *o.qfilters_min_retention <= 1.0)) {
     throw QuantizerConfigError("qfilters_min_retention must be None or in (0, 1], got " +
                                std::to_string(*o.qfilters_min_retention));
   }
@@ -46,7 +46,7 @@ eviction::EvictionPolicy qfilters_policy(const KVCacheConfig& config) {
   p.calib_tokens = o.qfilters_calib_tokens;
   p.direction_sign = o.qfilters_sign;
   p.min_retention = o.qfilters_min_retention.value_or(0.0);
-  p.on_low_retention = o.qfilters_on_low_retention == "raise"   ? eviction::EvictionPolicy::LowRetention::kRaise
+  p.on_low_retention = o.qfilters_on_low_retention == "raise"    ? eviction::EvictionPolicy::LowRetention::kRaise
                        : o.qfilters_on_low_retention == "ignore" ? eviction::EvictionPolicy::LowRetention::kIgnore
                                                                  : eviction::EvictionPolicy::LowRetention::kWarn;
   return p;
@@ -60,15 +60,17 @@ std::shared_ptr<lm::KVCache> make_qfilters_cache(const KVCacheConfig& config) {
 
 MethodDescriptor qfilters_method() {
   MethodDescriptor m = eviction::eviction_method("qfilters", kTypeName);
-  m.blurb = "Keys scored by their projection on each head's principal key direction (SVD of the first "
-            "qfilters_calib_tokens keys); past qfilters_budget evict the lowest; no attention needed";
+  m.blurb =
+      "Keys scored by their projection on each head's principal key direction (SVD of the first "
+      "qfilters_calib_tokens keys); past qfilters_budget evict the lowest; no attention needed";
   m.paper = "Q-Filters: Leveraging QK Geometry for Efficient KV Cache Compression (Godey et al., arXiv 2503.02812)";
-  m.deviations = std::string("The direction comes from the first min(qfilters_calib_tokens, budget + 1) keys "
-                             "the cache sees (the paper calibrates query directions offline on other data), by "
-                             "power iteration, oriented so their mean projection is >= 0: qfilters_sign=+1 keeps "
-                             "keys along it. Multi-token calls return every new row (the original caps knorm's "
-                             "and qfilters' returned rows). The warning is logged once per process. A decode "
-                             "step takes the general selection path.") +
+  m.deviations = std::string(
+                     "The direction comes from the first min(qfilters_calib_tokens, budget + 1) keys "
+                     "the cache sees (the paper calibrates query directions offline on other data), by "
+                     "power iteration, oriented so their mean projection is >= 0: qfilters_sign=+1 keeps "
+                     "keys along it. Multi-token calls return every new row (the original caps knorm's "
+                     "and qfilters' returned rows). The warning is logged once per process. A decode "
+                     "step takes the general selection path.") +
                  eviction::kCompositionNote;
   m.fields = {
       option_field("qfilters_budget", &QFiltersOptions::qfilters_budget, "Rows kept per head, sinks included", 1),
@@ -76,8 +78,8 @@ MethodDescriptor qfilters_method() {
       option_field("qfilters_recent", &QFiltersOptions::qfilters_recent, "Newest rows never evicted", 0),
       option_field("qfilters_calib_tokens", &QFiltersOptions::qfilters_calib_tokens,
                    "First keys that fix each head's direction (at most budget + 1 are used)", 1),
-      option_field("qfilters_sign", &QFiltersOptions::qfilters_sign,
-                   "+1 keeps keys along the direction, -1 against it", -1, 1),
+      option_field("qfilters_sign", &QFiltersOptions::qfilters_sign, "+1 keeps keys along the direction, -1 against it",
+                   -1, 1),
       option_field("qfilters_min_retention", &QFiltersOptions::qfilters_min_retention,
                    "Retention floor budget / tokens in (0, 1]; None = never checked"),
       option_field("qfilters_on_low_retention", &QFiltersOptions::qfilters_on_low_retention,

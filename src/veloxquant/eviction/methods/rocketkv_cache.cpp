@@ -87,8 +87,7 @@ int64_t RocketKVCache::head_topk1() const {
 void RocketKVCache::ensure_summaries() {
   if (!rows().allocated() || summary_pages_ > 0) return;
   summary_pages_ = eviction::page_count(rows().budget(), page_size());
-  const std::size_t n =
-      static_cast<std::size_t>(rows().batch() * rows().heads() * summary_pages_ * rows().key_dim());
+  const std::size_t n = static_cast<std::size_t>(rows().batch() * rows().heads() * summary_pages_ * rows().key_dim());
   page_max_.assign(n, 0);
   page_min_.assign(n, 0);
   page_prints_.assign(static_cast<std::size_t>(rows().batch() * rows().heads() * summary_pages_),
@@ -137,7 +136,8 @@ const attention::RowSource& RocketKVCache::attended_rows(const attention::RowSou
         const int64_t j0 = p * page, n_rows = std::min(stored, j0 + page) - j0;
         const uint64_t print = eviction::page_fingerprint(positions + j0, n_rows);
         if (print == prints[p]) continue;
-        codec.decode_rows(rows().key_rows(b, h) + j0 * row_bytes, row_bytes, n_rows, static_cast<int>(dim), keys.data());
+        codec.decode_rows(rows().key_rows(b, h) + j0 * row_bytes, row_bytes, n_rows, static_cast<int>(dim),
+                          keys.data());
         eviction::summarize_pages(keys.data(), n_rows, dim, page, hi + p * dim, lo + p * dim);
         prints[p] = print;
       }
@@ -197,11 +197,14 @@ void RocketKVCache::from_state(const std::vector<lm::Tensor>& state, const std::
   } catch (const std::exception&) {
     throw base::FormatError(who + ": compression ratio '" + meta[own + 1] + "' is not a number");
   }
-  if (!std::isfinite(ratio) || ratio < 1.0) throw base::FormatError(who + ": compression ratio " + meta[own + 1] + " < 1");
+  if (!std::isfinite(ratio) || ratio < 1.0)
+    throw base::FormatError(who + ": compression ratio " + meta[own + 1] + " < 1");
   const std::optional<int> page = parse_optional(meta[own + 2], who, "page_size");
   const std::optional<int> topk = parse_optional(meta[own + 3], who, "head_topk1");
-  if ((page && *page < 1) || (topk && *topk < 1)) throw base::FormatError(who + ": page_size and head_topk1 must be >= 1");
-  EvictionCache::from_state(state, std::vector<std::string>(meta.begin(), meta.begin() + static_cast<std::ptrdiff_t>(own)));
+  if ((page && *page < 1) || (topk && *topk < 1))
+    throw base::FormatError(who + ": page_size and head_topk1 must be >= 1");
+  EvictionCache::from_state(state,
+                            std::vector<std::string>(meta.begin(), meta.begin() + static_cast<std::ptrdiff_t>(own)));
   ratio_ = ratio;
   page_option_ = page;
   topk_option_ = topk;
@@ -222,23 +225,26 @@ MethodDescriptor rocketkv_method() {
   m.capabilities.sparse_attention = true;  // stage 2: the fused path attends the chosen pages only
   m.family = "hybrid";  // the original's label (spec §6 #42): eviction plus per-step sparse attention
   m.make_restorable = [] { return std::make_shared<RocketKVCache>(KVCacheConfig{}); };
-  m.blurb = "Two stages: SnapKV eviction to rocketkv_budget rows, then per call the pages of rows whose max/min "
-            "key summaries bound q.k highest on the top-k query channels; exact attention over those pages only";
-  m.paper = "RocketKV: Accelerating Long-Context LLM Inference via Two-Stage KV Cache Compression (Behnam et al., "
-            "ICML 2025, arXiv 2502.14051)";
-  m.deviations = std::string(
-                     "Stage 1 is this port's SnapKV policy (pooling kernel 5, decode steps evicting past the budget), "
-                     "not the paper's SnapKV++ (adaptive pooling); its budget is the new field rocketkv_budget, rows "
-                     "per kv head, so memory is bounded like every eviction cache here. The ratio c splits "
-                     "adaptively: stage 2 attends ceil(offset / c) stored rows (whole pages, at least one), nothing "
-                     "removed once stage 1 alone reaches c. None page_size / head_topk1 are derived from c "
-                     "(page 2^round(log2(2 sqrt c)), topk1 head_dim / 2^round(log2(sqrt c))). A call of several "
-                     "tokens selects once per kv head from the summed bounds of all its queries (the paper selects "
-                     "per decode step; GQA groups sum, as the paper's GQA variant). Stage 2 needs the fused path: "
-                     "update_and_fetch returns every kept row. Page summaries are f16 with a 64-bit fingerprint of "
-                     "their rows' positions (a page is rebuilt when its rows moved); the paper's second top-k over tokens is not "
-                     "applied: the selected pages are attended whole.") +
-                 eviction::kCompositionNote;
+  m.blurb =
+      "Two stages: SnapKV eviction to rocketkv_budget rows, then per call the pages of rows whose max/min "
+      "key summaries bound q.k highest on the top-k query channels; exact attention over those pages only";
+  m.paper =
+      "RocketKV: Accelerating Long-Context LLM Inference via Two-Stage KV Cache Compression (Behnam et al., "
+      "ICML 2025, arXiv 2502.14051)";
+  m.deviations =
+      std::string(
+          "Stage 1 is this port's SnapKV policy (pooling kernel 5, decode steps evicting past the budget), "
+          "not the paper's SnapKV++ (adaptive pooling); its budget is the new field rocketkv_budget, rows "
+          "per kv head, so memory is bounded like every eviction cache here. The ratio c splits "
+          "adaptively: stage 2 attends ceil(offset / c) stored rows (whole pages, at least one), nothing "
+          "removed once stage 1 alone reaches c. None page_size / head_topk1 are derived from c "
+          "(page 2^round(log2(2 sqrt c)), topk1 head_dim / 2^round(log2(sqrt c))). A call of several "
+          "tokens selects once per kv head from the summed bounds of all its queries (the paper selects "
+          "per decode step; GQA groups sum, as the paper's GQA variant). Stage 2 needs the fused path: "
+          "update_and_fetch returns every kept row. Page summaries are f16 with a 64-bit fingerprint of "
+          "their rows' positions (a page is rebuilt when its rows moved); the paper's second top-k over tokens is not "
+          "applied: the selected pages are attended whole.") +
+      eviction::kCompositionNote;
   m.fields = {
       option_field("rocketkv_compression_ratio", &RocketKVOptions::rocketkv_compression_ratio,
                    "Total ratio c: tokens seen / rows attended per step (stage 2 makes up what stage 1 leaves)"),

@@ -16,7 +16,8 @@ constexpr int64_t kPoolKernel = 5;
 
 void validate_snapkv_options(const KVCacheConfig& config) {
   const SnapKVOptions& o = config.snapkv;
-  if (o.snap_backend != "auto" && o.snap_backend != "mlx" && o.snap_backend != "metal" && o.snap_backend != "reference") {
+  if (o.snap_backend != "auto" && o.snap_backend != "mlx" && o.snap_backend != "metal" &&
+      o.snap_backend != "reference") {
     throw QuantizerConfigError("snap_backend must be one of auto, mlx, metal, reference, got '" + o.snap_backend + "'");
   }
   if (o.snap_dtype != "auto" && o.snap_dtype != "float16") {
@@ -30,8 +31,9 @@ void validate_snapkv_options(const KVCacheConfig& config) {
     eviction::refuse_without_effect("snap_backend", o.snap_backend, "auto", "one CPU path; 'reference' is the same");
   }
   if (!o.snap_batched_scoring) {
-    throw QuantizerConfigError("snap_batched_scoring=false has no effect here (scores are computed one way); leave it "
-                               "at true");
+    throw QuantizerConfigError(
+        "snap_batched_scoring=false has no effect here (scores are computed one way); leave it "
+        "at true");
   }
   eviction::require_evictable("snap_budget", o.snap_budget, "snap_n_sink", o.snap_n_sink);
   eviction::validate_storage_and_scoring(config);
@@ -59,15 +61,17 @@ std::shared_ptr<lm::KVCache> make_snapkv_cache(const KVCacheConfig& config) {
 MethodDescriptor snapkv_method() {
   MethodDescriptor m = eviction::eviction_method("snapkv", "SnapKVCache");
   m.make_restorable = [] { return std::make_shared<SnapKVCache>(KVCacheConfig{}); };
-  m.blurb = "Prefill chunks: the last snap_obs_window tokens vote (pooled attention) for the rows to keep; sinks and "
-            "window kept";
+  m.blurb =
+      "Prefill chunks: the last snap_obs_window tokens vote (pooled attention) for the rows to keep; sinks and "
+      "window kept";
   m.paper = "SnapKV: LLM Knows What You are Looking for Before Generation (Li et al., arXiv 2404.14469)";
-  m.deviations = std::string("Decode steps respect the budget too (the original and the paper append them "
-                             "without bound): their attention adds to the votes and the lowest-voted row past "
-                             "snap_budget is evicted, the newest snap_obs_window rows kept. Votes average-pooled "
-                             "over 5 rows (kvpress). snap_backend (auto / reference) and "
-                             "snap_batched_scoring (true) accept only values that match this one CPU path; snap_dtype "
-                             "is validated and otherwise unused: rows are stored in the input dtype.") +
+  m.deviations = std::string(
+                     "Decode steps respect the budget too (the original and the paper append them "
+                     "without bound): their attention adds to the votes and the lowest-voted row past "
+                     "snap_budget is evicted, the newest snap_obs_window rows kept. Votes average-pooled "
+                     "over 5 rows (kvpress). snap_backend (auto / reference) and "
+                     "snap_batched_scoring (true) accept only values that match this one CPU path; snap_dtype "
+                     "is validated and otherwise unused: rows are stored in the input dtype.") +
                  eviction::kCompositionNote;
   m.fields = {
       option_field("snap_dtype", &KVCacheConfig::snapkv, &SnapKVOptions::snap_dtype,
@@ -76,10 +80,12 @@ MethodDescriptor snapkv_method() {
                    "The original's batched scoring switch; only true (one scoring path here)"),
       option_field("snap_backend", &KVCacheConfig::snapkv, &SnapKVOptions::snap_backend,
                    "auto or reference (one CPU path; mlx / metal are refused)"),
-      option_field("snap_budget", &KVCacheConfig::snapkv, &SnapKVOptions::snap_budget, "Rows kept per head, sinks included", 1),
+      option_field("snap_budget", &KVCacheConfig::snapkv, &SnapKVOptions::snap_budget,
+                   "Rows kept per head, sinks included", 1),
       option_field("snap_obs_window", &KVCacheConfig::snapkv, &SnapKVOptions::snap_obs_window,
                    "Newest tokens of a prefill chunk that vote (and are kept)", 1),
-      option_field("snap_n_sink", &KVCacheConfig::snapkv, &SnapKVOptions::snap_n_sink, "First positions never evicted", 0),
+      option_field("snap_n_sink", &KVCacheConfig::snapkv, &SnapKVOptions::snap_n_sink, "First positions never evicted",
+                   0),
   };
   m.validate = validate_snapkv_options;
   m.make_serving = make_snapkv_cache;

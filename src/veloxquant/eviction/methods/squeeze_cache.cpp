@@ -16,7 +16,8 @@ constexpr const char* kTypeName = "SqueezeCache";
 void validate_squeeze_options(const KVCacheConfig& config) {
   const SqueezeOptions& o = config.options<SqueezeOptions>();
   eviction::require_evictable("squeeze_budget", o.squeeze_budget, "squeeze_n_sink", o.squeeze_n_sink);
-  if (o.squeeze_grace < 0) throw QuantizerConfigError("squeeze_grace must be >= 0, got " + std::to_string(o.squeeze_grace));
+  if (o.squeeze_grace < 0)
+    throw QuantizerConfigError("squeeze_grace must be >= 0, got " + std::to_string(o.squeeze_grace));
   if (!(o.squeeze_strength >= 0.0 && o.squeeze_strength <= 1.0)) {
     throw QuantizerConfigError("squeeze_strength must lie in [0, 1], got " + std::to_string(o.squeeze_strength));
   }
@@ -39,8 +40,8 @@ eviction::EvictionPolicy squeeze_policy(const KVCacheConfig& config) {
 
 SqueezeCache::SqueezeCache(const KVCacheConfig& config, std::shared_ptr<eviction::SqueezeSchedule> schedule,
                            std::size_t attention_index)
-    : EvictionCache(kTypeName, (validate_squeeze_options(config), squeeze_policy(config)),
-                    eviction::storage_of(config), eviction::scoring_of(config)),
+    : EvictionCache(kTypeName, (validate_squeeze_options(config), squeeze_policy(config)), eviction::storage_of(config),
+                    eviction::scoring_of(config)),
       schedule_(std::move(schedule)),
       layer_(attention_index),
       resolved_(schedule_ == nullptr) {}
@@ -64,17 +65,20 @@ std::shared_ptr<lm::KVCache> make_squeeze_cache(const KVCacheConfig& config) {
 MethodDescriptor squeeze_method() {
   MethodDescriptor m = eviction::eviction_method("squeeze", kTypeName);
   m.capabilities.needs_coordinator = true;  // the layers share one SqueezeSchedule (wire_model)
-  m.blurb = "H2O scoring with per-layer budgets reallocated once from each layer's key concentration (broad "
-            "layers get more rows), mean squeeze_budget; the newest squeeze_grace rows kept";
-  m.paper = "SqueezeAttention: 2D Management of KV-Cache in LLM Inference via Layer-wise Optimal Budget (Wang et "
-            "al., arXiv 2404.04793)";
-  m.deviations = std::string("The original's proxy for the paper's layer importance: the mean pairwise cosine of "
-                             "the layer's first-call keys (averaged over kv heads here), not the cosine between a "
-                             "layer's hidden states before and after attention, and a continuous reallocation "
-                             "instead of the paper's three k-means groups. Within a layer the H2O scorer (the new "
-                             "token scored by its own weight) plus squeeze_grace newest rows protected (new, "
-                             "default 16; 0 = the original). A layer's storage is reallocated once, when the "
-                             "schedule resolves, for exactly its budget.") +
+  m.blurb =
+      "H2O scoring with per-layer budgets reallocated once from each layer's key concentration (broad "
+      "layers get more rows), mean squeeze_budget; the newest squeeze_grace rows kept";
+  m.paper =
+      "SqueezeAttention: 2D Management of KV-Cache in LLM Inference via Layer-wise Optimal Budget (Wang et "
+      "al., arXiv 2404.04793)";
+  m.deviations = std::string(
+                     "The original's proxy for the paper's layer importance: the mean pairwise cosine of "
+                     "the layer's first-call keys (averaged over kv heads here), not the cosine between a "
+                     "layer's hidden states before and after attention, and a continuous reallocation "
+                     "instead of the paper's three k-means groups. Within a layer the H2O scorer (the new "
+                     "token scored by its own weight) plus squeeze_grace newest rows protected (new, "
+                     "default 16; 0 = the original). A layer's storage is reallocated once, when the "
+                     "schedule resolves, for exactly its budget.") +
                  eviction::kCompositionNote;
   m.fields = {
       option_field("squeeze_budget", &SqueezeOptions::squeeze_budget,

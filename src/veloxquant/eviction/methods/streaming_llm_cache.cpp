@@ -11,7 +11,8 @@ namespace veloxquant {
 
 void validate_streaming_llm_options(const KVCacheConfig& config) {
   const StreamingLLMOptions& o = config.streaming_llm;
-  if (o.stream_n_sink < 0) throw QuantizerConfigError("stream_n_sink must be >= 0, got " + std::to_string(o.stream_n_sink));
+  if (o.stream_n_sink < 0)
+    throw QuantizerConfigError("stream_n_sink must be >= 0, got " + std::to_string(o.stream_n_sink));
   if (o.stream_window_size < 1) {
     throw QuantizerConfigError("stream_window_size must be >= 1, got " + std::to_string(o.stream_window_size));
   }
@@ -37,11 +38,14 @@ std::shared_ptr<lm::KVCache> make_streaming_llm_cache(const KVCacheConfig& confi
 MethodDescriptor streaming_llm_method() {
   MethodDescriptor m = eviction::eviction_method("streaming_llm", "StreamingLLMCache");
   m.make_restorable = [] { return std::make_shared<StreamingLLMCache>(KVCacheConfig{}); };
-  m.blurb = "Attention sinks (first stream_n_sink positions) + a FIFO of the newest stream_window_size tokens; "
-            "positions preserved";
+  m.blurb =
+      "Attention sinks (first stream_n_sink positions) + a FIFO of the newest stream_window_size tokens; "
+      "positions preserved";
   m.paper = "Efficient Streaming Language Models with Attention Sinks (Xiao et al., ICLR 2024, arXiv 2309.17453)";
-  m.deviations = std::string("Rows allocated once for n_sink + window_size; explicit mask once rows are "
-                             "non-contiguous.") + eviction::kCompositionNote;
+  m.deviations = std::string(
+                     "Rows allocated once for n_sink + window_size; explicit mask once rows are "
+                     "non-contiguous.") +
+                 eviction::kCompositionNote;
   m.fields = {
       option_field("stream_n_sink", &KVCacheConfig::streaming_llm, &StreamingLLMOptions::stream_n_sink,
                    "First positions never evicted (attention sinks)", 0),
