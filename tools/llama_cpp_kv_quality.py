@@ -42,6 +42,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--types", default="q8_0,q5_0,q4_0", help="comma list of " + ", ".join(GGML_TYPES))
+    parser.add_argument("--slice", type=int, default=64, help="positions per log-softmax slice (bounds memory)")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args()
 
@@ -49,6 +50,10 @@ def main() -> int:
     import llama_cpp
 
     types = [t for t in args.types.split(",") if t]
+    if not types:
+        sys.exit("--types names no cache type")
+    if args.slice < 1:
+        sys.exit(f"--slice must be at least 1, got {args.slice}")
     for t in types + ["f16"]:
         if t not in GGML_TYPES:
             sys.exit(f"unknown cache type '{t}'; known: {', '.join(GGML_TYPES)}")
@@ -58,8 +63,11 @@ def main() -> int:
                                type_k=GGML_TYPES[cache_type], type_v=GGML_TYPES[cache_type], flash_attn=True,
                                logits_all=True, verbose=False)
 
-    engines = {t: load(t) for t in ["f16"] + types}
-    base = engines["f16"]
+    # Memory is bounded for large vocabularies (Gemma 3: 262,144 ids, where all-position logits are
+    # 2 GiB per engine): the f16 engine and one quantized engine are alive at a time, the f16 chunk
+    # is evaluated again for each type rather than kept, and the log-softmax runs over --slice
+    # positions at a time in float64.
+    base = load("f16")
     tokens = base.tokenize(Path(args.text).read_bytes(), add_bos=True, special=False)
     bos = base.token_bos()
     adds_bos = bool(tokens) and tokens[0] == bos  # the vocabulary's add_bos, as llama-perplexity reads it
@@ -69,26 +77,39 @@ def main() -> int:
     first = args.ctx // 2
     stats = {t: {"kl": [], "top1": [], "nll": []} for t in types}
     base_nll = []
+    chunks = []
     for c in range(n_chunks):
         chunk = list(tokens[c * args.ctx:(c + 1) * args.ctx])
         if adds_bos:
             chunk[0] = bos
-        targets = np.array(chunk[first + 1:])
+        chunks.append(chunk)
 
-        def scored_log_probs(llm):
-            llm.reset()
-            llm.eval(chunk)
-            return log_softmax(np.asarray(llm.scores[first:args.ctx - 1], dtype=np.float64))
+    def evaluate(llm, chunk):
+        llm.reset()
+        llm.eval(chunk)
 
-        ref = scored_log_probs(base)
-        base_nll.append(-ref[np.arange(len(targets)), targets])
-        p_ref = np.exp(ref)
-        for t in types:
-            got = scored_log_probs(engines[t])
-            stats[t]["kl"].append((p_ref * (ref - got)).sum(axis=-1))
-            stats[t]["top1"].append(ref.argmax(axis=-1) == got.argmax(axis=-1))
-            stats[t]["nll"].append(-got[np.arange(len(targets)), targets])
-        print(f"llama_cpp_kv_quality: chunk {c + 1}/{n_chunks}", file=sys.stderr)
+    def slice_log_probs(llm, lo, hi):
+        return log_softmax(np.asarray(llm.scores[lo:hi], dtype=np.float64))
+
+    for t in types:
+        engine = load(t)
+        for c, chunk in enumerate(chunks):
+            targets = np.array(chunk[first + 1:])
+            evaluate(base, chunk)
+            evaluate(engine, chunk)
+            for lo in range(first, args.ctx - 1, args.slice):
+                hi = min(lo + args.slice, args.ctx - 1)
+                ref = slice_log_probs(base, lo, hi)
+                got = slice_log_probs(engine, lo, hi)
+                rows_t = targets[lo - first:hi - first]
+                idx = np.arange(hi - lo)
+                if t == types[0]:
+                    base_nll.append(-ref[idx, rows_t])
+                stats[t]["kl"].append((np.exp(ref) * (ref - got)).sum(axis=-1))
+                stats[t]["top1"].append(ref.argmax(axis=-1) == got.argmax(axis=-1))
+                stats[t]["nll"].append(-got[idx, rows_t])
+            print(f"llama_cpp_kv_quality: {t} chunk {c + 1}/{n_chunks}", file=sys.stderr)
+        del engine
 
     ppl_f16 = float(np.exp(np.concatenate(base_nll).mean()))
     rows = []
