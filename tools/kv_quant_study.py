@@ -24,7 +24,8 @@ Variants of the key coding (--configs names, see CONFIGS):
   chscale  SmoothQuant-style scaling s_c = (E[q_c^2] / E[(k_c - mu_c)^2])^(1/4) before the rotation.
   log16    one-byte block scales 2^(n/16) instead of f16 ones.
 
-  python3 tools/kv_quant_study.py PREFIX [--layers 2,8,14,20,26] [--qstride 16] [--configs a,b]
+  python3 tools/kv_quant_study.py PREFIX [--layers 2,8,14,20,26] [--qstride 16] [--configs a,b] [--rd]
+(numpy only; e.g. the /work/venv-hf interpreter)
 """
 import argparse
 import functools
@@ -244,18 +245,59 @@ CONFIGS = {
 }
 
 
+def water_filled(p, total_bits):
+    """Reverse water-filling: sum_i min(theta, p_i) at rate sum_i max(0, log2(p_i / theta) / 2)."""
+    lo, hi = 1e-30, p.max()
+    for _ in range(200):
+        theta = np.sqrt(lo * hi)
+        rate = np.where(p > theta, 0.5 * np.log2(p / theta), 0).sum()
+        lo, hi = (theta, hi) if rate > total_bits else (lo, theta)
+    return np.minimum(p, hi).sum()
+
+
+def rate_distortion_gains(data, bits=3.0, splits=((32, 4, 2), (32, 3.5, 2.5), (16, 4.5, 2.5), (32, 4, 3), (24, 4, 3))):
+    """Gaussian rate-distortion gains (dB) of query-weighted channel splits over the equal-bit
+    rotation at `bits` per key element: split chosen on rows 1..256 (w_c = E[q_c^2] E[(k_c-mu_c)^2]),
+    judged on rows 1536..2047 centred on rows 1280..1535's mean; first column the held-out oracle."""
+    k, _, q = data
+    layers, heads, _, d = k.shape
+    group = q.shape[1] // heads
+    rows = []
+    for l in range(layers):
+        for h in range(heads):
+            mu = k[l, h, 1:257].mean(0)
+            w = (q[l, h * group:(h + 1) * group, 1:257] ** 2).mean((0, 1)) * ((k[l, h, 1:257] - mu) ** 2).mean(0)
+            vh = ((k[l, h, 1536:] - k[l, h, 1280:1536].mean(0)) ** 2).mean(0)
+            qh = (q[l, h * group:(h + 1) * group, 1536:] ** 2).mean((0, 1))
+            base = vh.sum() * qh.sum() / d * 2 ** (-2 * bits)
+            row = [10 * np.log10(base / water_filled(qh * vh, bits * d))]
+            order = np.argsort(-w)
+            for n, b_hi, b_lo in splits:
+                hi, lo = order[:n], order[n:]
+                dist = qh[hi].mean() * vh[hi].sum() * 2 ** (-2 * b_hi) + qh[lo].mean() * vh[lo].sum() * 2 ** (-2 * b_lo)
+                row.append(10 * np.log10(base / dist))
+            rows.append(row)
+    names = ['oracle'] + [f'{n}@{a}/{d - n}@{b}' for n, a, b in splits]
+    return dict(zip(names, np.mean(rows, 0)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('prefix')
     ap.add_argument('--layers', default='2,8,14,20,26')
     ap.add_argument('--qstride', type=int, default=16)
     ap.add_argument('--configs', default=','.join(CONFIGS))
+    ap.add_argument('--rd', action='store_true', help='print the Gaussian rate-distortion gains of splits and stop')
     args = ap.parse_args()
     meta = json.load(open(args.prefix + '.json'))
     shape = lambda h, d: (meta['layers'], h, meta['rows'], d)
     data = tuple(np.fromfile(f'{args.prefix}.{x}.f32', np.float32).reshape(shape(h, d)).astype(np.float64)
                  for x, h, d in (('k', meta['heads'], meta['key_dim']), ('v', meta['heads'], meta['value_dim']),
                                  ('q', meta['query_heads'], meta['key_dim'])))
+    if args.rd:
+        for name, gain in rate_distortion_gains(data).items():
+            print(f'{name}: {gain:.2f} dB over 3 equal bits')
+        return
     layers = [int(x) for x in args.layers.split(',')]
     print('| configuration | K+V bytes per head and row | attn_kl | out_relmse |\n|---|---:|---:|---:|')
     for name in args.configs.split(','):
