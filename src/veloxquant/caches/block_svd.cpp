@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "veloxquant/core/linalg.h"
+
 namespace veloxquant {
 
 namespace {
@@ -56,7 +58,7 @@ void jacobi_eigen(std::vector<double>& a, int64_t n, std::vector<double>& v) {
 
 }  // namespace
 
-BlockSvd block_svd(const float* x, int64_t rows, int64_t cols) {
+BlockSvd block_svd(const float* x, int64_t rows, int64_t cols, GramSolver solver) {
   BlockSvd out;
   out.rows = rows;
   out.cols = cols;
@@ -73,12 +75,26 @@ BlockSvd block_svd(const float* x, int64_t rows, int64_t cols) {
     }
   }
   std::vector<double> vecs;
-  jacobi_eigen(gram, n, vecs);
   std::vector<int64_t> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return gram[static_cast<std::size_t>(a * n + a)] > gram[static_cast<std::size_t>(b * n + b)];
-  });
+  const bool finite = std::all_of(gram.begin(), gram.end(), [](double g) { return std::isfinite(g); });
+  if (solver == GramSolver::kTridiagonal && finite) {
+    // Eigenvalues descending, eigenvector i in row i: laid out as Jacobi leaves them (eigenvalue e
+    // on the diagonal, its vector in column e), already in order.
+    const linalg::SymmetricEigen eig = linalg::symmetric_eigen(gram.data(), n);
+    vecs.assign(static_cast<std::size_t>(n * n), 0.0);
+    for (int64_t e = 0; e < n; ++e) {
+      gram[static_cast<std::size_t>(e * n + e)] = eig.values[static_cast<std::size_t>(e)];
+      for (int64_t i = 0; i < n; ++i) {
+        vecs[static_cast<std::size_t>(i * n + e)] = eig.vectors[static_cast<std::size_t>(e * n + i)];
+      }
+    }
+  } else {
+    jacobi_eigen(gram, n, vecs);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return gram[static_cast<std::size_t>(a * n + a)] > gram[static_cast<std::size_t>(b * n + b)];
+    });
+  }
   out.sigma.assign(static_cast<std::size_t>(n), 0.0);
   out.left.assign(static_cast<std::size_t>(n * rows), 0.0);
   out.right.assign(static_cast<std::size_t>(n * cols), 0.0);
