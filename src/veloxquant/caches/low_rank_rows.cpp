@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "lm/kernels/attention_tiles.h"
-#include "lm/kernels/simd_dot.h"
+#include "veloxquant/attention/f16_dots.h"
 #include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant {
@@ -16,9 +16,10 @@ void LowRankRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const
   dense_.score_tile(b, h, j0, j1, prepared, n_queries, scores, ld, scratch);
   const int64_t g = f_.group, d = key_dim(), pd = prepared_dim();
   // The dense source is done with the driver's scratch: the queries' projections on the block's
-  // right vectors go there. The f16 factors are read as they are stored (an f16 dot product per
-  // (query, term), the left vectors accumulated from f16): a handful of short products per
-  // block, which the generic multi-row tile kernel spent several times as many instructions on.
+  // right vectors go there. The f16 factors are read as they are stored (attention/f16_dots.h for
+  // the rank x queries products, the left vectors accumulated from f16): a handful of short
+  // products per block, which the generic multi-row tile kernel spent several times as many
+  // instructions on.
   const int64_t most = std::min(g, d);
   float* projection = scratch.f32(static_cast<std::size_t>(n_queries * most));
   for (int64_t a = j0; a < j1;) {
@@ -26,12 +27,8 @@ void LowRankRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const
     const int32_t* terms = row_ptr<int32_t>(*f_.block_terms, 0, 0, block);
     const int64_t first = terms[0], rank = std::min<int64_t>(terms[1], most);
     if (rank > 0) {
-      const uint16_t* right = row_ptr<uint16_t>(*f_.key_right, b, h, first);
-      for (int64_t r = 0; r < n_queries; ++r) {
-        for (int64_t i = 0; i < rank; ++i) {
-          projection[r * rank + i] = lm::kernels::simd::dot_f16(right + i * d, prepared + r * pd, d);
-        }
-      }
+      attention::kernels::f16_dots(row_ptr<uint16_t>(*f_.key_right, b, h, first), d, rank, prepared, pd, n_queries, d,
+                                   projection);
       lm::kernels::tiles::accumulate_rows_f16(projection, rank, n_queries,
                                               row_ptr<uint16_t>(*f_.key_left, b, h, first) + (a - block * g), g, rank,
                                               end - a, scores + (a - j0), ld);
@@ -52,12 +49,8 @@ void LowRankRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, 
     const int64_t first = terms[2], rank = std::min<int64_t>(terms[3], most);
     if (rank > 0) {
       // coefficient[r][i] = sum over the tile's rows of the block of w[r][t] left_i[t].
-      const uint16_t* left = row_ptr<uint16_t>(*f_.value_left, b, h, first) + (a - block * g);
-      for (int64_t r = 0; r < n_queries; ++r) {
-        for (int64_t i = 0; i < rank; ++i) {
-          coefficient[r * rank + i] = lm::kernels::simd::dot_f16(left + i * g, weights + r * ld + (a - j0), end - a);
-        }
-      }
+      attention::kernels::f16_dots(row_ptr<uint16_t>(*f_.value_left, b, h, first) + (a - block * g), g, rank,
+                                   weights + (a - j0), ld, n_queries, end - a, coefficient);
       lm::kernels::tiles::accumulate_rows_f16(coefficient, rank, n_queries,
                                               row_ptr<uint16_t>(*f_.value_right, b, h, first), dv, rank, dv, acc, dv);
     }
