@@ -36,7 +36,7 @@ HWY_INLINE void row_sums(DF df, const uint32_t* row, int64_t vectors, hn::Mask<h
   for (int r = 0; r < NQ; ++r) acc[r] = hn::Zero(df);
   for (int64_t v = 0; v < vectors; ++v) {
     const auto words = v + 1 < vectors ? hn::LoadU(du, row + 8 * v) : hn::MaskedLoad(last_mask, du, row + 8 * v);
-    const float* q = folded + v * kPer * 8;
+    const float* q = folded + v * kPer * NQ * 8;
 #pragma GCC unroll 32
     for (int p = 0; p < kPer; ++p) {
       // Logical shifts: the top field of a full word needs no mask.
@@ -50,15 +50,25 @@ HWY_INLINE void row_sums(DF df, const uint32_t* row, int64_t vectors, hn::Mask<h
       } else {
         value = hn::ConvertTo(df, code);
       }
-      for (int r = 0; r < NQ; ++r) acc[r] = hn::MulAdd(value, hn::LoadU(df, q + r * dim + p * 8), acc[r]);
+      for (int r = 0; r < NQ; ++r) acc[r] = hn::MulAdd(value, hn::Load(df, q + (p * NQ + r) * 8), acc[r]);
     }
   }
 }
 
+// Folded queries are repacked plane-major with the NQ queries side by side ([v][p][r][8 lanes]):
+// every load of a row's pass is then a constant offset from one pointer (with [r][dim] the
+// compiler ran out of registers for the NQ x planes addresses and reloaded them from the stack).
+constexpr int64_t kMaxPacked = 3 * 1024;
+
 template <int B, Lookup L, int NQ>
 void score_block(const uint32_t* first_row, int64_t row_stride, int64_t n_rows, int64_t vectors, int64_t words,
-                 const float* levels, const float* folded, int64_t dim, const float* bias, float* scores, int64_t ld) {
+                 const float* levels, const float* folded_rows, int64_t dim, const float* bias, float* scores,
+                 int64_t ld) {
   const DF df;
+  HWY_ALIGN float folded[kMaxPacked];
+  for (int64_t e = 0; e < dim; e += 8) {
+    for (int r = 0; r < NQ; ++r) hn::Store(hn::LoadU(df, folded_rows + r * dim + e), df, folded + (e * NQ + r * 8));
+  }
   const hn::RebindToUnsigned<DF> du;
   const hn::Half<DF> dh;
   using V = hn::Vec<DF>;
@@ -125,7 +135,7 @@ void ScoreWordPlanesImpl(const uint32_t* first_row, int64_t row_stride, int64_t 
                          const float* levels, const float* folded, int64_t n_q, const float* bias, float* scores,
                          int64_t ld) {
 #ifdef VELOXQUANT_WORD_PLANES_SIMD
-  {
+  if (planes.dim() * 3 <= kMaxPacked) {
     const int64_t dim = planes.dim();
     const auto args = [&](auto bits_tag) {
       score_bits<decltype(bits_tag)::value>(first_row, row_stride, n_rows, planes.vectors, planes.words, levels, folded,
