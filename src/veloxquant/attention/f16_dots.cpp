@@ -64,6 +64,10 @@ void dots_queries(const uint16_t* a, int64_t a_stride, int64_t rank, const float
   int64_t i = 0;
   for (; i + kRows <= rank; i += kRows)
     dots_block<kRows, NQ>(a + i * a_stride, a_stride, x, x_stride, n, out + i, rank);
+  if (i + 2 <= rank) {  // GEAR's usual rank 2
+    dots_block<2, NQ>(a + i * a_stride, a_stride, x, x_stride, n, out + i, rank);
+    i += 2;
+  }
   for (; i < rank; ++i) dots_block<1, NQ>(a + i * a_stride, a_stride, x, x_stride, n, out + i, rank);
 }
 #endif
