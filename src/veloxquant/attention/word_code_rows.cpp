@@ -64,7 +64,6 @@ void UnpackWordRowsImpl(const uint32_t* first_row, int64_t row_stride_words, int
       const auto* row = reinterpret_cast<const int32_t*>(first_row + j * row_stride_words);
       const auto words = hn::MaskedLoad(row_mask, di, row);
       float* o = out + j * n;
-#pragma GCC unroll 8
       for (int64_t i = 0; i < whole; i += lanes) {
         const auto w = hn::TableLookupLanes(words, hn::IndicesFromVec(di, hn::LoadU(di, word + i)));
         const auto code = hn::And(hn::Shr(w, hn::LoadU(di, shift + i)), mask);
