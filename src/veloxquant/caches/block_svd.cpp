@@ -58,19 +58,29 @@ void jacobi_eigen(std::vector<double>& a, int64_t n, std::vector<double>& v) {
 
 }  // namespace
 
-BlockSvd block_svd(const float* x, int64_t rows, int64_t cols, GramSolver solver) {
+BlockSvd block_svd(const float* x, int64_t rows, int64_t cols, GramSolver solver, int64_t vectors) {
   BlockSvd out;
   out.rows = rows;
   out.cols = cols;
   const bool by_rows = rows <= cols;  // diagonalise the shorter side's Gram matrix
   const int64_t n = by_rows ? rows : cols, m = by_rows ? cols : rows;
-  // Element (i, k) of the block seen with the short side first.
-  auto el = [&](int64_t i, int64_t k) -> double { return by_rows ? double(x[i * cols + k]) : double(x[k * cols + i]); };
+  // The block in double with the short side first (element (i, k) at xs[i * m + k]), once: the
+  // products below read it contiguously (the same products and sums, in the same order, as
+  // reading x through an index test per element).
+  std::vector<double> xs(static_cast<std::size_t>(n * m));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < m; ++k) {
+      xs[static_cast<std::size_t>(i * m + k)] = by_rows ? double(x[i * cols + k]) : double(x[k * cols + i]);
+    }
+  }
+  const auto el = [&](int64_t i, int64_t k) -> double { return xs[static_cast<std::size_t>(i * m + k)]; };
   std::vector<double> gram(static_cast<std::size_t>(n * n));
   for (int64_t i = 0; i < n; ++i) {
+    const double* xi = xs.data() + i * m;
     for (int64_t j = i; j < n; ++j) {
+      const double* xj = xs.data() + j * m;
       double s = 0.0;
-      for (int64_t k = 0; k < m; ++k) s += el(i, k) * el(j, k);
+      for (int64_t k = 0; k < m; ++k) s += xi[k] * xj[k];
       gram[static_cast<std::size_t>(i * n + j)] = gram[static_cast<std::size_t>(j * n + i)] = s;
     }
   }
@@ -110,6 +120,7 @@ BlockSvd block_svd(const float* x, int64_t rows, int64_t cols, GramSolver solver
     // Short-side vector from the eigenvectors, long-side vector = X^T u / sigma (or X v / sigma).
     std::vector<double>& short_side = by_rows ? out.left : out.right;
     std::vector<double>& long_side = by_rows ? out.right : out.left;
+    if (vectors >= 0 && r >= vectors) continue;  // the caller keeps only the leading triplets
     for (int64_t i = 0; i < n; ++i) {
       short_side[static_cast<std::size_t>(r * n + i)] = vecs[static_cast<std::size_t>(i * n + e)];
     }

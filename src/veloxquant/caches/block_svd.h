@@ -29,7 +29,10 @@ struct BlockSvd {
 enum class GramSolver { kJacobi, kTridiagonal };
 
 // x: rows x cols, row-major f32. A non-finite block falls back to Jacobi (which never throws).
-BlockSvd block_svd(const float* x, int64_t rows, int64_t cols, GramSolver solver = GramSolver::kJacobi);
+// vectors >= 0: only the first `vectors` triplets get their vectors (the rest stay zero; every
+// sigma is still computed) — a caller with a fixed rank skips the long-side products it drops.
+BlockSvd block_svd(const float* x, int64_t rows, int64_t cols, GramSolver solver = GramSolver::kJacobi,
+                   int64_t vectors = -1);
 
 // The smallest r with sum_{i<r} sigma_i^2 >= threshold * sum_i sigma_i^2 (0 for an all-zero
 // block; threshold in [0, 1]).

@@ -223,7 +223,10 @@ void GearCache::flush_block(int64_t block, const float* keys, int64_t key_head_s
       }
       for (int64_t i = 0; i < n; ++i)
         decoded[static_cast<std::size_t>(i)] = src[i] - decoded[static_cast<std::size_t>(i)];
-      svd[w][static_cast<std::size_t>(bh)] = block_svd(decoded.data(), group_, d, GramSolver::kTridiagonal);
+      // A fixed rank keeps only its leading triplets' vectors; the energy rule needs every sigma
+      // first (vectors for all, as its rank is known only after every head's spectrum).
+      const int64_t kept = rank_ ? std::min<int64_t>(*rank_, std::min<int64_t>(group_, d)) : -1;
+      svd[w][static_cast<std::size_t>(bh)] = block_svd(decoded.data(), group_, d, GramSolver::kTridiagonal, kept);
     }
   }
   // L: the block's rank (fixed, or the energy rule's largest over heads), then the factors in f16.
