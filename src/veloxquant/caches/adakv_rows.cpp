@@ -59,7 +59,11 @@ void AdaKVRows::prepare_query(const float* query, float* prepared) const {
   std::memcpy(prepared, query, static_cast<std::size_t>(layouts_.key_dim) * sizeof(float));
   for (const AdaKVTierLayout& t : layouts_.tiers) {
     if (t.words) {
-      attention::kernels::to_word_plane_order(t.words->planes, query, prepared + t.offset);
+      // Through the precomputed channel of each position (key_dim at padding): no divisions.
+      const int32_t* channel = t.words->pair_index.data();
+      float* out = prepared + t.offset;
+      for (int64_t e = 0, dim = t.dim(); e < dim; ++e)
+        out[e] = channel[e] < layouts_.key_dim ? query[channel[e]] : 0.0f;
     } else {
       t.key_order.permute(query, prepared + t.offset);
     }

@@ -46,7 +46,12 @@ WordPlaneKeys::WordPlaneKeys(int bits, int64_t key_dim) : planes(attention::kern
 
 void KiviQuantizedRows::prepare_query(const float* query, float* prepared) const {
   if (word_keys_ != nullptr) {
-    attention::kernels::to_word_plane_order(word_keys_->planes, query, prepared);
+    // Through the precomputed channel of each position (key_dim at padding): no divisions.
+    const int64_t d = key_dim();
+    const int32_t* channel = word_keys_->pair_index.data();
+    for (int64_t e = 0, dim = word_keys_->planes.dim(); e < dim; ++e) {
+      prepared[e] = channel[e] < d ? query[channel[e]] : 0.0f;
+    }
     return;
   }
   key_order_.permute(query, prepared);  // the order the key codes unpack in
