@@ -245,16 +245,34 @@ TEST(AdaKV, TrimReopensBlocksFromTheirCodes) {
 
 TEST(AdaKV, FusedAttentionEqualsAttentionOverFetchedRows) {
   const int64_t heads = 3, hq = 9, d = 64;
-  for (const AdaKVOptions& o :
-       {options(2.5, 2, 3, 4, 32, 1, 32), options(5.0, 3, 4, 8, 16, 2, 40, 20), AdaKVOptions{}}) {
+  // Every reading path of a block: integer keys (2, 4, 8 bits), word planes (3, 5, 7 bits), the
+  // f32 tile of planar codes the integer kernel does not take (1 bit); values from planes or
+  // unpacked words; the residual tail; tiles that straddle blocks of different widths.
+  for (const AdaKVOptions& o : {options(2.5, 2, 3, 4, 32, 1, 32), options(5.0, 3, 4, 8, 16, 2, 40, 20), AdaKVOptions{},
+                                options(4.34, 1, 5, 7, 16, 1, 16, 5)}) {
     AdaKVCache fused(o), plain(o);
     const std::vector<int64_t> chunks{150, 17, 1, 1};
     const std::vector<float> worst =
         test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 700, spread_keys);
+    // Keys of 2, 4 and 8 bits are scored as KIVI's are, from 16-bit queries: each folded query
+    // element rounded to 1 / 65534 of the largest, so a score moves by ~1e-4 of its scale — and
+    // these keys are spread up to 5.8x. Every other path differs from the fetched rows by
+    // summation order only.
+    const bool integer_keys = o.adakv_lo_bit % 2 == 0 || o.adakv_mid_bit % 2 == 0 || o.adakv_hi_bit % 2 == 0;
     for (std::size_t c = 0; c < chunks.size(); ++c) {
-      EXPECT_LE(worst[c], 1e-3f) << "target " << o.adakv_target_avg_bits << " chunk " << chunks[c];
+      EXPECT_LE(worst[c], integer_keys ? 6e-3f : 1e-3f)
+          << "target " << o.adakv_target_avg_bits << " chunk " << chunks[c];
     }
   }
+}
+
+TEST(AdaKV, IntegerKeysMatchTheFloatPathOnUnspreadKeys) {
+  // Plain N(0, 1) keys (no spread): the 2- and 4-bit integer keys within KIVI's tolerance.
+  const int64_t heads = 3, hq = 9, d = 64;
+  AdaKVCache fused(options(2.5, 2, 3, 4, 32, 1, 32)), plain(options(2.5, 2, 3, 4, 32, 1, 32));
+  const std::vector<int64_t> chunks{150, 17, 1, 1};
+  const std::vector<float> worst = test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 700);
+  for (std::size_t c = 0; c < chunks.size(); ++c) EXPECT_LE(worst[c], 2e-3f) << "chunk " << chunks[c];
 }
 
 TEST(AdaKV, StateRoundTrips) {

@@ -260,36 +260,42 @@ TEST(Gear, EnergyRuleRankIsTheLargestAnyHeadNeeds) {
 }
 
 TEST(Gear, BlockSvdReconstructsAndIsOrthonormal) {
-  for (const auto& [rows, cols] : {std::pair{8, 16}, std::pair{16, 8}, std::pair{5, 5}}) {
-    const std::vector<float> x = test_support::random_kv(1, 1, rows, cols, 111, lm::DType::F32).to_f32();
-    const BlockSvd s = block_svd(x.data(), rows, cols);
-    const int64_t n = std::min(rows, cols);
-    ASSERT_EQ(static_cast<int64_t>(s.sigma.size()), n);
-    for (int64_t i = 1; i < n; ++i)
-      EXPECT_GE(s.sigma[static_cast<std::size_t>(i - 1)], s.sigma[static_cast<std::size_t>(i)]);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        double y = 0;
-        for (int64_t i = 0; i < n; ++i) {
-          y += s.sigma[static_cast<std::size_t>(i)] * s.left[static_cast<std::size_t>(i * rows + r)] *
-               s.right[static_cast<std::size_t>(i * cols + c)];
+  for (const GramSolver solver : {GramSolver::kJacobi, GramSolver::kTridiagonal}) {
+    for (const auto& [rows, cols] : {std::pair{8, 16}, std::pair{16, 8}, std::pair{5, 5}, std::pair{32, 64}}) {
+      const std::vector<float> x = test_support::random_kv(1, 1, rows, cols, 111, lm::DType::F32).to_f32();
+      const BlockSvd s = block_svd(x.data(), rows, cols, solver);
+      // Both solvers give the same singular values (the tridiagonal one against Jacobi's).
+      const BlockSvd jacobi = block_svd(x.data(), rows, cols);
+      for (std::size_t i = 0; i < s.sigma.size(); ++i)
+        EXPECT_NEAR(s.sigma[i], jacobi.sigma[i], 1e-9 * (1.0 + jacobi.sigma[0]));
+      const int64_t n = std::min(rows, cols);
+      ASSERT_EQ(static_cast<int64_t>(s.sigma.size()), n);
+      for (int64_t i = 1; i < n; ++i)
+        EXPECT_GE(s.sigma[static_cast<std::size_t>(i - 1)], s.sigma[static_cast<std::size_t>(i)]);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          double y = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            y += s.sigma[static_cast<std::size_t>(i)] * s.left[static_cast<std::size_t>(i * rows + r)] *
+                 s.right[static_cast<std::size_t>(i * cols + c)];
+          }
+          EXPECT_NEAR(y, x[static_cast<std::size_t>(r * cols + c)], 1e-9);
         }
-        EXPECT_NEAR(y, x[static_cast<std::size_t>(r * cols + c)], 1e-9);
       }
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        double uu = 0, vv = 0;
-        for (int64_t r = 0; r < rows; ++r)
-          uu += s.left[static_cast<std::size_t>(i * rows + r)] * s.left[static_cast<std::size_t>(j * rows + r)];
-        for (int64_t c = 0; c < cols; ++c)
-          vv += s.right[static_cast<std::size_t>(i * cols + c)] * s.right[static_cast<std::size_t>(j * cols + c)];
-        EXPECT_NEAR(uu, i == j ? 1.0 : 0.0, 1e-9);
-        EXPECT_NEAR(vv, i == j ? 1.0 : 0.0, 1e-9);
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double uu = 0, vv = 0;
+          for (int64_t r = 0; r < rows; ++r)
+            uu += s.left[static_cast<std::size_t>(i * rows + r)] * s.left[static_cast<std::size_t>(j * rows + r)];
+          for (int64_t c = 0; c < cols; ++c)
+            vv += s.right[static_cast<std::size_t>(i * cols + c)] * s.right[static_cast<std::size_t>(j * cols + c)];
+          EXPECT_NEAR(uu, i == j ? 1.0 : 0.0, 1e-9);
+          EXPECT_NEAR(vv, i == j ? 1.0 : 0.0, 1e-9);
+        }
       }
+      EXPECT_EQ(energy_rank(s.sigma, 1.0), n);
+      EXPECT_EQ(energy_rank(s.sigma, 0.0), 0);
     }
-    EXPECT_EQ(energy_rank(s.sigma, 1.0), n);
-    EXPECT_EQ(energy_rank(s.sigma, 0.0), 0);
   }
 }
 

@@ -297,11 +297,12 @@ TEST(KVQuantCache, TrimAndStateKeepTheLevels) {
 }
 
 TEST(KVQuantCache, FusedAttentionReadsLevelsOutliersAndSinks) {
-  // 2-bit codes at D = 64 read by planes, GQA 3, a prefill then decode steps; heavy-tailed keys
-  // so that every block has outliers far from the codes. f32 rows: the fused path and the
-  // fetched rows then differ by summation order only.
+  // 2-bit codes at D = 64 read by planes, 3 and 5 bits by word planes (levels from registers and
+  // by a gather), GQA 3, a prefill then decode steps; heavy-tailed keys so that every block has
+  // outliers far from the codes. f32 rows: the fused path and the fetched rows then differ by
+  // summation order only.
   const int64_t heads = 2, hq = 6, d = 64;
-  for (int bits : {2, 3}) {
+  for (int bits : {2, 3, 5}) {
     KiviCache fused(d, bits, 32, 0, kvquant_variant(0.01, 8, 1)), plain(d, bits, 32, 0, kvquant_variant(0.01, 8, 1));
     int64_t first = 0;
     uint64_t seed = 300;

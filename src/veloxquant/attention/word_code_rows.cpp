@@ -44,20 +44,49 @@ void UnpackWordRowsImpl(const uint32_t* first_row, int64_t row_stride_words, int
       table_for->shift[static_cast<std::size_t>(i)] = static_cast<int32_t>(bits * (i % per));
     }
   }
-  const std::vector<int32_t>& word = table_for->word;
-  const std::vector<int32_t>& shift = table_for->shift;
+  // Local pointers: the stores to `out` would otherwise make the compiler reload the vectors'
+  // data pointers every chunk.
+  const int32_t* word = table_for->word.data();
+  const int32_t* shift = table_for->shift.data();
   const auto mask = hn::Set(di, n_levels - 1);
   const bool in_register = levels != nullptr && n_levels <= lanes;
   HWY_ALIGN float table[hn::MaxLanes(df)];
   for (int64_t k = 0; k < lanes; ++k) table[k] = in_register ? levels[k < n_levels ? k : n_levels - 1] : 0.0f;
   const auto t = hn::Load(df, table);
   const int64_t whole = n - n % lanes;
+  const int64_t row_words = (n + per - 1) / per;
+  if (lanes == 8 && row_words <= 8 && (levels == nullptr || in_register)) {
+    // A row's words fit one vector (3-bit codes at head_dim 64: 7 words): loaded once (masked,
+    // nothing past the row is read), each chunk's words picked by an in-register permute
+    // instead of a gather from memory — the gathers were most of kvquant's decode.
+    const auto row_mask = hn::FirstN(di, static_cast<std::size_t>(row_words));
+    for (int64_t j = 0; j < n_rows; ++j) {
+      const auto* row = reinterpret_cast<const int32_t*>(first_row + j * row_stride_words);
+      const auto words = hn::MaskedLoad(row_mask, di, row);
+      float* o = out + j * n;
+      for (int64_t i = 0; i < whole; i += lanes) {
+        const auto w = hn::TableLookupLanes(words, hn::IndicesFromVec(di, hn::LoadU(di, word + i)));
+        const auto code = hn::And(hn::Shr(w, hn::LoadU(di, shift + i)), mask);
+        if (levels == nullptr) {
+          hn::StoreU(hn::ConvertTo(df, code), df, o + i);
+        } else {
+          hn::StoreU(hn::TableLookupLanes(t, hn::IndicesFromVec(df, code)), df, o + i);
+        }
+      }
+      for (int64_t i = whole; i < n; ++i) {
+        const int c =
+            static_cast<int>((static_cast<uint32_t>(row[word[i]]) >> shift[i]) & static_cast<uint32_t>(n_levels - 1));
+        o[i] = levels == nullptr ? static_cast<float>(c) : levels[c];
+      }
+    }
+    return;
+  }
   for (int64_t j = 0; j < n_rows; ++j) {
     const auto* row = reinterpret_cast<const int32_t*>(first_row + j * row_stride_words);
     float* o = out + j * n;
     for (int64_t i = 0; i < whole; i += lanes) {
-      const auto w = hn::GatherIndex(di, row, hn::LoadU(di, word.data() + i));
-      const auto code = hn::And(hn::Shr(w, hn::LoadU(di, shift.data() + i)), mask);
+      const auto w = hn::GatherIndex(di, row, hn::LoadU(di, word + i));
+      const auto code = hn::And(hn::Shr(w, hn::LoadU(di, shift + i)), mask);
       if (levels == nullptr) {
         hn::StoreU(hn::ConvertTo(df, code), df, o + i);
       } else if (in_register) {
@@ -67,9 +96,8 @@ void UnpackWordRowsImpl(const uint32_t* first_row, int64_t row_stride_words, int
       }
     }
     for (int64_t i = whole; i < n; ++i) {
-      const int c = static_cast<int>(
-          (static_cast<uint32_t>(row[word[static_cast<std::size_t>(i)]]) >> shift[static_cast<std::size_t>(i)]) &
-          static_cast<uint32_t>(n_levels - 1));
+      const int c =
+          static_cast<int>((static_cast<uint32_t>(row[word[i]]) >> shift[i]) & static_cast<uint32_t>(n_levels - 1));
       o[i] = levels == nullptr ? static_cast<float>(c) : levels[c];
     }
   }

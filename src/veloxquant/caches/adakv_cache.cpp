@@ -379,7 +379,10 @@ void AdaKVCache::fused_attention(const lm::FusedAttentionRequest& request, lm::T
   const int64_t first = offset_;
   store(*request.keys, *request.values);
   attention::check_fused_shapes("AdaKVCache::fused_attention", q, *request.keys, batch_, heads_, dk_, dv_, out);
-  const AdaKVRows rows(*this);
+  if (!layouts_ || !layouts_->matches(bits_, dk_, dv_, group_)) {
+    layouts_ = std::make_shared<const AdaKVLayouts>(bits_, dk_, dv_, group_);
+  }
+  const AdaKVRows rows(*this, *layouts_);
   const attention::RowSource* segments[] = {&rows};
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);

@@ -60,6 +60,8 @@ struct AdaKVOptions {
 // target * heads, ties to fewer hi heads. Exposed for the tests and the card.
 std::array<int64_t, 3> adakv_tier_counts(int64_t heads, double target, int lo, int mid, int hi);
 
+struct AdaKVLayouts;  // caches/adakv_rows.h
+
 class AdaKVCache : public lm::KVCache {
  public:
   static constexpr int64_t kGrowthStep = 256;
@@ -117,6 +119,8 @@ class AdaKVCache : public lm::KVCache {
   int64_t offset_ = 0, frontier_ = 0, capacity_ = 0;  // capacity_: rows, a multiple of G
   std::array<lm::Tensor, 3> key_codes_, value_codes_;
   lm::Tensor key_params_, value_params_, tiers_, norm_stats_, tail_k_, tail_v_;
+  // How fused attention reads each tier (caches/adakv_rows.h), built on the first call.
+  std::shared_ptr<const AdaKVLayouts> layouts_;
 };
 
 void validate_adakv_options(const KVCacheConfig& config);

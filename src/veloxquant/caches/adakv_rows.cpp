@@ -1,20 +1,53 @@
 #include "veloxquant/caches/adakv_rows.h"
 
 #include <algorithm>
-#include <array>
-#include <vector>
+#include <cstring>
 
-#include "lm/kernels/attention_tiles.h"
 #include "lm/kernels/simd_dot.h"
+#include "veloxquant/attention/integer_key_scores.h"
 #include "veloxquant/attention/tile_kernels.h"
-#include "veloxquant/attention/word_code_rows.h"
-#include "veloxquant/rows/cache_rows.h"
+#include "veloxquant/attention/word_plane_scores.h"
 #include "veloxquant/caches/adakv_cache.h"
+#include "veloxquant/caches/group_affine_rows.h"
+#include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant {
 
-AdaKVRows::AdaKVRows(const AdaKVCache& cache)
+using cache_rows::row_ptr;
+
+AdaKVTierLayout::AdaKVTierLayout(int bits_in, int64_t key_dim, int64_t value_dim, int64_t group)
+    : bits(bits_in),
+      integer_keys(attention::CodeOrder::is_planar(bits_in, key_dim) &&
+                   attention::kernels::can_score_codes_i16(bits_in, key_dim * bits_in / 8)),
+      key_order(bits_in, key_dim),
+      value_order(bits_in, value_dim, group) {
+  if (!key_order.planar()) words.emplace(bits_in, key_dim);
+}
+
+AdaKVLayouts::AdaKVLayouts(const std::array<int, 3>& bits, int64_t key_dim_in, int64_t value_dim_in, int64_t group_in)
+    : tiers{AdaKVTierLayout(bits[0], key_dim_in, value_dim_in, group_in),
+            AdaKVTierLayout(bits[1], key_dim_in, value_dim_in, group_in),
+            AdaKVTierLayout(bits[2], key_dim_in, value_dim_in, group_in)},
+      key_dim(key_dim_in),
+      value_dim(value_dim_in),
+      group(group_in) {
+  // The natural query first (the tail's rows read it), then each tier's copy.
+  int64_t offset = key_dim;
+  for (AdaKVTierLayout& t : tiers) {
+    t.offset = offset;
+    offset += t.dim();
+  }
+  prepared_dim = offset;
+}
+
+bool AdaKVLayouts::matches(const std::array<int, 3>& bits, int64_t kd, int64_t vd, int64_t g) const {
+  return key_dim == kd && value_dim == vd && group == g && tiers[0].bits == bits[0] && tiers[1].bits == bits[1] &&
+         tiers[2].bits == bits[2];
+}
+
+AdaKVRows::AdaKVRows(const AdaKVCache& cache, const AdaKVLayouts& layouts)
     : cache_(cache),
+      layouts_(layouts),
       tail_k_(attention::PlainRows::of(cache.tail_k_)),
       tail_v_(attention::PlainRows::of(cache.tail_v_)) {}
 
@@ -22,101 +55,108 @@ int64_t AdaKVRows::key_dim() const { return cache_.dk_; }
 int64_t AdaKVRows::value_dim() const { return cache_.dv_; }
 int64_t AdaKVRows::rows(int64_t, int64_t) const { return cache_.offset_; }
 
-namespace {
-
-// Rows [r0, r1) of one block's codes (keys or values) of (b, h) unpacked to f32 code values
-// (attention/word_code_rows.h, SIMD for every width), in natural order.
-void unpack_block_codes(const std::array<lm::Tensor, 3>& planes, int tier, int64_t slot, int bits, int64_t b,
-                        int64_t r0, int64_t r1, int64_t d, float* out) {
-  const lm::Tensor& plane = planes[static_cast<std::size_t>(tier)];
-  attention::kernels::unpack_word_rows(cache_rows::row_ptr<uint32_t>(plane, b, slot, r0), plane.dim(3), r1 - r0, d,
-                                       bits, nullptr, out);
+void AdaKVRows::prepare_query(const float* query, float* prepared) const {
+  std::memcpy(prepared, query, static_cast<std::size_t>(layouts_.key_dim) * sizeof(float));
+  for (const AdaKVTierLayout& t : layouts_.tiers) {
+    if (t.words) {
+      // Through the precomputed channel of each position (key_dim at padding): no divisions.
+      const int32_t* channel = t.words->pair_index.data();
+      float* out = prepared + t.offset;
+      for (int64_t e = 0, dim = t.dim(); e < dim; ++e)
+        out[e] = channel[e] < layouts_.key_dim ? query[channel[e]] : 0.0f;
+    } else {
+      t.key_order.permute(query, prepared + t.offset);
+    }
+  }
 }
-
-}  // namespace
 
 void AdaKVRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                            float* scores, int64_t ld, attention::TileScratch& scratch) const {
   const AdaKVCache& c = cache_;
-  const int64_t d = c.dk_, frontier = c.frontier_, group = c.group_;
+  const int64_t d = c.dk_, frontier = c.frontier_, group = c.group_, pd = layouts_.prepared_dim;
   const int64_t quantized_end = std::min(j1, frontier);
   if (j0 < quantized_end) {
-    // Per block (one width, one (scale, min) per channel): <q, code * scale + min> =
-    // <q * scale, code> + <q, min>, so the block's scales are folded into the queries once and its
-    // rows scored straight from their unpacked codes (no affine pass over the tile).
-    thread_local std::vector<float> tile, folded, params;
-    tile.resize(static_cast<std::size_t>(group * d));
-    folded.resize(static_cast<std::size_t>(n_queries * d + n_queries + 2 * d));
-    params.resize(static_cast<std::size_t>(2 * d));
-    float* bias = folded.data() + n_queries * d;
-    float* scale = bias + n_queries;
-    float* min = scale + d;
+    // Scratch: the block's (scale, min) pairs widened (and a zero pair for padding), the pairs in
+    // the tier's order, the tier's queries back to back, folded queries, biases and steps, the f32
+    // tile of the planar widths the integer kernel does not take.
+    const int64_t dim_max = std::max({layouts_.tiers[0].dim(), layouts_.tiers[1].dim(), layouts_.tiers[2].dim()});
+    float* pairs = scratch.f32(
+        static_cast<std::size_t>(2 * d + 2 + 2 * dim_max + 2 * n_queries * dim_max + 2 * n_queries + group * d));
+    float* scale = pairs + 2 * d + 2;
+    float* min = scale + dim_max;
+    float* queries = min + dim_max;
+    float* folded = queries + n_queries * dim_max;
+    float* bias = folded + n_queries * dim_max;
+    float* step = bias + n_queries;
+    float* tile = step + n_queries;
+    auto* q16 = reinterpret_cast<int16_t*>(scratch.u8(static_cast<std::size_t>(n_queries * d) * sizeof(int16_t)));
+    pairs[2 * d] = pairs[2 * d + 1] = 0.0f;
     for (int64_t a = j0; a < quantized_end;) {
-      const int64_t block = a / group, end = std::min(quantized_end, (block + 1) * group);
+      const int64_t block = a / group, end = std::min(quantized_end, (block + 1) * group), n = end - a;
       const int t = c.tier(b, h, block);
-      unpack_block_codes(c.key_codes_, t, c.slot(b, h, block), c.bits_[static_cast<std::size_t>(t)], b, a, end, d,
-                         tile.data());
-      // (scale, min) interleaved per channel: widened together, then split.
-      lm::kernels::simd::f16_to_f32(cache_rows::row_ptr<uint16_t>(c.key_params_, b, h, block), params.data(), 2 * d);
-      for (int64_t e = 0; e < d; ++e) {
-        scale[e] = params[static_cast<std::size_t>(2 * e)];
-        min[e] = params[static_cast<std::size_t>(2 * e + 1)];
-      }
-      attention::kernels::fold_scales(prepared, n_queries, d, scale, min, folded.data(), bias);
-      float* s = scores + (a - j0);
-      attention::kernels::score_rows(folded.data(), d, n_queries, tile.data(), d, end - a, d, s, ld);
+      const AdaKVTierLayout& layout = layouts_.tiers[static_cast<std::size_t>(t)];
+      const lm::Tensor& plane = c.key_codes_[static_cast<std::size_t>(t)];
+      const uint32_t* codes = row_ptr<uint32_t>(plane, b, c.slot(b, h, block), a);
+      const int64_t row_words = plane.dim(3), dim = layout.dim();
       for (int64_t r = 0; r < n_queries; ++r) {
-        for (int64_t j = 0; j < end - a; ++j) s[r * ld + j] += bias[r];
+        std::memcpy(queries + r * dim, prepared + r * pd + layout.offset,
+                    static_cast<std::size_t>(dim) * sizeof(float));
+      }
+      // The block's per-channel (scale, min) pairs in one widening, then into the tier's order.
+      lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(c.key_params_, b, h, block), pairs, 2 * d);
+      float* s = scores + (a - j0);
+      if (layout.words) {
+        attention::kernels::gather_pairs(pairs, layout.words->pair_index.data(), dim, scale, min);
+        attention::kernels::fold_scales(queries, n_queries, dim, scale, min, folded, bias);
+        attention::kernels::score_word_planes(codes, row_words, n, layout.words->planes, nullptr, folded, n_queries,
+                                              bias, s, ld);
+      } else if (layout.integer_keys) {
+        attention::kernels::gather_pairs(pairs, layout.key_order.natural_indices().data(), d, scale, min);
+        attention::kernels::fold_queries_i16(queries, n_queries, d, scale, min,
+                                             attention::kernels::integer_query_limit(layout.bits, d), q16, step, bias);
+        attention::kernels::score_codes_i16(reinterpret_cast<const uint8_t*>(codes), row_words * 4, n,
+                                            d * layout.bits / 8, layout.bits, q16, step, bias, n_queries, s, ld);
+      } else {
+        attention::kernels::gather_pairs(pairs, layout.key_order.natural_indices().data(), d, scale, min);
+        attention::kernels::fold_scales(queries, n_queries, d, scale, min, folded, bias);
+        layout.key_order.unpack_rows(codes, row_words, n, tile);
+        attention::kernels::score_rows(folded, d, n_queries, tile, d, n, d, s, ld);
+        for (int64_t r = 0; r < n_queries; ++r) {
+          for (int64_t j = 0; j < n; ++j) s[r * ld + j] += bias[r];
+        }
       }
       a = end;
     }
   }
   if (j1 > frontier) {
+    // The natural queries (each prepared query's first key_dim floats) back to back, as the plain
+    // tile reads them; the tile's own scratch is the driver's f32 buffer, so these go in floats2.
     const int64_t t0 = std::max(j0, frontier);
-    attention::score_plain_tile(tail_k_, b, h, t0 - frontier, j1 - frontier, prepared, n_queries, scores + (t0 - j0),
-                                ld, scratch);
+    float* natural = scratch.f32_second(static_cast<std::size_t>(n_queries * d));
+    for (int64_t r = 0; r < n_queries; ++r) {
+      std::memcpy(natural + r * d, prepared + r * pd, static_cast<std::size_t>(d) * sizeof(float));
+    }
+    attention::score_plain_tile(tail_k_, b, h, t0 - frontier, j1 - frontier, natural, n_queries, scores + (t0 - j0), ld,
+                                scratch);
   }
 }
 
 void AdaKVRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
                                 int64_t ld, float* acc, attention::TileScratch& scratch) const {
   const AdaKVCache& c = cache_;
-  const int64_t d = c.dv_, frontier = c.frontier_, group = c.group_, groups = c.value_groups_;
+  const int64_t frontier = c.frontier_, group = c.group_;
   const int64_t quantized_end = std::min(j1, frontier);
-  if (j0 < quantized_end) {
-    // Per token and channel group g: sum_j w_j (code_j * s_jg + m_jg) = sum_j (w_j s_jg) code_j +
-    // sum_j w_j m_jg — the weights folded with each row's group scale, the codes accumulated as
-    // they unpack, the mins one constant per (query, group).
-    thread_local std::vector<float> tile, params, folded;
-    const int64_t n_max = quantized_end - j0;
-    tile.resize(static_cast<std::size_t>(group * d));
-    params.resize(static_cast<std::size_t>(n_max * 2 * groups));
-    folded.resize(static_cast<std::size_t>(n_queries * group));
-    for (int64_t a = j0; a < quantized_end;) {
-      const int64_t block = a / group, end = std::min(quantized_end, (block + 1) * group), n = end - a;
-      const int t = c.tier(b, h, block);
-      unpack_block_codes(c.value_codes_, t, c.slot(b, h, block), c.bits_[static_cast<std::size_t>(t)], b, a, end, d,
-                         tile.data());
-      // The rows' (scale, min) pairs per group, contiguous rows: one widening call.
-      lm::kernels::simd::f16_to_f32(cache_rows::row_ptr<uint16_t>(c.value_params_, b, h, a), params.data(),
-                                    n * 2 * groups);
-      for (int64_t g = 0; g < groups; ++g) {
-        const int64_t c0 = g * group, width = std::min<int64_t>(d, c0 + group) - c0;
-        for (int64_t r = 0; r < n_queries; ++r) {
-          const float* w = weights + r * ld + (a - j0);
-          float bias = 0.0f;
-          for (int64_t j = 0; j < n; ++j) {
-            const float* p = params.data() + (j * groups + g) * 2;
-            folded[static_cast<std::size_t>(r * n + j)] = w[j] * p[0];
-            bias += w[j] * p[1];
-          }
-          float* out = acc + r * d + c0;
-          for (int64_t e = 0; e < width; ++e) out[e] += bias;
-        }
-        attention::kernels::accumulate_rows(folded.data(), n, n_queries, tile.data() + c0, d, n, width, acc + c0, d);
-      }
-      a = end;
-    }
+  // Per block: sum_j w_j (code_j * s_jg + m_jg) = sum_j (w_j s_jg) code_j + sum_j w_j m_jg, the
+  // weights scaled per row and channel group, the codes accumulated as they are read.
+  for (int64_t a = j0; a < quantized_end;) {
+    const int64_t block = a / group, end = std::min(quantized_end, (block + 1) * group);
+    const int t = c.tier(b, h, block);
+    const lm::Tensor& plane = c.value_codes_[static_cast<std::size_t>(t)];
+    accumulate_group_affine_rows(row_ptr<uint32_t>(plane, b, c.slot(b, h, block), a), plane.dim(3),
+                                 row_ptr<uint16_t>(c.value_params_, b, h, a), c.value_params_.dim(3),
+                                 layouts_.tiers[static_cast<std::size_t>(t)].value_order, group, end - a,
+                                 weights + (a - j0), n_queries, ld, acc, scratch);
+    a = end;
   }
   if (j1 > frontier) {
     const int64_t t0 = std::max(j0, frontier);

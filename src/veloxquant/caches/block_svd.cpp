@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "veloxquant/core/linalg.h"
+
 namespace veloxquant {
 
 namespace {
@@ -56,29 +58,53 @@ void jacobi_eigen(std::vector<double>& a, int64_t n, std::vector<double>& v) {
 
 }  // namespace
 
-BlockSvd block_svd(const float* x, int64_t rows, int64_t cols) {
+BlockSvd block_svd(const float* x, int64_t rows, int64_t cols, GramSolver solver, int64_t vectors) {
   BlockSvd out;
   out.rows = rows;
   out.cols = cols;
   const bool by_rows = rows <= cols;  // diagonalise the shorter side's Gram matrix
   const int64_t n = by_rows ? rows : cols, m = by_rows ? cols : rows;
-  // Element (i, k) of the block seen with the short side first.
-  auto el = [&](int64_t i, int64_t k) -> double { return by_rows ? double(x[i * cols + k]) : double(x[k * cols + i]); };
+  // The block in double with the short side first (element (i, k) at xs[i * m + k]), once: the
+  // products below read it contiguously (the same products and sums, in the same order, as
+  // reading x through an index test per element).
+  std::vector<double> xs(static_cast<std::size_t>(n * m));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < m; ++k) {
+      xs[static_cast<std::size_t>(i * m + k)] = by_rows ? double(x[i * cols + k]) : double(x[k * cols + i]);
+    }
+  }
+  const auto el = [&](int64_t i, int64_t k) -> double { return xs[static_cast<std::size_t>(i * m + k)]; };
   std::vector<double> gram(static_cast<std::size_t>(n * n));
   for (int64_t i = 0; i < n; ++i) {
+    const double* xi = xs.data() + i * m;
     for (int64_t j = i; j < n; ++j) {
+      const double* xj = xs.data() + j * m;
       double s = 0.0;
-      for (int64_t k = 0; k < m; ++k) s += el(i, k) * el(j, k);
+      for (int64_t k = 0; k < m; ++k) s += xi[k] * xj[k];
       gram[static_cast<std::size_t>(i * n + j)] = gram[static_cast<std::size_t>(j * n + i)] = s;
     }
   }
   std::vector<double> vecs;
-  jacobi_eigen(gram, n, vecs);
   std::vector<int64_t> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return gram[static_cast<std::size_t>(a * n + a)] > gram[static_cast<std::size_t>(b * n + b)];
-  });
+  const bool finite = std::all_of(gram.begin(), gram.end(), [](double g) { return std::isfinite(g); });
+  if (solver == GramSolver::kTridiagonal && finite) {
+    // Eigenvalues descending, eigenvector i in row i: laid out as Jacobi leaves them (eigenvalue e
+    // on the diagonal, its vector in column e), already in order.
+    const linalg::SymmetricEigen eig = linalg::symmetric_eigen(gram.data(), n);
+    vecs.assign(static_cast<std::size_t>(n * n), 0.0);
+    for (int64_t e = 0; e < n; ++e) {
+      gram[static_cast<std::size_t>(e * n + e)] = eig.values[static_cast<std::size_t>(e)];
+      for (int64_t i = 0; i < n; ++i) {
+        vecs[static_cast<std::size_t>(i * n + e)] = eig.vectors[static_cast<std::size_t>(e * n + i)];
+      }
+    }
+  } else {
+    jacobi_eigen(gram, n, vecs);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return gram[static_cast<std::size_t>(a * n + a)] > gram[static_cast<std::size_t>(b * n + b)];
+    });
+  }
   out.sigma.assign(static_cast<std::size_t>(n), 0.0);
   out.left.assign(static_cast<std::size_t>(n * rows), 0.0);
   out.right.assign(static_cast<std::size_t>(n * cols), 0.0);
@@ -94,6 +120,7 @@ BlockSvd block_svd(const float* x, int64_t rows, int64_t cols) {
     // Short-side vector from the eigenvectors, long-side vector = X^T u / sigma (or X v / sigma).
     std::vector<double>& short_side = by_rows ? out.left : out.right;
     std::vector<double>& long_side = by_rows ? out.right : out.left;
+    if (vectors >= 0 && r >= vectors) continue;  // the caller keeps only the leading triplets
     for (int64_t i = 0; i < n; ++i) {
       short_side[static_cast<std::size_t>(r * n + i)] = vecs[static_cast<std::size_t>(i * n + e)];
     }

@@ -21,8 +21,18 @@ struct BlockSvd {
   std::vector<double> right;  // [min(rows, cols)][cols]: unit right vectors (zero where sigma is 0)
 };
 
-// x: rows x cols, row-major f32.
-BlockSvd block_svd(const float* x, int64_t rows, int64_t cols);
+// How the Gram matrix is diagonalised: cyclic Jacobi (above), or Eigen's tridiagonal QR
+// (core/linalg.h, symmetric_eigen) — the same decomposition to double rounding, an order of
+// magnitude fewer operations (GEAR factors a block per head, keys and values, every G tokens,
+// which made Jacobi most of its prefill). The two may differ in the sign of a triplet (u and v
+// flip together, sigma u v^T is the same) and in the last bits.
+enum class GramSolver { kJacobi, kTridiagonal };
+
+// x: rows x cols, row-major f32. A non-finite block falls back to Jacobi (which never throws).
+// vectors >= 0: only the first `vectors` triplets get their vectors (the rest stay zero; every
+// sigma is still computed) — a caller with a fixed rank skips the long-side products it drops.
+BlockSvd block_svd(const float* x, int64_t rows, int64_t cols, GramSolver solver = GramSolver::kJacobi,
+                   int64_t vectors = -1);
 
 // The smallest r with sum_{i<r} sigma_i^2 >= threshold * sum_i sigma_i^2 (0 for an all-zero
 // block; threshold in [0, 1]).

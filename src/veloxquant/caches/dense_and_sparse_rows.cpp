@@ -7,10 +7,9 @@
 
 namespace veloxquant {
 
-DenseAndSparseRows::DenseAndSparseRows(const attention::RowSource& dense, const attention::CodeOrder& key_order,
-                                       const std::vector<int32_t>& key_position, const SinkRows& sinks,
-                                       const SparseOutliers& outliers)
-    : dense_(dense), key_order_(key_order), key_position_(key_position), sinks_(sinks), outliers_(outliers) {}
+DenseAndSparseRows::DenseAndSparseRows(const attention::RowSource& dense, const std::vector<int32_t>& key_position,
+                                       const SinkRows& sinks, const SparseOutliers& outliers)
+    : dense_(dense), key_position_(key_position), sinks_(sinks), outliers_(outliers) {}
 
 namespace {
 
@@ -31,24 +30,37 @@ void DenseAndSparseRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1
                                     attention::TileScratch& scratch) const {
   dense_.score_tile(b, h, j0, j1, prepared, n_queries, scores, ld, scratch);
   const int64_t d = key_dim(), pd = prepared_dim();
-  outliers_.for_each(true, b, h, j0, j1, [&](int64_t row, int64_t channel, float delta) {
-    const int32_t position = key_position_[static_cast<std::size_t>(channel)];
-    for (int64_t r = 0; r < n_queries; ++r) scores[r * ld + (row - j0)] += prepared[r * pd + position] * delta;
-  });
+  // score += q_c * delta per outlier and query; a GQA group of three unrolled (the common block).
+  const int32_t* position = key_position_.data();
+  if (n_queries == 3) {
+    outliers_.for_each(true, b, h, j0, j1, [&](int64_t row, int64_t channel, float delta) {
+      const float* q = prepared + position[channel];
+      float* s = scores + (row - j0);
+      s[0] += q[0] * delta;
+      s[ld] += q[pd] * delta;
+      s[2 * ld] += q[2 * pd] * delta;
+    });
+  } else {
+    outliers_.for_each(true, b, h, j0, j1, [&](int64_t row, int64_t channel, float delta) {
+      for (int64_t r = 0; r < n_queries; ++r)
+        scores[r * ld + (row - j0)] += prepared[r * pd + position[channel]] * delta;
+    });
+  }
   const auto [first, last] = sinks_in(sinks_, b, j0, j1);
   if (first == last) return;
-  // Grow-only per-thread rows: a sink key widened, then in the prepared query's code order.
+  // Grow-only per-thread rows: a sink key widened, then in the prepared query's order (the dense
+  // source's prepare_query is a permutation, with zeros at any padding).
   thread_local std::vector<float> natural, ordered;
   natural.resize(static_cast<std::size_t>(d));
-  ordered.resize(static_cast<std::size_t>(d));
+  ordered.resize(static_cast<std::size_t>(pd));
   for (int64_t s = first; s < last; ++s) {
     const int64_t row = sinks_.positions(b)[s];
     cache_rows::load_f32(sinks_.key_row(b, h, s), sinks_.dtype(), static_cast<std::size_t>(d), natural.data());
-    key_order_.permute(natural.data(), ordered.data());
+    dense_.prepare_query(natural.data(), ordered.data());
     for (int64_t r = 0; r < n_queries; ++r) {
       const float* q = prepared + r * pd;
       float dot = 0.0f;
-      for (int64_t c = 0; c < d; ++c) dot += q[c] * ordered[static_cast<std::size_t>(c)];
+      for (int64_t c = 0; c < pd; ++c) dot += q[c] * ordered[static_cast<std::size_t>(c)];
       scores[r * ld + (row - j0)] = dot;
     }
   }
@@ -72,9 +84,19 @@ void DenseAndSparseRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64
     w = masked.data();
   }
   dense_.accumulate_tile(b, h, j0, j1, w, n_queries, ld, acc, scratch);
-  outliers_.for_each(false, b, h, j0, j1, [&](int64_t row, int64_t channel, float delta) {
-    for (int64_t r = 0; r < n_queries; ++r) acc[r * dv + channel] += w[r * ld + (row - j0)] * delta;
-  });
+  if (n_queries == 3) {
+    outliers_.for_each(false, b, h, j0, j1, [&](int64_t row, int64_t channel, float delta) {
+      const float* x = w + (row - j0);
+      float* a = acc + channel;
+      a[0] += x[0] * delta;
+      a[dv] += x[ld] * delta;
+      a[2 * dv] += x[2 * ld] * delta;
+    });
+  } else {
+    outliers_.for_each(false, b, h, j0, j1, [&](int64_t row, int64_t channel, float delta) {
+      for (int64_t r = 0; r < n_queries; ++r) acc[r * dv + channel] += w[r * ld + (row - j0)] * delta;
+    });
+  }
   row.resize(static_cast<std::size_t>(dv));
   for (int64_t s = first; s < last; ++s) {
     const int64_t col = sinks_.positions(b)[s] - j0;

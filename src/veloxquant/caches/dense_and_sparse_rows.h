@@ -21,8 +21,8 @@ namespace veloxquant {
 
 class DenseAndSparseRows final : public attention::RowSource {
  public:
-  DenseAndSparseRows(const attention::RowSource& dense, const attention::CodeOrder& key_order,
-                     const std::vector<int32_t>& key_position, const SinkRows& sinks, const SparseOutliers& outliers);
+  DenseAndSparseRows(const attention::RowSource& dense, const std::vector<int32_t>& key_position, const SinkRows& sinks,
+                     const SparseOutliers& outliers);
 
   int64_t key_dim() const override { return dense_.key_dim(); }
   int64_t value_dim() const override { return dense_.value_dim(); }
@@ -38,7 +38,6 @@ class DenseAndSparseRows final : public attention::RowSource {
 
  private:
   const attention::RowSource& dense_;
-  const attention::CodeOrder& key_order_;
   const std::vector<int32_t>& key_position_;
   const SinkRows& sinks_;
   const SparseOutliers& outliers_;

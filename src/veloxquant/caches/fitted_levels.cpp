@@ -13,6 +13,25 @@ uint8_t nearest_level(float u, const float* levels, int n_levels) {
   return static_cast<uint8_t>(code);
 }
 
+namespace {
+
+// The midpoints nearest_level compares against, computed once per call of the loops below
+// instead of once per value (the Lloyd fit and the encode were 18% of kvquant's prefill).
+struct Midpoints {
+  float mid[255];
+  int n = 0;
+  Midpoints(const float* levels, int n_levels) : n(n_levels - 1) {
+    for (int i = 0; i < n; ++i) mid[i] = 0.5f * (levels[i] + levels[i + 1]);
+  }
+  uint8_t code(float u) const {
+    int c = 0;
+    for (int i = 0; i < n; ++i) c += u > mid[i] ? 1 : 0;
+    return static_cast<uint8_t>(c);
+  }
+};
+
+}  // namespace
+
 void fit_levels(const float* u, std::size_t n, int n_levels, int iterations, float* levels) {
   for (int i = 0; i < n_levels; ++i) levels[i] = static_cast<float>(i);
   std::vector<double> sum(static_cast<std::size_t>(n_levels));
@@ -20,8 +39,9 @@ void fit_levels(const float* u, std::size_t n, int n_levels, int iterations, flo
   for (int it = 0; it < iterations; ++it) {
     std::fill(sum.begin(), sum.end(), 0.0);
     std::fill(count.begin(), count.end(), 0);
+    const Midpoints mids(levels, n_levels);
     for (std::size_t i = 0; i < n; ++i) {
-      const uint8_t c = nearest_level(u[i], levels, n_levels);
+      const uint8_t c = mids.code(u[i]);
       sum[c] += u[i];
       ++count[c];
     }
@@ -37,9 +57,8 @@ void fit_levels(const float* u, std::size_t n, int n_levels, int iterations, flo
 void encode_group_levels(const float* x, std::size_t count, std::size_t stride, core::GroupParams params,
                          const float* levels, int n_levels, uint8_t* codes) {
   const float scale = base::f16_to_f32(params.scale_f16), lo = base::f16_to_f32(params.min_f16);
-  for (std::size_t i = 0; i < count; ++i) {
-    codes[i * stride] = nearest_level((x[i * stride] - lo) / scale, levels, n_levels);
-  }
+  const Midpoints mids(levels, n_levels);
+  for (std::size_t i = 0; i < count; ++i) codes[i * stride] = mids.code((x[i * stride] - lo) / scale);
 }
 
 void append_normalized(const float* x, std::size_t count, std::size_t stride, core::GroupParams params, int n_levels,

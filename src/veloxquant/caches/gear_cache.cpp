@@ -223,7 +223,10 @@ void GearCache::flush_block(int64_t block, const float* keys, int64_t key_head_s
       }
       for (int64_t i = 0; i < n; ++i)
         decoded[static_cast<std::size_t>(i)] = src[i] - decoded[static_cast<std::size_t>(i)];
-      svd[w][static_cast<std::size_t>(bh)] = block_svd(decoded.data(), group_, d);
+      // A fixed rank keeps only its leading triplets' vectors; the energy rule needs every sigma
+      // first (vectors for all, as its rank is known only after every head's spectrum).
+      const int64_t kept = rank_ ? std::min<int64_t>(*rank_, std::min<int64_t>(group_, d)) : -1;
+      svd[w][static_cast<std::size_t>(bh)] = block_svd(decoded.data(), group_, d, GramSolver::kTridiagonal, kept);
     }
   }
   // L: the block's rank (fixed, or the energy rule's largest over heads), then the factors in f16.
@@ -348,7 +351,7 @@ void GearCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
   attention::check_fused_shapes("GearCache::fused_attention", q, *request.keys, batch_, heads_, dk_, dv_, out);
   const KiviQuantizedRows quantized(key_codes_, key_params_, value_codes_, value_params_, frontier_, bits_, group_,
                                     *key_order_, *value_order_);
-  const DenseAndSparseRows sparse(quantized, *key_order_, *key_position_, no_sinks(), outliers_);
+  const DenseAndSparseRows sparse(quantized, *key_position_, no_sinks(), outliers_);
   const attention::RowSource& dense =
       outliers_.enabled() ? static_cast<const attention::RowSource&>(sparse) : quantized;
   const LowRankRows corrected(dense, {&block_terms_, &left_[0], &right_[0], &left_[1], &right_[1], group_});

@@ -16,7 +16,16 @@ void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Ten
                                     const attention::CodeOrder& value_order, int64_t group, int64_t b, int64_t h,
                                     int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
                                     float* acc, attention::TileScratch& scratch, const float* levels) {
-  const int64_t d = value_order.size(), n = j1 - j0;
+  accumulate_group_affine_rows(row_ptr<uint32_t>(value_codes, b, h, j0), value_codes.strides()[2],
+                               row_ptr<uint16_t>(value_params, b, h, j0), value_params.strides()[2], value_order, group,
+                               j1 - j0, weights, n_queries, ld, acc, scratch, levels);
+}
+
+void accumulate_group_affine_rows(const uint32_t* codes_rows, int64_t code_stride, const uint16_t* param_rows,
+                                  int64_t param_stride, const attention::CodeOrder& value_order, int64_t group,
+                                  int64_t n, const float* weights, int64_t n_queries, int64_t ld, float* acc,
+                                  attention::TileScratch& scratch, const float* levels) {
+  const int64_t d = value_order.size();
   const int64_t groups = (d + group - 1) / group;
   // Scratch: codes [n, d], accumulator in code order [n_queries, d], group-scaled weights
   // [groups][n_queries, n], per-group biases [groups][n_queries].
@@ -27,9 +36,8 @@ void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Ten
   std::fill(acc_code, acc_code + n_queries * d, 0.0f);
   // The tile's (scale, min) pairs (rows of params are back to back) widened into one column per
   // field, then per channel group g: weights scaled by each row's s_jg, biases sum_j w_j m_jg.
-  const int64_t param_stride = value_params.strides()[2];
   float* columns = scratch.f32_second(static_cast<std::size_t>(n * param_stride));
-  attention::kernels::f16_columns(row_ptr<uint16_t>(value_params, b, h, j0), n, param_stride, columns);
+  attention::kernels::f16_columns(param_rows, n, param_stride, columns);
   for (int64_t g = 0; g < groups; ++g) {
     float* sg = scaled + g * n_queries * n;
     float* bg = bias + g * n_queries;
@@ -44,16 +52,14 @@ void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Ten
   const bool from_bytes = levels == nullptr && value_order.planar() &&
                           attention::kernels::can_accumulate_planes(value_order.bits(), plane_bytes, group);
   if (from_bytes) {
-    attention::kernels::accumulate_planes(reinterpret_cast<const uint8_t*>(row_ptr<uint32_t>(value_codes, b, h, j0)),
-                                          value_codes.strides()[2] * 4, n, plane_bytes, value_order.bits(), group,
-                                          scaled, n_queries, acc_code, d);
+    attention::kernels::accumulate_planes(reinterpret_cast<const uint8_t*>(codes_rows), code_stride * 4, n, plane_bytes,
+                                          value_order.bits(), group, scaled, n_queries, acc_code, d);
   } else {
     if (value_order.planar()) {
-      value_order.unpack_rows(row_ptr<uint32_t>(value_codes, b, h, j0), value_codes.strides()[2], n, codes);
+      value_order.unpack_rows(codes_rows, code_stride, n, codes);
       if (levels != nullptr) attention::kernels::lookup_levels(codes, n * d, levels, 1 << value_order.bits());
     } else {  // 3, 5, 6, 7 bits: word gathers, straight into levels when there are any
-      attention::kernels::unpack_word_rows(row_ptr<uint32_t>(value_codes, b, h, j0), value_codes.strides()[2], n, d,
-                                           value_order.bits(), levels, codes);
+      attention::kernels::unpack_word_rows(codes_rows, code_stride, n, d, value_order.bits(), levels, codes);
     }
     for (const attention::CodeOrder::Run& run : value_order.runs()) {
       attention::kernels::accumulate_rows(scaled + run.group * n_queries * n, n, n_queries, codes + run.start, d, n,

@@ -22,4 +22,11 @@ void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Ten
                                     int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
                                     float* acc, attention::TileScratch& scratch, const float* levels = nullptr);
 
+// The same over raw rows: n rows of codes `code_stride` words apart and their params rows
+// `param_stride` f16 apart (a store whose code and param tensors index heads differently).
+void accumulate_group_affine_rows(const uint32_t* codes, int64_t code_stride, const uint16_t* params,
+                                  int64_t param_stride, const attention::CodeOrder& value_order, int64_t group,
+                                  int64_t n, const float* weights, int64_t n_queries, int64_t ld, float* acc,
+                                  attention::TileScratch& scratch, const float* levels = nullptr);
+
 }  // namespace veloxquant

@@ -384,20 +384,29 @@ void KiviCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
   if (!key_order_ || key_order_->size() != dk_ || key_order_->bits() != bits_) {
     key_order_ = std::make_shared<const attention::CodeOrder>(bits_, dk_);
     value_order_ = std::make_shared<const attention::CodeOrder>(bits_, dv_, group_);
-    auto position = std::make_shared<std::vector<int32_t>>(static_cast<std::size_t>(dk_));
-    for (int64_t e = 0; e < dk_; ++e)
-      (*position)[static_cast<std::size_t>(key_order_->natural(e))] = static_cast<int32_t>(e);
-    key_position_ = std::move(position);
+    // Widths that do not read by planes score their keys by word planes (padded code order).
+    word_keys_ = key_order_->planar() ? nullptr : std::make_shared<const WordPlaneKeys>(bits_, dk_);
+    key_position_.reset();
   }
   const bool fitted = variant_.lloyd_iters > 0 && levels_fitted_;
-  const KiviQuantizedRows quantized(key_codes_, key_params_, value_codes_, value_params_, frontier_, bits_, group_,
-                                    *key_order_, *value_order_, fitted ? &levels_ : nullptr);
+  KiviQuantizedRows quantized(key_codes_, key_params_, value_codes_, value_params_, frontier_, bits_, group_,
+                              *key_order_, *value_order_, fitted ? &levels_ : nullptr);
+  quantized.with_word_plane_keys(word_keys_.get());
+  if (!key_position_) {
+    auto position = std::make_shared<std::vector<int32_t>>(static_cast<std::size_t>(dk_));
+    for (int64_t i = 0; i < dk_; ++i)
+      (*position)[static_cast<std::size_t>(i)] = static_cast<int32_t>(quantized.prepared_position(i));
+    key_position_ = std::move(position);
+  }
   // Sinks and outliers (kivi_sink, kvquant) patch the dense rows' scores and sums.
-  const DenseAndSparseRows patched(quantized, *key_order_, *key_position_, sinks_, outliers_);
+  const DenseAndSparseRows patched(quantized, *key_position_, sinks_, outliers_);
   const bool sparse = sinks_.enabled() || outliers_.enabled();
   const attention::DtypeRowSource tail(residual_k_, residual_v_, offset_ - frontier_, frontier_);
-  const attention::RowSource* segments[] = {sparse ? static_cast<const attention::RowSource*>(&patched) : &quantized,
-                                            &tail};
+  // With word-plane keys the quantized rows' prepared queries are longer than the tail's.
+  const PaddedQueryRows padded_tail(tail, quantized.prepared_dim());
+  const attention::RowSource* segments[] = {
+      sparse ? static_cast<const attention::RowSource*>(&patched) : &quantized,
+      word_keys_ ? static_cast<const attention::RowSource*>(&padded_tail) : &tail};
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
   attention::attend(call, segments, 2, &base::ThreadPool::global());

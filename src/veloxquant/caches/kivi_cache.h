@@ -31,6 +31,8 @@
 
 namespace veloxquant {
 
+struct WordPlaneKeys;  // caches/kivi_row_source.h
+
 // What a KIVI-family method adds to KIVI's layout; the default is KIVI itself.
 struct KiviVariant {
   std::string type_name = "KiviCache";  // what type_name() reports (prompt-cache restore)
@@ -109,7 +111,8 @@ class KiviCache : public lm::KVCache {
   // How fused attention reads packed rows (built on first use; immutable, shared by clones), and
   // each key channel's position in that order (for the outliers' query lookups).
   std::shared_ptr<const attention::CodeOrder> key_order_, value_order_;
-  std::shared_ptr<const std::vector<int32_t>> key_position_;
+  std::shared_ptr<const std::vector<int32_t>> key_position_;  // natural key channel -> prepared position
+  std::shared_ptr<const WordPlaneKeys> word_keys_;            // non-planar widths (kivi_row_source.h)
   KiviVariant variant_;
   SinkRows sinks_;
   SparseOutliers outliers_;

@@ -36,13 +36,68 @@ const int32_t* KiviQuantizedRows::positions(int64_t b, int64_t h) const {
   return positions_ == nullptr ? nullptr : row_ptr<int32_t>(*positions_, b, h, 0);
 }
 
+WordPlaneKeys::WordPlaneKeys(int bits, int64_t key_dim) : planes(attention::kernels::word_planes(bits, key_dim)) {
+  pair_index.resize(static_cast<std::size_t>(planes.dim()));
+  for (int64_t e = 0; e < planes.dim(); ++e) {
+    const int64_t i = planes.natural(e);
+    pair_index[static_cast<std::size_t>(e)] = static_cast<int32_t>(i < 0 ? key_dim : i);
+  }
+}
+
 void KiviQuantizedRows::prepare_query(const float* query, float* prepared) const {
+  if (word_keys_ != nullptr) {
+    // Through the precomputed channel of each position (key_dim at padding): no divisions.
+    const int64_t d = key_dim();
+    const int32_t* channel = word_keys_->pair_index.data();
+    for (int64_t e = 0, dim = word_keys_->planes.dim(); e < dim; ++e) {
+      prepared[e] = channel[e] < d ? query[channel[e]] : 0.0f;
+    }
+    return;
+  }
   key_order_.permute(query, prepared);  // the order the key codes unpack in
+}
+
+int64_t KiviQuantizedRows::prepared_position(int64_t i) const {
+  if (word_keys_ != nullptr) return word_keys_->planes.position(i);
+  for (int64_t e = 0; e < key_order_.size(); ++e) {
+    if (key_order_.natural(e) == i) return e;
+  }
+  return -1;
+}
+
+// Keys by word planes: per key group, the (scale, min) pairs in the padded code order (a zero
+// pair at padding), folded into every query, then the group's rows scored from their words.
+void KiviQuantizedRows::score_word_planes(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
+                                          int64_t n_queries, float* scores, int64_t ld,
+                                          attention::TileScratch& scratch) const {
+  const int64_t d = key_dim(), dim = word_keys_->planes.dim();
+  float* pairs = scratch.f32(static_cast<std::size_t>(2 * d + 2 + 2 * dim + n_queries * dim + n_queries));
+  float* scale = pairs + 2 * d + 2;
+  float* min = scale + dim;
+  float* folded = min + dim;
+  float* bias = folded + n_queries * dim;
+  pairs[2 * d] = pairs[2 * d + 1] = 0.0f;
+  const uint32_t* first_row = row_ptr<uint32_t>(key_codes_, b, h, j0);
+  const int64_t row_words = key_codes_.strides()[2];
+  const float* level = levels_ != nullptr ? row_ptr<float>(*levels_, b, h, 0) : nullptr;
+  for (int64_t a = j0; a < j1;) {
+    const int64_t g = a / key_group_, end = std::min(j1, (g + 1) * key_group_);
+    lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(key_params_, b, h, g), pairs, 2 * d);
+    attention::kernels::gather_pairs(pairs, word_keys_->pair_index.data(), dim, scale, min);
+    attention::kernels::fold_scales(prepared, n_queries, dim, scale, min, folded, bias);
+    attention::kernels::score_word_planes(first_row + (a - j0) * row_words, row_words, end - a, word_keys_->planes,
+                                          level, folded, n_queries, bias, scores + (a - j0), ld);
+    a = end;
+  }
 }
 
 void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
                                    int64_t n_queries, float* scores, int64_t ld,
                                    attention::TileScratch& scratch) const {
+  if (word_keys_ != nullptr) {
+    score_word_planes(b, h, j0, j1, prepared, n_queries, scores, ld, scratch);
+    return;
+  }
   const int64_t d = key_dim(), n = j1 - j0;
   const int64_t plane_bytes = d * bits_ / 8;
   // Plain codes read by planes score as integers (attention/integer_key_scores.h); fitted
@@ -102,6 +157,20 @@ void KiviQuantizedRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_
                                         attention::TileScratch& scratch) const {
   accumulate_group_affine_values(value_codes_, value_params_, value_order_, group_, b, h, j0, j1, weights, n_queries,
                                  ld, acc, scratch, levels_ != nullptr ? row_ptr<float>(*levels_, b, h, 1) : nullptr);
+}
+
+void PaddedQueryRows::prepare_query(const float* query, float* prepared) const {
+  const int64_t own = inner_.prepared_dim();
+  inner_.prepare_query(query, prepared);
+  std::fill(prepared + own, prepared + prepared_dim_, 0.0f);
+}
+
+void PaddedQueryRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
+                                 float* scores, int64_t ld, attention::TileScratch& scratch) const {
+  const int64_t own = inner_.prepared_dim();
+  float* queries = scratch.f32_second(static_cast<std::size_t>(n_queries * own));
+  for (int64_t r = 0; r < n_queries; ++r) std::copy_n(prepared + r * prepared_dim_, own, queries + r * own);
+  inner_.score_tile(b, h, j0, j1, queries, n_queries, scores, ld, scratch);
 }
 
 }  // namespace veloxquant

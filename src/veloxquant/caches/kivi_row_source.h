@@ -22,8 +22,19 @@
 #include "lm/tensor.h"
 #include "veloxquant/attention/code_rows.h"
 #include "veloxquant/attention/row_source.h"
+#include "veloxquant/attention/word_plane_scores.h"
 
 namespace veloxquant {
+
+// Keys of a width that does not read by planes (3, 5, 6, 7 bits) scored by word planes
+// (attention/word_plane_scores.h) instead of a gathered f32 tile: the layout, and for each of its
+// code-order positions the natural channel whose (scale, min) it takes (key_dim for padding, which
+// reads a zero pair). Built once per cache shape, outside the per-step path.
+struct WordPlaneKeys {
+  WordPlaneKeys(int bits, int64_t key_dim);
+  attention::kernels::WordPlanes planes;
+  std::vector<int32_t> pair_index;
+};
 
 class KiviQuantizedRows final : public attention::RowSource {
  public:
@@ -45,11 +56,20 @@ class KiviQuantizedRows final : public attention::RowSource {
     positions_ = positions;
     return *this;
   }
+  // Keys read by word planes (non-planar widths): the prepared query is then in their padded
+  // code order (prepared_dim() = planes.dim(), zeros at padding). nullptr: the f32 tile path.
+  KiviQuantizedRows& with_word_plane_keys(const WordPlaneKeys* keys) {
+    word_keys_ = keys != nullptr && !key_order_.planar() ? keys : nullptr;
+    return *this;
+  }
+  // Position of natural key channel i in the prepared query.
+  int64_t prepared_position(int64_t i) const;
   const int32_t* positions(int64_t b, int64_t h) const override;
 
   int64_t key_dim() const override { return key_order_.size(); }
   int64_t value_dim() const override { return value_order_.size(); }
   int64_t rows(int64_t, int64_t) const override { return rows_; }
+  int64_t prepared_dim() const override { return word_keys_ != nullptr ? word_keys_->planes.dim() : key_dim(); }
   void prepare_query(const float* query, float* prepared) const override;
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
                   int64_t ld, attention::TileScratch& scratch) const override;
@@ -57,6 +77,9 @@ class KiviQuantizedRows final : public attention::RowSource {
                        int64_t ld, float* acc, attention::TileScratch& scratch) const override;
 
  private:
+  void score_word_planes(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
+                         float* scores, int64_t ld, attention::TileScratch& scratch) const;
+
   const lm::Tensor& key_codes_;
   const lm::Tensor& key_params_;
   const lm::Tensor& value_codes_;
@@ -69,6 +92,37 @@ class KiviQuantizedRows final : public attention::RowSource {
   const attention::CodeOrder& key_order_;
   const attention::CodeOrder& value_order_;
   const lm::Tensor* levels_;
+  const WordPlaneKeys* word_keys_ = nullptr;
+};
+
+// A segment attended beside KiviQuantizedRows with word-plane keys (the full-precision tail): the
+// driver gives every segment of a call prepared queries of one length, so this one's own
+// (shorter) prepared query sits first and zeros follow; score_tile hands the inner source its
+// queries back to back, copied into the scratch's second float buffer (which the inner source
+// must not use in score_tile: DtypeRowSource does not).
+class PaddedQueryRows final : public attention::RowSource {
+ public:
+  PaddedQueryRows(const attention::RowSource& inner, int64_t prepared_dim)
+      : inner_(inner), prepared_dim_(prepared_dim) {}
+
+  int64_t key_dim() const override { return inner_.key_dim(); }
+  int64_t value_dim() const override { return inner_.value_dim(); }
+  int64_t rows(int64_t b, int64_t h) const override { return inner_.rows(b, h); }
+  const int32_t* positions(int64_t b, int64_t h) const override { return inner_.positions(b, h); }
+  int64_t position_base() const override { return inner_.position_base(); }
+  int64_t prepared_dim() const override { return prepared_dim_; }
+  void prepare_query(const float* query, float* prepared) const override;
+  void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
+                  int64_t ld, attention::TileScratch& scratch) const override;
+  void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
+                       int64_t ld, float* acc, attention::TileScratch& scratch) const override {
+    inner_.accumulate_tile(b, h, j0, j1, weights, n_queries, ld, acc, scratch);
+  }
+  void finish_row(float* row) const override { inner_.finish_row(row); }
+
+ private:
+  const attention::RowSource& inner_;
+  int64_t prepared_dim_;
 };
 
 }  // namespace veloxquant

@@ -54,11 +54,20 @@ class SparseOutliers {
   void for_each(bool keys, int64_t b, int64_t h, int64_t begin, int64_t end, F&& f) const {
     if (!enabled() || begin >= end) return;
     const int64_t k = per_block(keys), dim = keys ? key_dim_ : value_dim_;
+    // Head sizes are powers of two: a shift and a mask split an index, not a division.
+    const bool pow2 = (dim & (dim - 1)) == 0;
+    const int shift = pow2 ? __builtin_ctzll(static_cast<unsigned long long>(dim)) : 0;
+    const uint32_t low = static_cast<uint32_t>(dim - 1);
     for (int64_t block = begin / group_; block * group_ < end; ++block) {
       const uint32_t* idx = indices(keys, b, h, block);
       const float* delta = deltas(keys, b, h, block);
+      const int64_t first = block * group_;
+      if (pow2 && first >= begin && first + group_ <= end) {  // the whole block: no range test
+        for (int64_t i = 0; i < k; ++i) f(first + (idx[i] >> shift), static_cast<int64_t>(idx[i] & low), delta[i]);
+        continue;
+      }
       for (int64_t i = 0; i < k; ++i) {
-        const int64_t row = block * group_ + idx[i] / dim;
+        const int64_t row = first + idx[i] / dim;
         if (row >= begin && row < end) f(row, static_cast<int64_t>(idx[i] % dim), delta[i]);
       }
     }
