@@ -32,18 +32,24 @@ HWY_INLINE void octet_planes(DF df, VU wide, hn::Vec<DF> vs, float* dst) {
 }
 
 // One part of every row of the tile (parts outer, rows inner: the part's geometry is worked out
-// once per tile, not per row). `scales` is the part's scale of row j at scales[j * out_stride].
+// once per tile, not per row). Row j's (scale, min) pair goes to params + j * out_stride.
 template <int B, class DF>
-HWY_INLINE void part_rows(DF df, const uint8_t* codes, int64_t row_stride, int64_t n_rows, int64_t bytes,
-                          const uint8_t* readable_end, const float* scales, float* dst, int64_t out_stride) {
+HWY_INLINE void part_rows(DF df, const uint8_t* header, int64_t row_stride, int64_t n_rows, int64_t bytes,
+                          const uint8_t* readable_end, float* params, float* dst, int64_t out_stride) {
+  // The part's f16 (scale, min) of each row widened as a pair (4 bytes read, 2 floats written).
+  const hn::CappedTag<float, 2> d2;
+  const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
+  const uint8_t* codes = header + 4;
   const hn::RebindToUnsigned<DF> du;
   const hn::Rebind<uint8_t, DF> d8;
   constexpr int64_t kFloats = 8 * (8 / B);  // tile floats per octet
   const int64_t whole = bytes / 8, tail = bytes % 8;
   // The partial octet's bytes past the part are zeroed (little-endian: the first bytes are the low ones).
   const uint64_t keep = tail > 0 ? ~uint64_t{0} >> (64 - 8 * tail) : 0;
-  for (int64_t j = 0; j < n_rows; ++j, codes += row_stride, dst += out_stride) {
-    const auto vs = hn::Set(df, scales[j * out_stride]);
+  for (int64_t j = 0; j < n_rows; ++j, header += row_stride, codes += row_stride, dst += out_stride) {
+    float* pair = params + j * out_stride;
+    hn::StoreU(hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(header))), d2, pair);
+    const auto vs = hn::Set(df, pair[0]);
     for (int64_t o = 0; o < whole; ++o)
       octet_planes<B>(df, hn::PromoteTo(du, hn::LoadU(d8, codes + 8 * o)), vs, dst + o * kFloats);
     if (tail == 0) continue;
@@ -69,45 +75,36 @@ void DecodeImpl(const uint8_t* first_row, int64_t row_stride, int64_t n_rows, co
                                       out_stride);
     return;
   }
-  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
-  const int64_t param_vectors = (2 * n_parts + 7) / 8;
   // Where each part's header sits in a row (a row's parts are back to back).
   int64_t header_at[64];
   for (int64_t p = 0, at = 0; p < n_parts; ++p) {
     header_at[p] = at;
     at += affine_part_bytes(parts[p]);
   }
-  // Pass 1: every row's (scale, min) pairs, the parts' f16 headers side by side (zeros past the
-  // last) widened 4 parts per vector.
-  HWY_ALIGN uint32_t headers[64] = {};
+  // The (scale, min) slots past the last part are zero.
   for (int64_t j = 0; j < n_rows; ++j) {
-    const uint8_t* row = first_row + j * row_stride;
     float* params = out + j * out_stride + layout.params;
-    for (int64_t p = 0; p < n_parts; ++p) std::memcpy(&headers[p], row + header_at[p], 4);
-    for (int64_t v = 0; v < param_vectors; ++v) {
-      hn::StoreU(hn::PromoteTo(df, hn::Load(dh, reinterpret_cast<const hwy::float16_t*>(headers + 4 * v))), df,
-                 params + 8 * v);
-    }
+    for (int64_t e = 2 * n_parts; e < layout.width - layout.params; ++e) params[e] = 0.0f;
   }
-  // Pass 2: the codes, part by part.
+  // Part by part: each row's (scale, min) pair, then its codes scaled.
   for (int64_t p = 0; p < n_parts; ++p) {
     const AffinePart& part = parts[p];
     const int64_t bytes = (part.count * part.bits + 7) / 8;
-    const uint8_t* codes = first_row + header_at[p] + 4;
-    const float* scales = out + layout.params + 2 * p;
+    const uint8_t* header = first_row + header_at[p];
+    float* params = out + layout.params + 2 * p;
     float* planes = out + layout.part_offset[static_cast<std::size_t>(p)];
     switch (part.bits) {
       case 1:
-        part_rows<1>(df, codes, row_stride, n_rows, bytes, readable_end, scales, planes, out_stride);
+        part_rows<1>(df, header, row_stride, n_rows, bytes, readable_end, params, planes, out_stride);
         break;
       case 2:
-        part_rows<2>(df, codes, row_stride, n_rows, bytes, readable_end, scales, planes, out_stride);
+        part_rows<2>(df, header, row_stride, n_rows, bytes, readable_end, params, planes, out_stride);
         break;
       case 4:
-        part_rows<4>(df, codes, row_stride, n_rows, bytes, readable_end, scales, planes, out_stride);
+        part_rows<4>(df, header, row_stride, n_rows, bytes, readable_end, params, planes, out_stride);
         break;
       default:
-        part_rows<8>(df, codes, row_stride, n_rows, bytes, readable_end, scales, planes, out_stride);
+        part_rows<8>(df, header, row_stride, n_rows, bytes, readable_end, params, planes, out_stride);
         break;
     }
   }
