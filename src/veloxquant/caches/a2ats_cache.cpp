@@ -13,6 +13,7 @@
 #include "veloxquant/attention/attention_driver.h"
 #include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/attention/fused_call.h"
+#include "veloxquant/attention/softmax_mass.h"
 #include "veloxquant/caches/a2ats_rows.h"
 #include "veloxquant/caches/kaq_mass.h"
 #include "veloxquant/caches/quantized_blocks_tail.h"
@@ -345,6 +346,10 @@ void A2atsCache::fused_attention(const lm::FusedAttentionRequest& request, lm::T
   store(*request.keys, *request.values);
 }
 
+// Query heads per kv head whose row pass is shared (one read of a row's codes for all of them);
+// larger groups take one pass per query head.
+constexpr int64_t kMaxRetrievalGroup = 16;
+
 // The paper's retrieval: approximate scores of every far row through the codes (one lookup table
 // per query), their softmax per query head and query, summed over the kv head's query heads and
 // the call's queries; the retrieved_rows(far) rows with the most mass, ties to the older row.
@@ -358,10 +363,14 @@ void A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
     return;
   }
   retrieved_.assign(static_cast<std::size_t>(batch_ * heads_), {});
-  std::vector<float> lut(static_cast<std::size_t>(subs_ * entries_));
-  std::vector<double> mass(static_cast<std::size_t>(far_rows_));
-  std::vector<float> logit(static_cast<std::size_t>(far_rows_));
-  std::vector<int32_t> order(static_cast<std::size_t>(far_rows_));
+  // Grow-only per-thread buffers: no allocation per decode step once a context has been seen.
+  thread_local std::vector<float> lut, logit;
+  thread_local std::vector<double> mass;
+  thread_local std::vector<int32_t> order;
+  lut.resize(static_cast<std::size_t>(group * subs_ * entries_));
+  logit.resize(static_cast<std::size_t>(group * far_rows_));
+  mass.resize(static_cast<std::size_t>(far_rows_));
+  order.resize(static_cast<std::size_t>(far_rows_));
   // The scores are kept for the attention pass (which then builds no table of its own) while
   // they fit in 4 Mi floats: always for decode, not for a long prefill chunk over many far rows.
   const int64_t dot_rows = batch_ * call.q_heads * call.n_queries;
@@ -369,39 +378,43 @@ void A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
   if (keep && far_dots_.size() < static_cast<std::size_t>(dot_rows * far_rows_)) {
     far_dots_.resize(static_cast<std::size_t>(dot_rows * far_rows_));
   }
+  // Geometry and pointers in locals: the stores below cannot make the compiler reload them.
+  const int64_t subs = subs_, entries = entries_, far = far_rows_, stride = codes_.strides()[2];
+  const float scale = call.scale;
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
       std::fill(mass.begin(), mass.end(), 0.0);
-      for (int64_t g = 0; g < group; ++g) {
-        for (int64_t i = 0; i < call.n_queries; ++i) {
+      for (int64_t i = 0; i < call.n_queries; ++i) {
+        // The tables of the group's query heads, then one pass over the far rows for all of them:
+        // each row's code bytes are read once for the group (the same adds, in the same order,
+        // as a pass per query head).
+        for (int64_t g = 0; g < group; ++g) {
           const float* query = call.queries + ((b * call.q_heads + h * group + g) * call.n_queries + i) * dk_;
-          a2ats_lookup_table(centroids, subs_, entries_, p_.sub_dim, query, lut.data());
-          float top = -INFINITY;
+          a2ats_lookup_table(centroids, subs, entries, p_.sub_dim, query, lut.data() + g * subs * entries);
+        }
+        float top[kMaxRetrievalGroup];
+        const bool grouped = group <= kMaxRetrievalGroup;
+        for (int64_t g0 = 0; g0 < group; g0 += grouped ? group : 1) {
+          const int64_t gn = grouped ? group : 1;
+          for (int64_t g = 0; g < gn; ++g) top[g] = -INFINITY;
           const uint8_t* code = codes(b, h, 0);
-          const int64_t stride = codes_.strides()[2];
-          float* dots =
-              keep ? far_dots_.data() + ((b * call.q_heads + h * group + g) * call.n_queries + i) * far_rows_ : nullptr;
-          // Geometry and pointers in locals: the stores below cannot make the compiler reload them.
-          const int64_t subs = subs_, entries = entries_, far = far_rows_;
-          const float* table = lut.data();
-          const float scale = call.scale;
-          float* lg = logit.data();
           for (int64_t j = 0; j < far; ++j, code += stride) {
-            float dot = 0.0f;
-            const float* t = table;
-            for (int64_t m = 0; m < subs; ++m, t += entries) dot += t[code[m]];
-            if (dots) dots[j] = dot;
-            lg[j] = dot * scale;
-            top = std::max(top, lg[j]);
+            for (int64_t g = 0; g < gn; ++g) {
+              const float* t = lut.data() + (g0 + g) * subs * entries;
+              float dot = 0.0f;
+              for (int64_t m = 0; m < subs; ++m, t += entries) dot += t[code[m]];
+              if (keep)
+                far_dots_[static_cast<std::size_t>(
+                    ((b * call.q_heads + h * group + g0 + g) * call.n_queries + i) * far + j)] = dot;
+              const float l = dot * scale;
+              logit[static_cast<std::size_t>((g0 + g) * far + j)] = l;
+              top[g] = std::max(top[g], l);
+            }
           }
-          double sum = 0.0;
-          for (float& l : logit) {
-            l = std::exp(l - top);
-            sum += l;
+          // Each query head's softmax over the far rows, added to the rows' mass (SIMD exp).
+          for (int64_t g = 0; g < gn; ++g) {
+            attention::kernels::add_softmax_mass(logit.data() + (g0 + g) * far, far, top[g], mass.data());
           }
-          const double inv = 1.0 / sum;
-          for (int64_t j = 0; j < far_rows_; ++j)
-            mass[static_cast<std::size_t>(j)] += logit[static_cast<std::size_t>(j)] * inv;
         }
       }
       // The k_rows rows with the most mass, ties to the older row: a strict order (mass, then

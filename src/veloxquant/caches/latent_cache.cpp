@@ -113,7 +113,10 @@ void LatentCache::ensure_code_rows(int64_t rows) {
 // rows: f32 [B, H, n, D] (one side). Latents z = U (x - mu) of each token's group row x, coded.
 void LatentCache::encode_rows(LatentSide& side, const float* rows, int64_t n, int64_t first_row) const {
   const int64_t d = side.dim, w = side.width;
-  std::vector<float> x(static_cast<std::size_t>(w)), z(static_cast<std::size_t>(std::max<int64_t>(side.max_rank, 1)));
+  // Grow-only per thread: a decode step encodes its token without a heap allocation.
+  thread_local std::vector<float> x, z;
+  x.resize(static_cast<std::size_t>(w));
+  z.resize(static_cast<std::size_t>(std::max<int64_t>(side.max_rank, 1)));
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t g = 0; g < groups_; ++g) {
       const int64_t r = side.rank(b, g);
@@ -289,17 +292,25 @@ void LatentCache::fused_attention(const lm::FusedAttentionRequest& request, lm::
   }
   // Queries projected once per call, latents accumulated by the driver, outputs rebuilt once.
   const int64_t hq = q.dim(1), n = q.dim(2);
+  const LatentRows rows(k_, v_, 1, offset_);
   projected_.resize(static_cast<std::size_t>(batch_ * hq * n * k_.max_rank));
   latent_out_.resize(static_cast<std::size_t>(batch_ * hq * n * v_.max_rank));
   project_queries(k_, heads_, heads_per_group_, call.queries, batch_, hq, n, projected_.data());
   call.queries = projected_.data();
   call.out = latent_out_.data();
+  if (rows.planes()) {  // queries and outputs in the rows' plane order (LatentRows)
+    plane_queries_.resize(static_cast<std::size_t>(batch_ * hq * n * rows.key_dim()));
+    plane_out_.resize(static_cast<std::size_t>(batch_ * hq * n * rows.value_dim()));
+    rows.queries_to_planes(projected_.data(), batch_, hq, n, plane_queries_.data());
+    call.queries = plane_queries_.data();
+    call.out = plane_out_.data();
+  }
   // Every query head of a head group scores the group's one latent row, so the driver sees each
   // group as one kv head of Hq / G query heads: a tile is decoded once for the whole group
   // instead of once per kv head (the projected queries are already in the group's basis).
   call.kv_heads = groups_;
-  const LatentRows rows(k_, v_, 1, offset_);
   attention::attend(call, rows, &base::ThreadPool::global());
+  if (rows.planes()) rows.latents_from_planes(plane_out_.data(), batch_, hq, n, latent_out_.data());
   reconstruct_outputs(v_, heads_, heads_per_group_, latent_out_.data(), batch_, hq, n, out.data<float>());
 }
 

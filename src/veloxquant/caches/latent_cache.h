@@ -80,7 +80,8 @@ class LatentCache : public lm::KVCache {
   bool fitted_ = false;
   lm::Tensor raw_k_, raw_v_;
   LatentSide k_, v_;
-  std::vector<float> projected_, latent_out_;  // fused-attention scratch (grow-only)
+  std::vector<float> projected_, latent_out_;     // fused-attention scratch (grow-only)
+  std::vector<float> plane_queries_, plane_out_;  // the same in LatentRows' plane order
 };
 
 }  // namespace veloxquant

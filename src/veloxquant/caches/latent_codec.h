@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "lm/tensor.h"
+#include "veloxquant/attention/affine_part_planes.h"
 
 namespace veloxquant {
 
@@ -41,6 +42,15 @@ class LatentCodec {
   virtual std::vector<std::string> meta() const = 0;
   virtual void set_meta(const std::vector<std::string>& meta) = 0;
   virtual std::size_t meta_size() const = 0;
+  // Rows made of group-affine parts (attention/affine_part_rows.h: palu) name their parts and the
+  // plane layout the attention reads them in (attention/affine_part_planes.h: one SIMD pass per
+  // tile, scored and accumulated there); false: the attention reads decode_rows' latents.
+  struct PlaneRows {
+    const attention::kernels::AffinePart* parts = nullptr;
+    int64_t n_parts = 0;
+    const attention::kernels::AffinePlaneLayout* layout = nullptr;
+  };
+  virtual bool plane_rows(int64_t /*b*/, int64_t /*g*/, PlaneRows* /*out*/) const { return false; }
   // Rows the cache keeps as given before fitting, for rows `width` wide (at least 64).
   virtual int64_t min_fit_rows(int64_t /*width*/) const { return 64; }
 };

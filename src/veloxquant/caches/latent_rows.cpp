@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "veloxquant/attention/affine_part_planes.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/rows/cache_rows.h"
 
@@ -9,16 +10,96 @@ namespace veloxquant {
 
 using cache_rows::row_ptr;
 
+namespace {
+const uint8_t* end_of(const lm::Tensor& codes) {
+  return reinterpret_cast<const uint8_t*>(codes.raw_data()) + codes.nbytes();
+}
+}  // namespace
+
 int64_t LatentSide::rank(int64_t b, int64_t g) const { return row_ptr<int32_t>(ranks, b, g, 0)[0]; }
 const float* LatentSide::basis_row(int64_t b, int64_t g, int64_t i) const { return row_ptr<float>(basis, b, g, i); }
 const float* LatentSide::mean_row(int64_t b, int64_t g) const { return row_ptr<float>(mean, b, g, 0); }
 const uint8_t* LatentSide::code_row(int64_t b, int64_t g, int64_t j) const { return row_ptr<uint8_t>(codes, b, g, j); }
 
 LatentRows::LatentRows(const LatentSide& keys, const LatentSide& values, int64_t heads_per_group, int64_t rows)
-    : keys_(keys), values_(values), heads_per_group_(heads_per_group), rows_(rows) {}
+    : keys_(keys), values_(values), heads_per_group_(heads_per_group), rows_(rows) {
+  if (!keys.codes.defined() || !values.codes.defined() || !keys.ranks.defined() || !values.ranks.defined()) return;
+  bool all = true;
+  for (int64_t b = 0; b < keys.ranks.dim(0) && all; ++b) {
+    for (int64_t g = 0; g < keys.ranks.dim(1) && all; ++g) {
+      LatentCodec::PlaneRows k, v;
+      all = keys.codec->plane_rows(b, g, &k) && values.codec->plane_rows(b, g, &v);
+      if (all) {
+        key_width_ = std::max(key_width_, k.layout->width);
+        value_width_ = std::max(value_width_, v.layout->width);
+      }
+    }
+  }
+  planes_ = all;
+}
+
+void LatentRows::queries_to_planes(const float* projected, int64_t batch, int64_t q_heads, int64_t n,
+                                   float* out) const {
+  const int64_t groups = keys_.ranks.dim(1), per_group = q_heads / groups, rk = keys_.max_rank;
+  std::fill(out, out + batch * q_heads * n * key_width_, 0.0f);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t qh = 0; qh < q_heads; ++qh) {
+      LatentCodec::PlaneRows k;
+      keys_.codec->plane_rows(b, qh / per_group, &k);
+      const attention::kernels::AffinePlaneLayout& layout = *k.layout;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t at = (b * q_heads + qh) * n + i;
+        const float* q = projected + at * rk;
+        float* dst = out + at * key_width_;
+        for (int64_t p = 0; p < k.n_parts; ++p) {
+          float sum = 0.0f;
+          for (int64_t c = k.parts[p].first; c < k.parts[p].first + k.parts[p].count; ++c) {
+            dst[layout.position[static_cast<std::size_t>(c)]] = q[c];
+            sum += q[c];
+          }
+          dst[layout.params + 2 * p + 1] = sum;  // min_p * sum of the part's query
+        }
+      }
+    }
+  }
+}
+
+void LatentRows::latents_from_planes(const float* acc, int64_t batch, int64_t q_heads, int64_t n,
+                                     float* latents) const {
+  const int64_t groups = values_.ranks.dim(1), per_group = q_heads / groups, rv = values_.max_rank;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t qh = 0; qh < q_heads; ++qh) {
+      LatentCodec::PlaneRows v;
+      values_.codec->plane_rows(b, qh / per_group, &v);
+      const attention::kernels::AffinePlaneLayout& layout = *v.layout;
+      const int64_t r = values_.rank(b, qh / per_group);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t at = (b * q_heads + qh) * n + i;
+        const float* src = acc + at * value_width_;
+        float* dst = latents + at * rv;
+        for (int64_t c = 0; c < r; ++c) {
+          const std::size_t cs = static_cast<std::size_t>(c);
+          dst[c] = src[layout.position[cs]] + src[layout.params + 2 * layout.part_of[cs] + 1];
+        }
+        std::fill(dst + r, dst + rv, 0.0f);
+      }
+    }
+  }
+}
 
 void LatentRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                             float* scores, int64_t ld, attention::TileScratch& scratch) const {
+  if (planes_) {
+    const int64_t g = h / heads_per_group_, n = j1 - j0;
+    LatentCodec::PlaneRows k;
+    keys_.codec->plane_rows(b, g, &k);
+    const int64_t w = k.layout->width;
+    float* tile = scratch.f32(static_cast<std::size_t>(n * w));
+    attention::kernels::decode_affine_part_planes(keys_.code_row(b, g, j0), keys_.row_stride(), n, end_of(keys_.codes),
+                                                  k.parts, k.n_parts, *k.layout, tile, w);
+    attention::kernels::score_rows(prepared, key_width_, n_queries, tile, w, n, w, scores, ld);
+    return;
+  }
   const int64_t g = h / heads_per_group_, r = keys_.rank(b, g), n = j1 - j0;
   float* latent = scratch.f32(static_cast<std::size_t>(n * r));
   keys_.codec->decode_rows(b, g, keys_.code_row(b, g, j0), keys_.row_stride(), n, latent);
@@ -27,6 +108,17 @@ void LatentRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const 
 
 void LatentRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
                                  int64_t ld, float* acc, attention::TileScratch& scratch) const {
+  if (planes_) {
+    const int64_t g = h / heads_per_group_, n = j1 - j0;
+    LatentCodec::PlaneRows v;
+    values_.codec->plane_rows(b, g, &v);
+    const int64_t w = v.layout->width;
+    float* tile = scratch.f32(static_cast<std::size_t>(n * w));
+    attention::kernels::decode_affine_part_planes(values_.code_row(b, g, j0), values_.row_stride(), n,
+                                                  end_of(values_.codes), v.parts, v.n_parts, *v.layout, tile, w);
+    attention::kernels::accumulate_rows(weights, ld, n_queries, tile, w, n, w, acc, value_width_);
+    return;
+  }
   const int64_t g = h / heads_per_group_, r = values_.rank(b, g), n = j1 - j0;
   float* latent = scratch.f32(static_cast<std::size_t>(n * r));
   values_.codec->decode_rows(b, g, values_.code_row(b, g, j0), values_.row_stride(), n, latent);

@@ -41,11 +41,26 @@ struct LatentSide {
 // Latent rows [0, rows) of both sides; kv head h reads group h / heads_per_group. key_dim() and
 // value_dim() are the sides' max ranks: the call's queries are the projected ones and its
 // outputs the accumulated latents.
+//
+// Plane path. When both sides' codecs store every group's rows as group-affine parts the SIMD
+// plane decoder reads (LatentCodec::plane_rows: palu), a tile is decoded once into plane order
+// (attention/affine_part_planes.h: a few vector ops per 8 codes, each part's scale applied, its
+// (scale, min) pairs after the codes) and scored / accumulated there by the shared f32 tile
+// kernels. Queries and outputs are then in plane order too: key_dim() and value_dim() are the
+// largest plane widths, queries_to_planes lays the projected queries out (each part's query sum
+// at its min's slot, so the dot product adds min_p * sum q), and latents_from_planes brings the
+// accumulated rows back to latents (code position plus the part's weighted min sum).
 class LatentRows final : public attention::RowSource {
  public:
   LatentRows(const LatentSide& keys, const LatentSide& values, int64_t heads_per_group, int64_t rows);
-  int64_t key_dim() const override { return keys_.max_rank; }
-  int64_t value_dim() const override { return values_.max_rank; }
+  int64_t key_dim() const override { return planes_ ? key_width_ : keys_.max_rank; }
+  int64_t value_dim() const override { return planes_ ? value_width_ : values_.max_rank; }
+  bool planes() const { return planes_; }
+  // projected [B, Hq, N, keys.max_rank] -> out [B, Hq, N, key_dim()], query head qh in group
+  // qh / (Hq / G).
+  void queries_to_planes(const float* projected, int64_t batch, int64_t q_heads, int64_t n, float* out) const;
+  // acc [B, Hq, N, value_dim()] (normalised) -> latents [B, Hq, N, values.max_rank].
+  void latents_from_planes(const float* acc, int64_t batch, int64_t q_heads, int64_t n, float* latents) const;
   int64_t rows(int64_t, int64_t) const override { return rows_; }
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
                   int64_t ld, attention::TileScratch& scratch) const override;
@@ -56,6 +71,8 @@ class LatentRows final : public attention::RowSource {
   const LatentSide& keys_;
   const LatentSide& values_;
   int64_t heads_per_group_, rows_;
+  bool planes_ = false;
+  int64_t key_width_ = 0, value_width_ = 0;
 };
 
 // queries f32 [B, Hq, N, D] contiguous -> projected [B, Hq, N, keys.max_rank] (zeros past the

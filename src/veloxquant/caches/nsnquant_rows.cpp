@@ -7,6 +7,7 @@
 #include "base/half.h"
 #include "lm/kernels/attention_tiles.h"
 #include "lm/kernels/simd_dot.h"
+#include "veloxquant/attention/codeword_sum_rows.h"
 #include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant {
@@ -32,8 +33,7 @@ NsnQuantRows::NsnQuantRows(const quant::NsnTransform& key_transform, const quant
       rows_(rows),
       chunk_(chunk),
       dk_(key_transform.dim()),
-      dv_(value_transform.dim()),
-      lut_size_(key_transform.codes_per_row() * key_transform.codebook().entries()) {}
+      dv_(value_transform.dim()) {}
 
 namespace {
 // Row `row` of head (b, h) of a contiguous [B, H, cap, W] tensor, from a base pointer and strides
@@ -50,35 +50,39 @@ template <class T>
 HeadRows head_rows(const lm::Tensor& t, int64_t b, int64_t h) {
   return {reinterpret_cast<const std::byte*>(row_ptr<T>(t, b, h, 0)), t.strides()[2] * static_cast<int64_t>(sizeof(T))};
 }
+// Rows [j0, j0 + n) of (b, h)'s f16 (a, b) pairs [B, H, cap, 2] widened to f32 pairs.
+void widen_pairs(const lm::Tensor& pairs, int64_t b, int64_t h, int64_t j0, int64_t n, float* out) {
+  if (pairs.strides()[2] == 2) {  // rows side by side: one conversion for the tile
+    lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(pairs, b, h, j0), out, 2 * n);
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(pairs, b, h, j0 + j), out + 2 * j, 2);
+}
 }  // namespace
 
 void NsnQuantRows::prepare_query(const float* query, float* prepared) const {
   std::memcpy(prepared, query, sizeof(float) * static_cast<std::size_t>(dk_));
-  float* rotated = prepared + dk_;
-  kt_.rotate(query, rotated);
-  const quant::NsnCodebook& book = kt_.codebook();
-  const int sub = book.dim(), stages = book.stages(), entries = book.entries();
-  float* lut = prepared + 2 * dk_;
-  // LUT[t][k] = sum_e q'[e] c_k[e]; coordinate-major over the transposed
-  // codebook so the inner loop runs over contiguous codewords.
-  for (int64_t t = 0; t < kt_.codes_per_row(); ++t) {
-    const float* q = rotated + (t / stages) * sub;
-    const float* ct = book.transposed(static_cast<int>(t % stages));
-    float* row = lut + t * entries;
-    std::fill(row, row + entries, 0.0f);
-    // row += sum_e q[e] * (coordinate e of every codeword): the host's SIMD accumulate loop with the
-    // sub-vector's coordinates as weights (the scalar loop it replaces cost 22% of a decode step).
-    lm::kernels::tiles::accumulate_rows(q, sub, 1, ct, entries, sub, entries, row, entries);
-  }
+  kt_.rotate(query, prepared + dk_);
 }
 
 void NsnQuantRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                               float* scores, int64_t ld, attention::TileScratch& scratch) const {
-  const int64_t pd = prepared_dim(), per_row = kt_.codes_per_row(), entries = kt_.codebook().entries();
-  thread_local std::vector<float> mean, query_mean;
+  const int64_t pd = prepared_dim();
+  thread_local std::vector<float> mean, query_mean, scale_ab;
   const int64_t quantized_end = std::min(j1, frontier_);
   if (j0 < quantized_end) {
-    const HeadRows codes = head_rows<uint8_t>(key_codes_, b, h), ab = head_rows<uint16_t>(key_scales_, b, h);
+    // <q', z^_j> for the whole tile: the rows' codeword sums decoded once (one vector load and
+    // add per sub-vector and stage) and scored by the shared multi-query tile kernel, then each
+    // score finished as a_j <q', z^_j> + b_j <q', mu_c>.
+    const int64_t n = quantized_end - j0;
+    const quant::NsnCodebook& book = kt_.codebook();
+    float* tile = scratch.f32(static_cast<std::size_t>(n * dk_));
+    attention::kernels::codeword_sum_rows(row_ptr<uint8_t>(key_codes_, b, h, j0), key_codes_.strides()[2], n,
+                                          kt_.subvectors(), book.stages(), book.codeword(0, 0),
+                                          static_cast<int64_t>(book.entries()) * book.dim(), book.dim(), tile, dk_);
+    lm::kernels::tiles::score_rows(prepared + dk_, pd, n_queries, tile, dk_, n, dk_, scores, ld);
+    scale_ab.resize(static_cast<std::size_t>(2 * n));
+    widen_pairs(key_scales_, b, h, j0, n, scale_ab.data());
     query_mean.resize(static_cast<std::size_t>(n_queries));
     mean.resize(static_cast<std::size_t>(dk_));
     for (int64_t a = j0; a < quantized_end;) {
@@ -90,34 +94,11 @@ void NsnQuantRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, cons
         for (int64_t e = 0; e < dk_; ++e) s += q[e] * mean[static_cast<std::size_t>(e)];
         query_mean[static_cast<std::size_t>(r)] = s;
       }
-      const float* qm = query_mean.data();
-      const float* lut_base = prepared + 2 * dk_;
-      for (int64_t j = a; j < end; ++j) {
-        const uint8_t* code = codes.row<uint8_t>(j);
-        const uint16_t* pair = ab.row<uint16_t>(j);
-        const float sa = base::f16_to_f32(pair[0]), sb = base::f16_to_f32(pair[1]);
-        // Up to four queries per pass over the row's codes: each code byte is read once and its
-        // slot looked up in four tables (a missing query reads the first table, unused).
-        for (int64_t r0 = 0; r0 < n_queries; r0 += 4) {
-          const int64_t nr = std::min<int64_t>(4, n_queries - r0);
-          const float* l0 = lut_base + r0 * pd;
-          const float* l1 = nr > 1 ? l0 + pd : l0;
-          const float* l2 = nr > 2 ? l0 + 2 * pd : l0;
-          const float* l3 = nr > 3 ? l0 + 3 * pd : l0;
-          float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-          int64_t slot = 0;
-          for (int64_t t = 0; t < per_row; ++t, slot += entries) {
-            const int64_t k = slot + code[t];
-            s0 += l0[k];
-            s1 += l1[k];
-            s2 += l2[k];
-            s3 += l3[k];
-          }
-          const float part[4] = {s0, s1, s2, s3};
-          for (int64_t i = 0; i < nr; ++i) {
-            scores[(r0 + i) * ld + (j - j0)] = sa * part[i] + sb * qm[r0 + i];
-          }
-        }
+      const float* ab = scale_ab.data();
+      for (int64_t r = 0; r < n_queries; ++r) {
+        const float qm = query_mean[static_cast<std::size_t>(r)];
+        float* row = scores + r * ld;
+        for (int64_t j = a - j0; j < end - j0; ++j) row[j] = ab[2 * j] * row[j] + ab[2 * j + 1] * qm;
       }
       a = end;
     }
@@ -141,43 +122,19 @@ void NsnQuantRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
     const quant::NsnCodebook& book = vt_.codebook();
     const int sub = book.dim(), stages = book.stages();
     const int64_t nsub = vt_.subvectors();
-    const HeadRows codes = head_rows<uint8_t>(value_codes_, b, h), ab = head_rows<uint16_t>(value_scales_, b, h);
+    const HeadRows codes = head_rows<uint8_t>(value_codes_, b, h);
     thread_local std::vector<float> mean, folded, scale_a, scale_b;
     float* tile = scratch.f32(static_cast<std::size_t>(n * dv_));
     scale_a.resize(static_cast<std::size_t>(n));
     scale_b.resize(static_cast<std::size_t>(n));
-    const float* words = book.codeword(0, 0);
-    const int64_t stage_stride = static_cast<int64_t>(book.entries()) * sub;
-    for (int64_t j = j0; j < quantized_end; ++j) {
-      const uint8_t* code = codes.row<uint8_t>(j);
-      float* out = tile + (j - j0) * dv_;
-      if (sub == 8) {  // the default width: each sub-vector's stage sum in two vector registers
-        for (int64_t s = 0; s < nsub; ++s) {
-          const uint8_t* cs = code + s * stages;
-          float v[8];
-          const float* c = words + cs[0] * 8;
-          for (int e = 0; e < 8; ++e) v[e] = c[e];
-          for (int st = 1; st < stages; ++st) {
-            c = words + st * stage_stride + cs[st] * 8;
-            for (int e = 0; e < 8; ++e) v[e] += c[e];
-          }
-          for (int e = 0; e < 8; ++e) out[s * 8 + e] = v[e];
-        }
-      } else {
-        for (int64_t s = 0; s < nsub; ++s) {
-          const uint8_t* cs = code + s * stages;
-          float* o = out + s * sub;
-          const float* c = words + cs[0] * sub;
-          for (int e = 0; e < sub; ++e) o[e] = c[e];
-          for (int st = 1; st < stages; ++st) {
-            c = words + st * stage_stride + cs[st] * sub;
-            for (int e = 0; e < sub; ++e) o[e] += c[e];
-          }
-        }
-      }
-      const uint16_t* pair = ab.row<uint16_t>(j);
-      scale_a[static_cast<std::size_t>(j - j0)] = base::f16_to_f32(pair[0]);
-      scale_b[static_cast<std::size_t>(j - j0)] = base::f16_to_f32(pair[1]);
+    attention::kernels::codeword_sum_rows(codes.row<uint8_t>(j0), codes.stride, n, nsub, stages, book.codeword(0, 0),
+                                          static_cast<int64_t>(book.entries()) * sub, sub, tile, dv_);
+    thread_local std::vector<float> pairs;
+    pairs.resize(static_cast<std::size_t>(2 * n));
+    widen_pairs(value_scales_, b, h, j0, n, pairs.data());
+    for (int64_t j = 0; j < n; ++j) {
+      scale_a[static_cast<std::size_t>(j)] = pairs[static_cast<std::size_t>(2 * j)];
+      scale_b[static_cast<std::size_t>(j)] = pairs[static_cast<std::size_t>(2 * j + 1)];
     }
     folded.resize(static_cast<std::size_t>(n_queries * n));
     for (int64_t r = 0; r < n_queries; ++r) {

@@ -3,18 +3,19 @@
 // rows [0, frontier) from their codes, the full-precision residual rows [frontier, rows) from the
 // input dtype, one sequence.
 //
-// Keys (asymmetric distance): with q' the query rotated like the keys (quant/nsn_transform.h),
-//   <q, k^_j> = a_j <q', z^_j> + b_j <q', mu_c>,   <q', z^_j> = sum_t LUT[t][code_jt]
-// where LUT[t][k] = <q' sub-vector of t, codeword k of t's stage>: prepare_query builds the table
-// once per query (subvectors x stages x entries floats), a row then costs one lookup per code
-// byte, and <q', mu_c> is one dot product per chunk c.
+// Keys: with q' the query rotated like the keys (quant/nsn_transform.h),
+//   <q, k^_j> = a_j <q', z^_j> + b_j <q', mu_c>
+// A tile's z^_j are decoded once (attention/codeword_sum_rows.h: per sub-vector one vector load
+// and add per stage) and scored against all the tile's queries by the shared f32 tile kernel;
+// <q', mu_c> is one dot product per chunk c. (The first version built a lookup table per query,
+// sub-vectors x stages x entries floats, and paid one scalar lookup per code byte and query.)
 //
 // Values: the tile's rows are decoded in the rotated basis (a_j z^_j + b_j mu_c) into scratch and
 // accumulated per query there; the tile's per-query sum is rotated back once (linear, so one
 // inverse Hadamard per query per tile instead of one per row) and added to the accumulator, which
 // the residual rows fill in the model's basis directly.
 //
-// Prepared query layout: [raw q (dk) | rotated q' (dk) | LUT].
+// Prepared query layout: [raw q (dk) | rotated q' (dk)].
 #include <cstdint>
 
 #include "lm/tensor.h"
@@ -35,7 +36,7 @@ class NsnQuantRows final : public attention::RowSource {
   int64_t key_dim() const override { return dk_; }
   int64_t value_dim() const override { return dv_; }
   int64_t rows(int64_t, int64_t) const override { return rows_; }
-  int64_t prepared_dim() const override { return 2 * dk_ + lut_size_; }
+  int64_t prepared_dim() const override { return 2 * dk_; }
   void prepare_query(const float* query, float* prepared) const override;
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
                   int64_t ld, attention::TileScratch& scratch) const override;
@@ -52,7 +53,7 @@ class NsnQuantRows final : public attention::RowSource {
   const lm::Tensor& key_means_;
   const lm::Tensor& value_means_;
   attention::PlainRows tail_keys_, tail_values_;
-  int64_t frontier_, rows_, chunk_, dk_, dv_, lut_size_;
+  int64_t frontier_, rows_, chunk_, dk_, dv_;
 };
 
 }  // namespace veloxquant

@@ -47,6 +47,7 @@ void check_options(const PaluOptions& o) {
 // One quantized part of a row: components [first, first + count) at `bits`, in groups (the row
 // layout attention/affine_part_rows.h decodes).
 using Part = attention::kernels::AffinePart;
+using attention::kernels::AffinePlaneLayout;
 
 std::vector<Part> parts_of(const PaluOptions& o, int64_t rank) {
   const int64_t hi =
@@ -72,6 +73,7 @@ class PaluCodec final : public LatentCodec {
     groups_ = groups;
     ranks_ = lm::Tensor({batch, groups, 1, 1}, lm::DType::I32);
     parts_.assign(static_cast<std::size_t>(batch * groups), {});
+    layouts_.assign(static_cast<std::size_t>(batch * groups), {});
   }
   int64_t choose_rank(int64_t b, int64_t g, const std::vector<double>& variance) override {
     const int64_t width = static_cast<int64_t>(variance.size());
@@ -112,6 +114,14 @@ class PaluCodec final : public LatentCodec {
     const std::vector<Part>& parts = parts_[at(b, g)];
     attention::kernels::decode_affine_part_rows(first, stride, n, parts.data(), static_cast<int64_t>(parts.size()), out,
                                                 r);
+  }
+  bool plane_rows(int64_t b, int64_t g, PlaneRows* out) const override {
+    if (plain()) return false;
+    const AffinePlaneLayout& layout = layouts_[at(b, g)];
+    if (!layout.usable) return false;
+    const std::vector<Part>& parts = parts_[at(b, g)];
+    *out = {parts.data(), static_cast<int64_t>(parts.size()), &layout};
+    return true;
   }
   std::vector<lm::Tensor> state() const override { return {ranks_}; }
   void restore(const std::vector<lm::Tensor>& t) override {
@@ -164,6 +174,8 @@ class PaluCodec final : public LatentCodec {
   void set_rank(int64_t b, int64_t g, int64_t r) {
     cache_rows::row_ptr<int32_t>(ranks_, b, g, 0)[0] = static_cast<int32_t>(r);
     parts_[at(b, g)] = parts_of(o_, r);
+    const std::vector<Part>& parts = parts_[at(b, g)];
+    layouts_[at(b, g)] = attention::kernels::affine_plane_layout(parts.data(), static_cast<int64_t>(parts.size()));
   }
 
   PaluOptions o_;
@@ -171,6 +183,7 @@ class PaluCodec final : public LatentCodec {
   int64_t groups_ = 0;
   lm::Tensor ranks_;
   std::vector<std::vector<Part>> parts_;
+  std::vector<AffinePlaneLayout> layouts_;  // per (b, g), with parts_
 };
 
 const PaluOptions& checked(const PaluOptions& o) {

@@ -155,7 +155,14 @@ TEST(Palu, FusedAttentionEqualsAttentionOverFetchedRows) {
   const test_support::RowMaker rows = [](int64_t h, int64_t n, int64_t dim, uint64_t s) {
     return low_rank_rows(h, n, dim, 12, s);
   };
-  for (const PaluOptions& o : {options(std::nullopt), options(24, 1), options(std::nullopt, 4, false)}) {
+  // The plane path reads every width 1/2/4/8 in octets (partial ones too); 3 bits take the decode.
+  PaluOptions widths = options(std::nullopt);
+  widths.palu_hi_bit = 8;
+  widths.palu_lo_bit = 1;
+  widths.palu_group_size = 10;
+  PaluOptions three = options(20, 1);
+  three.palu_lo_bit = 3;
+  for (const PaluOptions& o : {options(std::nullopt), options(24, 1), options(std::nullopt, 4, false), widths, three}) {
     for (const std::vector<int64_t>& chunks :
          {std::vector<int64_t>{100, 17, 1, 1, 40}, std::vector<int64_t>{10, 30, 30, 1, 2}}) {
       const std::shared_ptr<lm::KVCache> fused = make_palu_cache(o), plain = make_palu_cache(o);

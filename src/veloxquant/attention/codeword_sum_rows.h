@@ -1,0 +1,27 @@
+#pragma once
+// Rows of residual vector-quantization codes decoded to f32 for the attention driver's tile
+// kernels (nsnquant, caches/nsnquant_rows.h; Highway, dispatched at run time, with a plain scalar
+// reference the kernel equals bit for bit).
+//
+// A row holds one code byte per (sub-vector s, stage st), sub-vector-major with the stages inner
+// (code s * stages + st); stage st's codebook holds `entries` codewords of `dim` floats at
+// words + st * stage_stride. A sub-vector decodes to the sum of its stages' codewords, added in
+// stage order (the order quant/nsn_codebook.h's decode uses):
+//
+//   out[j * out_stride + s * dim + e] = ((c_0[e] + c_1[e]) + c_2[e]) + ...
+//
+// With dim 8 (nsnquant's default) a sub-vector is one 8-lane vector: one load per stage and an add,
+// no per-coordinate loop; other widths take the scalar loop.
+#include <cstdint>
+
+namespace veloxquant::attention::kernels {
+
+void codeword_sum_rows(const uint8_t* codes, int64_t code_stride, int64_t n_rows, int64_t subvectors, int stages,
+                       const float* words, int64_t stage_stride, int dim, float* out, int64_t out_stride);
+
+namespace scalar {
+void codeword_sum_rows(const uint8_t* codes, int64_t code_stride, int64_t n_rows, int64_t subvectors, int stages,
+                       const float* words, int64_t stage_stride, int dim, float* out, int64_t out_stride);
+}  // namespace scalar
+
+}  // namespace veloxquant::attention::kernels
