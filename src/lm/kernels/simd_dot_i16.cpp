@@ -569,7 +569,7 @@ float DotI16Q2_K(const void* row, const I16Block* x, int64_t n) {
     const BlockQ2_K& block = blocks[b];
     const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
     for (int64_t h = 0; h < 2; ++h) {
-      for (int s = 0; s < 4; ++s) {
+      for (int64_t s = 0; s < 4; ++s) {
         const I16Block& xb = x[4 * h + s];
         VI32 p0 = hn::Zero(DI32()), p1 = hn::Zero(DI32()), m0 = hn::Zero(DI32()), m1 = hn::Zero(DI32());
         for (size_t l = 0; l < 32; l += N) {
@@ -607,7 +607,7 @@ float DotI16Q3_K(const void* row, const I16Block* x, int64_t n) {
     int16_t sc[16];
     for (int j = 0; j < 16; ++j) sc[j] = static_cast<int16_t>(unpack_q3_k_scale(block.scales, j) - 32);
     for (int64_t h = 0; h < 2; ++h) {
-      for (int s = 0; s < 4; ++s) {
+      for (int64_t s = 0; s < 4; ++s) {
         const int k = 4 * h + s;
         const auto bit = hn::Set(di16, static_cast<int16_t>(1 << k));
         VI32 p0 = hn::Zero(DI32()), p1 = hn::Zero(DI32());
