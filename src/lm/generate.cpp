@@ -98,26 +98,10 @@ std::string Utf8Stream::flush() {
   return out;
 }
 
-GenerationStats stream_generate(const Model& model, const Tokenizer& tokenizer,
-                                const std::vector<int32_t>& prompt_tokens, const GenerateOptions& options,
-                                const std::function<bool(const GenerationChunk&)>& on_token,
-                                PromptCache* prompt_cache) {
-  validate_generate_options(options);
-  Sampler sampler(sampler_options(options));
-  const int32_t vocab = model.config().vocab_size;
-  // A tokenizer may know fewer tokens than the model has logit rows (padded embeddings, or a
-  // mismatched tokenizer file): only ids the tokenizer can decode are ever sampled, instead of
-  // failing mid-generation after partial output.
-  const int32_t sampled_vocab = std::min(vocab, tokenizer.vocab_size());
-  if (sampled_vocab < 1) {
-    throw base::InvalidArgument("the tokenizer has no tokens (vocab_size " + std::to_string(tokenizer.vocab_size()) +
-                                ")");
-  }
+namespace {
 
-  // The caches: the caller's (continuing a prompt cache) or a fresh list for this call only.
-  PromptCache local;
-  PromptCache& state = prompt_cache ? *prompt_cache : local;
-  if (!prompt_cache) state.caches = make_prompt_cache(model);
+// The cached token count, after checking the cache list fits the model and its token record.
+int64_t checked_cached_tokens(const Model& model, const PromptCache& state) {
   if (state.caches.size() != model.layers().size()) {
     throw base::InvalidArgument("cache list has " + std::to_string(state.caches.size()) + " caches for a model of " +
                                 std::to_string(model.layers().size()) + " layers");
@@ -127,7 +111,14 @@ GenerationStats stream_generate(const Model& model, const Tokenizer& tokenizer,
     throw base::InvalidArgument("prompt cache holds " + std::to_string(cached) + " tokens but records " +
                                 std::to_string(state.tokens.size()) + " token ids");
   }
+  return cached;
+}
 
+// The tokens to prefill on top of `cached` ones: the prompt (BOS when both are empty), checked
+// against the vocabulary and the context; when everything is already cached, the last cached
+// token is rolled back and returned (its logits are not stored).
+std::vector<int32_t> tokens_to_prefill(const Tokenizer& tokenizer, const std::vector<int32_t>& prompt_tokens,
+                                       int32_t vocab, int64_t ctx, int64_t cached, PromptCache& state) {
   std::vector<int32_t> prompt = prompt_tokens;
   if (prompt.empty() && cached == 0) {
     // An empty prompt starts from BOS, as llama2.c does.
@@ -141,8 +132,6 @@ GenerationStats stream_generate(const Model& model, const Tokenizer& tokenizer,
                                   std::to_string(vocab));
     }
   }
-  const int64_t model_ctx = model.config().context_length;
-  const int64_t ctx = options.context_length.value_or(model_ctx);
   const int64_t total_prompt = cached + static_cast<int64_t>(prompt.size());
   if (ctx > 0 && total_prompt > ctx) {
     throw base::InvalidArgument("prompt of " + std::to_string(total_prompt) +
@@ -161,17 +150,13 @@ GenerationStats stream_generate(const Model& model, const Tokenizer& tokenizer,
     prompt.push_back(state.tokens.back());
     state.tokens.pop_back();
   }
+  return prompt;
+}
 
-  std::unordered_set<int32_t> stops(options.extra_stop_ids.begin(), options.extra_stop_ids.end());
-  if (const auto eos = tokenizer.eos_id()) stops.insert(*eos);
-  for (int32_t t : tokenizer.stop_ids()) stops.insert(t);
-
-  GenerationStats stats;
-  stats.prompt_tokens = static_cast<int64_t>(prompt.size());
-
-  // Prefill in chunks; the last chunk's last-position logits give the first token.
-  std::vector<float> logits, embeddings;
-  const auto prefill_start = Clock::now();
+// Prefill in chunks; the last chunk's last-position logits (in `logits`) give the first token.
+void prefill(const Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& options, PromptCache& state,
+             std::vector<float>& logits) {
+  std::vector<float> embeddings;
   const auto step = static_cast<std::size_t>(options.prefill_step_size);
   for (std::size_t begin = 0; begin < prompt.size(); begin += step) {
     const std::size_t end = std::min(prompt.size(), begin + step);
@@ -194,6 +179,44 @@ GenerationStats stream_generate(const Model& model, const Tokenizer& tokenizer,
       options.on_prefill_progress(static_cast<int64_t>(end), static_cast<int64_t>(prompt.size()));
     }
   }
+}
+
+}  // namespace
+
+GenerationStats stream_generate(const Model& model, const Tokenizer& tokenizer,
+                                const std::vector<int32_t>& prompt_tokens, const GenerateOptions& options,
+                                const std::function<bool(const GenerationChunk&)>& on_token,
+                                PromptCache* prompt_cache) {
+  validate_generate_options(options);
+  Sampler sampler(sampler_options(options));
+  const int32_t vocab = model.config().vocab_size;
+  // A tokenizer may know fewer tokens than the model has logit rows (padded embeddings, or a
+  // mismatched tokenizer file): only ids the tokenizer can decode are ever sampled, instead of
+  // failing mid-generation after partial output.
+  const int32_t sampled_vocab = std::min(vocab, tokenizer.vocab_size());
+  if (sampled_vocab < 1) {
+    throw base::InvalidArgument("the tokenizer has no tokens (vocab_size " + std::to_string(tokenizer.vocab_size()) +
+                                ")");
+  }
+
+  // The caches: the caller's (continuing a prompt cache) or a fresh list for this call only.
+  PromptCache local;
+  PromptCache& state = prompt_cache ? *prompt_cache : local;
+  if (!prompt_cache) state.caches = make_prompt_cache(model);
+  const int64_t cached = checked_cached_tokens(model, state);
+  const int64_t ctx = options.context_length.value_or(model.config().context_length);
+  const std::vector<int32_t> prompt = tokens_to_prefill(tokenizer, prompt_tokens, vocab, ctx, cached, state);
+
+  std::unordered_set<int32_t> stops(options.extra_stop_ids.begin(), options.extra_stop_ids.end());
+  if (const auto eos = tokenizer.eos_id()) stops.insert(*eos);
+  for (int32_t t : tokenizer.stop_ids()) stops.insert(t);
+
+  GenerationStats stats;
+  stats.prompt_tokens = static_cast<int64_t>(prompt.size());
+
+  std::vector<float> logits;
+  const auto prefill_start = Clock::now();
+  prefill(model, prompt, options, state, logits);
   stats.prompt_seconds = seconds_since(prefill_start);
   if (options.on_prompt_processed) options.on_prompt_processed(state);
   if (stats.prompt_seconds > 0) stats.prompt_tokens_per_s = static_cast<double>(prompt.size()) / stats.prompt_seconds;

@@ -99,6 +99,17 @@ std::string message_content(const json& content, const std::string& param) {
   return text;
 }
 
+// The role of message `at` (messages[i]); "developer" is OpenAI's newer name for the system turn.
+std::string message_role(const json& m, const std::string& at) {
+  const auto role = m.find("role");
+  if (role == m.end()) bad(at + ".role", "'" + at + ".role' is required");
+  const std::string r = string_field(*role, at + ".role");
+  if (r != "system" && r != "user" && r != "assistant" && r != "developer") {
+    bad(at + ".role", "'" + at + ".role' must be system, developer, user or assistant, got '" + r + "'");
+  }
+  return r == "developer" ? "system" : r;
+}
+
 std::vector<lm::ChatMessage> parse_messages(const json& value, const RequestLimits& limits) {
   if (!value.is_array()) wrong_type("messages", "an array of messages", value);
   if (value.empty()) bad("messages", "'messages' must hold at least one message");
@@ -111,16 +122,10 @@ std::vector<lm::ChatMessage> parse_messages(const json& value, const RequestLimi
     const json& m = value[i];
     const std::string at = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) wrong_type(at, "an object {\"role\", \"content\"}", m);
-    const auto role = m.find("role");
-    if (role == m.end()) bad(at + ".role", "'" + at + ".role' is required");
-    const std::string r = string_field(*role, at + ".role");
-    if (r != "system" && r != "user" && r != "assistant" && r != "developer") {
-      bad(at + ".role", "'" + at + ".role' must be system, developer, user or assistant, got '" + r + "'");
-    }
+    std::string role = message_role(m, at);
     const auto content = m.find("content");
     if (content == m.end()) bad(at + ".content", "'" + at + ".content' is required");
-    // "developer" is OpenAI's newer name for the system turn.
-    messages.push_back({r == "developer" ? "system" : r, message_content(*content, at + ".content")});
+    messages.push_back({std::move(role), message_content(*content, at + ".content")});
   }
   return messages;
 }
@@ -196,6 +201,38 @@ std::string error_body(const ApiError& error) {
 
 std::string dump_json(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+namespace {
+
+// "bits": one width, or a list of them (one per attention layer), as the text --bits takes.
+std::string bits_field(const json& value, const std::string& param) {
+  if (!value.is_array()) return std::to_string(integer_field(value, param, 1, 16));
+  if (value.empty()) bad(param, "'" + param + "' must not be an empty list");
+  std::string bits;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    if (i > 0) bits += ',';
+    bits += std::to_string(integer_field(value[i], param + "[" + std::to_string(i) + "]", 1, 16));
+  }
+  return bits;
+}
+
+// One "set" entry as the FIELD=VALUE text --set takes: a string as it is, a number or boolean
+// as JSON writes it, a list of numbers comma-separated.
+std::string set_assignment(const std::string& param, const std::string& name, const json& v) {
+  const std::string at = param + "." + name;  // the entry, in errors
+  std::string text = name + "=";
+  if (v.is_string()) return text + v.get<std::string>();
+  if (v.is_boolean() || v.is_number()) return text + v.dump();
+  if (!v.is_array()) wrong_type(at, "a string, number, boolean or list of numbers", v);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number()) wrong_type(at + "[" + std::to_string(i) + "]", "a number", v[i]);
+    if (i > 0) text += ',';
+    text += v[i].dump();
+  }
+  return text;
+}
+
+}  // namespace
+
 KvMethodFlags parse_cache_choice(const json& field) {
   if (!field.is_object()) wrong_type("veloxquant", "an object {\"method\", \"bits\", \"preset\", \"set\"}", field);
   KvMethodFlags flags;
@@ -206,36 +243,12 @@ KvMethodFlags parse_cache_choice(const json& field) {
     } else if (key == "preset") {
       flags.preset = string_field(value, param);
     } else if (key == "bits") {
-      if (value.is_array()) {
-        if (value.empty()) bad(param, "'" + param + "' must not be an empty list");
-        for (std::size_t i = 0; i < value.size(); ++i) {
-          if (i > 0) flags.bits += ',';
-          flags.bits += std::to_string(integer_field(value[i], param + "[" + std::to_string(i) + "]", 1, 16));
-        }
-      } else {
-        flags.bits = std::to_string(integer_field(value, param, 1, 16));
-      }
+      flags.bits = bits_field(value, param);
     } else if (key == "seed") {
       flags.seed = integer_field(value, param, 0, std::numeric_limits<int64_t>::max());
     } else if (key == "set") {
       if (!value.is_object()) wrong_type(param, "an object {FIELD: VALUE}", value);
-      for (const auto& [name, v] : value.items()) {
-        std::string text;
-        if (v.is_string()) {
-          text = v.get<std::string>();
-        } else if (v.is_boolean() || v.is_number()) {
-          text = v.dump();
-        } else if (v.is_array()) {
-          for (std::size_t i = 0; i < v.size(); ++i) {
-            if (!v[i].is_number()) wrong_type(param + "." + name + "[" + std::to_string(i) + "]", "a number", v[i]);
-            if (i > 0) text += ',';
-            text += v[i].dump();
-          }
-        } else {
-          wrong_type(param + "." + name, "a string, number, boolean or list of numbers", v);
-        }
-        flags.sets.push_back(name + "=" + text);
-      }
+      for (const auto& [name, v] : value.items()) flags.sets.push_back(set_assignment(param, name, v));
     } else {
       bad(param, "unknown field '" + param + "'; fields: method, preset, bits, seed, set");
     }

@@ -19,8 +19,8 @@ namespace apps::serve {
 // An error the client caused (or a state it must wait out); `status` is the HTTP status.
 class ApiError : public std::runtime_error {
  public:
-  ApiError(int status, std::string message, std::string param = "", std::string type = "invalid_request_error")
-      : std::runtime_error(std::move(message)), status_(status), param_(std::move(param)), type_(std::move(type)) {}
+  ApiError(int status, const std::string& message, std::string param = "", std::string type = "invalid_request_error")
+      : std::runtime_error(message), status_(status), param_(std::move(param)), type_(std::move(type)) {}
   int status() const { return status_; }
   const std::string& param() const { return param_; }
   const std::string& type() const { return type_; }

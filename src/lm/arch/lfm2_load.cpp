@@ -43,6 +43,24 @@ struct Lfm2Reader {
     }
     return v->integers;
   }
+
+  // A short convolution's taps, checked to be [kernel_size, channels]. Stored channel-major
+  // (each channel's L taps contiguous); the kernel wants tap-major.
+  std::vector<float> conv_taps(const std::string& name, int64_t kernel_size, int64_t channels) const {
+    const gguf::TensorInfo& conv = file.tensor(name);
+    if (conv.ne.size() != 2 || conv.ne[0] != kernel_size || conv.ne[1] != channels) {
+      std::string ne;
+      for (int64_t e : conv.ne) ne += (ne.empty() ? "" : ", ") + std::to_string(e);
+      throw fail("tensor '" + name + "' has ne [" + ne + "], expected [" + std::to_string(kernel_size) + ", " +
+                 std::to_string(channels) + "] (kernel size, channels)");
+    }
+    const std::vector<float> stored = floats(name);
+    std::vector<float> taps(stored.size());
+    for (int64_t ch = 0; ch < channels; ++ch) {
+      for (int64_t j = 0; j < kernel_size; ++j) taps[j * channels + ch] = stored[ch * kernel_size + j];
+    }
+    return taps;
+  }
 };
 
 }  // namespace
@@ -160,20 +178,7 @@ std::shared_ptr<LlamaModel> load_lfm2_model(const gguf::GgufFile& file, const Lo
     sc.kernel_size = kernel_size;
     sc.in_proj = file.weight(b + "shortconv.in_proj.weight");
     sc.out_proj = file.weight(b + "shortconv.out_proj.weight");
-    const std::string conv_name = b + "shortconv.conv.weight";
-    const gguf::TensorInfo& conv = file.tensor(conv_name);
-    if (conv.ne.size() != 2 || conv.ne[0] != kernel_size || conv.ne[1] != c.dim) {
-      std::string ne;
-      for (int64_t e : conv.ne) ne += (ne.empty() ? "" : ", ") + std::to_string(e);
-      throw r.fail("tensor '" + conv_name + "' has ne [" + ne + "], expected [" + std::to_string(kernel_size) + ", " +
-                   std::to_string(c.dim) + "] (kernel size, channels)");
-    }
-    // Stored channel-major (each channel's L taps contiguous); the kernel wants tap-major.
-    const std::vector<float> stored = r.floats(conv_name);
-    sc.taps.resize(stored.size());
-    for (int64_t ch = 0; ch < c.dim; ++ch) {
-      for (int64_t j = 0; j < kernel_size; ++j) sc.taps[j * c.dim + ch] = stored[ch * kernel_size + j];
-    }
+    sc.taps = r.conv_taps(b + "shortconv.conv.weight", kernel_size, c.dim);
   }
 
   try {

@@ -152,8 +152,8 @@ class GgufParser {
       case ValueType::U8:
         v.integer = read_pod<uint8_t>(key);
         break;
-      // NOLINTNEXTLINE(bugprone-signed-char-misuse): GGUF's I8 is a signed integer; it sign-extends on purpose.
       case ValueType::I8:
+        // NOLINTNEXTLINE(bugprone-signed-char-misuse): GGUF's I8 is a signed integer; it sign-extends on purpose.
         v.integer = read_pod<int8_t>(key);
         break;
       case ValueType::U16:

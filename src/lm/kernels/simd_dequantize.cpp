@@ -98,7 +98,7 @@ void DequantizeQ5_K(const void* src, float* dst, int64_t n) {
     const BlockQ5_K& block = blocks[b];
     const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
     float* y = dst + b * kQK_K;
-    for (int j = 0; j < 8; ++j) {
+    for (int64_t j = 0; j < 8; ++j) {
       uint8_t sc, mn;
       unpack_q4_k_scale(block.scales, j, sc, mn);
       const auto dl = hn::Set(df, d * static_cast<float>(sc)), ml = hn::Set(df, dmin * static_cast<float>(mn));
@@ -123,8 +123,8 @@ void DequantizeQ2_K(const void* src, float* dst, int64_t n) {
     const BlockQ2_K& block = blocks[b];
     const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
     float* y = dst + b * kQK_K;
-    for (int h = 0; h < 2; ++h) {
-      for (int s = 0; s < 4; ++s) {
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t s = 0; s < 4; ++s) {
         for (size_t l = 0; l < 32; l += N) {
           const uint8_t sc = block.scales[8 * h + 2 * s + static_cast<int>(l / 16)];
           const auto dl = hn::Set(df, d * static_cast<float>(sc & 0x0f));
@@ -148,8 +148,8 @@ void DequantizeQ3_K(const void* src, float* dst, int64_t n) {
     const BlockQ3_K& block = blocks[b];
     const float d = f16_scale(block.d);
     float* y = dst + b * kQK_K;
-    for (int h = 0; h < 2; ++h) {
-      for (int s = 0; s < 4; ++s) {
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t s = 0; s < 4; ++s) {
         const int k = 4 * h + s;
         for (size_t l = 0; l < 32; l += N) {
           const int sc = unpack_q3_k_scale(block.scales, 8 * h + 2 * s + static_cast<int>(l / 16)) - 32;
@@ -184,7 +184,7 @@ void DequantizeIQ4_XS(const void* src, float* dst, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const BlockIQ4_XS& block = blocks[b];
     const float d = f16_scale(block.d);
-    for (int j = 0; j < 8; ++j) {
+    for (int64_t j = 0; j < 8; ++j) {
       iq4_scaled(block.qs + 16 * j, d * static_cast<float>(unpack_iq4_xs_scale(block, j) - 32),
                  dst + b * kQK_K + 32 * j);
     }
@@ -250,7 +250,7 @@ void DequantizeQ4_K(const void* src, float* dst, int64_t n) {
     const BlockQ4_K& block = blocks[b];
     const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
     float* y = dst + b * kQK_K;
-    for (int j = 0; j < 8; ++j) {
+    for (int64_t j = 0; j < 8; ++j) {
       uint8_t sc, mn;
       unpack_q4_k_scale(block.scales, j, sc, mn);
       const auto dl = hn::Set(df, d * sc), ml = hn::Set(df, dmin * mn);
@@ -274,12 +274,12 @@ void DequantizeQ6_K(const void* src, float* dst, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const BlockQ6_K& block = blocks[b];
     const auto vd = hn::Set(df, f16_scale(block.d));
-    for (int half = 0; half < 2; ++half) {
+    for (int64_t half = 0; half < 2; ++half) {
       const uint8_t* ql = block.ql + 64 * half;
       const uint8_t* qh = block.qh + 32 * half;
       const int8_t* sc = block.scales + 8 * half;
       float* y = dst + b * kQK_K + 128 * half;
-      for (int k = 0; k < 4; ++k) {
+      for (int64_t k = 0; k < 4; ++k) {
         for (size_t l = 0; l < 32; l += N) {
           const auto lo = hn::And(hn::ShiftRightSame(load_codes(ql + l + 32 * (k & 1)), 4 * (k >> 1)), low4);
           const auto hi = hn::And(hn::ShiftRightSame(load_codes(qh + l), 2 * k), low2);

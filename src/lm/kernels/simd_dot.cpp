@@ -185,7 +185,7 @@ float DotQ4_K(const void* row, const float* x, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
     const BlockQ4_K& block = blocks[b];
     const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
-    for (int g = 0; g < 4; ++g) {
+    for (int64_t g = 0; g < 4; ++g) {
       uint8_t sc_lo, mn_lo, sc_hi, mn_hi;
       unpack_q4_k_scale(block.scales, 2 * g, sc_lo, mn_lo);
       unpack_q4_k_scale(block.scales, 2 * g + 1, sc_hi, mn_hi);
@@ -254,7 +254,7 @@ float DotQ5_K(const void* row, const float* x, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
     const BlockQ5_K& block = blocks[b];
     const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
-    for (int g = 0; g < 4; ++g) {
+    for (int64_t g = 0; g < 4; ++g) {
       uint8_t sc_lo, mn_lo, sc_hi, mn_hi;
       unpack_q4_k_scale(block.scales, 2 * g, sc_lo, mn_lo);
       unpack_q4_k_scale(block.scales, 2 * g + 1, sc_hi, mn_hi);
@@ -347,7 +347,7 @@ float DotIQ4_XS(const void* row, const float* x, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
     const BlockIQ4_XS& block = blocks[b];
     const float d = f16_scale(block.d);
-    for (int j = 0; j < 8; ++j) {
+    for (int64_t j = 0; j < 8; ++j) {
       const float dl = d * static_cast<float>(unpack_iq4_xs_scale(block, j) - 32);
       acc = hn::MulAdd(hn::Set(df, dl), iq4_block_dot(block.qs + 16 * j, x + 32 * j), acc);
     }
@@ -367,8 +367,8 @@ float DotQ2_K(const void* row, const float* x, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
     const BlockQ2_K& block = blocks[b];
     const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
-    for (int h = 0; h < 2; ++h) {
-      for (int s = 0; s < 4; ++s) {
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t s = 0; s < 4; ++s) {
         for (size_t l = 0; l < 32; l += N) {
           const uint8_t sc = block.scales[8 * h + 2 * s + static_cast<int>(l / 16)];
           const auto q = hn::And(hn::ShiftRightSame(hn::LoadU(du8, block.qs + 32 * h + l), 2 * s), three);
@@ -395,8 +395,8 @@ float DotQ3_K(const void* row, const float* x, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
     const BlockQ3_K& block = blocks[b];
     const float d = f16_scale(block.d);
-    for (int h = 0; h < 2; ++h) {
-      for (int s = 0; s < 4; ++s) {
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t s = 0; s < 4; ++s) {
         const int k = 4 * h + s;
         for (size_t l = 0; l < 32; l += N) {
           const int sc = unpack_q3_k_scale(block.scales, 8 * h + 2 * s + static_cast<int>(l / 16)) - 32;
@@ -427,7 +427,7 @@ float DotQ6_K(const void* row, const float* x, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
     const BlockQ6_K& block = blocks[b];
     const float d = f16_scale(block.d);
-    for (int half = 0; half < 2; ++half) {
+    for (int64_t half = 0; half < 2; ++half) {
       const uint8_t* ql = block.ql + 64 * half;
       const uint8_t* qh = block.qh + 32 * half;
       const int8_t* sc = block.scales + 8 * half;

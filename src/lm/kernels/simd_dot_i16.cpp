@@ -353,7 +353,7 @@ float DotI16Q4_K(const void* row, const I16Block* x, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
     const BlockQ4_K& block = blocks[b];
     const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
-    for (int g = 0; g < 4; ++g) {
+    for (int64_t g = 0; g < 4; ++g) {
       uint8_t sc_lo, mn_lo, sc_hi, mn_hi;
       unpack_q4_k_scale(block.scales, 2 * g, sc_lo, mn_lo);
       unpack_q4_k_scale(block.scales, 2 * g + 1, sc_hi, mn_hi);
@@ -452,7 +452,7 @@ float DotI16Q5_K(const void* row, const I16Block* x, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
     const BlockQ5_K& block = blocks[b];
     const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
-    for (int g = 0; g < 4; ++g) {
+    for (int64_t g = 0; g < 4; ++g) {
       uint8_t sc_lo, mn_lo, sc_hi, mn_hi;
       unpack_q4_k_scale(block.scales, 2 * g, sc_lo, mn_lo);
       unpack_q4_k_scale(block.scales, 2 * g + 1, sc_hi, mn_hi);
@@ -543,7 +543,7 @@ float DotI16IQ4_XS(const void* row, const I16Block* x, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
     const BlockIQ4_XS& block = blocks[b];
     const float d = f16_scale(block.d);
-    for (int j = 0; j < 8; ++j) {
+    for (int64_t j = 0; j < 8; ++j) {
       iq4_values(block.qs + 16 * j, values);
       const float scale = d * static_cast<float>(unpack_iq4_xs_scale(block, j) - 32) * x[j].d;
       acc = hn::MulAdd(hn::ConvertTo(df, i8_block_sum(values, x[j].q)), hn::Set(df, scale), acc);
@@ -568,8 +568,8 @@ float DotI16Q2_K(const void* row, const I16Block* x, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
     const BlockQ2_K& block = blocks[b];
     const float d = f16_scale(block.d), dmin = f16_scale(block.dmin);
-    for (int h = 0; h < 2; ++h) {
-      for (int s = 0; s < 4; ++s) {
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t s = 0; s < 4; ++s) {
         const I16Block& xb = x[4 * h + s];
         VI32 p0 = hn::Zero(DI32()), p1 = hn::Zero(DI32()), m0 = hn::Zero(DI32()), m1 = hn::Zero(DI32());
         for (size_t l = 0; l < 32; l += N) {
@@ -606,8 +606,8 @@ float DotI16Q3_K(const void* row, const I16Block* x, int64_t n) {
     const float d = f16_scale(block.d);
     int16_t sc[16];
     for (int j = 0; j < 16; ++j) sc[j] = static_cast<int16_t>(unpack_q3_k_scale(block.scales, j) - 32);
-    for (int h = 0; h < 2; ++h) {
-      for (int s = 0; s < 4; ++s) {
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t s = 0; s < 4; ++s) {
         const int k = 4 * h + s;
         const auto bit = hn::Set(di16, static_cast<int16_t>(1 << k));
         VI32 p0 = hn::Zero(DI32()), p1 = hn::Zero(DI32());
@@ -682,7 +682,7 @@ float DotI16Q6_K(const void* row, const I16Block* x, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K / kI16Block) {
     const BlockQ6_K& block = blocks[b];
     const float d = f16_scale(block.d);
-    for (int half = 0; half < 2; ++half) {
+    for (int64_t half = 0; half < 2; ++half) {
       const uint8_t* ql = block.ql + 64 * half;
       const uint8_t* qh = block.qh + 32 * half;
       const int8_t* sc = block.scales + 8 * half;

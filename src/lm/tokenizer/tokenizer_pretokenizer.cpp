@@ -136,74 +136,60 @@ size_t llama3_match(const Cursor& c, size_t p, size_t max_digits) {
   return 1;
 }
 
+// Where the stage's match starting at p ends, or p when nothing matches there.
+size_t stage_match_end(Stage stage, const Cursor& c, size_t p) {
+  switch (stage) {
+    case Stage::kGpt2:
+      return p + gpt2_match(c, p);
+    case Stage::kLlama3:
+      return p + llama3_match(c, p, 3);
+    case Stage::kQwen2:
+      return p + llama3_match(c, p, 1);
+    case Stage::kEachNumber:
+      return c.number(p) ? p + 1 : p;
+    case Stage::kNumberRuns: {
+      size_t e = p;
+      while (c.number(e)) ++e;
+      return e;
+    }
+    case Stage::kAsciiDigitTriples: {
+      auto digit = [&](size_t i) { return c.cp(i) >= '0' && c.cp(i) <= '9'; };
+      return digit(p) && digit(p + 1) && digit(p + 2) ? p + 3 : p;
+    }
+    case Stage::kPunctuationRuns: {
+      auto punct = [&](size_t i) {
+        if (!c.in(i)) return false;
+        const uint32_t v = c.cp(i);
+        return unicode::is_punctuation(v) || v == '$' || v == '+' || v == '<' || v == '=' || v == '>' || v == '^' ||
+               v == '~' || v == '|';
+      };
+      size_t e = p;
+      while (punct(e)) ++e;
+      return e;
+    }
+  }
+  return p;
+}
+
 // Splits each span with one regex; matches and the gaps between them both become spans.
+// (gpt2, llama3 and qwen2 match every code point, so they leave no gaps.)
 std::vector<Span> apply_stage(Stage stage, const std::vector<unicode::CodePoint>& cps, const std::vector<Span>& spans) {
   std::vector<Span> out;
   out.reserve(spans.size() * 2);
   for (const Span& span : spans) {
     const Cursor c(cps, span.end);
     size_t gap_begin = span.begin;
-    auto emit_match = [&](size_t begin, size_t end) {
-      if (gap_begin < begin) out.push_back({gap_begin, begin});
-      out.push_back({begin, end});
-      gap_begin = end;
-    };
     size_t p = span.begin;
     while (p < span.end) {
-      switch (stage) {
-        case Stage::kGpt2:
-        case Stage::kLlama3:
-        case Stage::kQwen2: {
-          // These regexes match every code point, so there are no gaps.
-          const size_t n = stage == Stage::kGpt2     ? gpt2_match(c, p)
-                           : stage == Stage::kLlama3 ? llama3_match(c, p, 3)
-                                                     : llama3_match(c, p, 1);
-          emit_match(p, p + n);
-          p += n;
-          break;
-        }
-        case Stage::kEachNumber:
-          if (c.number(p)) emit_match(p, p + 1);
-          ++p;
-          break;
-        case Stage::kNumberRuns:
-          if (c.number(p)) {
-            size_t e = p;
-            while (c.number(e)) ++e;
-            emit_match(p, e);
-            p = e;
-          } else {
-            ++p;
-          }
-          break;
-        case Stage::kAsciiDigitTriples: {
-          auto digit = [&](size_t i) { return c.cp(i) >= '0' && c.cp(i) <= '9'; };
-          if (digit(p) && digit(p + 1) && digit(p + 2)) {
-            emit_match(p, p + 3);
-            p += 3;
-          } else {
-            ++p;
-          }
-          break;
-        }
-        case Stage::kPunctuationRuns: {
-          auto punct = [&](size_t i) {
-            if (!c.in(i)) return false;
-            const uint32_t v = c.cp(i);
-            return unicode::is_punctuation(v) || v == '$' || v == '+' || v == '<' || v == '=' || v == '>' || v == '^' ||
-                   v == '~' || v == '|';
-          };
-          if (punct(p)) {
-            size_t e = p;
-            while (punct(e)) ++e;
-            emit_match(p, e);
-            p = e;
-          } else {
-            ++p;
-          }
-          break;
-        }
+      const size_t end = stage_match_end(stage, c, p);
+      if (end == p) {  // no match here: the gap grows
+        ++p;
+        continue;
       }
+      if (gap_begin < p) out.push_back({gap_begin, p});
+      out.push_back({p, end});
+      gap_begin = end;
+      p = end;
     }
     if (gap_begin < span.end) out.push_back({gap_begin, span.end});
   }

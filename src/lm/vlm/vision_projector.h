@@ -53,7 +53,7 @@ class PixelShuffleProjector : public VisionProjector {
   std::string kind() const override { return "idefics3"; }
   int input_dim() const override { return static_cast<int>(fc_.cols) / (scale_ * scale_); }
   int output_dim() const override { return static_cast<int>(fc_.rows); }
-  int64_t output_tokens(int64_t n) const override { return n / (scale_ * scale_); }
+  int64_t output_tokens(int64_t n) const override { return n / (int64_t{scale_} * scale_); }
   std::vector<float> project(const std::vector<float>& features, int64_t n) const override;
 
  private:

@@ -108,7 +108,7 @@ void dequantize_row_q4_k(const void* src, float* dst, int64_t n) {
     float* y = dst + b * kQK_K;
     // Four groups of 64 elements; each group's 32 qs bytes carry sub-block 2g in the low
     // nibbles and sub-block 2g+1 in the high nibbles.
-    for (int g = 0; g < 4; ++g) {
+    for (int64_t g = 0; g < 4; ++g) {
       const uint8_t* q = block.qs + 32 * g;
       uint8_t sc_lo, mn_lo, sc_hi, mn_hi;
       unpack_q4_k_scale(block.scales, 2 * g, sc_lo, mn_lo);
@@ -132,7 +132,7 @@ void dequantize_row_q6_k(const void* src, float* dst, int64_t n) {
     // Two halves of 128 elements. Within a half, element l + 32*k (k = 0..3) takes its low
     // four bits from ql[l + 32*(k&1)] (low nibble for k<2, high for k>=2) and its high two
     // bits from qh[l] at bit 2k; sub-block scale index is l/16 + 2k.
-    for (int half = 0; half < 2; ++half) {
+    for (int64_t half = 0; half < 2; ++half) {
       const uint8_t* ql = block.ql + 64 * half;
       const uint8_t* qh = block.qh + 32 * half;
       const int8_t* sc = block.scales + 8 * half;
@@ -152,52 +152,62 @@ void dequantize_row_q6_k(const void* src, float* dst, int64_t n) {
   }
 }
 
-void dequantize_row_q2_k(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ2_K*>(src);
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const BlockQ2_K& block = blocks[b];
-    const float d = base::f16_to_f32(block.d);
-    const float dmin = base::f16_to_f32(block.dmin);
-    float* y = dst + b * kQK_K;
-    // Element 128h + 32s + l: bits 2s of qs[32h + l], sub-block (128h + 32s + l) / 16.
-    for (int h = 0; h < 2; ++h) {
-      for (int s = 0; s < 4; ++s) {
-        for (int half = 0; half < 2; ++half) {
-          const uint8_t sc = block.scales[8 * h + 2 * s + half];
-          const float dl = d * static_cast<float>(sc & 0x0f);
-          const float ml = dmin * static_cast<float>(sc >> 4);
-          for (int l = 16 * half; l < 16 * half + 16; ++l) {
-            const int q = (block.qs[32 * h + l] >> (2 * s)) & 3;
-            y[128 * h + 32 * s + l] = dl * static_cast<float>(q) - ml;
-          }
+namespace {
+
+// One Q2_K block's kQK_K elements: element 128h + 32s + l is bits 2s of qs[32h + l], in
+// sub-block (128h + 32s + l) / 16.
+void dequantize_block_q2_k(const BlockQ2_K& block, float* y) {
+  const float d = base::f16_to_f32(block.d);
+  const float dmin = base::f16_to_f32(block.dmin);
+  for (int h = 0; h < 2; ++h) {
+    for (int s = 0; s < 4; ++s) {
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t sc = block.scales[8 * h + 2 * s + half];
+        const float dl = d * static_cast<float>(sc & 0x0f);
+        const float ml = dmin * static_cast<float>(sc >> 4);
+        for (int l = 16 * half; l < 16 * half + 16; ++l) {
+          const int q = (block.qs[32 * h + l] >> (2 * s)) & 3;
+          y[128 * h + 32 * s + l] = dl * static_cast<float>(q) - ml;
         }
       }
     }
   }
 }
 
-void dequantize_row_q3_k(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ3_K*>(src);
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const BlockQ3_K& block = blocks[b];
-    const float d = base::f16_to_f32(block.d);
-    float* y = dst + b * kQK_K;
-    // Element 128h + 32s + l: low bits at 2s of qs[32h + l], high bit at bit 4h + s of
-    // hmask[l] (set: q as is; clear: q - 4), sub-block (128h + 32s + l) / 16.
-    for (int h = 0; h < 2; ++h) {
-      for (int s = 0; s < 4; ++s) {
-        const int bit = 4 * h + s;
-        for (int half = 0; half < 2; ++half) {
-          const float dl = d * static_cast<float>(unpack_q3_k_scale(block.scales, 8 * h + 2 * s + half) - 32);
-          for (int l = 16 * half; l < 16 * half + 16; ++l) {
-            const int low = (block.qs[32 * h + l] >> (2 * s)) & 3;
-            const int q = low - (((block.hmask[l] >> bit) & 1) ? 0 : 4);
-            y[128 * h + 32 * s + l] = dl * static_cast<float>(q);
-          }
+}  // namespace
+
+void dequantize_row_q2_k(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ2_K*>(src);
+  for (int64_t b = 0; b < n / kQK_K; ++b) dequantize_block_q2_k(blocks[b], dst + b * kQK_K);
+}
+
+namespace {
+
+// One Q3_K block's kQK_K elements: element 128h + 32s + l has its low bits at 2s of
+// qs[32h + l] and its high bit at bit 4h + s of hmask[l] (set: q as is; clear: q - 4), in
+// sub-block (128h + 32s + l) / 16.
+void dequantize_block_q3_k(const BlockQ3_K& block, float* y) {
+  const float d = base::f16_to_f32(block.d);
+  for (int h = 0; h < 2; ++h) {
+    for (int s = 0; s < 4; ++s) {
+      const int bit = 4 * h + s;
+      for (int half = 0; half < 2; ++half) {
+        const float dl = d * static_cast<float>(unpack_q3_k_scale(block.scales, 8 * h + 2 * s + half) - 32);
+        for (int l = 16 * half; l < 16 * half + 16; ++l) {
+          const int low = (block.qs[32 * h + l] >> (2 * s)) & 3;
+          const int q = low - (((block.hmask[l] >> bit) & 1) ? 0 : 4);
+          y[128 * h + 32 * s + l] = dl * static_cast<float>(q);
         }
       }
     }
   }
+}
+
+}  // namespace
+
+void dequantize_row_q3_k(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ3_K*>(src);
+  for (int64_t b = 0; b < n / kQK_K; ++b) dequantize_block_q3_k(blocks[b], dst + b * kQK_K);
 }
 
 void dequantize_row_q5_k(const void* src, float* dst, int64_t n) {
@@ -208,7 +218,7 @@ void dequantize_row_q5_k(const void* src, float* dst, int64_t n) {
     const float dmin = base::f16_to_f32(block.dmin);
     float* y = dst + b * kQK_K;
     // Sub-block j = 2g + k: low bits from nibble k of qs[32g + l], fifth bit j of qh[l].
-    for (int j = 0; j < 8; ++j) {
+    for (int64_t j = 0; j < 8; ++j) {
       uint8_t sc, mn;
       unpack_q4_k_scale(block.scales, j, sc, mn);
       const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(mn);
@@ -228,7 +238,7 @@ void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n) {
     const BlockIQ4_XS& block = blocks[b];
     const float d = base::f16_to_f32(block.d);
     float* y = dst + b * kQK_K;
-    for (int j = 0; j < 8; ++j) {
+    for (int64_t j = 0; j < 8; ++j) {
       const float dl = d * static_cast<float>(unpack_iq4_xs_scale(block, j) - 32);
       const uint8_t* q = block.qs + 16 * j;
       for (int l = 0; l < 16; ++l) {

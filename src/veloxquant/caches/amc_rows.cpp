@@ -26,6 +26,25 @@ AmcLatentRows::AmcLatentRows(const AmcLatentTensors& t, const SvdqLayout& key_la
 
 const int32_t* AmcLatentRows::positions(int64_t b, int64_t h) const { return row_ptr<int32_t>(*t_.positions, b, h, 0); }
 
+namespace {
+
+// One row of r dense LSB-first codes of 8 or 4 bits, with one f16 (scale, min) pair per group
+// of `group` codes in p: two f16 conversions per group, not per coordinate.
+void decode_dense_row(const uint8_t* row, const uint16_t* p, int64_t r, int64_t group, int bits, float* z) {
+  for (int64_t first = 0, g = 0; first < r; first += group, ++g) {
+    const float scale = base::f16_to_f32(p[2 * g]), min = base::f16_to_f32(p[2 * g + 1]);
+    const int64_t last = std::min(r, first + group);
+    if (bits == 8) {
+      for (int64_t i = first; i < last; ++i) z[i] = static_cast<float>(row[i]) * scale + min;
+    } else {
+      for (int64_t i = first; i < last; ++i)
+        z[i] = static_cast<float>((row[i >> 1] >> ((i & 1) * 4)) & 15) * scale + min;
+    }
+  }
+}
+
+}  // namespace
+
 void AmcLatentRows::decode(const SvdqLayout& layout, const lm::Tensor& codes, const lm::Tensor& params, int64_t b,
                            int64_t h, int64_t j0, int64_t j1, float* tmp, float* out) const {
   const int64_t r = layout.coded, n = j1 - j0;
@@ -35,20 +54,8 @@ void AmcLatentRows::decode(const SvdqLayout& layout, const lm::Tensor& codes, co
   // (two f16 conversions per group and row, not per coordinate).
   if (bits == 8 || bits == 4) {
     for (int64_t j = 0; j < n; ++j) {
-      const uint8_t* row = row_ptr<uint8_t>(codes, b, h, j0 + j);
-      const uint16_t* p = row_ptr<uint16_t>(params, b, h, j0 + j);
-      float* z = out + j * r;
-      for (int64_t first = 0, g = 0; first < r; first += group_, ++g) {
-        const float scale = base::f16_to_f32(p[2 * g]), min = base::f16_to_f32(p[2 * g + 1]);
-        const int64_t last = std::min(r, first + group_);
-        if (bits == 8) {
-          for (int64_t i = first; i < last; ++i) z[i] = static_cast<float>(row[i]) * scale + min;
-        } else {
-          for (int64_t i = first; i < last; ++i) {
-            z[i] = static_cast<float>((row[i >> 1] >> ((i & 1) * 4)) & 15) * scale + min;
-          }
-        }
-      }
+      decode_dense_row(row_ptr<uint8_t>(codes, b, h, j0 + j), row_ptr<uint16_t>(params, b, h, j0 + j), r, group_, bits,
+                       out + j * r);
     }
     return;
   }

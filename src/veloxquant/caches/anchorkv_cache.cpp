@@ -288,7 +288,7 @@ void AnchorKvCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
         " anchors per head (anchorkv_anchor_frac x tokens) exceed the 65536 a record can index");
   }
   const int64_t new_anchors = std::min(spill, std::max<int64_t>(0, anchors_after - anchors_));
-  const double slot_bytes = static_cast<double>(residual_row_bytes() + 4 * 2);
+  const double slot_bytes = static_cast<double>(residual_row_bytes() + 8);  // codes + 4 f16 params
   const auto budget_slots = static_cast<int64_t>(
       std::floor(o_.anchorkv_theta * static_cast<double>(rows_after * (dk_ + dv_) * 2) / slot_bytes + 1e-9));
   const int64_t new_slots = std::clamp<int64_t>(budget_slots - slots_, 0, spill - new_anchors);

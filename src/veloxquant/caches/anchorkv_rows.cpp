@@ -56,12 +56,21 @@ const attention::CodeOrder& residual_order(int bits, int64_t d) {
   return *order;
 }
 
+// One stream's part of a residual slot: its codes start `code_offset` bytes into the slot's
+// codes (`row_bytes` of them), its (lo, step) `param_offset` f16s into the slot's params.
+struct ResidualStream {
+  int64_t code_offset;
+  int64_t param_offset;
+  int64_t row_bytes;
+};
+
 // The listed rows' packed codes of one stream side by side (`row_bytes` each) and their (lo, step).
 void gather_residual_codes(const lm::Tensor& codes, const lm::Tensor& params, int64_t b, int64_t h,
-                           const ResidualList& list, int64_t code_offset, int64_t param_offset, int64_t row_bytes,
-                           uint8_t* out, float* lo, float* step) {
-  const uint8_t* code_base = row_ptr<uint8_t>(codes, b, h, 0) + code_offset;
-  const uint16_t* param_base = row_ptr<uint16_t>(params, b, h, 0) + param_offset;
+                           const ResidualList& list, const ResidualStream& stream, uint8_t* out, float* lo,
+                           float* step) {
+  const int64_t row_bytes = stream.row_bytes;
+  const uint8_t* code_base = row_ptr<uint8_t>(codes, b, h, 0) + stream.code_offset;
+  const uint16_t* param_base = row_ptr<uint16_t>(params, b, h, 0) + stream.param_offset;
   const int64_t code_stride = codes.strides()[2], param_stride = params.strides()[2];
   for (int64_t i = 0; i < list.n; ++i) {
     std::memcpy(out + i * row_bytes, code_base + static_cast<int64_t>(list.slot[i]) * code_stride,
@@ -158,7 +167,7 @@ void AnchorKvRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, cons
       float* lo = scratch.f32_second(static_cast<std::size_t>(2 * list.n));
       float* step = lo + list.n;
       uint8_t* bytes = scratch.u8(static_cast<std::size_t>(list.n * row_bytes));
-      gather_residual_codes(c_.residual_codes_, c_.residual_params_, b, h, list, 0, 0, row_bytes, bytes, lo, step);
+      gather_residual_codes(c_.residual_codes_, c_.residual_params_, b, h, list, {0, 0, row_bytes}, bytes, lo, step);
       attention::kernels::unpack_planes(bytes, row_bytes, list.n, row_bytes, bits, res);
       // prepare_query put each query in code order after it, then its sum.
       attention::kernels::score_rows(prepared + d, pd, n_queries, res, d, list.n, d, res_dots, list.n);
@@ -227,8 +236,8 @@ void AnchorKvRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
       float* lo = sums + n_queries * dv;
       float* step = lo + list.n;
       uint8_t* bytes = scratch.u8(static_cast<std::size_t>(list.n * row_bytes));
-      gather_residual_codes(c_.residual_codes_, c_.residual_params_, b, h, list, dk * bits / 8, 2, row_bytes, bytes, lo,
-                            step);
+      gather_residual_codes(c_.residual_codes_, c_.residual_params_, b, h, list, {dk * bits / 8, 2, row_bytes}, bytes,
+                            lo, step);
       attention::kernels::unpack_planes(bytes, row_bytes, list.n, row_bytes, bits, res);
       std::fill(sums, sums + n_queries * dv, 0.0f);
       for (int64_t r = 0; r < n_queries; ++r) {

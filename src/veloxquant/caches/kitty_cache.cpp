@@ -207,7 +207,7 @@ void KittyCache::fused_attention(const lm::FusedAttentionRequest& request, lm::T
   const int64_t first = offset_;
   store(*request.keys, *request.values);
   attention::check_fused_shapes("KittyCache::fused_attention", q, *request.keys, batch_, heads_, dk_, dv_, out);
-  const KittyRows rows(hi_codes_, lo_codes_, key_params_, hi_mask_, tail_k_, values_, frontier_, offset_, group_,
+  const KittyRows rows({hi_codes_, lo_codes_, key_params_, hi_mask_}, tail_k_, values_, frontier_, offset_, group_,
                        *hi_order_, *lo_order_);
   const attention::RowSource* segments[] = {&rows};
   lm::Tensor contiguous_queries;

@@ -15,14 +15,13 @@ namespace veloxquant {
 
 using cache_rows::row_ptr;
 
-KittyRows::KittyRows(const lm::Tensor& hi_codes, const lm::Tensor& lo_codes, const lm::Tensor& key_params,
-                     const lm::Tensor& hi_mask, const lm::Tensor& tail_keys, const lm::Tensor& values, int64_t frontier,
+KittyRows::KittyRows(const QuantizedKeys& keys, const lm::Tensor& tail_keys, const lm::Tensor& values, int64_t frontier,
                      int64_t rows, int group, const attention::CodeOrder& hi_order,
                      const attention::CodeOrder& lo_order)
-    : hi_codes_(hi_codes),
-      lo_codes_(lo_codes),
-      key_params_(key_params),
-      hi_mask_(hi_mask),
+    : hi_codes_(keys.hi_codes),
+      lo_codes_(keys.lo_codes),
+      key_params_(keys.params),
+      hi_mask_(keys.hi_mask),
       tail_keys_(attention::PlainRows::of(tail_keys)),
       values_(attention::PlainRows::of(values)),
       frontier_(frontier),
@@ -193,11 +192,11 @@ void KittyRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
       const float* q = prepared + r * pd;
       for (int64_t j = 0; j < n_hi; ++j) {
         const int32_t c = hi_channel[static_cast<std::size_t>(j)];
-        folded_hi[static_cast<std::size_t>(r * n_hi + j)] = q[c] * pairs[static_cast<std::size_t>(2 * c)];
+        folded_hi[static_cast<std::size_t>(r * n_hi + j)] = q[c] * pairs[2 * static_cast<std::size_t>(c)];
       }
       for (int64_t j = 0; j < n_lo; ++j) {
         const int32_t c = lo_channel[static_cast<std::size_t>(j)];
-        folded_lo[static_cast<std::size_t>(r * n_lo + j)] = q[c] * pairs[static_cast<std::size_t>(2 * c)];
+        folded_lo[static_cast<std::size_t>(r * n_lo + j)] = q[c] * pairs[2 * static_cast<std::size_t>(c)];
       }
       float s = 0.0f;
       for (int64_t c = 0; c < d; ++c) s += q[c] * pairs[static_cast<std::size_t>(2 * c + 1)];

@@ -26,9 +26,17 @@ namespace veloxquant {
 
 class KittyRows final : public attention::RowSource {
  public:
+  // The quantized keys (rows below `frontier`): both planes' codes, the blocks' (scale, min)
+  // per channel and which channels are in the high plane.
+  struct QuantizedKeys {
+    const lm::Tensor& hi_codes;
+    const lm::Tensor& lo_codes;
+    const lm::Tensor& params;
+    const lm::Tensor& hi_mask;
+  };
+
   // rows: every stored row of a head (quantized ones below `frontier`, tail rows after it).
-  KittyRows(const lm::Tensor& hi_codes, const lm::Tensor& lo_codes, const lm::Tensor& key_params,
-            const lm::Tensor& hi_mask, const lm::Tensor& tail_keys, const lm::Tensor& values, int64_t frontier,
+  KittyRows(const QuantizedKeys& keys, const lm::Tensor& tail_keys, const lm::Tensor& values, int64_t frontier,
             int64_t rows, int group, const attention::CodeOrder& hi_order, const attention::CodeOrder& lo_order);
 
   int64_t key_dim() const override { return dk_; }

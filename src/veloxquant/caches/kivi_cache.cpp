@@ -28,6 +28,32 @@ using cache_rows::row_ptr;
 
 namespace {
 constexpr const char* kPlainType = "KiviCache";
+
+// A flushed block's key codes again, against fitted levels: per channel of each group of
+// `group` tokens, with the group's affine params (row-major block of `blocks * group` rows).
+void encode_key_levels(const float* block, const core::GroupParams* params, const float* levels, int n_levels,
+                       int64_t blocks, int64_t group, int64_t dim, uint8_t* codes) {
+  for (int64_t g = 0; g < blocks; ++g) {
+    for (int64_t c = 0; c < dim; ++c) {
+      const int64_t at = g * group * dim + c;
+      encode_group_levels(block + at, static_cast<std::size_t>(group), static_cast<std::size_t>(dim),
+                          params[g * dim + c], levels, n_levels, codes + at);
+    }
+  }
+}
+
+// The value codes of `count` tokens again, against fitted levels: per token over `n_groups`
+// channel groups of `group` channels (the last may be shorter).
+void encode_value_levels(const float* block, const core::GroupParams* params, const float* levels, int n_levels,
+                         int64_t count, int64_t n_groups, int64_t group, int64_t dim, uint8_t* codes) {
+  for (int64_t t = 0; t < count; ++t) {
+    for (int64_t g = 0; g < n_groups; ++g) {
+      const int64_t begin = g * group, n = std::min<int64_t>(group, dim - begin);
+      encode_group_levels(block + t * dim + begin, static_cast<std::size_t>(n), 1, params[t * n_groups + g], levels,
+                          n_levels, codes + t * dim + begin);
+    }
+  }
+}
 }  // namespace
 
 KiviCache::KiviCache(int head_dim, int bits, int group_size, int residual_length, KiviVariant variant)
@@ -158,23 +184,10 @@ void KiviCache::flush(std::vector<float>& pending_k, std::vector<float>& pending
                                static_cast<std::size_t>(group_), vcodes.data(), vparams.data());
       if (variant_.lloyd_iters > 0) {
         if (fit) fit_levels_for(b, h, kblock.data(), kparams.data(), vblock.data(), vparams.data(), count);
-        const float* kl = row_ptr<float>(levels_, b, h, 0);
-        const float* vl = row_ptr<float>(levels_, b, h, 1);
-        for (int64_t g = 0; g < blocks; ++g) {
-          for (int64_t c = 0; c < dk_; ++c) {
-            const int64_t at = g * group_ * dk_ + c;
-            encode_group_levels(kblock.data() + at, static_cast<std::size_t>(group_), static_cast<std::size_t>(dk_),
-                                kparams[static_cast<std::size_t>(g * dk_ + c)], kl, n_levels, kcodes.data() + at);
-          }
-        }
-        for (int64_t t = 0; t < count; ++t) {
-          for (int64_t g = 0; g < gv; ++g) {
-            const int64_t begin = g * group_, n = std::min<int64_t>(group_, dv_ - begin);
-            encode_group_levels(vblock.data() + t * dv_ + begin, static_cast<std::size_t>(n), 1,
-                                vparams[static_cast<std::size_t>(t * gv + g)], vl, n_levels,
-                                vcodes.data() + t * dv_ + begin);
-          }
-        }
+        encode_key_levels(kblock.data(), kparams.data(), row_ptr<float>(levels_, b, h, 0), n_levels, blocks, group_,
+                          dk_, kcodes.data());
+        encode_value_levels(vblock.data(), vparams.data(), row_ptr<float>(levels_, b, h, 1), n_levels, count, gv,
+                            group_, dv_, vcodes.data());
       }
       for (int64_t g = 0; g < blocks; ++g) {
         std::memcpy(row_ptr<uint16_t>(key_params_, b, h, frontier_ / group_ + g), kparams.data() + g * dk_,

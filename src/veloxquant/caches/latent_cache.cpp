@@ -416,7 +416,7 @@ void LatentCache::from_state(const std::vector<lm::Tensor>& state, const std::ve
   const lm::Tensor* tensors[] = {&state[0], &state[1], &state[2], &state[3],
                                  &state[4], &state[5], &state[6], &state[7]};
   LatentSide* sides[] = {&fresh.k_, &fresh.v_};
-  for (int s = 0; s < 2; ++s) {
+  for (int64_t s = 0; s < 2; ++s) {
     LatentSide& side = *sides[s];
     const lm::Tensor* const* t = tensors + 4 * s;
     side.width = t[1]->dim(3);

@@ -131,7 +131,8 @@ void train(ProductCodebook& book, const float* rows, int64_t n, int iterations, 
       const int64_t row = p / per_row, pos = book.shared ? p % per_row : b;
       std::memcpy(points.data() + i * sub, rows + row * dim + pos * sub, sizeof(float) * static_cast<std::size_t>(sub));
     }
-    const std::vector<float> words = lloyd(points.data(), take, sub, entries, iterations, seed + 7919u * b);
+    const std::vector<float> words =
+        lloyd(points.data(), take, sub, entries, iterations, seed + uint64_t{7919} * static_cast<uint64_t>(b));
     std::copy(words.begin(), words.end(), book.words.data() + b * entries * sub);
   }
 }
@@ -164,7 +165,7 @@ void Encoder::encode(const float* rows, int64_t n, uint8_t* packed, int64_t pack
   for (int64_t r = 0; r < n; ++r) {
     uint8_t* out = packed + r * packed_stride;
     std::memset(out, 0, static_cast<std::size_t>(book.row_bytes()));
-    for (int t = 0; t < book.n_sub; ++t) {
+    for (int64_t t = 0; t < book.n_sub; ++t) {
       const int64_t code =
           tables_->books[static_cast<std::size_t>(book.shared ? 0 : t)].nearest(rows + r * dim + t * book.sub);
       put_code(out, t, book.bits, static_cast<uint32_t>(code));
@@ -191,7 +192,7 @@ void decode_fixed(const ProductCodebook& book, const uint8_t* packed, float* out
       for (int e = 0; e < Sub; ++e) out[t * Sub + e] = w[e];
     }
   } else if (book.bits == 12) {  // two codes in three bytes
-    for (int t = 0; t + 1 < book.n_sub; t += 2) {
+    for (int64_t t = 0; t + 1 < book.n_sub; t += 2) {
       const uint8_t* p = packed + (t / 2) * 3;
       const uint32_t w3 = uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16);
       const float* a = words + t * book_stride + int64_t{w3 & 0xfffu} * Sub;
@@ -222,13 +223,13 @@ void decode_tile(const float* __restrict words, int64_t book_stride, int n_sub, 
                  const uint8_t* __restrict first, int64_t stride, int64_t n, float* __restrict out) {
   constexpr std::size_t kBytes = sizeof(float) * Sub;
   const int64_t dim = int64_t{n_sub} * Sub, row_bytes = (int64_t{n_sub} * bits + 7) / 8;
-  const auto word = [&](int t, uint64_t code) {
+  const auto word = [&](int64_t t, uint64_t code) {
     return words + (Shared ? 0 : t * book_stride) + static_cast<int64_t>(code) * Sub;
   };
   for (int64_t j = 0; j < n; ++j) {
     const uint8_t* packed = first + j * stride;
     float* o = out + j * dim;
-    int t = 0;
+    int64_t t = 0;
     if constexpr (Bits == 8) {
       for (; t < n_sub; ++t) std::memcpy(o + t * Sub, word(t, packed[t]), kBytes);
     } else if constexpr (Bits == 12) {
@@ -301,7 +302,7 @@ void decode_row(const ProductCodebook& book, const uint8_t* packed, float* out) 
     default:
       break;
   }
-  for (int t = 0; t < book.n_sub; ++t) {
+  for (int64_t t = 0; t < book.n_sub; ++t) {
     const uint32_t code = book.bits == 8 ? packed[t] : code_at(packed, t, book.bits);
     std::memcpy(out + t * book.sub, book.word(t, code), sizeof(float) * static_cast<std::size_t>(book.sub));
   }

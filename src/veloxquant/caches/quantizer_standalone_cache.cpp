@@ -80,22 +80,23 @@ void QuantizerStandaloneCache::score_keys(const float* query, const std::vector<
     if (n_outliers_ == 0) {
       // Plain mode: the slots of a range are back-to-back codes, scored in one call.
       quantizer_->score(prepared, key_slot(range.first), static_cast<std::size_t>(range.count), out);
-    } else {
-      for (int64_t i = 0; i < range.count; ++i) {
-        const uint8_t* slot = key_slot(range.first + i);
-        float score = 0.0f;
-        quantizer_->score(prepared, slot, 1, &score);
-        if (!outliers_.empty()) {
-          const uint8_t* part = slot + quantizer_->code_bytes();
-          uint16_t scale;
-          std::memcpy(&scale, part + n_outliers_, 2);
-          core::dequantize_int8_row(reinterpret_cast<const int8_t*>(part), picked.size(), scale, picked.data());
-          for (int j = 0; j < n_outliers_; ++j) {
-            score += query[outliers_[static_cast<std::size_t>(j)]] * picked[static_cast<std::size_t>(j)];
-          }
+      out += range.count;
+      continue;
+    }
+    for (int64_t i = 0; i < range.count; ++i) {
+      const uint8_t* slot = key_slot(range.first + i);
+      float score = 0.0f;
+      quantizer_->score(prepared, slot, 1, &score);
+      if (!outliers_.empty()) {
+        const uint8_t* part = slot + quantizer_->code_bytes();
+        uint16_t scale;
+        std::memcpy(&scale, part + n_outliers_, 2);
+        core::dequantize_int8_row(reinterpret_cast<const int8_t*>(part), picked.size(), scale, picked.data());
+        for (int j = 0; j < n_outliers_; ++j) {
+          score += query[outliers_[static_cast<std::size_t>(j)]] * picked[static_cast<std::size_t>(j)];
         }
-        out[i] = score;
       }
+      out[i] = score;
     }
     out += range.count;
   }

@@ -23,6 +23,17 @@ std::byte* row_bytes(lm::Tensor& t, int64_t b, int64_t h, int64_t row) {
   return t.raw_data() + (b * s[0] + h * s[1] + row * s[2]) * static_cast<int64_t>(t.element_size());
 }
 
+// The row a sink at i takes its place from: the nearest row of its key group [g0, g1) that is
+// not a sink (`sinks` sorted; ties to the earlier row), or -1 when the group holds sinks only.
+int64_t nearest_ordinary_row(const std::vector<int64_t>& sinks, int64_t i, int64_t g0, int64_t g1, int64_t group) {
+  for (int64_t dist = 1; dist < group; ++dist) {
+    for (const int64_t j : {i - dist, i + dist}) {
+      if (j >= g0 && j < g1 && !std::binary_search(sinks.begin(), sinks.end(), j)) return j;
+    }
+  }
+  return -1;
+}
+
 }  // namespace
 
 const char* sink_rule_name(SinkRule rule) {
@@ -108,15 +119,7 @@ void SinkRows::take(std::vector<float>& pk, std::vector<float>& pv, int64_t pend
     // keeps its rows: none of them is ever read back from the codes.
     for (const int64_t i : chosen) {
       const int64_t g0 = (i / group) * group, g1 = std::min(rows, g0 + group);
-      int64_t source = -1;
-      for (int64_t dist = 1; dist < group && source < 0; ++dist) {
-        for (const int64_t j : {i - dist, i + dist}) {
-          if (j >= g0 && j < g1 && !std::binary_search(chosen.begin(), chosen.end(), j)) {
-            source = j;
-            break;
-          }
-        }
-      }
+      const int64_t source = nearest_ordinary_row(chosen, i, g0, g1, group);
       if (source < 0) continue;
       for (int64_t h = 0; h < heads; ++h) {
         const int64_t base = (b * heads + h) * pending_rows + first;

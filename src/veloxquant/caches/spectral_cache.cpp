@@ -214,11 +214,13 @@ std::vector<float> SpectralCache::prepare_query(const float* query) const {
   std::vector<float> prepared(static_cast<std::size_t>(d_eff_ + dn_ + m_));
   std::copy(y.begin(), y.begin() + d_eff_, prepared.begin());
   if (dn_ > 0) noise_rotation_->forward(y.data() + d_eff_, prepared.data() + d_eff_);
+  // The rotated noise part, then its JL sketch (the query side of the QJL estimator).
+  const float* noise = prepared.data() + d_eff_;
+  float* sketch = prepared.data() + d_eff_ + dn_;
   for (int r = 0; r < m_; ++r) {
     double acc = 0.0;
-    for (int j = 0; j < dn_; ++j)
-      acc += double(jl_[static_cast<std::size_t>(r) * dn_ + j]) * prepared[static_cast<std::size_t>(d_eff_ + j)];
-    prepared[static_cast<std::size_t>(d_eff_ + dn_ + r)] = static_cast<float>(acc);
+    for (int j = 0; j < dn_; ++j) acc += double(jl_[static_cast<std::size_t>(r) * dn_ + j]) * noise[j];
+    sketch[r] = static_cast<float>(acc);
   }
   return prepared;
 }
@@ -243,10 +245,10 @@ float SpectralCache::score(const std::vector<float>& prepared, int64_t slot) con
   std::memcpy(&norm16, in, 2);
   std::vector<uint8_t> codes(static_cast<std::size_t>(dn_));
   core::unpack_dense(in + 2, codes.size(), bits_, codes.data());
+  const float* noise_query = prepared.data() + d_eff_;
   double noise = 0.0;
   for (int j = 0; j < dn_; ++j)
-    noise += double(prepared[static_cast<std::size_t>(d_eff_ + j)]) *
-             codebook_->centroids[codes[static_cast<std::size_t>(j)]];
+    noise += double(noise_query[j]) * codebook_->centroids[codes[static_cast<std::size_t>(j)]];
   acc += noise * base::f16_to_f32(norm16);
   in += 2 + core::dense_bytes(codes.size(), bits_);
   if (!qjl_) return static_cast<float>(acc);
@@ -254,9 +256,10 @@ float SpectralCache::score(const std::vector<float>& prepared, int64_t slot) con
   std::memcpy(&rnorm16, in, 2);
   std::vector<uint8_t> signs(static_cast<std::size_t>(m_));
   core::unpack_dense(in + 2, signs.size(), 1, signs.data());
+  const float* sketch_query = prepared.data() + d_eff_ + dn_;
   double sketch = 0.0;
   for (int r = 0; r < m_; ++r) {
-    const double s = prepared[static_cast<std::size_t>(d_eff_ + dn_ + r)];
+    const double s = sketch_query[r];
     sketch += signs[static_cast<std::size_t>(r)] ? s : -s;
   }
   // QJL estimator (arXiv 2406.03482 Lemma 3.2): <q, r> ~ sqrt(pi/2)/m * |r| * sum sign(S r) (S q).

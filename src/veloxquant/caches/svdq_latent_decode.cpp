@@ -46,55 +46,63 @@ HWY_BEFORE_NAMESPACE();
 namespace veloxquant::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The rows with 8-lane vectors: each 8-channel group of 1, 2, 4 or 8 bits is one vector of
+// codes (lane k holds bits [k b, (k + 1) b) of the group's b bytes, little-endian); other
+// groups take the scalar path.
+template <class DF>
+void decode_rows_8_lanes(DF df, const SvdqLayout& layout, const uint8_t* first_row, int64_t row_bytes, int64_t n_rows,
+                         const float* scale, const float* min, float* out) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::Rebind<uint8_t, DF> d8;
+  const auto lane = hn::Iota(du, 0);
+  const auto shift1 = lane, shift2 = hn::Add(lane, lane), shift4 = hn::ShiftLeft<2>(lane);
+  const auto mask1 = hn::Set(du, 1u), mask2 = hn::Set(du, 3u), mask4 = hn::Set(du, 15u);
+  for (int64_t j = 0; j < n_rows; ++j) {
+    const uint8_t* row = first_row + j * row_bytes;
+    float* dst = out + j * layout.coded;
+    for (const SvdqGroup& g : layout.groups) {
+      const uint8_t* codes = row + g.byte_offset;
+      hn::Vec<decltype(du)> c;
+      if (g.channels != 8) {
+        scalar::decode_group(codes, g.channels, g.bits, scale + g.first, min + g.first, dst + g.first);
+        continue;
+      }
+      switch (g.bits) {
+        case 8:
+          c = hn::PromoteTo(du, hn::LoadU(d8, codes));
+          break;
+        case 4: {
+          uint32_t word;
+          std::memcpy(&word, codes, 4);
+          c = hn::And(hn::Shr(hn::Set(du, word), shift4), mask4);
+          break;
+        }
+        case 2: {
+          uint16_t word;
+          std::memcpy(&word, codes, 2);
+          c = hn::And(hn::Shr(hn::Set(du, uint32_t{word}), shift2), mask2);
+          break;
+        }
+        case 1:
+          c = hn::And(hn::Shr(hn::Set(du, uint32_t{codes[0]}), shift1), mask1);
+          break;
+        default:
+          scalar::decode_group(codes, g.channels, g.bits, scale + g.first, min + g.first, dst + g.first);
+          continue;
+      }
+      const auto value = hn::MulAdd(hn::ConvertTo(df, hn::BitCast(hn::RebindToSigned<DF>(), c)),
+                                    hn::LoadU(df, scale + g.first), hn::LoadU(df, min + g.first));
+      hn::StoreU(value, df, dst + g.first);
+    }
+  }
+}
+
 void DecodeLatentRowsImpl(const SvdqLayout& layout, const uint8_t* first_row, int64_t row_bytes, int64_t n_rows,
                           const float* scale, const float* min, float* out) {
   const hn::CappedTag<float, 8> df;
   if constexpr (hn::MaxLanes(decltype(df)()) == 8) {
     if (hn::Lanes(df) == 8 && std::endian::native == std::endian::little) {
-      const hn::RebindToUnsigned<decltype(df)> du;
-      const hn::Rebind<uint8_t, decltype(df)> d8;
-      const auto lane = hn::Iota(du, 0);
-      // Lane k of a group holds code k: bits [k b, (k + 1) b) of the group's b bytes.
-      const auto shift1 = lane, shift2 = hn::Add(lane, lane), shift4 = hn::ShiftLeft<2>(lane);
-      const auto mask1 = hn::Set(du, 1u), mask2 = hn::Set(du, 3u), mask4 = hn::Set(du, 15u);
-      for (int64_t j = 0; j < n_rows; ++j) {
-        const uint8_t* row = first_row + j * row_bytes;
-        float* dst = out + j * layout.coded;
-        for (const SvdqGroup& g : layout.groups) {
-          const uint8_t* codes = row + g.byte_offset;
-          hn::Vec<decltype(du)> c;
-          if (g.channels != 8) {
-            scalar::decode_group(codes, g.channels, g.bits, scale + g.first, min + g.first, dst + g.first);
-            continue;
-          }
-          switch (g.bits) {
-            case 8:
-              c = hn::PromoteTo(du, hn::LoadU(d8, codes));
-              break;
-            case 4: {
-              uint32_t word;
-              std::memcpy(&word, codes, 4);
-              c = hn::And(hn::Shr(hn::Set(du, word), shift4), mask4);
-              break;
-            }
-            case 2: {
-              uint16_t word;
-              std::memcpy(&word, codes, 2);
-              c = hn::And(hn::Shr(hn::Set(du, uint32_t{word}), shift2), mask2);
-              break;
-            }
-            case 1:
-              c = hn::And(hn::Shr(hn::Set(du, uint32_t{codes[0]}), shift1), mask1);
-              break;
-            default:
-              scalar::decode_group(codes, g.channels, g.bits, scale + g.first, min + g.first, dst + g.first);
-              continue;
-          }
-          const auto value = hn::MulAdd(hn::ConvertTo(df, hn::BitCast(hn::RebindToSigned<decltype(df)>(), c)),
-                                        hn::LoadU(df, scale + g.first), hn::LoadU(df, min + g.first));
-          hn::StoreU(value, df, dst + g.first);
-        }
-      }
+      decode_rows_8_lanes(df, layout, first_row, row_bytes, n_rows, scale, min, out);
       return;
     }
   }

@@ -31,6 +31,10 @@ TurboQuantRvqCache::TurboQuantRvqCache(int head_dim, int bits, int64_t seed, int
 }
 
 TurboQuantRvqCache::~TurboQuantRvqCache() = default;
+TurboQuantRvqCache::TurboQuantRvqCache(const TurboQuantRvqCache&) = default;
+TurboQuantRvqCache& TurboQuantRvqCache::operator=(const TurboQuantRvqCache&) = default;
+TurboQuantRvqCache::TurboQuantRvqCache(TurboQuantRvqCache&&) noexcept = default;
+TurboQuantRvqCache& TurboQuantRvqCache::operator=(TurboQuantRvqCache&&) noexcept = default;
 
 std::size_t TurboQuantRvqCache::nbytes() const {
   return packed1_.storage_bytes() + packed2_.storage_bytes() + norms_.storage_bytes() + values_.storage_bytes() +

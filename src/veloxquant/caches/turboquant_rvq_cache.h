@@ -34,6 +34,12 @@ class TurboQuantRvqCache : public lm::KVCache {
   TurboQuantRvqCache(int head_dim, int bits, int64_t seed, int value_bits = 0,
                      quant::RvqStage2Scale stage2 = quant::RvqStage2Scale::kMatched);
   ~TurboQuantRvqCache() override;
+  // Copies share the tensors' storage (clone() deep-copies them); from_state() moves a rebuilt
+  // cache into place, so the move is declared next to the destructor.
+  TurboQuantRvqCache(const TurboQuantRvqCache&);
+  TurboQuantRvqCache& operator=(const TurboQuantRvqCache&);
+  TurboQuantRvqCache(TurboQuantRvqCache&&) noexcept;
+  TurboQuantRvqCache& operator=(TurboQuantRvqCache&&) noexcept;
 
   lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
   int64_t offset() const override { return offset_; }

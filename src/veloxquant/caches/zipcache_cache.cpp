@@ -320,7 +320,7 @@ void ZipCache::from_state(const std::vector<lm::Tensor>& state, const std::vecto
   blocks_tail::check_tail_state(rk, rv, offset - frontier, who, meta[4], meta[5]);
   fresh.allocate(rk.astype(dtype), rv.astype(dtype));
   const int64_t blocks = frontier / fresh.group_;
-  for (int tier = 0; tier < 2; ++tier) {
+  for (int64_t tier = 0; tier < 2; ++tier) {
     Tier& t = fresh.tiers_[static_cast<std::size_t>(tier)];
     const lm::Tensor* s = state.data() + 5 * tier;
     const int64_t rows = blocks * t.per_block;

@@ -52,6 +52,23 @@ const XkvOptions& checked(const XkvOptions& o) {
 }
 
 int64_t round_up(int64_t x, int64_t step) { return (x + step - 1) / step * step; }
+
+// Latent coordinates of n keys: z[t * coded + i] = <direction i, key t - mean>, with the mean
+// in row 0 of head (b, h) of the basis table and the directions in rows 1..coded (double sums).
+void project_keys(const lm::Tensor& table, int64_t b, int64_t h, const float* keys, int64_t n, int64_t dim,
+                  int64_t coded, float* z) {
+  const float* mean = row_ptr<float>(table, b, h, 0);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* key = keys + t * dim;
+    for (int64_t i = 0; i < coded; ++i) {
+      const float* dir = row_ptr<float>(table, b, h, 1 + i);
+      double dot = 0.0;
+      for (int64_t c = 0; c < dim; ++c) dot += static_cast<double>(dir[c]) * (key[c] - mean[c]);
+      z[t * coded + i] = static_cast<float>(dot);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<XkvRole> xkv_roles(std::size_t n_attention_layers, int group_size) {
@@ -151,18 +168,9 @@ void XkvCache::flush() {
       const int64_t bh = b * heads_ + h;
       std::byte* head = blocks_tail::head_rows(pending_, bh, pending_capacity_, dk_);
       cache_rows::load_f32(head, dtype_, rows.size(), rows.data());
-      const float* mean = row_ptr<float>(basis_->table, b, h, 0);
       for (int64_t k = 0; k < blocks; ++k) {
         const int64_t block = frontier_ / group_ + k;
-        for (int64_t t = 0; t < group_; ++t) {
-          const float* key = rows.data() + (k * group_ + t) * dk_;
-          for (int64_t i = 0; i < coded; ++i) {
-            const float* dir = row_ptr<float>(basis_->table, b, h, 1 + i);
-            double dot = 0.0;
-            for (int64_t c = 0; c < dk_; ++c) dot += static_cast<double>(dir[c]) * (key[c] - mean[c]);
-            z[static_cast<std::size_t>(t * coded + i)] = static_cast<float>(dot);
-          }
-        }
+        project_keys(basis_->table, b, h, rows.data() + k * group_ * dk_, group_, dk_, coded, z.data());
         auto* params = reinterpret_cast<core::GroupParams*>(row_ptr<uint16_t>(params_, b, h, block));
         for (int64_t i = 0; i < coded; ++i) {
           params[i] = core::quantize_group(z.data() + i, static_cast<std::size_t>(group_),

@@ -23,6 +23,21 @@ int64_t words_for(int64_t dim, int bits) {
   return static_cast<int64_t>(core::packed_words(static_cast<std::size_t>(dim), bits));
 }
 
+// Packs `rows` rows of `dim` codes (one byte each) into rows [0, rows) of head (b, h) of dst.
+void pack_code_rows(const uint8_t* codes, int64_t rows, int64_t dim, int bits, lm::Tensor& dst, int64_t b, int64_t h) {
+  for (int64_t t = 0; t < rows; ++t) {
+    core::pack_words(codes + t * dim, static_cast<std::size_t>(dim), bits, row_ptr<uint32_t>(dst, b, h, t));
+  }
+}
+
+// The inverse: rows [0, rows) of head (b, h) of src as one byte per code.
+void unpack_code_rows(const lm::Tensor& src, int64_t b, int64_t h, int64_t rows, int64_t dim, int bits,
+                      uint8_t* codes) {
+  for (int64_t t = 0; t < rows; ++t) {
+    core::unpack_words(row_ptr<uint32_t>(src, b, h, t), static_cast<std::size_t>(dim), bits, codes + t * dim);
+  }
+}
+
 // A new [B, H, rows, W] tensor holding rows [0, rows) of the given per-block tensors one after
 // the other (state(): the blocks as one contiguous run).
 lm::Tensor concat_rows(const std::vector<std::pair<const lm::Tensor*, int64_t>>& parts, int64_t b, int64_t h,
@@ -137,18 +152,10 @@ XQuantCache::Block XQuantCache::make_block(const std::vector<float>& pk, const s
             row_ptr<float>(is_key ? block.key_params : block.value_params, b, h, 0));
         if (own) {
           cross_layer::quantize_token_groups(x, rows, d, group_, base_bits_, codes.data(), params);
-          lm::Tensor& dst = is_key ? own->key_codes : own->value_codes;
-          for (int64_t t = 0; t < rows; ++t) {
-            core::pack_words(codes.data() + t * d, static_cast<std::size_t>(d), base_bits_,
-                             row_ptr<uint32_t>(dst, b, h, t));
-          }
+          pack_code_rows(codes.data(), rows, d, base_bits_, is_key ? own->key_codes : own->value_codes, b, h);
         } else {
           // Reuse: the anchor's code assignment, this layer's own (scale, min).
-          const lm::Tensor& src = is_key ? shared->key_codes : shared->value_codes;
-          for (int64_t t = 0; t < rows; ++t) {
-            core::unpack_words(row_ptr<uint32_t>(src, b, h, t), static_cast<std::size_t>(d), base_bits_,
-                               codes.data() + t * d);
-          }
+          unpack_code_rows(is_key ? shared->key_codes : shared->value_codes, b, h, rows, d, base_bits_, codes.data());
           cross_layer::fit_token_group_params(x, rows, d, group_, base_bits_, params);
         }
         if (!has_residual()) continue;
@@ -157,11 +164,8 @@ XQuantCache::Block XQuantCache::make_block(const std::vector<float>& pk, const s
         auto* rparams = reinterpret_cast<TokenGroupParams*>(
             row_ptr<float>(is_key ? block.key_residual_params : block.value_residual_params, b, h, 0));
         cross_layer::quantize_token_groups(residual.data(), rows, d, group_, residual_bits_, codes.data(), rparams);
-        lm::Tensor& rdst = is_key ? block.key_residual_codes : block.value_residual_codes;
-        for (int64_t t = 0; t < rows; ++t) {
-          core::pack_words(codes.data() + t * d, static_cast<std::size_t>(d), residual_bits_,
-                           row_ptr<uint32_t>(rdst, b, h, t));
-        }
+        pack_code_rows(codes.data(), rows, d, residual_bits_,
+                       is_key ? block.key_residual_codes : block.value_residual_codes, b, h);
       }
     }
   }

@@ -71,6 +71,14 @@ SideResult finish(const std::string& name, const SideTotals& totals, int64_t n_f
   return r;
 }
 
+// One target a method predicted, beside the baseline's row: its log-probability when the
+// target is scored, KL and top-1 agreement when it is compared.
+void add_method_target(SideTotals& totals, std::span<const float> base_row, std::span<const float> row,
+                       int32_t target_token, bool scored, bool compared) {
+  if (scored) totals.ppl.add(token_log_prob(row, target_token));
+  if (compared) totals.agreement.add(kl_divergence(base_row, row), argmax(base_row) == argmax(row));
+}
+
 }  // namespace
 
 EvalRun run_evaluation(const lm::Model& model, std::span<const int32_t> tokens, std::optional<int32_t> bos,
@@ -128,12 +136,9 @@ EvalRun run_evaluation(const lm::Model& model, std::span<const int32_t> tokens, 
       for (std::size_t m = 0; m < methods.size(); ++m) {
         method_totals[m].seconds += timed_forward(model, batch, caches[m], last, method_rows);
         for_each_target([&](int64_t r, int64_t target) {
-          const std::span<const float> base_row(base_rows.data() + r * vocab, vocab);
-          const std::span<const float> row(method_rows.data() + r * vocab, vocab);
-          if (target >= w.score_begin) method_totals[m].ppl.add(token_log_prob(row, tokens[target]));
-          if (target >= w.compare_begin) {
-            method_totals[m].agreement.add(kl_divergence(base_row, row), argmax(base_row) == argmax(row));
-          }
+          add_method_target(method_totals[m], std::span<const float>(base_rows.data() + r * vocab, vocab),
+                            std::span<const float>(method_rows.data() + r * vocab, vocab), tokens[target],
+                            target >= w.score_begin, target >= w.compare_begin);
         });
       }
     }

@@ -253,6 +253,47 @@ void EvictionCache::fused_attention(const lm::FusedAttentionRequest& request, lm
   }
 }
 
+namespace {
+
+// The row a decode step evicts when one new row overflows the budget, or -1 when every row
+// is a sink or protected. Rows [0, total) with their positions and scores (the policy's rule
+// for a single token, eviction_policy.h).
+int64_t single_victim(const EvictionPolicy& policy, const int32_t* positions, const float* scores, int64_t total,
+                      int64_t protect, int64_t step) {
+  int64_t victim = -1;
+  if (!policy.uses_scores()) {
+    // streaming_llm: the oldest row that is not a sink.
+    for (int64_t j = 0; j < total && victim < 0; ++j) {
+      if (positions[j] >= policy.n_sink) victim = j;
+    }
+    return victim;
+  }
+  // The first minimum (of the rank: score plus keyformer's noise) outside the sinks and the
+  // newest `protect` rows.
+  float victim_rank = 0.0f;
+  if (!policy.has_noise()) {
+    // Without noise the rank is the score: a plain first-minimum scan.
+    for (int64_t j = 0; j < total - protect; ++j) {
+      if (positions[j] >= policy.n_sink && (victim < 0 || scores[j] < victim_rank)) {
+        victim = j;
+        victim_rank = scores[j];
+      }
+    }
+    return victim;
+  }
+  for (int64_t j = 0; j < total - protect; ++j) {
+    if (positions[j] < policy.n_sink) continue;
+    const float r = policy.rank(scores[j], positions[j], step);
+    if (victim < 0 || r < victim_rank) {
+      victim = j;
+      victim_rank = r;
+    }
+  }
+  return victim;
+}
+
+}  // namespace
+
 // One new row per head: the policy's rule for a single token (eviction_policy.h) applied
 // directly — scores updated from the driver's weights, at most one victim, the storage
 // compacted past it — with nothing decoded and no per-step allocation.
@@ -291,40 +332,10 @@ void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& 
         std::copy_n(rows_.scores(b, h), stored, scores.data());
         scores[static_cast<std::size_t>(stored)] = policy_.arrival_score(new_k.data() + bh * dk, dk, 0.0f);
       }
-      int64_t victim = -1;
-      if (over) {
-        if (!policy_.uses_scores()) {
-          // streaming_llm: the oldest row that is not a sink.
-          for (int64_t j = 0; j < total && victim < 0; ++j) {
-            if (positions[static_cast<std::size_t>(j)] >= policy_.n_sink) victim = j;
-          }
-        } else {
-          // The first minimum (of the rank: score plus keyformer's noise) outside the sinks and
-          // the newest `protect` rows.
-          float victim_rank = 0.0f;
-          if (!policy_.has_noise()) {
-            // Without noise the rank is the score: a plain first-minimum scan.
-            const float* sc = scores.data();
-            const int32_t* ps = positions.data();
-            for (int64_t j = 0; j < total - protect; ++j) {
-              if (ps[j] >= policy_.n_sink && (victim < 0 || sc[j] < victim_rank)) {
-                victim = j;
-                victim_rank = sc[j];
-              }
-            }
-          }
-          for (int64_t j = 0; j < total - protect && policy_.has_noise(); ++j) {
-            const int32_t position = positions[static_cast<std::size_t>(j)];
-            if (position < policy_.n_sink) continue;
-            const float r = policy_.rank(scores[static_cast<std::size_t>(j)], position, offset_);
-            if (victim < 0 || r < victim_rank) {
-              victim = j;
-              victim_rank = r;
-            }
-          }
-        }
-        if (victim < 0)
-          throw std::logic_error(type_name_ + ": no evictable row (sinks and protected rows fill the budget)");
+      const int64_t victim =
+          over ? single_victim(policy_, positions.data(), scores.data(), total, protect, offset_) : -1;
+      if (over && victim < 0) {
+        throw std::logic_error(type_name_ + ": no evictable row (sinks and protected rows fill the budget)");
       }
       kept.clear();
       for (int32_t j = 0; j < total; ++j) {

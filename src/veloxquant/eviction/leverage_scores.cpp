@@ -120,7 +120,7 @@ void tridiagonal_qr(std::vector<double> d_in, std::vector<double> e, double* q, 
   while (m > 0 && steps < 60 * n) {
     const auto negligible = [&](int i) {
       return std::fabs(e[static_cast<std::size_t>(i)]) <=
-             eps * (std::fabs(d[static_cast<std::size_t>(i)]) + std::fabs(d[static_cast<std::size_t>(i + 1)]));
+             eps * (std::fabs(d[static_cast<std::size_t>(i)]) + std::fabs(d[static_cast<std::size_t>(i) + 1]));
     };
     if (negligible(m - 1)) {
       e[static_cast<std::size_t>(m - 1)] = 0.0;

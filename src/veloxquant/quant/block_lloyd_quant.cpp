@@ -149,7 +149,7 @@ const BlockLevelTable& level_table(int bits, int block_size, BlockLloydQuantizer
   // do not depend on the block).
   const bool even = uses_even_levels(bits, levels);
   const std::size_t slot = even
-                               ? 9 * 4 + static_cast<std::size_t>(bits)
+                               ? std::size_t{9} * 4 + static_cast<std::size_t>(bits)
                                : static_cast<std::size_t>(bits) * 4 + static_cast<std::size_t>(block_index(block_size));
   if (even) block_index(block_size);  // still refuses a bad block size
   static std::array<BlockLevelTable, 9 * 4 + 9> tables;

@@ -11,6 +11,22 @@
 
 namespace veloxquant::cache_rows {
 
+namespace {
+
+// Rows [0, rows) of one head of a strided tensor t (src: the head's first element), element by
+// element, into dense rows at dst.
+void copy_strided_head(const lm::Tensor& t, const std::byte* src, int64_t rows, std::byte* dst) {
+  const auto& s = t.strides();
+  const auto size = static_cast<int64_t>(t.element_size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t w = 0; w < t.dim(3); ++w) {
+      std::memcpy(dst + (r * t.dim(3) + w) * size, src + (r * s[2] + w * s[3]) * size, t.element_size());
+    }
+  }
+}
+
+}  // namespace
+
 lm::Tensor copy_rows(const lm::Tensor& t, int64_t rows, int64_t capacity) {
   const int64_t cap = capacity > rows ? capacity : rows;
   lm::Tensor out({t.dim(0), t.dim(1), cap, t.dim(3)}, t.dtype());
@@ -25,12 +41,7 @@ lm::Tensor copy_rows(const lm::Tensor& t, int64_t rows, int64_t capacity) {
       if (s[2] == t.dim(3) && s[3] == 1) {
         std::memcpy(dst, src, row_bytes * static_cast<std::size_t>(rows));
       } else {
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t w = 0; w < t.dim(3); ++w) {
-            std::memcpy(dst + (r * t.dim(3) + w) * static_cast<int64_t>(t.element_size()),
-                        src + (r * s[2] + w * s[3]) * static_cast<int64_t>(t.element_size()), t.element_size());
-          }
-        }
+        copy_strided_head(t, src, rows, dst);
       }
     }
   }

@@ -32,6 +32,10 @@ namespace {
 
 [[noreturn]] void fail_undefined(const Value& v) { throw EvalError(undefined_message(v)); }
 
+[[noreturn]] void fail_keyword(const std::string& fn, const char* problem, const std::string& key) {
+  throw EvalError(fn + "() " + problem + " '" + key + "'");
+}
+
 // Python-style binding of call arguments to parameter names. Absent ones are nullopt.
 using Bound = std::vector<std::optional<Value>>;
 Bound bind(const std::string& fn, const Args& args, std::initializer_list<const char*> names) {
@@ -47,8 +51,8 @@ Bound bind(const std::string& fn, const Args& args, std::initializer_list<const 
       if (key == n) break;
       ++i;
     }
-    if (i == names.size()) throw EvalError(fn + "() got an unexpected keyword argument '" + key + "'");
-    if (out[i]) throw EvalError(fn + "() got multiple values for argument '" + key + "'");
+    if (i == names.size()) fail_keyword(fn, "got an unexpected keyword argument", key);
+    if (out[i]) fail_keyword(fn, "got multiple values for argument", key);
     out[i] = value;
   }
   return out;
@@ -321,7 +325,7 @@ Value filter_tojson(const Value& v, const Args& a) {
 
 Value filter_int(const Value& v, const Args& a) {
   const Bound b = bind("int", a, {"default", "base"});
-  const Value fallback = b[0] ? *b[0] : Value::integer(0);
+  Value fallback = b[0] ? *b[0] : Value::integer(0);
   if (b[1] && need_int(*b[1], "int base") != 10) throw EvalUnsupported("int(base=...) other than 10");
   if (v.is_int() || v.is_bool()) return Value::integer(v.as_int());
   if (v.is_float()) {
@@ -359,7 +363,7 @@ Value filter_int(const Value& v, const Args& a) {
 
 Value filter_float(const Value& v, const Args& a) {
   const Bound b = bind("float", a, {"default"});
-  const Value fallback = b[0] ? *b[0] : Value::number(0.0);
+  Value fallback = b[0] ? *b[0] : Value::number(0.0);
   if (v.is_number()) return Value::number(v.as_double());
   if (!v.is_string()) return fallback;
   const std::string s = pystr::strip(v.as_string(), std::nullopt, true, true);
@@ -858,7 +862,7 @@ Value get_item(const Value& object, const Value& key) {
     if (found) return *found;
     if (key.is_string()) {
       if (object.is_dict()) {
-        const Value m = method(object, key.as_string());
+        Value m = method(object, key.as_string());
         if (!m.is_undefined()) return m;
       }
     }
@@ -971,7 +975,7 @@ std::vector<std::pair<std::string, Value>> make_globals(std::function<std::time_
                    const Bound b = bind("raise_exception", a, {"message"});
                    throw TemplateRaised(b[0] ? to_output(*b[0]) : std::string());
                  }));
-  g.emplace_back("strftime_now", Value::function("strftime_now", [now](const Args& a) {
+  g.emplace_back("strftime_now", Value::function("strftime_now", [now = std::move(now)](const Args& a) {
                    const Bound b = bind("strftime_now", a, {"format"});
                    const std::string& format = need_string(required(b, 0, "strftime_now", "format"), "strftime format");
                    const std::time_t t = now ? now() : std::time(nullptr);

@@ -25,7 +25,7 @@ class Evaluator {
  public:
   Evaluator(std::vector<std::pair<std::string, Value>> variables, const RenderLimits& limits) : limits_(limits) {
     scopes_.emplace_back();
-    for (auto& [k, v] : variables) scopes_.back()[k] = std::move(v);
+    for (auto& variable : variables) scopes_.back()[variable.first] = std::move(variable.second);
   }
 
   // Namespaces are the one mutable container, so an attribute assignment is the one way to

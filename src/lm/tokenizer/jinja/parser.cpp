@@ -97,6 +97,14 @@ class Parser {
     return n;
   }
 
+  static bool names_one_of(const Token& name, std::initializer_list<const char*> tags) {
+    if (name.kind != Token::Kind::kName) return false;
+    for (const char* tag : tags) {
+      if (name.text == tag) return true;
+    }
+    return false;
+  }
+
   // Statements up to (not including) a block tag named in `end`; leaves cur() at that name.
   std::vector<Node> subparse(std::initializer_list<const char*> end) {
     Depth depth(*this);
@@ -121,14 +129,9 @@ class Parser {
         expect(Token::Kind::kVarEnd, "'}}'");
         body.push_back(std::move(n));
       } else if (t.kind == Token::Kind::kBlockBegin) {
-        const Token& name = peek();
-        if (name.kind == Token::Kind::kName) {
-          for (const char* e : end) {
-            if (name.text == e) {
-              advance();
-              return body;
-            }
-          }
+        if (names_one_of(peek(), end)) {
+          advance();
+          return body;
         }
         advance();
         body.push_back(parse_statement());

@@ -255,7 +255,7 @@ std::string repr_string(const std::string& s) {
   const char quote = has_single && !has_double ? '"' : '\'';
   std::string out(1, quote);
   for (unsigned char c : s) {
-    if (c == quote || c == '\\') {
+    if (c == static_cast<unsigned char>(quote) || c == '\\') {
       out += '\\';
       out += static_cast<char>(c);
     } else if (c == '\n') {
