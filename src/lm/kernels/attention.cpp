@@ -191,10 +191,25 @@ void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, con
   const int64_t q_head_stride = g.n * d;
   // Positions of the first and last query: a tile every query sees whole needs no per-key test.
   const int64_t pos_first = g.t - g.n + u.i0, pos_last = g.t - g.n + u.i1 - 1;
+  // f16 keys in place (the host's own cache): decode scores them straight from the buffer, each
+  // row widened in registers once for the whole GQA group (no f32 copy of the tile).
+  const auto& ks = k.t.strides();
+  const uint16_t* k_f16 = !transpose && !k.blocks && k.t.dtype() == DType::F16 && ks[3] == 1
+                              ? reinterpret_cast<const uint16_t*>(k.t.raw_data()) + u.b * ks[0] + u.kv_head * ks[1]
+                              : nullptr;
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeyTile) {
     const int64_t j1 = std::min(j0 + kKeyTile, j_end), nk = j1 - j0;
-    load_rows_f32(k, u.b, u.kv_head, j0, j1, d, krows.data());
-    if (transpose) {
+    if (k_f16 && nq == 1) {
+      // One query per head (decode): the group's heads are queries q_head_stride apart, and
+      // their score rows kKeyTile apart.
+      tiles::score_rows_f16(q_head0, q_head_stride, group, k_f16 + j0 * ks[2], ks[2], nk, d, s.data(), kKeyTile);
+    } else if (k_f16) {
+      for (int64_t head = 0; head < group; ++head) {
+        tiles::score_rows_f16(q_head0 + head * q_head_stride, d, nq, k_f16 + j0 * ks[2], ks[2], nk, d,
+                              s.data() + head * nq * kKeyTile, kKeyTile);
+      }
+    } else if (transpose) {
+      load_rows_f32(k, u.b, u.kv_head, j0, j1, d, krows.data());
       // kt = key tile transposed, [d][kKeyTile], zero-padded past the last key.
       for (int64_t e = 0; e < d; ++e) {
         float* col = kt.data() + e * kKeyTile;
@@ -206,6 +221,7 @@ void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, con
         simd::scores_transposed(q, kt.data(), kKeyTile, d, kKeyTile, s.data() + r * kKeyTile);
       }
     } else {
+      load_rows_f32(k, u.b, u.kv_head, j0, j1, d, krows.data());
       for (int64_t head = 0; head < group; ++head) {
         tiles::score_rows(q_head0 + head * q_head_stride, d, nq, krows.data(), d, nk, d,
                           s.data() + head * nq * kKeyTile, kKeyTile);

@@ -14,6 +14,13 @@ namespace lm::kernels::tiles {
 void score_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride, int64_t n_rows,
                 int64_t d, float* scores, int64_t ld);
 
+// score_rows over rows in f16 (a cache's own buffer), widened in registers: each row chunk is
+// loaded and widened once for up to three queries (a GQA group of 3 per pass) instead of once
+// into an f32 tile and again per query. Bit-identical to score_rows over the rows widened to f32
+// (the same products, summed in the same order), so swapping one for the other changes nothing.
+void score_rows_f16(const float* q, int64_t q_stride, int64_t n_q, const uint16_t* rows, int64_t row_stride,
+                    int64_t n_rows, int64_t d, float* scores, int64_t ld);
+
 // acc[r * acc_stride + e] += sum_j w[r * ld + j] * rows[j * row_stride + e], r < n_q, e < d.
 // Each row vector is loaded once for up to four queries.
 void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride, int64_t n_rows,
@@ -33,6 +40,8 @@ const char* target_name();
 namespace scalar {
 void score_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride, int64_t n_rows,
                 int64_t d, float* scores, int64_t ld);
+void score_rows_f16(const float* q, int64_t q_stride, int64_t n_q, const uint16_t* rows, int64_t row_stride,
+                    int64_t n_rows, int64_t d, float* scores, int64_t ld);
 void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride, int64_t n_rows,
                      int64_t d, float* acc, int64_t acc_stride);
 void accumulate_rows_f16(const float* w, int64_t ld, int64_t n_q, const uint16_t* rows, int64_t row_stride,
