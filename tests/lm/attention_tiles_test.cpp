@@ -72,8 +72,11 @@ TEST(AttentionTiles, ScoreRowsF16EqualsScoreRowsOnWidenedRows) {
           k[i] = base::f32_to_f16(values[i]);
           widened[i] = base::f16_to_f32(k[i]);
         }
-        std::vector<float> s(static_cast<std::size_t>(nq * ld), -7.0f), s_f32 = s, s_ref = s;
+        std::vector<float> s(static_cast<std::size_t>(nq * ld), -7.0f), s_f32 = s, s_ref = s, s_prefetch = s;
         score_rows_f16(q.data(), q_stride, nq, k.data(), row_stride, rows, d, s.data(), ld);
+        // Hints ahead of the rows (past the last one too) change nothing.
+        score_rows_f16(q.data(), q_stride, nq, k.data(), row_stride, rows, d, s_prefetch.data(), ld, 5);
+        ASSERT_EQ(s_prefetch, s) << "d " << d << " nq " << nq << " rows " << rows;
         score_rows(q.data(), q_stride, nq, widened.data(), row_stride, rows, d, s_f32.data(), ld);
         scalar::score_rows_f16(q.data(), q_stride, nq, k.data(), row_stride, rows, d, s_ref.data(), ld);
         for (int64_t r = 0; r < nq; ++r) {
@@ -137,8 +140,11 @@ TEST(AttentionTiles, AccumulateRowsF16MatchesScalar) {
       std::vector<uint16_t> k(values.size());
       for (std::size_t i = 0; i < k.size(); ++i) k[i] = base::f32_to_f16(values[i]);
       const auto w = random_values(static_cast<std::size_t>(nq * ld), 3);
-      std::vector<float> acc = random_values(static_cast<std::size_t>(nq * (d + 1)), 4), acc_ref = acc;
+      std::vector<float> acc = random_values(static_cast<std::size_t>(nq * (d + 1)), 4), acc_ref = acc,
+                         acc_prefetch = acc;
       accumulate_rows_f16(w.data(), ld, nq, k.data(), row_stride, rows, d, acc.data(), d + 1);
+      accumulate_rows_f16(w.data(), ld, nq, k.data(), row_stride, rows, d, acc_prefetch.data(), d + 1, 9);
+      ASSERT_EQ(acc_prefetch, acc) << "d " << d << " nq " << nq;
       scalar::accumulate_rows_f16(w.data(), ld, nq, k.data(), row_stride, rows, d, acc_ref.data(), d + 1);
       for (std::size_t i = 0; i < acc.size(); ++i) ASSERT_NEAR(acc[i], acc_ref[i], 1e-3f) << "d " << d << " nq " << nq;
     }

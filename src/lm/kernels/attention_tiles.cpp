@@ -3,6 +3,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "lm/kernels/attention_tiles.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
@@ -32,6 +33,25 @@ HWY_INLINE hn::Vec<DF> load_row(const T* p) {
   } else {
     return hn::LoadU(df, p);
   }
+}
+
+// Software prefetch of the bytes [p, p + bytes) (one hint per 64-byte line): the decode kernels
+// ask for rows a fixed distance ahead of the ones they compute on, so a row's cache lines are
+// on their way while earlier rows are scored or summed. The hardware streamers alone restart at
+// every 4 KiB page and leave the core waiting on DRAM between bursts of compute. A prefetch
+// never faults, so running past the last row is harmless.
+HWY_INLINE void prefetch_bytes(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t b = 0; b < bytes; b += 64) hwy::Prefetch(c + b);
+}
+
+// One row of `bytes` >= 1: the first two lines without a loop (a 64-element f16 row is exactly
+// two), any further ones in one.
+HWY_INLINE void prefetch_row(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  hwy::Prefetch(c);
+  hwy::Prefetch(c + 64);
+  for (int64_t b = 128; b < bytes; b += 64) hwy::Prefetch(c + b);
 }
 
 // c + a * b with one rounding, spelled out: whether the compiler contracts a plain `c += a * b`
@@ -152,7 +172,7 @@ void ScoreRows(const float* q, int64_t q_stride, int64_t n_q, const float* rows,
 // on the widened rows, so the scores are bit-identical to ScoreRows after an f32 copy.
 template <int NQ, int DK>
 HWY_INLINE void score_group_f16(const float* q, int64_t q_stride, const uint16_t* rows, int64_t row_stride,
-                                int64_t n_rows, int64_t d_runtime, float* out, int64_t ld) {
+                                int64_t n_rows, int64_t d_runtime, float* out, int64_t ld, int64_t ahead) {
   const DF df;
   constexpr int64_t L = 8;
   const int64_t d = DK > 0 ? DK : d_runtime;
@@ -172,6 +192,17 @@ HWY_INLINE void score_group_f16(const float* q, int64_t q_stride, const uint16_t
   int64_t j = 0;
   for (; j + L <= n_rows; j += L) {
     const uint16_t* r0 = rows + j * row_stride;
+    if (ahead > 0) {
+      const uint16_t* p = r0 + ahead * row_stride;
+      if (DK > 0 && row_stride == DK) {
+        // Back-to-back rows of a known width: a fixed run of hints the compiler unrolls.
+        constexpr int64_t kLines = DK > 0 ? L * DK * 2 / 64 : 1;
+#pragma GCC unroll 32
+        for (int64_t l = 0; l < kLines; ++l) hwy::Prefetch(reinterpret_cast<const char*>(p) + 64 * l);
+      } else {
+        prefetch_bytes(p, L * row_stride * 2);
+      }
+    }
     hn::Vec<DF> low[NQ];
     for (int half = 0; half < 2; ++half) {
       const uint16_t* rh = r0 + half * 4 * row_stride;
@@ -228,27 +259,33 @@ HWY_INLINE void score_group_f16(const float* q, int64_t q_stride, const uint16_t
 
 template <int DK>
 HWY_INLINE void score_groups_f16(const float* q, int64_t q_stride, int64_t n_q, const uint16_t* rows,
-                                 int64_t row_stride, int64_t n_rows, int64_t d, float* scores, int64_t ld) {
+                                 int64_t row_stride, int64_t n_rows, int64_t d, float* scores, int64_t ld,
+                                 int64_t ahead) {
   int64_t r = 0;
   for (; r + 3 <= n_q; r += 3)
-    score_group_f16<3, DK>(q + r * q_stride, q_stride, rows, row_stride, n_rows, d, scores + r * ld, ld);
-  if (n_q - r == 2)
-    score_group_f16<2, DK>(q + r * q_stride, q_stride, rows, row_stride, n_rows, d, scores + r * ld, ld);
-  if (n_q - r == 1)
-    score_group_f16<1, DK>(q + r * q_stride, q_stride, rows, row_stride, n_rows, d, scores + r * ld, ld);
+    score_group_f16<3, DK>(q + r * q_stride, q_stride, rows, row_stride, n_rows, d, scores + r * ld, ld,
+                           r == 0 ? ahead : 0);
+  if (n_q - r == 2) {
+    score_group_f16<2, DK>(q + r * q_stride, q_stride, rows, row_stride, n_rows, d, scores + r * ld, ld,
+                           r == 0 ? ahead : 0);
+  }
+  if (n_q - r == 1) {
+    score_group_f16<1, DK>(q + r * q_stride, q_stride, rows, row_stride, n_rows, d, scores + r * ld, ld,
+                           r == 0 ? ahead : 0);
+  }
 }
 #endif  // HWY_TARGET != HWY_SCALAR
 
 void ScoreRowsF16(const float* q, int64_t q_stride, int64_t n_q, const uint16_t* rows, int64_t row_stride,
-                  int64_t n_rows, int64_t d, float* scores, int64_t ld) {
+                  int64_t n_rows, int64_t d, float* scores, int64_t ld, int64_t prefetch_rows) {
 #if HWY_TARGET != HWY_SCALAR
   if constexpr (hn::MaxLanes(DF()) == 8) {
     if (d == 64) {
-      score_groups_f16<64>(q, q_stride, n_q, rows, row_stride, n_rows, d, scores, ld);
+      score_groups_f16<64>(q, q_stride, n_q, rows, row_stride, n_rows, d, scores, ld, prefetch_rows);
     } else if (d == 128) {
-      score_groups_f16<128>(q, q_stride, n_q, rows, row_stride, n_rows, d, scores, ld);
+      score_groups_f16<128>(q, q_stride, n_q, rows, row_stride, n_rows, d, scores, ld, prefetch_rows);
     } else {
-      score_groups_f16<0>(q, q_stride, n_q, rows, row_stride, n_rows, d, scores, ld);
+      score_groups_f16<0>(q, q_stride, n_q, rows, row_stride, n_rows, d, scores, ld, prefetch_rows);
     }
     return;
   }
@@ -269,9 +306,9 @@ void ScoreRowsF16(const float* q, int64_t q_stride, int64_t n_q, const uint16_t*
 // NQ (<= 3) accumulator rows x V vectors of columns held in registers across all rows of the
 // tile: each row's V vectors are loaded once for the NQ queries, and one broadcast weight
 // feeds the row's V vectors.
-template <int NQ, int V, class T>
+template <int NQ, int V, bool kPrefetch = false, class T>
 HWY_INLINE void accumulate_columns(const float* w, int64_t ld, const T* rows, int64_t row_stride, int64_t n_rows,
-                                   int64_t e, float* acc, int64_t acc_stride) {
+                                   int64_t e, float* acc, int64_t acc_stride, int64_t ahead = 0) {
   const DF df;
   constexpr int64_t L = static_cast<int64_t>(hn::MaxLanes(DF()));
   hn::Vec<DF> a[NQ][V];
@@ -281,6 +318,7 @@ HWY_INLINE void accumulate_columns(const float* w, int64_t ld, const T* rows, in
 #pragma GCC unroll 2
   for (int64_t j = 0; j < n_rows; ++j) {
     const T* row = rows + j * row_stride + e;
+    if constexpr (kPrefetch) prefetch_row(row + ahead * row_stride, row_stride * static_cast<int64_t>(sizeof(T)));
     hn::Vec<DF> x[V];
     for (int c = 0; c < V; ++c) x[c] = load_row(row + c * L);
     for (int r = 0; r < NQ; ++r) {
@@ -298,9 +336,9 @@ HWY_INLINE void accumulate_columns(const float* w, int64_t ld, const T* rows, in
 // fill AVX2's 16 registers exactly. Two passes cover d = 64 (6 broadcasts per row instead of the
 // 3 x 3 vector layout's 9 over three passes). Each accumulator takes the same FMA per row, in
 // row order, as accumulate_columns: the sums are bit-identical.
-template <class T>
+template <bool kPrefetch, class T>
 HWY_INLINE void accumulate_columns_3x4(const float* w, int64_t ld, const T* rows, int64_t row_stride, int64_t n_rows,
-                                       int64_t e, float* acc, int64_t acc_stride) {
+                                       int64_t e, float* acc, int64_t acc_stride, int64_t ahead) {
   const DF df;
   constexpr int64_t L = static_cast<int64_t>(hn::MaxLanes(DF()));
   hn::Vec<DF> a0[4], a1[4], a2[4];
@@ -311,6 +349,7 @@ HWY_INLINE void accumulate_columns_3x4(const float* w, int64_t ld, const T* rows
   }
   for (int64_t j = 0; j < n_rows; ++j) {
     const T* row = rows + j * row_stride + e;
+    if constexpr (kPrefetch) prefetch_row(row + ahead * row_stride, row_stride * static_cast<int64_t>(sizeof(T)));
     const auto w0 = hn::Set(df, w[j]), w1 = hn::Set(df, w[ld + j]), w2 = hn::Set(df, w[2 * ld + j]);
     for (int c = 0; c < 4; ++c) {
       const auto x = load_row(row + c * L);
@@ -331,16 +370,30 @@ HWY_INLINE float to_f32(uint16_t h) { return base::f16_to_f32(h); }
 
 template <int NQ, class T>
 void AccumulateBlock(const float* w, int64_t ld, const T* rows, int64_t row_stride, int64_t n_rows, int64_t d,
-                     float* acc, int64_t acc_stride) {
+                     float* acc, int64_t acc_stride, int64_t ahead = 0) {
   constexpr int64_t L = static_cast<int64_t>(hn::MaxLanes(DF()));
   // As wide as the registers allow: 3 queries x 3 vectors (+3 row vectors + the weight) or
   // 2 x 4; then narrower passes for the rest.
   constexpr int V = NQ >= 3 ? 3 : 4;
   int64_t e = 0;
   if constexpr (NQ == 3 && L == 8) {
-    for (; e + 4 * L <= d; e += 4 * L) accumulate_columns_3x4(w, ld, rows, row_stride, n_rows, e, acc, acc_stride);
+    // The first pass over the rows prefetches `ahead` rows on (the later passes read lines it
+    // already brought in).
+    for (; e + 4 * L <= d; e += 4 * L) {
+      if (e == 0 && ahead > 0) {
+        accumulate_columns_3x4<true>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride, ahead);
+      } else {
+        accumulate_columns_3x4<false>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride, 0);
+      }
+    }
   }
-  for (; e + V * L <= d; e += V * L) accumulate_columns<NQ, V>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride);
+  for (; e + V * L <= d; e += V * L) {
+    if (e == 0 && ahead > 0) {
+      accumulate_columns<NQ, V, true>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride, ahead);
+    } else {
+      accumulate_columns<NQ, V>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride);
+    }
+  }
   for (; e + 2 * L <= d; e += 2 * L) accumulate_columns<NQ, 2>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride);
   for (; e + L <= d; e += L) accumulate_columns<NQ, 1>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride);
   for (; e < d; ++e) {
@@ -354,18 +407,23 @@ void AccumulateBlock(const float* w, int64_t ld, const T* rows, int64_t row_stri
 
 template <class T>
 void accumulate_blocks(const float* w, int64_t ld, int64_t n_q, const T* rows, int64_t row_stride, int64_t n_rows,
-                       int64_t d, float* acc, int64_t acc_stride) {
+                       int64_t d, float* acc, int64_t acc_stride, int64_t ahead = 0) {
   int64_t r = 0;
   // Blocks of 3 queries (a GQA group of 3 in one pass): 9 accumulators, 3 row vectors and the
   // broadcast weight within AVX2's 16 registers.
-  for (; r + 3 <= n_q; r += 3)
-    AccumulateBlock<3>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride);
+  // Only the first block prefetches: the later ones read the rows it brought in.
+  for (; r + 3 <= n_q; r += 3) {
+    AccumulateBlock<3>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride,
+                       r == 0 ? ahead : 0);
+  }
   switch (n_q - r) {
     case 2:
-      AccumulateBlock<2>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride);
+      AccumulateBlock<2>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride,
+                         r == 0 ? ahead : 0);
       break;
     case 1:
-      AccumulateBlock<1>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride);
+      AccumulateBlock<1>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride,
+                         r == 0 ? ahead : 0);
       break;
     default:
       break;
@@ -378,8 +436,8 @@ void AccumulateRows(const float* w, int64_t ld, int64_t n_q, const float* rows, 
 }
 
 void AccumulateRowsF16(const float* w, int64_t ld, int64_t n_q, const uint16_t* rows, int64_t row_stride,
-                       int64_t n_rows, int64_t d, float* acc, int64_t acc_stride) {
-  accumulate_blocks(w, ld, n_q, rows, row_stride, n_rows, d, acc, acc_stride);
+                       int64_t n_rows, int64_t d, float* acc, int64_t acc_stride, int64_t prefetch_rows) {
+  accumulate_blocks(w, ld, n_q, rows, row_stride, n_rows, d, acc, acc_stride, prefetch_rows);
 }
 
 float ScaleAndMax(float* s, int64_t n, float scale) {
@@ -422,8 +480,8 @@ void score_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows
 }
 
 void score_rows_f16(const float* q, int64_t q_stride, int64_t n_q, const uint16_t* rows, int64_t row_stride,
-                    int64_t n_rows, int64_t d, float* scores, int64_t ld) {
-  HWY_DYNAMIC_DISPATCH(ScoreRowsF16)(q, q_stride, n_q, rows, row_stride, n_rows, d, scores, ld);
+                    int64_t n_rows, int64_t d, float* scores, int64_t ld, int64_t prefetch_rows) {
+  HWY_DYNAMIC_DISPATCH(ScoreRowsF16)(q, q_stride, n_q, rows, row_stride, n_rows, d, scores, ld, prefetch_rows);
 }
 
 void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride, int64_t n_rows,
@@ -432,8 +490,8 @@ void accumulate_rows(const float* w, int64_t ld, int64_t n_q, const float* rows,
 }
 
 void accumulate_rows_f16(const float* w, int64_t ld, int64_t n_q, const uint16_t* rows, int64_t row_stride,
-                         int64_t n_rows, int64_t d, float* acc, int64_t acc_stride) {
-  HWY_DYNAMIC_DISPATCH(AccumulateRowsF16)(w, ld, n_q, rows, row_stride, n_rows, d, acc, acc_stride);
+                         int64_t n_rows, int64_t d, float* acc, int64_t acc_stride, int64_t prefetch_rows) {
+  HWY_DYNAMIC_DISPATCH(AccumulateRowsF16)(w, ld, n_q, rows, row_stride, n_rows, d, acc, acc_stride, prefetch_rows);
 }
 
 float scale_and_max(float* s, int64_t n, float scale) { return HWY_DYNAMIC_DISPATCH(ScaleAndMax)(s, n, scale); }
