@@ -7,8 +7,11 @@
 #include "base/thread_pool.h"
 #include "lm/cache/kv_rows.h"
 #include "veloxquant/attention/attention_driver.h"
+#include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/attention/fused_call.h"
 #include "veloxquant/caches/cachegen_rows.h"
+#include "veloxquant/caches/kivi_row_source.h"
+#include "veloxquant/core/bit_packing.h"
 #include "veloxquant/caches/quantized_blocks_tail.h"
 #include "veloxquant/core/group_quant.h"
 #include "veloxquant/core/rans_coder.h"
@@ -17,6 +20,8 @@
 
 namespace veloxquant {
 
+using cache_rows::row_ptr;
+
 namespace {
 constexpr const char* kTypeName = "CachegenCache";
 
@@ -24,13 +29,6 @@ void check_bits(const char* field, int bits) {
   if (bits < 2 || bits > 8) {
     throw QuantizerConfigError(std::string(field) + " must lie in [2, 8], got " + std::to_string(bits));
   }
-}
-
-// A 1-D tensor of `capacity` elements holding the first `used` elements of `t` (growth by copy).
-lm::Tensor grown_copy(const lm::Tensor& t, std::size_t used, std::size_t capacity, lm::DType dtype) {
-  lm::Tensor out({static_cast<int64_t>(capacity)}, dtype);
-  if (used > 0) std::memcpy(out.raw_data(), t.raw_data(), used * lm::dtype_size(dtype));
-  return out;
 }
 
 // Python's round() of n * k / g (half to even), in integers.
@@ -65,7 +63,22 @@ CachegenCache::CachegenCache(int bits, int group_size, bool use_delta, bool per_
 }
 
 std::size_t CachegenCache::nbytes() const {
-  return arena_.storage_bytes() + offsets_.storage_bytes() + tail_k_.storage_bytes() + tail_v_.storage_bytes();
+  return key_codes_.storage_bytes() + key_params_.storage_bytes() + value_codes_.storage_bytes() +
+         value_params_.storage_bytes() + tail_k_.storage_bytes() + tail_v_.storage_bytes();
+}
+
+namespace {
+// The f16 (scale, min) pairs of one block: per channel over the G rows, or per token in channel
+// groups of G.
+std::size_t param_pairs(bool per_channel, int64_t group, int64_t dim) {
+  return per_channel ? static_cast<std::size_t>(dim)
+                     : static_cast<std::size_t>(group) *
+                           core::groups_per_row(static_cast<std::size_t>(dim), static_cast<std::size_t>(group));
+}
+}  // namespace
+
+std::size_t CachegenCache::pairs(int kv) const {
+  return kv == 0 ? param_pairs(per_channel_, group_, dk_) : param_pairs(false, group_, dv_);
 }
 
 void CachegenCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
@@ -76,35 +89,96 @@ void CachegenCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
   dtype_ = keys.dtype();
   tail_k_ = lm::Tensor({batch_, heads_, group_, dk_}, dtype_);
   tail_v_ = lm::Tensor({batch_, heads_, group_, dv_}, dtype_);
-  arena_ = lm::Tensor({0}, lm::DType::U8);
-  offsets_ = lm::Tensor({1}, lm::DType::U32);
-  reinterpret_cast<uint32_t*>(offsets_.raw_data())[0] = 0;
-  arena_used_ = 0;
-  n_offsets_ = 1;
+  const int64_t gk = static_cast<int64_t>(core::groups_per_row(static_cast<std::size_t>(dk_), group_));
+  const int64_t gv = static_cast<int64_t>(core::groups_per_row(static_cast<std::size_t>(dv_), group_));
+  key_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dk_, bits_))}, lm::DType::U32);
+  value_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dv_, bits_))}, lm::DType::U32);
+  key_params_ = lm::Tensor({batch_, heads_, 0, per_channel_ ? 2 * dk_ : 2 * gk}, lm::DType::F16);
+  value_params_ = lm::Tensor({batch_, heads_, 0, 2 * gv}, lm::DType::F16);
+  capacity_ = 0;
 }
 
-namespace {
-// The f16 (scale, min) pairs of one record: per channel over the G rows, or per token in channel
-// groups of G.
-std::size_t param_pairs(bool per_channel, int64_t group, int64_t dim) {
-  return per_channel ? static_cast<std::size_t>(dim)
-                     : static_cast<std::size_t>(group) *
-                           core::groups_per_row(static_cast<std::size_t>(dim), static_cast<std::size_t>(group));
+// Rows in 256-row steps rounded up to whole blocks (the per-channel key params hold one row per
+// block).
+void CachegenCache::ensure_rows(int64_t rows) {
+  if (rows <= capacity_) return;
+  int64_t grown = capacity_ + ((rows - capacity_ + kGrowthStep - 1) / kGrowthStep) * kGrowthStep;
+  grown = (grown + group_ - 1) / group_ * group_;
+  key_codes_ = cache_rows::copy_rows(key_codes_, frontier_, grown);
+  value_codes_ = cache_rows::copy_rows(value_codes_, frontier_, grown);
+  key_params_ = per_channel_ ? cache_rows::copy_rows(key_params_, frontier_ / group_, grown / group_)
+                             : cache_rows::copy_rows(key_params_, frontier_, grown);
+  value_params_ = cache_rows::copy_rows(value_params_, frontier_, grown);
+  capacity_ = grown;
 }
-}  // namespace
 
-void CachegenCache::append_record(const float* x, int64_t dim, bool per_channel) {
+void CachegenCache::put_block(int64_t block, int64_t b, int64_t h, int kv, const uint8_t* codes,
+                              const core::GroupParams* params) {
+  const int64_t dim = kv == 0 ? dk_ : dv_, row0 = block * group_;
+  lm::Tensor& words = kv == 0 ? key_codes_ : value_codes_;
+  lm::Tensor& par = kv == 0 ? key_params_ : value_params_;
+  for (int64_t t = 0; t < group_; ++t) {
+    core::pack_words(codes + t * dim, static_cast<std::size_t>(dim), bits_, row_ptr<uint32_t>(words, b, h, row0 + t));
+  }
+  if (kv == 0 && per_channel_) {
+    std::memcpy(row_ptr<uint16_t>(par, b, h, block), params, sizeof(core::GroupParams) * static_cast<std::size_t>(dim));
+  } else {
+    const std::size_t per_row = pairs(kv) / static_cast<std::size_t>(group_);
+    for (int64_t t = 0; t < group_; ++t) {
+      std::memcpy(row_ptr<uint16_t>(par, b, h, row0 + t), params + t * static_cast<int64_t>(per_row),
+                  sizeof(core::GroupParams) * per_row);
+    }
+  }
+}
+
+void CachegenCache::get_params(int64_t block, int64_t b, int64_t h, int kv, core::GroupParams* params) const {
+  const int64_t row0 = block * group_;
+  const lm::Tensor& par = kv == 0 ? key_params_ : value_params_;
+  if (kv == 0 && per_channel_) {
+    std::memcpy(params, row_ptr<uint16_t>(par, b, h, block), sizeof(core::GroupParams) * static_cast<std::size_t>(dk_));
+    return;
+  }
+  const std::size_t per_row = pairs(kv) / static_cast<std::size_t>(group_);
+  for (int64_t t = 0; t < group_; ++t) {
+    std::memcpy(params + t * static_cast<int64_t>(per_row), row_ptr<uint16_t>(par, b, h, row0 + t),
+                sizeof(core::GroupParams) * per_row);
+  }
+}
+
+void CachegenCache::decode_record(int64_t block, int64_t b, int64_t h, int kv, float* out, uint8_t* codes_out) const {
+  const int64_t dim = kv == 0 ? dk_ : dv_;
+  if (block < 0 || (block + 1) * group_ > frontier_) {
+    throw base::InvalidArgument("CachegenCache::decode_record: no block " + std::to_string(block));
+  }
+  const std::size_t g = static_cast<std::size_t>(group_), d = static_cast<std::size_t>(dim);
+  thread_local std::vector<core::GroupParams> params;
+  thread_local std::vector<uint8_t> codes;
+  params.resize(pairs(kv));
+  codes.resize(g * d);
+  const lm::Tensor& words = kv == 0 ? key_codes_ : value_codes_;
+  for (int64_t t = 0; t < group_; ++t) {
+    core::unpack_words(row_ptr<uint32_t>(words, b, h, block * group_ + t), d, bits_, codes.data() + t * dim);
+  }
+  get_params(block, b, h, kv, params.data());
+  if (kv == 0 && per_channel_) {
+    core::dequantize_per_channel(codes.data(), g, d, g, params.data(), out);
+  } else {
+    core::dequantize_per_token(codes.data(), g, d, g, params.data(), out);
+  }
+  if (codes_out != nullptr) std::memcpy(codes_out, codes.data(), codes.size());
+}
+
+// CacheGen's bitstream for one block: params, the frequency table of its (delta) symbols, the rANS
+// stream. Deterministic in the resident codes, so equal caches write equal bytes.
+std::size_t CachegenCache::encode_record(int64_t block, int64_t b, int64_t h, int kv, std::vector<uint8_t>& out) const {
+  const int64_t dim = kv == 0 ? dk_ : dv_;
   const std::size_t g = static_cast<std::size_t>(group_), d = static_cast<std::size_t>(dim);
   const int alphabet = 1 << bits_;
-  thread_local std::vector<uint8_t> codes, record;
-  thread_local std::vector<core::GroupParams> params;
-  codes.resize(g * d);
-  params.resize(param_pairs(per_channel, group_, dim));
-  if (per_channel) {
-    core::quantize_per_channel(x, g, d, bits_, g, codes.data(), params.data());
-  } else {
-    core::quantize_per_token(x, g, d, bits_, g, codes.data(), params.data());
-  }
+  std::vector<float> rows(g * d);
+  std::vector<uint8_t> codes(g * d), record;
+  std::vector<core::GroupParams> params(pairs(kv));
+  decode_record(block, b, h, kv, rows.data(), codes.data());
+  get_params(block, b, h, kv, params.data());
   // Delta against the anchor row, from the last row up so the anchor is read unchanged.
   if (use_delta_) {
     const uint8_t mask = static_cast<uint8_t>(alphabet - 1);
@@ -118,71 +192,17 @@ void CachegenCache::append_record(const float* x, int64_t dim, bool per_channel)
   record.resize(params.size() * sizeof(core::GroupParams) + freqs.size() * sizeof(uint16_t));
   std::memcpy(record.data(), params.data(), params.size() * sizeof(core::GroupParams));
   std::memcpy(record.data() + params.size() * sizeof(core::GroupParams), freqs.data(), freqs.size() * sizeof(uint16_t));
+  const std::size_t header = record.size();
   core::rans_encode(codes.data(), codes.size(), freqs.data(), alphabet, record);
-  // The arena grows by 5/4 (amortised O(1) copies per byte, at most a quarter of it unused:
-  // doubling left a third of a 2048-token arena empty on average), the offsets by doubling.
-  if (arena_used_ + record.size() > static_cast<std::size_t>(arena_.numel())) {
-    const std::size_t capacity =
-        std::max(arena_used_ + record.size() + 4096, static_cast<std::size_t>(arena_.numel()) / 4 * 5);
-    arena_ = grown_copy(arena_, arena_used_, capacity, lm::DType::U8);
-  }
-  if (n_offsets_ + 1 > static_cast<std::size_t>(offsets_.numel())) {
-    offsets_ = grown_copy(offsets_, n_offsets_, 2 * n_offsets_ + 1, lm::DType::U32);
-  }
-  if (arena_used_ + record.size() > UINT32_MAX) throw base::InvalidArgument("CachegenCache: arena passes 4 GiB");
-  std::memcpy(arena_.raw_data() + arena_used_, record.data(), record.size());
-  arena_used_ += record.size();
-  reinterpret_cast<uint32_t*>(offsets_.raw_data())[n_offsets_++] = static_cast<uint32_t>(arena_used_);
-}
-
-void CachegenCache::decode_record(int64_t block, int64_t b, int64_t h, int kv, float* out, uint8_t* codes_out) const {
-  const int64_t dim = kv == 0 ? dk_ : dv_;
-  const bool per_channel = kv == 0 && per_channel_;
-  const std::size_t g = static_cast<std::size_t>(group_), d = static_cast<std::size_t>(dim);
-  const int alphabet = 1 << bits_;
-  const std::size_t i = record_index(block, b, h, kv);
-  const auto* offsets = reinterpret_cast<const uint32_t*>(offsets_.raw_data());
-  if (i + 1 >= n_offsets_) throw base::InvalidArgument("CachegenCache::decode_record: no record " + std::to_string(i));
-  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(arena_.raw_data()) + offsets[i];
-  const std::size_t size = offsets[i + 1] - offsets[i];
-  const std::size_t pairs = param_pairs(per_channel, group_, dim);
-  const std::size_t header = pairs * sizeof(core::GroupParams) + static_cast<std::size_t>(alphabet) * sizeof(uint16_t);
-  if (offsets[i + 1] < offsets[i] || size < header)
-    throw base::FormatError("CachegenCache: record shorter than its header");
-  thread_local std::vector<core::GroupParams> params;
-  thread_local std::vector<uint16_t> freqs;
-  thread_local std::vector<uint8_t> codes;
-  params.resize(pairs);
-  freqs.resize(static_cast<std::size_t>(alphabet));
-  codes.resize(g * d);
-  std::memcpy(params.data(), bytes, pairs * sizeof(core::GroupParams));  // copies: the arena is unaligned
-  std::memcpy(freqs.data(), bytes + pairs * sizeof(core::GroupParams), freqs.size() * sizeof(uint16_t));
-  core::rans_decode(bytes + header, size - header, freqs.data(), alphabet, g * d, codes.data());
-  if (use_delta_) {
-    // The anchor row copied out so the compiler sees no aliasing and vectorises the add.
-    thread_local std::vector<uint8_t> anchor;
-    anchor.assign(codes.begin(), codes.begin() + static_cast<std::ptrdiff_t>(d));
-    const uint8_t mask = static_cast<uint8_t>(alphabet - 1);
-    const uint8_t* __restrict a = anchor.data();
-    for (std::size_t t = 1; t < g; ++t) {
-      uint8_t* __restrict row = codes.data() + t * d;
-      for (std::size_t c = 0; c < d; ++c) row[c] = static_cast<uint8_t>((row[c] + a[c]) & mask);
-    }
-  }
-  if (per_channel) {
-    core::dequantize_per_channel(codes.data(), g, d, g, params.data(), out);
-  } else {
-    core::dequantize_per_token(codes.data(), g, d, g, params.data(), out);
-  }
-  if (codes_out != nullptr) std::memcpy(codes_out, codes.data(), codes.size());
+  out.insert(out.end(), record.begin(), record.end());
+  return record.size() - header;
 }
 
 CachegenStorage CachegenCache::storage() const {
   CachegenStorage s;
   const int alphabet = 1 << bits_;
   std::vector<float> rows(static_cast<std::size_t>(group_ * std::max(dk_, dv_)));
-  std::vector<uint8_t> codes(rows.size());
-  const auto* offsets = reinterpret_cast<const uint32_t*>(offsets_.raw_data());
+  std::vector<uint8_t> codes(rows.size()), record;
   for (int64_t block = 0; block < frontier_ / group_; ++block) {
     for (int64_t b = 0; b < batch_; ++b) {
       for (int64_t h = 0; h < heads_; ++h) {
@@ -190,7 +210,7 @@ CachegenStorage CachegenCache::storage() const {
           const int64_t dim = kv == 0 ? dk_ : dv_;
           const std::size_t n = static_cast<std::size_t>(group_ * dim);
           decode_record(block, b, h, kv, rows.data(), codes.data());
-          if (use_delta_) {  // the coded symbols, as the encoder saw them
+          if (use_delta_) {  // the coded symbols, as the encoder sees them
             for (std::size_t t = static_cast<std::size_t>(group_); t-- > 1;) {
               for (std::size_t c = 0; c < static_cast<std::size_t>(dim); ++c) {
                 codes[t * dim + c] = static_cast<uint8_t>((codes[t * dim + c] - codes[c]) & (alphabet - 1));
@@ -199,14 +219,12 @@ CachegenStorage CachegenCache::storage() const {
           }
           uint32_t counts[256] = {};
           for (std::size_t k = 0; k < n; ++k) ++counts[codes[k]];
-          const std::size_t i = record_index(block, b, h, kv);
-          const std::size_t pairs = param_pairs(kv == 0 && per_channel_, group_, dim);
+          record.clear();
           ++s.records;
           s.symbols += n;
-          s.param_bytes += pairs * sizeof(core::GroupParams);
+          s.param_bytes += pairs(kv) * sizeof(core::GroupParams);
           s.table_bytes += static_cast<std::size_t>(alphabet) * sizeof(uint16_t);
-          s.payload_bytes += offsets[i + 1] - offsets[i] - pairs * sizeof(core::GroupParams) -
-                             static_cast<std::size_t>(alphabet) * sizeof(uint16_t);
+          s.payload_bytes += encode_record(block, b, h, kv, record);
           s.entropy_bits += core::order0_entropy_bits(counts, alphabet);
           s.packed_bytes += (n * static_cast<std::size_t>(bits_) + 7) / 8;
         }
@@ -250,10 +268,24 @@ void CachegenCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
     blocks_tail::gather_pending(tail_v_, dtype_, bh, group_, dv_, tail, new_v.data(), s,
                                 pv.data() + bh * pending_rows * dv_);
   }
+  ensure_rows(frontier_ + blocks * group_);
+  thread_local std::vector<uint8_t> codes;
+  thread_local std::vector<core::GroupParams> params;
+  const std::size_t g = static_cast<std::size_t>(group_);
   for (int64_t k = 0; k < blocks; ++k) {
     for (int64_t bh = 0; bh < bh_count; ++bh) {
-      append_record(pk.data() + (bh * pending_rows + k * group_) * dk_, dk_, per_channel_);
-      append_record(pv.data() + (bh * pending_rows + k * group_) * dv_, dv_, false);
+      for (int kv = 0; kv < 2; ++kv) {
+        const int64_t dim = kv == 0 ? dk_ : dv_;
+        const float* x = (kv == 0 ? pk.data() : pv.data()) + (bh * pending_rows + k * group_) * dim;
+        codes.resize(g * static_cast<std::size_t>(dim));
+        params.resize(pairs(kv));
+        if (kv == 0 && per_channel_) {
+          core::quantize_per_channel(x, g, static_cast<std::size_t>(dim), bits_, g, codes.data(), params.data());
+        } else {
+          core::quantize_per_token(x, g, static_cast<std::size_t>(dim), bits_, g, codes.data(), params.data());
+        }
+        put_block(frontier_ / group_ + k, bh / heads_, bh % heads_, kv, codes.data(), params.data());
+      }
     }
   }
   const int64_t kept = pending_rows - blocks * group_;
@@ -299,11 +331,24 @@ void CachegenCache::fused_attention(const lm::FusedAttentionRequest& request, lm
   const int64_t first = offset_;
   store(*request.keys, *request.values);
   attention::check_fused_shapes("CachegenCache::fused_attention", q, *request.keys, batch_, heads_, dk_, dv_, out);
-  const CachegenRows rows(*this);
-  const attention::RowSource* segments[] = {&rows};
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
-  attention::attend(call, segments, 1, &base::ThreadPool::global());
+  if (!per_channel_) {  // per-token keys: blocks decoded to f32 tiles (cachegen_rows.h)
+    const CachegenRows rows(*this);
+    attention::attend(call, rows, &base::ThreadPool::global());
+    return;
+  }
+  // KIVI's layout: the codes scored and accumulated where they lie (kivi_row_source.h), the
+  // tails read in their dtype, one softmax over both.
+  if (!key_order_ || key_order_->size() != dk_ || key_order_->bits() != bits_ || value_order_->size() != dv_) {
+    key_order_ = std::make_shared<const attention::CodeOrder>(bits_, dk_);
+    value_order_ = std::make_shared<const attention::CodeOrder>(bits_, dv_, group_);
+  }
+  const KiviQuantizedRows coded(key_codes_, key_params_, value_codes_, value_params_, frontier_, bits_, group_,
+                                *key_order_, *value_order_);
+  const attention::DtypeRowSource tail(tail_k_, tail_v_, offset_ - frontier_, frontier_);
+  const attention::RowSource* segments[] = {&coded, &tail};
+  attention::attend(call, segments, 2, &base::ThreadPool::global());
 }
 
 int64_t CachegenCache::trim(int64_t n) {
@@ -313,7 +358,7 @@ int64_t CachegenCache::trim(int64_t n) {
   const int64_t new_frontier = new_offset / group_ * group_;
   if (new_frontier < frontier_) {
     // Block new_frontier / G returns to the tails (its rows below new_offset), decoded from its
-    // codes; it and every block above it leave the arena (block-major: one truncation).
+    // codes; it and every block above it leave the coded rows.
     const int64_t reopened = new_frontier / group_, kept = new_offset - new_frontier;
     std::vector<float> rows(static_cast<std::size_t>(group_ * std::max(dk_, dv_)));
     for (int64_t b = 0; b < batch_; ++b) {
@@ -327,10 +372,7 @@ int64_t CachegenCache::trim(int64_t n) {
                               blocks_tail::head_rows(tail_v_, bh, group_, dv_), dtype_);
       }
     }
-    const std::size_t first_dropped = record_index(reopened, 0, 0, 0);
-    arena_used_ = reinterpret_cast<const uint32_t*>(offsets_.raw_data())[first_dropped];
-    n_offsets_ = first_dropped + 1;
-    frontier_ = new_frontier;
+    frontier_ = new_frontier;  // the codes past it are dead capacity, overwritten by later blocks
   }
   offset_ = new_offset;
   return removed;
@@ -339,8 +381,25 @@ int64_t CachegenCache::trim(int64_t n) {
 std::vector<lm::Tensor> CachegenCache::state() const {
   if (!tail_k_.defined()) return {};
   const int64_t tail = offset_ - frontier_;
-  return {arena_.slice(0, 0, static_cast<int64_t>(arena_used_)), offsets_.slice(0, 0, static_cast<int64_t>(n_offsets_)),
-          tail_k_.slice(2, 0, tail), tail_v_.slice(2, 0, tail)};
+  // The stream form: every block's records coded now, block-major.
+  std::vector<uint8_t> arena;
+  std::vector<uint32_t> offsets{0};
+  for (int64_t block = 0; block < frontier_ / group_; ++block) {
+    for (int64_t b = 0; b < batch_; ++b) {
+      for (int64_t h = 0; h < heads_; ++h) {
+        for (int kv = 0; kv < 2; ++kv) {
+          encode_record(block, b, h, kv, arena);
+          if (arena.size() > UINT32_MAX) throw base::InvalidArgument("CachegenCache: stream passes 4 GiB");
+          offsets.push_back(static_cast<uint32_t>(arena.size()));
+        }
+      }
+    }
+  }
+  lm::Tensor arena_t({static_cast<int64_t>(arena.size())}, lm::DType::U8);
+  if (!arena.empty()) std::memcpy(arena_t.raw_data(), arena.data(), arena.size());
+  lm::Tensor offsets_t({static_cast<int64_t>(offsets.size())}, lm::DType::U32);
+  std::memcpy(offsets_t.raw_data(), offsets.data(), offsets.size() * sizeof(uint32_t));
+  return {std::move(arena_t), std::move(offsets_t), tail_k_.slice(2, 0, tail), tail_v_.slice(2, 0, tail)};
 }
 
 std::vector<std::string> CachegenCache::meta_state() const {
@@ -397,30 +456,57 @@ void CachegenCache::from_state(const std::vector<lm::Tensor>& state, const std::
     if (o[i + 1] < o[i])
       throw base::FormatError(std::string(who) + ": offsets decrease at record " + std::to_string(i));
   }
-  fresh.arena_ = arena.contiguous().clone();
-  fresh.arena_used_ = static_cast<std::size_t>(arena.dim(0));
-  fresh.offsets_ = offsets_c.clone();
-  fresh.n_offsets_ = records + 1;
   fresh.offset_ = saved.offset;
-  fresh.frontier_ = saved.frontier;
   lm::copy_token_rows(tk.astype(saved.dtype), fresh.tail_k_, 0);
   lm::copy_token_rows(tv.astype(saved.dtype), fresh.tail_v_, 0);
-  // Every record must decode (a corrupted stream is refused here, not at attention time).
-  std::vector<float> rows(static_cast<std::size_t>(fresh.group_ * std::max(fresh.dk_, fresh.dv_)));
+  // Every record decoded into the resident codes (a corrupted stream is refused here, not at
+  // attention time).
+  fresh.ensure_rows(saved.frontier);
+  const lm::Tensor arena_c = arena.contiguous();
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(arena_c.raw_data());
+  const int alphabet = 1 << fresh.bits_;
+  const std::size_t g = static_cast<std::size_t>(fresh.group_);
+  std::vector<core::GroupParams> params;
+  std::vector<uint16_t> freqs(static_cast<std::size_t>(alphabet));
+  std::vector<uint8_t> codes;
+  std::size_t i = 0;
   for (int64_t block = 0; block < saved.frontier / fresh.group_; ++block) {
     for (int64_t b = 0; b < fresh.batch_; ++b) {
       for (int64_t h = 0; h < fresh.heads_; ++h) {
-        for (int kv = 0; kv < 2; ++kv) fresh.decode_record(block, b, h, kv, rows.data());
+        for (int kv = 0; kv < 2; ++kv, ++i) {
+          const std::size_t d = static_cast<std::size_t>(kv == 0 ? fresh.dk_ : fresh.dv_);
+          const std::size_t size = o[i + 1] - o[i];
+          params.resize(fresh.pairs(kv));
+          const std::size_t header =
+              params.size() * sizeof(core::GroupParams) + static_cast<std::size_t>(alphabet) * sizeof(uint16_t);
+          if (size < header) throw base::FormatError(std::string(who) + ": record shorter than its header");
+          std::memcpy(params.data(), bytes + o[i], params.size() * sizeof(core::GroupParams));
+          std::memcpy(freqs.data(), bytes + o[i] + params.size() * sizeof(core::GroupParams),
+                      freqs.size() * sizeof(uint16_t));
+          codes.resize(g * d);
+          core::rans_decode(bytes + o[i] + header, size - header, freqs.data(), alphabet, g * d, codes.data());
+          if (fresh.use_delta_) {
+            const uint8_t mask = static_cast<uint8_t>(alphabet - 1);
+            for (std::size_t t = 1; t < g; ++t) {
+              for (std::size_t c = 0; c < d; ++c)
+                codes[t * d + c] = static_cast<uint8_t>((codes[t * d + c] + codes[c]) & mask);
+            }
+          }
+          fresh.put_block(block, b, h, kv, codes.data(), params.data());
+        }
       }
     }
   }
+  fresh.frontier_ = saved.frontier;
   *this = std::move(fresh);
 }
 
 std::shared_ptr<lm::KVCache> CachegenCache::clone() const {
   auto copy = std::make_shared<CachegenCache>(*this);
-  copy->arena_ = arena_.clone();
-  copy->offsets_ = offsets_.clone();
+  copy->key_codes_ = key_codes_.clone();
+  copy->key_params_ = key_params_.clone();
+  copy->value_codes_ = value_codes_.clone();
+  copy->value_params_ = value_params_.clone();
   copy->tail_k_ = tail_k_.clone();
   copy->tail_v_ = tail_v_.clone();
   return copy;

@@ -1,9 +1,12 @@
 #include "veloxquant/caches/product_vq.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 
+#include "base/thread_pool.h"
+#include "veloxquant/caches/nearest_codeword.h"
 #include "veloxquant/core/rng.h"
 
 namespace veloxquant::pvq {
@@ -21,17 +24,17 @@ namespace {
 
 // The codewords of one book transposed ([sub][entries]) with their squared norms, so that
 // ||x - c||^2 - ||x||^2 = ||c||^2 - 2 <x, c> runs over contiguous floats for all entries at once
-// (the compiler vectorizes the inner loop; a scalar double loop per centroid, as core::kmeans has,
-// costs ~20x more at 4096 entries).
+// (nearest_codeword.h: SIMD, the running minimum kept in registers; a scalar double loop per
+// centroid, as core::kmeans has, costs ~20x more at 4096 entries). Read-only once loaded, so
+// threads share it.
 struct SearchTable {
-  std::vector<float> transposed, norms, dist;
+  std::vector<float> transposed, norms;
   int64_t entries = 0, sub = 0;
   void load(const float* words, int64_t k, int64_t dim) {
     entries = k;
     sub = dim;
     transposed.resize(static_cast<std::size_t>(k * dim));
     norms.resize(static_cast<std::size_t>(k));
-    dist.resize(static_cast<std::size_t>(k));
     for (int64_t c = 0; c < k; ++c) {
       float s = 0.0f;
       for (int64_t e = 0; e < dim; ++e) {
@@ -41,28 +44,15 @@ struct SearchTable {
       norms[static_cast<std::size_t>(c)] = s;
     }
   }
-  // Index of the nearest codeword (lowest on ties) and its distance up to ||x||^2.
-  int64_t nearest(const float* x, float* best_out = nullptr) {
-    float* d = dist.data();
-    const float* nb = norms.data();
-    for (int64_t c = 0; c < entries; ++c) d[c] = nb[c];
-    for (int64_t e = 0; e < sub; ++e) {
-      const float xe = -2.0f * x[e];
-      const float* col = transposed.data() + e * entries;
-      for (int64_t c = 0; c < entries; ++c) d[c] += xe * col[c];
-    }
-    int64_t best = 0;
-    float best_d = d[0];
-    for (int64_t c = 1; c < entries; ++c) {
-      if (d[c] < best_d) {
-        best_d = d[c];
-        best = c;
-      }
-    }
-    if (best_out) *best_out = best_d;
-    return best;
+  // Index of the nearest codeword (lowest on ties).
+  int64_t nearest(const float* x) const {
+    return nearest_codeword(transposed.data(), norms.data(), entries, static_cast<int>(sub), x);
   }
 };
+
+// Rows per chunk of the threaded searches (each is thousands of distance evaluations, so
+// chunks of this size keep the pool's hand-off negligible).
+constexpr int64_t kSearchChunk = 16;
 
 // Seeded Lloyd k-means on n points of `dim` floats into k centroids: the initial centroids are k
 // distinct points drawn by core::Rng (copies when n < k), then up to `iterations` rounds of
@@ -90,13 +80,22 @@ std::vector<float> lloyd(const float* points, int64_t n, int64_t dim, int64_t k,
   std::vector<int64_t> mass(static_cast<std::size_t>(k));
   for (int it = 0; it < iterations; ++it) {
     table.load(centroids.data(), k, dim);
-    bool changed = false;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t c = table.nearest(points + i * dim);
-      if (c != assignment[static_cast<std::size_t>(i)]) changed = true;
-      assignment[static_cast<std::size_t>(i)] = c;
-    }
-    if (!changed) break;
+    // Assignments are independent per point: split across the pool, the result does not depend
+    // on the split.
+    std::atomic<bool> changed{false};
+    base::ThreadPool::global().parallel_for(
+        n,
+        [&](int64_t begin, int64_t end) {
+          bool moved = false;
+          for (int64_t i = begin; i < end; ++i) {
+            const int64_t c = table.nearest(points + i * dim);
+            if (c != assignment[static_cast<std::size_t>(i)]) moved = true;
+            assignment[static_cast<std::size_t>(i)] = c;
+          }
+          if (moved) changed.store(true, std::memory_order_relaxed);
+        },
+        kSearchChunk);
+    if (!changed.load()) break;
     std::fill(sums.begin(), sums.end(), 0.0);
     std::fill(mass.begin(), mass.end(), 0);
     for (int64_t i = 0; i < n; ++i) {
@@ -162,15 +161,21 @@ Encoder::~Encoder() = default;
 void Encoder::encode(const float* rows, int64_t n, uint8_t* packed, int64_t packed_stride) const {
   const ProductCodebook& book = book_;
   const int64_t dim = book.dim();
-  for (int64_t r = 0; r < n; ++r) {
-    uint8_t* out = packed + r * packed_stride;
-    std::memset(out, 0, static_cast<std::size_t>(book.row_bytes()));
-    for (int64_t t = 0; t < book.n_sub; ++t) {
-      const int64_t code =
-          tables_->books[static_cast<std::size_t>(book.shared ? 0 : t)].nearest(rows + r * dim + t * book.sub);
-      put_code(out, t, book.bits, static_cast<uint32_t>(code));
-    }
-  }
+  // Rows are coded independently (each into its own bytes): split across the pool.
+  base::ThreadPool::global().parallel_for(
+      n,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          uint8_t* out = packed + r * packed_stride;
+          std::memset(out, 0, static_cast<std::size_t>(book.row_bytes()));
+          for (int64_t t = 0; t < book.n_sub; ++t) {
+            const int64_t code =
+                tables_->books[static_cast<std::size_t>(book.shared ? 0 : t)].nearest(rows + r * dim + t * book.sub);
+            put_code(out, t, book.bits, static_cast<uint32_t>(code));
+          }
+        }
+      },
+      kSearchChunk);
 }
 
 void encode_rows(const ProductCodebook& book, const float* rows, int64_t n, uint8_t* packed, int64_t packed_stride) {

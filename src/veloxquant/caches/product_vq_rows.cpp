@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "lm/kernels/attention_tiles.h"
+#include "veloxquant/attention/codeword_rows.h"
 #include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant {
@@ -20,7 +21,17 @@ ProductVqRows::ProductVqRows(const ProductVqParts& parts) : p_(parts) {
     tail_values_ = attention::PlainRows::of(*p_.tail_values);
   }
   if (!p_.value_book) values_ = attention::PlainRows::of(*p_.values);
-  use_lut_ = p_.lut == LutChoice::always || (p_.lut == LutChoice::automatic && p_.frontier >= p_.key_book->entries());
+  const bool fused = attention::kernels::codeword_rows_supported();
+  const pvq::ProductCodebook& kb = *p_.key_book;
+  codeword_keys_ = fused && kb.shared && kb.sub == 4 && kb.bits == 12 && kb.n_sub == 16;
+  const pvq::ProductCodebook* vb = p_.value_book;
+  codeword_values_ = fused && vb && !vb->shared && vb->sub == 8 && vb->bits == 8;
+  // Codewords scored in registers (about 70 instructions per row for the 3 queries of a GQA group)
+  // beat the 16-lookup table at any context the table's build (n_sub x 2^bits x sub MACs per
+  // query, 1 MiB of tables for 4096 entries) could pay for, so the table is kept for the books
+  // the codeword kernel does not cover.
+  use_lut_ = p_.lut == LutChoice::always ||
+             (p_.lut == LutChoice::automatic && !codeword_keys_ && p_.frontier >= p_.key_book->entries());
 }
 
 void ProductVqRows::prepare_query(const float* query, float* prepared) const {
@@ -62,6 +73,10 @@ void ProductVqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, con
           scores[r * ld + (j - j0)] = s;
         }
       }
+    } else if (codeword_keys_) {
+      const attention::kernels::CodewordKeys keys{row_ptr<uint8_t>(*p_.key_codes, b, h, j0), p_.key_codes->strides()[2],
+                                                  n, book.words.data()};
+      attention::kernels::score_codeword_keys(keys, prepared + dk_, pd, n_queries, scores, ld);
     } else {
       // Few coded rows: decode them (codeword copies) and score them as plain rows.
       float* tile = scratch.f32(static_cast<std::size_t>(n * dk_));
@@ -88,11 +103,17 @@ void ProductVqRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1
   const int64_t coded_end = std::min(j1, p_.frontier);
   if (j0 < coded_end) {
     const int64_t n = coded_end - j0;
-    float* tile = scratch.f32(static_cast<std::size_t>(n * dv_));
     const uint8_t* first = row_ptr<uint8_t>(*p_.value_codes, b, h, j0);
     const int64_t stride = p_.value_codes->strides()[2];
-    pvq::decode_rows(*p_.value_book, first, stride, n, tile);
-    lm::kernels::tiles::accumulate_rows(weights, ld, n_queries, tile, dv_, n, dv_, acc, dv_);
+    if (codeword_values_) {
+      const attention::kernels::CodewordValues values{first, stride, n, p_.value_book->n_sub,
+                                                      p_.value_book->words.data()};
+      attention::kernels::accumulate_codeword_values(values, weights, ld, n_queries, acc, dv_);
+    } else {
+      float* tile = scratch.f32(static_cast<std::size_t>(n * dv_));
+      pvq::decode_rows(*p_.value_book, first, stride, n, tile);
+      lm::kernels::tiles::accumulate_rows(weights, ld, n_queries, tile, dv_, n, dv_, acc, dv_);
+    }
   }
   if (j1 > p_.frontier) {
     const int64_t t0 = std::max(j0, p_.frontier);

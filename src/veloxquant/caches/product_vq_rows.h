@@ -15,6 +15,12 @@
 // Values: coded rows are decoded a tile at a time (n_sub codeword copies per row) and
 // accumulated for all queries of the block at once (lm/kernels/attention_tiles.h).
 //
+// VecInfer's default books (keys: one shared book, 12-bit codes of 4 floats, head_dim 64;
+// values: a book per position, 8-bit codes of 8 floats) skip the decode: the codewords are
+// loaded straight into the registers the FMAs read (attention/codeword_rows.h), the same
+// arithmetic as decode + tile kernel, and keys never use the table (it does not pay at any
+// context: see the constructor).
+//
 // Prepared query layout: [raw q (dk) | q in the code basis (dk) | LUT, when built].
 #include <cstdint>
 
@@ -67,6 +73,8 @@ class ProductVqRows final : public attention::RowSource {
   attention::PlainRows tail_keys_{}, tail_values_{}, values_{};
   int64_t dk_ = 0, dv_ = 0, lut_size_ = 0;
   bool use_lut_ = false;
+  // vecinfer's default books, scored / accumulated from their codewords (attention/codeword_rows.h).
+  bool codeword_keys_ = false, codeword_values_ = false;
 };
 
 }  // namespace veloxquant

@@ -449,7 +449,8 @@ MethodDescriptor vecinfer_method() {
       "(queries are prepared once per call, before their head is known). One key codebook for every "
       "sub-vector position, one value codebook per position. Always real compressed storage (the "
       "original's fused_sdpa_memory_bound mode): packed codes only, no fp16 copy; attention scores keys "
-      "through per-query lookup tables once the coded rows outnumber the table entries. "
+      "and accumulates values straight from their codewords (no per-query lookup tables at the default "
+      "geometry). "
       "bit_width_inlier (int or list) is accepted and not read.";
   m.docs = "docs/methods/vecinfer.md";
   m.fields = {

@@ -18,8 +18,9 @@
 //   codebooks    f32: keys 2^kb * key_sub_dim, values (D / value_sub_dim) * 2^vb * value_sub_dim
 //   smoothing    f32 [D]
 // Attention runs on the codes through the shared driver (caches/product_vq_rows.h): queries are
-// smoothed and rotated once per step, keys scored by per-query lookup tables (or by decoding the
-// rows while there are fewer rows than table entries), values decoded a tile at a time.
+// smoothed and rotated once per step; at the default geometry keys are scored and values
+// accumulated straight from their codewords (attention/codeword_rows.h), otherwise tiles are
+// decoded (or keys looked up in per-query tables past 2^bits coded rows).
 #include <memory>
 #include <span>
 #include <string>

@@ -120,30 +120,33 @@ TEST(VecInfer, StoredCodesDecodeToTheFetchedRowsAndAreNearest) {
 }
 
 TEST(VecInfer, FusedAttentionEqualsPlainSoftmaxOverDecodedRows) {
-  const int64_t heads = 2, hq = 6;
-  for (const LutChoice lut : {LutChoice::automatic, LutChoice::always, LutChoice::never}) {
-    for (const auto& [key_bits, d, window] : {std::tuple{8, 32, 16}, std::tuple{6, 64, 1}, std::tuple{12, 64, 32}}) {
-      VecInferCache fused(4, 8, key_bits, 8, window, 42), plain(4, 8, key_bits, 8, window, 42);
-      fused.set_lut_choice(lut);
-      int64_t first = 0;
-      uint64_t seed = 900;
-      for (int64_t n : {150, 17, 1, 1, 40}) {
-        const lm::Tensor k = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
-        const lm::Tensor v = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
-        const lm::Tensor q = test_support::random_kv(1, hq, n, d, seed++, lm::DType::F32);
-        lm::Tensor out({1, hq, n, d}, lm::DType::F32);
-        const float scale = 1.0f / std::sqrt(float(d));
-        fused.fused_attention({&q, &k, &v, scale, std::nullopt}, out);
-        const std::vector<float> want =
-            test_support::reference_attention(plain.update_and_fetch(k, v), q.to_f32(), hq, n, first, scale);
-        const std::vector<float> got = out.to_f32();
-        float worst = 0;
-        for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
-        EXPECT_LE(worst, 2e-3f) << "bits " << key_bits << " d " << d << " call of " << n;
-        first += n;
+  const int64_t heads = 2;
+  // GQA groups of 1, 3 and 8 query heads per kv head (the codeword kernels take queries in
+  // blocks of 3 and 16).
+  for (const int64_t hq : {2, 6, 16})
+    for (const LutChoice lut : {LutChoice::automatic, LutChoice::always, LutChoice::never}) {
+      for (const auto& [key_bits, d, window] : {std::tuple{8, 32, 16}, std::tuple{6, 64, 1}, std::tuple{12, 64, 32}}) {
+        VecInferCache fused(4, 8, key_bits, 8, window, 42), plain(4, 8, key_bits, 8, window, 42);
+        fused.set_lut_choice(lut);
+        int64_t first = 0;
+        uint64_t seed = 900;
+        for (int64_t n : {150, 17, 1, 1, 40}) {
+          const lm::Tensor k = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
+          const lm::Tensor v = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
+          const lm::Tensor q = test_support::random_kv(1, hq, n, d, seed++, lm::DType::F32);
+          lm::Tensor out({1, hq, n, d}, lm::DType::F32);
+          const float scale = 1.0f / std::sqrt(float(d));
+          fused.fused_attention({&q, &k, &v, scale, std::nullopt}, out);
+          const std::vector<float> want =
+              test_support::reference_attention(plain.update_and_fetch(k, v), q.to_f32(), hq, n, first, scale);
+          const std::vector<float> got = out.to_f32();
+          float worst = 0;
+          for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+          EXPECT_LE(worst, 2e-3f) << "bits " << key_bits << " d " << d << " call of " << n << " hq " << hq;
+          first += n;
+        }
       }
     }
-  }
 }
 
 TEST(VecInfer, BytesAreTheLayoutAndReallyAllocated) {

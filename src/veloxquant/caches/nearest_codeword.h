@@ -1,0 +1,26 @@
+#pragma once
+// The nearest-codeword search of product VQ (caches/product_vq.h: every sub-vector a vecinfer or
+// comm_vq cache codes, and every assignment step of their k-means), in SIMD (Highway, dispatched
+// at run time) with a plain scalar reference it matches exactly.
+//
+// Distances are ||c||^2 - 2 <x, c> over a book stored transposed ([sub][entries]) with its
+// squared norms, in this order for every entry c:
+//   d = norms[c];  d = d + ((-2 x_e) * col_e[c]) for e = 0..sub-1   (a multiply, then an add)
+// and the result is the lowest index of the smallest d (strict < in index order) — the search
+// product_vq.cpp ran as a loop storing every d and then scanning them. Here each lane keeps its
+// own running minimum and index while the distances are formed, and the lanes are merged at the
+// end (smallest d, then lowest index), which picks the same entry. (Where a distance is NaN the
+// two may differ; finite inputs give finite distances.)
+#include <cstdint>
+
+namespace veloxquant::pvq {
+
+// Index of the nearest of `entries` codewords to x (`sub` floats); `transposed` is
+// [sub][entries], `norms` [entries].
+int64_t nearest_codeword(const float* transposed, const float* norms, int64_t entries, int sub, const float* x);
+
+namespace scalar {
+int64_t nearest_codeword(const float* transposed, const float* norms, int64_t entries, int sub, const float* x);
+}  // namespace scalar
+
+}  // namespace veloxquant::pvq

@@ -1,0 +1,72 @@
+// The SIMD nearest-codeword search against its scalar reference (the same index, including ties
+// resolved to the lowest index) and against a brute-force search in double.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "veloxquant/caches/nearest_codeword.h"
+
+namespace veloxquant::pvq {
+namespace {
+
+TEST(NearestCodeword, MatchesScalarAndBruteForce) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (const int64_t entries : {int64_t{1}, int64_t{5}, int64_t{8}, int64_t{13}, int64_t{256}, int64_t{4096}}) {
+    for (const int sub : {1, 3, 4, 8, 16}) {
+      std::vector<float> words(static_cast<std::size_t>(entries * sub));
+      for (float& w : words) w = dist(rng);
+      // Duplicates: later copies of earlier codewords tie exactly, and the lower index must win.
+      for (int64_t c = entries / 2; c + 3 < entries; c += 7) {
+        for (int e = 0; e < sub; ++e)
+          words[static_cast<std::size_t>(c * sub + e)] = words[static_cast<std::size_t>((c - entries / 2) * sub + e)];
+      }
+      std::vector<float> transposed(words.size()), norms(static_cast<std::size_t>(entries));
+      for (int64_t c = 0; c < entries; ++c) {
+        float s = 0.0f;
+        for (int e = 0; e < sub; ++e) {
+          const float w = words[static_cast<std::size_t>(c * sub + e)];
+          transposed[static_cast<std::size_t>(e * entries + c)] = w;
+          s += w * w;
+        }
+        norms[static_cast<std::size_t>(c)] = s;
+      }
+      for (int trial = 0; trial < 40; ++trial) {
+        std::vector<float> x(static_cast<std::size_t>(sub));
+        if (trial % 4 == 0 && entries > 1) {  // exactly on a duplicated codeword
+          const int64_t c = std::min<int64_t>(entries - 1, entries / 2 + 7 * (trial % 3));
+          for (int e = 0; e < sub; ++e) x[static_cast<std::size_t>(e)] = words[static_cast<std::size_t>(c * sub + e)];
+        } else {
+          for (float& v : x) v = dist(rng);
+        }
+        const int64_t simd = nearest_codeword(transposed.data(), norms.data(), entries, sub, x.data());
+        const int64_t ref = scalar::nearest_codeword(transposed.data(), norms.data(), entries, sub, x.data());
+        ASSERT_EQ(simd, ref) << "entries " << entries << " sub " << sub << " trial " << trial;
+        // Independent check: no codeword is closer in double by more than float rounding.
+        double best = 1e300;
+        for (int64_t c = 0; c < entries; ++c) {
+          double d = 0.0;
+          for (int e = 0; e < sub; ++e) {
+            const double diff = double{x[static_cast<std::size_t>(e)]} - words[static_cast<std::size_t>(c * sub + e)];
+            d += diff * diff;
+          }
+          best = std::min(best, d);
+        }
+        double chosen = 0.0, scale = 0.0;
+        for (int e = 0; e < sub; ++e) {
+          const double diff = double{x[static_cast<std::size_t>(e)]} - words[static_cast<std::size_t>(simd * sub + e)];
+          chosen += diff * diff;
+          scale += double{x[static_cast<std::size_t>(e)]} * x[static_cast<std::size_t>(e)] +
+                   norms[static_cast<std::size_t>(simd)];
+        }
+        ASSERT_LE(chosen, best + 1e-5 * (scale + 1.0)) << "entries " << entries << " sub " << sub;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace veloxquant::pvq
