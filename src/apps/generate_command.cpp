@@ -154,6 +154,21 @@ std::map<std::string, std::string> model_fingerprint(const lm::Model& model, con
           {"kv_cache", cache}};
 }
 
+// The error for a fingerprint entry that differs (`saved` is null when the file lacks the key).
+// Built outside check_fingerprint's loop: it runs once, on the way out.
+[[noreturn]] void throw_fingerprint_mismatch(const std::string& path, const std::string& key, const std::string* saved,
+                                             const std::string& value) {
+  if (key == "kv_dtype" || key == "kv_cache") {
+    const std::string flag = key == "kv_dtype" ? "--kv-dtype " : "";
+    throw base::InvalidArgument("prompt cache '" + path + "' was saved with " + flag + *saved + "; this run asks for " +
+                                flag + value +
+                                ": give the flags it was saved with (the cache would run as saved and be reported "
+                                "as asked)");
+  }
+  throw base::InvalidArgument("prompt cache '" + path + "' was made for a different model: " + key + " is '" +
+                              (saved ? *saved : std::string("(missing)")) + "', this model has '" + value + "'");
+}
+
 void check_fingerprint(const std::map<std::string, std::string>& saved,
                        const std::map<std::string, std::string>& current, const std::string& path) {
   for (const auto& [key, value] : current) {
@@ -162,16 +177,7 @@ void check_fingerprint(const std::map<std::string, std::string>& saved,
     // Files from before the cache flags were recorded carry no such key: nothing to compare.
     if (cache_flag && it == saved.end()) continue;
     if (it != saved.end() && it->second == value) continue;
-    if (cache_flag) {
-      throw base::InvalidArgument(
-          "prompt cache '" + path + "' was saved with " +
-          (key == "kv_dtype" ? "--kv-dtype " + it->second : it->second) + "; this run asks for " +
-          (key == "kv_dtype" ? "--kv-dtype " + value : value) +
-          ": give the flags it was saved with (the cache would run as saved and be reported as asked)");
-    }
-    throw base::InvalidArgument("prompt cache '" + path + "' was made for a different model: " + key + " is '" +
-                                (it == saved.end() ? std::string("(missing)") : it->second) + "', this model has '" +
-                                value + "'");
+    throw_fingerprint_mismatch(path, key, it == saved.end() ? nullptr : &it->second, value);
   }
 }
 

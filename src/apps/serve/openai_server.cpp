@@ -72,6 +72,81 @@ json stream_chunk(bool chat, const std::string& id, int64_t created, const std::
 
 std::string sse(const json& payload) { return "data: " + dump_json(payload) + "\n\n"; }
 
+// The server-sent events of one streamed completion, written as the job's events arrive
+// (httplib calls it once per response and it runs until the job ends or the client leaves).
+struct CompletionStream {
+  std::shared_ptr<Job> job;
+  bool chat;
+  std::string id;
+  int64_t created;
+  std::string model;
+  bool include_usage;
+
+  // false when the client went away: the job is cancelled, the slot stops at its next token.
+  bool write(httplib::DataSink& sink, const std::string& data) const {
+    if (sink.write(data.data(), data.size())) return true;
+    job->cancel();
+    return false;
+  }
+
+  json with_usage(json piece) const {
+    if (include_usage) piece["usage"] = nullptr;
+    return piece;
+  }
+
+  json chunk(const json& delta_or_text, const json& finish_reason) const {
+    return stream_chunk(chat, id, created, model, delta_or_text, finish_reason);
+  }
+
+  // The last chunk (finish reason and the cache report), the usage chunk when asked, [DONE].
+  bool finish(httplib::DataSink& sink, const JobResult& result) const {
+    const json empty = chat ? json::object() : json("");
+    json last = with_usage(chunk(empty, result.finish_reason));
+    last["veloxquant"] = cache_report(job->cache, result);
+    if (!write(sink, sse(last))) return false;
+    if (include_usage) {
+      json usage = chunk(empty, nullptr);
+      usage["choices"] = json::array();
+      usage["usage"] = usage_json(result);
+      if (!write(sink, sse(usage))) return false;
+    }
+    write(sink, "data: [DONE]\n\n");
+    sink.done();
+    return true;
+  }
+
+  bool operator()(std::size_t /*offset*/, httplib::DataSink& sink) const {
+    if (chat && !write(sink, sse(with_usage(stream_chunk(true, id, created, model,
+                                                         {{"role", "assistant"}, {"content", ""}}, nullptr))))) {
+      return false;
+    }
+    for (;;) {
+      JobEvent e = job->next(std::chrono::milliseconds(1000));
+      switch (e.kind) {
+        case JobEvent::Kind::kTimeout:
+          // A comment line: ignored by SSE clients, and a failed write tells that the
+          // client left while the request waited for a slot or a long prefill.
+          if (!write(sink, ": waiting\n\n")) return false;
+          break;
+        case JobEvent::Kind::kText: {
+          const json piece = chat ? json{{"content", e.text}} : json(e.text);
+          if (!write(sink, sse(with_usage(chunk(piece, nullptr))))) return false;
+          break;
+        }
+        case JobEvent::Kind::kError: {
+          const json err = json::parse(error_body(ApiError(e.status, e.text, "", "server_error")));
+          write(sink, sse(err));
+          write(sink, "data: [DONE]\n\n");
+          sink.done();
+          return true;
+        }
+        case JobEvent::Kind::kDone:
+          return finish(sink, e.result);
+      }
+    }
+  }
+};
+
 }  // namespace
 
 const std::vector<std::string>& OpenAiServer::endpoints() {
@@ -170,7 +245,7 @@ void OpenAiServer::install_routes() {
     send_error(res, ApiError(res.status, message));
     return httplib::Server::HandlerResponse::Handled;
   }));
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, const std::exception_ptr& ep) {
     std::string message = "internal error";
     try {
       if (ep) std::rethrow_exception(ep);
@@ -298,62 +373,9 @@ void OpenAiServer::handle_completion(const std::string& body, bool chat, httplib
 
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  const bool include_usage = request.include_usage;
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [job, chat, id, created, model, include_usage](std::size_t, httplib::DataSink& sink) {
-        auto write = [&](const std::string& data) {
-          if (sink.write(data.data(), data.size())) return true;
-          job->cancel();  // the client went away: the slot stops at its next token
-          return false;
-        };
-        auto with_usage = [&](json chunk) {
-          if (include_usage) chunk["usage"] = nullptr;
-          return chunk;
-        };
-        if (chat && !write(sse(with_usage(
-                        stream_chunk(true, id, created, model, {{"role", "assistant"}, {"content", ""}}, nullptr))))) {
-          return false;
-        }
-        for (;;) {
-          JobEvent e = job->next(std::chrono::milliseconds(1000));
-          switch (e.kind) {
-            case JobEvent::Kind::kTimeout:
-              // A comment line: ignored by SSE clients, and a failed write tells that the
-              // client left while the request waited for a slot or a long prefill.
-              if (!write(": waiting\n\n")) return false;
-              break;
-            case JobEvent::Kind::kText: {
-              const json piece = chat ? json{{"content", e.text}} : json(e.text);
-              if (!write(sse(with_usage(stream_chunk(chat, id, created, model, piece, nullptr))))) return false;
-              break;
-            }
-            case JobEvent::Kind::kError: {
-              const json err = json::parse(error_body(ApiError(e.status, e.text, "", "server_error")));
-              write(sse(err));
-              write("data: [DONE]\n\n");
-              sink.done();
-              return true;
-            }
-            case JobEvent::Kind::kDone: {
-              const json empty = chat ? json::object() : json("");
-              json last = with_usage(stream_chunk(chat, id, created, model, empty, e.result.finish_reason));
-              last["veloxquant"] = cache_report(job->cache, e.result);
-              if (!write(sse(last))) return false;
-              if (include_usage) {
-                json usage = stream_chunk(chat, id, created, model, empty, nullptr);
-                usage["choices"] = json::array();
-                usage["usage"] = usage_json(e.result);
-                if (!write(sse(usage))) return false;
-              }
-              write("data: [DONE]\n\n");
-              sink.done();
-              return true;
-            }
-          }
-        }
-      },
-      [job](bool) { job->cancel(); });
+  res.set_chunked_content_provider("text/event-stream",
+                                   CompletionStream{job, chat, id, created, model, request.include_usage},
+                                   [job](bool) { job->cancel(); });
 }
 
 }  // namespace apps::serve
