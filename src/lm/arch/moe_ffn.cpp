@@ -45,6 +45,16 @@ void slots_by_expert(const int32_t* experts, int k, int64_t* order) {
   std::sort(order, order + k, [&](int64_t a, int64_t b) { return experts[a] < experts[b]; });
 }
 
+// "<prefix><name> (expert e)": the name an expert's shape error reports.
+std::string expert_tensor_name(const std::string& prefix, const char* name, std::size_t e) {
+  std::string out = prefix;
+  out += name;
+  out += " (expert ";
+  out += std::to_string(e);
+  out += ")";
+  return out;
+}
+
 }  // namespace
 
 void validate_moe_layer(const MoeLayerWeights& w, int64_t dim, const std::string& prefix) {
@@ -57,10 +67,9 @@ void validate_moe_layer(const MoeLayerWeights& w, int64_t dim, const std::string
   expect_shape(w.router, n_experts, dim, prefix + "ffn_gate_inp.weight");
   const int64_t ffn = w.experts[0].gate.rows;
   for (std::size_t e = 0; e < w.experts.size(); ++e) {
-    const std::string at = " (expert " + std::to_string(e) + ")";
-    expect_shape(w.experts[e].gate, ffn, dim, prefix + "ffn_gate_exps.weight" + at);
-    expect_shape(w.experts[e].up, ffn, dim, prefix + "ffn_up_exps.weight" + at);
-    expect_shape(w.experts[e].down, dim, ffn, prefix + "ffn_down_exps.weight" + at);
+    expect_shape(w.experts[e].gate, ffn, dim, expert_tensor_name(prefix, "ffn_gate_exps.weight", e));
+    expect_shape(w.experts[e].up, ffn, dim, expert_tensor_name(prefix, "ffn_up_exps.weight", e));
+    expect_shape(w.experts[e].down, dim, ffn, expert_tensor_name(prefix, "ffn_down_exps.weight", e));
   }
 }
 
@@ -112,10 +121,12 @@ void moe_ffn(const MoeLayerWeights& w, const float* x, int64_t n_tokens, float* 
       const int count = std::min(kExpertsPerCall, k - j0);
       for (int j = 0; j < count; ++j) {
         const MoeExpert& e = w.experts[s.experts[j0 + j]];
-        jobs[2 * j] = {&e.gate, gate + (j0 + j) * ffn};
-        jobs[2 * j + 1] = {&e.up, up + (j0 + j) * ffn};
+        kernels::MatmulJob* pair = jobs + static_cast<std::ptrdiff_t>(j) * 2;  // gate then up
+        pair[0] = {&e.gate, gate + (j0 + j) * ffn};
+        pair[1] = {&e.up, up + (j0 + j) * ffn};
       }
-      kernels::matmul_many(std::span<const kernels::MatmulJob>(jobs, 2 * count), x, 1, pool, activations);
+      kernels::matmul_many(std::span<const kernels::MatmulJob>(jobs, static_cast<std::size_t>(count) * 2), x, 1, pool,
+                           activations);
     }
     kernels::swiglu(gate, up, k * ffn);
     for (int j = 0; j < k; ++j) {
