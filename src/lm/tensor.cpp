@@ -123,7 +123,16 @@ int64_t Tensor::numel() const {
   return n;
 }
 
-bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_); }
+// Walks the strides instead of comparing with contiguous_strides(shape_): the check runs on
+// every decode step's tensors and must not allocate.
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int i = static_cast<int>(shape_.size()) - 1; i >= 0; --i) {
+    if (strides_[static_cast<std::size_t>(i)] != expected) return false;
+    expected *= shape_[static_cast<std::size_t>(i)];
+  }
+  return true;
+}
 
 std::byte* Tensor::raw_data() {
   return storage_ ? storage_->data() + offset_ * static_cast<int64_t>(element_size()) : nullptr;

@@ -1,13 +1,13 @@
-// Fused decode steps of the caches whose attention paths issue 11's third speed pass rewrote
-// (kvquant's word-plane keys, adakv's per-width block kernels, gear's f16 low-rank products)
-// allocate nothing of their own once warm: every buffer is the driver's grow-only scratch or
-// built once per cache shape. Measured against KIVI at 4 bits (planar codes, a path these
-// changes do not touch): the shared per-call plumbing (request tensors, the store's views)
-// allocates a fixed handful per step for every fused cache (11 when this test was written),
-// which is not these sources' to remove; a source that allocated per tile or per block would
-// show as more. Steps that complete no block (a flush is an encode, not an attention step).
+// A warm decode step of a fused cache allocates nothing: every buffer is the driver's grow-only
+// scratch or built once per cache shape (issue 11: "no heap allocation per decode step in any
+// cache"). Until 2026-12-05 every fused cache made 11 allocations per step in the shared
+// plumbing (Tensor::is_contiguous built a stride vector, copy_token_rows copied the tensor, the
+// shape checks built an lm::Shape and a std::string name); the sweep below holds all of them to
+// zero. Steps that complete no block (a flush is an encode, not an attention step); methods
+// whose fused path is not the driver's are listed with the count they make today.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,45 +16,98 @@
 #include "support/allocation_counter.h"
 #include "support/kv_test_data.h"
 #include "veloxquant/registry/field_assignment.h"
+#include "veloxquant/registry/method_registry.h"
 #include "veloxquant/veloxquant.h"
 
 namespace veloxquant {
 namespace {
 
-TEST(FusedDecodeAllocations, WarmStepsAllocateNothing) {
-  base::ThreadPool::set_global_threads(1);  // pool tasks are the driver's concern, not the caches'
-  const int64_t heads = 3, hq = 9, d = 64;
-  const std::vector<std::pair<std::string, std::vector<std::string>>> methods = {
-      {"kivi", {}},  // the baseline: 4 bits
-      {"kvquant", {}}, {"kvquant", {"kvquant_bits=5"}}, {"adakv", {}}, {"gear", {"gear_bits=4", "gear_rank=2"}},
-      {"kivi", {}},  // 3 bits below: word-plane keys
+constexpr int64_t kHeads = 3, kQueryHeads = 9, kDim = 64;
+
+// Allocations of the third warm decode step of `config`'s serving cache, after a 300-row prefill.
+// nullopt when the method has no fused path for this shape.
+std::optional<int64_t> warm_step_allocations(const KVCacheConfig& config) {
+  auto cache = KVCacheBuilder(config).build().serving();
+  uint64_t seed = 40;
+  int64_t last = 0;
+  const auto step = [&](int64_t n) {
+    const lm::Tensor q = test_support::random_kv(1, kQueryHeads, n, kDim, seed++, lm::DType::F32);
+    const lm::Tensor k = test_support::random_kv(1, kHeads, n, kDim, seed++, lm::DType::F16);
+    const lm::Tensor v = test_support::random_kv(1, kHeads, n, kDim, seed++, lm::DType::F16);
+    lm::Tensor out({1, kQueryHeads, n, kDim}, lm::DType::F32);
+    const auto before = test_support::allocation_snapshot();
+    cache->fused_attention({&q, &k, &v, 0.125f, std::nullopt}, out);
+    last = test_support::allocation_snapshot().allocations - before.allocations;
   };
-  int64_t baseline = -1;
+  if (!cache->supports_fused_attention()) return std::nullopt;
+  step(300);  // prefill: blocks flushed, scratch grown
+  step(1);    // first decode step: per-shape layouts built
+  step(1);
+  return last;
+}
+
+TEST(FusedDecodeAllocations, WarmStepsOfTheRewrittenKernelsAllocateNothing) {
+  base::ThreadPool::set_global_threads(1);  // pool tasks are the driver's concern, not the caches'
+  const std::vector<std::pair<std::string, std::vector<std::string>>> methods = {
+      {"kivi", {}},  {"kivi", {"bit_width_inlier=3"}},         {"kvquant", {}}, {"kvquant", {"kvquant_bits=5"}},
+      {"adakv", {}}, {"gear", {"gear_bits=4", "gear_rank=2"}},
+  };
   for (const auto& [method, fields] : methods) {
     KVCacheConfig c;
     c.method = method;
-    c.head_dim = d;
-    if (method == "kivi") c.bit_width_inlier = BitWidth(baseline < 0 ? 4 : 3);
+    c.head_dim = kDim;
     for (const std::string& f : fields) apply_field_assignment(c, f);
-    auto cache = KVCacheBuilder(c).build().serving();
-    uint64_t seed = 40;
-    const auto step = [&](int64_t n) {
-      const lm::Tensor q = test_support::random_kv(1, hq, n, d, seed++, lm::DType::F32);
-      const lm::Tensor k = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F16);
-      const lm::Tensor v = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F16);
-      lm::Tensor out({1, hq, n, d}, lm::DType::F32);
-      const auto before = test_support::allocation_snapshot();
-      cache->fused_attention({&q, &k, &v, 0.125f, std::nullopt}, out);
-      return test_support::allocation_snapshot().allocations - before.allocations;
-    };
-    step(300);  // prefill: blocks flushed, scratch grown
-    step(1);    // first decode step: per-shape layouts built
-    if (baseline < 0) {
-      baseline = step(1);
-      continue;
-    }
-    for (int i = 0; i < 3; ++i) EXPECT_EQ(step(1), baseline) << method << " step " << i;
+    const auto allocations = warm_step_allocations(c);
+    ASSERT_TRUE(allocations.has_value()) << method;
+    EXPECT_EQ(*allocations, 0) << method;
   }
+  base::ThreadPool::set_global_threads(0);
+}
+
+// A ratchet, not a target: the servable methods that still allocate in a warm decode step
+// (measured 2026-12-05, one pool thread, this test's shapes), each held to at most today's
+// count, and every other method (every new one included) to zero. Most of these are eviction
+// scoring and row bookkeeping outside the driver; lower a count when a method is fixed.
+const std::map<std::string, int64_t>& known_allocating_methods() {
+  static const std::map<std::string, int64_t> known = {
+      {"a2ats", 8},         {"age_tiered", 2},
+      {"anchorkv", 51},     {"cam", 32},
+      {"chunkkv", 28},      {"comm_vq", 10},
+      {"curdkv", 710},      {"h2o", 2},
+      {"keyformer", 1},     {"kitty", 2},
+      {"knorm", 1},         {"kvtc", 1},
+      {"kvzip", 1},         {"morphkv", 31},
+      {"nestedkv", 76},     {"palu", 1},
+      {"pyramidkv", 1},     {"qfilters", 22},
+      {"rocketkv", 68},     {"skvq", 4},
+      {"snapkv", 1},        {"squeeze", 1},
+      {"streaming_llm", 2}, {"svdq", 2},
+      {"tova", 1},          {"turboquant_block", 7},
+      {"xkv", 3},           {"zipcache", 1},
+  };
+  return known;
+}
+
+TEST(FusedDecodeAllocations, NoServableMethodAllocatesMoreThanItDidAndNewOnesNothing) {
+  base::ThreadPool::set_global_threads(1);
+  int checked = 0;
+  for (const std::string& method : servable_method_names()) {
+    KVCacheConfig c;
+    c.method = method;
+    c.head_dim = kDim;
+    std::optional<int64_t> allocations;
+    try {
+      allocations = warm_step_allocations(c);
+    } catch (const std::exception&) {
+      continue;  // needs settings or a coordinator this bare shape does not give
+    }
+    if (!allocations) continue;
+    ++checked;
+    const auto it = known_allocating_methods().find(method);
+    const int64_t ceiling = it == known_allocating_methods().end() ? 0 : it->second;
+    EXPECT_LE(*allocations, ceiling) << method << ": heap allocations in a warm decode step";
+  }
+  EXPECT_GE(checked, 30) << "the sweep reached too few fused caches to mean anything";
   base::ThreadPool::set_global_threads(0);
 }
 

@@ -43,7 +43,11 @@ Tensor grow_token_rows(const Tensor& buffer, int64_t kept, int64_t new_tokens, i
 }
 
 void copy_token_rows(const Tensor& src, Tensor& dst, int64_t dst_row) {
-  const Tensor s = src.contiguous();
+  // A contiguous source (every decode step's new rows) is read in place: contiguous() returns a
+  // copy of the tensor, whose shape and strides are two heap allocations per call.
+  Tensor copied;
+  if (src.defined() && !src.is_contiguous()) copied = src.contiguous();
+  const Tensor& s = copied.defined() ? copied : src;
   const int64_t batch = s.dim(0), heads = s.dim(1), rows = s.dim(2), width = s.dim(3);
   if (dst.ndim() != 4 || dst.dim(0) != batch || dst.dim(1) != heads || dst.dim(3) != width || dst_row < 0 ||
       dst_row + rows > dst.dim(2) || dst.strides()[3] != 1 || dst.strides()[2] != width) {

@@ -5,17 +5,20 @@
 
 namespace veloxquant::attention {
 
-void check_fused_shapes(const std::string& who, const lm::Tensor& queries, const lm::Tensor& keys, int64_t batch,
+void check_fused_shapes(std::string_view who, const lm::Tensor& queries, const lm::Tensor& keys, int64_t batch,
                         int64_t kv_heads, int64_t dk, int64_t dv, const lm::Tensor& out) {
   const lm::Tensor& q = queries;
   const int64_t hq = q.dim(1), n = q.dim(2);
   if (q.ndim() != 4 || q.dim(0) != batch || q.dim(3) != dk || hq % kv_heads != 0 || n != keys.dim(2)) {
-    throw base::InvalidArgument(who + ": queries " + lm::shape_text(q.shape()) + " do not fit keys " +
+    throw base::InvalidArgument(std::string(who) + ": queries " + lm::shape_text(q.shape()) + " do not fit keys " +
                                 lm::shape_text(keys.shape()));
   }
-  if (out.shape() != lm::Shape{batch, hq, n, dv} || out.dtype() != lm::DType::F32 || !out.is_contiguous()) {
-    throw base::InvalidArgument(who + ": out must be f32 " + lm::shape_text({batch, hq, n, dv}) + ", got " +
-                                lm::shape_text(out.shape()));
+  // Compared extent by extent: building an lm::Shape here would allocate on every decode step.
+  const bool out_fits = out.ndim() == 4 && out.dim(0) == batch && out.dim(1) == hq && out.dim(2) == n &&
+                        out.dim(3) == dv && out.dtype() == lm::DType::F32 && out.is_contiguous();
+  if (!out_fits) {
+    throw base::InvalidArgument(std::string(who) + ": out must be f32 " + lm::shape_text({batch, hq, n, dv}) +
+                                ", got " + lm::shape_text(out.shape()));
   }
 }
 

@@ -92,14 +92,13 @@ int64_t parse_meta_int(const std::string& text, const char* who, const char* wha
   return value;
 }
 
-void check_row_layout(const lm::Tensor& keys, const lm::Tensor& values, const RowLayout& layout,
-                      const std::string& who) {
+void check_row_layout(const lm::Tensor& keys, const lm::Tensor& values, const RowLayout& layout, std::string_view who) {
   if (keys.dim(0) == layout.batch && keys.dim(1) == layout.heads && keys.dim(3) == layout.key_dim &&
       values.dim(3) == layout.value_dim) {
     return;
   }
   throw base::InvalidArgument(
-      who + ": new keys " + lm::shape_text(keys.shape()) + " / values " + lm::shape_text(values.shape()) +
+      std::string(who) + ": new keys " + lm::shape_text(keys.shape()) + " / values " + lm::shape_text(values.shape()) +
       " do not match the cache's B=" + std::to_string(layout.batch) + ", H=" + std::to_string(layout.heads) +
       ", D=" + std::to_string(layout.key_dim) + ", Dv=" + std::to_string(layout.value_dim));
 }

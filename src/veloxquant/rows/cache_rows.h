@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lm/cache/cache.h"
@@ -39,8 +40,7 @@ struct RowLayout {
 };
 // Throws base::InvalidArgument naming `who`, the new shapes and the cache's layout when new
 // keys/values [B, H, S, D] / [B, H, S, Dv] do not match it.
-void check_row_layout(const lm::Tensor& keys, const lm::Tensor& values, const RowLayout& layout,
-                      const std::string& who);
+void check_row_layout(const lm::Tensor& keys, const lm::Tensor& values, const RowLayout& layout, std::string_view who);
 
 // Parses an int from a meta_state string; throws base::FormatError naming `who` and `what`.
 int64_t parse_meta_int(const std::string& text, const char* who, const char* what);
