@@ -131,7 +131,9 @@ TEST(KVCacheType, RoundTripErrorIsWithinHalfAStepExceptTheClippedSide) {
             << lm::kv_cache_type_name(type) << " element " << b * 32 + j;
       }
     }
-    if (type != KVCacheType::Q8_0) EXPECT_GT(clipped, 0) << "the sample never reaches the clipped side";
+    if (type != KVCacheType::Q8_0) {
+      EXPECT_GT(clipped, 0) << "the sample never reaches the clipped side";
+    }
   }
 }
 

@@ -67,7 +67,9 @@ TEST(CodewordRows, KeyScoresMatchScalarDecodedTilesAndExactDots) {
             const std::size_t i = static_cast<std::size_t>(r * ld + j);
             ASSERT_EQ(simd[i], ref[i]) << "rows " << n_rows << " q " << n_q << " r " << r << " j " << j;
             if (j >= n_rows) continue;  // untouched padding checked above (-7 in both)
-            if (n_rows % 8 == 0) ASSERT_EQ(simd[i], tiled[i]) << "rows " << n_rows << " r " << r << " j " << j;
+            if (n_rows % 8 == 0) {
+              ASSERT_EQ(simd[i], tiled[i]) << "rows " << n_rows << " r " << r << " j " << j;
+            }
             double exact = 0.0, mag = 0.0;
             for (int e = 0; e < 64; ++e) {
               exact +=

@@ -85,7 +85,9 @@ void check_xquant(const std::string& path, const std::string& prompt, int64_t he
     ASSERT_TRUE(layer) << k;
     EXPECT_EQ(layer->is_anchor(), k % 2 == 0) << k;
     // Every reuse layer read all its rows from its anchor (prefill block + decode blocks).
-    if (!layer->is_anchor()) EXPECT_EQ(layer->reused_rows(), tokens / 32 * 32) << k;
+    if (!layer->is_anchor()) {
+      EXPECT_EQ(layer->reused_rows(), tokens / 32 * 32) << k;
+    }
   }
   EXPECT_EQ(total_nbytes(run.cache.caches), expected_xquant_bytes(n, heads, d, tokens));
   EXPECT_EQ(run.stats.kv_bytes_resident, total_nbytes(run.cache.caches));

@@ -113,7 +113,9 @@ void expect_basis_of(const XkvBasis& basis, const std::vector<lm::Tensor>& membe
       double residual = 0.0;
       for (int64_t a = 0; a < d; ++a) residual += (cv[a] - l * v[a]) * (cv[a] - l * v[a]);
       EXPECT_LE(std::sqrt(residual), 1e-3 * trace) << "direction " << i;
-      if (!lambda.empty()) EXPECT_LE(l, lambda.back() * (1 + 1e-6) + 1e-9) << "descending";
+      if (!lambda.empty()) {
+        EXPECT_LE(l, lambda.back() * (1 + 1e-6) + 1e-9) << "descending";
+      }
       lambda.push_back(l);
       for (int64_t j = 0; j < i; ++j) {
         const float* u = row_ptr<float>(basis.table, 0, h, 1 + j);

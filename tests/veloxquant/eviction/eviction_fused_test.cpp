@@ -66,7 +66,9 @@ TEST_P(EvictionFused, KeepsTheSameRowsAndAttendsAlike) {
     for (std::size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(got[i] - ref[i]));
     // The plain path's mask speaks for every head with head 0's positions (eviction_mask.h);
     // at one query without a window there is no mask, so decode steps compare exactly.
-    if (n == 1) EXPECT_LT(worst, 2e-4f) << "at offset " << fused->offset();
+    if (n == 1) {
+      EXPECT_LT(worst, 2e-4f) << "at offset " << fused->offset();
+    }
   }
   EXPECT_EQ(fused->rows().rows(), kBudget);
   EXPECT_EQ(fused->nbytes(), plain->nbytes());

@@ -61,7 +61,9 @@ std::vector<int64_t> returned_positions(const Fed& fed, const lm::KeysValues& kv
     EXPECT_TRUE(!values_as_fed ||
                 std::equal(fed.values[h][p].begin(), fed.values[h][p].end(), v.data() + (h * t + r) * kDim))
         << "value row of position " << p << " belongs to another token";
-    if (!positions.empty()) EXPECT_GT(p, positions.back()) << "rows out of temporal order";
+    if (!positions.empty()) {
+      EXPECT_GT(p, positions.back()) << "rows out of temporal order";
+    }
     positions.push_back(p);
   }
   return positions;
@@ -97,8 +99,12 @@ TEST_P(EvictionInvariants, LongPrefillThenManyDecodeSteps) {
       const int32_t* p = cache->rows().positions(0, h);
       for (int64_t r = 0; r < cache->rows().rows(); ++r) {
         EXPECT_LT(p[r], total);
-        if (r > 0) EXPECT_GT(p[r], p[r - 1]);
-        if (r < 4) EXPECT_EQ(p[r], r) << "sink " << r << " of head " << h << " was evicted";
+        if (r > 0) {
+          EXPECT_GT(p[r], p[r - 1]);
+        }
+        if (r < 4) {
+          EXPECT_EQ(p[r], r) << "sink " << r << " of head " << h << " was evicted";
+        }
       }
     }
   }

@@ -284,7 +284,9 @@ TEST(RocketKV, StageOneIsSnapKV) {
       rocket->fused_attention({&q, &k, &v, 0.2f, std::nullopt}, a);
       snap->fused_attention({&q, &k, &v, 0.2f, std::nullopt}, b);
       ASSERT_EQ(kept_positions(*rocket), kept_positions(*snap)) << "at " << rocket->offset();
-      if (ratio == 1.0) ASSERT_EQ(a.to_f32(), b.to_f32());
+      if (ratio == 1.0) {
+        ASSERT_EQ(a.to_f32(), b.to_f32());
+      }
     }
   }
 }

@@ -43,7 +43,9 @@ TEST(RvqStage2Scale, MatchedCodebookLowersDistortionAtEveryWidth) {
     // once b >= 2 (its stage 2 mostly clips).
     const double two_stage_floor = kMaxDistortion[b - 1] * kMaxDistortion[b - 1];
     EXPECT_LT(mse_matched, 3.0 * two_stage_floor) << "b=" << b;
-    if (b >= 2) EXPECT_GT(mse_original, 3.0 * two_stage_floor) << "b=" << b;
+    if (b >= 2) {
+      EXPECT_GT(mse_original, 3.0 * two_stage_floor) << "b=" << b;
+    }
   }
 }
 
