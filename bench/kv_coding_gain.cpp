@@ -32,48 +32,32 @@
 #include "lm/cache/cache.h"
 #include "lm/load.h"
 #include "lm/model.h"
+#include "recording_kv_cache.h"
 #include "veloxquant/core/linalg.h"
 
 namespace {
 
 // Forwards to the host's own cache and keeps the f32 rows of the first and last call.
-class RecordingCache final : public lm::KVCache {
+class RecordingCache final : public bench_support::RecordingKVCache {
  public:
   RecordingCache(std::shared_ptr<lm::KVCache> inner, int64_t last_offset)
-      : inner_(std::move(inner)), last_(last_offset) {}
-  lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override {
-    const int64_t at = inner_->offset();
-    if (at == 0) {
-      first_k = keys.to_f32(), first_v = values.to_f32(), first_rows = keys.dim(2);
-    } else if (at == last_) {
-      last_k = keys.to_f32(), last_v = values.to_f32(), last_q = pending_q_, last_rows = keys.dim(2);
-    }
-    heads = keys.dim(1), key_dim = keys.dim(3), value_dim = values.dim(3);
-    return inner_->update_and_fetch(keys, values);
-  }
-  bool wants_queries() const override { return true; }
-  void observe_queries(const lm::Tensor& queries) override {
-    pending_q_ = queries.to_f32();
-    query_heads = queries.dim(1);
-  }
-  int64_t offset() const override { return inner_->offset(); }
-  bool empty() const override { return inner_->empty(); }
-  std::size_t nbytes() const override { return inner_->nbytes(); }
-  std::vector<lm::Tensor> state() const override { return inner_->state(); }
-  std::vector<std::string> meta_state() const override { return inner_->meta_state(); }
-  void from_state(const std::vector<lm::Tensor>& s, const std::vector<std::string>& m) override {
-    inner_->from_state(s, m);
-  }
-  std::string type_name() const override { return "RecordingCache"; }
+      : RecordingKVCache(std::move(inner)), last_(last_offset) {}
   std::shared_ptr<lm::KVCache> clone() const override { return std::make_shared<RecordingCache>(*this); }
 
   std::vector<float> first_k, first_v, last_k, last_v, last_q;
-  int64_t first_rows = 0, last_rows = 0, heads = 0, query_heads = 0, key_dim = 0, value_dim = 0;
+  int64_t first_rows = 0, last_rows = 0;
 
  private:
-  std::shared_ptr<lm::KVCache> inner_;
+  // Keeps the first call's rows (the calibration rows) and the call at last_offset (held out).
+  void record(const lm::Tensor& keys, const lm::Tensor& values, int64_t at) override {
+    if (at == 0) {
+      first_k = keys.to_f32(), first_v = values.to_f32(), first_rows = keys.dim(2);
+    } else if (at == last_) {
+      last_k = keys.to_f32(), last_v = values.to_f32(), last_q = pending_queries(), last_rows = keys.dim(2);
+    }
+  }
+
   int64_t last_;
-  std::vector<float> pending_q_;
 };
 
 // Reverse water-filling: the distortion sum_i min(theta, p_i) whose rate

@@ -20,42 +20,24 @@
 #include "lm/cache/cache.h"
 #include "lm/load.h"
 #include "lm/model.h"
+#include "recording_kv_cache.h"
 
 namespace {
 
 // Forwards to the host's own cache and appends every call's f32 rows ([heads, rows, dim] each).
-class RecordingCache final : public lm::KVCache {
+class RecordingCache final : public bench_support::RecordingKVCache {
  public:
-  explicit RecordingCache(std::shared_ptr<lm::KVCache> inner) : inner_(std::move(inner)) {}
-  lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override {
-    k_calls.push_back(keys.to_f32()), v_calls.push_back(values.to_f32()), q_calls.push_back(pending_q_);
-    rows.push_back(keys.dim(2));
-    heads = keys.dim(1), key_dim = keys.dim(3), value_dim = values.dim(3);
-    return inner_->update_and_fetch(keys, values);
-  }
-  bool wants_queries() const override { return true; }
-  void observe_queries(const lm::Tensor& queries) override {
-    pending_q_ = queries.to_f32();
-    query_heads = queries.dim(1);
-  }
-  int64_t offset() const override { return inner_->offset(); }
-  bool empty() const override { return inner_->empty(); }
-  std::size_t nbytes() const override { return inner_->nbytes(); }
-  std::vector<lm::Tensor> state() const override { return inner_->state(); }
-  std::vector<std::string> meta_state() const override { return inner_->meta_state(); }
-  void from_state(const std::vector<lm::Tensor>& s, const std::vector<std::string>& m) override {
-    inner_->from_state(s, m);
-  }
-  std::string type_name() const override { return "RecordingCache"; }
+  using RecordingKVCache::RecordingKVCache;
   std::shared_ptr<lm::KVCache> clone() const override { return std::make_shared<RecordingCache>(*this); }
 
   std::vector<std::vector<float>> k_calls, v_calls, q_calls;
   std::vector<int64_t> rows;
-  int64_t heads = 0, query_heads = 0, key_dim = 0, value_dim = 0;
 
  private:
-  std::shared_ptr<lm::KVCache> inner_;
-  std::vector<float> pending_q_;
+  void record(const lm::Tensor& keys, const lm::Tensor& values, int64_t /*at*/) override {
+    k_calls.push_back(keys.to_f32()), v_calls.push_back(values.to_f32()), q_calls.push_back(pending_queries());
+    rows.push_back(keys.dim(2));
+  }
 };
 
 // Appends one layer's calls as [heads, total rows, dim] to `out`.
