@@ -1,6 +1,7 @@
 #include "veloxquant/caches/kitty_rows.h"
 
 #include <algorithm>
+#include <bit>
 #include <vector>
 
 #include "lm/kernels/attention_tiles.h"
@@ -36,12 +37,6 @@ KittyRows::KittyRows(const QuantizedKeys& keys, const lm::Tensor& tail_keys, con
   if (!integer_) return;
   if (hi_order.size() > 0) hi_limit_ = attention::kernels::integer_query_limit(hi_plane_.bits, hi_plane_.dim());
   if (lo_order.size() > 0) lo_limit_ = attention::kernels::integer_query_limit(lo_plane_.bits, lo_plane_.dim());
-  hi_position_.resize(static_cast<std::size_t>(hi_order.size()));
-  lo_position_.resize(static_cast<std::size_t>(lo_order.size()));
-  for (int64_t i = 0; i < hi_order.size(); ++i)
-    hi_position_[static_cast<std::size_t>(i)] = static_cast<int32_t>(hi_plane_.position(i));
-  for (int64_t i = 0; i < lo_order.size(); ++i)
-    lo_position_[static_cast<std::size_t>(i)] = static_cast<int32_t>(lo_plane_.position(i));
 }
 
 void KittyRows::score_block_integer(int64_t b, int64_t h, int64_t block, int64_t a, int64_t n, const float* prepared,
@@ -81,18 +76,23 @@ void KittyRows::score_block_integer(int64_t b, int64_t h, int64_t block, int64_t
   base.resize(static_cast<std::size_t>(d));
   stride.resize(static_cast<std::size_t>(d));
   const uint32_t* mask = row_ptr<uint32_t>(hi_mask_, b, h, block);
+  // NarrowPlane::position without its divisions: 8 / bits codes per byte is 1, 2 or 4.
+  const auto position = [](const attention::kernels::NarrowPlane& plane, int64_t i) {
+    const int shift = std::countr_zero(static_cast<unsigned>(8 / plane.bits));
+    return (i & ((int64_t{1} << shift) - 1)) * plane.padded + (i >> shift);
+  };
   int64_t i_hi = 0, i_lo = 0;
   for (int64_t w = 0; w * 32 < d; ++w) {
     const int64_t width = std::min<int64_t>(32, d - w * 32);
     const uint32_t valid = width == 32 ? ~0u : ((1u << width) - 1u);
     for (uint32_t m = mask[w] & valid; m != 0; m &= m - 1) {
       const auto c = static_cast<std::size_t>(w * 32 + __builtin_ctz(m));
-      base[c] = hi_position_[static_cast<std::size_t>(i_hi++)];
+      base[c] = static_cast<int32_t>(position(hi_plane_, i_hi++));
       stride[c] = static_cast<int32_t>(hi_dim);
     }
     for (uint32_t m = ~mask[w] & valid; m != 0; m &= m - 1) {
       const auto c = static_cast<std::size_t>(w * 32 + __builtin_ctz(m));
-      base[c] = static_cast<int32_t>(n_queries * hi_dim) + lo_position_[static_cast<std::size_t>(i_lo++)];
+      base[c] = static_cast<int32_t>(n_queries * hi_dim + position(lo_plane_, i_lo++));
       stride[c] = static_cast<int32_t>(lo_dim);
     }
   }

@@ -68,8 +68,6 @@ class KittyRows final : public attention::RowSource {
   attention::kernels::NarrowPlane hi_plane_, lo_plane_;
   bool integer_;
   int32_t hi_limit_ = 0, lo_limit_ = 0;
-  // Padded code-order position of each plane's natural index (the i-th channel of the plane).
-  std::vector<int32_t> hi_position_, lo_position_;
 };
 
 }  // namespace veloxquant

@@ -47,7 +47,7 @@ std::size_t side_bytes(const LatentSide& s) {
 
 LatentCache::LatentCache(std::string type_name, int n_head_groups, std::unique_ptr<LatentCodec> key_codec,
                          std::unique_ptr<LatentCodec> value_codec)
-    : type_name_(std::move(type_name)), requested_groups_(n_head_groups) {
+    : type_name_(std::move(type_name)), fused_who_(type_name_ + "::fused_attention"), requested_groups_(n_head_groups) {
   k_.codec = std::move(key_codec);
   v_.codec = std::move(value_codec);
 }
@@ -57,6 +57,7 @@ LatentCache::LatentCache(const LatentCache& other) { *this = other; }
 LatentCache& LatentCache::operator=(const LatentCache& other) {
   if (this == &other) return *this;
   type_name_ = other.type_name_;
+  fused_who_ = other.fused_who_;
   requested_groups_ = other.requested_groups_;
   batch_ = other.batch_;
   heads_ = other.heads_;
@@ -275,7 +276,7 @@ lm::KeysValues LatentCache::update_and_fetch(const lm::Tensor& keys, const lm::T
 }
 
 void LatentCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) {
-  const std::string who = type_name_ + "::fused_attention";
+  const std::string& who = fused_who_;
   if (!request.queries || !request.keys || !request.values) {
     throw base::InvalidArgument(who + ": queries, keys and values are required");
   }

@@ -73,6 +73,7 @@ class LatentCache : public lm::KVCache {
   void reconstruct_side(const LatentSide& side, lm::Tensor& out) const;
 
   std::string type_name_;
+  std::string fused_who_;  // "<type>::fused_attention", built once (no allocation per step)
   int requested_groups_;
   int64_t batch_ = 0, heads_ = 0, groups_ = 0, heads_per_group_ = 0;
   lm::DType dtype_ = lm::DType::F16;

@@ -1,8 +1,11 @@
 #include "veloxquant/caches/zipcache_cache.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <tuple>
 
 #include "base/error.h"
 #include "base/thread_pool.h"
@@ -249,16 +252,18 @@ void ZipCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Ten
   store(*request.keys, *request.values);
   attention::check_fused_shapes("ZipCache::fused_attention", q, *request.keys, batch_, heads_, dk_, dv_, out);
   const int64_t blocks = frontier_ / group_;
-  std::vector<KiviQuantizedRows> tier_rows;
-  tier_rows.reserve(2);
-  const attention::RowSource* segments[3];
+  // On the stack, one per tier: a decode step allocates nothing.
+  constexpr std::size_t kTiers = std::tuple_size_v<decltype(tiers_)>;
+  std::array<std::optional<KiviQuantizedRows>, kTiers> tier_rows;
+  const attention::RowSource* segments[kTiers + 1];
   int n_segments = 0;
-  for (const Tier& t : tiers_) {
+  for (std::size_t i = 0; i < kTiers; ++i) {
+    const Tier& t = tiers_[i];
     if (t.per_block == 0) continue;
-    tier_rows.emplace_back(t.key_codes, t.key_params, t.value_codes, t.value_params, blocks * t.per_block, t.bits,
-                           group_, *t.key_order, *t.value_order);
-    tier_rows.back().with_key_rows_per_group(t.per_block).with_positions(&t.positions);
-    segments[n_segments++] = &tier_rows.back();
+    KiviQuantizedRows& rows = tier_rows[i].emplace(t.key_codes, t.key_params, t.value_codes, t.value_params,
+                                                   blocks * t.per_block, t.bits, group_, *t.key_order, *t.value_order);
+    rows.with_key_rows_per_group(t.per_block).with_positions(&t.positions);
+    segments[n_segments++] = &rows;
   }
   const attention::DtypeRowSource tail(tail_k_, tail_v_, offset_ - frontier_, frontier_);
   segments[n_segments++] = &tail;

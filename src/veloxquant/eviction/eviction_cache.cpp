@@ -32,6 +32,7 @@ const char* scoring_name(Scoring scoring) { return scoring == Scoring::kAuto ? "
 
 EvictionCache::EvictionCache(std::string type_name, EvictionPolicy policy, StorageSpec storage, Scoring scoring)
     : type_name_(std::move(type_name)),
+      fused_who_(type_name_ + "::fused_attention"),
       policy_(policy),
       scoring_(scoring),
       rows_(policy.budget, policy.uses_scores(), std::move(storage)) {}
@@ -210,7 +211,7 @@ std::vector<lm::Tensor> EvictionCache::state() const {
 // keys — and evicts at most one row; multi-token calls and the proxy scoring take the general
 // selection (select_and_store).
 void EvictionCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) {
-  const std::string who = type_name_ + "::fused_attention";
+  const std::string& who = fused_who_;
   if (!request.queries || !request.keys || !request.values) {
     throw base::InvalidArgument(who + ": queries, keys and values are required");
   }
@@ -302,7 +303,7 @@ void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& 
   if (policy_.needs_general_selection()) {
     // cam needs every survivor's key for the similarity and rewrites a survivor's value;
     // morphkv re-scores every row from its voters' keys: the general selection decodes the rows.
-    select_and_store(keys, values, nullptr, nullptr, type_name_ + "::fused_attention");
+    select_and_store(keys, values, nullptr, nullptr, fused_who_);
     return;
   }
   const int64_t batch = keys.dim(0), heads = keys.dim(1), stored = rows_.rows(), total = stored + 1;
@@ -319,9 +320,13 @@ void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& 
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t bh = b * heads + h;
       const int32_t* pos = rows_.positions(b, h);
-      positions.assign(pos, pos + stored);
-      positions.push_back(static_cast<int32_t>(offset_));
-      scores.assign(static_cast<std::size_t>(total), 0.0f);
+      // resize (geometric growth) rather than assign(n, ...) (exactly n): while the store
+      // grows by a row per step, assign would reallocate on every step.
+      positions.resize(static_cast<std::size_t>(total));
+      std::copy_n(pos, stored, positions.data());
+      positions[static_cast<std::size_t>(stored)] = static_cast<int32_t>(offset_);
+      scores.resize(static_cast<std::size_t>(total));
+      std::fill(scores.begin(), scores.end(), 0.0f);
       if (policy_.uses_attention() && stored_weights) {
         const float* carried = rows_.scores(b, h);
         const float* w = stored_weights + bh * stored;

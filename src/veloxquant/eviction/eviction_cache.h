@@ -108,6 +108,9 @@ class EvictionCache : public lm::KVCache {
                          const float* new_weights);
 
   std::string type_name_;
+  // "<type>::fused_attention", built once: a decode step names itself in errors without
+  // building a string (no heap allocation per step).
+  std::string fused_who_;
   EvictionPolicy policy_;
   Scoring scoring_;
   EvictionRows rows_;
