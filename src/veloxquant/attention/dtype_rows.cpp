@@ -87,6 +87,18 @@ DtypeRowSource::DtypeRowSource(const lm::Tensor& keys, const lm::Tensor& values,
   }
 }
 
+DtypeRowSource::DtypeRowSource(const lm::Tensor& keys, const lm::Tensor& values, int64_t value_first, int64_t rows,
+                               int64_t position_base)
+    : DtypeRowSource(keys, values, 0, position_base) {
+  if (value_first < 0 || rows < 0 || rows > keys.dim(2) || value_first + rows > values.dim(2)) {
+    throw base::InvalidArgument("DtypeRowSource: values " + lm::shape_text(values.shape()) + " cannot hold " +
+                                std::to_string(rows) + " rows from row " + std::to_string(value_first) + ", keys " +
+                                lm::shape_text(keys.shape()));
+  }
+  values_.data += value_first * values_.row_bytes;
+  rows_ = rows;
+}
+
 void DtypeRowSource::set_positions(const int32_t* positions, int64_t head_stride, int64_t batch_stride) {
   positions_ = positions;
   pos_head_stride_ = head_stride;

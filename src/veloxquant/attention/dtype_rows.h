@@ -43,6 +43,10 @@ void accumulate_plain_tile(const PlainRows& values, int64_t b, int64_t h, int64_
 class DtypeRowSource final : public RowSource {
  public:
   DtypeRowSource(const lm::Tensor& keys, const lm::Tensor& values, int64_t rows, int64_t position_base = 0);
+  // Rows start at row `value_first` of the value tensor (default 0): a view of [value_first,
+  // value_first + rows) without slicing the tensor (a slice allocates its shape; this is per step).
+  DtypeRowSource(const lm::Tensor& keys, const lm::Tensor& values, int64_t value_first, int64_t rows,
+                 int64_t position_base);
   void set_positions(const int32_t* positions, int64_t head_stride, int64_t batch_stride);
 
   int64_t key_dim() const override { return keys_.dim; }

@@ -304,7 +304,9 @@ void A2atsCache::fused_attention(const lm::FusedAttentionRequest& request, lm::T
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, offset_, out, contiguous_queries);
   // Before this call's rows are stored: the retrieved far rows, the exact tail, the call's rows.
-  const lm::Tensor call_k = request.keys->contiguous(), call_v = request.values->contiguous();
+  lm::Tensor call_k_copy, call_v_copy;  // only for tensors whose rows are strided
+  const lm::Tensor& call_k = cache_rows::with_contiguous_rows(*request.keys, call_k_copy);
+  const lm::Tensor& call_v = cache_rows::with_contiguous_rows(*request.values, call_v_copy);
   thread_local std::vector<float> natural, book;
   const int64_t k_rows = retrieved_rows(far_rows_), tail = offset_ - tail_start_, s = call_k.dim(2);
   if (far_rows_ > 0) {

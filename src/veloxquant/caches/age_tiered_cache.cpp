@@ -70,7 +70,9 @@ void AgeTieredCache::age_rows(int from, int to, int64_t count) {
   AgeTier& src = tiers_[static_cast<std::size_t>(from)];
   AgeTier& dst = tiers_[static_cast<std::size_t>(to)];
   dst.reserve_back(count);
-  std::vector<float> key(static_cast<std::size_t>(dk_)), value(static_cast<std::size_t>(dv_));
+  thread_local std::vector<float> key, value;  // this thread's, reused: no allocation per step
+  key.resize(static_cast<std::size_t>(dk_));
+  value.resize(static_cast<std::size_t>(dv_));
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
       for (int64_t i = 0; i < count; ++i) {
@@ -138,7 +140,9 @@ lm::KeysValues AgeTieredCache::update_and_fetch(const lm::Tensor& keys, const lm
 lm::KeysValues AgeTieredCache::fetch(lm::DType dtype) const {
   lm::Tensor k({batch_, heads_, offset_, dk_}, dtype);
   lm::Tensor v({batch_, heads_, offset_, dv_}, dtype);
-  std::vector<float> key(static_cast<std::size_t>(dk_)), value(static_cast<std::size_t>(dv_));
+  thread_local std::vector<float> key, value;  // this thread's, reused: no allocation per step
+  key.resize(static_cast<std::size_t>(dk_));
+  value.resize(static_cast<std::size_t>(dv_));
   const int64_t ke = static_cast<int64_t>(k.element_size()), ve = static_cast<int64_t>(v.element_size());
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {

@@ -33,16 +33,24 @@ const std::byte* head_row(const lm::Tensor& t, int64_t b, int64_t h, int64_t row
          (b * t.strides()[0] + h * t.strides()[1] + row * t.strides()[2]) * static_cast<int64_t>(t.element_size());
 }
 
-// Rows [t0, t0 + m) of a contiguous [B, H, S, D] tensor into rows [at, at + m) of dst
-// [B, H, cap, D], converting to dst's dtype.
+// Rows [t0, t0 + m) of a [B, H, S, D] tensor with contiguous rows into rows [at, at + m) of dst
+// [B, H, cap, D], converting to dst's dtype (the m rows in one conversion when they lie back to
+// back, as the host's tensors do).
 void copy_token_range(const lm::Tensor& src, int64_t t0, int64_t m, lm::Tensor& dst, int64_t at) {
   if (m <= 0) return;
-  const int64_t batch = src.dim(0), heads = src.dim(1), s = src.dim(2), d = src.dim(3);
-  const auto es = static_cast<int64_t>(src.element_size());
+  const int64_t batch = src.dim(0), heads = src.dim(1), d = src.dim(3);
+  const bool packed = src.strides()[2] == d;
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
-      const std::byte* from = src.raw_data() + ((b * heads + h) * s + t0) * d * es;
-      lm::convert_elements(from, src.dtype(), head_row(dst, b, h, at), dst.dtype(), static_cast<std::size_t>(m * d));
+      if (packed) {
+        lm::convert_elements(head_row(src, b, h, t0), src.dtype(), head_row(dst, b, h, at), dst.dtype(),
+                             static_cast<std::size_t>(m * d));
+        continue;
+      }
+      for (int64_t r = 0; r < m; ++r) {
+        lm::convert_elements(head_row(src, b, h, t0 + r), src.dtype(), head_row(dst, b, h, at + r), dst.dtype(),
+                             static_cast<std::size_t>(d));
+      }
     }
   }
 }
@@ -175,7 +183,9 @@ void SkvqCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   } else {
     cache_rows::check_row_layout(keys, values, {batch_, heads_, dk_, dv_}, "SkvqCache::update_and_fetch");
   }
-  const lm::Tensor k = keys.contiguous(), v = values.contiguous();
+  lm::Tensor k_copy, v_copy;  // only for tensors whose rows are strided
+  const lm::Tensor& k = cache_rows::with_contiguous_rows(keys, k_copy);
+  const lm::Tensor& v = cache_rows::with_contiguous_rows(values, v_copy);
   const int64_t s = k.dim(2), n_sink = options_.skvq_n_sink, full = options_.skvq_window + kFlushRows;
   int64_t t = std::clamp<int64_t>(n_sink - offset_, 0, s);  // the first n_sink tokens are sinks
   if (t > 0) {

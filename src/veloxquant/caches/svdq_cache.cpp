@@ -214,8 +214,7 @@ void SvdqCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
   // Segment 1: the quantized blocks with their values; segment 2: the tail keys with the values
   // of the same rows.
   const SvdqRows blocks(codes_, params_, basis_, values_, layout_, frontier_, group_);
-  const lm::Tensor tail_values = values_.slice(2, frontier_, offset_);
-  const attention::DtypeRowSource tail(tail_k_, tail_values, offset_ - frontier_, frontier_);
+  const attention::DtypeRowSource tail(tail_k_, values_, frontier_, offset_ - frontier_, frontier_);
   const attention::RowSource* segments[2];
   int n = 0;
   if (frontier_ > 0) segments[n++] = &blocks;

@@ -45,9 +45,9 @@ SvdqRows::SvdqRows(const lm::Tensor& codes, const lm::Tensor& params, const lm::
       leading_mean_(leading_mean),
       call_(next_call.fetch_add(1)),
       plane_(uniform_plane(layout)) {
+  if (plane_.padded > 0 && plane_.dim() > kMaxPlaneDim) plane_ = {};
   if (plane_.padded == 0) return;
   limit_ = attention::kernels::integer_query_limit(plane_.bits, plane_.dim());
-  pair_of_.resize(static_cast<std::size_t>(plane_.dim()));
   for (int64_t e = 0; e < plane_.dim(); ++e) {
     const int64_t i = plane_.natural(e);
     pair_of_[static_cast<std::size_t>(e)] = static_cast<int32_t>(i < 0 ? layout.coded : i);

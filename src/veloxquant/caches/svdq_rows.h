@@ -15,6 +15,7 @@
 // dense LSB-first stream of `coded` codes, and a block's rows are scored as integers
 // (attention/narrow_plane_scores.h): the projected query folded into the block's per-channel
 // scales and rounded to 16 bits, the mins (and <q, mean>) a per-query bias — no f32 decode.
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -63,7 +64,11 @@ class SvdqRows final : public attention::RowSource {
   uint64_t call_;                          // distinct per object, so a thread's kept projection is never another call's
   attention::kernels::NarrowPlane plane_;  // padded > 0: the integer path
   int32_t limit_ = 0;
-  std::vector<int32_t> pair_of_;  // padded code-order position -> coded channel (coded: a zero pair)
+  // Padded code-order position -> coded channel (coded: a zero pair). Held inline: a SvdqRows is
+  // built per call, and a vector would be a heap allocation per decode step. Planes wider than
+  // this take the float path.
+  static constexpr int64_t kMaxPlaneDim = 512;
+  std::array<int32_t, kMaxPlaneDim> pair_of_;
 };
 
 }  // namespace veloxquant

@@ -242,8 +242,10 @@ void TurboQuantBlockCache::store(const lm::Tensor& keys, const lm::Tensor& value
   }
   ensure_capacity(keys, values);
   const int64_t s = keys.dim(2);
-  const std::vector<float> k = keys.to_f32();
-  const std::vector<float> v = values.to_f32();
+  // Widened into this thread's grow-only buffers: a decode step allocates nothing.
+  thread_local std::vector<float> k, v;
+  cache_rows::widen_to_f32(keys, k);
+  cache_rows::widen_to_f32(values, v);
   if (offset_ == 0 && !key_mean_.defined()) calibrate_means(k, v, s);
   // Rows are independent within a key-mean segment: encode each segment's rows in parallel;
   // a segment's mean is computed from the segment before once that one is stored.
@@ -276,7 +278,8 @@ void TurboQuantBlockCache::encode_rows(const std::vector<float>& k, const std::v
                                        int64_t t1) {
   const int64_t n = t1 - t0;
   base::ThreadPool::global().parallel_for(batch_ * heads_ * n, [&](int64_t begin, int64_t end) {
-    std::vector<float> rotated(static_cast<std::size_t>(std::max<int64_t>(head_dim_, dv_)));
+    thread_local std::vector<float> rotated;
+    rotated.resize(static_cast<std::size_t>(std::max<int64_t>(head_dim_, dv_)));
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / n, t = t0 + task % n;
       const int64_t b = bh / heads_, h = bh % heads_, row = offset_ + t;

@@ -288,8 +288,7 @@ void XkvCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Ten
   const lm::Tensor empty_table;
   const SvdqRows blocks(codes_, params_, basis_ ? basis_->table : empty_table, values_, layout_, frontier_, group_,
                         /*leading_mean=*/true);
-  const lm::Tensor pending_values = values_.slice(2, frontier_, offset_);
-  const attention::DtypeRowSource pending(pending_, pending_values, offset_ - frontier_, frontier_);
+  const attention::DtypeRowSource pending(pending_, values_, frontier_, offset_ - frontier_, frontier_);
   const attention::RowSource* segments[2];
   int n = 0;
   if (frontier_ > 0) segments[n++] = &blocks;

@@ -83,6 +83,12 @@ void widen_to_f32(const lm::Tensor& t, std::vector<float>& out) {
   }
 }
 
+const lm::Tensor& with_contiguous_rows(const lm::Tensor& t, lm::Tensor& copy) {
+  if (t.ndim() > 0 && t.strides().back() == 1) return t;
+  copy = t.contiguous();
+  return copy;
+}
+
 int64_t parse_meta_int(const std::string& text, const char* who, const char* what) {
   int64_t value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);

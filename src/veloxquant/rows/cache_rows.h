@@ -33,6 +33,10 @@ void store_f32(const float* src, std::size_t count, std::byte* dst, lm::DType dt
 void load_f32(const std::byte* src, lm::DType dtype, std::size_t count, float* dst);
 // All of `t` in row-major order as f32 into `out` (resized; a reused buffer allocates nothing).
 void widen_to_f32(const lm::Tensor& t, std::vector<float>& out);
+// `t` itself when its innermost dimension is contiguous (what row readers need), else a
+// contiguous copy held in `copy`. Copying a Tensor allocates its shape: decode steps pass the
+// host's tensors through this instead of calling contiguous() on them.
+const lm::Tensor& with_contiguous_rows(const lm::Tensor& t, lm::Tensor& copy);
 
 // The layout every later call must keep once a cache has allocated for the first one.
 struct RowLayout {

@@ -211,6 +211,26 @@ TEST(AttentionDriver, SegmentsAttendAsOneSequence) {
   }
 }
 
+TEST(AttentionDriver, ValueRowOffsetIsTheSliceWithoutSlicing) {
+  // svdq/xkv: tail keys in their own tensor, the same rows' values from row `frontier` of the
+  // whole value store. The offset view must attend exactly as the sliced tensor does.
+  Problem p;
+  p.kv_heads = 3;
+  p.q_heads = 9;
+  p.n = 1;
+  p.first_position = 236;
+  const Rows all = make_rows(p, 237, 0, 5);
+  const TensorRows t = tensors_of(p, all, lm::DType::F16);
+  const lm::Tensor tail_keys = t.keys.slice(2, 200, 237);
+  const DtypeRowSource offset(tail_keys, t.values, 200, 37, 200);
+  const DtypeRowSource sliced(tail_keys, t.values.slice(2, 200, 237), 37, 200);
+  const std::vector<float> q = random_values(static_cast<std::size_t>(p.q_heads * p.n * p.d), 9);
+  EXPECT_EQ(run_driver(p, q, {&offset}, 0.125f, nullptr), run_driver(p, q, {&sliced}, 0.125f, nullptr));
+  EXPECT_THROW(DtypeRowSource(tail_keys, t.values, 201, 37, 200), std::invalid_argument);  // past the values
+  EXPECT_THROW(DtypeRowSource(tail_keys, t.values, -1, 37, 200), std::invalid_argument);
+  EXPECT_THROW(DtypeRowSource(tail_keys, t.values, 0, 38, 200), std::invalid_argument);  // more than the keys
+}
+
 TEST(AttentionDriver, ExplicitPositionsAndRowWeights) {
   // Kept rows of an eviction cache: positions 0, 3, 6, ... (non-contiguous), then the call's
   // own new rows; the row weights are what an H2O-style policy accumulates.
