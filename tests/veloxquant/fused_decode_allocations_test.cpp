@@ -77,12 +77,14 @@ TEST(FusedDecodeAllocations, WarmStepsOfTheRewrittenKernelsAllocateNothing) {
 
 // A ratchet, not a target: the servable methods that still allocate in warm decode steps
 // (measured 2026-12-05, one pool thread, this test's shapes, kCountedSteps steps), each held to
-// at most today's count, and every other method (every new one included) to zero. Most of these are eviction
-// scoring and row bookkeeping outside the driver; lower a count when a method is fixed.
+// at most today's count, and every other method (every new one included) to zero. What is left is scoring outside the
+// driver (anchorkv's compression, rocketkv's page ranges, comm_vq); lower a count when one is fixed.
 const std::map<std::string, int64_t>& known_allocating_methods() {
   static const std::map<std::string, int64_t> known = {
-      {"anchorkv", 816}, {"cam", 448},       {"chunkkv", 416},  {"comm_vq", 160},   {"curdkv", 11328},
-      {"morphkv", 464},  {"nestedkv", 1184}, {"qfilters", 320}, {"rocketkv", 1074},
+      {"anchorkv", 816},
+      {"comm_vq", 160},
+      {"nestedkv", 16},
+      {"rocketkv", 1074},
   };
   return known;
 }

@@ -19,7 +19,9 @@ void min_max_normalise(std::vector<double>& x) {
 
 // Mean of the top fraction minus the mean of the bottom fraction (how well a scale separates
 // this head's keys).
-double top_bottom_gap(std::vector<double> x) {
+double top_bottom_gap(const std::vector<double>& values) {
+  thread_local std::vector<double> x;  // a sorted copy, reused
+  x.assign(values.begin(), values.end());
   const int64_t n = static_cast<int64_t>(x.size());
   const int64_t k = std::max<int64_t>(1, round_half_even(double(n) * 0.10));
   std::sort(x.begin(), x.end());
@@ -39,7 +41,9 @@ void nested_anchor_scores(const float* keys, const int32_t* rows, int64_t n, int
                           float* out) {
   if (n <= 0) return;
   const std::size_t un = static_cast<std::size_t>(n), ud = static_cast<std::size_t>(dim);
-  std::vector<double> unit(un * ud);
+  // This thread's buffers, reused (nestedkv scores every decode step): resized, never rebuilt.
+  thread_local std::vector<double> unit, a_s, a_e, a_c, mean, running, surprise;
+  unit.resize(un * ud);
   for (int64_t i = 0; i < n; ++i) {
     const float* k = keys + (rows ? rows[i] : i) * dim;
     double norm = 0.0;
@@ -53,7 +57,8 @@ void nested_anchor_scores(const float* keys, const int32_t* rows, int64_t n, int
       s += unit[static_cast<std::size_t>(i) * ud + static_cast<std::size_t>(d)] * mean[d];
     return s;
   };
-  std::vector<double> a_s(un), a_e(un), a_c(un), mean(ud);
+  for (std::vector<double>* v : {&a_s, &a_e, &a_c, &surprise}) v->resize(un);
+  mean.resize(ud);
   // Stable memory: the mean of every key.
   std::fill(mean.begin(), mean.end(), 0.0);
   for (std::size_t i = 0; i < un; ++i)
@@ -72,7 +77,7 @@ void nested_anchor_scores(const float* keys, const int32_t* rows, int64_t n, int
   }
   // Current memory: the mean of the window ending at the key (a running sum).
   const int64_t window = std::max<int64_t>(1, params.window);
-  std::vector<double> running(ud, 0.0);
+  running.assign(ud, 0.0);
   for (int64_t i = 0; i < n; ++i) {
     for (std::size_t d = 0; d < ud; ++d) running[d] += unit[static_cast<std::size_t>(i) * ud + d];
     if (i >= window) {
@@ -95,7 +100,7 @@ void nested_anchor_scores(const float* keys, const int32_t* rows, int64_t n, int
     for (int s = 0; s < 3; ++s) w[s] = logits[s] / total;
   }
   // Surprise gate.
-  std::vector<double> surprise(un);
+
   for (std::size_t i = 0; i < un; ++i) {
     const double m = (a_s[i] + a_e[i] + a_c[i]) / 3.0;
     const double var = ((a_s[i] - m) * (a_s[i] - m) + (a_e[i] - m) * (a_e[i] - m) + (a_c[i] - m) * (a_c[i] - m)) / 3.0;

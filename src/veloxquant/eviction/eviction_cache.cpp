@@ -71,17 +71,26 @@ void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& v
                                      lm::Tensor* out_v, const std::string& who) {
   const int64_t batch = keys.dim(0), heads = keys.dim(1), s = keys.dim(2), dk = keys.dim(3), dv = values.dim(3);
   const int64_t stored = rows_.rows(), total = stored + s;
-  const std::vector<float> new_k = keys.to_f32(), new_v = values.to_f32();
+  // This thread's reused buffers (the tasks below only read them): a decode step through the
+  // general selection allocates nothing once the shapes have been seen.
+  // (Named through references: the pool's threads must read this thread's buffers, and a
+  // thread_local named inside the task would be the worker's own.)
+  thread_local std::vector<float> widened_k, widened_v;
+  cache_rows::widen_to_f32(keys, widened_k);
+  cache_rows::widen_to_f32(values, widened_v);
+  const std::vector<float>& new_k = widened_k;
+  const std::vector<float>& new_v = widened_v;
   const lm::DType dtype = keys.dtype();
   const bool real = wants_queries() && observed_.matches(batch, heads, s, dk);
   last_used_queries_ = real;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
-  std::vector<std::vector<int32_t>> kept(static_cast<std::size_t>(batch * heads));
+  std::vector<std::vector<int32_t>>& kept = kept_rows_;  // one per head, reused
+  kept.resize(static_cast<std::size_t>(batch * heads));
   rows_.reserve(total);  // before the heads run in parallel: it reallocates all of them
 
   // Heads are independent: each task reads its own rows and writes its own output rows.
   base::ThreadPool::global().parallel_for(batch * heads, [&](int64_t begin, int64_t end) {
-    Candidates c;
+    thread_local Candidates c;  // each pool thread's, reused
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / heads, h = bh % heads;
       const float* k_new = new_k.data() + bh * s * dk;
@@ -91,9 +100,14 @@ void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& v
       c.keys.resize(static_cast<std::size_t>(total * dk));
       rows_.decode_keys(b, h, c.keys.data());
       std::copy_n(k_new, s * dk, c.keys.data() + stored * dk);
-      c.positions.assign(rows_.positions(b, h), rows_.positions(b, h) + stored);
-      for (int64_t t = 0; t < s; ++t) c.positions.push_back(static_cast<int32_t>(offset_ + t));
-      c.scores.assign(static_cast<std::size_t>(total), 0.0f);
+      // resize, not assign(n, ...): assign reallocates to exactly n, i.e. every step while the
+      // store grows.
+      c.positions.resize(static_cast<std::size_t>(total));
+      std::copy_n(rows_.positions(b, h), stored, c.positions.data());
+      for (int64_t t = 0; t < s; ++t)
+        c.positions[static_cast<std::size_t>(stored + t)] = static_cast<int32_t>(offset_ + t);
+      c.scores.resize(static_cast<std::size_t>(total));
+      std::fill(c.scores.begin(), c.scores.end(), 0.0f);
       if (const float* carried = rows_.scores(b, h)) std::copy_n(carried, stored, c.scores.data());
       const int64_t state_floats = policy_.state_floats(dk);
       c.head_state = state_floats > 0 ? policy_state_.data() + bh * state_floats : nullptr;
@@ -102,7 +116,10 @@ void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& v
         c.values.resize(static_cast<std::size_t>(total * dv));
         rows_.decode_values(b, h, c.values.data());
         std::copy_n(v_new, s * dv, c.values.data() + stored * dv);
-        if (policy_.merges()) c.modified.assign(static_cast<std::size_t>(total), 0);
+        if (policy_.merges()) {
+          c.modified.resize(static_cast<std::size_t>(total));
+          std::fill(c.modified.begin(), c.modified.end(), 0);
+        }
       }
       if (out_k) {
         // The returned rows: every candidate, in the input dtype (stored rows copied as stored,
@@ -115,12 +132,20 @@ void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& v
         cache_rows::store_f32(k_new, static_cast<std::size_t>(s * dk), head_k + stored * dk * es, dtype);
         cache_rows::store_f32(v_new, static_cast<std::size_t>(s * dv), head_v + stored * dv * es, dtype);
       }
-      const QuerySource queries = [&](int64_t token, std::vector<float>& out) -> int64_t {
-        if (real) return observed_.group_queries(b, h, heads, token, out);
-        out.assign(k_new + token * dk, k_new + (token + 1) * dk);  // the key-as-query proxy
+      // The lambda captures one pointer, so std::function holds it without allocating.
+      const struct {
+        bool real;
+        const ObservedQueries& observed;
+        int64_t b, h, heads, dk;
+        const float* k_new;
+      } from{real, observed_, b, h, heads, dk, k_new};
+      const QuerySource queries = [&from](int64_t token, std::vector<float>& out) -> int64_t {
+        if (from.real) return from.observed.group_queries(from.b, from.h, from.heads, token, out);
+        out.assign(from.k_new + token * from.dk, from.k_new + (token + 1) * from.dk);  // the key-as-query proxy
         return 1;
       };
-      const std::vector<int32_t>& keep = kept[static_cast<std::size_t>(bh)] = select_rows(policy_, c, queries, scale);
+      std::vector<int32_t>& keep = kept[static_cast<std::size_t>(bh)];
+      select_rows(policy_, c, queries, scale, keep);
       if (!policy_.merges()) {
         rows_.compact(b, h, keep, c.positions.data(), c.scores.data(), k_new, v_new);
         continue;

@@ -111,6 +111,7 @@ class EvictionCache : public lm::KVCache {
   // "<type>::fused_attention", built once: a decode step names itself in errors without
   // building a string (no heap allocation per step).
   std::string fused_who_;
+  std::vector<std::vector<int32_t>> kept_rows_;  // select_and_store's rows kept per head, reused
   EvictionPolicy policy_;
   Scoring scoring_;
   EvictionRows rows_;

@@ -19,13 +19,13 @@ bool is_sink(const EvictionPolicy& p, const Candidates& c, int32_t candidate) {
   return c.positions[static_cast<std::size_t>(candidate)] < p.n_sink;
 }
 
-std::vector<int32_t> keep_recent(const EvictionPolicy& p, const Candidates& c) {
+void keep_recent(const EvictionPolicy& p, const Candidates& c, std::vector<int32_t>& kept) {
   const int64_t n = c.count();
-  std::vector<int32_t> kept;
+  kept.clear();
   if (n <= p.budget) {
     kept.resize(static_cast<std::size_t>(n));
     std::iota(kept.begin(), kept.end(), 0);
-    return kept;
+    return;
   }
   int64_t sinks = 0;
   for (int32_t i = 0; i < n; ++i) sinks += is_sink(p, c, i) ? 1 : 0;
@@ -33,7 +33,6 @@ std::vector<int32_t> keep_recent(const EvictionPolicy& p, const Candidates& c) {
   for (int32_t i = 0; i < n; ++i) {
     if (is_sink(p, c, i) || i >= first_recent) kept.push_back(i);
   }
-  return kept;
 }
 
 double cosine(const float* a, const float* b, int64_t dim) {
@@ -236,11 +235,12 @@ std::size_t pick_chunk(const EvictionPolicy& p, const Candidates& c, const std::
 
 // The per-token policies, one new token at a time: score, then past the budget evict the first
 // minimum of the rank outside the sinks and the newest `protect` rows (cam merges it first).
-std::vector<int32_t> keep_per_token(const EvictionPolicy& p, Candidates& c, const QuerySource& queries, float scale) {
-  std::vector<int32_t> live(static_cast<std::size_t>(c.stored));
+void keep_per_token(const EvictionPolicy& p, Candidates& c, const QuerySource& queries, float scale,
+                    std::vector<int32_t>& live) {
+  live.resize(static_cast<std::size_t>(c.stored));
   std::iota(live.begin(), live.end(), 0);
   const int64_t protect = p.effective_protect();
-  std::vector<float> query, weights, leverage;
+  thread_local std::vector<float> query, weights, leverage;  // reused: no allocation per decode step
   for (int64_t t = 0; t < c.count() - c.stored; ++t) {
     live.push_back(static_cast<int32_t>(c.stored + t));
     if (p.kind == EvictionPolicy::Kind::kRecentVotes) {
@@ -276,7 +276,6 @@ std::vector<int32_t> keep_per_token(const EvictionPolicy& p, Candidates& c, cons
     if (p.merges()) merge_into_survivor(p, c, live, victim);
     live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim));
   }
-  return live;
 }
 
 // SnapKV's prefill vote: the last obs_window tokens of the chunk attend (causally) over every
@@ -285,12 +284,14 @@ std::vector<int32_t> keep_per_token(const EvictionPolicy& p, Candidates& c, cons
 // votes over chunks let rows voted for by many early chunks crowd out every later one: SmolLM2,
 // 16-token chunks, budget 128, KL 0.357 carried). The sinks and the window are kept, the
 // best-voted rest fills the budget.
-std::vector<int32_t> keep_observation_window(const EvictionPolicy& p, Candidates& c, const QuerySource& queries,
-                                             float scale) {
+void keep_observation_window(const EvictionPolicy& p, Candidates& c, const QuerySource& queries, float scale,
+                             std::vector<int32_t>& kept) {
   const int64_t n = c.count(), fresh = n - c.stored;
   const int64_t window = std::min(p.obs_window, fresh);
-  std::vector<double> votes(static_cast<std::size_t>(n), 0.0);
-  std::vector<float> query, weights;
+  thread_local std::vector<double> votes;
+  thread_local std::vector<float> query, weights;
+  votes.resize(static_cast<std::size_t>(n));
+  std::fill(votes.begin(), votes.end(), 0.0);
   for (int64_t t = fresh - window; t < fresh; ++t) {
     const int64_t visible = c.stored + t + 1;  // causal: every stored row and new rows up to t
     const int64_t nq = queries(t, query);
@@ -305,16 +306,19 @@ std::vector<int32_t> keep_observation_window(const EvictionPolicy& p, Candidates
     for (int64_t i = lo; i <= hi; ++i) sum += votes[static_cast<std::size_t>(i)];
     c.scores[static_cast<std::size_t>(j)] = static_cast<float>(sum / double(hi - lo + 1));
   }
-  std::vector<int32_t> kept;
+  kept.clear();
   if (n <= p.budget) {
     kept.resize(static_cast<std::size_t>(n));
     std::iota(kept.begin(), kept.end(), 0);
-    return kept;
+    return;
   }
   const int64_t protect_from = n - std::min(window, p.effective_protect());
-  std::vector<char> keep(static_cast<std::size_t>(n), 0);
+  thread_local std::vector<char> keep;
+  keep.resize(static_cast<std::size_t>(n));
+  std::fill(keep.begin(), keep.end(), 0);
   int64_t taken = 0;
-  std::vector<int32_t> rest;
+  thread_local std::vector<int32_t> rest;
+  rest.clear();
   for (int32_t j = 0; j < n; ++j) {
     if (is_sink(p, c, j) || j >= protect_from) {
       keep[static_cast<std::size_t>(j)] = 1;
@@ -332,25 +336,25 @@ std::vector<int32_t> keep_observation_window(const EvictionPolicy& p, Candidates
   for (int32_t j = 0; j < n; ++j) {
     if (keep[static_cast<std::size_t>(j)]) kept.push_back(j);
   }
-  return kept;
 }
 
 // NestedKV's selection (eviction_policy.h kAnchors): every candidate scored afresh by its key's
 // anchors; the sinks and the best scores (the earlier of equals) fill the budget.
-std::vector<int32_t> keep_by_anchors(const EvictionPolicy& p, Candidates& c) {
+void keep_by_anchors(const EvictionPolicy& p, Candidates& c, std::vector<int32_t>& kept) {
   const int64_t n = c.count();
   const AnchorParams params{p.anchor_window, p.anchor_beta, p.anchor_tau, p.anchor_kappa};
   nested_anchor_scores(c.keys.data(), nullptr, n, c.dim, params, c.scores.data());
-  std::vector<int32_t> kept, rest;
+  thread_local std::vector<int32_t> rest;
+  kept.clear();
+  rest.clear();
   for (int32_t j = 0; j < n; ++j) (n <= p.budget || is_sink(p, c, j) ? kept : rest).push_back(j);
-  if (n <= p.budget) return kept;
+  if (n <= p.budget) return;
   std::stable_sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) {
     return c.scores[static_cast<std::size_t>(a)] > c.scores[static_cast<std::size_t>(b)];
   });
   rest.resize(static_cast<std::size_t>(p.budget) - kept.size());
   kept.insert(kept.end(), rest.begin(), rest.end());
   std::sort(kept.begin(), kept.end());
-  return kept;
 }
 
 }  // namespace
@@ -484,25 +488,32 @@ EvictionPolicy::Kind parse_policy_kind(const std::string& name) {
   throw base::FormatError("eviction policy '" + name + "' is unknown");
 }
 
-std::vector<int32_t> select_rows(const EvictionPolicy& policy, Candidates& c, const QuerySource& queries, float scale) {
+void select_rows(const EvictionPolicy& policy, Candidates& c, const QuerySource& queries, float scale,
+                 std::vector<int32_t>& kept) {
   switch (policy.kind) {
     case Kind::kRecentWindow:
-      return keep_recent(policy, c);
+      return keep_recent(policy, c, kept);
     case Kind::kAttentionScored:
     case Kind::kKeyNorm:
     case Kind::kRecentVotes:
     case Kind::kLeverage:
-      return keep_per_token(policy, c, queries, scale);
+      return keep_per_token(policy, c, queries, scale, kept);
     case Kind::kAnchors:
-      return keep_by_anchors(policy, c);
+      return keep_by_anchors(policy, c, kept);
     case Kind::kDirection:
       score_along_direction(policy, c);
-      return keep_per_token(policy, c, queries, scale);
+      return keep_per_token(policy, c, queries, scale, kept);
     case Kind::kObservationWindow:
-      if (c.count() - c.stored == 1) return keep_per_token(policy, c, queries, scale);
-      return keep_observation_window(policy, c, queries, scale);
+      if (c.count() - c.stored == 1) return keep_per_token(policy, c, queries, scale, kept);
+      return keep_observation_window(policy, c, queries, scale, kept);
   }
-  return keep_recent(policy, c);
+  keep_recent(policy, c, kept);
+}
+
+std::vector<int32_t> select_rows(const EvictionPolicy& policy, Candidates& c, const QuerySource& queries, float scale) {
+  std::vector<int32_t> kept;
+  select_rows(policy, c, queries, scale, kept);
+  return kept;
 }
 
 }  // namespace veloxquant::eviction

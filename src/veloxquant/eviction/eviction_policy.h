@@ -193,5 +193,8 @@ std::vector<int32_t> shrink_rows(const EvictionPolicy& policy, const Candidates&
 // Kept candidate indices, strictly increasing, at most policy.budget of them; c.scores holds
 // the scores to store for them. `scale` multiplies the logits (1/sqrt(d)).
 std::vector<int32_t> select_rows(const EvictionPolicy& policy, Candidates& c, const QuerySource& queries, float scale);
+// The same into `kept` (cleared first): a reused vector makes a decode step allocation-free.
+void select_rows(const EvictionPolicy& policy, Candidates& c, const QuerySource& queries, float scale,
+                 std::vector<int32_t>& kept);
 
 }  // namespace veloxquant::eviction

@@ -18,17 +18,23 @@ struct Tridiagonal {
   std::vector<double> d, e;  // diagonal; e[i] couples i and i + 1
   std::vector<double> reflectors;
   std::vector<char> has_reflector;
+  std::vector<double> work, p, w;  // the matrix being reduced and two vectors: reused between calls
 };
 
 // The reflector that zeroes column k below the subdiagonal turns the trailing block B into
 // H B H = B - v w^T - w v^T with p = B v, w = 2 p - 2 (v.p) v.
-void tridiagonalize(std::vector<double> a, int n, Tridiagonal& t) {
+void tridiagonalize(const std::vector<double>& input, int n, Tridiagonal& t) {
   const std::size_t nn = static_cast<std::size_t>(n);
+  std::vector<double>& a = t.work;
+  a.assign(input.begin(), input.begin() + static_cast<std::ptrdiff_t>(nn * nn));
   auto at = [&](int r, int c) -> double& { return a[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(c)]; };
   t.n = n;
   t.reflectors.assign(nn * nn, 0.0);
   t.has_reflector.assign(nn, 0);
-  std::vector<double> p(nn), w(nn);
+  std::vector<double>& p = t.p;
+  std::vector<double>& w = t.w;
+  p.resize(nn);
+  w.resize(nn);
   for (int k = 0; k + 2 < n; ++k) {
     double norm2 = 0.0;
     for (int i = k + 1; i < n; ++i) norm2 += at(i, k) * at(i, k);
@@ -113,8 +119,10 @@ void qr_step(std::vector<double>& d, std::vector<double>& e, double* q, int n, i
 
 // QR steps on the bottom unreduced block until every off-diagonal is negligible: d becomes the
 // eigenvalues (unsorted), q (optional) collects T's eigenvectors as columns.
-void tridiagonal_qr(std::vector<double> d_in, std::vector<double> e, double* q, int n, std::vector<double>& d) {
-  d = std::move(d_in);
+void tridiagonal_qr(const std::vector<double>& d_in, const std::vector<double>& e_in, double* q, int n,
+                    std::vector<double>& d, std::vector<double>& e) {
+  d.assign(d_in.begin(), d_in.end());
+  e.assign(e_in.begin(), e_in.end());
   const double eps = std::numeric_limits<double>::epsilon();
   int m = n - 1, steps = 0;
   while (m > 0 && steps < 60 * n) {
@@ -137,8 +145,13 @@ void tridiagonal_qr(std::vector<double> d_in, std::vector<double> e, double* q, 
 // An eigenvector of the tridiagonal T for the eigenvalue `lambda` by inverse iteration: solves
 // (T - lambda I) x = b by Gaussian elimination with partial pivoting (zero pivots replaced by
 // a tiny one), three times, orthogonalised against `previous` (unit vectors) each time.
-void inverse_iteration(const Tridiagonal& t, double lambda, const std::vector<std::vector<double>>& previous,
-                       std::vector<double>& x) {
+struct InverseIterationBuffers {
+  std::vector<double> dd, dl, du, du2;
+  std::vector<char> swapped;
+};
+
+void inverse_iteration(const Tridiagonal& t, double lambda, const double* previous, int n_previous,
+                       InverseIterationBuffers& f, std::vector<double>& x) {
   const int n = t.n;
   const std::size_t nn = static_cast<std::size_t>(n);
   double scale = 0.0;
@@ -147,8 +160,13 @@ void inverse_iteration(const Tridiagonal& t, double lambda, const std::vector<st
                      std::fabs(t.d[static_cast<std::size_t>(i)]) + 2.0 * std::fabs(t.e[static_cast<std::size_t>(i)]));
   const double tiny = std::max(scale, 1e-300) * std::numeric_limits<double>::epsilon();
   // Factor once: diag, sub (multipliers), super, second super, pivots.
-  std::vector<double> dd(nn), dl(nn, 0.0), du(nn, 0.0), du2(nn, 0.0);
-  std::vector<char> swapped(nn, 0);
+  std::vector<double>&dd = f.dd, &dl = f.dl, &du = f.du, &du2 = f.du2;
+  std::vector<char>& swapped = f.swapped;
+  dd.assign(nn, 0.0);
+  dl.assign(nn, 0.0);
+  du.assign(nn, 0.0);
+  du2.assign(nn, 0.0);
+  swapped.assign(nn, 0);
   for (int i = 0; i < n; ++i) dd[static_cast<std::size_t>(i)] = t.d[static_cast<std::size_t>(i)] - lambda;
   for (int i = 0; i + 1 < n; ++i)
     dl[static_cast<std::size_t>(i)] = du[static_cast<std::size_t>(i)] = t.e[static_cast<std::size_t>(i)];
@@ -194,7 +212,8 @@ void inverse_iteration(const Tridiagonal& t, double lambda, const std::vector<st
       if (i + 2 < n) v -= du2[a] * x[a + 2];
       x[a] = v / dd[a];
     }
-    for (const std::vector<double>& p : previous) {
+    for (int r = 0; r < n_previous; ++r) {
+      const double* p = previous + static_cast<std::size_t>(r) * nn;
       double dot = 0.0;
       for (std::size_t i = 0; i < nn; ++i) dot += p[i] * x[i];
       for (std::size_t i = 0; i < nn; ++i) x[i] -= dot * p[i];
@@ -204,7 +223,7 @@ void inverse_iteration(const Tridiagonal& t, double lambda, const std::vector<st
     norm = std::sqrt(norm);
     if (norm == 0.0) {  // the start lay in the span of `previous`: any unit vector orthogonal to it
       x.assign(nn, 0.0);
-      x[static_cast<std::size_t>(previous.size() % nn)] = 1.0;
+      x[static_cast<std::size_t>(n_previous) % nn] = 1.0;
       continue;
     }
     for (double& v : x) v /= norm;
@@ -216,23 +235,26 @@ void inverse_iteration(const Tridiagonal& t, double lambda, const std::vector<st
 // inverse iteration, carried back through the reflectors.
 void top_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<double>& values,
                       std::vector<double>& vectors) {
-  Tridiagonal t;
+  // This thread's buffers, reused: curdkv scores every decode step with this (no allocation
+  // per step once the shapes have been seen).
+  thread_local Tridiagonal t;
+  thread_local InverseIterationBuffers factors;
+  thread_local std::vector<double> all, e, found, x;
   tridiagonalize(a, n, t);
-  std::vector<double> all;
-  tridiagonal_qr(t.d, t.e, nullptr, n, all);
+  tridiagonal_qr(t.d, t.e, nullptr, n, all, e);
   std::sort(all.begin(), all.end(), std::greater<double>());
   values.assign(all.begin(), all.begin() + k);
-  std::vector<std::vector<double>> found;
-  std::vector<double> x;
+  const std::size_t nn = static_cast<std::size_t>(n);
+  found.resize(static_cast<std::size_t>(k) * nn);  // row r: the r-th eigenvector in T's basis
   for (int r = 0; r < k; ++r) {
-    inverse_iteration(t, all[static_cast<std::size_t>(r)], found, x);
-    found.push_back(x);
+    inverse_iteration(t, all[static_cast<std::size_t>(r)], found.data(), r, factors, x);
+    std::copy(x.begin(), x.end(), found.begin() + static_cast<std::ptrdiff_t>(r * nn));
   }
-  vectors.resize(static_cast<std::size_t>(k) * static_cast<std::size_t>(n));
+  vectors.resize(static_cast<std::size_t>(k) * nn);
   for (int r = 0; r < k; ++r) {
-    to_original_basis(t, found[static_cast<std::size_t>(r)].data());
-    std::copy(found[static_cast<std::size_t>(r)].begin(), found[static_cast<std::size_t>(r)].end(),
-              vectors.begin() + static_cast<std::ptrdiff_t>(r) * n);
+    double* row = found.data() + static_cast<std::size_t>(r) * nn;
+    to_original_basis(t, row);
+    std::copy(row, row + nn, vectors.begin() + static_cast<std::ptrdiff_t>(r) * n);
   }
 }
 
@@ -242,7 +264,7 @@ void symmetric_eigen_descending(std::vector<double> a, int n, std::vector<double
                                 std::vector<double>& eigenvectors) {
   const std::size_t nn = static_cast<std::size_t>(n);
   Tridiagonal t;
-  tridiagonalize(std::move(a), n, t);
+  tridiagonalize(a, n, t);
   // q = Q, then the QR rotations: its columns become A's eigenvectors.
   std::vector<double> q(nn * nn, 0.0), column(nn);
   for (int c = 0; c < n; ++c) {
@@ -252,8 +274,8 @@ void symmetric_eigen_descending(std::vector<double> a, int n, std::vector<double
     for (int r = 0; r < n; ++r)
       q[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(c)] = column[static_cast<std::size_t>(r)];
   }
-  std::vector<double> d;
-  tridiagonal_qr(t.d, t.e, q.data(), n, d);
+  std::vector<double> d, e;
+  tridiagonal_qr(t.d, t.e, q.data(), n, d, e);
   std::vector<int> order(nn);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
@@ -294,7 +316,9 @@ void value_leverage_scores(const float* values, const int32_t* rows, int64_t cou
     return;
   }
   const int64_t k = std::max<int64_t>(1, std::min({rank_cap, count, dim}));
-  std::vector<double> score(static_cast<std::size_t>(count), 0.0);
+  thread_local std::vector<double> score;
+  score.resize(static_cast<std::size_t>(count));
+  std::fill(score.begin(), score.end(), 0.0);
   if (k >= count || k >= dim) {
     // The top k directions span every row: the whole row counts.
     for (int64_t j = 0; j < count; ++j) {
