@@ -47,18 +47,24 @@ void summarize_pages(const float* keys, int64_t rows, int64_t dim, int64_t page_
 }
 
 std::vector<int32_t> top_channels(const float* queries, int64_t n, int64_t dim, int64_t k) {
-  std::vector<float> weight(static_cast<std::size_t>(dim), 0.0f);
+  std::vector<int32_t> order;
+  top_channels(queries, n, dim, k, order);
+  return order;
+}
+
+void top_channels(const float* queries, int64_t n, int64_t dim, int64_t k, std::vector<int32_t>& order) {
+  thread_local std::vector<float> weight;
+  weight.assign(static_cast<std::size_t>(dim), 0.0f);
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t c = 0; c < dim; ++c) weight[c] += std::fabs(queries[i * dim + c]);
   }
-  std::vector<int32_t> order(static_cast<std::size_t>(dim));
+  order.resize(static_cast<std::size_t>(dim));
   std::iota(order.begin(), order.end(), 0);
   k = std::clamp<int64_t>(k, 0, dim);
   std::partial_sort(order.begin(), order.begin() + k, order.end(),
                     [&](int32_t a, int32_t b) { return weight[a] > weight[b] || (weight[a] == weight[b] && a < b); });
   order.resize(static_cast<std::size_t>(k));
   std::sort(order.begin(), order.end());
-  return order;
 }
 
 void page_scores(const uint16_t* max, const uint16_t* min, int64_t pages, int64_t dim,
@@ -91,14 +97,22 @@ void page_scores(const uint16_t* max, const uint16_t* min, int64_t pages, int64_
 
 std::vector<attention::RowRange> top_pages(const float* scores, int64_t pages, int64_t page_size, int64_t rows,
                                            int64_t keep_pages) {
+  std::vector<attention::RowRange> ranges;
+  top_pages(scores, pages, page_size, rows, keep_pages, ranges);
+  return ranges;
+}
+
+void top_pages(const float* scores, int64_t pages, int64_t page_size, int64_t rows, int64_t keep_pages,
+               std::vector<attention::RowRange>& ranges) {
   keep_pages = std::clamp<int64_t>(keep_pages, 0, pages);
-  std::vector<int32_t> order(static_cast<std::size_t>(pages));
+  thread_local std::vector<int32_t> order;
+  order.resize(static_cast<std::size_t>(pages));
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + keep_pages, order.end(),
                     [&](int32_t a, int32_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); });
   order.resize(static_cast<std::size_t>(keep_pages));
   std::sort(order.begin(), order.end());
-  std::vector<attention::RowRange> ranges;
+  ranges.clear();
   for (const int32_t p : order) {
     const int64_t begin = p * page_size, end = std::min(rows, begin + page_size);
     if (!ranges.empty() && ranges.back().second == begin) {
@@ -107,7 +121,6 @@ std::vector<attention::RowRange> top_pages(const float* scores, int64_t pages, i
       ranges.emplace_back(begin, end);
     }
   }
-  return ranges;
 }
 
 }  // namespace veloxquant::eviction

@@ -26,6 +26,8 @@ void summarize_pages(const float* keys, int64_t rows, int64_t dim, int64_t page_
 // The k channels with the largest sum over the n queries of |q_c| (queries: n x dim), in
 // increasing channel order; equal sums: the lower channel first.
 std::vector<int32_t> top_channels(const float* queries, int64_t n, int64_t dim, int64_t k);
+// The same into `order` (a reused vector: no allocation per decode step).
+void top_channels(const float* queries, int64_t n, int64_t dim, int64_t k, std::vector<int32_t>& order);
 
 // out[p] = sum over the n queries of sum over `channels` of max(q_c max_pc, q_c min_pc)
 // (computed as max_pc * sum of the positive q_c + min_pc * sum of the negative q_c).
@@ -36,5 +38,8 @@ void page_scores(const uint16_t* max, const uint16_t* min, int64_t pages, int64_
 // (adjacent pages merged; the last page ends at `rows`).
 std::vector<attention::RowRange> top_pages(const float* scores, int64_t pages, int64_t page_size, int64_t rows,
                                            int64_t keep_pages);
+// The same into `ranges` (reused).
+void top_pages(const float* scores, int64_t pages, int64_t page_size, int64_t rows, int64_t keep_pages,
+               std::vector<attention::RowRange>& ranges);
 
 }  // namespace veloxquant::eviction

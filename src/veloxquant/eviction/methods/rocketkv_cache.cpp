@@ -103,7 +103,7 @@ std::size_t RocketKVCache::nbytes() const {
 // them for ceil(offset / c) rows; every stored row when that is all of them.
 const attention::RowSource& RocketKVCache::attended_rows(const attention::RowSource& kept,
                                                          const attention::AttentionCall& call) {
-  view_.reset();
+  view_active_ = false;
   ensure_summaries();
   const int64_t stored = rows().rows(), page = page_size();
   const int64_t target = static_cast<int64_t>(std::ceil(static_cast<double>(offset()) / ratio_));
@@ -116,7 +116,14 @@ const attention::RowSource& RocketKVCache::attended_rows(const attention::RowSou
   if (pages > summary_pages_) throw std::logic_error("RocketKVCache: more stored rows than the budget's pages");
   const int64_t batch = call.batch, heads = call.kv_heads, dim = rows().key_dim();
   const int64_t group = call.q_heads / heads, n = call.n_queries;
-  view_ = std::make_shared<attention::RowRangesSource>(kept, batch, heads);
+  if (view_) {
+    view_->reset(kept, batch, heads);
+  } else {
+    view_.emplace(kept, batch, heads);
+  }
+  view_active_ = true;
+  thread_local std::vector<int32_t> channels;
+  thread_local std::vector<attention::RowRange> ranges;
   thread_local std::vector<float> keys, scores;
   keys.resize(static_cast<std::size_t>(page * dim));
   scores.resize(static_cast<std::size_t>(pages));
@@ -143,18 +150,19 @@ const attention::RowSource& RocketKVCache::attended_rows(const attention::RowSou
       }
       // The group's queries of this call: q heads h * group .. (h + 1) * group - 1, n each.
       const float* q = call.queries + ((b * call.q_heads + h * group) * n) * dim;
-      const std::vector<int32_t> channels = eviction::top_channels(q, group * n, dim, head_topk1());
+      eviction::top_channels(q, group * n, dim, head_topk1(), channels);
       eviction::page_scores(hi, lo, pages, dim, channels, q, group * n, scores.data());
       if (sink_page) scores[0] = std::numeric_limits<float>::infinity();
       scores[static_cast<std::size_t>(pages - 1)] = std::numeric_limits<float>::infinity();
-      view_->set_ranges(b, h, eviction::top_pages(scores.data(), pages, page, stored, keep_pages));
+      eviction::top_pages(scores.data(), pages, page, stored, keep_pages, ranges);
+      view_->set_ranges(b, h, ranges);
     }
   }
   return *view_;
 }
 
 void RocketKVCache::expand_row_weights(float* weights, int64_t stride) const {
-  if (!view_) return;
+  if (!view_active_) return;
   thread_local std::vector<float> attended;
   for (int64_t b = 0; b < rows().batch(); ++b) {
     for (int64_t h = 0; h < rows().heads(); ++h) {
@@ -171,7 +179,7 @@ void RocketKVCache::expand_row_weights(float* weights, int64_t stride) const {
 }
 
 std::vector<attention::RowRange> RocketKVCache::last_selection(int64_t b, int64_t h) const {
-  if (!view_) return {};
+  if (!view_active_) return {};
   return view_->ranges(b, h);
 }
 
@@ -212,7 +220,7 @@ void RocketKVCache::from_state(const std::vector<lm::Tensor>& state, const std::
   page_min_.clear();
   page_prints_.clear();
   summary_pages_ = 0;
-  view_.reset();
+  view_active_ = false;
   ensure_summaries();
 }
 

@@ -72,8 +72,10 @@ class RocketKVCache final : public eviction::EvictionCache {
   // [B, H, pages of the budget]: the fingerprint of the positions each summary was built from.
   std::vector<uint64_t> page_prints_;
   int64_t summary_pages_ = 0;
-  // This call's view of the stored rows (reset every call; null when every row is attended).
-  std::shared_ptr<attention::RowRangesSource> view_;
+  // This call's view of the stored rows (active only when this call selected pages; kept
+  // between calls so its buffers are reused and a decode step allocates nothing).
+  std::optional<attention::RowRangesSource> view_;
+  bool view_active_ = false;
 };
 
 // QuantizerConfigError naming field and value.
