@@ -95,11 +95,14 @@ void CommVqCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
                static_cast<uint64_t>(static_cast<uint32_t>(seed_)));
     book_ = std::move(book);
   }
-  const pvq::Encoder encoder(*book_);
+  if (encoder_book_ != book_) {
+    encoder_ = std::make_shared<const pvq::Encoder>(*book_);
+    encoder_book_ = book_;
+  }
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
-      encoder.encode(new_k.data() + (b * heads_ + h) * s * dk_, s, row_ptr<uint8_t>(key_codes_, b, h, offset_),
-                     key_codes_.strides()[2]);
+      encoder_->encode(new_k.data() + (b * heads_ + h) * s * dk_, s, row_ptr<uint8_t>(key_codes_, b, h, offset_),
+                       key_codes_.strides()[2]);
     }
   }
   lm::copy_token_rows(values, values_, offset_);

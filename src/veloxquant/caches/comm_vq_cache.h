@@ -77,6 +77,10 @@ class CommVqCache : public lm::KVCache {
   int64_t offset_ = 0, capacity_ = 0;
   lm::Tensor key_codes_, values_;
   std::shared_ptr<const pvq::ProductCodebook> book_;  // immutable once trained; a clone copies it
+  // The encoder's tables for encoder_book_ (held, so its address cannot be reused by a later
+  // book): built once per book, not per step (a decode step allocates nothing).
+  std::shared_ptr<const pvq::ProductCodebook> encoder_book_;
+  std::shared_ptr<const pvq::Encoder> encoder_;
   LutChoice lut_ = LutChoice::automatic;
 };
 
