@@ -77,14 +77,12 @@ TEST(FusedDecodeAllocations, WarmStepsOfTheRewrittenKernelsAllocateNothing) {
 
 // A ratchet, not a target: the servable methods that still allocate in warm decode steps
 // (measured 2026-12-05, one pool thread, this test's shapes, kCountedSteps steps), each held to
-// at most today's count, and every other method (every new one included) to zero. What is left is scoring outside the
-// driver (anchorkv's compression; nestedkv 1 a step, rocketkv only geometric growth); lower a count when one is
-// fixed.
+// at most today's count, and every other method (every new one included) to zero. rocketkv's
+// are the geometric growth of its page-selection buffers, sized by the page count, which grows
+// with the context here: a few per doubling of the pages, not one per step.
 const std::map<std::string, int64_t>& known_allocating_methods() {
   static const std::map<std::string, int64_t> known = {
-      {"anchorkv", 816},
-      {"nestedkv", 16},
-      {"rocketkv", 6},
+      {"rocketkv", 3},
   };
   return known;
 }

@@ -155,7 +155,8 @@ void AnchorKvCache::reconstruct(int64_t b, int64_t h, int64_t j, float* key, flo
   for (int64_t e = 0; e < dk_; ++e) key[e] *= r.key_coef;
   for (int64_t e = 0; e < dv_; ++e) value[e] *= r.value_coef;
   if (r.slot == kNoResidual) return;
-  std::vector<float> res(static_cast<std::size_t>(std::max(dk_, dv_)));
+  thread_local std::vector<float> res;
+  res.resize(static_cast<std::size_t>(std::max(dk_, dv_)));
   const uint8_t* codes = row_ptr<uint8_t>(residual_codes_, b, h, r.slot);
   const uint16_t* params = row_ptr<uint16_t>(residual_params_, b, h, r.slot);
   const int bits = o_.anchorkv_residual_bits;
@@ -170,17 +171,25 @@ void AnchorKvCache::reconstruct(int64_t b, int64_t h, int64_t j, float* key, flo
 // and the `new_slots` non-anchor rows of highest utility get residual slots slot_base ...
 void AnchorKvCache::compress(int64_t b, int64_t h, const float* k, const float* v, int64_t spill, const float* proxies,
                              int64_t n_proxies, int64_t new_anchors, int64_t new_slots, int64_t slot_base) {
-  std::vector<float> mass(static_cast<std::size_t>(spill));
+  // This thread's buffers, reused: with a full window every decode step spills one row here, and
+  // the step must not allocate. (std::sort with the index as tie-break, not std::stable_sort,
+  // which allocates its merge buffer: the same order.)
+  thread_local std::vector<float> mass, ak, av, rk, rv;
+  thread_local std::vector<int64_t> order, chosen, rest, anchor_of, by_utility;
+  thread_local std::vector<char> is_anchor;
+  thread_local std::vector<double> utility;
+  mass.resize(static_cast<std::size_t>(spill));
   kaq_mass(k, spill, proxies, n_proxies, dk_, mass.data());
   // Anchors: round(rho * new) by attention mass (ties to the older row), the rest uniform samples.
-  std::vector<int64_t> order(static_cast<std::size_t>(spill));
+  order.resize(static_cast<std::size_t>(spill));
   std::iota(order.begin(), order.end(), int64_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return mass[a] > mass[c]; });
+  std::sort(order.begin(), order.end(),
+            [&](int64_t a, int64_t c) { return mass[a] > mass[c] || (mass[a] == mass[c] && a < c); });
   const auto by_attention = std::min<int64_t>(new_anchors, std::llround(o_.anchorkv_rho * double(new_anchors)));
-  std::vector<char> is_anchor(static_cast<std::size_t>(spill), 0);
-  std::vector<int64_t> chosen(order.begin(), order.begin() + by_attention);
+  is_anchor.assign(static_cast<std::size_t>(spill), 0);
+  chosen.assign(order.begin(), order.begin() + by_attention);
   for (int64_t i : chosen) is_anchor[i] = 1;
-  std::vector<int64_t> rest;
+  rest.clear();
   for (int64_t i = 0; i < spill; ++i) {
     if (!is_anchor[i]) rest.push_back(i);
   }
@@ -194,7 +203,7 @@ void AnchorKvCache::compress(int64_t b, int64_t h, const float* k, const float* 
     is_anchor[rest[n - by_attention]] = 1;
   }
   std::sort(chosen.begin(), chosen.end());
-  std::vector<int64_t> anchor_of(static_cast<std::size_t>(spill), -1);
+  anchor_of.assign(static_cast<std::size_t>(spill), -1);
   for (std::size_t a = 0; a < chosen.size(); ++a) {
     const int64_t i = chosen[a], slot = anchors_ + static_cast<int64_t>(a);
     anchor_of[i] = slot;
@@ -204,8 +213,8 @@ void AnchorKvCache::compress(int64_t b, int64_t h, const float* k, const float* 
   }
   // Every anchor as stored (f32) and its squared norm.
   const int64_t total_anchors = anchors_ + static_cast<int64_t>(chosen.size());
-  std::vector<float> ak(static_cast<std::size_t>(total_anchors * dk_)),
-      av(static_cast<std::size_t>(total_anchors * dv_));
+  ak.resize(static_cast<std::size_t>(total_anchors * dk_));
+  av.resize(static_cast<std::size_t>(total_anchors * dv_));
   attention::PlainRows::of(anchor_k_).widen(b, h, 0, total_anchors, ak.data());
   attention::PlainRows::of(anchor_v_).widen(b, h, 0, total_anchors, av.data());
   const auto best_anchor = [&](const float* x, const std::vector<float>& anchors, int64_t d, float* coef) {
@@ -222,8 +231,9 @@ void AnchorKvCache::compress(int64_t b, int64_t h, const float* k, const float* 
     *coef = f16_round(best_norm > 0.0 ? static_cast<float>(best_dot / best_norm) : 0.0f);
     return best_a;
   };
-  std::vector<float> rk(static_cast<std::size_t>(spill * dk_)), rv(static_cast<std::size_t>(spill * dv_));
-  std::vector<double> utility(static_cast<std::size_t>(spill), -1.0);
+  rk.resize(static_cast<std::size_t>(spill * dk_));
+  rv.resize(static_cast<std::size_t>(spill * dv_));
+  utility.assign(static_cast<std::size_t>(spill), -1.0);
   for (int64_t i = 0; i < spill; ++i) {
     uint32_t* rec = row_ptr<uint32_t>(records_, b, h, rows_ + i);
     int64_t ka, va;
@@ -250,11 +260,12 @@ void AnchorKvCache::compress(int64_t b, int64_t h, const float* k, const float* 
     rec[2] = kNoResidual;
   }
   // Residuals for the new_slots non-anchor rows of highest utility (ties to the older row), in row order.
-  std::vector<int64_t> by_utility;
+  by_utility.clear();
   for (int64_t i = 0; i < spill; ++i) {
     if (anchor_of[i] < 0) by_utility.push_back(i);
   }
-  std::stable_sort(by_utility.begin(), by_utility.end(), [&](int64_t a, int64_t c) { return utility[a] > utility[c]; });
+  std::sort(by_utility.begin(), by_utility.end(),
+            [&](int64_t a, int64_t c) { return utility[a] > utility[c] || (utility[a] == utility[c] && a < c); });
   by_utility.resize(static_cast<std::size_t>(new_slots));
   std::sort(by_utility.begin(), by_utility.end());
   const int bits = o_.anchorkv_residual_bits;
@@ -308,7 +319,9 @@ void AnchorKvCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   thread_local std::vector<float> new_k, new_v;
   cache_rows::widen_to_f32(keys, new_k);
   cache_rows::widen_to_f32(values, new_v);
-  std::vector<float> pk(static_cast<std::size_t>(n * dk_)), pv(static_cast<std::size_t>(n * dv_));
+  thread_local std::vector<float> pk, pv;
+  pk.resize(static_cast<std::size_t>(n * dk_));
+  pv.resize(static_cast<std::size_t>(n * dv_));
   offset_rows_at_ = rows_;
   for (int64_t bh = 0; bh < heads; ++bh) {
     blocks_tail::gather_pending(tail_k_, dtype_, bh, w, dk_, tail, new_k.data(), s, pk.data());
@@ -379,7 +392,9 @@ void AnchorKvCache::fused_attention(const lm::FusedAttentionRequest& request, lm
                                 dv_, out);
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, offset_, out, contiguous_queries);
-  const lm::Tensor call_k = request.keys->contiguous(), call_v = request.values->contiguous();
+  lm::Tensor call_k_copy, call_v_copy;  // only for tensors whose rows are strided
+  const lm::Tensor& call_k = cache_rows::with_contiguous_rows(*request.keys, call_k_copy);
+  const lm::Tensor& call_v = cache_rows::with_contiguous_rows(*request.values, call_v_copy);
   const AnchorKvRows rows(*this, call_k, call_v);
   const attention::RowSource* segments[] = {&rows};
   attention::attend(call, segments, 1, &base::ThreadPool::global());

@@ -10,7 +10,9 @@ void kaq_mass(const float* rows, int64_t n, const float* proxies, int64_t n_prox
   std::fill(mass, mass + n, 0.0f);
   if (n <= 0) return;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  std::vector<double> logits(static_cast<std::size_t>(n)), total(static_cast<std::size_t>(n), 0.0);
+  thread_local std::vector<double> logits, total;  // reused: anchorkv calls this every decode step
+  logits.resize(static_cast<std::size_t>(n));
+  total.assign(static_cast<std::size_t>(n), 0.0);
   for (int64_t p = 0; p < n_proxies; ++p) {
     const float* q = proxies + p * d;
     double top = -INFINITY;

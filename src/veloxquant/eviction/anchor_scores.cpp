@@ -21,7 +21,8 @@ void min_max_normalise(std::vector<double>& x) {
 // this head's keys).
 double top_bottom_gap(const std::vector<double>& values) {
   thread_local std::vector<double> x;  // a sorted copy, reused
-  x.assign(values.begin(), values.end());
+  x.resize(values.size());             // resize, not assign(first, last): that reallocates to exactly n as n grows
+  std::copy(values.begin(), values.end(), x.begin());
   const int64_t n = static_cast<int64_t>(x.size());
   const int64_t k = std::max<int64_t>(1, round_half_even(double(n) * 0.10));
   std::sort(x.begin(), x.end());

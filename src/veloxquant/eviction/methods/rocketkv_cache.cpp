@@ -168,7 +168,8 @@ void RocketKVCache::expand_row_weights(float* weights, int64_t stride) const {
     for (int64_t h = 0; h < rows().heads(); ++h) {
       float* w = weights + (b * rows().heads() + h) * stride;
       const int64_t m = view_->rows(b, h);
-      attended.assign(w, w + m);
+      attended.resize(static_cast<std::size_t>(m));  // not assign(first, last): exact size, every step
+      std::copy_n(w, m, attended.data());
       std::fill_n(w, stride, 0.0f);
       int64_t j = 0;
       for (const attention::RowRange& r : view_->ranges(b, h)) {
