@@ -273,6 +273,12 @@ void save_prompt_cache(const std::string& path, const PromptCache& cache,
   }
 }
 
+uint64_t prompt_cache_checksum(const void* data, std::size_t size) {
+  uint64_t hash = kFnvOffset;
+  fnv1a(hash, data, size);
+  return hash;
+}
+
 SavedPromptCache load_prompt_cache(const std::string& path) {
   Reader r(path);
   if (r.size() < sizeof kPromptCacheMagic + 8 + sizeof(uint64_t)) {

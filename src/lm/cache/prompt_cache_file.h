@@ -19,6 +19,8 @@
 // Loading rebuilds each cache through the cache-type registry below (FullKVCache,
 // RotatingKVCache, BlockKVCache and ConvStateCache are registered; other libraries add theirs)
 // and from_state().
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -56,5 +58,10 @@ void save_prompt_cache(const std::string& path, const PromptCache& cache,
 // corrupt file (bad magic, checksum, shapes, counts), base::Unsupported for a newer version
 // or an unregistered cache type.
 SavedPromptCache load_prompt_cache(const std::string& path);
+
+// The trailing 8-byte checksum (FNV-1a, 64-bit) a prompt-cache file carries after its other
+// `size` bytes. For tools that build or mutate files on purpose (the fuzz target seals its
+// mutants with it so they reach the parser behind the checksum).
+uint64_t prompt_cache_checksum(const void* data, std::size_t size);
 
 }  // namespace lm

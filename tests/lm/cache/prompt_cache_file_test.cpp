@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -188,6 +189,50 @@ TEST_F(PromptCacheFileTest, EveryCorruptionIsATypedError) {
   } catch (const base::FormatError& e) {
     EXPECT_NE(std::string(e.what()).find("bad.vqpc"), std::string::npos) << e.what();
   }
+}
+
+// The parser behind the checksum: every byte flipped and the file resealed with
+// prompt_cache_checksum (as the fuzz target seals its mutants). Each variant loads or fails with
+// a typed error; most fail on what they broke (not the checksum), and a flipped metadata value
+// loads as that value.
+TEST_F(PromptCacheFileTest, ResealedCorruptionsReachTheParserAndStayTypedErrors) {
+  FakeModel model(64, 4);
+  lm::PromptCache pc{model.native_make_cache(), {}};
+  run(model, {1, 3, 4, 5, 6, 7}, 0, &pc);
+  lm::save_prompt_cache(path("s.vqpc"), pc, {{"k", "v"}});
+  const std::string good = read_all(path("s.vqpc"));
+  const auto seal = [](std::string bytes) {
+    const uint64_t sum = lm::prompt_cache_checksum(bytes.data(), bytes.size() - sizeof sum);
+    std::memcpy(bytes.data() + bytes.size() - sizeof sum, &sum, sizeof sum);
+    return bytes;
+  };
+  ASSERT_EQ(seal(good), good) << "the exposed checksum is not the one the writer appends";
+  const std::string bad = path("resealed.vqpc");
+  int loaded = 0, refused = 0, checksum_refusals = 0;
+  for (std::size_t i = 0; i + sizeof(uint64_t) < good.size(); ++i) {
+    std::string flipped = good;
+    flipped[i] = static_cast<char>(flipped[i] ^ 0x5A);
+    write_all(bad, seal(flipped));
+    try {
+      lm::load_prompt_cache(bad);
+      ++loaded;  // a stored value or the metadata changed: still a well-formed file
+    } catch (const base::FormatError& e) {
+      ++refused;
+      if (std::string(e.what()).find("checksum") != std::string::npos) ++checksum_refusals;
+    } catch (const base::Unsupported&) {
+      ++refused;
+    }
+  }
+  EXPECT_EQ(checksum_refusals, 0);
+  EXPECT_GT(refused, 100);  // the header, names, shapes and counts: caught by what they broke
+  EXPECT_GT(loaded, 100);   // the stored rows' bytes
+  std::string value_changed = good;
+  const std::size_t at = value_changed.rfind('v', value_changed.size() - sizeof(uint64_t) - 1);
+  ASSERT_NE(at, std::string::npos);
+  value_changed[at] = 'w';
+  write_all(bad, seal(value_changed));
+  const lm::SavedPromptCache reloaded = lm::load_prompt_cache(bad);
+  EXPECT_EQ(reloaded.metadata.at("k"), "w");
 }
 
 // A cache type from outside lm: registered by name, rebuilt through the factory.
