@@ -179,7 +179,10 @@ TEST(EvictionRules, KeyformerValidationAndRefusedRopeBase) {
 TEST(EvictionRules, KVzipContextProbeKeepsTheMostRelied) {
   KVCacheConfig c = small_budget("kvzip", 12);
   c.options<KVzipOptions>().kvzip_n_sink = 2;
-  RefRule rule{12, 2, 0, [](float carried, float w) { return std::max(carried, w); }};
+  RefRule rule;
+  rule.budget = 12;
+  rule.n_sink = 2;
+  rule.combine = [](float carried, float w) { return std::max(carried, w); };
   expect_matches_reference(c, rule, 0.125f);
 }
 
@@ -378,7 +381,9 @@ TEST(EvictionRules, ChunkKVKeyNormEqualsBruteForce) {
   auto cache = make_eviction_cache(c);
   const std::vector<float> keys = test_support::random_kv(1, 1, kTokens, kDim, 8, lm::DType::F32).to_f32();
   std::vector<RefRow> ref;
-  RefRule rule{kBudget, kSinks, 0, nullptr};
+  RefRule rule;
+  rule.budget = kBudget;
+  rule.n_sink = kSinks;
   rule.chunk = kChunk;
   int64_t next = 0;
   feed_in_chunks(*cache, keys, kTokens, kDim, 5, [&](int64_t fed) {

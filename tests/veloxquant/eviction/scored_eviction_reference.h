@@ -58,7 +58,10 @@ inline std::size_t ref_chunk_victim(const std::vector<RefRow>& rows, const RefRu
 }
 
 inline RefRule h2o_rule(int64_t budget, int64_t n_sink, int64_t protect, double decay, bool accumulate) {
-  RefRule rule{budget, n_sink, protect, nullptr};
+  RefRule rule;
+  rule.budget = budget;
+  rule.n_sink = n_sink;
+  rule.protect = protect;
   rule.combine = [decay, accumulate](float carried, float w) {
     return accumulate ? static_cast<float>(carried * decay + w) : w;
   };
