@@ -58,8 +58,11 @@ void accumulate_group_affine_rows(const uint32_t* codes_rows, int64_t code_strid
   }
   std::fill(acc_code, acc_code + n_queries * d, 0.0f);
   if (from_bytes) {
+    // The biases enter with the accumulators (each plane chunk lies in one channel group).
     attention::kernels::accumulate_planes(reinterpret_cast<const uint8_t*>(codes_rows), code_stride * 4, n, plane_bytes,
-                                          bits, group, scaled, n_queries, acc_code, d);
+                                          bits, group, scaled, n_queries, acc_code, d, bias);
+    for (int64_t r = 0; r < n_queries; ++r) value_order.add_to_natural(acc_code + r * d, acc + r * d);
+    return;
   } else {
     if (value_order.planar()) {
       value_order.unpack_rows(codes_rows, code_stride, n, codes);
