@@ -64,17 +64,19 @@ void score_block(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64
   };
   int64_t j = 0;
   for (; j + 4 <= n_rows; j += 4) {
-    V s0[NQ], s1[NQ], s2[NQ], s3[NQ];
+    // Each pair of rows folded as soon as both are done (sums_of_4's first step, the same sums).
+    V s0[NQ], s1[NQ], ab[NQ];
     sums(j, s0);
     keep_in_registers<NQ>(s0);
     sums(j + 1, s1);
-    keep_in_registers<NQ>(s1);
-    sums(j + 2, s2);
-    keep_in_registers<NQ>(s2);
-    sums(j + 3, s3);
+    for (int r = 0; r < NQ; ++r) ab[r] = sums_of_pair(df, s0[r], s1[r]);
+    keep_in_registers<NQ>(ab);
+    sums(j + 2, s0);
+    keep_in_registers<NQ>(s0);
+    sums(j + 3, s1);
     const hn::Half<decltype(df)> dh;
     for (int r = 0; r < NQ; ++r) {
-      const auto four = sums_of_4(df, s0[r], s1[r], s2[r], s3[r]);
+      const auto four = sums_of_pairs(df, ab[r], sums_of_pair(df, s0[r], s1[r]));
       hn::StoreU(hn::Add(four, hn::Set(dh, bias[r])), dh, scores + r * ld + j);
     }
   }
