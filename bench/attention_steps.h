@@ -74,4 +74,17 @@ inline void fill(lm::KVCache& cache, int64_t ctx, std::mt19937& rng) {
   }
 }
 
+// The same rows (same random stream as fill) appended by update_and_fetch: no attention over them.
+inline void fill_by_append(lm::KVCache& cache, int64_t ctx, std::mt19937& rng) {
+  for (int64_t done = 0; done < ctx;) {
+    const int64_t s = std::min<int64_t>(512, ctx - done);
+    const lm::Tensor q = random_tensor({1, kQueryHeads, s, kDim}, lm::DType::F32, rng);  // drawn to keep the stream
+    const lm::Tensor k = random_tensor({1, kKvHeads, s, kDim}, lm::DType::F16, rng);
+    const lm::Tensor v = random_tensor({1, kKvHeads, s, kDim}, lm::DType::F16, rng);
+    if (cache.wants_queries()) cache.observe_queries(q);
+    (void)cache.update_and_fetch(k, v);
+    done += s;
+  }
+}
+
 }  // namespace bench_attention

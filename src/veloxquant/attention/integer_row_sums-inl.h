@@ -20,12 +20,31 @@ namespace hn = hwy::HWY_NAMESPACE;
 // (256-bit D only): within each 128-bit block pairs, then quads of the four side by side; then
 // the two blocks added — nine shuffles and adds instead of four full horizontal sums. For f32
 // the order is fixed: lane sum of a = ((a0 + a2) + (a1 + a3)) + ((a4 + a6) + (a5 + a7)).
+// Its first step, on two of the four vectors: a row pair's sums in one vector, so a kernel can
+// fold each pair as soon as both rows are done (fewer vectors live across four rows).
+template <class D, class V>
+HWY_INLINE V sums_of_pair(D d32, V a, V b) {
+  return hn::Add(hn::InterleaveLower(d32, a, b), hn::InterleaveUpper(d32, a, b));
+}
+
+// The rest, from two pairs (sums_of_4(a, b, c, e) == sums_of_pairs(sums_of_pair(a, b), sums_of_pair(c, e))).
+template <class D, class V>
+HWY_INLINE hn::Vec<hn::Half<D>> sums_of_pairs(D d32, V ab, V ce) {
+  static_assert(hn::MaxLanes(D()) == 8, "256-bit vectors of 32-bit lanes");
+  const hn::RepartitionToWide<D> d64;
+  const auto ab64 = hn::BitCast(d64, ab), ce64 = hn::BitCast(d64, ce);
+  const V s = hn::Add(hn::BitCast(d32, hn::InterleaveLower(d64, ab64, ce64)),
+                      hn::BitCast(d32, hn::InterleaveUpper(d64, ab64, ce64)));
+  const hn::Half<D> dh;
+  return hn::Add(hn::LowerHalf(dh, s), hn::UpperHalf(dh, s));
+}
+
 template <class D, class V>
 HWY_INLINE hn::Vec<hn::Half<D>> sums_of_4(D d32, V a, V b, V c, V e) {
   static_assert(hn::MaxLanes(D()) == 8, "256-bit vectors of 32-bit lanes");
   const hn::RepartitionToWide<D> d64;
-  const V ab = hn::Add(hn::InterleaveLower(d32, a, b), hn::InterleaveUpper(d32, a, b));
-  const V ce = hn::Add(hn::InterleaveLower(d32, c, e), hn::InterleaveUpper(d32, c, e));
+  const V ab = sums_of_pair(d32, a, b);
+  const V ce = sums_of_pair(d32, c, e);
   const auto ab64 = hn::BitCast(d64, ab), ce64 = hn::BitCast(d64, ce);
   const V s = hn::Add(hn::BitCast(d32, hn::InterleaveLower(d64, ab64, ce64)),
                       hn::BitCast(d32, hn::InterleaveUpper(d64, ab64, ce64)));

@@ -255,7 +255,7 @@ void AddPlanesInterleavedImpl(const float* planes, int64_t plane_len, int per_by
 // f32 tile of the codes.
 template <int B, int NQ, int kSub>
 void accumulate_planes_pass(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int64_t p0,
-                            const float* wg, float* acc, int64_t acc_stride) {
+                            const float* wg, const float* bg, float* acc, int64_t acc_stride) {
   const hn::CappedTag<float, 8> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<uint8_t, decltype(di)> d8;
@@ -265,8 +265,11 @@ void accumulate_planes_pass(const uint8_t* bytes, int64_t row_stride, int64_t n_
   hn::Vec<decltype(df)> a[NQ][kPlanes][kSub];
   for (int r = 0; r < NQ; ++r) {
     for (int k = 0; k < kPlanes; ++k) {
-      for (int u = 0; u < kSub; ++u)
+      for (int u = 0; u < kSub; ++u) {
         a[r][k][u] = hn::LoadU(df, acc + r * acc_stride + k * plane_bytes + p0 + u * lanes);
+        // The group's bias (sum_j w_j m_jg) enters with the accumulator: no pass after the rows.
+        if (bg != nullptr) a[r][k][u] = hn::Add(a[r][k][u], hn::Set(df, bg[r]));
+      }
     }
   }
   for (int64_t j = 0; j < n_rows; ++j) {
@@ -292,7 +295,8 @@ void accumulate_planes_pass(const uint8_t* bytes, int64_t row_stride, int64_t n_
 
 template <int B, int NQ>
 void accumulate_planes_block(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
-                             int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride) {
+                             int64_t group, const float* ws, const float* bias, int64_t n_q, float* acc,
+                             int64_t acc_stride) {
   const hn::CappedTag<float, 8> df;
   constexpr int kPlanes = 8 / B;
   // Two chunks per pass where their accumulators and weights still fit 16 registers: half the
@@ -302,11 +306,13 @@ void accumulate_planes_block(const uint8_t* bytes, int64_t row_stride, int64_t n
   for (int64_t p0 = 0; p0 + lanes <= plane_bytes;) {
     const int64_t g = p0 * kPlanes / group;
     const float* wg = ws + g * n_q * n_rows;
+    const float* bg = bias != nullptr ? bias + g * n_q : nullptr;
     if (kPairs && p0 + 2 * lanes <= plane_bytes && (p0 + 2 * lanes - 1) * kPlanes / group == g) {
-      accumulate_planes_pass<B, NQ, kPairs ? 2 : 1>(bytes, row_stride, n_rows, plane_bytes, p0, wg, acc, acc_stride);
+      accumulate_planes_pass<B, NQ, kPairs ? 2 : 1>(bytes, row_stride, n_rows, plane_bytes, p0, wg, bg, acc,
+                                                    acc_stride);
       p0 += (kPairs ? 2 : 1) * lanes;
     } else {
-      accumulate_planes_pass<B, NQ, 1>(bytes, row_stride, n_rows, plane_bytes, p0, wg, acc, acc_stride);
+      accumulate_planes_pass<B, NQ, 1>(bytes, row_stride, n_rows, plane_bytes, p0, wg, bg, acc, acc_stride);
       p0 += lanes;
     }
   }
@@ -314,33 +320,35 @@ void accumulate_planes_block(const uint8_t* bytes, int64_t row_stride, int64_t n
 
 template <int B>
 void accumulate_planes_bits(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
-                            int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride) {
+                            int64_t group, const float* ws, const float* bias, int64_t n_q, float* acc,
+                            int64_t acc_stride) {
   // Query blocks of 3 (a GQA group of 3 in one pass over the bytes). For 2-bit codes 3 x 4
   // accumulators and 3 weights fill 15 of 16 registers and a temporary spills, still fewer
   // instructions than a second pass over the rows for the third query.
   constexpr int kBlock = 3;
   int64_t r = 0;
   for (; r + kBlock <= n_q; r += kBlock) {
-    accumulate_planes_block<B, kBlock>(bytes, row_stride, n_rows, plane_bytes, group, ws + r * n_rows, n_q,
-                                       acc + r * acc_stride, acc_stride);
+    accumulate_planes_block<B, kBlock>(bytes, row_stride, n_rows, plane_bytes, group, ws + r * n_rows,
+                                       bias != nullptr ? bias + r : nullptr, n_q, acc + r * acc_stride, acc_stride);
   }
   for (; r < n_q; ++r) {
-    accumulate_planes_block<B, 1>(bytes, row_stride, n_rows, plane_bytes, group, ws + r * n_rows, n_q,
-                                  acc + r * acc_stride, acc_stride);
+    accumulate_planes_block<B, 1>(bytes, row_stride, n_rows, plane_bytes, group, ws + r * n_rows,
+                                  bias != nullptr ? bias + r : nullptr, n_q, acc + r * acc_stride, acc_stride);
   }
 }
 
 void AccumulatePlanesImpl(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
-                          int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride) {
+                          int64_t group, const float* ws, const float* bias, int64_t n_q, float* acc,
+                          int64_t acc_stride) {
   switch (bits) {
     case 2:
-      accumulate_planes_bits<2>(bytes, row_stride, n_rows, plane_bytes, group, ws, n_q, acc, acc_stride);
+      accumulate_planes_bits<2>(bytes, row_stride, n_rows, plane_bytes, group, ws, bias, n_q, acc, acc_stride);
       break;
     case 4:
-      accumulate_planes_bits<4>(bytes, row_stride, n_rows, plane_bytes, group, ws, n_q, acc, acc_stride);
+      accumulate_planes_bits<4>(bytes, row_stride, n_rows, plane_bytes, group, ws, bias, n_q, acc, acc_stride);
       break;
     default:
-      accumulate_planes_bits<8>(bytes, row_stride, n_rows, plane_bytes, group, ws, n_q, acc, acc_stride);
+      accumulate_planes_bits<8>(bytes, row_stride, n_rows, plane_bytes, group, ws, bias, n_q, acc, acc_stride);
       break;
   }
 }
@@ -389,9 +397,9 @@ bool can_accumulate_planes(int bits, int64_t plane_bytes, int64_t group) {
 }
 
 void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
-                       int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride) {
+                       int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride, const float* bias) {
   HWY_DYNAMIC_DISPATCH(AccumulatePlanesImpl)
-  (bytes, row_stride, n_rows, plane_bytes, bits, group, ws, n_q, acc, acc_stride);
+  (bytes, row_stride, n_rows, plane_bytes, bits, group, ws, bias, n_q, acc, acc_stride);
 }
 
 void fold_scales(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, float* folded,
@@ -436,9 +444,15 @@ void gather_pairs(const float* pairs, const int32_t* natural, int64_t n, float* 
 }
 
 void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
-                       int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride) {
+                       int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride, const float* bias) {
   const int planes = 8 / bits;
   for (int64_t r = 0; r < n_q; ++r) {
+    if (bias != nullptr) {
+      for (int k = 0; k < planes; ++k) {
+        for (int64_t p = 0; p < plane_bytes; ++p)
+          acc[r * acc_stride + k * plane_bytes + p] += bias[((p * planes + k) / group) * n_q + r];
+      }
+    }
     for (int64_t j = 0; j < n_rows; ++j) {
       const uint8_t* row = bytes + j * row_stride;
       for (int k = 0; k < planes; ++k) {

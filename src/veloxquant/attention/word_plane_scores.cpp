@@ -39,9 +39,11 @@ HWY_INLINE void row_sums(DF df, const uint32_t* row, int64_t vectors, hn::Mask<h
     const float* q = folded + v * kPer * NQ * 8;
 #pragma GCC unroll 32
     for (int p = 0; p < kPer; ++p) {
-      // Logical shifts: the top field of a full word needs no mask.
+      // Logical shifts: the top field of a full word needs no mask. Nor does a level lookup on x86,
+      // whose lane permutes read only an index's low 3 bits (the table repeats every 2^B lanes).
+      constexpr bool kUnmasked = L == Lookup::kRegister && HWY_ARCH_X86;
       const auto field = p == 0 ? words : hn::ShiftRightSame(words, B * p);
-      const auto code = hn::BitCast(di, (B * (p + 1) == 32) ? field : hn::And(field, mask));
+      const auto code = hn::BitCast(di, (kUnmasked || B * (p + 1) == 32) ? field : hn::And(field, mask));
       hn::Vec<DF> value;
       if constexpr (L == Lookup::kRegister) {
         value = hn::TableLookupLanes(table, hn::IndicesFromVec(df, code));
@@ -74,7 +76,7 @@ void score_block(const uint32_t* first_row, int64_t row_stride, int64_t n_rows, 
   using V = hn::Vec<DF>;
   const auto last_mask = hn::FirstN(du, static_cast<std::size_t>(words - 8 * (vectors - 1)));
   HWY_ALIGN float lanes[8];
-  for (int k = 0; k < 8; ++k) lanes[k] = L == Lookup::kRegister ? levels[std::min(k, (1 << B) - 1)] : 0.0f;
+  for (int k = 0; k < 8; ++k) lanes[k] = L == Lookup::kRegister ? levels[k % (1 << B)] : 0.0f;
   const V table = hn::Load(df, lanes);
   const auto row = [&](int64_t j) { return first_row + j * row_stride; };
   int64_t j = 0;

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "lm/kernels/simd_dot.h"
-#include "veloxquant/attention/integer_key_scores.h"
+#include "veloxquant/attention/float_key_scores.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/attention/word_plane_scores.h"
 #include "veloxquant/caches/adakv_cache.h"
@@ -17,8 +17,8 @@ using cache_rows::row_ptr;
 
 AdaKVTierLayout::AdaKVTierLayout(int bits_in, int64_t key_dim, int64_t value_dim, int64_t group)
     : bits(bits_in),
-      integer_keys(attention::CodeOrder::is_planar(bits_in, key_dim) &&
-                   attention::kernels::can_score_codes_i16(bits_in, key_dim * bits_in / 8)),
+      planar_keys(attention::CodeOrder::is_planar(bits_in, key_dim) &&
+                  attention::kernels::can_score_codes_f32(bits_in, key_dim * bits_in / 8)),
       key_order(bits_in, key_dim),
       value_order(bits_in, value_dim, group) {
   if (!key_order.planar()) words.emplace(bits_in, key_dim);
@@ -77,8 +77,8 @@ void AdaKVRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
   const int64_t quantized_end = std::min(j1, frontier);
   if (j0 < quantized_end) {
     // Scratch: the block's (scale, min) pairs widened (and a zero pair for padding), the pairs in
-    // the tier's order, the tier's queries back to back, folded queries, biases and steps, the f32
-    // tile of the planar widths the integer kernel does not take.
+    // the tier's order, the tier's queries back to back, folded queries, biases (2 n_queries), the
+    // f32 tile of the planar widths the byte kernel does not take.
     const int64_t dim_max = std::max({layouts_.tiers[0].dim(), layouts_.tiers[1].dim(), layouts_.tiers[2].dim()});
     float* pairs = scratch.f32(
         static_cast<std::size_t>(2 * d + 2 + 2 * dim_max + 2 * n_queries * dim_max + 2 * n_queries + group * d));
@@ -87,9 +87,7 @@ void AdaKVRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
     float* queries = min + dim_max;
     float* folded = queries + n_queries * dim_max;
     float* bias = folded + n_queries * dim_max;
-    float* step = bias + n_queries;
-    float* tile = step + n_queries;
-    auto* q16 = reinterpret_cast<int16_t*>(scratch.u8(static_cast<std::size_t>(n_queries * d) * sizeof(int16_t)));
+    float* tile = bias + n_queries + n_queries;
     pairs[2 * d] = pairs[2 * d + 1] = 0.0f;
     for (int64_t a = j0; a < quantized_end;) {
       const int64_t block = a / group, end = std::min(quantized_end, (block + 1) * group), n = end - a;
@@ -110,12 +108,13 @@ void AdaKVRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
         attention::kernels::fold_scales(queries, n_queries, dim, scale, min, folded, bias);
         attention::kernels::score_word_planes(codes, row_words, n, layout.words->planes, nullptr, folded, n_queries,
                                               bias, s, ld);
-      } else if (layout.integer_keys) {
+      } else if (layout.planar_keys) {
+        // The query stays in f32 (attention/float_key_scores.h): the integer path's 16-bit rounding
+        // moved scores by ~1e-4 of their scale on spread keys.
         attention::kernels::gather_pairs(pairs, layout.key_order.natural_indices().data(), d, scale, min);
-        attention::kernels::fold_queries_i16(queries, n_queries, d, scale, min,
-                                             attention::kernels::integer_query_limit(layout.bits, d), q16, step, bias);
-        attention::kernels::score_codes_i16(reinterpret_cast<const uint8_t*>(codes), row_words * 4, n,
-                                            d * layout.bits / 8, layout.bits, q16, step, bias, n_queries, s, ld);
+        attention::kernels::fold_scales(queries, n_queries, d, scale, min, folded, bias);
+        attention::kernels::score_codes_f32(reinterpret_cast<const uint8_t*>(codes), row_words * 4, n,
+                                            d * layout.bits / 8, layout.bits, folded, bias, n_queries, s, ld);
       } else {
         attention::kernels::gather_pairs(pairs, layout.key_order.natural_indices().data(), d, scale, min);
         attention::kernels::fold_scales(queries, n_queries, d, scale, min, folded, bias);

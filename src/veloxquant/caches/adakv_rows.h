@@ -29,7 +29,7 @@ class AdaKVCache;
 struct AdaKVTierLayout {
   AdaKVTierLayout(int bits, int64_t key_dim, int64_t value_dim, int64_t group);
   int bits;
-  bool integer_keys;                   // planar codes the integer kernel scores
+  bool planar_keys;                    // planar codes scored from their bytes, query in f32
   attention::CodeOrder key_order;      // planar widths: the order codes unpack in
   attention::CodeOrder value_order;    // with the value channel-group size
   std::optional<WordPlaneKeys> words;  // non-planar widths

@@ -344,8 +344,11 @@ void CachegenCache::fused_attention(const lm::FusedAttentionRequest& request, lm
     key_order_ = std::make_shared<const attention::CodeOrder>(bits_, dk_);
     value_order_ = std::make_shared<const attention::CodeOrder>(bits_, dv_, group_);
   }
-  const KiviQuantizedRows coded(key_codes_, key_params_, value_codes_, value_params_, frontier_, bits_, group_,
-                                *key_order_, *value_order_);
+  // Keys with the query in f32: the integer path's 16-bit rounding of the folded query cost this
+  // cache KL on SmolLM2's outlier key channels (docs/methods/cachegen.md).
+  KiviQuantizedRows coded(key_codes_, key_params_, value_codes_, value_params_, frontier_, bits_, group_, *key_order_,
+                          *value_order_);
+  coded.with_float_keys(true);
   const attention::DtypeRowSource tail(tail_k_, tail_v_, offset_ - frontier_, frontier_);
   const attention::RowSource* segments[] = {&coded, &tail};
   attention::attend(call, segments, 2, &base::ThreadPool::global());

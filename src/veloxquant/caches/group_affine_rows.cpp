@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "veloxquant/attention/affine_value_sums.h"
 #include "veloxquant/attention/level_lookup.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/attention/word_code_rows.h"
@@ -27,39 +28,47 @@ void accumulate_group_affine_rows(const uint32_t* codes_rows, int64_t code_strid
                                   attention::TileScratch& scratch, const float* levels) {
   const int64_t d = value_order.size();
   const int64_t groups = (d + group - 1) / group;
-  // Scratch: codes [n, d], accumulator in code order [n_queries, d], group-scaled weights
-  // [groups][n_queries, n], per-group biases [groups][n_queries].
-  float* codes = scratch.f32(static_cast<std::size_t>(n * d + n_queries * d + groups * n_queries * (n + 1)));
-  float* acc_code = codes + n * d;
-  float* scaled = acc_code + n_queries * d;
-  float* bias = scaled + groups * n_queries * n;
-  std::fill(acc_code, acc_code + n_queries * d, 0.0f);
-  // The tile's (scale, min) pairs (rows of params are back to back) widened into one column per
-  // field, then per channel group g: weights scaled by each row's s_jg, biases sum_j w_j m_jg.
-  float* columns = scratch.f32_second(static_cast<std::size_t>(n * param_stride));
-  attention::kernels::f16_columns(param_rows, n, param_stride, columns);
-  for (int64_t g = 0; g < groups; ++g) {
-    float* sg = scaled + g * n_queries * n;
-    float* bg = bias + g * n_queries;
-    const float* scale = columns + 2 * g * n;
-    for (int64_t r = 0; r < n_queries; ++r) {
-      bg[r] = attention::kernels::scale_column(weights + r * ld, n, scale, scale + n, sg + r * n);
-    }
-  }
+  const int bits = value_order.bits();
+  const int64_t plane_bytes = d * bits / 8;
   // Planar rows whose 8-byte chunks each lie in one channel group are accumulated straight from
-  // their bytes; otherwise each run of code-order positions (one group) from the unpacked tile.
-  const int64_t plane_bytes = d * value_order.bits() / 8;
-  const bool from_bytes = levels == nullptr && value_order.planar() &&
-                          attention::kernels::can_accumulate_planes(value_order.bits(), plane_bytes, group);
+  // their bytes (in code order); other widths straight from their words (natural order, levels
+  // looked up in registers); anything else from an unpacked f32 tile, run by run.
+  const bool from_bytes =
+      levels == nullptr && value_order.planar() && attention::kernels::can_accumulate_planes(bits, plane_bytes, group);
+  const bool from_words =
+      !value_order.planar() && attention::kernels::can_accumulate_word_values(bits, d, group, levels != nullptr);
+  const int64_t tile_floats = from_bytes || from_words ? 0 : n * d;
+  const int64_t code_acc_floats = from_words ? 0 : n_queries * d;
+  // Scratch: codes [n, d] (tile path only), accumulator in code order [n_queries, d] (not for
+  // natural-order words), group-scaled weights [groups][n_queries, n], per-group biases
+  // [groups][n_queries].
+  float* codes = scratch.f32(static_cast<std::size_t>(tile_floats + code_acc_floats + groups * n_queries * (n + 1)));
+  float* acc_code = codes + tile_floats;
+  float* scaled = acc_code + code_acc_floats;
+  float* bias = scaled + groups * n_queries * n;
+  // Per channel group g: the weights scaled by each row's s_jg, and the biases sum_j w_j m_jg, in
+  // one pass over the tile's f16 (scale, min) pairs.
+  float* columns = scratch.f32_second(static_cast<std::size_t>(2 * groups * n));
+  attention::kernels::group_weights(param_rows, param_stride, n, groups, weights, ld, n_queries, columns, scaled, bias);
+  if (from_words) {
+    // Natural order: straight into the caller's accumulator, the biases with it.
+    attention::kernels::accumulate_word_values(codes_rows, code_stride, n, d, bits, group, levels, scaled, bias,
+                                               n_queries, acc, d);
+    return;
+  }
+  std::fill(acc_code, acc_code + n_queries * d, 0.0f);
   if (from_bytes) {
+    // The biases enter with the accumulators (each plane chunk lies in one channel group).
     attention::kernels::accumulate_planes(reinterpret_cast<const uint8_t*>(codes_rows), code_stride * 4, n, plane_bytes,
-                                          value_order.bits(), group, scaled, n_queries, acc_code, d);
+                                          bits, group, scaled, n_queries, acc_code, d, bias);
+    for (int64_t r = 0; r < n_queries; ++r) value_order.add_to_natural(acc_code + r * d, acc + r * d);
+    return;
   } else {
     if (value_order.planar()) {
       value_order.unpack_rows(codes_rows, code_stride, n, codes);
-      if (levels != nullptr) attention::kernels::lookup_levels(codes, n * d, levels, 1 << value_order.bits());
+      if (levels != nullptr) attention::kernels::lookup_levels(codes, n * d, levels, 1 << bits);
     } else {  // 3, 5, 6, 7 bits: word gathers, straight into levels when there are any
-      attention::kernels::unpack_word_rows(codes_rows, code_stride, n, d, value_order.bits(), levels, codes);
+      attention::kernels::unpack_word_rows(codes_rows, code_stride, n, d, bits, levels, codes);
     }
     for (const attention::CodeOrder::Run& run : value_order.runs()) {
       attention::kernels::accumulate_rows(scaled + run.group * n_queries * n, n, n_queries, codes + run.start, d, n,
@@ -67,14 +76,8 @@ void accumulate_group_affine_rows(const uint32_t* codes_rows, int64_t code_strid
     }
   }
   // Back to natural order, where a channel group is a contiguous run: each gets its bias there.
-  for (int64_t r = 0; r < n_queries; ++r) {
-    float* out = acc + r * d;
-    value_order.add_to_natural(acc_code + r * d, out);
-    for (int64_t g = 0; g < groups; ++g) {
-      const float bg = bias[g * n_queries + r];
-      for (int64_t c = g * group, end = std::min(d, c + group); c < end; ++c) out[c] += bg;
-    }
-  }
+  for (int64_t r = 0; r < n_queries; ++r) value_order.add_to_natural(acc_code + r * d, acc + r * d);
+  attention::kernels::add_group_biases(bias, n_queries, d, group, acc, d);
 }
 
 }  // namespace veloxquant

@@ -4,6 +4,7 @@
 
 #include "base/half.h"
 #include "lm/kernels/simd_dot.h"
+#include "veloxquant/attention/float_key_scores.h"
 #include "veloxquant/attention/integer_key_scores.h"
 #include "veloxquant/attention/level_lookup.h"
 #include "veloxquant/attention/tile_kernels.h"
@@ -102,11 +103,17 @@ void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
   const int64_t plane_bytes = d * bits_ / 8;
   // Plain codes read by planes score as integers (attention/integer_key_scores.h); fitted
   // levels and other widths go through an f32 tile of the codes.
-  const bool integer =
-      levels_ == nullptr && key_order_.planar() && attention::kernels::can_score_codes_i16(bits_, plane_bytes);
+  const bool from_codes = levels_ == nullptr && key_order_.planar();
+  // 4-bit keys take the f32 query always: with the plane size known at compile time it costs fewer
+  // instructions per row than the integer path with its 16-bit query fold (kivi 4: 77 -> 72 per
+  // row for fold and scores at ctx 1024) and rounds nothing. 2- and 8-bit keys stay integer unless
+  // the cache asks (the integer path reads twice the codes per instruction there).
+  const bool in_f32 =
+      from_codes && (float_keys_ || bits_ == 4) && attention::kernels::can_score_codes_f32(bits_, plane_bytes);
+  const bool integer = from_codes && !in_f32 && attention::kernels::can_score_codes_i16(bits_, plane_bytes);
   // Scratch: the tile's codes [n, d] (f32 path only), folded queries [n_queries, d], the group's
   // (scale, min) pairs widened [2 d] and in code order [2 d], the queries' biases and steps.
-  const int64_t tile_floats = integer ? 0 : n * d;
+  const int64_t tile_floats = integer || in_f32 ? 0 : n * d;
   float* codes = scratch.f32(static_cast<std::size_t>(tile_floats + n_queries * d + 4 * d + 2 * n_queries));
   float* folded = codes + tile_floats;
   float* pairs = folded + n_queries * d;
@@ -117,7 +124,7 @@ void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
   auto* q16 = reinterpret_cast<int16_t*>(scratch.u8(static_cast<std::size_t>(n_queries * d) * sizeof(int16_t)));
   const uint32_t* first_row = row_ptr<uint32_t>(key_codes_, b, h, j0);
   const int64_t row_words = key_codes_.strides()[2];
-  if (!integer) {
+  if (!integer && !in_f32) {
     // The tile's codes (or, with fitted levels, the levels they stand for): planar widths by the
     // code order's SIMD unpack, the others by word gathers that read the level table directly.
     const float* level = levels_ != nullptr ? row_ptr<float>(*levels_, b, h, 0) : nullptr;
@@ -140,6 +147,11 @@ void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
       attention::kernels::fold_queries_i16(prepared, n_queries, d, scale, min, limit, q16, step, bias);
       attention::kernels::score_codes_i16(reinterpret_cast<const uint8_t*>(first_row + (a - j0) * row_words),
                                           row_words * 4, end - a, plane_bytes, bits_, q16, step, bias, n_queries,
+                                          scores + (a - j0), ld);
+    } else if (in_f32) {
+      attention::kernels::fold_scales(prepared, n_queries, d, scale, min, folded, bias);
+      attention::kernels::score_codes_f32(reinterpret_cast<const uint8_t*>(first_row + (a - j0) * row_words),
+                                          row_words * 4, end - a, plane_bytes, bits_, folded, bias, n_queries,
                                           scores + (a - j0), ld);
     } else {
       attention::kernels::fold_scales(prepared, n_queries, d, scale, min, folded, bias);

@@ -62,6 +62,13 @@ class KiviQuantizedRows final : public attention::RowSource {
     word_keys_ = keys != nullptr && !key_order_.planar() ? keys : nullptr;
     return *this;
   }
+  // Planar keys scored with the query in f32 (attention/float_key_scores.h) instead of rounded to
+  // 16-bit integers (attention/integer_key_scores.h): for caches whose keys the rounding costs
+  // quality (cachegen).
+  KiviQuantizedRows& with_float_keys(bool on) {
+    float_keys_ = on;
+    return *this;
+  }
   // Position of natural key channel i in the prepared query.
   int64_t prepared_position(int64_t i) const;
   const int32_t* positions(int64_t b, int64_t h) const override;
@@ -93,6 +100,7 @@ class KiviQuantizedRows final : public attention::RowSource {
   const attention::CodeOrder& value_order_;
   const lm::Tensor* levels_;
   const WordPlaneKeys* word_keys_ = nullptr;
+  bool float_keys_ = false;
 };
 
 // A segment attended beside KiviQuantizedRows with word-plane keys (the full-precision tail): the

@@ -101,10 +101,16 @@ void fwht_reference(float* x, std::size_t n) {
 }
 
 void fwht(float* x, std::size_t n) {
-  // Short strides stay scalar (a butterfly pair would not fill a vector); from stride 8 on
+  // Short strides in-register per 8 floats (or scalar for other n); from stride 8 on
   // each block's halves are contiguous spans handed to the SIMD butterfly. The additions are
   // the same as the reference's, in the same order per element, so results are identical.
   std::size_t h = 1;
+  if (n % 8 == 0) {
+    // Strides 1, 2 and 4 inside each run of 8 floats by lane shuffles (the same additions):
+    // scalar, they were most of nsnquant's 95 instructions per kv row of Hadamard transforms.
+    simd::fwht_short_strides(x, n);
+    h = 8;
+  }
   for (; h < n && h < 8; h *= 2)
     for (std::size_t i = 0; i < n; i += 2 * h)
       for (std::size_t j = i; j < i + h; ++j) {

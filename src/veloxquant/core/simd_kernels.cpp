@@ -45,6 +45,37 @@ void ButterflyImpl(float* a, float* b, std::size_t n) {
   }
 }
 
+// The Walsh-Hadamard stages of stride 1, 2 and 4 inside each run of 8 floats, in registers: per
+// stage the partner lanes by one in-block shuffle (or the 128-bit halves swapped), then a + b in
+// the lower lane of each pair and partner - self in the upper one — the reference's additions,
+// element for element. Returns false where vectors are not 8 lanes (the caller runs the scalar
+// stages). n a multiple of 8.
+bool FwhtShortStridesImpl(float* x, std::size_t n) {
+#if HWY_TARGET != HWY_SCALAR && HWY_MAX_BYTES >= 32
+  const hn::CappedTag<float, 8> d;
+  if (hn::Lanes(d) != 8) return false;
+  const hn::RebindToSigned<decltype(d)> di;
+  const auto lane = hn::Iota(di, 0);
+  const auto upper2 = hn::RebindMask(d, hn::Ne(hn::And(lane, hn::Set(di, 2)), hn::Zero(di)));
+  const auto upper4 = hn::RebindMask(d, hn::Ne(hn::And(lane, hn::Set(di, 4)), hn::Zero(di)));
+  for (std::size_t i = 0; i < n; i += 8) {
+    auto v = hn::LoadU(d, x + i);
+    auto t = hn::Shuffle2301(v);  // partners at stride 1
+    v = hn::OddEven(hn::Sub(t, v), hn::Add(v, t));
+    t = hn::Shuffle1032(v);  // stride 2: the 64-bit halves of each 128-bit block swapped
+    v = hn::IfThenElse(upper2, hn::Sub(t, v), hn::Add(v, t));
+    t = hn::ConcatLowerUpper(d, v, v);  // stride 4: the 128-bit halves swapped
+    v = hn::IfThenElse(upper4, hn::Sub(t, v), hn::Add(v, t));
+    hn::StoreU(v, d, x + i);
+  }
+  return true;
+#else
+  (void)x;
+  (void)n;
+  return false;
+#endif
+}
+
 void ScaleImpl(float* x, float s, std::size_t n) {
   const hn::ScalableTag<float> d;
   const std::size_t lanes = hn::Lanes(d);
@@ -123,6 +154,7 @@ HWY_AFTER_NAMESPACE();
 namespace veloxquant::core::simd {
 HWY_EXPORT(DotImpl);
 HWY_EXPORT(ButterflyImpl);
+HWY_EXPORT(FwhtShortStridesImpl);
 HWY_EXPORT(ScaleImpl);
 HWY_EXPORT(MultiplyImpl);
 HWY_EXPORT(LutSumImpl);
@@ -131,6 +163,9 @@ HWY_EXPORT(TargetNameImpl);
 
 float dot(const float* a, const float* b, std::size_t n) { return HWY_DYNAMIC_DISPATCH(DotImpl)(a, b, n); }
 void butterfly(float* a, float* b, std::size_t n) { HWY_DYNAMIC_DISPATCH(ButterflyImpl)(a, b, n); }
+void fwht_short_strides(float* x, std::size_t n) {
+  if (!HWY_DYNAMIC_DISPATCH(FwhtShortStridesImpl)(x, n)) scalar::fwht_short_strides(x, n);
+}
 void scale(float* x, float s, std::size_t n) { HWY_DYNAMIC_DISPATCH(ScaleImpl)(x, s, n); }
 void multiply(const float* a, const float* b, float* out, std::size_t n) {
   HWY_DYNAMIC_DISPATCH(MultiplyImpl)(a, b, out, n);

@@ -13,6 +13,9 @@ namespace scalar {
 float dot(const float* a, const float* b, std::size_t n);
 // (a, b) <- (a + b, a - b): one Walsh-Hadamard butterfly over n pairs.
 void butterfly(float* a, float* b, std::size_t n);
+// The Walsh-Hadamard butterflies of strides 1, 2 and 4 (the first three stages of fwht) over
+// x[0, n), n a multiple of 8.
+void fwht_short_strides(float* x, std::size_t n);
 // x <- x * s
 void scale(float* x, float s, std::size_t n);
 // out <- a * b elementwise (the randomized Hadamard's +-1 diagonal).
@@ -27,6 +30,7 @@ void count_below(const float* x, std::size_t n, const float* boundaries, std::si
 namespace simd {
 float dot(const float* a, const float* b, std::size_t n);
 void butterfly(float* a, float* b, std::size_t n);
+void fwht_short_strides(float* x, std::size_t n);
 void scale(float* x, float s, std::size_t n);
 void multiply(const float* a, const float* b, float* out, std::size_t n);
 float lut_sum(const float* lut, const uint8_t* bytes, std::size_t n);

@@ -19,6 +19,18 @@ void butterfly(float* a, float* b, std::size_t n) {
   }
 }
 
+void fwht_short_strides(float* x, std::size_t n) {
+  for (std::size_t h = 1; h < 8; h *= 2) {
+    for (std::size_t i = 0; i < n; i += 2 * h) {
+      for (std::size_t j = i; j < i + h; ++j) {
+        const float a = x[j], b = x[j + h];
+        x[j] = a + b;
+        x[j + h] = a - b;
+      }
+    }
+  }
+}
+
 void scale(float* x, float s, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) x[i] *= s;
 }

@@ -163,8 +163,11 @@ TEST(TileKernels, AccumulatePlanesMatchesScalar) {
           const int64_t rows = 37, stride = 80;
           const auto ws = random_values(static_cast<std::size_t>(groups * nq * rows), 18);
           std::vector<float> acc = random_values(static_cast<std::size_t>(nq * (d + 2)), 19), ref = acc;
-          accumulate_planes(bytes.data(), stride, rows, plane, bits, group, ws.data(), nq, acc.data(), d + 2);
-          scalar::accumulate_planes(bytes.data(), stride, rows, plane, bits, group, ws.data(), nq, ref.data(), d + 2);
+          const auto biases = random_values(static_cast<std::size_t>(groups * nq), 23);
+          const float* bias = nq % 2 == 1 ? biases.data() : nullptr;  // with and without
+          accumulate_planes(bytes.data(), stride, rows, plane, bits, group, ws.data(), nq, acc.data(), d + 2, bias);
+          scalar::accumulate_planes(bytes.data(), stride, rows, plane, bits, group, ws.data(), nq, ref.data(), d + 2,
+                                    bias);
           for (std::size_t i = 0; i < acc.size(); ++i) {
             ASSERT_NEAR(acc[i], ref[i], 1e-3f * (1 << bits))
                 << "bits " << bits << " d " << d << " group " << group << " nq " << nq;

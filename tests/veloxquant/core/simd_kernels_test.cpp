@@ -88,3 +88,22 @@ TEST(SimdKernels, CountBelowMatchesScalarIncludingTies) {
     }
   }
 }
+
+TEST(SimdKernels, FwhtShortStridesAreExact) {
+  for (size_t n : {8, 16, 64, 128, 1024}) {
+    auto a = normals(n, 9), b = a;
+    vc::simd::fwht_short_strides(a.data(), n);
+    vc::scalar::fwht_short_strides(b.data(), n);
+    EXPECT_EQ(a, b) << "n=" << n;
+    // Each run of 8 is H_8 applied to it: (H_8 x)_i = sum_j (-1)^popcount(i & j) x_j.
+    const auto x = normals(n, 9);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t base = i / 8 * 8;
+      double expect = 0.0;
+      for (size_t j = 0; j < 8; ++j) {
+        expect += (__builtin_popcountll((i - base) & j) & 1 ? -1.0 : 1.0) * x[base + j];
+      }
+      EXPECT_NEAR(b[i], expect, 1e-5) << "n=" << n << " i=" << i;
+    }
+  }
+}
