@@ -9,6 +9,9 @@
 #include "veloxquant/attention/split_level_key_scores.h"
 
 #include <cstring>
+#include <initializer_list>
+#include <utility>
+#include <vector>
 
 HWY_BEFORE_NAMESPACE();
 namespace veloxquant::attention::kernels::HWY_NAMESPACE {
@@ -24,13 +27,15 @@ struct GroupTables {
 };
 
 // One group's t[r] for NQ queries: chunks of 8 codes of B bits (B bytes each, read exactly).
-template <int B, int NQ, class DF>
-HWY_INLINE void group_sums(DF df, const GroupTables<DF>& tables, const uint8_t* codes, int chunks, const float* q,
-                           int64_t q_stride, hn::Vec<DF>* t) {
+// C: chunks known at compile time (0: `chunks`), so the usual group sizes unroll whole and
+// their query vectors stay in registers across rows.
+template <int B, int C, int NQ, class DF>
+HWY_INLINE void group_sums(DF df, const GroupTables<DF>& tables, hn::Vec<hn::RebindToUnsigned<DF>> shifts,
+                           const uint8_t* codes, int chunks, const float* q, int64_t q_stride, hn::Vec<DF>* t) {
   const hn::RebindToUnsigned<DF> du32;
-  HWY_ALIGN static constexpr uint32_t kShift[8] = {0 * B, 1 * B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B};
-  const auto shifts = hn::Load(du32, kShift);
-  for (int c = 0; c < chunks; ++c) {
+  const int n = C > 0 ? C : chunks;
+#pragma GCC unroll 8
+  for (int c = 0; c < n; ++c) {
     uint32_t word = 0;
     std::memcpy(&word, codes + c * B, B);  // exactly the chunk's bytes: no read past the row
     const auto index = hn::Shr(hn::Set(du32, word), shifts);
@@ -57,54 +62,172 @@ HWY_INLINE float tree_sum(DF df, hn::Vec<DF> v) {
   return hn::GetLane(hn::LowerHalf(dh, quads)) + hn::GetLane(hn::UpperHalf(dh, quads));
 }
 
-template <int NQ>
-void score_queries(const SplitLevelKeys& k, const float* q, int64_t q_stride, const float* bias, float* scores,
-                   int64_t ld) {
+// Group g of every row of the tile into the rows' partial sums acc[j][r] (8 lanes each): the
+// first group writes them, later ones add with one FMA. Group by group rather than row by row,
+// so the width and size are compile-time in the loop over rows.
+template <int B, int C, int NQ>
+void group_rows(const SplitLevelKeys& k, int g, const float* q, int64_t q_stride, float* acc) {
   using DF = hn::CappedTag<float, 8>;
   const DF df;
-  using VF = hn::Vec<DF>;
-  GroupTables<DF> tables[SplitLevelKeys::kMaxGroups];
-  for (int g = 0; g < k.n_groups; ++g) {
+  const hn::RebindToUnsigned<DF> du32;
+  HWY_ALIGN float low[8], high[8];
+  HWY_ALIGN uint32_t shift[8];
+  const int mask = (1 << B) - 1;
+  for (int i = 0; i < 8; ++i) {
+    low[i] = k.levels[g][i & mask];
+    high[i] = k.levels[g][(8 + i) & mask];
+    shift[i] = static_cast<uint32_t>(B * i);
+  }
+  GroupTables<DF> tables{hn::Load(df, low), hn::Load(df, high)};
+  const auto shifts = hn::Load(du32, shift);
+  const float* qg = q + k.offset[g];
+  const int chunks = k.channels[g] / 8;
+  const uint8_t* codes = k.codes + k.code_offset[g];
+  const uint8_t* scale_codes = k.scales + g;
+  const bool first = g == 0;
+  for (int64_t j = 0; j < k.n_rows; ++j) {
+    hn::Vec<DF> t[NQ];
+    group_sums<B, C, NQ>(df, tables, shifts, codes + j * k.code_stride, chunks, qg, q_stride, t);
+    const auto scale = hn::Set(df, k.scale_table[scale_codes[j * k.scale_stride]]);
+    float* a = acc + j * NQ * 8;
+#pragma GCC unroll 4
+    for (int r = 0; r < NQ; ++r) {
+      const auto v = first ? hn::Mul(t[r], scale) : hn::MulAdd(t[r], scale, hn::LoadU(df, a + 8 * r));
+      hn::StoreU(v, df, a + 8 * r);
+    }
+  }
+}
+
+template <int B, int NQ>
+void group_rows_sized(const SplitLevelKeys& k, int g, const float* q, int64_t q_stride, float* acc) {
+  switch (k.channels[g]) {
+    case 16:
+      return group_rows<B, 2, NQ>(k, g, q, q_stride, acc);
+    case 24:
+      return group_rows<B, 3, NQ>(k, g, q, q_stride, acc);
+    case 32:
+      return group_rows<B, 4, NQ>(k, g, q, q_stride, acc);
+    case 40:
+      return group_rows<B, 5, NQ>(k, g, q, q_stride, acc);
+    default:
+      return group_rows<B, 0, NQ>(k, g, q, q_stride, acc);
+  }
+}
+
+// Row by row with the whole layout known at compile time (up to 3 groups; C2 = 0: two groups):
+// every partial sum stays in registers, no per-group pass over the tile. The same operations in
+// the same order as group_rows + the final tree, so results are identical.
+template <int NQ, int B0, int C0, int B1, int C1, int B2, int C2>
+void score_layout(const SplitLevelKeys& k, const float* q, int64_t q_stride, const float* bias, float* scores,
+                  int64_t ld) {
+  using DF = hn::CappedTag<float, 8>;
+  const DF df;
+  const hn::RebindToUnsigned<DF> du32;
+  constexpr int kGroups = C2 > 0 ? 3 : 2;
+  constexpr int kBits[3] = {B0, B1, B2};
+  GroupTables<DF> tables[3];
+  hn::Vec<decltype(du32)> shifts[3];
+  for (int g = 0; g < kGroups; ++g) {
     HWY_ALIGN float low[8], high[8];
-    const int mask = (1 << k.bits[g]) - 1;
+    HWY_ALIGN uint32_t shift[8];
+    const int mask = (1 << kBits[g]) - 1;
     for (int i = 0; i < 8; ++i) {
       low[i] = k.levels[g][i & mask];
       high[i] = k.levels[g][(8 + i) & mask];
+      shift[i] = static_cast<uint32_t>(kBits[g] * i);
     }
-    tables[g].low = hn::Load(df, low);
-    tables[g].high = hn::Load(df, high);
+    tables[g] = GroupTables<DF>{hn::Load(df, low), hn::Load(df, high)};
+    shifts[g] = hn::Load(du32, shift);
+  }
+  float biases[NQ];
+  for (int r = 0; r < NQ; ++r) biases[r] = bias != nullptr ? bias[r] : 0.0f;
+  const float* q0 = q + k.offset[0];
+  const float* q1 = q + k.offset[1];
+  const float* q2 = q + k.offset[kGroups - 1];
+  for (int64_t j = 0; j < k.n_rows; ++j) {
+    const uint8_t* row = k.codes + j * k.code_stride;
+    const uint8_t* sc = k.scales + j * k.scale_stride;
+    hn::Vec<DF> t[NQ], acc[NQ];
+    group_sums<B0, C0, NQ>(df, tables[0], shifts[0], row + k.code_offset[0], C0, q0, q_stride, t);
+    const auto s0 = hn::Set(df, k.scale_table[sc[0]]);
+#pragma GCC unroll 4
+    for (int r = 0; r < NQ; ++r) acc[r] = hn::Mul(t[r], s0);
+    group_sums<B1, C1, NQ>(df, tables[1], shifts[1], row + k.code_offset[1], C1, q1, q_stride, t);
+    const auto s1 = hn::Set(df, k.scale_table[sc[1]]);
+#pragma GCC unroll 4
+    for (int r = 0; r < NQ; ++r) acc[r] = hn::MulAdd(t[r], s1, acc[r]);
+    if constexpr (C2 > 0) {
+      group_sums<B2, C2, NQ>(df, tables[2], shifts[2], row + k.code_offset[2], C2, q2, q_stride, t);
+      const auto s2 = hn::Set(df, k.scale_table[sc[2]]);
+#pragma GCC unroll 4
+      for (int r = 0; r < NQ; ++r) acc[r] = hn::MulAdd(t[r], s2, acc[r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NQ; ++r) scores[r * ld + j] = tree_sum(df, acc[r]) + biases[r];
+  }
+}
+
+// The layouts screened for q3 (docs/frontier.md) take score_layout; true when one did.
+template <int NQ>
+bool score_known_layout(const SplitLevelKeys& k, const float* q, int64_t q_stride, const float* bias, float* scores,
+                        int64_t ld) {
+  const auto is = [&](std::initializer_list<std::pair<int, int>> groups) {
+    if (static_cast<int>(groups.size()) != k.n_groups) return false;
+    int g = 0;
+    for (const auto& [channels, bits] : groups) {
+      if (k.channels[g] != channels || k.bits[g] != bits) return false;
+      ++g;
+    }
+    return true;
+  };
+  if (is({{32, 4}, {16, 3}, {16, 2}})) {
+    score_layout<NQ, 4, 4, 3, 2, 2, 2>(k, q, q_stride, bias, scores, ld);
+  } else if (is({{24, 4}, {40, 3}})) {
+    score_layout<NQ, 4, 3, 3, 5, 1, 0>(k, q, q_stride, bias, scores, ld);
+  } else if (is({{32, 4}, {32, 3}})) {
+    score_layout<NQ, 4, 4, 3, 4, 1, 0>(k, q, q_stride, bias, scores, ld);
+  } else if (is({{32, 4}, {32, 2}})) {
+    score_layout<NQ, 4, 4, 2, 4, 1, 0>(k, q, q_stride, bias, scores, ld);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+template <int NQ>
+void score_queries(const SplitLevelKeys& k, const float* q, int64_t q_stride, const float* bias, float* scores,
+                   int64_t ld) {
+  if (score_known_layout<NQ>(k, q, q_stride, bias, scores, ld)) return;
+  using DF = hn::CappedTag<float, 8>;
+  const DF df;
+  // The tile's partial sums: rows x NQ x 8 lanes (64 rows x 4 queries: 8 KiB).
+  thread_local std::vector<float> buffer;
+  const auto need = static_cast<std::size_t>(k.n_rows * NQ * 8);
+  if (buffer.size() < need) buffer.resize(need);
+  float* acc = buffer.data();
+  for (int g = 0; g < k.n_groups; ++g) {
+    switch (k.bits[g]) {
+      case 1:
+        group_rows_sized<1, NQ>(k, g, q, q_stride, acc);
+        break;
+      case 2:
+        group_rows_sized<2, NQ>(k, g, q, q_stride, acc);
+        break;
+      case 3:
+        group_rows_sized<3, NQ>(k, g, q, q_stride, acc);
+        break;
+      default:
+        group_rows_sized<4, NQ>(k, g, q, q_stride, acc);
+        break;
+    }
   }
   float biases[NQ];
   for (int r = 0; r < NQ; ++r) biases[r] = bias != nullptr ? bias[r] : 0.0f;
   for (int64_t j = 0; j < k.n_rows; ++j) {
-    const uint8_t* row = k.codes + j * k.code_stride;
-    const uint8_t* scale_codes = k.scales + j * k.scale_stride;
-    VF acc[NQ];
-    for (int g = 0; g < k.n_groups; ++g) {
-      VF t[NQ];
-      const uint8_t* codes = row + k.code_offset[g];
-      const float* qg = q + k.offset[g];
-      const int chunks = k.channels[g] / 8;
-      switch (k.bits[g]) {
-        case 1:
-          group_sums<1, NQ, DF>(df, tables[g], codes, chunks, qg, q_stride, t);
-          break;
-        case 2:
-          group_sums<2, NQ, DF>(df, tables[g], codes, chunks, qg, q_stride, t);
-          break;
-        case 3:
-          group_sums<3, NQ, DF>(df, tables[g], codes, chunks, qg, q_stride, t);
-          break;
-        default:
-          group_sums<4, NQ, DF>(df, tables[g], codes, chunks, qg, q_stride, t);
-          break;
-      }
-      const VF scale = hn::Set(df, k.scale_table[scale_codes[g]]);
 #pragma GCC unroll 4
-      for (int r = 0; r < NQ; ++r) acc[r] = g == 0 ? hn::Mul(t[r], scale) : hn::MulAdd(t[r], scale, acc[r]);
+    for (int r = 0; r < NQ; ++r) {
+      scores[r * ld + j] = tree_sum(df, hn::LoadU(df, acc + (j * NQ + r) * 8)) + biases[r];
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < NQ; ++r) scores[r * ld + j] = tree_sum(df, acc[r]) + biases[r];
   }
 }
 

@@ -10,6 +10,7 @@
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/quant/log8_scale.h"
+#include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant {
 namespace {
@@ -138,7 +139,8 @@ void TurboQuantBlockSplitRows::accumulate_tile(int64_t b, int64_t h, int64_t j0,
   // The tile's log8 scales as the f16 values they stand for (exact: quant/log8_scale.h).
   auto* scales = reinterpret_cast<uint16_t*>(scratch.u8(static_cast<std::size_t>(n * blocks) * sizeof(uint16_t)));
   const uint8_t* scale_codes = cache_.value_scale_codes(b, h, coded);
-  for (int64_t i = 0; i < n * blocks; ++i) scales[i] = quant::log8_scale_f16(scale_codes[i]);
+  const uint16_t* f16 = quant::log8_scale_f16_table();
+  for (int64_t i = 0; i < n * blocks; ++i) scales[i] = f16[scale_codes[i]];
   attention::kernels::BlockLevelValues values;
   values.codes = cache_.value_codes(b, h, coded);
   values.code_stride = static_cast<int64_t>(quant.code_bytes(static_cast<int>(dv)));
@@ -151,7 +153,7 @@ void TurboQuantBlockSplitRows::accumulate_tile(int64_t b, int64_t h, int64_t j0,
   values.even_levels = quant.even_levels();
   float* mu = scratch.f32_second(static_cast<std::size_t>(dv));
   if (const uint16_t* m = cache_.value_mean(b, h)) {
-    for (int64_t e = 0; e < dv; ++e) mu[e] = base::f16_to_f32(m[e]);
+    cache_rows::load_f32(reinterpret_cast<const std::byte*>(m), lm::DType::F16, static_cast<std::size_t>(dv), mu);
     values.offset = mu;
   }
   attention::kernels::accumulate_block_level_rows(values, weights + (coded - j0), ld, n_queries, acc, dv);

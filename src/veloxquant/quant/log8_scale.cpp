@@ -30,6 +30,7 @@ const Log8Table& table() {
 uint16_t log8_scale_f16(uint8_t n) { return table().f16[n]; }
 float log8_scale(uint8_t n) { return table().f32[n]; }
 const float* log8_scale_table() { return table().f32.data(); }
+const uint16_t* log8_scale_f16_table() { return table().f16.data(); }
 
 uint8_t nearest_log8(float s) {
   if (!(s > 0.0f) || !std::isfinite(s)) return 0;

@@ -22,7 +22,8 @@ uint16_t log8_scale_f16(uint8_t n);
 float log8_scale(uint8_t n);
 // The code whose scale is nearest to s in the log domain (1..255; 0 for s <= 0 or not finite).
 uint8_t nearest_log8(float s);
-// All 256 scales as f32 (index = code), for kernels that look them up.
+// All 256 scales as f32 and as f16 bits (index = code), for kernels that look them up.
 const float* log8_scale_table();
+const uint16_t* log8_scale_f16_table();
 
 }  // namespace veloxquant::quant
