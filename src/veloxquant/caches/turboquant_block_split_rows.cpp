@@ -1,7 +1,7 @@
 #include "veloxquant/caches/turboquant_block_split_rows.h"
 
 #include <algorithm>
-#include <vector>
+#include <array>
 
 #include "base/half.h"
 #include "lm/kernels/simd_dot.h"
@@ -45,7 +45,7 @@ int64_t TurboQuantBlockSplitRows::coded_start(int64_t n_queries, int64_t j0, int
 
 void TurboQuantBlockSplitRows::transformed_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, float* out) const {
   const int64_t d = cache_.head_dim();
-  std::vector<float> plain(static_cast<std::size_t>(2 * d));
+  std::array<float, 2048> plain;  // a sink row and its scratch; d <= 1024 (checked by the cache), no allocation
   for (int64_t j = j0; j < j1; ++j) {
     float* row = out + (j - j0) * d;
     if (j < cache_.sink_rows_held()) {
@@ -62,7 +62,7 @@ void TurboQuantBlockSplitRows::transformed_keys(int64_t b, int64_t h, int64_t j0
 
 void TurboQuantBlockSplitRows::transformed_values(int64_t b, int64_t h, int64_t j0, int64_t j1, float* out) const {
   const int64_t dv = cache_.value_dim();
-  std::vector<float> plain(static_cast<std::size_t>(2 * dv));
+  std::array<float, 2048> plain;  // dv <= 1024 with log8 scales (checked by the cache)
   const uint16_t* mu = cache_.value_mean(b, h);
   for (int64_t j = j0; j < j1; ++j) {
     float* row = out + (j - j0) * dv;
