@@ -1,6 +1,8 @@
 #include "veloxquant/caches/turboquant_block_cache.h"
 
 #include <algorithm>
+#include <array>
+#include <optional>
 #include <cstring>
 #include <limits>
 
@@ -12,6 +14,9 @@
 #include "veloxquant/attention/fused_call.h"
 #include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/caches/turboquant_block_rows.h"
+#include "veloxquant/caches/turboquant_block_split_rows.h"
+#include "veloxquant/core/bit_packing.h"
+#include "veloxquant/quant/log8_scale.h"
 #include "veloxquant/errors.h"
 
 namespace veloxquant {
@@ -57,8 +62,133 @@ TurboQuantBlockCache::TurboQuantBlockCache(const Settings& settings)
                                ") needs mean_rows > 0: segments refine the calibrated mean, got mean_rows " +
                                std::to_string(settings.mean_rows));
   }
+  if (settings.scale_format != "f16" && settings.scale_format != "log8") {
+    throw QuantizerConfigError("scale_format for 'turboquant_block' must be 'f16' or 'log8', got '" +
+                               settings.scale_format + "'");
+  }
+  log8_ = settings.scale_format == "log8";
+  if (!settings.key_split.empty() && !log8_) {
+    throw QuantizerConfigError("key_split for 'turboquant_block' ('" + settings.key_split +
+                               "') needs scale_format=log8: the split path reads one-byte scales");
+  }
+  if (settings.key_split.empty() && log8_) {
+    throw QuantizerConfigError(
+        "scale_format=log8 for 'turboquant_block' needs key_split: only the split path reads one-byte scales");
+  }
+  if (!settings.key_split.empty()) {
+    if (head_dim_ > 1024) {
+      throw QuantizerConfigError("key_split for 'turboquant_block' supports head_dim up to 1024, got " +
+                                 std::to_string(head_dim_));
+    }
+    split_ = std::make_shared<const SplitKeyCoder>(parse_key_split(settings.key_split), head_dim_,
+                                                   static_cast<uint64_t>(seed_));
+  }
   key_rotation_ = std::make_shared<const core::Rotation>(head_dim_, static_cast<uint64_t>(seed_));
   build_value_rotation(head_dim_);
+}
+
+void TurboQuantBlockCache::observe_queries(const lm::Tensor& queries) {
+  if (!wants_queries() || !query_power_.empty()) return;  // the first call's queries only
+  if (queries.ndim() != 4 || queries.dim(3) != head_dim_) {
+    throw base::InvalidArgument("TurboQuantBlockCache::observe_queries: queries must be [B, H_q, N, " +
+                                std::to_string(head_dim_) + "], got " + lm::shape_text(queries.shape()));
+  }
+  // E[q_c^2] over the call's first 512 rows (the study's calibration: docs/frontier.md).
+  const std::vector<float> q = queries.to_f32();
+  query_batch_ = queries.dim(0);
+  query_heads_ = queries.dim(1);
+  const int64_t n = queries.dim(2);
+  query_rows_ = std::min<int64_t>(n, 512);
+  query_power_.assign(static_cast<std::size_t>(query_batch_ * query_heads_ * head_dim_), 0.0);
+  for (int64_t bh = 0; bh < query_batch_ * query_heads_; ++bh) {
+    double* out = query_power_.data() + bh * head_dim_;
+    for (int64_t t = 0; t < query_rows_; ++t) {
+      const float* row = q.data() + (bh * n + t) * head_dim_;
+      for (int64_t c = 0; c < head_dim_; ++c) out[c] += static_cast<double>(row[c]) * row[c];
+    }
+  }
+}
+
+void TurboQuantBlockCache::calibrate_split(const std::vector<float>& k, int64_t s) {
+  // Weights w_c = E[q_c^2] * E[(k_c - mu_c)^2]: keys on rows [1, 1 + mean_rows) (256 without
+  // means; row 0, the sink, is atypical), queries of the head's GQA group as observed (without
+  // observed queries, or ones that do not fit the keys' heads, E[q_c^2] = 1: variance only).
+  const int64_t calib = settings_.mean_rows > 0 ? settings_.mean_rows : 256;
+  const int64_t first = s > 1 ? 1 : 0, last = std::min<int64_t>(s, 1 + calib);
+  const bool queries_fit =
+      !query_power_.empty() && query_batch_ == batch_ && query_heads_ >= heads_ && query_heads_ % heads_ == 0;
+  const int64_t group = queries_fit ? query_heads_ / heads_ : 0;
+  key_labels_ = lm::Tensor({batch_, heads_, 1, static_cast<int64_t>(split_->label_bytes())}, lm::DType::U8);
+  std::vector<double> weight(static_cast<std::size_t>(head_dim_));
+  std::vector<uint8_t> labels(static_cast<std::size_t>(head_dim_));
+  for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
+    const int64_t b = bh / heads_, h = bh % heads_;
+    for (int64_t c = 0; c < head_dim_; ++c) {
+      double sum = 0.0, sq = 0.0;
+      for (int64_t t = first; t < last; ++t) {
+        const double x = k[static_cast<std::size_t>((bh * s + t) * head_dim_ + c)];
+        sum += x;
+        sq += x * x;
+      }
+      const double rows = static_cast<double>(std::max<int64_t>(1, last - first));
+      const double mean = sum / rows;
+      double qp = 1.0;
+      if (queries_fit) {
+        qp = 0.0;
+        for (int64_t g = 0; g < group; ++g) {
+          qp += query_power_[static_cast<std::size_t>((b * query_heads_ + h * group + g) * head_dim_ + c)];
+        }
+      }
+      weight[static_cast<std::size_t>(c)] = qp * std::max(0.0, sq / rows - mean * mean);
+    }
+    split_->labels_from_weights(weight.data(), labels.data());
+    split_->pack_labels(labels.data(), row_ptr<uint8_t>(key_labels_, b, h, 0));
+  }
+  query_power_.clear();
+  rebuild_permutations();
+}
+
+void TurboQuantBlockCache::rebuild_permutations() {
+  perms_.assign(static_cast<std::size_t>(batch_ * heads_ * head_dim_), 0);
+  std::vector<uint8_t> labels(static_cast<std::size_t>(head_dim_));
+  for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
+    if (!split_->unpack_labels(row_ptr<uint8_t>(key_labels_, bh / heads_, bh % heads_, 0), labels.data())) {
+      throw base::FormatError("TurboQuantBlockCache: key_split labels of head " + std::to_string(bh) +
+                              " do not match the groups '" + settings_.key_split + "'");
+    }
+    split_->permutation(labels.data(), perms_.data() + bh * head_dim_);
+  }
+}
+
+void TurboQuantBlockCache::key_forward(int64_t b, int64_t h, const float* x, float* y) const {
+  if (split_) {
+    split_->forward(key_permutation(b, h), x, y);
+  } else {
+    key_rotation_->forward(x, y);
+  }
+}
+
+void TurboQuantBlockCache::encode_value_row(const float* rotated, int64_t b, int64_t h, int64_t row) {
+  const int dv = static_cast<int>(dv_);
+  uint8_t* codes = row_ptr<uint8_t>(value_codes_, b, h, row);
+  if (!log8_) {
+    value_quant_.encode_row(rotated, dv, codes, row_ptr<uint16_t>(value_scales_, b, h, row));
+    return;
+  }
+  std::array<uint8_t, 1024> c{};
+  uint8_t* scales = row_ptr<uint8_t>(value_scales_, b, h, row);
+  const int block = value_quant_.block_size();
+  for (int j0 = 0, blk = 0; j0 < dv; j0 += block, ++blk) {
+    scales[blk] = value_quant_.encode_block_log8(rotated + j0, std::min(block, dv - j0), c.data() + j0);
+  }
+  core::pack_dense(c.data(), static_cast<std::size_t>(dv), value_quant_.bits(), codes);
+}
+
+const uint8_t* TurboQuantBlockCache::key_scale_codes(int64_t b, int64_t h, int64_t row) const {
+  return row_ptr<uint8_t>(key_scales_, b, h, row);
+}
+const uint8_t* TurboQuantBlockCache::value_scale_codes(int64_t b, int64_t h, int64_t row) const {
+  return row_ptr<uint8_t>(value_scales_, b, h, row);
 }
 
 void TurboQuantBlockCache::build_value_rotation(int64_t value_dim) {
@@ -69,7 +199,7 @@ void TurboQuantBlockCache::build_value_rotation(int64_t value_dim) {
 std::size_t TurboQuantBlockCache::nbytes() const {
   return key_codes_.storage_bytes() + key_scales_.storage_bytes() + value_codes_.storage_bytes() +
          value_scales_.storage_bytes() + key_mean_.storage_bytes() + value_mean_.storage_bytes() +
-         sink_keys_.storage_bytes() + sink_values_.storage_bytes();
+         sink_keys_.storage_bytes() + sink_values_.storage_bytes() + key_labels_.storage_bytes();
 }
 
 const uint16_t* TurboQuantBlockCache::key_mean(int64_t b, int64_t h, int64_t row) const {
@@ -120,7 +250,7 @@ const uint16_t* TurboQuantBlockCache::value_mean(int64_t b, int64_t h) const {
 void TurboQuantBlockCache::calibrate_means(const std::vector<float>& k, const std::vector<float>& v, int64_t s) {
   const int64_t last = std::min<int64_t>(s, 1 + static_cast<int64_t>(settings_.mean_rows));
   if (settings_.mean_rows <= 0 || last < 2) return;  // a single row (or smoothing off): mu stays 0
-  auto mean_of = [&](const std::vector<float>& x, int64_t d, const core::Rotation& rotation, lm::Tensor& stored) {
+  auto mean_of = [&](const std::vector<float>& x, int64_t d, bool keys, lm::Tensor& stored) {
     std::vector<float> mu(static_cast<std::size_t>(batch_ * heads_ * d), 0.0f);
     for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
       float* out = mu.data() + bh * d;
@@ -130,21 +260,30 @@ void TurboQuantBlockCache::calibrate_means(const std::vector<float>& k, const st
         out[e] = static_cast<float>(sum / static_cast<double>(last - 1));
       }
       // Kept rotated (Pi mu): codes live in the rotated basis, so encoding subtracts and attention
-      // adds it there without rotating it per tile.
-      rotation.forward(out, out);
+      // adds it there without rotating it per tile (keys with a split: T_h mu).
+      const std::vector<float> plain(out, out + d);
+      if (keys) {
+        key_forward(bh / heads_, bh % heads_, plain.data(), out);
+      } else {
+        value_rotation_->forward(plain.data(), out);
+      }
     }
     // Stored in f16: encoding subtracts and decoding adds the same rounded values.
     stored = lm::Tensor::from_f32(mu, {batch_, heads_, 1, d}, lm::DType::F16);
   };
-  mean_of(k, head_dim_, *key_rotation_, key_mean_);
-  mean_of(v, dv_, *value_rotation_, value_mean_);
+  mean_of(k, head_dim_, true, key_mean_);
+  mean_of(v, dv_, false, value_mean_);
   // One key-mean row per segment of the allocated rows; segment 0 holds the calibrated mean.
   if (settings_.key_mean_segment > 0) key_mean_ = cache_rows::copy_rows(key_mean_, 1, key_segments_for(capacity_));
 }
 
 int64_t TurboQuantBlockCache::bytes_per_row() const {
-  const int64_t dv = dv_ > 0 ? dv_ : head_dim_;
-  return static_cast<int64_t>(key_quant_.row_bytes(head_dim_) + value_quant_.row_bytes(static_cast<int>(dv)));
+  const auto dv = static_cast<int>(dv_ > 0 ? dv_ : head_dim_);
+  const int64_t keys =
+      split_ ? split_->code_bytes() + split_->groups() : static_cast<int64_t>(key_quant_.row_bytes(head_dim_));
+  const int64_t values = log8_ ? static_cast<int64_t>(value_quant_.code_bytes(dv) + value_quant_.blocks(dv))
+                               : static_cast<int64_t>(value_quant_.row_bytes(dv));
+  return keys + values;
 }
 
 const uint8_t* TurboQuantBlockCache::key_codes(int64_t b, int64_t h, int64_t row) const {
@@ -161,10 +300,24 @@ const uint16_t* TurboQuantBlockCache::value_scales(int64_t b, int64_t h, int64_t
 }
 
 void TurboQuantBlockCache::decode_rotated_key(int64_t b, int64_t h, int64_t row, float* out) const {
+  if (split_) {
+    split_->decode(key_codes(b, h, row), key_scale_codes(b, h, row), out);
+    return;
+  }
   key_quant_.decode_row(key_codes(b, h, row), key_scales(b, h, row), head_dim_, out);
 }
 
 void TurboQuantBlockCache::decode_rotated_value(int64_t b, int64_t h, int64_t row, float* out) const {
+  if (log8_) {
+    const auto dv = static_cast<std::size_t>(dv_);
+    std::array<uint8_t, 1024> c{};
+    core::unpack_dense(value_codes(b, h, row), dv, value_quant_.bits(), c.data());
+    const uint8_t* scales = value_scale_codes(b, h, row);
+    const std::vector<float>& lv = value_quant_.levels();
+    const auto block = static_cast<std::size_t>(value_quant_.block_size());
+    for (std::size_t e = 0; e < dv; ++e) out[e] = quant::log8_scale(scales[e / block]) * lv[c[e]];
+    return;
+  }
   value_quant_.decode_row(value_codes(b, h, row), value_scales(b, h, row), static_cast<int>(dv_), out);
 }
 
@@ -177,6 +330,10 @@ void TurboQuantBlockCache::decode_key(int64_t b, int64_t h, int64_t row, float* 
   decode_rotated_key(b, h, row, scratch);
   if (const uint16_t* mu = key_mean(b, h, row)) {
     for (int64_t e = 0; e < head_dim_; ++e) scratch[e] += base::f16_to_f32(mu[e]);
+  }
+  if (split_) {
+    split_->inverse(key_permutation(b, h), scratch, out);
+    return;
   }
   key_rotation_->inverse(scratch, out);
 }
@@ -213,10 +370,18 @@ void TurboQuantBlockCache::ensure_capacity(const lm::Tensor& keys, const lm::Ten
     dv_ = values.dim(3);
     if (dv_ != value_rotation_->dim()) build_value_rotation(dv_);
     const auto kd = static_cast<int>(head_dim_), vd = static_cast<int>(dv_);
-    key_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(key_quant_.code_bytes(kd))}, lm::DType::U8);
-    key_scales_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(key_quant_.blocks(kd))}, lm::DType::F16);
+    if (log8_ && vd > 1024) {
+      throw base::InvalidArgument("TurboQuantBlockCache: scale_format=log8 supports value head_dim up to 1024, got " +
+                                  std::to_string(vd));
+    }
+    const lm::DType scale_type = log8_ ? lm::DType::U8 : lm::DType::F16;
+    key_codes_ =
+        lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(split_ ? split_->code_bytes() : key_quant_.code_bytes(kd))},
+                   lm::DType::U8);
+    key_scales_ = lm::Tensor(
+        {batch_, heads_, 0, static_cast<int64_t>(split_ ? split_->groups() : key_quant_.blocks(kd))}, scale_type);
     value_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(value_quant_.code_bytes(vd))}, lm::DType::U8);
-    value_scales_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(value_quant_.blocks(vd))}, lm::DType::F16);
+    value_scales_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(value_quant_.blocks(vd))}, scale_type);
     if (settings_.sink_rows > 0) {
       sink_keys_ = lm::Tensor({batch_, heads_, settings_.sink_rows, head_dim_}, lm::DType::F16);
       sink_values_ = lm::Tensor({batch_, heads_, settings_.sink_rows, dv_}, lm::DType::F16);
@@ -246,6 +411,7 @@ void TurboQuantBlockCache::store(const lm::Tensor& keys, const lm::Tensor& value
   thread_local std::vector<float> k, v;
   cache_rows::widen_to_f32(keys, k);
   cache_rows::widen_to_f32(values, v);
+  if (offset_ == 0 && split_ && !key_labels_.defined()) calibrate_split(k, s);
   if (offset_ == 0 && !key_mean_.defined()) calibrate_means(k, v, s);
   // Rows are independent within a key-mean segment: encode each segment's rows in parallel;
   // a segment's mean is computed from the segment before once that one is stored.
@@ -286,18 +452,22 @@ void TurboQuantBlockCache::encode_rows(const std::vector<float>& k, const std::v
       const float* key = k.data() + (bh * s + t) * head_dim_;
       const float* value = v.data() + (bh * s + t) * dv_;
       // Rotated, then the rotated mean subtracted: Pi (k - mu) = Pi k - Pi mu.
-      key_rotation_->forward(key, rotated.data());
+      key_forward(b, h, key, rotated.data());
       if (const uint16_t* mu = key_mean(b, h, row)) {
         for (int64_t e = 0; e < head_dim_; ++e) rotated[static_cast<std::size_t>(e)] -= base::f16_to_f32(mu[e]);
       }
-      key_quant_.encode_row(rotated.data(), head_dim_, row_ptr<uint8_t>(key_codes_, b, h, row),
-                            row_ptr<uint16_t>(key_scales_, b, h, row));
+      if (split_) {
+        split_->encode(rotated.data(), row_ptr<uint8_t>(key_codes_, b, h, row),
+                       row_ptr<uint8_t>(key_scales_, b, h, row));
+      } else {
+        key_quant_.encode_row(rotated.data(), head_dim_, row_ptr<uint8_t>(key_codes_, b, h, row),
+                              row_ptr<uint16_t>(key_scales_, b, h, row));
+      }
       value_rotation_->forward(value, rotated.data());
       if (const uint16_t* mu = value_mean(b, h)) {
         for (int64_t e = 0; e < dv_; ++e) rotated[static_cast<std::size_t>(e)] -= base::f16_to_f32(mu[e]);
       }
-      value_quant_.encode_row(rotated.data(), static_cast<int>(dv_), row_ptr<uint8_t>(value_codes_, b, h, row),
-                              row_ptr<uint16_t>(value_scales_, b, h, row));
+      encode_value_row(rotated.data(), b, h, row);
     }
   });
 }
@@ -336,9 +506,14 @@ void TurboQuantBlockCache::fused_attention(const lm::FusedAttentionRequest& requ
   store(*request.keys, *request.values);
   attention::check_fused_shapes("TurboQuantBlockCache::fused_attention", q, *request.keys, batch_, heads_, head_dim_,
                                 dv_, out);
-  const TurboQuantBlockRows rows(*this, offset_);
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
+  if (split_) {
+    const TurboQuantBlockSplitRows rows(*this, offset_);
+    attention::attend(call, rows, &base::ThreadPool::global());
+    return;
+  }
+  const TurboQuantBlockRows rows(*this, offset_);
   attention::attend(call, rows, &base::ThreadPool::global());
 }
 
@@ -349,6 +524,8 @@ int64_t TurboQuantBlockCache::trim(int64_t n) {
   if (offset_ == 0) {
     // Nothing left: the next call calibrates again, as a fresh cache's first call would.
     key_mean_ = value_mean_ = lm::Tensor();
+    key_labels_ = lm::Tensor();  // the split calibrates again too
+    query_power_.clear();
   }
   return removed;
 }
@@ -366,6 +543,7 @@ std::vector<lm::Tensor> TurboQuantBlockCache::state() const {
     out.push_back(sink_keys_.slice(2, 0, sink_rows_held()));
     out.push_back(sink_values_.slice(2, 0, sink_rows_held()));
   }
+  if (key_labels_.defined()) out.push_back(key_labels_);
   return out;
 }
 
@@ -382,17 +560,20 @@ std::vector<std::string> TurboQuantBlockCache::meta_state() const {
           std::to_string(settings_.sink_rows),
           quant::block_levels_name(settings_.levels),
           key_mean_.defined() ? "calibrated" : "uncalibrated",
-          std::to_string(settings_.key_mean_segment)};
+          std::to_string(settings_.key_mean_segment),
+          settings_.key_split.empty() ? "-" : settings_.key_split,
+          settings_.scale_format};
 }
 
 void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const char* who = "TurboQuantBlockCache::from_state";
   // 13 entries; 12 (no key_mean_segment) as written before segments existed; 11 (no levels
   // either: Lloyd-Max) before `levels` existed.
-  if (meta.size() < 11 || meta.size() > 13) {
-    throw base::FormatError(std::string(who) + ": expected 13 meta entries (head_dim, key_bits, value_bits, seed, " +
+  // 15 entries; 13 before key_split / scale_format existed.
+  if (meta.size() < 11 || meta.size() > 15 || meta.size() == 14) {
+    throw base::FormatError(std::string(who) + ": expected 15 meta entries (head_dim, key_bits, value_bits, seed, " +
                             "offset, value_dim, mean_rows, key_block, value_block, sink_rows, levels, means, " +
-                            "key_mean_segment), got " + std::to_string(meta.size()));
+                            "key_mean_segment, key_split, scale_format), got " + std::to_string(meta.size()));
   }
   const std::string& means = meta.size() == 11 ? meta[10] : meta[11];
   Settings settings;
@@ -416,29 +597,41 @@ void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, cons
     throw base::FormatError(std::string(who) + ": means must be 'calibrated' or 'uncalibrated', got '" + means + "'");
   }
   const bool has_means = means == "calibrated";
-  if (meta.size() == 13) {
+  if (meta.size() >= 13) {
     settings.key_mean_segment = static_cast<int>(cache_rows::parse_meta_int(meta[12], who, "key_mean_segment"));
   }
+  if (meta.size() == 15) {
+    settings.key_split = meta[13] == "-" ? "" : meta[13];
+    settings.scale_format = meta[14];
+  }
   const int head_dim = settings.head_dim;
-  TurboQuantBlockCache rebuilt(settings);
+  std::optional<TurboQuantBlockCache> made;
+  try {
+    made.emplace(settings);
+  } catch (const QuantizerConfigError& e) {
+    throw base::FormatError(std::string(who) + ": " + e.what());
+  }
+  TurboQuantBlockCache& rebuilt = *made;
   if (state.empty()) {
     if (offset != 0) throw base::FormatError(std::string(who) + ": no tensors for offset " + meta[4]);
     *this = std::move(rebuilt);
     return;
   }
   const int64_t sinks = std::min<int64_t>(offset, settings.sink_rows);
-  const std::size_t expected = 4 + (has_means ? 2 : 0) + (settings.sink_rows > 0 ? 2 : 0);
+  const bool split = !settings.key_split.empty();
+  const std::size_t expected = 4 + (has_means ? 2 : 0) + (settings.sink_rows > 0 ? 2 : 0) + (split ? 1 : 0);
   if (state.size() != expected) {
     throw base::FormatError(std::string(who) + ": expected " + std::to_string(expected) + " tensors, got " +
                             std::to_string(state.size()));
   }
   if (value_dim < 1) throw base::FormatError(std::string(who) + ": value_dim must be >= 1, got " + meta[5]);
   const auto vd = static_cast<int>(value_dim);
-  const int64_t widths[4] = {static_cast<int64_t>(rebuilt.key_quant_.code_bytes(head_dim)),
-                             static_cast<int64_t>(rebuilt.key_quant_.blocks(head_dim)),
-                             static_cast<int64_t>(rebuilt.value_quant_.code_bytes(vd)),
-                             static_cast<int64_t>(rebuilt.value_quant_.blocks(vd))};
-  const lm::DType dtypes[4] = {lm::DType::U8, lm::DType::F16, lm::DType::U8, lm::DType::F16};
+  const int64_t widths[4] = {
+      static_cast<int64_t>(split ? rebuilt.split_->code_bytes() : rebuilt.key_quant_.code_bytes(head_dim)),
+      static_cast<int64_t>(split ? rebuilt.split_->groups() : rebuilt.key_quant_.blocks(head_dim)),
+      static_cast<int64_t>(rebuilt.value_quant_.code_bytes(vd)), static_cast<int64_t>(rebuilt.value_quant_.blocks(vd))};
+  const lm::DType scale_type = rebuilt.log8_ ? lm::DType::U8 : lm::DType::F16;
+  const lm::DType dtypes[4] = {lm::DType::U8, scale_type, lm::DType::U8, scale_type};
   for (std::size_t i = 0; i < 4; ++i) {
     const lm::Tensor& t = state[i];
     if (t.ndim() != 4 || t.dim(2) != offset || t.dim(3) != widths[i] || t.dtype() != dtypes[i] ||
@@ -483,6 +676,17 @@ void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, cons
     }
     rebuilt.sink_keys_ = cache_rows::copy_rows(sk, sinks, settings.sink_rows);
     rebuilt.sink_values_ = cache_rows::copy_rows(sv, sinks, settings.sink_rows);
+    next += 2;
+  }
+  if (split) {
+    const lm::Tensor& labels = state[next];
+    if (labels.dtype() != lm::DType::U8 ||
+        labels.shape() != lm::Shape{rebuilt.batch_, rebuilt.heads_, 1, rebuilt.split_->label_bytes()}) {
+      throw base::FormatError(std::string(who) + ": key_split labels " + lm::shape_text(labels.shape()) +
+                              " do not match head_dim " + meta[0]);
+    }
+    rebuilt.key_labels_ = labels.clone();
+    rebuilt.rebuild_permutations();
   }
   rebuilt.capacity_ = offset;
   rebuilt.offset_ = offset;
@@ -499,6 +703,7 @@ std::shared_ptr<lm::KVCache> TurboQuantBlockCache::clone() const {
   copy->value_mean_ = value_mean_.clone();
   copy->sink_keys_ = sink_keys_.clone();
   copy->sink_values_ = sink_values_.clone();
+  copy->key_labels_ = key_labels_.clone();
   return copy;
 }
 
@@ -517,6 +722,8 @@ std::shared_ptr<lm::KVCache> make_turboquant_block_cache(const KVCacheConfig& co
   settings.sink_rows = o.sink_rows;
   settings.key_mean_segment = o.key_mean_segment;
   settings.levels = quant::parse_block_levels(o.levels);
+  settings.key_split = o.key_split;
+  settings.scale_format = o.scale_format;
   return std::make_shared<TurboQuantBlockCache>(settings);
 }
 

@@ -55,6 +55,7 @@
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/core/rotation.h"
 #include "veloxquant/quant/block_lloyd_quant.h"
+#include "veloxquant/caches/turboquant_block_split_keys.h"
 
 namespace veloxquant {
 
@@ -74,12 +75,27 @@ class TurboQuantBlockCache : public lm::KVCache {
     int key_mean_segment = 0;              // rows per key-mean segment (0 = one mean); needs mean_rows
     // Level sets below 7 bits: Lloyd-Max (default) or evenly spaced (quant/block_lloyd_quant.h).
     quant::BlockLloydQuantizer::Levels levels = quant::BlockLloydQuantizer::Levels::kLloyd;
+    // Query-aware key split (caches/turboquant_block_split_keys.h): "" = off, else groups
+    // "channels:bits,..." replacing key_bits / key_block; needs scale_format "log8".
+    std::string key_split;
+    // Block scales of keys and values: "f16" or "log8" (one byte, quant/log8_scale.h; only with
+    // key_split: the split path reads them).
+    std::string scale_format = "f16";
   };
   // Throws QuantizerConfigError naming a bad value. The values' rotation is built for the first
   // values' width when it differs from head_dim.
   explicit TurboQuantBlockCache(const Settings& settings);
   TurboQuantBlockCache(int head_dim, int key_bits, int value_bits, int64_t seed)
-      : TurboQuantBlockCache(Settings{head_dim, key_bits, value_bits, seed}) {}
+      : TurboQuantBlockCache(plain_settings(head_dim, key_bits, value_bits, seed)) {}
+
+  static Settings plain_settings(int head_dim, int key_bits, int value_bits, int64_t seed) {
+    Settings s;
+    s.head_dim = head_dim;
+    s.key_bits = key_bits;
+    s.value_bits = value_bits;
+    s.seed = seed;
+    return s;
+  }
 
   lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
   int64_t offset() const override { return offset_; }
@@ -96,6 +112,9 @@ class TurboQuantBlockCache : public lm::KVCache {
   // once, tiles decoded in the rotated basis once for a whole GQA group, values rotated back
   // once per output row.
   bool supports_fused_attention() const override { return true; }
+  // The key split calibrates on the first call's queries (E[q_c^2] per channel of each GQA group).
+  bool wants_queries() const override { return split_ != nullptr && !key_labels_.defined(); }
+  void observe_queries(const lm::Tensor& queries) override;
   void fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) override;
 
   int key_bits() const { return key_bits_; }
@@ -134,6 +153,15 @@ class TurboQuantBlockCache : public lm::KVCache {
   int64_t key_segment_of(int64_t row) const;
   int64_t key_segment_end(int64_t row) const;
 
+  // Key split (nullptr when off) and the permutation of head (b, h) (D channels; see
+  // turboquant_block_split_keys.h); valid once calibrated.
+  const SplitKeyCoder* split() const { return split_.get(); }
+  const int32_t* key_permutation(int64_t b, int64_t h) const { return perms_.data() + (b * heads_ + h) * head_dim_; }
+  bool log8_scales() const { return log8_; }
+  // One-byte scales (log8): key scales one per group (split), value scales one per block.
+  const uint8_t* key_scale_codes(int64_t b, int64_t h, int64_t row) const;
+  const uint8_t* value_scale_codes(int64_t b, int64_t h, int64_t row) const;
+
  private:
   void ensure_capacity(const lm::Tensor& keys, const lm::Tensor& values);
   void allocate_rows(int64_t capacity, int64_t keep);
@@ -141,6 +169,12 @@ class TurboQuantBlockCache : public lm::KVCache {
   void store(const lm::Tensor& keys, const lm::Tensor& values);
   // mu from rows [1, 1 + mean_rows_) of the first call's f32 rows [B, H, S, D].
   void calibrate_means(const std::vector<float>& k, const std::vector<float>& v, int64_t s);
+  // The key split's labels from the first call's keys and the observed queries.
+  void calibrate_split(const std::vector<float>& k, int64_t s);
+  void rebuild_permutations();
+  // Keys into the coded basis: the split's T_h, else Pi_k.
+  void key_forward(int64_t b, int64_t h, const float* x, float* y) const;
+  void encode_value_row(const float* rotated, int64_t b, int64_t h, int64_t row);
   // Key-mean rows for `rows` rows (1 without segments).
   int64_t key_segments_for(int64_t rows) const;
   // The mean of segment `segment` >= 1 from the decoded keys of the segment before it.
@@ -166,6 +200,12 @@ class TurboQuantBlockCache : public lm::KVCache {
   lm::Tensor key_codes_, key_scales_, value_codes_, value_scales_;
   lm::Tensor key_mean_, value_mean_;    // F16 [B, H, S, D] / [B, H, 1, Dv]; undefined until calibrated
   lm::Tensor sink_keys_, sink_values_;  // F16 [B, H, sink_rows, D]; undefined without sinks
+  std::shared_ptr<const SplitKeyCoder> split_;
+  bool log8_ = false;
+  lm::Tensor key_labels_;            // U8 [B, H, 1, D / 4] (split only; undefined until calibrated)
+  std::vector<int32_t> perms_;       // [B, H, D], derived from the labels (not state)
+  std::vector<double> query_power_;  // sum of q_c^2 per (b, query head, c) of the first observed call
+  int64_t query_batch_ = 0, query_heads_ = 0, query_rows_ = 0;
 };
 
 std::shared_ptr<lm::KVCache> make_turboquant_block_cache(const KVCacheConfig& config);

@@ -44,6 +44,12 @@ struct TurboQuantBlockOptions {
   int sink_rows = 0;
   int key_mean_segment = 0;
   std::string levels = "lloyd";
+  // Query-aware key split: "" (off) or groups "channels:bits,..." (e.g. "32:4,16:3,16:2"), each
+  // group of channels (sorted per head by E[q^2] E[(k - mu)^2] on the first call) rotated and
+  // coded on its own; replaces key_bits / key_block and needs scale_format = "log8".
+  std::string key_split;
+  // Block scales of keys and values: "f16" or "log8" (one byte 2^(n/16); only with key_split).
+  std::string scale_format = "f16";
 };
 
 // kivi (spec §3.2 "KIVI", §11.9). `residual_length` is shared with VecInfer in the original;

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "base/half.h"
+#include "veloxquant/quant/log8_scale.h"
 #include "veloxquant/attention/dense_level_rows.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/core/rng.h"
@@ -291,6 +292,46 @@ uint16_t BlockLloydQuantizer::encode_block(const float* x, int n, uint8_t* codes
     return base::f32_to_f16(0.0f);
   }
   return best_scale;
+}
+
+uint8_t BlockLloydQuantizer::encode_block_log8(const float* x, int n, uint8_t* codes) const {
+  float absmax = 0.0f;
+  for (int i = 0; i < n; ++i) absmax = std::max(absmax, std::fabs(x[i]));
+  const uint8_t mid = nearest(0.0f);
+  if (!(absmax > 0.0f) || !std::isfinite(absmax)) {
+    for (int i = 0; i < n; ++i) codes[i] = mid;
+    return 0;
+  }
+  const float level_max = levels_->back();
+  std::array<uint8_t, kMaxBlockSize> trial{};
+  double best_err = INFINITY;
+  uint8_t best_code = 0;
+  uint8_t tried[kClipGrid.size() + 1] = {};
+  int n_tried = 0;
+  auto try_scale = [&](float s) {
+    const uint8_t code = nearest_log8(s);
+    if (code == 0 || std::find(tried, tried + n_tried, code) != tried + n_tried) return;  // same grid point
+    tried[n_tried++] = code;
+    const double err = quantize_with_scale(x, n, log8_scale(code), trial.data());
+    if (err < best_err) {
+      best_err = err;
+      best_code = code;
+      std::copy(trial.begin(), trial.begin() + n, codes);
+    }
+  };
+  for (float g : kClipGrid) try_scale(absmax / level_max * g);
+  const std::vector<float>& lv = *levels_;
+  double xl = 0.0, ll = 0.0;
+  for (int i = 0; i < n; ++i) {
+    xl += static_cast<double>(x[i]) * lv[codes[i]];
+    ll += static_cast<double>(lv[codes[i]]) * lv[codes[i]];
+  }
+  if (ll > 0.0 && xl > 0.0) try_scale(static_cast<float>(xl / ll));
+  if (best_err == INFINITY) {
+    for (int i = 0; i < n; ++i) codes[i] = mid;
+    return 0;
+  }
+  return best_code;
 }
 
 void BlockLloydQuantizer::encode_row(const float* x, int dim, uint8_t* packed, uint16_t* scales) const {

@@ -66,6 +66,9 @@ class BlockLloydQuantizer {
 
   // One block of n <= block_size() values: writes n codes (one per byte), returns the f16 scale.
   uint16_t encode_block(const float* x, int n, uint8_t* codes) const;
+  // The same search with every candidate rounded to a one-byte log scale (quant/log8_scale.h)
+  // instead of f16; returns the scale's code (0: all-zero block).
+  uint8_t encode_block_log8(const float* x, int n, uint8_t* codes) const;
 
   // A row of `dim` values: dense-packed codes (code_bytes(dim)) and blocks(dim) f16 scales.
   void encode_row(const float* x, int dim, uint8_t* packed, uint16_t* scales) const;

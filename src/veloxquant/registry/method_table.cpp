@@ -133,7 +133,14 @@ MethodDescriptor turboquant_block_row() {
                    0, 1 << 20),
       option_field("levels", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::levels,
                    "Code levels below 7 bits: 'lloyd' (Lloyd-Max, default) or 'uniform' (evenly "
-                   "spaced: more error, attention reads the codes without a level lookup)")};
+                   "spaced: more error, attention reads the codes without a level lookup)"),
+      option_field("key_split", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::key_split,
+                   "Query-aware key split: groups 'channels:bits,...' (e.g. 32:4,16:3,16:2), channels sorted per "
+                   "head by E[q^2] E[(k-mu)^2] on the first call, each group rotated and coded at its own width "
+                   "with one scale; replaces key_bits/key_block; needs scale_format=log8 ('' = off)"),
+      option_field("scale_format", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::scale_format,
+                   "Block scales of keys and values: 'f16' (default) or 'log8' (one byte, 2^(n/16); needs "
+                   "key_split)")};
   // --bits matters only while one of the two follows it (on some layer, for per-layer lists).
   m.reads_bit_width = [](const KVCacheConfig& c) {
     const auto follows = [](const BitWidth& bits) {
@@ -155,6 +162,19 @@ MethodDescriptor turboquant_block_row() {
       }
     }
     quant::parse_block_levels(c.turboquant_block.levels);
+    // key_split / scale_format (the channels' sum against head_dim is checked when the cache is made).
+    const TurboQuantBlockOptions& o = c.turboquant_block;
+    if (o.scale_format != "f16" && o.scale_format != "log8") {
+      throw QuantizerConfigError("scale_format for 'turboquant_block' must be 'f16' or 'log8', got '" + o.scale_format +
+                                 "'");
+    }
+    if (!o.key_split.empty()) parse_key_split(o.key_split);
+    if (o.key_split.empty() != (o.scale_format != "log8")) {
+      throw QuantizerConfigError(
+          "key_split and scale_format=log8 of 'turboquant_block' go together (the split path reads one-byte "
+          "scales), got key_split='" +
+          o.key_split + "', scale_format=" + o.scale_format);
+    }
   };
   m.make_serving = make_turboquant_block_cache;
   m.cache_type_name = "TurboQuantBlockCache";

@@ -1,0 +1,146 @@
+#include "veloxquant/caches/turboquant_block_split_keys.h"
+
+#include <algorithm>
+#include <array>
+#include <numeric>
+
+#include "veloxquant/core/bit_packing.h"
+#include "veloxquant/errors.h"
+#include "veloxquant/quant/log8_scale.h"
+
+namespace veloxquant {
+
+std::vector<KeySplitGroup> parse_key_split(const std::string& text) {
+  const std::string who = "key_split for 'turboquant_block'";
+  std::vector<KeySplitGroup> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    const std::size_t colon = item.find(':');
+    KeySplitGroup g;
+    std::size_t used_c = 0, used_b = 0;
+    try {
+      if (colon == std::string::npos) throw std::invalid_argument("no colon");
+      g.channels = std::stoi(item.substr(0, colon), &used_c);
+      g.bits = std::stoi(item.substr(colon + 1), &used_b);
+    } catch (const std::exception&) {
+      used_c = used_b = std::string::npos;
+    }
+    if (colon == std::string::npos || used_c != colon || used_b != item.size() - colon - 1) {
+      throw QuantizerConfigError(who + ": groups are channels:bits separated by commas (e.g. 32:4,16:3,16:2), got '" +
+                                 item + "' in '" + text + "'");
+    }
+    if (g.channels < 8 || g.channels % 8 != 0) {
+      throw QuantizerConfigError(who + ": a group's channels must be a positive multiple of 8, got " +
+                                 std::to_string(g.channels) + " in '" + text + "'");
+    }
+    if (g.bits < 1 || g.bits > 4) {
+      throw QuantizerConfigError(who + ": a group's bits must lie in [1, 4], got " + std::to_string(g.bits) + " in '" +
+                                 text + "'");
+    }
+    out.push_back(g);
+    at = end + 1;
+  }
+  if (out.size() > static_cast<std::size_t>(SplitKeyCoder::kMaxGroups)) {
+    throw QuantizerConfigError(who + ": at most 4 groups, got " + std::to_string(out.size()) + " in '" + text + "'");
+  }
+  return out;
+}
+
+SplitKeyCoder::SplitKeyCoder(std::vector<KeySplitGroup> groups, int head_dim, uint64_t seed)
+    : groups_(std::move(groups)), head_dim_(head_dim) {
+  int channels = 0;
+  for (const KeySplitGroup& g : groups_) {
+    offsets_.push_back(channels);
+    code_offsets_.push_back(code_bytes_);
+    channels += g.channels;
+    code_bytes_ += g.channels * g.bits / 8;
+  }
+  if (groups_.empty() || channels != head_dim) {
+    throw QuantizerConfigError("key_split for 'turboquant_block': the groups' channels must add up to head_dim " +
+                               std::to_string(head_dim) + ", got " + std::to_string(channels));
+  }
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    quantizers_.push_back(std::make_shared<const quant::BlockLloydQuantizer>(groups_[g].bits, 32));
+    rotations_.push_back(
+        std::make_shared<const core::Rotation>(groups_[g].channels, seed ^ (kGroupSeedSalt * (g + 1))));
+  }
+}
+
+void SplitKeyCoder::labels_from_weights(const double* weights, uint8_t* labels) const {
+  std::vector<int> order(static_cast<std::size_t>(head_dim_));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return weights[a] > weights[b]; });
+  std::size_t at = 0;
+  for (int g = 0; g < groups(); ++g) {
+    for (int i = 0; i < group(g).channels; ++i) labels[order[at++]] = static_cast<uint8_t>(g);
+  }
+}
+
+void SplitKeyCoder::pack_labels(const uint8_t* labels, uint8_t* packed) const {
+  std::fill(packed, packed + label_bytes(), uint8_t{0});
+  for (int c = 0; c < head_dim_; ++c) packed[c / 4] |= static_cast<uint8_t>((labels[c] & 3) << (2 * (c % 4)));
+}
+
+bool SplitKeyCoder::unpack_labels(const uint8_t* packed, uint8_t* labels) const {
+  std::array<int, kMaxGroups> count{};
+  for (int c = 0; c < head_dim_; ++c) {
+    labels[c] = static_cast<uint8_t>((packed[c / 4] >> (2 * (c % 4))) & 3);
+    if (labels[c] >= groups()) return false;
+    ++count[labels[c]];
+  }
+  for (int g = 0; g < groups(); ++g) {
+    if (count[static_cast<std::size_t>(g)] != group(g).channels) return false;
+  }
+  return true;
+}
+
+void SplitKeyCoder::permutation(const uint8_t* labels, int32_t* perm) const {
+  int at = 0;
+  for (int g = 0; g < groups(); ++g) {
+    for (int c = 0; c < head_dim_; ++c) {
+      if (labels[c] == g) perm[at++] = c;
+    }
+  }
+}
+
+void SplitKeyCoder::forward(const int32_t* perm, const float* x, float* y) const {
+  std::array<float, 1024> tmp;
+  for (int g = 0; g < groups(); ++g) {
+    const int o = offset(g), n = group(g).channels;
+    for (int i = 0; i < n; ++i) tmp[static_cast<std::size_t>(i)] = x[perm[o + i]];
+    rotations_[static_cast<std::size_t>(g)]->forward(tmp.data(), y + o);
+  }
+}
+
+void SplitKeyCoder::inverse(const int32_t* perm, const float* y, float* x) const {
+  std::array<float, 1024> tmp;
+  for (int g = 0; g < groups(); ++g) {
+    const int o = offset(g), n = group(g).channels;
+    rotations_[static_cast<std::size_t>(g)]->inverse(y + o, tmp.data());
+    for (int i = 0; i < n; ++i) x[perm[o + i]] = tmp[static_cast<std::size_t>(i)];
+  }
+}
+
+void SplitKeyCoder::encode(const float* y, uint8_t* codes, uint8_t* scales) const {
+  std::array<uint8_t, 1024> c;
+  for (int g = 0; g < groups(); ++g) {
+    const int o = offset(g), n = group(g).channels;
+    scales[g] = quantizer(g).encode_block_log8(y + o, n, c.data());
+    core::pack_dense(c.data(), static_cast<std::size_t>(n), group(g).bits, codes + code_offset(g));
+  }
+}
+
+void SplitKeyCoder::decode(const uint8_t* codes, const uint8_t* scales, float* y) const {
+  std::array<uint8_t, 1024> c;
+  for (int g = 0; g < groups(); ++g) {
+    const int o = offset(g), n = group(g).channels;
+    core::unpack_dense(codes + code_offset(g), static_cast<std::size_t>(n), group(g).bits, c.data());
+    const float s = quant::log8_scale(scales[g]);
+    const std::vector<float>& lv = quantizer(g).levels();
+    for (int i = 0; i < n; ++i) y[o + i] = s * lv[c[static_cast<std::size_t>(i)]];
+  }
+}
+
+}  // namespace veloxquant
