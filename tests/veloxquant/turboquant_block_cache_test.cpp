@@ -468,8 +468,13 @@ TEST(TurboQuantBlockCache, KeyMeanSegmentsSurviveStateTrimAndFusedAttention) {
       const std::vector<float> got = out.to_f32();
       double worst = 0.0;
       for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
-      EXPECT_LE(worst, 2e-3) << "chunk of " << len
-                             << (levels == quant::BlockLloydQuantizer::Levels::kUniform ? " (uniform)" : "");
+      // Decode steps score these 4-bit Lloyd keys (head size 64) with an 8-bit query and levels
+      // (attention/byte_level_key_scores.h), rounding by design: a score moves by up to about
+      // 0.02 * |k - mu| * max|q| / 127, and these drifting keys lie several units from their
+      // segment's mean (measured worst 0.012). Prefill tiles decode and stay within f32 rounding.
+      const bool byte_keys = levels == quant::BlockLloydQuantizer::Levels::kLloyd && len <= 4;
+      EXPECT_LE(worst, byte_keys ? 2e-2 : 2e-3)
+          << "chunk of " << len << (levels == quant::BlockLloydQuantizer::Levels::kUniform ? " (uniform)" : "");
       first += len;
     }
   }
