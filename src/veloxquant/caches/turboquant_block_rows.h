@@ -6,10 +6,9 @@
 // the block (tile_kernels.h); values are summed rotated and turned back once per output row
 // (finish_row: Pi_v^T acc), not once per row read.
 //
-// Decode tiles (up to 4 queries) read rows from their codes instead: 4-5-bit keys on Lloyd levels
-// at head size 64 without key means are scored as 8-bit integers, 32 codes per pass (the query rounded to int8
-// once in prepare_query, attention/byte_level_key_scores.h); other 1-3-bit keys on Lloyd levels
-// are scored in f32 with their 8 levels in one register (score_permuted_level_rows); other keys
+// Decode tiles (up to 4 queries) read rows from their codes instead (an 8-bit path for 4-5-bit
+// keys, attention/byte_level_key_scores.h, is built but off: kByteKeys in the .cpp); 1-3-bit
+// keys on Lloyd levels are scored in f32 with their 8 levels in one register (score_permuted_level_rows); other keys
 // that fit the integer scorer (attention/block_level_key_scores.h: up to 6 bits, or 8 on even levels) are scored
 // without decoding — the rotated query is rounded to 16 bits once in prepare_query, and a tile
 // costs level lookups in registers and 16-bit multiply-adds; values that fit
