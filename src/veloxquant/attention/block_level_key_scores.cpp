@@ -42,7 +42,10 @@ bool KeyScoresSupportedImpl() { return HWY_ARCH_X86 && hn::MaxLanes(hn::CappedTa
 // as they are by the doubled query (q16 here holds 2 q, uniform_queries), and each block's lane
 // sums start from offsets[(r * blocks + b) * 8 + l] = -m * (the query elements lane l of block b
 // sums): the same integers as with the table of 2c - m, without the lookup.
-template <int B, int NQ, int kRowPasses, int kBlockPasses, bool kUniform = false>
+//
+// kSymmetric: antisymmetric levels (levels.symmetric, 2 <= B <= 6) looked up from half a table
+// (SymmetricCodeLookup): the same integers as the whole table, fewer instructions per pass.
+template <int B, int NQ, int kRowPasses, int kBlockPasses, bool kUniform = false, bool kSymmetric = false>
 void score_units(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16, const float* q_step,
                  const float* bias, float* scores, int64_t ld, const int32_t* offsets = nullptr) {
   constexpr int U = NQ == 1 ? 4 : 1;
@@ -55,7 +58,9 @@ void score_units(const BlockLevelKeys& k, const BlockLevels16& levels, const int
   const hn::Rebind<hwy::float16_t, decltype(df)> dh;
   using VF = hn::Vec<decltype(df)>;
   using Table =
-      std::conditional_t<B == 8, EvenByteLevels<decltype(du16)>, DenseCodeLookup<std::min(B, 6), decltype(du16)>>;
+      std::conditional_t<B == 8, EvenByteLevels<decltype(du16)>,
+                         std::conditional_t<kSymmetric, SymmetricCodeLookup<std::clamp(B, 2, 6), decltype(du16)>,
+                                            DenseCodeLookup<std::min(B, 6), decltype(du16)>>>;
   using Codes = std::conditional_t<B == 8, ByteCodes<decltype(du16)>, DenseCodes<std::min(B, 6), decltype(du16)>>;
   using Lookup = std::conditional_t<kUniform, Codes, Table>;
   constexpr int64_t kPassBytes = Lookup::kPassBytes;
@@ -147,13 +152,26 @@ void score_units(const BlockLevelKeys& k, const BlockLevels16& levels, const int
   }
 }
 
+template <int B, int NQ, bool kSymmetric>
+void score_table_shapes(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16, const float* q_step,
+                        const float* bias, float* scores, int64_t ld) {
+  // Head sizes 64 and 128 in blocks of 32 unrolled whole; other shapes loop.
+  if (k.block == 32 && k.dim == 64) {
+    return score_units<B, NQ, 4, 2, false, kSymmetric>(k, levels, q16, q_step, bias, scores, ld);
+  }
+  if (k.block == 32 && k.dim == 128) {
+    return score_units<B, NQ, 8, 2, false, kSymmetric>(k, levels, q16, q_step, bias, scores, ld);
+  }
+  score_units<B, NQ, 0, 0, false, kSymmetric>(k, levels, q16, q_step, bias, scores, ld);
+}
+
 template <int B, int NQ>
 void score_shapes(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16, const float* q_step,
                   const float* bias, float* scores, int64_t ld) {
-  // Head sizes 64 and 128 in blocks of 32 unrolled whole; other shapes loop.
-  if (k.block == 32 && k.dim == 64) return score_units<B, NQ, 4, 2>(k, levels, q16, q_step, bias, scores, ld);
-  if (k.block == 32 && k.dim == 128) return score_units<B, NQ, 8, 2>(k, levels, q16, q_step, bias, scores, ld);
-  score_units<B, NQ, 0, 0>(k, levels, q16, q_step, bias, scores, ld);
+  if constexpr (B >= 2 && B <= 6) {
+    if (levels.symmetric) return score_table_shapes<B, NQ, true>(k, levels, q16, q_step, bias, scores, ld);
+  }
+  score_table_shapes<B, NQ, false>(k, levels, q16, q_step, bias, scores, ld);
 }
 
 template <int B, int NQ>
@@ -501,6 +519,8 @@ BlockLevels16 block_levels16(const float* levels, int bits, int32_t limit) {
   const QueryStep s = query_step(max_abs, limit);
   out.step = s.step;
   for (int c = 0; c < n; ++c) out.value[c] = static_cast<int16_t>(std::lrintf(levels[c] * s.inverse));
+  out.symmetric = bits >= 2;
+  for (int c = 0; c < n; ++c) out.symmetric = out.symmetric && out.value[n - 1 - c] == -out.value[c];
   return out;
 }
 

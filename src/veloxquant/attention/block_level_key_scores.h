@@ -47,10 +47,13 @@ inline constexpr int32_t kUniformQueryLimit = 16383;
 // The 2^bits levels rounded to integers of one step: value[c] = round(levels[c] / step),
 // step = max |level| / limit. Evenly spaced levels (2c - (2^b - 1)) / 2^b (turboquant_block from
 // 7 bits on) are kept exactly instead: value[c] = 2c - (2^b - 1), step = 2^-b, even = true.
+// symmetric: value[2^bits - 1 - c] == -value[c] for every c (Lloyd levels are solved symmetric),
+// which lets the SIMD loop look codes up in half a table; the integers are the same.
 struct BlockLevels16 {
   int16_t value[256];
   float step;
   bool even;
+  bool symmetric = false;
 };
 BlockLevels16 block_levels16(const float* levels, int bits, int32_t limit);
 

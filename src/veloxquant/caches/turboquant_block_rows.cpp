@@ -27,18 +27,32 @@ bool rotated_mean(const uint16_t* mu, int64_t dim, float* out) {
 // ~39 per query).
 constexpr int64_t kMaxQueriesFromCodes = 4;
 
+// Whether decode tiles may score 4-5-bit keys with 8-bit integers (see the constructor).
+constexpr bool kByteKeys = false;
+
 }  // namespace
 
 TurboQuantBlockRows::TurboQuantBlockRows(const TurboQuantBlockCache& cache, int64_t rows)
     : cache_(cache),
       rows_(rows),
-      permuted_keys_(!cache.key_quantizer().even_levels() &&
+      // 8-bit scoring (attention/byte_level_key_scores.h) is off: the kernel matches its scalar
+      // reference, but fused decode steps through it disagreed with brute-force attention over
+      // the fetched rows for 4-5-bit keys without means (ByteKeyDecodeSteps* in
+      // turboquant_block_cache_test, found at the end of the 2026-12-05 session; not yet
+      // explained). kByteKeys turns it back on once that test passes with it.
+      byte_keys_(kByteKeys && !cache.key_quantizer().even_levels() && cache.key_bits() >= 4 &&
+                 cache.settings().mean_rows == 0 &&
+                 attention::kernels::can_score_byte_level_rows(cache.key_bits(), cache.head_dim(),
+                                                               cache.key_quantizer().block_size())),
+      permuted_keys_(!byte_keys_ && !cache.key_quantizer().even_levels() &&
                      attention::kernels::can_score_permuted_level_rows(cache.key_bits(), cache.head_dim(),
                                                                        cache.key_quantizer().block_size())),
-      integer_keys_(!permuted_keys_ && attention::kernels::can_score_block_level_rows(
-                                           cache.key_bits(), cache.head_dim(), cache.key_quantizer().block_size())),
+      integer_keys_(!byte_keys_ && !permuted_keys_ &&
+                    attention::kernels::can_score_block_level_rows(cache.key_bits(), cache.head_dim(),
+                                                                   cache.key_quantizer().block_size())),
       coded_values_(attention::kernels::can_accumulate_block_level_rows(cache.value_bits(), cache.value_dim(),
                                                                         cache.value_quantizer().block_size())) {
+  if (byte_keys_) levels8_ = attention::kernels::byte_levels(cache.key_quantizer().levels().data(), cache.key_bits());
   if (integer_keys_) {
     integer_limit_ = attention::kernels::block_integer_limit(cache.key_quantizer().block_size());
     // Evenly spaced levels are scored from the codes themselves with the query doubled
@@ -56,15 +70,26 @@ int64_t TurboQuantBlockRows::decoded_rows_end(bool codes_readable, int64_t n_que
   return std::min(j1, std::max(j0, cache_.sink_rows_held()));
 }
 
-int64_t TurboQuantBlockRows::prepared_dim() const {
-  const int64_t d = cache_.head_dim();
-  return integer_keys_ ? d / 2 + 1 + d : d;
+int64_t TurboQuantBlockRows::rotated_offset() const {
+  return integer_keys_ || byte_keys_ ? cache_.head_dim() / 2 + 1 : 0;
 }
+
+int64_t TurboQuantBlockRows::prepared_dim() const { return rotated_offset() + cache_.head_dim(); }
 
 int64_t TurboQuantBlockRows::key_dim() const { return cache_.head_dim(); }
 int64_t TurboQuantBlockRows::value_dim() const { return cache_.value_dim(); }
 
 void TurboQuantBlockRows::prepare_query(const float* query, float* prepared) const {
+  if (byte_keys_) {
+    // Rounded to 8 bits once here; the int8 values and their magnitudes travel as the bytes of
+    // the first d / 2 floats, then the step.
+    const int64_t d = cache_.head_dim();
+    float* rotated = prepared + rotated_offset();
+    cache_.key_rotation().forward(query, rotated);
+    auto* bytes = reinterpret_cast<uint8_t*>(prepared);
+    attention::kernels::quantize_query_i8(rotated, d, reinterpret_cast<int8_t*>(bytes), bytes + d, prepared + d / 2);
+    return;
+  }
   if (!integer_keys_) {
     cache_.key_rotation().forward(query, prepared);
     return;
@@ -127,16 +152,17 @@ void TurboQuantBlockRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j
   const int64_t work = 2 * std::max(d, cache_.value_dim());
   // Sink rows (f16 copies) and, without integer keys or for many queries, every row: decoded and
   // scored in f32.
-  const int64_t decoded_end = decoded_rows_end(integer_keys_ || permuted_keys_, n_queries, j0, j1);
+  const int64_t decoded_end = decoded_rows_end(integer_keys_ || permuted_keys_ || byte_keys_, n_queries, j0, j1);
   if (decoded_end > j0) {
     const int64_t n = decoded_end - j0;
     float* rows = scratch.f32(static_cast<std::size_t>(n * d + work));
     rotated_keys(b, h, j0, decoded_end, rows, rows + n * d);
-    const float* query = integer_keys_ ? prepared + d / 2 + 1 : prepared;
-    attention::kernels::score_rows(query, pd, n_queries, rows, d, n, d, scores, ld);
+    attention::kernels::score_rows(prepared + rotated_offset(), pd, n_queries, rows, d, n, d, scores, ld);
   }
   if (decoded_end < j1) {
-    if (permuted_keys_) {
+    if (byte_keys_) {
+      score_byte_keys(b, h, decoded_end, j1, prepared, n_queries, scores + (decoded_end - j0), ld, scratch);
+    } else if (permuted_keys_) {
       score_permuted_keys(b, h, decoded_end, j1, prepared, n_queries, scores + (decoded_end - j0), ld);
     } else {
       score_integer_keys(b, h, decoded_end, j1, prepared, n_queries, scores + (decoded_end - j0), ld, scratch);
@@ -166,6 +192,44 @@ void TurboQuantBlockRows::score_permuted_keys(int64_t b, int64_t h, int64_t j0, 
     keys.block = quant.block_size();
     attention::kernels::score_permuted_level_rows(keys, quant.levels().data(), prepared, pd,
                                                   mu != nullptr ? biases : nullptr, n_queries, scores + (r0 - j0), ld);
+    r0 = r1;
+  }
+}
+
+void TurboQuantBlockRows::score_byte_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
+                                          int64_t n_queries, float* scores, int64_t ld,
+                                          attention::TileScratch& scratch) const {
+  const int64_t d = cache_.head_dim(), pd = prepared_dim();
+  // The queries' int8 values side by side, then their magnitudes; their steps and biases.
+  uint8_t* q8 = scratch.u8(static_cast<std::size_t>(2 * n_queries * d));
+  uint8_t* abs_q8 = q8 + n_queries * d;
+  float* steps = scratch.f32_second(static_cast<std::size_t>(2 * n_queries));
+  float* biases = steps + n_queries;
+  for (int64_t r = 0; r < n_queries; ++r) {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(prepared + r * pd);
+    std::memcpy(q8 + r * d, bytes, static_cast<std::size_t>(d));
+    std::memcpy(abs_q8 + r * d, bytes + d, static_cast<std::size_t>(d));
+    steps[r] = prepared[r * pd + d / 2];
+  }
+  const quant::BlockLloydQuantizer& quant = cache_.key_quantizer();
+  for (int64_t r0 = j0; r0 < j1;) {
+    const int64_t r1 = std::min(j1, cache_.key_segment_end(r0));
+    // Smoothed keys hold k - mu: one bias <q, mu> per query and key-mean segment.
+    const uint16_t* mu = cache_.key_mean(b, h, r0);
+    if (mu != nullptr) {
+      for (int64_t r = 0; r < n_queries; ++r)
+        biases[r] = lm::kernels::simd::dot_f16(mu, prepared + r * pd + rotated_offset(), d);
+    }
+    attention::kernels::BlockLevelKeys keys;
+    keys.codes = cache_.key_codes(b, h, r0);
+    keys.code_stride = static_cast<int64_t>(quant.code_bytes(static_cast<int>(d)));
+    keys.scales = cache_.key_scales(b, h, r0);
+    keys.n_rows = r1 - r0;
+    keys.dim = d;
+    keys.bits = quant.bits();
+    keys.block = quant.block_size();
+    attention::kernels::score_byte_level_rows(keys, levels8_, reinterpret_cast<const int8_t*>(q8), abs_q8, steps,
+                                              mu != nullptr ? biases : nullptr, n_queries, scores + (r0 - j0), ld);
     r0 = r1;
   }
 }

@@ -6,8 +6,9 @@
 // the block (tile_kernels.h); values are summed rotated and turned back once per output row
 // (finish_row: Pi_v^T acc), not once per row read.
 //
-// Decode tiles (up to 4 queries) read rows from their codes instead: 1-3-bit keys on Lloyd levels
-// are scored in f32 with their 8 levels in one register (score_permuted_level_rows); other keys
+// Decode tiles (up to 4 queries) read rows from their codes instead (an 8-bit path for 4-5-bit
+// keys, attention/byte_level_key_scores.h, is built but off: kByteKeys in the .cpp); 1-3-bit
+// keys on Lloyd levels are scored in f32 with their 8 levels in one register (score_permuted_level_rows); other keys
 // that fit the integer scorer (attention/block_level_key_scores.h: up to 6 bits, or 8 on even levels) are scored
 // without decoding — the rotated query is rounded to 16 bits once in prepare_query, and a tile
 // costs level lookups in registers and 16-bit multiply-adds; values that fit
@@ -22,6 +23,7 @@
 #include <cstdint>
 
 #include "veloxquant/attention/block_level_key_scores.h"
+#include "veloxquant/attention/byte_level_key_scores.h"
 #include "veloxquant/attention/row_source.h"
 
 namespace veloxquant {
@@ -37,7 +39,8 @@ class TurboQuantBlockRows final : public attention::RowSource {
   int64_t value_dim() const override;
   int64_t rows(int64_t, int64_t) const override { return rows_; }
   // With integer keys: the query's int16 values (d / 2 floats of bytes), its step, then the
-  // rotated f32 query (sink rows and the mean's bias read it). Otherwise the rotated query.
+  // rotated f32 query (sink rows and the mean's bias read it); with byte keys the same layout
+  // holds its int8 values and their magnitudes (d bytes each). Otherwise the rotated query.
   int64_t prepared_dim() const override;
   void prepare_query(const float* query, float* prepared) const override;
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
@@ -64,17 +67,26 @@ class TurboQuantBlockRows final : public attention::RowSource {
   // their codes (attention/block_level_key_scores.h, score_permuted_level_rows).
   void score_permuted_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                            float* scores, int64_t ld) const;
+  // Rows [j0, j1) of coded 4-5-bit keys on Lloyd levels, head size 64 (no sink rows), scored
+  // as 8-bit integers (attention/byte_level_key_scores.h).
+  void score_byte_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
+                       float* scores, int64_t ld, attention::TileScratch& scratch) const;
   // Rows [j0, j1) of coded keys (no sink rows) scored from their codes.
   void score_integer_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                           float* scores, int64_t ld, attention::TileScratch& scratch) const;
 
+  // The prepared query's rotated f32 values start here (0 without integer or byte keys).
+  int64_t rotated_offset() const;
+
   const TurboQuantBlockCache& cache_;
   int64_t rows_;
+  bool byte_keys_;      // 4-5-bit Lloyd keys, head size 64, no key means: 8-bit scores (first)
   bool permuted_keys_;  // 1-3-bit Lloyd keys: f32 scores from a level register (before integer_keys_)
   bool integer_keys_;
   bool coded_values_;
   int32_t integer_limit_ = 0;
   attention::kernels::BlockLevels16 levels16_{};
+  attention::kernels::ByteLevels levels8_{};
 };
 
 }  // namespace veloxquant

@@ -10,6 +10,7 @@
 #include "veloxquant/attention/dense_level_rows.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/core/rng.h"
+#include "veloxquant/quant/boundary_counts.h"
 #include "veloxquant/errors.h"
 
 namespace veloxquant::quant {
@@ -241,11 +242,24 @@ uint8_t BlockLloydQuantizer::nearest(float v) const { return nearest_level(*tabl
 double BlockLloydQuantizer::quantize_with_scale(const float* x, int n, float s, uint8_t* codes) const {
   const std::vector<float>& lv = *levels_;
   const float inv = 1.0f / s;
+  if (bits_ >= 7) {
+    // 127 or 255 boundaries: the bucket search (a step or two per value) costs less than the
+    // SIMD count's 15 or 31 lookups per 8 values (q8's encode measured 7% more instructions).
+    double err = 0.0;
+    for (int i = 0; i < n; ++i) {
+      const uint8_t c = nearest_level(*table_, x[i] * inv);
+      codes[i] = c;
+      const double e = static_cast<double>(x[i]) - static_cast<double>(s) * lv[c];
+      err += e * e;
+    }
+    return err;
+  }
+  // The codes nearest_level gives, 8 values per SIMD step (boundary_counts.h); the error then
+  // sums in the same order as before.
+  count_boundaries_below(x, n, inv, boundaries_->data(), bits_, codes);
   double err = 0.0;
   for (int i = 0; i < n; ++i) {
-    const uint8_t c = nearest_level(*table_, x[i] * inv);
-    codes[i] = c;
-    const double e = static_cast<double>(x[i]) - static_cast<double>(s) * lv[c];
+    const double e = static_cast<double>(x[i]) - static_cast<double>(s) * lv[codes[i]];
     err += e * e;
   }
   return err;

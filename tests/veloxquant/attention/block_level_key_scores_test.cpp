@@ -66,6 +66,44 @@ TEST(BlockLevelKeyScores, EvenLevelsAreKeptExactly) {
   EXPECT_FALSE(block_levels16(quant::block_levels(4).data(), 4, 23170).even);
 }
 
+// Lloyd levels round to antisymmetric integers, so the SIMD loop looks them up from half a table
+// (SymmetricCodeLookup); a table that is not antisymmetric keeps the whole-table lookup. Both
+// give the reference's scores.
+TEST(BlockLevelKeyScores, SymmetricLevelsTakeTheHalfTableAndMatchTheReference) {
+  for (int bits = 2; bits <= 6; ++bits) {
+    const std::vector<float>& levels = quant::block_levels(bits);
+    const BlockLevels16 l16 = block_levels16(levels.data(), bits, 23170);
+    ASSERT_TRUE(l16.symmetric) << bits;
+    for (int c = 0; c < (1 << bits); ++c) EXPECT_EQ(l16.value[(1 << bits) - 1 - c], -l16.value[c]) << bits;
+    std::vector<float> skewed = levels;
+    skewed[0] *= 0.9f;  // no longer antisymmetric
+    const BlockLevels16 s16 = block_levels16(skewed.data(), bits, 23170);
+    EXPECT_FALSE(s16.symmetric) << bits;
+    const int64_t dim = 64, n_rows = 9, stride = dim * bits / 8;
+    const auto codes = random_bytes(static_cast<std::size_t>(n_rows * stride), 21);
+    std::vector<uint16_t> scales(static_cast<std::size_t>(n_rows * 2));
+    for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = base::f32_to_f16(0.5f + 0.01f * static_cast<float>(i));
+    const auto q = test_support::normal_values(static_cast<std::size_t>(3 * dim), 22);
+    std::vector<int16_t> q16(q.size());
+    std::vector<float> step(3);
+    for (int r = 0; r < 3; ++r) quantize_query_i16(q.data() + r * dim, dim, 23170, q16.data() + r * dim, &step[r]);
+    BlockLevelKeys keys;
+    keys.codes = codes.data();
+    keys.code_stride = stride;
+    keys.scales = scales.data();
+    keys.n_rows = n_rows;
+    keys.dim = dim;
+    keys.bits = bits;
+    keys.block = 32;
+    for (const BlockLevels16* table : {&l16, &s16}) {
+      std::vector<float> out(static_cast<std::size_t>(3 * n_rows)), ref(out);
+      score_block_level_rows(keys, *table, q16.data(), step.data(), nullptr, 3, out.data(), n_rows);
+      scalar::score_block_level_rows(keys, *table, q16.data(), step.data(), nullptr, 3, ref.data(), n_rows);
+      EXPECT_EQ(out, ref) << bits << (table == &l16 ? " symmetric" : " skewed");
+    }
+  }
+}
+
 TEST(BlockLevelKeyScores, QueryRoundsWithinHalfAStepAndNonFiniteGivesNaNStep) {
   const auto q = test_support::normal_values(64, 3);
   std::vector<int16_t> q16(64);

@@ -1,0 +1,120 @@
+// Block-scaled level keys scored as 8-bit integers: the SIMD loop against its scalar reference
+// (bit for bit), and both against exact f64 scores over the f32 levels, the f32 query and the f16
+// scales within the bound the two 8-bit roundings allow.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "base/half.h"
+#include "support/random_values.h"
+
+#include "veloxquant/attention/byte_level_key_scores.h"
+#include "veloxquant/quant/block_lloyd_quant.h"
+
+namespace veloxquant::attention::kernels {
+namespace {
+
+TEST(ByteLevelKeyScores, ShapesItTakes) {
+  // Whether the machine runs the SIMD loop is the dispatcher's; the shape rule is fixed.
+  if (!can_score_byte_level_rows(5, 64, 32)) GTEST_SKIP() << "no AVX2 target";
+  for (int bits : {2, 3, 4, 5}) EXPECT_TRUE(can_score_byte_level_rows(bits, 64, 32)) << bits;
+  EXPECT_FALSE(can_score_byte_level_rows(6, 64, 32));  // a 64-entry table
+  EXPECT_FALSE(can_score_byte_level_rows(1, 64, 32));
+  EXPECT_FALSE(can_score_byte_level_rows(5, 128, 32));  // two blocks per row only
+  EXPECT_FALSE(can_score_byte_level_rows(5, 64, 64));
+}
+
+TEST(ByteLevelKeyScores, QueryRoundsWithinHalfAStepAndNonFiniteGivesNaNStep) {
+  const auto q = test_support::normal_values(64, 3);
+  std::vector<int8_t> q8(64);
+  std::vector<uint8_t> a8(64);
+  float step = 0.0f;
+  quantize_query_i8(q.data(), 64, q8.data(), a8.data(), &step);
+  float max_abs = 0.0f;
+  for (float v : q) max_abs = std::max(max_abs, std::fabs(v));
+  EXPECT_FLOAT_EQ(step, max_abs / 127.0f);
+  for (int e = 0; e < 64; ++e) {
+    EXPECT_LE(std::fabs(q[e] - step * q8[e]), 0.5f * step * 1.0001f) << e;
+    EXPECT_GE(q8[e], -127);
+    EXPECT_EQ(a8[e], std::abs(q8[e]));
+  }
+  std::vector<float> bad(q);
+  bad[5] = std::numeric_limits<float>::infinity();
+  quantize_query_i8(bad.data(), 64, q8.data(), a8.data(), &step);
+  EXPECT_TRUE(std::isnan(step));
+  for (int e = 0; e < 64; ++e) EXPECT_EQ(q8[e], 0);
+  std::vector<float> zero(64, 0.0f);
+  quantize_query_i8(zero.data(), 64, q8.data(), a8.data(), &step);
+  EXPECT_EQ(step, 0.0f);
+}
+
+TEST(ByteLevelKeyScores, MatchesScalarReferenceAndExactScores) {
+  const int64_t dim = 64, block = 32, nb = 2;
+  for (int bits = 2; bits <= 5; ++bits) {
+    const std::vector<float>& levels = quant::block_levels(bits, static_cast<int>(block));
+    const ByteLevels l8 = byte_levels(levels.data(), bits);
+    for (int c = 0; c < (1 << bits); ++c) {
+      EXPECT_LE(std::fabs(levels[c] - l8.step * l8.value[c]), 0.5f * l8.step * 1.0001f) << bits << " " << c;
+    }
+    for (const int64_t n_rows : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{64}}) {
+      for (const int64_t n_q : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{7}}) {
+        for (const bool with_bias : {false, true}) {
+          // Rows as tightly packed as the cache stores them: the last row ends the buffer.
+          const int64_t stride = dim * bits / 8, ld = n_rows + 2;
+          const auto codes = test_support::random_bytes(static_cast<std::size_t>(n_rows * stride), 31);
+          std::vector<uint16_t> scales(static_cast<std::size_t>(n_rows * nb));
+          const auto scale_values = test_support::normal_values(scales.size(), 32);
+          for (std::size_t i = 0; i < scales.size(); ++i)
+            scales[i] = base::f32_to_f16(0.1f + std::fabs(scale_values[i]));
+          const auto q = test_support::normal_values(static_cast<std::size_t>(n_q * dim), 33);
+          std::vector<int8_t> q8(q.size());
+          std::vector<uint8_t> a8(q.size());
+          std::vector<float> step(static_cast<std::size_t>(n_q)), bias(static_cast<std::size_t>(n_q));
+          for (int64_t r = 0; r < n_q; ++r) {
+            quantize_query_i8(q.data() + r * dim, dim, q8.data() + r * dim, a8.data() + r * dim, &step[r]);
+            bias[r] = 0.25f * static_cast<float>(r) - 0.3f;
+          }
+          BlockLevelKeys keys;
+          keys.codes = codes.data();
+          keys.code_stride = stride;
+          keys.scales = scales.data();
+          keys.n_rows = n_rows;
+          keys.dim = dim;
+          keys.bits = bits;
+          keys.block = block;
+          const float* b = with_bias ? bias.data() : nullptr;
+          std::vector<float> out(static_cast<std::size_t>(n_q * ld), -7.0f), ref(out);
+          score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), b, n_q, out.data(), ld);
+          scalar::score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), b, n_q, ref.data(), ld);
+          ASSERT_EQ(out, ref) << bits << " bits, " << n_rows << " rows, " << n_q << " queries";
+          for (int64_t r = 0; r < n_q; ++r) {
+            EXPECT_EQ(ref[static_cast<std::size_t>(r * ld + n_rows)], -7.0f);  // nothing written past the rows
+            for (int64_t j = 0; j < n_rows; ++j) {
+              double exact = with_bias ? bias[r] : 0.0, bound = 1e-5;
+              for (int64_t e = 0; e < dim; ++e) {
+                int code = 0;
+                for (int k = 0; k < bits; ++k) {
+                  const int64_t at = e * bits + k;
+                  code |= ((codes[static_cast<std::size_t>(j * stride + at / 8)] >> (at % 8)) & 1) << k;
+                }
+                const double scale = base::f16_to_f32(scales[static_cast<std::size_t>(j * nb + e / block)]);
+                const double level = levels[static_cast<std::size_t>(code)];
+                const double qe = q[static_cast<std::size_t>(r * dim + e)];
+                exact += qe * scale * level;
+                bound += scale * 0.5 * (std::fabs(qe) * l8.step + std::fabs(level) * step[r] + 0.5 * l8.step * step[r]);
+              }
+              EXPECT_NEAR(ref[static_cast<std::size_t>(r * ld + j)], exact, bound)
+                  << bits << " bits, row " << j << ", query " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace veloxquant::attention::kernels
