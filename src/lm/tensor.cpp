@@ -81,6 +81,9 @@ void store_from_f32(std::byte* element, DType dtype, float value) {
 }
 
 void convert_elements(const std::byte* src, DType src_dtype, std::byte* dst, DType dst_dtype, std::size_t count) {
+  // A tensor of zero elements has no storage (null data): memcpy must not see its pointer
+  // even at length 0 (UBSan's nonnull-attribute), so zero elements return before it.
+  if (count == 0) return;
   if (src_dtype == dst_dtype) {
     std::memcpy(dst, src, count * dtype_size(src_dtype));
     return;
