@@ -321,43 +321,28 @@ TEST(TurboQuantBlockCache, FusedAttentionWithMeansAndSinksEqualsAttentionOverFet
 // failed this at 4-5 bits by 0.1-0.8 and is off until it passes. The 16-bit path measures a worst
 // 0.005 here (scores ~1 at scale 0.125; the driver's f32 order against the reference's).
 TEST(TurboQuantBlockCache, ByteKeyDecodeStepsEqualAttentionOverFetchedRows) {
-  for (const int key_bits : {4, 5, 6}) {
-    TurboQuantBlockCache::Settings settings{64, key_bits, 3, 31};
-    TurboQuantBlockCache fused(settings), plain(settings);
-    int64_t first = 0;
-    uint64_t seed = 700;
-    for (int64_t n : {70, 1, 1, 3, 1}) {
-      const lm::Tensor k = gaussian_kv(3, n, 64, seed++), v = gaussian_kv(3, n, 64, seed++);
-      const lm::Tensor q = gaussian_kv(9, n, 64, seed++).contiguous();
-      lm::Tensor out({1, 9, n, 64}, lm::DType::F32);
-      fused.fused_attention({&q, &k, &v, 0.125f, std::nullopt}, out);
-      const std::vector<float> want = brute_attention(plain.update_and_fetch(k, v), q.to_f32(), 9, n, first, 0.125f);
-      const std::vector<float> got = out.to_f32();
-      double worst = 0.0;
-      for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
-      EXPECT_LE(worst, 1e-2) << "K" << key_bits << ", chunk of " << n;
-      first += n;
-    }
-  }
-}
-
-TEST(TurboQuantBlockCache, ByteKeyDecodeStepsNQ2) {
-  for (const int key_bits : {4, 5, 6}) {
-    TurboQuantBlockCache::Settings settings{64, key_bits, 3, 31};
-    TurboQuantBlockCache fused(settings), plain(settings);
-    int64_t first = 0;
-    uint64_t seed = 700;
-    for (int64_t n : {70, 1, 1, 3, 1}) {
-      const lm::Tensor k = gaussian_kv(2, n, 64, seed++), v = gaussian_kv(2, n, 64, seed++);
-      const lm::Tensor q = gaussian_kv(4, n, 64, seed++).contiguous();
-      lm::Tensor out({1, 4, n, 64}, lm::DType::F32);
-      fused.fused_attention({&q, &k, &v, 0.125f, std::nullopt}, out);
-      const std::vector<float> want = brute_attention(plain.update_and_fetch(k, v), q.to_f32(), 4, n, first, 0.125f);
-      const std::vector<float> got = out.to_f32();
-      double worst = 0.0;
-      for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
-      EXPECT_LE(worst, 1e-2) << "K" << key_bits << ", chunk of " << n;
-      first += n;
+  struct Gqa {
+    int64_t kv_heads, q_heads;
+  };
+  for (const Gqa g : {Gqa{3, 9}, Gqa{2, 4}}) {
+    for (const int key_bits : {4, 5, 6}) {
+      TurboQuantBlockCache::Settings settings{64, key_bits, 3, 31};
+      TurboQuantBlockCache fused(settings), plain(settings);
+      int64_t first = 0;
+      uint64_t seed = 700;
+      for (int64_t n : {70, 1, 1, 3, 1}) {
+        const lm::Tensor k = gaussian_kv(g.kv_heads, n, 64, seed++), v = gaussian_kv(g.kv_heads, n, 64, seed++);
+        const lm::Tensor q = gaussian_kv(g.q_heads, n, 64, seed++).contiguous();
+        lm::Tensor out({1, g.q_heads, n, 64}, lm::DType::F32);
+        fused.fused_attention({&q, &k, &v, 0.125f, std::nullopt}, out);
+        const std::vector<float> want =
+            brute_attention(plain.update_and_fetch(k, v), q.to_f32(), g.q_heads, n, first, 0.125f);
+        const std::vector<float> got = out.to_f32();
+        double worst = 0.0;
+        for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
+        EXPECT_LE(worst, 1e-2) << "GQA " << g.q_heads << "/" << g.kv_heads << ", K" << key_bits << ", chunk of " << n;
+        first += n;
+      }
     }
   }
 }

@@ -291,14 +291,8 @@ uint16_t BlockLloydQuantizer::encode_block(const float* x, int n, uint8_t* codes
     }
   };
   for (float g : kClipGrid) try_scale(absmax / level_max * g);
-  // Least-squares refit of the scale for the chosen codes: min_s sum (x - s l)^2.
-  const std::vector<float>& lv = *levels_;
-  double xl = 0.0, ll = 0.0;
-  for (int i = 0; i < n; ++i) {
-    xl += static_cast<double>(x[i]) * lv[codes[i]];
-    ll += static_cast<double>(lv[codes[i]]) * lv[codes[i]];
-  }
-  if (ll > 0.0 && xl > 0.0) try_scale(static_cast<float>(xl / ll));
+  // Least-squares refit of the scale for the chosen codes.
+  if (const float refit = refit_scale(x, n, codes); refit >= 0.0f) try_scale(refit);
   if (best_err == INFINITY) {
     // Every candidate underflowed f16 (|x| below ~1e-7): store zeros.
     const uint8_t mid = nearest(0.0f);
@@ -306,6 +300,16 @@ uint16_t BlockLloydQuantizer::encode_block(const float* x, int n, uint8_t* codes
     return base::f32_to_f16(0.0f);
   }
   return best_scale;
+}
+
+float BlockLloydQuantizer::refit_scale(const float* x, int n, const uint8_t* codes) const {
+  const std::vector<float>& lv = *levels_;
+  double xl = 0.0, ll = 0.0;
+  for (int i = 0; i < n; ++i) {
+    xl += static_cast<double>(x[i]) * lv[codes[i]];
+    ll += static_cast<double>(lv[codes[i]]) * lv[codes[i]];
+  }
+  return ll > 0.0 && xl > 0.0 ? static_cast<float>(xl / ll) : -1.0f;
 }
 
 uint8_t BlockLloydQuantizer::encode_block_log8(const float* x, int n, uint8_t* codes) const {
@@ -334,13 +338,8 @@ uint8_t BlockLloydQuantizer::encode_block_log8(const float* x, int n, uint8_t* c
     }
   };
   for (float g : kClipGrid) try_scale(absmax / level_max * g);
-  const std::vector<float>& lv = *levels_;
-  double xl = 0.0, ll = 0.0;
-  for (int i = 0; i < n; ++i) {
-    xl += static_cast<double>(x[i]) * lv[codes[i]];
-    ll += static_cast<double>(lv[codes[i]]) * lv[codes[i]];
-  }
-  if (ll > 0.0 && xl > 0.0) try_scale(static_cast<float>(xl / ll));
+  // Least-squares refit of the scale for the chosen codes.
+  if (const float refit = refit_scale(x, n, codes); refit >= 0.0f) try_scale(refit);
   if (best_err == INFINITY) {
     for (int i = 0; i < n; ++i) codes[i] = mid;
     return 0;

@@ -85,6 +85,9 @@ class BlockLloydQuantizer {
  private:
   // Codes of x[0..n) under scale s; returns the squared error.
   double quantize_with_scale(const float* x, int n, float s, uint8_t* codes) const;
+  // The least-squares scale for fixed codes, min_s sum (x - s l)^2 = sum x l / sum l^2, or -1
+  // unless both sums are positive (both encoders try it after their clip grid).
+  float refit_scale(const float* x, int n, const uint8_t* codes) const;
 
   int bits_;
   int block_;
