@@ -77,7 +77,7 @@ class TurboQuantBlockCache : public lm::KVCache {
     quant::BlockLloydQuantizer::Levels levels = quant::BlockLloydQuantizer::Levels::kLloyd;
     // Query-aware key split (caches/turboquant_block_split_keys.h): "" = off, else groups
     // "channels:bits,..." replacing key_bits / key_block; needs scale_format "log8".
-    std::string key_split;
+    std::string key_split{};
     // Block scales of keys and values: "f16" or "log8" (one byte, quant/log8_scale.h; only with
     // key_split: the split path reads them).
     std::string scale_format = "f16";
