@@ -282,15 +282,19 @@ void EvictionCache::fused_attention(const lm::FusedAttentionRequest& request, lm
 namespace {
 
 // The row a decode step evicts when one new row overflows the budget, or -1 when every row
-// is a sink or protected. Rows [0, total) with their positions and scores (the policy's rule
-// for a single token, eviction_policy.h).
-int64_t single_victim(const EvictionPolicy& policy, const int32_t* positions, const float* scores, int64_t total,
-                      int64_t protect, int64_t step) {
+// is a sink or protected. The candidates are the stored rows 0..stored-1 (their positions and
+// scores) and then the new row (index `stored`), ranked by the policy's rule for a single token
+// (eviction_policy.h).
+int64_t single_victim(const EvictionPolicy& policy, const int32_t* positions, const float* scores, int64_t stored,
+                      int32_t new_position, float new_score, int64_t protect, int64_t step) {
+  const int64_t total = stored + 1;
+  const auto position = [&](int64_t j) { return j < stored ? positions[j] : new_position; };
+  const auto score = [&](int64_t j) { return j < stored ? scores[j] : new_score; };
   int64_t victim = -1;
   if (!policy.uses_scores()) {
     // streaming_llm: the oldest row that is not a sink.
     for (int64_t j = 0; j < total && victim < 0; ++j) {
-      if (positions[j] >= policy.n_sink) victim = j;
+      if (position(j) >= policy.n_sink) victim = j;
     }
     return victim;
   }
@@ -300,16 +304,17 @@ int64_t single_victim(const EvictionPolicy& policy, const int32_t* positions, co
   if (!policy.has_noise()) {
     // Without noise the rank is the score: a plain first-minimum scan.
     for (int64_t j = 0; j < total - protect; ++j) {
-      if (positions[j] >= policy.n_sink && (victim < 0 || scores[j] < victim_rank)) {
+      const float r = score(j);
+      if (position(j) >= policy.n_sink && (victim < 0 || r < victim_rank)) {
         victim = j;
-        victim_rank = scores[j];
+        victim_rank = r;
       }
     }
     return victim;
   }
   for (int64_t j = 0; j < total - protect; ++j) {
-    if (positions[j] < policy.n_sink) continue;
-    const float r = policy.rank(scores[j], positions[j], step);
+    if (position(j) < policy.n_sink) continue;
+    const float r = policy.rank(score(j), position(j), step);
     if (victim < 0 || r < victim_rank) {
       victim = j;
       victim_rank = r;
@@ -321,8 +326,9 @@ int64_t single_victim(const EvictionPolicy& policy, const int32_t* positions, co
 }  // namespace
 
 // One new row per head: the policy's rule for a single token (eviction_policy.h) applied
-// directly — scores updated from the driver's weights, at most one victim, the storage
-// compacted past it — with nothing decoded and no per-step allocation.
+// directly — scores updated in place from the driver's weights, at most one victim, only the
+// rows after it moved (EvictionRows::replace_row) — with nothing decoded, no per-step
+// allocation and no pass over a kept list.
 void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& values, const float* stored_weights,
                                       const float* new_weights) {
   if (policy_.needs_general_selection()) {
@@ -339,39 +345,33 @@ void EvictionCache::store_decode_step(const lm::Tensor& keys, const lm::Tensor& 
   const bool over = total > policy_.budget;
   rows_.reserve(total);
   const int64_t protect = policy_.effective_protect();
-  thread_local std::vector<int32_t> kept, positions;
-  thread_local std::vector<float> scores;
+  const auto position = static_cast<int32_t>(offset_);
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t bh = b * heads + h;
-      const int32_t* pos = rows_.positions(b, h);
-      // resize (geometric growth) rather than assign(n, ...) (exactly n): while the store
-      // grows by a row per step, assign would reallocate on every step.
-      positions.resize(static_cast<std::size_t>(total));
-      std::copy_n(pos, stored, positions.data());
-      positions[static_cast<std::size_t>(stored)] = static_cast<int32_t>(offset_);
-      scores.resize(static_cast<std::size_t>(total));
-      std::fill(scores.begin(), scores.end(), 0.0f);
-      if (policy_.uses_attention() && stored_weights) {
-        const float* carried = rows_.scores(b, h);
-        const float* w = stored_weights + bh * stored;
-        policy_.update_scores(carried, w, stored, scores.data());
-        scores[static_cast<std::size_t>(stored)] = new_weights[bh];
-      } else if (policy_.uses_scores()) {
-        // Scores fixed on arrival (knorm): carried as they are; the driver's weights are not read.
-        std::copy_n(rows_.scores(b, h), stored, scores.data());
-        scores[static_cast<std::size_t>(stored)] = policy_.arrival_score(new_k.data() + bh * dk, dk, 0.0f);
+      // The stored rows' scores are updated where they lie; the new row's score travels beside.
+      float* scores = rows_.mutable_scores(b, h);
+      float new_score = 0.0f;
+      if (scores != nullptr) {
+        if (policy_.uses_attention() && stored_weights) {
+          policy_.update_scores(scores, stored_weights + bh * stored, stored, scores);
+          new_score = new_weights[bh];
+        } else if (policy_.uses_scores()) {
+          // Scores fixed on arrival (knorm): carried as they are; the driver's weights are not read.
+          new_score = policy_.arrival_score(new_k.data() + bh * dk, dk, 0.0f);
+        } else {
+          std::fill(scores, scores + stored, 0.0f);
+        }
       }
       const int64_t victim =
-          over ? single_victim(policy_, positions.data(), scores.data(), total, protect, offset_) : -1;
+          over ? single_victim(policy_, rows_.positions(b, h), scores, stored, position, new_score, protect, offset_)
+               : -1;
       if (over && victim < 0) {
         throw std::logic_error(type_name_ + ": no evictable row (sinks and protected rows fill the budget)");
       }
-      kept.clear();
-      for (int32_t j = 0; j < total; ++j) {
-        if (j != victim) kept.push_back(j);
-      }
-      rows_.compact(b, h, kept, positions.data(), scores.data(), new_k.data() + bh * dk, new_v.data() + bh * dv);
+      // The new row itself evicted (nothing protects it): the stored rows stay as they are.
+      if (victim == stored) continue;
+      rows_.replace_row(b, h, victim, position, new_score, new_k.data() + bh * dk, new_v.data() + bh * dv);
     }
   }
   rows_.commit_rows(over ? stored : total);

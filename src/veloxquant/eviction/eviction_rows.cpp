@@ -180,6 +180,35 @@ void EvictionRows::compact(int64_t b, int64_t h, const std::vector<int32_t>& kep
 
 void EvictionRows::commit_rows(int64_t rows) { rows_ = rows; }
 
+float* EvictionRows::mutable_scores(int64_t b, int64_t h) {
+  return keep_scores_ ? scores_.data<float>() + (b * heads_ + h) * capacity_ : nullptr;
+}
+
+void EvictionRows::replace_row(int64_t b, int64_t h, int64_t victim, int32_t position, float score, const float* key,
+                               const float* value) {
+  if (victim >= rows_ || (victim < 0 && rows_ >= capacity_)) {
+    throw std::logic_error("EvictionRows::replace_row: victim " + std::to_string(victim) + " of " +
+                           std::to_string(rows_) + " rows, room for " + std::to_string(capacity_));
+  }
+  int32_t* pos = positions_.data<int32_t>() + (b * heads_ + h) * capacity_;
+  float* sc = mutable_scores(b, h);
+  int64_t slot = rows_;
+  if (victim >= 0) {
+    // The rows after the victim move down by one, in one move per buffer (a head's rows lie back
+    // to back); the new row takes the freed last slot.
+    const auto after = static_cast<std::size_t>(rows_ - 1 - victim);
+    std::memmove(key_row(b, h, victim), key_row(b, h, victim + 1), after * static_cast<std::size_t>(key_bytes_));
+    std::memmove(value_row(b, h, victim), value_row(b, h, victim + 1), after * static_cast<std::size_t>(value_bytes_));
+    std::memmove(pos + victim, pos + victim + 1, after * sizeof(int32_t));
+    if (sc) std::memmove(sc + victim, sc + victim + 1, after * sizeof(float));
+    slot = rows_ - 1;
+  }
+  key_codec_->encode(key, key_row(b, h, slot));
+  value_codec_->encode(value, value_row(b, h, slot));
+  pos[slot] = position;
+  if (sc) sc[slot] = score;
+}
+
 std::size_t EvictionRows::nbytes() const {
   return keys_.storage_bytes() + values_.storage_bytes() + positions_.storage_bytes() + scores_.storage_bytes();
 }

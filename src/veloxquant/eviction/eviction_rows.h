@@ -81,6 +81,17 @@ class EvictionRows {
                const float* candidate_scores, const float* new_keys, const float* new_values);
   void commit_rows(int64_t rows);
 
+  // A decode step's update of head (b, h) without building a kept list: the stored rows'
+  // scores, writable in place (rows() of them; nullptr without scores), then replace_row.
+  float* mutable_scores(int64_t b, int64_t h);
+  // Stores one new row (its position, score and f32 key/value): appended after the stored rows
+  // when victim < 0 (reserve room first), else the rows after `victim` move down by one and the
+  // new row takes the last slot. Leaves exactly what compact() with every candidate but the
+  // victim leaves, moving only the rows after the victim (compact() checks and walks every
+  // kept index). Call commit_rows once every head is done.
+  void replace_row(int64_t b, int64_t h, int64_t victim, int32_t position, float score, const float* key,
+                   const float* value);
+
   std::size_t nbytes() const;
   // (keys, values, positions[, scores]) sliced to rows(); empty before the first update.
   std::vector<lm::Tensor> state() const;

@@ -57,6 +57,66 @@ TEST(EvictionRows, CompactionKeepsOrderPositionsAndScores) {
   EXPECT_THROW(rows.compact(0, 0, {0, 1, 2, 3, 4}, p2, s2, k2, k2), std::logic_error);  // over budget
 }
 
+// A decode step's replace_row leaves what compact() with every candidate but the victim leaves
+// (the general path's result), for each possible victim, for no victim (an append), and for a
+// head of several where only one changes.
+TEST(EvictionRows, ReplaceRowEqualsCompactingEveryCandidateButTheVictim) {
+  const int64_t stored = 5;
+  std::vector<float> keys, values;
+  std::vector<int32_t> positions;
+  std::vector<float> scores;
+  for (int64_t j = 0; j <= stored; ++j) {  // row `stored` is the new one
+    keys.insert(keys.end(), {float(j), float(10 + j), float(-j)});
+    values.insert(values.end(), {float(100 + j), float(j * j), float(0.5 * j)});
+    positions.push_back(static_cast<int32_t>(3 * j + 1));
+    scores.push_back(0.25f * float(j + 1));
+  }
+  const auto filled = [&](int64_t budget) {
+    EvictionRows rows(budget, true, StorageSpec{});
+    rows.allocate(1, 2, 3, 3, lm::DType::F32);
+    rows.reserve(stored);
+    std::vector<int32_t> all;
+    for (int32_t j = 0; j < stored; ++j) all.push_back(j);
+    for (int64_t h = 0; h < 2; ++h)
+      rows.compact(0, h, all, positions.data(), scores.data(), keys.data(), values.data());
+    rows.commit_rows(stored);
+    return rows;
+  };
+  const auto head = [](const EvictionRows& rows, int64_t h) {
+    std::vector<float> k(static_cast<std::size_t>(rows.rows() * 3)), v(k.size());
+    rows.decode_keys(0, h, k.data());
+    rows.decode_values(0, h, v.data());
+    std::vector<float> out = k;
+    out.insert(out.end(), v.begin(), v.end());
+    for (int64_t j = 0; j < rows.rows(); ++j) {
+      out.push_back(float(rows.positions(0, h)[j]));
+      out.push_back(rows.scores(0, h)[j]);
+    }
+    return out;
+  };
+  const float* new_key = keys.data() + stored * 3;
+  const float* new_value = values.data() + stored * 3;
+  for (int64_t victim = -1; victim < stored; ++victim) {
+    EvictionRows fast = filled(victim < 0 ? stored + 1 : stored), general = filled(victim < 0 ? stored + 1 : stored);
+    fast.reserve(stored + 1);
+    general.reserve(stored + 1);
+    fast.replace_row(0, 1, victim, positions[stored], scores[stored], new_key, new_value);
+    std::vector<int32_t> kept;
+    for (int32_t j = 0; j <= stored; ++j) {
+      if (j != victim) kept.push_back(j);
+    }
+    general.compact(0, 1, kept, positions.data(), scores.data(), new_key, new_value);
+    const int64_t rows = victim < 0 ? stored + 1 : stored;
+    fast.commit_rows(rows);
+    general.commit_rows(rows);
+    EXPECT_EQ(head(fast, 1), head(general, 1)) << "victim " << victim;
+    if (victim >= 0) EXPECT_EQ(head(fast, 0), head(filled(stored), 0)) << "the other head moved, victim " << victim;
+  }
+  EvictionRows full = filled(stored);  // no room to append past the budget
+  EXPECT_THROW(full.replace_row(0, 0, -1, 99, 0.0f, new_key, new_value), std::logic_error);
+  EXPECT_THROW(full.replace_row(0, 0, stored, 99, 0.0f, new_key, new_value), std::logic_error);
+}
+
 TEST(EvictionRows, StateRoundTripAndMismatchedState) {
   EvictionRows rows(3, false, StorageSpec{});
   rows.allocate(1, 2, 4, 4, lm::DType::F16);
