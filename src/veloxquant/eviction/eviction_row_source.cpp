@@ -40,13 +40,23 @@ void EvictionRowSource::prepare_query(const float* query, float* prepared) const
 void EvictionRowSource::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
                                    int64_t n_queries, float* scores, int64_t ld,
                                    attention::TileScratch& scratch) const {
-  const int64_t d = key_dim(), n = j1 - j0;
+  // A head's rows lie in a ring (eviction_rows.h): one piece per run of back-to-back rows.
+  for (int64_t j = j0; j < j1;) {
+    const int64_t n = std::min(j1 - j, rows_.contiguous_rows(b, h, j));
+    score_piece(rows_.key_row(b, h, j), n, prepared, n_queries, scores + (j - j0), ld, scratch);
+    j += n;
+  }
+}
+
+void EvictionRowSource::score_piece(const std::byte* first_row, int64_t n, const float* prepared, int64_t n_queries,
+                                    float* scores, int64_t ld, attention::TileScratch& scratch) const {
+  const int64_t d = key_dim(), row_bytes = rows_.key_row_bytes();
   if (rvq_order_) {
     float* tile = scratch.f32(static_cast<std::size_t>(n * d));
     // [stage1 | stage2 | bf16 norm] rows: centroid sums in the rotated basis, scaled by the norm.
     const quant::TurboQuantRvq& q = *rows_.key_codec().rvq_quantizer();
-    const int64_t stream = static_cast<int64_t>(q.stream_bytes()), row_bytes = rows_.key_row_bytes();
-    const auto* first = reinterpret_cast<const uint8_t*>(rows_.key_rows(b, h)) + j0 * row_bytes;
+    const int64_t stream = static_cast<int64_t>(q.stream_bytes());
+    const auto* first = reinterpret_cast<const uint8_t*>(first_row);
     attention::kernels::centroid_planes(first, first + stream, row_bytes, n, stream, q.bits(),
                                         q.stage1_codebook().centroids.data(), q.stage2_codebook().centroids.data(),
                                         tile);
@@ -60,27 +70,31 @@ void EvictionRowSource::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
     return;
   }
   if (rows_.key_codec().exact()) {
-    attention::score_plain_tile(plain_head(rows_.key_rows(b, h), rows_.dtype(), rows_.key_row_bytes(), d), 0, 0, j0, j1,
-                                prepared, n_queries, scores, ld, scratch);
+    attention::score_plain_tile(plain_head(first_row, rows_.dtype(), row_bytes, d), 0, 0, 0, n, prepared, n_queries,
+                                scores, ld, scratch);
     return;
   }
   // Coded rows: decoded once per tile (codec_tiles.h); exact rows never get here.
-  score_coded_tile(rows_.key_codec(), rows_.key_rows(b, h), rows_.key_row_bytes(), d, j0, j1, prepared, n_queries,
-                   scores, ld, scratch);
+  score_coded_tile(rows_.key_codec(), first_row, row_bytes, d, 0, n, prepared, n_queries, scores, ld, scratch);
 }
 
 void EvictionRowSource::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
                                         int64_t n_queries, int64_t ld, float* acc,
                                         attention::TileScratch& scratch) const {
-  const int64_t d = value_dim();
-  if (rows_.value_codec().exact()) {
-    // f16 values accumulate from the stored rows in registers (no f32 tile), as the host does.
-    attention::accumulate_plain_tile(plain_head(rows_.value_rows(b, h), rows_.dtype(), rows_.value_row_bytes(), d), 0,
-                                     0, j0, j1, weights, n_queries, ld, acc, scratch);
-    return;
+  const int64_t d = value_dim(), row_bytes = rows_.value_row_bytes();
+  for (int64_t j = j0; j < j1;) {
+    const int64_t n = std::min(j1 - j, rows_.contiguous_rows(b, h, j));
+    const std::byte* first_row = rows_.value_row(b, h, j);
+    const float* w = weights + (j - j0);
+    if (rows_.value_codec().exact()) {
+      // f16 values accumulate from the stored rows in registers (no f32 tile), as the host does.
+      attention::accumulate_plain_tile(plain_head(first_row, rows_.dtype(), row_bytes, d), 0, 0, 0, n, w, n_queries, ld,
+                                       acc, scratch);
+    } else {
+      accumulate_coded_tile(rows_.value_codec(), first_row, row_bytes, d, 0, n, w, n_queries, ld, acc, scratch);
+    }
+    j += n;
   }
-  accumulate_coded_tile(rows_.value_codec(), rows_.value_rows(b, h), rows_.value_row_bytes(), d, j0, j1, weights,
-                        n_queries, ld, acc, scratch);
 }
 
 }  // namespace veloxquant::eviction

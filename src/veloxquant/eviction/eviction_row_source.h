@@ -30,6 +30,10 @@ class EvictionRowSource final : public attention::RowSource {
                        int64_t ld, float* acc, attention::TileScratch& scratch) const override;
 
  private:
+  // score_tile over n rows lying back to back from first_row.
+  void score_piece(const std::byte* first_row, int64_t n, const float* prepared, int64_t n_queries, float* scores,
+                   int64_t ld, attention::TileScratch& scratch) const;
+
   const EvictionRows& rows_;
   const attention::CodeOrder* rvq_order_;
 };

@@ -35,6 +35,7 @@ void EvictionRows::allocate(int64_t batch, int64_t heads, int64_t key_dim, int64
       "an eviction budget of " + std::to_string(budget_) + " rows per kv head (" + std::to_string(batch * heads) +
           " heads of " + std::to_string(static_cast<int64_t>(row_bytes)) + " bytes per row, in one layer)");
   keys_ = values_ = positions_ = scores_ = lm::Tensor();
+  first_slot_.assign(static_cast<std::size_t>(batch * heads), 0);
   capacity_ = 0;
   rows_ = 0;
   allocated_ = true;
@@ -66,6 +67,7 @@ void EvictionRows::reserve(int64_t rows) {
   rows = std::min(rows, budget_);
   if (rows <= capacity_) return;
   const int64_t capacity = std::min(budget_, (rows + kGrowthStep - 1) / kGrowthStep * kGrowthStep);
+  unwrap();  // the copies below take each head's first rows_ slots
   keys_ = regrow(keys_, batch_, heads_, capacity_, capacity, rows_, key_bytes_, lm::DType::U8);
   values_ = regrow(values_, batch_, heads_, capacity_, capacity, rows_, value_bytes_, lm::DType::U8);
   positions_ = regrow(positions_, batch_, heads_, capacity_, capacity, rows_, 1, lm::DType::I32);
@@ -73,17 +75,46 @@ void EvictionRows::reserve(int64_t rows) {
   capacity_ = capacity;
 }
 
+int64_t EvictionRows::slot(int64_t b, int64_t h, int64_t r) const {
+  const int64_t bh = b * heads_ + h;
+  int64_t at = first_slot_[static_cast<std::size_t>(bh)] + r;
+  if (at >= capacity_) at -= capacity_;
+  return bh * capacity_ + at;
+}
+
 std::byte* EvictionRows::key_row(int64_t b, int64_t h, int64_t r) {
-  return keys_.raw_data() + ((b * heads_ + h) * capacity_ + r) * key_bytes_;
+  return keys_.raw_data() + slot(b, h, r) * key_bytes_;
 }
 std::byte* EvictionRows::value_row(int64_t b, int64_t h, int64_t r) {
-  return values_.raw_data() + ((b * heads_ + h) * capacity_ + r) * value_bytes_;
+  return values_.raw_data() + slot(b, h, r) * value_bytes_;
 }
 const std::byte* EvictionRows::key_row(int64_t b, int64_t h, int64_t r) const {
-  return keys_.raw_data() + ((b * heads_ + h) * capacity_ + r) * key_bytes_;
+  return keys_.raw_data() + slot(b, h, r) * key_bytes_;
 }
 const std::byte* EvictionRows::value_row(int64_t b, int64_t h, int64_t r) const {
-  return values_.raw_data() + ((b * heads_ + h) * capacity_ + r) * value_bytes_;
+  return values_.raw_data() + slot(b, h, r) * value_bytes_;
+}
+
+int64_t EvictionRows::contiguous_rows(int64_t b, int64_t h, int64_t r) const {
+  const int64_t first = first_slot_[static_cast<std::size_t>(b * heads_ + h)];
+  return first + r < capacity_ ? std::min(rows_, capacity_ - first) - r : rows_ - r;
+}
+
+bool EvictionRows::wrapped() const {
+  return std::any_of(first_slot_.begin(), first_slot_.end(), [](int64_t f) { return f != 0; });
+}
+
+void EvictionRows::unwrap() {
+  // Each head's ring turned so that its first row sits in slot 0 again (in place).
+  for (int64_t bh = 0; bh < static_cast<int64_t>(first_slot_.size()); ++bh) {
+    int64_t& first = first_slot_[static_cast<std::size_t>(bh)];
+    if (first == 0) continue;
+    std::byte* k = keys_.raw_data() + bh * capacity_ * key_bytes_;
+    std::byte* v = values_.raw_data() + bh * capacity_ * value_bytes_;
+    std::rotate(k, k + first * key_bytes_, k + capacity_ * key_bytes_);
+    std::rotate(v, v + first * value_bytes_, v + capacity_ * value_bytes_);
+    first = 0;
+  }
 }
 
 const int32_t* EvictionRows::positions(int64_t b, int64_t h) const {
@@ -128,11 +159,21 @@ void write_rows(const RowCodec& codec, lm::DType stored_dtype, const std::byte* 
 }  // namespace
 
 void EvictionRows::write_keys(int64_t b, int64_t h, lm::DType dtype, std::byte* out) const {
-  write_rows(*key_codec_, dtype_, key_row(b, h, 0), key_bytes_, rows_, key_dim_, dtype, out);
+  const auto out_row = static_cast<int64_t>(static_cast<std::size_t>(key_dim_) * lm::dtype_size(dtype));
+  for (int64_t r = 0; r < rows_;) {  // one piece per run of back-to-back slots
+    const int64_t n = contiguous_rows(b, h, r);
+    write_rows(*key_codec_, dtype_, key_row(b, h, r), key_bytes_, n, key_dim_, dtype, out + r * out_row);
+    r += n;
+  }
 }
 
 void EvictionRows::write_values(int64_t b, int64_t h, lm::DType dtype, std::byte* out) const {
-  write_rows(*value_codec_, dtype_, value_row(b, h, 0), value_bytes_, rows_, value_dim_, dtype, out);
+  const auto out_row = static_cast<int64_t>(static_cast<std::size_t>(value_dim_) * lm::dtype_size(dtype));
+  for (int64_t r = 0; r < rows_;) {
+    const int64_t n = contiguous_rows(b, h, r);
+    write_rows(*value_codec_, dtype_, value_row(b, h, r), value_bytes_, n, value_dim_, dtype, out + r * out_row);
+    r += n;
+  }
 }
 
 void EvictionRows::compact(int64_t b, int64_t h, const std::vector<int32_t>& kept, const int32_t* candidate_positions,
@@ -141,6 +182,7 @@ void EvictionRows::compact(int64_t b, int64_t h, const std::vector<int32_t>& kep
     throw std::logic_error("EvictionRows::compact: " + std::to_string(kept.size()) + " rows kept, room for " +
                            std::to_string(capacity_) + " (budget " + std::to_string(budget_) + ")");
   }
+  unwrap();  // the moves below are within one head's slots from 0
   int32_t* pos = positions_.data<int32_t>() + (b * heads_ + h) * capacity_;
   float* sc = keep_scores_ ? scores_.data<float>() + (b * heads_ + h) * capacity_ : nullptr;
   for (std::size_t i = 1; i < kept.size(); ++i) {
@@ -190,23 +232,49 @@ void EvictionRows::replace_row(int64_t b, int64_t h, int64_t victim, int32_t pos
     throw std::logic_error("EvictionRows::replace_row: victim " + std::to_string(victim) + " of " +
                            std::to_string(rows_) + " rows, room for " + std::to_string(capacity_));
   }
-  int32_t* pos = positions_.data<int32_t>() + (b * heads_ + h) * capacity_;
+  const int64_t bh = b * heads_ + h;
+  int32_t* pos = positions_.data<int32_t>() + bh * capacity_;
   float* sc = mutable_scores(b, h);
-  int64_t slot = rows_;
+  int64_t last = rows_;  // the new row's index
   if (victim >= 0) {
-    // The rows after the victim move down by one, in one move per buffer (a head's rows lie back
-    // to back); the new row takes the freed last slot.
-    const auto after = static_cast<std::size_t>(rows_ - 1 - victim);
-    std::memmove(key_row(b, h, victim), key_row(b, h, victim + 1), after * static_cast<std::size_t>(key_bytes_));
-    std::memmove(value_row(b, h, victim), value_row(b, h, victim + 1), after * static_cast<std::size_t>(value_bytes_));
-    std::memmove(pos + victim, pos + victim + 1, after * sizeof(int32_t));
-    if (sc) std::memmove(sc + victim, sc + victim + 1, after * sizeof(float));
-    slot = rows_ - 1;
+    // Positions and scores (4 bytes a row) close the gap where they lie. Of the rows' own bytes
+    // the shorter side of the victim moves by one slot: the rows after it down, or the rows
+    // before it up with the head's ring starting one slot later. streaming_llm's victim is the
+    // first row past the sinks: 4 rows move, not the whole window (which had cost 61% of a
+    // decode step's instructions and as many bytes moved as attention read).
+    const int64_t after = rows_ - 1 - victim;
+    std::memmove(pos + victim, pos + victim + 1, static_cast<std::size_t>(after) * sizeof(int32_t));
+    if (sc) std::memmove(sc + victim, sc + victim + 1, static_cast<std::size_t>(after) * sizeof(float));
+    const auto kb = static_cast<std::size_t>(key_bytes_), vb = static_cast<std::size_t>(value_bytes_);
+    const auto move = [&](int64_t to, int64_t from, int64_t n) {  // n rows, back to back at both ends
+      std::memmove(key_row(b, h, to), key_row(b, h, from), static_cast<std::size_t>(n) * kb);
+      std::memmove(value_row(b, h, to), value_row(b, h, from), static_cast<std::size_t>(n) * vb);
+    };
+    // Slots from the head's first slot up to row r's: rows r, r - 1, ... back to back.
+    const auto run_back = [&](int64_t r) { return slot(b, h, r) - bh * capacity_ + 1; };
+    if (victim < after) {
+      // Rows [r - n, r) move to [r - n + 1, r], from the victim down, one move per run.
+      for (int64_t r = victim; r > 0;) {
+        const int64_t n = std::min({r, run_back(r), run_back(r - 1)});
+        move(r - n + 1, r - n, n);
+        r -= n;
+      }
+      int64_t& first = first_slot_[static_cast<std::size_t>(bh)];
+      first = first + 1 == capacity_ ? 0 : first + 1;
+    } else {
+      // Rows [r + 1, r + 1 + n) move to [r, r + n), from the victim up, one move per run.
+      for (int64_t r = victim; r + 1 < rows_;) {
+        const int64_t n = std::min({rows_ - 1 - r, contiguous_rows(b, h, r), contiguous_rows(b, h, r + 1)});
+        move(r, r + 1, n);
+        r += n;
+      }
+    }
+    last = rows_ - 1;
   }
-  key_codec_->encode(key, key_row(b, h, slot));
-  value_codec_->encode(value, value_row(b, h, slot));
-  pos[slot] = position;
-  if (sc) sc[slot] = score;
+  key_codec_->encode(key, key_row(b, h, last));
+  value_codec_->encode(value, value_row(b, h, last));
+  pos[last] = position;
+  if (sc) sc[last] = score;
 }
 
 std::size_t EvictionRows::nbytes() const {
@@ -215,7 +283,23 @@ std::size_t EvictionRows::nbytes() const {
 
 std::vector<lm::Tensor> EvictionRows::state() const {
   if (!allocated() || capacity_ == 0) return {};
-  std::vector<lm::Tensor> out = {keys_.slice(2, 0, rows_), values_.slice(2, 0, rows_), positions_.slice(2, 0, rows_)};
+  std::vector<lm::Tensor> out;
+  if (!wrapped()) {
+    out = {keys_.slice(2, 0, rows_), values_.slice(2, 0, rows_)};
+  } else {  // rings that do not start at slot 0: their rows copied out in order
+    lm::Tensor k({batch_, heads_, rows_, key_bytes_}, lm::DType::U8),
+        v({batch_, heads_, rows_, value_bytes_}, lm::DType::U8);
+    for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
+      for (int64_t r = 0; r < rows_; ++r) {
+        std::memcpy(k.raw_data() + (bh * rows_ + r) * key_bytes_, key_row(bh / heads_, bh % heads_, r),
+                    static_cast<std::size_t>(key_bytes_));
+        std::memcpy(v.raw_data() + (bh * rows_ + r) * value_bytes_, value_row(bh / heads_, bh % heads_, r),
+                    static_cast<std::size_t>(value_bytes_));
+      }
+    }
+    out = {k, v};
+  }
+  out.push_back(positions_.slice(2, 0, rows_));
   if (keep_scores_) out.push_back(scores_.slice(2, 0, rows_));
   return out;
 }

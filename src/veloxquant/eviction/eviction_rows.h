@@ -12,8 +12,8 @@
 // The budget is checked against the machine at allocate() (before any row is stored), so a
 // budget that could never be held is refused up front, not after hours of generation.
 //
-//   keys_       U8  [B, H, capacity, key_codec.row_bytes()]
-//   values_     U8  [B, H, capacity, value_codec.row_bytes()]
+//   keys_       U8  [B, H, capacity, key_codec.row_bytes()]    row r in slot (first + r) mod capacity
+//   values_     U8  [B, H, capacity, value_codec.row_bytes()]  (first: per head, see replace_row)
 //   positions_  I32 [B, H, capacity]
 //   scores_     F32 [B, H, capacity]   only when the method keeps scores
 #include <cstdint>
@@ -52,10 +52,13 @@ class EvictionRows {
   const StorageSpec& spec() const { return spec_; }
 
   const int32_t* positions(int64_t b, int64_t h) const;
-  // The stored rows of (b, h) as their codecs wrote them (row r at + r * row bytes), for the
-  // attention driver's reader (eviction_row_source.h).
-  const std::byte* key_rows(int64_t b, int64_t h) const { return key_row(b, h, 0); }
-  const std::byte* value_rows(int64_t b, int64_t h) const { return value_row(b, h, 0); }
+  // Stored row r of (b, h) as its codec wrote it, for the attention driver's reader
+  // (eviction_row_source.h). A head's rows lie in a ring of capacity() slots (a decode step moves
+  // the shorter side of its victim, so row 0 need not sit in the first slot): rows r ..
+  // r + contiguous_rows(b, h, r) - 1 lie back to back, row_bytes apart.
+  const std::byte* key_row(int64_t b, int64_t h, int64_t r) const;
+  const std::byte* value_row(int64_t b, int64_t h, int64_t r) const;
+  int64_t contiguous_rows(int64_t b, int64_t h, int64_t r) const;
   int64_t key_row_bytes() const { return key_bytes_; }
   int64_t value_row_bytes() const { return value_bytes_; }
   const RowCodec& key_codec() const { return *key_codec_; }
@@ -85,10 +88,11 @@ class EvictionRows {
   // scores, writable in place (rows() of them; nullptr without scores), then replace_row.
   float* mutable_scores(int64_t b, int64_t h);
   // Stores one new row (its position, score and f32 key/value): appended after the stored rows
-  // when victim < 0 (reserve room first), else the rows after `victim` move down by one and the
-  // new row takes the last slot. Leaves exactly what compact() with every candidate but the
-  // victim leaves, moving only the rows after the victim (compact() checks and walks every
-  // kept index). Call commit_rows once every head is done.
+  // when victim < 0 (reserve room first), else the victim leaves, the rows on its shorter side
+  // move by one slot (those before it move up and the head's ring starts one slot later), and
+  // the new row comes last. Leaves the rows, positions and scores that compact() with every
+  // candidate but the victim leaves, without walking every row (compact() turns the rings back
+  // first). Call commit_rows once every head is done.
   void replace_row(int64_t b, int64_t h, int64_t victim, int32_t position, float score, const float* key,
                    const float* value);
 
@@ -103,8 +107,10 @@ class EvictionRows {
  private:
   std::byte* key_row(int64_t b, int64_t h, int64_t r);
   std::byte* value_row(int64_t b, int64_t h, int64_t r);
-  const std::byte* key_row(int64_t b, int64_t h, int64_t r) const;
-  const std::byte* value_row(int64_t b, int64_t h, int64_t r) const;
+  // Index of row r of (b, h) among all slots (b, h, slot), its ring turned by first_slot_.
+  int64_t slot(int64_t b, int64_t h, int64_t r) const;
+  bool wrapped() const;  // some head's first row is not in its first slot
+  void unwrap();         // turns every head's ring back to start at its first slot
 
   int64_t budget_;
   bool keep_scores_;
@@ -115,6 +121,7 @@ class EvictionRows {
   int64_t rows_ = 0;
   int64_t capacity_ = 0;  // rows per head allocated: the stride between heads
   bool allocated_ = false;
+  std::vector<int64_t> first_slot_;  // per (b, h): the slot holding row 0
   lm::Tensor keys_, values_, positions_, scores_;
 };
 

@@ -110,11 +110,82 @@ TEST(EvictionRows, ReplaceRowEqualsCompactingEveryCandidateButTheVictim) {
     fast.commit_rows(rows);
     general.commit_rows(rows);
     EXPECT_EQ(head(fast, 1), head(general, 1)) << "victim " << victim;
-    if (victim >= 0) EXPECT_EQ(head(fast, 0), head(filled(stored), 0)) << "the other head moved, victim " << victim;
+    if (victim >= 0) {
+      EXPECT_EQ(head(fast, 0), head(filled(stored), 0)) << "the other head moved, victim " << victim;
+    }
   }
   EvictionRows full = filled(stored);  // no room to append past the budget
   EXPECT_THROW(full.replace_row(0, 0, -1, 99, 0.0f, new_key, new_value), std::logic_error);
   EXPECT_THROW(full.replace_row(0, 0, stored, 99, 0.0f, new_key, new_value), std::logic_error);
+}
+
+// Many decode steps at a full budget: victims near the front turn the head's ring (rows before
+// the victim move up) and wrap it past its last slot, victims near the back move the rows after
+// it. The rows, positions and scores always equal a plain list that erases the victim and
+// appends the new row; state() written out of a turned ring restores to the same rows; a
+// multi-token compact() after that still keeps the right rows; write_keys splits at the wrap.
+TEST(EvictionRows, RingTurnsAndWrapsAndStaysInOrder) {
+  const int64_t budget = 6, dim = 2;
+  EvictionRows rows(budget, true, StorageSpec{});
+  rows.allocate(1, 1, dim, dim, lm::DType::F32);
+  struct Row {
+    float key, value;
+    int32_t position;
+    float score;
+  };
+  std::vector<Row> want;
+  const auto put = [&](int64_t victim, int32_t p) {
+    const Row r{float(p), float(1000 + p), p, 0.5f * float(p)};
+    const float k[] = {r.key, -r.key}, v[] = {r.value, 2 * r.value};
+    if (victim < 0) rows.reserve(rows.rows() + 1);
+    rows.replace_row(0, 0, victim, r.position, r.score, k, v);
+    rows.commit_rows(victim < 0 ? rows.rows() + 1 : rows.rows());
+    if (victim >= 0) want.erase(want.begin() + victim);
+    want.push_back(r);
+  };
+  const auto check = [&](const EvictionRows& got, const std::string& when) {
+    ASSERT_EQ(got.rows(), static_cast<int64_t>(want.size())) << when;
+    std::vector<float> k(want.size() * dim), v(k.size());
+    got.decode_keys(0, 0, k.data());
+    got.decode_values(0, 0, v.data());
+    std::vector<float> written(k.size());
+    got.write_keys(0, 0, lm::DType::F32, reinterpret_cast<std::byte*>(written.data()));
+    for (std::size_t j = 0; j < want.size(); ++j) {
+      EXPECT_EQ(k[2 * j], want[j].key) << when << ", row " << j;
+      EXPECT_EQ(k[2 * j + 1], -want[j].key) << when << ", row " << j;
+      EXPECT_EQ(v[2 * j + 1], 2 * want[j].value) << when << ", row " << j;
+      EXPECT_EQ(written[2 * j], want[j].key) << when << ", row " << j;
+      EXPECT_EQ(got.positions(0, 0)[j], want[j].position) << when << ", row " << j;
+      EXPECT_EQ(got.scores(0, 0)[j], want[j].score) << when << ", row " << j;
+    }
+  };
+  int32_t p = 0;
+  for (; p < budget; ++p) put(-1, p);
+  check(rows, "filled");
+  // 1 and 0 move the front (the ring turns; 7 front moves wrap it past slot 5); 4 and 5 the back.
+  const int64_t victims[] = {1, 0, 4, 1, 1, 5, 0, 2, 1, 0, 3, 1, 0};
+  for (const int64_t victim : victims) {
+    put(victim, p++);
+    check(rows, "after the step to position " + std::to_string(p - 1));
+  }
+  EvictionRows restored(budget, true, StorageSpec{});
+  restored.restore(rows.state(), dim, dim, lm::DType::F32, "test");
+  check(restored, "restored");
+  // The general path: keep rows 0, 2, 5 and one new row at position 99.
+  const std::vector<int32_t> kept = {0, 2, 5, 6};
+  std::vector<int32_t> positions;
+  std::vector<float> scores;
+  for (const Row& r : want) {
+    positions.push_back(r.position);
+    scores.push_back(r.score);
+  }
+  positions.push_back(99);
+  scores.push_back(7.0f);
+  const float k_new[] = {99.0f, -99.0f}, v_new[] = {1099.0f, 2198.0f};
+  rows.compact(0, 0, kept, positions.data(), scores.data(), k_new, v_new);
+  rows.commit_rows(4);
+  want = {want[0], want[2], want[5], Row{99.0f, 1099.0f, 99, 7.0f}};
+  check(rows, "compacted");
 }
 
 TEST(EvictionRows, StateRoundTripAndMismatchedState) {

@@ -143,8 +143,11 @@ const attention::RowSource& RocketKVCache::attended_rows(const attention::RowSou
         const int64_t j0 = p * page, n_rows = std::min(stored, j0 + page) - j0;
         const uint64_t print = eviction::page_fingerprint(positions + j0, n_rows);
         if (print == prints[p]) continue;
-        codec.decode_rows(rows().key_rows(b, h) + j0 * row_bytes, row_bytes, n_rows, static_cast<int>(dim),
-                          keys.data());
+        for (int64_t r = 0; r < n_rows;) {  // the head's rows lie in a ring (eviction_rows.h)
+          const int64_t n = std::min(n_rows - r, rows().contiguous_rows(b, h, j0 + r));
+          codec.decode_rows(rows().key_row(b, h, j0 + r), row_bytes, n, static_cast<int>(dim), keys.data() + r * dim);
+          r += n;
+        }
         eviction::summarize_pages(keys.data(), n_rows, dim, page, hi + p * dim, lo + p * dim);
         prints[p] = print;
       }
