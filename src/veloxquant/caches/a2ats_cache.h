@@ -16,7 +16,9 @@
 // dtype), the exact far keys are not kept (the retrieved rows are scored from their codes).
 //
 // Storage (all counted by nbytes()), far rows allocated in 256-row steps:
-//   codebook      F16 [D / sub, 2^bits, sub]   one per layer (all batch rows and kv heads)
+//   codebook      F16 [D / sub, sub, 2^bits]   one per layer (all batch rows and kv heads), held
+//                                              transposed (the lookup tables' and the encoder's
+//                                              layout); state() saves it as [D / sub, 2^bits, sub]
 //   codes         U8  [B, H, far, D / sub]     far row j = position j
 //   far_values    input dtype [B, H, far, Dv]
 //   tail_k/tail_v input dtype [B, H, window, D]  positions [far, offset)

@@ -20,11 +20,9 @@
 namespace veloxquant {
 
 // lut[m * entries + c] = <query[m * sub ...], centroid c of sub-vector m> for the f32 codebook in
-// transposed layout [subs][sub][entries].
+// transposed layout [subs][sub][entries] (the layout the cache stores it in).
 void a2ats_lookup_table(const float* centroids, int64_t subs, int64_t entries, int64_t sub, const float* query,
                         float* lut);
-// The codebook [subs][entries][sub] into the transposed layout [subs][sub][entries].
-void a2ats_transpose_codebook(const float* centroids, int64_t subs, int64_t entries, int64_t sub, float* out);
 
 struct A2atsCallRows {
   const float* centroids = nullptr;  // f32 [subs][sub][entries] (transposed), decoded for this call
