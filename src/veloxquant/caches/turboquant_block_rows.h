@@ -6,8 +6,8 @@
 // the block (tile_kernels.h); values are summed rotated and turned back once per output row
 // (finish_row: Pi_v^T acc), not once per row read.
 //
-// Decode tiles (up to 4 queries) read rows from their codes instead (an 8-bit path for 4-5-bit
-// keys, attention/byte_level_key_scores.h, is built but off: kByteKeys in the .cpp); 1-3-bit
+// Decode tiles (up to 4 queries) read rows from their codes instead: 4-5-bit keys on Lloyd
+// levels are scored as 8-bit integers (attention/byte_level_key_scores.h); 1-3-bit
 // keys on Lloyd levels are scored in f32 with their 8 levels in one register (score_permuted_level_rows); other keys
 // that fit the integer scorer (attention/block_level_key_scores.h: up to 6 bits, or 8 on even levels) are scored
 // without decoding — the rotated query is rounded to 16 bits once in prepare_query, and a tile
@@ -80,7 +80,7 @@ class TurboQuantBlockRows final : public attention::RowSource {
 
   const TurboQuantBlockCache& cache_;
   int64_t rows_;
-  bool byte_keys_;      // 4-5-bit Lloyd keys, head size 64, no key means: 8-bit scores (first)
+  bool byte_keys_;      // 4-5-bit Lloyd keys, head size 64: 8-bit scores (first)
   bool permuted_keys_;  // 1-3-bit Lloyd keys: f32 scores from a level register (before integer_keys_)
   bool integer_keys_;
   bool coded_values_;
