@@ -209,26 +209,31 @@ void uniform_weighted_scales(const BlockLevelValues& v, const float* weights, in
   }
 }
 
-// Codes of 1..3 bits on any levels (turboquant_block's 3-bit values in the q4 and q3 presets):
-// the 2^B levels as f32 in one register (entry i = level[i mod 2^B], so the bits of the next
-// codes above a code's own select the same level), 8 codes = B bytes spread to their lanes by
-// one 32-bit broadcast and one variable shift, looked up by one lane permute — no byte tables, no
-// f16 widening. Rows take their weight times block scale from ws (weighted_block_scales), one
-// broadcast per row and query. Chunks of 32 coordinates (one block: blocks are multiples of 32),
-// NQ x 4 outputs in registers; the same FMAs in the same row order as the scalar reference.
+// Codes of 1..4 bits on any levels (turboquant_block's 3-bit values in the q4 and q3 presets,
+// 4-bit in q5): the 2^B levels as f32 in one register (entry i = level[i mod 2^B], so the bits of
+// the next codes above a code's own select the same level; 4 bits: levels 0-7 in one register,
+// 8-15 in a second, code bit 3 moved to the sign picks by a blend), 8 codes = B bytes spread to
+// their lanes by one 32-bit broadcast and one variable shift, looked up by one lane permute (two
+// and a blend at 4 bits, against 8 instructions per 8 codes for the byte tables and f16 widening
+// of accumulate_chunks) — no byte tables, no f16 widening. Rows take their weight times block
+// scale from ws (weighted_block_scales), one broadcast per row and query. Chunks of 32
+// coordinates (one block: blocks are multiples of 32), NQ x 4 outputs in registers (at 4 bits
+// some spill to the stack; chunks of 16 measured 2% more per row); the same FMAs in the same row
+// order as the scalar reference.
 template <int B, int NQ>
 void accumulate_permuted_chunks(const BlockLevelValues& v, const float* ws, float* acc, int64_t acc_stride) {
-  static_assert(B >= 1 && B <= 3, "8 levels per register");
+  static_assert(B >= 1 && B <= 4, "8 levels per register, two registers at 4 bits");
   const hn::CappedTag<float, 8> df;
   const hn::RebindToUnsigned<decltype(df)> du32;
   using VF = hn::Vec<decltype(df)>;
-  HWY_ALIGN float entries[8];
+  HWY_ALIGN float entries[2][8];
   HWY_ALIGN uint32_t shift[8];
   for (int i = 0; i < 8; ++i) {
-    entries[i] = base::f16_to_f32(v.levels_f16[i & ((1 << B) - 1)]);
+    entries[0][i] = base::f16_to_f32(v.levels_f16[i & ((1 << B) - 1)]);
+    entries[1][i] = base::f16_to_f32(v.levels_f16[(8 + i) & ((1 << B) - 1)]);
     shift[i] = static_cast<uint32_t>(B * i);
   }
-  const VF table = hn::Load(df, entries);
+  const VF table = hn::Load(df, entries[0]), table_high = hn::Load(df, entries[1]);
   const auto shifts = hn::Load(du32, shift);
 
   const uint8_t* const codes = v.codes;
@@ -264,7 +269,12 @@ void accumulate_permuted_chunks(const BlockLevelValues& v, const float* ws, floa
       for (int g = 0; g < 4; ++g) {
         uint32_t word;
         std::memcpy(&word, group + g * B, sizeof(word));
-        const VF level = permute_lanes8(df, table, hn::Shr(hn::Set(du32, word), shifts));
+        const auto index = hn::Shr(hn::Set(du32, word), shifts);
+        VF level = permute_lanes8(df, table, index);
+        if constexpr (B == 4) {
+          level = hn::IfNegativeThenElse(hn::BitCast(df, hn::ShiftLeft<28>(index)),
+                                         permute_lanes8(df, table_high, index), level);
+        }
 #pragma GCC unroll 3
         for (int r = 0; r < NQ; ++r) a[r][g] = hn::MulAdd(level, wr[r], a[r][g]);
       }
@@ -496,6 +506,8 @@ void accumulate_rows(const BlockLevelValues& v, const float* weights, int64_t ld
           return accumulate_permuted<2>(v, weights, ld, n_q, acc, acc_stride);
         case 3:
           return accumulate_permuted<3>(v, weights, ld, n_q, acc, acc_stride);
+        case 4:
+          return accumulate_permuted<4>(v, weights, ld, n_q, acc, acc_stride);
         default:
           break;
       }
