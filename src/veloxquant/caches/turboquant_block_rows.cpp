@@ -32,12 +32,14 @@ constexpr int64_t kMaxQueriesFromCodes = 4;
 TurboQuantBlockRows::TurboQuantBlockRows(const TurboQuantBlockCache& cache, int64_t rows)
     : cache_(cache),
       rows_(rows),
-      // 4-5-bit Lloyd keys are scored as 8-bit integers (attention/byte_level_key_scores.h):
+      // 2-5-bit Lloyd keys are scored as 8-bit integers (attention/byte_level_key_scores.h):
       // exactly the integer model of the 8-bit query and levels, whose rounding is the only
       // difference from the f32 scores (ByteKeyDecodeStepsEqualTheirIntegerModel in
       // turboquant_block_cache_test: within 5e-5 of attention over that model; against exact
       // attention only within the rounding, which softmax amplifies on peaked test scores).
-      byte_keys_(!cache.key_quantizer().even_levels() && cache.key_bits() >= 4 &&
+      // 6-bit keys (q5) keep the 16-bit scorer: through the 8-bit one (151 -> 92 instructions
+      // per row) their 64 levels round too coarsely, q5's decode-like KL rose 0.00441 -> 0.00511.
+      byte_keys_(!cache.key_quantizer().even_levels() && cache.key_bits() >= 2 && cache.key_bits() <= 5 &&
                  attention::kernels::can_score_byte_level_rows(cache.key_bits(), cache.head_dim(),
                                                                cache.key_quantizer().block_size())),
       permuted_keys_(!byte_keys_ && !cache.key_quantizer().even_levels() &&

@@ -20,8 +20,8 @@ namespace {
 TEST(ByteLevelKeyScores, ShapesItTakes) {
   // Whether the machine runs the SIMD loop is the dispatcher's; the shape rule is fixed.
   if (!can_score_byte_level_rows(5, 64, 32)) GTEST_SKIP() << "no AVX2 target";
-  for (int bits : {2, 3, 4, 5}) EXPECT_TRUE(can_score_byte_level_rows(bits, 64, 32)) << bits;
-  EXPECT_FALSE(can_score_byte_level_rows(6, 64, 32));  // a 64-entry table
+  for (int bits : {2, 3, 4, 5, 6}) EXPECT_TRUE(can_score_byte_level_rows(bits, 64, 32)) << bits;
+  EXPECT_FALSE(can_score_byte_level_rows(7, 64, 32));  // a 128-entry table
   EXPECT_FALSE(can_score_byte_level_rows(1, 64, 32));
   EXPECT_FALSE(can_score_byte_level_rows(5, 128, 32));  // two blocks per row only
   EXPECT_FALSE(can_score_byte_level_rows(5, 64, 64));
@@ -53,7 +53,7 @@ TEST(ByteLevelKeyScores, QueryRoundsWithinHalfAStepAndNonFiniteGivesNaNStep) {
 
 TEST(ByteLevelKeyScores, MatchesScalarReferenceAndExactScores) {
   const int64_t dim = 64, block = 32, nb = 2;
-  for (int bits = 2; bits <= 5; ++bits) {
+  for (int bits = 2; bits <= 6; ++bits) {
     const std::vector<float>& levels = quant::block_levels(bits, static_cast<int>(block));
     const ByteLevels l8 = byte_levels(levels.data(), bits);
     for (int c = 0; c < (1 << bits); ++c) {
@@ -124,7 +124,7 @@ TEST(ByteLevelKeyScores, MatchesScalarReferenceAndExactScores) {
 // saturate: quantize_query_i8 never makes one, nor byte_levels a level of -128.
 TEST(ByteLevelKeyScores, ExtremeMagnitudesSumExactlyWithoutSaturation) {
   const int64_t dim = 64, block = 32;
-  for (int bits = 2; bits <= 5; ++bits) {
+  for (int bits = 2; bits <= 6; ++bits) {
     const ByteLevels l8 = byte_levels(quant::block_levels(bits, static_cast<int>(block)).data(), bits);
     const int top = (1 << bits) - 1;
     ASSERT_EQ(l8.value[0], -127) << bits;
