@@ -153,6 +153,42 @@ void accumulate_even_bytes(const BlockLevelValues& v, const float* ws, float* ac
 // The tile's weights times its block scales times k, ws[(r * blocks + b) * n + j] =
 // w[r][j] * (f16(s_jb) * k) — the product each row's FMAs use, made once per tile in SIMD instead
 // of once per row and chunk (k = 1 leaves f16(s) as it is: the table paths' w * s).
+// The whole groups of 8 rows for NQ queries and kBlocks (1 or 2) blocks per row known at compile
+// time (decode tiles: a GQA group): the output and weight rows as fixed pointers, no index
+// arithmetic per store (the loop over runtime counts cost ~9 instructions per kv row, 3 now).
+template <int NQ, int kBlocks>
+void weighted_scales_fixed(const BlockLevelValues& v, const float* weights, int64_t ld, float k, float* ws) {
+  const hn::CappedTag<float, 8> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  using VF = hn::Vec<decltype(df)>;
+  const int64_t n = v.n_rows, whole = n / 8 * 8;
+  const auto kv = hn::Set(df, k);
+  const auto* scales = reinterpret_cast<const hwy::float16_t*>(v.scales);
+  const float* w[NQ];
+  float* out[NQ][kBlocks];
+  for (int r = 0; r < NQ; ++r) {
+    w[r] = weights + r * ld;
+    for (int b = 0; b < kBlocks; ++b) out[r][b] = ws + (r * kBlocks + b) * n;
+  }
+  for (int64_t j = 0; j < whole; j += 8) {
+    VF s[kBlocks];
+    if constexpr (kBlocks == 1) {
+      s[0] = hn::Mul(hn::PromoteTo(df, hn::LoadU(dh, scales + j)), kv);
+    } else {
+      const VF a = hn::PromoteTo(df, hn::LoadU(dh, scales + 2 * j));
+      const VF b = hn::PromoteTo(df, hn::LoadU(dh, scales + 2 * j + 8));
+      s[0] = hn::Mul(hn::ConcatEven(df, b, a), kv);
+      s[1] = hn::Mul(hn::ConcatOdd(df, b, a), kv);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NQ; ++r) {
+      const VF wr = hn::LoadU(df, w[r] + j);
+#pragma GCC unroll 2
+      for (int b = 0; b < kBlocks; ++b) hn::StoreU(hn::Mul(wr, s[b]), df, out[r][b] + j);
+    }
+  }
+}
+
 void weighted_block_scales(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float k,
                            float* ws) {
   const hn::CappedTag<float, 8> df;
@@ -164,7 +200,15 @@ void weighted_block_scales(const BlockLevelValues& v, const float* weights, int6
   // One and two blocks per row (head sizes 64 and 128 in blocks of 32 or 64): 8 rows' scales
   // converted (two blocks: de-interleaved) and multiplied into every query's weights in one pass.
   if (blocks <= 2) {
-    for (int64_t j = 0; j < whole; j += 8) {
+    const int64_t fixed = n_q == 3 || n_q == 1 ? whole : 0;  // rows done by weighted_scales_fixed
+    if (n_q == 3) {
+      blocks == 1 ? weighted_scales_fixed<3, 1>(v, weights, ld, k, ws)
+                  : weighted_scales_fixed<3, 2>(v, weights, ld, k, ws);
+    } else if (n_q == 1) {
+      blocks == 1 ? weighted_scales_fixed<1, 1>(v, weights, ld, k, ws)
+                  : weighted_scales_fixed<1, 2>(v, weights, ld, k, ws);
+    }
+    for (int64_t j = fixed; j < whole; j += 8) {
       VF s[2];
       if (blocks == 1) {
         s[0] = hn::Mul(hn::PromoteTo(df, hn::LoadU(dh, scales + j)), kv);
