@@ -105,16 +105,14 @@ void accumulate_chunks(const BlockLevelValues& v, const float* weights, int64_t 
 
 // 8-bit codes on even levels, NQ queries, chunks of 32 coordinates: each level is computed
 // exactly from its code (dense_code_lookup-inl.h) and added with the weight times the block
-// scale, as the table path adds a looked-up level.
+// scale, as the table path adds a looked-up level. Rows take their weight times block scale from
+// ws (weighted_block_scales, made once per tile), one broadcast per row and query (converting
+// the scale and multiplying per row and chunk cost q8 about 8 more instructions per row).
 template <int NQ>
-void accumulate_even_bytes(const BlockLevelValues& v, const float* weights, int64_t ld, float* acc,
-                           int64_t acc_stride) {
+void accumulate_even_bytes(const BlockLevelValues& v, const float* ws, float* acc, int64_t acc_stride) {
   const hn::CappedTag<float, 8> df;
-  const hn::Repartition<uint16_t, decltype(df)> du16;
-  const hn::Half<decltype(du16)> du16h;
-  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
   using VF = hn::Vec<decltype(df)>;
-  const int64_t dim = v.dim, blocks = dim / v.block;
+  const int64_t dim = v.dim, blocks = dim / v.block, n_rows = v.n_rows;
   for (int64_t e0 = 0; e0 < dim; e0 += 32) {
     VF a[NQ][4];
 #pragma GCC unroll 3
@@ -123,17 +121,19 @@ void accumulate_even_bytes(const BlockLevelValues& v, const float* weights, int6
       for (int k = 0; k < 4; ++k) a[r][k] = hn::LoadU(df, acc + r * acc_stride + e0 + 8 * k);
     }
     const int64_t blk = e0 / v.block;
-    for (int64_t j = 0; j < v.n_rows; ++j) {
-      const uint8_t* codes = v.codes + j * v.code_stride + e0;
-      const VF scale = hn::PromoteTo(df, hn::BitCast(dh, hn::Set(du16h, v.scales[j * blocks + blk])));
-      VF ws[NQ];
+    const float* w[NQ];
 #pragma GCC unroll 3
-      for (int r = 0; r < NQ; ++r) ws[r] = hn::Mul(hn::Set(df, weights[r * ld + j]), scale);
+    for (int r = 0; r < NQ; ++r) w[r] = ws + (r * blocks + blk) * n_rows;
+    const uint8_t* codes = v.codes + e0;
+    for (int64_t j = 0; j < n_rows; ++j, codes += v.code_stride) {
+      VF wr[NQ];
+#pragma GCC unroll 3
+      for (int r = 0; r < NQ; ++r) wr[r] = hn::Set(df, w[r][j]);
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const VF level = even_byte_levels_f32(df, codes + 8 * k);
 #pragma GCC unroll 3
-        for (int r = 0; r < NQ; ++r) a[r][k] = hn::MulAdd(level, ws[r], a[r][k]);
+        for (int r = 0; r < NQ; ++r) a[r][k] = hn::MulAdd(level, wr[r], a[r][k]);
       }
     }
 #pragma GCC unroll 3
@@ -153,6 +153,42 @@ void accumulate_even_bytes(const BlockLevelValues& v, const float* weights, int6
 // The tile's weights times its block scales times k, ws[(r * blocks + b) * n + j] =
 // w[r][j] * (f16(s_jb) * k) — the product each row's FMAs use, made once per tile in SIMD instead
 // of once per row and chunk (k = 1 leaves f16(s) as it is: the table paths' w * s).
+// The whole groups of 8 rows for NQ queries and kBlocks (1 or 2) blocks per row known at compile
+// time (decode tiles: a GQA group): the output and weight rows as fixed pointers, no index
+// arithmetic per store (the loop over runtime counts cost ~9 instructions per kv row, 3 now).
+template <int NQ, int kBlocks>
+void weighted_scales_fixed(const BlockLevelValues& v, const float* weights, int64_t ld, float k, float* ws) {
+  const hn::CappedTag<float, 8> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  using VF = hn::Vec<decltype(df)>;
+  const int64_t n = v.n_rows, whole = n / 8 * 8;
+  const auto kv = hn::Set(df, k);
+  const auto* scales = reinterpret_cast<const hwy::float16_t*>(v.scales);
+  const float* w[NQ];
+  float* out[NQ][kBlocks];
+  for (int r = 0; r < NQ; ++r) {
+    w[r] = weights + r * ld;
+    for (int b = 0; b < kBlocks; ++b) out[r][b] = ws + (r * kBlocks + b) * n;
+  }
+  for (int64_t j = 0; j < whole; j += 8) {
+    VF s[kBlocks];
+    if constexpr (kBlocks == 1) {
+      s[0] = hn::Mul(hn::PromoteTo(df, hn::LoadU(dh, scales + j)), kv);
+    } else {
+      const VF a = hn::PromoteTo(df, hn::LoadU(dh, scales + 2 * j));
+      const VF b = hn::PromoteTo(df, hn::LoadU(dh, scales + 2 * j + 8));
+      s[0] = hn::Mul(hn::ConcatEven(df, b, a), kv);
+      s[1] = hn::Mul(hn::ConcatOdd(df, b, a), kv);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NQ; ++r) {
+      const VF wr = hn::LoadU(df, w[r] + j);
+#pragma GCC unroll 2
+      for (int b = 0; b < kBlocks; ++b) hn::StoreU(hn::Mul(wr, s[b]), df, out[r][b] + j);
+    }
+  }
+}
+
 void weighted_block_scales(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float k,
                            float* ws) {
   const hn::CappedTag<float, 8> df;
@@ -164,7 +200,15 @@ void weighted_block_scales(const BlockLevelValues& v, const float* weights, int6
   // One and two blocks per row (head sizes 64 and 128 in blocks of 32 or 64): 8 rows' scales
   // converted (two blocks: de-interleaved) and multiplied into every query's weights in one pass.
   if (blocks <= 2) {
-    for (int64_t j = 0; j < whole; j += 8) {
+    const int64_t fixed = n_q == 3 || n_q == 1 ? whole : 0;  // rows done by weighted_scales_fixed
+    if (n_q == 3) {
+      blocks == 1 ? weighted_scales_fixed<3, 1>(v, weights, ld, k, ws)
+                  : weighted_scales_fixed<3, 2>(v, weights, ld, k, ws);
+    } else if (n_q == 1) {
+      blocks == 1 ? weighted_scales_fixed<1, 1>(v, weights, ld, k, ws)
+                  : weighted_scales_fixed<1, 2>(v, weights, ld, k, ws);
+    }
+    for (int64_t j = fixed; j < whole; j += 8) {
       VF s[2];
       if (blocks == 1) {
         s[0] = hn::Mul(hn::PromoteTo(df, hn::LoadU(dh, scales + j)), kv);
@@ -209,26 +253,31 @@ void uniform_weighted_scales(const BlockLevelValues& v, const float* weights, in
   }
 }
 
-// Codes of 1..3 bits on any levels (turboquant_block's 3-bit values in the q4 and q3 presets):
-// the 2^B levels as f32 in one register (entry i = level[i mod 2^B], so the bits of the next
-// codes above a code's own select the same level), 8 codes = B bytes spread to their lanes by
-// one 32-bit broadcast and one variable shift, looked up by one lane permute — no byte tables, no
-// f16 widening. Rows take their weight times block scale from ws (weighted_block_scales), one
-// broadcast per row and query. Chunks of 32 coordinates (one block: blocks are multiples of 32),
-// NQ x 4 outputs in registers; the same FMAs in the same row order as the scalar reference.
+// Codes of 1..4 bits on any levels (turboquant_block's 3-bit values in the q4 and q3 presets,
+// 4-bit in q5): the 2^B levels as f32 in one register (entry i = level[i mod 2^B], so the bits of
+// the next codes above a code's own select the same level; 4 bits: levels 0-7 in one register,
+// 8-15 in a second, code bit 3 moved to the sign picks by a blend), 8 codes = B bytes spread to
+// their lanes by one 32-bit broadcast and one variable shift, looked up by one lane permute (two
+// and a blend at 4 bits, against 8 instructions per 8 codes for the byte tables and f16 widening
+// of accumulate_chunks) — no byte tables, no f16 widening. Rows take their weight times block
+// scale from ws (weighted_block_scales), one broadcast per row and query. Chunks of 32
+// coordinates (one block: blocks are multiples of 32), NQ x 4 outputs in registers (at 4 bits
+// some spill to the stack; chunks of 16 measured 2% more per row); the same FMAs in the same row
+// order as the scalar reference.
 template <int B, int NQ>
 void accumulate_permuted_chunks(const BlockLevelValues& v, const float* ws, float* acc, int64_t acc_stride) {
-  static_assert(B >= 1 && B <= 3, "8 levels per register");
+  static_assert(B >= 1 && B <= 4, "8 levels per register, two registers at 4 bits");
   const hn::CappedTag<float, 8> df;
   const hn::RebindToUnsigned<decltype(df)> du32;
   using VF = hn::Vec<decltype(df)>;
-  HWY_ALIGN float entries[8];
+  HWY_ALIGN float entries[2][8];
   HWY_ALIGN uint32_t shift[8];
   for (int i = 0; i < 8; ++i) {
-    entries[i] = base::f16_to_f32(v.levels_f16[i & ((1 << B) - 1)]);
+    entries[0][i] = base::f16_to_f32(v.levels_f16[i & ((1 << B) - 1)]);
+    entries[1][i] = base::f16_to_f32(v.levels_f16[(8 + i) & ((1 << B) - 1)]);
     shift[i] = static_cast<uint32_t>(B * i);
   }
-  const VF table = hn::Load(df, entries);
+  const VF table = hn::Load(df, entries[0]), table_high = hn::Load(df, entries[1]);
   const auto shifts = hn::Load(du32, shift);
 
   const uint8_t* const codes = v.codes;
@@ -264,7 +313,12 @@ void accumulate_permuted_chunks(const BlockLevelValues& v, const float* ws, floa
       for (int g = 0; g < 4; ++g) {
         uint32_t word;
         std::memcpy(&word, group + g * B, sizeof(word));
-        const VF level = permute_lanes8(df, table, hn::Shr(hn::Set(du32, word), shifts));
+        const auto index = hn::Shr(hn::Set(du32, word), shifts);
+        VF level = permute_lanes8(df, table, index);
+        if constexpr (B == 4) {
+          level = hn::IfNegativeThenElse(hn::BitCast(df, hn::ShiftLeft<28>(index)),
+                                         permute_lanes8(df, table_high, index), level);
+        }
 #pragma GCC unroll 3
         for (int r = 0; r < NQ; ++r) a[r][g] = hn::MulAdd(level, wr[r], a[r][g]);
       }
@@ -447,9 +501,16 @@ void accumulate_queries(const BlockLevelValues& v, const float* weights, int64_t
 
 void accumulate_even_byte_queries(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
                                   int64_t acc_stride) {
+  const int64_t blocks = v.dim / v.block;
+  thread_local std::vector<float> work;
+  const std::size_t need = static_cast<std::size_t>(n_q * blocks * v.n_rows);
+  if (work.size() < need) work.resize(need);
+  float* ws = work.data();
+  weighted_block_scales(v, weights, ld, n_q, 1.0f, ws);
   int64_t r = 0;
-  for (; r + 3 <= n_q; r += 3) accumulate_even_bytes<3>(v, weights + r * ld, ld, acc + r * acc_stride, acc_stride);
-  for (; r < n_q; ++r) accumulate_even_bytes<1>(v, weights + r * ld, ld, acc + r * acc_stride, acc_stride);
+  for (; r + 3 <= n_q; r += 3)
+    accumulate_even_bytes<3>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
+  for (; r < n_q; ++r) accumulate_even_bytes<1>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
 }
 
 template <int B>
@@ -496,6 +557,8 @@ void accumulate_rows(const BlockLevelValues& v, const float* weights, int64_t ld
           return accumulate_permuted<2>(v, weights, ld, n_q, acc, acc_stride);
         case 3:
           return accumulate_permuted<3>(v, weights, ld, n_q, acc, acc_stride);
+        case 4:
+          return accumulate_permuted<4>(v, weights, ld, n_q, acc, acc_stride);
         default:
           break;
       }

@@ -23,13 +23,15 @@ bool ByteKeysSupportedImpl() { return true; }
 
 // 32 dense B-bit codes (one block) to their int8 levels, byte i of the result = level of code i.
 // 128-bit lane h holds codes 16h..16h+15: lane 0 reads the block's first bytes, lane 1 the bytes
-// from code 16 on (2B bytes in; with B = 5 the block's 20 bytes pass one 128-bit lane, so the
-// load is 32 bytes with qwords 0, 1, 1, 2 and lane 1 starts at byte 8). In each lane the even
+// from code 16 on (2B bytes in; with B = 5, 6 the block's 20, 24 bytes pass one 128-bit lane, so
+// the load is 32 bytes with qwords 0, 1, 1, 2 and lane 1 starts at byte 8). In each lane the even
 // codes' 16-bit windows are lifted (multiplied so the code tops the lane) and shifted down to
 // the low byte, the odd codes' to the high byte; one blend joins them, every byte a clean code.
+// The levels are looked up 16 at a time (one byte shuffle each), codes of 5 and 6 bits then pick
+// among the tables by their bits 4 and 5 (blends).
 template <int B>
 class ByteBlockLevels {
-  static_assert(B >= 2 && B <= 5, "32-entry tables at most");
+  static_assert(B >= 2 && B <= 6, "64-entry tables at most");
 
  public:
   static constexpr int64_t kBlockBytes = 4 * B;            // 32 codes
@@ -54,8 +56,8 @@ class ByteBlockLevels {
     even_lift_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(lift[0]));
     odd_lift_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(lift[1]));
     high_bytes_ = _mm256_set1_epi16(static_cast<int16_t>(0xff00));
-    HWY_ALIGN int8_t table[2][32];
-    for (int t = 0; t < 2; ++t) {
+    HWY_ALIGN int8_t table[4][32];
+    for (int t = 0; t < 4; ++t) {
       for (int e = 0; e < 16; ++e) {
         const int c = 16 * t + e;
         table[t][e] = table[t][16 + e] = c < (1 << B) ? levels[c] : int8_t{0};
@@ -63,6 +65,8 @@ class ByteBlockLevels {
     }
     table0_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(table[0]));
     table1_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(table[1]));
+    table2_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(table[2]));
+    table3_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(table[3]));
   }
 
   HWY_INLINE __m256i operator()(const uint8_t* block) const {
@@ -80,14 +84,23 @@ class ByteBlockLevels {
       return _mm256_shuffle_epi8(table0_, codes);
     } else {
       // Code bit 4 moved to each byte's sign picks the table (bits shifted in from the byte
-      // below land under the sign, which is all the blend reads).
-      return _mm256_blendv_epi8(_mm256_shuffle_epi8(table0_, codes), _mm256_shuffle_epi8(table1_, codes),
-                                _mm256_slli_epi16(codes, 3));
+      // below land under the sign, which is all the blend reads); for 6 bits bit 5 then picks
+      // the pair.
+      const __m256i bit4 = _mm256_slli_epi16(codes, 3);
+      const __m256i low =
+          _mm256_blendv_epi8(_mm256_shuffle_epi8(table0_, codes), _mm256_shuffle_epi8(table1_, codes), bit4);
+      if constexpr (B == 5) {
+        return low;
+      } else {
+        const __m256i high =
+            _mm256_blendv_epi8(_mm256_shuffle_epi8(table2_, codes), _mm256_shuffle_epi8(table3_, codes), bit4);
+        return _mm256_blendv_epi8(low, high, _mm256_slli_epi16(codes, 2));
+      }
     }
   }
 
  private:
-  __m256i even_index_, odd_index_, even_lift_, odd_lift_, high_bytes_, table0_, table1_;
+  __m256i even_index_, odd_index_, even_lift_, odd_lift_, high_bytes_, table0_, table1_, table2_, table3_;
 };
 
 // Rows of 64 codes (two blocks of 32) against NQ <= 3 queries. Per row and query the two block
@@ -197,6 +210,8 @@ void ScoreByteLevelsImpl(const BlockLevelKeys& k, const ByteLevels& levels, cons
         return score_queries<4>(k, levels, q8, abs_q8, q_step, bias, n_q, scores, ld);
       case 5:
         return score_queries<5>(k, levels, q8, abs_q8, q_step, bias, n_q, scores, ld);
+      case 6:
+        return score_queries<6>(k, levels, q8, abs_q8, q_step, bias, n_q, scores, ld);
       default:
         break;
     }
@@ -232,7 +247,7 @@ ByteLevels byte_levels(const float* levels, int bits) {
 
 bool can_score_byte_level_rows(int bits, int64_t dim, int64_t block) {
   static const bool supported = HWY_DYNAMIC_DISPATCH(ByteKeysSupportedImpl)();
-  return supported && bits >= 2 && bits <= 5 && dim == 64 && block == 32;
+  return supported && bits >= 2 && bits <= 6 && dim == 64 && block == 32;
 }
 
 void quantize_query_i8(const float* q, int64_t d, int8_t* q8, uint8_t* abs_q8, float* step) {

@@ -19,6 +19,9 @@
 // The cost of the rounding is measured, not assumed: on Gaussian blocks the 5-bit levels rounded
 // to 8 bits add 1.9% to the codes' MSE (3 bits: nothing), and the 8-bit query adds an error of
 // about 2% of the 5-bit keys' own to each score (docs/methods/turboquant_block.md has the KL).
+// 6-bit codes (64 levels, four tables and three blends a pass) are scored exactly as well, but
+// their levels lose more to the rounding: turboquant_block's q5 rose 16% in decode-like KL, so it
+// keeps them on the 16-bit scorer.
 #include <cstdint>
 
 #include "veloxquant/attention/block_level_key_scores.h"
@@ -28,12 +31,12 @@ namespace veloxquant::attention::kernels {
 // The 2^bits levels rounded to int8 of one step: value[c] = round(levels[c] / step),
 // step = max |level| / 127.
 struct ByteLevels {
-  int8_t value[32];
+  int8_t value[64];
   float step;
 };
 ByteLevels byte_levels(const float* levels, int bits);
 
-// Whether rows of this shape take score_byte_level_rows on this machine: bits 2..5, head size
+// Whether rows of this shape take score_byte_level_rows on this machine: bits 2..6, head size
 // 64 in blocks of 32 (two blocks per row), an x86 AVX2 target. Otherwise a caller takes
 // block_level_key_scores.h.
 bool can_score_byte_level_rows(int bits, int64_t dim, int64_t block);

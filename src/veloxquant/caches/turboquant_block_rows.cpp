@@ -27,21 +27,19 @@ bool rotated_mean(const uint16_t* mu, int64_t dim, float* out) {
 // ~39 per query).
 constexpr int64_t kMaxQueriesFromCodes = 4;
 
-// Whether decode tiles may score 4-5-bit keys with 8-bit integers (see the constructor).
-constexpr bool kByteKeys = false;
-
 }  // namespace
 
 TurboQuantBlockRows::TurboQuantBlockRows(const TurboQuantBlockCache& cache, int64_t rows)
     : cache_(cache),
       rows_(rows),
-      // 8-bit scoring (attention/byte_level_key_scores.h) is off: the kernel matches its scalar
-      // reference, but fused decode steps through it disagreed with brute-force attention over
-      // the fetched rows for 4-5-bit keys without means (ByteKeyDecodeSteps* in
-      // turboquant_block_cache_test, found at the end of the 2026-12-05 session; not yet
-      // explained). kByteKeys turns it back on once that test passes with it.
-      byte_keys_(kByteKeys && !cache.key_quantizer().even_levels() && cache.key_bits() >= 4 &&
-                 cache.settings().mean_rows == 0 &&
+      // 2-5-bit Lloyd keys are scored as 8-bit integers (attention/byte_level_key_scores.h):
+      // exactly the integer model of the 8-bit query and levels, whose rounding is the only
+      // difference from the f32 scores (ByteKeyDecodeStepsEqualTheirIntegerModel in
+      // turboquant_block_cache_test: within 5e-5 of attention over that model; against exact
+      // attention only within the rounding, which softmax amplifies on peaked test scores).
+      // 6-bit keys (q5) keep the 16-bit scorer: through the 8-bit one (151 -> 92 instructions
+      // per row) their 64 levels round too coarsely, q5's decode-like KL rose 0.00441 -> 0.00511.
+      byte_keys_(!cache.key_quantizer().even_levels() && cache.key_bits() >= 2 && cache.key_bits() <= 5 &&
                  attention::kernels::can_score_byte_level_rows(cache.key_bits(), cache.head_dim(),
                                                                cache.key_quantizer().block_size())),
       permuted_keys_(!byte_keys_ && !cache.key_quantizer().even_levels() &&

@@ -6,12 +6,14 @@
 // the block (tile_kernels.h); values are summed rotated and turned back once per output row
 // (finish_row: Pi_v^T acc), not once per row read.
 //
-// Decode tiles (up to 4 queries) read rows from their codes instead (an 8-bit path for 4-5-bit
-// keys, attention/byte_level_key_scores.h, is built but off: kByteKeys in the .cpp); 1-3-bit
-// keys on Lloyd levels are scored in f32 with their 8 levels in one register (score_permuted_level_rows); other keys
-// that fit the integer scorer (attention/block_level_key_scores.h: up to 6 bits, or 8 on even levels) are scored
-// without decoding — the rotated query is rounded to 16 bits once in prepare_query, and a tile
-// costs level lookups in registers and 16-bit multiply-adds; values that fit
+// Decode tiles (up to 4 queries) read rows from their codes instead: 2-5-bit keys on Lloyd
+// levels, head size 64, are scored as 8-bit integers (attention/byte_level_key_scores.h; the
+// query rounded to int8 once in prepare_query); 1-bit keys on Lloyd levels (and 1-3-bit ones on
+// machines without the byte scorer) in f32 with their levels in one register
+// (score_permuted_level_rows); other keys that fit the integer scorer
+// (attention/block_level_key_scores.h: up to 6 bits, or 8 on even levels) without decoding — the
+// rotated query is rounded to 16 bits once in prepare_query, and a tile costs level lookups in
+// registers and 16-bit multiply-adds; values that fit
 // attention/block_level_value_sums.h are added into the outputs straight from their codes.
 //
 // Mean smoothing and sink rows stay exact: the cache keeps its means rotated (Pi mu, f16), which
@@ -67,7 +69,7 @@ class TurboQuantBlockRows final : public attention::RowSource {
   // their codes (attention/block_level_key_scores.h, score_permuted_level_rows).
   void score_permuted_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                            float* scores, int64_t ld) const;
-  // Rows [j0, j1) of coded 4-5-bit keys on Lloyd levels, head size 64 (no sink rows), scored
+  // Rows [j0, j1) of coded 2-5-bit keys on Lloyd levels, head size 64 (no sink rows), scored
   // as 8-bit integers (attention/byte_level_key_scores.h).
   void score_byte_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                        float* scores, int64_t ld, attention::TileScratch& scratch) const;
@@ -80,7 +82,7 @@ class TurboQuantBlockRows final : public attention::RowSource {
 
   const TurboQuantBlockCache& cache_;
   int64_t rows_;
-  bool byte_keys_;      // 4-5-bit Lloyd keys, head size 64, no key means: 8-bit scores (first)
+  bool byte_keys_;      // 2-5-bit Lloyd keys, head size 64: 8-bit scores (first)
   bool permuted_keys_;  // 1-3-bit Lloyd keys: f32 scores from a level register (before integer_keys_)
   bool integer_keys_;
   bool coded_values_;

@@ -46,9 +46,12 @@ TEST(BlockLevelValueSums, MatchesScalarBitForBitAndDecodedRowsInF64) {
                           {3, 256, 64},
                           {8, 64, 32},
                           {8, 128, 64},
-                          // 1-3 bits on Lloyd levels take the lane-permute loop (levels in one
-                          // register, weights times scales made once per tile): 1..4 blocks a row.
+                          // 1-4 bits on Lloyd levels take the lane-permute loop (levels in one
+                          // register, two at 4 bits; weights times scales made once per tile): 1..4
+                          // blocks a row.
                           {3, 128, 32},
+                          {4, 128, 32},
+                          {4, 32, 32},
                           {2, 128, 128},
                           {1, 96, 32},
                           {3, 32, 32},

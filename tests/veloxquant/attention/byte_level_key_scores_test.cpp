@@ -20,8 +20,8 @@ namespace {
 TEST(ByteLevelKeyScores, ShapesItTakes) {
   // Whether the machine runs the SIMD loop is the dispatcher's; the shape rule is fixed.
   if (!can_score_byte_level_rows(5, 64, 32)) GTEST_SKIP() << "no AVX2 target";
-  for (int bits : {2, 3, 4, 5}) EXPECT_TRUE(can_score_byte_level_rows(bits, 64, 32)) << bits;
-  EXPECT_FALSE(can_score_byte_level_rows(6, 64, 32));  // a 64-entry table
+  for (int bits : {2, 3, 4, 5, 6}) EXPECT_TRUE(can_score_byte_level_rows(bits, 64, 32)) << bits;
+  EXPECT_FALSE(can_score_byte_level_rows(7, 64, 32));  // a 128-entry table
   EXPECT_FALSE(can_score_byte_level_rows(1, 64, 32));
   EXPECT_FALSE(can_score_byte_level_rows(5, 128, 32));  // two blocks per row only
   EXPECT_FALSE(can_score_byte_level_rows(5, 64, 64));
@@ -53,7 +53,7 @@ TEST(ByteLevelKeyScores, QueryRoundsWithinHalfAStepAndNonFiniteGivesNaNStep) {
 
 TEST(ByteLevelKeyScores, MatchesScalarReferenceAndExactScores) {
   const int64_t dim = 64, block = 32, nb = 2;
-  for (int bits = 2; bits <= 5; ++bits) {
+  for (int bits = 2; bits <= 6; ++bits) {
     const std::vector<float>& levels = quant::block_levels(bits, static_cast<int>(block));
     const ByteLevels l8 = byte_levels(levels.data(), bits);
     for (int c = 0; c < (1 << bits); ++c) {
@@ -113,6 +113,79 @@ TEST(ByteLevelKeyScores, MatchesScalarReferenceAndExactScores) {
         }
       }
     }
+  }
+}
+
+// The largest sums the loop can meet: every query byte +-127 and every code on an outermost
+// level (int8 +-127), signs chosen so that all 64 products add (+127 * 127 each, or all -), or
+// alternate. vpmaddubsw adds two products into an int16 with saturation: 2 * 127 * 127 = 32258
+// stays below 32767, so every block sum is exact (32 * 16129 = 516128) and the SIMD loop, its
+// scalar reference and the closed form agree bit for bit. A query byte of 128 (|-128|) would
+// saturate: quantize_query_i8 never makes one, nor byte_levels a level of -128.
+TEST(ByteLevelKeyScores, ExtremeMagnitudesSumExactlyWithoutSaturation) {
+  const int64_t dim = 64, block = 32;
+  for (int bits = 2; bits <= 6; ++bits) {
+    const ByteLevels l8 = byte_levels(quant::block_levels(bits, static_cast<int>(block)).data(), bits);
+    const int top = (1 << bits) - 1;
+    ASSERT_EQ(l8.value[0], -127) << bits;
+    ASSERT_EQ(l8.value[top], 127) << bits;
+    for (int c = 0; c <= top; ++c) EXPECT_GE(l8.value[c], -127) << bits;
+    // Rows: all codes top; all codes 0; codes alternating top/0; first block top, second 0.
+    const int64_t stride = dim * bits / 8, n_rows = 4;
+    std::vector<uint8_t> codes(static_cast<std::size_t>(n_rows * stride), 0);
+    const auto code_of = [&](int64_t j, int64_t e) {
+      switch (j) {
+        case 0:
+          return top;
+        case 1:
+          return 0;
+        case 2:
+          return e % 2 == 0 ? top : 0;
+        default:
+          return e < block ? top : 0;
+      }
+    };
+    for (int64_t j = 0; j < n_rows; ++j)
+      for (int64_t e = 0; e < dim; ++e)
+        for (int k = 0; k < bits; ++k)
+          if ((code_of(j, e) >> k) & 1)
+            codes[static_cast<std::size_t>(j * stride + (e * bits + k) / 8)] |=
+                static_cast<uint8_t>(1u << ((e * bits + k) % 8));
+    std::vector<uint16_t> scales(static_cast<std::size_t>(n_rows * 2), base::f32_to_f16(1.0f));
+    // Queries: all +127; all -127; alternating +127/-127; -127 then +127 by block.
+    const int64_t n_q = 4, ld = n_rows;
+    std::vector<int8_t> q8(static_cast<std::size_t>(n_q * dim));
+    std::vector<uint8_t> a8(q8.size(), 127);
+    for (int64_t r = 0; r < n_q; ++r)
+      for (int64_t e = 0; e < dim; ++e) {
+        const bool plus = r == 0 || (r == 2 && e % 2 == 0) || (r == 3 && e >= block);
+        q8[static_cast<std::size_t>(r * dim + e)] = static_cast<int8_t>(plus ? 127 : -127);
+      }
+    const std::vector<float> step(static_cast<std::size_t>(n_q), 1.0f);
+    BlockLevelKeys keys;
+    keys.codes = codes.data();
+    keys.code_stride = stride;
+    keys.scales = scales.data();
+    keys.n_rows = n_rows;
+    keys.dim = dim;
+    keys.bits = bits;
+    keys.block = block;
+    std::vector<float> out(static_cast<std::size_t>(n_q * ld)), ref(out);
+    score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), nullptr, n_q, out.data(), ld);
+    scalar::score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), nullptr, n_q, ref.data(), ld);
+    ASSERT_EQ(out, ref) << bits << " bits";
+    for (int64_t r = 0; r < n_q; ++r) {
+      for (int64_t j = 0; j < n_rows; ++j) {
+        int64_t block_sum[2] = {0, 0};
+        for (int64_t e = 0; e < dim; ++e)
+          block_sum[e / block] +=
+              int64_t{q8[static_cast<std::size_t>(r * dim + e)]} * (code_of(j, e) == top ? 127 : -127);
+        const float want = static_cast<float>(block_sum[0] + block_sum[1]) * l8.step;
+        EXPECT_EQ(ref[static_cast<std::size_t>(r * ld + j)], want) << bits << " bits, query " << r << ", row " << j;
+      }
+    }
+    // Query 0 against row 0: every product +16129, the largest total.
+    EXPECT_EQ(ref[0], 2.0f * 32 * 127 * 127 * l8.step) << bits;
   }
 }
 
