@@ -6,6 +6,8 @@
 
 #include "veloxquant/attention/codeword_sum_rows.h"
 
+#include <cstddef>
+
 HWY_BEFORE_NAMESPACE();
 namespace veloxquant::attention::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -15,6 +17,25 @@ template <int kStages, class DF>
 HWY_INLINE void rows_of(DF df, const uint8_t* codes, int64_t code_stride, int64_t n_rows, int64_t subvectors,
                         int stages, const float* words, int64_t stage_stride, float* out, int64_t out_stride) {
   const int n_stages = kStages > 0 ? kStages : stages;
+  if constexpr (kStages > 0) {
+    // Each stage's codebook from a pointer of its own and the code widened unsigned: a codeword is
+    // one byte load, one shift and the load-add (it was a shift, a sign extension and an add of the
+    // stage offset besides: 24 instructions per 4-stage sub-vector, 407 per kv row at 4 bits).
+    const float* book[kStages];
+    for (int st = 0; st < kStages; ++st) book[st] = words + st * stage_stride;
+    for (int64_t j = 0; j < n_rows; ++j) {
+      const uint8_t* code = codes + j * code_stride;
+      float* dst = out + j * out_stride;
+      for (int64_t s = 0; s < subvectors; ++s, code += kStages) {
+        auto v = hn::LoadU(df, book[0] + (static_cast<std::size_t>(code[0]) << 3));
+        for (int st = 1; st < kStages; ++st) {
+          v = hn::Add(v, hn::LoadU(df, book[st] + (static_cast<std::size_t>(code[st]) << 3)));
+        }
+        hn::StoreU(v, df, dst + s * 8);
+      }
+    }
+    return;
+  }
   for (int64_t j = 0; j < n_rows; ++j) {
     const uint8_t* code = codes + j * code_stride;
     float* dst = out + j * out_stride;

@@ -81,8 +81,16 @@ void NsnQuantRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, cons
                                           kt_.subvectors(), book.stages(), book.codeword(0, 0),
                                           static_cast<int64_t>(book.entries()) * book.dim(), book.dim(), tile, dk_);
     lm::kernels::tiles::score_rows(prepared + dk_, pd, n_queries, tile, dk_, n, dk_, scores, ld);
-    scale_ab.resize(static_cast<std::size_t>(2 * n));
+    // The rows' (a, b) pairs widened, then split into a and b so that the per-row finishing runs
+    // over contiguous floats (the compiler vectorizes it; with the pairs interleaved it did not).
+    scale_ab.resize(static_cast<std::size_t>(4 * n));
     widen_pairs(key_scales_, b, h, j0, n, scale_ab.data());
+    float* scale_a = scale_ab.data() + 2 * n;
+    float* scale_b = scale_a + n;
+    for (int64_t j = 0; j < n; ++j) {
+      scale_a[j] = scale_ab[static_cast<std::size_t>(2 * j)];
+      scale_b[j] = scale_ab[static_cast<std::size_t>(2 * j + 1)];
+    }
     query_mean.resize(static_cast<std::size_t>(n_queries));
     mean.resize(static_cast<std::size_t>(dk_));
     for (int64_t a = j0; a < quantized_end;) {
@@ -94,11 +102,10 @@ void NsnQuantRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, cons
         for (int64_t e = 0; e < dk_; ++e) s += q[e] * mean[static_cast<std::size_t>(e)];
         query_mean[static_cast<std::size_t>(r)] = s;
       }
-      const float* ab = scale_ab.data();
       for (int64_t r = 0; r < n_queries; ++r) {
         const float qm = query_mean[static_cast<std::size_t>(r)];
         float* row = scores + r * ld;
-        for (int64_t j = a - j0; j < end - j0; ++j) row[j] = ab[2 * j] * row[j] + ab[2 * j + 1] * qm;
+        for (int64_t j = a - j0; j < end - j0; ++j) row[j] = scale_a[j] * row[j] + scale_b[j] * qm;
       }
       a = end;
     }
@@ -113,62 +120,69 @@ void NsnQuantRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, cons
 
 void NsnQuantRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
                                    int64_t n_queries, int64_t ld, float* acc, attention::TileScratch& scratch) const {
+  // The accumulator stays in the rotated basis for the whole call (finish_row rotates each finished
+  // row back once): the codes' rows need no rotation per tile, and the residual rows' weighted sum
+  // is rotated once per query per tile (the rotation is linear). Rotating every tile's sums back
+  // per query had cost ~40 instructions per kv row in Hadamard transforms.
   const int64_t quantized_end = std::min(j1, frontier_);
   if (j0 < quantized_end) {
     // sum_j w_j (a_j z^_j + b_j mu_c) = sum_j (w_j a_j) z^_j + sum_c (sum_{j in c} w_j b_j) mu_c:
     // the tile's z^ decoded once (codeword sums), the weights folded with a, the means added
-    // once per chunk — all in the rotated basis, rotated back once per query.
+    // once per chunk.
     const int64_t n = quantized_end - j0;
     const quant::NsnCodebook& book = vt_.codebook();
     const int sub = book.dim(), stages = book.stages();
     const int64_t nsub = vt_.subvectors();
     const HeadRows codes = head_rows<uint8_t>(value_codes_, b, h);
-    thread_local std::vector<float> mean, folded, scale_a, scale_b;
+    thread_local std::vector<float> mean, folded, pairs;
     float* tile = scratch.f32(static_cast<std::size_t>(n * dv_));
-    scale_a.resize(static_cast<std::size_t>(n));
-    scale_b.resize(static_cast<std::size_t>(n));
     attention::kernels::codeword_sum_rows(codes.row<uint8_t>(j0), codes.stride, n, nsub, stages, book.codeword(0, 0),
                                           static_cast<int64_t>(book.entries()) * sub, sub, tile, dv_);
-    thread_local std::vector<float> pairs;
-    pairs.resize(static_cast<std::size_t>(2 * n));
+    pairs.resize(static_cast<std::size_t>(4 * n));
     widen_pairs(value_scales_, b, h, j0, n, pairs.data());
+    float* scale_a = pairs.data() + 2 * n;
+    float* scale_b = scale_a + n;
     for (int64_t j = 0; j < n; ++j) {
-      scale_a[static_cast<std::size_t>(j)] = pairs[static_cast<std::size_t>(2 * j)];
-      scale_b[static_cast<std::size_t>(j)] = pairs[static_cast<std::size_t>(2 * j + 1)];
+      scale_a[j] = pairs[static_cast<std::size_t>(2 * j)];
+      scale_b[j] = pairs[static_cast<std::size_t>(2 * j + 1)];
     }
     folded.resize(static_cast<std::size_t>(n_queries * n));
     for (int64_t r = 0; r < n_queries; ++r) {
-      for (int64_t j = 0; j < n; ++j) {
-        folded[static_cast<std::size_t>(r * n + j)] = weights[r * ld + j] * scale_a[static_cast<std::size_t>(j)];
-      }
+      const float* w = weights + r * ld;
+      float* f = folded.data() + r * n;
+      for (int64_t j = 0; j < n; ++j) f[j] = w[j] * scale_a[j];
     }
-    float* sums = scratch.f32_second(static_cast<std::size_t>(n_queries * dv_));
-    std::fill(sums, sums + n_queries * dv_, 0.0f);
-    lm::kernels::tiles::accumulate_rows(folded.data(), n, n_queries, tile, dv_, n, dv_, sums, dv_);
+    lm::kernels::tiles::accumulate_rows(folded.data(), n, n_queries, tile, dv_, n, dv_, acc, dv_);
     mean.resize(static_cast<std::size_t>(dv_));
     for (int64_t a = j0; a < quantized_end;) {
       const int64_t c = a / chunk_, end = std::min(quantized_end, (c + 1) * chunk_);
       lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(value_means_, b, h, c), mean.data(), dv_);
       for (int64_t r = 0; r < n_queries; ++r) {
+        const float* w = weights + r * ld;
         float wb = 0.0f;
-        for (int64_t j = a; j < end; ++j) wb += weights[r * ld + (j - j0)] * scale_b[static_cast<std::size_t>(j - j0)];
-        float* s = sums + r * dv_;
-        for (int64_t e = 0; e < dv_; ++e) s[e] += wb * mean[static_cast<std::size_t>(e)];
+        for (int64_t j = a - j0; j < end - j0; ++j) wb += w[j] * scale_b[j];
+        float* out = acc + r * dv_;
+        for (int64_t e = 0; e < dv_; ++e) out[e] += wb * mean[static_cast<std::size_t>(e)];
       }
       a = end;
     }
-    for (int64_t r = 0; r < n_queries; ++r) {
-      float* s = sums + r * dv_;
-      vt_.unrotate(s, s);
-      float* out = acc + r * dv_;
-      for (int64_t e = 0; e < dv_; ++e) out[e] += s[e];
-    }
   }
   if (j1 > frontier_) {
+    // The residual rows in the model's basis into a zeroed block, rotated once per query.
     const int64_t t0 = std::max(j0, frontier_);
+    float* sums = scratch.f32_second(static_cast<std::size_t>(2 * n_queries * dv_));
+    float* rotated = sums + n_queries * dv_;
+    std::fill(sums, sums + n_queries * dv_, 0.0f);
     attention::accumulate_plain_tile(tail_values_, b, h, t0 - frontier_, j1 - frontier_, weights + (t0 - j0), n_queries,
-                                     ld, acc, scratch);
+                                     ld, sums, scratch);
+    for (int64_t r = 0; r < n_queries; ++r) {
+      vt_.rotate(sums + r * dv_, rotated);
+      float* out = acc + r * dv_;
+      for (int64_t e = 0; e < dv_; ++e) out[e] += rotated[e];
+    }
   }
 }
+
+void NsnQuantRows::finish_row(float* row) const { vt_.unrotate(row, row); }
 
 }  // namespace veloxquant
