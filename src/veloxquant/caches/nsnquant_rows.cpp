@@ -68,19 +68,19 @@ void NsnQuantRows::prepare_query(const float* query, float* prepared) const {
 void NsnQuantRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                               float* scores, int64_t ld, attention::TileScratch& scratch) const {
   const int64_t pd = prepared_dim();
-  thread_local std::vector<float> mean, query_mean, scale_ab;
+  thread_local std::vector<float> query_mean, scale_ab;
   const int64_t quantized_end = std::min(j1, frontier_);
   if (j0 < quantized_end) {
-    // <q', z^_j> for the whole tile: the rows' codeword sums decoded once (one vector load and
-    // add per sub-vector and stage) and scored by the shared multi-query tile kernel, then each
-    // score finished as a_j <q', z^_j> + b_j <q', mu_c>.
+    // <q', z^_j> for the whole tile, each sub-vector's codeword sum decoded into a register and
+    // multiplied into every query at once (attention/codeword_sum_rows.h; a decoded f32 tile
+    // stored and read back by the tile kernel had cost ~70 instructions per kv row more), then
+    // each score finished as a_j <q', z^_j> + b_j <q', mu_c>.
     const int64_t n = quantized_end - j0;
     const quant::NsnCodebook& book = kt_.codebook();
-    float* tile = scratch.f32(static_cast<std::size_t>(n * dk_));
-    attention::kernels::codeword_sum_rows(row_ptr<uint8_t>(key_codes_, b, h, j0), key_codes_.strides()[2], n,
-                                          kt_.subvectors(), book.stages(), book.codeword(0, 0),
-                                          static_cast<int64_t>(book.entries()) * book.dim(), book.dim(), tile, dk_);
-    lm::kernels::tiles::score_rows(prepared + dk_, pd, n_queries, tile, dk_, n, dk_, scores, ld);
+    attention::kernels::codeword_sum_scores(row_ptr<uint8_t>(key_codes_, b, h, j0), key_codes_.strides()[2], n,
+                                            kt_.subvectors(), book.stages(), book.codeword(0, 0),
+                                            static_cast<int64_t>(book.entries()) * book.dim(), book.dim(),
+                                            prepared + dk_, pd, n_queries, scores, ld);
     // The rows' (a, b) pairs widened, then split into a and b so that the per-row finishing runs
     // over contiguous floats (the compiler vectorizes it; with the pairs interleaved it did not).
     scale_ab.resize(static_cast<std::size_t>(4 * n));
@@ -92,15 +92,11 @@ void NsnQuantRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, cons
       scale_b[j] = scale_ab[static_cast<std::size_t>(2 * j + 1)];
     }
     query_mean.resize(static_cast<std::size_t>(n_queries));
-    mean.resize(static_cast<std::size_t>(dk_));
     for (int64_t a = j0; a < quantized_end;) {
       const int64_t c = a / chunk_, end = std::min(quantized_end, (c + 1) * chunk_);
-      lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(key_means_, b, h, c), mean.data(), dk_);
-      for (int64_t r = 0; r < n_queries; ++r) {  // <q', mu_c>, once per chunk
-        const float* q = prepared + r * pd + dk_;
-        float s = 0.0f;
-        for (int64_t e = 0; e < dk_; ++e) s += q[e] * mean[static_cast<std::size_t>(e)];
-        query_mean[static_cast<std::size_t>(r)] = s;
+      const uint16_t* mu = row_ptr<uint16_t>(key_means_, b, h, c);
+      for (int64_t r = 0; r < n_queries; ++r) {  // <q', mu_c>, once per chunk, from the f16 mean (SIMD)
+        query_mean[static_cast<std::size_t>(r)] = lm::kernels::simd::dot_f16(mu, prepared + r * pd + dk_, dk_);
       }
       for (int64_t r = 0; r < n_queries; ++r) {
         const float qm = query_mean[static_cast<std::size_t>(r)];
@@ -127,17 +123,14 @@ void NsnQuantRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
   const int64_t quantized_end = std::min(j1, frontier_);
   if (j0 < quantized_end) {
     // sum_j w_j (a_j z^_j + b_j mu_c) = sum_j (w_j a_j) z^_j + sum_c (sum_{j in c} w_j b_j) mu_c:
-    // the tile's z^ decoded once (codeword sums), the weights folded with a, the means added
-    // once per chunk.
+    // the weights folded with a, the codes' rows accumulated from their codeword sums, the means
+    // added once per chunk.
     const int64_t n = quantized_end - j0;
     const quant::NsnCodebook& book = vt_.codebook();
     const int sub = book.dim(), stages = book.stages();
     const int64_t nsub = vt_.subvectors();
     const HeadRows codes = head_rows<uint8_t>(value_codes_, b, h);
-    thread_local std::vector<float> mean, folded, pairs;
-    float* tile = scratch.f32(static_cast<std::size_t>(n * dv_));
-    attention::kernels::codeword_sum_rows(codes.row<uint8_t>(j0), codes.stride, n, nsub, stages, book.codeword(0, 0),
-                                          static_cast<int64_t>(book.entries()) * sub, sub, tile, dv_);
+    thread_local std::vector<float> folded, pairs;
     pairs.resize(static_cast<std::size_t>(4 * n));
     widen_pairs(value_scales_, b, h, j0, n, pairs.data());
     float* scale_a = pairs.data() + 2 * n;
@@ -152,17 +145,16 @@ void NsnQuantRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
       float* f = folded.data() + r * n;
       for (int64_t j = 0; j < n; ++j) f[j] = w[j] * scale_a[j];
     }
-    lm::kernels::tiles::accumulate_rows(folded.data(), n, n_queries, tile, dv_, n, dv_, acc, dv_);
-    mean.resize(static_cast<std::size_t>(dv_));
+    // Each sub-vector's codeword sum decoded into a register and accumulated at once (no f32 tile).
+    attention::kernels::codeword_sum_accumulate(codes.row<uint8_t>(j0), codes.stride, n, nsub, stages,
+                                                book.codeword(0, 0), static_cast<int64_t>(book.entries()) * sub, sub,
+                                                folded.data(), n, n_queries, acc, dv_);
     for (int64_t a = j0; a < quantized_end;) {
       const int64_t c = a / chunk_, end = std::min(quantized_end, (c + 1) * chunk_);
-      lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(value_means_, b, h, c), mean.data(), dv_);
-      for (int64_t r = 0; r < n_queries; ++r) {
-        const float* w = weights + r * ld;
-        float wb = 0.0f;
-        for (int64_t j = a - j0; j < end - j0; ++j) wb += w[j] * scale_b[j];
-        float* out = acc + r * dv_;
-        for (int64_t e = 0; e < dv_; ++e) out[e] += wb * mean[static_cast<std::size_t>(e)];
+      const uint16_t* mu = row_ptr<uint16_t>(value_means_, b, h, c);
+      for (int64_t r = 0; r < n_queries; ++r) {  // (sum_j w_j b_j) mu_c, by SIMD dot and f16 axpy
+        const float wb = lm::kernels::simd::dot_f32(weights + r * ld + (a - j0), scale_b + (a - j0), end - a);
+        lm::kernels::simd::axpy_f16(wb, mu, acc + r * dv_, dv_);
       }
       a = end;
     }
