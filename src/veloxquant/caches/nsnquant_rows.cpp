@@ -58,6 +58,11 @@ void widen_pairs(const lm::Tensor& pairs, int64_t b, int64_t h, int64_t j0, int6
   }
   for (int64_t j = 0; j < n; ++j) lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(pairs, b, h, j0 + j), out + 2 * j, 2);
 }
+// Up to this many query rows per call (a decode step's GQA group of 3 and a little more) the rows
+// are used straight from their codes; a prefill block of more queries decodes the tile once into
+// scratch and lets the shared tile kernels read it for all of them (a register decode per query
+// block would repeat the decode n_queries / 3 times).
+constexpr int64_t kFusedQueries = 4;
 }  // namespace
 
 void NsnQuantRows::prepare_query(const float* query, float* prepared) const {
@@ -77,10 +82,18 @@ void NsnQuantRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, cons
     // each score finished as a_j <q', z^_j> + b_j <q', mu_c>.
     const int64_t n = quantized_end - j0;
     const quant::NsnCodebook& book = kt_.codebook();
-    attention::kernels::codeword_sum_scores(row_ptr<uint8_t>(key_codes_, b, h, j0), key_codes_.strides()[2], n,
+    if (n_queries <= kFusedQueries) {
+      attention::kernels::codeword_sum_scores(row_ptr<uint8_t>(key_codes_, b, h, j0), key_codes_.strides()[2], n,
+                                              kt_.subvectors(), book.stages(), book.codeword(0, 0),
+                                              static_cast<int64_t>(book.entries()) * book.dim(), book.dim(),
+                                              prepared + dk_, pd, n_queries, scores, ld);
+    } else {  // a prefill block: the tile decoded once and read by all its queries
+      float* tile = scratch.f32(static_cast<std::size_t>(n * dk_));
+      attention::kernels::codeword_sum_rows(row_ptr<uint8_t>(key_codes_, b, h, j0), key_codes_.strides()[2], n,
                                             kt_.subvectors(), book.stages(), book.codeword(0, 0),
-                                            static_cast<int64_t>(book.entries()) * book.dim(), book.dim(),
-                                            prepared + dk_, pd, n_queries, scores, ld);
+                                            static_cast<int64_t>(book.entries()) * book.dim(), book.dim(), tile, dk_);
+      lm::kernels::tiles::score_rows(prepared + dk_, pd, n_queries, tile, dk_, n, dk_, scores, ld);
+    }
     // The rows' (a, b) pairs widened, then split into a and b so that the per-row finishing runs
     // over contiguous floats (the compiler vectorizes it; with the pairs interleaved it did not).
     scale_ab.resize(static_cast<std::size_t>(4 * n));
@@ -146,9 +159,16 @@ void NsnQuantRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
       for (int64_t j = 0; j < n; ++j) f[j] = w[j] * scale_a[j];
     }
     // Each sub-vector's codeword sum decoded into a register and accumulated at once (no f32 tile).
-    attention::kernels::codeword_sum_accumulate(codes.row<uint8_t>(j0), codes.stride, n, nsub, stages,
-                                                book.codeword(0, 0), static_cast<int64_t>(book.entries()) * sub, sub,
-                                                folded.data(), n, n_queries, acc, dv_);
+    if (n_queries <= kFusedQueries) {
+      attention::kernels::codeword_sum_accumulate(codes.row<uint8_t>(j0), codes.stride, n, nsub, stages,
+                                                  book.codeword(0, 0), static_cast<int64_t>(book.entries()) * sub, sub,
+                                                  folded.data(), n, n_queries, acc, dv_);
+    } else {  // a prefill block: the tile decoded once and read by all its queries
+      float* tile = scratch.f32(static_cast<std::size_t>(n * dv_));
+      attention::kernels::codeword_sum_rows(codes.row<uint8_t>(j0), codes.stride, n, nsub, stages, book.codeword(0, 0),
+                                            static_cast<int64_t>(book.entries()) * sub, sub, tile, dv_);
+      lm::kernels::tiles::accumulate_rows(folded.data(), n, n_queries, tile, dv_, n, dv_, acc, dv_);
+    }
     for (int64_t a = j0; a < quantized_end;) {
       const int64_t c = a / chunk_, end = std::min(quantized_end, (c + 1) * chunk_);
       const uint16_t* mu = row_ptr<uint16_t>(value_means_, b, h, c);
