@@ -24,6 +24,7 @@ std::pair<int64_t, int64_t> sinks_in(const SinkRows& sinks, int64_t b, int64_t j
   if (!sinks.enabled() || sinks.count(b) == 0) return {0, 0};
   const int32_t* p = sinks.positions(b);
   const int64_t n = sinks.count(b);
+  if (p[n - 1] < j0 || p[0] >= j1) return {0, 0};  // the usual tile: no sink inside, no searches
   const int64_t first = std::lower_bound(p, p + n, static_cast<int32_t>(j0)) - p;
   const int64_t last = std::lower_bound(p, p + n, static_cast<int32_t>(j1)) - p;
   return {first, last};
