@@ -8,6 +8,7 @@
 #include "lm/kernels/attention_tiles.h"
 #include "lm/kernels/simd_dot.h"
 #include "veloxquant/attention/codeword_sum_rows.h"
+#include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant {
@@ -58,6 +59,21 @@ void widen_pairs(const lm::Tensor& pairs, int64_t b, int64_t h, int64_t j0, int6
   }
   for (int64_t j = 0; j < n; ++j) lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(pairs, b, h, j0 + j), out + 2 * j, 2);
 }
+// Rows [j0, j0 + n) of (b, h)'s f16 (a, b) pairs as two f32 columns: out[j] = a_j, out[n + j] =
+// b_j (one SIMD deinterleave for rows side by side; `out` holds 4 n floats, the upper half scratch).
+void split_pairs(const lm::Tensor& pairs, int64_t b, int64_t h, int64_t j0, int64_t n, float* out) {
+  if (pairs.strides()[2] == 2) {
+    attention::kernels::f16_columns(row_ptr<uint16_t>(pairs, b, h, j0), n, 2, out);
+    return;
+  }
+  float* widened = out + 2 * n;
+  widen_pairs(pairs, b, h, j0, n, widened);
+  for (int64_t j = 0; j < n; ++j) {
+    out[j] = widened[2 * j];
+    out[n + j] = widened[2 * j + 1];
+  }
+}
+
 // Up to this many query rows per call (a decode step's GQA group of 3 and a little more) the rows
 // are used straight from their codes; a prefill block of more queries decodes the tile once into
 // scratch and lets the shared tile kernels read it for all of them (a register decode per query
@@ -94,16 +110,12 @@ void NsnQuantRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, cons
                                             static_cast<int64_t>(book.entries()) * book.dim(), book.dim(), tile, dk_);
       lm::kernels::tiles::score_rows(prepared + dk_, pd, n_queries, tile, dk_, n, dk_, scores, ld);
     }
-    // The rows' (a, b) pairs widened, then split into a and b so that the per-row finishing runs
+    // The rows' (a, b) pairs as an a column and a b column, so that the per-row finishing runs
     // over contiguous floats (the compiler vectorizes it; with the pairs interleaved it did not).
     scale_ab.resize(static_cast<std::size_t>(4 * n));
-    widen_pairs(key_scales_, b, h, j0, n, scale_ab.data());
-    float* scale_a = scale_ab.data() + 2 * n;
-    float* scale_b = scale_a + n;
-    for (int64_t j = 0; j < n; ++j) {
-      scale_a[j] = scale_ab[static_cast<std::size_t>(2 * j)];
-      scale_b[j] = scale_ab[static_cast<std::size_t>(2 * j + 1)];
-    }
+    split_pairs(key_scales_, b, h, j0, n, scale_ab.data());
+    const float* scale_a = scale_ab.data();
+    const float* scale_b = scale_a + n;
     query_mean.resize(static_cast<std::size_t>(n_queries));
     for (int64_t a = j0; a < quantized_end;) {
       const int64_t c = a / chunk_, end = std::min(quantized_end, (c + 1) * chunk_);
@@ -145,13 +157,9 @@ void NsnQuantRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
     const HeadRows codes = head_rows<uint8_t>(value_codes_, b, h);
     thread_local std::vector<float> folded, pairs;
     pairs.resize(static_cast<std::size_t>(4 * n));
-    widen_pairs(value_scales_, b, h, j0, n, pairs.data());
-    float* scale_a = pairs.data() + 2 * n;
-    float* scale_b = scale_a + n;
-    for (int64_t j = 0; j < n; ++j) {
-      scale_a[j] = pairs[static_cast<std::size_t>(2 * j)];
-      scale_b[j] = pairs[static_cast<std::size_t>(2 * j + 1)];
-    }
+    split_pairs(value_scales_, b, h, j0, n, pairs.data());
+    const float* scale_a = pairs.data();
+    const float* scale_b = scale_a + n;
     folded.resize(static_cast<std::size_t>(n_queries * n));
     for (int64_t r = 0; r < n_queries; ++r) {
       const float* w = weights + r * ld;
