@@ -47,6 +47,12 @@ void dots_block(const uint16_t* a, int64_t a_stride, const float* x, int64_t x_s
     const auto get = [&](int m) { return m < R * NQ ? acc[m] : zero; };
     hn::Store(sums_of_4(df, get(k), get(k + 1), get(k + 2), get(k + 3)), dhalf, sums + k);
   }
+  if (whole == n) {  // no partial chunk (GEAR's 32- and 64-element products): no tail loops
+    for (int i = 0; i < R; ++i) {
+      for (int r = 0; r < NQ; ++r) out[r * rank + i] = sums[i * NQ + r];
+    }
+    return;
+  }
   for (int i = 0; i < R; ++i) {
     for (int r = 0; r < NQ; ++r) {
       float s = sums[i * NQ + r];
@@ -70,7 +76,73 @@ void dots_queries(const uint16_t* a, int64_t a_stride, int64_t rank, const float
   }
   for (; i < rank; ++i) dots_block<1, NQ>(a + i * a_stride, a_stride, x, x_stride, n, out + i, rank);
 }
+// Output rows NQ at a time, factor rows R at a time (R * NQ coefficients in registers).
+template <int R, int NQ>
+void rank_update_block(const float* coef, int64_t rank, const uint16_t* a, int64_t a_stride, int64_t n, float* out,
+                       int64_t out_stride) {
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  using V = hn::Vec<DF>;
+  V c[R * NQ];
+  for (int r = 0; r < NQ; ++r) {
+    for (int i = 0; i < R; ++i) c[r * R + i] = hn::Set(df, coef[r * rank + i]);
+  }
+  const int64_t whole = n / 8 * 8;
+  for (int64_t t = 0; t < whole; t += 8) {
+    V f[R];
+    for (int i = 0; i < R; ++i) {
+      f[i] = hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(a + i * a_stride + t)));
+    }
+    for (int r = 0; r < NQ; ++r) {
+      float* o = out + r * out_stride + t;
+      V v = hn::LoadU(df, o);
+      for (int i = 0; i < R; ++i) v = hn::MulAdd(c[r * R + i], f[i], v);
+      hn::StoreU(v, df, o);
+    }
+  }
+  for (int64_t t = whole; t < n; ++t) {
+    for (int r = 0; r < NQ; ++r) {
+      float v = out[r * out_stride + t];
+      for (int i = 0; i < R; ++i) v = std::fma(coef[r * rank + i], base::f16_to_f32(a[i * a_stride + t]), v);
+      out[r * out_stride + t] = v;
+    }
+  }
+}
+
+// All rank factor rows for NQ output rows: GEAR's ranks 1-4 in one block (at most 12 coefficients
+// in registers), larger ranks four rows at a time.
+template <int NQ>
+void rank_update_rows(const float* coef, int64_t rank, const uint16_t* a, int64_t a_stride, int64_t n, float* out,
+                      int64_t out_stride) {
+  switch (rank) {
+    case 1:
+      return rank_update_block<1, NQ>(coef, rank, a, a_stride, n, out, out_stride);
+    case 2:
+      return rank_update_block<2, NQ>(coef, rank, a, a_stride, n, out, out_stride);
+    case 3:
+      return rank_update_block<3, NQ>(coef, rank, a, a_stride, n, out, out_stride);
+    default:
+      break;
+  }
+  int64_t i = 0;
+  for (; i + 4 <= rank; i += 4)
+    rank_update_block<4, NQ>(coef + i, rank, a + i * a_stride, a_stride, n, out, out_stride);
+  for (; i < rank; ++i) rank_update_block<1, NQ>(coef + i, rank, a + i * a_stride, a_stride, n, out, out_stride);
+}
 #endif
+
+void F16RankUpdateImpl(const float* coef, int64_t rank, int64_t n_out, const uint16_t* a, int64_t a_stride, int64_t n,
+                       float* out, int64_t out_stride) {
+#ifdef VELOXQUANT_F16_DOTS_SIMD
+  int64_t r = 0;
+  for (; r + 3 <= n_out; r += 3) {
+    rank_update_rows<3>(coef + r * rank, rank, a, a_stride, n, out + r * out_stride, out_stride);
+  }
+  for (; r < n_out; ++r) rank_update_rows<1>(coef + r * rank, rank, a, a_stride, n, out + r * out_stride, out_stride);
+#else
+  scalar::f16_rank_update(coef, rank, n_out, a, a_stride, n, out, out_stride);
+#endif
+}
 
 void F16DotsImpl(const uint16_t* a, int64_t a_stride, int64_t rank, const float* x, int64_t x_stride, int64_t n_x,
                  int64_t n, float* out) {
@@ -82,6 +154,59 @@ void F16DotsImpl(const uint16_t* a, int64_t a_stride, int64_t rank, const float*
   scalar::f16_dots(a, a_stride, rank, x, x_stride, n_x, n, out);
 #endif
 }
+
+// Per tile, block by block, the two kernels above called directly (one dispatch per tile, not two
+// per block).
+void LowRankScoresImpl(const LowRankTerms& f, int64_t j0, int64_t j1, const float* q, int64_t q_stride, int64_t d,
+                       int64_t n_q, float* scores, int64_t ld, float* projection) {
+  const int64_t most = std::min(f.group, d);
+  for (int64_t a = j0; a < j1;) {
+    const int64_t block = a / f.group, end = std::min(j1, (block + 1) * f.group);
+    const int32_t* terms = f.terms + block * f.terms_stride + f.field;
+    const int64_t first = terms[0], rank = std::min<int64_t>(terms[1], most);
+    const uint16_t* right = f.right + first * f.right_stride;
+    const uint16_t* left = f.left + first * f.left_stride + (a - block * f.group);
+#ifdef VELOXQUANT_F16_DOTS_SIMD
+    if (rank == 2 && n_q == 3) {  // GEAR's usual rank, one GQA group: what the general calls pick
+      dots_block<2, 3>(right, f.right_stride, q, q_stride, d, projection, rank);
+      rank_update_block<2, 3>(projection, rank, left, f.left_stride, end - a, scores + (a - j0), ld);
+      a = end;
+      continue;
+    }
+#endif
+    if (rank > 0) {
+      F16DotsImpl(right, f.right_stride, rank, q, q_stride, n_q, d, projection);
+      F16RankUpdateImpl(projection, rank, n_q, left, f.left_stride, end - a, scores + (a - j0), ld);
+    }
+    a = end;
+  }
+}
+
+void LowRankValuesImpl(const LowRankTerms& f, int64_t j0, int64_t j1, const float* weights, int64_t ld, int64_t n_q,
+                       int64_t dv, float* acc, float* coefficient) {
+  const int64_t most = std::min(f.group, dv);
+  for (int64_t a = j0; a < j1;) {
+    const int64_t block = a / f.group, end = std::min(j1, (block + 1) * f.group);
+    const int32_t* terms = f.terms + block * f.terms_stride + f.field;
+    const int64_t first = terms[0], rank = std::min<int64_t>(terms[1], most);
+    const uint16_t* left = f.left + first * f.left_stride + (a - block * f.group);
+    const uint16_t* right = f.right + first * f.right_stride;
+#ifdef VELOXQUANT_F16_DOTS_SIMD
+    if (rank == 2 && n_q == 3) {
+      dots_block<2, 3>(left, f.left_stride, weights + (a - j0), ld, end - a, coefficient, rank);
+      rank_update_block<2, 3>(coefficient, rank, right, f.right_stride, dv, acc, dv);
+      a = end;
+      continue;
+    }
+#endif
+    if (rank > 0) {
+      F16DotsImpl(left, f.left_stride, rank, weights + (a - j0), ld, n_q, end - a, coefficient);
+      F16RankUpdateImpl(coefficient, rank, n_q, right, f.right_stride, dv, acc, dv);
+    }
+    a = end;
+  }
+}
+
 #undef VELOXQUANT_F16_DOTS_SIMD
 
 }  // namespace veloxquant::attention::kernels::HWY_NAMESPACE
@@ -90,6 +215,27 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace veloxquant::attention::kernels {
 HWY_EXPORT(F16DotsImpl);
+HWY_EXPORT(F16RankUpdateImpl);
+HWY_EXPORT(LowRankScoresImpl);
+HWY_EXPORT(LowRankValuesImpl);
+
+void low_rank_scores(const LowRankTerms& keys, int64_t j0, int64_t j1, const float* q, int64_t q_stride, int64_t d,
+                     int64_t n_q, float* scores, int64_t ld, float* projection) {
+  if (j0 >= j1 || n_q <= 0) return;
+  HWY_DYNAMIC_DISPATCH(LowRankScoresImpl)(keys, j0, j1, q, q_stride, d, n_q, scores, ld, projection);
+}
+
+void low_rank_values(const LowRankTerms& values, int64_t j0, int64_t j1, const float* weights, int64_t ld, int64_t n_q,
+                     int64_t dv, float* acc, float* coefficient) {
+  if (j0 >= j1 || n_q <= 0) return;
+  HWY_DYNAMIC_DISPATCH(LowRankValuesImpl)(values, j0, j1, weights, ld, n_q, dv, acc, coefficient);
+}
+
+void f16_rank_update(const float* coef, int64_t rank, int64_t n_out, const uint16_t* a, int64_t a_stride, int64_t n,
+                     float* out, int64_t out_stride) {
+  if (rank <= 0 || n_out <= 0 || n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(F16RankUpdateImpl)(coef, rank, n_out, a, a_stride, n, out, out_stride);
+}
 
 void f16_dots(const uint16_t* a, int64_t a_stride, int64_t rank, const float* x, int64_t x_stride, int64_t n_x,
               int64_t n, float* out) {
@@ -98,6 +244,49 @@ void f16_dots(const uint16_t* a, int64_t a_stride, int64_t rank, const float* x,
 }
 
 namespace scalar {
+void low_rank_scores(const LowRankTerms& f, int64_t j0, int64_t j1, const float* q, int64_t q_stride, int64_t d,
+                     int64_t n_q, float* scores, int64_t ld, float* projection) {
+  const int64_t most = std::min(f.group, d);
+  for (int64_t a = j0; a < j1;) {
+    const int64_t block = a / f.group, end = std::min(j1, (block + 1) * f.group);
+    const int32_t* terms = f.terms + block * f.terms_stride + f.field;
+    const int64_t first = terms[0], rank = std::min<int64_t>(terms[1], most);
+    if (rank > 0) {
+      f16_dots(f.right + first * f.right_stride, f.right_stride, rank, q, q_stride, n_q, d, projection);
+      f16_rank_update(projection, rank, n_q, f.left + first * f.left_stride + (a - block * f.group), f.left_stride,
+                      end - a, scores + (a - j0), ld);
+    }
+    a = end;
+  }
+}
+
+void low_rank_values(const LowRankTerms& f, int64_t j0, int64_t j1, const float* weights, int64_t ld, int64_t n_q,
+                     int64_t dv, float* acc, float* coefficient) {
+  const int64_t most = std::min(f.group, dv);
+  for (int64_t a = j0; a < j1;) {
+    const int64_t block = a / f.group, end = std::min(j1, (block + 1) * f.group);
+    const int32_t* terms = f.terms + block * f.terms_stride + f.field;
+    const int64_t first = terms[0], rank = std::min<int64_t>(terms[1], most);
+    if (rank > 0) {
+      f16_dots(f.left + first * f.left_stride + (a - block * f.group), f.left_stride, rank, weights + (a - j0), ld, n_q,
+               end - a, coefficient);
+      f16_rank_update(coefficient, rank, n_q, f.right + first * f.right_stride, f.right_stride, dv, acc, dv);
+    }
+    a = end;
+  }
+}
+
+void f16_rank_update(const float* coef, int64_t rank, int64_t n_out, const uint16_t* a, int64_t a_stride, int64_t n,
+                     float* out, int64_t out_stride) {
+  for (int64_t r = 0; r < n_out; ++r) {
+    for (int64_t t = 0; t < n; ++t) {
+      float v = out[r * out_stride + t];
+      for (int64_t i = 0; i < rank; ++i) v = std::fma(coef[r * rank + i], base::f16_to_f32(a[i * a_stride + t]), v);
+      out[r * out_stride + t] = v;
+    }
+  }
+}
+
 void f16_dots(const uint16_t* a, int64_t a_stride, int64_t rank, const float* x, int64_t x_stride, int64_t n_x,
               int64_t n, float* out) {
   const int64_t whole = n / 8 * 8;

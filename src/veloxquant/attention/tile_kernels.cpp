@@ -151,7 +151,29 @@ void FoldScalesImpl(const float* q, int64_t n_q, int64_t d, const float* scale, 
                     float* bias) {
   const hn::CappedTag<float, 8> df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  for (int64_t r = 0; r < n_q; ++r) {
+  int64_t r = 0;
+  // A GQA group of three per pass: each chunk of the group's (scale, min) loaded once for all three
+  // queries (the per-query operations, and so the results, are those of the loop below).
+  const int64_t whole = d / lanes * lanes;
+  for (; r + 3 <= n_q && whole == d; r += 3) {
+    const float* q0 = q + r * d;
+    float* f0 = folded + r * d;
+    auto s0 = hn::Zero(df), s1 = hn::Zero(df), s2 = hn::Zero(df);
+    for (int64_t c = 0; c < d; c += lanes) {
+      const auto sv = hn::LoadU(df, scale + c), mv = hn::LoadU(df, min + c);
+      const auto a = hn::LoadU(df, q0 + c), b = hn::LoadU(df, q0 + d + c), e = hn::LoadU(df, q0 + 2 * d + c);
+      hn::StoreU(hn::Mul(a, sv), df, f0 + c);
+      hn::StoreU(hn::Mul(b, sv), df, f0 + d + c);
+      hn::StoreU(hn::Mul(e, sv), df, f0 + 2 * d + c);
+      s0 = hn::MulAdd(a, mv, s0);
+      s1 = hn::MulAdd(b, mv, s1);
+      s2 = hn::MulAdd(e, mv, s2);
+    }
+    bias[r] = hn::GetLane(hn::SumOfLanes(df, s0));
+    bias[r + 1] = hn::GetLane(hn::SumOfLanes(df, s1));
+    bias[r + 2] = hn::GetLane(hn::SumOfLanes(df, s2));
+  }
+  for (; r < n_q; ++r) {
     const float* qr = q + r * d;
     float* fr = folded + r * d;
     auto sum = hn::Zero(df);

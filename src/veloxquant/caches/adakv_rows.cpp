@@ -70,6 +70,26 @@ void AdaKVRows::prepare_query(const float* query, float* prepared) const {
   }
 }
 
+namespace {
+// The tier table of one batch element read through one pointer and its strides, once per tile:
+// AdaKVCache::tier / slot went through Tensor accessors per block and head (~8 per kv row).
+struct TierTable {
+  const uint8_t* base;
+  int64_t head_stride, block_stride;
+  int tier(int64_t h, int64_t block) const { return base[h * head_stride + block * block_stride]; }
+  // Position of head h among the heads of its tier at this block (its plane's slot).
+  int64_t slot(int64_t h, int64_t block) const {
+    const int t = tier(h, block);
+    int64_t s = 0;
+    for (int64_t g = 0; g < h; ++g) s += tier(g, block) == t ? 1 : 0;
+    return s;
+  }
+};
+TierTable tier_table(const lm::Tensor& tiers, int64_t b) {
+  return {row_ptr<uint8_t>(tiers, b, 0, 0), tiers.strides()[1], tiers.strides()[2]};
+}
+}  // namespace
+
 void AdaKVRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                            float* scores, int64_t ld, attention::TileScratch& scratch) const {
   const AdaKVCache& c = cache_;
@@ -89,16 +109,21 @@ void AdaKVRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
     float* bias = folded + n_queries * dim_max;
     float* tile = bias + n_queries + n_queries;
     pairs[2 * d] = pairs[2 * d + 1] = 0.0f;
+    int queries_tier = -1;
+    const TierTable tiers = tier_table(c.tiers_, b);
     for (int64_t a = j0; a < quantized_end;) {
       const int64_t block = a / group, end = std::min(quantized_end, (block + 1) * group), n = end - a;
-      const int t = c.tier(b, h, block);
+      const int t = tiers.tier(h, block);
       const AdaKVTierLayout& layout = layouts_.tiers[static_cast<std::size_t>(t)];
       const lm::Tensor& plane = c.key_codes_[static_cast<std::size_t>(t)];
-      const uint32_t* codes = row_ptr<uint32_t>(plane, b, c.slot(b, h, block), a);
+      const uint32_t* codes = row_ptr<uint32_t>(plane, b, tiers.slot(h, block), a);
       const int64_t row_words = plane.dim(3), dim = layout.dim();
-      for (int64_t r = 0; r < n_queries; ++r) {
-        std::memcpy(queries + r * dim, prepared + r * pd + layout.offset,
-                    static_cast<std::size_t>(dim) * sizeof(float));
+      if (t != queries_tier) {  // the tier's queries back to back, copied once per run of its blocks
+        for (int64_t r = 0; r < n_queries; ++r) {
+          std::memcpy(queries + r * dim, prepared + r * pd + layout.offset,
+                      static_cast<std::size_t>(dim) * sizeof(float));
+        }
+        queries_tier = t;
       }
       // The block's per-channel (scale, min) pairs in one widening, then into the tier's order.
       lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(c.key_params_, b, h, block), pairs, 2 * d);
@@ -145,13 +170,21 @@ void AdaKVRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, co
   const AdaKVCache& c = cache_;
   const int64_t frontier = c.frontier_, group = c.group_;
   const int64_t quantized_end = std::min(j1, frontier);
+  const TierTable tiers = j0 < quantized_end ? tier_table(c.tiers_, b) : TierTable{nullptr, 0, 0};
   // Per block: sum_j w_j (code_j * s_jg + m_jg) = sum_j (w_j s_jg) code_j + sum_j w_j m_jg, the
   // weights scaled per row and channel group, the codes accumulated as they are read.
   for (int64_t a = j0; a < quantized_end;) {
-    const int64_t block = a / group, end = std::min(quantized_end, (block + 1) * group);
-    const int t = c.tier(b, h, block);
+    const int64_t block = a / group;
+    const int t = tiers.tier(h, block);
+    const int64_t slot = tiers.slot(h, block);
+    // Consecutive blocks of the same tier and slot are consecutive rows of one code plane: one call
+    // for all of them (the per-call weight scaling and setup ran per 32-row block before).
+    int64_t end = std::min(quantized_end, (block + 1) * group);
+    while (end < quantized_end && tiers.tier(h, end / group) == t && tiers.slot(h, end / group) == slot) {
+      end = std::min(quantized_end, end + group);
+    }
     const lm::Tensor& plane = c.value_codes_[static_cast<std::size_t>(t)];
-    accumulate_group_affine_rows(row_ptr<uint32_t>(plane, b, c.slot(b, h, block), a), plane.dim(3),
+    accumulate_group_affine_rows(row_ptr<uint32_t>(plane, b, slot, a), plane.dim(3),
                                  row_ptr<uint16_t>(c.value_params_, b, h, a), c.value_params_.dim(3),
                                  layouts_.tiers[static_cast<std::size_t>(t)].value_order, group, end - a,
                                  weights + (a - j0), n_queries, ld, acc, scratch);

@@ -24,11 +24,11 @@ class DenseAndSparseRows final : public attention::RowSource {
   DenseAndSparseRows(const attention::RowSource& dense, const std::vector<int32_t>& key_position, const SinkRows& sinks,
                      const SparseOutliers& outliers);
 
-  int64_t key_dim() const override { return dense_.key_dim(); }
-  int64_t value_dim() const override { return dense_.value_dim(); }
+  int64_t key_dim() const override { return key_dim_; }
+  int64_t value_dim() const override { return value_dim_; }
   int64_t rows(int64_t b, int64_t h) const override { return dense_.rows(b, h); }
   int64_t position_base() const override { return dense_.position_base(); }
-  int64_t prepared_dim() const override { return dense_.prepared_dim(); }
+  int64_t prepared_dim() const override { return prepared_dim_; }
   void prepare_query(const float* query, float* prepared) const override { dense_.prepare_query(query, prepared); }
   void score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries, float* scores,
                   int64_t ld, attention::TileScratch& scratch) const override;
@@ -41,6 +41,8 @@ class DenseAndSparseRows final : public attention::RowSource {
   const std::vector<int32_t>& key_position_;
   const SinkRows& sinks_;
   const SparseOutliers& outliers_;
+  // The dense source's sizes, read once: per tile they were chains of guarded virtual calls.
+  int64_t key_dim_, value_dim_, prepared_dim_;
 };
 
 }  // namespace veloxquant

@@ -11,9 +11,9 @@
 // sub-vectors x stages x entries floats, and paid one scalar lookup per code byte and query.)
 //
 // Values: the tile's rows are decoded in the rotated basis (a_j z^_j + b_j mu_c) into scratch and
-// accumulated per query there; the tile's per-query sum is rotated back once (linear, so one
-// inverse Hadamard per query per tile instead of one per row) and added to the accumulator, which
-// the residual rows fill in the model's basis directly.
+// accumulated per query there, into an accumulator that stays in the rotated basis for the whole
+// call; the residual rows' per-query sum is rotated into it (linear), and finish_row rotates each
+// finished output row back once (one inverse Hadamard per query per call, not per tile).
 //
 // Prepared query layout: [raw q (dk) | rotated q' (dk)].
 #include <cstdint>
@@ -42,6 +42,8 @@ class NsnQuantRows final : public attention::RowSource {
                   int64_t ld, attention::TileScratch& scratch) const override;
   void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
                        int64_t ld, float* acc, attention::TileScratch& scratch) const override;
+  // The accumulator is in the values' rotated basis: back to the model's, once per output row.
+  void finish_row(float* row) const override;
 
  private:
   const quant::NsnTransform& kt_;

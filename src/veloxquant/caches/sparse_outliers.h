@@ -78,6 +78,28 @@ class SparseOutliers {
       }
     }
   }
+  // The outliers of (b, h) block by block, for loops that split the index themselves (the fused
+  // attention's per-tile corrections, caches/dense_and_sparse_rows.cpp): block g's k indices at
+  // index + g * index_stride, its deltas at delta + g * delta_stride; an index is
+  // (row-in-block << shift) | channel when dim is a power of two (shift < 0 otherwise).
+  struct HeadBlocks {
+    const uint32_t* index;
+    const float* delta;
+    int64_t index_stride, delta_stride, k, group, dim;
+    int shift;
+  };
+  HeadBlocks head_blocks(bool keys, int64_t b, int64_t h) const {
+    const int64_t dim = keys ? key_dim_ : value_dim_;
+    const bool pow2 = dim > 0 && (dim & (dim - 1)) == 0;
+    return {indices(keys, b, h, 0),
+            deltas(keys, b, h, 0),
+            (keys ? key_index_ : value_index_).strides()[2],
+            (keys ? key_delta_ : value_delta_).strides()[2],
+            per_block(keys),
+            group_,
+            dim,
+            pow2 ? __builtin_ctzll(static_cast<unsigned long long>(dim)) : -1};
+  }
   const uint32_t* indices(bool keys, int64_t b, int64_t h, int64_t block) const;
   const float* deltas(bool keys, int64_t b, int64_t h, int64_t block) const;
   int64_t group() const { return group_; }

@@ -3,8 +3,10 @@
 // strided inputs), and both equal the products computed in double within float rounding.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "support/random_values.h"
@@ -39,6 +41,126 @@ TEST(F16Dots, SimdEqualsScalarBitForBitAndTheDoubleProducts) {
             }
             EXPECT_NEAR(got[static_cast<std::size_t>(r * rank + i)], exact, 1e-5 * (magnitude + 1.0));
           }
+        }
+      }
+    }
+  }
+}
+
+// The rank update (out += coefficients x f16 rows): the SIMD kernel equals the scalar reference
+// bit for bit (ranks 1-6, so the 4-row blocks and their remainders, 1-7 output rows, lengths with
+// and without a partial chunk, strided rows), and both equal the update computed in double.
+TEST(F16RankUpdate, SimdEqualsScalarBitForBitAndTheDoubleUpdate) {
+  for (const int64_t n : {int64_t{64}, int64_t{32}, int64_t{37}, int64_t{5}}) {
+    for (const int64_t rank : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{6}}) {
+      for (const int64_t n_out : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{7}}) {
+        const int64_t a_stride = n + 3, out_stride = n + 9;
+        const std::vector<float> af = test_support::normal_values(static_cast<std::size_t>(rank * a_stride), 23);
+        std::vector<uint16_t> a(af.size());
+        for (std::size_t k = 0; k < af.size(); ++k) a[k] = base::f32_to_f16(af[k]);
+        const std::vector<float> coef = test_support::normal_values(static_cast<std::size_t>(n_out * rank), 29);
+        const std::vector<float> start = test_support::normal_values(static_cast<std::size_t>(n_out * out_stride), 31);
+        std::vector<float> got(start), ref(start);
+        f16_rank_update(coef.data(), rank, n_out, a.data(), a_stride, n, got.data(), out_stride);
+        scalar::f16_rank_update(coef.data(), rank, n_out, a.data(), a_stride, n, ref.data(), out_stride);
+        ASSERT_EQ(got, ref) << "n " << n << ", rank " << rank << ", rows " << n_out;
+        for (int64_t r = 0; r < n_out; ++r) {
+          for (int64_t t = 0; t < out_stride; ++t) {
+            const std::size_t o = static_cast<std::size_t>(r * out_stride + t);
+            if (t >= n) {  // past n: untouched
+              EXPECT_EQ(got[o], start[o]);
+              continue;
+            }
+            double exact = start[o], magnitude = std::fabs(start[o]);
+            for (int64_t i = 0; i < rank; ++i) {
+              const double term = double(coef[static_cast<std::size_t>(r * rank + i)]) *
+                                  base::f16_to_f32(a[static_cast<std::size_t>(i * a_stride + t)]);
+              exact += term;
+              magnitude += std::fabs(term);
+            }
+            EXPECT_NEAR(got[o], exact, 1e-5 * (magnitude + 1.0));
+          }
+        }
+      }
+    }
+  }
+}
+
+// One head's low-rank terms over a tile (GEAR's per-block factors): the dispatched kernel equals
+// the scalar reference (f16_dots then f16_rank_update per block) bit for bit, and both equal the
+// terms computed in double from the factors — blocks of ranks 0-5 (2 the fast path), tiles cut
+// inside blocks (ragged ends), 1/3/4/7 query rows (GQA groups of 1 and 3, prefill blocks).
+TEST(F16LowRankTerms, TileEqualsScalarBitForBitAndTheDoubleTerms) {
+  constexpr int64_t kGroup = 32, kDim = 64, kBlocks = 5, kLd = 160;
+  const int32_t ranks[kBlocks] = {2, 0, 3, 2, 5};
+  std::vector<int32_t> terms(kBlocks * 4);
+  int32_t used = 0;
+  for (int64_t g = 0; g < kBlocks; ++g) {
+    terms[g * 4 + 0] = used;  // the key and value terms share counts here, at the same offsets
+    terms[g * 4 + 1] = ranks[g];
+    terms[g * 4 + 2] = used;
+    terms[g * 4 + 3] = ranks[g];
+    used += ranks[g];
+  }
+  const int64_t left_stride = kGroup + 3, right_stride = kDim + 5;
+  const auto halves = [](std::size_t n, uint64_t seed) {
+    const std::vector<float> f = test_support::normal_values(n, seed);
+    std::vector<uint16_t> h(n);
+    for (std::size_t k = 0; k < n; ++k) h[k] = base::f32_to_f16(f[k]);
+    return h;
+  };
+  const std::vector<uint16_t> left = halves(static_cast<std::size_t>(used * left_stride), 41);
+  const std::vector<uint16_t> right = halves(static_cast<std::size_t>(used * right_stride), 43);
+  const LowRankTerms keys{terms.data(), 4, 0, left.data(), left_stride, right.data(), right_stride, kGroup};
+  const LowRankTerms values{terms.data(), 4, 2, left.data(), left_stride, right.data(), right_stride, kGroup};
+  const auto f = [](const std::vector<uint16_t>& v, int64_t i) {
+    return double(base::f16_to_f32(v[static_cast<std::size_t>(i)]));
+  };
+  const std::pair<int64_t, int64_t> tiles[] = {{0, 64}, {64, 128}, {128, 160}, {5, 70}, {33, 34}, {90, 155}};
+  for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{7}}) {
+    for (const auto& [j0, j1] : tiles) {
+      const std::vector<float> q = test_support::normal_values(static_cast<std::size_t>(n_q * (kDim + 4)), 47);
+      const std::vector<float> start = test_support::normal_values(static_cast<std::size_t>(n_q * kLd), 53);
+      std::vector<float> got(start), ref(start), scratch(static_cast<std::size_t>(n_q * kGroup)), scratch2(scratch);
+      low_rank_scores(keys, j0, j1, q.data(), kDim + 4, kDim, n_q, got.data(), kLd, scratch.data());
+      scalar::low_rank_scores(keys, j0, j1, q.data(), kDim + 4, kDim, n_q, ref.data(), kLd, scratch2.data());
+      ASSERT_EQ(got, ref) << "scores, rows " << n_q << ", tile [" << j0 << ", " << j1 << ")";
+      for (int64_t r = 0; r < n_q; ++r) {
+        for (int64_t t = j0; t < j1; ++t) {
+          const int64_t g = t / kGroup;
+          double exact = start[static_cast<std::size_t>(r * kLd + t - j0)];
+          for (int64_t i = terms[g * 4]; i < terms[g * 4] + terms[g * 4 + 1]; ++i) {
+            double projection = 0.0;
+            for (int64_t c = 0; c < kDim; ++c) {
+              projection += f(right, i * right_stride + c) * q[static_cast<std::size_t>(r * (kDim + 4) + c)];
+            }
+            exact += projection * f(left, i * left_stride + (t - g * kGroup));
+          }
+          EXPECT_NEAR(got[static_cast<std::size_t>(r * kLd + t - j0)], exact, 1e-3) << "row " << t;
+        }
+      }
+      // Values: weights over the tile's rows (ld kLd), accumulators of kDim.
+      const std::vector<float> w = test_support::normal_values(static_cast<std::size_t>(n_q * kLd), 59);
+      const std::vector<float> acc0 = test_support::normal_values(static_cast<std::size_t>(n_q * kDim), 61);
+      std::vector<float> acc(acc0), acc_ref(acc0);
+      low_rank_values(values, j0, j1, w.data(), kLd, n_q, kDim, acc.data(), scratch.data());
+      scalar::low_rank_values(values, j0, j1, w.data(), kLd, n_q, kDim, acc_ref.data(), scratch2.data());
+      ASSERT_EQ(acc, acc_ref) << "values, rows " << n_q << ", tile [" << j0 << ", " << j1 << ")";
+      for (int64_t r = 0; r < n_q; ++r) {
+        for (int64_t c = 0; c < kDim; ++c) {
+          double exact = acc0[static_cast<std::size_t>(r * kDim + c)];
+          for (int64_t g = j0 / kGroup; g * kGroup < j1; ++g) {
+            const int64_t lo = std::max(j0, g * kGroup), hi = std::min(j1, (g + 1) * kGroup);
+            for (int64_t i = terms[g * 4 + 2]; i < terms[g * 4 + 2] + terms[g * 4 + 3]; ++i) {
+              double coefficient = 0.0;
+              for (int64_t t = lo; t < hi; ++t) {
+                coefficient +=
+                    double(w[static_cast<std::size_t>(r * kLd + t - j0)]) * f(left, i * left_stride + (t - g * kGroup));
+              }
+              exact += coefficient * f(right, i * right_stride + c);
+            }
+          }
+          EXPECT_NEAR(acc[static_cast<std::size_t>(r * kDim + c)], exact, 1e-3) << "channel " << c;
         }
       }
     }
