@@ -4,11 +4,17 @@
 #   bash scripts/test.sh                                # the README's test command (CI runs it)
 #   bash scripts/test.sh --sanitize address [CTEST...]  # ASan + UBSan build in build-asan/
 #   bash scripts/test.sh --sanitize thread [CTEST...]   # TSan build in build-tsan/
+#   bash scripts/test.sh --sanitize address --targets 'veloxquant_.*key_scores_test' [CTEST...]
 #
 # --sanitize configures with the CMake preset (CMakePresets.json: asan or tsan), builds every
 # test target into its own build folder and runs CTest there; further arguments go to CTest
-# (e.g. -R 'lm_|fuzz_replay'). It does not run setup: the packages and models must be there
+# (e.g. -R 'Kivi'). It does not run setup: the packages and models must be there
 # (bash scripts/setup.sh once). A sanitizer report fails the test that triggered it.
+# --targets REGEX builds and runs only the test executables whose target names match (the
+# target of tests/<top>/.../<name>_test.cpp is <top>_<name>_test; CTest selects their tests by
+# the label each carries, its target's name): the whole sanitized suite takes hours to build on
+# a 2-core machine, so it is run in batches (docs/reliability.md, "Sanitizer builds").
+# JOBS sets the build and CTest parallelism (default: every core).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOBS="${JOBS:-$(nproc)}"
@@ -22,8 +28,29 @@ if [[ "${1:-}" == "--sanitize" ]]; then
     *) echo "scripts/test.sh: --sanitize takes 'address' (ASan + UBSan) or 'thread' (TSan), got '$kind'" >&2; exit 2 ;;
   esac
   cd "$ROOT"
+  targets=()
+  if [[ "${1:-}" == "--targets" ]]; then
+    pattern="${2:-}"
+    [[ -n "$pattern" ]] || { echo "scripts/test.sh: --targets takes a regular expression over test target names" >&2; exit 2; }
+    shift 2
+    while IFS= read -r src; do
+      rel="${src#tests/}"
+      target="${rel%%/*}_$(basename "$src" .cpp)"
+      if [[ "$target" =~ $pattern ]]; then targets+=("$target"); fi
+    done < <(find tests -name '*_test.cpp' | sort)
+    if ((${#targets[@]} == 0)); then
+      echo "scripts/test.sh: no test target matches '$pattern' (names like veloxquant_kivi_cache_test)" >&2
+      exit 2
+    fi
+  fi
   cmake --preset "$preset" > /dev/null
-  cmake --build "build-$preset" -j "$JOBS"
+  if ((${#targets[@]})); then
+    cmake --build "build-$preset" -j "$JOBS" --target "${targets[@]}"
+    labels="$(IFS='|'; echo "${targets[*]}")"
+    set -- -L "^($labels)\$" "$@"
+  else
+    cmake --build "build-$preset" -j "$JOBS"
+  fi
   # halt_on_error: the first report ends the process with a failure (UBSan is also built with
   # -fno-sanitize-recover, so this holds without the variable). detect_leaks: a leak fails
   # the test at exit. No suppressions: none are needed (see docs/reliability.md).

@@ -152,7 +152,10 @@ TEST(TileKernels, AddPlanesInterleavedMatchesScalar) {
 namespace veloxquant::attention::kernels {
 namespace {
 TEST(TileKernels, AccumulatePlanesMatchesScalar) {
-  std::vector<uint8_t> bytes(37 * 80);
+  // 37 rows 16 bytes past the plane apart (the widest plane is 8-bit codes of d 128: 128 bytes).
+  // The stride was a fixed 80 once, shorter than that plane, so the last rows read past the
+  // vector (AddressSanitizer, 2026-12-05): kernel and reference compared bytes outside the input.
+  std::vector<uint8_t> bytes(37 * (128 + 16));
   for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 73 + 5);
   for (int bits : {2, 4, 8}) {
     for (int64_t d : {64, 128}) {
@@ -160,7 +163,8 @@ TEST(TileKernels, AccumulatePlanesMatchesScalar) {
         const int64_t plane = d * bits / 8, groups = d / group;
         if (!can_accumulate_planes(bits, plane, group)) continue;
         for (int64_t nq : {1, 2, 3, 4, 7}) {
-          const int64_t rows = 37, stride = 80;
+          const int64_t rows = 37, stride = plane + 16;
+          ASSERT_LE(static_cast<std::size_t>(rows * stride), bytes.size());
           const auto ws = random_values(static_cast<std::size_t>(groups * nq * rows), 18);
           std::vector<float> acc = random_values(static_cast<std::size_t>(nq * (d + 2)), 19), ref = acc;
           const auto biases = random_values(static_cast<std::size_t>(groups * nq), 23);
