@@ -229,6 +229,35 @@ TEST(TurboQuantBlockQ3Layout, StateRoundTripsAndOldMetaStillRestores) {
   EXPECT_EQ(from_old.meta_state(), before.meta_state());
 }
 
+TEST(TurboQuantBlockQ3Layout, SplitScalesUpToLargerHeads) {
+  // The preset's 32:4,32:3 at head_dim 256 (Gemma 3) is 128:4,128:3: keys 64 + 48 code bytes + 2
+  // scales, values 96 + 4 (blocks of 64); 48 channels do not divide 64 and stay refused.
+  TurboQuantBlockCache::Settings s = q3_layout();
+  s.head_dim = 256;
+  TurboQuantBlockCache cache(s);
+  ASSERT_NE(cache.split(), nullptr);
+  EXPECT_EQ(cache.split()->group(0).channels, 128);
+  EXPECT_EQ(cache.split()->group(1).channels, 128);
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(static_cast<std::size_t>(2 * 300 * 256));
+  for (float& e : x) e = normal(rng);
+  const lm::Tensor k = lm::Tensor::from_f32(x, {1, 2, 300, 256}, lm::DType::F32);
+  const lm::KeysValues kv = cache.update_and_fetch(k, k);
+  EXPECT_EQ(cache.bytes_per_row(), 114 + 100);
+  EXPECT_EQ(static_cast<int64_t>(cache.nbytes()), 2 * (512 * 214 + 2 * 512 + (256 + 16) + 64));
+  double err = 0.0, energy = 0.0;
+  const std::vector<float> got = kv.keys.to_f32();
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    err += double(got[i] - x[i]) * (got[i] - x[i]);
+    energy += double(x[i]) * x[i];
+  }
+  EXPECT_LT(err / energy, 0.05);
+  s.head_dim = 64;
+  s.key_split = "32:4,16:3";
+  EXPECT_THROW(TurboQuantBlockCache{s}, QuantizerConfigError);
+}
+
 TEST(TurboQuantBlockQ3Layout, BadFieldsAreNamed) {
   auto expect_error = [](TurboQuantBlockCache::Settings s, const std::string& needle) {
     try {

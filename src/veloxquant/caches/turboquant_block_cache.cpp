@@ -89,8 +89,15 @@ TurboQuantBlockCache::TurboQuantBlockCache(const Settings& settings)
       throw QuantizerConfigError("key_split for 'turboquant_block' supports head_dim up to 1024, got " +
                                  std::to_string(head_dim_));
     }
-    split_ = std::make_shared<const SplitKeyCoder>(parse_key_split(settings.key_split), head_dim_,
-                                                   static_cast<uint64_t>(seed_));
+    // Groups written for a smaller head scale up to head_dim when they divide it (the q3 preset's
+    // 32:4,32:3 is 128:4,128:3 at head_dim 256), so one preset serves every head size.
+    std::vector<KeySplitGroup> groups = parse_key_split(settings.key_split);
+    int channels = 0;
+    for (const KeySplitGroup& g : groups) channels += g.channels;
+    if (channels > 0 && channels < head_dim_ && head_dim_ % channels == 0) {
+      for (KeySplitGroup& g : groups) g.channels *= head_dim_ / channels;
+    }
+    split_ = std::make_shared<const SplitKeyCoder>(std::move(groups), head_dim_, static_cast<uint64_t>(seed_));
   }
   key_rotation_ = std::make_shared<const core::Rotation>(head_dim_, static_cast<uint64_t>(seed_));
   build_value_rotation(head_dim_);

@@ -83,7 +83,8 @@ SplitKeyCoder::SplitKeyCoder(std::vector<KeySplitGroup> groups, int head_dim, ui
   }
   if (groups_.empty() || channels != head_dim) {
     throw QuantizerConfigError("key_split for 'turboquant_block': the groups' channels must add up to head_dim " +
-                               std::to_string(head_dim) + ", got " + std::to_string(channels));
+                               std::to_string(head_dim) + " (or to a divisor of it: the groups scale up), got " +
+                               std::to_string(channels));
   }
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     quantizers_.push_back(std::make_shared<const quant::BlockLloydQuantizer>(groups_[g].bits, 32));
