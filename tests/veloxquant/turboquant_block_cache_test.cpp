@@ -206,15 +206,19 @@ TEST(TurboQuantBlockCache, StateRoundTripWithMeansSinksAndBlocks) {
   restored.from_state(cache.state(), cache.meta_state());
   EXPECT_EQ(restored.meta_state(), cache.meta_state());
   EXPECT_EQ(restored.nbytes() <= cache.nbytes(), true);
-  // levels travels in the meta (before the means' entry, then key_mean_segment, key_split and
-  // scale_format); a state saved before the split existed (13 entries) restores without one, one
+  // levels travels in the meta (before the means' entry, then key_mean_segment, key_split,
+  // scale_format, key_split_rank, value_mean, sink_values, sink_format); a state saved before the
+  // last four existed (15 entries) restores with their defaults, one saved before the split
+  // existed (13 entries) without one, one
   // saved before segments existed (12) one mean, one saved before levels existed (11) also
   // Lloyd-Max levels; an unknown name is refused.
   std::vector<std::string> meta = cache.meta_state();
-  ASSERT_EQ(meta.size(), 15u);
+  ASSERT_EQ(meta.size(), 19u);
   EXPECT_EQ(meta[10], "lloyd");
   EXPECT_EQ(meta[13], "-");
   EXPECT_EQ(meta[14], "f16");
+  EXPECT_EQ(std::vector<std::string>(meta.begin() + 15, meta.end()),
+            (std::vector<std::string>{"product", "1", "1", "f16"}));
   TurboQuantBlockCache::Settings uniform_settings = settings;
   uniform_settings.levels = quant::BlockLloydQuantizer::Levels::kUniform;
   TurboQuantBlockCache uniform(uniform_settings);
@@ -225,9 +229,12 @@ TEST(TurboQuantBlockCache, StateRoundTripWithMeansSinksAndBlocks) {
   EXPECT_TRUE(uniform_restored.key_quantizer().even_levels());
   EXPECT_NE(uniform.update_and_fetch(k2_probe(), v2_probe()).keys.to_f32(),
             cache.clone()->update_and_fetch(k2_probe(), v2_probe()).keys.to_f32());
-  const std::vector<std::string> before_split(meta.begin(), meta.end() - 2);
-  const std::vector<std::string> before_segments(meta.begin(), meta.end() - 3);
+  const std::vector<std::string> before_options(meta.begin(), meta.begin() + 15);
+  const std::vector<std::string> before_split(meta.begin(), meta.begin() + 13);
+  const std::vector<std::string> before_segments(meta.begin(), meta.begin() + 12);
   TurboQuantBlockCache from_old(8, 1, 1, 0);
+  from_old.from_state(cache.state(), before_options);
+  EXPECT_EQ(from_old.meta_state(), cache.meta_state());
   from_old.from_state(cache.state(), before_split);
   EXPECT_EQ(from_old.meta_state(), cache.meta_state());
   from_old.from_state(cache.state(), before_segments);

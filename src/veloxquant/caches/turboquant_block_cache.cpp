@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -66,6 +67,14 @@ TurboQuantBlockCache::TurboQuantBlockCache(const Settings& settings)
     throw QuantizerConfigError("scale_format for 'turboquant_block' must be 'f16' or 'log8', got '" +
                                settings.scale_format + "'");
   }
+  if (settings.key_split_rank != "product" && settings.key_split_rank != "objective") {
+    throw QuantizerConfigError("key_split_rank for 'turboquant_block' must be 'product' or 'objective', got '" +
+                               settings.key_split_rank + "'");
+  }
+  if (settings.sink_format != "f16" && settings.sink_format != "q8") {
+    throw QuantizerConfigError("sink_format for 'turboquant_block' must be 'f16' or 'q8', got '" +
+                               settings.sink_format + "'");
+  }
   log8_ = settings.scale_format == "log8";
   if (!settings.key_split.empty() && !log8_) {
     throw QuantizerConfigError("key_split for 'turboquant_block' ('" + settings.key_split +
@@ -80,8 +89,15 @@ TurboQuantBlockCache::TurboQuantBlockCache(const Settings& settings)
       throw QuantizerConfigError("key_split for 'turboquant_block' supports head_dim up to 1024, got " +
                                  std::to_string(head_dim_));
     }
-    split_ = std::make_shared<const SplitKeyCoder>(parse_key_split(settings.key_split), head_dim_,
-                                                   static_cast<uint64_t>(seed_));
+    // Groups written for a smaller head scale up to head_dim when they divide it (the q3 preset's
+    // 32:4,32:3 is 128:4,128:3 at head_dim 256), so one preset serves every head size.
+    std::vector<KeySplitGroup> groups = parse_key_split(settings.key_split);
+    int channels = 0;
+    for (const KeySplitGroup& g : groups) channels += g.channels;
+    if (channels > 0 && channels < head_dim_ && head_dim_ % channels == 0) {
+      for (KeySplitGroup& g : groups) g.channels *= head_dim_ / channels;
+    }
+    split_ = std::make_shared<const SplitKeyCoder>(std::move(groups), head_dim_, static_cast<uint64_t>(seed_));
   }
   key_rotation_ = std::make_shared<const core::Rotation>(head_dim_, static_cast<uint64_t>(seed_));
   build_value_rotation(head_dim_);
@@ -119,7 +135,8 @@ void TurboQuantBlockCache::calibrate_split(const std::vector<float>& k, int64_t 
       !query_power_.empty() && query_batch_ == batch_ && query_heads_ >= heads_ && query_heads_ % heads_ == 0;
   const int64_t group = queries_fit ? query_heads_ / heads_ : 0;
   key_labels_ = lm::Tensor({batch_, heads_, 1, static_cast<int64_t>(split_->label_bytes())}, lm::DType::U8);
-  std::vector<double> weight(static_cast<std::size_t>(head_dim_));
+  std::vector<double> weight(static_cast<std::size_t>(head_dim_)), power(weight.size()), variance(weight.size());
+  const bool search = settings_.key_split_rank == "objective";
   std::vector<uint8_t> labels(static_cast<std::size_t>(head_dim_));
   for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
     const int64_t b = bh / heads_, h = bh % heads_;
@@ -140,8 +157,14 @@ void TurboQuantBlockCache::calibrate_split(const std::vector<float>& k, int64_t 
         }
       }
       weight[static_cast<std::size_t>(c)] = qp * std::max(0.0, sq / rows - mean * mean);
+      power[static_cast<std::size_t>(c)] = qp;
+      variance[static_cast<std::size_t>(c)] = std::max(0.0, sq / rows - mean * mean);
     }
-    split_->labels_from_weights(weight.data(), labels.data());
+    if (search) {
+      split_->labels_from_statistics(power.data(), variance.data(), labels.data());
+    } else {
+      split_->labels_from_weights(weight.data(), labels.data());
+    }
     split_->pack_labels(labels.data(), row_ptr<uint8_t>(key_labels_, b, h, 0));
   }
   query_power_.clear();
@@ -272,7 +295,7 @@ void TurboQuantBlockCache::calibrate_means(const std::vector<float>& k, const st
     stored = lm::Tensor::from_f32(mu, {batch_, heads_, 1, d}, lm::DType::F16);
   };
   mean_of(k, head_dim_, true, key_mean_);
-  mean_of(v, dv_, false, value_mean_);
+  if (settings_.value_mean) mean_of(v, dv_, false, value_mean_);
   // One key-mean row per segment of the allocated rows; segment 0 holds the calibrated mean.
   if (settings_.key_mean_segment > 0) key_mean_ = cache_rows::copy_rows(key_mean_, 1, key_segments_for(capacity_));
 }
@@ -323,8 +346,7 @@ void TurboQuantBlockCache::decode_rotated_value(int64_t b, int64_t h, int64_t ro
 
 void TurboQuantBlockCache::decode_key(int64_t b, int64_t h, int64_t row, float* out, float* scratch) const {
   if (row < sink_rows_held()) {
-    cache_rows::load_f32(reinterpret_cast<const std::byte*>(row_ptr<uint16_t>(sink_keys_, b, h, row)), lm::DType::F16,
-                         static_cast<std::size_t>(head_dim_), out);
+    load_sink(true, b, h, row, out, scratch);
     return;
   }
   decode_rotated_key(b, h, row, scratch);
@@ -339,9 +361,8 @@ void TurboQuantBlockCache::decode_key(int64_t b, int64_t h, int64_t row, float* 
 }
 
 void TurboQuantBlockCache::decode_value(int64_t b, int64_t h, int64_t row, float* out, float* scratch) const {
-  if (row < sink_rows_held()) {
-    cache_rows::load_f32(reinterpret_cast<const std::byte*>(row_ptr<uint16_t>(sink_values_, b, h, row)), lm::DType::F16,
-                         static_cast<std::size_t>(dv_), out);
+  if (row < sink_rows_held() && sink_values_.defined()) {
+    load_sink(false, b, h, row, out, scratch);
     return;
   }
   decode_rotated_value(b, h, row, scratch);
@@ -349,6 +370,55 @@ void TurboQuantBlockCache::decode_value(int64_t b, int64_t h, int64_t row, float
     for (int64_t e = 0; e < dv_; ++e) scratch[e] += base::f16_to_f32(mu[e]);
   }
   value_rotation_->inverse(scratch, out);
+}
+
+int64_t TurboQuantBlockCache::sink_row_bytes(int64_t dim) const {
+  return settings_.sink_format == "q8" ? static_cast<int64_t>(sink_quant_.row_bytes(static_cast<int>(dim))) : 2 * dim;
+}
+
+void TurboQuantBlockCache::store_sink(bool key, int64_t b, int64_t h, int64_t row, const float* x) {
+  const int64_t dim = key ? head_dim_ : dv_;
+  lm::Tensor& t = key ? sink_keys_ : sink_values_;
+  if (settings_.sink_format != "q8") {
+    cache_rows::store_f32(x, static_cast<std::size_t>(dim),
+                          reinterpret_cast<std::byte*>(row_ptr<uint16_t>(t, b, h, row)), lm::DType::F16);
+    return;
+  }
+  // Rotated first (the sink's outlier channels spread over the block), 8-bit codes, then the
+  // block scales' f16 bits after the codes.
+  std::array<float, 1024> rotated;
+  std::array<uint16_t, 64> scales;
+  if (key) {
+    key_forward(b, h, x, rotated.data());
+  } else {
+    value_rotation_->forward(x, rotated.data());
+  }
+  uint8_t* out = row_ptr<uint8_t>(t, b, h, row);
+  const auto d = static_cast<int>(dim);
+  sink_quant_.encode_row(rotated.data(), d, out, scales.data());
+  std::memcpy(out + sink_quant_.code_bytes(d), scales.data(), 2 * sink_quant_.blocks(d));
+}
+
+void TurboQuantBlockCache::load_sink(bool key, int64_t b, int64_t h, int64_t row, float* out, float* scratch) const {
+  const int64_t dim = key ? head_dim_ : dv_;
+  const lm::Tensor& t = key ? sink_keys_ : sink_values_;
+  if (settings_.sink_format != "q8") {
+    cache_rows::load_f32(reinterpret_cast<const std::byte*>(row_ptr<uint16_t>(t, b, h, row)), lm::DType::F16,
+                         static_cast<std::size_t>(dim), out);
+    return;
+  }
+  const uint8_t* in = row_ptr<uint8_t>(t, b, h, row);
+  const auto d = static_cast<int>(dim);
+  std::array<uint16_t, 64> scales;
+  std::memcpy(scales.data(), in + sink_quant_.code_bytes(d), 2 * sink_quant_.blocks(d));
+  sink_quant_.decode_row(in, scales.data(), d, scratch);
+  if (!key) {
+    value_rotation_->inverse(scratch, out);
+  } else if (split_) {
+    split_->inverse(key_permutation(b, h), scratch, out);
+  } else {
+    key_rotation_->inverse(scratch, out);
+  }
 }
 
 // Reallocates every buffer to `capacity` rows keeping the first `keep` (mlx_lm's growth).
@@ -383,8 +453,16 @@ void TurboQuantBlockCache::ensure_capacity(const lm::Tensor& keys, const lm::Ten
     value_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(value_quant_.code_bytes(vd))}, lm::DType::U8);
     value_scales_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(value_quant_.blocks(vd))}, scale_type);
     if (settings_.sink_rows > 0) {
-      sink_keys_ = lm::Tensor({batch_, heads_, settings_.sink_rows, head_dim_}, lm::DType::F16);
-      sink_values_ = lm::Tensor({batch_, heads_, settings_.sink_rows, dv_}, lm::DType::F16);
+      if (settings_.sink_format == "q8" && (head_dim_ > 1024 || dv_ > 1024)) {
+        throw base::InvalidArgument("TurboQuantBlockCache: sink_format=q8 supports head dims up to 1024, got " +
+                                    std::to_string(std::max<int64_t>(head_dim_, dv_)));
+      }
+      const bool f16 = settings_.sink_format != "q8";
+      const lm::DType type = f16 ? lm::DType::F16 : lm::DType::U8;
+      sink_keys_ = lm::Tensor({batch_, heads_, settings_.sink_rows, f16 ? head_dim_ : sink_row_bytes(head_dim_)}, type);
+      if (settings_.sink_values) {
+        sink_values_ = lm::Tensor({batch_, heads_, settings_.sink_rows, f16 ? dv_ : sink_row_bytes(dv_)}, type);
+      }
     }
     capacity_ = 0;
   } else {
@@ -429,12 +507,8 @@ void TurboQuantBlockCache::store(const lm::Tensor& keys, const lm::Tensor& value
   for (int64_t t = 0; offset_ + t < settings_.sink_rows && t < s; ++t) {
     for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
       const int64_t b = bh / heads_, h = bh % heads_;
-      cache_rows::store_f32(k.data() + (bh * s + t) * head_dim_, static_cast<std::size_t>(head_dim_),
-                            reinterpret_cast<std::byte*>(row_ptr<uint16_t>(sink_keys_, b, h, offset_ + t)),
-                            lm::DType::F16);
-      cache_rows::store_f32(v.data() + (bh * s + t) * dv_, static_cast<std::size_t>(dv_),
-                            reinterpret_cast<std::byte*>(row_ptr<uint16_t>(sink_values_, b, h, offset_ + t)),
-                            lm::DType::F16);
+      store_sink(true, b, h, offset_ + t, k.data() + (bh * s + t) * head_dim_);
+      if (sink_values_.defined()) store_sink(false, b, h, offset_ + t, v.data() + (bh * s + t) * dv_);
     }
   }
   offset_ += s;
@@ -537,11 +611,11 @@ std::vector<lm::Tensor> TurboQuantBlockCache::state() const {
   // Optional parts, in this order, each present iff its meta says so: means, sink rows.
   if (key_mean_.defined()) {
     out.push_back(key_mean_.slice(2, 0, key_segments_for(offset_)));
-    out.push_back(value_mean_);
+    if (value_mean_.defined()) out.push_back(value_mean_);
   }
   if (sink_keys_.defined()) {
     out.push_back(sink_keys_.slice(2, 0, sink_rows_held()));
-    out.push_back(sink_values_.slice(2, 0, sink_rows_held()));
+    if (sink_values_.defined()) out.push_back(sink_values_.slice(2, 0, sink_rows_held()));
   }
   if (key_labels_.defined()) out.push_back(key_labels_);
   return out;
@@ -562,7 +636,11 @@ std::vector<std::string> TurboQuantBlockCache::meta_state() const {
           key_mean_.defined() ? "calibrated" : "uncalibrated",
           std::to_string(settings_.key_mean_segment),
           settings_.key_split.empty() ? "-" : settings_.key_split,
-          settings_.scale_format};
+          settings_.scale_format,
+          settings_.key_split_rank,
+          settings_.value_mean ? "1" : "0",
+          settings_.sink_values ? "1" : "0",
+          settings_.sink_format};
 }
 
 void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
@@ -570,10 +648,13 @@ void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, cons
   // 13 entries; 12 (no key_mean_segment) as written before segments existed; 11 (no levels
   // either: Lloyd-Max) before `levels` existed.
   // 15 entries; 13 before key_split / scale_format existed.
-  if (meta.size() < 11 || meta.size() > 15 || meta.size() == 14) {
-    throw base::FormatError(std::string(who) + ": expected 15 meta entries (head_dim, key_bits, value_bits, seed, " +
+  // 19 entries; 15 before key_split_rank, value_mean, sink_values, sink_format existed.
+  const std::size_t n_meta = meta.size();
+  if (n_meta < 11 || n_meta > 19 || n_meta == 14 || (n_meta > 15 && n_meta < 19)) {
+    throw base::FormatError(std::string(who) + ": expected 19 meta entries (head_dim, key_bits, value_bits, seed, " +
                             "offset, value_dim, mean_rows, key_block, value_block, sink_rows, levels, means, " +
-                            "key_mean_segment, key_split, scale_format), got " + std::to_string(meta.size()));
+                            "key_mean_segment, key_split, scale_format, key_split_rank, value_mean, sink_values, " +
+                            "sink_format), got " + std::to_string(n_meta));
   }
   const std::string& means = meta.size() == 11 ? meta[10] : meta[11];
   Settings settings;
@@ -600,9 +681,21 @@ void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, cons
   if (meta.size() >= 13) {
     settings.key_mean_segment = static_cast<int>(cache_rows::parse_meta_int(meta[12], who, "key_mean_segment"));
   }
-  if (meta.size() == 15) {
+  if (meta.size() >= 15) {
     settings.key_split = meta[13] == "-" ? "" : meta[13];
     settings.scale_format = meta[14];
+  }
+  if (meta.size() == 19) {
+    settings.key_split_rank = meta[15];
+    for (const auto& [field, at] : {std::pair{"value_mean", 16}, std::pair{"sink_values", 17}}) {
+      if (meta[static_cast<std::size_t>(at)] != "0" && meta[static_cast<std::size_t>(at)] != "1") {
+        throw base::FormatError(std::string(who) + ": " + field + " must be 0 or 1, got '" +
+                                meta[static_cast<std::size_t>(at)] + "'");
+      }
+    }
+    settings.value_mean = meta[16] == "1";
+    settings.sink_values = meta[17] == "1";
+    settings.sink_format = meta[18];
   }
   const int head_dim = settings.head_dim;
   std::optional<TurboQuantBlockCache> made;
@@ -619,7 +712,8 @@ void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, cons
   }
   const int64_t sinks = std::min<int64_t>(offset, settings.sink_rows);
   const bool split = !settings.key_split.empty();
-  const std::size_t expected = 4 + (has_means ? 2 : 0) + (settings.sink_rows > 0 ? 2 : 0) + (split ? 1 : 0);
+  const std::size_t expected = 4 + (has_means ? (settings.value_mean ? 2 : 1) : 0) +
+                               (settings.sink_rows > 0 ? (settings.sink_values ? 2 : 1) : 0) + (split ? 1 : 0);
   if (state.size() != expected) {
     throw base::FormatError(std::string(who) + ": expected " + std::to_string(expected) + " tensors, got " +
                             std::to_string(state.size()));
@@ -652,31 +746,41 @@ void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, cons
   std::size_t next = 4;
   if (has_means) {
     const lm::Tensor& km = state[next];
-    const lm::Tensor& vm = state[next + 1];
     const int64_t segments = rebuilt.key_segments_for(offset);
-    if (km.dtype() != lm::DType::F16 || vm.dtype() != lm::DType::F16 ||
-        km.shape() != lm::Shape{rebuilt.batch_, rebuilt.heads_, segments, head_dim} ||
-        vm.shape() != lm::Shape{rebuilt.batch_, rebuilt.heads_, 1, value_dim}) {
-      throw base::FormatError(std::string(who) + ": means " + lm::shape_text(km.shape()) + " / " +
-                              lm::shape_text(vm.shape()) + " do not match head_dim " + meta[0] + " / value_dim " +
-                              meta[5]);
+    if (km.dtype() != lm::DType::F16 || km.shape() != lm::Shape{rebuilt.batch_, rebuilt.heads_, segments, head_dim}) {
+      throw base::FormatError(std::string(who) + ": key means " + lm::shape_text(km.shape()) +
+                              " do not match head_dim " + meta[0]);
     }
     rebuilt.key_mean_ = cache_rows::copy_rows(km, segments, segments);
-    rebuilt.value_mean_ = vm.clone();
-    next += 2;
+    ++next;
+    if (settings.value_mean) {
+      const lm::Tensor& vm = state[next];
+      if (vm.dtype() != lm::DType::F16 || vm.shape() != lm::Shape{rebuilt.batch_, rebuilt.heads_, 1, value_dim}) {
+        throw base::FormatError(std::string(who) + ": value means " + lm::shape_text(vm.shape()) +
+                                " do not match value_dim " + meta[5]);
+      }
+      rebuilt.value_mean_ = vm.clone();
+      ++next;
+    }
   }
   if (settings.sink_rows > 0) {
-    const lm::Tensor& sk = state[next];
-    const lm::Tensor& sv = state[next + 1];
-    if (sk.dtype() != lm::DType::F16 || sv.dtype() != lm::DType::F16 ||
-        sk.shape() != lm::Shape{rebuilt.batch_, rebuilt.heads_, sinks, head_dim} ||
-        sv.shape() != lm::Shape{rebuilt.batch_, rebuilt.heads_, sinks, value_dim}) {
-      throw base::FormatError(std::string(who) + ": sink rows " + lm::shape_text(sk.shape()) + " / " +
-                              lm::shape_text(sv.shape()) + " do not hold " + std::to_string(sinks) + " rows");
+    const bool f16 = settings.sink_format != "q8";
+    const lm::DType type = f16 ? lm::DType::F16 : lm::DType::U8;
+    const auto check = [&](const lm::Tensor& t, int64_t dim, const char* what) {
+      const int64_t width = f16 ? dim : rebuilt.sink_row_bytes(dim);
+      if (t.dtype() != type || t.shape() != lm::Shape{rebuilt.batch_, rebuilt.heads_, sinks, width}) {
+        throw base::FormatError(std::string(who) + ": sink " + what + " " + lm::shape_text(t.shape()) +
+                                " do not hold " + std::to_string(sinks) + " rows in " + settings.sink_format);
+      }
+    };
+    check(state[next], head_dim, "keys");
+    rebuilt.sink_keys_ = cache_rows::copy_rows(state[next], sinks, settings.sink_rows);
+    ++next;
+    if (settings.sink_values) {
+      check(state[next], value_dim, "values");
+      rebuilt.sink_values_ = cache_rows::copy_rows(state[next], sinks, settings.sink_rows);
+      ++next;
     }
-    rebuilt.sink_keys_ = cache_rows::copy_rows(sk, sinks, settings.sink_rows);
-    rebuilt.sink_values_ = cache_rows::copy_rows(sv, sinks, settings.sink_rows);
-    next += 2;
   }
   if (split) {
     const lm::Tensor& labels = state[next];
@@ -724,6 +828,10 @@ std::shared_ptr<lm::KVCache> make_turboquant_block_cache(const KVCacheConfig& co
   settings.levels = quant::parse_block_levels(o.levels);
   settings.key_split = o.key_split;
   settings.scale_format = o.scale_format;
+  settings.key_split_rank = o.key_split_rank;
+  settings.value_mean = o.value_mean != 0;
+  settings.sink_values = o.sink_values != 0;
+  settings.sink_format = o.sink_format;
   return std::make_shared<TurboQuantBlockCache>(settings);
 }
 

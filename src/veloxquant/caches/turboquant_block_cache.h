@@ -81,6 +81,16 @@ class TurboQuantBlockCache : public lm::KVCache {
     // Block scales of keys and values: "f16" or "log8" (one byte, quant/log8_scale.h; only with
     // key_split: the split path reads them).
     std::string scale_format = "f16";
+    // How key_split assigns channels to groups: "product" (sorted by E[q^2] E[(k - mu)^2]) or
+    // "objective" (the split's expected score error minimised by swaps, SplitKeyCoder).
+    std::string key_split_rank = "product";
+    // With mean_rows > 0: whether values are smoothed too (one f16 row per head) or only keys.
+    bool value_mean = true;
+    // Sink rows: values kept too (else the sink's values are read from their code rows), and
+    // the format they are kept in: "f16", or "q8" (rotated, 8-bit codes and an f16 scale per 32:
+    // D + D/16 bytes instead of 2D).
+    bool sink_values = true;
+    std::string sink_format = "f16";
   };
   // Throws QuantizerConfigError naming a bad value. The values' rotation is built for the first
   // values' width when it differs from head_dim.
@@ -175,6 +185,10 @@ class TurboQuantBlockCache : public lm::KVCache {
   // Keys into the coded basis: the split's T_h, else Pi_k.
   void key_forward(int64_t b, int64_t h, const float* x, float* y) const;
   void encode_value_row(const float* rotated, int64_t b, int64_t h, int64_t row);
+  // Sink rows in their format (sink_format): bytes of one row, store and load (model basis).
+  int64_t sink_row_bytes(int64_t dim) const;
+  void store_sink(bool key, int64_t b, int64_t h, int64_t row, const float* x);
+  void load_sink(bool key, int64_t b, int64_t h, int64_t row, float* out, float* scratch) const;
   // Key-mean rows for `rows` rows (1 without segments).
   int64_t key_segments_for(int64_t rows) const;
   // The mean of segment `segment` >= 1 from the decoded keys of the segment before it.
@@ -198,8 +212,11 @@ class TurboQuantBlockCache : public lm::KVCache {
   int64_t offset_ = 0;
   int64_t capacity_ = 0;
   lm::Tensor key_codes_, key_scales_, value_codes_, value_scales_;
-  lm::Tensor key_mean_, value_mean_;    // F16 [B, H, S, D] / [B, H, 1, Dv]; undefined until calibrated
-  lm::Tensor sink_keys_, sink_values_;  // F16 [B, H, sink_rows, D]; undefined without sinks
+  lm::Tensor key_mean_, value_mean_;  // F16 [B, H, S, D] / [B, H, 1, Dv]; undefined until calibrated
+  // F16 [B, H, sink_rows, D] (sink_format q8: U8 [B, H, sink_rows, sink_row_bytes(D)]);
+  // undefined without sinks (sink_values_ also without sink_values).
+  lm::Tensor sink_keys_, sink_values_;
+  quant::BlockLloydQuantizer sink_quant_{8, 32};  // sink_format q8
   std::shared_ptr<const SplitKeyCoder> split_;
   bool log8_ = false;
   lm::Tensor key_labels_;            // U8 [B, H, 1, D / 4] (split only; undefined until calibrated)

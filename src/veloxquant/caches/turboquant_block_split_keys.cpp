@@ -3,12 +3,36 @@
 #include <algorithm>
 #include <array>
 #include <numeric>
+#include <random>
 
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/quant/log8_scale.h"
 
 namespace veloxquant {
+namespace {
+
+// Relative MSE per coordinate of n-coordinate Gaussian blocks through q's log8-scaled code: a
+// fixed seeded sample (256 blocks), so every cache of the same groups ranks channels alike.
+double measured_mse(const quant::BlockLloydQuantizer& q, int n) {
+  std::mt19937_64 rng(0x243f6a8885a308d3ULL);
+  std::normal_distribution<double> normal;
+  std::vector<float> x(static_cast<std::size_t>(n));
+  std::vector<uint8_t> c(static_cast<std::size_t>(n));
+  double err = 0.0, energy = 0.0;
+  for (int b = 0; b < 256; ++b) {
+    for (float& v : x) v = static_cast<float>(normal(rng));
+    const float s = quant::log8_scale(q.encode_block_log8(x.data(), n, c.data()));
+    for (int i = 0; i < n; ++i) {
+      const double d = x[static_cast<std::size_t>(i)] - s * q.levels()[c[static_cast<std::size_t>(i)]];
+      err += d * d;
+      energy += static_cast<double>(x[static_cast<std::size_t>(i)]) * x[static_cast<std::size_t>(i)];
+    }
+  }
+  return err / energy;
+}
+
+}  // namespace
 
 std::vector<KeySplitGroup> parse_key_split(const std::string& text) {
   const std::string who = "key_split for 'turboquant_block'";
@@ -59,12 +83,14 @@ SplitKeyCoder::SplitKeyCoder(std::vector<KeySplitGroup> groups, int head_dim, ui
   }
   if (groups_.empty() || channels != head_dim) {
     throw QuantizerConfigError("key_split for 'turboquant_block': the groups' channels must add up to head_dim " +
-                               std::to_string(head_dim) + ", got " + std::to_string(channels));
+                               std::to_string(head_dim) + " (or to a divisor of it: the groups scale up), got " +
+                               std::to_string(channels));
   }
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     quantizers_.push_back(std::make_shared<const quant::BlockLloydQuantizer>(groups_[g].bits, 32));
     rotations_.push_back(
         std::make_shared<const core::Rotation>(groups_[g].channels, seed ^ (kGroupSeedSalt * (g + 1))));
+    mse_.push_back(measured_mse(*quantizers_.back(), groups_[g].channels));
   }
 }
 
@@ -75,6 +101,49 @@ void SplitKeyCoder::labels_from_weights(const double* weights, uint8_t* labels) 
   std::size_t at = 0;
   for (int g = 0; g < groups(); ++g) {
     for (int i = 0; i < group(g).channels; ++i) labels[order[at++]] = static_cast<uint8_t>(g);
+  }
+}
+
+void SplitKeyCoder::labels_from_statistics(const double* query_power, const double* key_variance,
+                                           uint8_t* labels) const {
+  std::vector<double> product(static_cast<std::size_t>(head_dim_));
+  for (int c = 0; c < head_dim_; ++c) product[static_cast<std::size_t>(c)] = query_power[c] * key_variance[c];
+  labels_from_weights(product.data(), labels);
+  std::array<double, kMaxGroups> qs{}, vs{}, unit{};
+  for (int g = 0; g < groups(); ++g) unit[g] = mse_[static_cast<std::size_t>(g)] / group(g).channels;
+  for (int c = 0; c < head_dim_; ++c) {
+    qs[labels[c]] += query_power[c];
+    vs[labels[c]] += key_variance[c];
+  }
+  const auto cost = [&](int g, double q, double v) { return unit[static_cast<std::size_t>(g)] * q * v; };
+  // Best-improvement swaps; each lowers J, so this ends (capped for safety).
+  for (int pass = 0; pass < 4 * head_dim_; ++pass) {
+    double best = 0.0;
+    int best_a = -1, best_b = -1;
+    for (int a = 0; a < head_dim_; ++a) {
+      for (int b = a + 1; b < head_dim_; ++b) {
+        const int ga = labels[a], gb = labels[b];
+        if (ga == gb) continue;
+        const double dq = query_power[b] - query_power[a], dv = key_variance[b] - key_variance[a];
+        const double before = cost(ga, qs[ga], vs[ga]) + cost(gb, qs[gb], vs[gb]);
+        const double after = cost(ga, qs[ga] + dq, vs[ga] + dv) + cost(gb, qs[gb] - dq, vs[gb] - dv);
+        if (after - before < best) {
+          best = after - before;
+          best_a = a;
+          best_b = b;
+        }
+      }
+    }
+    double total = 0.0;
+    for (int g = 0; g < groups(); ++g) total += cost(g, qs[g], vs[g]);
+    if (best_a < 0 || best > -1e-12 * total) break;
+    const int ga = labels[best_a], gb = labels[best_b];
+    const double dq = query_power[best_b] - query_power[best_a], dv = key_variance[best_b] - key_variance[best_a];
+    qs[ga] += dq;
+    vs[ga] += dv;
+    qs[gb] -= dq;
+    vs[gb] -= dv;
+    std::swap(labels[best_a], labels[best_b]);
   }
 }
 

@@ -50,6 +50,15 @@ struct TurboQuantBlockOptions {
   std::string key_split;
   // Block scales of keys and values: "f16" or "log8" (one byte 2^(n/16); only with key_split).
   std::string scale_format = "f16";
+  // key_split's channel assignment: "product" (sorted by E[q^2] E[(k - mu)^2]) or "objective"
+  // (the split's expected score error minimised by channel swaps).
+  std::string key_split_rank = "product";
+  // With mean_rows: 1 = values smoothed too (one f16 row per head), 0 = keys only.
+  int value_mean = 1;
+  // Sink rows: 1 = keys and values kept, 0 = keys only (the sink's values read from their codes);
+  // kept in "f16" or "q8" (rotated 8-bit codes, an f16 scale per 32).
+  int sink_values = 1;
+  std::string sink_format = "f16";
 };
 
 // kivi (spec §3.2 "KIVI", §11.9). `residual_length` is shared with VecInfer in the original;

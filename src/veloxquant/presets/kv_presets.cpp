@@ -35,11 +35,16 @@ const std::vector<KvPreset>& kv_presets() {
        "3.5 bits per element (no llama.cpp type)",
        3.5,
        "turboquant_block",
-       {"key_bits=3", "value_bits=3", "value_block=64", "mean_rows=256", "sink_rows=1", "key_mean_segment=256"},
-       "3-bit keys (blocks of 32), 3-bit values (blocks of 64), per-channel means and the first "
-       "position in f16 paid by the values' larger blocks: (3.5 + 3.25) / 2 bits + 2 f16 mean rows "
-       "+ 1 f16 sink row per head, within 3.5 bits per allocated row from 256 rows on; keys coded "
-       "around the previous 256-row segment's mean (post-RoPE keys drift; one f16 row per segment)"},
+       {"key_bits=3", "value_bits=3", "value_block=64", "mean_rows=256", "sink_rows=1", "key_mean_segment=256",
+        "key_split=32:4,32:3", "scale_format=log8", "key_split_rank=objective", "value_mean=0", "sink_values=0",
+        "sink_format=q8"},
+       "query-aware key split: per kv head the 32 key channels the queries weigh most (by the split's "
+       "expected score error, calibrated on the first call) at 4 bits, the other 32 at 3, each group "
+       "rotated on its own with a one-byte log scale (key_bits is replaced by the split); 3-bit values "
+       "in blocks of 64 with a one-byte scale: 30 + 25 bytes per head and row (3.44 bits per element); "
+       "keys coded around the previous 256-row segment's f16 mean; the first position's key kept in "
+       "8-bit codes (its value read from its codes; values not smoothed): within 3.5 bits per "
+       "allocated row from 256 rows on"},
   };
   return presets;
 }

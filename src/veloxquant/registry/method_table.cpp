@@ -140,7 +140,18 @@ MethodDescriptor turboquant_block_row() {
                    "with one scale; replaces key_bits/key_block; needs scale_format=log8 ('' = off)"),
       option_field("scale_format", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::scale_format,
                    "Block scales of keys and values: 'f16' (default) or 'log8' (one byte, 2^(n/16); needs "
-                   "key_split)")};
+                   "key_split)"),
+      option_field("key_split_rank", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::key_split_rank,
+                   "How key_split assigns channels to groups: 'product' (sorted by E[q^2] E[(k-mu)^2], default) or "
+                   "'objective' (the split's expected score error minimised by channel swaps)"),
+      option_field("value_mean", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::value_mean,
+                   "With mean_rows: 1 = smooth values too (one f16 row per head), 0 = keys only", 0, 1),
+      option_field("sink_values", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::sink_values,
+                   "With sink_rows: 1 = keep the sinks' keys and values, 0 = keys only (values from their codes)", 0,
+                   1),
+      option_field("sink_format", &KVCacheConfig::turboquant_block, &TurboQuantBlockOptions::sink_format,
+                   "Sink rows kept in 'f16' (default) or 'q8' (rotated 8-bit codes, one f16 scale per 32: "
+                   "D + D/16 bytes per row instead of 2D)")};
   // --bits matters only while one of the two follows it (on some layer, for per-layer lists).
   m.reads_bit_width = [](const KVCacheConfig& c) {
     const auto follows = [](const BitWidth& bits) {
@@ -169,6 +180,14 @@ MethodDescriptor turboquant_block_row() {
                                  "'");
     }
     if (!o.key_split.empty()) parse_key_split(o.key_split);
+    if (o.key_split_rank != "product" && o.key_split_rank != "objective") {
+      throw QuantizerConfigError("key_split_rank for 'turboquant_block' must be 'product' or 'objective', got '" +
+                                 o.key_split_rank + "'");
+    }
+    if (o.sink_format != "f16" && o.sink_format != "q8") {
+      throw QuantizerConfigError("sink_format for 'turboquant_block' must be 'f16' or 'q8', got '" + o.sink_format +
+                                 "'");
+    }
     if (o.key_split.empty() != (o.scale_format != "log8")) {
       throw QuantizerConfigError(
           "key_split and scale_format=log8 of 'turboquant_block' go together (the split path reads one-byte "
