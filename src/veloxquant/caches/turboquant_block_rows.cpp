@@ -168,6 +168,20 @@ void TurboQuantBlockRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j
   }
 }
 
+attention::kernels::BlockLevelKeys TurboQuantBlockRows::coded_keys(int64_t b, int64_t h, int64_t r0, int64_t r1) const {
+  const quant::BlockLloydQuantizer& quant = cache_.key_quantizer();
+  const auto d = static_cast<int>(cache_.head_dim());
+  attention::kernels::BlockLevelKeys keys;
+  keys.codes = cache_.key_codes(b, h, r0);
+  keys.code_stride = static_cast<int64_t>(quant.code_bytes(d));
+  keys.scales = cache_.key_scales(b, h, r0);
+  keys.n_rows = r1 - r0;
+  keys.dim = d;
+  keys.bits = quant.bits();
+  keys.block = quant.block_size();
+  return keys;
+}
+
 void TurboQuantBlockRows::score_permuted_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
                                               int64_t n_queries, float* scores, int64_t ld) const {
   const int64_t d = cache_.head_dim(), pd = prepared_dim();
@@ -180,14 +194,7 @@ void TurboQuantBlockRows::score_permuted_keys(int64_t b, int64_t h, int64_t j0, 
     if (mu != nullptr) {
       for (int64_t r = 0; r < n_queries; ++r) biases[r] = lm::kernels::simd::dot_f16(mu, prepared + r * pd, d);
     }
-    attention::kernels::BlockLevelKeys keys;
-    keys.codes = cache_.key_codes(b, h, r0);
-    keys.code_stride = static_cast<int64_t>(quant.code_bytes(static_cast<int>(d)));
-    keys.scales = cache_.key_scales(b, h, r0);
-    keys.n_rows = r1 - r0;
-    keys.dim = d;
-    keys.bits = quant.bits();
-    keys.block = quant.block_size();
+    const attention::kernels::BlockLevelKeys keys = coded_keys(b, h, r0, r1);
     attention::kernels::score_permuted_level_rows(keys, quant.levels().data(), prepared, pd,
                                                   mu != nullptr ? biases : nullptr, n_queries, scores + (r0 - j0), ld);
     r0 = r1;
@@ -209,7 +216,6 @@ void TurboQuantBlockRows::score_byte_keys(int64_t b, int64_t h, int64_t j0, int6
     std::memcpy(abs_q8 + r * d, bytes + d, static_cast<std::size_t>(d));
     steps[r] = prepared[r * pd + d / 2];
   }
-  const quant::BlockLloydQuantizer& quant = cache_.key_quantizer();
   for (int64_t r0 = j0; r0 < j1;) {
     const int64_t r1 = std::min(j1, cache_.key_segment_end(r0));
     // Smoothed keys hold k - mu: one bias <q, mu> per query and key-mean segment.
@@ -218,14 +224,7 @@ void TurboQuantBlockRows::score_byte_keys(int64_t b, int64_t h, int64_t j0, int6
       for (int64_t r = 0; r < n_queries; ++r)
         biases[r] = lm::kernels::simd::dot_f16(mu, prepared + r * pd + rotated_offset(), d);
     }
-    attention::kernels::BlockLevelKeys keys;
-    keys.codes = cache_.key_codes(b, h, r0);
-    keys.code_stride = static_cast<int64_t>(quant.code_bytes(static_cast<int>(d)));
-    keys.scales = cache_.key_scales(b, h, r0);
-    keys.n_rows = r1 - r0;
-    keys.dim = d;
-    keys.bits = quant.bits();
-    keys.block = quant.block_size();
+    const attention::kernels::BlockLevelKeys keys = coded_keys(b, h, r0, r1);
     attention::kernels::score_byte_level_rows(keys, levels8_, reinterpret_cast<const int8_t*>(q8), abs_q8, steps,
                                               mu != nullptr ? biases : nullptr, n_queries, scores + (r0 - j0), ld);
     r0 = r1;
@@ -247,7 +246,6 @@ void TurboQuantBlockRows::score_integer_keys(int64_t b, int64_t h, int64_t j0, i
   // Smoothed keys hold k - mu: <q, k> = <q, k - mu> + <q, mu>, one f32 bias per query and
   // key-mean segment, the f16 mean read as it is stored (SIMD: per tile this dot product cost
   // about as much as scoring 10 rows when it ran element by element).
-  const quant::BlockLloydQuantizer& quant = cache_.key_quantizer();
   for (int64_t r0 = j0; r0 < j1;) {
     const int64_t r1 = std::min(j1, cache_.key_segment_end(r0));
     const uint16_t* mu = cache_.key_mean(b, h, r0);
@@ -256,14 +254,7 @@ void TurboQuantBlockRows::score_integer_keys(int64_t b, int64_t h, int64_t j0, i
       for (int64_t r = 0; r < n_queries; ++r)
         biases[r] = lm::kernels::simd::dot_f16(mu, prepared + r * pd + d / 2 + 1, d);
     }
-    attention::kernels::BlockLevelKeys keys;
-    keys.codes = cache_.key_codes(b, h, r0);
-    keys.code_stride = static_cast<int64_t>(quant.code_bytes(static_cast<int>(d)));
-    keys.scales = cache_.key_scales(b, h, r0);
-    keys.n_rows = r1 - r0;
-    keys.dim = d;
-    keys.bits = quant.bits();
-    keys.block = quant.block_size();
+    const attention::kernels::BlockLevelKeys keys = coded_keys(b, h, r0, r1);
     attention::kernels::score_block_level_rows(keys, levels16_, q16, steps, has_mean ? biases : nullptr, n_queries,
                                                scores + (r0 - j0), ld);
     r0 = r1;

@@ -65,6 +65,8 @@ class TurboQuantBlockRows final : public attention::RowSource {
   // Rows [j0, j1) of coded values (no sink rows) added from their codes.
   void accumulate_coded_values(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
                                int64_t ld, float* acc, attention::TileScratch& scratch) const;
+  // Coded key rows [r0, r1) of (b, h), within one key-mean segment, as the key scorers read them.
+  attention::kernels::BlockLevelKeys coded_keys(int64_t b, int64_t h, int64_t r0, int64_t r1) const;
   // Rows [j0, j1) of coded 1-3-bit keys on Lloyd levels (no sink rows) scored in f32 from
   // their codes (attention/block_level_key_scores.h, score_permuted_level_rows).
   void score_permuted_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
