@@ -34,25 +34,18 @@ namespace veloxquant::attention::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET != HWY_SCALAR
-// D16: a tag of 16 u16 lanes (256 bits). Reads 16 bytes from each pass (only the first 2B are
-// used); a caller whose last pass would read past readable memory passes a padded copy.
+// The extract step every reader below shares. D16: a tag of 16 u16 lanes (256 bits). Lane k
+// (k < 16) holds code k: bit offset k*B, window bytes k*B/8 and the next, shift s_k. The byte
+// shuffle works within each 128-bit half; both halves hold the same broadcast 16 bytes, so the
+// upper half's window indices are relative to the pass start as well.
 template <int B, class D16>
-class DenseCodeLookup {
-  static_assert(B >= 1 && B <= 6, "tables of up to 64 entries");
+class CodeWindows {
+ protected:
   using D8 = hn::Repartition<uint8_t, D16>;
-  using DI8 = hn::Repartition<int8_t, D16>;
-  static constexpr int kTables = B <= 4 ? 1 : 1 << (B - 4);
 
- public:
-  static constexpr int64_t kPassBytes = 2 * B;  // 16 codes
-
-  // entries[c] for c < 2^B: the 16-bit value code c looks up.
-  explicit DenseCodeLookup(const uint16_t* entries) {
+  CodeWindows() {
     const D16 du16;
     const D8 du8;
-    // Lane k (k < 16) holds code k: bit offset k*B, window bytes k*B/8 and the next, shift
-    // s_k. The byte shuffle works within each 128-bit half; both halves hold the same broadcast
-    // 16 bytes, so the upper half's window indices are relative to the pass start as well.
     HWY_ALIGN uint8_t window_bytes[32];
     HWY_ALIGN uint16_t lift[16];
     HWY_ALIGN uint8_t odd_bytes[32];
@@ -66,30 +59,64 @@ class DenseCodeLookup {
     windows_index_ = hn::Load(du8, window_bytes);
     lifts_ = hn::Load(du16, lift);
     high_half_ = hn::MaskFromVec(hn::Load(du8, odd_bytes));
-    // Table t holds entries 16t..16t+15: their low bytes in low_tables_[t], high bytes in
-    // high_tables_[t], repeated in both 128-bit halves.
-    for (int t = 0; t < kTables; ++t) {
-      HWY_ALIGN uint8_t low[32], high[32];
+  }
+
+  // Each code's 16-bit window multiplied by 2^(16-B-s_k): code k's bits at the top of lane k
+  // (reads 16 bytes at `pass`).
+  HWY_INLINE hn::Vec<D16> lifted(const uint8_t* pass) const {
+    const D16 du16;
+    const D8 du8;
+    const auto windows = hn::BitCast(du16, hn::TableLookupBytes(hn::LoadDup128(du8, pass), windows_index_));
+    return hn::Mul(windows, lifts_);
+  }
+
+  // Table t holds entries 16t..16t+15 of `entries` (n of them; 0 past n): their low bytes in
+  // low[t], high bytes in high[t], repeated in both 128-bit halves.
+  static void load_byte_tables(const uint16_t* entries, int n, int tables, hn::Vec<D8>* low, hn::Vec<D8>* high) {
+    const D8 du8;
+    for (int t = 0; t < tables; ++t) {
+      HWY_ALIGN uint8_t lo[32], hi[32];
       for (int e = 0; e < 16; ++e) {
         const int entry = 16 * t + e;
-        const uint16_t v = entry < (1 << B) ? entries[entry] : 0;
-        low[e] = low[16 + e] = static_cast<uint8_t>(v & 0xff);
-        high[e] = high[16 + e] = static_cast<uint8_t>(v >> 8);
+        const uint16_t v = entry < n ? entries[entry] : 0;
+        lo[e] = lo[16 + e] = static_cast<uint8_t>(v & 0xff);
+        hi[e] = hi[16 + e] = static_cast<uint8_t>(v >> 8);
       }
-      low_tables_[t] = hn::Load(du8, low);
-      high_tables_[t] = hn::Load(du8, high);
+      low[t] = hn::Load(du8, lo);
+      high[t] = hn::Load(du8, hi);
     }
+  }
+
+  hn::Vec<D8> windows_index_;
+  hn::Vec<D16> lifts_;
+  hn::Mask<D8> high_half_;  // the high byte of every u16 lane
+};
+
+// Reads 16 bytes from each pass (only the first 2B are used); a caller whose last pass would
+// read past readable memory passes a padded copy.
+template <int B, class D16>
+class DenseCodeLookup : CodeWindows<B, D16> {
+  static_assert(B >= 1 && B <= 6, "tables of up to 64 entries");
+  using D8 = hn::Repartition<uint8_t, D16>;
+  using DI8 = hn::Repartition<int8_t, D16>;
+  static constexpr int kTables = B <= 4 ? 1 : 1 << (B - 4);
+
+ public:
+  static constexpr int64_t kPassBytes = 2 * B;  // 16 codes
+
+  // entries[c] for c < 2^B: the 16-bit value code c looks up.
+  explicit DenseCodeLookup(const uint16_t* entries) {
+    this->load_byte_tables(entries, 1 << B, kTables, low_tables_, high_tables_);
   }
 
   // The entries of the 16 codes at `pass`, lane k = code k.
   HWY_INLINE hn::Vec<D16> operator()(const uint8_t* pass) const {
     const D16 du16;
-    const D8 du8;
-    const auto windows = hn::BitCast(du16, hn::TableLookupBytes(hn::LoadDup128(du8, pass), windows_index_));
-    const auto lifted = hn::Mul(windows, lifts_);
+    const auto lifted = this->lifted(pass);
     const auto code = hn::ShiftRight<16 - B>(lifted);      // c in the low byte
     const auto code_high = hn::ShiftRight<8 - B>(lifted);  // c in the high byte
-    return hn::BitCast(du16, hn::IfThenElse(high_half_, look_up(code_high, high_tables_), look_up(code, low_tables_)));
+    return hn::BitCast(du16,
+                       hn::IfThenElse(this->high_half_, look_up(code_high, high_tables_), look_up(code, low_tables_)));
   }
 
  private:
@@ -111,9 +138,6 @@ class DenseCodeLookup {
     return level[0];
   }
 
-  hn::Vec<D8> windows_index_;
-  hn::Vec<D16> lifts_;
-  hn::Mask<D8> high_half_;
   hn::Vec<D8> low_tables_[kTables];
   hn::Vec<D8> high_tables_[kTables];
 };
@@ -130,7 +154,7 @@ class DenseCodeLookup {
 // each at b = 6), and one index vector (y in both bytes) for both: per 16 codes 12 instructions
 // at b <= 5 against 13-18 for the whole table, 17 at b = 6 against ~25.
 template <int B, class D16>
-class SymmetricCodeLookup {
+class SymmetricCodeLookup : CodeWindows<B, D16> {
   static_assert(B >= 2 && B <= 6, "half tables of up to 32 entries");
   using D8 = hn::Repartition<uint8_t, D16>;
   using DI8 = hn::Repartition<int8_t, D16>;
@@ -142,32 +166,7 @@ class SymmetricCodeLookup {
 
   // entries[c] for c < 2^B as int16 bits; the caller checked the antisymmetry.
   explicit SymmetricCodeLookup(const uint16_t* entries) {
-    const D16 du16;
-    const D8 du8;
-    HWY_ALIGN uint8_t window_bytes[32];
-    HWY_ALIGN uint16_t lift[16];
-    HWY_ALIGN uint8_t odd_bytes[32];
-    for (int k = 0; k < 16; ++k) {
-      window_bytes[2 * k] = static_cast<uint8_t>(k * B / 8);
-      window_bytes[2 * k + 1] = static_cast<uint8_t>(k * B / 8 + 1);
-      lift[k] = static_cast<uint16_t>(1u << (16 - B - k * B % 8));
-      odd_bytes[2 * k] = 0;
-      odd_bytes[2 * k + 1] = 0xff;
-    }
-    windows_index_ = hn::Load(du8, window_bytes);
-    lifts_ = hn::Load(du16, lift);
-    high_half_ = hn::MaskFromVec(hn::Load(du8, odd_bytes));
-    for (int t = 0; t < kTables; ++t) {
-      HWY_ALIGN uint8_t low[32], high[32];
-      for (int e = 0; e < 16; ++e) {
-        const int entry = 16 * t + e;
-        const uint16_t v = entry < (1 << (B - 1)) ? entries[entry] : 0;
-        low[e] = low[16 + e] = static_cast<uint8_t>(v & 0xff);
-        high[e] = high[16 + e] = static_cast<uint8_t>(v >> 8);
-      }
-      low_tables_[t] = hn::Load(du8, low);
-      high_tables_[t] = hn::Load(du8, high);
-    }
+    this->load_byte_tables(entries, 1 << (B - 1), kTables, low_tables_, high_tables_);
   }
 
   // The entries of the 16 codes at `pass`, lane k = code k (reads 16 bytes).
@@ -176,8 +175,7 @@ class SymmetricCodeLookup {
     const D8 du8;
     const DI8 di8;
     const DI16 di16;
-    const auto windows = hn::BitCast(du16, hn::TableLookupBytes(hn::LoadDup128(du8, pass), windows_index_));
-    const auto x = hn::ShiftRight<16 - B>(hn::BitCast(di16, hn::Mul(windows, lifts_)));  // arithmetic
+    const auto x = hn::ShiftRight<16 - B>(hn::BitCast(di16, this->lifted(pass)));  // arithmetic
     const auto sx = hn::ShiftRight<15>(x);
     const auto y = hn::BitCast(du16, hn::Xor(x, sx));  // < 2^(B-1): bit 7 of both bytes clear
     const auto index = hn::BitCast(du8, hn::Mul(y, hn::Set(du16, uint16_t{0x0101})));  // y in both bytes
@@ -192,14 +190,11 @@ class SymmetricCodeLookup {
           hn::BitCast(du8, hn::IfNegativeThenElse(sign, hn::BitCast(di8, hn::TableLookupBytes(high_tables_[1], index)),
                                                   hn::BitCast(di8, high)));
     }
-    const auto v = hn::BitCast(di16, hn::IfThenElse(high_half_, high, low));
+    const auto v = hn::BitCast(di16, hn::IfThenElse(this->high_half_, high, low));
     return hn::BitCast(du16, hn::Sub(hn::Xor(v, sx), sx));  // negated where x < 0
   }
 
  private:
-  hn::Vec<D8> windows_index_;
-  hn::Vec<D16> lifts_;
-  hn::Mask<D8> high_half_;
   hn::Vec<D8> low_tables_[kTables];
   hn::Vec<D8> high_tables_[kTables];
 };
@@ -209,38 +204,14 @@ class SymmetricCodeLookup {
 // need no table: the key scorer multiplies the codes themselves and corrects each block's sum
 // once (block_level_key_scores.cpp), the value adder widens them to f32 (block_level_value_sums.cpp).
 template <int B, class D16>
-class DenseCodes {
+class DenseCodes : CodeWindows<B, D16> {
   static_assert(B >= 1 && B <= 6, "codes of up to 6 bits");
-  using D8 = hn::Repartition<uint8_t, D16>;
 
  public:
   static constexpr int64_t kPassBytes = 2 * B;  // 16 codes
 
-  DenseCodes() {
-    const D16 du16;
-    const D8 du8;
-    HWY_ALIGN uint8_t window_bytes[32];
-    HWY_ALIGN uint16_t lift[16];
-    for (int k = 0; k < 16; ++k) {
-      window_bytes[2 * k] = static_cast<uint8_t>(k * B / 8);
-      window_bytes[2 * k + 1] = static_cast<uint8_t>(k * B / 8 + 1);
-      lift[k] = static_cast<uint16_t>(1u << (16 - B - k * B % 8));
-    }
-    windows_index_ = hn::Load(du8, window_bytes);
-    lifts_ = hn::Load(du16, lift);
-  }
-
   // The 16 codes at `pass` (reads 16 bytes, as DenseCodeLookup).
-  HWY_INLINE hn::Vec<D16> operator()(const uint8_t* pass) const {
-    const D16 du16;
-    const D8 du8;
-    const auto windows = hn::BitCast(du16, hn::TableLookupBytes(hn::LoadDup128(du8, pass), windows_index_));
-    return hn::ShiftRight<16 - B>(hn::Mul(windows, lifts_));
-  }
-
- private:
-  hn::Vec<D8> windows_index_;
-  hn::Vec<D16> lifts_;
+  HWY_INLINE hn::Vec<D16> operator()(const uint8_t* pass) const { return hn::ShiftRight<16 - B>(this->lifted(pass)); }
 };
 
 // 16 byte codes widened to u16 lanes (the same interface as DenseCodes, for 8-bit codes).
