@@ -17,6 +17,7 @@
 #include "lm/tensor.h"
 #include "veloxquant/config/config_validation.h"
 #include "veloxquant/config/kv_cache_config.h"
+#include "veloxquant/presets/kv_presets.h"
 #include "veloxquant/registry/field_assignment.h"
 #include "veloxquant/registry/method_registry.h"
 
@@ -45,6 +46,13 @@ inline std::shared_ptr<lm::KVCache> make_cache(const std::string& method, int bi
   config.head_dim = kDim;
   config.bit_width_inlier = veloxquant::BitWidth(bits);
   for (const std::string& a : set) veloxquant::apply_field_assignment(config, a);
+  return veloxquant::validate_for_create(config).make_serving(config);
+}
+
+// The cache a preset (q8, q5, q4, q3) resolves to at this geometry.
+inline std::shared_ptr<lm::KVCache> make_preset_cache(const std::string& preset) {
+  veloxquant::KVCacheConfig config = veloxquant::kv_preset_config(veloxquant::require_kv_preset(preset), 0);
+  config.head_dim = kDim;
   return veloxquant::validate_for_create(config).make_serving(config);
 }
 

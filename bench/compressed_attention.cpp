@@ -31,6 +31,7 @@ struct Setup {
   std::string method;
   int bits;
   std::vector<std::string> set;
+  std::string preset;  // non-empty: the preset's configuration (method, bits and set unused)
 };
 
 void BM_Attention(benchmark::State& state, Setup setup) {
@@ -38,7 +39,8 @@ void BM_Attention(benchmark::State& state, Setup setup) {
   std::mt19937 rng(7);
   lm::FullKVCache native(lm::DType::F16);
   fill(native, ctx, rng);
-  std::shared_ptr<lm::KVCache> cache = make_cache(setup.method, setup.bits, setup.set);
+  std::shared_ptr<lm::KVCache> cache =
+      setup.preset.empty() ? make_cache(setup.method, setup.bits, setup.set) : make_preset_cache(setup.preset);
   fill(*cache, ctx, rng);
   const lm::Tensor q = random_tensor({1, kQueryHeads, 1, kDim}, lm::DType::F32, rng);
   const lm::Tensor k = random_tensor({1, kKvHeads, 1, kDim}, lm::DType::F16, rng);
@@ -75,6 +77,17 @@ const Setup kSetups[] = {
     {"turboquant_rvq", 2, {}},
     {"h2o", 2, {"h2o_budget=512"}},
     {"streaming_llm", 2, {"stream_window_size=508"}},
+    {"", 0, {}, "q8"},
+    {"", 0, {}, "q5"},
+    {"", 0, {}, "q4"},
+    {"", 0, {}, "q3"},
+    {"gear", 2, {"gear_bits=4", "gear_rank=2"}},
+    {"kvquant", 2, {}},
+    {"nsnquant", 2, {}},
+    {"adakv", 2, {}},
+    {"a2ats", 2, {}},
+    {"cachegen", 2, {}},
+    {"kvtc", 2, {}},
 };
 
 int register_all() {
@@ -82,7 +95,8 @@ int register_all() {
   // free of scheduling noise on a shared machine.
   if (const char* t = std::getenv("VQ_BENCH_THREADS")) base::ThreadPool::set_global_threads(std::atoi(t));
   for (const Setup& s : kSetups) {
-    std::string name = "attention/" + s.method + "_b" + std::to_string(s.bits);
+    std::string name =
+        s.preset.empty() ? "attention/" + s.method + "_b" + std::to_string(s.bits) : "attention/preset_" + s.preset;
     for (const std::string& a : s.set) name += "_" + a;
     benchmark::RegisterBenchmark(name.c_str(), BM_Attention, s)
         ->Arg(1024)
