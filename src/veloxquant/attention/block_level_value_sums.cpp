@@ -1,5 +1,9 @@
 // Highway kernels for block_level_value_sums.h, compiled once per target and dispatched at run
-// time.
+// time. AVX-512 machines with VBMI (Ice Lake on) take 512-bit loops for head size 64 (AVX3_DL,
+// which Highway 1.0 compiles only on request: hence the define, before any Highway header).
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL
+#endif
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "veloxquant/attention/block_level_value_sums.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -10,8 +14,10 @@
 #include "veloxquant/attention/dense_level_rows.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "base/half.h"
@@ -524,9 +530,152 @@ void accumulate_bits(const BlockLevelValues& v, const float* weights, int64_t ld
   accumulate_queries<B, 1>(v, weights, ld, n_q, acc, acc_stride);
 }
 
+#if HWY_TARGET == HWY_AVX3_DL
+// Head size 64 in 512-bit registers: a query's 64 outputs are four registers for the whole tile,
+// so three queries' twelve stay put while every row passes once (no chunks). Codes of 1..4 bits:
+// the row's 8B bytes are loaded under a mask (nothing past the row is read), and for each group g
+// of 16 codes one byte permute gives dword lane i the two bytes holding code 16g + i, one
+// variable shift moves the code to the lane's bottom, and one lane permute (vpermps reads four
+// index bits; the table repeats every 2^B entries) gives its f32 level. Then one FMA per query
+// with the row's weight times its block scale (ws), in row order as the scalar reference.
+struct WideValueLayout {
+  alignas(64) uint8_t index[4][64];
+  alignas(64) uint32_t shift[4][16];
+};
+constexpr std::array<WideValueLayout, 5> wide_value_layouts() {
+  std::array<WideValueLayout, 5> out{};
+  for (int bits = 1; bits <= 4; ++bits) {
+    for (int g = 0; g < 4; ++g) {
+      for (int i = 0; i < 16; ++i) {
+        const int bit = (16 * g + i) * bits, byte = bit / 8;
+        for (int k = 0; k < 4; ++k) out[bits].index[g][4 * i + k] = static_cast<uint8_t>(k < 2 ? byte + k : byte);
+        out[bits].shift[g][i] = static_cast<uint32_t>(bit % 8);
+      }
+    }
+  }
+  return out;
+}
+alignas(64) constexpr std::array<WideValueLayout, 5> kWideValueLayouts = wide_value_layouts();
+
+template <int B, int NQ>
+void accumulate_wide_levels(const BlockLevelValues& v, const float* ws, float* acc, int64_t acc_stride) {
+  static_assert(B >= 1 && B <= 4, "16 f32 levels per register");
+  HWY_ALIGN float entries[16];
+  for (int i = 0; i < 16; ++i) entries[i] = base::f16_to_f32(v.levels_f16[i & ((1 << B) - 1)]);
+  const __m512 table = _mm512_load_ps(entries);
+  const WideValueLayout& layout = kWideValueLayouts[B];
+  __m512i index[4], shift[4];
+  for (int g = 0; g < 4; ++g) {
+    index[g] = _mm512_load_si512(layout.index[g]);
+    shift[g] = _mm512_load_si512(layout.shift[g]);
+  }
+  const __mmask64 row_mask = (__mmask64{1} << (8 * B)) - 1;
+  const int64_t n_rows = v.n_rows, blocks = v.dim / v.block;
+  __m512 a[NQ][4];
+  const float* w0[NQ];
+  const float* w1[NQ];  // the second block's (block 32) or the first's again (block 64)
+  for (int r = 0; r < NQ; ++r) {
+    for (int g = 0; g < 4; ++g) a[r][g] = _mm512_loadu_ps(acc + r * acc_stride + 16 * g);
+    w0[r] = ws + (r * blocks) * n_rows;
+    w1[r] = ws + (r * blocks + blocks - 1) * n_rows;
+  }
+  const uint8_t* codes = v.codes;
+  for (int64_t j = 0; j < n_rows; ++j, codes += v.code_stride) {
+    const __m512i bytes = _mm512_maskz_loadu_epi8(row_mask, codes);
+    __m512 wa[NQ], wb[NQ];
+    for (int r = 0; r < NQ; ++r) {
+      wa[r] = _mm512_set1_ps(w0[r][j]);
+      wb[r] = _mm512_set1_ps(w1[r][j]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const __m512i code = _mm512_srlv_epi32(_mm512_permutexvar_epi8(index[g], bytes), shift[g]);
+      const __m512 level = _mm512_permutexvar_ps(code, table);
+#pragma GCC unroll 3
+      for (int r = 0; r < NQ; ++r) a[r][g] = _mm512_fmadd_ps(level, g < 2 ? wa[r] : wb[r], a[r][g]);
+    }
+  }
+  for (int r = 0; r < NQ; ++r) {
+    for (int g = 0; g < 4; ++g) _mm512_storeu_ps(acc + r * acc_stride + 16 * g, a[r][g]);
+  }
+}
+
+// 8-bit codes on even levels, head size 64: each level computed exactly from its code, as
+// accumulate_even_bytes does, 16 per register.
+template <int NQ>
+void accumulate_wide_even_bytes(const BlockLevelValues& v, const float* ws, float* acc, int64_t acc_stride) {
+  const int64_t n_rows = v.n_rows, blocks = v.dim / v.block;
+  const __m512 two = _mm512_set1_ps(2.0f / 256.0f), offset = _mm512_set1_ps(-255.0f / 256.0f);
+  __m512 a[NQ][4];
+  const float* w0[NQ];
+  const float* w1[NQ];
+  for (int r = 0; r < NQ; ++r) {
+    for (int g = 0; g < 4; ++g) a[r][g] = _mm512_loadu_ps(acc + r * acc_stride + 16 * g);
+    w0[r] = ws + (r * blocks) * n_rows;
+    w1[r] = ws + (r * blocks + blocks - 1) * n_rows;
+  }
+  const uint8_t* codes = v.codes;
+  for (int64_t j = 0; j < n_rows; ++j, codes += v.code_stride) {
+    __m512 wa[NQ], wb[NQ];
+    for (int r = 0; r < NQ; ++r) {
+      wa[r] = _mm512_set1_ps(w0[r][j]);
+      wb[r] = _mm512_set1_ps(w1[r][j]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const __m512i code = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * g)));
+      const __m512 level = _mm512_fmadd_ps(_mm512_cvtepi32_ps(code), two, offset);
+#pragma GCC unroll 3
+      for (int r = 0; r < NQ; ++r) a[r][g] = _mm512_fmadd_ps(level, g < 2 ? wa[r] : wb[r], a[r][g]);
+    }
+  }
+  for (int r = 0; r < NQ; ++r) {
+    for (int g = 0; g < 4; ++g) _mm512_storeu_ps(acc + r * acc_stride + 16 * g, a[r][g]);
+  }
+}
+
+// Head size 64 in blocks of 32 or 64, table levels of 1..4 bits or even 8-bit levels: the
+// 512-bit loops above; false for every other shape (the 256-bit paths take it).
+bool accumulate_wide(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                     int64_t acc_stride) {
+  const bool levels = !v.even_levels && v.bits >= 1 && v.bits <= 4;
+  const bool even_bytes = v.even_levels && v.bits == 8;
+  if (v.dim != 64 || (v.block != 32 && v.block != 64) || !(levels || even_bytes)) return false;
+  thread_local std::vector<float> work;
+  const int64_t blocks = v.dim / v.block;
+  const std::size_t need = static_cast<std::size_t>(n_q * blocks * v.n_rows);
+  if (work.size() < need) work.resize(need);
+  float* ws = work.data();
+  weighted_block_scales(v, weights, ld, n_q, 1.0f, ws);
+  const auto run = [&](auto nq_tag, int64_t r) {
+    constexpr int NQ = decltype(nq_tag)::value;
+    const float* w = ws + r * blocks * v.n_rows;
+    float* out = acc + r * acc_stride;
+    if (even_bytes) return accumulate_wide_even_bytes<NQ>(v, w, out, acc_stride);
+    switch (v.bits) {
+      case 1:
+        return accumulate_wide_levels<1, NQ>(v, w, out, acc_stride);
+      case 2:
+        return accumulate_wide_levels<2, NQ>(v, w, out, acc_stride);
+      case 3:
+        return accumulate_wide_levels<3, NQ>(v, w, out, acc_stride);
+      default:
+        return accumulate_wide_levels<4, NQ>(v, w, out, acc_stride);
+    }
+  };
+  int64_t r = 0;
+  for (; r + 3 <= n_q; r += 3) run(std::integral_constant<int, 3>{}, r);
+  for (; r < n_q; ++r) run(std::integral_constant<int, 1>{}, r);
+  return true;
+}
+#endif  // HWY_TARGET == HWY_AVX3_DL
+
 // The rows alone (v.offset is not read).
 void accumulate_rows(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
                      int64_t acc_stride) {
+#if HWY_TARGET == HWY_AVX3_DL
+  if (accumulate_wide(v, weights, ld, n_q, acc, acc_stride)) return;
+#endif
   // 128-bit targets (ValueSumsSupportedImpl false: callers decode instead) keep the scalar loop.
   if constexpr (hn::MaxLanes(hn::CappedTag<float, 8>()) == 8) {
     if (v.even_levels && v.bits <= 6) {

@@ -1,5 +1,10 @@
 // Highway-dispatched kernels for byte_level_key_scores.h: the SIMD loop is x86 AVX2 (vpmaddubsw,
-// vpsignb, in-lane byte shuffles), compiled per target; other targets report no support.
+// vpsignb, in-lane byte shuffles), compiled per target; other targets report no support. AVX-512
+// machines with VBMI and VNNI (Ice Lake on) take a 512-bit loop instead (AVX3_DL, which Highway
+// 1.0 compiles only on request: hence the define, before any Highway header).
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL
+#endif
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "veloxquant/attention/byte_level_key_scores.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -10,6 +15,7 @@
 #include "veloxquant/attention/integer_query_step.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -197,9 +203,153 @@ void score_queries(const BlockLevelKeys& k, const ByteLevels& levels, const int8
   }
 }
 
+#if HWY_TARGET == HWY_AVX3_DL
+// Highway 1.0's AVX3_DL target string names AVX-VNNI but not AVX512-VNNI, so the loop asks for it
+// itself and runs only where the CPU reports it (every CPU with VBMI2 and BITALG does).
+#define VQ_WITH_AVX512_VNNI __attribute__((target("avx512vnni")))
+bool has_avx512_vnni() {
+  static const bool has = __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+
+// One row of 64 codes per 512-bit register, eight rows per pass. A row's 8B bytes are loaded
+// under a mask (nothing past the row is read: no padded copy at the buffer's end); one byte
+// permute gives qword q the bytes from qB on (its 8 codes), one multishift moves code i of each
+// qword to byte i (bits above B are the next code's, ignored below), and one 64-entry byte permute
+// looks the levels up (it reads 6 index bits, so the table repeats every 2^B entries). The levels
+// are stored + 128 as unsigned bytes so one vpdpbusd per query multiplies them with the signed
+// query: lane l = sum over e in 4l..4l+3 of (level8 + 128) * q8, exact in 32 bits; the 128 * q8
+// part is cancelled by starting each lane at -128 times its four query elements' sum. Lanes 0-7 are
+// block 0, 8-15 block 1.
+//
+// Eight rows' 16-lane sums reduce to one register (unpack/add in three levels): quarters
+// [rows 0-3 block 0, rows 0-3 block 1, rows 4-7 block 0, rows 4-7 block 1]; then the same float
+// steps as the scalar reference: float(T) * s, the two blocks added, fma with the step and bias.
+// The byte permute (qword q takes the row's bytes from qB on) and the multishift's bit offsets
+// (code i of a qword at bit Bi), per bit width: built at compile time, one load each per call.
+struct WideCodeLayout {
+  alignas(64) uint8_t spread[64];
+  alignas(64) uint8_t shifts[64];
+};
+constexpr std::array<WideCodeLayout, 7> wide_code_layouts() {
+  std::array<WideCodeLayout, 7> out{};
+  for (int bits = 2; bits <= 6; ++bits) {
+    for (int q = 0; q < 8; ++q) {
+      for (int i = 0; i < 8; ++i) {
+        out[bits].spread[8 * q + i] = static_cast<uint8_t>(q * bits + i);
+        out[bits].shifts[8 * q + i] = static_cast<uint8_t>(bits * i);
+      }
+    }
+  }
+  return out;
+}
+alignas(64) constexpr std::array<WideCodeLayout, 7> kWideCodeLayouts = wide_code_layouts();
+
+class WideByteLevels {
+ public:
+  WideByteLevels(int bits, const ByteLevels& levels)
+      : table_(_mm512_loadu_si512(levels.offset_table)),
+        spread_(_mm512_load_si512(kWideCodeLayouts[bits].spread)),
+        shifts_(_mm512_load_si512(kWideCodeLayouts[bits].shifts)),
+        row_mask_((__mmask64{1} << (8 * bits)) - 1) {}  // bits <= 6: 48 bytes at most
+  // The row's 64 levels + 128; rows past the tile read nothing and give 0 (masked below).
+  HWY_INLINE __m512i operator()(const uint8_t* row, __mmask64 live) const {
+    const __m512i bytes = _mm512_maskz_loadu_epi8(row_mask_ & live, row);
+    const __m512i codes = _mm512_multishift_epi64_epi8(shifts_, _mm512_permutexvar_epi8(spread_, bytes));
+    return _mm512_permutexvar_epi8(codes, table_);
+  }
+
+ private:
+  __m512i table_, spread_, shifts_;
+  __mmask64 row_mask_;
+};
+
+// Pairs of rows' lanes summed so each 128-bit quarter holds [a0+a2, b0+b2, a1+a3, b1+b3].
+HWY_INLINE __m512i pair_sums(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+}
+// Two pair sums to each quarter's four row sums [rows 0, 1, 2, 3] of that quarter.
+HWY_INLINE __m512i quad_sums(__m512i ab, __m512i cd) {
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+}
+
+template <int NQ>
+VQ_WITH_AVX512_VNNI void score_wide_units(const BlockLevelKeys& k, const ByteLevels& levels, const int8_t* q8, const float* q_step,
+                      const float* bias, float* scores, int64_t ld) {
+  static_assert(NQ >= 1 && NQ <= 4, "registers for four queries' partial sums");
+  constexpr int64_t kDim = 64;
+  const WideByteLevels level_of(k.bits, levels);
+  __m512i q[NQ];
+  // Each row's dot products start from -128 * (the query's four elements' sum) per lane, which
+  // cancels the + 128 of the stored levels exactly.
+  __m512i start[NQ];
+  __m256 step[NQ], add[NQ];
+  const __m512i zero = _mm512_setzero_si512();
+  for (int r = 0; r < NQ; ++r) {
+    q[r] = _mm512_loadu_si512(q8 + r * kDim);
+    start[r] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(static_cast<char>(0x80)), q[r]));
+    step[r] = _mm256_set1_ps(q_step[r] * levels.step);
+    add[r] = _mm256_set1_ps(bias != nullptr ? bias[r] : 0.0f);
+  }
+  // Scales of eight rows arrive as [r0b0, r0b1, r1b0, ...]; the sums' order is by quarter.
+  const __m512i scale_order = _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+  // Quarters [0, 2] then [1, 3]: block 0 and block 1 of rows 0-3, 4-7, ready to add as halves.
+  const __m512i half_order = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
+  const int64_t n_rows = k.n_rows, stride = k.code_stride;
+  for (int64_t j = 0; j < n_rows; j += 8) {
+    const int64_t live_rows = std::min<int64_t>(8, n_rows - j);
+    __m512i quads[NQ][2];
+    for (int half = 0; half < 2; ++half) {
+      __m512i pairs[NQ][2];
+      for (int p = 0; p < 2; ++p) {
+        const int64_t a = 4 * half + 2 * p;  // rows a, a + 1 of the pass
+        const __m512i la = level_of(k.codes + (j + a) * stride, a < live_rows ? ~__mmask64{0} : 0);
+        const __m512i lb = level_of(k.codes + (j + a + 1) * stride, a + 1 < live_rows ? ~__mmask64{0} : 0);
+        for (int r = 0; r < NQ; ++r) {
+          pairs[r][p] = pair_sums(_mm512_dpbusd_epi32(start[r], la, q[r]), _mm512_dpbusd_epi32(start[r], lb, q[r]));
+        }
+      }
+      for (int r = 0; r < NQ; ++r) quads[r][half] = quad_sums(pairs[r][0], pairs[r][1]);
+    }
+    const __mmask16 live_scales = static_cast<__mmask16>((1u << (2 * live_rows)) - 1);
+    const __m512 scale = _mm512_permutexvar_ps(
+        scale_order, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live_scales, k.scales + 2 * j)));
+    const __mmask8 live_out = static_cast<__mmask8>((1u << live_rows) - 1);
+    for (int r = 0; r < NQ; ++r) {
+      // quads: [q0 of rows 0-3, q1, q2, q3] (quarters = blocks' halves); rows 4-7 likewise.
+      const __m512i lo = quads[r][0], hi = quads[r][1];
+      const __m512i blocks = _mm512_add_epi32(_mm512_shuffle_i32x4(lo, hi, 0x88), _mm512_shuffle_i32x4(lo, hi, 0xdd));
+      // blocks: [rows 0-3 b0, rows 0-3 b1, rows 4-7 b0, rows 4-7 b1]
+      const __m512 products = _mm512_mul_ps(_mm512_cvtepi32_ps(blocks), scale);
+      const __m512 halves = _mm512_permutexvar_ps(half_order, products);
+      const __m256 acc = _mm256_add_ps(_mm512_castps512_ps256(halves), _mm512_extractf32x8_ps(halves, 1));
+      _mm256_mask_storeu_ps(scores + r * ld + j, live_out, _mm256_fmadd_ps(acc, step[r], add[r]));
+    }
+  }
+}
+
+VQ_WITH_AVX512_VNNI void score_wide(const BlockLevelKeys& k, const ByteLevels& levels, const int8_t* q8, const float* q_step,
+                const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  const int64_t d = k.dim;
+  const auto bias_at = [&](int64_t r) { return bias != nullptr ? bias + r : nullptr; };
+  int64_t r = 0;
+  for (; r + 3 <= n_q; r += 3) score_wide_units<3>(k, levels, q8 + r * d, q_step + r, bias_at(r), scores + r * ld, ld);
+  if (n_q - r == 2) {
+    score_wide_units<2>(k, levels, q8 + r * d, q_step + r, bias_at(r), scores + r * ld, ld);
+  } else if (n_q - r == 1) {
+    score_wide_units<1>(k, levels, q8 + r * d, q_step + r, bias_at(r), scores + r * ld, ld);
+  }
+}
+#endif  // HWY_TARGET == HWY_AVX3_DL
+
 void ScoreByteLevelsImpl(const BlockLevelKeys& k, const ByteLevels& levels, const int8_t* q8, const uint8_t* abs_q8,
                          const float* q_step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
   if (k.n_rows <= 0 || n_q <= 0) return;
+#if HWY_TARGET == HWY_AVX3_DL
+  if (k.dim == 64 && k.block == 32 && k.bits >= 2 && k.bits <= 6 && has_avx512_vnni()) {
+    return score_wide(k, levels, q8, q_step, bias, n_q, scores, ld);
+  }
+#endif
   if (k.dim == 64 && k.block == 32) {
     switch (k.bits) {
       case 2:
@@ -242,6 +392,7 @@ ByteLevels byte_levels(const float* levels, int bits) {
   ByteLevels out{};
   out.step = s.step;
   for (int c = 0; c < n; ++c) out.value[c] = static_cast<int8_t>(std::lrintf(levels[c] * s.inverse));
+  for (int c = 0; c < 64; ++c) out.offset_table[c] = static_cast<uint8_t>(out.value[c % n] + 128);
   return out;
 }
 

@@ -33,6 +33,9 @@ namespace veloxquant::attention::kernels {
 struct ByteLevels {
   int8_t value[64];
   float step;
+  // value[c mod 2^bits] + 128 for c < 64: the 512-bit loop's lookup table (a byte permute reads
+  // six index bits; unsigned levels for vpdpbusd).
+  uint8_t offset_table[64];
 };
 ByteLevels byte_levels(const float* levels, int bits);
 

@@ -37,9 +37,10 @@ TurboQuantBlockRows::TurboQuantBlockRows(const TurboQuantBlockCache& cache, int6
       // difference from the f32 scores (ByteKeyDecodeStepsEqualTheirIntegerModel in
       // turboquant_block_cache_test: within 5e-5 of attention over that model; against exact
       // attention only within the rounding, which softmax amplifies on peaked test scores).
-      // 6-bit keys (q5) keep the 16-bit scorer: through the 8-bit one (151 -> 92 instructions
-      // per row) their 64 levels round too coarsely, q5's decode-like KL rose 0.00441 -> 0.00511.
-      byte_keys_(!cache.key_quantizer().even_levels() && cache.key_bits() >= 2 && cache.key_bits() <= 5 &&
+      // 6-bit keys (q5) too: their 64 levels lose more to the 8-bit rounding (q5's decode-like
+      // KL 0.00441 -> 0.00511, still 2.6x under llama.cpp q5_0's 0.0131), but the 16-bit scorer
+      // made q5 decode at 0.51x the native cache, the byte scorer's 512-bit loop at ~1x.
+      byte_keys_(!cache.key_quantizer().even_levels() && cache.key_bits() >= 2 && cache.key_bits() <= 6 &&
                  attention::kernels::can_score_byte_level_rows(cache.key_bits(), cache.head_dim(),
                                                                cache.key_quantizer().block_size())),
       permuted_keys_(!byte_keys_ && !cache.key_quantizer().even_levels() &&

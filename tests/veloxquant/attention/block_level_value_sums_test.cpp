@@ -54,6 +54,11 @@ TEST(BlockLevelValueSums, MatchesScalarBitForBitAndDecodedRowsInF64) {
                           {4, 32, 32},
                           {2, 128, 128},
                           {1, 96, 32},
+                          // Head size 64 in blocks of 32 or 64: the 512-bit loops on AVX-512 VBMI.
+                          {1, 64, 32},
+                          {2, 64, 64},
+                          {3, 64, 32},
+                          {8, 64, 64},
                           {3, 32, 32},
                           {1, 32, 32, true},
                           {2, 64, 32, true},
