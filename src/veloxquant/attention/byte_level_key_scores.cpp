@@ -13,6 +13,7 @@
 #include "veloxquant/attention/byte_level_key_scores.h"
 #include "veloxquant/attention/dense_level_rows.h"
 #include "veloxquant/attention/integer_query_step.h"
+#include "veloxquant/attention/wide_block_sums-inl.h"
 
 #include <algorithm>
 #include <array>
@@ -204,14 +205,6 @@ void score_queries(const BlockLevelKeys& k, const ByteLevels& levels, const int8
 }
 
 #if HWY_TARGET == HWY_AVX3_DL
-// Highway 1.0's AVX3_DL target string names AVX-VNNI but not AVX512-VNNI, so the loop asks for it
-// itself and runs only where the CPU reports it (every CPU with VBMI2 and BITALG does).
-#define VQ_WITH_AVX512_VNNI __attribute__((target("avx512vnni")))
-bool has_avx512_vnni() {
-  static const bool has = __builtin_cpu_supports("avx512vnni");
-  return has;
-}
-
 // One row of 64 codes per 512-bit register, eight rows per pass. A row's 8B bytes are loaded
 // under a mask (nothing past the row is read: no padded copy at the buffer's end); one byte
 // permute gives qword q the bytes from qB on (its 8 codes), one multishift moves code i of each
@@ -264,15 +257,6 @@ class WideByteLevels {
   __mmask64 row_mask_;
 };
 
-// Pairs of rows' lanes summed so each 128-bit quarter holds [a0+a2, b0+b2, a1+a3, b1+b3].
-HWY_INLINE __m512i pair_sums(__m512i a, __m512i b) {
-  return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
-}
-// Two pair sums to each quarter's four row sums [rows 0, 1, 2, 3] of that quarter.
-HWY_INLINE __m512i quad_sums(__m512i ab, __m512i cd) {
-  return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
-}
-
 template <int NQ>
 VQ_WITH_AVX512_VNNI void score_wide_units(const BlockLevelKeys& k, const ByteLevels& levels, const int8_t* q8, const float* q_step,
                       const float* bias, float* scores, int64_t ld) {
@@ -291,10 +275,6 @@ VQ_WITH_AVX512_VNNI void score_wide_units(const BlockLevelKeys& k, const ByteLev
     step[r] = _mm256_set1_ps(q_step[r] * levels.step);
     add[r] = _mm256_set1_ps(bias != nullptr ? bias[r] : 0.0f);
   }
-  // Scales of eight rows arrive as [r0b0, r0b1, r1b0, ...]; the sums' order is by quarter.
-  const __m512i scale_order = _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
-  // Quarters [0, 2] then [1, 3]: block 0 and block 1 of rows 0-3, 4-7, ready to add as halves.
-  const __m512i half_order = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
   const int64_t n_rows = k.n_rows, stride = k.code_stride;
   for (int64_t j = 0; j < n_rows; j += 8) {
     const int64_t live_rows = std::min<int64_t>(8, n_rows - j);
@@ -306,24 +286,16 @@ VQ_WITH_AVX512_VNNI void score_wide_units(const BlockLevelKeys& k, const ByteLev
         const __m512i la = level_of(k.codes + (j + a) * stride, a < live_rows ? ~__mmask64{0} : 0);
         const __m512i lb = level_of(k.codes + (j + a + 1) * stride, a + 1 < live_rows ? ~__mmask64{0} : 0);
         for (int r = 0; r < NQ; ++r) {
-          pairs[r][p] = pair_sums(_mm512_dpbusd_epi32(start[r], la, q[r]), _mm512_dpbusd_epi32(start[r], lb, q[r]));
+          pairs[r][p] =
+              wide_pair_sums(_mm512_dpbusd_epi32(start[r], la, q[r]), _mm512_dpbusd_epi32(start[r], lb, q[r]));
         }
       }
-      for (int r = 0; r < NQ; ++r) quads[r][half] = quad_sums(pairs[r][0], pairs[r][1]);
+      for (int r = 0; r < NQ; ++r) quads[r][half] = wide_quad_sums(pairs[r][0], pairs[r][1]);
     }
-    const __mmask16 live_scales = static_cast<__mmask16>((1u << (2 * live_rows)) - 1);
-    const __m512 scale = _mm512_permutexvar_ps(
-        scale_order, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live_scales, k.scales + 2 * j)));
-    const __mmask8 live_out = static_cast<__mmask8>((1u << live_rows) - 1);
+    const __m512 scale = wide_block_scales(k.scales + 2 * j, live_rows);
     for (int r = 0; r < NQ; ++r) {
-      // quads: [q0 of rows 0-3, q1, q2, q3] (quarters = blocks' halves); rows 4-7 likewise.
-      const __m512i lo = quads[r][0], hi = quads[r][1];
-      const __m512i blocks = _mm512_add_epi32(_mm512_shuffle_i32x4(lo, hi, 0x88), _mm512_shuffle_i32x4(lo, hi, 0xdd));
-      // blocks: [rows 0-3 b0, rows 0-3 b1, rows 4-7 b0, rows 4-7 b1]
-      const __m512 products = _mm512_mul_ps(_mm512_cvtepi32_ps(blocks), scale);
-      const __m512 halves = _mm512_permutexvar_ps(half_order, products);
-      const __m256 acc = _mm256_add_ps(_mm512_castps512_ps256(halves), _mm512_extractf32x8_ps(halves, 1));
-      _mm256_mask_storeu_ps(scores + r * ld + j, live_out, _mm256_fmadd_ps(acc, step[r], add[r]));
+      wide_store_scores(wide_block_sums(quads[r][0], quads[r][1]), scale, step[r], add[r], live_rows,
+                        scores + r * ld + j);
     }
   }
 }

@@ -6,6 +6,7 @@
 #include "base/half.h"
 #include "lm/kernels/simd_dot.h"
 #include "veloxquant/attention/block_level_value_sums.h"
+#include "veloxquant/attention/even_byte_key_scores.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/rows/cache_rows.h"
@@ -59,6 +60,12 @@ TurboQuantBlockRows::TurboQuantBlockRows(const TurboQuantBlockCache& cache, int6
     if (cache.key_quantizer().even_levels() && cache.key_bits() <= 6) {
       integer_limit_ = std::min(integer_limit_, attention::kernels::kUniformQueryLimit);
     }
+    // q8's keys: 4 codes per multiply-add instruction (vpdpbusd) instead of 2, the query split
+    // into two bytes (decode step at ctx 4096: keys 15.5% -> see docs/benchmarks.md).
+    even_byte_keys_ = cache.key_quantizer().even_levels() &&
+                      attention::kernels::can_score_even_byte_rows(cache.key_bits(), cache.head_dim(),
+                                                                   cache.key_quantizer().block_size());
+    if (even_byte_keys_) integer_limit_ = attention::kernels::kEvenByteQueryLimit;
     levels16_ =
         attention::kernels::block_levels16(cache.key_quantizer().levels().data(), cache.key_bits(), integer_limit_);
   }
@@ -256,8 +263,13 @@ void TurboQuantBlockRows::score_integer_keys(int64_t b, int64_t h, int64_t j0, i
         biases[r] = lm::kernels::simd::dot_f16(mu, prepared + r * pd + d / 2 + 1, d);
     }
     const attention::kernels::BlockLevelKeys keys = coded_keys(b, h, r0, r1);
-    attention::kernels::score_block_level_rows(keys, levels16_, q16, steps, has_mean ? biases : nullptr, n_queries,
+    if (even_byte_keys_) {
+      attention::kernels::score_even_byte_rows(keys, q16, steps, has_mean ? biases : nullptr, n_queries,
                                                scores + (r0 - j0), ld);
+    } else {
+      attention::kernels::score_block_level_rows(keys, levels16_, q16, steps, has_mean ? biases : nullptr, n_queries,
+                                                 scores + (r0 - j0), ld);
+    }
     r0 = r1;
   }
 }

@@ -87,6 +87,9 @@ class TurboQuantBlockRows final : public attention::RowSource {
   bool byte_keys_;      // 2-5-bit Lloyd keys, head size 64: 8-bit scores (first)
   bool permuted_keys_;  // 1-3-bit Lloyd keys: f32 scores from a level register (before integer_keys_)
   bool integer_keys_;
+  // 8-bit even keys (q8) on a CPU with AVX-512 VNNI: integer_keys_ through
+  // attention/even_byte_key_scores.h (its own integer model, a 16-bit query of 32639 steps).
+  bool even_byte_keys_ = false;
   bool coded_values_;
   int32_t integer_limit_ = 0;
   attention::kernels::BlockLevels16 levels16_{};
