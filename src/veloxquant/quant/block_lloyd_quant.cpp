@@ -11,6 +11,7 @@
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/core/rng.h"
 #include "veloxquant/quant/boundary_counts.h"
+#include "veloxquant/quant/even_byte_trials.h"
 #include "veloxquant/errors.h"
 
 namespace veloxquant::quant {
@@ -290,7 +291,34 @@ uint16_t BlockLloydQuantizer::encode_block(const float* x, int n, uint8_t* codes
       std::copy(trial.begin(), trial.begin() + n, codes);
     }
   };
-  for (float g : kClipGrid) try_scale(absmax / level_max * g);
+  if (even_ && bits_ == 8) {
+    // All the grid's candidates at once (even_byte_trials.h): the same errors in the same order,
+    // so the same choice as the loop below, at ~1/15 of its cost.
+    std::array<float, kClipGrid.size()> stored{};
+    std::array<uint16_t, kClipGrid.size()> s16{};
+    std::array<double, kClipGrid.size()> errors{};
+    int live = 0;
+    for (float g : kClipGrid) {
+      const uint16_t h = base::f32_to_f16(std::min(absmax / level_max * g, kMaxScale));
+      const float s = base::f16_to_f32(h);
+      if (!(s > 0.0f)) continue;  // underflowed to zero: not a usable scale
+      stored[static_cast<std::size_t>(live)] = s;
+      s16[static_cast<std::size_t>(live++)] = h;
+    }
+    even_byte_trial_errors(x, n, stored.data(), live, errors.data());
+    for (int t = 0; t < live; ++t) {
+      if (errors[static_cast<std::size_t>(t)] < best_err) {
+        best_err = errors[static_cast<std::size_t>(t)];
+        best_scale = s16[static_cast<std::size_t>(t)];
+      }
+    }
+    if (best_err != INFINITY) {
+      const float inv = 1.0f / base::f16_to_f32(best_scale);
+      for (int i = 0; i < n; ++i) codes[i] = even_byte_code(x[i] * inv);
+    }
+  } else {
+    for (float g : kClipGrid) try_scale(absmax / level_max * g);
+  }
   // Least-squares refit of the scale for the chosen codes.
   if (const float refit = refit_scale(x, n, codes); refit >= 0.0f) try_scale(refit);
   if (best_err == INFINITY) {

@@ -1,0 +1,106 @@
+// The 8-bit even-level encoder's batched clip-grid search: its closed-form code against the
+// quantizer's nearest level, its SIMD trial errors against the scalar loop (bit for bit), and
+// encode_block against the one-candidate-at-a-time search it replaces (same scale, same codes).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "base/half.h"
+#include "support/random_values.h"
+
+#include "veloxquant/quant/block_lloyd_quant.h"
+#include "veloxquant/quant/even_byte_trials.h"
+
+namespace veloxquant::quant {
+namespace {
+
+TEST(EvenByteTrials, ClosedFormCodeIsTheNearestLevel) {
+  const BlockLloydQuantizer q8(8);
+  ASSERT_TRUE(q8.even_levels());
+  std::vector<float> probes = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-9f, -1e-9f, 0.999f, 1.0f, -1.0f, 1.5f, -1.5f, 40.0f,
+                               -40.0f};
+  for (const float b : q8.boundaries()) {  // every midpoint, exactly and one ulp either side
+    probes.push_back(b);
+    probes.push_back(std::nextafter(b, 2.0f));
+    probes.push_back(std::nextafter(b, -2.0f));
+  }
+  for (const float v : test_support::normal_values(20000, 5)) probes.push_back(0.6f * v);
+  for (const float v : probes) EXPECT_EQ(even_byte_code(v), q8.nearest(v)) << v;
+}
+
+TEST(EvenByteTrials, SimdErrorsEqualTheScalarLoop) {
+  const auto x = test_support::normal_values(32 * 40, 6);
+  for (const int n_scales : {1, 3, 8, 14, 15, 16}) {
+    for (int block = 0; block < 40; ++block) {
+      const float* xb = x.data() + 32 * block;
+      std::vector<float> scales;
+      for (int t = 0; t < n_scales; ++t) scales.push_back(base::f16_to_f32(base::f32_to_f16(0.01f + 0.003f * t)));
+      std::vector<double> got(static_cast<std::size_t>(n_scales)), want = got;
+      even_byte_trial_errors(xb, 32, scales.data(), n_scales, got.data());
+      scalar::even_byte_trial_errors(xb, 32, scales.data(), n_scales, want.data());
+      ASSERT_EQ(got, want) << n_scales << " scales, block " << block;
+    }
+  }
+}
+
+// The search as BlockLloydQuantizer did it before: one candidate at a time (nearest() per value,
+// the error summed in order, the first strictly smaller kept), then the least-squares refit.
+uint16_t one_at_a_time(const BlockLloydQuantizer& q, const float* x, int n, uint8_t* codes) {
+  const std::vector<float>& lv = q.levels();
+  float absmax = 0.0f;
+  for (int i = 0; i < n; ++i) absmax = std::max(absmax, std::fabs(x[i]));
+  double best = INFINITY;
+  uint16_t best_scale = 0;
+  std::vector<uint8_t> trial(static_cast<std::size_t>(n));
+  const auto try_scale = [&](float s) {
+    const uint16_t h = base::f32_to_f16(std::min(s, 65504.0f));
+    const float stored = base::f16_to_f32(h);
+    if (!(stored > 0.0f)) return;
+    const float inv = 1.0f / stored;
+    double err = 0.0;
+    for (int i = 0; i < n; ++i) {
+      trial[static_cast<std::size_t>(i)] = q.nearest(x[i] * inv);
+      const double e = static_cast<double>(x[i]) - static_cast<double>(stored) * lv[trial[static_cast<std::size_t>(i)]];
+      err += e * e;
+    }
+    if (err < best) {
+      best = err;
+      best_scale = h;
+      std::copy(trial.begin(), trial.end(), codes);
+    }
+  };
+  for (const float g : {0.40f, 0.45f, 0.50f, 0.55f, 0.60f, 0.65f, 0.70f, 0.75f, 0.80f, 0.85f, 0.90f, 0.95f, 1.00f,
+                        1.05f}) {
+    try_scale(absmax / lv.back() * g);
+  }
+  double xl = 0.0, ll = 0.0;
+  for (int i = 0; i < n; ++i) {
+    xl += static_cast<double>(x[i]) * lv[codes[i]];
+    ll += static_cast<double>(lv[codes[i]]) * lv[codes[i]];
+  }
+  if (ll > 0.0 && xl > 0.0) try_scale(static_cast<float>(xl / ll));
+  return best_scale;
+}
+
+TEST(EvenByteTrials, EncodeBlockChoosesWhatTheOneAtATimeSearchChose) {
+  const BlockLloydQuantizer q8(8);
+  const auto x = test_support::normal_values(32 * 500, 7);
+  for (int block = 0; block < 500; ++block) {
+    std::vector<float> xb(x.begin() + 32 * block, x.begin() + 32 * (block + 1));
+    if (block % 5 == 1) xb[block % 32] *= 9.0f;                   // an outlier
+    if (block % 5 == 2) for (float& v : xb) v *= 1e-4f;          // small magnitudes
+    if (block % 5 == 3) for (float& v : xb) v = std::round(v * 4) / 4;  // ties on the grid
+    std::array<uint8_t, 32> got{}, want{};
+    const uint16_t s_got = q8.encode_block(xb.data(), 32, got.data());
+    const uint16_t s_want = one_at_a_time(q8, xb.data(), 32, want.data());
+    ASSERT_EQ(s_got, s_want) << "block " << block;
+    ASSERT_EQ(got, want) << "block " << block;
+  }
+}
+
+}  // namespace
+}  // namespace veloxquant::quant
