@@ -1,5 +1,9 @@
 // Highway kernels for block_level_value_sums.h, compiled once per target and dispatched at run
-// time.
+// time. AVX3_DL (AVX-512 with VBMI) is compiled in too: its multishift spreads 16 codes to their
+// lanes in one instruction (accumulate_permuted_wide).
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL
+#endif
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "veloxquant/attention/block_level_value_sums.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -335,10 +339,102 @@ void accumulate_permuted_chunks(const BlockLevelValues& v, const float* ws, floa
   }
 }
 
+#if HWY_TARGET == HWY_AVX3_DL
+// accumulate_permuted_chunks on 512-bit vectors: 16 codes per vector, the same FMA per element
+// in the same row order (bit for bit). The 16 codes of B bits are 2B <= 8 whole bytes: one
+// 64-bit load broadcast (folded into the instruction) and one multishift (VBMI) put code l's bits
+// at the bottom of lane l, one lane permute of the 16-entry table (entry i = level[i mod 2^B],
+// so no mask and, at 4 bits, no second table) looks the level up. The last chunk of a row loads
+// the 8 bytes that end the row instead of reading past it (no padded copies). Passes of 64
+// coordinates keep NQ x 4 outputs in registers; kOneBlock: blocks of 64 or more, one weight per
+// row and query in a pass (otherwise blocks of 32: two).
+template <int B, int NQ, bool kOneBlock>
+void accumulate_permuted_wide(const BlockLevelValues& v, const float* ws, float* acc, int64_t acc_stride) {
+  static_assert(B >= 1 && B <= 4, "16 levels in one register");
+  HWY_ALIGN float entries[16];
+  for (int i = 0; i < 16; ++i) entries[i] = base::f16_to_f32(v.levels_f16[i & ((1 << B) - 1)]);
+  const __m512 table = _mm512_load_ps(entries);
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i lane_bits = _mm512_mullo_epi32(lane, _mm512_set1_epi32(B));
+  const uint8_t* const codes = v.codes;
+  const int64_t dim = v.dim, n_rows = v.n_rows, code_stride = v.code_stride, block = v.block;
+  const int64_t blocks = dim / block, row_bytes = dim * B / 8;
+  for (int64_t e0 = 0; e0 < dim; e0 += 64) {
+    // Chunk i's 8-byte load and the bit of its first code in it.
+    int64_t load_at[4];
+    __m512i control[4];
+    for (int i = 0; i < 4; ++i) {
+      const int64_t start = (e0 + 16 * i) * B / 8;
+      load_at[i] = std::min(start, row_bytes - 8);
+      control[i] = _mm512_add_epi32(lane_bits, _mm512_set1_epi32(static_cast<int>(8 * (start - load_at[i]))));
+    }
+    __m512 a[NQ][4];
+    const float* w[NQ][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < NQ; ++r) {
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) a[r][i] = _mm512_loadu_ps(acc + r * acc_stride + e0 + 16 * i);
+      w[r][0] = ws + (r * blocks + e0 / block) * n_rows;
+      w[r][1] = ws + (r * blocks + (e0 + 32) / block) * n_rows;
+    }
+    const uint8_t* row = codes;
+    for (int64_t j = 0; j < n_rows; ++j, row += code_stride) {
+      __m512 wr[NQ][2];
+#pragma GCC unroll 4
+      for (int r = 0; r < NQ; ++r) {
+        wr[r][0] = _mm512_set1_ps(w[r][0][j]);
+        wr[r][1] = kOneBlock ? wr[r][0] : _mm512_set1_ps(w[r][1][j]);
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        uint64_t word;
+        std::memcpy(&word, row + load_at[i], sizeof(word));
+        const __m512i index = _mm512_multishift_epi64_epi8(control[i], _mm512_set1_epi64(static_cast<int64_t>(word)));
+        const __m512 level = _mm512_permutexvar_ps(index, table);
+#pragma GCC unroll 4
+        for (int r = 0; r < NQ; ++r) a[r][i] = _mm512_fmadd_ps(level, wr[r][i / 2], a[r][i]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NQ; ++r) {
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) _mm512_storeu_ps(acc + r * acc_stride + e0 + 16 * i, a[r][i]);
+    }
+  }
+}
+
+// Whether accumulate_permuted_wide takes these values: passes of 64 coordinates, rows of at
+// least 8 code bytes.
+bool permuted_wide_fits(const BlockLevelValues& v, int bits) { return v.dim % 64 == 0 && v.dim * bits / 8 >= 8; }
+
+template <int B, int NQ>
+void accumulate_permuted_wide_any(const BlockLevelValues& v, const float* ws, float* acc, int64_t acc_stride) {
+  if (v.block % 64 == 0) return accumulate_permuted_wide<B, NQ, true>(v, ws, acc, acc_stride);
+  accumulate_permuted_wide<B, NQ, false>(v, ws, acc, acc_stride);
+}
+#endif
+
 template <int B>
 void accumulate_permuted(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
                          int64_t acc_stride) {
   const int64_t blocks = v.dim / v.block;
+#if HWY_TARGET == HWY_AVX3_DL
+  if (permuted_wide_fits(v, B)) {
+    thread_local std::vector<float> work;
+    const std::size_t need = static_cast<std::size_t>((n_q + 2) * blocks * v.n_rows);
+    if (work.size() < need) work.resize(need);
+    float* ws = work.data();
+    weighted_block_scales(v, weights, ld, n_q, 1.0f, ws);
+    int64_t r = 0;
+    for (; r + 3 <= n_q; r += 3) {
+      accumulate_permuted_wide_any<B, 3>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
+    }
+    for (; r < n_q; ++r) {
+      accumulate_permuted_wide_any<B, 1>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
+    }
+    return;
+  }
+#endif
   if (v.n_rows - first_padded_row(v.n_rows, v.code_stride, v.dim * B / 8, (v.dim / 8 - 1) * B + 4) > kMaxPaddedRows) {
     return scalar::accumulate_block_level_rows(v, weights, ld, n_q, acc, acc_stride);  // no allowed shape
   }

@@ -55,6 +55,12 @@ TEST(BlockLevelValueSums, MatchesScalarBitForBitAndDecodedRowsInF64) {
                           {2, 128, 128},
                           {1, 96, 32},
                           {3, 32, 32},
+                          // AVX-512 VBMI: 16 codes per multishift, passes of 64 coordinates; the
+                          // smallest row it takes (8 code bytes: the last chunk's load is the
+                          // row), one block per pass and two.
+                          {1, 64, 64},
+                          {1, 128, 32},
+                          {2, 64, 64},
                           {1, 32, 32, true},
                           {2, 64, 32, true},
                           {3, 64, 32, true},
