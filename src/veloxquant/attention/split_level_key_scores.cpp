@@ -193,10 +193,13 @@ void score_layout(const SplitLevelKeys& k, const float* q, int64_t q_stride, con
 #if HWY_TARGET == HWY_AVX3_DL
 // score_layout on 512-bit vectors: two rows per vector (row j in lanes 0-7, row j + 1 in lanes
 // 8-15), so every lane does what the scalar reference's lane l does for its row, in the same
-// order (bit for bit). Per pair of rows one masked 64-byte load holds both rows' codes; per chunk
-// of 8 codes one byte permute (VBMI) puts the two bytes that hold lane l's code in its 32-bit
-// lane, one variable shift aligns it and one lane permute looks the level up in a 16-entry table
-// (entry i = level[i mod 2^B]: no mask, no second table at 4 bits). The query chunks are
+// order (bit for bit). Per pair of rows one masked 64-byte load holds both rows' codes; per quad
+// of up to 4 chunks of a group one byte permute (VBMI) gathers into each 64-bit lane the byte
+// pairs that hold its two codes of every chunk, one multishift moves code l of chunk k to byte k
+// of 32-bit lane l, and one 32-bit shift per chunk after the first brings its byte down (5
+// instructions for 4 chunks, against 8 for a byte permute and a variable shift per chunk); one
+// lane permute per chunk looks the level up in a 16-entry table (entry i = level[i mod 2^B]: no
+// mask, no second table at 4 bits). The query chunks are
 // duplicated into both halves once per call. The final sums of 16 rows are one transposing tree
 // ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) per row in 7 shuffles and 7 adds, then one
 // permute back to row order: no per-row horizontal sum. The 16 rows' scales come with one masked
@@ -219,22 +222,65 @@ bool pairs_fit(const SplitLevelKeys& k) {
          15 * k.scale_stride + k.n_groups <= 64;
 }
 
-// One pair's t[r] for group g: C chunks of B bits; `chunk` is the group's first chunk overall.
-template <int B, int C, int NQ>
-HWY_INLINE void pair_group(__m512i codes, const __m512i* byte_index, const __m512i* shift, __m512i table,
-                           const float (*qd)[16], int chunk, __m512* t) {
-#pragma GCC unroll 8
-  for (int c = 0; c < C; ++c) {
-    const __m512i index =
-        _mm512_srlv_epi32(_mm512_permutexvar_epi8(byte_index[chunk + c], codes), shift[chunk + c]);
-    const __m512 level = _mm512_permutexvar_ps(index, _mm512_castsi512_ps(table));
+// One pair's t[r] for a group of C chunks of B bits; `quad` is the group's first quad and
+// `chunk` its first chunk overall (the query's).
+template <int C, int NQ>
+HWY_INLINE void pair_group(__m512i codes, const __m512i* gather, const __m512i* control, __m512i table,
+                           const float (*qd)[16], int quad, int chunk, __m512* t) {
+#pragma GCC unroll 2
+  for (int c0 = 0; c0 < C; c0 += 4) {
+    const __m512i spread =
+        _mm512_multishift_epi64_epi8(control[quad + c0 / 4], _mm512_permutexvar_epi8(gather[quad + c0 / 4], codes));
 #pragma GCC unroll 4
-    for (int r = 0; r < NQ; ++r) {
-      const __m512 qv = _mm512_load_ps(qd[(chunk + c) * NQ + r]);
-      t[r] = c == 0 ? _mm512_mul_ps(level, qv) : _mm512_fmadd_ps(level, qv, t[r]);
+    for (int c = c0; c < std::min(C, c0 + 4); ++c) {
+      const __m512i index = c == c0 ? spread : _mm512_srli_epi32(spread, 8 * (c - c0));
+      const __m512 level = _mm512_permutexvar_ps(index, _mm512_castsi512_ps(table));
+#pragma GCC unroll 4
+      for (int r = 0; r < NQ; ++r) {
+        const __m512 qv = _mm512_load_ps(qd[(chunk + c) * NQ + r]);
+        t[r] = c == 0 ? _mm512_mul_ps(level, qv) : _mm512_fmadd_ps(level, qv, t[r]);
+      }
     }
   }
 }
+
+// The byte permute and multishift tables of every quad of a layout at one code stride and group
+// offsets (built once per thread and layout, rebuilt when those change: they are per cache).
+template <int B0, int C0, int B1, int C1, int B2, int C2>
+struct PairTables {
+  static constexpr int kQuads = (C0 + 3) / 4 + (C1 + 3) / 4 + (C2 + 3) / 4;
+  int64_t code_stride = -1;
+  int code_offset[3] = {-1, -1, -1};
+  HWY_ALIGN uint8_t gather[kQuads][64] = {};
+  HWY_ALIGN uint8_t control[kQuads][64] = {};
+
+  const PairTables& for_keys(const SplitLevelKeys& k) {
+    if (k.code_stride == code_stride && k.code_offset[0] == code_offset[0] && k.code_offset[1] == code_offset[1] &&
+        k.code_offset[2] == code_offset[2]) {
+      return *this;
+    }
+    code_stride = k.code_stride;
+    for (int g = 0; g < 3; ++g) code_offset[g] = k.code_offset[g];
+    const int bits[3] = {B0, B1, B2}, chunks[3] = {C0, C1, C2};
+    for (int g = 0, q = 0; g < 3; ++g) {
+      for (int c0 = 0; c0 < chunks[g]; c0 += 4, ++q) {
+        const int b = bits[g];
+        for (int m = 0; m < 8; ++m) {  // 64-bit lane m: row m / 4, codes 2 (m % 4) and 2 (m % 4) + 1
+          for (int kk = 0; kk < std::min(4, chunks[g] - c0); ++kk) {
+            const int bit = b * (8 * (c0 + kk) + 2 * (m % 4));
+            const int byte = static_cast<int>(m / 4 * code_stride) + code_offset[g] + bit / 8;
+            gather[q][8 * m + 2 * kk] = static_cast<uint8_t>(byte);
+            gather[q][8 * m + 2 * kk + 1] = static_cast<uint8_t>(std::min(byte + 1, 63));
+            for (int h = 0; h < 2; ++h) {  // byte kk of 32-bit lane 2m + h: code 2 (m % 4) + h
+              control[q][8 * m + 4 * h + kk] = static_cast<uint8_t>(16 * kk + bit % 8 + h * b);
+            }
+          }
+        }
+      }
+    }
+    return *this;
+  }
+};
 
 // Within each 128-bit lane: (a0 + a1, a2 + a3, b0 + b1, b2 + b3).
 HWY_INLINE __m512 pair_sums(__m512 a, __m512 b) {
@@ -250,12 +296,16 @@ void score_layout_pairs(const SplitLevelKeys& k, const float* q, int64_t q_strid
   constexpr int kAll = C0 + C1 + C2;
   const int row_bytes = row_code_bytes(k);
   // The per-call setup in vector code (a scalar loop over lanes cost ~40 instructions per row of
-  // a 64-row tile). Lane L reads row L / 8, code l = L % 8 of the chunk: its code starts at bit
-  // B (8c + l) of the group; the lane's low byte indexes that bit's byte, the next byte above it.
+  // a 64-row tile); the quad tables once per cache.
+  thread_local PairTables<B0, C0, B1, C1, B2, C2> pair_tables;
+  const auto& pt = pair_tables.for_keys(k);
+  constexpr int kQuads = PairTables<B0, C0, B1, C1, B2, C2>::kQuads;
+  __m512i gather[kQuads], control[kQuads], tables[3];
+  for (int i = 0; i < kQuads; ++i) {
+    gather[i] = _mm512_load_si512(pt.gather[i]);
+    control[i] = _mm512_load_si512(pt.control[i]);
+  }
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i code_in_chunk = _mm512_and_si512(lane, _mm512_set1_epi32(7));
-  const __m512i row_start = _mm512_mullo_epi32(_mm512_srli_epi32(lane, 3), _mm512_set1_epi32(k.code_stride));
-  __m512i byte_indices[kAll], shifts[kAll], tables[3];
   HWY_ALIGN float qd[kAll * NQ][16];
   for (int g = 0, chunk = 0; g < kGroups; ++g) {
     const int b = kBits[g];
@@ -263,14 +313,7 @@ void score_layout_pairs(const SplitLevelKeys& k, const float* q, int64_t q_strid
     const __m512 level_row = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (1 << b)) - 1), k.levels[g]);
     tables[g] = _mm512_castps_si512(
         _mm512_permutexvar_ps(_mm512_and_si512(lane, _mm512_set1_epi32((1 << b) - 1)), level_row));
-    const __m512i lane_bits = _mm512_mullo_epi32(code_in_chunk, _mm512_set1_epi32(b));
-    const __m512i group_start = _mm512_add_epi32(row_start, _mm512_set1_epi32(k.code_offset[g]));
     for (int c = 0; c < kChunks[g]; ++c, ++chunk) {
-      const __m512i bit = _mm512_add_epi32(lane_bits, _mm512_set1_epi32(8 * b * c));
-      const __m512i byte = _mm512_add_epi32(group_start, _mm512_srli_epi32(bit, 3));
-      const __m512i next = _mm512_min_epi32(_mm512_add_epi32(byte, _mm512_set1_epi32(1)), _mm512_set1_epi32(63));
-      byte_indices[chunk] = _mm512_or_si512(byte, _mm512_slli_epi32(next, 8));
-      shifts[chunk] = _mm512_and_si512(bit, _mm512_set1_epi32(7));
       for (int r = 0; r < NQ; ++r) {
         _mm512_store_ps(qd[chunk * NQ + r],
                         _mm512_broadcast_f32x8(_mm256_loadu_ps(q + r * q_stride + k.offset[g] + 8 * c)));
@@ -307,16 +350,16 @@ void score_layout_pairs(const SplitLevelKeys& k, const float* q, int64_t q_strid
             first_bytes((std::min<int64_t>(2, n - j) - 1) * k.code_stride + row_bytes), k.codes + j * k.code_stride);
         const __m512i pair = _mm512_add_epi32(_mm512_set1_epi32(2 * p), upper_half);
         __m512 t[NQ];
-        pair_group<B0, C0, NQ>(codes, byte_indices, shifts, tables[0], qd, 0, t);
+        pair_group<C0, NQ>(codes, gather, control, tables[0], qd, 0, 0, t);
         const __m512 s0 = _mm512_permutexvar_ps(pair, block_scales[0]);
 #pragma GCC unroll 4
         for (int r = 0; r < NQ; ++r) acc[r] = _mm512_mul_ps(t[r], s0);
-        pair_group<B1, C1, NQ>(codes, byte_indices, shifts, tables[1], qd, C0, t);
+        pair_group<C1, NQ>(codes, gather, control, tables[1], qd, (C0 + 3) / 4, C0, t);
         const __m512 s1 = _mm512_permutexvar_ps(pair, block_scales[1]);
 #pragma GCC unroll 4
         for (int r = 0; r < NQ; ++r) acc[r] = _mm512_fmadd_ps(t[r], s1, acc[r]);
         if constexpr (C2 > 0) {
-          pair_group<B2, C2, NQ>(codes, byte_indices, shifts, tables[2], qd, C0 + C1, t);
+          pair_group<C2, NQ>(codes, gather, control, tables[2], qd, (C0 + 3) / 4 + (C1 + 3) / 4, C0 + C1, t);
           const __m512 s2 = _mm512_permutexvar_ps(pair, block_scales[2]);
 #pragma GCC unroll 4
           for (int r = 0; r < NQ; ++r) acc[r] = _mm512_fmadd_ps(t[r], s2, acc[r]);
