@@ -209,7 +209,7 @@ void score_layout(const SplitLevelKeys& k, const float* q, int64_t q_stride, con
 HWY_INLINE __mmask64 first_bytes(int64_t bytes) { return bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1; }
 
 // Code bytes of one row (the groups' codes end there).
-int row_code_bytes(const SplitLevelKeys& k) {
+HWY_INLINE int row_code_bytes(const SplitLevelKeys& k) {
   int end = 0;
   for (int g = 0; g < k.n_groups; ++g) end = std::max(end, k.code_offset[g] + k.channels[g] * k.bits[g] / 8);
   return end;
@@ -217,8 +217,8 @@ int row_code_bytes(const SplitLevelKeys& k) {
 
 // Whether score_layout_pairs can read the rows: a row pair's codes in 64 bytes, 16 rows' scales
 // in 64 bytes.
-bool pairs_fit(const SplitLevelKeys& k) {
-  return k.code_stride >= 0 && k.code_stride + row_code_bytes(k) <= 64 && k.scale_stride >= 0 &&
+HWY_INLINE bool pairs_fit(const SplitLevelKeys& k, int row_bytes) {
+  return k.code_stride >= 0 && k.code_stride + row_bytes <= 64 && k.scale_stride >= 0 &&
          15 * k.scale_stride + k.n_groups <= 64;
 }
 
@@ -288,13 +288,12 @@ HWY_INLINE __m512 pair_sums(__m512 a, __m512 b) {
 }
 
 template <int NQ, int B0, int C0, int B1, int C1, int B2, int C2>
-void score_layout_pairs(const SplitLevelKeys& k, const float* q, int64_t q_stride, const float* bias, float* scores,
-                        int64_t ld) {
+void score_layout_pairs(const SplitLevelKeys& k, int row_bytes, const float* q, int64_t q_stride, const float* bias,
+                        float* scores, int64_t ld) {
   constexpr int kGroups = C2 > 0 ? 3 : 2;
   constexpr int kBits[3] = {B0, B1, B2};
   constexpr int kChunks[3] = {C0, C1, C2};
   constexpr int kAll = C0 + C1 + C2;
-  const int row_bytes = row_code_bytes(k);
   // The per-call setup in vector code (a scalar loop over lanes cost ~40 instructions per row of
   // a 64-row tile); the quad tables once per cache.
   thread_local PairTables<B0, C0, B1, C1, B2, C2> pair_tables;
@@ -392,7 +391,10 @@ void score_layout_pairs(const SplitLevelKeys& k, const float* q, int64_t q_strid
 template <int NQ, int B0, int C0, int B1, int C1, int B2, int C2>
 void score_layout_best(const SplitLevelKeys& k, const float* q, int64_t q_stride, const float* bias, float* scores,
                        int64_t ld) {
-  if (pairs_fit(k)) return score_layout_pairs<NQ, B0, C0, B1, C1, B2, C2>(k, q, q_stride, bias, scores, ld);
+  const int row_bytes = row_code_bytes(k);
+  if (pairs_fit(k, row_bytes)) {
+    return score_layout_pairs<NQ, B0, C0, B1, C1, B2, C2>(k, row_bytes, q, q_stride, bias, scores, ld);
+  }
   score_layout<NQ, B0, C0, B1, C1, B2, C2>(k, q, q_stride, bias, scores, ld);
 }
 #else
