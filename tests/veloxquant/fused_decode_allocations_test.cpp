@@ -15,6 +15,7 @@
 #include "base/thread_pool.h"
 #include "support/allocation_counter.h"
 #include "support/kv_test_data.h"
+#include "veloxquant/presets/kv_presets.h"
 #include "veloxquant/registry/field_assignment.h"
 #include "veloxquant/registry/method_registry.h"
 #include "veloxquant/veloxquant.h"
@@ -71,6 +72,14 @@ TEST(FusedDecodeAllocations, WarmStepsOfTheRewrittenKernelsAllocateNothing) {
     const auto allocations = warm_step_allocations(c);
     ASSERT_TRUE(allocations.has_value()) << method;
     EXPECT_EQ(*allocations, 0) << method;
+  }
+  // The presets (q3: the split key scorer's and the value loop's per-thread tables and scratch).
+  for (const std::string preset : {"q8", "q5", "q4", "q3"}) {
+    KVCacheConfig c = kv_preset_config(require_kv_preset(preset), 0);
+    c.head_dim = kDim;
+    const auto allocations = warm_step_allocations(c);
+    ASSERT_TRUE(allocations.has_value()) << preset;
+    EXPECT_EQ(*allocations, 0) << preset;
   }
   base::ThreadPool::set_global_threads(0);
 }

@@ -1,6 +1,8 @@
 // Highway kernels for block_level_value_sums.h, compiled once per target and dispatched at run
-// time. AVX-512 machines with VBMI (Ice Lake on) take 512-bit loops for head size 64 (AVX3_DL,
-// which Highway 1.0 compiles only on request: hence the define, before any Highway header).
+// time. AVX3_DL (AVX-512 with VBMI) is compiled in too (Highway 1.0 compiles it only on request:
+// hence the define, before any Highway header): its multishift spreads 16 codes to their lanes in
+// one instruction (accumulate_permuted_wide), and head-64 even 8-bit values keep a query's 64
+// outputs in four registers (accumulate_wide_even_bytes).
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
 #endif
@@ -14,10 +16,8 @@
 #include "veloxquant/attention/dense_level_rows.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "base/half.h"
@@ -341,10 +341,104 @@ void accumulate_permuted_chunks(const BlockLevelValues& v, const float* ws, floa
   }
 }
 
+#if HWY_TARGET == HWY_AVX3_DL
+// accumulate_permuted_chunks on 512-bit vectors: 16 codes per vector, the same FMA per element
+// in the same row order (bit for bit). The 16 codes of B bits are 2B <= 8 whole bytes: one
+// 64-bit load broadcast (folded into the instruction) and one multishift (VBMI) put code l's bits
+// at the bottom of lane l, one lane permute of the 16-entry table (entry i = level[i mod 2^B],
+// so no mask and, at 4 bits, no second table) looks the level up. The last chunk of a row loads
+// the 8 bytes that end the row instead of reading past it (no padded copies). Passes of 64
+// coordinates keep NQ x 4 outputs in registers; kOneBlock: blocks of 64 or more, one weight per
+// row and query in a pass (otherwise blocks of 32: two).
+template <int B, int NQ, bool kOneBlock>
+void accumulate_permuted_wide(const BlockLevelValues& v, const float* ws, float* acc, int64_t acc_stride) {
+  static_assert(B >= 1 && B <= 4, "16 levels in one register");
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  // Entry i = level[i mod 2^B], widened from f16 in three instructions (a scalar loop here was
+  // ~4 instructions per row of a 64-row tile).
+  const __m512 levels = _mm512_cvtph_ps(
+      _mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << (1 << B)) - 1), v.levels_f16));
+  const __m512 table = _mm512_permutexvar_ps(_mm512_and_si512(lane, _mm512_set1_epi32((1 << B) - 1)), levels);
+  const __m512i lane_bits = _mm512_mullo_epi32(lane, _mm512_set1_epi32(B));
+  const uint8_t* const codes = v.codes;
+  const int64_t dim = v.dim, n_rows = v.n_rows, code_stride = v.code_stride, block = v.block;
+  const int64_t blocks = dim / block, row_bytes = dim * B / 8;
+  for (int64_t e0 = 0; e0 < dim; e0 += 64) {
+    // Chunk i's 8-byte load and the bit of its first code in it.
+    int64_t load_at[4];
+    __m512i control[4];
+    for (int i = 0; i < 4; ++i) {
+      const int64_t start = (e0 + 16 * i) * B / 8;
+      load_at[i] = std::min(start, row_bytes - 8);
+      control[i] = _mm512_add_epi32(lane_bits, _mm512_set1_epi32(static_cast<int>(8 * (start - load_at[i]))));
+    }
+    __m512 a[NQ][4];
+    const float* w[NQ][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < NQ; ++r) {
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) a[r][i] = _mm512_loadu_ps(acc + r * acc_stride + e0 + 16 * i);
+      w[r][0] = ws + (r * blocks + e0 / block) * n_rows;
+      w[r][1] = ws + (r * blocks + (e0 + 32) / block) * n_rows;
+    }
+    const uint8_t* row = codes;
+    for (int64_t j = 0; j < n_rows; ++j, row += code_stride) {
+      __m512 wr[NQ][2];
+#pragma GCC unroll 4
+      for (int r = 0; r < NQ; ++r) {
+        wr[r][0] = _mm512_set1_ps(w[r][0][j]);
+        wr[r][1] = kOneBlock ? wr[r][0] : _mm512_set1_ps(w[r][1][j]);
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        uint64_t word;
+        std::memcpy(&word, row + load_at[i], sizeof(word));
+        const __m512i index = _mm512_multishift_epi64_epi8(control[i], _mm512_set1_epi64(static_cast<int64_t>(word)));
+        const __m512 level = _mm512_permutexvar_ps(index, table);
+#pragma GCC unroll 4
+        for (int r = 0; r < NQ; ++r) a[r][i] = _mm512_fmadd_ps(level, wr[r][i / 2], a[r][i]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NQ; ++r) {
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) _mm512_storeu_ps(acc + r * acc_stride + e0 + 16 * i, a[r][i]);
+    }
+  }
+}
+
+// Whether accumulate_permuted_wide takes these values: passes of 64 coordinates, rows of at
+// least 8 code bytes.
+bool permuted_wide_fits(const BlockLevelValues& v, int bits) { return v.dim % 64 == 0 && v.dim * bits / 8 >= 8; }
+
+template <int B, int NQ>
+void accumulate_permuted_wide_any(const BlockLevelValues& v, const float* ws, float* acc, int64_t acc_stride) {
+  if (v.block % 64 == 0) return accumulate_permuted_wide<B, NQ, true>(v, ws, acc, acc_stride);
+  accumulate_permuted_wide<B, NQ, false>(v, ws, acc, acc_stride);
+}
+#endif
+
 template <int B>
 void accumulate_permuted(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
                          int64_t acc_stride) {
   const int64_t blocks = v.dim / v.block;
+#if HWY_TARGET == HWY_AVX3_DL
+  if (permuted_wide_fits(v, B)) {
+    thread_local std::vector<float> work;
+    const std::size_t need = static_cast<std::size_t>((n_q + 2) * blocks * v.n_rows);
+    if (work.size() < need) work.resize(need);
+    float* ws = work.data();
+    weighted_block_scales(v, weights, ld, n_q, 1.0f, ws);
+    int64_t r = 0;
+    for (; r + 3 <= n_q; r += 3) {
+      accumulate_permuted_wide_any<B, 3>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
+    }
+    for (; r < n_q; ++r) {
+      accumulate_permuted_wide_any<B, 1>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
+    }
+    return;
+  }
+#endif
   if (v.n_rows - first_padded_row(v.n_rows, v.code_stride, v.dim * B / 8, (v.dim / 8 - 1) * B + 4) > kMaxPaddedRows) {
     return scalar::accumulate_block_level_rows(v, weights, ld, n_q, acc, acc_stride);  // no allowed shape
   }
@@ -531,77 +625,9 @@ void accumulate_bits(const BlockLevelValues& v, const float* weights, int64_t ld
 }
 
 #if HWY_TARGET == HWY_AVX3_DL
-// Head size 64 in 512-bit registers: a query's 64 outputs are four registers for the whole tile,
-// so three queries' twelve stay put while every row passes once (no chunks). Codes of 1..4 bits:
-// the row's 8B bytes are loaded under a mask (nothing past the row is read), and for each group g
-// of 16 codes one byte permute gives dword lane i the two bytes holding code 16g + i, one
-// variable shift moves the code to the lane's bottom, and one lane permute (vpermps reads four
-// index bits; the table repeats every 2^B entries) gives its f32 level. Then one FMA per query
-// with the row's weight times its block scale (ws), in row order as the scalar reference.
-struct WideValueLayout {
-  alignas(64) uint8_t index[4][64];
-  alignas(64) uint32_t shift[4][16];
-};
-constexpr std::array<WideValueLayout, 5> wide_value_layouts() {
-  std::array<WideValueLayout, 5> out{};
-  for (int bits = 1; bits <= 4; ++bits) {
-    for (int g = 0; g < 4; ++g) {
-      for (int i = 0; i < 16; ++i) {
-        const int bit = (16 * g + i) * bits, byte = bit / 8;
-        for (int k = 0; k < 4; ++k) out[bits].index[g][4 * i + k] = static_cast<uint8_t>(k < 2 ? byte + k : byte);
-        out[bits].shift[g][i] = static_cast<uint32_t>(bit % 8);
-      }
-    }
-  }
-  return out;
-}
-alignas(64) constexpr std::array<WideValueLayout, 5> kWideValueLayouts = wide_value_layouts();
-
-template <int B, int NQ>
-void accumulate_wide_levels(const BlockLevelValues& v, const float* ws, float* acc, int64_t acc_stride) {
-  static_assert(B >= 1 && B <= 4, "16 f32 levels per register");
-  HWY_ALIGN float entries[16];
-  for (int i = 0; i < 16; ++i) entries[i] = base::f16_to_f32(v.levels_f16[i & ((1 << B) - 1)]);
-  const __m512 table = _mm512_load_ps(entries);
-  const WideValueLayout& layout = kWideValueLayouts[B];
-  __m512i index[4], shift[4];
-  for (int g = 0; g < 4; ++g) {
-    index[g] = _mm512_load_si512(layout.index[g]);
-    shift[g] = _mm512_load_si512(layout.shift[g]);
-  }
-  const __mmask64 row_mask = (__mmask64{1} << (8 * B)) - 1;
-  const int64_t n_rows = v.n_rows, blocks = v.dim / v.block;
-  __m512 a[NQ][4];
-  const float* w0[NQ];
-  const float* w1[NQ];  // the second block's (block 32) or the first's again (block 64)
-  for (int r = 0; r < NQ; ++r) {
-    for (int g = 0; g < 4; ++g) a[r][g] = _mm512_loadu_ps(acc + r * acc_stride + 16 * g);
-    w0[r] = ws + (r * blocks) * n_rows;
-    w1[r] = ws + (r * blocks + blocks - 1) * n_rows;
-  }
-  const uint8_t* codes = v.codes;
-  for (int64_t j = 0; j < n_rows; ++j, codes += v.code_stride) {
-    const __m512i bytes = _mm512_maskz_loadu_epi8(row_mask, codes);
-    __m512 wa[NQ], wb[NQ];
-    for (int r = 0; r < NQ; ++r) {
-      wa[r] = _mm512_set1_ps(w0[r][j]);
-      wb[r] = _mm512_set1_ps(w1[r][j]);
-    }
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) {
-      const __m512i code = _mm512_srlv_epi32(_mm512_permutexvar_epi8(index[g], bytes), shift[g]);
-      const __m512 level = _mm512_permutexvar_ps(code, table);
-#pragma GCC unroll 3
-      for (int r = 0; r < NQ; ++r) a[r][g] = _mm512_fmadd_ps(level, g < 2 ? wa[r] : wb[r], a[r][g]);
-    }
-  }
-  for (int r = 0; r < NQ; ++r) {
-    for (int g = 0; g < 4; ++g) _mm512_storeu_ps(acc + r * acc_stride + 16 * g, a[r][g]);
-  }
-}
-
 // 8-bit codes on even levels, head size 64: each level computed exactly from its code, as
-// accumulate_even_bytes does, 16 per register.
+// accumulate_even_bytes does, 16 per register; a query's 64 outputs are four registers for the
+// whole tile, so three queries' twelve stay put while every row passes once (no chunks).
 template <int NQ>
 void accumulate_wide_even_bytes(const BlockLevelValues& v, const float* ws, float* acc, int64_t acc_stride) {
   const int64_t n_rows = v.n_rows, blocks = v.dim / v.block;
@@ -634,38 +660,22 @@ void accumulate_wide_even_bytes(const BlockLevelValues& v, const float* ws, floa
   }
 }
 
-// Head size 64 in blocks of 32 or 64, table levels of 1..4 bits or even 8-bit levels: the
-// 512-bit loops above; false for every other shape (the 256-bit paths take it).
+// Head size 64 in blocks of 32 or 64, even 8-bit levels: the 512-bit loop above; false for every
+// other shape (Lloyd levels of 1..4 bits take accumulate_permuted_wide).
 bool accumulate_wide(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
                      int64_t acc_stride) {
-  const bool levels = !v.even_levels && v.bits >= 1 && v.bits <= 4;
-  const bool even_bytes = v.even_levels && v.bits == 8;
-  if (v.dim != 64 || (v.block != 32 && v.block != 64) || !(levels || even_bytes)) return false;
+  if (v.dim != 64 || (v.block != 32 && v.block != 64) || !v.even_levels || v.bits != 8) return false;
   thread_local std::vector<float> work;
   const int64_t blocks = v.dim / v.block;
   const std::size_t need = static_cast<std::size_t>(n_q * blocks * v.n_rows);
   if (work.size() < need) work.resize(need);
   float* ws = work.data();
   weighted_block_scales(v, weights, ld, n_q, 1.0f, ws);
-  const auto run = [&](auto nq_tag, int64_t r) {
-    constexpr int NQ = decltype(nq_tag)::value;
-    const float* w = ws + r * blocks * v.n_rows;
-    float* out = acc + r * acc_stride;
-    if (even_bytes) return accumulate_wide_even_bytes<NQ>(v, w, out, acc_stride);
-    switch (v.bits) {
-      case 1:
-        return accumulate_wide_levels<1, NQ>(v, w, out, acc_stride);
-      case 2:
-        return accumulate_wide_levels<2, NQ>(v, w, out, acc_stride);
-      case 3:
-        return accumulate_wide_levels<3, NQ>(v, w, out, acc_stride);
-      default:
-        return accumulate_wide_levels<4, NQ>(v, w, out, acc_stride);
-    }
-  };
   int64_t r = 0;
-  for (; r + 3 <= n_q; r += 3) run(std::integral_constant<int, 3>{}, r);
-  for (; r < n_q; ++r) run(std::integral_constant<int, 1>{}, r);
+  for (; r + 3 <= n_q; r += 3) {
+    accumulate_wide_even_bytes<3>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
+  }
+  for (; r < n_q; ++r) accumulate_wide_even_bytes<1>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
   return true;
 }
 #endif  // HWY_TARGET == HWY_AVX3_DL

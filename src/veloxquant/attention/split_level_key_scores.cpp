@@ -1,5 +1,9 @@
 // Highway kernels for split_level_key_scores.h, compiled once per target and dispatched at run
-// time.
+// time. AVX3_DL (AVX-512 with VBMI) is compiled in too: its byte permute reads two rows' codes
+// per 512-bit vector (score_layout_pairs).
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL
+#endif
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "veloxquant/attention/split_level_key_scores.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -8,6 +12,7 @@
 #include "veloxquant/attention/dense_code_lookup-inl.h"
 #include "veloxquant/attention/split_level_key_scores.h"
 
+#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 #include <utility>
@@ -26,7 +31,27 @@ struct GroupTables {
   hn::Vec<DF> low, high;  // levels 0..7 and 8..15 (b <= 3: the levels repeated, high unused)
 };
 
-// One group's t[r] for NQ queries: chunks of 8 codes of B bits (B bytes each, read exactly).
+// The 8 codes of chunk c of a group of `chunks` chunks (B bytes each) as the low 8B bits of a
+// 32-bit word; the bits above may hold the next chunk's codes (the lookups mask them). Always one
+// 4-byte load inside the group: a B-byte memcpy (B = 3) went through the stack and the 4-byte
+// reload stalled on store forwarding, ~45% of the q3 decode step (perf).
+template <int B>
+HWY_INLINE uint32_t chunk_word(const uint8_t* group, int c, int chunks) {
+  uint32_t word = 0;
+  if (B == 4 || c * B + 4 <= chunks * B) {
+    std::memcpy(&word, group + c * B, 4);
+    return word;
+  }
+  if (chunks * B >= 4) {  // the last chunk: the 4 bytes that end with it
+    std::memcpy(&word, group + c * B + B - 4, 4);
+    return word >> (8 * (4 - B));
+  }
+  for (int i = 0; i < B; ++i) word |= static_cast<uint32_t>(group[c * B + i]) << (8 * i);
+  return word;
+}
+
+// One group's t[r] for NQ queries: chunks of 8 codes of B bits (B bytes each, read inside the
+// group).
 // C: chunks known at compile time (0: `chunks`), so the usual group sizes unroll whole and
 // their query vectors stay in registers across rows.
 template <int B, int C, int NQ, class DF>
@@ -36,9 +61,7 @@ HWY_INLINE void group_sums(DF df, const GroupTables<DF>& tables, hn::Vec<hn::Reb
   const int n = C > 0 ? C : chunks;
 #pragma GCC unroll 8
   for (int c = 0; c < n; ++c) {
-    uint32_t word = 0;
-    std::memcpy(&word, codes + c * B, B);  // exactly the chunk's bytes: no read past the row
-    const auto index = hn::Shr(hn::Set(du32, word), shifts);
+    const auto index = hn::Shr(hn::Set(du32, chunk_word<B>(codes, c, n)), shifts);
     hn::Vec<DF> level = permute_lanes8(df, tables.low, index);
     if constexpr (B == 4) {
       const auto high = permute_lanes8(df, tables.high, index);
@@ -167,6 +190,221 @@ void score_layout(const SplitLevelKeys& k, const float* q, int64_t q_stride, con
   }
 }
 
+#if HWY_TARGET == HWY_AVX3_DL
+// score_layout on 512-bit vectors: two rows per vector (row j in lanes 0-7, row j + 1 in lanes
+// 8-15), so every lane does what the scalar reference's lane l does for its row, in the same
+// order (bit for bit). Per pair of rows one masked 64-byte load holds both rows' codes; per quad
+// of up to 4 chunks of a group one byte permute (VBMI) gathers into each 64-bit lane the byte
+// pairs that hold its two codes of every chunk, one multishift moves code l of chunk k to byte k
+// of 32-bit lane l, and one 32-bit shift per chunk after the first brings its byte down (5
+// instructions for 4 chunks, against 8 for a byte permute and a variable shift per chunk); one
+// lane permute per chunk looks the level up in a 16-entry table (entry i = level[i mod 2^B]: no
+// mask, no second table at 4 bits). The query chunks are
+// duplicated into both halves once per call. The final sums of 16 rows are one transposing tree
+// ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) per row in 7 shuffles and 7 adds, then one
+// permute back to row order: no per-row horizontal sum. The 16 rows' scales come with one masked
+// load, a byte permute and one gather per group.
+
+// bytes < 64 set in a byte mask.
+HWY_INLINE __mmask64 first_bytes(int64_t bytes) { return bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1; }
+
+// Code bytes of one row (the groups' codes end there).
+HWY_INLINE int row_code_bytes(const SplitLevelKeys& k) {
+  int end = 0;
+  for (int g = 0; g < k.n_groups; ++g) end = std::max(end, k.code_offset[g] + k.channels[g] * k.bits[g] / 8);
+  return end;
+}
+
+// Whether score_layout_pairs can read the rows: a row pair's codes in 64 bytes, 16 rows' scales
+// in 64 bytes.
+HWY_INLINE bool pairs_fit(const SplitLevelKeys& k, int row_bytes) {
+  return k.code_stride >= 0 && k.code_stride + row_bytes <= 64 && k.scale_stride >= 0 &&
+         15 * k.scale_stride + k.n_groups <= 64;
+}
+
+// One pair's t[r] for a group of C chunks of B bits; `quad` is the group's first quad and
+// `chunk` its first chunk overall (the query's).
+template <int C, int NQ>
+HWY_INLINE void pair_group(__m512i codes, const __m512i* gather, const __m512i* control, __m512i table,
+                           const float (*qd)[16], int quad, int chunk, __m512* t) {
+#pragma GCC unroll 2
+  for (int c0 = 0; c0 < C; c0 += 4) {
+    const __m512i spread =
+        _mm512_multishift_epi64_epi8(control[quad + c0 / 4], _mm512_permutexvar_epi8(gather[quad + c0 / 4], codes));
+#pragma GCC unroll 4
+    for (int c = c0; c < std::min(C, c0 + 4); ++c) {
+      const __m512i index = c == c0 ? spread : _mm512_srli_epi32(spread, 8 * (c - c0));
+      const __m512 level = _mm512_permutexvar_ps(index, _mm512_castsi512_ps(table));
+#pragma GCC unroll 4
+      for (int r = 0; r < NQ; ++r) {
+        const __m512 qv = _mm512_load_ps(qd[(chunk + c) * NQ + r]);
+        t[r] = c == 0 ? _mm512_mul_ps(level, qv) : _mm512_fmadd_ps(level, qv, t[r]);
+      }
+    }
+  }
+}
+
+// The byte permute and multishift tables of every quad of a layout at one code stride and group
+// offsets (built once per thread and layout, rebuilt when those change: they are per cache).
+template <int B0, int C0, int B1, int C1, int B2, int C2>
+struct PairTables {
+  static constexpr int kQuads = (C0 + 3) / 4 + (C1 + 3) / 4 + (C2 + 3) / 4;
+  int64_t code_stride = -1;
+  int code_offset[3] = {-1, -1, -1};
+  HWY_ALIGN uint8_t gather[kQuads][64] = {};
+  HWY_ALIGN uint8_t control[kQuads][64] = {};
+
+  const PairTables& for_keys(const SplitLevelKeys& k) {
+    if (k.code_stride == code_stride && k.code_offset[0] == code_offset[0] && k.code_offset[1] == code_offset[1] &&
+        k.code_offset[2] == code_offset[2]) {
+      return *this;
+    }
+    code_stride = k.code_stride;
+    for (int g = 0; g < 3; ++g) code_offset[g] = k.code_offset[g];
+    const int bits[3] = {B0, B1, B2}, chunks[3] = {C0, C1, C2};
+    for (int g = 0, q = 0; g < 3; ++g) {
+      for (int c0 = 0; c0 < chunks[g]; c0 += 4, ++q) {
+        const int b = bits[g];
+        for (int m = 0; m < 8; ++m) {  // 64-bit lane m: row m / 4, codes 2 (m % 4) and 2 (m % 4) + 1
+          for (int kk = 0; kk < std::min(4, chunks[g] - c0); ++kk) {
+            const int bit = b * (8 * (c0 + kk) + 2 * (m % 4));
+            const int byte = static_cast<int>(m / 4 * code_stride) + code_offset[g] + bit / 8;
+            gather[q][8 * m + 2 * kk] = static_cast<uint8_t>(byte);
+            gather[q][8 * m + 2 * kk + 1] = static_cast<uint8_t>(std::min(byte + 1, 63));
+            for (int h = 0; h < 2; ++h) {  // byte kk of 32-bit lane 2m + h: code 2 (m % 4) + h
+              control[q][8 * m + 4 * h + kk] = static_cast<uint8_t>(16 * kk + bit % 8 + h * b);
+            }
+          }
+        }
+      }
+    }
+    return *this;
+  }
+};
+
+// Within each 128-bit lane: (a0 + a1, a2 + a3, b0 + b1, b2 + b3).
+HWY_INLINE __m512 pair_sums(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD));
+}
+
+template <int NQ, int B0, int C0, int B1, int C1, int B2, int C2>
+void score_layout_pairs(const SplitLevelKeys& k, int row_bytes, const float* q, int64_t q_stride, const float* bias,
+                        float* scores, int64_t ld) {
+  constexpr int kGroups = C2 > 0 ? 3 : 2;
+  constexpr int kBits[3] = {B0, B1, B2};
+  constexpr int kChunks[3] = {C0, C1, C2};
+  constexpr int kAll = C0 + C1 + C2;
+  // The per-call setup in vector code (a scalar loop over lanes cost ~40 instructions per row of
+  // a 64-row tile); the quad tables once per cache.
+  thread_local PairTables<B0, C0, B1, C1, B2, C2> pair_tables;
+  const auto& pt = pair_tables.for_keys(k);
+  constexpr int kQuads = PairTables<B0, C0, B1, C1, B2, C2>::kQuads;
+  __m512i gather[kQuads], control[kQuads], tables[3];
+  for (int i = 0; i < kQuads; ++i) {
+    gather[i] = _mm512_load_si512(pt.gather[i]);
+    control[i] = _mm512_load_si512(pt.control[i]);
+  }
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  HWY_ALIGN float qd[kAll * NQ][16];
+  for (int g = 0, chunk = 0; g < kGroups; ++g) {
+    const int b = kBits[g];
+    // Entry i = level[i mod 2^B] (the bits above a code's own are the next code's).
+    const __m512 level_row = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (1 << b)) - 1), k.levels[g]);
+    tables[g] = _mm512_castps_si512(
+        _mm512_permutexvar_ps(_mm512_and_si512(lane, _mm512_set1_epi32((1 << b) - 1)), level_row));
+    for (int c = 0; c < kChunks[g]; ++c, ++chunk) {
+      for (int r = 0; r < NQ; ++r) {
+        _mm512_store_ps(qd[chunk * NQ + r],
+                        _mm512_broadcast_f32x8(_mm256_loadu_ps(q + r * q_stride + k.offset[g] + 8 * c)));
+      }
+    }
+  }
+  __m512i scale_index[3];
+  for (int g = 0; g < kGroups; ++g) {
+    scale_index[g] = _mm512_add_epi32(_mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(k.scale_stride))),
+                                      _mm512_set1_epi32(g));
+  }
+  __m512 biases[NQ];
+  for (int r = 0; r < NQ; ++r) biases[r] = _mm512_set1_ps(bias != nullptr ? bias[r] : 0.0f);
+  const __m512i upper_half = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i row_order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+  const __mmask64 dword_low_bytes = 0x1111111111111111ULL;
+  const int64_t n = k.n_rows;
+  for (int64_t j0 = 0; j0 < n; j0 += 16) {
+    const int64_t rows = std::min<int64_t>(16, n - j0);
+    const __m512i scale_bytes = _mm512_maskz_loadu_epi8(first_bytes((rows - 1) * k.scale_stride + kGroups),
+                                                        k.scales + j0 * k.scale_stride);
+    __m512 block_scales[3];
+    for (int g = 0; g < kGroups; ++g) {
+      const __m512i codes = _mm512_maskz_permutexvar_epi8(dword_low_bytes, scale_index[g], scale_bytes);
+      block_scales[g] = _mm512_i32gather_ps(codes, k.scale_table, 4);
+    }
+    __m512 sums[4][NQ];  // the tree's levels: pair 0 / level 1 / level 2 of rows 0-7 / level 2 of 8-15
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; ++p) {
+      const int64_t j = j0 + 2 * p;
+      __m512 acc[NQ];
+      if (j < n) {
+        const __m512i codes = _mm512_maskz_loadu_epi8(
+            first_bytes((std::min<int64_t>(2, n - j) - 1) * k.code_stride + row_bytes), k.codes + j * k.code_stride);
+        const __m512i pair = _mm512_add_epi32(_mm512_set1_epi32(2 * p), upper_half);
+        __m512 t[NQ];
+        pair_group<C0, NQ>(codes, gather, control, tables[0], qd, 0, 0, t);
+        const __m512 s0 = _mm512_permutexvar_ps(pair, block_scales[0]);
+#pragma GCC unroll 4
+        for (int r = 0; r < NQ; ++r) acc[r] = _mm512_mul_ps(t[r], s0);
+        pair_group<C1, NQ>(codes, gather, control, tables[1], qd, (C0 + 3) / 4, C0, t);
+        const __m512 s1 = _mm512_permutexvar_ps(pair, block_scales[1]);
+#pragma GCC unroll 4
+        for (int r = 0; r < NQ; ++r) acc[r] = _mm512_fmadd_ps(t[r], s1, acc[r]);
+        if constexpr (C2 > 0) {
+          pair_group<C2, NQ>(codes, gather, control, tables[2], qd, (C0 + 3) / 4 + (C1 + 3) / 4, C0 + C1, t);
+          const __m512 s2 = _mm512_permutexvar_ps(pair, block_scales[2]);
+#pragma GCC unroll 4
+          for (int r = 0; r < NQ; ++r) acc[r] = _mm512_fmadd_ps(t[r], s2, acc[r]);
+        }
+      } else {
+        for (int r = 0; r < NQ; ++r) acc[r] = _mm512_setzero_ps();
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < NQ; ++r) {
+        if (p % 2 == 0) {
+          sums[0][r] = acc[r];
+        } else if (p % 4 == 1) {
+          sums[1][r] = pair_sums(sums[0][r], acc[r]);
+        } else {
+          sums[2 + p / 4][r] = pair_sums(sums[1][r], pair_sums(sums[0][r], acc[r]));
+        }
+      }
+    }
+    const __mmask16 valid = static_cast<__mmask16>((1u << rows) - 1);
+#pragma GCC unroll 4
+    for (int r = 0; r < NQ; ++r) {
+      const __m512 a = sums[2][r], b = sums[3][r];
+      const __m512 total = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
+      _mm512_mask_storeu_ps(scores + r * ld + j0, valid,
+                            _mm512_add_ps(_mm512_permutexvar_ps(row_order, total), biases[r]));
+    }
+  }
+}
+
+template <int NQ, int B0, int C0, int B1, int C1, int B2, int C2>
+void score_layout_best(const SplitLevelKeys& k, const float* q, int64_t q_stride, const float* bias, float* scores,
+                       int64_t ld) {
+  const int row_bytes = row_code_bytes(k);
+  if (pairs_fit(k, row_bytes)) {
+    return score_layout_pairs<NQ, B0, C0, B1, C1, B2, C2>(k, row_bytes, q, q_stride, bias, scores, ld);
+  }
+  score_layout<NQ, B0, C0, B1, C1, B2, C2>(k, q, q_stride, bias, scores, ld);
+}
+#else
+template <int NQ, int B0, int C0, int B1, int C1, int B2, int C2>
+void score_layout_best(const SplitLevelKeys& k, const float* q, int64_t q_stride, const float* bias, float* scores,
+                       int64_t ld) {
+  score_layout<NQ, B0, C0, B1, C1, B2, C2>(k, q, q_stride, bias, scores, ld);
+}
+#endif
+
 // The layouts screened for q3 (docs/frontier.md) take score_layout; true when one did.
 template <int NQ>
 bool score_known_layout(const SplitLevelKeys& k, const float* q, int64_t q_stride, const float* bias, float* scores,
@@ -181,13 +419,13 @@ bool score_known_layout(const SplitLevelKeys& k, const float* q, int64_t q_strid
     return true;
   };
   if (is({{32, 4}, {16, 3}, {16, 2}})) {
-    score_layout<NQ, 4, 4, 3, 2, 2, 2>(k, q, q_stride, bias, scores, ld);
+    score_layout_best<NQ, 4, 4, 3, 2, 2, 2>(k, q, q_stride, bias, scores, ld);
   } else if (is({{24, 4}, {40, 3}})) {
-    score_layout<NQ, 4, 3, 3, 5, 1, 0>(k, q, q_stride, bias, scores, ld);
+    score_layout_best<NQ, 4, 3, 3, 5, 1, 0>(k, q, q_stride, bias, scores, ld);
   } else if (is({{32, 4}, {32, 3}})) {
-    score_layout<NQ, 4, 4, 3, 4, 1, 0>(k, q, q_stride, bias, scores, ld);
+    score_layout_best<NQ, 4, 4, 3, 4, 1, 0>(k, q, q_stride, bias, scores, ld);
   } else if (is({{32, 4}, {32, 2}})) {
-    score_layout<NQ, 4, 4, 2, 4, 1, 0>(k, q, q_stride, bias, scores, ld);
+    score_layout_best<NQ, 4, 4, 2, 4, 1, 0>(k, q, q_stride, bias, scores, ld);
   } else {
     return false;
   }

@@ -338,7 +338,12 @@ void TurboQuantBlockCache::decode_rotated_value(int64_t b, int64_t h, int64_t ro
     const uint8_t* scales = value_scale_codes(b, h, row);
     const std::vector<float>& lv = value_quant_.levels();
     const auto block = static_cast<std::size_t>(value_quant_.block_size());
-    for (std::size_t e = 0; e < dv; ++e) out[e] = quant::log8_scale(scales[e / block]) * lv[c[e]];
+    // One scale lookup per block, not per element (prefill decodes every row of its tiles here:
+    // the per-element call was 8% of q3's prefill under perf).
+    for (std::size_t e0 = 0; e0 < dv; e0 += block) {
+      const float s = quant::log8_scale(scales[e0 / block]);
+      for (std::size_t e = e0; e < std::min(dv, e0 + block); ++e) out[e] = s * lv[c[e]];
+    }
     return;
   }
   value_quant_.decode_row(value_codes(b, h, row), value_scales(b, h, row), static_cast<int>(dv_), out);

@@ -25,7 +25,21 @@ TurboQuantBlockSplitRows::TurboQuantBlockSplitRows(const TurboQuantBlockCache& c
     : cache_(cache),
       rows_(rows),
       coded_values_(attention::kernels::can_accumulate_block_level_rows(cache.value_bits(), cache.value_dim(),
-                                                                        cache.value_quantizer().block_size())) {}
+                                                                        cache.value_quantizer().block_size())) {
+  // The coded keys' layout, the same for every tile (score_tile fills in the rows).
+  const SplitKeyCoder& split = *cache.split();
+  keys_layout_.code_stride = split.code_bytes();
+  keys_layout_.scale_stride = split.groups();
+  keys_layout_.n_groups = split.groups();
+  for (int g = 0; g < split.groups(); ++g) {
+    keys_layout_.channels[g] = split.group(g).channels;
+    keys_layout_.bits[g] = split.group(g).bits;
+    keys_layout_.offset[g] = split.offset(g);
+    keys_layout_.code_offset[g] = split.code_offset(g);
+    keys_layout_.levels[g] = split.quantizer(g).levels().data();
+  }
+  keys_layout_.scale_table = quant::log8_scale_table();
+}
 
 int64_t TurboQuantBlockSplitRows::key_dim() const { return cache_.head_dim(); }
 int64_t TurboQuantBlockSplitRows::value_dim() const { return cache_.value_dim(); }
@@ -91,19 +105,7 @@ void TurboQuantBlockSplitRows::score_tile(int64_t b, int64_t h, int64_t j0, int6
     attention::kernels::score_rows(q, pd, n_queries, rows, d, n, d, scores, ld);
   }
   if (coded >= j1) return;
-  const SplitKeyCoder& split = *cache_.split();
-  attention::kernels::SplitLevelKeys keys;
-  keys.code_stride = split.code_bytes();
-  keys.scale_stride = split.groups();
-  keys.n_groups = split.groups();
-  for (int g = 0; g < split.groups(); ++g) {
-    keys.channels[g] = split.group(g).channels;
-    keys.bits[g] = split.group(g).bits;
-    keys.offset[g] = split.offset(g);
-    keys.code_offset[g] = split.code_offset(g);
-    keys.levels[g] = split.quantizer(g).levels().data();
-  }
-  keys.scale_table = quant::log8_scale_table();
+  attention::kernels::SplitLevelKeys keys = keys_layout_;
   float biases[kMaxQueriesFromCodes];
   for (int64_t r0 = coded; r0 < j1;) {
     const int64_t r1 = std::min(j1, cache_.key_segment_end(r0));

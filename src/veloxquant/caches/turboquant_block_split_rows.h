@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "veloxquant/attention/row_source.h"
+#include "veloxquant/attention/split_level_key_scores.h"
 
 namespace veloxquant {
 
@@ -44,6 +45,7 @@ class TurboQuantBlockSplitRows final : public attention::RowSource {
   const TurboQuantBlockCache& cache_;
   int64_t rows_;
   bool coded_values_;
+  attention::kernels::SplitLevelKeys keys_layout_;  // codes, scales and n_rows unset
 };
 
 }  // namespace veloxquant

@@ -1,6 +1,9 @@
 // Block-scaled level values accumulated from their codes: the SIMD loop against its scalar
-// reference (bit for bit), and both against f64 sums over the decoded rows.
+// reference (bit for bit, on every SIMD target this machine runs), and both against f64 sums over
+// the decoded rows.
+#define HWY_WANT_AVX3_DL  // so that the target list names AVX3_DL, which the kernels compile
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdint>
@@ -60,6 +63,12 @@ TEST(BlockLevelValueSums, MatchesScalarBitForBitAndDecodedRowsInF64) {
                           {3, 64, 32},
                           {8, 64, 64},
                           {3, 32, 32},
+                          // AVX-512 VBMI: 16 codes per multishift, passes of 64 coordinates; the
+                          // smallest row it takes (8 code bytes: the last chunk's load is the
+                          // row), one block per pass and two.
+                          {1, 64, 64},
+                          {1, 128, 32},
+                          {2, 64, 64},
                           {1, 32, 32, true},
                           {2, 64, 32, true},
                           {3, 64, 32, true},
@@ -104,8 +113,18 @@ TEST(BlockLevelValueSums, MatchesScalarBitForBitAndDecodedRowsInF64) {
           const auto offset = test_support::normal_values(static_cast<std::size_t>(s.dim), 25);
           if (with_offset) values.offset = offset.data();
           std::vector<float> out = start, ref = start;
-          accumulate_block_level_rows(values, weights.data(), ld, n_q, out.data(), acc_stride);
           scalar::accumulate_block_level_rows(values, weights.data(), ld, n_q, ref.data(), acc_stride);
+          // Every SIMD target this machine runs (AVX3_DL's multishift loop, AVX3 / AVX2's 8-lane
+          // loops, ...), bit for bit.
+          for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+            hwy::SetSupportedTargetsForTest(target);
+            std::vector<float> on_target = start;
+            accumulate_block_level_rows(values, weights.data(), ld, n_q, on_target.data(), acc_stride);
+            hwy::SetSupportedTargetsForTest(0);
+            ASSERT_EQ(on_target, ref) << hwy::TargetName(target) << ", " << s.bits << " bits, dim " << s.dim
+                                      << ", block " << s.block << ", " << n_rows << " rows, " << n_q << " queries";
+          }
+          accumulate_block_level_rows(values, weights.data(), ld, n_q, out.data(), acc_stride);
           ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block << ", " << n_rows
                               << " rows, " << n_q << " queries" << (with_offset ? ", offset" : "");
           for (int64_t r = 0; r < n_q; ++r) {

@@ -1,7 +1,10 @@
 // Split level keys (turboquant_block's key_split): the SIMD loop against its scalar reference
-// (bit for bit) on random codes of every width 1..4 and group layout, and both against exact f64
-// scores over the unpacked codes, levels and scales.
+// (bit for bit) on random codes of every width 1..4 and group layout, on every SIMD target this
+// machine runs (AVX3_DL's two-rows-per-vector loop, AVX3 / AVX2's 8-lane loops, ...), and both
+// against exact f64 scores over the unpacked codes, levels and scales.
+#define HWY_WANT_AVX3_DL  // so that the target list below names AVX3_DL, which the kernel compiles
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdint>
@@ -68,8 +71,15 @@ void check_layout(const Layout& layout, int64_t n_rows, int64_t n_q, bool with_b
   const int64_t ld = n_rows + 3;
   std::vector<float> got(static_cast<std::size_t>(n_q * ld), -1.0f), want = got;
   const float* b = with_bias ? bias.data() : nullptr;
-  score_split_level_rows(keys, q.data(), q_stride, b, n_q, got.data(), ld);
   scalar::score_split_level_rows(keys, q.data(), q_stride, b, n_q, want.data(), ld);
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::vector<float> on_target(got.size(), -1.0f);
+    score_split_level_rows(keys, q.data(), q_stride, b, n_q, on_target.data(), ld);
+    hwy::SetSupportedTargetsForTest(0);
+    ASSERT_EQ(on_target, want) << hwy::TargetName(target) << ", seed " << seed;
+  }
+  score_split_level_rows(keys, q.data(), q_stride, b, n_q, got.data(), ld);
   for (int64_t r = 0; r < n_q; ++r) {
     for (int64_t j = 0; j < n_rows; ++j) {
       const std::size_t at = static_cast<std::size_t>(r * ld + j);
