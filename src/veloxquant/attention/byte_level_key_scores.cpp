@@ -36,6 +36,32 @@ bool ByteKeysSupportedImpl() { return true; }
 // the low byte, the odd codes' to the high byte; one blend joins them, every byte a clean code.
 // The levels are looked up 16 at a time (one byte shuffle each), codes of 5 and 6 bits then pick
 // among the tables by their bits 4 and 5 (blends).
+// The byte shuffles' indices and the lifts per code width, built at compile time. (Built by a
+// loop in the constructor, GCC 12 -O3 vectorized that loop wrongly for the AVX3 target at B = 5:
+// every 5-bit score was off on AVX-512 machines without VBMI; -O2 or AVX2 were right.)
+struct ByteBlockLayout {
+  alignas(32) uint8_t index[2][32];
+  alignas(32) uint16_t lift[2][16];
+};
+template <int B>
+constexpr ByteBlockLayout byte_block_layout() {
+  ByteBlockLayout out{};
+  for (int h = 0; h < 2; ++h) {
+    const int base = h == 0 ? 0 : (B <= 4 ? 2 * B : 2 * B - 8);
+    for (int k = 0; k < 16; ++k) {
+      const int bit = B * k, byte = base + bit / 8, shift = bit % 8;
+      const int parity = k % 2, slot = 8 * h + k / 2;  // u16 slot of this code's window
+      out.index[parity][2 * slot] = static_cast<uint8_t>(byte);
+      // A code inside one byte needs no second byte (and lane 1's last may lie past the lane).
+      out.index[parity][2 * slot + 1] = shift + B > 8 ? static_cast<uint8_t>(byte + 1) : uint8_t{0x80};
+      out.lift[parity][slot] = static_cast<uint16_t>(1u << (16 - B - shift));
+    }
+  }
+  return out;
+}
+template <int B>
+alignas(32) inline constexpr ByteBlockLayout kByteBlockLayout = byte_block_layout<B>();
+
 template <int B>
 class ByteBlockLevels {
   static_assert(B >= 2 && B <= 6, "64-entry tables at most");
@@ -44,36 +70,23 @@ class ByteBlockLevels {
   static constexpr int64_t kBlockBytes = 4 * B;            // 32 codes
   static constexpr int64_t kLoadBytes = B <= 4 ? 16 : 32;  // read from the block's start
 
+  // levels: all 64 bytes of ByteLevels::value (entries past 2^B are never looked up: every code
+  // the operator makes is clean).
   explicit ByteBlockLevels(const int8_t* levels) {
-    HWY_ALIGN uint8_t index[2][32];
-    HWY_ALIGN uint16_t lift[2][16];
-    for (int h = 0; h < 2; ++h) {
-      const int base = h == 0 ? 0 : (B <= 4 ? 2 * B : 2 * B - 8);
-      for (int k = 0; k < 16; ++k) {
-        const int bit = B * k, byte = base + bit / 8, shift = bit % 8;
-        const int parity = k % 2, slot = 8 * h + k / 2;  // u16 slot of this code's window
-        index[parity][2 * slot] = static_cast<uint8_t>(byte);
-        // A code inside one byte needs no second byte (and lane 1's last may lie past the lane).
-        index[parity][2 * slot + 1] = shift + B > 8 ? static_cast<uint8_t>(byte + 1) : uint8_t{0x80};
-        lift[parity][slot] = static_cast<uint16_t>(1u << (16 - B - shift));
-      }
-    }
-    even_index_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(index[0]));
-    odd_index_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(index[1]));
-    even_lift_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(lift[0]));
-    odd_lift_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(lift[1]));
+    const ByteBlockLayout& layout = kByteBlockLayout<B>;
+    even_index_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(layout.index[0]));
+    odd_index_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(layout.index[1]));
+    even_lift_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(layout.lift[0]));
+    odd_lift_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(layout.lift[1]));
     high_bytes_ = _mm256_set1_epi16(static_cast<int16_t>(0xff00));
-    HWY_ALIGN int8_t table[4][32];
-    for (int t = 0; t < 4; ++t) {
-      for (int e = 0; e < 16; ++e) {
-        const int c = 16 * t + e;
-        table[t][e] = table[t][16 + e] = c < (1 << B) ? levels[c] : int8_t{0};
-      }
-    }
-    table0_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(table[0]));
-    table1_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(table[1]));
-    table2_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(table[2]));
-    table3_ = _mm256_load_si256(reinterpret_cast<const __m256i*>(table[3]));
+    // Table t: levels 16t..16t+15 in both 128-bit lanes.
+    const auto table = [levels](int t) {
+      return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels + 16 * t)));
+    };
+    table0_ = table(0);
+    table1_ = table(1);
+    table2_ = table(2);
+    table3_ = table(3);
   }
 
   HWY_INLINE __m256i operator()(const uint8_t* block) const {

@@ -1,7 +1,9 @@
 // Block-scaled level keys scored as 8-bit integers: the SIMD loop against its scalar reference
 // (bit for bit), and both against exact f64 scores over the f32 levels, the f32 query and the f16
 // scales within the bound the two 8-bit roundings allow.
+#define HWY_WANT_AVX3_DL  // so that the target list names AVX3_DL, which the kernels compile
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdint>
@@ -88,8 +90,18 @@ TEST(ByteLevelKeyScores, MatchesScalarReferenceAndExactScores) {
           keys.block = block;
           const float* b = with_bias ? bias.data() : nullptr;
           std::vector<float> out(static_cast<std::size_t>(n_q * ld), -7.0f), ref(out);
-          score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), b, n_q, out.data(), ld);
           scalar::score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), b, n_q, ref.data(), ld);
+          // Every SIMD target this machine runs (AVX3_DL's 512-bit loop, the AVX2 loop on AVX3 and
+          // AVX2, ...), bit for bit.
+          for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+            hwy::SetSupportedTargetsForTest(target);
+            std::vector<float> on_target(out);
+            score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), b, n_q, on_target.data(), ld);
+            hwy::SetSupportedTargetsForTest(0);
+            ASSERT_EQ(on_target, ref) << hwy::TargetName(target) << ", " << bits << " bits, " << n_rows << " rows, "
+                                      << n_q << " queries";
+          }
+          score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), b, n_q, out.data(), ld);
           ASSERT_EQ(out, ref) << bits << " bits, " << n_rows << " rows, " << n_q << " queries";
           for (int64_t r = 0; r < n_q; ++r) {
             EXPECT_EQ(ref[static_cast<std::size_t>(r * ld + n_rows)], -7.0f);  // nothing written past the rows

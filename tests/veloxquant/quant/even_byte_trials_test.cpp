@@ -2,6 +2,7 @@
 // quantizer's nearest level, its SIMD trial errors against the scalar loop (bit for bit), and
 // encode_block against the one-candidate-at-a-time search it replaces (same scale, same codes).
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <array>
 #include <cmath>
@@ -40,9 +41,13 @@ TEST(EvenByteTrials, SimdErrorsEqualTheScalarLoop) {
       std::vector<float> scales;
       for (int t = 0; t < n_scales; ++t) scales.push_back(base::f16_to_f32(base::f32_to_f16(0.01f + 0.003f * t)));
       std::vector<double> got(static_cast<std::size_t>(n_scales)), want = got;
-      even_byte_trial_errors(xb, 32, scales.data(), n_scales, got.data());
       scalar::even_byte_trial_errors(xb, 32, scales.data(), n_scales, want.data());
-      ASSERT_EQ(got, want) << n_scales << " scales, block " << block;
+      for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {  // 8 lanes on AVX3, 4 on AVX2, ...
+        hwy::SetSupportedTargetsForTest(target);
+        even_byte_trial_errors(xb, 32, scales.data(), n_scales, got.data());
+        hwy::SetSupportedTargetsForTest(0);
+        ASSERT_EQ(got, want) << hwy::TargetName(target) << ", " << n_scales << " scales, block " << block;
+      }
     }
   }
 }
