@@ -11,7 +11,7 @@
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/core/rng.h"
 #include "veloxquant/quant/boundary_counts.h"
-#include "veloxquant/quant/even_byte_trials.h"
+#include "veloxquant/quant/scale_trials.h"
 #include "veloxquant/errors.h"
 
 namespace veloxquant::quant {
@@ -291,33 +291,30 @@ uint16_t BlockLloydQuantizer::encode_block(const float* x, int n, uint8_t* codes
       std::copy(trial.begin(), trial.begin() + n, codes);
     }
   };
-  if (even_ && bits_ == 8) {
-    // All the grid's candidates at once (even_byte_trials.h): the same errors in the same order,
-    // so the same choice as the loop below, at ~1/15 of its cost.
-    std::array<float, kClipGrid.size()> stored{};
-    std::array<uint16_t, kClipGrid.size()> s16{};
-    std::array<double, kClipGrid.size()> errors{};
-    int live = 0;
-    for (float g : kClipGrid) {
-      const uint16_t h = base::f32_to_f16(std::min(absmax / level_max * g, kMaxScale));
-      const float s = base::f16_to_f32(h);
-      if (!(s > 0.0f)) continue;  // underflowed to zero: not a usable scale
-      stored[static_cast<std::size_t>(live)] = s;
-      s16[static_cast<std::size_t>(live++)] = h;
+  // The grid's candidates at once (trial_errors): the same errors in the same order as one
+  // try_scale after another, so the same choice (the first strictly smallest) and the same codes.
+  std::array<float, kClipGrid.size()> stored{};
+  std::array<uint16_t, kClipGrid.size()> stored16{};
+  std::array<double, kClipGrid.size()> errors{};
+  int live = 0;
+  for (float g : kClipGrid) {
+    const uint16_t h = base::f32_to_f16(std::min(absmax / level_max * g, kMaxScale));
+    const float s = base::f16_to_f32(h);
+    if (!(s > 0.0f)) continue;  // underflowed to zero: not a usable scale
+    stored[static_cast<std::size_t>(live)] = s;
+    stored16[static_cast<std::size_t>(live++)] = h;
+  }
+  trial_errors(x, n, stored.data(), live, errors.data());
+  int best = -1;
+  for (int t = 0; t < live; ++t) {
+    if (errors[static_cast<std::size_t>(t)] < best_err) {
+      best_err = errors[static_cast<std::size_t>(t)];
+      best = t;
     }
-    even_byte_trial_errors(x, n, stored.data(), live, errors.data());
-    for (int t = 0; t < live; ++t) {
-      if (errors[static_cast<std::size_t>(t)] < best_err) {
-        best_err = errors[static_cast<std::size_t>(t)];
-        best_scale = s16[static_cast<std::size_t>(t)];
-      }
-    }
-    if (best_err != INFINITY) {
-      const float inv = 1.0f / base::f16_to_f32(best_scale);
-      for (int i = 0; i < n; ++i) codes[i] = even_byte_code(x[i] * inv);
-    }
-  } else {
-    for (float g : kClipGrid) try_scale(absmax / level_max * g);
+  }
+  if (best >= 0) {
+    best_scale = stored16[static_cast<std::size_t>(best)];
+    quantize_with_scale(x, n, stored[static_cast<std::size_t>(best)], codes);
   }
   // Least-squares refit of the scale for the chosen codes.
   if (const float refit = refit_scale(x, n, codes); refit >= 0.0f) try_scale(refit);
@@ -328,6 +325,16 @@ uint16_t BlockLloydQuantizer::encode_block(const float* x, int n, uint8_t* codes
     return base::f32_to_f16(0.0f);
   }
   return best_scale;
+}
+
+void BlockLloydQuantizer::trial_errors(const float* x, int n, const float* scales, int n_scales,
+                                       double* errors) const {
+  if (even_ && bits_ == 8) return even_byte_trial_errors(x, n, scales, n_scales, errors);
+  if (can_batch_level_trials(bits_)) {
+    return level_trial_errors(x, n, scales, n_scales, levels_->data(), boundaries_->data(), bits_, errors);
+  }
+  std::array<uint8_t, kMaxBlockSize> codes{};
+  for (int t = 0; t < n_scales; ++t) errors[t] = quantize_with_scale(x, n, scales[t], codes.data());
 }
 
 float BlockLloydQuantizer::refit_scale(const float* x, int n, const uint8_t* codes) const {
@@ -365,7 +372,27 @@ uint8_t BlockLloydQuantizer::encode_block_log8(const float* x, int n, uint8_t* c
       std::copy(trial.begin(), trial.begin() + n, codes);
     }
   };
-  for (float g : kClipGrid) try_scale(absmax / level_max * g);
+  // The grid's distinct candidates at once, chosen as one try_scale after another would.
+  std::array<float, kClipGrid.size()> scales{};
+  for (float g : kClipGrid) {
+    const uint8_t code = nearest_log8(absmax / level_max * g);
+    if (code == 0 || std::find(tried, tried + n_tried, code) != tried + n_tried) continue;  // same grid point
+    scales[static_cast<std::size_t>(n_tried)] = log8_scale(code);
+    tried[n_tried++] = code;
+  }
+  std::array<double, kClipGrid.size()> errors{};
+  trial_errors(x, n, scales.data(), n_tried, errors.data());
+  int best = -1;
+  for (int t = 0; t < n_tried; ++t) {
+    if (errors[static_cast<std::size_t>(t)] < best_err) {
+      best_err = errors[static_cast<std::size_t>(t)];
+      best = t;
+    }
+  }
+  if (best >= 0) {
+    best_code = tried[best];
+    quantize_with_scale(x, n, scales[static_cast<std::size_t>(best)], codes);
+  }
   // Least-squares refit of the scale for the chosen codes.
   if (const float refit = refit_scale(x, n, codes); refit >= 0.0f) try_scale(refit);
   if (best_err == INFINITY) {

@@ -85,6 +85,9 @@ class BlockLloydQuantizer {
  private:
   // Codes of x[0..n) under scale s; returns the squared error.
   double quantize_with_scale(const float* x, int n, float s, uint8_t* codes) const;
+  // errors[t] = quantize_with_scale(x, n, scales[t], ...)'s error for every candidate, batched
+  // where quant/scale_trials.h can (even 8-bit levels; 1-4-bit levels): the same doubles.
+  void trial_errors(const float* x, int n, const float* scales, int n_scales, double* errors) const;
   // The least-squares scale for fixed codes, min_s sum (x - s l)^2 = sum x l / sum l^2, or -1
   // unless both sums are positive (both encoders try it after their clip grid).
   float refit_scale(const float* x, int n, const uint8_t* codes) const;

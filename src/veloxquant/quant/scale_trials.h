@@ -1,6 +1,7 @@
 #pragma once
-// The 8-bit encoder's clip-grid search on evenly spaced levels (2c - 255) / 256 (turboquant_block
-// from 7 bits on: the q8 preset's keys and values), all candidate scales at once.
+// turboquant_block's encoder's clip-grid search (quant/block_lloyd_quant.h), all candidate scales
+// at once: on evenly spaced 8-bit levels (2c - 255) / 256 (the q8 preset's keys and values) and on
+// any levels of 1-4 bits (q4's and q3's values, q5's, q3's split key groups).
 //
 // BlockLloydQuantizer::encode_block tries 15 scales per block of 32 and for each finds every
 // value's nearest level and sums the squared error: ~7,000 instructions per block, per decode
@@ -21,8 +22,18 @@ uint8_t even_byte_code(float v);
 // for each candidate scale s_t = scales[t] > 0 (n_scales <= 16, n values).
 void even_byte_trial_errors(const float* x, int n, const float* scales, int n_scales, double* errors);
 
+// The same for 2^bits <= 16 levels of any spacing (Lloyd-Max: turboquant_block's 3- and 4-bit
+// values and q3's split key groups): the code of x * (1 / s_t) is the number of boundaries
+// strictly below it (BlockLloydQuantizer::nearest), its level picked by one compare and select
+// per boundary in every lane.
+bool can_batch_level_trials(int bits);
+void level_trial_errors(const float* x, int n, const float* scales, int n_scales, const float* levels,
+                        const float* boundaries, int bits, double* errors);
+
 namespace scalar {
 void even_byte_trial_errors(const float* x, int n, const float* scales, int n_scales, double* errors);
+void level_trial_errors(const float* x, int n, const float* scales, int n_scales, const float* levels,
+                        const float* boundaries, int bits, double* errors);
 }  // namespace scalar
 
 }  // namespace veloxquant::quant
