@@ -218,6 +218,59 @@ void word_values_pass(const uint32_t* first_row, int64_t row_stride, int64_t n_r
   }
 }
 
+#if !HWY_HAVE_SCALABLE && HWY_MAX_BYTES >= 64
+// AVX-512, rows of at most 8 words: word_values_pass with two 8-lane chunks (c, c + 1) per
+// 16-lane vector, kVec vectors per pass (chunks [c0, c0 + 2 kVec), all in one channel group).
+// The row sits in the low 8 lanes; each chunk's word indices (< 8) pick from there, the level
+// table repeats every 2^b of its 16 lanes. Every lane runs the 8-lane pass's FMA chain over the
+// rows: bit-identical sums at twice the width.
+template <int NQ, int kVec, bool kLevels>
+void word_values_pass_wide(const uint32_t* first_row, int64_t row_stride, int64_t n_rows, const detail::WordChunks& t,
+                           int64_t c0, const float* wg, const float* bg, const float* levels, int bits, float* acc,
+                           int64_t acc_stride) {
+  const hn::CappedTag<float, 16> df;
+  const hn::RebindToUnsigned<decltype(df)> di;
+  const hn::CappedTag<uint32_t, 8> d8;
+  hn::Vec<decltype(df)> a[NQ][kVec];
+  for (int r = 0; r < NQ; ++r) {
+    for (int u = 0; u < kVec; ++u) {
+      a[r][u] = hn::LoadU(df, acc + r * acc_stride + 8 * c0 + 16 * u);
+      if (bg != nullptr) a[r][u] = hn::Add(a[r][u], hn::Set(df, bg[r]));
+    }
+  }
+  constexpr bool kUnmaskedLookup = kLevels && HWY_ARCH_X86;
+  HWY_ALIGN float table[16];
+  const int n_levels = 1 << bits;
+  for (int l = 0; l < 16; ++l) table[l] = kLevels ? levels[l % n_levels] : 0.0f;
+  const auto level_table = hn::Load(df, table);
+  const auto mask = hn::Set(di, static_cast<uint32_t>(n_levels - 1));
+  const auto row_mask = hn::FirstN(d8, static_cast<std::size_t>(std::min<int64_t>(t.row_words, 8)));
+  hn::Vec<decltype(di)> index[kVec], shift[kVec];
+  for (int u = 0; u < kVec; ++u) {
+    index[u] = hn::LoadU(di, t.word[c0 + 2 * u]);  // chunks c and c + 1 side by side
+    shift[u] = hn::LoadU(di, t.shift[c0 + 2 * u]);
+  }
+  for (int64_t j = 0; j < n_rows; ++j) {
+    const uint32_t* row = first_row + j * row_stride;
+    hn::Vec<decltype(df)> w[NQ];
+    for (int r = 0; r < NQ; ++r) w[r] = hn::Set(df, wg[r * n_rows + j]);
+    const auto low = hn::MaskedLoad(row_mask, d8, row);
+    const auto words = hn::Combine(di, low, low);
+    for (int u = 0; u < kVec; ++u) {
+      const auto picked = hn::TableLookupLanes(words, hn::IndicesFromVec(di, index[u]));
+      const auto shifted = hn::Shr(picked, shift[u]);
+      const auto code = kUnmaskedLookup ? shifted : hn::And(shifted, mask);
+      const auto x =
+          kLevels ? hn::TableLookupLanes(level_table, hn::IndicesFromVec(df, code)) : hn::ConvertTo(df, code);
+      for (int r = 0; r < NQ; ++r) a[r][u] = hn::MulAdd(w[r], x, a[r][u]);
+    }
+  }
+  for (int r = 0; r < NQ; ++r) {
+    for (int u = 0; u < kVec; ++u) hn::StoreU(a[r][u], df, acc + r * acc_stride + 8 * c0 + 16 * u);
+  }
+}
+#endif
+
 template <int NQ, bool kWhole, bool kLevels>
 void word_values_block(const uint32_t* first_row, int64_t row_stride, int64_t n_rows, int64_t n, int bits,
                        int64_t group, const detail::WordChunks& t, const float* levels, const float* ws,
@@ -229,6 +282,28 @@ void word_values_block(const uint32_t* first_row, int64_t row_stride, int64_t n_
     const int64_t g = 8 * c / group;
     const float* wg = ws + g * n_q * n_rows;
     const float* bg = bias != nullptr ? bias + g * n_q : nullptr;
+#if !HWY_HAVE_SCALABLE && HWY_MAX_BYTES >= 64
+    if constexpr (kWhole && hn::MaxLanes(hn::CappedTag<float, 16>()) == 16) {
+      if (group % 64 == 0 && c % 8 == 0 && c + 8 <= chunks) {
+        word_values_pass_wide<NQ, 4, kLevels>(first_row, row_stride, n_rows, t, c, wg, bg, levels, bits, acc,
+                                              acc_stride);
+        c += 8;
+        continue;
+      }
+      if (group % 32 == 0 && c % 4 == 0 && c + 4 <= chunks) {
+        word_values_pass_wide<NQ, 2, kLevels>(first_row, row_stride, n_rows, t, c, wg, bg, levels, bits, acc,
+                                              acc_stride);
+        c += 4;
+        continue;
+      }
+      if (group % 16 == 0 && c % 2 == 0 && c + 2 <= chunks) {
+        word_values_pass_wide<NQ, 1, kLevels>(first_row, row_stride, n_rows, t, c, wg, bg, levels, bits, acc,
+                                              acc_stride);
+        c += 2;
+        continue;
+      }
+    }
+#endif
     if (group % 32 == 0 && c % 4 == 0 && c + 4 <= chunks) {
       word_values_pass<NQ, 4, kWhole, kLevels>(first_row, row_stride, n_rows, t, c, wg, bg, n_q, levels, bits, acc,
                                                acc_stride);

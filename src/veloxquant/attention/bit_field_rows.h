@@ -8,8 +8,9 @@
 // and one FMA. The layout (first byte, shift, mask per field) is the same for every row, so it is
 // built once when the widths are known, not per tile. The gather reads up to 3 bytes past a
 // row's last byte: inside the tile for every row but the last, which is decoded from a padded
-// copy. Equal to the scalar reference below element for element (both use one fused
-// multiply-add per value).
+// copy. On AVX-512 VBMI (the AVX3_DL target) a row of at most 64 bytes is instead one masked
+// load and each 16 fields one byte permute of it (byte_index), no gather and no copy. Equal to
+// the scalar reference below element for element (both use one fused multiply-add per value).
 #include <cstdint>
 #include <vector>
 
@@ -17,6 +18,9 @@ namespace veloxquant::attention::kernels {
 
 struct BitFieldLayout {
   std::vector<int32_t> first_byte, shift, mask;  // per field
+  // Per field, the byte permute's indices of its first two bytes (then two zeros), mod 64: the
+  // AVX-512 VBMI kernel's form of first_byte for rows of at most 64 bytes.
+  std::vector<uint8_t> byte_index;
   int64_t row_bytes = 0;                         // ceil(sum of widths / 8)
 
   // widths: n fields, each 0..8 bits (a 0-bit field decodes to lo_i + step_i * 0).

@@ -107,6 +107,47 @@ void scores_of(const uint8_t* codes, int64_t code_stride, int64_t n_rows, int64_
     }
   };
   int64_t j = 0;
+#if HWY_MAX_BYTES >= 64 && !HWY_HAVE_SCALABLE
+  // AVX-512: four rows in two 16-lane vectors, x = rows (j, j + 2) and y = (j + 1, j + 3), each
+  // 8-lane half running row_sums' FMA chain for its row against a doubled query chunk (one load
+  // feeds both): half the FMAs. sums_of_pair(x, y) holds the pairs (j, j + 1) and (j + 2, j + 3)
+  // in its halves, and sums_of_pairs of them is sums_of_4 of the four rows: bit-identical.
+  constexpr int64_t kMaxDoubled = 3 * 32 * 16;
+  using DW = hn::CappedTag<float, 16>;
+  if (NQ * subvectors * 16 <= kMaxDoubled) {
+    const DW dw;
+    HWY_ALIGN float doubled[kMaxDoubled];
+    for (int r = 0; r < NQ; ++r) {
+      for (int64_t sv = 0; sv < subvectors; ++sv) {
+        const V chunk = hn::LoadU(df, q + r * q_stride + sv * 8);
+        hn::Store(chunk, df, doubled + (r * subvectors + sv) * 16);
+        hn::Store(chunk, df, doubled + (r * subvectors + sv) * 16 + 8);
+      }
+    }
+    for (; j + 4 <= n_rows; j += 4) {
+      const uint8_t* c0 = codes + j * code_stride;
+      hn::Vec<DW> x[NQ], y[NQ];
+      for (int r = 0; r < NQ; ++r) x[r] = y[r] = hn::Zero(dw);
+#pragma GCC unroll 16
+      for (int64_t sv = 0; sv < subvectors; ++sv) {
+        const uint8_t* c = c0 + sv * kStages;
+        const auto zx = hn::Combine(dw, decode_subvector<kStages>(df, book, c + 2 * code_stride),
+                                    decode_subvector<kStages>(df, book, c));
+        const auto zy = hn::Combine(dw, decode_subvector<kStages>(df, book, c + 3 * code_stride),
+                                    decode_subvector<kStages>(df, book, c + code_stride));
+        for (int r = 0; r < NQ; ++r) {
+          const auto qv = hn::Load(dw, doubled + (r * subvectors + sv) * 16);
+          x[r] = hn::MulAdd(zx, qv, x[r]);
+          y[r] = hn::MulAdd(zy, qv, y[r]);
+        }
+      }
+      for (int r = 0; r < NQ; ++r) {
+        const auto pairs = sums_of_pair(dw, x[r], y[r]);
+        hn::StoreU(sums_of_pairs(df, hn::LowerHalf(df, pairs), hn::UpperHalf(df, pairs)), dh, scores + r * ld + j);
+      }
+    }
+  }
+#endif
   for (; j + 4 <= n_rows; j += 4) {
     V a0[NQ], a1[NQ], a2[NQ], a3[NQ];
     row_sums(j, a0);
@@ -155,7 +196,30 @@ void accumulate_of(const uint8_t* codes, int64_t code_stride, int64_t n_rows, in
       for (int r = 0; r < NQ; ++r) wv[t][r] = hn::Set(df, w[r * ld + j + t]);
     }
     const uint8_t* c0 = codes + j * code_stride;
-    for (int64_t s = 0; s < subvectors; ++s) {
+    int64_t s = 0;
+#if HWY_MAX_BYTES >= 64 && !HWY_HAVE_SCALABLE
+    // AVX-512: sub-vectors s and s + 1 side by side in one 16-lane vector (their accumulator
+    // columns are adjacent); each lane still adds the four rows in order: bit-identical.
+    {
+      const hn::CappedTag<float, 16> dw;
+      hn::Vec<decltype(dw)> ww[4][NQ];
+      for (int t = 0; t < 4; ++t) {
+        for (int r = 0; r < NQ; ++r) ww[t][r] = hn::Set(dw, w[r * ld + j + t]);
+      }
+      for (; s + 2 <= subvectors; s += 2) {
+        hn::Vec<decltype(dw)> a[NQ];
+        for (int r = 0; r < NQ; ++r) a[r] = hn::LoadU(dw, acc + r * acc_stride + s * 8);
+        for (int t = 0; t < 4; ++t) {
+          const uint8_t* c = c0 + t * code_stride + s * kStages;
+          const auto z =
+              hn::Combine(dw, decode_subvector<kStages>(df, book, c + kStages), decode_subvector<kStages>(df, book, c));
+          for (int r = 0; r < NQ; ++r) a[r] = hn::MulAdd(ww[t][r], z, a[r]);
+        }
+        for (int r = 0; r < NQ; ++r) hn::StoreU(a[r], dw, acc + r * acc_stride + s * 8);
+      }
+    }
+#endif
+    for (; s < subvectors; ++s) {
       V a[NQ];
       for (int r = 0; r < NQ; ++r) a[r] = hn::LoadU(df, acc + r * acc_stride + s * 8);
       for (int t = 0; t < 4; ++t) {

@@ -7,6 +7,7 @@
 #include "veloxquant/attention/float_key_scores.h"
 #include "veloxquant/attention/integer_row_sums-inl.h"
 
+#include <algorithm>
 #include <cmath>
 
 #ifndef VELOXQUANT_FLOAT_KEY_SCORES_SHARED
@@ -54,6 +55,52 @@ HWY_INLINE void float_row_sums(DF df, const uint8_t* row, int64_t plane_bytes, c
   }
 }
 
+#if !HWY_HAVE_SCALABLE
+// Most floats of NQ doubled queries the 16-lane pass keeps on the stack (NQ <= 3, d <= 256).
+constexpr int64_t kMaxDoubled = 3 * 2 * 256;
+
+// Four rows' lane sums for NQ queries in two 16-lane vectors: x holds rows j (lanes 0-7) and
+// j + 2 (lanes 8-15), y rows j + 1 and j + 3. Each half runs the 8-lane kernel's FMA chain for
+// its row; the query chunks come from `doubled` (each 8-float chunk of the folded query stored
+// twice in a row), so one load feeds both halves. Half the FMAs of four 8-lane rows.
+template <int B, int NQ, int kChunks, class DW>
+HWY_INLINE void float_four_row_sums(DW dw, const uint8_t* row, int64_t row_stride, int64_t plane_bytes,
+                                    const float* doubled, int64_t d, hn::Vec<DW>* x, hn::Vec<DW>* y) {
+  const hn::RebindToSigned<DW> di;
+  const hn::Rebind<uint8_t, decltype(di)> d8;
+  const hn::Half<decltype(d8)> d8h;
+  constexpr int kPlanes = 8 / B;
+  const auto mask = hn::Set(di, (1 << B) - 1);
+  for (int r = 0; r < NQ; ++r) x[r] = y[r] = hn::Zero(dw);
+  if constexpr (kChunks > 0) {
+    plane_bytes = kChunks * 8;
+    d = kPlanes * kChunks * 8;
+  }
+  const int64_t n_chunks = kChunks > 0 ? kChunks : plane_bytes / 8;
+  const uint8_t* r0 = row;
+  const uint8_t* r1 = row + row_stride;
+  const uint8_t* r2 = row + 2 * row_stride;
+  const uint8_t* r3 = row + 3 * row_stride;
+#pragma GCC unroll 8
+  for (int64_t ci = 0; ci < n_chunks; ++ci) {
+    const int64_t p0 = ci * 8;
+    const auto wx = hn::PromoteTo(di, hn::Combine(d8, hn::LoadU(d8h, r2 + p0), hn::LoadU(d8h, r0 + p0)));
+    const auto wy = hn::PromoteTo(di, hn::Combine(d8, hn::LoadU(d8h, r3 + p0), hn::LoadU(d8h, r1 + p0)));
+    for (int k = 0; k < kPlanes; ++k) {
+      const auto fx = k == 0 ? wx : hn::ShiftRightSame(wx, k * B);
+      const auto fy = k == 0 ? wy : hn::ShiftRightSame(wy, k * B);
+      const auto cx = hn::ConvertTo(dw, k == kPlanes - 1 ? fx : hn::And(fx, mask));
+      const auto cy = hn::ConvertTo(dw, k == kPlanes - 1 ? fy : hn::And(fy, mask));
+      for (int r = 0; r < NQ; ++r) {
+        const auto q = hn::LoadU(dw, doubled + 2 * (r * d + k * plane_bytes + p0));
+        x[r] = hn::MulAdd(cx, q, x[r]);
+        y[r] = hn::MulAdd(cy, q, y[r]);
+      }
+    }
+  }
+}
+#endif
+
 template <int B, int NQ, int kChunks>
 void score_block(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, const float* folded,
                  int64_t d, const float* bias, float* scores, int64_t ld) {
@@ -63,6 +110,32 @@ void score_block(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64
     float_row_sums<B, NQ, kChunks>(df, bytes + j * row_stride, plane_bytes, folded, d, s);
   };
   int64_t j = 0;
+#if !HWY_HAVE_SCALABLE
+  // AVX-512: four rows in two 16-lane vectors (float_four_row_sums), reduced by the same
+  // shuffles and adds as the 8-lane loop below: the low halves of sums_of_pair(x, y) are the
+  // pair (j, j + 1), the high halves (j + 2, j + 3), so the scores are bit-identical.
+  using DW = hn::CappedTag<float, 16>;
+  if constexpr (hn::MaxLanes(DW()) == 16) {
+    if (NQ * 2 * d <= kMaxDoubled && n_rows >= 4) {
+      const DW dw;
+      HWY_ALIGN float doubled[kMaxDoubled];
+      for (int64_t e = 0; e < NQ * d; e += 8) {
+        std::copy_n(folded + e, 8, doubled + 2 * e);
+        std::copy_n(folded + e, 8, doubled + 2 * e + 8);
+      }
+      const hn::Half<decltype(df)> dh;
+      for (; j + 4 <= n_rows; j += 4) {
+        hn::Vec<DW> x[NQ], y[NQ];
+        float_four_row_sums<B, NQ, kChunks>(dw, bytes + j * row_stride, row_stride, plane_bytes, doubled, d, x, y);
+        for (int r = 0; r < NQ; ++r) {
+          const auto pairs = sums_of_pair(dw, x[r], y[r]);
+          const auto four = sums_of_pairs(df, hn::LowerHalf(df, pairs), hn::UpperHalf(df, pairs));
+          hn::StoreU(hn::Add(four, hn::Set(dh, bias[r])), dh, scores + r * ld + j);
+        }
+      }
+    }
+  }
+#endif
   for (; j + 4 <= n_rows; j += 4) {
     // Each pair of rows folded as soon as both are done (sums_of_4's first step, the same sums).
     V s0[NQ], s1[NQ], ab[NQ];

@@ -275,10 +275,12 @@ void AddPlanesInterleavedImpl(const float* planes, int64_t plane_len, int per_by
 // accumulators stay in registers across the rows; each row's bytes are widened once and every
 // plane's codes feed NQ FMAs with the row's group-scaled weight, broadcast once per pass. No
 // f32 tile of the codes.
-template <int B, int NQ, int kSub>
+// DF: 8 lanes, or 16 on AVX-512 targets (each lane's chain of FMAs over the rows is the same
+// whatever the width, so the sums are bit-identical).
+template <int B, int NQ, int kSub, class DF = hn::CappedTag<float, 8>>
 void accumulate_planes_pass(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int64_t p0,
                             const float* wg, const float* bg, float* acc, int64_t acc_stride) {
-  const hn::CappedTag<float, 8> df;
+  const DF df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<uint8_t, decltype(di)> d8;
   constexpr int kPlanes = 8 / B;
@@ -329,6 +331,28 @@ void accumulate_planes_block(const uint8_t* bytes, int64_t row_stride, int64_t n
     const int64_t g = p0 * kPlanes / group;
     const float* wg = ws + g * n_q * n_rows;
     const float* bg = bias != nullptr ? bias + g * n_q : nullptr;
+#if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE
+    // AVX-512: 16 lanes per vector (the 8-lane passes ran at half the machine's width), two
+    // vectors per pass where the 32 registers hold their accumulators and the chunks stay in
+    // one channel group.
+    using DW = hn::CappedTag<float, 16>;
+    if constexpr (hn::MaxLanes(DW()) == 16) {
+      constexpr int64_t kWide = 16;
+      constexpr bool kWidePairs = NQ * kPlanes * 2 + NQ <= 30;
+      const auto in_group = [&](int64_t bytes_from_p0) { return (p0 + bytes_from_p0 - 1) * kPlanes / group == g; };
+      if (kWidePairs && p0 + 2 * kWide <= plane_bytes && in_group(2 * kWide)) {
+        accumulate_planes_pass<B, NQ, kWidePairs ? 2 : 1, DW>(bytes, row_stride, n_rows, plane_bytes, p0, wg, bg, acc,
+                                                              acc_stride);
+        p0 += 2 * kWide;
+        continue;
+      }
+      if (p0 + kWide <= plane_bytes && in_group(kWide)) {
+        accumulate_planes_pass<B, NQ, 1, DW>(bytes, row_stride, n_rows, plane_bytes, p0, wg, bg, acc, acc_stride);
+        p0 += kWide;
+        continue;
+      }
+    }
+#endif
     if (kPairs && p0 + 2 * lanes <= plane_bytes && (p0 + 2 * lanes - 1) * kPlanes / group == g) {
       accumulate_planes_pass<B, NQ, kPairs ? 2 : 1>(bytes, row_stride, n_rows, plane_bytes, p0, wg, bg, acc,
                                                     acc_stride);

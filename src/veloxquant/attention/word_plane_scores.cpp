@@ -80,6 +80,71 @@ void score_block(const uint32_t* first_row, int64_t row_stride, int64_t n_rows, 
   const V table = hn::Load(df, lanes);
   const auto row = [&](int64_t j) { return first_row + j * row_stride; };
   int64_t j = 0;
+#if !HWY_HAVE_SCALABLE
+  // AVX-512: four rows in two 16-lane vectors, x = rows (j, j + 2) and y = (j + 1, j + 3), one
+  // row per 8-lane half running row_sums' FMA chain; each folded chunk stored twice in a row
+  // (`doubled`) feeds both halves from one load: half the lookups and FMAs of four 8-lane rows.
+  // sums_of_pair(x, y) holds the pairs (j, j + 1) and (j + 2, j + 3) in its halves, and
+  // sums_of_pairs of them is sums_of_4 of the four rows: bit-identical scores.
+  using DW = hn::CappedTag<float, 16>;
+  if constexpr (hn::MaxLanes(DW()) == 16) {
+    if (n_rows >= 4) {
+      const DW dw;
+      const hn::RebindToSigned<DW> diw;
+      const hn::RebindToUnsigned<DW> duw;
+      constexpr int kPer = 32 / B;
+      HWY_ALIGN float doubled[2 * kMaxPacked];
+      for (int64_t e = 0; e < NQ * dim; e += 8) {
+        const auto chunk = hn::Load(df, folded + e);
+        hn::Store(chunk, df, doubled + 2 * e);
+        hn::Store(chunk, df, doubled + 2 * e + 8);
+      }
+      HWY_ALIGN float lanes16[16];
+      for (int k = 0; k < 16; ++k) lanes16[k] = L == Lookup::kRegister ? levels[k % (1 << B)] : 0.0f;
+      const auto table16 = hn::Load(dw, lanes16);
+      const auto mask = hn::Set(duw, (1u << B) - 1u);
+      const auto value_of = [&](hn::Vec<decltype(duw)> field, bool top) HWY_ATTR __attribute__((always_inline)) {
+        constexpr bool kUnmasked = L == Lookup::kRegister && HWY_ARCH_X86;
+        const auto code = hn::BitCast(diw, (kUnmasked || top) ? field : hn::And(field, mask));
+        if constexpr (L == Lookup::kRegister) {
+          return hn::TableLookupLanes(table16, hn::IndicesFromVec(dw, code));
+        } else if constexpr (L == Lookup::kGather) {
+          return hn::GatherIndex(dw, levels, code);
+        } else {
+          return hn::ConvertTo(dw, code);
+        }
+      };
+      for (; j + 4 <= n_rows; j += 4) {
+        hn::Vec<DW> x[NQ], y[NQ];
+        for (int r = 0; r < NQ; ++r) x[r] = y[r] = hn::Zero(dw);
+        for (int64_t v = 0; v < vectors; ++v) {
+          const auto load = [&](int64_t jj) HWY_ATTR __attribute__((always_inline)) {
+            return v + 1 < vectors ? hn::LoadU(du, row(jj) + 8 * v) : hn::MaskedLoad(last_mask, du, row(jj) + 8 * v);
+          };
+          const auto wx = hn::Combine(duw, load(j + 2), load(j));
+          const auto wy = hn::Combine(duw, load(j + 3), load(j + 1));
+          const float* q = doubled + 2 * v * kPer * NQ * 8;
+#pragma GCC unroll 32
+          for (int p = 0; p < kPer; ++p) {
+            const bool top = B * (p + 1) == 32;
+            const auto vx = value_of(p == 0 ? wx : hn::ShiftRightSame(wx, B * p), top);
+            const auto vy = value_of(p == 0 ? wy : hn::ShiftRightSame(wy, B * p), top);
+            for (int r = 0; r < NQ; ++r) {
+              const auto qv = hn::Load(dw, q + (p * NQ + r) * 16);
+              x[r] = hn::MulAdd(vx, qv, x[r]);
+              y[r] = hn::MulAdd(vy, qv, y[r]);
+            }
+          }
+        }
+        for (int r = 0; r < NQ; ++r) {
+          const auto pairs = sums_of_pair(dw, x[r], y[r]);
+          const auto four = sums_of_pairs(df, hn::LowerHalf(df, pairs), hn::UpperHalf(df, pairs));
+          hn::StoreU(hn::Add(four, hn::Set(dh, bias[r])), dh, scores + r * ld + j);
+        }
+      }
+    }
+  }
+#endif
   for (; j + 4 <= n_rows; j += 4) {
     V s0[NQ], s1[NQ], s2[NQ], s3[NQ];
     row_sums<B, L, NQ>(df, row(j), vectors, last_mask, table, levels, folded, dim, s0);

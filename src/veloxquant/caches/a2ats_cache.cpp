@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <type_traits>
 
 #include "base/error.h"
 #include "base/half.h"
@@ -449,21 +450,40 @@ void A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
             }
           }
           float top[kLanes] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-          const uint8_t* code = codes(b, h, 0);
-          for (int64_t j = 0; j < far; ++j, code += stride) {
-            float dot[kLanes] = {0.0f, 0.0f, 0.0f, 0.0f};
-            for (int64_t m = 0; m < subs; ++m) {
-              const float* t = lut4.data() + (m * entries + code[m]) * kLanes;
-              for (int64_t g = 0; g < kLanes; ++g) dot[g] += t[g];
-            }
+          // The row pass with the sub-vector count a compile-time constant where it is the usual 8
+          // (head_dim 64, a2ats_sub_dim 8): the lookups unroll into straight loads and adds (same
+          // adds, same order). The group's score rows as pointers: no index arithmetic per row.
+          const auto scan = [&](auto subs_c) {
+            constexpr int64_t kSubs = decltype(subs_c)::value;
+            const int64_t n_subs = kSubs > 0 ? kSubs : subs;
+            float* dots_of[kLanes] = {};
+            float* logit_of[kLanes] = {};
             for (int64_t g = 0; g < group; ++g) {
               if (keep)
-                far_dots_[static_cast<std::size_t>(((b * call.q_heads + h * group + g) * call.n_queries + i) * far +
-                                                   j)] = dot[g];
-              const float l = dot[g] * scale;
-              logit[static_cast<std::size_t>(g * far + j)] = l;
-              top[g] = std::max(top[g], l);
+                dots_of[g] = far_dots_.data() + ((b * call.q_heads + h * group + g) * call.n_queries + i) * far;
+              logit_of[g] = logit.data() + g * far;
             }
+            const float* table = lut4.data();
+            const uint8_t* code = codes(b, h, 0);
+            for (int64_t j = 0; j < far; ++j, code += stride) {
+              float dot[kLanes] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma GCC unroll 16
+              for (int64_t m = 0; m < n_subs; ++m) {
+                const float* t = table + (m * entries + code[m]) * kLanes;
+                for (int64_t g = 0; g < kLanes; ++g) dot[g] += t[g];
+              }
+              for (int64_t g = 0; g < group; ++g) {
+                if (keep) dots_of[g][j] = dot[g];
+                const float l = dot[g] * scale;
+                logit_of[g][j] = l;
+                top[g] = std::max(top[g], l);
+              }
+            }
+          };
+          if (subs == 8) {
+            scan(std::integral_constant<int64_t, 8>{});
+          } else {
+            scan(std::integral_constant<int64_t, 0>{});
           }
           for (int64_t g = 0; g < group; ++g) {
             attention::kernels::add_softmax_mass(logit.data() + g * far, far, top[g], mass.data());
