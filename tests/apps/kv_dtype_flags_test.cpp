@@ -42,7 +42,8 @@ TEST(ModelFlags, ThreadsIsParsedOneWayInEveryCommand) {
   const std::vector<std::string> commands = {"generate -p hi -n 1", "eval --ctx 16 --text " + text, "bench-host",
                                              "eval-needle --text " + text};
   for (const std::string& command : commands) {
-    const std::string with_model = command + " -m " + kStories;
+    std::string with_model = command;
+    with_model.append(" -m ").append(kStories);
     const RunResult bad = run_cli(with_model + " --threads abc");
     EXPECT_EQ(bad.exit_code, 2) << command;
     EXPECT_NE(bad.err.find("--threads expects an integer, got 'abc'"), std::string::npos) << command << ": " << bad.err;
