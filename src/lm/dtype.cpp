@@ -6,16 +6,13 @@ namespace lm {
 
 std::size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::F32:
-      return 4;
     case DType::F16:
-      return 2;
     case DType::BF16:
       return 2;
     case DType::U8:
       return 1;
+    case DType::F32:
     case DType::I32:
-      return 4;
     case DType::U32:
       return 4;
   }

@@ -33,7 +33,7 @@ TEST(AllocateBits, PrintsOneEntryPerAttentionLayerWithinTheBudget) {
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(allocation: ([0-9.]+) bytes/token)"))) << r.out;
   EXPECT_LE(std::stod(m[1]), budget + 1e-9);
   // Predicted widths are marked; the check measured both configurations.
-  EXPECT_NE(r.out.find("*"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find('*'), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\nuniform "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\nallocation "), std::string::npos) << r.out;
 }

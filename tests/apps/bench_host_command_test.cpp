@@ -32,7 +32,7 @@ std::pair<int, std::string> run(const std::string& args, bool with_stderr) {
 bool ready() { return std::filesystem::exists(cli()) && std::filesystem::exists(model()); }
 
 // One f16 row of every layer's keys and values: 5 layers * 2 * 4 heads * 8 dims * 2 bytes.
-constexpr std::size_t kRowBytes = 5 * 2 * 4 * 8 * 2;
+constexpr std::size_t kRowBytes = std::size_t{5} * 2 * 4 * 8 * 2;
 }  // namespace
 
 TEST(BenchHostCommand, JsonRecordHasItsKeysAndExactRows) {

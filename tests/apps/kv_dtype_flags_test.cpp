@@ -42,10 +42,12 @@ TEST(ModelFlags, ThreadsIsParsedOneWayInEveryCommand) {
   const std::vector<std::string> commands = {"generate -p hi -n 1", "eval --ctx 16 --text " + text, "bench-host",
                                              "eval-needle --text " + text};
   for (const std::string& command : commands) {
-    const RunResult bad = run_cli(command + " -m " + kStories + " --threads abc");
+    std::string with_model = command;
+    with_model.append(" -m ").append(kStories);
+    const RunResult bad = run_cli(with_model + " --threads abc");
     EXPECT_EQ(bad.exit_code, 2) << command;
     EXPECT_NE(bad.err.find("--threads expects an integer, got 'abc'"), std::string::npos) << command << ": " << bad.err;
-    const RunResult wide = run_cli(command + " -m " + kStories + " --threads 4294967298");
+    const RunResult wide = run_cli(with_model + " --threads 4294967298");
     EXPECT_EQ(wide.exit_code, 2) << command;
     EXPECT_NE(wide.err.find("--threads must be in [0, 4096], got 4294967298"), std::string::npos)
         << command << ": " << wide.err;

@@ -46,7 +46,9 @@ TEST(MethodsCommand, AnUnwritableStdoutFailsTheCommand) {
   const std::string err =
       (std::filesystem::temp_directory_path() / ("vq_full_err_" + std::to_string(::getpid()))).string();
   for (const std::string command : {"methods", "methods --json", "version"}) {
-    const int status = std::system((binary + " " + command + " >/dev/full 2>" + err).c_str());
+    std::string line = binary;
+    line.append(" ").append(command).append(" >/dev/full 2>").append(err);
+    const int status = std::system(line.c_str());
     ASSERT_TRUE(WIFEXITED(status)) << command;
     EXPECT_EQ(WEXITSTATUS(status), 1) << command;
     EXPECT_NE(test_support::read_file_text(err).find("writing standard output failed"), std::string::npos) << command;

@@ -83,6 +83,7 @@ TEST(ServeLoad, SixtyFourStreamingClientsGetTheirOwnWholeAnswers) {
   std::vector<std::string> problems(kClients);
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> clients;
+  clients.reserve(kClients);
   for (int c = 0; c < kClients; ++c) {
     clients.emplace_back([&, c] {
       for (int i = 0; i < kRequestsEach; ++i) {

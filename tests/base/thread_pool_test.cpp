@@ -67,6 +67,7 @@ TEST(ThreadPool, NestedAndConcurrentCallsRunInlineWithoutDeadlock) {
   EXPECT_EQ(inner.load(), 80);
   std::atomic<int64_t> total{0};
   std::vector<std::thread> callers;
+  callers.reserve(3);
   for (int t = 0; t < 3; ++t) {
     callers.emplace_back([&] {
       for (int call = 0; call < 200; ++call) {

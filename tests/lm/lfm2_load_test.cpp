@@ -79,7 +79,7 @@ void expect_error(const std::string& tag, const Edits& edits, const std::vector<
   fs::remove(path);
 }
 
-Edits replace_kv_heads(std::vector<int32_t> heads) {
+Edits replace_kv_heads(const std::vector<int32_t>& heads) {
   Edits e;
   e.key = [heads](const std::string& key, gguf_test::Writer& w) {
     if (key != "lfm2.attention.head_count_kv") return true;

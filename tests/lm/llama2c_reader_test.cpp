@@ -97,7 +97,7 @@ TEST(Llama2cReader, UnsharedClassifier) {
   ASSERT_EQ(vocab, 512);
   vocab = -vocab;
   std::memcpy(bytes.data() + 20, &vocab, 4);
-  std::vector<float> wcls(512 * 64);
+  std::vector<float> wcls(std::size_t{512} * 64);
   std::memcpy(wcls.data(), bytes.data() + 28, wcls.size() * 4);
   for (float& v : wcls) v *= 2.0f;
   bytes.append(reinterpret_cast<const char*>(wcls.data()), wcls.size() * 4);

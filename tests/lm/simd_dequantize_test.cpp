@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -78,7 +79,8 @@ TEST_P(SimdDequantize, EqualsTheScalarReferenceBitForBitOnEveryTarget) {
       lm::kernels::dequantize_row_fast(type, row.data(), got.data(), n);
       int mismatches = 0;
       for (int64_t i = 0; i < n; ++i) {
-        if (std::memcmp(&got[i], &expected[i], sizeof(float)) != 0 && ++mismatches <= 3) {
+        // Bit-exact: the bits compared, so -0 against +0 or two NaN payloads still differ.
+        if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(expected[i]) && ++mismatches <= 3) {
           ADD_FAILURE() << lm::ggml_type_name(type) << " " << hwy::TargetName(target) << " element " << i << ": "
                         << got[i] << " vs " << expected[i];
         }

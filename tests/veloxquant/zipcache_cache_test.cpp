@@ -49,6 +49,7 @@ void reference_head(std::vector<float>& keys, std::vector<float>& values, int64_
       const int bits = tier_high ? hi_bits : lo_bits;
       for (int64_t c = 0; c < d; ++c) {
         std::vector<float> x;
+        x.reserve(rows.size());
         for (int64_t r : rows) x.push_back(keys[r * d + c]);
         const std::vector<float> q = reference_group(x, bits);
         for (std::size_t i = 0; i < rows.size(); ++i) keys[rows[i] * d + c] = q[i];

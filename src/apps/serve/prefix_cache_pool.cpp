@@ -30,12 +30,10 @@ std::optional<lm::PromptCache> PrefixCachePool::take(const std::string& key, con
     if (it->key != key) continue;
     const std::vector<int32_t>& held = it->state.tokens;
     const std::size_t common = common_prefix(held, prompt);
-    std::size_t keep = 0;
-    if (all_trimmable(it->state.caches)) {
-      keep = common;  // roll back whatever follows the shared prefix
-    } else if (common == held.size() && held.size() < prompt.size()) {
-      keep = common;  // untrimmable: only an exact strict prefix continues
-    }
+    // Trimmable caches roll back whatever follows the shared prefix; untrimmable ones continue
+    // only from an exact strict prefix.
+    const bool usable = all_trimmable(it->state.caches) || (common == held.size() && held.size() < prompt.size());
+    const std::size_t keep = usable ? common : 0;
     if (keep > best_keep) {
       best_keep = keep;
       best = it;

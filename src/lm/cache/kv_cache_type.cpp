@@ -45,10 +45,12 @@ void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
 
 // q4_0 and q5_0 share the rule: the signed extreme maps to code 0, so d = extreme / -offset
 // and x / d + offset lies in [0, 2 * offset]; + 0.5 then truncation rounds, and the top code
-// is clipped to 2^bits - 1 (only the side opposite the extreme can reach 2 * offset).
+// is clipped to 2^bits - 1 (only the side opposite the extreme can reach 2 * offset). ggml
+// truncates through int8_t; over that range (0.5 .. 2 * offset + 0.5, within int8_t) a
+// truncation to int gives the same code.
 template <int kOffset>
 uint8_t code_of(float x, float id) {
-  const int q = static_cast<int8_t>(x * id + (static_cast<float>(kOffset) + 0.5f));
+  const int q = static_cast<int>(x * id + (static_cast<float>(kOffset) + 0.5f));
   return static_cast<uint8_t>(std::min(2 * kOffset - 1, q));
 }
 

@@ -159,11 +159,38 @@ struct Unit {
   int64_t b, kv_head, i0, i1, j_lo, j_hi;
 };
 
+// How scores become logits: the mask (with the causal window) and the scale and soft-cap
+// applied before the softmax. One struct so the kernels below take it as one argument.
+struct ScoreRule {
+  const AttentionMask& mask;
+  std::optional<int64_t> window;
+  float scale;
+  float softcap;
+};
+
+// The mask of one unit, resolved once: causal (with its window) or an explicit [.., n, t] u8
+// mask of the unit's batch (mbase), or neither.
+struct UnitMask {
+  bool causal = false;
+  std::optional<int64_t> window;
+  const uint8_t* mbase = nullptr;
+  int64_t ms2 = 0, ms3 = 0;
+
+  // Whether query i (sequence position pos) sees key j.
+  bool visible(int64_t i, int64_t pos, int64_t j) const {
+    if (causal) return j <= pos && (!window || pos - j < *window);
+    if (mbase) return mbase[i * ms2 + j * ms3] != 0;
+    return true;
+  }
+};
+
 // Online-softmax state of a unit's rows (row r = group head r / nq, query i0 + r % nq):
 // m[r], l[r], acc[r * d ..]. Returned unnormalised so split ranges can be merged.
-void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, const Geometry& g,
-                 const AttentionMask& mask, std::optional<int64_t> window, float scale, float softcap, const Unit& u,
-                 float* m, float* l, float* acc) {
+void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, const Geometry& g, const ScoreRule& rule,
+                 const Unit& u, float* m, float* l, float* acc) {
+  const AttentionMask& mask = rule.mask;
+  const std::optional<int64_t> window = rule.window;
+  const float scale = rule.scale, softcap = rule.softcap;
   const int64_t group = g.h_q / g.h_kv, nq = u.i1 - u.i0, rows = group * nq, d = g.d;
   const bool transpose = rows >= kTransposeFromRows;
   thread_local std::vector<float> krows, kt, vt, s;
@@ -177,13 +204,14 @@ void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, con
   std::fill(acc, acc + rows * d, 0.0f);
 
   const bool causal = mask.kind == AttentionMask::Kind::kCausal;
-  const uint8_t* mbase = nullptr;
-  int64_t ms2 = 0, ms3 = 0;
+  UnitMask unit_mask;
+  unit_mask.causal = causal;
+  unit_mask.window = window;
   if (mask.kind == AttentionMask::Kind::kExplicit) {
     const Tensor& mt = mask.explicit_mask;
-    mbase = mt.data<uint8_t>() + (mt.dim(0) == 1 ? 0 : u.b * mt.strides()[0]);
-    ms2 = mt.strides()[2];
-    ms3 = mt.strides()[3];
+    unit_mask.mbase = mt.data<uint8_t>() + (mt.dim(0) == 1 ? 0 : u.b * mt.strides()[0]);
+    unit_mask.ms2 = mt.strides()[2];
+    unit_mask.ms3 = mt.strides()[3];
   }
   // Keys no query of the unit can see are never loaded.
   int64_t j_begin = u.j_lo, j_end = u.j_hi;
@@ -235,7 +263,7 @@ void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, con
       }
     }
     const bool whole_tile =
-        mbase == nullptr && (!causal || (j1 - 1 <= pos_first && (!window || pos_last - j0 < *window)));
+        unit_mask.mbase == nullptr && (!causal || (j1 - 1 <= pos_first && (!window || pos_last - j0 < *window)));
     for (int64_t r = 0; r < rows; ++r) {
       float* sr = s.data() + r * kKeyTile;
       float tile_max = neg_inf;
@@ -244,13 +272,7 @@ void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, con
         // mask and the softmax. Rare enough (one family) for a plain loop.
         const int64_t i = u.i0 + r % nq, pos = g.t - g.n + i;
         for (int64_t jj = 0; jj < nk; ++jj) {
-          const int64_t j = j0 + jj;
-          bool visible = true;
-          if (!whole_tile && causal) {
-            visible = j <= pos && (!window || pos - j < *window);
-          } else if (!whole_tile && mbase) {
-            visible = mbase[i * ms2 + j * ms3] != 0;
-          }
+          const bool visible = whole_tile || unit_mask.visible(i, pos, j0 + jj);
           sr[jj] = visible ? softcap * std::tanh(sr[jj] * scale / softcap) : neg_inf;
           tile_max = std::max(tile_max, sr[jj]);
         }
@@ -259,14 +281,7 @@ void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, con
       } else {
         const int64_t i = u.i0 + r % nq, pos = g.t - g.n + i;
         for (int64_t jj = 0; jj < nk; ++jj) {
-          const int64_t j = j0 + jj;
-          bool visible = true;
-          if (causal) {
-            visible = j <= pos && (!window || pos - j < *window);
-          } else if (mbase) {
-            visible = mbase[i * ms2 + j * ms3] != 0;
-          }
-          sr[jj] = visible ? sr[jj] * scale : neg_inf;
+          sr[jj] = unit_mask.visible(i, pos, j0 + jj) ? sr[jj] * scale : neg_inf;
           tile_max = std::max(tile_max, sr[jj]);
         }
       }
@@ -304,8 +319,7 @@ void attend_unit(const float* qdata, const RowSource& k, const RowSource& v, con
 
 // The driver behind attention() and attention_blocks(), on validated shapes.
 void attend(const Tensor& queries, const RowSource& keys, const RowSource& values, const Geometry& g,
-            const AttentionMask& mask, std::optional<int64_t> window, float scale, float softcap, Tensor& out,
-            base::ThreadPool* pool) {
+            const ScoreRule& rule, Tensor& out, base::ThreadPool* pool) {
   const Shape out_shape{g.batch, g.h_q, g.n, g.d};
   if (!out.defined() || out.shape() != out_shape || out.dtype() != DType::F32 || !out.is_contiguous()) {
     out = Tensor(out_shape, DType::F32);
@@ -358,14 +372,14 @@ void attend(const Tensor& queries, const RowSource& keys, const RowSource& value
       const Unit u = unit_at(index);
       const int64_t nq = u.i1 - u.i0, rows = group * nq;
       if (splits > 1) {
-        attend_unit(qdata, keys, values, g, mask, window, scale, softcap, u, part_m + index * max_rows,
-                    part_l + index * max_rows, part_acc + index * max_rows * d);
+        attend_unit(qdata, keys, values, g, rule, u, part_m + index * max_rows, part_l + index * max_rows,
+                    part_acc + index * max_rows * d);
         continue;
       }
       m.resize(static_cast<std::size_t>(rows));
       l.resize(m.size());
       acc.resize(m.size() * static_cast<std::size_t>(d));
-      attend_unit(qdata, keys, values, g, mask, window, scale, softcap, u, m.data(), l.data(), acc.data());
+      attend_unit(qdata, keys, values, g, rule, u, m.data(), l.data(), acc.data());
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t h = u.kv_head * group + r / nq, i = u.i0 + r % nq;
         float* o = odata + ((u.b * g.h_q + h) * g.n + i) * d;
@@ -418,7 +432,7 @@ void attention(const Tensor& queries, const Tensor& keys, const Tensor& values, 
                                 std::string(dtype_name(values.dtype())));
   }
   check_softcap(softcap);
-  attend(queries, RowSource{keys}, RowSource{values}, g, mask, window, scale, softcap, out, pool);
+  attend(queries, RowSource{keys}, RowSource{values}, g, ScoreRule{mask, window, scale, softcap}, out, pool);
 }
 
 void attention_blocks(const Tensor& queries, const BlockRows& keys, const BlockRows& values, const AttentionMask& mask,
@@ -448,8 +462,8 @@ void attention_blocks(const Tensor& queries, const BlockRows& keys, const BlockR
                                 " not a multiple of kv heads " + std::to_string(g.h_kv));
   }
   check_mask(mask, g);
-  attend(queries, RowSource{*keys.blocks, true, keys.type}, RowSource{*values.blocks, true, values.type}, g, mask,
-         window, scale, 0.0f, out, pool);
+  attend(queries, RowSource{*keys.blocks, true, keys.type}, RowSource{*values.blocks, true, values.type}, g,
+         ScoreRule{mask, window, scale, 0.0f}, out, pool);
 }
 
 void attention_reference(const Tensor& queries, const Tensor& keys, const Tensor& values, const AttentionMask& mask,
@@ -459,38 +473,39 @@ void attention_reference(const Tensor& queries, const Tensor& keys, const Tensor
   out = Tensor({g.batch, g.h_q, g.n, g.d}, DType::F32);
   const int64_t group = g.h_q / g.h_kv;
   std::vector<double> p(static_cast<std::size_t>(g.t));
-  for (int64_t b = 0; b < g.batch; ++b) {
-    for (int64_t h = 0; h < g.h_q; ++h) {
-      for (int64_t i = 0; i < g.n; ++i) {
-        const int64_t pos = g.t - g.n + i;
-        double max = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j < g.t; ++j) {
-          bool visible = true;
-          if (mask.kind == AttentionMask::Kind::kCausal) visible = j <= pos && (!window || pos - j < *window);
-          if (mask.kind == AttentionMask::Kind::kExplicit) {
-            visible = mask.explicit_mask.get({mask.explicit_mask.dim(0) == 1 ? 0 : b, 0, i, j}) != 0.0f;
-          }
-          if (!visible) {
-            p[j] = -std::numeric_limits<double>::infinity();
-            continue;
-          }
-          double s = 0.0;
-          for (int64_t e = 0; e < g.d; ++e)
-            s += static_cast<double>(queries.get({b, h, i, e})) * keys.get({b, h / group, j, e});
-          p[j] = s * scale;
-          if (softcap > 0.0f) p[j] = softcap * std::tanh(p[j] / softcap);
-          max = std::max(max, p[j]);
+  // (batch, head) pairs in one loop, in the same order as two nested ones: one level less
+  // nesting for the per-key mask test.
+  for (int64_t bh = 0; bh < g.batch * g.h_q; ++bh) {
+    const int64_t b = bh / g.h_q, h = bh % g.h_q;
+    for (int64_t i = 0; i < g.n; ++i) {
+      const int64_t pos = g.t - g.n + i;
+      double max = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < g.t; ++j) {
+        bool visible = true;
+        if (mask.kind == AttentionMask::Kind::kCausal) visible = j <= pos && (!window || pos - j < *window);
+        if (mask.kind == AttentionMask::Kind::kExplicit) {
+          visible = mask.explicit_mask.get({mask.explicit_mask.dim(0) == 1 ? 0 : b, 0, i, j}) != 0.0f;
         }
-        double sum = 0.0;
-        for (int64_t j = 0; j < g.t; ++j) {
-          p[j] = std::isinf(max) ? 0.0 : std::exp(p[j] - max);
-          sum += p[j];
+        if (!visible) {
+          p[j] = -std::numeric_limits<double>::infinity();
+          continue;
         }
-        for (int64_t e = 0; e < g.d; ++e) {
-          double acc = 0.0;
-          for (int64_t j = 0; j < g.t; ++j) acc += p[j] * values.get({b, h / group, j, e});
-          out.set({b, h, i, e}, sum > 0.0 ? static_cast<float>(acc / sum) : 0.0f);
-        }
+        double s = 0.0;
+        for (int64_t e = 0; e < g.d; ++e)
+          s += static_cast<double>(queries.get({b, h, i, e})) * keys.get({b, h / group, j, e});
+        p[j] = s * scale;
+        if (softcap > 0.0f) p[j] = softcap * std::tanh(p[j] / softcap);
+        max = std::max(max, p[j]);
+      }
+      double sum = 0.0;
+      for (int64_t j = 0; j < g.t; ++j) {
+        p[j] = std::isinf(max) ? 0.0 : std::exp(p[j] - max);
+        sum += p[j];
+      }
+      for (int64_t e = 0; e < g.d; ++e) {
+        double acc = 0.0;
+        for (int64_t j = 0; j < g.t; ++j) acc += p[j] * values.get({b, h / group, j, e});
+        out.set({b, h, i, e}, sum > 0.0 ? static_cast<float>(acc / sum) : 0.0f);
       }
     }
   }

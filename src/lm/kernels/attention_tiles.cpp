@@ -204,7 +204,7 @@ HWY_INLINE void score_group_f16(const float* q, int64_t q_stride, const uint16_t
       }
     }
     hn::Vec<DF> low[NQ];
-    for (int half = 0; half < 2; ++half) {
+    for (int64_t half = 0; half < 2; ++half) {
       const uint16_t* rh = r0 + half * 4 * row_stride;
       hn::Vec<DF> acc[NQ][4];
       // The first chunk's product starts each sum (a product plus +0 rounds to the product; only

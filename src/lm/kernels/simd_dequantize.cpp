@@ -344,6 +344,13 @@ namespace lm::kernels {
 
 namespace simd {
 HWY_EXPORT(DequantizeRow);
+
+// The dispatch sits in the namespace of its export: with static dispatch only (scripts/lint.sh
+// parses kernels with HWY_COMPILE_ONLY_STATIC) HWY_DYNAMIC_DISPATCH(simd::DequantizeRow) becomes
+// N_<target>::simd::DequantizeRow, which does not exist; unqualified, from here, it resolves.
+void dequantize_row_simd(GgmlType type, const void* src, float* dst, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(DequantizeRow)(type, src, dst, n);
+}
 }  // namespace simd
 
 bool has_simd_dequantize(GgmlType type) {
@@ -370,7 +377,7 @@ void dequantize_row_fast(GgmlType type, const void* src, float* dst, int64_t n) 
   const GgmlTypeInfo info = ggml_type_info(type);
   // Argument checks (and the error for an unsupported type) stay with the reference.
   if (!has_simd_dequantize(type) || n < 0 || n % info.block_size != 0) return dequantize_row(type, src, dst, n);
-  HWY_DYNAMIC_DISPATCH(simd::DequantizeRow)(type, src, dst, n);
+  simd::dequantize_row_simd(type, src, dst, n);
 }
 
 }  // namespace lm::kernels

@@ -50,11 +50,16 @@ HWY_AFTER_NAMESPACE();
 namespace lm::kernels {
 namespace simd {
 HWY_EXPORT(GegluRows);
+
+// The dispatch sits in the namespace of its export: with static dispatch only (scripts/lint.sh
+// parses kernels with HWY_COMPILE_ONLY_STATIC) HWY_DYNAMIC_DISPATCH(simd::GegluRows) becomes
+// N_<target>::simd::GegluRows, which does not exist; unqualified, from here, it resolves.
+void geglu_rows(float* gate, const float* up, int64_t n) { HWY_DYNAMIC_DISPATCH(GegluRows)(gate, up, n); }
 }  // namespace simd
 
 void geglu(float* gate, const float* up, int64_t n) {
   if (n <= 0) return;
-  HWY_DYNAMIC_DISPATCH(simd::GegluRows)(gate, up, n);
+  simd::geglu_rows(gate, up, n);
 }
 
 }  // namespace lm::kernels

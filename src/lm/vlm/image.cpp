@@ -33,8 +33,13 @@ Taps make_taps(int in, int out) {
   taps.weights.resize(out);
   for (int i = 0; i < out; ++i) {
     const double center = (i + 0.5) * scale;
+    // The tap window rounds as PIL's resampler (precompute_coeffs) does, `(int)(x + 0.5)`, not
+    // lround: the two differ on x = 0.5 - 2^-54 and the like, and the bounds must be PIL's
+    // (the reference images come from it); negative values are clamped to 0 either way.
+    // NOLINTBEGIN(bugprone-incorrect-roundings)
     const int lo = std::max(static_cast<int>(center - support + 0.5), 0);
     const int hi = std::min(static_cast<int>(center + support + 0.5), in);
+    // NOLINTEND(bugprone-incorrect-roundings)
     std::vector<double>& w = taps.weights[i];
     double sum = 0.0;
     for (int k = lo; k < hi; ++k) {
@@ -95,7 +100,7 @@ RgbImage resize_shortest_edge_and_center_crop(const RgbImage& image, int size) {
   const int w = image.width == shortest ? size : static_cast<int>(static_cast<int64_t>(size) * image.width / shortest);
   const int h =
       image.height == shortest ? size : static_cast<int>(static_cast<int64_t>(size) * image.height / shortest);
-  const RgbImage resized = resize_bicubic(image, w, h);
+  RgbImage resized = resize_bicubic(image, w, h);
   if (w == size && h == size) return resized;
   const int left = (w - size) / 2, top = (h - size) / 2;
   RgbImage out{size, size, std::vector<uint8_t>(static_cast<std::size_t>(size) * size * 3)};

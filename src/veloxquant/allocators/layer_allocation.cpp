@@ -41,7 +41,8 @@ int64_t layer_nbytes(const lm::Model& model, const KVCacheConfig& config, std::s
 KVCacheConfig with_part_bits(const KVCacheConfig& base, const std::vector<LayerPart>& parts,
                              const std::vector<int>& bits_per_part, std::size_t n_attention) {
   std::vector<std::vector<int>> lists;
-  for (int b : bits_per_part) lists.push_back(std::vector<int>(n_attention, b));
+  lists.reserve(bits_per_part.size());
+  for (int b : bits_per_part) lists.emplace_back(n_attention, b);
   return config_with_allocation(base, parts, lists);
 }
 

@@ -7,6 +7,16 @@
 
 namespace veloxquant {
 
+namespace {
+
+// The error for one bad schedule entry, built outside parse_svdq_schedule's loop.
+[[noreturn]] void throw_bad_schedule_entry(const std::string& text, const std::string& item) {
+  throw QuantizerConfigError("svdq_bit_schedule must be 8 comma-separated widths in [0, 8], got '" + text +
+                             "' (bad entry '" + item + "')");
+}
+
+}  // namespace
+
 std::vector<int> parse_svdq_schedule(const std::string& text) {
   std::vector<int> widths;
   std::stringstream in(text);
@@ -20,10 +30,7 @@ std::vector<int> parse_svdq_schedule(const std::string& text) {
       used = 0;
     }
     while (used < item.size() && item[used] == ' ') ++used;
-    if (used == 0 || used != item.size() || bits < 0 || bits > 8) {
-      throw QuantizerConfigError("svdq_bit_schedule must be 8 comma-separated widths in [0, 8], got '" + text +
-                                 "' (bad entry '" + item + "')");
-    }
+    if (used == 0 || used != item.size() || bits < 0 || bits > 8) throw_bad_schedule_entry(text, item);
     widths.push_back(bits);
   }
   if (widths.size() != 8) {

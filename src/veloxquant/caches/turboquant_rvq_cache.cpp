@@ -188,9 +188,9 @@ void TurboQuantRvqCache::fused_attention(const lm::FusedAttentionRequest& reques
     key_order_ = std::make_shared<const attention::CodeOrder>(bits_, head_dim_);
     if (value_bits_ != 0) value_order_ = std::make_shared<const attention::CodeOrder>(value_bits_, dv_, kValueGroup);
   }
-  const TurboQuantRvqRows rows(*quantizer_, *key_order_, packed1_, packed2_, norms_, values_, value_codes_,
-                               value_params_, value_bits_ != 0 ? value_order_.get() : nullptr, kValueGroup, dv_,
-                               offset_);
+  const attention::CodeOrder* value_order = value_bits_ != 0 ? value_order_.get() : nullptr;
+  const RvqValueRows values{values_, value_codes_, value_params_, value_order, kValueGroup, dv_};
+  const TurboQuantRvqRows rows(*quantizer_, *key_order_, packed1_, packed2_, norms_, values, offset_);
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
   attention::attend(call, rows, &base::ThreadPool::global());

@@ -15,20 +15,18 @@ using cache_rows::row_ptr;
 
 TurboQuantRvqRows::TurboQuantRvqRows(const quant::TurboQuantRvq& quantizer, const attention::CodeOrder& key_order,
                                      const lm::Tensor& packed1, const lm::Tensor& packed2, const lm::Tensor& norms,
-                                     const lm::Tensor& plain_values, const lm::Tensor& value_codes,
-                                     const lm::Tensor& value_params, const attention::CodeOrder* value_order,
-                                     int64_t value_group, int64_t value_dim, int64_t rows)
+                                     const RvqValueRows& values, int64_t rows)
     : quantizer_(quantizer),
       key_order_(key_order),
       packed1_(packed1),
       packed2_(packed2),
       norms_(norms),
-      plain_values_(value_order ? attention::PlainRows{} : attention::PlainRows::of(plain_values)),
-      value_codes_(value_codes),
-      value_params_(value_params),
-      value_order_(value_order),
-      value_group_(value_group),
-      value_dim_(value_dim),
+      plain_values_(values.order ? attention::PlainRows{} : attention::PlainRows::of(values.plain)),
+      value_codes_(values.codes),
+      value_params_(values.params),
+      value_order_(values.order),
+      value_group_(values.group),
+      value_dim_(values.dim),
       rows_(rows),
       integer_keys_(quantizer.bits() == 2 && key_order.planar() &&
                     attention::kernels::can_score_codebook_rows(quantizer.dim())),

@@ -19,15 +19,23 @@
 
 namespace veloxquant {
 
+// The cache's values, `dim` wide: either plain ([B,H,cap,Dv] f16/bf16/f32, order == nullptr) or
+// group-affine codes/params with their code order (group `group`).
+struct RvqValueRows {
+  const lm::Tensor& plain;
+  const lm::Tensor& codes;
+  const lm::Tensor& params;
+  const attention::CodeOrder* order;
+  int64_t group, dim;
+};
+
 class TurboQuantRvqRows final : public attention::RowSource {
  public:
-  // packed1/packed2 U8 [B,H,cap,stream_bytes], norms BF16 [B,H,cap,1]; values either plain
-  // ([B,H,cap,Dv] f16/bf16/f32, value_order == nullptr) or group-affine codes/params with their
-  // code order (group `value_group`). The first `rows` rows of each head are read.
+  // packed1/packed2 U8 [B,H,cap,stream_bytes], norms BF16 [B,H,cap,1]; values as RvqValueRows
+  // says. The first `rows` rows of each head are read.
   TurboQuantRvqRows(const quant::TurboQuantRvq& quantizer, const attention::CodeOrder& key_order,
                     const lm::Tensor& packed1, const lm::Tensor& packed2, const lm::Tensor& norms,
-                    const lm::Tensor& plain_values, const lm::Tensor& value_codes, const lm::Tensor& value_params,
-                    const attention::CodeOrder* value_order, int64_t value_group, int64_t value_dim, int64_t rows);
+                    const RvqValueRows& values, int64_t rows);
 
   int64_t key_dim() const override { return quantizer_.dim(); }
   int64_t value_dim() const override { return value_dim_; }

@@ -385,7 +385,7 @@ void VecInferCache::from_state(const std::vector<lm::Tensor>& state, const std::
     codec->values = pvq::make_codebook(static_cast<int>(fresh.dv_), fresh.value_sub_, fresh.value_bits_, false);
     for (int i = 0; i < 2; ++i) {
       pvq::ProductCodebook& book = i == 0 ? codec->keys : codec->values;
-      std::vector<float> words = state[static_cast<std::size_t>(5 + i)].to_f32();
+      std::vector<float> words = state[5 + static_cast<std::size_t>(i)].to_f32();
       if (words.size() != book.word_floats()) {
         throw base::FormatError(std::string(who) + ": codebook " + std::to_string(i) + " has " +
                                 std::to_string(words.size()) + " floats, expected " +

@@ -9,6 +9,12 @@
 namespace veloxquant::core {
 namespace {
 
+// Element (i, j) of a row-major matrix with n columns: the product is formed in size_t, not in
+// int and then widened (the orders are small; the index type is the vector's).
+std::size_t cell(int i, int j, int n) {
+  return static_cast<std::size_t>(i) * static_cast<std::size_t>(n) + static_cast<std::size_t>(j);
+}
+
 // Legendre symbol chi(a) over the prime field GF(q): 0, +1 (quadratic residue) or -1.
 int legendre(int a, int q) {
   a %= q;
@@ -22,8 +28,8 @@ int legendre(int a, int q) {
 // Paley I (q = 3 mod 4): H = I + S, S = [[0, 1^T], [-1, Q]], Q_ij = chi(j - i); order q + 1.
 std::vector<int> paley_one(int q) {
   const int m = q + 1;
-  std::vector<int> h(static_cast<std::size_t>(m * m), 0);
-  auto at = [&](int i, int j) -> int& { return h[static_cast<std::size_t>(i * m + j)]; };
+  std::vector<int> h(static_cast<std::size_t>(m) * m, 0);
+  auto at = [&](int i, int j) -> int& { return h[cell(i, j, m)]; };
   for (int j = 1; j < m; ++j) {
     at(0, j) = 1;
     at(j, 0) = -1;
@@ -38,19 +44,18 @@ std::vector<int> paley_one(int q) {
 // q + 1, with every 0 replaced by [[1, -1], [-1, -1]] and every +-1 by +-[[1, 1], [1, -1]].
 std::vector<int> paley_two(int q) {
   const int c = q + 1, m = 2 * c;
-  std::vector<int> conference(static_cast<std::size_t>(c * c), 0);
-  for (int j = 1; j < c; ++j) conference[static_cast<std::size_t>(j)] = conference[static_cast<std::size_t>(j * c)] = 1;
+  std::vector<int> conference(static_cast<std::size_t>(c) * c, 0);
+  for (int j = 1; j < c; ++j) conference[static_cast<std::size_t>(j)] = conference[cell(j, 0, c)] = 1;
   for (int i = 0; i < q; ++i)
-    for (int j = 0; j < q; ++j) conference[static_cast<std::size_t>((i + 1) * c + j + 1)] = legendre(j - i, q);
-  std::vector<int> h(static_cast<std::size_t>(m * m), 0);
+    for (int j = 0; j < q; ++j) conference[cell(i + 1, j + 1, c)] = legendre(j - i, q);
+  std::vector<int> h(static_cast<std::size_t>(m) * m, 0);
   static const int zero_block[2][2] = {{1, -1}, {-1, -1}};
   static const int one_block[2][2] = {{1, 1}, {1, -1}};
   for (int i = 0; i < c; ++i)
     for (int j = 0; j < c; ++j) {
-      const int e = conference[static_cast<std::size_t>(i * c + j)];
+      const int e = conference[cell(i, j, c)];
       for (int a = 0; a < 2; ++a)
-        for (int b = 0; b < 2; ++b)
-          h[static_cast<std::size_t>((2 * i + a) * m + 2 * j + b)] = e == 0 ? zero_block[a][b] : e * one_block[a][b];
+        for (int b = 0; b < 2; ++b) h[cell(2 * i + a, 2 * j + b, m)] = e == 0 ? zero_block[a][b] : e * one_block[a][b];
     }
   return h;
 }
@@ -131,7 +136,7 @@ void hadamard_transform(float* x, int m, std::size_t n, bool transpose, float* s
   for (int i = 0; i < m; ++i) {
     float* out = scratch + static_cast<std::size_t>(i) * n;
     for (int j = 0; j < m; ++j) {
-      const int s = transpose ? h[static_cast<std::size_t>(j * m + i)] : h[static_cast<std::size_t>(i * m + j)];
+      const int s = transpose ? h[cell(j, i, m)] : h[cell(i, j, m)];
       const float* in = x + static_cast<std::size_t>(j) * n;
       if (s > 0)
         for (std::size_t k = 0; k < n; ++k) out[k] += in[k];

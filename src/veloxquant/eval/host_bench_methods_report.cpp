@@ -52,6 +52,22 @@ nlohmann::json row_json(const MethodBenchRow& r) {
   return j;
 }
 
+// One row of the markdown table (built here, not inside the caller's loop).
+std::string table_row(const MethodBenchRow& row) {
+  const bool decodes = row.row.decode_tokens > 0;
+  const std::string ctx = decodes ? std::to_string(row.row.ctx) : "prefill " + std::to_string(row.row.ctx);
+  std::string gbps = "-", share = "-";
+  if (row.traffic && row.traffic->bytes_per_s > 0) {
+    gbps = format("%.2f", row.traffic->bytes_per_s / 1e9);
+    if (row.traffic->probe_share > 0) share = format("%.0f", 100.0 * row.traffic->probe_share);
+  }
+  return "| " + ctx + " | " + row.label + " | " + (decodes ? format("%.1f", row.row.decode_tokens_per_s) : "-") +
+         " | " + (decodes ? optional_ratio(row.decode_ratio) : "-") + " | " +
+         format("%.1f", row.row.prefill_tokens_per_s) + " | " + optional_ratio(row.prefill_ratio) + " | " +
+         format("%.2f", static_cast<double>(row.row.kv_bytes) / kMiB) + " | " + gbps + " | " + share + " | " +
+         format("%.2f", row.spread) + " |\n";
+}
+
 int64_t largest_decode_ctx(const std::vector<MethodBenchRow>& rows) {
   int64_t ctx = 0;
   for (const auto& r : rows) {
@@ -123,20 +139,7 @@ std::string host_bench_methods_table(const HostBenchMethodsReport& report) {
       "\n| ctx | method | decode tok/s | x none | prefill tok/s | x none | KV MiB | read GB/s | % of probe | spread "
       "|\n";
   out += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-  for (const auto& row : report.rows) {
-    const bool decodes = row.row.decode_tokens > 0;
-    const std::string ctx = decodes ? std::to_string(row.row.ctx) : "prefill " + std::to_string(row.row.ctx);
-    std::string gbps = "-", share = "-";
-    if (row.traffic && row.traffic->bytes_per_s > 0) {
-      gbps = format("%.2f", row.traffic->bytes_per_s / 1e9);
-      if (row.traffic->probe_share > 0) share = format("%.0f", 100.0 * row.traffic->probe_share);
-    }
-    out += "| " + ctx + " | " + row.label + " | " + (decodes ? format("%.1f", row.row.decode_tokens_per_s) : "-") +
-           " | " + (decodes ? optional_ratio(row.decode_ratio) : "-") + " | " +
-           format("%.1f", row.row.prefill_tokens_per_s) + " | " + optional_ratio(row.prefill_ratio) + " | " +
-           format("%.2f", static_cast<double>(row.row.kv_bytes) / kMiB) + " | " + gbps + " | " + share + " | " +
-           format("%.2f", row.spread) + " |\n";
-  }
+  for (const auto& row : report.rows) out += table_row(row);
 
   const int64_t largest = largest_decode_ctx(report.rows);
   if (largest > 0) {

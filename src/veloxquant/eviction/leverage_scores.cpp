@@ -260,7 +260,7 @@ void top_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<do
 
 }  // namespace
 
-void symmetric_eigen_descending(std::vector<double> a, int n, std::vector<double>& eigenvalues,
+void symmetric_eigen_descending(const std::vector<double>& a, int n, std::vector<double>& eigenvalues,
                                 std::vector<double>& eigenvectors) {
   const std::size_t nn = static_cast<std::size_t>(n);
   Tridiagonal t;

@@ -23,7 +23,7 @@ void value_leverage_scores(const float* values, const int32_t* rows, int64_t cou
 // Eigen-decomposition of the symmetric n x n matrix `a` (row-major): eigenvalues descending,
 // eigenvectors[r * n + i] = component i of the r-th eigenvector. Householder reduction to
 // tridiagonal form, then implicit QR steps with Wilkinson shifts (Golub & Van Loan §8.3).
-void symmetric_eigen_descending(std::vector<double> a, int n, std::vector<double>& eigenvalues,
+void symmetric_eigen_descending(const std::vector<double>& a, int n, std::vector<double>& eigenvalues,
                                 std::vector<double>& eigenvectors);
 // The k largest eigenvalues (descending) and their unit eigenvectors (k x n, as rows): eigenvalues
 // of the tridiagonal form by QR without vectors, the k vectors by inverse iteration with

@@ -154,7 +154,9 @@ TEST(BlockKVCache, TrimStateAndCloneBehaveAsIfFedOnlyTheKeptRows) {
 }
 
 TEST(BlockKVCache, RefusesFloatTypesBadHeadDimsAndShapeChangesClearly) {
-  EXPECT_THROW(BlockKVCache(KVCacheType::F16), base::InvalidArgument);
+  // Braces: with parentheses clang reads the statement as a declaration of `KVCacheType::F16`
+  // (and refuses it), so nothing would be constructed there.
+  EXPECT_THROW(BlockKVCache{KVCacheType::F16}, base::InvalidArgument);
   BlockKVCache cache(KVCacheType::Q4_0);
   try {
     cache.update_and_fetch(random_kv(1, 2, 3, 48, 1), random_kv(1, 2, 3, 48, 2));

@@ -109,8 +109,8 @@ TEST(ConvStateCache, FreshStateIsZerosAndBytesAreTheWindow) {
   EXPECT_EQ(cache.offset(), 0);
   EXPECT_EQ(cache.nbytes(), 2u * 1024u * 4u);  // L-1 rows of f32, whatever the token count
   EXPECT_EQ(cache.history(), std::vector<float>(2048, 0.0f));
-  const auto input = random_values(1024 * 300, 3);
-  const auto taps = random_values(3 * 1024, 4);
+  const auto input = random_values(std::size_t{1024} * 300, 3);
+  const auto taps = random_values(std::size_t{3} * 1024, 4);
   std::vector<float> out(input.size());
   cache.convolve(input.data(), 300, taps.data(), out.data());
   EXPECT_FALSE(cache.empty());

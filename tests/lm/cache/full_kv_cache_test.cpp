@@ -158,7 +158,9 @@ TEST(FullKVCache, CloneIsDeepAndIndependent) {
 }
 
 TEST(FullKVCache, RejectsBadInputWithTypedErrors) {
-  EXPECT_THROW(FullKVCache(DType::U8), base::InvalidArgument);
+  // Braces: with parentheses clang reads the statement as a declaration of `DType::U8` (and
+  // refuses it), so nothing would be constructed there.
+  EXPECT_THROW(FullKVCache{DType::U8}, base::InvalidArgument);
   FullKVCache cache;
   const Tensor three_d({1, 2, 8}, DType::F16);
   EXPECT_THROW(cache.update_and_fetch(three_d, three_d), base::InvalidArgument);

@@ -100,7 +100,7 @@ TEST(PreTokenizer, WordsCoverTheText) {
 
 TEST(PreTokenizer, UnknownNameIsUnsupported) {
   try {
-    lm::PreTokenizer("bogus");
+    const lm::PreTokenizer unknown("bogus");
     FAIL();
   } catch (const base::Unsupported& e) {
     EXPECT_NE(std::string(e.what()).find("'bogus'"), std::string::npos);

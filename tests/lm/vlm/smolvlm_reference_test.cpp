@@ -125,7 +125,7 @@ TEST(SmolVlmReference, LogitsAndGreedyMatchTransformers) {
 TEST(SmolVlmReference, ImagesOfOtherSizesAreFittedAndPadded) {
   auto loaded = load_reference();
   // 64x16: scaled to 32x8, centred in black rows; the model takes it (16 image rows).
-  lm::RgbImage wide{64, 16, std::vector<uint8_t>(64 * 16 * 3, 200)};
+  lm::RgbImage wide{64, 16, std::vector<uint8_t>(std::size_t{64} * 16 * 3, 200)};
   const lm::RgbImage fitted = lm::resize_to_fit_and_pad(wide, 32);
   EXPECT_EQ(fitted.width, 32);
   EXPECT_EQ(fitted.height, 32);

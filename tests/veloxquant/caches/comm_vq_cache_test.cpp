@@ -106,7 +106,7 @@ TEST(CommVq, BytesAreTheLayoutAndReallyAllocated) {
   const auto after = test_support::allocation_snapshot();
   EXPECT_EQ(static_cast<std::size_t>(after.aligned_live_bytes - before.aligned_live_bytes), cache->nbytes());
   // 300 rows in a 512-row allocation: 4 code bytes per key, f16 values, 4 x 256 x 16 f32 codewords.
-  EXPECT_EQ(cache->nbytes(), h * 512 * 4 + h * 512 * d * 2 + 4 * 256 * 16 * 4);
+  EXPECT_EQ(cache->nbytes(), h * 512 * 4 + h * 512 * d * 2 + int64_t{4} * 256 * 16 * 4);
 }
 
 TEST(CommVq, TrimKeepsThePrefixAndStateRoundTrips) {

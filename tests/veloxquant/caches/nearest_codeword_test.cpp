@@ -12,6 +12,16 @@
 namespace veloxquant::pvq {
 namespace {
 
+// Squared distance, in double, from x to codeword c of `words` (entries x sub, row-major).
+double squared_distance(const std::vector<float>& x, const std::vector<float>& words, int64_t c, int sub) {
+  double d = 0.0;
+  for (int e = 0; e < sub; ++e) {
+    const double diff = double{x[static_cast<std::size_t>(e)]} - words[static_cast<std::size_t>(c * sub + e)];
+    d += diff * diff;
+  }
+  return d;
+}
+
 TEST(NearestCodeword, MatchesScalarAndBruteForce) {
   std::mt19937 rng(5);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -37,7 +47,7 @@ TEST(NearestCodeword, MatchesScalarAndBruteForce) {
       for (int trial = 0; trial < 40; ++trial) {
         std::vector<float> x(static_cast<std::size_t>(sub));
         if (trial % 4 == 0 && entries > 1) {  // exactly on a duplicated codeword
-          const int64_t c = std::min<int64_t>(entries - 1, entries / 2 + 7 * (trial % 3));
+          const int64_t c = std::min<int64_t>(entries - 1, entries / 2 + int64_t{7} * (trial % 3));
           for (int e = 0; e < sub; ++e) x[static_cast<std::size_t>(e)] = words[static_cast<std::size_t>(c * sub + e)];
         } else {
           for (float& v : x) v = dist(rng);
@@ -47,14 +57,7 @@ TEST(NearestCodeword, MatchesScalarAndBruteForce) {
         ASSERT_EQ(simd, ref) << "entries " << entries << " sub " << sub << " trial " << trial;
         // Independent check: no codeword is closer in double by more than float rounding.
         double best = 1e300;
-        for (int64_t c = 0; c < entries; ++c) {
-          double d = 0.0;
-          for (int e = 0; e < sub; ++e) {
-            const double diff = double{x[static_cast<std::size_t>(e)]} - words[static_cast<std::size_t>(c * sub + e)];
-            d += diff * diff;
-          }
-          best = std::min(best, d);
-        }
+        for (int64_t c = 0; c < entries; ++c) best = std::min(best, squared_distance(x, words, c, sub));
         double chosen = 0.0, scale = 0.0;
         for (int e = 0; e < sub; ++e) {
           const double diff = double{x[static_cast<std::size_t>(e)]} - words[static_cast<std::size_t>(simd * sub + e)];

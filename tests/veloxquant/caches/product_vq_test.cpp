@@ -13,6 +13,16 @@
 namespace veloxquant::pvq {
 namespace {
 
+// Random codes for n_sub sub-vectors in each of `rows` packed rows of `bytes` bytes.
+void put_random_codes(std::vector<uint8_t>& packed, int64_t rows, int64_t bytes, int n_sub, int bits,
+                      std::mt19937& rng) {
+  for (int64_t j = 0; j < rows; ++j) {
+    for (int t = 0; t < n_sub; ++t) {
+      put_code(packed.data() + j * bytes, t, bits, static_cast<uint32_t>(rng()) & ((1u << bits) - 1u));
+    }
+  }
+}
+
 TEST(ProductVq, TileDecodeEqualsRowDecode) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> real(-1.0f, 1.0f);
@@ -25,11 +35,7 @@ TEST(ProductVq, TileDecodeEqualsRowDecode) {
           for (std::size_t i = 0; i < book.word_floats(); ++i) book.words[i] = real(rng);
           const int64_t rows = 11, bytes = book.row_bytes(), dim = book.dim();
           std::vector<uint8_t> packed(static_cast<std::size_t>(rows * bytes), 0);
-          for (int64_t j = 0; j < rows; ++j) {
-            for (int t = 0; t < n_sub; ++t) {
-              put_code(packed.data() + j * bytes, t, bits, static_cast<uint32_t>(rng()) & ((1u << bits) - 1u));
-            }
-          }
+          put_random_codes(packed, rows, bytes, n_sub, bits, rng);
           std::vector<float> tile(static_cast<std::size_t>(rows * dim)), one(tile.size());
           decode_rows(book, packed.data(), bytes, rows, tile.data());
           for (int64_t j = 0; j < rows; ++j) decode_row(book, packed.data() + j * bytes, one.data() + j * dim);

@@ -93,7 +93,7 @@ TEST(BitPacking, BadWidthThrowsNamingIt) {
     vc::pack_dense(idx, 1, 9, out);
     FAIL();
   } catch (const veloxquant::QuantizerConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("9"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find('9'), std::string::npos);
   }
   EXPECT_THROW(vc::packed_words(4, 0), veloxquant::QuantizerConfigError);
 }

@@ -46,8 +46,9 @@ TEST(KMeans, RecoversWellSeparatedClusters) {
   for (const auto& c : centres) {
     const int32_t idx = nearest_centroid(c.data(), r.centroids.data(), 4, 2);
     found.insert(idx);
-    EXPECT_NEAR(r.centroids[idx * 2], c[0], 0.2);
-    EXPECT_NEAR(r.centroids[idx * 2 + 1], c[1], 0.2);
+    const std::size_t at = static_cast<std::size_t>(idx) * 2;
+    EXPECT_NEAR(r.centroids[at], c[0], 0.2);
+    EXPECT_NEAR(r.centroids[at + 1], c[1], 0.2);
   }
   EXPECT_EQ(found.size(), 4u);
   // Points of one blob share one cell (points are laid out blob-major every 4).

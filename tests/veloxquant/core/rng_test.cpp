@@ -86,7 +86,7 @@ TEST(Rng, SignAndBelowAreUniform) {
     ASSERT_LT(k, 7u);
     ++counts[k];
   }
-  EXPECT_NEAR(plus, n / 2, 4 * std::sqrt(n / 4.0));
+  EXPECT_NEAR(plus, n / 2.0, 4 * std::sqrt(n / 4.0));
   for (int c : counts) EXPECT_NEAR(c, n / 7.0, 4 * std::sqrt(n / 7.0));
 }
 

@@ -112,7 +112,7 @@ TEST(Rotation, HaarCanBeForcedAndBadDimensionsThrow) {
   EXPECT_THROW(vc::Rotation(100, 1, vc::RotationKind::kHadamard), base::InvalidArgument);
   EXPECT_THROW(vc::Rotation(0, 1), base::InvalidArgument);
   try {
-    vc::Rotation(-3, 1);
+    const vc::Rotation rotation(-3, 1);
     FAIL();
   } catch (const base::InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("-3"), std::string::npos);

@@ -116,7 +116,7 @@ void check_minicache(const std::string& path, const std::string& prompt, int64_t
   const std::size_t start = static_cast<std::size_t>(static_cast<double>(n) * 0.5);
   EXPECT_EQ(merge_layers, static_cast<int64_t>((n - start) / 2));
   std::printf("minicache %s: %lld of %lld merge-layer vectors merged\n", path.c_str(), static_cast<long long>(merged),
-              static_cast<long long>(2 * heads * tokens * merge_layers));
+              2LL * heads * tokens * merge_layers);
   // Rows in the host's f16, 256-row growth as lm::FullKVCache: 256 rows x H x D x 2 B x (K, V).
   EXPECT_EQ(total_nbytes(run.cache.caches), n * 256 * static_cast<std::size_t>(heads * d) * 2 * 2);
 }

@@ -51,7 +51,7 @@ TEST(DecodeTraffic, Stories260KReadsItsParametersOncePerToken) {
   // q and o 64x64 each, k and v 64x32 each, gate/up/down 64x172 each, two norms of 64:
   // 8192 + 4096 + 33024 + 128 = 45440 floats; 5 layers = 227200; + final norm 64
   // + classifier 512x64 = 32768 + one embedding row of 64 = 260096 floats = 1040384 bytes.
-  constexpr std::size_t kExpected = 260096 * 4;
+  constexpr std::size_t kExpected = std::size_t{260096} * 4;
   const auto gguf = lm::load(dir + "stories260K.gguf");
   EXPECT_EQ(decode_weight_bytes_of_file(dir + "stories260K.gguf", gguf.model->config()), kExpected);
   // The llama2.c checkpoint (shared classifier, f32) reads the same bytes.

@@ -30,6 +30,7 @@ BenchCache logged_cache(const std::string& label, lm::DType dtype, std::vector<s
 
 std::vector<int32_t> prompt(int n) {
   std::vector<int32_t> p;
+  p.reserve(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) p.push_back(3 + i % 11);
   return p;
 }

@@ -73,6 +73,7 @@ class RecordingModel : public lm::Model {
 
 std::vector<int32_t> iota_prompt(int n) {
   std::vector<int32_t> p;
+  p.reserve(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) p.push_back(i % kVocab);
   return p;
 }
@@ -137,7 +138,7 @@ TEST(HostBench, PatternTokensAreTheDocumentedIds) {
 }
 
 TEST(HostBench, RefusesWhatCannotBeMeasured) {
-  const auto refuses = [](HostBenchOptions o, int64_t context_length, const std::string& needle) {
+  const auto refuses = [](const HostBenchOptions& o, int64_t context_length, const std::string& needle) {
     try {
       validate_host_bench(o, context_length);
     } catch (const base::InvalidArgument& e) {

@@ -124,7 +124,7 @@ TEST(QualityPlot, LowerKlIsLowerAndReferencesAreDrawn) {
 
 TEST(ReferenceFormats, LlamaCppBlockSizes) {
   // SmolLM2-135M: 30 layers x (K and V) x 3 kv heads x 64 = 11,520 elements per token.
-  const int64_t elements = 30 * 2 * 3 * 64;
+  const int64_t elements = int64_t{30} * 2 * 3 * 64;
   double f16 = 0, q8 = 0, q4 = 0;
   for (const auto& f : llama_cpp_kv_formats()) {
     if (f.name == "f16") f16 = reference_bytes_per_token(f.bits_per_element, elements);

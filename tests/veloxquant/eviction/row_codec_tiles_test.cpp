@@ -16,47 +16,50 @@
 namespace veloxquant::eviction {
 namespace {
 
+// One codec at one row stride (row bytes + extra): the tile decode against the row-by-row
+// decode and against the kernel's scalar reference.
+void check_tile_decode(const RowCodec& codec, int bits, int dim, int group, int64_t extra) {
+  const int64_t stride = static_cast<int64_t>(codec.row_bytes()) + extra;
+  const int64_t rows = 13;
+  std::vector<std::byte> store(static_cast<std::size_t>(rows * stride), std::byte{0x5a});
+  for (int64_t j = 0; j < rows; ++j) {
+    const auto x = test_support::normal_values(static_cast<std::size_t>(dim), static_cast<uint32_t>(100 + j + bits));
+    codec.encode(x.data(), store.data() + j * stride);
+  }
+  std::vector<float> tile(static_cast<std::size_t>(rows * dim)), row(static_cast<std::size_t>(dim));
+  codec.decode_rows(store.data(), stride, rows, dim, tile.data());
+  for (int64_t j = 0; j < rows; ++j) {
+    codec.decode(store.data() + j * stride, row.data());
+    for (int e = 0; e < dim; ++e) {
+      // A fused multiply-add against a multiply then an add: one rounding apart.
+      const float want = row[static_cast<std::size_t>(e)];
+      ASSERT_NEAR(tile[static_cast<std::size_t>(j * dim + e)], want, 1e-6f * (1.0f + std::fabs(want)))
+          << "bits " << bits << " dim " << dim << " group " << group << " row " << j << " e " << e;
+    }
+  }
+  // The kernel's scalar reference reads the same bytes the same way.
+  attention::kernels::AffineWordRows r;
+  r.first_row = store.data();
+  r.row_bytes = stride;
+  r.params_offset = static_cast<int64_t>(codec.row_bytes()) - int64_t{4} * ((dim + group - 1) / group);
+  r.n_rows = rows;
+  r.dim = dim;
+  r.bits = bits;
+  r.group = group;
+  std::vector<float> ref(tile.size());
+  attention::kernels::scalar::decode_affine_word_rows(r, ref.data());
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_NEAR(tile[i], ref[i], 1e-6f * (1.0f + std::fabs(ref[i]))) << "bits " << bits << " i " << i;
+  }
+}
+
 TEST(RowCodecTiles, GroupAffineTileDecodeEqualsRowByRowDecode) {
   for (int bits = 1; bits <= 8; ++bits) {
     for (int dim : {8, 64, 96, 128}) {
       for (int group : {8, 32, 64}) {
         if (dim % group != 0 && group > dim) continue;
         const auto codec = make_group_affine_codec(dim, bits, group);
-        for (int64_t extra : {0, 6}) {
-          const int64_t stride = static_cast<int64_t>(codec->row_bytes()) + extra;
-          const int64_t rows = 13;
-          std::vector<std::byte> store(static_cast<std::size_t>(rows * stride), std::byte{0x5a});
-          for (int64_t j = 0; j < rows; ++j) {
-            const auto x =
-                test_support::normal_values(static_cast<std::size_t>(dim), static_cast<uint32_t>(100 + j + bits));
-            codec->encode(x.data(), store.data() + j * stride);
-          }
-          std::vector<float> tile(static_cast<std::size_t>(rows * dim)), row(static_cast<std::size_t>(dim));
-          codec->decode_rows(store.data(), stride, rows, dim, tile.data());
-          for (int64_t j = 0; j < rows; ++j) {
-            codec->decode(store.data() + j * stride, row.data());
-            for (int e = 0; e < dim; ++e) {
-              // A fused multiply-add against a multiply then an add: one rounding apart.
-              const float want = row[static_cast<std::size_t>(e)];
-              ASSERT_NEAR(tile[static_cast<std::size_t>(j * dim + e)], want, 1e-6f * (1.0f + std::fabs(want)))
-                  << "bits " << bits << " dim " << dim << " group " << group << " row " << j << " e " << e;
-            }
-          }
-          // The kernel's scalar reference reads the same bytes the same way.
-          attention::kernels::AffineWordRows r;
-          r.first_row = store.data();
-          r.row_bytes = stride;
-          r.params_offset = static_cast<int64_t>(codec->row_bytes()) - 4 * ((dim + group - 1) / group);
-          r.n_rows = rows;
-          r.dim = dim;
-          r.bits = bits;
-          r.group = group;
-          std::vector<float> ref(tile.size());
-          attention::kernels::scalar::decode_affine_word_rows(r, ref.data());
-          for (std::size_t i = 0; i < ref.size(); ++i) {
-            ASSERT_NEAR(tile[i], ref[i], 1e-6f * (1.0f + std::fabs(ref[i]))) << "bits " << bits << " i " << i;
-          }
-        }
+        for (int64_t extra : {0, 6}) ASSERT_NO_FATAL_FAILURE(check_tile_decode(*codec, bits, dim, group, extra));
       }
     }
   }

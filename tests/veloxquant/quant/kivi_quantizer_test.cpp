@@ -41,7 +41,7 @@ TEST(GroupQuant, ErrorIsWithinHalfAStep) {
   vq::UnitPairs pairs = vq::draw_unit_pairs(64, 40, 3);
   for (int bits = 2; bits <= 8; bits += 2) {
     std::vector<uint8_t> codes(pairs.x.size());
-    std::vector<vc::GroupParams> tok(40 * 2), chan(2 * 64);
+    std::vector<vc::GroupParams> tok(std::size_t{40} * 2), chan(std::size_t{2} * 64);
     std::vector<float> out(pairs.x.size()), out2(pairs.x.size());
     vc::quantize_per_token(pairs.x.data(), 40, 64, bits, 32, codes.data(), tok.data());
     vc::dequantize_per_token(codes.data(), 40, 64, 32, tok.data(), out.data());
@@ -87,11 +87,11 @@ TEST(KiviQuantizer, BytesAreBPlusOneBitsPerElementAndScoreMatchesDecode) {
   const auto pairs = vq::draw_unit_pairs(128, 25, 1);
   std::vector<uint8_t> codes(25 * q2.code_bytes());
   q2.encode(pairs.x.data(), 25, codes.data());
-  std::vector<float> dec(25 * 128);
+  std::vector<float> dec(std::size_t{25} * 128);
   q2.decode(codes.data(), 25, dec.data());
   for (int i = 0; i < 25; ++i) {
     float s;
-    q2.score(q2.prepare_query(&pairs.y[i * 128]), &codes[i * q2.code_bytes()], 1, &s);
+    q2.score(q2.prepare_query(&pairs.y[static_cast<std::size_t>(i) * 128]), &codes[i * q2.code_bytes()], 1, &s);
     double dot = 0;
     for (int j = 0; j < 128; ++j) dot += static_cast<double>(pairs.y[i * 128 + j]) * dec[i * 128 + j];
     EXPECT_NEAR(s, dot, 2e-5);

@@ -31,11 +31,11 @@ TEST(Polar, ErrorFallsWithBitsAndScoreMatchesDecode) {
   const auto pairs = vq::draw_unit_pairs(64, 30, 4);
   std::vector<uint8_t> codes(30 * q.code_bytes());
   q.encode(pairs.x.data(), 30, codes.data());
-  std::vector<float> dec(30 * 64);
+  std::vector<float> dec(std::size_t{30} * 64);
   q.decode(codes.data(), 30, dec.data());
   for (int i = 0; i < 30; ++i) {
     float s;
-    q.score(q.prepare_query(&pairs.y[i * 64]), &codes[i * q.code_bytes()], 1, &s);
+    q.score(q.prepare_query(&pairs.y[static_cast<std::size_t>(i) * 64]), &codes[i * q.code_bytes()], 1, &s);
     double dot = 0;
     for (int j = 0; j < 64; ++j) dot += static_cast<double>(pairs.y[i * 64 + j]) * dec[i * 64 + j];
     EXPECT_NEAR(s, dot, 2e-5);
@@ -49,7 +49,7 @@ TEST(Polar, RadiiPreserveBlockNorms) {
   const auto pairs = vq::draw_unit_pairs(128, 10, 9);
   std::vector<uint8_t> codes(10 * q.code_bytes());
   q.encode(pairs.x.data(), 10, codes.data());
-  std::vector<float> dec(10 * 128);
+  std::vector<float> dec(std::size_t{10} * 128);
   q.decode(codes.data(), 10, dec.data());
   for (int i = 0; i < 10; ++i) {
     double sq = 0;
@@ -60,7 +60,7 @@ TEST(Polar, RadiiPreserveBlockNorms) {
 
 TEST(Polar, DimensionMustBeDivisibleBySixteen) {
   try {
-    vq::Polar(100, 2, 1);
+    const vq::Polar polar(100, 2, 1);
     FAIL();
   } catch (const veloxquant::QuantizerConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("100"), std::string::npos);

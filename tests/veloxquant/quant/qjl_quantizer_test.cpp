@@ -22,7 +22,7 @@ TEST(Qjl, UnbiasedWithPaperVarianceAtMEqualsD) {
     q.encode(pairs.x.data(), 500, codes.data());
     for (int i = 0; i < 500; ++i) {
       float est;
-      q.score(q.prepare_query(&pairs.y[i * 128]), &codes[i * q.code_bytes()], 1, &est);
+      q.score(q.prepare_query(&pairs.y[static_cast<std::size_t>(i) * 128]), &codes[i * q.code_bytes()], 1, &est);
       stats.add_inner_product(est, 0.6);
     }
   }

@@ -36,7 +36,7 @@ TEST(QuantizerFamily, DeterministicBatchEqualsSingles) {
     const std::size_t cb = a->code_bytes();
     std::vector<uint8_t> ca(6 * cb), cb1(6 * cb), cc(6 * cb);
     a->encode(pairs.x.data(), 6, ca.data());
-    for (int i = 0; i < 6; ++i) b->encode(&pairs.x[i * 64], 1, &cb1[i * cb]);
+    for (int i = 0; i < 6; ++i) b->encode(&pairs.x[static_cast<std::size_t>(i) * 64], 1, &cb1[i * cb]);
     c->encode(pairs.x.data(), 6, cc.data());
     EXPECT_EQ(ca, cb1) << method;
     if (method != "kivi") {
@@ -92,6 +92,7 @@ TEST(QuantizerFamily, OneQuantizerSharedAcrossThreadsGivesTheSerialResults) {
     std::vector<std::vector<uint8_t>> codes(4, std::vector<uint8_t>(64 * cb));
     std::vector<std::vector<float>> scores(4, std::vector<float>(64));
     std::vector<std::thread> threads;
+    threads.reserve(4);
     for (int t = 0; t < 4; ++t)
       threads.emplace_back([&, t] {
         for (int rep = 0; rep < 5; ++rep) {

@@ -38,7 +38,7 @@ TEST(RaBitQ, DecodeIsTheProjectionOnTheVertexAndScoreDividesByAlignment) {
   const auto pairs = vq::draw_unit_pairs(128, 20, 2);
   std::vector<uint8_t> codes(20 * q.code_bytes());
   q.encode(pairs.x.data(), 20, codes.data());
-  std::vector<float> dec(20 * 128);
+  std::vector<float> dec(std::size_t{20} * 128);
   q.decode(codes.data(), 20, dec.data());
   for (int i = 0; i < 20; ++i) {
     const float a = q.alignment(&codes[i * q.code_bytes()]);
@@ -49,7 +49,7 @@ TEST(RaBitQ, DecodeIsTheProjectionOnTheVertexAndScoreDividesByAlignment) {
     }
     EXPECT_NEAR(err, 1.0 - a * a, 1e-4);  // projection onto the unit vertex direction
     float est;
-    q.score(q.prepare_query(&pairs.y[i * 128]), &codes[i * q.code_bytes()], 1, &est);
+    q.score(q.prepare_query(&pairs.y[static_cast<std::size_t>(i) * 128]), &codes[i * q.code_bytes()], 1, &est);
     EXPECT_NEAR(est, dot / (a * a), 1e-4);
   }
   EXPECT_EQ(q.code_bytes(), 16u + 8u);

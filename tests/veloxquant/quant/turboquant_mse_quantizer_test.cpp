@@ -30,10 +30,10 @@ TEST(TurboQuantMse, ScoreEqualsInnerProductWithTheDecodedVector) {
     const auto pairs = vq::draw_unit_pairs(128, 50, 3);
     std::vector<uint8_t> codes(50 * q.code_bytes());
     q.encode(pairs.x.data(), 50, codes.data());
-    std::vector<float> dec(50 * 128);
+    std::vector<float> dec(std::size_t{50} * 128);
     q.decode(codes.data(), 50, dec.data());
     for (int i = 0; i < 50; ++i) {
-      const auto prepared = q.prepare_query(&pairs.y[i * 128]);
+      const auto prepared = q.prepare_query(&pairs.y[static_cast<std::size_t>(i) * 128]);
       float s;
       q.score(prepared, &codes[i * q.code_bytes()], 1, &s);
       double dot = 0;

@@ -44,7 +44,7 @@ TEST(TurboQuantRvq, StreamsAreTheOriginalWordLayoutForPowerOfTwoWidths) {
     std::vector<uint8_t> from_words(128), expect(128);
     veloxquant::core::unpack_words(words.data(), 128, 2, from_words.data());
     // Stage-1 indices recomputed independently from the rotation and the codebook.
-    std::vector<float> r(pairs.x.begin() + i * 128, pairs.x.begin() + (i + 1) * 128);
+    std::vector<float> r(pairs.x.begin() + int64_t{128} * i, pairs.x.begin() + int64_t{128} * (i + 1));
     q.rotation().forward(r.data(), r.data());
     for (int j = 0; j < 128; ++j) expect[j] = q.stage1_codebook().quantize(r[j]);
     EXPECT_EQ(from_words, expect);
@@ -112,7 +112,7 @@ TEST(TurboQuantRvq, NormFloorAndBf16Range) {
 TEST(TurboQuantRvq, BadParametersThrowNamingTheValue) {
   for (int bits : {0, 9}) {
     try {
-      vq::TurboQuantRvq(128, bits, 1);
+      const vq::TurboQuantRvq quantizer(128, bits, 1);
       FAIL();
     } catch (const veloxquant::QuantizerConfigError& e) {
       EXPECT_NE(std::string(e.what()).find(std::to_string(bits)), std::string::npos) << e.what();
