@@ -33,7 +33,7 @@ constexpr int64_t kMaxQueriesFromCodes = 4;
 TurboQuantBlockRows::TurboQuantBlockRows(const TurboQuantBlockCache& cache, int64_t rows)
     : cache_(cache),
       rows_(rows),
-      // 2-5-bit Lloyd keys are scored as 8-bit integers (attention/byte_level_key_scores.h):
+      // 2-6-bit Lloyd keys are scored as 8-bit integers (attention/byte_level_key_scores.h):
       // exactly the integer model of the 8-bit query and levels, whose rounding is the only
       // difference from the f32 scores (ByteKeyDecodeStepsEqualTheirIntegerModel in
       // turboquant_block_cache_test: within 5e-5 of attention over that model; against exact
@@ -61,7 +61,7 @@ TurboQuantBlockRows::TurboQuantBlockRows(const TurboQuantBlockCache& cache, int6
       integer_limit_ = std::min(integer_limit_, attention::kernels::kUniformQueryLimit);
     }
     // q8's keys: 4 codes per multiply-add instruction (vpdpbusd) instead of 2, the query split
-    // into two bytes (decode step at ctx 4096: keys 15.5% -> see docs/benchmarks.md).
+    // into two bytes (q8's decode step at ctx 4096 went 0.71x -> 0.97x native in the microbench).
     even_byte_keys_ = cache.key_quantizer().even_levels() &&
                       attention::kernels::can_score_even_byte_rows(cache.key_bits(), cache.head_dim(),
                                                                    cache.key_quantizer().block_size());

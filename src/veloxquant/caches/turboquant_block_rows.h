@@ -71,7 +71,7 @@ class TurboQuantBlockRows final : public attention::RowSource {
   // their codes (attention/block_level_key_scores.h, score_permuted_level_rows).
   void score_permuted_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                            float* scores, int64_t ld) const;
-  // Rows [j0, j1) of coded 2-5-bit keys on Lloyd levels, head size 64 (no sink rows), scored
+  // Rows [j0, j1) of coded 2-6-bit keys on Lloyd levels, head size 64 (no sink rows), scored
   // as 8-bit integers (attention/byte_level_key_scores.h).
   void score_byte_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                        float* scores, int64_t ld, attention::TileScratch& scratch) const;
@@ -84,7 +84,7 @@ class TurboQuantBlockRows final : public attention::RowSource {
 
   const TurboQuantBlockCache& cache_;
   int64_t rows_;
-  bool byte_keys_;      // 2-5-bit Lloyd keys, head size 64: 8-bit scores (first)
+  bool byte_keys_;      // 2-6-bit Lloyd keys, head size 64: 8-bit scores (first)
   bool permuted_keys_;  // 1-3-bit Lloyd keys: f32 scores from a level register (before integer_keys_)
   bool integer_keys_;
   // 8-bit even keys (q8) on a CPU with AVX-512 VNNI: integer_keys_ through
