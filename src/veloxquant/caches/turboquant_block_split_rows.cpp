@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 
-#include "base/half.h"
 #include "lm/kernels/simd_dot.h"
 #include "veloxquant/attention/block_level_value_sums.h"
 #include "veloxquant/attention/split_level_key_scores.h"
@@ -60,6 +59,10 @@ int64_t TurboQuantBlockSplitRows::coded_start(int64_t n_queries, int64_t j0, int
 void TurboQuantBlockSplitRows::transformed_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, float* out) const {
   const int64_t d = cache_.head_dim();
   std::array<float, 2048> plain;  // a sink row and its scratch; d <= 1024 (checked by the cache), no allocation
+  // The segment's f16 mean widened once per segment, not once per row and element (a scalar
+  // conversion per element was most of this loop in q3's prefill profile); the same floats.
+  std::array<float, 1024> mean;
+  const uint16_t* widened = nullptr;
   for (int64_t j = j0; j < j1; ++j) {
     float* row = out + (j - j0) * d;
     if (j < cache_.sink_rows_held()) {
@@ -69,7 +72,11 @@ void TurboQuantBlockSplitRows::transformed_keys(int64_t b, int64_t h, int64_t j0
     }
     cache_.decode_rotated_key(b, h, j, row);
     if (const uint16_t* mu = cache_.key_mean(b, h, j)) {
-      for (int64_t e = 0; e < d; ++e) row[e] += base::f16_to_f32(mu[e]);
+      if (mu != widened) {
+        lm::kernels::simd::f16_to_f32(mu, mean.data(), d);
+        widened = mu;
+      }
+      for (int64_t e = 0; e < d; ++e) row[e] += mean[static_cast<std::size_t>(e)];
     }
   }
 }
@@ -77,7 +84,9 @@ void TurboQuantBlockSplitRows::transformed_keys(int64_t b, int64_t h, int64_t j0
 void TurboQuantBlockSplitRows::transformed_values(int64_t b, int64_t h, int64_t j0, int64_t j1, float* out) const {
   const int64_t dv = cache_.value_dim();
   std::array<float, 2048> plain;  // dv <= 1024 with log8 scales (checked by the cache)
+  std::array<float, 1024> mean;   // the f16 mean widened once per call
   const uint16_t* mu = cache_.value_mean(b, h);
+  if (mu != nullptr) lm::kernels::simd::f16_to_f32(mu, mean.data(), dv);
   for (int64_t j = j0; j < j1; ++j) {
     float* row = out + (j - j0) * dv;
     if (j < cache_.sink_rows_held()) {
@@ -87,7 +96,7 @@ void TurboQuantBlockSplitRows::transformed_values(int64_t b, int64_t h, int64_t 
     }
     cache_.decode_rotated_value(b, h, j, row);
     if (mu != nullptr) {
-      for (int64_t e = 0; e < dv; ++e) row[e] += base::f16_to_f32(mu[e]);
+      for (int64_t e = 0; e < dv; ++e) row[e] += mean[static_cast<std::size_t>(e)];
     }
   }
 }
