@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "base/half.h"
@@ -245,6 +246,23 @@ void weighted_block_scales(const BlockLevelValues& v, const float* weights, int6
   }
 }
 
+// The tile's weights times its block scales made once per call (weighted_block_scales), then
+// `pass` over three queries at a time and the rest one by one: pass(NQ as an integral_constant,
+// ws of the pass's first query, acc of its first query). The loops that read ws all start here.
+template <class Pass>
+void weighted_scale_passes(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                           int64_t acc_stride, const Pass& pass) {
+  const int64_t per_query = v.dim / v.block * v.n_rows;
+  thread_local std::vector<float> work;
+  const std::size_t need = static_cast<std::size_t>(n_q * per_query);
+  if (work.size() < need) work.resize(need);
+  float* ws = work.data();
+  weighted_block_scales(v, weights, ld, n_q, 1.0f, ws);
+  int64_t r = 0;
+  for (; r + 3 <= n_q; r += 3) pass(std::integral_constant<int, 3>{}, ws + r * per_query, acc + r * acc_stride);
+  for (; r < n_q; ++r) pass(std::integral_constant<int, 1>{}, ws + r * per_query, acc + r * acc_stride);
+}
+
 // ws2[(r * blocks + b) * n_rows + j] and sums2[r * blocks + b] as the scalar reference defines
 // them (block_level_value_sums.h).
 void uniform_weighted_scales(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* ws2,
@@ -356,8 +374,8 @@ void accumulate_permuted_wide(const BlockLevelValues& v, const float* ws, float*
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   // Entry i = level[i mod 2^B], widened from f16 in three instructions (a scalar loop here was
   // ~4 instructions per row of a 64-row tile).
-  const __m512 levels = _mm512_cvtph_ps(
-      _mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << (1 << B)) - 1), v.levels_f16));
+  const __m512 levels =
+      _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << (1 << B)) - 1), v.levels_f16));
   const __m512 table = _mm512_permutexvar_ps(_mm512_and_si512(lane, _mm512_set1_epi32((1 << B) - 1)), levels);
   const __m512i lane_bits = _mm512_mullo_epi32(lane, _mm512_set1_epi32(B));
   const uint8_t* const codes = v.codes;
@@ -421,39 +439,20 @@ void accumulate_permuted_wide_any(const BlockLevelValues& v, const float* ws, fl
 template <int B>
 void accumulate_permuted(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
                          int64_t acc_stride) {
-  const int64_t blocks = v.dim / v.block;
 #if HWY_TARGET == HWY_AVX3_DL
   if (permuted_wide_fits(v, B)) {
-    thread_local std::vector<float> work;
-    const std::size_t need = static_cast<std::size_t>((n_q + 2) * blocks * v.n_rows);
-    if (work.size() < need) work.resize(need);
-    float* ws = work.data();
-    weighted_block_scales(v, weights, ld, n_q, 1.0f, ws);
-    int64_t r = 0;
-    for (; r + 3 <= n_q; r += 3) {
-      accumulate_permuted_wide_any<B, 3>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
-    }
-    for (; r < n_q; ++r) {
-      accumulate_permuted_wide_any<B, 1>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
-    }
-    return;
+    return weighted_scale_passes(v, weights, ld, n_q, acc, acc_stride,
+                                 [&](auto nq, const float* ws, float* out) HWY_ATTR {
+                                   accumulate_permuted_wide_any<B, decltype(nq)::value>(v, ws, out, acc_stride);
+                                 });
   }
 #endif
   if (v.n_rows - first_padded_row(v.n_rows, v.code_stride, v.dim * B / 8, (v.dim / 8 - 1) * B + 4) > kMaxPaddedRows) {
     return scalar::accumulate_block_level_rows(v, weights, ld, n_q, acc, acc_stride);  // no allowed shape
   }
-  thread_local std::vector<float> work;
-  const std::size_t need = static_cast<std::size_t>((n_q + 2) * blocks * v.n_rows);
-  if (work.size() < need) work.resize(need);
-  float* ws = work.data();
-  weighted_block_scales(v, weights, ld, n_q, 1.0f, ws);
-  int64_t r = 0;
-  for (; r + 3 <= n_q; r += 3) {
-    accumulate_permuted_chunks<B, 3>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
-  }
-  for (; r < n_q; ++r) {
-    accumulate_permuted_chunks<B, 1>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
-  }
+  weighted_scale_passes(v, weights, ld, n_q, acc, acc_stride, [&](auto nq, const float* ws, float* out) HWY_ATTR {
+    accumulate_permuted_chunks<B, decltype(nq)::value>(v, ws, out, acc_stride);
+  });
 }
 
 // NQ queries, chunks of 32 coordinates (a chunk lies in one block: blocks are multiples of 32).
@@ -599,31 +598,6 @@ void accumulate_queries(const BlockLevelValues& v, const float* weights, int64_t
   for (; r < n_q; ++r) accumulate_chunks<B, 1, kChunkPasses>(v, weights + r * ld, ld, acc + r * acc_stride, acc_stride);
 }
 
-void accumulate_even_byte_queries(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
-                                  int64_t acc_stride) {
-  const int64_t blocks = v.dim / v.block;
-  thread_local std::vector<float> work;
-  const std::size_t need = static_cast<std::size_t>(n_q * blocks * v.n_rows);
-  if (work.size() < need) work.resize(need);
-  float* ws = work.data();
-  weighted_block_scales(v, weights, ld, n_q, 1.0f, ws);
-  int64_t r = 0;
-  for (; r + 3 <= n_q; r += 3)
-    accumulate_even_bytes<3>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
-  for (; r < n_q; ++r) accumulate_even_bytes<1>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
-}
-
-template <int B>
-void accumulate_bits(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
-                     int64_t acc_stride) {
-  // Chunks of 32 coordinates (12 outputs in registers for three queries) where the lookup
-  // tables leave room: up to 4 bits (one table of low and one of high bytes).
-  if constexpr (B <= 4) {
-    if (v.dim % 32 == 0) return accumulate_queries<B, 2>(v, weights, ld, n_q, acc, acc_stride);
-  }
-  accumulate_queries<B, 1>(v, weights, ld, n_q, acc, acc_stride);
-}
-
 #if HWY_TARGET == HWY_AVX3_DL
 // 8-bit codes on even levels, head size 64: each level computed exactly from its code, as
 // accumulate_even_bytes does, 16 per register; a query's 64 outputs are four registers for the
@@ -660,32 +634,37 @@ void accumulate_wide_even_bytes(const BlockLevelValues& v, const float* ws, floa
   }
 }
 
-// Head size 64 in blocks of 32 or 64, even 8-bit levels: the 512-bit loop above; false for every
-// other shape (Lloyd levels of 1..4 bits take accumulate_permuted_wide).
-bool accumulate_wide(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
-                     int64_t acc_stride) {
-  if (v.dim != 64 || (v.block != 32 && v.block != 64) || !v.even_levels || v.bits != 8) return false;
-  thread_local std::vector<float> work;
-  const int64_t blocks = v.dim / v.block;
-  const std::size_t need = static_cast<std::size_t>(n_q * blocks * v.n_rows);
-  if (work.size() < need) work.resize(need);
-  float* ws = work.data();
-  weighted_block_scales(v, weights, ld, n_q, 1.0f, ws);
-  int64_t r = 0;
-  for (; r + 3 <= n_q; r += 3) {
-    accumulate_wide_even_bytes<3>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
-  }
-  for (; r < n_q; ++r) accumulate_wide_even_bytes<1>(v, ws + r * blocks * v.n_rows, acc + r * acc_stride, acc_stride);
-  return true;
-}
 #endif  // HWY_TARGET == HWY_AVX3_DL
+
+void accumulate_even_byte_queries(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                                  int64_t acc_stride) {
+#if HWY_TARGET == HWY_AVX3_DL
+  if (v.dim == 64 && (v.block == 32 || v.block == 64)) {
+    return weighted_scale_passes(v, weights, ld, n_q, acc, acc_stride,
+                                 [&](auto nq, const float* ws, float* out) HWY_ATTR {
+                                   accumulate_wide_even_bytes<decltype(nq)::value>(v, ws, out, acc_stride);
+                                 });
+  }
+#endif
+  weighted_scale_passes(v, weights, ld, n_q, acc, acc_stride, [&](auto nq, const float* ws, float* out) HWY_ATTR {
+    accumulate_even_bytes<decltype(nq)::value>(v, ws, out, acc_stride);
+  });
+}
+
+template <int B>
+void accumulate_bits(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
+                     int64_t acc_stride) {
+  // Chunks of 32 coordinates (12 outputs in registers for three queries) where the lookup
+  // tables leave room: up to 4 bits (one table of low and one of high bytes).
+  if constexpr (B <= 4) {
+    if (v.dim % 32 == 0) return accumulate_queries<B, 2>(v, weights, ld, n_q, acc, acc_stride);
+  }
+  accumulate_queries<B, 1>(v, weights, ld, n_q, acc, acc_stride);
+}
 
 // The rows alone (v.offset is not read).
 void accumulate_rows(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
                      int64_t acc_stride) {
-#if HWY_TARGET == HWY_AVX3_DL
-  if (accumulate_wide(v, weights, ld, n_q, acc, acc_stride)) return;
-#endif
   // 128-bit targets (ValueSumsSupportedImpl false: callers decode instead) keep the scalar loop.
   if constexpr (hn::MaxLanes(hn::CappedTag<float, 8>()) == 8) {
     if (v.even_levels && v.bits <= 6) {

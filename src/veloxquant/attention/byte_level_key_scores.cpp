@@ -271,8 +271,8 @@ class WideByteLevels {
 };
 
 template <int NQ>
-VQ_WITH_AVX512_VNNI void score_wide_units(const BlockLevelKeys& k, const ByteLevels& levels, const int8_t* q8, const float* q_step,
-                      const float* bias, float* scores, int64_t ld) {
+VQ_WITH_AVX512_VNNI void score_wide_units(const BlockLevelKeys& k, const ByteLevels& levels, const int8_t* q8,
+                                          const float* q_step, const float* bias, float* scores, int64_t ld) {
   static_assert(NQ >= 1 && NQ <= 4, "registers for four queries' partial sums");
   constexpr int64_t kDim = 64;
   const WideByteLevels level_of(k.bits, levels);
@@ -288,42 +288,23 @@ VQ_WITH_AVX512_VNNI void score_wide_units(const BlockLevelKeys& k, const ByteLev
     step[r] = _mm256_set1_ps(q_step[r] * levels.step);
     add[r] = _mm256_set1_ps(bias != nullptr ? bias[r] : 0.0f);
   }
-  const int64_t n_rows = k.n_rows, stride = k.code_stride;
-  for (int64_t j = 0; j < n_rows; j += 8) {
-    const int64_t live_rows = std::min<int64_t>(8, n_rows - j);
-    __m512i quads[NQ][2];
-    for (int half = 0; half < 2; ++half) {
-      __m512i pairs[NQ][2];
-      for (int p = 0; p < 2; ++p) {
-        const int64_t a = 4 * half + 2 * p;  // rows a, a + 1 of the pass
-        const __m512i la = level_of(k.codes + (j + a) * stride, a < live_rows ? ~__mmask64{0} : 0);
-        const __m512i lb = level_of(k.codes + (j + a + 1) * stride, a + 1 < live_rows ? ~__mmask64{0} : 0);
-        for (int r = 0; r < NQ; ++r) {
-          pairs[r][p] =
-              wide_pair_sums(_mm512_dpbusd_epi32(start[r], la, q[r]), _mm512_dpbusd_epi32(start[r], lb, q[r]));
-        }
-      }
-      for (int r = 0; r < NQ; ++r) quads[r][half] = wide_quad_sums(pairs[r][0], pairs[r][1]);
-    }
-    const __m512 scale = wide_block_scales(k.scales + 2 * j, live_rows);
-    for (int r = 0; r < NQ; ++r) {
-      wide_store_scores(wide_block_sums(quads[r][0], quads[r][1]), scale, step[r], add[r], live_rows,
-                        scores + r * ld + j);
-    }
-  }
+  const int64_t stride = k.code_stride;
+  wide_row_passes<NQ>(
+      k.n_rows, k.scales,
+      [&](int64_t row, bool live, __m512i* out) HWY_ATTR VQ_WITH_AVX512_VNNI {
+        const __m512i level = level_of(k.codes + row * stride, live ? ~__mmask64{0} : 0);
+        for (int r = 0; r < NQ; ++r) out[r] = _mm512_dpbusd_epi32(start[r], level, q[r]);
+      },
+      [&](int r, __m512i sums, __m512 scale, int64_t j, int64_t live_rows)
+          HWY_ATTR { wide_store_scores(sums, scale, step[r], add[r], live_rows, scores + r * ld + j); });
 }
 
-VQ_WITH_AVX512_VNNI void score_wide(const BlockLevelKeys& k, const ByteLevels& levels, const int8_t* q8, const float* q_step,
-                const float* bias, int64_t n_q, float* scores, int64_t ld) {
-  const int64_t d = k.dim;
-  const auto bias_at = [&](int64_t r) { return bias != nullptr ? bias + r : nullptr; };
-  int64_t r = 0;
-  for (; r + 3 <= n_q; r += 3) score_wide_units<3>(k, levels, q8 + r * d, q_step + r, bias_at(r), scores + r * ld, ld);
-  if (n_q - r == 2) {
-    score_wide_units<2>(k, levels, q8 + r * d, q_step + r, bias_at(r), scores + r * ld, ld);
-  } else if (n_q - r == 1) {
-    score_wide_units<1>(k, levels, q8 + r * d, q_step + r, bias_at(r), scores + r * ld, ld);
-  }
+VQ_WITH_AVX512_VNNI void score_wide(const BlockLevelKeys& k, const ByteLevels& levels, const int8_t* q8,
+                                    const float* q_step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
+  wide_query_units(n_q, [&](auto nq, int64_t r) HWY_ATTR VQ_WITH_AVX512_VNNI {
+    score_wide_units<decltype(nq)::value>(k, levels, q8 + r * k.dim, q_step + r, bias != nullptr ? bias + r : nullptr,
+                                          scores + r * ld, ld);
+  });
 }
 #endif  // HWY_TARGET == HWY_AVX3_DL
 

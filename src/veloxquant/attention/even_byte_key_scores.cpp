@@ -65,29 +65,18 @@ VQ_WITH_AVX512_VNNI void score_units(const BlockLevelKeys& k, const int16_t* q16
     step[r] = _mm256_set1_ps(q_step[r] * (1.0f / 256.0f));
     add[r] = _mm256_set1_ps(bias != nullptr ? bias[r] : 0.0f);
   }
-  const int64_t n_rows = k.n_rows, stride = k.code_stride;
-  for (int64_t j = 0; j < n_rows; j += 8) {
-    const int64_t live_rows = std::min<int64_t>(8, n_rows - j);
-    __m512i quads[NQ][2];
-    for (int half = 0; half < 2; ++half) {
-      __m512i pairs[NQ][2];
-      for (int p = 0; p < 2; ++p) {
-        const int64_t a = 4 * half + 2 * p;  // rows a, a + 1 of the pass; rows past the tile read nothing
-        const __m512i ca = _mm512_maskz_loadu_epi8(a < live_rows ? ~__mmask64{0} : 0, k.codes + (j + a) * stride);
-        const __m512i cb =
-            _mm512_maskz_loadu_epi8(a + 1 < live_rows ? ~__mmask64{0} : 0, k.codes + (j + a + 1) * stride);
-        for (int r = 0; r < NQ; ++r) pairs[r][p] = wide_pair_sums(row_lanes(ca, q[r]), row_lanes(cb, q[r]));
-      }
-      for (int r = 0; r < NQ; ++r) quads[r][half] = wide_quad_sums(pairs[r][0], pairs[r][1]);
-    }
-    const __m512 scale = wide_block_scales(k.scales + 2 * j, live_rows);
-    for (int r = 0; r < NQ; ++r) {
-      // T_b = 2 R_b - 255 * (the block's query sum)
-      const __m512i sums = wide_block_sums(quads[r][0], quads[r][1]);
-      const __m512i totals = _mm512_sub_epi32(_mm512_slli_epi32(sums, 1), block_total[r]);
-      wide_store_scores(totals, scale, step[r], add[r], live_rows, scores + r * ld + j);
-    }
-  }
+  const int64_t stride = k.code_stride;
+  wide_row_passes<NQ>(
+      k.n_rows, k.scales,
+      [&](int64_t row, bool live, __m512i* out) HWY_ATTR VQ_WITH_AVX512_VNNI {
+        const __m512i codes = _mm512_maskz_loadu_epi8(live ? ~__mmask64{0} : 0, k.codes + row * stride);
+        for (int r = 0; r < NQ; ++r) out[r] = row_lanes(codes, q[r]);
+      },
+      [&](int r, __m512i sums, __m512 scale, int64_t j, int64_t live_rows) HWY_ATTR {
+        // T_b = 2 R_b - 255 * (the block's query sum)
+        const __m512i totals = _mm512_sub_epi32(_mm512_slli_epi32(sums, 1), block_total[r]);
+        wide_store_scores(totals, scale, step[r], add[r], live_rows, scores + r * ld + j);
+      });
 }
 
 VQ_WITH_AVX512_VNNI void ScoreEvenBytesImpl(const BlockLevelKeys& k, const int16_t* q16, const float* q_step,
@@ -96,14 +85,10 @@ VQ_WITH_AVX512_VNNI void ScoreEvenBytesImpl(const BlockLevelKeys& k, const int16
   if (k.dim != 64 || k.block != 32 || k.bits != 8 || !has_avx512_vnni()) {
     return scalar::score_even_byte_rows(k, q16, q_step, bias, n_q, scores, ld);
   }
-  const auto bias_at = [&](int64_t r) { return bias != nullptr ? bias + r : nullptr; };
-  int64_t r = 0;
-  for (; r + 3 <= n_q; r += 3) score_units<3>(k, q16 + r * 64, q_step + r, bias_at(r), scores + r * ld, ld);
-  if (n_q - r == 2) {
-    score_units<2>(k, q16 + r * 64, q_step + r, bias_at(r), scores + r * ld, ld);
-  } else if (n_q - r == 1) {
-    score_units<1>(k, q16 + r * 64, q_step + r, bias_at(r), scores + r * ld, ld);
-  }
+  wide_query_units(n_q, [&](auto nq, int64_t r) HWY_ATTR VQ_WITH_AVX512_VNNI {
+    score_units<decltype(nq)::value>(k, q16 + r * 64, q_step + r, bias != nullptr ? bias + r : nullptr, scores + r * ld,
+                                     ld);
+  });
 }
 #else
 bool EvenByteKeysSupportedImpl() { return false; }

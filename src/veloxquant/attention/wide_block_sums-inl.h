@@ -12,7 +12,9 @@
 #define VELOXQUANT_ATTENTION_WIDE_BLOCK_SUMS_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "hwy/highway.h"
 
@@ -63,6 +65,45 @@ HWY_INLINE void wide_store_scores(__m512i blocks, __m512 scale, __m256 step, __m
   const __m256 acc = _mm256_add_ps(_mm512_castps512_ps256(products), _mm512_extractf32x8_ps(products, 1));
   const auto live = static_cast<__mmask8>((1u << live_rows) - 1);
   _mm256_mask_storeu_ps(scores, live, _mm256_fmadd_ps(acc, step, add));
+}
+
+// Eight rows a pass for NQ queries, the scorers' one loop: lanes(row, live, out) writes row
+// `row`'s 16-lane sums for each query into out[NQ] (live false: a row past the tile, which must
+// read nothing); store(r, block_sums, scale, j, live_rows) finishes query r's scores of rows
+// j..j+live_rows-1 from the block sums and the rows' scales in the same order.
+template <int NQ, class Lanes, class Store>
+VQ_WITH_AVX512_VNNI HWY_INLINE void wide_row_passes(int64_t n_rows, const uint16_t* scales, const Lanes& lanes,
+                                                    const Store& store) {
+  for (int64_t j = 0; j < n_rows; j += 8) {
+    const int64_t live_rows = std::min<int64_t>(8, n_rows - j);
+    __m512i quads[NQ][2];
+    for (int half = 0; half < 2; ++half) {
+      __m512i pairs[NQ][2];
+      for (int p = 0; p < 2; ++p) {
+        const int64_t a = 4 * half + 2 * p;  // rows a, a + 1 of the pass
+        __m512i first[NQ], second[NQ];
+        lanes(j + a, a < live_rows, first);
+        lanes(j + a + 1, a + 1 < live_rows, second);
+        for (int r = 0; r < NQ; ++r) pairs[r][p] = wide_pair_sums(first[r], second[r]);
+      }
+      for (int r = 0; r < NQ; ++r) quads[r][half] = wide_quad_sums(pairs[r][0], pairs[r][1]);
+    }
+    const __m512 scale = wide_block_scales(scales + 2 * j, live_rows);
+    for (int r = 0; r < NQ; ++r) store(r, wide_block_sums(quads[r][0], quads[r][1]), scale, j, live_rows);
+  }
+}
+
+// Queries in units of three (a GQA group of SmolLM2 and Llama-3), then two or one:
+// unit(NQ as an integral_constant, the unit's first query).
+template <class Unit>
+HWY_INLINE void wide_query_units(int64_t n_q, const Unit& unit) {
+  int64_t r = 0;
+  for (; r + 3 <= n_q; r += 3) unit(std::integral_constant<int, 3>{}, r);
+  if (n_q - r == 2) {
+    unit(std::integral_constant<int, 2>{}, r);
+  } else if (n_q - r == 1) {
+    unit(std::integral_constant<int, 1>{}, r);
+  }
 }
 #endif  // HWY_TARGET == HWY_AVX3_DL
 

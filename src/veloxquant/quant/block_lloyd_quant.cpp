@@ -186,6 +186,9 @@ const BlockLevelTable& level_table(int bits, int block_size, BlockLloydQuantizer
 constexpr std::array<float, 14> kClipGrid = {0.40f, 0.45f, 0.50f, 0.55f, 0.60f, 0.65f, 0.70f,
                                              0.75f, 0.80f, 0.85f, 0.90f, 0.95f, 1.00f, 1.05f};
 
+// The most candidates best_trial compares at once (the grid; the refit is tried on its own).
+constexpr std::size_t kMaxTrials = kClipGrid.size();
+
 // The largest finite f16 scale; a larger one would decode to inf.
 constexpr float kMaxScale = 65504.0f;
 
@@ -295,7 +298,6 @@ uint16_t BlockLloydQuantizer::encode_block(const float* x, int n, uint8_t* codes
   // try_scale after another, so the same choice (the first strictly smallest) and the same codes.
   std::array<float, kClipGrid.size()> stored{};
   std::array<uint16_t, kClipGrid.size()> stored16{};
-  std::array<double, kClipGrid.size()> errors{};
   int live = 0;
   for (float g : kClipGrid) {
     const uint16_t h = base::f32_to_f16(std::min(absmax / level_max * g, kMaxScale));
@@ -304,17 +306,8 @@ uint16_t BlockLloydQuantizer::encode_block(const float* x, int n, uint8_t* codes
     stored[static_cast<std::size_t>(live)] = s;
     stored16[static_cast<std::size_t>(live++)] = h;
   }
-  trial_errors(x, n, stored.data(), live, errors.data());
-  int best = -1;
-  for (int t = 0; t < live; ++t) {
-    if (errors[static_cast<std::size_t>(t)] < best_err) {
-      best_err = errors[static_cast<std::size_t>(t)];
-      best = t;
-    }
-  }
-  if (best >= 0) {
+  if (const int best = best_trial(x, n, stored.data(), live, best_err, codes); best >= 0) {
     best_scale = stored16[static_cast<std::size_t>(best)];
-    quantize_with_scale(x, n, stored[static_cast<std::size_t>(best)], codes);
   }
   // Least-squares refit of the scale for the chosen codes.
   if (const float refit = refit_scale(x, n, codes); refit >= 0.0f) try_scale(refit);
@@ -327,14 +320,27 @@ uint16_t BlockLloydQuantizer::encode_block(const float* x, int n, uint8_t* codes
   return best_scale;
 }
 
-void BlockLloydQuantizer::trial_errors(const float* x, int n, const float* scales, int n_scales,
-                                       double* errors) const {
-  if (even_ && bits_ == 8) return even_byte_trial_errors(x, n, scales, n_scales, errors);
-  if (can_batch_level_trials(bits_)) {
-    return level_trial_errors(x, n, scales, n_scales, levels_->data(), boundaries_->data(), bits_, errors);
+int BlockLloydQuantizer::best_trial(const float* x, int n, const float* scales, int n_scales, double& best_err,
+                                    uint8_t* codes) const {
+  std::array<double, kMaxTrials> errors{};
+  if (even_ && bits_ == 8) {
+    even_byte_trial_errors(x, n, scales, n_scales, errors.data());
+  } else if (can_batch_level_trials(bits_)) {
+    level_trial_errors(x, n, scales, n_scales, levels_->data(), boundaries_->data(), bits_, errors.data());
+  } else {
+    std::array<uint8_t, kMaxBlockSize> trial{};
+    for (int t = 0; t < n_scales; ++t)
+      errors[static_cast<std::size_t>(t)] = quantize_with_scale(x, n, scales[t], trial.data());
   }
-  std::array<uint8_t, kMaxBlockSize> codes{};
-  for (int t = 0; t < n_scales; ++t) errors[t] = quantize_with_scale(x, n, scales[t], codes.data());
+  int best = -1;
+  for (int t = 0; t < n_scales; ++t) {
+    if (errors[static_cast<std::size_t>(t)] < best_err) {
+      best_err = errors[static_cast<std::size_t>(t)];
+      best = t;
+    }
+  }
+  if (best >= 0) quantize_with_scale(x, n, scales[best], codes);
+  return best;
 }
 
 float BlockLloydQuantizer::refit_scale(const float* x, int n, const uint8_t* codes) const {
@@ -380,19 +386,7 @@ uint8_t BlockLloydQuantizer::encode_block_log8(const float* x, int n, uint8_t* c
     scales[static_cast<std::size_t>(n_tried)] = log8_scale(code);
     tried[n_tried++] = code;
   }
-  std::array<double, kClipGrid.size()> errors{};
-  trial_errors(x, n, scales.data(), n_tried, errors.data());
-  int best = -1;
-  for (int t = 0; t < n_tried; ++t) {
-    if (errors[static_cast<std::size_t>(t)] < best_err) {
-      best_err = errors[static_cast<std::size_t>(t)];
-      best = t;
-    }
-  }
-  if (best >= 0) {
-    best_code = tried[best];
-    quantize_with_scale(x, n, scales[static_cast<std::size_t>(best)], codes);
-  }
+  if (const int best = best_trial(x, n, scales.data(), n_tried, best_err, codes); best >= 0) best_code = tried[best];
   // Least-squares refit of the scale for the chosen codes.
   if (const float refit = refit_scale(x, n, codes); refit >= 0.0f) try_scale(refit);
   if (best_err == INFINITY) {

@@ -85,9 +85,12 @@ class BlockLloydQuantizer {
  private:
   // Codes of x[0..n) under scale s; returns the squared error.
   double quantize_with_scale(const float* x, int n, float s, uint8_t* codes) const;
-  // errors[t] = quantize_with_scale(x, n, scales[t], ...)'s error for every candidate, batched
-  // where quant/scale_trials.h can (even 8-bit levels; 1-4-bit levels): the same doubles.
-  void trial_errors(const float* x, int n, const float* scales, int n_scales, double* errors) const;
+  // Of the candidate scales[0..n_scales) (at most the clip grid's 14), the first whose
+  // quantize_with_scale error is strictly below best_err, as trying them one after another would
+  // choose: lowers best_err, writes its codes and returns its index (-1: none, nothing written).
+  // The errors are computed at once where quant/scale_trials.h can (even 8-bit levels, 1-4-bit
+  // levels), the same doubles.
+  int best_trial(const float* x, int n, const float* scales, int n_scales, double& best_err, uint8_t* codes) const;
   // The least-squares scale for fixed codes, min_s sum (x - s l)^2 = sum x l / sum l^2, or -1
   // unless both sums are positive (both encoders try it after their clip grid).
   float refit_scale(const float* x, int n, const uint8_t* codes) const;

@@ -16,11 +16,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 #if HWY_TARGET != HWY_SCALAR && HWY_HAVE_FLOAT64
 // Lanes = trials: the f32 steps (x * inv, the code, its level) in a half-width f32 vector, the
 // error in f64 lanes, multiply and add apart (this file is built with -ffp-contract=off) as the
-// scalar loop computes them.
-void TrialErrorsImpl(const float* x, int n, const float* scales, int n_scales, double* errors) {
+// scalar loops compute them. level_of(v) gives each lane's level for its scaled value v.
+template <class LevelOf>
+void trial_errors_by_lane(const float* x, int n, const float* scales, int n_scales, double* errors,
+                          const LevelOf& level_of) {
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> df;
-  const hn::Rebind<int32_t, decltype(dd)> di;
   const int64_t N = static_cast<int64_t>(hn::Lanes(dd));
   for (int64_t t0 = 0; t0 < n_scales; t0 += N) {
     const int64_t live = std::min<int64_t>(N, n_scales - t0);
@@ -31,56 +32,11 @@ void TrialErrorsImpl(const float* x, int n, const float* scales, int n_scales, d
       s_lanes[t] = scales[t0 + (t < live ? t : 0)];
       inv_lanes[t] = 1.0f / s_lanes[t];
     }
-    const auto s = hn::Load(df, s_lanes), inv = hn::Load(df, inv_lanes);
-    const auto sd = hn::PromoteTo(dd, s);
-    const auto k128 = hn::Set(df, 128.0f), k127 = hn::Set(df, 127.0f);
-    const auto lo = hn::Zero(df), hi = hn::Set(df, 255.0f);
-    const auto two = hn::Set(df, 2.0f / 256.0f), offset = hn::Set(df, -255.0f / 256.0f);
-    auto err = hn::Zero(dd);
-    for (int i = 0; i < n; ++i) {
-      const auto xv = hn::Set(df, x[i]);
-      const auto v = hn::Mul(xv, inv);
-      const auto code = hn::Min(hn::Max(hn::Add(hn::Ceil(hn::Mul(v, k128)), k127), lo), hi);
-      const auto level = hn::Add(hn::Mul(code, two), offset);  // exact: (2c - 255) / 256
-      const auto e = hn::Sub(hn::Set(dd, static_cast<double>(x[i])), hn::Mul(sd, hn::PromoteTo(dd, level)));
-      err = hn::Add(err, hn::Mul(e, e));
-    }
-    HWY_ALIGN double out[hn::MaxLanes(dd)];
-    hn::Store(err, dd, out);
-    for (int64_t t = 0; t < live; ++t) errors[t0 + t] = out[t];
-  }
-  (void)di;
-}
-
-// Lanes = trials as above; the level of each lane's code by a chain of compares and selects
-// (boundaries ascend, so the lanes above boundary k are exactly those past its first k + 1).
-template <int B>
-void level_trials(const float* x, int n, const float* scales, int n_scales, const float* levels,
-                  const float* boundaries, double* errors) {
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> df;
-  using VF = hn::Vec<decltype(df)>;
-  constexpr int kBoundaries = (1 << B) - 1;
-  VF bound[kBoundaries], level_of[kBoundaries + 1];
-  for (int k = 0; k < kBoundaries; ++k) bound[k] = hn::Set(df, boundaries[k]);
-  for (int k = 0; k <= kBoundaries; ++k) level_of[k] = hn::Set(df, levels[k]);
-  const int64_t N = static_cast<int64_t>(hn::Lanes(dd));
-  for (int64_t t0 = 0; t0 < n_scales; t0 += N) {
-    const int64_t live = std::min<int64_t>(N, n_scales - t0);
-    HWY_ALIGN float s_lanes[hn::MaxLanes(df)];
-    HWY_ALIGN float inv_lanes[hn::MaxLanes(df)];
-    for (int64_t t = 0; t < N; ++t) {
-      s_lanes[t] = scales[t0 + (t < live ? t : 0)];
-      inv_lanes[t] = 1.0f / s_lanes[t];
-    }
-    const VF inv = hn::Load(df, inv_lanes);
+    const auto inv = hn::Load(df, inv_lanes);
     const auto sd = hn::PromoteTo(dd, hn::Load(df, s_lanes));
     auto err = hn::Zero(dd);
     for (int i = 0; i < n; ++i) {
-      const VF v = hn::Mul(hn::Set(df, x[i]), inv);
-      VF level = level_of[0];
-#pragma GCC unroll 16
-      for (int k = 0; k < kBoundaries; ++k) level = hn::IfThenElse(hn::Gt(v, bound[k]), level_of[k + 1], level);
+      const auto level = level_of(hn::Mul(hn::Set(df, x[i]), inv));
       const auto e = hn::Sub(hn::Set(dd, static_cast<double>(x[i])), hn::Mul(sd, hn::PromoteTo(dd, level)));
       err = hn::Add(err, hn::Mul(e, e));
     }
@@ -88,6 +44,37 @@ void level_trials(const float* x, int n, const float* scales, int n_scales, cons
     hn::Store(err, dd, out);
     for (int64_t t = 0; t < live; ++t) errors[t0 + t] = out[t];
   }
+}
+
+// Even 8-bit levels: the closed-form code clamp(ceil(128 v) + 127, 0, 255), its level exactly.
+void TrialErrorsImpl(const float* x, int n, const float* scales, int n_scales, double* errors) {
+  const hn::Rebind<float, hn::ScalableTag<double>> df;
+  const auto k128 = hn::Set(df, 128.0f), k127 = hn::Set(df, 127.0f);
+  const auto lo = hn::Zero(df), hi = hn::Set(df, 255.0f);
+  const auto two = hn::Set(df, 2.0f / 256.0f), offset = hn::Set(df, -255.0f / 256.0f);
+  trial_errors_by_lane(x, n, scales, n_scales, errors, [&](hn::Vec<decltype(df)> v) HWY_ATTR {
+    const auto code = hn::Min(hn::Max(hn::Add(hn::Ceil(hn::Mul(v, k128)), k127), lo), hi);
+    return hn::Add(hn::Mul(code, two), offset);  // exact: (2c - 255) / 256
+  });
+}
+
+// Levels of any spacing: each lane's level by a chain of compares and selects (boundaries ascend,
+// so the lanes above boundary k are exactly those past its first k + 1).
+template <int B>
+void level_trials(const float* x, int n, const float* scales, int n_scales, const float* levels,
+                  const float* boundaries, double* errors) {
+  const hn::Rebind<float, hn::ScalableTag<double>> df;
+  using VF = hn::Vec<decltype(df)>;
+  constexpr int kBoundaries = (1 << B) - 1;
+  VF bound[kBoundaries], level_at[kBoundaries + 1];
+  for (int k = 0; k < kBoundaries; ++k) bound[k] = hn::Set(df, boundaries[k]);
+  for (int k = 0; k <= kBoundaries; ++k) level_at[k] = hn::Set(df, levels[k]);
+  trial_errors_by_lane(x, n, scales, n_scales, errors, [&](VF v) HWY_ATTR {
+    VF level = level_at[0];
+#pragma GCC unroll 16
+    for (int k = 0; k < kBoundaries; ++k) level = hn::IfThenElse(hn::Gt(v, bound[k]), level_at[k + 1], level);
+    return level;
+  });
 }
 
 void LevelTrialErrorsImpl(const float* x, int n, const float* scales, int n_scales, const float* levels,
