@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "base/thread_pool.h"
-#include "veloxquant/caches/nearest_codeword.h"
+#include "veloxquant/quant/nearest_codeword.h"
 #include "veloxquant/core/rng.h"
 
 namespace veloxquant::pvq {

@@ -1,13 +1,15 @@
-// The SIMD nearest-codeword search against its scalar reference (the same index, including ties
-// resolved to the lowest index) and against a brute-force search in double.
+// The SIMD nearest-codeword searches (product VQ's ||c||^2 - 2<x, c>, NSNQuant's squared
+// distance) against their scalar references (the same index, including ties resolved to the
+// lowest index) on every SIMD target this machine runs, and against a brute-force search in double.
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
 
-#include "veloxquant/caches/nearest_codeword.h"
+#include "veloxquant/quant/nearest_codeword.h"
 
 namespace veloxquant::pvq {
 namespace {
@@ -52,9 +54,30 @@ TEST(NearestCodeword, MatchesScalarAndBruteForce) {
         } else {
           for (float& v : x) v = dist(rng);
         }
-        const int64_t simd = nearest_codeword(transposed.data(), norms.data(), entries, sub, x.data());
         const int64_t ref = scalar::nearest_codeword(transposed.data(), norms.data(), entries, sub, x.data());
-        ASSERT_EQ(simd, ref) << "entries " << entries << " sub " << sub << " trial " << trial;
+        const int64_t ref_squared = scalar::nearest_codeword_squared(transposed.data(), entries, sub, x.data());
+        int64_t simd = -1;
+        for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+          hwy::SetSupportedTargetsForTest(target);
+          simd = nearest_codeword(transposed.data(), norms.data(), entries, sub, x.data());
+          const int64_t simd_squared = nearest_codeword_squared(transposed.data(), entries, sub, x.data());
+          hwy::SetSupportedTargetsForTest(0);
+          ASSERT_EQ(simd, ref) << hwy::TargetName(target) << " entries " << entries << " sub " << sub << " trial "
+                               << trial;
+          ASSERT_EQ(simd_squared, ref_squared)
+              << hwy::TargetName(target) << " entries " << entries << " sub " << sub << " trial " << trial;
+        }
+        // Exactly on a duplicated codeword the squared distance is 0 at the first copy.
+        if (trial % 4 == 0 && entries > 1) {
+          const int64_t c = std::min<int64_t>(entries - 1, entries / 2 + int64_t{7} * (trial % 3));
+          ASSERT_EQ(squared_distance(x, words, ref_squared, sub), 0.0);
+          ASSERT_LE(ref_squared, c);
+        }
+        {  // The squared search picks a codeword no farther (in double) than float rounding allows.
+          double best = 1e300;
+          for (int64_t c = 0; c < entries; ++c) best = std::min(best, squared_distance(x, words, c, sub));
+          ASSERT_LE(squared_distance(x, words, ref_squared, sub), best * (1.0 + 1e-5) + 1e-6);
+        }
         // Independent check: no codeword is closer in double by more than float rounding.
         double best = 1e300;
         for (int64_t c = 0; c < entries; ++c) best = std::min(best, squared_distance(x, words, c, sub));

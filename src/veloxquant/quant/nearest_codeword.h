@@ -11,6 +11,9 @@
 // own running minimum and index while the distances are formed, and the lanes are merged at the
 // end (smallest d, then lowest index), which picks the same entry. (Where a distance is NaN the
 // two may differ; finite inputs give finite distances.)
+//
+// The same search by the plain squared distance, d = 0; d = d + (x_e - c_e)^2 for e = 0..sub-1,
+// smallest d from infinity (strict <, lowest index): NSNQuant's encoder (quant/nsn_codebook.h).
 #include <cstdint>
 
 namespace veloxquant::pvq {
@@ -19,8 +22,12 @@ namespace veloxquant::pvq {
 // [sub][entries], `norms` [entries].
 int64_t nearest_codeword(const float* transposed, const float* norms, int64_t entries, int sub, const float* x);
 
+// Index of the nearest of `entries` codewords to x by squared distance; `transposed` as above.
+int64_t nearest_codeword_squared(const float* transposed, int64_t entries, int sub, const float* x);
+
 namespace scalar {
 int64_t nearest_codeword(const float* transposed, const float* norms, int64_t entries, int sub, const float* x);
+int64_t nearest_codeword_squared(const float* transposed, int64_t entries, int sub, const float* x);
 }  // namespace scalar
 
 }  // namespace veloxquant::pvq
