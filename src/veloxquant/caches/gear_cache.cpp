@@ -164,71 +164,62 @@ void GearCache::decode_block(bool keys, int64_t b, int64_t h, int64_t block, Dec
   }
 }
 
-void GearCache::flush_block(int64_t block, const float* keys, int64_t key_head_stride, const float* values,
-                            int64_t value_head_stride) {
-  const int64_t heads = batch_ * heads_, gv = static_cast<int64_t>(token_groups(static_cast<int>(dv_), group_));
-  const int64_t dims[2] = {dk_, dv_};
-  const int64_t k_out[2] = {outliers_.enabled() ? outliers_.per_block(true) : 0,
-                            outliers_.enabled() ? outliers_.per_block(false) : 0};
-  // Every head's residual SVD first: with the energy rule the block's rank is the largest any
-  // head needs, known only once all are factored.
-  std::vector<BlockSvd> svd[2];
-  svd[0].resize(static_cast<std::size_t>(heads));
-  svd[1].resize(static_cast<std::size_t>(heads));
+BlockSvd GearCache::code_block_part(int64_t block, int64_t bh, int which, const float* src) {
+  const int64_t b = bh / heads_, h = bh % heads_, w = which;
+  const int64_t gv = static_cast<int64_t>(token_groups(static_cast<int>(dv_), group_));
+  const int64_t d = w == 0 ? dk_ : dv_, n = group_ * d;
+  const int64_t k_out = outliers_.enabled() ? outliers_.per_block(w == 0) : 0;
+  // Grow-only per-thread scratch: parts of one flush run on the pool's threads at once.
   thread_local std::vector<float> x, decoded, exact;
   thread_local std::vector<uint8_t> codes;
   thread_local std::vector<uint32_t> index;
   thread_local std::vector<core::GroupParams> params;
-  for (int64_t bh = 0; bh < heads; ++bh) {
-    const int64_t b = bh / heads_, h = bh % heads_;
-    for (int w = 0; w < 2; ++w) {
-      const int64_t d = dims[w], n = group_ * d;
-      const float* src = w == 0 ? keys + bh * key_head_stride : values + bh * value_head_stride;
-      x.assign(src, src + n);
-      codes.resize(static_cast<std::size_t>(n));
-      index.resize(static_cast<std::size_t>(k_out[w]));
-      exact.resize(static_cast<std::size_t>(k_out[w]));
-      // S: the block's outliers leave the data the quantizer sees (replaced by their group's median).
-      if (k_out[w] > 0) {
-        isolate_outliers(x.data(), group_, d, w == 0, group_, nullptr, k_out[w], index.data(), exact.data());
-      }
-      // D: KIVI's group code — keys per channel over the block's tokens, values per token.
-      if (w == 0) {
-        params.resize(static_cast<std::size_t>(dk_));
-        core::quantize_per_channel(x.data(), static_cast<std::size_t>(group_), static_cast<std::size_t>(dk_), bits_,
-                                   static_cast<std::size_t>(group_), codes.data(), params.data());
-        std::memcpy(row_ptr<uint16_t>(key_params_, b, h, block), params.data(),
-                    sizeof(core::GroupParams) * static_cast<std::size_t>(dk_));
-      } else {
-        params.resize(static_cast<std::size_t>(group_ * gv));
-        core::quantize_per_token(x.data(), static_cast<std::size_t>(group_), static_cast<std::size_t>(dv_), bits_,
-                                 static_cast<std::size_t>(group_), codes.data(), params.data());
-      }
-      lm::Tensor& packed = w == 0 ? key_codes_ : value_codes_;
-      for (int64_t t = 0; t < group_; ++t) {
-        core::pack_words(codes.data() + t * d, static_cast<std::size_t>(d), bits_,
-                         row_ptr<uint32_t>(packed, b, h, block * group_ + t));
-        if (w == 1) {
-          std::memcpy(row_ptr<uint16_t>(value_params_, b, h, block * group_ + t), params.data() + t * gv,
-                      sizeof(core::GroupParams) * static_cast<std::size_t>(gv));
-        }
-      }
-      // The outliers' corrections against what the codes give back, then R = X - D - S from
-      // the stored bytes, so the factors correct exactly what a reader decodes.
-      decoded.resize(static_cast<std::size_t>(n));
-      decode_block(w == 0, b, h, block, DecodeParts::kCodes, decoded.data());
-      if (k_out[w] > 0) {
-        outliers_.record(w == 0, b, h, block, index.data(), exact.data(), decoded.data());
-        decode_block(w == 0, b, h, block, DecodeParts::kSparse, decoded.data());
-      }
-      for (int64_t i = 0; i < n; ++i)
-        decoded[static_cast<std::size_t>(i)] = src[i] - decoded[static_cast<std::size_t>(i)];
-      // A fixed rank keeps only its leading triplets' vectors; the energy rule needs every sigma
-      // first (vectors for all, as its rank is known only after every head's spectrum).
-      const int64_t kept = rank_ ? std::min<int64_t>(*rank_, std::min<int64_t>(group_, d)) : -1;
-      svd[w][static_cast<std::size_t>(bh)] = block_svd(decoded.data(), group_, d, GramSolver::kTridiagonal, kept);
+  x.assign(src, src + n);
+  codes.resize(static_cast<std::size_t>(n));
+  index.resize(static_cast<std::size_t>(k_out));
+  exact.resize(static_cast<std::size_t>(k_out));
+  // S: the block's outliers leave the data the quantizer sees (replaced by their group's median).
+  if (k_out > 0) isolate_outliers(x.data(), group_, d, w == 0, group_, nullptr, k_out, index.data(), exact.data());
+  // D: KIVI's group code — keys per channel over the block's tokens, values per token.
+  if (w == 0) {
+    params.resize(static_cast<std::size_t>(dk_));
+    core::quantize_per_channel(x.data(), static_cast<std::size_t>(group_), static_cast<std::size_t>(dk_), bits_,
+                               static_cast<std::size_t>(group_), codes.data(), params.data());
+    std::memcpy(row_ptr<uint16_t>(key_params_, b, h, block), params.data(),
+                sizeof(core::GroupParams) * static_cast<std::size_t>(dk_));
+  } else {
+    params.resize(static_cast<std::size_t>(group_ * gv));
+    core::quantize_per_token(x.data(), static_cast<std::size_t>(group_), static_cast<std::size_t>(dv_), bits_,
+                             static_cast<std::size_t>(group_), codes.data(), params.data());
+  }
+  lm::Tensor& packed = w == 0 ? key_codes_ : value_codes_;
+  for (int64_t t = 0; t < group_; ++t) {
+    core::pack_words(codes.data() + t * d, static_cast<std::size_t>(d), bits_,
+                     row_ptr<uint32_t>(packed, b, h, block * group_ + t));
+    if (w == 1) {
+      std::memcpy(row_ptr<uint16_t>(value_params_, b, h, block * group_ + t), params.data() + t * gv,
+                  sizeof(core::GroupParams) * static_cast<std::size_t>(gv));
     }
   }
+  // The outliers' corrections against what the codes give back, then R = X - D - S from
+  // the stored bytes, so the factors correct exactly what a reader decodes.
+  decoded.resize(static_cast<std::size_t>(n));
+  decode_block(w == 0, b, h, block, DecodeParts::kCodes, decoded.data());
+  if (k_out > 0) {
+    outliers_.record(w == 0, b, h, block, index.data(), exact.data(), decoded.data());
+    decode_block(w == 0, b, h, block, DecodeParts::kSparse, decoded.data());
+  }
+  for (int64_t i = 0; i < n; ++i) decoded[static_cast<std::size_t>(i)] = src[i] - decoded[static_cast<std::size_t>(i)];
+  // A fixed rank keeps only its leading triplets' vectors; the energy rule needs every sigma
+  // first (vectors for all, as its rank is known only after every head's spectrum).
+  const int64_t kept = rank_ ? std::min<int64_t>(*rank_, std::min<int64_t>(group_, d)) : -1;
+  return block_svd(decoded.data(), group_, d, GramSolver::kTridiagonal, kept);
+}
+
+void GearCache::store_factors(int64_t block, const BlockSvd* key_svd, const BlockSvd* value_svd) {
+  const int64_t heads = batch_ * heads_;
+  const int64_t dims[2] = {dk_, dv_};
+  const BlockSvd* svd[2] = {key_svd, value_svd};
   // L: the block's rank (fixed, or the energy rule's largest over heads), then the factors in f16.
   int32_t* terms = row_ptr<int32_t>(block_terms_, 0, 0, block);
   for (int w = 0; w < 2; ++w) {
@@ -237,13 +228,13 @@ void GearCache::flush_block(int64_t block, const float* keys, int64_t key_head_s
     if (rank_) {
       rank = std::min<int64_t>(*rank_, most);
     } else {
-      for (const BlockSvd& s : svd[w]) rank = std::max(rank, energy_rank(s.sigma, energy_));
+      for (int64_t bh = 0; bh < heads; ++bh) rank = std::max(rank, energy_rank(svd[w][bh].sigma, energy_));
     }
     ensure_terms(w, terms_used_[w] + rank);
     const int64_t first = terms_used_[w];
     for (int64_t bh = 0; bh < heads; ++bh) {
       const int64_t b = bh / heads_, h = bh % heads_;
-      const BlockSvd& s = svd[w][static_cast<std::size_t>(bh)];
+      const BlockSvd& s = svd[w][bh];
       for (int64_t i = 0; i < rank; ++i) {
         uint16_t* left = row_ptr<uint16_t>(left_[w], b, h, first + i);
         uint16_t* right = row_ptr<uint16_t>(right_[w], b, h, first + i);
@@ -261,6 +252,28 @@ void GearCache::flush_block(int64_t block, const float* keys, int64_t key_head_s
     terms[w == 0 ? 0 : 2] = static_cast<int32_t>(first);
     terms[w == 0 ? 1 : 3] = static_cast<int32_t>(rank);
     terms_used_[w] += rank;
+  }
+}
+
+void GearCache::flush_blocks(int64_t first_block, int64_t count, const float* keys, int64_t key_head_stride,
+                             const float* values, int64_t value_head_stride) {
+  const int64_t heads = batch_ * heads_;
+  // Every (block, head, keys/values) part's codes, outliers and residual SVD are independent
+  // (each writes only its own rows): they run across the pool — a prefill chunk of 512 tokens is
+  // 16 blocks x heads x 2 parts, which the calling thread alone used to code while the other
+  // waited. The factors then go in block order, as the term counters grow in that order.
+  std::vector<BlockSvd> svd(static_cast<std::size_t>(count * 2 * heads));
+  base::ThreadPool::global().parallel_for(count * 2 * heads, [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t k = u / (2 * heads), w = (u / heads) % 2, bh = u % heads;
+      const float* src = w == 0 ? keys + bh * key_head_stride + k * group_ * dk_
+                                : values + bh * value_head_stride + k * group_ * dv_;
+      svd[static_cast<std::size_t>(u)] = code_block_part(first_block + k, bh, static_cast<int>(w), src);
+    }
+  });
+  for (int64_t k = 0; k < count; ++k) {
+    const BlockSvd* parts = svd.data() + k * 2 * heads;
+    store_factors(first_block + k, parts, parts + heads);
   }
 }
 
@@ -298,10 +311,7 @@ void GearCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
                                 pv.data() + bh * pending_rows * dv_);
   }
   ensure_blocks(frontier_ / group_ + blocks);
-  for (int64_t k = 0; k < blocks; ++k) {
-    flush_block(frontier_ / group_ + k, pk.data() + k * group_ * dk_, pending_rows * dk_, pv.data() + k * group_ * dv_,
-                pending_rows * dv_);
-  }
+  flush_blocks(frontier_ / group_, blocks, pk.data(), pending_rows * dk_, pv.data(), pending_rows * dv_);
   const int64_t kept = pending_rows - blocks * group_;
   for (int64_t bh = 0; bh < heads; ++bh) {
     blocks_tail::keep_in_tail(pk.data() + (bh * pending_rows + blocks * group_) * dk_, kept, tail_k_, dtype_, bh,

@@ -31,6 +31,7 @@
 
 #include "lm/cache/cache.h"
 #include "veloxquant/attention/code_rows.h"
+#include "veloxquant/caches/block_svd.h"
 #include "veloxquant/caches/sparse_outliers.h"
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/registry/method_descriptor.h"
@@ -78,10 +79,15 @@ class GearCache : public lm::KVCache {
   void store(const lm::Tensor& keys, const lm::Tensor& values);
   void ensure_blocks(int64_t blocks);
   void ensure_terms(int which, int64_t terms);
-  // Quantizes block `block` of every (b, h): f32 keys [G, Dk] at keys + (b * H + h) * key_head_stride,
-  // values likewise.
-  void flush_block(int64_t block, const float* keys, int64_t key_head_stride, const float* values,
-                   int64_t value_head_stride);
+  // Quantizes blocks [first_block, first_block + count) of every (b, h): block first_block + k's
+  // f32 keys [G, Dk] at keys + (b * H + h) * key_head_stride + k * G * Dk, values likewise.
+  void flush_blocks(int64_t first_block, int64_t count, const float* keys, int64_t key_head_stride,
+                    const float* values, int64_t value_head_stride);
+  // One part of a block (head bh = b * H + h, keys: which = 0, values: 1) from its f32 rows [G, D]:
+  // outliers, codes and their parameters stored; returns the SVD of the residual X - D - S.
+  BlockSvd code_block_part(int64_t block, int64_t bh, int which, const float* src);
+  // The block's low-rank factors from every head's residual SVD (key_svd[bh], value_svd[bh]).
+  void store_factors(int64_t block, const BlockSvd* key_svd, const BlockSvd* value_svd);
   // What decode_block adds up: the codes alone, with the outliers' deltas, or also the low-rank terms.
   enum class DecodeParts { kCodes, kSparse, kAll };
   // Rows [block * G, (block + 1) * G) of (b, h) decoded into f32 [G, D].
