@@ -130,37 +130,56 @@ void NsnQuantCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
     return;
   }
   ensure_rows(frontier_ + chunks * chunk_);
-  // Pending rows = the buffer followed by the new rows, in f32 (grow-only per-thread buffers).
+  // Pending rows = every head's buffer followed by its new rows, in f32 (grow-only per-thread
+  // buffers), keys then values.
+  const int64_t heads = batch_ * heads_;
   thread_local std::vector<float> pk, pv, new_k, new_v;
-  pk.resize(static_cast<std::size_t>(pending_rows * dk_));
-  pv.resize(static_cast<std::size_t>(pending_rows * dv_));
+  pk.resize(static_cast<std::size_t>(heads * pending_rows * dk_));
+  pv.resize(static_cast<std::size_t>(heads * pending_rows * dv_));
   cache_rows::widen_to_f32(keys, new_k);
   cache_rows::widen_to_f32(values, new_v);
   const int64_t kept = pending_rows - chunks * chunk_;
-  for (int64_t b = 0; b < batch_; ++b) {
-    for (int64_t h = 0; h < heads_; ++h) {
-      const int64_t bh = b * heads_ + h;
-      for (int which = 0; which < 2; ++which) {
-        const bool is_key = which == 0;
-        const int64_t d = is_key ? dk_ : dv_;
-        std::vector<float>& p = is_key ? pk : pv;
-        const std::vector<float>& fresh = is_key ? new_k : new_v;
-        lm::Tensor& buffer = is_key ? tail_k_ : tail_v_;
-        std::byte* rows = blocks_tail::head_rows(buffer, bh, chunk_, d);
-        cache_rows::load_f32(rows, dtype_, static_cast<std::size_t>(tail * d), p.data());
-        std::memcpy(p.data() + tail * d, fresh.data() + bh * s * d, sizeof(float) * static_cast<std::size_t>(s * d));
-        const quant::NsnTransform& t = is_key ? *kt_ : *vt_;
-        lm::Tensor& codes = is_key ? key_codes_ : value_codes_;
-        lm::Tensor& scales = is_key ? key_scales_ : value_scales_;
-        lm::Tensor& means = is_key ? key_means_ : value_means_;
-        for (int64_t c = 0; c < chunks; ++c) {
-          const int64_t row = frontier_ + c * chunk_;
-          t.encode_chunk(p.data() + c * chunk_ * d, chunk_, row_ptr<uint8_t>(codes, b, h, row), codes.strides()[2],
-                         row_ptr<uint16_t>(scales, b, h, row), scales.strides()[2],
-                         row_ptr<uint16_t>(means, b, h, row / chunk_));
-        }
-        cache_rows::store_f32(p.data() + chunks * chunk_ * d, static_cast<std::size_t>(kept * d), rows, dtype_);
-      }
+  // (Pointers, not the thread_local vectors: a pool thread naming pk would see its own, empty one.)
+  float* const pending_k = pk.data();
+  float* const pending_v = pv.data();
+  const auto pending = [=, this](int64_t bh, int which) {
+    return which == 0 ? pending_k + bh * pending_rows * dk_ : pending_v + bh * pending_rows * dv_;
+  };
+  for (int64_t bh = 0; bh < heads; ++bh) {
+    for (int which = 0; which < 2; ++which) {
+      const int64_t d = which == 0 ? dk_ : dv_;
+      const std::byte* rows = blocks_tail::head_rows(which == 0 ? tail_k_ : tail_v_, bh, chunk_, d);
+      float* p = pending(bh, which);
+      cache_rows::load_f32(rows, dtype_, static_cast<std::size_t>(tail * d), p);
+      std::memcpy(p + tail * d, (which == 0 ? new_k : new_v).data() + bh * s * d,
+                  sizeof(float) * static_cast<std::size_t>(s * d));
+    }
+  }
+  // Every (head, keys/values, chunk) encodes on its own (its rows, scales and mean only): across
+  // the pool, as a prefill call is chunks x heads x 2 of them and the codebook search is most of
+  // the work.
+  base::ThreadPool::global().parallel_for(heads * 2 * chunks, [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t bh = u / (2 * chunks), c = u % chunks, b = bh / heads_, h = bh % heads_;
+      const int which = static_cast<int>((u / chunks) % 2);
+      const bool is_key = which == 0;
+      const int64_t d = is_key ? dk_ : dv_;
+      const quant::NsnTransform& t = is_key ? *kt_ : *vt_;
+      lm::Tensor& codes = is_key ? key_codes_ : value_codes_;
+      lm::Tensor& scales = is_key ? key_scales_ : value_scales_;
+      lm::Tensor& means = is_key ? key_means_ : value_means_;
+      const int64_t row = frontier_ + c * chunk_;
+      t.encode_chunk(pending(bh, which) + c * chunk_ * d, chunk_, row_ptr<uint8_t>(codes, b, h, row),
+                     codes.strides()[2], row_ptr<uint16_t>(scales, b, h, row), scales.strides()[2],
+                     row_ptr<uint16_t>(means, b, h, row / chunk_));
+    }
+  });
+  for (int64_t bh = 0; bh < heads; ++bh) {
+    for (int which = 0; which < 2; ++which) {
+      const int64_t d = which == 0 ? dk_ : dv_;
+      std::byte* rows = blocks_tail::head_rows(which == 0 ? tail_k_ : tail_v_, bh, chunk_, d);
+      cache_rows::store_f32(pending(bh, which) + chunks * chunk_ * d, static_cast<std::size_t>(kept * d), rows,
+                            dtype_);
     }
   }
   offset_ += s;
