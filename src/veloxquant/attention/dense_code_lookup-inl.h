@@ -49,7 +49,7 @@ class CodeWindows {
     HWY_ALIGN uint8_t window_bytes[32];
     HWY_ALIGN uint16_t lift[16];
     HWY_ALIGN uint8_t odd_bytes[32];
-    for (int k = 0; k < 16; ++k) {
+    for (int64_t k = 0; k < 16; ++k) {
       window_bytes[2 * k] = static_cast<uint8_t>(k * B / 8);
       window_bytes[2 * k + 1] = static_cast<uint8_t>(k * B / 8 + 1);
       lift[k] = static_cast<uint16_t>(1u << (16 - B - k * B % 8));
@@ -102,7 +102,7 @@ class DenseCodeLookup : CodeWindows<B, D16> {
   static constexpr int kTables = B <= 4 ? 1 : 1 << (B - 4);
 
  public:
-  static constexpr int64_t kPassBytes = 2 * B;  // 16 codes
+  static constexpr int64_t kPassBytes = int64_t{2} * B;  // 16 codes
 
   // entries[c] for c < 2^B: the 16-bit value code c looks up.
   explicit DenseCodeLookup(const uint16_t* entries) {
@@ -162,7 +162,7 @@ class SymmetricCodeLookup : CodeWindows<B, D16> {
   static constexpr int kTables = B <= 5 ? 1 : 2;
 
  public:
-  static constexpr int64_t kPassBytes = 2 * B;  // 16 codes
+  static constexpr int64_t kPassBytes = int64_t{2} * B;  // 16 codes
 
   // entries[c] for c < 2^B as int16 bits; the caller checked the antisymmetry.
   explicit SymmetricCodeLookup(const uint16_t* entries) {
@@ -208,7 +208,7 @@ class DenseCodes : CodeWindows<B, D16> {
   static_assert(B >= 1 && B <= 6, "codes of up to 6 bits");
 
  public:
-  static constexpr int64_t kPassBytes = 2 * B;  // 16 codes
+  static constexpr int64_t kPassBytes = int64_t{2} * B;  // 16 codes
 
   // The 16 codes at `pass` (reads 16 bytes, as DenseCodeLookup).
   HWY_INLINE hn::Vec<D16> operator()(const uint8_t* pass) const { return hn::ShiftRight<16 - B>(this->lifted(pass)); }

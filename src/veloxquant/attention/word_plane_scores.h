@@ -38,7 +38,7 @@ struct WordPlanes {
   int64_t dim() const { return vectors * per * 8; }
   // Natural index at code-order position e, or -1 for padding.
   int64_t natural(int64_t e) const {
-    const int64_t v = e / (per * 8), p = e / 8 % per, lane = e % 8;
+    const int64_t v = e / (int64_t{8} * per), p = e / 8 % per, lane = e % 8;
     const int64_t word = v * 8 + lane, i = word * per + p;
     return word < words && i < codes ? i : -1;
   }

@@ -266,8 +266,8 @@ void GearCache::flush_blocks(int64_t first_block, int64_t count, const float* ke
   base::ThreadPool::global().parallel_for(count * 2 * heads, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
       const int64_t k = u / (2 * heads), w = (u / heads) % 2, bh = u % heads;
-      const float* src = w == 0 ? keys + bh * key_head_stride + k * group_ * dk_
-                                : values + bh * value_head_stride + k * group_ * dv_;
+      const float* src =
+          w == 0 ? keys + bh * key_head_stride + k * group_ * dk_ : values + bh * value_head_stride + k * group_ * dv_;
       svd[static_cast<std::size_t>(u)] = code_block_part(first_block + k, bh, static_cast<int>(w), src);
     }
   });
@@ -443,7 +443,7 @@ void GearCache::from_state(const std::vector<lm::Tensor>& state, const std::vect
   const int64_t dims[2] = {fresh.dk_, fresh.dv_};
   for (int64_t g = 0; g < blocks; ++g) {
     const int32_t* t = row_ptr<int32_t>(bt, 0, 0, g);
-    for (int w = 0; w < 2; ++w) {
+    for (int64_t w = 0; w < 2; ++w) {
       if (t[2 * w] != used[w] || t[2 * w + 1] < 0 || t[2 * w + 1] > std::min<int64_t>(fresh.group_, dims[w])) {
         throw base::FormatError(std::string(who) + ": block " + std::to_string(g) + " has inconsistent factor terms");
       }
@@ -468,8 +468,8 @@ void GearCache::from_state(const std::vector<lm::Tensor>& state, const std::vect
   fresh.value_params_ = cache_rows::copy_rows(state[3], frontier, frontier);
   fresh.block_terms_ = cache_rows::copy_rows(state[4], blocks, blocks);
   for (int w = 0; w < 2; ++w) {
-    fresh.left_[w] = cache_rows::copy_rows(state[static_cast<std::size_t>(5 + 2 * w)], used[w], used[w]);
-    fresh.right_[w] = cache_rows::copy_rows(state[static_cast<std::size_t>(6 + 2 * w)], used[w], used[w]);
+    fresh.left_[w] = cache_rows::copy_rows(state[5 + 2 * static_cast<std::size_t>(w)], used[w], used[w]);
+    fresh.right_[w] = cache_rows::copy_rows(state[6 + 2 * static_cast<std::size_t>(w)], used[w], used[w]);
     fresh.terms_used_[w] = fresh.terms_capacity_[w] = used[w];
   }
   if (fresh.outliers_.enabled()) fresh.outliers_.from_state(state, 9, blocks, who);

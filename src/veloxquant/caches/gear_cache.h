@@ -48,7 +48,9 @@ struct GearOptions {
   bool gear_quantize_values = true;
 };
 
-class GearCache : public lm::KVCache {
+// (clang-tidy 14 names the loop variable of the implicit copy assignment of its array members,
+// '__i0', as this class's own reserved identifier: a false positive, hence the NOLINT.)
+class GearCache : public lm::KVCache {  // NOLINT(bugprone-reserved-identifier)
  public:
   static constexpr int64_t kGrowthStep = 256;
   // rank: terms per block, or nullopt for the energy rule.
@@ -81,8 +83,8 @@ class GearCache : public lm::KVCache {
   void ensure_terms(int which, int64_t terms);
   // Quantizes blocks [first_block, first_block + count) of every (b, h): block first_block + k's
   // f32 keys [G, Dk] at keys + (b * H + h) * key_head_stride + k * G * Dk, values likewise.
-  void flush_blocks(int64_t first_block, int64_t count, const float* keys, int64_t key_head_stride,
-                    const float* values, int64_t value_head_stride);
+  void flush_blocks(int64_t first_block, int64_t count, const float* keys, int64_t key_head_stride, const float* values,
+                    int64_t value_head_stride);
   // One part of a block (head bh = b * H + h, keys: which = 0, values: 1) from its f32 rows [G, D]:
   // outliers, codes and their parameters stored; returns the SVD of the residual X - D - S.
   BlockSvd code_block_part(int64_t block, int64_t bh, int which, const float* src);

@@ -178,8 +178,7 @@ void NsnQuantCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
     for (int which = 0; which < 2; ++which) {
       const int64_t d = which == 0 ? dk_ : dv_;
       std::byte* rows = blocks_tail::head_rows(which == 0 ? tail_k_ : tail_v_, bh, chunk_, d);
-      cache_rows::store_f32(pending(bh, which) + chunks * chunk_ * d, static_cast<std::size_t>(kept * d), rows,
-                            dtype_);
+      cache_rows::store_f32(pending(bh, which) + chunks * chunk_ * d, static_cast<std::size_t>(kept * d), rows, dtype_);
     }
   }
   offset_ += s;

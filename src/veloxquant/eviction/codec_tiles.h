@@ -11,15 +11,20 @@
 
 namespace veloxquant::eviction {
 
-// scores[r * ld + (j - j0)] = <prepared query r, decoded row j>, rows j in [j0, j1) of a head whose
-// row j starts at head_rows + j * row_bytes.
-void score_coded_tile(const RowCodec& codec, const std::byte* head_rows, int64_t row_bytes, int64_t dim, int64_t j0,
-                      int64_t j1, const float* prepared, int64_t n_queries, float* scores, int64_t ld,
-                      attention::TileScratch& scratch);
+// One head's coded rows: row j starts at head_rows + j * row_bytes and decodes to `dim` floats.
+struct CodedHeadRows {
+  const RowCodec& codec;
+  const std::byte* head_rows;
+  int64_t row_bytes;
+  int64_t dim;
+};
+
+// scores[r * ld + (j - j0)] = <prepared query r, decoded row j>, rows j in [j0, j1).
+void score_coded_tile(const CodedHeadRows& rows, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
+                      float* scores, int64_t ld, attention::TileScratch& scratch);
 
 // acc[r * dim + e] += sum over j in [j0, j1) of weights[r * ld + (j - j0)] * decoded row j [e].
-void accumulate_coded_tile(const RowCodec& codec, const std::byte* head_rows, int64_t row_bytes, int64_t dim,
-                           int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld, float* acc,
-                           attention::TileScratch& scratch);
+void accumulate_coded_tile(const CodedHeadRows& rows, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
+                           int64_t ld, float* acc, attention::TileScratch& scratch);
 
 }  // namespace veloxquant::eviction

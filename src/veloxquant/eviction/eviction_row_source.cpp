@@ -75,7 +75,7 @@ void EvictionRowSource::score_piece(const std::byte* first_row, int64_t n, const
     return;
   }
   // Coded rows: decoded once per tile (codec_tiles.h); exact rows never get here.
-  score_coded_tile(rows_.key_codec(), first_row, row_bytes, d, 0, n, prepared, n_queries, scores, ld, scratch);
+  score_coded_tile({rows_.key_codec(), first_row, row_bytes, d}, 0, n, prepared, n_queries, scores, ld, scratch);
 }
 
 void EvictionRowSource::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
@@ -91,7 +91,7 @@ void EvictionRowSource::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_
       attention::accumulate_plain_tile(plain_head(first_row, rows_.dtype(), row_bytes, d), 0, 0, 0, n, w, n_queries, ld,
                                        acc, scratch);
     } else {
-      accumulate_coded_tile(rows_.value_codec(), first_row, row_bytes, d, 0, n, w, n_queries, ld, acc, scratch);
+      accumulate_coded_tile({rows_.value_codec(), first_row, row_bytes, d}, 0, n, w, n_queries, ld, acc, scratch);
     }
     j += n;
   }
