@@ -136,6 +136,25 @@ void KiviCache::ensure_quantized_capacity(int64_t rows) {
 void KiviCache::flush(std::vector<float>& pending_k, std::vector<float>& pending_v, int64_t pending_rows, int64_t first,
                       int64_t count) {
   sinks_.take(pending_k, pending_v, pending_rows, first, count, frontier_, group_);
+  // Levels are fitted once, on the first flushed block of every head (kvquant_refit_interval = 0).
+  // Each head fits its own levels before its own outlier decode reads them, so the flag can be
+  // set for all of them now.
+  const bool fit = variant_.lloyd_iters > 0 && !levels_fitted_;
+  if (fit) levels_fitted_ = true;
+  // Heads are independent (each writes only its own codes, parameters, levels and outliers): they
+  // run across the pool — a 512-token prefill call's outlier isolation, codes and level encode
+  // used to run on the calling thread alone while the other waited.
+  const float* keys = pending_k.data();
+  const float* values = pending_v.data();
+  base::ThreadPool::global().parallel_for(batch_ * heads_, [&](int64_t begin, int64_t end) {
+    for (int64_t bh = begin; bh < end; ++bh) {
+      flush_head(bh / heads_, bh % heads_, keys + (bh * pending_rows + first) * dk_,
+                 values + (bh * pending_rows + first) * dv_, count, fit);
+    }
+  });
+}
+
+void KiviCache::flush_head(int64_t b, int64_t h, const float* keys, const float* values, int64_t count, bool fit) {
   const int64_t blocks = count / group_, gv = static_cast<int64_t>(token_groups(static_cast<int>(dv_), group_));
   const int n_levels = 1 << bits_;
   const int64_t k_keys = outliers_.enabled() ? outliers_.per_block(true) : 0;
@@ -146,8 +165,8 @@ void KiviCache::flush(std::vector<float>& pending_k, std::vector<float>& pending
   thread_local std::vector<uint8_t> kcodes, vcodes, excluded;
   thread_local std::vector<uint32_t> kidx, vidx;
   thread_local std::vector<core::GroupParams> kparams, vparams;
-  kblock.resize(static_cast<std::size_t>(count * dk_));
-  vblock.resize(static_cast<std::size_t>(count * dv_));
+  kblock.assign(keys, keys + count * dk_);
+  vblock.assign(values, values + count * dv_);
   kcodes.resize(kblock.size());
   vcodes.resize(vblock.size());
   kparams.resize(static_cast<std::size_t>(blocks * dk_));
@@ -157,62 +176,51 @@ void KiviCache::flush(std::vector<float>& pending_k, std::vector<float>& pending
   vidx.resize(static_cast<std::size_t>(blocks * k_values));
   vexact.resize(vidx.size());
   excluded.resize(static_cast<std::size_t>(group_));
-  // Levels are fitted once, on the first flushed block of every head (kvquant_refit_interval = 0).
-  const bool fit = variant_.lloyd_iters > 0 && !levels_fitted_;
   decoded.resize(static_cast<std::size_t>(group_ * std::max(dk_, dv_)));
-  for (int64_t b = 0; b < batch_; ++b) {
-    for (int64_t h = 0; h < heads_; ++h) {
-      const int64_t bh = b * heads_ + h;
-      std::memcpy(kblock.data(), pending_k.data() + (bh * pending_rows + first) * dk_, sizeof(float) * kblock.size());
-      std::memcpy(vblock.data(), pending_v.data() + (bh * pending_rows + first) * dv_, sizeof(float) * vblock.size());
-      for (int64_t g = 0; g < blocks && outliers_.enabled(); ++g) {
-        for (int64_t t = 0; t < group_; ++t)
-          excluded[static_cast<std::size_t>(t)] = sinks_.is_sink(b, frontier_ + g * group_ + t);
-        isolate_outliers(kblock.data() + g * group_ * dk_, group_, dk_, true, group_, excluded.data(), k_keys,
-                         kidx.data() + g * k_keys, kexact.data() + g * k_keys);
-        isolate_outliers(vblock.data() + g * group_ * dv_, group_, dv_, false, group_, excluded.data(), k_values,
-                         vidx.data() + g * k_values, vexact.data() + g * k_values);
-      }
-      // Keys: per channel over each group's tokens (KIVI: channel-aligned outliers); values: per
-      // token over channel groups.
-      for (int64_t g = 0; g < blocks; ++g) {
-        core::quantize_per_channel(kblock.data() + g * group_ * dk_, static_cast<std::size_t>(group_),
-                                   static_cast<std::size_t>(dk_), bits_, static_cast<std::size_t>(group_),
-                                   kcodes.data() + g * group_ * dk_, kparams.data() + g * dk_);
-      }
-      core::quantize_per_token(vblock.data(), static_cast<std::size_t>(count), static_cast<std::size_t>(dv_), bits_,
-                               static_cast<std::size_t>(group_), vcodes.data(), vparams.data());
-      if (variant_.lloyd_iters > 0) {
-        if (fit) fit_levels_for(b, h, kblock.data(), kparams.data(), vblock.data(), vparams.data(), count);
-        encode_key_levels(kblock.data(), kparams.data(), row_ptr<float>(levels_, b, h, 0), n_levels, blocks, group_,
-                          dk_, kcodes.data());
-        encode_value_levels(vblock.data(), vparams.data(), row_ptr<float>(levels_, b, h, 1), n_levels, count, gv,
-                            group_, dv_, vcodes.data());
-      }
-      for (int64_t g = 0; g < blocks; ++g) {
-        std::memcpy(row_ptr<uint16_t>(key_params_, b, h, frontier_ / group_ + g), kparams.data() + g * dk_,
-                    sizeof(core::GroupParams) * static_cast<std::size_t>(dk_));
-      }
-      for (int64_t t = 0; t < count; ++t) {
-        core::pack_words(kcodes.data() + t * dk_, static_cast<std::size_t>(dk_), bits_,
-                         row_ptr<uint32_t>(key_codes_, b, h, frontier_ + t));
-        core::pack_words(vcodes.data() + t * dv_, static_cast<std::size_t>(dv_), bits_,
-                         row_ptr<uint32_t>(value_codes_, b, h, frontier_ + t));
-        std::memcpy(row_ptr<uint16_t>(value_params_, b, h, frontier_ + t), vparams.data() + t * gv,
-                    sizeof(core::GroupParams) * static_cast<std::size_t>(gv));
-      }
-      if (fit) levels_fitted_ = true;  // read by the decode below (every head is fitted in this call)
-      // The outliers' corrections against what the codes now give back.
-      for (int64_t g = 0; g < blocks && outliers_.enabled(); ++g) {
-        const int64_t row0 = frontier_ + g * group_;
-        decode_keys_dense(b, h, row0, row0 + group_, decoded.data());
-        outliers_.record(true, b, h, row0 / group_, kidx.data() + g * k_keys, kexact.data() + g * k_keys,
-                         decoded.data());
-        decode_values_dense(b, h, row0, row0 + group_, decoded.data());
-        outliers_.record(false, b, h, row0 / group_, vidx.data() + g * k_values, vexact.data() + g * k_values,
-                         decoded.data());
-      }
-    }
+  for (int64_t g = 0; g < blocks && outliers_.enabled(); ++g) {
+    for (int64_t t = 0; t < group_; ++t)
+      excluded[static_cast<std::size_t>(t)] = sinks_.is_sink(b, frontier_ + g * group_ + t);
+    isolate_outliers(kblock.data() + g * group_ * dk_, group_, dk_, true, group_, excluded.data(), k_keys,
+                     kidx.data() + g * k_keys, kexact.data() + g * k_keys);
+    isolate_outliers(vblock.data() + g * group_ * dv_, group_, dv_, false, group_, excluded.data(), k_values,
+                     vidx.data() + g * k_values, vexact.data() + g * k_values);
+  }
+  // Keys: per channel over each group's tokens (KIVI: channel-aligned outliers); values: per
+  // token over channel groups.
+  for (int64_t g = 0; g < blocks; ++g) {
+    core::quantize_per_channel(kblock.data() + g * group_ * dk_, static_cast<std::size_t>(group_),
+                               static_cast<std::size_t>(dk_), bits_, static_cast<std::size_t>(group_),
+                               kcodes.data() + g * group_ * dk_, kparams.data() + g * dk_);
+  }
+  core::quantize_per_token(vblock.data(), static_cast<std::size_t>(count), static_cast<std::size_t>(dv_), bits_,
+                           static_cast<std::size_t>(group_), vcodes.data(), vparams.data());
+  if (variant_.lloyd_iters > 0) {
+    if (fit) fit_levels_for(b, h, kblock.data(), kparams.data(), vblock.data(), vparams.data(), count);
+    encode_key_levels(kblock.data(), kparams.data(), row_ptr<float>(levels_, b, h, 0), n_levels, blocks, group_, dk_,
+                      kcodes.data());
+    encode_value_levels(vblock.data(), vparams.data(), row_ptr<float>(levels_, b, h, 1), n_levels, count, gv, group_,
+                        dv_, vcodes.data());
+  }
+  for (int64_t g = 0; g < blocks; ++g) {
+    std::memcpy(row_ptr<uint16_t>(key_params_, b, h, frontier_ / group_ + g), kparams.data() + g * dk_,
+                sizeof(core::GroupParams) * static_cast<std::size_t>(dk_));
+  }
+  for (int64_t t = 0; t < count; ++t) {
+    core::pack_words(kcodes.data() + t * dk_, static_cast<std::size_t>(dk_), bits_,
+                     row_ptr<uint32_t>(key_codes_, b, h, frontier_ + t));
+    core::pack_words(vcodes.data() + t * dv_, static_cast<std::size_t>(dv_), bits_,
+                     row_ptr<uint32_t>(value_codes_, b, h, frontier_ + t));
+    std::memcpy(row_ptr<uint16_t>(value_params_, b, h, frontier_ + t), vparams.data() + t * gv,
+                sizeof(core::GroupParams) * static_cast<std::size_t>(gv));
+  }
+  // The outliers' corrections against what the codes now give back.
+  for (int64_t g = 0; g < blocks && outliers_.enabled(); ++g) {
+    const int64_t row0 = frontier_ + g * group_;
+    decode_keys_dense(b, h, row0, row0 + group_, decoded.data());
+    outliers_.record(true, b, h, row0 / group_, kidx.data() + g * k_keys, kexact.data() + g * k_keys, decoded.data());
+    decode_values_dense(b, h, row0, row0 + group_, decoded.data());
+    outliers_.record(false, b, h, row0 / group_, vidx.data() + g * k_values, vexact.data() + g * k_values,
+                     decoded.data());
   }
 }
 

@@ -86,6 +86,9 @@ class KiviCache : public lm::KVCache {
   // are taken out of (and neutralized in) the pending data first.
   void flush(std::vector<float>& pending_k, std::vector<float>& pending_v, int64_t pending_rows, int64_t first,
              int64_t count);
+  // flush()'s work for head (b, h): its `count` pending rows of keys [count, Dk] and values
+  // [count, Dv] (sinks already neutralized); fit: this is the first flush of a fitted-levels variant.
+  void flush_head(int64_t b, int64_t h, const float* keys, const float* values, int64_t count, bool fit);
   // The first flush of a variant with fitted levels: fits (b, h)'s key / value levels on the
   // normalized coordinates of the block about to be encoded.
   void fit_levels_for(int64_t b, int64_t h, const float* keys, const core::GroupParams* key_params, const float* values,
