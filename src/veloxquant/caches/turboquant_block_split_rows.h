@@ -46,6 +46,10 @@ class TurboQuantBlockSplitRows final : public attention::RowSource {
   int64_t rows_;
   bool coded_values_;
   attention::kernels::SplitLevelKeys keys_layout_;  // codes, scales and n_rows unset
+  // The log8 value blocks in the same layout (one group per block), when tile_values_: prefill
+  // tiles decode them with the split-level row decoder.
+  attention::kernels::SplitLevelKeys values_layout_;
+  bool tile_values_ = false;
 };
 
 }  // namespace veloxquant
