@@ -109,7 +109,9 @@ template <bool kOffset, class DF>
 void decode_groups(DF df, const SplitLevelKeys& k, const float* offset, float* out) {
   const int64_t dim = split_level_row_dim(k);
   int row_bytes = 0;  // the groups' codes end there
-  for (int g = 0; g < k.n_groups; ++g) row_bytes = std::max(row_bytes, k.code_offset[g] + k.channels[g] * k.bits[g] / 8);
+  for (int g = 0; g < k.n_groups; ++g) {
+    row_bytes = std::max(row_bytes, k.code_offset[g] + k.channels[g] * k.bits[g] / 8);
+  }
   const uint8_t* end = k.codes + (k.n_rows - 1) * k.code_stride + row_bytes;
   for (int g = 0; g < k.n_groups; ++g) {
     switch (k.bits[g]) {

@@ -109,7 +109,7 @@ TEST(SplitLevelRows, SimdEqualsScalarOnEveryWidthAndLayout) {
                                        {{128}, {4}, {}},
                                        {{64, 64}, {2, 1}, {}},
                                        {{64, 64, 64, 64}, {3, 3, 3, 3}, {}},  // 4 value blocks
-                                       {{40, 24}, {3, 4}, {1, 0}}};  // coordinates not in code order
+                                       {{40, 24}, {3, 4}, {1, 0}}};           // coordinates not in code order
   uint64_t seed = 1;
   for (const Layout& layout : layouts) {
     for (int64_t n_rows : {1, 2, 5, 64}) {
