@@ -11,7 +11,9 @@
 #include <random>
 
 #include "base/error.h"
+#include "base/half.h"
 #include "veloxquant/caches/turboquant_block_split_keys.h"
+#include "veloxquant/caches/turboquant_block_split_rows.h"
 #include "veloxquant/veloxquant.h"
 
 namespace veloxquant {
@@ -183,6 +185,66 @@ TEST(TurboQuantBlockQ3Layout, FusedAttentionEqualsAttentionOverFetchedRows) {
       for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
       EXPECT_LE(worst, 2e-3) << "sink_values " << sink_values << ", chunk of " << n;
       first += n;
+    }
+  }
+}
+
+TEST(TurboQuantBlockQ3Layout, PrefillTilesDecodeTheFloatsOfTheRowDecoder) {
+  // The prefill tiles' rows (the split-level tile decoder, attention/split_level_rows.h) against
+  // the per-row decode they replaced: decode_rotated_key / decode_rotated_value plus the means,
+  // the sink transformed from its 8-bit copy. Bit for bit, over tiles that cut key segments.
+  for (const bool value_mean : {false, true}) {
+    TurboQuantBlockCache::Settings s = q3_layout();
+    s.mean_rows = 32;
+    s.key_mean_segment = 32;
+    s.value_mean = value_mean;
+    TurboQuantBlockCache cache(s);
+    uint64_t seed = 70;
+    int64_t rows = 0;
+    for (const int64_t n : {50, 80, 7}) {
+      const lm::Tensor k = rows_with_offset(3, n, seed++, 3.0f, rows == 0 ? 8.0f : 1.0f);
+      const lm::Tensor v = rows_with_offset(3, n, seed++, 1.0f);
+      const lm::Tensor q = rows_with_offset(9, n, seed++, 0.0f).contiguous();
+      if (cache.wants_queries()) cache.observe_queries(q);
+      lm::Tensor out({1, 9, n, 64}, lm::DType::F32);
+      cache.fused_attention({&q, &k, &v, 0.05f, std::nullopt}, out);
+      rows += n;
+    }
+    ASSERT_EQ(cache.offset(), rows);
+    ASSERT_NE(cache.key_mean(0, 0, 40), nullptr);
+    const TurboQuantBlockSplitRows source(cache, rows);
+    for (int64_t h = 0; h < 3; ++h) {
+      std::vector<float> want_k(static_cast<std::size_t>(rows * 64)), want_v = want_k;
+      std::vector<float> scratch(128);
+      for (int64_t j = 0; j < rows; ++j) {
+        float* k = want_k.data() + j * 64;
+        float* v = want_v.data() + j * 64;
+        if (j < cache.sink_rows_held()) {
+          cache.decode_key(0, h, j, scratch.data(), scratch.data() + 64);
+          cache.split()->forward(cache.key_permutation(0, h), scratch.data(), k);
+          cache.decode_value(0, h, j, scratch.data(), scratch.data() + 64);
+          cache.value_rotation().forward(scratch.data(), v);
+          continue;
+        }
+        cache.decode_rotated_key(0, h, j, k);
+        if (const uint16_t* mu = cache.key_mean(0, h, j)) {
+          for (int e = 0; e < 64; ++e) k[e] += base::f16_to_f32(mu[e]);
+        }
+        cache.decode_rotated_value(0, h, j, v);
+        if (const uint16_t* mu = cache.value_mean(0, h)) {
+          for (int e = 0; e < 64; ++e) v[e] += base::f16_to_f32(mu[e]);
+        }
+      }
+      for (const auto& [j0, j1] : {std::pair<int64_t, int64_t>{0, 64}, {64, 128}, {128, rows}, {1, 2}, {30, 95}}) {
+        std::vector<float> got_k(static_cast<std::size_t>((j1 - j0) * 64), -7.0f), got_v = got_k;
+        source.transformed_keys(0, h, j0, j1, got_k.data());
+        source.transformed_values(0, h, j0, j1, got_v.data());
+        const auto from = static_cast<std::ptrdiff_t>(j0 * 64), to = static_cast<std::ptrdiff_t>(j1 * 64);
+        EXPECT_EQ(got_k, std::vector<float>(want_k.begin() + from, want_k.begin() + to))
+            << "keys, head " << h << ", rows " << j0 << ".." << j1 << ", value_mean " << value_mean;
+        EXPECT_EQ(got_v, std::vector<float>(want_v.begin() + from, want_v.begin() + to))
+            << "values, head " << h << ", rows " << j0 << ".." << j1 << ", value_mean " << value_mean;
+      }
     }
   }
 }

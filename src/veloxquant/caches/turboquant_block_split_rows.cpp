@@ -6,6 +6,7 @@
 #include "lm/kernels/simd_dot.h"
 #include "veloxquant/attention/block_level_value_sums.h"
 #include "veloxquant/attention/split_level_key_scores.h"
+#include "veloxquant/attention/split_level_rows.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/caches/turboquant_block_cache.h"
 #include "veloxquant/quant/log8_scale.h"
@@ -38,6 +39,25 @@ TurboQuantBlockSplitRows::TurboQuantBlockSplitRows(const TurboQuantBlockCache& c
     keys_layout_.levels[g] = split.quantizer(g).levels().data();
   }
   keys_layout_.scale_table = quant::log8_scale_table();
+  // log8 value blocks are the same layout with one group per block (at most 4 blocks of a
+  // multiple of 8 coordinates at <= 4 bits: q3's 64 at 3 bits is one); other shapes decode
+  // row by row.
+  const quant::BlockLloydQuantizer& vq = cache.value_quantizer();
+  const int dv = static_cast<int>(cache.value_dim()), block = vq.block_size();
+  if (cache.log8_scales() && dv % block == 0 && dv / block <= attention::kernels::SplitLevelKeys::kMaxGroups) {
+    values_layout_.code_stride = static_cast<int64_t>(vq.code_bytes(dv));
+    values_layout_.scale_stride = static_cast<int64_t>(vq.blocks(dv));
+    values_layout_.n_groups = dv / block;
+    for (int g = 0; g < values_layout_.n_groups; ++g) {
+      values_layout_.channels[g] = block;
+      values_layout_.bits[g] = vq.bits();
+      values_layout_.offset[g] = g * block;
+      values_layout_.code_offset[g] = g * block * vq.bits() / 8;
+      values_layout_.levels[g] = vq.levels().data();
+    }
+    values_layout_.scale_table = quant::log8_scale_table();
+    tile_values_ = attention::kernels::valid_split_level_rows(values_layout_);
+  }
 }
 
 int64_t TurboQuantBlockSplitRows::key_dim() const { return cache_.head_dim(); }
@@ -59,25 +79,25 @@ int64_t TurboQuantBlockSplitRows::coded_start(int64_t n_queries, int64_t j0, int
 void TurboQuantBlockSplitRows::transformed_keys(int64_t b, int64_t h, int64_t j0, int64_t j1, float* out) const {
   const int64_t d = cache_.head_dim();
   std::array<float, 2048> plain;  // a sink row and its scratch; d <= 1024 (checked by the cache), no allocation
-  // The segment's f16 mean widened once per segment, not once per row and element (a scalar
-  // conversion per element was most of this loop in q3's prefill profile); the same floats.
+  int64_t j = j0;
+  for (; j < std::min(j1, cache_.sink_rows_held()); ++j) {
+    cache_.decode_key(b, h, j, plain.data(), plain.data() + d);
+    cache_.split()->forward(cache_.key_permutation(b, h), plain.data(), out + (j - j0) * d);
+  }
+  // The coded rows a segment (one key mean) at a time, decoded by the tile kernel with the mean
+  // widened once per segment as its offset: the same floats as SplitKeyCoder::decode row by row
+  // with the mean added after (split_level_rows.h), which was ~40% of q3's prefill.
   std::array<float, 1024> mean;
-  const uint16_t* widened = nullptr;
-  for (int64_t j = j0; j < j1; ++j) {
-    float* row = out + (j - j0) * d;
-    if (j < cache_.sink_rows_held()) {
-      cache_.decode_key(b, h, j, plain.data(), plain.data() + d);
-      cache_.split()->forward(cache_.key_permutation(b, h), plain.data(), row);
-      continue;
-    }
-    cache_.decode_rotated_key(b, h, j, row);
-    if (const uint16_t* mu = cache_.key_mean(b, h, j)) {
-      if (mu != widened) {
-        lm::kernels::simd::f16_to_f32(mu, mean.data(), d);
-        widened = mu;
-      }
-      for (int64_t e = 0; e < d; ++e) row[e] += mean[static_cast<std::size_t>(e)];
-    }
+  attention::kernels::SplitLevelKeys keys = keys_layout_;
+  while (j < j1) {
+    const int64_t r1 = std::min(j1, cache_.key_segment_end(j));
+    const uint16_t* mu = cache_.key_mean(b, h, j);
+    if (mu != nullptr) lm::kernels::simd::f16_to_f32(mu, mean.data(), d);
+    keys.codes = cache_.key_codes(b, h, j);
+    keys.scales = cache_.key_scale_codes(b, h, j);
+    keys.n_rows = r1 - j;
+    attention::kernels::decode_split_level_rows(keys, mu != nullptr ? mean.data() : nullptr, out + (j - j0) * d);
+    j = r1;
   }
 }
 
@@ -87,13 +107,22 @@ void TurboQuantBlockSplitRows::transformed_values(int64_t b, int64_t h, int64_t 
   std::array<float, 1024> mean;   // the f16 mean widened once per call
   const uint16_t* mu = cache_.value_mean(b, h);
   if (mu != nullptr) lm::kernels::simd::f16_to_f32(mu, mean.data(), dv);
-  for (int64_t j = j0; j < j1; ++j) {
+  int64_t j = j0;
+  for (; j < j1 && j < cache_.sink_rows_held(); ++j) {
+    cache_.decode_value(b, h, j, plain.data(), plain.data() + dv);
+    cache_.value_rotation().forward(plain.data(), out + (j - j0) * dv);
+  }
+  if (j < j1 && tile_values_) {
+    // All coded rows in one call (the same floats as decode_rotated_value + the mean).
+    attention::kernels::SplitLevelKeys values = values_layout_;
+    values.codes = cache_.value_codes(b, h, j);
+    values.scales = cache_.value_scale_codes(b, h, j);
+    values.n_rows = j1 - j;
+    attention::kernels::decode_split_level_rows(values, mu != nullptr ? mean.data() : nullptr, out + (j - j0) * dv);
+    return;
+  }
+  for (; j < j1; ++j) {
     float* row = out + (j - j0) * dv;
-    if (j < cache_.sink_rows_held()) {
-      cache_.decode_value(b, h, j, plain.data(), plain.data() + dv);
-      cache_.value_rotation().forward(plain.data(), row);
-      continue;
-    }
     cache_.decode_rotated_value(b, h, j, row);
     if (mu != nullptr) {
       for (int64_t e = 0; e < dv; ++e) row[e] += mean[static_cast<std::size_t>(e)];

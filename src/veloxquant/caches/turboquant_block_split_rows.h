@@ -7,9 +7,11 @@
 // not say which head a query row belongs to) and score_tile reads head h's copy. Decode tiles
 // (up to 4 queries) score the codes directly (attention/split_level_key_scores.h), the key mean
 // as one bias <T q, T mu> per query and segment; prefill tiles decode the rows once for all
-// queries. Values are turboquant_block's rotated blocks with log8 scales: their codes are added
-// straight into the outputs (attention/block_level_value_sums.h) with the tile's scales turned
-// to f16 first (each log8 scale is an exact f16 value); Pi_v^T once per output row.
+// queries (attention/split_level_rows.h: keys a segment at a time with its mean as the offset,
+// log8 value blocks as one group per block). Values are turboquant_block's rotated blocks with
+// log8 scales: in decode tiles their codes are added straight into the outputs
+// (attention/block_level_value_sums.h) with the tile's scales turned to f16 first (each log8
+// scale is an exact f16 value); Pi_v^T once per output row.
 #include <cstdint>
 
 #include "veloxquant/attention/row_source.h"
@@ -46,6 +48,10 @@ class TurboQuantBlockSplitRows final : public attention::RowSource {
   int64_t rows_;
   bool coded_values_;
   attention::kernels::SplitLevelKeys keys_layout_;  // codes, scales and n_rows unset
+  // The log8 value blocks in the same layout (one group per block), when tile_values_: prefill
+  // tiles decode them with the split-level row decoder.
+  attention::kernels::SplitLevelKeys values_layout_;
+  bool tile_values_ = false;
 };
 
 }  // namespace veloxquant
