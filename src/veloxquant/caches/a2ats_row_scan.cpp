@@ -72,6 +72,26 @@ void scan(const float* lut4, int64_t subs, int64_t entries, const uint8_t* codes
   for (int64_t g = 0; g < group; ++g) top[g] = std::max(hn::GetLane(hn::MaxOfLanes(df, vtop[g])), stop[g]);
 }
 
+bool GroupTablesImpl(const float* centroids, int64_t subs, int64_t entries, int64_t sub, const float* const* queries,
+                     int64_t group, float* lut4) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  if (entries % lanes != 0 || group < 1 || group > kA2atsScanLanes) return false;
+  const auto zero = hn::Zero(df);
+  for (int64_t m = 0; m < subs; ++m) {
+    const float* book = centroids + m * sub * entries;
+    for (int64_t c = 0; c < entries; c += lanes) {
+      hn::Vec<decltype(df)> acc[kA2atsScanLanes] = {zero, zero, zero, zero};
+      for (int64_t k = 0; k < sub; ++k) {
+        const auto centre = hn::LoadU(df, book + k * entries + c);  // read once for the group
+        for (int64_t g = 0; g < group; ++g) acc[g] = hn::MulAdd(hn::Set(df, queries[g][m * sub + k]), centre, acc[g]);
+      }
+      hn::StoreInterleaved4(acc[0], acc[1], acc[2], acc[3], df, lut4 + (m * entries + c) * kA2atsScanLanes);
+    }
+  }
+  return true;
+}
+
 void InterleaveImpl(const float* tables, int64_t group, int64_t size, float* lut4) {
   const hn::ScalableTag<float> df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
@@ -112,6 +132,7 @@ void ScanImpl(const float* lut4, int64_t subs, int64_t entries, const uint8_t* c
   }
 }
 #else
+bool GroupTablesImpl(const float*, int64_t, int64_t, int64_t, const float* const*, int64_t, float*) { return false; }
 bool TableImpl(const float*, int64_t, int64_t, int64_t, const float*, float*) { return false; }
 void InterleaveImpl(const float* tables, int64_t group, int64_t size, float* lut4) {
   scalar::a2ats_interleave_tables(tables, group, size, lut4);
@@ -130,6 +151,12 @@ namespace veloxquant {
 HWY_EXPORT(ScanImpl);
 HWY_EXPORT(InterleaveImpl);
 HWY_EXPORT(TableImpl);
+HWY_EXPORT(GroupTablesImpl);
+
+bool a2ats_group_tables(const float* centroids, int64_t subs, int64_t entries, int64_t sub, const float* const* queries,
+                        int64_t group, float* lut4) {
+  return HWY_DYNAMIC_DISPATCH(GroupTablesImpl)(centroids, subs, entries, sub, queries, group, lut4);
+}
 
 bool a2ats_fused_table(const float* centroids, int64_t subs, int64_t entries, int64_t sub, const float* query,
                        float* lut) {

@@ -26,6 +26,13 @@ constexpr int64_t kA2atsScanLanes = 4;
 bool a2ats_fused_table(const float* centroids, int64_t subs, int64_t entries, int64_t sub, const float* query,
                        float* lut);
 
+// The tables of a GQA group's queries (group <= 4), each as a2ats_fused_table forms it, written
+// interleaved as a2ats_interleave_tables would lay them out: every centroid vector is read once
+// for the group instead of once per query (the f32 codebook is 64 KiB at the defaults, more than
+// L1). Returns false, writing nothing, where a2ats_fused_table would.
+bool a2ats_group_tables(const float* centroids, int64_t subs, int64_t entries, int64_t sub, const float* const* queries,
+                        int64_t group, float* lut4);
+
 // lut4[i * 4 + g] = tables[g * size + i] for g < group, 0 for the other lanes (group <= 4): the
 // group's tables [group][size] interleaved.
 void a2ats_interleave_tables(const float* tables, int64_t group, int64_t size, float* lut4);

@@ -96,6 +96,30 @@ TEST(A2atsRowScan, FusedTableIsTheAxpyTable) {
                                         want.data() + m * entries, entries);
           }
         }
+        // The group's tables at once, interleaved: the same floats, lanes past the group zero.
+        for (int64_t group = 1; group <= 4; ++group) {
+          std::vector<float> qs(static_cast<std::size_t>(group * subs * sub));
+          for (float& x : qs) x = normal(rng);
+          const float* queries[4] = {};
+          std::vector<float> tables(static_cast<std::size_t>(group * subs * entries), 0.0f);
+          for (int64_t g = 0; g < group; ++g) {
+            queries[g] = qs.data() + g * subs * sub;
+            for (int64_t m = 0; m < subs; ++m) {
+              for (int64_t k = 0; k < sub; ++k) {
+                lm::kernels::simd::axpy_f32(queries[g][m * sub + k], book.data() + (m * sub + k) * entries,
+                                            tables.data() + (g * subs + m) * entries, entries);
+              }
+            }
+          }
+          std::vector<float> want4(static_cast<std::size_t>(4 * subs * entries));
+          scalar::a2ats_interleave_tables(tables.data(), group, subs * entries, want4.data());
+          std::vector<float> got4(want4.size(), -5.0f);
+          if (a2ats_group_tables(book.data(), subs, entries, sub, queries, group, got4.data())) {
+            ASSERT_EQ(got4, want4) << target << " entries " << entries << " sub " << sub << " group " << group;
+          } else {
+            EXPECT_EQ(got4, std::vector<float>(want4.size(), -5.0f)) << target << " wrote on refusal";
+          }
+        }
         std::vector<float> got(want.size(), -5.0f);
         if (a2ats_fused_table(book.data(), subs, entries, sub, query.data(), got.data())) {
           ASSERT_EQ(got, want) << target << " entries " << entries << " sub " << sub;
