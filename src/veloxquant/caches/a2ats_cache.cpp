@@ -408,9 +408,12 @@ bool A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
   retrieved_.resize(static_cast<std::size_t>(batch_ * heads_));
   constexpr int64_t kLanes = kA2atsScanLanes;
   // The scores are kept for the attention pass (which then builds no table of its own) while
-  // they fit in 4 Mi floats: always for decode, not for a long prefill chunk over many far rows.
+  // they fit in 4 Mi floats (always for decode) or take no more room than the tables that pass
+  // would otherwise prepare per query row (subs x entries floats each, in the attention driver's
+  // grow-only per-thread buffer): a prefill chunk keeps them up to 2048 far rows at the defaults
+  // (896 with the 4 Mi cap alone), and only longer ones build every query's table twice.
   const int64_t dot_rows = batch_ * call.q_heads * call.n_queries;
-  const bool keep = dot_rows * far_rows_ <= (int64_t{4} << 20);
+  const bool keep = dot_rows * far_rows_ <= std::max(int64_t{4} << 20, dot_rows * subs_ * entries_);
   if (keep && far_dots.size() < static_cast<std::size_t>(dot_rows * far_rows_)) {
     far_dots.resize(static_cast<std::size_t>(dot_rows * far_rows_));
   }
@@ -428,7 +431,10 @@ bool A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
     lut.resize(static_cast<std::size_t>(group * subs * entries));
     lut4.resize(static_cast<std::size_t>(kLanes * subs * entries));
     logit.resize(static_cast<std::size_t>(group * far));
-    mass.assign(static_cast<std::size_t>(far), 0.0);
+    // resize + fill, not assign: assign(n, v) past the capacity reallocates to exactly n, so a
+    // context growing by one row per step would allocate at every step.
+    mass.resize(static_cast<std::size_t>(far));
+    std::fill(mass.begin(), mass.end(), 0.0);
     for (int64_t i = 0; i < call.n_queries; ++i) {
       // The tables of the group's query heads, then one pass over the far rows for all of them:
       // each row's code bytes are read once for the group (the same adds, in the same order,
