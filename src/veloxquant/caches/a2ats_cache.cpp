@@ -408,12 +408,14 @@ bool A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
   retrieved_.resize(static_cast<std::size_t>(batch_ * heads_));
   constexpr int64_t kLanes = kA2atsScanLanes;
   // The scores are kept for the attention pass (which then builds no table of its own) while
-  // they fit in 4 Mi floats (always for decode) or take no more room than the tables that pass
-  // would otherwise prepare per query row (subs x entries floats each, in the attention driver's
-  // grow-only per-thread buffer): a prefill chunk keeps them up to 2048 far rows at the defaults
-  // (896 with the 4 Mi cap alone), and only longer ones build every query's table twice.
+  // they fit in 16 Mi floats (64 MiB: every chunk of a 4k prefill, always for decode) or take no
+  // more room than the tables that pass would otherwise prepare per query row (subs x entries
+  // floats each, in the attention driver's grow-only per-thread buffer, 39 MiB for a 512-row
+  // chunk at the defaults). Longer chunks build every query's table twice. The cap was 4 Mi
+  // floats per layer's cache (896 far rows per 512-row chunk): the 4k prefill's last five chunks
+  // rebuilt their tables and then held both buffers.
   const int64_t dot_rows = batch_ * call.q_heads * call.n_queries;
-  const bool keep = dot_rows * far_rows_ <= std::max(int64_t{4} << 20, dot_rows * subs_ * entries_);
+  const bool keep = dot_rows * far_rows_ <= std::max(int64_t{16} << 20, dot_rows * subs_ * entries_);
   if (keep && far_dots.size() < static_cast<std::size_t>(dot_rows * far_rows_)) {
     far_dots.resize(static_cast<std::size_t>(dot_rows * far_rows_));
   }
@@ -439,16 +441,26 @@ bool A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
       // The tables of the group's query heads, then one pass over the far rows for all of them:
       // each row's code bytes are read once for the group (the same adds, in the same order,
       // as a pass per query head).
-      for (int64_t g = 0; g < group; ++g) {
-        const float* query = call.queries + ((b * call.q_heads + h * group + g) * call.n_queries + i) * dk_;
-        a2ats_lookup_table(centroids, subs, entries, p_.sub_dim, query, lut.data() + g * subs * entries);
+      const float* group_queries[kLanes] = {};
+      for (int64_t g = 0; g < std::min(group, kLanes); ++g) {
+        group_queries[g] = call.queries + ((b * call.q_heads + h * group + g) * call.n_queries + i) * dk_;
+      }
+      // The group's tables built together and interleaved (caches/a2ats_row_scan.h), where the
+      // group and the table width allow it; otherwise one table per query head.
+      const bool interleaved = group <= kLanes && a2ats_group_tables(centroids, subs, entries, p_.sub_dim,
+                                                                     group_queries, group, lut4.data());
+      if (!interleaved) {
+        for (int64_t g = 0; g < group; ++g) {
+          const float* query = call.queries + ((b * call.q_heads + h * group + g) * call.n_queries + i) * dk_;
+          a2ats_lookup_table(centroids, subs, entries, p_.sub_dim, query, lut.data() + g * subs * entries);
+        }
       }
       if (group <= kLanes) {
         // Up to four query heads (SmolLM2's 3): their tables interleaved, lut4[(m * entries + c) *
         // 4 + g], so one code byte addresses every head's entry on one cache line — the same
         // adds in the same order per head as the pass below (bit for bit); the retrieval pass
         // fell from 6.5M to 4.4M instructions (8 decode steps, ctx 1024, one layer).
-        a2ats_interleave_tables(lut.data(), group, subs * entries, lut4.data());
+        if (!interleaved) a2ats_interleave_tables(lut.data(), group, subs * entries, lut4.data());
         // The row pass (caches/a2ats_row_scan.h): the same adds in the same order as a pass
         // per head, the per-head scale, stores and maximum a vector of rows at a time.
         float top[kLanes];
