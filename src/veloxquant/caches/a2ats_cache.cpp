@@ -16,9 +16,12 @@
 #include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/attention/fused_call.h"
 #include "veloxquant/attention/softmax_mass.h"
+#include "veloxquant/caches/a2ats_row_scan.h"
 #include "veloxquant/caches/a2ats_rows.h"
 #include "veloxquant/caches/kaq_mass.h"
 #include "veloxquant/caches/quantized_blocks_tail.h"
+#include "veloxquant/caches/top_mass_rows.h"
+#include "veloxquant/core/column_distances.h"
 #include "veloxquant/core/kmeans.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/rows/cache_rows.h"
@@ -55,30 +58,6 @@ void check_params(const A2atsParams& p) {
 void decode_codebook(const lm::Tensor& book, std::vector<float>& out) {
   out.resize(static_cast<std::size_t>(book.numel()));
   cache_rows::load_f32(book.raw_data(), lm::DType::F16, out.size(), out.data());
-}
-
-// core::nearest_centroid (lowest index on ties, the same double sums in the same order per
-// centroid) over one sub-vector's transposed centroids book[k * entries + c]: the loop over
-// centroids is the inner one, so it vectorizes; dist holds `entries` doubles.
-int32_t nearest_transposed(const float* v, const float* book, int64_t entries, int64_t sub, double* dist) {
-  std::fill(dist, dist + entries, 0.0);
-  for (int64_t k = 0; k < sub; ++k) {
-    const double vk = v[k];
-    const float* row = book + k * entries;
-    for (int64_t c = 0; c < entries; ++c) {
-      const double diff = vk - row[c];
-      dist[c] += diff * diff;
-    }
-  }
-  int32_t best = 0;
-  double best_d = std::numeric_limits<double>::infinity();
-  for (int64_t c = 0; c < entries; ++c) {
-    if (dist[c] < best_d) {
-      best_d = dist[c];
-      best = static_cast<int32_t>(c);
-    }
-  }
-  return best;
 }
 
 // [subs, a, b] -> [subs, b, a] (the codebook between its stored and its natural layout).
@@ -171,10 +150,12 @@ void A2atsCache::train(const std::vector<std::vector<float>>& pending_keys, int6
     }
   }
   const int64_t points = (total + step - 1) / step;
-  std::vector<float> x(static_cast<std::size_t>(points * p_.sub_dim)), w;
-  if (!weights_all.empty()) w.resize(static_cast<std::size_t>(points));
   lm::Tensor natural({subs_, entries_, p_.sub_dim}, lm::DType::F16);
-  for (int64_t m = 0; m < subs_; ++m) {
+  // Each sub-vector position's k-means is independent (its own points and seed): they run on the
+  // pool's threads, each writing its own part of the codebook.
+  const auto fit_one = [&](int64_t m) {
+    std::vector<float> x(static_cast<std::size_t>(points * p_.sub_dim)), w;
+    if (!weights_all.empty()) w.resize(static_cast<std::size_t>(points));
     for (int64_t t = 0, i = 0; t < total; t += step, ++i) {
       const float* row = pending_keys[static_cast<std::size_t>(t / n)].data() + (t % n) * dk_ + m * p_.sub_dim;
       std::copy(row, row + p_.sub_dim, x.begin() + i * p_.sub_dim);
@@ -185,7 +166,10 @@ void A2atsCache::train(const std::vector<std::vector<float>>& pending_keys, int6
                      static_cast<uint64_t>(p_.seed) + static_cast<uint64_t>(m), w.empty() ? nullptr : w.data());
     cache_rows::store_f32(fit.centroids.data(), fit.centroids.size(),
                           natural.raw_data() + m * entries_ * p_.sub_dim * 2, lm::DType::F16);
-  }
+  };
+  base::ThreadPool::global().parallel_for(subs_, [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) fit_one(m);
+  });
   codebook_ = swap_last_axes(natural);
 }
 
@@ -235,33 +219,39 @@ void A2atsCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
     train(pk, n);
   }
   ensure_far_rows(far_rows_ + spill);
-  thread_local std::vector<float> book, spilled;
-  thread_local std::vector<double> dist;
-  decode_codebook(codebook_, book);
-  dist.resize(static_cast<std::size_t>(entries_));
-  spilled.resize(static_cast<std::size_t>(spill * std::max(dk_, dv_)));
+  thread_local std::vector<float> book_f32;
+  decode_codebook(codebook_, book_f32);
+  // The calling thread's buffers, by reference: inside the lambda below a thread_local's name
+  // would mean the running worker's own (empty) copy.
+  const std::vector<float>&book = book_f32, &keys_f32 = new_k, &values_f32 = new_v;
   const int64_t from_tail = std::min(spill, tail), esize = static_cast<int64_t>(lm::dtype_size(dtype_));
-  for (int64_t bh = 0; bh < heads; ++bh) {
+  // One kv head's spilled rows: encoded, their values moved, its window shifted. Heads are
+  // independent (disjoint rows of every tensor); a prefill chunk's heads run on the pool's threads,
+  // a decode step's single rows inline.
+  const auto spill_head = [&](int64_t bh) {
+    thread_local std::vector<float> spilled;
+    spilled.resize(static_cast<std::size_t>(spill * std::max(dk_, dv_)));
     const int64_t b = bh / heads_, h = bh % heads_;
     // Spilled keys in f32 (the oldest pending rows: tail rows first, then call rows).
     cache_rows::load_f32(blocks_tail::head_rows(tail_k_, bh, w, dk_), dtype_, static_cast<std::size_t>(from_tail * dk_),
                          spilled.data());
-    std::memcpy(spilled.data() + from_tail * dk_, new_k.data() + bh * s * dk_,
+    std::memcpy(spilled.data() + from_tail * dk_, keys_f32.data() + bh * s * dk_,
                 sizeof(float) * static_cast<std::size_t>((spill - from_tail) * dk_));
     for (int64_t i = 0; i < spill; ++i) {
       const float* k = spilled.data() + i * dk_;
       uint8_t* code = row_ptr<uint8_t>(codes_, b, h, far_rows_ + i);
-      // Nearest centroid of each sub-vector (lowest index on ties), against the f16 codebook.
+      // Nearest centroid of each sub-vector against the f16 codebook: core::nearest_centroid's
+      // double distances and lowest-index ties, one SIMD pass over the transposed centroids.
       for (int64_t m = 0; m < subs_; ++m) {
-        code[m] = static_cast<uint8_t>(nearest_transposed(k + m * p_.sub_dim, book.data() + m * p_.sub_dim * entries_,
-                                                          entries_, p_.sub_dim, dist.data()));
+        code[m] = static_cast<uint8_t>(core::nearest_column(k + m * p_.sub_dim, book.data() + m * p_.sub_dim * entries_,
+                                                            entries_, p_.sub_dim, entries_));
       }
     }
     // Spilled values as stored: tail rows byte for byte, call rows from f32.
     std::byte* tv = blocks_tail::head_rows(tail_v_, bh, w, dv_);
     std::memcpy(far_value_row(b, h, far_rows_), tv, static_cast<std::size_t>(from_tail * dv_ * esize));
     if (spill > from_tail) {
-      cache_rows::store_f32(new_v.data() + bh * s * dv_, static_cast<std::size_t>((spill - from_tail) * dv_),
+      cache_rows::store_f32(values_f32.data() + bh * s * dv_, static_cast<std::size_t>((spill - from_tail) * dv_),
                             far_value_row(b, h, far_rows_ + from_tail), dtype_);
     }
     // The window keeps pending rows [spill, n): surviving tail rows move down, call rows follow.
@@ -274,11 +264,17 @@ void A2atsCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
         std::memmove(rows, rows + from_tail * d * esize, static_cast<std::size_t>(kept_tail * d * esize));
       }
       const int64_t first_call = spill > tail ? spill - tail : 0;
-      const std::vector<float>& fresh = which == 0 ? new_k : new_v;
+      const std::vector<float>& fresh = which == 0 ? keys_f32 : values_f32;
       cache_rows::store_f32(fresh.data() + (bh * s + first_call) * d, static_cast<std::size_t>((s - first_call) * d),
                             rows + kept_tail * d * esize, dtype_);
     }
-  }
+  };
+  base::ThreadPool::global().parallel_for(
+      heads,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t bh = begin; bh < end; ++bh) spill_head(bh);
+      },
+      spill >= 64 ? 1 : heads);
   far_rows_ += spill;
   tail_start_ += spill;
   offset_ += s;
@@ -353,9 +349,13 @@ void A2atsCache::fused_attention(const lm::FusedAttentionRequest& request, lm::T
   const lm::Tensor& call_v = cache_rows::with_contiguous_rows(*request.values, call_v_copy);
   thread_local std::vector<float> book;
   const int64_t k_rows = retrieved_rows(far_rows_), tail = offset_ - tail_start_, s = call_k.dim(2);
+  // The retrieval's dot products, for the attention pass: one grow-only buffer per thread, shared
+  // by every layer's cache (as a member, each layer kept up to 16 MiB of a prefill's scores).
+  thread_local std::vector<float> far_dots;
+  bool dots_valid = false;
   if (far_rows_ > 0) {
-    decode_codebook(codebook_, book);  // [subs, sub, entries], the lookup tables' layout
-    retrieve(call, book.data());       // every far row when k_rows == far_rows_
+    decode_codebook(codebook_, book);                    // [subs, sub, entries], the tables' layout
+    dots_valid = retrieve(call, book.data(), far_dots);  // every far row when k_rows == far_rows_
   } else {
     retrieved_.assign(static_cast<std::size_t>(batch_ * heads_), {});
   }
@@ -378,8 +378,8 @@ void A2atsCache::fused_attention(const lm::FusedAttentionRequest& request, lm::T
   parts.tail = tail;
   parts.s = s;
   parts.positions = &retrieved_;
-  if (far_dots_valid_) {
-    parts.far_dots = far_dots_.data();
+  if (dots_valid) {
+    parts.far_dots = far_dots.data();
     parts.queries = call.queries;
     parts.far_rows = far_rows_;
   }
@@ -397,137 +397,121 @@ constexpr int64_t kMaxRetrievalGroup = 16;
 // The paper's retrieval: approximate scores of every far row through the codes (one lookup table
 // per query), their softmax per query head and query, summed over the kv head's query heads and
 // the call's queries; the retrieved_rows(far) rows with the most mass, ties to the older row.
-void A2atsCache::retrieve(const attention::AttentionCall& call, const float* centroids) {
+bool A2atsCache::retrieve(const attention::AttentionCall& call, const float* centroids, std::vector<float>& far_dots) {
   const int64_t k_rows = retrieved_rows(far_rows_), group = call.q_heads / heads_;
-  far_dots_valid_ = false;
   if (k_rows == far_rows_) {  // nothing to choose
     retrieved_.assign(static_cast<std::size_t>(batch_ * heads_),
                       std::vector<int32_t>(static_cast<std::size_t>(far_rows_)));
     for (auto& chosen : retrieved_) std::iota(chosen.begin(), chosen.end(), 0);
-    return;
+    return false;
   }
-  retrieved_.assign(static_cast<std::size_t>(batch_ * heads_), {});
-  // Grow-only per-thread buffers: no allocation per decode step once a context has been seen.
-  thread_local std::vector<float> lut, lut4, logit;
-  constexpr int64_t kLanes = 4;
-  thread_local std::vector<double> mass;
-  thread_local std::vector<int32_t> order;
-  lut.resize(static_cast<std::size_t>(group * subs_ * entries_));
-  lut4.resize(static_cast<std::size_t>(kLanes * subs_ * entries_));
-  logit.resize(static_cast<std::size_t>(group * far_rows_));
-  mass.resize(static_cast<std::size_t>(far_rows_));
-  order.resize(static_cast<std::size_t>(far_rows_));
+  retrieved_.resize(static_cast<std::size_t>(batch_ * heads_));
+  constexpr int64_t kLanes = kA2atsScanLanes;
   // The scores are kept for the attention pass (which then builds no table of its own) while
-  // they fit in 4 Mi floats: always for decode, not for a long prefill chunk over many far rows.
+  // they fit in 16 Mi floats (64 MiB: every chunk of a 4k prefill, always for decode) or take no
+  // more room than the tables that pass would otherwise prepare per query row (subs x entries
+  // floats each, in the attention driver's grow-only per-thread buffer, 39 MiB for a 512-row
+  // chunk at the defaults). Longer chunks build every query's table twice. The cap was 4 Mi
+  // floats per layer's cache (896 far rows per 512-row chunk): the 4k prefill's last five chunks
+  // rebuilt their tables and then held both buffers.
   const int64_t dot_rows = batch_ * call.q_heads * call.n_queries;
-  const bool keep = dot_rows * far_rows_ <= (int64_t{4} << 20);
-  if (keep && far_dots_.size() < static_cast<std::size_t>(dot_rows * far_rows_)) {
-    far_dots_.resize(static_cast<std::size_t>(dot_rows * far_rows_));
+  const bool keep = dot_rows * far_rows_ <= std::max(int64_t{16} << 20, dot_rows * subs_ * entries_);
+  if (keep && far_dots.size() < static_cast<std::size_t>(dot_rows * far_rows_)) {
+    far_dots.resize(static_cast<std::size_t>(dot_rows * far_rows_));
   }
   // Geometry and pointers in locals: the stores below cannot make the compiler reload them.
   const int64_t subs = subs_, entries = entries_, far = far_rows_, stride = codes_.strides()[2];
   const float scale = call.scale;
-  for (int64_t b = 0; b < batch_; ++b) {
-    for (int64_t h = 0; h < heads_; ++h) {
-      std::fill(mass.begin(), mass.end(), 0.0);
-      for (int64_t i = 0; i < call.n_queries; ++i) {
-        // The tables of the group's query heads, then one pass over the far rows for all of them:
-        // each row's code bytes are read once for the group (the same adds, in the same order,
-        // as a pass per query head).
+  // One kv head's retrieval; the heads run on the pool's threads (disjoint far_dots rows and
+  // position lists), as the attention after them does.
+  const auto one_head = [&](int64_t bh) {
+    const int64_t b = bh / heads_, h = bh % heads_;
+    // Grow-only per-thread buffers: no allocation per decode step once a context has been seen.
+    thread_local std::vector<float> lut, lut4, logit;
+    thread_local std::vector<double> mass;
+    thread_local std::vector<uint64_t> keys, candidates;
+    lut.resize(static_cast<std::size_t>(group * subs * entries));
+    lut4.resize(static_cast<std::size_t>(kLanes * subs * entries));
+    logit.resize(static_cast<std::size_t>(group * far));
+    // resize + fill, not assign: assign(n, v) past the capacity reallocates to exactly n, so a
+    // context growing by one row per step would allocate at every step.
+    mass.resize(static_cast<std::size_t>(far));
+    std::fill(mass.begin(), mass.end(), 0.0);
+    for (int64_t i = 0; i < call.n_queries; ++i) {
+      // The tables of the group's query heads, then one pass over the far rows for all of them:
+      // each row's code bytes are read once for the group (the same adds, in the same order,
+      // as a pass per query head).
+      const float* group_queries[kLanes] = {};
+      for (int64_t g = 0; g < std::min(group, kLanes); ++g) {
+        group_queries[g] = call.queries + ((b * call.q_heads + h * group + g) * call.n_queries + i) * dk_;
+      }
+      // The group's tables built together and interleaved (caches/a2ats_row_scan.h), where the
+      // group and the table width allow it; otherwise one table per query head.
+      const bool interleaved = group <= kLanes && a2ats_group_tables(centroids, subs, entries, p_.sub_dim,
+                                                                     group_queries, group, lut4.data());
+      if (!interleaved) {
         for (int64_t g = 0; g < group; ++g) {
           const float* query = call.queries + ((b * call.q_heads + h * group + g) * call.n_queries + i) * dk_;
           a2ats_lookup_table(centroids, subs, entries, p_.sub_dim, query, lut.data() + g * subs * entries);
         }
-        if (group <= kLanes) {
-          // Up to four query heads (SmolLM2's 3): their tables interleaved, lut4[(m * entries + c) *
-          // 4 + g], so one code byte addresses every head's entry on one cache line — the same
-          // adds in the same order per head as the pass below (bit for bit); the retrieval pass
-          // fell from 6.5M to 4.4M instructions (8 decode steps, ctx 1024, one layer).
-          for (int64_t m = 0; m < subs * entries; ++m) {
-            for (int64_t g = 0; g < kLanes; ++g) {
-              lut4[static_cast<std::size_t>(m * kLanes + g)] =
-                  g < group ? lut[static_cast<std::size_t>(g * subs * entries + m)] : 0.0f;
-            }
-          }
-          float top[kLanes] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-          // The row pass with the sub-vector count a compile-time constant where it is the usual 8
-          // (head_dim 64, a2ats_sub_dim 8): the lookups unroll into straight loads and adds (same
-          // adds, same order). The group's score rows as pointers: no index arithmetic per row.
-          const auto scan = [&](auto subs_c) {
-            constexpr int64_t kSubs = decltype(subs_c)::value;
-            const int64_t n_subs = kSubs > 0 ? kSubs : subs;
-            float* dots_of[kLanes] = {};
-            float* logit_of[kLanes] = {};
-            for (int64_t g = 0; g < group; ++g) {
-              if (keep)
-                dots_of[g] = far_dots_.data() + ((b * call.q_heads + h * group + g) * call.n_queries + i) * far;
-              logit_of[g] = logit.data() + g * far;
-            }
-            const float* table = lut4.data();
-            const uint8_t* code = codes(b, h, 0);
-            for (int64_t j = 0; j < far; ++j, code += stride) {
-              float dot[kLanes] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma GCC unroll 16
-              for (int64_t m = 0; m < n_subs; ++m) {
-                const float* t = table + (m * entries + code[m]) * kLanes;
-                for (int64_t g = 0; g < kLanes; ++g) dot[g] += t[g];
-              }
-              for (int64_t g = 0; g < group; ++g) {
-                if (keep) dots_of[g][j] = dot[g];
-                const float l = dot[g] * scale;
-                logit_of[g][j] = l;
-                top[g] = std::max(top[g], l);
-              }
-            }
-          };
-          if (subs == 8) {
-            scan(std::integral_constant<int64_t, 8>{});
-          } else {
-            scan(std::integral_constant<int64_t, 0>{});
-          }
-          for (int64_t g = 0; g < group; ++g) {
-            attention::kernels::add_softmax_mass(logit.data() + g * far, far, top[g], mass.data());
-          }
-          continue;
+      }
+      if (group <= kLanes) {
+        // Up to four query heads (SmolLM2's 3): their tables interleaved, lut4[(m * entries + c) *
+        // 4 + g], so one code byte addresses every head's entry on one cache line — the same
+        // adds in the same order per head as the pass below (bit for bit); the retrieval pass
+        // fell from 6.5M to 4.4M instructions (8 decode steps, ctx 1024, one layer).
+        if (!interleaved) a2ats_interleave_tables(lut.data(), group, subs * entries, lut4.data());
+        // The row pass (caches/a2ats_row_scan.h): the same adds in the same order as a pass
+        // per head, the per-head scale, stores and maximum a vector of rows at a time.
+        float top[kLanes];
+        float* dots_of[kLanes] = {};
+        float* logit_of[kLanes] = {};
+        for (int64_t g = 0; g < group; ++g) {
+          if (keep) dots_of[g] = far_dots.data() + ((b * call.q_heads + h * group + g) * call.n_queries + i) * far;
+          logit_of[g] = logit.data() + g * far;
         }
-        float top[kMaxRetrievalGroup];
-        const bool grouped = group <= kMaxRetrievalGroup;
-        for (int64_t g0 = 0; g0 < group; g0 += grouped ? group : 1) {
-          const int64_t gn = grouped ? group : 1;
-          for (int64_t g = 0; g < gn; ++g) top[g] = -INFINITY;
-          const uint8_t* code = codes(b, h, 0);
-          for (int64_t j = 0; j < far; ++j, code += stride) {
-            for (int64_t g = 0; g < gn; ++g) {
-              const float* t = lut.data() + (g0 + g) * subs * entries;
-              float dot = 0.0f;
-              for (int64_t m = 0; m < subs; ++m, t += entries) dot += t[code[m]];
-              if (keep)
-                far_dots_[static_cast<std::size_t>(
-                    ((b * call.q_heads + h * group + g0 + g) * call.n_queries + i) * far + j)] = dot;
-              const float l = dot * scale;
-              logit[static_cast<std::size_t>((g0 + g) * far + j)] = l;
-              top[g] = std::max(top[g], l);
-            }
-          }
-          // Each query head's softmax over the far rows, added to the rows' mass (SIMD exp).
+        a2ats_scan_rows(lut4.data(), subs, entries, codes(b, h, 0), stride, far, group, scale, keep ? dots_of : nullptr,
+                        logit_of, top);
+        for (int64_t g = 0; g < group; ++g) {
+          attention::kernels::add_softmax_mass(logit.data() + g * far, far, top[g], mass.data());
+        }
+        continue;
+      }
+      float top[kMaxRetrievalGroup];
+      const bool grouped = group <= kMaxRetrievalGroup;
+      for (int64_t g0 = 0; g0 < group; g0 += grouped ? group : 1) {
+        const int64_t gn = grouped ? group : 1;
+        for (int64_t g = 0; g < gn; ++g) top[g] = -INFINITY;
+        const uint8_t* code = codes(b, h, 0);
+        for (int64_t j = 0; j < far; ++j, code += stride) {
           for (int64_t g = 0; g < gn; ++g) {
-            attention::kernels::add_softmax_mass(logit.data() + (g0 + g) * far, far, top[g], mass.data());
+            const float* t = lut.data() + (g0 + g) * subs * entries;
+            float dot = 0.0f;
+            for (int64_t m = 0; m < subs; ++m, t += entries) dot += t[code[m]];
+            if (keep)
+              far_dots[static_cast<std::size_t>(((b * call.q_heads + h * group + g0 + g) * call.n_queries + i) * far +
+                                                j)] = dot;
+            const float l = dot * scale;
+            logit[static_cast<std::size_t>((g0 + g) * far + j)] = l;
+            top[g] = std::max(top[g], l);
           }
+        }
+        // Each query head's softmax over the far rows, added to the rows' mass (SIMD exp).
+        for (int64_t g = 0; g < gn; ++g) {
+          attention::kernels::add_softmax_mass(logit.data() + (g0 + g) * far, far, top[g], mass.data());
         }
       }
-      // The k_rows rows with the most mass, ties to the older row: a strict order (mass, then
-      // index), so selecting the first k_rows picks the same rows a stable sort would, in O(n).
-      std::iota(order.begin(), order.end(), 0);
-      std::nth_element(order.begin(), order.begin() + (k_rows - 1), order.end(), [&](int32_t a, int32_t c) {
-        const double ma = mass[static_cast<std::size_t>(a)], mc = mass[static_cast<std::size_t>(c)];
-        return ma > mc || (ma == mc && a < c);
-      });
-      std::vector<int32_t>& chosen = retrieved_[static_cast<std::size_t>(b * heads_ + h)];
-      chosen.assign(order.begin(), order.begin() + k_rows);
-      std::sort(chosen.begin(), chosen.end());
     }
-  }
-  far_dots_valid_ = keep;
+    // The k_rows rows with the most mass, ties to the older row, ascending (a threshold by
+    // radix select, caches/top_mass_rows.h: the rows a stable sort by mass would put first).
+    std::vector<int32_t>& chosen = retrieved_[static_cast<std::size_t>(bh)];
+    chosen.resize(static_cast<std::size_t>(k_rows));
+    top_mass_rows(mass.data(), far, k_rows, keys, candidates, chosen.data());
+  };
+  base::ThreadPool::global().parallel_for(batch_ * heads_, [&](int64_t begin, int64_t end) {
+    for (int64_t bh = begin; bh < end; ++bh) one_head(bh);
+  });
+  return keep;
 }
 
 std::vector<lm::Tensor> A2atsCache::state() const {

@@ -101,7 +101,9 @@ class A2atsCache : public lm::KVCache {
   // Key row j of (b, h) decoded from its codes, f32 [D].
   void decode_key(int64_t b, int64_t h, int64_t j, float* out) const;
   std::byte* far_value_row(int64_t b, int64_t h, int64_t j) const;
-  void retrieve(const attention::AttentionCall& call, const float* centroids);
+  // Chooses retrieved_; returns whether `far_dots` holds every far row's dot product per query
+  // row (A2atsCallRows::far_dots), which the call's attention then reads.
+  bool retrieve(const attention::AttentionCall& call, const float* centroids, std::vector<float>& far_dots);
   lm::KeysValues fetch_with(const lm::Tensor& keys, const lm::Tensor& values) const;
 
   A2atsParams p_;
@@ -111,10 +113,6 @@ class A2atsCache : public lm::KVCache {
   lm::Tensor codebook_, codes_, far_values_, tail_k_, tail_v_;
   // Per-call positions read ([B * H] lists, the driver's row positions; K + tail + s int32 per head).
   std::vector<std::vector<int32_t>> retrieved_;
-  // The last retrieval's dot products per query row and far row (grow-only; empty when the call
-  // was too large to keep them or nothing was chosen): A2atsCallRows::far_dots.
-  std::vector<float> far_dots_;
-  bool far_dots_valid_ = false;
 };
 
 A2atsParams a2ats_params(const KVCacheConfig& config);

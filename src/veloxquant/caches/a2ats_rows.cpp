@@ -4,6 +4,7 @@
 
 #include "lm/kernels/attention_tiles.h"
 #include "lm/kernels/simd_dot.h"
+#include "veloxquant/caches/a2ats_row_scan.h"
 
 #include "veloxquant/rows/cache_rows.h"
 
@@ -17,6 +18,7 @@ void a2ats_lookup_table(const float* centroids, int64_t subs, int64_t entries, i
   // coordinate times its row of contiguous centroid values is one SIMD axpy (lm/kernels/
   // simd_dot.h); the plain loop compiled to scalar code and built a decode step's 9 tables in 16%
   // of the step's instructions.
+  if (a2ats_fused_table(centroids, subs, entries, sub, query, lut)) return;  // the same floats, fewer passes
   for (int64_t m = 0; m < subs; ++m) {
     float* out = lut + m * entries;
     const float* book = centroids + m * sub * entries;
@@ -53,13 +55,18 @@ void A2atsRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
       for (int64_t j = j0; j < far_end; ++j) scores[r * ld + (j - j0)] = dots[pos[j]];
     }
   }
-  for (int64_t j = r_.far_dots ? far_end : j0; j < far_end; ++j) {
-    const uint8_t* code = row_ptr<uint8_t>(*r_.codes, b, h, pos[j]);
+  // Without the retrieval's dots (a long prefill chunk): each query's table (2^bits x D/sub
+  // floats, 8 KiB at the defaults) over the tile's rows in turn, so it stays in L1 while it is
+  // read (row-major, the tile's queries' tables were each read once per row).
+  if (!r_.far_dots && j0 < far_end) {
     for (int64_t r = 0; r < n_queries; ++r) {
       const float* lut = prepared + r * width;
-      float s = 0.0f;
-      for (int64_t m = 0; m < r_.subs; ++m) s += lut[m * r_.entries + code[m]];
-      scores[r * ld + (j - j0)] = s;
+      for (int64_t j = j0; j < far_end; ++j) {
+        const uint8_t* code = row_ptr<uint8_t>(*r_.codes, b, h, pos[j]);
+        float s = 0.0f;
+        for (int64_t m = 0; m < r_.subs; ++m) s += lut[m * r_.entries + code[m]];
+        scores[r * ld + (j - j0)] = s;
+      }
     }
   }
   const int64_t e0 = std::max(j0, r_.far);

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "veloxquant/core/column_distances.h"
 #include "veloxquant/core/rng.h"
 
 namespace veloxquant::core {
@@ -21,15 +22,19 @@ double squared_distance(const float* a, const float* b, int64_t dim) {
 
 // k-means++ (Arthur & Vassilvitskii, 2007): the first centre uniformly, each next one with
 // probability proportional to its squared distance to the nearest centre chosen so far.
-std::vector<float> kmeans_plus_plus(const float* x, int64_t n, int64_t dim, int64_t k, Rng& rng, const float* weights) {
+// The points are read as columns (xt [dim][n]): each new centre's distances to every point are
+// one SIMD pass (core/column_distances.h, the same doubles as squared_distance).
+std::vector<float> kmeans_plus_plus(const float* x, const float* xt, int64_t n, int64_t dim, int64_t k, Rng& rng,
+                                    const float* weights) {
   std::vector<float> centroids(k * dim);
-  std::vector<double> nearest(n, std::numeric_limits<double>::infinity());
+  std::vector<double> nearest(n, std::numeric_limits<double>::infinity()), to_centre(n);
   int64_t pick = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n)));
   for (int64_t c = 0; c < k; ++c) {
     std::copy(x + pick * dim, x + (pick + 1) * dim, centroids.begin() + c * dim);
+    column_distances(&centroids[c * dim], xt, n, dim, n, to_centre.data());
     double total = 0.0;
     for (int64_t i = 0; i < n; ++i) {
-      nearest[i] = std::min(nearest[i], squared_distance(x + i * dim, &centroids[c * dim], dim));
+      nearest[i] = std::min(nearest[i], to_centre[i]);
       total += nearest[i] * (weights ? weights[i] : 1.0f);
     }
     if (c + 1 == k) break;
@@ -77,14 +82,23 @@ KMeansResult kmeans(const float* x, int64_t n, int64_t dim, int64_t k, int max_i
   KMeansResult r;
   r.k = k;
   r.dim = dim;
-  r.centroids = kmeans_plus_plus(x, n, dim, k, rng, weights);
+  std::vector<float> columns(static_cast<std::size_t>(std::max(n, k) * dim));  // points, then centroids, as columns
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t d = 0; d < dim; ++d) columns[d * n + i] = x[i * dim + d];
+  }
+  r.centroids = kmeans_plus_plus(x, columns.data(), n, dim, k, rng, weights);
   r.assignment.assign(n, -1);
   std::vector<double> sums(k * dim);
   std::vector<double> mass(k);
   for (int it = 0; it <= max_iters; ++it) {
     bool changed = false;
+    // The centroids as columns, so each point's search is one SIMD pass over them (the same
+    // distances and the same lowest-index tie rule as nearest_centroid).
+    for (int64_t c = 0; c < k; ++c) {
+      for (int64_t d = 0; d < dim; ++d) columns[d * k + c] = r.centroids[c * dim + d];
+    }
     for (int64_t i = 0; i < n; ++i) {
-      const int32_t c = nearest_centroid(x + i * dim, r.centroids.data(), k, dim);
+      const int32_t c = nearest_column(x + i * dim, columns.data(), k, dim, k);
       if (c != r.assignment[i]) {
         r.assignment[i] = c;
         changed = true;

@@ -1,0 +1,135 @@
+// a2ats's retrieval row pass and table interleave against their scalar references, bit for bit,
+// on every SIMD target this machine runs (the dots, the scaled logits and each head's maximum).
+#include <gtest/gtest.h>
+
+#include <hwy/targets.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "lm/kernels/simd_dot.h"
+#include "veloxquant/caches/a2ats_row_scan.h"
+
+namespace veloxquant {
+namespace {
+
+template <class Body>
+void for_each_target(Body body) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    body(hwy::TargetName(target));
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+struct Scan {
+  std::vector<float> dots, logits, top;
+};
+
+template <class Fn>
+Scan run(Fn fn, const std::vector<float>& lut4, int64_t subs, int64_t entries, const std::vector<uint8_t>& codes,
+         int64_t stride, int64_t n, int64_t group, bool with_dots) {
+  Scan s{std::vector<float>(static_cast<std::size_t>(group * n), -7.0f),
+         std::vector<float>(static_cast<std::size_t>(group * n), -7.0f), std::vector<float>(4, -7.0f)};
+  float* dots[4] = {};
+  float* logits[4] = {};
+  for (int64_t g = 0; g < group; ++g) {
+    dots[g] = s.dots.data() + g * n;
+    logits[g] = s.logits.data() + g * n;
+  }
+  fn(lut4.data(), subs, entries, codes.data(), stride, n, group, 0.125f, with_dots ? dots : nullptr, logits,
+     s.top.data());
+  return s;
+}
+
+TEST(A2atsRowScan, MatchesScalarOnEveryTarget) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const int64_t subs : {int64_t{8}, int64_t{3}, int64_t{16}}) {
+    for (const int64_t entries : {int64_t{256}, int64_t{16}}) {
+      for (const int64_t group : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}}) {
+        std::vector<float> tables(static_cast<std::size_t>(group * subs * entries));
+        for (float& t : tables) t = normal(rng);
+        std::vector<float> lut4(static_cast<std::size_t>(4 * subs * entries), -9.0f), ref4(lut4);
+        scalar::a2ats_interleave_tables(tables.data(), group, subs * entries, ref4.data());
+        for_each_target([&](const char* target) {
+          std::vector<float> got(lut4.size(), -9.0f);
+          a2ats_interleave_tables(tables.data(), group, subs * entries, got.data());
+          ASSERT_EQ(got, ref4) << target << " group " << group;
+        });
+        for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{17}, int64_t{64}, int64_t{65}, int64_t{1000}}) {
+          const int64_t stride = subs + 5;
+          std::vector<uint8_t> codes(static_cast<std::size_t>(std::max<int64_t>(1, n * stride)));
+          for (uint8_t& c : codes) c = static_cast<uint8_t>(rng() % entries);
+          for (const bool with_dots : {true, false}) {
+            const Scan want = run(scalar::a2ats_scan_rows, ref4, subs, entries, codes, stride, n, group, with_dots);
+            for_each_target([&](const char* target) {
+              const Scan got = run(a2ats_scan_rows, ref4, subs, entries, codes, stride, n, group, with_dots);
+              ASSERT_EQ(got.dots, want.dots) << target << " subs " << subs << " n " << n << " group " << group;
+              ASSERT_EQ(got.logits, want.logits) << target << " subs " << subs << " n " << n;
+              ASSERT_EQ(got.top, want.top) << target << " subs " << subs << " n " << n << " group " << group;
+            });
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(A2atsRowScan, FusedTableIsTheAxpyTable) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const int64_t entries : {int64_t{256}, int64_t{16}, int64_t{8}, int64_t{2}}) {
+    for (const int64_t sub : {int64_t{8}, int64_t{4}, int64_t{1}}) {
+      const int64_t subs = 3;
+      std::vector<float> book(static_cast<std::size_t>(subs * sub * entries)),
+          query(static_cast<std::size_t>(subs * sub));
+      for (float& x : book) x = normal(rng);
+      for (float& x : query) x = normal(rng);
+      for_each_target([&](const char* target) {
+        // The table a2ats_lookup_table built before: zeros, then one axpy per coordinate.
+        std::vector<float> want(static_cast<std::size_t>(subs * entries), 0.0f);
+        for (int64_t m = 0; m < subs; ++m) {
+          for (int64_t k = 0; k < sub; ++k) {
+            lm::kernels::simd::axpy_f32(query[m * sub + k], book.data() + (m * sub + k) * entries,
+                                        want.data() + m * entries, entries);
+          }
+        }
+        // The group's tables at once, interleaved: the same floats, lanes past the group zero.
+        for (int64_t group = 1; group <= 4; ++group) {
+          std::vector<float> qs(static_cast<std::size_t>(group * subs * sub));
+          for (float& x : qs) x = normal(rng);
+          const float* queries[4] = {};
+          std::vector<float> tables(static_cast<std::size_t>(group * subs * entries), 0.0f);
+          for (int64_t g = 0; g < group; ++g) {
+            queries[g] = qs.data() + g * subs * sub;
+            for (int64_t m = 0; m < subs; ++m) {
+              for (int64_t k = 0; k < sub; ++k) {
+                lm::kernels::simd::axpy_f32(queries[g][m * sub + k], book.data() + (m * sub + k) * entries,
+                                            tables.data() + (g * subs + m) * entries, entries);
+              }
+            }
+          }
+          std::vector<float> want4(static_cast<std::size_t>(4 * subs * entries));
+          scalar::a2ats_interleave_tables(tables.data(), group, subs * entries, want4.data());
+          std::vector<float> got4(want4.size(), -5.0f);
+          if (a2ats_group_tables(book.data(), subs, entries, sub, queries, group, got4.data())) {
+            ASSERT_EQ(got4, want4) << target << " entries " << entries << " sub " << sub << " group " << group;
+          } else {
+            EXPECT_EQ(got4, std::vector<float>(want4.size(), -5.0f)) << target << " wrote on refusal";
+          }
+        }
+        std::vector<float> got(want.size(), -5.0f);
+        if (a2ats_fused_table(book.data(), subs, entries, sub, query.data(), got.data())) {
+          ASSERT_EQ(got, want) << target << " entries " << entries << " sub " << sub;
+        } else {
+          EXPECT_EQ(got, std::vector<float>(want.size(), -5.0f)) << target << " wrote on refusal";
+        }
+      });
+    }
+  }
+}
+
+}  // namespace
+}  // namespace veloxquant
