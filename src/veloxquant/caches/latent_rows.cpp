@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "veloxquant/attention/affine_part_planes.h"
+#include "veloxquant/attention/latent_tiles.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/rows/cache_rows.h"
 
@@ -111,7 +112,7 @@ void LatentRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const 
   for (int64_t a = j0; a < j1; a += kLatentBlock) {
     const int64_t n = std::min(kLatentBlock, j1 - a);
     keys_.codec->decode_rows(b, g, keys_.code_row(b, g, a), keys_.row_stride(), n, latent);
-    attention::kernels::score_rows(prepared, keys_.max_rank, n_queries, latent, r, n, r, scores + (a - j0), ld);
+    attention::kernels::score_latent_rows(prepared, keys_.max_rank, n_queries, latent, r, n, r, scores + (a - j0), ld);
   }
 }
 
@@ -133,7 +134,7 @@ void LatentRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, c
   for (int64_t a = j0; a < j1; a += kLatentBlock) {
     const int64_t n = std::min(kLatentBlock, j1 - a);
     values_.codec->decode_rows(b, g, values_.code_row(b, g, a), values_.row_stride(), n, latent);
-    attention::kernels::accumulate_rows(weights + (a - j0), ld, n_queries, latent, r, n, r, acc, values_.max_rank);
+    attention::kernels::accumulate_latent_rows(weights + (a - j0), ld, n_queries, latent, r, n, r, acc, values_.max_rank);
   }
 }
 
