@@ -149,6 +149,9 @@ class KvtcCodec final : public LatentCodec {
     return {std::to_string(o_.kvtc_bit_budget), o_.kvtc_bit_choices, blocks_tail::exact_double(o_.kvtc_beta)};
   }
   std::size_t meta_size() const override { return 3; }
+  // A prefill chunk over the rebuilt rows: at SmolLM2's r up to 192 every query head reading the
+  // whole latent costs up to 3x the plain rows' arithmetic (LatentCache::rebuild_rows_for).
+  bool prefill_over_rebuilt_rows() const override { return true; }
   // Four rows per dimension: with fewer, the last principal directions of the fitting rows are
   // noise and their ranges far too narrow for the tokens that follow (the ranges are frozen).
   int64_t min_fit_rows(int64_t width) const override { return std::max<int64_t>(64, 4 * width); }

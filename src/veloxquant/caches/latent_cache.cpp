@@ -280,6 +280,7 @@ lm::KeysValues LatentCache::update_and_fetch(const lm::Tensor& keys, const lm::T
 // latent scores are <U q, z> and the rebuilt ones <q, mu + U^T z> with mu + U^T z rounded to the
 // cache's dtype.
 bool LatentCache::rebuild_rows_for(int64_t q_heads, int64_t n) const {
+  if (!k_.codec->prefill_over_rebuilt_rows() || !v_.codec->prefill_over_rebuilt_rows()) return false;
   const int64_t rk = k_.max_rank, rv = v_.max_rank;
   const int64_t latent = q_heads * n * (rk + rv);
   const int64_t rebuilt = groups_ * (k_.width * rk + v_.width * rv) + q_heads * n * (k_.dim + v_.dim);

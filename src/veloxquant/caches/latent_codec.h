@@ -51,6 +51,10 @@ class LatentCodec {
     const attention::kernels::AffinePlaneLayout* layout = nullptr;
   };
   virtual bool plane_rows(int64_t /*b*/, int64_t /*g*/, PlaneRows* /*out*/) const { return false; }
+  // Whether a fused call with many queries (a prefill chunk) may attend over the rebuilt rows
+  // (LatentCache::rebuild_rows_for) instead of in the latent space: the same attention up to
+  // rounding, so a method opts in (kvtc) and the others keep their prefill numbers (palu).
+  virtual bool prefill_over_rebuilt_rows() const { return false; }
   // Rows the cache keeps as given before fitting, for rows `width` wide (at least 64).
   virtual int64_t min_fit_rows(int64_t /*width*/) const { return 64; }
 };
