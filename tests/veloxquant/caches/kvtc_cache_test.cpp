@@ -204,7 +204,7 @@ TEST(Kvtc, FusedAttentionEqualsAttentionOverFetchedRows) {
   }
 }
 
-// A prefill chunk attends over the rows rebuilt as update_and_fetch returns them (f32 here), so
+// A prefill chunk attends over the rows rebuilt in f32 as update_and_fetch returns them, so
 // it matches attention over the fetched rows up to the driver's order of summation; a decode
 // step stays in the latent space (scores <U q, z>, the same up to rounding).
 TEST(Kvtc, PrefillChunksAttendOverTheFetchedRows) {
