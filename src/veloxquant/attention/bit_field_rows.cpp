@@ -89,7 +89,65 @@ void decode_rows_vbmi(const uint8_t* first, int64_t stride, int64_t n_rows, cons
     }
   }
 }
+
+// The same codes as decode_rows_vbmi, kept as 16-bit integers: each 64-field chunk's bytes
+// widened in two halves of 32 and stored up to code_stride (the tables' zero masks past the
+// last field give the zeros there).
+void decode_codes_vbmi(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                       int16_t* out, int64_t code_stride) {
+  const __mmask64 row_mask = layout.row_bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << layout.row_bytes) - 1;
+  const __mmask64 hi_fields = 0xF0F0F0F0F0F0F0F0ull;
+  const int64_t table = static_cast<int64_t>(layout.field_mask.size());
+  for (int64_t j = 0; j < n_rows; ++j) {
+    const __m512i bytes = _mm512_maskz_loadu_epi8(row_mask, first + j * stride);
+    int16_t* o = out + j * code_stride;
+    for (int64_t c = 0; c < code_stride; c += 64) {
+      __m512i codes = _mm512_setzero_si512();
+      if (c < table) {
+        const auto at = static_cast<std::size_t>(c);
+        codes = _mm512_multishift_epi64_epi8(
+            _mm512_loadu_si512(layout.field_bit.data() + at),
+            _mm512_permutexvar_epi8(_mm512_loadu_si512(layout.qword_bytes.data() + at), bytes));
+        if (layout.two_pass) {
+          const __m512i hi = _mm512_multishift_epi64_epi8(
+              _mm512_loadu_si512(layout.field_bit_hi.data() + at),
+              _mm512_permutexvar_epi8(_mm512_loadu_si512(layout.qword_bytes_hi.data() + at), bytes));
+          codes = _mm512_mask_blend_epi8(hi_fields, codes, hi);
+        }
+        codes = _mm512_and_si512(codes, _mm512_loadu_si512(layout.field_mask.data() + at));
+      }
+      _mm512_storeu_si512(o + c, _mm512_cvtepu8_epi16(_mm512_castsi512_si256(codes)));
+      if (c + 32 < code_stride) _mm512_storeu_si512(o + c + 32, _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(codes, 1)));
+    }
+  }
+}
 #endif
+
+void DecodeBitFieldCodesImpl(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                             int16_t* codes, int64_t code_stride) {
+#if HWY_TARGET == HWY_AVX3_DL
+  if (layout.row_bytes <= 64) {
+    decode_codes_vbmi(first, stride, n_rows, layout, codes, code_stride);
+    return;
+  }
+#endif
+  // Elsewhere field by field from the two bytes at its first byte (a field ends inside its row).
+  const int64_t n = layout.fields();
+  for (int64_t j = 0; j < n_rows; ++j) {
+    const uint8_t* row = first + j * stride;
+    int16_t* o = codes + j * code_stride;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto at = static_cast<std::size_t>(i);
+      const int64_t b = layout.first_byte[at];
+      uint32_t word = row[b];
+      if (layout.shift[at] + __builtin_popcount(static_cast<uint32_t>(layout.mask[at])) > 8) {
+        word |= static_cast<uint32_t>(row[b + 1]) << 8;
+      }
+      o[i] = static_cast<int16_t>((word >> layout.shift[at]) & static_cast<uint32_t>(layout.mask[at]));
+    }
+    for (int64_t i = n; i < code_stride; ++i) o[i] = 0;
+  }
+}
 
 void DecodeBitFieldRowsImpl(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
                             const float* step, const float* lo, float* out) {
@@ -115,6 +173,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace veloxquant::attention::kernels {
 HWY_EXPORT(DecodeBitFieldRowsImpl);
+HWY_EXPORT(DecodeBitFieldCodesImpl);
 
 BitFieldLayout BitFieldLayout::from_widths(const int32_t* widths, int64_t n) {
   BitFieldLayout layout;
@@ -160,7 +219,29 @@ void decode_bit_field_rows(const uint8_t* first, int64_t stride, int64_t n_rows,
   HWY_DYNAMIC_DISPATCH(DecodeBitFieldRowsImpl)(first, stride, n_rows, layout, step, lo, out);
 }
 
+void decode_bit_field_codes(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                            int16_t* codes, int64_t code_stride) {
+  HWY_DYNAMIC_DISPATCH(DecodeBitFieldCodesImpl)(first, stride, n_rows, layout, codes, code_stride);
+}
+
 namespace scalar {
+void decode_bit_field_codes(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                            int16_t* codes, int64_t code_stride) {
+  const int64_t n = layout.fields();
+  for (int64_t j = 0; j < n_rows; ++j) {
+    const uint8_t* row = first + j * stride;
+    int64_t bit = 0;
+    for (int64_t i = 0; i < code_stride; ++i) {
+      int32_t code = 0;
+      if (i < n) {
+        const int width = __builtin_popcount(static_cast<uint32_t>(layout.mask[static_cast<std::size_t>(i)]));
+        for (int k = 0; k < width; ++k, ++bit) code |= ((row[bit >> 3] >> (bit & 7)) & 1) << k;
+      }
+      codes[j * code_stride + i] = static_cast<int16_t>(code);
+    }
+  }
+}
+
 void decode_bit_field_rows(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
                            const float* step, const float* lo, float* out) {
   const int64_t n = layout.fields();

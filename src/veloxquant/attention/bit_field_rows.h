@@ -40,7 +40,15 @@ struct BitFieldLayout {
 void decode_bit_field_rows(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
                            const float* step, const float* lo, float* out);
 
+// codes[j * code_stride + i] = code_i of row j (zero-extended) for i < layout.fields(), and 0
+// for fields() <= i < code_stride; code_stride a multiple of 32 >= fields(). The integer key
+// scorer's input (attention/code_row_scores.h).
+void decode_bit_field_codes(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                            int16_t* codes, int64_t code_stride);
+
 namespace scalar {
+void decode_bit_field_codes(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                            int16_t* codes, int64_t code_stride);
 void decode_bit_field_rows(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
                            const float* step, const float* lo, float* out);
 }  // namespace scalar

@@ -319,6 +319,11 @@ void LatentCache::fused_attention(const lm::FusedAttentionRequest& request, lm::
   project_queries(k_, heads_, heads_per_group_, call.queries, batch_, hq, n, projected_.data());
   call.queries = projected_.data();
   call.out = latent_out_.data();
+  if (rows.integer_keys()) {  // keys scored from their integer codes (kvtc)
+    plane_queries_.resize(static_cast<std::size_t>(batch_ * hq * n * rows.key_dim()));
+    rows.queries_to_codes(projected_.data(), batch_, hq, n, plane_queries_.data());
+    call.queries = plane_queries_.data();
+  }
   if (rows.planes()) {  // queries and outputs in the rows' plane order (LatentRows)
     plane_queries_.resize(static_cast<std::size_t>(batch_ * hq * n * rows.key_dim()));
     plane_out_.resize(static_cast<std::size_t>(batch_ * hq * n * rows.value_dim()));

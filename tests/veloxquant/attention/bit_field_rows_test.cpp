@@ -60,12 +60,25 @@ TEST(BitFieldRows, EqualTheScalarReferenceAndThePackedCodes) {
       }
       std::vector<float> plain(static_cast<std::size_t>(rows * n));
       scalar::decode_bit_field_rows(packed.data(), stride, rows, layout, step.data(), lo.data(), plain.data());
+      // The integer codes (kvtc's key scores read them), padded to a multiple of 32 with zeros.
+      const int64_t code_stride = (n + 31) / 32 * 32 + (trial % 2) * 32;
+      std::vector<int16_t> plain_codes(static_cast<std::size_t>(rows * code_stride), -1);
+      scalar::decode_bit_field_codes(packed.data(), stride, rows, layout, plain_codes.data(), code_stride);
+      for (int64_t j = 0; j < rows; ++j) {
+        for (int64_t i = 0; i < code_stride; ++i) {
+          ASSERT_EQ(plain_codes[static_cast<std::size_t>(j * code_stride + i)],
+                    i < n ? static_cast<int16_t>(codes[static_cast<std::size_t>(j * n + i)]) : 0);
+        }
+      }
       for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
         hwy::SetSupportedTargetsForTest(target);
+        std::vector<int16_t> simd_codes(plain_codes.size(), -1);
+        decode_bit_field_codes(packed.data(), stride, rows, layout, simd_codes.data(), code_stride);
         std::vector<float> simd(plain.size(), -1.0f);
         decode_bit_field_rows(packed.data(), stride, rows, layout, step.data(), lo.data(), simd.data());
         hwy::SetSupportedTargetsForTest(0);
         ASSERT_EQ(simd, plain) << hwy::TargetName(target) << " n " << n << " trial " << trial;
+        ASSERT_EQ(simd_codes, plain_codes) << hwy::TargetName(target) << " n " << n << " trial " << trial;
       }
       for (int64_t j = 0; j < rows; ++j) {
         for (int64_t i = 0; i < n; ++i) {

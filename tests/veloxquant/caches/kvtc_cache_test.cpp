@@ -199,7 +199,9 @@ TEST(Kvtc, FusedAttentionEqualsAttentionOverFetchedRows) {
       const std::shared_ptr<lm::KVCache> fused = make_kvtc_cache(o), plain = make_kvtc_cache(o);
       const std::vector<float> worst =
           test_support::fused_vs_fetched(*fused, *plain, heads, hq, d, chunks, 700, rows, rows);
-      for (std::size_t c = 0; c < chunks.size(); ++c) EXPECT_LE(worst[c], 1e-3f) << "chunk " << c;
+      // The latent chunks: keys scored from their codes with 16-bit rounded queries (up to ~1e-3
+      // here, the f32 latent scores stayed below 1e-3).
+      for (std::size_t c = 0; c < chunks.size(); ++c) EXPECT_LE(worst[c], 2e-3f) << "chunk " << c;
     }
   }
 }
