@@ -9,8 +9,10 @@
 // built once when the widths are known, not per tile. The gather reads up to 3 bytes past a
 // row's last byte: inside the tile for every row but the last, which is decoded from a padded
 // copy. On AVX-512 VBMI (the AVX3_DL target) a row of at most 64 bytes is instead one masked
-// load and each 16 fields one byte permute of it (byte_index), no gather and no copy. Equal to
-// the scalar reference below element for element (both use one fused multiply-add per value).
+// load, and each 64 fields one byte permute (each 64-bit lane the 8 bytes from its first field's
+// first byte), one multishift (every field's 8 bits from its bit offset) and a mask give the 64
+// codes as bytes; then widen, convert and FMA 16 at a time. Equal to the scalar reference below
+// element for element (both use one fused multiply-add per value).
 #include <cstdint>
 #include <vector>
 
@@ -18,9 +20,14 @@ namespace veloxquant::attention::kernels {
 
 struct BitFieldLayout {
   std::vector<int32_t> first_byte, shift, mask;  // per field
-  // Per field, the byte permute's indices of its first two bytes (then two zeros), mod 64: the
-  // AVX-512 VBMI kernel's form of first_byte for rows of at most 64 bytes.
-  std::vector<uint8_t> byte_index;
+  // The VBMI kernel's byte-code form (rows of at most 64 bytes), per 64-field chunk, 64 bytes a
+  // table, padded with zeros past the last field: each 64-bit lane of a permuted row holds the 8
+  // row bytes from the first byte of its first field (qword_bytes), the lane's 8 fields pulled
+  // out by a multishift at their bit offsets from there (field_bit) and masked (field_mask).
+  // Fields 4..7 of a lane whose bits pass the lane's 64 come from a second permute starting at
+  // field 4's first byte (qword_bytes_hi, field_bit_hi), used only when `two_pass`.
+  std::vector<uint8_t> qword_bytes, field_bit, field_mask, qword_bytes_hi, field_bit_hi;
+  bool two_pass = false;
   int64_t row_bytes = 0;                         // ceil(sum of widths / 8)
 
   // widths: n fields, each 0..8 bits (a 0-bit field decodes to lo_i + step_i * 0).
@@ -33,7 +40,15 @@ struct BitFieldLayout {
 void decode_bit_field_rows(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
                            const float* step, const float* lo, float* out);
 
+// codes[j * code_stride + i] = code_i of row j (zero-extended) for i < layout.fields(), and 0
+// for fields() <= i < code_stride; code_stride a multiple of 32 >= fields(). The integer key
+// scorer's input (attention/code_row_scores.h).
+void decode_bit_field_codes(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                            int16_t* codes, int64_t code_stride);
+
 namespace scalar {
+void decode_bit_field_codes(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                            int16_t* codes, int64_t code_stride);
 void decode_bit_field_rows(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
                            const float* step, const float* lo, float* out);
 }  // namespace scalar

@@ -122,6 +122,12 @@ class KvtcCodec final : public LatentCodec {
     attention::kernels::decode_bit_field_rows(first, stride, n, layouts_[at(b, g)], row_ptr<float>(range_, b, g, 0),
                                               row_ptr<float>(range_, b, g, 1), out);
   }
+  bool integer_keys(int64_t b, int64_t g, IntegerKeys* out) const override {
+    out->layout = &layouts_[at(b, g)];
+    out->step = row_ptr<float>(range_, b, g, 0);
+    out->lo = row_ptr<float>(range_, b, g, 1);
+    return true;
+  }
   std::vector<lm::Tensor> state() const override { return {bits_, range_}; }
   void restore(const std::vector<lm::Tensor>& t) override {
     if (t.size() != 2 || t[0].shape() != bits_.shape() || t[1].shape() != range_.shape() ||
@@ -149,6 +155,9 @@ class KvtcCodec final : public LatentCodec {
     return {std::to_string(o_.kvtc_bit_budget), o_.kvtc_bit_choices, blocks_tail::exact_double(o_.kvtc_beta)};
   }
   std::size_t meta_size() const override { return 3; }
+  // A prefill chunk over the rebuilt rows: at SmolLM2's r up to 192 every query head reading the
+  // whole latent costs up to 3x the plain rows' arithmetic (LatentCache::rebuild_rows_for).
+  bool prefill_over_rebuilt_rows() const override { return true; }
   // Four rows per dimension: with fewer, the last principal directions of the fitting rows are
   // noise and their ranges far too narrow for the tokens that follow (the ranges are frozen).
   int64_t min_fit_rows(int64_t width) const override { return std::max<int64_t>(64, 4 * width); }

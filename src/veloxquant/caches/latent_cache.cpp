@@ -9,6 +9,7 @@
 #include "veloxquant/attention/attention_driver.h"
 #include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/attention/fused_call.h"
+#include "veloxquant/attention/latent_tiles.h"
 #include "veloxquant/caches/quantized_blocks_tail.h"
 #include "veloxquant/core/linalg.h"
 #include "veloxquant/rows/cache_rows.h"
@@ -112,12 +113,14 @@ void LatentCache::ensure_code_rows(int64_t rows) {
 }
 
 // rows: f32 [B, H, n, D] (one side). Latents z = U (x - mu) of each token's group row x, coded.
+// The projection sums in double in the order of the columns (attention/latent_tiles.h), the
+// same bits as the plain loop, eight tokens per vector when there are that many.
 void LatentCache::encode_rows(LatentSide& side, const float* rows, int64_t n, int64_t first_row) const {
   const int64_t d = side.dim, w = side.width;
   // Grow-only per thread: a decode step encodes its token without a heap allocation.
   thread_local std::vector<float> x, z;
-  x.resize(static_cast<std::size_t>(w));
-  z.resize(static_cast<std::size_t>(std::max<int64_t>(side.max_rank, 1)));
+  x.resize(static_cast<std::size_t>(n * w));
+  z.resize(static_cast<std::size_t>(n * std::max<int64_t>(side.max_rank, 1)));
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t g = 0; g < groups_; ++g) {
       const int64_t r = side.rank(b, g);
@@ -125,15 +128,13 @@ void LatentCache::encode_rows(LatentSide& side, const float* rows, int64_t n, in
       for (int64_t t = 0; t < n; ++t) {
         for (int64_t l = 0; l < heads_per_group_; ++l) {
           const float* src = rows + ((b * heads_ + g * heads_per_group_ + l) * n + t) * d;
-          for (int64_t c = 0; c < d; ++c) x[static_cast<std::size_t>(l * d + c)] = src[c] - mu[l * d + c];
+          float* dst = x.data() + t * w + l * d;
+          for (int64_t c = 0; c < d; ++c) dst[c] = src[c] - mu[l * d + c];
         }
-        for (int64_t i = 0; i < r; ++i) {
-          const float* u = side.basis_row(b, g, i);
-          double dot = 0.0;
-          for (int64_t c = 0; c < w; ++c) dot += static_cast<double>(u[c]) * x[static_cast<std::size_t>(c)];
-          z[static_cast<std::size_t>(i)] = static_cast<float>(dot);
-        }
-        side.codec->encode(b, g, z.data(), row_ptr<uint8_t>(side.codes, b, g, first_row + t));
+      }
+      attention::kernels::project_latents(side.basis_row(b, g, 0), w, r, x.data(), w, n, z.data());
+      for (int64_t t = 0; t < n; ++t) {
+        side.codec->encode(b, g, z.data() + t * r, row_ptr<uint8_t>(side.codes, b, g, first_row + t));
       }
     }
   }
@@ -180,15 +181,11 @@ void LatentCache::fit_side(LatentSide& side, const std::vector<float>& rows, int
       for (int64_t t = 0; t < fit_rows; ++t) {
         for (int64_t l = 0; l < heads_per_group_; ++l) {
           const float* src = rows.data() + ((b * heads_ + g * heads_per_group_ + l) * n + t) * d;
-          for (int64_t c = 0; c < d; ++c) x[static_cast<std::size_t>(l * d + c)] = src[c] - mu[l * d + c];
-        }
-        for (int64_t i = 0; i < r; ++i) {
-          const float* u = row_ptr<float>(side.basis, b, g, i);
-          double dot = 0.0;
-          for (int64_t c = 0; c < w; ++c) dot += static_cast<double>(u[c]) * x[static_cast<std::size_t>(c)];
-          latents[static_cast<std::size_t>(t * r + i)] = static_cast<float>(dot);
+          for (int64_t c = 0; c < d; ++c) x[static_cast<std::size_t>(t * w + l * d + c)] = src[c] - mu[l * d + c];
         }
       }
+      attention::kernels::project_latents(row_ptr<float>(side.basis, b, g, 0), w, r, x.data(), w, fit_rows,
+                                          latents.data());
       side.codec->fit(b, g, latents.data(), fit_rows, r);
       row_bytes = std::max(row_bytes, side.codec->row_bytes(b, g));
     }
@@ -238,24 +235,24 @@ void LatentCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   offset_ += s;
 }
 
-// out: f32 [B, H, offset, D] <- mu + U^T z of every stored row.
+// out: f32 [B, H, offset, D] <- mu + U^T z of every stored row, a block of rows at a time
+// (attention/latent_tiles.h: the same bits as one row at a time).
 void LatentCache::reconstruct_side(const LatentSide& side, lm::Tensor& out) const {
+  constexpr int64_t kBlock = 64;
   const int64_t d = side.dim, w = side.width;
-  std::vector<float> z(static_cast<std::size_t>(std::max<int64_t>(side.max_rank, 1))), x(static_cast<std::size_t>(w));
+  std::vector<float> z(static_cast<std::size_t>(kBlock * std::max<int64_t>(side.max_rank, 1)));
+  std::vector<float> x(static_cast<std::size_t>(kBlock * w));
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t g = 0; g < groups_; ++g) {
       const int64_t r = side.rank(b, g);
-      const float* mu = side.mean_row(b, g);
-      for (int64_t t = 0; t < offset_; ++t) {
-        side.codec->decode_rows(b, g, side.code_row(b, g, t), side.row_stride(), 1, z.data());
-        std::copy_n(mu, w, x.data());
-        for (int64_t i = 0; i < r; ++i) {
-          const float* u = side.basis_row(b, g, i);
-          const float zi = z[static_cast<std::size_t>(i)];
-          for (int64_t c = 0; c < w; ++c) x[static_cast<std::size_t>(c)] += zi * u[c];
-        }
+      for (int64_t t0 = 0; t0 < offset_; t0 += kBlock) {
+        const int64_t m = std::min(kBlock, offset_ - t0);
+        side.codec->decode_rows(b, g, side.code_row(b, g, t0), side.row_stride(), m, z.data());
+        attention::kernels::reconstruct_latent_rows(side.basis_row(b, g, 0), w, r, side.mean_row(b, g), z.data(), w, m,
+                                                    x.data(), w);
         for (int64_t l = 0; l < heads_per_group_; ++l) {
-          std::copy_n(x.data() + l * d, d, row_ptr<float>(out, b, g * heads_per_group_ + l, t));
+          float* dst = row_ptr<float>(out, b, g * heads_per_group_ + l, t0);
+          for (int64_t t = 0; t < m; ++t) std::copy_n(x.data() + t * w + l * d, d, dst + t * d);
         }
       }
     }
@@ -275,6 +272,20 @@ lm::KeysValues LatentCache::update_and_fetch(const lm::Tensor& keys, const lm::T
   return fetch(keys.dtype());
 }
 
+// Per stored row, the latent path's multiply-adds are q_heads x n x (rk + rv) (every query head
+// reads the group's whole latent, K and V); rebuilding costs G x (width_k rk + width_v rv) once
+// per call and then the plain rows' q_heads x n x (Dk + Dv). A decode step (n = 1) stays latent
+// (9 x 384 against 73,728 at SmolLM2's r = 192); a prefill chunk of more than ~32 queries per
+// head at r = 192 (~64 at r = 96) rebuilds. Both give the rows' scores up to rounding: the
+// latent scores are <U q, z> and the rebuilt ones <q, mu + U^T z> (f32).
+bool LatentCache::rebuild_rows_for(int64_t q_heads, int64_t n) const {
+  if (!k_.codec->prefill_over_rebuilt_rows() || !v_.codec->prefill_over_rebuilt_rows()) return false;
+  const int64_t rk = k_.max_rank, rv = v_.max_rank;
+  const int64_t latent = q_heads * n * (rk + rv);
+  const int64_t rebuilt = groups_ * (k_.width * rk + v_.width * rv) + q_heads * n * (k_.dim + v_.dim);
+  return latent > rebuilt;
+}
+
 void LatentCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) {
   const std::string& who = fused_who_;
   if (!request.queries || !request.keys || !request.values) {
@@ -291,14 +302,28 @@ void LatentCache::fused_attention(const lm::FusedAttentionRequest& request, lm::
     attention::attend(call, raw, &base::ThreadPool::global());
     return;
   }
-  // Queries projected once per call, latents accumulated by the driver, outputs rebuilt once.
   const int64_t hq = q.dim(1), n = q.dim(2);
+  if (rebuild_rows_for(hq, n)) {
+    // A prefill chunk: the rows mu + U^T z rebuilt in f32 (as update_and_fetch rebuilds them,
+    // before its cast to the input dtype) and attended as plain rows. Rounding them to f16 as
+    // well moved a 1-chunk eval's KL from 1.069 to 1.156; in f32 it measured 1.019.
+    const lm::KeysValues rebuilt = fetch(lm::DType::F32);
+    const attention::DtypeRowSource plain(rebuilt.keys, rebuilt.values, offset_);
+    attention::attend(call, plain, &base::ThreadPool::global());
+    return;
+  }
+  // Queries projected once per call, latents accumulated by the driver, outputs rebuilt once.
   const LatentRows rows(k_, v_, 1, offset_);
   projected_.resize(static_cast<std::size_t>(batch_ * hq * n * k_.max_rank));
   latent_out_.resize(static_cast<std::size_t>(batch_ * hq * n * v_.max_rank));
   project_queries(k_, heads_, heads_per_group_, call.queries, batch_, hq, n, projected_.data());
   call.queries = projected_.data();
   call.out = latent_out_.data();
+  if (rows.integer_keys()) {  // keys scored from their integer codes (kvtc)
+    plane_queries_.resize(static_cast<std::size_t>(batch_ * hq * n * rows.key_dim()));
+    rows.queries_to_codes(projected_.data(), batch_, hq, n, plane_queries_.data());
+    call.queries = plane_queries_.data();
+  }
   if (rows.planes()) {  // queries and outputs in the rows' plane order (LatentRows)
     plane_queries_.resize(static_cast<std::size_t>(batch_ * hq * n * rows.key_dim()));
     plane_out_.resize(static_cast<std::size_t>(batch_ * hq * n * rows.value_dim()));

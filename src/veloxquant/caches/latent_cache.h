@@ -19,7 +19,9 @@
 //   per side  codes U8 [B, G, cap, row bytes], basis F32 [B, G, r_max, G_w], mean F32 [B, G, 1,
 //             G_w], ranks I32 [B, G, 1, 1] and the codec's fitted tensors (G_w = (H / G) x D).
 // Fused attention: scores and value sums in the latent space (caches/latent_rows.h) through the
-// shared driver; before the fit, plain attention over the raw rows.
+// shared driver; before the fit, plain attention over the raw rows; for a codec that opts in
+// (kvtc), a call with many queries (a prefill chunk) rebuilds the rows once (as update_and_fetch returns them) and attends over them
+// as plain rows, cheaper there than every query head reading the whole latent.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -61,6 +63,9 @@ class LatentCache : public lm::KVCache {
   int64_t head_groups() const { return groups_; }
   const LatentSide& keys_side() const { return k_; }
   const LatentSide& values_side() const { return v_; }
+  // Whether a fused call of n queries per head (after the fit) attends over the rebuilt rows
+  // instead of in the latent space: a prefill chunk, never a decode step.
+  bool rebuild_rows_for(int64_t q_heads, int64_t n) const;
 
  private:
   void allocate(const lm::Tensor& keys, const lm::Tensor& values);

@@ -14,6 +14,7 @@
 
 #include "lm/tensor.h"
 #include "veloxquant/attention/affine_part_planes.h"
+#include "veloxquant/attention/bit_field_rows.h"
 
 namespace veloxquant {
 
@@ -51,6 +52,19 @@ class LatentCodec {
     const attention::kernels::AffinePlaneLayout* layout = nullptr;
   };
   virtual bool plane_rows(int64_t /*b*/, int64_t /*g*/, PlaneRows* /*out*/) const { return false; }
+  // Key rows whose component i is lo[i] + step[i] * code_i, the codes bit fields of `layout`
+  // (kvtc): the attention scores them from the integer codes (attention/code_row_scores.h)
+  // instead of decoding them to floats. false: decode_rows' latents.
+  struct IntegerKeys {
+    const attention::kernels::BitFieldLayout* layout = nullptr;
+    const float* step = nullptr;
+    const float* lo = nullptr;
+  };
+  virtual bool integer_keys(int64_t /*b*/, int64_t /*g*/, IntegerKeys* /*out*/) const { return false; }
+  // Whether a fused call with many queries (a prefill chunk) may attend over the rebuilt rows
+  // (LatentCache::rebuild_rows_for) instead of in the latent space: the same attention up to
+  // rounding, so a method opts in (kvtc) and the others keep their prefill numbers (palu).
+  virtual bool prefill_over_rebuilt_rows() const { return false; }
   // Rows the cache keeps as given before fitting, for rows `width` wide (at least 64).
   virtual int64_t min_fit_rows(int64_t /*width*/) const { return 64; }
 };

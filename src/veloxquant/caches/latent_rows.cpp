@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "veloxquant/attention/affine_part_planes.h"
+#include "veloxquant/attention/code_row_scores.h"
+#include "veloxquant/attention/latent_tiles.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/rows/cache_rows.h"
 
@@ -42,6 +44,37 @@ LatentRows::LatentRows(const LatentSide& keys, const LatentSide& values, int64_t
     }
   }
   planes_ = all;
+  if (planes_) return;
+  bool integer = true;
+  for (int64_t b = 0; b < keys.ranks.dim(0) && integer; ++b) {
+    for (int64_t g = 0; g < keys.ranks.dim(1) && integer; ++g) {
+      LatentCodec::IntegerKeys k;
+      integer = keys.codec->integer_keys(b, g, &k);
+    }
+  }
+  if (integer) code_stride_ = (keys.max_rank + 31) / 32 * 32;
+}
+
+int64_t LatentRows::key_dim() const {
+  if (planes_) return key_width_;
+  return code_stride_ > 0 ? attention::kernels::code_query_floats(code_stride_) : keys_.max_rank;
+}
+
+void LatentRows::queries_to_codes(const float* projected, int64_t batch, int64_t q_heads, int64_t n,
+                                  float* out) const {
+  const int64_t groups = keys_.ranks.dim(1), per_group = q_heads / groups, rk = keys_.max_rank, dim = key_dim();
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t qh = 0; qh < q_heads; ++qh) {
+      const int64_t g = qh / per_group;
+      LatentCodec::IntegerKeys k;
+      keys_.codec->integer_keys(b, g, &k);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t at = (b * q_heads + qh) * n + i;
+        attention::kernels::prepare_code_query(projected + at * rk, k.step, k.lo, keys_.rank(b, g), code_stride_,
+                                               out + at * dim);
+      }
+    }
+  }
 }
 
 void LatentRows::queries_to_planes(const float* projected, int64_t batch, int64_t q_heads, int64_t n,
@@ -106,12 +139,22 @@ void LatentRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const 
     attention::kernels::score_rows(prepared, key_width_, n_queries, tile, w, n, w, scores, ld);
     return;
   }
+  if (code_stride_ > 0) {
+    const int64_t g = h / heads_per_group_, n = j1 - j0;
+    LatentCodec::IntegerKeys k;
+    keys_.codec->integer_keys(b, g, &k);
+    auto* codes = reinterpret_cast<int16_t*>(scratch.u8(static_cast<std::size_t>(n * code_stride_) * sizeof(int16_t)));
+    attention::kernels::decode_bit_field_codes(keys_.code_row(b, g, j0), keys_.row_stride(), n, *k.layout, codes,
+                                               code_stride_);
+    attention::kernels::score_code_rows(prepared, key_dim(), n_queries, codes, code_stride_, n, scores, ld);
+    return;
+  }
   const int64_t g = h / heads_per_group_, r = keys_.rank(b, g);
   float* latent = scratch.f32(static_cast<std::size_t>(kLatentBlock * r));
   for (int64_t a = j0; a < j1; a += kLatentBlock) {
     const int64_t n = std::min(kLatentBlock, j1 - a);
     keys_.codec->decode_rows(b, g, keys_.code_row(b, g, a), keys_.row_stride(), n, latent);
-    attention::kernels::score_rows(prepared, keys_.max_rank, n_queries, latent, r, n, r, scores + (a - j0), ld);
+    attention::kernels::score_latent_rows(prepared, keys_.max_rank, n_queries, latent, r, n, r, scores + (a - j0), ld);
   }
 }
 
@@ -133,7 +176,7 @@ void LatentRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, c
   for (int64_t a = j0; a < j1; a += kLatentBlock) {
     const int64_t n = std::min(kLatentBlock, j1 - a);
     values_.codec->decode_rows(b, g, values_.code_row(b, g, a), values_.row_stride(), n, latent);
-    attention::kernels::accumulate_rows(weights + (a - j0), ld, n_queries, latent, r, n, r, acc, values_.max_rank);
+    attention::kernels::accumulate_latent_rows(weights + (a - j0), ld, n_queries, latent, r, n, r, acc, values_.max_rank);
   }
 }
 
@@ -142,12 +185,13 @@ void project_queries(const LatentSide& keys, int64_t kv_heads, int64_t heads_per
   const int64_t d = keys.dim, rk = keys.max_rank, per_kv = q_heads / kv_heads;
   std::fill(projected, projected + batch * q_heads * n * rk, 0.0f);
   for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t qh = 0; qh < q_heads; ++qh) {
-      const int64_t h = qh / per_kv, g = h / heads_per_group, local = h % heads_per_group;
-      const int64_t at = (b * q_heads + qh) * n;
-      // The basis rows restricted to this head's D columns act as r "rows" to score the query on.
-      attention::kernels::score_rows(queries + at * d, d, n, keys.basis_row(b, g, 0) + local * d, keys.width,
-                                     keys.rank(b, g), d, projected + at * rk, rk);
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      const int64_t g = h / heads_per_group, local = h % heads_per_group;
+      const int64_t at = (b * q_heads + h * per_kv) * n;
+      // The basis rows restricted to this head's D columns act as r "rows" to score the queries
+      // of all the kv head's query heads on (each row read once for them; the same sums).
+      attention::kernels::score_latent_rows(queries + at * d, d, per_kv * n, keys.basis_row(b, g, 0) + local * d,
+                                            keys.width, keys.rank(b, g), d, projected + at * rk, rk);
     }
   }
 }
@@ -156,14 +200,15 @@ void reconstruct_outputs(const LatentSide& values, int64_t kv_heads, int64_t hea
                          int64_t batch, int64_t q_heads, int64_t n, float* out) {
   const int64_t d = values.dim, rv = values.max_rank, per_kv = q_heads / kv_heads;
   for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t qh = 0; qh < q_heads; ++qh) {
-      const int64_t h = qh / per_kv, g = h / heads_per_group, local = h % heads_per_group;
-      const int64_t at = (b * q_heads + qh) * n;
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      const int64_t g = h / heads_per_group, local = h % heads_per_group;
+      const int64_t at = (b * q_heads + h * per_kv) * n;
       const float* mu = values.mean_row(b, g) + local * d;
-      for (int64_t i = 0; i < n; ++i) std::copy_n(mu, d, out + (at + i) * d);
-      // out_i += sum_c a_i[c] * U_h[c]: the latent sums are the weights, the basis rows the rows.
-      attention::kernels::accumulate_rows(latents + at * rv, rv, n, values.basis_row(b, g, 0) + local * d, values.width,
-                                          values.rank(b, g), d, out + at * d, d);
+      for (int64_t i = 0; i < per_kv * n; ++i) std::copy_n(mu, d, out + (at + i) * d);
+      // out_i += sum_c a_i[c] * U_h[c]: the latent sums are the weights, the basis rows the rows
+      // (all the kv head's query heads in one call; each output column its own FMA chain).
+      attention::kernels::accumulate_latent_rows(latents + at * rv, rv, per_kv * n, values.basis_row(b, g, 0) + local * d,
+                                                 values.width, values.rank(b, g), d, out + at * d, d);
     }
   }
 }

@@ -53,9 +53,15 @@ struct LatentSide {
 class LatentRows final : public attention::RowSource {
  public:
   LatentRows(const LatentSide& keys, const LatentSide& values, int64_t heads_per_group, int64_t rows);
-  int64_t key_dim() const override { return planes_ ? key_width_ : keys_.max_rank; }
+  int64_t key_dim() const override;
   int64_t value_dim() const override { return planes_ ? value_width_ : values_.max_rank; }
   bool planes() const { return planes_; }
+  // Integer key path (LatentCodec::integer_keys: kvtc): the keys are scored from their codes,
+  // so the call's queries are the projected ones prepared by queries_to_codes (key_dim() floats
+  // each: attention/code_row_scores.h's layout for code rows of code_stride() codes).
+  bool integer_keys() const { return code_stride_ > 0; }
+  int64_t code_stride() const { return code_stride_; }
+  void queries_to_codes(const float* projected, int64_t batch, int64_t q_heads, int64_t n, float* out) const;
   // projected [B, Hq, N, keys.max_rank] -> out [B, Hq, N, key_dim()], query head qh in group
   // qh / (Hq / G).
   void queries_to_planes(const float* projected, int64_t batch, int64_t q_heads, int64_t n, float* out) const;
@@ -73,6 +79,7 @@ class LatentRows final : public attention::RowSource {
   int64_t heads_per_group_, rows_;
   bool planes_ = false;
   int64_t key_width_ = 0, value_width_ = 0;
+  int64_t code_stride_ = 0;  // > 0: integer key path
 };
 
 // queries f32 [B, Hq, N, D] contiguous -> projected [B, Hq, N, keys.max_rank] (zeros past the

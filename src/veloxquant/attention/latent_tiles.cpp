@@ -1,0 +1,333 @@
+// Highway kernels for latent_tiles.h, compiled once per target and dispatched at run time.
+// Compiled with -ffp-contract=off (src/veloxquant/CMakeLists.txt): reconstruct_latent_rows
+// must round each product before its sum, as the scalar loop it replaces did.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "veloxquant/attention/latent_tiles.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "veloxquant/attention/latent_tiles.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "lm/kernels/attention_tiles.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace veloxquant::attention::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Set per target pass (this file is compiled once per target).
+#undef VQ_LATENT_AVX512
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#define VQ_LATENT_AVX512 1
+// Two rounds of ScoreRows' sum_quads on 512-bit vectors: the same interleaves within each
+// 128-bit block, so each block ends as the block of an 8-lane vector would.
+HWY_INLINE __m512 sum_quads512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  const auto pair = [](__m512 x, __m512 y) { return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y)); };
+  const auto quad = [](__m512 x, __m512 y) {
+    const __m512d x64 = _mm512_castps_pd(x), y64 = _mm512_castps_pd(y);
+    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x64, y64)), _mm512_castpd_ps(_mm512_unpackhi_pd(x64, y64)));
+  };
+  return quad(pair(a0, a1), pair(a2, a3));
+}
+
+// Queries a (lanes 0-7) and b (lanes 8-15) against rows [0, n_rows) in passes of 8 rows: lane
+// group k of acc[k] is row k's 8 partial sums for that query, each the FMA chain over e that
+// score_query<8> runs; then ScoreRows' tree (pairs, quads, the two 128-bit halves added) per
+// query. Rows past the whole passes and the last d % 8 elements as ScoreRows does them.
+HWY_INLINE void score_pair(const float* qa, const float* qb, bool two, const float* rows, int64_t row_stride,
+                           int64_t whole, int64_t d, float* out_a, float* out_b) {
+  const int64_t dv = d - d % 8;
+  // Output lane k < 8 = query a's row k, 8 + k = query b's: row k's halves are lane k of
+  // s0123 / s4567 blocks 0 and 1 (query a) or blocks 2 and 3 (query b).
+  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+  const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int64_t j = 0; j < whole; j += 8) {
+    const float* r0 = rows + j * row_stride;
+    __m512 acc[8];
+    for (int k = 0; k < 8; ++k) acc[k] = _mm512_setzero_ps();
+    for (int64_t e = 0; e < dv; e += 8) {
+      const __m512 qv = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(qa + e)), _mm256_loadu_ps(qb + e), 1);
+      for (int k = 0; k < 8; ++k) {
+        acc[k] = _mm512_fmadd_ps(qv, _mm512_broadcast_f32x8(_mm256_loadu_ps(r0 + k * row_stride + e)), acc[k]);
+      }
+    }
+    const __m512 s0123 = sum_quads512(acc[0], acc[1], acc[2], acc[3]);
+    const __m512 s4567 = sum_quads512(acc[4], acc[5], acc[6], acc[7]);
+    const __m512 s = _mm512_add_ps(_mm512_permutex2var_ps(s0123, lo, s4567), _mm512_permutex2var_ps(s0123, hi, s4567));
+    _mm256_storeu_ps(out_a + j, _mm512_castps512_ps256(s));
+    if (two) _mm256_storeu_ps(out_b + j, _mm512_extractf32x8_ps(s, 1));
+    for (int64_t e = dv; e < d; ++e) {
+      for (int k = 0; k < 8; ++k) {
+        const float x = r0[k * row_stride + e];
+        out_a[j + k] = __builtin_fmaf(qa[e], x, out_a[j + k]);
+        if (two) out_b[j + k] = __builtin_fmaf(qb[e], x, out_b[j + k]);
+      }
+    }
+  }
+}
+#endif
+
+void ScoreLatentRows(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride,
+                     int64_t n_rows, int64_t d, float* scores, int64_t ld) {
+#ifdef VQ_LATENT_AVX512
+  const int64_t whole = n_rows - n_rows % 8;
+  for (int64_t r = 0; r < n_q; r += 2) {
+    const bool two = r + 1 < n_q;
+    const float* qa = q + r * q_stride;
+    score_pair(qa, two ? qa + q_stride : qa, two, rows, row_stride, whole, d, scores + r * ld,
+               scores + (two ? r + 1 : r) * ld);
+  }
+  // The last n_rows % 8 rows are scored one by one by the shared kernel (its lane reduction).
+  if (whole < n_rows) {
+    lm::kernels::tiles::score_rows(q, q_stride, n_q, rows + whole * row_stride, row_stride, n_rows - whole, d,
+                                   scores + whole, ld);
+  }
+#else
+  lm::kernels::tiles::score_rows(q, q_stride, n_q, rows, row_stride, n_rows, d, scores, ld);
+#endif
+}
+
+#ifdef VQ_LATENT_AVX512
+// NQ queries x V vectors of 16 columns from column e (the last vector masked by `tail`): per
+// row the NQ weights broadcast, each row vector loaded once for all NQ queries.
+template <int NQ, int V>
+HWY_INLINE void accumulate_columns512(const float* w, int64_t ld, const float* rows, int64_t row_stride,
+                                      int64_t n_rows, int64_t e, float* acc, int64_t acc_stride, __mmask16 tail) {
+  __m512 a[NQ][V];
+  const auto mask = [&](int c) { return c == V - 1 ? tail : __mmask16(0xFFFF); };
+  for (int r = 0; r < NQ; ++r) {
+    for (int c = 0; c < V; ++c) a[r][c] = _mm512_maskz_loadu_ps(mask(c), acc + r * acc_stride + e + c * 16);
+  }
+  for (int64_t j = 0; j < n_rows; ++j) {
+    const float* row = rows + j * row_stride + e;
+    __m512 wv[NQ];
+    for (int r = 0; r < NQ; ++r) wv[r] = _mm512_set1_ps(w[r * ld + j]);
+    for (int c = 0; c < V; ++c) {
+      const __m512 x = _mm512_maskz_loadu_ps(mask(c), row + c * 16);
+      for (int r = 0; r < NQ; ++r) a[r][c] = _mm512_fmadd_ps(wv[r], x, a[r][c]);
+    }
+  }
+  for (int r = 0; r < NQ; ++r) {
+    for (int c = 0; c < V; ++c) _mm512_mask_storeu_ps(acc + r * acc_stride + e + c * 16, mask(c), a[r][c]);
+  }
+}
+
+template <int NQ>
+HWY_INLINE void accumulate_block512(const float* w, int64_t ld, const float* rows, int64_t row_stride, int64_t n_rows,
+                                    int64_t d, float* acc, int64_t acc_stride) {
+  // 3 queries x 4 vectors: 12 accumulators + 3 weights + a row vector of AVX-512's 32 registers.
+  constexpr int V = 4;
+  const __mmask16 full = 0xFFFF;
+  int64_t e = 0;
+  for (; e + V * 16 <= d; e += V * 16) accumulate_columns512<NQ, V>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride, full);
+  for (; e + 16 <= d; e += 16) accumulate_columns512<NQ, 1>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride, full);
+  if (e < d) {
+    const auto tail = static_cast<__mmask16>((1u << (d - e)) - 1u);
+    accumulate_columns512<NQ, 1>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride, tail);
+  }
+}
+#endif
+
+void AccumulateLatentRows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride,
+                          int64_t n_rows, int64_t d, float* acc, int64_t acc_stride) {
+#ifdef VQ_LATENT_AVX512
+  int64_t r = 0;
+  for (; r + 3 <= n_q; r += 3) accumulate_block512<3>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride);
+  if (n_q - r == 2) accumulate_block512<2>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride);
+  if (n_q - r == 1) accumulate_block512<1>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride);
+#else
+  lm::kernels::tiles::accumulate_rows(w, ld, n_q, rows, row_stride, n_rows, d, acc, acc_stride);
+#endif
+}
+
+// Eight tokens per vector of doubles, one per lane, so every lane sums its token's products in
+// the order of c exactly as the scalar loop; four components at a time keep four independent
+// FMA chains in flight. Tokens past n (the last block) are zero rows, their lanes dropped.
+//
+// Fewer tokens than lanes (a decode step's one token): components per lane instead, their basis
+// elements gathered column by column, so the basis is not copied to doubles for one token.
+HWY_INLINE void project_by_components(const float* basis, int64_t basis_stride, int64_t r, const float* x, int64_t w,
+                                      float* z) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const hn::Rebind<int32_t, decltype(dd)> di;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(dd));
+  const auto stride = hn::Set(di, static_cast<int32_t>(basis_stride));
+  const auto rows = hn::Mul(hn::Iota(di, 0), stride);  // lane l reads component i + l
+  double lane_out[16];
+  int64_t i = 0;
+  for (; i + 4 * lanes <= r; i += 4 * lanes) {
+    const float* u = basis + i * basis_stride;
+    const auto step = hn::Mul(hn::Set(di, static_cast<int32_t>(lanes)), stride);
+    const auto i1 = hn::Add(rows, step), i2 = hn::Add(i1, step), i3 = hn::Add(i2, step);
+    auto a0 = hn::Zero(dd), a1 = hn::Zero(dd), a2 = hn::Zero(dd), a3 = hn::Zero(dd);
+    for (int64_t c = 0; c < w; ++c) {
+      const auto xv = hn::Set(dd, static_cast<double>(x[c]));
+      a0 = hn::MulAdd(hn::PromoteTo(dd, hn::GatherIndex(df, u + c, rows)), xv, a0);
+      a1 = hn::MulAdd(hn::PromoteTo(dd, hn::GatherIndex(df, u + c, i1)), xv, a1);
+      a2 = hn::MulAdd(hn::PromoteTo(dd, hn::GatherIndex(df, u + c, i2)), xv, a2);
+      a3 = hn::MulAdd(hn::PromoteTo(dd, hn::GatherIndex(df, u + c, i3)), xv, a3);
+    }
+    hn::StoreU(hn::DemoteTo(df, a0), df, z + i);
+    hn::StoreU(hn::DemoteTo(df, a1), df, z + i + lanes);
+    hn::StoreU(hn::DemoteTo(df, a2), df, z + i + 2 * lanes);
+    hn::StoreU(hn::DemoteTo(df, a3), df, z + i + 3 * lanes);
+  }
+  for (; i < r; i += lanes) {
+    const int64_t m = std::min(lanes, r - i);
+    // Lanes past r gather component i's row again (in bounds); their sums are dropped.
+    const auto idx = hn::IfThenElse(hn::Lt(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(m))), rows, hn::Zero(di));
+    const float* u = basis + i * basis_stride;
+    auto a = hn::Zero(dd);
+    for (int64_t c = 0; c < w; ++c) {
+      a = hn::MulAdd(hn::PromoteTo(dd, hn::GatherIndex(df, u + c, idx)), hn::Set(dd, static_cast<double>(x[c])), a);
+    }
+    hn::StoreU(a, dd, lane_out);
+    for (int64_t l = 0; l < m; ++l) z[i + l] = static_cast<float>(lane_out[l]);
+  }
+}
+
+void ProjectLatents(const float* basis, int64_t basis_stride, int64_t r, const float* x, int64_t w, int64_t n,
+                    float* z) {
+  const hn::ScalableTag<double> dd;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(dd));
+  if (n < lanes) {
+    for (int64_t t = 0; t < n; ++t) project_by_components(basis, basis_stride, r, x + t * w, w, z + t * r);
+    return;
+  }
+  // Grow-only per thread: the tokens' columns as doubles ([c][lane]) and the basis as doubles.
+  thread_local std::vector<double> xt, ud;
+  xt.resize(static_cast<std::size_t>(w * lanes));
+  ud.resize(static_cast<std::size_t>(r * w));
+  for (int64_t i = 0; i < r; ++i) {
+    for (int64_t c = 0; c < w; ++c) ud[static_cast<std::size_t>(i * w + c)] = basis[i * basis_stride + c];
+  }
+  double lane_out[4][16];
+  for (int64_t t0 = 0; t0 < n; t0 += lanes) {
+    const int64_t m = std::min(lanes, n - t0);
+    for (int64_t c = 0; c < w; ++c) {
+      for (int64_t l = 0; l < lanes; ++l) {
+        xt[static_cast<std::size_t>(c * lanes + l)] = l < m ? static_cast<double>(x[(t0 + l) * w + c]) : 0.0;
+      }
+    }
+    int64_t i = 0;
+    for (; i + 4 <= r; i += 4) {
+      const double* u0 = ud.data() + i * w;
+      auto a0 = hn::Zero(dd), a1 = hn::Zero(dd), a2 = hn::Zero(dd), a3 = hn::Zero(dd);
+      for (int64_t c = 0; c < w; ++c) {
+        const auto xv = hn::LoadU(dd, xt.data() + c * lanes);
+        a0 = hn::MulAdd(hn::Set(dd, u0[c]), xv, a0);
+        a1 = hn::MulAdd(hn::Set(dd, u0[w + c]), xv, a1);
+        a2 = hn::MulAdd(hn::Set(dd, u0[2 * w + c]), xv, a2);
+        a3 = hn::MulAdd(hn::Set(dd, u0[3 * w + c]), xv, a3);
+      }
+      hn::StoreU(a0, dd, lane_out[0]);
+      hn::StoreU(a1, dd, lane_out[1]);
+      hn::StoreU(a2, dd, lane_out[2]);
+      hn::StoreU(a3, dd, lane_out[3]);
+      for (int64_t l = 0; l < m; ++l) {
+        for (int k = 0; k < 4; ++k) z[(t0 + l) * r + i + k] = static_cast<float>(lane_out[k][l]);
+      }
+    }
+    for (; i < r; ++i) {
+      const double* u = ud.data() + i * w;
+      auto a = hn::Zero(dd);
+      for (int64_t c = 0; c < w; ++c) a = hn::MulAdd(hn::Set(dd, u[c]), hn::LoadU(dd, xt.data() + c * lanes), a);
+      hn::StoreU(a, dd, lane_out[0]);
+      for (int64_t l = 0; l < m; ++l) z[(t0 + l) * r + i] = static_cast<float>(lane_out[0][l]);
+    }
+  }
+}
+
+// Columns per vector; per component a rounded product and a rounded sum (no FMA: the file is
+// compiled with -ffp-contract=off and Mul / Add are separate instructions).
+void ReconstructLatentRows(const float* basis, int64_t basis_stride, int64_t r, const float* mu, const float* z,
+                           int64_t w, int64_t n, float* out, int64_t out_stride) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* zt = z + t * r;
+    float* o = out + t * out_stride;
+    int64_t c = 0;
+    for (; c + 2 * lanes <= w; c += 2 * lanes) {
+      auto x0 = hn::LoadU(df, mu + c), x1 = hn::LoadU(df, mu + c + lanes);
+      for (int64_t i = 0; i < r; ++i) {
+        const auto zi = hn::Set(df, zt[i]);
+        const float* u = basis + i * basis_stride + c;
+        x0 = hn::Add(x0, hn::Mul(zi, hn::LoadU(df, u)));
+        x1 = hn::Add(x1, hn::Mul(zi, hn::LoadU(df, u + lanes)));
+      }
+      hn::StoreU(x0, df, o + c);
+      hn::StoreU(x1, df, o + c + lanes);
+    }
+    for (; c + lanes <= w; c += lanes) {
+      auto x0 = hn::LoadU(df, mu + c);
+      for (int64_t i = 0; i < r; ++i) x0 = hn::Add(x0, hn::Mul(hn::Set(df, zt[i]), hn::LoadU(df, basis + i * basis_stride + c)));
+      hn::StoreU(x0, df, o + c);
+    }
+    for (; c < w; ++c) {
+      float x0 = mu[c];
+      for (int64_t i = 0; i < r; ++i) x0 = x0 + zt[i] * basis[i * basis_stride + c];
+      o[c] = x0;
+    }
+  }
+}
+
+}  // namespace veloxquant::attention::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace veloxquant::attention::kernels {
+HWY_EXPORT(ScoreLatentRows);
+HWY_EXPORT(AccumulateLatentRows);
+HWY_EXPORT(ProjectLatents);
+HWY_EXPORT(ReconstructLatentRows);
+
+void score_latent_rows(const float* q, int64_t q_stride, int64_t n_q, const float* rows, int64_t row_stride,
+                       int64_t n_rows, int64_t d, float* scores, int64_t ld) {
+  HWY_DYNAMIC_DISPATCH(ScoreLatentRows)(q, q_stride, n_q, rows, row_stride, n_rows, d, scores, ld);
+}
+
+void accumulate_latent_rows(const float* w, int64_t ld, int64_t n_q, const float* rows, int64_t row_stride,
+                            int64_t n_rows, int64_t d, float* acc, int64_t acc_stride) {
+  HWY_DYNAMIC_DISPATCH(AccumulateLatentRows)(w, ld, n_q, rows, row_stride, n_rows, d, acc, acc_stride);
+}
+
+void project_latents(const float* basis, int64_t basis_stride, int64_t r, const float* x, int64_t w, int64_t n,
+                     float* z) {
+  HWY_DYNAMIC_DISPATCH(ProjectLatents)(basis, basis_stride, r, x, w, n, z);
+}
+
+void reconstruct_latent_rows(const float* basis, int64_t basis_stride, int64_t r, const float* mu, const float* z,
+                             int64_t w, int64_t n, float* out, int64_t out_stride) {
+  HWY_DYNAMIC_DISPATCH(ReconstructLatentRows)(basis, basis_stride, r, mu, z, w, n, out, out_stride);
+}
+
+namespace scalar {
+void project_latents(const float* basis, int64_t basis_stride, int64_t r, const float* x, int64_t w, int64_t n,
+                     float* z) {
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < r; ++i) {
+      double dot = 0.0;
+      for (int64_t c = 0; c < w; ++c) dot += static_cast<double>(basis[i * basis_stride + c]) * x[t * w + c];
+      z[t * r + i] = static_cast<float>(dot);
+    }
+  }
+}
+
+void reconstruct_latent_rows(const float* basis, int64_t basis_stride, int64_t r, const float* mu, const float* z,
+                             int64_t w, int64_t n, float* out, int64_t out_stride) {
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t c = 0; c < w; ++c) {
+      float x = mu[c];
+      for (int64_t i = 0; i < r; ++i) x = x + z[t * r + i] * basis[i * basis_stride + c];
+      out[t * out_stride + c] = x;
+    }
+  }
+}
+}  // namespace scalar
+
+}  // namespace veloxquant::attention::kernels
+#endif
