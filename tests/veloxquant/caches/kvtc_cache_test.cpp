@@ -193,15 +193,18 @@ TEST(Kvtc, FusedAttentionEqualsAttentionOverFetchedRows) {
   const test_support::RowMaker rows = [](int64_t h, int64_t n, int64_t dim, uint64_t s) {
     return low_rank_rows(h, n, dim, 20, s);
   };
-  for (const KvtcOptions& o : {KvtcOptions{}, options(100, "0,2,4")}) {
+  KvtcOptions integer_keys;
+  integer_keys.kvtc_integer_keys = true;
+  for (const KvtcOptions& o : {KvtcOptions{}, options(100, "0,2,4"), integer_keys}) {
     // Width 192: the fit waits for 768 rows — the first chunks attend over rows as given.
     for (const std::vector<int64_t>& chunks : {std::vector<int64_t>{800, 1, 9}, std::vector<int64_t>{500, 300, 1}}) {
       const std::shared_ptr<lm::KVCache> fused = make_kvtc_cache(o), plain = make_kvtc_cache(o);
       const std::vector<float> worst =
           test_support::fused_vs_fetched(*fused, *plain, heads, hq, d, chunks, 700, rows, rows);
-      // The latent chunks: keys scored from their codes with 16-bit rounded queries (up to ~1e-3
-      // here, the f32 latent scores stayed below 1e-3).
-      for (std::size_t c = 0; c < chunks.size(); ++c) EXPECT_LE(worst[c], 2e-3f) << "chunk " << c;
+      // The f32 latent scores stay below 1e-3; keys scored from their codes with 16-bit rounded
+      // queries (kvtc_integer_keys) reach ~1.1e-3 here.
+      const float limit = o.kvtc_integer_keys ? 2e-3f : 1e-3f;
+      for (std::size_t c = 0; c < chunks.size(); ++c) EXPECT_LE(worst[c], limit) << "chunk " << c;
     }
   }
 }
