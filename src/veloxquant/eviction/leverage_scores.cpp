@@ -1,4 +1,5 @@
 #include "veloxquant/eviction/leverage_scores.h"
+#include "veloxquant/eviction/upper_gram.h"
 
 #include <algorithm>
 #include <cmath>
@@ -327,14 +328,7 @@ void value_leverage_scores(const float* values, const int32_t* rows, int64_t cou
     }
   } else {
     gram.assign(static_cast<std::size_t>(dim * dim), 0.0);
-    for (int64_t j = 0; j < count; ++j) {
-      const double* m = block.data() + j * dim;
-      for (int64_t r = 0; r < dim; ++r) {
-        const double mr = m[r];
-        double* g = gram.data() + r * dim;
-        for (int64_t c = r; c < dim; ++c) g[c] += mr * m[c];
-      }
-    }
+    accumulate_upper_gram(block.data(), count, dim, gram.data());  // SIMD, the scalar loop's sums
     for (int64_t r = 0; r < dim; ++r) {
       for (int64_t c = 0; c < r; ++c)
         gram[static_cast<std::size_t>(r * dim + c)] = gram[static_cast<std::size_t>(c * dim + r)];

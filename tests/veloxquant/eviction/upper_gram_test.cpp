@@ -1,0 +1,51 @@
+// curdkv's Gram kernel: the SIMD path's upper triangle equals the scalar loop's bit for bit on
+// every SIMD target this machine runs (accumulating into a non-zero matrix, ragged widths), and
+// the scalar loop is the definition (diagonal = sum of squares, computed here independently).
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "veloxquant/eviction/upper_gram.h"
+
+namespace veloxquant::eviction {
+namespace {
+
+TEST(UpperGram, EveryTargetEqualsTheScalarLoopBitForBit) {
+  std::mt19937 rng(11);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (const int64_t dim : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{13}, int64_t{64}, int64_t{65}}) {
+    for (const int64_t count : {int64_t{1}, int64_t{5}, int64_t{37}, int64_t{300}}) {
+      std::vector<double> rows(static_cast<std::size_t>(count * dim)), start(static_cast<std::size_t>(dim * dim));
+      for (double& v : rows) v = normal(rng) * 1e-2;
+      for (double& v : start) v = normal(rng);
+      std::vector<double> want = start;
+      scalar::accumulate_upper_gram(rows.data(), count, dim, want.data());
+      for (int64_t r = 0; r < dim; ++r) {  // the definition, on the diagonal
+        double s = start[static_cast<std::size_t>(r * dim + r)];
+        for (int64_t j = 0; j < count; ++j) {
+          const double v = rows[static_cast<std::size_t>(j * dim + r)];
+          s += v * v;
+        }
+        ASSERT_EQ(want[static_cast<std::size_t>(r * dim + r)], s) << "dim " << dim << " row " << r;
+      }
+      for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+        std::vector<double> got = start;
+        hwy::SetSupportedTargetsForTest(target);
+        accumulate_upper_gram(rows.data(), count, dim, got.data());
+        hwy::SetSupportedTargetsForTest(0);
+        for (int64_t r = 0; r < dim; ++r) {
+          for (int64_t c = r; c < dim; ++c) {
+            ASSERT_EQ(got[static_cast<std::size_t>(r * dim + c)], want[static_cast<std::size_t>(r * dim + c)])
+                << hwy::TargetName(target) << " dim " << dim << " count " << count << " (" << r << ", " << c << ")";
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace veloxquant::eviction
