@@ -52,35 +52,49 @@ HWY_INLINE void DecodeRow(const uint8_t* row, const BitFieldLayout& layout, cons
 // a layout with such a field also permutes from field 4's first byte and takes fields 4..7 of
 // each lane from that), a mask leaves the codes as bytes; 16 codes at a time are widened,
 // converted and put through the same FMA as DecodeRow.
+// The 64 codes (as bytes) of fields [at, at + 64) of a row held in `bytes`: the permute and
+// multishift above (and the second pass for fields crossing their lane's 64 bits), masked.
+HWY_INLINE __m512i chunk_codes(const BitFieldLayout& layout, std::size_t at, __m512i bytes) {
+  const __mmask64 hi_fields = 0xF0F0F0F0F0F0F0F0ull;
+  __m512i codes =
+      _mm512_multishift_epi64_epi8(_mm512_loadu_si512(layout.field_bit.data() + at),
+                                   _mm512_permutexvar_epi8(_mm512_loadu_si512(layout.qword_bytes.data() + at), bytes));
+  if (layout.two_pass) {
+    const __m512i hi = _mm512_multishift_epi64_epi8(
+        _mm512_loadu_si512(layout.field_bit_hi.data() + at),
+        _mm512_permutexvar_epi8(_mm512_loadu_si512(layout.qword_bytes_hi.data() + at), bytes));
+    codes = _mm512_mask_blend_epi8(hi_fields, codes, hi);
+  }
+  return _mm512_and_si512(codes, _mm512_loadu_si512(layout.field_mask.data() + at));
+}
+
 void decode_rows_vbmi(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
                       const float* step, const float* lo, float* out) {
   const int64_t n = layout.fields();
   const __mmask64 row_mask = layout.row_bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << layout.row_bytes) - 1;
-  const __mmask64 hi_fields = 0xF0F0F0F0F0F0F0F0ull;
   for (int64_t j = 0; j < n_rows; ++j) {
     const __m512i bytes = _mm512_maskz_loadu_epi8(row_mask, first + j * stride);
     float* o = out + j * n;
     for (int64_t c = 0; c < n; c += 64) {
       const auto at = static_cast<std::size_t>(c);
-      __m512i codes = _mm512_multishift_epi64_epi8(
-          _mm512_loadu_si512(layout.field_bit.data() + at),
-          _mm512_permutexvar_epi8(_mm512_loadu_si512(layout.qword_bytes.data() + at), bytes));
-      if (layout.two_pass) {
-        const __m512i hi = _mm512_multishift_epi64_epi8(
-            _mm512_loadu_si512(layout.field_bit_hi.data() + at),
-            _mm512_permutexvar_epi8(_mm512_loadu_si512(layout.qword_bytes_hi.data() + at), bytes));
-        codes = _mm512_mask_blend_epi8(hi_fields, codes, hi);
-      }
-      codes = _mm512_and_si512(codes, _mm512_loadu_si512(layout.field_mask.data() + at));
+      const __m512i codes = chunk_codes(layout, at, bytes);
       const int64_t m = std::min<int64_t>(64, n - c);
       for (int64_t i = 0; i < m; i += 16) {
         const __mmask16 k = m - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (m - i)) - 1u);
         __m128i part;
         switch (i) {
-          case 0: part = _mm512_castsi512_si128(codes); break;
-          case 16: part = _mm512_extracti32x4_epi32(codes, 1); break;
-          case 32: part = _mm512_extracti32x4_epi32(codes, 2); break;
-          default: part = _mm512_extracti32x4_epi32(codes, 3); break;
+          case 0:
+            part = _mm512_castsi512_si128(codes);
+            break;
+          case 16:
+            part = _mm512_extracti32x4_epi32(codes, 1);
+            break;
+          case 32:
+            part = _mm512_extracti32x4_epi32(codes, 2);
+            break;
+          default:
+            part = _mm512_extracti32x4_epi32(codes, 3);
+            break;
         }
         const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(part)),
                                          _mm512_maskz_loadu_ps(k, step + c + i), _mm512_maskz_loadu_ps(k, lo + c + i));
@@ -93,10 +107,9 @@ void decode_rows_vbmi(const uint8_t* first, int64_t stride, int64_t n_rows, cons
 // The same codes as decode_rows_vbmi, kept as 16-bit integers: each 64-field chunk's bytes
 // widened in two halves of 32 and stored up to code_stride (the tables' zero masks past the
 // last field give the zeros there).
-void decode_codes_vbmi(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
-                       int16_t* out, int64_t code_stride) {
+void decode_codes_vbmi(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout, int16_t* out,
+                       int64_t code_stride) {
   const __mmask64 row_mask = layout.row_bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << layout.row_bytes) - 1;
-  const __mmask64 hi_fields = 0xF0F0F0F0F0F0F0F0ull;
   const int64_t table = static_cast<int64_t>(layout.field_mask.size());
   for (int64_t j = 0; j < n_rows; ++j) {
     const __m512i bytes = _mm512_maskz_loadu_epi8(row_mask, first + j * stride);
@@ -105,19 +118,11 @@ void decode_codes_vbmi(const uint8_t* first, int64_t stride, int64_t n_rows, con
       __m512i codes = _mm512_setzero_si512();
       if (c < table) {
         const auto at = static_cast<std::size_t>(c);
-        codes = _mm512_multishift_epi64_epi8(
-            _mm512_loadu_si512(layout.field_bit.data() + at),
-            _mm512_permutexvar_epi8(_mm512_loadu_si512(layout.qword_bytes.data() + at), bytes));
-        if (layout.two_pass) {
-          const __m512i hi = _mm512_multishift_epi64_epi8(
-              _mm512_loadu_si512(layout.field_bit_hi.data() + at),
-              _mm512_permutexvar_epi8(_mm512_loadu_si512(layout.qword_bytes_hi.data() + at), bytes));
-          codes = _mm512_mask_blend_epi8(hi_fields, codes, hi);
-        }
-        codes = _mm512_and_si512(codes, _mm512_loadu_si512(layout.field_mask.data() + at));
+        codes = chunk_codes(layout, at, bytes);
       }
       _mm512_storeu_si512(o + c, _mm512_cvtepu8_epi16(_mm512_castsi512_si256(codes)));
-      if (c + 32 < code_stride) _mm512_storeu_si512(o + c + 32, _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(codes, 1)));
+      if (c + 32 < code_stride)
+        _mm512_storeu_si512(o + c + 32, _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(codes, 1)));
     }
   }
 }
@@ -187,12 +192,13 @@ BitFieldLayout BitFieldLayout::from_widths(const int32_t* widths, int64_t n) {
   layout.row_bytes = (bit + 7) / 8;
   // The byte-code tables (see the header), for rows the VBMI kernel takes.
   const std::size_t padded = static_cast<std::size_t>((n + 63) / 64 * 64);
-  for (auto* t : {&layout.qword_bytes, &layout.field_bit, &layout.field_mask, &layout.qword_bytes_hi,
-                  &layout.field_bit_hi}) {
+  for (auto* t :
+       {&layout.qword_bytes, &layout.field_bit, &layout.field_mask, &layout.qword_bytes_hi, &layout.field_bit_hi}) {
     t->assign(padded, 0);
   }
-  const auto start_bit = [&](int64_t i) { return int64_t{layout.first_byte[static_cast<std::size_t>(i)]} * 8 +
-                                                 layout.shift[static_cast<std::size_t>(i)]; };
+  const auto start_bit = [&](int64_t i) {
+    return int64_t{layout.first_byte[static_cast<std::size_t>(i)]} * 8 + layout.shift[static_cast<std::size_t>(i)];
+  };
   for (int64_t lane = 0; lane * 8 < n; ++lane) {
     const int64_t f0 = lane * 8, f4 = std::min(f0 + 4, n - 1);
     const int64_t base = layout.first_byte[static_cast<std::size_t>(f0)];
