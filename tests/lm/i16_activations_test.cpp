@@ -229,6 +229,38 @@ TEST_P(I16Dot, MatmulDecodePathUsesItThreadedOrNot) {
   EXPECT_TRUE(any_differs) << "the I16 path was not taken";
 }
 
+// The matmul decode path dots a range of rows at once (vec_dot_i16_rows), which for Q4_1 and
+// Q8_0 copies the activation scales out once and on AVX-512 sums two blocks per 512-bit
+// multiply-add: it must give each row's vec_dot_i16 exactly, on every target, for widths that
+// end in a group of four and a per-block tail (640 = 8 + 8 + 4 blocks, 224 = 4 + 3, 288 = 8 + 1)
+// and for rows wider than the scale copies hold (33,024 = 1,032 blocks).
+TEST_P(I16Dot, RowRangesEqualRowByRowOnEveryTarget) {
+  const GgmlType type = GetParam();
+  if (lm::ggml_type_info(type).block_size == 256) GTEST_SKIP() << "block-32 formats only";
+  std::mt19937 rng(23 + static_cast<int>(type));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const int64_t cols : {int64_t{640}, int64_t{224}, int64_t{288}, int64_t{1536}, int64_t{33024}}) {
+    const int64_t rows = cols > 4096 ? 3 : 11;
+    std::vector<uint8_t> data;
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto row = random_row(type, cols, rng);
+      data.insert(data.end(), row.begin(), row.end());
+    }
+    const std::size_t row_bytes = data.size() / static_cast<std::size_t>(rows);
+    std::vector<float> x(cols);
+    for (auto& v : x) v = normal(rng);
+    const auto xq = quantize(x);
+    for_each_target([&] {
+      std::vector<float> ranged(rows);
+      lm::kernels::vec_dot_i16_rows(type, data.data(), row_bytes, rows, xq.data(), cols, ranged.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        EXPECT_EQ(ranged[r], lm::kernels::vec_dot_i16(type, data.data() + r * row_bytes, xq.data(), cols))
+            << lm::ggml_type_name(type) << " cols " << cols << " row " << r;
+      }
+    });
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, I16Dot,
                          ::testing::Values(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K,
                                            GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL,

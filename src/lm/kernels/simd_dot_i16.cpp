@@ -5,6 +5,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "lm/kernels/i16_wide_blocks-inl.h"
 #include "lm/kernels/iq4_values-inl.h"
 
 #include <cstddef>
@@ -92,6 +93,16 @@ void QuantizeI16(const float* x, int64_t n, I16Block* out) {
   }
 }
 
+// Where the batched scaling reads the activation blocks' d and sum: gathered from the I16Blocks
+// themselves (one row's dot), or loaded from contiguous copies that a range of rows sharing one
+// activation vector makes once (DotI16Rows; 8 zero floats of padding after the last block, so
+// a group of four may load eight). The values, and so the results, are the same either way.
+struct ActivationScales {
+  const I16Block* x;
+  const float* d = nullptr;
+  const float* sum = nullptr;
+};
+
 // Eight blocks' scaling at once (256-bit x86 targets). Per block, the scalar route costs as
 // much as the block's integer work: load the f16 weight scale, convert it, multiply by the
 // activation scale, broadcast, convert the sums, multiply-add — eight instructions beside
@@ -102,6 +113,11 @@ void QuantizeI16(const float* x, int64_t n, I16Block* out) {
 #undef VQ_I16_BATCHED_SCALES
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 #define VQ_I16_BATCHED_SCALES 1
+#undef VQ_I16_WIDE_BLOCKS
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// 512-bit block sums and scale loads (i16_wide_blocks-inl.h).
+#define VQ_I16_WIDE_BLOCKS 1
+#endif
 using DI64 = hn::Repartition<int64_t, DI16>;
 
 // Per 128-bit half: [sum(a), sum(b), sum(c), sum(d)] over that half's lanes, from four
@@ -152,32 +168,44 @@ HWY_INLINE hn::Vec<DF> floats_of_8(const float* first, size_t stride, int count)
 constexpr size_t kI16BlockFloats = sizeof(I16Block) / sizeof(float);
 static_assert(sizeof(I16Block) % sizeof(float) == 0);
 
+// The f16 scale word (and, above it, the next 16 bits: Q4_1's minimum) of blocks k..k+7, one
+// per i32 lane.
+HWY_INLINE VI32 scale_words_of_8(const uint8_t* first, size_t stride, int count) {
+#ifdef VQ_I16_WIDE_BLOCKS
+  if (count == 8 && stride == sizeof(BlockQ4_1)) return VI32{q4_1_scale_words(first)};
+  // (Q8_0's 34-byte blocks: a two-source word or byte permutation measured slower than the
+  // scalar loads and inserts of words_of_8.)
+#endif
+  return words_of_8(first, stride, count);
+}
+
 // Blocks [0, nb) of a row in groups of eight, then one of four, while eight or four remain:
 // acc += (block sums) * dw * dx lane-wise; with `min_acc`, min_acc += dw * (dx * sum(qx)) too
 // (the offset term of Q4_0 / Q5_0 style formats), or with `own_min` the block's own f16
 // minimum, stored right after its scale (Q4_1: min_acc += m * (dx * sum(qx))). Returns how
 // many blocks it took; the caller's per-block loop does the rest. block_sum(k): block k's
-// i32 sum vector.
-template <class BlockSum>
-HWY_INLINE int64_t scaled_groups(const void* blocks, int32_t stride, const I16Block* x, int64_t nb,
-                                 const BlockSum& block_sum, hn::Vec<DF>& acc, hn::Vec<DF>* min_acc,
-                                 bool own_min = false) {
+// i32 sum vector; sums_of_8(k): the whole sums of blocks k..k+7, one per lane (integer sums
+// are exact, so any kernel that computes them gives the same lanes).
+template <class BlockSum, class EightSums>
+HWY_INLINE int64_t scaled_groups_with(const void* blocks, int32_t stride, const ActivationScales& xs, int64_t nb,
+                                      const BlockSum& block_sum, const EightSums& eight_sums, hn::Vec<DF>& acc,
+                                      hn::Vec<DF>* min_acc, bool own_min) {
   const DF df;
   const auto group = [&](int64_t k, int count) {
-    const VI32 q0 = quad_sums(block_sum(k), block_sum(k + 1), block_sum(k + 2), block_sum(k + 3));
-    const VI32 q1 = count == 8 ? quad_sums(block_sum(k + 4), block_sum(k + 5), block_sum(k + 6), block_sum(k + 7))
-                               : hn::Zero(DI32());
+    const VI32 sums8 = count == 8 ? eight_sums(k)
+                                  : sums_of_8(quad_sums(block_sum(k), block_sum(k + 1), block_sum(k + 2), block_sum(k + 3)),
+                                              hn::Zero(DI32()));
     const auto* first = static_cast<const uint8_t*>(blocks) + k * stride;
     const DI32 di32;
     const hn::Rebind<uint16_t, DF> du16;  // (masked to 16 bits: the saturating i32 -> u16 demotion is exact)
     const hn::Rebind<hwy::float16_t, DF> df16;
-    const auto bits = words_of_8(first, static_cast<size_t>(stride), count);
+    const auto bits = scale_words_of_8(first, static_cast<size_t>(stride), count);
     const auto dw = hn::PromoteTo(df, hn::BitCast(df16, hn::DemoteTo(du16, hn::And(bits, hn::Set(di32, 0xffff)))));
-    acc = hn::MulAdd(hn::ConvertTo(df, sums_of_8(q0, q1)), hn::Mul(dw, floats_of_8(&x[k].d, kI16BlockFloats, count)),
-                     acc);
+    const auto dx = xs.d ? hn::LoadU(df, xs.d + k) : floats_of_8(&xs.x[k].d, kI16BlockFloats, count);
+    acc = hn::MulAdd(hn::ConvertTo(df, sums8), hn::Mul(dw, dx), acc);
     // Lanes past `count` repeat block k's sum: masked off here (their block sums were zero above).
     if (min_acc) {
-      auto sums = floats_of_8(&x[k].sum, kI16BlockFloats, count);
+      auto sums = xs.sum ? hn::LoadU(df, xs.sum + k) : floats_of_8(&xs.x[k].sum, kI16BlockFloats, count);
       if (count != 8) sums = hn::IfThenElseZero(hn::Lt(hn::Iota(df, 0), hn::Set(df, static_cast<float>(count))), sums);
       // (The i32 shift is arithmetic: masked again, or a minimum with its top bit set would saturate to 0.)
       const auto dm = own_min ? hn::PromoteTo(df, hn::BitCast(df16, hn::DemoteTo(du16, hn::And(hn::ShiftRight<16>(bits),
@@ -193,6 +221,18 @@ HWY_INLINE int64_t scaled_groups(const void* blocks, int32_t stride, const I16Bl
     b += 4;
   }
   return b;
+}
+
+// scaled_groups_with over one row's own I16Blocks, the eight sums from block_sum.
+template <class BlockSum>
+HWY_INLINE int64_t scaled_groups(const void* blocks, int32_t stride, const I16Block* x, int64_t nb,
+                                 const BlockSum& block_sum, hn::Vec<DF>& acc, hn::Vec<DF>* min_acc,
+                                 bool own_min = false) {
+  const auto eight_sums = [&](int64_t k) {
+    return sums_of_8(quad_sums(block_sum(k), block_sum(k + 1), block_sum(k + 2), block_sum(k + 3)),
+                     quad_sums(block_sum(k + 4), block_sum(k + 5), block_sum(k + 6), block_sum(k + 7)));
+  };
+  return scaled_groups_with(blocks, stride, ActivationScales{x}, nb, block_sum, eight_sums, acc, min_acc, own_min);
 }
 #endif
 
@@ -218,6 +258,37 @@ float DotI16Q4_0(const void* row, const I16Block* x, int64_t n) {
   return reduce(acc) - 8.0f * offset;
 }
 
+#ifdef VQ_I16_BATCHED_SCALES
+// Q4_1 with batched scales: groups of eight blocks (on AVX-512 their sums from 512-bit pairs),
+// then per-block. xs: the activation blocks, with or without contiguous scale copies (the
+// same result either way).
+HWY_INLINE float q4_1_batched(const BlockQ4_1* blocks, const ActivationScales& xs, int64_t nb) {
+  const DF df;
+  const I16Block* x = xs.x;
+  auto acc = hn::Zero(df), min_acc = hn::Zero(df);
+  const auto block_sum = [&](int64_t k) { return q4_block_sum(blocks[k].qs, x[k].q); };
+#ifdef VQ_I16_WIDE_BLOCKS
+  const auto eight_sums = [&](int64_t k) {
+    const auto pair = [&](int64_t j) { return q4_pair_sums(blocks[j].qs, blocks[j + 4].qs, x[j].q, x[j + 4].q); };
+    return VI32{totals_of_8(pair(k), pair(k + 1), pair(k + 2), pair(k + 3))};
+  };
+#else
+  const auto eight_sums = [&](int64_t k) {
+    return sums_of_8(quad_sums(block_sum(k), block_sum(k + 1), block_sum(k + 2), block_sum(k + 3)),
+                     quad_sums(block_sum(k + 4), block_sum(k + 5), block_sum(k + 6), block_sum(k + 7)));
+  };
+#endif
+  int64_t b = scaled_groups_with(blocks, sizeof(BlockQ4_1), xs, nb, block_sum, eight_sums, acc, &min_acc,
+                                 /*own_min=*/true);
+  float mins = reduce(min_acc);
+  for (; b < nb; ++b) {
+    acc = hn::MulAdd(hn::ConvertTo(df, block_sum(b)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc);
+    mins += f16_scale(blocks[b].m) * x[b].sum;
+  }
+  return reduce(acc) + mins;
+}
+#endif
+
 // Q4_1: w = d * q + m: d * dx * sum(q * qx) + m * (dx * sum(qx)).
 float DotI16Q4_1(const void* row, const I16Block* x, int64_t n) {
   const DF df;
@@ -225,17 +296,7 @@ float DotI16Q4_1(const void* row, const I16Block* x, int64_t n) {
   const auto* blocks = static_cast<const BlockQ4_1*>(row);
   const int64_t nb = n / kQK4_1;
 #ifdef VQ_I16_BATCHED_SCALES
-  {
-    auto acc = hn::Zero(df), min_acc = hn::Zero(df);
-    const auto block_sum = [&](int64_t k) { return q4_block_sum(blocks[k].qs, x[k].q); };
-    int64_t b = scaled_groups(blocks, sizeof(BlockQ4_1), x, nb, block_sum, acc, &min_acc, /*own_min=*/true);
-    float mins = reduce(min_acc);
-    for (; b < nb; ++b) {
-      acc = hn::MulAdd(hn::ConvertTo(df, block_sum(b)), hn::Set(df, f16_scale(blocks[b].d) * x[b].d), acc);
-      mins += f16_scale(blocks[b].m) * x[b].sum;
-    }
-    return reduce(acc) + mins;
-  }
+  return q4_1_batched(blocks, ActivationScales{x}, nb);
 #endif
   if constexpr (hn::MaxLanes(decltype(d2)()) < 2) {
     // One-lane targets: the scales one at a time.
@@ -271,12 +332,14 @@ float DotI16Q4_1(const void* row, const I16Block* x, int64_t n) {
   }
 }
 
-float DotI16Q8_0(const void* row, const I16Block* x, int64_t n) {
+// Q8_0: dw * dx * sum(q * qx) per block. xs: the activation blocks, with or without contiguous
+// scale copies (the same result either way).
+HWY_INLINE float q8_0_dot(const BlockQ8_0* blocks, const ActivationScales& xs, int64_t nb) {
   const DI16 di16;
   const DI8 di8;
   const DF df;
   const size_t N = hn::Lanes(di16);
-  const auto* blocks = static_cast<const BlockQ8_0*>(row);
+  const I16Block* x = xs.x;
   const auto block_sum = [&](int64_t k) {
     VI32 s0 = hn::Zero(DI32()), s1 = hn::Zero(DI32());
     for (size_t j = 0; j < 32; j += N)
@@ -286,12 +349,22 @@ float DotI16Q8_0(const void* row, const I16Block* x, int64_t n) {
   const auto block = [&](int64_t k, hn::Vec<DF> acc) {
     return hn::MulAdd(hn::ConvertTo(df, block_sum(k)), hn::Set(df, f16_scale(blocks[k].d) * x[k].d), acc);
   };
-  const int64_t nb = n / kQK8_0;
   int64_t b = 0;
   auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
 #ifdef VQ_I16_BATCHED_SCALES
+#ifdef VQ_I16_WIDE_BLOCKS
+  const auto eight_sums = [&](int64_t k) {
+    const auto pair = [&](int64_t j) { return q8_pair_sums(blocks[j].qs, blocks[j + 4].qs, x[j].q, x[j + 4].q); };
+    return VI32{totals_of_8(pair(k), pair(k + 1), pair(k + 2), pair(k + 3))};
+  };
+#else
+  const auto eight_sums = [&](int64_t k) {
+    return sums_of_8(quad_sums(block_sum(k), block_sum(k + 1), block_sum(k + 2), block_sum(k + 3)),
+                     quad_sums(block_sum(k + 4), block_sum(k + 5), block_sum(k + 6), block_sum(k + 7)));
+  };
+#endif
   // Eight blocks a step, then four (Gemma's 640-wide rows are 8 + 8 + 4 blocks).
-  b = scaled_groups(blocks, sizeof(BlockQ8_0), x, nb, block_sum, acc0, nullptr);
+  b = scaled_groups_with(blocks, sizeof(BlockQ8_0), xs, nb, block_sum, eight_sums, acc0, nullptr, false);
 #endif
   for (; b + 2 <= nb; b += 2) {
     acc0 = block(b, acc0);
@@ -299,6 +372,10 @@ float DotI16Q8_0(const void* row, const I16Block* x, int64_t n) {
   }
   if (b < nb) acc0 = block(b, acc0);
   return reduce(hn::Add(acc0, acc1));
+}
+
+float DotI16Q8_0(const void* row, const I16Block* x, int64_t n) {
+  return q8_0_dot(static_cast<const BlockQ8_0*>(row), ActivationScales{x}, n / kQK8_0);
 }
 
 // Q4_K: sub-block j of a super-block (32 elements) lines up with one activation block:
@@ -714,6 +791,41 @@ HWY_INLINE void rows_with(const std::byte* rows, size_t row_bytes, int64_t n_row
   for (int64_t r = 0; r < n_rows; ++r) y[r] = Dot(rows + static_cast<size_t>(r) * row_bytes, x, n);
 }
 
+#ifdef VQ_I16_BATCHED_SCALES
+// Activation blocks with their scales and sums copied out contiguously, once for a range of
+// rows (the per-row kernels otherwise gather them per group of eight blocks per row).
+// Rows wider than kMaxBlocks keep the gathering route.
+class ContiguousScales {
+ public:
+  static constexpr int64_t kMaxBlocks = 1024;
+  ContiguousScales(const I16Block* x, int64_t nb) : x_(x), fits_(nb <= kMaxBlocks) {
+    if (!fits_) return;
+    for (int64_t k = 0; k < nb; ++k) {
+      d_[k] = x[k].d;
+      sum_[k] = x[k].sum;
+    }
+    for (int64_t k = nb; k < nb + 8; ++k) d_[k] = sum_[k] = 0.0f;
+  }
+  ActivationScales scales() const { return fits_ ? ActivationScales{x_, d_, sum_} : ActivationScales{x_}; }
+
+ private:
+  const I16Block* x_;
+  bool fits_;
+  float d_[kMaxBlocks + 8];
+  float sum_[kMaxBlocks + 8];
+};
+
+// y[r] = Dot(row r) for a format whose kernel takes ActivationScales (block size 32).
+template <class Block, float (*Dot)(const Block*, const ActivationScales&, int64_t)>
+HWY_INLINE void rows_with_scales(const std::byte* rows, size_t row_bytes, int64_t n_rows, const I16Block* x,
+                                 int64_t n, float* y) {
+  const ContiguousScales contiguous(x, n / kI16Block);
+  const ActivationScales xs = contiguous.scales();
+  for (int64_t r = 0; r < n_rows; ++r)
+    y[r] = Dot(reinterpret_cast<const Block*>(rows + static_cast<size_t>(r) * row_bytes), xs, n / kI16Block);
+}
+#endif
+
 void DotI16Rows(GgmlType type, const void* rows, size_t row_bytes, int64_t n_rows, const I16Block* x, int64_t n,
                 float* y) {
   const auto* p = static_cast<const std::byte*>(rows);
@@ -721,9 +833,17 @@ void DotI16Rows(GgmlType type, const void* rows, size_t row_bytes, int64_t n_row
     case GgmlType::Q4_0:
       return rows_with<DotI16Q4_0>(p, row_bytes, n_rows, x, n, y);
     case GgmlType::Q4_1:
+#ifdef VQ_I16_BATCHED_SCALES
+      return rows_with_scales<BlockQ4_1, q4_1_batched>(p, row_bytes, n_rows, x, n, y);
+#else
       return rows_with<DotI16Q4_1>(p, row_bytes, n_rows, x, n, y);
+#endif
     case GgmlType::Q8_0:
+#ifdef VQ_I16_BATCHED_SCALES
+      return rows_with_scales<BlockQ8_0, q8_0_dot>(p, row_bytes, n_rows, x, n, y);
+#else
       return rows_with<DotI16Q8_0>(p, row_bytes, n_rows, x, n, y);
+#endif
     case GgmlType::Q4_K:
       return rows_with<DotI16Q4_K>(p, row_bytes, n_rows, x, n, y);
     case GgmlType::Q6_K:
