@@ -1,4 +1,5 @@
 #include "veloxquant/eviction/leverage_scores.h"
+#include "veloxquant/eviction/leverage_kernels.h"
 #include "veloxquant/eviction/upper_gram.h"
 
 #include <algorithm>
@@ -52,19 +53,14 @@ void tridiagonalize(const std::vector<double>& input, int n, Tridiagonal& t) {
     t.has_reflector[static_cast<std::size_t>(k)] = 1;
     at(k + 1, k) = at(k, k + 1) = alpha;
     for (int i = k + 2; i < n; ++i) at(i, k) = at(k, i) = 0.0;
+    // p = B v (SIMD; B is exactly symmetric: the input is, and every update below is), then
+    // v.p in order.
+    symmetric_times_vector(a.data(), n, k + 1, v, p.data());
     double vp = 0.0;
-    for (int i = k + 1; i < n; ++i) {
-      double sum = 0.0;
-      for (int j = k + 1; j < n; ++j) sum += at(i, j) * v[j];
-      p[static_cast<std::size_t>(i)] = sum;
-      vp += v[i] * sum;
-    }
+    for (int i = k + 1; i < n; ++i) vp += v[i] * p[static_cast<std::size_t>(i)];
     for (int i = k + 1; i < n; ++i)
       w[static_cast<std::size_t>(i)] = 2.0 * p[static_cast<std::size_t>(i)] - 2.0 * vp * v[i];
-    for (int i = k + 1; i < n; ++i) {
-      for (int j = k + 1; j < n; ++j)
-        at(i, j) -= v[i] * w[static_cast<std::size_t>(j)] + w[static_cast<std::size_t>(i)] * v[j];
-    }
+    symmetric_rank2_update(a.data(), n, k + 1, v, w.data());
   }
   t.d.resize(nn);
   t.e.assign(nn, 0.0);
@@ -193,8 +189,13 @@ void inverse_iteration(const Tridiagonal& t, double lambda, const double* previo
     }
   }
   if (dd[nn - 1] == 0.0) dd[nn - 1] = tiny;
-  x.assign(nn, 0.0);
-  for (int i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = 1.0 + 0.5 * std::sin(1.0 + 3.7 * i);  // fixed start
+  // A fixed start, computed once per size (1,024 sin calls per 64 x 64 problem otherwise).
+  thread_local std::vector<double> start;
+  if (start.size() != nn) {
+    start.resize(nn);
+    for (int i = 0; i < n; ++i) start[static_cast<std::size_t>(i)] = 1.0 + 0.5 * std::sin(1.0 + 3.7 * i);
+  }
+  x.assign(start.begin(), start.end());
   for (int iteration = 0; iteration < 3; ++iteration) {
     for (int i = 0; i + 1 < n; ++i) {
       const std::size_t a = static_cast<std::size_t>(i), b = a + 1;
@@ -334,17 +335,7 @@ void value_leverage_scores(const float* values, const int32_t* rows, int64_t cou
         gram[static_cast<std::size_t>(r * dim + c)] = gram[static_cast<std::size_t>(c * dim + r)];
     }
     top_eigenvectors(gram, static_cast<int>(dim), static_cast<int>(k), eigenvalues, eigenvectors);
-    for (int64_t j = 0; j < count; ++j) {
-      const double* m = block.data() + j * dim;
-      double sum = 0.0;
-      for (int64_t t = 0; t < k; ++t) {
-        const double* u = eigenvectors.data() + t * dim;
-        double dot = 0.0;
-        for (int64_t i = 0; i < dim; ++i) dot += m[i] * u[i];
-        sum += dot * dot;
-      }
-      score[static_cast<std::size_t>(j)] = sum;
-    }
+    subspace_energy(block.data(), count, dim, eigenvectors.data(), k, score.data());  // SIMD, the scalar sums
   }
   // sum_j <m_j, u_t>^2 = s_t^2: dividing by the total is the original's energy weighting and its
   // final normalisation in one.

@@ -2,9 +2,10 @@
 // The Gram matrix of a block of rows, G = sum_j m_j m_j^T (upper triangle), in double: curdkv's
 // value leverage scores (leverage_scores.h) form it for every kv head of every layer at every
 // decode step (hundreds of kept rows x dim^2 / 2 multiply-adds), which made it most of curdkv's
-// decode step as a scalar loop. SIMD (Highway, dispatched at run time) across the columns of a
-// row of G: each element still sums m_j[r] * m_j[c] over j in order, a multiply then an add
-// (the file is built without FMA contraction), so the result is the scalar loop's, bit for bit.
+// decode step as a scalar loop. SIMD (Highway, dispatched at run time) in register tiles of G
+// (8 rows x 2 vectors) that the block's rows stream through: each element still sums
+// m_j[r] * m_j[c] over j in order, a multiply then an add (the file is built without FMA
+// contraction), so the result is the scalar loop's, bit for bit.
 #include <cstdint>
 
 namespace veloxquant::eviction {

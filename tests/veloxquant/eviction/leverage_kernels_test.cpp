@@ -1,0 +1,93 @@
+// curdkv's leverage loops (leverage_kernels.h): every SIMD target this machine runs gives the
+// scalar loops' doubles bit for bit (ragged sizes: k and n not multiples of any vector width),
+// and the scalar loops are the definitions (checked here against sums written out independently).
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "veloxquant/eviction/leverage_kernels.h"
+
+namespace veloxquant::eviction {
+namespace {
+
+std::vector<double> normal_values(std::size_t n, std::mt19937& rng, double scale) {
+  std::normal_distribution<double> normal(0.0, scale);
+  std::vector<double> v(n);
+  for (double& x : v) x = normal(rng);
+  return v;
+}
+
+template <class Body>
+void for_each_target(Body body) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    body(hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(0);
+  }
+}
+
+TEST(LeverageKernels, SubspaceEnergyEqualsTheScalarLoopOnEveryTarget) {
+  std::mt19937 rng(5);
+  for (const int64_t dim : {int64_t{3}, int64_t{13}, int64_t{64}}) {
+    for (const int64_t k : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{17}}) {
+      if (k > dim) continue;
+      const int64_t count = 37;
+      const auto rows = normal_values(static_cast<std::size_t>(count * dim), rng, 1e-2);
+      const auto vectors = normal_values(static_cast<std::size_t>(k * dim), rng, 0.3);
+      std::vector<double> want(static_cast<std::size_t>(count));
+      scalar::subspace_energy(rows.data(), count, dim, vectors.data(), k, want.data());
+      // The definition for row 0, written out.
+      double row0 = 0.0;
+      for (int64_t t = 0; t < k; ++t) {
+        double dot = 0.0;
+        for (int64_t i = 0; i < dim; ++i) dot += rows[static_cast<std::size_t>(i)] * vectors[static_cast<std::size_t>(t * dim + i)];
+        row0 += dot * dot;
+      }
+      ASSERT_EQ(want[0], row0);
+      for_each_target([&](const char* name) {
+        std::vector<double> got(static_cast<std::size_t>(count), -1.0);
+        subspace_energy(rows.data(), count, dim, vectors.data(), k, got.data());
+        for (int64_t j = 0; j < count; ++j)
+          ASSERT_EQ(got[static_cast<std::size_t>(j)], want[static_cast<std::size_t>(j)]) << name << " dim " << dim << " k " << k << " row " << j;
+      });
+    }
+  }
+}
+
+TEST(LeverageKernels, HouseholderStepsEqualTheScalarLoopsOnEveryTarget) {
+  std::mt19937 rng(9);
+  for (const int64_t n : {int64_t{3}, int64_t{13}, int64_t{64}}) {
+    for (const int64_t from : {int64_t{0}, int64_t{1}, n / 2}) {
+      // An exactly symmetric matrix, as the reduction keeps it.
+      auto a = normal_values(static_cast<std::size_t>(n * n), rng, 1.0);
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < i; ++j) a[static_cast<std::size_t>(i * n + j)] = a[static_cast<std::size_t>(j * n + i)];
+      }
+      const auto v = normal_values(static_cast<std::size_t>(n), rng, 1.0);
+      const auto w = normal_values(static_cast<std::size_t>(n), rng, 1.0);
+      std::vector<double> want_p(static_cast<std::size_t>(n), 0.0), want_a = a;
+      scalar::symmetric_times_vector(a.data(), n, from, v.data(), want_p.data());
+      scalar::symmetric_rank2_update(want_a.data(), n, from, v.data(), w.data());
+      const int64_t last = n - 1;  // the definitions, for the last row
+      double p_last = 0.0;
+      for (int64_t j = from; j < n; ++j) p_last += a[static_cast<std::size_t>(last * n + j)] * v[static_cast<std::size_t>(j)];
+      ASSERT_EQ(want_p[static_cast<std::size_t>(last)], p_last);
+      ASSERT_EQ(want_a[static_cast<std::size_t>(last * n + from)],
+                a[static_cast<std::size_t>(last * n + from)] - (v[static_cast<std::size_t>(last)] * w[static_cast<std::size_t>(from)] +
+                                                                 w[static_cast<std::size_t>(last)] * v[static_cast<std::size_t>(from)]));
+      for_each_target([&](const char* name) {
+        std::vector<double> p(static_cast<std::size_t>(n), -1.0), got_a = a;
+        symmetric_times_vector(a.data(), n, from, v.data(), p.data());
+        symmetric_rank2_update(got_a.data(), n, from, v.data(), w.data());
+        for (int64_t i = from; i < n; ++i) ASSERT_EQ(p[static_cast<std::size_t>(i)], want_p[static_cast<std::size_t>(i)]) << name << " n " << n << " i " << i;
+        ASSERT_EQ(got_a, want_a) << name << " n " << n << " from " << from;
+      });
+    }
+  }
+}
+
+}  // namespace
+}  // namespace veloxquant::eviction
