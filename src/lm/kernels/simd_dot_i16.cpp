@@ -168,6 +168,20 @@ HWY_INLINE hn::Vec<DF> floats_of_8(const float* first, size_t stride, int count)
 constexpr size_t kI16BlockFloats = sizeof(I16Block) / sizeof(float);
 static_assert(sizeof(I16Block) % sizeof(float) == 0);
 
+// The whole sums of blocks k..k+7, one per lane: from each block's i32 sum vector
+// (block_sum(j)), or on AVX-512 from 512-bit pair vectors (pair(j): blocks j and j + 4).
+template <class BlockSum>
+HWY_INLINE VI32 sums_of_blocks(int64_t k, const BlockSum& block_sum) {
+  return sums_of_8(quad_sums(block_sum(k), block_sum(k + 1), block_sum(k + 2), block_sum(k + 3)),
+                   quad_sums(block_sum(k + 4), block_sum(k + 5), block_sum(k + 6), block_sum(k + 7)));
+}
+#ifdef VQ_I16_WIDE_BLOCKS
+template <class PairSum>
+HWY_INLINE VI32 sums_of_pairs(int64_t k, const PairSum& pair) {
+  return VI32{totals_of_8(pair(k), pair(k + 1), pair(k + 2), pair(k + 3))};
+}
+#endif
+
 // The f16 scale word (and, above it, the next 16 bits: Q4_1's minimum) of blocks k..k+7, one
 // per i32 lane.
 HWY_INLINE VI32 scale_words_of_8(const uint8_t* first, size_t stride, int count) {
@@ -228,10 +242,7 @@ template <class BlockSum>
 HWY_INLINE int64_t scaled_groups(const void* blocks, int32_t stride, const I16Block* x, int64_t nb,
                                  const BlockSum& block_sum, hn::Vec<DF>& acc, hn::Vec<DF>* min_acc,
                                  bool own_min = false) {
-  const auto eight_sums = [&](int64_t k) {
-    return sums_of_8(quad_sums(block_sum(k), block_sum(k + 1), block_sum(k + 2), block_sum(k + 3)),
-                     quad_sums(block_sum(k + 4), block_sum(k + 5), block_sum(k + 6), block_sum(k + 7)));
-  };
+  const auto eight_sums = [&](int64_t k) { return sums_of_blocks(k, block_sum); };
   return scaled_groups_with(blocks, stride, ActivationScales{x}, nb, block_sum, eight_sums, acc, min_acc, own_min);
 }
 #endif
@@ -269,14 +280,10 @@ HWY_INLINE float q4_1_batched(const BlockQ4_1* blocks, const ActivationScales& x
   const auto block_sum = [&](int64_t k) { return q4_block_sum(blocks[k].qs, x[k].q); };
 #ifdef VQ_I16_WIDE_BLOCKS
   const auto eight_sums = [&](int64_t k) {
-    const auto pair = [&](int64_t j) { return q4_pair_sums(blocks[j].qs, blocks[j + 4].qs, x[j].q, x[j + 4].q); };
-    return VI32{totals_of_8(pair(k), pair(k + 1), pair(k + 2), pair(k + 3))};
+    return sums_of_pairs(k, [&](int64_t j) { return q4_pair_sums(blocks[j].qs, blocks[j + 4].qs, x[j].q, x[j + 4].q); });
   };
 #else
-  const auto eight_sums = [&](int64_t k) {
-    return sums_of_8(quad_sums(block_sum(k), block_sum(k + 1), block_sum(k + 2), block_sum(k + 3)),
-                     quad_sums(block_sum(k + 4), block_sum(k + 5), block_sum(k + 6), block_sum(k + 7)));
-  };
+  const auto eight_sums = [&](int64_t k) { return sums_of_blocks(k, block_sum); };
 #endif
   int64_t b = scaled_groups_with(blocks, sizeof(BlockQ4_1), xs, nb, block_sum, eight_sums, acc, &min_acc,
                                  /*own_min=*/true);
@@ -354,14 +361,10 @@ HWY_INLINE float q8_0_dot(const BlockQ8_0* blocks, const ActivationScales& xs, i
 #ifdef VQ_I16_BATCHED_SCALES
 #ifdef VQ_I16_WIDE_BLOCKS
   const auto eight_sums = [&](int64_t k) {
-    const auto pair = [&](int64_t j) { return q8_pair_sums(blocks[j].qs, blocks[j + 4].qs, x[j].q, x[j + 4].q); };
-    return VI32{totals_of_8(pair(k), pair(k + 1), pair(k + 2), pair(k + 3))};
+    return sums_of_pairs(k, [&](int64_t j) { return q8_pair_sums(blocks[j].qs, blocks[j + 4].qs, x[j].q, x[j + 4].q); });
   };
 #else
-  const auto eight_sums = [&](int64_t k) {
-    return sums_of_8(quad_sums(block_sum(k), block_sum(k + 1), block_sum(k + 2), block_sum(k + 3)),
-                     quad_sums(block_sum(k + 4), block_sum(k + 5), block_sum(k + 6), block_sum(k + 7)));
-  };
+  const auto eight_sums = [&](int64_t k) { return sums_of_blocks(k, block_sum); };
 #endif
   // Eight blocks a step, then four (Gemma's 640-wide rows are 8 + 8 + 4 blocks).
   b = scaled_groups_with(blocks, sizeof(BlockQ8_0), xs, nb, block_sum, eight_sums, acc0, nullptr, false);
