@@ -248,25 +248,36 @@ HWY_INLINE int64_t scaled_groups(const void* blocks, int32_t stride, const I16Bl
 #endif
 
 // Q4_0: w = dw * (q - 8), so a block gives dw * dx * sum(q * qx) - 8 * dw * (dx * sum(qx)).
-float DotI16Q4_0(const void* row, const I16Block* x, int64_t n) {
+// xs: the activation blocks, with or without contiguous scale copies (the same result).
+HWY_INLINE float q4_0_dot(const BlockQ4_0* blocks, const ActivationScales& xs, int64_t nb) {
   const DF df;
-  const auto* blocks = static_cast<const BlockQ4_0*>(row);
+  const I16Block* x = xs.x;
   auto acc = hn::Zero(df);
   float offset = 0.0f;
   int64_t b = 0;
+  const auto block_sum = [&](int64_t k) { return q4_block_sum(blocks[k].qs, x[k].q); };
 #ifdef VQ_I16_BATCHED_SCALES
+#ifdef VQ_I16_WIDE_BLOCKS
+  const auto eight_sums = [&](int64_t k) {
+    return sums_of_pairs(k, [&](int64_t j) { return q4_pair_sums(blocks[j].qs, blocks[j + 4].qs, x[j].q, x[j + 4].q); });
+  };
+#else
+  const auto eight_sums = [&](int64_t k) { return sums_of_blocks(k, block_sum); };
+#endif
   auto offsets = hn::Zero(df);
-  b = scaled_groups(
-      blocks, sizeof(BlockQ4_0), x, n / kQK4_0, [&](int64_t k) { return q4_block_sum(blocks[k].qs, x[k].q); }, acc,
-      &offsets);
+  b = scaled_groups_with(blocks, sizeof(BlockQ4_0), xs, nb, block_sum, eight_sums, acc, &offsets, false);
   offset = reduce(offsets);
 #endif
-  for (; b < n / kQK4_0; ++b) {
+  for (; b < nb; ++b) {
     const float dw = f16_scale(blocks[b].d);
-    acc = hn::MulAdd(hn::ConvertTo(df, q4_block_sum(blocks[b].qs, x[b].q)), hn::Set(df, dw * x[b].d), acc);
+    acc = hn::MulAdd(hn::ConvertTo(df, block_sum(b)), hn::Set(df, dw * x[b].d), acc);
     offset += dw * x[b].sum;
   }
   return reduce(acc) - 8.0f * offset;
+}
+
+float DotI16Q4_0(const void* row, const I16Block* x, int64_t n) {
+  return q4_0_dot(static_cast<const BlockQ4_0*>(row), ActivationScales{x}, n / kQK4_0);
 }
 
 #ifdef VQ_I16_BATCHED_SCALES
@@ -834,7 +845,11 @@ void DotI16Rows(GgmlType type, const void* rows, size_t row_bytes, int64_t n_row
   const auto* p = static_cast<const std::byte*>(rows);
   switch (type) {
     case GgmlType::Q4_0:
+#ifdef VQ_I16_BATCHED_SCALES
+      return rows_with_scales<BlockQ4_0, q4_0_dot>(p, row_bytes, n_rows, x, n, y);
+#else
       return rows_with<DotI16Q4_0>(p, row_bytes, n_rows, x, n, y);
+#endif
     case GgmlType::Q4_1:
 #ifdef VQ_I16_BATCHED_SCALES
       return rows_with_scales<BlockQ4_1, q4_1_batched>(p, row_bytes, n_rows, x, n, y);
