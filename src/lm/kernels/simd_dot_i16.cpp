@@ -187,8 +187,8 @@ HWY_INLINE VI32 sums_of_pairs(int64_t k, const PairSum& pair) {
 HWY_INLINE VI32 scale_words_of_8(const uint8_t* first, size_t stride, int count) {
 #ifdef VQ_I16_WIDE_BLOCKS
   if (count == 8 && stride == sizeof(BlockQ4_1)) return VI32{q4_1_scale_words(first)};
-  // (Q8_0's 34-byte blocks: a two-source word or byte permutation measured slower than the
-  // scalar loads and inserts of words_of_8.)
+    // (Q8_0's 34-byte blocks: a two-source word or byte permutation measured slower than the
+    // scalar loads and inserts of words_of_8.)
 #endif
   return words_of_8(first, stride, count);
 }
@@ -206,9 +206,10 @@ HWY_INLINE int64_t scaled_groups_with(const void* blocks, int32_t stride, const 
                                       hn::Vec<DF>* min_acc, bool own_min) {
   const DF df;
   const auto group = [&](int64_t k, int count) {
-    const VI32 sums8 = count == 8 ? eight_sums(k)
-                                  : sums_of_8(quad_sums(block_sum(k), block_sum(k + 1), block_sum(k + 2), block_sum(k + 3)),
-                                              hn::Zero(DI32()));
+    const VI32 sums8 = count == 8
+                           ? eight_sums(k)
+                           : sums_of_8(quad_sums(block_sum(k), block_sum(k + 1), block_sum(k + 2), block_sum(k + 3)),
+                                       hn::Zero(DI32()));
     const auto* first = static_cast<const uint8_t*>(blocks) + k * stride;
     const DI32 di32;
     const hn::Rebind<uint16_t, DF> du16;  // (masked to 16 bits: the saturating i32 -> u16 demotion is exact)
@@ -259,7 +260,8 @@ HWY_INLINE float q4_0_dot(const BlockQ4_0* blocks, const ActivationScales& xs, i
 #ifdef VQ_I16_BATCHED_SCALES
 #ifdef VQ_I16_WIDE_BLOCKS
   const auto eight_sums = [&](int64_t k) {
-    return sums_of_pairs(k, [&](int64_t j) { return q4_pair_sums(blocks[j].qs, blocks[j + 4].qs, x[j].q, x[j + 4].q); });
+    return sums_of_pairs(k,
+                         [&](int64_t j) { return q4_pair_sums(blocks[j].qs, blocks[j + 4].qs, x[j].q, x[j + 4].q); });
   };
 #else
   const auto eight_sums = [&](int64_t k) { return sums_of_blocks(k, block_sum); };
@@ -291,7 +293,8 @@ HWY_INLINE float q4_1_batched(const BlockQ4_1* blocks, const ActivationScales& x
   const auto block_sum = [&](int64_t k) { return q4_block_sum(blocks[k].qs, x[k].q); };
 #ifdef VQ_I16_WIDE_BLOCKS
   const auto eight_sums = [&](int64_t k) {
-    return sums_of_pairs(k, [&](int64_t j) { return q4_pair_sums(blocks[j].qs, blocks[j + 4].qs, x[j].q, x[j + 4].q); });
+    return sums_of_pairs(k,
+                         [&](int64_t j) { return q4_pair_sums(blocks[j].qs, blocks[j + 4].qs, x[j].q, x[j + 4].q); });
   };
 #else
   const auto eight_sums = [&](int64_t k) { return sums_of_blocks(k, block_sum); };
@@ -372,7 +375,8 @@ HWY_INLINE float q8_0_dot(const BlockQ8_0* blocks, const ActivationScales& xs, i
 #ifdef VQ_I16_BATCHED_SCALES
 #ifdef VQ_I16_WIDE_BLOCKS
   const auto eight_sums = [&](int64_t k) {
-    return sums_of_pairs(k, [&](int64_t j) { return q8_pair_sums(blocks[j].qs, blocks[j + 4].qs, x[j].q, x[j + 4].q); });
+    return sums_of_pairs(k,
+                         [&](int64_t j) { return q8_pair_sums(blocks[j].qs, blocks[j + 4].qs, x[j].q, x[j + 4].q); });
   };
 #else
   const auto eight_sums = [&](int64_t k) { return sums_of_blocks(k, block_sum); };
@@ -831,8 +835,8 @@ class ContiguousScales {
 
 // y[r] = Dot(row r) for a format whose kernel takes ActivationScales (block size 32).
 template <class Block, float (*Dot)(const Block*, const ActivationScales&, int64_t)>
-HWY_INLINE void rows_with_scales(const std::byte* rows, size_t row_bytes, int64_t n_rows, const I16Block* x,
-                                 int64_t n, float* y) {
+HWY_INLINE void rows_with_scales(const std::byte* rows, size_t row_bytes, int64_t n_rows, const I16Block* x, int64_t n,
+                                 float* y) {
   const ContiguousScales contiguous(x, n / kI16Block);
   const ActivationScales xs = contiguous.scales();
   for (int64_t r = 0; r < n_rows; ++r)

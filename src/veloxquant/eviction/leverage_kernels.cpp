@@ -51,7 +51,8 @@ void SymmetricTimesVectorImpl(const double* a, int64_t n, int64_t from, const do
     const double* row = a + j * n;
     const auto vj = hn::Set(d, v[j]);
     int64_t i = from;
-    for (; i + lanes <= n; i += lanes) hn::StoreU(hn::Add(hn::LoadU(d, p + i), hn::Mul(hn::LoadU(d, row + i), vj)), d, p + i);
+    for (; i + lanes <= n; i += lanes)
+      hn::StoreU(hn::Add(hn::LoadU(d, p + i), hn::Mul(hn::LoadU(d, row + i), vj)), d, p + i);
     for (; i < n; ++i) p[i] += row[i] * v[j];
   }
 }

@@ -43,7 +43,8 @@ TEST(LeverageKernels, SubspaceEnergyEqualsTheScalarLoopOnEveryTarget) {
       double row0 = 0.0;
       for (int64_t t = 0; t < k; ++t) {
         double dot = 0.0;
-        for (int64_t i = 0; i < dim; ++i) dot += rows[static_cast<std::size_t>(i)] * vectors[static_cast<std::size_t>(t * dim + i)];
+        for (int64_t i = 0; i < dim; ++i)
+          dot += rows[static_cast<std::size_t>(i)] * vectors[static_cast<std::size_t>(t * dim + i)];
         row0 += dot * dot;
       }
       ASSERT_EQ(want[0], row0);
@@ -51,7 +52,8 @@ TEST(LeverageKernels, SubspaceEnergyEqualsTheScalarLoopOnEveryTarget) {
         std::vector<double> got(static_cast<std::size_t>(count), -1.0);
         subspace_energy(rows.data(), count, dim, vectors.data(), k, got.data());
         for (int64_t j = 0; j < count; ++j)
-          ASSERT_EQ(got[static_cast<std::size_t>(j)], want[static_cast<std::size_t>(j)]) << name << " dim " << dim << " k " << k << " row " << j;
+          ASSERT_EQ(got[static_cast<std::size_t>(j)], want[static_cast<std::size_t>(j)])
+              << name << " dim " << dim << " k " << k << " row " << j;
       });
     }
   }
@@ -73,16 +75,20 @@ TEST(LeverageKernels, HouseholderStepsEqualTheScalarLoopsOnEveryTarget) {
       scalar::symmetric_rank2_update(want_a.data(), n, from, v.data(), w.data());
       const int64_t last = n - 1;  // the definitions, for the last row
       double p_last = 0.0;
-      for (int64_t j = from; j < n; ++j) p_last += a[static_cast<std::size_t>(last * n + j)] * v[static_cast<std::size_t>(j)];
+      for (int64_t j = from; j < n; ++j)
+        p_last += a[static_cast<std::size_t>(last * n + j)] * v[static_cast<std::size_t>(j)];
       ASSERT_EQ(want_p[static_cast<std::size_t>(last)], p_last);
       ASSERT_EQ(want_a[static_cast<std::size_t>(last * n + from)],
-                a[static_cast<std::size_t>(last * n + from)] - (v[static_cast<std::size_t>(last)] * w[static_cast<std::size_t>(from)] +
-                                                                 w[static_cast<std::size_t>(last)] * v[static_cast<std::size_t>(from)]));
+                a[static_cast<std::size_t>(last * n + from)] -
+                    (v[static_cast<std::size_t>(last)] * w[static_cast<std::size_t>(from)] +
+                     w[static_cast<std::size_t>(last)] * v[static_cast<std::size_t>(from)]));
       for_each_target([&](const char* name) {
         std::vector<double> p(static_cast<std::size_t>(n), -1.0), got_a = a;
         symmetric_times_vector(a.data(), n, from, v.data(), p.data());
         symmetric_rank2_update(got_a.data(), n, from, v.data(), w.data());
-        for (int64_t i = from; i < n; ++i) ASSERT_EQ(p[static_cast<std::size_t>(i)], want_p[static_cast<std::size_t>(i)]) << name << " n " << n << " i " << i;
+        for (int64_t i = from; i < n; ++i)
+          ASSERT_EQ(p[static_cast<std::size_t>(i)], want_p[static_cast<std::size_t>(i)])
+              << name << " n " << n << " i " << i;
         ASSERT_EQ(got_a, want_a) << name << " n " << n << " from " << from;
       });
     }
