@@ -37,7 +37,8 @@ A2atsRows::A2atsRows(const A2atsCallRows& rows)
 void A2atsRows::prepare_query(const float* query, float* prepared) const {
   if (r_.far_dots) {
     // The driver prepares call.queries + row * D: the row picks the retrieval's scores.
-    prepared[0] = static_cast<float>((query - r_.queries) / key_dim_);
+    const int64_t row = (query - r_.queries) / key_dim_;  // (an index: integer division intended)
+    prepared[0] = static_cast<float>(row);
   } else if (r_.far > 0) {
     a2ats_lookup_table(r_.centroids, r_.subs, r_.entries, r_.sub, query, prepared);
   }

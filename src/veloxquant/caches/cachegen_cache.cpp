@@ -47,7 +47,7 @@ std::vector<int> cachegen_layer_bits(int n_layers, int groups, int base_bits) {
   for (int k = 0; k <= g; ++k) bounds.push_back(round_half_even_ratio(int64_t{n_layers} * k, g));
   bounds.back() = n_layers;
   for (int k = 0; k < g; ++k) {
-    for (int layer = bounds[static_cast<std::size_t>(k)]; layer < bounds[static_cast<std::size_t>(k + 1)]; ++layer) {
+    for (int layer = bounds[static_cast<std::size_t>(k)]; layer < bounds[static_cast<std::size_t>(k) + 1]; ++layer) {
       bits[static_cast<std::size_t>(layer)] = std::max(2, base_bits - k);
     }
   }
@@ -168,6 +168,26 @@ void CachegenCache::decode_record(int64_t block, int64_t b, int64_t h, int kv, f
   if (codes_out != nullptr) std::memcpy(codes_out, codes.data(), codes.size());
 }
 
+namespace {
+// A record's codes (rows x dim) to the symbols of the delta encoding: rows after the anchor (the
+// first) as their difference from it modulo the alphabet, from the last row up so the anchor is
+// read unchanged; and back.
+void to_delta_symbols(uint8_t* codes, int64_t rows, int64_t dim, int alphabet) {
+  const uint8_t mask = static_cast<uint8_t>(alphabet - 1);
+  const std::size_t d = static_cast<std::size_t>(dim);
+  for (std::size_t t = static_cast<std::size_t>(rows); t-- > 1;) {
+    for (std::size_t c = 0; c < d; ++c) codes[t * d + c] = static_cast<uint8_t>((codes[t * d + c] - codes[c]) & mask);
+  }
+}
+void from_delta_symbols(uint8_t* codes, int64_t rows, int64_t dim, int alphabet) {
+  const uint8_t mask = static_cast<uint8_t>(alphabet - 1);
+  const std::size_t d = static_cast<std::size_t>(dim);
+  for (std::size_t t = 1; t < static_cast<std::size_t>(rows); ++t) {
+    for (std::size_t c = 0; c < d; ++c) codes[t * d + c] = static_cast<uint8_t>((codes[t * d + c] + codes[c]) & mask);
+  }
+}
+}  // namespace
+
 // CacheGen's bitstream for one block: params, the frequency table of its (delta) symbols, the rANS
 // stream. Deterministic in the resident codes, so equal caches write equal bytes.
 std::size_t CachegenCache::encode_record(int64_t block, int64_t b, int64_t h, int kv, std::vector<uint8_t>& out) const {
@@ -179,13 +199,7 @@ std::size_t CachegenCache::encode_record(int64_t block, int64_t b, int64_t h, in
   std::vector<core::GroupParams> params(pairs(kv));
   decode_record(block, b, h, kv, rows.data(), codes.data());
   get_params(block, b, h, kv, params.data());
-  // Delta against the anchor row, from the last row up so the anchor is read unchanged.
-  if (use_delta_) {
-    const uint8_t mask = static_cast<uint8_t>(alphabet - 1);
-    for (std::size_t t = g; t-- > 1;) {
-      for (std::size_t c = 0; c < d; ++c) codes[t * d + c] = static_cast<uint8_t>((codes[t * d + c] - codes[c]) & mask);
-    }
-  }
+  if (use_delta_) to_delta_symbols(codes.data(), group_, dim, alphabet);
   uint32_t counts[256] = {};
   for (uint8_t s : codes) ++counts[s];
   const std::vector<uint16_t> freqs = core::normalized_frequencies(counts, alphabet);
@@ -210,13 +224,7 @@ CachegenStorage CachegenCache::storage() const {
           const int64_t dim = kv == 0 ? dk_ : dv_;
           const std::size_t n = static_cast<std::size_t>(group_ * dim);
           decode_record(block, b, h, kv, rows.data(), codes.data());
-          if (use_delta_) {  // the coded symbols, as the encoder sees them
-            for (std::size_t t = static_cast<std::size_t>(group_); t-- > 1;) {
-              for (std::size_t c = 0; c < static_cast<std::size_t>(dim); ++c) {
-                codes[t * dim + c] = static_cast<uint8_t>((codes[t * dim + c] - codes[c]) & (alphabet - 1));
-              }
-            }
-          }
+          if (use_delta_) to_delta_symbols(codes.data(), group_, dim, alphabet);  // as the encoder sees them
           uint32_t counts[256] = {};
           for (std::size_t k = 0; k < n; ++k) ++counts[codes[k]];
           record.clear();
@@ -488,13 +496,7 @@ void CachegenCache::from_state(const std::vector<lm::Tensor>& state, const std::
                       freqs.size() * sizeof(uint16_t));
           codes.resize(g * d);
           core::rans_decode(bytes + o[i] + header, size - header, freqs.data(), alphabet, g * d, codes.data());
-          if (fresh.use_delta_) {
-            const uint8_t mask = static_cast<uint8_t>(alphabet - 1);
-            for (std::size_t t = 1; t < g; ++t) {
-              for (std::size_t c = 0; c < d; ++c)
-                codes[t * d + c] = static_cast<uint8_t>((codes[t * d + c] + codes[c]) & mask);
-            }
-          }
+          if (fresh.use_delta_) from_delta_symbols(codes.data(), fresh.group_, static_cast<int64_t>(d), alphabet);
           fresh.put_block(block, b, h, kv, codes.data(), params.data());
         }
       }

@@ -232,6 +232,11 @@ std::size_t coded_side_bytes(const LatentSide& side, int64_t batch, int64_t grou
   }
   return total;
 }
+
+[[noreturn]] void throw_bad_bit_choices(const std::string& text, const std::string& item) {
+  throw QuantizerConfigError("kvtc_bit_choices must be ascending distinct comma-separated widths in [0, 8], got '" +
+                             text + "' (bad entry '" + item + "')");
+}
 }  // namespace
 
 std::vector<int> parse_kvtc_bit_choices(const std::string& text) {
@@ -249,8 +254,7 @@ std::vector<int> parse_kvtc_bit_choices(const std::string& text) {
       used = 0;
     }
     if (used == 0 || used != item.size() || bits < 0 || bits > 8 || (!widths.empty() && bits <= widths.back())) {
-      throw QuantizerConfigError("kvtc_bit_choices must be ascending distinct comma-separated widths in [0, 8], got '" +
-                                 text + "' (bad entry '" + item + "')");
+      throw_bad_bit_choices(text, item);
     }
     widths.push_back(bits);
   }

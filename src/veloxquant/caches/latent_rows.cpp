@@ -60,8 +60,7 @@ int64_t LatentRows::key_dim() const {
   return code_stride_ > 0 ? attention::kernels::code_query_floats(code_stride_) : keys_.max_rank;
 }
 
-void LatentRows::queries_to_codes(const float* projected, int64_t batch, int64_t q_heads, int64_t n,
-                                  float* out) const {
+void LatentRows::queries_to_codes(const float* projected, int64_t batch, int64_t q_heads, int64_t n, float* out) const {
   const int64_t groups = keys_.ranks.dim(1), per_group = q_heads / groups, rk = keys_.max_rank, dim = key_dim();
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t qh = 0; qh < q_heads; ++qh) {
@@ -77,6 +76,22 @@ void LatentRows::queries_to_codes(const float* projected, int64_t batch, int64_t
   }
 }
 
+namespace {
+// One projected query into the key planes' layout: each coordinate at its plane position, and
+// per part the sum of the part's coordinates where the part's minimum multiplies it.
+void query_to_planes(const float* q, const LatentCodec::PlaneRows& k, float* dst) {
+  const attention::kernels::AffinePlaneLayout& layout = *k.layout;
+  for (int64_t p = 0; p < k.n_parts; ++p) {
+    float sum = 0.0f;
+    for (int64_t c = k.parts[p].first; c < k.parts[p].first + k.parts[p].count; ++c) {
+      dst[layout.position[static_cast<std::size_t>(c)]] = q[c];
+      sum += q[c];
+    }
+    dst[layout.params + 2 * p + 1] = sum;  // min_p * sum of the part's query
+  }
+}
+}  // namespace
+
 void LatentRows::queries_to_planes(const float* projected, int64_t batch, int64_t q_heads, int64_t n,
                                    float* out) const {
   const int64_t groups = keys_.ranks.dim(1), per_group = q_heads / groups, rk = keys_.max_rank;
@@ -85,19 +100,9 @@ void LatentRows::queries_to_planes(const float* projected, int64_t batch, int64_
     for (int64_t qh = 0; qh < q_heads; ++qh) {
       LatentCodec::PlaneRows k;
       keys_.codec->plane_rows(b, qh / per_group, &k);
-      const attention::kernels::AffinePlaneLayout& layout = *k.layout;
       for (int64_t i = 0; i < n; ++i) {
         const int64_t at = (b * q_heads + qh) * n + i;
-        const float* q = projected + at * rk;
-        float* dst = out + at * key_width_;
-        for (int64_t p = 0; p < k.n_parts; ++p) {
-          float sum = 0.0f;
-          for (int64_t c = k.parts[p].first; c < k.parts[p].first + k.parts[p].count; ++c) {
-            dst[layout.position[static_cast<std::size_t>(c)]] = q[c];
-            sum += q[c];
-          }
-          dst[layout.params + 2 * p + 1] = sum;  // min_p * sum of the part's query
-        }
+        query_to_planes(projected + at * rk, k, out + at * key_width_);
       }
     }
   }
@@ -118,7 +123,7 @@ void LatentRows::latents_from_planes(const float* acc, int64_t batch, int64_t q_
         float* dst = latents + at * rv;
         for (int64_t c = 0; c < r; ++c) {
           const std::size_t cs = static_cast<std::size_t>(c);
-          dst[c] = src[layout.position[cs]] + src[layout.params + 2 * layout.part_of[cs] + 1];
+          dst[c] = src[layout.position[cs]] + src[layout.params + 2 * static_cast<int64_t>(layout.part_of[cs]) + 1];
         }
         std::fill(dst + r, dst + rv, 0.0f);
       }
@@ -176,7 +181,8 @@ void LatentRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, c
   for (int64_t a = j0; a < j1; a += kLatentBlock) {
     const int64_t n = std::min(kLatentBlock, j1 - a);
     values_.codec->decode_rows(b, g, values_.code_row(b, g, a), values_.row_stride(), n, latent);
-    attention::kernels::accumulate_latent_rows(weights + (a - j0), ld, n_queries, latent, r, n, r, acc, values_.max_rank);
+    attention::kernels::accumulate_latent_rows(weights + (a - j0), ld, n_queries, latent, r, n, r, acc,
+                                               values_.max_rank);
   }
 }
 
@@ -207,8 +213,9 @@ void reconstruct_outputs(const LatentSide& values, int64_t kv_heads, int64_t hea
       for (int64_t i = 0; i < per_kv * n; ++i) std::copy_n(mu, d, out + (at + i) * d);
       // out_i += sum_c a_i[c] * U_h[c]: the latent sums are the weights, the basis rows the rows
       // (all the kv head's query heads in one call; each output column its own FMA chain).
-      attention::kernels::accumulate_latent_rows(latents + at * rv, rv, per_kv * n, values.basis_row(b, g, 0) + local * d,
-                                                 values.width, values.rank(b, g), d, out + at * d, d);
+      attention::kernels::accumulate_latent_rows(latents + at * rv, rv, per_kv * n,
+                                                 values.basis_row(b, g, 0) + local * d, values.width, values.rank(b, g),
+                                                 d, out + at * d, d);
     }
   }
 }

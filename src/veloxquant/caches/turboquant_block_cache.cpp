@@ -648,6 +648,31 @@ std::vector<std::string> TurboQuantBlockCache::meta_state() const {
           settings_.sink_format};
 }
 
+namespace {
+// The meta entries written since key_split existed (15 entries: key_split, scale_format; 19: also
+// key_split_rank, value_mean, sink_values, sink_format) into `settings`; older states keep the
+// defaults.
+void read_split_and_sink_meta(const std::vector<std::string>& meta, const char* who,
+                              TurboQuantBlockCache::Settings& settings) {
+  if (meta.size() >= 15) {
+    settings.key_split = meta[13] == "-" ? "" : meta[13];
+    settings.scale_format = meta[14];
+  }
+  if (meta.size() == 19) {
+    settings.key_split_rank = meta[15];
+    for (const auto& [field, at] : {std::pair{"value_mean", 16}, std::pair{"sink_values", 17}}) {
+      if (meta[static_cast<std::size_t>(at)] != "0" && meta[static_cast<std::size_t>(at)] != "1") {
+        throw base::FormatError(std::string(who) + ": " + field + " must be 0 or 1, got '" +
+                                meta[static_cast<std::size_t>(at)] + "'");
+      }
+    }
+    settings.value_mean = meta[16] == "1";
+    settings.sink_values = meta[17] == "1";
+    settings.sink_format = meta[18];
+  }
+}
+}  // namespace
+
 void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const char* who = "TurboQuantBlockCache::from_state";
   // 13 entries; 12 (no key_mean_segment) as written before segments existed; 11 (no levels
@@ -686,22 +711,7 @@ void TurboQuantBlockCache::from_state(const std::vector<lm::Tensor>& state, cons
   if (meta.size() >= 13) {
     settings.key_mean_segment = static_cast<int>(cache_rows::parse_meta_int(meta[12], who, "key_mean_segment"));
   }
-  if (meta.size() >= 15) {
-    settings.key_split = meta[13] == "-" ? "" : meta[13];
-    settings.scale_format = meta[14];
-  }
-  if (meta.size() == 19) {
-    settings.key_split_rank = meta[15];
-    for (const auto& [field, at] : {std::pair{"value_mean", 16}, std::pair{"sink_values", 17}}) {
-      if (meta[static_cast<std::size_t>(at)] != "0" && meta[static_cast<std::size_t>(at)] != "1") {
-        throw base::FormatError(std::string(who) + ": " + field + " must be 0 or 1, got '" +
-                                meta[static_cast<std::size_t>(at)] + "'");
-      }
-    }
-    settings.value_mean = meta[16] == "1";
-    settings.sink_values = meta[17] == "1";
-    settings.sink_format = meta[18];
-  }
+  read_split_and_sink_meta(meta, who, settings);
   const int head_dim = settings.head_dim;
   std::optional<TurboQuantBlockCache> made;
   try {

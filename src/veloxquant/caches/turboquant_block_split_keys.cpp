@@ -34,8 +34,15 @@ double measured_mse(const quant::BlockLloydQuantizer& q, int n) {
 
 }  // namespace
 
+namespace {
+// The key_split errors, built outside parse_key_split's loop: `what` is the complaint, `text`
+// the whole setting.
+[[noreturn]] void throw_bad_key_split(const std::string& what, const std::string& text) {
+  throw QuantizerConfigError("key_split for 'turboquant_block': " + what + " in '" + text + "'");
+}
+}  // namespace
+
 std::vector<KeySplitGroup> parse_key_split(const std::string& text) {
-  const std::string who = "key_split for 'turboquant_block'";
   std::vector<KeySplitGroup> out;
   std::size_t at = 0;
   while (at <= text.size()) {
@@ -52,22 +59,21 @@ std::vector<KeySplitGroup> parse_key_split(const std::string& text) {
       used_c = used_b = std::string::npos;
     }
     if (colon == std::string::npos || used_c != colon || used_b != item.size() - colon - 1) {
-      throw QuantizerConfigError(who + ": groups are channels:bits separated by commas (e.g. 32:4,16:3,16:2), got '" +
-                                 item + "' in '" + text + "'");
+      throw_bad_key_split("groups are channels:bits separated by commas (e.g. 32:4,16:3,16:2), got '" + item + "'",
+                          text);
     }
     if (g.channels < 8 || g.channels % 8 != 0) {
-      throw QuantizerConfigError(who + ": a group's channels must be a positive multiple of 8, got " +
-                                 std::to_string(g.channels) + " in '" + text + "'");
+      throw_bad_key_split("a group's channels must be a positive multiple of 8, got " + std::to_string(g.channels),
+                          text);
     }
     if (g.bits < 1 || g.bits > 4) {
-      throw QuantizerConfigError(who + ": a group's bits must lie in [1, 4], got " + std::to_string(g.bits) + " in '" +
-                                 text + "'");
+      throw_bad_key_split("a group's bits must lie in [1, 4], got " + std::to_string(g.bits), text);
     }
     out.push_back(g);
     at = end + 1;
   }
   if (out.size() > static_cast<std::size_t>(SplitKeyCoder::kMaxGroups)) {
-    throw QuantizerConfigError(who + ": at most 4 groups, got " + std::to_string(out.size()) + " in '" + text + "'");
+    throw_bad_key_split("at most 4 groups, got " + std::to_string(out.size()), text);
   }
   return out;
 }
