@@ -28,7 +28,7 @@ struct BitFieldLayout {
   // field 4's first byte (qword_bytes_hi, field_bit_hi), used only when `two_pass`.
   std::vector<uint8_t> qword_bytes, field_bit, field_mask, qword_bytes_hi, field_bit_hi;
   bool two_pass = false;
-  int64_t row_bytes = 0;                         // ceil(sum of widths / 8)
+  int64_t row_bytes = 0;  // ceil(sum of widths / 8)
 
   // widths: n fields, each 0..8 bits (a 0-bit field decodes to lo_i + step_i * 0).
   static BitFieldLayout from_widths(const int32_t* widths, int64_t n);

@@ -29,10 +29,12 @@ namespace veloxquant::attention::kernels::HWY_NAMESPACE {
 HWY_INLINE __m512i sum16(const __m512i* v) {
   __m512i t[8], u[4], w[2];
   for (int i = 0; i < 8; ++i) {
-    t[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    t[i] =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
   }
   for (int i = 0; i < 4; ++i) {
-    u[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * i], t[2 * i + 1]), _mm512_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
+    u[i] =
+        _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * i], t[2 * i + 1]), _mm512_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
   }
   // u[i]: block b, lane k = block b's part of v[4i + k].
   for (int i = 0; i < 2; ++i) {
@@ -46,8 +48,8 @@ HWY_INLINE __m512i sum16(const __m512i* v) {
 // ROWS rows x NQ queries (ROWS * NQ = 16) from row j: accumulator q * ROWS + r; each code
 // vector is loaded once for the NQ queries.
 template <int ROWS, int NQ>
-VQ_CODE_ROWS_VNNI HWY_INLINE void score_block(const float* prepared, int64_t prepared_stride, const int16_t* codes, int64_t code_stride,
-                            int64_t j, float* scores, int64_t ld) {
+VQ_CODE_ROWS_VNNI HWY_INLINE void score_block(const float* prepared, int64_t prepared_stride, const int16_t* codes,
+                                              int64_t code_stride, int64_t j, float* scores, int64_t ld) {
   __m512i acc[16];
   for (int k = 0; k < 16; ++k) acc[k] = _mm512_setzero_si512();
   const int16_t* a[NQ];
@@ -55,7 +57,8 @@ VQ_CODE_ROWS_VNNI HWY_INLINE void score_block(const float* prepared, int64_t pre
   for (int64_t c = 0; c < code_stride; c += 32) {
     for (int r = 0; r < ROWS; ++r) {
       const __m512i x = _mm512_loadu_si512(codes + (j + r) * code_stride + c);
-      for (int q = 0; q < NQ; ++q) acc[q * ROWS + r] = _mm512_dpwssd_epi32(acc[q * ROWS + r], x, _mm512_loadu_si512(a[q] + c));
+      for (int q = 0; q < NQ; ++q)
+        acc[q * ROWS + r] = _mm512_dpwssd_epi32(acc[q * ROWS + r], x, _mm512_loadu_si512(a[q] + c));
     }
   }
   const __m512 sums = _mm512_cvtepi32_ps(sum16(acc));

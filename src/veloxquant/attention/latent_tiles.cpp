@@ -24,10 +24,13 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Two rounds of ScoreRows' sum_quads on 512-bit vectors: the same interleaves within each
 // 128-bit block, so each block ends as the block of an 8-lane vector would.
 HWY_INLINE __m512 sum_quads512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-  const auto pair = [](__m512 x, __m512 y) { return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y)); };
+  const auto pair = [](__m512 x, __m512 y) {
+    return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y));
+  };
   const auto quad = [](__m512 x, __m512 y) {
     const __m512d x64 = _mm512_castps_pd(x), y64 = _mm512_castps_pd(y);
-    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x64, y64)), _mm512_castpd_ps(_mm512_unpackhi_pd(x64, y64)));
+    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x64, y64)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(x64, y64)));
   };
   return quad(pair(a0, a1), pair(a2, a3));
 }
@@ -93,8 +96,8 @@ void ScoreLatentRows(const float* q, int64_t q_stride, int64_t n_q, const float*
 // NQ queries x V vectors of 16 columns from column e (the last vector masked by `tail`): per
 // row the NQ weights broadcast, each row vector loaded once for all NQ queries.
 template <int NQ, int V>
-HWY_INLINE void accumulate_columns512(const float* w, int64_t ld, const float* rows, int64_t row_stride,
-                                      int64_t n_rows, int64_t e, float* acc, int64_t acc_stride, __mmask16 tail) {
+HWY_INLINE void accumulate_columns512(const float* w, int64_t ld, const float* rows, int64_t row_stride, int64_t n_rows,
+                                      int64_t e, float* acc, int64_t acc_stride, __mmask16 tail) {
   __m512 a[NQ][V];
   const auto mask = [&](int c) { return c == V - 1 ? tail : __mmask16(0xFFFF); };
   for (int r = 0; r < NQ; ++r) {
@@ -121,7 +124,8 @@ HWY_INLINE void accumulate_block512(const float* w, int64_t ld, const float* row
   constexpr int V = 4;
   const __mmask16 full = 0xFFFF;
   int64_t e = 0;
-  for (; e + V * 16 <= d; e += V * 16) accumulate_columns512<NQ, V>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride, full);
+  for (; e + V * 16 <= d; e += V * 16)
+    accumulate_columns512<NQ, V>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride, full);
   for (; e + 16 <= d; e += 16) accumulate_columns512<NQ, 1>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride, full);
   if (e < d) {
     const auto tail = static_cast<__mmask16>((1u << (d - e)) - 1u);
@@ -134,9 +138,12 @@ void AccumulateLatentRows(const float* w, int64_t ld, int64_t n_q, const float* 
                           int64_t n_rows, int64_t d, float* acc, int64_t acc_stride) {
 #ifdef VQ_LATENT_AVX512
   int64_t r = 0;
-  for (; r + 3 <= n_q; r += 3) accumulate_block512<3>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride);
-  if (n_q - r == 2) accumulate_block512<2>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride);
-  if (n_q - r == 1) accumulate_block512<1>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride);
+  for (; r + 3 <= n_q; r += 3)
+    accumulate_block512<3>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride);
+  if (n_q - r == 2)
+    accumulate_block512<2>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride);
+  if (n_q - r == 1)
+    accumulate_block512<1>(w + r * ld, ld, rows, row_stride, n_rows, d, acc + r * acc_stride, acc_stride);
 #else
   lm::kernels::tiles::accumulate_rows(w, ld, n_q, rows, row_stride, n_rows, d, acc, acc_stride);
 #endif
@@ -264,7 +271,8 @@ void ReconstructLatentRows(const float* basis, int64_t basis_stride, int64_t r, 
     }
     for (; c + lanes <= w; c += lanes) {
       auto x0 = hn::LoadU(df, mu + c);
-      for (int64_t i = 0; i < r; ++i) x0 = hn::Add(x0, hn::Mul(hn::Set(df, zt[i]), hn::LoadU(df, basis + i * basis_stride + c)));
+      for (int64_t i = 0; i < r; ++i)
+        x0 = hn::Add(x0, hn::Mul(hn::Set(df, zt[i]), hn::LoadU(df, basis + i * basis_stride + c)));
       hn::StoreU(x0, df, o + c);
     }
     for (; c < w; ++c) {

@@ -310,8 +310,8 @@ void score_layout_pairs(const SplitLevelKeys& k, int row_bytes, const float* q, 
     const int b = kBits[g];
     // Entry i = level[i mod 2^B] (the bits above a code's own are the next code's).
     const __m512 level_row = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (1 << b)) - 1), k.levels[g]);
-    tables[g] = _mm512_castps_si512(
-        _mm512_permutexvar_ps(_mm512_and_si512(lane, _mm512_set1_epi32((1 << b) - 1)), level_row));
+    tables[g] =
+        _mm512_castps_si512(_mm512_permutexvar_ps(_mm512_and_si512(lane, _mm512_set1_epi32((1 << b) - 1)), level_row));
     for (int c = 0; c < kChunks[g]; ++c, ++chunk) {
       for (int r = 0; r < NQ; ++r) {
         _mm512_store_ps(qd[chunk * NQ + r],
@@ -332,8 +332,8 @@ void score_layout_pairs(const SplitLevelKeys& k, int row_bytes, const float* q, 
   const int64_t n = k.n_rows;
   for (int64_t j0 = 0; j0 < n; j0 += 16) {
     const int64_t rows = std::min<int64_t>(16, n - j0);
-    const __m512i scale_bytes = _mm512_maskz_loadu_epi8(first_bytes((rows - 1) * k.scale_stride + kGroups),
-                                                        k.scales + j0 * k.scale_stride);
+    const __m512i scale_bytes =
+        _mm512_maskz_loadu_epi8(first_bytes((rows - 1) * k.scale_stride + kGroups), k.scales + j0 * k.scale_stride);
     __m512 block_scales[3];
     for (int g = 0; g < kGroups; ++g) {
       const __m512i codes = _mm512_maskz_permutexvar_epi8(dword_low_bytes, scale_index[g], scale_bytes);

@@ -20,8 +20,8 @@
 //             G_w], ranks I32 [B, G, 1, 1] and the codec's fitted tensors (G_w = (H / G) x D).
 // Fused attention: scores and value sums in the latent space (caches/latent_rows.h) through the
 // shared driver; before the fit, plain attention over the raw rows; for a codec that opts in
-// (kvtc), a call with many queries (a prefill chunk) rebuilds the rows once (as update_and_fetch returns them) and attends over them
-// as plain rows, cheaper there than every query head reading the whole latent.
+// (kvtc), a call with many queries (a prefill chunk) rebuilds the rows once (as update_and_fetch returns them) and
+// attends over them as plain rows, cheaper there than every query head reading the whole latent.
 #include <cstdint>
 #include <memory>
 #include <string>
