@@ -27,7 +27,7 @@ HWY_INLINE void octet_planes(DF df, VU wide, hn::Vec<DF> vs, float* dst) {
     auto field = k == 0 ? wide : hn::ShiftRightSame(wide, k * B);
     if (k != kFields - 1) field = hn::And(field, mask);
     // Codes are small: the signed conversion is exact.
-    hn::StoreU(hn::Mul(hn::ConvertTo(df, hn::BitCast(di, field)), vs), df, dst + k * 8);
+    hn::StoreU(hn::Mul(hn::ConvertTo(df, hn::BitCast(di, field)), vs), df, dst + static_cast<int64_t>(k) * 8);
   }
 }
 
@@ -42,7 +42,7 @@ HWY_INLINE void part_rows(DF df, const uint8_t* header, int64_t row_stride, int6
   const uint8_t* codes = header + 4;
   const hn::RebindToUnsigned<DF> du;
   const hn::Rebind<uint8_t, DF> d8;
-  constexpr int64_t kFloats = 8 * (8 / B);  // tile floats per octet
+  constexpr int64_t kFloats = int64_t{8} * (8 / B);  // tile floats per octet
   const int64_t whole = bytes / 8, tail = bytes % 8;
   // The partial octet's bytes past the part are zeroed (little-endian: the first bytes are the low ones).
   const uint64_t keep = tail > 0 ? ~uint64_t{0} >> (64 - 8 * tail) : 0;

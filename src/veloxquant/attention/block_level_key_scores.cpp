@@ -595,7 +595,7 @@ void score_block_level_rows(const BlockLevelKeys& k, const BlockLevels16& levels
         for (int lane = 0; lane < 8; ++lane) {
           int32_t total = 0;
           for (int64_t p = b * k.block / 16; p < (b + 1) * k.block / 16; ++p) {
-            for (int64_t e = 16 * p + 2 * lane; e < 16 * p + 2 * lane + 2; ++e) {
+            for (int64_t e = 16 * p + 2 * int64_t{lane}; e < 16 * p + 2 * int64_t{lane} + 2; ++e) {
               total += static_cast<int32_t>(q16[r * k.dim + e]) * levels.value[code_at(packed, e)];
             }
           }

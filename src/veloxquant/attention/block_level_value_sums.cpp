@@ -75,12 +75,12 @@ void accumulate_chunks(const BlockLevelValues& v, const float* weights, int64_t 
     return j < first_padded ? codes + j * code_stride : padded[j - first_padded];
   };
 
-  for (int64_t e0 = 0; e0 < dim; e0 += 16 * kChunkPasses) {
+  for (int64_t e0 = 0; e0 < dim; e0 += int64_t{16} * kChunkPasses) {
     VF a[NQ][kVectors];
 #pragma GCC unroll 3
     for (int r = 0; r < NQ; ++r) {
 #pragma GCC unroll 4
-      for (int k = 0; k < kVectors; ++k) a[r][k] = hn::LoadU(df, acc + r * acc_stride + e0 + 8 * k);
+      for (int k = 0; k < kVectors; ++k) a[r][k] = hn::LoadU(df, acc + r * acc_stride + e0 + int64_t{8} * k);
     }
     const int64_t blk = e0 / block;
     const int64_t pass_offset = e0 / 16 * kPassBytes;
@@ -105,7 +105,7 @@ void accumulate_chunks(const BlockLevelValues& v, const float* weights, int64_t 
 #pragma GCC unroll 3
     for (int r = 0; r < NQ; ++r) {
 #pragma GCC unroll 4
-      for (int k = 0; k < kVectors; ++k) hn::StoreU(a[r][k], df, acc + r * acc_stride + e0 + 8 * k);
+      for (int k = 0; k < kVectors; ++k) hn::StoreU(a[r][k], df, acc + r * acc_stride + e0 + int64_t{8} * k);
     }
   }
 }
@@ -125,7 +125,7 @@ void accumulate_even_bytes(const BlockLevelValues& v, const float* ws, float* ac
 #pragma GCC unroll 3
     for (int r = 0; r < NQ; ++r) {
 #pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) a[r][k] = hn::LoadU(df, acc + r * acc_stride + e0 + 8 * k);
+      for (int k = 0; k < 4; ++k) a[r][k] = hn::LoadU(df, acc + r * acc_stride + e0 + int64_t{8} * k);
     }
     const int64_t blk = e0 / v.block;
     const float* w[NQ];
@@ -138,7 +138,7 @@ void accumulate_even_bytes(const BlockLevelValues& v, const float* ws, float* ac
       for (int r = 0; r < NQ; ++r) wr[r] = hn::Set(df, w[r][j]);
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
-        const VF level = even_byte_levels_f32(df, codes + 8 * k);
+        const VF level = even_byte_levels_f32(df, codes + int64_t{8} * k);
 #pragma GCC unroll 3
         for (int r = 0; r < NQ; ++r) a[r][k] = hn::MulAdd(level, wr[r], a[r][k]);
       }
@@ -146,7 +146,7 @@ void accumulate_even_bytes(const BlockLevelValues& v, const float* ws, float* ac
 #pragma GCC unroll 3
     for (int r = 0; r < NQ; ++r) {
 #pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) hn::StoreU(a[r][k], df, acc + r * acc_stride + e0 + 8 * k);
+      for (int k = 0; k < 4; ++k) hn::StoreU(a[r][k], df, acc + r * acc_stride + e0 + int64_t{8} * k);
     }
   }
 }
@@ -322,7 +322,7 @@ void accumulate_permuted_chunks(const BlockLevelValues& v, const float* ws, floa
 #pragma GCC unroll 3
     for (int r = 0; r < NQ; ++r) {
 #pragma GCC unroll 4
-      for (int g = 0; g < 4; ++g) a[r][g] = hn::LoadU(df, acc + r * acc_stride + e0 + 8 * g);
+      for (int g = 0; g < 4; ++g) a[r][g] = hn::LoadU(df, acc + r * acc_stride + e0 + int64_t{8} * g);
     }
     const int64_t blk = e0 / block;
     const int64_t byte0 = e0 / 8 * B;
@@ -336,7 +336,7 @@ void accumulate_permuted_chunks(const BlockLevelValues& v, const float* ws, floa
 #pragma GCC unroll 4
       for (int g = 0; g < 4; ++g) {
         uint32_t word;
-        std::memcpy(&word, group + g * B, sizeof(word));
+        std::memcpy(&word, group + static_cast<int64_t>(g) * B, sizeof(word));
         const auto index = hn::Shr(hn::Set(du32, word), shifts);
         VF level = permute_lanes8(df, table, index);
         if constexpr (B == 4) {
@@ -354,7 +354,7 @@ void accumulate_permuted_chunks(const BlockLevelValues& v, const float* ws, floa
 #pragma GCC unroll 3
     for (int r = 0; r < NQ; ++r) {
 #pragma GCC unroll 4
-      for (int g = 0; g < 4; ++g) hn::StoreU(a[r][g], df, acc + r * acc_stride + e0 + 8 * g);
+      for (int g = 0; g < 4; ++g) hn::StoreU(a[r][g], df, acc + r * acc_stride + e0 + int64_t{8} * g);
     }
   }
 }
@@ -514,7 +514,7 @@ void accumulate_uniform_chunks(const BlockLevelValues& v, const float* ws2, cons
 #pragma GCC unroll 3
     for (int r = 0; r < NQ; ++r) {
 #pragma GCC unroll 4
-      for (int q = 0; q < 4; ++q) a[r][q] = hn::LoadU(df, acc + r * acc_stride + e0 + 8 * q);
+      for (int q = 0; q < 4; ++q) a[r][q] = hn::LoadU(df, acc + r * acc_stride + e0 + int64_t{8} * q);
       if constexpr (kNibbles) {
         for (int q = 0; q < 4; q += 2) {
           const VF even = hn::ConcatEven(df, a[r][q + 1], a[r][q]), odd = hn::ConcatOdd(df, a[r][q + 1], a[r][q]);
@@ -556,7 +556,7 @@ void accumulate_uniform_chunks(const BlockLevelValues& v, const float* ws2, cons
         }
       }
 #pragma GCC unroll 4
-      for (int q = 0; q < 4; ++q) hn::StoreU(a[r][q], df, acc + r * acc_stride + e0 + 8 * q);
+      for (int q = 0; q < 4; ++q) hn::StoreU(a[r][q], df, acc + r * acc_stride + e0 + int64_t{8} * q);
     }
   }
 }

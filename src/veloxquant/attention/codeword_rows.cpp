@@ -58,7 +58,7 @@ HWY_INLINE hn::Vec<DF> sum_lanes_transposed(const float* a) {
     return hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, x64, y64)),
                    hn::BitCast(d, hn::InterleaveUpper(d64, x64, y64)));
   };
-  const auto row = [&](int k) { return hn::Load(d, a + 8 * k); };
+  const auto row = [&](int k) { return hn::Load(d, a + int64_t{8} * k); };
   const auto s0123 = quad_sums(pair_sums(row(0), row(1)), pair_sums(row(2), row(3)));
   const auto s4567 = quad_sums(pair_sums(row(4), row(5)), pair_sums(row(6), row(7)));
   return hn::Add(hn::ConcatLowerLower(d, s4567, s0123), hn::ConcatUpperUpper(d, s4567, s0123));
@@ -72,9 +72,9 @@ HWY_INLINE void score_row_queries(const hn::Vec<DF>* cw, const float* q, int64_t
   hn::Vec<DF> a[NQ];
   for (int r = 0; r < NQ; ++r) a[r] = hn::Zero(d);
   for (int p = 0; p < kKeyCodes / 2; ++p) {
-    for (int r = 0; r < NQ; ++r) a[r] = hn::MulAdd(hn::LoadU(d, q + r * q_stride + 8 * p), cw[p], a[r]);
+    for (int r = 0; r < NQ; ++r) a[r] = hn::MulAdd(hn::LoadU(d, q + r * q_stride + int64_t{8} * p), cw[p], a[r]);
   }
-  for (int r = 0; r < NQ; ++r) hn::Store(a[r], d, partial + r * 64);
+  for (int r = 0; r < NQ; ++r) hn::Store(a[r], d, partial + r * int64_t{64});
 }
 
 // At most kMaxQueries queries per pass over the rows (their partial sums stay on the stack).
@@ -97,7 +97,8 @@ void ScoreKeysImpl(const CodewordKeys& k, const float* q, int64_t q_stride, int6
         codeword_detail::key_word_offsets(k.codes + (j0 + s) * k.code_stride, off);
         hn::Vec<DF> cw[kKeyCodes / 2];
         for (int p = 0; p < kKeyCodes / 2; ++p) {
-          cw[p] = hn::Combine(d, hn::LoadU(dh, k.words + off[2 * p + 1]), hn::LoadU(dh, k.words + off[2 * p]));
+          cw[p] = hn::Combine(d, hn::LoadU(dh, k.words + off[2 * static_cast<int64_t>(p) + 1]),
+                              hn::LoadU(dh, k.words + off[2 * static_cast<int64_t>(p)]));
         }
         float* ps = partial + s * 8;
         int64_t r = 0;
@@ -129,7 +130,7 @@ HWY_INLINE void accumulate_positions(const CodewordValues& v, int t0, const floa
   const DF d;
   hn::Vec<DF> a[NQ][C];
   for (int r = 0; r < NQ; ++r) {
-    for (int c = 0; c < C; ++c) a[r][c] = hn::LoadU(d, acc + r * acc_stride + 8 * (t0 + c));
+    for (int c = 0; c < C; ++c) a[r][c] = hn::LoadU(d, acc + r * acc_stride + int64_t{8} * (t0 + c));
   }
   const float* books = v.words + int64_t{t0} * kEntries * 8;
   for (int64_t j = 0; j < v.n_rows; ++j) {
@@ -137,12 +138,12 @@ HWY_INLINE void accumulate_positions(const CodewordValues& v, int t0, const floa
     hn::Vec<DF> wj[NQ];
     for (int r = 0; r < NQ; ++r) wj[r] = hn::Set(d, w[r * ld + j]);
     for (int c = 0; c < C; ++c) {
-      const auto x = hn::LoadU(d, books + (c * kEntries + codes[c]) * 8);
+      const auto x = hn::LoadU(d, books + (static_cast<int64_t>(c) * kEntries + codes[c]) * 8);
       for (int r = 0; r < NQ; ++r) a[r][c] = hn::MulAdd(wj[r], x, a[r][c]);
     }
   }
   for (int r = 0; r < NQ; ++r) {
-    for (int c = 0; c < C; ++c) hn::StoreU(a[r][c], d, acc + r * acc_stride + 8 * (t0 + c));
+    for (int c = 0; c < C; ++c) hn::StoreU(a[r][c], d, acc + r * acc_stride + int64_t{8} * (t0 + c));
   }
 }
 
@@ -226,7 +227,7 @@ void accumulate_codeword_values(const CodewordValues& v, const float* w, int64_t
       for (int t = 0; t < v.positions; ++t) {
         const float* word = v.words + (int64_t{t} * codeword_detail::kEntries + v.codes[j * v.code_stride + t]) * 8;
         for (int e = 0; e < 8; ++e)
-          acc[r * acc_stride + 8 * t + e] = std::fma(wj, word[e], acc[r * acc_stride + 8 * t + e]);
+          acc[r * acc_stride + int64_t{8} * t + e] = std::fma(wj, word[e], acc[r * acc_stride + int64_t{8} * t + e]);
       }
     }
   }

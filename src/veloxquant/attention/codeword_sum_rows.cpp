@@ -42,8 +42,10 @@ HWY_INLINE void rows_of(DF df, const uint8_t* codes, int64_t code_stride, int64_
     const uint8_t* code = codes + j * code_stride;
     float* dst = out + j * out_stride;
     for (int64_t s = 0; s < subvectors; ++s, code += n_stages) {
-      auto v = hn::LoadU(df, words + code[0] * 8);
-      for (int st = 1; st < n_stages; ++st) v = hn::Add(v, hn::LoadU(df, words + st * stage_stride + code[st] * 8));
+      auto v = hn::LoadU(df, words + static_cast<int64_t>(code[0]) * 8);
+      for (int st = 1; st < n_stages; ++st)
+        v = hn::Add(
+            v, hn::LoadU(df, words + static_cast<int64_t>(st) * stage_stride + static_cast<int64_t>(code[st]) * 8));
       hn::StoreU(v, df, dst + s * 8);
     }
   }
@@ -335,10 +337,10 @@ namespace scalar {
 namespace {
 // Sub-vector s of a row: its stages' codewords added in stage order, into z[dim].
 void decode_one(const uint8_t* code, int stages, const float* words, int64_t stage_stride, int dim, float* z) {
-  const float* c = words + code[0] * dim;
+  const float* c = words + static_cast<int64_t>(code[0]) * dim;
   for (int e = 0; e < dim; ++e) z[e] = c[e];
   for (int st = 1; st < stages; ++st) {
-    c = words + st * stage_stride + code[st] * dim;
+    c = words + static_cast<int64_t>(st) * stage_stride + static_cast<int64_t>(code[st]) * dim;
     for (int e = 0; e < dim; ++e) z[e] += c[e];
   }
 }
@@ -388,10 +390,10 @@ void codeword_sum_rows(const uint8_t* codes, int64_t code_stride, int64_t n_rows
     const uint8_t* code = codes + j * code_stride;
     for (int64_t s = 0; s < subvectors; ++s) {
       float* o = out + j * out_stride + s * dim;
-      const float* c = words + code[s * stages] * dim;
+      const float* c = words + static_cast<int64_t>(code[s * stages]) * dim;
       for (int e = 0; e < dim; ++e) o[e] = c[e];
       for (int st = 1; st < stages; ++st) {
-        c = words + st * stage_stride + code[s * stages + st] * dim;
+        c = words + static_cast<int64_t>(st) * stage_stride + static_cast<int64_t>(code[s * stages + st]) * dim;
         for (int e = 0; e < dim; ++e) o[e] += c[e];
       }
     }

@@ -52,7 +52,7 @@ void decode_rows_bits(DF df, const DenseLevelRows& r, float* out) {
   HWY_ALIGN uint8_t window_bytes[16];
   HWY_ALIGN uint32_t shift_bits[8];
   for (int k = 0; k < 8; ++k) {
-    window_bytes[2 * k] = static_cast<uint8_t>(k * B / 8);
+    window_bytes[2 * static_cast<int64_t>(k)] = static_cast<uint8_t>(k * B / 8);
     window_bytes[2 * k + 1] = static_cast<uint8_t>(k * B / 8 + 1);
     shift_bits[k] = static_cast<uint32_t>(k * B % 8);
   }

@@ -39,11 +39,11 @@ template <int B>
 HWY_INLINE uint32_t chunk_word(const uint8_t* group, int c, int chunks) {
   uint32_t word = 0;
   if (B == 4 || c * B + 4 <= chunks * B) {
-    std::memcpy(&word, group + c * B, 4);
+    std::memcpy(&word, group + static_cast<int64_t>(c) * B, 4);
     return word;
   }
   if (chunks * B >= 4) {  // the last chunk: the 4 bytes that end with it
-    std::memcpy(&word, group + c * B + B - 4, 4);
+    std::memcpy(&word, group + static_cast<int64_t>(c) * B + B - 4, 4);
     return word >> (8 * (4 - B));
   }
   for (int i = 0; i < B; ++i) word |= static_cast<uint32_t>(group[c * B + i]) << (8 * i);
@@ -70,7 +70,7 @@ HWY_INLINE void group_sums(DF df, const GroupTables<DF>& tables, hn::Vec<hn::Reb
     }
 #pragma GCC unroll 4
     for (int r = 0; r < NQ; ++r) {
-      const auto qv = hn::LoadU(df, q + r * q_stride + 8 * c);
+      const auto qv = hn::LoadU(df, q + r * q_stride + int64_t{8} * c);
       t[r] = c == 0 ? hn::Mul(level, qv) : hn::MulAdd(level, qv, t[r]);
     }
   }
@@ -115,8 +115,8 @@ void group_rows(const SplitLevelKeys& k, int g, const float* q, int64_t q_stride
     float* a = acc + j * NQ * 8;
 #pragma GCC unroll 4
     for (int r = 0; r < NQ; ++r) {
-      const auto v = first ? hn::Mul(t[r], scale) : hn::MulAdd(t[r], scale, hn::LoadU(df, a + 8 * r));
-      hn::StoreU(v, df, a + 8 * r);
+      const auto v = first ? hn::Mul(t[r], scale) : hn::MulAdd(t[r], scale, hn::LoadU(df, a + int64_t{8} * r));
+      hn::StoreU(v, df, a + int64_t{8} * r);
     }
   }
 }

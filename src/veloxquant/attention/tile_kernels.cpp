@@ -410,7 +410,7 @@ void GatherPairsImpl(const float* pairs, const int32_t* natural, int64_t n, floa
     hn::StoreU(hn::GatherIndex(df, pairs + 1, at), df, second + c);
   }
   for (; c < n; ++c) {
-    first[c] = pairs[2 * natural[c]];
+    first[c] = pairs[2 * static_cast<int64_t>(natural[c])];
     second[c] = pairs[2 * natural[c] + 1];
   }
 }
@@ -439,7 +439,7 @@ void gather_pairs(const float* pairs, const int32_t* natural, int64_t n, float* 
 
 bool can_accumulate_planes(int bits, int64_t plane_bytes, int64_t group) {
   // Whole 8-byte chunks (the widest SIMD pass), each inside one channel group.
-  return (bits == 2 || bits == 4 || bits == 8) && plane_bytes % 8 == 0 && group % (8 * (8 / bits)) == 0;
+  return (bits == 2 || bits == 4 || bits == 8) && plane_bytes % 8 == 0 && group % (int64_t{8} * (8 / bits)) == 0;
 }
 
 void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
@@ -484,7 +484,7 @@ const char* target_name() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 namespace scalar {
 void gather_pairs(const float* pairs, const int32_t* natural, int64_t n, float* first, float* second) {
   for (int64_t c = 0; c < n; ++c) {
-    first[c] = pairs[2 * natural[c]];
+    first[c] = pairs[2 * static_cast<int64_t>(natural[c])];
     second[c] = pairs[2 * natural[c] + 1];
   }
 }
