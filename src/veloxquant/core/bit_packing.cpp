@@ -41,11 +41,46 @@ void pack_words(const uint8_t* idx, std::size_t n, int bits, uint32_t* words) {
   }
 }
 
+namespace {
+// unpack_words for a width known at compile time: word by word, its fields by constant shifts
+// (the general loop's division and remainder by a run-time count per element cost more than the
+// shifts; attention over word-packed codes unpacks every row of every tile).
+template <int kBits>
+void unpack_words_of(const uint32_t* words, std::size_t n, uint8_t* idx) {
+  constexpr std::size_t kPer = 32 / kBits;
+  constexpr uint32_t kMask = (1u << kBits) - 1u;
+  std::size_t i = 0;
+  for (; i + kPer <= n; i += kPer) {
+    const uint32_t word = words[i / kPer];
+    for (std::size_t k = 0; k < kPer; ++k) idx[i + k] = static_cast<uint8_t>((word >> (kBits * k)) & kMask);
+  }
+  if (i < n) {
+    const uint32_t word = words[i / kPer];
+    for (std::size_t k = 0; i + k < n; ++k) idx[i + k] = static_cast<uint8_t>((word >> (kBits * k)) & kMask);
+  }
+}
+}  // namespace
+
 void unpack_words(const uint32_t* words, std::size_t n, int bits, uint8_t* idx) {
-  const std::size_t per = indices_per_word(bits);
-  const uint32_t mask = (1u << bits) - 1u;
-  for (std::size_t i = 0; i < n; ++i)
-    idx[i] = static_cast<uint8_t>((words[i / per] >> (bits * static_cast<int>(i % per))) & mask);
+  check_pack_bits(bits);
+  switch (bits) {
+    case 1:
+      return unpack_words_of<1>(words, n, idx);
+    case 2:
+      return unpack_words_of<2>(words, n, idx);
+    case 3:
+      return unpack_words_of<3>(words, n, idx);
+    case 4:
+      return unpack_words_of<4>(words, n, idx);
+    case 5:
+      return unpack_words_of<5>(words, n, idx);
+    case 6:
+      return unpack_words_of<6>(words, n, idx);
+    case 7:
+      return unpack_words_of<7>(words, n, idx);
+    default:
+      return unpack_words_of<8>(words, n, idx);
+  }
 }
 
 void pack_dense(const uint8_t* idx, std::size_t n, int bits, uint8_t* out) {

@@ -38,8 +38,13 @@ void quantize_token_groups(const float* x, int64_t rows, int64_t dim, int64_t gr
 
 void dequantize_token_groups(const uint8_t* codes, int64_t rows, int64_t dim, int64_t group,
                              const TokenGroupParams* params, float* out) {
-  for (int64_t t = 0; t < rows; ++t) {
-    const TokenGroupParams* p = params + (t / group) * dim;
+  dequantize_token_group_rows(codes, 0, rows, dim, group, params, out);
+}
+
+void dequantize_token_group_rows(const uint8_t* codes, int64_t first, int64_t n, int64_t dim, int64_t group,
+                                 const TokenGroupParams* params, float* out) {
+  for (int64_t t = 0; t < n; ++t) {
+    const TokenGroupParams* p = params + ((first + t) / group) * dim;
     for (int64_t d = 0; d < dim; ++d) out[t * dim + d] = static_cast<float>(codes[t * dim + d]) * p[d].scale + p[d].min;
   }
 }

@@ -32,5 +32,9 @@ void quantize_token_groups(const float* x, int64_t rows, int64_t dim, int64_t gr
 // out[t, d] = codes[t, d] * scale + min of (t / group, d).
 void dequantize_token_groups(const uint8_t* codes, int64_t rows, int64_t dim, int64_t group,
                              const TokenGroupParams* params, float* out);
+// The same for rows [first, first + n) of a run whose row 0 starts token group 0: out[t, d] =
+// codes[t, d] * scale + min of ((first + t) / group, d), codes and out holding those n rows.
+void dequantize_token_group_rows(const uint8_t* codes, int64_t first, int64_t n, int64_t dim, int64_t group,
+                                 const TokenGroupParams* params, float* out);
 
 }  // namespace veloxquant::cross_layer

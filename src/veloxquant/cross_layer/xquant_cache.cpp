@@ -7,9 +7,12 @@
 #include "base/thread_pool.h"
 #include "lm/cache/kv_rows.h"
 #include "veloxquant/rows/cache_rows.h"
+#include "veloxquant/attention/attention_driver.h"
+#include "veloxquant/attention/fused_call.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/cross_layer/token_group_quant.h"
 #include "veloxquant/cross_layer/wiring_registry.h"
+#include "veloxquant/cross_layer/xquant_rows.h"
 #include "veloxquant/errors.h"
 
 namespace veloxquant {
@@ -179,26 +182,45 @@ XQuantCache::Block XQuantCache::make_block(const std::vector<float>& pk, const s
 
 void XQuantCache::decode_block(const Block& block, int64_t b, int64_t h, bool keys, float* out) const {
   const int64_t d = keys ? dk_ : dv_;
-  const int64_t rows = block.rows;
-  std::vector<uint8_t> codes(static_cast<std::size_t>(rows * d));
+  std::vector<uint8_t> codes(static_cast<std::size_t>(block.rows * d));
+  std::vector<float> residual(has_residual() ? codes.size() : 0);
+  decode_rows(block, b, h, keys, 0, block.rows, out, codes.data(), residual.data());
+}
+
+void XQuantCache::decode_rows(const Block& block, int64_t b, int64_t h, bool keys, int64_t first, int64_t n, float* out,
+                              uint8_t* codes, float* residual) const {
+  const int64_t d = keys ? dk_ : dv_;
   const lm::Tensor& src = keys ? block.codes->key_codes : block.codes->value_codes;
-  for (int64_t t = 0; t < rows; ++t) {
-    core::unpack_words(row_ptr<uint32_t>(src, b, h, t), static_cast<std::size_t>(d), base_bits_, codes.data() + t * d);
+  for (int64_t t = 0; t < n; ++t) {
+    core::unpack_words(row_ptr<uint32_t>(src, b, h, first + t), static_cast<std::size_t>(d), base_bits_, codes + t * d);
   }
   const auto* params =
       reinterpret_cast<const TokenGroupParams*>(row_ptr<float>(keys ? block.key_params : block.value_params, b, h, 0));
-  cross_layer::dequantize_token_groups(codes.data(), rows, d, group_, params, out);
+  cross_layer::dequantize_token_group_rows(codes, first, n, d, group_, params, out);
   if (!has_residual()) return;
   const lm::Tensor& rsrc = keys ? block.key_residual_codes : block.value_residual_codes;
-  for (int64_t t = 0; t < rows; ++t) {
-    core::unpack_words(row_ptr<uint32_t>(rsrc, b, h, t), static_cast<std::size_t>(d), residual_bits_,
-                       codes.data() + t * d);
+  for (int64_t t = 0; t < n; ++t) {
+    core::unpack_words(row_ptr<uint32_t>(rsrc, b, h, first + t), static_cast<std::size_t>(d), residual_bits_,
+                       codes + t * d);
   }
   const auto* rparams = reinterpret_cast<const TokenGroupParams*>(
       row_ptr<float>(keys ? block.key_residual_params : block.value_residual_params, b, h, 0));
-  std::vector<float> residual(static_cast<std::size_t>(rows * d));
-  cross_layer::dequantize_token_groups(codes.data(), rows, d, group_, rparams, residual.data());
-  for (int64_t i = 0; i < rows * d; ++i) out[i] += residual[i];
+  cross_layer::dequantize_token_group_rows(codes, first, n, d, group_, rparams, residual);
+  for (int64_t i = 0; i < n * d; ++i) out[i] += residual[i];
+}
+
+void XQuantCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) {
+  if (!request.queries || !request.keys || !request.values) {
+    throw base::InvalidArgument("XQuantCache::fused_attention: queries, keys and values are required");
+  }
+  const lm::Tensor& q = *request.queries;
+  const int64_t first = offset_;
+  store(*request.keys, *request.values);
+  attention::check_fused_shapes("XQuantCache::fused_attention", q, *request.keys, batch_, heads_, dk_, dv_, out);
+  lm::Tensor contiguous_queries;
+  const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
+  const XQuantRows rows(*this);
+  attention::attend(call, rows, &base::ThreadPool::global());
 }
 
 lm::KeysValues XQuantCache::update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) {
@@ -216,6 +238,12 @@ void XQuantCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   const int64_t s = keys.dim(2);
   const int64_t tail = offset_ - frontier_;
   const int64_t pending_rows = tail + s;
+  if (pending_rows < group_) {  // no token group completes: the rows wait in the tail as they are
+    lm::copy_token_rows(keys, tail_k_, tail);
+    lm::copy_token_rows(values, tail_v_, tail);
+    offset_ += s;
+    return;
+  }
   // Pending = the full-precision tail followed by the new rows, f32 (a per-call temporary).
   std::vector<float> pk(static_cast<std::size_t>(batch_ * heads_ * pending_rows * dk_));
   std::vector<float> pv(static_cast<std::size_t>(batch_ * heads_ * pending_rows * dv_));

@@ -38,6 +38,8 @@ struct XQuantCodes {
 };
 using XQuantCoordinator = cross_layer::SegmentCoordinator<XQuantCodes>;
 
+class XQuantRows;
+
 class XQuantCache : public lm::KVCache {
  public:
   // role.leader = anchor. coordinator null: a cache alone (anchor) or a reuse layer whose
@@ -48,6 +50,11 @@ class XQuantCache : public lm::KVCache {
               std::shared_ptr<XQuantCoordinator> coordinator = nullptr, uint64_t wiring_id = 0);
 
   lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
+  // Stores the step's rows, then attends over every stored row through the shared driver
+  // (cross_layer/xquant_rows.h): each tile's rows decoded from the codes into per-thread scratch,
+  // never the whole cache into a tensor per step as update_and_fetch must.
+  bool supports_fused_attention() const override { return true; }
+  void fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) override;
   int64_t offset() const override { return offset_; }
   bool empty() const override { return offset_ == 0; }
   std::size_t nbytes() const override;
@@ -63,6 +70,7 @@ class XQuantCache : public lm::KVCache {
   // Deep copy of what this cache owns; anchor codes a reuse layer references stay shared
   // (immutable). The copy publishes to / reads from the same coordinator.
   std::shared_ptr<lm::KVCache> clone() const override;
+  friend class XQuantRows;
 
   bool is_anchor() const { return role_.leader; }
   const cross_layer::LayerRole& role() const { return role_; }
@@ -85,6 +93,10 @@ class XQuantCache : public lm::KVCache {
   Block make_block(const std::vector<float>& pk, const std::vector<float>& pv, int64_t pending_rows, int64_t rows);
   // Decodes the block's rows of (b, h), keys or values, into out [block.rows, D].
   void decode_block(const Block& block, int64_t b, int64_t h, bool keys, float* out) const;
+  // Rows [first, first + n) of the block, into out [n, D]; codes and residual: the caller's
+  // scratch of n * D each.
+  void decode_rows(const Block& block, int64_t b, int64_t h, bool keys, int64_t first, int64_t n, float* out,
+                   uint8_t* codes, float* residual) const;
   lm::KeysValues fetch(lm::DType dtype) const;
   // std::byte pointer to row 0 of (b, h) of a tail buffer.
   std::byte* tail_row0(lm::Tensor& tail, int64_t bh, int64_t width);

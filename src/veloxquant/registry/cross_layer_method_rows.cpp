@@ -26,7 +26,7 @@ MethodDescriptor xquant_row() {
   m.name = "xquant";
   m.family = "quantization";
   m.is_servable = true;
-  m.capabilities = {.trimmable = true, .needs_coordinator = true, .real_compression = true};
+  m.capabilities = {.trimmable = true, .fused_attention = true, .needs_coordinator = true, .real_compression = true};
   m.blurb =
       "Cross-layer: the anchor layer's token-axis group codes are reused by the next "
       "layers of its group, each with its own scale/zero and a quantized residual";

@@ -4,13 +4,17 @@
 // rejoining its coordinator.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 
 #include "base/error.h"
 #include "lm/cache/prompt_cache_file.h"
 #include "support/fake_model.h"
+#include "support/fused_vs_fetched.h"
 #include "support/kv_test_data.h"
+#include "support/reference_attention.h"
 #include "veloxquant/cross_layer/xquant_cache.h"
 #include "veloxquant/cross_layer/token_group_quant.h"
 #include "veloxquant/veloxquant.h"
@@ -285,6 +289,52 @@ TEST(XQuantCache, LoadedListRejoinsOneCoordinatorAndKeepsReusing) {
   for (std::size_t i = 1; i < 3; ++i) {
     EXPECT_EQ(std::dynamic_pointer_cast<XQuantCache>(lists[i][1])->reused_rows(), 8) << "copy " << i;  // rows 8..15
   }
+}
+
+}  // namespace
+}  // namespace veloxquant
+
+namespace veloxquant {
+namespace {
+
+// The fused path (xquant_rows.h: tiles decoded from the codes into scratch) against the plain
+// reference attention over the rows update_and_fetch returns, chunk by chunk (a prefill, decode
+// steps, a chunk that completes token groups mid-call): only float summation order differs.
+TEST(XQuantCache, FusedAttentionEqualsAttentionOverFetchedRows) {
+  const int64_t heads = 2, hq = 6, d = 64;
+  const std::vector<int64_t> chunks{70, 1, 1, 40, 1, 33};
+  {  // an anchor alone (no coordinator)
+    XQuantCache fused(2, 4, 32), plain(2, 4, 32);
+    const std::vector<float> worst = test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 500);
+    for (std::size_t c = 0; c < chunks.size(); ++c) EXPECT_LE(worst[c], 2e-5f) << "anchor, chunk " << chunks[c];
+  }
+  // A reuse layer with a residual: each of the two reuse layers reads its own anchor's segment,
+  // the anchors fed the same rows (so the same codes).
+  auto c1 = std::make_shared<XQuantCoordinator>(8192, "xquant_max_ctx");
+  auto c2 = std::make_shared<XQuantCoordinator>(8192, "xquant_max_ctx");
+  XQuantCache anchor1(2, 4, 16, {true, 0, 1}, c1), anchor2(2, 4, 16, {true, 0, 1}, c2);
+  XQuantCache fused(2, 4, 16, {false, 0, 0}, c1), plain(2, 4, 16, {false, 0, 0}, c2);
+  uint64_t seed = 700;
+  int64_t first = 0;
+  for (const int64_t n : chunks) {
+    const lm::Tensor ka = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
+    anchor1.update_and_fetch(ka, ka);
+    anchor2.update_and_fetch(ka, ka);
+    const lm::Tensor k = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
+    const lm::Tensor v = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
+    const lm::Tensor q = test_support::random_kv(1, hq, n, d, seed++, lm::DType::F32);
+    lm::Tensor out({1, hq, n, d}, lm::DType::F32);
+    fused.fused_attention({&q, &k, &v, 0.125f, std::nullopt}, out);
+    const std::vector<float> want =
+        test_support::reference_attention(plain.update_and_fetch(k, v), q.to_f32(), hq, n, first, 0.125f);
+    const std::vector<float> got = out.to_f32();
+    float worst = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+    EXPECT_LE(worst, 2e-5f) << "reuse, chunk " << n;
+    first += n;
+  }
+  EXPECT_EQ(fused.reused_rows(), plain.reused_rows());
+  EXPECT_GT(fused.reused_rows(), 0);
 }
 
 }  // namespace
