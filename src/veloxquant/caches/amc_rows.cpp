@@ -8,6 +8,7 @@
 #include "base/half.h"
 #include "lm/kernels/simd_dot.h"
 #include "veloxquant/attention/tile_kernels.h"
+#include "veloxquant/caches/amc_latent_columns.h"
 #include "veloxquant/caches/svdq_latent_decode.h"
 #include "veloxquant/rows/cache_rows.h"
 
@@ -93,6 +94,10 @@ void AmcLatentRows::decode(const SvdqLayout& layout, const lm::Tensor& codes, co
       lm::kernels::simd::f16_to_f32(p, wide, n * pair_floats);
     } else {
       for (int64_t j = 0; j < n; ++j) lm::kernels::simd::f16_to_f32(p + j * param_stride, wide + j * pair_floats, pair_floats);
+    }
+    if (pair_floats == 2) {  // one (scale, min) per row (r <= group: amc's tiers at its defaults)
+      amc_latent_columns(row, row_stride, n, r, bits, wide, out);
+      return;
     }
     for (int64_t j = 0; j < n; ++j) {
       decode_dense_row(row + j * row_stride, wide + j * pair_floats, r, group_, bits, out + j, n);
