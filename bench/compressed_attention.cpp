@@ -88,6 +88,8 @@ const Setup kSetups[] = {
     {"a2ats", 2, {}},
     {"cachegen", 2, {}},
     {"kvtc", 2, {}},
+    {"kitty", 2, {}},
+    {"amc", 2, {}},
 };
 
 int register_all() {

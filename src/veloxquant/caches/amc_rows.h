@@ -4,8 +4,9 @@
 // A row holds r latent coordinates of its key and of its value on the head's PCA bases (tables
 // [B, H, 1 + r_mid, D]: row 0 the mean, then the directions; a tier of rank r reads the first r),
 // each quantized per token (f16 scale and min per group of G coordinates).
-//   score:      <q, k> = <q, mean_k> + <K q, z>: the query projected once per tile on 1 + r table
-//               rows, the tile's latent keys decoded and scored in r dimensions.
+//   score:      <q, k> = <q, mean_k> + <K q, z>: the query projected on the 1 + r table rows once
+//               per block of queries and head (not per tile), the tile's latent keys decoded
+//               coordinate-major and scored in r dimensions with vectors along the rows.
 //   accumulate: sum_j w_j v_j = (sum_j w_j) mean_v + (sum_j w_j z_j) V: the weights are summed
 //               in latent space over the tile and turned into the value basis once per tile.
 // Rows carry their true positions (ascending per head): a tier holds a subset of the tokens.
@@ -46,13 +47,19 @@ class AmcLatentRows final : public attention::RowSource {
                        int64_t ld, float* acc, attention::TileScratch& scratch) const override;
 
  private:
-  // Latent rows [j0, j1) of codes/params into out [n, r]; uses 2 r floats of `tmp`.
+  // Latent rows [j0, j1) of codes/params into out coordinate-major [r, n] (out[i * n + j]); uses
+  // 3 r + n (2 r + 2) floats of `tmp`.
   void decode(const SvdqLayout& layout, const lm::Tensor& codes, const lm::Tensor& params, int64_t b, int64_t h,
               int64_t j0, int64_t j1, float* tmp, float* out) const;
+  // <q, mean_k> then C q for each of the n_queries prepared queries (stride 1 + r), computed once
+  // per thread for a run of tiles with the same (b, h) and queries (a per-thread cache keyed by
+  // this object's id_, unique per tier and call).
+  const float* projected_queries(int64_t b, int64_t h, const float* prepared, int64_t n_queries) const;
   AmcLatentTensors t_;
   const SvdqLayout& layout_;
   const SvdqLayout& value_layout_;
   int64_t group_, rows_;
+  uint64_t id_;
 };
 
 }  // namespace veloxquant

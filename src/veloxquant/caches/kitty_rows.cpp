@@ -1,12 +1,12 @@
 #include "veloxquant/caches/kitty_rows.h"
 
 #include <algorithm>
-#include <bit>
 #include <vector>
 
 #include "lm/kernels/attention_tiles.h"
 #include "lm/kernels/simd_dot.h"
 #include "veloxquant/attention/integer_key_scores.h"
+#include "veloxquant/attention/mask_split_queries.h"
 #include "veloxquant/attention/narrow_plane_scores.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/attention/word_code_rows.h"
@@ -44,80 +44,43 @@ void KittyRows::score_block_integer(int64_t b, int64_t h, int64_t block, int64_t
   const int64_t d = dk_;
   const int64_t hi_dim = hi_order_.size() > 0 ? hi_plane_.dim() : 0,
                 lo_dim = lo_order_.size() > 0 ? lo_plane_.dim() : 0;
-  const int64_t widest = std::max(hi_dim, lo_dim);
-  // Grow-only per-thread buffers: (scale, min) apart, the folded queries in natural channel order
-  // and in both planes' padded code orders, ones and zeros, the per-channel targets, the integer
-  // queries with their steps and biases, the second plane's scores.
-  thread_local std::vector<float> scale, min, natural, padded, ones, zeros, bias, step, zero_bias, partial;
+  // Grow-only per-thread buffers: (scale, min) apart, the folded queries in natural channel order,
+  // the integer queries of both planes with their steps and biases, the second plane's scores.
+  thread_local std::vector<float> scale, min, natural, bias, step, zero_bias, partial;
   thread_local std::vector<int16_t> q16;
-  thread_local std::vector<int32_t> identity, base, stride;
+  thread_local std::vector<int32_t> identity;
   if (static_cast<int64_t>(identity.size()) < d) {
     identity.resize(static_cast<std::size_t>(d));
     for (int64_t c = 0; c < d; ++c) identity[static_cast<std::size_t>(c)] = static_cast<int32_t>(c);
-  }
-  if (static_cast<int64_t>(ones.size()) < widest) {
-    ones.assign(static_cast<std::size_t>(widest), 1.0f);
-    zeros.assign(static_cast<std::size_t>(widest), 0.0f);
   }
   scale.resize(static_cast<std::size_t>(d));
   min.resize(static_cast<std::size_t>(d));
   natural.resize(static_cast<std::size_t>(n_queries * d));
   bias.resize(static_cast<std::size_t>(n_queries));
   step.resize(static_cast<std::size_t>(2 * n_queries));
-  zero_bias.resize(static_cast<std::size_t>(2 * n_queries));
+  zero_bias.assign(static_cast<std::size_t>(2 * n_queries), 0.0f);
   // The block's scales folded into every query in natural channel order; the mins give one bias
   // per query over all channels.
   attention::kernels::gather_pairs(pairs, identity.data(), d, scale.data(), min.data());
   attention::kernels::fold_scales(prepared, n_queries, d, scale.data(), min.data(), natural.data(), bias.data());
-  // Each channel's folded value to its plane's padded position (the i-th high channel in ascending
-  // order is the high plane's natural index i; likewise low), in one buffer of both planes' queries:
-  // [high: n_queries x hi_dim][low: n_queries x lo_dim]; padding stays zero.
-  padded.assign(static_cast<std::size_t>(n_queries * (hi_dim + lo_dim)), 0.0f);
-  base.resize(static_cast<std::size_t>(d));
-  stride.resize(static_cast<std::size_t>(d));
-  const uint32_t* mask = row_ptr<uint32_t>(hi_mask_, b, h, block);
-  // NarrowPlane::position without its divisions: 8 / bits codes per byte is 1, 2 or 4.
-  const auto position = [](const attention::kernels::NarrowPlane& plane, int64_t i) {
-    const int shift = std::countr_zero(static_cast<unsigned>(8 / plane.bits));
-    return (i & ((int64_t{1} << shift) - 1)) * plane.padded + (i >> shift);
-  };
-  int64_t i_hi = 0, i_lo = 0;
-  for (int64_t w = 0; w * 32 < d; ++w) {
-    const int64_t width = std::min<int64_t>(32, d - w * 32);
-    const uint32_t valid = width == 32 ? ~0u : ((1u << width) - 1u);
-    for (uint32_t m = mask[w] & valid; m != 0; m &= m - 1) {
-      const auto c = static_cast<std::size_t>(w * 32 + __builtin_ctz(m));
-      base[c] = static_cast<int32_t>(position(hi_plane_, i_hi++));
-      stride[c] = static_cast<int32_t>(hi_dim);
-    }
-    for (uint32_t m = ~mask[w] & valid; m != 0; m &= m - 1) {
-      const auto c = static_cast<std::size_t>(w * 32 + __builtin_ctz(m));
-      base[c] = static_cast<int32_t>(n_queries * hi_dim + position(lo_plane_, i_lo++));
-      stride[c] = static_cast<int32_t>(lo_dim);
-    }
-  }
-  float* to = padded.data();
-  int64_t r = 0;
-  for (; r + 3 <= n_queries; r += 3) {  // a GQA group of three: one target load per three stores
-    const float* from = natural.data() + r * d;
-    for (int64_t c = 0; c < d; ++c) {
-      const int64_t t = base[static_cast<std::size_t>(c)] + r * stride[static_cast<std::size_t>(c)];
-      const int64_t s = stride[static_cast<std::size_t>(c)];
-      to[t] = from[c];
-      to[t + s] = from[d + c];
-      to[t + 2 * s] = from[2 * d + c];
-    }
-  }
-  for (; r < n_queries; ++r) {
-    const float* from = natural.data() + r * d;
-    for (int64_t c = 0; c < d; ++c) {
-      to[base[static_cast<std::size_t>(c)] + r * stride[static_cast<std::size_t>(c)]] = from[c];
-    }
-  }
-  // Each plane's queries rounded to 16-bit integers with a step of its own (a plane's scales are
-  // its own: one step for both would round the smaller plane coarsely); unit scales and zero mins,
-  // so the rounding's biases are zero.
+  // Each query split by the block's mask into its high and low channels (ascending channel: the
+  // planes' natural orders), each plane rounded to 16-bit integers with a step of its own (a
+  // plane's scales are its own: one step for both would round the smaller plane coarsely) and
+  // laid out in the plane's padded code order: [high: n_queries x hi_dim][low: n_queries x lo_dim].
   q16.resize(static_cast<std::size_t>(n_queries * (hi_dim + lo_dim)));
+  const auto split_plane = [](const attention::kernels::NarrowPlane& p, int64_t dim, int32_t limit) {
+    attention::kernels::SplitPlane s;
+    s.per_byte = p.bits > 0 ? 8 / p.bits : 1;
+    s.padded = p.padded;
+    s.dim = dim;
+    s.limit = limit;
+    return s;
+  };
+  const attention::kernels::SplitPlane planes[2] = {split_plane(hi_plane_, hi_dim, hi_limit_),
+                                                    split_plane(lo_plane_, lo_dim, lo_limit_)};
+  attention::kernels::split_queries_i16(natural.data(), n_queries, d, row_ptr<uint32_t>(hi_mask_, b, h, block), planes,
+                                        q16.data(), step.data(), q16.data() + n_queries * hi_dim,
+                                        step.data() + n_queries);
   bool first = true;
   for (int plane = 0; plane < 2; ++plane) {
     const int64_t dim = plane == 0 ? hi_dim : lo_dim;
@@ -126,9 +89,6 @@ void KittyRows::score_block_integer(int64_t b, int64_t h, int64_t block, int64_t
     const int64_t offset = plane == 0 ? 0 : n_queries * hi_dim;
     float* plane_step = step.data() + plane * n_queries;
     float* plane_zero = zero_bias.data() + plane * n_queries;
-    attention::kernels::fold_queries_i16(padded.data() + offset, n_queries, dim, ones.data(), zeros.data(),
-                                         plane == 0 ? hi_limit_ : lo_limit_, q16.data() + offset, plane_step,
-                                         plane_zero);
     const lm::Tensor& packed = plane == 0 ? hi_codes_ : lo_codes_;
     const auto* bytes = reinterpret_cast<const uint8_t*>(row_ptr<uint32_t>(packed, b, h, a));
     const auto* readable_end = reinterpret_cast<const uint8_t*>(packed.raw_data()) + packed.nbytes();
