@@ -158,6 +158,8 @@ Encoder::Encoder(const ProductCodebook& book) : book_(book), tables_(std::make_u
 
 Encoder::~Encoder() = default;
 
+const float* Encoder::transposed(int b) const { return tables_->books[static_cast<std::size_t>(b)].transposed.data(); }
+
 void Encoder::encode(const float* rows, int64_t n, uint8_t* packed, int64_t packed_stride) const {
   const ProductCodebook& book = book_;
   const int64_t dim = book.dim();

@@ -84,6 +84,9 @@ class Encoder {
   // Codes of n rows (nearest codeword per sub-vector, lowest index on ties), packed, row r at
   // packed + r * packed_stride.
   void encode(const float* rows, int64_t n, uint8_t* packed, int64_t packed_stride) const;
+  // Book b's codewords transposed, [sub][entries] (the search table; product_vq_lut.h builds
+  // lookup tables from it).
+  const float* transposed(int b) const;
 
  private:
   struct Tables;
