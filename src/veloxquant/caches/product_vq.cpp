@@ -30,9 +30,11 @@ namespace {
 struct SearchTable {
   std::vector<float> transposed, norms;
   int64_t entries = 0, sub = 0;
-  void load(const float* words, int64_t k, int64_t dim) {
+  bool fused = false;
+  void load(const float* words, int64_t k, int64_t dim, bool fused_distances) {
     entries = k;
     sub = dim;
+    fused = fused_distances;
     transposed.resize(static_cast<std::size_t>(k * dim));
     norms.resize(static_cast<std::size_t>(k));
     for (int64_t c = 0; c < k; ++c) {
@@ -46,7 +48,8 @@ struct SearchTable {
   }
   // Index of the nearest codeword (lowest on ties).
   int64_t nearest(const float* x) const {
-    return nearest_codeword(transposed.data(), norms.data(), entries, static_cast<int>(sub), x);
+    return fused ? nearest_codeword_fused(transposed.data(), norms.data(), entries, static_cast<int>(sub), x)
+                 : nearest_codeword(transposed.data(), norms.data(), entries, static_cast<int>(sub), x);
   }
 };
 
@@ -60,7 +63,8 @@ constexpr int64_t kSearchChunk = 16;
 // Deterministic for a given seed. Written here rather than calling core::kmeans because the
 // codebooks are trained inside the first forward pass of every layer (4096 entries for VecInfer's
 // keys): core::kmeans's k-means++ seeding alone is one more full n x k pass in double.
-std::vector<float> lloyd(const float* points, int64_t n, int64_t dim, int64_t k, int iterations, uint64_t seed) {
+std::vector<float> lloyd(const float* points, int64_t n, int64_t dim, int64_t k, int iterations, uint64_t seed,
+                         bool fused) {
   std::vector<float> centroids(static_cast<std::size_t>(k * dim));
   std::vector<int64_t> order(static_cast<std::size_t>(n));
   for (int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
@@ -79,7 +83,7 @@ std::vector<float> lloyd(const float* points, int64_t n, int64_t dim, int64_t k,
   std::vector<double> sums(static_cast<std::size_t>(k * dim));
   std::vector<int64_t> mass(static_cast<std::size_t>(k));
   for (int it = 0; it < iterations; ++it) {
-    table.load(centroids.data(), k, dim);
+    table.load(centroids.data(), k, dim, fused);
     // Assignments are independent per point: split across the pool, the result does not depend
     // on the split.
     std::atomic<bool> changed{false};
@@ -131,7 +135,8 @@ void train(ProductCodebook& book, const float* rows, int64_t n, int iterations, 
       std::memcpy(points.data() + i * sub, rows + row * dim + pos * sub, sizeof(float) * static_cast<std::size_t>(sub));
     }
     const std::vector<float> words =
-        lloyd(points.data(), take, sub, entries, iterations, seed + uint64_t{7919} * static_cast<uint64_t>(b));
+        lloyd(points.data(), take, sub, entries, iterations, seed + uint64_t{7919} * static_cast<uint64_t>(b),
+              book.fused_distances);
     std::copy(words.begin(), words.end(), book.words.data() + b * entries * sub);
   }
 }
@@ -153,7 +158,7 @@ struct Encoder::Tables {
 Encoder::Encoder(const ProductCodebook& book) : book_(book), tables_(std::make_unique<Tables>()) {
   tables_->books.resize(static_cast<std::size_t>(book.books()));
   for (int b = 0; b < book.books(); ++b)
-    tables_->books[static_cast<std::size_t>(b)].load(book.book(b), book.entries(), book.sub);
+    tables_->books[static_cast<std::size_t>(b)].load(book.book(b), book.entries(), book.sub, book.fused_distances);
 }
 
 Encoder::~Encoder() = default;

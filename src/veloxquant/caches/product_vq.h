@@ -54,6 +54,9 @@ struct ProductCodebook {
   int n_sub = 0;       // sub-vectors per row
   int bits = 0;        // bits per code
   bool shared = true;  // one book for every position, else one per position
+  // Searches (k-means assignments, encoding) with fused distance terms (quant/nearest_codeword.h:
+  // nearest_codeword_fused): vecinfer's books. Off: a multiply then an add per term (comm_vq).
+  bool fused_distances = false;
   FloatArray words;    // [books][entries][sub]
 
   int64_t entries() const { return int64_t{1} << bits; }
