@@ -88,6 +88,10 @@ const Setup kSetups[] = {
     {"a2ats", 2, {}},
     {"cachegen", 2, {}},
     {"kvtc", 2, {}},
+    {"svdq", 2, {}},
+    {"comm_vq", 2, {}},
+    {"skvq", 2, {}},
+    {"vecinfer", 2, {}},
 };
 
 int register_all() {
