@@ -51,6 +51,15 @@ struct SearchTable {
     return fused ? nearest_codeword_fused(transposed.data(), norms.data(), entries, static_cast<int>(sub), x)
                  : nearest_codeword(transposed.data(), norms.data(), entries, static_cast<int>(sub), x);
   }
+  // out[i] = nearest(xs + i * stride) for i < count; the fused search takes several points per
+  // pass over the table.
+  void nearest_batch(const float* xs, int64_t count, int64_t stride, int64_t* out) const {
+    if (fused) {
+      nearest_codewords_fused(transposed.data(), norms.data(), entries, static_cast<int>(sub), xs, count, stride, out);
+      return;
+    }
+    for (int64_t i = 0; i < count; ++i) out[i] = nearest(xs + i * stride);
+  }
 };
 
 // Rows per chunk of the threaded searches (each is thousands of distance evaluations, so
@@ -91,10 +100,15 @@ std::vector<float> lloyd(const float* points, int64_t n, int64_t dim, int64_t k,
         n,
         [&](int64_t begin, int64_t end) {
           bool moved = false;
-          for (int64_t i = begin; i < end; ++i) {
-            const int64_t c = table.nearest(points + i * dim);
-            if (c != assignment[static_cast<std::size_t>(i)]) moved = true;
-            assignment[static_cast<std::size_t>(i)] = c;
+          int64_t found[kSearchChunk];
+          for (int64_t i0 = begin; i0 < end; i0 += kSearchChunk) {
+            const int64_t n_points = std::min(kSearchChunk, end - i0);
+            table.nearest_batch(points + i0 * dim, n_points, dim, found);
+            for (int64_t i = i0; i < i0 + n_points; ++i) {
+              const int64_t c = found[i - i0];
+              if (c != assignment[static_cast<std::size_t>(i)]) moved = true;
+              assignment[static_cast<std::size_t>(i)] = c;
+            }
           }
           if (moved) changed.store(true, std::memory_order_relaxed);
         },
@@ -172,12 +186,20 @@ void Encoder::encode(const float* rows, int64_t n, uint8_t* packed, int64_t pack
   base::ThreadPool::global().parallel_for(
       n,
       [&](int64_t begin, int64_t end) {
+        int64_t codes[kSearchChunk];
         for (int64_t r = begin; r < end; ++r) {
           uint8_t* out = packed + r * packed_stride;
           std::memset(out, 0, static_cast<std::size_t>(book.row_bytes()));
+          if (book.shared) {  // one book: the row's sub-vectors searched together, kSearchChunk at a time
+            for (int64_t t0 = 0; t0 < book.n_sub; t0 += kSearchChunk) {
+              const int64_t n_codes = std::min<int64_t>(kSearchChunk, book.n_sub - t0);
+              tables_->books[0].nearest_batch(rows + r * dim + t0 * book.sub, n_codes, book.sub, codes);
+              for (int64_t t = t0; t < t0 + n_codes; ++t) put_code(out, t, book.bits, static_cast<uint32_t>(codes[t - t0]));
+            }
+            continue;
+          }
           for (int64_t t = 0; t < book.n_sub; ++t) {
-            const int64_t code =
-                tables_->books[static_cast<std::size_t>(book.shared ? 0 : t)].nearest(rows + r * dim + t * book.sub);
+            const int64_t code = tables_->books[static_cast<std::size_t>(t)].nearest(rows + r * dim + t * book.sub);
             put_code(out, t, book.bits, static_cast<uint32_t>(code));
           }
         }

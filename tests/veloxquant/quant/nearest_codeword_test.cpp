@@ -157,5 +157,39 @@ TEST(NearestCodeword, FusedMatchesScalarOnEveryTarget) {
   }
 }
 
+// Several points per pass over the book: each gets the single-point fused search's index, on every
+// target, for point counts around the batch of 4 and strided points (a row's sub-vectors).
+TEST(NearestCodeword, FusedBatchMatchesSinglePoints) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (const int64_t entries : {int64_t{3}, int64_t{40}, int64_t{256}, int64_t{4096}}) {
+    for (const int sub : {4, 8, 5}) {
+      std::vector<float> transposed(static_cast<std::size_t>(entries * sub)), norms(static_cast<std::size_t>(entries));
+      for (float& w : transposed) w = dist(rng);
+      for (int64_t c = 0; c < entries; ++c) {
+        float s = 0.0f;
+        for (int e = 0; e < sub; ++e) s += transposed[static_cast<std::size_t>(e * entries + c)] * transposed[static_cast<std::size_t>(e * entries + c)];
+        norms[static_cast<std::size_t>(c)] = s;
+      }
+      for (const int64_t count : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{9}, int64_t{16}}) {
+        const int64_t stride = sub + 2;
+        std::vector<float> xs(static_cast<std::size_t>(count * stride));
+        for (float& v : xs) v = dist(rng);
+        for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+          hwy::SetSupportedTargetsForTest(target);
+          std::vector<int64_t> got(static_cast<std::size_t>(count), -1);
+          nearest_codewords_fused(transposed.data(), norms.data(), entries, sub, xs.data(), count, stride, got.data());
+          hwy::SetSupportedTargetsForTest(0);
+          for (int64_t i = 0; i < count; ++i) {
+            ASSERT_EQ(got[static_cast<std::size_t>(i)],
+                      scalar::nearest_codeword_fused(transposed.data(), norms.data(), entries, sub, xs.data() + i * stride))
+                << hwy::TargetName(target) << " entries " << entries << " sub " << sub << " point " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace veloxquant::pvq
