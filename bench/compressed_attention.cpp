@@ -90,6 +90,10 @@ const Setup kSetups[] = {
     {"kvtc", 2, {}},
     {"kitty", 2, {}},
     {"amc", 2, {}},
+    {"svdq", 2, {}},
+    {"comm_vq", 2, {}},
+    {"skvq", 2, {}},
+    {"vecinfer", 2, {}},
 };
 
 int register_all() {

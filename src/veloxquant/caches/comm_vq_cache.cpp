@@ -135,6 +135,7 @@ void CommVqCache::fused_attention(const lm::FusedAttentionRequest& request, lm::
   attention::check_fused_shapes("CommVqCache::fused_attention", q, *request.keys, batch_, heads_, dk_, dv_, out);
   ProductVqParts parts;
   parts.key_book = book_.get();
+  parts.key_encoder = encoder_book_ == book_ ? encoder_.get() : nullptr;  // store() just made it so
   parts.key_codes = &key_codes_;
   parts.values = &values_;
   parts.frontier = offset_;

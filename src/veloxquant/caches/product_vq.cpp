@@ -30,9 +30,11 @@ namespace {
 struct SearchTable {
   std::vector<float> transposed, norms;
   int64_t entries = 0, sub = 0;
-  void load(const float* words, int64_t k, int64_t dim) {
+  bool fused = false;
+  void load(const float* words, int64_t k, int64_t dim, bool fused_distances) {
     entries = k;
     sub = dim;
+    fused = fused_distances;
     transposed.resize(static_cast<std::size_t>(k * dim));
     norms.resize(static_cast<std::size_t>(k));
     for (int64_t c = 0; c < k; ++c) {
@@ -46,7 +48,17 @@ struct SearchTable {
   }
   // Index of the nearest codeword (lowest on ties).
   int64_t nearest(const float* x) const {
-    return nearest_codeword(transposed.data(), norms.data(), entries, static_cast<int>(sub), x);
+    return fused ? nearest_codeword_fused(transposed.data(), norms.data(), entries, static_cast<int>(sub), x)
+                 : nearest_codeword(transposed.data(), norms.data(), entries, static_cast<int>(sub), x);
+  }
+  // out[i] = nearest(xs + i * stride) for i < count; the fused search takes several points per
+  // pass over the table.
+  void nearest_batch(const float* xs, int64_t count, int64_t stride, int64_t* out) const {
+    if (fused) {
+      nearest_codewords_fused(transposed.data(), norms.data(), entries, static_cast<int>(sub), xs, count, stride, out);
+      return;
+    }
+    for (int64_t i = 0; i < count; ++i) out[i] = nearest(xs + i * stride);
   }
 };
 
@@ -60,7 +72,8 @@ constexpr int64_t kSearchChunk = 16;
 // Deterministic for a given seed. Written here rather than calling core::kmeans because the
 // codebooks are trained inside the first forward pass of every layer (4096 entries for VecInfer's
 // keys): core::kmeans's k-means++ seeding alone is one more full n x k pass in double.
-std::vector<float> lloyd(const float* points, int64_t n, int64_t dim, int64_t k, int iterations, uint64_t seed) {
+std::vector<float> lloyd(const float* points, int64_t n, int64_t dim, int64_t k, int iterations, uint64_t seed,
+                         bool fused) {
   std::vector<float> centroids(static_cast<std::size_t>(k * dim));
   std::vector<int64_t> order(static_cast<std::size_t>(n));
   for (int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
@@ -79,7 +92,7 @@ std::vector<float> lloyd(const float* points, int64_t n, int64_t dim, int64_t k,
   std::vector<double> sums(static_cast<std::size_t>(k * dim));
   std::vector<int64_t> mass(static_cast<std::size_t>(k));
   for (int it = 0; it < iterations; ++it) {
-    table.load(centroids.data(), k, dim);
+    table.load(centroids.data(), k, dim, fused);
     // Assignments are independent per point: split across the pool, the result does not depend
     // on the split.
     std::atomic<bool> changed{false};
@@ -87,10 +100,15 @@ std::vector<float> lloyd(const float* points, int64_t n, int64_t dim, int64_t k,
         n,
         [&](int64_t begin, int64_t end) {
           bool moved = false;
-          for (int64_t i = begin; i < end; ++i) {
-            const int64_t c = table.nearest(points + i * dim);
-            if (c != assignment[static_cast<std::size_t>(i)]) moved = true;
-            assignment[static_cast<std::size_t>(i)] = c;
+          int64_t found[kSearchChunk];
+          for (int64_t i0 = begin; i0 < end; i0 += kSearchChunk) {
+            const int64_t n_points = std::min(kSearchChunk, end - i0);
+            table.nearest_batch(points + i0 * dim, n_points, dim, found);
+            for (int64_t i = i0; i < i0 + n_points; ++i) {
+              const int64_t c = found[i - i0];
+              if (c != assignment[static_cast<std::size_t>(i)]) moved = true;
+              assignment[static_cast<std::size_t>(i)] = c;
+            }
           }
           if (moved) changed.store(true, std::memory_order_relaxed);
         },
@@ -131,7 +149,8 @@ void train(ProductCodebook& book, const float* rows, int64_t n, int iterations, 
       std::memcpy(points.data() + i * sub, rows + row * dim + pos * sub, sizeof(float) * static_cast<std::size_t>(sub));
     }
     const std::vector<float> words =
-        lloyd(points.data(), take, sub, entries, iterations, seed + uint64_t{7919} * static_cast<uint64_t>(b));
+        lloyd(points.data(), take, sub, entries, iterations, seed + uint64_t{7919} * static_cast<uint64_t>(b),
+              book.fused_distances);
     std::copy(words.begin(), words.end(), book.words.data() + b * entries * sub);
   }
 }
@@ -153,10 +172,12 @@ struct Encoder::Tables {
 Encoder::Encoder(const ProductCodebook& book) : book_(book), tables_(std::make_unique<Tables>()) {
   tables_->books.resize(static_cast<std::size_t>(book.books()));
   for (int b = 0; b < book.books(); ++b)
-    tables_->books[static_cast<std::size_t>(b)].load(book.book(b), book.entries(), book.sub);
+    tables_->books[static_cast<std::size_t>(b)].load(book.book(b), book.entries(), book.sub, book.fused_distances);
 }
 
 Encoder::~Encoder() = default;
+
+const float* Encoder::transposed(int b) const { return tables_->books[static_cast<std::size_t>(b)].transposed.data(); }
 
 void Encoder::encode(const float* rows, int64_t n, uint8_t* packed, int64_t packed_stride) const {
   const ProductCodebook& book = book_;
@@ -165,12 +186,20 @@ void Encoder::encode(const float* rows, int64_t n, uint8_t* packed, int64_t pack
   base::ThreadPool::global().parallel_for(
       n,
       [&](int64_t begin, int64_t end) {
+        int64_t codes[kSearchChunk];
         for (int64_t r = begin; r < end; ++r) {
           uint8_t* out = packed + r * packed_stride;
           std::memset(out, 0, static_cast<std::size_t>(book.row_bytes()));
+          if (book.shared) {  // one book: the row's sub-vectors searched together, kSearchChunk at a time
+            for (int64_t t0 = 0; t0 < book.n_sub; t0 += kSearchChunk) {
+              const int64_t n_codes = std::min<int64_t>(kSearchChunk, book.n_sub - t0);
+              tables_->books[0].nearest_batch(rows + r * dim + t0 * book.sub, n_codes, book.sub, codes);
+              for (int64_t t = t0; t < t0 + n_codes; ++t) put_code(out, t, book.bits, static_cast<uint32_t>(codes[t - t0]));
+            }
+            continue;
+          }
           for (int64_t t = 0; t < book.n_sub; ++t) {
-            const int64_t code =
-                tables_->books[static_cast<std::size_t>(book.shared ? 0 : t)].nearest(rows + r * dim + t * book.sub);
+            const int64_t code = tables_->books[static_cast<std::size_t>(t)].nearest(rows + r * dim + t * book.sub);
             put_code(out, t, book.bits, static_cast<uint32_t>(code));
           }
         }

@@ -54,6 +54,9 @@ struct ProductCodebook {
   int n_sub = 0;       // sub-vectors per row
   int bits = 0;        // bits per code
   bool shared = true;  // one book for every position, else one per position
+  // Searches (k-means assignments, encoding) with fused distance terms (quant/nearest_codeword.h:
+  // nearest_codeword_fused): vecinfer's books. Off: a multiply then an add per term (comm_vq).
+  bool fused_distances = false;
   FloatArray words;    // [books][entries][sub]
 
   int64_t entries() const { return int64_t{1} << bits; }
@@ -84,6 +87,9 @@ class Encoder {
   // Codes of n rows (nearest codeword per sub-vector, lowest index on ties), packed, row r at
   // packed + r * packed_stride.
   void encode(const float* rows, int64_t n, uint8_t* packed, int64_t packed_stride) const;
+  // Book b's codewords transposed, [sub][entries] (the search table; product_vq_lut.h builds
+  // lookup tables from it).
+  const float* transposed(int b) const;
 
  private:
   struct Tables;

@@ -6,6 +6,7 @@
 
 #include "lm/kernels/attention_tiles.h"
 #include "veloxquant/attention/codeword_rows.h"
+#include "veloxquant/caches/product_vq_lut.h"
 #include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant {
@@ -32,6 +33,7 @@ ProductVqRows::ProductVqRows(const ProductVqParts& parts) : p_(parts) {
   // the codeword kernel does not cover.
   use_lut_ = p_.lut == LutChoice::always ||
              (p_.lut == LutChoice::automatic && !codeword_keys_ && p_.frontier >= p_.key_book->entries());
+  gather_keys_ = use_lut_ && kb.n_sub == 4 && kb.bits == 8 && p_.key_codes->strides()[2] == 4;
 }
 
 void ProductVqRows::prepare_query(const float* query, float* prepared) const {
@@ -42,7 +44,17 @@ void ProductVqRows::prepare_query(const float* query, float* prepared) const {
   } else {
     std::memcpy(coded, query, sizeof(float) * static_cast<std::size_t>(dk_));
   }
-  if (use_lut_) pvq::build_lut(*p_.key_book, coded, prepared + 2 * dk_);
+  if (!use_lut_) return;
+  float* lut = prepared + 2 * dk_;
+  const pvq::ProductCodebook& book = *p_.key_book;
+  if (p_.key_encoder == nullptr) {
+    pvq::build_lut(book, coded, lut);
+    return;
+  }
+  for (int t = 0; t < book.n_sub; ++t) {  // the same sums as build_lut, a vector of entries at a time
+    pvq::lut_from_columns(p_.key_encoder->transposed(book.shared ? 0 : t), book.entries(), book.sub,
+                          coded + t * book.sub, lut + t * book.entries());
+  }
 }
 
 void ProductVqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
@@ -52,7 +64,10 @@ void ProductVqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, con
   const pvq::ProductCodebook& book = *p_.key_book;
   if (j0 < coded_end) {
     const int64_t n = coded_end - j0;
-    if (use_lut_) {
+    if (gather_keys_) {
+      pvq::score_lut_rows_4x8(row_ptr<uint8_t>(*p_.key_codes, b, h, j0), n, prepared + 2 * dk_, pd, n_queries, scores,
+                              ld);
+    } else if (use_lut_) {
       const int n_sub = book.n_sub, bits = book.bits;
       const int64_t entries = book.entries();
       thread_local std::vector<uint32_t> slots;

@@ -42,6 +42,9 @@ enum class LutChoice { automatic, always, never };
 
 struct ProductVqParts {
   const pvq::ProductCodebook* key_book = nullptr;
+  // The key book's encoder when the cache keeps one: its transposed tables make the per-query
+  // lookup tables in SIMD (product_vq_lut.h); null builds them entry by entry.
+  const pvq::Encoder* key_encoder = nullptr;
   const KeyBasis* key_basis = nullptr;               // null: codes in the model's basis
   const lm::Tensor* key_codes = nullptr;             // U8 [B, H, cap, key row bytes]
   const pvq::ProductCodebook* value_book = nullptr;  // null: values plain for every row
@@ -75,6 +78,8 @@ class ProductVqRows final : public attention::RowSource {
   bool use_lut_ = false;
   // vecinfer's default books, scored / accumulated from their codewords (attention/codeword_rows.h).
   bool codeword_keys_ = false, codeword_values_ = false;
+  // comm_vq's default rows (4 codes of 8 bits, 4 bytes apart): tables read by SIMD gathers.
+  bool gather_keys_ = false;
 };
 
 }  // namespace veloxquant

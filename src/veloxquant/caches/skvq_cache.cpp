@@ -207,29 +207,48 @@ void SkvqCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
 
 void SkvqCache::flush() {
   ensure_code_rows(quantized_ + kFlushRows);
-  thread_local std::vector<float> rk, rv;
-  rk.resize(static_cast<std::size_t>(kFlushRows * dk_));
-  rv.resize(static_cast<std::size_t>(kFlushRows * dv_));
   const bool reorder = options_.skvq_reorder;
   const bool fix_orders = reorder && !ordered_;
-  const int64_t kept = window_rows() - kFlushRows;
+  const int64_t kept = window_rows() - kFlushRows, bhs = batch_ * heads_;
+  // The block's rows of every head in f32, so that the rows can be coded across the pool (each
+  // into its own code row; the result does not depend on the split). The buffers are this
+  // thread's, reached from the pool body through plain pointers.
+  thread_local std::vector<float> block_k, block_v;
+  block_k.resize(static_cast<std::size_t>(bhs * kFlushRows * dk_));
+  block_v.resize(static_cast<std::size_t>(bhs * kFlushRows * dv_));
+  float* const rk = block_k.data();
+  float* const rv = block_v.data();
   for (int64_t b = 0; b < batch_; ++b) {
     for (int64_t h = 0; h < heads_; ++h) {
-      cache_rows::load_f32(head_row(window_k_, b, h, 0), dtype_, rk.size(), rk.data());
-      cache_rows::load_f32(head_row(window_v_, b, h, 0), dtype_, rv.size(), rv.data());
-      int32_t* korder = row_ptr<int32_t>(key_order_, b, h, 0);
-      int32_t* vorder = row_ptr<int32_t>(value_order_, b, h, 0);
+      const int64_t bh = b * heads_ + h;
+      float* k = rk + bh * kFlushRows * dk_;
+      float* v = rv + bh * kFlushRows * dv_;
+      cache_rows::load_f32(head_row(window_k_, b, h, 0), dtype_, static_cast<std::size_t>(kFlushRows * dk_), k);
+      cache_rows::load_f32(head_row(window_v_, b, h, 0), dtype_, static_cast<std::size_t>(kFlushRows * dv_), v);
       if (fix_orders) {  // the first flushed block fixes the head's orders for good
-        skvq::range_order(rk.data(), kFlushRows, dk_, korder);
-        skvq::range_order(rv.data(), kFlushRows, dv_, vorder);
+        skvq::range_order(k, kFlushRows, dk_, row_ptr<int32_t>(key_order_, b, h, 0));
+        skvq::range_order(v, kFlushRows, dv_, row_ptr<int32_t>(value_order_, b, h, 0));
       }
-      for (int64_t r = 0; r < kFlushRows; ++r) {
-        skvq::encode_row(rk.data() + r * dk_, reorder ? korder : nullptr, key_layout_, options_.skvq_clip_search,
-                         options_.skvq_clip_alpha, row_ptr<uint32_t>(key_codes_, b, h, quantized_ + r));
-        skvq::encode_row(rv.data() + r * dv_, reorder ? vorder : nullptr, value_layout_, options_.skvq_clip_search,
-                         options_.skvq_clip_alpha, row_ptr<uint32_t>(value_codes_, b, h, quantized_ + r));
-      }
-      // The window's remaining rows move to its front.
+    }
+  }
+  // Row r of head bh is item bh * kFlushRows + r: a key row and a value row coded per item
+  // (the clip search: ~11 x Dk candidate codes each, the hot part of a prefill).
+  base::ThreadPool::global().parallel_for(
+      bhs * kFlushRows,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t item = begin; item < end; ++item) {
+          const int64_t bh = item / kFlushRows, r = item % kFlushRows, b = bh / heads_, h = bh % heads_;
+          const int32_t* korder = reorder ? row_ptr<int32_t>(key_order_, b, h, 0) : nullptr;
+          const int32_t* vorder = reorder ? row_ptr<int32_t>(value_order_, b, h, 0) : nullptr;
+          skvq::encode_row(rk + item * dk_, korder, key_layout_, options_.skvq_clip_search, options_.skvq_clip_alpha,
+                           row_ptr<uint32_t>(key_codes_, b, h, quantized_ + r));
+          skvq::encode_row(rv + item * dv_, vorder, value_layout_, options_.skvq_clip_search,
+                           options_.skvq_clip_alpha, row_ptr<uint32_t>(value_codes_, b, h, quantized_ + r));
+        }
+      },
+      8);
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t h = 0; h < heads_; ++h) {  // the window's remaining rows move to its front
       std::memmove(head_row(window_k_, b, h, 0), head_row(window_k_, b, h, kFlushRows),
                    static_cast<std::size_t>(kept * dk_) * window_k_.element_size());
       std::memmove(head_row(window_v_, b, h, 0), head_row(window_v_, b, h, kFlushRows),

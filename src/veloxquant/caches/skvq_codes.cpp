@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/half.h"
+#include "veloxquant/caches/skvq_clip_search.h"
 #include "veloxquant/core/bit_packing.h"
 
 namespace veloxquant::skvq {
@@ -52,6 +53,15 @@ void range_order(const float* x, int64_t rows, int64_t dim, int32_t* perm) {
   });
 }
 
+GroupParams16 clip_params(float lo, float hi, int bits, float alpha) {
+  const float levels = static_cast<float>((1u << bits) - 1u);
+  GroupParams16 p;
+  p.min_f16 = base::f32_to_f16(alpha * lo);
+  const float min_used = base::f16_to_f32(p.min_f16);
+  p.scale_f16 = encode_scale(std::max((alpha * hi - min_used) / levels, 1e-8f));
+  return p;
+}
+
 GroupParams16 clip_group(const float* x, int n, int bits, float alpha, uint8_t* codes) {
   const float levels = static_cast<float>((1u << bits) - 1u);
   float lo = x[0], hi = x[0];
@@ -59,10 +69,8 @@ GroupParams16 clip_group(const float* x, int n, int bits, float alpha, uint8_t* 
     lo = std::min(lo, x[i]);
     hi = std::max(hi, x[i]);
   }
-  GroupParams16 p;
-  p.min_f16 = base::f32_to_f16(alpha * lo);
+  const GroupParams16 p = clip_params(lo, hi, bits, alpha);
   const float min_used = base::f16_to_f32(p.min_f16);
-  p.scale_f16 = encode_scale(std::max((alpha * hi - min_used) / levels, 1e-8f));
   const float scale = base::f16_to_f32(p.scale_f16);
   for (int i = 0; i < n; ++i) {
     const float q = std::nearbyint((x[i] - min_used) / scale);  // half to even (default rounding mode)
@@ -82,32 +90,22 @@ double group_error(const float* x, const uint8_t* codes, int n, GroupParams16 pa
 
 void encode_row(const float* x, const int32_t* perm, const CodeLayout& layout, bool search, double alpha_max,
                 uint32_t* row) {
+  // Per calling thread (the cache encodes rows across the pool; each worker has its own).
   thread_local std::vector<float> ordered;
-  thread_local std::vector<uint8_t> codes, trial;
+  thread_local std::vector<uint8_t> codes;
   const int d = layout.dim, g = layout.group;
   ordered.resize(static_cast<std::size_t>(d));
   codes.resize(static_cast<std::size_t>(d));
-  trial.resize(static_cast<std::size_t>(g));
   for (int p = 0; p < d; ++p) ordered[static_cast<std::size_t>(p)] = perm ? x[perm[p]] : x[p];
   auto* params = reinterpret_cast<GroupParams16*>(row + layout.words);
   for (int64_t k = 0; k < layout.groups; ++k) {
     const int begin = static_cast<int>(k) * g, n = std::min(g, d - begin);
     const float* xs = ordered.data() + begin;
     uint8_t* out = codes.data() + begin;
-    GroupParams16 best = clip_group(xs, n, layout.bits, clip_candidate(alpha_max, 0), out);
-    if (search) {
-      double best_error = group_error(xs, out, n, best);
-      for (int c = 1; c < kClipCandidates; ++c) {
-        const GroupParams16 p = clip_group(xs, n, layout.bits, clip_candidate(alpha_max, c), trial.data());
-        const double e = group_error(xs, trial.data(), n, p);
-        if (e < best_error) {  // strictly less: ties keep the larger factor
-          best_error = e;
-          best = p;
-          std::copy_n(trial.data(), n, out);
-        }
-      }
-    }
-    params[k] = best;
+    // The search in SIMD lanes, one candidate per lane (skvq_clip_search.h; the same codes and
+    // parameters as the candidate-by-candidate loop, scalar::search_clip_group).
+    params[k] = search ? search_clip_group(xs, n, layout.bits, alpha_max, out)
+                       : clip_group(xs, n, layout.bits, clip_candidate(alpha_max, 0), out);
   }
   core::pack_words(codes.data(), codes.size(), layout.bits, row);
 }

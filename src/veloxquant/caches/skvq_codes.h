@@ -43,6 +43,8 @@ CodeLayout code_layout(int dim, int bits, int group);
 // (f32, row-major), ties to the lower channel.
 void range_order(const float* x, int64_t rows, int64_t dim, int32_t* perm);
 
+// The stored params of a group whose values span [lo, hi], clipped at `alpha`.
+GroupParams16 clip_params(float lo, float hi, int bits, float alpha);
 // One group of n values clipped at `alpha`; writes n codes and returns the stored params.
 GroupParams16 clip_group(const float* x, int n, int bits, float alpha, uint8_t* codes);
 // Squared error of that group's reconstruction (in double, each x_hat as decode_code gives it).

@@ -12,6 +12,7 @@
 #include "veloxquant/attention/fused_call.h"
 #include "veloxquant/caches/quantized_blocks_tail.h"
 #include "veloxquant/caches/svdq_basis.h"
+#include "veloxquant/caches/svdq_projection.h"
 #include "veloxquant/caches/svdq_rows.h"
 #include "veloxquant/core/group_quant.h"
 #include "veloxquant/errors.h"
@@ -110,16 +111,12 @@ void SvdqCache::flush_block(int64_t b, int64_t h, int64_t block, const float* ke
   const int64_t coded = layout_.coded;
   thread_local std::vector<float> z;
   thread_local std::vector<uint8_t> codes;
+  thread_local std::vector<double> transposed;
   z.resize(static_cast<std::size_t>(group_ * coded));
   codes.assign(static_cast<std::size_t>(group_ * coded), 0);
-  for (int64_t t = 0; t < group_; ++t) {
-    for (int64_t i = 0; i < coded; ++i) {
-      const float* dir = row_ptr<float>(basis_, b, h, i);
-      double dot = 0.0;
-      for (int64_t c = 0; c < dk_; ++c) dot += static_cast<double>(dir[c]) * keys[t * dk_ + c];
-      z[static_cast<std::size_t>(t * coded + i)] = static_cast<float>(dot);
-    }
-  }
+  transposed.resize(static_cast<std::size_t>(svdq_projection_scratch(coded, dk_)));
+  // Double sums in channel order per (row, direction), in SIMD across directions (svdq_projection.h).
+  project_latent_rows(row_ptr<float>(basis_, b, h, 0), coded, dk_, keys, group_, transposed.data(), z.data());
   auto* params = reinterpret_cast<core::GroupParams*>(row_ptr<uint16_t>(params_, b, h, block));
   const int64_t kept = rank(b, h);
   for (const SvdqGroup& g : layout_.groups) {

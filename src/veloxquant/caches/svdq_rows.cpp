@@ -137,17 +137,18 @@ void SvdqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const fl
     }
     return;
   }
-  float* latent = scratch.f32(static_cast<std::size_t>(n * coded + 2 * coded));
+  float* latent = scratch.f32(static_cast<std::size_t>(n * coded + 4 * coded));
   float* scale = latent + n * coded;  // the current block's (scale, min) per coded channel, in f32
   float* min = scale + coded;
+  float* pairs = min + coded;  // the block's f16 pairs widened in SIMD (exact), then split
   // Block by block (a tile spans at most a few): the block's params converted once, then its
   // rows of the tile decoded in one call (svdq_latent_decode.h).
   for (int64_t j = j0; j < j1;) {
     const int64_t block = j / group_, end = std::min(j1, (block + 1) * group_);
-    const uint16_t* params = row_ptr<uint16_t>(params_, b, h, block);
+    lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(params_, b, h, block), pairs, 2 * coded);
     for (int64_t i = 0; i < coded; ++i) {
-      scale[i] = base::f16_to_f32(params[2 * i]);
-      min[i] = base::f16_to_f32(params[2 * i + 1]);
+      scale[i] = pairs[2 * i];
+      min[i] = pairs[2 * i + 1];
     }
     const uint8_t* first = row_ptr<uint8_t>(codes_, b, h, j);
     decode_latent_rows(layout_, first, layout_.row_bytes, end - j, scale, min, latent + (j - j0) * coded);

@@ -22,11 +22,25 @@ namespace veloxquant::pvq {
 // [sub][entries], `norms` [entries].
 int64_t nearest_codeword(const float* transposed, const float* norms, int64_t entries, int sub, const float* x);
 
+// The same search with each term fused: d = norms[c]; d = fma(-2 x_e, col_e[c], d) for e in order
+// (one rounding per term instead of two; vecinfer's books, caches/vecinfer_cache.h). Half the
+// floating-point work per entry, and the entries are taken four vectors at a time, their minimum
+// compared with the smallest distance so far: only a block holding a strictly smaller one goes
+// through the per-vector update (a few blocks per search), which keeps the lowest index of the
+// smallest d. FMA targets (AVX2, AVX-512) run it in SIMD; others run the
+// scalar loop (std::fma), so every target returns the scalar reference's index.
+int64_t nearest_codeword_fused(const float* transposed, const float* norms, int64_t entries, int sub, const float* x);
+// nearest_codeword_fused for `count` points (point i at xs + i * x_stride) into out[i], several
+// points per pass over the book (its columns read once for all of them).
+void nearest_codewords_fused(const float* transposed, const float* norms, int64_t entries, int sub, const float* xs,
+                             int64_t count, int64_t x_stride, int64_t* out);
+
 // Index of the nearest of `entries` codewords to x by squared distance; `transposed` as above.
 int64_t nearest_codeword_squared(const float* transposed, int64_t entries, int sub, const float* x);
 
 namespace scalar {
 int64_t nearest_codeword(const float* transposed, const float* norms, int64_t entries, int sub, const float* x);
+int64_t nearest_codeword_fused(const float* transposed, const float* norms, int64_t entries, int sub, const float* x);
 int64_t nearest_codeword_squared(const float* transposed, int64_t entries, int sub, const float* x);
 }  // namespace scalar
 
