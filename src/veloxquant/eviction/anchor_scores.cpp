@@ -13,6 +13,15 @@ namespace veloxquant::eviction {
 
 namespace {
 
+// v.resize(n) for this thread's buffers, with half as much again reserved whenever it grows: a
+// store that grows by a row a step reallocates once per half again, not once per step nor each
+// time a size rounded up to a SIMD block or a tenth of n steps past the last exact fit.
+template <class T>
+void grow_to(std::vector<T>& v, std::size_t n) {
+  if (n > v.capacity()) v.reserve(n + n / 2);
+  v.resize(n);
+}
+
 // Min-max normalisation to [0, 1]; a (nearly) constant vector becomes all zeros.
 void min_max_normalise(std::vector<double>& x) {
   const auto [lo, hi] = std::minmax_element(x.begin(), x.end());
@@ -29,8 +38,11 @@ double top_bottom_gap(const std::vector<double>& values) {
   const int64_t n = static_cast<int64_t>(values.size());
   const int64_t k = std::max<int64_t>(1, round_half_even(double(n) * 0.10));  // k <= n / 2 for n >= 2
   const auto first = values.begin(), kth = values.begin() + k;
-  low.assign(first, kth);  // a max-heap: its front is the largest of the k smallest so far
-  high.assign(first, kth);  // a min-heap: its front is the smallest of the k largest so far
+  // grow_to and copy, not assign(first, last): that reallocates to exactly k as k grows.
+  grow_to(low, static_cast<std::size_t>(k));   // a max-heap: its front is the largest of the k smallest so far
+  grow_to(high, static_cast<std::size_t>(k));  // a min-heap: its front is the smallest of the k largest so far
+  std::copy(first, kth, low.begin());
+  std::copy(first, kth, high.begin());
   std::make_heap(low.begin(), low.end());
   std::make_heap(high.begin(), high.end(), std::greater<>());
   for (auto it = kth; it != values.end(); ++it) {
@@ -110,7 +122,7 @@ void nested_anchor_scores(const float* keys, const int32_t* rows, int64_t n, int
   // transposed blocks are stored as whole lines.
   constexpr int64_t kLine = 8;  // doubles
   const int64_t stride = (n + kLine - 1) / kLine * kLine;
-  column_store.resize(static_cast<std::size_t>(stride * dim + kLine));
+  grow_to(column_store, static_cast<std::size_t>(stride * dim + kLine));
   const auto misalign = reinterpret_cast<std::uintptr_t>(column_store.data()) % 64;
   double* columns = column_store.data() + (misalign ? (64 - misalign) / sizeof(double) : 0);
   inv.resize(un);
