@@ -55,12 +55,19 @@ void RecentVotes::vote(Candidates& c, const int32_t* live, int64_t count, const 
       // mean_softmax_weights's steps on the live rows' logits: the running maximum, the shifted
       // exponentials and their sum, then the weights scaled into the mean.
       const float* logits = v.logits.data() + q * v.stride;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < visible; ++j) {
-        const float x = logits[live[j]];
-        gathered_[static_cast<std::size_t>(j)] = x;
-        mx = std::max(mx, x);
+      float* x = gathered_.data();
+      for (int64_t j = 0; j < visible; ++j) x[j] = logits[live[j]];
+      // The maximum over eight running maxima (one chain of maxima waited four cycles a row).
+      // Which zero wins a tie of +0 and -0 may differ from one chain's, but x - mx, and so
+      // every exponential, is the same for either.
+      float m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+      int64_t j = 0;
+      for (; j + 8 <= visible; j += 8) {
+        for (int l = 0; l < 8; ++l) m[l] = std::max(m[l], x[j + l]);
       }
+      for (; j < visible; ++j) m[0] = std::max(m[0], x[j]);
+      float mx = m[0];
+      for (int l = 1; l < 8; ++l) mx = std::max(mx, m[l]);
       const float total = lm::kernels::simd::exp_shifted_sum(gathered_.data(), visible, mx);
       lm::kernels::simd::axpy_f32(1.0f / (total * static_cast<float>(v.queries)), gathered_.data(), weights_.data(),
                                   visible);
