@@ -26,7 +26,15 @@ struct AnchorParams {
 int64_t anchor_block_size(int64_t n);
 
 // out[i] for the n keys (row-major, dim floats a key; rows == nullptr: 0..n-1, else keys[rows[i]]).
+// The dot products and means run in SIMD (ordered_sums.h) in the scalar loops' order.
 void nested_anchor_scores(const float* keys, const int32_t* rows, int64_t n, int64_t dim, const AnchorParams& params,
                           float* out);
+
+namespace scalar {
+// The same scores by plain loops, one sum at a time (the reference the tests hold the SIMD
+// path to, bit for bit).
+void nested_anchor_scores(const float* keys, const int32_t* rows, int64_t n, int64_t dim, const AnchorParams& params,
+                          float* out);
+}  // namespace scalar
 
 }  // namespace veloxquant::eviction

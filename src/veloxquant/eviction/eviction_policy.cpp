@@ -9,6 +9,8 @@
 #include "veloxquant/eviction/anchor_scores.h"
 #include "veloxquant/eviction/attention_scores.h"
 #include "veloxquant/eviction/leverage_scores.h"
+#include "veloxquant/eviction/ordered_sums.h"
+#include "veloxquant/eviction/recent_votes.h"
 
 namespace veloxquant::eviction {
 namespace {
@@ -35,14 +37,11 @@ void keep_recent(const EvictionPolicy& p, const Candidates& c, std::vector<int32
   }
 }
 
-double cosine(const float* a, const float* b, int64_t dim) {
-  double ab = 0, aa = 0, bb = 0;
-  for (int64_t i = 0; i < dim; ++i) {
-    ab += double(a[i]) * b[i];
-    aa += double(a[i]) * a[i];
-    bb += double(b[i]) * b[i];
-  }
-  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 0.0;
+// The squared norm of a key, summed as cam's cosine always summed it (one term at a time).
+double squared_norm(const float* a, int64_t dim) {
+  double aa = 0;
+  for (int64_t i = 0; i < dim; ++i) aa += double(a[i]) * a[i];
+  return aa;
 }
 
 // CaM: before live[victim] is dropped, blend its value (and key) into the live row whose key is
@@ -50,14 +49,23 @@ double cosine(const float* a, const float* b, int64_t dim) {
 // s / (1 + s), s = max(0, cosine) (sim_weighted) — a survivor that looks like the evicted token
 // absorbs its contribution. The gate passes with probability min(1, victim score / target score)
 // (the paper's attention ratio), drawn from (merge_seed, victim position).
-void merge_into_survivor(const EvictionPolicy& p, Candidates& c, const std::vector<int32_t>& live, std::size_t victim) {
+// The cosine is <a, b> / sqrt(|a|^2 |b|^2) (0 when either is 0): `squares` holds every
+// candidate's |k|^2 (computed once per call, updated when a merge moves a key) and the dot
+// products of the victim with every live key run in SIMD, one key per lane, each summed in the
+// scalar order (ordered_sums.h) — the same numbers, so the same survivor, as the plain loop.
+void merge_into_survivor(const EvictionPolicy& p, Candidates& c, const std::vector<int32_t>& live, std::size_t victim,
+                         std::vector<double>& squares, std::vector<double>& dots) {
   const std::size_t e = static_cast<std::size_t>(live[victim]);
   const float* victim_key = c.keys.data() + e * static_cast<std::size_t>(c.dim);
+  dots.resize(live.size());
+  indexed_row_dots(c.keys.data(), live.data(), static_cast<int64_t>(live.size()), c.dim, victim_key, dots.data());
+  const double aa = squares[e];
   std::size_t target = 0;
   double best = -2.0;
   for (std::size_t j = 0; j < live.size(); ++j) {
     if (j == victim) continue;
-    const double s = cosine(victim_key, c.keys.data() + static_cast<std::size_t>(live[j]) * c.dim, c.dim);
+    const double bb = squares[static_cast<std::size_t>(live[j])];
+    const double s = aa > 0 && bb > 0 ? dots[j] / std::sqrt(aa * bb) : 0.0;
     if (s > best) {
       best = s;
       target = static_cast<std::size_t>(live[j]);
@@ -76,7 +84,11 @@ void merge_into_survivor(const EvictionPolicy& p, Candidates& c, const std::vect
     for (int64_t i = 0; i < dim; ++i) into[i] = (1.0f - a) * into[i] + a * from[i];
   };
   blend(c.values.data() + target * c.value_dim, c.values.data() + e * c.value_dim, c.value_dim);
-  if (p.merge_keys) blend(c.keys.data() + target * c.dim, victim_key, c.dim);
+  if (p.merge_keys) {
+    float* target_key = c.keys.data() + target * c.dim;
+    blend(target_key, victim_key, c.dim);
+    squares[target] = squared_norm(target_key, c.dim);
+  }
   c.modified[target] = 1;
 }
 
@@ -101,29 +113,6 @@ void score_new_token(const EvictionPolicy& p, Candidates& c, const std::vector<i
     s = p.updated_score(s, weights[j]);
   }
   c.scores[static_cast<std::size_t>(idx)] = p.arrival_score(key, c.dim, weights.back());
-}
-
-// MorphKV's step (eviction_policy.h kRecentVotes): the newest obs_window live rows vote afresh.
-void score_by_recent_votes(const EvictionPolicy& p, Candidates& c, const std::vector<int32_t>& live,
-                           const QuerySource& queries, float scale, std::vector<float>& query,
-                           std::vector<float>& weights) {
-  for (int32_t row : live) c.scores[static_cast<std::size_t>(row)] = 0.0f;
-  const std::size_t voters = std::min<std::size_t>(live.size(), static_cast<std::size_t>(p.obs_window));
-  for (std::size_t v = live.size() - voters; v < live.size(); ++v) {
-    const int32_t voter = live[v];
-    int64_t nq = 1;
-    if (voter >= c.stored) {
-      nq = queries(voter - c.stored, query);
-    } else {
-      const float* key = c.keys.data() + static_cast<std::size_t>(voter) * static_cast<std::size_t>(c.dim);
-      query.assign(key, key + c.dim);
-    }
-    // Causal: a voter sees the live rows up to itself (live is in temporal order).
-    weights.resize(v + 1);
-    mean_softmax_weights(c.keys.data(), live.data(), static_cast<int64_t>(v + 1), c.dim, query.data(), nq, scale,
-                         weights.data());
-    for (std::size_t j = 0; j <= v; ++j) c.scores[static_cast<std::size_t>(live[j])] += weights[j];
-  }
 }
 
 // CurDKV's step (eviction_policy.h kLeverage) for new token t, the last of `live`: the token's
@@ -240,11 +229,22 @@ void keep_per_token(const EvictionPolicy& p, Candidates& c, const QuerySource& q
   live.resize(static_cast<std::size_t>(c.stored));
   std::iota(live.begin(), live.end(), 0);
   const int64_t protect = p.effective_protect();
-  thread_local std::vector<float> query, weights, leverage;  // reused: no allocation per decode step
+  // Reused by this thread: no allocation per decode step.
+  thread_local std::vector<float> query, weights, leverage;
+  thread_local std::vector<double> squares, dots;
+  thread_local RecentVotes votes;
+  if (p.kind == EvictionPolicy::Kind::kRecentVotes) votes.reset(p.obs_window);
+  if (p.merges()) {
+    squares.resize(static_cast<std::size_t>(c.count()));
+    for (int64_t j = 0; j < c.count(); ++j)
+      squares[static_cast<std::size_t>(j)] = squared_norm(c.keys.data() + j * c.dim, c.dim);
+  }
   for (int64_t t = 0; t < c.count() - c.stored; ++t) {
     live.push_back(static_cast<int32_t>(c.stored + t));
     if (p.kind == EvictionPolicy::Kind::kRecentVotes) {
-      score_by_recent_votes(p, c, live, queries, scale, query, weights);
+      // A merge that moved a key (merge_keys) changes the logits the voters keep.
+      if (p.merges() && p.merge_keys) votes.reset(p.obs_window);
+      votes.vote(c, live.data(), static_cast<int64_t>(live.size()), queries, scale);
     } else if (p.kind == EvictionPolicy::Kind::kLeverage) {
       score_by_leverage(p, c, live, t, queries, scale, query, weights, leverage);
     } else {
@@ -273,7 +273,7 @@ void keep_per_token(const EvictionPolicy& p, Candidates& c, const QuerySource& q
     }
     if (victim == live.size())
       throw std::logic_error("eviction: no evictable row (sinks and protected rows fill the budget)");
-    if (p.merges()) merge_into_survivor(p, c, live, victim);
+    if (p.merges()) merge_into_survivor(p, c, live, victim, squares, dots);
     live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim));
   }
 }
@@ -339,22 +339,42 @@ void keep_observation_window(const EvictionPolicy& p, Candidates& c, const Query
 }
 
 // NestedKV's selection (eviction_policy.h kAnchors): every candidate scored afresh by its key's
-// anchors; the sinks and the best scores (the earlier of equals) fill the budget.
+// anchors; the sinks and the best scores (the earlier of equals) fill the budget. The rows
+// dropped are the worst under (score, then the later row) — a selection, not a sort of every
+// row (a decode step drops one); a NaN score ranks below every number.
 void keep_by_anchors(const EvictionPolicy& p, Candidates& c, std::vector<int32_t>& kept) {
   const int64_t n = c.count();
   const AnchorParams params{p.anchor_window, p.anchor_beta, p.anchor_tau, p.anchor_kappa};
   nested_anchor_scores(c.keys.data(), nullptr, n, c.dim, params, c.scores.data());
   thread_local std::vector<int32_t> rest;
+  thread_local std::vector<char> dropped;
   kept.clear();
   rest.clear();
   for (int32_t j = 0; j < n; ++j) (n <= p.budget || is_sink(p, c, j) ? kept : rest).push_back(j);
   if (n <= p.budget) return;
-  std::stable_sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) {
-    return c.scores[static_cast<std::size_t>(a)] > c.scores[static_cast<std::size_t>(b)];
-  });
-  rest.resize(static_cast<std::size_t>(p.budget) - kept.size());
-  kept.insert(kept.end(), rest.begin(), rest.end());
-  std::sort(kept.begin(), kept.end());
+  const std::size_t keep_rest = static_cast<std::size_t>(p.budget) - kept.size();
+  const auto better = [&](int32_t a, int32_t b) {
+    const float sa = c.scores[static_cast<std::size_t>(a)], sb = c.scores[static_cast<std::size_t>(b)];
+    const float ka = std::isnan(sa) ? -INFINITY : sa, kb = std::isnan(sb) ? -INFINITY : sb;
+    if (ka != kb) return ka > kb;
+    if (std::isnan(sa) != std::isnan(sb)) return !std::isnan(sa);
+    return a < b;
+  };
+  dropped.resize(static_cast<std::size_t>(n));
+  std::fill(dropped.begin(), dropped.end(), 0);
+  if (rest.size() == keep_rest + 1) {
+    // One row over (a decode step): the worst, in one pass.
+    dropped[static_cast<std::size_t>(*std::min_element(rest.begin(), rest.end(), [&](int32_t a, int32_t b) {
+      return better(b, a);
+    }))] = 1;
+  } else {
+    std::nth_element(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(keep_rest), rest.end(), better);
+    for (std::size_t i = keep_rest; i < rest.size(); ++i) dropped[static_cast<std::size_t>(rest[i])] = 1;
+  }
+  kept.clear();
+  for (int32_t j = 0; j < n; ++j) {
+    if (!dropped[static_cast<std::size_t>(j)]) kept.push_back(j);
+  }
 }
 
 }  // namespace
