@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "lm/kernels/attention_tiles.h"
+#include "lm/tensor.h"
 #include "veloxquant/cross_layer/xquant_cache.h"
 
 namespace veloxquant {
@@ -25,7 +26,9 @@ void XQuantRows::for_decoded_runs(int64_t b, int64_t h, int64_t j0, int64_t j1, 
   const std::size_t n = static_cast<std::size_t>((quantized_end - j0) * d);
   float* rows = scratch.f32(n);
   float* residual = scratch.f32_second(n);
-  uint8_t* codes = scratch.u8(n);
+  // Codes, then (once a run is decoded) its rows in the cache's dtype: room for both uses.
+  uint8_t* bytes = scratch.u8(n * sizeof(float));
+  const lm::DType dtype = cache_.dtype_;
   // Blocks are in token order and tile the quantized rows; the first one that ends past j0.
   const auto& blocks = cache_.blocks_;
   auto block = std::upper_bound(blocks.begin(), blocks.end(), j0, [](int64_t row, const XQuantCache::Block& blk) {
@@ -34,7 +37,16 @@ void XQuantRows::for_decoded_runs(int64_t b, int64_t h, int64_t j0, int64_t j1, 
   for (int64_t a = j0; a < quantized_end; ++block) {
     const int64_t end = std::min(quantized_end, block->token_start + block->rows);
     // (Split-K may start a run anywhere: decode_rows takes each row's own token group.)
-    cache_.decode_rows(*block, b, h, keys, a - block->token_start, end - a, rows, codes, residual);
+    cache_.decode_rows(*block, b, h, keys, a - block->token_start, end - a, rows, bytes, residual);
+    if (dtype != lm::DType::F32) {
+      // The values update_and_fetch returns: decoded rows rounded to the cache's dtype (the
+      // model's KV dtype, f16 by default), so both paths attend over the same values and differ
+      // only in summation order.
+      const std::size_t count = static_cast<std::size_t>((end - a) * d);
+      auto* raw = reinterpret_cast<std::byte*>(rows);
+      lm::convert_elements(raw, lm::DType::F32, reinterpret_cast<std::byte*>(bytes), dtype, count);
+      lm::convert_elements(reinterpret_cast<const std::byte*>(bytes), dtype, raw, lm::DType::F32, count);
+    }
     run(a, end - a, rows);
     a = end;
   }
