@@ -53,6 +53,8 @@ class XQuantCache : public lm::KVCache {
   // Stores the step's rows, then attends over every stored row through the shared driver
   // (cross_layer/xquant_rows.h): each tile's rows decoded from the codes into per-thread scratch,
   // never the whole cache into a tensor per step as update_and_fetch must.
+  // Calls of more than this many queries (prefill) attend over the fetched rows instead.
+  static constexpr int64_t kFusedMaxQueries = 16;
   bool supports_fused_attention() const override { return true; }
   void fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) override;
   int64_t offset() const override { return offset_; }
