@@ -70,29 +70,30 @@ VQ_CODE_ROWS_VNNI HWY_INLINE void score_block(const float* prepared, int64_t pre
   }
 }
 
+// Q queries (prepared, scores: their first row) against every row: R rows a block, the last
+// rows by the scalar reference.
+template <int R, int Q>
+VQ_CODE_ROWS_VNNI void score_query_block(const float* prepared, int64_t prepared_stride, const int16_t* codes,
+                                         int64_t code_stride, int64_t n_rows, float* scores, int64_t ld) {
+  int64_t j = 0;
+  for (; j + R <= n_rows; j += R) score_block<R, Q>(prepared, prepared_stride, codes, code_stride, j, scores, ld);
+  if (j < n_rows) {
+    scalar::score_code_rows(prepared, prepared_stride, Q, codes + j * code_stride, code_stride, n_rows - j, scores + j,
+                            ld);
+  }
+}
+
 VQ_CODE_ROWS_VNNI void score_rows_vnni(const float* prepared, int64_t prepared_stride, int64_t n_q,
                                        const int16_t* codes, int64_t code_stride, int64_t n_rows, float* scores,
                                        int64_t ld) {
   int64_t q = 0;
   for (; q + 4 <= n_q; q += 4) {
-    int64_t j = 0;
-    for (; j + 4 <= n_rows; j += 4) {
-      score_block<4, 4>(prepared + q * prepared_stride, prepared_stride, codes, code_stride, j, scores + q * ld, ld);
-    }
-    if (j < n_rows) {
-      scalar::score_code_rows(prepared + q * prepared_stride, prepared_stride, 4, codes + j * code_stride, code_stride,
-                              n_rows - j, scores + q * ld + j, ld);
-    }
+    score_query_block<4, 4>(prepared + q * prepared_stride, prepared_stride, codes, code_stride, n_rows,
+                            scores + q * ld, ld);
   }
   for (; q < n_q; ++q) {
-    int64_t j = 0;
-    for (; j + 16 <= n_rows; j += 16) {
-      score_block<16, 1>(prepared + q * prepared_stride, prepared_stride, codes, code_stride, j, scores + q * ld, ld);
-    }
-    if (j < n_rows) {
-      scalar::score_code_rows(prepared + q * prepared_stride, prepared_stride, 1, codes + j * code_stride, code_stride,
-                              n_rows - j, scores + q * ld + j, ld);
-    }
+    score_query_block<16, 1>(prepared + q * prepared_stride, prepared_stride, codes, code_stride, n_rows,
+                             scores + q * ld, ld);
   }
 }
 #endif
