@@ -94,6 +94,7 @@ const Setup kSetups[] = {
     {"comm_vq", 2, {}},
     {"skvq", 2, {}},
     {"vecinfer", 2, {}},
+    {"xquant", 2, {}},
 };
 
 int register_all() {

@@ -39,6 +39,7 @@ struct XQuantCodes {
 using XQuantCoordinator = cross_layer::SegmentCoordinator<XQuantCodes>;
 
 class XQuantRows;
+struct XQuantCodeOrders;
 
 class XQuantCache : public lm::KVCache {
  public:
@@ -51,8 +52,8 @@ class XQuantCache : public lm::KVCache {
 
   lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
   // Stores the step's rows, then attends over every stored row through the shared driver
-  // (cross_layer/xquant_rows.h): each tile's rows decoded from the codes into per-thread scratch,
-  // never the whole cache into a tensor per step as update_and_fetch must.
+  // (cross_layer/xquant_rows.h): keys scored and values accumulated straight from the codes,
+  // never the whole cache decoded into a tensor per step as update_and_fetch must.
   // Calls of more than this many queries (prefill) attend over the fetched rows instead.
   static constexpr int64_t kFusedMaxQueries = 16;
   bool supports_fused_attention() const override { return true; }
@@ -114,6 +115,8 @@ class XQuantCache : public lm::KVCache {
   int64_t offset_ = 0, frontier_ = 0;
   std::vector<Block> blocks_;
   lm::Tensor tail_k_, tail_v_;  // input dtype [B, H, G, D]
+  // The orders the fused rows read codes in, built with the head dims (immutable, shared by clones).
+  std::shared_ptr<const XQuantCodeOrders> orders_;
 };
 
 std::shared_ptr<lm::KVCache> make_xquant_cache(const KVCacheConfig& config);

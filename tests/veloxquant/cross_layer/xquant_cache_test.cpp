@@ -297,25 +297,21 @@ TEST(XQuantCache, LoadedListRejoinsOneCoordinatorAndKeepsReusing) {
 namespace veloxquant {
 namespace {
 
-// The fused path (xquant_rows.h: tiles decoded from the codes into scratch) against the plain
-// reference attention over the rows update_and_fetch returns, chunk by chunk (a prefill, decode
-// steps, a chunk that completes token groups mid-call): only float summation order differs.
-TEST(XQuantCache, FusedAttentionEqualsAttentionOverFetchedRows) {
+// The largest |fused - reference| of each chunk for a reuse layer with a residual: two reuse
+// layers, each reading its own anchor's segment, the anchors fed the same rows (so the same
+// codes); one attends through fused_attention, the other's fetched rows go to the reference.
+std::vector<float> reuse_fused_vs_fetched(int base_bits, int residual_bits, int group,
+                                          const std::vector<int64_t>& chunks, int64_t* reused_rows) {
   const int64_t heads = 2, hq = 6, d = 64;
-  const std::vector<int64_t> chunks{70, 1, 1, 40, 1, 33};
-  {  // an anchor alone (no coordinator)
-    XQuantCache fused(2, 4, 32), plain(2, 4, 32);
-    const std::vector<float> worst = test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 500);
-    for (std::size_t c = 0; c < chunks.size(); ++c) EXPECT_LE(worst[c], 2e-5f) << "anchor, chunk " << chunks[c];
-  }
-  // A reuse layer with a residual: each of the two reuse layers reads its own anchor's segment,
-  // the anchors fed the same rows (so the same codes).
   auto c1 = std::make_shared<XQuantCoordinator>(8192, "xquant_max_ctx");
   auto c2 = std::make_shared<XQuantCoordinator>(8192, "xquant_max_ctx");
-  XQuantCache anchor1(2, 4, 16, {true, 0, 1}, c1), anchor2(2, 4, 16, {true, 0, 1}, c2);
-  XQuantCache fused(2, 4, 16, {false, 0, 0}, c1), plain(2, 4, 16, {false, 0, 0}, c2);
+  XQuantCache anchor1(base_bits, residual_bits, group, {true, 0, 1}, c1);
+  XQuantCache anchor2(base_bits, residual_bits, group, {true, 0, 1}, c2);
+  XQuantCache fused(base_bits, residual_bits, group, {false, 0, 0}, c1);
+  XQuantCache plain(base_bits, residual_bits, group, {false, 0, 0}, c2);
   uint64_t seed = 700;
   int64_t first = 0;
+  std::vector<float> worst_per_chunk;
   for (const int64_t n : chunks) {
     const lm::Tensor ka = test_support::random_kv(1, heads, n, d, seed++, lm::DType::F32);
     anchor1.update_and_fetch(ka, ka);
@@ -330,11 +326,57 @@ TEST(XQuantCache, FusedAttentionEqualsAttentionOverFetchedRows) {
     const std::vector<float> got = out.to_f32();
     float worst = 0;
     for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
-    EXPECT_LE(worst, 2e-5f) << "reuse, chunk " << n;
+    worst_per_chunk.push_back(worst);
     first += n;
   }
   EXPECT_EQ(fused.reused_rows(), plain.reused_rows());
-  EXPECT_GT(fused.reused_rows(), 0);
+  *reused_rows = fused.reused_rows();
+  return worst_per_chunk;
+}
+
+// The fused path (xquant_rows.h: keys scored and values accumulated from the codes) against the
+// plain reference attention over the rows update_and_fetch returns, chunk by chunk (a prefill,
+// decode steps, a chunk that completes token groups mid-call). The rows are f32, so the fetched
+// rows are not rounded: with f32 folded queries only float summation order differs.
+TEST(XQuantCache, FusedAttentionEqualsAttentionOverFetchedRows) {
+  const int64_t heads = 2, hq = 6, d = 64;
+  const std::vector<int64_t> chunks{70, 1, 1, 40, 1, 33};
+  {  // an anchor alone (no coordinator)
+    XQuantCache fused(2, 4, 32), plain(2, 4, 32);
+    const std::vector<float> worst = test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 500);
+    for (std::size_t c = 0; c < chunks.size(); ++c) EXPECT_LE(worst[c], 2e-5f) << "anchor, chunk " << chunks[c];
+  }
+  int64_t reused = 0;
+  const std::vector<float> worst = reuse_fused_vs_fetched(2, 4, 16, chunks, &reused);
+  for (std::size_t c = 0; c < chunks.size(); ++c) EXPECT_LE(worst[c], 2e-5f) << "reuse, chunk " << chunks[c];
+  EXPECT_GT(reused, 0);
+}
+
+// Every kind of code set the fused rows read, over decode steps that run through token-group
+// and block boundaries (a split-K share or a tile can start and end anywhere in a group):
+// 2-, 4- and 8-bit planes scored and accumulated straight from their bytes, 1-bit planes and
+// 3-, 5- and 6-bit words read from an f32 tile of the run's codes. (The bound is float
+// reassociation: a 1-bit residual's coarse pairs reach 2.5e-5 even on the prefill's fetched rows.)
+TEST(XQuantCache, FusedDecodeStepsMatchTheFetchedRowsForEveryWidth) {
+  std::vector<int64_t> chunks{45};
+  for (int i = 0; i < 40; ++i) chunks.push_back(1);
+  chunks.push_back(7);
+  const struct { int base, residual; } cases[] = {{2, 4}, {4, 8}, {8, 2}, {3, 5}, {6, 0}, {2, 1}, {1, 4}};
+  for (const auto& c : cases) {
+    {
+      XQuantCache fused(c.base, c.residual, 16), plain(c.base, c.residual, 16);
+      const std::vector<float> worst = test_support::fused_vs_fetched(fused, plain, 2, 6, 64, chunks, 900);
+      for (std::size_t i = 0; i < chunks.size(); ++i) {
+        EXPECT_LE(worst[i], 5e-5f) << "anchor " << c.base << " bits, chunk " << i;
+      }
+    }
+    int64_t reused = 0;
+    const std::vector<float> worst = reuse_fused_vs_fetched(c.base, c.residual, 16, chunks, &reused);
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      EXPECT_LE(worst[i], 5e-5f) << "reuse " << c.base << " + " << c.residual << " bits, chunk " << i;
+    }
+    EXPECT_GT(reused, 0);
+  }
 }
 
 }  // namespace
