@@ -125,6 +125,77 @@ struct Scratch {
   std::vector<float> queries, scores, m, l, acc;
 };
 
+// The unit's queries in segment si's form, side by side (row r = group head r / nq, query
+// i0 + r % nq). When the unit holds all of the call's queries (every decode step) those rows
+// already lie side by side in `prepared` and are read in place (gathered == nullptr); otherwise
+// they are gathered into `gathered`.
+const float* unit_queries(const AttentionCall& call, const Geometry& g, const float* prepared, const Unit& u, int si,
+                          float* gathered) {
+  const int64_t nq = u.i1 - u.i0, rows = g.group * nq;
+  const float* segment = prepared + si * call.batch * call.q_heads * call.n_queries * g.prepared_dim;
+  if (gathered == nullptr) return segment + (u.b * call.q_heads + u.h * g.group) * call.n_queries * g.prepared_dim;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t head = u.h * g.group + r / nq, i = u.i0 + r % nq;
+    std::copy_n(segment + ((u.b * call.q_heads + head) * call.n_queries + i) * g.prepared_dim, g.prepared_dim,
+                gathered + r * g.prepared_dim);
+  }
+  return gathered;
+}
+
+// One tile's raw scores, [query row][kTileRows], for rows [j0, j0 + n) of a segment.
+struct ScoredTile {
+  float* scores;
+  int64_t j0, n;
+  bool all_visible;  // every query of the unit sees every row of the tile
+};
+
+// One query row's scores scaled, rows it cannot see set to -inf; returns their max.
+float scale_and_mask(float* row, const ScoredTile& tile, const Visibility& vis, float scale, int64_t query_position) {
+  if (tile.all_visible) return kernels::scale_and_max(row, tile.n, scale);
+  float tile_max = kNegInf;
+  for (int64_t jj = 0; jj < tile.n; ++jj) {
+    row[jj] = vis.visible(tile.j0 + jj, query_position) ? row[jj] * scale : kNegInf;
+    tile_max = std::max(tile_max, row[jj]);
+  }
+  return tile_max;
+}
+
+// Folds a scored tile into the unit's online softmax: scores scaled and masked (and logged when
+// the call keeps them for row weights), (m, l) updated and acc rescaled to the new max. The
+// scores become the tile's unnormalised weights (0 where a query row sees no row of the tile).
+// Returns whether any query row saw any row, i.e. whether the values need accumulating.
+bool fold_tile(const AttentionCall& call, const Geometry& g, const Unit& u, const Visibility& vis,
+               const ScoredTile& tile, const ScoreLog& log, int si, UnitState st) {
+  const int64_t nq = u.i1 - u.i0, rows = g.group * nq;
+  bool any = false;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* sr = tile.scores + r * kTileRows;
+    const float tile_max = scale_and_mask(sr, tile, vis, call.scale, call.first_position + u.i0 + r % nq);
+    if (log.base[si] != nullptr) {
+      const int64_t k = r / nq, i = u.i0 + r % nq;
+      std::copy_n(sr, tile.n,
+                  log.base[si] +
+                      (((u.b * call.kv_heads + u.h) * g.group + k) * call.n_queries + i) * log.row_stride[si] +
+                      tile.j0);
+    }
+    if (tile_max == kNegInf) {
+      std::fill(sr, sr + tile.n, 0.0f);  // weight 0 for a row of this tile no query of r sees
+      continue;
+    }
+    any = true;
+    const float m_new = std::max(st.m[r], tile_max);
+    if (st.m[r] != kNegInf && m_new != st.m[r]) {
+      const float correction = std::exp(st.m[r] - m_new);
+      st.l[r] *= correction;
+      float* a = st.acc + r * g.value_dim;
+      for (int64_t e = 0; e < g.value_dim; ++e) a[e] *= correction;
+    }
+    st.m[r] = m_new;
+    st.l[r] += lm::kernels::simd::exp_shifted_sum(sr, tile.n, m_new);
+  }
+  return any;
+}
+
 // Attends the unit's prepared queries over its rows; leaves the unnormalised (m, l, acc).
 void attend_unit(const AttentionCall& call, const RowSource* const* segments, const Geometry& g, const float* prepared,
                  const Unit& u, UnitState st, const ScoreLog& log, Scratch& scratch) {
@@ -132,14 +203,9 @@ void attend_unit(const AttentionCall& call, const RowSource* const* segments, co
   std::fill(st.m, st.m + rows, kNegInf);
   std::fill(st.l, st.l + rows, 0.0f);
   std::fill(st.acc, st.acc + rows * g.value_dim, 0.0f);
-  const int64_t segment_stride = call.batch * call.q_heads * call.n_queries * g.prepared_dim;
-  // The unit's query rows (group head k, query i0 + i) at row k * nq + i. When the unit holds all
-  // of the call's queries (every decode step) those rows already lie side by side in `prepared`
-  // and are read in place; otherwise they are gathered into scratch per segment.
   const bool in_place = u.i0 == 0 && u.i1 == call.n_queries;
   float* gathered = in_place ? nullptr : grown(scratch.queries, static_cast<std::size_t>(rows * g.prepared_dim));
-  const int64_t ld = kTileRows;
-  float* s = grown(scratch.scores, static_cast<std::size_t>(rows * ld));
+  float* s = grown(scratch.scores, static_cast<std::size_t>(rows * kTileRows));
   const int64_t q_first = call.first_position + u.i0, q_last = call.first_position + u.i1 - 1;
   int64_t seg_start = 0;  // index of the segment's first row in the concatenation
   for (int si = 0; si < g.n_segments; ++si) {
@@ -148,19 +214,7 @@ void attend_unit(const AttentionCall& call, const RowSource* const* segments, co
     const int64_t from = std::max<int64_t>(u.row_lo - seg_start, 0), to = std::min(u.row_hi - seg_start, seg_rows);
     seg_start += seg_rows;
     if (from >= to) continue;
-    // The unit's queries in this segment's form, side by side (row r = group head r / nq,
-    // query i0 + r % nq).
-    const float* q =
-        prepared + si * segment_stride + (u.b * call.q_heads + u.h * g.group) * call.n_queries * g.prepared_dim;
-    if (!in_place) {
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t head = u.h * g.group + r / nq, i = u.i0 + r % nq;
-        std::copy_n(
-            prepared + si * segment_stride + ((u.b * call.q_heads + head) * call.n_queries + i) * g.prepared_dim,
-            g.prepared_dim, gathered + r * g.prepared_dim);
-      }
-      q = gathered;
-    }
+    const float* q = unit_queries(call, g, prepared, u, si, gathered);
     const Visibility vis{src.positions(u.b, u.h), src.position_base(), call.window};
     int64_t lo = 0, hi = 0;
     visible_range(vis, seg_rows, q_first, q_last, lo, hi);
@@ -171,44 +225,12 @@ void attend_unit(const AttentionCall& call, const RowSource* const* segments, co
     int64_t lo_all = 0, hi_all = 0;
     visible_range(vis, seg_rows, q_last, q_first, lo_all, hi_all);
     for (int64_t j0 = lo; j0 < hi; j0 += kTileRows) {
-      const int64_t j1 = std::min(j0 + kTileRows, hi), nk = j1 - j0;
-      src.score_tile(u.b, u.h, j0, j1, q, rows, s, ld, scratch.tile);
-      const bool all_visible = lo_all <= j0 && j1 <= hi_all;
-      bool any = false;
-      for (int64_t r = 0; r < rows; ++r) {
-        float* sr = s + r * ld;
-        const int64_t qpos = call.first_position + u.i0 + r % nq;
-        float tile_max = kNegInf;
-        if (all_visible) {
-          tile_max = kernels::scale_and_max(sr, nk, call.scale);
-        } else {
-          for (int64_t jj = 0; jj < nk; ++jj) {
-            sr[jj] = vis.visible(j0 + jj, qpos) ? sr[jj] * call.scale : kNegInf;
-            tile_max = std::max(tile_max, sr[jj]);
-          }
-        }
-        if (log.base[si] != nullptr) {
-          const int64_t k = r / nq, i = u.i0 + r % nq;
-          std::copy_n(sr, nk,
-                      log.base[si] +
-                          (((u.b * call.kv_heads + u.h) * g.group + k) * call.n_queries + i) * log.row_stride[si] + j0);
-        }
-        if (tile_max == kNegInf) {
-          std::fill(sr, sr + nk, 0.0f);  // weight 0 for a row of this tile no query of r sees
-          continue;
-        }
-        any = true;
-        const float m_new = std::max(st.m[r], tile_max);
-        if (st.m[r] != kNegInf && m_new != st.m[r]) {
-          const float correction = std::exp(st.m[r] - m_new);
-          st.l[r] *= correction;
-          float* a = st.acc + r * g.value_dim;
-          for (int64_t e = 0; e < g.value_dim; ++e) a[e] *= correction;
-        }
-        st.m[r] = m_new;
-        st.l[r] += lm::kernels::simd::exp_shifted_sum(sr, nk, m_new);
+      const int64_t j1 = std::min(j0 + kTileRows, hi);
+      src.score_tile(u.b, u.h, j0, j1, q, rows, s, kTileRows, scratch.tile);
+      const ScoredTile tile{s, j0, j1 - j0, lo_all <= j0 && j1 <= hi_all};
+      if (fold_tile(call, g, u, vis, tile, log, si, st)) {
+        src.accumulate_tile(u.b, u.h, j0, j1, s, rows, kTileRows, st.acc, scratch.tile);
       }
-      if (any) src.accumulate_tile(u.b, u.h, j0, j1, s, rows, ld, st.acc, scratch.tile);
     }
   }
 }
@@ -226,29 +248,42 @@ struct CallBuffers {
   std::vector<float> prepared, part_m, part_l, part_acc, final_m, final_l, logits;
 };
 
-// Row weights from the logged scores: each row's softmax weight with the query's final (m, l),
-// averaged over the group heads and summed over queries (exp in place, then one axpy per row).
+// The queries' final softmax state, [(b * q_heads + head) * n_queries + i].
+struct FinalState {
+  const float* m;
+  const float* l;
+};
+
+// Row weights of segment si for (b, kv head h) from its logged scores: each row's softmax weight
+// with the query's final (m, l), averaged over the group heads and summed over queries (exp in
+// place, then one axpy per query row) into out [n rows].
+void add_logged_weights(const AttentionCall& call, const Geometry& g, const ScoreLog& log, int si, int64_t bh,
+                        FinalState final, float* out, int64_t n) {
+  const int64_t b = bh / call.kv_heads, h = bh % call.kv_heads, nq = call.n_queries;
+  for (int64_t k = 0; k < g.group; ++k) {
+    for (int64_t i = 0; i < nq; ++i) {
+      const int64_t at = (b * call.q_heads + h * g.group + k) * nq + i;
+      if (final.l[at] <= 0.0f) continue;
+      float* scores = log.base[si] + ((bh * g.group + k) * nq + i) * log.row_stride[si];
+      lm::kernels::simd::exp_shifted_sum(scores, n, final.m[at]);
+      lm::kernels::simd::axpy_f32(1.0f / (final.l[at] * static_cast<float>(g.group)), scores, out, n);
+    }
+  }
+}
+
+// Row weights from the logged scores (add_logged_weights), every segment that asks for them.
 void write_logged_row_weights(const AttentionCall& call, const RowSource* const* segments, const Geometry& g,
-                              const ScoreLog& log, const float* final_m, const float* final_l, base::ThreadPool* pool) {
-  const int64_t heads = call.batch * call.kv_heads, nq = call.n_queries;
+                              const ScoreLog& log, FinalState final, base::ThreadPool* pool) {
+  const int64_t heads = call.batch * call.kv_heads;
   const auto body = [&](int64_t begin, int64_t end) {
     for (int64_t bh = begin; bh < end; ++bh) {
-      const int64_t b = bh / call.kv_heads, h = bh % call.kv_heads;
       for (int si = 0; si < g.n_segments; ++si) {
         float* out = call.row_weights[static_cast<std::size_t>(si)];
         if (!out) continue;
-        const int64_t n = segments[si]->rows(b, h);
+        const int64_t n = segments[si]->rows(bh / call.kv_heads, bh % call.kv_heads);
         out += bh * call.row_weight_stride[static_cast<std::size_t>(si)];
         std::fill(out, out + n, 0.0f);
-        for (int64_t k = 0; k < g.group; ++k) {
-          for (int64_t i = 0; i < nq; ++i) {
-            const int64_t at = (b * call.q_heads + h * g.group + k) * nq + i;
-            if (final_l[at] <= 0.0f) continue;
-            float* scores = log.base[si] + ((bh * g.group + k) * nq + i) * log.row_stride[si];
-            lm::kernels::simd::exp_shifted_sum(scores, n, final_m[at]);
-            lm::kernels::simd::axpy_f32(1.0f / (final_l[at] * static_cast<float>(g.group)), scores, out, n);
-          }
-        }
+        add_logged_weights(call, g, log, si, bh, final, out, n);
       }
     }
   };
@@ -259,42 +294,49 @@ void write_logged_row_weights(const AttentionCall& call, const RowSource* const*
   }
 }
 
-// Row weights: for each segment row, the softmax weight it got, averaged over the group's
-// query heads and summed over queries; recomputed from score_tile with the final (m, l).
+// Row weights of one segment for (b, kv head h), recomputed from score_tile: for each row, the
+// softmax weight with the query's final (m, l), averaged over the group's query heads and summed
+// over queries, into out [rows]. q: every query of the group's heads, row k * nq + i being (head
+// h * group + k, query i), where `prepared` already holds it.
+void add_scored_weights(const AttentionCall& call, const Geometry& g, const RowSource& src, const float* q, int64_t bh,
+                        FinalState final, float* out, Scratch& scratch) {
+  const int64_t b = bh / call.kv_heads, h = bh % call.kv_heads, nq = call.n_queries, rows = g.group * nq;
+  float* s = grown(scratch.scores, static_cast<std::size_t>(rows * kTileRows));
+  const int64_t n = src.rows(b, h);
+  const Visibility vis{src.positions(b, h), src.position_base(), call.window};
+  for (int64_t j0 = 0; j0 < n; j0 += kTileRows) {
+    const int64_t j1 = std::min(j0 + kTileRows, n);
+    src.score_tile(b, h, j0, j1, q, rows, s, kTileRows, scratch.tile);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t head = h * g.group + r / nq, i = r % nq;
+      const int64_t at = (b * call.q_heads + head) * nq + i;
+      if (final.l[at] <= 0.0f) continue;
+      const float inv = 1.0f / (final.l[at] * static_cast<float>(g.group));
+      for (int64_t j = j0; j < j1; ++j) {
+        if (vis.visible(j, call.first_position + i)) {
+          out[j] += std::exp(s[r * kTileRows + (j - j0)] * call.scale - final.m[at]) * inv;
+        }
+      }
+    }
+  }
+}
+
+// Row weights recomputed from score_tile (add_scored_weights), every segment that asks for them.
 void write_row_weights(const AttentionCall& call, const RowSource* const* segments, const Geometry& g,
-                       const float* prepared, const float* final_m, const float* final_l, base::ThreadPool* pool) {
-  const int64_t heads = call.batch * call.kv_heads, nq = call.n_queries, rows = g.group * nq;
+                       const float* prepared, FinalState final, base::ThreadPool* pool) {
+  const int64_t heads = call.batch * call.kv_heads, nq = call.n_queries;
   const auto body = [&](int64_t begin, int64_t end) {
     thread_local Scratch scratch;
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / call.kv_heads, h = bh % call.kv_heads;
-      float* s = grown(scratch.scores, static_cast<std::size_t>(rows * kTileRows));
       const int64_t segment_stride = call.batch * call.q_heads * nq * g.prepared_dim;
       for (int si = 0; si < g.n_segments; ++si) {
         float* out = call.row_weights[static_cast<std::size_t>(si)];
         if (!out) continue;
-        // Every query of the group's heads: row k * nq + i is (head h * group + k, query i), which is
-        // where `prepared` already holds it — read in place.
         const float* q = prepared + si * segment_stride + (b * call.q_heads + h * g.group) * nq * g.prepared_dim;
-        const RowSource& src = *segments[si];
-        const int64_t n = src.rows(b, h);
         out += bh * call.row_weight_stride[static_cast<std::size_t>(si)];
-        std::fill(out, out + n, 0.0f);
-        const Visibility vis{src.positions(b, h), src.position_base(), call.window};
-        for (int64_t j0 = 0; j0 < n; j0 += kTileRows) {
-          const int64_t j1 = std::min(j0 + kTileRows, n);
-          src.score_tile(b, h, j0, j1, q, rows, s, kTileRows, scratch.tile);
-          for (int64_t r = 0; r < rows; ++r) {
-            const int64_t head = h * g.group + r / nq, i = r % nq;
-            const int64_t at = (b * call.q_heads + head) * nq + i;
-            if (final_l[at] <= 0.0f) continue;
-            const float inv = 1.0f / (final_l[at] * static_cast<float>(g.group));
-            for (int64_t j = j0; j < j1; ++j) {
-              if (!vis.visible(j, call.first_position + i)) continue;
-              out[j] += std::exp(s[r * kTileRows + (j - j0)] * call.scale - final_m[at]) * inv;
-            }
-          }
-        }
+        std::fill(out, out + segments[si]->rows(b, h), 0.0f);
+        add_scored_weights(call, g, *segments[si], q, bh, final, out, scratch);
       }
     }
   };
@@ -305,17 +347,12 @@ void write_row_weights(const AttentionCall& call, const RowSource* const* segmen
   }
 }
 
-}  // namespace
-
-void attend(const AttentionCall& call, const RowSource* const* segments, int n_segments, base::ThreadPool* pool) {
-  const Geometry g = check_call(call, segments, n_segments);
-  const int64_t nq_total = call.n_queries, heads = call.batch * call.kv_heads;
-  thread_local CallBuffers buffers;
-  // Every query prepared once per call and segment (a rotation into the segment's basis, a
-  // permutation into its code order), shared by every unit: [segment][query row][prepared].
-  const int64_t n_query_rows = call.batch * call.q_heads * nq_total;
+// Every query prepared once per call and segment (a rotation into the segment's basis, a
+// permutation into its code order), shared by every unit: [segment][query row][prepared].
+float* prepare_queries(const AttentionCall& call, const RowSource* const* segments, int n_segments, const Geometry& g,
+                       CallBuffers& buffers, base::ThreadPool* pool) {
+  const int64_t n_query_rows = call.batch * call.q_heads * call.n_queries;
   float* prepared = grown(buffers.prepared, static_cast<std::size_t>(n_segments * n_query_rows * g.prepared_dim));
-  const RowSource& first = *segments[0];
   const auto prepare = [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       const int64_t seg = k / n_query_rows, row = k % n_query_rows;
@@ -327,79 +364,95 @@ void attend(const AttentionCall& call, const RowSource* const* segments, int n_s
   } else {
     prepare(0, n_query_rows * n_segments);
   }
+  return prepared;
+}
 
-  int64_t max_rows = 0;
-  for (int64_t bh = 0; bh < heads; ++bh) {
-    max_rows = std::max(max_rows, total_rows(segments, n_segments, bh / call.kv_heads, bh % call.kv_heads));
-  }
-  const int64_t blocks = (nq_total + kQueryBlock - 1) / kQueryBlock;
-  // Split the rows only when there are too few query blocks to keep threads busy.
-  const int64_t splits =
-      blocks > 1 ? 1 : std::clamp<int64_t>((max_rows + kRowsPerSplit - 1) / kRowsPerSplit, 1, kMaxSplits);
-  // Whole tiles per split: every tile then starts on a multiple of kTileRows, so a source's
-  // row groups (KIVI's key groups of 32 rows, a fold of the query each) are never cut in two.
-  const int64_t rows_per_split =
-      std::max<int64_t>(1, ((max_rows + splits - 1) / splits + kTileRows - 1) / kTileRows * kTileRows);
-  const int64_t n_units = blocks * heads * splits;
-  const int64_t unit_rows = g.group * std::min(nq_total, kQueryBlock);
-  const auto unit_at = [&](int64_t index) {
+// How a call is cut into units: query blocks x (b, kv head) x split-K row ranges.
+struct Plan {
+  int64_t kv_heads = 0, heads = 0, n_queries = 0;  // heads: batch * kv_heads
+  int64_t max_rows = 0, blocks = 0, splits = 1, rows_per_split = 0;
+  int64_t n_units = 0, unit_rows = 0;  // unit_rows: query rows of a full unit (group x block)
+
+  Unit unit_at(int64_t index) const {
     // Causal blocks late in the sequence see more rows: zig-zag order (first, last, second,
     // ...) so a contiguous share of units mixes cheap and expensive ones.
     const int64_t split = index % splits, rest = index / splits;
     const int64_t head = rest % heads, k = rest / heads;
     const int64_t block = k % 2 == 0 ? k / 2 : blocks - 1 - k / 2;
-    Unit u;
-    u.b = head / call.kv_heads;
-    u.h = head % call.kv_heads;
+    Unit u{};
+    u.b = head / kv_heads;
+    u.h = head % kv_heads;
     u.i0 = block * kQueryBlock;
-    u.i1 = std::min(nq_total, u.i0 + kQueryBlock);
+    u.i1 = std::min(n_queries, u.i0 + kQueryBlock);
     u.row_lo = std::min(max_rows, split * rows_per_split);
     u.row_hi = std::min(max_rows, u.row_lo + rows_per_split);
     if (splits == 1) u.row_hi = std::numeric_limits<int64_t>::max();
     return u;
-  };
-  float* part_m = nullptr;
-  float* part_l = nullptr;
-  float* part_acc = nullptr;
-  if (splits > 1) {
-    const std::size_t need = static_cast<std::size_t>(n_units * unit_rows);
-    part_m = grown(buffers.part_m, need);
-    part_l = grown(buffers.part_l, need);
-    part_acc = grown(buffers.part_acc, need * static_cast<std::size_t>(g.value_dim));
   }
-  const bool want_weights = std::any_of(call.row_weights.begin(), call.row_weights.end(), [](float* p) { return p; });
-  float* final_m = nullptr;
-  float* final_l = nullptr;
+};
+
+Plan plan_units(const AttentionCall& call, const RowSource* const* segments, int n_segments, const Geometry& g) {
+  Plan p;
+  p.kv_heads = call.kv_heads;
+  p.heads = call.batch * call.kv_heads;
+  p.n_queries = call.n_queries;
+  for (int64_t bh = 0; bh < p.heads; ++bh) {
+    p.max_rows = std::max(p.max_rows, total_rows(segments, n_segments, bh / call.kv_heads, bh % call.kv_heads));
+  }
+  p.blocks = (call.n_queries + kQueryBlock - 1) / kQueryBlock;
+  // Split the rows only when there are too few query blocks to keep threads busy.
+  p.splits = p.blocks > 1 ? 1 : std::clamp<int64_t>((p.max_rows + kRowsPerSplit - 1) / kRowsPerSplit, 1, kMaxSplits);
+  // Whole tiles per split: every tile then starts on a multiple of kTileRows, so a source's
+  // row groups (KIVI's key groups of 32 rows, a fold of the query each) are never cut in two.
+  p.rows_per_split =
+      std::max<int64_t>(1, ((p.max_rows + p.splits - 1) / p.splits + kTileRows - 1) / kTileRows * kTileRows);
+  p.n_units = p.blocks * p.heads * p.splits;
+  p.unit_rows = g.group * std::min(call.n_queries, kQueryBlock);
+  return p;
+}
+
+// The log of the main pass's scores when the call wants row weights and they fit
+// call.max_logged_scores (else disabled: the weights are recomputed from score_tile).
+ScoreLog make_score_log(const AttentionCall& call, const RowSource* const* segments, int n_segments,
+                        CallBuffers& buffers) {
   ScoreLog log;
-  if (want_weights) {
-    final_m = grown(buffers.final_m, static_cast<std::size_t>(n_query_rows));
-    final_l = grown(buffers.final_l, static_cast<std::size_t>(n_query_rows));
-    std::array<int64_t, kMaxSegments> seg_rows{};
-    int64_t total = 0;
-    for (int si = 0; si < n_segments; ++si) {
-      if (!call.row_weights[static_cast<std::size_t>(si)]) continue;
-      for (int64_t bh = 0; bh < heads; ++bh) {
-        seg_rows[static_cast<std::size_t>(si)] = std::max(seg_rows[static_cast<std::size_t>(si)],
-                                                          segments[si]->rows(bh / call.kv_heads, bh % call.kv_heads));
-      }
-      total += n_query_rows * seg_rows[static_cast<std::size_t>(si)];
+  const int64_t heads = call.batch * call.kv_heads, n_query_rows = call.batch * call.q_heads * call.n_queries;
+  std::array<int64_t, kMaxSegments> seg_rows{};
+  int64_t total = 0;
+  for (int si = 0; si < n_segments; ++si) {
+    if (!call.row_weights[static_cast<std::size_t>(si)]) continue;
+    for (int64_t bh = 0; bh < heads; ++bh) {
+      seg_rows[static_cast<std::size_t>(si)] =
+          std::max(seg_rows[static_cast<std::size_t>(si)], segments[si]->rows(bh / call.kv_heads, bh % call.kv_heads));
     }
-    if (total <= call.max_logged_scores) {
-      float* at = grown(buffers.logits, static_cast<std::size_t>(std::max<int64_t>(total, 1)));
-      std::fill(at, at + total, kNegInf);
-      for (int si = 0; si < n_segments; ++si) {
-        if (!call.row_weights[static_cast<std::size_t>(si)]) continue;
-        log.base[static_cast<std::size_t>(si)] = at;
-        log.row_stride[static_cast<std::size_t>(si)] = seg_rows[static_cast<std::size_t>(si)];
-        at += n_query_rows * seg_rows[static_cast<std::size_t>(si)];
-      }
-      log.enabled = true;
-    }
+    total += n_query_rows * seg_rows[static_cast<std::size_t>(si)];
   }
-  const auto finish = [&](const Unit& u, int64_t r, const float* acc, float m, float l) {
+  if (total > call.max_logged_scores) return log;
+  float* at = grown(buffers.logits, static_cast<std::size_t>(std::max<int64_t>(total, 1)));
+  std::fill(at, at + total, kNegInf);
+  for (int si = 0; si < n_segments; ++si) {
+    if (!call.row_weights[static_cast<std::size_t>(si)]) continue;
+    log.base[static_cast<std::size_t>(si)] = at;
+    log.row_stride[static_cast<std::size_t>(si)] = seg_rows[static_cast<std::size_t>(si)];
+    at += n_query_rows * seg_rows[static_cast<std::size_t>(si)];
+  }
+  log.enabled = true;
+  return log;
+}
+
+// Normalises one finished query row of a unit into the call's output (and keeps its final
+// (m, l) when the call wants row weights).
+struct Finisher {
+  const AttentionCall& call;
+  const Geometry& g;
+  const RowSource& first;
+  float* final_m;  // nullptr: no row weights
+  float* final_l;
+
+  void operator()(const Unit& u, int64_t r, const float* acc, float m, float l) const {
     const int64_t nq = u.i1 - u.i0;
     const int64_t head = u.h * g.group + r / nq, i = u.i0 + r % nq;
-    const int64_t at = (u.b * call.q_heads + head) * nq_total + i;
+    const int64_t at = (u.b * call.q_heads + head) * call.n_queries + i;
     float* o = call.out + at * g.value_dim;
     if (final_m) {
       final_m[at] = m;
@@ -412,17 +465,91 @@ void attend(const AttentionCall& call, const RowSource* const* segments, int n_s
     const float inv = 1.0f / l;
     for (int64_t e = 0; e < g.value_dim; ++e) o[e] = acc[e] * inv;
     first.finish_row(o);
+  }
+};
+
+// Split-K partial states, [unit][query row] (acc: [unit][query row][value_dim]).
+struct SplitParts {
+  float* m;
+  float* l;
+  float* acc;
+};
+
+// Merges query row r of the split row ranges of kv head `head`: with M = max m_s,
+// acc = sum_s acc_s e^(m_s - M), l = sum_s l_s e^(m_s - M), written into the first range's
+// state, then finished.
+void merge_split_row(const Plan& plan, const SplitParts& parts, const Finisher& finish, int64_t head, int64_t r) {
+  const Unit u0 = plan.unit_at(head * plan.splits);
+  const int64_t value_dim = finish.g.value_dim, unit_rows = plan.unit_rows;
+  float big = kNegInf;
+  for (int64_t sp = 0; sp < plan.splits; ++sp) big = std::max(big, parts.m[(head * plan.splits + sp) * unit_rows + r]);
+  float* acc0 = parts.acc + (head * plan.splits * unit_rows + r) * value_dim;
+  if (big == kNegInf) {
+    finish(u0, r, acc0, big, 0.0f);
+    return;
+  }
+  float total = 0.0f;
+  for (int64_t sp = 0; sp < plan.splits; ++sp) {
+    const int64_t unit = head * plan.splits + sp;
+    const float mu = parts.m[unit * unit_rows + r];
+    const float w = mu == kNegInf ? 0.0f : std::exp(mu - big);
+    total += w * parts.l[unit * unit_rows + r];
+    const float* a = parts.acc + (unit * unit_rows + r) * value_dim;
+    if (sp == 0) {
+      for (int64_t e = 0; e < value_dim; ++e) acc0[e] = a[e] * w;
+    } else if (w != 0.0f) {
+      lm::kernels::simd::axpy_f32(w, a, acc0, value_dim);
+    }
+  }
+  finish(u0, r, acc0, big, total);
+}
+
+void merge_splits(const Plan& plan, const SplitParts& parts, const Finisher& finish, base::ThreadPool* pool) {
+  const auto merge = [&](int64_t begin, int64_t end) {
+    for (int64_t head = begin; head < end; ++head) {
+      const Unit u0 = plan.unit_at(head * plan.splits);
+      const int64_t rows = finish.g.group * (u0.i1 - u0.i0);
+      for (int64_t r = 0; r < rows; ++r) merge_split_row(plan, parts, finish, head, r);
+    }
   };
+  if (pool && plan.heads > 1) {
+    pool->parallel_for(plan.heads, merge, 1);
+  } else {
+    merge(0, plan.heads);
+  }
+}
+
+}  // namespace
+
+void attend(const AttentionCall& call, const RowSource* const* segments, int n_segments, base::ThreadPool* pool) {
+  const Geometry g = check_call(call, segments, n_segments);
+  thread_local CallBuffers buffers;
+  const float* prepared = prepare_queries(call, segments, n_segments, g, buffers, pool);
+  const Plan plan = plan_units(call, segments, n_segments, g);
+  SplitParts parts{nullptr, nullptr, nullptr};
+  if (plan.splits > 1) {
+    const std::size_t need = static_cast<std::size_t>(plan.n_units * plan.unit_rows);
+    parts = {grown(buffers.part_m, need), grown(buffers.part_l, need),
+             grown(buffers.part_acc, need * static_cast<std::size_t>(g.value_dim))};
+  }
+  const bool want_weights = std::any_of(call.row_weights.begin(), call.row_weights.end(), [](float* p) { return p; });
+  const int64_t n_query_rows = call.batch * call.q_heads * call.n_queries;
+  Finisher finish{call, g, *segments[0], nullptr, nullptr};
+  ScoreLog log;
+  if (want_weights) {
+    finish.final_m = grown(buffers.final_m, static_cast<std::size_t>(n_query_rows));
+    finish.final_l = grown(buffers.final_l, static_cast<std::size_t>(n_query_rows));
+    log = make_score_log(call, segments, n_segments, buffers);
+  }
   const auto body = [&](int64_t begin, int64_t end) {
     thread_local Scratch scratch;
     for (int64_t index = begin; index < end; ++index) {
-      const Unit u = unit_at(index);
+      const Unit u = plan.unit_at(index);
       const int64_t rows = g.group * (u.i1 - u.i0);
-      if (splits > 1) {
-        attend_unit(
-            call, segments, g, prepared, u,
-            {part_m + index * unit_rows, part_l + index * unit_rows, part_acc + index * unit_rows * g.value_dim}, log,
-            scratch);
+      if (plan.splits > 1) {
+        const int64_t at = index * plan.unit_rows;
+        attend_unit(call, segments, g, prepared, u, {parts.m + at, parts.l + at, parts.acc + at * g.value_dim}, log,
+                    scratch);
         continue;
       }
       UnitState st{grown(scratch.m, static_cast<std::size_t>(rows)), grown(scratch.l, static_cast<std::size_t>(rows)),
@@ -432,120 +559,121 @@ void attend(const AttentionCall& call, const RowSource* const* segments, int n_s
     }
   };
   if (pool) {
-    pool->parallel_for(n_units, body, 1);
+    pool->parallel_for(plan.n_units, body, 1);
   } else {
-    body(0, n_units);
+    body(0, plan.n_units);
   }
-  if (splits > 1) {
-    // Merge the row ranges of each (b, h): with M = max m_s, acc = sum_s acc_s e^(m_s - M),
-    // l = sum_s l_s e^(m_s - M). Written into the first range's state, then finished.
-    const auto merge = [&](int64_t begin, int64_t end) {
-      for (int64_t head = begin; head < end; ++head) {
-        const Unit u0 = unit_at(head * splits);
-        const int64_t rows = g.group * (u0.i1 - u0.i0);
-        for (int64_t r = 0; r < rows; ++r) {
-          float big = kNegInf;
-          for (int64_t sp = 0; sp < splits; ++sp) big = std::max(big, part_m[(head * splits + sp) * unit_rows + r]);
-          float* acc0 = part_acc + (head * splits * unit_rows + r) * g.value_dim;
-          if (big == kNegInf) {
-            finish(u0, r, acc0, big, 0.0f);
-            continue;
-          }
-          float total = 0.0f;
-          for (int64_t sp = 0; sp < splits; ++sp) {
-            const int64_t unit = head * splits + sp;
-            const float mu = part_m[unit * unit_rows + r];
-            const float w = mu == kNegInf ? 0.0f : std::exp(mu - big);
-            total += w * part_l[unit * unit_rows + r];
-            const float* a = part_acc + (unit * unit_rows + r) * g.value_dim;
-            if (sp == 0) {
-              for (int64_t e = 0; e < g.value_dim; ++e) acc0[e] = a[e] * w;
-            } else if (w != 0.0f) {
-              lm::kernels::simd::axpy_f32(w, a, acc0, g.value_dim);
-            }
-          }
-          finish(u0, r, acc0, big, total);
-        }
-      }
-    };
-    if (pool && heads > 1) {
-      pool->parallel_for(heads, merge, 1);
-    } else {
-      merge(0, heads);
-    }
-  }
+  if (plan.splits > 1) merge_splits(plan, parts, finish, pool);
   if (want_weights) {
     if (log.enabled) {
-      write_logged_row_weights(call, segments, g, log, final_m, final_l, pool);
+      write_logged_row_weights(call, segments, g, log, {finish.final_m, finish.final_l}, pool);
     } else {
-      write_row_weights(call, segments, g, prepared, final_m, final_l, pool);
+      write_row_weights(call, segments, g, prepared, {finish.final_m, finish.final_l}, pool);
     }
   }
 }
 
-void attend_reference(const AttentionCall& call, const RowSource* const* segments, int n_segments) {
-  const Geometry g = check_call(call, segments, n_segments);
-  TileScratch tile;
-  std::vector<float> prepared(static_cast<std::size_t>(g.prepared_dim)), score(1);
-  std::vector<double> acc(static_cast<std::size_t>(g.value_dim));
-  std::vector<float> weight(1), value_acc(static_cast<std::size_t>(g.value_dim));
-  std::vector<float> row_out(static_cast<std::size_t>(g.value_dim));
-  for (int s = 0; s < n_segments; ++s) {
-    float* rw = call.row_weights[static_cast<std::size_t>(s)];
-    if (!rw) continue;
-    for (int64_t bh = 0; bh < call.batch * call.kv_heads; ++bh) {
-      std::fill(rw + bh * call.row_weight_stride[static_cast<std::size_t>(s)],
-                rw + bh * call.row_weight_stride[static_cast<std::size_t>(s)] +
-                    segments[s]->rows(bh / call.kv_heads, bh % call.kv_heads),
-                0.0f);
-    }
-  }
-  for (int64_t b = 0; b < call.batch; ++b) {
-    for (int64_t head = 0; head < call.q_heads; ++head) {
-      const int64_t h = head / g.group;
-      for (int64_t i = 0; i < call.n_queries; ++i) {
-        const int64_t at = (b * call.q_heads + head) * call.n_queries + i;
-        const int64_t qpos = call.first_position + i;
-        // Scores of every visible row, segment by segment, in double.
-        std::vector<double> scores;
-        std::vector<std::pair<int, int64_t>> where;
-        for (int s = 0; s < n_segments; ++s) {
-          const RowSource& src = *segments[s];
-          const Visibility vis{src.positions(b, h), src.position_base(), call.window};
-          src.prepare_query(call.queries + at * g.key_dim, prepared.data());
-          for (int64_t j = 0; j < src.rows(b, h); ++j) {
-            if (!vis.visible(j, qpos)) continue;
-            src.score_tile(b, h, j, j + 1, prepared.data(), 1, score.data(), 1, tile);
-            scores.push_back(static_cast<double>(score[0]) * call.scale);
-            where.emplace_back(s, j);
-          }
-        }
-        float* o = call.out + at * g.value_dim;
-        if (scores.empty()) {
-          std::fill(o, o + g.value_dim, 0.0f);
-          continue;
-        }
-        const double big = *std::max_element(scores.begin(), scores.end());
-        double total = 0.0;
-        for (double& x : scores) total += (x = std::exp(x - big));
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (std::size_t k = 0; k < scores.size(); ++k) {
-          const auto [s, j] = where[k];
-          weight[0] = static_cast<float>(scores[k] / total);
-          std::fill(value_acc.begin(), value_acc.end(), 0.0f);
-          segments[s]->accumulate_tile(b, h, j, j + 1, weight.data(), 1, 1, value_acc.data(), tile);
-          for (int64_t e = 0; e < g.value_dim; ++e)
-            acc[static_cast<std::size_t>(e)] += value_acc[static_cast<std::size_t>(e)];
-          if (float* rw = call.row_weights[static_cast<std::size_t>(s)]) {
-            rw[(b * call.kv_heads + h) * call.row_weight_stride[static_cast<std::size_t>(s)] + j] +=
-                weight[0] / static_cast<float>(g.group);
-          }
-        }
-        for (int64_t e = 0; e < g.value_dim; ++e) o[e] = static_cast<float>(acc[static_cast<std::size_t>(e)]);
-        segments[0]->finish_row(o);
+namespace {
+
+// attend_reference's walk: one query row at a time, in double, through single-row tiles.
+class ReferenceAttention {
+ public:
+  ReferenceAttention(const AttentionCall& call, const RowSource* const* segments, int n_segments)
+      : call_(call),
+        segments_(segments),
+        n_segments_(n_segments),
+        g_(check_call(call, segments, n_segments)),
+        prepared_(static_cast<std::size_t>(g_.prepared_dim)),
+        acc_(static_cast<std::size_t>(g_.value_dim)),
+        value_acc_(static_cast<std::size_t>(g_.value_dim)) {}
+
+  void run() {
+    clear_row_weights();
+    for (int64_t b = 0; b < call_.batch; ++b) {
+      for (int64_t head = 0; head < call_.q_heads; ++head) {
+        for (int64_t i = 0; i < call_.n_queries; ++i) query(b, head, i);
       }
     }
   }
+
+ private:
+  void clear_row_weights() const {
+    for (int s = 0; s < n_segments_; ++s) {
+      float* rw = call_.row_weights[static_cast<std::size_t>(s)];
+      if (!rw) continue;
+      const int64_t stride = call_.row_weight_stride[static_cast<std::size_t>(s)];
+      for (int64_t bh = 0; bh < call_.batch * call_.kv_heads; ++bh) {
+        std::fill(rw + bh * stride, rw + bh * stride + segments_[s]->rows(bh / call_.kv_heads, bh % call_.kv_heads),
+                  0.0f);
+      }
+    }
+  }
+
+  // Scores of every row query (b, head, i) sees, segment by segment, scaled, in double.
+  void score_visible_rows(int64_t b, int64_t head, int64_t i) {
+    const int64_t h = head / g_.group, at = (b * call_.q_heads + head) * call_.n_queries + i;
+    const int64_t qpos = call_.first_position + i;
+    scores_.clear();
+    where_.clear();
+    float score = 0.0f;
+    for (int s = 0; s < n_segments_; ++s) {
+      const RowSource& src = *segments_[s];
+      const Visibility vis{src.positions(b, h), src.position_base(), call_.window};
+      src.prepare_query(call_.queries + at * g_.key_dim, prepared_.data());
+      for (int64_t j = 0; j < src.rows(b, h); ++j) {
+        if (!vis.visible(j, qpos)) continue;
+        src.score_tile(b, h, j, j + 1, prepared_.data(), 1, &score, 1, tile_);
+        scores_.push_back(static_cast<double>(score) * call_.scale);
+        where_.emplace_back(s, j);
+      }
+    }
+  }
+
+  void query(int64_t b, int64_t head, int64_t i) {
+    const int64_t h = head / g_.group, at = (b * call_.q_heads + head) * call_.n_queries + i;
+    score_visible_rows(b, head, i);
+    float* o = call_.out + at * g_.value_dim;
+    if (scores_.empty()) {
+      std::fill(o, o + g_.value_dim, 0.0f);
+      return;
+    }
+    const double big = *std::max_element(scores_.begin(), scores_.end());
+    double total = 0.0;
+    for (double& x : scores_) total += (x = std::exp(x - big));
+    std::fill(acc_.begin(), acc_.end(), 0.0);
+    for (std::size_t k = 0; k < scores_.size(); ++k) {
+      const auto [s, j] = where_[k];
+      const float weight = static_cast<float>(scores_[k] / total);
+      std::fill(value_acc_.begin(), value_acc_.end(), 0.0f);
+      segments_[s]->accumulate_tile(b, h, j, j + 1, &weight, 1, 1, value_acc_.data(), tile_);
+      for (int64_t e = 0; e < g_.value_dim; ++e) {
+        acc_[static_cast<std::size_t>(e)] += value_acc_[static_cast<std::size_t>(e)];
+      }
+      if (float* rw = call_.row_weights[static_cast<std::size_t>(s)]) {
+        rw[(b * call_.kv_heads + h) * call_.row_weight_stride[static_cast<std::size_t>(s)] + j] +=
+            weight / static_cast<float>(g_.group);
+      }
+    }
+    for (int64_t e = 0; e < g_.value_dim; ++e) o[e] = static_cast<float>(acc_[static_cast<std::size_t>(e)]);
+    segments_[0]->finish_row(o);
+  }
+
+  const AttentionCall& call_;
+  const RowSource* const* segments_;
+  int n_segments_;
+  Geometry g_;
+  TileScratch tile_;
+  std::vector<float> prepared_;
+  std::vector<double> acc_;
+  std::vector<float> value_acc_;
+  std::vector<double> scores_;
+  std::vector<std::pair<int, int64_t>> where_;
+};
+
+}  // namespace
+
+void attend_reference(const AttentionCall& call, const RowSource* const* segments, int n_segments) {
+  ReferenceAttention(call, segments, n_segments).run();
 }
 
 void RowSource::prepare_query(const float* query, float* prepared) const { std::copy_n(query, key_dim(), prepared); }
