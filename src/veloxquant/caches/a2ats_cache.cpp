@@ -390,9 +390,42 @@ void A2atsCache::fused_attention(const lm::FusedAttentionRequest& request, lm::T
   store(*request.keys, *request.values);
 }
 
+namespace {
+
 // Query heads per kv head whose row pass is shared (one read of a row's codes for all of them);
 // larger groups take one pass per query head.
 constexpr int64_t kMaxRetrievalGroup = 16;
+
+// The row pass of a group wider than the interleaved tables (more than kA2atsScanLanes query
+// heads; tables: the heads' own tables back to back, subs x entries each): every far row's table
+// sum per head, stored at dots + g * dots_head_stride + j when dots is given, scaled into
+// logit[g * rows.n + j]; then each head's softmax over the rows added to their mass.
+void scan_wide_group(const A2atsTables& tables, const A2atsCodeRows& rows, int64_t group, float scale, float* dots,
+                     int64_t dots_head_stride, float* logit, double* mass) {
+  const int64_t subs = tables.subs, entries = tables.entries, far = rows.n;
+  float top[kMaxRetrievalGroup];
+  const bool grouped = group <= kMaxRetrievalGroup;
+  for (int64_t g0 = 0; g0 < group; g0 += grouped ? group : 1) {
+    const int64_t gn = grouped ? group : 1;
+    for (int64_t g = 0; g < gn; ++g) top[g] = -INFINITY;
+    const uint8_t* code = rows.codes;
+    for (int64_t j = 0; j < far; ++j, code += rows.stride) {
+      for (int64_t g = 0; g < gn; ++g) {
+        const float* t = tables.lut4 + (g0 + g) * subs * entries;
+        float dot = 0.0f;
+        for (int64_t m = 0; m < subs; ++m, t += entries) dot += t[code[m]];
+        if (dots != nullptr) dots[(g0 + g) * dots_head_stride + j] = dot;
+        const float l = dot * scale;
+        logit[(g0 + g) * far + j] = l;
+        top[g] = std::max(top[g], l);
+      }
+    }
+    // Each query head's softmax over the far rows, added to the rows' mass (SIMD exp).
+    for (int64_t g = 0; g < gn; ++g) attention::kernels::add_softmax_mass(logit + (g0 + g) * far, far, top[g], mass);
+  }
+}
+
+}  // namespace
 
 // The paper's retrieval: approximate scores of every far row through the codes (one lookup table
 // per query), their softmax per query head and query, summed over the kv head's query heads and
@@ -470,37 +503,16 @@ bool A2atsCache::retrieve(const attention::AttentionCall& call, const float* cen
           if (keep) dots_of[g] = far_dots.data() + ((b * call.q_heads + h * group + g) * call.n_queries + i) * far;
           logit_of[g] = logit.data() + g * far;
         }
-        a2ats_scan_rows(lut4.data(), subs, entries, codes(b, h, 0), stride, far, group, scale, keep ? dots_of : nullptr,
-                        logit_of, top);
+        a2ats_scan_rows({lut4.data(), subs, entries}, {codes(b, h, 0), stride, far}, group, scale,
+                        {keep ? dots_of : nullptr, logit_of, top});
         for (int64_t g = 0; g < group; ++g) {
           attention::kernels::add_softmax_mass(logit.data() + g * far, far, top[g], mass.data());
         }
         continue;
       }
-      float top[kMaxRetrievalGroup];
-      const bool grouped = group <= kMaxRetrievalGroup;
-      for (int64_t g0 = 0; g0 < group; g0 += grouped ? group : 1) {
-        const int64_t gn = grouped ? group : 1;
-        for (int64_t g = 0; g < gn; ++g) top[g] = -INFINITY;
-        const uint8_t* code = codes(b, h, 0);
-        for (int64_t j = 0; j < far; ++j, code += stride) {
-          for (int64_t g = 0; g < gn; ++g) {
-            const float* t = lut.data() + (g0 + g) * subs * entries;
-            float dot = 0.0f;
-            for (int64_t m = 0; m < subs; ++m, t += entries) dot += t[code[m]];
-            if (keep)
-              far_dots[static_cast<std::size_t>(((b * call.q_heads + h * group + g0 + g) * call.n_queries + i) * far +
-                                                j)] = dot;
-            const float l = dot * scale;
-            logit[static_cast<std::size_t>((g0 + g) * far + j)] = l;
-            top[g] = std::max(top[g], l);
-          }
-        }
-        // Each query head's softmax over the far rows, added to the rows' mass (SIMD exp).
-        for (int64_t g = 0; g < gn; ++g) {
-          attention::kernels::add_softmax_mass(logit.data() + (g0 + g) * far, far, top[g], mass.data());
-        }
-      }
+      float* dots = keep ? far_dots.data() + ((b * call.q_heads + h * group) * call.n_queries + i) * far : nullptr;
+      scan_wide_group({lut.data(), subs, entries}, {codes(b, h, 0), stride, far}, group, scale, dots,
+                      call.n_queries * far, logit.data(), mass.data());
     }
     // The k_rows rows with the most mass, ties to the older row, ascending (a threshold by
     // radix select, caches/top_mass_rows.h: the rows a stable sort by mass would put first).

@@ -30,8 +30,15 @@ HWY_INLINE void block_sums(const float* lut4, int64_t subs_runtime, int64_t entr
 }
 
 template <int64_t SUBS>
-void scan(const float* lut4, int64_t subs, int64_t entries, const uint8_t* codes, int64_t stride, int64_t n,
-          int64_t group, float scale, float* const* dots, float* const* logits, float* top) {
+void scan(const A2atsTables& tables, const A2atsCodeRows& code_rows, int64_t group, float scale,
+          const A2atsScanOut& out) {
+  const float* lut4 = tables.lut4;
+  const int64_t subs = tables.subs, entries = tables.entries;
+  const uint8_t* codes = code_rows.codes;
+  const int64_t stride = code_rows.stride, n = code_rows.n;
+  float* const* dots = out.dots;
+  float* const* logits = out.logits;
+  float* top = out.top;
   using DF = hn::ScalableTag<float>;
   const DF df;
   using V = hn::Vec<DF>;
@@ -123,12 +130,12 @@ bool TableImpl(const float* centroids, int64_t subs, int64_t entries, int64_t su
   return true;
 }
 
-void ScanImpl(const float* lut4, int64_t subs, int64_t entries, const uint8_t* codes, int64_t stride, int64_t n,
-              int64_t group, float scale, float* const* dots, float* const* logits, float* top) {
-  if (subs == 8) {
-    scan<8>(lut4, subs, entries, codes, stride, n, group, scale, dots, logits, top);
+void ScanImpl(const A2atsTables& tables, const A2atsCodeRows& rows, int64_t group, float scale,
+              const A2atsScanOut& out) {
+  if (tables.subs == 8) {
+    scan<8>(tables, rows, group, scale, out);
   } else {
-    scan<0>(lut4, subs, entries, codes, stride, n, group, scale, dots, logits, top);
+    scan<0>(tables, rows, group, scale, out);
   }
 }
 #else
@@ -137,9 +144,9 @@ bool TableImpl(const float*, int64_t, int64_t, int64_t, const float*, float*) { 
 void InterleaveImpl(const float* tables, int64_t group, int64_t size, float* lut4) {
   scalar::a2ats_interleave_tables(tables, group, size, lut4);
 }
-void ScanImpl(const float* lut4, int64_t subs, int64_t entries, const uint8_t* codes, int64_t stride, int64_t n,
-              int64_t group, float scale, float* const* dots, float* const* logits, float* top) {
-  scalar::a2ats_scan_rows(lut4, subs, entries, codes, stride, n, group, scale, dots, logits, top);
+void ScanImpl(const A2atsTables& tables, const A2atsCodeRows& rows, int64_t group, float scale,
+              const A2atsScanOut& out) {
+  scalar::a2ats_scan_rows(tables, rows, group, scale, out);
 }
 #endif
 
@@ -167,9 +174,9 @@ void a2ats_interleave_tables(const float* tables, int64_t group, int64_t size, f
   HWY_DYNAMIC_DISPATCH(InterleaveImpl)(tables, group, size, lut4);
 }
 
-void a2ats_scan_rows(const float* lut4, int64_t subs, int64_t entries, const uint8_t* codes, int64_t stride, int64_t n,
-                     int64_t group, float scale, float* const* dots, float* const* logits, float* top) {
-  HWY_DYNAMIC_DISPATCH(ScanImpl)(lut4, subs, entries, codes, stride, n, group, scale, dots, logits, top);
+void a2ats_scan_rows(const A2atsTables& tables, const A2atsCodeRows& rows, int64_t group, float scale,
+                     const A2atsScanOut& out) {
+  HWY_DYNAMIC_DISPATCH(ScanImpl)(tables, rows, group, scale, out);
 }
 
 namespace scalar {
@@ -179,14 +186,17 @@ void a2ats_interleave_tables(const float* tables, int64_t group, int64_t size, f
   }
 }
 
-void a2ats_scan_rows(const float* lut4, int64_t subs, int64_t entries, const uint8_t* codes, int64_t stride, int64_t n,
-                     int64_t group, float scale, float* const* dots, float* const* logits, float* top) {
+void a2ats_scan_rows(const A2atsTables& tables, const A2atsCodeRows& rows, int64_t group, float scale,
+                     const A2atsScanOut& out) {
+  float* const* dots = out.dots;
+  float* const* logits = out.logits;
+  float* top = out.top;
   for (int64_t g = 0; g < group; ++g) top[g] = -INFINITY;
-  const uint8_t* code = codes;
-  for (int64_t j = 0; j < n; ++j, code += stride) {
+  const uint8_t* code = rows.codes;
+  for (int64_t j = 0; j < rows.n; ++j, code += rows.stride) {
     float dot[kA2atsScanLanes] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t m = 0; m < subs; ++m) {
-      const float* t = lut4 + (m * entries + code[m]) * kA2atsScanLanes;
+    for (int64_t m = 0; m < tables.subs; ++m) {
+      const float* t = tables.lut4 + (m * tables.entries + code[m]) * kA2atsScanLanes;
       for (int64_t g = 0; g < kA2atsScanLanes; ++g) dot[g] += t[g];
     }
     for (int64_t g = 0; g < group; ++g) {

@@ -37,14 +37,29 @@ bool a2ats_group_tables(const float* centroids, int64_t subs, int64_t entries, i
 // group's tables [group][size] interleaved.
 void a2ats_interleave_tables(const float* tables, int64_t group, int64_t size, float* lut4);
 
+// The group's interleaved tables (lut4 above) and the rows they score.
+struct A2atsTables {
+  const float* lut4;
+  int64_t subs, entries;
+};
+struct A2atsCodeRows {
+  const uint8_t* codes;  // row j's `subs` code bytes at codes + j * stride
+  int64_t stride, n;
+};
 // dots: nullptr, or `group` row pointers; logits: `group` row pointers; top: `group` floats.
-void a2ats_scan_rows(const float* lut4, int64_t subs, int64_t entries, const uint8_t* codes, int64_t stride, int64_t n,
-                     int64_t group, float scale, float* const* dots, float* const* logits, float* top);
+struct A2atsScanOut {
+  float* const* dots;
+  float* const* logits;
+  float* top;
+};
+
+void a2ats_scan_rows(const A2atsTables& tables, const A2atsCodeRows& rows, int64_t group, float scale,
+                     const A2atsScanOut& out);
 
 namespace scalar {
 void a2ats_interleave_tables(const float* tables, int64_t group, int64_t size, float* lut4);
-void a2ats_scan_rows(const float* lut4, int64_t subs, int64_t entries, const uint8_t* codes, int64_t stride, int64_t n,
-                     int64_t group, float scale, float* const* dots, float* const* logits, float* top);
+void a2ats_scan_rows(const A2atsTables& tables, const A2atsCodeRows& rows, int64_t group, float scale,
+                     const A2atsScanOut& out);
 }  // namespace scalar
 
 }  // namespace veloxquant

@@ -56,8 +56,10 @@ A2atsParams small_params() {
   return p;
 }
 
-TEST(A2ats, FusedAttentionIsTheBruteForceRetrieval) {
-  const int64_t heads = 2, hq = 6, d = 16, group = hq / heads;
+// The retrieval and the attention after it against brute force, for `hq` query heads over
+// `heads` kv heads.
+void check_brute_force_retrieval(int64_t heads, int64_t hq) {
+  const int64_t d = 16, group = hq / heads;
   const A2atsParams p = small_params();
   A2atsCache cache(p);
   Fed fed{heads, d, std::vector<std::vector<float>>(heads), std::vector<std::vector<float>>(heads)};
@@ -156,6 +158,15 @@ TEST(A2ats, FusedAttentionIsTheBruteForceRetrieval) {
   }
   EXPECT_EQ(cache.far_rows(), offset - p.window);
   EXPECT_GT(checked_selection, 0);  // some calls really chose
+}
+
+TEST(A2ats, FusedAttentionIsTheBruteForceRetrieval) { check_brute_force_retrieval(2, 6); }
+
+// Groups wider than the interleaved tables' four lanes: one shared row pass for up to 16 query
+// heads (6 here), one pass per head past that (18).
+TEST(A2ats, WideGroupsRetrieveAsTheBruteForce) {
+  check_brute_force_retrieval(2, 12);
+  check_brute_force_retrieval(1, 18);
 }
 
 TEST(A2ats, CodebookIsKaqWeightedKMeansOfTheFirstSpill) {

@@ -38,8 +38,8 @@ Scan run(Fn fn, const std::vector<float>& lut4, int64_t subs, int64_t entries, c
     dots[g] = s.dots.data() + g * n;
     logits[g] = s.logits.data() + g * n;
   }
-  fn(lut4.data(), subs, entries, codes.data(), stride, n, group, 0.125f, with_dots ? dots : nullptr, logits,
-     s.top.data());
+  fn({lut4.data(), subs, entries}, {codes.data(), stride, n}, group, 0.125f,
+     {with_dots ? dots : nullptr, logits, s.top.data()});
   return s;
 }
 
