@@ -184,10 +184,15 @@ void AdaKVRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, co
       end = std::min(quantized_end, end + group);
     }
     const lm::Tensor& plane = c.value_codes_[static_cast<std::size_t>(t)];
-    accumulate_group_affine_rows(row_ptr<uint32_t>(plane, b, slot, a), plane.dim(3),
-                                 row_ptr<uint16_t>(c.value_params_, b, h, a), c.value_params_.dim(3),
-                                 layouts_.tiers[static_cast<std::size_t>(t)].value_order, group, end - a,
-                                 weights + (a - j0), n_queries, ld, acc, scratch);
+    GroupAffineValueRows rows;
+    rows.codes = row_ptr<uint32_t>(plane, b, slot, a);
+    rows.code_stride = plane.dim(3);
+    rows.params = row_ptr<uint16_t>(c.value_params_, b, h, a);
+    rows.param_stride = c.value_params_.dim(3);
+    rows.order = &layouts_.tiers[static_cast<std::size_t>(t)].value_order;
+    rows.group = group;
+    rows.n = end - a;
+    accumulate_group_affine_rows(rows, {weights + (a - j0), n_queries, ld}, acc, scratch);
     a = end;
   }
   if (j1 > frontier) {

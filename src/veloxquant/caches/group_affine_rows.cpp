@@ -13,19 +13,28 @@ namespace veloxquant {
 
 using cache_rows::row_ptr;
 
-void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Tensor& value_params,
-                                    const attention::CodeOrder& value_order, int64_t group, int64_t b, int64_t h,
-                                    int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
-                                    float* acc, attention::TileScratch& scratch, const float* levels) {
-  accumulate_group_affine_rows(row_ptr<uint32_t>(value_codes, b, h, j0), value_codes.strides()[2],
-                               row_ptr<uint16_t>(value_params, b, h, j0), value_params.strides()[2], value_order, group,
-                               j1 - j0, weights, n_queries, ld, acc, scratch, levels);
+GroupAffineValueRows group_affine_value_rows(const lm::Tensor& value_codes, const lm::Tensor& value_params,
+                                             const attention::CodeOrder& value_order, int64_t group, int64_t b,
+                                             int64_t h, int64_t j0, int64_t j1, const float* levels) {
+  return {row_ptr<uint32_t>(value_codes, b, h, j0),
+          value_codes.strides()[2],
+          row_ptr<uint16_t>(value_params, b, h, j0),
+          value_params.strides()[2],
+          &value_order,
+          group,
+          j1 - j0,
+          levels};
 }
 
-void accumulate_group_affine_rows(const uint32_t* codes_rows, int64_t code_stride, const uint16_t* param_rows,
-                                  int64_t param_stride, const attention::CodeOrder& value_order, int64_t group,
-                                  int64_t n, const float* weights, int64_t n_queries, int64_t ld, float* acc,
-                                  attention::TileScratch& scratch, const float* levels) {
+void accumulate_group_affine_rows(const GroupAffineValueRows& rows, const TileWeights& w, float* acc,
+                                  attention::TileScratch& scratch) {
+  const attention::CodeOrder& value_order = *rows.order;
+  const uint32_t* codes_rows = rows.codes;
+  const uint16_t* param_rows = rows.params;
+  const int64_t code_stride = rows.code_stride, param_stride = rows.param_stride, group = rows.group, n = rows.n;
+  const float* levels = rows.levels;
+  const float* weights = w.weights;
+  const int64_t n_queries = w.n_queries, ld = w.ld;
   const int64_t d = value_order.size();
   const int64_t groups = (d + group - 1) / group;
   const int bits = value_order.bits();

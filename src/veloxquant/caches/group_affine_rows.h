@@ -14,19 +14,35 @@
 
 namespace veloxquant {
 
-// acc[r * D + c] += sum over rows j in [j0, j1) of (b, h) of weights[r * ld + j - j0] * v_jc, with
-// value_codes [B, H, cap, words] u32 and value_params [B, H, cap, 2 * groups] f16. levels: nullptr,
-// or the 2^bits levels a code stands for (caches/fitted_levels.h; the codes are read through it).
-void accumulate_group_affine_values(const lm::Tensor& value_codes, const lm::Tensor& value_params,
-                                    const attention::CodeOrder& value_order, int64_t group, int64_t b, int64_t h,
-                                    int64_t j0, int64_t j1, const float* weights, int64_t n_queries, int64_t ld,
-                                    float* acc, attention::TileScratch& scratch, const float* levels = nullptr);
+// A tile's value rows: n rows of codes `code_stride` words apart and their params rows
+// `param_stride` f16 apart (2 * groups each: scale_g, min_g), read in `order` (channel groups of
+// `group`). levels: nullptr, or the 2^bits levels a code stands for (caches/fitted_levels.h; the
+// codes are read through it).
+struct GroupAffineValueRows {
+  const uint32_t* codes = nullptr;
+  int64_t code_stride = 0;
+  const uint16_t* params = nullptr;
+  int64_t param_stride = 0;
+  const attention::CodeOrder* order = nullptr;
+  int64_t group = 0;
+  int64_t n = 0;
+  const float* levels = nullptr;
+};
 
-// The same over raw rows: n rows of codes `code_stride` words apart and their params rows
-// `param_stride` f16 apart (a store whose code and param tensors index heads differently).
-void accumulate_group_affine_rows(const uint32_t* codes, int64_t code_stride, const uint16_t* params,
-                                  int64_t param_stride, const attention::CodeOrder& value_order, int64_t group,
-                                  int64_t n, const float* weights, int64_t n_queries, int64_t ld, float* acc,
-                                  attention::TileScratch& scratch, const float* levels = nullptr);
+// Rows [j0, j1) of (b, h) of a store with value_codes [B, H, cap, words] u32 and value_params
+// [B, H, cap, 2 * groups] f16.
+GroupAffineValueRows group_affine_value_rows(const lm::Tensor& value_codes, const lm::Tensor& value_params,
+                                             const attention::CodeOrder& value_order, int64_t group, int64_t b,
+                                             int64_t h, int64_t j0, int64_t j1, const float* levels = nullptr);
+
+// A tile's softmax weights: weights[r * ld + j] for query row r < n_queries and tile row j.
+struct TileWeights {
+  const float* weights;
+  int64_t n_queries, ld;
+};
+
+// acc[r * D + c] += sum over the rows j of w.weights[r * w.ld + j] * v_jc.
+void accumulate_group_affine_rows(const GroupAffineValueRows& rows, const TileWeights& w, float* acc,
+                                  attention::TileScratch& scratch);
 
 }  // namespace veloxquant

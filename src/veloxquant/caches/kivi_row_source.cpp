@@ -167,8 +167,10 @@ void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
 void KiviQuantizedRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
                                         int64_t n_queries, int64_t ld, float* acc,
                                         attention::TileScratch& scratch) const {
-  accumulate_group_affine_values(value_codes_, value_params_, value_order_, group_, b, h, j0, j1, weights, n_queries,
-                                 ld, acc, scratch, levels_ != nullptr ? row_ptr<float>(*levels_, b, h, 1) : nullptr);
+  accumulate_group_affine_rows(
+      group_affine_value_rows(value_codes_, value_params_, value_order_, group_, b, h, j0, j1,
+                              levels_ != nullptr ? row_ptr<float>(*levels_, b, h, 1) : nullptr),
+      {weights, n_queries, ld}, acc, scratch);
 }
 
 void PaddedQueryRows::prepare_query(const float* query, float* prepared) const {
