@@ -338,6 +338,9 @@ TEST(Gear, FusedAttentionEqualsAttentionOverFetchedRows) {
     for (std::size_t c = 0; c < chunks.size(); ++c) {
       // Integer key scores (query rounded to 16 bits) on the 2- and 4-bit codes: ~1e-4 relative.
       EXPECT_LE(worst[c], 2e-3f) << "bits " << bits << " chunk " << chunks[c];
+      // The decoded f32 blocks are the fetched rows to f32 rounding (measured <= 7e-6; the fused
+      // 2-bit path, with its 16-bit query, ~8e-4).
+      if (chunks[c] >= 64) EXPECT_LE(worst[c], 5e-5f) << "bits " << bits << " chunk " << chunks[c];
     }
   }
 }
