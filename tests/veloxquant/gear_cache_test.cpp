@@ -331,11 +331,16 @@ TEST(Gear, FusedAttentionEqualsAttentionOverFetchedRows) {
        {std::tuple{2, std::optional<int>{}, 0.01}, std::tuple{2, std::optional<int>{4}, 0.0},
         std::tuple{3, std::optional<int>{2}, 0.02}, std::tuple{4, std::optional<int>{0}, 0.01}}) {
     GearCache fused(bits, 32, rank, 0.9, sparse), plain(bits, 32, rank, 0.9, sparse);
-    const std::vector<int64_t> chunks{150, 17, 1, 1};
+    // 150 and 70 queries read the blocks decoded to f32 (>= 64 queries: prefill chunks), 17 and 1
+    // the fused codes, outliers and low-rank terms.
+    const std::vector<int64_t> chunks{150, 70, 17, 1, 1};
     const std::vector<float> worst = test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 500);
     for (std::size_t c = 0; c < chunks.size(); ++c) {
       // Integer key scores (query rounded to 16 bits) on the 2- and 4-bit codes: ~1e-4 relative.
       EXPECT_LE(worst[c], 2e-3f) << "bits " << bits << " chunk " << chunks[c];
+      // The decoded f32 blocks are the fetched rows to f32 rounding (measured <= 7e-6; the fused
+      // 2-bit path, with its 16-bit query, ~8e-4).
+      if (chunks[c] >= 64) EXPECT_LE(worst[c], 5e-5f) << "bits " << bits << " chunk " << chunks[c];
     }
   }
 }

@@ -101,6 +101,67 @@ HWY_INLINE void row_sums(D32 d32, const uint8_t* row, int64_t plane_bytes, const
   for (int r = 0; r < NQ; ++r) sum[r] = hn::RearrangeToOddPlusEven(sum[r], odd[r]);
 }
 
+#if !HWY_HAVE_SCALABLE
+// score_block for planes of one chunk on 16-lane targets: rows in fours, each four as two pairs
+// of rows sharing 512-bit vectors (the queries' codes-side operands loaded once per call), then
+// the last rows one by one with the 8-lane sums.
+template <int B, int NQ>
+void score_row_pairs(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
+                     const int16_t* q16, int64_t d, const float* step, const float* bias, float* scores, int64_t ld) {
+  using DW = hn::CappedTag<int32_t, 16>;
+  const DW dw;
+  const hn::CappedTag<int32_t, 8> d32;
+  using V32 = hn::Vec<decltype(d32)>;
+  const hn::Repartition<int16_t, DW> dw16;
+  const hn::RebindToUnsigned<decltype(dw16)> du16;
+  const hn::Half<decltype(dw16)> dh16;
+  const hn::Rebind<uint8_t, decltype(du16)> d8;
+  const hn::Half<decltype(d8)> dh8;
+  constexpr int kPlanes = 8 / B;
+  const auto mask = hn::Set(du16, static_cast<uint16_t>((1 << B) - 1));
+  hn::Vec<decltype(dw16)> q[NQ][kPlanes];
+  for (int r = 0; r < NQ; ++r) {
+    for (int k = 0; k < kPlanes; ++k) {
+      const auto h = hn::LoadU(dh16, q16 + r * d + k * plane_bytes);
+      q[r][k] = hn::Combine(dw16, h, h);
+    }
+  }
+  const auto pair_sums = [&](int64_t j, V32* lo, V32* hi) HWY_ATTR __attribute__((always_inline)) {
+    const auto wide = hn::PromoteTo(du16, hn::Combine(d8, hn::LoadU(dh8, bytes + (j + 1) * row_stride),
+                                                      hn::LoadU(dh8, bytes + j * row_stride)));
+    hn::Vec<DW> sum[NQ], odd[NQ];
+    for (int r = 0; r < NQ; ++r) sum[r] = odd[r] = hn::Zero(dw);
+    for (int k = 0; k < kPlanes; ++k) {
+      const auto field = k == 0 ? wide : hn::ShiftRightSame(wide, k * B);
+      const auto codes = hn::BitCast(dw16, k == kPlanes - 1 ? field : hn::And(field, mask));
+      for (int r = 0; r < NQ; ++r) sum[r] = hn::ReorderWidenMulAccumulate(dw, codes, q[r][k], sum[r], odd[r]);
+    }
+    for (int r = 0; r < NQ; ++r) {
+      const auto total = hn::RearrangeToOddPlusEven(sum[r], odd[r]);
+      lo[r] = hn::LowerHalf(d32, total);
+      hi[r] = hn::UpperHalf(d32, total);
+    }
+  };
+  const auto bias_of = [&](int r) { return bias != nullptr ? bias[r] : 0.0f; };
+  int64_t j = 0;
+  for (; j + 4 <= n_rows; j += 4) {
+    V32 s0[NQ], s1[NQ], s2[NQ], s3[NQ];
+    pair_sums(j, s0, s1);
+    keep_in_registers<NQ>(s0);
+    keep_in_registers<NQ>(s1);
+    pair_sums(j + 2, s2, s3);
+    for (int r = 0; r < NQ; ++r) finish_4(d32, s0[r], s1[r], s2[r], s3[r], step[r], bias_of(r), scores + r * ld + j);
+  }
+  for (; j < n_rows; ++j) {
+    V32 s[NQ];
+    row_sums<B, NQ, 1>(d32, bytes + j * row_stride, plane_bytes, q16, d, s);
+    for (int r = 0; r < NQ; ++r) {
+      scores[r * ld + j] = step[r] * static_cast<float>(hn::GetLane(hn::SumOfLanes(d32, s[r]))) + bias_of(r);
+    }
+  }
+}
+#endif
+
 // NQ queries against rows [0, n_rows).
 template <int B, int NQ, int kChunks>
 void score_block(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, const int16_t* q16,
@@ -120,6 +181,16 @@ void score_block(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64
         for (int r = 0; r < NQ; ++r) s[r] = hn::Add(hn::LowerHalf(d32, w[r]), hn::UpperHalf(d32, w[r]));
       };
       score_rows_in_fours<NQ>(d32, n_rows, wide_sums, step, bias, scores, ld);
+      return;
+    }
+  }
+  // AVX-512, planes of one 16-byte chunk (2-bit keys of 64 channels: the 8-lane loop ran at half
+  // the machine's width): two rows per 16-lane vector, row j's codes in the lower half and row
+  // j + 1's in the upper, each query's chunk in both halves. Integer sums are exact in any
+  // grouping, so the scores are the 8-lane kernel's.
+  if constexpr (hn::MaxLanes(DW()) == 16 && kChunks == 1) {
+    if (n_rows >= 4) {
+      score_row_pairs<B, NQ>(bytes, row_stride, n_rows, plane_bytes, q16, d, step, bias, scores, ld);
       return;
     }
   }

@@ -317,6 +317,47 @@ void accumulate_planes_pass(const uint8_t* bytes, int64_t row_stride, int64_t n_
   }
 }
 
+#if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE
+// One 16-lane pass over 16 bytes that hold two channel groups of 8 bytes each (2-bit codes in
+// groups of 32 channels: every plane's 16 bytes span two groups), lanes 0-7 with group g's
+// weights and bias (wg0, bg0), lanes 8-15 with group g + 1's (wg1, bg1). Each lane's chain — the
+// accumulator plus its group's bias, then one fused multiply-add per row — is the one the 8-lane
+// pass over that group's 8 bytes runs, so the sums are bit-identical; the two 8-lane passes it
+// replaces each spent as many instructions per row.
+template <int B, int NQ, class DW>
+void accumulate_planes_split_pass(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
+                                  int64_t p0, const float* wg0, const float* wg1, const float* bg0, const float* bg1,
+                                  float* acc, int64_t acc_stride) {
+  const DW df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint8_t, decltype(di)> d8;
+  constexpr int kPlanes = 8 / B;
+  const auto lower = hn::FirstN(df, 8);
+  const auto mask = hn::Set(di, (1 << B) - 1);
+  const auto split = [&](float lo, float hi) { return hn::IfThenElse(lower, hn::Set(df, lo), hn::Set(df, hi)); };
+  hn::Vec<DW> a[NQ][kPlanes];
+  for (int r = 0; r < NQ; ++r) {
+    for (int k = 0; k < kPlanes; ++k) {
+      a[r][k] = hn::LoadU(df, acc + r * acc_stride + k * plane_bytes + p0);
+      if (bg0 != nullptr) a[r][k] = hn::Add(a[r][k], split(bg0[r], bg1[r]));
+    }
+  }
+  for (int64_t j = 0; j < n_rows; ++j) {
+    hn::Vec<DW> w[NQ];
+    for (int r = 0; r < NQ; ++r) w[r] = split(wg0[r * n_rows + j], wg1[r * n_rows + j]);
+    const auto v = hn::PromoteTo(di, hn::LoadU(d8, bytes + j * row_stride + p0));
+    for (int k = 0; k < kPlanes; ++k) {
+      const auto field = k == 0 ? v : hn::ShiftRightSame(v, k * B);
+      const auto codes = hn::ConvertTo(df, k == kPlanes - 1 ? field : hn::And(field, mask));
+      for (int r = 0; r < NQ; ++r) a[r][k] = hn::MulAdd(w[r], codes, a[r][k]);
+    }
+  }
+  for (int r = 0; r < NQ; ++r) {
+    for (int k = 0; k < kPlanes; ++k) hn::StoreU(a[r][k], df, acc + r * acc_stride + k * plane_bytes + p0);
+  }
+}
+#endif
+
 template <int B, int NQ>
 void accumulate_planes_block(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
                              int64_t group, const float* ws, const float* bias, int64_t n_q, float* acc,
@@ -348,6 +389,14 @@ void accumulate_planes_block(const uint8_t* bytes, int64_t row_stride, int64_t n
       }
       if (p0 + kWide <= plane_bytes && in_group(kWide)) {
         accumulate_planes_pass<B, NQ, 1, DW>(bytes, row_stride, n_rows, plane_bytes, p0, wg, bg, acc, acc_stride);
+        p0 += kWide;
+        continue;
+      }
+      // Groups of exactly 8 bytes per plane (2-bit codes, groups of 32 channels): two at once.
+      if (p0 + kWide <= plane_bytes && in_group(lanes) &&
+          (p0 + lanes) * kPlanes / group == g + 1 && (p0 + kWide - 1) * kPlanes / group == g + 1) {
+        accumulate_planes_split_pass<B, NQ, DW>(bytes, row_stride, n_rows, plane_bytes, p0, wg, wg + n_q * n_rows, bg,
+                                                bg != nullptr ? bg + n_q : nullptr, acc, acc_stride);
         p0 += kWide;
         continue;
       }

@@ -73,16 +73,24 @@ BlockSvd block_svd(const float* x, int64_t rows, int64_t cols, GramSolver solver
       xs[static_cast<std::size_t>(i * m + k)] = by_rows ? double(x[i * cols + k]) : double(x[k * cols + i]);
     }
   }
-  const auto el = [&](int64_t i, int64_t k) -> double { return xs[static_cast<std::size_t>(i * m + k)]; };
-  std::vector<double> gram(static_cast<std::size_t>(n * n));
+  // The Gram matrix: entry (i, j) is sum_k xs[i][k] xs[j][k], summed in k order. Row i's entries
+  // accumulate side by side (k outer, j inner, reading the transposed copy xt[k][j]): the same sum
+  // for every entry as one dot product at a time, but independent chains the compiler vectorizes,
+  // instead of one serial chain of additions per entry.
+  std::vector<double> xt(static_cast<std::size_t>(m * n));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < m; ++k) xt[static_cast<std::size_t>(k * n + i)] = xs[static_cast<std::size_t>(i * m + k)];
+  }
+  std::vector<double> gram(static_cast<std::size_t>(n * n), 0.0);
   for (int64_t i = 0; i < n; ++i) {
     const double* xi = xs.data() + i * m;
-    for (int64_t j = i; j < n; ++j) {
-      const double* xj = xs.data() + j * m;
-      double s = 0.0;
-      for (int64_t k = 0; k < m; ++k) s += xi[k] * xj[k];
-      gram[static_cast<std::size_t>(i * n + j)] = gram[static_cast<std::size_t>(j * n + i)] = s;
+    double* gi = gram.data() + i * n;
+    for (int64_t k = 0; k < m; ++k) {
+      const double a = xi[k];
+      const double* tk = xt.data() + k * n;
+      for (int64_t j = i; j < n; ++j) gi[j] += a * tk[j];
     }
+    for (int64_t j = i + 1; j < n; ++j) gram[static_cast<std::size_t>(j * n + i)] = gi[j];
   }
   std::vector<double> vecs;
   std::vector<int64_t> order(static_cast<std::size_t>(n));
@@ -124,11 +132,14 @@ BlockSvd block_svd(const float* x, int64_t rows, int64_t cols, GramSolver solver
     for (int64_t i = 0; i < n; ++i) {
       short_side[static_cast<std::size_t>(r * n + i)] = vecs[static_cast<std::size_t>(i * n + e)];
     }
-    for (int64_t k = 0; k < m; ++k) {
-      double s = 0.0;
-      for (int64_t i = 0; i < n; ++i) s += el(i, k) * vecs[static_cast<std::size_t>(i * n + e)];
-      long_side[static_cast<std::size_t>(r * m + k)] = s / sigma;
+    // long[k] = sum_i xs[i][k] vecs[i][e], i ascending, for all k side by side (as the Gram).
+    double* out_row = long_side.data() + r * m;
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = vecs[static_cast<std::size_t>(i * n + e)];
+      const double* xi = xs.data() + i * m;
+      for (int64_t k = 0; k < m; ++k) out_row[k] += xi[k] * v;
     }
+    for (int64_t k = 0; k < m; ++k) out_row[k] /= sigma;
   }
   return out;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "base/error.h"
 #include "base/half.h"
@@ -10,6 +11,7 @@
 #include "lm/cache/kv_rows.h"
 #include "veloxquant/attention/attention_driver.h"
 #include "veloxquant/attention/dtype_rows.h"
+#include "veloxquant/attention/f16_dots.h"
 #include "veloxquant/attention/fused_call.h"
 #include "veloxquant/caches/block_svd.h"
 #include "veloxquant/caches/dense_and_sparse_rows.h"
@@ -30,6 +32,10 @@ using cache_rows::row_ptr;
 namespace {
 constexpr const char* kTypeName = "GearCache";
 constexpr int64_t kMinTermGrowth = 64;  // factor rows added at least per growth
+// Queries per call from which attention reads the blocks decoded to f32 (decode_blocks_f32):
+// decoding them costs about what the fused terms cost 64 queries (prefill chunks are 512; a
+// decode step, 1, stays on the fused path and allocates nothing).
+constexpr int64_t kDecodedQueries = 64;
 
 // No sinks in GEAR: DenseAndSparseRows reads an empty set.
 const SinkRows& no_sinks() {
@@ -348,9 +354,57 @@ lm::KeysValues GearCache::fetch(lm::DType dtype) const {
   return {std::move(k), std::move(v)};
 }
 
+void GearCache::decode_blocks_f32(lm::Tensor& keys, lm::Tensor& values) const {
+  const int64_t blocks = frontier_ / group_;
+  if (!keys.defined() || keys.dim(0) != batch_ || keys.dim(1) != heads_ || keys.dim(2) < frontier_ ||
+      keys.dim(3) != dk_ || values.dim(3) != dv_) {
+    // Whole 1024-row steps, so a prefill's growing context reallocates a few times, not per call.
+    const int64_t capacity = (frontier_ + 1023) / 1024 * 1024;
+    keys = lm::Tensor({batch_, heads_, capacity, dk_}, lm::DType::F32);
+    values = lm::Tensor({batch_, heads_, capacity, dv_}, lm::DType::F32);
+  }
+  const int64_t capacity = keys.dim(2), heads = batch_ * heads_;
+  float* kout = keys.data<float>();
+  float* vout = values.data<float>();
+  base::ThreadPool::global().parallel_for(heads * blocks * 2, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> coef, code_order;
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t w = u % 2, g = (u / 2) % blocks, bh = u / (2 * blocks), b = bh / heads_, h = bh % heads_;
+      const int64_t d = w == 0 ? dk_ : dv_;
+      float* out = (w == 0 ? kout : vout) + (bh * capacity + g * group_) * d;
+      decode_block(w == 0, b, h, g, DecodeParts::kSparse, out);
+      const int32_t* terms = row_ptr<int32_t>(block_terms_, 0, 0, g);
+      const int64_t first = terms[w == 0 ? 0 : 2], rank = terms[w == 0 ? 1 : 3];
+      if (rank == 0) continue;
+      // L R^T as a rank update of the block's G rows: coefficient (t, i) = left_i[t].
+      coef.resize(static_cast<std::size_t>(group_ * rank));
+      for (int64_t i = 0; i < rank; ++i) {
+        const uint16_t* left = row_ptr<uint16_t>(left_[w], b, h, first + i);
+        for (int64_t t = 0; t < group_; ++t) coef[static_cast<std::size_t>(t * rank + i)] = base::f16_to_f32(left[t]);
+      }
+      const uint16_t* right = row_ptr<uint16_t>(right_[w], b, h, first);
+      const int64_t right_stride = right_[w].strides()[2];
+      if (w == 1) {  // value right vectors are in natural order: straight onto the rows
+        attention::kernels::f16_rank_update(coef.data(), rank, group_, right, right_stride, d, out, d);
+        continue;
+      }
+      // Key right vectors are in code order (position e holds channel natural(e)).
+      code_order.assign(static_cast<std::size_t>(group_ * d), 0.0f);
+      attention::kernels::f16_rank_update(coef.data(), rank, group_, right, right_stride, d, code_order.data(), d);
+      for (int64_t t = 0; t < group_; ++t) {
+        for (int64_t e = 0; e < d; ++e) out[t * d + key_order_->natural(e)] += code_order[static_cast<std::size_t>(t * d + e)];
+      }
+    }
+  });
+}
+
 // One segment for the quantized blocks — codes scored and accumulated by KiviQuantizedRows, the
 // outliers' deltas added by DenseAndSparseRows, the low-rank terms by LowRankRows — and one for
-// the tail; one online softmax over both.
+// the tail; one online softmax over both. A call with many queries (a prefill chunk) reads the
+// blocks decoded once into f32 rows instead (decode_blocks_f32): the fused terms cost every block
+// of 16 queries about a block's decoding, and the decoded rows are scored by the plain f32 tile
+// kernels — the same values to f32 rounding (the fused path's 16-bit query rounding for 2-bit
+// keys and the order of the low-rank sums differ).
 void GearCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) {
   if (!request.queries || !request.keys || !request.values) {
     throw base::InvalidArgument("GearCache::fused_attention: queries, keys and values are required");
@@ -367,6 +421,15 @@ void GearCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
   const LowRankRows corrected(dense, {&block_terms_, &left_[0], &right_[0], &left_[1], &right_[1], group_});
   const attention::DtypeRowSource tail(tail_k_, tail_v_, offset_ - frontier_, frontier_);
   const attention::RowSource* segments[] = {&corrected, &tail};
+  // Grow-only per-thread rows for the decoded blocks (one layer's at a time: every layer's cache
+  // on this thread reuses them).
+  thread_local lm::Tensor decoded_k, decoded_v;
+  std::optional<attention::DtypeRowSource> decoded;
+  if (q.dim(2) >= kDecodedQueries && frontier_ > 0) {
+    decode_blocks_f32(decoded_k, decoded_v);
+    decoded.emplace(decoded_k, decoded_v, frontier_, 0);
+    segments[0] = &*decoded;
+  }
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
   attention::attend(call, segments, 2, &base::ThreadPool::global());

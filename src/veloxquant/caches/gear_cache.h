@@ -95,6 +95,11 @@ class GearCache : public lm::KVCache {  // NOLINT(bugprone-reserved-identifier)
   // Rows [block * G, (block + 1) * G) of (b, h) decoded into f32 [G, D].
   void decode_block(bool keys, int64_t b, int64_t h, int64_t block, DecodeParts parts, float* out) const;
   lm::KeysValues fetch(lm::DType dtype) const;
+  // Every complete block of every head decoded once (codes, outliers and the low-rank terms) into
+  // f32 rows [B, H, >= frontier, D] of `keys` / `values` (grown as needed): the row source of a
+  // call with many queries (prefill), where the fused per-block terms would be recomputed for
+  // every block of 16 queries.
+  void decode_blocks_f32(lm::Tensor& keys, lm::Tensor& values) const;
 
   int bits_, group_;
   std::optional<int> rank_;

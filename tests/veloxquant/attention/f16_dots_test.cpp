@@ -1,11 +1,15 @@
 // A few f16-row dot products at once (attention/f16_dots.h): the SIMD kernel equals the scalar
-// reference bit for bit (1-5 factor rows, 1-7 vectors, lengths with and without a partial chunk,
-// strided inputs), and both equal the products computed in double within float rounding.
+// reference bit for bit on every target this machine runs (AVX3's paired 16-lane loops, AVX2's
+// 8-lane ones, ...) — 1-9, 16, 21 and 32 factor rows, 1-7 vectors, lengths with and without a
+// partial chunk, strided inputs — and both equal the products computed in double within float
+// rounding.
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -17,9 +21,25 @@
 namespace veloxquant::attention::kernels {
 namespace {
 
+// Runs `call(out)` on a copy of `start` for every SIMD target this machine runs and expects `ref`.
+template <class Call>
+void expect_on_every_target(const std::vector<float>& start, const std::vector<float>& ref, const Call& call,
+                            const std::string& what) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::vector<float> out = start;
+    call(out);
+    hwy::SetSupportedTargetsForTest(0);
+    ASSERT_EQ(out, ref) << hwy::TargetName(target) << ", " << what;
+  }
+}
+
+// GEAR's energy rule keeps up to min(G, D) terms per block; the kernels block rows by 1-8.
+const int64_t kRanks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 21, 32};
+
 TEST(F16Dots, SimdEqualsScalarBitForBitAndTheDoubleProducts) {
   for (const int64_t n : {int64_t{64}, int64_t{32}, int64_t{37}, int64_t{5}}) {
-    for (const int64_t rank : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}}) {
+    for (const int64_t rank : kRanks) {
       for (const int64_t n_x : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{7}}) {
         const int64_t a_stride = n + 3, x_stride = n + 5;
         const std::vector<float> af = test_support::normal_values(static_cast<std::size_t>(rank * a_stride), 17);
@@ -30,6 +50,9 @@ TEST(F16Dots, SimdEqualsScalarBitForBitAndTheDoubleProducts) {
         f16_dots(a.data(), a_stride, rank, x.data(), x_stride, n_x, n, got.data());
         scalar::f16_dots(a.data(), a_stride, rank, x.data(), x_stride, n_x, n, ref.data());
         ASSERT_EQ(got, ref) << "n " << n << ", rank " << rank << ", vectors " << n_x;
+        expect_on_every_target(
+            std::vector<float>(got.size(), -1.0f), ref, [&](std::vector<float>& out) { f16_dots(a.data(), a_stride, rank, x.data(), x_stride, n_x, n, out.data()); },
+            "n " + std::to_string(n) + ", rank " + std::to_string(rank) + ", vectors " + std::to_string(n_x));
         for (int64_t r = 0; r < n_x; ++r) {
           for (int64_t i = 0; i < rank; ++i) {
             double exact = 0.0, magnitude = 0.0;
@@ -48,11 +71,12 @@ TEST(F16Dots, SimdEqualsScalarBitForBitAndTheDoubleProducts) {
 }
 
 // The rank update (out += coefficients x f16 rows): the SIMD kernel equals the scalar reference
-// bit for bit (ranks 1-6, so the 4-row blocks and their remainders, 1-7 output rows, lengths with
-// and without a partial chunk, strided rows), and both equal the update computed in double.
+// bit for bit on every target (ranks 1-9, 16, 21, 32, so the 4- and 8-row blocks and their
+// remainders, 1-7 output rows, lengths with and without a partial 8 or 16, strided rows), and
+// both equal the update computed in double.
 TEST(F16RankUpdate, SimdEqualsScalarBitForBitAndTheDoubleUpdate) {
-  for (const int64_t n : {int64_t{64}, int64_t{32}, int64_t{37}, int64_t{5}}) {
-    for (const int64_t rank : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{6}}) {
+  for (const int64_t n : {int64_t{64}, int64_t{32}, int64_t{37}, int64_t{5}, int64_t{24}}) {
+    for (const int64_t rank : kRanks) {
       for (const int64_t n_out : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{7}}) {
         const int64_t a_stride = n + 3, out_stride = n + 9;
         const std::vector<float> af = test_support::normal_values(static_cast<std::size_t>(rank * a_stride), 23);
@@ -64,6 +88,12 @@ TEST(F16RankUpdate, SimdEqualsScalarBitForBitAndTheDoubleUpdate) {
         f16_rank_update(coef.data(), rank, n_out, a.data(), a_stride, n, got.data(), out_stride);
         scalar::f16_rank_update(coef.data(), rank, n_out, a.data(), a_stride, n, ref.data(), out_stride);
         ASSERT_EQ(got, ref) << "n " << n << ", rank " << rank << ", rows " << n_out;
+        expect_on_every_target(
+            start, ref,
+            [&](std::vector<float>& out) {
+              f16_rank_update(coef.data(), rank, n_out, a.data(), a_stride, n, out.data(), out_stride);
+            },
+            "n " + std::to_string(n) + ", rank " + std::to_string(rank) + ", rows " + std::to_string(n_out));
         for (int64_t r = 0; r < n_out; ++r) {
           for (int64_t t = 0; t < out_stride; ++t) {
             const std::size_t o = static_cast<std::size_t>(r * out_stride + t);
@@ -87,12 +117,13 @@ TEST(F16RankUpdate, SimdEqualsScalarBitForBitAndTheDoubleUpdate) {
 }
 
 // One head's low-rank terms over a tile (GEAR's per-block factors): the dispatched kernel equals
-// the scalar reference (f16_dots then f16_rank_update per block) bit for bit, and both equal the
-// terms computed in double from the factors — blocks of ranks 0-5 (2 the fast path), tiles cut
-// inside blocks (ragged ends), 1/3/4/7 query rows (GQA groups of 1 and 3, prefill blocks).
+// the scalar reference (f16_dots then f16_rank_update per block) bit for bit on every target, and
+// both equal the terms computed in double from the factors — blocks of ranks 0-5 (2 the 8-lane
+// fast path) and 19, 32 (the energy rule's), tiles cut inside blocks (ragged ends), 1/3/4/7
+// query rows (GQA groups of 1 and 3, prefill blocks).
 TEST(F16LowRankTerms, TileEqualsScalarBitForBitAndTheDoubleTerms) {
-  constexpr int64_t kGroup = 32, kDim = 64, kBlocks = 5, kLd = 160;
-  const int32_t ranks[kBlocks] = {2, 0, 3, 2, 5};
+  constexpr int64_t kGroup = 32, kDim = 64, kBlocks = 7, kLd = 224;
+  const int32_t ranks[kBlocks] = {2, 0, 3, 2, 5, 19, 32};
   std::vector<int32_t> terms(kBlocks * 4);
   int32_t used = 0;
   for (int64_t g = 0; g < kBlocks; ++g) {
@@ -116,7 +147,8 @@ TEST(F16LowRankTerms, TileEqualsScalarBitForBitAndTheDoubleTerms) {
   const auto f = [](const std::vector<uint16_t>& v, int64_t i) {
     return double(base::f16_to_f32(v[static_cast<std::size_t>(i)]));
   };
-  const std::pair<int64_t, int64_t> tiles[] = {{0, 64}, {64, 128}, {128, 160}, {5, 70}, {33, 34}, {90, 155}};
+  const std::pair<int64_t, int64_t> tiles[] = {{0, 64},    {64, 128},  {128, 160}, {5, 70},
+                                               {33, 34},   {90, 155},  {160, 224}, {150, 214}};
   for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{7}}) {
     for (const auto& [j0, j1] : tiles) {
       const std::vector<float> q = test_support::normal_values(static_cast<std::size_t>(n_q * (kDim + 4)), 47);
@@ -125,6 +157,12 @@ TEST(F16LowRankTerms, TileEqualsScalarBitForBitAndTheDoubleTerms) {
       low_rank_scores(keys, j0, j1, q.data(), kDim + 4, kDim, n_q, got.data(), kLd, scratch.data());
       scalar::low_rank_scores(keys, j0, j1, q.data(), kDim + 4, kDim, n_q, ref.data(), kLd, scratch2.data());
       ASSERT_EQ(got, ref) << "scores, rows " << n_q << ", tile [" << j0 << ", " << j1 << ")";
+      expect_on_every_target(
+          start, ref,
+          [&](std::vector<float>& out) {
+            low_rank_scores(keys, j0, j1, q.data(), kDim + 4, kDim, n_q, out.data(), kLd, scratch.data());
+          },
+          "scores, rows " + std::to_string(n_q) + ", tile at " + std::to_string(j0));
       for (int64_t r = 0; r < n_q; ++r) {
         for (int64_t t = j0; t < j1; ++t) {
           const int64_t g = t / kGroup;
@@ -146,6 +184,12 @@ TEST(F16LowRankTerms, TileEqualsScalarBitForBitAndTheDoubleTerms) {
       low_rank_values(values, j0, j1, w.data(), kLd, n_q, kDim, acc.data(), scratch.data());
       scalar::low_rank_values(values, j0, j1, w.data(), kLd, n_q, kDim, acc_ref.data(), scratch2.data());
       ASSERT_EQ(acc, acc_ref) << "values, rows " << n_q << ", tile [" << j0 << ", " << j1 << ")";
+      expect_on_every_target(
+          acc0, acc_ref,
+          [&](std::vector<float>& out) {
+            low_rank_values(values, j0, j1, w.data(), kLd, n_q, kDim, out.data(), scratch.data());
+          },
+          "values, rows " + std::to_string(n_q) + ", tile at " + std::to_string(j0));
       for (int64_t r = 0; r < n_q; ++r) {
         for (int64_t c = 0; c < kDim; ++c) {
           double exact = acc0[static_cast<std::size_t>(r * kDim + c)];

@@ -2,6 +2,7 @@
 // bit), and the integer scores against exact f64 dot products within the error bound the
 // query's rounding allows.
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdint>
@@ -87,10 +88,12 @@ TEST(IntegerKeyScores, AZeroQueryHasStepZeroAndANonFiniteOneANaNStep) {
 }
 
 TEST(IntegerKeyScores, ScoresMatchScalarBitForBitAcrossWidthsRowsAndQueries) {
-  for (const Case c : {Case{2, 64}, Case{4, 64}, Case{8, 64}, Case{4, 128}, Case{2, 256}, Case{8, 512}}) {
+  for (const Case c :
+       {Case{2, 64}, Case{4, 32}, Case{4, 64}, Case{8, 64}, Case{4, 128}, Case{2, 256}, Case{8, 512}}) {
     const int64_t plane = c.d * c.bits / 8;
     if (!can_score_codes_i16(c.bits, plane)) continue;  // a narrower SIMD target's chunk
-    for (const int64_t n_rows : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{33}, int64_t{64}}) {
+    for (const int64_t n_rows :
+         {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{6}, int64_t{7}, int64_t{33}, int64_t{64}}) {
       for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{7}}) {
         const int64_t stride = plane + 12, ld = n_rows + 5;
         const auto bytes = random_bytes(static_cast<std::size_t>(n_rows * stride), 17 + c.bits);
@@ -107,6 +110,20 @@ TEST(IntegerKeyScores, ScoresMatchScalarBitForBitAcrossWidthsRowsAndQueries) {
         scalar::score_codes_i16(bytes.data(), stride, n_rows, plane, c.bits, q16.data(), step.data(), bias.data(), n_q,
                                 ref.data(), ld);
         ASSERT_EQ(out, ref) << c.bits << " bits, d " << c.d << ", " << n_rows << " rows, " << n_q << " queries";
+        // Every target this machine runs (AVX3's paired rows for one-chunk planes, its 16-lane
+        // sums for wider ones, AVX2's 8-lane loop, ...) whose chunk divides the plane.
+        for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+          hwy::SetSupportedTargetsForTest(target);
+          if (can_score_codes_i16(c.bits, plane)) {
+            std::vector<float> on_target(out.size(), -1.0f);
+            score_codes_i16(bytes.data(), stride, n_rows, plane, c.bits, q16.data(), step.data(), bias.data(), n_q,
+                            on_target.data(), ld);
+            hwy::SetSupportedTargetsForTest(0);
+            ASSERT_EQ(on_target, ref) << hwy::TargetName(target) << ", " << c.bits << " bits, d " << c.d << ", "
+                                      << n_rows << " rows, " << n_q << " queries";
+          }
+          hwy::SetSupportedTargetsForTest(0);
+        }
       }
     }
   }

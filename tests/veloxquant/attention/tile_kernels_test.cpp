@@ -1,9 +1,11 @@
 // The code-reading tile kernels against their scalar references (the f32 multi-query loops
 // are tested with the host: tests/lm/attention_tiles_test.cpp).
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "support/random_values.h"
@@ -183,6 +185,48 @@ TEST(TileKernels, AccumulatePlanesMatchesScalar) {
   // 2-bit codes need groups of at least 32 channels per 8-byte chunk; 16 does not qualify.
   EXPECT_FALSE(can_accumulate_planes(2, 16, 16));
   EXPECT_TRUE(can_accumulate_planes(4, 32, 32));
+}
+// Every FMA target accumulates each value lane with the same chain of fused multiply-adds (the
+// lane's accumulator plus its group's bias, then the rows in order), whatever its vector width:
+// AVX3's 16-lane passes — including the one over two 8-byte channel groups of 2-bit codes in
+// groups of 32, each half with its own group's weights — give the 8-lane targets' bits.
+TEST(TileKernels, AccumulatePlanesIsBitIdenticalOnEverySimdTarget) {
+  std::vector<uint8_t> bytes(37 * (128 + 16));
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 73 + 5);
+  for (int bits : {2, 4, 8}) {
+    for (int64_t d : {64, 128}) {
+      for (int64_t group : {32, 64}) {
+        const int64_t plane = d * bits / 8, groups = d / group;
+        if (!can_accumulate_planes(bits, plane, group)) continue;
+        for (int64_t nq : {1, 2, 3, 4, 7}) {
+          for (int64_t rows : {1, 5, 37}) {
+            const int64_t stride = plane + 16;
+            const auto ws = random_values(static_cast<std::size_t>(groups * nq * rows), 28);
+            const std::vector<float> start = random_values(static_cast<std::size_t>(nq * (d + 2)), 29);
+            const auto biases = random_values(static_cast<std::size_t>(groups * nq), 33);
+            const float* bias = nq % 2 == 1 ? biases.data() : nullptr;
+            std::vector<float> first;
+            std::string first_target;
+            for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+              // x86 targets with fused multiply-adds (AVX2, AVX3, AVX3_DL): SSE4's MulAdd rounds twice.
+              if (target > HWY_AVX2) continue;
+              hwy::SetSupportedTargetsForTest(target);
+              std::vector<float> acc = start;
+              accumulate_planes(bytes.data(), stride, rows, plane, bits, group, ws.data(), nq, acc.data(), d + 2, bias);
+              hwy::SetSupportedTargetsForTest(0);
+              if (first.empty()) {
+                first = acc;
+                first_target = hwy::TargetName(target);
+                continue;
+              }
+              ASSERT_EQ(acc, first) << hwy::TargetName(target) << " vs " << first_target << ": bits " << bits
+                                    << " d " << d << " group " << group << " nq " << nq << " rows " << rows;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 }  // namespace
 }  // namespace veloxquant::attention::kernels
