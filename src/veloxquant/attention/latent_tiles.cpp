@@ -253,6 +253,13 @@ HWY_INLINE void project_blocks512(const float* basis, int64_t basis_stride, int6
   for (int b = 0; b < B; ++b) acc[b] = _mm512_setzero_pd();
   const int64_t wv = w - w % 8;
   for (int64_t c = 0; c < wv; c += 8) {
+    // The basis (r x 192 floats per side and layer, 30 layers) is read once per step from past
+    // L2, B x 8 rows at a time: each row's next line is hinted a few chunks ahead.
+    if (c % 16 == 0 && c + 64 < w) {
+      for (int b = 0; b < B; ++b) {
+        for (int k = 0; k < 8; ++k) _mm_prefetch(reinterpret_cast<const char*>(u[b][k] + c + 64), _MM_HINT_T0);
+      }
+    }
     __m256 col[B][8];
     for (int b = 0; b < B; ++b) {
       for (int k = 0; k < 8; ++k) col[b][k] = _mm256_loadu_ps(u[b][k] + c);
