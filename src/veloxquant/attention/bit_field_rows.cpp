@@ -10,10 +10,12 @@
 #include "hwy/highway.h"
 
 #include "veloxquant/attention/bit_field_rows.h"
+#include "veloxquant/attention/latent_pair_tiles.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 HWY_BEFORE_NAMESPACE();
 namespace veloxquant::attention::kernels::HWY_NAMESPACE {
@@ -68,40 +70,128 @@ HWY_INLINE __m512i chunk_codes(const BitFieldLayout& layout, std::size_t at, __m
   return _mm512_and_si512(codes, _mm512_loadu_si512(layout.field_mask.data() + at));
 }
 
+// One 64-field chunk's tables, held in registers across the rows of a tile.
+struct ChunkTables {
+  __m512i bit, qword, mask, bit_hi, qword_hi;
+};
+
+HWY_INLINE ChunkTables chunk_tables(const BitFieldLayout& layout, std::size_t at) {
+  ChunkTables t;
+  t.bit = _mm512_loadu_si512(layout.field_bit.data() + at);
+  t.qword = _mm512_loadu_si512(layout.qword_bytes.data() + at);
+  t.mask = _mm512_loadu_si512(layout.field_mask.data() + at);
+  t.bit_hi = layout.two_pass ? _mm512_loadu_si512(layout.field_bit_hi.data() + at) : _mm512_setzero_si512();
+  t.qword_hi = layout.two_pass ? _mm512_loadu_si512(layout.qword_bytes_hi.data() + at) : _mm512_setzero_si512();
+  return t;
+}
+
+// chunk_codes with the tables in registers (the same operations).
+HWY_INLINE __m512i chunk_codes(const ChunkTables& t, bool two_pass, __m512i bytes) {
+  const __mmask64 hi_fields = 0xF0F0F0F0F0F0F0F0ull;
+  __m512i codes = _mm512_multishift_epi64_epi8(t.bit, _mm512_permutexvar_epi8(t.qword, bytes));
+  if (two_pass) {
+    const __m512i hi = _mm512_multishift_epi64_epi8(t.bit_hi, _mm512_permutexvar_epi8(t.qword_hi, bytes));
+    codes = _mm512_mask_blend_epi8(hi_fields, codes, hi);
+  }
+  return _mm512_and_si512(codes, t.mask);
+}
+
+// Codes 16 * part .. 16 * part + 15 of a chunk's 64 byte codes as 32-bit lanes: one byte
+// permute with zeroing (each dword's low byte its code) instead of an extract and a widen.
+HWY_INLINE __m512i widen_part(__m512i codes, int part) {
+  const __mmask64 low_bytes = 0x1111111111111111ull;
+  const __m512i idx = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                       _mm512_set1_epi32(16 * part));
+  return _mm512_maskz_permutexvar_epi8(low_bytes, idx, codes);
+}
+
+// The rows of one 64-field chunk with PARTS vectors of 16 fields (a compile-time count, so the
+// steps, lows and widen indices stay in registers across the rows).
+template <int PARTS, class Place>
+HWY_INLINE void decode_chunk_rows(const uint8_t* first, int64_t stride, int64_t n_rows, __mmask64 row_mask,
+                                  const ChunkTables& tables, bool two_pass, const float* step, const float* lo,
+                                  int64_t c, int64_t m, const Place& place) {
+  __m512 steps[PARTS], lows[PARTS];
+#pragma GCC unroll 4
+  for (int i = 0; i < PARTS; ++i) {
+    const int64_t left = m - 16 * i;
+    const __mmask16 k = left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+    steps[i] = _mm512_maskz_loadu_ps(k, step + c + 16 * i);
+    lows[i] = _mm512_maskz_loadu_ps(k, lo + c + 16 * i);
+  }
+  for (int64_t j = 0; j < n_rows; ++j) {
+    const __m512i codes = chunk_codes(tables, two_pass, _mm512_maskz_loadu_epi8(row_mask, first + j * stride));
+#pragma GCC unroll 4
+    for (int i = 0; i < PARTS; ++i) {
+      const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(widen_part(codes, i)), steps[i], lows[i]);
+      place(v, c + 16 * i, std::min<int64_t>(16, m - 16 * i), j);
+    }
+  }
+}
+
+// Rows of at most 64 bytes, chunk by chunk of 64 fields (its tables, steps and lows loaded once
+// for all rows): per row one masked load, the chunk's codes, and per 16 fields a widen, a
+// convert and the FMA of DecodeRow. place(v, field, valid, row) stores the 16 values of fields
+// [field, field + 16) (the first `valid` real, the rest zero from zeroed steps and lows).
+template <class Place>
+HWY_INLINE void decode_vbmi(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                            const float* step, const float* lo, const Place& place) {
+  const int64_t n = layout.fields();
+  const __mmask64 row_mask = layout.row_bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << layout.row_bytes) - 1;
+  for (int64_t c = 0; c < n; c += 64) {
+    const ChunkTables tables = chunk_tables(layout, static_cast<std::size_t>(c));
+    const int64_t m = std::min<int64_t>(64, n - c);
+    switch ((m + 15) / 16) {
+      case 1:
+        decode_chunk_rows<1>(first, stride, n_rows, row_mask, tables, layout.two_pass, step, lo, c, m, place);
+        break;
+      case 2:
+        decode_chunk_rows<2>(first, stride, n_rows, row_mask, tables, layout.two_pass, step, lo, c, m, place);
+        break;
+      case 3:
+        decode_chunk_rows<3>(first, stride, n_rows, row_mask, tables, layout.two_pass, step, lo, c, m, place);
+        break;
+      default:
+        decode_chunk_rows<4>(first, stride, n_rows, row_mask, tables, layout.two_pass, step, lo, c, m, place);
+        break;
+    }
+  }
+}
+
 void decode_rows_vbmi(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
                       const float* step, const float* lo, float* out) {
   const int64_t n = layout.fields();
-  const __mmask64 row_mask = layout.row_bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << layout.row_bytes) - 1;
-  for (int64_t j = 0; j < n_rows; ++j) {
-    const __m512i bytes = _mm512_maskz_loadu_epi8(row_mask, first + j * stride);
-    float* o = out + j * n;
-    for (int64_t c = 0; c < n; c += 64) {
-      const auto at = static_cast<std::size_t>(c);
-      const __m512i codes = chunk_codes(layout, at, bytes);
-      const int64_t m = std::min<int64_t>(64, n - c);
-      for (int64_t i = 0; i < m; i += 16) {
-        const __mmask16 k = m - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (m - i)) - 1u);
-        __m128i part;
-        switch (i) {
-          case 0:
-            part = _mm512_castsi512_si128(codes);
-            break;
-          case 16:
-            part = _mm512_extracti32x4_epi32(codes, 1);
-            break;
-          case 32:
-            part = _mm512_extracti32x4_epi32(codes, 2);
-            break;
-          default:
-            part = _mm512_extracti32x4_epi32(codes, 3);
-            break;
-        }
-        const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(part)),
-                                         _mm512_maskz_loadu_ps(k, step + c + i), _mm512_maskz_loadu_ps(k, lo + c + i));
-        _mm512_mask_storeu_ps(o + c + i, k, v);
+  decode_vbmi(first, stride, n_rows, layout, step, lo, [&](__m512 v, int64_t field, int64_t valid, int64_t j) {
+    const __mmask16 k = valid >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << valid) - 1u);
+    _mm512_mask_storeu_ps(out + j * n + field, k, v);
+  });
+}
+
+// The pair tile of attention/latent_pair_tiles.h: each 8-field half of v to its chunk of the
+// row's pair, or (the chunk past the last whole one) its first fields % 8 values to the tail.
+void decode_pair_tile_vbmi(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                           const float* step, const float* lo, float* tile) {
+  const int64_t n = layout.fields(), chunks = n / 8, t_count = n % 8;
+  float* tail = tile + (n_rows / 2) * chunks * 16;
+  decode_vbmi(first, stride, n_rows, layout, step, lo, [&](__m512 v, int64_t field, int64_t, int64_t j) {
+    float* pair = tile + (j >> 1) * chunks * 16 + (j & 1) * 8 + field * 2;  // field / 8 chunks of 16
+    if (field + 16 <= 8 * chunks) {  // both halves whole chunks: the common case
+      _mm256_storeu_ps(pair, _mm512_castps512_ps256(v));
+      _mm256_storeu_ps(pair + 16, _mm512_extractf32x8_ps(v, 1));
+      return;
+    }
+    alignas(64) float part[16];
+    _mm512_store_ps(part, v);
+    for (int64_t h = 0; h < 2; ++h) {
+      const int64_t c = field / 8 + h;
+      if (c < chunks) {
+        _mm256_storeu_ps(pair + h * 16, _mm256_load_ps(part + 8 * h));
+      } else if (c == chunks) {  // the first fields % 8 values: the tail, 8 rows a column
+        float* dst = tail + (j / 8) * t_count * 8 + j % 8;
+        for (int64_t t = 0; t < t_count; ++t) dst[t * 8] = part[8 * h + t];
       }
     }
-  }
+  });
 }
 
 // The same codes as decode_rows_vbmi, kept as 16-bit integers: each 64-field chunk's bytes
@@ -172,6 +262,22 @@ void DecodeBitFieldRowsImpl(const uint8_t* first, int64_t stride, int64_t n_rows
   DecodeRow(padded.data(), layout, step, lo, out + (n_rows - 1) * n);
 }
 
+void DecodeBitFieldPairTileImpl(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                                const float* step, const float* lo, float* tile) {
+  if (n_rows <= 0) return;
+#if HWY_TARGET == HWY_AVX3_DL
+  if (layout.row_bytes <= 64) {
+    decode_pair_tile_vbmi(first, stride, n_rows, layout, step, lo, tile);
+    return;
+  }
+#endif
+  // Elsewhere the rows decoded plainly, then laid out in pairs (grow-only per thread).
+  thread_local std::vector<float> rows;
+  rows.resize(static_cast<std::size_t>(n_rows * layout.fields()));
+  DecodeBitFieldRowsImpl(first, stride, n_rows, layout, step, lo, rows.data());
+  pair_tile_from_rows(rows.data(), layout.fields(), n_rows, layout.fields(), tile);
+}
+
 }  // namespace veloxquant::attention::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -179,6 +285,12 @@ HWY_AFTER_NAMESPACE();
 namespace veloxquant::attention::kernels {
 HWY_EXPORT(DecodeBitFieldRowsImpl);
 HWY_EXPORT(DecodeBitFieldCodesImpl);
+HWY_EXPORT(DecodeBitFieldPairTileImpl);
+
+void decode_bit_field_pair_tile(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                                const float* step, const float* lo, float* tile) {
+  HWY_DYNAMIC_DISPATCH(DecodeBitFieldPairTileImpl)(first, stride, n_rows, layout, step, lo, tile);
+}
 
 BitFieldLayout BitFieldLayout::from_widths(const int32_t* widths, int64_t n) {
   BitFieldLayout layout;

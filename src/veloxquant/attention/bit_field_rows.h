@@ -40,6 +40,11 @@ struct BitFieldLayout {
 void decode_bit_field_rows(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
                            const float* step, const float* lo, float* out);
 
+// The same values laid out as a pair tile (attention/latent_pair_tiles.h) of n_rows rows (a
+// multiple of 8) of layout.fields() elements, for the pair-tile scorer.
+void decode_bit_field_pair_tile(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                                const float* step, const float* lo, float* tile);
+
 // codes[j * code_stride + i] = code_i of row j (zero-extended) for i < layout.fields(), and 0
 // for fields() <= i < code_stride; code_stride a multiple of 32 >= fields(). The integer key
 // scorer's input (attention/code_row_scores.h).

@@ -75,7 +75,7 @@ void score_plain_tile(const PlainRows& keys, int64_t b, int64_t h, int64_t j0, i
 }
 
 void accumulate_plain_tile(const PlainRows& values, int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
-                           int64_t n_queries, int64_t ld, float* acc, TileScratch& scratch) {
+                           int64_t n_queries, int64_t ld, float* acc, TileScratch& scratch, int64_t prefetch_rows) {
   const int64_t n = j1 - j0;
   if (values.dtype == lm::DType::F32 && values.row_bytes % 4 == 0) {
     const auto* rows = reinterpret_cast<const float*>(values.head(b, h) + j0 * values.row_bytes);
@@ -85,7 +85,8 @@ void accumulate_plain_tile(const PlainRows& values, int64_t b, int64_t h, int64_
   if (values.dtype == lm::DType::F16 && values.row_bytes % 2 == 0) {
     // f16 rows widened in registers, as the host's own attention reads them: no f32 tile.
     const auto* rows = reinterpret_cast<const uint16_t*>(values.head(b, h) + j0 * values.row_bytes);
-    kernels::accumulate_rows_f16(weights, ld, n_queries, rows, values.row_bytes / 2, n, values.dim, acc, values.dim);
+    kernels::accumulate_rows_f16(weights, ld, n_queries, rows, values.row_bytes / 2, n, values.dim, acc, values.dim,
+                                 prefetch_rows);
     return;
   }
   float* tile = scratch.f32(static_cast<std::size_t>(n * values.dim));

@@ -32,11 +32,13 @@ struct PlainRows {
 };
 
 // Scores and accumulates plain rows of (b, h): the tile widened once, then every query of the
-// block reads it (tile_kernels.h).
+// block reads it (tile_kernels.h). prefetch_rows > 0 (f16 values only): the accumulation hints
+// the rows that many ahead into the cache (lm::kernels::tiles::accumulate_rows_f16), for a
+// caller whose values stream from DRAM during a decode step; it changes no result.
 void score_plain_tile(const PlainRows& keys, int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
                       int64_t n_queries, float* scores, int64_t ld, TileScratch& scratch);
 void accumulate_plain_tile(const PlainRows& values, int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
-                           int64_t n_queries, int64_t ld, float* acc, TileScratch& scratch);
+                           int64_t n_queries, int64_t ld, float* acc, TileScratch& scratch, int64_t prefetch_rows = 0);
 
 // A RowSource over plain key and value tensors holding `rows` rows per head, at contiguous
 // positions from `position_base` or at explicit ascending `positions` ([B, H, >= rows] I32).

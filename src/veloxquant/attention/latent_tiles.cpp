@@ -126,10 +126,27 @@ HWY_INLINE void accumulate_block512(const float* w, int64_t ld, const float* row
   int64_t e = 0;
   for (; e + V * 16 <= d; e += V * 16)
     accumulate_columns512<NQ, V>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride, full);
-  for (; e + 16 <= d; e += 16) accumulate_columns512<NQ, 1>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride, full);
-  if (e < d) {
-    const auto tail = static_cast<__mmask16>((1u << (d - e)) - 1u);
-    accumulate_columns512<NQ, 1>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride, tail);
+  // The last 1-4 vectors (the last one masked) in one pass over the rows: each row's weights
+  // broadcast once for them, not once per vector (kvtc's ranks are 185-192: 1-4 columns past
+  // 176 were four passes, three of them one vector wide).
+  const int64_t left = d - e;
+  if (left <= 0) return;
+  const int vectors = static_cast<int>((left + 15) / 16);
+  const int64_t last = left - 16 * (vectors - 1);
+  const auto tail = last >= 16 ? full : static_cast<__mmask16>((1u << last) - 1u);
+  switch (vectors) {
+    case 1:
+      accumulate_columns512<NQ, 1>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride, tail);
+      break;
+    case 2:
+      accumulate_columns512<NQ, 2>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride, tail);
+      break;
+    case 3:
+      accumulate_columns512<NQ, 3>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride, tail);
+      break;
+    default:  // 4: more than 48 columns left, fewer than 64
+      accumulate_columns512<NQ, 4>(w, ld, rows, row_stride, n_rows, e, acc, acc_stride, tail);
+      break;
   }
 }
 #endif
@@ -196,12 +213,97 @@ HWY_INLINE void project_by_components(const float* basis, int64_t basis_stride, 
   }
 }
 
+#ifdef VQ_LATENT_AVX512
+// rows[k] <- column k of the 8 x 8 block the rows held (rows[k][m] = old rows[m][k]).
+HWY_INLINE void transpose8x8(__m256* v) {
+  const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  v[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  v[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  v[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  v[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  v[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  v[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  v[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  v[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// One token, components per lane as project_by_components, but each 8 x 8 block of the basis
+// (8 components x 8 columns) read as 8 row loads and transposed in registers: the gathers took
+// 4% of a kvtc decode step (30 layers x 2 sides x r x 192 elements a token). B blocks of 8
+// components at a time keep B independent FMA chains. Rows past r read component i's row
+// again; their lanes are dropped.
+template <int B>
+HWY_INLINE void project_blocks512(const float* basis, int64_t basis_stride, int64_t i, int64_t r, const float* x,
+                                  int64_t w, float* z) {
+  const float* u[B][8];
+  for (int b = 0; b < B; ++b) {
+    for (int k = 0; k < 8; ++k) {
+      const int64_t row = i + 8 * b + k;
+      u[b][k] = basis + (row < r ? row : i) * basis_stride;
+    }
+  }
+  __m512d acc[B];
+  for (int b = 0; b < B; ++b) acc[b] = _mm512_setzero_pd();
+  const int64_t wv = w - w % 8;
+  for (int64_t c = 0; c < wv; c += 8) {
+    // The basis (r x 192 floats per side and layer, 30 layers) is read once per step from past
+    // L2, B x 8 rows at a time: each row's next line is hinted a few chunks ahead.
+    if (c % 16 == 0 && c + 64 < w) {
+      for (int b = 0; b < B; ++b) {
+        for (int k = 0; k < 8; ++k) _mm_prefetch(reinterpret_cast<const char*>(u[b][k] + c + 64), _MM_HINT_T0);
+      }
+    }
+    __m256 col[B][8];
+    for (int b = 0; b < B; ++b) {
+      for (int k = 0; k < 8; ++k) col[b][k] = _mm256_loadu_ps(u[b][k] + c);
+      transpose8x8(col[b]);
+    }
+    for (int m = 0; m < 8; ++m) {
+      const __m512d xv = _mm512_set1_pd(static_cast<double>(x[c + m]));
+      for (int b = 0; b < B; ++b) acc[b] = _mm512_fmadd_pd(_mm512_cvtps_pd(col[b][m]), xv, acc[b]);
+    }
+  }
+  for (int64_t c = wv; c < w; ++c) {
+    const __m512d xv = _mm512_set1_pd(static_cast<double>(x[c]));
+    for (int b = 0; b < B; ++b) {
+      const __m256 column = _mm256_setr_ps(u[b][0][c], u[b][1][c], u[b][2][c], u[b][3][c], u[b][4][c], u[b][5][c],
+                                           u[b][6][c], u[b][7][c]);
+      acc[b] = _mm512_fmadd_pd(_mm512_cvtps_pd(column), xv, acc[b]);
+    }
+  }
+  for (int b = 0; b < B; ++b) {
+    alignas(64) double out[8];
+    _mm512_store_pd(out, acc[b]);
+    for (int64_t k = 0; k < 8 && i + 8 * b + k < r; ++k) z[i + 8 * b + k] = static_cast<float>(out[k]);
+  }
+}
+
+HWY_INLINE void project_token512(const float* basis, int64_t basis_stride, int64_t r, const float* x, int64_t w,
+                                 float* z) {
+  int64_t i = 0;
+  for (; i + 16 <= r; i += 16) project_blocks512<2>(basis, basis_stride, i, r, x, w, z);
+  if (i < r) project_blocks512<1>(basis, basis_stride, i, r, x, w, z);
+  if (i + 8 < r) project_blocks512<1>(basis, basis_stride, i + 8, r, x, w, z);
+}
+#endif
+
 void ProjectLatents(const float* basis, int64_t basis_stride, int64_t r, const float* x, int64_t w, int64_t n,
                     float* z) {
   const hn::ScalableTag<double> dd;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(dd));
   if (n < lanes) {
+#ifdef VQ_LATENT_AVX512
+    for (int64_t t = 0; t < n; ++t) project_token512(basis, basis_stride, r, x + t * w, w, z + t * r);
+#else
     for (int64_t t = 0; t < n; ++t) project_by_components(basis, basis_stride, r, x + t * w, w, z + t * r);
+#endif
     return;
   }
   // Grow-only per thread: the tokens' columns as doubles ([c][lane]) and the basis as doubles.

@@ -16,6 +16,22 @@ namespace veloxquant {
 
 using cache_rows::row_ptr;
 
+namespace {
+// A decode step streams every layer's cache from DRAM (30 layers of 4k rows are far past L2),
+// and the hardware prefetchers restart at every 4 KiB page, so the core waited on memory
+// between bursts of compute: the kitty values' accumulation took 1.9x the native cache's time
+// per row in a 4k decode profile. Rows this far ahead of the ones being computed on are hinted
+// into the cache (the host's own decode prefetches 64 rows ahead for the same reason).
+constexpr int64_t kPrefetchRows = 64;
+
+// One hint per 64-byte line of [p, p + bytes); a prefetch never faults, so the range may pass
+// the end of its buffer.
+void prefetch_bytes(const void* p, int64_t bytes) {
+  const auto* c = static_cast<const char*>(p);
+  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o);
+}
+}  // namespace
+
 KittyRows::KittyRows(const QuantizedKeys& keys, const lm::Tensor& tail_keys, const lm::Tensor& values, int64_t frontier,
                      int64_t rows, int group, const attention::CodeOrder& hi_order,
                      const attention::CodeOrder& lo_order)
@@ -120,6 +136,13 @@ void KittyRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
   const int64_t quantized_end = std::min(j1, frontier_);
   for (int64_t a = j0; a < quantized_end;) {
     const int64_t block = a / group_, end = std::min(quantized_end, (block + 1) * group_), n = end - a;
+    if (end + kPrefetchRows <= frontier_) {
+      // The code rows and block params kPrefetchRows on, for both planes (see kPrefetchRows).
+      const int64_t ahead = a + kPrefetchRows;
+      prefetch_bytes(row_ptr<uint32_t>(hi_codes_, b, h, ahead), n * hi_codes_.strides()[2] * 4);
+      prefetch_bytes(row_ptr<uint32_t>(lo_codes_, b, h, ahead), n * lo_codes_.strides()[2] * 4);
+      prefetch_bytes(row_ptr<uint16_t>(key_params_, b, h, ahead / group_), 2 * d * 2);
+    }
     pairs.resize(static_cast<std::size_t>(2 * d));
     lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(key_params_, b, h, block), pairs.data(), 2 * d);
     if (integer_) {
@@ -211,7 +234,7 @@ void KittyRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
 
 void KittyRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
                                 int64_t ld, float* acc, attention::TileScratch& scratch) const {
-  attention::accumulate_plain_tile(values_, b, h, j0, j1, weights, n_queries, ld, acc, scratch);
+  attention::accumulate_plain_tile(values_, b, h, j0, j1, weights, n_queries, ld, acc, scratch, kPrefetchRows);
 }
 
 }  // namespace veloxquant

@@ -122,6 +122,12 @@ class KvtcCodec final : public LatentCodec {
     attention::kernels::decode_bit_field_rows(first, stride, n, layouts_[at(b, g)], row_ptr<float>(range_, b, g, 0),
                                               row_ptr<float>(range_, b, g, 1), out);
   }
+  bool decode_pair_tile(int64_t b, int64_t g, const uint8_t* first, int64_t stride, int64_t n,
+                        float* tile) const override {
+    attention::kernels::decode_bit_field_pair_tile(first, stride, n, layouts_[at(b, g)], row_ptr<float>(range_, b, g, 0),
+                                                   row_ptr<float>(range_, b, g, 1), tile);
+    return true;
+  }
   bool integer_keys(int64_t b, int64_t g, IntegerKeys* out) const override {
     out->layout = &layouts_[at(b, g)];
     out->step = row_ptr<float>(range_, b, g, 0);

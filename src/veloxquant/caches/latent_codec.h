@@ -34,6 +34,13 @@ class LatentCodec {
   // One token's latent (rank floats) into its row, and rows back to latents [n, rank] (f32).
   virtual void encode(int64_t b, int64_t g, const float* latent, uint8_t* row) const = 0;
   virtual void decode_rows(int64_t b, int64_t g, const uint8_t* first, int64_t stride, int64_t n, float* out) const = 0;
+  // The same latents as decode_rows laid out as a pair tile (attention/latent_pair_tiles.h; n a
+  // multiple of 8), which the key scorer reads with fewer loads and no scalar tail. false: the
+  // codec has no such decoder, and the attention scores decode_rows' rows.
+  virtual bool decode_pair_tile(int64_t /*b*/, int64_t /*g*/, const uint8_t* /*first*/, int64_t /*stride*/,
+                                int64_t /*n*/, float* /*tile*/) const {
+    return false;
+  }
 
   // The fitted tensors (empty before the fit), their restore, and their allocated bytes.
   virtual std::vector<lm::Tensor> state() const = 0;

@@ -4,6 +4,7 @@
 
 #include "veloxquant/attention/affine_part_planes.h"
 #include "veloxquant/attention/code_row_scores.h"
+#include "veloxquant/attention/latent_pair_tiles.h"
 #include "veloxquant/attention/latent_tiles.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/rows/cache_rows.h"
@@ -30,7 +31,11 @@ const float* LatentSide::mean_row(int64_t b, int64_t g) const { return row_ptr<f
 const uint8_t* LatentSide::code_row(int64_t b, int64_t g, int64_t j) const { return row_ptr<uint8_t>(codes, b, g, j); }
 
 LatentRows::LatentRows(const LatentSide& keys, const LatentSide& values, int64_t heads_per_group, int64_t rows)
-    : keys_(keys), values_(values), heads_per_group_(heads_per_group), rows_(rows) {
+    : keys_(keys),
+      values_(values),
+      heads_per_group_(heads_per_group),
+      rows_(rows),
+      pair_tiles_(attention::kernels::pair_tiles_direct()) {
   if (!keys.codes.defined() || !values.codes.defined() || !keys.ranks.defined() || !values.ranks.defined()) return;
   bool all = true;
   for (int64_t b = 0; b < keys.ranks.dim(0) && all; ++b) {
@@ -156,8 +161,20 @@ void LatentRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const 
   }
   const int64_t g = h / heads_per_group_, r = keys_.rank(b, g);
   float* latent = scratch.f32(static_cast<std::size_t>(kLatentBlock * r));
+  // Where the pair-tile scorer runs directly (AVX-512) and the codec decodes to its layout (kvtc),
+  // the whole passes of 8 rows of a block go through it: the same scores (bit for bit), fewer
+  // loads per multiply-add and no scalar tail for a rank off a multiple of 8.
+  const bool pairs = pair_tiles_ && kLatentBlock >= 8;
   for (int64_t a = j0; a < j1; a += kLatentBlock) {
-    const int64_t n = std::min(kLatentBlock, j1 - a);
+    const int64_t n = std::min(kLatentBlock, j1 - a), whole = pairs ? n - n % 8 : 0;
+    if (whole > 0 && keys_.codec->decode_pair_tile(b, g, keys_.code_row(b, g, a), keys_.row_stride(), whole, latent)) {
+      attention::kernels::score_pair_tile(prepared, keys_.max_rank, n_queries, latent, whole, r, scores + (a - j0), ld);
+      if (whole == n) continue;
+      keys_.codec->decode_rows(b, g, keys_.code_row(b, g, a + whole), keys_.row_stride(), n - whole, latent);
+      attention::kernels::score_latent_rows(prepared, keys_.max_rank, n_queries, latent, r, n - whole, r,
+                                            scores + (a + whole - j0), ld);
+      continue;
+    }
     keys_.codec->decode_rows(b, g, keys_.code_row(b, g, a), keys_.row_stride(), n, latent);
     attention::kernels::score_latent_rows(prepared, keys_.max_rank, n_queries, latent, r, n, r, scores + (a - j0), ld);
   }

@@ -80,6 +80,7 @@ class LatentRows final : public attention::RowSource {
   bool planes_ = false;
   int64_t key_width_ = 0, value_width_ = 0;
   int64_t code_stride_ = 0;  // > 0: integer key path
+  bool pair_tiles_ = false;  // the pair-tile key scorer runs directly here (attention/latent_pair_tiles.h)
 };
 
 // queries f32 [B, Hq, N, D] contiguous -> projected [B, Hq, N, keys.max_rank] (zeros past the

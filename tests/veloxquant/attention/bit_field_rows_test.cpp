@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "veloxquant/attention/bit_field_rows.h"
+#include "veloxquant/attention/latent_pair_tiles.h"
 
 namespace veloxquant::attention::kernels {
 namespace {
@@ -91,6 +92,44 @@ TEST(BitFieldRows, EqualTheScalarReferenceAndThePackedCodes) {
     }
   }
   EXPECT_TRUE(saw_two_pass);
+}
+
+// The pair-tile decode (kvtc's keys, attention/latent_pair_tiles.h) against the scalar rows laid
+// out by pair_tile_from_rows, on every target: widths with and without a last partial chunk of
+// 8, one and two passes of 8 rows, rows back to back and apart, 7- and 8-bit fields (the
+// second permute), rows over 64 bytes (the plain decode path).
+TEST(BitFieldRows, PairTileIsTheScalarRowsInPairs) {
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<int> width(1, 4);
+  std::uniform_real_distribution<float> real(-3.0f, 3.0f);
+  for (int64_t n : {5, 8, 13, 64, 150, 185, 189, 192}) {
+    for (int trial = 0; trial < 3; ++trial) {
+      std::vector<int32_t> widths(static_cast<std::size_t>(n));
+      for (auto& w : widths) w = trial == 2 ? 8 - static_cast<int>(rng() % 2) : width(rng);
+      const BitFieldLayout layout = BitFieldLayout::from_widths(widths.data(), n);
+      for (int64_t rows : {8, 16}) {
+        const int64_t stride = layout.row_bytes + trial % 2;
+        std::vector<uint8_t> packed(static_cast<std::size_t>(rows * stride));
+        for (auto& b : packed) b = static_cast<uint8_t>(rng());
+        std::vector<float> step(static_cast<std::size_t>(n)), lo(static_cast<std::size_t>(n));
+        for (int64_t i = 0; i < n; ++i) {
+          step[static_cast<std::size_t>(i)] = std::abs(real(rng)) * 0.1f;
+          lo[static_cast<std::size_t>(i)] = real(rng);
+        }
+        std::vector<float> plain(static_cast<std::size_t>(rows * n));
+        scalar::decode_bit_field_rows(packed.data(), stride, rows, layout, step.data(), lo.data(), plain.data());
+        std::vector<float> want(static_cast<std::size_t>(pair_tile_floats(rows, n)));
+        pair_tile_from_rows(plain.data(), n, rows, n, want.data());
+        for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+          hwy::SetSupportedTargetsForTest(target);
+          std::vector<float> got(want.size(), -1.0f);
+          decode_bit_field_pair_tile(packed.data(), stride, rows, layout, step.data(), lo.data(), got.data());
+          hwy::SetSupportedTargetsForTest(0);
+          ASSERT_EQ(got, want) << hwy::TargetName(target) << " n " << n << " trial " << trial << " rows " << rows;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
