@@ -99,8 +99,8 @@ TEST(ServeHttp, ReadyLineModelsAndHealth) {
 // /v1/completions, JSON and SSE, equals `veloxquant generate` with the same cache, greedy.
 TEST(ServeHttp, CompletionEqualsGenerateTokenForToken) {
   for (const std::string cache : {"--method none", "--method kivi --bits 2", "--preset q4"}) {
-    const test_support::CliResult cli =
-        test_support::run_cli("generate -m " + kStories + " -p 'Once upon a time' -n 40 " + cache);
+    const test_support::CliResult cli = test_support::run_cli(
+        std::string("generate -m ").append(kStories).append(" -p 'Once upon a time' -n 40 ").append(cache));
     ASSERT_EQ(cli.exit_code, 0) << cli.err;
     const std::string expected = strip_newline(cli.out);
     ASSERT_GT(expected.size(), 20u);

@@ -33,8 +33,7 @@ std::string read_all(const std::string& path) {
 class CorruptFiles : public ::testing::Test {
  protected:
   std::string write(const std::string& name, const std::string& bytes) {
-    const std::string path =
-        (fs::temp_directory_path() / ("vq_corrupt_" + std::to_string(::getpid()) + "_" + name)).string();
+    std::string path = (fs::temp_directory_path() / ("vq_corrupt_" + std::to_string(::getpid()) + "_" + name)).string();
     std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     paths_.push_back(path);
     return path;

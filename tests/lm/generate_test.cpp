@@ -193,8 +193,8 @@ TEST(Generate, PromptLongerThanContextNamesBothNumbers) {
     FAIL() << "a 9-token prompt fit a 6-token context";
   } catch (const base::InvalidArgument& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("9"), std::string::npos) << what;
-    EXPECT_NE(what.find("6"), std::string::npos) << what;
+    EXPECT_NE(what.find('9'), std::string::npos) << what;
+    EXPECT_NE(what.find('6'), std::string::npos) << what;
   }
 }
 

@@ -358,7 +358,7 @@ TEST(ModelForward, Qwen2NeoxLayoutEqualsLlamaNormalLayout) {
     gguf_test::Writer w;
     for (const auto& [key, value] : stories->metadata()) {
       std::string k = key;
-      if (k.rfind("llama.", 0) == 0) k = arch + "." + k.substr(6);
+      if (k.rfind("llama.", 0) == 0) k.replace(0, 5, arch);  // "llama.x" -> "<arch>.x"
       if (k == "general.architecture") {
         w.kv_str(k, arch);
       } else if (value.type == lm::gguf::ValueType::U32) {

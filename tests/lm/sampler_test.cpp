@@ -14,8 +14,9 @@ namespace {
 using lm::Sampler;
 using lm::SamplerOptions;
 
-std::vector<float> log_of(std::vector<double> probs) {
+std::vector<float> log_of(const std::vector<double>& probs) {
   std::vector<float> out;
+  out.reserve(probs.size());
   for (double p : probs) out.push_back(static_cast<float>(std::log(p)));
   return out;
 }
