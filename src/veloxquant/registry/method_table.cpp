@@ -29,6 +29,7 @@
 #include "veloxquant/caches/turboquant_rvq_cache.h"
 #include "veloxquant/caches/turboquant_standalone_cache.h"
 #include "veloxquant/caches/zipcache_cache.h"
+#include "veloxquant/config/config_validation.h"
 #include "veloxquant/errors.h"
 #include "veloxquant/registry/method_registry.h"
 #include "veloxquant/registry/method_rows.h"
@@ -39,14 +40,6 @@ namespace {
 // The generic fields every standalone cache reads (capacity and sliding window are the ring).
 const std::vector<std::string> kStandaloneGeneric = {"head_dim", "bit_width_inlier", "seed", "capacity",
                                                      "sliding_window"};
-
-void require_bits_in(const KVCacheConfig& config, int lo, int hi) {
-  const int bits = config.bit_width_inlier.scalar();
-  if (bits < lo || bits > hi) {
-    throw QuantizerConfigError("bit_width_inlier for '" + config.method + "' must lie in [" + std::to_string(lo) +
-                               ", " + std::to_string(hi) + "], got " + std::to_string(bits));
-  }
-}
 
 MethodDescriptor turboquant_rvq_row() {
   MethodDescriptor m;
@@ -76,7 +69,7 @@ MethodDescriptor turboquant_rvq_row() {
                            "Stage-2 codebook: 'matched' to the stage-1 residual (default) or the "
                            "original's narrower 'original' scale")};
   m.validate = [](const KVCacheConfig& c) {
-    require_bits_in(c, 1, 8);
+    require_bit_width_in(c, 1, 8);
     if (c.turboquant_rvq.rvq_value_bits == 1) {
       throw QuantizerConfigError("rvq_value_bits must be 0 (keep dtype) or 2..8, got 1");
     }
@@ -163,7 +156,7 @@ MethodDescriptor turboquant_block_row() {
   m.validate = [](const KVCacheConfig& c) {
     // Called on one layer's config: lists are resolved to ints by then (validate_for_create).
     if (c.turboquant_block.key_bits.scalar() == 0 || c.turboquant_block.value_bits.scalar() == 0) {
-      require_bits_in(c, 1, 8);
+      require_bit_width_in(c, 1, 8);
     }
     for (const auto& [name, block] : {std::pair{"key_block", c.turboquant_block.key_block},
                                       std::pair{"value_block", c.turboquant_block.value_block}}) {
@@ -201,36 +194,6 @@ MethodDescriptor turboquant_block_row() {
   return m;
 }
 
-MethodDescriptor kivi_row() {
-  MethodDescriptor m;
-  m.name = "kivi";
-  m.family = "quantization";
-  m.is_servable = true;
-  m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
-  m.blurb =
-      "Asymmetric min/max group quantization: keys per channel, values per token; the "
-      "newest residual_length tokens stay full precision";
-  m.paper =
-      "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache (Liu et al., ICML "
-      "2024, arXiv 2402.02750)";
-  m.deviations =
-      "Codes bit-packed (the original stores dequantized fp16). Flush boundary "
-      "floor(max(0, offset - residual_length) / group) * group as the original.";
-  m.docs = "docs/methods/kivi.md";
-  m.generic_fields = {"head_dim", "bit_width_inlier"};
-  m.fields = {
-      option_field("kivi_group_size", &KVCacheConfig::kivi, &KIVIOptions::kivi_group_size,
-                   "Group size: tokens per key group (per channel), channels per value group", 1, 4096),
-      option_field("residual_length", &KVCacheConfig::kivi, &KIVIOptions::residual_length,
-                   "Newest tokens kept in full precision (the fp16 residual window)", 0),
-  };
-  m.validate = [](const KVCacheConfig& c) { require_bits_in(c, 1, 8); };
-  m.make_serving = make_kivi_cache;
-  m.cache_type_name = "KiviCache";
-  m.make_restorable = [] { return std::make_shared<KiviCache>(1, 2, 32, 0); };
-  return m;
-}
-
 MethodDescriptor turboquant_standalone_row(bool prod) {
   MethodDescriptor m;
   m.name = prod ? "turboquant_prod" : "turboquant_mse";
@@ -252,7 +215,7 @@ MethodDescriptor turboquant_standalone_row(bool prod) {
     m.generic_fields.push_back(f);
   if (prod) m.generic_fields.push_back("jl_dim");
   // prod: b_mse = max(b - 1, 1) bits for the MSE stage (spec §2.4), so b = 1 is allowed too.
-  m.validate = [](const KVCacheConfig& c) { require_bits_in(c, 1, 8); };
+  m.validate = [](const KVCacheConfig& c) { require_bit_width_in(c, 1, 8); };
   m.make_standalone = [prod](const KVCacheConfig& c) { return make_turboquant_standalone_cache(c, prod); };
   return m;
 }
@@ -287,7 +250,7 @@ MethodDescriptor polar_row() {
   m.deviations = "Angle codes bit-packed.";
   m.docs = "docs/methods/quant_polar.md";
   m.generic_fields = kStandaloneGeneric;
-  m.validate = [](const KVCacheConfig& c) { require_bits_in(c, 1, 6); };  // angle codebooks up to 6 bits
+  m.validate = [](const KVCacheConfig& c) { require_bit_width_in(c, 1, 6); };  // angle codebooks up to 6 bits
   m.make_standalone = make_polar_cache;
   return m;
 }
@@ -322,7 +285,7 @@ MethodDescriptor spectral_row() {
       option_field("spectral_calib_tokens", &KVCacheConfig::spectral, &SpectralOptions::spectral_calib_tokens,
                    "First keys observed before the PCA rotation is fixed", 1),
   };
-  m.validate = [](const KVCacheConfig& c) { require_bits_in(c, 1, 8); };
+  m.validate = [](const KVCacheConfig& c) { require_bit_width_in(c, 1, 8); };
   m.make_standalone = make_spectral_cache;
   return m;
 }
@@ -332,7 +295,7 @@ MethodDescriptor spectral_row() {
 std::vector<MethodDescriptor> build_method_table() {
   std::vector<MethodDescriptor> rows = {turboquant_rvq_row(),
                                         turboquant_block_row(),
-                                        kivi_row(),
+                                        kivi_method(),
                                         kivi_sink_method(),
                                         kvquant_method(),
                                         zipcache_method(),
