@@ -5,6 +5,8 @@
 #   bash scripts/test.sh --sanitize address [CTEST...]  # ASan + UBSan build in build-asan/
 #   bash scripts/test.sh --sanitize thread [CTEST...]   # TSan build in build-tsan/
 #   bash scripts/test.sh --sanitize address --targets 'veloxquant_.*key_scores_test' [CTEST...]
+#   bash scripts/test.sh --sanitize thread --include cmake/tsan_pooled_caches.cmake \
+#        --targets 'veloxquant_(kivi|kivi_sink|kvquant|gear|skvq|nsnquant|adakv|a2ats)_cache_test'
 #
 # --sanitize configures with the CMake preset (CMakePresets.json: asan or tsan), builds every
 # test target into its own build folder and runs CTest there; further arguments go to CTest
@@ -14,6 +16,11 @@
 # target of tests/<top>/.../<name>_test.cpp is <top>_<name>_test; CTest selects their tests by
 # the label each carries, its target's name): the whole sanitized suite takes hours to build on
 # a 2-core machine, so it is run in batches (docs/reliability.md, "Sanitizer builds").
+# --include FILE (before --targets) configures with -DCMAKE_PROJECT_INCLUDE=FILE: a cmake/ include
+# that narrows veloxquant_lib to what some tests link (cmake/tsan_pooled_caches.cmake: the caches
+# that run on the thread pool; cmake/tsan_attention_only.cmake; cmake/sanitize_quick.cmake); only
+# the test executables that link against it can be built then. Without --include the folder's
+# include is cleared, so a plain run builds the whole library again.
 # JOBS sets the build and CTest parallelism (default: every core).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,6 +35,12 @@ if [[ "${1:-}" == "--sanitize" ]]; then
     *) echo "scripts/test.sh: --sanitize takes 'address' (ASan + UBSan) or 'thread' (TSan), got '$kind'" >&2; exit 2 ;;
   esac
   cd "$ROOT"
+  include_arg=-UCMAKE_PROJECT_INCLUDE
+  if [[ "${1:-}" == "--include" ]]; then
+    [[ -f "${2:-}" ]] || { echo "scripts/test.sh: --include takes a CMake file (e.g. cmake/tsan_pooled_caches.cmake), got '${2:-}'" >&2; exit 2; }
+    include_arg="-DCMAKE_PROJECT_INCLUDE=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"
+    shift 2
+  fi
   targets=()
   if [[ "${1:-}" == "--targets" ]]; then
     pattern="${2:-}"
@@ -43,7 +56,7 @@ if [[ "${1:-}" == "--sanitize" ]]; then
       exit 2
     fi
   fi
-  cmake --preset "$preset" > /dev/null
+  cmake --preset "$preset" "$include_arg" > /dev/null
   if ((${#targets[@]})); then
     cmake --build "build-$preset" -j "$JOBS" --target "${targets[@]}"
     labels="$(IFS='|'; echo "${targets[*]}")"

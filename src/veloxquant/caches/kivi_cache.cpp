@@ -19,6 +19,7 @@
 #include "veloxquant/caches/dense_and_sparse_rows.h"
 #include "veloxquant/caches/fitted_levels.h"
 #include "veloxquant/caches/kivi_row_source.h"
+#include "veloxquant/config/config_validation.h"
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/errors.h"
 
@@ -621,6 +622,36 @@ std::shared_ptr<lm::KVCache> KiviCache::clone() const {
 std::shared_ptr<lm::KVCache> make_kivi_cache(const KVCacheConfig& config) {
   return std::make_shared<KiviCache>(config.head_dim, config.bit_width_inlier.scalar(), config.kivi.kivi_group_size,
                                      config.kivi.residual_length);
+}
+
+MethodDescriptor kivi_method() {
+  MethodDescriptor m;
+  m.name = "kivi";
+  m.family = "quantization";
+  m.is_servable = true;
+  m.capabilities = {.trimmable = true, .fused_attention = true, .real_compression = true};
+  m.blurb =
+      "Asymmetric min/max group quantization: keys per channel, values per token; the "
+      "newest residual_length tokens stay full precision";
+  m.paper =
+      "KIVI: A Tuning-Free Asymmetric 2bit Quantization for KV Cache (Liu et al., ICML "
+      "2024, arXiv 2402.02750)";
+  m.deviations =
+      "Codes bit-packed (the original stores dequantized fp16). Flush boundary "
+      "floor(max(0, offset - residual_length) / group) * group as the original.";
+  m.docs = "docs/methods/kivi.md";
+  m.generic_fields = {"head_dim", "bit_width_inlier"};
+  m.fields = {
+      option_field("kivi_group_size", &KVCacheConfig::kivi, &KIVIOptions::kivi_group_size,
+                   "Group size: tokens per key group (per channel), channels per value group", 1, 4096),
+      option_field("residual_length", &KVCacheConfig::kivi, &KIVIOptions::residual_length,
+                   "Newest tokens kept in full precision (the fp16 residual window)", 0),
+  };
+  m.validate = [](const KVCacheConfig& c) { require_bit_width_in(c, 1, 8); };
+  m.make_serving = make_kivi_cache;
+  m.cache_type_name = "KiviCache";
+  m.make_restorable = [] { return std::make_shared<KiviCache>(1, 2, 32, 0); };
+  return m;
 }
 
 }  // namespace veloxquant

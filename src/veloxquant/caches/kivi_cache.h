@@ -28,6 +28,7 @@
 #include "veloxquant/caches/sparse_outliers.h"
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/core/group_quant.h"
+#include "veloxquant/registry/method_descriptor.h"
 
 namespace veloxquant {
 
@@ -124,5 +125,7 @@ class KiviCache : public lm::KVCache {
 };
 
 std::shared_ptr<lm::KVCache> make_kivi_cache(const KVCacheConfig& config);
+// The registry row of "kivi" (registry/method_table.cpp lists it).
+MethodDescriptor kivi_method();
 
 }  // namespace veloxquant

@@ -55,6 +55,7 @@
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/core/rotation.h"
 #include "veloxquant/quant/block_lloyd_quant.h"
+#include "veloxquant/registry/method_descriptor.h"
 #include "veloxquant/caches/turboquant_block_split_keys.h"
 
 namespace veloxquant {
@@ -226,5 +227,7 @@ class TurboQuantBlockCache : public lm::KVCache {
 };
 
 std::shared_ptr<lm::KVCache> make_turboquant_block_cache(const KVCacheConfig& config);
+// The registry row of "turboquant_block" (caches/turboquant_block_method.cpp).
+MethodDescriptor turboquant_block_method();
 
 }  // namespace veloxquant

@@ -99,4 +99,12 @@ const MethodDescriptor& validate_for_create(const KVCacheConfig& config) {
   return method;
 }
 
+void require_bit_width_in(const KVCacheConfig& config, int lo, int hi) {
+  const int bits = config.bit_width_inlier.scalar();
+  if (bits < lo || bits > hi) {
+    throw QuantizerConfigError("bit_width_inlier for '" + config.method + "' must lie in [" + std::to_string(lo) +
+                               ", " + std::to_string(hi) + "], got " + std::to_string(bits));
+  }
+}
+
 }  // namespace veloxquant

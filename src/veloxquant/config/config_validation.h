@@ -19,4 +19,8 @@ void validate_for_build(const KVCacheConfig& config);
 // Returns the method's descriptor.
 const MethodDescriptor& validate_for_create(const KVCacheConfig& config);
 
+// A method's own bit-width bound (a registry row's validate): the scalar bit_width_inlier lies in
+// [lo, hi], or a QuantizerConfigError naming the method, the bounds and the value.
+void require_bit_width_in(const KVCacheConfig& config, int lo, int hi);
+
 }  // namespace veloxquant
