@@ -175,7 +175,7 @@ void decode_pair_tile_vbmi(const uint8_t* first, int64_t stride, int64_t n_rows,
   float* tail = tile + (n_rows / 2) * chunks * 16;
   decode_vbmi(first, stride, n_rows, layout, step, lo, [&](__m512 v, int64_t field, int64_t, int64_t j) {
     float* pair = tile + (j >> 1) * chunks * 16 + (j & 1) * 8 + field * 2;  // field / 8 chunks of 16
-    if (field + 16 <= 8 * chunks) {  // both halves whole chunks: the common case
+    if (field + 16 <= 8 * chunks) {                                         // both halves whole chunks: the common case
       _mm256_storeu_ps(pair, _mm512_castps512_ps256(v));
       _mm256_storeu_ps(pair + 16, _mm512_extractf32x8_ps(v, 1));
       return;

@@ -144,8 +144,8 @@ HWY_INLINE __m256 paired_sums_of_4(__m512 a, __m512 b, __m512 c, __m512 e) {
   const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
   const __m512 ce = _mm512_add_ps(_mm512_unpacklo_ps(c, e), _mm512_unpackhi_ps(c, e));
   const __m512d ab64 = _mm512_castps_pd(ab), ce64 = _mm512_castps_pd(ce);
-  const __m512 s = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(ab64, ce64)),
-                                 _mm512_castpd_ps(_mm512_unpackhi_pd(ab64, ce64)));
+  const __m512 s =
+      _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(ab64, ce64)), _mm512_castpd_ps(_mm512_unpackhi_pd(ab64, ce64)));
   // 128-bit blocks of s: 0 and 1 the lower product's lanes 0-3 and 4-7, 2 and 3 the upper's.
   const __m512 even = _mm512_shuffle_f32x4(s, s, _MM_SHUFFLE(2, 0, 2, 0));
   const __m512 odd = _mm512_shuffle_f32x4(s, s, _MM_SHUFFLE(3, 1, 3, 1));
@@ -233,11 +233,10 @@ void rank_update_wide(const float* coef, int64_t rank, const uint16_t* a, int64_
 // Ranks up to 8 in one block (with three output rows, 24 coefficients and 8 factor vectors in the
 // 32 registers), larger ranks eight rows at a time, then the remainder.
 template <int NQ>
-void rank_update_rows_wide(const float* coef, int64_t rank, const uint16_t* a, int64_t a_stride, int64_t n,
-                           float* out, int64_t out_stride) {
+void rank_update_rows_wide(const float* coef, int64_t rank, const uint16_t* a, int64_t a_stride, int64_t n, float* out,
+                           int64_t out_stride) {
   int64_t i = 0;
-  for (; i + 8 <= rank; i += 8)
-    rank_update_wide<8, NQ>(coef + i, rank, a + i * a_stride, a_stride, n, out, out_stride);
+  for (; i + 8 <= rank; i += 8) rank_update_wide<8, NQ>(coef + i, rank, a + i * a_stride, a_stride, n, out, out_stride);
   const float* ci = coef + i;
   const uint16_t* ai = a + i * a_stride;
   switch (rank - i) {

@@ -106,8 +106,8 @@ HWY_INLINE void row_sums(D32 d32, const uint8_t* row, int64_t plane_bytes, const
 // of rows sharing 512-bit vectors (the queries' codes-side operands loaded once per call), then
 // the last rows one by one with the 8-lane sums.
 template <int B, int NQ>
-void score_row_pairs(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
-                     const int16_t* q16, int64_t d, const float* step, const float* bias, float* scores, int64_t ld) {
+void score_row_pairs(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, const int16_t* q16,
+                     int64_t d, const float* step, const float* bias, float* scores, int64_t ld) {
   using DW = hn::CappedTag<int32_t, 16>;
   const DW dw;
   const hn::CappedTag<int32_t, 8> d32;
@@ -126,9 +126,9 @@ void score_row_pairs(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, i
       q[r][k] = hn::Combine(dw16, h, h);
     }
   }
-  const auto pair_sums = [&](int64_t j, V32* lo, V32* hi) HWY_ATTR __attribute__((always_inline)) {
-    const auto wide = hn::PromoteTo(du16, hn::Combine(d8, hn::LoadU(dh8, bytes + (j + 1) * row_stride),
-                                                      hn::LoadU(dh8, bytes + j * row_stride)));
+  const auto pair_sums = [&](int64_t j, V32 * lo, V32 * hi) HWY_ATTR __attribute__((always_inline)) {
+    const auto wide = hn::PromoteTo(
+        du16, hn::Combine(d8, hn::LoadU(dh8, bytes + (j + 1) * row_stride), hn::LoadU(dh8, bytes + j * row_stride)));
     hn::Vec<DW> sum[NQ], odd[NQ];
     for (int r = 0; r < NQ; ++r) sum[r] = odd[r] = hn::Zero(dw);
     for (int k = 0; k < kPlanes; ++k) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "lm/kernels/attention_tiles.h"
+#include "veloxquant/attention/sum_quads512-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace veloxquant::attention::kernels::HWY_NAMESPACE {
@@ -19,19 +20,7 @@ namespace veloxquant::attention::kernels::HWY_NAMESPACE {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 #define VQ_PAIR_TILES_AVX512 1
 
-// Lane i of each 128-bit block = that block's sum of a_i's four lanes, ((x0 + x2) + (x1 + x3)):
-// score_rows' first two reduction rounds, per block.
-HWY_INLINE __m512 sum_quads512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-  const auto pair = [](__m512 x, __m512 y) {
-    return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y));
-  };
-  const auto quad = [](__m512 x, __m512 y) {
-    const __m512d x64 = _mm512_castps_pd(x), y64 = _mm512_castps_pd(y);
-    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x64, y64)),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(x64, y64)));
-  };
-  return quad(pair(a0, a1), pair(a2, a3));
-}
+// sum_quads512: attention/sum_quads512-inl.h.
 
 // 8 rows (4 pairs from `pairs`) x Q queries (Q <= 3). acc[p][k] = [row 2p | row 2p + 1] lane
 // sums of query k; after sum_quads512 over p, block 0 / 1 hold rows 0, 2, 4, 6's half sums
@@ -140,7 +129,6 @@ void pair_tile_from_rows(const float* rows, int64_t row_stride, int64_t n_rows, 
     for (int64_t t = 0; t < t_count; ++t) tail[((j / 8) * t_count + t) * 8 + j % 8] = row[8 * chunks + t];
   }
 }
-
 
 void score_pair_tile(const float* q, int64_t q_stride, int64_t n_q, const float* tile, int64_t n_rows, int64_t d,
                      float* scores, int64_t ld) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lm/kernels/attention_tiles.h"
+#include "veloxquant/attention/sum_quads512-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace veloxquant::attention::kernels::HWY_NAMESPACE {
@@ -21,19 +22,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 #undef VQ_LATENT_AVX512
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 #define VQ_LATENT_AVX512 1
-// Two rounds of ScoreRows' sum_quads on 512-bit vectors: the same interleaves within each
-// 128-bit block, so each block ends as the block of an 8-lane vector would.
-HWY_INLINE __m512 sum_quads512(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-  const auto pair = [](__m512 x, __m512 y) {
-    return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y));
-  };
-  const auto quad = [](__m512 x, __m512 y) {
-    const __m512d x64 = _mm512_castps_pd(x), y64 = _mm512_castps_pd(y);
-    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x64, y64)),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(x64, y64)));
-  };
-  return quad(pair(a0, a1), pair(a2, a3));
-}
+// sum_quads512: attention/sum_quads512-inl.h.
 
 // Queries a (lanes 0-7) and b (lanes 8-15) against rows [0, n_rows) in passes of 8 rows: lane
 // group k of acc[k] is row k's 8 partial sums for that query, each the FMA chain over e that

@@ -133,8 +133,8 @@ HWY_AFTER_NAMESPACE();
 namespace veloxquant::attention::kernels {
 HWY_EXPORT(SplitQueriesImpl);
 
-void split_queries_i16(const float* x, int64_t n_q, int64_t d, const uint32_t* mask,
-                       const SplitPlane* planes, int16_t* q16_0, float* step0, int16_t* q16_1, float* step1) {
+void split_queries_i16(const float* x, int64_t n_q, int64_t d, const uint32_t* mask, const SplitPlane* planes,
+                       int16_t* q16_0, float* step0, int16_t* q16_1, float* step1) {
   // Grow-only per-thread scratch: both planes' channel lists (each with a vector's slack), their
   // source channels and lane flags per padded position; one padded plane of floats.
   thread_local std::vector<int32_t> ints;
@@ -143,14 +143,14 @@ void split_queries_i16(const float* x, int64_t n_q, int64_t d, const uint32_t* m
   const auto need_floats = static_cast<std::size_t>(std::max(planes[0].dim, planes[1].dim));
   if (ints.size() < need_ints) ints.resize(need_ints);
   if (floats.size() < need_floats) floats.resize(need_floats);
-  HWY_DYNAMIC_DISPATCH(SplitQueriesImpl)(x, n_q, d, mask, planes, q16_0, step0, q16_1, step1, ints.data(),
-                                         floats.data());
+  HWY_DYNAMIC_DISPATCH(SplitQueriesImpl)
+  (x, n_q, d, mask, planes, q16_0, step0, q16_1, step1, ints.data(), floats.data());
 }
 
 namespace scalar {
 
-void split_queries_i16(const float* x, int64_t n_q, int64_t d, const uint32_t* mask,
-                       const SplitPlane* planes, int16_t* q16_0, float* step0, int16_t* q16_1, float* step1) {
+void split_queries_i16(const float* x, int64_t n_q, int64_t d, const uint32_t* mask, const SplitPlane* planes,
+                       int16_t* q16_0, float* step0, int16_t* q16_1, float* step1) {
   std::vector<float> plane_values[2];
   int16_t* out[2] = {q16_0, q16_1};
   float* steps[2] = {step0, step1};

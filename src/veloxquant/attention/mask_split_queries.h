@@ -24,15 +24,15 @@ struct SplitPlane {
   int32_t limit = 0;  // integer_query_limit of the plane
 };
 
-// For r < n_q: x[r * d + c] (c < d) split by mask bit c (mask[c / 32] >> (c % 32) & 1), plane 0 to q16_0[r * planes[0].dim ...] with step0[r], plane 1
-// to q16_1[r * planes[1].dim ...] with step1[r]. A plane with dim 0 is skipped (its channels must
-// then be none).
-void split_queries_i16(const float* x, int64_t n_q, int64_t d, const uint32_t* mask,
-                       const SplitPlane* planes, int16_t* q16_0, float* step0, int16_t* q16_1, float* step1);
+// For r < n_q: x[r * d + c] (c < d) split by mask bit c (mask[c / 32] >> (c % 32) & 1), plane 0 to q16_0[r *
+// planes[0].dim ...] with step0[r], plane 1 to q16_1[r * planes[1].dim ...] with step1[r]. A plane with dim 0 is
+// skipped (its channels must then be none).
+void split_queries_i16(const float* x, int64_t n_q, int64_t d, const uint32_t* mask, const SplitPlane* planes,
+                       int16_t* q16_0, float* step0, int16_t* q16_1, float* step1);
 
 namespace scalar {
-void split_queries_i16(const float* x, int64_t n_q, int64_t d, const uint32_t* mask,
-                       const SplitPlane* planes, int16_t* q16_0, float* step0, int16_t* q16_1, float* step1);
+void split_queries_i16(const float* x, int64_t n_q, int64_t d, const uint32_t* mask, const SplitPlane* planes,
+                       int16_t* q16_0, float* step0, int16_t* q16_1, float* step1);
 }  // namespace scalar
 
 }  // namespace veloxquant::attention::kernels

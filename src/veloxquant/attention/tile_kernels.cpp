@@ -393,8 +393,8 @@ void accumulate_planes_block(const uint8_t* bytes, int64_t row_stride, int64_t n
         continue;
       }
       // Groups of exactly 8 bytes per plane (2-bit codes, groups of 32 channels): two at once.
-      if (p0 + kWide <= plane_bytes && in_group(lanes) &&
-          (p0 + lanes) * kPlanes / group == g + 1 && (p0 + kWide - 1) * kPlanes / group == g + 1) {
+      if (p0 + kWide <= plane_bytes && in_group(lanes) && (p0 + lanes) * kPlanes / group == g + 1 &&
+          (p0 + kWide - 1) * kPlanes / group == g + 1) {
         accumulate_planes_split_pass<B, NQ, DW>(bytes, row_stride, n_rows, plane_bytes, p0, wg, wg + n_q * n_rows, bg,
                                                 bg != nullptr ? bg + n_q : nullptr, acc, acc_stride);
         p0 += kWide;

@@ -93,7 +93,8 @@ void AmcLatentRows::decode(const SvdqLayout& layout, const lm::Tensor& codes, co
     if (param_stride == pair_floats) {
       lm::kernels::simd::f16_to_f32(p, wide, n * pair_floats);
     } else {
-      for (int64_t j = 0; j < n; ++j) lm::kernels::simd::f16_to_f32(p + j * param_stride, wide + j * pair_floats, pair_floats);
+      for (int64_t j = 0; j < n; ++j)
+        lm::kernels::simd::f16_to_f32(p + j * param_stride, wide + j * pair_floats, pair_floats);
     }
     if (pair_floats == 2) {  // one (scale, min) per row (r <= group: amc's tiers at its defaults)
       amc_latent_columns(row, row_stride, n, r, bits, wide, out);

@@ -392,7 +392,8 @@ void GearCache::decode_blocks_f32(lm::Tensor& keys, lm::Tensor& values) const {
       code_order.assign(static_cast<std::size_t>(group_ * d), 0.0f);
       attention::kernels::f16_rank_update(coef.data(), rank, group_, right, right_stride, d, code_order.data(), d);
       for (int64_t t = 0; t < group_; ++t) {
-        for (int64_t e = 0; e < d; ++e) out[t * d + key_order_->natural(e)] += code_order[static_cast<std::size_t>(t * d + e)];
+        for (int64_t e = 0; e < d; ++e)
+          out[t * d + key_order_->natural(e)] += code_order[static_cast<std::size_t>(t * d + e)];
       }
     }
   });

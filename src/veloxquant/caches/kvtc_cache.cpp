@@ -124,8 +124,8 @@ class KvtcCodec final : public LatentCodec {
   }
   bool decode_pair_tile(int64_t b, int64_t g, const uint8_t* first, int64_t stride, int64_t n,
                         float* tile) const override {
-    attention::kernels::decode_bit_field_pair_tile(first, stride, n, layouts_[at(b, g)], row_ptr<float>(range_, b, g, 0),
-                                                   row_ptr<float>(range_, b, g, 1), tile);
+    attention::kernels::decode_bit_field_pair_tile(
+        first, stride, n, layouts_[at(b, g)], row_ptr<float>(range_, b, g, 0), row_ptr<float>(range_, b, g, 1), tile);
     return true;
   }
   bool integer_keys(int64_t b, int64_t g, IntegerKeys* out) const override {

@@ -148,9 +148,8 @@ void train(ProductCodebook& book, const float* rows, int64_t n, int iterations, 
       const int64_t row = p / per_row, pos = book.shared ? p % per_row : b;
       std::memcpy(points.data() + i * sub, rows + row * dim + pos * sub, sizeof(float) * static_cast<std::size_t>(sub));
     }
-    const std::vector<float> words =
-        lloyd(points.data(), take, sub, entries, iterations, seed + uint64_t{7919} * static_cast<uint64_t>(b),
-              book.fused_distances);
+    const std::vector<float> words = lloyd(points.data(), take, sub, entries, iterations,
+                                           seed + uint64_t{7919} * static_cast<uint64_t>(b), book.fused_distances);
     std::copy(words.begin(), words.end(), book.words.data() + b * entries * sub);
   }
 }
@@ -194,7 +193,8 @@ void Encoder::encode(const float* rows, int64_t n, uint8_t* packed, int64_t pack
             for (int64_t t0 = 0; t0 < book.n_sub; t0 += kSearchChunk) {
               const int64_t n_codes = std::min<int64_t>(kSearchChunk, book.n_sub - t0);
               tables_->books[0].nearest_batch(rows + r * dim + t0 * book.sub, n_codes, book.sub, codes);
-              for (int64_t t = t0; t < t0 + n_codes; ++t) put_code(out, t, book.bits, static_cast<uint32_t>(codes[t - t0]));
+              for (int64_t t = t0; t < t0 + n_codes; ++t)
+                put_code(out, t, book.bits, static_cast<uint32_t>(codes[t - t0]));
             }
             continue;
           }

@@ -57,7 +57,7 @@ struct ProductCodebook {
   // Searches (k-means assignments, encoding) with fused distance terms (quant/nearest_codeword.h:
   // nearest_codeword_fused): vecinfer's books. Off: a multiply then an add per term (comm_vq).
   bool fused_distances = false;
-  FloatArray words;    // [books][entries][sub]
+  FloatArray words;  // [books][entries][sub]
 
   int64_t entries() const { return int64_t{1} << bits; }
   int64_t dim() const { return int64_t{sub} * n_sub; }

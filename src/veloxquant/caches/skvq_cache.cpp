@@ -242,8 +242,8 @@ void SkvqCache::flush() {
           const int32_t* vorder = reorder ? row_ptr<int32_t>(value_order_, b, h, 0) : nullptr;
           skvq::encode_row(rk + item * dk_, korder, key_layout_, options_.skvq_clip_search, options_.skvq_clip_alpha,
                            row_ptr<uint32_t>(key_codes_, b, h, quantized_ + r));
-          skvq::encode_row(rv + item * dv_, vorder, value_layout_, options_.skvq_clip_search,
-                           options_.skvq_clip_alpha, row_ptr<uint32_t>(value_codes_, b, h, quantized_ + r));
+          skvq::encode_row(rv + item * dv_, vorder, value_layout_, options_.skvq_clip_search, options_.skvq_clip_alpha,
+                           row_ptr<uint32_t>(value_codes_, b, h, quantized_ + r));
         }
       },
       8);

@@ -23,8 +23,8 @@ GroupParams16 SearchImpl(const float* x, int n, int bits, double alpha_max, uint
   const hn::Rebind<float, decltype(dd)> df;  // one f32 per f64 lane: a candidate per lane
   const int lanes = static_cast<int>(hn::Lanes(dd));
   const int blocks = (kClipCandidates + lanes - 1) / lanes;  // 2 (AVX-512), 3 (AVX2), 6 (SSE)
-  constexpr int kMaxBlocks = 6;   // SSE's 2 f64 lanes
-  constexpr int kPadded = 16;     // candidate slots: blocks * lanes is 16, 12 or 12
+  constexpr int kMaxBlocks = 6;                              // SSE's 2 f64 lanes
+  constexpr int kPadded = 16;                                // candidate slots: blocks * lanes is 16, 12 or 12
   if (n > kMaxSimdGroup || blocks > kMaxBlocks || blocks * lanes > kPadded) {
     return scalar::search_clip_group(x, n, bits, alpha_max, codes);
   }

@@ -129,8 +129,8 @@ void nested_anchor_scores(const float* keys, const int32_t* rows, int64_t n, int
   // Current memory: the mean of the window ending at the key (a running sum).
   running.resize(ud);
   products.resize(16 * ud);
-  recent_anomalies(keys, rows, n, dim, inv.data(), std::max<int64_t>(1, params.window), running.data(),
-                   products.data(), a_c.data());
+  recent_anomalies(keys, rows, n, dim, inv.data(), std::max<int64_t>(1, params.window), running.data(), products.data(),
+                   a_c.data());
   for (std::size_t i = 0; i < un; ++i) {
     a_s[i] = -a_s[i];
     a_e[i] = -a_e[i];

@@ -364,9 +364,8 @@ void keep_by_anchors(const EvictionPolicy& p, Candidates& c, std::vector<int32_t
   std::fill(dropped.begin(), dropped.end(), 0);
   if (rest.size() == keep_rest + 1) {
     // One row over (a decode step): the worst, in one pass.
-    dropped[static_cast<std::size_t>(*std::min_element(rest.begin(), rest.end(), [&](int32_t a, int32_t b) {
-      return better(b, a);
-    }))] = 1;
+    dropped[static_cast<std::size_t>(
+        *std::min_element(rest.begin(), rest.end(), [&](int32_t a, int32_t b) { return better(b, a); }))] = 1;
   } else {
     std::nth_element(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(keep_rest), rest.end(), better);
     for (std::size_t i = keep_rest; i < rest.size(); ++i) dropped[static_cast<std::size_t>(rest[i])] = 1;

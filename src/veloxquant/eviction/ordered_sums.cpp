@@ -89,7 +89,8 @@ void IndexedRowDotsImpl(const float* rows, const int32_t* index, int64_t count, 
   const DD d;
   const float* block[kLanes];
   for (; j + static_cast<int64_t>(kLanes) <= count; j += static_cast<int64_t>(kLanes)) {
-    for (std::size_t r = 0; r < kLanes; ++r) block[r] = rows + static_cast<int64_t>(index[j + static_cast<int64_t>(r)]) * dim;
+    for (std::size_t r = 0; r < kLanes; ++r)
+      block[r] = rows + static_cast<int64_t>(index[j + static_cast<int64_t>(r)]) * dim;
     hn::StoreU(RowBlockDots(block, dim, v), d, out + j);
   }
 #endif
@@ -300,8 +301,8 @@ void unit_sums(const float* keys, const int32_t* rows, int64_t count, int64_t di
                double* total, double* block_sums) {
   HWY_DYNAMIC_DISPATCH(UnitSumsImpl)(keys, rows, count, dim, inv, block, total, block_sums);
 }
-void unit_column_dots(const double* columns, int64_t stride, const double* inv, int64_t begin, int64_t end,
-                      int64_t dim, const double* v1, const double* v2, double* out1, double* out2) {
+void unit_column_dots(const double* columns, int64_t stride, const double* inv, int64_t begin, int64_t end, int64_t dim,
+                      const double* v1, const double* v2, double* out1, double* out2) {
   HWY_DYNAMIC_DISPATCH(UnitColumnDotsImpl)(columns, stride, inv, begin, end, dim, v1, v2, out1, out2);
 }
 void recent_anomalies(const float* keys, const int32_t* rows, int64_t count, int64_t dim, const double* inv,

@@ -15,8 +15,7 @@ namespace veloxquant::eviction {
 
 // out[j] = sum over e < dim of double(rows[index[j] * dim + e]) * double(v[e]), for j < count
 // (cam: the victim's key against every live key).
-void indexed_row_dots(const float* rows, const int32_t* index, int64_t count, int64_t dim, const float* v,
-                      double* out);
+void indexed_row_dots(const float* rows, const int32_t* index, int64_t count, int64_t dim, const float* v, double* out);
 
 // nestedkv's anchors (anchor_scores.cpp), in the order of scalar::nested_anchor_scores. Key i is
 // keys + r_i * dim, r_i = rows ? rows[i] : i; its unit key u_i[e] = double(k_i[e]) * inv[i].
@@ -32,8 +31,8 @@ void unit_sums(const float* keys, const int32_t* rows, int64_t count, int64_t di
 
 // For i in [begin, end), u_i read from key_columns_and_norms's columns times inv[i]:
 // out1[i] = sum over e of u_i[e] * v1[e], out2[i] the same with v2.
-void unit_column_dots(const double* columns, int64_t stride, const double* inv, int64_t begin, int64_t end,
-                      int64_t dim, const double* v1, const double* v2, double* out1, double* out2);
+void unit_column_dots(const double* columns, int64_t stride, const double* inv, int64_t begin, int64_t end, int64_t dim,
+                      const double* v1, const double* v2, double* out1, double* out2);
 
 // out[i] = sum over e of u_i[e] * (running_i[e] / min(i + 1, window)), running_i the running sum
 // of the unit keys of the window ending at i, each step adding u_i, then subtracting
@@ -43,8 +42,7 @@ void recent_anomalies(const float* keys, const int32_t* rows, int64_t count, int
                       int64_t window, double* running, double* products, double* out);
 
 namespace scalar {
-void indexed_row_dots(const float* rows, const int32_t* index, int64_t count, int64_t dim, const float* v,
-                      double* out);
+void indexed_row_dots(const float* rows, const int32_t* index, int64_t count, int64_t dim, const float* v, double* out);
 }  // namespace scalar
 
 }  // namespace veloxquant::eviction

@@ -30,7 +30,8 @@ RecentVotes::Voter& RecentVotes::voter_for(const Candidates& c, const int32_t* l
   v.row = row;
   v.queries = nq;
   v.stride = static_cast<int64_t>(row) + 1;
-  if (v.logits.size() < static_cast<std::size_t>(nq * v.stride)) v.logits.resize(static_cast<std::size_t>(nq * v.stride));
+  if (v.logits.size() < static_cast<std::size_t>(nq * v.stride))
+    v.logits.resize(static_cast<std::size_t>(nq * v.stride));
   for (int64_t q = 0; q < nq; ++q) {
     const float* query = query_.data() + q * c.dim;
     float* out = v.logits.data() + q * v.stride;
@@ -72,7 +73,8 @@ void RecentVotes::vote(Candidates& c, const int32_t* live, int64_t count, const 
       lm::kernels::simd::axpy_f32(1.0f / (total * static_cast<float>(v.queries)), gathered_.data(), weights_.data(),
                                   visible);
     }
-    for (int64_t j = 0; j < visible; ++j) c.scores[static_cast<std::size_t>(live[j])] += weights_[static_cast<std::size_t>(j)];
+    for (int64_t j = 0; j < visible; ++j)
+      c.scores[static_cast<std::size_t>(live[j])] += weights_[static_cast<std::size_t>(j)];
   }
 }
 

@@ -29,13 +29,12 @@ class RecentVotes {
 
  private:
   struct Voter {
-    int32_t row = -1;     // candidate index (-1: empty slot)
-    int64_t queries = 0;  // query vectors (the GQA group, or 1)
-    int64_t stride = 0;   // logits per query: candidate indices 0..row
+    int32_t row = -1;           // candidate index (-1: empty slot)
+    int64_t queries = 0;        // query vectors (the GQA group, or 1)
+    int64_t stride = 0;         // logits per query: candidate indices 0..row
     std::vector<float> logits;  // queries x stride; only the entries of rows live when computed
   };
-  Voter& voter_for(const Candidates& c, const int32_t* live, int64_t position, const QuerySource& queries,
-                   float scale);
+  Voter& voter_for(const Candidates& c, const int32_t* live, int64_t position, const QuerySource& queries, float scale);
 
   int64_t window_ = 1;
   std::vector<Voter> voters_;  // slot row % window (the voters are consecutive rows)

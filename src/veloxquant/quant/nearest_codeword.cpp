@@ -112,8 +112,8 @@ HWY_INLINE int64_t nearest_fused_lanes(const float* transposed, const float* nor
   const auto update = [&](hn::Vec<decltype(d)> dist, int64_t c) {
     const auto closer = hn::Lt(dist, best);
     best = hn::IfThenElse(closer, dist, best);
-    best_index = hn::IfThenElse(hn::RebindMask(di, closer), hn::Add(iota, hn::Set(di, static_cast<int32_t>(c))),
-                                best_index);
+    best_index =
+        hn::IfThenElse(hn::RebindMask(di, closer), hn::Add(iota, hn::Set(di, static_cast<int32_t>(c))), best_index);
   };
   // The block test is against the smallest distance of all lanes so far (`bound`), not each lane's
   // own: a lane's minimum improves ~ln(entries / lanes) times, and with 16 lanes nearly every block
@@ -245,8 +245,7 @@ void NearestFusedBatchImpl(const float* transposed, const float* norms, int64_t 
     }
     return;
   }
-  for (int64_t i = 0; i < count; ++i)
-    out[i] = NearestFusedImpl(transposed, norms, entries, sub, xs + i * x_stride);
+  for (int64_t i = 0; i < count; ++i) out[i] = NearestFusedImpl(transposed, norms, entries, sub, xs + i * x_stride);
 }
 
 int64_t NearestFusedImpl(const float* transposed, const float* norms, int64_t entries, int sub, const float* x) {

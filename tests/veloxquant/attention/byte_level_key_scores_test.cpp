@@ -62,7 +62,8 @@ TEST(ByteLevelKeyScores, MatchesScalarReferenceAndExactScores) {
       EXPECT_LE(std::fabs(levels[c] - l8.step * l8.value[c]), 0.5f * l8.step * 1.0001f) << bits << " " << c;
     }
     // 8, 9, 13: whole and partial passes of the 512-bit loop (eight rows a pass).
-    for (const int64_t n_rows : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{8}, int64_t{9}, int64_t{13}, int64_t{64}}) {
+    for (const int64_t n_rows :
+         {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{8}, int64_t{9}, int64_t{13}, int64_t{64}}) {
       for (const int64_t n_q : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{7}}) {
         for (const bool with_bias : {false, true}) {
           // Rows as tightly packed as the cache stores them: the last row ends the buffer.

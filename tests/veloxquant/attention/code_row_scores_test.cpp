@@ -36,7 +36,8 @@ TEST(CodeRowScores, EveryTargetEqualsTheReferenceAndTheFloatScores) {
         for (float& x : p) x = normal(rng) * 2.0f;
         std::vector<int16_t> codes(static_cast<std::size_t>(n_rows * stride), 0);
         for (int64_t j = 0; j < n_rows; ++j) {
-          for (int64_t i = 0; i < r; ++i) codes[static_cast<std::size_t>(j * stride + i)] = static_cast<int16_t>(code8(rng));
+          for (int64_t i = 0; i < r; ++i)
+            codes[static_cast<std::size_t>(j * stride + i)] = static_cast<int16_t>(code8(rng));
         }
         const int64_t pd = code_query_floats(stride) + 1;  // a gap between prepared queries
         std::vector<float> prepared(static_cast<std::size_t>(n_q * pd), 0.0f);
@@ -53,7 +54,8 @@ TEST(CodeRowScores, EveryTargetEqualsTheReferenceAndTheFloatScores) {
           for (int64_t j = 0; j < n_rows; ++j) {
             int64_t sum = 0;
             double exact = 0.0, magnitude = 0.0;
-            for (int64_t i = 0; i < stride; ++i) sum += int64_t{a[static_cast<std::size_t>(i)]} * codes[static_cast<std::size_t>(j * stride + i)];
+            for (int64_t i = 0; i < stride; ++i)
+              sum += int64_t{a[static_cast<std::size_t>(i)]} * codes[static_cast<std::size_t>(j * stride + i)];
             for (int64_t i = 0; i < r; ++i) {
               const auto at = static_cast<std::size_t>(i);
               const double z = lo[at] + static_cast<double>(step[at]) * codes[static_cast<std::size_t>(j * stride + i)];

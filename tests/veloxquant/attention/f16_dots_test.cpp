@@ -51,7 +51,10 @@ TEST(F16Dots, SimdEqualsScalarBitForBitAndTheDoubleProducts) {
         scalar::f16_dots(a.data(), a_stride, rank, x.data(), x_stride, n_x, n, ref.data());
         ASSERT_EQ(got, ref) << "n " << n << ", rank " << rank << ", vectors " << n_x;
         expect_on_every_target(
-            std::vector<float>(got.size(), -1.0f), ref, [&](std::vector<float>& out) { f16_dots(a.data(), a_stride, rank, x.data(), x_stride, n_x, n, out.data()); },
+            std::vector<float>(got.size(), -1.0f), ref,
+            [&](std::vector<float>& out) {
+              f16_dots(a.data(), a_stride, rank, x.data(), x_stride, n_x, n, out.data());
+            },
             "n " + std::to_string(n) + ", rank " + std::to_string(rank) + ", vectors " + std::to_string(n_x));
         for (int64_t r = 0; r < n_x; ++r) {
           for (int64_t i = 0; i < rank; ++i) {
@@ -147,8 +150,8 @@ TEST(F16LowRankTerms, TileEqualsScalarBitForBitAndTheDoubleTerms) {
   const auto f = [](const std::vector<uint16_t>& v, int64_t i) {
     return double(base::f16_to_f32(v[static_cast<std::size_t>(i)]));
   };
-  const std::pair<int64_t, int64_t> tiles[] = {{0, 64},    {64, 128},  {128, 160}, {5, 70},
-                                               {33, 34},   {90, 155},  {160, 224}, {150, 214}};
+  const std::pair<int64_t, int64_t> tiles[] = {{0, 64},  {64, 128}, {128, 160}, {5, 70},
+                                               {33, 34}, {90, 155}, {160, 224}, {150, 214}};
   for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{7}}) {
     for (const auto& [j0, j1] : tiles) {
       const std::vector<float> q = test_support::normal_values(static_cast<std::size_t>(n_q * (kDim + 4)), 47);

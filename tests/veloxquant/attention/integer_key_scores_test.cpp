@@ -88,8 +88,7 @@ TEST(IntegerKeyScores, AZeroQueryHasStepZeroAndANonFiniteOneANaNStep) {
 }
 
 TEST(IntegerKeyScores, ScoresMatchScalarBitForBitAcrossWidthsRowsAndQueries) {
-  for (const Case c :
-       {Case{2, 64}, Case{4, 32}, Case{4, 64}, Case{8, 64}, Case{4, 128}, Case{2, 256}, Case{8, 512}}) {
+  for (const Case c : {Case{2, 64}, Case{4, 32}, Case{4, 64}, Case{8, 64}, Case{4, 128}, Case{2, 256}, Case{8, 512}}) {
     const int64_t plane = c.d * c.bits / 8;
     if (!can_score_codes_i16(c.bits, plane)) continue;  // a narrower SIMD target's chunk
     for (const int64_t n_rows :

@@ -1,7 +1,7 @@
 // The pair-tile key scorer (attention/latent_pair_tiles.h) on every SIMD target this machine
 // runs, bit for bit against the shared scorer it stands in for (lm::kernels::tiles::score_rows
-// over the same rows, dispatched with the same targets allowed), for widths with and without a last partial chunk (kvtc's ranks 185-192),
-// a GQA group of 9 queries and its remainders, and tiles of one to three passes of 8 rows; and
+// over the same rows, dispatched with the same targets allowed), for widths with and without a last partial chunk
+// (kvtc's ranks 185-192), a GQA group of 9 queries and its remainders, and tiles of one to three passes of 8 rows; and
 // the layout itself against its definition.
 #define HWY_WANT_AVX3_DL  // so that the target list names AVX3_DL too
 #include <gtest/gtest.h>

@@ -39,8 +39,8 @@ TEST(MaskSplitQueries, EveryTargetMatchesTheScalarReferenceAndThePaddedFold) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   // kitty's defaults at head_dim 64 (16 channels at 4 bits, 48 at 2), 8/4 bits, a partial mask
   // word (d = 40), wider heads, an all-zero query.
-  for (const Case c : {Case{64, 4, 2, 16}, Case{64, 8, 4, 5}, Case{40, 4, 2, 10}, Case{128, 4, 2, 32},
-                       Case{96, 2, 2, 47}}) {
+  for (const Case c :
+       {Case{64, 4, 2, 16}, Case{64, 8, 4, 5}, Case{40, 4, 2, 10}, Case{128, 4, 2, 32}, Case{96, 2, 2, 47}}) {
     const NarrowPlane hi = narrow_plane(c.hi_bits, c.n_hi), lo = narrow_plane(c.lo_bits, c.d - c.n_hi);
     const SplitPlane planes[2] = {plane_of(hi), plane_of(lo)};
     for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{48}}) {

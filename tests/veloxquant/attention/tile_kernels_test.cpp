@@ -219,8 +219,8 @@ TEST(TileKernels, AccumulatePlanesIsBitIdenticalOnEverySimdTarget) {
                 first_target = hwy::TargetName(target);
                 continue;
               }
-              ASSERT_EQ(acc, first) << hwy::TargetName(target) << " vs " << first_target << ": bits " << bits
-                                    << " d " << d << " group " << group << " nq " << nq << " rows " << rows;
+              ASSERT_EQ(acc, first) << hwy::TargetName(target) << " vs " << first_target << ": bits " << bits << " d "
+                                    << d << " group " << group << " nq " << nq << " rows " << rows;
             }
           }
         }

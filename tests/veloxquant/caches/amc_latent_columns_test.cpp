@@ -38,7 +38,8 @@ TEST(AmcLatentColumns, EveryTargetMatchesTheScalarReferenceBitForBit) {
               const uint8_t* row = rows.data() + j * stride;
               const int code = bits == 8 ? row[i] : (row[i >> 1] >> ((i & 1) * 4)) & 15;
               const volatile float product = static_cast<float>(code) * pairs[static_cast<std::size_t>(2 * j)];
-              ASSERT_EQ(plain[static_cast<std::size_t>(i * n + j)], product + pairs[static_cast<std::size_t>(2 * j + 1)]);
+              ASSERT_EQ(plain[static_cast<std::size_t>(i * n + j)],
+                        product + pairs[static_cast<std::size_t>(2 * j + 1)]);
             }
           }
           for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {

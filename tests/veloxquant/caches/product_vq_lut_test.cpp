@@ -42,7 +42,8 @@ TEST(ProductVqLut, TableFromColumnsMatchesScalarOnEveryTarget) {
       // And the table is the dot product it stands for (to float rounding).
       for (int64_t k = 0; k < entries; k += 5) {
         double dot = 0.0;
-        for (int e = 0; e < sub; ++e) dot += double{q[static_cast<std::size_t>(e)]} * columns[static_cast<std::size_t>(e * entries + k)];
+        for (int e = 0; e < sub; ++e)
+          dot += double{q[static_cast<std::size_t>(e)]} * columns[static_cast<std::size_t>(e * entries + k)];
         ASSERT_NEAR(want[static_cast<std::size_t>(k)], dot, 1e-4 * (1.0 + std::abs(dot)));
       }
     }
@@ -67,7 +68,8 @@ TEST(ProductVqLut, GatheredScoresMatchScalarOnEveryTarget) {
       for (int64_t r = 0; r < n_q; ++r) {  // the reference is the table sum in code order
         for (int64_t j = 0; j < n_rows; ++j) {
           float s = 0.0f;
-          for (int t = 0; t < 4; ++t) s += luts[static_cast<std::size_t>(r * lut_stride + t * 256 + codes[static_cast<std::size_t>(4 * j + t)])];
+          for (int t = 0; t < 4; ++t)
+            s += luts[static_cast<std::size_t>(r * lut_stride + t * 256 + codes[static_cast<std::size_t>(4 * j + t)])];
           ASSERT_EQ(want[static_cast<std::size_t>(r * ld + j)], s);
         }
       }

@@ -21,8 +21,8 @@ std::vector<float> group_values(std::mt19937& rng, int n, int shape) {
   std::vector<float> x(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
     float v = normal(rng);
-    if (shape == 1) v = 3.0f;                                     // constant: every candidate ties
-    if (shape == 2 && i % 9 == 0) v *= 40.0f;                     // outliers: clipping pays
+    if (shape == 1) v = 3.0f;                                      // constant: every candidate ties
+    if (shape == 2 && i % 9 == 0) v *= 40.0f;                      // outliers: clipping pays
     if (shape == 3) v = static_cast<float>(i % 4) * 0.25f - 0.5f;  // few levels, exact reconstructions
     if (shape == 4) v = 1e-9f * v;                                 // scale below f16's normal range
     x[static_cast<std::size_t>(i)] = v;

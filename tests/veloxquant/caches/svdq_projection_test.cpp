@@ -38,7 +38,8 @@ TEST(SvdqProjection, SimdMatchesScalarOnEveryTarget) {
       }
       // And it is the projection (against a direct double dot).
       double dot = 0.0;
-      for (int64_t c = 0; c < dim; ++c) dot += double{basis[static_cast<std::size_t>(c)]} * keys[static_cast<std::size_t>(c)];
+      for (int64_t c = 0; c < dim; ++c)
+        dot += double{basis[static_cast<std::size_t>(c)]} * keys[static_cast<std::size_t>(c)];
       ASSERT_NEAR(want[0], dot, 1e-4 * (1.0 + std::abs(dot)));
     }
   }

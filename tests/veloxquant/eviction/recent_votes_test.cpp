@@ -18,8 +18,8 @@ namespace veloxquant::eviction {
 namespace {
 
 // The vote as the policy computed it before the logits were kept: every voter's softmax afresh.
-void vote_from_scratch(const Candidates& c, const std::vector<int32_t>& live, int64_t window, const QuerySource& queries,
-                       float scale, std::vector<float>& scores) {
+void vote_from_scratch(const Candidates& c, const std::vector<int32_t>& live, int64_t window,
+                       const QuerySource& queries, float scale, std::vector<float>& scores) {
   for (int32_t row : live) scores[static_cast<std::size_t>(row)] = 0.0f;
   std::vector<float> query, weights;
   const std::size_t voters = std::min<std::size_t>(live.size(), static_cast<std::size_t>(window));

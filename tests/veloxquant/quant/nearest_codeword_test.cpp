@@ -148,7 +148,8 @@ TEST(NearestCodeword, FusedMatchesScalarOnEveryTarget) {
           // It picks a codeword as near (in double) as the unfused search's, to float rounding.
           const int64_t plain = scalar::nearest_codeword(transposed.data(), norms.data(), entries, sub, x.data());
           double scale = 1.0;
-          for (int e = 0; e < sub; ++e) scale += double{x[static_cast<std::size_t>(e)]} * x[static_cast<std::size_t>(e)];
+          for (int e = 0; e < sub; ++e)
+            scale += double{x[static_cast<std::size_t>(e)]} * x[static_cast<std::size_t>(e)];
           ASSERT_LE(squared_distance(x, words, ref, sub),
                     squared_distance(x, words, plain, sub) + 1e-5 * (scale + norms[static_cast<std::size_t>(ref)]));
         }
@@ -168,7 +169,9 @@ TEST(NearestCodeword, FusedBatchMatchesSinglePoints) {
       for (float& w : transposed) w = dist(rng);
       for (int64_t c = 0; c < entries; ++c) {
         float s = 0.0f;
-        for (int e = 0; e < sub; ++e) s += transposed[static_cast<std::size_t>(e * entries + c)] * transposed[static_cast<std::size_t>(e * entries + c)];
+        for (int e = 0; e < sub; ++e)
+          s += transposed[static_cast<std::size_t>(e * entries + c)] *
+               transposed[static_cast<std::size_t>(e * entries + c)];
         norms[static_cast<std::size_t>(c)] = s;
       }
       for (const int64_t count : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{9}, int64_t{16}}) {
@@ -181,8 +184,9 @@ TEST(NearestCodeword, FusedBatchMatchesSinglePoints) {
           nearest_codewords_fused(transposed.data(), norms.data(), entries, sub, xs.data(), count, stride, got.data());
           hwy::SetSupportedTargetsForTest(0);
           for (int64_t i = 0; i < count; ++i) {
-            ASSERT_EQ(got[static_cast<std::size_t>(i)],
-                      scalar::nearest_codeword_fused(transposed.data(), norms.data(), entries, sub, xs.data() + i * stride))
+            ASSERT_EQ(
+                got[static_cast<std::size_t>(i)],
+                scalar::nearest_codeword_fused(transposed.data(), norms.data(), entries, sub, xs.data() + i * stride))
                 << hwy::TargetName(target) << " entries " << entries << " sub " << sub << " point " << i;
           }
         }

@@ -24,8 +24,8 @@ namespace {
 TEST(ScaleTrials, ClosedFormCodeIsTheNearestLevel) {
   const BlockLloydQuantizer q8(8);
   ASSERT_TRUE(q8.even_levels());
-  std::vector<float> probes = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-9f, -1e-9f, 0.999f, 1.0f, -1.0f, 1.5f, -1.5f, 40.0f,
-                               -40.0f};
+  std::vector<float> probes = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-9f, -1e-9f, 0.999f,
+                               1.0f, -1.0f, 1.5f,   -1.5f,   40.0f, -40.0f};
   for (const float b : q8.boundaries()) {  // every midpoint, exactly and one ulp either side
     probes.push_back(b);
     probes.push_back(std::nextafter(b, 2.0f));
@@ -59,8 +59,8 @@ TEST(ScaleTrials, SimdErrorsEqualTheScalarLoop) {
 // scale_code: the stored form of a candidate (f16 bits, or the log8 code with 0 = unusable and
 // repeats skipped, as encode_block_log8 does); scale_of: its value.
 template <class Code, class Value>
-int one_at_a_time(const BlockLloydQuantizer& q, const float* x, int n, uint8_t* codes, Code scale_code,
-                  Value scale_of, bool skip_repeats) {
+int one_at_a_time(const BlockLloydQuantizer& q, const float* x, int n, uint8_t* codes, Code scale_code, Value scale_of,
+                  bool skip_repeats) {
   const std::vector<float>& lv = q.levels();
   float absmax = 0.0f;
   for (int i = 0; i < n; ++i) absmax = std::max(absmax, std::fabs(x[i]));
@@ -87,8 +87,8 @@ int one_at_a_time(const BlockLloydQuantizer& q, const float* x, int n, uint8_t* 
       std::copy(trial.begin(), trial.end(), codes);
     }
   };
-  for (const float g : {0.40f, 0.45f, 0.50f, 0.55f, 0.60f, 0.65f, 0.70f, 0.75f, 0.80f, 0.85f, 0.90f, 0.95f, 1.00f,
-                        1.05f}) {
+  for (const float g :
+       {0.40f, 0.45f, 0.50f, 0.55f, 0.60f, 0.65f, 0.70f, 0.75f, 0.80f, 0.85f, 0.90f, 0.95f, 1.00f, 1.05f}) {
     try_scale(absmax / lv.back() * g);
   }
   double xl = 0.0, ll = 0.0;
@@ -134,13 +134,15 @@ TEST(ScaleTrials, EncodersChooseWhatTheOneAtATimeSearchChose) {
   for (const int bits : {2, 3, 4, 5, 6, 8}) {
     for (const bool uniform : {false, true}) {
       if (bits == 8 && !uniform) continue;  // 8 bits are always even
-      const BlockLloydQuantizer q(bits, 32,
-                                  uniform ? BlockLloydQuantizer::Levels::kUniform : BlockLloydQuantizer::Levels::kLloyd);
+      const BlockLloydQuantizer q(
+          bits, 32, uniform ? BlockLloydQuantizer::Levels::kUniform : BlockLloydQuantizer::Levels::kLloyd);
       for (int block = 0; block < 300; ++block) {
         std::vector<float> xb(x.begin() + 32 * block, x.begin() + 32 * (block + 1));
-        if (block % 5 == 1) xb[block % 32] *= 9.0f;                          // an outlier
-        if (block % 5 == 2) for (float& v : xb) v *= 1e-4f;                 // small magnitudes
-        if (block % 5 == 3) for (float& v : xb) v = std::round(v * 4) / 4;  // ties on the grid
+        if (block % 5 == 1) xb[block % 32] *= 9.0f;  // an outlier
+        if (block % 5 == 2)
+          for (float& v : xb) v *= 1e-4f;  // small magnitudes
+        if (block % 5 == 3)
+          for (float& v : xb) v = std::round(v * 4) / 4;  // ties on the grid
         std::array<uint8_t, 32> got{}, want{};
         const int s_got = q.encode_block(xb.data(), 32, got.data());
         const int s_want = one_at_a_time(q, xb.data(), 32, want.data(), f16_code, f16_value, false);
