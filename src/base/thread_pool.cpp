@@ -148,17 +148,19 @@ void ThreadPool::run(int64_t n, RangeFn body, int64_t min_chunk) {
 
 namespace {
 std::mutex g_global_mutex;
-std::unique_ptr<ThreadPool> g_global_pool;
+std::shared_ptr<ThreadPool> g_global_pool;
 }  // namespace
 
-ThreadPool& ThreadPool::global() {
+ThreadPool& ThreadPool::global() { return *global_shared(); }
+
+std::shared_ptr<ThreadPool> ThreadPool::global_shared() {
   std::lock_guard<std::mutex> lock(g_global_mutex);
-  if (!g_global_pool) g_global_pool = std::make_unique<ThreadPool>(0);
-  return *g_global_pool;
+  if (!g_global_pool) g_global_pool = std::make_shared<ThreadPool>(0);
+  return g_global_pool;
 }
 
 void ThreadPool::set_global_threads(int threads) {
-  auto pool = std::make_unique<ThreadPool>(threads);
+  auto pool = std::make_shared<ThreadPool>(threads);
   std::lock_guard<std::mutex> lock(g_global_mutex);
   g_global_pool = std::move(pool);
 }

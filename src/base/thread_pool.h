@@ -47,6 +47,9 @@ class ThreadPool {
 
   // A process-wide pool sized by set_global_threads (default: all cores).
   static ThreadPool& global();
+  // The same pool, shared: a holder keeps it alive across a later set_global_threads (which then
+  // only replaces what global() returns from then on).
+  static std::shared_ptr<ThreadPool> global_shared();
   // Resizes the global pool (0 = all cores). Not thread-safe against concurrent parallel_for.
   static void set_global_threads(int threads);
 

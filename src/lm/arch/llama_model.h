@@ -62,7 +62,10 @@ class LlamaModel : public Model {
   LlamaWeights weights_;
   LlamaRuntimeOptions options_;
   std::vector<LayerInfo> layers_;
-  std::unique_ptr<base::ThreadPool> pool_;
+  // The process's global pool when the thread counts agree (the compressed caches' fused attention
+  // and flushes run on it: one set of workers, not two pools' workers competing for the cores),
+  // else a pool of the model's own.
+  std::shared_ptr<base::ThreadPool> pool_;
 };
 
 }  // namespace lm
