@@ -200,6 +200,7 @@ void run_generate(const GenerateFlags& f) {
   lm::LoadOptions load_options;
   load_options.kv_type = lm::parse_kv_cache_type(f.kv_dtype);
   load_options.threads = f.thread_count();
+  apps::size_global_pool(load_options.threads);  // the caches' pool, shared with the model
   if (!f.ctx.empty()) {
     load_options.context_length = parse_integer<int64_t>("--ctx", f.ctx, 1, int64_t{1} << 40);
     options.context_length = load_options.context_length;

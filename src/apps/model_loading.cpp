@@ -6,6 +6,7 @@
 
 #include "apps/int_flag.h"
 #include "base/error.h"
+#include "base/thread_pool.h"
 
 namespace apps {
 
@@ -27,8 +28,13 @@ void add_model_flags(CLI::App& cmd, ModelFlags& flags, ModelFlagOptions options)
   }
 }
 
+void size_global_pool(int threads) {
+  if (threads > 0 && base::ThreadPool::global().size() != threads) base::ThreadPool::set_global_threads(threads);
+}
+
 lm::LoadedModel load_model_from_flags(const std::string& model_path, const std::string& tokenizer_path,
                                       const std::string& kv_dtype, int threads) {
+  size_global_pool(threads);
   lm::LoadOptions load_options;
   load_options.kv_type = lm::parse_kv_cache_type(kv_dtype);
   load_options.threads = threads;

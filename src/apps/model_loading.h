@@ -39,7 +39,15 @@ struct ModelFlagOptions {
 
 void add_model_flags(CLI::App& cmd, ModelFlags& flags, ModelFlagOptions options = {});
 
+// Sizes the process's global pool (base::ThreadPool::global()) to --threads before a model is
+// loaded. Every veloxquant cache attends and flushes on that pool, and the model takes it as its
+// own when the sizes agree; without this, `--threads 1` on a 2-core machine ran the model on one
+// thread and the caches on two, and any other count ran two pools' workers against each other.
+// 0 (all cores) is the pool's default and leaves it as it is.
+void size_global_pool(int threads);
+
 // Throws base::InvalidArgument for a bad --kv-dtype and the loader's typed errors for files.
+// Sizes the global pool to `threads` first (size_global_pool).
 lm::LoadedModel load_model_from_flags(const std::string& model_path, const std::string& tokenizer_path,
                                       const std::string& kv_dtype, int threads);
 

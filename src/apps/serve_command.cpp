@@ -68,6 +68,7 @@ void run_serve(const ServeFlags& f) {
   lm::LoadOptions load_options;
   load_options.kv_type = lm::parse_kv_cache_type(f.kv_dtype);
   load_options.threads = f.thread_count();
+  apps::size_global_pool(load_options.threads);  // the caches' pool, shared with the model
   if (!f.ctx.empty()) {
     options.context_length = parse_int_flag("--ctx", f.ctx, 1, int64_t{1} << 40);
     load_options.context_length = options.context_length;
