@@ -6,12 +6,12 @@
 #   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/tests/veloxquant_gear_cache_test
 # or in one command: bash scripts/test.sh --sanitize thread --include cmake/tsan_pooled_caches.cmake
 # --targets REGEX (the executables that link here and that command: docs/reliability.md,
-# "Sanitizer builds"). veloxquant_lib then holds every quantization cache with fused attention
-# but turboquant_rvq (whose row is still in registry/method_table.cpp): kivi, kivi_sink, kvquant,
+# "Sanitizer builds"). veloxquant_lib then holds every quantization cache with fused attention:
+# turboquant_rvq, kivi, kivi_sink, kvquant,
 # gear, skvq, nsnquant, adakv, a2ats, turboquant_block (the q8/q5/q4/q3 presets), cachegen,
 # zipcache, svdq, amc, anchorkv, age_tiered, comm_vq, vecinfer, palu, kitty and kvtc, with what
 # they link: the attention/, core/, quant/ and rows/ sources they call, the config, presets,
-# builder and registry, whose table is cmake/tsan_pooled_caches_method_table.cpp (those 20 rows)
+# builder and registry, whose table is cmake/tsan_pooled_caches_method_table.cpp (those 21 rows)
 # instead of registry/method_table.cpp (every method: it would link the eviction and cross-layer
 # families too, i.e. the whole library). A test of an eviction or cross-layer cache, or one that
 # needs every method (method_registry, contract_serving_cache, fused_decode_allocations' sweep),
@@ -47,7 +47,8 @@ set(VQ_POOLED_CACHES_SOURCES
     caches/svdq_basis caches/svdq_cache caches/svdq_latent_decode caches/svdq_layout
     caches/svdq_projection caches/svdq_rows caches/top_mass_rows caches/turboquant_block_cache
     caches/turboquant_block_method caches/turboquant_block_rows caches/turboquant_block_split_keys
-    caches/turboquant_block_split_rows caches/vecinfer_cache caches/window_call_rows
+    caches/turboquant_block_split_rows caches/turboquant_rvq_cache caches/turboquant_rvq_method
+    caches/turboquant_rvq_row_source caches/vecinfer_cache caches/window_call_rows
     caches/zipcache_cache
     config/bit_width config/config_validation config/field_spec config/kv_cache_config
     config/per_layer_lists

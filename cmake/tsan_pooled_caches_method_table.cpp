@@ -1,6 +1,6 @@
 // The method table of the cmake/tsan_pooled_caches.cmake build only (never part of the regular
 // library): the rows of the caches that library holds (every quantization cache with fused
-// attention but turboquant_rvq, whose row is still in method_table.cpp), each the cache's own
+// attention), each the cache's own
 // registry row, so KVCacheBuilder builds them exactly as the full table does. The full table
 // (src/veloxquant/registry/method_table.cpp) names every cache and would link all of them.
 #include <vector>
@@ -25,6 +25,7 @@
 #include "veloxquant/caches/nsnquant_cache.h"
 #include "veloxquant/caches/skvq_cache.h"
 #include "veloxquant/caches/turboquant_block_cache.h"
+#include "veloxquant/caches/turboquant_rvq_cache.h"
 #include "veloxquant/registry/method_registry.h"
 
 namespace veloxquant {
@@ -36,7 +37,7 @@ std::vector<MethodDescriptor> build_method_table() {
           age_tiered_method(), amc_method(),       anchorkv_method(),
           cachegen_method(),   comm_vq_method(),   kitty_method(),
           kvtc_method(),       palu_method(),      svdq_method(),
-          vecinfer_method(),   zipcache_method()};
+          vecinfer_method(),   zipcache_method(), turboquant_rvq_method()};
 }
 
 }  // namespace veloxquant

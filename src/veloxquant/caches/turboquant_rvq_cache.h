@@ -24,6 +24,7 @@
 #include "veloxquant/attention/code_rows.h"
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/quant/turboquant_rvq.h"
+#include "veloxquant/registry/method_descriptor.h"
 
 namespace veloxquant {
 
@@ -86,5 +87,8 @@ class TurboQuantRvqCache : public lm::KVCache {
 };
 
 std::shared_ptr<lm::KVCache> make_turboquant_rvq_cache(const KVCacheConfig& config);
+
+// The registry row of "turboquant_rvq" (caches/turboquant_rvq_method.cpp).
+MethodDescriptor turboquant_rvq_method();
 
 }  // namespace veloxquant
