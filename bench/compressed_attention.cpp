@@ -87,6 +87,9 @@ const Setup kSetups[] = {
     {"turboquant_rvq", 4, {"rvq_value_bits=4"}},
     {"turboquant_rvq", 2, {}},
     {"h2o", 2, {"h2o_budget=512"}},
+    // Issue 11: eviction over quantized storage at least as fast as over dtype storage.
+    {"h2o", 4, {"h2o_budget=512", "eviction_storage=kivi"}},
+    {"h2o", 4, {"h2o_budget=512", "eviction_storage=turboquant_rvq", "rvq_value_bits=4"}},
     {"streaming_llm", 2, {"stream_window_size=508"}},
     {"", 0, {}, "q8"},
     {"", 0, {}, "q5"},

@@ -97,7 +97,7 @@ void decode_words(DF df, const AffineWordRows& r, float* out) {
 }
 
 // 8-bit codes: four per word, LSB first, so on a little-endian machine code e is byte e of the row
-// and 8 codes are 8 consecutive bytes, widened to 32-bit lanes (the recent tier of age_tiered,
+// and a vector's codes (8 or 16) are consecutive bytes, widened to 32-bit lanes (the recent tier of age_tiered,
 // 8-bit kivi-style eviction rows).
 template <class DF>
 void decode_bytes(DF df, const AffineWordRows& r, float* out) {
@@ -117,7 +117,7 @@ void decode_bytes(DF df, const AffineWordRows& r, float* out) {
       const auto scale = hn::Set(df, pair[0]);
       const auto min = hn::Set(df, pair[1]);
       const int64_t end = g0 + group < dim ? g0 + group : dim;
-      for (int64_t e = g0; e < end; e += 8) {
+      for (int64_t e = g0; e < end; e += static_cast<int64_t>(hn::Lanes(df))) {
         const auto codes = hn::PromoteTo(di, hn::LoadU(d8, row + e));
         hn::StoreU(hn::MulAdd(hn::ConvertTo(df, codes), scale, min), df, dst + e);
       }
@@ -125,10 +125,75 @@ void decode_bytes(DF df, const AffineWordRows& r, float* out) {
   }
 }
 
+// The same rows at 16 lanes (AVX-512): one vector holds 16 codes, i.e. one 2-bit word or two
+// 4-bit words, so a 64-channel row is 4 vectors instead of 8. Each element is the same fused
+// multiply-add of the same code, scale and min as the 8-lane and 8-bit paths: identical floats.
+template <int B, class DF>
+void decode_words16(DF df, const AffineWordRows& r, float* out) {
+  static_assert(B == 2 || B == 4);
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const hn::Repartition<uint64_t, DF> du64;
+  constexpr int kPerWord = 32 / B;
+  // 2-bit: one word broadcast, lane k shifted by 2k. 4-bit: two words, lanes 0-7 from the first
+  // and 8-15 from the second (a u64 broadcast, then lane k takes u32 half k / 8), each shifted by
+  // 4 (k % 8).
+  HWY_ALIGN uint32_t shift_bits[16];
+  HWY_ALIGN uint32_t half_index[16];
+  for (int k = 0; k < 16; ++k) {
+    shift_bits[k] = static_cast<uint32_t>((k % kPerWord) * B);
+    half_index[k] = static_cast<uint32_t>(k / kPerWord);
+  }
+  const auto shifts = hn::Load(du, shift_bits);
+  const auto halves = hn::SetTableIndices(du, reinterpret_cast<const int32_t*>(half_index));
+  const auto mask = hn::Set(du, (1u << B) - 1u);
+  const int64_t dim = r.dim, group = r.group;
+  const hn::CappedTag<float, 2> d2;
+  const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
+  HWY_ALIGN float pair[hn::MaxLanes(d2)];
+  for (int64_t j = 0; j < r.n_rows; ++j) {
+    const std::byte* row = r.first_row + j * r.row_bytes;
+    const std::byte* params = row + r.params_offset;
+    float* dst = out + j * dim;
+    for (int64_t g0 = 0; g0 < dim; g0 += group) {
+      hn::Store(hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(params + (g0 / group) * 4))),
+                d2, pair);
+      const auto scale = hn::Set(df, pair[0]);
+      const auto min = hn::Set(df, pair[1]);
+      const int64_t end = g0 + group < dim ? g0 + group : dim;
+      for (int64_t e = g0; e < end; e += 16) {
+        const std::byte* word_ptr = row + (e / kPerWord) * 4;
+        hn::Vec<decltype(du)> words;
+        if constexpr (B == 2) {
+          uint32_t word;
+          std::memcpy(&word, word_ptr, sizeof word);
+          words = hn::Set(du, word);
+        } else {
+          uint64_t pair_of_words;
+          std::memcpy(&pair_of_words, word_ptr, sizeof pair_of_words);
+          words = hn::TableLookupLanes(hn::BitCast(du, hn::Set(du64, pair_of_words)), halves);
+        }
+        const auto codes = hn::And(hn::Shr(words, shifts), mask);
+        hn::StoreU(hn::MulAdd(hn::ConvertTo(df, hn::BitCast(di, codes)), scale, min), df, dst + e);
+      }
+    }
+  }
+}
+
 void DecodeAffineWordRowsImpl(const AffineWordRows& r, float* out) {
+  if (r.n_rows <= 0) return;
+  const hn::ScalableTag<float> dfull;
+  if constexpr (hn::MaxLanes(decltype(dfull)()) >= 16) {
+    if (hn::Lanes(dfull) == 16 && r.dim % 16 == 0 && r.group % 16 == 0 && std::endian::native == std::endian::little) {
+      const hn::CappedTag<float, 16> d16;
+      if (r.bits == 4) return decode_words16<4>(d16, r, out);
+      if (r.bits == 2) return decode_words16<2>(d16, r, out);
+      if (r.bits == 8) return decode_bytes(d16, r, out);
+    }
+  }
   const hn::CappedTag<float, 8> df;
   if constexpr (hn::MaxLanes(decltype(df)()) == 8) {
-    if (hn::Lanes(df) == 8 && r.dim % 8 == 0 && r.group % 8 == 0 && r.n_rows > 0) {
+    if (hn::Lanes(df) == 8 && r.dim % 8 == 0 && r.group % 8 == 0) {
       if (r.bits == 4) return decode_words<4>(df, r, out);
       if (r.bits == 8 && std::endian::native == std::endian::little) return decode_bytes(df, r, out);
       // 2-bit groups must start on a word (16 codes) for the lower/upper alternation.
