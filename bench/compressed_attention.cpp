@@ -34,7 +34,7 @@ struct Setup {
   std::string preset;  // non-empty: the preset's configuration (method, bits and set unused)
 };
 
-void BM_Attention(benchmark::State& state, Setup setup) {
+void BM_Attention(benchmark::State& state, const Setup& setup) {
   const int64_t ctx = state.range(0);
   std::mt19937 rng(7);
   lm::FullKVCache native(lm::DType::F16);
