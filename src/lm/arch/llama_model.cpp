@@ -219,6 +219,7 @@ void LlamaModel::attention_block(int layer, int64_t n, const float* xb, float* a
     request.values = &values;
     request.scale = scale;
     request.window = window;
+    request.pool = pool;
     cache.fused_attention(request, out);
   } else {
     const KeysValues kv = cache.update_and_fetch(keys, values);

@@ -16,6 +16,10 @@
 
 #include "lm/tensor.h"
 
+namespace base {
+class ThreadPool;
+}  // namespace base
+
 namespace lm {
 
 struct KeysValues {
@@ -46,6 +50,9 @@ struct FusedAttentionRequest {
   const Tensor* values = nullptr;
   float scale = 1.0f;             // usually 1/sqrt(D)
   std::optional<int64_t> window;  // sliding window of the layer, if any
+  // The host's pool (its matmuls run on it): a cache that splits its attention across threads
+  // runs on this one, so the two never compete for the cores. nullptr: base::ThreadPool::global().
+  base::ThreadPool* pool = nullptr;
 };
 
 class KVCache {

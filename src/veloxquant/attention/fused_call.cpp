@@ -1,6 +1,7 @@
 #include "veloxquant/attention/fused_call.h"
 
 #include "base/error.h"
+#include "base/thread_pool.h"
 #include "lm/cache/kv_rows.h"
 
 namespace veloxquant::attention {
@@ -20,6 +21,10 @@ void check_fused_shapes(std::string_view who, const lm::Tensor& queries, const l
     throw base::InvalidArgument(std::string(who) + ": out must be f32 " + lm::shape_text({batch, hq, n, dv}) +
                                 ", got " + lm::shape_text(out.shape()));
   }
+}
+
+base::ThreadPool* request_pool(const lm::FusedAttentionRequest& request) {
+  return request.pool != nullptr ? request.pool : &base::ThreadPool::global();
 }
 
 AttentionCall call_from_request(const lm::FusedAttentionRequest& request, int64_t kv_heads, int64_t first_position,

@@ -18,6 +18,10 @@ namespace veloxquant::attention {
 void check_fused_shapes(std::string_view who, const lm::Tensor& queries, const lm::Tensor& keys, int64_t batch,
                         int64_t kv_heads, int64_t dk, int64_t dv, const lm::Tensor& out);
 
+// The pool a cache's fused attention runs on: the host's (request.pool) or, without one,
+// base::ThreadPool::global().
+base::ThreadPool* request_pool(const lm::FusedAttentionRequest& request);
+
 AttentionCall call_from_request(const lm::FusedAttentionRequest& request, int64_t kv_heads, int64_t first_position,
                                 lm::Tensor& out, lm::Tensor& scratch);
 

@@ -386,7 +386,7 @@ void A2atsCache::fused_attention(const lm::FusedAttentionRequest& request, lm::T
   const A2atsRows rows(parts);
   const attention::RowSource* segments[] = {&rows};
   const int n = 1;
-  attention::attend(call, segments, n, &base::ThreadPool::global());
+  attention::attend(call, segments, n, attention::request_pool(request));
   store(*request.keys, *request.values);
 }
 

@@ -178,7 +178,7 @@ void AgeTieredCache::fused_attention(const lm::FusedAttentionRequest& request, l
   }
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
-  attention::attend(call, segments, n, &base::ThreadPool::global());
+  attention::attend(call, segments, n, attention::request_pool(request));
 }
 
 std::vector<lm::Tensor> AgeTieredCache::state() const {

@@ -357,7 +357,7 @@ void AmcCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Ten
   if (offset_ > frontier_) segments[n++] = &tail;
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
-  attention::attend(call, segments, n, &base::ThreadPool::global());
+  attention::attend(call, segments, n, attention::request_pool(request));
 }
 
 std::vector<lm::Tensor> AmcCache::state() const {

@@ -343,7 +343,7 @@ void CachegenCache::fused_attention(const lm::FusedAttentionRequest& request, lm
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
   if (!per_channel_) {  // per-token keys: blocks decoded to f32 tiles (cachegen_rows.h)
     const CachegenRows rows(*this);
-    attention::attend(call, rows, &base::ThreadPool::global());
+    attention::attend(call, rows, attention::request_pool(request));
     return;
   }
   // KIVI's layout: the codes scored and accumulated where they lie (kivi_row_source.h), the
@@ -359,7 +359,7 @@ void CachegenCache::fused_attention(const lm::FusedAttentionRequest& request, lm
   coded.with_float_keys(true);
   const attention::DtypeRowSource tail(tail_k_, tail_v_, offset_ - frontier_, frontier_);
   const attention::RowSource* segments[] = {&coded, &tail};
-  attention::attend(call, segments, 2, &base::ThreadPool::global());
+  attention::attend(call, segments, 2, attention::request_pool(request));
 }
 
 int64_t CachegenCache::trim(int64_t n) {

@@ -145,7 +145,7 @@ void CommVqCache::fused_attention(const lm::FusedAttentionRequest& request, lm::
   const attention::RowSource* segments[] = {&rows};
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
-  attention::attend(call, segments, 1, &base::ThreadPool::global());
+  attention::attend(call, segments, 1, attention::request_pool(request));
 }
 
 int64_t CommVqCache::trim(int64_t n) {

@@ -431,7 +431,7 @@ void KiviCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
       word_keys_ ? static_cast<const attention::RowSource*>(&padded_tail) : &tail};
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
-  attention::attend(call, segments, 2, &base::ThreadPool::global());
+  attention::attend(call, segments, 2, attention::request_pool(request));
 }
 
 int64_t KiviCache::trim(int64_t n) {

@@ -317,7 +317,7 @@ void SkvqCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
   if (window_rows() > 0) segments[n++] = &window;
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
-  attention::attend(call, segments, n, &base::ThreadPool::global());
+  attention::attend(call, segments, n, attention::request_pool(request));
 }
 
 int64_t SkvqCache::trim(int64_t n) {

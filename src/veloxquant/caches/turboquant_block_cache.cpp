@@ -589,11 +589,11 @@ void TurboQuantBlockCache::fused_attention(const lm::FusedAttentionRequest& requ
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
   if (split_) {
     const TurboQuantBlockSplitRows rows(*this, offset_);
-    attention::attend(call, rows, &base::ThreadPool::global());
+    attention::attend(call, rows, attention::request_pool(request));
     return;
   }
   const TurboQuantBlockRows rows(*this, offset_);
-  attention::attend(call, rows, &base::ThreadPool::global());
+  attention::attend(call, rows, attention::request_pool(request));
 }
 
 int64_t TurboQuantBlockCache::trim(int64_t n) {

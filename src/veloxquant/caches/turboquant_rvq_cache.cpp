@@ -193,7 +193,7 @@ void TurboQuantRvqCache::fused_attention(const lm::FusedAttentionRequest& reques
   const TurboQuantRvqRows rows(*quantizer_, *key_order_, packed1_, packed2_, norms_, values, offset_);
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
-  attention::attend(call, rows, &base::ThreadPool::global());
+  attention::attend(call, rows, attention::request_pool(request));
 }
 
 int64_t TurboQuantRvqCache::trim(int64_t n) {

@@ -269,7 +269,7 @@ void ZipCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Ten
   segments[n_segments++] = &tail;
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
-  attention::attend(call, segments, n_segments, &base::ThreadPool::global());
+  attention::attend(call, segments, n_segments, attention::request_pool(request));
 }
 
 std::vector<lm::Tensor> ZipCache::state() const {

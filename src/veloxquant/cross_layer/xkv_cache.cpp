@@ -295,7 +295,7 @@ void XkvCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Ten
   if (offset_ > frontier_) segments[n++] = &pending;
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
-  attention::attend(call, segments, n, &base::ThreadPool::global());
+  attention::attend(call, segments, n, attention::request_pool(request));
 }
 
 std::vector<lm::Tensor> XkvCache::state() const {

@@ -233,7 +233,7 @@ void XQuantCache::fused_attention(const lm::FusedAttentionRequest& request, lm::
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
   const XQuantRows rows(*this);
-  attention::attend(call, rows, &base::ThreadPool::global());
+  attention::attend(call, rows, attention::request_pool(request));
 }
 
 lm::KeysValues XQuantCache::update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) {
