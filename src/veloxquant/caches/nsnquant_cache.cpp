@@ -244,28 +244,14 @@ void NsnQuantCache::fused_attention(const lm::FusedAttentionRequest& request, lm
 }
 
 int64_t NsnQuantCache::trim(int64_t n) {
-  if (n < 0) throw base::InvalidArgument("NsnQuantCache::trim: n must be >= 0, got " + std::to_string(n));
-  const int64_t removed = std::min(n, offset_);
-  const int64_t new_offset = offset_ - removed;
-  const int64_t new_frontier = new_offset / chunk_ * chunk_;
-  if (new_frontier < frontier_) {
-    // The chunk at new_frontier reopens (its rows below new_offset return to the buffer, decoded
-    // from their codes); every chunk above it is dropped whole.
-    blocks_tail::reopen_into_tail({.batch = batch_,
-                                   .heads = heads_,
-                                   .key_dim = dk_,
-                                   .value_dim = dv_,
-                                   .group = chunk_,
-                                   .frontier = new_frontier,
-                                   .offset = new_offset,
-                                   .tail_dtype = dtype_},
-                                  tail_k_, tail_v_,
-                                  [this](bool keys, int64_t b, int64_t h, int64_t begin, int64_t end, float* out) {
-                                    decode_rows(keys, b, h, begin, end, out);
-                                  });
-    frontier_ = new_frontier;
-  }
-  offset_ = new_offset;
+  const int64_t removed = blocks_tail::trim_coded_blocks(
+      "NsnQuantCache", n,
+      {.batch = batch_, .heads = heads_, .key_dim = dk_, .value_dim = dv_, .group = chunk_, .tail_dtype = dtype_},
+      tail_k_, tail_v_,
+      [this](bool keys, int64_t b, int64_t h, int64_t begin, int64_t end, float* out) {
+        decode_rows(keys, b, h, begin, end, out);
+      },
+      frontier_, offset_);
   return removed;
 }
 

@@ -55,6 +55,22 @@ void reopen_into_tail(const ReopenedRows& r, lm::Tensor& tail_keys, lm::Tensor& 
   }
 }
 
+int64_t trim_coded_blocks(const char* who, int64_t n, ReopenedRows shape, lm::Tensor& tail_keys,
+                          lm::Tensor& tail_values, const DecodeRows& decode_rows, int64_t& frontier, int64_t& offset) {
+  if (n < 0) throw base::InvalidArgument(std::string(who) + "::trim: n must be >= 0, got " + std::to_string(n));
+  const int64_t removed = std::min(n, offset);
+  const int64_t new_offset = offset - removed;
+  const int64_t new_frontier = new_offset / shape.group * shape.group;
+  if (new_frontier < frontier) {
+    shape.frontier = new_frontier;
+    shape.offset = new_offset;
+    reopen_into_tail(shape, tail_keys, tail_values, decode_rows);
+    frontier = new_frontier;
+  }
+  offset = new_offset;
+  return removed;
+}
+
 lm::KeysValues fetch_coded_keys(const CodedKeysRows& r, const lm::Tensor& tail_keys, const lm::Tensor& values,
                                 lm::DType dtype, const DecodeKeyBlock& decode_block) {
   lm::Tensor k({r.batch, r.heads, r.offset, r.key_dim}, dtype);

@@ -47,6 +47,15 @@ struct ReopenedRows {
 void reopen_into_tail(const ReopenedRows& rows, lm::Tensor& tail_keys, lm::Tensor& tail_values,
                       const DecodeRows& decode_rows);
 
+// trim(n) of such a cache (nsnquant, vecinfer): the offset drops by min(n, offset); when it falls
+// below the frontier, the block holding the new offset reopens into the tail (its rows below the
+// new offset decoded back by reopen_into_tail) and every block above it is dropped, the frontier
+// moving to that block's start. `shape` gives batch, heads, dims, group and tail dtype (its
+// frontier and offset are `frontier` and `offset`, which this updates). Returns the rows removed;
+// n < 0 throws base::InvalidArgument naming `who`.
+int64_t trim_coded_blocks(const char* who, int64_t n, ReopenedRows shape, lm::Tensor& tail_keys,
+                          lm::Tensor& tail_values, const DecodeRows& decode_rows, int64_t& frontier, int64_t& offset);
+
 // fetch() of a cache whose keys are coded blocks of `group` rows below `frontier` plus the tail,
 // and whose values are every row as stored ([B, H, >= offset, Dv] in `stored` dtype): keys from
 // decode_block(b, h, block, f32 [group, Dk]), all in `dtype`.

@@ -285,26 +285,14 @@ void VecInferCache::fused_attention(const lm::FusedAttentionRequest& request, lm
 }
 
 int64_t VecInferCache::trim(int64_t n) {
-  if (n < 0) throw base::InvalidArgument("VecInferCache::trim: n must be >= 0, got " + std::to_string(n));
-  const int64_t removed = std::min(n, offset_);
-  const int64_t new_offset = offset_ - removed;
-  const int64_t new_frontier = new_offset / window_ * window_;
-  if (new_frontier < frontier_) {
-    blocks_tail::reopen_into_tail({.batch = batch_,
-                                   .heads = heads_,
-                                   .key_dim = dk_,
-                                   .value_dim = dv_,
-                                   .group = window_,
-                                   .frontier = new_frontier,
-                                   .offset = new_offset,
-                                   .tail_dtype = dtype_},
-                                  tail_k_, tail_v_,
-                                  [this](bool keys, int64_t b, int64_t h, int64_t begin, int64_t end, float* out) {
-                                    decode_rows(keys, b, h, begin, end, out);
-                                  });
-    frontier_ = new_frontier;
-  }
-  offset_ = new_offset;
+  const int64_t removed = blocks_tail::trim_coded_blocks(
+      "VecInferCache", n,
+      {.batch = batch_, .heads = heads_, .key_dim = dk_, .value_dim = dv_, .group = window_, .tail_dtype = dtype_},
+      tail_k_, tail_v_,
+      [this](bool keys, int64_t b, int64_t h, int64_t begin, int64_t end, float* out) {
+        decode_rows(keys, b, h, begin, end, out);
+      },
+      frontier_, offset_);
   if (offset_ == 0) codec_.reset();  // a cache fed nothing has trained nothing
   return removed;
 }
