@@ -38,9 +38,14 @@ class AnchorKvRows final : public attention::RowSource {
                        int64_t ld, float* acc, attention::TileScratch& scratch) const override;
 
  private:
+  // The block's queries x every anchor key of (b, h), [n_queries, anchors]; `widened` holds the
+  // anchors' keys in f32 when they are computed.
+  const float* anchor_scores(int64_t b, int64_t h, const float* prepared, int64_t n_queries, float* widened) const;
+
   const AnchorKvCache& c_;
   WindowCallRows exact_;
   attention::PlainRows anchor_k_, anchor_v_;
+  uint64_t call_;  // distinct per object, so a thread's kept anchor scores are never another call's
 };
 
 }  // namespace veloxquant
