@@ -14,6 +14,7 @@
 #include "veloxquant/attention/word_code_rows.h"
 #include "veloxquant/caches/anchorkv_cache.h"
 #include "veloxquant/caches/anchorkv_records.h"
+#include "veloxquant/caches/anchorkv_residuals.h"
 #include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant {
@@ -69,17 +70,14 @@ struct ResidualStream {
   int64_t row_bytes;
 };
 
-// The listed rows' packed codes of one stream side by side (`row_bytes` each) and their (lo, step).
-void gather_residual_codes(const lm::Tensor& codes, const lm::Tensor& params, int64_t b, int64_t h,
-                           const ResidualList& list, const ResidualStream& stream, uint8_t* out, float* lo,
-                           float* step) {
-  const int64_t row_bytes = stream.row_bytes;
+// Where each listed row's codes of one stream start, and their (lo, step).
+void residual_rows(const lm::Tensor& codes, const lm::Tensor& params, int64_t b, int64_t h, const ResidualList& list,
+                   const ResidualStream& stream, const uint8_t** rows, float* lo, float* step) {
   const uint8_t* code_base = row_ptr<uint8_t>(codes, b, h, 0) + stream.code_offset;
   const uint16_t* param_base = row_ptr<uint16_t>(params, b, h, 0) + stream.param_offset;
   const int64_t code_stride = codes.strides()[2], param_stride = params.strides()[2];
   for (int64_t i = 0; i < list.n; ++i) {
-    std::memcpy(out + i * row_bytes, code_base + static_cast<int64_t>(list.slot[i]) * code_stride,
-                static_cast<std::size_t>(row_bytes));
+    rows[i] = code_base + static_cast<int64_t>(list.slot[i]) * code_stride;
     const uint16_t* p = param_base + static_cast<int64_t>(list.slot[i]) * param_stride;
     lo[i] = base::f16_to_f32(p[0]);
     step[i] = base::f16_to_f32(p[1]);
@@ -184,11 +182,10 @@ void AnchorKvRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, cons
       const int64_t row_bytes = d * bits / 8;
       float* lo = scratch.f32_second(static_cast<std::size_t>(2 * list.n));
       float* step = lo + list.n;
-      uint8_t* bytes = scratch.u8(static_cast<std::size_t>(list.n * row_bytes));
-      gather_residual_codes(c_.residual_codes_, c_.residual_params_, b, h, list, {0, 0, row_bytes}, bytes, lo, step);
-      attention::kernels::unpack_planes(bytes, row_bytes, list.n, row_bytes, bits, res);
+      const uint8_t* rows[attention::kTileRows];
+      residual_rows(c_.residual_codes_, c_.residual_params_, b, h, list, {0, 0, row_bytes}, rows, lo, step);
       // prepare_query put each query in code order after it, then its sum.
-      attention::kernels::score_rows(prepared + d, pd, n_queries, res, d, list.n, d, res_dots, list.n);
+      score_residual_codes(rows, list.n, row_bytes, bits, prepared + d, pd, n_queries, res_dots, list.n, res);
       for (int64_t r = 0; r < n_queries; ++r) {
         const float qsum = prepared[r * pd + 2 * d];
         for (int64_t i = 0; i < list.n; ++i) {
@@ -252,10 +249,9 @@ void AnchorKvRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
       float* sums = res_w + n_queries * list.n;
       float* lo = sums + n_queries * dv;
       float* step = lo + list.n;
-      uint8_t* bytes = scratch.u8(static_cast<std::size_t>(list.n * row_bytes));
-      gather_residual_codes(c_.residual_codes_, c_.residual_params_, b, h, list, {dk * bits / 8, 2, row_bytes}, bytes,
-                            lo, step);
-      attention::kernels::unpack_planes(bytes, row_bytes, list.n, row_bytes, bits, res);
+      const uint8_t* rows[attention::kTileRows];
+      residual_rows(c_.residual_codes_, c_.residual_params_, b, h, list, {dk * bits / 8, 2, row_bytes}, rows, lo,
+                    step);
       std::fill(sums, sums + n_queries * dv, 0.0f);
       for (int64_t r = 0; r < n_queries; ++r) {
         float bias = 0.0f;
@@ -267,7 +263,7 @@ void AnchorKvRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
         float* out = acc + r * dv;
         for (int64_t e = 0; e < dv; ++e) out[e] += bias;
       }
-      attention::kernels::accumulate_rows(res_w, list.n, n_queries, res, dv, list.n, dv, sums, dv);
+      accumulate_residual_codes(rows, list.n, row_bytes, bits, res_w, list.n, n_queries, sums, dv, res);
       for (int64_t r = 0; r < n_queries; ++r) order.add_to_natural(sums + r * dv, acc + r * dv);
     } else if (list.n > 0) {  // + sum_j w_j r_j over the residual rows, decoded together
       decode_residuals(c_.residual_codes_, c_.residual_params_, b, h, list, dk * bits / 8, 2, dv, bits, res);

@@ -20,6 +20,8 @@
 #include "support/option_error.h"
 #include "veloxquant/caches/anchorkv_cache.h"
 #include "veloxquant/caches/anchorkv_records.h"
+#include "veloxquant/caches/anchorkv_residuals.h"
+#include "lm/kernels/attention_tiles.h"
 #include "veloxquant/veloxquant.h"
 
 namespace veloxquant {
@@ -203,6 +205,49 @@ TEST(AnchorKv, TileRecordKernelsEqualTheScalarLoops) {
       }
     }
   }
+}
+
+TEST(AnchorKv, ResidualCodeKernelsEqualUnpackThenTileKernels) {
+  // Residual rows scored and accumulated from their codes (anchorkv_residuals.h; fused on AVX-512
+  // for 2-bit rows of 64) against unpacking each row's planes and running score_rows /
+  // accumulate_rows, exactly: rows scattered over a slot buffer, whole passes and remainders, 1-4
+  // queries, sums that start non-zero; and a width that takes the reference (4 bits).
+  uint32_t state = 4242;
+  const auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  const auto uniform = [&] { return static_cast<float>(next() >> 8) / 16777216.0f * 2.0f - 1.0f; };
+  for (const int bits : {2, 4}) {
+    const int64_t plane_bytes = 64 * bits / 8, d = 64, slots = 80;
+    std::vector<uint8_t> codes(static_cast<std::size_t>(slots * (plane_bytes + 5)));
+    for (uint8_t& c : codes) c = static_cast<uint8_t>(next() >> 24);
+    for (const int64_t n : {int64_t{8}, int64_t{13}, int64_t{21}, int64_t{64}, int64_t{3}}) {
+      std::vector<const uint8_t*> rows(static_cast<std::size_t>(n));
+      for (auto& r : rows) r = codes.data() + (next() % slots) * (plane_bytes + 5);
+      for (int64_t nq = 1; nq <= 4; ++nq) {
+        const int64_t q_stride = 2 * d + 1, ld = n + 1;
+        std::vector<float> q(static_cast<std::size_t>(nq * q_stride)), w(static_cast<std::size_t>(nq * ld));
+        for (float& x : q) x = uniform();
+        for (float& x : w) x = uniform();
+        std::vector<float> scratch(static_cast<std::size_t>(n * d));
+        std::vector<float> got(static_cast<std::size_t>(nq * ld), 3.0f), want = got;
+        score_residual_codes(rows.data(), n, plane_bytes, bits, q.data(), q_stride, nq, got.data(), ld, scratch.data());
+        scalar::score_residual_codes(rows.data(), n, plane_bytes, bits, q.data(), q_stride, nq, want.data(), ld,
+                                     scratch.data());
+        EXPECT_EQ(got, want) << bits << " " << n << " " << nq;
+        std::vector<float> sums(static_cast<std::size_t>(nq * (d + 4)));
+        for (float& x : sums) x = uniform();
+        std::vector<float> want_sums = sums;
+        accumulate_residual_codes(rows.data(), n, plane_bytes, bits, w.data(), ld, nq, sums.data(), d + 4,
+                                  scratch.data());
+        scalar::accumulate_residual_codes(rows.data(), n, plane_bytes, bits, w.data(), ld, nq, want_sums.data(), d + 4,
+                                          scratch.data());
+        EXPECT_EQ(sums, want_sums) << bits << " " << n << " " << nq;
+      }
+    }
+  }
+  if (std::string(lm::kernels::tiles::target_name()).rfind("AVX3", 0) == 0) {
+    EXPECT_TRUE(residual_codes_fuse(2, 16));
+  }
+  EXPECT_FALSE(residual_codes_fuse(4, 32));
 }
 
 TEST(AnchorKv, BytesAreTheLayoutAndReallyAllocated) {
