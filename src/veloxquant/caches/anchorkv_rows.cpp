@@ -70,18 +70,22 @@ struct ResidualStream {
   int64_t row_bytes;
 };
 
-// Where each listed row's codes of one stream start, and their (lo, step).
+// Where each listed row's codes of one stream start, and their (lo, step) (the f16 pairs gathered,
+// then widened together).
 void residual_rows(const lm::Tensor& codes, const lm::Tensor& params, int64_t b, int64_t h, const ResidualList& list,
                    const ResidualStream& stream, const uint8_t** rows, float* lo, float* step) {
   const uint8_t* code_base = row_ptr<uint8_t>(codes, b, h, 0) + stream.code_offset;
   const uint16_t* param_base = row_ptr<uint16_t>(params, b, h, 0) + stream.param_offset;
   const int64_t code_stride = codes.strides()[2], param_stride = params.strides()[2];
+  uint16_t half[2 * attention::kTileRows];
   for (int64_t i = 0; i < list.n; ++i) {
     rows[i] = code_base + static_cast<int64_t>(list.slot[i]) * code_stride;
     const uint16_t* p = param_base + static_cast<int64_t>(list.slot[i]) * param_stride;
-    lo[i] = base::f16_to_f32(p[0]);
-    step[i] = base::f16_to_f32(p[1]);
+    half[i] = p[0];
+    half[list.n + i] = p[1];
   }
+  lm::kernels::simd::f16_to_f32(half, lo, list.n);  // exact, as the scalar widening
+  lm::kernels::simd::f16_to_f32(half + list.n, step, list.n);
 }
 
 // A tile's records of one stream (field 0: keys, 1: values): anchor index and coefficient per row,
@@ -225,7 +229,25 @@ void AnchorKvRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
     int32_t anchor[attention::kTileRows];
     float coef[attention::kTileRows];
     read_records(c_.records_, b, h, j0, n, 1, anchor, coef, list);
-    if (table) {
+    if (table && n_queries == 3) {
+      // A decode step's GQA group: the three queries' sums in one pass over the rows, three
+      // independent read-modify-writes per row instead of one dependent one (the same products
+      // added to each sum in the same row order).
+      float* g0 = gathered;
+      float* g1 = g0 + n_anchor;
+      float* g2 = g1 + n_anchor;
+      const float* w0 = weights;
+      const float* w1 = w0 + ld;
+      const float* w2 = w1 + ld;
+      for (int64_t j = 0; j < n; ++j) {
+        const int32_t a = anchor[j];
+        const float c = coef[j];
+        const float p0 = w0[j] * c, p1 = w1[j] * c, p2 = w2[j] * c;
+        g0[a] += p0;
+        g1[a] += p1;
+        g2[a] += p2;
+      }
+    } else if (table) {
       for (int64_t r = 0; r < n_queries; ++r) {
         const float* w = weights + r * ld;
         float* g = gathered + r * n_anchor;
