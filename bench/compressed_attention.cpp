@@ -106,6 +106,7 @@ const Setup kSetups[] = {
     {"kitty", 2, {}},
     {"amc", 2, {}},
     {"svdq", 2, {}},
+    {"anchorkv", 2, {}},
     {"comm_vq", 2, {}},
     {"skvq", 2, {}},
     {"vecinfer", 2, {}},

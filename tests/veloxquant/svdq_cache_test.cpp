@@ -17,7 +17,9 @@
 #include "support/option_error.h"
 #include "support/reference_attention.h"
 #include "veloxquant/caches/svdq_cache.h"
+#include "lm/kernels/attention_tiles.h"
 #include "veloxquant/caches/svdq_latent_decode.h"
+#include "veloxquant/caches/svdq_latent_scores.h"
 #include "veloxquant/veloxquant.h"
 
 namespace veloxquant {
@@ -92,6 +94,54 @@ TEST(Svdq, LatentTileDecodeMatchesTheScalarLoop) {
     scalar::decode_latent_rows(layout, bytes.data(), stride, rows, scale.data(), min.data(), want.data());
     EXPECT_EQ(got, want) << schedule << " d " << d;
   }
+}
+
+TEST(Svdq, CodeScoresEqualDecodeThenScoreRows) {
+  // score_latent_codes (fused on AVX-512 for groups of 8 channels) against decoding the rows and
+  // scoring the f32 tile with the shared kernel, bit for bit: 1-4 queries (4 takes the two-pass
+  // form), whole passes and remainders, packed rows and a wider odd stride (two loads per row
+  // pair), query rows wider than the coded channels, layouts that fuse and that do not.
+  for (const auto& [d, schedule] :
+       {std::pair{int64_t{64}, "8,4,2,1,1,0,0,0"}, std::pair{int64_t{64}, "1,2,4,8,8,4,2,1"},
+        std::pair{int64_t{64}, "8,8,8,0,0,4,0,2"}, std::pair{int64_t{64}, "1,2,4,8,3,5,6,7"},
+        std::pair{int64_t{128}, "8,8,4,4,2,2,1,1"}, std::pair{int64_t{20}, "3,0,5,0,1,1,0,2"}}) {
+    const SvdqLayout layout = make_svdq_layout(d, parse_svdq_schedule(schedule));
+    for (const int64_t stride : {layout.row_bytes, layout.row_bytes + 3}) {
+      for (const int64_t rows : {int64_t{8}, int64_t{13}, int64_t{64}, int64_t{5}}) {
+        std::vector<uint8_t> bytes(static_cast<std::size_t>(rows * stride));
+        uint32_t state = 777u + static_cast<uint32_t>(rows + stride);
+        const auto next = [&] { return (state = state * 1664525u + 1013904223u) >> 8; };
+        for (uint8_t& x : bytes) x = static_cast<uint8_t>(next());
+        const auto uniform = [&] { return static_cast<float>(next() % 20001) / 10000.0f - 1.0f; };
+        std::vector<float> scale(static_cast<std::size_t>(layout.coded)), min(scale.size());
+        for (std::size_t i = 0; i < scale.size(); ++i) {
+          scale[i] = 0.05f * (1.1f + uniform());
+          min[i] = uniform();
+        }
+        for (int64_t nq = 1; nq <= 4; ++nq) {
+          const int64_t q_stride = layout.coded + 1, ld = rows + 2;
+          std::vector<float> q(static_cast<std::size_t>(nq * q_stride));
+          for (float& x : q) x = uniform();
+          std::vector<float> tile(static_cast<std::size_t>(rows * layout.coded));
+          std::vector<float> want(static_cast<std::size_t>(nq * ld), -7.0f), got = want;
+          decode_latent_rows(layout, bytes.data(), stride, rows, scale.data(), min.data(), tile.data());
+          lm::kernels::tiles::score_rows(q.data(), q_stride, nq, tile.data(), layout.coded, rows, layout.coded,
+                                         want.data(), ld);
+          std::vector<float> scratch(tile.size());
+          score_latent_codes(layout, bytes.data(), stride, rows, scale.data(), min.data(), q.data(), q_stride, nq,
+                             got.data(), ld, scratch.data());
+          EXPECT_EQ(got, want) << schedule << " d " << d << " stride " << stride << " rows " << rows << " nq " << nq;
+        }
+      }
+    }
+  }
+  // On AVX-512 (this project's machine) the default layout takes the fused kernel, so the loop
+  // above held it to the two-pass form.
+  if (std::string(lm::kernels::tiles::target_name()).rfind("AVX3", 0) == 0) {
+    EXPECT_TRUE(latent_codes_fuse(make_svdq_layout(64, parse_svdq_schedule("8,4,2,1,1,0,0,0"))));
+  }
+  EXPECT_TRUE(!latent_codes_fuse(make_svdq_layout(128, parse_svdq_schedule("8,8,4,4,2,2,1,1"))));
+  EXPECT_TRUE(!latent_codes_fuse(make_svdq_layout(64, parse_svdq_schedule("1,2,4,8,3,5,6,7"))));
 }
 
 TEST(Svdq, MatchesTheReferenceGivenItsBasis) {
@@ -274,7 +324,9 @@ TEST(Svdq, FusedAttentionEqualsAttentionOverFetchedRows) {
     return low_rank_keys(h, n, dim, 8, s);
   };
   for (const SvdqOptions& o :
-       {options("8,4,2,1,1,0,0,0", std::nullopt), options("4,4,4,4,4,4,4,4", 64), options("8,0,2,0,1,0,0,1", 20, 16)}) {
+       {options("8,4,2,1,1,0,0,0", std::nullopt), options("4,4,4,4,4,4,4,4", 64), options("8,0,2,0,1,0,0,1", 20, 16),
+        // Blocks of 20 rows: the decode path's passes of 8 rows cross block boundaries.
+        options("8,4,2,1,1,0,0,0", std::nullopt, 20)}) {
     SvdqCache fused(o), plain(o);
     const std::vector<int64_t> chunks{150, 17, 1, 1, 40};
     const std::vector<float> worst = test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 800, rank8);

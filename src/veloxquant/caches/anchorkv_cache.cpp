@@ -179,7 +179,14 @@ void AnchorKvCache::compress(int64_t b, int64_t h, const float* k, const float* 
   thread_local std::vector<char> is_anchor;
   thread_local std::vector<double> utility;
   mass.resize(static_cast<std::size_t>(spill));
-  kaq_mass(k, spill, proxies, n_proxies, dk_, mass.data());
+  // The mass only ranks the spill's rows against each other (anchor choice, residual utility):
+  // a single row (every decode step) needs none, and its 32 double dot products per head and
+  // layer were a serial cost of every step.
+  if (spill > 1) {
+    kaq_mass(k, spill, proxies, n_proxies, dk_, mass.data());
+  } else {
+    mass[0] = 0.0f;
+  }
   // Anchors: round(rho * new) by attention mass (ties to the older row), the rest uniform samples.
   order.resize(static_cast<std::size_t>(spill));
   std::iota(order.begin(), order.end(), int64_t{0});
@@ -221,12 +228,36 @@ void AnchorKvCache::compress(int64_t b, int64_t h, const float* k, const float* 
     double best = -1.0;
     int64_t best_a = 0;
     double best_dot = 0.0, best_norm = 1.0;
-    for (int64_t a = 0; a < total_anchors; ++a) {
+    const auto consider = [&](int64_t a, double dot, double norm) {
+      const double gain = norm > 0.0 ? dot * dot / norm : 0.0;  // |x|^2 - |x - c a|^2
+      if (gain > best) best = gain, best_a = a, best_dot = dot, best_norm = norm;
+    };
+    // Four anchors per pass over x: eight independent sums (each still in order of e, so the same
+    // values) instead of two dependent chains — the search runs at every decode step.
+    int64_t a = 0;
+    for (; a + 4 <= total_anchors; a += 4) {
+      const float* r0 = anchors.data() + a * d;
+      const float* r1 = r0 + d;
+      const float* r2 = r1 + d;
+      const float* r3 = r2 + d;
+      double d0 = 0.0, d1 = 0.0, d2 = 0.0, d3 = 0.0, n0 = 0.0, n1 = 0.0, n2 = 0.0, n3 = 0.0;
+      for (int64_t e = 0; e < d; ++e) {
+        const double xe = x[e];
+        d0 += xe * r0[e], n0 += double(r0[e]) * r0[e];
+        d1 += xe * r1[e], n1 += double(r1[e]) * r1[e];
+        d2 += xe * r2[e], n2 += double(r2[e]) * r2[e];
+        d3 += xe * r3[e], n3 += double(r3[e]) * r3[e];
+      }
+      consider(a, d0, n0);
+      consider(a + 1, d1, n1);
+      consider(a + 2, d2, n2);
+      consider(a + 3, d3, n3);
+    }
+    for (; a < total_anchors; ++a) {
       const float* row = anchors.data() + a * d;
       double dot = 0.0, norm = 0.0;
       for (int64_t e = 0; e < d; ++e) dot += double(x[e]) * row[e], norm += double(row[e]) * row[e];
-      const double gain = norm > 0.0 ? dot * dot / norm : 0.0;  // |x|^2 - |x - c a|^2
-      if (gain > best) best = gain, best_a = a, best_dot = dot, best_norm = norm;
+      consider(a, dot, norm);
     }
     *coef = f16_round(best_norm > 0.0 ? static_cast<float>(best_dot / best_norm) : 0.0f);
     return best_a;
@@ -323,6 +354,29 @@ void AnchorKvCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   pk.resize(static_cast<std::size_t>(n * dk_));
   pv.resize(static_cast<std::size_t>(n * dv_));
   offset_rows_at_ = rows_;
+  if (s == 1 && tail == w) {
+    // A decode step with a full window: its oldest row leaves (spill 1, no KaQ mass needed) and
+    // the window moves up one row in place, bytes as stored, instead of every window row
+    // widened to f32 and written back (the same values: the dtype round trip is exact).
+    const int64_t kb = dk_ * static_cast<int64_t>(tail_k_.element_size());
+    const int64_t vb = dv_ * static_cast<int64_t>(tail_v_.element_size());
+    for (int64_t bh = 0; bh < heads; ++bh) {
+      std::byte* tk = blocks_tail::head_rows(tail_k_, bh, w, dk_);
+      std::byte* tv = blocks_tail::head_rows(tail_v_, bh, w, dv_);
+      cache_rows::load_f32(tk, dtype_, static_cast<std::size_t>(dk_), pk.data());
+      cache_rows::load_f32(tv, dtype_, static_cast<std::size_t>(dv_), pv.data());
+      compress(bh / heads_, bh % heads_, pk.data(), pv.data(), 1, nullptr, 0, new_anchors, new_slots, slots_);
+      std::memmove(tk, tk + kb, static_cast<std::size_t>((w - 1) * kb));
+      std::memmove(tv, tv + vb, static_cast<std::size_t>((w - 1) * vb));
+      cache_rows::store_f32(new_k.data() + bh * dk_, static_cast<std::size_t>(dk_), tk + (w - 1) * kb, dtype_);
+      cache_rows::store_f32(new_v.data() + bh * dv_, static_cast<std::size_t>(dv_), tv + (w - 1) * vb, dtype_);
+    }
+    rows_ = rows_after;
+    anchors_ += new_anchors;
+    slots_ += new_slots;
+    offset_ += s;
+    return;
+  }
   for (int64_t bh = 0; bh < heads; ++bh) {
     blocks_tail::gather_pending(tail_k_, dtype_, bh, w, dk_, tail, new_k.data(), s, pk.data());
     blocks_tail::gather_pending(tail_v_, dtype_, bh, w, dv_, tail, new_v.data(), s, pv.data());

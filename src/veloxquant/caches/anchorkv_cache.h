@@ -27,9 +27,9 @@
 //   residual_codes     U8  [B, H, slots, (Dk + Dv) * bits / 8]
 //   residual_params    F16 [B, H, slots, 4]  key min, key step, value min, value step
 //   tail_k/tail_v      input dtype [B, H, window, D]
-// Attention (fused, one RowSource of the shared driver): per tile the query's dot products with
-// the anchors are computed once and each row scores c * <q, a> (+ <q, residual>); value weights
-// are gathered per anchor and the anchors' values added once per tile.
+// Attention (fused, one RowSource of the shared driver): the query's dot products with the
+// anchors are computed once per head and call and each row scores c * <q, a> (+ <q, residual>);
+// value weights are gathered per anchor and the anchors' values added once per tile.
 #include <cstdint>
 #include <memory>
 #include <string>

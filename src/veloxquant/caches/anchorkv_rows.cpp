@@ -1,9 +1,11 @@
 #include "veloxquant/caches/anchorkv_rows.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "base/half.h"
 #include "lm/kernels/simd_dot.h"
@@ -11,6 +13,8 @@
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/attention/word_code_rows.h"
 #include "veloxquant/caches/anchorkv_cache.h"
+#include "veloxquant/caches/anchorkv_records.h"
+#include "veloxquant/caches/anchorkv_residuals.h"
 #include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant {
@@ -19,10 +23,12 @@ using cache_rows::row_ptr;
 
 namespace {
 
+std::atomic<uint64_t> next_call{1};
+
 // One tile's rows that carry a residual: their place in the tile and their slot.
 struct ResidualList {
   int64_t n = 0;
-  int64_t at[attention::kTileRows];
+  int32_t at[attention::kTileRows];
   uint32_t slot[attention::kTileRows];
 };
 
@@ -64,39 +70,29 @@ struct ResidualStream {
   int64_t row_bytes;
 };
 
-// The listed rows' packed codes of one stream side by side (`row_bytes` each) and their (lo, step).
-void gather_residual_codes(const lm::Tensor& codes, const lm::Tensor& params, int64_t b, int64_t h,
-                           const ResidualList& list, const ResidualStream& stream, uint8_t* out, float* lo,
-                           float* step) {
-  const int64_t row_bytes = stream.row_bytes;
+// Where each listed row's codes of one stream start, and their (lo, step) (the f16 pairs gathered,
+// then widened together).
+void residual_rows(const lm::Tensor& codes, const lm::Tensor& params, int64_t b, int64_t h, const ResidualList& list,
+                   const ResidualStream& stream, const uint8_t** rows, float* lo, float* step) {
   const uint8_t* code_base = row_ptr<uint8_t>(codes, b, h, 0) + stream.code_offset;
   const uint16_t* param_base = row_ptr<uint16_t>(params, b, h, 0) + stream.param_offset;
   const int64_t code_stride = codes.strides()[2], param_stride = params.strides()[2];
+  uint16_t half[2 * attention::kTileRows];
   for (int64_t i = 0; i < list.n; ++i) {
-    std::memcpy(out + i * row_bytes, code_base + static_cast<int64_t>(list.slot[i]) * code_stride,
-                static_cast<std::size_t>(row_bytes));
+    rows[i] = code_base + static_cast<int64_t>(list.slot[i]) * code_stride;
     const uint16_t* p = param_base + static_cast<int64_t>(list.slot[i]) * param_stride;
-    lo[i] = base::f16_to_f32(p[0]);
-    step[i] = base::f16_to_f32(p[1]);
+    half[i] = p[0];
+    half[list.n + i] = p[1];
   }
+  lm::kernels::simd::f16_to_f32(half, lo, list.n);  // exact, as the scalar widening
+  lm::kernels::simd::f16_to_f32(half + list.n, step, list.n);
 }
 
-// A tile's records of one stream (field 0: keys, 1: values): anchor index and coefficient per row
-// (the f16 coefficients widened together), and the rows that carry a residual.
+// A tile's records of one stream (field 0: keys, 1: values): anchor index and coefficient per row,
+// and the rows that carry a residual (caches/anchorkv_records.h, in SIMD).
 void read_records(const lm::Tensor& records, int64_t b, int64_t h, int64_t j0, int64_t n, int field, int32_t* anchor,
                   float* coef, ResidualList& list) {
-  const uint32_t* rec = row_ptr<uint32_t>(records, b, h, j0);
-  const int64_t stride = records.strides()[2];
-  uint16_t half[attention::kTileRows];
-  for (int64_t j = 0; j < n; ++j, rec += stride) {
-    anchor[j] = static_cast<int32_t>(rec[field] & 0xFFFF);
-    half[j] = static_cast<uint16_t>(rec[field] >> 16);
-    if (rec[2] != AnchorKvCache::kNoResidual) {
-      list.at[list.n] = j;
-      list.slot[list.n++] = rec[2];
-    }
-  }
-  lm::kernels::simd::f16_to_f32(half, coef, n);
+  list.n = read_anchor_records(row_ptr<uint32_t>(records, b, h, j0), n, field, anchor, coef, list.at, list.slot);
 }
 
 }  // namespace
@@ -121,9 +117,39 @@ AnchorKvRows::AnchorKvRows(const AnchorKvCache& cache, const lm::Tensor& call_k,
     : c_(cache),
       exact_(cache.tail_k_, cache.tail_v_, cache.offset_ - cache.rows_, call_k, call_v),
       anchor_k_(attention::PlainRows::of(cache.anchor_k_)),
-      anchor_v_(attention::PlainRows::of(cache.anchor_v_)) {}
+      anchor_v_(attention::PlainRows::of(cache.anchor_v_)),
+      call_(next_call.fetch_add(1)) {}
 
 int64_t AnchorKvRows::rows(int64_t, int64_t) const { return c_.rows_ + exact_.rows(); }
+
+const float* AnchorKvRows::anchor_scores(int64_t b, int64_t h, const float* prepared, int64_t n_queries,
+                                         float* widened) const {
+  // <q, a> for every anchor of (b, h) and every query of the block: the same score_rows call each
+  // tile made before, made at the head's first tile of the call and kept per thread for its later
+  // tiles (a split-K range of 256 rows is 4 tiles; with 32 anchors at 4k the table had cost half a
+  // key score per row).
+  struct Kept {
+    uint64_t call = 0;
+    int64_t b = -1, h = -1, n_queries = 0;
+    std::vector<float> queries, dots;
+  };
+  thread_local Kept kept;
+  const int64_t d = key_dim(), pd = prepared_dim(), n_anchor = c_.anchors_;
+  const std::size_t query_floats = static_cast<std::size_t>(n_queries * pd);
+  if (kept.call == call_ && kept.b == b && kept.h == h && kept.n_queries == n_queries &&
+      std::memcmp(kept.queries.data(), prepared, query_floats * sizeof(float)) == 0) {
+    return kept.dots.data();
+  }
+  kept.call = call_;
+  kept.b = b;
+  kept.h = h;
+  kept.n_queries = n_queries;
+  kept.queries.assign(prepared, prepared + query_floats);
+  kept.dots.resize(static_cast<std::size_t>(n_queries * n_anchor));
+  anchor_k_.widen(b, h, 0, n_anchor, widened);
+  attention::kernels::score_rows(prepared, pd, n_queries, widened, d, n_anchor, d, kept.dots.data(), n_anchor);
+  return kept.dots.data();
+}
 
 void AnchorKvRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared, int64_t n_queries,
                               float* scores, int64_t ld, attention::TileScratch& scratch) const {
@@ -132,32 +158,26 @@ void AnchorKvRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, cons
   if (j0 < end) {
     const int64_t n = end - j0;
     const bool table = n_anchor <= kMaxTableAnchors;
-    // Scratch: anchor keys (all of them for the table, else one), the query x anchor dot products,
-    // the tile's residual rows and their dot products with the queries.
-    const int64_t anchor_floats = (table ? n_anchor : 1) * d, dot_floats = n_queries * (table ? n_anchor : 1);
-    float* ak = scratch.f32(static_cast<std::size_t>(anchor_floats + dot_floats + n * d + n_queries * n));
-    float* dots = ak + anchor_floats;
-    float* res = dots + dot_floats;
+    // Scratch: anchor keys (one, or all of them when the head's table is made), the query x
+    // anchor dot products (one row's; the table's are kept per thread), the tile's residual rows
+    // and their dot products with the queries.
+    const int64_t anchor_floats = (table ? n_anchor : 1) * d;
+    float* ak = scratch.f32(static_cast<std::size_t>(anchor_floats + n_queries + n * d + n_queries * n));
+    float* row_dots = ak + anchor_floats;
+    float* res = row_dots + n_queries;
     float* res_dots = res + n * d;
-    if (table) {  // <q, a> for every anchor, once per tile, for the whole query block
-      anchor_k_.widen(b, h, 0, n_anchor, ak);
-      attention::kernels::score_rows(prepared, pd, n_queries, ak, d, n_anchor, d, dots, n_anchor);
-    }
+    const float* dots = table ? anchor_scores(b, h, prepared, n_queries, ak) : nullptr;
     ResidualList list;
     int32_t anchor[attention::kTileRows];
     float coef[attention::kTileRows];
     read_records(c_.records_, b, h, j0, n, 0, anchor, coef, list);
     if (table) {
-      for (int64_t r = 0; r < n_queries; ++r) {
-        const float* dr = dots + r * n_anchor;
-        float* s = scores + r * ld;
-        for (int64_t j = 0; j < n; ++j) s[j] = coef[j] * dr[anchor[j]];
-      }
+      anchor_row_scores(anchor, coef, n, dots, n_anchor, n_queries, scores, ld);
     } else {
       for (int64_t j = 0; j < n; ++j) {
         anchor_k_.widen(b, h, anchor[j], anchor[j] + 1, ak);
-        attention::kernels::score_rows(prepared, pd, n_queries, ak, d, 1, d, dots, 1);
-        for (int64_t r = 0; r < n_queries; ++r) scores[r * ld + j] = coef[j] * dots[r];
+        attention::kernels::score_rows(prepared, pd, n_queries, ak, d, 1, d, row_dots, 1);
+        for (int64_t r = 0; r < n_queries; ++r) scores[r * ld + j] = coef[j] * row_dots[r];
       }
     }
     if (list.n > 0 && attention::CodeOrder::is_planar(bits, d)) {
@@ -166,11 +186,10 @@ void AnchorKvRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, cons
       const int64_t row_bytes = d * bits / 8;
       float* lo = scratch.f32_second(static_cast<std::size_t>(2 * list.n));
       float* step = lo + list.n;
-      uint8_t* bytes = scratch.u8(static_cast<std::size_t>(list.n * row_bytes));
-      gather_residual_codes(c_.residual_codes_, c_.residual_params_, b, h, list, {0, 0, row_bytes}, bytes, lo, step);
-      attention::kernels::unpack_planes(bytes, row_bytes, list.n, row_bytes, bits, res);
+      const uint8_t* rows[attention::kTileRows];
+      residual_rows(c_.residual_codes_, c_.residual_params_, b, h, list, {0, 0, row_bytes}, rows, lo, step);
       // prepare_query put each query in code order after it, then its sum.
-      attention::kernels::score_rows(prepared + d, pd, n_queries, res, d, list.n, d, res_dots, list.n);
+      score_residual_codes(rows, list.n, row_bytes, bits, prepared + d, pd, n_queries, res_dots, list.n, res);
       for (int64_t r = 0; r < n_queries; ++r) {
         const float qsum = prepared[r * pd + 2 * d];
         for (int64_t i = 0; i < list.n; ++i) {
@@ -199,7 +218,7 @@ void AnchorKvRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
     const bool table = n_anchor <= kMaxTableAnchors;
     // Scratch: per (query, anchor) the gathered weights w * c, the anchors' values, the tile's
     // residual value rows and their weights.
-    const int64_t gathered_floats = n_queries * (table ? n_anchor : 1), anchor_floats = (table ? n_anchor : 1) * dv;
+    const int64_t gathered_floats = n_queries * (table ? n_anchor : 1), anchor_floats = table ? 0 : dv;
     float* gathered = scratch.f32_second(
         static_cast<std::size_t>(gathered_floats + anchor_floats + n * dv + n_queries * n + n_queries * dv + 2 * n));
     float* av = gathered + gathered_floats;
@@ -210,7 +229,25 @@ void AnchorKvRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
     int32_t anchor[attention::kTileRows];
     float coef[attention::kTileRows];
     read_records(c_.records_, b, h, j0, n, 1, anchor, coef, list);
-    if (table) {
+    if (table && n_queries == 3) {
+      // A decode step's GQA group: the three queries' sums in one pass over the rows, three
+      // independent read-modify-writes per row instead of one dependent one (the same products
+      // added to each sum in the same row order).
+      float* g0 = gathered;
+      float* g1 = g0 + n_anchor;
+      float* g2 = g1 + n_anchor;
+      const float* w0 = weights;
+      const float* w1 = w0 + ld;
+      const float* w2 = w1 + ld;
+      for (int64_t j = 0; j < n; ++j) {
+        const int32_t a = anchor[j];
+        const float c = coef[j];
+        const float p0 = w0[j] * c, p1 = w1[j] * c, p2 = w2[j] * c;
+        g0[a] += p0;
+        g1[a] += p1;
+        g2[a] += p2;
+      }
+    } else if (table) {
       for (int64_t r = 0; r < n_queries; ++r) {
         const float* w = weights + r * ld;
         float* g = gathered + r * n_anchor;
@@ -223,9 +260,8 @@ void AnchorKvRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
         attention::kernels::accumulate_rows(gathered, 1, n_queries, av, dv, 1, dv, acc, dv);
       }
     }
-    if (table) {  // sum_a (sum_{j -> a} w_j c_j) v_a: every anchor value read once per tile
-      anchor_v_.widen(b, h, 0, n_anchor, av);
-      attention::kernels::accumulate_rows(gathered, n_anchor, n_queries, av, dv, n_anchor, dv, acc, dv);
+    if (table) {  // sum_a (sum_{j -> a} w_j c_j) v_a: every anchor value read once per tile, in place
+      attention::accumulate_plain_tile(anchor_v_, b, h, 0, n_anchor, gathered, n_queries, n_anchor, acc, scratch);
     }
     if (list.n > 0 && attention::CodeOrder::is_planar(bits, dv)) {
       // + sum_j w_j (lo_j + step_j c_j) = sum_j (w_j step_j) c_j + sum_j w_j lo_j: the codes unpacked
@@ -235,10 +271,9 @@ void AnchorKvRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
       float* sums = res_w + n_queries * list.n;
       float* lo = sums + n_queries * dv;
       float* step = lo + list.n;
-      uint8_t* bytes = scratch.u8(static_cast<std::size_t>(list.n * row_bytes));
-      gather_residual_codes(c_.residual_codes_, c_.residual_params_, b, h, list, {dk * bits / 8, 2, row_bytes}, bytes,
-                            lo, step);
-      attention::kernels::unpack_planes(bytes, row_bytes, list.n, row_bytes, bits, res);
+      const uint8_t* rows[attention::kTileRows];
+      residual_rows(c_.residual_codes_, c_.residual_params_, b, h, list, {dk * bits / 8, 2, row_bytes}, rows, lo,
+                    step);
       std::fill(sums, sums + n_queries * dv, 0.0f);
       for (int64_t r = 0; r < n_queries; ++r) {
         float bias = 0.0f;
@@ -250,7 +285,7 @@ void AnchorKvRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
         float* out = acc + r * dv;
         for (int64_t e = 0; e < dv; ++e) out[e] += bias;
       }
-      attention::kernels::accumulate_rows(res_w, list.n, n_queries, res, dv, list.n, dv, sums, dv);
+      accumulate_residual_codes(rows, list.n, row_bytes, bits, res_w, list.n, n_queries, sums, dv, res);
       for (int64_t r = 0; r < n_queries; ++r) order.add_to_natural(sums + r * dv, acc + r * dv);
     } else if (list.n > 0) {  // + sum_j w_j r_j over the residual rows, decoded together
       decode_residuals(c_.residual_codes_, c_.residual_params_, b, h, list, dk * bits / 8, 2, dv, bits, res);

@@ -4,10 +4,11 @@
 // the call's own rows (caches/window_call_rows.h), at contiguous positions from 0.
 //
 // A compressed key is c * a (+ a residual r), so <q, k> = c <q, a> (+ <q, r>): with few anchors
-// the query's dot products with all of them are computed once per tile and each row costs one
-// multiply (plus a residual decode for the rows that have one). Values: sum_j w_j c_j v_a(j) =
+// the query's dot products with all of them are computed once per head and call (kept per
+// thread) and each row costs one gather and multiply (plus, for the rows that have one, its
+// residual scored from its codes: caches/anchorkv_residuals.h). Values: sum_j w_j c_j v_a(j) =
 // sum_a (sum_{j: a(j) = a} w_j c_j) v_a — the weights are gathered per anchor and the anchors'
-// values added once per tile.
+// f16 values added once per tile.
 #include <cstdint>
 
 #include "lm/tensor.h"
@@ -38,9 +39,14 @@ class AnchorKvRows final : public attention::RowSource {
                        int64_t ld, float* acc, attention::TileScratch& scratch) const override;
 
  private:
+  // The block's queries x every anchor key of (b, h), [n_queries, anchors]; `widened` holds the
+  // anchors' keys in f32 when they are computed.
+  const float* anchor_scores(int64_t b, int64_t h, const float* prepared, int64_t n_queries, float* widened) const;
+
   const AnchorKvCache& c_;
   WindowCallRows exact_;
   attention::PlainRows anchor_k_, anchor_v_;
+  uint64_t call_;  // distinct per object, so a thread's kept anchor scores are never another call's
 };
 
 }  // namespace veloxquant

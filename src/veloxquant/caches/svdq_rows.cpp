@@ -9,6 +9,7 @@
 #include "veloxquant/attention/integer_key_scores.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/caches/svdq_latent_decode.h"
+#include "veloxquant/caches/svdq_latent_scores.h"
 #include "veloxquant/rows/cache_rows.h"
 
 namespace veloxquant {
@@ -31,6 +32,17 @@ attention::kernels::NarrowPlane uniform_plane(const SvdqLayout& layout) {
 
 std::atomic<uint64_t> next_call{1};
 
+// A decode step streams every layer's cache from DRAM and the hardware prefetchers restart at
+// every 4 KiB page: the codes, params and value rows this many rows ahead of the tile are hinted
+// into the cache (the host's own decode and kitty do the same; it changes no result).
+constexpr int64_t kPrefetchRows = 64;
+
+// One hint per 64-byte line of [p, p + bytes); a prefetch never faults.
+void prefetch_bytes(const void* p, int64_t bytes) {
+  const auto* c = static_cast<const char*>(p);
+  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o);
+}
+
 }  // namespace
 
 SvdqRows::SvdqRows(const lm::Tensor& codes, const lm::Tensor& params, const lm::Tensor& basis, const lm::Tensor& values,
@@ -44,7 +56,8 @@ SvdqRows::SvdqRows(const lm::Tensor& codes, const lm::Tensor& params, const lm::
       group_(group),
       leading_mean_(leading_mean),
       call_(next_call.fetch_add(1)),
-      plane_(uniform_plane(layout)) {
+      plane_(uniform_plane(layout)),
+      fused_(latent_codes_fuse(layout)) {
   if (plane_.padded > 0 && plane_.dim() > kMaxPlaneDim) plane_ = {};
   if (plane_.padded == 0) return;
   limit_ = attention::kernels::integer_query_limit(plane_.bits, plane_.dim());
@@ -141,20 +154,41 @@ void SvdqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const fl
   float* scale = latent + n * coded;  // the current block's (scale, min) per coded channel, in f32
   float* min = scale + coded;
   float* pairs = min + coded;  // the block's f16 pairs widened in SIMD (exact), then split
-  // Block by block (a tile spans at most a few): the block's params converted once, then its
-  // rows of the tile decoded in one call (svdq_latent_decode.h).
-  for (int64_t j = j0; j < j1;) {
-    const int64_t block = j / group_, end = std::min(j1, (block + 1) * group_);
-    lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(params_, b, h, block), pairs, 2 * coded);
-    for (int64_t i = 0; i < coded; ++i) {
-      scale[i] = pairs[2 * i];
-      min[i] = pairs[2 * i + 1];
-    }
-    const uint8_t* first = row_ptr<uint8_t>(codes_, b, h, j);
-    decode_latent_rows(layout_, first, layout_.row_bytes, end - j, scale, min, latent + (j - j0) * coded);
-    j = end;
+  if (j1 + kPrefetchRows <= rows_) {  // the next tile's codes and params (see kPrefetchRows)
+    prefetch_bytes(row_ptr<uint8_t>(codes_, b, h, j1 + kPrefetchRows - n), n * layout_.row_bytes);
+    const int64_t first_block = (j0 + kPrefetchRows) / group_, last_block = (j1 + kPrefetchRows - 1) / group_;
+    prefetch_bytes(row_ptr<uint16_t>(params_, b, h, first_block), (last_block - first_block + 1) * 4 * coded);
   }
-  attention::kernels::score_rows(projected + lead, width, n_queries, latent, coded, n, coded, scores, ld);
+  const float* q = projected + lead;
+  if (fused_ && n_queries <= 3) {
+    // A decode step: scores straight from the codes (svdq_latent_scores.h), block by block in
+    // whole passes of 8 rows from j0, so every row scores as score_rows over the tile would score
+    // it. A pass that crosses a block boundary is decoded row by row with each block's params and
+    // scored as that same pass.
+    int64_t loaded = -1;
+    for (int64_t j = j0; j < j1;) {
+      const int64_t block = j / group_, end = std::min(j1, (block + 1) * group_);
+      if (block != loaded) {
+        load_block_params(b, h, block, pairs, scale, min);
+        loaded = block;
+      }
+      const int64_t run = end == j1 ? end - j : (end - j) / 8 * 8;
+      if (run > 0) {
+        score_latent_codes(layout_, row_ptr<uint8_t>(codes_, b, h, j), layout_.row_bytes, run, scale, min, q, width,
+                           n_queries, scores + (j - j0), ld, latent);
+        j += run;
+        continue;
+      }
+      const int64_t pass_end = std::min(j + 8, j1);
+      decode_span(b, h, j, pass_end, pairs, scale, min, latent);
+      loaded = -1;
+      attention::kernels::score_rows(q, width, n_queries, latent, coded, pass_end - j, coded, scores + (j - j0), ld);
+      j = pass_end;
+    }
+  } else {
+    decode_span(b, h, j0, j1, pairs, scale, min, latent);
+    attention::kernels::score_rows(q, width, n_queries, latent, coded, n, coded, scores, ld);
+  }
   if (!leading_mean_) return;
   for (int64_t r = 0; r < n_queries; ++r) {
     const float shift = projected[r * width];
@@ -163,9 +197,31 @@ void SvdqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const fl
   }
 }
 
+void SvdqRows::load_block_params(int64_t b, int64_t h, int64_t block, float* pairs, float* scale, float* min) const {
+  const int64_t coded = layout_.coded;
+  lm::kernels::simd::f16_to_f32(row_ptr<uint16_t>(params_, b, h, block), pairs, 2 * coded);
+  for (int64_t i = 0; i < coded; ++i) {
+    scale[i] = pairs[2 * i];
+    min[i] = pairs[2 * i + 1];
+  }
+}
+
+void SvdqRows::decode_span(int64_t b, int64_t h, int64_t j0, int64_t j1, float* pairs, float* scale, float* min,
+                           float* out) const {
+  // Block by block (a tile spans at most a few): the block's params converted once, then its
+  // rows of the span decoded in one call (svdq_latent_decode.h).
+  for (int64_t j = j0; j < j1;) {
+    const int64_t block = j / group_, end = std::min(j1, (block + 1) * group_);
+    load_block_params(b, h, block, pairs, scale, min);
+    decode_latent_rows(layout_, row_ptr<uint8_t>(codes_, b, h, j), layout_.row_bytes, end - j, scale, min,
+                       out + (j - j0) * layout_.coded);
+    j = end;
+  }
+}
+
 void SvdqRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
                                int64_t ld, float* acc, attention::TileScratch& scratch) const {
-  attention::accumulate_plain_tile(values_, b, h, j0, j1, weights, n_queries, ld, acc, scratch);
+  attention::accumulate_plain_tile(values_, b, h, j0, j1, weights, n_queries, ld, acc, scratch, kPrefetchRows);
 }
 
 }  // namespace veloxquant

@@ -52,6 +52,11 @@ class SvdqRows final : public attention::RowSource {
     const float* padded;
   };
   Projection project(int64_t b, int64_t h, const float* prepared, int64_t n_queries) const;
+  // Block `block`'s f16 (scale, min) pairs widened into `pairs` and split into scale / min.
+  void load_block_params(int64_t b, int64_t h, int64_t block, float* pairs, float* scale, float* min) const;
+  // Rows [j0, j1) decoded to f32 latents, out[(j - j0) * coded + i], each with its block's params.
+  void decode_span(int64_t b, int64_t h, int64_t j0, int64_t j1, float* pairs, float* scale, float* min,
+                   float* out) const;
 
   const lm::Tensor& codes_;
   const lm::Tensor& params_;
@@ -63,6 +68,7 @@ class SvdqRows final : public attention::RowSource {
   bool leading_mean_;
   uint64_t call_;                          // distinct per object, so a thread's kept projection is never another call's
   attention::kernels::NarrowPlane plane_;  // padded > 0: the integer path
+  bool fused_;                             // the float path scores decode steps from the codes
   int32_t limit_ = 0;
   // Padded code-order position -> coded channel (coded: a zero pair). Held inline: a SvdqRows is
   // built per call, and a vector would be a heap allocation per decode step. Planes wider than

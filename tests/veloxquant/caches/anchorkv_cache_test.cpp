@@ -18,6 +18,10 @@
 #include "support/fused_vs_fetched.h"
 #include "support/kv_test_data.h"
 #include "support/option_error.h"
+#include "veloxquant/caches/anchorkv_cache.h"
+#include "veloxquant/caches/anchorkv_records.h"
+#include "veloxquant/caches/anchorkv_residuals.h"
+#include "lm/kernels/attention_tiles.h"
 #include "veloxquant/veloxquant.h"
 
 namespace veloxquant {
@@ -153,6 +157,97 @@ TEST(AnchorKv, FusedAttentionEqualsAttentionOverReconstructedRows) {
     }
     EXPECT_EQ(fused.nbytes(), plain.nbytes());
   }
+}
+
+TEST(AnchorKv, TileRecordKernelsEqualTheScalarLoops) {
+  // The dispatched record reader and anchor scorer (anchorkv_records.h) against their scalar
+  // references, exactly: whole vectors and a tail, both streams, rows with and without a
+  // residual (none, some, all), f16 coefficients of every kind incl. subnormals and negatives.
+  uint32_t state = 99;
+  const auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (const int64_t n : {int64_t{64}, int64_t{37}, int64_t{5}, int64_t{16}}) {
+    for (const int every : {0, 1, 3}) {  // residual on no row, every row, about a third
+      std::vector<uint32_t> records(static_cast<std::size_t>(3 * n));
+      for (int64_t j = 0; j < n; ++j) {
+        for (int f = 0; f < 2; ++f) records[static_cast<std::size_t>(3 * j + f)] = (next() & 0xFFFF0000u) | (next() >> 26);
+        const bool has = every == 1 || (every == 3 && next() % 3 == 0);
+        records[static_cast<std::size_t>(3 * j + 2)] = has ? next() >> 8 : AnchorKvCache::kNoResidual;
+      }
+      for (int field = 0; field < 2; ++field) {
+        std::vector<int32_t> anchor(64, -1), want_anchor(64, -1), at(64, -1), want_at(64, -1);
+        std::vector<float> coef(64, -1.0f), want_coef(64, -1.0f);
+        std::vector<uint32_t> slot(64, 7), want_slot(64, 7);
+        const int64_t got_n = read_anchor_records(records.data(), n, field, anchor.data(), coef.data(), at.data(),
+                                                  slot.data());
+        const int64_t want_n = scalar::read_anchor_records(records.data(), n, field, want_anchor.data(),
+                                                           want_coef.data(), want_at.data(), want_slot.data());
+        ASSERT_EQ(got_n, want_n) << n << " " << every;
+        EXPECT_EQ(anchor, want_anchor);
+        for (int64_t j = 0; j < n; ++j) {
+          const float g = coef[static_cast<std::size_t>(j)], w = want_coef[static_cast<std::size_t>(j)];
+          EXPECT_TRUE(g == w || (std::isnan(g) && std::isnan(w))) << j;
+        }
+        EXPECT_TRUE(std::equal(at.begin(), at.begin() + got_n, want_at.begin()));
+        EXPECT_TRUE(std::equal(slot.begin(), slot.begin() + got_n, want_slot.begin()));
+        // Scores from a table of up to 64 anchors, 1-3 queries, an ld wider than the tile.
+        const int64_t n_anchor = 64;
+        for (int32_t& a : anchor) a = static_cast<int32_t>(next() % n_anchor);
+        for (float& c : coef) c = static_cast<float>(static_cast<int32_t>(next() >> 8)) * 1e-6f;
+        std::vector<float> table(static_cast<std::size_t>(3 * n_anchor));
+        for (float& t : table) t = static_cast<float>(static_cast<int32_t>(next() >> 4)) * 1e-7f;
+        for (int64_t nq = 1; nq <= 3; ++nq) {
+          const int64_t ld = n + 3;
+          std::vector<float> got(static_cast<std::size_t>(nq * ld), 5.0f), want = got;
+          anchor_row_scores(anchor.data(), coef.data(), n, table.data(), n_anchor, nq, got.data(), ld);
+          scalar::anchor_row_scores(anchor.data(), coef.data(), n, table.data(), n_anchor, nq, want.data(), ld);
+          EXPECT_EQ(got, want) << n << " " << nq;
+        }
+      }
+    }
+  }
+}
+
+TEST(AnchorKv, ResidualCodeKernelsEqualUnpackThenTileKernels) {
+  // Residual rows scored and accumulated from their codes (anchorkv_residuals.h; fused on AVX-512
+  // for 2-bit rows of 64) against unpacking each row's planes and running score_rows /
+  // accumulate_rows, exactly: rows scattered over a slot buffer, whole passes and remainders, 1-4
+  // queries, sums that start non-zero; and a width that takes the reference (4 bits).
+  uint32_t state = 4242;
+  const auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  const auto uniform = [&] { return static_cast<float>(next() >> 8) / 16777216.0f * 2.0f - 1.0f; };
+  for (const int bits : {2, 4}) {
+    const int64_t plane_bytes = 64 * bits / 8, d = 64, slots = 80;
+    std::vector<uint8_t> codes(static_cast<std::size_t>(slots * (plane_bytes + 5)));
+    for (uint8_t& c : codes) c = static_cast<uint8_t>(next() >> 24);
+    for (const int64_t n : {int64_t{8}, int64_t{13}, int64_t{21}, int64_t{64}, int64_t{3}}) {
+      std::vector<const uint8_t*> rows(static_cast<std::size_t>(n));
+      for (auto& r : rows) r = codes.data() + (next() % slots) * (plane_bytes + 5);
+      for (int64_t nq = 1; nq <= 4; ++nq) {
+        const int64_t q_stride = 2 * d + 1, ld = n + 1;
+        std::vector<float> q(static_cast<std::size_t>(nq * q_stride)), w(static_cast<std::size_t>(nq * ld));
+        for (float& x : q) x = uniform();
+        for (float& x : w) x = uniform();
+        std::vector<float> scratch(static_cast<std::size_t>(n * d));
+        std::vector<float> got(static_cast<std::size_t>(nq * ld), 3.0f), want = got;
+        score_residual_codes(rows.data(), n, plane_bytes, bits, q.data(), q_stride, nq, got.data(), ld, scratch.data());
+        scalar::score_residual_codes(rows.data(), n, plane_bytes, bits, q.data(), q_stride, nq, want.data(), ld,
+                                     scratch.data());
+        EXPECT_EQ(got, want) << bits << " " << n << " " << nq;
+        std::vector<float> sums(static_cast<std::size_t>(nq * (d + 4)));
+        for (float& x : sums) x = uniform();
+        std::vector<float> want_sums = sums;
+        accumulate_residual_codes(rows.data(), n, plane_bytes, bits, w.data(), ld, nq, sums.data(), d + 4,
+                                  scratch.data());
+        scalar::accumulate_residual_codes(rows.data(), n, plane_bytes, bits, w.data(), ld, nq, want_sums.data(), d + 4,
+                                          scratch.data());
+        EXPECT_EQ(sums, want_sums) << bits << " " << n << " " << nq;
+      }
+    }
+  }
+  if (std::string(lm::kernels::tiles::target_name()).rfind("AVX3", 0) == 0) {
+    EXPECT_TRUE(residual_codes_fuse(2, 16));
+  }
+  EXPECT_FALSE(residual_codes_fuse(4, 32));
 }
 
 TEST(AnchorKv, BytesAreTheLayoutAndReallyAllocated) {
