@@ -36,7 +36,7 @@ set(VQ_POOLED_CACHES_SOURCES
     caches/a2ats_cache caches/a2ats_row_scan caches/a2ats_rows caches/adakv_cache caches/adakv_rows
     caches/age_tier caches/age_tier_rows caches/age_tiered_cache caches/amc_cache
     caches/amc_latent_columns caches/amc_rows caches/amc_tiers caches/anchorkv_cache
-    caches/anchorkv_rows caches/block_svd caches/cachegen_cache caches/cachegen_rows
+    caches/anchorkv_records caches/anchorkv_residuals caches/anchorkv_rows caches/block_svd caches/cachegen_cache caches/cachegen_rows
     caches/comm_vq_cache caches/dense_and_sparse_rows caches/fitted_levels caches/gear_cache
     caches/group_affine_rows caches/kaq_mass caches/kitty_cache caches/kitty_rows caches/kivi_cache
     caches/kivi_row_source caches/kivi_sink_cache caches/kvquant_cache caches/kvtc_cache
@@ -44,7 +44,7 @@ set(VQ_POOLED_CACHES_SOURCES
     caches/nsnquant_rows caches/palu_cache caches/product_vq caches/product_vq_lut
     caches/product_vq_rows caches/quantized_blocks_tail caches/sink_rows caches/skvq_cache
     caches/skvq_clip_search caches/skvq_codes caches/skvq_rows caches/sparse_outliers
-    caches/svdq_basis caches/svdq_cache caches/svdq_latent_decode caches/svdq_layout
+    caches/svdq_basis caches/svdq_cache caches/svdq_latent_decode caches/svdq_latent_scores caches/svdq_layout
     caches/svdq_projection caches/svdq_rows caches/top_mass_rows caches/turboquant_block_cache
     caches/turboquant_block_method caches/turboquant_block_rows caches/turboquant_block_split_keys
     caches/turboquant_block_split_rows caches/turboquant_rvq_cache caches/turboquant_rvq_method

@@ -451,7 +451,7 @@ void AnchorKvCache::fused_attention(const lm::FusedAttentionRequest& request, lm
   const lm::Tensor& call_v = cache_rows::with_contiguous_rows(*request.values, call_v_copy);
   const AnchorKvRows rows(*this, call_k, call_v);
   const attention::RowSource* segments[] = {&rows};
-  attention::attend(call, segments, 1, &base::ThreadPool::global());
+  attention::attend(call, segments, 1, attention::request_pool(request));
   store(*request.keys, *request.values);
 }
 

@@ -218,7 +218,7 @@ void SvdqCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
   if (offset_ > frontier_) segments[n++] = &tail;
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
-  attention::attend(call, segments, n, &base::ThreadPool::global());
+  attention::attend(call, segments, n, attention::request_pool(request));
 }
 
 int64_t SvdqCache::trim(int64_t n) {
