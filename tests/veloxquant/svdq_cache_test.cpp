@@ -128,7 +128,7 @@ TEST(Svdq, CodeScoresEqualDecodeThenScoreRows) {
           lm::kernels::tiles::score_rows(q.data(), q_stride, nq, tile.data(), layout.coded, rows, layout.coded,
                                          want.data(), ld);
           std::vector<float> scratch(tile.size());
-          score_latent_codes(layout, bytes.data(), stride, rows, scale.data(), min.data(), q.data(), q_stride, nq,
+          score_latent_codes({&layout, bytes.data(), stride, rows, scale.data(), min.data()}, q.data(), q_stride, nq,
                              got.data(), ld, scratch.data());
           EXPECT_EQ(got, want) << schedule << " d " << d << " stride " << stride << " rows " << rows << " nq " << nq;
         }

@@ -17,7 +17,8 @@ namespace veloxquant::scalar {
 namespace {
 void unpack_rows(const uint8_t* const* rows, int64_t n, int64_t plane_bytes, int bits, float* out) {
   const int64_t d = 8 / bits * plane_bytes;
-  for (int64_t i = 0; i < n; ++i) attention::kernels::unpack_planes(rows[i], plane_bytes, 1, plane_bytes, bits, out + i * d);
+  for (int64_t i = 0; i < n; ++i)
+    attention::kernels::unpack_planes(rows[i], plane_bytes, 1, plane_bytes, bits, out + i * d);
 }
 }  // namespace
 
@@ -145,7 +146,9 @@ void ScoreResidualCodesImpl(const uint8_t* const* rows, int64_t n, int64_t plane
         break;
     }
     // The last n % 8 rows: score_rows takes them one by one, as at the end of the whole block.
-    if (whole < n) scalar::score_residual_codes(rows + whole, n - whole, plane_bytes, bits, q, q_stride, n_q, dots + whole, ld, scratch);
+    if (whole < n)
+      scalar::score_residual_codes(rows + whole, n - whole, plane_bytes, bits, q, q_stride, n_q, dots + whole, ld,
+                                   scratch);
     return;
   }
 #endif

@@ -272,8 +272,7 @@ void AnchorKvRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
       float* lo = sums + n_queries * dv;
       float* step = lo + list.n;
       const uint8_t* rows[attention::kTileRows];
-      residual_rows(c_.residual_codes_, c_.residual_params_, b, h, list, {dk * bits / 8, 2, row_bytes}, rows, lo,
-                    step);
+      residual_rows(c_.residual_codes_, c_.residual_params_, b, h, list, {dk * bits / 8, 2, row_bytes}, rows, lo, step);
       std::fill(sums, sums + n_queries * dv, 0.0f);
       for (int64_t r = 0; r < n_queries; ++r) {
         float bias = 0.0f;

@@ -18,11 +18,11 @@ namespace veloxquant::HWY_NAMESPACE {
 
 // The two-pass form: the reference the fused kernel equals, and the path of every case it does
 // not take.
-HWY_INLINE void score_two_pass(const SvdqLayout& layout, const uint8_t* first_row, int64_t row_stride, int64_t n_rows,
-                               const float* scale, const float* min, const float* q, int64_t q_stride, int64_t n_q,
-                               float* scores, int64_t ld, float* scratch) {
-  decode_latent_rows(layout, first_row, row_stride, n_rows, scale, min, scratch);
-  lm::kernels::tiles::score_rows(q, q_stride, n_q, scratch, layout.coded, n_rows, layout.coded, scores, ld);
+HWY_INLINE void score_two_pass(const LatentCodeRows& r, const float* q, int64_t q_stride, int64_t n_q, float* scores,
+                               int64_t ld, float* scratch) {
+  const int64_t coded = r.layout->coded;
+  decode_latent_rows(*r.layout, r.first_row, r.row_stride, r.n_rows, r.scale, r.min, scratch);
+  lm::kernels::tiles::score_rows(q, q_stride, n_q, scratch, coded, r.n_rows, coded, scores, ld);
 }
 
 // Set per target pass (this file is compiled once per target).
@@ -112,10 +112,13 @@ bool FusesImpl(const SvdqLayout& layout) {
 bool FusesImpl(const SvdqLayout&) { return false; }
 #endif
 
-void ScoreLatentCodesImpl(const SvdqLayout& layout, const uint8_t* first_row, int64_t row_stride, int64_t n_rows,
-                          const float* scale, const float* min, const float* q, int64_t q_stride, int64_t n_q,
-                          float* scores, int64_t ld, float* scratch) {
+void ScoreLatentCodesImpl(const LatentCodeRows& rows, const float* q, int64_t q_stride, int64_t n_q, float* scores,
+                          int64_t ld, float* scratch) {
 #ifdef VQ_SVDQ_FUSED
+  const SvdqLayout& layout = *rows.layout;
+  const uint8_t* first_row = rows.first_row;
+  const int64_t row_stride = rows.row_stride, n_rows = rows.n_rows;
+  const float *scale = rows.scale, *min = rows.min;
   const int64_t whole = n_rows - n_rows % 8;
   if (whole > 0 && n_q >= 1 && n_q <= 3 && FusesImpl(layout)) {
     PairLoad how{};
@@ -157,13 +160,15 @@ void ScoreLatentCodesImpl(const SvdqLayout& layout, const uint8_t* first_row, in
     // The last n_rows % 8 rows: score_rows takes them one by one, so on their own they score as
     // they would at the end of the whole tile.
     if (whole < n_rows) {
-      score_two_pass(layout, first_row + whole * row_stride, row_stride, n_rows - whole, scale, min, q, q_stride, n_q,
-                     scores + whole, ld, scratch);
+      LatentCodeRows rest = rows;
+      rest.first_row = first_row + whole * row_stride;
+      rest.n_rows = n_rows - whole;
+      score_two_pass(rest, q, q_stride, n_q, scores + whole, ld, scratch);
     }
     return;
   }
 #endif
-  score_two_pass(layout, first_row, row_stride, n_rows, scale, min, q, q_stride, n_q, scores, ld, scratch);
+  score_two_pass(rows, q, q_stride, n_q, scores, ld, scratch);
 }
 
 }  // namespace veloxquant::HWY_NAMESPACE
@@ -176,11 +181,9 @@ HWY_EXPORT(ScoreLatentCodesImpl);
 
 bool latent_codes_fuse(const SvdqLayout& layout) { return HWY_DYNAMIC_DISPATCH(FusesImpl)(layout); }
 
-void score_latent_codes(const SvdqLayout& layout, const uint8_t* first_row, int64_t row_stride, int64_t n_rows,
-                        const float* scale, const float* min, const float* q, int64_t q_stride, int64_t n_q,
-                        float* scores, int64_t ld, float* scratch) {
-  HWY_DYNAMIC_DISPATCH(ScoreLatentCodesImpl)
-  (layout, first_row, row_stride, n_rows, scale, min, q, q_stride, n_q, scores, ld, scratch);
+void score_latent_codes(const LatentCodeRows& rows, const float* q, int64_t q_stride, int64_t n_q, float* scores,
+                        int64_t ld, float* scratch) {
+  HWY_DYNAMIC_DISPATCH(ScoreLatentCodesImpl)(rows, q, q_stride, n_q, scores, ld, scratch);
 }
 
 }  // namespace veloxquant

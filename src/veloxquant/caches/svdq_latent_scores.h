@@ -25,13 +25,22 @@ namespace veloxquant {
 // 8 bits, a row at most 32 bytes) on this machine; otherwise it decodes and scores in two passes.
 bool latent_codes_fuse(const SvdqLayout& layout);
 
-// scores[r * ld + j] = <q_r, decoded row j> for r < n_q, j < n_rows, where row j's codes start at
-// first_row + j * row_stride and decode with the block's per-coded-channel scale / min; q_r at
-// q + r * q_stride (layout.coded floats). Equal to decode_latent_rows into a tile and score_rows
-// over it with the same n_rows (the passes of 8 rows fall from row 0). `scratch` holds
-// n_rows * layout.coded floats for the two-pass form.
-void score_latent_codes(const SvdqLayout& layout, const uint8_t* first_row, int64_t row_stride, int64_t n_rows,
-                        const float* scale, const float* min, const float* q, int64_t q_stride, int64_t n_q,
-                        float* scores, int64_t ld, float* scratch);
+// A run of coded rows of one block: row j's codes start at first_row + j * row_stride and decode
+// with the block's per-coded-channel scale / min (layout.coded floats each).
+struct LatentCodeRows {
+  const SvdqLayout* layout = nullptr;
+  const uint8_t* first_row = nullptr;
+  int64_t row_stride = 0;
+  int64_t n_rows = 0;
+  const float* scale = nullptr;
+  const float* min = nullptr;
+};
+
+// scores[r * ld + j] = <q_r, decoded row j> for r < n_q, j < rows.n_rows; q_r at q + r * q_stride
+// (layout.coded floats). Equal to decode_latent_rows into a tile and score_rows over it with the
+// same n_rows (the passes of 8 rows fall from row 0). `scratch` holds n_rows * layout.coded floats
+// for the two-pass form.
+void score_latent_codes(const LatentCodeRows& rows, const float* q, int64_t q_stride, int64_t n_q, float* scores,
+                        int64_t ld, float* scratch);
 
 }  // namespace veloxquant

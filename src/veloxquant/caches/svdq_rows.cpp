@@ -153,7 +153,7 @@ void SvdqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const fl
   float* latent = scratch.f32(static_cast<std::size_t>(n * coded + 4 * coded));
   float* scale = latent + n * coded;  // the current block's (scale, min) per coded channel, in f32
   float* min = scale + coded;
-  float* pairs = min + coded;  // the block's f16 pairs widened in SIMD (exact), then split
+  float* pairs = min + coded;         // the block's f16 pairs widened in SIMD (exact), then split
   if (j1 + kPrefetchRows <= rows_) {  // the next tile's codes and params (see kPrefetchRows)
     prefetch_bytes(row_ptr<uint8_t>(codes_, b, h, j1 + kPrefetchRows - n), n * layout_.row_bytes);
     const int64_t first_block = (j0 + kPrefetchRows) / group_, last_block = (j1 + kPrefetchRows - 1) / group_;
@@ -174,7 +174,7 @@ void SvdqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const fl
       }
       const int64_t run = end == j1 ? end - j : (end - j) / 8 * 8;
       if (run > 0) {
-        score_latent_codes(layout_, row_ptr<uint8_t>(codes_, b, h, j), layout_.row_bytes, run, scale, min, q, width,
+        score_latent_codes({&layout_, row_ptr<uint8_t>(codes_, b, h, j), layout_.row_bytes, run, scale, min}, q, width,
                            n_queries, scores + (j - j0), ld, latent);
         j += run;
         continue;
