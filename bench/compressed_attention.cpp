@@ -103,6 +103,7 @@ const Setup kSetups[] = {
     {"a2ats", 2, {}},
     {"cachegen", 2, {}},
     {"kvtc", 2, {}},
+    {"kvtc", 2, {"kvtc_integer_keys=true"}},
     {"kitty", 2, {}},
     {"amc", 2, {}},
     {"svdq", 2, {}},

@@ -249,14 +249,15 @@ HWY_INLINE void project_blocks512(const float* basis, int64_t basis_stride, int6
         for (int k = 0; k < 8; ++k) _mm_prefetch(reinterpret_cast<const char*>(u[b][k] + c + 64), _MM_HINT_T0);
       }
     }
-    __m256 col[B][8];
+    // The chunk's 8 inputs widened once for all B blocks; each block is transposed and used
+    // before the next one is loaded (B = 4 would not hold 32 transposed columns in registers).
+    __m512d xv[8];
+    for (int m = 0; m < 8; ++m) xv[m] = _mm512_set1_pd(static_cast<double>(x[c + m]));
     for (int b = 0; b < B; ++b) {
-      for (int k = 0; k < 8; ++k) col[b][k] = _mm256_loadu_ps(u[b][k] + c);
-      transpose8x8(col[b]);
-    }
-    for (int m = 0; m < 8; ++m) {
-      const __m512d xv = _mm512_set1_pd(static_cast<double>(x[c + m]));
-      for (int b = 0; b < B; ++b) acc[b] = _mm512_fmadd_pd(_mm512_cvtps_pd(col[b][m]), xv, acc[b]);
+      __m256 col[8];
+      for (int k = 0; k < 8; ++k) col[k] = _mm256_loadu_ps(u[b][k] + c);
+      transpose8x8(col);
+      for (int m = 0; m < 8; ++m) acc[b] = _mm512_fmadd_pd(_mm512_cvtps_pd(col[m]), xv[m], acc[b]);
     }
   }
   for (int64_t c = wv; c < w; ++c) {
@@ -276,7 +277,10 @@ HWY_INLINE void project_blocks512(const float* basis, int64_t basis_stride, int6
 
 HWY_INLINE void project_token512(const float* basis, int64_t basis_stride, int64_t r, const float* x, int64_t w,
                                  float* z) {
+  // Four blocks of 8 components per pass: four independent FMA chains (each 8 long per chunk
+  // of 8 columns) in flight instead of two, which left the step waiting on the FMA latency.
   int64_t i = 0;
+  for (; i + 32 <= r; i += 32) project_blocks512<4>(basis, basis_stride, i, r, x, w, z);
   for (; i + 16 <= r; i += 16) project_blocks512<2>(basis, basis_stride, i, r, x, w, z);
   if (i < r) project_blocks512<1>(basis, basis_stride, i, r, x, w, z);
   if (i + 8 < r) project_blocks512<1>(basis, basis_stride, i + 8, r, x, w, z);
@@ -345,7 +349,62 @@ void ReconstructLatentRows(const float* basis, int64_t basis_stride, int64_t r, 
                            int64_t w, int64_t n, float* out, int64_t out_stride) {
   const hn::ScalableTag<float> df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  for (int64_t t = 0; t < n; ++t) {
+  int64_t t = 0;
+  // Four rows per pass over the basis: each basis vector loaded once for them, and eight
+  // independent add chains instead of two (one row's chain over r waited on the add's latency
+  // at every component: 9% of a kvtc prefill). Every element keeps its own chain in the order
+  // of i, so the bits are those of one row at a time.
+  for (; t + 4 <= n; t += 4) {
+    const float* z0 = z + t * r;
+    float* o = out + t * out_stride;
+    int64_t c = 0;
+    for (; c + 2 * lanes <= w; c += 2 * lanes) {
+      const auto m0 = hn::LoadU(df, mu + c), m1 = hn::LoadU(df, mu + c + lanes);
+      auto x00 = m0, x01 = m1, x10 = m0, x11 = m1, x20 = m0, x21 = m1, x30 = m0, x31 = m1;
+      for (int64_t i = 0; i < r; ++i) {
+        const float* u = basis + i * basis_stride + c;
+        const auto u0 = hn::LoadU(df, u), u1 = hn::LoadU(df, u + lanes);
+        const auto a = hn::Set(df, z0[i]), b = hn::Set(df, z0[r + i]);
+        const auto e = hn::Set(df, z0[2 * r + i]), f = hn::Set(df, z0[3 * r + i]);
+        x00 = hn::Add(x00, hn::Mul(a, u0));
+        x01 = hn::Add(x01, hn::Mul(a, u1));
+        x10 = hn::Add(x10, hn::Mul(b, u0));
+        x11 = hn::Add(x11, hn::Mul(b, u1));
+        x20 = hn::Add(x20, hn::Mul(e, u0));
+        x21 = hn::Add(x21, hn::Mul(e, u1));
+        x30 = hn::Add(x30, hn::Mul(f, u0));
+        x31 = hn::Add(x31, hn::Mul(f, u1));
+      }
+      hn::StoreU(x00, df, o + c);
+      hn::StoreU(x01, df, o + c + lanes);
+      hn::StoreU(x10, df, o + out_stride + c);
+      hn::StoreU(x11, df, o + out_stride + c + lanes);
+      hn::StoreU(x20, df, o + 2 * out_stride + c);
+      hn::StoreU(x21, df, o + 2 * out_stride + c + lanes);
+      hn::StoreU(x30, df, o + 3 * out_stride + c);
+      hn::StoreU(x31, df, o + 3 * out_stride + c + lanes);
+    }
+    // Columns past the last two-vector block: one row at a time below.
+    if (c < w) {
+      for (int64_t k = 0; k < 4; ++k) {
+        const float* zt = z0 + k * r;
+        float* ok = o + k * out_stride;
+        int64_t cc = c;
+        for (; cc + lanes <= w; cc += lanes) {
+          auto x0 = hn::LoadU(df, mu + cc);
+          for (int64_t i = 0; i < r; ++i)
+            x0 = hn::Add(x0, hn::Mul(hn::Set(df, zt[i]), hn::LoadU(df, basis + i * basis_stride + cc)));
+          hn::StoreU(x0, df, ok + cc);
+        }
+        for (; cc < w; ++cc) {
+          float x0 = mu[cc];
+          for (int64_t i = 0; i < r; ++i) x0 = x0 + zt[i] * basis[i * basis_stride + cc];
+          ok[cc] = x0;
+        }
+      }
+    }
+  }
+  for (; t < n; ++t) {
     const float* zt = z + t * r;
     float* o = out + t * out_stride;
     int64_t c = 0;

@@ -91,17 +91,22 @@ class KvtcCodec final : public LatentCodec {
     const int32_t* bits = row_ptr<int32_t>(bits_, b, g, 0);
     const float* step = row_ptr<float>(range_, b, g, 0);
     const float* lo = row_ptr<float>(range_, b, g, 1);
-    std::memset(row, 0, static_cast<std::size_t>(row_bytes(b, g)));
-    int64_t bit = 0;
+    const int64_t bytes = row_bytes(b, g);
+    // Codes appended LSB first to a 64-bit window, whole bytes written as they fill (one
+    // store per byte instead of a read-modify-write per bit: 3% of a kvtc prefill).
+    uint64_t window = 0;
+    int filled = 0;
+    int64_t out = 0;
     for (int64_t i = 0; i < ranks_[at(b, g)]; ++i) {
       if (bits[i] == 0) continue;
       const float levels = static_cast<float>((1 << bits[i]) - 1);
       const float q = std::nearbyint(std::clamp((latent[i] - lo[i]) / step[i], 0.0f, levels));
-      const uint32_t code = static_cast<uint32_t>(q);
-      for (int k = 0; k < bits[i]; ++k, ++bit) {
-        if ((code >> k) & 1u) row[bit >> 3] = static_cast<uint8_t>(row[bit >> 3] | (1u << (bit & 7)));
-      }
+      window |= static_cast<uint64_t>(static_cast<uint32_t>(q)) << filled;
+      filled += bits[i];
+      for (; filled >= 8; filled -= 8, window >>= 8) row[out++] = static_cast<uint8_t>(window);
     }
+    if (filled > 0) row[out++] = static_cast<uint8_t>(window);
+    if (out < bytes) std::memset(row + out, 0, static_cast<std::size_t>(bytes - out));
   }
   // Codes of a row (one byte each, components < rank; 0 for 0-bit components).
   void unpack(int64_t b, int64_t g, const uint8_t* row, uint8_t* codes) const {

@@ -116,27 +116,44 @@ void LatentCache::ensure_code_rows(int64_t rows) {
 // The projection sums in double in the order of the columns (attention/latent_tiles.h), the
 // same bits as the plain loop, eight tokens per vector when there are that many.
 void LatentCache::encode_rows(LatentSide& side, const float* rows, int64_t n, int64_t first_row) const {
-  const int64_t d = side.dim, w = side.width;
+  // Tokens are coded independently, so a prefill chunk's tokens are cut into ranges across the
+  // pool (the calling thread coded a 512-token chunk alone while the other waited); a decode
+  // step's token is coded here, without a dispatch.
+  constexpr int64_t kTokensPerTask = 64;
+  const int64_t ranges = (n + kTokensPerTask - 1) / kTokensPerTask, units = batch_ * groups_ * ranges;
+  const auto body = [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t t0 = (u % ranges) * kTokensPerTask, bg = u / ranges;
+      encode_token_range(side, rows, n, first_row, bg / groups_, bg % groups_, t0, std::min(n, t0 + kTokensPerTask));
+    }
+  };
+  if (n >= 16 && units > 1) {
+    base::ThreadPool::global().parallel_for(units, body, 1);
+  } else {
+    body(0, units);
+  }
+}
+
+// Tokens [t0, t1) of the n in `rows` (f32 [B, H, n, D]), head group g of batch b.
+void LatentCache::encode_token_range(LatentSide& side, const float* rows, int64_t n, int64_t first_row, int64_t b,
+                                     int64_t g, int64_t t0, int64_t t1) const {
+  const int64_t d = side.dim, w = side.width, m = t1 - t0;
   // Grow-only per thread: a decode step encodes its token without a heap allocation.
   thread_local std::vector<float> x, z;
-  x.resize(static_cast<std::size_t>(n * w));
-  z.resize(static_cast<std::size_t>(n * std::max<int64_t>(side.max_rank, 1)));
-  for (int64_t b = 0; b < batch_; ++b) {
-    for (int64_t g = 0; g < groups_; ++g) {
-      const int64_t r = side.rank(b, g);
-      const float* mu = side.mean_row(b, g);
-      for (int64_t t = 0; t < n; ++t) {
-        for (int64_t l = 0; l < heads_per_group_; ++l) {
-          const float* src = rows + ((b * heads_ + g * heads_per_group_ + l) * n + t) * d;
-          float* dst = x.data() + t * w + l * d;
-          for (int64_t c = 0; c < d; ++c) dst[c] = src[c] - mu[l * d + c];
-        }
-      }
-      attention::kernels::project_latents(side.basis_row(b, g, 0), w, r, x.data(), w, n, z.data());
-      for (int64_t t = 0; t < n; ++t) {
-        side.codec->encode(b, g, z.data() + t * r, row_ptr<uint8_t>(side.codes, b, g, first_row + t));
-      }
+  x.resize(static_cast<std::size_t>(m * w));
+  z.resize(static_cast<std::size_t>(m * std::max<int64_t>(side.max_rank, 1)));
+  const int64_t r = side.rank(b, g);
+  const float* mu = side.mean_row(b, g);
+  for (int64_t t = 0; t < m; ++t) {
+    for (int64_t l = 0; l < heads_per_group_; ++l) {
+      const float* src = rows + ((b * heads_ + g * heads_per_group_ + l) * n + t0 + t) * d;
+      float* dst = x.data() + t * w + l * d;
+      for (int64_t c = 0; c < d; ++c) dst[c] = src[c] - mu[l * d + c];
     }
+  }
+  attention::kernels::project_latents(side.basis_row(b, g, 0), w, r, x.data(), w, m, z.data());
+  for (int64_t t = 0; t < m; ++t) {
+    side.codec->encode(b, g, z.data() + t * r, row_ptr<uint8_t>(side.codes, b, g, first_row + t0 + t));
   }
 }
 
@@ -201,8 +218,19 @@ void LatentCache::fit() {
   std::vector<float> rk, rv;
   cache_rows::widen_to_f32(raw_k_.slice(2, 0, offset_).contiguous(), rk);
   cache_rows::widen_to_f32(raw_v_.slice(2, 0, offset_).contiguous(), rv);
-  fit_side(k_, rk, offset_, fit_rows);
-  fit_side(v_, rv, offset_, fit_rows);
+  // The two sides are fitted independently (their own PCA, codec and codes): side by side on
+  // the pool, as the calling thread fitted both while the other waited (Eigen's solve and the
+  // bit DP, ~3% of a kvtc 4k prefill). Their encodes then run inline on each side's thread.
+  const auto sides = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (i == 0) {
+        fit_side(k_, rk, offset_, fit_rows);
+      } else {
+        fit_side(v_, rv, offset_, fit_rows);
+      }
+    }
+  };
+  base::ThreadPool::global().parallel_for(2, sides, 1);
   raw_k_ = raw_v_ = lm::Tensor();
   fitted_ = true;
 }
@@ -230,40 +258,58 @@ void LatentCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   thread_local std::vector<float> nk, nv;
   cache_rows::widen_to_f32(keys, nk);
   cache_rows::widen_to_f32(values, nv);
-  encode_rows(k_, nk.data(), s, offset_);
-  encode_rows(v_, nv.data(), s, offset_);
+  base::ThreadPool& pool = base::ThreadPool::global();
+  if (s < 16 && pool.size() > 1) {
+    // A decode step: its one token's projection (r x width products in double per side, the
+    // largest part of the step outside the attention, ~4% of a 2-thread kvtc decode, all on
+    // the calling thread while the other waited) runs keys and values side by side.
+    // (The rows by pointer: a thread_local named in the lambda would be the worker's own.)
+    const float* const rows[2] = {nk.data(), nv.data()};
+    const auto sides = [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) encode_rows(i == 0 ? k_ : v_, rows[i], s, offset_);
+    };
+    pool.parallel_for(2, sides, 1);
+  } else {
+    encode_rows(k_, nk.data(), s, offset_);
+    encode_rows(v_, nv.data(), s, offset_);
+  }
   offset_ += s;
 }
 
 // out: f32 [B, H, offset, D] <- mu + U^T z of every stored row, a block of rows at a time
 // (attention/latent_tiles.h: the same bits as one row at a time).
-void LatentCache::reconstruct_side(const LatentSide& side, lm::Tensor& out) const {
-  constexpr int64_t kBlock = 64;
-  const int64_t d = side.dim, w = side.width;
-  std::vector<float> z(static_cast<std::size_t>(kBlock * std::max<int64_t>(side.max_rank, 1)));
-  std::vector<float> x(static_cast<std::size_t>(kBlock * w));
-  for (int64_t b = 0; b < batch_; ++b) {
-    for (int64_t g = 0; g < groups_; ++g) {
-      const int64_t r = side.rank(b, g);
-      for (int64_t t0 = 0; t0 < offset_; t0 += kBlock) {
-        const int64_t m = std::min(kBlock, offset_ - t0);
-        side.codec->decode_rows(b, g, side.code_row(b, g, t0), side.row_stride(), m, z.data());
-        attention::kernels::reconstruct_latent_rows(side.basis_row(b, g, 0), w, r, side.mean_row(b, g), z.data(), w, m,
-                                                    x.data(), w);
-        for (int64_t l = 0; l < heads_per_group_; ++l) {
-          float* dst = row_ptr<float>(out, b, g * heads_per_group_ + l, t0);
-          for (int64_t t = 0; t < m; ++t) std::copy_n(x.data() + t * w + l * d, d, dst + t * d);
-        }
-      }
+// Every block is rebuilt on its own, so the blocks of both sides run across the pool (a
+// prefill chunk rebuilt all its rows on the calling thread while the other waited).
+void LatentCache::reconstruct_sides(lm::Tensor& keys, lm::Tensor& values) const {
+  const int64_t blocks = (offset_ + kRebuildBlock - 1) / kRebuildBlock, per_side = batch_ * groups_ * blocks;
+  base::ThreadPool::global().parallel_for(2 * per_side, [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      const bool k = u < per_side;
+      const int64_t v = k ? u : u - per_side, bg = v / blocks;
+      reconstruct_block(k ? k_ : v_, k ? keys : values, bg / groups_, bg % groups_, (v % blocks) * kRebuildBlock);
     }
+  });
+}
+
+void LatentCache::reconstruct_block(const LatentSide& side, lm::Tensor& out, int64_t b, int64_t g, int64_t t0) const {
+  const int64_t d = side.dim, w = side.width, r = side.rank(b, g), m = std::min(kRebuildBlock, offset_ - t0);
+  thread_local std::vector<float> z, x;  // grow-only per thread
+  z.resize(static_cast<std::size_t>(kRebuildBlock * std::max<int64_t>(side.max_rank, 1)));
+  x.resize(static_cast<std::size_t>(kRebuildBlock * w));
+  side.codec->decode_rows(b, g, side.code_row(b, g, t0), side.row_stride(), m, z.data());
+  attention::kernels::reconstruct_latent_rows(side.basis_row(b, g, 0), w, r, side.mean_row(b, g), z.data(), w, m,
+                                              x.data(), w);
+  for (int64_t l = 0; l < heads_per_group_; ++l) {
+    float* dst = row_ptr<float>(out, b, g * heads_per_group_ + l, t0);
+    for (int64_t t = 0; t < m; ++t) std::copy_n(x.data() + t * w + l * d, d, dst + t * d);
   }
 }
 
 lm::KeysValues LatentCache::fetch(lm::DType dtype) const {
   if (!fitted_) return {raw_k_.slice(2, 0, offset_).astype(dtype), raw_v_.slice(2, 0, offset_).astype(dtype)};
   lm::Tensor k({batch_, heads_, offset_, k_.dim}, lm::DType::F32), v({batch_, heads_, offset_, v_.dim}, lm::DType::F32);
-  reconstruct_side(k_, k);
-  reconstruct_side(v_, v);
+  reconstruct_sides(k, v);
+  if (dtype == lm::DType::F32) return {k, v};
   return {k.astype(dtype), v.astype(dtype)};
 }
 
@@ -307,8 +353,16 @@ void LatentCache::fused_attention(const lm::FusedAttentionRequest& request, lm::
     // A prefill chunk: the rows mu + U^T z rebuilt in f32 (as update_and_fetch rebuilds them,
     // before its cast to the input dtype) and attended as plain rows. Rounding them to f16 as
     // well moved a 1-chunk eval's KL from 1.069 to 1.156; in f32 it measured 1.019.
-    const lm::KeysValues rebuilt = fetch(lm::DType::F32);
-    const attention::DtypeRowSource plain(rebuilt.keys, rebuilt.values, offset_);
+    // Grow-only per-thread rows (every layer's cache on this thread reuses them; whole 1024-row
+    // steps, so a prefill's growing context reallocates a few times, not per call).
+    thread_local lm::Tensor rebuilt_k, rebuilt_v;
+    for (auto [t, dim] : {std::pair{&rebuilt_k, k_.dim}, std::pair{&rebuilt_v, v_.dim}}) {
+      if (!t->defined() || t->dim(0) != batch_ || t->dim(1) != heads_ || t->dim(2) < offset_ || t->dim(3) != dim) {
+        *t = lm::Tensor({batch_, heads_, (offset_ + 1023) / 1024 * 1024, dim}, lm::DType::F32);
+      }
+    }
+    reconstruct_sides(rebuilt_k, rebuilt_v);
+    const attention::DtypeRowSource plain(rebuilt_k, rebuilt_v, offset_);
     attention::attend(call, plain, &base::ThreadPool::global());
     return;
   }

@@ -73,9 +73,14 @@ class LatentCache : public lm::KVCache {
   void fit();
   void fit_side(LatentSide& side, const std::vector<float>& rows, int64_t n, int64_t fit_rows);
   void encode_rows(LatentSide& side, const float* rows, int64_t n, int64_t first_row) const;
+  void encode_token_range(LatentSide& side, const float* rows, int64_t n, int64_t first_row, int64_t b, int64_t g,
+                          int64_t t0, int64_t t1) const;
   void ensure_code_rows(int64_t rows);
   lm::KeysValues fetch(lm::DType dtype) const;
-  void reconstruct_side(const LatentSide& side, lm::Tensor& out) const;
+  // Rows [0, offset) of both sides rebuilt as mu + U^T z into f32 [B, H, >= offset, D].
+  void reconstruct_sides(lm::Tensor& keys, lm::Tensor& values) const;
+  void reconstruct_block(const LatentSide& side, lm::Tensor& out, int64_t b, int64_t g, int64_t t0) const;
+  static constexpr int64_t kRebuildBlock = 64;
 
   std::string type_name_;
   std::string fused_who_;  // "<type>::fused_attention", built once (no allocation per step)

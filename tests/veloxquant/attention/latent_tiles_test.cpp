@@ -79,7 +79,8 @@ TEST(LatentTiles, ValueSumsAreThoseOfTheSharedAccumulation) {
 TEST(LatentTiles, ProjectionIsTheScalarDoubleSum) {
   std::mt19937 rng(7);
   for (int64_t w : {5, 64, 192}) {
-    for (int64_t r : {int64_t{1}, int64_t{3}, int64_t{31}, int64_t{32}, int64_t{40}, int64_t{189}, w}) {
+    for (int64_t r : {int64_t{1}, int64_t{3}, int64_t{31}, int64_t{32}, int64_t{40}, int64_t{48}, int64_t{64},
+                      int64_t{100}, int64_t{189}, w}) {
       for (int64_t n : {1, 3, 8, 13, 64}) {
         const int64_t stride = w + 2;
         // Values spread over many magnitudes, so that the order of a sum shows in its bits.
@@ -101,8 +102,8 @@ TEST(LatentTiles, ProjectionIsTheScalarDoubleSum) {
 TEST(LatentTiles, RebuiltRowsAreTheScalarOnes) {
   std::mt19937 rng(8);
   for (int64_t w : {5, 64, 150, 192}) {
-    for (int64_t r : {1, 7, 64, 192}) {
-      for (int64_t n : {1, 5, 64}) {
+    for (int64_t r : {1, 7, 64, 189, 192}) {
+      for (int64_t n : {1, 4, 5, 7, 64}) {
         const int64_t stride = w + 3, out_stride = w + 1;
         const std::vector<float> basis = random_floats(static_cast<std::size_t>(r * stride), rng);
         const std::vector<float> mu = random_floats(static_cast<std::size_t>(w), rng);
