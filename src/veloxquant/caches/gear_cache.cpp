@@ -433,7 +433,7 @@ void GearCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
   }
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
-  attention::attend(call, segments, 2, &base::ThreadPool::global());
+  attention::attend(call, segments, 2, attention::request_pool(request));
 }
 
 std::vector<lm::Tensor> GearCache::state() const {

@@ -345,7 +345,7 @@ void LatentCache::fused_attention(const lm::FusedAttentionRequest& request, lm::
   attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
   if (!fitted_) {
     const attention::DtypeRowSource raw(raw_k_, raw_v_, offset_);
-    attention::attend(call, raw, &base::ThreadPool::global());
+    attention::attend(call, raw, attention::request_pool(request));
     return;
   }
   const int64_t hq = q.dim(1), n = q.dim(2);
@@ -363,7 +363,7 @@ void LatentCache::fused_attention(const lm::FusedAttentionRequest& request, lm::
     }
     reconstruct_sides(rebuilt_k, rebuilt_v);
     const attention::DtypeRowSource plain(rebuilt_k, rebuilt_v, offset_);
-    attention::attend(call, plain, &base::ThreadPool::global());
+    attention::attend(call, plain, attention::request_pool(request));
     return;
   }
   // Queries projected once per call, latents accumulated by the driver, outputs rebuilt once.
@@ -389,7 +389,7 @@ void LatentCache::fused_attention(const lm::FusedAttentionRequest& request, lm::
   // group as one kv head of Hq / G query heads: a tile is decoded once for the whole group
   // instead of once per kv head (the projected queries are already in the group's basis).
   call.kv_heads = groups_;
-  attention::attend(call, rows, &base::ThreadPool::global());
+  attention::attend(call, rows, attention::request_pool(request));
   if (rows.planes()) rows.latents_from_planes(plane_out_.data(), batch_, hq, n, latent_out_.data());
   reconstruct_outputs(v_, heads_, heads_per_group_, latent_out_.data(), batch_, hq, n, out.data<float>());
 }
