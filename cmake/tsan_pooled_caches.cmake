@@ -28,7 +28,7 @@ set(VQ_POOLED_CACHES_SOURCES
     attention/codebook_key_scores attention/codeword_rows attention/codeword_sum_rows
     attention/decoded_run_rows attention/dense_level_rows attention/dtype_rows
     attention/even_byte_key_scores attention/f16_dots attention/float_key_scores
-    attention/fused_call attention/integer_key_scores attention/latent_tiles attention/level_lookup
+    attention/fused_call attention/integer_key_scores attention/latent_pair_tiles attention/latent_tiles attention/level_lookup
     attention/mask_split_queries attention/narrow_plane_scores attention/softmax_mass
     attention/split_level_key_scores attention/split_level_rows attention/tile_kernels
     attention/word_code_rows attention/word_plane_scores
