@@ -88,6 +88,8 @@ const Setup kSetups[] = {
     {"turboquant_rvq", 2, {}},
     {"h2o", 2, {"h2o_budget=512"}},
     {"streaming_llm", 2, {"stream_window_size=508"}},
+    {"curdkv", 2, {}},    // the defaults: budget 512, rank cap 16 (two leverage problems per step)
+    {"nestedkv", 2, {}},  // the defaults: budget 512 per head
     {"", 0, {}, "q8"},
     {"", 0, {}, "q5"},
     {"", 0, {}, "q4"},
