@@ -77,20 +77,41 @@ void SubspaceEnergyImpl(const double* rows, int64_t count, int64_t dim, const do
   }
 }
 
+// p over the V vectors from i0 on, held in registers while every row j of B streams by (in
+// memory, each vector of p was a load, an add and a store per row: a store-to-load chain).
+template <int V, class D>
+HWY_INLINE void times_vector_block(D d, const double* a, int64_t n, int64_t from, const double* v, int64_t i0,
+                                   double* p) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  hn::Vec<D> acc[V];
+  for (int b = 0; b < V; ++b) acc[b] = hn::Zero(d);
+  for (int64_t j = from; j < n; ++j) {
+    const double* row = a + j * n + i0;
+    const auto vj = hn::Set(d, v[j]);
+    for (int b = 0; b < V; ++b) acc[b] = hn::Add(acc[b], hn::Mul(hn::LoadU(d, row + b * lanes), vj));
+  }
+  for (int b = 0; b < V; ++b) hn::StoreU(acc[b], d, p + i0 + b * lanes);
+}
+
 void SymmetricTimesVectorImpl(const double* a, int64_t n, int64_t from, const double* v, double* p) {
   const hn::ScalableTag<double> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  std::fill(p + from, p + n, 0.0);
-  // p[i] += a[j][i] * v[j] for j ascending: a[j][i] is a[i][j], so each p[i] sums its row's terms
-  // in column order, as the scalar loop does.
-  for (int64_t j = from; j < n; ++j) {
-    const double* row = a + j * n;
-    const auto vj = hn::Set(d, v[j]);
-    int64_t i = from;
-    for (; i + lanes <= n; i += lanes)
-      hn::StoreU(hn::Add(hn::LoadU(d, p + i), hn::Mul(hn::LoadU(d, row + i), vj)), d, p + i);
-    for (; i < n; ++i) p[i] += row[i] * v[j];
+  // p[i] = sum over j ascending of a[j][i] * v[j]: a[j][i] is a[i][j], so each p[i] sums its row's
+  // terms in column order, as the scalar loop does.
+  if (n - from < lanes) {
+    for (int64_t i = from; i < n; ++i) {
+      double sum = 0.0;
+      for (int64_t j = from; j < n; ++j) sum += a[j * n + i] * v[j];
+      p[i] = sum;
+    }
+    return;
   }
+  int64_t i = from;
+  for (; i + 4 * lanes <= n; i += 4 * lanes) times_vector_block<4>(d, a, n, from, v, i, p);
+  for (; i + 2 * lanes <= n; i += 2 * lanes) times_vector_block<2>(d, a, n, from, v, i, p);
+  for (; i + lanes <= n; i += lanes) times_vector_block<1>(d, a, n, from, v, i, p);
+  // The rest as the vector ending at n: its first lanes get the same sums again.
+  if (i < n) times_vector_block<1>(d, a, n, from, v, n - lanes, p);
 }
 
 void SymmetricRank2UpdateImpl(double* a, int64_t n, int64_t from, const double* v, const double* w) {
