@@ -150,7 +150,10 @@ void tridiagonal_qr(const std::vector<double>& d_in, const std::vector<double>& 
 
 // An eigenvector of the tridiagonal T for the eigenvalue `lambda` by inverse iteration: solves
 // (T - lambda I) x = b by Gaussian elimination with partial pivoting (zero pivots replaced by
-// a tiny one), three times, orthogonalised against `previous` (unit vectors) each time.
+// a tiny one), twice, orthogonalised against `previous` (unit vectors) each time. With the
+// eigenvalue from QR (accurate to rounding) one solve already gives a residual |A u - lambda u|
+// near 1e-14 |A| on 64 x 64 value Grams, two reach the rounding floor (8e-16, as three did);
+// the third solve was a tenth of a leverage problem.
 struct InverseIterationBuffers {
   std::vector<double> dd, dl, du, du2, inverse_pivot;
   std::vector<char> swapped;
@@ -225,7 +228,7 @@ void inverse_iteration(const Tridiagonal& t, double lambda, const double* previo
     for (int i = 0; i < n; ++i) start[static_cast<std::size_t>(i)] = 1.0 + 0.5 * std::sin(1.0 + 3.7 * i);
   }
   x.assign(start.begin(), start.end());
-  for (int iteration = 0; iteration < 3; ++iteration) {
+  for (int iteration = 0; iteration < 2; ++iteration) {
     for (int i = 0; i + 1 < n; ++i) {
       const std::size_t a = static_cast<std::size_t>(i), b = a + 1;
       if (swapped[a]) {

@@ -115,6 +115,13 @@ TEST(LeverageScores, TopEigenvectorsSpanJacobisTopSubspace) {
       symmetric_eigen(matrices[m], kN, want_values, want_vectors);
       ASSERT_EQ(values.size(), static_cast<std::size_t>(k));
       for (int t = 0; t < k; ++t) EXPECT_NEAR(values[t], want_values[t], 1e-9 * (1.0 + want_values[0]));
+      for (int t = 0; t < k; ++t) {  // eigenpairs to rounding: |A u - lambda u| <= 1e-13 |lambda_1|
+        for (int i = 0; i < kN; ++i) {
+          double au = 0.0;
+          for (int j = 0; j < kN; ++j) au += matrices[m][i * kN + j] * vectors[t * kN + j];
+          EXPECT_NEAR(au, values[t] * vectors[t * kN + i], 1e-13 * want_values[0]) << "vector " << t << " row " << i;
+        }
+      }
       for (int i = 0; i < kN; ++i) {
         for (int j = 0; j < kN; ++j) {
           double p = 0.0, want = 0.0;
