@@ -163,13 +163,15 @@ void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& v
     }
   };
   // curdkv scores each token with two independent leverage problems, which it runs as two pool
-  // tasks (eviction_policy.cpp score_by_leverage): its heads go one after the other here. Over
-  // heads, 3 kv heads on 2 threads leave one thread idle a third of the time; two equal problems
-  // per token keep both busy.
-  if (policy_.kind == EvictionPolicy::Kind::kLeverage) {
+  // tasks (eviction_policy.cpp score_by_leverage; inline when called from a pool task). With
+  // fewer threads than heads its heads go one after the other here: 3 kv heads on 2 threads left
+  // one thread idle a third of the time, two equal problems per token keep both busy. With at
+  // least as many threads as heads, the heads run in parallel as for every other policy.
+  base::ThreadPool& pool = base::ThreadPool::global();
+  if (policy_.kind == EvictionPolicy::Kind::kLeverage && pool.size() < batch * heads) {
     select_heads(0, batch * heads);
   } else {
-    base::ThreadPool::global().parallel_for(batch * heads, select_heads);
+    pool.parallel_for(batch * heads, select_heads);
   }
   for (const std::vector<int32_t>& k : kept) {
     if (k.size() != kept[0].size()) {
