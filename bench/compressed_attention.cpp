@@ -91,6 +91,8 @@ const Setup kSetups[] = {
     {"h2o", 4, {"h2o_budget=512", "eviction_storage=kivi"}},
     {"h2o", 4, {"h2o_budget=512", "eviction_storage=turboquant_rvq", "rvq_value_bits=4"}},
     {"streaming_llm", 2, {"stream_window_size=508"}},
+    {"curdkv", 2, {}},    // the defaults: budget 512, rank cap 16 (two leverage problems per step)
+    {"nestedkv", 2, {}},  // the defaults: budget 512 per head
     {"", 0, {}, "q8"},
     {"", 0, {}, "q5"},
     {"", 0, {}, "q4"},

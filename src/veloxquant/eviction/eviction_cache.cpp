@@ -89,7 +89,7 @@ void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& v
   rows_.reserve(total);  // before the heads run in parallel: it reallocates all of them
 
   // Heads are independent: each task reads its own rows and writes its own output rows.
-  base::ThreadPool::global().parallel_for(batch * heads, [&](int64_t begin, int64_t end) {
+  const auto select_heads = [&](int64_t begin, int64_t end) {
     thread_local Candidates c;  // each pool thread's, reused
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / heads, h = bh % heads;
@@ -161,7 +161,18 @@ void EvictionCache::select_and_store(const lm::Tensor& keys, const lm::Tensor& v
                           c.values.data() + src * dv);
       }
     }
-  });
+  };
+  // curdkv scores each token with two independent leverage problems, which it runs as two pool
+  // tasks (eviction_policy.cpp score_by_leverage; inline when called from a pool task). With
+  // fewer threads than heads its heads go one after the other here: 3 kv heads on 2 threads left
+  // one thread idle a third of the time, two equal problems per token keep both busy. With at
+  // least as many threads as heads, the heads run in parallel as for every other policy.
+  base::ThreadPool& pool = base::ThreadPool::global();
+  if (policy_.kind == EvictionPolicy::Kind::kLeverage && pool.size() < batch * heads) {
+    select_heads(0, batch * heads);
+  } else {
+    pool.parallel_for(batch * heads, select_heads);
+  }
   for (const std::vector<int32_t>& k : kept) {
     if (k.size() != kept[0].size()) {
       throw std::logic_error(who + ": heads kept different row counts (" + std::to_string(k.size()) + " vs " +

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "base/error.h"
+#include "base/thread_pool.h"
 #include "veloxquant/eviction/anchor_scores.h"
 #include "veloxquant/eviction/attention_scores.h"
 #include "veloxquant/eviction/leverage_scores.h"
@@ -118,28 +119,40 @@ void score_new_token(const EvictionPolicy& p, Candidates& c, const std::vector<i
 // CurDKV's step (eviction_policy.h kLeverage) for new token t, the last of `live`: the token's
 // weights over the rows stored before it give their value leverage, added to their scores; the
 // new row starts at its own leverage among them and itself (the very first token: 1).
+// The two leverage problems (over the stored rows, and over them and the new row) do not depend
+// on each other: they run as two tasks on the global pool (the cache scores curdkv's heads one
+// after the other, so the pool is free; called from inside a pool task they run one after the
+// other on that thread). Each task has its own weights and leverage buffers (the caller's).
 void score_by_leverage(const EvictionPolicy& p, Candidates& c, const std::vector<int32_t>& live, int64_t t,
-                       const QuerySource& queries, float scale, std::vector<float>& query, std::vector<float>& weights,
-                       std::vector<float>& leverage) {
+                       const QuerySource& queries, float scale, std::vector<float>& query,
+                       std::vector<float> (&weights)[2], std::vector<float> (&leverage)[2]) {
   const std::size_t idx = static_cast<std::size_t>(live.back());
   if (live.size() == 1) {
     c.scores[idx] = 1.0f;
     return;
   }
   const int64_t nq = queries(t, query);
-  for (const std::size_t count : {live.size() - 1, live.size()}) {
-    weights.resize(count);
-    leverage.resize(count);
-    mean_softmax_weights(c.keys.data(), live.data(), static_cast<int64_t>(count), c.dim, query.data(), nq, scale,
-                         weights.data());
-    value_leverage_scores(c.values.data(), live.data(), static_cast<int64_t>(count), c.value_dim, weights.data(),
-                          p.rank_cap, leverage.data());
-    if (count < live.size()) {
-      for (std::size_t j = 0; j < count; ++j) c.scores[static_cast<std::size_t>(live[j])] += leverage[j];
-    } else {
-      c.scores[idx] = leverage.back();
+  const auto problem = [&](int64_t begin, int64_t end) {
+    for (int64_t which = begin; which < end; ++which) {
+      const std::size_t count = live.size() - 1 + static_cast<std::size_t>(which);
+      std::vector<float>& w = weights[which];
+      std::vector<float>& l = leverage[which];
+      w.resize(count);
+      l.resize(count);
+      mean_softmax_weights(c.keys.data(), live.data(), static_cast<int64_t>(count), c.dim, query.data(), nq, scale,
+                           w.data());
+      if (which == 0) {
+        value_leverage_scores(c.values.data(), live.data(), static_cast<int64_t>(count), c.value_dim, w.data(),
+                              p.rank_cap, l.data());
+      } else {
+        l.back() = value_self_leverage(c.values.data(), live.data(), static_cast<int64_t>(count), c.value_dim,
+                                       w.data(), p.rank_cap);
+      }
     }
-  }
+  };
+  base::ThreadPool::global().parallel_for(2, problem);
+  for (std::size_t j = 0; j + 1 < live.size(); ++j) c.scores[static_cast<std::size_t>(live[j])] += leverage[0][j];
+  c.scores[idx] = leverage[1].back();
 }
 
 // The top right singular vector of the rows x dim matrix `keys` (the top eigenvector of K^T K)
@@ -230,7 +243,7 @@ void keep_per_token(const EvictionPolicy& p, Candidates& c, const QuerySource& q
   std::iota(live.begin(), live.end(), 0);
   const int64_t protect = p.effective_protect();
   // Reused by this thread: no allocation per decode step.
-  thread_local std::vector<float> query, weights, leverage;
+  thread_local std::vector<float> query, weights, pair_weights[2], pair_leverage[2];
   thread_local std::vector<double> squares, dots;
   thread_local RecentVotes votes;
   if (p.kind == EvictionPolicy::Kind::kRecentVotes) votes.reset(p.obs_window);
@@ -246,7 +259,7 @@ void keep_per_token(const EvictionPolicy& p, Candidates& c, const QuerySource& q
       if (p.merges() && p.merge_keys) votes.reset(p.obs_window);
       votes.vote(c, live.data(), static_cast<int64_t>(live.size()), queries, scale);
     } else if (p.kind == EvictionPolicy::Kind::kLeverage) {
-      score_by_leverage(p, c, live, t, queries, scale, query, weights, leverage);
+      score_by_leverage(p, c, live, t, queries, scale, query, pair_weights, pair_leverage);
     } else {
       score_new_token(p, c, live, t, queries, scale, query, weights);
     }

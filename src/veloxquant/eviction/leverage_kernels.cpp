@@ -13,48 +13,105 @@ HWY_BEFORE_NAMESPACE();
 namespace veloxquant::eviction::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// One row's k dot products (lanes across the transposed vectors), R rows at a time: the R * V
+// accumulator chains are independent, so the adds overlap instead of waiting on each other's
+// latency (one row's 64-term chain alone was latency-bound). Each dot is still its row's sum
+// over i in order.
+template <int R, int V, class D>
+HWY_INLINE void row_dots(D d, const double* rows, int64_t dim, const double* columns, int64_t padded, int64_t t0,
+                         double* dots) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  hn::Vec<D> acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) acc[r][v] = hn::Zero(d);
+  }
+  for (int64_t i = 0; i < dim; ++i) {
+    hn::Vec<D> col[V];
+    for (int v = 0; v < V; ++v) col[v] = hn::LoadU(d, columns + i * padded + t0 + v * lanes);
+    for (int r = 0; r < R; ++r) {
+      const auto m = hn::Set(d, rows[r * dim + i]);
+      for (int v = 0; v < V; ++v) acc[r][v] = hn::Add(acc[r][v], hn::Mul(m, col[v]));
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) hn::StoreU(acc[r][v], d, dots + r * padded + t0 + v * lanes);
+  }
+}
+
 void SubspaceEnergyImpl(const double* rows, int64_t count, int64_t dim, const double* vectors, int64_t k,
                         double* energy) {
   const hn::ScalableTag<double> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t padded = (k + lanes - 1) / lanes * lanes;
+  constexpr int64_t kRows = 4;
   // The vectors transposed (dim x padded, zero past k): lane t of a column load is vector t's
   // component i. This thread's buffers, reused: curdkv calls this at every decode step.
   thread_local std::vector<double> columns, dots;
   columns.assign(static_cast<std::size_t>(dim * padded), 0.0);
-  dots.resize(static_cast<std::size_t>(padded));
+  dots.resize(static_cast<std::size_t>(kRows * padded));
   for (int64_t t = 0; t < k; ++t) {
     for (int64_t i = 0; i < dim; ++i) columns[static_cast<std::size_t>(i * padded + t)] = vectors[t * dim + i];
   }
-  for (int64_t j = 0; j < count; ++j) {
+  for (int64_t j = 0; j < count; j += kRows) {
+    const int64_t r = std::min(kRows, count - j);
     const double* m = rows + j * dim;
-    for (int64_t t0 = 0; t0 < padded; t0 += lanes) {
-      auto dot = hn::Zero(d);
-      for (int64_t i = 0; i < dim; ++i) {
-        dot = hn::Add(dot, hn::Mul(hn::Set(d, m[i]), hn::LoadU(d, columns.data() + i * padded + t0)));
+    for (int64_t t0 = 0; t0 < padded;) {
+      if (r == kRows && t0 + 2 * lanes <= padded) {
+        row_dots<kRows, 2>(d, m, dim, columns.data(), padded, t0, dots.data());
+        t0 += 2 * lanes;
+      } else if (r == kRows) {
+        row_dots<kRows, 1>(d, m, dim, columns.data(), padded, t0, dots.data());
+        t0 += lanes;
+      } else {  // the last rows of a count not a multiple of kRows
+        for (int64_t rr = 0; rr < r; ++rr)
+          row_dots<1, 1>(d, m + rr * dim, dim, columns.data(), padded, t0, dots.data() + rr * padded);
+        t0 += lanes;
       }
-      hn::StoreU(dot, d, dots.data() + t0);
     }
-    double sum = 0.0;
-    for (int64_t t = 0; t < k; ++t) sum += dots[static_cast<std::size_t>(t)] * dots[static_cast<std::size_t>(t)];
-    energy[j] = sum;
+    for (int64_t rr = 0; rr < r; ++rr) {
+      const double* dot = dots.data() + rr * padded;
+      double sum = 0.0;
+      for (int64_t t = 0; t < k; ++t) sum += dot[t] * dot[t];
+      energy[j + rr] = sum;
+    }
   }
+}
+
+// p over the V vectors from i0 on, held in registers while every row j of B streams by (in
+// memory, each vector of p was a load, an add and a store per row: a store-to-load chain).
+template <int V, class D>
+HWY_INLINE void times_vector_block(D d, const double* a, int64_t n, int64_t from, const double* v, int64_t i0,
+                                   double* p) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  hn::Vec<D> acc[V];
+  for (int b = 0; b < V; ++b) acc[b] = hn::Zero(d);
+  for (int64_t j = from; j < n; ++j) {
+    const double* row = a + j * n + i0;
+    const auto vj = hn::Set(d, v[j]);
+    for (int b = 0; b < V; ++b) acc[b] = hn::Add(acc[b], hn::Mul(hn::LoadU(d, row + b * lanes), vj));
+  }
+  for (int b = 0; b < V; ++b) hn::StoreU(acc[b], d, p + i0 + b * lanes);
 }
 
 void SymmetricTimesVectorImpl(const double* a, int64_t n, int64_t from, const double* v, double* p) {
   const hn::ScalableTag<double> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  std::fill(p + from, p + n, 0.0);
-  // p[i] += a[j][i] * v[j] for j ascending: a[j][i] is a[i][j], so each p[i] sums its row's terms
-  // in column order, as the scalar loop does.
-  for (int64_t j = from; j < n; ++j) {
-    const double* row = a + j * n;
-    const auto vj = hn::Set(d, v[j]);
-    int64_t i = from;
-    for (; i + lanes <= n; i += lanes)
-      hn::StoreU(hn::Add(hn::LoadU(d, p + i), hn::Mul(hn::LoadU(d, row + i), vj)), d, p + i);
-    for (; i < n; ++i) p[i] += row[i] * v[j];
+  // p[i] = sum over j ascending of a[j][i] * v[j]: a[j][i] is a[i][j], so each p[i] sums its row's
+  // terms in column order, as the scalar loop does.
+  if (n - from < lanes) {
+    for (int64_t i = from; i < n; ++i) {
+      double sum = 0.0;
+      for (int64_t j = from; j < n; ++j) sum += a[j * n + i] * v[j];
+      p[i] = sum;
+    }
+    return;
   }
+  int64_t i = from;
+  for (; i + 4 * lanes <= n; i += 4 * lanes) times_vector_block<4>(d, a, n, from, v, i, p);
+  for (; i + 2 * lanes <= n; i += 2 * lanes) times_vector_block<2>(d, a, n, from, v, i, p);
+  for (; i + lanes <= n; i += lanes) times_vector_block<1>(d, a, n, from, v, i, p);
+  // The rest as the vector ending at n: its first lanes get the same sums again.
+  if (i < n) times_vector_block<1>(d, a, n, from, v, n - lanes, p);
 }
 
 void SymmetricRank2UpdateImpl(double* a, int64_t n, int64_t from, const double* v, const double* w) {
@@ -72,6 +129,56 @@ void SymmetricRank2UpdateImpl(double* a, int64_t n, int64_t from, const double* 
   }
 }
 
+void ReflectColumnsImpl(const double* reflectors, const char* has_reflector, int64_t n, double* columns,
+                        int64_t stride, int64_t count) {
+  const hn::ScalableTag<double> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t used = std::min(stride, (count + lanes - 1) / lanes * lanes);
+  const auto two = hn::Set(d, 2.0);
+  for (int64_t r = n - 3; r >= 0; --r) {
+    if (!has_reflector[r]) continue;
+    const double* v = reflectors + r * n;
+    for (int64_t c = 0; c < used; c += lanes) {
+      auto dot = hn::Zero(d);
+      for (int64_t i = r + 1; i < n; ++i) dot = hn::Add(dot, hn::Mul(hn::Set(d, v[i]), hn::LoadU(d, columns + i * stride + c)));
+      const auto scaled = hn::Mul(two, dot);
+      for (int64_t i = r + 1; i < n; ++i) {
+        double* x = columns + i * stride + c;
+        hn::StoreU(hn::Sub(hn::LoadU(d, x), hn::Mul(scaled, hn::Set(d, v[i]))), d, x);
+      }
+    }
+  }
+}
+
+bool WeightedRowsImpl(const float* values, const int32_t* rows, int64_t count, int64_t dim, const float* weights,
+                      double* out) {
+  const hn::ScalableTag<double> d;
+  const hn::Rebind<float, decltype(d)> f;  // as many floats as d has doubles
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto zero = hn::Zero(d);
+  auto any = hn::FirstN(d, 0);
+  bool nonzero = false;
+  for (int64_t j = 0; j < count; ++j) {
+    const float* v = values + (rows ? rows[j] : j) * dim;
+    double* m = out + j * dim;
+    const double w = double(weights[j]);
+    const auto wv = hn::Set(d, w);
+    int64_t i = 0;
+    for (; i + lanes <= dim; i += lanes) {
+      const auto x = hn::Mul(wv, hn::PromoteTo(d, hn::LoadU(f, v + i)));
+      hn::StoreU(x, d, m + i);
+      any = hn::Or(any, hn::Ne(hn::Mul(x, x), zero));
+    }
+    for (; i < dim; ++i) {
+      m[i] = w * v[i];
+      nonzero |= m[i] * m[i] != 0.0;
+    }
+  }
+  return nonzero || !hn::AllFalse(d, any);
+}
+
+int64_t VectorLanesImpl() { return static_cast<int64_t>(hn::Lanes(hn::ScalableTag<double>())); }
+
 }  // namespace veloxquant::eviction::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -80,6 +187,20 @@ namespace veloxquant::eviction {
 HWY_EXPORT(SubspaceEnergyImpl);
 HWY_EXPORT(SymmetricTimesVectorImpl);
 HWY_EXPORT(SymmetricRank2UpdateImpl);
+HWY_EXPORT(ReflectColumnsImpl);
+HWY_EXPORT(VectorLanesImpl);
+HWY_EXPORT(WeightedRowsImpl);
+
+bool weighted_rows(const float* values, const int32_t* rows, int64_t count, int64_t dim, const float* weights,
+                   double* out) {
+  return HWY_DYNAMIC_DISPATCH(WeightedRowsImpl)(values, rows, count, dim, weights, out);
+}
+
+void reflect_columns(const double* reflectors, const char* has_reflector, int64_t n, double* columns, int64_t stride,
+                     int64_t count) {
+  HWY_DYNAMIC_DISPATCH(ReflectColumnsImpl)(reflectors, has_reflector, n, columns, stride, count);
+}
+int64_t vector_lanes() { return HWY_DYNAMIC_DISPATCH(VectorLanesImpl)(); }
 
 void subspace_energy(const double* rows, int64_t count, int64_t dim, const double* vectors, int64_t k, double* energy) {
   HWY_DYNAMIC_DISPATCH(SubspaceEnergyImpl)(rows, count, dim, vectors, k, energy);
@@ -92,6 +213,32 @@ void symmetric_rank2_update(double* a, int64_t n, int64_t from, const double* v,
 }
 
 namespace scalar {
+bool weighted_rows(const float* values, const int32_t* rows, int64_t count, int64_t dim, const float* weights,
+                   double* out) {
+  bool nonzero = false;
+  for (int64_t j = 0; j < count; ++j) {
+    const float* v = values + (rows ? rows[j] : j) * dim;
+    double* m = out + j * dim;
+    for (int64_t i = 0; i < dim; ++i) {
+      m[i] = double(weights[j]) * v[i];
+      nonzero |= m[i] * m[i] != 0.0;
+    }
+  }
+  return nonzero;
+}
+void reflect_columns(const double* reflectors, const char* has_reflector, int64_t n, double* columns, int64_t stride,
+                     int64_t count) {
+  for (int64_t r = n - 3; r >= 0; --r) {
+    if (!has_reflector[r]) continue;
+    const double* v = reflectors + r * n;
+    for (int64_t c = 0; c < count; ++c) {
+      double dot = 0.0;
+      for (int64_t i = r + 1; i < n; ++i) dot += v[i] * columns[i * stride + c];
+      const double scaled = 2.0 * dot;
+      for (int64_t i = r + 1; i < n; ++i) columns[i * stride + c] -= scaled * v[i];
+    }
+  }
+}
 void subspace_energy(const double* rows, int64_t count, int64_t dim, const double* vectors, int64_t k, double* energy) {
   for (int64_t j = 0; j < count; ++j) {
     const double* m = rows + j * dim;

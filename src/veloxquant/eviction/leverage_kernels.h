@@ -5,11 +5,18 @@
 // scalar loops' bit for bit:
 //   - the energy of each row in the top-k eigen-subspace: lanes across the k eigenvectors;
 //   - the Householder reduction's B v and its rank-2 update: lanes across rows of B (B is exactly
-//     symmetric, so B v is an accumulation of B's rows scaled by v's entries, column order kept).
+//     symmetric, so B v is an accumulation of B's rows scaled by v's entries, column order kept);
+//   - carrying the k eigenvectors back through the reflectors: lanes across the vectors.
 // Scalar definitions in namespace scalar (what tests compare against).
 #include <cstdint>
 
 namespace veloxquant::eviction {
+
+// out[j * dim + i] = double(weights[j]) * values[row_j * dim + i] (row_j = rows[j], or j when rows
+// is null): the attention-weighted value block, exact in double (a product of two floats fits).
+// Returns whether any entry's square is nonzero (whether |M|_F^2 > 0).
+bool weighted_rows(const float* values, const int32_t* rows, int64_t count, int64_t dim, const float* weights,
+                   double* out);
 
 // energy[j] = sum over t < k of (sum over i < dim of rows[j * dim + i] * vectors[t * dim + i])^2,
 // the inner sums over i in order, the outer over t in order.
@@ -22,7 +29,21 @@ void symmetric_times_vector(const double* a, int64_t n, int64_t from, const doub
 // a[i * n + j] -= v[i] * w[j] + w[i] * v[j] for i, j in [from, n).
 void symmetric_rank2_update(double* a, int64_t n, int64_t from, const double* v, const double* w);
 
+// Every column x of `columns` (n rows x `stride` doubles; column c < count is one vector, its
+// component i in row i) becomes H_0 H_1 ... H_{n-3} x, the last reflector applied first:
+// H_r x = x - (2 (v.x)) v with v = row r of `reflectors` (n x n, entries r + 1.. used), skipped
+// where has_reflector[r] is 0; v.x sums over i = r + 1 .. n - 1 in order. Lanes past `count`
+// (up to stride) may be changed. stride is a multiple of vector_lanes().
+void reflect_columns(const double* reflectors, const char* has_reflector, int64_t n, double* columns, int64_t stride,
+                     int64_t count);
+// The doubles in one vector of the dispatched target (the padding reflect_columns needs).
+int64_t vector_lanes();
+
 namespace scalar {
+bool weighted_rows(const float* values, const int32_t* rows, int64_t count, int64_t dim, const float* weights,
+                   double* out);
+void reflect_columns(const double* reflectors, const char* has_reflector, int64_t n, double* columns, int64_t stride,
+                     int64_t count);
 void subspace_energy(const double* rows, int64_t count, int64_t dim, const double* vectors, int64_t k, double* energy);
 void symmetric_times_vector(const double* a, int64_t n, int64_t from, const double* v, double* p);
 void symmetric_rank2_update(double* a, int64_t n, int64_t from, const double* v, const double* w);

@@ -80,18 +80,27 @@ void to_original_basis(const Tridiagonal& t, double* x) {
   }
 }
 
+// sqrt(a^2 + b^2): one sqrt where the squares neither overflow nor underflow, std::hypot's careful
+// path (several times slower: it was a fifth of curdkv's step as the QR's rotations) elsewhere.
+inline double rotation_norm(double a, double b) {
+  const double s = a * a + b * b;
+  if (s > 1e-290 && s < 1e290) return std::sqrt(s);
+  return std::hypot(a, b);
+}
+
 // One implicit symmetric QR step with Wilkinson shift on the unreduced tridiagonal block [l, m],
 // the rotations accumulated into the columns of q (n x n, row-major) when q is given:
 // T <- G T G^T, q <- q G^T (Golub & Van Loan, Alg. 8.3.2).
 void qr_step(std::vector<double>& d, std::vector<double>& e, double* q, int n, int l, int m) {
   const double delta = (d[static_cast<std::size_t>(m - 1)] - d[static_cast<std::size_t>(m)]) / 2.0;
   const double b = e[static_cast<std::size_t>(m - 1)];
-  const double root = std::hypot(delta, b);
+  const double root = rotation_norm(delta, b);
   const double mu = d[static_cast<std::size_t>(m)] - b * b / (delta + (delta >= 0 ? root : -root));
   double x = d[static_cast<std::size_t>(l)] - mu, z = e[static_cast<std::size_t>(l)];
   for (int k = l; k < m; ++k) {
-    const double r = std::hypot(x, z);
-    const double c = r == 0 ? 1.0 : x / r, s = r == 0 ? 0.0 : z / r;
+    const double r = rotation_norm(x, z);
+    const double inv = r == 0 ? 0.0 : 1.0 / r;
+    const double c = r == 0 ? 1.0 : x * inv, s = z * inv;
     if (k > l) e[static_cast<std::size_t>(k - 1)] = r;  // the rotation folds the bulge into it
     const std::size_t k0 = static_cast<std::size_t>(k), k1 = k0 + 1;
     const double a = d[k0], off = e[k0], dd = d[k1];
@@ -114,6 +123,63 @@ void qr_step(std::vector<double>& d, std::vector<double>& e, double* q, int n, i
   }
 }
 
+// One implicit QR sweep's state over the unreduced block [l, m]: the next position and the
+// rotation's inputs there (qr_step's loop, one rotation per call).
+struct Chase {
+  int l, m, k;
+  double x, z;
+};
+
+inline void start_chase(const std::vector<double>& d, const std::vector<double>& e, int l, int m, double mu, Chase& c) {
+  c.l = l;
+  c.m = m;
+  c.k = l;
+  c.x = d[static_cast<std::size_t>(l)] - mu;
+  c.z = e[static_cast<std::size_t>(l)];
+}
+
+inline void chase_one(std::vector<double>& d, std::vector<double>& e, Chase& ch) {
+  const int k = ch.k;
+  const double r = rotation_norm(ch.x, ch.z);
+  const double inv = r == 0 ? 0.0 : 1.0 / r;
+  const double c = r == 0 ? 1.0 : ch.x * inv, s = ch.z * inv;
+  if (k > ch.l) e[static_cast<std::size_t>(k - 1)] = r;
+  const std::size_t k0 = static_cast<std::size_t>(k), k1 = k0 + 1;
+  const double a = d[k0], off = e[k0], dd = d[k1];
+  d[k0] = c * c * a + 2.0 * c * s * off + s * s * dd;
+  d[k1] = s * s * a - 2.0 * c * s * off + c * c * dd;
+  e[k0] = c * s * (dd - a) + (c * c - s * s) * off;
+  if (k + 1 < ch.m) {
+    ch.z = s * e[k1];
+    e[k1] *= c;
+    ch.x = e[k0];
+  }
+  ++ch.k;
+}
+
+// Two QR steps over [l, m] with the bottom 2 x 2 block's two eigenvalues as shifts, the second
+// sweep two positions behind the first: a rotation at k touches d[k], d[k + 1] and e[k - 1 ..
+// k + 1], so once the first sweep is past k + 2 the second may rotate at k. The two sweeps'
+// rotations are independent chains the core overlaps (one sweep is a chain of sqrt, division and
+// multiplies, latency-bound). Without vectors only.
+void qr_double_step(std::vector<double>& d, std::vector<double>& e, int l, int m) {
+  const double delta = (d[static_cast<std::size_t>(m - 1)] - d[static_cast<std::size_t>(m)]) / 2.0;
+  const double b = e[static_cast<std::size_t>(m - 1)];
+  const double root = rotation_norm(delta, b);
+  const double denom = delta + (delta >= 0 ? root : -root);
+  const double mu1 = d[static_cast<std::size_t>(m)] - b * b / denom;  // Wilkinson's: nearer d[m]
+  const double mu2 = d[static_cast<std::size_t>(m)] + denom;         // the 2 x 2 block's other eigenvalue
+  Chase first, second;
+  start_chase(d, e, l, m, mu1, first);
+  for (int i = 0; i < 3; ++i) chase_one(d, e, first);  // m - l >= 3 (callers: >= 8)
+  start_chase(d, e, l, m, mu2, second);
+  while (first.k < m) {  // the first sweep has passed second.k + 2
+    chase_one(d, e, first);
+    chase_one(d, e, second);
+  }
+  while (second.k < m) chase_one(d, e, second);
+}
+
 // QR steps on the bottom unreduced block until every off-diagonal is negligible: d becomes the
 // eigenvalues (unsorted), q (optional) collects T's eigenvectors as columns.
 void tridiagonal_qr(const std::vector<double>& d_in, const std::vector<double>& e_in, double* q, int n,
@@ -134,18 +200,41 @@ void tridiagonal_qr(const std::vector<double>& d_in, const std::vector<double>& 
     }
     int l = m - 1;
     while (l > 0 && !negligible(l - 1)) --l;
-    qr_step(d, e, q, n, l, m);
-    ++steps;
+    if (!q && m - l >= 8) {  // eigenvalues only, a block worth pipelining
+      qr_double_step(d, e, l, m);
+      steps += 2;
+    } else {
+      qr_step(d, e, q, n, l, m);
+      ++steps;
+    }
   }
 }
 
 // An eigenvector of the tridiagonal T for the eigenvalue `lambda` by inverse iteration: solves
 // (T - lambda I) x = b by Gaussian elimination with partial pivoting (zero pivots replaced by
-// a tiny one), three times, orthogonalised against `previous` (unit vectors) each time.
+// a tiny one), twice, orthogonalised against `previous` (unit vectors) each time. With the
+// eigenvalue from QR (accurate to rounding) one solve already gives a residual |A u - lambda u|
+// near 1e-14 |A| on 64 x 64 value Grams, two reach the rounding floor (8e-16, as three did);
+// the third solve was a tenth of a leverage problem.
 struct InverseIterationBuffers {
-  std::vector<double> dd, dl, du, du2;
+  std::vector<double> dd, dl, du, du2, inverse_pivot;
   std::vector<char> swapped;
 };
+
+// sum a[i] b[i] in four interleaved partial sums (independent add chains: a sequential sum of
+// 64 terms waits on each add's latency), then combined.
+double split_dot(const double* a, const double* b, std::size_t n) {
+  double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  for (; i < n; ++i) s0 += a[i] * b[i];
+  return (s0 + s1) + (s2 + s3);
+}
 
 void inverse_iteration(const Tridiagonal& t, double lambda, const double* previous, int n_previous,
                        InverseIterationBuffers& f, std::vector<double>& x) {
@@ -189,6 +278,11 @@ void inverse_iteration(const Tridiagonal& t, double lambda, const double* previo
     }
   }
   if (dd[nn - 1] == 0.0) dd[nn - 1] = tiny;
+  // The back substitution multiplies by the pivots' reciprocals: its chain then waits on a
+  // multiply per row, not a division (48 solves per problem).
+  std::vector<double>& inverse_pivot = f.inverse_pivot;
+  inverse_pivot.resize(nn);
+  for (std::size_t i = 0; i < nn; ++i) inverse_pivot[i] = 1.0 / dd[i];
   // A fixed start, computed once per size (1,024 sin calls per 64 x 64 problem otherwise).
   thread_local std::vector<double> start;
   if (start.size() != nn) {
@@ -196,7 +290,7 @@ void inverse_iteration(const Tridiagonal& t, double lambda, const double* previo
     for (int i = 0; i < n; ++i) start[static_cast<std::size_t>(i)] = 1.0 + 0.5 * std::sin(1.0 + 3.7 * i);
   }
   x.assign(start.begin(), start.end());
-  for (int iteration = 0; iteration < 3; ++iteration) {
+  for (int iteration = 0; iteration < 2; ++iteration) {
     for (int i = 0; i + 1 < n; ++i) {
       const std::size_t a = static_cast<std::size_t>(i), b = a + 1;
       if (swapped[a]) {
@@ -212,23 +306,21 @@ void inverse_iteration(const Tridiagonal& t, double lambda, const double* previo
       double v = x[a];
       if (i + 1 < n) v -= du[a] * x[a + 1];
       if (i + 2 < n) v -= du2[a] * x[a + 2];
-      x[a] = v / dd[a];
+      x[a] = v * inverse_pivot[a];
     }
     for (int r = 0; r < n_previous; ++r) {
       const double* p = previous + static_cast<std::size_t>(r) * nn;
-      double dot = 0.0;
-      for (std::size_t i = 0; i < nn; ++i) dot += p[i] * x[i];
+      const double dot = split_dot(p, x.data(), nn);
       for (std::size_t i = 0; i < nn; ++i) x[i] -= dot * p[i];
     }
-    double norm = 0.0;
-    for (double v : x) norm += v * v;
-    norm = std::sqrt(norm);
+    const double norm = std::sqrt(split_dot(x.data(), x.data(), nn));
     if (norm == 0.0) {  // the start lay in the span of `previous`: any unit vector orthogonal to it
       x.assign(nn, 0.0);
       x[static_cast<std::size_t>(n_previous) % nn] = 1.0;
       continue;
     }
-    for (double& v : x) v /= norm;
+    const double inverse_norm = 1.0 / norm;
+    for (double& v : x) v *= inverse_norm;
   }
 }
 
@@ -241,7 +333,7 @@ void top_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<do
   // per step once the shapes have been seen).
   thread_local Tridiagonal t;
   thread_local InverseIterationBuffers factors;
-  thread_local std::vector<double> all, e, found, x;
+  thread_local std::vector<double> all, e, found, x, columns;
   tridiagonalize(a, n, t);
   tridiagonal_qr(t.d, t.e, nullptr, n, all, e);
   std::sort(all.begin(), all.end(), std::greater<double>());
@@ -252,11 +344,20 @@ void top_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<do
     inverse_iteration(t, all[static_cast<std::size_t>(r)], found.data(), r, factors, x);
     std::copy(x.begin(), x.end(), found.begin() + static_cast<std::ptrdiff_t>(r * nn));
   }
+  // Back through the reflectors all k at once (SIMD across the vectors, each vector's sums as
+  // to_original_basis does them).
+  const int64_t lanes = vector_lanes();
+  const int64_t stride = std::max<int64_t>(lanes, (k + lanes - 1) / lanes * lanes);
+  columns.assign(nn * static_cast<std::size_t>(stride), 0.0);
+  for (int r = 0; r < k; ++r) {
+    for (int i = 0; i < n; ++i)
+      columns[static_cast<std::size_t>(i * stride + r)] = found[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(i)];
+  }
+  reflect_columns(t.reflectors.data(), t.has_reflector.data(), n, columns.data(), stride, k);
   vectors.resize(static_cast<std::size_t>(k) * nn);
   for (int r = 0; r < k; ++r) {
-    double* row = found.data() + static_cast<std::size_t>(r) * nn;
-    to_original_basis(t, row);
-    std::copy(row, row + nn, vectors.begin() + static_cast<std::ptrdiff_t>(r) * n);
+    for (int i = 0; i < n; ++i)
+      vectors[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(i)] = columns[static_cast<std::size_t>(i * stride + r)];
   }
 }
 
@@ -299,50 +400,90 @@ void top_symmetric_eigenvectors(const std::vector<double>& a, int n, int k, std:
   top_eigenvectors(a, n, std::max(0, std::min(k, n)), eigenvalues, eigenvectors);
 }
 
+namespace {
+
+// The block M (this thread's `block`, count x dim) and, when the top k directions do not span
+// every row (k < count and k < dim), the top k eigenpairs of M^T M into `values` / `vectors`.
+// Returns false for an all-zero block (every score 0).
+struct LeverageProblem {
+  std::vector<double> block, gram, values, vectors;
+  int64_t k = 0;
+  bool spans_rows = false;  // k >= count or k >= dim: the projection keeps every row whole
+};
+
+bool prepare_leverage(const float* values, const int32_t* rows, int64_t count, int64_t dim, const float* weights,
+                      int64_t rank_cap, LeverageProblem& p) {
+  p.block.resize(static_cast<std::size_t>(count * dim));
+  // SIMD; whether |M|_F^2 is nonzero: a sum of squares is 0 exactly when every square is, so no
+  // sequential sum of count * dim terms is needed (it was a tenth of the call, one add chain).
+  if (!weighted_rows(values, rows, count, dim, weights, p.block.data())) return false;
+  p.k = std::max<int64_t>(1, std::min({rank_cap, count, dim}));
+  p.spans_rows = p.k >= count || p.k >= dim;
+  if (p.spans_rows) return true;
+  p.gram.assign(static_cast<std::size_t>(dim * dim), 0.0);
+  accumulate_upper_gram(p.block.data(), count, dim, p.gram.data());  // SIMD, the scalar loop's sums
+  for (int64_t r = 0; r < dim; ++r) {
+    for (int64_t c = 0; c < r; ++c)
+      p.gram[static_cast<std::size_t>(r * dim + c)] = p.gram[static_cast<std::size_t>(c * dim + r)];
+  }
+  top_eigenvectors(p.gram, static_cast<int>(dim), static_cast<int>(p.k), p.values, p.vectors);
+  return true;
+}
+
+// Every row's energy in the top k directions (all of it when they span the rows).
+void row_energies(const LeverageProblem& p, int64_t count, int64_t dim, double* score) {
+  if (p.spans_rows) {
+    for (int64_t j = 0; j < count; ++j) {
+      const double* m = p.block.data() + j * dim;
+      double s = 0.0;
+      for (int64_t i = 0; i < dim; ++i) s += m[i] * m[i];
+      score[j] = s;
+    }
+    return;
+  }
+  subspace_energy(p.block.data(), count, dim, p.vectors.data(), p.k, score);  // SIMD, the scalar sums
+}
+
+}  // namespace
+
 void value_leverage_scores(const float* values, const int32_t* rows, int64_t count, int64_t dim, const float* weights,
                            int64_t rank_cap, float* out) {
   if (count <= 0) return;
-  thread_local std::vector<double> block, gram, eigenvalues, eigenvectors;
-  block.resize(static_cast<std::size_t>(count * dim));
-  double total = 0.0;
-  for (int64_t j = 0; j < count; ++j) {
-    const float* v = values + (rows ? rows[j] : j) * dim;
-    double* m = block.data() + j * dim;
-    for (int64_t i = 0; i < dim; ++i) {
-      m[i] = double(weights[j]) * v[i];
-      total += m[i] * m[i];
-    }
-  }
-  if (total == 0.0) {
+  thread_local LeverageProblem p;
+  if (!prepare_leverage(values, rows, count, dim, weights, rank_cap, p)) {
     std::fill_n(out, count, 0.0f);
     return;
   }
-  const int64_t k = std::max<int64_t>(1, std::min({rank_cap, count, dim}));
   thread_local std::vector<double> score;
   score.resize(static_cast<std::size_t>(count));
-  std::fill(score.begin(), score.end(), 0.0);
-  if (k >= count || k >= dim) {
-    // The top k directions span every row: the whole row counts.
-    for (int64_t j = 0; j < count; ++j) {
-      const double* m = block.data() + j * dim;
-      for (int64_t i = 0; i < dim; ++i) score[static_cast<std::size_t>(j)] += m[i] * m[i];
-    }
-  } else {
-    gram.assign(static_cast<std::size_t>(dim * dim), 0.0);
-    accumulate_upper_gram(block.data(), count, dim, gram.data());  // SIMD, the scalar loop's sums
-    for (int64_t r = 0; r < dim; ++r) {
-      for (int64_t c = 0; c < r; ++c)
-        gram[static_cast<std::size_t>(r * dim + c)] = gram[static_cast<std::size_t>(c * dim + r)];
-    }
-    top_eigenvectors(gram, static_cast<int>(dim), static_cast<int>(k), eigenvalues, eigenvectors);
-    subspace_energy(block.data(), count, dim, eigenvectors.data(), k, score.data());  // SIMD, the scalar sums
-  }
+  row_energies(p, count, dim, score.data());
   // sum_j <m_j, u_t>^2 = s_t^2: dividing by the total is the original's energy weighting and its
   // final normalisation in one.
   double sum = 0.0;
   for (double s : score) sum += s;
   for (int64_t j = 0; j < count; ++j)
     out[j] = sum > 0 ? static_cast<float>(score[static_cast<std::size_t>(j)] / sum) : 0.0f;
+}
+
+float value_self_leverage(const float* values, const int32_t* rows, int64_t count, int64_t dim, const float* weights,
+                          int64_t rank_cap) {
+  if (count <= 0) return 0.0f;
+  thread_local LeverageProblem p;
+  if (!prepare_leverage(values, rows, count, dim, weights, rank_cap, p)) return 0.0f;
+  double last = 0.0, sum = 0.0;
+  if (p.spans_rows) {  // few rows: every row's energy, summed as value_leverage_scores does
+    thread_local std::vector<double> score;
+    score.resize(static_cast<std::size_t>(count));
+    row_energies(p, count, dim, score.data());
+    for (double s : score) sum += s;
+    last = score.back();
+  } else {
+    // sum_j <m_j, u_t>^2 = u_t^T M^T M u_t = lambda_t: the total is the top k eigenvalues' sum,
+    // so only the last row needs projecting.
+    subspace_energy(p.block.data() + (count - 1) * dim, 1, dim, p.vectors.data(), p.k, &last);
+    for (int64_t t = 0; t < p.k; ++t) sum += p.values[static_cast<std::size_t>(t)];
+  }
+  return sum > 0 ? static_cast<float>(last / sum) : 0.0f;
 }
 
 }  // namespace veloxquant::eviction

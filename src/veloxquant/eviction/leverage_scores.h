@@ -20,6 +20,12 @@ namespace veloxquant::eviction {
 void value_leverage_scores(const float* values, const int32_t* rows, int64_t count, int64_t dim, const float* weights,
                            int64_t rank_cap, float* out);
 
+// out[count - 1] of value_leverage_scores alone: the last row's leverage. The total energy in the
+// top k directions is the sum of M^T M's top k eigenvalues (equal to the rows' energies summed, up
+// to rounding), so only that row is projected: curdkv's score for a new row.
+float value_self_leverage(const float* values, const int32_t* rows, int64_t count, int64_t dim, const float* weights,
+                          int64_t rank_cap);
+
 // Eigen-decomposition of the symmetric n x n matrix `a` (row-major): eigenvalues descending,
 // eigenvectors[r * n + i] = component i of the r-th eigenvector. Householder reduction to
 // tridiagonal form, then implicit QR steps with Wilkinson shifts (Golub & Van Loan §8.3).

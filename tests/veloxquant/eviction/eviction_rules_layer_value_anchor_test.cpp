@@ -115,6 +115,13 @@ TEST(LeverageScores, TopEigenvectorsSpanJacobisTopSubspace) {
       symmetric_eigen(matrices[m], kN, want_values, want_vectors);
       ASSERT_EQ(values.size(), static_cast<std::size_t>(k));
       for (int t = 0; t < k; ++t) EXPECT_NEAR(values[t], want_values[t], 1e-9 * (1.0 + want_values[0]));
+      for (int t = 0; t < k; ++t) {  // eigenpairs to rounding: |A u - lambda u| <= 1e-13 |lambda_1|
+        for (int i = 0; i < kN; ++i) {
+          double au = 0.0;
+          for (int j = 0; j < kN; ++j) au += matrices[m][i * kN + j] * vectors[t * kN + j];
+          EXPECT_NEAR(au, values[t] * vectors[t * kN + i], 1e-13 * want_values[0]) << "vector " << t << " row " << i;
+        }
+      }
       for (int i = 0; i < kN; ++i) {
         for (int j = 0; j < kN; ++j) {
           double p = 0.0, want = 0.0;
@@ -174,7 +181,21 @@ TEST(LeverageScores, EqualBruteForce) {
         sum += got[j];
       }
       EXPECT_NEAR(sum, 1.0, 1e-5);
+      // The last row's alone (its total from the top eigenvalues instead of the rows' sum).
+      const float self = eviction::value_self_leverage(v.data(), nullptr, rows, kDim, w.data(), cap);
+      EXPECT_NEAR(self, want.back(), 1e-6);
+      EXPECT_NEAR(self, got.back(), 1e-6 * got.back());
     }
+  }
+  {  // 512 rows of 64 (curdkv's default shapes): the last row's score agrees to float rounding
+    constexpr int64_t kRows = 512, kWide = 64;
+    const std::vector<float> v = random_rows(kRows, kWide, 21);
+    std::vector<float> w = random_rows(kRows, 1, 23);
+    for (float& x : w) x = std::exp(2.0f * x);
+    std::vector<float> all(kRows);
+    eviction::value_leverage_scores(v.data(), nullptr, kRows, kWide, w.data(), 16, all.data());
+    const float self = eviction::value_self_leverage(v.data(), nullptr, kRows, kWide, w.data(), 16);
+    EXPECT_NEAR(self, all.back(), 1e-6 * all.back());
   }
   // Rows picked by index; an all-zero block scores 0.
   const std::vector<float> v = random_rows(6, kDim, 3);
@@ -186,9 +207,11 @@ TEST(LeverageScores, EqualBruteForce) {
   eviction::value_leverage_scores(v.data(), pick.data(), 3, kDim, w.data(), 2, got.data());
   const std::vector<double> want = reference_leverage(picked, 3, kDim, w, 2);
   for (int j = 0; j < 3; ++j) EXPECT_NEAR(got[j], want[j], 1e-6);
+  EXPECT_NEAR(eviction::value_self_leverage(v.data(), pick.data(), 3, kDim, w.data(), 2), want.back(), 1e-6);
   const std::vector<float> no_weight(3, 0.0f);
   eviction::value_leverage_scores(v.data(), pick.data(), 3, kDim, no_weight.data(), 2, zero.data());
   EXPECT_EQ(zero, std::vector<float>(3, 0.0f));
+  EXPECT_EQ(eviction::value_self_leverage(v.data(), pick.data(), 3, kDim, no_weight.data(), 2), 0.0f);
 }
 
 // --- curdkv --------------------------------------------------------------------------------------

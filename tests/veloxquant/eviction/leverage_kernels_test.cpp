@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -92,6 +93,77 @@ TEST(LeverageKernels, HouseholderStepsEqualTheScalarLoopsOnEveryTarget) {
         ASSERT_EQ(got_a, want_a) << name << " n " << n << " from " << from;
       });
     }
+  }
+}
+
+TEST(LeverageKernels, ReflectColumnsEqualsTheScalarLoopOnEveryTarget) {
+  std::mt19937 rng(13);
+  for (const int64_t n : {int64_t{3}, int64_t{13}, int64_t{64}}) {
+    for (const int64_t count : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{17}}) {
+      if (count > n) continue;
+      // Unit reflectors on indices r + 1.., one of them missing.
+      std::vector<double> reflectors(static_cast<std::size_t>(n * n), 0.0);
+      std::vector<char> has(static_cast<std::size_t>(n), 0);
+      for (int64_t r = 0; r + 2 < n; ++r) {
+        if (r == n / 3) continue;
+        has[static_cast<std::size_t>(r)] = 1;
+        double norm = 0.0;
+        for (int64_t i = r + 1; i < n; ++i) {
+          double& x = reflectors[static_cast<std::size_t>(r * n + i)];
+          x = std::normal_distribution<double>(0.0, 1.0)(rng);
+          norm += x * x;
+        }
+        for (int64_t i = r + 1; i < n; ++i) reflectors[static_cast<std::size_t>(r * n + i)] /= std::sqrt(norm);
+      }
+      const int64_t stride = 32;  // a multiple of every target's lanes
+      const auto start = normal_values(static_cast<std::size_t>(n * stride), rng, 1.0);
+      std::vector<double> want = start;
+      scalar::reflect_columns(reflectors.data(), has.data(), n, want.data(), stride, count);
+      // The definition for column 0: the reflectors applied one by one, the last first.
+      std::vector<double> x(static_cast<std::size_t>(n));
+      for (int64_t i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = start[static_cast<std::size_t>(i * stride)];
+      for (int64_t r = n - 3; r >= 0; --r) {
+        if (!has[static_cast<std::size_t>(r)]) continue;
+        double dot = 0.0;
+        for (int64_t i = r + 1; i < n; ++i)
+          dot += reflectors[static_cast<std::size_t>(r * n + i)] * x[static_cast<std::size_t>(i)];
+        for (int64_t i = r + 1; i < n; ++i)
+          x[static_cast<std::size_t>(i)] -= 2.0 * dot * reflectors[static_cast<std::size_t>(r * n + i)];
+      }
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(want[static_cast<std::size_t>(i * stride)], x[static_cast<std::size_t>(i)]);
+      for_each_target([&](const char* name) {
+        std::vector<double> got = start;
+        reflect_columns(reflectors.data(), has.data(), n, got.data(), stride, count);
+        for (int64_t i = 0; i < n; ++i) {
+          for (int64_t c = 0; c < count; ++c)
+            ASSERT_EQ(got[static_cast<std::size_t>(i * stride + c)], want[static_cast<std::size_t>(i * stride + c)])
+                << name << " n " << n << " count " << count << " (" << i << ", " << c << ")";
+        }
+      });
+    }
+  }
+}
+
+TEST(LeverageKernels, WeightedRowsEqualTheScalarLoopOnEveryTarget) {
+  std::mt19937 rng(17);
+  for (const int64_t dim : {int64_t{3}, int64_t{13}, int64_t{64}}) {
+    const int64_t stored = 9, count = 5;
+    std::vector<float> values(static_cast<std::size_t>(stored * dim)), weights(static_cast<std::size_t>(count));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& v : values) v = normal(rng);
+    for (float& w : weights) w = std::fabs(normal(rng));
+    const std::vector<int32_t> rows = {7, 0, 3, 8, 2};
+    std::vector<double> want(static_cast<std::size_t>(count * dim));
+    ASSERT_TRUE(scalar::weighted_rows(values.data(), rows.data(), count, dim, weights.data(), want.data()));
+    ASSERT_EQ(want[static_cast<std::size_t>(dim + 1)], double(weights[1]) * values[1]);  // candidate 1 (stored row 0), entry 1
+    const std::vector<float> zero(static_cast<std::size_t>(count), 0.0f);
+    for_each_target([&](const char* name) {
+      std::vector<double> got(want.size(), -1.0);
+      ASSERT_TRUE(weighted_rows(values.data(), rows.data(), count, dim, weights.data(), got.data())) << name;
+      ASSERT_EQ(got, want) << name << " dim " << dim;
+      // All-zero weights: nothing nonzero (and no rows list: the first `count` rows).
+      ASSERT_FALSE(weighted_rows(values.data(), nullptr, count, dim, zero.data(), got.data())) << name;
+    });
   }
 }
 

@@ -1,9 +1,11 @@
-// curdkv's Gram kernel: the SIMD path's upper triangle equals the scalar loop's bit for bit on
-// every SIMD target this machine runs (accumulating into a non-zero matrix, ragged widths), and
-// the scalar loop is the definition (diagonal = sum of squares, computed here independently).
+// curdkv's Gram kernel: the SIMD path's upper triangle equals the scalar loop of its kind (fused
+// multiply-adds on FMA targets, multiply then add elsewhere) bit for bit on every SIMD target this
+// machine runs (accumulating into a non-zero matrix, ragged widths), and the scalar loops are the
+// definitions (diagonal = sum of squares, computed here independently).
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -21,20 +23,24 @@ TEST(UpperGram, EveryTargetEqualsTheScalarLoopBitForBit) {
       std::vector<double> rows(static_cast<std::size_t>(count * dim)), start(static_cast<std::size_t>(dim * dim));
       for (double& v : rows) v = normal(rng) * 1e-2;
       for (double& v : start) v = normal(rng);
-      std::vector<double> want = start;
-      scalar::accumulate_upper_gram(rows.data(), count, dim, want.data());
-      for (int64_t r = 0; r < dim; ++r) {  // the definition, on the diagonal
-        double s = start[static_cast<std::size_t>(r * dim + r)];
+      std::vector<double> unfused = start, fused = start;
+      scalar::accumulate_upper_gram(rows.data(), count, dim, unfused.data());
+      scalar::accumulate_upper_gram_fused(rows.data(), count, dim, fused.data());
+      for (int64_t r = 0; r < dim; ++r) {  // the definitions, on the diagonal
+        double s = start[static_cast<std::size_t>(r * dim + r)], f = s;
         for (int64_t j = 0; j < count; ++j) {
           const double v = rows[static_cast<std::size_t>(j * dim + r)];
           s += v * v;
+          f = std::fma(v, v, f);
         }
-        ASSERT_EQ(want[static_cast<std::size_t>(r * dim + r)], s) << "dim " << dim << " row " << r;
+        ASSERT_EQ(unfused[static_cast<std::size_t>(r * dim + r)], s) << "dim " << dim << " row " << r;
+        ASSERT_EQ(fused[static_cast<std::size_t>(r * dim + r)], f) << "dim " << dim << " row " << r;
       }
       for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
         std::vector<double> got = start;
         hwy::SetSupportedTargetsForTest(target);
         accumulate_upper_gram(rows.data(), count, dim, got.data());
+        const std::vector<double>& want = upper_gram_fuses() ? fused : unfused;
         hwy::SetSupportedTargetsForTest(0);
         for (int64_t r = 0; r < dim; ++r) {
           for (int64_t c = r; c < dim; ++c) {
