@@ -280,7 +280,7 @@ void EvictionCache::fused_attention(const lm::FusedAttentionRequest& request, lm
     call.row_weights[1] = new_weights.data();
     call.row_weight_stride[1] = 1;
   }
-  attention::attend(call, segments, 2, &base::ThreadPool::global());
+  attention::attend(call, segments, 2, attention::request_pool(request));
   if (scored_step && segments[0] != &kept_rows) expand_row_weights(stored_weights.data(), rows_.rows());
   if (fast) {
     store_decode_step(keys, values, scored_step ? stored_weights.data() : nullptr,
