@@ -54,6 +54,22 @@ HWY_BEFORE_NAMESPACE();
 namespace veloxquant::attention::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Group g's (scale, min) f16 pair of a row, widened with the hardware conversion (two lanes of a
+// half vector) and broadcast to df's lanes.
+template <class DF>
+struct GroupParams {
+  hn::Vec<DF> scale, min;
+};
+
+template <class DF>
+HWY_INLINE GroupParams<DF> group_params(DF df, const std::byte* params, int64_t g) {
+  const hn::CappedTag<float, 2> d2;
+  const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
+  HWY_ALIGN float pair[hn::MaxLanes(d2)];
+  hn::Store(hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(params + g * 4))), d2, pair);
+  return {hn::Set(df, pair[0]), hn::Set(df, pair[1])};
+}
+
 // B-bit codes (B in {2, 4}), 8 lanes: 32 / B codes per word, 8 per vector.
 template <int B, class DF>
 void decode_words(DF df, const AffineWordRows& r, float* out) {
@@ -66,19 +82,12 @@ void decode_words(DF df, const AffineWordRows& r, float* out) {
   const auto shifts_hi = hn::Load(du, shift_bits + (kPerWord > 8 ? 8 : 0));
   const auto mask = hn::Set(du, (1u << B) - 1u);
   const int64_t dim = r.dim, group = r.group;
-  // One (scale, min) f16 pair to f32 with the hardware conversion (two lanes of a half vector).
-  const hn::CappedTag<float, 2> d2;
-  const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
-  HWY_ALIGN float pair[hn::MaxLanes(d2)];
   for (int64_t j = 0; j < r.n_rows; ++j) {
     const std::byte* row = r.first_row + j * r.row_bytes;
     const std::byte* params = row + r.params_offset;
     float* dst = out + j * dim;
     for (int64_t g0 = 0; g0 < dim; g0 += group) {
-      hn::Store(hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(params + (g0 / group) * 4))),
-                d2, pair);
-      const auto scale = hn::Set(df, pair[0]);
-      const auto min = hn::Set(df, pair[1]);
+      const auto [scale, min] = group_params(df, params, g0 / group);
       // The group's codes: (group / 8) vectors of 8, from words that start at code g0.
       const std::byte* word_ptr = row + (g0 / kPerWord) * 4;
       float* out_ptr = dst + g0;
@@ -103,19 +112,13 @@ template <class DF>
 void decode_bytes(DF df, const AffineWordRows& r, float* out) {
   const hn::RebindToSigned<DF> di;
   const hn::Rebind<uint8_t, DF> d8;
-  const hn::CappedTag<float, 2> d2;
-  const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
-  HWY_ALIGN float pair[hn::MaxLanes(d2)];
   const int64_t dim = r.dim, group = r.group;
   for (int64_t j = 0; j < r.n_rows; ++j) {
     const auto* row = reinterpret_cast<const uint8_t*>(r.first_row + j * r.row_bytes);
     const std::byte* params = r.first_row + j * r.row_bytes + r.params_offset;
     float* dst = out + j * dim;
     for (int64_t g0 = 0; g0 < dim; g0 += group) {
-      hn::Store(hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(params + (g0 / group) * 4))),
-                d2, pair);
-      const auto scale = hn::Set(df, pair[0]);
-      const auto min = hn::Set(df, pair[1]);
+      const auto [scale, min] = group_params(df, params, g0 / group);
       const int64_t end = g0 + group < dim ? g0 + group : dim;
       for (int64_t e = g0; e < end; e += static_cast<int64_t>(hn::Lanes(df))) {
         const auto codes = hn::PromoteTo(di, hn::LoadU(d8, row + e));
@@ -148,18 +151,12 @@ void decode_words16(DF df, const AffineWordRows& r, float* out) {
   const auto halves = hn::SetTableIndices(du, reinterpret_cast<const int32_t*>(half_index));
   const auto mask = hn::Set(du, (1u << B) - 1u);
   const int64_t dim = r.dim, group = r.group;
-  const hn::CappedTag<float, 2> d2;
-  const hn::Rebind<hwy::float16_t, decltype(d2)> dh2;
-  HWY_ALIGN float pair[hn::MaxLanes(d2)];
   for (int64_t j = 0; j < r.n_rows; ++j) {
     const std::byte* row = r.first_row + j * r.row_bytes;
     const std::byte* params = row + r.params_offset;
     float* dst = out + j * dim;
     for (int64_t g0 = 0; g0 < dim; g0 += group) {
-      hn::Store(hn::PromoteTo(d2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(params + (g0 / group) * 4))),
-                d2, pair);
-      const auto scale = hn::Set(df, pair[0]);
-      const auto min = hn::Set(df, pair[1]);
+      const auto [scale, min] = group_params(df, params, g0 / group);
       const int64_t end = g0 + group < dim ? g0 + group : dim;
       for (int64_t e = g0; e < end; e += 16) {
         const std::byte* word_ptr = row + (e / kPerWord) * 4;
