@@ -289,7 +289,7 @@ TEST(Svdq, BytesAreTheLayoutAndReallyAllocated) {
   // 300 f16 tokens in a 512-row region (16 blocks): 16 code bytes per row, 40 (scale, min) pairs
   // per block, the 40 x 64 f32 basis and a rank per head, f16 values, a 32-row f16 key tail.
   const std::size_t heads = b * h, rows = 512, blocks = 16;
-  EXPECT_EQ(cache->nbytes(), heads * (rows * 16 + blocks * 40 * 4 + 40 * 64 * 4 + 4 + rows * d * 2 + 32 * d * 2));
+  EXPECT_EQ(cache->nbytes(), heads * (rows * 16 + blocks * 40 * 4 + std::size_t{40} * 64 * 4 + 4 + rows * d * 2 + 32 * d * 2));
 }
 
 TEST(Svdq, TrimReopensTheLastBlockAndAnEmptyCacheFitsAgain) {

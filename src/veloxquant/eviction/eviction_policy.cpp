@@ -145,8 +145,8 @@ void score_by_leverage(const EvictionPolicy& p, Candidates& c, const std::vector
         value_leverage_scores(c.values.data(), live.data(), static_cast<int64_t>(count), c.value_dim, w.data(),
                               p.rank_cap, l.data());
       } else {
-        l.back() = value_self_leverage(c.values.data(), live.data(), static_cast<int64_t>(count), c.value_dim,
-                                       w.data(), p.rank_cap);
+        l.back() = value_self_leverage(c.values.data(), live.data(), static_cast<int64_t>(count), c.value_dim, w.data(),
+                                       p.rank_cap);
       }
     }
   };

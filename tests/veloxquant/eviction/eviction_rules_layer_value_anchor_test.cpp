@@ -89,7 +89,7 @@ TEST(LeverageScores, TopEigenvectorsSpanJacobisTopSubspace) {
   std::vector<std::vector<double>> matrices;
   for (int rows : {60, 5}) {  // full rank, and rank 5 (19 zero eigenvalues)
     const std::vector<float> x = random_rows(rows, kN, 300 + static_cast<uint64_t>(rows));
-    std::vector<double> gram(kN * kN, 0.0);
+    std::vector<double> gram(std::size_t{kN} * kN, 0.0);
     for (int r = 0; r < rows; ++r)
       for (int i = 0; i < kN; ++i)
         for (int j = 0; j < kN; ++j) gram[i * kN + j] += double(x[r * kN + i]) * x[r * kN + j];
@@ -98,7 +98,7 @@ TEST(LeverageScores, TopEigenvectorsSpanJacobisTopSubspace) {
   {  // eigenvalues (7, 7, 7, 3, 1, ...) in a rotated basis: Q diag Q^T, Q from Jacobi of a Gram matrix
     std::vector<double> ev, q;
     symmetric_eigen(matrices[0], kN, ev, q);
-    std::vector<double> a(kN * kN, 0.0);
+    std::vector<double> a(std::size_t{kN} * kN, 0.0);
     for (int t = 0; t < kN; ++t) {
       const double lambda = t < 3 ? 7.0 : t == 3 ? 3.0 : 1.0 / (1.0 + t);
       for (int i = 0; i < kN; ++i)
