@@ -70,7 +70,29 @@ HWY_INLINE GroupParams<DF> group_params(DF df, const std::byte* params, int64_t 
   return {hn::Set(df, pair[0]), hn::Set(df, pair[1])};
 }
 
-// B-bit codes (B in {2, 4}), 8 lanes: 32 / B codes per word, 8 per vector.
+// The loop every decoder below shares: per row and channel group, the group's (scale, min), then
+// each vector of the group's codes (codes_at(row, e): signed 32-bit lanes for channels e ..
+// e + lanes) as code * scale + min with one fused multiply-add. The decoders differ only in how
+// they widen a vector of codes, so every path gives the same floats.
+template <class DF, class CodesAt>
+HWY_INLINE void decode_rows_with(DF df, const AffineWordRows& r, float* out, const CodesAt& codes_at) {
+  const int64_t dim = r.dim, group = r.group, lanes = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t j = 0; j < r.n_rows; ++j) {
+    const std::byte* row = r.first_row + j * r.row_bytes;
+    const std::byte* params = row + r.params_offset;
+    float* dst = out + j * dim;
+    for (int64_t g0 = 0; g0 < dim; g0 += group) {
+      const auto [scale, min] = group_params(df, params, g0 / group);
+      const int64_t end = g0 + group < dim ? g0 + group : dim;
+      for (int64_t e = g0; e < end; e += lanes) {
+        hn::StoreU(hn::MulAdd(hn::ConvertTo(df, codes_at(row, e)), scale, min), df, dst + e);
+      }
+    }
+  }
+}
+
+// B-bit codes (B in {2, 4}), 8 lanes: 32 / B codes per word, 8 per vector; a 2-bit word gives
+// its first 8 codes, then (next vector) its last 8.
 template <int B, class DF>
 void decode_words(DF df, const AffineWordRows& r, float* out) {
   const hn::RebindToUnsigned<DF> du;
@@ -81,56 +103,28 @@ void decode_words(DF df, const AffineWordRows& r, float* out) {
   const auto shifts_lo = hn::Load(du, shift_bits);
   const auto shifts_hi = hn::Load(du, shift_bits + (kPerWord > 8 ? 8 : 0));
   const auto mask = hn::Set(du, (1u << B) - 1u);
-  const int64_t dim = r.dim, group = r.group;
-  for (int64_t j = 0; j < r.n_rows; ++j) {
-    const std::byte* row = r.first_row + j * r.row_bytes;
-    const std::byte* params = row + r.params_offset;
-    float* dst = out + j * dim;
-    for (int64_t g0 = 0; g0 < dim; g0 += group) {
-      const auto [scale, min] = group_params(df, params, g0 / group);
-      // The group's codes: (group / 8) vectors of 8, from words that start at code g0.
-      const std::byte* word_ptr = row + (g0 / kPerWord) * 4;
-      float* out_ptr = dst + g0;
-      const int64_t vectors = (g0 + group < dim ? group : dim - g0) / 8;
-      for (int64_t v = 0; v < vectors; ++v, out_ptr += 8) {
-        uint32_t word;
-        std::memcpy(&word, word_ptr, sizeof word);
-        // 2-bit codes: the word's first 8 codes, then (next vector) its last 8.
-        const bool upper = kPerWord > 8 && (v & 1) != 0;
-        const auto codes = hn::And(hn::Shr(hn::Set(du, word), upper ? shifts_hi : shifts_lo), mask);
-        hn::StoreU(hn::MulAdd(hn::ConvertTo(df, hn::BitCast(di, codes)), scale, min), df, out_ptr);
-        if (kPerWord == 8 || upper) word_ptr += 4;
-      }
-    }
-  }
+  decode_rows_with(df, r, out, [&](const std::byte* row, int64_t e) {
+    uint32_t word;
+    std::memcpy(&word, row + (e / kPerWord) * 4, sizeof word);
+    const bool upper = kPerWord > 8 && e % kPerWord >= 8;
+    return hn::BitCast(di, hn::And(hn::Shr(hn::Set(du, word), upper ? shifts_hi : shifts_lo), mask));
+  });
 }
 
 // 8-bit codes: four per word, LSB first, so on a little-endian machine code e is byte e of the row
-// and a vector's codes (8 or 16) are consecutive bytes, widened to 32-bit lanes (the recent tier of age_tiered,
-// 8-bit kivi-style eviction rows).
+// and a vector's codes (8 or 16) are consecutive bytes, widened to 32-bit lanes (the recent tier
+// of age_tiered, 8-bit kivi-style eviction rows).
 template <class DF>
 void decode_bytes(DF df, const AffineWordRows& r, float* out) {
   const hn::RebindToSigned<DF> di;
   const hn::Rebind<uint8_t, DF> d8;
-  const int64_t dim = r.dim, group = r.group;
-  for (int64_t j = 0; j < r.n_rows; ++j) {
-    const auto* row = reinterpret_cast<const uint8_t*>(r.first_row + j * r.row_bytes);
-    const std::byte* params = r.first_row + j * r.row_bytes + r.params_offset;
-    float* dst = out + j * dim;
-    for (int64_t g0 = 0; g0 < dim; g0 += group) {
-      const auto [scale, min] = group_params(df, params, g0 / group);
-      const int64_t end = g0 + group < dim ? g0 + group : dim;
-      for (int64_t e = g0; e < end; e += static_cast<int64_t>(hn::Lanes(df))) {
-        const auto codes = hn::PromoteTo(di, hn::LoadU(d8, row + e));
-        hn::StoreU(hn::MulAdd(hn::ConvertTo(df, codes), scale, min), df, dst + e);
-      }
-    }
-  }
+  decode_rows_with(df, r, out, [&](const std::byte* row, int64_t e) {
+    return hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const uint8_t*>(row) + e));
+  });
 }
 
 // The same rows at 16 lanes (AVX-512): one vector holds 16 codes, i.e. one 2-bit word or two
-// 4-bit words, so a 64-channel row is 4 vectors instead of 8. Each element is the same fused
-// multiply-add of the same code, scale and min as the 8-lane and 8-bit paths: identical floats.
+// 4-bit words, so a 64-channel row is 4 vectors instead of 8.
 template <int B, class DF>
 void decode_words16(DF df, const AffineWordRows& r, float* out) {
   static_assert(B == 2 || B == 4);
@@ -150,31 +144,20 @@ void decode_words16(DF df, const AffineWordRows& r, float* out) {
   const auto shifts = hn::Load(du, shift_bits);
   const auto halves = hn::SetTableIndices(du, reinterpret_cast<const int32_t*>(half_index));
   const auto mask = hn::Set(du, (1u << B) - 1u);
-  const int64_t dim = r.dim, group = r.group;
-  for (int64_t j = 0; j < r.n_rows; ++j) {
-    const std::byte* row = r.first_row + j * r.row_bytes;
-    const std::byte* params = row + r.params_offset;
-    float* dst = out + j * dim;
-    for (int64_t g0 = 0; g0 < dim; g0 += group) {
-      const auto [scale, min] = group_params(df, params, g0 / group);
-      const int64_t end = g0 + group < dim ? g0 + group : dim;
-      for (int64_t e = g0; e < end; e += 16) {
-        const std::byte* word_ptr = row + (e / kPerWord) * 4;
-        hn::Vec<decltype(du)> words;
-        if constexpr (B == 2) {
-          uint32_t word;
-          std::memcpy(&word, word_ptr, sizeof word);
-          words = hn::Set(du, word);
-        } else {
-          uint64_t pair_of_words;
-          std::memcpy(&pair_of_words, word_ptr, sizeof pair_of_words);
-          words = hn::TableLookupLanes(hn::BitCast(du, hn::Set(du64, pair_of_words)), halves);
-        }
-        const auto codes = hn::And(hn::Shr(words, shifts), mask);
-        hn::StoreU(hn::MulAdd(hn::ConvertTo(df, hn::BitCast(di, codes)), scale, min), df, dst + e);
-      }
+  decode_rows_with(df, r, out, [&](const std::byte* row, int64_t e) {
+    const std::byte* word_ptr = row + (e / kPerWord) * 4;
+    hn::Vec<decltype(du)> words;
+    if constexpr (B == 2) {
+      uint32_t word;
+      std::memcpy(&word, word_ptr, sizeof word);
+      words = hn::Set(du, word);
+    } else {
+      uint64_t pair_of_words;
+      std::memcpy(&pair_of_words, word_ptr, sizeof pair_of_words);
+      words = hn::TableLookupLanes(hn::BitCast(du, hn::Set(du64, pair_of_words)), halves);
     }
-  }
+    return hn::BitCast(di, hn::And(hn::Shr(words, shifts), mask));
+  });
 }
 
 void DecodeAffineWordRowsImpl(const AffineWordRows& r, float* out) {

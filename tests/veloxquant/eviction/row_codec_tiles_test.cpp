@@ -4,9 +4,13 @@
 // than a row (the eviction store's rows sit back to back, but the kernel must not assume it).
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
+
+#include "hwy/targets.h"
 
 #include "support/random_values.h"
 
@@ -63,6 +67,51 @@ TEST(RowCodecTiles, GroupAffineTileDecodeEqualsRowByRowDecode) {
       }
     }
   }
+}
+
+// Every compiled SIMD target (16-lane AVX-512, 8-lane AVX2, ...) decodes the same bytes to the same
+// floats bit for bit: each is one fused multiply-add of the same code, scale and min, whatever the
+// vector width (on an AVX-512 machine the 8-lane 2-bit word path runs only here).
+void check_targets_agree(int bits, int dim, int group) {
+  const auto codec = make_group_affine_codec(dim, bits, group);
+  const int64_t stride = static_cast<int64_t>(codec->row_bytes()), rows = 11;
+  std::vector<std::byte> store(static_cast<std::size_t>(rows * stride));
+  for (int64_t j = 0; j < rows; ++j) {
+    const auto x = test_support::normal_values(static_cast<std::size_t>(dim), static_cast<uint32_t>(700 + j));
+    codec->encode(x.data(), store.data() + j * stride);
+  }
+  attention::kernels::AffineWordRows r;
+  r.first_row = store.data();
+  r.row_bytes = stride;
+  r.params_offset = stride - int64_t{4} * (dim / group);
+  r.n_rows = rows;
+  r.dim = dim;
+  r.bits = bits;
+  r.group = group;
+  std::vector<float> first, got(static_cast<std::size_t>(rows * dim));
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    attention::kernels::decode_affine_word_rows(r, got.data());
+    if (first.empty()) {
+      first = got;
+      continue;
+    }
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(first[i]))
+          << hwy::TargetName(target) << " bits " << bits << " dim " << dim << " group " << group << " i " << i;
+    }
+  }
+}
+
+TEST(RowCodecTiles, EveryTargetDecodesTheSameFloats) {
+  for (int bits : {2, 4, 8}) {
+    for (int dim : {64, 96, 128}) {
+      for (int group : {16, 32, 64}) {
+        if (dim % group == 0) ASSERT_NO_FATAL_FAILURE(check_targets_agree(bits, dim, group));
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 }  // namespace
