@@ -3,6 +3,12 @@
 //                           activations, i16 activations, or the scalar reference
 //                           (dequantize the row, f32 dot in double); weight GB/s and GFLOP/s
 //                           (2 flops per weight), and x_reference = reference time / this time.
+//   matvec_streamed/<format>/i16
+//                           the same product over 160 times the rows (~90 MB for Q4_1, a whole
+//                           SmolLM2 decode step's weights), so the weights stream from memory
+//                           as in a decode step; x_in_cache = its weight GB/s over the 576-row
+//                           product's (measured first, same run): how much of the kernel's
+//                           in-cache rate the streamed product keeps.
 //   attention/<ctx>         one decode step of grouped-query attention (9 query heads, 3 kv
 //                           heads, d = 64, f16 cache) over ctx keys, single-threaded; GB/s of
 //                           the keys and values read, against attention_reference.
@@ -136,6 +142,40 @@ void register_matvec(GgmlType type, Path path, const std::string& path_name) {
   })->Unit(benchmark::kMicrosecond);
 }
 
+// Weight GB/s of the i16 decode matvec over `rows` rows (best of five calls, one thread).
+double i16_matvec_bytes_per_s(GgmlType type, int64_t rows) {
+  std::mt19937 rng(1);
+  const auto bytes = random_weights(type, rows, kCols, rng);
+  const lm::WeightMatrix w = lm::WeightMatrix::view(type, rows, kCols, bytes.data(), nullptr, "bench");
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(kCols), y(rows);
+  for (auto& v : x) v = normal(rng);
+  return static_cast<double>(w.nbytes()) / seconds_per_call(Path::kI16, w, x, y);
+}
+
+void register_streamed_matvec(GgmlType type) {
+  constexpr int64_t kStreamedRows = 160 * kRows;
+  const std::string name = "matvec_streamed/" + lm::ggml_type_name(type) + "/i16";
+  benchmark::RegisterBenchmark(name.c_str(), [type](benchmark::State& state) {
+    const double in_cache = i16_matvec_bytes_per_s(type, kRows);
+    std::mt19937 rng(1);
+    const auto bytes = random_weights(type, kStreamedRows, kCols, rng);
+    const lm::WeightMatrix w = lm::WeightMatrix::view(type, kStreamedRows, kCols, bytes.data(), nullptr, "bench");
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(kCols), y(kStreamedRows);
+    for (auto& v : x) v = normal(rng);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) {
+      lm::kernels::matvec(w, x.data(), y.data(), nullptr, lm::kernels::Activations::kI16);
+      benchmark::DoNotOptimize(y.data());
+    }
+    const double per_call = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                            static_cast<double>(state.iterations());
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(w.nbytes()));
+    state.counters["x_in_cache"] = static_cast<double>(w.nbytes()) / per_call / in_cache;
+  })->Unit(benchmark::kMillisecond);
+}
+
 void register_attention(int64_t ctx, bool reference) {
   const std::string name = std::string("attention/") + (reference ? "reference/" : "fast/") + std::to_string(ctx);
   benchmark::RegisterBenchmark(name.c_str(), [ctx, reference](benchmark::State& state) {
@@ -173,6 +213,7 @@ void register_all() {
     if (lm::kernels::has_i16_dot(type)) register_matvec(type, Path::kI16, "i16");
     register_matvec(type, Path::kReference, "reference");
   }
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K}) register_streamed_matvec(type);
   for (int64_t ctx : {1024, 4096}) {
     register_attention(ctx, false);
     register_attention(ctx, true);
