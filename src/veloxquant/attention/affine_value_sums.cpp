@@ -174,10 +174,15 @@ void AddGroupBiasesImpl(const float* bias, int64_t n_q, int64_t d, int64_t group
 // NQ x kSub accumulators in registers; per row and chunk one permute picks each lane's word (from
 // the row loaded whole, or from 8 words loaded at the chunk's base), a per-lane shift and a mask
 // give the code, a conversion (or a permute of the level table) the float, and NQ FMAs use it.
+// rows: the tile; wg, bg: the weights and biases of this pass's channel group and first query;
+// acc: that query's accumulator row.
 template <int NQ, int kSub, bool kWhole, bool kLevels>
-void word_values_pass(const uint32_t* first_row, int64_t row_stride, int64_t n_rows, const detail::WordChunks& t,
-                      int64_t c0, const float* wg, const float* bg, int64_t n_q, const float* levels, int bits,
-                      float* acc, int64_t acc_stride) {
+void word_values_pass(const WordValueRows& rows, const detail::WordChunks& t, int64_t c0, const float* wg,
+                      const float* bg, float* acc, int64_t acc_stride) {
+  const uint32_t* first_row = rows.first_row;
+  const int64_t row_stride = rows.row_stride_words, n_rows = rows.n_rows;
+  const float* levels = rows.levels;
+  const int bits = rows.bits;
   const hn::CappedTag<float, 8> df;
   const hn::RebindToUnsigned<decltype(df)> di;
   hn::Vec<decltype(df)> a[NQ][kSub];
@@ -225,9 +230,12 @@ void word_values_pass(const uint32_t* first_row, int64_t row_stride, int64_t n_r
 // table repeats every 2^b of its 16 lanes. Every lane runs the 8-lane pass's FMA chain over the
 // rows: bit-identical sums at twice the width.
 template <int NQ, int kVec, bool kLevels>
-void word_values_pass_wide(const uint32_t* first_row, int64_t row_stride, int64_t n_rows, const detail::WordChunks& t,
-                           int64_t c0, const float* wg, const float* bg, const float* levels, int bits, float* acc,
-                           int64_t acc_stride) {
+void word_values_pass_wide(const WordValueRows& rows, const detail::WordChunks& t, int64_t c0, const float* wg,
+                           const float* bg, float* acc, int64_t acc_stride) {
+  const uint32_t* first_row = rows.first_row;
+  const int64_t row_stride = rows.row_stride_words, n_rows = rows.n_rows;
+  const float* levels = rows.levels;
+  const int bits = rows.bits;
   const hn::CappedTag<float, 16> df;
   const hn::RebindToUnsigned<decltype(df)> di;
   const hn::CappedTag<uint32_t, 8> d8;
@@ -271,88 +279,72 @@ void word_values_pass_wide(const uint32_t* first_row, int64_t row_stride, int64_
 }
 #endif
 
+// Queries [r, r + NQ) of `out`: every 8-channel chunk of the rows, a few chunks per pass.
 template <int NQ, bool kWhole, bool kLevels>
-void word_values_block(const uint32_t* first_row, int64_t row_stride, int64_t n_rows, int64_t n, int bits,
-                       int64_t group, const detail::WordChunks& t, const float* levels, const float* ws,
-                       const float* bias, int64_t n_q, float* acc, int64_t acc_stride) {
+void word_values_block(const WordValueRows& rows, const detail::WordChunks& t, const GroupValueTargets& out,
+                       int64_t r) {
   // Four chunks per pass where a group holds them (NQ x 4 accumulators and NQ weights: 15 of 16
   // registers for a GQA group of 3), fewer otherwise; a pass never crosses a channel group.
-  const int64_t chunks = n / 8;
+  const int64_t chunks = rows.n / 8, group = rows.group, n_rows = rows.n_rows;
+  float* acc = out.acc + r * out.acc_stride;
+  const int64_t acc_stride = out.acc_stride;
   for (int64_t c = 0; c < chunks;) {
     const int64_t g = 8 * c / group;
-    const float* wg = ws + g * n_q * n_rows;
-    const float* bg = bias != nullptr ? bias + g * n_q : nullptr;
+    const float* wg = out.ws + g * out.n_q * n_rows + r * n_rows;
+    const float* bg = out.bias != nullptr ? out.bias + g * out.n_q + r : nullptr;
 #if !HWY_HAVE_SCALABLE && HWY_MAX_BYTES >= 64
     if constexpr (kWhole && hn::MaxLanes(hn::CappedTag<float, 16>()) == 16) {
       if (group % 64 == 0 && c % 8 == 0 && c + 8 <= chunks) {
-        word_values_pass_wide<NQ, 4, kLevels>(first_row, row_stride, n_rows, t, c, wg, bg, levels, bits, acc,
-                                              acc_stride);
+        word_values_pass_wide<NQ, 4, kLevels>(rows, t, c, wg, bg, acc, acc_stride);
         c += 8;
         continue;
       }
       if (group % 32 == 0 && c % 4 == 0 && c + 4 <= chunks) {
-        word_values_pass_wide<NQ, 2, kLevels>(first_row, row_stride, n_rows, t, c, wg, bg, levels, bits, acc,
-                                              acc_stride);
+        word_values_pass_wide<NQ, 2, kLevels>(rows, t, c, wg, bg, acc, acc_stride);
         c += 4;
         continue;
       }
       if (group % 16 == 0 && c % 2 == 0 && c + 2 <= chunks) {
-        word_values_pass_wide<NQ, 1, kLevels>(first_row, row_stride, n_rows, t, c, wg, bg, levels, bits, acc,
-                                              acc_stride);
+        word_values_pass_wide<NQ, 1, kLevels>(rows, t, c, wg, bg, acc, acc_stride);
         c += 2;
         continue;
       }
     }
 #endif
     if (group % 32 == 0 && c % 4 == 0 && c + 4 <= chunks) {
-      word_values_pass<NQ, 4, kWhole, kLevels>(first_row, row_stride, n_rows, t, c, wg, bg, n_q, levels, bits, acc,
-                                               acc_stride);
+      word_values_pass<NQ, 4, kWhole, kLevels>(rows, t, c, wg, bg, acc, acc_stride);
       c += 4;
     } else if (group % 16 == 0 && c % 2 == 0 && c + 2 <= chunks) {
-      word_values_pass<NQ, 2, kWhole, kLevels>(first_row, row_stride, n_rows, t, c, wg, bg, n_q, levels, bits, acc,
-                                               acc_stride);
+      word_values_pass<NQ, 2, kWhole, kLevels>(rows, t, c, wg, bg, acc, acc_stride);
       c += 2;
     } else {
-      word_values_pass<NQ, 1, kWhole, kLevels>(first_row, row_stride, n_rows, t, c, wg, bg, n_q, levels, bits, acc,
-                                               acc_stride);
+      word_values_pass<NQ, 1, kWhole, kLevels>(rows, t, c, wg, bg, acc, acc_stride);
       c += 1;
     }
   }
 }
 
 template <bool kWhole, bool kLevels>
-void word_values(const uint32_t* first_row, int64_t row_stride, int64_t n_rows, int64_t n, int bits, int64_t group,
-                 const detail::WordChunks& t, const float* levels, const float* ws, const float* bias, int64_t n_q,
-                 float* acc, int64_t acc_stride) {
+void word_values(const WordValueRows& rows, const detail::WordChunks& t, const GroupValueTargets& out) {
   int64_t r = 0;
-  for (; r + 3 <= n_q; r += 3) {
-    word_values_block<3, kWhole, kLevels>(first_row, row_stride, n_rows, n, bits, group, t, levels, ws + r * n_rows,
-                                          bias != nullptr ? bias + r : nullptr, n_q, acc + r * acc_stride, acc_stride);
-  }
-  for (; r < n_q; ++r) {
-    word_values_block<1, kWhole, kLevels>(first_row, row_stride, n_rows, n, bits, group, t, levels, ws + r * n_rows,
-                                          bias != nullptr ? bias + r : nullptr, n_q, acc + r * acc_stride, acc_stride);
-  }
+  for (; r + 3 <= out.n_q; r += 3) word_values_block<3, kWhole, kLevels>(rows, t, out, r);
+  for (; r < out.n_q; ++r) word_values_block<1, kWhole, kLevels>(rows, t, out, r);
 }
 
-bool AccumulateWordValuesImpl(const uint32_t* first_row, int64_t row_stride, int64_t n_rows, int64_t n, int bits,
-                              int64_t group, const float* levels, const float* ws, const float* bias, int64_t n_q,
-                              float* acc, int64_t acc_stride) {
+bool AccumulateWordValuesImpl(const WordValueRows& rows, const GroupValueTargets& out) {
   const hn::CappedTag<float, 8> d8;
   if (hn::Lanes(d8) != 8) return false;  // the kernel's chunks are 8 lanes
-  const detail::WordChunks& t = detail::word_chunks(bits, n);
+  const detail::WordChunks& t = detail::word_chunks(rows.bits, rows.n);
   const bool whole = t.row_words <= 8;
-  if (whole) {
-    if (levels != nullptr) {
-      word_values<true, true>(first_row, row_stride, n_rows, n, bits, group, t, levels, ws, bias, n_q, acc, acc_stride);
-    } else {
-      word_values<true, false>(first_row, row_stride, n_rows, n, bits, group, t, levels, ws, bias, n_q, acc,
-                               acc_stride);
-    }
-  } else if (levels != nullptr) {
-    word_values<false, true>(first_row, row_stride, n_rows, n, bits, group, t, levels, ws, bias, n_q, acc, acc_stride);
+  const bool levels = rows.levels != nullptr;
+  if (whole && levels) {
+    word_values<true, true>(rows, t, out);
+  } else if (whole) {
+    word_values<true, false>(rows, t, out);
+  } else if (levels) {
+    word_values<false, true>(rows, t, out);
   } else {
-    word_values<false, false>(first_row, row_stride, n_rows, n, bits, group, t, levels, ws, bias, n_q, acc, acc_stride);
+    word_values<false, false>(rows, t, out);
   }
   return true;
 }
@@ -380,14 +372,8 @@ bool can_accumulate_word_values(int bits, int64_t n, int64_t group, bool levels)
          group % 8 == 0 && (!levels || bits <= 3);
 }
 
-void accumulate_word_values(const uint32_t* first_row, int64_t row_stride_words, int64_t n_rows, int64_t n, int bits,
-                            int64_t group, const float* levels, const float* ws, const float* bias, int64_t n_q,
-                            float* acc, int64_t acc_stride) {
-  if (!HWY_DYNAMIC_DISPATCH(AccumulateWordValuesImpl)(first_row, row_stride_words, n_rows, n, bits, group, levels, ws,
-                                                      bias, n_q, acc, acc_stride)) {
-    scalar::accumulate_word_values(first_row, row_stride_words, n_rows, n, bits, group, levels, ws, bias, n_q, acc,
-                                   acc_stride);
-  }
+void accumulate_word_values(const WordValueRows& rows, const GroupValueTargets& out) {
+  if (!HWY_DYNAMIC_DISPATCH(AccumulateWordValuesImpl)(rows, out)) scalar::accumulate_word_values(rows, out);
 }
 
 namespace scalar {
@@ -414,9 +400,9 @@ void add_group_biases(const float* bias, int64_t n_q, int64_t d, int64_t group, 
   }
 }
 
-void accumulate_word_values(const uint32_t* first_row, int64_t row_stride_words, int64_t n_rows, int64_t n, int bits,
-                            int64_t group, const float* levels, const float* ws, const float* bias, int64_t n_q,
-                            float* acc, int64_t acc_stride) {
+void accumulate_word_values(const WordValueRows& rows, const GroupValueTargets& out) {
+  const auto [first_row, row_stride_words, n_rows, n, bits, group, levels] = rows;
+  const auto [ws, bias, n_q, acc, acc_stride] = out;
   const int64_t per = 32 / bits;
   const uint32_t mask = (1u << bits) - 1u;
   for (int64_t r = 0; r < n_q; ++r) {

@@ -17,6 +17,8 @@
 // to the FMAs of all queries of the block while still in a register: no tile, no store.
 #include <cstdint>
 
+#include "veloxquant/attention/group_value_targets.h"
+
 namespace veloxquant::attention::kernels {
 
 // A tile's per-row (scale, min) f16 pairs — row j's `2 * groups` fields at params + j * param_stride
@@ -36,23 +38,31 @@ void add_group_biases(const float* bias, int64_t n_q, int64_t d, int64_t group, 
 // of 8), at most 512 codes, and a level table, if any, of at most 8 entries (b <= 3).
 bool can_accumulate_word_values(int bits, int64_t n, int64_t group, bool levels);
 
-// For rows j < n_rows (row j's words at first_row + j * row_stride_words, code i in word i / (32/b)
-// at bit b * (i % (32/b))) and natural channels i < n (group g = i / group): first, when bias is
-// given, acc[r * acc_stride + i] += bias[g * n_q + r] (the groups' sum_j w_j m_jg, so no second
-// pass adds them), then
+// A tile's rows of b-bit word-layout codes: row j's words at first_row + j * row_stride_words,
+// code i in word i / (32/b) at bit b * (i % (32/b)), natural channels i < n in channel groups of
+// `group` (g = i / group); `levels` (b <= 3) maps a code to its value, or null: the code itself.
+struct WordValueRows {
+  const uint32_t* first_row;
+  int64_t row_stride_words;
+  int64_t n_rows;
+  int64_t n;
+  int bits;
+  int64_t group;
+  const float* levels;
+};
+
+// For rows j < n_rows and channels i < n: first, when bias is given,
+// acc[r * acc_stride + i] += bias[g * n_q + r] (the groups' sum_j w_j m_jg, so no second pass
+// adds them), then
 //   acc[r * acc_stride + i] = fma(ws[(g * n_q + r) * n_rows + j], x_j(i), acc[r * acc_stride + i])
 // in row order, x_j(i) the code as a float or, with levels, levels[code].
-void accumulate_word_values(const uint32_t* first_row, int64_t row_stride_words, int64_t n_rows, int64_t n, int bits,
-                            int64_t group, const float* levels, const float* ws, const float* bias, int64_t n_q,
-                            float* acc, int64_t acc_stride);
+void accumulate_word_values(const WordValueRows& rows, const GroupValueTargets& out);
 
 namespace scalar {
 void group_weights(const uint16_t* params, int64_t param_stride, int64_t n, int64_t groups, const float* w, int64_t ld,
                    int64_t n_q, float* columns, float* scaled, float* bias);
 void add_group_biases(const float* bias, int64_t n_q, int64_t d, int64_t group, float* out, int64_t out_stride);
-void accumulate_word_values(const uint32_t* first_row, int64_t row_stride_words, int64_t n_rows, int64_t n, int bits,
-                            int64_t group, const float* levels, const float* ws, const float* bias, int64_t n_q,
-                            float* acc, int64_t acc_stride);
+void accumulate_word_values(const WordValueRows& rows, const GroupValueTargets& out);
 }  // namespace scalar
 
 }  // namespace veloxquant::attention::kernels

@@ -277,9 +277,13 @@ void AddPlanesInterleavedImpl(const float* planes, int64_t plane_len, int per_by
 // f32 tile of the codes.
 // DF: 8 lanes, or 16 on AVX-512 targets (each lane's chain of FMAs over the rows is the same
 // whatever the width, so the sums are bit-identical).
+// wg, bg: the weights and biases of this pass's channel group and first query; acc: that
+// query's accumulator row.
 template <int B, int NQ, int kSub, class DF = hn::CappedTag<float, 8>>
-void accumulate_planes_pass(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int64_t p0,
-                            const float* wg, const float* bg, float* acc, int64_t acc_stride) {
+void accumulate_planes_pass(const PlaneValueRows& rows, int64_t p0, const float* wg, const float* bg, float* acc,
+                            int64_t acc_stride) {
+  const uint8_t* bytes = rows.bytes;
+  const int64_t row_stride = rows.row_stride, n_rows = rows.n_rows, plane_bytes = rows.plane_bytes;
   const DF df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<uint8_t, decltype(di)> d8;
@@ -325,9 +329,10 @@ void accumulate_planes_pass(const uint8_t* bytes, int64_t row_stride, int64_t n_
 // pass over that group's 8 bytes runs, so the sums are bit-identical; the two 8-lane passes it
 // replaces each spent as many instructions per row.
 template <int B, int NQ, class DW>
-void accumulate_planes_split_pass(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
-                                  int64_t p0, const float* wg0, const float* wg1, const float* bg0, const float* bg1,
-                                  float* acc, int64_t acc_stride) {
+void accumulate_planes_split_pass(const PlaneValueRows& rows, int64_t p0, const float* wg0, const float* wg1,
+                                  const float* bg0, const float* bg1, float* acc, int64_t acc_stride) {
+  const uint8_t* bytes = rows.bytes;
+  const int64_t row_stride = rows.row_stride, n_rows = rows.n_rows, plane_bytes = rows.plane_bytes;
   const DW df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<uint8_t, decltype(di)> d8;
@@ -358,10 +363,14 @@ void accumulate_planes_split_pass(const uint8_t* bytes, int64_t row_stride, int6
 }
 #endif
 
+// Queries [r, r + NQ) of `out`: every chunk of the planes, one or two vectors per pass.
 template <int B, int NQ>
-void accumulate_planes_block(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
-                             int64_t group, const float* ws, const float* bias, int64_t n_q, float* acc,
-                             int64_t acc_stride) {
+void accumulate_planes_block(const PlaneValueRows& rows, const GroupValueTargets& out, int64_t r) {
+  const int64_t n_rows = rows.n_rows, plane_bytes = rows.plane_bytes, group = rows.group, n_q = out.n_q;
+  const float* ws = out.ws + r * n_rows;
+  const float* bias = out.bias != nullptr ? out.bias + r : nullptr;
+  float* acc = out.acc + r * out.acc_stride;
+  const int64_t acc_stride = out.acc_stride;
   const hn::CappedTag<float, 8> df;
   constexpr int kPlanes = 8 / B;
   // Two chunks per pass where their accumulators and weights still fit 16 registers: half the
@@ -382,68 +391,56 @@ void accumulate_planes_block(const uint8_t* bytes, int64_t row_stride, int64_t n
       constexpr bool kWidePairs = NQ * kPlanes * 2 + NQ <= 30;
       const auto in_group = [&](int64_t bytes_from_p0) { return (p0 + bytes_from_p0 - 1) * kPlanes / group == g; };
       if (kWidePairs && p0 + 2 * kWide <= plane_bytes && in_group(2 * kWide)) {
-        accumulate_planes_pass<B, NQ, kWidePairs ? 2 : 1, DW>(bytes, row_stride, n_rows, plane_bytes, p0, wg, bg, acc,
-                                                              acc_stride);
+        accumulate_planes_pass<B, NQ, kWidePairs ? 2 : 1, DW>(rows, p0, wg, bg, acc, acc_stride);
         p0 += 2 * kWide;
         continue;
       }
       if (p0 + kWide <= plane_bytes && in_group(kWide)) {
-        accumulate_planes_pass<B, NQ, 1, DW>(bytes, row_stride, n_rows, plane_bytes, p0, wg, bg, acc, acc_stride);
+        accumulate_planes_pass<B, NQ, 1, DW>(rows, p0, wg, bg, acc, acc_stride);
         p0 += kWide;
         continue;
       }
       // Groups of exactly 8 bytes per plane (2-bit codes, groups of 32 channels): two at once.
       if (p0 + kWide <= plane_bytes && in_group(lanes) && (p0 + lanes) * kPlanes / group == g + 1 &&
           (p0 + kWide - 1) * kPlanes / group == g + 1) {
-        accumulate_planes_split_pass<B, NQ, DW>(bytes, row_stride, n_rows, plane_bytes, p0, wg, wg + n_q * n_rows, bg,
-                                                bg != nullptr ? bg + n_q : nullptr, acc, acc_stride);
+        accumulate_planes_split_pass<B, NQ, DW>(rows, p0, wg, wg + n_q * n_rows, bg, bg != nullptr ? bg + n_q : nullptr,
+                                                acc, acc_stride);
         p0 += kWide;
         continue;
       }
     }
 #endif
     if (kPairs && p0 + 2 * lanes <= plane_bytes && (p0 + 2 * lanes - 1) * kPlanes / group == g) {
-      accumulate_planes_pass<B, NQ, kPairs ? 2 : 1>(bytes, row_stride, n_rows, plane_bytes, p0, wg, bg, acc,
-                                                    acc_stride);
+      accumulate_planes_pass<B, NQ, kPairs ? 2 : 1>(rows, p0, wg, bg, acc, acc_stride);
       p0 += (kPairs ? 2 : 1) * lanes;
     } else {
-      accumulate_planes_pass<B, NQ, 1>(bytes, row_stride, n_rows, plane_bytes, p0, wg, bg, acc, acc_stride);
+      accumulate_planes_pass<B, NQ, 1>(rows, p0, wg, bg, acc, acc_stride);
       p0 += lanes;
     }
   }
 }
 
 template <int B>
-void accumulate_planes_bits(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes,
-                            int64_t group, const float* ws, const float* bias, int64_t n_q, float* acc,
-                            int64_t acc_stride) {
+void accumulate_planes_bits(const PlaneValueRows& rows, const GroupValueTargets& out) {
   // Query blocks of 3 (a GQA group of 3 in one pass over the bytes). For 2-bit codes 3 x 4
   // accumulators and 3 weights fill 15 of 16 registers and a temporary spills, still fewer
   // instructions than a second pass over the rows for the third query.
   constexpr int kBlock = 3;
   int64_t r = 0;
-  for (; r + kBlock <= n_q; r += kBlock) {
-    accumulate_planes_block<B, kBlock>(bytes, row_stride, n_rows, plane_bytes, group, ws + r * n_rows,
-                                       bias != nullptr ? bias + r : nullptr, n_q, acc + r * acc_stride, acc_stride);
-  }
-  for (; r < n_q; ++r) {
-    accumulate_planes_block<B, 1>(bytes, row_stride, n_rows, plane_bytes, group, ws + r * n_rows,
-                                  bias != nullptr ? bias + r : nullptr, n_q, acc + r * acc_stride, acc_stride);
-  }
+  for (; r + kBlock <= out.n_q; r += kBlock) accumulate_planes_block<B, kBlock>(rows, out, r);
+  for (; r < out.n_q; ++r) accumulate_planes_block<B, 1>(rows, out, r);
 }
 
-void AccumulatePlanesImpl(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
-                          int64_t group, const float* ws, const float* bias, int64_t n_q, float* acc,
-                          int64_t acc_stride) {
-  switch (bits) {
+void AccumulatePlanesImpl(const PlaneValueRows& rows, const GroupValueTargets& out) {
+  switch (rows.bits) {
     case 2:
-      accumulate_planes_bits<2>(bytes, row_stride, n_rows, plane_bytes, group, ws, bias, n_q, acc, acc_stride);
+      accumulate_planes_bits<2>(rows, out);
       break;
     case 4:
-      accumulate_planes_bits<4>(bytes, row_stride, n_rows, plane_bytes, group, ws, bias, n_q, acc, acc_stride);
+      accumulate_planes_bits<4>(rows, out);
       break;
     default:
-      accumulate_planes_bits<8>(bytes, row_stride, n_rows, plane_bytes, group, ws, bias, n_q, acc, acc_stride);
+      accumulate_planes_bits<8>(rows, out);
       break;
   }
 }
@@ -491,10 +488,8 @@ bool can_accumulate_planes(int bits, int64_t plane_bytes, int64_t group) {
   return (bits == 2 || bits == 4 || bits == 8) && plane_bytes % 8 == 0 && group % (int64_t{8} * (8 / bits)) == 0;
 }
 
-void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
-                       int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride, const float* bias) {
-  HWY_DYNAMIC_DISPATCH(AccumulatePlanesImpl)
-  (bytes, row_stride, n_rows, plane_bytes, bits, group, ws, bias, n_q, acc, acc_stride);
+void accumulate_planes(const PlaneValueRows& rows, const GroupValueTargets& out) {
+  HWY_DYNAMIC_DISPATCH(AccumulatePlanesImpl)(rows, out);
 }
 
 void fold_scales(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, float* folded,
@@ -538,8 +533,9 @@ void gather_pairs(const float* pairs, const int32_t* natural, int64_t n, float* 
   }
 }
 
-void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
-                       int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride, const float* bias) {
+void accumulate_planes(const PlaneValueRows& rows, const GroupValueTargets& out) {
+  const auto [bytes, row_stride, n_rows, plane_bytes, bits, group] = rows;
+  const auto [ws, bias, n_q, acc, acc_stride] = out;
   const int planes = 8 / bits;
   for (int64_t r = 0; r < n_q; ++r) {
     if (bias != nullptr) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "lm/kernels/attention_tiles.h"
+#include "veloxquant/attention/group_value_targets.h"
 
 namespace veloxquant::attention::kernels {
 
@@ -64,19 +65,23 @@ void add_planes_interleaved(const float* planes, int64_t plane_len, int per_byte
 //   acc[r * acc_stride + e'] += ws[(g * n_q + r) * n_rows + j] * code_j(e'),
 // after acc[r * acc_stride + e'] += bias[g * n_q + r] when bias is given (the groups' sum_j w_j m_jg).
 // Needs can_accumulate_planes(bits, P, group) (every 8-byte chunk inside one channel group).
+struct PlaneValueRows {
+  const uint8_t* bytes;
+  int64_t row_stride;  // bytes
+  int64_t n_rows;
+  int64_t plane_bytes;
+  int bits;
+  int64_t group;
+};
 bool can_accumulate_planes(int bits, int64_t plane_bytes, int64_t group);
-void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
-                       int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride,
-                       const float* bias = nullptr);
+void accumulate_planes(const PlaneValueRows& rows, const GroupValueTargets& out);
 
 // Name of the instruction set the dispatcher picked (for reports).
 const char* target_name();
 
 namespace scalar {
 void gather_pairs(const float* pairs, const int32_t* natural, int64_t n, float* first, float* second);
-void accumulate_planes(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
-                       int64_t group, const float* ws, int64_t n_q, float* acc, int64_t acc_stride,
-                       const float* bias = nullptr);
+void accumulate_planes(const PlaneValueRows& rows, const GroupValueTargets& out);
 void fold_scales(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, float* folded,
                  float* bias);
 float scale_column(const float* w, int64_t n, const float* scale, const float* min, float* out);

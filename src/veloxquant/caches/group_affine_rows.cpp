@@ -61,15 +61,16 @@ void accumulate_group_affine_rows(const GroupAffineValueRows& rows, const TileWe
   attention::kernels::group_weights(param_rows, param_stride, n, groups, weights, ld, n_queries, columns, scaled, bias);
   if (from_words) {
     // Natural order: straight into the caller's accumulator, the biases with it.
-    attention::kernels::accumulate_word_values(codes_rows, code_stride, n, d, bits, group, levels, scaled, bias,
-                                               n_queries, acc, d);
+    attention::kernels::accumulate_word_values({codes_rows, code_stride, n, d, bits, group, levels},
+                                               {scaled, bias, n_queries, acc, d});
     return;
   }
   std::fill(acc_code, acc_code + n_queries * d, 0.0f);
   if (from_bytes) {
     // The biases enter with the accumulators (each plane chunk lies in one channel group).
-    attention::kernels::accumulate_planes(reinterpret_cast<const uint8_t*>(codes_rows), code_stride * 4, n, plane_bytes,
-                                          bits, group, scaled, n_queries, acc_code, d, bias);
+    attention::kernels::accumulate_planes(
+        {reinterpret_cast<const uint8_t*>(codes_rows), code_stride * 4, n, plane_bytes, bits, group},
+        {scaled, bias, n_queries, acc_code, d});
     for (int64_t r = 0; r < n_queries; ++r) value_order.add_to_natural(acc_code + r * d, acc + r * d);
     return;
   } else {

@@ -79,8 +79,9 @@ void accumulate_run(const XQuantRows::CodeSet& set, int64_t n, int64_t d, const 
   const int bits = order.bits();
   std::fill(s.sums, s.sums + n_queries * d, 0.0f);
   if (values_from_planes(order)) {
-    kernels::accumulate_planes(reinterpret_cast<const uint8_t*>(set.first_row), set.row_words * 4, n, d * bits / 8,
-                               bits, d, run_weights, n_queries, s.sums, d);
+    kernels::accumulate_planes(
+        {reinterpret_cast<const uint8_t*>(set.first_row), set.row_words * 4, n, d * bits / 8, bits, d},
+        {run_weights, nullptr, n_queries, s.sums, d});
   } else {
     order.unpack_rows(set.first_row, set.row_words, n, s.tile);
     kernels::accumulate_rows(run_weights, n, n_queries, s.tile, d, n, d, s.sums, d);

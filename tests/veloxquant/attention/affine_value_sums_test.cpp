@@ -105,10 +105,9 @@ TEST(AffineValueSums, WordValuesEqualTheReferenceBitForBit) {
             const float* table = with_levels ? levels.data() : nullptr;
             const auto biases = uniform(static_cast<std::size_t>(groups * nq), -1.0f, 1.0f, 22);
             const float* bias = nq % 2 == 1 ? biases.data() : nullptr;  // with and without
-            accumulate_word_values(packed.data(), stride, rows, n, bits, group, table, ws.data(), bias, nq, acc.data(),
-                                   acc_stride);
-            scalar::accumulate_word_values(packed.data(), stride, rows, n, bits, group, table, ws.data(), bias, nq,
-                                           ref.data(), acc_stride);
+            const WordValueRows tile{packed.data(), stride, rows, n, bits, group, table};
+            accumulate_word_values(tile, {ws.data(), bias, nq, acc.data(), acc_stride});
+            scalar::accumulate_word_values(tile, {ws.data(), bias, nq, ref.data(), acc_stride});
             ASSERT_EQ(acc, ref) << "bits " << bits << " n " << n << " group " << group << " nq " << nq
                                 << (with_levels ? " levels" : "");
             // The reference against the definition: decoded codes weighted in double.

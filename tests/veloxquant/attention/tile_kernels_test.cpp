@@ -171,9 +171,9 @@ TEST(TileKernels, AccumulatePlanesMatchesScalar) {
           std::vector<float> acc = random_values(static_cast<std::size_t>(nq * (d + 2)), 19), ref = acc;
           const auto biases = random_values(static_cast<std::size_t>(groups * nq), 23);
           const float* bias = nq % 2 == 1 ? biases.data() : nullptr;  // with and without
-          accumulate_planes(bytes.data(), stride, rows, plane, bits, group, ws.data(), nq, acc.data(), d + 2, bias);
-          scalar::accumulate_planes(bytes.data(), stride, rows, plane, bits, group, ws.data(), nq, ref.data(), d + 2,
-                                    bias);
+          const PlaneValueRows tile{bytes.data(), stride, rows, plane, bits, group};
+          accumulate_planes(tile, {ws.data(), bias, nq, acc.data(), d + 2});
+          scalar::accumulate_planes(tile, {ws.data(), bias, nq, ref.data(), d + 2});
           for (std::size_t i = 0; i < acc.size(); ++i) {
             ASSERT_NEAR(acc[i], ref[i], 1e-3f * (1 << bits))
                 << "bits " << bits << " d " << d << " group " << group << " nq " << nq;
@@ -212,7 +212,8 @@ TEST(TileKernels, AccumulatePlanesIsBitIdenticalOnEverySimdTarget) {
               if (target > HWY_AVX2) continue;
               hwy::SetSupportedTargetsForTest(target);
               std::vector<float> acc = start;
-              accumulate_planes(bytes.data(), stride, rows, plane, bits, group, ws.data(), nq, acc.data(), d + 2, bias);
+              accumulate_planes({bytes.data(), stride, rows, plane, bits, group},
+                                {ws.data(), bias, nq, acc.data(), d + 2});
               hwy::SetSupportedTargetsForTest(0);
               if (first.empty()) {
                 first = acc;
