@@ -544,27 +544,45 @@ void score_block_level_rows(const BlockLevelKeys& keys, const BlockLevels16& lev
 }
 
 namespace scalar {
+namespace {
+// Block b of one row against query qr, in 8 lanes (lane l: elements 8g + l of the block's groups
+// g ascending; the first product plain, the rest fused).
+void permuted_block_lanes(const BlockLevelKeys& k, const uint8_t* packed, int64_t b, const float* levels,
+                          const float* qr, float t[8]) {
+  const int64_t groups = k.block / 8;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int lane = 0; lane < 8; ++lane) {
+      const int64_t e = 8 * (b * groups + g) + lane;
+      const int code = dense_code(packed, e, k.bits);
+      t[lane] = g == 0 ? levels[code] * qr[e] : std::fma(levels[code], qr[e], t[lane]);
+    }
+  }
+}
+
+// The integer sum of SIMD lane `lane` over block b (elements 16p + 2 lane and 16p + 2 lane + 1
+// of every pass p of the block) against integer query q.
+int32_t block_lane_total(const BlockLevelKeys& k, const uint8_t* packed, int64_t b, int lane,
+                         const BlockLevels16& levels, const int16_t* q) {
+  int32_t total = 0;
+  for (int64_t p = b * k.block / 16; p < (b + 1) * k.block / 16; ++p) {
+    for (int64_t e = 16 * p + 2 * int64_t{lane}; e < 16 * p + 2 * int64_t{lane} + 2; ++e) {
+      total += static_cast<int32_t>(q[e]) * levels.value[dense_code(packed, e, k.bits)];
+    }
+  }
+  return total;
+}
+}  // namespace
+
 void score_permuted_level_rows(const BlockLevelKeys& k, const float* levels, const float* q, int64_t q_stride,
                                const float* bias, int64_t n_q, float* scores, int64_t ld) {
-  const int64_t nb = k.dim / k.block, groups = k.block / 8;
+  const int64_t nb = k.dim / k.block;
   for (int64_t r = 0; r < n_q; ++r) {
     for (int64_t j = 0; j < k.n_rows; ++j) {
       const uint8_t* packed = k.codes + j * k.code_stride;
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int64_t b = 0; b < nb; ++b) {
         float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int64_t g = 0; g < groups; ++g) {
-          for (int lane = 0; lane < 8; ++lane) {
-            const int64_t e = 8 * (b * groups + g) + lane;
-            int code = 0;
-            for (int bit = 0; bit < k.bits; ++bit) {
-              const int64_t at = e * k.bits + bit;
-              code |= ((packed[at / 8] >> (at % 8)) & 1) << bit;
-            }
-            const float qe = q[r * q_stride + e];
-            t[lane] = g == 0 ? levels[code] * qe : std::fma(levels[code], qe, t[lane]);
-          }
-        }
+        permuted_block_lanes(k, packed, b, levels, q + r * q_stride, t);
         const float scale = base::f16_to_f32(k.scales[j * nb + b]);
         for (int lane = 0; lane < 8; ++lane) acc[lane] = b == 0 ? t[lane] * scale : std::fma(t[lane], scale, acc[lane]);
       }
@@ -577,14 +595,6 @@ void score_permuted_level_rows(const BlockLevelKeys& k, const float* levels, con
 void score_block_level_rows(const BlockLevelKeys& k, const BlockLevels16& levels, const int16_t* q16,
                             const float* q_step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
   const int64_t nb = k.dim / k.block;
-  const auto code_at = [&](const uint8_t* packed, int64_t e) {
-    int code = 0;
-    for (int bit = 0; bit < k.bits; ++bit) {
-      const int64_t at = e * k.bits + bit;
-      code |= ((packed[at / 8] >> (at % 8)) & 1) << bit;
-    }
-    return code;
-  };
   for (int64_t r = 0; r < n_q; ++r) {
     for (int64_t j = 0; j < k.n_rows; ++j) {
       const uint8_t* packed = k.codes + j * k.code_stride;
@@ -593,12 +603,7 @@ void score_block_level_rows(const BlockLevelKeys& k, const BlockLevels16& levels
       for (int64_t b = 0; b < nb; ++b) {
         const float scale = base::f16_to_f32(k.scales[j * nb + b]);
         for (int lane = 0; lane < 8; ++lane) {
-          int32_t total = 0;
-          for (int64_t p = b * k.block / 16; p < (b + 1) * k.block / 16; ++p) {
-            for (int64_t e = 16 * p + 2 * int64_t{lane}; e < 16 * p + 2 * int64_t{lane} + 2; ++e) {
-              total += static_cast<int32_t>(q16[r * k.dim + e]) * levels.value[code_at(packed, e)];
-            }
-          }
+          const int32_t total = block_lane_total(k, packed, b, lane, levels, q16 + r * k.dim);
           acc[lane] = std::fma(static_cast<float>(total), scale, acc[lane]);
         }
       }

@@ -788,14 +788,7 @@ void accumulate_block_level_rows(const BlockLevelValues& values, const float* we
 
 namespace scalar {
 namespace {
-int code_at(const BlockLevelValues& v, const uint8_t* packed, int64_t e) {
-  int code = 0;
-  for (int bit = 0; bit < v.bits; ++bit) {
-    const int64_t at = e * v.bits + bit;
-    code |= ((packed[at / 8] >> (at % 8)) & 1) << bit;
-  }
-  return code;
-}
+int code_at(const BlockLevelValues& v, const uint8_t* packed, int64_t e) { return dense_code(packed, e, v.bits); }
 
 // Evenly spaced levels: the header's uniform formula, element by element.
 void accumulate_uniform_rows(const BlockLevelValues& v, const float* weights, int64_t ld, int64_t n_q, float* acc,
@@ -844,11 +837,7 @@ void accumulate_table_rows(const BlockLevelValues& v, const float* weights, int6
     for (int64_t j = 0; j < v.n_rows; ++j) {
       const uint8_t* packed = v.codes + j * v.code_stride;
       for (int64_t e = 0; e < v.dim; ++e) {
-        int code = 0;
-        for (int bit = 0; bit < v.bits; ++bit) {
-          const int64_t at = e * v.bits + bit;
-          code |= ((packed[at / 8] >> (at % 8)) & 1) << bit;
-        }
+        const int code = dense_code(packed, e, v.bits);
         const float ws = weights[r * ld + j] * base::f16_to_f32(v.scales[j * blocks + e / v.block]);
         float& out = acc[r * acc_stride + e];
         out = std::fma(base::f16_to_f32(v.levels_f16[code]), ws, out);

@@ -397,12 +397,7 @@ void score_byte_level_rows(const BlockLevelKeys& k, const ByteLevels& levels, co
       for (int64_t b = 0; b < nb; ++b) {
         int32_t total = 0;
         for (int64_t e = b * k.block; e < (b + 1) * k.block; ++e) {
-          int code = 0;
-          for (int bit = 0; bit < k.bits; ++bit) {
-            const int64_t at = e * k.bits + bit;
-            code |= ((packed[at / 8] >> (at % 8)) & 1) << bit;
-          }
-          total += static_cast<int32_t>(q8[r * k.dim + e]) * levels.value[code];
+          total += static_cast<int32_t>(q8[r * k.dim + e]) * levels.value[dense_code(packed, e, k.bits)];
         }
         const float product = static_cast<float>(total) * base::f16_to_f32(k.scales[j * nb + b]);
         acc = b == 0 ? product : acc + product;

@@ -19,11 +19,7 @@ void decode_dense_level_rows(const DenseLevelRows& r, float* out) {
     const uint8_t* packed = r.codes + j * r.code_stride;
     const uint16_t* scales = r.scales + j * r.scale_stride;
     for (int64_t i = 0; i < r.dim; ++i) {
-      int code = 0;
-      for (int k = 0; k < r.bits; ++k) {
-        const int64_t bit = i * r.bits + k;
-        code |= ((packed[bit / 8] >> (bit % 8)) & 1) << k;
-      }
+      const int code = dense_code(packed, i, r.bits);
       const float offset = r.offset != nullptr ? r.offset[i] : 0.0f;
       out[j * r.dim + i] = base::f16_to_f32(scales[i / r.block]) * r.levels[code] + offset;
     }

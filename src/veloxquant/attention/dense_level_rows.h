@@ -31,6 +31,17 @@ inline int64_t first_padded_row(int64_t n_rows, int64_t code_stride, int64_t row
   return std::min(n_rows, slack / code_stride + 1);
 }
 
+// Code i of a row of dense LSB-first b-bit codes, read bit by bit: the scalar references' reading
+// (any b from 1 to 8, any i).
+inline int dense_code(const uint8_t* packed, int64_t i, int bits) {
+  int code = 0;
+  for (int k = 0; k < bits; ++k) {
+    const int64_t bit = i * bits + k;
+    code |= ((packed[bit / 8] >> (bit % 8)) & 1) << k;
+  }
+  return code;
+}
+
 struct DenseLevelRows {
   const uint8_t* codes = nullptr;    // row j's codes at codes + j * code_stride
   int64_t code_stride = 0;           // bytes; >= ceil(dim * bits / 8)

@@ -245,24 +245,30 @@ void score_codes_f32(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, i
 }
 
 namespace scalar {
+namespace {
+// One row's 8 lane sums against folded query q: lane l takes the codes at byte offsets p0 + l
+// of every 8-byte chunk, plane after plane, one fma each (the SIMD kernels' order).
+void row_key_lanes(const uint8_t* row, int64_t plane_bytes, int bits, const float* q, float lanes[8]) {
+  const int planes = 8 / bits;
+  const int mask = (1 << bits) - 1;
+  for (int64_t p0 = 0; p0 < plane_bytes; p0 += 8) {
+    for (int k = 0; k < planes; ++k) {
+      for (int64_t l = 0; l < 8; ++l) {
+        const float code = static_cast<float>((row[p0 + l] >> (k * bits)) & mask);
+        lanes[l] = std::fma(code, q[k * plane_bytes + p0 + l], lanes[l]);
+      }
+    }
+  }
+}
+}  // namespace
+
 void score_codes_f32(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
                      const float* folded, const float* bias, int64_t n_q, float* scores, int64_t ld) {
-  const int planes = 8 / bits;
-  const int64_t d = planes * plane_bytes;
-  const int mask = (1 << bits) - 1;
+  const int64_t d = 8 / bits * plane_bytes;
   for (int64_t r = 0; r < n_q; ++r) {
-    const float* q = folded + r * d;
     for (int64_t j = 0; j < n_rows; ++j) {
-      const uint8_t* row = bytes + j * row_stride;
       float lanes[8] = {};
-      for (int64_t p0 = 0; p0 < plane_bytes; p0 += 8) {
-        for (int k = 0; k < planes; ++k) {
-          for (int64_t l = 0; l < 8; ++l) {
-            const float code = static_cast<float>((row[p0 + l] >> (k * bits)) & mask);
-            lanes[l] = std::fma(code, q[k * plane_bytes + p0 + l], lanes[l]);
-          }
-        }
-      }
+      row_key_lanes(bytes + j * row_stride, plane_bytes, bits, folded + r * d, lanes);
       scores[r * ld + j] = detail::add_key_lanes(lanes) + bias[r];
     }
   }

@@ -243,8 +243,9 @@ void score_bits(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_
   }
 }
 
-void ScoreCodesImpl(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
-                    const int16_t* q16, const float* step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
+void ScoreCodesImpl(const PlaneCodeRows& rows, const IntegerQueries& queries, float* scores, int64_t ld) {
+  const auto [bytes, row_stride, n_rows, plane_bytes, bits] = rows;
+  const auto [q16, step, bias, n_q] = queries;
   switch (bits) {
     case 2:
       score_bits<2>(bytes, row_stride, n_rows, plane_bytes, q16, step, bias, n_q, scores, ld);
@@ -259,9 +260,8 @@ void ScoreCodesImpl(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, in
 }
 #else
 // One-lane vectors have no 16-bit pairs to multiply-add: the scalar target is the reference.
-void ScoreCodesImpl(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
-                    const int16_t* q16, const float* step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
-  scalar::score_codes_i16(bytes, row_stride, n_rows, plane_bytes, bits, q16, step, bias, n_q, scores, ld);
+void ScoreCodesImpl(const PlaneCodeRows& rows, const IntegerQueries& queries, float* scores, int64_t ld) {
+  scalar::score_codes_i16(rows, queries, scores, ld);
 }
 #endif
 
@@ -306,9 +306,8 @@ bool can_score_codes_i16(int bits, int64_t plane_bytes) {
   return (bits == 2 || bits == 4 || bits == 8) && plane_bytes > 0 && plane_bytes % chunk == 0;
 }
 
-void score_codes_i16(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
-                     const int16_t* q16, const float* step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
-  HWY_DYNAMIC_DISPATCH(ScoreCodesImpl)(bytes, row_stride, n_rows, plane_bytes, bits, q16, step, bias, n_q, scores, ld);
+void score_codes_i16(const PlaneCodeRows& rows, const IntegerQueries& queries, float* scores, int64_t ld) {
+  HWY_DYNAMIC_DISPATCH(ScoreCodesImpl)(rows, queries, scores, ld);
 }
 
 namespace scalar {
@@ -333,8 +332,9 @@ void fold_queries_i16(const float* q, int64_t n_q, int64_t d, const float* scale
   }
 }
 
-void score_codes_i16(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
-                     const int16_t* q16, const float* step, const float* bias, int64_t n_q, float* scores, int64_t ld) {
+void score_codes_i16(const PlaneCodeRows& rows, const IntegerQueries& queries, float* scores, int64_t ld) {
+  const auto [bytes, row_stride, n_rows, plane_bytes, bits] = rows;
+  const auto [q16, step, bias, n_q] = queries;
   const int planes = 8 / bits;
   const int64_t d = planes * plane_bytes;
   const int mask = (1 << bits) - 1;

@@ -37,16 +37,32 @@ int64_t integer_chunk_bytes();
 
 // Rows j < n_rows of planar b-bit codes (code_rows.h: plane k of a row is the k-th b-bit field
 // of its first plane_bytes bytes; code-order position e' = k * plane_bytes + p), `row_stride`
-// bytes apart, against n_q integer queries in code order (q16 + r * d, d = 8 / b * plane_bytes):
+// bytes apart.
+struct PlaneCodeRows {
+  const uint8_t* bytes;
+  int64_t row_stride;
+  int64_t n_rows;
+  int64_t plane_bytes;
+  int bits;
+};
+
+// n_q queries as fold_queries_i16 leaves them: query r's integers at q16 + r * d, its step[r]
+// and bias[r].
+struct IntegerQueries {
+  const int16_t* q16;
+  const float* step;
+  const float* bias;
+  int64_t n_q;
+};
+
+// The rows against the integer queries in code order (d = 8 / b * plane_bytes):
 //   scores[r * ld + j] = step[r] * float(sum_e' q16[r][e'] * code_j(e')) + bias[r].
-void score_codes_i16(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
-                     const int16_t* q16, const float* step, const float* bias, int64_t n_q, float* scores, int64_t ld);
+void score_codes_i16(const PlaneCodeRows& rows, const IntegerQueries& queries, float* scores, int64_t ld);
 
 namespace scalar {
 void fold_queries_i16(const float* q, int64_t n_q, int64_t d, const float* scale, const float* min, int32_t limit,
                       int16_t* q16, float* step, float* bias);
-void score_codes_i16(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, int64_t plane_bytes, int bits,
-                     const int16_t* q16, const float* step, const float* bias, int64_t n_q, float* scores, int64_t ld);
+void score_codes_i16(const PlaneCodeRows& rows, const IntegerQueries& queries, float* scores, int64_t ld);
 }  // namespace scalar
 
 }  // namespace veloxquant::attention::kernels

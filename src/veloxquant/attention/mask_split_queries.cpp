@@ -77,7 +77,10 @@ void gather_round(const float* xr, const int32_t* idx, const int32_t* valid, con
 }
 
 void SplitQueriesImpl(const float* x, int64_t n_q, int64_t d, const uint32_t* mask, const SplitPlane* planes,
-                      int16_t* q16_0, float* step0, int16_t* q16_1, float* step1, int32_t* ints, float* floats) {
+                      int16_t* q16_0, float* step0, int16_t* q16_1, float* step1,
+                      const detail::SplitQueryScratch& scratch) {
+  int32_t* ints = scratch.ints;
+  float* floats = scratch.floats;
   const hn::ScalableTag<int32_t> di;
   const hn::RebindToUnsigned<decltype(di)> du;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(di));
@@ -144,7 +147,7 @@ void split_queries_i16(const float* x, int64_t n_q, int64_t d, const uint32_t* m
   if (ints.size() < need_ints) ints.resize(need_ints);
   if (floats.size() < need_floats) floats.resize(need_floats);
   HWY_DYNAMIC_DISPATCH(SplitQueriesImpl)
-  (x, n_q, d, mask, planes, q16_0, step0, q16_1, step1, ints.data(), floats.data());
+  (x, n_q, d, mask, planes, q16_0, step0, q16_1, step1, detail::SplitQueryScratch{ints.data(), floats.data()});
 }
 
 namespace scalar {

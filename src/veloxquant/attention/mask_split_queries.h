@@ -30,6 +30,15 @@ struct SplitPlane {
 void split_queries_i16(const float* x, int64_t n_q, int64_t d, const uint32_t* mask, const SplitPlane* planes,
                        int16_t* q16_0, float* step0, int16_t* q16_1, float* step1);
 
+namespace detail {
+// split_queries_i16's grow-only per-thread scratch, handed to the dispatched kernel: both planes'
+// channel lists, source channels and lane flags (ints), one padded plane of floats.
+struct SplitQueryScratch {
+  int32_t* ints;
+  float* floats;
+};
+}  // namespace detail
+
 namespace scalar {
 void split_queries_i16(const float* x, int64_t n_q, int64_t d, const uint32_t* mask, const SplitPlane* planes,
                        int16_t* q16_0, float* step0, int16_t* q16_1, float* step1);

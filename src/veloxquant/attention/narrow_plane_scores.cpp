@@ -20,15 +20,14 @@ NarrowPlane narrow_plane(int bits, int64_t codes) {
 }
 
 void score_narrow_codes_i16(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, const NarrowPlane& plane,
-                            const uint8_t* readable_end, const int16_t* q16, const float* step, const float* bias,
-                            int64_t n_q, float* scores, int64_t ld) {
+                            const uint8_t* readable_end, const IntegerQueries& queries, float* scores, int64_t ld) {
   if (n_rows <= 0) return;
   // Rows whose padded read stays inside the buffer are read in place (normally all but the
   // buffer's last row or two).
   const int64_t room = readable_end - bytes - plane.padded;  // row j reads in place iff j * row_stride <= room
   const int64_t direct = room < 0 ? 0 : std::min(n_rows, room / row_stride + 1);
   if (direct > 0) {
-    score_codes_i16(bytes, row_stride, direct, plane.padded, plane.bits, q16, step, bias, n_q, scores, ld);
+    score_codes_i16({bytes, row_stride, direct, plane.padded, plane.bits}, queries, scores, ld);
   }
   if (direct == n_rows) return;
   // The rest through zero-padded copies (grow-only per thread: no allocation once warm).
@@ -39,8 +38,7 @@ void score_narrow_codes_i16(const uint8_t* bytes, int64_t row_stride, int64_t n_
     std::memcpy(copies.data() + j * plane.padded, bytes + (direct + j) * row_stride,
                 static_cast<std::size_t>(plane.plane_bytes));
   }
-  score_codes_i16(copies.data(), plane.padded, rest, plane.padded, plane.bits, q16, step, bias, n_q, scores + direct,
-                  ld);
+  score_codes_i16({copies.data(), plane.padded, rest, plane.padded, plane.bits}, queries, scores + direct, ld);
 }
 
 }  // namespace veloxquant::attention::kernels

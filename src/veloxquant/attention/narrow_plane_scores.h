@@ -14,6 +14,8 @@
 // first, so no read leaves the buffer.
 #include <cstdint>
 
+#include "veloxquant/attention/integer_key_scores.h"
+
 namespace veloxquant::attention::kernels {
 
 struct NarrowPlane {
@@ -41,7 +43,6 @@ NarrowPlane narrow_plane(int bits, int64_t codes);
 // padded; query r at q16 + r * dim(), in padded code order with zeros at padding. `readable_end`
 // is one past the last byte the rows' buffer holds.
 void score_narrow_codes_i16(const uint8_t* bytes, int64_t row_stride, int64_t n_rows, const NarrowPlane& plane,
-                            const uint8_t* readable_end, const int16_t* q16, const float* step, const float* bias,
-                            int64_t n_q, float* scores, int64_t ld);
+                            const uint8_t* readable_end, const IntegerQueries& queries, float* scores, int64_t ld);
 
 }  // namespace veloxquant::attention::kernels

@@ -527,6 +527,25 @@ void score_split_level_rows(const SplitLevelKeys& keys, const float* q, int64_t 
 }
 
 namespace scalar {
+namespace {
+// Channel group g of one row against query qr, in 8 lanes (lane l: codes 8c + l, c ascending;
+// the first product plain, the rest fused).
+void group_lanes(const SplitLevelKeys& k, const uint8_t* row, int g, const float* qr, float t[8]) {
+  const int b = k.bits[g];
+  for (int c = 0; c < k.channels[g] / 8; ++c) {
+    for (int l = 0; l < 8; ++l) {
+      const int i = 8 * c + l, bit = i * b;  // code i of the group, LSB first
+      const uint8_t* at = row + k.code_offset[g] + bit / 8;
+      const unsigned window = at[0] | (bit % 8 + b > 8 ? static_cast<unsigned>(at[1]) << 8 : 0u);
+      const unsigned code = (window >> (bit % 8)) & ((1u << b) - 1);
+      const float product = k.levels[g][code];
+      const float x = qr[k.offset[g] + i];
+      t[l] = c == 0 ? product * x : std::fma(product, x, t[l]);
+    }
+  }
+}
+}  // namespace
+
 void score_split_level_rows(const SplitLevelKeys& k, const float* q, int64_t q_stride, const float* bias, int64_t n_q,
                             float* scores, int64_t ld) {
   for (int64_t r = 0; r < n_q; ++r) {
@@ -535,19 +554,8 @@ void score_split_level_rows(const SplitLevelKeys& k, const float* q, int64_t q_s
       const uint8_t* row = k.codes + j * k.code_stride;
       float acc[8] = {};
       for (int g = 0; g < k.n_groups; ++g) {
-        const int b = k.bits[g];
         float t[8] = {};
-        for (int c = 0; c < k.channels[g] / 8; ++c) {
-          for (int l = 0; l < 8; ++l) {
-            const int i = 8 * c + l, bit = i * b;  // code i of the group, LSB first
-            const uint8_t* at = row + k.code_offset[g] + bit / 8;
-            const unsigned window = at[0] | (bit % 8 + b > 8 ? static_cast<unsigned>(at[1]) << 8 : 0u);
-            const unsigned code = (window >> (bit % 8)) & ((1u << b) - 1);
-            const float product = k.levels[g][code];
-            const float x = qr[k.offset[g] + i];
-            t[l] = c == 0 ? product * x : std::fma(product, x, t[l]);
-          }
-        }
+        group_lanes(k, row, g, qr, t);
         const float s = k.scale_table[k.scales[j * k.scale_stride + g]];
         for (int l = 0; l < 8; ++l) acc[l] = g == 0 ? t[l] * s : std::fma(t[l], s, acc[l]);
       }

@@ -266,27 +266,34 @@ void score_word_planes(const uint32_t* first_row, int64_t row_stride_words, int6
 }
 
 namespace scalar {
+namespace {
+// One row's 8 lane sums against folded query q (lane l: word v * 8 + l of each vector v, its
+// fields p ascending).
+void row_word_lanes(const uint32_t* row, const WordPlanes& planes, const float* levels, const float* q, float lane[8]) {
+  const uint32_t mask = planes.bits == 32 ? ~0u : (1u << planes.bits) - 1u;
+  for (int64_t v = 0; v < planes.vectors; ++v) {
+    for (int64_t p = 0; p < planes.per; ++p) {
+      for (int l = 0; l < 8; ++l) {
+        const int64_t word = v * 8 + l;
+        // Lanes past the row's words read as zero (the SIMD kernel's masked load).
+        const uint32_t w = word < planes.words ? row[word] : 0u;
+        const uint32_t c = (w >> (planes.bits * p)) & mask;
+        const float value = levels != nullptr ? levels[c] : static_cast<float>(c);
+        lane[l] = std::fma(q[(v * planes.per + p) * 8 + l], value, lane[l]);
+      }
+    }
+  }
+}
+}  // namespace
+
 void score_word_planes(const uint32_t* first_row, int64_t row_stride_words, int64_t n_rows, const WordPlanes& planes,
                        const float* levels, const float* folded, int64_t n_q, const float* bias, float* scores,
                        int64_t ld) {
   const int64_t dim = planes.dim();
-  const uint32_t mask = planes.bits == 32 ? ~0u : (1u << planes.bits) - 1u;
   for (int64_t r = 0; r < n_q; ++r) {
     for (int64_t j = 0; j < n_rows; ++j) {
-      const uint32_t* row = first_row + j * row_stride_words;
       float lane[8] = {};
-      for (int64_t v = 0; v < planes.vectors; ++v) {
-        for (int64_t p = 0; p < planes.per; ++p) {
-          for (int l = 0; l < 8; ++l) {
-            const int64_t word = v * 8 + l;
-            // Lanes past the row's words read as zero (the SIMD kernel's masked load).
-            const uint32_t w = word < planes.words ? row[word] : 0u;
-            const uint32_t c = (w >> (planes.bits * p)) & mask;
-            const float value = levels != nullptr ? levels[c] : static_cast<float>(c);
-            lane[l] = std::fma(folded[r * dim + (v * planes.per + p) * 8 + l], value, lane[l]);
-          }
-        }
-      }
+      row_word_lanes(first_row + j * row_stride_words, planes, levels, folded + r * dim, lane);
       const float total = ((lane[0] + lane[2]) + (lane[1] + lane[3])) + ((lane[4] + lane[6]) + (lane[5] + lane[7]));
       scores[r * ld + j] = total + bias[r];
     }

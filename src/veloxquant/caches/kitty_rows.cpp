@@ -110,14 +110,15 @@ void KittyRows::score_block_integer(int64_t b, int64_t h, int64_t block, int64_t
     const auto* readable_end = reinterpret_cast<const uint8_t*>(packed.raw_data()) + packed.nbytes();
     const int64_t row_stride = packed.strides()[2] * 4;
     if (first) {  // the first plane's scores with the mins' bias, straight into the tile
-      attention::kernels::score_narrow_codes_i16(bytes, row_stride, n, p, readable_end, q16.data() + offset, plane_step,
-                                                 bias.data(), n_queries, scores, ld);
+      attention::kernels::score_narrow_codes_i16(bytes, row_stride, n, p, readable_end,
+                                                 {q16.data() + offset, plane_step, bias.data(), n_queries}, scores, ld);
       first = false;
       continue;
     }
     partial.resize(static_cast<std::size_t>(n_queries * n));
-    attention::kernels::score_narrow_codes_i16(bytes, row_stride, n, p, readable_end, q16.data() + offset, plane_step,
-                                               plane_zero, n_queries, partial.data(), n);
+    attention::kernels::score_narrow_codes_i16(bytes, row_stride, n, p, readable_end,
+                                               {q16.data() + offset, plane_step, plane_zero, n_queries}, partial.data(),
+                                               n);
     for (int64_t q = 0; q < n_queries; ++q) {
       float* __restrict row = scores + q * ld;
       const float* __restrict low = partial.data() + q * n;

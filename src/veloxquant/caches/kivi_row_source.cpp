@@ -145,9 +145,9 @@ void KiviQuantizedRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
     // over the rows for all of them; the mins add a per-query constant.
     if (integer) {
       attention::kernels::fold_queries_i16(prepared, n_queries, d, scale, min, limit, q16, step, bias);
-      attention::kernels::score_codes_i16(reinterpret_cast<const uint8_t*>(first_row + (a - j0) * row_words),
-                                          row_words * 4, end - a, plane_bytes, bits_, q16, step, bias, n_queries,
-                                          scores + (a - j0), ld);
+      attention::kernels::score_codes_i16({reinterpret_cast<const uint8_t*>(first_row + (a - j0) * row_words),
+                                           row_words * 4, end - a, plane_bytes, bits_},
+                                          {q16, step, bias, n_queries}, scores + (a - j0), ld);
     } else if (in_f32) {
       attention::kernels::fold_scales(prepared, n_queries, d, scale, min, folded, bias);
       attention::kernels::score_codes_f32(reinterpret_cast<const uint8_t*>(first_row + (a - j0) * row_words),

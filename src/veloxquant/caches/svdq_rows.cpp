@@ -145,7 +145,7 @@ void SvdqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const fl
         if (leading_mean_) bias[r] += projected[r * width];
       }
       attention::kernels::score_narrow_codes_i16(row_ptr<uint8_t>(codes_, b, h, j), layout_.row_bytes, end - j, plane_,
-                                                 readable_end, q16, step, bias, n_queries, scores + (j - j0), ld);
+                                                 readable_end, {q16, step, bias, n_queries}, scores + (j - j0), ld);
       j = end;
     }
     return;

@@ -82,7 +82,7 @@ TEST(IntegerKeyScores, AZeroQueryHasStepZeroAndANonFiniteOneANaNStep) {
   // Then every score of that query is NaN, as the f32 path's would be.
   const std::vector<uint8_t> row = random_bytes(32, 3);
   std::vector<float> scores(2);
-  score_codes_i16(row.data(), 32, 1, 32, 4, q16.data(), step.data(), bias.data(), 2, scores.data(), 1);
+  score_codes_i16({row.data(), 32, 1, 32, 4}, {q16.data(), step.data(), bias.data(), 2}, scores.data(), 1);
   EXPECT_EQ(scores[0], 0.0f);
   EXPECT_TRUE(std::isnan(scores[1]));
 }
@@ -104,10 +104,10 @@ TEST(IntegerKeyScores, ScoresMatchScalarBitForBitAcrossWidthsRowsAndQueries) {
         scalar::fold_queries_i16(q.data(), n_q, c.d, scale.data(), min.data(), integer_query_limit(c.bits, c.d),
                                  q16.data(), step.data(), bias.data());
         std::vector<float> out(static_cast<std::size_t>(n_q * ld), -1.0f), ref(out);
-        score_codes_i16(bytes.data(), stride, n_rows, plane, c.bits, q16.data(), step.data(), bias.data(), n_q,
-                        out.data(), ld);
-        scalar::score_codes_i16(bytes.data(), stride, n_rows, plane, c.bits, q16.data(), step.data(), bias.data(), n_q,
-                                ref.data(), ld);
+        const PlaneCodeRows rows{bytes.data(), stride, n_rows, plane, c.bits};
+        const IntegerQueries queries{q16.data(), step.data(), bias.data(), n_q};
+        score_codes_i16(rows, queries, out.data(), ld);
+        scalar::score_codes_i16(rows, queries, ref.data(), ld);
         ASSERT_EQ(out, ref) << c.bits << " bits, d " << c.d << ", " << n_rows << " rows, " << n_q << " queries";
         // Every target this machine runs (AVX3's paired rows for one-chunk planes, its 16-lane
         // sums for wider ones, AVX2's 8-lane loop, ...) whose chunk divides the plane.
@@ -115,8 +115,7 @@ TEST(IntegerKeyScores, ScoresMatchScalarBitForBitAcrossWidthsRowsAndQueries) {
           hwy::SetSupportedTargetsForTest(target);
           if (can_score_codes_i16(c.bits, plane)) {
             std::vector<float> on_target(out.size(), -1.0f);
-            score_codes_i16(bytes.data(), stride, n_rows, plane, c.bits, q16.data(), step.data(), bias.data(), n_q,
-                            on_target.data(), ld);
+            score_codes_i16(rows, queries, on_target.data(), ld);
             hwy::SetSupportedTargetsForTest(0);
             ASSERT_EQ(on_target, ref) << hwy::TargetName(target) << ", " << c.bits << " bits, d " << c.d << ", "
                                       << n_rows << " rows, " << n_q << " queries";
@@ -143,7 +142,7 @@ TEST(IntegerKeyScores, ScoresStayWithinTheQueryRoundingBoundOfExactScores) {
     std::vector<float> step(n_q), bias(n_q), scores(static_cast<std::size_t>(n_q * n_rows));
     fold_queries_i16(q.data(), n_q, c.d, scale.data(), min.data(), integer_query_limit(c.bits, c.d), q16.data(),
                      step.data(), bias.data());
-    score_codes_i16(bytes.data(), plane, n_rows, plane, c.bits, q16.data(), step.data(), bias.data(), n_q,
+    score_codes_i16({bytes.data(), plane, n_rows, plane, c.bits}, {q16.data(), step.data(), bias.data(), n_q},
                     scores.data(), n_rows);
     for (int64_t r = 0; r < n_q; ++r) {
       for (int64_t j = 0; j < n_rows; ++j) {

@@ -70,16 +70,15 @@ TEST(NarrowPlaneScores, EqualTheScalarReferenceOverPaddedCopiesAndTheExactIntege
         }
         const std::vector<float> step{1.0f, 0.5f, 0.25f, 2.0f}, bias{0.0f, 1.5f, -3.0f, 0.25f};
         std::vector<float> got(static_cast<std::size_t>(n_q * ld), -7.0f), ref(got);
-        score_narrow_codes_i16(bytes.data(), stride, n_rows, p, bytes.data() + bytes.size(), q16.data(), step.data(),
-                               bias.data(), n_q, got.data(), ld);
+        const IntegerQueries queries{q16.data(), step.data(), bias.data(), n_q};
+        score_narrow_codes_i16(bytes.data(), stride, n_rows, p, bytes.data() + bytes.size(), queries, got.data(), ld);
         // Reference: each row copied into a zeroed padded row, scored by the scalar loop.
         std::vector<uint8_t> padded(static_cast<std::size_t>(n_rows * p.padded), 0);
         for (int64_t j = 0; j < n_rows; ++j) {
           for (int64_t k = 0; k < p.plane_bytes; ++k)
             padded[static_cast<std::size_t>(j * p.padded + k)] = bytes[static_cast<std::size_t>(j * stride + k)];
         }
-        scalar::score_codes_i16(padded.data(), p.padded, n_rows, p.padded, c.bits, q16.data(), step.data(), bias.data(),
-                                n_q, ref.data(), ld);
+        scalar::score_codes_i16({padded.data(), p.padded, n_rows, p.padded, c.bits}, queries, ref.data(), ld);
         ASSERT_EQ(got, ref) << c.bits << " bits, " << c.codes << " codes, stride " << stride << ", " << n_rows
                             << " rows";
         // Independent: the exact integer dot product of each row's own codes, in natural order
