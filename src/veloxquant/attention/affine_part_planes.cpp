@@ -165,6 +165,24 @@ void decode_affine_part_planes(const uint8_t* first_row, int64_t row_stride, int
 }
 
 namespace scalar {
+namespace {
+// One part's codes of a row, in 8-byte octets: field k of byte o * 8 + l at plane position
+// (o * fields + k) * 8 + l, times the part's scale (zero past its last byte).
+void part_planes(const uint8_t* codes, const AffinePart& part, float scale, float* planes) {
+  const int64_t fields = 8 / part.bits, bytes = (part.count * part.bits + 7) / 8;
+  const int64_t octets = (bytes + 7) / 8, mask = (1 << part.bits) - 1;
+  for (int64_t o = 0; o < octets; ++o) {
+    for (int64_t k = 0; k < fields; ++k) {
+      for (int64_t l = 0; l < 8; ++l) {
+        const int64_t byte = o * 8 + l;
+        const int code = byte < bytes ? (codes[byte] >> (k * part.bits)) & mask : 0;
+        planes[(o * fields + k) * 8 + l] = static_cast<float>(code) * scale;
+      }
+    }
+  }
+}
+}  // namespace
+
 void decode_affine_part_planes(const uint8_t* first_row, int64_t row_stride, int64_t n_rows, const uint8_t*,
                                const AffinePart* parts, int64_t n_parts, const AffinePlaneLayout& layout, float* out,
                                int64_t out_stride) {
@@ -180,19 +198,7 @@ void decode_affine_part_planes(const uint8_t* first_row, int64_t row_stride, int
       const float scale = base::f16_to_f32(half[0]);
       dst[layout.params + 2 * p] = scale;
       dst[layout.params + 2 * p + 1] = base::f16_to_f32(half[1]);
-      const int64_t fields = 8 / part.bits, bytes = (part.count * part.bits + 7) / 8;
-      const int64_t octets = (bytes + 7) / 8, mask = (1 << part.bits) - 1;
-      const uint8_t* codes = row + at + 4;
-      float* planes = dst + layout.part_offset[static_cast<std::size_t>(p)];
-      for (int64_t o = 0; o < octets; ++o) {
-        for (int64_t k = 0; k < fields; ++k) {
-          for (int64_t l = 0; l < 8; ++l) {
-            const int64_t byte = o * 8 + l;
-            const int code = byte < bytes ? (codes[byte] >> (k * part.bits)) & mask : 0;
-            planes[(o * fields + k) * 8 + l] = static_cast<float>(code) * scale;
-          }
-        }
-      }
+      part_planes(row + at + 4, part, scale, dst + layout.part_offset[static_cast<std::size_t>(p)]);
       at += affine_part_bytes(part);
     }
   }

@@ -33,6 +33,29 @@ HWY_BEFORE_NAMESPACE();
 namespace veloxquant::attention::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The 8 codes of a group (B bytes) as one 8-byte word: read whole where the row's last word
+// ends inside the tile's code bytes, else only its B bytes (the rest zero).
+template <int B>
+HWY_INLINE uint64_t code_word(const uint8_t* group, bool in_bounds) {
+  uint64_t word = 0;
+  if (in_bounds) {
+    std::memcpy(&word, group, 8);
+  } else {
+    std::memcpy(&word, group, B);
+  }
+  return word;
+}
+
+// dst[i..] = levels * scale (+ offsets[i..] with kOffset; offsets is null without).
+template <bool kOffset, class DF, class V>
+HWY_INLINE void store_scaled(DF df, V levels, V scale, const float* offsets, int64_t i, float* dst) {
+  if constexpr (kOffset) {
+    hn::StoreU(hn::MulAdd(levels, scale, hn::LoadU(df, offsets + i)), df, dst + i);
+  } else {
+    hn::StoreU(hn::Mul(levels, scale), df, dst + i);
+  }
+}
+
 // Rows with the code width B known at compile time; 8 f32 lanes.
 template <int B, class DF>
 void decode_rows_bits(DF df, const DenseLevelRows& r, float* out) {
@@ -85,22 +108,12 @@ void decode_rows_bits(DF df, const DenseLevelRows& r, float* out) {
         for (int64_t i = b0; i < b1; i += 8, group += B) {
           // 8 codes = B bytes, read as one 8-byte word; a row whose last words would read past
           // the tile's last code byte takes them from a zero-padded copy.
-          uint64_t word = 0;
-          if (row_in_bounds) {
-            std::memcpy(&word, group, 8);
-          } else {
-            std::memcpy(&word, group, B);
-          }
-          const auto bytes = hn::BitCast(du8, hn::Set(du64, word));
+          const auto bytes = hn::BitCast(du8, hn::Set(du64, code_word<B>(group, row_in_bounds)));
           const auto win16 = hn::BitCast(du16, hn::TableLookupBytes(bytes, windows_index));
           const auto codes = hn::And(hn::Shr(hn::PromoteTo(du32, win16), shifts), mask);
 
           const auto lev = hn::GatherIndex(df, levels, hn::BitCast(di, codes));
-          if constexpr (decltype(with_offset)::value) {
-            hn::StoreU(hn::MulAdd(lev, scale, hn::LoadU(df, offsets + i)), df, dst + i);
-          } else {
-            hn::StoreU(hn::Mul(lev, scale), df, dst + i);
-          }
+          store_scaled<decltype(with_offset)::value>(df, lev, scale, offsets, i, dst);
         }
       }
     }
