@@ -44,7 +44,7 @@ void DecodedRunRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j
   }
   if (j1 > frontier_) {
     const int64_t t0 = std::max(j0, frontier_);
-    accumulate_plain_tile(tail_values_, b, h, t0 - frontier_, j1 - frontier_, weights + (t0 - j0), n_queries, ld, acc,
+    accumulate_plain_tile(tail_values_, b, h, t0 - frontier_, j1 - frontier_, {weights + (t0 - j0), n_queries, ld}, acc,
                           scratch);
   }
 }

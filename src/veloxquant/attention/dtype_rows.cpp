@@ -74,8 +74,9 @@ void score_plain_tile(const PlainRows& keys, int64_t b, int64_t h, int64_t j0, i
   kernels::score_rows(prepared, keys.dim, n_queries, tile, keys.dim, n, keys.dim, scores, ld);
 }
 
-void accumulate_plain_tile(const PlainRows& values, int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
-                           int64_t n_queries, int64_t ld, float* acc, TileScratch& scratch, int64_t prefetch_rows) {
+void accumulate_plain_tile(const PlainRows& values, int64_t b, int64_t h, int64_t j0, int64_t j1, const TileWeights& w,
+                           float* acc, TileScratch& scratch, int64_t prefetch_rows) {
+  const auto [weights, n_queries, ld] = w;
   const int64_t n = j1 - j0;
   if (values.dtype == lm::DType::F32 && values.row_bytes % 4 == 0) {
     const auto* rows = reinterpret_cast<const float*>(values.head(b, h) + j0 * values.row_bytes);

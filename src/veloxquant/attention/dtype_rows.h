@@ -37,8 +37,8 @@ struct PlainRows {
 // caller whose values stream from DRAM during a decode step; it changes no result.
 void score_plain_tile(const PlainRows& keys, int64_t b, int64_t h, int64_t j0, int64_t j1, const float* prepared,
                       int64_t n_queries, float* scores, int64_t ld, TileScratch& scratch);
-void accumulate_plain_tile(const PlainRows& values, int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
-                           int64_t n_queries, int64_t ld, float* acc, TileScratch& scratch, int64_t prefetch_rows = 0);
+void accumulate_plain_tile(const PlainRows& values, int64_t b, int64_t h, int64_t j0, int64_t j1, const TileWeights& w,
+                           float* acc, TileScratch& scratch, int64_t prefetch_rows = 0);
 
 // A RowSource over plain key and value tensors holding `rows` rows per head, at contiguous
 // positions from `position_base` or at explicit ascending `positions` ([B, H, >= rows] I32).
@@ -64,7 +64,7 @@ class DtypeRowSource final : public RowSource {
   }
   void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
                        int64_t ld, float* acc, TileScratch& scratch) const override {
-    accumulate_plain_tile(values_, b, h, j0, j1, weights, n_queries, ld, acc, scratch);
+    accumulate_plain_tile(values_, b, h, j0, j1, {weights, n_queries, ld}, acc, scratch);
   }
 
  private:

@@ -28,6 +28,12 @@ constexpr int64_t kTileRows = 64;
 
 // Per-thread scratch a source may use inside score_tile / accumulate_tile (grow-only, owned by
 // the driver; sized by the source as it needs, never shrunk, never shared between threads).
+// A tile's softmax weights: weights[r * ld + j] for query row r < n_queries and tile row j.
+struct TileWeights {
+  const float* weights;
+  int64_t n_queries, ld;
+};
+
 struct TileScratch {
   std::vector<float> floats;
   std::vector<float> floats2;

@@ -197,7 +197,7 @@ void AdaKVRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, co
   }
   if (j1 > frontier) {
     const int64_t t0 = std::max(j0, frontier);
-    attention::accumulate_plain_tile(tail_v_, b, h, t0 - frontier, j1 - frontier, weights + (t0 - j0), n_queries, ld,
+    attention::accumulate_plain_tile(tail_v_, b, h, t0 - frontier, j1 - frontier, {weights + (t0 - j0), n_queries, ld},
                                      acc, scratch);
   }
 }

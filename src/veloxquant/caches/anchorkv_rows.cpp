@@ -261,7 +261,7 @@ void AnchorKvRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
       }
     }
     if (table) {  // sum_a (sum_{j -> a} w_j c_j) v_a: every anchor value read once per tile, in place
-      attention::accumulate_plain_tile(anchor_v_, b, h, 0, n_anchor, gathered, n_queries, n_anchor, acc, scratch);
+      attention::accumulate_plain_tile(anchor_v_, b, h, 0, n_anchor, {gathered, n_queries, n_anchor}, acc, scratch);
     }
     if (list.n > 0 && attention::CodeOrder::is_planar(bits, dv)) {
       // + sum_j w_j (lo_j + step_j c_j) = sum_j (w_j step_j) c_j + sum_j w_j lo_j: the codes unpacked

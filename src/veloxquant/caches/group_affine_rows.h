@@ -35,11 +35,7 @@ GroupAffineValueRows group_affine_value_rows(const lm::Tensor& value_codes, cons
                                              const attention::CodeOrder& value_order, int64_t group, int64_t b,
                                              int64_t h, int64_t j0, int64_t j1, const float* levels = nullptr);
 
-// A tile's softmax weights: weights[r * ld + j] for query row r < n_queries and tile row j.
-struct TileWeights {
-  const float* weights;
-  int64_t n_queries, ld;
-};
+using attention::TileWeights;
 
 // acc[r * D + c] += sum over the rows j of w.weights[r * w.ld + j] * v_jc.
 void accumulate_group_affine_rows(const GroupAffineValueRows& rows, const TileWeights& w, float* acc,

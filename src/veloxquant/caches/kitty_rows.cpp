@@ -235,7 +235,7 @@ void KittyRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const f
 
 void KittyRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
                                 int64_t ld, float* acc, attention::TileScratch& scratch) const {
-  attention::accumulate_plain_tile(values_, b, h, j0, j1, weights, n_queries, ld, acc, scratch, kPrefetchRows);
+  attention::accumulate_plain_tile(values_, b, h, j0, j1, {weights, n_queries, ld}, acc, scratch, kPrefetchRows);
 }
 
 }  // namespace veloxquant

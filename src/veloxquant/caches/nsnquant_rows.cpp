@@ -193,8 +193,8 @@ void NsnQuantRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
     float* sums = scratch.f32_second(static_cast<std::size_t>(2 * n_queries * dv_));
     float* rotated = sums + n_queries * dv_;
     std::fill(sums, sums + n_queries * dv_, 0.0f);
-    attention::accumulate_plain_tile(tail_values_, b, h, t0 - frontier_, j1 - frontier_, weights + (t0 - j0), n_queries,
-                                     ld, sums, scratch);
+    attention::accumulate_plain_tile(tail_values_, b, h, t0 - frontier_, j1 - frontier_,
+                                     {weights + (t0 - j0), n_queries, ld}, sums, scratch);
     for (int64_t r = 0; r < n_queries; ++r) {
       vt_.rotate(sums + r * dv_, rotated);
       float* out = acc + r * dv_;

@@ -112,7 +112,7 @@ void ProductVqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, con
 void ProductVqRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights,
                                     int64_t n_queries, int64_t ld, float* acc, attention::TileScratch& scratch) const {
   if (!p_.value_book) {  // comm_vq: values stay as stored, every row
-    attention::accumulate_plain_tile(values_, b, h, j0, j1, weights, n_queries, ld, acc, scratch);
+    attention::accumulate_plain_tile(values_, b, h, j0, j1, {weights, n_queries, ld}, acc, scratch);
     return;
   }
   const int64_t coded_end = std::min(j1, p_.frontier);
@@ -132,8 +132,8 @@ void ProductVqRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1
   }
   if (j1 > p_.frontier) {
     const int64_t t0 = std::max(j0, p_.frontier);
-    attention::accumulate_plain_tile(tail_values_, b, h, t0 - p_.frontier, j1 - p_.frontier, weights + (t0 - j0),
-                                     n_queries, ld, acc, scratch);
+    attention::accumulate_plain_tile(tail_values_, b, h, t0 - p_.frontier, j1 - p_.frontier,
+                                     {weights + (t0 - j0), n_queries, ld}, acc, scratch);
   }
 }
 

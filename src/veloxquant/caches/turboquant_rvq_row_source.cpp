@@ -114,7 +114,7 @@ void TurboQuantRvqRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_
         group_affine_value_rows(value_codes_, value_params_, *value_order_, value_group_, b, h, j0, j1),
         {weights, n_queries, ld}, acc, scratch);
   } else {
-    attention::accumulate_plain_tile(plain_values_, b, h, j0, j1, weights, n_queries, ld, acc, scratch);
+    attention::accumulate_plain_tile(plain_values_, b, h, j0, j1, {weights, n_queries, ld}, acc, scratch);
   }
 }
 

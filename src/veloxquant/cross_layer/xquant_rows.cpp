@@ -216,7 +216,7 @@ void XQuantRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, c
   if (j1 > cache_.frontier_) {
     const int64_t t0 = std::max(j0, cache_.frontier_);
     attention::accumulate_plain_tile(tail_values_, b, h, t0 - cache_.frontier_, j1 - cache_.frontier_,
-                                     weights + (t0 - j0), n_queries, ld, acc, scratch);
+                                     {weights + (t0 - j0), n_queries, ld}, acc, scratch);
   }
 }
 

@@ -88,8 +88,8 @@ void EvictionRowSource::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_
     const float* w = weights + (j - j0);
     if (rows_.value_codec().exact()) {
       // f16 values accumulate from the stored rows in registers (no f32 tile), as the host does.
-      attention::accumulate_plain_tile(plain_head(first_row, rows_.dtype(), row_bytes, d), 0, 0, 0, n, w, n_queries, ld,
-                                       acc, scratch);
+      attention::accumulate_plain_tile(plain_head(first_row, rows_.dtype(), row_bytes, d), 0, 0, 0, n,
+                                       {w, n_queries, ld}, acc, scratch);
     } else {
       accumulate_coded_tile({rows_.value_codec(), first_row, row_bytes, d}, 0, n, w, n_queries, ld, acc, scratch);
     }
