@@ -19,12 +19,13 @@
 # registry link here and walk these 19: contract_serving_cache (339 tests) and concurrent_caches
 # pass whole; method_registry's and method_coverage's assertions about named quantizers,
 # integration_stories (turboquant_rvq) and fused_decode_allocations' WarmSteps test (kivi) and its
-# sweep's count (>= 30 fused caches; 18 here) fail by construction (docs/reliability.md lists the
-# filters that leave them out). kv_cache_builder_test and a quantization cache's own test do
-# not link. The list is the transitive closure of the undefined symbols of eviction/,
-# cross_layer/, the registry and builder objects and these tests' objects (nm over a Release
-# build's objects), checked by linking: when a cache gains a dependency, the link error names the
-# source to add. Highway targets and -g1 as in sanitize_quick.cmake.
+# sweep's count (>= 30 fused caches; 18 here) fail by construction (docs/reliability.md, the fifth
+# TSan run, lists them; they pass against the whole library). kv_cache_builder_test and a
+# quantization cache's own test do not link. The list is the transitive closure of the undefined
+# symbols of eviction/, cross_layer/, the registry and builder objects and these tests' objects
+# (nm over a Release build's objects), checked by linking: when a cache gains a dependency, the
+# link error names the source to add. Switching build-tsan/ between this include and another
+# recompiles all of veloxquant_lib. Highway targets and -g1 as in sanitize_quick.cmake.
 include(${CMAKE_CURRENT_LIST_DIR}/sanitize_quick.cmake)
 set(VQ_EVICTION_CACHES_SOURCES
     attention/affine_word_rows attention/attention_driver attention/code_rows attention/dtype_rows

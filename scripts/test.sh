@@ -23,7 +23,7 @@
 # quantization caches that run on the thread pool; cmake/tsan_eviction_caches.cmake: the eviction
 # and cross-layer caches; cmake/tsan_attention_only.cmake; cmake/sanitize_quick.cmake); only the
 # test executables that link against it can be built then, and a test that names a method the
-# include's table lacks fails (docs/reliability.md gives the filters). Switching the include of
+# include's table lacks fails (docs/reliability.md lists them). Switching the include of
 # a folder recompiles its whole veloxquant_lib (every object depends on the target's flags.make,
 # which lists the per-source options of the sources it holds), not only the sources it gains.
 # Without --include the folder's include is cleared, so a plain run builds the whole library.
