@@ -7,6 +7,8 @@
 #   bash scripts/test.sh --sanitize address --targets 'veloxquant_.*key_scores_test' [CTEST...]
 #   bash scripts/test.sh --sanitize thread --include cmake/tsan_pooled_caches.cmake \
 #        --targets 'veloxquant_(kivi|kivi_sink|kvquant|gear|skvq|nsnquant|adakv|a2ats)_cache_test'
+#   bash scripts/test.sh --sanitize thread --include cmake/tsan_eviction_caches.cmake \
+#        --targets 'veloxquant_(eviction_(fused|methods|rules|rules_layer_value_anchor|invariants)|xkv_cache|xquant_cache)_test'
 #
 # --sanitize configures with the CMake preset (CMakePresets.json: asan or tsan), builds every
 # test target into its own build folder and runs CTest there; further arguments go to CTest
@@ -17,10 +19,14 @@
 # the label each carries, its target's name): the whole sanitized suite takes hours to build on
 # a 2-core machine, so it is run in batches (docs/reliability.md, "Sanitizer builds").
 # --include FILE (before --targets) configures with -DCMAKE_PROJECT_INCLUDE=FILE: a cmake/ include
-# that narrows veloxquant_lib to what some tests link (cmake/tsan_pooled_caches.cmake: the caches
-# that run on the thread pool; cmake/tsan_attention_only.cmake; cmake/sanitize_quick.cmake); only
-# the test executables that link against it can be built then. Without --include the folder's
-# include is cleared, so a plain run builds the whole library again.
+# that narrows veloxquant_lib to what some tests link (cmake/tsan_pooled_caches.cmake: the
+# quantization caches that run on the thread pool; cmake/tsan_eviction_caches.cmake: the eviction
+# and cross-layer caches; cmake/tsan_attention_only.cmake; cmake/sanitize_quick.cmake); only the
+# test executables that link against it can be built then, and a test that names a method the
+# include's table lacks fails (docs/reliability.md lists them). Switching the include of
+# a folder recompiles its whole veloxquant_lib (every object depends on the target's flags.make,
+# which lists the per-source options of the sources it holds), not only the sources it gains.
+# Without --include the folder's include is cleared, so a plain run builds the whole library.
 # JOBS sets the build and CTest parallelism (default: every core).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
