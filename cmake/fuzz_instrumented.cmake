@@ -19,6 +19,15 @@ function(vq_fuzz_plain_method_sources)
         # -isystem). Source options come after CMAKE_CXX_FLAGS, so these win.
         set_property(SOURCE ${source} DIRECTORY ${dir} APPEND PROPERTY COMPILE_OPTIONS
                      -O0 -fno-sanitize=fuzzer-no-link,address)
+        # The AVX3_DL kernels call VNNI / VBMI intrinsics inside lambdas. GCC compiles a lambda
+        # with its enclosing function's target attribute; clang does not, and refuses
+        # (byte_level_key_scores.cpp: "_mm512_dpbusd_epi32 requires target feature
+        # 'avx512vnni'"). This build only links them (fuzz_field_assignment never runs a kernel)
+        # and runs on the machine that built it, so those files get this machine's features.
+        file(STRINGS ${source} wants_avx3_dl REGEX "define HWY_WANT_AVX3_DL")
+        if(wants_avx3_dl)
+          set_property(SOURCE ${source} DIRECTORY ${dir} APPEND PROPERTY COMPILE_OPTIONS -march=native)
+        endif()
       endif()
     endforeach()
   endforeach()
