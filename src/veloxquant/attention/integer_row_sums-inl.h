@@ -71,10 +71,14 @@ HWY_INLINE void finish_4(D d32, V a, V b, V c, V e, float step, float bias, floa
 // Ends a row's sums here. Integer adds reassociate freely, and GCC otherwise regroups the
 // multiply-adds of all four rows of a block into one tree, keeping every product alive at
 // once and spilling them to the stack; an empty asm that "changes" each sum keeps a row's
-// products summed before the next row starts.
+// products summed before the next row starts. GCC only: clang (which defines __GNUC__ too)
+// refuses the tie when the vector lives in memory ("inline asm not supported yet: don't know how
+// to handle tied indirect register inputs"; clang 14 at -O0 and -O1, scripts/fuzz.sh's build of
+// codebook_key_scores.cpp and integer_key_scores.cpp); the asm is a scheduling hint only, so
+// without it the sums are the same.
 template <int NQ, class V>
 HWY_INLINE void keep_in_registers(V* sums) {
-#if HWY_ARCH_X86 && defined(__GNUC__)
+#if HWY_ARCH_X86 && defined(__GNUC__) && !defined(__clang__)
   for (int r = 0; r < NQ; ++r) asm("" : "+v"(sums[r].raw));
 #else
   (void)sums;
