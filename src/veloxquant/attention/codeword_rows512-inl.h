@@ -60,7 +60,7 @@ HWY_INLINE void score_row_pair(const __m512* cw, const float* qdup, float* out) 
 HWY_INLINE void score_keys512(const CodewordKeys& k, const float* q, int64_t q_stride, int64_t n_q, float* scores,
                               int64_t ld) {
   alignas(64) float qdup[kQueries512 * 128];
-  alignas(64) float partial[kQueries512 * 64];  // [query][row pair s][16 lanes]
+  alignas(64) float partial[kQueries512 * 64];       // [query][row pair s][16 lanes]
   alignas(16) static const float kZeroWord[4] = {};  // the words of a row past n_rows
   for (int64_t q0 = 0; q0 < n_q; q0 += kQueries512) {
     const int64_t nq = std::min(kQueries512, n_q - q0);
