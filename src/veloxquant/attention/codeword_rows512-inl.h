@@ -14,7 +14,7 @@
 //
 // Values: one 16-lane accumulator holds positions t and t + 1 of one query (the codewords of its
 // two books side by side), the row's weight broadcast to all 16 lanes: each lane's chain over the
-// rows is the 8-lane loop's, with half the FMAs.
+// rows is the 8-lane loop's, with half the FMAs. Also for calls of kMinQueries512 or more.
 #if defined(VELOXQUANT_ATTENTION_CODEWORD_ROWS512_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef VELOXQUANT_ATTENTION_CODEWORD_ROWS512_INL_H_
 #undef VELOXQUANT_ATTENTION_CODEWORD_ROWS512_INL_H_
@@ -35,7 +35,7 @@ namespace veloxquant::attention::kernels::HWY_NAMESPACE {
 // Queries per pass of score_keys512: a prefill block's 16 positions times a GQA group of 3. Their
 // duplicated coordinates (24 KB) and partial sums (12 KB) stay on the stack.
 constexpr int64_t kQueries512 = 48;
-// Fewer queries than this per call: the 8-lane loop (the inserts would not be paid back).
+// Fewer queries than this per call (a decode step's 3): the 8-lane loops.
 constexpr int64_t kMinQueries512 = 8;
 
 // Codeword pair p of one key row (offsets from key_word_offsets): word(code 2p) in lanes 0-3,

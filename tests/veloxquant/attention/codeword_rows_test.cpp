@@ -115,8 +115,8 @@ TEST(CodewordRows, ValueSumsMatchScalarDecodedTilesAndExactSums) {
   // dim 40: two position pairs and an odd position; 128: two passes of four pairs.
   for (const int dim : {64, 40, 128, 48}) {
     for (const int64_t n_rows : {int64_t{1}, int64_t{7}, int64_t{64}}) {
-      // 6 queries per AVX-512 pass: 7, 11 and 48 leave remainders of 1, 5 and 0.
-      for (const int64_t n_q : {1, 2, 3, 4, 5, 6, 7, 11, 48}) {
+      // From 8 queries the AVX-512 loop, 6 per pass: 8..13 leave remainders 2, 3, 4, 5, 0, 1.
+      for (const int64_t n_q : {1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 48}) {
         const Rows rows = random_rows(dim, 8, 8, false, n_rows, 3, rng);
         const int64_t ld = n_rows + 2, acc_stride = dim + 8;
         const std::vector<float> w = normals(static_cast<std::size_t>(n_q * ld), rng);
