@@ -34,6 +34,8 @@ inline void key_word_offsets(const uint8_t* row, uint32_t* off) {
 }  // namespace veloxquant::attention::kernels
 #endif
 
+#include "veloxquant/attention/codeword_rows512-inl.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace veloxquant::attention::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -84,6 +86,9 @@ void ScoreKeysImpl(const CodewordKeys& k, const float* q, int64_t q_stride, int6
   if constexpr (hn::MaxLanes(DF()) != 8) {  // callers check SupportedImpl; kept correct regardless
     return scalar::score_codeword_keys(k, q, q_stride, n_q, scores, ld);
   }
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if (n_q >= kMinQueries512) return score_keys512(k, q, q_stride, n_q, scores, ld);
+#endif
   const DF d;
   const hn::Half<DF> dh;
   HWY_ALIGN float partial[kMaxQueries * 64];
@@ -155,11 +160,50 @@ HWY_INLINE void accumulate_queries(const CodewordValues& v, const float* w, int6
   for (; t < v.positions; ++t) accumulate_positions<NQ, 1>(v, t, w, ld, acc, acc_stride);
 }
 
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// Positions in pairs, 4 pairs (64 floats) per pass; an odd last position by the 8-lane loop.
+template <int NQ>
+HWY_INLINE void accumulate_queries512(const CodewordValues& v, const float* w, int64_t ld, float* acc,
+                                      int64_t acc_stride) {
+  int t = 0;
+  for (; t + 8 <= v.positions; t += 8) accumulate_position_pairs<NQ, 4>(v, t, w, ld, acc, acc_stride);
+  for (; t + 2 <= v.positions; t += 2) accumulate_position_pairs<NQ, 1>(v, t, w, ld, acc, acc_stride);
+  for (; t < v.positions; ++t) accumulate_positions<NQ, 1>(v, t, w, ld, acc, acc_stride);
+}
+
+// 16-lane accumulators (codeword_rows512-inl.h), 6 queries x 4 position pairs in 24 registers, for
+// calls of many queries (a prefill block's 48).
+HWY_INLINE void accumulate_values512(const CodewordValues& v, const float* w, int64_t ld, int64_t n_q, float* acc,
+                                     int64_t acc_stride) {
+  int64_t r = 0;
+  for (; r + 6 <= n_q; r += 6) accumulate_queries512<6>(v, w + r * ld, ld, acc + r * acc_stride, acc_stride);
+  switch (n_q - r) {
+    case 5:
+      return accumulate_queries512<5>(v, w + r * ld, ld, acc + r * acc_stride, acc_stride);
+    case 4:
+      return accumulate_queries512<4>(v, w + r * ld, ld, acc + r * acc_stride, acc_stride);
+    case 3:
+      return accumulate_queries512<3>(v, w + r * ld, ld, acc + r * acc_stride, acc_stride);
+    case 2:
+      return accumulate_queries512<2>(v, w + r * ld, ld, acc + r * acc_stride, acc_stride);
+    case 1:
+      return accumulate_queries512<1>(v, w + r * ld, ld, acc + r * acc_stride, acc_stride);
+    default:
+      return;
+  }
+}
+#endif
+
 void AccumulateValuesImpl(const CodewordValues& v, const float* w, int64_t ld, int64_t n_q, float* acc,
                           int64_t acc_stride) {
   if constexpr (hn::MaxLanes(DF()) != 8) {
     return scalar::accumulate_codeword_values(v, w, ld, n_q, acc, acc_stride);
   }
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  // A decode step's 3 queries keep the 8-lane loop: 12 wide FMAs per row plus 4 inserts measured
+  // no faster than 24 narrow ones here.
+  if (n_q >= kMinQueries512) return accumulate_values512(v, w, ld, n_q, acc, acc_stride);
+#endif
   int64_t r = 0;
   for (; r + 3 <= n_q; r += 3) accumulate_queries<3>(v, w + r * ld, ld, acc + r * acc_stride, acc_stride);
   if (n_q - r == 2) accumulate_queries<2>(v, w + r * ld, ld, acc + r * acc_stride, acc_stride);

@@ -7,6 +7,7 @@
 
 #include "base/thread_pool.h"
 #include "veloxquant/quant/nearest_codeword.h"
+#include "veloxquant/quant/projected_search.h"
 #include "veloxquant/core/rng.h"
 
 namespace veloxquant::pvq {
@@ -27,10 +28,18 @@ namespace {
 // (nearest_codeword.h: SIMD, the running minimum kept in registers; a scalar double loop per
 // centroid, as core::kmeans has, costs ~20x more at 4096 entries). Read-only once loaded, so
 // threads share it.
+// Books of at least this many 4-float entries search through ProjectedBook (below it the full
+// search's whole-book passes are as cheap as the sorted walk).
+constexpr int64_t kProjectedMinEntries = 256;
+
 struct SearchTable {
   std::vector<float> transposed, norms;
   int64_t entries = 0, sub = 0;
   bool fused = false;
+  // The fused search over a book sorted along its principal axis (quant/projected_search.h: the
+  // same index, reading only the entries near the point along that axis): vecinfer's 4096-entry
+  // key book, whose full search was most of the method's prefill beside attention.
+  ProjectedBook projected;
   void load(const float* words, int64_t k, int64_t dim, bool fused_distances) {
     entries = k;
     sub = dim;
@@ -45,15 +54,23 @@ struct SearchTable {
       }
       norms[static_cast<std::size_t>(c)] = s;
     }
+    projected = ProjectedBook();
+    if (fused && dim == 4 && k >= kProjectedMinEntries)
+      projected.load(transposed.data(), norms.data(), k, static_cast<int>(dim));
   }
   // Index of the nearest codeword (lowest on ties).
   int64_t nearest(const float* x) const {
+    if (projected.loaded()) return projected.nearest(x);
     return fused ? nearest_codeword_fused(transposed.data(), norms.data(), entries, static_cast<int>(sub), x)
                  : nearest_codeword(transposed.data(), norms.data(), entries, static_cast<int>(sub), x);
   }
   // out[i] = nearest(xs + i * stride) for i < count; the fused search takes several points per
   // pass over the table.
   void nearest_batch(const float* xs, int64_t count, int64_t stride, int64_t* out) const {
+    if (projected.loaded()) {
+      projected.nearest_batch(xs, count, stride, out);
+      return;
+    }
     if (fused) {
       nearest_codewords_fused(transposed.data(), norms.data(), entries, static_cast<int>(sub), xs, count, stride, out);
       return;

@@ -1,7 +1,11 @@
 // Product-VQ rows scored and accumulated from their codewords: the SIMD loops against their
 // scalar reference (bit for bit), against the decode-then-tile-kernel path they replace (bit for
-// bit), and against plain f64 dot products over the decoded rows (within float rounding).
+// bit), and against plain f64 dot products over the decoded rows (within float rounding), on
+// every SIMD target this machine runs (AVX-512's 16-lane loops for calls of many queries, the
+// 8-lane loops elsewhere).
+#define HWY_WANT_AVX3_DL  // so that the target list names AVX3_DL too
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdint>
@@ -14,6 +18,16 @@
 
 namespace veloxquant::attention::kernels {
 namespace {
+
+// Runs `check` once per SIMD target of this machine, with the dispatch pinned to it.
+template <typename F>
+void on_every_target(F&& check) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    if (codeword_rows_supported()) check(hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(0);
+  }
+}
 
 std::vector<float> normals(std::size_t n, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -49,40 +63,47 @@ TEST(CodewordRows, KeyScoresMatchScalarDecodedTilesAndExactDots) {
   if (!codeword_rows_supported()) GTEST_SKIP() << "no 8-lane target here";
   std::mt19937 rng(11);
   for (const int64_t n_rows : {int64_t{1}, int64_t{5}, int64_t{8}, int64_t{13}, int64_t{64}}) {
-    for (const int64_t n_q : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{9}, int64_t{17}, int64_t{48}}) {
+    // 8 and more: AVX-512's row-pair loop, 48 per pass (50: a second pass of 2; odd counts leave
+    // the last query pair half empty).
+    for (const int64_t n_q : {1, 2, 3, 7, 8, 9, 17, 48, 50}) {
       for (const int64_t pad : {int64_t{0}, int64_t{5}}) {
         const Rows rows = random_rows(64, 4, 12, true, n_rows, pad, rng);
         const int64_t q_stride = 70, ld = n_rows + 3;
         const std::vector<float> q = normals(static_cast<std::size_t>(n_q * q_stride), rng);
         const CodewordKeys keys{rows.codes.data(), rows.stride, n_rows, rows.book.words.data()};
-        std::vector<float> simd(static_cast<std::size_t>(n_q * ld), -7.0f), ref = simd;
-        score_codeword_keys(keys, q.data(), q_stride, n_q, simd.data(), ld);
+        std::vector<float> ref(static_cast<std::size_t>(n_q * ld), -7.0f);
         scalar::score_codeword_keys(keys, q.data(), q_stride, n_q, ref.data(), ld);
-        // The path it replaces: decode the tile, then the shared tile kernel.
-        std::vector<float> decoded(static_cast<std::size_t>(n_rows * 64)), tiled(simd.size(), -7.0f);
+        std::vector<float> decoded(static_cast<std::size_t>(n_rows * 64));
         pvq::decode_rows(rows.book, rows.codes.data(), rows.stride, n_rows, decoded.data());
-        lm::kernels::tiles::score_rows(q.data(), q_stride, n_q, decoded.data(), 64, n_rows, 64, tiled.data(), ld);
         for (int64_t r = 0; r < n_q; ++r) {
-          for (int64_t j = 0; j < ld; ++j) {
-            const std::size_t i = static_cast<std::size_t>(r * ld + j);
-            ASSERT_EQ(simd[i], ref[i]) << "rows " << n_rows << " q " << n_q << " r " << r << " j " << j;
-            if (j >= n_rows) continue;  // untouched padding checked above (-7 in both)
-            if (n_rows % 8 == 0) {
-              ASSERT_EQ(simd[i], tiled[i]) << "rows " << n_rows << " r " << r << " j " << j;
-            }
+          for (int64_t j = 0; j < n_rows; ++j) {
             double exact = 0.0, mag = 0.0;
             for (int e = 0; e < 64; ++e) {
-              exact +=
+              const double term =
                   double{q[static_cast<std::size_t>(r * q_stride + e)]} * decoded[static_cast<std::size_t>(j * 64 + e)];
-              mag += std::fabs(double{q[static_cast<std::size_t>(r * q_stride + e)]} *
-                               decoded[static_cast<std::size_t>(j * 64 + e)]);
+              exact += term;
+              mag += std::fabs(term);
             }
-            ASSERT_NEAR(simd[i], exact, 1e-5 * mag + 1e-6) << "rows " << n_rows << " r " << r << " j " << j;
+            ASSERT_NEAR(ref[static_cast<std::size_t>(r * ld + j)], exact, 1e-5 * mag + 1e-6)
+                << "rows " << n_rows << " r " << r << " j " << j;
           }
         }
-        for (int64_t r = 0; r < n_q; ++r) {
-          for (int64_t j = n_rows; j < ld; ++j) ASSERT_EQ(simd[static_cast<std::size_t>(r * ld + j)], -7.0f);
-        }
+        on_every_target([&](const char* target) {
+          std::vector<float> simd(ref.size(), -7.0f), tiled(ref.size(), -7.0f);
+          score_codeword_keys(keys, q.data(), q_stride, n_q, simd.data(), ld);
+          // The path it replaces: decode the tile, then the shared tile kernel.
+          lm::kernels::tiles::score_rows(q.data(), q_stride, n_q, decoded.data(), 64, n_rows, 64, tiled.data(), ld);
+          for (int64_t r = 0; r < n_q; ++r) {
+            for (int64_t j = 0; j < ld; ++j) {
+              const std::size_t i = static_cast<std::size_t>(r * ld + j);
+              // Past n_rows: untouched (-7 in both).
+              ASSERT_EQ(simd[i], ref[i]) << target << " rows " << n_rows << " q " << n_q << " r " << r << " j " << j;
+              if (j < n_rows && n_rows % 8 == 0) {
+                ASSERT_EQ(simd[i], tiled[i]) << target << " rows " << n_rows << " r " << r << " j " << j;
+              }
+            }
+          }
+        });
       }
     }
   }
@@ -91,30 +112,23 @@ TEST(CodewordRows, KeyScoresMatchScalarDecodedTilesAndExactDots) {
 TEST(CodewordRows, ValueSumsMatchScalarDecodedTilesAndExactSums) {
   if (!codeword_rows_supported()) GTEST_SKIP() << "no 8-lane target here";
   std::mt19937 rng(12);
-  for (const int dim : {64, 40, 128}) {
+  // dim 40: two position pairs and an odd position; 128: two passes of four pairs.
+  for (const int dim : {64, 40, 128, 48}) {
     for (const int64_t n_rows : {int64_t{1}, int64_t{7}, int64_t{64}}) {
-      for (const int64_t n_q : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{48}}) {
+      // From 8 queries the AVX-512 loop, 6 per pass: 8..13 leave remainders 2, 3, 4, 5, 0, 1.
+      for (const int64_t n_q : {1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 48}) {
         const Rows rows = random_rows(dim, 8, 8, false, n_rows, 3, rng);
         const int64_t ld = n_rows + 2, acc_stride = dim + 8;
         const std::vector<float> w = normals(static_cast<std::size_t>(n_q * ld), rng);
         const std::vector<float> start = normals(static_cast<std::size_t>(n_q * acc_stride), rng);
         const CodewordValues values{rows.codes.data(), rows.stride, n_rows, rows.book.n_sub, rows.book.words.data()};
-        std::vector<float> simd = start, ref = start, tiled = start;
-        accumulate_codeword_values(values, w.data(), ld, n_q, simd.data(), acc_stride);
+        std::vector<float> ref = start;
         scalar::accumulate_codeword_values(values, w.data(), ld, n_q, ref.data(), acc_stride);
         std::vector<float> decoded(static_cast<std::size_t>(n_rows * dim));
         pvq::decode_rows(rows.book, rows.codes.data(), rows.stride, n_rows, decoded.data());
-        lm::kernels::tiles::accumulate_rows(w.data(), ld, n_q, decoded.data(), dim, n_rows, dim, tiled.data(),
-                                            acc_stride);
         for (int64_t r = 0; r < n_q; ++r) {
-          for (int64_t e = 0; e < acc_stride; ++e) {
+          for (int64_t e = 0; e < dim; ++e) {
             const std::size_t i = static_cast<std::size_t>(r * acc_stride + e);
-            ASSERT_EQ(simd[i], ref[i]) << "dim " << dim << " q " << n_q << " r " << r << " e " << e;
-            ASSERT_EQ(simd[i], tiled[i]) << "dim " << dim << " q " << n_q << " r " << r << " e " << e;
-            if (e >= dim) {
-              ASSERT_EQ(simd[i], start[i]);  // columns past the row untouched
-              continue;
-            }
             double exact = start[i], mag = std::fabs(start[i]);
             for (int64_t j = 0; j < n_rows; ++j) {
               const double term =
@@ -122,9 +136,25 @@ TEST(CodewordRows, ValueSumsMatchScalarDecodedTilesAndExactSums) {
               exact += term;
               mag += std::fabs(term);
             }
-            ASSERT_NEAR(simd[i], exact, 1e-5 * mag + 1e-6);
+            ASSERT_NEAR(ref[i], exact, 1e-5 * mag + 1e-6);
           }
         }
+        on_every_target([&](const char* target) {
+          std::vector<float> simd = start, tiled = start;
+          accumulate_codeword_values(values, w.data(), ld, n_q, simd.data(), acc_stride);
+          lm::kernels::tiles::accumulate_rows(w.data(), ld, n_q, decoded.data(), dim, n_rows, dim, tiled.data(),
+                                              acc_stride);
+          for (int64_t r = 0; r < n_q; ++r) {
+            for (int64_t e = 0; e < acc_stride; ++e) {
+              const std::size_t i = static_cast<std::size_t>(r * acc_stride + e);
+              ASSERT_EQ(simd[i], ref[i]) << target << " dim " << dim << " q " << n_q << " r " << r << " e " << e;
+              ASSERT_EQ(simd[i], tiled[i]) << target << " dim " << dim << " q " << n_q << " r " << r << " e " << e;
+              if (e >= dim) {
+                ASSERT_EQ(simd[i], start[i]);  // columns past the row untouched
+              }
+            }
+          }
+        });
       }
     }
   }
