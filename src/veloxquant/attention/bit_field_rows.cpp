@@ -216,6 +216,23 @@ void decode_codes_vbmi(const uint8_t* first, int64_t stride, int64_t n_rows, con
     }
   }
 }
+
+// The same codes as decode_codes_vbmi, kept as bytes: each 64-field chunk stored as it comes
+// out of chunk_codes (zero past the last field).
+void decode_bytes_vbmi(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout, uint8_t* out,
+                       int64_t code_stride) {
+  const __mmask64 row_mask = layout.row_bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << layout.row_bytes) - 1;
+  const int64_t table = static_cast<int64_t>(layout.field_mask.size());
+  for (int64_t j = 0; j < n_rows; ++j) {
+    const __m512i bytes = _mm512_maskz_loadu_epi8(row_mask, first + j * stride);
+    uint8_t* o = out + j * code_stride;
+    for (int64_t c = 0; c < code_stride; c += 64) {
+      const __m512i codes =
+          c < table ? chunk_codes(layout, static_cast<std::size_t>(c), bytes) : _mm512_setzero_si512();
+      _mm512_storeu_si512(o + c, codes);
+    }
+  }
+}
 #endif
 
 void DecodeBitFieldCodesImpl(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
@@ -239,6 +256,31 @@ void DecodeBitFieldCodesImpl(const uint8_t* first, int64_t stride, int64_t n_row
         word |= static_cast<uint32_t>(row[b + 1]) << 8;
       }
       o[i] = static_cast<int16_t>((word >> layout.shift[at]) & static_cast<uint32_t>(layout.mask[at]));
+    }
+    for (int64_t i = n; i < code_stride; ++i) o[i] = 0;
+  }
+}
+
+void DecodeBitFieldBytesImpl(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                             uint8_t* codes, int64_t code_stride) {
+#if HWY_TARGET == HWY_AVX3_DL
+  if (layout.row_bytes <= 64) {
+    decode_bytes_vbmi(first, stride, n_rows, layout, codes, code_stride);
+    return;
+  }
+#endif
+  const int64_t n = layout.fields();
+  for (int64_t j = 0; j < n_rows; ++j) {
+    const uint8_t* row = first + j * stride;
+    uint8_t* o = codes + j * code_stride;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto at = static_cast<std::size_t>(i);
+      const int64_t b = layout.first_byte[at];
+      uint32_t word = row[b];
+      if (layout.shift[at] + __builtin_popcount(static_cast<uint32_t>(layout.mask[at])) > 8) {
+        word |= static_cast<uint32_t>(row[b + 1]) << 8;
+      }
+      o[i] = static_cast<uint8_t>((word >> layout.shift[at]) & static_cast<uint32_t>(layout.mask[at]));
     }
     for (int64_t i = n; i < code_stride; ++i) o[i] = 0;
   }
@@ -285,6 +327,7 @@ HWY_AFTER_NAMESPACE();
 namespace veloxquant::attention::kernels {
 HWY_EXPORT(DecodeBitFieldRowsImpl);
 HWY_EXPORT(DecodeBitFieldCodesImpl);
+HWY_EXPORT(DecodeBitFieldBytesImpl);
 HWY_EXPORT(DecodeBitFieldPairTileImpl);
 
 void decode_bit_field_pair_tile(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
@@ -340,6 +383,11 @@ void decode_bit_field_rows(const uint8_t* first, int64_t stride, int64_t n_rows,
 void decode_bit_field_codes(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
                             int16_t* codes, int64_t code_stride) {
   HWY_DYNAMIC_DISPATCH(DecodeBitFieldCodesImpl)(first, stride, n_rows, layout, codes, code_stride);
+}
+
+void decode_bit_field_bytes(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                            uint8_t* codes, int64_t code_stride) {
+  HWY_DYNAMIC_DISPATCH(DecodeBitFieldBytesImpl)(first, stride, n_rows, layout, codes, code_stride);
 }
 
 namespace scalar {

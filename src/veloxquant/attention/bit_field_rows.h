@@ -51,6 +51,12 @@ void decode_bit_field_pair_tile(const uint8_t* first, int64_t stride, int64_t n_
 void decode_bit_field_codes(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
                             int16_t* codes, int64_t code_stride);
 
+// codes[j * code_stride + i] = code_i of row j as a byte for i < layout.fields(), and 0 for
+// fields() <= i < code_stride; code_stride a multiple of 64 >= fields(). The integer value
+// sums' input (attention/code_value_sums.h).
+void decode_bit_field_bytes(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
+                            uint8_t* codes, int64_t code_stride);
+
 namespace scalar {
 void decode_bit_field_codes(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
                             int16_t* codes, int64_t code_stride);

@@ -343,6 +343,26 @@ void ProjectLatents(const float* basis, int64_t basis_stride, int64_t r, const f
   }
 }
 
+// Columns [c, w) of one row (those past the two-vector blocks): a vector at a time, then
+// element by element, each a rounded product and a rounded sum per component in the order of i.
+// The one-row and the four-row passes of ReconstructLatentRows share it (issue 14).
+HWY_INLINE void reconstruct_tail_columns(const float* basis, int64_t basis_stride, int64_t r, const float* mu,
+                                         const float* zt, int64_t c, int64_t w, float* o) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  for (; c + lanes <= w; c += lanes) {
+    auto x0 = hn::LoadU(df, mu + c);
+    for (int64_t i = 0; i < r; ++i)
+      x0 = hn::Add(x0, hn::Mul(hn::Set(df, zt[i]), hn::LoadU(df, basis + i * basis_stride + c)));
+    hn::StoreU(x0, df, o + c);
+  }
+  for (; c < w; ++c) {
+    float x0 = mu[c];
+    for (int64_t i = 0; i < r; ++i) x0 = x0 + zt[i] * basis[i * basis_stride + c];
+    o[c] = x0;
+  }
+}
+
 // Columns per vector; per component a rounded product and a rounded sum (no FMA: the file is
 // compiled with -ffp-contract=off and Mul / Add are separate instructions).
 void ReconstructLatentRows(const float* basis, int64_t basis_stride, int64_t r, const float* mu, const float* z,
@@ -384,24 +404,10 @@ void ReconstructLatentRows(const float* basis, int64_t basis_stride, int64_t r, 
       hn::StoreU(x30, df, o + 3 * out_stride + c);
       hn::StoreU(x31, df, o + 3 * out_stride + c + lanes);
     }
-    // Columns past the last two-vector block: one row at a time below.
+    // Columns past the last two-vector block: one row at a time, as the rows past the last four.
     if (c < w) {
-      for (int64_t k = 0; k < 4; ++k) {
-        const float* zt = z0 + k * r;
-        float* ok = o + k * out_stride;
-        int64_t cc = c;
-        for (; cc + lanes <= w; cc += lanes) {
-          auto x0 = hn::LoadU(df, mu + cc);
-          for (int64_t i = 0; i < r; ++i)
-            x0 = hn::Add(x0, hn::Mul(hn::Set(df, zt[i]), hn::LoadU(df, basis + i * basis_stride + cc)));
-          hn::StoreU(x0, df, ok + cc);
-        }
-        for (; cc < w; ++cc) {
-          float x0 = mu[cc];
-          for (int64_t i = 0; i < r; ++i) x0 = x0 + zt[i] * basis[i * basis_stride + cc];
-          ok[cc] = x0;
-        }
-      }
+      for (int64_t k = 0; k < 4; ++k)
+        reconstruct_tail_columns(basis, basis_stride, r, mu, z0 + k * r, c, w, o + k * out_stride);
     }
   }
   for (; t < n; ++t) {
@@ -419,17 +425,7 @@ void ReconstructLatentRows(const float* basis, int64_t basis_stride, int64_t r, 
       hn::StoreU(x0, df, o + c);
       hn::StoreU(x1, df, o + c + lanes);
     }
-    for (; c + lanes <= w; c += lanes) {
-      auto x0 = hn::LoadU(df, mu + c);
-      for (int64_t i = 0; i < r; ++i)
-        x0 = hn::Add(x0, hn::Mul(hn::Set(df, zt[i]), hn::LoadU(df, basis + i * basis_stride + c)));
-      hn::StoreU(x0, df, o + c);
-    }
-    for (; c < w; ++c) {
-      float x0 = mu[c];
-      for (int64_t i = 0; i < r; ++i) x0 = x0 + zt[i] * basis[i * basis_stride + c];
-      o[c] = x0;
-    }
+    reconstruct_tail_columns(basis, basis_stride, r, mu, zt, c, w, o);
   }
 }
 

@@ -139,6 +139,12 @@ class KvtcCodec final : public LatentCodec {
     out->lo = row_ptr<float>(range_, b, g, 1);
     return o_.kvtc_integer_keys;
   }
+  bool code_values(int64_t b, int64_t g, IntegerKeys* out) const override {
+    out->layout = &layouts_[at(b, g)];
+    out->step = row_ptr<float>(range_, b, g, 0);
+    out->lo = row_ptr<float>(range_, b, g, 1);
+    return true;
+  }
   std::vector<lm::Tensor> state() const override { return {bits_, range_}; }
   void restore(const std::vector<lm::Tensor>& t) override {
     if (t.size() != 2 || t[0].shape() != bits_.shape() || t[1].shape() != range_.shape() ||

@@ -68,6 +68,11 @@ class LatentCodec {
     const float* lo = nullptr;
   };
   virtual bool integer_keys(int64_t /*b*/, int64_t /*g*/, IntegerKeys* /*out*/) const { return false; }
+  // Value rows of the same form (kvtc): where the integer value sums run fast
+  // (attention/code_value_sums.h: AMX), the attention sums the weighted codes in integers and
+  // applies lo and step once per tile, instead of decoding every row to floats. Same struct as
+  // integer_keys; false: decode_rows' latents.
+  virtual bool code_values(int64_t /*b*/, int64_t /*g*/, IntegerKeys* /*out*/) const { return false; }
   // Whether a fused call with many queries (a prefill chunk) may attend over the rebuilt rows
   // (LatentCache::rebuild_rows_for) instead of in the latent space: the same attention up to
   // rounding, so a method opts in (kvtc) and the others keep their prefill numbers (palu).

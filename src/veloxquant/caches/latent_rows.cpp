@@ -4,6 +4,7 @@
 
 #include "veloxquant/attention/affine_part_planes.h"
 #include "veloxquant/attention/code_row_scores.h"
+#include "veloxquant/attention/code_value_sums.h"
 #include "veloxquant/attention/latent_pair_tiles.h"
 #include "veloxquant/attention/latent_tiles.h"
 #include "veloxquant/attention/tile_kernels.h"
@@ -50,6 +51,16 @@ LatentRows::LatentRows(const LatentSide& keys, const LatentSide& values, int64_t
   }
   planes_ = all;
   if (planes_) return;
+  // Integer value sums where they run on AMX and every group's value rows are bit-field codes
+  // the VBMI byte decoder reads in one load (rows of at most 64 bytes: kvtc up to 512 bits).
+  bool code_values = attention::kernels::code_value_sums_fast() && values.max_rank <= 256;
+  for (int64_t b = 0; b < values.ranks.dim(0) && code_values; ++b) {
+    for (int64_t g = 0; g < values.ranks.dim(1) && code_values; ++g) {
+      LatentCodec::IntegerKeys v;
+      code_values = values.codec->code_values(b, g, &v) && v.layout->row_bytes <= 64;
+    }
+  }
+  if (code_values) value_code_stride_ = (values.max_rank + 63) / 64 * 64;
   bool integer = true;
   for (int64_t b = 0; b < keys.ranks.dim(0) && integer; ++b) {
     for (int64_t g = 0; g < keys.ranks.dim(1) && integer; ++g) {
@@ -191,6 +202,17 @@ void LatentRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, c
     attention::kernels::decode_affine_part_planes(values_.code_row(b, g, j0), values_.row_stride(), n,
                                                   end_of(values_.codes), v.parts, v.n_parts, *v.layout, tile, w);
     attention::kernels::accumulate_rows(weights, ld, n_queries, tile, w, n, w, acc, value_width_);
+    return;
+  }
+  if (value_code_stride_ > 0) {
+    const int64_t g = h / heads_per_group_, n = j1 - j0;
+    LatentCodec::IntegerKeys v;
+    values_.codec->code_values(b, g, &v);
+    uint8_t* codes = scratch.u8(static_cast<std::size_t>(n * value_code_stride_));
+    attention::kernels::decode_bit_field_bytes(values_.code_row(b, g, j0), values_.row_stride(), n, *v.layout, codes,
+                                               value_code_stride_);
+    attention::kernels::accumulate_code_values(weights, ld, n_queries, codes, value_code_stride_, n, values_.rank(b, g),
+                                               v.step, v.lo, acc, values_.max_rank);
     return;
   }
   const int64_t g = h / heads_per_group_, r = values_.rank(b, g);

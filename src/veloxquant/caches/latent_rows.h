@@ -81,6 +81,9 @@ class LatentRows final : public attention::RowSource {
   int64_t key_width_ = 0, value_width_ = 0;
   int64_t code_stride_ = 0;  // > 0: integer key path
   bool pair_tiles_ = false;  // the pair-tile key scorer runs directly here (attention/latent_pair_tiles.h)
+  // > 0: the value rows are summed from their integer codes (attention/code_value_sums.h, AMX),
+  // decoded to bytes this many per row.
+  int64_t value_code_stride_ = 0;
 };
 
 // queries f32 [B, Hq, N, D] contiguous -> projected [B, Hq, N, keys.max_rank] (zeros past the

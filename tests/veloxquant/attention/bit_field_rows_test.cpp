@@ -75,11 +75,22 @@ TEST(BitFieldRows, EqualTheScalarReferenceAndThePackedCodes) {
         hwy::SetSupportedTargetsForTest(target);
         std::vector<int16_t> simd_codes(plain_codes.size(), -1);
         decode_bit_field_codes(packed.data(), stride, rows, layout, simd_codes.data(), code_stride);
+        // The same codes as bytes (kvtc's integer value sums), padded to a multiple of 64.
+        const int64_t byte_stride = (n + 63) / 64 * 64 + (trial % 2) * 64;
+        std::vector<uint8_t> simd_bytes(static_cast<std::size_t>(rows * byte_stride), 0xAB);
+        decode_bit_field_bytes(packed.data(), stride, rows, layout, simd_bytes.data(), byte_stride);
         std::vector<float> simd(plain.size(), -1.0f);
         decode_bit_field_rows(packed.data(), stride, rows, layout, step.data(), lo.data(), simd.data());
         hwy::SetSupportedTargetsForTest(0);
         ASSERT_EQ(simd, plain) << hwy::TargetName(target) << " n " << n << " trial " << trial;
         ASSERT_EQ(simd_codes, plain_codes) << hwy::TargetName(target) << " n " << n << " trial " << trial;
+        for (int64_t j = 0; j < rows; ++j) {
+          for (int64_t i = 0; i < byte_stride; ++i) {
+            ASSERT_EQ(simd_bytes[static_cast<std::size_t>(j * byte_stride + i)],
+                      i < n ? codes[static_cast<std::size_t>(j * n + i)] : 0u)
+                << hwy::TargetName(target) << " n " << n << " trial " << trial << " row " << j << " field " << i;
+          }
+        }
       }
       for (int64_t j = 0; j < rows; ++j) {
         for (int64_t i = 0; i < n; ++i) {
