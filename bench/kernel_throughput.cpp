@@ -93,6 +93,24 @@ std::vector<uint8_t> random_weights(GgmlType type, int64_t rows, int64_t cols, s
 
 enum class Path { kF32, kI16, kReference };
 
+// A rows x kCols matrix of random blocks (seed 1), a normal input vector from the same generator
+// and an output vector: what every matvec row here multiplies.
+struct MatvecInputs {
+  MatvecInputs(GgmlType type, int64_t rows)
+      : rng(1),
+        bytes(random_weights(type, rows, kCols, rng)),
+        w(lm::WeightMatrix::view(type, rows, kCols, bytes.data(), nullptr, "bench")),
+        x(kCols),
+        y(rows) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& v : x) v = normal(rng);
+  }
+  std::mt19937 rng;
+  std::vector<uint8_t> bytes;
+  lm::WeightMatrix w;
+  std::vector<float> x, y;
+};
+
 double seconds_per_call(Path path, const lm::WeightMatrix& w, const std::vector<float>& x, std::vector<float>& y) {
   const auto run = [&] {
     if (path == Path::kReference) {
@@ -116,12 +134,9 @@ double seconds_per_call(Path path, const lm::WeightMatrix& w, const std::vector<
 void register_matvec(GgmlType type, Path path, const std::string& path_name) {
   const std::string name = "matvec/" + lm::ggml_type_name(type) + "/" + path_name;
   benchmark::RegisterBenchmark(name.c_str(), [type, path](benchmark::State& state) {
-    std::mt19937 rng(1);
-    const auto bytes = random_weights(type, kRows, kCols, rng);
-    const lm::WeightMatrix w = lm::WeightMatrix::view(type, kRows, kCols, bytes.data(), nullptr, "bench");
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> x(kCols), y(kRows);
-    for (auto& v : x) v = normal(rng);
+    MatvecInputs in(type, kRows);
+    const lm::WeightMatrix& w = in.w;
+    std::vector<float>&x = in.x, &y = in.y;
     const double reference = seconds_per_call(Path::kReference, w, x, y);
     const auto t0 = std::chrono::steady_clock::now();
     for (auto _ : state) {
@@ -144,13 +159,8 @@ void register_matvec(GgmlType type, Path path, const std::string& path_name) {
 
 // Weight GB/s of the i16 decode matvec over `rows` rows (best of five calls, one thread).
 double i16_matvec_bytes_per_s(GgmlType type, int64_t rows) {
-  std::mt19937 rng(1);
-  const auto bytes = random_weights(type, rows, kCols, rng);
-  const lm::WeightMatrix w = lm::WeightMatrix::view(type, rows, kCols, bytes.data(), nullptr, "bench");
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(kCols), y(rows);
-  for (auto& v : x) v = normal(rng);
-  return static_cast<double>(w.nbytes()) / seconds_per_call(Path::kI16, w, x, y);
+  MatvecInputs in(type, rows);
+  return static_cast<double>(in.w.nbytes()) / seconds_per_call(Path::kI16, in.w, in.x, in.y);
 }
 
 void register_streamed_matvec(GgmlType type) {
@@ -158,12 +168,9 @@ void register_streamed_matvec(GgmlType type) {
   const std::string name = "matvec_streamed/" + lm::ggml_type_name(type) + "/i16";
   benchmark::RegisterBenchmark(name.c_str(), [type](benchmark::State& state) {
     const double in_cache = i16_matvec_bytes_per_s(type, kRows);
-    std::mt19937 rng(1);
-    const auto bytes = random_weights(type, kStreamedRows, kCols, rng);
-    const lm::WeightMatrix w = lm::WeightMatrix::view(type, kStreamedRows, kCols, bytes.data(), nullptr, "bench");
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> x(kCols), y(kStreamedRows);
-    for (auto& v : x) v = normal(rng);
+    MatvecInputs in(type, kStreamedRows);
+    const lm::WeightMatrix& w = in.w;
+    std::vector<float>&x = in.x, &y = in.y;
     const auto t0 = std::chrono::steady_clock::now();
     for (auto _ : state) {
       lm::kernels::matvec(w, x.data(), y.data(), nullptr, lm::kernels::Activations::kI16);

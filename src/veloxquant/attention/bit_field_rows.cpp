@@ -235,6 +235,18 @@ void decode_bytes_vbmi(const uint8_t* first, int64_t stride, int64_t n_rows, con
 }
 #endif
 
+// Field i of a row, from the two bytes at its first byte (a field ends inside its row): the
+// portable route of both code decoders below.
+HWY_INLINE uint32_t field_at(const uint8_t* row, const BitFieldLayout& layout, int64_t i) {
+  const auto at = static_cast<std::size_t>(i);
+  const int64_t b = layout.first_byte[at];
+  uint32_t word = row[b];
+  if (layout.shift[at] + __builtin_popcount(static_cast<uint32_t>(layout.mask[at])) > 8) {
+    word |= static_cast<uint32_t>(row[b + 1]) << 8;
+  }
+  return (word >> layout.shift[at]) & static_cast<uint32_t>(layout.mask[at]);
+}
+
 void DecodeBitFieldCodesImpl(const uint8_t* first, int64_t stride, int64_t n_rows, const BitFieldLayout& layout,
                              int16_t* codes, int64_t code_stride) {
 #if HWY_TARGET == HWY_AVX3_DL
@@ -249,13 +261,7 @@ void DecodeBitFieldCodesImpl(const uint8_t* first, int64_t stride, int64_t n_row
     const uint8_t* row = first + j * stride;
     int16_t* o = codes + j * code_stride;
     for (int64_t i = 0; i < n; ++i) {
-      const auto at = static_cast<std::size_t>(i);
-      const int64_t b = layout.first_byte[at];
-      uint32_t word = row[b];
-      if (layout.shift[at] + __builtin_popcount(static_cast<uint32_t>(layout.mask[at])) > 8) {
-        word |= static_cast<uint32_t>(row[b + 1]) << 8;
-      }
-      o[i] = static_cast<int16_t>((word >> layout.shift[at]) & static_cast<uint32_t>(layout.mask[at]));
+      o[i] = static_cast<int16_t>(field_at(row, layout, i));
     }
     for (int64_t i = n; i < code_stride; ++i) o[i] = 0;
   }
@@ -274,13 +280,7 @@ void DecodeBitFieldBytesImpl(const uint8_t* first, int64_t stride, int64_t n_row
     const uint8_t* row = first + j * stride;
     uint8_t* o = codes + j * code_stride;
     for (int64_t i = 0; i < n; ++i) {
-      const auto at = static_cast<std::size_t>(i);
-      const int64_t b = layout.first_byte[at];
-      uint32_t word = row[b];
-      if (layout.shift[at] + __builtin_popcount(static_cast<uint32_t>(layout.mask[at])) > 8) {
-        word |= static_cast<uint32_t>(row[b + 1]) << 8;
-      }
-      o[i] = static_cast<uint8_t>((word >> layout.shift[at]) & static_cast<uint32_t>(layout.mask[at]));
+      o[i] = static_cast<uint8_t>(field_at(row, layout, i));
     }
     for (int64_t i = n; i < code_stride; ++i) o[i] = 0;
   }
