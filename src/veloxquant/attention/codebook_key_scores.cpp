@@ -16,13 +16,14 @@ HWY_BEFORE_NAMESPACE();
 namespace veloxquant::attention::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// 128-bit blocks per i16 vector of the loops below (1 on SSE4, 2 on AVX2 and wider): a block
-// holds one code plane's lookups, so a vector serves `blocks` planes at once.
+// 128-bit blocks per i16 vector of the loops below (1 on SSE4, 2 on AVX2, 4 on AVX-512): a
+// block holds one code plane's lookups, so a vector serves `blocks` planes at once; with four
+// blocks a row's four planes are one pass (half the instructions of the 256-bit loop).
 int64_t BlocksImpl() {
 #if HWY_TARGET == HWY_SCALAR
   return 1;
 #else
-  const hn::CappedTag<int32_t, 8> d32;
+  const hn::ScalableTag<int32_t> d32;
   const hn::Repartition<int16_t, decltype(d32)> d16;
   return static_cast<int64_t>(hn::Lanes(d16)) / 8;
 #endif
@@ -78,7 +79,7 @@ template <int NQ, bool kTwoStages, int kChunks>
 void codebook_block(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
                     const CodebookLevels16& levels, const int16_t* q16, const float* q_step, float* scores,
                     int64_t ld) {
-  const hn::CappedTag<int32_t, 8> d32;
+  const hn::ScalableTag<int32_t> d32;
   const hn::Repartition<uint8_t, decltype(d32)> d8;
   HWY_ALIGN uint8_t lo[16], hi[16];
   for (int i = 0; i < 16; ++i) {
@@ -155,10 +156,10 @@ HWY_EXPORT(BlocksImpl);
 HWY_EXPORT(ScoreCodebookImpl);
 
 namespace {
-int64_t blocks() {
-  static const int64_t n = HWY_DYNAMIC_DISPATCH(BlocksImpl)();
-  return n;
-}
+// Asked of the dispatched target every time (not cached): the query layout must follow the
+// target the scores run on, also when a test switches targets within one process. Called once
+// per query, not per row.
+int64_t blocks() { return HWY_DYNAMIC_DISPATCH(BlocksImpl)(); }
 // Round-to-nearest-even into 16 bits, the same in every caller.
 int16_t round16(float x) { return static_cast<int16_t>(std::lrintf(x)); }
 // Where codebook_row_sums reads byte p of plane k: plane k = g * blocks + b is read by block b

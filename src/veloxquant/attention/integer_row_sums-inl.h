@@ -52,6 +52,22 @@ HWY_INLINE hn::Vec<hn::Half<D>> sums_of_4(D d32, V a, V b, V c, V e) {
   return hn::Add(hn::LowerHalf(dh, s), hn::UpperHalf(dh, s));
 }
 
+// The same for four 16-lane (512-bit) integer vectors: after the in-block steps each 128-bit
+// block holds its part of the four sums, and the four blocks are added (integers only: the
+// order of the adds differs from sums_of_4's, which is exact for integers alone).
+template <class D, class V>
+HWY_INLINE hn::Vec<hn::Half<hn::Half<D>>> integer_sums_of_4_x16(D d32, V a, V b, V c, V e) {
+  static_assert(hn::MaxLanes(D()) == 16 && !hwy::IsFloat<hn::TFromD<D>>(), "512-bit vectors of integer lanes");
+  const hn::RepartitionToWide<D> d64;
+  const auto ab64 = hn::BitCast(d64, sums_of_pair(d32, a, b)), ce64 = hn::BitCast(d64, sums_of_pair(d32, c, e));
+  const V s = hn::Add(hn::BitCast(d32, hn::InterleaveLower(d64, ab64, ce64)),
+                      hn::BitCast(d32, hn::InterleaveUpper(d64, ab64, ce64)));
+  const hn::Half<D> dh;
+  const hn::Half<decltype(dh)> dq;
+  const auto halves = hn::Add(hn::LowerHalf(dh, s), hn::UpperHalf(dh, s));
+  return hn::Add(hn::LowerHalf(dq, halves), hn::UpperHalf(dq, halves));
+}
+
 // Scores of four rows for one query from their integer sums (each an i32 vector whose lanes
 // add up to the row's sum): out[t] = step * float(sum_t) + bias, as the scalar reference.
 template <class D, class V>
@@ -61,6 +77,11 @@ HWY_INLINE void finish_4(D d32, V a, V b, V c, V e, float step, float bias, floa
     const hn::Half<D> dh;
     const hn::Rebind<float, decltype(dh)> df;
     const auto totals = hn::ConvertTo(df, sums_of_4(d32, a, b, c, e));
+    hn::StoreU(hn::Add(hn::Mul(totals, hn::Set(df, step)), hn::Set(df, bias)), df, out);
+  } else if constexpr (hn::MaxLanes(d32) == 16 && !hwy::IsFloat<hn::TFromD<D>>()) {
+    const hn::Half<hn::Half<D>> dq;
+    const hn::Rebind<float, decltype(dq)> df;
+    const auto totals = hn::ConvertTo(df, integer_sums_of_4_x16(d32, a, b, c, e));
     hn::StoreU(hn::Add(hn::Mul(totals, hn::Set(df, step)), hn::Set(df, bias)), df, out);
   } else {
     const V rows[4] = {a, b, c, e};

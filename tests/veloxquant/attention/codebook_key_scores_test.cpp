@@ -2,6 +2,8 @@
 // and against exact f64 scores over the codebook values within the rounding bound.
 #include <gtest/gtest.h>
 
+#include <hwy/targets.h>
+
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -66,16 +68,22 @@ TEST(CodebookKeyScores, MatchesScalarBitForBitAndExactScoresWithinTheRoundingBou
           const CodebookLevels16 levels = codebook_levels16(kStage1, two_stages ? kStage2 : nullptr, limit);
           std::vector<int16_t> q16(static_cast<std::size_t>(n_q * d));
           std::vector<float> step(n_q);
-          for (int64_t r = 0; r < n_q; ++r)
-            quantize_codebook_query(q.data() + r * d, d, limit, q16.data() + r * d, &step[r]);
           const uint8_t* second = two_stages ? s2.data() : nullptr;
           std::vector<float> out(static_cast<std::size_t>(n_q * ld), -1.0f), ref(out);
-          score_codebook_rows(s1.data(), second, stride, n_rows, d, levels, q16.data(), step.data(), n_q, out.data(),
-                              ld);
-          scalar::score_codebook_rows(s1.data(), second, stride, n_rows, d, levels, q16.data(), step.data(), n_q,
-                                      ref.data(), ld);
-          ASSERT_EQ(out, ref) << "d " << d << (two_stages ? " two" : " one") << " stages, " << n_rows << " rows, "
-                              << n_q << " queries";
+          // Every compiled target (the query layout follows the target's vector width: one, two
+          // or four planes per vector), each against the scalar reference under the same layout.
+          for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+            hwy::SetSupportedTargetsForTest(target);
+            for (int64_t r = 0; r < n_q; ++r)
+              quantize_codebook_query(q.data() + r * d, d, limit, q16.data() + r * d, &step[r]);
+            score_codebook_rows(s1.data(), second, stride, n_rows, d, levels, q16.data(), step.data(), n_q, out.data(),
+                                ld);
+            scalar::score_codebook_rows(s1.data(), second, stride, n_rows, d, levels, q16.data(), step.data(), n_q,
+                                        ref.data(), ld);
+            hwy::SetSupportedTargetsForTest(0);
+            ASSERT_EQ(out, ref) << hwy::TargetName(target) << " d " << d << (two_stages ? " two" : " one")
+                                << " stages, " << n_rows << " rows, " << n_q << " queries";
+          }
           // Exact: sum_e q[e] * (c1[i1] + c2[i2]). Each term is off by at most |q| * level_step / 2
           // + |level| * q_step / 2 (+ their product).
           for (int64_t r = 0; r < n_q; ++r) {
