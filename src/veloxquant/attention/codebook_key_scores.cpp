@@ -1,4 +1,9 @@
 // Highway kernels for codebook_key_scores.h, compiled once per target and dispatched at run time.
+// The AVX3_DL target (which Highway 1.0 compiles only on request: hence the define, before any
+// Highway header) adds AVX512-VNNI: vpdpwssd multiplies, pairs and accumulates in one step.
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL
+#endif
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "veloxquant/attention/codebook_key_scores.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -6,7 +11,15 @@
 
 #include "veloxquant/attention/codebook_key_scores.h"
 #include "veloxquant/attention/integer_query_step.h"
+// The row loop inlines vpdpwssd on AVX3_DL (see VQ_CODEBOOK_VNNI below).
+#undef VQ_ROW_SUMS_EXTRA_TARGET
+#if HWY_TARGET == HWY_AVX3_DL
+#define VQ_ROW_SUMS_EXTRA_TARGET __attribute__((target("avx512vnni")))
+#else
+#define VQ_ROW_SUMS_EXTRA_TARGET
+#endif
 #include "veloxquant/attention/integer_row_sums-inl.h"
+#include "veloxquant/attention/wide_block_sums-inl.h"
 
 #include <algorithm>
 #include <cmath>
@@ -30,6 +43,29 @@ int64_t BlocksImpl() {
 }
 
 #if HWY_TARGET != HWY_SCALAR
+// The loops below carry the VNNI attribute on the AVX3_DL target (every function that inlines
+// vpdpwssd must), nothing elsewhere. Redefined per target: this file is compiled once per target.
+#undef VQ_CODEBOOK_VNNI
+#if HWY_TARGET == HWY_AVX3_DL
+#define VQ_CODEBOOK_VNNI VQ_WITH_AVX512_VNNI
+#else
+#define VQ_CODEBOOK_VNNI
+#endif
+
+// sum + (pairwise products of a and b, adjacent pairs added): one vpdpwssd with VNNI, else a
+// widening multiply-add and an add. Integer sums, so both give the same lanes.
+template <class D32, class V16>
+VQ_CODEBOOK_VNNI HWY_INLINE hn::Vec<D32> multiply_pairs_add(D32 d32, V16 a, V16 b, hn::Vec<D32> sum,
+                                                            hn::Vec<D32>& odd) {
+#if HWY_TARGET == HWY_AVX3_DL
+  (void)d32;
+  (void)odd;
+  return hn::Vec<D32>{_mm512_dpwssd_epi32(sum.raw, a.raw, b.raw)};
+#else
+  return hn::ReorderWidenMulAccumulate(d32, a, b, sum, odd);
+#endif
+}
+
 // The NQ integer sums of one row: per group of `blocks` planes and 16-byte chunk of the
 // streams, the chunk is broadcast to every block, each block shifts out its own plane's 2-bit
 // fields (i1 * 4 + i2 as a 4-bit index per byte), two byte lookups give the level's low and
@@ -37,9 +73,9 @@ int64_t BlocksImpl() {
 // kChunks > 0: the 16-byte chunks per plane known at compile time (d / 64; the loops unroll
 // and the per-plane shift vectors become constants); 0 reads it from d.
 template <int NQ, bool kTwoStages, int kChunks, class D32>
-HWY_INLINE void codebook_row_sums(D32 d32, const uint8_t* s1, const uint8_t* s2, int64_t d, const int16_t* q16,
-                                  hn::Vec<hn::Repartition<uint8_t, D32>> table_lo,
-                                  hn::Vec<hn::Repartition<uint8_t, D32>> table_hi, hn::Vec<D32>* sum) {
+VQ_CODEBOOK_VNNI HWY_INLINE void codebook_row_sums(D32 d32, const uint8_t* s1, const uint8_t* s2, int64_t d,
+                                                   const int16_t* q16, hn::Vec<hn::Repartition<uint8_t, D32>> table_lo,
+                                                   hn::Vec<hn::Repartition<uint8_t, D32>> table_hi, hn::Vec<D32>* sum) {
   const hn::Repartition<uint8_t, D32> d8;
   const hn::Repartition<int16_t, D32> d16;
   const hn::RebindToUnsigned<D32> du32;
@@ -67,8 +103,8 @@ HWY_INLINE void codebook_row_sums(D32 d32, const uint8_t* s1, const uint8_t* s2,
       const auto second = hn::BitCast(d16, hn::InterleaveUpper(d8, lo, hi));
       const int16_t* q = q16 + (g * chunks + c) * 2 * kLanes16;
       for (int r = 0; r < NQ; ++r) {
-        sum[r] = hn::ReorderWidenMulAccumulate(d32, first, hn::LoadU(d16, q + r * d), sum[r], odd[r]);
-        sum[r] = hn::ReorderWidenMulAccumulate(d32, second, hn::LoadU(d16, q + r * d + kLanes16), sum[r], odd[r]);
+        sum[r] = multiply_pairs_add(d32, first, hn::LoadU(d16, q + r * d), sum[r], odd[r]);
+        sum[r] = multiply_pairs_add(d32, second, hn::LoadU(d16, q + r * d + kLanes16), sum[r], odd[r]);
       }
     }
   }
@@ -76,9 +112,9 @@ HWY_INLINE void codebook_row_sums(D32 d32, const uint8_t* s1, const uint8_t* s2,
 }
 
 template <int NQ, bool kTwoStages, int kChunks>
-void codebook_block(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
-                    const CodebookLevels16& levels, const int16_t* q16, const float* q_step, float* scores,
-                    int64_t ld) {
+VQ_CODEBOOK_VNNI void codebook_block(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows,
+                                     int64_t d, const CodebookLevels16& levels, const int16_t* q16, const float* q_step,
+                                     float* scores, int64_t ld) {
   const hn::ScalableTag<int32_t> d32;
   const hn::Repartition<uint8_t, decltype(d32)> d8;
   HWY_ALIGN uint8_t lo[16], hi[16];
@@ -90,7 +126,8 @@ void codebook_block(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, in
   const auto table_lo = hn::LoadDup128(d8, lo), table_hi = hn::LoadDup128(d8, hi);
   float step[NQ];
   for (int r = 0; r < NQ; ++r) step[r] = q_step[r] * levels.step;
-  const auto sums = [&](int64_t j, hn::Vec<decltype(d32)> * s) HWY_ATTR __attribute__((always_inline)) {
+  const auto sums = [&](int64_t j, hn::Vec<decltype(d32)> * s) HWY_ATTR VQ_CODEBOOK_VNNI
+      __attribute__((always_inline)) {
     codebook_row_sums<NQ, kTwoStages, kChunks>(d32, s1 + j * row_stride, s2 + (kTwoStages ? j * row_stride : 0), d, q16,
                                                table_lo, table_hi, s);
   };
@@ -98,9 +135,9 @@ void codebook_block(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, in
 }
 
 template <bool kTwoStages, int kChunks>
-void codebook_queries(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
-                      const CodebookLevels16& levels, const int16_t* q16, const float* q_step, int64_t n_q,
-                      float* scores, int64_t ld) {
+VQ_CODEBOOK_VNNI void codebook_queries(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows,
+                                       int64_t d, const CodebookLevels16& levels, const int16_t* q16,
+                                       const float* q_step, int64_t n_q, float* scores, int64_t ld) {
   int64_t r = 0;
   for (; r + 3 <= n_q; r += 3) {
     codebook_block<3, kTwoStages, kChunks>(s1, s2, row_stride, n_rows, d, levels, q16 + r * d, q_step + r,
@@ -113,9 +150,9 @@ void codebook_queries(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, 
 }
 
 template <bool kTwoStages>
-void codebook_stages(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
-                     const CodebookLevels16& levels, const int16_t* q16, const float* q_step, int64_t n_q,
-                     float* scores, int64_t ld) {
+VQ_CODEBOOK_VNNI void codebook_stages(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows,
+                                      int64_t d, const CodebookLevels16& levels, const int16_t* q16,
+                                      const float* q_step, int64_t n_q, float* scores, int64_t ld) {
   // Head sizes 64 and 128 unrolled; others loop.
   switch (d / 64) {
     case 1:
@@ -130,9 +167,15 @@ void codebook_stages(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, i
   }
 }
 
-void ScoreCodebookImpl(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
-                       const CodebookLevels16& levels, const int16_t* q16, const float* q_step, int64_t n_q,
-                       float* scores, int64_t ld) {
+VQ_CODEBOOK_VNNI void ScoreCodebookImpl(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows,
+                                        int64_t d, const CodebookLevels16& levels, const int16_t* q16,
+                                        const float* q_step, int64_t n_q, float* scores, int64_t ld) {
+#if HWY_TARGET == HWY_AVX3_DL
+  if (!has_avx512_vnni()) {  // AVX3_DL without AVX512-VNNI: no shipped CPU, but never an illegal instruction
+    scalar::score_codebook_rows(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+    return;
+  }
+#endif
   if (s2 != nullptr) {
     codebook_stages<true>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
   } else {

@@ -11,6 +11,13 @@
 
 #include "hwy/highway.h"
 
+// An including kernel file whose row sums need more than the target's instructions (VNNI on
+// AVX3_DL, codebook_key_scores.cpp) defines this per target before the include: the row loop
+// below inlines its row_sums and so needs the same target attribute.
+#ifndef VQ_ROW_SUMS_EXTRA_TARGET
+#define VQ_ROW_SUMS_EXTRA_TARGET
+#endif
+
 HWY_BEFORE_NAMESPACE();
 namespace veloxquant::attention::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -110,8 +117,9 @@ HWY_INLINE void keep_in_registers(V* sums) {
 // rows j < n_rows, NQ queries; row_sums(j, sums) fills the NQ sum vectors of row j. Four rows
 // at a time (one reduction for the four), then the rest one by one.
 template <int NQ, class D32, class RowSums>
-HWY_INLINE void score_rows_in_fours(D32 d32, int64_t n_rows, const RowSums& row_sums, const float* step,
-                                    const float* bias, float* scores, int64_t ld) {
+VQ_ROW_SUMS_EXTRA_TARGET HWY_INLINE void score_rows_in_fours(D32 d32, int64_t n_rows, const RowSums& row_sums,
+                                                             const float* step, const float* bias, float* scores,
+                                                             int64_t ld) {
   using V32 = hn::Vec<D32>;
   const auto bias_of = [&](int r) { return bias != nullptr ? bias[r] : 0.0f; };
   int64_t j = 0;
