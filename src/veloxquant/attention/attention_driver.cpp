@@ -230,6 +230,7 @@ void attend_unit(const AttentionCall& call, const RowSource* const* segments, co
     visible_range(vis, seg_rows, q_last, q_first, lo_all, hi_all);
     for (int64_t j0 = lo; j0 < hi; j0 += kTileRows) {
       const int64_t j1 = std::min(j0 + kTileRows, hi);
+      if (j1 < hi) src.prefetch_tile(u.b, u.h, j1, std::min(j1 + kTileRows, hi));
       src.score_tile(u.b, u.h, j0, j1, q, rows, s, kTileRows, scratch.tile);
       const ScoredTile tile{s, j0, j1 - j0, lo_all <= j0 && j1 <= hi_all};
       if (fold_tile(call, g, u, vis, tile, log, si, st)) {

@@ -83,6 +83,11 @@ class RowSource {
   virtual void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
                                int64_t ld, float* acc, TileScratch& scratch) const = 0;
 
+  // Hints the bytes of rows [j0, j1) of (b, h) into the cache (attention/prefetch.h). The driver
+  // calls it for the next tile before scoring the current one, so a decode step streaming a long
+  // cache has the next tile's lines in flight. Changes no result. Default: no hint.
+  virtual void prefetch_tile(int64_t /*b*/, int64_t /*h*/, int64_t /*j0*/, int64_t /*j1*/) const {}
+
   // One finished, normalised accumulator row (value_dim floats) into the model's basis, in
   // place. Default: nothing (values were accumulated in the model's basis).
   virtual void finish_row(float* /*row*/) const {}

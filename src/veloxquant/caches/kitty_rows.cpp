@@ -11,6 +11,7 @@
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/attention/word_code_rows.h"
 #include "veloxquant/rows/cache_rows.h"
+#include "veloxquant/attention/prefetch.h"
 
 namespace veloxquant {
 
@@ -24,12 +25,8 @@ namespace {
 // into the cache (the host's own decode prefetches 64 rows ahead for the same reason).
 constexpr int64_t kPrefetchRows = 64;
 
-// One hint per 64-byte line of [p, p + bytes); a prefetch never faults, so the range may pass
-// the end of its buffer.
-void prefetch_bytes(const void* p, int64_t bytes) {
-  const auto* c = static_cast<const char*>(p);
-  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o);
-}
+// A prefetch never faults, so a hinted range may pass the end of its buffer.
+using attention::prefetch_bytes;  // attention/prefetch.h
 }  // namespace
 
 KittyRows::KittyRows(const QuantizedKeys& keys, const lm::Tensor& tail_keys, const lm::Tensor& values, int64_t frontier,

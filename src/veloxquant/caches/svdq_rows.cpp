@@ -11,6 +11,7 @@
 #include "veloxquant/caches/svdq_latent_decode.h"
 #include "veloxquant/caches/svdq_latent_scores.h"
 #include "veloxquant/rows/cache_rows.h"
+#include "veloxquant/attention/prefetch.h"
 
 namespace veloxquant {
 
@@ -37,11 +38,7 @@ std::atomic<uint64_t> next_call{1};
 // into the cache (the host's own decode and kitty do the same; it changes no result).
 constexpr int64_t kPrefetchRows = 64;
 
-// One hint per 64-byte line of [p, p + bytes); a prefetch never faults.
-void prefetch_bytes(const void* p, int64_t bytes) {
-  const auto* c = static_cast<const char*>(p);
-  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o);
-}
+using attention::prefetch_bytes;  // attention/prefetch.h
 
 }  // namespace
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "base/half.h"
+#include "veloxquant/attention/prefetch.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/rows/cache_rows.h"
 #include "veloxquant/caches/group_affine_rows.h"
@@ -103,6 +104,27 @@ void TurboQuantRvqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
   for (int64_t r = 0; r < n_queries; ++r) {
     float* row = scores + r * ld;
     for (int64_t j = 0; j < n; ++j) row[j] *= norm[j];
+  }
+}
+
+void TurboQuantRvqRows::prefetch_tile(int64_t b, int64_t h, int64_t j0, int64_t j1) const {
+  using attention::prefetch_bytes;
+  // Rows of one head are back to back in every buffer: one contiguous range each.
+  const auto rows_of = [&](const lm::Tensor& t, int64_t j) {
+    return reinterpret_cast<const std::byte*>(t.raw_data()) +
+           (b * t.strides()[0] + h * t.strides()[1] + j * t.strides()[2]) * static_cast<int64_t>(t.element_size());
+  };
+  const auto bytes_of = [&](const lm::Tensor& t) {
+    return (j1 - j0) * t.strides()[2] * static_cast<int64_t>(t.element_size());
+  };
+  prefetch_bytes(rows_of(packed1_, j0), bytes_of(packed1_));
+  prefetch_bytes(rows_of(packed2_, j0), bytes_of(packed2_));
+  prefetch_bytes(rows_of(norms_, j0), bytes_of(norms_));
+  if (value_order_) {
+    prefetch_bytes(rows_of(value_codes_, j0), bytes_of(value_codes_));
+    prefetch_bytes(rows_of(value_params_, j0), bytes_of(value_params_));
+  } else {
+    prefetch_bytes(plain_values_.head(b, h) + j0 * plain_values_.row_bytes, (j1 - j0) * plain_values_.row_bytes);
   }
 }
 

@@ -47,6 +47,8 @@ class TurboQuantRvqRows final : public attention::RowSource {
                   int64_t ld, attention::TileScratch& scratch) const override;
   void accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const float* weights, int64_t n_queries,
                        int64_t ld, float* acc, attention::TileScratch& scratch) const override;
+  // Both code streams, the norms and the values (plain rows, or codes and group params).
+  void prefetch_tile(int64_t b, int64_t h, int64_t j0, int64_t j1) const override;
 
  private:
   const quant::TurboQuantRvq& quantizer_;
