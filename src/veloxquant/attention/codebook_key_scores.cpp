@@ -75,9 +75,11 @@ HWY_INLINE void codebook_row_sums(D32 d32, const uint8_t* s1, const uint8_t* s2,
 }
 
 template <int NQ, bool kTwoStages, int kChunks>
-void codebook_block(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
-                    const CodebookLevels16& levels, const int16_t* q16, const float* q_step, float* scores,
-                    int64_t ld) {
+void codebook_block(const CodebookRows& rows, const CodebookLevels16& levels, const int16_t* q16, const float* q_step,
+                    float* scores, int64_t ld) {
+  const uint8_t* const s1 = rows.s1;
+  const uint8_t* const s2 = rows.s2;
+  const int64_t row_stride = rows.row_stride, n_rows = rows.n_rows, d = rows.d;
   const hn::CappedTag<int32_t, 8> d32;
   const hn::Repartition<uint8_t, decltype(d32)> d8;
   HWY_ALIGN uint8_t lo[16], hi[16];
@@ -97,52 +99,47 @@ void codebook_block(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, in
 }
 
 template <bool kTwoStages, int kChunks>
-void codebook_queries(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
-                      const CodebookLevels16& levels, const int16_t* q16, const float* q_step, int64_t n_q,
+void codebook_queries(const CodebookRows& rows, const CodebookLevels16& levels, const CodebookQueries& queries,
                       float* scores, int64_t ld) {
+  const int64_t d = rows.d, n_q = queries.n_q;
   int64_t r = 0;
   for (; r + 3 <= n_q; r += 3) {
-    codebook_block<3, kTwoStages, kChunks>(s1, s2, row_stride, n_rows, d, levels, q16 + r * d, q_step + r,
-                                           scores + r * ld, ld);
+    codebook_block<3, kTwoStages, kChunks>(rows, levels, queries.q16 + r * d, queries.q_step + r, scores + r * ld, ld);
   }
   for (; r < n_q; ++r) {
-    codebook_block<1, kTwoStages, kChunks>(s1, s2, row_stride, n_rows, d, levels, q16 + r * d, q_step + r,
-                                           scores + r * ld, ld);
+    codebook_block<1, kTwoStages, kChunks>(rows, levels, queries.q16 + r * d, queries.q_step + r, scores + r * ld, ld);
   }
 }
 
 template <bool kTwoStages>
-void codebook_stages(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
-                     const CodebookLevels16& levels, const int16_t* q16, const float* q_step, int64_t n_q,
+void codebook_stages(const CodebookRows& rows, const CodebookLevels16& levels, const CodebookQueries& queries,
                      float* scores, int64_t ld) {
   // Head sizes 64 and 128 unrolled; others loop.
-  switch (d / 64) {
+  switch (rows.d / 64) {
     case 1:
-      codebook_queries<kTwoStages, 1>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+      codebook_queries<kTwoStages, 1>(rows, levels, queries, scores, ld);
       break;
     case 2:
-      codebook_queries<kTwoStages, 2>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+      codebook_queries<kTwoStages, 2>(rows, levels, queries, scores, ld);
       break;
     default:
-      codebook_queries<kTwoStages, 0>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+      codebook_queries<kTwoStages, 0>(rows, levels, queries, scores, ld);
       break;
   }
 }
 
-void ScoreCodebookImpl(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
-                       const CodebookLevels16& levels, const int16_t* q16, const float* q_step, int64_t n_q,
+void ScoreCodebookImpl(const CodebookRows& rows, const CodebookLevels16& levels, const CodebookQueries& queries,
                        float* scores, int64_t ld) {
-  if (s2 != nullptr) {
-    codebook_stages<true>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+  if (rows.s2 != nullptr) {
+    codebook_stages<true>(rows, levels, queries, scores, ld);
   } else {
-    codebook_stages<false>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+    codebook_stages<false>(rows, levels, queries, scores, ld);
   }
 }
 #else
-void ScoreCodebookImpl(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
-                       const CodebookLevels16& levels, const int16_t* q16, const float* q_step, int64_t n_q,
+void ScoreCodebookImpl(const CodebookRows& rows, const CodebookLevels16& levels, const CodebookQueries& queries,
                        float* scores, int64_t ld) {
-  scalar::score_codebook_rows(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+  scalar::score_codebook_rows(rows, levels, queries, scores, ld);
 }
 #endif
 
@@ -215,16 +212,26 @@ void quantize_codebook_query(const float* q, int64_t d, int32_t limit, int16_t* 
   }
 }
 
+void score_codebook_rows(const CodebookRows& rows, const CodebookLevels16& levels, const CodebookQueries& queries,
+                         float* scores, int64_t ld) {
+  HWY_DYNAMIC_DISPATCH(ScoreCodebookImpl)(rows, levels, queries, scores, ld);
+}
+
 void score_codebook_rows(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
                          const CodebookLevels16& levels, const int16_t* q16, const float* q_step, int64_t n_q,
                          float* scores, int64_t ld) {
-  HWY_DYNAMIC_DISPATCH(ScoreCodebookImpl)(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+  score_codebook_rows(CodebookRows{s1, s2, row_stride, n_rows, d}, levels, CodebookQueries{q16, q_step, n_q}, scores,
+                      ld);
 }
 
 namespace scalar {
-void score_codebook_rows(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
-                         const CodebookLevels16& levels, const int16_t* q16, const float* q_step, int64_t n_q,
+void score_codebook_rows(const CodebookRows& rows, const CodebookLevels16& levels, const CodebookQueries& queries,
                          float* scores, int64_t ld) {
+  const uint8_t* const s1 = rows.s1;
+  const uint8_t* const s2 = rows.s2;
+  const int64_t row_stride = rows.row_stride, n_rows = rows.n_rows, d = rows.d, n_q = queries.n_q;
+  const int16_t* const q16 = queries.q16;
+  const float* const q_step = queries.q_step;
   const int64_t plane_bytes = d / 4;
   for (int64_t r = 0; r < n_q; ++r) {
     for (int64_t j = 0; j < n_rows; ++j) {
