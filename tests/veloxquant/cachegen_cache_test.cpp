@@ -277,7 +277,7 @@ TEST(Cachegen, BytesAreReallyAllocated) {
   EXPECT_EQ(s.records, 54u);
   EXPECT_EQ(s.table_bytes, 54u * 16 * 2);
   EXPECT_EQ(s.param_bytes, 27u * (64 * 4) + 27u * (32 * 2 * 4));
-  EXPECT_LE(s.payload_bytes, s.packed_bytes * 102 / 100 + 54u * 4);
+  EXPECT_LE(s.payload_bytes, s.packed_bytes * 102 / 100 + std::size_t{54} * 4);
   // state() writes that stream: its arena holds exactly the records.
   const std::vector<lm::Tensor> state = cache->state();
   EXPECT_EQ(static_cast<std::size_t>(state[0].dim(0)), s.param_bytes + s.table_bytes + s.payload_bytes);

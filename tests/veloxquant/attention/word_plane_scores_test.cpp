@@ -106,6 +106,15 @@ void check_case(const Case& c, const WordPlanes& p, const std::vector<float>& ta
   }
 }
 
+// check_case for 1, 3 and 7 queries.
+void check_queries(const Case& c, const WordPlanes& p, const std::vector<float>& table, bool with_levels, int64_t extra,
+                   int64_t n_rows, std::mt19937& rng) {
+  for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{7}}) {
+    check_case(c, p, table, with_levels, extra, n_rows, n_q, rng);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 TEST(WordPlaneScores, SimdEqualsScalarBitForBitAndTheNaturalOrderDotProduct) {
   std::mt19937 rng(11);
   for (const Case c : kCases) {
@@ -114,10 +123,8 @@ TEST(WordPlaneScores, SimdEqualsScalarBitForBitAndTheNaturalOrderDotProduct) {
     for (const bool with_levels : {false, true}) {
       for (const int64_t extra : {int64_t{0}, int64_t{2}}) {
         for (const int64_t n_rows : {int64_t{1}, int64_t{6}, int64_t{37}}) {
-          for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{7}}) {
-            check_case(c, p, table, with_levels, extra, n_rows, n_q, rng);
-            if (HasFatalFailure()) return;
-          }
+          check_queries(c, p, table, with_levels, extra, n_rows, rng);
+          if (HasFatalFailure()) return;
         }
       }
     }
