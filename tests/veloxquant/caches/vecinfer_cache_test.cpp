@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <utility>
 
@@ -120,7 +121,7 @@ TEST(VecInfer, StoredCodesDecodeToTheFetchedRowsAndAreNearest) {
         row[c] = static_cast<uint8_t>(codes[(h * cache.key_codes().dim(2) + j) * width + c]);
       for (int s = 0; s < codec.keys.n_sub; ++s) {
         const auto [chosen, best] =
-            chosen_and_best(x.data() + s * 4, codec.keys, unpack(row.data(), s, codec.keys.bits));
+            chosen_and_best(x.data() + std::ptrdiff_t{4} * s, codec.keys, unpack(row.data(), s, codec.keys.bits));
         EXPECT_LE(chosen, best + 1e-4) << "row " << j << " sub-vector " << s;
       }
     }
