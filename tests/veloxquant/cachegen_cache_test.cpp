@@ -105,51 +105,64 @@ void reference_code(const float* x, int64_t count, int64_t stride, int bits, uin
   }
 }
 
-TEST(Cachegen, CodesMatchTheGroupQuantizerBitExactly) {
+// One record's expected codes and values: per-channel groups (keys with per_channel) or
+// per-row groups of `group` channels, from reference_code.
+void reference_record(const float* x, bool channel_groups, int64_t group, int64_t d, int bits,
+                      std::vector<uint8_t>& want_codes, std::vector<float>& want) {
+  if (channel_groups) {
+    for (int64_t c = 0; c < d; ++c) reference_code(x + c, group, d, bits, want_codes.data() + c, want.data() + c);
+    return;
+  }
+  for (int64_t r = 0; r < group; ++r) {
+    for (int64_t c0 = 0; c0 < d; c0 += group) {
+      const int64_t n = std::min(group, d - c0);
+      reference_code(x + r * d + c0, n, 1, bits, want_codes.data() + r * d + c0, want.data() + r * d + c0);
+    }
+  }
+}
+
+// 70 tokens in two calls (30, 40) into a cache of 2 heads, d 24, groups of 16: each of the 4
+// records' codes and decoded rows equal the group quantizer's, fetched rows equal the decoded
+// ones, and the 6-token tail comes back as given.
+void check_codes_match(int bits, bool per_channel, bool delta) {
   const int64_t heads = 2, t = 70, d = 24, group = 16;
+  CachegenCache cache(bits, static_cast<int>(group), delta, per_channel);
+  const lm::Tensor k = test_support::random_kv(1, heads, t, d, 3, lm::DType::F32);
+  const lm::Tensor v = test_support::random_kv(1, heads, t, d, 4, lm::DType::F32);
+  cache.update_and_fetch(test_support::token_rows(k, 0, 30), test_support::token_rows(v, 0, 30));
+  const lm::KeysValues kv =
+      cache.update_and_fetch(test_support::token_rows(k, 30, t), test_support::token_rows(v, 30, t));
+  ASSERT_EQ(cache.frontier(), 64);
+  const std::vector<float> kf = k.to_f32(), vf = v.to_f32(), gk = kv.keys.to_f32(), gv = kv.values.to_f32();
+  std::vector<float> rows(group * d), want(group * d);
+  std::vector<uint8_t> codes(group * d), want_codes(group * d);
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t blk = 0; blk < 4; ++blk) {
+      for (int kvi = 0; kvi < 2; ++kvi) {
+        const float* x = (kvi == 0 ? kf : vf).data() + (h * t + blk * group) * d;
+        reference_record(x, kvi == 0 && per_channel, group, d, bits, want_codes, want);
+        cache.decode_record(blk, 0, h, kvi, rows.data(), codes.data());
+        EXPECT_EQ(codes, want_codes) << bits << " " << per_channel << " " << delta;
+        EXPECT_EQ(rows, want) << bits << " " << per_channel << " " << delta;
+        const std::vector<float>& fetched = kvi == 0 ? gk : gv;
+        for (int64_t i = 0; i < group * d; ++i) {
+          ASSERT_EQ(fetched[static_cast<std::size_t>((h * t + blk * group) * d + i)],
+                    want[static_cast<std::size_t>(i)]);
+        }
+      }
+    }
+    for (int64_t i = 64 * d; i < t * d; ++i) {  // the tail comes back as given
+      ASSERT_EQ(gk[static_cast<std::size_t>(h * t * d + i)], kf[static_cast<std::size_t>(h * t * d + i)]);
+    }
+  }
+}
+
+TEST(Cachegen, CodesMatchTheGroupQuantizerBitExactly) {
   for (int bits : {2, 4, 8}) {
     for (bool per_channel : {true, false}) {
       for (bool delta : {true, false}) {
-        CachegenCache cache(bits, static_cast<int>(group), delta, per_channel);
-        const lm::Tensor k = test_support::random_kv(1, heads, t, d, 3, lm::DType::F32);
-        const lm::Tensor v = test_support::random_kv(1, heads, t, d, 4, lm::DType::F32);
-        cache.update_and_fetch(test_support::token_rows(k, 0, 30), test_support::token_rows(v, 0, 30));
-        const lm::KeysValues kv =
-            cache.update_and_fetch(test_support::token_rows(k, 30, t), test_support::token_rows(v, 30, t));
-        ASSERT_EQ(cache.frontier(), 64);
-        const std::vector<float> kf = k.to_f32(), vf = v.to_f32(), gk = kv.keys.to_f32(), gv = kv.values.to_f32();
-        std::vector<float> rows(group * d), want(group * d);
-        std::vector<uint8_t> codes(group * d), want_codes(group * d);
-        for (int64_t h = 0; h < heads; ++h) {
-          for (int64_t blk = 0; blk < 4; ++blk) {
-            for (int kvi = 0; kvi < 2; ++kvi) {
-              const float* x = (kvi == 0 ? kf : vf).data() + (h * t + blk * group) * d;
-              if (kvi == 0 && per_channel) {
-                for (int64_t c = 0; c < d; ++c)
-                  reference_code(x + c, group, d, bits, want_codes.data() + c, want.data() + c);
-              } else {
-                for (int64_t r = 0; r < group; ++r) {
-                  for (int64_t c0 = 0; c0 < d; c0 += group) {
-                    const int64_t n = std::min(group, d - c0);
-                    reference_code(x + r * d + c0, n, 1, bits, want_codes.data() + r * d + c0,
-                                   want.data() + r * d + c0);
-                  }
-                }
-              }
-              cache.decode_record(blk, 0, h, kvi, rows.data(), codes.data());
-              EXPECT_EQ(codes, want_codes) << bits << " " << per_channel << " " << delta;
-              EXPECT_EQ(rows, want) << bits << " " << per_channel << " " << delta;
-              const std::vector<float>& fetched = kvi == 0 ? gk : gv;
-              for (int64_t i = 0; i < group * d; ++i) {
-                ASSERT_EQ(fetched[static_cast<std::size_t>((h * t + blk * group) * d + i)],
-                          want[static_cast<std::size_t>(i)]);
-              }
-            }
-          }
-          for (int64_t i = 64 * d; i < t * d; ++i) {  // the tail comes back as given
-            ASSERT_EQ(gk[static_cast<std::size_t>(h * t * d + i)], kf[static_cast<std::size_t>(h * t * d + i)]);
-          }
-        }
+        check_codes_match(bits, per_channel, delta);
+        if (HasFatalFailure()) return;
       }
     }
   }
@@ -264,7 +277,7 @@ TEST(Cachegen, BytesAreReallyAllocated) {
   EXPECT_EQ(s.records, 54u);
   EXPECT_EQ(s.table_bytes, 54u * 16 * 2);
   EXPECT_EQ(s.param_bytes, 27u * (64 * 4) + 27u * (32 * 2 * 4));
-  EXPECT_LE(s.payload_bytes, s.packed_bytes * 102 / 100 + 54 * 4);
+  EXPECT_LE(s.payload_bytes, s.packed_bytes * 102 / 100 + std::size_t{54} * 4);
   // state() writes that stream: its arena holds exactly the records.
   const std::vector<lm::Tensor> state = cache->state();
   EXPECT_EQ(static_cast<std::size_t>(state[0].dim(0)), s.param_bytes + s.table_bytes + s.payload_bytes);

@@ -48,6 +48,7 @@ TEST(KiviCache, MatchesTheReferenceQuantizationBitExactly) {
   for (int g = 0; g < 2; ++g) {
     for (int c = 0; c < d; ++c) {  // keys: one channel over the group's tokens
       std::vector<float> col;
+      col.reserve(static_cast<std::size_t>(group));
       for (int t = 0; t < group; ++t) col.push_back(kf[(g * group + t) * d + c]);
       const std::vector<float> ref = reference_group(col, bits);
       for (int t = 0; t < group; ++t) EXPECT_EQ(gk[(g * group + t) * d + c], ref[t]) << g << " " << c << " " << t;
@@ -55,7 +56,8 @@ TEST(KiviCache, MatchesTheReferenceQuantizationBitExactly) {
   }
   for (int t = 0; t < 16; ++t) {  // values: one token over channel groups
     for (int cg = 0; cg < d / group; ++cg) {
-      std::vector<float> row(vf.begin() + t * d + cg * group, vf.begin() + t * d + (cg + 1) * group);
+      const std::ptrdiff_t at = std::ptrdiff_t{t} * d + std::ptrdiff_t{cg} * group;
+      std::vector<float> row(vf.begin() + at, vf.begin() + at + group);
       const std::vector<float> ref = reference_group(row, bits);
       for (int c = 0; c < group; ++c) EXPECT_EQ(gv[t * d + cg * group + c], ref[c]) << t << " " << c;
     }
@@ -75,7 +77,8 @@ TEST(KiviCache, ValueGroupWiderThanHeadDimUsesOneGroupPerToken) {
   const std::vector<float> got = cache.update_and_fetch(k, v).values.to_f32();
   const std::vector<float> vf = v.to_f32();
   for (int t = 0; t < 32; ++t) {
-    const std::vector<float> ref = reference_group({vf.begin() + t * 8, vf.begin() + (t + 1) * 8}, 2);
+    const std::vector<float> ref =
+        reference_group({vf.begin() + std::ptrdiff_t{t} * 8, vf.begin() + std::ptrdiff_t{t + 1} * 8}, 2);
     for (int c = 0; c < 8; ++c) EXPECT_EQ(got[t * 8 + c], ref[c]);
   }
 }

@@ -145,6 +145,7 @@ HeadReference reference_head(std::vector<float> k, std::vector<float> v, int64_t
       }
       for (const auto& members : groups_of(group, d, group, which == 0)) {
         std::vector<float> vals;
+        vals.reserve(members.size());
         for (int64_t e : members) vals.push_back(base[e]);
         params[which].push_back(group_params(vals, bits));
       }
@@ -225,7 +226,7 @@ TEST(KVQuantCache, FittedLevelsAndOutliersLowerTheError) {
   std::vector<float> x = test_support::random_kv(1, 1, t, d, 61, lm::DType::F32).to_f32();
   for (std::size_t i = 0; i < x.size(); i += 97) x[i] *= 12.0f;
   const lm::Tensor k = lm::Tensor::from_f32(x, {1, 1, t, d}, lm::DType::F32);
-  const auto error = [&](KiviVariant variant) {
+  const auto error = [&](const KiviVariant& variant) {
     KiviCache cache(d, 3, 32, 0, variant);
     const std::vector<float> got = cache.update_and_fetch(k, k).keys.to_f32();
     double e = 0;

@@ -35,6 +35,26 @@ void plain_fwht(std::vector<float>& x) {
   }
 }
 
+// One sub-vector's residual-VQ reconstruction (book.dim() floats from x into out): per stage the
+// residual's nearest codeword (the first on ties), the chosen codewords summed in stage order.
+void reference_rvq(const float* x, const quant::NsnCodebook& book, float* out) {
+  const int sub = book.dim();
+  std::vector<float> res(x, x + sub);
+  for (int st = 0; st < book.stages(); ++st) {
+    int best = 0;
+    float best_d = INFINITY;
+    for (int k = 0; k < book.entries(); ++k) {
+      float dist = 0;
+      for (int e = 0; e < sub; ++e) dist += (res[e] - book.codeword(st, k)[e]) * (res[e] - book.codeword(st, k)[e]);
+      if (dist < best_d) best_d = dist, best = k;
+    }
+    for (int e = 0; e < sub; ++e) {
+      res[e] -= book.codeword(st, best)[e];
+      out[e] = st == 0 ? book.codeword(st, best)[e] : out[e] + book.codeword(st, best)[e];
+    }
+  }
+}
+
 // One head's rows [t, d] as the reference stores and returns them: complete chunks quantized,
 // the rest as given.
 std::vector<float> reference_rows(const std::vector<float>& x, int64_t t, int64_t d, int64_t chunk,
@@ -42,7 +62,7 @@ std::vector<float> reference_rows(const std::vector<float>& x, int64_t t, int64_
   std::vector<float> out = x;
   const float inv_sqrt_d = static_cast<float>(1.0 / std::sqrt(double(d)));
   const double sqrt_d = std::sqrt(double(d));
-  const int sub = book.dim(), stages = book.stages();
+  const int sub = book.dim();
   for (int64_t c0 = 0; c0 + chunk <= t; c0 += chunk) {
     std::vector<std::vector<float>> u(static_cast<std::size_t>(chunk));
     std::vector<double> n1(static_cast<std::size_t>(chunk));
@@ -75,24 +95,7 @@ std::vector<float> reference_rows(const std::vector<float>& x, int64_t t, int64_
       const double n2 = std::sqrt(ss);
       for (float& v : z) v = static_cast<float>(double(v) * (sqrt_d / n2));
       std::vector<float> zhat(static_cast<std::size_t>(d));
-      for (int64_t s0 = 0; s0 < d; s0 += sub) {
-        std::vector<float> res(z.begin() + s0, z.begin() + s0 + sub), sum(static_cast<std::size_t>(sub), 0.0f);
-        for (int st = 0; st < stages; ++st) {
-          int best = 0;
-          float best_d = INFINITY;
-          for (int k = 0; k < book.entries(); ++k) {
-            float dist = 0;
-            for (int e = 0; e < sub; ++e)
-              dist += (res[e] - book.codeword(st, k)[e]) * (res[e] - book.codeword(st, k)[e]);
-            if (dist < best_d) best_d = dist, best = k;
-          }
-          for (int e = 0; e < sub; ++e) {
-            res[e] -= book.codeword(st, best)[e];
-            sum[e] = st == 0 ? book.codeword(st, best)[e] : sum[e] + book.codeword(st, best)[e];
-          }
-        }
-        std::copy(sum.begin(), sum.end(), zhat.begin() + s0);
-      }
+      for (int64_t s0 = 0; s0 < d; s0 += sub) reference_rvq(z.data() + s0, book, zhat.data() + s0);
       const float a = base::f16_to_f32(base::f32_to_f16(static_cast<float>(n1[j] * n2 / double(d))));
       const float b = base::f16_to_f32(base::f32_to_f16(static_cast<float>(n1[j] / sqrt_d)));
       std::vector<float> r(static_cast<std::size_t>(d));

@@ -83,6 +83,7 @@ std::vector<int> reference_order(const std::vector<float>& x, int64_t r0, int64_
   }
   std::stable_sort(ranked.begin(), ranked.end(), [](auto& a, auto& b) { return a.first < b.first; });
   std::vector<int> order;
+  order.reserve(ranked.size());
   for (auto& r : ranked) order.push_back(r.second);
   return order;
 }

@@ -217,7 +217,7 @@ TEST(SpectralCache, CalibratesAPcaBasisFromTheFirstKeys) {
     for (int j = 0; j < d; ++j) {
       double dot = 0;
       for (int c2 = 0; c2 < d; ++c2)
-        dot += double(basis[static_cast<std::size_t>(i * d + c2)]) * basis[static_cast<std::size_t>(j * d + c2)];
+        dot += double(basis[static_cast<std::size_t>(i) * d + c2]) * basis[static_cast<std::size_t>(j) * d + c2];
       EXPECT_NEAR(dot, i == j ? 1.0 : 0.0, 1e-5);
     }
   double align = 0;
@@ -286,7 +286,8 @@ TEST(StandaloneCaches, OutlierTwoStreamIsolatesStrongChannels) {
               plain_err / 6);
   EXPECT_LT(split_err, plain_err);
   // Slot bytes: the code, then 4 int8 outliers and an f16 scale; 300 tokens -> 512 slots.
-  EXPECT_EQ(split->memory_bytes() - plain->memory_bytes(), 512u * (4 + 2) + sizeof(double) * d + sizeof(int) * 4);
+  EXPECT_EQ(split->memory_bytes() - plain->memory_bytes(),
+            std::size_t{512} * (4 + 2) + sizeof(double) * d + sizeof(int) * 4);
   EXPECT_THROW(KVCacheBuilder().with_method("turboquant_mse").with_head_dim(d).with_outlier_two_stream(true).build(),
                QuantizerConfigError);  // needs n_outlier_channels
 }

@@ -147,6 +147,40 @@ TEST(Svdq, CodeScoresEqualDecodeThenScoreRows) {
   EXPECT_TRUE(!latent_codes_fuse(make_svdq_layout(64, parse_svdq_schedule("1,2,4,8,3,5,6,7"))));
 }
 
+// Rows [b0, b0 + g) of head h's keys (`want`, [t, d] floats, rewritten in place) as the
+// reference codes them: each coded direction's latents over the block quantized as one group at
+// its schedule entry's bits (zero past the head's rank), then the rows rebuilt from the directions.
+void reference_block(const SvdqCache& cache, const std::vector<int>& schedule, int64_t h, int64_t d, int64_t g,
+                     int64_t b0, std::vector<float>& want) {
+  const SvdqLayout& layout = cache.layout();
+  const int64_t rank = cache.rank(0, h);
+  std::vector<std::vector<float>> z(static_cast<std::size_t>(layout.coded));
+  for (int64_t i = 0; i < layout.coded; ++i) {
+    const float* dir = cache.basis_row(0, h, i);
+    for (int64_t r = b0; r < b0 + g; ++r) {
+      double dot = 0;
+      for (int64_t c = 0; c < d; ++c) dot += double(dir[c]) * want[static_cast<std::size_t>(r * d + c)];
+      z[static_cast<std::size_t>(i)].push_back(static_cast<float>(dot));
+    }
+    const int64_t latent = layout.latent_of[static_cast<std::size_t>(i)];
+    if (latent >= rank) {
+      std::fill(z[static_cast<std::size_t>(i)].begin(), z[static_cast<std::size_t>(i)].end(), 0.0f);
+    } else {
+      z[static_cast<std::size_t>(i)] =
+          reference_group(z[static_cast<std::size_t>(i)], schedule[static_cast<std::size_t>(latent * 8 / d)]);
+    }
+  }
+  for (int64_t r = b0; r < b0 + g; ++r) {
+    float* row = want.data() + r * d;
+    std::fill(row, row + d, 0.0f);
+    for (int64_t i = 0; i < layout.coded; ++i) {
+      const float* dir = cache.basis_row(0, h, i);
+      for (int64_t c = 0; c < d; ++c)
+        row[c] += z[static_cast<std::size_t>(i)][static_cast<std::size_t>(r - b0)] * dir[c];
+    }
+  }
+}
+
 TEST(Svdq, MatchesTheReferenceGivenItsBasis) {
   const int64_t heads = 2;
   for (const auto& [o, d, chunks] :
@@ -167,7 +201,6 @@ TEST(Svdq, MatchesTheReferenceGivenItsBasis) {
       fed += n;
     }
     EXPECT_EQ(got.values.to_f32(), v.to_f32()) << "values are kept as given";
-    const SvdqLayout& layout = cache.layout();
     const std::vector<int> schedule = parse_svdq_schedule(o.svdq_bit_schedule);
     const std::vector<float> kf = k.to_f32(), gk = got.keys.to_f32();
     const int64_t g = o.svdq_group_size, frontier = t / g * g;
@@ -177,33 +210,7 @@ TEST(Svdq, MatchesTheReferenceGivenItsBasis) {
         EXPECT_EQ(rank, std::min<int64_t>(*o.svdq_rank, d));
       }
       std::vector<float> want(kf.begin() + h * t * d, kf.begin() + (h + 1) * t * d);
-      for (int64_t b0 = 0; b0 < frontier; b0 += g) {
-        std::vector<std::vector<float>> z(static_cast<std::size_t>(layout.coded));
-        for (int64_t i = 0; i < layout.coded; ++i) {
-          const float* dir = cache.basis_row(0, h, i);
-          for (int64_t r = b0; r < b0 + g; ++r) {
-            double dot = 0;
-            for (int64_t c = 0; c < d; ++c) dot += double(dir[c]) * want[static_cast<std::size_t>(r * d + c)];
-            z[static_cast<std::size_t>(i)].push_back(static_cast<float>(dot));
-          }
-          const int64_t latent = layout.latent_of[static_cast<std::size_t>(i)];
-          if (latent >= rank) {
-            std::fill(z[static_cast<std::size_t>(i)].begin(), z[static_cast<std::size_t>(i)].end(), 0.0f);
-          } else {
-            z[static_cast<std::size_t>(i)] =
-                reference_group(z[static_cast<std::size_t>(i)], schedule[static_cast<std::size_t>(latent * 8 / d)]);
-          }
-        }
-        for (int64_t r = b0; r < b0 + g; ++r) {
-          float* row = want.data() + r * d;
-          std::fill(row, row + d, 0.0f);
-          for (int64_t i = 0; i < layout.coded; ++i) {
-            const float* dir = cache.basis_row(0, h, i);
-            for (int64_t c = 0; c < d; ++c)
-              row[c] += z[static_cast<std::size_t>(i)][static_cast<std::size_t>(r - b0)] * dir[c];
-          }
-        }
-      }
+      for (int64_t b0 = 0; b0 < frontier; b0 += g) reference_block(cache, schedule, h, d, g, b0, want);
       // The codes and the latent values are exact; the final sum over directions may be contracted
       // to fused multiply-adds on one side and not the other: one rounding apart, no more.
       float worst = 0;
@@ -289,7 +296,8 @@ TEST(Svdq, BytesAreTheLayoutAndReallyAllocated) {
   // 300 f16 tokens in a 512-row region (16 blocks): 16 code bytes per row, 40 (scale, min) pairs
   // per block, the 40 x 64 f32 basis and a rank per head, f16 values, a 32-row f16 key tail.
   const std::size_t heads = b * h, rows = 512, blocks = 16;
-  EXPECT_EQ(cache->nbytes(), heads * (rows * 16 + blocks * 40 * 4 + std::size_t{40} * 64 * 4 + 4 + rows * d * 2 + 32 * d * 2));
+  EXPECT_EQ(cache->nbytes(),
+            heads * (rows * 16 + blocks * 40 * 4 + std::size_t{40} * 64 * 4 + 4 + rows * d * 2 + 32 * d * 2));
 }
 
 TEST(Svdq, TrimReopensTheLastBlockAndAnEmptyCacheFitsAgain) {

@@ -37,7 +37,7 @@ TEST(TurboQuantBlockCache, BytesPerTokenOnSmolLM2AreLlamaCppSizes) {
                                                             {5, 3, 6480},  {4, 2, 5040}, {6, 4, 7920}};
   for (const auto& [kb, vb, want] : cases) {
     TurboQuantBlockCache cache(64, kb, vb, 42);
-    EXPECT_EQ(30 * 3 * cache.bytes_per_row(), want) << "key_bits " << kb << ", value_bits " << vb;
+    EXPECT_EQ(int64_t{30} * 3 * cache.bytes_per_row(), want) << "key_bits " << kb << ", value_bits " << vb;
     // And what is really allocated: 2048 tokens = 8 growth steps, no slack.
     cache.update_and_fetch(gaussian_kv(3, 2048, 64, 1, lm::DType::F16), gaussian_kv(3, 2048, 64, 2, lm::DType::F16));
     EXPECT_EQ(static_cast<int64_t>(cache.nbytes()) * 30 / 2048, want);
@@ -156,7 +156,7 @@ TEST(TurboQuantBlockCache, MeanSmoothingRemovesACommonOffset) {
   const double err_smoothed = relative_error(b.update_and_fetch(k, v).keys, k);
   EXPECT_LT(err_smoothed * 20, err_plain) << err_plain << " vs " << err_smoothed;
   // Two f16 mean rows per head more than the plain cache.
-  EXPECT_EQ(b.nbytes(), a.nbytes() + 2 * 2 * 64 * 2);
+  EXPECT_EQ(b.nbytes(), a.nbytes() + std::size_t{2} * 2 * 64 * 2);
   // A first call of one row cannot calibrate: no means, no bytes.
   TurboQuantBlockCache single(smoothed);
   single.update_and_fetch(k.slice(2, 0, 1).contiguous(), v.slice(2, 0, 1).contiguous());
@@ -389,6 +389,46 @@ void attend_scores(const std::vector<double>& scores, const lm::KeysValues& kv, 
   for (int64_t e = 0; e < dv; ++e) out[e] = static_cast<float>(o[static_cast<std::size_t>(e)]);
 }
 
+// One cache shape (smoothed or not, kv_heads / q_heads GQA, key bits) over five calls: prefill
+// chunks within 5e-4 of brute force, decode steps within 2e-4 of attention over the byte scorer's
+// integer model (1e-2 of brute force where there is no byte loop).
+void check_byte_key_decode(bool smoothed, int64_t kv_heads, int64_t q_heads, int key_bits) {
+  TurboQuantBlockCache::Settings settings{64, key_bits, 3, 31};
+  if (smoothed) {
+    settings.mean_rows = 32;
+    settings.key_mean_segment = 24;
+    settings.sink_rows = 2;
+  }
+  TurboQuantBlockCache fused(settings), plain(settings);
+  const bool byte_keys = attention::kernels::can_score_byte_level_rows(key_bits, 64, 32);
+  int64_t first = 0;
+  uint64_t seed = 700;
+  for (int64_t n : {70, 1, 1, 3, 1}) {
+    const lm::Tensor k = smoothed ? offset_kv(kv_heads, n, 64, seed++, 7003) : gaussian_kv(kv_heads, n, 64, seed++);
+    const lm::Tensor v = gaussian_kv(kv_heads, n, 64, seed++);
+    const lm::Tensor q = gaussian_kv(q_heads, n, 64, seed++).contiguous();
+    lm::Tensor out({1, q_heads, n, 64}, lm::DType::F32);
+    fused.fused_attention({&q, &k, &v, 0.125f, std::nullopt}, out);
+    const lm::KeysValues kv = plain.update_and_fetch(k, v);
+    const std::vector<float> qf = q.to_f32();
+    std::vector<float> want = brute_attention(kv, qf, q_heads, n, first, 0.125f);
+    double tolerance = n == 1 ? 1e-2 : 5e-4;  // n == 1 without byte keys: 16-bit rounding
+    if (byte_keys && n == 1) {
+      for (int64_t qh = 0; qh < q_heads; ++qh) {
+        const int64_t h = qh / (q_heads / kv_heads);
+        attend_scores(byte_key_model_scores(fused, kv, qf.data() + qh * 64, h), kv, h, 0.125f, want.data() + qh * 64);
+      }
+      tolerance = 2e-4;
+    }
+    const std::vector<float> got = out.to_f32();
+    double worst = 0.0;
+    for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
+    EXPECT_LE(worst, tolerance) << (smoothed ? "means, sinks, " : "") << "GQA " << q_heads << "/" << kv_heads << ", K"
+                                << key_bits << ", chunk of " << n;
+    first += n;
+  }
+}
+
 // q3's, q4's and q5's key widths (3-6-bit Lloyd keys, 3-bit values), with and without key means
 // (segments) and sink rows, GQA 9 over 3 and 4 over 2. Prefill chunks (6-210 queries per kv head)
 // decode their tiles and equal brute force over the fetched rows to f32 rounding (measured
@@ -406,42 +446,7 @@ TEST(TurboQuantBlockCache, ByteKeyDecodeStepsEqualTheirIntegerModel) {
   for (const bool smoothed : {false, true}) {
     for (const Gqa g : {Gqa{3, 9}, Gqa{2, 4}}) {
       for (const int key_bits : {3, 4, 5, 6}) {
-        TurboQuantBlockCache::Settings settings{64, key_bits, 3, 31};
-        if (smoothed) {
-          settings.mean_rows = 32;
-          settings.key_mean_segment = 24;
-          settings.sink_rows = 2;
-        }
-        TurboQuantBlockCache fused(settings), plain(settings);
-        const bool byte_keys = attention::kernels::can_score_byte_level_rows(key_bits, 64, 32);
-        int64_t first = 0;
-        uint64_t seed = 700;
-        for (int64_t n : {70, 1, 1, 3, 1}) {
-          const lm::Tensor k =
-              smoothed ? offset_kv(g.kv_heads, n, 64, seed++, 7003) : gaussian_kv(g.kv_heads, n, 64, seed++);
-          const lm::Tensor v = gaussian_kv(g.kv_heads, n, 64, seed++);
-          const lm::Tensor q = gaussian_kv(g.q_heads, n, 64, seed++).contiguous();
-          lm::Tensor out({1, g.q_heads, n, 64}, lm::DType::F32);
-          fused.fused_attention({&q, &k, &v, 0.125f, std::nullopt}, out);
-          const lm::KeysValues kv = plain.update_and_fetch(k, v);
-          const std::vector<float> qf = q.to_f32();
-          std::vector<float> want = brute_attention(kv, qf, g.q_heads, n, first, 0.125f);
-          double tolerance = n == 1 ? 1e-2 : 5e-4;  // n == 1 without byte keys: 16-bit rounding
-          if (byte_keys && n == 1) {
-            for (int64_t qh = 0; qh < g.q_heads; ++qh) {
-              const int64_t h = qh / (g.q_heads / g.kv_heads);
-              attend_scores(byte_key_model_scores(fused, kv, qf.data() + qh * 64, h), kv, h, 0.125f,
-                            want.data() + qh * 64);
-            }
-            tolerance = 2e-4;
-          }
-          const std::vector<float> got = out.to_f32();
-          double worst = 0.0;
-          for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
-          EXPECT_LE(worst, tolerance) << (smoothed ? "means, sinks, " : "") << "GQA " << g.q_heads << "/" << g.kv_heads
-                                      << ", K" << key_bits << ", chunk of " << n;
-          first += n;
-        }
+        check_byte_key_decode(smoothed, g.kv_heads, g.q_heads, key_bits);
       }
     }
   }
@@ -636,7 +641,7 @@ TEST(TurboQuantBlockCache, KeyMeanSegmentsSurviveStateTrimAndFusedAttention) {
 }
 
 TEST(TurboQuantBlockCache, BitWidthsAreValidatedWithTheirNames) {
-  auto expect_error = [](KVCacheConfig c, const std::string& needle) {
+  auto expect_error = [](const KVCacheConfig& c, const std::string& needle) {
     try {
       KVCacheBuilder(c).build();
       FAIL() << "accepted " << needle;

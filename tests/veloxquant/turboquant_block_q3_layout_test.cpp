@@ -321,7 +321,7 @@ TEST(TurboQuantBlockQ3Layout, SplitScalesUpToLargerHeads) {
 }
 
 TEST(TurboQuantBlockQ3Layout, BadFieldsAreNamed) {
-  auto expect_error = [](TurboQuantBlockCache::Settings s, const std::string& needle) {
+  auto expect_error = [](const TurboQuantBlockCache::Settings& s, const std::string& needle) {
     try {
       TurboQuantBlockCache cache(s);
       FAIL() << "accepted " << needle;

@@ -219,7 +219,7 @@ TEST(TurboQuantBlockSplit, StateTrimAndCloneKeepTheSplit) {
 }
 
 TEST(TurboQuantBlockSplit, BadFieldsAreNamed) {
-  auto expect_error = [](TurboQuantBlockCache::Settings s, const std::string& needle) {
+  auto expect_error = [](const TurboQuantBlockCache::Settings& s, const std::string& needle) {
     try {
       TurboQuantBlockCache cache(s);
       FAIL() << "accepted " << needle;

@@ -30,6 +30,36 @@ namespace hn = hwy::HWY_NAMESPACE;
 // vpmaddwd holds elements 2l and 2l + 1), which the scalar reference reproduces.
 bool KeyScoresSupportedImpl() { return HWY_ARCH_X86 && hn::MaxLanes(hn::CappedTag<int32_t, 8>()) == 8; }
 
+// One block's NQ exact i32 lane sums for score_units: `block_passes` passes of 16 codes from
+// `pass` against the queries' 16-element runs from q (query r at q + r * dim), each sum started
+// from zero or (kUniform) from its offsets (query r's at offsets + r * offset_stride).
+template <int NQ, bool kUniform, class D32, class Lookup>
+HWY_INLINE void block_lane_sums(D32 d32, const Lookup& level_of, const uint8_t* pass, const int16_t* q, int64_t dim,
+                                int64_t block_passes, const int32_t* offsets, int64_t offset_stride,
+                                hn::Vec<D32>* sum) {
+  const hn::Repartition<int16_t, D32> d16;
+  hn::Vec<D32> odd[NQ];
+#pragma GCC unroll 3
+  for (int r = 0; r < NQ; ++r) {
+    odd[r] = hn::Zero(d32);
+    if constexpr (kUniform) {
+      sum[r] = hn::LoadU(d32, offsets + r * offset_stride);
+    } else {
+      sum[r] = hn::Zero(d32);
+    }
+  }
+#pragma GCC unroll 16
+  for (int64_t p = 0; p < block_passes; ++p, pass += Lookup::kPassBytes, q += 16) {
+    const auto lv = hn::BitCast(d16, level_of(pass));
+#pragma GCC unroll 3
+    for (int r = 0; r < NQ; ++r) {
+      sum[r] = hn::ReorderWidenMulAccumulate(d32, lv, hn::LoadU(d16, q + r * dim), sum[r], odd[r]);
+    }
+  }
+#pragma GCC unroll 3
+  for (int r = 0; r < NQ; ++r) sum[r] = hn::RearrangeToOddPlusEven(sum[r], odd[r]);  // x86: sum[r]
+}
+
 // U rows x NQ queries per unit (U * NQ <= 4: one row for a GQA group of three, four rows for a
 // single query). Per row and query an f32 vector accumulates the blocks: each block's exact
 // i32 lane sums are converted and multiplied into it with the block's scale (one FMA), so only
@@ -51,7 +81,6 @@ void score_units(const BlockLevelKeys& k, const BlockLevels16& levels, const int
   constexpr int U = NQ == 1 ? 4 : 1;
   static_assert(U * NQ <= 4, "one reduction per unit");
   const hn::CappedTag<int32_t, 8> d32;
-  const hn::Repartition<int16_t, decltype(d32)> d16;
   const hn::Repartition<uint16_t, decltype(d32)> du16;
   const hn::Rebind<float, decltype(d32)> df;
   const hn::Half<decltype(df)> df4;
@@ -111,27 +140,10 @@ void score_units(const BlockLevelKeys& k, const BlockLevels16& levels, const int
       const uint16_t* row_scales = scales + (j + g) * blocks;
       const int16_t* q = q16;
 #pragma GCC unroll 8
-      for (int64_t b = 0; b < blocks; ++b) {
-        hn::Vec<decltype(d32)> sum[NQ], odd[NQ];
-#pragma GCC unroll 3
-        for (int r = 0; r < NQ; ++r) {
-          odd[r] = hn::Zero(d32);
-          if constexpr (kUniform) {
-            sum[r] = hn::LoadU(d32, offsets + (r * blocks + b) * 8);
-          } else {
-            sum[r] = hn::Zero(d32);
-          }
-        }
-#pragma GCC unroll 16
-        for (int64_t p = 0; p < block_passes; ++p, pass += kPassBytes, q += 16) {
-          const auto lv = hn::BitCast(d16, level_of(pass));
-#pragma GCC unroll 3
-          for (int r = 0; r < NQ; ++r) {
-            sum[r] = hn::ReorderWidenMulAccumulate(d32, lv, hn::LoadU(d16, q + r * dim), sum[r], odd[r]);
-          }
-        }
-#pragma GCC unroll 3
-        for (int r = 0; r < NQ; ++r) sum[r] = hn::RearrangeToOddPlusEven(sum[r], odd[r]);  // x86: sum[r]
+      for (int64_t b = 0; b < blocks; ++b, pass += block_passes * kPassBytes, q += 16 * block_passes) {
+        hn::Vec<decltype(d32)> sum[NQ];
+        block_lane_sums<NQ, kUniform>(d32, level_of, pass, q, dim, block_passes, kUniform ? offsets + b * 8 : nullptr,
+                                      blocks * 8, sum);
         // The block's f16 scale broadcast to 8 f32 lanes: a u16 broadcast and the hardware
         // conversion.
         const auto scale = hn::PromoteTo(df, hn::BitCast(dh, hn::Set(hn::Half<decltype(du16)>(), row_scales[b])));
@@ -276,6 +288,28 @@ HWY_INLINE hn::Vec<hn::Half<DF>> pair_sums_of_4(DF df, V a, V b, V c, V e) {
 #endif
 }
 
+// Block b's NQ f32 dot products for score_permuted_units: its `groups` groups of 8 codes of the
+// row (B bits each, from `row`) looked up in `table` and multiplied into the queries' elements
+// (query r at q + r * q_stride), one FMA chain per query in element order.
+template <int B, int NQ, class DF>
+HWY_INLINE void permuted_block_dots(DF df, hn::Vec<DF> table, hn::Vec<hn::RebindToUnsigned<DF>> shifts,
+                                    const uint8_t* row, int64_t b, int64_t groups, const float* q, int64_t q_stride,
+                                    hn::Vec<DF>* t) {
+  const hn::RebindToUnsigned<DF> du32;
+#pragma GCC unroll 8
+  for (int64_t gg = 0; gg < groups; ++gg) {
+    const int64_t e = 8 * (b * groups + gg);
+    uint32_t word;
+    std::memcpy(&word, row + e / 8 * B, sizeof(word));
+    const auto level = permute_lanes8(df, table, hn::Shr(hn::Set(du32, word), shifts));
+#pragma GCC unroll 3
+    for (int r = 0; r < NQ; ++r) {
+      const auto qv = hn::LoadU(df, q + r * q_stride + e);
+      t[r] = gg == 0 ? hn::Mul(level, qv) : hn::MulAdd(level, qv, t[r]);
+    }
+  }
+}
+
 // score_permuted_level_rows (header), U rows x NQ queries per unit (U * NQ <= 4: one sums_of_4
 // per unit). Table entry i = level[i mod 2^B], so the bits of the next codes above a code's own
 // pick the same level and need no mask.
@@ -336,18 +370,7 @@ void score_permuted_units(const BlockLevelKeys& k, const float* levels, const fl
 #pragma GCC unroll 8
       for (int64_t b = 0; b < blocks; ++b) {
         VF t[NQ];
-#pragma GCC unroll 8
-        for (int64_t gg = 0; gg < groups; ++gg) {
-          const int64_t e = 8 * (b * groups + gg);
-          uint32_t word;
-          std::memcpy(&word, row + e / 8 * B, sizeof(word));
-          const VF level = permute_lanes8(df, table, hn::Shr(hn::Set(du32, word), shifts));
-#pragma GCC unroll 3
-          for (int r = 0; r < NQ; ++r) {
-            const VF qv = hn::LoadU(df, q + r * q_stride + e);
-            t[r] = gg == 0 ? hn::Mul(level, qv) : hn::MulAdd(level, qv, t[r]);
-          }
-        }
+        permuted_block_dots<B, NQ>(df, table, shifts, row, b, groups, q, q_stride, t);
         const VF scale = hn::PromoteTo(df, hn::BitCast(dh, hn::Set(du16, row_scales[b])));
 #pragma GCC unroll 3
         for (int r = 0; r < NQ; ++r) {

@@ -112,9 +112,11 @@ VQ_CODEBOOK_VNNI HWY_INLINE void codebook_row_sums(D32 d32, const uint8_t* s1, c
 }
 
 template <int NQ, bool kTwoStages, int kChunks>
-VQ_CODEBOOK_VNNI void codebook_block(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows,
-                                     int64_t d, const CodebookLevels16& levels, const int16_t* q16, const float* q_step,
-                                     float* scores, int64_t ld) {
+VQ_CODEBOOK_VNNI void codebook_block(const CodebookRows& rows, const CodebookLevels16& levels, const int16_t* q16, const float* q_step,
+                    float* scores, int64_t ld) {
+  const uint8_t* const s1 = rows.s1;
+  const uint8_t* const s2 = rows.s2;
+  const int64_t row_stride = rows.row_stride, n_rows = rows.n_rows, d = rows.d;
   const hn::ScalableTag<int32_t> d32;
   const hn::Repartition<uint8_t, decltype(d32)> d8;
   HWY_ALIGN uint8_t lo[16], hi[16];
@@ -126,8 +128,7 @@ VQ_CODEBOOK_VNNI void codebook_block(const uint8_t* s1, const uint8_t* s2, int64
   const auto table_lo = hn::LoadDup128(d8, lo), table_hi = hn::LoadDup128(d8, hi);
   float step[NQ];
   for (int r = 0; r < NQ; ++r) step[r] = q_step[r] * levels.step;
-  const auto sums = [&](int64_t j, hn::Vec<decltype(d32)> * s) HWY_ATTR VQ_CODEBOOK_VNNI
-      __attribute__((always_inline)) {
+  const auto sums = [&](int64_t j, hn::Vec<decltype(d32)> * s) HWY_ATTR VQ_CODEBOOK_VNNI __attribute__((always_inline)) {
     codebook_row_sums<NQ, kTwoStages, kChunks>(d32, s1 + j * row_stride, s2 + (kTwoStages ? j * row_stride : 0), d, q16,
                                                table_lo, table_hi, s);
   };
@@ -135,58 +136,53 @@ VQ_CODEBOOK_VNNI void codebook_block(const uint8_t* s1, const uint8_t* s2, int64
 }
 
 template <bool kTwoStages, int kChunks>
-VQ_CODEBOOK_VNNI void codebook_queries(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows,
-                                       int64_t d, const CodebookLevels16& levels, const int16_t* q16,
-                                       const float* q_step, int64_t n_q, float* scores, int64_t ld) {
+VQ_CODEBOOK_VNNI void codebook_queries(const CodebookRows& rows, const CodebookLevels16& levels, const CodebookQueries& queries,
+                      float* scores, int64_t ld) {
+  const int64_t d = rows.d, n_q = queries.n_q;
   int64_t r = 0;
   for (; r + 3 <= n_q; r += 3) {
-    codebook_block<3, kTwoStages, kChunks>(s1, s2, row_stride, n_rows, d, levels, q16 + r * d, q_step + r,
-                                           scores + r * ld, ld);
+    codebook_block<3, kTwoStages, kChunks>(rows, levels, queries.q16 + r * d, queries.q_step + r, scores + r * ld, ld);
   }
   for (; r < n_q; ++r) {
-    codebook_block<1, kTwoStages, kChunks>(s1, s2, row_stride, n_rows, d, levels, q16 + r * d, q_step + r,
-                                           scores + r * ld, ld);
+    codebook_block<1, kTwoStages, kChunks>(rows, levels, queries.q16 + r * d, queries.q_step + r, scores + r * ld, ld);
   }
 }
 
 template <bool kTwoStages>
-VQ_CODEBOOK_VNNI void codebook_stages(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows,
-                                      int64_t d, const CodebookLevels16& levels, const int16_t* q16,
-                                      const float* q_step, int64_t n_q, float* scores, int64_t ld) {
+VQ_CODEBOOK_VNNI void codebook_stages(const CodebookRows& rows, const CodebookLevels16& levels, const CodebookQueries& queries,
+                     float* scores, int64_t ld) {
   // Head sizes 64 and 128 unrolled; others loop.
-  switch (d / 64) {
+  switch (rows.d / 64) {
     case 1:
-      codebook_queries<kTwoStages, 1>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+      codebook_queries<kTwoStages, 1>(rows, levels, queries, scores, ld);
       break;
     case 2:
-      codebook_queries<kTwoStages, 2>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+      codebook_queries<kTwoStages, 2>(rows, levels, queries, scores, ld);
       break;
     default:
-      codebook_queries<kTwoStages, 0>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+      codebook_queries<kTwoStages, 0>(rows, levels, queries, scores, ld);
       break;
   }
 }
 
-VQ_CODEBOOK_VNNI void ScoreCodebookImpl(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows,
-                                        int64_t d, const CodebookLevels16& levels, const int16_t* q16,
-                                        const float* q_step, int64_t n_q, float* scores, int64_t ld) {
+VQ_CODEBOOK_VNNI void ScoreCodebookImpl(const CodebookRows& rows, const CodebookLevels16& levels,
+                                        const CodebookQueries& queries, float* scores, int64_t ld) {
 #if HWY_TARGET == HWY_AVX3_DL
   if (!has_avx512_vnni()) {  // AVX3_DL without AVX512-VNNI: no shipped CPU, but never an illegal instruction
-    scalar::score_codebook_rows(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+    scalar::score_codebook_rows(rows, levels, queries, scores, ld);
     return;
   }
 #endif
-  if (s2 != nullptr) {
-    codebook_stages<true>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+  if (rows.s2 != nullptr) {
+    codebook_stages<true>(rows, levels, queries, scores, ld);
   } else {
-    codebook_stages<false>(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+    codebook_stages<false>(rows, levels, queries, scores, ld);
   }
 }
 #else
-void ScoreCodebookImpl(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
-                       const CodebookLevels16& levels, const int16_t* q16, const float* q_step, int64_t n_q,
+void ScoreCodebookImpl(const CodebookRows& rows, const CodebookLevels16& levels, const CodebookQueries& queries,
                        float* scores, int64_t ld) {
-  scalar::score_codebook_rows(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+  scalar::score_codebook_rows(rows, levels, queries, scores, ld);
 }
 #endif
 
@@ -259,16 +255,19 @@ void quantize_codebook_query(const float* q, int64_t d, int32_t limit, int16_t* 
   }
 }
 
-void score_codebook_rows(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
-                         const CodebookLevels16& levels, const int16_t* q16, const float* q_step, int64_t n_q,
+void score_codebook_rows(const CodebookRows& rows, const CodebookLevels16& levels, const CodebookQueries& queries,
                          float* scores, int64_t ld) {
-  HWY_DYNAMIC_DISPATCH(ScoreCodebookImpl)(s1, s2, row_stride, n_rows, d, levels, q16, q_step, n_q, scores, ld);
+  HWY_DYNAMIC_DISPATCH(ScoreCodebookImpl)(rows, levels, queries, scores, ld);
 }
 
 namespace scalar {
-void score_codebook_rows(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
-                         const CodebookLevels16& levels, const int16_t* q16, const float* q_step, int64_t n_q,
+void score_codebook_rows(const CodebookRows& rows, const CodebookLevels16& levels, const CodebookQueries& queries,
                          float* scores, int64_t ld) {
+  const uint8_t* const s1 = rows.s1;
+  const uint8_t* const s2 = rows.s2;
+  const int64_t row_stride = rows.row_stride, n_rows = rows.n_rows, d = rows.d, n_q = queries.n_q;
+  const int16_t* const q16 = queries.q16;
+  const float* const q_step = queries.q_step;
   const int64_t plane_bytes = d / 4;
   for (int64_t r = 0; r < n_q; ++r) {
     for (int64_t j = 0; j < n_rows; ++j) {

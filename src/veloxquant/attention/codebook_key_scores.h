@@ -40,16 +40,26 @@ void quantize_codebook_query(const float* q, int64_t d, int32_t limit, int16_t* 
 int64_t codebook_lookup_position(int64_t position, int64_t d);
 
 // Rows j < n_rows of two 2-bit code streams (s1, s2: plane_bytes = d / 4 bytes per row each,
-// `row_stride` bytes apart; s2 == nullptr: one stage) against n_q queries from
-// quantize_codebook_query (q16 + r * d, q_step[r]):
+// `row_stride` bytes apart; s2 == nullptr: one stage).
+struct CodebookRows {
+  const uint8_t* s1;
+  const uint8_t* s2;
+  int64_t row_stride, n_rows, d;
+};
+// n_q queries from quantize_codebook_query: query r is q16 + r * d, its step q_step[r].
+struct CodebookQueries {
+  const int16_t* q16;
+  const float* q_step;
+  int64_t n_q;
+};
+
+// The rows against the queries:
 //   scores[r * ld + j] = (q_step[r] * levels.step) * float(sum_e' q16 * levels.value[index_j(e')]).
-void score_codebook_rows(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
-                         const CodebookLevels16& levels, const int16_t* q16, const float* q_step, int64_t n_q,
+void score_codebook_rows(const CodebookRows& rows, const CodebookLevels16& levels, const CodebookQueries& queries,
                          float* scores, int64_t ld);
 
 namespace scalar {
-void score_codebook_rows(const uint8_t* s1, const uint8_t* s2, int64_t row_stride, int64_t n_rows, int64_t d,
-                         const CodebookLevels16& levels, const int16_t* q16, const float* q_step, int64_t n_q,
+void score_codebook_rows(const CodebookRows& rows, const CodebookLevels16& levels, const CodebookQueries& queries,
                          float* scores, int64_t ld);
 }  // namespace scalar
 

@@ -51,14 +51,17 @@ HWY_INLINE void rows_of(DF df, const uint8_t* codes, int64_t code_stride, int64_
   }
 }
 
-void CodewordSumRowsImpl(const uint8_t* codes, int64_t code_stride, int64_t n_rows, int64_t subvectors, int stages,
-                         const float* words, int64_t stage_stride, int dim, float* out, int64_t out_stride) {
+void CodewordSumRowsImpl(const CodewordSumTile& tile, float* out, int64_t out_stride) {
   const hn::CappedTag<float, 8> df;
-  if (dim != 8 || hn::MaxLanes(df) != 8) {
-    scalar::codeword_sum_rows(codes, code_stride, n_rows, subvectors, stages, words, stage_stride, dim, out,
-                              out_stride);
+  if (tile.dim != 8 || hn::MaxLanes(df) != 8) {
+    scalar::codeword_sum_rows(tile, out, out_stride);
     return;
   }
+  const uint8_t* codes = tile.codes;
+  const float* words = tile.words;
+  const int64_t code_stride = tile.code_stride, n_rows = tile.n_rows, subvectors = tile.subvectors;
+  const int64_t stage_stride = tile.stage_stride;
+  const int stages = tile.stages;
   switch (stages) {
     case 1:
       rows_of<1>(df, codes, code_stride, n_rows, subvectors, stages, words, stage_stride, out, out_stride);
@@ -259,13 +262,15 @@ void accumulate_stages(const uint8_t* codes, int64_t code_stride, int64_t n_rows
 }
 #endif
 
-void CodewordSumScoresImpl(const uint8_t* codes, int64_t code_stride, int64_t n_rows, int64_t subvectors, int stages,
-                           const float* words, int64_t stage_stride, int dim, const float* q, int64_t q_stride,
-                           int64_t n_q, float* scores, int64_t ld) {
+void CodewordSumScoresImpl(const CodewordSumTile& tile, const float* q, int64_t q_stride, int64_t n_q, float* scores,
+                           int64_t ld) {
 #ifdef VELOXQUANT_CODEWORD_FUSED_SIMD
-  if (dim == 8 && (stages == 1 || stages == 2 || stages == 4)) {
+  const int stages = tile.stages;
+  if (tile.dim == 8 && (stages == 1 || stages == 2 || stages == 4)) {
+    const uint8_t* codes = tile.codes;
+    const int64_t code_stride = tile.code_stride, n_rows = tile.n_rows, subvectors = tile.subvectors;
     const float* book[4];
-    for (int st = 0; st < stages; ++st) book[st] = words + st * stage_stride;
+    for (int st = 0; st < stages; ++st) book[st] = tile.words + st * tile.stage_stride;
     switch (stages) {
       case 1:
         return scores_stages<1>(codes, code_stride, n_rows, subvectors, book, q, q_stride, n_q, scores, ld);
@@ -276,17 +281,18 @@ void CodewordSumScoresImpl(const uint8_t* codes, int64_t code_stride, int64_t n_
     }
   }
 #endif
-  scalar::codeword_sum_scores(codes, code_stride, n_rows, subvectors, stages, words, stage_stride, dim, q, q_stride,
-                              n_q, scores, ld);
+  scalar::codeword_sum_scores(tile, q, q_stride, n_q, scores, ld);
 }
 
-void CodewordSumAccumulateImpl(const uint8_t* codes, int64_t code_stride, int64_t n_rows, int64_t subvectors,
-                               int stages, const float* words, int64_t stage_stride, int dim, const float* w,
-                               int64_t ld, int64_t n_q, float* acc, int64_t acc_stride) {
+void CodewordSumAccumulateImpl(const CodewordSumTile& tile, const float* w, int64_t ld, int64_t n_q, float* acc,
+                               int64_t acc_stride) {
 #ifdef VELOXQUANT_CODEWORD_FUSED_SIMD
-  if (dim == 8 && (stages == 1 || stages == 2 || stages == 4)) {
+  const int stages = tile.stages;
+  if (tile.dim == 8 && (stages == 1 || stages == 2 || stages == 4)) {
+    const uint8_t* codes = tile.codes;
+    const int64_t code_stride = tile.code_stride, n_rows = tile.n_rows, subvectors = tile.subvectors;
     const float* book[4];
-    for (int st = 0; st < stages; ++st) book[st] = words + st * stage_stride;
+    for (int st = 0; st < stages; ++st) book[st] = tile.words + st * tile.stage_stride;
     switch (stages) {
       case 1:
         return accumulate_stages<1>(codes, code_stride, n_rows, subvectors, book, w, ld, n_q, acc, acc_stride);
@@ -297,8 +303,7 @@ void CodewordSumAccumulateImpl(const uint8_t* codes, int64_t code_stride, int64_
     }
   }
 #endif
-  scalar::codeword_sum_accumulate(codes, code_stride, n_rows, subvectors, stages, words, stage_stride, dim, w, ld, n_q,
-                                  acc, acc_stride);
+  scalar::codeword_sum_accumulate(tile, w, ld, n_q, acc, acc_stride);
 }
 #undef VELOXQUANT_CODEWORD_FUSED_SIMD
 
@@ -311,26 +316,20 @@ HWY_EXPORT(CodewordSumRowsImpl);
 HWY_EXPORT(CodewordSumScoresImpl);
 HWY_EXPORT(CodewordSumAccumulateImpl);
 
-void codeword_sum_scores(const uint8_t* codes, int64_t code_stride, int64_t n_rows, int64_t subvectors, int stages,
-                         const float* words, int64_t stage_stride, int dim, const float* q, int64_t q_stride,
-                         int64_t n_q, float* scores, int64_t ld) {
-  if (n_rows <= 0 || n_q <= 0) return;
-  HWY_DYNAMIC_DISPATCH(CodewordSumScoresImpl)
-  (codes, code_stride, n_rows, subvectors, stages, words, stage_stride, dim, q, q_stride, n_q, scores, ld);
+void codeword_sum_scores(const CodewordSumTile& tile, const float* q, int64_t q_stride, int64_t n_q, float* scores,
+                         int64_t ld) {
+  if (tile.n_rows <= 0 || n_q <= 0) return;
+  HWY_DYNAMIC_DISPATCH(CodewordSumScoresImpl)(tile, q, q_stride, n_q, scores, ld);
 }
 
-void codeword_sum_accumulate(const uint8_t* codes, int64_t code_stride, int64_t n_rows, int64_t subvectors, int stages,
-                             const float* words, int64_t stage_stride, int dim, const float* w, int64_t ld, int64_t n_q,
-                             float* acc, int64_t acc_stride) {
-  if (n_rows <= 0 || n_q <= 0) return;
-  HWY_DYNAMIC_DISPATCH(CodewordSumAccumulateImpl)
-  (codes, code_stride, n_rows, subvectors, stages, words, stage_stride, dim, w, ld, n_q, acc, acc_stride);
+void codeword_sum_accumulate(const CodewordSumTile& tile, const float* w, int64_t ld, int64_t n_q, float* acc,
+                             int64_t acc_stride) {
+  if (tile.n_rows <= 0 || n_q <= 0) return;
+  HWY_DYNAMIC_DISPATCH(CodewordSumAccumulateImpl)(tile, w, ld, n_q, acc, acc_stride);
 }
 
-void codeword_sum_rows(const uint8_t* codes, int64_t code_stride, int64_t n_rows, int64_t subvectors, int stages,
-                       const float* words, int64_t stage_stride, int dim, float* out, int64_t out_stride) {
-  HWY_DYNAMIC_DISPATCH(CodewordSumRowsImpl)
-  (codes, code_stride, n_rows, subvectors, stages, words, stage_stride, dim, out, out_stride);
+void codeword_sum_rows(const CodewordSumTile& tile, float* out, int64_t out_stride) {
+  HWY_DYNAMIC_DISPATCH(CodewordSumRowsImpl)(tile, out, out_stride);
 }
 
 namespace scalar {
@@ -346,9 +345,13 @@ void decode_one(const uint8_t* code, int stages, const float* words, int64_t sta
 }
 }  // namespace
 
-void codeword_sum_scores(const uint8_t* codes, int64_t code_stride, int64_t n_rows, int64_t subvectors, int stages,
-                         const float* words, int64_t stage_stride, int dim, const float* q, int64_t q_stride,
-                         int64_t n_q, float* scores, int64_t ld) {
+void codeword_sum_scores(const CodewordSumTile& tile, const float* q, int64_t q_stride, int64_t n_q, float* scores,
+                         int64_t ld) {
+  const uint8_t* codes = tile.codes;
+  const float* words = tile.words;
+  const int64_t code_stride = tile.code_stride, n_rows = tile.n_rows, subvectors = tile.subvectors;
+  const int64_t stage_stride = tile.stage_stride;
+  const int stages = tile.stages, dim = tile.dim;
   float z[256];
   for (int64_t r = 0; r < n_q; ++r) {
     for (int64_t j = 0; j < n_rows; ++j) {
@@ -366,9 +369,13 @@ void codeword_sum_scores(const uint8_t* codes, int64_t code_stride, int64_t n_ro
   }
 }
 
-void codeword_sum_accumulate(const uint8_t* codes, int64_t code_stride, int64_t n_rows, int64_t subvectors, int stages,
-                             const float* words, int64_t stage_stride, int dim, const float* w, int64_t ld, int64_t n_q,
-                             float* acc, int64_t acc_stride) {
+void codeword_sum_accumulate(const CodewordSumTile& tile, const float* w, int64_t ld, int64_t n_q, float* acc,
+                             int64_t acc_stride) {
+  const uint8_t* codes = tile.codes;
+  const float* words = tile.words;
+  const int64_t code_stride = tile.code_stride, n_rows = tile.n_rows, subvectors = tile.subvectors;
+  const int64_t stage_stride = tile.stage_stride;
+  const int stages = tile.stages, dim = tile.dim;
   float z[256];
   for (int64_t j = 0; j < n_rows; ++j) {
     const uint8_t* code = codes + j * code_stride;
@@ -384,11 +391,14 @@ void codeword_sum_accumulate(const uint8_t* codes, int64_t code_stride, int64_t 
   }
 }
 
-void codeword_sum_rows(const uint8_t* codes, int64_t code_stride, int64_t n_rows, int64_t subvectors, int stages,
-                       const float* words, int64_t stage_stride, int dim, float* out, int64_t out_stride) {
-  for (int64_t j = 0; j < n_rows; ++j) {
+void codeword_sum_rows(const CodewordSumTile& tile, float* out, int64_t out_stride) {
+  const uint8_t* codes = tile.codes;
+  const float* words = tile.words;
+  const int64_t code_stride = tile.code_stride, stage_stride = tile.stage_stride;
+  const int stages = tile.stages, dim = tile.dim;
+  for (int64_t j = 0; j < tile.n_rows; ++j) {
     const uint8_t* code = codes + j * code_stride;
-    for (int64_t s = 0; s < subvectors; ++s) {
+    for (int64_t s = 0; s < tile.subvectors; ++s) {
       float* o = out + j * out_stride + s * dim;
       const float* c = words + static_cast<int64_t>(code[s * stages]) * dim;
       for (int e = 0; e < dim; ++e) o[e] = c[e];

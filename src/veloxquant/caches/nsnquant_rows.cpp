@@ -98,16 +98,19 @@ void NsnQuantRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, cons
     // each score finished as a_j <q', z^_j> + b_j <q', mu_c>.
     const int64_t n = quantized_end - j0;
     const quant::NsnCodebook& book = kt_.codebook();
+    const attention::kernels::CodewordSumTile rows{row_ptr<uint8_t>(key_codes_, b, h, j0),
+                                                   key_codes_.strides()[2],
+                                                   n,
+                                                   kt_.subvectors(),
+                                                   book.stages(),
+                                                   book.codeword(0, 0),
+                                                   static_cast<int64_t>(book.entries()) * book.dim(),
+                                                   book.dim()};
     if (n_queries <= kFusedQueries) {
-      attention::kernels::codeword_sum_scores(row_ptr<uint8_t>(key_codes_, b, h, j0), key_codes_.strides()[2], n,
-                                              kt_.subvectors(), book.stages(), book.codeword(0, 0),
-                                              static_cast<int64_t>(book.entries()) * book.dim(), book.dim(),
-                                              prepared + dk_, pd, n_queries, scores, ld);
+      attention::kernels::codeword_sum_scores(rows, prepared + dk_, pd, n_queries, scores, ld);
     } else {  // a prefill block: the tile decoded once and read by all its queries
       float* tile = scratch.f32(static_cast<std::size_t>(n * dk_));
-      attention::kernels::codeword_sum_rows(row_ptr<uint8_t>(key_codes_, b, h, j0), key_codes_.strides()[2], n,
-                                            kt_.subvectors(), book.stages(), book.codeword(0, 0),
-                                            static_cast<int64_t>(book.entries()) * book.dim(), book.dim(), tile, dk_);
+      attention::kernels::codeword_sum_rows(rows, tile, dk_);
       lm::kernels::tiles::score_rows(prepared + dk_, pd, n_queries, tile, dk_, n, dk_, scores, ld);
     }
     // The rows' (a, b) pairs as an a column and a b column, so that the per-row finishing runs
@@ -167,14 +170,19 @@ void NsnQuantRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
       for (int64_t j = 0; j < n; ++j) f[j] = w[j] * scale_a[j];
     }
     // Each sub-vector's codeword sum decoded into a register and accumulated at once (no f32 tile).
+    const attention::kernels::CodewordSumTile rows{codes.row<uint8_t>(j0),
+                                                   codes.stride,
+                                                   n,
+                                                   nsub,
+                                                   stages,
+                                                   book.codeword(0, 0),
+                                                   static_cast<int64_t>(book.entries()) * sub,
+                                                   sub};
     if (n_queries <= kFusedQueries) {
-      attention::kernels::codeword_sum_accumulate(codes.row<uint8_t>(j0), codes.stride, n, nsub, stages,
-                                                  book.codeword(0, 0), static_cast<int64_t>(book.entries()) * sub, sub,
-                                                  folded.data(), n, n_queries, acc, dv_);
+      attention::kernels::codeword_sum_accumulate(rows, folded.data(), n, n_queries, acc, dv_);
     } else {  // a prefill block: the tile decoded once and read by all its queries
       float* tile = scratch.f32(static_cast<std::size_t>(n * dv_));
-      attention::kernels::codeword_sum_rows(codes.row<uint8_t>(j0), codes.stride, n, nsub, stages, book.codeword(0, 0),
-                                            static_cast<int64_t>(book.entries()) * sub, sub, tile, dv_);
+      attention::kernels::codeword_sum_rows(rows, tile, dv_);
       lm::kernels::tiles::accumulate_rows(folded.data(), n, n_queries, tile, dv_, n, dv_, acc, dv_);
     }
     for (int64_t a = j0; a < quantized_end;) {

@@ -78,7 +78,7 @@ void TurboQuantRvqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
       std::memcpy(q16 + r * d, prepared + r * pd, static_cast<std::size_t>(d) * sizeof(int16_t));
       steps[r] = prepared[r * pd + d / 2];
     }
-    attention::kernels::score_codebook_rows(s1, s2, row_stride, n, d, levels16_, q16, steps, n_queries, scores, ld);
+    attention::kernels::score_codebook_rows({s1, s2, row_stride, n, d}, levels16_, {q16, steps, n_queries}, scores, ld);
   } else if (key_order_.planar()) {
     tile = scratch.f32(static_cast<std::size_t>(n * d));
     attention::kernels::centroid_planes(s1, s2, row_stride, n, stream, quantizer_.bits(), c1, c2, tile);

@@ -82,7 +82,8 @@ TEST(AffinePartPlanes, EqualsTheScalarReferenceAndTheGroupDecode) {
       for (int64_t i = 0; i < components; ++i) {
         const std::size_t is = static_cast<std::size_t>(i);
         const int32_t p = layout.part_of[is];
-        const float scale = tile[layout.params + 2 * p], min = tile[layout.params + 2 * p + 1];
+        const float scale = tile[layout.params + 2 * static_cast<int64_t>(p)],
+                    min = tile[layout.params + 2 * static_cast<int64_t>(p) + 1];
         ASSERT_EQ(tile[layout.position[is]],
                   static_cast<float>(all_codes[static_cast<std::size_t>(j * components + i)]) * scale)
             << "row " << j << " component " << i;

@@ -62,7 +62,7 @@ TEST(BitFieldRows, EqualTheScalarReferenceAndThePackedCodes) {
       std::vector<float> plain(static_cast<std::size_t>(rows * n));
       scalar::decode_bit_field_rows(packed.data(), stride, rows, layout, step.data(), lo.data(), plain.data());
       // The integer codes (kvtc's key scores read them), padded to a multiple of 32 with zeros.
-      const int64_t code_stride = (n + 31) / 32 * 32 + (trial % 2) * 32;
+      const int64_t code_stride = (n + 31) / 32 * 32 + int64_t{trial % 2} * 32;
       std::vector<int16_t> plain_codes(static_cast<std::size_t>(rows * code_stride), -1);
       scalar::decode_bit_field_codes(packed.data(), stride, rows, layout, plain_codes.data(), code_stride);
       for (int64_t j = 0; j < rows; ++j) {
@@ -76,7 +76,7 @@ TEST(BitFieldRows, EqualTheScalarReferenceAndThePackedCodes) {
         std::vector<int16_t> simd_codes(plain_codes.size(), -1);
         decode_bit_field_codes(packed.data(), stride, rows, layout, simd_codes.data(), code_stride);
         // The same codes as bytes (kvtc's integer value sums), padded to a multiple of 64.
-        const int64_t byte_stride = (n + 63) / 64 * 64 + (trial % 2) * 64;
+        const int64_t byte_stride = (n + 63) / 64 * 64 + int64_t{trial % 2} * 64;
         std::vector<uint8_t> simd_bytes(static_cast<std::size_t>(rows * byte_stride), 0xAB);
         decode_bit_field_bytes(packed.data(), stride, rows, layout, simd_bytes.data(), byte_stride);
         std::vector<float> simd(plain.size(), -1.0f);

@@ -127,6 +127,82 @@ struct Shape {
   bool uniform = false;  // evenly spaced levels, query rounded to the uniform limit: no table
 };
 
+// n_rows rows of random codes, as tightly packed as the cache stores them (the last row ends the
+// buffer), and their f16 block scales (0.1 + |normal|): codes from `seed`, scales from seed + 1.
+struct RandomKeyRows {
+  Shape s;
+  int64_t n_rows, stride, nb;
+  std::vector<uint8_t> codes;
+  std::vector<uint16_t> scales;
+
+  RandomKeyRows(const Shape& shape, int64_t rows, uint32_t seed)
+      : s(shape), n_rows(rows), stride((shape.dim * shape.bits + 7) / 8), nb(shape.dim / shape.block) {
+    codes = random_bytes(static_cast<std::size_t>(n_rows * stride), seed);
+    scales.resize(static_cast<std::size_t>(n_rows * nb));
+    const auto scale_values = test_support::normal_values(scales.size(), seed + 1);
+    for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = base::f32_to_f16(0.1f + std::fabs(scale_values[i]));
+  }
+  BlockLevelKeys keys() const {
+    BlockLevelKeys keys;
+    keys.codes = codes.data();
+    keys.code_stride = stride;
+    keys.scales = scales.data();
+    keys.n_rows = n_rows;
+    keys.dim = s.dim;
+    keys.bits = s.bits;
+    keys.block = s.block;
+    return keys;
+  }
+  // Element e's code of row j, read bit by bit (the elements' bits are packed LSB first).
+  int code(int64_t j, int64_t e) const {
+    int c = 0;
+    for (int k = 0; k < s.bits; ++k) {
+      const int64_t at = e * s.bits + k;
+      c |= ((codes[static_cast<std::size_t>(j * stride + at / 8)] >> (at % 8)) & 1) << k;
+    }
+    return c;
+  }
+  double scale(int64_t j, int64_t e) const {
+    return base::f16_to_f32(scales[static_cast<std::size_t>(j * nb + e / s.block)]);
+  }
+};
+
+// One (rows, queries, bias) case of the integer scorer: SIMD equal to scalar bit for bit, nothing
+// written past the rows, and the scalar scores within the two roundings' bound of exact f64 ones.
+void check_integer_scores(const Shape& s, const std::vector<float>& levels, int32_t limit, int64_t n_rows, int64_t n_q,
+                          bool with_bias) {
+  const BlockLevels16 l16 = block_levels16(levels.data(), s.bits, limit);
+  const RandomKeyRows rows(s, n_rows, 11);
+  const int64_t ld = n_rows + 2;
+  const auto q = test_support::normal_values(static_cast<std::size_t>(n_q * s.dim), 13);
+  std::vector<int16_t> q16(q.size());
+  std::vector<float> step(static_cast<std::size_t>(n_q)), bias(static_cast<std::size_t>(n_q));
+  for (int64_t r = 0; r < n_q; ++r) {
+    quantize_query_i16(q.data() + r * s.dim, s.dim, limit, q16.data() + r * s.dim, &step[r]);
+    bias[r] = 0.25f * static_cast<float>(r) - 0.3f;
+  }
+  const float* b = with_bias ? bias.data() : nullptr;
+  std::vector<float> out(static_cast<std::size_t>(n_q * ld), -7.0f), ref(out);
+  score_block_level_rows(rows.keys(), l16, q16.data(), step.data(), b, n_q, out.data(), ld);
+  scalar::score_block_level_rows(rows.keys(), l16, q16.data(), step.data(), b, n_q, ref.data(), ld);
+  ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block << (s.uniform ? " uniform, " : ", ")
+                      << n_rows << " rows, " << n_q << " queries";
+  for (int64_t r = 0; r < n_q; ++r) {
+    EXPECT_EQ(ref[static_cast<std::size_t>(r * ld + n_rows)], -7.0f);  // nothing written past the rows
+    for (int64_t j = 0; j < n_rows; ++j) {
+      double exact = with_bias ? bias[r] : 0.0, bound = 0.0;
+      for (int64_t e = 0; e < s.dim; ++e) {
+        const double scale = rows.scale(j, e);
+        const double level = levels[static_cast<std::size_t>(rows.code(j, e))];
+        const double qe = q[static_cast<std::size_t>(r * s.dim + e)];
+        exact += qe * scale * level;
+        bound += scale * 0.5 * (std::fabs(qe) * l16.step + std::fabs(level) * step[r] + 0.5 * l16.step * step[r]);
+      }
+      EXPECT_LE(std::fabs(ref[static_cast<std::size_t>(r * ld + j)] - exact), bound + 1e-5 * (1.0 + std::fabs(exact)));
+    }
+  }
+}
+
 TEST(BlockLevelKeyScores, MatchesScalarBitForBitAndExactScoresWithinTheRoundingBound) {
   const Shape shapes[] = {{1, 64, 32},
                           {2, 64, 32},
@@ -162,62 +238,45 @@ TEST(BlockLevelKeyScores, MatchesScalarBitForBitAndExactScoresWithinTheRoundingB
         s.uniform ? quant::BlockLloydQuantizer::Levels::kUniform : quant::BlockLloydQuantizer::Levels::kLloyd);
     const int32_t limit =
         s.uniform ? std::min(block_integer_limit(s.block), kUniformQueryLimit) : block_integer_limit(s.block);
-    const BlockLevels16 l16 = block_levels16(levels.data(), s.bits, limit);
-    const int64_t nb = s.dim / s.block;
     for (const int64_t n_rows : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{64}}) {
       for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{7}}) {
         for (const bool with_bias : {false, true}) {
-          // Rows as tightly packed as the cache stores them: the last row ends the buffer.
-          const int64_t stride = (s.dim * s.bits + 7) / 8, ld = n_rows + 2;
-          const auto codes = random_bytes(static_cast<std::size_t>(n_rows * stride), 11);
-          std::vector<uint16_t> scales(static_cast<std::size_t>(n_rows * nb));
-          const auto scale_values = test_support::normal_values(scales.size(), 12);
-          for (std::size_t i = 0; i < scales.size(); ++i)
-            scales[i] = base::f32_to_f16(0.1f + std::fabs(scale_values[i]));
-          const auto q = test_support::normal_values(static_cast<std::size_t>(n_q * s.dim), 13);
-          std::vector<int16_t> q16(q.size());
-          std::vector<float> step(static_cast<std::size_t>(n_q)), bias(static_cast<std::size_t>(n_q));
-          for (int64_t r = 0; r < n_q; ++r) {
-            quantize_query_i16(q.data() + r * s.dim, s.dim, limit, q16.data() + r * s.dim, &step[r]);
-            bias[r] = 0.25f * static_cast<float>(r) - 0.3f;
-          }
-          BlockLevelKeys keys;
-          keys.codes = codes.data();
-          keys.code_stride = stride;
-          keys.scales = scales.data();
-          keys.n_rows = n_rows;
-          keys.dim = s.dim;
-          keys.bits = s.bits;
-          keys.block = s.block;
-          const float* b = with_bias ? bias.data() : nullptr;
-          std::vector<float> out(static_cast<std::size_t>(n_q * ld), -7.0f), ref(out);
-          score_block_level_rows(keys, l16, q16.data(), step.data(), b, n_q, out.data(), ld);
-          scalar::score_block_level_rows(keys, l16, q16.data(), step.data(), b, n_q, ref.data(), ld);
-          ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block
-                              << (s.uniform ? " uniform, " : ", ") << n_rows << " rows, " << n_q << " queries";
-          for (int64_t r = 0; r < n_q; ++r) {
-            EXPECT_EQ(ref[static_cast<std::size_t>(r * ld + n_rows)], -7.0f);  // nothing written past the rows
-            for (int64_t j = 0; j < n_rows; ++j) {
-              double exact = with_bias ? bias[r] : 0.0, bound = 0.0;
-              for (int64_t e = 0; e < s.dim; ++e) {
-                int code = 0;
-                for (int k = 0; k < s.bits; ++k) {
-                  const int64_t at = e * s.bits + k;
-                  code |= ((codes[static_cast<std::size_t>(j * stride + at / 8)] >> (at % 8)) & 1) << k;
-                }
-                const double scale = base::f16_to_f32(scales[static_cast<std::size_t>(j * nb + e / s.block)]);
-                const double level = levels[static_cast<std::size_t>(code)];
-                const double qe = q[static_cast<std::size_t>(r * s.dim + e)];
-                exact += qe * scale * level;
-                bound +=
-                    scale * 0.5 * (std::fabs(qe) * l16.step + std::fabs(level) * step[r] + 0.5 * l16.step * step[r]);
-              }
-              EXPECT_LE(std::fabs(ref[static_cast<std::size_t>(r * ld + j)] - exact),
-                        bound + 1e-5 * (1.0 + std::fabs(exact)));
-            }
-          }
+          check_integer_scores(s, levels, limit, n_rows, n_q, with_bias);
+          if (HasFatalFailure()) return;
         }
       }
+    }
+  }
+}
+
+// One (rows, queries, bias) case of the f32 permuted-level scorer: SIMD equal to scalar bit for
+// bit, nothing written past the rows, and the scalar scores near f64 ones over the same levels.
+void check_permuted_scores(const Shape& s, const std::vector<float>& levels, int64_t n_rows, int64_t n_q,
+                           bool with_bias) {
+  const RandomKeyRows rows(s, n_rows, 31);
+  const int64_t ld = n_rows + 2, q_stride = s.dim + 5;
+  const auto q = test_support::normal_values(static_cast<std::size_t>(n_q * q_stride), 33);
+  std::vector<float> bias(static_cast<std::size_t>(n_q));
+  for (int64_t r = 0; r < n_q; ++r) bias[r] = 0.25f * static_cast<float>(r) - 0.3f;
+  const float* b = with_bias ? bias.data() : nullptr;
+  std::vector<float> out(static_cast<std::size_t>(n_q * ld), -7.0f), ref(out);
+  score_permuted_level_rows(rows.keys(), levels.data(), q.data(), q_stride, b, n_q, out.data(), ld);
+  scalar::score_permuted_level_rows(rows.keys(), levels.data(), q.data(), q_stride, b, n_q, ref.data(), ld);
+  ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block << ", " << n_rows << " rows, " << n_q
+                      << " queries";
+  // The f32 sums' rounding grows with the FMA chain: dim / 8 groups per lane, plus the reduction.
+  const int64_t chain = s.dim / 8 + 4;
+  for (int64_t r = 0; r < n_q; ++r) {
+    EXPECT_EQ(ref[static_cast<std::size_t>(r * ld + n_rows)], -7.0f);  // nothing written past the rows
+    for (int64_t j = 0; j < n_rows; ++j) {
+      double exact = with_bias ? bias[r] : 0.0, magnitude = std::fabs(exact);
+      for (int64_t e = 0; e < s.dim; ++e) {
+        const double term = double(q[static_cast<std::size_t>(r * q_stride + e)]) * rows.scale(j, e) *
+                            levels[static_cast<std::size_t>(rows.code(j, e))];
+        exact += term;
+        magnitude += std::fabs(term);
+      }
+      EXPECT_NEAR(ref[static_cast<std::size_t>(r * ld + j)], exact, 1e-6 * magnitude * static_cast<double>(chain));
     }
   }
 }
@@ -235,52 +294,11 @@ TEST(BlockLevelKeyScores, PermutedLevelsMatchScalarBitForBitAndF64Scores) {
     ASSERT_TRUE(can_score_permuted_level_rows(s.bits, s.dim, s.block)) << s.bits << " " << s.dim << " " << s.block;
     // Any levels work; blocks below 32 (no solved levels) borrow those of 32.
     const std::vector<float>& levels = quant::block_levels(s.bits, static_cast<int>(std::max<int64_t>(s.block, 32)));
-    const int64_t nb = s.dim / s.block;
     for (const int64_t n_rows : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{64}}) {
       for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{7}}) {
         for (const bool with_bias : {false, true}) {
-          const int64_t stride = (s.dim * s.bits + 7) / 8, ld = n_rows + 2, q_stride = s.dim + 5;
-          const auto codes = random_bytes(static_cast<std::size_t>(n_rows * stride), 31);
-          std::vector<uint16_t> scales(static_cast<std::size_t>(n_rows * nb));
-          const auto scale_values = test_support::normal_values(scales.size(), 32);
-          for (std::size_t i = 0; i < scales.size(); ++i)
-            scales[i] = base::f32_to_f16(0.1f + std::fabs(scale_values[i]));
-          const auto q = test_support::normal_values(static_cast<std::size_t>(n_q * q_stride), 33);
-          std::vector<float> bias(static_cast<std::size_t>(n_q));
-          for (int64_t r = 0; r < n_q; ++r) bias[r] = 0.25f * static_cast<float>(r) - 0.3f;
-          BlockLevelKeys keys;
-          keys.codes = codes.data();
-          keys.code_stride = stride;
-          keys.scales = scales.data();
-          keys.n_rows = n_rows;
-          keys.dim = s.dim;
-          keys.bits = s.bits;
-          keys.block = s.block;
-          const float* b = with_bias ? bias.data() : nullptr;
-          std::vector<float> out(static_cast<std::size_t>(n_q * ld), -7.0f), ref(out);
-          score_permuted_level_rows(keys, levels.data(), q.data(), q_stride, b, n_q, out.data(), ld);
-          scalar::score_permuted_level_rows(keys, levels.data(), q.data(), q_stride, b, n_q, ref.data(), ld);
-          ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block << ", " << n_rows
-                              << " rows, " << n_q << " queries";
-          for (int64_t r = 0; r < n_q; ++r) {
-            EXPECT_EQ(ref[static_cast<std::size_t>(r * ld + n_rows)], -7.0f);  // nothing written past the rows
-            for (int64_t j = 0; j < n_rows; ++j) {
-              double exact = with_bias ? bias[r] : 0.0, magnitude = std::fabs(exact);
-              for (int64_t e = 0; e < s.dim; ++e) {
-                int code = 0;
-                for (int k = 0; k < s.bits; ++k) {
-                  const int64_t at = e * s.bits + k;
-                  code |= ((codes[static_cast<std::size_t>(j * stride + at / 8)] >> (at % 8)) & 1) << k;
-                }
-                const double term = double(q[static_cast<std::size_t>(r * q_stride + e)]) *
-                                    base::f16_to_f32(scales[static_cast<std::size_t>(j * nb + e / s.block)]) *
-                                    levels[static_cast<std::size_t>(code)];
-                exact += term;
-                magnitude += std::fabs(term);
-              }
-              EXPECT_NEAR(ref[static_cast<std::size_t>(r * ld + j)], exact, 1e-6 * magnitude * (s.dim / 8 + 4));
-            }
-          }
+          check_permuted_scores(s, levels, n_rows, n_q, with_bias);
+          if (HasFatalFailure()) return;
         }
       }
     }

@@ -36,6 +36,81 @@ struct Shape {
   bool uniform = false;  // evenly spaced levels: codes widened as they are, no table
 };
 
+// One (rows, queries, offset) case: the SIMD loop on every target this machine runs and through
+// the dispatcher equal to the scalar reference bit for bit, the accumulators past the row untouched,
+// and the sums near f64 ones over the decoded rows.
+void check_value_sums(const Shape& s, const std::vector<float>& levels, const std::vector<uint16_t>& levels_f16,
+                      int64_t n_rows, int64_t n_q, bool with_offset) {
+  const int64_t nb = s.dim / s.block;
+  // Rows as tightly packed as the cache stores them: the last row ends the buffer.
+  const int64_t stride = (s.dim * s.bits + 7) / 8, ld = n_rows + 3, acc_stride = s.dim + 8;
+  const auto codes = random_bytes(static_cast<std::size_t>(n_rows * stride), 21);
+  const auto scale_values = test_support::normal_values(static_cast<std::size_t>(n_rows * nb), 22);
+  std::vector<uint16_t> scales;
+  scales.reserve(scale_values.size());
+  for (float x : scale_values) scales.push_back(base::f32_to_f16(0.05f + std::fabs(x)));
+  auto weights = test_support::normal_values(static_cast<std::size_t>(n_q * ld), 23);
+  for (float& w : weights) w = std::fabs(w);
+  const auto start = test_support::normal_values(static_cast<std::size_t>(n_q * acc_stride), 24);
+  BlockLevelValues values;
+  values.codes = codes.data();
+  values.code_stride = stride;
+  values.scales = scales.data();
+  values.n_rows = n_rows;
+  values.dim = s.dim;
+  values.bits = s.bits;
+  values.block = s.block;
+  values.levels_f16 = levels_f16.data();
+  values.even_levels = s.uniform || s.bits == 8;
+  // A shared row (the rotated value mean) added with each query's weight total.
+  const auto offset = test_support::normal_values(static_cast<std::size_t>(s.dim), 25);
+  if (with_offset) values.offset = offset.data();
+  std::vector<float> out = start, ref = start;
+  scalar::accumulate_block_level_rows(values, weights.data(), ld, n_q, ref.data(), acc_stride);
+  // Every SIMD target this machine runs (AVX3_DL's multishift loop, AVX3 / AVX2's 8-lane
+  // loops, ...), bit for bit.
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::vector<float> on_target = start;
+    accumulate_block_level_rows(values, weights.data(), ld, n_q, on_target.data(), acc_stride);
+    hwy::SetSupportedTargetsForTest(0);
+    ASSERT_EQ(on_target, ref) << hwy::TargetName(target) << ", " << s.bits << " bits, dim " << s.dim << ", block "
+                              << s.block << ", " << n_rows << " rows, " << n_q << " queries";
+  }
+  accumulate_block_level_rows(values, weights.data(), ld, n_q, out.data(), acc_stride);
+  ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block << ", " << n_rows << " rows, " << n_q
+                      << " queries" << (with_offset ? ", offset" : "");
+  for (int64_t r = 0; r < n_q; ++r) {
+    for (int64_t e = 0; e < acc_stride; ++e) {
+      const std::size_t at = static_cast<std::size_t>(r * acc_stride + e);
+      if (e >= s.dim) {
+        EXPECT_EQ(ref[at], start[at]);  // past the row: untouched
+        continue;
+      }
+      double exact = start[at], magnitude = std::fabs(start[at]);
+      for (int64_t j = 0; j < n_rows; ++j) {
+        int code = 0;
+        for (int k = 0; k < s.bits; ++k) {
+          const int64_t bit = e * s.bits + k;
+          code |= ((codes[static_cast<std::size_t>(j * stride + bit / 8)] >> (bit % 8)) & 1) << k;
+        }
+        const double term = double(weights[static_cast<std::size_t>(r * ld + j)]) *
+                            base::f16_to_f32(scales[static_cast<std::size_t>(j * nb + e / s.block)]) *
+                            levels[static_cast<std::size_t>(code)];
+        exact += term;
+        magnitude += std::fabs(term);
+      }
+      if (with_offset) {
+        double total = 0.0;
+        for (int64_t j = 0; j < n_rows; ++j) total += weights[static_cast<std::size_t>(r * ld + j)];
+        exact += total * offset[static_cast<std::size_t>(e)];
+        magnitude += std::fabs(total * offset[static_cast<std::size_t>(e)]);
+      }
+      EXPECT_NEAR(ref[at], exact, 1e-6 * magnitude * static_cast<double>(n_rows + 1));
+    }
+  }
+}
+
 TEST(BlockLevelValueSums, MatchesScalarBitForBitAndDecodedRowsInF64) {
   const Shape shapes[] = {{1, 32, 32},
                           {2, 64, 32},
@@ -85,77 +160,13 @@ TEST(BlockLevelValueSums, MatchesScalarBitForBitAndDecodedRowsInF64) {
         s.bits, static_cast<int>(s.block),
         s.uniform ? quant::BlockLloydQuantizer::Levels::kUniform : quant::BlockLloydQuantizer::Levels::kLloyd);
     std::vector<uint16_t> levels_f16;
+    levels_f16.reserve(levels.size());
     for (float l : levels) levels_f16.push_back(base::f32_to_f16(l));
-    const int64_t nb = s.dim / s.block;
     for (const int64_t n_rows : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{64}}) {
       for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{4}}) {
         for (const bool with_offset : {false, true}) {
-          // Rows as tightly packed as the cache stores them: the last row ends the buffer.
-          const int64_t stride = (s.dim * s.bits + 7) / 8, ld = n_rows + 3, acc_stride = s.dim + 8;
-          const auto codes = random_bytes(static_cast<std::size_t>(n_rows * stride), 21);
-          const auto scale_values = test_support::normal_values(static_cast<std::size_t>(n_rows * nb), 22);
-          std::vector<uint16_t> scales;
-          for (float x : scale_values) scales.push_back(base::f32_to_f16(0.05f + std::fabs(x)));
-          auto weights = test_support::normal_values(static_cast<std::size_t>(n_q * ld), 23);
-          for (float& w : weights) w = std::fabs(w);
-          const auto start = test_support::normal_values(static_cast<std::size_t>(n_q * acc_stride), 24);
-          BlockLevelValues values;
-          values.codes = codes.data();
-          values.code_stride = stride;
-          values.scales = scales.data();
-          values.n_rows = n_rows;
-          values.dim = s.dim;
-          values.bits = s.bits;
-          values.block = s.block;
-          values.levels_f16 = levels_f16.data();
-          values.even_levels = s.uniform || s.bits == 8;
-          // A shared row (the rotated value mean) added with each query's weight total.
-          const auto offset = test_support::normal_values(static_cast<std::size_t>(s.dim), 25);
-          if (with_offset) values.offset = offset.data();
-          std::vector<float> out = start, ref = start;
-          scalar::accumulate_block_level_rows(values, weights.data(), ld, n_q, ref.data(), acc_stride);
-          // Every SIMD target this machine runs (AVX3_DL's multishift loop, AVX3 / AVX2's 8-lane
-          // loops, ...), bit for bit.
-          for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-            hwy::SetSupportedTargetsForTest(target);
-            std::vector<float> on_target = start;
-            accumulate_block_level_rows(values, weights.data(), ld, n_q, on_target.data(), acc_stride);
-            hwy::SetSupportedTargetsForTest(0);
-            ASSERT_EQ(on_target, ref) << hwy::TargetName(target) << ", " << s.bits << " bits, dim " << s.dim
-                                      << ", block " << s.block << ", " << n_rows << " rows, " << n_q << " queries";
-          }
-          accumulate_block_level_rows(values, weights.data(), ld, n_q, out.data(), acc_stride);
-          ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block << ", " << n_rows
-                              << " rows, " << n_q << " queries" << (with_offset ? ", offset" : "");
-          for (int64_t r = 0; r < n_q; ++r) {
-            for (int64_t e = 0; e < acc_stride; ++e) {
-              const std::size_t at = static_cast<std::size_t>(r * acc_stride + e);
-              if (e >= s.dim) {
-                EXPECT_EQ(ref[at], start[at]);  // past the row: untouched
-                continue;
-              }
-              double exact = start[at], magnitude = std::fabs(start[at]);
-              for (int64_t j = 0; j < n_rows; ++j) {
-                int code = 0;
-                for (int k = 0; k < s.bits; ++k) {
-                  const int64_t bit = e * s.bits + k;
-                  code |= ((codes[static_cast<std::size_t>(j * stride + bit / 8)] >> (bit % 8)) & 1) << k;
-                }
-                const double term = double(weights[static_cast<std::size_t>(r * ld + j)]) *
-                                    base::f16_to_f32(scales[static_cast<std::size_t>(j * nb + e / s.block)]) *
-                                    levels[static_cast<std::size_t>(code)];
-                exact += term;
-                magnitude += std::fabs(term);
-              }
-              if (with_offset) {
-                double total = 0.0;
-                for (int64_t j = 0; j < n_rows; ++j) total += weights[static_cast<std::size_t>(r * ld + j)];
-                exact += total * offset[static_cast<std::size_t>(e)];
-                magnitude += std::fabs(total * offset[static_cast<std::size_t>(e)]);
-              }
-              EXPECT_NEAR(ref[at], exact, 1e-6 * magnitude * static_cast<double>(n_rows + 1));
-            }
-          }
+          check_value_sums(s, levels, levels_f16, n_rows, n_q, with_offset);
+          if (HasFatalFailure()) return;
         }
       }
     }

@@ -53,8 +53,79 @@ TEST(ByteLevelKeyScores, QueryRoundsWithinHalfAStepAndNonFiniteGivesNaNStep) {
   EXPECT_EQ(step, 0.0f);
 }
 
-TEST(ByteLevelKeyScores, MatchesScalarReferenceAndExactScores) {
+// Element e's code of a row (bits per element, packed LSB first), read bit by bit.
+int code_at(const uint8_t* row, int bits, int64_t e) {
+  int code = 0;
+  for (int k = 0; k < bits; ++k) {
+    const int64_t at = e * bits + k;
+    code |= ((row[at / 8] >> (at % 8)) & 1) << k;
+  }
+  return code;
+}
+
+// One (rows, queries, bias) case on 64-element rows of two 32-element blocks: every SIMD target
+// this machine runs and the dispatcher equal to the scalar reference bit for bit, nothing written
+// past the rows, and the scores within the two roundings' bound of exact ones.
+void check_case(int bits, const std::vector<float>& levels, const ByteLevels& l8, int64_t n_rows, int64_t n_q,
+                bool with_bias) {
   const int64_t dim = 64, block = 32, nb = 2;
+  // Rows as tightly packed as the cache stores them: the last row ends the buffer.
+  const int64_t stride = dim * bits / 8, ld = n_rows + 2;
+  const auto codes = test_support::random_bytes(static_cast<std::size_t>(n_rows * stride), 31);
+  std::vector<uint16_t> scales(static_cast<std::size_t>(n_rows * nb));
+  const auto scale_values = test_support::normal_values(scales.size(), 32);
+  for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = base::f32_to_f16(0.1f + std::fabs(scale_values[i]));
+  const auto q = test_support::normal_values(static_cast<std::size_t>(n_q * dim), 33);
+  std::vector<int8_t> q8(q.size());
+  std::vector<uint8_t> a8(q.size());
+  std::vector<float> step(static_cast<std::size_t>(n_q)), bias(static_cast<std::size_t>(n_q));
+  for (int64_t r = 0; r < n_q; ++r) {
+    quantize_query_i8(q.data() + r * dim, dim, q8.data() + r * dim, a8.data() + r * dim, &step[r]);
+    bias[r] = 0.25f * static_cast<float>(r) - 0.3f;
+  }
+  BlockLevelKeys keys;
+  keys.codes = codes.data();
+  keys.code_stride = stride;
+  keys.scales = scales.data();
+  keys.n_rows = n_rows;
+  keys.dim = dim;
+  keys.bits = bits;
+  keys.block = block;
+  const float* b = with_bias ? bias.data() : nullptr;
+  std::vector<float> out(static_cast<std::size_t>(n_q * ld), -7.0f), ref(out);
+  scalar::score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), b, n_q, ref.data(), ld);
+  // Every SIMD target this machine runs (AVX3_DL's 512-bit loop, the AVX2 loop on AVX3 and
+  // AVX2, ...), bit for bit.
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::vector<float> on_target(out);
+    score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), b, n_q, on_target.data(), ld);
+    hwy::SetSupportedTargetsForTest(0);
+    ASSERT_EQ(on_target, ref) << hwy::TargetName(target) << ", " << bits << " bits, " << n_rows << " rows, " << n_q
+                              << " queries";
+  }
+  score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), b, n_q, out.data(), ld);
+  ASSERT_EQ(out, ref) << bits << " bits, " << n_rows << " rows, " << n_q << " queries";
+  for (int64_t r = 0; r < n_q; ++r) {
+    EXPECT_EQ(ref[static_cast<std::size_t>(r * ld + n_rows)], -7.0f);  // nothing written past the rows
+    for (int64_t j = 0; j < n_rows; ++j) {
+      double exact = with_bias ? bias[r] : 0.0, bound = 1e-5;
+      for (int64_t e = 0; e < dim; ++e) {
+        const int code = code_at(codes.data() + j * stride, bits, e);
+        const double scale = base::f16_to_f32(scales[static_cast<std::size_t>(j * nb + e / block)]);
+        const double level = levels[static_cast<std::size_t>(code)];
+        const double qe = q[static_cast<std::size_t>(r * dim + e)];
+        exact += qe * scale * level;
+        bound += scale * 0.5 * (std::fabs(qe) * l8.step + std::fabs(level) * step[r] + 0.5 * l8.step * step[r]);
+      }
+      EXPECT_NEAR(ref[static_cast<std::size_t>(r * ld + j)], exact, bound)
+          << bits << " bits, row " << j << ", query " << r;
+    }
+  }
+}
+
+TEST(ByteLevelKeyScores, MatchesScalarReferenceAndExactScores) {
+  const int64_t block = 32;
   for (int bits = 2; bits <= 6; ++bits) {
     const std::vector<float>& levels = quant::block_levels(bits, static_cast<int>(block));
     const ByteLevels l8 = byte_levels(levels.data(), bits);
@@ -66,64 +137,8 @@ TEST(ByteLevelKeyScores, MatchesScalarReferenceAndExactScores) {
          {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{8}, int64_t{9}, int64_t{13}, int64_t{64}}) {
       for (const int64_t n_q : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{7}}) {
         for (const bool with_bias : {false, true}) {
-          // Rows as tightly packed as the cache stores them: the last row ends the buffer.
-          const int64_t stride = dim * bits / 8, ld = n_rows + 2;
-          const auto codes = test_support::random_bytes(static_cast<std::size_t>(n_rows * stride), 31);
-          std::vector<uint16_t> scales(static_cast<std::size_t>(n_rows * nb));
-          const auto scale_values = test_support::normal_values(scales.size(), 32);
-          for (std::size_t i = 0; i < scales.size(); ++i)
-            scales[i] = base::f32_to_f16(0.1f + std::fabs(scale_values[i]));
-          const auto q = test_support::normal_values(static_cast<std::size_t>(n_q * dim), 33);
-          std::vector<int8_t> q8(q.size());
-          std::vector<uint8_t> a8(q.size());
-          std::vector<float> step(static_cast<std::size_t>(n_q)), bias(static_cast<std::size_t>(n_q));
-          for (int64_t r = 0; r < n_q; ++r) {
-            quantize_query_i8(q.data() + r * dim, dim, q8.data() + r * dim, a8.data() + r * dim, &step[r]);
-            bias[r] = 0.25f * static_cast<float>(r) - 0.3f;
-          }
-          BlockLevelKeys keys;
-          keys.codes = codes.data();
-          keys.code_stride = stride;
-          keys.scales = scales.data();
-          keys.n_rows = n_rows;
-          keys.dim = dim;
-          keys.bits = bits;
-          keys.block = block;
-          const float* b = with_bias ? bias.data() : nullptr;
-          std::vector<float> out(static_cast<std::size_t>(n_q * ld), -7.0f), ref(out);
-          scalar::score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), b, n_q, ref.data(), ld);
-          // Every SIMD target this machine runs (AVX3_DL's 512-bit loop, the AVX2 loop on AVX3 and
-          // AVX2, ...), bit for bit.
-          for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-            hwy::SetSupportedTargetsForTest(target);
-            std::vector<float> on_target(out);
-            score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), b, n_q, on_target.data(), ld);
-            hwy::SetSupportedTargetsForTest(0);
-            ASSERT_EQ(on_target, ref) << hwy::TargetName(target) << ", " << bits << " bits, " << n_rows << " rows, "
-                                      << n_q << " queries";
-          }
-          score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), b, n_q, out.data(), ld);
-          ASSERT_EQ(out, ref) << bits << " bits, " << n_rows << " rows, " << n_q << " queries";
-          for (int64_t r = 0; r < n_q; ++r) {
-            EXPECT_EQ(ref[static_cast<std::size_t>(r * ld + n_rows)], -7.0f);  // nothing written past the rows
-            for (int64_t j = 0; j < n_rows; ++j) {
-              double exact = with_bias ? bias[r] : 0.0, bound = 1e-5;
-              for (int64_t e = 0; e < dim; ++e) {
-                int code = 0;
-                for (int k = 0; k < bits; ++k) {
-                  const int64_t at = e * bits + k;
-                  code |= ((codes[static_cast<std::size_t>(j * stride + at / 8)] >> (at % 8)) & 1) << k;
-                }
-                const double scale = base::f16_to_f32(scales[static_cast<std::size_t>(j * nb + e / block)]);
-                const double level = levels[static_cast<std::size_t>(code)];
-                const double qe = q[static_cast<std::size_t>(r * dim + e)];
-                exact += qe * scale * level;
-                bound += scale * 0.5 * (std::fabs(qe) * l8.step + std::fabs(level) * step[r] + 0.5 * l8.step * step[r]);
-              }
-              EXPECT_NEAR(ref[static_cast<std::size_t>(r * ld + j)], exact, bound)
-                  << bits << " bits, row " << j << ", query " << r;
-            }
-          }
+          check_case(bits, levels, l8, n_rows, n_q, with_bias);
+          if (HasFatalFailure()) return;
         }
       }
     }

@@ -59,6 +59,49 @@ Rows random_rows(int dim, int sub, int bits, bool shared, int64_t n, int64_t str
   return r;
 }
 
+// One (rows, queries, row padding) case of the key scorer: the scalar reference near exact dots
+// over the decoded rows; every target equal to it bit for bit, and to the decoded tile's scores
+// when the rows are whole blocks of 8.
+void check_key_scores(int64_t n_rows, int64_t n_q, int64_t pad, std::mt19937& rng) {
+  const Rows rows = random_rows(64, 4, 12, true, n_rows, pad, rng);
+  const int64_t q_stride = 70, ld = n_rows + 3;
+  const std::vector<float> q = normals(static_cast<std::size_t>(n_q * q_stride), rng);
+  const CodewordKeys keys{rows.codes.data(), rows.stride, n_rows, rows.book.words.data()};
+  std::vector<float> ref(static_cast<std::size_t>(n_q * ld), -7.0f);
+  scalar::score_codeword_keys(keys, q.data(), q_stride, n_q, ref.data(), ld);
+  std::vector<float> decoded(static_cast<std::size_t>(n_rows * 64));
+  pvq::decode_rows(rows.book, rows.codes.data(), rows.stride, n_rows, decoded.data());
+  for (int64_t r = 0; r < n_q; ++r) {
+    for (int64_t j = 0; j < n_rows; ++j) {
+      double exact = 0.0, mag = 0.0;
+      for (int e = 0; e < 64; ++e) {
+        const double term =
+            double{q[static_cast<std::size_t>(r * q_stride + e)]} * decoded[static_cast<std::size_t>(j * 64 + e)];
+        exact += term;
+        mag += std::fabs(term);
+      }
+      ASSERT_NEAR(ref[static_cast<std::size_t>(r * ld + j)], exact, 1e-5 * mag + 1e-6)
+          << "rows " << n_rows << " r " << r << " j " << j;
+    }
+  }
+  on_every_target([&](const char* target) {
+    std::vector<float> simd(ref.size(), -7.0f), tiled(ref.size(), -7.0f);
+    score_codeword_keys(keys, q.data(), q_stride, n_q, simd.data(), ld);
+    // The path it replaces: decode the tile, then the shared tile kernel.
+    lm::kernels::tiles::score_rows(q.data(), q_stride, n_q, decoded.data(), 64, n_rows, 64, tiled.data(), ld);
+    for (int64_t r = 0; r < n_q; ++r) {
+      for (int64_t j = 0; j < ld; ++j) {
+        const std::size_t i = static_cast<std::size_t>(r * ld + j);
+        // Past n_rows: untouched (-7 in both).
+        ASSERT_EQ(simd[i], ref[i]) << target << " rows " << n_rows << " q " << n_q << " r " << r << " j " << j;
+        if (j < n_rows && n_rows % 8 == 0) {
+          ASSERT_EQ(simd[i], tiled[i]) << target << " rows " << n_rows << " r " << r << " j " << j;
+        }
+      }
+    }
+  });
+}
+
 TEST(CodewordRows, KeyScoresMatchScalarDecodedTilesAndExactDots) {
   if (!codeword_rows_supported()) GTEST_SKIP() << "no 8-lane target here";
   std::mt19937 rng(11);
@@ -67,46 +110,54 @@ TEST(CodewordRows, KeyScoresMatchScalarDecodedTilesAndExactDots) {
     // the last query pair half empty).
     for (const int64_t n_q : {1, 2, 3, 7, 8, 9, 17, 48, 50}) {
       for (const int64_t pad : {int64_t{0}, int64_t{5}}) {
-        const Rows rows = random_rows(64, 4, 12, true, n_rows, pad, rng);
-        const int64_t q_stride = 70, ld = n_rows + 3;
-        const std::vector<float> q = normals(static_cast<std::size_t>(n_q * q_stride), rng);
-        const CodewordKeys keys{rows.codes.data(), rows.stride, n_rows, rows.book.words.data()};
-        std::vector<float> ref(static_cast<std::size_t>(n_q * ld), -7.0f);
-        scalar::score_codeword_keys(keys, q.data(), q_stride, n_q, ref.data(), ld);
-        std::vector<float> decoded(static_cast<std::size_t>(n_rows * 64));
-        pvq::decode_rows(rows.book, rows.codes.data(), rows.stride, n_rows, decoded.data());
-        for (int64_t r = 0; r < n_q; ++r) {
-          for (int64_t j = 0; j < n_rows; ++j) {
-            double exact = 0.0, mag = 0.0;
-            for (int e = 0; e < 64; ++e) {
-              const double term =
-                  double{q[static_cast<std::size_t>(r * q_stride + e)]} * decoded[static_cast<std::size_t>(j * 64 + e)];
-              exact += term;
-              mag += std::fabs(term);
-            }
-            ASSERT_NEAR(ref[static_cast<std::size_t>(r * ld + j)], exact, 1e-5 * mag + 1e-6)
-                << "rows " << n_rows << " r " << r << " j " << j;
-          }
-        }
-        on_every_target([&](const char* target) {
-          std::vector<float> simd(ref.size(), -7.0f), tiled(ref.size(), -7.0f);
-          score_codeword_keys(keys, q.data(), q_stride, n_q, simd.data(), ld);
-          // The path it replaces: decode the tile, then the shared tile kernel.
-          lm::kernels::tiles::score_rows(q.data(), q_stride, n_q, decoded.data(), 64, n_rows, 64, tiled.data(), ld);
-          for (int64_t r = 0; r < n_q; ++r) {
-            for (int64_t j = 0; j < ld; ++j) {
-              const std::size_t i = static_cast<std::size_t>(r * ld + j);
-              // Past n_rows: untouched (-7 in both).
-              ASSERT_EQ(simd[i], ref[i]) << target << " rows " << n_rows << " q " << n_q << " r " << r << " j " << j;
-              if (j < n_rows && n_rows % 8 == 0) {
-                ASSERT_EQ(simd[i], tiled[i]) << target << " rows " << n_rows << " r " << r << " j " << j;
-              }
-            }
-          }
-        });
+        check_key_scores(n_rows, n_q, pad, rng);
+        if (HasFatalFailure()) return;
       }
     }
   }
+}
+
+// One (dim, rows, queries) case of the value accumulator: the scalar reference near exact sums
+// over the decoded rows; every target equal to it and to the decoded tile's sums bit for bit,
+// columns past the row untouched.
+void check_value_sums(int dim, int64_t n_rows, int64_t n_q, std::mt19937& rng) {
+  const Rows rows = random_rows(dim, 8, 8, false, n_rows, 3, rng);
+  const int64_t ld = n_rows + 2, acc_stride = dim + 8;
+  const std::vector<float> w = normals(static_cast<std::size_t>(n_q * ld), rng);
+  const std::vector<float> start = normals(static_cast<std::size_t>(n_q * acc_stride), rng);
+  const CodewordValues values{rows.codes.data(), rows.stride, n_rows, rows.book.n_sub, rows.book.words.data()};
+  std::vector<float> ref = start;
+  scalar::accumulate_codeword_values(values, w.data(), ld, n_q, ref.data(), acc_stride);
+  std::vector<float> decoded(static_cast<std::size_t>(n_rows * dim));
+  pvq::decode_rows(rows.book, rows.codes.data(), rows.stride, n_rows, decoded.data());
+  for (int64_t r = 0; r < n_q; ++r) {
+    for (int64_t e = 0; e < dim; ++e) {
+      const std::size_t i = static_cast<std::size_t>(r * acc_stride + e);
+      double exact = start[i], mag = std::fabs(start[i]);
+      for (int64_t j = 0; j < n_rows; ++j) {
+        const double term =
+            double{w[static_cast<std::size_t>(r * ld + j)]} * decoded[static_cast<std::size_t>(j * dim + e)];
+        exact += term;
+        mag += std::fabs(term);
+      }
+      ASSERT_NEAR(ref[i], exact, 1e-5 * mag + 1e-6);
+    }
+  }
+  on_every_target([&](const char* target) {
+    std::vector<float> simd = start, tiled = start;
+    accumulate_codeword_values(values, w.data(), ld, n_q, simd.data(), acc_stride);
+    lm::kernels::tiles::accumulate_rows(w.data(), ld, n_q, decoded.data(), dim, n_rows, dim, tiled.data(), acc_stride);
+    for (int64_t r = 0; r < n_q; ++r) {
+      for (int64_t e = 0; e < acc_stride; ++e) {
+        const std::size_t i = static_cast<std::size_t>(r * acc_stride + e);
+        ASSERT_EQ(simd[i], ref[i]) << target << " dim " << dim << " q " << n_q << " r " << r << " e " << e;
+        ASSERT_EQ(simd[i], tiled[i]) << target << " dim " << dim << " q " << n_q << " r " << r << " e " << e;
+        if (e >= dim) {
+          ASSERT_EQ(simd[i], start[i]);  // columns past the row untouched
+        }
+      }
+    }
+  });
 }
 
 TEST(CodewordRows, ValueSumsMatchScalarDecodedTilesAndExactSums) {
@@ -117,44 +168,8 @@ TEST(CodewordRows, ValueSumsMatchScalarDecodedTilesAndExactSums) {
     for (const int64_t n_rows : {int64_t{1}, int64_t{7}, int64_t{64}}) {
       // From 8 queries the AVX-512 loop, 6 per pass: 8..13 leave remainders 2, 3, 4, 5, 0, 1.
       for (const int64_t n_q : {1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 48}) {
-        const Rows rows = random_rows(dim, 8, 8, false, n_rows, 3, rng);
-        const int64_t ld = n_rows + 2, acc_stride = dim + 8;
-        const std::vector<float> w = normals(static_cast<std::size_t>(n_q * ld), rng);
-        const std::vector<float> start = normals(static_cast<std::size_t>(n_q * acc_stride), rng);
-        const CodewordValues values{rows.codes.data(), rows.stride, n_rows, rows.book.n_sub, rows.book.words.data()};
-        std::vector<float> ref = start;
-        scalar::accumulate_codeword_values(values, w.data(), ld, n_q, ref.data(), acc_stride);
-        std::vector<float> decoded(static_cast<std::size_t>(n_rows * dim));
-        pvq::decode_rows(rows.book, rows.codes.data(), rows.stride, n_rows, decoded.data());
-        for (int64_t r = 0; r < n_q; ++r) {
-          for (int64_t e = 0; e < dim; ++e) {
-            const std::size_t i = static_cast<std::size_t>(r * acc_stride + e);
-            double exact = start[i], mag = std::fabs(start[i]);
-            for (int64_t j = 0; j < n_rows; ++j) {
-              const double term =
-                  double{w[static_cast<std::size_t>(r * ld + j)]} * decoded[static_cast<std::size_t>(j * dim + e)];
-              exact += term;
-              mag += std::fabs(term);
-            }
-            ASSERT_NEAR(ref[i], exact, 1e-5 * mag + 1e-6);
-          }
-        }
-        on_every_target([&](const char* target) {
-          std::vector<float> simd = start, tiled = start;
-          accumulate_codeword_values(values, w.data(), ld, n_q, simd.data(), acc_stride);
-          lm::kernels::tiles::accumulate_rows(w.data(), ld, n_q, decoded.data(), dim, n_rows, dim, tiled.data(),
-                                              acc_stride);
-          for (int64_t r = 0; r < n_q; ++r) {
-            for (int64_t e = 0; e < acc_stride; ++e) {
-              const std::size_t i = static_cast<std::size_t>(r * acc_stride + e);
-              ASSERT_EQ(simd[i], ref[i]) << target << " dim " << dim << " q " << n_q << " r " << r << " e " << e;
-              ASSERT_EQ(simd[i], tiled[i]) << target << " dim " << dim << " q " << n_q << " r " << r << " e " << e;
-              if (e >= dim) {
-                ASSERT_EQ(simd[i], start[i]);  // columns past the row untouched
-              }
-            }
-          }
-        });
+        check_value_sums(dim, n_rows, n_q, rng);
+        if (HasFatalFailure()) return;
       }
     }
   }

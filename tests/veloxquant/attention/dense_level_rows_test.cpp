@@ -58,52 +58,59 @@ TEST(DenseLevelRows, ScalarReferenceDecodesHandPackedCodes) {
   r.block = block;
   r.levels = levels.data();
   r.offset = offset.data();
-  std::vector<float> out(2 * dim);
+  std::vector<float> out(2 * static_cast<std::size_t>(dim));
   scalar::decode_dense_level_rows(r, out.data());
   for (int j = 0; j < 2; ++j) {
     for (int i = 0; i < dim; ++i) {
-      const float s = base::f16_to_f32(t.scales[static_cast<std::size_t>(j * 3 + i / block)]);
+      const float s = base::f16_to_f32(t.scales[static_cast<std::size_t>(j) * 3 + i / block]);
       EXPECT_FLOAT_EQ(out[static_cast<std::size_t>(j * dim + i)],
                       s * levels[t.raw[static_cast<std::size_t>(j * dim + i)]] + offset[static_cast<std::size_t>(i)]);
     }
   }
 }
 
-// The dispatched decoder against the scalar reference for every combination of the lists, with
-// contiguous rows (the caches' layout) and rows `gap` bytes/scales apart; one FMA rounding apart
+// One shape: `rows` rows `gap` bytes/scales apart (0: contiguous, the caches' layout), with and
+// without the offset, the dispatched decoder against the scalar reference, one FMA rounding apart
 // at most (a fused multiply-add against a multiply then an add).
+void expect_shape_matches_scalar(int bits, const std::vector<float>& levels, int64_t dim, int64_t block, int64_t rows,
+                                 int64_t gap) {
+  const int64_t row_bytes = (dim * bits + 7) / 8;
+  const int64_t blocks = (dim + block - 1) / block;
+  const Tile t = make_tile(rows, dim, bits, block, row_bytes + gap, blocks + gap);
+  const auto offset = test_support::normal_values(static_cast<std::size_t>(dim), 9);
+  DenseLevelRows r;
+  r.codes = t.codes.data();
+  r.code_stride = row_bytes + gap;
+  r.scales = t.scales.data();
+  r.scale_stride = blocks + gap;
+  r.n_rows = rows;
+  r.dim = dim;
+  r.bits = bits;
+  r.block = block;
+  r.levels = levels.data();
+  for (bool with_offset : {false, true}) {
+    r.offset = with_offset ? offset.data() : nullptr;
+    std::vector<float> out(static_cast<std::size_t>(rows * dim)), ref(out.size());
+    decode_dense_level_rows(r, out.data());
+    scalar::decode_dense_level_rows(r, ref.data());
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      ASSERT_NEAR(out[i], ref[i], 1e-6f * (1.0f + std::fabs(ref[i])))
+          << "bits " << bits << " dim " << dim << " block " << block << " rows " << rows << " gap " << gap << " i " << i
+          << (with_offset ? " offset" : "");
+    }
+  }
+}
+
+// expect_shape_matches_scalar for every combination of the lists.
 void expect_simd_matches_scalar(int bits, const std::vector<float>& levels, std::initializer_list<int64_t> dims,
                                 std::initializer_list<int64_t> blocks_list, std::initializer_list<int64_t> rows_list,
                                 std::initializer_list<int64_t> gaps) {
   for (int64_t dim : dims) {
     for (int64_t block : blocks_list) {
       for (int64_t rows : rows_list) {
-        for (bool with_offset : {false, true}) {
-          const int64_t row_bytes = (dim * bits + 7) / 8;
-          const int64_t blocks = (dim + block - 1) / block;
-          for (int64_t gap : gaps) {
-            const Tile t = make_tile(rows, dim, bits, block, row_bytes + gap, blocks + gap);
-            const auto offset = test_support::normal_values(static_cast<std::size_t>(dim), 9);
-            DenseLevelRows r;
-            r.codes = t.codes.data();
-            r.code_stride = row_bytes + gap;
-            r.scales = t.scales.data();
-            r.scale_stride = blocks + gap;
-            r.n_rows = rows;
-            r.dim = dim;
-            r.bits = bits;
-            r.block = block;
-            r.levels = levels.data();
-            r.offset = with_offset ? offset.data() : nullptr;
-            std::vector<float> out(static_cast<std::size_t>(rows * dim)), ref(out.size());
-            decode_dense_level_rows(r, out.data());
-            scalar::decode_dense_level_rows(r, ref.data());
-            for (std::size_t i = 0; i < out.size(); ++i) {
-              ASSERT_NEAR(out[i], ref[i], 1e-6f * (1.0f + std::fabs(ref[i])))
-                  << "bits " << bits << " dim " << dim << " block " << block << " rows " << rows << " gap " << gap
-                  << " i " << i;
-            }
-          }
+        for (int64_t gap : gaps) {
+          expect_shape_matches_scalar(bits, levels, dim, block, rows, gap);
+          if (::testing::Test::HasFatalFailure()) return;
         }
       }
     }
@@ -133,6 +140,7 @@ TEST(DenseLevelRows, EvenByteLevelsComputedFromTheCodeMatchScalar) {
   // 8-bit codes on the levels (2c - 255) / 256 (turboquant_block from 7 bits on) take the path
   // that computes each level from its code; dims and blocks that are not whole blocks fall back.
   std::vector<float> levels;
+  levels.reserve(256);
   for (int c = 0; c < 256; ++c) levels.push_back(static_cast<float>(2 * c - 255) / 256.0f);
   expect_simd_matches_scalar(8, levels, {8, 64, 128, 40}, {8, 32, 64}, {1, 3, 64}, {0, 5});
 }

@@ -87,41 +87,47 @@ TEST(IntegerKeyScores, AZeroQueryHasStepZeroAndANonFiniteOneANaNStep) {
   EXPECT_TRUE(std::isnan(scores[1]));
 }
 
+// One (rows, queries) case: the dispatched kernel and every target this machine runs (AVX3's
+// paired rows for one-chunk planes, its 16-lane sums for wider ones, AVX2's 8-lane loop, ...)
+// whose chunk divides the plane equal the scalar reference bit for bit.
+void check_scores_on_every_target(const Case& c, int64_t n_rows, int64_t n_q) {
+  const int64_t plane = c.d * c.bits / 8;
+  const int64_t stride = plane + 12, ld = n_rows + 5;
+  const auto bytes = random_bytes(static_cast<std::size_t>(n_rows * stride), 17 + c.bits);
+  const auto q = test_support::normal_values(static_cast<std::size_t>(n_q * c.d), 23);
+  const auto min = test_support::normal_values(static_cast<std::size_t>(c.d), 29);
+  const std::vector<float> scale(static_cast<std::size_t>(c.d), 0.25f);
+  std::vector<int16_t> q16(static_cast<std::size_t>(n_q * c.d));
+  std::vector<float> step(n_q), bias(n_q);
+  scalar::fold_queries_i16(q.data(), n_q, c.d, scale.data(), min.data(), integer_query_limit(c.bits, c.d), q16.data(),
+                           step.data(), bias.data());
+  std::vector<float> out(static_cast<std::size_t>(n_q * ld), -1.0f), ref(out);
+  const PlaneCodeRows rows{bytes.data(), stride, n_rows, plane, c.bits};
+  const IntegerQueries queries{q16.data(), step.data(), bias.data(), n_q};
+  score_codes_i16(rows, queries, out.data(), ld);
+  scalar::score_codes_i16(rows, queries, ref.data(), ld);
+  ASSERT_EQ(out, ref) << c.bits << " bits, d " << c.d << ", " << n_rows << " rows, " << n_q << " queries";
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    if (can_score_codes_i16(c.bits, plane)) {
+      std::vector<float> on_target(out.size(), -1.0f);
+      score_codes_i16(rows, queries, on_target.data(), ld);
+      hwy::SetSupportedTargetsForTest(0);
+      ASSERT_EQ(on_target, ref) << hwy::TargetName(target) << ", " << c.bits << " bits, d " << c.d << ", " << n_rows
+                                << " rows, " << n_q << " queries";
+    }
+    hwy::SetSupportedTargetsForTest(0);
+  }
+}
+
 TEST(IntegerKeyScores, ScoresMatchScalarBitForBitAcrossWidthsRowsAndQueries) {
   for (const Case c : {Case{2, 64}, Case{4, 32}, Case{4, 64}, Case{8, 64}, Case{4, 128}, Case{2, 256}, Case{8, 512}}) {
-    const int64_t plane = c.d * c.bits / 8;
-    if (!can_score_codes_i16(c.bits, plane)) continue;  // a narrower SIMD target's chunk
+    if (!can_score_codes_i16(c.bits, c.d * c.bits / 8)) continue;  // a narrower SIMD target's chunk
     for (const int64_t n_rows :
          {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{6}, int64_t{7}, int64_t{33}, int64_t{64}}) {
       for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{7}}) {
-        const int64_t stride = plane + 12, ld = n_rows + 5;
-        const auto bytes = random_bytes(static_cast<std::size_t>(n_rows * stride), 17 + c.bits);
-        const auto q = test_support::normal_values(static_cast<std::size_t>(n_q * c.d), 23);
-        const auto min = test_support::normal_values(static_cast<std::size_t>(c.d), 29);
-        const std::vector<float> scale(static_cast<std::size_t>(c.d), 0.25f);
-        std::vector<int16_t> q16(static_cast<std::size_t>(n_q * c.d));
-        std::vector<float> step(n_q), bias(n_q);
-        scalar::fold_queries_i16(q.data(), n_q, c.d, scale.data(), min.data(), integer_query_limit(c.bits, c.d),
-                                 q16.data(), step.data(), bias.data());
-        std::vector<float> out(static_cast<std::size_t>(n_q * ld), -1.0f), ref(out);
-        const PlaneCodeRows rows{bytes.data(), stride, n_rows, plane, c.bits};
-        const IntegerQueries queries{q16.data(), step.data(), bias.data(), n_q};
-        score_codes_i16(rows, queries, out.data(), ld);
-        scalar::score_codes_i16(rows, queries, ref.data(), ld);
-        ASSERT_EQ(out, ref) << c.bits << " bits, d " << c.d << ", " << n_rows << " rows, " << n_q << " queries";
-        // Every target this machine runs (AVX3's paired rows for one-chunk planes, its 16-lane
-        // sums for wider ones, AVX2's 8-lane loop, ...) whose chunk divides the plane.
-        for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-          hwy::SetSupportedTargetsForTest(target);
-          if (can_score_codes_i16(c.bits, plane)) {
-            std::vector<float> on_target(out.size(), -1.0f);
-            score_codes_i16(rows, queries, on_target.data(), ld);
-            hwy::SetSupportedTargetsForTest(0);
-            ASSERT_EQ(on_target, ref) << hwy::TargetName(target) << ", " << c.bits << " bits, d " << c.d << ", "
-                                      << n_rows << " rows, " << n_q << " queries";
-          }
-          hwy::SetSupportedTargetsForTest(0);
-        }
+        check_scores_on_every_target(c, n_rows, n_q);
+        if (HasFatalFailure()) return;
       }
     }
   }

@@ -79,7 +79,7 @@ void check_layout(const Layout& layout, int64_t n_rows, bool with_offset, uint64
     for (int g = 0; g < rows.n_groups; ++g) {
       const float s = quant::log8_scale(scales[static_cast<std::size_t>(j * rows.n_groups + g)]);
       for (int i = 0; i < rows.channels[g]; ++i) {
-        const auto e = static_cast<std::size_t>(rows.offset[g] + i);
+        const std::size_t e = static_cast<std::size_t>(rows.offset[g]) + static_cast<std::size_t>(i);
         const float product = s * rows.levels[g][unpacked[static_cast<std::size_t>(j * dim) + e]];
         exact[static_cast<std::size_t>(j * dim) + e] = with_offset ? product + offset[e] : product;
       }

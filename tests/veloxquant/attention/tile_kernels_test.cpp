@@ -39,7 +39,7 @@ TEST(TileKernels, AffineDecodeMatchesScalar) {
 namespace veloxquant::attention::kernels {
 namespace {
 TEST(TileKernels, UnpackPlanesMatchesScalar) {
-  std::vector<uint8_t> bytes(3 * 45);
+  std::vector<uint8_t> bytes(std::size_t{3} * 45);
   for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 97 + 13);
   for (int bits : {1, 2, 4, 8}) {
     for (int64_t plane : {int64_t{3}, int64_t{8}, int64_t{16}, int64_t{40}}) {
@@ -153,31 +153,38 @@ TEST(TileKernels, AddPlanesInterleavedMatchesScalar) {
 
 namespace veloxquant::attention::kernels {
 namespace {
+// nq queries' weights (with a bias when nq is odd) over 37 rows 16 bytes past the plane apart:
+// the kernel within rounding of its scalar reference.
+void check_accumulate_planes(const std::vector<uint8_t>& bytes, int bits, int64_t d, int64_t group, int64_t nq) {
+  const int64_t plane = d * bits / 8, groups = d / group;
+  const int64_t rows = 37, stride = plane + 16;
+  ASSERT_LE(static_cast<std::size_t>(rows * stride), bytes.size());
+  const auto ws = random_values(static_cast<std::size_t>(groups * nq * rows), 18);
+  std::vector<float> acc = random_values(static_cast<std::size_t>(nq * (d + 2)), 19), ref = acc;
+  const auto biases = random_values(static_cast<std::size_t>(groups * nq), 23);
+  const float* bias = nq % 2 == 1 ? biases.data() : nullptr;  // with and without
+  const PlaneValueRows tile{bytes.data(), stride, rows, plane, bits, group};
+  accumulate_planes(tile, {ws.data(), bias, nq, acc.data(), d + 2});
+  scalar::accumulate_planes(tile, {ws.data(), bias, nq, ref.data(), d + 2});
+  for (std::size_t i = 0; i < acc.size(); ++i) {
+    ASSERT_NEAR(acc[i], ref[i], 1e-3f * (1 << bits))
+        << "bits " << bits << " d " << d << " group " << group << " nq " << nq;
+  }
+}
+
 TEST(TileKernels, AccumulatePlanesMatchesScalar) {
   // 37 rows 16 bytes past the plane apart (the widest plane is 8-bit codes of d 128: 128 bytes).
   // The stride was a fixed 80 once, shorter than that plane, so the last rows read past the
   // vector (AddressSanitizer, 2026-12-05): kernel and reference compared bytes outside the input.
-  std::vector<uint8_t> bytes(37 * (128 + 16));
+  std::vector<uint8_t> bytes(std::size_t{37} * (128 + 16));
   for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 73 + 5);
   for (int bits : {2, 4, 8}) {
     for (int64_t d : {64, 128}) {
       for (int64_t group : {32, 64}) {
-        const int64_t plane = d * bits / 8, groups = d / group;
-        if (!can_accumulate_planes(bits, plane, group)) continue;
+        if (!can_accumulate_planes(bits, d * bits / 8, group)) continue;
         for (int64_t nq : {1, 2, 3, 4, 7}) {
-          const int64_t rows = 37, stride = plane + 16;
-          ASSERT_LE(static_cast<std::size_t>(rows * stride), bytes.size());
-          const auto ws = random_values(static_cast<std::size_t>(groups * nq * rows), 18);
-          std::vector<float> acc = random_values(static_cast<std::size_t>(nq * (d + 2)), 19), ref = acc;
-          const auto biases = random_values(static_cast<std::size_t>(groups * nq), 23);
-          const float* bias = nq % 2 == 1 ? biases.data() : nullptr;  // with and without
-          const PlaneValueRows tile{bytes.data(), stride, rows, plane, bits, group};
-          accumulate_planes(tile, {ws.data(), bias, nq, acc.data(), d + 2});
-          scalar::accumulate_planes(tile, {ws.data(), bias, nq, ref.data(), d + 2});
-          for (std::size_t i = 0; i < acc.size(); ++i) {
-            ASSERT_NEAR(acc[i], ref[i], 1e-3f * (1 << bits))
-                << "bits " << bits << " d " << d << " group " << group << " nq " << nq;
-          }
+          check_accumulate_planes(bytes, bits, d, group, nq);
+          if (HasFatalFailure()) return;
         }
       }
     }
@@ -186,44 +193,50 @@ TEST(TileKernels, AccumulatePlanesMatchesScalar) {
   EXPECT_FALSE(can_accumulate_planes(2, 16, 16));
   EXPECT_TRUE(can_accumulate_planes(4, 32, 32));
 }
+
+// For 1, 5 and 37 rows: every FMA target's sums equal the first one's bit for bit.
+void check_targets_agree(const std::vector<uint8_t>& bytes, int bits, int64_t d, int64_t group, int64_t nq) {
+  const int64_t plane = d * bits / 8, groups = d / group;
+  for (int64_t rows : {1, 5, 37}) {
+    const int64_t stride = plane + 16;
+    const auto ws = random_values(static_cast<std::size_t>(groups * nq * rows), 28);
+    const std::vector<float> start = random_values(static_cast<std::size_t>(nq * (d + 2)), 29);
+    const auto biases = random_values(static_cast<std::size_t>(groups * nq), 33);
+    const float* bias = nq % 2 == 1 ? biases.data() : nullptr;
+    std::vector<float> first;
+    std::string first_target;
+    for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+      // x86 targets with fused multiply-adds (AVX2, AVX3, AVX3_DL): SSE4's MulAdd rounds twice.
+      if (target > HWY_AVX2) continue;
+      hwy::SetSupportedTargetsForTest(target);
+      std::vector<float> acc = start;
+      accumulate_planes({bytes.data(), stride, rows, plane, bits, group}, {ws.data(), bias, nq, acc.data(), d + 2});
+      hwy::SetSupportedTargetsForTest(0);
+      if (first.empty()) {
+        first = acc;
+        first_target = hwy::TargetName(target);
+        continue;
+      }
+      ASSERT_EQ(acc, first) << hwy::TargetName(target) << " vs " << first_target << ": bits " << bits << " d " << d
+                            << " group " << group << " nq " << nq << " rows " << rows;
+    }
+  }
+}
+
 // Every FMA target accumulates each value lane with the same chain of fused multiply-adds (the
 // lane's accumulator plus its group's bias, then the rows in order), whatever its vector width:
 // AVX3's 16-lane passes — including the one over two 8-byte channel groups of 2-bit codes in
 // groups of 32, each half with its own group's weights — give the 8-lane targets' bits.
 TEST(TileKernels, AccumulatePlanesIsBitIdenticalOnEverySimdTarget) {
-  std::vector<uint8_t> bytes(37 * (128 + 16));
+  std::vector<uint8_t> bytes(std::size_t{37} * (128 + 16));
   for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 73 + 5);
   for (int bits : {2, 4, 8}) {
     for (int64_t d : {64, 128}) {
       for (int64_t group : {32, 64}) {
-        const int64_t plane = d * bits / 8, groups = d / group;
-        if (!can_accumulate_planes(bits, plane, group)) continue;
+        if (!can_accumulate_planes(bits, d * bits / 8, group)) continue;
         for (int64_t nq : {1, 2, 3, 4, 7}) {
-          for (int64_t rows : {1, 5, 37}) {
-            const int64_t stride = plane + 16;
-            const auto ws = random_values(static_cast<std::size_t>(groups * nq * rows), 28);
-            const std::vector<float> start = random_values(static_cast<std::size_t>(nq * (d + 2)), 29);
-            const auto biases = random_values(static_cast<std::size_t>(groups * nq), 33);
-            const float* bias = nq % 2 == 1 ? biases.data() : nullptr;
-            std::vector<float> first;
-            std::string first_target;
-            for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-              // x86 targets with fused multiply-adds (AVX2, AVX3, AVX3_DL): SSE4's MulAdd rounds twice.
-              if (target > HWY_AVX2) continue;
-              hwy::SetSupportedTargetsForTest(target);
-              std::vector<float> acc = start;
-              accumulate_planes({bytes.data(), stride, rows, plane, bits, group},
-                                {ws.data(), bias, nq, acc.data(), d + 2});
-              hwy::SetSupportedTargetsForTest(0);
-              if (first.empty()) {
-                first = acc;
-                first_target = hwy::TargetName(target);
-                continue;
-              }
-              ASSERT_EQ(acc, first) << hwy::TargetName(target) << " vs " << first_target << ": bits " << bits << " d "
-                                    << d << " group " << group << " nq " << nq << " rows " << rows;
-            }
-          }
+          check_targets_agree(bytes, bits, d, group, nq);
+          if (HasFatalFailure()) return;
         }
       }
     }

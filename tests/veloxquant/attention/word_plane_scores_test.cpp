@@ -69,6 +69,52 @@ std::vector<uint32_t> random_rows(const WordPlanes& p, int64_t n_rows, int64_t s
   return words;
 }
 
+// One (levels, row stride, rows, queries) case: SIMD equal to scalar bit for bit, the scores near
+// the natural-order dot product in double, the columns past the rows untouched.
+void check_case(const Case& c, const WordPlanes& p, const std::vector<float>& table, bool with_levels, int64_t extra,
+                int64_t n_rows, int64_t n_q, std::mt19937& rng) {
+  const int64_t stride = p.words + extra, ld = n_rows + 3;
+  std::vector<int> codes;
+  const std::vector<uint32_t> words = random_rows(p, n_rows, stride, codes, rng);
+  const std::vector<float> natural =
+      test_support::normal_values(static_cast<std::size_t>(n_q * c.codes), static_cast<uint32_t>(rng()));
+  std::vector<float> folded(static_cast<std::size_t>(n_q * p.dim()));
+  for (int64_t r = 0; r < n_q; ++r) to_word_plane_order(p, natural.data() + r * c.codes, &folded[r * p.dim()]);
+  std::vector<float> bias(static_cast<std::size_t>(n_q));
+  for (int64_t r = 0; r < n_q; ++r) bias[static_cast<std::size_t>(r)] = 0.25f * static_cast<float>(r) - 0.5f;
+  const float* levels = with_levels ? table.data() : nullptr;
+  std::vector<float> got(static_cast<std::size_t>(n_q * ld), -7.0f), ref(got);
+  score_word_planes(words.data(), stride, n_rows, p, levels, folded.data(), n_q, bias.data(), got.data(), ld);
+  scalar::score_word_planes(words.data(), stride, n_rows, p, levels, folded.data(), n_q, bias.data(), ref.data(), ld);
+  ASSERT_EQ(got, ref) << c.bits << " bits, " << c.codes << " codes, " << n_rows << " rows, " << n_q
+                      << " queries, levels " << with_levels;
+  for (int64_t r = 0; r < n_q; ++r) {
+    for (int64_t j = 0; j < n_rows; ++j) {
+      double exact = bias[static_cast<std::size_t>(r)], magnitude = 0.0;
+      for (int64_t i = 0; i < c.codes; ++i) {
+        const int code = codes[static_cast<std::size_t>(j * c.codes + i)];
+        const double value = with_levels ? table[static_cast<std::size_t>(code)] : code;
+        const double term = natural[static_cast<std::size_t>(r * c.codes + i)] * value;
+        exact += term;
+        magnitude += std::fabs(term);
+      }
+      EXPECT_NEAR(got[static_cast<std::size_t>(r * ld + j)], exact, 1e-5 * (magnitude + 1.0))
+          << c.bits << " bits, query " << r << ", row " << j;
+    }
+    // Columns past the rows are untouched.
+    for (int64_t j = n_rows; j < ld; ++j) EXPECT_EQ(got[static_cast<std::size_t>(r * ld + j)], -7.0f);
+  }
+}
+
+// check_case for 1, 3 and 7 queries.
+void check_queries(const Case& c, const WordPlanes& p, const std::vector<float>& table, bool with_levels, int64_t extra,
+                   int64_t n_rows, std::mt19937& rng) {
+  for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{7}}) {
+    check_case(c, p, table, with_levels, extra, n_rows, n_q, rng);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 TEST(WordPlaneScores, SimdEqualsScalarBitForBitAndTheNaturalOrderDotProduct) {
   std::mt19937 rng(11);
   for (const Case c : kCases) {
@@ -77,41 +123,8 @@ TEST(WordPlaneScores, SimdEqualsScalarBitForBitAndTheNaturalOrderDotProduct) {
     for (const bool with_levels : {false, true}) {
       for (const int64_t extra : {int64_t{0}, int64_t{2}}) {
         for (const int64_t n_rows : {int64_t{1}, int64_t{6}, int64_t{37}}) {
-          for (const int64_t n_q : {int64_t{1}, int64_t{3}, int64_t{7}}) {
-            const int64_t stride = p.words + extra, ld = n_rows + 3;
-            std::vector<int> codes;
-            const std::vector<uint32_t> words = random_rows(p, n_rows, stride, codes, rng);
-            const std::vector<float> natural =
-                test_support::normal_values(static_cast<std::size_t>(n_q * c.codes), static_cast<uint32_t>(rng()));
-            std::vector<float> folded(static_cast<std::size_t>(n_q * p.dim()));
-            for (int64_t r = 0; r < n_q; ++r)
-              to_word_plane_order(p, natural.data() + r * c.codes, &folded[r * p.dim()]);
-            std::vector<float> bias(static_cast<std::size_t>(n_q));
-            for (int64_t r = 0; r < n_q; ++r) bias[static_cast<std::size_t>(r)] = 0.25f * static_cast<float>(r) - 0.5f;
-            const float* levels = with_levels ? table.data() : nullptr;
-            std::vector<float> got(static_cast<std::size_t>(n_q * ld), -7.0f), ref(got);
-            score_word_planes(words.data(), stride, n_rows, p, levels, folded.data(), n_q, bias.data(), got.data(), ld);
-            scalar::score_word_planes(words.data(), stride, n_rows, p, levels, folded.data(), n_q, bias.data(),
-                                      ref.data(), ld);
-            ASSERT_EQ(got, ref) << c.bits << " bits, " << c.codes << " codes, " << n_rows << " rows, " << n_q
-                                << " queries, levels " << with_levels;
-            for (int64_t r = 0; r < n_q; ++r) {
-              for (int64_t j = 0; j < n_rows; ++j) {
-                double exact = bias[static_cast<std::size_t>(r)], magnitude = 0.0;
-                for (int64_t i = 0; i < c.codes; ++i) {
-                  const int code = codes[static_cast<std::size_t>(j * c.codes + i)];
-                  const double value = with_levels ? table[static_cast<std::size_t>(code)] : code;
-                  const double term = natural[static_cast<std::size_t>(r * c.codes + i)] * value;
-                  exact += term;
-                  magnitude += std::fabs(term);
-                }
-                EXPECT_NEAR(got[static_cast<std::size_t>(r * ld + j)], exact, 1e-5 * (magnitude + 1.0))
-                    << c.bits << " bits, query " << r << ", row " << j;
-              }
-              // Columns past the rows are untouched.
-              for (int64_t j = n_rows; j < ld; ++j) EXPECT_EQ(got[static_cast<std::size_t>(r * ld + j)], -7.0f);
-            }
-          }
+          check_queries(c, p, table, with_levels, extra, n_rows, rng);
+          if (HasFatalFailure()) return;
         }
       }
     }

@@ -10,6 +10,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "base/half.h"
@@ -56,6 +59,61 @@ A2atsParams small_params() {
   return p;
 }
 
+// One query's softmax over the far rows' decoded keys (fk) at `scale`, added to each row's mass.
+void add_far_mass(const float* qi, const std::vector<std::vector<float>>& fk, float scale, std::vector<double>& mass) {
+  const int64_t far = static_cast<int64_t>(fk.size());
+  std::vector<double> l(static_cast<std::size_t>(far));
+  double mx = -1e300, sum = 0;
+  for (int64_t j = 0; j < far; ++j) {
+    double dot = 0;
+    for (std::size_t e = 0; e < fk[j].size(); ++e) dot += double(qi[e]) * fk[j][e];
+    l[j] = dot * scale;
+    mx = std::max(mx, l[j]);
+  }
+  for (double& x : l) sum += (x = std::exp(x - mx));
+  for (int64_t j = 0; j < far; ++j) mass[j] += l[j] / sum;
+}
+
+// Exact attention of query qi over (key, value) rows at `scale`, in double: the largest
+// |output - got| over the d channels.
+double attention_error(const float* qi, std::span<const std::pair<const float*, const float*>> kv, float scale,
+                       const float* got, int64_t d) {
+  std::vector<std::pair<double, const float*>> rows;  // (logit, value row)
+  rows.reserve(kv.size());
+  for (const auto& [key, value] : kv) {
+    double dot = 0;
+    for (int64_t e = 0; e < d; ++e) dot += double(qi[e]) * key[e];
+    rows.emplace_back(dot * scale, value);
+  }
+  double mx = -1e300, sum = 0;
+  for (const auto& r : rows) mx = std::max(mx, r.first);
+  std::vector<double> o(static_cast<std::size_t>(d), 0.0);
+  for (const auto& r : rows) {
+    const double w = std::exp(r.first - mx);
+    sum += w;
+    for (int64_t e = 0; e < d; ++e) o[e] += w * r.second[e];
+  }
+  double worst = 0;
+  for (int64_t e = 0; e < d; ++e) worst = std::max(worst, std::fabs(o[e] / sum - got[e]));
+  return worst;
+}
+
+// The index of sub-vector position m's centroid nearest to x (sub_dim floats; the first on ties).
+int nearest_centroid(const A2atsCache& cache, int64_t m, const float* x, int64_t sub_dim) {
+  double best = 1e300;
+  int best_c = -1;
+  for (int c = 0; c < 16; ++c) {
+    const std::vector<float> cen = cache.centroid(m, c);
+    double dist = 0;
+    for (int64_t e = 0; e < sub_dim; ++e) {
+      const double diff = x[e] - cen[e];
+      dist += diff * diff;
+    }
+    if (dist < best) best = dist, best_c = c;
+  }
+  return best_c;
+}
+
 // The retrieval and the attention after it against brute force, for `hq` query heads over
 // `heads` kv heads.
 void check_brute_force_retrieval(int64_t heads, int64_t hq) {
@@ -83,19 +141,7 @@ void check_brute_force_retrieval(int64_t heads, int64_t hq) {
       // Retrieval by approximate attention mass.
       std::vector<double> mass(static_cast<std::size_t>(far), 0.0);
       for (int64_t g = 0; g < group && far > 0; ++g) {
-        for (int64_t i = 0; i < s; ++i) {
-          const float* qi = &qf[((h * group + g) * s + i) * d];
-          std::vector<double> l(static_cast<std::size_t>(far));
-          double mx = -1e300, sum = 0;
-          for (int64_t j = 0; j < far; ++j) {
-            double dot = 0;
-            for (int64_t e = 0; e < d; ++e) dot += double(qi[e]) * fk[j][e];
-            l[j] = dot * scale;
-            mx = std::max(mx, l[j]);
-          }
-          for (double& x : l) sum += (x = std::exp(x - mx));
-          for (int64_t j = 0; j < far; ++j) mass[j] += l[j] / sum;
-        }
+        for (int64_t i = 0; i < s; ++i) add_far_mass(&qf[((h * group + g) * s + i) * d], fk, scale, mass);
       }
       std::vector<int32_t> order(static_cast<std::size_t>(far));
       std::iota(order.begin(), order.end(), 0);
@@ -106,30 +152,20 @@ void check_brute_force_retrieval(int64_t heads, int64_t hq) {
       ASSERT_EQ(used.size(), static_cast<std::size_t>(want_k + tail + s));
       EXPECT_TRUE(std::equal(chosen.begin(), chosen.end(), used.begin())) << "chunk " << s << " head " << h;
       if (want_k < far) ++checked_selection;
-      // Attention over the chosen far rows, the tail and the call's rows.
+      // Attention over (key, value) rows: the chosen far rows (decoded keys), the tail, the call's.
+      std::vector<std::pair<const float*, const float*>> held;
+      held.reserve(chosen.size() + static_cast<std::size_t>(offset - far + s));
+      for (int32_t j : chosen) held.emplace_back(fk[j].data(), &fed.v[h][j * d]);
+      for (int64_t t = far; t < offset; ++t) held.emplace_back(&fed.k[h][t * d], &fed.v[h][t * d]);
+      for (int64_t t = 0; t < s; ++t) held.emplace_back(&kf[(h * s + t) * d], &vf[(h * s + t) * d]);
+      const std::size_t before_call = held.size() - static_cast<std::size_t>(s);
       for (int64_t g = 0; g < group; ++g) {
         for (int64_t i = 0; i < s; ++i) {
-          const float* qi = &qf[((h * group + g) * s + i) * d];
-          std::vector<std::pair<double, const float*>> rows;  // (logit, value row)
-          const auto add = [&](const float* key, const float* value) {
-            double dot = 0;
-            for (int64_t e = 0; e < d; ++e) dot += double(qi[e]) * key[e];
-            rows.push_back({dot * scale, value});
-          };
-          for (int32_t j : chosen) add(fk[j].data(), &fed.v[h][j * d]);
-          for (int64_t t = far; t < offset; ++t) add(&fed.k[h][t * d], &fed.v[h][t * d]);
-          for (int64_t t = 0; t <= i; ++t) add(&kf[(h * s + t) * d], &vf[(h * s + t) * d]);
-          double mx = -1e300, sum = 0;
-          for (auto& r : rows) mx = std::max(mx, r.first);
-          std::vector<double> o(static_cast<std::size_t>(d), 0.0);
-          for (auto& r : rows) {
-            const double w = std::exp(r.first - mx);
-            sum += w;
-            for (int64_t e = 0; e < d; ++e) o[e] += w * r.second[e];
-          }
-          for (int64_t e = 0; e < d; ++e) {
-            worst = std::max(worst, std::fabs(o[e] / sum - got[((h * group + g) * s + i) * d + e]));
-          }
+          const int64_t at = ((h * group + g) * s + i) * d;
+          // Query i sees the held rows and the call's rows up to its own.
+          const std::span<const std::pair<const float*, const float*>> seen(
+              held.data(), before_call + static_cast<std::size_t>(i) + 1);
+          worst = std::max(worst, attention_error(&qf[at], seen, scale, &got[at], d));
         }
       }
     }
@@ -140,18 +176,8 @@ void check_brute_force_retrieval(int64_t heads, int64_t hq) {
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t j = 0; j < cache.far_rows(); ++j) {
         for (int64_t m = 0; m < d / p.sub_dim; ++m) {
-          double best = 1e300;
-          int best_c = -1;
-          for (int c = 0; c < 16; ++c) {
-            const std::vector<float> cen = cache.centroid(m, c);
-            double dist = 0;
-            for (int64_t e = 0; e < p.sub_dim; ++e) {
-              const double x = fed.k[h][j * d + m * p.sub_dim + e] - cen[e];
-              dist += x * x;
-            }
-            if (dist < best) best = dist, best_c = c;
-          }
-          ASSERT_EQ(cache.codes(0, h, j)[m], best_c) << "row " << j;
+          ASSERT_EQ(cache.codes(0, h, j)[m], nearest_centroid(cache, m, &fed.k[h][j * d + m * p.sub_dim], p.sub_dim))
+              << "row " << j;
         }
       }
     }

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <functional>
 #include <numeric>
+#include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "lm/cache/prompt_cache_file.h"
@@ -111,6 +113,74 @@ TEST(AmcCache, TierShapesAreFractionsOfTheHeadDim) {
   EXPECT_EQ(clamped.low, 0);
 }
 
+// The rows a tier holds for one token: High its key and value in f16, Mid and Low their rank-r
+// latents at the tier's bits decoded through the cache's tables.
+std::pair<std::vector<float>, std::vector<float>> expected_rows(const AmcCache& cache, AmcTier tier, int64_t h,
+                                                                const float* kx, const float* vx, int64_t d,
+                                                                int64_t g) {
+  std::vector<float> wk, wv;
+  if (tier == AmcTier::kHigh) {
+    wk.reserve(static_cast<std::size_t>(d));
+    wv.reserve(static_cast<std::size_t>(d));
+    for (int64_t c = 0; c < d; ++c) {
+      wk.push_back(test_support::f16_round(kx[c]));
+      wv.push_back(test_support::f16_round(vx[c]));
+    }
+    return {wk, wv};
+  }
+  const AmcTierShape s = amc_tier_shape(tier, d);
+  return {reference_latent(cache.key_table(), h, kx, d, s.rank, g, s.bits),
+          reference_latent(cache.value_table(), h, vx, d, s.rank, g, s.bits)};
+}
+
+// A block's positions by descending key L1 norm, ties to the earlier position.
+std::vector<int64_t> ranked_by_l1(const std::vector<float>& k, int64_t h, int64_t t, int64_t d, int64_t block,
+                                  int64_t g) {
+  std::vector<std::pair<double, int64_t>> ranked;
+  ranked.reserve(static_cast<std::size_t>(g));
+  for (int64_t r = 0; r < g; ++r) {
+    const int64_t p = block * g + r;
+    double l1 = 0.0;
+    for (int64_t c = 0; c < d; ++c) l1 += std::fabs(double(k[(h * t + p) * d + c]));
+    ranked.push_back({-l1, p});
+  }
+  std::sort(ranked.begin(), ranked.end());
+  std::vector<int64_t> order;
+  order.reserve(ranked.size());
+  for (const auto& r : ranked) order.push_back(r.second);
+  return order;
+}
+
+// After t tokens (keys k, values v as fed; gk, gv as fetched): each block's tiers by key L1 rank
+// and its fetched rows equal to the tier's reference rows, the tail past the frontier exact.
+void check_against_reference(const AmcCache& cache, const AmcOptions& o, const std::vector<float>& k,
+                             const std::vector<float>& v, const lm::KeysValues& got, int64_t heads, int64_t d) {
+  const int64_t t = 100, g = o.amc_group_size, frontier = t / g * g;
+  const std::vector<float> gk = got.keys.to_f32(), gv = got.values.to_f32();
+  const AmcTierCounts counts = amc_tier_counts(g, o.amc_k_high, o.amc_k_mid);
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t block = 0; block < frontier / g; ++block) {
+      const std::vector<int64_t> ranked = ranked_by_l1(k, h, t, d, block, g);
+      for (int64_t i = 0; i < g; ++i) {
+        const int64_t p = ranked[i];
+        const AmcTier tier = i < counts.high                ? AmcTier::kHigh
+                             : i < counts.high + counts.mid ? AmcTier::kMid
+                                                            : AmcTier::kLow;
+        ASSERT_EQ(cache.tier_of(0, h, p), tier) << "position " << p;
+        const auto [wk, wv] =
+            expected_rows(cache, tier, h, k.data() + (h * t + p) * d, v.data() + (h * t + p) * d, d, g);
+        for (int64_t c = 0; c < d; ++c) {
+          ASSERT_NEAR(gk[(h * t + p) * d + c], wk[c], 2e-5) << "key p " << p << " c " << c;
+          ASSERT_NEAR(gv[(h * t + p) * d + c], wv[c], 2e-5) << "value p " << p << " c " << c;
+        }
+      }
+    }
+    for (int64_t p = frontier; p < t; ++p) {
+      for (int64_t c = 0; c < d; ++c) ASSERT_EQ(gk[(h * t + p) * d + c], k[(h * t + p) * d + c]) << "tail exact";
+    }
+  }
+}
+
 TEST(AmcCache, MatchesTheReferenceAndNeverEvicts) {
   const int64_t heads = 2, d = 48;
   for (const AmcOptions& o : {options(), options(0.25, 0.25, 16), options(0.0, 1.0, 32)}) {
@@ -129,47 +199,8 @@ TEST(AmcCache, MatchesTheReferenceAndNeverEvicts) {
     EXPECT_EQ(got.keys.dim(2), t) << "never evicts";
     EXPECT_EQ(cache.frontier(), frontier);
     const std::vector<float> k = test_support::concat_tokens_f32(ks), v = test_support::concat_tokens_f32(vs);
-    const std::vector<float> gk = got.keys.to_f32(), gv = got.values.to_f32();
-    const AmcTierCounts counts = amc_tier_counts(g, o.amc_k_high, o.amc_k_mid);
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t block = 0; block < frontier / g; ++block) {
-        std::vector<std::pair<double, int64_t>> ranked;
-        for (int64_t r = 0; r < g; ++r) {
-          const int64_t p = block * g + r;
-          double l1 = 0.0;
-          for (int64_t c = 0; c < d; ++c) l1 += std::fabs(double(k[(h * t + p) * d + c]));
-          ranked.push_back({-l1, p});
-        }
-        std::sort(ranked.begin(), ranked.end());  // descending L1, ties to the earlier position
-        for (int64_t i = 0; i < g; ++i) {
-          const int64_t p = ranked[i].second;
-          const AmcTier tier = i < counts.high                ? AmcTier::kHigh
-                               : i < counts.high + counts.mid ? AmcTier::kMid
-                                                              : AmcTier::kLow;
-          ASSERT_EQ(cache.tier_of(0, h, p), tier) << "position " << p;
-          const float* kx = k.data() + (h * t + p) * d;
-          const float* vx = v.data() + (h * t + p) * d;
-          std::vector<float> wk, wv;
-          if (tier == AmcTier::kHigh) {
-            for (int64_t c = 0; c < d; ++c) {
-              wk.push_back(test_support::f16_round(kx[c]));
-              wv.push_back(test_support::f16_round(vx[c]));
-            }
-          } else {
-            const AmcTierShape s = amc_tier_shape(tier, d);
-            wk = reference_latent(cache.key_table(), h, kx, d, s.rank, g, s.bits);
-            wv = reference_latent(cache.value_table(), h, vx, d, s.rank, g, s.bits);
-          }
-          for (int64_t c = 0; c < d; ++c) {
-            ASSERT_NEAR(gk[(h * t + p) * d + c], wk[c], 2e-5) << "key p " << p << " c " << c;
-            ASSERT_NEAR(gv[(h * t + p) * d + c], wv[c], 2e-5) << "value p " << p << " c " << c;
-          }
-        }
-      }
-      for (int64_t p = frontier; p < t; ++p) {
-        for (int64_t c = 0; c < d; ++c) ASSERT_EQ(gk[(h * t + p) * d + c], k[(h * t + p) * d + c]) << "tail exact";
-      }
-    }
+    check_against_reference(cache, o, k, v, got, heads, d);
+    if (HasFatalFailure()) return;
   }
 }
 
@@ -231,8 +262,9 @@ TEST(AmcCache, BytesAreExactAndReallyAllocated) {
   // value rows; Mid 22 coordinates at 8 bits = 22 bytes + one (scale, min) = 4 bytes, key and
   // value; Low 4 coordinates at 4 bits = 2 bytes + 4; a position per row; the two f32 tables of
   // 1 + 22 rows; the 32-row f16 key and value tails.
-  const std::size_t per_head = 8 * 6 * (2 * d * 2 + 4) + 8 * 10 * (2 * (22 + 4) + 4) + 8 * 16 * (2 * (2 + 4) + 4) +
-                               2 * 23 * d * 4 + 2 * 32 * d * 2;
+  // Counted in 64 bits from the first factor on.
+  const std::size_t per_head = int64_t{8} * 6 * (2 * d * 2 + 4) + int64_t{8} * 10 * (2 * (22 + 4) + 4) +
+                               int64_t{8} * 16 * (2 * (2 + 4) + 4) + int64_t{2} * 23 * d * 4 + int64_t{2} * 32 * d * 2;
   EXPECT_EQ(cache.nbytes(), h * per_head);
 }
 

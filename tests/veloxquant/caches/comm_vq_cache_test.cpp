@@ -27,6 +27,24 @@ uint32_t unpack(const std::vector<float>& bytes, std::size_t base, int t, int bi
   return code;
 }
 
+// Sub-vector x (sub floats) stored as `code` in a book of 2^bits words (word e at words + e * sub):
+// the code's word is the nearest (within 1e-3 of the best squared distance) and `fetched` is it.
+void expect_nearest_code(const float* x, const float* fetched, const float* words, int bits, int64_t sub,
+                         uint32_t code) {
+  double best = std::numeric_limits<double>::max(), chosen = 0;
+  for (int64_t e = 0; e < (int64_t{1} << bits); ++e) {
+    double dist = 0;
+    for (int64_t c = 0; c < sub; ++c) {
+      const double diff = x[c] - words[e * sub + c];
+      dist += diff * diff;
+    }
+    best = std::min(best, dist);
+    if (e == code) chosen = dist;
+  }
+  EXPECT_LE(chosen, best + 1e-3);
+  for (int64_t c = 0; c < sub; ++c) EXPECT_EQ(fetched[c], words[code * sub + c]);
+}
+
 TEST(CommVq, StoredCodesDecodeToTheFetchedKeysAndAreNearest) {
   const int64_t heads = 2, d = 32, t = 300;
   for (const auto& [bits, books] : {std::tuple{8, 4}, std::tuple{5, 8}, std::tuple{12, 2}}) {
@@ -44,22 +62,9 @@ TEST(CommVq, StoredCodesDecodeToTheFetchedKeysAndAreNearest) {
       for (int64_t j = 0; j < t; ++j) {
         const std::size_t base = static_cast<std::size_t>((h * cap + j) * width);
         for (int s = 0; s < books; ++s) {
-          const uint32_t code = unpack(codes, base, s, bits);
-          double best = std::numeric_limits<double>::max(), chosen = 0;
-          for (int64_t e = 0; e < (int64_t{1} << bits); ++e) {
-            double dist = 0;
-            for (int64_t c = 0; c < sub; ++c) {
-              const double diff =
-                  raw[(h * t + j) * d + s * sub + c] - book.words[(s * (int64_t{1} << bits) + e) * sub + c];
-              dist += diff * diff;
-            }
-            best = std::min(best, dist);
-            if (e == code) chosen = dist;
-          }
-          EXPECT_LE(chosen, best + 1e-3);
-          for (int64_t c = 0; c < sub; ++c) {
-            EXPECT_EQ(fk[(h * t + j) * d + s * sub + c], book.words[(s * (int64_t{1} << bits) + code) * sub + c]);
-          }
+          const int64_t at = (h * t + j) * d + s * sub;
+          expect_nearest_code(raw.data() + at, fk.data() + at, book.words.data() + s * (int64_t{1} << bits) * sub, bits,
+                              sub, unpack(codes, base, s, bits));
         }
       }
     }

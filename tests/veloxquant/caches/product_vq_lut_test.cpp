@@ -69,7 +69,8 @@ TEST(ProductVqLut, GatheredScoresMatchScalarOnEveryTarget) {
         for (int64_t j = 0; j < n_rows; ++j) {
           float s = 0.0f;
           for (int t = 0; t < 4; ++t)
-            s += luts[static_cast<std::size_t>(r * lut_stride + t * 256 + codes[static_cast<std::size_t>(4 * j + t)])];
+            s += luts[static_cast<std::size_t>(r * lut_stride + int64_t{t} * 256 +
+                                               codes[static_cast<std::size_t>(4 * j + t)])];
           ASSERT_EQ(want[static_cast<std::size_t>(r * ld + j)], s);
         }
       }

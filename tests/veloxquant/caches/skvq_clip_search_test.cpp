@@ -30,6 +30,25 @@ std::vector<float> group_values(std::mt19937& rng, int n, int shape) {
   return x;
 }
 
+// One group of values: every target's search picks the scalar reference's scale, min and codes
+// (counted in `checked`).
+void check_group(const std::vector<float>& x, int bits, double alpha, int shape, int& checked) {
+  const int n = static_cast<int>(x.size());
+  std::vector<uint8_t> ref(static_cast<std::size_t>(n)), got(static_cast<std::size_t>(n));
+  const GroupParams16 want = scalar::search_clip_group(x.data(), n, bits, alpha, ref.data());
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::fill(got.begin(), got.end(), uint8_t{0xee});
+    const GroupParams16 p = search_clip_group(x.data(), n, bits, alpha, got.data());
+    hwy::SetSupportedTargetsForTest(0);
+    ASSERT_EQ(p.scale_f16, want.scale_f16)
+        << hwy::TargetName(target) << " bits " << bits << " n " << n << " shape " << shape << " alpha " << alpha;
+    ASSERT_EQ(p.min_f16, want.min_f16) << hwy::TargetName(target) << " bits " << bits << " n " << n;
+    ASSERT_EQ(got, ref) << hwy::TargetName(target) << " bits " << bits << " n " << n << " shape " << shape;
+    ++checked;
+  }
+}
+
 TEST(SkvqClipSearch, SimdMatchesScalarOnEveryTarget) {
   std::mt19937 rng(11);
   int checked = 0;
@@ -37,20 +56,8 @@ TEST(SkvqClipSearch, SimdMatchesScalarOnEveryTarget) {
     for (const int n : {1, 2, 7, 16, 31, 32, 64, kMaxSimdGroup, kMaxSimdGroup + 5}) {
       for (const double alpha : {1.0, 0.8}) {
         for (int shape = 0; shape < 5; ++shape) {
-          const std::vector<float> x = group_values(rng, n, shape);
-          std::vector<uint8_t> ref(static_cast<std::size_t>(n)), got(static_cast<std::size_t>(n));
-          const GroupParams16 want = scalar::search_clip_group(x.data(), n, bits, alpha, ref.data());
-          for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-            hwy::SetSupportedTargetsForTest(target);
-            std::fill(got.begin(), got.end(), uint8_t{0xee});
-            const GroupParams16 p = search_clip_group(x.data(), n, bits, alpha, got.data());
-            hwy::SetSupportedTargetsForTest(0);
-            ASSERT_EQ(p.scale_f16, want.scale_f16) << hwy::TargetName(target) << " bits " << bits << " n " << n
-                                                   << " shape " << shape << " alpha " << alpha;
-            ASSERT_EQ(p.min_f16, want.min_f16) << hwy::TargetName(target) << " bits " << bits << " n " << n;
-            ASSERT_EQ(got, ref) << hwy::TargetName(target) << " bits " << bits << " n " << n << " shape " << shape;
-            ++checked;
-          }
+          check_group(group_values(rng, n, shape), bits, alpha, shape, checked);
+          if (HasFatalFailure()) return;
         }
       }
     }

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <limits>
+#include <utility>
 
 #include "base/error.h"
 #include "support/allocation_counter.h"
@@ -67,6 +69,22 @@ std::vector<float> reference_decode(const VecInferCache& cache, bool keys, int64
   return out;
 }
 
+// Sub-vector x's (4 floats) squared distance to word `code` of the book, and the least over all
+// its words.
+std::pair<double, double> chosen_and_best(const float* x, const pvq::ProductCodebook& book, uint32_t code) {
+  double best = std::numeric_limits<double>::max(), chosen = 0;
+  for (int64_t e = 0; e < book.entries(); ++e) {
+    double dist = 0;
+    for (int c = 0; c < 4; ++c) {
+      const double diff = x[c] - book.words[e * 4 + c];
+      dist += diff * diff;
+    }
+    best = std::min(best, dist);
+    if (e == code) chosen = dist;
+  }
+  return {chosen, best};
+}
+
 TEST(VecInfer, StoredCodesDecodeToTheFetchedRowsAndAreNearest) {
   const int64_t heads = 2, d = 32, t = 70, window = 16;
   const lm::Tensor k = test_support::random_kv(1, heads, t, d, 11, lm::DType::F32);
@@ -102,17 +120,8 @@ TEST(VecInfer, StoredCodesDecodeToTheFetchedRowsAndAreNearest) {
       for (int64_t c = 0; c < width; ++c)
         row[c] = static_cast<uint8_t>(codes[(h * cache.key_codes().dim(2) + j) * width + c]);
       for (int s = 0; s < codec.keys.n_sub; ++s) {
-        double best = std::numeric_limits<double>::max(), chosen = 0;
-        const uint32_t code = unpack(row.data(), s, codec.keys.bits);
-        for (int64_t e = 0; e < codec.keys.entries(); ++e) {
-          double dist = 0;
-          for (int c = 0; c < 4; ++c) {
-            const double diff = x[s * 4 + c] - codec.keys.words[e * 4 + c];
-            dist += diff * diff;
-          }
-          best = std::min(best, dist);
-          if (e == code) chosen = dist;
-        }
+        const auto [chosen, best] =
+            chosen_and_best(x.data() + std::ptrdiff_t{4} * s, codec.keys, unpack(row.data(), s, codec.keys.bits));
         EXPECT_LE(chosen, best + 1e-4) << "row " << j << " sub-vector " << s;
       }
     }

@@ -155,6 +155,7 @@ TEST(LloydMax, QuantizeCountsBoundariesStrictlyBelow) {
 TEST(LloydMax, CachedOncePerKeyAcrossThreads) {
   std::vector<const vc::Codebook*> seen(8);
   std::vector<std::thread> threads;
+  threads.reserve(8);
   for (int t = 0; t < 8; ++t)
     threads.emplace_back([&, t] { seen[t] = &vc::lloyd_max_codebook(vc::Distribution::kGaussian, 96, 3); });
   for (auto& th : threads) th.join();

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <memory>
 #include <vector>
 
@@ -82,6 +83,7 @@ class SumModel : public lm::Model {
 
 std::vector<int32_t> test_tokens(int n) {
   std::vector<int32_t> t;
+  t.reserve(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>((i * 5 + 3) % kVocab));
   return t;
 }
@@ -153,14 +155,14 @@ TEST(EvalRunner, LlamaChunkingFeedsBosFirstAndScoresTheSecondHalf) {
   // Baseline only: one forward call per chunk, BOS written over the chunk's first token.
   ASSERT_EQ(model.calls.size(), 2u);
   for (int c = 0; c < 2; ++c) {
-    std::vector<int32_t> expected(tokens.begin() + 16 * c, tokens.begin() + 16 * (c + 1));
+    std::vector<int32_t> expected(tokens.begin() + 16 * std::ptrdiff_t{c}, tokens.begin() + 16 * std::ptrdiff_t{c + 1});
     expected[0] = kBos;
     EXPECT_EQ(model.calls[static_cast<std::size_t>(c)], expected);
   }
   EXPECT_EQ(run.n_scored, 2 * 7);  // targets 9..15 of each chunk
   double nll = 0.0;
   for (int c = 0; c < 2; ++c) {
-    std::vector<int32_t> fed(tokens.begin() + 16 * c, tokens.begin() + 16 * (c + 1));
+    std::vector<int32_t> fed(tokens.begin() + 16 * std::ptrdiff_t{c}, tokens.begin() + 16 * std::ptrdiff_t{c + 1});
     fed[0] = kBos;
     for (int r = 8; r <= 14; ++r) {
       nll -= expected_log_prob(std::vector<int32_t>(fed.begin(), fed.begin() + r + 1), tokens[16 * c + r + 1]);

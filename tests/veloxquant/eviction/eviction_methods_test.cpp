@@ -280,7 +280,7 @@ TEST(EvictionMethods, SaveRestoreAndCloneAfterEvictionContinueIdentically) {
   integration::register_prompt_cache_types();
   for (const std::string& method : eviction_test::eviction_methods()) {
     for (const std::string storage : {"dtype", "turboquant_rvq", "kivi"}) {
-      SCOPED_TRACE(method + " / " + storage);
+      SCOPED_TRACE(std::string(method).append(" / ").append(storage));
       KVCacheConfig c = small_budget(method, 16, 32);
       c.eviction.eviction_storage = storage;
       auto cache = make_eviction_cache(c);

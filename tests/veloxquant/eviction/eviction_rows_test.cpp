@@ -76,6 +76,7 @@ TEST(EvictionRows, ReplaceRowEqualsCompactingEveryCandidateButTheVictim) {
     rows.allocate(1, 2, 3, 3, lm::DType::F32);
     rows.reserve(stored);
     std::vector<int32_t> all;
+    all.reserve(static_cast<std::size_t>(stored));
     for (int32_t j = 0; j < stored; ++j) all.push_back(j);
     for (int64_t h = 0; h < 2; ++h)
       rows.compact(0, h, all, positions.data(), scores.data(), keys.data(), values.data());
@@ -212,18 +213,19 @@ TEST(EvictionRows, StateRoundTripAndMismatchedState) {
 TEST(EvictionRows, StorageGrowsWithTheRowsHeldInStepsUpToTheBudget) {
   // A budget of 100 rows, 2 heads of f16 rows of dim 4: 8 + 8 bytes of key and value, 4 of
   // position, 4 of score per row and head.
-  constexpr std::size_t kRowBytes = 2 * (8 + 8 + 4 + 4);
+  constexpr std::size_t kRowBytes = std::size_t{2} * (8 + 8 + 4 + 4);
   EvictionRows rows(100, true, StorageSpec{});
   rows.allocate(1, 2, 4, 4, lm::DType::F16);
   rows.reserve(13);
   EXPECT_EQ(rows.capacity(), 32);
   EXPECT_EQ(rows.nbytes(), 32 * kRowBytes);
-  std::vector<float> k(13 * 4);
+  std::vector<float> k(std::size_t{13} * 4);
   std::vector<int32_t> p(13);
   std::vector<float> sc(13);
   std::vector<int32_t> kept(13);
   for (int i = 0; i < 13; ++i) {
-    for (int d = 0; d < 4; ++d) k[static_cast<std::size_t>(i * 4 + d)] = static_cast<float>(i);
+    for (int d = 0; d < 4; ++d)
+      k[static_cast<std::size_t>(i) * 4 + static_cast<std::size_t>(d)] = static_cast<float>(i);
     p[static_cast<std::size_t>(i)] = 100 + i;
     sc[static_cast<std::size_t>(i)] = 0.5f * static_cast<float>(i);
     kept[static_cast<std::size_t>(i)] = i;

@@ -267,7 +267,7 @@ TEST(EvictionRules, CaMMergedRowsRoundTrip) {
   int merged = 0;
   for (int64_t r = 0; r < 16; ++r) {
     const int32_t p = cache->rows().positions(0, 0)[r];
-    merged += !std::equal(stored.begin() + r * 32, stored.begin() + (r + 1) * 32, fed.begin() + p * 32);
+    merged += !std::equal(stored.begin() + r * 32, stored.begin() + (r + 1) * 32, fed.begin() + std::ptrdiff_t{p} * 32);
   }
   EXPECT_GT(merged, 0) << "no survivor absorbed an evicted value";
   auto restored = require_method("cam").make_restorable();
@@ -400,6 +400,7 @@ TEST(EvictionRules, ChunkKVKeyNormEqualsBruteForce) {
       }
     }
     std::vector<int32_t> want;
+    want.reserve(ref.size());
     for (const RefRow& r : ref) want.push_back(static_cast<int32_t>(r.pos));
     const int32_t* got = cache->rows().positions(0, 0);
     ASSERT_EQ(std::vector<int32_t>(got, got + cache->rows().rows()), want) << "after " << fed << " tokens";
@@ -458,6 +459,26 @@ std::vector<double> reference_direction(const std::vector<float>& keys, int64_t 
   return v;
 }
 
+// The positions Q-Filters keeps after `fed` tokens, in closed form: all of them up to the budget;
+// past it the sinks, the recent tokens and the rest with the highest sign * <key, u>, ascending.
+std::vector<int32_t> qfilters_rows(const std::vector<float>& keys, const std::vector<double>& u, int64_t fed, int sign,
+                                   int64_t dim, int64_t budget, int64_t sinks, int64_t recent) {
+  std::vector<int32_t> all(static_cast<std::size_t>(fed));
+  std::iota(all.begin(), all.end(), 0);
+  if (fed <= budget) return all;
+  std::vector<int32_t> want, rest;
+  for (int32_t t : all) (t < sinks || t >= fed - recent ? want : rest).push_back(t);
+  std::vector<double> score(static_cast<std::size_t>(fed));
+  for (int64_t t = 0; t < fed; ++t) {
+    for (int64_t d = 0; d < dim; ++d) score[t] += sign * keys[t * dim + d] * u[d];
+  }
+  std::sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) { return score[a] > score[b]; });
+  rest.resize(budget - want.size());
+  want.insert(want.end(), rest.begin(), rest.end());
+  std::sort(want.begin(), want.end());
+  return want;
+}
+
 TEST(EvictionRules, QFiltersEqualsClosedForm) {
   constexpr int64_t kDim = 16, kTokens = 120, kBudget = 16, kSinks = 2, kRecent = 2, kCalib = 24;
   const std::vector<float> keys = keys_with_a_direction(kTokens, kDim, 31);
@@ -476,22 +497,7 @@ TEST(EvictionRules, QFiltersEqualsClosedForm) {
       auto cache = make_eviction_cache(c);
       EXPECT_FALSE(cache->wants_queries());
       feed_in_chunks(*cache, keys, kTokens, kDim, chunk, [&](int64_t fed) {
-        std::vector<int32_t> all(static_cast<std::size_t>(fed));
-        std::iota(all.begin(), all.end(), 0);
-        std::vector<int32_t> want, rest;
-        for (int32_t t : all) (t < kSinks || t >= fed - kRecent ? want : rest).push_back(t);
-        if (fed <= kBudget) {
-          want = all;
-        } else {
-          std::vector<double> score(static_cast<std::size_t>(fed));
-          for (int64_t t = 0; t < fed; ++t) {
-            for (int64_t d = 0; d < kDim; ++d) score[t] += sign * keys[t * kDim + d] * u[d];
-          }
-          std::sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) { return score[a] > score[b]; });
-          rest.resize(kBudget - want.size());
-          want.insert(want.end(), rest.begin(), rest.end());
-          std::sort(want.begin(), want.end());
-        }
+        const std::vector<int32_t> want = qfilters_rows(keys, u, fed, sign, kDim, kBudget, kSinks, kRecent);
         const int32_t* got = cache->rows().positions(0, 0);
         ASSERT_EQ(std::vector<int32_t>(got, got + cache->rows().rows()), want) << "after " << fed << " tokens";
       });

@@ -61,6 +61,22 @@ TEST(OrderedSums, RowDotsEqualTheScalarLoopBitForBit) {
   }
 }
 
+// One window: the anchor scores of the n keys, in order and through the reversed row list, on
+// every target equal to the scalar reference bit for bit.
+void check_anchor_scores(const std::vector<float>& keys, const std::vector<int32_t>& rows, int64_t n, int64_t dim,
+                         int64_t window) {
+  for (const int32_t* r : {static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(rows.data())}) {
+    const AnchorParams params{window, 3.0, 0.6, 10.0};
+    std::vector<float> want(static_cast<std::size_t>(n));
+    scalar::nested_anchor_scores(keys.data(), r, n, dim, params, want.data());
+    for_every_target([&](const char* target) {
+      std::vector<float> got(want.size());
+      nested_anchor_scores(keys.data(), r, n, dim, params, got.data());
+      ASSERT_EQ(got, want) << target << " dim " << dim << " n " << n << " window " << window;
+    });
+  }
+}
+
 TEST(OrderedSums, AnchorScoresEqualTheScalarReferenceBitForBit) {
   for (const int64_t dim : {int64_t{5}, int64_t{64}, int64_t{70}}) {
     for (const int64_t n : {int64_t{1}, int64_t{2}, int64_t{37}, int64_t{513}, int64_t{1030}, int64_t{4500}}) {
@@ -70,16 +86,7 @@ TEST(OrderedSums, AnchorScoresEqualTheScalarReferenceBitForBit) {
       std::iota(rows.begin(), rows.end(), 3);
       std::reverse(rows.begin(), rows.end());
       for (const int64_t window : {int64_t{1}, int64_t{24}, int64_t{64}, int64_t{100}}) {
-        for (const int32_t* r : {static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(rows.data())}) {
-          const AnchorParams params{window, 3.0, 0.6, 10.0};
-          std::vector<float> want(static_cast<std::size_t>(n));
-          scalar::nested_anchor_scores(keys.data(), r, n, dim, params, want.data());
-          for_every_target([&](const char* target) {
-            std::vector<float> got(want.size());
-            nested_anchor_scores(keys.data(), r, n, dim, params, got.data());
-            ASSERT_EQ(got, want) << target << " dim " << dim << " n " << n << " window " << window;
-          });
-        }
+        check_anchor_scores(keys, rows, n, dim, window);
       }
     }
   }

@@ -136,12 +136,21 @@ std::vector<int64_t> ref_selection(const HeadRows& rows, const std::vector<float
   return rows_out;
 }
 
+// One call's new keys, values and queries (n tokens each, as floats).
+struct CallRows {
+  const std::vector<float>& k;
+  const std::vector<float>& v;
+  const std::vector<float>& q;
+  int64_t n;
+};
+
 // Exact attention of query (head qh, token i) over the chosen stored rows and the call's new
 // rows up to its own position; also each chosen row's weight (for stage 1).
-std::vector<double> ref_attend(const HeadRows& rows, const std::vector<int64_t>& chosen, const std::vector<float>& k,
-                               const std::vector<float>& v, const std::vector<float>& q, int64_t n, int64_t qh,
-                               int64_t i, int64_t kvh, std::vector<double>* stored_w, double* new_w) {
-  const float* query = q.data() + (qh * n + i) * kDim;
+std::vector<double> ref_attend(const HeadRows& rows, const std::vector<int64_t>& chosen, const CallRows& call,
+                               int64_t qh, int64_t i, int64_t kvh, std::vector<double>* stored_w, double* new_w) {
+  const std::vector<float>&k = call.k, &v = call.v;
+  const int64_t n = call.n;
+  const float* query = call.q.data() + (qh * n + i) * kDim;
   std::vector<double> logits;
   std::vector<const float*> vals;
   const double scale = 1.0 / std::sqrt(double(kDim));
@@ -173,6 +182,59 @@ std::vector<double> ref_attend(const HeadRows& rows, const std::vector<int64_t>&
   return out;
 }
 
+// The rows the cache attended over for head h in its last call, from its selection's ranges (all
+// n_rows when it selected none; a selection counts one sparse call).
+std::vector<int64_t> cache_choice(const RocketKVCache& cache, int64_t h, int64_t n_rows, int64_t& sparse_calls) {
+  std::vector<int64_t> rows;
+  const std::vector<attention::RowRange> sel = cache.last_selection(0, h);
+  for (const attention::RowRange& r : sel) {
+    for (int64_t j = r.first; j < r.second; ++j) rows.push_back(j);
+  }
+  if (sel.empty()) {
+    for (int64_t j = 0; j < n_rows; ++j) rows.push_back(j);
+  } else {
+    ++sparse_calls;
+  }
+  return rows;
+}
+
+// Every query of kv head h's group and every token of the call: the output within 2e-4 of exact
+// attention over the chosen rows and the call's own; the chosen and new rows' weights summed into
+// w and nw.
+void check_head_outputs(const HeadRows& before, const std::vector<int64_t>& chosen, const CallRows& call,
+                        const std::vector<float>& got, int64_t h, std::vector<double>* w, double* nw) {
+  for (int64_t g = 0; g < kGroup; ++g) {
+    for (int64_t i = 0; i < call.n; ++i) {
+      const int64_t qh = h * kGroup + g;
+      const std::vector<double> want = ref_attend(before, chosen, call, qh, i, h, w, nw);
+      for (int64_t c = 0; c < kDim; ++c) {
+        ASSERT_NEAR(got[(qh * call.n + i) * kDim + c], want[c], 2e-4) << "query head " << qh << " token " << i;
+      }
+    }
+  }
+}
+
+// The positions a decode step keeps under SnapKV's rule: each row's score accumulated with its
+// sparse weight, the new row appended, and past the budget the first minimum outside the sinks
+// (positions below 4) and the newest `protect` rows evicted.
+std::vector<int32_t> snapkv_step(const HeadRows& r, const std::vector<double>& weights, double new_weight,
+                                 int64_t offset, int64_t protect) {
+  std::vector<double> score;
+  score.reserve(static_cast<std::size_t>(r.n) + 1);
+  std::vector<int32_t> positions = r.positions;
+  for (int64_t j = 0; j < r.n; ++j) score.push_back(double(r.scores[j]) + weights[j]);
+  score.push_back(new_weight);
+  positions.push_back(static_cast<int32_t>(offset));
+  if (static_cast<int64_t>(positions.size()) > kBudget) {
+    int64_t victim = -1;
+    for (int64_t j = 0; j < static_cast<int64_t>(positions.size()) - protect; ++j) {
+      if (positions[j] >= 4 && (victim < 0 || score[j] < score[victim] - 1e-6)) victim = j;
+    }
+    positions.erase(positions.begin() + victim);
+  }
+  return positions;
+}
+
 // Both stages against the brute force: prefill chunks past the budget, then decode steps.
 void check_against_brute_force(const std::string& storage) {
   SCOPED_TRACE(storage);
@@ -199,52 +261,22 @@ void check_against_brute_force(const std::string& storage) {
     const std::vector<float> got = out.to_f32();
     std::vector<std::vector<double>> weights;
     std::vector<double> new_weights;
+    const CallRows call{kf, vf, qf, n};
     for (int64_t h = 0; h < kHeads; ++h) {
       const std::vector<int64_t> chosen = ref_selection(before[h], qf, n, h, offset, 4.0, page, topk, true);
-      // The cache's choice, as ranges of the rows it held.
-      std::vector<int64_t> cache_rows;
-      const std::vector<attention::RowRange> sel = cache->last_selection(0, h);
-      for (const attention::RowRange& r : sel) {
-        for (int64_t j = r.first; j < r.second; ++j) cache_rows.push_back(j);
-      }
-      if (sel.empty()) {
-        for (int64_t j = 0; j < before[h].n; ++j) cache_rows.push_back(j);
-      } else {
-        ++sparse_calls;
-      }
-      ASSERT_EQ(cache_rows, chosen) << "head " << h << " at offset " << offset;
+      ASSERT_EQ(cache_choice(*cache, h, before[h].n, sparse_calls), chosen) << "head " << h << " at offset " << offset;
       std::vector<double> w(static_cast<std::size_t>(before[h].n), 0.0);
       double nw = 0.0;
-      for (int64_t g = 0; g < kGroup; ++g) {
-        for (int64_t i = 0; i < n; ++i) {
-          const int64_t qh = h * kGroup + g;
-          const std::vector<double> want = ref_attend(before[h], chosen, kf, vf, qf, n, qh, i, h, &w, &nw);
-          for (int64_t c = 0; c < kDim; ++c) {
-            ASSERT_NEAR(got[(qh * n + i) * kDim + c], want[c], 2e-4) << "query head " << qh << " token " << i;
-          }
-        }
-      }
+      check_head_outputs(before[h], chosen, call, got, h, &w, &nw);
+      if (::testing::Test::HasFatalFailure()) return;
       weights.push_back(w);
       new_weights.push_back(nw);
     }
     if (n != 1 || storage != "dtype") continue;
-    // Stage 1 at a decode step: SnapKV's rule (accumulate, evict the first minimum outside the
-    // sinks and the newest obs_window rows) fed the sparse weights.
+    // Stage 1 at a decode step: SnapKV's rule fed the sparse weights.
     for (int64_t h = 0; h < kHeads; ++h) {
-      const HeadRows& r = before[h];
-      std::vector<double> score;
-      std::vector<int32_t> positions = r.positions;
-      for (int64_t j = 0; j < r.n; ++j) score.push_back(double(r.scores[j]) + weights[h][j]);
-      score.push_back(new_weights[h]);
-      positions.push_back(static_cast<int32_t>(offset));
-      if (static_cast<int64_t>(positions.size()) > kBudget) {
-        const int64_t protect = cache->policy().effective_protect();
-        int64_t victim = -1;
-        for (int64_t j = 0; j < static_cast<int64_t>(positions.size()) - protect; ++j) {
-          if (positions[j] >= 4 && (victim < 0 || score[j] < score[victim] - 1e-6)) victim = j;
-        }
-        positions.erase(positions.begin() + victim);
-      }
+      const std::vector<int32_t> positions =
+          snapkv_step(before[h], weights[h], new_weights[h], offset, cache->policy().effective_protect());
       const int32_t* kept = cache->rows().positions(0, h);
       ASSERT_EQ(std::vector<int32_t>(kept, kept + cache->rows().rows()), positions) << "head " << h << " at " << offset;
     }
@@ -455,7 +487,7 @@ TEST(PageSummaries, BoundsAndSelection) {
   const int64_t rows = 10, page = 4;
   std::vector<float> keys(rows * 3);
   for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = std::sin(float(i) * 1.7f) * 3.0f;
-  std::vector<uint16_t> hi(3 * 3), lo(3 * 3);
+  std::vector<uint16_t> hi(std::size_t{3} * 3), lo(std::size_t{3} * 3);
   eviction::summarize_pages(keys.data(), rows, 3, page, hi.data(), lo.data());
   for (int64_t p = 0; p < 3; ++p) {
     for (int64_t c = 0; c < 3; ++c) {

@@ -229,7 +229,7 @@ TEST(BlockLloydQuant, RowRoundTripBeatsLloydMaxAndQ0) {
   for (const auto& [bits, distortion] : table) {
     const BlockLloydQuantizer q(bits);
     const int dim = 128, rows = 1000;
-    const std::vector<float> x = gaussian(static_cast<std::size_t>(dim * rows), 7 + bits, 3.0);
+    const std::vector<float> x = gaussian(static_cast<std::size_t>(dim) * rows, 7 + bits, 3.0);
     std::vector<uint8_t> packed(q.code_bytes(dim));
     std::vector<uint16_t> scales(q.blocks(dim));
     std::vector<float> out(dim);
@@ -262,7 +262,8 @@ TEST(BlockLloydQuant, PackedCodesAreDense) {
   std::vector<uint8_t> unpacked(64), block(32);
   core::unpack_dense(packed.data(), 64, 3, unpacked.data());
   for (int blk = 0; blk < 2; ++blk) {
-    EXPECT_EQ(q.encode_block(x.data() + 32 * blk, 32, block.data()), scales[static_cast<std::size_t>(blk)]);
+    EXPECT_EQ(q.encode_block(x.data() + std::ptrdiff_t{32} * blk, 32, block.data()),
+              scales[static_cast<std::size_t>(blk)]);
     for (int i = 0; i < 32; ++i)
       EXPECT_EQ(unpacked[static_cast<std::size_t>(32 * blk + i)], block[static_cast<std::size_t>(i)]);
   }

@@ -94,6 +94,58 @@ TEST(NearestCodeword, MatchesScalarAndBruteForce) {
   }
 }
 
+// One book (entries x sub, random or descending, with duplicated codewords) and 24 points: the
+// fused search equal to its scalar reference on every target, and as near as the unfused one.
+void check_fused(int64_t entries, int sub, bool descending, std::mt19937& rng, std::normal_distribution<float>& dist) {
+  std::vector<float> words(static_cast<std::size_t>(entries * sub));
+  for (float& w : words) w = dist(rng);
+  if (descending) {  // codeword c = (entries - c) * u: ever closer to a point along u
+    for (int64_t c = 0; c < entries; ++c) {
+      for (int e = 0; e < sub; ++e)
+        words[static_cast<std::size_t>(c * sub + e)] = static_cast<float>(entries - c) * 0.01f * (1.0f + e);
+    }
+  }
+  for (int64_t c = entries / 2; c + 3 < entries; c += 7) {
+    for (int e = 0; e < sub; ++e)
+      words[static_cast<std::size_t>(c * sub + e)] = words[static_cast<std::size_t>((c - entries / 2) * sub + e)];
+  }
+  std::vector<float> transposed(words.size()), norms(static_cast<std::size_t>(entries));
+  for (int64_t c = 0; c < entries; ++c) {
+    float s = 0.0f;
+    for (int e = 0; e < sub; ++e) {
+      const float w = words[static_cast<std::size_t>(c * sub + e)];
+      transposed[static_cast<std::size_t>(e * entries + c)] = w;
+      s += w * w;
+    }
+    norms[static_cast<std::size_t>(c)] = s;
+  }
+  for (int trial = 0; trial < 24; ++trial) {
+    std::vector<float> x(static_cast<std::size_t>(sub));
+    if (trial % 4 == 0 && entries > 1) {
+      const int64_t c = std::min<int64_t>(entries - 1, entries / 2 + int64_t{7} * (trial % 3));
+      for (int e = 0; e < sub; ++e) x[static_cast<std::size_t>(e)] = words[static_cast<std::size_t>(c * sub + e)];
+    } else if (descending && trial % 4 == 1) {
+      for (int e = 0; e < sub; ++e) x[static_cast<std::size_t>(e)] = -1.0f - e;  // the last entry wins
+    } else {
+      for (float& v : x) v = dist(rng);
+    }
+    const int64_t ref = scalar::nearest_codeword_fused(transposed.data(), norms.data(), entries, sub, x.data());
+    for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+      hwy::SetSupportedTargetsForTest(target);
+      const int64_t simd = nearest_codeword_fused(transposed.data(), norms.data(), entries, sub, x.data());
+      hwy::SetSupportedTargetsForTest(0);
+      ASSERT_EQ(simd, ref) << hwy::TargetName(target) << " entries " << entries << " sub " << sub << " trial " << trial
+                           << " descending " << descending;
+    }
+    // It picks a codeword as near (in double) as the unfused search's, to float rounding.
+    const int64_t plain = scalar::nearest_codeword(transposed.data(), norms.data(), entries, sub, x.data());
+    double scale = 1.0;
+    for (int e = 0; e < sub; ++e) scale += double{x[static_cast<std::size_t>(e)]} * x[static_cast<std::size_t>(e)];
+    ASSERT_LE(squared_distance(x, words, ref, sub),
+              squared_distance(x, words, plain, sub) + 1e-5 * (scale + norms[static_cast<std::size_t>(ref)]));
+  }
+}
+
 // The fused search (one rounding per term, four vectors per block with a min test) against its
 // scalar std::fma reference on every target, with duplicated codewords (ties to the lowest index),
 // points on a codeword, entry counts with and without whole blocks, and a book sorted so that the
@@ -105,55 +157,29 @@ TEST(NearestCodeword, FusedMatchesScalarOnEveryTarget) {
        {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{64}, int64_t{100}, int64_t{256}, int64_t{4096}}) {
     for (const int sub : {1, 3, 4, 8, 16}) {
       for (const bool descending : {false, true}) {
-        std::vector<float> words(static_cast<std::size_t>(entries * sub));
-        for (float& w : words) w = dist(rng);
-        if (descending) {  // codeword c = (entries - c) * u: ever closer to a point along u
-          for (int64_t c = 0; c < entries; ++c) {
-            for (int e = 0; e < sub; ++e)
-              words[static_cast<std::size_t>(c * sub + e)] = static_cast<float>(entries - c) * 0.01f * (1.0f + e);
-          }
-        }
-        for (int64_t c = entries / 2; c + 3 < entries; c += 7) {
-          for (int e = 0; e < sub; ++e)
-            words[static_cast<std::size_t>(c * sub + e)] = words[static_cast<std::size_t>((c - entries / 2) * sub + e)];
-        }
-        std::vector<float> transposed(words.size()), norms(static_cast<std::size_t>(entries));
-        for (int64_t c = 0; c < entries; ++c) {
-          float s = 0.0f;
-          for (int e = 0; e < sub; ++e) {
-            const float w = words[static_cast<std::size_t>(c * sub + e)];
-            transposed[static_cast<std::size_t>(e * entries + c)] = w;
-            s += w * w;
-          }
-          norms[static_cast<std::size_t>(c)] = s;
-        }
-        for (int trial = 0; trial < 24; ++trial) {
-          std::vector<float> x(static_cast<std::size_t>(sub));
-          if (trial % 4 == 0 && entries > 1) {
-            const int64_t c = std::min<int64_t>(entries - 1, entries / 2 + int64_t{7} * (trial % 3));
-            for (int e = 0; e < sub; ++e) x[static_cast<std::size_t>(e)] = words[static_cast<std::size_t>(c * sub + e)];
-          } else if (descending && trial % 4 == 1) {
-            for (int e = 0; e < sub; ++e) x[static_cast<std::size_t>(e)] = -1.0f - e;  // the last entry wins
-          } else {
-            for (float& v : x) v = dist(rng);
-          }
-          const int64_t ref = scalar::nearest_codeword_fused(transposed.data(), norms.data(), entries, sub, x.data());
-          for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-            hwy::SetSupportedTargetsForTest(target);
-            const int64_t simd = nearest_codeword_fused(transposed.data(), norms.data(), entries, sub, x.data());
-            hwy::SetSupportedTargetsForTest(0);
-            ASSERT_EQ(simd, ref) << hwy::TargetName(target) << " entries " << entries << " sub " << sub << " trial "
-                                 << trial << " descending " << descending;
-          }
-          // It picks a codeword as near (in double) as the unfused search's, to float rounding.
-          const int64_t plain = scalar::nearest_codeword(transposed.data(), norms.data(), entries, sub, x.data());
-          double scale = 1.0;
-          for (int e = 0; e < sub; ++e)
-            scale += double{x[static_cast<std::size_t>(e)]} * x[static_cast<std::size_t>(e)];
-          ASSERT_LE(squared_distance(x, words, ref, sub),
-                    squared_distance(x, words, plain, sub) + 1e-5 * (scale + norms[static_cast<std::size_t>(ref)]));
-        }
+        check_fused(entries, sub, descending, rng, dist);
+        if (HasFatalFailure()) return;
       }
+    }
+  }
+}
+
+// `count` random points `sub + 2` floats apart searched in one pass: each gets the single-point
+// fused search's index on every target.
+void check_batch(const std::vector<float>& transposed, const std::vector<float>& norms, int64_t entries, int sub,
+                 int64_t count, std::mt19937& rng, std::normal_distribution<float>& dist) {
+  const int64_t stride = sub + 2;
+  std::vector<float> xs(static_cast<std::size_t>(count * stride));
+  for (float& v : xs) v = dist(rng);
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::vector<int64_t> got(static_cast<std::size_t>(count), -1);
+    nearest_codewords_fused(transposed.data(), norms.data(), entries, sub, xs.data(), count, stride, got.data());
+    hwy::SetSupportedTargetsForTest(0);
+    for (int64_t i = 0; i < count; ++i) {
+      ASSERT_EQ(got[static_cast<std::size_t>(i)],
+                scalar::nearest_codeword_fused(transposed.data(), norms.data(), entries, sub, xs.data() + i * stride))
+          << hwy::TargetName(target) << " entries " << entries << " sub " << sub << " point " << i;
     }
   }
 }
@@ -175,21 +201,8 @@ TEST(NearestCodeword, FusedBatchMatchesSinglePoints) {
         norms[static_cast<std::size_t>(c)] = s;
       }
       for (const int64_t count : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{9}, int64_t{16}}) {
-        const int64_t stride = sub + 2;
-        std::vector<float> xs(static_cast<std::size_t>(count * stride));
-        for (float& v : xs) v = dist(rng);
-        for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-          hwy::SetSupportedTargetsForTest(target);
-          std::vector<int64_t> got(static_cast<std::size_t>(count), -1);
-          nearest_codewords_fused(transposed.data(), norms.data(), entries, sub, xs.data(), count, stride, got.data());
-          hwy::SetSupportedTargetsForTest(0);
-          for (int64_t i = 0; i < count; ++i) {
-            ASSERT_EQ(
-                got[static_cast<std::size_t>(i)],
-                scalar::nearest_codeword_fused(transposed.data(), norms.data(), entries, sub, xs.data() + i * stride))
-                << hwy::TargetName(target) << " entries " << entries << " sub " << sub << " point " << i;
-          }
-        }
+        check_batch(transposed, norms, entries, sub, count, rng, dist);
+        if (HasFatalFailure()) return;
       }
     }
   }

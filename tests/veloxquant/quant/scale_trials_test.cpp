@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -36,11 +37,12 @@ TEST(ScaleTrials, ClosedFormCodeIsTheNearestLevel) {
 }
 
 TEST(ScaleTrials, SimdErrorsEqualTheScalarLoop) {
-  const auto x = test_support::normal_values(32 * 40, 6);
+  const auto x = test_support::normal_values(std::size_t{32} * 40, 6);
   for (const int n_scales : {1, 3, 8, 14, 15, 16}) {
     for (int block = 0; block < 40; ++block) {
-      const float* xb = x.data() + 32 * block;
+      const float* xb = x.data() + std::ptrdiff_t{32} * block;
       std::vector<float> scales;
+      scales.reserve(static_cast<std::size_t>(n_scales));
       for (int t = 0; t < n_scales; ++t) scales.push_back(base::f16_to_f32(base::f32_to_f16(0.01f + 0.003f * t)));
       std::vector<double> got(static_cast<std::size_t>(n_scales)), want = got;
       scalar::even_byte_trial_errors(xb, 32, scales.data(), n_scales, want.data());
@@ -101,19 +103,20 @@ int one_at_a_time(const BlockLloydQuantizer& q, const float* x, int n, uint8_t* 
 }
 
 TEST(ScaleTrials, LevelTrialErrorsEqualTheScalarLoopOnEveryTarget) {
-  const auto x = test_support::normal_values(32 * 20, 8);
+  const auto x = test_support::normal_values(std::size_t{32} * 20, 8);
   for (int bits = 1; bits <= 4; ++bits) {
     const BlockLloydQuantizer q(bits);
     for (const int n_scales : {1, 5, 8, 14, 15}) {
       for (int block = 0; block < 20; ++block) {
         std::vector<float> scales;
+        scales.reserve(static_cast<std::size_t>(n_scales));
         for (int t = 0; t < n_scales; ++t) scales.push_back(base::f16_to_f32(base::f32_to_f16(0.2f + 0.05f * t)));
         std::vector<double> got(static_cast<std::size_t>(n_scales)), want = got;
-        scalar::level_trial_errors(x.data() + 32 * block, 32, scales.data(), n_scales, q.levels().data(),
-                                   q.boundaries().data(), bits, want.data());
+        scalar::level_trial_errors(x.data() + std::ptrdiff_t{32} * block, 32, scales.data(), n_scales,
+                                   q.levels().data(), q.boundaries().data(), bits, want.data());
         for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
           hwy::SetSupportedTargetsForTest(target);
-          level_trial_errors(x.data() + 32 * block, 32, scales.data(), n_scales, q.levels().data(),
+          level_trial_errors(x.data() + std::ptrdiff_t{32} * block, 32, scales.data(), n_scales, q.levels().data(),
                              q.boundaries().data(), bits, got.data());
           hwy::SetSupportedTargetsForTest(0);
           ASSERT_EQ(got, want) << hwy::TargetName(target) << ", " << bits << " bits, " << n_scales << " scales";
@@ -126,7 +129,7 @@ TEST(ScaleTrials, LevelTrialErrorsEqualTheScalarLoopOnEveryTarget) {
 // Both encoders (f16 and log8 scales), every width, Lloyd and even levels: the batched search
 // chooses the scale and codes the one-at-a-time search chose.
 TEST(ScaleTrials, EncodersChooseWhatTheOneAtATimeSearchChose) {
-  const auto x = test_support::normal_values(32 * 300, 7);
+  const auto x = test_support::normal_values(std::size_t{32} * 300, 7);
   const auto f16_code = [](float s) { return static_cast<int>(base::f32_to_f16(std::min(s, 65504.0f))); };
   const auto f16_value = [](int h) { return base::f16_to_f32(static_cast<uint16_t>(h)); };
   const auto log8_code = [](float s) { return static_cast<int>(nearest_log8(s)); };
@@ -137,7 +140,7 @@ TEST(ScaleTrials, EncodersChooseWhatTheOneAtATimeSearchChose) {
       const BlockLloydQuantizer q(
           bits, 32, uniform ? BlockLloydQuantizer::Levels::kUniform : BlockLloydQuantizer::Levels::kLloyd);
       for (int block = 0; block < 300; ++block) {
-        std::vector<float> xb(x.begin() + 32 * block, x.begin() + 32 * (block + 1));
+        std::vector<float> xb(x.begin() + std::ptrdiff_t{32} * block, x.begin() + std::ptrdiff_t{32} * (block + 1));
         if (block % 5 == 1) xb[block % 32] *= 9.0f;  // an outlier
         if (block % 5 == 2)
           for (float& v : xb) v *= 1e-4f;  // small magnitudes
