@@ -505,6 +505,11 @@ TEST(Gear, MixedBlockFormatsAttendInPositionOrder) {
   }
   EXPECT_GT(base_blocks, 0);
   EXPECT_GT(recoded, base_blocks);
+  // Both sets' bytes (the base set grown block by block) are what a copy allocates.
+  const auto before = test_support::allocation_snapshot();
+  const auto copy = fused.clone();
+  const auto after = test_support::allocation_snapshot();
+  EXPECT_EQ(static_cast<std::size_t>(after.aligned_live_bytes - before.aligned_live_bytes), copy->nbytes());
   // A state round trip keeps both sets and the formats.
   GearCache restored(2, 32, std::nullopt, 0.9, 0.01);
   restored.from_state(fused.state(), fused.meta_state());
