@@ -280,15 +280,21 @@ void GearCache::flush_blocks(int64_t first_block, int64_t count, const float* ke
       }
     }
     bool fine = may_recode && gear_factors_cost_more(rank[0], rank[1], group_, dk_, dv_, bits_, recode_bits_);
-    // ... and only where the finer code leaves no more error than the factors would, every head
-    // and side: what the kept triplets leave is the sum of the dropped sigma^2.
+    // ... and only where the finer code leaves no more squared error than the factors would, over
+    // the block's heads, keys and values apart: what the kept triplets leave is the sum of the
+    // dropped sigma^2. (Every head alone kept all of SmolLM2's layers 17 and 18 as factors, where a
+    // head or two lose to the factors while the block's total gains: one window, KL 0.0113 at
+    // 10,514 bytes/token against 0.0096 at 8,826 for the sum.)
     for (int w = 0; w < 2 && fine; ++w) {
-      for (int64_t bh = 0; bh < heads && fine; ++bh) {
+      double factors_left = 0.0, fine_left = 0.0;
+      for (int64_t bh = 0; bh < heads; ++bh) {
         const std::vector<double>& sigma = parts[w * heads + bh].sigma;
-        double left = 0.0;
-        for (std::size_t i = static_cast<std::size_t>(rank[w]); i < sigma.size(); ++i) left += sigma[i] * sigma[i];
-        if (fine_error[static_cast<std::size_t>((k * 2 + w) * heads + bh)] > left) fine = false;
+        for (std::size_t i = static_cast<std::size_t>(rank[w]); i < sigma.size(); ++i) {
+          factors_left += sigma[i] * sigma[i];
+        }
+        fine_left += fine_error[static_cast<std::size_t>((k * 2 + w) * heads + bh)];
       }
+      if (fine_left > factors_left) fine = false;
     }
     recode[static_cast<std::size_t>(k)] = fine ? 1 : 0;
     n_recoded += fine ? 1 : 0;

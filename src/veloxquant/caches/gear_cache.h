@@ -14,10 +14,11 @@
 //
 // Re-coded blocks (gear_recode, with the energy rule only; a deviation, docs/methods/gear.md): a
 // block whose factors would take more bytes than coding it at the finer width recode_bits()
-// (2 * gear_bits, at most 8) — and which that finer code approximates at least as well, every
-// head, keys and values — is stored at the finer width instead, with its outliers and no factors.
-// A low-bit quantizer's residual is flat noise: the rule then keeps ~25 of 32 terms, factors
-// larger than the dense block they approximate and slower to read than a finer code.
+// (2 * gear_bits, at most 8) — and which that finer code approximates at least as well, squared
+// error summed over the block's heads, keys and values apart — is stored at the finer width
+// instead, with its outliers and no factors. A low-bit quantizer's residual is flat noise: the
+// rule then keeps ~25 of 32 terms, factors larger than the dense block they approximate and
+// slower to read than a finer code.
 //
 // Storage (all counted by nbytes()):
 //   base_      GearBlockSet at gear_bits (caches/gear_block_set.h): codes, params, outliers
