@@ -98,7 +98,8 @@ const Setup kSetups[] = {
     {"", 0, {}, "q4"},
     {"", 0, {}, "q3"},
     {"gear", 2, {"gear_bits=4", "gear_rank=2"}},
-    {"gear", 2, {}},  // the defaults: 2 bits, energy-rule rank (high on random rows), 1% outliers
+    {"gear", 2, {}},                     // the defaults: 2 bits, energy-rule rank (high on random rows), 1% outliers
+    {"gear", 2, {"gear_recode=false"}},  // the defaults' blocks all kept as factors (the original's)
     {"kvquant", 2, {}},
     {"nsnquant", 2, {}},
     {"adakv", 2, {}},

@@ -37,7 +37,7 @@ set(VQ_POOLED_CACHES_SOURCES
     caches/age_tier caches/age_tier_rows caches/age_tiered_cache caches/amc_cache
     caches/amc_latent_columns caches/amc_rows caches/amc_tiers caches/anchorkv_cache
     caches/anchorkv_records caches/anchorkv_residuals caches/anchorkv_rows caches/block_svd caches/cachegen_cache caches/cachegen_rows
-    caches/comm_vq_cache caches/dense_and_sparse_rows caches/fitted_levels caches/gear_cache
+    caches/comm_vq_cache caches/dense_and_sparse_rows caches/fitted_levels caches/gear_block_set caches/gear_cache
     caches/group_affine_rows caches/kaq_mass caches/kitty_cache caches/kitty_rows caches/kivi_cache
     caches/kivi_row_source caches/kivi_sink_cache caches/kvquant_cache caches/kvtc_cache
     caches/latent_cache caches/latent_rows caches/low_rank_rows caches/nsnquant_cache

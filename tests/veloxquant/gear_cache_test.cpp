@@ -6,7 +6,10 @@
 //     outliers leave (Eckart-Young), checked against power iteration with deflation in double —
 //     a different algorithm from the cache's Jacobi — up to the f16 rounding of the factors;
 //   * with gear_rank unset, a block's rank is the largest over its heads of the fewest singular
-//     triplets holding gear_energy_threshold of the residual's energy.
+//     triplets holding gear_energy_threshold of the residual's energy;
+//   * re-coding (gear_recode, the default): a block goes to the finer code exactly when its factors
+//     take more bytes and approximate no better (over its heads), and then holds KIVI's group code
+//     at that width.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -226,7 +229,8 @@ TEST(Gear, EnergyRuleRankIsTheLargestAnyHeadNeeds) {
   const lm::Tensor v = test_support::random_kv(1, heads, t, d, 102, lm::DType::F32);
   for (double energy : {0.3, 0.6, 0.9}) {
     auto base = make(2, static_cast<int>(group), 0, energy, 0.0);
-    GearCache cache(2, static_cast<int>(group), std::nullopt, energy, 0.0);
+    // The original's arithmetic: every block keeps its factors (no re-coding).
+    GearCache cache(2, static_cast<int>(group), std::nullopt, energy, 0.0, false);
     const lm::KeysValues b = base->update_and_fetch(k, v);
     cache.update_and_fetch(k, v);
     for (int which = 0; which < 2; ++which) {
@@ -343,6 +347,179 @@ TEST(Gear, FusedAttentionEqualsAttentionOverFetchedRows) {
       if (chunks[c] >= 64) EXPECT_LE(worst[c], 5e-5f) << "bits " << bits << " chunk " << chunks[c];
     }
   }
+}
+
+// The byte test of re-coding: factors 2 (r_k + r_v)(G + D) bytes per head against the finer
+// code's extra G * D * 2 * (fine - base) / 8 bytes (keys and values; params take the same bytes at
+// any width), on both sides of the switch point.
+TEST(Gear, RecodeSwitchPointIsTheFactorBytes) {
+  const auto extra = [](int64_t g, int64_t d, int bits, int fine) { return g * d * 2 * (fine - bits) / 8; };
+  const auto factors = [](int64_t rk, int64_t rv, int64_t g, int64_t d) { return 2 * (rk + rv) * (g + d); };
+  // G 32, D 64: 2 -> 4 bits adds 1,024 bytes; 192 per term: 5 terms stay, 6 re-code.
+  EXPECT_EQ(extra(32, 64, 2, 4), 1024);
+  for (int64_t rk = 0; rk <= 32; ++rk) {
+    for (int64_t rv = 0; rv <= 32; ++rv) {
+      EXPECT_EQ(gear_factors_cost_more(rk, rv, 32, 64, 64, 2, 4), factors(rk, rv, 32, 64) > extra(32, 64, 2, 4))
+          << rk << " " << rv;
+      EXPECT_EQ(gear_factors_cost_more(rk, rv, 32, 64, 64, 4, 8), factors(rk, rv, 32, 64) > extra(32, 64, 4, 8))
+          << rk << " " << rv;
+    }
+  }
+  EXPECT_FALSE(gear_factors_cost_more(5, 0, 32, 64, 64, 2, 4));
+  EXPECT_FALSE(gear_factors_cost_more(2, 3, 32, 64, 64, 2, 4));
+  EXPECT_TRUE(gear_factors_cost_more(6, 0, 32, 64, 64, 2, 4));
+  EXPECT_TRUE(gear_factors_cost_more(3, 3, 32, 64, 64, 2, 4));
+  EXPECT_FALSE(gear_factors_cost_more(10, 0, 32, 64, 64, 4, 8));  // 1,920 <= 2,048
+  EXPECT_TRUE(gear_factors_cost_more(5, 6, 32, 64, 64, 4, 8));    // 2,112 > 2,048
+  // The widths the cache takes: 2 * bits up to 8; none with a fixed rank or gear_recode=false.
+  EXPECT_EQ(GearCache(2, 32, std::nullopt, 0.9, 0.01).recode_bits(), 4);
+  EXPECT_EQ(GearCache(3, 32, std::nullopt, 0.9, 0.01).recode_bits(), 6);
+  EXPECT_EQ(GearCache(5, 32, std::nullopt, 0.9, 0.01).recode_bits(), 8);
+  EXPECT_EQ(GearCache(8, 32, std::nullopt, 0.9, 0.01).recode_bits(), 8);
+  EXPECT_EQ(GearCache(2, 32, 4, 0.9, 0.01).recode_bits(), 2);
+  EXPECT_EQ(GearCache(2, 32, std::nullopt, 0.9, 0.01, false).recode_bits(), 2);
+}
+
+// A 2-bit code's residual on random rows is flat: the energy rule wants most of the 32 terms, so
+// every block is re-coded, and then holds KIVI's 4-bit group code exactly (no outliers here).
+// Its bytes are the finer set's layout.
+TEST(Gear, RecodedBlocksAreTheFinerGroupCodeAndItsBytes) {
+  const int64_t heads = 2, d = 64, group = 32, t = 100;
+  const lm::Tensor k = test_support::random_kv(1, heads, t, d, 201, lm::DType::F32);
+  const lm::Tensor v = test_support::random_kv(1, heads, t, d, 202, lm::DType::F32);
+  const auto before = test_support::allocation_snapshot();
+  auto cache = std::make_shared<GearCache>(2, 32, std::nullopt, 0.9, 0.0);
+  const lm::KeysValues got = cache->update_and_fetch(k, v);
+  const auto after = test_support::allocation_snapshot();
+  for (int64_t g = 0; g < t / group; ++g) {
+    EXPECT_TRUE(cache->block_recoded(g)) << "block " << g;
+    EXPECT_EQ(cache->block_rank(g, 0), 0);
+  }
+  std::vector<float> wk = k.to_f32(), wv = v.to_f32();
+  for (int64_t h = 0; h < heads; ++h) {
+    std::vector<float> hk(wk.begin() + h * t * d, wk.begin() + (h + 1) * t * d);
+    std::vector<float> hv(wv.begin() + h * t * d, wv.begin() + (h + 1) * t * d);
+    reference_dense(hk, hv, t, d, 4, group);
+    std::copy(hk.begin(), hk.end(), wk.begin() + h * t * d);
+    std::copy(hv.begin(), hv.end(), wv.begin() + h * t * d);
+  }
+  EXPECT_EQ(got.keys.to_f32(), wk);
+  EXPECT_EQ(got.values.to_f32(), wv);
+  // 100 tokens: 3 re-coded blocks in a 256-token region (8 blocks), 4 rows in the tail; no base
+  // blocks, so no base storage; the format table one i32 per block of the region.
+  // (The fetched rows are alive too: f32 [1, 2, 100, 64] keys and values, 51,200 bytes each.)
+  EXPECT_EQ(static_cast<std::size_t>(after.aligned_live_bytes - before.aligned_live_bytes),
+            cache->nbytes() + got.keys.storage_bytes() + got.values.storage_bytes());
+  const std::size_t blocks = 8, rows = 256;
+  const std::size_t codes = 2 * heads * rows * 8 * 4;         // 4-bit: 8 words a row
+  const std::size_t key_params = heads * blocks * 2 * d * 2;  // per block, per channel
+  const std::size_t value_params = heads * rows * 2 * 2 * 2;  // 2 groups of 32 channels
+  const std::size_t formats = blocks * 4;
+  const std::size_t tail = 2 * heads * 32 * d * 4;  // f32 input
+  EXPECT_EQ(cache->nbytes(), codes + key_params + value_params + formats + tail);
+}
+
+// Squared error of rows [g0, g0 + group) of head h, fetched against exact.
+double block_error(const std::vector<float>& exact, const std::vector<float>& got, int64_t h, int64_t t, int64_t d,
+                   int64_t g0, int64_t group) {
+  const std::vector<double> a = block_of(exact, h, t, d, g0, group), b = block_of(got, h, t, d, g0, group);
+  double e = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) e += (a[i] - b[i]) * (a[i] - b[i]);
+  return e;
+}
+
+// Re-coded blocks approximate no worse than the original's factors would have (the rule's second
+// test), over the block's heads, keys and values apart; blocks whose factors are cheap keep them.
+TEST(Gear, RecodedBlocksApproximateNoWorseThanTheFactors) {
+  const int64_t heads = 3, d = 64, group = 32, t = 6 * group;
+  for (double energy : {0.05, 0.9}) {
+    const lm::Tensor k = test_support::random_kv(1, heads, t, d, 301, lm::DType::F32);
+    const lm::Tensor v = test_support::random_kv(1, heads, t, d, 302, lm::DType::F32);
+    GearCache recode(2, 32, std::nullopt, energy, 0.01), original(2, 32, std::nullopt, energy, 0.01, false);
+    const lm::KeysValues a = recode.update_and_fetch(k, v), b = original.update_and_fetch(k, v);
+    int recoded = 0;
+    for (int64_t g = 0; g < t / group; ++g) {
+      const bool cheap =
+          !gear_factors_cost_more(original.block_rank(g, 0), original.block_rank(g, 1), group, d, d, 2, 4);
+      if (cheap) {
+        EXPECT_FALSE(recode.block_recoded(g)) << "energy " << energy << " block " << g;
+        EXPECT_EQ(recode.block_rank(g, 0), original.block_rank(g, 0));
+        EXPECT_EQ(recode.block_rank(g, 1), original.block_rank(g, 1));
+      }
+      if (!recode.block_recoded(g)) continue;
+      ++recoded;
+      for (int which = 0; which < 2; ++which) {
+        const std::vector<float> x = (which == 0 ? k : v).to_f32();
+        const std::vector<float> xa = (which == 0 ? a.keys : a.values).to_f32();
+        const std::vector<float> xb = (which == 0 ? b.keys : b.values).to_f32();
+        double ea = 0, eb = 0;
+        for (int64_t h = 0; h < heads; ++h) {
+          ea += block_error(x, xa, h, t, d, g * group, group);
+          eb += block_error(x, xb, h, t, d, g * group, group);
+        }
+        // Over the block's heads; the original's factors are f16: their error may sit a rounding
+        // above the exact SVD's the rule compares with.
+        EXPECT_LE(ea, eb * 1.001 + 1e-6) << "energy " << energy << " block " << g << " which " << which;
+      }
+    }
+    // At 0.9 every block of random rows re-codes; at 0.05 the rule keeps 1 term a side: factors.
+    if (energy > 0.5) EXPECT_EQ(recoded, t / group);
+    if (energy < 0.5) EXPECT_EQ(recoded, 0);
+  }
+}
+
+// Blocks of both formats interleave (every third block's rows all equal: its 2-bit residual is
+// rank 1 in the values, 0 in the keys, so it keeps factors; the rest re-code): fused attention
+// over both sets, with their true positions, equals attention over the fetched rows.
+TEST(Gear, MixedBlockFormatsAttendInPositionOrder) {
+  const int64_t heads = 2, hq = 6, d = 64, group = 32;
+  const auto patterned = [](uint64_t salt) {
+    auto position = std::make_shared<int64_t>(0);
+    return [position, salt](int64_t h, int64_t n, int64_t dim, uint64_t seed) {
+      lm::Tensor rows = test_support::random_kv(1, h, n, dim, seed, lm::DType::F32);
+      const lm::Tensor fixed = test_support::random_kv(1, h, 1, dim, salt, lm::DType::F32);
+      float* x = rows.data<float>();
+      const float* f = fixed.data<float>();
+      for (int64_t j = 0; j < n; ++j) {
+        if (((*position + j) / 32) % 3 != 1) continue;
+        for (int64_t hh = 0; hh < h; ++hh) std::copy(f + hh * dim, f + (hh + 1) * dim, x + (hh * n + j) * dim);
+      }
+      *position += n;
+      return rows;
+    };
+  };
+  GearCache fused(2, 32, std::nullopt, 0.9, 0.01), plain(2, 32, std::nullopt, 0.9, 0.01);
+  const std::vector<int64_t> chunks{150, 70, 17, 1, 1, 40, 1};
+  const std::vector<float> worst =
+      test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 600, patterned(7), patterned(8));
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    EXPECT_LE(worst[c], 2e-3f) << "chunk " << chunks[c];
+    if (chunks[c] >= 64) EXPECT_LE(worst[c], 5e-5f) << "chunk " << chunks[c];
+  }
+  int base_blocks = 0, recoded = 0;
+  for (int64_t g = 0; g < fused.frontier() / group; ++g) {
+    if (fused.block_recoded(g)) {
+      ++recoded;
+    } else {
+      ++base_blocks;
+      EXPECT_EQ(g % 3, 1) << "block " << g;
+      EXPECT_EQ(fused.block_rank(g, 1), 1) << "block " << g;
+    }
+  }
+  EXPECT_GT(base_blocks, 0);
+  EXPECT_GT(recoded, base_blocks);
+  // Both sets' bytes (the base set grown block by block) are what a copy allocates.
+  const auto before = test_support::allocation_snapshot();
+  const auto copy = fused.clone();
+  const auto after = test_support::allocation_snapshot();
+  EXPECT_EQ(static_cast<std::size_t>(after.aligned_live_bytes - before.aligned_live_bytes), copy->nbytes());
+  // A state round trip keeps both sets and the formats.
+  GearCache restored(2, 32, std::nullopt, 0.9, 0.01);
+  restored.from_state(fused.state(), fused.meta_state());
+  const lm::Tensor k = test_support::random_kv(1, heads, 1, d, 900, lm::DType::F32);
+  const lm::KeysValues x = fused.update_and_fetch(k, k), y = restored.update_and_fetch(k, k);
+  EXPECT_EQ(x.keys.to_f32(), y.keys.to_f32());
+  EXPECT_EQ(x.values.to_f32(), y.values.to_f32());
 }
 
 TEST(Gear, BadOptionsNameTheField) {

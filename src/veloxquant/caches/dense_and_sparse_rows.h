@@ -27,6 +27,8 @@ class DenseAndSparseRows final : public attention::RowSource {
   int64_t key_dim() const override { return key_dim_; }
   int64_t value_dim() const override { return value_dim_; }
   int64_t rows(int64_t b, int64_t h) const override { return dense_.rows(b, h); }
+  // The dense source's positions (gear's block sets interleave; the others' are contiguous: nullptr).
+  const int32_t* positions(int64_t b, int64_t h) const override { return dense_.positions(b, h); }
   int64_t position_base() const override { return dense_.position_base(); }
   int64_t prepared_dim() const override { return prepared_dim_; }
   void prepare_query(const float* query, float* prepared) const override { dense_.prepare_query(query, prepared); }

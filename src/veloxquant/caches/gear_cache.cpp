@@ -1,6 +1,7 @@
 #include "veloxquant/caches/gear_cache.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -44,13 +45,14 @@ const SinkRows& no_sinks() {
 }
 }  // namespace
 
-GearCache::GearCache(int bits, int group_size, std::optional<int> rank, double energy_threshold, double sparse_fraction)
+GearCache::GearCache(int bits, int group_size, std::optional<int> rank, double energy_threshold, double sparse_fraction,
+                     bool recode)
     : bits_(bits),
       group_(group_size),
+      recode_bits_(bits),
       rank_(rank),
       energy_(energy_threshold),
-      sparse_fraction_(sparse_fraction),
-      outliers_(sparse_fraction) {
+      sparse_fraction_(sparse_fraction) {
   if (bits < 1 || bits > 8) throw QuantizerConfigError("gear_bits must lie in [1, 8], got " + std::to_string(bits));
   if (group_size < 1) throw QuantizerConfigError("gear_group_size must be >= 1, got " + std::to_string(group_size));
   if (rank && *rank < 0) throw QuantizerConfigError("gear_rank must be >= 0, got " + std::to_string(*rank));
@@ -60,19 +62,30 @@ GearCache::GearCache(int bits, int group_size, std::optional<int> rank, double e
   if (!(sparse_fraction >= 0.0 && sparse_fraction <= 0.5)) {
     throw QuantizerConfigError("gear_sparse_fraction must lie in [0, 0.5], got " + std::to_string(sparse_fraction));
   }
+  // Only the energy rule's rank is the cache's choice; a fixed gear_rank is the user's.
+  if (recode && !rank) recode_bits_ = std::min(8, 2 * bits);
+  base_ = GearBlockSet(bits_, group_, sparse_fraction_);
+  recoded_ = GearBlockSet(recode_bits_, group_, sparse_fraction_);
 }
 
 std::size_t GearCache::nbytes() const {
-  std::size_t total = key_codes_.storage_bytes() + key_params_.storage_bytes() + value_codes_.storage_bytes() +
-                      value_params_.storage_bytes() + outliers_.nbytes() + block_terms_.storage_bytes() +
-                      tail_k_.storage_bytes() + tail_v_.storage_bytes();
-  for (int w = 0; w < 2; ++w) total += left_[w].storage_bytes() + right_[w].storage_bytes();
+  std::size_t total = base_.nbytes() + recoded_.nbytes() + block_format_.storage_bytes() +
+                      block_terms_.storage_bytes() + tail_k_.storage_bytes() + tail_v_.storage_bytes();
+  for (int w = 0; w < 2; ++w) {
+    total += left_[w].storage_bytes() + right_[w].storage_bytes() + set_positions_[w].storage_bytes();
+  }
   return total;
 }
 
+bool GearCache::block_recoded(int64_t block) const {
+  // Without re-coding no format table is kept: every block is a base block.
+  if (block < 0 || block >= frontier_ / group_ || !block_format_.defined()) return false;
+  return row_ptr<int32_t>(block_format_, 0, 0, block)[0] == 1;
+}
+
 int64_t GearCache::block_rank(int64_t block, int which) const {
-  if (block < 0 || block >= frontier_ / group_) return 0;
-  return row_ptr<int32_t>(block_terms_, 0, 0, block)[which == 0 ? 1 : 3];
+  if (block < 0 || block >= frontier_ / group_ || block_recoded(block)) return 0;
+  return row_ptr<int32_t>(block_terms_, 0, 0, set_index_[static_cast<std::size_t>(block)])[which == 0 ? 1 : 3];
 }
 
 void GearCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
@@ -83,42 +96,24 @@ void GearCache::allocate(const lm::Tensor& keys, const lm::Tensor& values) {
   dtype_ = keys.dtype();
   tail_k_ = lm::Tensor({batch_, heads_, group_, dk_}, dtype_);
   tail_v_ = lm::Tensor({batch_, heads_, group_, dv_}, dtype_);
-  const int64_t gv = static_cast<int64_t>(token_groups(static_cast<int>(dv_), group_));
-  key_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dk_, bits_))}, lm::DType::U32);
-  key_params_ = lm::Tensor({batch_, heads_, 0, 2 * dk_}, lm::DType::F16);
-  value_codes_ = lm::Tensor({batch_, heads_, 0, static_cast<int64_t>(core::packed_words(dv_, bits_))}, lm::DType::U32);
-  value_params_ = lm::Tensor({batch_, heads_, 0, 2 * gv}, lm::DType::F16);
-  outliers_ = SparseOutliers(sparse_fraction_);
-  outliers_.allocate(batch_, heads_, group_, dk_, dv_);
+  base_.allocate(batch_, heads_, dk_, dv_);
+  recoded_.allocate(batch_, heads_, dk_, dv_);
+  if (recode_bits_ > bits_) block_format_ = lm::Tensor({1, 1, 0, 1}, lm::DType::I32);
   block_terms_ = lm::Tensor({1, 1, 0, 4}, lm::DType::I32);
   const int64_t dims[2] = {dk_, dv_};
   for (int w = 0; w < 2; ++w) {
     left_[w] = lm::Tensor({batch_, heads_, 0, group_}, lm::DType::F16);
     right_[w] = lm::Tensor({batch_, heads_, 0, dims[w]}, lm::DType::F16);
     terms_used_[w] = terms_capacity_[w] = 0;
+    set_positions_[w] = lm::Tensor();
   }
-  key_order_ = std::make_shared<const attention::CodeOrder>(bits_, dk_);
-  value_order_ = std::make_shared<const attention::CodeOrder>(bits_, dv_, group_);
-  auto position = std::make_shared<std::vector<int32_t>>(static_cast<std::size_t>(dk_));
-  for (int64_t e = 0; e < dk_; ++e)
-    (*position)[static_cast<std::size_t>(key_order_->natural(e))] = static_cast<int32_t>(e);
-  key_position_ = std::move(position);
-  capacity_blocks_ = 0;
+  set_index_.clear();
 }
 
-void GearCache::ensure_blocks(int64_t blocks) {
-  if (blocks <= capacity_blocks_) return;
-  // Whole 256-token steps, rounded up to whole blocks (as KIVI grows its quantized region).
-  const int64_t have = capacity_blocks_ * group_, need = blocks * group_;
-  const int64_t tokens = have + ((need - have + kGrowthStep - 1) / kGrowthStep) * kGrowthStep;
-  const int64_t grown = (tokens + group_ - 1) / group_, filled = frontier_ / group_;
-  key_codes_ = cache_rows::copy_rows(key_codes_, filled * group_, grown * group_);
-  key_params_ = cache_rows::copy_rows(key_params_, filled, grown);
-  value_codes_ = cache_rows::copy_rows(value_codes_, filled * group_, grown * group_);
-  value_params_ = cache_rows::copy_rows(value_params_, filled * group_, grown * group_);
-  outliers_.reserve(filled, grown);
-  block_terms_ = cache_rows::copy_rows(block_terms_, filled, grown);
-  capacity_blocks_ = grown;
+void GearCache::ensure_base_blocks(int64_t blocks) {
+  if (blocks <= base_.capacity()) return;
+  base_.reserve(blocks);
+  block_terms_ = cache_rows::copy_rows(block_terms_, base_.blocks(), base_.capacity());
 }
 
 void GearCache::ensure_terms(int which, int64_t terms) {
@@ -132,30 +127,17 @@ void GearCache::ensure_terms(int which, int64_t terms) {
   terms_capacity_[which] = grown;
 }
 
-void GearCache::decode_block(bool keys, int64_t b, int64_t h, int64_t block, DecodeParts parts, float* out) const {
-  const int64_t d = keys ? dk_ : dv_, row0 = block * group_;
-  if (keys) {
-    thread_local std::vector<uint8_t> codes;
-    codes.resize(static_cast<std::size_t>(dk_));
-    const auto* kp = reinterpret_cast<const GroupParams16*>(row_ptr<uint16_t>(key_params_, b, h, block));
-    for (int64_t t = 0; t < group_; ++t) {
-      core::unpack_words(row_ptr<uint32_t>(key_codes_, b, h, row0 + t), static_cast<std::size_t>(dk_), bits_,
-                         codes.data());
-      for (int64_t c = 0; c < dk_; ++c) out[t * dk_ + c] = decode_code(codes[static_cast<std::size_t>(c)], kp[c]);
-    }
-  } else {
-    for (int64_t t = 0; t < group_; ++t) {
-      decode_token_row(row_ptr<uint32_t>(value_codes_, b, h, row0 + t),
-                       reinterpret_cast<const GroupParams16*>(row_ptr<uint16_t>(value_params_, b, h, row0 + t)),
-                       static_cast<int>(dv_), group_, bits_, out + t * dv_);
-    }
+void GearCache::decode_block(bool keys, int64_t b, int64_t h, int64_t block, float* out) const {
+  const int64_t d = keys ? dk_ : dv_, index = set_index_[static_cast<std::size_t>(block)];
+  if (block_recoded(block)) {
+    recoded_.decode_part(keys, b, h, index, true, out);
+    return;
   }
-  if (parts == DecodeParts::kCodes) return;
-  outliers_.apply(keys, b, h, row0, row0 + group_, out);
-  if (parts == DecodeParts::kSparse) return;
+  base_.decode_part(keys, b, h, index, true, out);
   const int w = keys ? 0 : 1;
-  const int32_t* terms = row_ptr<int32_t>(block_terms_, 0, 0, block);
+  const int32_t* terms = row_ptr<int32_t>(block_terms_, 0, 0, index);
   const int64_t first = terms[keys ? 0 : 2], rank = terms[keys ? 1 : 3];
+  const attention::CodeOrder& order = base_.key_order();
   for (int64_t i = 0; i < rank; ++i) {
     const uint16_t* left = row_ptr<uint16_t>(left_[w], b, h, first + i);
     const uint16_t* right = row_ptr<uint16_t>(right_[w], b, h, first + i);
@@ -163,85 +145,27 @@ void GearCache::decode_block(bool keys, int64_t b, int64_t h, int64_t block, Dec
       const float l = base::f16_to_f32(left[t]);
       for (int64_t e = 0; e < d; ++e) {
         // Key right vectors are stored in code order; position e holds channel natural(e).
-        const int64_t c = keys ? key_order_->natural(e) : e;
+        const int64_t c = keys ? order.natural(e) : e;
         out[t * d + c] += l * base::f16_to_f32(right[e]);
       }
     }
   }
 }
 
-BlockSvd GearCache::code_block_part(int64_t block, int64_t bh, int which, const float* src) {
-  const int64_t b = bh / heads_, h = bh % heads_, w = which;
-  const int64_t gv = static_cast<int64_t>(token_groups(static_cast<int>(dv_), group_));
-  const int64_t d = w == 0 ? dk_ : dv_, n = group_ * d;
-  const int64_t k_out = outliers_.enabled() ? outliers_.per_block(w == 0) : 0;
-  // Grow-only per-thread scratch: parts of one flush run on the pool's threads at once.
-  thread_local std::vector<float> x, decoded, exact;
-  thread_local std::vector<uint8_t> codes;
-  thread_local std::vector<uint32_t> index;
-  thread_local std::vector<core::GroupParams> params;
-  x.assign(src, src + n);
-  codes.resize(static_cast<std::size_t>(n));
-  index.resize(static_cast<std::size_t>(k_out));
-  exact.resize(static_cast<std::size_t>(k_out));
-  // S: the block's outliers leave the data the quantizer sees (replaced by their group's median).
-  if (k_out > 0) isolate_outliers(x.data(), group_, d, w == 0, group_, nullptr, k_out, index.data(), exact.data());
-  // D: KIVI's group code — keys per channel over the block's tokens, values per token.
-  if (w == 0) {
-    params.resize(static_cast<std::size_t>(dk_));
-    core::quantize_per_channel(x.data(), static_cast<std::size_t>(group_), static_cast<std::size_t>(dk_), bits_,
-                               static_cast<std::size_t>(group_), codes.data(), params.data());
-    std::memcpy(row_ptr<uint16_t>(key_params_, b, h, block), params.data(),
-                sizeof(core::GroupParams) * static_cast<std::size_t>(dk_));
-  } else {
-    params.resize(static_cast<std::size_t>(group_ * gv));
-    core::quantize_per_token(x.data(), static_cast<std::size_t>(group_), static_cast<std::size_t>(dv_), bits_,
-                             static_cast<std::size_t>(group_), codes.data(), params.data());
-  }
-  lm::Tensor& packed = w == 0 ? key_codes_ : value_codes_;
-  for (int64_t t = 0; t < group_; ++t) {
-    core::pack_words(codes.data() + t * d, static_cast<std::size_t>(d), bits_,
-                     row_ptr<uint32_t>(packed, b, h, block * group_ + t));
-    if (w == 1) {
-      std::memcpy(row_ptr<uint16_t>(value_params_, b, h, block * group_ + t), params.data() + t * gv,
-                  sizeof(core::GroupParams) * static_cast<std::size_t>(gv));
-    }
-  }
-  // The outliers' corrections against what the codes give back, then R = X - D - S from
-  // the stored bytes, so the factors correct exactly what a reader decodes.
-  decoded.resize(static_cast<std::size_t>(n));
-  decode_block(w == 0, b, h, block, DecodeParts::kCodes, decoded.data());
-  if (k_out > 0) {
-    outliers_.record(w == 0, b, h, block, index.data(), exact.data(), decoded.data());
-    decode_block(w == 0, b, h, block, DecodeParts::kSparse, decoded.data());
-  }
-  for (int64_t i = 0; i < n; ++i) decoded[static_cast<std::size_t>(i)] = src[i] - decoded[static_cast<std::size_t>(i)];
-  // A fixed rank keeps only its leading triplets' vectors; the energy rule needs every sigma
-  // first (vectors for all, as its rank is known only after every head's spectrum).
-  const int64_t kept = rank_ ? std::min<int64_t>(*rank_, std::min<int64_t>(group_, d)) : -1;
-  return block_svd(decoded.data(), group_, d, GramSolver::kTridiagonal, kept);
-}
-
-void GearCache::store_factors(int64_t block, const BlockSvd* key_svd, const BlockSvd* value_svd) {
+void GearCache::store_factors(int64_t index, const BlockSvd* key_svd, const BlockSvd* value_svd,
+                              const int64_t rank[2]) {
   const int64_t heads = batch_ * heads_;
   const int64_t dims[2] = {dk_, dv_};
   const BlockSvd* svd[2] = {key_svd, value_svd};
-  // L: the block's rank (fixed, or the energy rule's largest over heads), then the factors in f16.
-  int32_t* terms = row_ptr<int32_t>(block_terms_, 0, 0, block);
+  int32_t* terms = row_ptr<int32_t>(block_terms_, 0, 0, index);
   for (int w = 0; w < 2; ++w) {
-    const int64_t d = dims[w], most = std::min<int64_t>(group_, d);
-    int64_t rank = 0;
-    if (rank_) {
-      rank = std::min<int64_t>(*rank_, most);
-    } else {
-      for (int64_t bh = 0; bh < heads; ++bh) rank = std::max(rank, energy_rank(svd[w][bh].sigma, energy_));
-    }
-    ensure_terms(w, terms_used_[w] + rank);
+    const int64_t d = dims[w];
+    ensure_terms(w, terms_used_[w] + rank[w]);
     const int64_t first = terms_used_[w];
     for (int64_t bh = 0; bh < heads; ++bh) {
       const int64_t b = bh / heads_, h = bh % heads_;
       const BlockSvd& s = svd[w][bh];
-      for (int64_t i = 0; i < rank; ++i) {
+      for (int64_t i = 0; i < rank[w]; ++i) {
         uint16_t* left = row_ptr<uint16_t>(left_[w], b, h, first + i);
         uint16_t* right = row_ptr<uint16_t>(right_[w], b, h, first + i);
         const double sigma = s.sigma[static_cast<std::size_t>(i)];
@@ -250,36 +174,179 @@ void GearCache::store_factors(int64_t block, const BlockSvd* key_svd, const Bloc
         }
         for (int64_t e = 0; e < d; ++e) {
           // Keys in the code order the fused scorer's prepared query uses.
-          const int64_t c = w == 0 ? key_order_->natural(e) : e;
+          const int64_t c = w == 0 ? base_.key_order().natural(e) : e;
           right[e] = base::f32_to_f16(static_cast<float>(s.right[static_cast<std::size_t>(i * d + c)]));
         }
       }
     }
     terms[w == 0 ? 0 : 2] = static_cast<int32_t>(first);
-    terms[w == 0 ? 1 : 3] = static_cast<int32_t>(rank);
-    terms_used_[w] += rank;
+    terms[w == 0 ? 1 : 3] = static_cast<int32_t>(rank[w]);
+    terms_used_[w] += rank[w];
   }
+}
+
+namespace {
+// Squared error of a decoded part [G, D] against its rows (the outliers, restored to f32
+// rounding by their deltas, add ~nothing).
+double squared_error(const float* src, const float* decoded, int64_t n) {
+  double e = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(src[i]) - static_cast<double>(decoded[i]);
+    e += d * d;
+  }
+  return e;
+}
+}  // namespace
+
+// Byte cost per head of a base block's factors (f16 left and right rows) against the extra bytes
+// of re-coding it: words of codes per row and the same params (keys per channel, values per token
+// group, both independent of the width).
+bool gear_factors_cost_more(int64_t key_rank, int64_t value_rank, int64_t group, int64_t dk, int64_t dv, int bits,
+                            int recode_bits) {
+  const int64_t factor_bytes = 2 * (key_rank * (group + dk) + value_rank * (group + dv));
+  const int64_t extra_words =
+      static_cast<int64_t>(core::packed_words(dk, recode_bits) + core::packed_words(dv, recode_bits)) -
+      static_cast<int64_t>(core::packed_words(dk, bits) + core::packed_words(dv, bits));
+  return factor_bytes > 4 * group * extra_words;
 }
 
 void GearCache::flush_blocks(int64_t first_block, int64_t count, const float* keys, int64_t key_head_stride,
                              const float* values, int64_t value_head_stride) {
   const int64_t heads = batch_ * heads_;
-  // Every (block, head, keys/values) part's codes, outliers and residual SVD are independent
+  const bool may_recode = recode_bits_ > bits_;
+  // Every (block, head, keys/values) part's outliers, codes and residual SVD are independent
   // (each writes only its own rows): they run across the pool — a prefill chunk of 512 tokens is
-  // 16 blocks x heads x 2 parts, which the calling thread alone used to code while the other
-  // waited. The factors then go in block order, as the term counters grow in that order.
+  // 16 blocks x heads x 2 parts. Without re-coding every block is a base block, coded in place
+  // (at base0 + k). With it, a block's format is known only once all its heads are coded: each
+  // part is coded at both widths into the flush's own staging rows (block k at k; freed when the
+  // flush returns — a flush may allocate, a decode step that completes no block does not), the
+  // outliers isolated once for both, and the chosen code copied into its set below.
+  const int64_t base0 = base_.blocks();
+  if (!may_recode) ensure_base_blocks(base0 + count);
+  GearBlockSet staging[2];
+  if (may_recode) {
+    const int widths[2] = {bits_, recode_bits_};
+    for (int i = 0; i < 2; ++i) {
+      staging[i] = GearBlockSet(widths[i], group_, sparse_fraction_);
+      staging[i].allocate(batch_, heads_, dk_, dv_);
+      staging[i].reserve(count);
+    }
+  }
+  GearBlockSet& coarse = may_recode ? staging[0] : base_;
+  const int64_t coarse0 = may_recode ? 0 : base0;
   std::vector<BlockSvd> svd(static_cast<std::size_t>(count * 2 * heads));
+  std::vector<double> fine_error(static_cast<std::size_t>(may_recode ? count * 2 * heads : 0));
   base::ThreadPool::global().parallel_for(count * 2 * heads, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> decoded;
+    thread_local GearBlockSet::Isolated part;
     for (int64_t u = begin; u < end; ++u) {
-      const int64_t k = u / (2 * heads), w = (u / heads) % 2, bh = u % heads;
+      const int64_t k = u / (2 * heads), w = (u / heads) % 2, bh = u % heads, b = bh / heads_, h = bh % heads_;
+      const int64_t d = w == 0 ? dk_ : dv_, n = group_ * d;
       const float* src =
           w == 0 ? keys + bh * key_head_stride + k * group_ * dk_ : values + bh * value_head_stride + k * group_ * dv_;
-      svd[static_cast<std::size_t>(u)] = code_block_part(first_block + k, bh, static_cast<int>(w), src);
+      decoded.resize(static_cast<std::size_t>(n));
+      coarse.isolate(static_cast<int>(w), src, part);
+      if (may_recode) {
+        // The finer code's error (the outliers, restored exactly, add none): what the choice
+        // below compares with the factors'.
+        staging[1].code_isolated(k, b, h, static_cast<int>(w), part, decoded.data());
+        fine_error[static_cast<std::size_t>(u)] = squared_error(src, decoded.data(), n);
+      }
+      coarse.code_isolated(coarse0 + k, b, h, static_cast<int>(w), part, decoded.data());
+      for (int64_t i = 0; i < n; ++i)
+        decoded[static_cast<std::size_t>(i)] = src[i] - decoded[static_cast<std::size_t>(i)];
+      // A fixed rank keeps only its leading triplets' vectors; the energy rule needs every sigma
+      // first (vectors for all, as its rank is known only after every head's spectrum).
+      const int64_t kept = rank_ ? std::min<int64_t>(*rank_, std::min<int64_t>(group_, d)) : -1;
+      svd[static_cast<std::size_t>(u)] = block_svd(decoded.data(), group_, d, GramSolver::kTridiagonal, kept);
     }
   });
+  // Each block's format, in position order.
+  const int64_t dims[2] = {dk_, dv_};
+  std::vector<uint8_t> recode(static_cast<std::size_t>(count), 0);
+  std::vector<std::array<int64_t, 2>> ranks(static_cast<std::size_t>(count));
+  int64_t n_recoded = 0;
   for (int64_t k = 0; k < count; ++k) {
     const BlockSvd* parts = svd.data() + k * 2 * heads;
-    store_factors(first_block + k, parts, parts + heads);
+    int64_t* rank = ranks[static_cast<std::size_t>(k)].data();
+    for (int w = 0; w < 2; ++w) {
+      rank[w] = 0;
+      if (rank_) {
+        rank[w] = std::min<int64_t>(*rank_, std::min<int64_t>(group_, dims[w]));
+      } else {
+        for (int64_t bh = 0; bh < heads; ++bh) {
+          rank[w] = std::max(rank[w], energy_rank(parts[w * heads + bh].sigma, energy_));
+        }
+      }
+    }
+    bool fine = may_recode && gear_factors_cost_more(rank[0], rank[1], group_, dk_, dv_, bits_, recode_bits_);
+    // ... and only where the finer code leaves no more squared error than the factors would, over
+    // the block's heads, keys and values apart: what the kept triplets leave is the sum of the
+    // dropped sigma^2. (Every head alone kept all of SmolLM2's layers 17 and 18 as factors, where a
+    // head or two lose to the factors while the block's total gains: one window, KL 0.0113 at
+    // 10,514 bytes/token against 0.0096 at 8,826 for the sum.)
+    for (int w = 0; w < 2 && fine; ++w) {
+      double factors_left = 0.0, fine_left = 0.0;
+      for (int64_t bh = 0; bh < heads; ++bh) {
+        const std::vector<double>& sigma = parts[w * heads + bh].sigma;
+        for (std::size_t i = static_cast<std::size_t>(rank[w]); i < sigma.size(); ++i) {
+          factors_left += sigma[i] * sigma[i];
+        }
+        fine_left += fine_error[static_cast<std::size_t>((k * 2 + w) * heads + bh)];
+      }
+      if (fine_left > factors_left) fine = false;
+    }
+    recode[static_cast<std::size_t>(k)] = fine ? 1 : 0;
+    n_recoded += fine ? 1 : 0;
+    if (may_recode) {
+      if (block_format_.dim(2) < first_block + k + 1) {  // whole 256-token steps of blocks, as the sets grow
+        const int64_t step = std::max<int64_t>(1, GearBlockSet::kGrowthStep / group_);
+        block_format_ =
+            cache_rows::copy_rows(block_format_, first_block + k, (first_block + count + step - 1) / step * step);
+      }
+      row_ptr<int32_t>(block_format_, 0, 0, first_block + k)[0] = fine ? 1 : 0;
+    }
+  }
+  // The chosen codes into their sets (position order within each), the base blocks with factors.
+  if (n_recoded < count) ensure_base_blocks(base_.blocks() + count - n_recoded);
+  if (n_recoded > 0) recoded_.reserve(recoded_.blocks() + n_recoded);
+  for (int64_t k = 0; k < count; ++k) {
+    if (recode[static_cast<std::size_t>(k)] != 0) {
+      recoded_.copy_block(staging[1], k, recoded_.blocks());
+      recoded_.set_blocks(recoded_.blocks() + 1);
+      continue;
+    }
+    const BlockSvd* parts = svd.data() + k * 2 * heads;
+    const int64_t index = base_.blocks();
+    if (may_recode) base_.copy_block(staging[0], k, index);
+    store_factors(index, parts, parts + heads, ranks[static_cast<std::size_t>(k)].data());
+    base_.set_blocks(index + 1);
+  }
+}
+
+void GearCache::rebuild_block_index() {
+  const int64_t blocks = frontier_ / group_;
+  set_index_.resize(static_cast<std::size_t>(blocks));
+  int64_t next[2] = {0, 0};
+  for (int64_t g = 0; g < blocks; ++g) {
+    const int set = block_recoded(g) ? 1 : 0;
+    set_index_[static_cast<std::size_t>(g)] = static_cast<int32_t>(next[set]++);
+  }
+  // Both sets' rows then interleave: each set's source reports its rows' true positions.
+  for (int set = 0; set < 2; ++set) {
+    if (next[0] == 0 || next[1] == 0) {
+      set_positions_[set] = lm::Tensor();
+      continue;
+    }
+    set_positions_[set] = lm::Tensor({batch_, heads_, next[set] * group_, 1}, lm::DType::I32);
+    for (int64_t bh = 0; bh < batch_ * heads_; ++bh) {
+      int32_t* pos = row_ptr<int32_t>(set_positions_[set], bh / heads_, bh % heads_, 0);
+      for (int64_t g = 0; g < blocks; ++g) {
+        if ((block_recoded(g) ? 1 : 0) != set) continue;
+        const int64_t row0 = set_index_[static_cast<std::size_t>(g)] * group_;
+        for (int64_t t = 0; t < group_; ++t) pos[row0 + t] = static_cast<int32_t>(g * group_ + t);
+      }
+    }
   }
 }
 
@@ -316,7 +383,6 @@ void GearCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
     blocks_tail::gather_pending(tail_v_, dtype_, bh, group_, dv_, tail, new_v.data(), s,
                                 pv.data() + bh * pending_rows * dv_);
   }
-  ensure_blocks(frontier_ / group_ + blocks);
   flush_blocks(frontier_ / group_, blocks, pk.data(), pending_rows * dk_, pv.data(), pending_rows * dv_);
   const int64_t kept = pending_rows - blocks * group_;
   for (int64_t bh = 0; bh < heads; ++bh) {
@@ -327,8 +393,8 @@ void GearCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   }
   offset_ += s;
   frontier_ += blocks * group_;
+  rebuild_block_index();
 }
-
 lm::KeysValues GearCache::fetch(lm::DType dtype) const {
   lm::Tensor k({batch_, heads_, offset_, dk_}, dtype);
   lm::Tensor v({batch_, heads_, offset_, dv_}, dtype);
@@ -340,10 +406,10 @@ lm::KeysValues GearCache::fetch(lm::DType dtype) const {
       std::byte* kout = k.raw_data() + bh * offset_ * dk_ * static_cast<int64_t>(k.element_size());
       std::byte* vout = v.raw_data() + bh * offset_ * dv_ * static_cast<int64_t>(v.element_size());
       for (int64_t g = 0; g < blocks; ++g) {
-        decode_block(true, b, h, g, DecodeParts::kAll, block.data());
+        decode_block(true, b, h, g, block.data());
         cache_rows::store_f32(block.data(), static_cast<std::size_t>(group_ * dk_),
                               kout + g * group_ * dk_ * static_cast<int64_t>(k.element_size()), dtype);
-        decode_block(false, b, h, g, DecodeParts::kAll, block.data());
+        decode_block(false, b, h, g, block.data());
         cache_rows::store_f32(block.data(), static_cast<std::size_t>(group_ * dv_),
                               vout + g * group_ * dv_ * static_cast<int64_t>(v.element_size()), dtype);
       }
@@ -370,10 +436,14 @@ void GearCache::decode_blocks_f32(lm::Tensor& keys, lm::Tensor& values) const {
     thread_local std::vector<float> coef, code_order;
     for (int64_t u = begin; u < end; ++u) {
       const int64_t w = u % 2, g = (u / 2) % blocks, bh = u / (2 * blocks), b = bh / heads_, h = bh % heads_;
-      const int64_t d = w == 0 ? dk_ : dv_;
+      const int64_t d = w == 0 ? dk_ : dv_, index = set_index_[static_cast<std::size_t>(g)];
       float* out = (w == 0 ? kout : vout) + (bh * capacity + g * group_) * d;
-      decode_block(w == 0, b, h, g, DecodeParts::kSparse, out);
-      const int32_t* terms = row_ptr<int32_t>(block_terms_, 0, 0, g);
+      if (block_recoded(g)) {
+        recoded_.decode_part(w == 0, b, h, index, true, out);
+        continue;
+      }
+      base_.decode_part(w == 0, b, h, index, true, out);
+      const int32_t* terms = row_ptr<int32_t>(block_terms_, 0, 0, index);
       const int64_t first = terms[w == 0 ? 0 : 2], rank = terms[w == 0 ? 1 : 3];
       if (rank == 0) continue;
       // L R^T as a rank update of the block's G rows: coefficient (t, i) = left_i[t].
@@ -391,17 +461,18 @@ void GearCache::decode_blocks_f32(lm::Tensor& keys, lm::Tensor& values) const {
       // Key right vectors are in code order (position e holds channel natural(e)).
       code_order.assign(static_cast<std::size_t>(group_ * d), 0.0f);
       attention::kernels::f16_rank_update(coef.data(), rank, group_, right, right_stride, d, code_order.data(), d);
+      const attention::CodeOrder& order = base_.key_order();
       for (int64_t t = 0; t < group_; ++t) {
         for (int64_t e = 0; e < d; ++e)
-          out[t * d + key_order_->natural(e)] += code_order[static_cast<std::size_t>(t * d + e)];
+          out[t * d + order.natural(e)] += code_order[static_cast<std::size_t>(t * d + e)];
       }
     }
   });
 }
 
-// One segment for the quantized blocks — codes scored and accumulated by KiviQuantizedRows, the
-// outliers' deltas added by DenseAndSparseRows, the low-rank terms by LowRankRows — and one for
-// the tail; one online softmax over both. A call with many queries (a prefill chunk) reads the
+// Per block set one segment — codes scored and accumulated by KiviQuantizedRows, the outliers'
+// deltas added by DenseAndSparseRows, for the base set the low-rank terms by LowRankRows — and one
+// for the tail; one online softmax over all. A call with many queries (a prefill chunk) reads the
 // blocks decoded once into f32 rows instead (decode_blocks_f32): the fused terms cost every block
 // of 16 queries about a block's decoding, and the decoded rows are scored by the plain f32 tile
 // kernels — the same values to f32 rounding (the fused path's 16-bit query rounding for 2-bit
@@ -414,40 +485,58 @@ void GearCache::fused_attention(const lm::FusedAttentionRequest& request, lm::Te
   const int64_t first = offset_;
   store(*request.keys, *request.values);
   attention::check_fused_shapes("GearCache::fused_attention", q, *request.keys, batch_, heads_, dk_, dv_, out);
-  const KiviQuantizedRows quantized(key_codes_, key_params_, value_codes_, value_params_, frontier_, bits_, group_,
-                                    *key_order_, *value_order_);
-  const DenseAndSparseRows sparse(quantized, *key_position_, no_sinks(), outliers_);
-  const attention::RowSource& dense =
-      outliers_.enabled() ? static_cast<const attention::RowSource&>(sparse) : quantized;
-  const LowRankRows corrected(dense, {&block_terms_, &left_[0], &right_[0], &left_[1], &right_[1], group_});
   const attention::DtypeRowSource tail(tail_k_, tail_v_, offset_ - frontier_, frontier_);
-  const attention::RowSource* segments[] = {&corrected, &tail};
+  const attention::RowSource* segments[3] = {&tail, nullptr, nullptr};
+  int n_segments = 0;
   // Grow-only per-thread rows for the decoded blocks (one layer's at a time: every layer's cache
   // on this thread reuses them).
   thread_local lm::Tensor decoded_k, decoded_v;
   std::optional<attention::DtypeRowSource> decoded;
+  std::optional<KiviQuantizedRows> codes[2];
+  std::optional<DenseAndSparseRows> sparse[2];
+  std::optional<LowRankRows> corrected;
   if (q.dim(2) >= kDecodedQueries && frontier_ > 0) {
     decode_blocks_f32(decoded_k, decoded_v);
     decoded.emplace(decoded_k, decoded_v, frontier_, 0);
-    segments[0] = &*decoded;
+    segments[n_segments++] = &*decoded;
+  } else {
+    const GearBlockSet* sets[2] = {&base_, &recoded_};
+    for (int i = 0; i < 2; ++i) {
+      const GearBlockSet& set = *sets[i];
+      if (set.blocks() == 0) continue;
+      codes[i].emplace(set.key_codes(), set.key_params(), set.value_codes(), set.value_params(), set.blocks() * group_,
+                       set.bits(), group_, set.key_order(), set.value_order());
+      if (set_positions_[i].defined()) codes[i]->with_positions(&set_positions_[i]);
+      const attention::RowSource* source = &*codes[i];
+      if (set.outliers().enabled()) {
+        sparse[i].emplace(*codes[i], set.key_position(), no_sinks(), set.outliers());
+        source = &*sparse[i];
+      }
+      if (i == 0) {
+        corrected.emplace(*source, LowRankFactors{&block_terms_, &left_[0], &right_[0], &left_[1], &right_[1], group_});
+        source = &*corrected;
+      }
+      segments[n_segments++] = source;
+    }
   }
+  segments[n_segments++] = &tail;
   lm::Tensor contiguous_queries;
   const attention::AttentionCall call = attention::call_from_request(request, heads_, first, out, contiguous_queries);
-  attention::attend(call, segments, 2, attention::request_pool(request));
+  attention::attend(call, segments, n_segments, attention::request_pool(request));
 }
 
 std::vector<lm::Tensor> GearCache::state() const {
   if (!tail_k_.defined()) return {};
   const int64_t blocks = frontier_ / group_, tail = offset_ - frontier_;
-  std::vector<lm::Tensor> out = {key_codes_.slice(2, 0, frontier_), key_params_.slice(2, 0, blocks),
-                                 value_codes_.slice(2, 0, frontier_), value_params_.slice(2, 0, frontier_),
-                                 block_terms_.slice(2, 0, blocks)};
+  std::vector<lm::Tensor> out = base_.state();
+  out.push_back(block_terms_.slice(2, 0, base_.blocks()));
   for (int w = 0; w < 2; ++w) {
     out.push_back(left_[w].slice(2, 0, terms_used_[w]));
     out.push_back(right_[w].slice(2, 0, terms_used_[w]));
   }
-  if (outliers_.enabled()) {
-    for (lm::Tensor& t : outliers_.state(blocks)) out.push_back(std::move(t));
+  if (recode_bits_ > bits_) {  // the block formats and the re-coded set (not kept without re-coding)
+    out.push_back(block_format_.slice(2, 0, blocks));
+    for (lm::Tensor& t : recoded_.state()) out.push_back(std::move(t));
   }
   out.push_back(tail_k_.slice(2, 0, tail));
   out.push_back(tail_v_.slice(2, 0, tail));
@@ -462,22 +551,26 @@ std::vector<std::string> GearCache::meta_state() const {
           blocks_tail::exact_double(sparse_fraction_),
           std::to_string(offset_),
           std::to_string(frontier_),
-          std::string(lm::dtype_name(dtype_))};
+          std::string(lm::dtype_name(dtype_)),
+          recode_bits_ > bits_ ? "recode" : "factors"};
 }
 
 void GearCache::from_state(const std::vector<lm::Tensor>& state, const std::vector<std::string>& meta) {
   const char* who = "GearCache::from_state";
-  if (meta.size() != 8) {
+  if (meta.size() != 9) {
     throw base::FormatError(std::string(who) +
-                            ": expected 8 meta entries (bits, group, rank, energy, sparse fraction, " +
-                            "offset, frontier, dtype), got " + std::to_string(meta.size()));
+                            ": expected 9 meta entries (bits, group, rank, energy, sparse fraction, " +
+                            "offset, frontier, dtype, block formats), got " + std::to_string(meta.size()));
+  }
+  if (meta[8] != "recode" && meta[8] != "factors") {
+    throw base::FormatError(std::string(who) + ": block formats must be 'recode' or 'factors', got '" + meta[8] + "'");
   }
   std::optional<int> rank;
   if (meta[2] != "none") rank = static_cast<int>(cache_rows::parse_meta_int(meta[2], who, "rank"));
   GearCache fresh(static_cast<int>(cache_rows::parse_meta_int(meta[0], who, "bits")),
                   static_cast<int>(cache_rows::parse_meta_int(meta[1], who, "group")), rank,
                   blocks_tail::parse_meta_double(meta[3], who, "energy threshold"),
-                  blocks_tail::parse_meta_double(meta[4], who, "sparse fraction"));
+                  blocks_tail::parse_meta_double(meta[4], who, "sparse fraction"), meta[8] == "recode");
   const blocks_tail::TailMeta saved = blocks_tail::parse_tail_meta(meta, 5, fresh.group_, who);
   const int64_t offset = saved.offset, frontier = saved.frontier;
   const lm::DType dtype = saved.dtype;
@@ -486,7 +579,9 @@ void GearCache::from_state(const std::vector<lm::Tensor>& state, const std::vect
     *this = fresh;
     return;
   }
-  const std::size_t expected = 11 + (fresh.outliers_.enabled() ? 4 : 0);
+  const bool recoding = fresh.recode_bits_ > fresh.bits_;
+  const std::size_t set_tensors = fresh.base_.state_size();
+  const std::size_t expected = set_tensors + 5 + (recoding ? 1 + set_tensors : 0) + 2;
   if (state.size() != expected) {
     throw base::FormatError(std::string(who) + ": expected " + std::to_string(expected) + " tensors, got " +
                             std::to_string(state.size()));
@@ -496,16 +591,34 @@ void GearCache::from_state(const std::vector<lm::Tensor>& state, const std::vect
   blocks_tail::check_tail_state(rk, rv, offset - frontier, who, meta[5], meta[6]);
   fresh.allocate(rk.astype(dtype), rv.astype(dtype));
   const int64_t blocks = frontier / fresh.group_;
-  // The block table first: it says how many factor rows the other tensors must hold.
-  const lm::Tensor& bt = state[4];
-  if (bt.ndim() != 4 || bt.dim(0) != 1 || bt.dim(1) != 1 || bt.dim(2) != blocks || bt.dim(3) != 4 ||
+  // The block formats first (every block in the base set without re-coding): they say how many
+  // blocks each set holds; then the base set's block table says how many factor rows.
+  int64_t in_set[2] = {blocks, 0};
+  if (recoding) {
+    const lm::Tensor& bf = state[set_tensors + 5];
+    if (bf.ndim() != 4 || bf.dim(0) != 1 || bf.dim(1) != 1 || bf.dim(2) != blocks || bf.dim(3) != 1 ||
+        bf.dtype() != lm::DType::I32) {
+      throw base::FormatError(std::string(who) + ": block formats " + lm::shape_text(bf.shape()) + " do not match " +
+                              std::to_string(blocks) + " blocks");
+    }
+    in_set[0] = 0;
+    for (int64_t g = 0; g < blocks; ++g) {
+      const int32_t f = row_ptr<int32_t>(bf, 0, 0, g)[0];
+      if (f != 0 && f != 1)
+        throw base::FormatError(std::string(who) + ": block " + std::to_string(g) + " has format " + std::to_string(f));
+      ++in_set[f];
+    }
+    fresh.block_format_ = cache_rows::copy_rows(bf, blocks, blocks);
+  }
+  const lm::Tensor& bt = state[set_tensors];
+  if (bt.ndim() != 4 || bt.dim(0) != 1 || bt.dim(1) != 1 || bt.dim(2) != in_set[0] || bt.dim(3) != 4 ||
       bt.dtype() != lm::DType::I32) {
     throw base::FormatError(std::string(who) + ": block table " + lm::shape_text(bt.shape()) + " does not match " +
-                            std::to_string(blocks) + " blocks");
+                            std::to_string(in_set[0]) + " base blocks");
   }
   int64_t used[2] = {0, 0};
   const int64_t dims[2] = {fresh.dk_, fresh.dv_};
-  for (int64_t g = 0; g < blocks; ++g) {
+  for (int64_t g = 0; g < in_set[0]; ++g) {
     const int32_t* t = row_ptr<int32_t>(bt, 0, 0, g);
     for (int64_t w = 0; w < 2; ++w) {
       if (t[2 * w] != used[w] || t[2 * w + 1] < 0 || t[2 * w + 1] > std::min<int64_t>(fresh.group_, dims[w])) {
@@ -514,48 +627,43 @@ void GearCache::from_state(const std::vector<lm::Tensor>& state, const std::vect
       used[w] += t[2 * w + 1];
     }
   }
-  const lm::Tensor* like[] = {&fresh.key_codes_,    &fresh.key_params_,  &fresh.value_codes_,
-                              &fresh.value_params_, &fresh.block_terms_, &fresh.left_[0],
-                              &fresh.right_[0],     &fresh.left_[1],     &fresh.right_[1]};
-  const int64_t rows[] = {frontier, blocks, frontier, frontier, blocks, used[0], used[0], used[1], used[1]};
-  for (int i = 0; i < 9; ++i) {
-    const lm::Tensor& s = state[static_cast<std::size_t>(i)];
-    if (s.ndim() != 4 || s.dim(0) != like[i]->dim(0) || s.dim(1) != like[i]->dim(1) || s.dim(2) != rows[i] ||
-        s.dim(3) != like[i]->dim(3) || s.dtype() != like[i]->dtype()) {
-      throw base::FormatError(std::string(who) + ": tensor " + std::to_string(i) + " " + lm::shape_text(s.shape()) +
-                              " does not match " + std::to_string(rows[i]) + " rows");
+  for (int w = 0; w < 2; ++w) {
+    const lm::Tensor* like[] = {&fresh.left_[w], &fresh.right_[w]};
+    for (int i = 0; i < 2; ++i) {
+      const lm::Tensor& s = state[set_tensors + 1 + 2 * static_cast<std::size_t>(w) + static_cast<std::size_t>(i)];
+      if (s.ndim() != 4 || s.dim(0) != like[i]->dim(0) || s.dim(1) != like[i]->dim(1) || s.dim(2) != used[w] ||
+          s.dim(3) != like[i]->dim(3) || s.dtype() != like[i]->dtype()) {
+        throw base::FormatError(std::string(who) + ": factor tensor " + lm::shape_text(s.shape()) + " does not match " +
+                                std::to_string(used[w]) + " rows");
+      }
     }
   }
-  fresh.key_codes_ = cache_rows::copy_rows(state[0], frontier, frontier);
-  fresh.key_params_ = cache_rows::copy_rows(state[1], blocks, blocks);
-  fresh.value_codes_ = cache_rows::copy_rows(state[2], frontier, frontier);
-  fresh.value_params_ = cache_rows::copy_rows(state[3], frontier, frontier);
-  fresh.block_terms_ = cache_rows::copy_rows(state[4], blocks, blocks);
+  fresh.base_.from_state(state, 0, in_set[0], who);
+  if (recoding) fresh.recoded_.from_state(state, set_tensors + 6, in_set[1], who);
+  fresh.block_terms_ = cache_rows::copy_rows(bt, in_set[0], in_set[0]);
   for (int w = 0; w < 2; ++w) {
-    fresh.left_[w] = cache_rows::copy_rows(state[5 + 2 * static_cast<std::size_t>(w)], used[w], used[w]);
-    fresh.right_[w] = cache_rows::copy_rows(state[6 + 2 * static_cast<std::size_t>(w)], used[w], used[w]);
+    fresh.left_[w] = cache_rows::copy_rows(state[set_tensors + 1 + 2 * static_cast<std::size_t>(w)], used[w], used[w]);
+    fresh.right_[w] = cache_rows::copy_rows(state[set_tensors + 2 + 2 * static_cast<std::size_t>(w)], used[w], used[w]);
     fresh.terms_used_[w] = fresh.terms_capacity_[w] = used[w];
   }
-  if (fresh.outliers_.enabled()) fresh.outliers_.from_state(state, 9, blocks, who);
-  fresh.capacity_blocks_ = blocks;
   lm::copy_token_rows(rk.astype(fresh.dtype_), fresh.tail_k_, 0);
   lm::copy_token_rows(rv.astype(fresh.dtype_), fresh.tail_v_, 0);
   fresh.offset_ = offset;
   fresh.frontier_ = frontier;
+  fresh.rebuild_block_index();
   *this = std::move(fresh);
 }
 
 std::shared_ptr<lm::KVCache> GearCache::clone() const {
   auto copy = std::make_shared<GearCache>(*this);
-  copy->key_codes_ = key_codes_.clone();
-  copy->key_params_ = key_params_.clone();
-  copy->value_codes_ = value_codes_.clone();
-  copy->value_params_ = value_params_.clone();
-  copy->outliers_ = outliers_.deep_copy();
+  copy->base_ = base_.deep_copy();
+  copy->recoded_ = recoded_.deep_copy();
+  copy->block_format_ = block_format_.clone();
   copy->block_terms_ = block_terms_.clone();
   for (int w = 0; w < 2; ++w) {
     copy->left_[w] = left_[w].clone();
     copy->right_[w] = right_[w].clone();
+    copy->set_positions_[w] = set_positions_[w].clone();
   }
   copy->tail_k_ = tail_k_.clone();
   copy->tail_v_ = tail_v_.clone();
@@ -592,7 +700,7 @@ std::shared_ptr<lm::KVCache> make_gear_cache(const KVCacheConfig& config) {
   validate_gear_options(config);
   const GearOptions& o = config.options<GearOptions>();
   return std::make_shared<GearCache>(o.gear_bits, o.gear_group_size, o.gear_rank, o.gear_energy_threshold,
-                                     o.gear_sparse_fraction);
+                                     o.gear_sparse_fraction, o.gear_recode);
 }
 
 MethodDescriptor gear_method() {
@@ -614,7 +722,10 @@ MethodDescriptor gear_method() {
       "factors are an exact truncated SVD of each block's residual (Jacobi on the Gram matrix, not power "
       "iteration), stored in f16; with gear_rank unset a block's rank is the largest any of its heads "
       "needs to reach gear_energy_threshold. The incomplete last block stays in the input dtype. "
-      "gear_quantize_values=false is refused. Not trimmable (as the original).";
+      "gear_quantize_values=false is refused. Not trimmable (as the original). With gear_rank unset "
+      "and gear_recode (default), a block whose factors would take more bytes than coding it at "
+      "2 * gear_bits bits (at most 8), and which that code approximates at least as well, is stored at "
+      "that width without factors (gear_recode=false: the original's factors for every block).";
   m.docs = "docs/methods/gear.md";
   m.fields = {
       option_field("gear_bits", &GearOptions::gear_bits, "Bits of the base uniform quantizer", 1, 8),
@@ -629,12 +740,15 @@ MethodDescriptor gear_method() {
                    "Tokens per block (per key params row and per factorisation); channels per value group", 1, 4096),
       option_field("gear_quantize_values", &GearOptions::gear_quantize_values,
                    "Compress the values like the keys (true is the only value supported)"),
+      option_field("gear_recode", &GearOptions::gear_recode,
+                   "With gear_rank None: re-code at 2 * gear_bits (<= 8) bits the blocks whose factors cost more "
+                   "bytes and approximate no better (false: factors for every block, as the original)"),
   };
   m.validate = validate_gear_options;
   m.make_serving = make_gear_cache;
   m.cache_type_name = kTypeName;
   // Placeholder parameters: from_state() rebuilds every one of them from meta_state().
-  m.make_restorable = [] { return std::make_shared<GearCache>(2, 32, std::nullopt, 0.9, 0.01); };
+  m.make_restorable = [] { return std::make_shared<GearCache>(2, 32, std::nullopt, 0.9, 0.01, true); };
   return m;
 }
 

@@ -12,18 +12,28 @@
 // Keys and values are compressed alike and separately. The incomplete last block (at most G - 1
 // tokens) stays in the input dtype — GEAR's streaming buffer.
 //
-// Storage (all counted by nbytes()), blocks allocated in 256-token steps, factor terms grown by
-// half again when full:
-//   key_codes    U32 [B, H, blocks * G, words(Dk, b)]   value_codes  U32 [B, H, blocks * G, words(Dv, b)]
-//   key_params   F16 [B, H, blocks, 2 * Dk]              value_params F16 [B, H, blocks * G, 2 * ceil(Dv / G)]
-//   outliers     (sparse_outliers.h) u32 index + f32 delta per outlier, fixed count per block
-//   block_terms  I32 [1, 1, blocks, 4]  (first key term, key rank, first value term, value rank)
+// Re-coded blocks (gear_recode, with the energy rule only; a deviation, docs/methods/gear.md): a
+// block whose factors would take more bytes than coding it at the finer width recode_bits()
+// (2 * gear_bits, at most 8) — and which that finer code approximates at least as well, squared
+// error summed over the block's heads, keys and values apart — is stored at the finer width
+// instead, with its outliers and no factors. A low-bit quantizer's residual is flat noise: the
+// rule then keeps ~25 of 32 terms, factors larger than the dense block they approximate and
+// slower to read than a finer code.
+//
+// Storage (all counted by nbytes()):
+//   base_      GearBlockSet at gear_bits (caches/gear_block_set.h): codes, params, outliers
+//   recoded_   GearBlockSet at recode_bits(), the re-coded blocks (empty without gear_recode)
+//   block_format I32 [1, 1, blocks, 1]: 0 base + factors, 1 re-coded (in position order)
+//   block_terms  I32 [1, 1, base blocks, 4]  (first key term, key rank, first value term, value rank)
 //   key_left/value_left  F16 [B, H, terms, G]     sigma_i u_i over the block's rows
 //   key_right            F16 [B, H, terms, Dk]    v_i in the key code order (attention/code_rows.h)
 //   value_right          F16 [B, H, terms, Dv]    v_i in natural order
 //   tail_k/tail_v        input dtype [B, H, G, D]
-// Fused attention: the codes (KiviQuantizedRows), the outliers (DenseAndSparseRows) and the factors
-// (LowRankRows) as one segment of the shared driver, the tail a second; no dequantized copy.
+//   set positions        I32 [B, H, rows, 1] per set, only while both sets hold blocks (their rows
+//                        interleave in position order)
+// Fused attention: per set, the codes (KiviQuantizedRows), the outliers (DenseAndSparseRows) and,
+// for the base set, the factors (LowRankRows) as one segment of the shared driver, the tail a
+// last one; no dequantized copy.
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +42,7 @@
 #include "lm/cache/cache.h"
 #include "veloxquant/attention/code_rows.h"
 #include "veloxquant/caches/block_svd.h"
+#include "veloxquant/caches/gear_block_set.h"
 #include "veloxquant/caches/sparse_outliers.h"
 #include "veloxquant/config/kv_cache_config.h"
 #include "veloxquant/registry/method_descriptor.h"
@@ -46,15 +57,18 @@ struct GearOptions {
   double gear_sparse_fraction = 0.01;
   int gear_group_size = 32;
   bool gear_quantize_values = true;
+  // Not in the original: energy-rule blocks whose factors cost more bytes than a finer code are
+  // re-coded (false: the original's factors for every block).
+  bool gear_recode = true;
 };
 
 // (clang-tidy 14 names the loop variable of the implicit copy assignment of its array members,
 // '__i0', as this class's own reserved identifier: a false positive, hence the NOLINT.)
 class GearCache : public lm::KVCache {  // NOLINT(bugprone-reserved-identifier)
  public:
-  static constexpr int64_t kGrowthStep = 256;
-  // rank: terms per block, or nullopt for the energy rule.
-  GearCache(int bits, int group_size, std::optional<int> rank, double energy_threshold, double sparse_fraction);
+  // rank: terms per block, or nullopt for the energy rule; recode: see the header comment.
+  GearCache(int bits, int group_size, std::optional<int> rank, double energy_threshold, double sparse_fraction,
+            bool recode = true);
 
   lm::KeysValues update_and_fetch(const lm::Tensor& keys, const lm::Tensor& values) override;
   int64_t offset() const override { return offset_; }
@@ -71,29 +85,32 @@ class GearCache : public lm::KVCache {  // NOLINT(bugprone-reserved-identifier)
   void fused_attention(const lm::FusedAttentionRequest& request, lm::Tensor& out) override;
 
   int64_t frontier() const { return frontier_; }
-  // Low-rank terms of block `block`: keys (which = 0) or values (1).
+  // Low-rank terms of block `block`: keys (which = 0) or values (1); 0 for a re-coded block.
   int64_t block_rank(int64_t block, int which) const;
+  // Whether block `block` was re-coded at recode_bits() (then it has no factors).
+  bool block_recoded(int64_t block) const;
+  // The finer width re-coded blocks take: 2 * gear_bits, at most 8; re-coding is off (returns
+  // gear_bits) without gear_recode, with a fixed gear_rank, or at 8 bits.
+  int recode_bits() const { return recode_bits_; }
   // The original reports gear_bits as the average bits (the corrections are extra storage).
   double assigned_avg_bits() const { return bits_; }
 
  private:
   void allocate(const lm::Tensor& keys, const lm::Tensor& values);
   void store(const lm::Tensor& keys, const lm::Tensor& values);
-  void ensure_blocks(int64_t blocks);
+  void ensure_base_blocks(int64_t blocks);
   void ensure_terms(int which, int64_t terms);
-  // Quantizes blocks [first_block, first_block + count) of every (b, h): block first_block + k's
+  // Codes blocks [first_block, first_block + count) of every (b, h): block first_block + k's
   // f32 keys [G, Dk] at keys + (b * H + h) * key_head_stride + k * G * Dk, values likewise.
   void flush_blocks(int64_t first_block, int64_t count, const float* keys, int64_t key_head_stride, const float* values,
                     int64_t value_head_stride);
-  // One part of a block (head bh = b * H + h, keys: which = 0, values: 1) from its f32 rows [G, D]:
-  // outliers, codes and their parameters stored; returns the SVD of the residual X - D - S.
-  BlockSvd code_block_part(int64_t block, int64_t bh, int which, const float* src);
-  // The block's low-rank factors from every head's residual SVD (key_svd[bh], value_svd[bh]).
-  void store_factors(int64_t block, const BlockSvd* key_svd, const BlockSvd* value_svd);
-  // What decode_block adds up: the codes alone, with the outliers' deltas, or also the low-rank terms.
-  enum class DecodeParts { kCodes, kSparse, kAll };
-  // Rows [block * G, (block + 1) * G) of (b, h) decoded into f32 [G, D].
-  void decode_block(bool keys, int64_t b, int64_t h, int64_t block, DecodeParts parts, float* out) const;
+  // The base set's block `index` low-rank factors from every head's residual SVD, `rank` terms.
+  void store_factors(int64_t index, const BlockSvd* key_svd, const BlockSvd* value_svd, const int64_t rank[2]);
+  // Block `block` (position order) of (b, h) decoded into f32 [G, D]: codes, outliers and, for a
+  // base block, the low-rank terms.
+  void decode_block(bool keys, int64_t b, int64_t h, int64_t block, float* out) const;
+  // Where a block lives: its set (0 base, 1 re-coded) and its index there (set_index_).
+  void rebuild_block_index();
   lm::KeysValues fetch(lm::DType dtype) const;
   // Every complete block of every head decoded once (codes, outliers and the low-rank terms) into
   // f32 rows [B, H, >= frontier, D] of `keys` / `values` (grown as needed): the row source of a
@@ -101,20 +118,25 @@ class GearCache : public lm::KVCache {  // NOLINT(bugprone-reserved-identifier)
   // every block of 16 queries.
   void decode_blocks_f32(lm::Tensor& keys, lm::Tensor& values) const;
 
-  int bits_, group_;
+  int bits_, group_, recode_bits_;
   std::optional<int> rank_;
   double energy_, sparse_fraction_;
   int64_t batch_ = 0, heads_ = 0, dk_ = 0, dv_ = 0;
   lm::DType dtype_ = lm::DType::F16;
-  int64_t offset_ = 0, frontier_ = 0, capacity_blocks_ = 0;
+  int64_t offset_ = 0, frontier_ = 0;
   int64_t terms_used_[2] = {0, 0}, terms_capacity_[2] = {0, 0};
-  lm::Tensor key_codes_, key_params_, value_codes_, value_params_;
-  SparseOutliers outliers_;
-  lm::Tensor block_terms_, left_[2], right_[2];  // [0] keys, [1] values
+  GearBlockSet base_, recoded_;
+  lm::Tensor block_format_, block_terms_, left_[2], right_[2];  // [0] keys, [1] values
   lm::Tensor tail_k_, tail_v_;
-  std::shared_ptr<const attention::CodeOrder> key_order_, value_order_;
-  std::shared_ptr<const std::vector<int32_t>> key_position_;
+  lm::Tensor set_positions_[2];     // defined only while both sets hold blocks
+  std::vector<int32_t> set_index_;  // per block: its index within its set (derived)
 };
+
+// Whether a block's factors (key_rank and value_rank f16 terms of G + D values each, per head) take
+// more bytes than coding it at recode_bits instead of bits (per head: the extra code words of its G
+// rows; the params are the same count at any width) — the re-coding rule's byte test.
+bool gear_factors_cost_more(int64_t key_rank, int64_t value_rank, int64_t group, int64_t dk, int64_t dv, int bits,
+                            int recode_bits);
 
 // QuantizerConfigError naming the field and value; base::Unsupported for gear_quantize_values=false.
 void validate_gear_options(const KVCacheConfig& config);

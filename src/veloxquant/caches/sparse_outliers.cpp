@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <string>
 
@@ -103,6 +104,24 @@ void SparseOutliers::record(bool keys, int64_t b, int64_t h, int64_t block, cons
   for (int64_t i = 0; i < k; ++i) {
     idx[i] = indices[i];
     delta[i] = exact[i] - decoded[indices[i]];
+  }
+}
+
+void SparseOutliers::copy_block(const SparseOutliers& source, int64_t from, int64_t to) {
+  if (!enabled()) return;
+  const lm::Tensor* src[] = {&source.key_index_, &source.key_delta_, &source.value_index_, &source.value_delta_};
+  lm::Tensor* dst[] = {&key_index_, &key_delta_, &value_index_, &value_delta_};
+  for (int i = 0; i < 4; ++i) {
+    const std::size_t bytes = static_cast<std::size_t>(src[i]->dim(3)) * src[i]->element_size();
+    for (int64_t b = 0; b < src[i]->dim(0); ++b) {
+      for (int64_t h = 0; h < src[i]->dim(1); ++h) {
+        const auto& ds = dst[i]->strides();
+        const auto& ss = src[i]->strides();
+        const int64_t esize = static_cast<int64_t>(src[i]->element_size());
+        std::memmove(dst[i]->raw_data() + (b * ds[0] + h * ds[1] + to * ds[2]) * esize,
+                     src[i]->raw_data() + (b * ss[0] + h * ss[1] + from * ss[2]) * esize, bytes);
+      }
+    }
   }
 }
 

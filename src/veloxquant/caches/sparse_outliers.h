@@ -47,6 +47,9 @@ class SparseOutliers {
   // (decoded: the block's rows [G, D] as the dense codes give them back).
   void record(bool keys, int64_t b, int64_t h, int64_t block, const uint32_t* indices, const float* exact,
               const float* decoded);
+  // Block `from` of `source` (same shape; may be *this) copied to block `to`, every head (gear
+  // closes up its block sets after choosing each block's format).
+  void copy_block(const SparseOutliers& source, int64_t from, int64_t to);
   // Adds the stored deltas of rows [begin, end) of (b, h) into out[(row - begin) * D].
   void apply(bool keys, int64_t b, int64_t h, int64_t begin, int64_t end, float* out) const;
   // f(row, channel, delta) for every stored outlier of rows [begin, end) of (b, h).
