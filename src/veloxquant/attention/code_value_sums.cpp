@@ -5,19 +5,17 @@
 // reference is compiled for the baseline target, which has no FMA to fuse into.
 #include "veloxquant/attention/code_value_sums.h"
 
-#include <cpuid.h>
 // GCC 12's AVX-512 headers leave the pass-through operand of some masked intrinsics (reductions,
 // down-conversions) undefined on purpose; inlined into target-attribute functions they raise
 // -Wmaybe-uninitialized from inside the header, not from this file's code.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
+
+#include "veloxquant/attention/amx_tiles.h"
 
 namespace veloxquant::attention::kernels {
 namespace {
@@ -25,28 +23,7 @@ namespace {
 constexpr float kTinyWeight = 1e-30f;
 constexpr float kLevels = 65535.0f;
 
-// CPUID leaf 7: AMX-TILE and AMX-INT8 (EDX bits 24, 25); then the kernel's leave to use the tile
-// data registers (Linux 5.16+: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), for the
-// whole process).
-bool detect_amx() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
-  if (((d >> 24) & 1u) == 0 || ((d >> 25) & 1u) == 0) return false;
-  if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl") ||
-      !__builtin_cpu_supports("avx512vbmi")) {
-    return false;
-  }
-  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-}
-
 #define VQ_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,amx-tile,amx-int8")))
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // Per-thread tile memory: the B tiles of a chunk (up to 16 blocks of 16 components, r <= 256),
 // the weights' two byte planes (A tiles) and the integer sums of two blocks (C tiles).
@@ -166,6 +143,9 @@ VQ_AMX_TARGET void accumulate_amx(const float* w, int64_t ld, int64_t n_q, const
                                   int64_t n_rows, int64_t r, const float* step, const float* lo, float* acc,
                                   int64_t acc_stride) {
   thread_local AmxScratch s;
+  // The shared 16 x 64 tiles (attention/amx_tiles.h): the A tiles' rows past nq hold whatever an
+  // earlier block left there, and the C tiles' rows past nq are never read.
+  use_square_tiles();
   const int64_t blocks = (r + 15) / 16;
   for (int64_t j0 = 0; j0 < n_rows; j0 += kCodeValueRows) {
     const int64_t n = std::min(kCodeValueRows, n_rows - j0);
@@ -182,16 +162,6 @@ VQ_AMX_TARGET void accumulate_amx(const float* w, int64_t ld, int64_t n_q, const
         any = any || m > 0.0f;
       }
       if (!any) continue;
-      TileConfig cfg;
-      for (int t = 0; t < 6; ++t) {  // C tiles 0-3 and A tiles 4-5: nq rows of 64 bytes
-        cfg.rows[t] = static_cast<uint8_t>(nq);
-        cfg.colsb[t] = 64;
-      }
-      for (int t = 6; t < 8; ++t) {  // B tiles: 16 rows (64 row indices / 4) of 16 components x 4
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
-      }
-      _tile_loadconfig(&cfg);
       _tile_loadd(4, s.a_hi, 64);
       _tile_loadd(5, s.a_lo, 64);
       for (int64_t cb = 0; cb < blocks; cb += 2) {
@@ -221,21 +191,13 @@ VQ_AMX_TARGET void accumulate_amx(const float* w, int64_t ld, int64_t n_q, const
         add_block(s.c[0], s.c[1], nq, 16 * cb, r, step, lo, unit, wu, a, acc_stride);
         if (two) add_block(s.c[2], s.c[3], nq, 16 * (cb + 1), r, step, lo, unit, wu, a, acc_stride);
       }
-      _tile_release();
     }
   }
 }
 
 }  // namespace
 
-bool code_value_sums_fast() {
-  // VQ_DISABLE_AMX=1: the callers' f32 path, for A/B runs of one binary.
-  static const bool ok = [] {
-    const char* off = std::getenv("VQ_DISABLE_AMX");
-    return !(off != nullptr && off[0] == '1') && detect_amx();
-  }();
-  return ok;
-}
+bool code_value_sums_fast() { return amx_int8_usable(); }
 
 void accumulate_code_values(const float* w, int64_t ld, int64_t n_q, const uint8_t* codes, int64_t code_stride,
                             int64_t n_rows, int64_t r, const float* step, const float* lo, float* acc,

@@ -11,7 +11,8 @@
 // (f16 rows keep 11 per element); a chunk whose largest weight is below 1e-30 is skipped (the
 // running softmax holds a weight of 1, so its share is below f32 resolution).
 //
-// On CPUs with AMX-INT8 (and the OS's leave to use the tile registers) the integer sums are
+// On CPUs with AMX-INT8 (and the OS's leave to use the tile registers: attention/amx_tiles.h,
+// whose one 16 x 64 tile configuration this kernel shares with the key scores) the sums are
 // tile multiply-adds (tdpbuud: the weights' high and low bytes as two 16 x 64 A tiles, the codes
 // of 4 rows interleaved per component as B tiles, 16 x 16 x 64 unsigned byte products each):
 // 1024 multiply-adds per instruction against an f32 FMA's 16. The integer sums are exact, so the

@@ -68,9 +68,11 @@ class LatentCodec {
     const float* lo = nullptr;
   };
   virtual bool integer_keys(int64_t /*b*/, int64_t /*g*/, IntegerKeys* /*out*/) const { return false; }
-  // Value rows of the same form (kvtc): where the integer value sums run fast
-  // (attention/code_value_sums.h: AMX), the attention sums the weighted codes in integers and
-  // applies lo and step once per tile, instead of decoding every row to floats. Same struct as
+  // Rows of the same form, on either side (kvtc): where the integer kernels run fast (AMX), the
+  // attention sums the weighted value codes in integers and applies lo and step once per tile
+  // (attention/code_value_sums.h), and scores the key codes against fixed-point queries
+  // (attention/code_key_scores.h), instead of decoding every row to floats. The key side's
+  // codec answers for the key rows (whatever its integer_keys option). Same struct as
   // integer_keys; false: decode_rows' latents.
   virtual bool code_values(int64_t /*b*/, int64_t /*g*/, IntegerKeys* /*out*/) const { return false; }
   // Whether a fused call with many queries (a prefill chunk) may attend over the rebuilt rows

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "veloxquant/attention/affine_part_planes.h"
+#include "veloxquant/attention/code_key_scores.h"
 #include "veloxquant/attention/code_row_scores.h"
 #include "veloxquant/attention/code_value_sums.h"
 #include "veloxquant/attention/latent_pair_tiles.h"
@@ -68,16 +69,49 @@ LatentRows::LatentRows(const LatentSide& keys, const LatentSide& values, int64_t
       integer = keys.codec->integer_keys(b, g, &k);
     }
   }
-  if (integer) code_stride_ = (keys.max_rank + 31) / 32 * 32;
+  if (integer) {
+    code_stride_ = (keys.max_rank + 31) / 32 * 32;
+    return;
+  }
+  // The keys' integer scores on AMX, under the same conditions as the value sums': 22-bit query
+  // pieces (attention/code_key_scores.h) in place of the f32 latents (rounding-level).
+  bool code_keys = attention::kernels::code_key_scores_fast() && keys.max_rank <= 256;
+  for (int64_t b = 0; b < keys.ranks.dim(0) && code_keys; ++b) {
+    for (int64_t g = 0; g < keys.ranks.dim(1) && code_keys; ++g) {
+      LatentCodec::IntegerKeys k;
+      code_keys = keys.codec->code_values(b, g, &k) && k.layout->row_bytes <= 64;
+    }
+  }
+  if (code_keys) amx_key_stride_ = (keys.max_rank + 63) / 64 * 64;
 }
 
 int64_t LatentRows::key_dim() const {
   if (planes_) return key_width_;
+  if (amx_key_stride_ > 0) return attention::kernels::code_key_query_floats(amx_key_stride_);
   return code_stride_ > 0 ? attention::kernels::code_query_floats(code_stride_) : keys_.max_rank;
 }
 
 void LatentRows::queries_to_codes(const float* projected, int64_t batch, int64_t q_heads, int64_t n, float* out) const {
   const int64_t groups = keys_.ranks.dim(1), per_group = q_heads / groups, rk = keys_.max_rank, dim = key_dim();
+  if (amx_key_stride_ > 0) {
+    // One serial for the call and the query's row in it name each prepared query (the kernel
+    // keeps a block's tiles while the same queries come back: every tile of this call).
+    const uint64_t serial = attention::kernels::next_code_key_serial();
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t qh = 0; qh < q_heads; ++qh) {
+        const int64_t g = qh / per_group;
+        LatentCodec::IntegerKeys k;
+        keys_.codec->code_values(b, g, &k);
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t at = (b * q_heads + qh) * n + i;
+          attention::kernels::prepare_code_key_query(projected + at * rk, k.step, k.lo, keys_.rank(b, g),
+                                                     amx_key_stride_, serial, static_cast<uint32_t>(at),
+                                                     out + at * dim);
+        }
+      }
+    }
+    return;
+  }
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t qh = 0; qh < q_heads; ++qh) {
       const int64_t g = qh / per_group;
@@ -158,6 +192,18 @@ void LatentRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, const 
     attention::kernels::decode_affine_part_planes(keys_.code_row(b, g, j0), keys_.row_stride(), n, end_of(keys_.codes),
                                                   k.parts, k.n_parts, *k.layout, tile, w);
     attention::kernels::score_rows(prepared, key_width_, n_queries, tile, w, n, w, scores, ld);
+    return;
+  }
+  if (amx_key_stride_ > 0) {
+    const int64_t g = h / heads_per_group_, n = j1 - j0;
+    LatentCodec::IntegerKeys k;
+    keys_.codec->code_values(b, g, &k);
+    // The kernel reads whole blocks of 16 rows; the rows past n are left as the scratch holds
+    // them (their scores are not written).
+    uint8_t* codes = scratch.u8(static_cast<std::size_t>((n + 15) / 16 * 16 * amx_key_stride_));
+    attention::kernels::decode_bit_field_bytes(keys_.code_row(b, g, j0), keys_.row_stride(), n, *k.layout, codes,
+                                               amx_key_stride_);
+    attention::kernels::score_code_keys(prepared, key_dim(), n_queries, codes, amx_key_stride_, n, scores, ld);
     return;
   }
   if (code_stride_ > 0) {

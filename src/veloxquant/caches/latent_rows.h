@@ -56,10 +56,13 @@ class LatentRows final : public attention::RowSource {
   int64_t key_dim() const override;
   int64_t value_dim() const override { return planes_ ? value_width_ : values_.max_rank; }
   bool planes() const { return planes_; }
-  // Integer key path (LatentCodec::integer_keys: kvtc): the keys are scored from their codes,
-  // so the call's queries are the projected ones prepared by queries_to_codes (key_dim() floats
-  // each: attention/code_row_scores.h's layout for code rows of code_stride() codes).
-  bool integer_keys() const { return code_stride_ > 0; }
+  // Integer key paths (kvtc): the keys are scored from their codes, so the call's queries are
+  // the projected ones prepared by queries_to_codes (key_dim() floats each). With the codec's
+  // integer_keys option: attention/code_row_scores.h's 16-bit layout for code rows of
+  // code_stride() codes (VNNI). Otherwise, where the AMX key scores run and every group's key
+  // rows are bit-field codes (LatentCodec::code_values on the key side):
+  // attention/code_key_scores.h's 22-bit layout.
+  bool integer_keys() const { return code_stride_ > 0 || amx_key_stride_ > 0; }
   int64_t code_stride() const { return code_stride_; }
   void queries_to_codes(const float* projected, int64_t batch, int64_t q_heads, int64_t n, float* out) const;
   // projected [B, Hq, N, keys.max_rank] -> out [B, Hq, N, key_dim()], query head qh in group
@@ -79,7 +82,10 @@ class LatentRows final : public attention::RowSource {
   int64_t heads_per_group_, rows_;
   bool planes_ = false;
   int64_t key_width_ = 0, value_width_ = 0;
-  int64_t code_stride_ = 0;  // > 0: integer key path
+  int64_t code_stride_ = 0;  // > 0: integer key path (the codec's option, 16 bits)
+  // > 0: the key rows are scored from their codes on AMX (attention/code_key_scores.h), decoded
+  // to bytes this many per row.
+  int64_t amx_key_stride_ = 0;
   bool pair_tiles_ = false;  // the pair-tile key scorer runs directly here (attention/latent_pair_tiles.h)
   // > 0: the value rows are summed from their integer codes (attention/code_value_sums.h, AMX),
   // decoded to bytes this many per row.
