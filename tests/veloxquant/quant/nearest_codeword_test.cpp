@@ -24,6 +24,33 @@ double squared_distance(const std::vector<float>& x, const std::vector<float>& w
   return d;
 }
 
+// Duplicates: codeword c = entries / 2 + 7k (while c + 3 < entries) becomes a copy of codeword
+// c - entries / 2, so the copies tie exactly and the lower index must win.
+void duplicate_codewords(std::vector<float>& words, int64_t entries, int sub) {
+  for (int64_t c = entries / 2; c + 3 < entries; c += 7) {
+    for (int e = 0; e < sub; ++e)
+      words[static_cast<std::size_t>(c * sub + e)] = words[static_cast<std::size_t>((c - entries / 2) * sub + e)];
+  }
+}
+
+// A book as the searches take it: transposed (sub x entries) and each codeword's squared norm.
+struct SearchBook {
+  std::vector<float> transposed, norms;
+};
+SearchBook search_book(const std::vector<float>& words, int64_t entries, int sub) {
+  SearchBook book{std::vector<float>(words.size()), std::vector<float>(static_cast<std::size_t>(entries))};
+  for (int64_t c = 0; c < entries; ++c) {
+    float s = 0.0f;
+    for (int e = 0; e < sub; ++e) {
+      const float w = words[static_cast<std::size_t>(c * sub + e)];
+      book.transposed[static_cast<std::size_t>(e * entries + c)] = w;
+      s += w * w;
+    }
+    book.norms[static_cast<std::size_t>(c)] = s;
+  }
+  return book;
+}
+
 TEST(NearestCodeword, MatchesScalarAndBruteForce) {
   std::mt19937 rng(5);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -31,21 +58,8 @@ TEST(NearestCodeword, MatchesScalarAndBruteForce) {
     for (const int sub : {1, 3, 4, 8, 16}) {
       std::vector<float> words(static_cast<std::size_t>(entries * sub));
       for (float& w : words) w = dist(rng);
-      // Duplicates: later copies of earlier codewords tie exactly, and the lower index must win.
-      for (int64_t c = entries / 2; c + 3 < entries; c += 7) {
-        for (int e = 0; e < sub; ++e)
-          words[static_cast<std::size_t>(c * sub + e)] = words[static_cast<std::size_t>((c - entries / 2) * sub + e)];
-      }
-      std::vector<float> transposed(words.size()), norms(static_cast<std::size_t>(entries));
-      for (int64_t c = 0; c < entries; ++c) {
-        float s = 0.0f;
-        for (int e = 0; e < sub; ++e) {
-          const float w = words[static_cast<std::size_t>(c * sub + e)];
-          transposed[static_cast<std::size_t>(e * entries + c)] = w;
-          s += w * w;
-        }
-        norms[static_cast<std::size_t>(c)] = s;
-      }
+      duplicate_codewords(words, entries, sub);
+      const auto [transposed, norms] = search_book(words, entries, sub);
       for (int trial = 0; trial < 40; ++trial) {
         std::vector<float> x(static_cast<std::size_t>(sub));
         if (trial % 4 == 0 && entries > 1) {  // exactly on a duplicated codeword
@@ -105,20 +119,8 @@ void check_fused(int64_t entries, int sub, bool descending, std::mt19937& rng, s
         words[static_cast<std::size_t>(c * sub + e)] = static_cast<float>(entries - c) * 0.01f * (1.0f + e);
     }
   }
-  for (int64_t c = entries / 2; c + 3 < entries; c += 7) {
-    for (int e = 0; e < sub; ++e)
-      words[static_cast<std::size_t>(c * sub + e)] = words[static_cast<std::size_t>((c - entries / 2) * sub + e)];
-  }
-  std::vector<float> transposed(words.size()), norms(static_cast<std::size_t>(entries));
-  for (int64_t c = 0; c < entries; ++c) {
-    float s = 0.0f;
-    for (int e = 0; e < sub; ++e) {
-      const float w = words[static_cast<std::size_t>(c * sub + e)];
-      transposed[static_cast<std::size_t>(e * entries + c)] = w;
-      s += w * w;
-    }
-    norms[static_cast<std::size_t>(c)] = s;
-  }
+  duplicate_codewords(words, entries, sub);
+  const auto [transposed, norms] = search_book(words, entries, sub);
   for (int trial = 0; trial < 24; ++trial) {
     std::vector<float> x(static_cast<std::size_t>(sub));
     if (trial % 4 == 0 && entries > 1) {
