@@ -87,14 +87,13 @@ TEST(BlockLevelKeyScores, SymmetricLevelsTakeTheHalfTableAndMatchTheReference) {
     std::vector<int16_t> q16(q.size());
     std::vector<float> step(3);
     for (int r = 0; r < 3; ++r) quantize_query_i16(q.data() + r * dim, dim, 23170, q16.data() + r * dim, &step[r]);
-    BlockLevelKeys keys;
-    keys.codes = codes.data();
-    keys.code_stride = stride;
-    keys.scales = scales.data();
-    keys.n_rows = n_rows;
-    keys.dim = dim;
-    keys.bits = bits;
-    keys.block = 32;
+    const BlockLevelKeys keys{.codes = codes.data(),
+                              .code_stride = stride,
+                              .scales = scales.data(),
+                              .n_rows = n_rows,
+                              .dim = dim,
+                              .bits = bits,
+                              .block = 32};
     for (const BlockLevels16* table : {&l16, &s16}) {
       std::vector<float> out(static_cast<std::size_t>(3 * n_rows)), ref(out);
       score_block_level_rows(keys, *table, q16.data(), step.data(), nullptr, 3, out.data(), n_rows);
@@ -143,15 +142,13 @@ struct RandomKeyRows {
     for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = base::f32_to_f16(0.1f + std::fabs(scale_values[i]));
   }
   BlockLevelKeys keys() const {
-    BlockLevelKeys keys;
-    keys.codes = codes.data();
-    keys.code_stride = stride;
-    keys.scales = scales.data();
-    keys.n_rows = n_rows;
-    keys.dim = s.dim;
-    keys.bits = s.bits;
-    keys.block = s.block;
-    return keys;
+    return BlockLevelKeys{.codes = codes.data(),
+                          .code_stride = stride,
+                          .scales = scales.data(),
+                          .n_rows = n_rows,
+                          .dim = s.dim,
+                          .bits = s.bits,
+                          .block = s.block};
   }
   // Element e's code of row j, read bit by bit (the elements' bits are packed LSB first).
   int code(int64_t j, int64_t e) const {

@@ -83,14 +83,13 @@ void check_case(int bits, const std::vector<float>& levels, const ByteLevels& l8
     quantize_query_i8(q.data() + r * dim, dim, q8.data() + r * dim, a8.data() + r * dim, &step[r]);
     bias[r] = 0.25f * static_cast<float>(r) - 0.3f;
   }
-  BlockLevelKeys keys;
-  keys.codes = codes.data();
-  keys.code_stride = stride;
-  keys.scales = scales.data();
-  keys.n_rows = n_rows;
-  keys.dim = dim;
-  keys.bits = bits;
-  keys.block = block;
+  const BlockLevelKeys keys{.codes = codes.data(),
+                            .code_stride = stride,
+                            .scales = scales.data(),
+                            .n_rows = n_rows,
+                            .dim = dim,
+                            .bits = bits,
+                            .block = block};
   const float* b = with_bias ? bias.data() : nullptr;
   std::vector<float> out(static_cast<std::size_t>(n_q * ld), -7.0f), ref(out);
   scalar::score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), b, n_q, ref.data(), ld);
@@ -191,14 +190,13 @@ TEST(ByteLevelKeyScores, ExtremeMagnitudesSumExactlyWithoutSaturation) {
         q8[static_cast<std::size_t>(r * dim + e)] = static_cast<int8_t>(plus ? 127 : -127);
       }
     const std::vector<float> step(static_cast<std::size_t>(n_q), 1.0f);
-    BlockLevelKeys keys;
-    keys.codes = codes.data();
-    keys.code_stride = stride;
-    keys.scales = scales.data();
-    keys.n_rows = n_rows;
-    keys.dim = dim;
-    keys.bits = bits;
-    keys.block = block;
+    const BlockLevelKeys keys{.codes = codes.data(),
+                              .code_stride = stride,
+                              .scales = scales.data(),
+                              .n_rows = n_rows,
+                              .dim = dim,
+                              .bits = bits,
+                              .block = block};
     std::vector<float> out(static_cast<std::size_t>(n_q * ld)), ref(out);
     score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), nullptr, n_q, out.data(), ld);
     scalar::score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), nullptr, n_q, ref.data(), ld);
