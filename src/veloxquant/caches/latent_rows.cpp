@@ -25,6 +25,19 @@ constexpr int64_t kLatentBlock = 16;
 const uint8_t* end_of(const lm::Tensor& codes) {
   return reinterpret_cast<const uint8_t*>(codes.raw_data()) + codes.nbytes();
 }
+
+// Whether every (batch, group) of `side` holds bit-field codes of at most 256 components whose
+// rows the VBMI byte decoder reads in one load (at most 64 bytes): the AMX kernels' condition.
+bool byte_decodable_codes(const LatentSide& side) {
+  if (side.max_rank > 256) return false;
+  for (int64_t b = 0; b < side.ranks.dim(0); ++b) {
+    for (int64_t g = 0; g < side.ranks.dim(1); ++g) {
+      LatentCodec::IntegerKeys codes;
+      if (!side.codec->code_values(b, g, &codes) || codes.layout->row_bytes > 64) return false;
+    }
+  }
+  return true;
+}
 }  // namespace
 
 int64_t LatentSide::rank(int64_t b, int64_t g) const { return row_ptr<int32_t>(ranks, b, g, 0)[0]; }
@@ -54,13 +67,7 @@ LatentRows::LatentRows(const LatentSide& keys, const LatentSide& values, int64_t
   if (planes_) return;
   // Integer value sums where they run on AMX and every group's value rows are bit-field codes
   // the VBMI byte decoder reads in one load (rows of at most 64 bytes: kvtc up to 512 bits).
-  bool code_values = attention::kernels::code_value_sums_fast() && values.max_rank <= 256;
-  for (int64_t b = 0; b < values.ranks.dim(0) && code_values; ++b) {
-    for (int64_t g = 0; g < values.ranks.dim(1) && code_values; ++g) {
-      LatentCodec::IntegerKeys v;
-      code_values = values.codec->code_values(b, g, &v) && v.layout->row_bytes <= 64;
-    }
-  }
+  const bool code_values = attention::kernels::code_value_sums_fast() && byte_decodable_codes(values);
   if (code_values) value_code_stride_ = (values.max_rank + 63) / 64 * 64;
   bool integer = true;
   for (int64_t b = 0; b < keys.ranks.dim(0) && integer; ++b) {
@@ -75,13 +82,7 @@ LatentRows::LatentRows(const LatentSide& keys, const LatentSide& values, int64_t
   }
   // The keys' integer scores on AMX, under the same conditions as the value sums': 22-bit query
   // pieces (attention/code_key_scores.h) in place of the f32 latents (rounding-level).
-  bool code_keys = attention::kernels::code_key_scores_fast() && keys.max_rank <= 256;
-  for (int64_t b = 0; b < keys.ranks.dim(0) && code_keys; ++b) {
-    for (int64_t g = 0; g < keys.ranks.dim(1) && code_keys; ++g) {
-      LatentCodec::IntegerKeys k;
-      code_keys = keys.codec->code_values(b, g, &k) && k.layout->row_bytes <= 64;
-    }
-  }
+  const bool code_keys = attention::kernels::code_key_scores_fast() && byte_decodable_codes(keys);
   if (code_keys) amx_key_stride_ = (keys.max_rank + 63) / 64 * 64;
 }
 
