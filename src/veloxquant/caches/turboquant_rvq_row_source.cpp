@@ -110,19 +110,15 @@ void TurboQuantRvqRows::score_tile(int64_t b, int64_t h, int64_t j0, int64_t j1,
 void TurboQuantRvqRows::prefetch_tile(int64_t b, int64_t h, int64_t j0, int64_t j1) const {
   using attention::prefetch_bytes;
   // Rows of one head are back to back in every buffer: one contiguous range each.
-  const auto rows_of = [&](const lm::Tensor& t, int64_t j) {
-    return reinterpret_cast<const std::byte*>(t.raw_data()) +
-           (b * t.strides()[0] + h * t.strides()[1] + j * t.strides()[2]) * static_cast<int64_t>(t.element_size());
-  };
   const auto bytes_of = [&](const lm::Tensor& t) {
     return (j1 - j0) * t.strides()[2] * static_cast<int64_t>(t.element_size());
   };
-  prefetch_bytes(rows_of(packed1_, j0), bytes_of(packed1_));
-  prefetch_bytes(rows_of(packed2_, j0), bytes_of(packed2_));
-  prefetch_bytes(rows_of(norms_, j0), bytes_of(norms_));
+  prefetch_bytes(row_ptr<uint8_t>(packed1_, b, h, j0), bytes_of(packed1_));
+  prefetch_bytes(row_ptr<uint8_t>(packed2_, b, h, j0), bytes_of(packed2_));
+  prefetch_bytes(row_ptr<uint16_t>(norms_, b, h, j0), bytes_of(norms_));
   if (value_order_) {
-    prefetch_bytes(rows_of(value_codes_, j0), bytes_of(value_codes_));
-    prefetch_bytes(rows_of(value_params_, j0), bytes_of(value_params_));
+    prefetch_bytes(row_ptr<uint32_t>(value_codes_, b, h, j0), bytes_of(value_codes_));
+    prefetch_bytes(row_ptr<uint16_t>(value_params_, b, h, j0), bytes_of(value_params_));
   } else {
     prefetch_bytes(plain_values_.head(b, h) + j0 * plain_values_.row_bytes, (j1 - j0) * plain_values_.row_bytes);
   }
