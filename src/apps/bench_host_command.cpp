@@ -52,6 +52,7 @@ struct BenchHostFlags : apps::ModelFlags {  // --model, --tokenizer, --threads, 
   int64_t prefill_tokens = 512;
   int64_t batch = 512;
   int repeat = 1;
+  std::string decode_stat = "total";  // --decode-stat: total | median
   apps::KvMethodFlags kv;
   std::string methods;      // --methods: "" = the single-method run of --method
   std::string kv_dtypes;    // --kv-dtypes (with --methods): host cache types timed beside the native one
@@ -76,8 +77,8 @@ std::string command_line(const BenchHostFlags& f) {
   if (!f.tokenizer.empty()) cmd << " --tokenizer " << f.tokenizer;
   if (!f.text.empty()) cmd << " --text " << f.text;
   cmd << " --ctx " << join(f.contexts) << " --decode-tokens " << f.decode_tokens << " --prefill " << f.prefill_tokens
-      << " --batch " << f.batch << " --repeat " << f.repeat << " --threads " << f.threads << " --kv-dtype "
-      << f.kv_dtype;
+      << " --batch " << f.batch << " --repeat " << f.repeat << " --decode-stat " << f.decode_stat << " --threads "
+      << f.threads << " --kv-dtype " << f.kv_dtype;
   if (f.kv.method != "none") cmd << " --method " << f.kv.method;
   if (!f.kv.bits.empty()) cmd << " --bits " << f.kv.bits;
   if (!f.kv.preset.empty()) cmd << " --preset " << f.kv.preset;
@@ -99,6 +100,7 @@ ev::HostBenchOptions bench_options(const BenchHostFlags& f) {
   options.prefill_tokens = f.prefill_tokens;
   options.batch = f.batch;
   options.repeat = f.repeat;
+  options.decode_statistic = ev::parse_decode_statistic(f.decode_stat);
   return options;
 }
 
@@ -132,6 +134,7 @@ ev::HostBenchReport run_facts(const BenchHostFlags& f, const lm::Model& model) {
   report.decode_tokens = f.decode_tokens;
   report.batch = f.batch;
   report.repeat = f.repeat;
+  report.decode_statistic = f.decode_stat;
   return report;
 }
 
@@ -323,6 +326,10 @@ apps::CommandRegistration registration{
       cmd->add_option("--batch", flags->batch, "Tokens per prefill forward call (llama.cpp's n_batch)")
           ->capture_default_str();
       cmd->add_option("--repeat", flags->repeat, "Runs per row; the best (fastest) is reported")->capture_default_str();
+      cmd->add_option("--decode-stat", flags->decode_stat,
+                      "How a decode row is timed: 'total' (all steps on one clock, as llama-bench) or 'median' "
+                      "(the median step x steps: robust to a few steps stalled by other work on a shared machine)")
+          ->capture_default_str();
       apps::add_kv_method_flags(*cmd, flags->kv);
       CLI::Option* methods =
           cmd->add_option("--methods", flags->methods,

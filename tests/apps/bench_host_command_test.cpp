@@ -47,7 +47,8 @@ TEST(BenchHostCommand, JsonRecordHasItsKeysAndExactRows) {
                                           "architecture", "context_length", "threads",        "build_type",
                                           "cpu",          "simd_target",    "method",         "bits",
                                           "settings",     "kv_dtype",       "prompt",         "decode_tokens",
-                                          "batch",        "repeat",         "peak_rss_bytes", "rows"};
+                                          "batch",        "repeat",         "peak_rss_bytes", "rows",
+                                          "decode_statistic"};
   EXPECT_EQ(keys, expected);
   EXPECT_EQ(j["context_length"], 512);
   EXPECT_EQ(j["architecture"], "llama");
@@ -147,6 +148,10 @@ TEST(BenchHostCommand, BadInputExitsNonZeroNamingTheValue) {
   std::tie(status, out) = run(base + "--ctx 64 --repeat 0", true);
   EXPECT_EQ(status, 2) << out;
   EXPECT_NE(out.find("--repeat must be >= 1, got 0"), std::string::npos) << out;
+
+  std::tie(status, out) = run(base + "--ctx 64 --decode-stat mean", true);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("--decode-stat must be 'total' or 'median', got 'mean'"), std::string::npos) << out;
 
   std::tie(status, out) = run(base + "--ctx 64,abc", true);  // CLI11 rejects it: non-zero, no crash
   EXPECT_GT(status, 0) << out;

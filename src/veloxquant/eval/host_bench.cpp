@@ -41,15 +41,43 @@ HostBenchRun time_host_run(const lm::Model& model, const std::function<lm::Cache
   run.prefill_seconds = seconds_since(prefill_start);
   if (decode_tokens > 0) {
     std::vector<int32_t> step(1);
+    // Sized before the clock starts: recording a step must not allocate inside the timed loop.
+    run.decode_step_seconds.assign(static_cast<std::size_t>(decode_tokens), 0.0);
     const auto decode_start = Clock::now();
-    for (int64_t i = 0; i < decode_tokens; ++i) {
+    for (std::size_t i = 0; i < run.decode_step_seconds.size(); ++i) {
+      const auto step_start = Clock::now();
       step[0] = argmax(logits);
       model.forward(step, caches, logits);
+      run.decode_step_seconds[i] = seconds_since(step_start);
     }
     run.decode_seconds = seconds_since(decode_start);
   }
   run.kv_bytes = lm::kv_bytes_resident(caches);
   return run;
+}
+
+DecodeStatistic parse_decode_statistic(const std::string& name) {
+  if (name == "total") return DecodeStatistic::kTotal;
+  if (name == "median") return DecodeStatistic::kMedianStep;
+  throw base::InvalidArgument("--decode-stat must be 'total' or 'median', got '" + name + "'");
+}
+
+std::string decode_statistic_name(DecodeStatistic statistic) {
+  return statistic == DecodeStatistic::kMedianStep ? "median" : "total";
+}
+
+double decode_seconds_by(const HostBenchRun& run, DecodeStatistic statistic) {
+  if (statistic == DecodeStatistic::kTotal) return run.decode_seconds;
+  std::vector<double> steps = run.decode_step_seconds;
+  if (steps.empty()) return 0.0;
+  const std::size_t mid = steps.size() / 2;
+  std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(mid), steps.end());
+  double median = steps[mid];
+  if (steps.size() % 2 == 0) {
+    // The lower middle value is the largest of the elements nth_element left before `mid`.
+    median = 0.5 * (median + *std::max_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(mid)));
+  }
+  return median * static_cast<double>(steps.size());
 }
 
 std::vector<HostBenchRow> host_bench_plan(const HostBenchOptions& options) {
@@ -95,7 +123,8 @@ HostBenchRow time_row(const lm::Model& model, std::span<const int32_t> prompt_to
     if (options.on_run) options.on_run(label, r);
     const HostBenchRun run = time_host_run(model, make_caches, prompt, row.decode_tokens, options.batch);
     if (r == 0 || run.prefill_seconds < row.prefill_seconds) row.prefill_seconds = run.prefill_seconds;
-    if (r == 0 || run.decode_seconds < row.decode_seconds) row.decode_seconds = run.decode_seconds;
+    const double decode_seconds = decode_seconds_by(run, options.decode_statistic);
+    if (r == 0 || decode_seconds < row.decode_seconds) row.decode_seconds = decode_seconds;
     row.kv_bytes = run.kv_bytes;
   }
   fill_rates(row);

@@ -20,12 +20,24 @@
 
 namespace veloxquant::eval {
 
+// What a decode row's time is made of. kTotal: the wall clock of all its steps (llama-bench's
+// measure). kMedianStep: the median step times the step count, which a few steps stalled by
+// other work on a shared machine (a build, a scheduler pause) cannot move; on a quiet machine
+// both agree within the steps' own spread.
+enum class DecodeStatistic { kTotal, kMedianStep };
+
+// "total" or "median" (the --decode-stat values); throws base::InvalidArgument naming the value
+// and the choices for anything else.
+DecodeStatistic parse_decode_statistic(const std::string& name);
+std::string decode_statistic_name(DecodeStatistic statistic);
+
 struct HostBenchOptions {
   std::vector<int64_t> contexts{128, 1024, 4096, 8192};
   int64_t decode_tokens = 32;
   int64_t prefill_tokens = 512;  // the fixed prefill row; 0 = no such row
   int64_t batch = 512;           // tokens per prefill forward call
   int repeat = 1;                // best of R (highest tokens/s) per row
+  DecodeStatistic decode_statistic = DecodeStatistic::kTotal;
   // Called before each timed run with (row label, repeat index from 0), for progress lines.
   std::function<void(const std::string&, int)> on_run;
 };
@@ -48,11 +60,16 @@ struct HostBenchRow {
 // forward calls and the argmax are inside the clocks.
 struct HostBenchRun {
   double prefill_seconds = 0.0;
-  double decode_seconds = 0.0;
+  double decode_seconds = 0.0;             // all decode steps, one clock around them
+  std::vector<double> decode_step_seconds;  // each step (forward + argmax) on its own clock
   std::size_t kv_bytes = 0;  // sum of the caches' nbytes() at the end of the run
 };
 HostBenchRun time_host_run(const lm::Model& model, const std::function<lm::CacheList()>& make_caches,
                            std::span<const int32_t> prompt, int64_t decode_tokens, int64_t batch);
+
+// The decode seconds one run contributes to its row under `statistic`: decode_seconds, or the
+// median of decode_step_seconds times their count (0 when the run decoded nothing).
+double decode_seconds_by(const HostBenchRun& run, DecodeStatistic statistic);
 
 // A row to time, in run_host_bench's order: the prefill row (when prefill_tokens > 0), then one
 // decode row per context. Only the counts; the times are filled in by whoever runs them.

@@ -40,9 +40,10 @@ std::vector<MethodBenchRow> run_host_bench_methods(const lm::Model& model, std::
           options.on_run(caches[c].label + ": " + plan[p].kind + " " + std::to_string(plan[p].ctx), round);
         const HostBenchRun run =
             time_host_run(model, caches[c].make_caches, row_prompt, plan[p].decode_tokens, options.batch);
-        out.rounds.emplace_back(run.prefill_seconds, run.decode_seconds);
+        const double decode_seconds = decode_seconds_by(run, options.decode_statistic);
+        out.rounds.emplace_back(run.prefill_seconds, decode_seconds);
         if (round == 0 || run.prefill_seconds < out.row.prefill_seconds) out.row.prefill_seconds = run.prefill_seconds;
-        if (round == 0 || run.decode_seconds < out.row.decode_seconds) out.row.decode_seconds = run.decode_seconds;
+        if (round == 0 || decode_seconds < out.row.decode_seconds) out.row.decode_seconds = decode_seconds;
         out.row.kv_bytes = run.kv_bytes;
       }
     }

@@ -29,7 +29,8 @@ struct BenchCache {
 struct MethodBenchRow {
   std::string label;
   HostBenchRow row;                               // best of the rounds, rates filled
-  std::vector<std::pair<double, double>> rounds;  // (prefill, decode) seconds of every round
+  std::vector<std::pair<double, double>> rounds;  // (prefill, decode) seconds of every round, decode by
+                                                  // the options' decode_statistic
   double spread = 0.0;  // slowest / fastest time of the row's phase (decode, or prefill on the prefill row)
   // This row's tokens/s over the baseline's ("none") at the same kind and ctx, measured in the
   // same rounds; nullopt when the run has no baseline.

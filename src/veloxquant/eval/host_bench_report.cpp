@@ -48,8 +48,13 @@ nlohmann::json host_bench_json(const HostBenchReport& r) {
           {"decode_tokens", r.decode_tokens},
           {"batch", r.batch},
           {"repeat", r.repeat},
+          {"decode_statistic", r.decode_statistic},
           {"peak_rss_bytes", r.peak_rss_bytes},
           {"rows", rows}};
+}
+
+std::string decode_statistic_note(const HostBenchReport& report) {
+  return report.decode_statistic == "median" ? "; decode = median step x steps" : "";
 }
 
 std::string host_bench_table(const HostBenchReport& r) {
@@ -59,7 +64,7 @@ std::string host_bench_table(const HostBenchReport& r) {
          " build\n";
   out += "cache    " + r.method + (r.bits.empty() ? "" : " bits=" + r.bits) +
          (r.settings.empty() ? "" : " " + r.settings) + " (kv " + r.kv_dtype + "); prompt " + r.prompt + "; batch " +
-         std::to_string(r.batch) + "; best of " + std::to_string(r.repeat) + "\n\n";
+         std::to_string(r.batch) + "; best of " + std::to_string(r.repeat) + decode_statistic_note(r) + "\n\n";
   out += "| row | ctx | prefill tokens | prefill tok/s | decode tokens | decode tok/s | ms/token | KV MiB |\n";
   out += "|---|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& row : r.rows) {

@@ -31,11 +31,15 @@ struct HostBenchReport {
   int64_t decode_tokens = 0;
   int64_t batch = 0;
   int repeat = 0;
+  std::string decode_statistic = "total";  // decode_statistic_name() of the run's --decode-stat
   int64_t peak_rss_bytes = 0;  // VmHWM of the whole run, model weights included
   std::vector<HostBenchRow> rows;
 };
 
 nlohmann::json host_bench_json(const HostBenchReport& report);
+
+// "" for the total-time statistic; otherwise the header's words saying how decode was timed.
+std::string decode_statistic_note(const HostBenchReport& report);
 
 // A Markdown table (one row per HostBenchRow) under a few header lines.
 std::string host_bench_table(const HostBenchReport& report);

@@ -111,6 +111,7 @@ TEST(HostBenchMethodsReport, JsonHasItsKeysAndNullsWhereAbsent) {
                                           "decode_tokens",
                                           "batch",
                                           "repeat",
+                                          "decode_statistic",
                                           "peak_rss_bytes",
                                           "methods",
                                           "bandwidth_probe",

@@ -121,6 +121,49 @@ TEST(HostBench, FeedsPrefillChunksThenGreedyTokensOnFreshCaches) {
   EXPECT_NEAR(rows[1].decode_tokens_per_s * rows[1].decode_ms_per_token, 1000.0, 1e-6);
 }
 
+TEST(HostBench, EveryDecodeStepHasItsOwnClockInsideTheTotal) {
+  RecordingModel model;
+  const std::vector<int32_t> prompt = iota_prompt(8);
+  const HostBenchRun run = time_host_run(
+      model, [&model] { return model.native_make_cache(); }, prompt, /*decode_tokens=*/5, /*batch=*/4);
+  ASSERT_EQ(run.decode_step_seconds.size(), 5u);
+  double sum = 0.0;
+  for (const double s : run.decode_step_seconds) {
+    EXPECT_GE(s, 0.0);
+    sum += s;
+  }
+  EXPECT_LE(sum, run.decode_seconds);  // the steps' clocks sit inside the total's
+  const HostBenchRun prefill_only = time_host_run(
+      model, [&model] { return model.native_make_cache(); }, prompt, /*decode_tokens=*/0, /*batch=*/4);
+  EXPECT_TRUE(prefill_only.decode_step_seconds.empty());
+  EXPECT_EQ(decode_seconds_by(prefill_only, DecodeStatistic::kMedianStep), 0.0);
+}
+
+TEST(HostBench, MedianStatisticIgnoresAStalledStep) {
+  HostBenchRun run;
+  run.decode_seconds = 0.5;
+  run.decode_step_seconds = {0.002, 0.003, 0.400, 0.001};  // one step stalled by other work
+  EXPECT_EQ(decode_seconds_by(run, DecodeStatistic::kTotal), 0.5);
+  // Even count: the mean of the middle two (0.002, 0.003), times 4 steps.
+  EXPECT_DOUBLE_EQ(decode_seconds_by(run, DecodeStatistic::kMedianStep), 0.0025 * 4);
+  run.decode_step_seconds = {0.005, 0.001, 0.009};
+  EXPECT_DOUBLE_EQ(decode_seconds_by(run, DecodeStatistic::kMedianStep), 0.005 * 3);
+  EXPECT_EQ(run.decode_step_seconds, (std::vector<double>{0.005, 0.001, 0.009}));  // the run is left as it was
+}
+
+TEST(HostBench, DecodeStatisticNamesRoundTripAndOthersAreRefused) {
+  EXPECT_EQ(parse_decode_statistic("total"), DecodeStatistic::kTotal);
+  EXPECT_EQ(parse_decode_statistic("median"), DecodeStatistic::kMedianStep);
+  EXPECT_EQ(decode_statistic_name(DecodeStatistic::kMedianStep), "median");
+  EXPECT_EQ(decode_statistic_name(DecodeStatistic::kTotal), "total");
+  try {
+    parse_decode_statistic("");
+    ADD_FAILURE() << "an empty statistic was accepted";
+  } catch (const base::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("got ''"), std::string::npos) << e.what();
+  }
+}
+
 TEST(HostBench, CycleTokensRepeatsTheBodyNotTheBos) {
   const std::vector<int32_t> source = {1, 5, 6, 7};
   EXPECT_EQ(cycle_tokens(source, 8, 1), (std::vector<int32_t>{1, 5, 6, 7, 5, 6, 7, 5}));
