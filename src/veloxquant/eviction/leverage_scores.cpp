@@ -1,11 +1,11 @@
 #include "veloxquant/eviction/leverage_scores.h"
 #include "veloxquant/eviction/leverage_kernels.h"
+#include "veloxquant/eviction/tridiagonal_bisection.h"
 #include "veloxquant/eviction/upper_gram.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <functional>
 #include <numeric>
 
 namespace veloxquant::eviction {
@@ -123,63 +123,6 @@ void qr_step(std::vector<double>& d, std::vector<double>& e, double* q, int n, i
   }
 }
 
-// One implicit QR sweep's state over the unreduced block [l, m]: the next position and the
-// rotation's inputs there (qr_step's loop, one rotation per call).
-struct Chase {
-  int l, m, k;
-  double x, z;
-};
-
-inline void start_chase(const std::vector<double>& d, const std::vector<double>& e, int l, int m, double mu, Chase& c) {
-  c.l = l;
-  c.m = m;
-  c.k = l;
-  c.x = d[static_cast<std::size_t>(l)] - mu;
-  c.z = e[static_cast<std::size_t>(l)];
-}
-
-inline void chase_one(std::vector<double>& d, std::vector<double>& e, Chase& ch) {
-  const int k = ch.k;
-  const double r = rotation_norm(ch.x, ch.z);
-  const double inv = r == 0 ? 0.0 : 1.0 / r;
-  const double c = r == 0 ? 1.0 : ch.x * inv, s = ch.z * inv;
-  if (k > ch.l) e[static_cast<std::size_t>(k - 1)] = r;
-  const std::size_t k0 = static_cast<std::size_t>(k), k1 = k0 + 1;
-  const double a = d[k0], off = e[k0], dd = d[k1];
-  d[k0] = c * c * a + 2.0 * c * s * off + s * s * dd;
-  d[k1] = s * s * a - 2.0 * c * s * off + c * c * dd;
-  e[k0] = c * s * (dd - a) + (c * c - s * s) * off;
-  if (k + 1 < ch.m) {
-    ch.z = s * e[k1];
-    e[k1] *= c;
-    ch.x = e[k0];
-  }
-  ++ch.k;
-}
-
-// Two QR steps over [l, m] with the bottom 2 x 2 block's two eigenvalues as shifts, the second
-// sweep two positions behind the first: a rotation at k touches d[k], d[k + 1] and e[k - 1 ..
-// k + 1], so once the first sweep is past k + 2 the second may rotate at k. The two sweeps'
-// rotations are independent chains the core overlaps (one sweep is a chain of sqrt, division and
-// multiplies, latency-bound). Without vectors only.
-void qr_double_step(std::vector<double>& d, std::vector<double>& e, int l, int m) {
-  const double delta = (d[static_cast<std::size_t>(m - 1)] - d[static_cast<std::size_t>(m)]) / 2.0;
-  const double b = e[static_cast<std::size_t>(m - 1)];
-  const double root = rotation_norm(delta, b);
-  const double denom = delta + (delta >= 0 ? root : -root);
-  const double mu1 = d[static_cast<std::size_t>(m)] - b * b / denom;  // Wilkinson's: nearer d[m]
-  const double mu2 = d[static_cast<std::size_t>(m)] + denom;         // the 2 x 2 block's other eigenvalue
-  Chase first, second;
-  start_chase(d, e, l, m, mu1, first);
-  for (int i = 0; i < 3; ++i) chase_one(d, e, first);  // m - l >= 3 (callers: >= 8)
-  start_chase(d, e, l, m, mu2, second);
-  while (first.k < m) {  // the first sweep has passed second.k + 2
-    chase_one(d, e, first);
-    chase_one(d, e, second);
-  }
-  while (second.k < m) chase_one(d, e, second);
-}
-
 // QR steps on the bottom unreduced block until every off-diagonal is negligible: d becomes the
 // eigenvalues (unsorted), q (optional) collects T's eigenvectors as columns.
 void tridiagonal_qr(const std::vector<double>& d_in, const std::vector<double>& e_in, double* q, int n,
@@ -200,20 +143,15 @@ void tridiagonal_qr(const std::vector<double>& d_in, const std::vector<double>& 
     }
     int l = m - 1;
     while (l > 0 && !negligible(l - 1)) --l;
-    if (!q && m - l >= 8) {  // eigenvalues only, a block worth pipelining
-      qr_double_step(d, e, l, m);
-      steps += 2;
-    } else {
-      qr_step(d, e, q, n, l, m);
-      ++steps;
-    }
+    qr_step(d, e, q, n, l, m);
+    ++steps;
   }
 }
 
 // An eigenvector of the tridiagonal T for the eigenvalue `lambda` by inverse iteration: solves
 // (T - lambda I) x = b by Gaussian elimination with partial pivoting (zero pivots replaced by
 // a tiny one), twice, orthogonalised against `previous` (unit vectors) each time. With the
-// eigenvalue from QR (accurate to rounding) one solve already gives a residual |A u - lambda u|
+// eigenvalue from bisection (accurate to rounding of |T|) one solve already gives a residual |A u - lambda u|
 // near 1e-14 |A| on 64 x 64 value Grams, two reach the rounding floor (8e-16, as three did);
 // the third solve was a tenth of a leverage problem.
 struct InverseIterationBuffers {
@@ -325,7 +263,7 @@ void inverse_iteration(const Tridiagonal& t, double lambda, const double* previo
 }
 
 // The top k eigenvectors (rows of `vectors`, k x n) and their eigenvalues of the symmetric n x n
-// matrix `a`: eigenvalues of the tridiagonal form by QR without vectors, the k eigenvectors by
+// matrix `a`: the k largest eigenvalues of the tridiagonal form by bisection, the k eigenvectors by
 // inverse iteration, carried back through the reflectors.
 void top_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<double>& values,
                       std::vector<double>& vectors) {
@@ -333,15 +271,15 @@ void top_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<do
   // per step once the shapes have been seen).
   thread_local Tridiagonal t;
   thread_local InverseIterationBuffers factors;
-  thread_local std::vector<double> all, e, found, x, columns;
+  thread_local std::vector<double> found, x, columns;
   tridiagonalize(a, n, t);
-  tridiagonal_qr(t.d, t.e, nullptr, n, all, e);
-  std::sort(all.begin(), all.end(), std::greater<double>());
-  values.assign(all.begin(), all.begin() + k);
+  // Only the k largest eigenvalues, by bisection in SIMD lanes (QR found all n: k = 16 of 64 here).
+  values.resize(static_cast<std::size_t>(k));
+  top_tridiagonal_eigenvalues(t.d.data(), t.e.data(), n, k, values.data());
   const std::size_t nn = static_cast<std::size_t>(n);
   found.resize(static_cast<std::size_t>(k) * nn);  // row r: the r-th eigenvector in T's basis
   for (int r = 0; r < k; ++r) {
-    inverse_iteration(t, all[static_cast<std::size_t>(r)], found.data(), r, factors, x);
+    inverse_iteration(t, values[static_cast<std::size_t>(r)], found.data(), r, factors, x);
     std::copy(x.begin(), x.end(), found.begin() + static_cast<std::ptrdiff_t>(r * nn));
   }
   // Back through the reflectors all k at once (SIMD across the vectors, each vector's sums as
@@ -351,13 +289,15 @@ void top_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<do
   columns.assign(nn * static_cast<std::size_t>(stride), 0.0);
   for (int r = 0; r < k; ++r) {
     for (int i = 0; i < n; ++i)
-      columns[static_cast<std::size_t>(i * stride + r)] = found[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(i)];
+      columns[static_cast<std::size_t>(i * stride + r)] =
+          found[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(i)];
   }
   reflect_columns(t.reflectors.data(), t.has_reflector.data(), n, columns.data(), stride, k);
   vectors.resize(static_cast<std::size_t>(k) * nn);
   for (int r = 0; r < k; ++r) {
     for (int i = 0; i < n; ++i)
-      vectors[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(i)] = columns[static_cast<std::size_t>(i * stride + r)];
+      vectors[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(i)] =
+          columns[static_cast<std::size_t>(i * stride + r)];
   }
 }
 

@@ -31,8 +31,9 @@ float value_self_leverage(const float* values, const int32_t* rows, int64_t coun
 // tridiagonal form, then implicit QR steps with Wilkinson shifts (Golub & Van Loan §8.3).
 void symmetric_eigen_descending(const std::vector<double>& a, int n, std::vector<double>& eigenvalues,
                                 std::vector<double>& eigenvectors);
-// The k largest eigenvalues (descending) and their unit eigenvectors (k x n, as rows): eigenvalues
-// of the tridiagonal form by QR without vectors, the k vectors by inverse iteration with
+// The k largest eigenvalues (descending) and their unit eigenvectors (k x n, as rows): the k largest
+// eigenvalues of the tridiagonal form by Sturm bisection (tridiagonal_bisection.h; QR would find all
+// n), the k vectors by inverse iteration with
 // reorthogonalisation, carried back through the reflectors (what the leverage scores use: k of
 // n vectors for a fraction of the full decomposition's cost).
 void top_symmetric_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<double>& eigenvalues,
