@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     CALLGRIND_STOP_INSTRUMENTATION;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("%s bits %d ctx %lld: %.1f us per step (%lld kv rows)\n", method.c_str(), bits,
-                static_cast<long long>(ctx), seconds / steps * 1e6, static_cast<long long>(ctx * kKvHeads));
+                static_cast<long long>(ctx), seconds / steps * 1e6, static_cast<long long>(ctx) * kKvHeads);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -28,7 +28,7 @@ std::string model_path() {
 // Deterministic, varied token ids (speed does not depend on which tokens they are).
 std::vector<int32_t> tokens(int64_t n, int32_t vocab, int32_t salt) {
   std::vector<int32_t> out(static_cast<std::size_t>(n));
-  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>((i * 7919 + salt * 104729 + 17) % vocab);
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>((i * 7919 + int64_t{salt} * 104729 + 17) % vocab);
   return out;
 }
 

@@ -79,10 +79,22 @@ struct Gains {
   double in_sample = 0, holdout = 0, weighted = 0;
 };
 
-// rows: [H, S, D] f32 of one call. queries: [Hq, S, D] of the held-out call (nullptr: values).
-Gains gains_of(const std::vector<float>& cal, int64_t cal_s, const std::vector<float>& held, int64_t held_s,
-               const std::vector<float>* queries, int64_t heads, int64_t query_heads, int64_t d, int64_t h,
-               int64_t cal_rows, double bits) {
+// One side (keys or values) of a layer's two recorded calls: rows [H, S, D] f32 of the calibration
+// call (cal, S = cal_s) and of the held-out one (held, S = held_s).
+struct RecordedSide {
+  const std::vector<float>& cal;
+  int64_t cal_s;
+  const std::vector<float>& held;
+  int64_t held_s;
+  int64_t d;
+};
+
+// queries: [Hq, S, D] of the held-out call (nullptr: values).
+Gains gains_of(const RecordedSide& side, const std::vector<float>* queries, int64_t heads, int64_t query_heads,
+               int64_t h, int64_t cal_rows, double bits) {
+  const std::vector<float>& cal = side.cal;
+  const std::vector<float>& held = side.held;
+  const int64_t cal_s = side.cal_s, held_s = side.held_s, d = side.d;
   Gains g;
   const int64_t n = std::min<int64_t>(cal_rows, cal_s - 1);
   const auto pca = veloxquant::linalg::pca(cal.data() + (h * cal_s + 1) * d, n, d, true);
@@ -178,10 +190,10 @@ int main(int argc, char** argv) {
       if (r.last_q.empty())
         throw std::runtime_error("the host passed no queries (layer " + std::to_string(layer) + ")");
       for (int64_t h = 0; h < r.heads; ++h) {
-        const Gains k = gains_of(r.first_k, r.first_rows, r.last_k, r.last_rows, &r.last_q, r.heads, r.query_heads,
-                                 r.key_dim, h, cal_rows, bits);
-        const Gains v = gains_of(r.first_v, r.first_rows, r.last_v, r.last_rows, nullptr, r.heads, r.query_heads,
-                                 r.value_dim, h, cal_rows, bits);
+        const Gains k = gains_of({r.first_k, r.first_rows, r.last_k, r.last_rows, r.key_dim}, &r.last_q, r.heads,
+                                 r.query_heads, h, cal_rows, bits);
+        const Gains v = gains_of({r.first_v, r.first_rows, r.last_v, r.last_rows, r.value_dim}, nullptr, r.heads,
+                                 r.query_heads, h, cal_rows, bits);
         std::printf("%5zu %4lld | %6.2f %6.2f %6.2f | %6.2f %6.2f\n", layer, static_cast<long long>(h), k.in_sample,
                     k.holdout, k.weighted, v.in_sample, v.holdout);
         key_sum.in_sample += k.in_sample, key_sum.holdout += k.holdout, key_sum.weighted += k.weighted;

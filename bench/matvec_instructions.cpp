@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
     CALLGRIND_STOP_INSTRUMENTATION;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("%s %s: %.1f us (%lld weights)\n", argv[1], argv[2], seconds * 1e6,
-                static_cast<long long>(kRows * kCols));
+                static_cast<long long>(kRows) * kCols);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

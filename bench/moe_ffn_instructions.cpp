@@ -94,8 +94,8 @@ int main(int argc, char** argv) {
       moe.router = lm::WeightMatrix::view(GgmlType::F32, kExperts, kDim, router.data(), nullptr, "router");
       moe.n_used = kUsed;
       for (int e = 0; e < kExperts; ++e) {
-        moe.experts.push_back({gate_up.matrix(type, 2 * e, kExpertFfn, kDim),
-                               gate_up.matrix(type, 2 * e + 1, kExpertFfn, kDim),
+        moe.experts.push_back({gate_up.matrix(type, int64_t{2} * e, kExpertFfn, kDim),
+                               gate_up.matrix(type, int64_t{2} * e + 1, kExpertFfn, kDim),
                                down.matrix(type, e, kDim, kExpertFfn)});
       }
       lm::validate_moe_layer(moe, kDim, "bench.");

@@ -64,7 +64,10 @@ void register_all() {
   const std::vector<std::pair<std::string, int>> configs = {
       {"turboquant_mse", 2}, {"turboquant_mse", 4}, {"turboquant_prod", 3}, {"qjl", 1},  {"turboquant_rvq", 2},
       {"turboquant_rvq", 4}, {"polar", 2},          {"rabitq", 1},          {"kivi", 2}, {"kivi", 4}};
-  for (const auto& [method, bits] : configs) {
+  for (const auto& config : configs) {
+    // Named copies, not a structured binding: clang before 16 cannot capture bindings.
+    const std::string& method = config.first;
+    const int bits = config.second;
     const std::string tag = method + "/b" + std::to_string(bits);
     benchmark::RegisterBenchmark(("encode/" + tag).c_str(), [method, bits](benchmark::State& state) {
       Fixture f(method, bits);

@@ -19,24 +19,27 @@ namespace {
 
 std::vector<float> random_values(std::size_t n, uint32_t seed) { return test_support::normal_values(n, seed); }
 
+// One case of ScoreRowsMatchesScalar: d columns, nq queries, `rows` rows.
+void check_score_rows(int64_t d, int64_t nq, int64_t rows) {
+  const int64_t ld = 70, row_stride = d + 3, q_stride = d + 1;
+  const auto q = random_values(static_cast<std::size_t>(nq * q_stride), 1);
+  const auto k = random_values(static_cast<std::size_t>(rows * row_stride), 2);
+  std::vector<float> s(static_cast<std::size_t>(nq * ld), -7.0f), s_ref = s;
+  score_rows(q.data(), q_stride, nq, k.data(), row_stride, rows, d, s.data(), ld);
+  scalar::score_rows(q.data(), q_stride, nq, k.data(), row_stride, rows, d, s_ref.data(), ld);
+  for (int64_t r = 0; r < nq; ++r) {
+    for (int64_t j = 0; j < ld; ++j) {
+      // Scores past n_rows stay untouched.
+      ASSERT_NEAR(s[r * ld + j], s_ref[r * ld + j], 1e-4f * std::sqrt(float(d)))
+          << "d " << d << " nq " << nq << " rows " << rows << " r " << r << " j " << j;
+    }
+  }
+}
+
 TEST(AttentionTiles, ScoreRowsMatchesScalar) {
   for (int64_t d : {1, 3, 7, 8, 64, 65, 100, 128}) {
     for (int64_t nq : {1, 2, 3, 4, 5, 9}) {
-      for (int64_t rows : {1, 3, 4, 7, 8, 9, 16, 37, 64}) {
-        const int64_t ld = 70, row_stride = d + 3, q_stride = d + 1;
-        const auto q = random_values(static_cast<std::size_t>(nq * q_stride), 1);
-        const auto k = random_values(static_cast<std::size_t>(rows * row_stride), 2);
-        std::vector<float> s(static_cast<std::size_t>(nq * ld), -7.0f), s_ref = s;
-        score_rows(q.data(), q_stride, nq, k.data(), row_stride, rows, d, s.data(), ld);
-        scalar::score_rows(q.data(), q_stride, nq, k.data(), row_stride, rows, d, s_ref.data(), ld);
-        for (int64_t r = 0; r < nq; ++r) {
-          for (int64_t j = 0; j < ld; ++j) {
-            // Scores past n_rows stay untouched.
-            ASSERT_NEAR(s[r * ld + j], s_ref[r * ld + j], 1e-4f * std::sqrt(float(d)))
-                << "d " << d << " nq " << nq << " rows " << rows << " r " << r << " j " << j;
-          }
-        }
-      }
+      for (int64_t rows : {1, 3, 4, 7, 8, 9, 16, 37, 64}) ASSERT_NO_FATAL_FAILURE(check_score_rows(d, nq, rows));
     }
   }
 }
@@ -55,6 +58,35 @@ TEST(AttentionTiles, ScoreRowsPutsEachRowsSumInItsOwnSlot) {
   for (int64_t j = 0; j < rows; ++j) EXPECT_EQ(s[static_cast<std::size_t>(j)], 64.0f * static_cast<float>(j) + 0.5f);
 }
 
+// One case of ScoreRowsF16EqualsScoreRowsOnWidenedRows: d columns, nq queries, `rows` rows.
+void check_score_rows_f16(int64_t d, int64_t nq, int64_t rows) {
+  const int64_t ld = 70, row_stride = d + 5, q_stride = d + 1;
+  const auto q = random_values(static_cast<std::size_t>(nq * q_stride), 1);
+  const auto values = random_values(static_cast<std::size_t>(rows * row_stride), 2);
+  std::vector<uint16_t> k(values.size());
+  std::vector<float> widened(values.size());
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    k[i] = base::f32_to_f16(values[i]);
+    widened[i] = base::f16_to_f32(k[i]);
+  }
+  std::vector<float> s(static_cast<std::size_t>(nq * ld), -7.0f), s_f32 = s, s_ref = s, s_prefetch = s;
+  score_rows_f16(q.data(), q_stride, nq, k.data(), row_stride, rows, d, s.data(), ld);
+  // Hints ahead of the rows (past the last one too) change nothing.
+  score_rows_f16(q.data(), q_stride, nq, k.data(), row_stride, rows, d, s_prefetch.data(), ld, 5);
+  ASSERT_EQ(s_prefetch, s) << "d " << d << " nq " << nq << " rows " << rows;
+  score_rows(q.data(), q_stride, nq, widened.data(), row_stride, rows, d, s_f32.data(), ld);
+  scalar::score_rows_f16(q.data(), q_stride, nq, k.data(), row_stride, rows, d, s_ref.data(), ld);
+  for (int64_t r = 0; r < nq; ++r) {
+    for (int64_t j = 0; j < ld; ++j) {
+      const std::size_t i = static_cast<std::size_t>(r * ld + j);
+      // Scores past n_rows stay untouched.
+      ASSERT_EQ(s[i], s_f32[i]) << "d " << d << " nq " << nq << " rows " << rows << " r " << r << " j " << j;
+      ASSERT_NEAR(s[i], s_ref[i], 1e-4f * std::sqrt(float(d)))
+          << "d " << d << " nq " << nq << " rows " << rows << " r " << r << " j " << j;
+    }
+  }
+}
+
 // The f16 scorer against score_rows over the same rows widened to f32: equal bit for bit (the
 // host's attention swaps one for the other, and its other paths must keep agreeing with it),
 // and near the scalar reference. Row counts around the 8-row pass, query counts around the
@@ -62,33 +94,7 @@ TEST(AttentionTiles, ScoreRowsPutsEachRowsSumInItsOwnSlot) {
 TEST(AttentionTiles, ScoreRowsF16EqualsScoreRowsOnWidenedRows) {
   for (int64_t d : {1, 3, 8, 24, 64, 65, 100, 128}) {
     for (int64_t nq : {1, 2, 3, 4, 5, 6, 9}) {
-      for (int64_t rows : {1, 3, 7, 8, 9, 16, 37, 64}) {
-        const int64_t ld = 70, row_stride = d + 5, q_stride = d + 1;
-        const auto q = random_values(static_cast<std::size_t>(nq * q_stride), 1);
-        const auto values = random_values(static_cast<std::size_t>(rows * row_stride), 2);
-        std::vector<uint16_t> k(values.size());
-        std::vector<float> widened(values.size());
-        for (std::size_t i = 0; i < k.size(); ++i) {
-          k[i] = base::f32_to_f16(values[i]);
-          widened[i] = base::f16_to_f32(k[i]);
-        }
-        std::vector<float> s(static_cast<std::size_t>(nq * ld), -7.0f), s_f32 = s, s_ref = s, s_prefetch = s;
-        score_rows_f16(q.data(), q_stride, nq, k.data(), row_stride, rows, d, s.data(), ld);
-        // Hints ahead of the rows (past the last one too) change nothing.
-        score_rows_f16(q.data(), q_stride, nq, k.data(), row_stride, rows, d, s_prefetch.data(), ld, 5);
-        ASSERT_EQ(s_prefetch, s) << "d " << d << " nq " << nq << " rows " << rows;
-        score_rows(q.data(), q_stride, nq, widened.data(), row_stride, rows, d, s_f32.data(), ld);
-        scalar::score_rows_f16(q.data(), q_stride, nq, k.data(), row_stride, rows, d, s_ref.data(), ld);
-        for (int64_t r = 0; r < nq; ++r) {
-          for (int64_t j = 0; j < ld; ++j) {
-            const std::size_t i = static_cast<std::size_t>(r * ld + j);
-            // Scores past n_rows stay untouched.
-            ASSERT_EQ(s[i], s_f32[i]) << "d " << d << " nq " << nq << " rows " << rows << " r " << r << " j " << j;
-            ASSERT_NEAR(s[i], s_ref[i], 1e-4f * std::sqrt(float(d)))
-                << "d " << d << " nq " << nq << " rows " << rows << " r " << r << " j " << j;
-          }
-        }
-      }
+      for (int64_t rows : {1, 3, 7, 8, 9, 16, 37, 64}) ASSERT_NO_FATAL_FAILURE(check_score_rows_f16(d, nq, rows));
     }
   }
 }

@@ -116,7 +116,7 @@ TEST(I16Activations, QuantizesAHandComputedBlock) {
 
   // An all-zero block: scale 0, codes 0 (no division by zero), and the next block is
   // independent of it.
-  std::vector<float> z(2 * kI16Block, 0.0f);
+  std::vector<float> z(std::size_t{2} * kI16Block, 0.0f);
   z[kI16Block] = -2.0f;
   z[kI16Block + 1] = 0.25f;
   const auto bz = quantize(z);
@@ -275,7 +275,7 @@ TEST(I16Activations, FloatFormatsHaveNoI16DotAndStayF32) {
     EXPECT_THROW(lm::kernels::vec_dot_i16(type, row, blocks.data(), 32), base::Unsupported);
   }
   // A float matrix asked for I16 activations computes the f32 product.
-  std::vector<float> wdata(4 * 64), x(64), i16(4), f32(4);
+  std::vector<float> wdata(std::size_t{4} * 64), x(64), i16(4), f32(4);
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto& v : wdata) v = normal(rng);

@@ -113,25 +113,26 @@ TEST(Rope, PositionsHeadsPartialAndNorm) {
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
   const int heads = 3, d = 8, tokens = 4;
-  std::vector<float> x(tokens * heads * d);
+  std::vector<float> x(static_cast<std::size_t>(tokens * heads * d));
   for (auto& v : x) v = normal(rng);
   const std::vector<float> original = x;
   lm::kernels::rope(x.data(), tokens, heads, d, 0, 10000.0f, RopeStyle::kNormal, 4);
   // Token 0 has position 0: unchanged. Dims past rope_dim = 4 never change.
   for (int i = 0; i < heads * d; ++i) EXPECT_EQ(x[i], original[i]);
-  for (int t = 0; t < tokens; ++t) {
-    for (int h = 0; h < heads; ++h) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
       const float* a = &x[(t * heads + h) * d];
       const float* b = &original[(t * heads + h) * d];
       for (int e = 4; e < 8; ++e) EXPECT_EQ(a[e], b[e]);
       // A rotation keeps each pair's length.
-      for (int p = 0; p < 2; ++p) {
+      for (int64_t p = 0; p < 2; ++p) {
         EXPECT_NEAR(std::hypot(a[2 * p], a[2 * p + 1]), std::hypot(b[2 * p], b[2 * p + 1]), 1e-5);
       }
     }
   }
   // Token t of a batch starting at pos0 = 5 equals a single token at position 5 + t.
-  std::vector<float> batch = original, single(original.begin() + 2 * heads * d, original.begin() + 3 * heads * d);
+  std::vector<float> batch = original,
+                     single(original.begin() + int64_t{2} * heads * d, original.begin() + int64_t{3} * heads * d);
   lm::kernels::rope(batch.data(), tokens, heads, d, 5, 10000.0f, RopeStyle::kNeox);
   lm::kernels::rope(single.data(), 1, heads, d, 7, 10000.0f, RopeStyle::kNeox);
   for (int i = 0; i < heads * d; ++i) EXPECT_EQ(batch[2 * heads * d + i], single[i]);
@@ -372,7 +373,7 @@ TEST(Attention, GqaReadsTheMappedKvHead) {
   std::mt19937 rng(5);
   lm::Tensor q = random_tensor({1, 4, 1, 8}, lm::DType::F32, rng);
   lm::Tensor k = random_tensor({1, 2, 5, 8}, lm::DType::F16, rng);
-  std::vector<float> vv(2 * 5 * 8);
+  std::vector<float> vv(std::size_t{2} * 5 * 8);
   for (std::size_t i = 0; i < vv.size(); ++i) vv[i] = i < 40 ? 1.0f : 2.0f;
   lm::Tensor v = lm::Tensor::from_f32(vv, {1, 2, 5, 8}, lm::DType::F16);
   lm::Tensor out;

@@ -346,6 +346,68 @@ TEST(ModelForward, SmolLM2ConfigAndPrefillDecodeAgreement) {
   EXPECT_EQ(whole[29]->offset(), static_cast<int64_t>(tokens.size()));
 }
 
+// stories260K's metadata under architecture arch ("llama.x" keys renamed "<arch>.x").
+void write_metadata_as(const lm::gguf::GgufFile& stories, const std::string& arch, gguf_test::Writer& w) {
+  for (const auto& [key, value] : stories.metadata()) {
+    std::string k = key;
+    if (k.rfind("llama.", 0) == 0) k.replace(0, 5, arch);  // "llama.x" -> "<arch>.x"
+    if (k == "general.architecture") {
+      w.kv_str(k, arch);
+    } else if (value.type == lm::gguf::ValueType::U32) {
+      w.kv_u32(k, static_cast<uint32_t>(value.integer));
+    } else if (value.type == lm::gguf::ValueType::F32) {
+      w.kv_f32(k, static_cast<float>(value.number));
+    } else if (value.type == lm::gguf::ValueType::STRING) {
+      w.kv_str(k, value.text);
+    } else if (value.is_array() && value.array_type == lm::gguf::ValueType::STRING) {
+      w.kv_str_array(k, value.strings);
+    } else if (value.is_array() && value.array_type == lm::gguf::ValueType::F32) {
+      w.kv_f32_array(k, std::vector<float>(value.numbers.begin(), value.numbers.end()));
+    } else if (value.is_array()) {
+      w.kv_i32_array(k, std::vector<int32_t>(value.integers.begin(), value.integers.end()));
+    }
+  }
+}
+
+// One q/k tensor of stories260K (head dim 8, 64 columns) with the converter's row permutation
+// undone: row 2i + c of a head goes back to row c * 4 + i.
+void unpermute_qk_rows(const float* src, int64_t rows, std::vector<float>& values) {
+  const int64_t d = 8, dim = 64;
+  for (int64_t head = 0; head < rows / d; ++head) {
+    for (int64_t i = 0; i < d / 2; ++i) {
+      for (int64_t c = 0; c < 2; ++c) {
+        const int64_t from = head * d + 2 * i + c, to = head * d + c * (d / 2) + i;
+        std::copy_n(src + from * dim, dim, values.begin() + to * dim);
+      }
+    }
+  }
+}
+
+// stories260K's tensors, q and k unpermuted.
+void write_unpermuted_tensors(const lm::gguf::GgufFile& stories, gguf_test::Writer& w) {
+  for (const auto& t : stories.tensors()) {
+    const float* src = reinterpret_cast<const float*>(stories.tensor_data(t));
+    std::vector<float> values(src, src + t.numel());
+    const bool qk =
+        t.name.find("attn_q.weight") != std::string::npos || t.name.find("attn_k.weight") != std::string::npos;
+    if (qk) unpermute_qk_rows(src, t.ne[1], values);
+    w.tensor_f32(t.name, std::vector<uint64_t>(t.ne.begin(), t.ne.end()), values);
+  }
+}
+
+// The unpermuted stories260K written as architecture arch and loaded (the file removed after).
+lm::LoadedModel load_unpermuted_as(const lm::gguf::GgufFile& stories, const std::string& arch) {
+  gguf_test::Writer w;
+  write_metadata_as(stories, arch, w);
+  write_unpermuted_tensors(stories, w);
+  const std::string path =
+      (fs::temp_directory_path() / ("vq_" + arch + "_" + std::to_string(::getpid()) + ".gguf")).string();
+  w.write(path);
+  auto loaded = lm::load(path);
+  fs::remove(path);
+  return loaded;
+}
+
 // qwen2 uses NEOX RoPE (pairs i, i + D/2) where GGUF llama uses adjacent pairs, because the
 // HF->GGUF converter permutes llama's q/k rows (row 2i + c of a head comes from HF row
 // c * D/2 + i) and leaves qwen2's alone. Undoing that permutation on stories260K's q/k rows
@@ -354,54 +416,7 @@ TEST(ModelForward, SmolLM2ConfigAndPrefillDecodeAgreement) {
 // qwen2 loader against the llama path on real weights.
 TEST(ModelForward, Qwen2NeoxLayoutEqualsLlamaNormalLayout) {
   const auto stories = lm::gguf::GgufFile::open(stories_gguf());
-  const auto permuted_file = [&](const std::string& arch) {
-    gguf_test::Writer w;
-    for (const auto& [key, value] : stories->metadata()) {
-      std::string k = key;
-      if (k.rfind("llama.", 0) == 0) k.replace(0, 5, arch);  // "llama.x" -> "<arch>.x"
-      if (k == "general.architecture") {
-        w.kv_str(k, arch);
-      } else if (value.type == lm::gguf::ValueType::U32) {
-        w.kv_u32(k, static_cast<uint32_t>(value.integer));
-      } else if (value.type == lm::gguf::ValueType::F32) {
-        w.kv_f32(k, static_cast<float>(value.number));
-      } else if (value.type == lm::gguf::ValueType::STRING) {
-        w.kv_str(k, value.text);
-      } else if (value.is_array() && value.array_type == lm::gguf::ValueType::STRING) {
-        w.kv_str_array(k, value.strings);
-      } else if (value.is_array() && value.array_type == lm::gguf::ValueType::F32) {
-        w.kv_f32_array(k, std::vector<float>(value.numbers.begin(), value.numbers.end()));
-      } else if (value.is_array()) {
-        w.kv_i32_array(k, std::vector<int32_t>(value.integers.begin(), value.integers.end()));
-      }
-    }
-    const int d = 8, dim = 64;
-    for (const auto& t : stories->tensors()) {
-      const float* src = reinterpret_cast<const float*>(stories->tensor_data(t));
-      std::vector<float> values(src, src + t.numel());
-      const bool qk =
-          t.name.find("attn_q.weight") != std::string::npos || t.name.find("attn_k.weight") != std::string::npos;
-      if (qk) {
-        const int64_t rows = t.ne[1];
-        for (int64_t head = 0; head < rows / d; ++head) {
-          for (int i = 0; i < d / 2; ++i) {
-            for (int c = 0; c < 2; ++c) {
-              const int64_t from = head * d + 2 * i + c, to = head * d + c * (d / 2) + i;
-              std::copy_n(src + from * dim, dim, values.begin() + to * dim);
-            }
-          }
-        }
-      }
-      w.tensor_f32(t.name, std::vector<uint64_t>(t.ne.begin(), t.ne.end()), values);
-    }
-    const std::string path =
-        (fs::temp_directory_path() / ("vq_" + arch + "_" + std::to_string(::getpid()) + ".gguf")).string();
-    w.write(path);
-    auto loaded = lm::load(path);
-    fs::remove(path);
-    return loaded;
-  };
-  const auto qwen = permuted_file("qwen2");
+  const auto qwen = load_unpermuted_as(*stories, "qwen2");
   const auto llama = lm::load(stories_gguf());
   EXPECT_EQ(qwen.model->config().architecture, "qwen2");
   const std::vector<int32_t> tokens{1, 403, 407, 261, 378, 412, 300, 280};
@@ -416,7 +431,7 @@ TEST(ModelForward, Qwen2NeoxLayoutEqualsLlamaNormalLayout) {
   EXPECT_LT(max_abs_diff(all_a, all_b), 4.0 * std::ldexp(1.0, -11) * max_logit);
   // Control: the same permuted weights with llama's adjacent-pair RoPE are clearly wrong, so
   // the agreement above is the NEOX pairing's doing.
-  const auto wrong = permuted_file("llama");
+  const auto wrong = load_unpermuted_as(*stories, "llama");
   lm::CacheList c3 = lm::make_prompt_cache(*wrong.model);
   std::vector<float> c, all_c;
   wrong.model->forward(tokens, c3, c, &all_c);

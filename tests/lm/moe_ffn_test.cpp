@@ -72,6 +72,23 @@ TEST(MoeRouting, HandComputedProbabilities) {
   EXPECT_NEAR(all_w[3], 0.1f, 1e-6f);
 }
 
+// n tokens' logits over n_experts routed to k experts each: every token's experts and weights
+// are the reference's.
+void check_routing(const std::vector<float>& logits, int64_t n, int n_experts, int k, bool normalize) {
+  std::vector<int32_t> experts(static_cast<std::size_t>(n * k));
+  std::vector<float> weights(static_cast<std::size_t>(n * k));
+  lm::route_tokens(logits.data(), n, n_experts, k, normalize, experts.data(), weights.data());
+  std::vector<int32_t> want_e;
+  std::vector<double> want_w;
+  for (int64_t t = 0; t < n; ++t) {
+    reference_route(logits.data() + t * n_experts, n_experts, k, normalize, want_e, want_w);
+    for (int j = 0; j < k; ++j) {
+      EXPECT_EQ(experts[t * k + j], want_e[j]) << "E " << n_experts << " k " << k << " token " << t;
+      EXPECT_NEAR(weights[t * k + j], want_w[j], 2e-6 * std::max(1.0, want_w[j]));
+    }
+  }
+}
+
 TEST(MoeRouting, MatchesTheReferenceOnRandomLogits) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 2.0f);
@@ -81,18 +98,7 @@ TEST(MoeRouting, MatchesTheReferenceOnRandomLogits) {
         const int64_t n = 40;
         std::vector<float> logits(static_cast<std::size_t>(n * n_experts));
         for (float& v : logits) v = normal(rng);
-        std::vector<int32_t> experts(static_cast<std::size_t>(n * k));
-        std::vector<float> weights(static_cast<std::size_t>(n * k));
-        lm::route_tokens(logits.data(), n, n_experts, k, normalize, experts.data(), weights.data());
-        std::vector<int32_t> want_e;
-        std::vector<double> want_w;
-        for (int64_t t = 0; t < n; ++t) {
-          reference_route(logits.data() + t * n_experts, n_experts, k, normalize, want_e, want_w);
-          for (int j = 0; j < k; ++j) {
-            EXPECT_EQ(experts[t * k + j], want_e[j]) << "E " << n_experts << " k " << k << " token " << t;
-            EXPECT_NEAR(weights[t * k + j], want_w[j], 2e-6 * std::max(1.0, want_w[j]));
-          }
-        }
+        check_routing(logits, n, n_experts, k, normalize);
       }
     }
   }

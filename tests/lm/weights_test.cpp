@@ -124,7 +124,7 @@ TEST(Dequantize, Q4_KHandBuilt) {
   lm::dequantize_row(GgmlType::Q4_K, &b, y.data(), 256);
   // Element 64g + l (l < 32) is sub-block 2g from the low nibble of qs[32g + l]; element
   // 64g + 32 + l is sub-block 2g+1 from the high nibble.
-  for (int g = 0; g < 4; ++g) {
+  for (int64_t g = 0; g < 4; ++g) {
     for (int l = 0; l < 32; ++l) {
       EXPECT_EQ(y[64 * g + l], 1.0f * sc[2 * g] * (l % 16) - 0.5f * mn[2 * g]) << g << " " << l;
       EXPECT_EQ(y[64 * g + 32 + l], 1.0f * sc[2 * g + 1] * (15 - l % 16) - 0.5f * mn[2 * g + 1]) << g << " " << l;
@@ -155,8 +155,8 @@ TEST(Dequantize, Q6_KHandBuilt) {
   for (int h = 0; h < 2; ++h) {
     for (int k = 0; k < 4; ++k) {
       for (int l = 0; l < 32; ++l) {
-        const int e = 128 * h + 32 * k + l;
-        const float expected = 0.5f * static_cast<float>(b.scales[8 * h + l / 16 + 2 * k] * (q[e] - 32));
+        const int e = 128 * h + 32 * k + l, half = l / 16;  // 16 elements per scale
+        const float expected = 0.5f * static_cast<float>(b.scales[8 * h + half + 2 * k] * (q[e] - 32));
         EXPECT_EQ(y[e], expected) << e;
       }
     }
@@ -375,7 +375,7 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, FusedDot,
                          [](const auto& info) { return lm::ggml_type_name(info.param); });
 
 TEST(WeightMatrix, ViewValidates) {
-  std::vector<uint8_t> data(34 * 4);
+  std::vector<uint8_t> data(std::size_t{34} * 4);
   const auto w = lm::WeightMatrix::view(GgmlType::Q8_0, 2, 64, data.data(), nullptr, "ok");
   EXPECT_EQ(w.row_bytes, 68u);
   EXPECT_EQ(w.row(1) - w.row(0), 68);

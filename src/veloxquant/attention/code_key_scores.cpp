@@ -23,9 +23,9 @@
 namespace veloxquant::attention::kernels {
 namespace {
 
-constexpr int kHeaderFloats = 16;        // offset, u, serial (2), index, zeros
-constexpr double kLevels = 4194304.0;    // 2^22: |v_i| <= 2^22
-constexpr int64_t kMaxChunks = 4;        // code_stride <= 256: 64 components per tile product
+constexpr int kHeaderFloats = 16;      // offset, u, serial (2), index, zeros
+constexpr double kLevels = 4194304.0;  // 2^22: |v_i| <= 2^22
+constexpr int64_t kMaxChunks = 4;      // code_stride <= 256: 64 components per tile product
 constexpr int kPieces = 3;
 
 const int8_t* pieces_of(const float* prepared) { return reinterpret_cast<const int8_t*>(prepared + kHeaderFloats); }
@@ -54,12 +54,12 @@ float combine(int32_t s_h, int32_t s_m, int32_t s_l, float unit, float offset) {
 // four 128-bit blocks of four vectors (a GQA group's 9 outputs skip 13 of the 64 shuffles).
 VQ_AMX_TARGET inline void transpose16(__m512* v, int64_t outputs = 16) {
   __m512 t[16], w[16];
-  for (int i = 0; i < 8; ++i) {
+  for (int64_t i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
     t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
   }
   // w[4G + k], 128-bit block L = column 4L + k of rows 4G..4G+3.
-  for (int g = 0; g < 4; ++g) {
+  for (int64_t g = 0; g < 4; ++g) {
     const __m512d a0 = _mm512_castps_pd(t[4 * g]), a1 = _mm512_castps_pd(t[4 * g + 1]);
     const __m512d a2 = _mm512_castps_pd(t[4 * g + 2]), a3 = _mm512_castps_pd(t[4 * g + 3]);
     w[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
@@ -91,11 +91,11 @@ struct alignas(64) QueryTiles {
   int8_t b[kMaxChunks][kPieces][16 * 64];  // [chunk][C tile]
   float unit[16], offset[16];
   int32_t index_m[16], index_l[16];  // lanes of the m and l pieces in C tiles (tile_m, +1), (tile_l, +1)
-  int tile_m = 0, tile_l = 0;
+  int64_t tile_m = 0, tile_l = 0;
   uint64_t serial[16] = {};
   uint32_t index[16] = {};
   int64_t nq = 0, chunks = 0;
-  int c_tiles = 0;
+  int64_t c_tiles = 0;
 };
 
 bool same_queries(const QueryTiles& t, const float* prepared, int64_t stride, int64_t nq, int64_t chunks) {
@@ -113,9 +113,9 @@ bool same_queries(const QueryTiles& t, const float* prepared, int64_t stride, in
 VQ_AMX_TARGET void build_query_tiles(const float* prepared, int64_t stride, int64_t nq, int64_t code_stride,
                                      QueryTiles& t) {
   const int64_t chunks = code_stride / 64, columns = kPieces * nq;
-  t.c_tiles = static_cast<int>((columns + 15) / 16);
+  t.c_tiles = (columns + 15) / 16;
   for (int64_t ch = 0; ch < chunks; ++ch) {
-    for (int ct = 0; ct < t.c_tiles; ++ct) {
+    for (int64_t ct = 0; ct < t.c_tiles; ++ct) {
       __m512 v[16];
       for (int64_t lane = 0; lane < 16; ++lane) {
         const int64_t col = 16 * ct + lane, p = col / nq, q = col % nq;
@@ -123,11 +123,11 @@ VQ_AMX_TARGET void build_query_tiles(const float* prepared, int64_t stride, int6
                                 : _mm512_setzero_ps();
       }
       transpose16(v);
-      for (int kk = 0; kk < 16; ++kk) _mm512_store_ps(t.b[ch][ct] + 64 * kk, v[kk]);
+      for (int64_t kk = 0; kk < 16; ++kk) _mm512_store_ps(t.b[ch][ct] + 64 * kk, v[kk]);
     }
   }
-  t.tile_m = static_cast<int>(nq / 16);
-  t.tile_l = static_cast<int>(2 * nq / 16);
+  t.tile_m = nq / 16;
+  t.tile_l = 2 * nq / 16;
   for (int64_t q = 0; q < 16; ++q) {
     const float* p = prepared + q * stride;
     const bool live = q < nq;
@@ -156,7 +156,7 @@ VQ_AMX_TARGET void store_scores(const int32_t (*c)[256], const QueryTiles& t, in
   const int32_t* l0 = c[t.tile_l];
   const int32_t* l1 = c[std::min(t.tile_l + 1, t.c_tiles - 1)];
   __m512 v[16];
-  for (int jj = 0; jj < 16; ++jj) {
+  for (int64_t jj = 0; jj < 16; ++jj) {
     const __m512 h = _mm512_cvtepi32_ps(_mm512_load_si512(c[0] + 16 * jj));
     const __m512 m = _mm512_cvtepi32_ps(
         _mm512_permutex2var_epi32(_mm512_load_si512(m0 + 16 * jj), index_m, _mm512_load_si512(m1 + 16 * jj)));
@@ -171,36 +171,39 @@ VQ_AMX_TARGET void store_scores(const int32_t (*c)[256], const QueryTiles& t, in
   for (int64_t q = 0; q < t.nq; ++q) _mm512_mask_storeu_ps(scores + q * ld, k, v[q]);
 }
 
-// The products of one block of 16 rows: C tiles C0.. (kT of them) zeroed, then per 64-component
-// chunk the rows' codes as tile A and the chunk's kT B tiles as B0.., one product each. GCC's
-// AMX intrinsics paste the tile number into the instruction text, so the ids are literals of
-// this macro, not template parameters.
-#define VQ_KEY_PRODUCTS(kT, C0, C1, C2, A, B0, B1, B2) \
-  do {                                                  \
-    _tile_zero(C0);                                     \
-    if constexpr (kT > 1) _tile_zero(C1);               \
-    if constexpr (kT > 2) _tile_zero(C2);               \
-    for (int64_t ch = 0; ch < t.chunks; ++ch) {         \
-      _tile_loadd(A, rows + 64 * ch, code_stride);      \
-      _tile_loadd(B0, t.b[ch][0], 64);                  \
+// The products of one block of 16 rows: C tiles C0.. (kT of them, the enclosing template's
+// parameter) zeroed, then per 64-component chunk the rows' codes as tile A and the chunk's kT B
+// tiles as B0.., one product each. GCC's AMX intrinsics paste the tile number into the
+// instruction text, so the ids are literals of this macro, not template parameters (nor
+// parenthesized: "%%tmm" #id).
+#define VQ_KEY_PRODUCTS(C0, C1, C2, A, B0, B1, B2)           \
+  do {                                                       \
+    _tile_zero(C0);                                          \
+    if constexpr (kT > 1) _tile_zero(C1);                    \
+    if constexpr (kT > 2) _tile_zero(C2);                    \
+    for (int64_t ch = 0; ch < t.chunks; ++ch) {              \
+      _tile_loadd(A, rows + 64 * ch, code_stride);           \
+      _tile_loadd(B0, t.b[ch][0], 64);                       \
       if constexpr (kT > 1) _tile_loadd(B1, t.b[ch][1], 64); \
       if constexpr (kT > 2) _tile_loadd(B2, t.b[ch][2], 64); \
-      _tile_dpbusd(C0, A, B0);                          \
-      if constexpr (kT > 1) _tile_dpbusd(C1, A, B1);    \
-      if constexpr (kT > 2) _tile_dpbusd(C2, A, B2);    \
-    }                                                   \
+      _tile_dpbusd(C0, A, B0);                               \
+      if constexpr (kT > 1) _tile_dpbusd(C1, A, B1);         \
+      if constexpr (kT > 2) _tile_dpbusd(C2, A, B2);         \
+    }                                                        \
   } while (0)
 
 // Tile layouts: kT = 3: C 0-2, codes 3, B 4-6. kT <= 2: two sets of C tiles, 0-1 (kSet 0) and
-// 2-3 (kSet 1), codes 4, B 5-6.
+// 2-3 (kSet 1), codes 4, B 5-6. The third C and B ids of the two-set layouts name tiles the
+// discarded kT > 2 branches never touch; they are distinct only because clang checks a
+// product's three tiles apart even in a discarded branch.
 template <int kT, int kSet>
 VQ_AMX_TARGET inline void products(const uint8_t* rows, int64_t code_stride, const QueryTiles& t) {
   if constexpr (kT == 3) {
-    VQ_KEY_PRODUCTS(3, 0, 1, 2, 3, 4, 5, 6);
+    VQ_KEY_PRODUCTS(0, 1, 2, 3, 4, 5, 6);
   } else if constexpr (kSet == 0) {
-    VQ_KEY_PRODUCTS(kT, 0, 1, 7, 4, 5, 6, 7);
+    VQ_KEY_PRODUCTS(0, 1, 2, 4, 5, 6, 7);
   } else {
-    VQ_KEY_PRODUCTS(kT, 2, 3, 7, 4, 5, 6, 7);
+    VQ_KEY_PRODUCTS(2, 3, 0, 4, 5, 6, 7);
   }
 }
 #undef VQ_KEY_PRODUCTS
@@ -285,8 +288,8 @@ uint64_t next_code_key_serial() {
   return ++serial;  // from 1: a thread's kept tiles start with serial 0, which names no query
 }
 
-void prepare_code_key_query(const float* projected, const float* step, const float* lo, int64_t r,
-                            int64_t code_stride, uint64_t serial, uint32_t index, float* prepared) {
+void prepare_code_key_query(const float* projected, const float* step, const float* lo, int64_t r, int64_t code_stride,
+                            uint64_t serial, uint32_t index, float* prepared) {
   double offset = 0.0, largest = 0.0;
   for (int64_t i = 0; i < r; ++i) {
     offset += static_cast<double>(projected[i]) * lo[i];
@@ -297,8 +300,8 @@ void prepare_code_key_query(const float* projected, const float* step, const flo
   // A zero query (or all steps zero) scores every row as the offset; a non-finite one gives the
   // non-finite scores its f32 latent would (u = NaN), with zero pieces instead of undefined
   // conversions.
-  const float unit = std::isfinite(largest) ? static_cast<float>(largest / kLevels)
-                                             : std::numeric_limits<float>::quiet_NaN();
+  const float unit =
+      std::isfinite(largest) ? static_cast<float>(largest / kLevels) : std::numeric_limits<float>::quiet_NaN();
   prepared[0] = static_cast<float>(offset);
   prepared[1] = unit;
   std::memcpy(prepared + 2, &serial, sizeof(serial));

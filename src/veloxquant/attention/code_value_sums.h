@@ -21,6 +21,8 @@
 // VQ_DISABLE_AMX=1 makes it false, so one binary can be measured both ways).
 #include <cstdint>
 
+#include "veloxquant/attention/row_source.h"
+
 namespace veloxquant::attention::kernels {
 
 inline constexpr int64_t kCodeValueRows = 64;
@@ -28,17 +30,22 @@ inline constexpr int64_t kCodeValueRows = 64;
 // Whether accumulate_code_values runs on AMX tiles here (CPU and OS).
 bool code_value_sums_fast();
 
-// acc[q * acc_stride + i] += the sum above for q < n_q, i < r, over rows j < n_rows (codes[j *
-// code_stride + i], each 0..255; code_stride a multiple of 64, >= r, r <= 256); weights w[q *
-// ld + j]. Chunks of kCodeValueRows rows from row 0, each with its own per-query scale.
-void accumulate_code_values(const float* w, int64_t ld, int64_t n_q, const uint8_t* codes, int64_t code_stride,
-                            int64_t n_rows, int64_t r, const float* step, const float* lo, float* acc,
-                            int64_t acc_stride);
+// A tile of code rows: codes[j * stride + i] (each 0..255) for rows j < n_rows and components
+// i < r (stride a multiple of 64, >= r; r <= 256); component i decodes as lo[i] + step[i] * c.
+struct CodeValueRows {
+  const uint8_t* codes;
+  int64_t stride, n_rows, r;
+  const float* step;
+  const float* lo;
+};
+
+// acc[q * acc_stride + i] += the sum above for q < w.n_queries, i < rows.r, over the rows, with
+// weights w.weights[q * w.ld + j]. Chunks of kCodeValueRows rows from row 0, each with its own
+// per-query scale.
+void accumulate_code_values(const TileWeights& w, const CodeValueRows& rows, float* acc, int64_t acc_stride);
 
 namespace scalar {
-void accumulate_code_values(const float* w, int64_t ld, int64_t n_q, const uint8_t* codes, int64_t code_stride,
-                            int64_t n_rows, int64_t r, const float* step, const float* lo, float* acc,
-                            int64_t acc_stride);
+void accumulate_code_values(const TileWeights& w, const CodeValueRows& rows, float* acc, int64_t acc_stride);
 }  // namespace scalar
 
 }  // namespace veloxquant::attention::kernels

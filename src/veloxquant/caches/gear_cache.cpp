@@ -343,7 +343,7 @@ void GearCache::rebuild_block_index() {
       int32_t* pos = row_ptr<int32_t>(set_positions_[set], bh / heads_, bh % heads_, 0);
       for (int64_t g = 0; g < blocks; ++g) {
         if ((block_recoded(g) ? 1 : 0) != set) continue;
-        const int64_t row0 = set_index_[static_cast<std::size_t>(g)] * group_;
+        const int64_t row0 = int64_t{set_index_[static_cast<std::size_t>(g)]} * group_;
         for (int64_t t = 0; t < group_; ++t) pos[row0 + t] = static_cast<int32_t>(g * group_ + t);
       }
     }

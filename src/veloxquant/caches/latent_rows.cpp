@@ -258,8 +258,8 @@ void LatentRows::accumulate_tile(int64_t b, int64_t h, int64_t j0, int64_t j1, c
     uint8_t* codes = scratch.u8(static_cast<std::size_t>(n * value_code_stride_));
     attention::kernels::decode_bit_field_bytes(values_.code_row(b, g, j0), values_.row_stride(), n, *v.layout, codes,
                                                value_code_stride_);
-    attention::kernels::accumulate_code_values(weights, ld, n_queries, codes, value_code_stride_, n, values_.rank(b, g),
-                                               v.step, v.lo, acc, values_.max_rank);
+    const attention::kernels::CodeValueRows rows{codes, value_code_stride_, n, values_.rank(b, g), v.step, v.lo};
+    attention::kernels::accumulate_code_values({weights, n_queries, ld}, rows, acc, values_.max_rank);
     return;
   }
   const int64_t g = h / heads_per_group_, r = values_.rank(b, g);

@@ -53,7 +53,7 @@ void ProductVqRows::prepare_query(const float* query, float* prepared) const {
   }
   for (int t = 0; t < book.n_sub; ++t) {  // the same sums as build_lut, a vector of entries at a time
     pvq::lut_from_columns(p_.key_encoder->transposed(book.shared ? 0 : t), book.entries(), book.sub,
-                          coded + t * book.sub, lut + t * book.entries());
+                          coded + int64_t{t} * book.sub, lut + int64_t{t} * book.entries());
   }
 }
 

@@ -49,19 +49,19 @@ GroupParams16 SearchImpl(const float* x, int n, int bits, double alpha_max, uint
   using VD = hn::Vec<decltype(dd)>;
   VF vmin[kMaxBlocks], vscale[kMaxBlocks];
   VD err[kMaxBlocks];
-  for (int b = 0; b < blocks; ++b) {
+  for (int64_t b = 0; b < blocks; ++b) {
     vmin[b] = hn::LoadU(df, mins + b * lanes);
     vscale[b] = hn::LoadU(df, scales + b * lanes);
     err[b] = hn::Zero(dd);
   }
   const VF zero = hn::Zero(df), top = hn::Set(df, levels);
   // Every candidate's codes, value-major: q[i * stride + k].
-  const int stride = blocks * lanes;
+  const int64_t stride = int64_t{blocks} * lanes;
   HWY_ALIGN float q[kMaxSimdGroup * kPadded];
-  for (int i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     const VF xv = hn::Set(df, x[i]);
     const VD xd = hn::Set(dd, static_cast<double>(x[i]));
-    for (int b = 0; b < blocks; ++b) {
+    for (int64_t b = 0; b < blocks; ++b) {
       VF code = hn::Round(hn::Div(hn::Sub(xv, vmin[b]), vscale[b]));  // half to even, as nearbyint
       code = hn::Min(hn::Max(code, zero), top);
       hn::StoreU(code, df, q + i * stride + b * lanes);
@@ -71,7 +71,7 @@ GroupParams16 SearchImpl(const float* x, int n, int bits, double alpha_max, uint
     }
   }
   HWY_ALIGN double errors[kPadded];
-  for (int b = 0; b < blocks; ++b) hn::Store(err[b], dd, errors + b * lanes);
+  for (int64_t b = 0; b < blocks; ++b) hn::Store(err[b], dd, errors + b * lanes);
   int best = 0;
   for (int k = 1; k < kClipCandidates; ++k) {
     if (errors[k] < errors[best]) best = k;  // strictly less: ties keep the larger factor

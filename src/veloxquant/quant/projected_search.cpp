@@ -162,7 +162,7 @@ void ProjectedBook::load(const float* transposed, const float* norms, int64_t en
     for (int a = 0; a < sub; ++a) {
       const double xa = transposed[a * entries + c] - mean[static_cast<std::size_t>(a)];
       for (int b = 0; b < sub; ++b) {
-        m[static_cast<std::size_t>(a * sub + b)] +=
+        m[static_cast<std::size_t>(a) * sub + b] +=
             xa * (transposed[b * entries + c] - mean[static_cast<std::size_t>(b)]);
       }
     }
@@ -172,7 +172,7 @@ void ProjectedBook::load(const float* transposed, const float* norms, int64_t en
     double norm = 0.0;
     for (int a = 0; a < sub; ++a) {
       double s = 0.0;
-      for (int b = 0; b < sub; ++b) s += m[static_cast<std::size_t>(a * sub + b)] * axis[static_cast<std::size_t>(b)];
+      for (int b = 0; b < sub; ++b) s += m[static_cast<std::size_t>(a) * sub + b] * axis[static_cast<std::size_t>(b)];
       next[static_cast<std::size_t>(a)] = s;
       norm += s * s;
     }

@@ -64,61 +64,77 @@ std::string render(const std::string& source, std::vector<std::pair<std::string,
   return Template(source).render(std::move(vars));
 }
 
+// The fixture's users list as a list of dicts with Python's key order (name, role, admin).
+Value users_in_python_order(const nlohmann::json& users_json) {
+  std::vector<Value> users;
+  for (const auto& u : users_json) {
+    std::vector<std::pair<lm::jinja::DictKey, Value>> fields;
+    for (const char* key : {"name", "role", "admin"}) {
+      if (u.contains(key)) fields.emplace_back(key, from_json(u[key]));
+    }
+    users.push_back(Value::dict(std::move(fields)));
+  }
+  return Value::list(std::move(users));
+}
+
+// The snippets' variables. nlohmann sorts object keys; Python keeps insertion order. The
+// snippets' dict variables are written in sorted order or are order-insensitive, except the ones
+// rebuilt here in Python's key order, whose order shows in the output.
+std::vector<std::pair<std::string, Value>> snippet_variables(const nlohmann::json& json) {
+  auto vars = variables(json);
+  for (auto& [k, v] : vars) {
+    if (k == "obj") {
+      v = Value::dict({{"b", from_json(json["obj"]["b"])}, {"a", from_json(json["obj"]["a"])}});
+    } else if (k == "users") {
+      v = users_in_python_order(json["users"]);
+    }
+  }
+  return vars;
+}
+
+struct SnippetCounts {
+  int rendered = 0, raised = 0, failed = 0;
+};
+
+// One snippet: rendered to Jinja2's text, raising Jinja2's message, or refused as a format error
+// that names its line, as the fixture says.
+void check_snippet(const nlohmann::json& c, std::vector<std::pair<std::string, Value>> vars, SnippetCounts& counts) {
+  const std::string source = c["template"];
+  if (c.contains("expected")) {
+    try {
+      EXPECT_EQ(render(source, std::move(vars)), c["expected"].get<std::string>()) << source;
+      ++counts.rendered;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << source << ": " << e.what();
+    }
+  } else if (c.contains("raises")) {
+    try {
+      render(source, std::move(vars));
+      ADD_FAILURE() << source << " rendered";
+    } catch (const lm::jinja::TemplateRaised& e) {
+      EXPECT_EQ(e.message(), c["raises"].get<std::string>());
+      ++counts.raised;
+    }
+  } else {
+    try {
+      render(source, std::move(vars));
+      ADD_FAILURE() << source << " rendered, Jinja2 said " << c["error"];
+    } catch (const base::FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find("chat template, line "), std::string::npos) << e.what();
+      ++counts.failed;
+    }
+  }
+}
+
 TEST(Jinja, SnippetsMatchJinja2) {
   std::ifstream in(kFixtures + "jinja_snippets.json");
   const auto fixture = nlohmann::json::parse(in);
-  // nlohmann sorts object keys; Python keeps insertion order. The snippets' dict variables
-  // are written in sorted order or are order-insensitive, except the ones rebuilt below.
   ASSERT_EQ(fixture["snippets"].size(), 83u);
-  int rendered = 0, raised = 0, failed = 0;
-  for (const auto& c : fixture["snippets"]) {
-    const std::string source = c["template"];
-    auto vars = variables(fixture["variables"]);
-    // Keep Python's key order for the dicts whose order shows in the output.
-    for (auto& [k, v] : vars) {
-      if (k == "obj") {
-        v = Value::dict(
-            {{"b", from_json(fixture["variables"]["obj"]["b"])}, {"a", from_json(fixture["variables"]["obj"]["a"])}});
-      } else if (k == "users") {
-        std::vector<Value> users;
-        for (const auto& u : fixture["variables"]["users"]) {
-          std::vector<std::pair<lm::jinja::DictKey, Value>> fields;
-          for (const char* key : {"name", "role", "admin"}) {
-            if (u.contains(key)) fields.emplace_back(key, from_json(u[key]));
-          }
-          users.push_back(Value::dict(std::move(fields)));
-        }
-        v = Value::list(std::move(users));
-      }
-    }
-    if (c.contains("expected")) {
-      try {
-        EXPECT_EQ(render(source, std::move(vars)), c["expected"].get<std::string>()) << source;
-        ++rendered;
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << source << ": " << e.what();
-      }
-    } else if (c.contains("raises")) {
-      try {
-        render(source, std::move(vars));
-        ADD_FAILURE() << source << " rendered";
-      } catch (const lm::jinja::TemplateRaised& e) {
-        EXPECT_EQ(e.message(), c["raises"].get<std::string>());
-        ++raised;
-      }
-    } else {
-      try {
-        render(source, std::move(vars));
-        ADD_FAILURE() << source << " rendered, Jinja2 said " << c["error"];
-      } catch (const base::FormatError& e) {
-        EXPECT_NE(std::string(e.what()).find("chat template, line "), std::string::npos) << e.what();
-        ++failed;
-      }
-    }
-  }
-  EXPECT_EQ(rendered, 60);
-  EXPECT_EQ(raised, 1);
-  EXPECT_EQ(failed, 22);
+  SnippetCounts counts;
+  for (const auto& c : fixture["snippets"]) check_snippet(c, snippet_variables(fixture["variables"]), counts);
+  EXPECT_EQ(counts.rendered, 60);
+  EXPECT_EQ(counts.raised, 1);
+  EXPECT_EQ(counts.failed, 22);
 }
 
 // Runs `source` expecting exception E whose message contains every fragment.

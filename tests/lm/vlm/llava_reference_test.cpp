@@ -262,27 +262,27 @@ TEST(LlavaReference, BadFilesGiveClearErrors) {
 }
 
 TEST(ImageResize, SameSizeIsIdentityAndShrinkingAverages) {
-  lm::RgbImage img{4, 2, std::vector<uint8_t>(4 * 2 * 3)};
+  lm::RgbImage img{4, 2, std::vector<uint8_t>(std::size_t{4} * 2 * 3)};
   for (std::size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>(i * 7);
   EXPECT_EQ(lm::resize_bicubic(img, 4, 2).pixels, img.pixels);
   // A constant image stays constant at any size (weights are normalised).
-  lm::RgbImage flat{7, 5, std::vector<uint8_t>(7 * 5 * 3, 77)};
+  lm::RgbImage flat{7, 5, std::vector<uint8_t>(std::size_t{7} * 5 * 3, 77)};
   for (const auto& [w, h] : {std::pair{3, 2}, std::pair{16, 11}, std::pair{1, 1}}) {
     const lm::RgbImage r = lm::resize_bicubic(flat, w, h);
     ASSERT_EQ(r.pixels.size(), static_cast<std::size_t>(w * h * 3));
     for (uint8_t p : r.pixels) EXPECT_EQ(p, 77);
   }
   // A 1-pixel checkerboard shrunk 4x is mid-grey (antialiasing: every source pixel counts).
-  lm::RgbImage board{16, 16, std::vector<uint8_t>(16 * 16 * 3)};
+  lm::RgbImage board{16, 16, std::vector<uint8_t>(std::size_t{16} * 16 * 3)};
   for (int y = 0; y < 16; ++y)
     for (int x = 0; x < 16; ++x)
       for (int c = 0; c < 3; ++c) board.pixels[(y * 16 + x) * 3 + c] = ((x + y) % 2) ? 255 : 0;
   const lm::RgbImage small = lm::resize_bicubic(board, 4, 4);
   for (uint8_t p : small.pixels) EXPECT_NEAR(p, 127.5, 12.0);
   // Shortest edge then centre crop: 64x32 -> 32x32 from the middle.
-  lm::RgbImage wide{64, 32, std::vector<uint8_t>(64 * 32 * 3, 0)};
-  for (int y = 0; y < 32; ++y)
-    for (int x = 16; x < 48; ++x) wide.pixels[(y * 64 + x) * 3] = 200;
+  lm::RgbImage wide{64, 32, std::vector<uint8_t>(std::size_t{64} * 32 * 3, 0)};
+  for (std::size_t y = 0; y < 32; ++y)
+    for (std::size_t x = 16; x < 48; ++x) wide.pixels[(y * 64 + x) * 3] = 200;
   const lm::RgbImage crop = lm::resize_shortest_edge_and_center_crop(wide, 16);
   EXPECT_EQ(crop.width, 16);
   EXPECT_EQ(crop.height, 16);

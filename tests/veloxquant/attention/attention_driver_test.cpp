@@ -39,6 +39,36 @@ struct Rows {
   int64_t t = 0;
 };
 
+// The softmax weights of one query row (batch b, kv head h, position qpos) over every row of the
+// segments it sees, and where each came from (segment, row).
+struct VisibleWeights {
+  std::vector<double> w;
+  std::vector<std::pair<std::size_t, int64_t>> at;
+};
+
+VisibleWeights visible_weights(const Problem& p, const float* qq, int64_t b, int64_t h, int64_t qpos,
+                               const std::vector<const Rows*>& segments, float scale) {
+  VisibleWeights v;
+  for (std::size_t si = 0; si < segments.size(); ++si) {
+    const Rows& r = *segments[si];
+    for (int64_t j = 0; j < r.t; ++j) {
+      const int64_t pos = r.positions[static_cast<std::size_t>((b * p.kv_heads + h) * r.t + j)];
+      if (pos > qpos || (p.window && qpos - pos >= *p.window)) continue;
+      double dot = 0.0;
+      for (int64_t e = 0; e < p.d; ++e)
+        dot += double(qq[e]) * r.keys[static_cast<std::size_t>(((b * p.kv_heads + h) * r.t + j) * p.d + e)];
+      v.w.push_back(dot * scale);
+      v.at.emplace_back(si, j);
+    }
+  }
+  if (v.w.empty()) return v;
+  double big = -1e300, total = 0.0;
+  for (double x : v.w) big = std::max(big, x);
+  for (double& x : v.w) total += (x = std::exp(x - big));
+  for (double& x : v.w) x /= total;
+  return v;
+}
+
 std::vector<float> brute_force(const Problem& p, const std::vector<float>& q, const std::vector<const Rows*>& segments,
                                float scale, std::vector<std::vector<float>>* weights = nullptr) {
   const int64_t group = p.q_heads / p.kv_heads;
@@ -51,37 +81,15 @@ std::vector<float> brute_force(const Problem& p, const std::vector<float>& q, co
     for (int64_t head = 0; head < p.q_heads; ++head) {
       const int64_t h = head / group;
       for (int64_t i = 0; i < p.n; ++i) {
-        const int64_t qpos = p.first_position + i;
         const float* qq = q.data() + ((b * p.q_heads + head) * p.n + i) * p.d;
-        std::vector<double> s;
-        std::vector<std::pair<std::size_t, int64_t>> at;
-        for (std::size_t si = 0; si < segments.size(); ++si) {
-          const Rows& r = *segments[si];
-          for (int64_t j = 0; j < r.t; ++j) {
-            const int64_t pos = r.positions[static_cast<std::size_t>((b * p.kv_heads + h) * r.t + j)];
-            if (pos > qpos || (p.window && qpos - pos >= *p.window)) continue;
-            double dot = 0.0;
-            for (int64_t e = 0; e < p.d; ++e)
-              dot += double(qq[e]) * r.keys[static_cast<std::size_t>(((b * p.kv_heads + h) * r.t + j) * p.d + e)];
-            s.push_back(dot * scale);
-            at.emplace_back(si, j);
-          }
-        }
-        if (s.empty()) continue;
-        double big = -1e300, total = 0.0;
-        for (double x : s) big = std::max(big, x);
-        for (double& x : s) total += (x = std::exp(x - big));
+        const VisibleWeights v = visible_weights(p, qq, b, h, p.first_position + i, segments, scale);
         float* o = out.data() + ((b * p.q_heads + head) * p.n + i) * p.dv;
-        for (std::size_t k = 0; k < s.size(); ++k) {
-          const Rows& r = *segments[at[k].first];
-          const int64_t j = at[k].second;
-          const double w = s[k] / total;
+        for (std::size_t k = 0; k < v.w.size(); ++k) {
+          const Rows& r = *segments[v.at[k].first];
+          const auto row = static_cast<std::size_t>((b * p.kv_heads + h) * r.t + v.at[k].second);
           for (int64_t e = 0; e < p.dv; ++e)
-            o[e] +=
-                static_cast<float>(w * r.values[static_cast<std::size_t>(((b * p.kv_heads + h) * r.t + j) * p.dv + e)]);
-          if (weights)
-            (*weights)[at[k].first][static_cast<std::size_t>((b * p.kv_heads + h) * r.t + j)] +=
-                static_cast<float>(w / group);
+            o[e] += static_cast<float>(v.w[k] * r.values[row * static_cast<std::size_t>(p.dv) + e]);
+          if (weights) (*weights)[v.at[k].first][row] += static_cast<float>(v.w[k] / group);
         }
       }
     }
@@ -302,7 +310,7 @@ TEST(AttentionDriver, RefusesBadGeometry) {
   const Rows a = make_rows(p, 4, 0, 1);
   const TensorRows ta = tensors_of(p, a, lm::DType::F32);
   const DtypeRowSource src(ta.keys, ta.values, 4);
-  std::vector<float> q(64 * 4), out(64 * 4);
+  std::vector<float> q(std::size_t{64} * 4), out(std::size_t{64} * 4);
   AttentionCall call;
   call.queries = q.data();
   call.out = out.data();

@@ -50,10 +50,10 @@ TEST(CodeValueSums, KernelEqualsScalarReferenceAndApproximatesTheFloatSums) {
         std::vector<float> acc0(static_cast<std::size_t>(n_q * acc_stride));
         for (float& a : acc0) a = normal(rng);
         std::vector<float> plain = acc0, fast = acc0;
-        scalar::accumulate_code_values(w.data(), ld, n_q, codes.data(), stride, n_rows, r, step.data(), lo.data(),
-                                       plain.data(), acc_stride);
-        accumulate_code_values(w.data(), ld, n_q, codes.data(), stride, n_rows, r, step.data(), lo.data(), fast.data(),
-                               acc_stride);
+        const TileWeights weights{w.data(), n_q, ld};
+        const CodeValueRows rows{codes.data(), stride, n_rows, r, step.data(), lo.data()};
+        scalar::accumulate_code_values(weights, rows, plain.data(), acc_stride);
+        accumulate_code_values(weights, rows, fast.data(), acc_stride);
         ASSERT_EQ(fast, plain) << "r " << r << " queries " << n_q << " rows " << n_rows
                                << (code_value_sums_fast() ? " (AMX)" : " (scalar)");
         for (int64_t q = 0; q < n_q; ++q) {

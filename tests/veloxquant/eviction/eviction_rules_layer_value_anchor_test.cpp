@@ -82,56 +82,70 @@ TEST(LeverageScores, TridiagonalQREqualsJacobi) {
   }
 }
 
+constexpr int kEigenN = 24;
+
+// The Gram matrix (kEigenN x kEigenN) of `rows` random rows.
+std::vector<double> random_gram(int rows) {
+  const std::vector<float> x = random_rows(rows, kEigenN, 300 + static_cast<uint64_t>(rows));
+  std::vector<double> gram(std::size_t{kEigenN} * kEigenN, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < kEigenN; ++i)
+      for (int64_t j = 0; j < kEigenN; ++j) gram[i * kEigenN + j] += double(x[r * kEigenN + i]) * x[r * kEigenN + j];
+  return gram;
+}
+
+// Eigenvalues (7, 7, 7, 3, 1, ...) in a rotated basis: Q diag Q^T, Q from Jacobi of `basis`.
+std::vector<double> repeated_top_eigenvalue(const std::vector<double>& basis) {
+  std::vector<double> ev, q;
+  symmetric_eigen(basis, kEigenN, ev, q);
+  std::vector<double> a(std::size_t{kEigenN} * kEigenN, 0.0);
+  for (int64_t t = 0; t < kEigenN; ++t) {
+    const double lambda = t < 3 ? 7.0 : t == 3 ? 3.0 : 1.0 / (1.0 + static_cast<double>(t));
+    for (int64_t i = 0; i < kEigenN; ++i)
+      for (int64_t j = 0; j < kEigenN; ++j) a[i * kEigenN + j] += lambda * q[t * kEigenN + i] * q[t * kEigenN + j];
+  }
+  return a;
+}
+
+// The top k eigenpairs of `matrix` by inverse iteration: Jacobi's top k eigenvalues, eigenpairs
+// to rounding, and the projector onto their span Jacobi's.
+void check_top_eigenvectors(const std::vector<double>& matrix, int k) {
+  constexpr int64_t kN = kEigenN;
+  std::vector<double> values, vectors, want_values, want_vectors;
+  eviction::top_symmetric_eigenvectors(matrix, kEigenN, k, values, vectors);
+  symmetric_eigen(matrix, kEigenN, want_values, want_vectors);
+  ASSERT_EQ(values.size(), static_cast<std::size_t>(k));
+  for (int64_t t = 0; t < k; ++t) EXPECT_NEAR(values[t], want_values[t], 1e-9 * (1.0 + want_values[0]));
+  for (int64_t t = 0; t < k; ++t) {  // eigenpairs to rounding: |A u - lambda u| <= 1e-13 |lambda_1|
+    for (int64_t i = 0; i < kN; ++i) {
+      double au = 0.0;
+      for (int64_t j = 0; j < kN; ++j) au += matrix[i * kN + j] * vectors[t * kN + j];
+      EXPECT_NEAR(au, values[t] * vectors[t * kN + i], 1e-13 * want_values[0]) << "vector " << t << " row " << i;
+    }
+  }
+  for (int64_t i = 0; i < kN; ++i) {
+    for (int64_t j = 0; j < kN; ++j) {
+      double p = 0.0, want = 0.0;
+      for (int64_t t = 0; t < k; ++t) {
+        p += vectors[t * kN + i] * vectors[t * kN + j];
+        want += want_vectors[t * kN + i] * want_vectors[t * kN + j];
+      }
+      EXPECT_NEAR(p, want, 1e-8) << i << "," << j;
+    }
+  }
+}
+
 // The top k eigenvectors by inverse iteration span what Jacobi's top k span (the projectors agree),
 // also for a repeated top eigenvalue and a rank-deficient Gram matrix.
 TEST(LeverageScores, TopEigenvectorsSpanJacobisTopSubspace) {
-  constexpr int kN = 24;
-  std::vector<std::vector<double>> matrices;
-  for (int rows : {60, 5}) {  // full rank, and rank 5 (19 zero eigenvalues)
-    const std::vector<float> x = random_rows(rows, kN, 300 + static_cast<uint64_t>(rows));
-    std::vector<double> gram(std::size_t{kN} * kN, 0.0);
-    for (int r = 0; r < rows; ++r)
-      for (int i = 0; i < kN; ++i)
-        for (int j = 0; j < kN; ++j) gram[i * kN + j] += double(x[r * kN + i]) * x[r * kN + j];
-    matrices.push_back(gram);
-  }
-  {  // eigenvalues (7, 7, 7, 3, 1, ...) in a rotated basis: Q diag Q^T, Q from Jacobi of a Gram matrix
-    std::vector<double> ev, q;
-    symmetric_eigen(matrices[0], kN, ev, q);
-    std::vector<double> a(std::size_t{kN} * kN, 0.0);
-    for (int t = 0; t < kN; ++t) {
-      const double lambda = t < 3 ? 7.0 : t == 3 ? 3.0 : 1.0 / (1.0 + t);
-      for (int i = 0; i < kN; ++i)
-        for (int j = 0; j < kN; ++j) a[i * kN + j] += lambda * q[t * kN + i] * q[t * kN + j];
-    }
-    matrices.push_back(a);
-  }
+  // Full rank, rank 5 (19 zero eigenvalues), and the repeated top eigenvalue.
+  std::vector<std::vector<double>> matrices{random_gram(60), random_gram(5)};
+  matrices.push_back(repeated_top_eigenvalue(matrices[0]));
   for (std::size_t m = 0; m < matrices.size(); ++m) {
     for (int k : {1, 3, 4, 5}) {
       SCOPED_TRACE("matrix " + std::to_string(m) + " k " + std::to_string(k));
       if (m == 2 && (k == 1 || k == 2)) continue;  // the top space splits a repeated eigenvalue
-      std::vector<double> values, vectors, want_values, want_vectors;
-      eviction::top_symmetric_eigenvectors(matrices[m], kN, k, values, vectors);
-      symmetric_eigen(matrices[m], kN, want_values, want_vectors);
-      ASSERT_EQ(values.size(), static_cast<std::size_t>(k));
-      for (int t = 0; t < k; ++t) EXPECT_NEAR(values[t], want_values[t], 1e-9 * (1.0 + want_values[0]));
-      for (int t = 0; t < k; ++t) {  // eigenpairs to rounding: |A u - lambda u| <= 1e-13 |lambda_1|
-        for (int i = 0; i < kN; ++i) {
-          double au = 0.0;
-          for (int j = 0; j < kN; ++j) au += matrices[m][i * kN + j] * vectors[t * kN + j];
-          EXPECT_NEAR(au, values[t] * vectors[t * kN + i], 1e-13 * want_values[0]) << "vector " << t << " row " << i;
-        }
-      }
-      for (int i = 0; i < kN; ++i) {
-        for (int j = 0; j < kN; ++j) {
-          double p = 0.0, want = 0.0;
-          for (int t = 0; t < k; ++t) {
-            p += vectors[t * kN + i] * vectors[t * kN + j];
-            want += want_vectors[t * kN + i] * want_vectors[t * kN + j];
-          }
-          EXPECT_NEAR(p, want, 1e-8) << i << "," << j;
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(check_top_eigenvectors(matrices[m], k));
     }
   }
 }
@@ -292,6 +306,7 @@ TEST(EvictionRules, CurDKVEqualsBruteForce) {
               kBudget, kSinks, cap);
         }
         std::vector<int32_t> want;
+        want.reserve(ref.size());
         for (const CurRow& r : ref) want.push_back(static_cast<int32_t>(r.pos));
         ASSERT_EQ(stored_positions(*cache), want) << "after " << fed << " tokens";
         for (std::size_t j = 0; j < ref.size(); ++j) {
@@ -432,6 +447,7 @@ TEST(EvictionRules, NestedKVKeepsTheMostAnomalousOfEveryCall) {
       for (int64_t t = fed - std::min(chunk, fed - (fed - 1) / chunk * chunk); t < fed; ++t) kept.push_back(t);
       if (static_cast<int64_t>(kept.size()) > kBudget) {
         std::vector<std::vector<double>> k;
+        k.reserve(kept.size());
         for (int64_t p : kept) k.emplace_back(keys.begin() + p * kDim, keys.begin() + (p + 1) * kDim);
         const std::vector<double> score = reference_anchor_scores(k, kWindow, 2.0, 0.6, 10.0);
         std::vector<std::size_t> rest;
