@@ -64,7 +64,11 @@ if [[ "${1:-}" == "--sanitize" ]]; then
   fi
   cmake --preset "$preset" "$include_arg" > /dev/null
   if ((${#targets[@]})); then
-    cmake --build "build-$preset" -j "$JOBS" --target "${targets[@]}"
+    # tests/apps start the `veloxquant` binary itself (tests/support/cli_run.h, server_process.h):
+    # build it with them, or they would run a stale one or fail on a missing one.
+    build_targets=("${targets[@]}")
+    [[ " ${targets[*]}" == *" apps_"* ]] && build_targets+=(veloxquant_cli)
+    cmake --build "build-$preset" -j "$JOBS" --target "${build_targets[@]}"
     labels="$(IFS='|'; echo "${targets[*]}")"
     set -- -L "^($labels)\$" "$@"
   else

@@ -65,6 +65,17 @@ void run_serve(const ServeFlags& f) {
   http.read_timeout_s = static_cast<int>(parse_int_flag("--read-timeout", f.read_timeout, 1, 3600));
   http.model_id = f.alias.empty() ? std::filesystem::path(f.model).stem().string() : f.alias;
 
+  // Signals: blocked in every thread, received by one waiter. A thread inherits the mask of the
+  // thread that starts it, so this comes before the first thread: size_global_pool() below
+  // starts the shared pool's workers, and a worker started with SIGTERM unblocked took the signal
+  // with its default action (the process died with status 143 instead of stopping cleanly).
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
+
   lm::LoadOptions load_options;
   load_options.kv_type = lm::parse_kv_cache_type(f.kv_dtype);
   load_options.threads = f.thread_count();
@@ -82,14 +93,6 @@ void run_serve(const ServeFlags& f) {
                  "use the model\n",
                  http.host.c_str());
   }
-
-  // Signals: blocked in every thread (set before any thread starts), received by one waiter.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
 
   // 2. Load, start the slots, bind.
   serve::Engine engine(lm::load(f.model, load_options), options, f.kv);

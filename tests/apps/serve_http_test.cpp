@@ -305,6 +305,33 @@ TEST(ServeHttp, StopsOnSigtermRightAfterReady) {
   }
 }
 
+// Every thread of the server but the waiter, the shared pool's workers included, blocks SIGINT
+// and SIGTERM, so the signal reaches the waiter and the server stops cleanly. With --threads the
+// pool was started before the mask was set: its worker took SIGTERM with the default action
+// (status 143), found running `serve --threads 2` under ThreadSanitizer on 2026-12-06.
+TEST(ServeHttp, EveryThreadButTheWaiterBlocksTheStopSignals) {
+  ServerProcess server({"-m", kStories, "--threads", "2", "--parallel", "2"});
+  ASSERT_TRUE(server.ready()) << server.stderr_text();
+  // A completion first, so that threads started on first use exist too.
+  const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 4}, {"temperature", 0}};
+  ASSERT_EQ(http_request(server.port(), "POST", "/v1/completions", body.dump()).status, 200);
+  const unsigned long long stop_mask = (1ull << (SIGINT - 1)) | (1ull << (SIGTERM - 1));
+  int threads = 0;
+  std::vector<std::string> open;  // threads that would take a stop signal
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(server.pid()) + "/task")) {
+    const std::string status = test_support::read_file_text(task.path().string() + "/status");
+    const std::size_t at = status.find("SigBlk:");
+    ASSERT_NE(at, std::string::npos) << status;
+    const unsigned long long blocked = std::stoull(status.substr(at + 7), nullptr, 16);
+    if ((blocked & stop_mask) != stop_mask) open.push_back(task.path().filename().string());
+    ++threads;
+  }
+  EXPECT_GE(threads, 5);  // main, waiter, pool worker, 2 slots, HTTP threads
+  // The waiter, inside sigwait(): the kernel unblocks the awaited signals for the wait.
+  EXPECT_EQ(open.size(), 1u) << "threads with SIGINT/SIGTERM unblocked: " << testing::PrintToString(open);
+  EXPECT_EQ(server.stop(), 0) << "wait status (15: SIGTERM killed it; -2: it ignored SIGTERM)";
+}
+
 TEST(ServeHttp, BadFlagsFailBeforeLoading) {
   const test_support::CliResult method = test_support::run_cli("serve -m /nonexistent.gguf --method nope");
   EXPECT_EQ(method.exit_code, 2);

@@ -135,7 +135,15 @@ TEST(ServeLoad, SixtyFourStreamingClientsGetTheirOwnWholeAnswers) {
 #else
   constexpr double kQuarantine = 0;
 #endif
+#if defined(__SANITIZE_THREAD__)
+  // Under ThreadSanitizer RSS is no measure of a leak: the shadow of every byte the allocator
+  // handed out stays resident after the free, and each of the ~130 HTTP threads keeps its own
+  // allocator cache and race-detector state (138 MiB growth measured on 2026-12-06, after the
+  // same 512 requests). This build checks the races; Release and ASan + LeakSanitizer check this.
+  (void)kQuarantine;
+#else
   EXPECT_LT(rss, idle_rss + 48.0 * 1048576 + kQuarantine);
+#endif
   EXPECT_TRUE(server.alive());
 }
 

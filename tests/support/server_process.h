@@ -3,6 +3,12 @@
 // read from the VELOXQUANT_READY line on its stdout) and talks HTTP/1.1 to it over plain
 // sockets, so the tests see exactly what a client sees: status lines, chunked transfer, SSE.
 // Header-only; needs VQ_BINARY_DIR.
+//
+// The server's stderr goes to a temporary file that the destructor deletes, so a sanitizer report
+// printed by the child (a sanitized build's `veloxquant serve`: a data race between two slots, a
+// heap error in a handler) would vanish with it while the HTTP answers still look right. The
+// destructor fails the running test with the report instead.
+#include <gtest/gtest.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -12,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -70,13 +77,28 @@ class ServerProcess {
   }
   ~ServerProcess() {
     stop();
+    const std::string report = sanitizer_report(stderr_text());
+    if (!report.empty()) ADD_FAILURE() << "the server printed a sanitizer report:\n" << report;
     std::filesystem::remove(stderr_path_);
+  }
+  // From the first sanitizer report in `err` (ThreadSanitizer, AddressSanitizer, LeakSanitizer,
+  // UndefinedBehaviorSanitizer's "runtime error:") to the end; "" when there is none.
+  static std::string sanitizer_report(const std::string& err) {
+    std::size_t at = std::string::npos;
+    for (const char* mark : {"WARNING: ThreadSanitizer", "ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                             "ThreadSanitizer: ", ": runtime error: "}) {
+      at = std::min(at, err.find(mark));
+    }
+    if (at == std::string::npos) return "";
+    const std::size_t line = err.rfind('\n', at);
+    return err.substr(line == std::string::npos ? 0 : line + 1);
   }
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
 
   bool ready() const { return port_ > 0; }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   const nlohmann::json& ready_info() const { return ready_; }
   std::string stderr_text() const {
     std::ifstream in(stderr_path_);
