@@ -2,7 +2,6 @@
 // on every SIMD target this machine runs (the dots, the scaled logits and each head's maximum).
 #include <gtest/gtest.h>
 
-#include <hwy/targets.h>
 
 #include <cstdint>
 #include <random>
@@ -10,18 +9,10 @@
 
 #include "lm/kernels/simd_dot.h"
 #include "veloxquant/caches/a2ats_row_scan.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant {
 namespace {
-
-template <class Body>
-void for_each_target(Body body) {
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    body(hwy::TargetName(target));
-  }
-  hwy::SetSupportedTargetsForTest(0);
-}
 
 struct Scan {
   std::vector<float> dots, logits, top;
@@ -52,7 +43,7 @@ void check_scans(const std::vector<float>& ref4, int64_t subs, int64_t entries, 
     for (uint8_t& c : codes) c = static_cast<uint8_t>(rng() % entries);
     for (const bool with_dots : {true, false}) {
       const Scan want = run(scalar::a2ats_scan_rows, ref4, subs, entries, codes, stride, n, group, with_dots);
-      for_each_target([&](const char* target) {
+      test_support::for_each_simd_target([&](const char* target) {
         const Scan got = run(a2ats_scan_rows, ref4, subs, entries, codes, stride, n, group, with_dots);
         ASSERT_EQ(got.dots, want.dots) << target << " subs " << subs << " n " << n << " group " << group;
         ASSERT_EQ(got.logits, want.logits) << target << " subs " << subs << " n " << n;
@@ -72,7 +63,7 @@ TEST(A2atsRowScan, MatchesScalarOnEveryTarget) {
         for (float& t : tables) t = normal(rng);
         std::vector<float> lut4(static_cast<std::size_t>(4 * subs * entries), -9.0f), ref4(lut4);
         scalar::a2ats_interleave_tables(tables.data(), group, subs * entries, ref4.data());
-        for_each_target([&](const char* target) {
+        test_support::for_each_simd_target([&](const char* target) {
           std::vector<float> got(lut4.size(), -9.0f);
           a2ats_interleave_tables(tables.data(), group, subs * entries, got.data());
           ASSERT_EQ(got, ref4) << target << " group " << group;
@@ -127,7 +118,7 @@ TEST(A2atsRowScan, FusedTableIsTheAxpyTable) {
           query(static_cast<std::size_t>(subs * sub));
       for (float& x : book) x = normal(rng);
       for (float& x : query) x = normal(rng);
-      for_each_target([&](const char* target) {
+      test_support::for_each_simd_target([&](const char* target) {
         // The table a2ats_lookup_table built before.
         std::vector<float> want(static_cast<std::size_t>(subs * entries), 0.0f);
         axpy_table(query.data(), book, subs, sub, entries, want.data());

@@ -3,8 +3,6 @@
 // points in row layout (the index a2ats's k-means and encoder picked before the SIMD loop).
 #include <gtest/gtest.h>
 
-#include <hwy/targets.h>
-
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -12,18 +10,10 @@
 
 #include "veloxquant/core/column_distances.h"
 #include "veloxquant/core/kmeans.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::core {
 namespace {
-
-template <class Body>
-void for_each_target(Body body) {
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    body(hwy::TargetName(target));
-  }
-  hwy::SetSupportedTargetsForTest(0);
-}
 
 TEST(ColumnDistances, MatchScalarAndNearestCentroid) {
   std::mt19937 rng(11);
@@ -54,7 +44,7 @@ TEST(ColumnDistances, MatchScalarAndNearestCentroid) {
         ASSERT_EQ(scalar::nearest_column(v.data(), cols.data(), count, dim, ld), want);
         std::vector<double> ref(static_cast<std::size_t>(count));
         scalar::column_distances(v.data(), cols.data(), count, dim, ld, ref.data());
-        for_each_target([&](const char* target) {
+        test_support::for_each_simd_target([&](const char* target) {
           ASSERT_EQ(nearest_column(v.data(), cols.data(), count, dim, ld), want)
               << target << " count " << count << " dim " << dim << " trial " << trial;
           std::vector<double> got(static_cast<std::size_t>(count));
@@ -69,7 +59,7 @@ TEST(ColumnDistances, MatchScalarAndNearestCentroid) {
 TEST(ColumnDistances, NothingFiniteIsIndexZero) {
   const float inf = std::numeric_limits<float>::infinity();
   const std::vector<float> cols(40, inf), v = {0.0f};
-  for_each_target(
+  test_support::for_each_simd_target(
       [&](const char* target) { EXPECT_EQ(nearest_column(v.data(), cols.data(), 40, 1, 40), 0) << target; });
   EXPECT_EQ(scalar::nearest_column(v.data(), cols.data(), 40, 1, 40), 0);
 }

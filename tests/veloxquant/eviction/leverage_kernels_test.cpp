@@ -2,7 +2,6 @@
 // scalar loops' doubles bit for bit (ragged sizes: k and n not multiples of any vector width),
 // and the scalar loops are the definitions (checked here against sums written out independently).
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdint>
@@ -10,6 +9,7 @@
 #include <vector>
 
 #include "veloxquant/eviction/leverage_kernels.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::eviction {
 namespace {
@@ -19,15 +19,6 @@ std::vector<double> normal_values(std::size_t n, std::mt19937& rng, double scale
   std::vector<double> v(n);
   for (double& x : v) x = normal(rng);
   return v;
-}
-
-template <class Body>
-void for_each_target(Body body) {
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    body(hwy::TargetName(target));
-    hwy::SetSupportedTargetsForTest(0);
-  }
 }
 
 TEST(LeverageKernels, SubspaceEnergyEqualsTheScalarLoopOnEveryTarget) {
@@ -49,7 +40,7 @@ TEST(LeverageKernels, SubspaceEnergyEqualsTheScalarLoopOnEveryTarget) {
         row0 += dot * dot;
       }
       ASSERT_EQ(want[0], row0);
-      for_each_target([&](const char* name) {
+      test_support::for_each_simd_target([&](const char* name) {
         std::vector<double> got(static_cast<std::size_t>(count), -1.0);
         subspace_energy(rows.data(), count, dim, vectors.data(), k, got.data());
         for (int64_t j = 0; j < count; ++j)
@@ -83,7 +74,7 @@ TEST(LeverageKernels, HouseholderStepsEqualTheScalarLoopsOnEveryTarget) {
                 a[static_cast<std::size_t>(last * n + from)] -
                     (v[static_cast<std::size_t>(last)] * w[static_cast<std::size_t>(from)] +
                      w[static_cast<std::size_t>(last)] * v[static_cast<std::size_t>(from)]));
-      for_each_target([&](const char* name) {
+      test_support::for_each_simd_target([&](const char* name) {
         std::vector<double> p(static_cast<std::size_t>(n), -1.0), got_a = a;
         symmetric_times_vector(a.data(), n, from, v.data(), p.data());
         symmetric_rank2_update(got_a.data(), n, from, v.data(), w.data());
@@ -130,8 +121,9 @@ TEST(LeverageKernels, ReflectColumnsEqualsTheScalarLoopOnEveryTarget) {
         for (int64_t i = r + 1; i < n; ++i)
           x[static_cast<std::size_t>(i)] -= 2.0 * dot * reflectors[static_cast<std::size_t>(r * n + i)];
       }
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(want[static_cast<std::size_t>(i * stride)], x[static_cast<std::size_t>(i)]);
-      for_each_target([&](const char* name) {
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(want[static_cast<std::size_t>(i * stride)], x[static_cast<std::size_t>(i)]);
+      test_support::for_each_simd_target([&](const char* name) {
         std::vector<double> got = start;
         reflect_columns(reflectors.data(), has.data(), n, got.data(), stride, count);
         for (int64_t i = 0; i < n; ++i) {
@@ -155,9 +147,10 @@ TEST(LeverageKernels, WeightedRowsEqualTheScalarLoopOnEveryTarget) {
     const std::vector<int32_t> rows = {7, 0, 3, 8, 2};
     std::vector<double> want(static_cast<std::size_t>(count * dim));
     ASSERT_TRUE(scalar::weighted_rows(values.data(), rows.data(), count, dim, weights.data(), want.data()));
-    ASSERT_EQ(want[static_cast<std::size_t>(dim + 1)], double(weights[1]) * values[1]);  // candidate 1 (stored row 0), entry 1
+    ASSERT_EQ(want[static_cast<std::size_t>(dim + 1)],
+              double(weights[1]) * values[1]);  // candidate 1 (stored row 0), entry 1
     const std::vector<float> zero(static_cast<std::size_t>(count), 0.0f);
-    for_each_target([&](const char* name) {
+    test_support::for_each_simd_target([&](const char* name) {
       std::vector<double> got(want.size(), -1.0);
       ASSERT_TRUE(weighted_rows(values.data(), rows.data(), count, dim, weights.data(), got.data())) << name;
       ASSERT_EQ(got, want) << name << " dim " << dim;

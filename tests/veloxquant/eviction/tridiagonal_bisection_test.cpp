@@ -8,7 +8,6 @@
 //     around the 16th eigenvalue and rank-deficient blocks: eigenpairs at the rounding floor and the
 //     top-16 projector equal to the full solver's within 1e-13 / gap (Davis-Kahan at rounding).
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +18,7 @@
 
 #include "veloxquant/eviction/leverage_scores.h"
 #include "veloxquant/eviction/tridiagonal_bisection.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::eviction {
 namespace {
@@ -85,15 +85,6 @@ std::vector<std::pair<std::string, Tri>> tridiagonals() {
   return out;
 }
 
-template <class Body>
-void for_each_target(Body body) {
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    body(hwy::TargetName(target));
-    hwy::SetSupportedTargetsForTest(0);
-  }
-}
-
 TEST(TridiagonalBisection, EverySimdTargetEqualsTheScalarReference) {
   for (const auto& named : tridiagonals()) {
     const std::string& name = named.first;
@@ -104,7 +95,7 @@ TEST(TridiagonalBisection, EverySimdTargetEqualsTheScalarReference) {
       SCOPED_TRACE(name + " k " + std::to_string(k));
       std::vector<double> want(static_cast<std::size_t>(k));
       scalar::top_tridiagonal_eigenvalues(t.d.data(), t.e.data(), n, k, want.data());
-      for_each_target([&](const char* target) {
+      test_support::for_each_simd_target([&](const char* target) {
         std::vector<double> got(static_cast<std::size_t>(k), -1.0);
         top_tridiagonal_eigenvalues(t.d.data(), t.e.data(), n, k, got.data());
         for (int64_t r = 0; r < k; ++r) EXPECT_EQ(got[r], want[r]) << target << " eigenvalue " << r;
