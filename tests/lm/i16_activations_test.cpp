@@ -4,7 +4,6 @@
 // the whole approximation against the f32 reference within the bound the 8-bit rounding
 // implies; and the matmul decode path built on them.
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,6 +20,7 @@
 #include "lm/weights/dequantize.h"
 #include "lm/weights/ggml_type.h"
 #include "lm/weights/weight_matrix.h"
+#include "support/simd_targets.h"
 
 namespace {
 
@@ -84,12 +84,10 @@ std::vector<uint8_t> random_row(GgmlType type, int64_t n, std::mt19937& rng) {
 // checked on this machine, not only the one dispatch picks.
 template <class Body>
 void for_each_target(Body body) {
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
+  test_support::for_each_simd_target([&](const char* target) {
+    SCOPED_TRACE(target);
     body();
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  });
 }
 
 std::vector<I16Block> quantize(const std::vector<float>& x) {

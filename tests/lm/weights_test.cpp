@@ -3,7 +3,6 @@
 // reference on random blocks. (Bit-exact agreement with gguf-py / llama.cpp dequantization is
 // checked by weight_formats_reference_test.cpp on fixtures those tools produced.)
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstring>
@@ -20,6 +19,7 @@
 #include "lm/weights/dequantize.h"
 #include "lm/weights/ggml_type.h"
 #include "lm/weights/weight_matrix.h"
+#include "support/simd_targets.h"
 
 namespace {
 
@@ -262,12 +262,10 @@ std::vector<uint8_t> random_row(GgmlType type, int64_t n, std::mt19937& rng) {
 // SSE4, ... and the portable fallback), not only the one dispatch picks.
 template <class Body>
 void for_each_target(Body body) {
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
+  test_support::for_each_simd_target([&](const char* target) {
+    SCOPED_TRACE(target);
     body();
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  });
 }
 
 class FusedDot : public ::testing::TestWithParam<GgmlType> {};

@@ -4,7 +4,6 @@
 // reference bit for bit (key counts and widths off the SIMD blocks, blocks of 128 and of
 // n / 32 keys, windows of a power of two and not, a zero key).
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -14,6 +13,7 @@
 
 #include "veloxquant/eviction/anchor_scores.h"
 #include "veloxquant/eviction/ordered_sums.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::eviction {
 namespace {
@@ -25,16 +25,6 @@ std::vector<T> random_values(std::size_t n, uint32_t seed) {
   std::vector<T> out(n);
   for (T& v : out) v = static_cast<T>(normal(rng));
   return out;
-}
-
-// Runs `check(target name)` once per SIMD target compiled in and supported here.
-template <class Check>
-void for_every_target(Check check) {
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    check(hwy::TargetName(target));
-    hwy::SetSupportedTargetsForTest(0);
-  }
 }
 
 TEST(OrderedSums, RowDotsEqualTheScalarLoopBitForBit) {
@@ -52,7 +42,7 @@ TEST(OrderedSums, RowDotsEqualTheScalarLoopBitForBit) {
       double first = 0.0;  // the definition, for the first row
       for (int64_t e = 0; e < dim; ++e) first += double(keys[static_cast<std::size_t>(index[0] * dim + e)]) * v[e];
       ASSERT_EQ(want[0], first);
-      for_every_target([&](const char* target) {
+      test_support::for_each_simd_target([&](const char* target) {
         std::vector<double> got(static_cast<std::size_t>(count));
         indexed_row_dots(keys.data(), index.data(), count, dim, v.data(), got.data());
         ASSERT_EQ(got, want) << target << " dim " << dim << " count " << count;
@@ -69,7 +59,7 @@ void check_anchor_scores(const std::vector<float>& keys, const std::vector<int32
     const AnchorParams params{window, 3.0, 0.6, 10.0};
     std::vector<float> want(static_cast<std::size_t>(n));
     scalar::nested_anchor_scores(keys.data(), r, n, dim, params, want.data());
-    for_every_target([&](const char* target) {
+    test_support::for_each_simd_target([&](const char* target) {
       std::vector<float> got(want.size());
       nested_anchor_scores(keys.data(), r, n, dim, params, got.data());
       ASSERT_EQ(got, want) << target << " dim " << dim << " n " << n << " window " << window;
