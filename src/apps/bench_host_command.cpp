@@ -134,7 +134,8 @@ ev::HostBenchReport run_facts(const BenchHostFlags& f, const lm::Model& model) {
   report.decode_tokens = f.decode_tokens;
   report.batch = f.batch;
   report.repeat = f.repeat;
-  report.decode_statistic = f.decode_stat;
+  // The name the library gives the parsed statistic, so the record never carries a spelling it refuses.
+  report.decode_statistic = ev::decode_statistic_name(ev::parse_decode_statistic(f.decode_stat));
   return report;
 }
 
