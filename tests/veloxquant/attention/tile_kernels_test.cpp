@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "support/random_values.h"
+#include "support/simd_targets.h"
 
 #include "base/half.h"
 #include "veloxquant/attention/tile_kernels.h"
@@ -205,21 +206,19 @@ void check_targets_agree(const std::vector<uint8_t>& bytes, int bits, int64_t d,
     const float* bias = nq % 2 == 1 ? biases.data() : nullptr;
     std::vector<float> first;
     std::string first_target;
-    for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    test_support::for_each_simd_target([&](const char* target, int64_t id) {
       // x86 targets with fused multiply-adds (AVX2, AVX3, AVX3_DL): SSE4's MulAdd rounds twice.
-      if (target > HWY_AVX2) continue;
-      hwy::SetSupportedTargetsForTest(target);
+      if (id > HWY_AVX2) return;
       std::vector<float> acc = start;
       accumulate_planes({bytes.data(), stride, rows, plane, bits, group}, {ws.data(), bias, nq, acc.data(), d + 2});
-      hwy::SetSupportedTargetsForTest(0);
       if (first.empty()) {
         first = acc;
-        first_target = hwy::TargetName(target);
-        continue;
+        first_target = target;
+        return;
       }
-      ASSERT_EQ(acc, first) << hwy::TargetName(target) << " vs " << first_target << ": bits " << bits << " d " << d
-                            << " group " << group << " nq " << nq << " rows " << rows;
-    }
+      ASSERT_EQ(acc, first) << target << " vs " << first_target << ": bits " << bits << " d " << d << " group " << group
+                            << " nq " << nq << " rows " << rows;
+    });
   }
 }
 
