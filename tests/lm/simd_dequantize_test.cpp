@@ -5,7 +5,6 @@
 // operations in the same order). Their agreement with gguf-py is checked on the fixtures in
 // weight_formats_reference_test.cpp.
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <bit>
 #include <cmath>
@@ -17,6 +16,7 @@
 #include "lm/kernels/simd_dequantize.h"
 #include "lm/weights/dequantize.h"
 #include "lm/weights/ggml_type.h"
+#include "support/simd_targets.h"
 
 namespace {
 
@@ -73,21 +73,19 @@ TEST_P(SimdDequantize, EqualsTheScalarReferenceBitForBitOnEveryTarget) {
     const auto row = random_row(type, n, rng);
     std::vector<float> expected(n), got(n);
     lm::dequantize_row(type, row.data(), expected.data(), n);
-    for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-      hwy::SetSupportedTargetsForTest(target);
+    test_support::for_each_simd_target([&](const char* target) {
       std::fill(got.begin(), got.end(), 123.0f);
       lm::kernels::dequantize_row_fast(type, row.data(), got.data(), n);
       int mismatches = 0;
       for (int64_t i = 0; i < n; ++i) {
         // Bit-exact: the bits compared, so -0 against +0 or two NaN payloads still differ.
         if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(expected[i]) && ++mismatches <= 3) {
-          ADD_FAILURE() << lm::ggml_type_name(type) << " " << hwy::TargetName(target) << " element " << i << ": "
-                        << got[i] << " vs " << expected[i];
+          ADD_FAILURE() << lm::ggml_type_name(type) << " " << target << " element " << i << ": " << got[i] << " vs "
+                        << expected[i];
         }
       }
-      EXPECT_EQ(mismatches, 0) << hwy::TargetName(target);
-    }
-    hwy::SetSupportedTargetsForTest(0);
+      EXPECT_EQ(mismatches, 0) << target;
+    });
   }
 }
 

@@ -6,8 +6,6 @@
 #define HWY_WANT_AVX3_DL  // so that the target list names AVX3_DL, which the kernel compiles
 #include <gtest/gtest.h>
 
-#include <hwy/targets.h>
-
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -15,6 +13,7 @@
 
 #include "veloxquant/attention/bit_field_rows.h"
 #include "veloxquant/attention/latent_pair_tiles.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::attention::kernels {
 namespace {
@@ -75,8 +74,7 @@ struct ScalarRows {
 // On every target: the rows, the integer codes and the byte codes (kvtc's integer value sums,
 // padded to a multiple of 64 with zeros) equal the scalar ones.
 void check_targets(const PackedRows& p, const BitFieldLayout& layout, const ScalarRows& plain, int trial) {
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
+  test_support::for_each_simd_target([&](const char* target) {
     std::vector<int16_t> simd_codes(plain.codes.size(), -1);
     decode_bit_field_codes(p.packed.data(), p.stride, p.rows, layout, simd_codes.data(), plain.code_stride);
     const int64_t byte_stride = (p.n + 63) / 64 * 64 + int64_t{trial % 2} * 64;
@@ -84,17 +82,16 @@ void check_targets(const PackedRows& p, const BitFieldLayout& layout, const Scal
     decode_bit_field_bytes(p.packed.data(), p.stride, p.rows, layout, simd_bytes.data(), byte_stride);
     std::vector<float> simd(plain.rows.size(), -1.0f);
     decode_bit_field_rows(p.packed.data(), p.stride, p.rows, layout, plain.step.data(), plain.lo.data(), simd.data());
-    hwy::SetSupportedTargetsForTest(0);
-    ASSERT_EQ(simd, plain.rows) << hwy::TargetName(target) << " n " << p.n << " trial " << trial;
-    ASSERT_EQ(simd_codes, plain.codes) << hwy::TargetName(target) << " n " << p.n << " trial " << trial;
+    ASSERT_EQ(simd, plain.rows) << target << " n " << p.n << " trial " << trial;
+    ASSERT_EQ(simd_codes, plain.codes) << target << " n " << p.n << " trial " << trial;
     for (int64_t j = 0; j < p.rows; ++j) {
       for (int64_t i = 0; i < byte_stride; ++i) {
         ASSERT_EQ(simd_bytes[static_cast<std::size_t>(j * byte_stride + i)],
                   i < p.n ? p.codes[static_cast<std::size_t>(j * p.n + i)] : 0u)
-            << hwy::TargetName(target) << " n " << p.n << " trial " << trial << " row " << j << " field " << i;
+            << target << " n " << p.n << " trial " << trial << " row " << j << " field " << i;
       }
     }
-  }
+  });
 }
 
 TEST(BitFieldRows, EqualTheScalarReferenceAndThePackedCodes) {
@@ -165,13 +162,11 @@ TEST(BitFieldRows, PairTileIsTheScalarRowsInPairs) {
         scalar::decode_bit_field_rows(packed.data(), stride, rows, layout, step.data(), lo.data(), plain.data());
         std::vector<float> want(static_cast<std::size_t>(pair_tile_floats(rows, n)));
         pair_tile_from_rows(plain.data(), n, rows, n, want.data());
-        for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-          hwy::SetSupportedTargetsForTest(target);
+        test_support::for_each_simd_target([&](const char* target) {
           std::vector<float> got(want.size(), -1.0f);
           decode_bit_field_pair_tile(packed.data(), stride, rows, layout, step.data(), lo.data(), got.data());
-          hwy::SetSupportedTargetsForTest(0);
-          ASSERT_EQ(got, want) << hwy::TargetName(target) << " n " << n << " trial " << trial << " rows " << rows;
-        }
+          ASSERT_EQ(got, want) << target << " n " << n << " trial " << trial << " rows " << rows;
+        });
       }
     }
   }

@@ -3,7 +3,6 @@
 // the decoded rows.
 #define HWY_WANT_AVX3_DL  // so that the target list names AVX3_DL, which the kernels compile
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdint>
@@ -14,6 +13,7 @@
 
 #include "veloxquant/attention/block_level_value_sums.h"
 #include "veloxquant/quant/block_lloyd_quant.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::attention::kernels {
 namespace {
@@ -69,14 +69,12 @@ void check_value_sums(const Shape& s, const std::vector<float>& levels, const st
   scalar::accumulate_block_level_rows(values, weights.data(), ld, n_q, ref.data(), acc_stride);
   // Every SIMD target this machine runs (AVX3_DL's multishift loop, AVX3 / AVX2's 8-lane
   // loops, ...), bit for bit.
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
+  test_support::for_each_simd_target([&](const char* target) {
     std::vector<float> on_target = start;
     accumulate_block_level_rows(values, weights.data(), ld, n_q, on_target.data(), acc_stride);
-    hwy::SetSupportedTargetsForTest(0);
-    ASSERT_EQ(on_target, ref) << hwy::TargetName(target) << ", " << s.bits << " bits, dim " << s.dim << ", block "
-                              << s.block << ", " << n_rows << " rows, " << n_q << " queries";
-  }
+    ASSERT_EQ(on_target, ref) << target << ", " << s.bits << " bits, dim " << s.dim << ", block " << s.block << ", "
+                              << n_rows << " rows, " << n_q << " queries";
+  });
   accumulate_block_level_rows(values, weights.data(), ld, n_q, out.data(), acc_stride);
   ASSERT_EQ(out, ref) << s.bits << " bits, dim " << s.dim << ", block " << s.block << ", " << n_rows << " rows, " << n_q
                       << " queries" << (with_offset ? ", offset" : "");

@@ -3,7 +3,6 @@
 // scales within the bound the two 8-bit roundings allow.
 #define HWY_WANT_AVX3_DL  // so that the target list names AVX3_DL, which the kernels compile
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdint>
@@ -15,6 +14,7 @@
 
 #include "veloxquant/attention/byte_level_key_scores.h"
 #include "veloxquant/quant/block_lloyd_quant.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::attention::kernels {
 namespace {
@@ -95,14 +95,11 @@ void check_case(int bits, const std::vector<float>& levels, const ByteLevels& l8
   scalar::score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), b, n_q, ref.data(), ld);
   // Every SIMD target this machine runs (AVX3_DL's 512-bit loop, the AVX2 loop on AVX3 and
   // AVX2, ...), bit for bit.
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
+  test_support::for_each_simd_target([&](const char* target) {
     std::vector<float> on_target(out);
     score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), b, n_q, on_target.data(), ld);
-    hwy::SetSupportedTargetsForTest(0);
-    ASSERT_EQ(on_target, ref) << hwy::TargetName(target) << ", " << bits << " bits, " << n_rows << " rows, " << n_q
-                              << " queries";
-  }
+    ASSERT_EQ(on_target, ref) << target << ", " << bits << " bits, " << n_rows << " rows, " << n_q << " queries";
+  });
   score_byte_level_rows(keys, l8, q8.data(), a8.data(), step.data(), b, n_q, out.data(), ld);
   ASSERT_EQ(out, ref) << bits << " bits, " << n_rows << " rows, " << n_q << " queries";
   for (int64_t r = 0; r < n_q; ++r) {

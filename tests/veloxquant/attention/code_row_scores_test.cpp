@@ -5,8 +5,6 @@
 #define HWY_WANT_AVX3_DL  // so that the target list names AVX3_DL, which the kernel compiles
 #include <gtest/gtest.h>
 
-#include <hwy/targets.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +12,7 @@
 #include <vector>
 
 #include "veloxquant/attention/code_row_scores.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::attention::kernels {
 namespace {
@@ -67,13 +66,11 @@ void check_case(int64_t r, int64_t n_q, int64_t n_rows, std::mt19937& rng, std::
           << "rank " << r << " query " << q << " row " << j;
     }
   }
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
+  test_support::for_each_simd_target([&](const char* target) {
     std::vector<float> got(want.size(), -5.0f);
     score_code_rows(prepared.data(), pd, n_q, codes.data(), stride, n_rows, got.data(), ld);
-    hwy::SetSupportedTargetsForTest(0);
-    ASSERT_EQ(got, want) << hwy::TargetName(target) << " rank " << r << " queries " << n_q << " rows " << n_rows;
-  }
+    ASSERT_EQ(got, want) << target << " rank " << r << " queries " << n_q << " rows " << n_rows;
+  });
 }
 
 TEST(CodeRowScores, EveryTargetEqualsTheReferenceAndTheFloatScores) {

@@ -2,8 +2,6 @@
 // and against exact f64 scores over the codebook values within the rounding bound.
 #include <gtest/gtest.h>
 
-#include <hwy/targets.h>
-
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -14,6 +12,7 @@
 #include "support/random_values.h"
 
 #include "veloxquant/attention/codebook_key_scores.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::attention::kernels {
 namespace {
@@ -110,15 +109,13 @@ struct CodebookCase {
 // `ref` keeps the last target's reference scores.
 void expect_every_target_matches_scalar(CodebookCase& c, std::vector<float>& ref) {
   std::vector<float> out(ref.size(), -1.0f);
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
+  test_support::for_each_simd_target([&](const char* target) {
     c.quantize_queries();
     score_codebook_rows(c.rows(), c.levels, c.queries(), out.data(), c.ld);
     scalar::score_codebook_rows(c.rows(), c.levels, c.queries(), ref.data(), c.ld);
-    hwy::SetSupportedTargetsForTest(0);
-    ASSERT_EQ(out, ref) << hwy::TargetName(target) << " d " << c.d << (c.two_stages ? " two" : " one") << " stages, "
-                        << c.n_rows << " rows, " << c.n_q << " queries";
-  }
+    ASSERT_EQ(out, ref) << target << " d " << c.d << (c.two_stages ? " two" : " one") << " stages, " << c.n_rows
+                        << " rows, " << c.n_q << " queries";
+  });
 }
 
 TEST(CodebookKeyScores, MatchesScalarBitForBitAndExactScoresWithinTheRoundingBound) {

@@ -5,7 +5,6 @@
 // 8-lane loops elsewhere).
 #define HWY_WANT_AVX3_DL  // so that the target list names AVX3_DL too
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdint>
@@ -15,18 +14,18 @@
 #include "lm/kernels/attention_tiles.h"
 #include "veloxquant/attention/codeword_rows.h"
 #include "veloxquant/caches/product_vq.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::attention::kernels {
 namespace {
 
-// Runs `check` once per SIMD target of this machine, with the dispatch pinned to it.
+// Runs `check` once per SIMD target of this machine that runs the codeword loops (AVX2 and wider:
+// codeword_rows_supported), with the dispatch pinned to it.
 template <typename F>
 void on_every_target(F&& check) {
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    if (codeword_rows_supported()) check(hwy::TargetName(target));
-    hwy::SetSupportedTargetsForTest(0);
-  }
+  test_support::for_each_simd_target([&](const char* target) {
+    if (codeword_rows_supported()) check(target);
+  });
 }
 
 std::vector<float> normals(std::size_t n, std::mt19937& rng) {

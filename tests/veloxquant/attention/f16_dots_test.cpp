@@ -4,7 +4,6 @@
 // partial chunk, strided inputs — and both equal the products computed in double within float
 // rounding.
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +16,7 @@
 
 #include "base/half.h"
 #include "veloxquant/attention/f16_dots.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::attention::kernels {
 namespace {
@@ -25,13 +25,11 @@ namespace {
 template <class Call>
 void expect_on_every_target(const std::vector<float>& start, const std::vector<float>& ref, const Call& call,
                             const std::string& what) {
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
+  test_support::for_each_simd_target([&](const char* target) {
     std::vector<float> out = start;
     call(out);
-    hwy::SetSupportedTargetsForTest(0);
-    ASSERT_EQ(out, ref) << hwy::TargetName(target) << ", " << what;
-  }
+    ASSERT_EQ(out, ref) << target << ", " << what;
+  });
 }
 
 // GEAR's energy rule keeps up to min(G, D) terms per block; the kernels block rows by 1-8.

@@ -2,7 +2,6 @@
 // bit), and the integer scores against exact f64 dot products within the error bound the
 // query's rounding allows.
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdint>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "support/random_values.h"
+#include "support/simd_targets.h"
 
 #include "veloxquant/attention/integer_key_scores.h"
 
@@ -107,17 +107,13 @@ void check_scores_on_every_target(const Case& c, int64_t n_rows, int64_t n_q) {
   score_codes_i16(rows, queries, out.data(), ld);
   scalar::score_codes_i16(rows, queries, ref.data(), ld);
   ASSERT_EQ(out, ref) << c.bits << " bits, d " << c.d << ", " << n_rows << " rows, " << n_q << " queries";
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    if (can_score_codes_i16(c.bits, plane)) {
-      std::vector<float> on_target(out.size(), -1.0f);
-      score_codes_i16(rows, queries, on_target.data(), ld);
-      hwy::SetSupportedTargetsForTest(0);
-      ASSERT_EQ(on_target, ref) << hwy::TargetName(target) << ", " << c.bits << " bits, d " << c.d << ", " << n_rows
-                                << " rows, " << n_q << " queries";
-    }
-    hwy::SetSupportedTargetsForTest(0);
-  }
+  test_support::for_each_simd_target([&](const char* target) {
+    if (!can_score_codes_i16(c.bits, plane)) return;  // this target's chunk does not divide the plane
+    std::vector<float> on_target(out.size(), -1.0f);
+    score_codes_i16(rows, queries, on_target.data(), ld);
+    ASSERT_EQ(on_target, ref) << target << ", " << c.bits << " bits, d " << c.d << ", " << n_rows << " rows, " << n_q
+                              << " queries";
+  });
 }
 
 TEST(IntegerKeyScores, ScoresMatchScalarBitForBitAcrossWidthsRowsAndQueries) {

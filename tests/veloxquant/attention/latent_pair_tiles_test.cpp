@@ -14,6 +14,7 @@
 
 #include "lm/kernels/attention_tiles.h"
 #include "veloxquant/attention/latent_pair_tiles.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::attention::kernels {
 namespace {
@@ -53,16 +54,14 @@ TEST(LatentPairTiles, ScoresAreThoseOfTheSharedScorer) {
         const std::vector<float> rows = random_floats(static_cast<std::size_t>(n_rows * row_stride), rng);
         std::vector<float> tile(static_cast<std::size_t>(pair_tile_floats(n_rows, d)));
         pair_tile_from_rows(rows.data(), row_stride, n_rows, d, tile.data());
-        for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-          hwy::SetSupportedTargetsForTest(target);
+        test_support::for_each_simd_target([&](const char* target) {
           // The shared scorer as it dispatches with the same targets allowed.
           std::vector<float> want(static_cast<std::size_t>(n_q * ld), -7.0f), got(want);
           lm::kernels::tiles::score_rows(q.data(), q_stride, n_q, rows.data(), row_stride, n_rows, d, want.data(), ld);
           score_pair_tile(q.data(), q_stride, n_q, tile.data(), n_rows, d, got.data(), ld);
           direct = direct || pair_tiles_direct();
-          hwy::SetSupportedTargetsForTest(0);
-          ASSERT_EQ(got, want) << hwy::TargetName(target) << " d " << d << " queries " << n_q << " rows " << n_rows;
-        }
+          ASSERT_EQ(got, want) << target << " d " << d << " queries " << n_q << " rows " << n_rows;
+        });
       }
     }
   }

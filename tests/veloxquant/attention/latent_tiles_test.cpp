@@ -6,14 +6,13 @@
 #define HWY_WANT_AVX3_DL  // so that the target list names AVX3_DL too
 #include <gtest/gtest.h>
 
-#include <hwy/targets.h>
-
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "lm/kernels/attention_tiles.h"
 #include "veloxquant/attention/latent_tiles.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::attention::kernels {
 namespace {
@@ -25,16 +24,6 @@ std::vector<float> random_floats(std::size_t n, std::mt19937& rng, float scale =
   return v;
 }
 
-// Runs `check` once per SIMD target of this machine, with the dispatch pinned to it.
-template <class F>
-void on_every_target(F&& check) {
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    check(hwy::TargetName(target));
-    hwy::SetSupportedTargetsForTest(0);
-  }
-}
-
 TEST(LatentTiles, ScoresAreThoseOfTheSharedScorer) {
   std::mt19937 rng(5);
   for (int64_t d : {1, 7, 8, 17, 64, 96, 150, 192}) {
@@ -43,7 +32,7 @@ TEST(LatentTiles, ScoresAreThoseOfTheSharedScorer) {
         const int64_t q_stride = d + 3, row_stride = d + (d % 2), ld = n_rows + 5;
         const std::vector<float> q = random_floats(static_cast<std::size_t>(n_q * q_stride), rng);
         const std::vector<float> rows = random_floats(static_cast<std::size_t>(n_rows * row_stride), rng);
-        on_every_target([&](const char* target) {
+        test_support::for_each_simd_target([&](const char* target) {
           std::vector<float> want(static_cast<std::size_t>(n_q * ld), -7.0f), got(want);
           lm::kernels::tiles::score_rows(q.data(), q_stride, n_q, rows.data(), row_stride, n_rows, d, want.data(), ld);
           score_latent_rows(q.data(), q_stride, n_q, rows.data(), row_stride, n_rows, d, got.data(), ld);
@@ -64,7 +53,7 @@ TEST(LatentTiles, ValueSumsAreThoseOfTheSharedAccumulation) {
         const std::vector<float> w = random_floats(static_cast<std::size_t>(n_q * ld), rng, 0.3f);
         const std::vector<float> rows = random_floats(static_cast<std::size_t>(n_rows * row_stride), rng);
         const std::vector<float> start = random_floats(static_cast<std::size_t>(n_q * acc_stride), rng);
-        on_every_target([&](const char* target) {
+        test_support::for_each_simd_target([&](const char* target) {
           std::vector<float> want(start), got(start);
           lm::kernels::tiles::accumulate_rows(w.data(), ld, n_q, rows.data(), row_stride, n_rows, d, want.data(),
                                               acc_stride);
@@ -89,7 +78,7 @@ TEST(LatentTiles, ProjectionIsTheScalarDoubleSum) {
         for (std::size_t i = 0; i < x.size(); i += 5) x[i] *= 1e4f;
         std::vector<float> want(static_cast<std::size_t>(n * r));
         scalar::project_latents(basis.data(), stride, r, x.data(), w, n, want.data());
-        on_every_target([&](const char* target) {
+        test_support::for_each_simd_target([&](const char* target) {
           std::vector<float> got(want.size(), -1.0f);
           project_latents(basis.data(), stride, r, x.data(), w, n, got.data());
           ASSERT_EQ(got, want) << target << " width " << w << " rank " << r << " tokens " << n;
@@ -117,7 +106,7 @@ TEST(LatentTiles, RebuiltRowsAreTheScalarOnes) {
           first = first + p;
         }
         ASSERT_EQ(want[0], first);
-        on_every_target([&](const char* target) {
+        test_support::for_each_simd_target([&](const char* target) {
           std::vector<float> got(want.size(), 0.0f);
           reconstruct_latent_rows(basis.data(), stride, r, mu.data(), z.data(), w, n, got.data(), out_stride);
           ASSERT_EQ(got, want) << target << " width " << w << " rank " << r << " tokens " << n;

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <hwy/highway.h>
-#include <hwy/targets.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -15,6 +14,7 @@
 #include "veloxquant/attention/integer_key_scores.h"
 #include "veloxquant/attention/mask_split_queries.h"
 #include "veloxquant/attention/narrow_plane_scores.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::attention::kernels {
 namespace {
@@ -102,20 +102,18 @@ void check_split(const Case& c, int64_t n_q, std::mt19937& rng, std::normal_dist
   ASSERT_EQ(ref.q1, fold.q1) << "d " << c.d << " n_q " << n_q;
   ASSERT_EQ(ref.s0, fold.s0);
   ASSERT_EQ(ref.s1, fold.s1);
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
+  test_support::for_each_simd_target([&](const char* target) {
     std::vector<int16_t> got0(ref.q0.size(), -7), got1(ref.q1.size(), -7);
     std::vector<float> gs0(ref.s0.size(), -1.0f), gs1(ref.s0.size(), -1.0f);
     split_queries_i16(x.data(), n_q, c.d, mask.data(), planes, got0.data(), gs0.data(), got1.data(), gs1.data());
-    hwy::SetSupportedTargetsForTest(0);
     for (std::size_t i = 0; i < got1.size(); ++i) {
-      ASSERT_EQ(got1[i], ref.q1[i]) << hwy::TargetName(target) << " d " << c.d << " n_q " << n_q << " at " << i;
+      ASSERT_EQ(got1[i], ref.q1[i]) << target << " d " << c.d << " n_q " << n_q << " at " << i;
     }
-    ASSERT_EQ(got0, ref.q0) << hwy::TargetName(target) << " d " << c.d << " n_q " << n_q;
-    ASSERT_EQ(got1, ref.q1) << hwy::TargetName(target) << " d " << c.d << " n_q " << n_q;
-    ASSERT_EQ(gs0, ref.s0) << hwy::TargetName(target);
-    ASSERT_EQ(gs1, ref.s1) << hwy::TargetName(target);
-  }
+    ASSERT_EQ(got0, ref.q0) << target << " d " << c.d << " n_q " << n_q;
+    ASSERT_EQ(got1, ref.q1) << target << " d " << c.d << " n_q " << n_q;
+    ASSERT_EQ(gs0, ref.s0) << target;
+    ASSERT_EQ(gs1, ref.s1) << target;
+  });
 }
 
 TEST(MaskSplitQueries, EveryTargetMatchesTheScalarReferenceAndThePaddedFold) {

@@ -4,7 +4,6 @@
 // against exact f64 scores over the unpacked codes, levels and scales.
 #define HWY_WANT_AVX3_DL  // so that the target list below names AVX3_DL, which the kernel compiles
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdint>
@@ -15,6 +14,7 @@
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/quant/block_lloyd_quant.h"
 #include "veloxquant/quant/log8_scale.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::attention::kernels {
 namespace {
@@ -72,13 +72,11 @@ void check_layout(const Layout& layout, int64_t n_rows, int64_t n_q, bool with_b
   std::vector<float> got(static_cast<std::size_t>(n_q * ld), -1.0f), want = got;
   const float* b = with_bias ? bias.data() : nullptr;
   scalar::score_split_level_rows(keys, q.data(), q_stride, b, n_q, want.data(), ld);
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
+  test_support::for_each_simd_target([&](const char* target) {
     std::vector<float> on_target(got.size(), -1.0f);
     score_split_level_rows(keys, q.data(), q_stride, b, n_q, on_target.data(), ld);
-    hwy::SetSupportedTargetsForTest(0);
-    ASSERT_EQ(on_target, want) << hwy::TargetName(target) << ", seed " << seed;
-  }
+    ASSERT_EQ(on_target, want) << target << ", seed " << seed;
+  });
   score_split_level_rows(keys, q.data(), q_stride, b, n_q, got.data(), ld);
   for (int64_t r = 0; r < n_q; ++r) {
     for (int64_t j = 0; j < n_rows; ++j) {

@@ -5,7 +5,6 @@
 // the floats computed from the unpacked codes; and against SplitKeyCoder::decode + the mean, the
 // per-row decode the tiles used before.
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <cstdint>
 #include <random>
@@ -16,6 +15,7 @@
 #include "veloxquant/core/bit_packing.h"
 #include "veloxquant/quant/block_lloyd_quant.h"
 #include "veloxquant/quant/log8_scale.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::attention::kernels {
 namespace {
@@ -88,13 +88,11 @@ void check_layout(const Layout& layout, int64_t n_rows, bool with_offset, uint64
   std::vector<float> want(exact.size(), -7.0f);
   scalar::decode_split_level_rows(rows, off, want.data());
   ASSERT_EQ(want, exact) << "scalar reference, seed " << seed;
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
+  test_support::for_each_simd_target([&](const char* target) {
     std::vector<float> got(exact.size(), -7.0f);
     decode_split_level_rows(rows, off, got.data());
-    hwy::SetSupportedTargetsForTest(0);
-    ASSERT_EQ(got, want) << hwy::TargetName(target) << ", seed " << seed;
-  }
+    ASSERT_EQ(got, want) << target << ", seed " << seed;
+  });
   std::vector<float> got(exact.size(), -7.0f);
   decode_split_level_rows(rows, off, got.data());
   ASSERT_EQ(got, want) << "best target, seed " << seed;

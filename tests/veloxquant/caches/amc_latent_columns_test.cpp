@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <hwy/highway.h>
-#include <hwy/targets.h>
 
 #include <cmath>
 #include <cstdint>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "veloxquant/caches/amc_latent_columns.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant {
 namespace {
@@ -37,13 +37,11 @@ void check_columns(int bits, int64_t r, int64_t row_bytes, int64_t extra, int64_
       ASSERT_EQ(plain[static_cast<std::size_t>(i * n + j)], product + pairs[static_cast<std::size_t>(2 * j + 1)]);
     }
   }
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
+  test_support::for_each_simd_target([&](const char* target) {
     std::vector<float> simd(plain.size(), -2.0f);
     amc_latent_columns(rows.data(), stride, n, r, bits, pairs.data(), simd.data());
-    hwy::SetSupportedTargetsForTest(0);
-    ASSERT_EQ(simd, plain) << hwy::TargetName(target) << " bits " << bits << " r " << r << " n " << n;
-  }
+    ASSERT_EQ(simd, plain) << target << " bits " << bits << " r " << r << " n " << n;
+  });
 }
 
 TEST(AmcLatentColumns, EveryTargetMatchesTheScalarReferenceBitForBit) {

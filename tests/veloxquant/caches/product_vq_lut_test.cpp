@@ -3,7 +3,6 @@
 // counts that do and do not fill whole vectors, the sub-vector widths the caches use) and the
 // gathered scores of 4 x 8-bit code rows (row counts with a scalar tail, several queries).
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "veloxquant/caches/product_vq_lut.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::pvq {
 namespace {
@@ -32,13 +32,11 @@ TEST(ProductVqLut, TableFromColumnsMatchesScalarOnEveryTarget) {
       if (sub > 1) q[1] = -0.0f;  // a signed zero term: both sides add it the same way
       std::vector<float> want(static_cast<std::size_t>(entries)), got(want.size());
       scalar::lut_from_columns(columns.data(), entries, sub, q.data(), want.data());
-      for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-        hwy::SetSupportedTargetsForTest(target);
+      test_support::for_each_simd_target([&](const char* target) {
         std::fill(got.begin(), got.end(), -1.0f);
         lut_from_columns(columns.data(), entries, sub, q.data(), got.data());
-        hwy::SetSupportedTargetsForTest(0);
-        ASSERT_TRUE(same_bits(got, want)) << hwy::TargetName(target) << " entries " << entries << " sub " << sub;
-      }
+        ASSERT_TRUE(same_bits(got, want)) << target << " entries " << entries << " sub " << sub;
+      });
       // And the table is the dot product it stands for (to float rounding).
       for (int64_t k = 0; k < entries; k += 5) {
         double dot = 0.0;
@@ -74,13 +72,11 @@ TEST(ProductVqLut, GatheredScoresMatchScalarOnEveryTarget) {
           ASSERT_EQ(want[static_cast<std::size_t>(r * ld + j)], s);
         }
       }
-      for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-        hwy::SetSupportedTargetsForTest(target);
+      test_support::for_each_simd_target([&](const char* target) {
         std::fill(got.begin(), got.end(), 0.0f);
         score_lut_rows_4x8(codes.data(), n_rows, luts.data(), lut_stride, n_q, got.data(), ld);
-        hwy::SetSupportedTargetsForTest(0);
-        ASSERT_TRUE(same_bits(got, want)) << hwy::TargetName(target) << " rows " << n_rows << " queries " << n_q;
-      }
+        ASSERT_TRUE(same_bits(got, want)) << target << " rows " << n_rows << " queries " << n_q;
+      });
     }
   }
 }

@@ -3,7 +3,6 @@
 // target this machine runs, for the widths, group lengths and value shapes the encoder meets
 // (including constant groups, exact ties between candidates and groups past the SIMD bound).
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -12,6 +11,7 @@
 
 #include "veloxquant/caches/skvq_clip_search.h"
 #include "veloxquant/caches/skvq_codes.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::skvq {
 namespace {
@@ -36,17 +36,15 @@ void check_group(const std::vector<float>& x, int bits, double alpha, int shape,
   const int n = static_cast<int>(x.size());
   std::vector<uint8_t> ref(static_cast<std::size_t>(n)), got(static_cast<std::size_t>(n));
   const GroupParams16 want = scalar::search_clip_group(x.data(), n, bits, alpha, ref.data());
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
+  test_support::for_each_simd_target([&](const char* target) {
     std::fill(got.begin(), got.end(), uint8_t{0xee});
     const GroupParams16 p = search_clip_group(x.data(), n, bits, alpha, got.data());
-    hwy::SetSupportedTargetsForTest(0);
     ASSERT_EQ(p.scale_f16, want.scale_f16)
-        << hwy::TargetName(target) << " bits " << bits << " n " << n << " shape " << shape << " alpha " << alpha;
-    ASSERT_EQ(p.min_f16, want.min_f16) << hwy::TargetName(target) << " bits " << bits << " n " << n;
-    ASSERT_EQ(got, ref) << hwy::TargetName(target) << " bits " << bits << " n " << n << " shape " << shape;
+        << target << " bits " << bits << " n " << n << " shape " << shape << " alpha " << alpha;
+    ASSERT_EQ(p.min_f16, want.min_f16) << target << " bits " << bits << " n " << n;
+    ASSERT_EQ(got, ref) << target << " bits " << bits << " n " << n << " shape " << shape;
     ++checked;
-  }
+  });
 }
 
 TEST(SkvqClipSearch, SimdMatchesScalarOnEveryTarget) {

@@ -2,7 +2,6 @@
 // loop, bit for bit, on every SIMD target this machine runs: latent counts that fill whole vectors
 // and that leave a tail, head dims of 48, 64 and 128, rows of ordinary and of large magnitude.
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "veloxquant/caches/svdq_projection.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant {
 namespace {
@@ -28,14 +28,12 @@ TEST(SvdqProjection, SimdMatchesScalarOnEveryTarget) {
       std::vector<float> want(static_cast<std::size_t>(rows * coded)), got(want.size());
       scalar::project_latent_rows(basis.data(), coded, dim, keys.data(), rows, want.data());
       std::vector<double> scratch(static_cast<std::size_t>(svdq_projection_scratch(coded, dim)));
-      for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-        hwy::SetSupportedTargetsForTest(target);
+      test_support::for_each_simd_target([&](const char* target) {
         std::fill(got.begin(), got.end(), -7.0f);
         project_latent_rows(basis.data(), coded, dim, keys.data(), rows, scratch.data(), got.data());
-        hwy::SetSupportedTargetsForTest(0);
         ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
-            << hwy::TargetName(target) << " dim " << dim << " coded " << coded;
-      }
+            << target << " dim " << dim << " coded " << coded;
+      });
       // And it is the projection (against a direct double dot).
       double dot = 0.0;
       for (int64_t c = 0; c < dim; ++c)

@@ -3,8 +3,6 @@
 // this machine runs (the keys, compaction and index passes are Highway kernels).
 #include <gtest/gtest.h>
 
-#include <hwy/targets.h>
-
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "veloxquant/caches/top_mass_rows.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant {
 namespace {
@@ -55,15 +54,13 @@ TEST(TopMassRows, IsTheStableSortsFirstRows) {
       for (const int64_t k : {int64_t{1}, n / 5 + 1, n / 2, n - 1, n}) {
         if (k < 1 || k > n) continue;
         const std::vector<int32_t> want = reference(mass, k);
-        for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-          hwy::SetSupportedTargetsForTest(target);
+        test_support::for_each_simd_target([&](const char* target) {
           std::vector<int32_t> got(static_cast<std::size_t>(k) + 1, -7);  // one guard slot
           top_mass_rows(mass.data(), n, k, keys, candidates, got.data());
           EXPECT_EQ(got.back(), -7) << "wrote past k";
           got.pop_back();
-          EXPECT_EQ(got, want) << hwy::TargetName(target) << " n " << n << " kind " << kind << " k " << k;
-        }
-        hwy::SetSupportedTargetsForTest(0);
+          EXPECT_EQ(got, want) << target << " n " << n << " kind " << kind << " k " << k;
+        });
       }
     }
   }

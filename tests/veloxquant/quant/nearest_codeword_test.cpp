@@ -2,7 +2,6 @@
 // distance) against their scalar references (the same index, including ties resolved to the
 // lowest index) on every SIMD target this machine runs, and against a brute-force search in double.
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -10,6 +9,7 @@
 #include <vector>
 
 #include "veloxquant/quant/nearest_codeword.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::pvq {
 namespace {
@@ -71,16 +71,13 @@ TEST(NearestCodeword, MatchesScalarAndBruteForce) {
         const int64_t ref = scalar::nearest_codeword(transposed.data(), norms.data(), entries, sub, x.data());
         const int64_t ref_squared = scalar::nearest_codeword_squared(transposed.data(), entries, sub, x.data());
         int64_t simd = -1;
-        for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-          hwy::SetSupportedTargetsForTest(target);
+        test_support::for_each_simd_target([&](const char* target) {
           simd = nearest_codeword(transposed.data(), norms.data(), entries, sub, x.data());
           const int64_t simd_squared = nearest_codeword_squared(transposed.data(), entries, sub, x.data());
-          hwy::SetSupportedTargetsForTest(0);
-          ASSERT_EQ(simd, ref) << hwy::TargetName(target) << " entries " << entries << " sub " << sub << " trial "
-                               << trial;
+          ASSERT_EQ(simd, ref) << target << " entries " << entries << " sub " << sub << " trial " << trial;
           ASSERT_EQ(simd_squared, ref_squared)
-              << hwy::TargetName(target) << " entries " << entries << " sub " << sub << " trial " << trial;
-        }
+              << target << " entries " << entries << " sub " << sub << " trial " << trial;
+        });
         // Exactly on a duplicated codeword the squared distance is 0 at the first copy.
         if (trial % 4 == 0 && entries > 1) {
           const int64_t c = std::min<int64_t>(entries - 1, entries / 2 + int64_t{7} * (trial % 3));
@@ -132,13 +129,11 @@ void check_fused(int64_t entries, int sub, bool descending, std::mt19937& rng, s
       for (float& v : x) v = dist(rng);
     }
     const int64_t ref = scalar::nearest_codeword_fused(transposed.data(), norms.data(), entries, sub, x.data());
-    for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-      hwy::SetSupportedTargetsForTest(target);
+    test_support::for_each_simd_target([&](const char* target) {
       const int64_t simd = nearest_codeword_fused(transposed.data(), norms.data(), entries, sub, x.data());
-      hwy::SetSupportedTargetsForTest(0);
-      ASSERT_EQ(simd, ref) << hwy::TargetName(target) << " entries " << entries << " sub " << sub << " trial " << trial
-                           << " descending " << descending;
-    }
+      ASSERT_EQ(simd, ref) << target << " entries " << entries << " sub " << sub << " trial " << trial << " descending "
+                           << descending;
+    });
     // It picks a codeword as near (in double) as the unfused search's, to float rounding.
     const int64_t plain = scalar::nearest_codeword(transposed.data(), norms.data(), entries, sub, x.data());
     double scale = 1.0;
@@ -173,17 +168,15 @@ void check_batch(const std::vector<float>& transposed, const std::vector<float>&
   const int64_t stride = sub + 2;
   std::vector<float> xs(static_cast<std::size_t>(count * stride));
   for (float& v : xs) v = dist(rng);
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
+  test_support::for_each_simd_target([&](const char* target) {
     std::vector<int64_t> got(static_cast<std::size_t>(count), -1);
     nearest_codewords_fused(transposed.data(), norms.data(), entries, sub, xs.data(), count, stride, got.data());
-    hwy::SetSupportedTargetsForTest(0);
     for (int64_t i = 0; i < count; ++i) {
       ASSERT_EQ(got[static_cast<std::size_t>(i)],
                 scalar::nearest_codeword_fused(transposed.data(), norms.data(), entries, sub, xs.data() + i * stride))
-          << hwy::TargetName(target) << " entries " << entries << " sub " << sub << " point " << i;
+          << target << " entries " << entries << " sub " << sub << " point " << i;
     }
-  }
+  });
 }
 
 // Several points per pass over the book: each gets the single-point fused search's index, on every

@@ -3,7 +3,6 @@
 // target this machine runs: random, stretched, duplicated and collapsed books, points on, near
 // and far from the codewords.
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <cstdint>
 #include <random>
@@ -11,6 +10,7 @@
 
 #include "veloxquant/quant/nearest_codeword.h"
 #include "veloxquant/quant/projected_search.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::pvq {
 namespace {
@@ -100,18 +100,16 @@ TEST(ProjectedSearch, MatchesFullFusedSearchOnEveryTarget) {
           points.push_back(mid);
         }
         points.emplace_back(static_cast<std::size_t>(sub), 0.0f);
-        for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-          hwy::SetSupportedTargetsForTest(target);
+        test_support::for_each_simd_target([&](const char* target) {
           std::vector<int64_t> got(points.size(), -1);
           for (std::size_t i = 0; i < points.size(); ++i) got[i] = projected.nearest(points[i].data());
-          hwy::SetSupportedTargetsForTest(0);
           for (std::size_t i = 0; i < points.size(); ++i) {
             const int64_t want = scalar::nearest_codeword_fused(book.transposed.data(), book.norms.data(), entries, sub,
                                                                 points[i].data());
-            ASSERT_EQ(got[i], want) << hwy::TargetName(target) << " shape " << static_cast<int>(shape) << " entries "
-                                    << entries << " sub " << sub << " point " << i;
+            ASSERT_EQ(got[i], want) << target << " shape " << static_cast<int>(shape) << " entries " << entries
+                                    << " sub " << sub << " point " << i;
           }
-        }
+        });
       }
     }
   }

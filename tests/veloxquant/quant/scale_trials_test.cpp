@@ -2,7 +2,6 @@
 // quantizer's nearest level, its SIMD trial errors against the scalar loop (bit for bit), and
 // encode_block against the one-candidate-at-a-time search it replaces (same scale, same codes).
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <algorithm>
 #include <array>
@@ -18,6 +17,7 @@
 #include "veloxquant/quant/block_lloyd_quant.h"
 #include "veloxquant/quant/scale_trials.h"
 #include "veloxquant/quant/log8_scale.h"
+#include "support/simd_targets.h"
 
 namespace veloxquant::quant {
 namespace {
@@ -46,12 +46,10 @@ TEST(ScaleTrials, SimdErrorsEqualTheScalarLoop) {
       for (int t = 0; t < n_scales; ++t) scales.push_back(base::f16_to_f32(base::f32_to_f16(0.01f + 0.003f * t)));
       std::vector<double> got(static_cast<std::size_t>(n_scales)), want = got;
       scalar::even_byte_trial_errors(xb, 32, scales.data(), n_scales, want.data());
-      for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {  // 8 lanes on AVX3, 4 on AVX2, ...
-        hwy::SetSupportedTargetsForTest(target);
+      test_support::for_each_simd_target([&](const char* target) {  // 8 lanes on AVX3, 4 on AVX2, ...
         even_byte_trial_errors(xb, 32, scales.data(), n_scales, got.data());
-        hwy::SetSupportedTargetsForTest(0);
-        ASSERT_EQ(got, want) << hwy::TargetName(target) << ", " << n_scales << " scales, block " << block;
-      }
+        ASSERT_EQ(got, want) << target << ", " << n_scales << " scales, block " << block;
+      });
     }
   }
 }
@@ -114,13 +112,11 @@ TEST(ScaleTrials, LevelTrialErrorsEqualTheScalarLoopOnEveryTarget) {
         std::vector<double> got(static_cast<std::size_t>(n_scales)), want = got;
         scalar::level_trial_errors(x.data() + std::ptrdiff_t{32} * block, 32, scales.data(), n_scales,
                                    q.levels().data(), q.boundaries().data(), bits, want.data());
-        for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-          hwy::SetSupportedTargetsForTest(target);
+        test_support::for_each_simd_target([&](const char* target) {
           level_trial_errors(x.data() + std::ptrdiff_t{32} * block, 32, scales.data(), n_scales, q.levels().data(),
                              q.boundaries().data(), bits, got.data());
-          hwy::SetSupportedTargetsForTest(0);
-          ASSERT_EQ(got, want) << hwy::TargetName(target) << ", " << bits << " bits, " << n_scales << " scales";
-        }
+          ASSERT_EQ(got, want) << target << ", " << bits << " bits, " << n_scales << " scales";
+        });
       }
     }
   }
