@@ -59,7 +59,10 @@ TEST(NearestCodeword, MatchesScalarAndBruteForce) {
       std::vector<float> words(static_cast<std::size_t>(entries * sub));
       for (float& w : words) w = dist(rng);
       duplicate_codewords(words, entries, sub);
-      const auto [transposed, norms] = search_book(words, entries, sub);
+      // References, not a structured binding: clang 14 cannot capture one in a lambda.
+      const SearchBook book = search_book(words, entries, sub);
+      const std::vector<float>& transposed = book.transposed;
+      const std::vector<float>& norms = book.norms;
       for (int trial = 0; trial < 40; ++trial) {
         std::vector<float> x(static_cast<std::size_t>(sub));
         if (trial % 4 == 0 && entries > 1) {  // exactly on a duplicated codeword
@@ -117,7 +120,10 @@ void check_fused(int64_t entries, int sub, bool descending, std::mt19937& rng, s
     }
   }
   duplicate_codewords(words, entries, sub);
-  const auto [transposed, norms] = search_book(words, entries, sub);
+  // References, not a structured binding: clang 14 cannot capture one in a lambda.
+  const SearchBook book = search_book(words, entries, sub);
+  const std::vector<float>& transposed = book.transposed;
+  const std::vector<float>& norms = book.norms;
   for (int trial = 0; trial < 24; ++trial) {
     std::vector<float> x(static_cast<std::size_t>(sub));
     if (trial % 4 == 0 && entries > 1) {
