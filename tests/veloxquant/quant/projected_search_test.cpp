@@ -70,6 +70,46 @@ std::vector<float> make_words(Shape shape, int64_t entries, int sub, std::mt1993
   return words;
 }
 
+// Points: random (every tenth far out), on codewords, between two codewords, and the origin.
+std::vector<std::vector<float>> make_points(const std::vector<float>& words, int64_t entries, int sub,
+                                            std::mt19937& rng, std::normal_distribution<float>& dist) {
+  std::vector<std::vector<float>> points;
+  for (int i = 0; i < 40; ++i) {
+    std::vector<float> x(static_cast<std::size_t>(sub));
+    for (float& v : x) v = dist(rng) * (i % 10 == 9 ? 50.0f : 1.0f);
+    points.push_back(x);
+  }
+  for (int i = 0; i < 20; ++i) {
+    const int64_t a = static_cast<int64_t>(rng() % static_cast<uint32_t>(entries));
+    const int64_t b = static_cast<int64_t>(rng() % static_cast<uint32_t>(entries));
+    std::vector<float> on(static_cast<std::size_t>(sub)), mid(on.size());
+    for (int e = 0; e < sub; ++e) {
+      on[static_cast<std::size_t>(e)] = words[static_cast<std::size_t>(a * sub + e)];
+      mid[static_cast<std::size_t>(e)] =
+          0.5f * (words[static_cast<std::size_t>(a * sub + e)] + words[static_cast<std::size_t>(b * sub + e)]);
+    }
+    points.push_back(on);
+    points.push_back(mid);
+  }
+  points.emplace_back(static_cast<std::size_t>(sub), 0.0f);
+  return points;
+}
+
+// On every target, each point's projected search gives the full scalar fused search's index.
+void check_points(const ProjectedBook& projected, const Book& book, const std::vector<std::vector<float>>& points,
+                  Shape shape, int64_t entries, int sub) {
+  test_support::for_each_simd_target([&](const char* target) {
+    std::vector<int64_t> got(points.size(), -1);
+    for (std::size_t i = 0; i < points.size(); ++i) got[i] = projected.nearest(points[i].data());
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const int64_t want =
+          scalar::nearest_codeword_fused(book.transposed.data(), book.norms.data(), entries, sub, points[i].data());
+      ASSERT_EQ(got[i], want) << target << " shape " << static_cast<int>(shape) << " entries " << entries << " sub "
+                              << sub << " point " << i;
+    }
+  });
+}
+
 TEST(ProjectedSearch, MatchesFullFusedSearchOnEveryTarget) {
   std::mt19937 rng(21);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -80,36 +120,8 @@ TEST(ProjectedSearch, MatchesFullFusedSearchOnEveryTarget) {
         const Book book = transpose(words, entries, sub);
         ProjectedBook projected;
         projected.load(book.transposed.data(), book.norms.data(), entries, sub);
-        // Points: random, on codewords, between two codewords, far out, and at the origin.
-        std::vector<std::vector<float>> points;
-        for (int i = 0; i < 40; ++i) {
-          std::vector<float> x(static_cast<std::size_t>(sub));
-          for (float& v : x) v = dist(rng) * (i % 10 == 9 ? 50.0f : 1.0f);
-          points.push_back(x);
-        }
-        for (int i = 0; i < 20; ++i) {
-          const int64_t a = static_cast<int64_t>(rng() % static_cast<uint32_t>(entries));
-          const int64_t b = static_cast<int64_t>(rng() % static_cast<uint32_t>(entries));
-          std::vector<float> on(static_cast<std::size_t>(sub)), mid(on.size());
-          for (int e = 0; e < sub; ++e) {
-            on[static_cast<std::size_t>(e)] = words[static_cast<std::size_t>(a * sub + e)];
-            mid[static_cast<std::size_t>(e)] =
-                0.5f * (words[static_cast<std::size_t>(a * sub + e)] + words[static_cast<std::size_t>(b * sub + e)]);
-          }
-          points.push_back(on);
-          points.push_back(mid);
-        }
-        points.emplace_back(static_cast<std::size_t>(sub), 0.0f);
-        test_support::for_each_simd_target([&](const char* target) {
-          std::vector<int64_t> got(points.size(), -1);
-          for (std::size_t i = 0; i < points.size(); ++i) got[i] = projected.nearest(points[i].data());
-          for (std::size_t i = 0; i < points.size(); ++i) {
-            const int64_t want = scalar::nearest_codeword_fused(book.transposed.data(), book.norms.data(), entries, sub,
-                                                                points[i].data());
-            ASSERT_EQ(got[i], want) << target << " shape " << static_cast<int>(shape) << " entries " << entries
-                                    << " sub " << sub << " point " << i;
-          }
-        });
+        check_points(projected, book, make_points(words, entries, sub, rng, dist), shape, entries, sub);
+        if (HasFatalFailure()) return;
       }
     }
   }
