@@ -60,9 +60,9 @@ struct HostBenchRow {
 // forward calls and the argmax are inside the clocks.
 struct HostBenchRun {
   double prefill_seconds = 0.0;
-  double decode_seconds = 0.0;             // all decode steps, one clock around them
+  double decode_seconds = 0.0;              // all decode steps, one clock around them
   std::vector<double> decode_step_seconds;  // each step (forward + argmax) on its own clock
-  std::size_t kv_bytes = 0;  // sum of the caches' nbytes() at the end of the run
+  std::size_t kv_bytes = 0;                 // sum of the caches' nbytes() at the end of the run
 };
 HostBenchRun time_host_run(const lm::Model& model, const std::function<lm::CacheList()>& make_caches,
                            std::span<const int32_t> prompt, int64_t decode_tokens, int64_t batch);

@@ -129,8 +129,8 @@ std::string host_bench_methods_table(const HostBenchMethodsReport& report) {
          " build\n";
   out += "runs     " + std::to_string(report.methods.size()) + " caches (native kv " + r.kv_dtype + "); prompt " +
          r.prompt + "; batch " + std::to_string(r.batch) + "; " + std::to_string(r.decode_tokens) +
-         " decode steps per ctx; best of " + std::to_string(r.repeat) + " alternating rounds" + decode_statistic_note(r) +
-         "\n";
+         " decode steps per ctx; best of " + std::to_string(r.repeat) + " alternating rounds" +
+         decode_statistic_note(r) + "\n";
   if (report.probe) {
     out += "probe    streaming read " + format("%.2f", report.probe->best_bytes_per_s / 1e9) + " GB/s (best of " +
            std::to_string(report.probe->pass_bytes_per_s.size()) + " passes over " +

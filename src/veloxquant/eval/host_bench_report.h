@@ -32,7 +32,7 @@ struct HostBenchReport {
   int64_t batch = 0;
   int repeat = 0;
   std::string decode_statistic = "total";  // decode_statistic_name() of the run's --decode-stat
-  int64_t peak_rss_bytes = 0;  // VmHWM of the whole run, model weights included
+  int64_t peak_rss_bytes = 0;              // VmHWM of the whole run, model weights included
   std::vector<HostBenchRow> rows;
 };
 

@@ -2,7 +2,6 @@
 // on every SIMD target this machine runs (the dots, the scaled logits and each head's maximum).
 #include <gtest/gtest.h>
 
-
 #include <cstdint>
 #include <random>
 #include <vector>
