@@ -66,7 +66,9 @@ TEST(LatentPairTiles, ScoresAreThoseOfTheSharedScorer) {
     }
   }
   // On an AVX-512 machine the direct kernel was among the targets checked.
-  if (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) EXPECT_TRUE(direct);
+  if (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) {
+    EXPECT_TRUE(direct);
+  }
 }
 
 }  // namespace

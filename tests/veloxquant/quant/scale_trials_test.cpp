@@ -151,7 +151,9 @@ TEST(ScaleTrials, EncodersChooseWhatTheOneAtATimeSearchChose) {
         const int l_got = q.encode_block_log8(xb.data(), 32, got.data());
         const int l_want = one_at_a_time(q, xb.data(), 32, want.data(), log8_code, log8_value, true);
         ASSERT_EQ(l_got, l_want) << bits << " bits, log8, block " << block;
-        if (l_got != 0) ASSERT_EQ(got, want) << bits << " bits, log8, block " << block;
+        if (l_got != 0) {
+          ASSERT_EQ(got, want) << bits << " bits, log8, block " << block;
+        }
       }
     }
   }
