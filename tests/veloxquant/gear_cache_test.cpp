@@ -16,6 +16,7 @@
 #include <cmath>
 #include <functional>
 #include <numeric>
+#include <utility>
 
 #include "base/error.h"
 #include "support/allocation_counter.h"
@@ -177,6 +178,31 @@ TEST(Gear, OutliersComeBackExactAndShrinkTheError) {
   EXPECT_LT(ea * 5, eb);
 }
 
+// One group x d block: the squared distance between the cache's correction (got - dense) and the
+// reference rank-r approximation of the residual (exact - dense), and that approximation's squared
+// norm.
+std::pair<double, double> correction_error(const std::vector<double>& exact, const std::vector<double>& dense,
+                                           const std::vector<double>& got, int64_t group, int64_t d, int64_t rank) {
+  std::vector<double> residual(exact.size());
+  for (std::size_t i = 0; i < exact.size(); ++i) residual[i] = exact[i] - dense[i];
+  const Triplets ref = power_triplets(residual, group, d, rank);
+  double diff = 0, norm = 0;
+  for (int64_t r = 0; r < group; ++r) {
+    for (int64_t col = 0; col < d; ++col) {
+      double want = 0;
+      for (int64_t i = 0; i < rank; ++i) {
+        want += ref.sigma[static_cast<std::size_t>(i)] *
+                ref.u[static_cast<std::size_t>(i)][static_cast<std::size_t>(r)] *
+                ref.v[static_cast<std::size_t>(i)][static_cast<std::size_t>(col)];
+      }
+      const std::size_t at = static_cast<std::size_t>(r * d + col);
+      diff += (got[at] - dense[at] - want) * (got[at] - dense[at] - want);
+      norm += want * want;
+    }
+  }
+  return {diff, norm};
+}
+
 TEST(Gear, LowRankTermsAreTheBestApproximationOfTheResidual) {
   const int64_t heads = 2, d = 16;
   for (const auto& [group, rank, sparse] : {std::tuple{8, 3, 0.0}, std::tuple{16, 5, 0.02}, std::tuple{32, 2, 0.01}}) {
@@ -193,27 +219,8 @@ TEST(Gear, LowRankTermsAreTheBestApproximationOfTheResidual) {
       const std::vector<float> xc = (which == 0 ? c.keys : c.values).to_f32();
       for (int64_t h = 0; h < heads; ++h) {
         for (int64_t g0 = 0; g0 + group <= t; g0 += group) {
-          const std::vector<double> exact = block_of(x, h, t, d, g0, group);
-          const std::vector<double> dense = block_of(xb, h, t, d, g0, group);
-          const std::vector<double> got = block_of(xc, h, t, d, g0, group);
-          std::vector<double> residual(exact.size());
-          for (std::size_t i = 0; i < exact.size(); ++i) residual[i] = exact[i] - dense[i];
-          const Triplets ref = power_triplets(residual, group, d, rank);
-          // The reference rank-r approximation against the cache's correction (got - dense).
-          double diff = 0, norm = 0;
-          for (int64_t r = 0; r < group; ++r) {
-            for (int64_t col = 0; col < d; ++col) {
-              double want = 0;
-              for (int64_t i = 0; i < rank; ++i) {
-                want += ref.sigma[static_cast<std::size_t>(i)] *
-                        ref.u[static_cast<std::size_t>(i)][static_cast<std::size_t>(r)] *
-                        ref.v[static_cast<std::size_t>(i)][static_cast<std::size_t>(col)];
-              }
-              const std::size_t at = static_cast<std::size_t>(r * d + col);
-              diff += (got[at] - dense[at] - want) * (got[at] - dense[at] - want);
-              norm += want * want;
-            }
-          }
+          const auto [diff, norm] = correction_error(block_of(x, h, t, d, g0, group), block_of(xb, h, t, d, g0, group),
+                                                     block_of(xc, h, t, d, g0, group), group, d, rank);
           // f16 factors: ~2^-11 relative per factor.
           EXPECT_LT(std::sqrt(diff), 3e-3 * std::sqrt(norm))
               << "group " << group << " rank " << rank << " which " << which << " head " << h << " block " << g0;
@@ -221,6 +228,26 @@ TEST(Gear, LowRankTermsAreTheBestApproximationOfTheResidual) {
       }
     }
   }
+}
+
+// The rank the energy rule keeps for one head's group x d block: the fewest leading singular
+// values of the residual (exact - dense) whose squares reach `energy` of its squared norm.
+int64_t reference_energy_rank(const std::vector<double>& exact, const std::vector<double>& dense, int64_t group,
+                              int64_t d, double energy) {
+  std::vector<double> residual(exact.size());
+  double total = 0;
+  for (std::size_t i = 0; i < exact.size(); ++i) {
+    residual[i] = exact[i] - dense[i];
+    total += residual[i] * residual[i];
+  }
+  const Triplets ref = power_triplets(residual, group, d, group);
+  double kept = 0;
+  int64_t r = 0;
+  while (r < group && kept < energy * total) {
+    kept += ref.sigma[static_cast<std::size_t>(r)] * ref.sigma[static_cast<std::size_t>(r)];
+    ++r;
+  }
+  return r;
 }
 
 TEST(Gear, EnergyRuleRankIsTheLargestAnyHeadNeeds) {
@@ -239,26 +266,43 @@ TEST(Gear, EnergyRuleRankIsTheLargestAnyHeadNeeds) {
       for (int64_t g0 = 0; g0 + group <= t; g0 += group) {
         int64_t want = 0;
         for (int64_t h = 0; h < heads; ++h) {
-          const std::vector<double> exact = block_of(x, h, t, d, g0, group);
-          const std::vector<double> dense = block_of(xb, h, t, d, g0, group);
-          std::vector<double> residual(exact.size());
-          double total = 0;
-          for (std::size_t i = 0; i < exact.size(); ++i) {
-            residual[i] = exact[i] - dense[i];
-            total += residual[i] * residual[i];
-          }
-          const Triplets ref = power_triplets(residual, group, d, group);
-          double kept = 0;
-          int64_t r = 0;
-          while (r < group && kept < energy * total) {
-            kept += ref.sigma[static_cast<std::size_t>(r)] * ref.sigma[static_cast<std::size_t>(r)];
-            ++r;
-          }
-          want = std::max(want, r);
+          want = std::max(want, reference_energy_rank(block_of(x, h, t, d, g0, group), block_of(xb, h, t, d, g0, group),
+                                                      group, d, energy));
         }
         EXPECT_EQ(cache.block_rank(g0 / group, which), want)
             << "energy " << energy << " which " << which << " block " << g0;
       }
+    }
+  }
+}
+
+// sum_i sigma_i left_i right_i^T gives the rows x cols block back.
+void check_reconstructs(const BlockSvd& s, const std::vector<float>& x, int64_t rows, int64_t cols) {
+  const int64_t n = std::min(rows, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      double y = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        y += s.sigma[static_cast<std::size_t>(i)] * s.left[static_cast<std::size_t>(i * rows + r)] *
+             s.right[static_cast<std::size_t>(i * cols + c)];
+      }
+      EXPECT_NEAR(y, x[static_cast<std::size_t>(r * cols + c)], 1e-9);
+    }
+  }
+}
+
+// The left and the right singular vectors are orthonormal sets.
+void check_orthonormal(const BlockSvd& s, int64_t rows, int64_t cols) {
+  const int64_t n = std::min(rows, cols);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double uu = 0, vv = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        uu += s.left[static_cast<std::size_t>(i * rows + r)] * s.left[static_cast<std::size_t>(j * rows + r)];
+      for (int64_t c = 0; c < cols; ++c)
+        vv += s.right[static_cast<std::size_t>(i * cols + c)] * s.right[static_cast<std::size_t>(j * cols + c)];
+      EXPECT_NEAR(uu, i == j ? 1.0 : 0.0, 1e-9);
+      EXPECT_NEAR(vv, i == j ? 1.0 : 0.0, 1e-9);
     }
   }
 }
@@ -276,27 +320,8 @@ TEST(Gear, BlockSvdReconstructsAndIsOrthonormal) {
       ASSERT_EQ(static_cast<int64_t>(s.sigma.size()), n);
       for (int64_t i = 1; i < n; ++i)
         EXPECT_GE(s.sigma[static_cast<std::size_t>(i - 1)], s.sigma[static_cast<std::size_t>(i)]);
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) {
-          double y = 0;
-          for (int64_t i = 0; i < n; ++i) {
-            y += s.sigma[static_cast<std::size_t>(i)] * s.left[static_cast<std::size_t>(i * rows + r)] *
-                 s.right[static_cast<std::size_t>(i * cols + c)];
-          }
-          EXPECT_NEAR(y, x[static_cast<std::size_t>(r * cols + c)], 1e-9);
-        }
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          double uu = 0, vv = 0;
-          for (int64_t r = 0; r < rows; ++r)
-            uu += s.left[static_cast<std::size_t>(i * rows + r)] * s.left[static_cast<std::size_t>(j * rows + r)];
-          for (int64_t c = 0; c < cols; ++c)
-            vv += s.right[static_cast<std::size_t>(i * cols + c)] * s.right[static_cast<std::size_t>(j * cols + c)];
-          EXPECT_NEAR(uu, i == j ? 1.0 : 0.0, 1e-9);
-          EXPECT_NEAR(vv, i == j ? 1.0 : 0.0, 1e-9);
-        }
-      }
+      check_reconstructs(s, x, rows, cols);
+      check_orthonormal(s, rows, cols);
       EXPECT_EQ(energy_rank(s.sigma, 1.0), n);
       EXPECT_EQ(energy_rank(s.sigma, 0.0), 0);
     }
