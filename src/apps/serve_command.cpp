@@ -99,8 +99,9 @@ void run_serve(const ServeFlags& f) {
   serve::OpenAiServer server(engine, http);
   const int port = server.bind();
   // httplib's stop() does nothing before listen() has started its loop, so a signal that comes
-  // right after the ready line is repeated until listen() returns. The state outlives this
-  // function (the waiter is detached); `server` is touched only under the lock while listening.
+  // right after the ready line is repeated until it takes (once: OpenAiServer::stop). The state
+  // outlives this function (the waiter is detached); `server` is touched only under the lock
+  // while listening.
   struct StopState {
     std::mutex mutex;
     bool listening = true;
@@ -113,8 +114,7 @@ void run_serve(const ServeFlags& f) {
     for (;;) {
       {
         std::lock_guard<std::mutex> lock(state->mutex);
-        if (!state->listening) return;
-        server.stop();
+        if (!state->listening || server.stop()) return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }

@@ -189,7 +189,16 @@ int OpenAiServer::bind() {
 
 void OpenAiServer::listen() { server_->listen_after_bind(); }
 
-void OpenAiServer::stop() { server_->stop(); }
+bool OpenAiServer::stop() {
+  // Before listen() has set httplib's running flag its stop() does nothing. After the first stop()
+  // the flag stays set while listen() drains its pool (a long generation can hold it for seconds),
+  // but the socket is gone: a second stop() fails httplib's assert(svr_sock_ != INVALID_SOCKET)
+  // wherever asserts are compiled in (Debian's library has NDEBUG; a header-only httplib in a
+  // build without it aborts).
+  if (!server_->is_running()) return false;
+  server_->stop();
+  return true;
+}
 
 std::string OpenAiServer::ready_line() const {
   const CacheSelection& cache = engine_.default_cache();

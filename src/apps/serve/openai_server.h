@@ -37,7 +37,10 @@ class OpenAiServer {
   int bind();
   // Serves until stop().
   void listen();
-  void stop();
+  // Ends listen() if it has started its loop; returns whether it had (false: call again later).
+  // Call it until it returns true, and not after: httplib asserts that a running server still
+  // holds its socket, which the first stop() gave up.
+  bool stop();
 
   // The handshake line: VELOXQUANT_READY {json} (schema_version, model, method, bits, host,
   // port, layer_caches, endpoints).
