@@ -5,17 +5,22 @@
 # cmake/tsan_eviction_caches.cmake:
 #   cmake --preset tsan -DCMAKE_PROJECT_INCLUDE=$PWD/cmake/tsan_server.cmake
 #   nice -n 10 cmake --build build-tsan -j2 --target veloxquant_cli apps_serve_http_test \
-#     apps_serve_load_test apps_serve_request_test veloxquant_integration_stories_test
-#   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/tests/apps_serve_load_test
-# or in one command (it builds veloxquant_cli with the apps_ tests): bash scripts/test.sh
-#   --sanitize thread --include cmake/tsan_server.cmake --targets 'apps_serve_(http|load|request)_test'
+#     apps_serve_load_test apps_serve_request_test apps_serve_stop_test \
+#     veloxquant_integration_stories_test
+#   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/support/tsan.supp \
+#     build-tsan/tests/apps_serve_load_test
+# or in one command (it builds veloxquant_cli with the apps_ tests and sets TSAN_OPTIONS so):
+#   bash scripts/test.sh --sanitize thread --include cmake/tsan_server.cmake \
+#     --targets 'apps_serve_(http|load|request|stop)_test'
 # The serve tests start build-tsan/veloxquant, the TSan CLI, as a child process that inherits
 # TSAN_OPTIONS; tests/support/server_process.h fails the test when the server's stderr holds a
-# sanitizer report. veloxquant_lib then holds the caches those runs ask for: kivi,
-# turboquant_block (the q8/q5/q4/q3 presets), turboquant_rvq and the 16 eviction methods (h2o
-# among them; their registration is one unit), with what they link (attention/, core/, quant/,
-# rows/, config, presets, builder, registry, integration/patch_model and patch_vlm), 100
-# sources and a method table, cmake/tsan_server_method_table.cpp (those 19 rows), instead of
+# sanitizer report. The suppressions file is needed there: without it, concurrent first requests
+# get two false reports inside Debian's uninstrumented libcpp-httplib (tests/support/tsan.supp).
+# veloxquant_lib then holds the caches those runs ask for: kivi, turboquant_block (the
+# q8/q5/q4/q3 presets), turboquant_rvq and the 16 eviction methods (h2o among them; their
+# registration is one unit), with what they link (attention/, core/, quant/, rows/, config,
+# presets, builder, registry, integration/patch_model and patch_vlm), 101 sources and a method
+# table, cmake/tsan_server_method_table.cpp (those 19 rows), instead of
 # registry/method_table.cpp (every method: the whole library). The `veloxquant` CLI holds only
 # `serve` and `generate` (the serve tests compare the two) and the files they include: the other
 # subcommands link eval/ and every method. Fails by construction here: serve_http's
@@ -54,7 +59,8 @@ set(VQ_SERVER_SOURCES
     eviction/methods/snapkv_cache eviction/methods/squeeze_cache
     eviction/methods/streaming_llm_cache eviction/methods/tova_cache eviction/ordered_sums
     eviction/page_summaries eviction/pyramid_schedule eviction/recent_votes eviction/row_codec
-    eviction/squeeze_schedule eviction/upper_gram integration/patch_model integration/patch_vlm
+    eviction/squeeze_schedule eviction/tridiagonal_bisection eviction/upper_gram
+    integration/patch_model integration/patch_vlm
     integration/prompt_cache_types presets/kv_presets quant/block_lloyd_quant quant/boundary_counts
     quant/code_io quant/log8_scale quant/quantizer_checks quant/scale_trials
     quant/turboquant_rvq registry/eviction_method_rows registry/field_assignment
