@@ -1,6 +1,7 @@
 #include "veloxquant/eviction/leverage_scores.h"
 #include "veloxquant/eviction/leverage_kernels.h"
 #include "veloxquant/eviction/tridiagonal_bisection.h"
+#include "veloxquant/eviction/tridiagonal_inverse_iteration.h"
 #include "veloxquant/eviction/upper_gram.h"
 
 #include <algorithm>
@@ -148,120 +149,6 @@ void tridiagonal_qr(const std::vector<double>& d_in, const std::vector<double>& 
   }
 }
 
-// An eigenvector of the tridiagonal T for the eigenvalue `lambda` by inverse iteration: solves
-// (T - lambda I) x = b by Gaussian elimination with partial pivoting (zero pivots replaced by
-// a tiny one), twice, orthogonalised against `previous` (unit vectors) each time. With the
-// eigenvalue from bisection (accurate to rounding of |T|) one solve already gives a residual |A u - lambda u|
-// near 1e-14 |A| on 64 x 64 value Grams, two reach the rounding floor (8e-16, as three did);
-// the third solve was a tenth of a leverage problem.
-struct InverseIterationBuffers {
-  std::vector<double> dd, dl, du, du2, inverse_pivot;
-  std::vector<char> swapped;
-};
-
-// sum a[i] b[i] in four interleaved partial sums (independent add chains: a sequential sum of
-// 64 terms waits on each add's latency), then combined.
-double split_dot(const double* a, const double* b, std::size_t n) {
-  double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-  std::size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
-  }
-  for (; i < n; ++i) s0 += a[i] * b[i];
-  return (s0 + s1) + (s2 + s3);
-}
-
-void inverse_iteration(const Tridiagonal& t, double lambda, const double* previous, int n_previous,
-                       InverseIterationBuffers& f, std::vector<double>& x) {
-  const int n = t.n;
-  const std::size_t nn = static_cast<std::size_t>(n);
-  double scale = 0.0;
-  for (int i = 0; i < n; ++i)
-    scale = std::max(scale,
-                     std::fabs(t.d[static_cast<std::size_t>(i)]) + 2.0 * std::fabs(t.e[static_cast<std::size_t>(i)]));
-  const double tiny = std::max(scale, 1e-300) * std::numeric_limits<double>::epsilon();
-  // Factor once: diag, sub (multipliers), super, second super, pivots.
-  std::vector<double>&dd = f.dd, &dl = f.dl, &du = f.du, &du2 = f.du2;
-  std::vector<char>& swapped = f.swapped;
-  dd.assign(nn, 0.0);
-  dl.assign(nn, 0.0);
-  du.assign(nn, 0.0);
-  du2.assign(nn, 0.0);
-  swapped.assign(nn, 0);
-  for (int i = 0; i < n; ++i) dd[static_cast<std::size_t>(i)] = t.d[static_cast<std::size_t>(i)] - lambda;
-  for (int i = 0; i + 1 < n; ++i)
-    dl[static_cast<std::size_t>(i)] = du[static_cast<std::size_t>(i)] = t.e[static_cast<std::size_t>(i)];
-  for (int i = 0; i + 1 < n; ++i) {
-    const std::size_t a = static_cast<std::size_t>(i), b = a + 1;
-    if (std::fabs(dd[a]) >= std::fabs(dl[a])) {
-      if (dd[a] == 0.0) dd[a] = tiny;
-      const double f = dl[a] / dd[a];
-      dl[a] = f;
-      dd[b] -= f * du[a];
-    } else {  // swap rows i and i + 1
-      const double f = dd[a] / dl[a];
-      dd[a] = dl[a];
-      dl[a] = f;
-      const double upper = du[a];
-      du[a] = dd[b];
-      dd[b] = upper - f * dd[b];
-      if (i + 2 < n) {
-        du2[a] = du[b];
-        du[b] = -f * du[b];
-      }
-      swapped[a] = 1;
-    }
-  }
-  if (dd[nn - 1] == 0.0) dd[nn - 1] = tiny;
-  // The back substitution multiplies by the pivots' reciprocals: its chain then waits on a
-  // multiply per row, not a division (48 solves per problem).
-  std::vector<double>& inverse_pivot = f.inverse_pivot;
-  inverse_pivot.resize(nn);
-  for (std::size_t i = 0; i < nn; ++i) inverse_pivot[i] = 1.0 / dd[i];
-  // A fixed start, computed once per size (1,024 sin calls per 64 x 64 problem otherwise).
-  thread_local std::vector<double> start;
-  if (start.size() != nn) {
-    start.resize(nn);
-    for (int i = 0; i < n; ++i) start[static_cast<std::size_t>(i)] = 1.0 + 0.5 * std::sin(1.0 + 3.7 * i);
-  }
-  x.assign(start.begin(), start.end());
-  for (int iteration = 0; iteration < 2; ++iteration) {
-    for (int i = 0; i + 1 < n; ++i) {
-      const std::size_t a = static_cast<std::size_t>(i), b = a + 1;
-      if (swapped[a]) {
-        const double upper = x[a];
-        x[a] = x[b];
-        x[b] = upper - dl[a] * x[a];
-      } else {
-        x[b] -= dl[a] * x[a];
-      }
-    }
-    for (int i = n - 1; i >= 0; --i) {
-      const std::size_t a = static_cast<std::size_t>(i);
-      double v = x[a];
-      if (i + 1 < n) v -= du[a] * x[a + 1];
-      if (i + 2 < n) v -= du2[a] * x[a + 2];
-      x[a] = v * inverse_pivot[a];
-    }
-    for (int r = 0; r < n_previous; ++r) {
-      const double* p = previous + static_cast<std::size_t>(r) * nn;
-      const double dot = split_dot(p, x.data(), nn);
-      for (std::size_t i = 0; i < nn; ++i) x[i] -= dot * p[i];
-    }
-    const double norm = std::sqrt(split_dot(x.data(), x.data(), nn));
-    if (norm == 0.0) {  // the start lay in the span of `previous`: any unit vector orthogonal to it
-      x.assign(nn, 0.0);
-      x[static_cast<std::size_t>(n_previous) % nn] = 1.0;
-      continue;
-    }
-    const double inverse_norm = 1.0 / norm;
-    for (double& v : x) v *= inverse_norm;
-  }
-}
-
 // The top k eigenvectors (rows of `vectors`, k x n) and their eigenvalues of the symmetric n x n
 // matrix `a`: the k largest eigenvalues of the tridiagonal form by bisection, the k eigenvectors by
 // inverse iteration, carried back through the reflectors.
@@ -270,18 +157,16 @@ void top_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<do
   // This thread's buffers, reused: curdkv scores every decode step with this (no allocation
   // per step once the shapes have been seen).
   thread_local Tridiagonal t;
-  thread_local InverseIterationBuffers factors;
-  thread_local std::vector<double> found, x, columns;
+  thread_local std::vector<double> found, columns;
   tridiagonalize(a, n, t);
   // Only the k largest eigenvalues, by bisection in SIMD lanes (QR found all n: k = 16 of 64 here).
   values.resize(static_cast<std::size_t>(k));
   top_tridiagonal_eigenvalues(t.d.data(), t.e.data(), n, k, values.data());
   const std::size_t nn = static_cast<std::size_t>(n);
   found.resize(static_cast<std::size_t>(k) * nn);  // row r: the r-th eigenvector in T's basis
-  for (int r = 0; r < k; ++r) {
-    inverse_iteration(t, values[static_cast<std::size_t>(r)], found.data(), r, factors, x);
-    std::copy(x.begin(), x.end(), found.begin() + static_cast<std::ptrdiff_t>(r * nn));
-  }
+  // Inverse iteration, the factorisations and first solves in SIMD lanes (the vectors bit for bit
+  // those of one eigenvalue at a time).
+  tridiagonal_inverse_iteration(t.d.data(), t.e.data(), n, values.data(), k, found.data());
   // Back through the reflectors all k at once (SIMD across the vectors, each vector's sums as
   // to_original_basis does them).
   const int64_t lanes = vector_lanes();
