@@ -114,23 +114,80 @@ void SymmetricTimesVectorImpl(const double* a, int64_t n, int64_t from, const do
   if (i < n) times_vector_block<1>(d, a, n, from, v, n - lanes, p);
 }
 
-void SymmetricRank2UpdateImpl(double* a, int64_t n, int64_t from, const double* v, const double* w) {
-  const hn::ScalableTag<double> d;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t i = from; i < n; ++i) {
+// One group of up to kMaxChunks column chunks (starts[c], each lanes wide, stores masked by
+// store[c]) of rows [row_begin, row_end): the rank-2 update, and with next_v the running sums
+// p[j] += (updated a[i][j]) next_v[i] in registers while the rows stream by.
+template <int V, class D, class M>
+HWY_INLINE void Rank2UpdateChunks(D d, double* a, int64_t n, int64_t row_begin, int64_t row_end, const int64_t* starts,
+                                  const M* store, const double* v, const double* w, const double* next_v,
+                                  hn::Vec<D>* sums) {
+  hn::Vec<D> wc[V], vc[V], acc[V];
+  for (int c = 0; c < V; ++c) {
+    wc[c] = hn::LoadU(d, w + starts[c]);
+    vc[c] = hn::LoadU(d, v + starts[c]);
+    acc[c] = hn::Zero(d);
+  }
+  for (int64_t i = row_begin; i < row_end; ++i) {
     double* row = a + i * n;
     const auto vi = hn::Set(d, v[i]), wi = hn::Set(d, w[i]);
-    int64_t j = from;
-    for (; j + lanes <= n; j += lanes) {
-      const auto update = hn::Add(hn::Mul(vi, hn::LoadU(d, w + j)), hn::Mul(wi, hn::LoadU(d, v + j)));
-      hn::StoreU(hn::Sub(hn::LoadU(d, row + j), update), d, row + j);
+    const auto ni = hn::Set(d, next_v ? next_v[i] : 0.0);
+    for (int c = 0; c < V; ++c) {
+      const auto x = hn::Sub(hn::LoadU(d, row + starts[c]), hn::Add(hn::Mul(vi, wc[c]), hn::Mul(wi, vc[c])));
+      hn::BlendedStore(x, store[c], d, row + starts[c]);
+      if (next_v) acc[c] = hn::Add(acc[c], hn::Mul(x, ni));
     }
-    for (; j < n; ++j) row[j] -= v[i] * w[j] + w[i] * v[j];
+  }
+  for (int c = 0; c < V; ++c) sums[c] = acc[c];
+}
+
+void Rank2UpdateRowsImpl(double* a, int64_t n, int64_t row_begin, int64_t row_end, int64_t col_begin, const double* v,
+                         const double* w, const double* next_v, double* p) {
+  const hn::ScalableTag<double> d;
+  using M = hn::Mask<decltype(d)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  if (n - col_begin <= 0 || row_end <= row_begin) return;
+  if (n < lanes) {  // narrower than a vector: the scalar loop
+    scalar::rank2_update_rows(a, n, row_begin, row_end, col_begin, v, w, next_v, p);
+    return;
+  }
+  // Chunks on lane-aligned columns from col_begin rounded down (the lanes before col_begin are
+  // computed, not stored), the last one ending at n (its lanes that an earlier chunk stored are not
+  // stored again: they would be updated twice). No load leaves the row.
+  constexpr int kMaxChunks = 4;
+  const int64_t first = col_begin / lanes * lanes;
+  for (int64_t group = first; group < n; group += kMaxChunks * lanes) {
+    int64_t starts[kMaxChunks];
+    M store[kMaxChunks];
+    int chunks = 0;
+    for (int64_t c = group; c < n && chunks < kMaxChunks; c += lanes, ++chunks) {
+      const int64_t start = std::min(c, n - lanes);
+      const int64_t skip = std::max(col_begin, c) - start;  // leading lanes not this chunk's to store
+      starts[chunks] = start;
+      store[chunks] = hn::Not(hn::FirstN(d, static_cast<std::size_t>(skip)));
+    }
+    hn::Vec<decltype(d)> sums[kMaxChunks];
+    switch (chunks) {
+      case 4:
+        Rank2UpdateChunks<4>(d, a, n, row_begin, row_end, starts, store, v, w, next_v, sums);
+        break;
+      case 3:
+        Rank2UpdateChunks<3>(d, a, n, row_begin, row_end, starts, store, v, w, next_v, sums);
+        break;
+      case 2:
+        Rank2UpdateChunks<2>(d, a, n, row_begin, row_end, starts, store, v, w, next_v, sums);
+        break;
+      default:
+        Rank2UpdateChunks<1>(d, a, n, row_begin, row_end, starts, store, v, w, next_v, sums);
+        break;
+    }
+    if (next_v) {
+      for (int c = 0; c < chunks; ++c) hn::BlendedStore(sums[c], store[c], d, p + starts[c]);
+    }
   }
 }
 
-void ReflectColumnsImpl(const double* reflectors, const char* has_reflector, int64_t n, double* columns,
-                        int64_t stride, int64_t count) {
+void ReflectColumnsImpl(const double* reflectors, const char* has_reflector, int64_t n, double* columns, int64_t stride,
+                        int64_t count) {
   const hn::ScalableTag<double> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t used = std::min(stride, (count + lanes - 1) / lanes * lanes);
@@ -140,7 +197,8 @@ void ReflectColumnsImpl(const double* reflectors, const char* has_reflector, int
     const double* v = reflectors + r * n;
     for (int64_t c = 0; c < used; c += lanes) {
       auto dot = hn::Zero(d);
-      for (int64_t i = r + 1; i < n; ++i) dot = hn::Add(dot, hn::Mul(hn::Set(d, v[i]), hn::LoadU(d, columns + i * stride + c)));
+      for (int64_t i = r + 1; i < n; ++i)
+        dot = hn::Add(dot, hn::Mul(hn::Set(d, v[i]), hn::LoadU(d, columns + i * stride + c)));
       const auto scaled = hn::Mul(two, dot);
       for (int64_t i = r + 1; i < n; ++i) {
         double* x = columns + i * stride + c;
@@ -186,7 +244,7 @@ HWY_AFTER_NAMESPACE();
 namespace veloxquant::eviction {
 HWY_EXPORT(SubspaceEnergyImpl);
 HWY_EXPORT(SymmetricTimesVectorImpl);
-HWY_EXPORT(SymmetricRank2UpdateImpl);
+HWY_EXPORT(Rank2UpdateRowsImpl);
 HWY_EXPORT(ReflectColumnsImpl);
 HWY_EXPORT(VectorLanesImpl);
 HWY_EXPORT(WeightedRowsImpl);
@@ -208,8 +266,9 @@ void subspace_energy(const double* rows, int64_t count, int64_t dim, const doubl
 void symmetric_times_vector(const double* a, int64_t n, int64_t from, const double* v, double* p) {
   HWY_DYNAMIC_DISPATCH(SymmetricTimesVectorImpl)(a, n, from, v, p);
 }
-void symmetric_rank2_update(double* a, int64_t n, int64_t from, const double* v, const double* w) {
-  HWY_DYNAMIC_DISPATCH(SymmetricRank2UpdateImpl)(a, n, from, v, w);
+void rank2_update_rows(double* a, int64_t n, int64_t row_begin, int64_t row_end, int64_t col_begin, const double* v,
+                       const double* w, const double* next_v, double* p) {
+  HWY_DYNAMIC_DISPATCH(Rank2UpdateRowsImpl)(a, n, row_begin, row_end, col_begin, v, w, next_v, p);
 }
 
 namespace scalar {
@@ -259,9 +318,16 @@ void symmetric_times_vector(const double* a, int64_t n, int64_t from, const doub
     p[i] = sum;
   }
 }
-void symmetric_rank2_update(double* a, int64_t n, int64_t from, const double* v, const double* w) {
-  for (int64_t i = from; i < n; ++i) {
-    for (int64_t j = from; j < n; ++j) a[i * n + j] -= v[i] * w[j] + w[i] * v[j];
+void rank2_update_rows(double* a, int64_t n, int64_t row_begin, int64_t row_end, int64_t col_begin, const double* v,
+                       const double* w, const double* next_v, double* p) {
+  for (int64_t i = row_begin; i < row_end; ++i) {
+    for (int64_t j = col_begin; j < n; ++j) a[i * n + j] -= v[i] * w[j] + w[i] * v[j];
+  }
+  if (!next_v) return;
+  for (int64_t j = col_begin; j < n; ++j) {
+    double sum = 0.0;
+    for (int64_t i = row_begin; i < row_end; ++i) sum += a[i * n + j] * next_v[i];
+    p[j] = sum;
   }
 }
 }  // namespace scalar

@@ -4,8 +4,9 @@
 // multiply, then an add: the file is built without FMA contraction) and the results are the
 // scalar loops' bit for bit:
 //   - the energy of each row in the top-k eigen-subspace: lanes across the k eigenvectors;
-//   - the Householder reduction's B v and its rank-2 update: lanes across rows of B (B is exactly
-//     symmetric, so B v is an accumulation of B's rows scaled by v's entries, column order kept);
+//   - the Householder reduction's B v and its rank-2 update: lanes across columns of B (B is exactly
+//     symmetric, so B v is an accumulation of B's rows scaled by v's entries, row order kept), the
+//     update and the next step's B v in one pass over the rows;
 //   - carrying the k eigenvectors back through the reflectors: lanes across the vectors.
 // Scalar definitions in namespace scalar (what tests compare against).
 #include <cstdint>
@@ -26,8 +27,13 @@ void subspace_energy(const double* rows, int64_t count, int64_t dim, const doubl
 // row-major) must be exactly symmetric on [from, n) x [from, n).
 void symmetric_times_vector(const double* a, int64_t n, int64_t from, const double* v, double* p);
 
-// a[i * n + j] -= v[i] * w[j] + w[i] * v[j] for i, j in [from, n).
-void symmetric_rank2_update(double* a, int64_t n, int64_t from, const double* v, const double* w);
+// a[i * n + j] -= v[i] * w[j] + w[i] * v[j] for rows i in [row_begin, row_end) and columns j in
+// [col_begin, n); then, when next_v is given, p[j] = sum over those rows i in order of the updated
+// a[i * n + j] * next_v[i], j in [col_begin, n): the next Householder step's B v in the same pass
+// over B (its rows are read once, not twice). v, w and next_v may be read anywhere in [0, n) (they
+// must be finite there); nothing outside the rows and columns named is written.
+void rank2_update_rows(double* a, int64_t n, int64_t row_begin, int64_t row_end, int64_t col_begin, const double* v,
+                       const double* w, const double* next_v, double* p);
 
 // Every column x of `columns` (n rows x `stride` doubles; column c < count is one vector, its
 // component i in row i) becomes H_0 H_1 ... H_{n-3} x, the last reflector applied first:
@@ -46,7 +52,8 @@ void reflect_columns(const double* reflectors, const char* has_reflector, int64_
                      int64_t count);
 void subspace_energy(const double* rows, int64_t count, int64_t dim, const double* vectors, int64_t k, double* energy);
 void symmetric_times_vector(const double* a, int64_t n, int64_t from, const double* v, double* p);
-void symmetric_rank2_update(double* a, int64_t n, int64_t from, const double* v, const double* w);
+void rank2_update_rows(double* a, int64_t n, int64_t row_begin, int64_t row_end, int64_t col_begin, const double* v,
+                       const double* w, const double* next_v, double* p);
 }  // namespace scalar
 
 }  // namespace veloxquant::eviction

@@ -4,6 +4,8 @@
 #include "veloxquant/eviction/tridiagonal_inverse_iteration.h"
 #include "veloxquant/eviction/upper_gram.h"
 
+#include <hwy/aligned_allocator.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -21,52 +23,97 @@ struct Tridiagonal {
   std::vector<double> d, e;  // diagonal; e[i] couples i and i + 1
   std::vector<double> reflectors;
   std::vector<char> has_reflector;
-  std::vector<double> work, p, w;  // the matrix being reduced and two vectors: reused between calls
+  // The matrix being reduced, its rows on cache-line boundaries where n allows (the update's
+  // vectors then never straddle two lines), and two vectors: reused between calls.
+  hwy::AlignedFreeUniquePtr<double[]> work;
+  std::size_t work_size = 0;
+  std::vector<double> p, w;
 };
 
+// Reflector k from row k of the reduced matrix (entries k+1..n-1; equal to column k, the matrix
+// being exactly symmetric): v_k, and row and column k set to T's (alpha at k+1, zeros past it).
+// When those entries are all zero there is no reflector: column k is made equal to row k (the
+// update below leaves the columns left of its block stale; T's coupling e[k] is read there).
+void make_reflector(double* a, int n, int k, Tridiagonal& t) {
+  const std::size_t nn = static_cast<std::size_t>(n);
+  auto at = [&](int r, int c) -> double& { return a[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(c)]; };
+  double norm2 = 0.0;
+  for (int i = k + 1; i < n; ++i) norm2 += at(k, i) * at(k, i);
+  if (norm2 == 0.0) {
+    for (int i = k + 1; i < n; ++i) at(i, k) = at(k, i);
+    return;
+  }
+  const double norm = std::sqrt(norm2);
+  const double alpha = at(k, k + 1) > 0 ? -norm : norm;  // no cancellation in v[k + 1]
+  double* v = t.reflectors.data() + static_cast<std::size_t>(k) * nn;
+  double v2 = 0.0;
+  for (int i = k + 1; i < n; ++i) v[i] = at(k, i);
+  v[k + 1] -= alpha;
+  for (int i = k + 1; i < n; ++i) v2 += v[i] * v[i];
+  const double inv = 1.0 / std::sqrt(v2);
+  for (int i = k + 1; i < n; ++i) v[i] *= inv;
+  t.has_reflector[static_cast<std::size_t>(k)] = 1;
+  at(k + 1, k) = at(k, k + 1) = alpha;
+  for (int i = k + 2; i < n; ++i) at(i, k) = at(k, i) = 0.0;
+}
+
 // The reflector that zeroes column k below the subdiagonal turns the trailing block B into
-// H B H = B - v w^T - w v^T with p = B v, w = 2 p - 2 (v.p) v.
+// H B H = B - v w^T - w v^T with p = B v, w = 2 p - 2 (v.p) v. The input must be exactly
+// symmetric (curdkv's Gram is mirrored from its upper triangle), and B stays so: each update is.
+// The update runs in two parts so that the next step's p needs no pass of its own: B's first row
+// (which gives the next reflector), then the rest of B with p = B' v' summed as its rows are
+// updated (rank2_update_rows). Every sum keeps the one-step-at-a-time loop's terms and order.
 void tridiagonalize(const std::vector<double>& input, int n, Tridiagonal& t) {
   const std::size_t nn = static_cast<std::size_t>(n);
-  std::vector<double>& a = t.work;
-  a.assign(input.begin(), input.begin() + static_cast<std::ptrdiff_t>(nn * nn));
-  auto at = [&](int r, int c) -> double& { return a[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(c)]; };
+  if (t.work_size < nn * nn) {
+    t.work = hwy::AllocateAligned<double>(nn * nn);
+    t.work_size = nn * nn;
+  }
+  double* a = t.work.get();
+  std::copy(input.begin(), input.begin() + static_cast<std::ptrdiff_t>(nn * nn), a);
   t.n = n;
   t.reflectors.assign(nn * nn, 0.0);
   t.has_reflector.assign(nn, 0);
   std::vector<double>& p = t.p;
   std::vector<double>& w = t.w;
-  p.resize(nn);
-  w.resize(nn);
+  p.assign(nn, 0.0);
+  w.assign(nn, 0.0);
+  if (n > 2) make_reflector(a, n, 0, t);
+  bool p_ready = false;  // p = B v for this step's B and v, summed by the previous step's update
   for (int k = 0; k + 2 < n; ++k) {
-    double norm2 = 0.0;
-    for (int i = k + 1; i < n; ++i) norm2 += at(i, k) * at(i, k);
-    if (norm2 == 0.0) continue;
-    const double norm = std::sqrt(norm2);
-    const double alpha = at(k + 1, k) > 0 ? -norm : norm;  // no cancellation in v[k + 1]
-    double* v = t.reflectors.data() + static_cast<std::size_t>(k) * nn;
-    double v2 = 0.0;
-    for (int i = k + 1; i < n; ++i) v[i] = at(i, k);
-    v[k + 1] -= alpha;
-    for (int i = k + 1; i < n; ++i) v2 += v[i] * v[i];
-    const double inv = 1.0 / std::sqrt(v2);
-    for (int i = k + 1; i < n; ++i) v[i] *= inv;
-    t.has_reflector[static_cast<std::size_t>(k)] = 1;
-    at(k + 1, k) = at(k, k + 1) = alpha;
-    for (int i = k + 2; i < n; ++i) at(i, k) = at(k, i) = 0.0;
-    // p = B v (SIMD; B is exactly symmetric: the input is, and every update below is), then
-    // v.p in order.
-    symmetric_times_vector(a.data(), n, k + 1, v, p.data());
+    const int s = k + 1;  // B's first row and column
+    const bool next_step = k + 3 < n;
+    if (!t.has_reflector[static_cast<std::size_t>(k)]) {  // column k was zero already: B as it is
+      if (next_step) {
+        make_reflector(a, n, s, t);
+      } else {
+        for (int i = s + 1; i < n; ++i)
+          a[static_cast<std::size_t>(i) * nn + s] = a[static_cast<std::size_t>(s) * nn + i];
+      }
+      p_ready = false;
+      continue;
+    }
+    const double* v = t.reflectors.data() + static_cast<std::size_t>(k) * nn;
+    if (!p_ready) symmetric_times_vector(a, n, s, v, p.data());  // SIMD
     double vp = 0.0;
-    for (int i = k + 1; i < n; ++i) vp += v[i] * p[static_cast<std::size_t>(i)];
-    for (int i = k + 1; i < n; ++i)
-      w[static_cast<std::size_t>(i)] = 2.0 * p[static_cast<std::size_t>(i)] - 2.0 * vp * v[i];
-    symmetric_rank2_update(a.data(), n, k + 1, v, w.data());
+    for (int i = s; i < n; ++i) vp += v[i] * p[static_cast<std::size_t>(i)];
+    for (int i = s; i < n; ++i) w[static_cast<std::size_t>(i)] = 2.0 * p[static_cast<std::size_t>(i)] - 2.0 * vp * v[i];
+    rank2_update_rows(a, n, s, s + 1, s, v, w.data(), nullptr, nullptr);  // row s: the next reflector's entries
+    if (next_step) {
+      make_reflector(a, n, s, t);
+    } else {  // the last step: column s holds T's last coupling
+      for (int i = s + 1; i < n; ++i) a[static_cast<std::size_t>(i) * nn + s] = a[static_cast<std::size_t>(s) * nn + i];
+    }
+    const double* next_v = next_step && t.has_reflector[static_cast<std::size_t>(s)]
+                               ? t.reflectors.data() + static_cast<std::size_t>(s) * nn
+                               : nullptr;
+    rank2_update_rows(a, n, s + 1, n, s + 1, v, w.data(), next_v, p.data());  // SIMD
+    p_ready = next_v != nullptr;
   }
   t.d.resize(nn);
   t.e.assign(nn, 0.0);
-  for (int i = 0; i < n; ++i) t.d[static_cast<std::size_t>(i)] = at(i, i);
-  for (int i = 0; i + 1 < n; ++i) t.e[static_cast<std::size_t>(i)] = at(i + 1, i);
+  for (std::size_t i = 0; i < nn; ++i) t.d[i] = a[i * nn + i];
+  for (std::size_t i = 0; i + 1 < nn; ++i) t.e[i] = a[(i + 1) * nn + i];
 }
 
 // x <- Q x (a vector of T's basis into A's), Q = H_0 ... H_{n-3}: the last reflector first.

@@ -53,8 +53,8 @@ TEST(LeverageKernels, SubspaceEnergyEqualsTheScalarLoopOnEveryTarget) {
 
 TEST(LeverageKernels, HouseholderStepsEqualTheScalarLoopsOnEveryTarget) {
   std::mt19937 rng(9);
-  for (const int64_t n : {int64_t{3}, int64_t{13}, int64_t{64}}) {
-    for (const int64_t from : {int64_t{0}, int64_t{1}, n / 2}) {
+  for (const int64_t n : {int64_t{3}, int64_t{13}, int64_t{64}, int64_t{67}}) {
+    for (const int64_t from : {int64_t{0}, int64_t{1}, n / 2, n - 2}) {
       // An exactly symmetric matrix, as the reduction keeps it.
       auto a = normal_values(static_cast<std::size_t>(n * n), rng, 1.0);
       for (int64_t i = 0; i < n; ++i) {
@@ -62,27 +62,53 @@ TEST(LeverageKernels, HouseholderStepsEqualTheScalarLoopsOnEveryTarget) {
       }
       const auto v = normal_values(static_cast<std::size_t>(n), rng, 1.0);
       const auto w = normal_values(static_cast<std::size_t>(n), rng, 1.0);
-      std::vector<double> want_p(static_cast<std::size_t>(n), 0.0), want_a = a;
+      const auto next_v = normal_values(static_cast<std::size_t>(n), rng, 1.0);
+      std::vector<double> want_p(static_cast<std::size_t>(n), 0.0);
       scalar::symmetric_times_vector(a.data(), n, from, v.data(), want_p.data());
-      scalar::symmetric_rank2_update(want_a.data(), n, from, v.data(), w.data());
-      const int64_t last = n - 1;  // the definitions, for the last row
+      const int64_t last = n - 1;  // the definition, for the last row
       double p_last = 0.0;
       for (int64_t j = from; j < n; ++j)
         p_last += a[static_cast<std::size_t>(last * n + j)] * v[static_cast<std::size_t>(j)];
       ASSERT_EQ(want_p[static_cast<std::size_t>(last)], p_last);
-      ASSERT_EQ(want_a[static_cast<std::size_t>(last * n + from)],
-                a[static_cast<std::size_t>(last * n + from)] -
-                    (v[static_cast<std::size_t>(last)] * w[static_cast<std::size_t>(from)] +
-                     w[static_cast<std::size_t>(last)] * v[static_cast<std::size_t>(from)]));
       test_support::for_each_simd_target([&](const char* name) {
-        std::vector<double> p(static_cast<std::size_t>(n), -1.0), got_a = a;
+        std::vector<double> p(static_cast<std::size_t>(n), -1.0);
         symmetric_times_vector(a.data(), n, from, v.data(), p.data());
-        symmetric_rank2_update(got_a.data(), n, from, v.data(), w.data());
         for (int64_t i = from; i < n; ++i)
           ASSERT_EQ(p[static_cast<std::size_t>(i)], want_p[static_cast<std::size_t>(i)])
               << name << " n " << n << " i " << i;
-        ASSERT_EQ(got_a, want_a) << name << " n " << n << " from " << from;
       });
+      // The update of B's first row alone, then of the rest with the next step's B v (columns from
+      // + 1 on), then one pass over rows and columns alike without it.
+      struct Part {
+        int64_t row_begin, row_end, col_begin;
+        bool sums;
+      };
+      for (const Part& part :
+           {Part{from, from + 1, from, false}, Part{from + 1, n, from + 1, true}, Part{from, n, from, false}}) {
+        if (part.col_begin >= n) continue;
+        std::vector<double> want_a = a, want_sums(static_cast<std::size_t>(n), -2.0);
+        scalar::rank2_update_rows(want_a.data(), n, part.row_begin, part.row_end, part.col_begin, v.data(), w.data(),
+                                  part.sums ? next_v.data() : nullptr, want_sums.data());
+        const int64_t r = part.row_end - 1, c = part.col_begin;  // the definitions, at one entry
+        ASSERT_EQ(
+            want_a[static_cast<std::size_t>(r * n + c)],
+            a[static_cast<std::size_t>(r * n + c)] - (v[static_cast<std::size_t>(r)] * w[static_cast<std::size_t>(c)] +
+                                                      w[static_cast<std::size_t>(r)] * v[static_cast<std::size_t>(c)]));
+        if (part.sums) {
+          double sum = 0.0;
+          for (int64_t i = part.row_begin; i < part.row_end; ++i)
+            sum += want_a[static_cast<std::size_t>(i * n + c)] * next_v[static_cast<std::size_t>(i)];
+          ASSERT_EQ(want_sums[static_cast<std::size_t>(c)], sum);
+        }
+        test_support::for_each_simd_target([&](const char* name) {
+          std::vector<double> got_a = a, got_sums(static_cast<std::size_t>(n), -2.0);
+          rank2_update_rows(got_a.data(), n, part.row_begin, part.row_end, part.col_begin, v.data(), w.data(),
+                            part.sums ? next_v.data() : nullptr, got_sums.data());
+          ASSERT_EQ(got_a, want_a) << name << " n " << n << " rows from " << part.row_begin << " columns from "
+                                   << part.col_begin;
+          ASSERT_EQ(got_sums, want_sums) << name << " n " << n << " columns from " << part.col_begin;
+        });
+      }
     }
   }
 }
