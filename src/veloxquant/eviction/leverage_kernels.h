@@ -1,8 +1,8 @@
 #pragma once
 // The O(n^2)-per-step loops of curdkv's leverage scores (leverage_scores.cpp), in SIMD across an
 // index whose sums stay independent, so every sum keeps the scalar loop's terms and order (a
-// multiply, then an add: the file is built without FMA contraction) and the results are the
-// scalar loops' bit for bit:
+// multiply, then an add: the file is built without FMA contraction; the subspace energy fuses
+// them on FMA targets, as its scalar twin does) and the results are the scalar loops' bit for bit:
 //   - the energy of each row in the top-k eigen-subspace: lanes across the k eigenvectors;
 //   - the Householder reduction's B v and its rank-2 update: lanes across columns of B (B is exactly
 //     symmetric, so B v is an accumulation of B's rows scaled by v's entries, row order kept), the
@@ -20,8 +20,14 @@ bool weighted_rows(const float* values, const int32_t* rows, int64_t count, int6
                    double* out);
 
 // energy[j] = sum over t < k of (sum over i < dim of rows[j * dim + i] * vectors[t * dim + i])^2,
-// the inner sums over i in order, the outer over t in order.
+// the inner sums over i in order, the outer over t in order. The inner sums take one fused
+// multiply-add per term on targets with FMA (AVX2, AVX3; subspace_energy_fuses()): a change at
+// double rounding (~1e-16 of a score), far below the float the scores are kept in, for half the
+// instructions of the loop that bounds this kernel.
 void subspace_energy(const double* rows, int64_t count, int64_t dim, const double* vectors, int64_t k, double* energy);
+// Whether the dispatched target's subspace_energy fuses each multiply-add (its scalar reference is
+// then scalar::subspace_energy_fused).
+bool subspace_energy_fuses();
 
 // p[i] = sum over j in [from, n) of a[i * n + j] * v[j], for i in [from, n); `a` (n x n,
 // row-major) must be exactly symmetric on [from, n) x [from, n).
@@ -51,6 +57,8 @@ bool weighted_rows(const float* values, const int32_t* rows, int64_t count, int6
 void reflect_columns(const double* reflectors, const char* has_reflector, int64_t n, double* columns, int64_t stride,
                      int64_t count);
 void subspace_energy(const double* rows, int64_t count, int64_t dim, const double* vectors, int64_t k, double* energy);
+void subspace_energy_fused(const double* rows, int64_t count, int64_t dim, const double* vectors, int64_t k,
+                           double* energy);
 void symmetric_times_vector(const double* a, int64_t n, int64_t from, const double* v, double* p);
 void rank2_update_rows(double* a, int64_t n, int64_t row_begin, int64_t row_end, int64_t col_begin, const double* v,
                        const double* w, const double* next_v, double* p);

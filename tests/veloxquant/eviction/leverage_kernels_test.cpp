@@ -40,12 +40,24 @@ TEST(LeverageKernels, SubspaceEnergyEqualsTheScalarLoopOnEveryTarget) {
         row0 += dot * dot;
       }
       ASSERT_EQ(want[0], row0);
+      // ... and its fused twin, for row 0 likewise.
+      std::vector<double> want_fused(static_cast<std::size_t>(count));
+      scalar::subspace_energy_fused(rows.data(), count, dim, vectors.data(), k, want_fused.data());
+      double row0_fused = 0.0;
+      for (int64_t t = 0; t < k; ++t) {
+        double dot = 0.0;
+        for (int64_t i = 0; i < dim; ++i)
+          dot = std::fma(rows[static_cast<std::size_t>(i)], vectors[static_cast<std::size_t>(t * dim + i)], dot);
+        row0_fused += dot * dot;
+      }
+      ASSERT_EQ(want_fused[0], row0_fused);
       test_support::for_each_simd_target([&](const char* name) {
         std::vector<double> got(static_cast<std::size_t>(count), -1.0);
         subspace_energy(rows.data(), count, dim, vectors.data(), k, got.data());
+        const std::vector<double>& reference = subspace_energy_fuses() ? want_fused : want;
         for (int64_t j = 0; j < count; ++j)
-          ASSERT_EQ(got[static_cast<std::size_t>(j)], want[static_cast<std::size_t>(j)])
-              << name << " dim " << dim << " k " << k << " row " << j;
+          ASSERT_EQ(got[static_cast<std::size_t>(j)], reference[static_cast<std::size_t>(j)])
+              << name << " dim " << dim << " k " << k << " row " << j << " fused " << subspace_energy_fuses();
       });
     }
   }
