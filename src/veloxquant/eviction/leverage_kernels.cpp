@@ -127,27 +127,32 @@ void SymmetricTimesVectorImpl(const double* a, int64_t n, int64_t from, const do
   if (i < n) times_vector_block<1>(d, a, n, from, v, n - lanes, p);
 }
 
+// What one rank2_update_rows call works on.
+struct Rank2Rows {
+  double* a;
+  int64_t n, row_begin, row_end;
+  const double *v, *w, *next_v;
+};
+
 // One group of up to kMaxChunks column chunks (starts[c], each lanes wide, stores masked by
-// store[c]) of rows [row_begin, row_end): the rank-2 update, and with next_v the running sums
+// store[c]) of the rows: the rank-2 update, and with next_v the running sums
 // p[j] += (updated a[i][j]) next_v[i] in registers while the rows stream by.
 template <int V, class D, class M>
-HWY_INLINE void Rank2UpdateChunks(D d, double* a, int64_t n, int64_t row_begin, int64_t row_end, const int64_t* starts,
-                                  const M* store, const double* v, const double* w, const double* next_v,
-                                  hn::Vec<D>* sums) {
+HWY_INLINE void Rank2UpdateChunks(D d, const Rank2Rows& job, const int64_t* starts, const M* store, hn::Vec<D>* sums) {
   hn::Vec<D> wc[V], vc[V], acc[V];
   for (int c = 0; c < V; ++c) {
-    wc[c] = hn::LoadU(d, w + starts[c]);
-    vc[c] = hn::LoadU(d, v + starts[c]);
+    wc[c] = hn::LoadU(d, job.w + starts[c]);
+    vc[c] = hn::LoadU(d, job.v + starts[c]);
     acc[c] = hn::Zero(d);
   }
-  for (int64_t i = row_begin; i < row_end; ++i) {
-    double* row = a + i * n;
-    const auto vi = hn::Set(d, v[i]), wi = hn::Set(d, w[i]);
-    const auto ni = hn::Set(d, next_v ? next_v[i] : 0.0);
+  for (int64_t i = job.row_begin; i < job.row_end; ++i) {
+    double* row = job.a + i * job.n;
+    const auto vi = hn::Set(d, job.v[i]), wi = hn::Set(d, job.w[i]);
+    const auto ni = hn::Set(d, job.next_v ? job.next_v[i] : 0.0);
     for (int c = 0; c < V; ++c) {
       const auto x = hn::Sub(hn::LoadU(d, row + starts[c]), hn::Add(hn::Mul(vi, wc[c]), hn::Mul(wi, vc[c])));
       hn::BlendedStore(x, store[c], d, row + starts[c]);
-      if (next_v) acc[c] = hn::Add(acc[c], hn::Mul(x, ni));
+      if (job.next_v) acc[c] = hn::Add(acc[c], hn::Mul(x, ni));
     }
   }
   for (int c = 0; c < V; ++c) sums[c] = acc[c];
@@ -163,6 +168,7 @@ void Rank2UpdateRowsImpl(double* a, int64_t n, int64_t row_begin, int64_t row_en
     scalar::rank2_update_rows(a, n, row_begin, row_end, col_begin, v, w, next_v, p);
     return;
   }
+  const Rank2Rows job{a, n, row_begin, row_end, v, w, next_v};
   // Chunks on lane-aligned columns from col_begin rounded down (the lanes before col_begin are
   // computed, not stored), the last one ending at n (its lanes that an earlier chunk stored are not
   // stored again: they would be updated twice). No load leaves the row.
@@ -181,16 +187,16 @@ void Rank2UpdateRowsImpl(double* a, int64_t n, int64_t row_begin, int64_t row_en
     hn::Vec<decltype(d)> sums[kMaxChunks];
     switch (chunks) {
       case 4:
-        Rank2UpdateChunks<4>(d, a, n, row_begin, row_end, starts, store, v, w, next_v, sums);
+        Rank2UpdateChunks<4>(d, job, starts, store, sums);
         break;
       case 3:
-        Rank2UpdateChunks<3>(d, a, n, row_begin, row_end, starts, store, v, w, next_v, sums);
+        Rank2UpdateChunks<3>(d, job, starts, store, sums);
         break;
       case 2:
-        Rank2UpdateChunks<2>(d, a, n, row_begin, row_end, starts, store, v, w, next_v, sums);
+        Rank2UpdateChunks<2>(d, job, starts, store, sums);
         break;
       default:
-        Rank2UpdateChunks<1>(d, a, n, row_begin, row_end, starts, store, v, w, next_v, sums);
+        Rank2UpdateChunks<1>(d, job, starts, store, sums);
         break;
     }
     if (next_v) {
@@ -199,25 +205,48 @@ void Rank2UpdateRowsImpl(double* a, int64_t n, int64_t row_begin, int64_t row_en
   }
 }
 
+// One reflector applied to V vectors of columns from c on: the V dot products summed side by side
+// (V independent add chains: one vector's 60-term chain alone left the core waiting on each add's
+// latency), then the update.
+template <int V, class D>
+HWY_INLINE void ReflectBlock(D d, const double* v, int64_t from, int64_t n, double* columns, int64_t stride,
+                             int64_t c) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  hn::Vec<D> dot[V];
+  for (int b = 0; b < V; ++b) dot[b] = hn::Zero(d);
+  for (int64_t i = from; i < n; ++i) {
+    const auto vi = hn::Set(d, v[i]);
+    for (int b = 0; b < V; ++b)
+      dot[b] = hn::Add(dot[b], hn::Mul(vi, hn::LoadU(d, columns + i * stride + c + b * lanes)));
+  }
+  const auto two = hn::Set(d, 2.0);
+  for (int b = 0; b < V; ++b) dot[b] = hn::Mul(two, dot[b]);
+  for (int64_t i = from; i < n; ++i) {
+    const auto vi = hn::Set(d, v[i]);
+    for (int b = 0; b < V; ++b) {
+      double* x = columns + i * stride + c + b * lanes;
+      hn::StoreU(hn::Sub(hn::LoadU(d, x), hn::Mul(dot[b], vi)), d, x);
+    }
+  }
+}
+
 void ReflectColumnsImpl(const double* reflectors, const char* has_reflector, int64_t n, double* columns, int64_t stride,
                         int64_t count) {
-  const hn::ScalableTag<double> d;
+  // At most 4 lanes a vector (256 bits on AVX3): curdkv's 16 vectors then make 4 dot chains per
+  // reflector instead of 2, the same operations on every lane.
+  const hn::CappedTag<double, 4> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t used = std::min(stride, (count + lanes - 1) / lanes * lanes);
-  const auto two = hn::Set(d, 2.0);
   for (int64_t r = n - 3; r >= 0; --r) {
     if (!has_reflector[r]) continue;
     const double* v = reflectors + r * n;
-    for (int64_t c = 0; c < used; c += lanes) {
-      auto dot = hn::Zero(d);
-      for (int64_t i = r + 1; i < n; ++i)
-        dot = hn::Add(dot, hn::Mul(hn::Set(d, v[i]), hn::LoadU(d, columns + i * stride + c)));
-      const auto scaled = hn::Mul(two, dot);
-      for (int64_t i = r + 1; i < n; ++i) {
-        double* x = columns + i * stride + c;
-        hn::StoreU(hn::Sub(hn::LoadU(d, x), hn::Mul(scaled, hn::Set(d, v[i]))), d, x);
-      }
+    int64_t c = 0;
+    for (; c + 4 * lanes <= used; c += 4 * lanes) ReflectBlock<4>(d, v, r + 1, n, columns, stride, c);
+    if (c + 2 * lanes <= used) {
+      ReflectBlock<2>(d, v, r + 1, n, columns, stride, c);
+      c += 2 * lanes;
     }
+    if (c < used) ReflectBlock<1>(d, v, r + 1, n, columns, stride, c);
   }
 }
 

@@ -79,7 +79,9 @@ std::vector<double> top_eigenvalues(const Tri& t, int64_t k) {
 }
 
 TEST(TridiagonalInverseIteration, EverySimdTargetEqualsTheScalarReference) {
-  for (const auto& [name, t] : tridiagonals()) {
+  for (const auto& named : tridiagonals()) {
+    const std::string& name = named.first;
+    const Tri& t = named.second;  // a plain reference: the lambda below captures it
     const int64_t n = static_cast<int64_t>(t.d.size());
     for (int64_t k : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{17}, n}) {
       if (k > n) continue;
