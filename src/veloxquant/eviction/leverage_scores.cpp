@@ -211,8 +211,7 @@ void top_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<do
   top_tridiagonal_eigenvalues(t.d.data(), t.e.data(), n, k, values.data());
   const std::size_t nn = static_cast<std::size_t>(n);
   found.resize(static_cast<std::size_t>(k) * nn);  // row r: the r-th eigenvector in T's basis
-  // Inverse iteration, the factorisations and first solves in SIMD lanes (the vectors bit for bit
-  // those of one eigenvalue at a time).
+  // Inverse iteration as a block, the k eigenvalues in SIMD lanes.
   tridiagonal_inverse_iteration(t.d.data(), t.e.data(), n, values.data(), k, found.data());
   // Back through the reflectors all k at once (SIMD across the vectors, each vector's sums as
   // to_original_basis does them).

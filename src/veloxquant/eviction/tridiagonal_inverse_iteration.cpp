@@ -1,6 +1,6 @@
 // Highway kernel for tridiagonal_inverse_iteration.h, compiled once per target and dispatched at
-// run time; the scalar reference at the end is the one-vector-at-a-time loop the SIMD path must
-// reproduce bit for bit.
+// run time; the scalar reference at the end (one eigenvalue after the other within each stage) is
+// what the SIMD path must reproduce bit for bit.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "veloxquant/eviction/tridiagonal_inverse_iteration.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -15,7 +15,7 @@
 
 #ifndef VELOXQUANT_TRIDIAGONAL_INVERSE_ITERATION_SHARED
 #define VELOXQUANT_TRIDIAGONAL_INVERSE_ITERATION_SHARED
-// What the SIMD path's one-lane-at-a-time part and the scalar reference both use.
+// What the SIMD path's one-lane-at-a-time normalisation and the scalar reference both use.
 namespace veloxquant::eviction::inverse_iteration {
 
 // The replacement for a zero pivot: eps times T's largest row sum |d_i| + 2 |e_i|.
@@ -49,15 +49,6 @@ inline double split_dot(const double* a, const double* b, int64_t n) {
   }
   for (; i < n; ++i) s0 += a[i] * b[i];
   return (s0 + s1) + (s2 + s3);
-}
-
-// x minus its projections on the unit vectors previous[0..count) (rows of n), one after the other.
-inline void subtract_projections(const double* previous, int64_t count, int64_t n, double* x) {
-  for (int64_t r = 0; r < count; ++r) {
-    const double* p = previous + r * n;
-    const double dot = split_dot(p, x, n);
-    for (int64_t i = 0; i < n; ++i) x[i] -= dot * p[i];
-  }
 }
 
 // x / |x|; a vanished x (the start lay in the span of the earlier vectors) becomes the unit vector
@@ -133,8 +124,9 @@ HWY_INLINE void FactorLanes(D d, const double* diag, const double* off, int64_t 
   }
 }
 
-// y (n rows of stride) = (T - lambda I)^-1 start for B blocks of lanes from column c on: the
-// forward pass with the factorisation's swaps as blends, then the back substitution.
+// y (n rows of stride) = (T - lambda I)^-1 start for B blocks of lanes from column c on (start
+// null: y's own lanes, in place): the forward pass with the factorisation's swaps as blends, then
+// the back substitution.
 template <int B, class D>
 HWY_INLINE void SolveLanes(D d, const LaneFactors& f, int64_t n, const double* start, int64_t c, double* y) {
   using V = hn::Vec<D>;
@@ -142,11 +134,11 @@ HWY_INLINE void SolveLanes(D d, const LaneFactors& f, int64_t n, const double* s
   const int64_t stride = f.stride;
   const V zero = hn::Zero(d);
   V carried[B];  // x[i + 1] after the eliminations so far
-  for (int b = 0; b < B; ++b) carried[b] = hn::Set(d, start[0]);
+  for (int b = 0; b < B; ++b) carried[b] = start ? hn::Set(d, start[0]) : hn::LoadU(d, y + c + b * lanes);
   for (int64_t i = 0; i + 1 < n; ++i) {
-    const V next = hn::Set(d, start[i + 1]);
     for (int b = 0; b < B; ++b) {
       const int64_t at = i * stride + c + b * lanes;
+      const V next = start ? hn::Set(d, start[i + 1]) : hn::LoadU(d, y + at + stride);
       const auto swap = hn::Ne(hn::LoadU(d, f.swapped.data() + at), zero);
       const V row = hn::IfThenElse(swap, next, carried[b]);
       const V other = hn::IfThenElse(swap, carried[b], next);
@@ -176,8 +168,11 @@ HWY_INLINE void SolveLanes(D d, const LaneFactors& f, int64_t n, const double* s
 // Every lane of the block at column c loses its projection on the unit vector p (n entries): the
 // scalar split_dot's four partial sums per lane, then x -= dot p.
 template <class D>
-HWY_INLINE void SubtractProjectionLanes(D d, const double* p, int64_t n, int64_t stride, int64_t c, double* y) {
+HWY_INLINE void SubtractProjectionLanes(D d, const double* p, int64_t n, int64_t stride, int64_t c, int64_t first,
+                                        double* y) {
   using V = hn::Vec<D>;
+  // Lanes before `first` (global lane index) are kept as they are.
+  const auto keep = hn::FirstN(d, static_cast<std::size_t>(std::max<int64_t>(0, first - c)));
   V s[4];
   for (V& v : s) v = hn::Zero(d);
   int64_t i = 0;
@@ -189,26 +184,22 @@ HWY_INLINE void SubtractProjectionLanes(D d, const double* p, int64_t n, int64_t
   const V dot = hn::Add(hn::Add(s[0], s[1]), hn::Add(s[2], s[3]));
   for (i = 0; i < n; ++i) {
     double* x = y + i * stride + c;
-    hn::StoreU(hn::Sub(hn::LoadU(d, x), hn::Mul(dot, hn::Set(d, p[i]))), d, x);
+    hn::BlendedStore(hn::Sub(hn::LoadU(d, x), hn::Mul(dot, hn::Set(d, p[i]))), hn::Not(keep), d, x);
   }
 }
 
-// The second solve of one lane, as the scalar reference does it (x holds n entries).
-inline void SolveOneLane(const LaneFactors& f, int64_t n, int64_t lane, double* x) {
-  const int64_t stride = f.stride;
-  for (int64_t i = 0; i + 1 < n; ++i) {
-    const int64_t at = i * stride + lane;
-    const bool swap = f.swapped[static_cast<std::size_t>(at)] != 0.0;
-    const double row = swap ? x[i + 1] : x[i], other = swap ? x[i] : x[i + 1];
-    x[i] = row;
-    x[i + 1] = other - f.dl[static_cast<std::size_t>(at)] * row;
-  }
-  for (int64_t i = n - 1; i >= 0; --i) {
-    const std::size_t at = static_cast<std::size_t>(i * stride + lane);
-    double v = x[i];
-    if (i + 1 < n) v -= f.du[at] * x[i + 1];
-    if (i + 2 < n) v -= f.du2[at] * x[i + 2];
-    x[i] = v * f.inverse_pivot[at];
+// Modified Gram-Schmidt over lanes 0..k-1 of y in order: lane r normalised (one lane, as the
+// scalar reference does it), then its projection taken off every later lane at once.
+template <class D>
+HWY_INLINE void OrthonormalizeLanes(D d, int64_t n, int64_t k, int64_t stride, double* y, double* x) {
+  namespace ii = ::veloxquant::eviction::inverse_iteration;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t r = 0; r < k; ++r) {
+    for (int64_t i = 0; i < n; ++i) x[i] = y[i * stride + r];
+    ii::normalize_or_unit(x, n, r);
+    for (int64_t i = 0; i < n; ++i) y[i * stride + r] = x[i];
+    for (int64_t block = (r + 1) / lanes * lanes; r + 1 < k && block < stride; block += lanes)
+      SubtractProjectionLanes(d, x, n, stride, block, r + 1, y);
   }
 }
 
@@ -239,18 +230,12 @@ void InverseIterationImpl(const double* diag, const double* off, int64_t n, cons
     SolveLanes<1>(d, f, n, start, c, y.data());
   }
   x.resize(static_cast<std::size_t>(n));
+  OrthonormalizeLanes(d, n, k, stride, y.data(), x.data());
+  for (c = 0; c + 2 * lanes <= stride; c += 2 * lanes) SolveLanes<2>(d, f, n, nullptr, c, y.data());
+  for (; c < stride; c += lanes) SolveLanes<1>(d, f, n, nullptr, c, y.data());
+  OrthonormalizeLanes(d, n, k, stride, y.data(), x.data());
   for (int64_t r = 0; r < k; ++r) {
-    // Lane r has lost its projections on vectors 0..r-1 (below, as each became final).
-    for (int64_t i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = y[static_cast<std::size_t>(i * stride + r)];
-    ii::normalize_or_unit(x.data(), n, r);
-    SolveOneLane(f, n, r, x.data());
-    ii::subtract_projections(vectors, r, n, x.data());
-    ii::normalize_or_unit(x.data(), n, r);
-    double* out = vectors + r * n;
-    std::copy(x.begin(), x.end(), out);
-    // The first Gram-Schmidt pass of every later lane, its step for vector r.
-    for (int64_t block = (r + 1) / lanes * lanes; r + 1 < k && block < stride; block += lanes)
-      SubtractProjectionLanes(d, out, n, stride, block, y.data());
+    for (int64_t i = 0; i < n; ++i) vectors[r * n + i] = y[static_cast<std::size_t>(i * stride + r)];
   }
 }
 
@@ -268,7 +253,24 @@ void tridiagonal_inverse_iteration(const double* d, const double* e, int64_t n, 
 }
 
 namespace scalar {
-// One eigenvalue after the other: factor, then solve / orthogonalise / normalise twice.
+namespace {
+// Modified Gram-Schmidt over the rows of x (k x n) in order.
+void orthonormalize(double* x, int64_t k, int64_t n) {
+  namespace ii = inverse_iteration;
+  for (int64_t r = 0; r < k; ++r) {
+    double* p = x + r * n;
+    ii::normalize_or_unit(p, n, r);
+    for (int64_t s = r + 1; s < k; ++s) {
+      double* y = x + s * n;
+      const double dot = ii::split_dot(p, y, n);
+      for (int64_t i = 0; i < n; ++i) y[i] -= dot * p[i];
+    }
+  }
+}
+}  // namespace
+
+// Every eigenvalue's factorisation and solve from the start, the k results orthonormalised, solved
+// again and orthonormalised again.
 void tridiagonal_inverse_iteration(const double* d, const double* e, int64_t n, const double* lambdas, int64_t k,
                                    double* vectors) {
   namespace ii = inverse_iteration;
@@ -276,13 +278,19 @@ void tridiagonal_inverse_iteration(const double* d, const double* e, int64_t n, 
   const std::size_t nn = static_cast<std::size_t>(n);
   const double tiny = ii::pivot_floor(d, e, n);
   const std::vector<double>& start = ii::start_vector(n);
-  std::vector<double> dd(nn), dl(nn), du(nn), du2(nn), x(nn);
-  std::vector<char> swapped(nn);
+  struct Factors {
+    std::vector<double> dd, dl, du, du2;
+    std::vector<char> swapped;
+  };
+  std::vector<Factors> factors(static_cast<std::size_t>(k));
   for (int64_t r = 0; r < k; ++r) {
-    std::fill(dl.begin(), dl.end(), 0.0);
-    std::fill(du.begin(), du.end(), 0.0);
-    std::fill(du2.begin(), du2.end(), 0.0);
-    std::fill(swapped.begin(), swapped.end(), 0);
+    Factors& f = factors[static_cast<std::size_t>(r)];
+    std::vector<double>&dd = f.dd, &dl = f.dl, &du = f.du, &du2 = f.du2;
+    dd.assign(nn, 0.0);
+    dl.assign(nn, 0.0);
+    du.assign(nn, 0.0);
+    du2.assign(nn, 0.0);
+    f.swapped.assign(nn, 0);
     for (std::size_t i = 0; i < nn; ++i) dd[i] = d[i] - lambdas[r];
     for (std::size_t i = 0; i + 1 < nn; ++i) dl[i] = du[i] = e[i];
     for (std::size_t a = 0; a + 1 < nn; ++a) {
@@ -303,32 +311,34 @@ void tridiagonal_inverse_iteration(const double* d, const double* e, int64_t n, 
           du2[a] = du[b];
           du[b] = -m * du[b];
         }
-        swapped[a] = 1;
+        f.swapped[a] = 1;
       }
     }
     if (dd[nn - 1] == 0.0) dd[nn - 1] = tiny;
-    x.assign(start.begin(), start.end());
-    for (int iteration = 0; iteration < 2; ++iteration) {
+    std::copy(start.begin(), start.end(), vectors + r * n);
+  }
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    for (int64_t r = 0; r < k; ++r) {
+      const Factors& f = factors[static_cast<std::size_t>(r)];
+      double* x = vectors + r * n;
       for (std::size_t a = 0; a + 1 < nn; ++a) {
         const std::size_t b = a + 1;
-        if (swapped[a]) {
+        if (f.swapped[a]) {
           const double upper = x[a];
           x[a] = x[b];
-          x[b] = upper - dl[a] * x[a];
+          x[b] = upper - f.dl[a] * x[a];
         } else {
-          x[b] -= dl[a] * x[a];
+          x[b] -= f.dl[a] * x[a];
         }
       }
       for (std::size_t a = nn; a-- > 0;) {
         double v = x[a];
-        if (a + 1 < nn) v -= du[a] * x[a + 1];
-        if (a + 2 < nn) v -= du2[a] * x[a + 2];
-        x[a] = v * (1.0 / dd[a]);
+        if (a + 1 < nn) v -= f.du[a] * x[a + 1];
+        if (a + 2 < nn) v -= f.du2[a] * x[a + 2];
+        x[a] = v * (1.0 / f.dd[a]);
       }
-      ii::subtract_projections(vectors, r, n, x.data());
-      ii::normalize_or_unit(x.data(), n, r);
     }
-    std::copy(x.begin(), x.end(), vectors + r * n);
+    orthonormalize(vectors, k, n);
   }
 }
 }  // namespace scalar

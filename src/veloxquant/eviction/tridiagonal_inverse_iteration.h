@@ -1,22 +1,24 @@
 #pragma once
 // Eigenvectors of a symmetric tridiagonal matrix T for k given eigenvalues, by inverse iteration:
 // curdkv's top-16 eigenvectors (leverage_scores.cpp), the eigenvalues from bisection
-// (tridiagonal_bisection.h). For each eigenvalue lambda_r in order:
-//   1. factor T - lambda_r I by Gaussian elimination with partial pivoting (LAPACK dgttrf's
-//      scheme; a zero pivot becomes eps * max_i(|d_i| + 2 |e_i|));
-//   2. x = a fixed start (1 + 0.5 sin(1 + 3.7 i)); twice: solve (T - lambda_r I) x' = x, subtract
-//      x's projection on each earlier vector in turn (modified Gram-Schmidt), normalise (a vector
-//      that vanishes becomes the unit vector e_{r mod n}).
-// With an eigenvalue accurate to rounding of |T| one solve already gives a residual near 1e-14 |T|
+// (tridiagonal_bisection.h). As a block:
+//   1. factor T - lambda_r I for every r by Gaussian elimination with partial pivoting (LAPACK
+//      dgttrf's scheme; a zero pivot becomes eps * max_i(|d_i| + 2 |e_i|));
+//   2. x_r = a fixed start (1 + 0.5 sin(1 + 3.7 i)); twice: solve (T - lambda_r I) x_r' = x_r for
+//      every r, then orthonormalise x_0..x_{k-1} in order by modified Gram-Schmidt (a vector that
+//      vanishes becomes the unit vector e_{r mod n}).
+// With eigenvalues accurate to rounding of |T| one solve already gives a residual near 1e-14 |T|
 // on curdkv's 64 x 64 value Grams; two reach the rounding floor.
 //
-// The SIMD path runs the eigenvalues in lanes where the order allows it without changing a single
-// rounding: every factorisation (partial pivoting as blends), every first solve, and the first
-// Gram-Schmidt pass (vector r's subtraction of vector j is applied to every later lane as soon as
-// vector j is final, so each lane still subtracts 0, 1, ..., r - 1 in order). The second solve and
-// pass of vector r need vector r - 1 final: they run one lane at a time, as the scalar loop does.
-// Every sum keeps the scalar reference's terms and order (the file is built without FMA
-// contraction): the vectors are the scalar reference's bit for bit on every target.
+// This replaced the one-eigenvalue-at-a-time loop (solve, orthogonalise against the finished
+// vectors, solve again, orthogonalise again), whose second solve of vector r had to wait for
+// vector r - 1: here the solves of all k run in SIMD lanes (one eigenvalue a lane, the pivoting as
+// blends) and each Gram-Schmidt step takes its projection off every later lane at once. The
+// vectors differ from the old loop's at rounding (~eps |T| / gap); the eigenpairs stay at the
+// rounding floor (tridiagonal_bisection_test) and curdkv's kept rows are unchanged (its generate
+// md5s, docs/methods/curdkv.md). Every sum keeps the scalar reference's terms and order (the file
+// is built without FMA contraction): the SIMD path is the scalar reference's bit for bit on every
+// target.
 #include <cstdint>
 
 namespace veloxquant::eviction {

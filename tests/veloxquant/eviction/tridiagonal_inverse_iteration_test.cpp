@@ -4,8 +4,8 @@
 //     k = 1, 5, 16, 17 and n vectors (lanes partly filled, several blocks, the last lane alone);
 //   - the vectors are eigenvectors: |T x - lambda x| at rounding of |T|, orthonormal to rounding
 //     (Wilkinson's close pairs included: there only the orthogonalisation keeps the vectors apart).
-//     Two inputs are outside what this fixed-start, two-solve scheme (the one curdkv has always
-//     used) resolves, and are checked for SIMD = scalar only: an exactly diagonal T with exactly
+//     Two inputs are outside what this fixed-start, two-solve scheme (curdkv's, one eigenvalue at a
+//     time or as a block) resolves, and are checked for SIMD = scalar only: an exactly diagonal T with exactly
 //     repeated eigenvalues (every vector of the eigenspace is amplified alike, so after the first
 //     the rest is rounding noise), and T scaled by 1e-150 (1 / pivot reaches 1e166, whose square
 //     overflows the norm). curdkv's value Grams are neither.
