@@ -50,7 +50,7 @@ set(VQ_EVICTION_CACHES_SOURCES
     eviction/methods/rocketkv_cache eviction/methods/snapkv_cache eviction/methods/squeeze_cache
     eviction/methods/streaming_llm_cache eviction/methods/tova_cache eviction/ordered_sums
     eviction/page_summaries eviction/pyramid_schedule eviction/recent_votes eviction/row_codec
-    eviction/squeeze_schedule eviction/tridiagonal_bisection eviction/upper_gram
+    eviction/squeeze_schedule eviction/tridiagonal_bisection eviction/tridiagonal_inverse_iteration eviction/upper_gram
     integration/patch_model
     integration/prompt_cache_types presets/kv_presets quant/code_io quant/quantizer_checks
     quant/turboquant_rvq registry/cross_layer_method_rows registry/eviction_method_rows

@@ -59,7 +59,7 @@ set(VQ_SERVER_SOURCES
     eviction/methods/snapkv_cache eviction/methods/squeeze_cache
     eviction/methods/streaming_llm_cache eviction/methods/tova_cache eviction/ordered_sums
     eviction/page_summaries eviction/pyramid_schedule eviction/recent_votes eviction/row_codec
-    eviction/squeeze_schedule eviction/tridiagonal_bisection eviction/upper_gram
+    eviction/squeeze_schedule eviction/tridiagonal_bisection eviction/tridiagonal_inverse_iteration eviction/upper_gram
     integration/patch_model integration/patch_vlm
     integration/prompt_cache_types presets/kv_presets quant/block_lloyd_quant quant/boundary_counts
     quant/code_io quant/log8_scale quant/quantizer_checks quant/scale_trials
