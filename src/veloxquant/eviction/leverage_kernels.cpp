@@ -344,32 +344,29 @@ void reflect_columns(const double* reflectors, const char* has_reflector, int64_
     }
   }
 }
-void subspace_energy(const double* rows, int64_t count, int64_t dim, const double* vectors, int64_t k, double* energy) {
+// The two references differ only in how a dot product's term is added: multiply then add (this
+// file is built with -ffp-contract=off) or one fused multiply-add.
+template <bool kFused>
+void subspace_energy_reference(const double* rows, int64_t count, int64_t dim, const double* vectors, int64_t k,
+                               double* energy) {
   for (int64_t j = 0; j < count; ++j) {
     const double* m = rows + j * dim;
     double sum = 0.0;
     for (int64_t t = 0; t < k; ++t) {
       const double* u = vectors + t * dim;
       double dot = 0.0;
-      for (int64_t i = 0; i < dim; ++i) dot += m[i] * u[i];
+      for (int64_t i = 0; i < dim; ++i) dot = kFused ? std::fma(m[i], u[i], dot) : dot + m[i] * u[i];
       sum += dot * dot;
     }
     energy[j] = sum;
   }
 }
+void subspace_energy(const double* rows, int64_t count, int64_t dim, const double* vectors, int64_t k, double* energy) {
+  subspace_energy_reference<false>(rows, count, dim, vectors, k, energy);
+}
 void subspace_energy_fused(const double* rows, int64_t count, int64_t dim, const double* vectors, int64_t k,
                            double* energy) {
-  for (int64_t j = 0; j < count; ++j) {
-    const double* m = rows + j * dim;
-    double sum = 0.0;
-    for (int64_t t = 0; t < k; ++t) {
-      const double* u = vectors + t * dim;
-      double dot = 0.0;
-      for (int64_t i = 0; i < dim; ++i) dot = std::fma(m[i], u[i], dot);
-      sum += dot * dot;
-    }
-    energy[j] = sum;
-  }
+  subspace_energy_reference<true>(rows, count, dim, vectors, k, energy);
 }
 void symmetric_times_vector(const double* a, int64_t n, int64_t from, const double* v, double* p) {
   for (int64_t i = from; i < n; ++i) {

@@ -19,51 +19,22 @@
 #include "veloxquant/eviction/leverage_scores.h"
 #include "veloxquant/eviction/tridiagonal_bisection.h"
 #include "support/simd_targets.h"
+#include "tridiagonal_cases.h"
 
 namespace veloxquant::eviction {
 namespace {
 
-struct Tri {
-  std::vector<double> d, e;
-};
-
-std::vector<double> dense(const Tri& t) {
-  const std::size_t n = t.d.size();
-  std::vector<double> a(n * n, 0.0);
-  for (std::size_t i = 0; i < n; ++i) {
-    a[i * n + i] = t.d[i];
-    if (i + 1 < n) a[i * n + i + 1] = a[(i + 1) * n + i] = t.e[i];
-  }
-  return a;
-}
+using test_cases::Tri;
 
 std::vector<std::pair<std::string, Tri>> tridiagonals() {
   std::mt19937 rng(21);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::vector<std::pair<std::string, Tri>> out;
-  for (int n : {1, 2, 3, 5, 17, 33, 64}) {
-    Tri t;
-    for (int i = 0; i < n; ++i) t.d.push_back(normal(rng));
-    for (int i = 0; i + 1 < n; ++i) t.e.push_back(normal(rng));
-    out.emplace_back("random n " + std::to_string(n), t);
-  }
-  {  // couplings exactly zero: three independent blocks
-    Tri t = out.back().second;
-    t.e[10] = t.e[40] = 0.0;
-    out.emplace_back("split", t);
-  }
-  {  // diagonal with repeated entries: eigenvalues of multiplicity 8
-    Tri t;
-    for (int i = 0; i < 64; ++i) t.d.push_back(static_cast<double>(i % 8));
-    t.e.assign(63, 0.0);
-    out.emplace_back("repeated", t);
-  }
-  {  // Wilkinson W_65^+: pairs of eigenvalues agreeing to 1e-14 and closer
-    Tri t;
-    for (int i = 0; i < 65; ++i) t.d.push_back(std::fabs(32.0 - i));
-    t.e.assign(64, 1.0);
-    out.emplace_back("wilkinson", t);
-  }
+  for (int n : {1, 2, 3, 5, 17, 33, 64})
+    out.emplace_back("random n " + std::to_string(n), test_cases::random_tridiagonal(n, rng, normal));
+  out.emplace_back("split", test_cases::split_in_three(out.back().second));
+  out.emplace_back("repeated", test_cases::repeated_diagonal());
+  out.emplace_back("wilkinson", test_cases::wilkinson_65());
   {  // a PSD-like tridiagonal with 40 (numerically) zero trailing eigenvalues
     Tri t;
     for (int i = 0; i < 64; ++i) t.d.push_back(i < 24 ? std::exp(-0.3 * i) : 1e-19 * normal(rng));
@@ -71,10 +42,7 @@ std::vector<std::pair<std::string, Tri>> tridiagonals() {
     out.emplace_back("rank deficient", t);
   }
   for (double scale : {1e-150, 1e150}) {
-    Tri t = out[6].second;  // random n 64
-    for (double& x : t.d) x *= scale;
-    for (double& x : t.e) x *= scale;
-    out.emplace_back("scaled " + std::to_string(scale), t);
+    out.emplace_back("scaled " + std::to_string(scale), test_cases::scaled(out[6].second, scale));  // random n 64
   }
   {
     Tri t;
@@ -109,7 +77,7 @@ TEST(TridiagonalBisection, EigenvaluesEqualTheFullSolversToRounding) {
     SCOPED_TRACE(name);
     const int n = static_cast<int>(t.d.size());
     std::vector<double> want, vectors;
-    symmetric_eigen_descending(dense(t), n, want, vectors);
+    symmetric_eigen_descending(test_cases::dense(t), n, want, vectors);
     double norm = 0.0;
     for (int i = 0; i < n; ++i) {
       norm = std::max(

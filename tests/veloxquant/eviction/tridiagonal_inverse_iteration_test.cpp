@@ -22,41 +22,22 @@
 #include "veloxquant/eviction/tridiagonal_bisection.h"
 #include "veloxquant/eviction/tridiagonal_inverse_iteration.h"
 #include "support/simd_targets.h"
+#include "tridiagonal_cases.h"
 
 namespace veloxquant::eviction {
 namespace {
 
-struct Tri {
-  std::vector<double> d, e;
-};
+using test_cases::Tri;
 
 std::vector<std::pair<std::string, Tri>> tridiagonals() {
   std::mt19937 rng(31);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::vector<std::pair<std::string, Tri>> out;
-  for (int n : {1, 2, 3, 5, 17, 33, 64, 65}) {
-    Tri t;
-    for (int i = 0; i < n; ++i) t.d.push_back(normal(rng));
-    for (int i = 0; i + 1 < n; ++i) t.e.push_back(normal(rng));
-    out.emplace_back("random n " + std::to_string(n), t);
-  }
-  {                         // couplings exactly zero: three independent blocks
-    Tri t = out[6].second;  // random n 64
-    t.e[10] = t.e[40] = 0.0;
-    out.emplace_back("split", t);
-  }
-  {  // diagonal with repeated entries: eigenvalues of multiplicity 8, exact zero pivots
-    Tri t;
-    for (int i = 0; i < 64; ++i) t.d.push_back(static_cast<double>(i % 8));
-    t.e.assign(63, 0.0);
-    out.emplace_back("repeated", t);
-  }
-  {  // Wilkinson W_65^+: pairs of eigenvalues agreeing to 1e-14 and closer
-    Tri t;
-    for (int i = 0; i < 65; ++i) t.d.push_back(std::fabs(32.0 - i));
-    t.e.assign(64, 1.0);
-    out.emplace_back("wilkinson", t);
-  }
+  for (int n : {1, 2, 3, 5, 17, 33, 64, 65})
+    out.emplace_back("random n " + std::to_string(n), test_cases::random_tridiagonal(n, rng, normal));
+  out.emplace_back("split", test_cases::split_in_three(out[6].second));  // random n 64
+  out.emplace_back("repeated", test_cases::repeated_diagonal());         // exact zero pivots
+  out.emplace_back("wilkinson", test_cases::wilkinson_65());
   {  // graded: a value Gram's tridiagonal form spans many orders of magnitude
     Tri t;
     for (int i = 0; i < 64; ++i) t.d.push_back(std::exp(-0.3 * i) * (1.0 + 0.1 * normal(rng)));
@@ -64,10 +45,7 @@ std::vector<std::pair<std::string, Tri>> tridiagonals() {
     out.emplace_back("graded", t);
   }
   for (double scale : {1e-150, 1e150}) {
-    Tri t = out[6].second;
-    for (double& x : t.d) x *= scale;
-    for (double& x : t.e) x *= scale;
-    out.emplace_back("scaled " + std::to_string(scale), t);
+    out.emplace_back("scaled " + std::to_string(scale), test_cases::scaled(out[6].second, scale));
   }
   return out;
 }
