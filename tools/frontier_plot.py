@@ -8,7 +8,11 @@ Reads what the measurements already wrote — nothing is re-run and no number is
     reference sizes),
   * the per-method `veloxquant eval` rows of docs/results.md's "Issue 17 methods" and "Issue 18
     methods" tables (the same 4 x 2048-token windows of tinyshakespeare, each against the host's
-    f16 cache).
+    f16 cache),
+  * the eviction runs at llama.cpp's sizes (bench-methods results.json files of
+    docs/frontier/tinyshakespeare/eviction_sizes/: the same windows fed 16 tokens a call), split
+    into eviction over f16 rows and eviction over quantized storage (`eviction_storage=...`);
+    their other rows (presets and plain quantizers re-measured under that feed) are not drawn.
 Writes an SVG of KL (log) against KV bytes per token (log) and prints the points it drew.
 
   python3 tools/frontier_plot.py --out docs/frontier/methods.svg
@@ -55,6 +59,32 @@ def preset_rows(results_json):
 def llama_rows(llama_json, sizes):
     data = json.load(open(llama_json, encoding="utf-8"))
     return [(f"llama.cpp {r['type']}", sizes[r["type"]], r["kl_mean"]) for r in data["rows"] if r["type"] in sizes]
+
+
+STORAGE_NAMES = {"kivi": "KIVI", "turboquant_rvq": "RVQ"}
+
+
+def eviction_rows(results_jsons):
+    """Rows of bench-methods runs whose settings name a budget or a window: (f16 rows, stored rows),
+    each (label, bytes per token, KL mean). A setting `eviction_storage=S` puts a row in the second."""
+    plain, stored = [], []
+    for path in results_jsons:
+        for r in json.load(open(path, encoding="utf-8"))["results"]:
+            fields = dict(kv.split("=", 1) for kv in r["settings"].removeprefix("config=").split(",") if "=" in kv)
+            rows = next((v for k, v in fields.items() if k.endswith("_budget") or k == "stream_window_size"), None)
+            if rows is None:
+                continue
+            label = f"{r['method']} {rows}"
+            storage = fields.get("eviction_storage", "dtype")
+            if storage == "dtype":
+                plain.append((label, r["kv_bytes_per_token"], r["kld"]))
+            else:
+                bits = fields.get("bit_width_inlier", "?")
+                value_bits = fields.get("rvq_value_bits")
+                name = STORAGE_NAMES.get(storage, storage)
+                stored.append((f"{label} / {name} {bits}" + (f"/{value_bits}" if value_bits else ""),
+                               r["kv_bytes_per_token"], r["kld"]))
+    return plain, stored
 
 
 def svg(series, width=980, height=620):
@@ -110,14 +140,21 @@ def main():
     ap.add_argument("--results-md", default="docs/results.md")
     ap.add_argument("--presets", default="docs/frontier/tinyshakespeare/results.json")
     ap.add_argument("--llama-cpp", default="docs/frontier/tinyshakespeare/llama_cpp.json")
+    ap.add_argument("--eviction", nargs="*", default=[
+        "docs/frontier/tinyshakespeare/eviction_sizes/scorers/results.json",
+        "docs/frontier/tinyshakespeare/eviction_sizes/others/results.json"])
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     presets, sizes = preset_rows(args.presets)
+    evicting, evicting_stored = eviction_rows(args.eviction)
     series = [("veloxquant presets", "#1f77b4", presets),
               ("llama.cpp KV types (own process)", "#d62728", llama_rows(args.llama_cpp, sizes)),
-              ("other methods (veloxquant eval)", "#2ca02c", eval_rows(args.results_md))]
+              ("other methods (veloxquant eval)", "#2ca02c", eval_rows(args.results_md)),
+              ("eviction, f16 rows (16 tokens a call)", "#ff7f0e", evicting),
+              ("eviction over 4-bit storage (16 a call)", "#9467bd", evicting_stored)]
     if not series[2][2]:
         sys.exit(f"no per-method eval rows ({', '.join(EVAL_TABLES)}) found in {args.results_md}")
+    series = [s for s in series if s[2]]
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(svg(series))
     for name, _, pts in series:
