@@ -137,8 +137,9 @@ inline double rotation_norm(double a, double b) {
 }
 
 // One implicit symmetric QR step with Wilkinson shift on the unreduced tridiagonal block [l, m],
-// the rotations accumulated into the columns of q (n x n, row-major) when q is given:
-// T <- G T G^T, q <- q G^T (Golub & Van Loan, Alg. 8.3.2).
+// the rotations accumulated into the columns of q (n x n, row-major): T <- G T G^T, q <- q G^T
+// (Golub & Van Loan, Alg. 8.3.2). Only the full solver (symmetric_eigen_descending) runs QR now;
+// curdkv's top eigenvalues come from bisection, so there is no eigenvalues-only path.
 void qr_step(std::vector<double>& d, std::vector<double>& e, double* q, int n, int l, int m) {
   const double delta = (d[static_cast<std::size_t>(m - 1)] - d[static_cast<std::size_t>(m)]) / 2.0;
   const double b = e[static_cast<std::size_t>(m - 1)];
@@ -160,7 +161,6 @@ void qr_step(std::vector<double>& d, std::vector<double>& e, double* q, int n, i
       e[k1] *= c;
       x = e[k0];
     }
-    if (!q) continue;
     for (int i = 0; i < n; ++i) {
       double& qa = q[static_cast<std::size_t>(i) * static_cast<std::size_t>(n) + k0];
       double& qb = q[static_cast<std::size_t>(i) * static_cast<std::size_t>(n) + k1];
@@ -172,7 +172,7 @@ void qr_step(std::vector<double>& d, std::vector<double>& e, double* q, int n, i
 }
 
 // QR steps on the bottom unreduced block until every off-diagonal is negligible: d becomes the
-// eigenvalues (unsorted), q (optional) collects T's eigenvectors as columns.
+// eigenvalues (unsorted), q collects T's eigenvectors as columns.
 void tridiagonal_qr(const std::vector<double>& d_in, const std::vector<double>& e_in, double* q, int n,
                     std::vector<double>& d, std::vector<double>& e) {
   d.assign(d_in.begin(), d_in.end());
