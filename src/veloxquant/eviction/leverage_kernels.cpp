@@ -3,6 +3,7 @@
 #define HWY_TARGET_INCLUDE "veloxquant/eviction/leverage_kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "veloxquant/eviction/fused_term-inl.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,18 +14,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace veloxquant::eviction::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// acc + a * b: one fused multiply-add where the target has FMA (AVX2, AVX3: the subspace energy's
-// inner loop is bound by its multiply and add instructions, half as many fused), a multiply then an
-// add elsewhere. subspace_energy_fuses() says which the dispatched target does.
-template <class V>
-HWY_INLINE V dot_term(V a, V b, V acc) {
-#if HWY_NATIVE_FMA
-  return hn::MulAdd(a, b, acc);
-#else
-  return hn::Add(acc, hn::Mul(a, b));
-#endif
-}
 
 // One row's k dot products (lanes across the transposed vectors), R rows at a time: the R * V
 // accumulator chains are independent, so the adds overlap instead of waiting on each other's
@@ -43,7 +32,7 @@ HWY_INLINE void row_dots(D d, const double* rows, int64_t dim, const double* col
     for (int v = 0; v < V; ++v) col[v] = hn::LoadU(d, columns + i * padded + t0 + v * lanes);
     for (int r = 0; r < R; ++r) {
       const auto m = hn::Set(d, rows[r * dim + i]);
-      for (int v = 0; v < V; ++v) acc[r][v] = dot_term(m, col[v], acc[r][v]);
+      for (int v = 0; v < V; ++v) acc[r][v] = fused_term(m, col[v], acc[r][v]);
     }
   }
   for (int r = 0; r < R; ++r) {

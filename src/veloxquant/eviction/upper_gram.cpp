@@ -3,6 +3,7 @@
 #define HWY_TARGET_INCLUDE "veloxquant/eviction/upper_gram.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "veloxquant/eviction/fused_term-inl.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,18 +13,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace veloxquant::eviction::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// acc + a * b: one fused multiply-add where the target has FMA (AVX2, AVX3: half the
-// instructions of the Gram's inner loop, which is bound by them), a multiply then an add
-// elsewhere. upper_gram_fuses() says which the dispatched target does.
-template <class V>
-HWY_INLINE V term(V a, V b, V acc) {
-#if HWY_NATIVE_FMA
-  return hn::MulAdd(a, b, acc);
-#else
-  return hn::Add(acc, hn::Mul(a, b));
-#endif
-}
 
 HWY_INLINE double scalar_term(double a, double b, double acc) {
 #if HWY_NATIVE_FMA
@@ -49,7 +38,7 @@ HWY_INLINE void gram_tile(D d, const double* rows, int64_t count, int64_t dim, i
     for (int v = 0; v < V; ++v) mc[v] = hn::LoadU(d, m + c + v * lanes);
     for (int rr = 0; rr < R; ++rr) {
       const auto mr = hn::Set(d, m[r0 + rr]);
-      for (int v = 0; v < V; ++v) acc[rr][v] = term(mr, mc[v], acc[rr][v]);
+      for (int v = 0; v < V; ++v) acc[rr][v] = fused_term(mr, mc[v], acc[rr][v]);
     }
   }
   for (int rr = 0; rr < R; ++rr) {
