@@ -265,17 +265,8 @@ void CachegenCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   // Pending rows of every head = its tail followed by the new rows, in f32; records are written
   // block-major (all heads of block k before block k + 1) so trim can truncate the arena.
   const int64_t bh_count = batch_ * heads_;
-  thread_local std::vector<float> pk, pv, new_k, new_v;
-  pk.resize(static_cast<std::size_t>(bh_count * pending_rows * dk_));
-  pv.resize(static_cast<std::size_t>(bh_count * pending_rows * dv_));
-  cache_rows::widen_to_f32(keys, new_k);
-  cache_rows::widen_to_f32(values, new_v);
-  for (int64_t bh = 0; bh < bh_count; ++bh) {
-    blocks_tail::gather_pending(tail_k_, dtype_, bh, group_, dk_, tail, new_k.data(), s,
-                                pk.data() + bh * pending_rows * dk_);
-    blocks_tail::gather_pending(tail_v_, dtype_, bh, group_, dv_, tail, new_v.data(), s,
-                                pv.data() + bh * pending_rows * dv_);
-  }
+  thread_local std::vector<float> pk, pv;
+  blocks_tail::gather_all_pending({bh_count, group_, dk_, dv_, tail, dtype_}, tail_k_, tail_v_, keys, values, pk, pv);
   ensure_rows(frontier_ + blocks * group_);
   thread_local std::vector<uint8_t> codes;
   thread_local std::vector<core::GroupParams> params;

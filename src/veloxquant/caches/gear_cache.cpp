@@ -372,17 +372,8 @@ void GearCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
   }
   // Pending = every head's tail followed by its new rows, in f32 (grow-only per-thread buffers).
   const int64_t heads = batch_ * heads_;
-  thread_local std::vector<float> pk, pv, new_k, new_v;
-  pk.resize(static_cast<std::size_t>(heads * pending_rows * dk_));
-  pv.resize(static_cast<std::size_t>(heads * pending_rows * dv_));
-  cache_rows::widen_to_f32(keys, new_k);
-  cache_rows::widen_to_f32(values, new_v);
-  for (int64_t bh = 0; bh < heads; ++bh) {
-    blocks_tail::gather_pending(tail_k_, dtype_, bh, group_, dk_, tail, new_k.data(), s,
-                                pk.data() + bh * pending_rows * dk_);
-    blocks_tail::gather_pending(tail_v_, dtype_, bh, group_, dv_, tail, new_v.data(), s,
-                                pv.data() + bh * pending_rows * dv_);
-  }
+  thread_local std::vector<float> pk, pv;
+  blocks_tail::gather_all_pending({heads, group_, dk_, dv_, tail, dtype_}, tail_k_, tail_v_, keys, values, pk, pv);
   flush_blocks(frontier_ / group_, blocks, pk.data(), pending_rows * dk_, pv.data(), pending_rows * dv_);
   const int64_t kept = pending_rows - blocks * group_;
   for (int64_t bh = 0; bh < heads; ++bh) {

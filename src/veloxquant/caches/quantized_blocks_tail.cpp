@@ -34,6 +34,24 @@ void gather_pending(const lm::Tensor& tail_rows, lm::DType tail_dtype, int64_t b
   std::memcpy(out + tail * width, new_rows + bh * s * width, sizeof(float) * static_cast<std::size_t>(s * width));
 }
 
+void gather_all_pending(const PendingShape& shape, const lm::Tensor& tail_keys, const lm::Tensor& tail_values,
+                        const lm::Tensor& keys, const lm::Tensor& values, std::vector<float>& pending_keys,
+                        std::vector<float>& pending_values) {
+  const int64_t s = keys.dim(2), rows = shape.tail + s;
+  // Grow-only per-thread buffers: a decode step that completes a block allocates nothing.
+  thread_local std::vector<float> new_keys, new_values;
+  cache_rows::widen_to_f32(keys, new_keys);
+  cache_rows::widen_to_f32(values, new_values);
+  pending_keys.resize(static_cast<std::size_t>(shape.heads * rows * shape.key_dim));
+  pending_values.resize(static_cast<std::size_t>(shape.heads * rows * shape.value_dim));
+  for (int64_t bh = 0; bh < shape.heads; ++bh) {
+    gather_pending(tail_keys, shape.tail_dtype, bh, shape.group, shape.key_dim, shape.tail, new_keys.data(), s,
+                   pending_keys.data() + bh * rows * shape.key_dim);
+    gather_pending(tail_values, shape.tail_dtype, bh, shape.group, shape.value_dim, shape.tail, new_values.data(), s,
+                   pending_values.data() + bh * rows * shape.value_dim);
+  }
+}
+
 void keep_in_tail(const float* rows, int64_t kept, lm::Tensor& tail_rows, lm::DType tail_dtype, int64_t bh,
                   int64_t group, int64_t width) {
   cache_rows::store_f32(rows, static_cast<std::size_t>(kept * width), head_rows(tail_rows, bh, group, width),

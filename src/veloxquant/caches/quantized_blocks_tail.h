@@ -30,6 +30,19 @@ void fetch_head_tail(const lm::Tensor& tail, lm::DType tail_dtype, int64_t bh, i
 void gather_pending(const lm::Tensor& tail_rows, lm::DType tail_dtype, int64_t bh, int64_t group, int64_t width,
                     int64_t tail, const float* new_rows, int64_t s, float* out);
 
+// store() of a cache that codes every head's complete blocks in one pass (cachegen, gear,
+// vecinfer): the call's keys and values widened to f32, then every head's pending rows — its
+// `tail` rows from the tail tensors, then its new rows — head after head into `pending_keys`
+// [B * H, tail + s, key_dim] and `pending_values` [B * H, tail + s, value_dim] (resized).
+// `heads` is B * H; `group` the tail tensors' row capacity.
+struct PendingShape {
+  int64_t heads = 0, group = 0, key_dim = 0, value_dim = 0, tail = 0;
+  lm::DType tail_dtype{};
+};
+void gather_all_pending(const PendingShape& shape, const lm::Tensor& tail_keys, const lm::Tensor& tail_values,
+                        const lm::Tensor& keys, const lm::Tensor& values, std::vector<float>& pending_keys,
+                        std::vector<float>& pending_values);
+
 // store(): the `kept` pending rows left after the complete blocks (f32 at `rows`) back into head
 // bh's tail, as `tail_dtype`.
 void keep_in_tail(const float* rows, int64_t kept, lm::Tensor& tail_rows, lm::DType tail_dtype, int64_t bh,

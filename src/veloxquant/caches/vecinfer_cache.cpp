@@ -187,18 +187,9 @@ void VecInferCache::store(const lm::Tensor& keys, const lm::Tensor& values) {
     return;
   }
   ensure_rows(frontier_ + coded);
-  thread_local std::vector<float> new_k, new_v;
-  cache_rows::widen_to_f32(keys, new_k);
-  cache_rows::widen_to_f32(values, new_v);
-  const int64_t bhs = batch_ * heads_;
-  std::vector<float> pk(static_cast<std::size_t>(bhs * pending * dk_)),
-      pv(static_cast<std::size_t>(bhs * pending * dv_));
-  for (int64_t bh = 0; bh < bhs; ++bh) {
-    blocks_tail::gather_pending(tail_k_, dtype_, bh, window_, dk_, tail, new_k.data(), s,
-                                pk.data() + bh * pending * dk_);
-    blocks_tail::gather_pending(tail_v_, dtype_, bh, window_, dv_, tail, new_v.data(), s,
-                                pv.data() + bh * pending * dv_);
-  }
+  thread_local std::vector<float> pk, pv;  // grow-only per-thread buffers
+  blocks_tail::gather_all_pending({batch_ * heads_, window_, dk_, dv_, tail, dtype_}, tail_k_, tail_v_, keys, values,
+                                  pk, pv);
   if (!codec_) train(pk, pv, pending, coded);
   const int64_t kept = pending - coded;
   std::vector<float> rotated(static_cast<std::size_t>(coded * dk_));
