@@ -212,23 +212,39 @@ void tridiagonal_qr(const std::vector<double>& d_in, const std::vector<double>& 
   }
 }
 
+// x <- Q^T x (a vector of A's basis into T's): the first reflector first.
+void to_tridiagonal_basis(const Tridiagonal& t, double* x) {
+  const std::size_t nn = static_cast<std::size_t>(t.n);
+  for (int k = 0; k + 2 < t.n; ++k) {
+    if (!t.has_reflector[static_cast<std::size_t>(k)]) continue;
+    const double* v = t.reflectors.data() + static_cast<std::size_t>(k) * nn;
+    const double dot = chained_dot(v + k + 1, x + k + 1, t.n - k - 1);
+    for (int i = k + 1; i < t.n; ++i) x[i] -= 2.0 * dot * v[i];
+  }
+}
+
+// Which basis top_eigenvectors returns its vectors in: A's (carried back through the reflectors),
+// or T's (Q^T u: for a caller that projects few vectors, which it carries into T's basis instead).
+enum class Basis { kOriginal, kTridiagonal };
+
 // The top k eigenvectors (rows of `vectors`, k x n) and their eigenvalues of the symmetric n x n
 // matrix `a`: the k largest eigenvalues of the tridiagonal form by bisection, the k eigenvectors by
-// inverse iteration, carried back through the reflectors.
+// inverse iteration, carried back through the reflectors (Basis::kOriginal). `t` keeps the
+// reduction (its reflectors).
 void top_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<double>& values,
-                      std::vector<double>& vectors) {
+                      std::vector<double>& vectors, Tridiagonal& t, Basis basis = Basis::kOriginal) {
   // This thread's buffers, reused: curdkv scores every decode step with this (no allocation
   // per step once the shapes have been seen).
-  thread_local Tridiagonal t;
-  thread_local std::vector<double> found, columns;
+  thread_local std::vector<double> columns;
   tridiagonalize(a, n, t);
-  // Only the k largest eigenvalues, by bisection in SIMD lanes (QR found all n: k = 16 of 64 here).
+  // Only the k largest eigenvalues, by Sturm counts in SIMD lanes (QR found all n: k = 16 of 64 here).
   values.resize(static_cast<std::size_t>(k));
   top_tridiagonal_eigenvalues(t.d.data(), t.e.data(), n, k, values.data());
   const std::size_t nn = static_cast<std::size_t>(n);
-  found.resize(static_cast<std::size_t>(k) * nn);  // row r: the r-th eigenvector in T's basis
+  vectors.resize(static_cast<std::size_t>(k) * nn);  // row r: the r-th eigenvector
   // Inverse iteration as a block, the k eigenvalues in SIMD lanes.
-  tridiagonal_inverse_iteration(t.d.data(), t.e.data(), n, values.data(), k, found.data());
+  tridiagonal_inverse_iteration(t.d.data(), t.e.data(), n, values.data(), k, vectors.data());
+  if (basis == Basis::kTridiagonal) return;
   // Back through the reflectors all k at once (SIMD across the vectors, each vector's sums as
   // to_original_basis does them).
   const int64_t lanes = vector_lanes();
@@ -237,10 +253,9 @@ void top_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<do
   for (int r = 0; r < k; ++r) {
     for (int i = 0; i < n; ++i)
       columns[static_cast<std::size_t>(i * stride + r)] =
-          found[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(i)];
+          vectors[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(i)];
   }
   reflect_columns(t.reflectors.data(), t.has_reflector.data(), n, columns.data(), stride, k);
-  vectors.resize(static_cast<std::size_t>(k) * nn);
   for (int r = 0; r < k; ++r) {
     for (int i = 0; i < n; ++i)
       vectors[static_cast<std::size_t>(r) * nn + static_cast<std::size_t>(i)] =
@@ -284,7 +299,8 @@ void symmetric_eigen_descending(const std::vector<double>& a, int n, std::vector
 
 void top_symmetric_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<double>& eigenvalues,
                                 std::vector<double>& eigenvectors) {
-  top_eigenvectors(a, n, std::max(0, std::min(k, n)), eigenvalues, eigenvectors);
+  thread_local Tridiagonal t;
+  top_eigenvectors(a, n, std::max(0, std::min(k, n)), eigenvalues, eigenvectors, t);
 }
 
 namespace {
@@ -294,12 +310,13 @@ namespace {
 // Returns false for an all-zero block (every score 0).
 struct LeverageProblem {
   std::vector<double> block, gram, values, vectors;
+  Tridiagonal tridiagonal;  // the Gram's reduction: its reflectors carry a row into T's basis
   int64_t k = 0;
   bool spans_rows = false;  // k >= count or k >= dim: the projection keeps every row whole
 };
 
 bool prepare_leverage(const float* values, const int32_t* rows, int64_t count, int64_t dim, const float* weights,
-                      int64_t rank_cap, LeverageProblem& p) {
+                      int64_t rank_cap, LeverageProblem& p, Basis basis = Basis::kOriginal) {
   p.block.resize(static_cast<std::size_t>(count * dim));
   // SIMD; whether |M|_F^2 is nonzero: a sum of squares is 0 exactly when every square is, so no
   // sequential sum of count * dim terms is needed (it was a tenth of the call, one add chain).
@@ -313,7 +330,7 @@ bool prepare_leverage(const float* values, const int32_t* rows, int64_t count, i
     for (int64_t c = 0; c < r; ++c)
       p.gram[static_cast<std::size_t>(r * dim + c)] = p.gram[static_cast<std::size_t>(c * dim + r)];
   }
-  top_eigenvectors(p.gram, static_cast<int>(dim), static_cast<int>(p.k), p.values, p.vectors);
+  top_eigenvectors(p.gram, static_cast<int>(dim), static_cast<int>(p.k), p.values, p.vectors, p.tridiagonal, basis);
   return true;
 }
 
@@ -356,7 +373,9 @@ float value_self_leverage(const float* values, const int32_t* rows, int64_t coun
                           int64_t rank_cap) {
   if (count <= 0) return 0.0f;
   thread_local LeverageProblem p;
-  if (!prepare_leverage(values, rows, count, dim, weights, rank_cap, p)) return 0.0f;
+  // One row to project: it goes into T's basis (Q^T m, one vector through the reflectors) instead
+  // of the k eigenvectors coming back (<u_t, m> = <Q^T u_t, Q^T m>).
+  if (!prepare_leverage(values, rows, count, dim, weights, rank_cap, p, Basis::kTridiagonal)) return 0.0f;
   double last = 0.0, sum = 0.0;
   if (p.spans_rows) {  // few rows: every row's energy, summed as value_leverage_scores does
     thread_local std::vector<double> score;
@@ -367,7 +386,10 @@ float value_self_leverage(const float* values, const int32_t* rows, int64_t coun
   } else {
     // sum_j <m_j, u_t>^2 = u_t^T M^T M u_t = lambda_t: the total is the top k eigenvalues' sum,
     // so only the last row needs projecting.
-    subspace_energy(p.block.data() + (count - 1) * dim, 1, dim, p.vectors.data(), p.k, &last);
+    thread_local std::vector<double> row;
+    row.assign(p.block.begin() + (count - 1) * dim, p.block.begin() + count * dim);
+    to_tridiagonal_basis(p.tridiagonal, row.data());
+    subspace_energy(row.data(), 1, dim, p.vectors.data(), p.k, &last);
     for (int64_t t = 0; t < p.k; ++t) sum += p.values[static_cast<std::size_t>(t)];
   }
   return sum > 0 ? static_cast<float>(last / sum) : 0.0f;
