@@ -310,22 +310,43 @@ namespace {
 // Returns false for an all-zero block (every score 0).
 struct LeverageProblem {
   std::vector<double> block, gram, values, vectors;
-  Tridiagonal tridiagonal;  // the Gram's reduction: its reflectors carry a row into T's basis
+  Tridiagonal tridiagonal;   // the Gram's reduction: its reflectors carry a row into T's basis
+  std::vector<double> last;  // Basis::kTridiagonal: the block's last row (the block is not kept)
   int64_t k = 0;
   bool spans_rows = false;  // k >= count or k >= dim: the projection keeps every row whole
 };
 
 bool prepare_leverage(const float* values, const int32_t* rows, int64_t count, int64_t dim, const float* weights,
                       int64_t rank_cap, LeverageProblem& p, Basis basis = Basis::kOriginal) {
-  p.block.resize(static_cast<std::size_t>(count * dim));
-  // SIMD; whether |M|_F^2 is nonzero: a sum of squares is 0 exactly when every square is, so no
-  // sequential sum of count * dim terms is needed (it was a tenth of the call, one add chain).
-  if (!weighted_rows(values, rows, count, dim, weights, p.block.data())) return false;
   p.k = std::max<int64_t>(1, std::min({rank_cap, count, dim}));
   p.spans_rows = p.k >= count || p.k >= dim;
-  if (p.spans_rows) return true;
-  p.gram.assign(static_cast<std::size_t>(dim * dim), 0.0);
-  accumulate_upper_gram(p.block.data(), count, dim, p.gram.data());  // SIMD, the scalar loop's sums
+  const bool one_row = basis == Basis::kTridiagonal && !p.spans_rows;
+  if (one_row) {
+    // Only the Gram and the last row are needed: the weighted block goes through an L1-sized
+    // buffer a slab of rows at a time, each slab added to the Gram while it is in L1 (writing
+    // the whole block out was a tenth of the call, its stores waiting on L2). The Gram's sums
+    // run over the rows in the same order, so it is the same bit for bit.
+    constexpr int64_t kSlabRows = 32;
+    p.block.resize(static_cast<std::size_t>(kSlabRows * dim));
+    p.gram.assign(static_cast<std::size_t>(dim * dim), 0.0);
+    bool nonzero = false;
+    for (int64_t j0 = 0; j0 < count; j0 += kSlabRows) {
+      const int64_t slab = std::min(kSlabRows, count - j0);
+      const float* slab_values = rows ? values : values + j0 * dim;  // without `rows`, row j is values[j]
+      nonzero |= weighted_rows(slab_values, rows ? rows + j0 : nullptr, slab, dim, weights + j0, p.block.data());
+      accumulate_upper_gram(p.block.data(), slab, dim, p.gram.data());
+      if (j0 + slab == count) p.last.assign(p.block.begin() + (slab - 1) * dim, p.block.begin() + slab * dim);
+    }
+    if (!nonzero) return false;
+  } else {
+    p.block.resize(static_cast<std::size_t>(count * dim));
+    // SIMD; whether |M|_F^2 is nonzero: a sum of squares is 0 exactly when every square is, so no
+    // sequential sum of count * dim terms is needed (it was a tenth of the call, one add chain).
+    if (!weighted_rows(values, rows, count, dim, weights, p.block.data())) return false;
+    if (p.spans_rows) return true;
+    p.gram.assign(static_cast<std::size_t>(dim * dim), 0.0);
+    accumulate_upper_gram(p.block.data(), count, dim, p.gram.data());  // SIMD, the scalar loop's sums
+  }
   for (int64_t r = 0; r < dim; ++r) {
     for (int64_t c = 0; c < r; ++c)
       p.gram[static_cast<std::size_t>(r * dim + c)] = p.gram[static_cast<std::size_t>(c * dim + r)];
@@ -386,10 +407,8 @@ float value_self_leverage(const float* values, const int32_t* rows, int64_t coun
   } else {
     // sum_j <m_j, u_t>^2 = u_t^T M^T M u_t = lambda_t: the total is the top k eigenvalues' sum,
     // so only the last row needs projecting.
-    thread_local std::vector<double> row;
-    row.assign(p.block.begin() + (count - 1) * dim, p.block.begin() + count * dim);
-    to_tridiagonal_basis(p.tridiagonal, row.data());
-    subspace_energy(row.data(), 1, dim, p.vectors.data(), p.k, &last);
+    to_tridiagonal_basis(p.tridiagonal, p.last.data());
+    subspace_energy(p.last.data(), 1, dim, p.vectors.data(), p.k, &last);
     for (int64_t t = 0; t < p.k; ++t) sum += p.values[static_cast<std::size_t>(t)];
   }
   return sum > 0 ? static_cast<float>(last / sum) : 0.0f;
