@@ -305,48 +305,58 @@ void top_symmetric_eigenvectors(const std::vector<double>& a, int n, int k, std:
 
 namespace {
 
-// The block M (this thread's `block`, count x dim) and, when the top k directions do not span
-// every row (k < count and k < dim), the top k eigenpairs of M^T M into `values` / `vectors`.
-// Returns false for an all-zero block (every score 0).
+// The inputs of one problem: `count` rows `rows[j]` (nullptr: 0..count-1) of `values`, weighted.
+struct WeightedBlock {
+  const float* values;
+  const int32_t* rows;
+  const float* weights;
+  int64_t count, dim;
+};
+
+// Rows [j0, j0 + n) of M = diag(w) V into `out` (n x dim); whether any entry's square is nonzero.
+bool weighted_slab(const WeightedBlock& b, int64_t j0, int64_t n, double* out) {
+  const float* values = b.rows ? b.values : b.values + j0 * b.dim;  // without rows, row j is values[j]
+  return weighted_rows(values, b.rows ? b.rows + j0 : nullptr, n, b.dim, b.weights + j0, out);  // SIMD
+}
+
+// M never exists whole when k < count and k < dim: its rows go through an L1-sized buffer a slab
+// at a time, each slab added to the Gram while in L1 (and formed again for the energies: writing
+// the whole 512 x 64 block out was a tenth of a problem, its stores waiting on L2). The Gram still
+// sums its terms over the rows in order and a row's energy depends on that row alone, so both are
+// the same bit for bit.
+constexpr int64_t kSlabRows = 32;
+
+// The top k eigenpairs of M^T M into `values` / `vectors` when the top k directions do not span
+// every row (k < count and k < dim), else M whole in `block`. Returns false for an all-zero
+// block (every score 0).
 struct LeverageProblem {
   std::vector<double> block, gram, values, vectors;
   Tridiagonal tridiagonal;   // the Gram's reduction: its reflectors carry a row into T's basis
-  std::vector<double> last;  // Basis::kTridiagonal: the block's last row (the block is not kept)
+  std::vector<double> last;  // M's last row (when M is not kept whole)
   int64_t k = 0;
   bool spans_rows = false;  // k >= count or k >= dim: the projection keeps every row whole
 };
 
-bool prepare_leverage(const float* values, const int32_t* rows, int64_t count, int64_t dim, const float* weights,
-                      int64_t rank_cap, LeverageProblem& p, Basis basis = Basis::kOriginal) {
+bool prepare_leverage(const WeightedBlock& b, int64_t rank_cap, LeverageProblem& p, Basis basis) {
+  const int64_t count = b.count, dim = b.dim;
   p.k = std::max<int64_t>(1, std::min({rank_cap, count, dim}));
   p.spans_rows = p.k >= count || p.k >= dim;
-  const bool one_row = basis == Basis::kTridiagonal && !p.spans_rows;
-  if (one_row) {
-    // Only the Gram and the last row are needed: the weighted block goes through an L1-sized
-    // buffer a slab of rows at a time, each slab added to the Gram while it is in L1 (writing
-    // the whole block out was a tenth of the call, its stores waiting on L2). The Gram's sums
-    // run over the rows in the same order, so it is the same bit for bit.
-    constexpr int64_t kSlabRows = 32;
-    p.block.resize(static_cast<std::size_t>(kSlabRows * dim));
-    p.gram.assign(static_cast<std::size_t>(dim * dim), 0.0);
-    bool nonzero = false;
-    for (int64_t j0 = 0; j0 < count; j0 += kSlabRows) {
-      const int64_t slab = std::min(kSlabRows, count - j0);
-      const float* slab_values = rows ? values : values + j0 * dim;  // without `rows`, row j is values[j]
-      nonzero |= weighted_rows(slab_values, rows ? rows + j0 : nullptr, slab, dim, weights + j0, p.block.data());
-      accumulate_upper_gram(p.block.data(), slab, dim, p.gram.data());
-      if (j0 + slab == count) p.last.assign(p.block.begin() + (slab - 1) * dim, p.block.begin() + slab * dim);
-    }
-    if (!nonzero) return false;
-  } else {
+  if (p.spans_rows) {
     p.block.resize(static_cast<std::size_t>(count * dim));
-    // SIMD; whether |M|_F^2 is nonzero: a sum of squares is 0 exactly when every square is, so no
+    // Whether |M|_F^2 is nonzero: a sum of squares is 0 exactly when every square is, so no
     // sequential sum of count * dim terms is needed (it was a tenth of the call, one add chain).
-    if (!weighted_rows(values, rows, count, dim, weights, p.block.data())) return false;
-    if (p.spans_rows) return true;
-    p.gram.assign(static_cast<std::size_t>(dim * dim), 0.0);
-    accumulate_upper_gram(p.block.data(), count, dim, p.gram.data());  // SIMD, the scalar loop's sums
+    return weighted_slab(b, 0, count, p.block.data());
   }
+  p.block.resize(static_cast<std::size_t>(kSlabRows * dim));
+  p.gram.assign(static_cast<std::size_t>(dim * dim), 0.0);
+  bool nonzero = false;
+  for (int64_t j0 = 0; j0 < count; j0 += kSlabRows) {
+    const int64_t n = std::min(kSlabRows, count - j0);
+    nonzero |= weighted_slab(b, j0, n, p.block.data());
+    accumulate_upper_gram(p.block.data(), n, dim, p.gram.data());  // SIMD, the scalar loop's sums
+    if (j0 + n == count) p.last.assign(p.block.begin() + (n - 1) * dim, p.block.begin() + n * dim);
+  }
+  if (!nonzero) return false;
   for (int64_t r = 0; r < dim; ++r) {
     for (int64_t c = 0; c < r; ++c)
       p.gram[static_cast<std::size_t>(r * dim + c)] = p.gram[static_cast<std::size_t>(c * dim + r)];
@@ -356,7 +366,8 @@ bool prepare_leverage(const float* values, const int32_t* rows, int64_t count, i
 }
 
 // Every row's energy in the top k directions (all of it when they span the rows).
-void row_energies(const LeverageProblem& p, int64_t count, int64_t dim, double* score) {
+void row_energies(const WeightedBlock& b, LeverageProblem& p, double* score) {
+  const int64_t count = b.count, dim = b.dim;
   if (p.spans_rows) {
     for (int64_t j = 0; j < count; ++j) {
       const double* m = p.block.data() + j * dim;
@@ -366,7 +377,11 @@ void row_energies(const LeverageProblem& p, int64_t count, int64_t dim, double* 
     }
     return;
   }
-  subspace_energy(p.block.data(), count, dim, p.vectors.data(), p.k, score);  // SIMD, the scalar sums
+  for (int64_t j0 = 0; j0 < count; j0 += kSlabRows) {
+    const int64_t n = std::min(kSlabRows, count - j0);
+    weighted_slab(b, j0, n, p.block.data());
+    subspace_energy(p.block.data(), n, dim, p.vectors.data(), p.k, score + j0);  // SIMD, the scalar sums
+  }
 }
 
 }  // namespace
@@ -375,13 +390,14 @@ void value_leverage_scores(const float* values, const int32_t* rows, int64_t cou
                            int64_t rank_cap, float* out) {
   if (count <= 0) return;
   thread_local LeverageProblem p;
-  if (!prepare_leverage(values, rows, count, dim, weights, rank_cap, p)) {
+  const WeightedBlock b{values, rows, weights, count, dim};
+  if (!prepare_leverage(b, rank_cap, p, Basis::kOriginal)) {
     std::fill_n(out, count, 0.0f);
     return;
   }
   thread_local std::vector<double> score;
   score.resize(static_cast<std::size_t>(count));
-  row_energies(p, count, dim, score.data());
+  row_energies(b, p, score.data());
   // sum_j <m_j, u_t>^2 = s_t^2: dividing by the total is the original's energy weighting and its
   // final normalisation in one.
   double sum = 0.0;
@@ -396,12 +412,13 @@ float value_self_leverage(const float* values, const int32_t* rows, int64_t coun
   thread_local LeverageProblem p;
   // One row to project: it goes into T's basis (Q^T m, one vector through the reflectors) instead
   // of the k eigenvectors coming back (<u_t, m> = <Q^T u_t, Q^T m>).
-  if (!prepare_leverage(values, rows, count, dim, weights, rank_cap, p, Basis::kTridiagonal)) return 0.0f;
+  const WeightedBlock b{values, rows, weights, count, dim};
+  if (!prepare_leverage(b, rank_cap, p, Basis::kTridiagonal)) return 0.0f;
   double last = 0.0, sum = 0.0;
   if (p.spans_rows) {  // few rows: every row's energy, summed as value_leverage_scores does
     thread_local std::vector<double> score;
     score.resize(static_cast<std::size_t>(count));
-    row_energies(p, count, dim, score.data());
+    row_energies(b, p, score.data());
     for (double s : score) sum += s;
     last = score.back();
   } else {
