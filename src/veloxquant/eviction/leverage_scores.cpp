@@ -231,8 +231,19 @@ enum class Basis { kOriginal, kTridiagonal };
 // matrix `a`: the k largest eigenvalues of the tridiagonal form by bisection, the k eigenvectors by
 // inverse iteration, carried back through the reflectors (Basis::kOriginal). `t` keeps the
 // reduction (its reflectors).
+// Which eigenpairs top_eigenvectors returns: all k, or (for a positive semidefinite `a`, the
+// leverage scores' Gram) only those whose eigenvalue is above the rounding of lambda_1.
+enum class Keep { kAll, kNonzero };
+
+// Eigenvalues at or below this share of lambda_1 (n eps-sized: 64 n eps) are zero to the solver's
+// rounding; inverse iteration cannot resolve their cluster (its vectors there are not orthogonal
+// to the top ones: residuals up to 0.1 lambda_1 seen on rank-deficient Grams, before and after
+// this check), and their directions carry no energy (sum_j <m_j, u_t>^2 = lambda_t ~ 0).
+constexpr double kZeroEigenvalue = 64.0 * std::numeric_limits<double>::epsilon();
+
 void top_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<double>& values,
-                      std::vector<double>& vectors, Tridiagonal& t, Basis basis = Basis::kOriginal) {
+                      std::vector<double>& vectors, Tridiagonal& t, Basis basis = Basis::kOriginal,
+                      Keep keep = Keep::kAll) {
   // This thread's buffers, reused: curdkv scores every decode step with this (no allocation
   // per step once the shapes have been seen).
   thread_local std::vector<double> columns;
@@ -240,6 +251,13 @@ void top_eigenvectors(const std::vector<double>& a, int n, int k, std::vector<do
   // Only the k largest eigenvalues, by Sturm counts in SIMD lanes (QR found all n: k = 16 of 64 here).
   values.resize(static_cast<std::size_t>(k));
   top_tridiagonal_eigenvalues(t.d.data(), t.e.data(), n, k, values.data());
+  if (keep == Keep::kNonzero && k > 1) {
+    const double floor = values[0] * kZeroEigenvalue * n;
+    int nonzero = 1;  // lambda_1 > 0: callers pass nonzero matrices
+    while (nonzero < k && values[static_cast<std::size_t>(nonzero)] > floor) ++nonzero;
+    k = nonzero;
+    values.resize(static_cast<std::size_t>(k));
+  }
   const std::size_t nn = static_cast<std::size_t>(n);
   vectors.resize(static_cast<std::size_t>(k) * nn);  // row r: the r-th eigenvector
   // Inverse iteration as a block, the k eigenvalues in SIMD lanes.
@@ -361,7 +379,11 @@ bool prepare_leverage(const WeightedBlock& b, int64_t rank_cap, LeverageProblem&
     for (int64_t c = 0; c < r; ++c)
       p.gram[static_cast<std::size_t>(r * dim + c)] = p.gram[static_cast<std::size_t>(c * dim + r)];
   }
-  top_eigenvectors(p.gram, static_cast<int>(dim), static_cast<int>(p.k), p.values, p.vectors, p.tridiagonal, basis);
+  // The original's weighting gives a zero singular value's direction no weight (s_t^2 U_jt^2):
+  // numerically zero eigenpairs are left out, and k is what remains.
+  top_eigenvectors(p.gram, static_cast<int>(dim), static_cast<int>(p.k), p.values, p.vectors, p.tridiagonal, basis,
+                   Keep::kNonzero);
+  p.k = static_cast<int64_t>(p.values.size());
   return true;
 }
 

@@ -211,6 +211,26 @@ TEST(LeverageScores, EqualBruteForce) {
     const float self = eviction::value_self_leverage(v.data(), nullptr, kRows, kWide, w.data(), 16);
     EXPECT_NEAR(self, all.back(), 1e-6 * all.back());
   }
+  // Fewer independent rows than the rank cap but more rows than it (rank r < 16 < rows): the top
+  // 16 end in numerically zero eigenvalues, whose directions carry no energy in the original's
+  // weighting; the scores still equal the brute force's.
+  for (int64_t rank : {3, 8, 12, 15}) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    constexpr int64_t kRows = 40, kWide = 64;
+    const std::vector<float> basis = random_rows(rank, kWide, 40 + static_cast<uint64_t>(rank));
+    const std::vector<float> mix = random_rows(kRows, rank, 50 + static_cast<uint64_t>(rank));
+    std::vector<float> v(static_cast<std::size_t>(kRows * kWide), 0.0f);
+    for (int64_t j = 0; j < kRows; ++j)
+      for (int64_t r = 0; r < rank; ++r)
+        for (int64_t i = 0; i < kWide; ++i) v[j * kWide + i] += mix[j * rank + r] * basis[r * kWide + i];
+    std::vector<float> w = random_rows(kRows, 1, 60);
+    for (float& x : w) x = std::exp(x);
+    std::vector<float> got(kRows);
+    eviction::value_leverage_scores(v.data(), nullptr, kRows, kWide, w.data(), 16, got.data());
+    const std::vector<double> want = reference_leverage(v, kRows, kWide, w, 16);
+    for (int64_t j = 0; j < kRows; ++j) EXPECT_NEAR(got[j], want[j], 1e-6) << "row " << j;
+    EXPECT_NEAR(eviction::value_self_leverage(v.data(), nullptr, kRows, kWide, w.data(), 16), want.back(), 1e-6);
+  }
   // Rows picked by index; an all-zero block scores 0.
   const std::vector<float> v = random_rows(6, kDim, 3);
   const std::vector<int32_t> pick = {5, 1, 3};

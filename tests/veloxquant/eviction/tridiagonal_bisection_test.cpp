@@ -8,8 +8,8 @@
 //     bisection written here (LAPACK's ratio-form count in long double) on graded tridiagonals
 //     like a value Gram's, and on the cases above;
 //   - top_symmetric_eigenvectors on 64 x 64 value Grams with peaked and flat spectra, a cluster
-//     around the 16th eigenvalue and rank-deficient blocks: eigenpairs at the rounding floor and the
-//     top-16 projector equal to the full solver's within 1e-13 / gap (Davis-Kahan at rounding).
+//     around the 16th eigenvalue and rank-deficient blocks (rank 40, 17 and 10): eigenpairs at the rounding floor and
+//     the top-16 projector equal to the full solver's within 1e-13 / gap (Davis-Kahan at rounding).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -173,6 +173,8 @@ TEST(TridiagonalBisection, TopEigenpairsMatchTheFullSolversProjector) {
   grams.emplace_back("continuum", value_gram(512, kDim, 3, [](int i) { return std::exp(-i / 12.0); }));
   grams.emplace_back("rank 40", value_gram(40, kDim, 4, [](int i) { return std::exp(-i / 12.0); }));
   grams.emplace_back("rank 17", value_gram(17, kDim, 5, [](int) { return 1.0; }));
+  // Rank 10: the top 16 end in six numerically zero eigenvalues (a cluster that never isolates).
+  grams.emplace_back("rank 10", value_gram(10, kDim, 6, [](int i) { return std::exp(-i / 12.0); }));
   {  // eigenvalues 1, ..., a cluster 0.01 (1 +- 1e-9 t) around positions 12..20, a tail below
     const auto base = grams[1].second;
     std::vector<double> ev, q;
