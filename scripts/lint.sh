@@ -22,6 +22,13 @@ done
 [[ -f build/compile_commands.json ]] || { echo "[lint] configure first: cmake -S . -B build" >&2; exit 1; }
 FILES=("$@")
 ((${#FILES[@]})) || mapfile -t FILES < <(git ls-files 'src/*.cpp' 'src/*.h')
+# clang-format would "format" any file it is given (a Python file comes back broken): C and C++ only.
+for f in "${FILES[@]}"; do
+  case "$f" in
+    *.cpp | *.cc | *.c | *.h | *.hpp) ;;
+    *) echo "[lint] $f is not a C or C++ file: clang-format and clang-tidy check C and C++ only" >&2; exit 2 ;;
+  esac
+done
 status=0
 if [[ "${FIX:-0}" == "1" ]]; then
   clang-format -i "${FILES[@]}"
