@@ -6,6 +6,7 @@
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
 
+#include "lm/kernels/dot_f32-inl.h"
 #include "lm/kernels/iq4_values-inl.h"
 
 #include <cmath>
@@ -46,20 +47,7 @@ HWY_INLINE hn::Vec<D> u8_to_f32(D df, hn::Vec<hn::Rebind<uint8_t, D>> q) {
   return hn::ConvertTo(df, hn::PromoteTo(di, q));
 }
 
-float DotF32(const float* w, const float* x, int64_t n) {
-  const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  auto a0 = hn::Zero(df), a1 = hn::Zero(df);
-  int64_t i = 0;
-  for (; i + 2 * N <= n; i += 2 * N) {
-    a0 = hn::MulAdd(hn::LoadU(df, w + i), hn::LoadU(df, x + i), a0);
-    a1 = hn::MulAdd(hn::LoadU(df, w + i + N), hn::LoadU(df, x + i + N), a1);
-  }
-  for (; i + N <= n; i += N) a0 = hn::MulAdd(hn::LoadU(df, w + i), hn::LoadU(df, x + i), a0);
-  float sum = reduce(df, hn::Add(a0, a1));
-  for (; i < n; ++i) sum += w[i] * x[i];
-  return sum;
-}
+float DotF32(const float* w, const float* x, int64_t n) { return dot_f32_inline(w, x, n); }
 
 float DotF16(const uint16_t* w, const float* x, int64_t n) {
   const DF df;

@@ -6,29 +6,26 @@
 #include "base/error.h"
 #include "lm/kernels/simd_dot.h"
 #include "lm/cache/kv_rows.h"
+#include "veloxquant/eviction/row_logits.h"
 
 namespace veloxquant::eviction {
 
 void mean_softmax_weights(const float* keys, const int32_t* rows, int64_t count, int64_t dim, const float* queries,
                           int64_t n_queries, float scale, float* out) {
   // Called once per token per head while scoring (a prefill chunk of an attention-scored policy
-  // calls it for every token over every live row): SIMD dot products and exponentials in f32,
-  // scratch reused by this thread.
-  thread_local std::vector<float> logits;
-  logits.resize(static_cast<std::size_t>(count));
+  // calls it for every token over every live row): the group's logits and maxima in one
+  // dispatched pass over the rows (row_logits.h), then per query SIMD exponentials in f32 added
+  // into the mean in query order; scratch reused by this thread.
+  thread_local std::vector<float> logits, maxima;
   std::fill(out, out + count, 0.0f);
   if (count == 0 || n_queries == 0) return;
+  logits.resize(static_cast<std::size_t>(count * n_queries));
+  maxima.resize(static_cast<std::size_t>(n_queries));
+  scaled_row_logits(keys, rows, count, dim, queries, n_queries, scale, logits.data(), count, maxima.data());
   for (int64_t q = 0; q < n_queries; ++q) {
-    const float* query = queries + q * dim;
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < count; ++j) {
-      const float* k = keys + (rows ? rows[j] : j) * dim;
-      const float x = lm::kernels::simd::dot_f32(k, query, dim) * scale;
-      logits[static_cast<std::size_t>(j)] = x;
-      mx = std::max(mx, x);
-    }
-    const float total = lm::kernels::simd::exp_shifted_sum(logits.data(), count, mx);
-    lm::kernels::simd::axpy_f32(1.0f / (total * static_cast<float>(n_queries)), logits.data(), out, count);
+    float* x = logits.data() + q * count;
+    const float total = lm::kernels::simd::exp_shifted_sum(x, count, maxima[static_cast<std::size_t>(q)]);
+    lm::kernels::simd::axpy_f32(1.0f / (total * static_cast<float>(n_queries)), x, out, count);
   }
 }
 
