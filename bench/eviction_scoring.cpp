@@ -1,10 +1,10 @@
 // The per-token rule of the attention-scored eviction policies (h2o, tova, pyramidkv, kvzip,
 // keyformer; eviction_policy.h kAttentionScored) on its own: the part of their prefill that
 // grows with the budget (h2o at 2,580 rows prefilled at 0.6x the native cache, docs/benchmarks.md).
-//   row_logits/reference/<rows>   a GQA group's logits (3 queries) over <rows> indexed rows the
-//                                 way the scorer computed them before (a dispatched dot_f32 per
-//                                 row and query, a running maximum): the baseline
-//   row_logits/simd/<rows>        scaled_row_logits (row_logits.h): the same floats
+//   row_logits/reference/<rows>/<queries>  a GQA group's logits over <rows> indexed rows the way
+//                                 the scorer computed them before (a dispatched dot_f32 per row
+//                                 and query, a running maximum): the baseline
+//   row_logits/simd/<rows>/<queries>  scaled_row_logits (row_logits.h): the same floats
 //   softmax/<rows>                mean_softmax_weights over <rows> indexed rows for a GQA group of
 //                                 3 queries (SmolLM2: 9 query heads over 3 kv heads)
 //   h2o_chunk/<budget>            select_rows for h2o (decay 1, 4 sinks) with <budget> rows stored
@@ -52,24 +52,23 @@ std::vector<int32_t> live_rows(int64_t count) {
 
 template <bool kReference>
 void BM_RowLogits(benchmark::State& state) {
-  const int64_t count = state.range(0);
+  const int64_t count = state.range(0), group = state.range(1);
   const std::vector<int32_t> rows = live_rows(count);
   const std::vector<float> keys = normal_values(static_cast<std::size_t>((rows.back() + 1) * kDim), 1.0f, 1);
-  const std::vector<float> queries = normal_values(kGroup * kDim, 2.0f, 2);
-  std::vector<float> out(static_cast<std::size_t>(kGroup * count));
+  const std::vector<float> queries = normal_values(static_cast<std::size_t>(group * kDim), 2.0f, 2);
+  std::vector<float> out(static_cast<std::size_t>(group * count)), mx(static_cast<std::size_t>(group));
   for (auto _ : state) {
-    float mx[kGroup];
     if (kReference) {
-      veloxquant::eviction::scalar::scaled_row_logits(keys.data(), rows.data(), count, kDim, queries.data(), kGroup,
-                                                      0.125f, out.data(), count, mx);
+      veloxquant::eviction::scalar::scaled_row_logits(keys.data(), rows.data(), count, kDim, queries.data(), group,
+                                                      0.125f, out.data(), count, mx.data());
     } else {
-      veloxquant::eviction::scaled_row_logits(keys.data(), rows.data(), count, kDim, queries.data(), kGroup, 0.125f,
-                                              out.data(), count, mx);
+      veloxquant::eviction::scaled_row_logits(keys.data(), rows.data(), count, kDim, queries.data(), group, 0.125f,
+                                              out.data(), count, mx.data());
     }
-    benchmark::DoNotOptimize(mx);
+    benchmark::DoNotOptimize(mx.data());
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetItemsProcessed(state.iterations() * count * kGroup);
+  state.SetItemsProcessed(state.iterations() * count * group);
 }
 
 void BM_Softmax(benchmark::State& state) {
@@ -115,8 +114,13 @@ void BM_H2OChunk(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kChunk);
 }
 
-BENCHMARK(BM_RowLogits<true>)->Name("row_logits/reference")->Arg(512)->Arg(2580);
-BENCHMARK(BM_RowLogits<false>)->Name("row_logits/simd")->Arg(512)->Arg(2580);
+BENCHMARK(BM_RowLogits<true>)->Name("row_logits/reference")->Args({512, 3})->Args({2580, 3});
+BENCHMARK(BM_RowLogits<false>)
+    ->Name("row_logits/simd")
+    ->Args({512, 3})
+    ->Args({2580, 1})
+    ->Args({2580, 3})
+    ->Args({2580, 4});
 BENCHMARK(BM_Softmax)->Name("softmax")->Arg(512)->Arg(2580);
 BENCHMARK(BM_H2OChunk)->Name("h2o_chunk")->Arg(512)->Arg(2580)->Unit(benchmark::kMicrosecond);
 
