@@ -9,6 +9,7 @@
 #include "base/thread_pool.h"
 #include "veloxquant/eviction/anchor_scores.h"
 #include "veloxquant/eviction/attention_scores.h"
+#include "veloxquant/eviction/first_minimum.h"
 #include "veloxquant/eviction/leverage_scores.h"
 #include "veloxquant/eviction/ordered_sums.h"
 #include "veloxquant/eviction/recent_votes.h"
@@ -276,10 +277,60 @@ std::size_t pick_chunk(const EvictionPolicy& p, const Candidates& c, const std::
   return best;
 }
 
+// The number of first candidates that are sinks when the sinks are exactly those (the rows are
+// in position order, so they are); -1 when a later candidate is a sink too.
+int64_t sink_prefix(const EvictionPolicy& p, const Candidates& c) {
+  const int64_t n = c.count();
+  int64_t k = 0;
+  while (k < n && is_sink(p, c, static_cast<int32_t>(k))) ++k;
+  for (int64_t i = k; i < n; ++i) {
+    if (is_sink(p, c, static_cast<int32_t>(i))) return -1;
+  }
+  return k;
+}
+
+// keep_per_token for h2o, tova, pyramidkv and kvzip (kAttentionScored without cam's merge,
+// chunkkv's chunks or keyformer's noise) when the sinks are the first `sinks` candidates: the rank
+// is the score and nothing but the update and the victim search touches the scores, so they
+// follow `live` in one contiguous array — the update (update_scores: updated_score's expressions)
+// and the first minimum (first_minimum.h) run over it in SIMD — and are written back at the end.
+// The sinks, never evicted, stay the first live rows. The same rows and scores as keep_per_token.
+void keep_per_token_dense(const EvictionPolicy& p, Candidates& c, const QuerySource& queries, float scale,
+                          int64_t sinks, std::vector<int32_t>& live) {
+  live.resize(static_cast<std::size_t>(c.stored));
+  std::iota(live.begin(), live.end(), 0);
+  const std::size_t protect = static_cast<std::size_t>(p.effective_protect());
+  thread_local std::vector<float> query, weights, scores;
+  scores.assign(c.scores.begin(), c.scores.begin() + c.stored);
+  for (int64_t t = 0; t < c.count() - c.stored; ++t) {
+    live.push_back(static_cast<int32_t>(c.stored + t));
+    const std::size_t n = live.size();
+    const int64_t nq = queries(t, query);
+    weights.resize(n);
+    mean_softmax_weights(c.keys.data(), live.data(), static_cast<int64_t>(n), c.dim, query.data(), nq, scale,
+                         weights.data());
+    p.update_scores(scores.data(), weights.data(), static_cast<int64_t>(n) - 1, scores.data());
+    scores.push_back(weights.back());  // the new row's own weight (arrival_score)
+    if (static_cast<int64_t>(n) <= p.budget) continue;
+    const std::size_t first = static_cast<std::size_t>(std::min(sinks, c.stored + t + 1));  // the live sinks
+    const std::size_t end = n - protect;
+    if (end <= first) throw std::logic_error("eviction: no evictable row (sinks and protected rows fill the budget)");
+    const std::size_t victim =
+        first + static_cast<std::size_t>(first_minimum(scores.data() + first, static_cast<int64_t>(end - first)));
+    live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim));
+    scores.erase(scores.begin() + static_cast<std::ptrdiff_t>(victim));
+  }
+  for (std::size_t j = 0; j < live.size(); ++j) c.scores[static_cast<std::size_t>(live[j])] = scores[j];
+}
+
 // The per-token policies, one new token at a time: score, then past the budget evict the first
 // minimum of the rank outside the sinks and the newest `protect` rows (cam merges it first).
 void keep_per_token(const EvictionPolicy& p, Candidates& c, const QuerySource& queries, float scale,
                     std::vector<int32_t>& live) {
+  if (p.kind == Kind::kAttentionScored && !p.merges() && p.chunk_size == 1 && !p.has_noise()) {
+    if (const int64_t sinks = sink_prefix(p, c); sinks >= 0)
+      return keep_per_token_dense(p, c, queries, scale, sinks, live);
+  }
   live.resize(static_cast<std::size_t>(c.stored));
   std::iota(live.begin(), live.end(), 0);
   const int64_t protect = p.effective_protect();

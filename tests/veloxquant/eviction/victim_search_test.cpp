@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "veloxquant/eviction/eviction_policy.h"
@@ -59,6 +60,20 @@ TEST(VictimSearch, TiedScoresEvictTheEarliestOutsideTheSinks) {
   // Unprotected, the new row (score 0.2, its own weight) is the minimum.
   c = zero_key_candidates({1.0f, 1.0f, 1.0f, 1.0f});
   EXPECT_EQ(select(h2o(4, 1, 0), c), (std::vector<int32_t>{0, 1, 2, 3}));
+}
+
+TEST(VictimSearch, SinksAnywhereAreSkipped) {
+  // Positions out of order (the search takes its general path): the sink (position 0) is the
+  // third candidate; rows 0, 1, 3 tie at 1.2, and the earliest non-sink goes.
+  Candidates c = zero_key_candidates({1.0f, 1.0f, 0.0f, 1.0f});
+  c.positions = {5, 6, 0, 7, 8};
+  EXPECT_EQ(select(h2o(4, 1, 1), c), (std::vector<int32_t>{1, 2, 3, 4}));
+  // The same candidates in position order (the contiguous path): the same rule.
+  c = zero_key_candidates({0.0f, 1.0f, 1.0f, 1.0f});
+  EXPECT_EQ(select(h2o(4, 1, 1), c), (std::vector<int32_t>{0, 2, 3, 4}));
+  // Sinks and protected rows fill the budget: a clear error, not a wrong row.
+  c = zero_key_candidates({1.0f, 1.0f, 1.0f, 1.0f});
+  EXPECT_THROW(select(h2o(4, 5, 0), c), std::logic_error);
 }
 
 TEST(VictimSearch, NaNScoreGoesOnlyAsTheFirstCandidate) {
