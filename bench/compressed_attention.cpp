@@ -7,11 +7,17 @@
 //     x_native     native time / method time (>1: the compressed cache is faster),
 //     kv_GBps      the cache's resident bytes read per second,
 //     native_GBps  the same for the native cache's f16 rows.
+//   rows/<cache>/<N>           CPU time (the process's, every pool thread included) of one
+//                              decode step over N stored rows: the native f16 cache holding N
+//                              rows beside eviction caches whose budget is N (filled past it, so
+//                              every step evicts a row, as a long decode does) — the per-row cost
+//                              of the eviction path against the native kernel's (issue 11).
 // Rows are random (keys N(0,1), values N(0,1)), which is what the speed depends on.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -80,6 +86,59 @@ void BM_Attention(benchmark::State& state, const Setup& setup) {
   state.counters["kv_MiB"] = static_cast<double>(cache->nbytes()) / (1 << 20);
 }
 
+// One decode step over `rows` stored rows, CPU time: the native cache (method "none") holds rows
+// rows and is trimmed back after each step; an eviction cache has budget `rows`, is filled with
+// max(4096, rows + 512) tokens (so it is full and evicts a row per step) and restarts from a copy
+// every kRestart steps (untimed), like BM_Attention's caches that cannot trim.
+void BM_Rows(benchmark::State& state, const Setup& setup) {
+  const int64_t rows = state.range(0);
+  std::mt19937 rng(7);
+  std::vector<std::string> set = setup.set;
+  const bool native = setup.method == "none";
+  if (setup.method == "streaming_llm") {  // its budget: the window plus its 4 sinks
+    set.push_back("stream_window_size=" + std::to_string(rows - 4));
+  } else if (!native) {
+    set.push_back(setup.method + "_budget=" + std::to_string(rows));
+  }
+  // Filled once per (cache, rows) and reused by Google Benchmark's repeated runs of this
+  // function: an eviction cache's prefill (H2O scores every prompt token) would otherwise take
+  // more CPU than the steps measured, and swamp a profile of them.
+  static std::map<std::string, std::shared_ptr<lm::KVCache>> filled_caches;
+  std::string key = setup.method + "/" + std::to_string(rows);
+  for (const std::string& a : set) key += "/" + a;
+  std::shared_ptr<lm::KVCache>& filled_once = filled_caches[key];
+  if (!filled_once) {
+    filled_once = make_cache(setup.method, setup.bits, set);
+    fill(*filled_once, native ? rows : std::max<int64_t>(4096, rows + 512), rng);
+  }
+  std::shared_ptr<lm::KVCache> cache = filled_once->clone();
+  constexpr int64_t kRestart = 32;
+  const std::shared_ptr<lm::KVCache> filled = cache->is_trimmable() ? nullptr : filled_once;
+  std::mt19937 step_rng(8);  // the step's rows, the same whether or not this run filled the cache
+  const lm::Tensor q = random_tensor({1, kQueryHeads, 1, kDim}, lm::DType::F32, step_rng);
+  const lm::Tensor k = random_tensor({1, kKvHeads, 1, kDim}, lm::DType::F16, step_rng);
+  const lm::Tensor v = random_tensor({1, kKvHeads, 1, kDim}, lm::DType::F16, step_rng);
+  lm::Tensor out({1, kQueryHeads, 1, kDim}, lm::DType::F32);
+  int64_t steps = 0;
+  for (auto _ : state) {
+    if (filled && ++steps % kRestart == 0) {
+      state.PauseTiming();
+      cache = filled->clone();
+      state.ResumeTiming();
+    }
+    step(*cache, q, k, v, out);
+    if (cache->is_trimmable()) cache->trim(1);
+    benchmark::DoNotOptimize(out.data<float>());
+  }
+}
+
+const Setup kRowSetups[] = {
+    {"none", 0, {}, ""},
+    {"h2o", 2, {}, ""},  // f16 rows ("dtype" storage)
+    {"h2o", 4, {"eviction_storage=turboquant_rvq", "rvq_value_bits=4"}, ""},
+    {"streaming_llm", 2, {}, ""},  // no scores: the eviction path without row weights
+};
+
 const Setup kSetups[] = {
     {"kivi", 4, {}},
     {"kivi", 2, {}},
@@ -130,6 +189,17 @@ int register_all() {
         ->Arg(4096)
         ->Arg(8192)
         ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+  for (const Setup& s : kRowSetups) {
+    std::string name = "rows/" + s.method + "_b" + std::to_string(s.bits);
+    for (const std::string& a : s.set) name += "_" + a;
+    benchmark::RegisterBenchmark(name.c_str(), BM_Rows, s)
+        ->Arg(512)
+        ->Arg(1290)
+        ->Arg(2580)
+        ->Arg(4096)
+        ->MeasureProcessCPUTime()
         ->Unit(benchmark::kMicrosecond);
   }
   return 0;
