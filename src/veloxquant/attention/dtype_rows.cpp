@@ -65,8 +65,8 @@ void score_plain_tile(const PlainRows& keys, int64_t b, int64_t h, int64_t j0, i
     // queries (the host's own decode path): bit-identical to widening the tile first, without
     // the f32 copy (an eviction cache's f16 rows spent 11% of a decode step converting them).
     const auto* rows = reinterpret_cast<const uint16_t*>(keys.head(b, h) + j0 * keys.row_bytes);
-    lm::kernels::tiles::score_rows_f16(prepared, keys.dim, n_queries, rows, keys.row_bytes / 2, n, keys.dim, scores,
-                                       ld);
+    lm::kernels::tiles::score_rows_f16(prepared, keys.dim, n_queries, rows, keys.row_bytes / 2, n, keys.dim, scores, ld,
+                                       keys.prefetch_rows);
     return;
   }
   float* tile = scratch.f32(static_cast<std::size_t>(n * keys.dim));

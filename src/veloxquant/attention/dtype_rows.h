@@ -23,6 +23,10 @@ struct PlainRows {
   const std::byte* data = nullptr;
   lm::DType dtype = lm::DType::F16;
   int64_t head_stride_bytes = 0, batch_stride_bytes = 0, row_bytes = 0, dim = 0;
+  // > 0: score_plain_tile hints the f16 key rows that many ahead of the ones it scores into the
+  // cache (lm::kernels::tiles::score_rows_f16), for a reader streaming a long cache from DRAM
+  // during a decode step; it changes no result.
+  int64_t prefetch_rows = 0;
 
   static PlainRows of(const lm::Tensor& t);  // t: [B, H, cap, D], innermost two dims contiguous
   const std::byte* head(int64_t b, int64_t h) const { return data + b * batch_stride_bytes + h * head_stride_bytes; }
