@@ -42,7 +42,7 @@ set(VQ_EVICTION_CACHES_SOURCES
     cross_layer/xquant_cache cross_layer/xquant_rows eviction/anchor_scores
     eviction/attention_scores eviction/codec_tiles eviction/eviction_cache eviction/eviction_config
     eviction/eviction_mask eviction/eviction_policy eviction/eviction_registration
-    eviction/eviction_row_source eviction/eviction_rows eviction/leverage_kernels
+    eviction/eviction_row_source eviction/eviction_rows eviction/first_minimum eviction/leverage_kernels
     eviction/leverage_scores eviction/methods/cam_cache eviction/methods/chunkkv_cache
     eviction/methods/curdkv_cache eviction/methods/h2o_cache eviction/methods/keyformer_cache
     eviction/methods/knorm_cache eviction/methods/kvzip_cache eviction/methods/morphkv_cache

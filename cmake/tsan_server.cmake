@@ -51,7 +51,7 @@ set(VQ_SERVER_SOURCES
     core/rotation core/simd_kernels core/simd_kernels_scalar eviction/anchor_scores
     eviction/attention_scores eviction/eviction_cache eviction/eviction_config
     eviction/eviction_mask eviction/eviction_policy eviction/eviction_registration eviction/eviction_row_source eviction/codec_tiles
-    eviction/eviction_rows eviction/leverage_kernels eviction/leverage_scores
+    eviction/eviction_rows eviction/first_minimum eviction/leverage_kernels eviction/leverage_scores
     eviction/methods/cam_cache eviction/methods/chunkkv_cache eviction/methods/curdkv_cache
     eviction/methods/h2o_cache eviction/methods/keyformer_cache eviction/methods/knorm_cache
     eviction/methods/kvzip_cache eviction/methods/morphkv_cache eviction/methods/nestedkv_cache

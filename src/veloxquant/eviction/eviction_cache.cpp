@@ -1,5 +1,6 @@
 #include "veloxquant/eviction/eviction_cache.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "veloxquant/attention/fused_call.h"
 #include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/eviction/eviction_mask.h"
+#include "veloxquant/eviction/first_minimum.h"
 #include "veloxquant/eviction/eviction_row_source.h"
 #include "veloxquant/quant/turboquant_rvq.h"
 
@@ -313,13 +315,13 @@ int64_t single_victim(const EvictionPolicy& policy, const int32_t* positions, co
   // newest `protect` rows.
   float victim_rank = 0.0f;
   if (!policy.has_noise()) {
-    // Without noise the rank is the score: a plain first-minimum scan.
-    for (int64_t j = 0; j < total - protect; ++j) {
-      const float r = score(j);
-      if (position(j) >= policy.n_sink && (victim < 0 || r < victim_rank)) {
-        victim = j;
-        victim_rank = r;
-      }
+    // Without noise the rank is the score: the first minimum outside the sinks, which are a
+    // prefix (positions ascend), over the stored rows in SIMD (first_minimum.h), then the new row.
+    const int64_t first = std::lower_bound(positions, positions + stored, policy.n_sink) - positions;
+    const int64_t end = std::min(total - protect, stored);
+    if (first < end) victim = first + first_minimum(scores + first, end - first);
+    if (stored < total - protect && new_position >= policy.n_sink && (victim < 0 || new_score < scores[victim])) {
+      victim = stored;
     }
     return victim;
   }
