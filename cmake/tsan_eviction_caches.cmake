@@ -49,7 +49,7 @@ set(VQ_EVICTION_CACHES_SOURCES
     eviction/methods/nestedkv_cache eviction/methods/pyramidkv_cache eviction/methods/qfilters_cache
     eviction/methods/rocketkv_cache eviction/methods/snapkv_cache eviction/methods/squeeze_cache
     eviction/methods/streaming_llm_cache eviction/methods/tova_cache eviction/ordered_sums
-    eviction/page_summaries eviction/pyramid_schedule eviction/recent_votes eviction/row_codec
+    eviction/page_summaries eviction/pyramid_schedule eviction/recent_votes eviction/row_codec eviction/row_logits
     eviction/squeeze_schedule eviction/tridiagonal_bisection eviction/tridiagonal_inverse_iteration eviction/upper_gram
     integration/patch_model
     integration/prompt_cache_types presets/kv_presets quant/code_io quant/quantizer_checks

@@ -58,7 +58,7 @@ set(VQ_SERVER_SOURCES
     eviction/methods/pyramidkv_cache eviction/methods/qfilters_cache eviction/methods/rocketkv_cache
     eviction/methods/snapkv_cache eviction/methods/squeeze_cache
     eviction/methods/streaming_llm_cache eviction/methods/tova_cache eviction/ordered_sums
-    eviction/page_summaries eviction/pyramid_schedule eviction/recent_votes eviction/row_codec
+    eviction/page_summaries eviction/pyramid_schedule eviction/recent_votes eviction/row_codec eviction/row_logits
     eviction/squeeze_schedule eviction/tridiagonal_bisection eviction/tridiagonal_inverse_iteration eviction/upper_gram
     integration/patch_model integration/patch_vlm
     integration/prompt_cache_types presets/kv_presets quant/block_lloyd_quant quant/boundary_counts
