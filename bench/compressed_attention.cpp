@@ -37,7 +37,7 @@ struct Setup {
   std::string method;
   int bits;
   std::vector<std::string> set;
-  std::string preset;  // non-empty: the preset's configuration (method, bits and set unused)
+  std::string preset = {};  // non-empty: the preset's configuration (method, bits and set unused)
 };
 
 void BM_Attention(benchmark::State& state, const Setup& setup) {

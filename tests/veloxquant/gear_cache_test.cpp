@@ -369,7 +369,9 @@ TEST(Gear, FusedAttentionEqualsAttentionOverFetchedRows) {
       EXPECT_LE(worst[c], 2e-3f) << "bits " << bits << " chunk " << chunks[c];
       // The decoded f32 blocks are the fetched rows to f32 rounding (measured <= 7e-6; the fused
       // 2-bit path, with its 16-bit query, ~8e-4).
-      if (chunks[c] >= 64) EXPECT_LE(worst[c], 5e-5f) << "bits " << bits << " chunk " << chunks[c];
+      if (chunks[c] >= 64) {
+        EXPECT_LE(worst[c], 5e-5f) << "bits " << bits << " chunk " << chunks[c];
+      }
     }
   }
 }
@@ -488,8 +490,12 @@ TEST(Gear, RecodedBlocksApproximateNoWorseThanTheFactors) {
       }
     }
     // At 0.9 every block of random rows re-codes; at 0.05 the rule keeps 1 term a side: factors.
-    if (energy > 0.5) EXPECT_EQ(recoded, t / group);
-    if (energy < 0.5) EXPECT_EQ(recoded, 0);
+    if (energy > 0.5) {
+      EXPECT_EQ(recoded, t / group);
+    }
+    if (energy < 0.5) {
+      EXPECT_EQ(recoded, 0);
+    }
   }
 }
 
@@ -519,7 +525,9 @@ TEST(Gear, MixedBlockFormatsAttendInPositionOrder) {
       test_support::fused_vs_fetched(fused, plain, heads, hq, d, chunks, 600, patterned(7), patterned(8));
   for (std::size_t c = 0; c < chunks.size(); ++c) {
     EXPECT_LE(worst[c], 2e-3f) << "chunk " << chunks[c];
-    if (chunks[c] >= 64) EXPECT_LE(worst[c], 5e-5f) << "chunk " << chunks[c];
+    if (chunks[c] >= 64) {
+      EXPECT_LE(worst[c], 5e-5f) << "chunk " << chunks[c];
+    }
   }
   int base_blocks = 0, recoded = 0;
   for (int64_t g = 0; g < fused.frontier() / group; ++g) {
