@@ -59,6 +59,14 @@ def wait_ready(server, timeout):
     return None
 
 
+def is_budget_field(name):
+    """The rows an eviction method keeps: h2o_budget, snap_budget, ..., streaming_llm's window (not
+    kvtc's bit budget, nor the budgets pyramidkv and squeeze resolve from it)."""
+    if name == "stream_window_size":
+        return True
+    return name.endswith("_budget") and name != "kvtc_bit_budget" and not name.endswith("_resolved_budget")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--veloxquant", default=str(ROOT / "build" / "veloxquant"))
@@ -68,6 +76,10 @@ def main():
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one request may take")
+    parser.add_argument("--budget", type=int,
+                        help="rows every eviction method keeps (its *_budget field, streaming_llm's window): a "
+                        "budget below the prompt's length makes eviction act on a short prompt (default: the "
+                        "methods' own, 512)")
     parser.add_argument("--methods",
                         help="comma list of methods and presets (preset:q4) (default: every servable method, then "
                         "every preset)")
@@ -84,6 +96,13 @@ def main():
     else:
         cases = [{"method": m["name"]} for m in listing["methods"]]
         cases += [{"preset": p["name"]} for p in listing["presets"]]
+    if args.budget is not None:
+        budget_fields = {m["name"]: [f["name"] for f in m["fields"] if is_budget_field(f["name"])]
+                         for m in listing["methods"]}
+        for case in cases:
+            sets = {name: args.budget for name in budget_fields.get(case.get("method"), [])}
+            if sets:
+                case["set"] = sets
     prompt = pathlib.Path(args.text).read_text(encoding="utf-8", errors="replace")[: args.prompt_chars]
 
     stderr_file = tempfile.NamedTemporaryFile(prefix="serve_every_method_", suffix=".err", delete=False)
@@ -100,6 +119,8 @@ def main():
             return 1
         for case in cases:
             label = case.get("method") or "--preset " + case["preset"]
+            if "set" in case:
+                label += " " + " ".join(f"{k}={v}" for k, v in case["set"].items())
             body = {"prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0, "veloxquant": case}
             started = time.time()
             with concurrent.futures.ThreadPoolExecutor(2) as pool:
@@ -135,7 +156,8 @@ def main():
     for failure in failures:
         print("FAILED " + failure, file=sys.stderr)
     print(f"{len(cases) - len(failed_cases)} of {len(cases)} cases answered alike; "
-          f"{'no sanitizer report' if not reports else 'sanitizer reports'}; server stderr {stderr_file.name}")
+          f"{'no sanitizer report' if not reports else 'sanitizer reports'}"
+          f"{'' if not failures else '; server stderr kept in ' + stderr_file.name}")
     if not failures:
         os.unlink(stderr_file.name)
     return 1 if failures else 0
