@@ -15,18 +15,13 @@
 
 #include "lm/kernels/simd_dot.h"
 #include "veloxquant/eviction/row_logits.h"
+#include "support/random_values.h"
 #include "support/simd_targets.h"
 
 namespace veloxquant::eviction {
 namespace {
 
-std::vector<float> random_values(std::size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> out(n);
-  for (float& v : out) v = normal(rng);
-  return out;
-}
+using test_support::normal_values;
 
 // Bitwise equality (NaN equals NaN; +0 and -0 differ).
 bool same_bits(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
@@ -34,8 +29,8 @@ bool same_bits(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit
 // Every target against the reference, for the index and for rows 0..count-1.
 void check_against_reference(int64_t dim, int64_t count, int64_t n_queries) {
   const int64_t rows = count + 7;
-  const std::vector<float> keys = random_values(static_cast<std::size_t>(rows * dim), 11);
-  const std::vector<float> queries = random_values(static_cast<std::size_t>(n_queries * dim), 12);
+  const std::vector<float> keys = normal_values(static_cast<std::size_t>(rows * dim), 11);
+  const std::vector<float> queries = normal_values(static_cast<std::size_t>(n_queries * dim), 12);
   std::vector<int32_t> index(static_cast<std::size_t>(rows));
   std::iota(index.begin(), index.end(), 0);
   std::shuffle(index.begin(), index.end(), std::mt19937(13));
