@@ -94,21 +94,6 @@ void merge_into_survivor(const EvictionPolicy& p, Candidates& c, const std::vect
   c.modified[target] = 1;
 }
 
-// scores[live[j]] = p.updated_score(scores[live[j]], weights[j]) for j < n: the same expressions,
-// with the rule chosen once rather than per row (a prefill token of h2o at 2,580 rows updates
-// every live row; a call per row cost about as much as the victim search).
-void update_live_scores(const EvictionPolicy& p, float* scores, const int32_t* live, std::size_t n,
-                        const float* weights) {
-  if (!p.accumulate) {
-    for (std::size_t j = 0; j < n; ++j) scores[live[j]] = weights[j];
-  } else if (p.max_combine) {
-    for (std::size_t j = 0; j < n; ++j) scores[live[j]] = std::max(scores[live[j]], weights[j]);
-  } else {
-    const double d = p.decay;
-    for (std::size_t j = 0; j < n; ++j) scores[live[j]] = static_cast<float>(scores[live[j]] * d + weights[j]);
-  }
-}
-
 // The per-token victim: the first minimum of the rank over live[0, end) outside the sinks;
 // live.size() when every one of them is a sink. `step` is the position fed.
 std::size_t first_min_rank(const EvictionPolicy& p, const Candidates& c, const std::vector<int32_t>& live,
@@ -154,7 +139,7 @@ void score_new_token(const EvictionPolicy& p, Candidates& c, const std::vector<i
   weights.resize(live.size());
   mean_softmax_weights(c.keys.data(), live.data(), static_cast<int64_t>(live.size()), c.dim, query.data(), nq, scale,
                        weights.data());
-  update_live_scores(p, c.scores.data(), live.data(), live.size() - 1, weights.data());
+  p.update_scores_at(c.scores.data(), live.data(), weights.data(), static_cast<int64_t>(live.size()) - 1);
   c.scores[static_cast<std::size_t>(idx)] = p.arrival_score(key, c.dim, weights.back());
 }
 
@@ -503,22 +488,24 @@ int64_t EvictionPolicy::effective_protect() const {
 }
 
 float EvictionPolicy::updated_score(float carried, float weight) const {
-  if (!accumulate) return weight;
-  if (max_combine) return std::max(carried, weight);
-  return static_cast<float>(carried * decay + weight);
+  float out = 0.0f;
+  with_score_rule([&](auto combine) { out = combine(carried, weight); });
+  return out;
 }
 
+// update_scores and update_scores_at apply updated_score's rule (with_score_rule, the one copy),
+// so the decode step's, the dense per-token path's and the general selection's scores are equal
+// bit for bit.
 void EvictionPolicy::update_scores(const float* carried, const float* weights, int64_t n, float* out) const {
-  // The same expressions as updated_score, so the decode step's scores equal the general
-  // selection's bit for bit.
-  if (!accumulate) {
-    std::copy_n(weights, n, out);
-  } else if (max_combine) {
-    for (int64_t j = 0; j < n; ++j) out[j] = std::max(carried[j], weights[j]);
-  } else {
-    const double d = decay;
-    for (int64_t j = 0; j < n; ++j) out[j] = static_cast<float>(carried[j] * d + weights[j]);
-  }
+  with_score_rule([&](auto combine) {
+    for (int64_t j = 0; j < n; ++j) out[j] = combine(carried[j], weights[j]);
+  });
+}
+
+void EvictionPolicy::update_scores_at(float* scores, const int32_t* rows, const float* weights, int64_t n) const {
+  with_score_rule([&](auto combine) {
+    for (int64_t j = 0; j < n; ++j) scores[rows[j]] = combine(scores[rows[j]], weights[j]);
+  });
 }
 
 float EvictionPolicy::arrival_score(const float* key, int64_t dim, float own_weight) const {

@@ -141,6 +141,8 @@ struct EvictionPolicy {
   float updated_score(float carried, float weight) const;
   // updated_score for n rows at once (out may be carried): one loop per rule, no call per row.
   void update_scores(const float* carried, const float* weights, int64_t n, float* out) const;
+  // The same for rows scattered in `scores`: scores[rows[j]] updated with weights[j], j < n.
+  void update_scores_at(float* scores, const int32_t* rows, const float* weights, int64_t n) const;
   // The score a new row starts with: its own weight, or its key's signed norm (kKeyNorm).
   float arrival_score(const float* key, int64_t dim, float own_weight) const;
   // What victims are ranked by at the step feeding position `step`: the score, plus the noise;
@@ -148,8 +150,25 @@ struct EvictionPolicy {
   float rank(float score, int32_t position, int64_t step) const;
   bool has_noise() const { return noise_tau_init != 0.0 || noise_tau_end != 0.0; }
   bool merges() const { return merge != Merge::kNone; }
+
   // protect_recent limited so that at least one row stays evictable past the sinks.
   int64_t effective_protect() const;
+
+ private:
+  // Calls body(combine) once, combine(carried, weight) being this policy's score rule as a lambda
+  // of its own type: the one place the rule is written, and a loop over rows inside body is
+  // compiled per rule (no branch or call per row).
+  template <class Body>
+  void with_score_rule(Body&& body) const {
+    if (!accumulate) {
+      body([](float, float weight) { return weight; });
+    } else if (max_combine) {
+      body([](float carried, float weight) { return std::max(carried, weight); });
+    } else {
+      const double d = decay;
+      body([d](float carried, float weight) { return static_cast<float>(carried * d + weight); });
+    }
+  }
 };
 
 const char* policy_kind_name(EvictionPolicy::Kind kind);
