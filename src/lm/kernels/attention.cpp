@@ -107,12 +107,8 @@ constexpr int64_t kMaxSplits = 64;
 // From this many rows per tile (a prefill block) a transposed key tile (lane-parallel scores)
 // pays for the transpose; below it (decode) tiles::score_rows reads the key rows as they are.
 constexpr int64_t kTransposeFromRows = 8;
-// Decode over f16 rows in place prefetches keys and values this many rows (one key tile) ahead
-// of the rows it computes on. Without it the core waits on DRAM between bursts of compute (the
-// hardware streamers restart at every 4 KiB page): at 8k rows x 30 layers a decode thread spent
-// ~20% more CPU time per token (16-17 ms against 12-13 ms with 32-64 rows ahead; 16 gained
-// less, 128-256 no more, on a loaded 2-core Zen 2).
-constexpr int64_t kPrefetchRows = 64;
+// Decode over f16 rows in place prefetches keys and values this many rows ahead (see there).
+constexpr int64_t kPrefetchRows = tiles::kDecodePrefetchRows;
 
 // Rows [j0, j1) of head (b, h) of a [B, H, T, D] tensor, widened to f32 into dst.
 void load_rows_f32(const RowSource& src, int64_t b, int64_t h, int64_t j0, int64_t j1, int64_t d, float* dst) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/half.h"
+#include "lm/kernels/attention_tiles.h"
 #include "veloxquant/attention/dtype_rows.h"
 #include "veloxquant/attention/tile_kernels.h"
 #include "veloxquant/eviction/codec_tiles.h"
@@ -14,13 +15,13 @@ namespace veloxquant::eviction {
 
 namespace {
 
-// f16 rows are scored and accumulated with the rows this many ahead hinted into the cache, as
-// the host's own decode reads its cache (lm/kernels/attention.cpp's kPrefetchRows): a decode step
-// streams the kept rows of 30 layers from DRAM, and the hardware prefetchers restart at every
-// 4 KiB page. Without the hints h2o's 2,580 f16 rows cost ~15% more CPU per row than the native
-// cache's (bench/compressed_attention rows/). A hint past a run's end (the next slots of the
-// ring) is only a wasted line; it changes no result.
-constexpr int64_t kPrefetchRows = 64;
+// f16 rows are scored and accumulated with the rows this many ahead hinted into the cache, the
+// host's own decode's distance (lm::kernels::tiles::kDecodePrefetchRows): a decode step streams
+// the kept rows of 30 layers from DRAM, and the hardware prefetchers restart at every 4 KiB page.
+// Without the hints h2o's 2,580 f16 rows cost ~15% more CPU per row than the native cache's
+// (bench/compressed_attention rows/). A hint past a run's end (the next slots of the ring) is
+// only a wasted line; it changes no result.
+constexpr int64_t kPrefetchRows = lm::kernels::tiles::kDecodePrefetchRows;
 
 // A head's rows of an exact (dtype) codec as the plain rows the dtype kernels read in place.
 attention::PlainRows plain_head(const std::byte* head_base, lm::DType dtype, int64_t row_bytes, int64_t dim) {
